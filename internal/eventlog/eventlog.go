@@ -1,0 +1,305 @@
+// Package eventlog stores LCTL chains on the NATS JetStream stream "LCTL",
+// one subject per chain (lctl.chain.<chain_id>), as ARCHITECTURE.md decides.
+//
+// A ChainWriter is the single writer of one chain: each append carries
+// Nats-Expected-Last-Subject-Sequence, so a second writer of the same chain
+// fails instead of forking it, and Nats-Msg-Id <chain_id>/<seq>, so a retried
+// append is stored once.
+package eventlog
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/xct-dev/xct/lctl"
+)
+
+// Stream and subject names.
+const (
+	StreamName    = "LCTL"
+	SubjectPrefix = "lctl.chain."
+	AllSubjects   = SubjectPrefix + "*"
+)
+
+// Subject returns the subject a chain's events are stored on.
+func Subject(chainID string) string { return SubjectPrefix + chainID }
+
+// Errors callers act on.
+var (
+	// ErrChainNotFound means the stream holds no event of the chain.
+	ErrChainNotFound = errors.New("chain not found")
+	// ErrConflict means another writer appended to the chain first.
+	ErrConflict = errors.New("chain was appended to by another writer")
+)
+
+// Config is the stream's configuration, applied by whoever creates it first.
+type Config struct {
+	// Replicas of the stream: 1 embedded, 3 in production.
+	Replicas int
+	// Duplicates is the window in which a retried append is deduplicated.
+	Duplicates time.Duration
+}
+
+// DefaultConfig is the embedded (single node) configuration.
+func DefaultConfig() Config { return Config{Replicas: 1, Duplicates: time.Hour} }
+
+// Log is the event log on one NATS connection.
+type Log struct {
+	js     jetstream.JetStream
+	stream jetstream.Stream
+}
+
+// Open binds to the LCTL stream, creating it with cfg if it does not exist.
+// An existing stream is used as it is: its settings belong to whoever
+// created it.
+func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Log, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: %w", err)
+	}
+	if cfg.Replicas == 0 {
+		cfg.Replicas = 1
+	}
+	if cfg.Duplicates == 0 {
+		cfg.Duplicates = time.Hour
+	}
+	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{
+		Name:        StreamName,
+		Description: "LCTL event chains written by XCT",
+		Subjects:    []string{AllSubjects},
+		Storage:     jetstream.FileStorage,
+		Retention:   jetstream.LimitsPolicy,
+		Replicas:    cfg.Replicas,
+		Duplicates:  cfg.Duplicates,
+		DenyDelete:  true,
+		DenyPurge:   true,
+	})
+	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		stream, err = js.Stream(ctx, StreamName)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open stream %s: %w", StreamName, err)
+	}
+	return &Log{js: js, stream: stream}, nil
+}
+
+// JetStream returns the JetStream context the log uses.
+func (l *Log) JetStream() jetstream.JetStream { return l.js }
+
+// ChainWriter appends to one chain. It is safe for concurrent use, but a
+// chain should have one writer: that is what makes its order the truth.
+type ChainWriter struct {
+	log     *Log
+	chainID string
+	subject string
+
+	mu         sync.Mutex
+	seq        uint64 // seq of the last event appended
+	prevHash   string // hash of the last event appended
+	streamSeq  uint64 // stream sequence of the last event appended
+	failed     error  // set once an append failed in an unknown way
+	now        func() time.Time
+	lastAppend lctl.Event
+}
+
+// NewChainWriter returns a writer for a chain that has no events yet. Its
+// first append fails with ErrConflict if the chain already exists.
+func (l *Log) NewChainWriter(chainID string) (*ChainWriter, error) {
+	if err := lctl.ValidateChainID(chainID); err != nil {
+		return nil, err
+	}
+	return &ChainWriter{log: l, chainID: chainID, subject: Subject(chainID), now: time.Now}, nil
+}
+
+// ResumeChainWriter returns a writer that continues an existing chain after
+// its last stored event.
+func (l *Log) ResumeChainWriter(ctx context.Context, chainID string) (*ChainWriter, error) {
+	w, err := l.NewChainWriter(chainID)
+	if err != nil {
+		return nil, err
+	}
+	msg, err := l.stream.GetLastMsgForSubject(ctx, w.subject)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return w, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("resume chain %s: %w", chainID, err)
+	}
+	e, err := lctl.DecodeEvent(msg.Data)
+	if err != nil {
+		return nil, fmt.Errorf("resume chain %s: last event: %w", chainID, err)
+	}
+	w.seq, w.prevHash, w.streamSeq, w.lastAppend = e.Seq, e.Hash, msg.Sequence, e
+	return w, nil
+}
+
+// ChainID returns the chain this writer appends to.
+func (w *ChainWriter) ChainID() string { return w.chainID }
+
+// Seq returns the seq of the last appended event (0 before the first).
+func (w *ChainWriter) Seq() uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.seq
+}
+
+// Append seals a new event after the last one and stores it durably. It
+// returns only after JetStream acknowledged the event. After an append fails
+// the writer refuses further appends: the caller must not act on a
+// transition it could not record.
+func (w *ChainWriter) Append(ctx context.Context, eventType, agent string, data map[string]any) (lctl.Event, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.failed != nil {
+		return lctl.Event{}, fmt.Errorf("append to chain %s: writer stopped after an earlier failure: %w", w.chainID, w.failed)
+	}
+	e := lctl.Event{
+		ChainID:   w.chainID,
+		Seq:       w.seq + 1,
+		Type:      eventType,
+		Timestamp: lctl.FormatTime(w.now()),
+		Agent:     agent,
+		Data:      data,
+	}
+	if e.Data == nil {
+		e.Data = map[string]any{}
+	}
+	if err := e.Seal(w.prevHash); err != nil {
+		return lctl.Event{}, err
+	}
+	raw, err := json.Marshal(&e)
+	if err != nil {
+		return lctl.Event{}, fmt.Errorf("encode event: %w", err)
+	}
+	msg := &nats.Msg{Subject: w.subject, Data: raw, Header: nats.Header{}}
+	ack, err := w.log.js.PublishMsg(ctx, msg,
+		jetstream.WithMsgID(fmt.Sprintf("%s/%d", w.chainID, e.Seq)),
+		jetstream.WithExpectLastSequencePerSubject(w.streamSeq),
+	)
+	if err != nil {
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
+			err = fmt.Errorf("%w: %v", ErrConflict, err)
+		}
+		w.failed = err
+		return lctl.Event{}, fmt.Errorf("append event %d to chain %s: %w", e.Seq, w.chainID, err)
+	}
+	w.seq, w.prevHash, w.streamSeq, w.lastAppend = e.Seq, e.Hash, ack.Sequence, e
+	return e, nil
+}
+
+// ReadChain returns every event of a chain, in order, as stored now.
+func (l *Log) ReadChain(ctx context.Context, chainID string) ([]lctl.Event, error) {
+	if err := lctl.ValidateChainID(chainID); err != nil {
+		return nil, err
+	}
+	var events []lctl.Event
+	err := l.Follow(ctx, chainID, FollowOptions{StopAtEnd: true}, func(e lctl.Event) error {
+		events = append(events, e)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return events, nil
+}
+
+// FollowOptions tune Follow.
+type FollowOptions struct {
+	// StopAtEnd returns once the events stored when Follow started were
+	// delivered, instead of waiting for new ones.
+	StopAtEnd bool
+}
+
+// errStop ends a follow from inside the callback without an error.
+var errStop = errors.New("stop")
+
+// ErrStop may be returned by a Follow callback to end following cleanly.
+var ErrStop = errStop
+
+// Follow delivers a chain's events in order to fn, from the first, and then
+// new ones as they are appended, until ctx ends, fn returns an error (ErrStop
+// ends cleanly) or, with StopAtEnd, the events stored at the start were
+// delivered. chainID "" follows every chain.
+func (l *Log) Follow(ctx context.Context, chainID string, opts FollowOptions, fn func(lctl.Event) error) error {
+	subject := AllSubjects
+	if chainID != "" {
+		if err := lctl.ValidateChainID(chainID); err != nil {
+			return err
+		}
+		subject = Subject(chainID)
+	}
+	var lastStreamSeq uint64
+	if opts.StopAtEnd {
+		if chainID != "" {
+			last, err := l.stream.GetLastMsgForSubject(ctx, subject)
+			if errors.Is(err, jetstream.ErrMsgNotFound) {
+				return fmt.Errorf("%w: %s", ErrChainNotFound, chainID)
+			}
+			if err != nil {
+				return fmt.Errorf("read chain %s: %w", chainID, err)
+			}
+			lastStreamSeq = last.Sequence
+		} else {
+			info, err := l.stream.Info(ctx)
+			if err != nil {
+				return fmt.Errorf("read stream: %w", err)
+			}
+			lastStreamSeq = info.State.LastSeq
+			if info.State.Msgs == 0 {
+				return nil
+			}
+		}
+	}
+	cons, err := l.stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
+	if err != nil {
+		return fmt.Errorf("follow %s: %w", subject, err)
+	}
+	iter, err := cons.Messages(jetstream.PullMaxMessages(256))
+	if err != nil {
+		return fmt.Errorf("follow %s: %w", subject, err)
+	}
+	stopped := make(chan struct{})
+	defer close(stopped)
+	go func() {
+		select {
+		case <-ctx.Done():
+			iter.Stop()
+		case <-stopped:
+			iter.Stop()
+		}
+	}()
+	for {
+		msg, err := iter.Next()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("follow %s: %w", subject, err)
+		}
+		meta, err := msg.Metadata()
+		if err != nil {
+			return fmt.Errorf("follow %s: %w", subject, err)
+		}
+		e, err := lctl.DecodeEvent(msg.Data())
+		if err != nil {
+			return fmt.Errorf("follow %s: stream seq %d: %w", subject, meta.Sequence.Stream, err)
+		}
+		if err := fn(e); err != nil {
+			if errors.Is(err, errStop) {
+				return nil
+			}
+			return err
+		}
+		if opts.StopAtEnd && meta.Sequence.Stream >= lastStreamSeq {
+			return nil
+		}
+	}
+}

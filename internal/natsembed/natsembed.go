@@ -1,0 +1,51 @@
+// Package natsembed runs a NATS server with JetStream inside the process: the
+// laptop and test shape of the cluster, with a file store under a data
+// directory. Clients still connect to it over loopback TCP.
+package natsembed
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// Config says where the embedded server listens and stores.
+type Config struct {
+	// Host to listen on; loopback by default.
+	Host string
+	// Port to listen on; -1 picks a free one.
+	Port int
+	// StoreDir holds the JetStream file store.
+	StoreDir string
+}
+
+// Start runs the server and waits until it accepts connections.
+func Start(cfg Config) (*server.Server, error) {
+	if cfg.Host == "" {
+		cfg.Host = "127.0.0.1"
+	}
+	if cfg.StoreDir == "" {
+		return nil, fmt.Errorf("embedded nats: a store directory is required")
+	}
+	opts := &server.Options{
+		ServerName: "xct-embedded",
+		Host:       cfg.Host,
+		Port:       cfg.Port,
+		JetStream:  true,
+		StoreDir:   cfg.StoreDir,
+		NoSigs:     true,
+		NoLog:      true,
+		MaxPayload: 8 << 20,
+	}
+	s, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("embedded nats: %w", err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		s.Shutdown()
+		return nil, fmt.Errorf("embedded nats: not ready after 10s on %s:%d", cfg.Host, cfg.Port)
+	}
+	return s, nil
+}

@@ -1,0 +1,177 @@
+package lctl
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+)
+
+// Version is the LCTL specification version this package reads and writes.
+const Version = "4.0"
+
+// Core event types of LCTL v4.0 (part 1) and its extensions (parts 4, 9, 10).
+const (
+	TypeStepStart          = "step_start"
+	TypeStepEnd            = "step_end"
+	TypeFactAdded          = "fact_added"
+	TypeFactModified       = "fact_modified"
+	TypeToolCall           = "tool_call"
+	TypeError              = "error"
+	TypeCheckpoint         = "checkpoint"
+	TypeContractValidation = "contract_validation"
+	TypeModelRouting       = "model_routing"
+	TypeStreamStart        = "stream_start"
+	TypeStreamChunk        = "stream_chunk"
+	TypeStreamEnd          = "stream_end"
+)
+
+// XCT's own event types, documented in docs/events.md.
+const (
+	TypeRunStarted  = "run_started"
+	TypeVerdict     = "verdict"
+	TypeRunFinished = "run_finished"
+)
+
+// Event is one LCTL event. Seq, Type, Timestamp, Agent and Data are the
+// spec's fields; ChainID, PrevHash and Hash make the chain tamper-evident.
+// Timestamp is kept as the exact text that was hashed.
+type Event struct {
+	ChainID   string         `json:"chain_id,omitempty"`
+	Seq       uint64         `json:"seq"`
+	Type      string         `json:"type"`
+	Timestamp string         `json:"timestamp"`
+	Agent     string         `json:"agent"`
+	Data      map[string]any `json:"data"`
+	PrevHash  string         `json:"prev_hash,omitempty"`
+	Hash      string         `json:"hash,omitempty"`
+}
+
+// Time parses the event's timestamp; the zero time when it does not parse.
+func (e *Event) Time() time.Time {
+	t, err := time.Parse(time.RFC3339Nano, e.Timestamp)
+	if err != nil {
+		return time.Time{}
+	}
+	return t
+}
+
+// FormatTime renders t the way events store it: RFC 3339, UTC, nanoseconds.
+func FormatTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+
+// ComputeHash returns the hash the event should carry: SHA-256 (hex) of the
+// canonical JSON of the event without its hash field.
+func (e *Event) ComputeHash() (string, error) {
+	m := map[string]any{
+		"seq":       float64(e.Seq),
+		"type":      e.Type,
+		"timestamp": e.Timestamp,
+		"agent":     e.Agent,
+		"data":      dataOrEmpty(e.Data),
+	}
+	if e.ChainID != "" {
+		m["chain_id"] = e.ChainID
+	}
+	if e.PrevHash != "" {
+		m["prev_hash"] = e.PrevHash
+	}
+	c, err := Canonical(m)
+	if err != nil {
+		return "", fmt.Errorf("hash event %d: %w", e.Seq, err)
+	}
+	sum := sha256.Sum256(c)
+	return hex.EncodeToString(sum[:]), nil
+}
+
+// Seal sets PrevHash and Hash, linking e after prev (nil for the first event).
+func (e *Event) Seal(prevHash string) error {
+	e.PrevHash = prevHash
+	h, err := e.ComputeHash()
+	if err != nil {
+		return err
+	}
+	e.Hash = h
+	return nil
+}
+
+func dataOrEmpty(d map[string]any) map[string]any {
+	if d == nil {
+		return map[string]any{}
+	}
+	return d
+}
+
+// DataOf turns a Go value into an event payload through its JSON form, so the
+// payload holds only JSON types (maps, slices, strings, float64, bool, nil)
+// and hashes the same after a round trip through a file or the stream.
+func DataOf(v any) (map[string]any, error) {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("event data: %w", err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, fmt.Errorf("event data must be a JSON object: %w", err)
+	}
+	return m, nil
+}
+
+var chainIDPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
+
+// ErrInvalidChainID is returned for chain ids that are not safe as a NATS
+// subject token.
+var ErrInvalidChainID = errors.New("chain id must be 1-128 characters of A-Z a-z 0-9 _ -")
+
+// ValidateChainID checks that id is safe in a subject token and a file name.
+func ValidateChainID(id string) error {
+	if !chainIDPattern.MatchString(id) {
+		return fmt.Errorf("%w: %q", ErrInvalidChainID, id)
+	}
+	return nil
+}
+
+// VerifyError names the first event at which a chain stops checking out.
+type VerifyError struct {
+	Seq    uint64 // seq of the offending event (or the expected seq when one is missing)
+	Index  int    // position in the slice
+	Reason string
+}
+
+func (e *VerifyError) Error() string {
+	return fmt.Sprintf("event %d (position %d): %s", e.Seq, e.Index+1, e.Reason)
+}
+
+// Verify checks a chain: seqs start at 1 and increase by one, each event's
+// hash matches its content and each prev_hash links to the previous hash. It
+// returns a *VerifyError naming the first event that was edited, removed,
+// inserted or reordered. Events without hashes (files from implementations
+// that do not hash) fail with a reason that says so.
+func Verify(events []Event) error {
+	prev := ""
+	for i := range events {
+		e := &events[i]
+		want := uint64(i + 1)
+		if e.Seq != want {
+			reason := fmt.Sprintf("seq %d where %d was expected (an event was removed, inserted or reordered)", e.Seq, want)
+			return &VerifyError{Seq: e.Seq, Index: i, Reason: reason}
+		}
+		if e.Hash == "" {
+			return &VerifyError{Seq: e.Seq, Index: i, Reason: "event has no hash"}
+		}
+		if e.PrevHash != prev {
+			return &VerifyError{Seq: e.Seq, Index: i, Reason: "prev_hash does not match the previous event's hash (an event before it was changed, removed or reordered)"}
+		}
+		h, err := e.ComputeHash()
+		if err != nil {
+			return &VerifyError{Seq: e.Seq, Index: i, Reason: err.Error()}
+		}
+		if h != e.Hash {
+			return &VerifyError{Seq: e.Seq, Index: i, Reason: "content does not match its hash (the event was edited)"}
+		}
+		prev = e.Hash
+	}
+	return nil
+}
