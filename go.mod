@@ -8,6 +8,7 @@ tool (
 )
 
 require (
+	github.com/grpc-ecosystem/go-grpc-middleware/v2 v2.3.4
 	github.com/nats-io/nats-server/v2 v2.15.2
 	github.com/nats-io/nats.go v1.55.0
 	go.yaml.in/yaml/v3 v3.0.6

@@ -1,0 +1,248 @@
+// Package wire is the model-facing JSON contract of XCT protocol §3-4: it
+// parses a model's decision strictly and renders the system's response, and
+// it defines the error codes every service returns to models.
+//
+// Strict means: a JSON object with exactly one of "next_step" or "done";
+// next_step has a non-empty "tool", an "arguments" object and an optional
+// "goal"; done is true with an optional "message"; no other keys, no
+// duplicate keys, nothing after the object, and at most MaxDecisionBytes.
+package wire
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+
+	"google.golang.org/protobuf/types/known/structpb"
+
+	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/lctl"
+)
+
+// MaxDecisionBytes is the largest model output parsed.
+const MaxDecisionBytes = 256 << 10
+
+// DecisionError says why a model output is not a valid decision. Its message
+// goes back to the model, so it names the problem plainly.
+type DecisionError struct{ Reason string }
+
+func (e *DecisionError) Error() string { return "invalid decision: " + e.Reason }
+
+func invalid(format string, args ...any) error {
+	return &DecisionError{Reason: fmt.Sprintf(format, args...)}
+}
+
+// ParseDecision parses one model output.
+func ParseDecision(raw []byte) (*xctv1.Decision, error) {
+	if len(raw) > MaxDecisionBytes {
+		return nil, invalid("output is %d bytes, the limit is %d", len(raw), MaxDecisionBytes)
+	}
+	top, err := strictObject(raw)
+	if err != nil {
+		return nil, err
+	}
+	_, hasNext := top["next_step"]
+	_, hasDone := top["done"]
+	switch {
+	case hasNext && hasDone:
+		return nil, invalid(`exactly one of "next_step" or "done" is allowed, both were given`)
+	case !hasNext && !hasDone:
+		return nil, invalid(`the object must have "next_step" or "done"`)
+	}
+	if hasDone {
+		for k := range top {
+			if k != "done" && k != "message" {
+				return nil, invalid("unknown key %q next to \"done\"", k)
+			}
+		}
+		var done bool
+		if err := json.Unmarshal(top["done"], &done); err != nil || !done {
+			return nil, invalid(`"done" must be true`)
+		}
+		var msg string
+		if m, ok := top["message"]; ok {
+			if err := json.Unmarshal(m, &msg); err != nil {
+				return nil, invalid(`"message" must be a string`)
+			}
+		}
+		return &xctv1.Decision{Kind: &xctv1.Decision_Done{Done: &xctv1.Done{Message: msg}}}, nil
+	}
+	for k := range top {
+		if k != "next_step" {
+			return nil, invalid("unknown key %q next to \"next_step\"", k)
+		}
+	}
+	step, err := strictObject(top["next_step"])
+	if err != nil {
+		return nil, invalid(`"next_step" must be an object: %s`, reasonOf(err))
+	}
+	for k := range step {
+		if k != "tool" && k != "arguments" && k != "goal" {
+			return nil, invalid("unknown key %q in \"next_step\"", k)
+		}
+	}
+	var tool string
+	if err := json.Unmarshal(step["tool"], &tool); err != nil || tool == "" {
+		return nil, invalid(`"next_step.tool" must be a non-empty string`)
+	}
+	rawArgs, ok := step["arguments"]
+	if !ok {
+		return nil, invalid(`"next_step.arguments" is required (use {} for none)`)
+	}
+	if _, err := strictObject(rawArgs); err != nil {
+		return nil, invalid(`"next_step.arguments" must be an object: %s`, reasonOf(err))
+	}
+	var argMap map[string]any
+	if err := json.Unmarshal(rawArgs, &argMap); err != nil {
+		return nil, invalid(`"next_step.arguments": %v`, err)
+	}
+	args, err := structpb.NewStruct(argMap)
+	if err != nil {
+		return nil, invalid(`"next_step.arguments": %v`, err)
+	}
+	var goal string
+	if g, ok := step["goal"]; ok {
+		if err := json.Unmarshal(g, &goal); err != nil {
+			return nil, invalid(`"next_step.goal" must be a string`)
+		}
+	}
+	return &xctv1.Decision{Kind: &xctv1.Decision_NextStep{NextStep: &xctv1.NextStep{Tool: tool, Arguments: args, Goal: goal}}}, nil
+}
+
+func reasonOf(err error) string {
+	var de *DecisionError
+	if errors.As(err, &de) {
+		return de.Reason
+	}
+	return err.Error()
+}
+
+// strictObject decodes a JSON object into its members, rejecting anything
+// that is not exactly one object, and duplicate keys at its top level.
+func strictObject(raw []byte) (map[string]json.RawMessage, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	tok, err := dec.Token()
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, invalid("output is empty, a JSON object was expected")
+		}
+		return nil, invalid("not JSON: %v", err)
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '{' {
+		return nil, invalid("a JSON object was expected, got %s", describeToken(tok))
+	}
+	out := map[string]json.RawMessage{}
+	for dec.More() {
+		kt, err := dec.Token()
+		if err != nil {
+			return nil, invalid("not JSON: %v", err)
+		}
+		key := kt.(string)
+		var val json.RawMessage
+		if err := dec.Decode(&val); err != nil {
+			return nil, invalid("not JSON: %v", err)
+		}
+		if _, dup := out[key]; dup {
+			return nil, invalid("duplicate key %q", key)
+		}
+		out[key] = val
+	}
+	if _, err := dec.Token(); err != nil {
+		return nil, invalid("not JSON: %v", err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, invalid("unexpected text after the JSON object")
+	}
+	return out, nil
+}
+
+func describeToken(tok json.Token) string {
+	switch t := tok.(type) {
+	case json.Delim:
+		return strconv.Quote(t.String())
+	case string:
+		return "a string"
+	case json.Number:
+		return "a number"
+	case bool:
+		return "a boolean"
+	case nil:
+		return "null"
+	}
+	return fmt.Sprintf("%v", tok)
+}
+
+// EncodeDecision renders a decision in the spec's JSON shape.
+func EncodeDecision(d *xctv1.Decision) []byte {
+	var v any
+	switch k := d.GetKind().(type) {
+	case *xctv1.Decision_NextStep:
+		args := map[string]any{}
+		if k.NextStep.GetArguments() != nil {
+			args = k.NextStep.GetArguments().AsMap()
+		}
+		v = map[string]any{"next_step": map[string]any{"tool": k.NextStep.GetTool(), "arguments": args, "goal": k.NextStep.GetGoal()}}
+	case *xctv1.Decision_Done:
+		v = map[string]any{"done": true, "message": k.Done.GetMessage()}
+	default:
+		v = map[string]any{}
+	}
+	out, _ := json.Marshal(v)
+	return out
+}
+
+// ResponseJSON is a system response in the spec's shape (§4), with the
+// stable code next to the message as in the XCT README's example and the
+// LCTL taxonomy in details.
+func ResponseJSON(r *xctv1.Response) map[string]any {
+	switch o := r.GetOutcome().(type) {
+	case *xctv1.Response_Success:
+		return map[string]any{"status": "success", "result": o.Success.GetResult().AsInterface()}
+	case *xctv1.Response_Error:
+		return ErrorJSON(o.Error)
+	}
+	return ErrorJSON(Errorf(CodeToolFailure, "empty response"))
+}
+
+// ErrorJSON renders an error signal in the model-facing shape.
+func ErrorJSON(e *xctv1.Error) map[string]any {
+	details := map[string]any{}
+	if e.GetDetails() != nil {
+		details = e.GetDetails().AsMap()
+	}
+	details["category"] = e.GetCategory()
+	details["type"] = e.GetType()
+	details["recoverable"] = e.GetRecoverable()
+	details["suggested_action"] = e.GetSuggestedAction()
+	return map[string]any{"status": "error", "code": e.GetCode(), "message": e.GetMessage(), "details": details}
+}
+
+// EncodeResponse renders a response as model-facing JSON text.
+func EncodeResponse(r *xctv1.Response) []byte {
+	out, _ := json.Marshal(ResponseJSON(r))
+	return out
+}
+
+// StepID is a step's identity and idempotency key: SHA-256 over the
+// canonical JSON of (chain id, step number, tool, arguments), 32 hex digits.
+// The same proposal at the same step of the same run always has the same id;
+// changed arguments give a new one.
+func StepID(chainID string, step int, tool string, args *structpb.Struct) string {
+	argMap := map[string]any{}
+	if args != nil {
+		argMap = args.AsMap()
+	}
+	c, err := lctl.Canonical([]any{chainID, float64(step), tool, argMap})
+	if err != nil {
+		// structpb values are always JSON; this cannot happen.
+		panic(fmt.Sprintf("step id: %v", err))
+	}
+	sum := sha256.Sum256(c)
+	return hex.EncodeToString(sum[:16])
+}
