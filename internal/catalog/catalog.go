@@ -1,0 +1,167 @@
+// Package catalog shares the executor's tool catalog through the JetStream KV
+// bucket XCT_TOOLS (key: tool name, value: the ToolDescriptor as protobuf
+// JSON). The executor publishes it; the validator watches it. So the
+// validator learns every tool's schema and effect class without ever calling
+// the executor, and the only service-to-service calls stay orchestrator →
+// validator and orchestrator → executor.
+package catalog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+)
+
+// Bucket is the KV bucket holding the catalog.
+const Bucket = "XCT_TOOLS"
+
+func bucket(ctx context.Context, js jetstream.JetStream, replicas int) (jetstream.KeyValue, error) {
+	if replicas == 0 {
+		replicas = 1
+	}
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      Bucket,
+		Description: "XCT tool catalog, published by executors",
+		History:     1,
+		Storage:     jetstream.FileStorage,
+		Replicas:    replicas,
+	})
+	if errors.Is(err, jetstream.ErrBucketExists) {
+		kv, err = js.KeyValue(ctx, Bucket)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("tool catalog bucket: %w", err)
+	}
+	return kv, nil
+}
+
+// Publish writes tools to the catalog. Entries that did not change are left
+// alone, so restarting an executor does not churn watchers.
+func Publish(ctx context.Context, js jetstream.JetStream, replicas int, tools []*xctv1.ToolDescriptor) error {
+	kv, err := bucket(ctx, js, replicas)
+	if err != nil {
+		return err
+	}
+	for _, t := range tools {
+		val, err := protojson.Marshal(t)
+		if err != nil {
+			return fmt.Errorf("publish tool %s: %w", t.GetName(), err)
+		}
+		if cur, err := kv.Get(ctx, t.GetName()); err == nil {
+			old := &xctv1.ToolDescriptor{}
+			if protojson.Unmarshal(cur.Value(), old) == nil && proto.Equal(old, t) {
+				continue
+			}
+		}
+		if _, err := kv.Put(ctx, t.GetName(), val); err != nil {
+			return fmt.Errorf("publish tool %s: %w", t.GetName(), err)
+		}
+	}
+	return nil
+}
+
+// Catalog is a live view of the published tools.
+type Catalog struct {
+	mu    sync.RWMutex
+	tools map[string]*xctv1.ToolDescriptor
+	// version counts changes, so caches keyed on a descriptor can tell.
+	version uint64
+}
+
+// Get returns a tool's descriptor.
+func (c *Catalog) Get(name string) (*xctv1.ToolDescriptor, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	t, ok := c.tools[name]
+	return t, ok
+}
+
+// List returns every tool, sorted by name.
+func (c *Catalog) List() []*xctv1.ToolDescriptor {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	out := make([]*xctv1.ToolDescriptor, 0, len(c.tools))
+	for _, t := range c.tools {
+		out = append(out, t)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].GetName() < out[j].GetName() })
+	return out
+}
+
+// Static returns a catalog that holds tools and never changes (for tests
+// and offline policy checks).
+func Static(tools ...*xctv1.ToolDescriptor) *Catalog {
+	c := &Catalog{tools: map[string]*xctv1.ToolDescriptor{}}
+	for _, t := range tools {
+		c.tools[t.GetName()] = t
+	}
+	return c
+}
+
+// Watch loads the catalog and keeps it current until ctx ends. It returns
+// once the entries present now are loaded.
+func Watch(ctx context.Context, js jetstream.JetStream, replicas int) (*Catalog, error) {
+	kv, err := bucket(ctx, js, replicas)
+	if err != nil {
+		return nil, err
+	}
+	w, err := kv.WatchAll(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("watch tool catalog: %w", err)
+	}
+	c := &Catalog{tools: map[string]*xctv1.ToolDescriptor{}}
+	loaded := make(chan struct{})
+	go func() {
+		defer func() { _ = w.Stop() }()
+		initial := true
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case entry, ok := <-w.Updates():
+				if !ok {
+					return
+				}
+				if entry == nil { // end of the initial values
+					if initial {
+						initial = false
+						close(loaded)
+					}
+					continue
+				}
+				c.apply(entry)
+			}
+		}
+	}()
+	select {
+	case <-loaded:
+		return c, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (c *Catalog) apply(entry jetstream.KeyValueEntry) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.version++
+	if entry.Operation() != jetstream.KeyValuePut {
+		delete(c.tools, entry.Key())
+		return
+	}
+	t := &xctv1.ToolDescriptor{}
+	if err := protojson.Unmarshal(entry.Value(), t); err != nil || t.GetName() != entry.Key() {
+		// A value we cannot read is treated as an unknown tool: deny.
+		delete(c.tools, entry.Key())
+		return
+	}
+	c.tools[entry.Key()] = t
+}
