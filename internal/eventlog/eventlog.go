@@ -160,16 +160,22 @@ func (w *ChainWriter) Append(ctx context.Context, eventType, agent string, data 
 	if w.failed != nil {
 		return lctl.Event{}, fmt.Errorf("append to chain %s: writer stopped after an earlier failure: %w", w.chainID, w.failed)
 	}
+	// Normalize the payload to JSON types, so the event returned here is
+	// exactly the event a reader decodes from the stream.
+	norm, err := lctl.DataOf(data)
+	if err != nil {
+		return lctl.Event{}, fmt.Errorf("append to chain %s: %w", w.chainID, err)
+	}
+	if norm == nil {
+		norm = map[string]any{}
+	}
 	e := lctl.Event{
 		ChainID:   w.chainID,
 		Seq:       w.seq + 1,
 		Type:      eventType,
 		Timestamp: lctl.FormatTime(w.now()),
 		Agent:     agent,
-		Data:      data,
-	}
-	if e.Data == nil {
-		e.Data = map[string]any{}
+		Data:      norm,
 	}
 	if err := e.Seal(w.prevHash); err != nil {
 		return lctl.Event{}, err

@@ -1,0 +1,91 @@
+package orchestrator
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Config configures the orchestrator.
+type Config struct {
+	// ValidatorAddr and ExecutorAddr are the gRPC addresses of the services
+	// the loop calls.
+	ValidatorAddr string
+	ExecutorAddr  string
+	// MaxSteps bounds a run's iterations when StartRun does not.
+	MaxSteps int
+	// RepairBudget is how many invalid model outputs in a row end a run.
+	RepairBudget int
+	// ProposeTimeout bounds one model call.
+	ProposeTimeout time.Duration
+	// CallTimeout bounds one validator or executor call.
+	CallTimeout time.Duration
+	// ScriptsDir confines scripted:FILE models: scripts are read only from
+	// inside it.
+	ScriptsDir string
+	// AllowGRPCProposers lists the addresses grpc:ADDR models may use; "*"
+	// allows any. Empty allows none, so a caller cannot make the
+	// orchestrator dial arbitrary hosts.
+	AllowGRPCProposers []string
+	// OpenAI configures openai:MODEL models.
+	OpenAI OpenAIConfig
+	// Replicas is the JetStream replica count for the stream, when this
+	// service creates it (set by the app).
+	Replicas int
+}
+
+// RegisterFlags registers the orchestrator's flags with their defaults.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.ValidatorAddr, "validator-addr", "127.0.0.1:7702", "validator gRPC address")
+	fs.StringVar(&c.ExecutorAddr, "executor-addr", "127.0.0.1:7703", "executor gRPC address")
+	fs.IntVar(&c.MaxSteps, "max-steps", 50, "default step budget of a run")
+	fs.IntVar(&c.RepairBudget, "repair-budget", 3, "invalid model outputs in a row that end a run")
+	fs.DurationVar(&c.ProposeTimeout, "propose-timeout", 2*time.Minute, "deadline of one model call")
+	fs.DurationVar(&c.CallTimeout, "call-timeout", 2*time.Minute, "deadline of one validator or executor call")
+	fs.StringVar(&c.ScriptsDir, "scripts-dir", ".", "directory scripted:FILE models are read from")
+	fs.Func("allow-grpc-proposer", "address a grpc:ADDR model may use (repeatable, comma-separated; * for any)", func(v string) error {
+		for _, a := range strings.Split(v, ",") {
+			if a = strings.TrimSpace(a); a != "" {
+				c.AllowGRPCProposers = append(c.AllowGRPCProposers, a)
+			}
+		}
+		return nil
+	})
+	fs.StringVar(&c.OpenAI.BaseURL, "openai-base-url", os.Getenv("OPENAI_BASE_URL"), "OpenAI-compatible API root for openai:MODEL (env OPENAI_BASE_URL); the key comes from OPENAI_API_KEY")
+	c.OpenAI.APIKey = os.Getenv("OPENAI_API_KEY")
+}
+
+// Validate checks the configuration and fills defaults.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.ValidatorAddr == "" {
+		errs = append(errs, errors.New("-validator-addr is required"))
+	}
+	if c.ExecutorAddr == "" {
+		errs = append(errs, errors.New("-executor-addr is required"))
+	}
+	if c.MaxSteps < 0 || c.RepairBudget < 0 {
+		errs = append(errs, fmt.Errorf("-max-steps and -repair-budget must not be negative"))
+	}
+	if c.MaxSteps == 0 {
+		c.MaxSteps = 50
+	}
+	if c.RepairBudget == 0 {
+		c.RepairBudget = 3
+	}
+	if c.ProposeTimeout <= 0 {
+		c.ProposeTimeout = 2 * time.Minute
+	}
+	if c.CallTimeout <= 0 {
+		c.CallTimeout = 2 * time.Minute
+	}
+	return errors.Join(errs...)
+}
+
+func (c *Config) grpcProposerAllowed(addr string) bool {
+	return slices.Contains(c.AllowGRPCProposers, "*") || slices.Contains(c.AllowGRPCProposers, addr)
+}

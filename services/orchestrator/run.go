@@ -1,0 +1,358 @@
+package orchestrator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/eventlog"
+	"github.com/xct-dev/xct/internal/wire"
+	"github.com/xct-dev/xct/lctl"
+)
+
+// Agent names recorded on events the system itself causes.
+const (
+	agentOrchestrator = "orchestrator"
+	agentValidator    = "validator"
+	agentExecutor     = "executor"
+)
+
+// errCancelled is the cause of a run cancelled through CancelRun.
+type errCancelled struct{ reason string }
+
+func (e errCancelled) Error() string { return "cancelled: " + e.reason }
+
+// run is one governed run in this process: its single chain writer, its
+// model and the derived context. Its loop is the only code that appends to
+// its chain.
+type run struct {
+	id        string
+	svc       *Service
+	log       *slog.Logger
+	writer    *eventlog.ChainWriter
+	proposer  Proposer
+	tools     []*xctv1.ToolDescriptor
+	goal      string
+	principal string
+	labels    map[string]string
+	maxSteps  int
+
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	done   chan struct{}
+
+	transcript transcript
+	tokensIn   int64
+	tokensOut  int64
+}
+
+// errLogLost marks an append that failed: the run must stop without acting.
+var errLogLost = errors.New("event log unavailable")
+
+// record appends one event and folds it into the run's views. Appends use
+// their own deadline: a cancelled run still records how it ended.
+func (r *run) record(eventType, agent string, data map[string]any) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	e, err := r.writer.Append(ctx, eventType, agent, data)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errLogLost, err)
+	}
+	r.transcript.apply(&e)
+	r.svc.runs.apply(&e)
+	r.svc.notify(&e)
+	return nil
+}
+
+// loop is XCT protocol §5: context → one decision → validate → execute or
+// refuse → append the result → repeat until done. Every transition is on
+// the chain before the next one happens; in particular a step is executed
+// only after its allow verdict was durably recorded.
+func (r *run) loop() {
+	defer close(r.done)
+	defer r.proposer.Close()
+	status, message := r.steps()
+	if errors.Is(r.finishErr(status, message), errLogLost) {
+		r.svc.runs.markUnrecorded(r.id, message)
+	}
+}
+
+// steps runs iterations until the run ends and says how it ended.
+func (r *run) steps() (status, message string) {
+	invalidInARow := 0
+	for step := 1; ; step++ {
+		if cause := context.Cause(r.ctx); cause != nil {
+			return "cancelled", cause.Error()
+		}
+		if step > r.maxSteps {
+			e := wire.Errorf(wire.CodeBudgetExceeded, "the run's step budget of %d is used up", r.maxSteps)
+			if err := r.record(lctl.TypeError, agentOrchestrator, errorData(step, "", e)); err != nil {
+				return "failed", err.Error()
+			}
+			return "failed", e.GetMessage()
+		}
+		outcome, err := r.iterate(step)
+		switch {
+		case errors.Is(err, errLogLost):
+			return "failed", err.Error()
+		case err != nil && context.Cause(r.ctx) != nil:
+			return "cancelled", context.Cause(r.ctx).Error()
+		case err != nil:
+			return "failed", err.Error()
+		}
+		switch outcome.kind {
+		case outcomeDone:
+			return "done", outcome.message
+		case outcomeInvalid:
+			invalidInARow++
+			if invalidInARow >= r.svc.cfg.RepairBudget {
+				return "failed", fmt.Sprintf("the model produced %d invalid outputs in a row (repair budget %d)", invalidInARow, r.svc.cfg.RepairBudget)
+			}
+		default:
+			invalidInARow = 0
+		}
+	}
+}
+
+type outcomeKind int
+
+const (
+	outcomeStep outcomeKind = iota
+	outcomeInvalid
+	outcomeDone
+)
+
+type iterationOutcome struct {
+	kind    outcomeKind
+	message string
+}
+
+// iterate runs one step. It returns an error only when the run must end.
+func (r *run) iterate(step int) (iterationOutcome, error) {
+	started := time.Now()
+	pctx, cancel := context.WithTimeout(r.ctx, r.svc.cfg.ProposeTimeout)
+	resp, err := r.proposer.Propose(pctx, &xctv1.ProposeRequest{
+		RunId:        r.id,
+		Goal:         r.goal,
+		Tools:        r.tools,
+		History:      r.transcript.history(),
+		Instructions: instructions,
+	})
+	cancel()
+	if err != nil {
+		if cause := context.Cause(r.ctx); cause != nil {
+			return iterationOutcome{}, cause
+		}
+		// The model endpoint failed: that is not model output, and there are
+		// no implicit retries. Record it and end the run.
+		e := wire.Errorf(wire.CodeGenerationFailed, "model %s did not answer: %v", r.proposer.Name(), err)
+		if rerr := r.record(lctl.TypeError, r.proposer.Name(), errorData(step, "", e)); rerr != nil {
+			return iterationOutcome{}, rerr
+		}
+		return iterationOutcome{}, fmt.Errorf("model %s did not answer: %w", r.proposer.Name(), err)
+	}
+	tokens := map[string]any{"input": resp.GetUsage().GetInputTokens(), "output": resp.GetUsage().GetOutputTokens()}
+	r.tokensIn += resp.GetUsage().GetInputTokens()
+	r.tokensOut += resp.GetUsage().GetOutputTokens()
+	agent := r.proposer.Name()
+
+	decision, perr := wire.ParseDecision([]byte(resp.GetOutput()))
+	if perr != nil {
+		return iterationOutcome{kind: outcomeInvalid}, r.recordInvalid(step, agent, resp.GetOutput(), perr, tokens, started)
+	}
+	if done := decision.GetDone(); done != nil {
+		return iterationOutcome{kind: outcomeDone, message: done.GetMessage()}, nil
+	}
+	ns := decision.GetNextStep()
+	stepID := wire.StepID(r.id, step, ns.GetTool(), ns.GetArguments())
+	r.svc.log.Debug("step proposed", "run", r.id, "step", step, "tool", ns.GetTool())
+	if err := r.record(lctl.TypeStepStart, agent, map[string]any{
+		"step":          step,
+		"step_id":       stepID,
+		"intent":        ns.GetGoal(),
+		"input_summary": summarizeProposal(ns),
+		"tool":          ns.GetTool(),
+		"arguments":     ns.GetArguments().AsMap(),
+		"model":         resp.GetModel(),
+	}); err != nil {
+		return iterationOutcome{}, err
+	}
+
+	verdict, verdictAgent := r.validate(step, stepID, ns)
+	if err := r.record(lctl.TypeVerdict, verdictAgent, verdictData(step, stepID, ns.GetTool(), verdict)); err != nil {
+		return iterationOutcome{}, err
+	}
+
+	outcome := "success"
+	var summary string
+	if verdict.GetDecision() == xctv1.VerdictDecision_VERDICT_DECISION_ALLOW {
+		// The allow verdict is durable: only now may the step act.
+		res, execErr := r.execute(stepID, ns)
+		switch {
+		case execErr != nil:
+			outcome, summary = "error", execErr.GetMessage()
+			if err := r.record(lctl.TypeError, agentExecutor, errorData(step, stepID, execErr)); err != nil {
+				return iterationOutcome{}, err
+			}
+		case res.GetResponse().GetError() != nil:
+			e := res.GetResponse().GetError()
+			outcome, summary = "error", e.GetCode()+": "+e.GetMessage()
+			if err := r.record(lctl.TypeError, agentExecutor, errorData(step, stepID, e)); err != nil {
+				return iterationOutcome{}, err
+			}
+		default:
+			summary = "ok"
+			if err := r.record(lctl.TypeToolCall, agentExecutor, map[string]any{
+				"step":        step,
+				"step_id":     stepID,
+				"tool":        ns.GetTool(),
+				"input":       ns.GetArguments().AsMap(),
+				"output":      res.GetResponse().GetSuccess().GetResult().AsInterface(),
+				"duration_ms": float64(res.GetDuration().AsDuration().Microseconds()) / 1000,
+				"status":      "success",
+			}); err != nil {
+				return iterationOutcome{}, err
+			}
+		}
+	} else {
+		e := verdict.GetError()
+		if e == nil {
+			e = wire.Errorf(wire.CodePolicyDenied, "the validator did not allow this step")
+		}
+		outcome, summary = "denied", e.GetCode()+": "+e.GetMessage()
+		if err := r.record(lctl.TypeError, verdictAgent, errorData(step, stepID, e)); err != nil {
+			return iterationOutcome{}, err
+		}
+	}
+	err = r.record(lctl.TypeStepEnd, agent, map[string]any{
+		"step":           step,
+		"step_id":        stepID,
+		"outcome":        outcome,
+		"output_summary": summary,
+		"duration_ms":    float64(time.Since(started).Microseconds()) / 1000,
+		"tokens":         tokens,
+	})
+	return iterationOutcome{kind: outcomeStep}, err
+}
+
+// recordInvalid records model output that is not a decision: it goes back
+// to the model as an error signal.
+func (r *run) recordInvalid(step int, agent, raw string, perr error, tokens map[string]any, started time.Time) error {
+	const keep = 4096
+	shown := raw
+	if len(shown) > keep {
+		shown = shown[:keep] + "…(truncated)"
+	}
+	if err := r.record(lctl.TypeStepStart, agent, map[string]any{
+		"step":          step,
+		"intent":        "",
+		"input_summary": "invalid model output",
+		"raw":           shown,
+	}); err != nil {
+		return err
+	}
+	e := wire.Errorf(wire.CodeGenerationFailed, "%v", perr)
+	if err := r.record(lctl.TypeError, agent, errorData(step, "", e)); err != nil {
+		return err
+	}
+	return r.record(lctl.TypeStepEnd, agent, map[string]any{
+		"step":           step,
+		"outcome":        "invalid",
+		"output_summary": e.GetMessage(),
+		"duration_ms":    float64(time.Since(started).Microseconds()) / 1000,
+		"tokens":         tokens,
+	})
+}
+
+// validate asks the validator. A validator that cannot be asked, or that
+// answers without a decision, is a deny: the system fails closed.
+func (r *run) validate(step int, stepID string, ns *xctv1.NextStep) (*xctv1.Verdict, string) {
+	ctx, cancel := context.WithTimeout(context.Background(), r.svc.cfg.CallTimeout)
+	defer cancel()
+	resp, err := r.svc.validator.Validate(ctx, &xctv1.ValidateRequest{
+		Run: &xctv1.RunContext{
+			RunId:     r.id,
+			Principal: r.principal,
+			Labels:    r.labels,
+			StepsUsed: int32(step),
+		},
+		Step:     int32(step),
+		StepId:   stepID,
+		Proposal: ns,
+	})
+	if err == nil && resp.GetVerdict().GetDecision() != xctv1.VerdictDecision_VERDICT_DECISION_UNSPECIFIED {
+		return resp.GetVerdict(), agentValidator
+	}
+	reason := "the validator returned no decision"
+	if err != nil {
+		reason = "the validator could not be reached: " + status.Convert(err).Message()
+	}
+	r.log.Warn("validator unavailable: denying", "run", r.id, "step", step, "err", err)
+	return &xctv1.Verdict{
+		Decision:    xctv1.VerdictDecision_VERDICT_DECISION_DENY,
+		Reasons:     []*xctv1.Reason{{RuleId: "orchestrator.fail-closed", Message: reason}},
+		EvaluatedAt: nowpb(),
+		Error:       wire.Errorf(wire.CodeValidatorUnavailable, "%s; the step was not executed", reason),
+	}, agentOrchestrator
+}
+
+// execute asks the executor to run an allowed step. Cancelling the run does
+// not interrupt it: a step that started is recorded as it ended.
+func (r *run) execute(stepID string, ns *xctv1.NextStep) (*xctv1.ExecuteResponse, *xctv1.Error) {
+	ctx, cancel := context.WithTimeout(context.Background(), r.svc.cfg.CallTimeout)
+	defer cancel()
+	resp, err := r.svc.executor.Execute(ctx, &xctv1.ExecuteRequest{
+		RunId:     r.id,
+		StepId:    stepID,
+		Tool:      ns.GetTool(),
+		Arguments: ns.GetArguments(),
+	})
+	if err != nil {
+		st := status.Convert(err)
+		e := wire.Errorf(wire.CodeExecutorUnavailable, "the executor failed: %s", st.Message())
+		if st.Code() == codes.Unavailable {
+			e = wire.Errorf(wire.CodeExecutorUnavailable, "the executor could not be reached: %s", st.Message())
+		}
+		// Whether the tool acted is unknown when the call failed in flight.
+		return nil, wire.WithDetails(e, map[string]any{"grpc_code": st.Code().String(), "outcome_unknown": st.Code() != codes.Unavailable})
+	}
+	return resp, nil
+}
+
+// finishErr records the run's end.
+func (r *run) finishErr(status, message string) error {
+	err := r.record(lctl.TypeRunFinished, agentOrchestrator, map[string]any{
+		"status":  status,
+		"message": message,
+		"steps":   len(r.transcript.turns),
+		"tokens":  map[string]any{"input": r.tokensIn, "output": r.tokensOut},
+	})
+	if err != nil {
+		r.log.Error("run ended but its end could not be recorded", "run", r.id, "status", status, "message", message, "err", err)
+	}
+	return err
+}
+
+// summarizeProposal is a short human line for a proposal: the tool and its
+// path- or name-like arguments.
+func summarizeProposal(ns *xctv1.NextStep) string {
+	var b strings.Builder
+	b.WriteString(ns.GetTool())
+	args := ns.GetArguments().AsMap()
+	for _, k := range []string{"path", "from", "to", "url", "name", "command"} {
+		if v, ok := args[k].(string); ok {
+			if len(v) > 80 {
+				v = v[:80] + "…"
+			}
+			fmt.Fprintf(&b, " %s=%s", k, v)
+		}
+	}
+	return b.String()
+}
