@@ -235,15 +235,14 @@ func jsonCompatible(v any) (any, error) {
 // describeJSONError adds the line and column to a JSON syntax error.
 func describeJSONError(raw []byte, err error) error {
 	var se *json.SyntaxError
-	if errors.As(err, &se) {
-		line, col := lineCol(raw, se.Offset)
-		return fmt.Errorf("line %d, column %d: %w", line, col, err)
+	if !errors.As(err, &se) {
+		return err
 	}
-	if err.Error() == "unexpected end of JSON input" {
-		line, col := lineCol(raw, int64(len(raw)))
-		return fmt.Errorf("line %d, column %d: file is truncated: %w", line, col, err)
+	line, col := lineCol(raw, se.Offset)
+	if se.Offset >= int64(len(raw)) {
+		return fmt.Errorf("line %d, column %d: the file is truncated: %w", line, col, err)
 	}
-	return err
+	return fmt.Errorf("line %d, column %d: %w", line, col, err)
 }
 
 func lineCol(raw []byte, offset int64) (int, int) {

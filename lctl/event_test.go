@@ -1,0 +1,171 @@
+package lctl_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/xct-dev/xct/lctl"
+)
+
+func TestCanonical(t *testing.T) {
+	tests := []struct {
+		name string
+		in   string
+		want string
+	}{
+		{"sorted keys, no space", `{"b": 1, "a": [true, null, "x"]}`, `{"a":[true,null,"x"],"b":1}`},
+		// RFC 8785 §3.2.2.3 number examples.
+		{"numbers", `[333333333.33333329, 1E30, 4.50, 2e-3, 0.000000000000000000000000001, -0, 1e21, 1e-7, 100, 0.1]`,
+			`[333333333.3333333,1e+30,4.5,0.002,1e-27,0,1e+21,1e-7,100,0.1]`},
+		{"escapes", `{"s": "\u0000\b\f\n\r\t\"\\/<>&\u00e9\u2028"}`, "{\"s\":\"\\u0000\\b\\f\\n\\r\\t\\\"\\\\/<>&\u00e9\u2028\"}"},
+		// RFC 8785 §3.2.3: sorting by UTF-16 code units.
+		{"utf16 order", `{"\u20ac": 1, "\r": 2, "\ud83d\ude00": 3, "1": 4, "\u00f6": 5}`, "{\"\\r\":2,\"1\":4,\"\u00f6\":5,\"\u20ac\":1,\"\U0001F600\":3}"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var v any
+			if err := json.Unmarshal([]byte(tc.in), &v); err != nil {
+				t.Fatal(err)
+			}
+			got, err := lctl.Canonical(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != tc.want {
+				t.Fatalf("got  %s\nwant %s", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestCanonicalGoValuesMatchJSONValues(t *testing.T) {
+	goVal := map[string]any{"step": 3, "n": int64(7), "labels": map[string]string{"b": "2", "a": "1"}, "list": []map[string]any{{"x": 1}}}
+	raw, _ := json.Marshal(goVal)
+	var jsonVal any
+	_ = json.Unmarshal(raw, &jsonVal)
+	a, err := lctl.Canonical(goVal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := lctl.Canonical(jsonVal)
+	if !bytes.Equal(a, b) {
+		t.Fatalf("go %s != json %s", a, b)
+	}
+}
+
+func chain(t *testing.T, n int) []lctl.Event {
+	t.Helper()
+	var events []lctl.Event
+	prev := ""
+	for i := 1; i <= n; i++ {
+		e := lctl.Event{ChainID: "c", Seq: uint64(i), Type: "step_start", Timestamp: "2026-01-01T00:00:00Z", Agent: "a", Data: map[string]any{"i": float64(i)}}
+		if err := e.Seal(prev); err != nil {
+			t.Fatal(err)
+		}
+		prev = e.Hash
+		events = append(events, e)
+	}
+	return events
+}
+
+func TestVerifyNamesTheFirstBrokenEvent(t *testing.T) {
+	if err := lctl.Verify(chain(t, 5)); err != nil {
+		t.Fatalf("intact chain: %v", err)
+	}
+	tests := []struct {
+		name    string
+		mutate  func([]lctl.Event) []lctl.Event
+		wantSeq uint64
+		reason  string
+	}{
+		{"edited data", func(c []lctl.Event) []lctl.Event { c[2].Data["i"] = 99.0; return c }, 3, "edited"},
+		{"edited agent", func(c []lctl.Event) []lctl.Event { c[3].Agent = "mallory"; return c }, 4, "edited"},
+		{"removed", func(c []lctl.Event) []lctl.Event { return append(c[:1], c[2:]...) }, 3, "removed"},
+		{"reordered", func(c []lctl.Event) []lctl.Event { c[1], c[2] = c[2], c[1]; return c }, 3, "reordered"},
+		{"rehashed after edit", func(c []lctl.Event) []lctl.Event {
+			c[1].Data["i"] = 42.0
+			_ = c[1].Seal(c[0].Hash) // the forger re-seals the event, but the next link breaks
+			return c
+		}, 3, "prev_hash"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := lctl.Verify(tc.mutate(chain(t, 5)))
+			var ve *lctl.VerifyError
+			if !errors.As(err, &ve) {
+				t.Fatalf("err = %v", err)
+			}
+			if ve.Seq != tc.wantSeq || !strings.Contains(ve.Reason, tc.reason) {
+				t.Fatalf("got %v, want seq %d mentioning %q", ve, tc.wantSeq, tc.reason)
+			}
+		})
+	}
+}
+
+func TestFileRoundTripJSONAndYAML(t *testing.T) {
+	events := chain(t, 3)
+	for _, format := range []lctl.Format{lctl.FormatJSON, lctl.FormatYAML} {
+		var buf bytes.Buffer
+		if err := lctl.NewFile("c", events).Encode(&buf, format); err != nil {
+			t.Fatal(err)
+		}
+		f, err := lctl.DecodeFile(&buf, format)
+		if err != nil {
+			t.Fatalf("format %d: %v", format, err)
+		}
+		if f.Chain.ID != "c" || len(f.Events) != 3 {
+			t.Fatalf("format %d: %+v", format, f)
+		}
+		if err := lctl.Verify(f.Events); err != nil {
+			t.Fatalf("format %d: hashes do not survive the round trip: %v", format, err)
+		}
+	}
+}
+
+func TestDecodeFileErrors(t *testing.T) {
+	tests := []struct{ name, in, want string }{
+		{"truncated", "{\n  \"lctl\": \"4.0\",\n  \"chain\": {\"id\": \"x\"},\n  \"events\": [", "truncated"},
+		{"syntax", "{\"lctl\": \"4.0\",\n \"chain\" {}}", "line 2"},
+		{"wrong version", `{"lctl":"3.0","chain":{"id":"x"},"events":[]}`, `"3.0"`},
+		{"no chain id", `{"lctl":"4.0","chain":{},"events":[]}`, "chain.id"},
+		{"no events", `{"lctl":"4.0","chain":{"id":"x"}}`, "missing events"},
+		{"event without seq", `{"lctl":"4.0","chain":{"id":"x"},"events":[{"type":"a"}]}`, "position 1: missing seq"},
+		{"bad seq", `{"lctl":"4.0","chain":{"id":"x"},"events":[{"seq":1.5,"type":"a"}]}`, "positive integer"},
+		{"data not object", `{"lctl":"4.0","chain":{"id":"x"},"events":[{"seq":1,"type":"a","data":[1]}]}`, "data must be an object"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := lctl.DecodeFile(strings.NewReader(tc.in), lctl.FormatJSON)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want it to mention %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestUnknownEventTypesAreKept(t *testing.T) {
+	in := `{"lctl":"4.0","chain":{"id":"x"},"events":[{"seq":1,"type":"quantum_flux","timestamp":"2024-01-15T10:30:00Z","agent":"a","data":{"k":1}}]}`
+	f, err := lctl.DecodeFile(strings.NewReader(in), lctl.FormatJSON)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Events[0].Type != "quantum_flux" || f.Events[0].Data["k"] != 1.0 {
+		t.Fatalf("event = %+v", f.Events[0])
+	}
+}
+
+func TestValidateChainID(t *testing.T) {
+	for _, ok := range []string{"run-1", "A_b-9", strings.Repeat("a", 128)} {
+		if err := lctl.ValidateChainID(ok); err != nil {
+			t.Errorf("%q: %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"", "a.b", "a b", "a*", "a>", "../x", strings.Repeat("a", 129), "ü"} {
+		if err := lctl.ValidateChainID(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
