@@ -67,7 +67,6 @@ func (r *run) record(eventType, agent string, data map[string]any) error {
 	}
 	r.transcript.apply(&e)
 	r.svc.runs.apply(&e)
-	r.svc.notify(&e)
 	return nil
 }
 

@@ -44,7 +44,6 @@ type Service struct {
 	mu       sync.Mutex
 	active   map[string]*run
 	stopping bool
-	observer func(*lctl.Event)
 
 	followCancel context.CancelFunc
 	followDone   chan struct{}
@@ -57,12 +56,6 @@ type Option func(*Service)
 // benchmarks and embedding).
 func WithProposer(name string, p Proposer) Option {
 	return func(s *Service) { s.funcs[name] = p }
-}
-
-// WithObserver calls fn with every event this orchestrator appends, in
-// order, right after it is durable (the dev command prints steps with it).
-func WithObserver(fn func(*lctl.Event)) Option {
-	return func(s *Service) { s.observer = fn }
 }
 
 // New builds an orchestrator. It dials the validator and executor lazily:
@@ -149,12 +142,6 @@ func (s *Service) Stop(ctx context.Context) error {
 		c.Close()
 	}
 	return nil
-}
-
-func (s *Service) notify(e *lctl.Event) {
-	if s.observer != nil {
-		s.observer(e)
-	}
 }
 
 // StartRun implements OrchestratorService.
