@@ -24,6 +24,9 @@ type Config struct {
 	ProposeTimeout time.Duration
 	// CallTimeout bounds one validator or executor call.
 	CallTimeout time.Duration
+	// AppendTimeout bounds one durable append to the event log; a run whose
+	// append fails stops.
+	AppendTimeout time.Duration
 	// ScriptsDir confines scripted:FILE models: scripts are read only from
 	// inside it.
 	ScriptsDir string
@@ -46,6 +49,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.RepairBudget, "repair-budget", 3, "invalid model outputs in a row that end a run")
 	fs.DurationVar(&c.ProposeTimeout, "propose-timeout", 2*time.Minute, "deadline of one model call")
 	fs.DurationVar(&c.CallTimeout, "call-timeout", 2*time.Minute, "deadline of one validator or executor call")
+	fs.DurationVar(&c.AppendTimeout, "append-timeout", 10*time.Second, "deadline of one event log append; a run stops when one fails")
 	fs.StringVar(&c.ScriptsDir, "scripts-dir", ".", "directory scripted:FILE models are read from")
 	fs.Func("allow-grpc-proposer", "address a grpc:ADDR model may use (repeatable, comma-separated; * for any)", func(v string) error {
 		for _, a := range strings.Split(v, ",") {
@@ -82,6 +86,9 @@ func (c *Config) Validate() error {
 	}
 	if c.CallTimeout <= 0 {
 		c.CallTimeout = 2 * time.Minute
+	}
+	if c.AppendTimeout <= 0 {
+		c.AppendTimeout = 10 * time.Second
 	}
 	return errors.Join(errs...)
 }

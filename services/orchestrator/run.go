@@ -59,7 +59,7 @@ var errLogLost = errors.New("event log unavailable")
 // record appends one event and folds it into the run's views. Appends use
 // their own deadline: a cancelled run still records how it ended.
 func (r *run) record(eventType, agent string, data map[string]any) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), r.svc.cfg.AppendTimeout)
 	defer cancel()
 	e, err := r.writer.Append(ctx, eventType, agent, data)
 	if err != nil {

@@ -35,11 +35,11 @@ type Script struct {
 
 // ScriptEntry is one scripted turn.
 type ScriptEntry struct {
-	NextStep map[string]any            `yaml:"next_step,omitempty" json:"next_step,omitempty"`
-	Done     bool                      `yaml:"done,omitempty" json:"done,omitempty"`
-	Message  string                    `yaml:"message,omitempty" json:"message,omitempty"`
-	Raw      *string                   `yaml:"raw,omitempty" json:"raw,omitempty"`
-	OnError  map[string]*ScriptEntry   `yaml:"on_error,omitempty" json:"on_error,omitempty"`
+	NextStep map[string]any          `yaml:"next_step,omitempty" json:"next_step,omitempty"`
+	Done     bool                    `yaml:"done,omitempty" json:"done,omitempty"`
+	Message  string                  `yaml:"message,omitempty" json:"message,omitempty"`
+	Raw      *string                 `yaml:"raw,omitempty" json:"raw,omitempty"`
+	OnError  map[string]*ScriptEntry `yaml:"on_error,omitempty" json:"on_error,omitempty"`
 	Tokens   *ScriptTokens           `yaml:"tokens,omitempty" json:"tokens,omitempty"`
 }
 

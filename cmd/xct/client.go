@@ -1,0 +1,236 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/app"
+	"github.com/xct-dev/xct/internal/grpcx"
+)
+
+func dialOrchestrator(addr string) (xctv1.OrchestratorServiceClient, func(), error) {
+	conn, err := grpcx.Dial(addr)
+	if err != nil {
+		return nil, nil, err
+	}
+	return xctv1.NewOrchestratorServiceClient(conn), func() { conn.Close() }, nil
+}
+
+// rpcError makes a gRPC error one readable line.
+func rpcError(what, addr string, err error) error {
+	st := status.Convert(err)
+	return fmt.Errorf("%s (orchestrator %s): %s: %s", what, addr, st.Code(), st.Message())
+}
+
+type labelFlags map[string]string
+
+func (l labelFlags) String() string { return "" }
+func (l labelFlags) Set(v string) error {
+	k, val, ok := strings.Cut(v, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("label %q: want key=value", v)
+	}
+	l[k] = val
+	return nil
+}
+
+func defaultPrincipal() string {
+	if u := os.Getenv("USER"); u != "" {
+		return u
+	}
+	return "anonymous"
+}
+
+func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("run", stderr)
+	addr := fs.String("addr", app.DefaultOrchestratorAddr, "orchestrator gRPC address")
+	model := fs.String("model", "", "the model: scripted:FILE (inside the orchestrator's -scripts-dir), openai:MODEL or grpc:ADDR")
+	goal := fs.String("goal", "", "what the run should achieve")
+	runID := fs.String("run-id", "", "run id (generated when empty)")
+	maxSteps := fs.Int("max-steps", 0, "step budget (0: the orchestrator's default)")
+	principal := fs.String("principal", defaultPrincipal(), "who starts the run")
+	detach := fs.Bool("detach", false, "start the run and print its id without following it")
+	labels := labelFlags{}
+	fs.Var(labels, "label", "key=value label (repeatable)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *model == "" || *goal == "" {
+		return &exitError{code: 2, err: errors.New("-model and -goal are required")}
+	}
+	client, closeConn, err := dialOrchestrator(*addr)
+	if err != nil {
+		return err
+	}
+	defer closeConn()
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	resp, err := client.StartRun(sctx, &xctv1.StartRunRequest{
+		Goal: *goal, Model: *model, RunId: *runID, MaxSteps: int32(*maxSteps), Principal: *principal, Labels: labels,
+	})
+	cancel()
+	if err != nil {
+		return rpcError("start run", *addr, err)
+	}
+	if *detach {
+		fmt.Fprintln(stdout, resp.GetRun().GetRunId())
+		return nil
+	}
+	return watch(ctx, client, *addr, resp.GetRun().GetRunId(), stdout)
+}
+
+// watch prints a run's events until it ends; the exit code says how.
+func watch(ctx context.Context, client xctv1.OrchestratorServiceClient, addr, runID string, stdout io.Writer) error {
+	stream, err := client.WatchRun(ctx, &xctv1.WatchRunRequest{RunId: runID})
+	if err != nil {
+		return rpcError("watch run", addr, err)
+	}
+	p := newStepPrinter(stdout)
+	for {
+		msg, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return rpcError("watch run "+runID, addr, err)
+		}
+		p.print(msg.GetEvent())
+	}
+	switch p.finalStatus {
+	case "done":
+		return nil
+	case "":
+		return fmt.Errorf("run %s: the stream ended before the run did", runID)
+	}
+	return &exitError{code: 1, err: fmt.Errorf("run %s %s", runID, p.finalStatus)}
+}
+
+// playDemo starts the bundled demo through the orchestrator's gRPC API and
+// prints its steps as they happen.
+func playDemo(ctx context.Context, addr string, stdout io.Writer) error {
+	client, closeConn, err := dialOrchestrator(addr)
+	if err != nil {
+		return err
+	}
+	defer closeConn()
+	resp, err := client.StartRun(ctx, &xctv1.StartRunRequest{
+		Goal:      "Switch the checkout service's deployment from blue to green",
+		Model:     "scripted:demo.yaml",
+		Principal: defaultPrincipal(),
+		Labels:    map[string]string{"demo": "true"},
+	})
+	if err != nil {
+		return rpcError("start demo", addr, err)
+	}
+	fmt.Fprintln(stdout)
+	return watch(ctx, client, addr, resp.GetRun().GetRunId(), stdout)
+}
+
+func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("runs", stderr)
+	addr := fs.String("addr", app.DefaultOrchestratorAddr, "orchestrator gRPC address")
+	limit := fs.Int("limit", 50, "how many runs")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	client, closeConn, err := dialOrchestrator(*addr)
+	if err != nil {
+		return err
+	}
+	defer closeConn()
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	resp, err := client.ListRuns(cctx, &xctv1.ListRunsRequest{Limit: int32(*limit)})
+	if err != nil {
+		return rpcError("list runs", *addr, err)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "RUN\tSTATUS\tEVENTS\tMODEL\tSTARTED\tGOAL")
+	for _, r := range resp.GetRuns() {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", r.GetRunId(), runStatus(r.GetStatus()), r.GetLastSeq(), r.GetModel(),
+			r.GetCreatedAt().AsTime().Local().Format(time.DateTime), truncate(r.GetGoal(), 60))
+	}
+	return tw.Flush()
+}
+
+func cmdShow(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("show", stderr)
+	addr := fs.String("addr", app.DefaultOrchestratorAddr, "orchestrator gRPC address")
+	asJSON := fs.Bool("json", false, "print the run as JSON")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return &exitError{code: 2, err: errors.New("usage: xct show RUN")}
+	}
+	client, closeConn, err := dialOrchestrator(*addr)
+	if err != nil {
+		return err
+	}
+	defer closeConn()
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	resp, err := client.GetRun(cctx, &xctv1.GetRunRequest{RunId: fs.Arg(0)})
+	if err != nil {
+		return rpcError("get run", *addr, err)
+	}
+	r := resp.GetRun()
+	if *asJSON {
+		out, err := protojson.MarshalOptions{Multiline: true}.Marshal(r)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, string(out))
+		return nil
+	}
+	fmt.Fprintf(stdout, "run        %s\nstatus     %s\ngoal       %s\nmodel      %s\nprincipal  %s\nstarted    %s\ntokens     %d in / %d out\nevents     %d\n",
+		r.GetRunId(), runStatus(r.GetStatus()), r.GetGoal(), r.GetModel(), r.GetPrincipal(),
+		r.GetCreatedAt().AsTime().Local().Format(time.RFC3339), r.GetInputTokens(), r.GetOutputTokens(), r.GetLastSeq())
+	if r.GetMessage() != "" {
+		fmt.Fprintf(stdout, "message    %s\n", r.GetMessage())
+	}
+	fmt.Fprintln(stdout)
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "STEP\tSTATE\tTOOL\tVERDICT\tRESPONSE")
+	for _, st := range r.GetSteps() {
+		resp := "success"
+		if e := st.GetResponse().GetError(); e != nil {
+			resp = e.GetCode() + ": " + e.GetMessage()
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", st.GetNumber(), stepState(st.GetState()), st.GetProposal().GetTool(),
+			verdictName(st.GetVerdict().GetDecision()), truncate(resp, 70))
+	}
+	return tw.Flush()
+}
+
+func runStatus(s xctv1.RunStatus) string {
+	return strings.ToLower(strings.TrimPrefix(s.String(), "RUN_STATUS_"))
+}
+
+func stepState(s xctv1.StepState) string {
+	return strings.ToLower(strings.TrimPrefix(s.String(), "STEP_STATE_"))
+}
+
+func verdictName(d xctv1.VerdictDecision) string {
+	if d == xctv1.VerdictDecision_VERDICT_DECISION_UNSPECIFIED {
+		return "-"
+	}
+	return strings.ToLower(strings.TrimPrefix(d.String(), "VERDICT_DECISION_"))
+}
+
+func truncate(s string, n int) string {
+	s = strings.ReplaceAll(s, "\n", " ")
+	if len([]rune(s)) <= n {
+		return s
+	}
+	return string([]rune(s)[:n-1]) + "…"
+}

@@ -1,0 +1,108 @@
+// Command xct runs XCT: the embedded cluster for a laptop (xct dev), one or
+// more services against an external NATS (xct serve), and the client
+// commands that start and inspect runs (xct run, runs, show).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+)
+
+const usage = `xct: governed execution for LLM agents
+
+Usage:
+  xct dev   [flags]            embedded NATS + all four services on loopback; --demo plays the bundled demo
+  xct serve --target=T [flags] run services (orchestrator, validator, executor, tracer, or all) against NATS
+  xct run   --model M --goal G start a run, print its steps; exit 0 when the model says done
+  xct runs                     list runs
+  xct show  RUN                show one run and its steps
+
+Run 'xct COMMAND -h' for the flags of a command.
+`
+
+// exitError carries a process exit code.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		code := 1
+		var ee *exitError
+		if errors.As(err, &ee) {
+			code = ee.code
+		}
+		if !errors.Is(err, flag.ErrHelp) && err.Error() != "" {
+			fmt.Fprintln(os.Stderr, "xct:", err)
+		}
+		if errors.Is(err, flag.ErrHelp) {
+			code = 0
+		}
+		os.Exit(code)
+	}
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprint(stdout, usage)
+		if len(args) == 0 {
+			return &exitError{code: 2, err: errors.New("a command is required")}
+		}
+		return nil
+	}
+	cmd, rest := args[0], args[1:]
+	switch cmd {
+	case "dev":
+		return cmdDev(ctx, rest, stdout, stderr)
+	case "serve":
+		return cmdServe(ctx, rest, stdout, stderr)
+	case "run":
+		return cmdRun(ctx, rest, stdout, stderr)
+	case "runs":
+		return cmdRuns(ctx, rest, stdout, stderr)
+	case "show":
+		return cmdShow(ctx, rest, stdout, stderr)
+	}
+	fmt.Fprint(stderr, usage)
+	return &exitError{code: 2, err: fmt.Errorf("unknown command %q", cmd)}
+}
+
+// newFlagSet returns a flag set that reports errors instead of exiting.
+func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("xct "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	return fs
+}
+
+// parseFlags parses and turns a flag error into exit code 2.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return &exitError{code: 2, err: err}
+	}
+	return nil
+}
+
+func newLogger(w io.Writer, level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(strings.ToUpper(level))); err != nil {
+		return nil, &exitError{code: 2, err: fmt.Errorf("-log-level: %v", err)}
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
+}

@@ -1,0 +1,282 @@
+// Package app assembles XCT's services into one process: which services run
+// (the targets), in which order they start and stop, and how each is served
+// on its own gRPC port. The embedded cluster and each standalone service are
+// the same code with different targets.
+package app
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"google.golang.org/grpc"
+
+	"github.com/xct-dev/xct/internal/grpcx"
+	"github.com/xct-dev/xct/services/executor"
+	"github.com/xct-dev/xct/services/orchestrator"
+	"github.com/xct-dev/xct/services/tracer"
+	"github.com/xct-dev/xct/services/validator"
+)
+
+// Targets. StartOrder is the dependency order: the executor publishes the
+// tool catalog the validator reads; the orchestrator calls both.
+const (
+	TargetExecutor     = "executor"
+	TargetValidator    = "validator"
+	TargetTracer       = "tracer"
+	TargetOrchestrator = "orchestrator"
+	TargetAll          = "all"
+)
+
+// StartOrder lists every target in the order they start.
+var StartOrder = []string{TargetExecutor, TargetValidator, TargetTracer, TargetOrchestrator}
+
+// Default addresses, documented in the README.
+const (
+	DefaultOrchestratorAddr = "127.0.0.1:7701"
+	DefaultValidatorAddr    = "127.0.0.1:7702"
+	DefaultExecutorAddr     = "127.0.0.1:7703"
+	DefaultTracerAddr       = "127.0.0.1:7704"
+	DefaultNATSURL          = "nats://127.0.0.1:4222"
+)
+
+// Config is everything a process of XCT needs.
+type Config struct {
+	// NATSURL is the NATS server (the embedded cluster sets it to its own).
+	NATSURL string
+	// Replicas is the JetStream replica count for the stream and buckets
+	// this process creates: 1 embedded, 3 in production.
+	Replicas int
+	// gRPC listen addresses of each target.
+	OrchestratorListen string
+	ValidatorListen    string
+	ExecutorListen     string
+	TracerListen       string
+
+	Orchestrator orchestrator.Config
+	Validator    validator.Config
+	Executor     executor.Config
+	Tracer       tracer.Config
+}
+
+// RegisterFlags registers the flags of every service.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.NATSURL, "nats", DefaultNATSURL, "NATS server URL")
+	fs.IntVar(&c.Replicas, "replicas", 1, "JetStream replicas for the LCTL stream and buckets this process creates (3 in production)")
+	fs.StringVar(&c.OrchestratorListen, "orchestrator-listen", DefaultOrchestratorAddr, "orchestrator gRPC listen address (port 0 picks a free one)")
+	fs.StringVar(&c.ValidatorListen, "validator-listen", DefaultValidatorAddr, "validator gRPC listen address")
+	fs.StringVar(&c.ExecutorListen, "executor-listen", DefaultExecutorAddr, "executor gRPC listen address")
+	fs.StringVar(&c.TracerListen, "tracer-listen", DefaultTracerAddr, "tracer gRPC listen address")
+	c.Orchestrator.RegisterFlags(fs)
+	c.Validator.RegisterFlags(fs)
+	c.Executor.RegisterFlags(fs)
+	c.Tracer.RegisterFlags(fs)
+}
+
+func (c *Config) listenAddr(target string) string {
+	switch target {
+	case TargetOrchestrator:
+		return c.OrchestratorListen
+	case TargetValidator:
+		return c.ValidatorListen
+	case TargetExecutor:
+		return c.ExecutorListen
+	case TargetTracer:
+		return c.TracerListen
+	}
+	return ""
+}
+
+// ParseTargets turns "all" or a comma-separated list into targets in start
+// order.
+func ParseTargets(s string) ([]string, error) {
+	if s == "" || s == TargetAll {
+		return slices.Clone(StartOrder), nil
+	}
+	want := map[string]bool{}
+	for _, t := range strings.Split(s, ",") {
+		t = strings.TrimSpace(t)
+		if !slices.Contains(StartOrder, t) {
+			return nil, fmt.Errorf("unknown target %q (want %s or all)", t, strings.Join(StartOrder, ", "))
+		}
+		want[t] = true
+	}
+	var out []string
+	for _, t := range StartOrder {
+		if want[t] {
+			out = append(out, t)
+		}
+	}
+	return out, nil
+}
+
+// service is what every XCT service offers the app.
+type service interface {
+	Register(*grpc.Server)
+	Start(context.Context) error
+	Stop(context.Context) error
+}
+
+type module struct {
+	target string
+	svc    service
+	srv    *grpcx.Server
+	errc   chan error
+}
+
+// App is a running set of services.
+type App struct {
+	log     *slog.Logger
+	nc      *nats.Conn
+	modules []*module
+	// Orchestrator is set when the orchestrator target runs.
+	Orchestrator *orchestrator.Service
+	// Tracer is set when the tracer target runs.
+	Tracer *tracer.Service
+}
+
+// Options customize Start.
+type Options struct {
+	// Orchestrator options (in-process proposers, observers).
+	Orchestrator []orchestrator.Option
+	// ExtraTools are registered with the executor next to the built-ins.
+	ExtraTools []executor.Tool
+}
+
+// ConnectNATS connects to NATS once, failing fast with a one-line reason
+// when the server cannot be reached. Later disconnects are retried by the
+// client forever; appends fail while it is away.
+func ConnectNATS(url, name string) (*nats.Conn, error) {
+	nc, err := nats.Connect(url,
+		nats.Name(name),
+		nats.Timeout(5*time.Second),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(time.Second),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("cannot reach NATS at %s: %w", url, err)
+	}
+	return nc, nil
+}
+
+// Start connects to NATS and starts targets in dependency order, each on
+// its own gRPC listener. If any fails, what started is stopped again.
+func Start(ctx context.Context, cfg Config, targets []string, log *slog.Logger, opts Options) (_ *App, err error) {
+	nc, err := ConnectNATS(cfg.NATSURL, "xct-"+strings.Join(targets, "+"))
+	if err != nil {
+		return nil, err
+	}
+	a := &App{log: log, nc: nc}
+	defer func() {
+		if err != nil {
+			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			a.Stop(sctx)
+		}
+	}()
+	// Bind every listener first, so services of one process can find each
+	// other's real addresses (port 0 included).
+	servers := map[string]*grpcx.Server{}
+	for _, t := range targets {
+		srv := grpcx.NewServer(t, log.With("service", t))
+		if err := srv.Listen(cfg.listenAddr(t)); err != nil {
+			for _, s := range servers {
+				s.Stop(ctx)
+			}
+			return nil, err
+		}
+		servers[t] = srv
+	}
+	if srv, ok := servers[TargetValidator]; ok {
+		cfg.Orchestrator.ValidatorAddr = srv.Addr()
+	}
+	if srv, ok := servers[TargetExecutor]; ok {
+		cfg.Orchestrator.ExecutorAddr = srv.Addr()
+	}
+	cfg.Orchestrator.Replicas, cfg.Validator.Replicas = cfg.Replicas, cfg.Replicas
+	cfg.Executor.Replicas, cfg.Tracer.Replicas = cfg.Replicas, cfg.Replicas
+
+	for _, t := range targets {
+		var svc service
+		slog := log.With("service", t)
+		switch t {
+		case TargetExecutor:
+			svc, err = executor.New(cfg.Executor, nc, slog, opts.ExtraTools...)
+		case TargetValidator:
+			svc, err = validator.New(cfg.Validator, nc, slog)
+		case TargetTracer:
+			var tr *tracer.Service
+			tr, err = tracer.New(cfg.Tracer, nc, slog)
+			a.Tracer, svc = tr, tr
+		case TargetOrchestrator:
+			var o *orchestrator.Service
+			o, err = orchestrator.New(cfg.Orchestrator, nc, slog, opts.Orchestrator...)
+			a.Orchestrator, svc = o, o
+		}
+		if err != nil {
+			servers[t].Stop(ctx)
+			return nil, fmt.Errorf("%s: %w", t, err)
+		}
+		if err := svc.Start(ctx); err != nil {
+			servers[t].Stop(ctx)
+			return nil, fmt.Errorf("start %s: %w", t, err)
+		}
+		m := &module{target: t, svc: svc, srv: servers[t], errc: make(chan error, 1)}
+		svc.Register(m.srv.GRPC)
+		a.modules = append(a.modules, m)
+		go func() { m.errc <- m.srv.Serve() }()
+		log.Info("serving", "service", t, "addr", m.srv.Addr())
+	}
+	return a, nil
+}
+
+// Addr returns the address a target listens on ("" if it does not run).
+func (a *App) Addr(target string) string {
+	for _, m := range a.modules {
+		if m.target == target {
+			return m.srv.Addr()
+		}
+	}
+	return ""
+}
+
+// Err returns a channel that yields the first serving error of any target.
+func (a *App) Err() <-chan error {
+	out := make(chan error, len(a.modules))
+	for _, m := range a.modules {
+		go func() {
+			if err := <-m.errc; err != nil {
+				out <- err
+			}
+		}()
+	}
+	return out
+}
+
+// Stop stops targets in reverse start order: each reports NOT_SERVING,
+// finishes its own work (the orchestrator records how its runs ended), then
+// drains its gRPC calls until ctx ends. The NATS
+// connection is drained last.
+func (a *App) Stop(ctx context.Context) {
+	for i := len(a.modules) - 1; i >= 0; i-- {
+		m := a.modules[i]
+		m.srv.Health.Shutdown() // NOT_SERVING: probes and balancers move away
+		if err := m.svc.Stop(ctx); err != nil {
+			a.log.Warn("stop", "service", m.target, "err", err)
+		}
+		m.srv.Stop(ctx)
+	}
+	a.modules = nil
+	if a.nc != nil {
+		if err := a.nc.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+			a.nc.Close()
+		}
+		a.nc = nil
+	}
+}

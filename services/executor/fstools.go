@@ -1,0 +1,504 @@
+package executor
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"unicode/utf8"
+
+	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/wire"
+)
+
+// maxListEntries bounds the entries fs.list returns.
+const maxListEntries = 1000
+
+// Encodings of ReadResult.Content.
+const (
+	EncodingUTF8   = "utf-8"
+	EncodingBase64 = "base64"
+)
+
+// Entry types of ListEntry.Type.
+const (
+	EntryFile    = "file"
+	EntryDir     = "dir"
+	EntrySymlink = "symlink"
+	EntryOther   = "other"
+)
+
+// ReadResult is the result of fs.read.
+type ReadResult struct {
+	// Path is the file's clean path relative to the workspace.
+	Path string `json:"path"`
+	// Content is the file's bytes: the text itself when they are valid
+	// UTF-8, otherwise their standard base64 encoding.
+	Content string `json:"content"`
+	// Encoding is EncodingUTF8 or EncodingBase64.
+	Encoding string `json:"encoding"`
+	// Size is the file's length in bytes.
+	Size int64 `json:"size"`
+	// Checksum is "sha256:" and the hex SHA-256 of the file's bytes.
+	Checksum string `json:"checksum"`
+}
+
+// WriteResult is the result of fs.write.
+type WriteResult struct {
+	// Path is the file's clean path relative to the workspace.
+	Path string `json:"path"`
+	// BytesWritten is the length of the content the file now holds.
+	BytesWritten int64 `json:"bytes_written"`
+	// Checksum is "sha256:" and the hex SHA-256 of the content.
+	Checksum string `json:"checksum"`
+	// Created says that the file did not exist before.
+	Created bool `json:"created"`
+	// PreviousChecksum is the checksum of the file this write replaced,
+	// empty when Created. Equal to Checksum when the file already held the
+	// content: then nothing was written.
+	PreviousChecksum string `json:"previous_checksum,omitempty"`
+}
+
+// ListResult is the result of fs.list.
+type ListResult struct {
+	// Path is the directory's clean path relative to the workspace.
+	Path string `json:"path"`
+	// Entries are the directory's entries sorted by name, at most 1000.
+	Entries []ListEntry `json:"entries"`
+	// Total is the number of entries in the directory.
+	Total int `json:"total"`
+	// Truncated says that Entries holds only the first entries.
+	Truncated bool `json:"truncated"`
+}
+
+// ListEntry is one entry of a directory.
+type ListEntry struct {
+	// Name is the entry's name in its directory.
+	Name string `json:"name"`
+	// Type is EntryFile, EntryDir, EntrySymlink (not followed) or EntryOther.
+	Type string `json:"type"`
+	// Size is a file's length in bytes, 0 for other types.
+	Size int64 `json:"size"`
+}
+
+// builtinTools are the file tools over ws; maxBytes caps what they read
+// and write.
+func builtinTools(ws *workspace, maxBytes int64) []Tool {
+	return []Tool{
+		&fsRead{ws: ws, maxBytes: maxBytes},
+		&fsWrite{ws: ws, maxBytes: maxBytes},
+		&fsList{ws: ws, maxEntries: maxListEntries, maxBytes: maxBytes},
+	}
+}
+
+// fsRead is the fs.read tool.
+type fsRead struct {
+	ws       *workspace
+	maxBytes int64
+}
+
+const fsReadSchema = `{
+  "$schema": "https://json-schema.org/draft/2020-12/schema",
+  "type": "object",
+  "properties": {
+    "path": {"type": "string", "minLength": 1, "maxLength": 4096, "description": "File path relative to the workspace."}
+  },
+  "required": ["path"],
+  "additionalProperties": false
+}`
+
+func (t *fsRead) Descriptor() *xctv1.ToolDescriptor {
+	return &xctv1.ToolDescriptor{
+		Name: "fs.read",
+		Description: "Read a file in the workspace. Returns path, content (the text, or base64 when encoding is \"base64\" " +
+			"because the file is not valid UTF-8), encoding, size in bytes and checksum (\"sha256:<hex>\").",
+		InputSchema:    fsReadSchema,
+		Effect:         xctv1.Effect_EFFECT_READ,
+		Idempotent:     true,
+		MaxOutputBytes: t.maxBytes,
+	}
+}
+
+func (t *fsRead) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.Error) {
+	if e := onlyArgs(args, "path"); e != nil {
+		return nil, e
+	}
+	p, e := stringArg(args, "path", nil)
+	if e != nil {
+		return nil, e
+	}
+	name, e := t.ws.cleanFile(p)
+	if e != nil {
+		return nil, e
+	}
+	if ctx.Err() != nil {
+		return nil, errNotCommitted()
+	}
+	// O_NONBLOCK: opening a FIFO must not hang; regular files ignore it.
+	f, err := t.ws.root.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, t.ws.fail(p, err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, t.ws.fail(p, err)
+	}
+	if e := regularFile(p, fi, ": use fs.list to see its entries"); e != nil {
+		return nil, e
+	}
+	if fi.Size() > t.maxBytes {
+		return nil, tooLarge(p, fi.Size(), t.maxBytes)
+	}
+	// The limit also holds if the file grows while it is read.
+	data, err := io.ReadAll(io.LimitReader(f, t.maxBytes+1))
+	if err != nil {
+		return nil, t.ws.fail(p, err)
+	}
+	if int64(len(data)) > t.maxBytes {
+		return nil, tooLarge(p, int64(len(data)), t.maxBytes)
+	}
+	res := ReadResult{Path: filepath.ToSlash(name), Size: int64(len(data)), Checksum: checksum(data)}
+	if utf8.Valid(data) {
+		res.Content, res.Encoding = string(data), EncodingUTF8
+	} else {
+		res.Content, res.Encoding = base64.StdEncoding.EncodeToString(data), EncodingBase64
+	}
+	return res, nil
+}
+
+// fsWrite is the fs.write tool.
+type fsWrite struct {
+	ws       *workspace
+	maxBytes int64
+}
+
+const fsWriteSchema = `{
+  "$schema": "https://json-schema.org/draft/2020-12/schema",
+  "type": "object",
+  "properties": {
+    "path": {"type": "string", "minLength": 1, "maxLength": 4096, "description": "File path relative to the workspace."},
+    "content": {"type": "string", "description": "The file's complete new content, as text."},
+    "create_dirs": {"type": "boolean", "default": true, "description": "Create missing parent directories."}
+  },
+  "required": ["path", "content"],
+  "additionalProperties": false
+}`
+
+func (t *fsWrite) Descriptor() *xctv1.ToolDescriptor {
+	return &xctv1.ToolDescriptor{
+		Name: "fs.write",
+		Description: "Create or replace a file in the workspace with the given text, atomically. " +
+			"Returns path, bytes_written, checksum (\"sha256:<hex>\"), created, and previous_checksum when a file was replaced.",
+		InputSchema:    fsWriteSchema,
+		Effect:         xctv1.Effect_EFFECT_REVERSIBLE,
+		Idempotent:     true,
+		MaxOutputBytes: t.maxBytes,
+	}
+}
+
+func (t *fsWrite) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.Error) {
+	if e := onlyArgs(args, "path", "content", "create_dirs"); e != nil {
+		return nil, e
+	}
+	p, e := stringArg(args, "path", nil)
+	if e != nil {
+		return nil, e
+	}
+	content, e := stringArg(args, "content", nil)
+	if e != nil {
+		return nil, e
+	}
+	createDirs, e := boolArg(args, "create_dirs", true)
+	if e != nil {
+		return nil, e
+	}
+	if int64(len(content)) > t.maxBytes {
+		return nil, wire.WithDetails(wire.Errorf(wire.CodeInvalidArgument,
+			"content is %d bytes, the limit is %d", len(content), t.maxBytes),
+			map[string]any{"size": len(content), "limit": t.maxBytes})
+	}
+	name, e := t.ws.cleanFile(p)
+	if e != nil {
+		return nil, e
+	}
+	if ctx.Err() != nil {
+		return nil, errNotCommitted()
+	}
+	root := t.ws.root
+	dir := filepath.Dir(name)
+	switch {
+	case dir == ".":
+	case createDirs:
+		if err := root.MkdirAll(dir, 0o755); err != nil {
+			if errors.Is(err, fs.ErrExist) { // a file where a directory should be
+				return nil, pathErr(wire.CodeInvalidArgument, p, "a parent of %q is not a directory", p)
+			}
+			return nil, t.ws.fail(p, err)
+		}
+	default:
+		fi, err := root.Stat(dir)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, pathErr(wire.CodeNotFound, p, "the directory of %q does not exist: set create_dirs to create it", p)
+		}
+		if err != nil {
+			return nil, t.ws.fail(p, err)
+		}
+		if !fi.IsDir() {
+			return nil, pathErr(wire.CodeInvalidArgument, p, "a parent of %q is not a directory", p)
+		}
+	}
+
+	res := WriteResult{Path: filepath.ToSlash(name), BytesWritten: int64(len(content)), Checksum: checksum([]byte(content))}
+	perm := fs.FileMode(0o644)
+	switch fi, err := root.Lstat(name); {
+	case errors.Is(err, fs.ErrNotExist):
+		res.Created = true
+	case err != nil:
+		return nil, t.ws.fail(p, err)
+	case fi.Mode()&fs.ModeSymlink != 0:
+		// Rename would replace the link, not its target; refuse instead of
+		// guessing. A link that leads out is reported as such.
+		if _, err := root.Stat(name); t.ws.escapes(err) {
+			return nil, t.ws.fail(p, err)
+		}
+		return nil, pathErr(wire.CodeInvalidArgument, p, "%q is a symbolic link: write to the file it points to", p)
+	default:
+		if e := regularFile(p, fi, ""); e != nil {
+			return nil, e
+		}
+		prev, err := fileChecksum(root, name)
+		if err != nil {
+			return nil, t.ws.fail(p, err)
+		}
+		res.PreviousChecksum = prev
+		if prev == res.Checksum {
+			return res, nil // already holds the content: nothing to do
+		}
+		perm = fi.Mode().Perm()
+	}
+
+	tmp, err := tempName(dir)
+	if err != nil {
+		return nil, pathErr(wire.CodeToolFailure, p, "temporary name: %v", err)
+	}
+	f, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
+	if err != nil {
+		return nil, t.ws.fail(p, err)
+	}
+	renamed := false
+	defer func() {
+		if !renamed {
+			_ = f.Close()
+			_ = root.Remove(tmp)
+		}
+	}()
+	if _, err := io.WriteString(f, content); err != nil {
+		return nil, t.ws.fail(p, err)
+	}
+	if !res.Created {
+		_ = f.Chmod(perm) // keep the replaced file's mode despite the umask
+	}
+	if err := f.Sync(); err != nil {
+		return nil, t.ws.fail(p, err)
+	}
+	if err := f.Close(); err != nil {
+		return nil, t.ws.fail(p, err)
+	}
+	if e := Commit(ctx); e != nil {
+		return nil, e
+	}
+	if err := root.Rename(tmp, name); err != nil {
+		return nil, t.ws.fail(p, err)
+	}
+	renamed = true
+	// Make the rename durable; a failure here does not undo the write.
+	if d, err := root.Open(dir); err == nil {
+		_ = d.Sync()
+		_ = d.Close()
+	}
+	return res, nil
+}
+
+// tempName is a fresh hidden file name in dir for an atomic write.
+func tempName(dir string) (string, error) {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, ".xct-"+hex.EncodeToString(b[:])+".tmp"), nil
+}
+
+// fsList is the fs.list tool.
+type fsList struct {
+	ws         *workspace
+	maxEntries int
+	maxBytes   int64
+}
+
+const fsListSchema = `{
+  "$schema": "https://json-schema.org/draft/2020-12/schema",
+  "type": "object",
+  "properties": {
+    "path": {"type": "string", "minLength": 1, "maxLength": 4096, "default": ".", "description": "Directory path relative to the workspace; \".\" is the workspace itself."}
+  },
+  "additionalProperties": false
+}`
+
+func (t *fsList) Descriptor() *xctv1.ToolDescriptor {
+	return &xctv1.ToolDescriptor{
+		Name: "fs.list",
+		Description: "List a directory in the workspace. Returns path, entries [{name, type (file|dir|symlink|other), size}] " +
+			"sorted by name (at most 1000), total and truncated.",
+		InputSchema:    fsListSchema,
+		Effect:         xctv1.Effect_EFFECT_READ,
+		Idempotent:     true,
+		MaxOutputBytes: t.maxBytes,
+	}
+}
+
+func (t *fsList) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.Error) {
+	if e := onlyArgs(args, "path"); e != nil {
+		return nil, e
+	}
+	dot := "."
+	p, e := stringArg(args, "path", &dot)
+	if e != nil {
+		return nil, e
+	}
+	name, e := t.ws.clean(p)
+	if e != nil {
+		return nil, e
+	}
+	if ctx.Err() != nil {
+		return nil, errNotCommitted()
+	}
+	f, err := t.ws.root.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, t.ws.fail(p, err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, t.ws.fail(p, err)
+	}
+	if !fi.IsDir() {
+		return nil, pathErr(wire.CodeInvalidArgument, p, "%q is not a directory: use fs.read", p)
+	}
+	des, err := f.ReadDir(-1)
+	if err != nil {
+		return nil, t.ws.fail(p, err)
+	}
+	slices.SortFunc(des, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
+	res := ListResult{Path: filepath.ToSlash(name), Total: len(des), Entries: []ListEntry{}}
+	if len(des) > t.maxEntries {
+		des, res.Truncated = des[:t.maxEntries], true
+	}
+	for _, de := range des {
+		if ctx.Err() != nil {
+			return nil, errNotCommitted()
+		}
+		e := ListEntry{Name: de.Name(), Type: EntryOther}
+		switch typ := de.Type(); {
+		case typ&fs.ModeSymlink != 0:
+			e.Type = EntrySymlink
+		case typ.IsDir():
+			e.Type = EntryDir
+		case typ.IsRegular():
+			e.Type = EntryFile
+			if info, err := de.Info(); err == nil {
+				e.Size = info.Size()
+			}
+		}
+		res.Entries = append(res.Entries, e)
+	}
+	return res, nil
+}
+
+// regularFile refuses anything but a regular file; dirHint ends the message
+// for a directory.
+func regularFile(p string, fi fs.FileInfo, dirHint string) *xctv1.Error {
+	switch {
+	case fi.IsDir():
+		return pathErr(wire.CodeInvalidArgument, p, "%q is a directory%s", p, dirHint)
+	case !fi.Mode().IsRegular():
+		return pathErr(wire.CodeInvalidArgument, p, "%q is not a regular file", p)
+	}
+	return nil
+}
+
+func tooLarge(p string, size, limit int64) *xctv1.Error {
+	return wire.WithDetails(wire.Errorf(wire.CodeOutputTooLarge, "%q is %d bytes, the limit is %d", p, size, limit),
+		map[string]any{"path": p, "size": size, "limit": limit})
+}
+
+func checksum(data []byte) string {
+	sum := sha256.Sum256(data)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+func fileChecksum(root *os.Root, name string) (string, error) {
+	f, err := root.Open(name)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// onlyArgs refuses arguments the tool does not know, as the schema does.
+func onlyArgs(args map[string]any, known ...string) *xctv1.Error {
+	for k := range args {
+		if !slices.Contains(known, k) {
+			return wire.WithDetails(wire.Errorf(wire.CodeInvalidArgument, "unknown argument %q", k),
+				map[string]any{"argument": k})
+		}
+	}
+	return nil
+}
+
+// stringArg returns the string argument name, or def when it is absent and
+// def is not nil.
+func stringArg(args map[string]any, name string, def *string) (string, *xctv1.Error) {
+	v, ok := args[name]
+	if !ok {
+		if def != nil {
+			return *def, nil
+		}
+		return "", wire.WithDetails(wire.Errorf(wire.CodeInvalidArgument, "argument %q is required", name),
+			map[string]any{"argument": name})
+	}
+	s, ok := v.(string)
+	if !ok {
+		return "", wire.WithDetails(wire.Errorf(wire.CodeInvalidArgument, "argument %q must be a string", name),
+			map[string]any{"argument": name})
+	}
+	return s, nil
+}
+
+// boolArg returns the boolean argument name, or def when it is absent.
+func boolArg(args map[string]any, name string, def bool) (bool, *xctv1.Error) {
+	v, ok := args[name]
+	if !ok {
+		return def, nil
+	}
+	b, ok := v.(bool)
+	if !ok {
+		return false, wire.WithDetails(wire.Errorf(wire.CodeInvalidArgument, "argument %q must be a boolean", name),
+			map[string]any{"argument": name})
+	}
+	return b, nil
+}

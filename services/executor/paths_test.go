@@ -1,0 +1,127 @@
+package executor
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/xct-dev/xct/internal/wire"
+)
+
+// TestPathAttacks sends every known way out of the workspace to every fs
+// tool: each is refused, and nothing outside the workspace changes.
+func TestPathAttacks(t *testing.T) {
+	sb := newSandbox(t)
+	sb.links(t)
+	s := newService(t, sb.ws)
+	const (
+		denied  = wire.CodePermissionDenied
+		invalid = wire.CodeInvalidArgument
+	)
+	paths := []struct {
+		name string
+		path string
+		code wire.Code
+	}{
+		{"parent", "../outside.txt", denied},
+		{"parent of a subdirectory", "a/../../outside.txt", denied},
+		{"deep parent", "a/b/../../../outside.txt", denied},
+		{"dot dot", "..", denied},
+		{"dot dot slash", "../", denied},
+		{"absolute system file", "/etc/passwd", denied},
+		{"absolute path to the file", sb.outside, denied},
+		{"absolute path into the workspace", filepath.Join(sb.ws, "x.txt"), denied},
+		{"backslash absolute", `\etc\passwd`, denied},
+		{"absolute symlink to a file", "link-abs", denied},
+		{"relative symlink to a file", "link-rel", denied},
+		{"absolute symlink to a directory", "dirlink-abs/f.txt", denied},
+		{"relative symlink to a directory", "dirlink-rel/f.txt", denied},
+		{"new file through a directory symlink", "dirlink-rel/new.txt", denied},
+		{"symlink to the parent", "up/outside.txt", denied},
+		{"NUL byte", "x\x00y", invalid},
+		{"NUL byte in a parent", "../outside.txt\x00", invalid},
+		{"empty", "", invalid},
+		{"too long", strings.Repeat("a/", maxPathBytes), invalid},
+		{"invalid UTF-8", "\xff.txt", invalid},
+	}
+	type call struct {
+		tool string
+		args func(p string) map[string]any
+	}
+	calls := []call{
+		{"fs.read", func(p string) map[string]any { return map[string]any{"path": p} }},
+		{"fs.write", func(p string) map[string]any { return map[string]any{"path": p, "content": "pwned"} }},
+		{"fs.write", func(p string) map[string]any {
+			return map[string]any{"path": p, "content": "pwned", "create_dirs": false}
+		}},
+	}
+	for _, tt := range paths {
+		for _, c := range calls {
+			t.Run(c.tool+"/"+tt.name, func(t *testing.T) {
+				r := run(t, s, c.tool, c.args(tt.path))
+				if got := codeOf(r); got != string(tt.code) {
+					t.Fatalf("code = %q (%s), want %q", got, r.GetError().GetMessage(), tt.code)
+				}
+				if msg := r.GetError().GetMessage(); strings.Contains(msg, sb.dir) && !strings.Contains(tt.path, sb.dir) {
+					t.Errorf("message reveals the host path: %s", msg)
+				}
+				sb.untouched(t)
+			})
+		}
+	}
+	// fs.list has no file to read, but the same ways out.
+	for _, tt := range []struct{ name, path string }{
+		{"parent", ".."},
+		{"parent of a subdirectory", "a/../.."},
+		{"absolute", "/"},
+		{"absolute symlink to a directory", "dirlink-abs"},
+		{"relative symlink to a directory", "dirlink-rel"},
+		{"symlink to the parent", "up"},
+	} {
+		t.Run("fs.list/"+tt.name, func(t *testing.T) {
+			if got := codeOf(exec(t, s, "fs.list", map[string]any{"path": tt.path})); got != string(denied) {
+				t.Fatalf("code = %q", got)
+			}
+		})
+	}
+	// The message says plainly what happened.
+	r := exec(t, s, "fs.read", map[string]any{"path": "../x"})
+	if got, want := r.GetError().GetMessage(), `path "../x" is outside the workspace`; got != want {
+		t.Errorf("message = %q, want %q", got, want)
+	}
+	if got := r.GetError().GetDetails().AsMap()["path"]; got != "../x" {
+		t.Errorf("details.path = %v", got)
+	}
+	noTempFiles(t, sb.ws)
+	// The links themselves are still there: a refused write replaced nothing.
+	for _, l := range []string{"link-abs", "link-rel", "dirlink-abs", "dirlink-rel", "up"} {
+		if fi, err := os.Lstat(filepath.Join(sb.ws, l)); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+			t.Errorf("%s is no longer a symlink: %v", l, err)
+		}
+	}
+}
+
+func TestClean(t *testing.T) {
+	ws, err := openWorkspace(t.TempDir())
+	must(t, err)
+	defer ws.close()
+	for in, want := range map[string]string{
+		"a":           "a",
+		"./a":         "a",
+		"a/./b":       "a/b",
+		"a//b":        "a/b",
+		"a/b/../c":    "a/c",
+		"a/..":        ".",
+		".":           ".",
+		"..a/b":       "..a/b",
+		"a/...":       "a/...",
+		"dir/":        "dir",
+		"a/../b/../c": "c",
+	} {
+		got, e := ws.clean(in)
+		if e != nil || got != want {
+			t.Errorf("clean(%q) = %q, %v; want %q", in, got, e, want)
+		}
+	}
+}

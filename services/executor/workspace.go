@@ -1,0 +1,121 @@
+package executor
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"unicode/utf8"
+
+	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/wire"
+)
+
+// maxPathBytes bounds a path argument.
+const maxPathBytes = 4096
+
+// workspace is the directory the built-in tools are confined to. Every file
+// operation goes through an os.Root, so no path, ".." component or symbolic
+// link can reach outside it, even if the tree changes while a tool runs.
+// (Hard links made outside XCT are not detected: the tools never create
+// them, and the workspace should not be shared with untrusted writers.)
+type workspace struct {
+	root *os.Root
+	// escape is the error os.Root reports for a path that leaves it. The
+	// standard library does not export it, so it is probed when opening.
+	escape error
+}
+
+// openWorkspace creates dir if needed and opens it as a root.
+func openWorkspace(dir string) (*workspace, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrWorkspace, err)
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrWorkspace, err)
+	}
+	w := &workspace{root: root}
+	var pe *fs.PathError
+	if _, err := root.Lstat(".."); errors.As(err, &pe) {
+		w.escape = pe.Err
+	}
+	return w, nil
+}
+
+func (w *workspace) close() error { return w.root.Close() }
+
+// clean checks a path argument and returns it in clean form, relative to
+// the workspace. It rejects lexically what can be rejected without touching
+// the file system; os.Root catches the rest (symbolic links).
+func (w *workspace) clean(p string) (string, *xctv1.Error) {
+	switch {
+	case p == "":
+		return "", pathErr(wire.CodeInvalidArgument, p, "path is empty")
+	case len(p) > maxPathBytes:
+		return "", pathErr(wire.CodeInvalidArgument, p[:64]+"...", "path is %d bytes long, the limit is %d", len(p), maxPathBytes)
+	case strings.IndexByte(p, 0) >= 0:
+		return "", pathErr(wire.CodeInvalidArgument, p, "path %q contains a NUL byte", p)
+	case !utf8.ValidString(p):
+		return "", pathErr(wire.CodeInvalidArgument, p, "path %q is not valid UTF-8", p)
+	case filepath.IsAbs(p) || filepath.VolumeName(p) != "" || strings.HasPrefix(p, "/") || strings.HasPrefix(p, `\`):
+		return "", pathErr(wire.CodePermissionDenied, p, "path %q is outside the workspace: use a path relative to the workspace", p)
+	case !filepath.IsLocal(p):
+		return "", pathErr(wire.CodePermissionDenied, p, "path %q is outside the workspace", p)
+	}
+	return filepath.Clean(p), nil
+}
+
+// cleanFile is clean for a path that must name a file, not a directory.
+func (w *workspace) cleanFile(p string) (string, *xctv1.Error) {
+	c, e := w.clean(p)
+	if e != nil {
+		return "", e
+	}
+	if c == "." || strings.HasSuffix(p, "/") || strings.HasSuffix(p, `\`) {
+		return "", pathErr(wire.CodeInvalidArgument, p, "path %q names a directory, a file path is required", p)
+	}
+	return c, nil
+}
+
+// fail turns a file system error on path p into an error signal. p is the
+// path as the caller gave it; messages never show the host's directories.
+func (w *workspace) fail(p string, err error) *xctv1.Error {
+	switch {
+	case w.escapes(err):
+		return pathErr(wire.CodePermissionDenied, p, "path %q is outside the workspace: a symbolic link on it leads out", p)
+	case errors.Is(err, fs.ErrNotExist):
+		return pathErr(wire.CodeNotFound, p, "%q does not exist", p)
+	case errors.Is(err, fs.ErrPermission):
+		return pathErr(wire.CodePermissionDenied, p, "%q: permission denied", p)
+	case errors.Is(err, syscall.ENOTDIR):
+		return pathErr(wire.CodeInvalidArgument, p, "a parent of %q is not a directory", p)
+	case errors.Is(err, syscall.EISDIR):
+		return pathErr(wire.CodeInvalidArgument, p, "%q is a directory", p)
+	case errors.Is(err, syscall.ELOOP):
+		return pathErr(wire.CodeInvalidArgument, p, "%q has too many levels of symbolic links", p)
+	case errors.Is(err, syscall.ENAMETOOLONG):
+		return pathErr(wire.CodeInvalidArgument, p, "%q is too long", p)
+	case errors.Is(err, syscall.EINVAL):
+		return pathErr(wire.CodeInvalidArgument, p, "%q is not a valid path", p)
+	}
+	return pathErr(wire.CodeToolFailure, p, "%v", err)
+}
+
+func (w *workspace) escapes(err error) bool {
+	if w.escape != nil && errors.Is(err, w.escape) {
+		return true
+	}
+	return err != nil && strings.Contains(err.Error(), "path escapes from parent")
+}
+
+// pathErr builds an error signal that names the path in its details.
+func pathErr(code wire.Code, p, format string, args ...any) *xctv1.Error {
+	if !utf8.ValidString(p) {
+		p = strings.ToValidUTF8(p, "\uFFFD")
+	}
+	return wire.WithDetails(wire.Errorf(code, format, args...), map[string]any{"path": p})
+}

@@ -1,0 +1,162 @@
+package tracer
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"google.golang.org/protobuf/types/known/structpb"
+
+	lctlv1 "github.com/xct-dev/xct/gen/lctl/v1"
+	"github.com/xct-dev/xct/lctl"
+)
+
+// defaultListLimit is ListChains' limit when the request gives none.
+const defaultListLimit = 100
+
+// handler serves lctlv1.TracerServiceServer from the service's store.
+type handler struct {
+	lctlv1.UnimplementedTracerServiceServer
+	svc *Service
+}
+
+// ListChains lists materialized chains, newest last event first.
+func (h *handler) ListChains(ctx context.Context, req *lctlv1.ListChainsRequest) (*lctlv1.ListChainsResponse, error) {
+	limit := int(req.GetLimit())
+	switch {
+	case limit < 0:
+		return nil, h.status(ctx, fmt.Errorf("%w: limit %d is negative", ErrInvalidRequest, limit))
+	case limit == 0:
+		limit = defaultListLimit
+	}
+	sums, err := h.svc.store.list(limit)
+	if err != nil {
+		return nil, h.status(ctx, err)
+	}
+	resp := &lctlv1.ListChainsResponse{Chains: make([]*lctlv1.ChainSummary, 0, len(sums))}
+	for _, sum := range sums {
+		resp.Chains = append(resp.Chains, summaryProto(sum))
+	}
+	return resp, nil
+}
+
+// GetChain returns a chain's summary and events.
+func (h *handler) GetChain(ctx context.Context, req *lctlv1.GetChainRequest) (*lctlv1.GetChainResponse, error) {
+	view, err := h.svc.store.get(req.GetChainId())
+	if err != nil {
+		return nil, h.status(ctx, err)
+	}
+	resp := &lctlv1.GetChainResponse{
+		Summary: summaryProto(view.summary),
+		Events:  make([]*lctlv1.Event, 0, len(view.events)),
+	}
+	for i := range view.events {
+		pe, err := eventProto(&view.events[i])
+		if err != nil {
+			return nil, h.status(ctx, err)
+		}
+		resp.Events = append(resp.Events, pe)
+	}
+	return resp, nil
+}
+
+// ReplayChain replays a chain to to_seq (0: all of it) with lctl.Replay and
+// returns the state as JSON. A to_seq past the chain's last event is
+// OUT_OF_RANGE rather than clamped, so a caller never mistakes the end of
+// the chain for the point it asked for.
+func (h *handler) ReplayChain(ctx context.Context, req *lctlv1.ReplayChainRequest) (*lctlv1.ReplayChainResponse, error) {
+	view, err := h.svc.store.get(req.GetChainId())
+	if err != nil {
+		return nil, h.status(ctx, err)
+	}
+	var last uint64
+	if n := len(view.events); n > 0 {
+		last = view.events[n-1].Seq
+	}
+	if req.GetToSeq() > last {
+		err := fmt.Errorf("%w: to_seq %d, chain %s ends at %d", ErrSeqOutOfRange, req.GetToSeq(), req.GetChainId(), last)
+		return nil, h.status(ctx, err)
+	}
+	state := lctl.Replay(req.GetChainId(), view.events, req.GetToSeq())
+	st, err := stateStruct(state)
+	if err != nil {
+		return nil, h.status(ctx, err)
+	}
+	return &lctlv1.ReplayChainResponse{Seq: state.Seq, State: st}, nil
+}
+
+// ExportChain returns the chain as an LCTL v4.0 file.
+func (h *handler) ExportChain(ctx context.Context, req *lctlv1.ExportChainRequest) (*lctlv1.ExportChainResponse, error) {
+	var (
+		format      lctl.Format
+		contentType string
+	)
+	switch req.GetFormat() {
+	case lctlv1.ExportFormat_EXPORT_FORMAT_UNSPECIFIED, lctlv1.ExportFormat_EXPORT_FORMAT_JSON:
+		format, contentType = lctl.FormatJSON, "application/json"
+	case lctlv1.ExportFormat_EXPORT_FORMAT_YAML:
+		format, contentType = lctl.FormatYAML, "application/yaml"
+	default:
+		return nil, h.status(ctx, fmt.Errorf("%w: export format %d", ErrInvalidRequest, req.GetFormat()))
+	}
+	view, err := h.svc.store.get(req.GetChainId())
+	if err != nil {
+		return nil, h.status(ctx, err)
+	}
+	var buf bytes.Buffer
+	if err := lctl.NewFile(req.GetChainId(), view.events).Encode(&buf, format); err != nil {
+		return nil, h.status(ctx, fmt.Errorf("export chain %s: %w", req.GetChainId(), err))
+	}
+	return &lctlv1.ExportChainResponse{Content: buf.Bytes(), ContentType: contentType}, nil
+}
+
+func (h *handler) status(ctx context.Context, err error) error {
+	return toStatus(ctx, h.svc.log, err)
+}
+
+func summaryProto(sum chainSummary) *lctlv1.ChainSummary {
+	return &lctlv1.ChainSummary{
+		ChainId:        sum.id,
+		Events:         uint64(sum.events),
+		FirstTimestamp: sum.firstTimestamp,
+		LastTimestamp:  sum.lastTimestamp,
+		Agents:         sum.agents,
+		Verified:       sum.verifyErr == "",
+		VerifyError:    sum.verifyErr,
+	}
+}
+
+func eventProto(e *lctl.Event) (*lctlv1.Event, error) {
+	data, err := structpb.NewStruct(e.Data)
+	if err != nil {
+		return nil, fmt.Errorf("event %d data: %w", e.Seq, err)
+	}
+	return &lctlv1.Event{
+		ChainId:   e.ChainID,
+		Seq:       e.Seq,
+		Type:      e.Type,
+		Timestamp: e.Timestamp,
+		Agent:     e.Agent,
+		Data:      data,
+		PrevHash:  e.PrevHash,
+		Hash:      e.Hash,
+	}, nil
+}
+
+// stateStruct converts the reducer's state through its JSON form.
+func stateStruct(s *lctl.State) (*structpb.Struct, error) {
+	raw, err := json.Marshal(s)
+	if err != nil {
+		return nil, fmt.Errorf("encode state: %w", err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, fmt.Errorf("decode state: %w", err)
+	}
+	st, err := structpb.NewStruct(m)
+	if err != nil {
+		return nil, fmt.Errorf("state as struct: %w", err)
+	}
+	return st, nil
+}

@@ -1,0 +1,400 @@
+// Package tracer reads the LCTL event stream and materializes chains: it
+// keeps every chain's events on local disk and in memory, checks their hash
+// chain as they arrive, and answers list, get, replay and export over gRPC.
+//
+// Events come from a durable JetStream pull consumer ("tracer") with
+// explicit acks. An event is appended to <DataDir>/chains/<chain_id>.jsonl
+// and synced before it is acknowledged, so a crash never loses an
+// acknowledged event; a redelivered event (at-least-once) is recognized by
+// its seq and skipped. When an event arrives ahead of the chain's next seq
+// (a redelivery overtaken by newer events, or a chain file that lost its
+// tail) the missing events are read back from the stream; only events the
+// stream really lacks are recorded as a gap on the chain's summary.
+//
+// One tracer process owns the durable consumer: replicas of the tracer would
+// share its messages, each seeing part of every chain.
+package tracer
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/grpc"
+
+	lctlv1 "github.com/xct-dev/xct/gen/lctl/v1"
+	"github.com/xct-dev/xct/internal/eventlog"
+	"github.com/xct-dev/xct/lctl"
+)
+
+// ConsumerName is the durable consumer the tracer reads the stream with.
+const ConsumerName = "tracer"
+
+const (
+	// batchSize bounds how many events are written, synced and acked together.
+	batchSize = 256
+	// maxAckPending bounds events delivered but not acked yet.
+	maxAckPending = 4 * batchSize
+	// ackWait is how long JetStream waits for an ack before redelivering.
+	ackWait = 30 * time.Second
+	// retryDelay is how long a failed event waits before redelivery.
+	retryDelay = time.Second
+	// repairTimeout bounds reading a chain back from the stream.
+	repairTimeout = 30 * time.Second
+	// maxRestartDelay bounds the wait before the consumer is set up again
+	// after it failed.
+	maxRestartDelay = 5 * time.Second
+)
+
+// Service is the tracer. Build it with New, serve its RPCs with Register,
+// run it with Start and end it with Stop. A stopped Service is not started
+// again.
+type Service struct {
+	cfg   Config
+	nc    *nats.Conn
+	log   *slog.Logger
+	store *store
+
+	mu      sync.Mutex // guards the fields below
+	started bool
+	stopped bool
+	events  *eventlog.Log
+	cancel  context.CancelFunc
+	done    chan struct{} // closed when the consumer goroutine ended
+}
+
+// New builds a tracer that reads the stream on nc and keeps chains under
+// cfg.DataDir, creating the directory if missing. log may be nil.
+func New(cfg Config, nc *nats.Conn, log *slog.Logger) (*Service, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if nc == nil {
+		return nil, errors.New("tracer: a NATS connection is required")
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	log = log.With("service", "tracer")
+	dir := filepath.Join(cfg.DataDir, "chains")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("tracer: create data directory: %w", err)
+	}
+	return &Service{cfg: cfg, nc: nc, log: log, store: newStore(dir, log)}, nil
+}
+
+// Register serves the TracerService on g. Until Start has loaded the store
+// its RPCs answer UNAVAILABLE.
+func (s *Service) Register(g *grpc.Server) {
+	lctlv1.RegisterTracerServiceServer(g, &handler{svc: s})
+}
+
+// Start opens the LCTL stream (creating it with cfg.Replicas if it does not
+// exist), loads the chains stored under DataDir, and starts consuming. ctx
+// bounds the start only; consuming goes on until Stop.
+func (s *Service) Start(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
+		return ErrStopped
+	}
+	if s.started {
+		return ErrAlreadyStarted
+	}
+	events, err := eventlog.Open(ctx, s.nc, eventlog.Config{Replicas: s.cfg.Replicas})
+	if err != nil {
+		return fmt.Errorf("tracer: %w", err)
+	}
+	if err := s.store.load(); err != nil {
+		return fmt.Errorf("tracer: load store: %w", err)
+	}
+	cons, err := createConsumer(ctx, events.JetStream())
+	if err != nil {
+		return fmt.Errorf("tracer: %w", err)
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	s.started, s.events, s.cancel, s.done = true, events, cancel, make(chan struct{})
+	go s.run(runCtx, cons)
+	s.log.Info("tracer started", "data_dir", s.cfg.DataDir)
+	return nil
+}
+
+// Stop ends consuming: the batch in progress is finished (written, synced,
+// acked), events received but not processed are handed back to the stream.
+// It waits until then or until ctx ends. Waiters in WaitForSeq get
+// ErrStopped.
+func (s *Service) Stop(ctx context.Context) error {
+	s.mu.Lock()
+	cancel, done := s.cancel, s.done
+	s.cancel, s.stopped = nil, true
+	s.mu.Unlock()
+	defer s.store.close()
+	if cancel == nil {
+		return nil
+	}
+	cancel()
+	select {
+	case <-done:
+		s.log.Info("tracer stopped")
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("tracer: stop: %w", ctx.Err())
+	}
+}
+
+// WaitForSeq blocks until the chain is materialized up to seq (its events
+// through seq are stored and visible to the RPCs), ctx ends, or the service
+// stops (ErrStopped).
+func (s *Service) WaitForSeq(ctx context.Context, chainID string, seq uint64) error {
+	if err := lctl.ValidateChainID(chainID); err != nil {
+		return err
+	}
+	for {
+		last, changed, closed := s.store.watch(chainID)
+		if last >= seq {
+			return nil
+		}
+		if closed {
+			return fmt.Errorf("wait for %s/%d: %w", chainID, seq, ErrStopped)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for %s/%d: %w", chainID, seq, ctx.Err())
+		case <-changed:
+		}
+	}
+}
+
+func createConsumer(ctx context.Context, js jetstream.JetStream) (jetstream.Consumer, error) {
+	cons, err := js.CreateOrUpdateConsumer(ctx, eventlog.StreamName, jetstream.ConsumerConfig{
+		Durable:       ConsumerName,
+		Description:   "XCT tracer: materializes LCTL chains",
+		FilterSubject: eventlog.AllSubjects,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       ackWait,
+		MaxAckPending: maxAckPending,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create consumer %s: %w", ConsumerName, err)
+	}
+	return cons, nil
+}
+
+// run consumes until ctx ends, setting the consumer up again (with a
+// growing delay) whenever it fails, so a deleted consumer or a lost
+// connection does not end the tracer.
+func (s *Service) run(ctx context.Context, cons jetstream.Consumer) {
+	defer close(s.done)
+	delay := 100 * time.Millisecond
+	for {
+		err := s.consume(ctx, cons)
+		if ctx.Err() != nil {
+			return
+		}
+		s.log.Error("consuming the event stream failed; starting again", "err", err, "delay", delay)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, maxRestartDelay)
+		if c, err := createConsumer(ctx, s.events.JetStream()); err != nil {
+			s.log.Error("set up the stream consumer", "err", err)
+		} else {
+			cons = c
+		}
+	}
+}
+
+// consume reads messages and handles them in batches: whatever is already
+// delivered, up to batchSize, is written and synced once and then acked.
+func (s *Service) consume(ctx context.Context, cons jetstream.Consumer) error {
+	iter, err := cons.Messages(jetstream.PullMaxMessages(batchSize))
+	if err != nil {
+		return fmt.Errorf("pull messages: %w", err)
+	}
+	stopIter := context.AfterFunc(ctx, iter.Stop)
+	defer stopIter()
+	defer iter.Stop()
+
+	msgs := make(chan jetstream.Msg, batchSize)
+	readErr := make(chan error, 1)
+	go func() {
+		defer close(msgs)
+		for {
+			m, err := iter.Next()
+			if err != nil {
+				readErr <- err
+				return
+			}
+			select {
+			case msgs <- m:
+			case <-ctx.Done():
+				s.handBack(m)
+			}
+		}
+	}()
+
+	batch := make([]jetstream.Msg, 0, batchSize)
+	for m := range msgs {
+		batch = append(batch[:0], m)
+	fill:
+		for len(batch) < batchSize {
+			select {
+			case m, ok := <-msgs:
+				if !ok {
+					break fill
+				}
+				batch = append(batch, m)
+			default:
+				break fill
+			}
+		}
+		if ctx.Err() != nil {
+			for _, m := range batch {
+				s.handBack(m)
+			}
+			continue
+		}
+		s.handleBatch(ctx, batch)
+	}
+	err = <-readErr
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return fmt.Errorf("next message: %w", err)
+}
+
+// handBack returns an unprocessed message to the stream for prompt
+// redelivery, in order, to whoever consumes next.
+func (s *Service) handBack(m jetstream.Msg) {
+	if err := m.Nak(); err != nil {
+		s.log.Debug("nak", "subject", m.Subject(), "err", err)
+	}
+}
+
+// verdict is what becomes of a message once handled.
+type verdict int
+
+const (
+	ack   verdict = iota // stored (or already stored): acknowledge
+	retry                // could not store now: redeliver later
+	term                 // can never be stored: do not redeliver
+)
+
+// handleBatch stores a batch of events, syncs the files they went to, then
+// acknowledges them and wakes waiters. A chain whose event could not be
+// stored has its later events in the batch redelivered too, so each chain
+// stays in order.
+func (s *Service) handleBatch(ctx context.Context, batch []jetstream.Msg) {
+	files := newBatchFiles(s.store.dir)
+	verdicts := make([]verdict, len(batch))
+	blocked := map[string]bool{}
+	for i, m := range batch {
+		verdicts[i] = s.handle(ctx, files, m, blocked)
+	}
+	if err := files.commit(); err != nil {
+		// The events are in the files but maybe not on disk. Not acking
+		// them would not help: their redelivery is skipped as stored.
+		s.log.Error("sync chain files", "err", err)
+	}
+	for i, m := range batch {
+		var err error
+		switch verdicts[i] {
+		case ack:
+			err = m.Ack()
+		case retry:
+			err = m.NakWithDelay(retryDelay)
+		case term:
+			err = m.Term()
+		}
+		if err != nil {
+			s.log.Warn("acknowledge event", "subject", m.Subject(), "err", err)
+		}
+	}
+	s.store.broadcast()
+}
+
+// handle stores one message's event, reading back from the stream any
+// events of its chain that should have come before it.
+func (s *Service) handle(ctx context.Context, files *batchFiles, m jetstream.Msg, blocked map[string]bool) verdict {
+	id := strings.TrimPrefix(m.Subject(), eventlog.SubjectPrefix)
+	if err := lctl.ValidateChainID(id); err != nil {
+		s.log.Error("event on a subject that names no chain", "subject", m.Subject(), "err", err)
+		return term
+	}
+	if blocked[id] {
+		return retry
+	}
+	e, err := lctl.DecodeEvent(m.Data())
+	if err != nil {
+		streamSeq := uint64(0)
+		if meta, merr := m.Metadata(); merr == nil {
+			streamSeq = meta.Sequence.Stream
+		}
+		s.store.fail(id, fmt.Sprintf("stream message %d does not decode as an event: %v", streamSeq, err))
+		return term
+	}
+	last := s.store.lastSeq(id)
+	if e.Seq <= last {
+		s.store.duplicate(id, &e)
+		return ack
+	}
+	if e.Seq > last+1 {
+		if err := s.repair(ctx, files, id, last, e.Seq); err != nil {
+			s.log.Warn("read missing events back from the stream", "chain_id", id, "err", err)
+			blocked[id] = true
+			return retry
+		}
+	}
+	if err := s.persist(files, id, e); err != nil {
+		s.log.Error("store event", "chain_id", id, "seq", e.Seq, "err", err)
+		blocked[id] = true
+		return retry
+	}
+	return ack
+}
+
+// repair stores the events between after and before (exclusive) that the
+// stream holds for the chain. Events the stream lacks stay missing, and
+// storing the next event records the gap.
+func (s *Service) repair(ctx context.Context, files *batchFiles, id string, after, before uint64) error {
+	ctx, cancel := context.WithTimeout(ctx, repairTimeout)
+	defer cancel()
+	events, err := s.events.ReadChain(ctx, id)
+	if err != nil {
+		return fmt.Errorf("read chain %s: %w", id, err)
+	}
+	for _, e := range events {
+		if e.Seq <= after || e.Seq >= before || e.Seq <= s.store.lastSeq(id) {
+			continue
+		}
+		if err := s.persist(files, id, e); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// persist appends e to the chain's file, then to the in-memory chain.
+func (s *Service) persist(files *batchFiles, id string, e lctl.Event) error {
+	line, err := json.Marshal(&e)
+	if err != nil {
+		return fmt.Errorf("encode event %d: %w", e.Seq, err)
+	}
+	if err := files.append(id, append(line, '\n')); err != nil {
+		return err
+	}
+	s.store.add(id, e)
+	return nil
+}

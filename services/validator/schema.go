@@ -1,0 +1,147 @@
+package validator
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/santhosh-tekuri/jsonschema/v6/kind"
+	"golang.org/x/text/language"
+	"golang.org/x/text/message"
+)
+
+// maxViolations bounds the schema violations reported for one proposal.
+const maxViolations = 8
+
+// schemaBase is the base URL of tool schemas. The .invalid domain cannot
+// resolve, and the loader refuses every URL anyway.
+const schemaBase = "https://tools.xct.invalid/"
+
+// compiledSchema is one tool's compiled input schema, or why it would not
+// compile. text is the schema it was compiled from.
+type compiledSchema struct {
+	text   string
+	schema *jsonschema.Schema
+	err    error
+}
+
+// schemaCache compiles each tool's input schema once. An entry is keyed by
+// tool name and reused only while the catalog serves byte-identical schema
+// text; a changed schema is compiled again and replaces the entry. Equal
+// text is compared directly: the catalog hands out the same string until
+// the descriptor changes, so the comparison is usually a pointer check, and
+// it costs nothing per call, unlike hashing the text.
+type schemaCache struct {
+	mu      sync.RWMutex
+	entries map[string]*compiledSchema
+	printer *message.Printer
+}
+
+func newSchemaCache() *schemaCache {
+	return &schemaCache{
+		entries: map[string]*compiledSchema{},
+		printer: message.NewPrinter(language.English),
+	}
+}
+
+// get returns the compiled schema of tool for text, compiling it on first
+// use. fresh reports whether this call compiled it, so a failure is logged
+// once, not on every proposal.
+func (c *schemaCache) get(tool, text string) (e *compiledSchema, fresh bool) {
+	c.mu.RLock()
+	e = c.entries[tool]
+	c.mu.RUnlock()
+	if e != nil && e.text == text {
+		return e, false
+	}
+	// Compile outside the lock: two racing callers may both compile, which
+	// is harmless, and nobody waits behind a slow schema.
+	e = &compiledSchema{text: text}
+	e.schema, e.err = compileSchema(tool, text)
+	c.mu.Lock()
+	c.entries[tool] = e
+	c.mu.Unlock()
+	return e, true
+}
+
+// refuseLoader loads nothing: a tool schema may only refer to itself and to
+// the standard meta-schemas, never to files or the network.
+type refuseLoader struct{}
+
+func (refuseLoader) Load(string) (any, error) { return nil, errRemoteRef }
+
+// compileSchema compiles a tool's input schema: draft 2020-12 unless the
+// schema says otherwise, formats asserted, no external references.
+func compileSchema(tool, text string) (*jsonschema.Schema, error) {
+	if strings.TrimSpace(text) == "" {
+		return nil, errNoSchema
+	}
+	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(text))
+	if err != nil {
+		return nil, fmt.Errorf("the input schema is not JSON: %w", err)
+	}
+	c := jsonschema.NewCompiler()
+	c.DefaultDraft(jsonschema.Draft2020)
+	c.AssertFormat()
+	c.UseLoader(refuseLoader{})
+	loc := schemaBase + url.PathEscape(tool) + ".json"
+	if err := c.AddResource(loc, doc); err != nil {
+		return nil, fmt.Errorf("the input schema cannot be added: %w", err)
+	}
+	s, err := c.Compile(loc)
+	if err != nil {
+		return nil, fmt.Errorf("the input schema does not compile: %w", err)
+	}
+	return s, nil
+}
+
+// violation is one way the arguments miss their schema.
+type violation struct {
+	location string // JSON pointer into the arguments, "" for the whole object
+	message  string
+}
+
+// violations lists the leaf errors of a validation failure, at most max,
+// and how many more there were.
+func (c *schemaCache) violations(err error, max int) (out []violation, more int) {
+	var ve *jsonschema.ValidationError
+	if !errors.As(err, &ve) {
+		return []violation{{message: err.Error()}}, 0
+	}
+	var walk func(e *jsonschema.ValidationError)
+	walk = func(e *jsonschema.ValidationError) {
+		if len(e.Causes) > 0 {
+			for _, cause := range e.Causes {
+				walk(cause)
+			}
+			return
+		}
+		if _, ok := e.ErrorKind.(*kind.Schema); ok {
+			return
+		}
+		if len(out) >= max {
+			more++
+			return
+		}
+		out = append(out, violation{location: pointer(e.InstanceLocation), message: e.ErrorKind.LocalizedString(c.printer)})
+	}
+	walk(ve)
+	if len(out) == 0 && more == 0 {
+		out = append(out, violation{message: ve.Error()})
+	}
+	return out, more
+}
+
+// pointer renders an instance location as a JSON pointer (RFC 6901).
+func pointer(tokens []string) string {
+	var b strings.Builder
+	for _, t := range tokens {
+		b.WriteByte('/')
+		t = strings.ReplaceAll(t, "~", "~0")
+		b.WriteString(strings.ReplaceAll(t, "/", "~1"))
+	}
+	return b.String()
+}

@@ -1,0 +1,299 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	lctlv1 "github.com/xct-dev/xct/gen/lctl/v1"
+	"github.com/xct-dev/xct/internal/testutil"
+	"github.com/xct-dev/xct/lctl"
+)
+
+var (
+	buildOnce sync.Once
+	binDir    string
+	buildErr  error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// binaries builds xct and nats-server once for the package.
+func binaries(t testing.TB) (xct, natsServer string) {
+	t.Helper()
+	buildOnce.Do(func() {
+		binDir, buildErr = os.MkdirTemp("", "xct-e2e-bin-")
+		if buildErr != nil {
+			return
+		}
+		for _, pkg := range []string{"github.com/xct-dev/xct/cmd/xct", "github.com/nats-io/nats-server/v2"} {
+			out, err := exec.Command("go", "build", "-o", binDir+"/", pkg).CombinedOutput()
+			if err != nil {
+				buildErr = fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
+				return
+			}
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return filepath.Join(binDir, "xct"), filepath.Join(binDir, "nats-server")
+}
+
+// proc is a child process whose output lines can be waited for.
+type proc struct {
+	name  string
+	cmd   *exec.Cmd
+	mu    sync.Mutex
+	lines []string
+	grew  chan struct{}
+	done  chan struct{}
+	err   error
+}
+
+func startProc(t testing.TB, name string, bin string, args ...string) *proc {
+	t.Helper()
+	p := &proc{name: name, cmd: exec.Command(bin, args...), grew: make(chan struct{}), done: make(chan struct{})}
+	stdout, _ := p.cmd.StdoutPipe()
+	stderr, _ := p.cmd.StderrPipe()
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	var readers sync.WaitGroup
+	for _, r := range []io.Reader{stdout, stderr} {
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			sc := bufio.NewScanner(r)
+			for sc.Scan() {
+				p.mu.Lock()
+				p.lines = append(p.lines, sc.Text())
+				close(p.grew)
+				p.grew = make(chan struct{})
+				p.mu.Unlock()
+			}
+		}()
+	}
+	go func() {
+		readers.Wait()
+		p.err = p.cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		p.stop(t)
+		if t.Failed() {
+			t.Logf("--- output of %s:\n%s", name, p.output())
+		}
+	})
+	return p
+}
+
+func (p *proc) output() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return strings.Join(p.lines, "\n")
+}
+
+// waitFor returns the first submatch of the first line matching re.
+func (p *proc) waitFor(t testing.TB, re *regexp.Regexp, timeout time.Duration) string {
+	t.Helper()
+	deadline := time.After(timeout)
+	seen := 0
+	for {
+		p.mu.Lock()
+		lines, grew := p.lines, p.grew
+		p.mu.Unlock()
+		for ; seen < len(lines); seen++ {
+			if m := re.FindStringSubmatch(lines[seen]); m != nil {
+				return m[len(m)-1]
+			}
+		}
+		select {
+		case <-grew:
+		case <-p.done:
+			t.Fatalf("%s exited (%v) before printing %s:\n%s", p.name, p.err, re, p.output())
+		case <-deadline:
+			t.Fatalf("%s did not print %s within %v:\n%s", p.name, re, timeout, p.output())
+		}
+	}
+}
+
+// stop sends SIGTERM and waits; a process that does not exit in time is
+// killed and reported.
+func (p *proc) stop(t testing.TB) error {
+	select {
+	case <-p.done:
+		return p.err
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+		return p.err
+	case <-time.After(30 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		t.Errorf("%s did not stop within 30s of SIGTERM", p.name)
+		return errors.New("killed")
+	}
+}
+
+func (p *proc) wait(t testing.TB, timeout time.Duration) (int, string) {
+	t.Helper()
+	select {
+	case <-p.done:
+	case <-time.After(timeout):
+		t.Fatalf("%s still running after %v:\n%s", p.name, timeout, p.output())
+	}
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(p.err, &ee) {
+		code = ee.ExitCode()
+	}
+	return code, p.output()
+}
+
+var listening = regexp.MustCompile(`listening on (127\.0\.0\.1:\d+)$`)
+
+func TestClusterAsSeparateProcesses(t *testing.T) {
+	xct, natsBin := binaries(t)
+	base := t.TempDir()
+	workspace, scripts := filepath.Join(base, "ws"), filepath.Join(base, "scripts")
+	for _, d := range []string{workspace, scripts} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	demo, err := os.ReadFile("../../examples/demo/script.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(scripts, "demo.yaml"), demo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	ns := startProc(t, "nats-server", natsBin, "-a", "127.0.0.1", "-p", "-1", "-js", "-sd", filepath.Join(base, "nats"))
+	natsURL := "nats://" + ns.waitFor(t, regexp.MustCompile(`Listening for client connections on (127\.0\.0\.1:\d+)`), 30*time.Second)
+
+	serve := func(target string, extra ...string) (*proc, string) {
+		args := append([]string{"serve", "--target", target, "--nats", natsURL, "--" + target + "-listen", "127.0.0.1:0"}, extra...)
+		p := startProc(t, target, xct, args...)
+		return p, p.waitFor(t, listening, 30*time.Second)
+	}
+	execP, execAddr := serve("executor", "--workspace", workspace)
+	valP, valAddr := serve("validator")
+	trP, trAddr := serve("tracer", "--tracer-data", filepath.Join(base, "tracer"))
+	orchP, orchAddr := serve("orchestrator", "--validator-addr", valAddr, "--executor-addr", execAddr, "--scripts-dir", scripts)
+
+	// The client is a process too.
+	runP := startProc(t, "xct run", xct, "run", "--addr", orchAddr, "--model", "scripted:demo.yaml", "--goal", "switch to green", "--principal", "bob")
+	code, out := runP.wait(t, 60*time.Second)
+	if code != 0 {
+		t.Fatalf("xct run exited %d:\n%s", code, out)
+	}
+	for _, want := range []string{
+		"[step 3] error     PERMISSION_DENIED",
+		"[step 5] error     SCHEMA_INVALID",
+		"[step 6] error     GENERATION_FAILED",
+		"[step 8] error     UNKNOWN_TOOL",
+		"done: Deployment switched from blue to green in config/app.yaml",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("xct run output lacks %q:\n%s", want, out)
+		}
+	}
+	runID := regexp.MustCompile(`run (run-\S+) started by bob`).FindStringSubmatch(out)
+	if runID == nil {
+		t.Fatalf("no run id in:\n%s", out)
+	}
+	cfg, err := os.ReadFile(filepath.Join(workspace, "config", "app.yaml"))
+	if err != nil || !strings.Contains(string(cfg), "deployment: green") {
+		t.Fatalf("config = %q, %v", cfg, err)
+	}
+
+	showP := startProc(t, "xct show", xct, "show", "--addr", orchAddr, runID[1])
+	if code, out := showP.wait(t, 30*time.Second); code != 0 || !strings.Contains(out, "status     done") || !strings.Contains(out, "principal  bob") {
+		t.Fatalf("xct show exited %d:\n%s", code, out)
+	}
+
+	// The tracer, in its own process, materialized the chain from NATS.
+	tracer := lctlv1.NewTracerServiceClient(dial(t, trAddr))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var chain *lctlv1.GetChainResponse
+	testutil.Eventually(t, 20*time.Second, func() error {
+		var err error
+		chain, err = tracer.GetChain(ctx, &lctlv1.GetChainRequest{ChainId: runID[1]})
+		if err != nil {
+			return err
+		}
+		if n := len(chain.GetEvents()); n == 0 || chain.GetEvents()[n-1].GetType() != lctl.TypeRunFinished {
+			return fmt.Errorf("tracer has %d events, the run's end not yet", n)
+		}
+		return nil
+	})
+	var events []lctl.Event
+	for _, e := range chain.GetEvents() {
+		events = append(events, fromProto(e))
+	}
+	if len(events) != 37 {
+		t.Fatalf("tracer has %d events, want 37", len(events))
+	}
+	if err := lctl.Verify(events); err != nil {
+		t.Fatalf("hash chain across processes: %v", err)
+	}
+
+	// SIGTERM: every service shuts down cleanly, in reverse dependency order.
+	for _, p := range []*proc{orchP, trP, valP, execP} {
+		if err := p.stop(t); err != nil {
+			t.Errorf("%s: exit after SIGTERM: %v\n%s", p.name, err, p.output())
+		}
+	}
+}
+
+func TestProcessErrors(t *testing.T) {
+	xct, _ := binaries(t)
+	tests := []struct {
+		name     string
+		args     []string
+		wantCode int
+		want     string
+	}{
+		{"NATS unreachable at start", []string{"serve", "--target", "executor", "--nats", "nats://127.0.0.1:1", "--executor-listen", "127.0.0.1:0", "--workspace", t.TempDir()}, 1, "cannot reach NATS at nats://127.0.0.1:1"},
+		{"unknown target", []string{"serve", "--target", "planner"}, 2, `unknown target "planner"`},
+		{"no target", []string{"serve"}, 2, "-target is required"},
+		{"unknown flag", []string{"run", "--modle", "x"}, 2, "flag provided but not defined: -modle"},
+		{"run without goal", []string{"run", "--model", "scripted:x.yaml"}, 2, "-model and -goal are required"},
+		{"unknown command", []string{"deploy"}, 2, `unknown command "deploy"`},
+		{"orchestrator down", []string{"runs", "--addr", "127.0.0.1:1"}, 1, "list runs (orchestrator 127.0.0.1:1): Unavailable"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := startProc(t, "xct", xct, tc.args...)
+			code, out := p.wait(t, 30*time.Second)
+			if code != tc.wantCode || !strings.Contains(out, tc.want) {
+				t.Fatalf("exit %d, want %d with %q; output:\n%s", code, tc.wantCode, tc.want, out)
+			}
+			if tc.name == "NATS unreachable at start" && strings.Count(strings.TrimSpace(out), "\n") != 0 {
+				t.Fatalf("want one line, got:\n%s", out)
+			}
+		})
+	}
+}
