@@ -2,11 +2,13 @@ package lctl
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"math"
-	"sort"
+	"slices"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -56,7 +58,7 @@ func appendCanonical(buf *bytes.Buffer, v any) error {
 		for k := range x {
 			keys = append(keys, k)
 		}
-		sort.Slice(keys, func(i, j int) bool { return lessUTF16(keys[i], keys[j]) })
+		slices.SortFunc(keys, compareUTF16)
 		buf.WriteByte('{')
 		for i, k := range keys {
 			if i > 0 {
@@ -138,60 +140,84 @@ const hexDigits = "0123456789abcdef"
 
 func writeString(buf *bytes.Buffer, s string) {
 	buf.WriteByte('"')
+	start := 0 // s[start:i] needs no escaping and is written in one go
 	for i := 0; i < len(s); {
 		c := s[i]
-		if c < utf8.RuneSelf {
-			switch {
-			case c == '"':
-				buf.WriteString(`\"`)
-			case c == '\\':
-				buf.WriteString(`\\`)
-			case c == '\b':
-				buf.WriteString(`\b`)
-			case c == '\f':
-				buf.WriteString(`\f`)
-			case c == '\n':
-				buf.WriteString(`\n`)
-			case c == '\r':
-				buf.WriteString(`\r`)
-			case c == '\t':
-				buf.WriteString(`\t`)
-			case c < 0x20:
-				buf.WriteString(`\u00`)
-				buf.WriteByte(hexDigits[c>>4])
-				buf.WriteByte(hexDigits[c&0xf])
-			default:
-				buf.WriteByte(c)
-			}
+		if c >= 0x20 && c != '"' && c != '\\' && c < utf8.RuneSelf {
 			i++
 			continue
 		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
+		if c >= utf8.RuneSelf {
+			r, size := utf8.DecodeRuneInString(s[i:])
+			if r != utf8.RuneError || size != 1 {
+				i += size
+				continue
+			}
+			buf.WriteString(s[start:i])
 			buf.WriteString("\ufffd")
-		} else {
-			buf.WriteString(s[i : i+size])
+			i++
+			start = i
+			continue
 		}
-		i += size
+		buf.WriteString(s[start:i])
+		switch c {
+		case '"':
+			buf.WriteString(`\"`)
+		case '\\':
+			buf.WriteString(`\\`)
+		case '\b':
+			buf.WriteString(`\b`)
+		case '\f':
+			buf.WriteString(`\f`)
+		case '\n':
+			buf.WriteString(`\n`)
+		case '\r':
+			buf.WriteString(`\r`)
+		case '\t':
+			buf.WriteString(`\t`)
+		default:
+			buf.WriteString(`\u00`)
+			buf.WriteByte(hexDigits[c>>4])
+			buf.WriteByte(hexDigits[c&0xf])
+		}
+		i++
+		start = i
 	}
+	buf.WriteString(s[start:])
 	buf.WriteByte('"')
 }
 
-// lessUTF16 orders strings by their UTF-16 code units, as RFC 8785 requires.
-func lessUTF16(a, b string) bool {
+// compareUTF16 orders strings by their UTF-16 code units, as RFC 8785
+// requires. UTF-8 byte order is the same except where a character above
+// U+FFFF meets one in U+E000–U+FFFF, so plain comparison serves unless both
+// strings have bytes that can start such characters.
+func compareUTF16(a, b string) int {
+	if !hasHighRunes(a) || !hasHighRunes(b) {
+		return strings.Compare(a, b)
+	}
 	ra, rb := []rune(a), []rune(b)
 	for i := 0; i < len(ra) && i < len(rb); i++ {
 		ua, ub := utf16Units(ra[i]), utf16Units(rb[i])
 		for j := 0; j < len(ua) && j < len(ub); j++ {
 			if ua[j] != ub[j] {
-				return ua[j] < ub[j]
+				return cmp.Compare(ua[j], ub[j])
 			}
 		}
 		if len(ua) != len(ub) {
-			return len(ua) < len(ub)
+			return cmp.Compare(len(ua), len(ub))
 		}
 	}
-	return len(ra) < len(rb)
+	return cmp.Compare(len(ra), len(rb))
+}
+
+// hasHighRunes reports whether s may hold a character at or above U+E000.
+func hasHighRunes(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0xee {
+			return true
+		}
+	}
+	return false
 }
 
 func utf16Units(r rune) []uint16 {

@@ -1,13 +1,16 @@
 package lctl
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"regexp"
 	"time"
+	"unicode/utf8"
 )
 
 // Version is the LCTL specification version this package reads and writes.
@@ -65,25 +68,48 @@ func FormatTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 // ComputeHash returns the hash the event should carry: SHA-256 (hex) of the
 // canonical JSON of the event without its hash field.
 func (e *Event) ComputeHash() (string, error) {
-	m := map[string]any{
-		"seq":       float64(e.Seq),
-		"type":      e.Type,
-		"timestamp": e.Timestamp,
-		"agent":     e.Agent,
-		"data":      dataOrEmpty(e.Data),
-	}
-	if e.ChainID != "" {
-		m["chain_id"] = e.ChainID
-	}
-	if e.PrevHash != "" {
-		m["prev_hash"] = e.PrevHash
-	}
-	c, err := Canonical(m)
+	c, err := e.canonical(false)
 	if err != nil {
 		return "", fmt.Errorf("hash event %d: %w", e.Seq, err)
 	}
 	sum := sha256.Sum256(c)
 	return hex.EncodeToString(sum[:]), nil
+}
+
+// canonical writes the event's canonical JSON, with or without its hash.
+// The top-level keys are fixed, so they are written in their sorted order
+// (agent, chain_id, data, hash, prev_hash, seq, timestamp, type) directly.
+func (e *Event) canonical(withHash bool) ([]byte, error) {
+	var buf bytes.Buffer
+	buf.Grow(512)
+	buf.WriteString(`{"agent":`)
+	writeString(&buf, e.Agent)
+	if e.ChainID != "" {
+		buf.WriteString(`,"chain_id":`)
+		writeString(&buf, e.ChainID)
+	}
+	buf.WriteString(`,"data":`)
+	if err := appendCanonical(&buf, dataOrEmpty(e.Data)); err != nil {
+		return nil, err
+	}
+	if withHash && e.Hash != "" {
+		buf.WriteString(`,"hash":`)
+		writeString(&buf, e.Hash)
+	}
+	if e.PrevHash != "" {
+		buf.WriteString(`,"prev_hash":`)
+		writeString(&buf, e.PrevHash)
+	}
+	buf.WriteString(`,"seq":`)
+	if err := writeNumber(&buf, float64(e.Seq)); err != nil {
+		return nil, err
+	}
+	buf.WriteString(`,"timestamp":`)
+	writeString(&buf, e.Timestamp)
+	buf.WriteString(`,"type":`)
+	writeString(&buf, e.Type)
+	buf.WriteByte('}')
+	return buf.Bytes(), nil
 }
 
 // Seal sets PrevHash and Hash, linking e after prev (nil for the first event).
@@ -104,10 +130,16 @@ func dataOrEmpty(d map[string]any) map[string]any {
 	return d
 }
 
-// DataOf turns a Go value into an event payload through its JSON form, so the
-// payload holds only JSON types (maps, slices, strings, float64, bool, nil)
-// and hashes the same after a round trip through a file or the stream.
+// DataOf turns a Go value into an event payload that holds only JSON types
+// (maps, slices, strings, float64, bool, nil), so it hashes the same after a
+// round trip through a file or the stream. Common Go types are converted
+// directly; anything else goes through its JSON form.
 func DataOf(v any) (map[string]any, error) {
+	if m, ok := v.(map[string]any); ok {
+		if n, ok := normalize(m); ok {
+			return n.(map[string]any), nil
+		}
+	}
 	raw, err := json.Marshal(v)
 	if err != nil {
 		return nil, fmt.Errorf("event data: %w", err)
@@ -117,6 +149,66 @@ func DataOf(v any) (map[string]any, error) {
 		return nil, fmt.Errorf("event data must be a JSON object: %w", err)
 	}
 	return m, nil
+}
+
+// normalize copies v into JSON types, or reports false for anything it does
+// not convert exactly as encoding/json would.
+func normalize(v any) (any, bool) {
+	switch x := v.(type) {
+	case nil, bool:
+		return x, true
+	case string:
+		return x, utf8.ValidString(x)
+	case float64:
+		return x, !math.IsNaN(x) && !math.IsInf(x, 0)
+	case int:
+		return float64(x), true
+	case int32:
+		return float64(x), true
+	case int64:
+		return float64(x), true
+	case uint64:
+		return float64(x), true
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			n, ok := normalize(e)
+			if !ok || !utf8.ValidString(k) {
+				return nil, false
+			}
+			out[k] = n
+		}
+		return out, true
+	case map[string]string:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			if !utf8.ValidString(k) || !utf8.ValidString(e) {
+				return nil, false
+			}
+			out[k] = e
+		}
+		return out, true
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			n, ok := normalize(e)
+			if !ok {
+				return nil, false
+			}
+			out[i] = n
+		}
+		return out, true
+	case []string:
+		out := make([]any, len(x))
+		for i, e := range x {
+			if !utf8.ValidString(e) {
+				return nil, false
+			}
+			out[i] = e
+		}
+		return out, true
+	}
+	return nil, false
 }
 
 var chainIDPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
@@ -175,3 +267,7 @@ func Verify(events []Event) error {
 	}
 	return nil
 }
+
+// MarshalJSON encodes the event as canonical JSON (RFC 8785), the form it is
+// stored in on the stream: the same bytes for the same event, always.
+func (e Event) MarshalJSON() ([]byte, error) { return e.canonical(true) }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"math"
 	"strings"
 	"testing"
 
@@ -167,5 +168,64 @@ func TestValidateChainID(t *testing.T) {
 		if err := lctl.ValidateChainID(bad); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
+	}
+}
+
+func TestDataOfFastPathMatchesJSON(t *testing.T) {
+	in := map[string]any{
+		"int": 3, "i64": int64(-7), "u64": uint64(9), "f": 1.5, "s": "x<>&\u2028", "b": true, "nil": nil,
+		"labels": map[string]string{"team": "platform"}, "argv": []string{"ls", "-l"},
+		"nested": map[string]any{"list": []any{1, "two", map[string]any{"k": 3.25}}},
+	}
+	fast, err := lctl.DataOf(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := json.Marshal(in)
+	var slow map[string]any
+	_ = json.Unmarshal(raw, &slow)
+	a, _ := json.Marshal(fast)
+	b, _ := json.Marshal(slow)
+	if !bytes.Equal(a, b) {
+		t.Fatalf("fast %s\nslow %s", a, b)
+	}
+	in["labels"].(map[string]string)["team"] = "changed"
+	if fast["labels"].(map[string]any)["team"] != "platform" {
+		t.Fatal("DataOf did not copy")
+	}
+	// Types the fast path does not convert go through JSON; invalid values fail.
+	type point struct{ X int }
+	if d, err := lctl.DataOf(map[string]any{"p": point{X: 1}}); err != nil || d["p"].(map[string]any)["X"] != 1.0 {
+		t.Fatalf("struct value: %v %v", d, err)
+	}
+	if _, err := lctl.DataOf(map[string]any{"nan": math.NaN()}); err == nil {
+		t.Fatal("NaN accepted")
+	}
+}
+
+func TestStoredEventIsCanonical(t *testing.T) {
+	e := chain(t, 2)[1]
+	e.Data = map[string]any{"z": "<&>", "a": []any{1.0, map[string]any{"y": nil, "b": "\u00e9"}}}
+	if err := e.Seal(e.PrevHash); err != nil {
+		t.Fatal(err)
+	}
+	body, err := e.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var generic any
+	if err := json.Unmarshal(body, &generic); err != nil {
+		t.Fatal(err)
+	}
+	again, _ := lctl.Canonical(generic)
+	if !bytes.Equal(body, again) {
+		t.Fatalf("stored body is not canonical:\n%s\n%s", body, again)
+	}
+	back, err := lctl.DecodeEvent(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h, _ := back.ComputeHash(); h != e.Hash {
+		t.Fatal("decoded event hashes differently")
 	}
 }

@@ -9,7 +9,6 @@ package eventlog
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -180,7 +179,9 @@ func (w *ChainWriter) Append(ctx context.Context, eventType, agent string, data 
 	if err := e.Seal(w.prevHash); err != nil {
 		return lctl.Event{}, err
 	}
-	raw, err := json.Marshal(&e)
+	// The stored body is the event's canonical JSON (MarshalJSON called
+	// directly: json.Marshal would HTML-escape it).
+	raw, err := e.MarshalJSON()
 	if err != nil {
 		return lctl.Event{}, fmt.Errorf("encode event: %w", err)
 	}

@@ -62,9 +62,15 @@ func startCluster(t testing.TB, opts ...clusterOption) *cluster {
 	for _, opt := range opts {
 		opt(&cfg, &o)
 	}
-	targets := app.StartOrder
-	if cfg.ValidatorListen == "" { // an option removed the validator
-		targets = []string{app.TargetExecutor, app.TargetTracer, app.TargetOrchestrator}
+	// An option removes a target by clearing its listen address.
+	var targets []string
+	for _, t := range app.StartOrder {
+		if addr := map[string]string{
+			app.TargetExecutor: cfg.ExecutorListen, app.TargetValidator: cfg.ValidatorListen,
+			app.TargetTracer: cfg.TracerListen, app.TargetOrchestrator: cfg.OrchestratorListen,
+		}[t]; addr != "" {
+			targets = append(targets, t)
+		}
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if testing.Verbose() {
@@ -81,7 +87,9 @@ func startCluster(t testing.TB, opts ...clusterOption) *cluster {
 		a.Stop(ctx)
 	})
 	c.orch = xctv1.NewOrchestratorServiceClient(dial(t, a.Addr(app.TargetOrchestrator)))
-	c.tracer = lctlv1.NewTracerServiceClient(dial(t, a.Addr(app.TargetTracer)))
+	if addr := a.Addr(app.TargetTracer); addr != "" {
+		c.tracer = lctlv1.NewTracerServiceClient(dial(t, addr))
+	}
 	return c
 }
 
