@@ -310,3 +310,44 @@ func (l *Log) Follow(ctx context.Context, chainID string, opts FollowOptions, fn
 		}
 	}
 }
+
+// Chains returns every chain id in the stream with its number of events.
+// It asks the server for its per-subject counts, without reading events.
+func (l *Log) Chains(ctx context.Context) (map[string]uint64, error) {
+	info, err := l.stream.Info(ctx, jetstream.WithSubjectFilter(AllSubjects))
+	if err != nil {
+		return nil, fmt.Errorf("list chains: %w", err)
+	}
+	out := make(map[string]uint64, len(info.State.Subjects))
+	for subject, n := range info.State.Subjects {
+		out[subject[len(SubjectPrefix):]] = n
+	}
+	return out, nil
+}
+
+// Ends returns the first and the last event of a chain: enough to summarize
+// it without reading it whole.
+func (l *Log) Ends(ctx context.Context, chainID string) (first, last lctl.Event, err error) {
+	if err := lctl.ValidateChainID(chainID); err != nil {
+		return first, last, err
+	}
+	subject := Subject(chainID)
+	fm, err := l.stream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subject))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return first, last, fmt.Errorf("%w: %s", ErrChainNotFound, chainID)
+	}
+	if err != nil {
+		return first, last, fmt.Errorf("read chain %s: %w", chainID, err)
+	}
+	lm, err := l.stream.GetLastMsgForSubject(ctx, subject)
+	if err != nil {
+		return first, last, fmt.Errorf("read chain %s: %w", chainID, err)
+	}
+	if first, err = lctl.DecodeEvent(fm.Data); err != nil {
+		return first, last, fmt.Errorf("read chain %s: first event: %w", chainID, err)
+	}
+	if last, err = lctl.DecodeEvent(lm.Data); err != nil {
+		return first, last, fmt.Errorf("read chain %s: last event: %w", chainID, err)
+	}
+	return first, last, nil
+}

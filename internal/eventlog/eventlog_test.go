@@ -188,3 +188,33 @@ func TestAppendFailsWhenNATSIsGone(t *testing.T) {
 		t.Fatalf("seq advanced to %d after a failed append", w.Seq())
 	}
 }
+
+func TestChainsAndEnds(t *testing.T) {
+	ctx := context.Background()
+	l := openLog(t)
+	for _, id := range []string{"a", "b"} {
+		w, _ := l.NewChainWriter(id)
+		for _, typ := range []string{"run_started", "step_start", "run_finished"}[:map[string]int{"a": 3, "b": 2}[id]] {
+			if _, err := w.Append(ctx, typ, id, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	chains, err := l.Chains(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(chains) != 2 || chains["a"] != 3 || chains["b"] != 2 {
+		t.Fatalf("chains = %v", chains)
+	}
+	first, last, err := l.Ends(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Seq != 1 || first.Type != "run_started" || last.Seq != 3 || last.Type != "run_finished" {
+		t.Fatalf("ends = %+v / %+v", first, last)
+	}
+	if _, _, err := l.Ends(ctx, "nope"); !errors.Is(err, eventlog.ErrChainNotFound) {
+		t.Fatalf("unknown chain: %v", err)
+	}
+}

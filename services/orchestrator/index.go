@@ -1,7 +1,6 @@
 package orchestrator
 
 import (
-	"sort"
 	"sync"
 
 	"google.golang.org/protobuf/proto"
@@ -10,29 +9,41 @@ import (
 	"github.com/xct-dev/xct/lctl"
 )
 
-// runIndex holds every known run, materialized from the stream. Runs this
-// process writes are applied as they are appended; all others arrive through
-// the stream follower. apply is idempotent by seq, so both paths may deliver
-// the same event.
+// runIndex caches runs materialized from their chains. Runs this process
+// writes are applied event by event as they are appended; any other run is
+// read from the stream when asked for (see Service.lookup) and cached once
+// it has ended, because an ended chain never changes. Nothing here is a
+// source of truth: dropping the cache only costs reads.
 type runIndex struct {
-	mu   sync.RWMutex
-	runs map[string]*xctv1.Run
+	mu        sync.RWMutex
+	runs      map[string]*xctv1.Run // full runs, with steps
+	summaries map[string]*xctv1.Run // ended runs without steps, for listings
 }
 
-func newRunIndex() *runIndex { return &runIndex{runs: map[string]*xctv1.Run{}} }
+func newRunIndex() *runIndex {
+	return &runIndex{runs: map[string]*xctv1.Run{}, summaries: map[string]*xctv1.Run{}}
+}
 
+// apply folds one event of a run into the cache (idempotent by seq).
 func (x *runIndex) apply(e *lctl.Event) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	r, ok := x.runs[e.ChainID]
 	if !ok {
 		if e.Type != lctl.TypeRunStarted {
-			return // not an XCT run (another LCTL writer), or a gap
+			return
 		}
 		r = &xctv1.Run{}
 		x.runs[e.ChainID] = r
 	}
 	applyRunEvent(r, e)
+}
+
+// put caches a run read from its chain.
+func (x *runIndex) put(r *xctv1.Run) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.runs[r.GetRunId()] = r
 }
 
 // markUnrecorded ends a run whose end could not be written to the log: the
@@ -46,7 +57,7 @@ func (x *runIndex) markUnrecorded(id, message string) {
 	}
 }
 
-// get returns a copy of a run.
+// get returns a copy of a cached run.
 func (x *runIndex) get(id string) (*xctv1.Run, bool) {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
@@ -57,26 +68,34 @@ func (x *runIndex) get(id string) (*xctv1.Run, bool) {
 	return proto.Clone(r).(*xctv1.Run), true
 }
 
-// list returns copies of the newest runs, without steps.
-func (x *runIndex) list(limit int) []*xctv1.Run {
+// summary returns a run without its steps, from either cache.
+func (x *runIndex) summary(id string) (*xctv1.Run, bool) {
 	x.mu.RLock()
-	out := make([]*xctv1.Run, 0, len(x.runs))
-	for _, r := range x.runs {
-		c := &xctv1.Run{}
-		proto.Merge(c, r)
-		c.Steps = nil
-		out = append(out, c)
+	defer x.mu.RUnlock()
+	if r, ok := x.runs[id]; ok {
+		return withoutSteps(r), true
 	}
-	x.mu.RUnlock()
-	sort.Slice(out, func(i, j int) bool {
-		ti, tj := out[i].GetCreatedAt().AsTime(), out[j].GetCreatedAt().AsTime()
-		if !ti.Equal(tj) {
-			return ti.After(tj)
-		}
-		return out[i].GetRunId() > out[j].GetRunId()
-	})
-	if len(out) > limit {
-		out = out[:limit]
+	if r, ok := x.summaries[id]; ok {
+		return proto.Clone(r).(*xctv1.Run), true
 	}
-	return out
+	return nil, false
+}
+
+func (x *runIndex) putSummary(r *xctv1.Run) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.summaries[r.GetRunId()] = withoutSteps(r)
+}
+
+func withoutSteps(r *xctv1.Run) *xctv1.Run {
+	c := &xctv1.Run{}
+	steps := r.Steps
+	r.Steps = nil
+	proto.Merge(c, r)
+	r.Steps = steps
+	return c
+}
+
+func ended(r *xctv1.Run) bool {
+	return r.GetStatus() != xctv1.RunStatus_RUN_STATUS_RUNNING && r.GetStatus() != xctv1.RunStatus_RUN_STATUS_UNSPECIFIED
 }

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sort"
 	"sync"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	lctlv1 "github.com/xct-dev/xct/gen/lctl/v1"
@@ -44,9 +46,6 @@ type Service struct {
 	mu       sync.Mutex
 	active   map[string]*run
 	stopping bool
-
-	followCancel context.CancelFunc
-	followDone   chan struct{}
 }
 
 // Option customizes a Service.
@@ -86,32 +85,15 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger, opts ...Option) (*Service,
 // Register registers the gRPC service.
 func (s *Service) Register(g *grpc.Server) { xctv1.RegisterOrchestratorServiceServer(g, s) }
 
-// Start opens the event log and loads the runs it holds, then follows it
-// for runs written elsewhere.
+// Start opens the event log. It reads nothing else: runs are read from
+// their chains when asked for, so starting costs the same with a log of any
+// size.
 func (s *Service) Start(ctx context.Context) error {
 	log, err := eventlog.Open(ctx, s.nc, eventlog.Config{Replicas: s.cfg.Replicas})
 	if err != nil {
 		return err
 	}
 	s.events = log
-	if err := log.Follow(ctx, "", eventlog.FollowOptions{StopAtEnd: true}, func(e lctl.Event) error {
-		s.runs.apply(&e)
-		return nil
-	}); err != nil {
-		return fmt.Errorf("load runs: %w", err)
-	}
-	fctx, cancel := context.WithCancel(context.Background())
-	s.followCancel, s.followDone = cancel, make(chan struct{})
-	go func() {
-		defer close(s.followDone)
-		err := log.Follow(fctx, "", eventlog.FollowOptions{}, func(e lctl.Event) error {
-			s.runs.apply(&e)
-			return nil
-		})
-		if err != nil && fctx.Err() == nil {
-			s.log.Error("run index stopped following the event log", "err", err)
-		}
-	}()
 	return nil
 }
 
@@ -133,10 +115,6 @@ func (s *Service) Stop(ctx context.Context) error {
 		case <-r.done:
 		case <-ctx.Done():
 		}
-	}
-	if s.followCancel != nil {
-		s.followCancel()
-		<-s.followDone
 	}
 	for _, c := range s.conns {
 		c.Close()
@@ -248,13 +226,13 @@ func (s *Service) GetRun(ctx context.Context, req *xctv1.GetRunRequest) (*xctv1.
 	return &xctv1.GetRunResponse{Run: r}, nil
 }
 
-// lookup finds a run in the index, or reads its chain from the log when the
-// follower has not delivered it yet.
+// lookup returns a run: from the cache when this process writes it or it
+// has ended (an ended chain never changes), otherwise read from its chain.
 func (s *Service) lookup(ctx context.Context, id string) (*xctv1.Run, error) {
 	if err := lctl.ValidateChainID(id); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	if r, ok := s.runs.get(id); ok {
+	if r, ok := s.runs.get(id); ok && (s.owns(id) || ended(r)) {
 		return r, nil
 	}
 	events, err := s.events.ReadChain(ctx, id)
@@ -264,20 +242,66 @@ func (s *Service) lookup(ctx context.Context, id string) (*xctv1.Run, error) {
 	if err != nil {
 		return nil, err
 	}
+	r := &xctv1.Run{}
 	for i := range events {
-		s.runs.apply(&events[i])
+		applyRunEvent(r, &events[i])
 	}
-	r, _ := s.runs.get(id)
-	return r, nil
+	s.runs.put(r)
+	return proto.Clone(r).(*xctv1.Run), nil
 }
 
-// ListRuns implements OrchestratorService.
-func (s *Service) ListRuns(_ context.Context, req *xctv1.ListRunsRequest) (*xctv1.ListRunsResponse, error) {
+// owns reports whether this process runs the loop of a run.
+func (s *Service) owns(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.active[id]
+	return ok
+}
+
+// ListRuns implements OrchestratorService. It lists every chain in the
+// stream and summarizes each from its first and last events; summaries of
+// ended runs are cached.
+func (s *Service) ListRuns(ctx context.Context, req *xctv1.ListRunsRequest) (*xctv1.ListRunsResponse, error) {
 	limit := int(req.GetLimit())
 	if limit <= 0 {
 		limit = 100
 	}
-	return &xctv1.ListRunsResponse{Runs: s.runs.list(limit)}, nil
+	chains, err := s.events.Chains(ctx)
+	if err != nil {
+		return nil, status.Error(codes.Unavailable, err.Error())
+	}
+	runs := make([]*xctv1.Run, 0, len(chains))
+	for id, count := range chains {
+		if r, ok := s.runs.summary(id); ok && (ended(r) || (s.owns(id) && r.GetLastSeq() >= count)) {
+			runs = append(runs, r)
+			continue
+		}
+		first, last, err := s.events.Ends(ctx, id)
+		if err != nil {
+			return nil, toStatus(err)
+		}
+		if first.Type != lctl.TypeRunStarted {
+			continue // another LCTL writer's chain, not a run
+		}
+		r := &xctv1.Run{}
+		applyRunEvent(r, &first)
+		applyRunEvent(r, &last)
+		if ended(r) {
+			s.runs.putSummary(r)
+		}
+		runs = append(runs, r)
+	}
+	sort.Slice(runs, func(i, j int) bool {
+		ti, tj := runs[i].GetCreatedAt().AsTime(), runs[j].GetCreatedAt().AsTime()
+		if !ti.Equal(tj) {
+			return ti.After(tj)
+		}
+		return runs[i].GetRunId() > runs[j].GetRunId()
+	})
+	if len(runs) > limit {
+		runs = runs[:limit]
+	}
+	return &xctv1.ListRunsResponse{Runs: runs}, nil
 }
 
 // CancelRun implements OrchestratorService.

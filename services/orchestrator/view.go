@@ -179,6 +179,11 @@ func applyRunEvent(r *xctv1.Run, e *lctl.Event) {
 		}
 	case lctl.TypeRunFinished:
 		r.Message = str(d, "message")
+		if tok, ok := d["tokens"].(map[string]any); ok {
+			// The run's own totals: authoritative, and all a summary read
+			// from the chain's ends has.
+			r.InputTokens, r.OutputTokens = num(tok, "input"), num(tok, "output")
+		}
 		switch str(d, "status") {
 		case "done":
 			r.Status = xctv1.RunStatus_RUN_STATUS_DONE
