@@ -165,9 +165,47 @@ func ConnectNATS(url, name string) (*nats.Conn, error) {
 	return nc, nil
 }
 
+// Check validates the configuration of the given targets without starting
+// anything, so a bad flag or a broken policy file is reported before any
+// connection is tried.
+func (c *Config) Check(targets []string) error {
+	var errs []error
+	for _, t := range targets {
+		var err error
+		switch t {
+		case TargetOrchestrator:
+			// Services of the same process are found at their listen
+			// addresses.
+			oc := c.Orchestrator
+			if slices.Contains(targets, TargetValidator) {
+				oc.ValidatorAddr = c.ValidatorListen
+			}
+			if slices.Contains(targets, TargetExecutor) {
+				oc.ExecutorAddr = c.ExecutorListen
+			}
+			err = oc.Validate()
+		case TargetValidator:
+			if err = c.Validator.Validate(); err == nil && c.Validator.PolicyFile != "" {
+				_, err = validator.LoadRulesFile(c.Validator.PolicyFile)
+			}
+		case TargetExecutor:
+			err = c.Executor.Validate()
+		case TargetTracer:
+			err = c.Tracer.Validate()
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", t, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // Start connects to NATS and starts targets in dependency order, each on
 // its own gRPC listener. If any fails, what started is stopped again.
 func Start(ctx context.Context, cfg Config, targets []string, log *slog.Logger, opts Options) (_ *App, err error) {
+	if err := cfg.Check(targets); err != nil {
+		return nil, err
+	}
 	nc, err := ConnectNATS(cfg.NATSURL, "xct-"+strings.Join(targets, "+"))
 	if err != nil {
 		return nil, err

@@ -270,6 +270,10 @@ func TestClusterAsSeparateProcesses(t *testing.T) {
 
 func TestProcessErrors(t *testing.T) {
 	xct, _ := binaries(t)
+	badPolicy := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(badPolicy, []byte("rules:\n  - id: r1\n    effect: alow\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name     string
 		args     []string
@@ -282,6 +286,8 @@ func TestProcessErrors(t *testing.T) {
 		{"unknown flag", []string{"run", "--modle", "x"}, 2, "flag provided but not defined: -modle"},
 		{"run without goal", []string{"run", "--model", "scripted:x.yaml"}, 2, "-model and -goal are required"},
 		{"unknown command", []string{"deploy"}, 2, `unknown command "deploy"`},
+		{"broken policy file", []string{"serve", "--target", "validator", "--nats", "nats://127.0.0.1:1", "--policy", badPolicy}, 1, badPolicy + ":3"},
+		{"bad duration", []string{"serve", "--target", "orchestrator", "--call-timeout", "soon"}, 2, `invalid value "soon" for flag -call-timeout`},
 		{"orchestrator down", []string{"runs", "--addr", "127.0.0.1:1"}, 1, "list runs (orchestrator 127.0.0.1:1): Unavailable"},
 	}
 	for _, tc := range tests {
