@@ -8,8 +8,11 @@ SHELL := /usr/bin/env bash
 GO    ?= go
 BIN   := $(CURDIR)/bin
 BUF   := $(BIN)/buf
-# buf is pinned in tools/go.mod; the protoc plugins are pinned as tool lines
-# in go.mod, so generated code matches the protobuf runtime we link.
+GOLANGCI_LINT := $(BIN)/golangci-lint
+# buf is pinned in tools/go.mod and golangci-lint in tools/golangci/go.mod
+# (each in its own module so their dependencies never meet ours); the protoc
+# plugins are pinned as tool lines in go.mod, so generated code matches the
+# protobuf runtime we link.
 
 .DEFAULT_GOAL := help
 
@@ -48,14 +51,18 @@ check-generate: generate ## Fail if the committed generated code is stale
 		echo "gen/ is stale: run 'make generate' and commit the result"; git status --porcelain -- gen; exit 1; fi
 
 .PHONY: lint
-lint: $(BUF) ## gofmt, go vet, buf lint, and the generated-code check
+lint: $(BUF) $(GOLANGCI_LINT) ## gofmt, go vet, golangci-lint, buf lint, and the generated-code check
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GOLANGCI_LINT) run ./...
 	$(BUF) lint
 	$(MAKE) check-generate
 
 $(BUF): tools/go.mod tools/go.sum
 	cd tools && $(GO) build -o $(BUF) github.com/bufbuild/buf/cmd/buf
+
+$(GOLANGCI_LINT): tools/golangci/go.mod tools/golangci/go.sum
+	cd tools/golangci && $(GO) build -o $(GOLANGCI_LINT) github.com/golangci/golangci-lint/v2/cmd/golangci-lint
 
 .PHONY: clean
 clean: ## Remove build output and the embedded cluster's data (.xct)

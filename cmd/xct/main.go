@@ -102,7 +102,7 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 func newLogger(w io.Writer, level string) (*slog.Logger, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(strings.ToUpper(level))); err != nil {
-		return nil, &exitError{code: 2, err: fmt.Errorf("-log-level: %v", err)}
+		return nil, &exitError{code: 2, err: fmt.Errorf("-log-level: %w", err)}
 	}
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
 }

@@ -86,7 +86,7 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			return fmt.Errorf("data directory: %w", err)
 		}
 	}
-	if err := os.WriteFile(filepath.Join(cfg.Orchestrator.ScriptsDir, "demo.yaml"), examples.DemoScript, 0o640); err != nil {
+	if err := os.WriteFile(filepath.Join(cfg.Orchestrator.ScriptsDir, "demo.yaml"), examples.DemoScript, 0o600); err != nil {
 		return fmt.Errorf("write demo script: %w", err)
 	}
 

@@ -193,7 +193,7 @@ func (w *ChainWriter) Append(ctx context.Context, eventType, agent string, data 
 	if err != nil {
 		var apiErr *jetstream.APIError
 		if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
-			err = fmt.Errorf("%w: %v", ErrConflict, err)
+			err = fmt.Errorf("%w: %w", ErrConflict, err)
 		}
 		w.failed = err
 		return lctl.Event{}, fmt.Errorf("append event %d to chain %s: %w", e.Seq, w.chainID, err)

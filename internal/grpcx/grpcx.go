@@ -5,6 +5,7 @@ package grpcx
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -76,7 +77,7 @@ func NewServer(name string, log *slog.Logger) *Server {
 
 // Listen binds addr ("host:port"; port 0 picks a free one).
 func (s *Server) Listen(addr string) error {
-	lis, err := net.Listen("tcp", addr)
+	lis, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", addr)
 	if err != nil {
 		return fmt.Errorf("%s: listen on %s: %w", s.name, addr, err)
 	}
@@ -98,7 +99,7 @@ func (s *Server) Serve() error {
 		s.Health.SetServingStatus(svc, healthpb.HealthCheckResponse_SERVING)
 	}
 	s.Health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	if err := s.GRPC.Serve(s.lis); err != nil && err != grpc.ErrServerStopped {
+	if err := s.GRPC.Serve(s.lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 		return fmt.Errorf("%s: serve: %w", s.name, err)
 	}
 	return nil

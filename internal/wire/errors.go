@@ -28,6 +28,7 @@ const (
 	CodeToolFailure          Code = "TOOL_FAILURE"          // the tool failed for another reason
 	CodeExecutorUnavailable  Code = "EXECUTOR_UNAVAILABLE"  // the executor could not be reached
 	CodeBudgetExceeded       Code = "BUDGET_EXCEEDED"       // a run budget is used up
+	CodeInDoubt              Code = "IN_DOUBT"              // a step may have acted: a human must decide
 )
 
 // taxonomy is the LCTL classification of a code (spec part 6).
@@ -51,6 +52,7 @@ var taxonomies = map[Code]taxonomy{
 	CodeToolFailure:          {"execution_error", "tool_failure", "propose_a_different_action", true},
 	CodeExecutorUnavailable:  {"execution_error", "tool_failure", "retry_later", true},
 	CodeBudgetExceeded:       {"execution_error", "resource_exhausted", "finish_with_done", false},
+	CodeInDoubt:              {"execution_error", "tool_failure", "needs_human_decision", false},
 }
 
 // Errorf builds an error signal with the code's LCTL taxonomy.

@@ -140,7 +140,7 @@ func (p *openAIProposer) Propose(ctx context.Context, req *xctv1.ProposeRequest)
 	if err != nil {
 		return nil, fmt.Errorf("openai %s: %w", p.model, err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	raw, err := readLimited(resp.Body, p.cfg.MaxResponseBytes)
 	if err != nil {
 		return nil, fmt.Errorf("openai %s: read response: %w", p.model, err)

@@ -76,7 +76,7 @@ func (r *run) record(eventType, agent string, data map[string]any) error {
 // only after its allow verdict was durably recorded.
 func (r *run) loop() {
 	defer close(r.done)
-	defer r.proposer.Close()
+	defer func() { _ = r.proposer.Close() }()
 	status, message := r.steps()
 	if errors.Is(r.finishErr(status, message), errLogLost) {
 		r.svc.runs.markUnrecorded(r.id, message)

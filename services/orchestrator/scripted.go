@@ -60,9 +60,9 @@ func loadScript(dir, name string) (*Script, error) {
 	}
 	root, err := os.OpenRoot(dir)
 	if err != nil {
-		return nil, fmt.Errorf("%w: scripts directory: %v", ErrBadModel, err)
+		return nil, fmt.Errorf("%w: scripts directory: %w", ErrBadModel, err)
 	}
-	defer root.Close()
+	defer func() { _ = root.Close() }()
 	if filepath.IsAbs(name) {
 		if rel, err := filepath.Rel(mustAbs(dir), name); err == nil {
 			name = rel
@@ -70,12 +70,12 @@ func loadScript(dir, name string) (*Script, error) {
 	}
 	f, err := root.Open(name)
 	if err != nil {
-		return nil, fmt.Errorf("%w: script %q: %v", ErrBadModel, name, err)
+		return nil, fmt.Errorf("%w: script %q: %w", ErrBadModel, name, err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	raw, err := readLimited(f, MaxScriptBytes)
 	if err != nil {
-		return nil, fmt.Errorf("%w: script %q: %v", ErrBadModel, name, err)
+		return nil, fmt.Errorf("%w: script %q: %w", ErrBadModel, name, err)
 	}
 	return ParseScript(name, raw)
 }
@@ -95,14 +95,14 @@ func ParseScript(name string, raw []byte) (*Script, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(raw))
 	dec.KnownFields(true)
 	if err := dec.Decode(&s); err != nil {
-		return nil, fmt.Errorf("%w: script %q: %v", ErrBadModel, name, err)
+		return nil, fmt.Errorf("%w: script %q: %w", ErrBadModel, name, err)
 	}
 	if len(s.Steps) == 0 {
 		return nil, fmt.Errorf("%w: script %q has no steps", ErrBadModel, name)
 	}
 	for i, e := range s.Steps {
 		if err := e.check(); err != nil {
-			return nil, fmt.Errorf("%w: script %q step %d: %v", ErrBadModel, name, i+1, err)
+			return nil, fmt.Errorf("%w: script %q step %d: %w", ErrBadModel, name, i+1, err)
 		}
 	}
 	if s.AgentName == "" {
@@ -130,7 +130,7 @@ func (e *ScriptEntry) check() error {
 			return fmt.Errorf("on_error %s: an alternative is one decision without on_error", code)
 		}
 		if err := alt.check(); err != nil {
-			return fmt.Errorf("on_error %s: %v", code, err)
+			return fmt.Errorf("on_error %s: %w", code, err)
 		}
 	}
 	return nil

@@ -164,12 +164,12 @@ func (s *Service) startRun(ctx context.Context, req *xctv1.StartRunRequest) (*ru
 	defer cancel()
 	catalog, err := s.executor.ListTools(tctx, &xctv1.ListToolsRequest{})
 	if err != nil {
-		proposer.Close()
+		_ = proposer.Close()
 		return nil, fmt.Errorf("%w: list tools: %s", ErrNoExecutor, status.Convert(err).Message())
 	}
 	writer, err := s.events.NewChainWriter(id)
 	if err != nil {
-		proposer.Close()
+		_ = proposer.Close()
 		return nil, err
 	}
 	rctx, rcancel := context.WithCancelCause(context.Background())
@@ -182,7 +182,7 @@ func (s *Service) startRun(ctx context.Context, req *xctv1.StartRunRequest) (*ru
 	if s.stopping {
 		s.mu.Unlock()
 		rcancel(nil)
-		proposer.Close()
+		_ = proposer.Close()
 		return nil, ErrStopping
 	}
 	s.active[id] = r
@@ -200,7 +200,7 @@ func (s *Service) startRun(ctx context.Context, req *xctv1.StartRunRequest) (*ru
 		delete(s.active, id)
 		s.mu.Unlock()
 		rcancel(nil)
-		proposer.Close()
+		_ = proposer.Close()
 		if errors.Is(err, eventlog.ErrConflict) {
 			return nil, fmt.Errorf("%w: %s", ErrRunExists, id)
 		}

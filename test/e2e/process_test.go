@@ -30,7 +30,7 @@ var (
 func TestMain(m *testing.M) {
 	code := m.Run()
 	if binDir != "" {
-		os.RemoveAll(binDir)
+		_ = os.RemoveAll(binDir)
 	}
 	os.Exit(code)
 }
@@ -46,7 +46,7 @@ func binaries(t testing.TB) (xct, natsServer string) {
 		for _, pkg := range []string{"github.com/xct-dev/xct/cmd/xct", "github.com/nats-io/nats-server/v2"} {
 			out, err := exec.Command("go", "build", "-o", binDir+"/", pkg).CombinedOutput()
 			if err != nil {
-				buildErr = fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
+				buildErr = fmt.Errorf("go build %s: %w\n%s", pkg, err, out)
 				return
 			}
 		}
@@ -97,7 +97,7 @@ func startProc(t testing.TB, name string, bin string, args ...string) *proc {
 		close(p.done)
 	}()
 	t.Cleanup(func() {
-		p.stop(t)
+		_ = p.stop(t)
 		if t.Failed() {
 			t.Logf("--- output of %s:\n%s", name, p.output())
 		}
@@ -283,7 +283,7 @@ func TestProcessErrors(t *testing.T) {
 		{"NATS unreachable at start", []string{"serve", "--target", "executor", "--nats", "nats://127.0.0.1:1", "--executor-listen", "127.0.0.1:0", "--workspace", t.TempDir()}, 1, "cannot reach NATS at nats://127.0.0.1:1"},
 		{"unknown target", []string{"serve", "--target", "planner"}, 2, `unknown target "planner"`},
 		{"no target", []string{"serve"}, 2, "-target is required"},
-		{"unknown flag", []string{"run", "--modle", "x"}, 2, "flag provided but not defined: -modle"},
+		{"unknown flag", []string{"run", "--mdl", "x"}, 2, "flag provided but not defined: -mdl"},
 		{"run without goal", []string{"run", "--model", "scripted:x.yaml"}, 2, "-model and -goal are required"},
 		{"unknown command", []string{"deploy"}, 2, `unknown command "deploy"`},
 		{"broken policy file", []string{"serve", "--target", "validator", "--nats", "nats://127.0.0.1:1", "--policy", badPolicy}, 1, badPolicy + ":3"},
