@@ -119,7 +119,10 @@ type NextStep struct {
 	// tool's input schema.
 	Arguments *structpb.Struct `protobuf:"bytes,2,opt,name=arguments,proto3" json:"arguments,omitempty"`
 	// goal says what the model wants this step to achieve (free text).
-	Goal          string `protobuf:"bytes,3,opt,name=goal,proto3" json:"goal,omitempty"`
+	Goal string `protobuf:"bytes,3,opt,name=goal,proto3" json:"goal,omitempty"`
+	// confidence is the model's confidence (0..1) in the facts the step relies
+	// on, when it gives one. The validator gates on it (LCTL thresholds).
+	Confidence    *float64 `protobuf:"fixed64,4,opt,name=confidence,proto3,oneof" json:"confidence,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -173,6 +176,13 @@ func (x *NextStep) GetGoal() string {
 		return x.Goal
 	}
 	return ""
+}
+
+func (x *NextStep) GetConfidence() float64 {
+	if x != nil && x.Confidence != nil {
+		return *x.Confidence
+	}
+	return 0
 }
 
 // Done is the model's completion signal.
@@ -465,11 +475,15 @@ const file_xct_v1_decision_proto_rawDesc = "" +
 	"\bDecision\x12/\n" +
 	"\tnext_step\x18\x01 \x01(\v2\x10.xct.v1.NextStepH\x00R\bnextStep\x12\"\n" +
 	"\x04done\x18\x02 \x01(\v2\f.xct.v1.DoneH\x00R\x04doneB\x06\n" +
-	"\x04kind\"i\n" +
+	"\x04kind\"\x9d\x01\n" +
 	"\bNextStep\x12\x12\n" +
 	"\x04tool\x18\x01 \x01(\tR\x04tool\x125\n" +
 	"\targuments\x18\x02 \x01(\v2\x17.google.protobuf.StructR\targuments\x12\x12\n" +
-	"\x04goal\x18\x03 \x01(\tR\x04goal\" \n" +
+	"\x04goal\x18\x03 \x01(\tR\x04goal\x12#\n" +
+	"\n" +
+	"confidence\x18\x04 \x01(\x01H\x00R\n" +
+	"confidence\x88\x01\x01B\r\n" +
+	"\v_confidence\" \n" +
 	"\x04Done\x12\x18\n" +
 	"\amessage\x18\x01 \x01(\tR\amessage\"i\n" +
 	"\bResponse\x12+\n" +
@@ -536,6 +550,7 @@ func file_xct_v1_decision_proto_init() {
 		(*Decision_NextStep)(nil),
 		(*Decision_Done)(nil),
 	}
+	file_xct_v1_decision_proto_msgTypes[1].OneofWrappers = []any{}
 	file_xct_v1_decision_proto_msgTypes[3].OneofWrappers = []any{
 		(*Response_Success)(nil),
 		(*Response_Error)(nil),

@@ -11,6 +11,7 @@ import (
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	structpb "google.golang.org/protobuf/types/known/structpb"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -22,6 +23,132 @@ const (
 	// Verify that runtime/protoimpl is sufficiently up-to-date.
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
+
+// StepRecordState is where a step is in the executor's record.
+type StepRecordState int32
+
+const (
+	// STEP_RECORD_STATE_UNSPECIFIED is never recorded.
+	StepRecordState_STEP_RECORD_STATE_UNSPECIFIED StepRecordState = 0
+	// STEP_RECORD_STATE_PENDING steps are being executed, or were when their
+	// executor stopped: past the record's deadline, a pending step is in doubt.
+	StepRecordState_STEP_RECORD_STATE_PENDING StepRecordState = 1
+	// STEP_RECORD_STATE_SUCCEEDED steps returned a result.
+	StepRecordState_STEP_RECORD_STATE_SUCCEEDED StepRecordState = 2
+	// STEP_RECORD_STATE_FAILED steps returned a structured error.
+	StepRecordState_STEP_RECORD_STATE_FAILED StepRecordState = 3
+	// STEP_RECORD_STATE_IN_DOUBT steps may or may not have acted: their
+	// executor stopped mid-step and the tool is not idempotent. Only a human
+	// decision (ResolveStep) moves them on.
+	StepRecordState_STEP_RECORD_STATE_IN_DOUBT StepRecordState = 4
+	// STEP_RECORD_STATE_RETRY steps were released by a human for one more
+	// attempt: the next Execute with the step id acts again.
+	StepRecordState_STEP_RECORD_STATE_RETRY StepRecordState = 5
+)
+
+// Enum value maps for StepRecordState.
+var (
+	StepRecordState_name = map[int32]string{
+		0: "STEP_RECORD_STATE_UNSPECIFIED",
+		1: "STEP_RECORD_STATE_PENDING",
+		2: "STEP_RECORD_STATE_SUCCEEDED",
+		3: "STEP_RECORD_STATE_FAILED",
+		4: "STEP_RECORD_STATE_IN_DOUBT",
+		5: "STEP_RECORD_STATE_RETRY",
+	}
+	StepRecordState_value = map[string]int32{
+		"STEP_RECORD_STATE_UNSPECIFIED": 0,
+		"STEP_RECORD_STATE_PENDING":     1,
+		"STEP_RECORD_STATE_SUCCEEDED":   2,
+		"STEP_RECORD_STATE_FAILED":      3,
+		"STEP_RECORD_STATE_IN_DOUBT":    4,
+		"STEP_RECORD_STATE_RETRY":       5,
+	}
+)
+
+func (x StepRecordState) Enum() *StepRecordState {
+	p := new(StepRecordState)
+	*p = x
+	return p
+}
+
+func (x StepRecordState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (StepRecordState) Descriptor() protoreflect.EnumDescriptor {
+	return file_xct_v1_executor_proto_enumTypes[0].Descriptor()
+}
+
+func (StepRecordState) Type() protoreflect.EnumType {
+	return &file_xct_v1_executor_proto_enumTypes[0]
+}
+
+func (x StepRecordState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use StepRecordState.Descriptor instead.
+func (StepRecordState) EnumDescriptor() ([]byte, []int) {
+	return file_xct_v1_executor_proto_rawDescGZIP(), []int{0}
+}
+
+// StepDecision is a human's decision about a step in doubt.
+type StepDecision int32
+
+const (
+	// STEP_DECISION_UNSPECIFIED is refused.
+	StepDecision_STEP_DECISION_UNSPECIFIED StepDecision = 0
+	// STEP_DECISION_SUCCEEDED: the step acted; the run may go on.
+	StepDecision_STEP_DECISION_SUCCEEDED StepDecision = 1
+	// STEP_DECISION_FAILED: the step did not act, or its effect is void.
+	StepDecision_STEP_DECISION_FAILED StepDecision = 2
+	// STEP_DECISION_RETRY: execute the step once more on the next Execute.
+	StepDecision_STEP_DECISION_RETRY StepDecision = 3
+)
+
+// Enum value maps for StepDecision.
+var (
+	StepDecision_name = map[int32]string{
+		0: "STEP_DECISION_UNSPECIFIED",
+		1: "STEP_DECISION_SUCCEEDED",
+		2: "STEP_DECISION_FAILED",
+		3: "STEP_DECISION_RETRY",
+	}
+	StepDecision_value = map[string]int32{
+		"STEP_DECISION_UNSPECIFIED": 0,
+		"STEP_DECISION_SUCCEEDED":   1,
+		"STEP_DECISION_FAILED":      2,
+		"STEP_DECISION_RETRY":       3,
+	}
+)
+
+func (x StepDecision) Enum() *StepDecision {
+	p := new(StepDecision)
+	*p = x
+	return p
+}
+
+func (x StepDecision) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (StepDecision) Descriptor() protoreflect.EnumDescriptor {
+	return file_xct_v1_executor_proto_enumTypes[1].Descriptor()
+}
+
+func (StepDecision) Type() protoreflect.EnumType {
+	return &file_xct_v1_executor_proto_enumTypes[1]
+}
+
+func (x StepDecision) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use StepDecision.Descriptor instead.
+func (StepDecision) EnumDescriptor() ([]byte, []int) {
+	return file_xct_v1_executor_proto_rawDescGZIP(), []int{1}
+}
 
 // ListToolsRequest asks for the tool catalog.
 type ListToolsRequest struct {
@@ -185,7 +312,13 @@ type ExecuteResponse struct {
 	// response is the tool's result or a structured error.
 	Response *Response `protobuf:"bytes,1,opt,name=response,proto3" json:"response,omitempty"`
 	// duration is how long the tool ran.
-	Duration      *durationpb.Duration `protobuf:"bytes,2,opt,name=duration,proto3" json:"duration,omitempty"`
+	Duration *durationpb.Duration `protobuf:"bytes,2,opt,name=duration,proto3" json:"duration,omitempty"`
+	// replayed says that response is the recorded outcome of an earlier
+	// execution of the same step: nothing was executed by this call.
+	Replayed bool `protobuf:"varint,3,opt,name=replayed,proto3" json:"replayed,omitempty"`
+	// attempt is the number of the execution that produced response: 1,
+	// or more when a step in doubt was re-run or explicitly retried.
+	Attempt       int32 `protobuf:"varint,4,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -234,11 +367,689 @@ func (x *ExecuteResponse) GetDuration() *durationpb.Duration {
 	return nil
 }
 
+func (x *ExecuteResponse) GetReplayed() bool {
+	if x != nil {
+		return x.Replayed
+	}
+	return false
+}
+
+func (x *ExecuteResponse) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+// StepRecord is what the executor knows about one step. It is stored in
+// the JetStream KV bucket XCT_STEPS under the step id, as protobuf JSON.
+type StepRecord struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// step_id is the step's idempotency key.
+	StepId string `protobuf:"bytes,1,opt,name=step_id,json=stepId,proto3" json:"step_id,omitempty"`
+	// run_id is the run the step belongs to.
+	RunId string `protobuf:"bytes,2,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// tool is the catalog name of the tool.
+	Tool string `protobuf:"bytes,3,opt,name=tool,proto3" json:"tool,omitempty"`
+	// arguments_digest is "sha256:" and the hex SHA-256 of the arguments'
+	// JSON with sorted keys: a step id reused with other arguments is refused.
+	ArgumentsDigest string `protobuf:"bytes,4,opt,name=arguments_digest,json=argumentsDigest,proto3" json:"arguments_digest,omitempty"`
+	// state is where the step is.
+	State StepRecordState `protobuf:"varint,5,opt,name=state,proto3,enum=xct.v1.StepRecordState" json:"state,omitempty"`
+	// attempt counts the executions started for this step, from 1.
+	Attempt int32 `protobuf:"varint,6,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// effect is the effect class of this call (for shell.exec, of its binary).
+	Effect Effect `protobuf:"varint,7,opt,name=effect,proto3,enum=xct.v1.Effect" json:"effect,omitempty"`
+	// idempotent says whether this call may be re-run when in doubt.
+	Idempotent bool `protobuf:"varint,8,opt,name=idempotent,proto3" json:"idempotent,omitempty"`
+	// executor identifies the executor process of the latest attempt.
+	Executor string `protobuf:"bytes,9,opt,name=executor,proto3" json:"executor,omitempty"`
+	// started_at is when the latest attempt started.
+	StartedAt *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	// deadline is when the latest attempt must have been recorded: the
+	// tool's timeout plus a grace period. A pending step past it is in doubt.
+	Deadline *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	// finished_at is when the outcome was recorded.
+	FinishedAt *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
+	// response is the recorded outcome, for SUCCEEDED and FAILED steps.
+	Response *Response `protobuf:"bytes,13,opt,name=response,proto3" json:"response,omitempty"`
+	// response_blob names the blob holding the response when it is too large
+	// for the record; response is then empty.
+	ResponseBlob string `protobuf:"bytes,14,opt,name=response_blob,json=responseBlob,proto3" json:"response_blob,omitempty"`
+	// duration is how long the tool ran.
+	Duration *durationpb.Duration `protobuf:"bytes,15,opt,name=duration,proto3" json:"duration,omitempty"`
+	// reruns lists the attempts after the first, and why each was made.
+	Reruns []*StepRerun `protobuf:"bytes,16,rep,name=reruns,proto3" json:"reruns,omitempty"`
+	// compensations name the blobs holding how to undo each attempt's
+	// effect, for reversible tools; stored before the effect was made.
+	Compensations []*StepCompensation `protobuf:"bytes,17,rep,name=compensations,proto3" json:"compensations,omitempty"`
+	// resolution is the human decision that moved the step out of doubt.
+	Resolution    *StepResolution `protobuf:"bytes,18,opt,name=resolution,proto3" json:"resolution,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StepRecord) Reset() {
+	*x = StepRecord{}
+	mi := &file_xct_v1_executor_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StepRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StepRecord) ProtoMessage() {}
+
+func (x *StepRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_xct_v1_executor_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StepRecord.ProtoReflect.Descriptor instead.
+func (*StepRecord) Descriptor() ([]byte, []int) {
+	return file_xct_v1_executor_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *StepRecord) GetStepId() string {
+	if x != nil {
+		return x.StepId
+	}
+	return ""
+}
+
+func (x *StepRecord) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *StepRecord) GetTool() string {
+	if x != nil {
+		return x.Tool
+	}
+	return ""
+}
+
+func (x *StepRecord) GetArgumentsDigest() string {
+	if x != nil {
+		return x.ArgumentsDigest
+	}
+	return ""
+}
+
+func (x *StepRecord) GetState() StepRecordState {
+	if x != nil {
+		return x.State
+	}
+	return StepRecordState_STEP_RECORD_STATE_UNSPECIFIED
+}
+
+func (x *StepRecord) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *StepRecord) GetEffect() Effect {
+	if x != nil {
+		return x.Effect
+	}
+	return Effect_EFFECT_UNSPECIFIED
+}
+
+func (x *StepRecord) GetIdempotent() bool {
+	if x != nil {
+		return x.Idempotent
+	}
+	return false
+}
+
+func (x *StepRecord) GetExecutor() string {
+	if x != nil {
+		return x.Executor
+	}
+	return ""
+}
+
+func (x *StepRecord) GetStartedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartedAt
+	}
+	return nil
+}
+
+func (x *StepRecord) GetDeadline() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Deadline
+	}
+	return nil
+}
+
+func (x *StepRecord) GetFinishedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FinishedAt
+	}
+	return nil
+}
+
+func (x *StepRecord) GetResponse() *Response {
+	if x != nil {
+		return x.Response
+	}
+	return nil
+}
+
+func (x *StepRecord) GetResponseBlob() string {
+	if x != nil {
+		return x.ResponseBlob
+	}
+	return ""
+}
+
+func (x *StepRecord) GetDuration() *durationpb.Duration {
+	if x != nil {
+		return x.Duration
+	}
+	return nil
+}
+
+func (x *StepRecord) GetReruns() []*StepRerun {
+	if x != nil {
+		return x.Reruns
+	}
+	return nil
+}
+
+func (x *StepRecord) GetCompensations() []*StepCompensation {
+	if x != nil {
+		return x.Compensations
+	}
+	return nil
+}
+
+func (x *StepRecord) GetResolution() *StepResolution {
+	if x != nil {
+		return x.Resolution
+	}
+	return nil
+}
+
+// StepRerun is one attempt after the first.
+type StepRerun struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// attempt is the attempt's number (2 or more).
+	Attempt int32 `protobuf:"varint,1,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// at is when it started.
+	At *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=at,proto3" json:"at,omitempty"`
+	// reason says why the step was executed again, e.g. "in doubt; the tool
+	// is idempotent" or "retry allowed by alice".
+	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// executor identifies the executor process that made the attempt.
+	Executor      string `protobuf:"bytes,4,opt,name=executor,proto3" json:"executor,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StepRerun) Reset() {
+	*x = StepRerun{}
+	mi := &file_xct_v1_executor_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StepRerun) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StepRerun) ProtoMessage() {}
+
+func (x *StepRerun) ProtoReflect() protoreflect.Message {
+	mi := &file_xct_v1_executor_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StepRerun.ProtoReflect.Descriptor instead.
+func (*StepRerun) Descriptor() ([]byte, []int) {
+	return file_xct_v1_executor_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *StepRerun) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *StepRerun) GetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
+func (x *StepRerun) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *StepRerun) GetExecutor() string {
+	if x != nil {
+		return x.Executor
+	}
+	return ""
+}
+
+// StepCompensation points at the stored compensation of one attempt.
+type StepCompensation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// attempt is the attempt whose effect it undoes.
+	Attempt int32 `protobuf:"varint,1,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// blob is the name of the blob holding the compensation (JSON).
+	Blob string `protobuf:"bytes,2,opt,name=blob,proto3" json:"blob,omitempty"`
+	// size is the blob's length in bytes.
+	Size int64 `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	// checksum is "sha256:" and the hex SHA-256 of the blob.
+	Checksum      string `protobuf:"bytes,4,opt,name=checksum,proto3" json:"checksum,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StepCompensation) Reset() {
+	*x = StepCompensation{}
+	mi := &file_xct_v1_executor_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StepCompensation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StepCompensation) ProtoMessage() {}
+
+func (x *StepCompensation) ProtoReflect() protoreflect.Message {
+	mi := &file_xct_v1_executor_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StepCompensation.ProtoReflect.Descriptor instead.
+func (*StepCompensation) Descriptor() ([]byte, []int) {
+	return file_xct_v1_executor_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *StepCompensation) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *StepCompensation) GetBlob() string {
+	if x != nil {
+		return x.Blob
+	}
+	return ""
+}
+
+func (x *StepCompensation) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *StepCompensation) GetChecksum() string {
+	if x != nil {
+		return x.Checksum
+	}
+	return ""
+}
+
+// StepResolution records who decided what about a step.
+type StepResolution struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// decision is what the human decided.
+	Decision StepDecision `protobuf:"varint,1,opt,name=decision,proto3,enum=xct.v1.StepDecision" json:"decision,omitempty"`
+	// resolved_by names the human (or process) that decided.
+	ResolvedBy string `protobuf:"bytes,2,opt,name=resolved_by,json=resolvedBy,proto3" json:"resolved_by,omitempty"`
+	// reason is free text kept for the audit.
+	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// resolved_at is when the decision was recorded.
+	ResolvedAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=resolved_at,json=resolvedAt,proto3" json:"resolved_at,omitempty"`
+	// previous_state is the state the step was in.
+	PreviousState StepRecordState `protobuf:"varint,5,opt,name=previous_state,json=previousState,proto3,enum=xct.v1.StepRecordState" json:"previous_state,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StepResolution) Reset() {
+	*x = StepResolution{}
+	mi := &file_xct_v1_executor_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StepResolution) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StepResolution) ProtoMessage() {}
+
+func (x *StepResolution) ProtoReflect() protoreflect.Message {
+	mi := &file_xct_v1_executor_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StepResolution.ProtoReflect.Descriptor instead.
+func (*StepResolution) Descriptor() ([]byte, []int) {
+	return file_xct_v1_executor_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *StepResolution) GetDecision() StepDecision {
+	if x != nil {
+		return x.Decision
+	}
+	return StepDecision_STEP_DECISION_UNSPECIFIED
+}
+
+func (x *StepResolution) GetResolvedBy() string {
+	if x != nil {
+		return x.ResolvedBy
+	}
+	return ""
+}
+
+func (x *StepResolution) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *StepResolution) GetResolvedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ResolvedAt
+	}
+	return nil
+}
+
+func (x *StepResolution) GetPreviousState() StepRecordState {
+	if x != nil {
+		return x.PreviousState
+	}
+	return StepRecordState_STEP_RECORD_STATE_UNSPECIFIED
+}
+
+// GetStepRequest asks for one step's record.
+type GetStepRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// step_id is the step's idempotency key.
+	StepId        string `protobuf:"bytes,1,opt,name=step_id,json=stepId,proto3" json:"step_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetStepRequest) Reset() {
+	*x = GetStepRequest{}
+	mi := &file_xct_v1_executor_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetStepRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetStepRequest) ProtoMessage() {}
+
+func (x *GetStepRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_xct_v1_executor_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetStepRequest.ProtoReflect.Descriptor instead.
+func (*GetStepRequest) Descriptor() ([]byte, []int) {
+	return file_xct_v1_executor_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *GetStepRequest) GetStepId() string {
+	if x != nil {
+		return x.StepId
+	}
+	return ""
+}
+
+// GetStepResponse is one step's record.
+type GetStepResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// step is the record, with its response loaded when stored separately.
+	Step *StepRecord `protobuf:"bytes,1,opt,name=step,proto3" json:"step,omitempty"`
+	// in_doubt says that the step is in doubt now: recorded IN_DOUBT, or
+	// pending past its deadline.
+	InDoubt       bool `protobuf:"varint,2,opt,name=in_doubt,json=inDoubt,proto3" json:"in_doubt,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetStepResponse) Reset() {
+	*x = GetStepResponse{}
+	mi := &file_xct_v1_executor_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetStepResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetStepResponse) ProtoMessage() {}
+
+func (x *GetStepResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_xct_v1_executor_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetStepResponse.ProtoReflect.Descriptor instead.
+func (*GetStepResponse) Descriptor() ([]byte, []int) {
+	return file_xct_v1_executor_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *GetStepResponse) GetStep() *StepRecord {
+	if x != nil {
+		return x.Step
+	}
+	return nil
+}
+
+func (x *GetStepResponse) GetInDoubt() bool {
+	if x != nil {
+		return x.InDoubt
+	}
+	return false
+}
+
+// ResolveStepRequest records a human decision about a step.
+type ResolveStepRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// step_id is the step's idempotency key.
+	StepId string `protobuf:"bytes,1,opt,name=step_id,json=stepId,proto3" json:"step_id,omitempty"`
+	// decision is what the human decided.
+	Decision StepDecision `protobuf:"varint,2,opt,name=decision,proto3,enum=xct.v1.StepDecision" json:"decision,omitempty"`
+	// resolved_by names who decided; required.
+	ResolvedBy string `protobuf:"bytes,3,opt,name=resolved_by,json=resolvedBy,proto3" json:"resolved_by,omitempty"`
+	// reason is free text kept for the audit.
+	Reason string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	// result is, for SUCCEEDED, the result to record for the step (what the
+	// human observed); null when absent.
+	Result        *structpb.Value `protobuf:"bytes,5,opt,name=result,proto3" json:"result,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResolveStepRequest) Reset() {
+	*x = ResolveStepRequest{}
+	mi := &file_xct_v1_executor_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResolveStepRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResolveStepRequest) ProtoMessage() {}
+
+func (x *ResolveStepRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_xct_v1_executor_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResolveStepRequest.ProtoReflect.Descriptor instead.
+func (*ResolveStepRequest) Descriptor() ([]byte, []int) {
+	return file_xct_v1_executor_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ResolveStepRequest) GetStepId() string {
+	if x != nil {
+		return x.StepId
+	}
+	return ""
+}
+
+func (x *ResolveStepRequest) GetDecision() StepDecision {
+	if x != nil {
+		return x.Decision
+	}
+	return StepDecision_STEP_DECISION_UNSPECIFIED
+}
+
+func (x *ResolveStepRequest) GetResolvedBy() string {
+	if x != nil {
+		return x.ResolvedBy
+	}
+	return ""
+}
+
+func (x *ResolveStepRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ResolveStepRequest) GetResult() *structpb.Value {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+// ResolveStepResponse is the step's record after the decision.
+type ResolveStepResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// step is the updated record.
+	Step          *StepRecord `protobuf:"bytes,1,opt,name=step,proto3" json:"step,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResolveStepResponse) Reset() {
+	*x = ResolveStepResponse{}
+	mi := &file_xct_v1_executor_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResolveStepResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResolveStepResponse) ProtoMessage() {}
+
+func (x *ResolveStepResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_xct_v1_executor_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResolveStepResponse.ProtoReflect.Descriptor instead.
+func (*ResolveStepResponse) Descriptor() ([]byte, []int) {
+	return file_xct_v1_executor_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ResolveStepResponse) GetStep() *StepRecord {
+	if x != nil {
+		return x.Step
+	}
+	return nil
+}
+
 var File_xct_v1_executor_proto protoreflect.FileDescriptor
 
 const file_xct_v1_executor_proto_rawDesc = "" +
 	"\n" +
-	"\x15xct/v1/executor.proto\x12\x06xct.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x15xct/v1/decision.proto\x1a\x11xct/v1/tool.proto\"\x12\n" +
+	"\x15xct/v1/executor.proto\x12\x06xct.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15xct/v1/decision.proto\x1a\x11xct/v1/tool.proto\"\x12\n" +
 	"\x10ListToolsRequest\"A\n" +
 	"\x11ListToolsResponse\x12,\n" +
 	"\x05tools\x18\x01 \x03(\v2\x16.xct.v1.ToolDescriptorR\x05tools\"\x8b\x01\n" +
@@ -246,13 +1057,88 @@ const file_xct_v1_executor_proto_rawDesc = "" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x17\n" +
 	"\astep_id\x18\x02 \x01(\tR\x06stepId\x12\x12\n" +
 	"\x04tool\x18\x03 \x01(\tR\x04tool\x125\n" +
-	"\targuments\x18\x04 \x01(\v2\x17.google.protobuf.StructR\targuments\"v\n" +
+	"\targuments\x18\x04 \x01(\v2\x17.google.protobuf.StructR\targuments\"\xac\x01\n" +
 	"\x0fExecuteResponse\x12,\n" +
 	"\bresponse\x18\x01 \x01(\v2\x10.xct.v1.ResponseR\bresponse\x125\n" +
-	"\bduration\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\bduration2\x8f\x01\n" +
+	"\bduration\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\bduration\x12\x1a\n" +
+	"\breplayed\x18\x03 \x01(\bR\breplayed\x12\x18\n" +
+	"\aattempt\x18\x04 \x01(\x05R\aattempt\"\x85\x06\n" +
+	"\n" +
+	"StepRecord\x12\x17\n" +
+	"\astep_id\x18\x01 \x01(\tR\x06stepId\x12\x15\n" +
+	"\x06run_id\x18\x02 \x01(\tR\x05runId\x12\x12\n" +
+	"\x04tool\x18\x03 \x01(\tR\x04tool\x12)\n" +
+	"\x10arguments_digest\x18\x04 \x01(\tR\x0fargumentsDigest\x12-\n" +
+	"\x05state\x18\x05 \x01(\x0e2\x17.xct.v1.StepRecordStateR\x05state\x12\x18\n" +
+	"\aattempt\x18\x06 \x01(\x05R\aattempt\x12&\n" +
+	"\x06effect\x18\a \x01(\x0e2\x0e.xct.v1.EffectR\x06effect\x12\x1e\n" +
+	"\n" +
+	"idempotent\x18\b \x01(\bR\n" +
+	"idempotent\x12\x1a\n" +
+	"\bexecutor\x18\t \x01(\tR\bexecutor\x129\n" +
+	"\n" +
+	"started_at\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x126\n" +
+	"\bdeadline\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x12;\n" +
+	"\vfinished_at\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"finishedAt\x12,\n" +
+	"\bresponse\x18\r \x01(\v2\x10.xct.v1.ResponseR\bresponse\x12#\n" +
+	"\rresponse_blob\x18\x0e \x01(\tR\fresponseBlob\x125\n" +
+	"\bduration\x18\x0f \x01(\v2\x19.google.protobuf.DurationR\bduration\x12)\n" +
+	"\x06reruns\x18\x10 \x03(\v2\x11.xct.v1.StepRerunR\x06reruns\x12>\n" +
+	"\rcompensations\x18\x11 \x03(\v2\x18.xct.v1.StepCompensationR\rcompensations\x126\n" +
+	"\n" +
+	"resolution\x18\x12 \x01(\v2\x16.xct.v1.StepResolutionR\n" +
+	"resolution\"\x85\x01\n" +
+	"\tStepRerun\x12\x18\n" +
+	"\aattempt\x18\x01 \x01(\x05R\aattempt\x12*\n" +
+	"\x02at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x1a\n" +
+	"\bexecutor\x18\x04 \x01(\tR\bexecutor\"p\n" +
+	"\x10StepCompensation\x12\x18\n" +
+	"\aattempt\x18\x01 \x01(\x05R\aattempt\x12\x12\n" +
+	"\x04blob\x18\x02 \x01(\tR\x04blob\x12\x12\n" +
+	"\x04size\x18\x03 \x01(\x03R\x04size\x12\x1a\n" +
+	"\bchecksum\x18\x04 \x01(\tR\bchecksum\"\xf8\x01\n" +
+	"\x0eStepResolution\x120\n" +
+	"\bdecision\x18\x01 \x01(\x0e2\x14.xct.v1.StepDecisionR\bdecision\x12\x1f\n" +
+	"\vresolved_by\x18\x02 \x01(\tR\n" +
+	"resolvedBy\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12;\n" +
+	"\vresolved_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"resolvedAt\x12>\n" +
+	"\x0eprevious_state\x18\x05 \x01(\x0e2\x17.xct.v1.StepRecordStateR\rpreviousState\")\n" +
+	"\x0eGetStepRequest\x12\x17\n" +
+	"\astep_id\x18\x01 \x01(\tR\x06stepId\"T\n" +
+	"\x0fGetStepResponse\x12&\n" +
+	"\x04step\x18\x01 \x01(\v2\x12.xct.v1.StepRecordR\x04step\x12\x19\n" +
+	"\bin_doubt\x18\x02 \x01(\bR\ainDoubt\"\xc8\x01\n" +
+	"\x12ResolveStepRequest\x12\x17\n" +
+	"\astep_id\x18\x01 \x01(\tR\x06stepId\x120\n" +
+	"\bdecision\x18\x02 \x01(\x0e2\x14.xct.v1.StepDecisionR\bdecision\x12\x1f\n" +
+	"\vresolved_by\x18\x03 \x01(\tR\n" +
+	"resolvedBy\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12.\n" +
+	"\x06result\x18\x05 \x01(\v2\x16.google.protobuf.ValueR\x06result\"=\n" +
+	"\x13ResolveStepResponse\x12&\n" +
+	"\x04step\x18\x01 \x01(\v2\x12.xct.v1.StepRecordR\x04step*\xcf\x01\n" +
+	"\x0fStepRecordState\x12!\n" +
+	"\x1dSTEP_RECORD_STATE_UNSPECIFIED\x10\x00\x12\x1d\n" +
+	"\x19STEP_RECORD_STATE_PENDING\x10\x01\x12\x1f\n" +
+	"\x1bSTEP_RECORD_STATE_SUCCEEDED\x10\x02\x12\x1c\n" +
+	"\x18STEP_RECORD_STATE_FAILED\x10\x03\x12\x1e\n" +
+	"\x1aSTEP_RECORD_STATE_IN_DOUBT\x10\x04\x12\x1b\n" +
+	"\x17STEP_RECORD_STATE_RETRY\x10\x05*}\n" +
+	"\fStepDecision\x12\x1d\n" +
+	"\x19STEP_DECISION_UNSPECIFIED\x10\x00\x12\x1b\n" +
+	"\x17STEP_DECISION_SUCCEEDED\x10\x01\x12\x18\n" +
+	"\x14STEP_DECISION_FAILED\x10\x02\x12\x17\n" +
+	"\x13STEP_DECISION_RETRY\x10\x032\x93\x02\n" +
 	"\x0fExecutorService\x12@\n" +
 	"\tListTools\x12\x18.xct.v1.ListToolsRequest\x1a\x19.xct.v1.ListToolsResponse\x12:\n" +
-	"\aExecute\x12\x16.xct.v1.ExecuteRequest\x1a\x17.xct.v1.ExecuteResponseB}\n" +
+	"\aExecute\x12\x16.xct.v1.ExecuteRequest\x1a\x17.xct.v1.ExecuteResponse\x12:\n" +
+	"\aGetStep\x12\x16.xct.v1.GetStepRequest\x1a\x17.xct.v1.GetStepResponse\x12F\n" +
+	"\vResolveStep\x12\x1a.xct.v1.ResolveStepRequest\x1a\x1b.xct.v1.ResolveStepResponseB}\n" +
 	"\n" +
 	"com.xct.v1B\rExecutorProtoP\x01Z'github.com/xct-dev/xct/gen/xct/v1;xctv1\xa2\x02\x03XXX\xaa\x02\x06Xct.V1\xca\x02\x06Xct\\V1\xe2\x02\x12Xct\\V1\\GPBMetadata\xea\x02\aXct::V1b\x06proto3"
 
@@ -268,31 +1154,67 @@ func file_xct_v1_executor_proto_rawDescGZIP() []byte {
 	return file_xct_v1_executor_proto_rawDescData
 }
 
-var file_xct_v1_executor_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_xct_v1_executor_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_xct_v1_executor_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_xct_v1_executor_proto_goTypes = []any{
-	(*ListToolsRequest)(nil),    // 0: xct.v1.ListToolsRequest
-	(*ListToolsResponse)(nil),   // 1: xct.v1.ListToolsResponse
-	(*ExecuteRequest)(nil),      // 2: xct.v1.ExecuteRequest
-	(*ExecuteResponse)(nil),     // 3: xct.v1.ExecuteResponse
-	(*ToolDescriptor)(nil),      // 4: xct.v1.ToolDescriptor
-	(*structpb.Struct)(nil),     // 5: google.protobuf.Struct
-	(*Response)(nil),            // 6: xct.v1.Response
-	(*durationpb.Duration)(nil), // 7: google.protobuf.Duration
+	(StepRecordState)(0),          // 0: xct.v1.StepRecordState
+	(StepDecision)(0),             // 1: xct.v1.StepDecision
+	(*ListToolsRequest)(nil),      // 2: xct.v1.ListToolsRequest
+	(*ListToolsResponse)(nil),     // 3: xct.v1.ListToolsResponse
+	(*ExecuteRequest)(nil),        // 4: xct.v1.ExecuteRequest
+	(*ExecuteResponse)(nil),       // 5: xct.v1.ExecuteResponse
+	(*StepRecord)(nil),            // 6: xct.v1.StepRecord
+	(*StepRerun)(nil),             // 7: xct.v1.StepRerun
+	(*StepCompensation)(nil),      // 8: xct.v1.StepCompensation
+	(*StepResolution)(nil),        // 9: xct.v1.StepResolution
+	(*GetStepRequest)(nil),        // 10: xct.v1.GetStepRequest
+	(*GetStepResponse)(nil),       // 11: xct.v1.GetStepResponse
+	(*ResolveStepRequest)(nil),    // 12: xct.v1.ResolveStepRequest
+	(*ResolveStepResponse)(nil),   // 13: xct.v1.ResolveStepResponse
+	(*ToolDescriptor)(nil),        // 14: xct.v1.ToolDescriptor
+	(*structpb.Struct)(nil),       // 15: google.protobuf.Struct
+	(*Response)(nil),              // 16: xct.v1.Response
+	(*durationpb.Duration)(nil),   // 17: google.protobuf.Duration
+	(Effect)(0),                   // 18: xct.v1.Effect
+	(*timestamppb.Timestamp)(nil), // 19: google.protobuf.Timestamp
+	(*structpb.Value)(nil),        // 20: google.protobuf.Value
 }
 var file_xct_v1_executor_proto_depIdxs = []int32{
-	4, // 0: xct.v1.ListToolsResponse.tools:type_name -> xct.v1.ToolDescriptor
-	5, // 1: xct.v1.ExecuteRequest.arguments:type_name -> google.protobuf.Struct
-	6, // 2: xct.v1.ExecuteResponse.response:type_name -> xct.v1.Response
-	7, // 3: xct.v1.ExecuteResponse.duration:type_name -> google.protobuf.Duration
-	0, // 4: xct.v1.ExecutorService.ListTools:input_type -> xct.v1.ListToolsRequest
-	2, // 5: xct.v1.ExecutorService.Execute:input_type -> xct.v1.ExecuteRequest
-	1, // 6: xct.v1.ExecutorService.ListTools:output_type -> xct.v1.ListToolsResponse
-	3, // 7: xct.v1.ExecutorService.Execute:output_type -> xct.v1.ExecuteResponse
-	6, // [6:8] is the sub-list for method output_type
-	4, // [4:6] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	14, // 0: xct.v1.ListToolsResponse.tools:type_name -> xct.v1.ToolDescriptor
+	15, // 1: xct.v1.ExecuteRequest.arguments:type_name -> google.protobuf.Struct
+	16, // 2: xct.v1.ExecuteResponse.response:type_name -> xct.v1.Response
+	17, // 3: xct.v1.ExecuteResponse.duration:type_name -> google.protobuf.Duration
+	0,  // 4: xct.v1.StepRecord.state:type_name -> xct.v1.StepRecordState
+	18, // 5: xct.v1.StepRecord.effect:type_name -> xct.v1.Effect
+	19, // 6: xct.v1.StepRecord.started_at:type_name -> google.protobuf.Timestamp
+	19, // 7: xct.v1.StepRecord.deadline:type_name -> google.protobuf.Timestamp
+	19, // 8: xct.v1.StepRecord.finished_at:type_name -> google.protobuf.Timestamp
+	16, // 9: xct.v1.StepRecord.response:type_name -> xct.v1.Response
+	17, // 10: xct.v1.StepRecord.duration:type_name -> google.protobuf.Duration
+	7,  // 11: xct.v1.StepRecord.reruns:type_name -> xct.v1.StepRerun
+	8,  // 12: xct.v1.StepRecord.compensations:type_name -> xct.v1.StepCompensation
+	9,  // 13: xct.v1.StepRecord.resolution:type_name -> xct.v1.StepResolution
+	19, // 14: xct.v1.StepRerun.at:type_name -> google.protobuf.Timestamp
+	1,  // 15: xct.v1.StepResolution.decision:type_name -> xct.v1.StepDecision
+	19, // 16: xct.v1.StepResolution.resolved_at:type_name -> google.protobuf.Timestamp
+	0,  // 17: xct.v1.StepResolution.previous_state:type_name -> xct.v1.StepRecordState
+	6,  // 18: xct.v1.GetStepResponse.step:type_name -> xct.v1.StepRecord
+	1,  // 19: xct.v1.ResolveStepRequest.decision:type_name -> xct.v1.StepDecision
+	20, // 20: xct.v1.ResolveStepRequest.result:type_name -> google.protobuf.Value
+	6,  // 21: xct.v1.ResolveStepResponse.step:type_name -> xct.v1.StepRecord
+	2,  // 22: xct.v1.ExecutorService.ListTools:input_type -> xct.v1.ListToolsRequest
+	4,  // 23: xct.v1.ExecutorService.Execute:input_type -> xct.v1.ExecuteRequest
+	10, // 24: xct.v1.ExecutorService.GetStep:input_type -> xct.v1.GetStepRequest
+	12, // 25: xct.v1.ExecutorService.ResolveStep:input_type -> xct.v1.ResolveStepRequest
+	3,  // 26: xct.v1.ExecutorService.ListTools:output_type -> xct.v1.ListToolsResponse
+	5,  // 27: xct.v1.ExecutorService.Execute:output_type -> xct.v1.ExecuteResponse
+	11, // 28: xct.v1.ExecutorService.GetStep:output_type -> xct.v1.GetStepResponse
+	13, // 29: xct.v1.ExecutorService.ResolveStep:output_type -> xct.v1.ResolveStepResponse
+	26, // [26:30] is the sub-list for method output_type
+	22, // [22:26] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_xct_v1_executor_proto_init() }
@@ -307,13 +1229,14 @@ func file_xct_v1_executor_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_xct_v1_executor_proto_rawDesc), len(file_xct_v1_executor_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   4,
+			NumEnums:      2,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_xct_v1_executor_proto_goTypes,
 		DependencyIndexes: file_xct_v1_executor_proto_depIdxs,
+		EnumInfos:         file_xct_v1_executor_proto_enumTypes,
 		MessageInfos:      file_xct_v1_executor_proto_msgTypes,
 	}.Build()
 	File_xct_v1_executor_proto = out.File

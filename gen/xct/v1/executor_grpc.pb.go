@@ -19,8 +19,10 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	ExecutorService_ListTools_FullMethodName = "/xct.v1.ExecutorService/ListTools"
-	ExecutorService_Execute_FullMethodName   = "/xct.v1.ExecutorService/Execute"
+	ExecutorService_ListTools_FullMethodName   = "/xct.v1.ExecutorService/ListTools"
+	ExecutorService_Execute_FullMethodName     = "/xct.v1.ExecutorService/Execute"
+	ExecutorService_GetStep_FullMethodName     = "/xct.v1.ExecutorService/GetStep"
+	ExecutorService_ResolveStep_FullMethodName = "/xct.v1.ExecutorService/ResolveStep"
 )
 
 // ExecutorServiceClient is the client API for ExecutorService service.
@@ -28,12 +30,22 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
 // ExecutorService runs tools. It never decides: it executes only what the
-// orchestrator sends after the validator allowed it.
+// orchestrator sends after the validator allowed it. Each step runs at most
+// once: the executor keeps a StepRecord per step id.
 type ExecutorServiceClient interface {
 	// ListTools returns the catalog of tools this executor can run.
 	ListTools(ctx context.Context, in *ListToolsRequest, opts ...grpc.CallOption) (*ListToolsResponse, error)
-	// Execute runs one allowed step once, within its deadline.
+	// Execute runs one allowed step once, within its deadline. A step id that
+	// was already executed returns its recorded outcome without acting again;
+	// a step found in doubt returns the IN_DOUBT error unless its tool is
+	// idempotent.
 	Execute(ctx context.Context, in *ExecuteRequest, opts ...grpc.CallOption) (*ExecuteResponse, error)
+	// GetStep returns the executor's record of one step.
+	GetStep(ctx context.Context, in *GetStepRequest, opts ...grpc.CallOption) (*GetStepResponse, error)
+	// ResolveStep records a human's decision about a step in doubt (or, for
+	// RETRY, about a failed step): it succeeded, it failed, or it may be
+	// executed once more by the next Execute with the same step id.
+	ResolveStep(ctx context.Context, in *ResolveStepRequest, opts ...grpc.CallOption) (*ResolveStepResponse, error)
 }
 
 type executorServiceClient struct {
@@ -64,17 +76,47 @@ func (c *executorServiceClient) Execute(ctx context.Context, in *ExecuteRequest,
 	return out, nil
 }
 
+func (c *executorServiceClient) GetStep(ctx context.Context, in *GetStepRequest, opts ...grpc.CallOption) (*GetStepResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetStepResponse)
+	err := c.cc.Invoke(ctx, ExecutorService_GetStep_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *executorServiceClient) ResolveStep(ctx context.Context, in *ResolveStepRequest, opts ...grpc.CallOption) (*ResolveStepResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResolveStepResponse)
+	err := c.cc.Invoke(ctx, ExecutorService_ResolveStep_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ExecutorServiceServer is the server API for ExecutorService service.
 // All implementations must embed UnimplementedExecutorServiceServer
 // for forward compatibility.
 //
 // ExecutorService runs tools. It never decides: it executes only what the
-// orchestrator sends after the validator allowed it.
+// orchestrator sends after the validator allowed it. Each step runs at most
+// once: the executor keeps a StepRecord per step id.
 type ExecutorServiceServer interface {
 	// ListTools returns the catalog of tools this executor can run.
 	ListTools(context.Context, *ListToolsRequest) (*ListToolsResponse, error)
-	// Execute runs one allowed step once, within its deadline.
+	// Execute runs one allowed step once, within its deadline. A step id that
+	// was already executed returns its recorded outcome without acting again;
+	// a step found in doubt returns the IN_DOUBT error unless its tool is
+	// idempotent.
 	Execute(context.Context, *ExecuteRequest) (*ExecuteResponse, error)
+	// GetStep returns the executor's record of one step.
+	GetStep(context.Context, *GetStepRequest) (*GetStepResponse, error)
+	// ResolveStep records a human's decision about a step in doubt (or, for
+	// RETRY, about a failed step): it succeeded, it failed, or it may be
+	// executed once more by the next Execute with the same step id.
+	ResolveStep(context.Context, *ResolveStepRequest) (*ResolveStepResponse, error)
 	mustEmbedUnimplementedExecutorServiceServer()
 }
 
@@ -90,6 +132,12 @@ func (UnimplementedExecutorServiceServer) ListTools(context.Context, *ListToolsR
 }
 func (UnimplementedExecutorServiceServer) Execute(context.Context, *ExecuteRequest) (*ExecuteResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Execute not implemented")
+}
+func (UnimplementedExecutorServiceServer) GetStep(context.Context, *GetStepRequest) (*GetStepResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetStep not implemented")
+}
+func (UnimplementedExecutorServiceServer) ResolveStep(context.Context, *ResolveStepRequest) (*ResolveStepResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ResolveStep not implemented")
 }
 func (UnimplementedExecutorServiceServer) mustEmbedUnimplementedExecutorServiceServer() {}
 func (UnimplementedExecutorServiceServer) testEmbeddedByValue()                         {}
@@ -148,6 +196,42 @@ func _ExecutorService_Execute_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ExecutorService_GetStep_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetStepRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ExecutorServiceServer).GetStep(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ExecutorService_GetStep_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ExecutorServiceServer).GetStep(ctx, req.(*GetStepRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ExecutorService_ResolveStep_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResolveStepRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ExecutorServiceServer).ResolveStep(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ExecutorService_ResolveStep_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ExecutorServiceServer).ResolveStep(ctx, req.(*ResolveStepRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ExecutorService_ServiceDesc is the grpc.ServiceDesc for ExecutorService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -162,6 +246,14 @@ var ExecutorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Execute",
 			Handler:    _ExecutorService_Execute_Handler,
+		},
+		{
+			MethodName: "GetStep",
+			Handler:    _ExecutorService_GetStep_Handler,
+		},
+		{
+			MethodName: "ResolveStep",
+			Handler:    _ExecutorService_ResolveStep_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -37,6 +37,8 @@ const (
 	RunStatus_RUN_STATUS_FAILED RunStatus = 3
 	// RUN_STATUS_CANCELLED runs were cancelled by a caller.
 	RunStatus_RUN_STATUS_CANCELLED RunStatus = 4
+	// RUN_STATUS_WAITING_APPROVAL runs wait for a human to decide a step.
+	RunStatus_RUN_STATUS_WAITING_APPROVAL RunStatus = 5
 )
 
 // Enum value maps for RunStatus.
@@ -47,13 +49,15 @@ var (
 		2: "RUN_STATUS_DONE",
 		3: "RUN_STATUS_FAILED",
 		4: "RUN_STATUS_CANCELLED",
+		5: "RUN_STATUS_WAITING_APPROVAL",
 	}
 	RunStatus_value = map[string]int32{
-		"RUN_STATUS_UNSPECIFIED": 0,
-		"RUN_STATUS_RUNNING":     1,
-		"RUN_STATUS_DONE":        2,
-		"RUN_STATUS_FAILED":      3,
-		"RUN_STATUS_CANCELLED":   4,
+		"RUN_STATUS_UNSPECIFIED":      0,
+		"RUN_STATUS_RUNNING":          1,
+		"RUN_STATUS_DONE":             2,
+		"RUN_STATUS_FAILED":           3,
+		"RUN_STATUS_CANCELLED":        4,
+		"RUN_STATUS_WAITING_APPROVAL": 5,
 	}
 )
 
@@ -989,13 +993,14 @@ const file_xct_v1_orchestrator_proto_rawDesc = "" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"2\n" +
 	"\x11CancelRunResponse\x12\x1d\n" +
-	"\x03run\x18\x01 \x01(\v2\v.xct.v1.RunR\x03run*\x85\x01\n" +
+	"\x03run\x18\x01 \x01(\v2\v.xct.v1.RunR\x03run*\xa6\x01\n" +
 	"\tRunStatus\x12\x1a\n" +
 	"\x16RUN_STATUS_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12RUN_STATUS_RUNNING\x10\x01\x12\x13\n" +
 	"\x0fRUN_STATUS_DONE\x10\x02\x12\x15\n" +
 	"\x11RUN_STATUS_FAILED\x10\x03\x12\x18\n" +
-	"\x14RUN_STATUS_CANCELLED\x10\x04*\xd7\x01\n" +
+	"\x14RUN_STATUS_CANCELLED\x10\x04\x12\x1f\n" +
+	"\x1bRUN_STATUS_WAITING_APPROVAL\x10\x05*\xd7\x01\n" +
 	"\tStepState\x12\x1a\n" +
 	"\x16STEP_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13STEP_STATE_PROPOSED\x10\x01\x12\x15\n" +

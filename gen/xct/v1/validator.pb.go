@@ -9,6 +9,7 @@ package xctv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -77,6 +78,67 @@ func (x VerdictDecision) Number() protoreflect.EnumNumber {
 // Deprecated: Use VerdictDecision.Descriptor instead.
 func (VerdictDecision) EnumDescriptor() ([]byte, []int) {
 	return file_xct_v1_validator_proto_rawDescGZIP(), []int{0}
+}
+
+// ApprovalState is where an approval is in its life.
+type ApprovalState int32
+
+const (
+	// APPROVAL_STATE_UNSPECIFIED is never stored.
+	ApprovalState_APPROVAL_STATE_UNSPECIFIED ApprovalState = 0
+	// APPROVAL_STATE_PENDING waits for a human.
+	ApprovalState_APPROVAL_STATE_PENDING ApprovalState = 1
+	// APPROVAL_STATE_APPROVED lets the exact step run until it expires.
+	ApprovalState_APPROVAL_STATE_APPROVED ApprovalState = 2
+	// APPROVAL_STATE_DENIED refuses the step; the reason goes to the model.
+	ApprovalState_APPROVAL_STATE_DENIED ApprovalState = 3
+	// APPROVAL_STATE_EXPIRED was not decided in time.
+	ApprovalState_APPROVAL_STATE_EXPIRED ApprovalState = 4
+)
+
+// Enum value maps for ApprovalState.
+var (
+	ApprovalState_name = map[int32]string{
+		0: "APPROVAL_STATE_UNSPECIFIED",
+		1: "APPROVAL_STATE_PENDING",
+		2: "APPROVAL_STATE_APPROVED",
+		3: "APPROVAL_STATE_DENIED",
+		4: "APPROVAL_STATE_EXPIRED",
+	}
+	ApprovalState_value = map[string]int32{
+		"APPROVAL_STATE_UNSPECIFIED": 0,
+		"APPROVAL_STATE_PENDING":     1,
+		"APPROVAL_STATE_APPROVED":    2,
+		"APPROVAL_STATE_DENIED":      3,
+		"APPROVAL_STATE_EXPIRED":     4,
+	}
+)
+
+func (x ApprovalState) Enum() *ApprovalState {
+	p := new(ApprovalState)
+	*p = x
+	return p
+}
+
+func (x ApprovalState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ApprovalState) Descriptor() protoreflect.EnumDescriptor {
+	return file_xct_v1_validator_proto_enumTypes[1].Descriptor()
+}
+
+func (ApprovalState) Type() protoreflect.EnumType {
+	return &file_xct_v1_validator_proto_enumTypes[1]
+}
+
+func (x ApprovalState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ApprovalState.Descriptor instead.
+func (ApprovalState) EnumDescriptor() ([]byte, []int) {
+	return file_xct_v1_validator_proto_rawDescGZIP(), []int{1}
 }
 
 // ValidateRequest is one proposal with the facts about its run.
@@ -166,8 +228,18 @@ type RunContext struct {
 	StepsUsed int32 `protobuf:"varint,4,opt,name=steps_used,json=stepsUsed,proto3" json:"steps_used,omitempty"`
 	// consecutive_errors counts error responses in a row before this step.
 	ConsecutiveErrors int32 `protobuf:"varint,5,opt,name=consecutive_errors,json=consecutiveErrors,proto3" json:"consecutive_errors,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// input_tokens the run's model calls consumed so far.
+	InputTokens int64 `protobuf:"varint,6,opt,name=input_tokens,json=inputTokens,proto3" json:"input_tokens,omitempty"`
+	// output_tokens the run's model calls produced so far.
+	OutputTokens int64 `protobuf:"varint,7,opt,name=output_tokens,json=outputTokens,proto3" json:"output_tokens,omitempty"`
+	// model is the run's model reference, for the price table.
+	Model string `protobuf:"bytes,8,opt,name=model,proto3" json:"model,omitempty"`
+	// elapsed is the run's wall time so far.
+	Elapsed *durationpb.Duration `protobuf:"bytes,9,opt,name=elapsed,proto3" json:"elapsed,omitempty"`
+	// principal_roles are the roles of the run's principal.
+	PrincipalRoles []string `protobuf:"bytes,10,rep,name=principal_roles,json=principalRoles,proto3" json:"principal_roles,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *RunContext) Reset() {
@@ -235,6 +307,41 @@ func (x *RunContext) GetConsecutiveErrors() int32 {
 	return 0
 }
 
+func (x *RunContext) GetInputTokens() int64 {
+	if x != nil {
+		return x.InputTokens
+	}
+	return 0
+}
+
+func (x *RunContext) GetOutputTokens() int64 {
+	if x != nil {
+		return x.OutputTokens
+	}
+	return 0
+}
+
+func (x *RunContext) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *RunContext) GetElapsed() *durationpb.Duration {
+	if x != nil {
+		return x.Elapsed
+	}
+	return nil
+}
+
+func (x *RunContext) GetPrincipalRoles() []string {
+	if x != nil {
+		return x.PrincipalRoles
+	}
+	return nil
+}
+
 // Verdict is a validator's decision with its reasons.
 type Verdict struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -247,7 +354,16 @@ type Verdict struct {
 	// evaluated_at is when the decision was made.
 	EvaluatedAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=evaluated_at,json=evaluatedAt,proto3" json:"evaluated_at,omitempty"`
 	// error is the signal for the model when the decision is not allow.
-	Error         *Error `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
+	Error *Error `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
+	// shadow holds what shadow-mode policies would have decided; they are
+	// recorded, never enforced.
+	Shadow []*ShadowVerdict `protobuf:"bytes,6,rep,name=shadow,proto3" json:"shadow,omitempty"`
+	// ends_run is set when the step is refused because a run budget is used
+	// up: the orchestrator ends the run.
+	EndsRun bool `protobuf:"varint,7,opt,name=ends_run,json=endsRun,proto3" json:"ends_run,omitempty"`
+	// approval_ttl is how long an approval for this step stays valid, when
+	// the decision is needs approval.
+	ApprovalTtl   *durationpb.Duration `protobuf:"bytes,8,opt,name=approval_ttl,json=approvalTtl,proto3" json:"approval_ttl,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -317,6 +433,91 @@ func (x *Verdict) GetError() *Error {
 	return nil
 }
 
+func (x *Verdict) GetShadow() []*ShadowVerdict {
+	if x != nil {
+		return x.Shadow
+	}
+	return nil
+}
+
+func (x *Verdict) GetEndsRun() bool {
+	if x != nil {
+		return x.EndsRun
+	}
+	return false
+}
+
+func (x *Verdict) GetApprovalTtl() *durationpb.Duration {
+	if x != nil {
+		return x.ApprovalTtl
+	}
+	return nil
+}
+
+// ShadowVerdict is a shadow-mode policy's would-have-been decision.
+type ShadowVerdict struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// policy_version is the content hash of the shadow policy.
+	PolicyVersion string `protobuf:"bytes,1,opt,name=policy_version,json=policyVersion,proto3" json:"policy_version,omitempty"`
+	// decision it would have made.
+	Decision VerdictDecision `protobuf:"varint,2,opt,name=decision,proto3,enum=xct.v1.VerdictDecision" json:"decision,omitempty"`
+	// reasons it would have given.
+	Reasons       []*Reason `protobuf:"bytes,3,rep,name=reasons,proto3" json:"reasons,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShadowVerdict) Reset() {
+	*x = ShadowVerdict{}
+	mi := &file_xct_v1_validator_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShadowVerdict) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShadowVerdict) ProtoMessage() {}
+
+func (x *ShadowVerdict) ProtoReflect() protoreflect.Message {
+	mi := &file_xct_v1_validator_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShadowVerdict.ProtoReflect.Descriptor instead.
+func (*ShadowVerdict) Descriptor() ([]byte, []int) {
+	return file_xct_v1_validator_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ShadowVerdict) GetPolicyVersion() string {
+	if x != nil {
+		return x.PolicyVersion
+	}
+	return ""
+}
+
+func (x *ShadowVerdict) GetDecision() VerdictDecision {
+	if x != nil {
+		return x.Decision
+	}
+	return VerdictDecision_VERDICT_DECISION_UNSPECIFIED
+}
+
+func (x *ShadowVerdict) GetReasons() []*Reason {
+	if x != nil {
+		return x.Reasons
+	}
+	return nil
+}
+
 // Reason is one matched rule.
 type Reason struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -330,7 +531,7 @@ type Reason struct {
 
 func (x *Reason) Reset() {
 	*x = Reason{}
-	mi := &file_xct_v1_validator_proto_msgTypes[3]
+	mi := &file_xct_v1_validator_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -342,7 +543,7 @@ func (x *Reason) String() string {
 func (*Reason) ProtoMessage() {}
 
 func (x *Reason) ProtoReflect() protoreflect.Message {
-	mi := &file_xct_v1_validator_proto_msgTypes[3]
+	mi := &file_xct_v1_validator_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -355,7 +556,7 @@ func (x *Reason) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reason.ProtoReflect.Descriptor instead.
 func (*Reason) Descriptor() ([]byte, []int) {
-	return file_xct_v1_validator_proto_rawDescGZIP(), []int{3}
+	return file_xct_v1_validator_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Reason) GetRuleId() string {
@@ -383,7 +584,7 @@ type ValidateResponse struct {
 
 func (x *ValidateResponse) Reset() {
 	*x = ValidateResponse{}
-	mi := &file_xct_v1_validator_proto_msgTypes[4]
+	mi := &file_xct_v1_validator_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -395,7 +596,7 @@ func (x *ValidateResponse) String() string {
 func (*ValidateResponse) ProtoMessage() {}
 
 func (x *ValidateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xct_v1_validator_proto_msgTypes[4]
+	mi := &file_xct_v1_validator_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -408,7 +609,7 @@ func (x *ValidateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidateResponse.ProtoReflect.Descriptor instead.
 func (*ValidateResponse) Descriptor() ([]byte, []int) {
-	return file_xct_v1_validator_proto_rawDescGZIP(), []int{4}
+	return file_xct_v1_validator_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ValidateResponse) GetVerdict() *Verdict {
@@ -418,16 +619,605 @@ func (x *ValidateResponse) GetVerdict() *Verdict {
 	return nil
 }
 
+// Approval is a human decision bound to one step id, hence to one exact
+// proposal: changed arguments are a different step and need a new approval.
+// Approvals are stored in the JetStream KV bucket XCT_APPROVALS under
+// "<run_id>.<step_id>", so they survive a restart of any service.
+type Approval struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// run_id is the run the step belongs to.
+	RunId string `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// step is the step's number.
+	Step int32 `protobuf:"varint,2,opt,name=step,proto3" json:"step,omitempty"`
+	// step_id is the step's identity (chain, step, tool, canonical arguments).
+	StepId string `protobuf:"bytes,3,opt,name=step_id,json=stepId,proto3" json:"step_id,omitempty"`
+	// proposal is what the model proposed.
+	Proposal *NextStep `protobuf:"bytes,4,opt,name=proposal,proto3" json:"proposal,omitempty"`
+	// requested_by is the principal who started the run; they cannot approve.
+	RequestedBy string `protobuf:"bytes,5,opt,name=requested_by,json=requestedBy,proto3" json:"requested_by,omitempty"`
+	// reasons say why approval is required (the matched rules).
+	Reasons []*Reason `protobuf:"bytes,6,rep,name=reasons,proto3" json:"reasons,omitempty"`
+	// policy_version is the policy that required the approval.
+	PolicyVersion string `protobuf:"bytes,7,opt,name=policy_version,json=policyVersion,proto3" json:"policy_version,omitempty"`
+	// preview shows what the step would do, when the tool offers a dry run.
+	Preview *Preview `protobuf:"bytes,8,opt,name=preview,proto3" json:"preview,omitempty"`
+	// state is where the approval is.
+	State ApprovalState `protobuf:"varint,9,opt,name=state,proto3,enum=xct.v1.ApprovalState" json:"state,omitempty"`
+	// requested_at is when the approval was opened.
+	RequestedAt *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=requested_at,json=requestedAt,proto3" json:"requested_at,omitempty"`
+	// expires_at is when a pending or granted approval stops counting.
+	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	// decided_at is when a human decided.
+	DecidedAt *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=decided_at,json=decidedAt,proto3" json:"decided_at,omitempty"`
+	// decided_by is the approver's principal.
+	DecidedBy string `protobuf:"bytes,13,opt,name=decided_by,json=decidedBy,proto3" json:"decided_by,omitempty"`
+	// reason is the approver's explanation.
+	Reason        string `protobuf:"bytes,14,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Approval) Reset() {
+	*x = Approval{}
+	mi := &file_xct_v1_validator_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Approval) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Approval) ProtoMessage() {}
+
+func (x *Approval) ProtoReflect() protoreflect.Message {
+	mi := &file_xct_v1_validator_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Approval.ProtoReflect.Descriptor instead.
+func (*Approval) Descriptor() ([]byte, []int) {
+	return file_xct_v1_validator_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *Approval) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *Approval) GetStep() int32 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
+func (x *Approval) GetStepId() string {
+	if x != nil {
+		return x.StepId
+	}
+	return ""
+}
+
+func (x *Approval) GetProposal() *NextStep {
+	if x != nil {
+		return x.Proposal
+	}
+	return nil
+}
+
+func (x *Approval) GetRequestedBy() string {
+	if x != nil {
+		return x.RequestedBy
+	}
+	return ""
+}
+
+func (x *Approval) GetReasons() []*Reason {
+	if x != nil {
+		return x.Reasons
+	}
+	return nil
+}
+
+func (x *Approval) GetPolicyVersion() string {
+	if x != nil {
+		return x.PolicyVersion
+	}
+	return ""
+}
+
+func (x *Approval) GetPreview() *Preview {
+	if x != nil {
+		return x.Preview
+	}
+	return nil
+}
+
+func (x *Approval) GetState() ApprovalState {
+	if x != nil {
+		return x.State
+	}
+	return ApprovalState_APPROVAL_STATE_UNSPECIFIED
+}
+
+func (x *Approval) GetRequestedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RequestedAt
+	}
+	return nil
+}
+
+func (x *Approval) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
+}
+
+func (x *Approval) GetDecidedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DecidedAt
+	}
+	return nil
+}
+
+func (x *Approval) GetDecidedBy() string {
+	if x != nil {
+		return x.DecidedBy
+	}
+	return ""
+}
+
+func (x *Approval) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// Preview is a tool's dry run of a step.
+type Preview struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// kind says how to read content, e.g. "diff" (a unified diff).
+	Kind string `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	// content is the preview itself.
+	Content       string `protobuf:"bytes,2,opt,name=content,proto3" json:"content,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Preview) Reset() {
+	*x = Preview{}
+	mi := &file_xct_v1_validator_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Preview) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Preview) ProtoMessage() {}
+
+func (x *Preview) ProtoReflect() protoreflect.Message {
+	mi := &file_xct_v1_validator_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Preview.ProtoReflect.Descriptor instead.
+func (*Preview) Descriptor() ([]byte, []int) {
+	return file_xct_v1_validator_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *Preview) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *Preview) GetContent() string {
+	if x != nil {
+		return x.Content
+	}
+	return ""
+}
+
+// RequestApprovalRequest opens an approval.
+type RequestApprovalRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// run describes the run.
+	Run *RunContext `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
+	// step is the step's number.
+	Step int32 `protobuf:"varint,2,opt,name=step,proto3" json:"step,omitempty"`
+	// step_id is the step's identity.
+	StepId string `protobuf:"bytes,3,opt,name=step_id,json=stepId,proto3" json:"step_id,omitempty"`
+	// proposal is the step's proposal.
+	Proposal *NextStep `protobuf:"bytes,4,opt,name=proposal,proto3" json:"proposal,omitempty"`
+	// verdict is the needs-approval verdict that asked for it.
+	Verdict *Verdict `protobuf:"bytes,5,opt,name=verdict,proto3" json:"verdict,omitempty"`
+	// preview is the tool's dry run, if any.
+	Preview       *Preview `protobuf:"bytes,6,opt,name=preview,proto3" json:"preview,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RequestApprovalRequest) Reset() {
+	*x = RequestApprovalRequest{}
+	mi := &file_xct_v1_validator_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RequestApprovalRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RequestApprovalRequest) ProtoMessage() {}
+
+func (x *RequestApprovalRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_xct_v1_validator_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RequestApprovalRequest.ProtoReflect.Descriptor instead.
+func (*RequestApprovalRequest) Descriptor() ([]byte, []int) {
+	return file_xct_v1_validator_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *RequestApprovalRequest) GetRun() *RunContext {
+	if x != nil {
+		return x.Run
+	}
+	return nil
+}
+
+func (x *RequestApprovalRequest) GetStep() int32 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
+func (x *RequestApprovalRequest) GetStepId() string {
+	if x != nil {
+		return x.StepId
+	}
+	return ""
+}
+
+func (x *RequestApprovalRequest) GetProposal() *NextStep {
+	if x != nil {
+		return x.Proposal
+	}
+	return nil
+}
+
+func (x *RequestApprovalRequest) GetVerdict() *Verdict {
+	if x != nil {
+		return x.Verdict
+	}
+	return nil
+}
+
+func (x *RequestApprovalRequest) GetPreview() *Preview {
+	if x != nil {
+		return x.Preview
+	}
+	return nil
+}
+
+// RequestApprovalResponse returns the approval as stored.
+type RequestApprovalResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// approval as stored (an existing one for the same step id is returned
+	// unchanged).
+	Approval      *Approval `protobuf:"bytes,1,opt,name=approval,proto3" json:"approval,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RequestApprovalResponse) Reset() {
+	*x = RequestApprovalResponse{}
+	mi := &file_xct_v1_validator_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RequestApprovalResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RequestApprovalResponse) ProtoMessage() {}
+
+func (x *RequestApprovalResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_xct_v1_validator_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RequestApprovalResponse.ProtoReflect.Descriptor instead.
+func (*RequestApprovalResponse) Descriptor() ([]byte, []int) {
+	return file_xct_v1_validator_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *RequestApprovalResponse) GetApproval() *Approval {
+	if x != nil {
+		return x.Approval
+	}
+	return nil
+}
+
+// ListApprovalsRequest filters approvals.
+type ListApprovalsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// run_id limits the list to one run.
+	RunId string `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// all includes decided and expired approvals.
+	All           bool `protobuf:"varint,2,opt,name=all,proto3" json:"all,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListApprovalsRequest) Reset() {
+	*x = ListApprovalsRequest{}
+	mi := &file_xct_v1_validator_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListApprovalsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListApprovalsRequest) ProtoMessage() {}
+
+func (x *ListApprovalsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_xct_v1_validator_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListApprovalsRequest.ProtoReflect.Descriptor instead.
+func (*ListApprovalsRequest) Descriptor() ([]byte, []int) {
+	return file_xct_v1_validator_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ListApprovalsRequest) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *ListApprovalsRequest) GetAll() bool {
+	if x != nil {
+		return x.All
+	}
+	return false
+}
+
+// ListApprovalsResponse lists approvals, oldest first.
+type ListApprovalsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// approvals that match.
+	Approvals     []*Approval `protobuf:"bytes,1,rep,name=approvals,proto3" json:"approvals,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListApprovalsResponse) Reset() {
+	*x = ListApprovalsResponse{}
+	mi := &file_xct_v1_validator_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListApprovalsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListApprovalsResponse) ProtoMessage() {}
+
+func (x *ListApprovalsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_xct_v1_validator_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListApprovalsResponse.ProtoReflect.Descriptor instead.
+func (*ListApprovalsResponse) Descriptor() ([]byte, []int) {
+	return file_xct_v1_validator_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ListApprovalsResponse) GetApprovals() []*Approval {
+	if x != nil {
+		return x.Approvals
+	}
+	return nil
+}
+
+// DecideApprovalRequest approves or denies a step.
+type DecideApprovalRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// run_id is the run.
+	RunId string `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// step is the step number or its step id.
+	Step string `protobuf:"bytes,2,opt,name=step,proto3" json:"step,omitempty"`
+	// approve grants the approval; false denies it.
+	Approve bool `protobuf:"varint,3,opt,name=approve,proto3" json:"approve,omitempty"`
+	// approver is who decides (from the caller's identity when
+	// authentication is on).
+	Approver string `protobuf:"bytes,4,opt,name=approver,proto3" json:"approver,omitempty"`
+	// reason explains the decision; required to deny.
+	Reason        string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DecideApprovalRequest) Reset() {
+	*x = DecideApprovalRequest{}
+	mi := &file_xct_v1_validator_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DecideApprovalRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DecideApprovalRequest) ProtoMessage() {}
+
+func (x *DecideApprovalRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_xct_v1_validator_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DecideApprovalRequest.ProtoReflect.Descriptor instead.
+func (*DecideApprovalRequest) Descriptor() ([]byte, []int) {
+	return file_xct_v1_validator_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *DecideApprovalRequest) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *DecideApprovalRequest) GetStep() string {
+	if x != nil {
+		return x.Step
+	}
+	return ""
+}
+
+func (x *DecideApprovalRequest) GetApprove() bool {
+	if x != nil {
+		return x.Approve
+	}
+	return false
+}
+
+func (x *DecideApprovalRequest) GetApprover() string {
+	if x != nil {
+		return x.Approver
+	}
+	return ""
+}
+
+func (x *DecideApprovalRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// DecideApprovalResponse returns the decided approval.
+type DecideApprovalResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// approval after the decision.
+	Approval      *Approval `protobuf:"bytes,1,opt,name=approval,proto3" json:"approval,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DecideApprovalResponse) Reset() {
+	*x = DecideApprovalResponse{}
+	mi := &file_xct_v1_validator_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DecideApprovalResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DecideApprovalResponse) ProtoMessage() {}
+
+func (x *DecideApprovalResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_xct_v1_validator_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DecideApprovalResponse.ProtoReflect.Descriptor instead.
+func (*DecideApprovalResponse) Descriptor() ([]byte, []int) {
+	return file_xct_v1_validator_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *DecideApprovalResponse) GetApproval() *Approval {
+	if x != nil {
+		return x.Approval
+	}
+	return nil
+}
+
 var File_xct_v1_validator_proto protoreflect.FileDescriptor
 
 const file_xct_v1_validator_proto_rawDesc = "" +
 	"\n" +
-	"\x16xct/v1/validator.proto\x12\x06xct.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15xct/v1/decision.proto\"\x92\x01\n" +
+	"\x16xct/v1/validator.proto\x12\x06xct.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15xct/v1/decision.proto\"\x92\x01\n" +
 	"\x0fValidateRequest\x12$\n" +
 	"\x03run\x18\x01 \x01(\v2\x12.xct.v1.RunContextR\x03run\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\x05R\x04step\x12\x17\n" +
 	"\astep_id\x18\x03 \x01(\tR\x06stepId\x12,\n" +
-	"\bproposal\x18\x04 \x01(\v2\x10.xct.v1.NextStepR\bproposal\"\x82\x02\n" +
+	"\bproposal\x18\x04 \x01(\v2\x10.xct.v1.NextStepR\bproposal\"\xbe\x03\n" +
 	"\n" +
 	"RunContext\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1c\n" +
@@ -435,28 +1225,94 @@ const file_xct_v1_validator_proto_rawDesc = "" +
 	"\x06labels\x18\x03 \x03(\v2\x1e.xct.v1.RunContext.LabelsEntryR\x06labels\x12\x1d\n" +
 	"\n" +
 	"steps_used\x18\x04 \x01(\x05R\tstepsUsed\x12-\n" +
-	"\x12consecutive_errors\x18\x05 \x01(\x05R\x11consecutiveErrors\x1a9\n" +
+	"\x12consecutive_errors\x18\x05 \x01(\x05R\x11consecutiveErrors\x12!\n" +
+	"\finput_tokens\x18\x06 \x01(\x03R\vinputTokens\x12#\n" +
+	"\routput_tokens\x18\a \x01(\x03R\foutputTokens\x12\x14\n" +
+	"\x05model\x18\b \x01(\tR\x05model\x123\n" +
+	"\aelapsed\x18\t \x01(\v2\x19.google.protobuf.DurationR\aelapsed\x12'\n" +
+	"\x0fprincipal_roles\x18\n" +
+	" \x03(\tR\x0eprincipalRoles\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf3\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xfb\x02\n" +
 	"\aVerdict\x123\n" +
 	"\bdecision\x18\x01 \x01(\x0e2\x17.xct.v1.VerdictDecisionR\bdecision\x12(\n" +
 	"\areasons\x18\x02 \x03(\v2\x0e.xct.v1.ReasonR\areasons\x12%\n" +
 	"\x0epolicy_version\x18\x03 \x01(\tR\rpolicyVersion\x12=\n" +
 	"\fevaluated_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\vevaluatedAt\x12#\n" +
-	"\x05error\x18\x05 \x01(\v2\r.xct.v1.ErrorR\x05error\";\n" +
+	"\x05error\x18\x05 \x01(\v2\r.xct.v1.ErrorR\x05error\x12-\n" +
+	"\x06shadow\x18\x06 \x03(\v2\x15.xct.v1.ShadowVerdictR\x06shadow\x12\x19\n" +
+	"\bends_run\x18\a \x01(\bR\aendsRun\x12<\n" +
+	"\fapproval_ttl\x18\b \x01(\v2\x19.google.protobuf.DurationR\vapprovalTtl\"\x95\x01\n" +
+	"\rShadowVerdict\x12%\n" +
+	"\x0epolicy_version\x18\x01 \x01(\tR\rpolicyVersion\x123\n" +
+	"\bdecision\x18\x02 \x01(\x0e2\x17.xct.v1.VerdictDecisionR\bdecision\x12(\n" +
+	"\areasons\x18\x03 \x03(\v2\x0e.xct.v1.ReasonR\areasons\";\n" +
 	"\x06Reason\x12\x17\n" +
 	"\arule_id\x18\x01 \x01(\tR\x06ruleId\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\"=\n" +
 	"\x10ValidateResponse\x12)\n" +
-	"\averdict\x18\x01 \x01(\v2\x0f.xct.v1.VerdictR\averdict*\x8f\x01\n" +
+	"\averdict\x18\x01 \x01(\v2\x0f.xct.v1.VerdictR\averdict\"\xb4\x04\n" +
+	"\bApproval\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x12\n" +
+	"\x04step\x18\x02 \x01(\x05R\x04step\x12\x17\n" +
+	"\astep_id\x18\x03 \x01(\tR\x06stepId\x12,\n" +
+	"\bproposal\x18\x04 \x01(\v2\x10.xct.v1.NextStepR\bproposal\x12!\n" +
+	"\frequested_by\x18\x05 \x01(\tR\vrequestedBy\x12(\n" +
+	"\areasons\x18\x06 \x03(\v2\x0e.xct.v1.ReasonR\areasons\x12%\n" +
+	"\x0epolicy_version\x18\a \x01(\tR\rpolicyVersion\x12)\n" +
+	"\apreview\x18\b \x01(\v2\x0f.xct.v1.PreviewR\apreview\x12+\n" +
+	"\x05state\x18\t \x01(\x0e2\x15.xct.v1.ApprovalStateR\x05state\x12=\n" +
+	"\frequested_at\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\vrequestedAt\x129\n" +
+	"\n" +
+	"expires_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x129\n" +
+	"\n" +
+	"decided_at\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\tdecidedAt\x12\x1d\n" +
+	"\n" +
+	"decided_by\x18\r \x01(\tR\tdecidedBy\x12\x16\n" +
+	"\x06reason\x18\x0e \x01(\tR\x06reason\"7\n" +
+	"\aPreview\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x18\n" +
+	"\acontent\x18\x02 \x01(\tR\acontent\"\xef\x01\n" +
+	"\x16RequestApprovalRequest\x12$\n" +
+	"\x03run\x18\x01 \x01(\v2\x12.xct.v1.RunContextR\x03run\x12\x12\n" +
+	"\x04step\x18\x02 \x01(\x05R\x04step\x12\x17\n" +
+	"\astep_id\x18\x03 \x01(\tR\x06stepId\x12,\n" +
+	"\bproposal\x18\x04 \x01(\v2\x10.xct.v1.NextStepR\bproposal\x12)\n" +
+	"\averdict\x18\x05 \x01(\v2\x0f.xct.v1.VerdictR\averdict\x12)\n" +
+	"\apreview\x18\x06 \x01(\v2\x0f.xct.v1.PreviewR\apreview\"G\n" +
+	"\x17RequestApprovalResponse\x12,\n" +
+	"\bapproval\x18\x01 \x01(\v2\x10.xct.v1.ApprovalR\bapproval\"?\n" +
+	"\x14ListApprovalsRequest\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x10\n" +
+	"\x03all\x18\x02 \x01(\bR\x03all\"G\n" +
+	"\x15ListApprovalsResponse\x12.\n" +
+	"\tapprovals\x18\x01 \x03(\v2\x10.xct.v1.ApprovalR\tapprovals\"\x90\x01\n" +
+	"\x15DecideApprovalRequest\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x12\n" +
+	"\x04step\x18\x02 \x01(\tR\x04step\x12\x18\n" +
+	"\aapprove\x18\x03 \x01(\bR\aapprove\x12\x1a\n" +
+	"\bapprover\x18\x04 \x01(\tR\bapprover\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\"F\n" +
+	"\x16DecideApprovalResponse\x12,\n" +
+	"\bapproval\x18\x01 \x01(\v2\x10.xct.v1.ApprovalR\bapproval*\x8f\x01\n" +
 	"\x0fVerdictDecision\x12 \n" +
 	"\x1cVERDICT_DECISION_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16VERDICT_DECISION_ALLOW\x10\x01\x12\x19\n" +
 	"\x15VERDICT_DECISION_DENY\x10\x02\x12#\n" +
-	"\x1fVERDICT_DECISION_NEEDS_APPROVAL\x10\x032Q\n" +
+	"\x1fVERDICT_DECISION_NEEDS_APPROVAL\x10\x03*\x9f\x01\n" +
+	"\rApprovalState\x12\x1e\n" +
+	"\x1aAPPROVAL_STATE_UNSPECIFIED\x10\x00\x12\x1a\n" +
+	"\x16APPROVAL_STATE_PENDING\x10\x01\x12\x1b\n" +
+	"\x17APPROVAL_STATE_APPROVED\x10\x02\x12\x19\n" +
+	"\x15APPROVAL_STATE_DENIED\x10\x03\x12\x1a\n" +
+	"\x16APPROVAL_STATE_EXPIRED\x10\x042\xc4\x02\n" +
 	"\x10ValidatorService\x12=\n" +
-	"\bValidate\x12\x17.xct.v1.ValidateRequest\x1a\x18.xct.v1.ValidateResponseB~\n" +
+	"\bValidate\x12\x17.xct.v1.ValidateRequest\x1a\x18.xct.v1.ValidateResponse\x12R\n" +
+	"\x0fRequestApproval\x12\x1e.xct.v1.RequestApprovalRequest\x1a\x1f.xct.v1.RequestApprovalResponse\x12L\n" +
+	"\rListApprovals\x12\x1c.xct.v1.ListApprovalsRequest\x1a\x1d.xct.v1.ListApprovalsResponse\x12O\n" +
+	"\x0eDecideApproval\x12\x1d.xct.v1.DecideApprovalRequest\x1a\x1e.xct.v1.DecideApprovalResponseB~\n" +
 	"\n" +
 	"com.xct.v1B\x0eValidatorProtoP\x01Z'github.com/xct-dev/xct/gen/xct/v1;xctv1\xa2\x02\x03XXX\xaa\x02\x06Xct.V1\xca\x02\x06Xct\\V1\xe2\x02\x12Xct\\V1\\GPBMetadata\xea\x02\aXct::V1b\x06proto3"
 
@@ -472,36 +1328,72 @@ func file_xct_v1_validator_proto_rawDescGZIP() []byte {
 	return file_xct_v1_validator_proto_rawDescData
 }
 
-var file_xct_v1_validator_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_xct_v1_validator_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_xct_v1_validator_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_xct_v1_validator_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_xct_v1_validator_proto_goTypes = []any{
-	(VerdictDecision)(0),          // 0: xct.v1.VerdictDecision
-	(*ValidateRequest)(nil),       // 1: xct.v1.ValidateRequest
-	(*RunContext)(nil),            // 2: xct.v1.RunContext
-	(*Verdict)(nil),               // 3: xct.v1.Verdict
-	(*Reason)(nil),                // 4: xct.v1.Reason
-	(*ValidateResponse)(nil),      // 5: xct.v1.ValidateResponse
-	nil,                           // 6: xct.v1.RunContext.LabelsEntry
-	(*NextStep)(nil),              // 7: xct.v1.NextStep
-	(*timestamppb.Timestamp)(nil), // 8: google.protobuf.Timestamp
-	(*Error)(nil),                 // 9: xct.v1.Error
+	(VerdictDecision)(0),            // 0: xct.v1.VerdictDecision
+	(ApprovalState)(0),              // 1: xct.v1.ApprovalState
+	(*ValidateRequest)(nil),         // 2: xct.v1.ValidateRequest
+	(*RunContext)(nil),              // 3: xct.v1.RunContext
+	(*Verdict)(nil),                 // 4: xct.v1.Verdict
+	(*ShadowVerdict)(nil),           // 5: xct.v1.ShadowVerdict
+	(*Reason)(nil),                  // 6: xct.v1.Reason
+	(*ValidateResponse)(nil),        // 7: xct.v1.ValidateResponse
+	(*Approval)(nil),                // 8: xct.v1.Approval
+	(*Preview)(nil),                 // 9: xct.v1.Preview
+	(*RequestApprovalRequest)(nil),  // 10: xct.v1.RequestApprovalRequest
+	(*RequestApprovalResponse)(nil), // 11: xct.v1.RequestApprovalResponse
+	(*ListApprovalsRequest)(nil),    // 12: xct.v1.ListApprovalsRequest
+	(*ListApprovalsResponse)(nil),   // 13: xct.v1.ListApprovalsResponse
+	(*DecideApprovalRequest)(nil),   // 14: xct.v1.DecideApprovalRequest
+	(*DecideApprovalResponse)(nil),  // 15: xct.v1.DecideApprovalResponse
+	nil,                             // 16: xct.v1.RunContext.LabelsEntry
+	(*NextStep)(nil),                // 17: xct.v1.NextStep
+	(*durationpb.Duration)(nil),     // 18: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),   // 19: google.protobuf.Timestamp
+	(*Error)(nil),                   // 20: xct.v1.Error
 }
 var file_xct_v1_validator_proto_depIdxs = []int32{
-	2, // 0: xct.v1.ValidateRequest.run:type_name -> xct.v1.RunContext
-	7, // 1: xct.v1.ValidateRequest.proposal:type_name -> xct.v1.NextStep
-	6, // 2: xct.v1.RunContext.labels:type_name -> xct.v1.RunContext.LabelsEntry
-	0, // 3: xct.v1.Verdict.decision:type_name -> xct.v1.VerdictDecision
-	4, // 4: xct.v1.Verdict.reasons:type_name -> xct.v1.Reason
-	8, // 5: xct.v1.Verdict.evaluated_at:type_name -> google.protobuf.Timestamp
-	9, // 6: xct.v1.Verdict.error:type_name -> xct.v1.Error
-	3, // 7: xct.v1.ValidateResponse.verdict:type_name -> xct.v1.Verdict
-	1, // 8: xct.v1.ValidatorService.Validate:input_type -> xct.v1.ValidateRequest
-	5, // 9: xct.v1.ValidatorService.Validate:output_type -> xct.v1.ValidateResponse
-	9, // [9:10] is the sub-list for method output_type
-	8, // [8:9] is the sub-list for method input_type
-	8, // [8:8] is the sub-list for extension type_name
-	8, // [8:8] is the sub-list for extension extendee
-	0, // [0:8] is the sub-list for field type_name
+	3,  // 0: xct.v1.ValidateRequest.run:type_name -> xct.v1.RunContext
+	17, // 1: xct.v1.ValidateRequest.proposal:type_name -> xct.v1.NextStep
+	16, // 2: xct.v1.RunContext.labels:type_name -> xct.v1.RunContext.LabelsEntry
+	18, // 3: xct.v1.RunContext.elapsed:type_name -> google.protobuf.Duration
+	0,  // 4: xct.v1.Verdict.decision:type_name -> xct.v1.VerdictDecision
+	6,  // 5: xct.v1.Verdict.reasons:type_name -> xct.v1.Reason
+	19, // 6: xct.v1.Verdict.evaluated_at:type_name -> google.protobuf.Timestamp
+	20, // 7: xct.v1.Verdict.error:type_name -> xct.v1.Error
+	5,  // 8: xct.v1.Verdict.shadow:type_name -> xct.v1.ShadowVerdict
+	18, // 9: xct.v1.Verdict.approval_ttl:type_name -> google.protobuf.Duration
+	0,  // 10: xct.v1.ShadowVerdict.decision:type_name -> xct.v1.VerdictDecision
+	6,  // 11: xct.v1.ShadowVerdict.reasons:type_name -> xct.v1.Reason
+	4,  // 12: xct.v1.ValidateResponse.verdict:type_name -> xct.v1.Verdict
+	17, // 13: xct.v1.Approval.proposal:type_name -> xct.v1.NextStep
+	6,  // 14: xct.v1.Approval.reasons:type_name -> xct.v1.Reason
+	9,  // 15: xct.v1.Approval.preview:type_name -> xct.v1.Preview
+	1,  // 16: xct.v1.Approval.state:type_name -> xct.v1.ApprovalState
+	19, // 17: xct.v1.Approval.requested_at:type_name -> google.protobuf.Timestamp
+	19, // 18: xct.v1.Approval.expires_at:type_name -> google.protobuf.Timestamp
+	19, // 19: xct.v1.Approval.decided_at:type_name -> google.protobuf.Timestamp
+	3,  // 20: xct.v1.RequestApprovalRequest.run:type_name -> xct.v1.RunContext
+	17, // 21: xct.v1.RequestApprovalRequest.proposal:type_name -> xct.v1.NextStep
+	4,  // 22: xct.v1.RequestApprovalRequest.verdict:type_name -> xct.v1.Verdict
+	9,  // 23: xct.v1.RequestApprovalRequest.preview:type_name -> xct.v1.Preview
+	8,  // 24: xct.v1.RequestApprovalResponse.approval:type_name -> xct.v1.Approval
+	8,  // 25: xct.v1.ListApprovalsResponse.approvals:type_name -> xct.v1.Approval
+	8,  // 26: xct.v1.DecideApprovalResponse.approval:type_name -> xct.v1.Approval
+	2,  // 27: xct.v1.ValidatorService.Validate:input_type -> xct.v1.ValidateRequest
+	10, // 28: xct.v1.ValidatorService.RequestApproval:input_type -> xct.v1.RequestApprovalRequest
+	12, // 29: xct.v1.ValidatorService.ListApprovals:input_type -> xct.v1.ListApprovalsRequest
+	14, // 30: xct.v1.ValidatorService.DecideApproval:input_type -> xct.v1.DecideApprovalRequest
+	7,  // 31: xct.v1.ValidatorService.Validate:output_type -> xct.v1.ValidateResponse
+	11, // 32: xct.v1.ValidatorService.RequestApproval:output_type -> xct.v1.RequestApprovalResponse
+	13, // 33: xct.v1.ValidatorService.ListApprovals:output_type -> xct.v1.ListApprovalsResponse
+	15, // 34: xct.v1.ValidatorService.DecideApproval:output_type -> xct.v1.DecideApprovalResponse
+	31, // [31:35] is the sub-list for method output_type
+	27, // [27:31] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_xct_v1_validator_proto_init() }
@@ -515,8 +1407,8 @@ func file_xct_v1_validator_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_xct_v1_validator_proto_rawDesc), len(file_xct_v1_validator_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   6,
+			NumEnums:      2,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

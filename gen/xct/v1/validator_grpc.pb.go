@@ -19,7 +19,10 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	ValidatorService_Validate_FullMethodName = "/xct.v1.ValidatorService/Validate"
+	ValidatorService_Validate_FullMethodName        = "/xct.v1.ValidatorService/Validate"
+	ValidatorService_RequestApproval_FullMethodName = "/xct.v1.ValidatorService/RequestApproval"
+	ValidatorService_ListApprovals_FullMethodName   = "/xct.v1.ValidatorService/ListApprovals"
+	ValidatorService_DecideApproval_FullMethodName  = "/xct.v1.ValidatorService/DecideApproval"
 )
 
 // ValidatorServiceClient is the client API for ValidatorService service.
@@ -29,8 +32,19 @@ const (
 // ValidatorService decides whether a proposal may run. It never executes.
 // Its default is deny: a proposal no rule allows is refused.
 type ValidatorServiceClient interface {
-	// Validate judges one proposal in the context of its run.
+	// Validate judges one proposal in the context of its run. A step whose
+	// exact proposal (its step id) holds a granted, unexpired approval is
+	// allowed by that approval.
 	Validate(ctx context.Context, in *ValidateRequest, opts ...grpc.CallOption) (*ValidateResponse, error)
+	// RequestApproval opens a pending approval for a step the validator said
+	// needs one. It is idempotent for the same step id.
+	RequestApproval(ctx context.Context, in *RequestApprovalRequest, opts ...grpc.CallOption) (*RequestApprovalResponse, error)
+	// ListApprovals lists approvals, pending ones by default.
+	ListApprovals(ctx context.Context, in *ListApprovalsRequest, opts ...grpc.CallOption) (*ListApprovalsResponse, error)
+	// DecideApproval approves or denies a pending step. It is refused when the
+	// approval expired, was already decided, or the approver is the principal
+	// who started the run.
+	DecideApproval(ctx context.Context, in *DecideApprovalRequest, opts ...grpc.CallOption) (*DecideApprovalResponse, error)
 }
 
 type validatorServiceClient struct {
@@ -51,6 +65,36 @@ func (c *validatorServiceClient) Validate(ctx context.Context, in *ValidateReque
 	return out, nil
 }
 
+func (c *validatorServiceClient) RequestApproval(ctx context.Context, in *RequestApprovalRequest, opts ...grpc.CallOption) (*RequestApprovalResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RequestApprovalResponse)
+	err := c.cc.Invoke(ctx, ValidatorService_RequestApproval_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *validatorServiceClient) ListApprovals(ctx context.Context, in *ListApprovalsRequest, opts ...grpc.CallOption) (*ListApprovalsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListApprovalsResponse)
+	err := c.cc.Invoke(ctx, ValidatorService_ListApprovals_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *validatorServiceClient) DecideApproval(ctx context.Context, in *DecideApprovalRequest, opts ...grpc.CallOption) (*DecideApprovalResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DecideApprovalResponse)
+	err := c.cc.Invoke(ctx, ValidatorService_DecideApproval_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ValidatorServiceServer is the server API for ValidatorService service.
 // All implementations must embed UnimplementedValidatorServiceServer
 // for forward compatibility.
@@ -58,8 +102,19 @@ func (c *validatorServiceClient) Validate(ctx context.Context, in *ValidateReque
 // ValidatorService decides whether a proposal may run. It never executes.
 // Its default is deny: a proposal no rule allows is refused.
 type ValidatorServiceServer interface {
-	// Validate judges one proposal in the context of its run.
+	// Validate judges one proposal in the context of its run. A step whose
+	// exact proposal (its step id) holds a granted, unexpired approval is
+	// allowed by that approval.
 	Validate(context.Context, *ValidateRequest) (*ValidateResponse, error)
+	// RequestApproval opens a pending approval for a step the validator said
+	// needs one. It is idempotent for the same step id.
+	RequestApproval(context.Context, *RequestApprovalRequest) (*RequestApprovalResponse, error)
+	// ListApprovals lists approvals, pending ones by default.
+	ListApprovals(context.Context, *ListApprovalsRequest) (*ListApprovalsResponse, error)
+	// DecideApproval approves or denies a pending step. It is refused when the
+	// approval expired, was already decided, or the approver is the principal
+	// who started the run.
+	DecideApproval(context.Context, *DecideApprovalRequest) (*DecideApprovalResponse, error)
 	mustEmbedUnimplementedValidatorServiceServer()
 }
 
@@ -72,6 +127,15 @@ type UnimplementedValidatorServiceServer struct{}
 
 func (UnimplementedValidatorServiceServer) Validate(context.Context, *ValidateRequest) (*ValidateResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Validate not implemented")
+}
+func (UnimplementedValidatorServiceServer) RequestApproval(context.Context, *RequestApprovalRequest) (*RequestApprovalResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RequestApproval not implemented")
+}
+func (UnimplementedValidatorServiceServer) ListApprovals(context.Context, *ListApprovalsRequest) (*ListApprovalsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListApprovals not implemented")
+}
+func (UnimplementedValidatorServiceServer) DecideApproval(context.Context, *DecideApprovalRequest) (*DecideApprovalResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DecideApproval not implemented")
 }
 func (UnimplementedValidatorServiceServer) mustEmbedUnimplementedValidatorServiceServer() {}
 func (UnimplementedValidatorServiceServer) testEmbeddedByValue()                          {}
@@ -112,6 +176,60 @@ func _ValidatorService_Validate_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ValidatorService_RequestApproval_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RequestApprovalRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ValidatorServiceServer).RequestApproval(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ValidatorService_RequestApproval_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ValidatorServiceServer).RequestApproval(ctx, req.(*RequestApprovalRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ValidatorService_ListApprovals_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListApprovalsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ValidatorServiceServer).ListApprovals(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ValidatorService_ListApprovals_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ValidatorServiceServer).ListApprovals(ctx, req.(*ListApprovalsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ValidatorService_DecideApproval_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DecideApprovalRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ValidatorServiceServer).DecideApproval(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ValidatorService_DecideApproval_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ValidatorServiceServer).DecideApproval(ctx, req.(*DecideApprovalRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ValidatorService_ServiceDesc is the grpc.ServiceDesc for ValidatorService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -122,6 +240,18 @@ var ValidatorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Validate",
 			Handler:    _ValidatorService_Validate_Handler,
+		},
+		{
+			MethodName: "RequestApproval",
+			Handler:    _ValidatorService_RequestApproval_Handler,
+		},
+		{
+			MethodName: "ListApprovals",
+			Handler:    _ValidatorService_ListApprovals_Handler,
+		},
+		{
+			MethodName: "DecideApproval",
+			Handler:    _ValidatorService_DecideApproval_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
