@@ -24,6 +24,9 @@ Usage:
   xct run   --model M --goal G start a run, print its steps; exit 0 when the model says done
   xct runs                     list runs
   xct show  RUN                show one run and its steps
+  xct approvals                steps waiting for a human, with their proposal and preview
+  xct approve RUN STEP         approve a waiting step (--reason; --as who you are)
+  xct deny RUN STEP --reason   deny a waiting step; the reason goes to the model
 
 Run 'xct COMMAND -h' for the flags of a command.
 `
@@ -76,6 +79,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cmdRuns(ctx, rest, stdout, stderr)
 	case "show":
 		return cmdShow(ctx, rest, stdout, stderr)
+	case "approvals":
+		return cmdApprovals(ctx, rest, stdout, stderr)
+	case "approve":
+		return cmdDecide(ctx, true, rest, stdout, stderr)
+	case "deny":
+		return cmdDecide(ctx, false, rest, stdout, stderr)
 	}
 	fmt.Fprint(stderr, usage)
 	return &exitError{code: 2, err: fmt.Errorf("unknown command %q", cmd)}

@@ -51,6 +51,14 @@ func (p *stepPrinter) print(e *lctlv1.Event) {
 		fmt.Fprintf(p.w, "%s result    success %s  (%.1f ms)\n", step(), truncate(string(out), 90), ms)
 	case "error":
 		fmt.Fprintf(p.w, "%s error     %s: %s\n", step(), s("code"), truncate(s("message"), 100))
+	case "approval_requested":
+		fmt.Fprintf(p.w, "%s waiting   for a human: xct approve %s %d  (or xct deny …; expires %s)\n", step(), e.GetChainId(), int(d["step"].(float64)), s("expires_at"))
+	case "approval_decided":
+		who := s("by")
+		if who == "" {
+			who = "no one"
+		}
+		fmt.Fprintf(p.w, "%s approval  %s by %s  %s\n", step(), strings.ToUpper(s("decision")), who, truncate(s("reason"), 80))
 	case "run_finished":
 		p.finalStatus = s("status")
 		fmt.Fprintf(p.w, "%s: %s\n", p.finalStatus, s("message"))

@@ -29,6 +29,8 @@ const (
 	CodeExecutorUnavailable  Code = "EXECUTOR_UNAVAILABLE"  // the executor could not be reached
 	CodeBudgetExceeded       Code = "BUDGET_EXCEEDED"       // a run budget is used up
 	CodeInDoubt              Code = "IN_DOUBT"              // a step may have acted: a human must decide
+	CodeApprovalDenied       Code = "APPROVAL_DENIED"       // a human denied the step
+	CodeApprovalExpired      Code = "APPROVAL_EXPIRED"      // no human decided in time
 )
 
 // taxonomy is the LCTL classification of a code (spec part 6).
@@ -53,6 +55,8 @@ var taxonomies = map[Code]taxonomy{
 	CodeExecutorUnavailable:  {"execution_error", "tool_failure", "retry_later", true},
 	CodeBudgetExceeded:       {"execution_error", "resource_exhausted", "finish_with_done", false},
 	CodeInDoubt:              {"execution_error", "tool_failure", "needs_human_decision", false},
+	CodeApprovalDenied:       {"output_error", "validation_failed", "propose_a_different_action", true},
+	CodeApprovalExpired:      {"output_error", "validation_failed", "propose_again_or_finish", true},
 }
 
 // Errorf builds an error signal with the code's LCTL taxonomy.

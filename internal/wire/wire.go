@@ -3,8 +3,9 @@
 // it defines the error codes every service returns to models.
 //
 // Strict means: a JSON object with exactly one of "next_step" or "done";
-// next_step has a non-empty "tool", an "arguments" object and an optional
-// "goal"; done is true with an optional "message"; no other keys, no
+// next_step has a non-empty "tool", an "arguments" object, an optional
+// "goal" and an optional "confidence" (0..1, the model's confidence in the
+// facts the step relies on, which the validator gates on); done is true with an optional "message"; no other keys, no
 // duplicate keys, nothing after the object, and at most MaxDecisionBytes.
 package wire
 
@@ -82,7 +83,7 @@ func ParseDecision(raw []byte) (*xctv1.Decision, error) {
 		return nil, invalid(`"next_step" must be an object: %s`, reasonOf(err))
 	}
 	for k := range step {
-		if k != "tool" && k != "arguments" && k != "goal" {
+		if k != "tool" && k != "arguments" && k != "goal" && k != "confidence" {
 			return nil, invalid("unknown key %q in \"next_step\"", k)
 		}
 	}
@@ -111,7 +112,15 @@ func ParseDecision(raw []byte) (*xctv1.Decision, error) {
 			return nil, invalid(`"next_step.goal" must be a string`)
 		}
 	}
-	return &xctv1.Decision{Kind: &xctv1.Decision_NextStep{NextStep: &xctv1.NextStep{Tool: tool, Arguments: args, Goal: goal}}}, nil
+	ns := &xctv1.NextStep{Tool: tool, Arguments: args, Goal: goal}
+	if c, ok := step["confidence"]; ok {
+		var conf float64
+		if err := json.Unmarshal(c, &conf); err != nil || conf < 0 || conf > 1 {
+			return nil, invalid(`"next_step.confidence" must be a number from 0 to 1`)
+		}
+		ns.Confidence = &conf
+	}
+	return &xctv1.Decision{Kind: &xctv1.Decision_NextStep{NextStep: ns}}, nil
 }
 
 func reasonOf(err error) string {
@@ -187,7 +196,11 @@ func EncodeDecision(d *xctv1.Decision) []byte {
 		if k.NextStep.GetArguments() != nil {
 			args = k.NextStep.GetArguments().AsMap()
 		}
-		v = map[string]any{"next_step": map[string]any{"tool": k.NextStep.GetTool(), "arguments": args, "goal": k.NextStep.GetGoal()}}
+		step := map[string]any{"tool": k.NextStep.GetTool(), "arguments": args, "goal": k.NextStep.GetGoal()}
+		if k.NextStep.Confidence != nil {
+			step["confidence"] = k.NextStep.GetConfidence()
+		}
+		v = map[string]any{"next_step": step}
 	case *xctv1.Decision_Done:
 		v = map[string]any{"done": true, "message": k.Done.GetMessage()}
 	default:

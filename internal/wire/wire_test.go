@@ -30,6 +30,12 @@ func TestParseDecisionAccepts(t *testing.T) {
 					t.Fatalf("got %v", d)
 				}
 			}},
+		{"confidence", `{"next_step":{"tool":"fs.read","arguments":{},"confidence":0.55}}`,
+			func(t *testing.T, d *xctv1.Decision) {
+				if d.GetNextStep().Confidence == nil || d.GetNextStep().GetConfidence() != 0.55 {
+					t.Fatalf("confidence = %v", d.GetNextStep().Confidence)
+				}
+			}},
 		{"done without message", `{"done":true}`,
 			func(t *testing.T, d *xctv1.Decision) {
 				if d.GetDone() == nil {
@@ -77,6 +83,8 @@ func TestParseDecisionRejects(t *testing.T) {
 		{"truncated", `{"next_step":{"tool":"a","argu`, "not JSON"},
 		{"message with next_step", `{"next_step":{"tool":"a","arguments":{}},"message":"x"}`, `unknown key "message"`},
 		{"goal not string", `{"next_step":{"tool":"a","arguments":{},"goal":1}}`, "goal\" must be a string"},
+		{"confidence above 1", `{"next_step":{"tool":"a","arguments":{},"confidence":1.5}}`, "from 0 to 1"},
+		{"confidence string", `{"next_step":{"tool":"a","arguments":{},"confidence":"high"}}`, "from 0 to 1"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/eventlog"
@@ -48,9 +49,30 @@ type run struct {
 	cancel context.CancelCauseFunc
 	done   chan struct{}
 
-	transcript transcript
-	tokensIn   int64
-	tokensOut  int64
+	model   string
+	started time.Time
+	roles   []string
+
+	transcript        transcript
+	tokensIn          int64
+	tokensOut         int64
+	consecutiveErrors int
+}
+
+// runContext is what the validator is told about the run at a step.
+func (r *run) runContext(step int) *xctv1.RunContext {
+	return &xctv1.RunContext{
+		RunId:             r.id,
+		Principal:         r.principal,
+		PrincipalRoles:    r.roles,
+		Labels:            r.labels,
+		StepsUsed:         int32(step),
+		ConsecutiveErrors: int32(r.consecutiveErrors),
+		InputTokens:       r.tokensIn,
+		OutputTokens:      r.tokensOut,
+		Model:             r.model,
+		Elapsed:           durationpb.New(time.Since(r.started)),
+	}
 }
 
 // errLogLost marks an append that failed: the run must stop without acting.
@@ -105,6 +127,11 @@ func (r *run) steps() (status, message string) {
 			return "cancelled", context.Cause(r.ctx).Error()
 		case err != nil:
 			return "failed", err.Error()
+		}
+		if outcome.kind == outcomeStep && outcome.message == "success" {
+			r.consecutiveErrors = 0
+		} else if outcome.kind != outcomeDone {
+			r.consecutiveErrors++
 		}
 		switch outcome.kind {
 		case outcomeDone:
@@ -172,7 +199,7 @@ func (r *run) iterate(step int) (iterationOutcome, error) {
 	ns := decision.GetNextStep()
 	stepID := wire.StepID(r.id, step, ns.GetTool(), ns.GetArguments())
 	r.svc.log.Debug("step proposed", "run", r.id, "step", step, "tool", ns.GetTool())
-	if err := r.record(lctl.TypeStepStart, agent, map[string]any{
+	proposed := map[string]any{
 		"step":          step,
 		"step_id":       stepID,
 		"intent":        ns.GetGoal(),
@@ -180,13 +207,23 @@ func (r *run) iterate(step int) (iterationOutcome, error) {
 		"tool":          ns.GetTool(),
 		"arguments":     ns.GetArguments().AsMap(),
 		"model":         resp.GetModel(),
-	}); err != nil {
+	}
+	if ns.Confidence != nil {
+		proposed["confidence"] = ns.GetConfidence()
+	}
+	if err := r.record(lctl.TypeStepStart, agent, proposed); err != nil {
 		return iterationOutcome{}, err
 	}
 
 	verdict, verdictAgent := r.validate(step, stepID, ns)
 	if err := r.record(lctl.TypeVerdict, verdictAgent, verdictData(step, stepID, ns.GetTool(), verdict)); err != nil {
 		return iterationOutcome{}, err
+	}
+	if verdict.GetDecision() == xctv1.VerdictDecision_VERDICT_DECISION_NEEDS_APPROVAL {
+		var err error
+		if verdict, verdictAgent, err = r.awaitApproval(step, stepID, ns, verdict); err != nil {
+			return iterationOutcome{}, err
+		}
 	}
 
 	outcome := "success"
@@ -230,15 +267,21 @@ func (r *run) iterate(step int) (iterationOutcome, error) {
 			return iterationOutcome{}, err
 		}
 	}
-	err = r.record(lctl.TypeStepEnd, agent, map[string]any{
+	if err := r.record(lctl.TypeStepEnd, agent, map[string]any{
 		"step":           step,
 		"step_id":        stepID,
 		"outcome":        outcome,
 		"output_summary": summary,
 		"duration_ms":    float64(time.Since(started).Microseconds()) / 1000,
 		"tokens":         tokens,
-	})
-	return iterationOutcome{kind: outcomeStep}, err
+	}); err != nil {
+		return iterationOutcome{}, err
+	}
+	if verdict.GetEndsRun() {
+		// A budget that cannot recover: the model was told, the run ends.
+		return iterationOutcome{}, fmt.Errorf("%s", verdict.GetError().GetMessage())
+	}
+	return iterationOutcome{kind: outcomeStep, message: outcome}, nil
 }
 
 // recordInvalid records model output that is not a decision: it goes back
@@ -276,12 +319,7 @@ func (r *run) validate(step int, stepID string, ns *xctv1.NextStep) (*xctv1.Verd
 	ctx, cancel := context.WithTimeout(context.Background(), r.svc.cfg.CallTimeout)
 	defer cancel()
 	resp, err := r.svc.validator.Validate(ctx, &xctv1.ValidateRequest{
-		Run: &xctv1.RunContext{
-			RunId:     r.id,
-			Principal: r.principal,
-			Labels:    r.labels,
-			StepsUsed: int32(step),
-		},
+		Run:      r.runContext(step),
 		Step:     int32(step),
 		StepId:   stepID,
 		Proposal: ns,
@@ -294,12 +332,7 @@ func (r *run) validate(step int, stepID string, ns *xctv1.NextStep) (*xctv1.Verd
 		reason = "the validator could not be reached: " + status.Convert(err).Message()
 	}
 	r.log.Warn("validator unavailable: denying", "run", r.id, "step", step, "err", err)
-	return &xctv1.Verdict{
-		Decision:    xctv1.VerdictDecision_VERDICT_DECISION_DENY,
-		Reasons:     []*xctv1.Reason{{RuleId: "orchestrator.fail-closed", Message: reason}},
-		EvaluatedAt: nowpb(),
-		Error:       wire.Errorf(wire.CodeValidatorUnavailable, "%s; the step was not executed", reason),
-	}, agentOrchestrator
+	return failClosed(reason), agentOrchestrator
 }
 
 // execute asks the executor to run an allowed step. Cancelling the run does

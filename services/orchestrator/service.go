@@ -176,6 +176,7 @@ func (s *Service) startRun(ctx context.Context, req *xctv1.StartRunRequest) (*ru
 	r := &run{
 		id: id, svc: s, log: s.log, writer: writer, proposer: proposer, tools: catalog.GetTools(),
 		goal: req.GetGoal(), principal: principal, labels: req.GetLabels(), maxSteps: maxSteps,
+		model: req.GetModel(), started: time.Now(),
 		ctx: rctx, cancel: rcancel, done: make(chan struct{}),
 	}
 	s.mu.Lock()

@@ -34,7 +34,11 @@ func (t *transcript) apply(e *lctl.Event) {
 			if args == nil {
 				args = map[string]any{}
 			}
-			b, _ := json.Marshal(map[string]any{"next_step": map[string]any{"tool": d["tool"], "arguments": args, "goal": d["intent"]}})
+			step := map[string]any{"tool": d["tool"], "arguments": args, "goal": d["intent"]}
+			if c, ok := d["confidence"]; ok {
+				step["confidence"] = c
+			}
+			b, _ := json.Marshal(map[string]any{"next_step": step})
 			decision = string(b)
 		}
 		t.open = &xctv1.Turn{Decision: decision}
@@ -146,6 +150,9 @@ func applyRunEvent(r *xctv1.Run, e *lctl.Event) {
 			args, _ := d["arguments"].(map[string]any)
 			sargs, _ := structpb.NewStruct(args)
 			st.Proposal = &xctv1.NextStep{Tool: str(d, "tool"), Arguments: sargs, Goal: str(d, "intent")}
+			if c, ok := d["confidence"].(float64); ok {
+				st.Proposal.Confidence = &c
+			}
 		}
 		r.Steps = append(r.Steps, st)
 	case lctl.TypeVerdict:
@@ -172,6 +179,10 @@ func applyRunEvent(r *xctv1.Run, e *lctl.Event) {
 				st.State = xctv1.StepState_STEP_STATE_FAILED
 			}
 		}
+	case TypeApprovalRequested:
+		r.Status = xctv1.RunStatus_RUN_STATUS_WAITING_APPROVAL
+	case TypeApprovalDecided:
+		r.Status = xctv1.RunStatus_RUN_STATUS_RUNNING
 	case lctl.TypeStepEnd:
 		if tok, ok := d["tokens"].(map[string]any); ok {
 			r.InputTokens += num(tok, "input")
@@ -220,13 +231,7 @@ func verdictFromData(d map[string]any) *xctv1.Verdict {
 
 // verdictData is the payload of a verdict event.
 func verdictData(step int, stepID, tool string, v *xctv1.Verdict) map[string]any {
-	decision := "deny"
-	switch v.GetDecision() {
-	case xctv1.VerdictDecision_VERDICT_DECISION_ALLOW:
-		decision = "allow"
-	case xctv1.VerdictDecision_VERDICT_DECISION_NEEDS_APPROVAL:
-		decision = "needs_approval"
-	}
+	decision := decisionName(v.GetDecision())
 	reasons := make([]any, 0, len(v.GetReasons()))
 	for _, r := range v.GetReasons() {
 		reasons = append(reasons, map[string]any{"rule_id": r.GetRuleId(), "message": r.GetMessage()})
@@ -243,5 +248,29 @@ func verdictData(step int, stepID, tool string, v *xctv1.Verdict) map[string]any
 	if v.GetError() != nil {
 		d["code"] = v.GetError().GetCode()
 	}
+	if v.GetEndsRun() {
+		d["ends_run"] = true
+	}
+	if len(v.GetShadow()) > 0 {
+		shadow := make([]any, 0, len(v.GetShadow()))
+		for _, sv := range v.GetShadow() {
+			rs := make([]any, 0, len(sv.GetReasons()))
+			for _, r := range sv.GetReasons() {
+				rs = append(rs, map[string]any{"rule_id": r.GetRuleId(), "message": r.GetMessage()})
+			}
+			shadow = append(shadow, map[string]any{"policy_version": sv.GetPolicyVersion(), "decision": decisionName(sv.GetDecision()), "reasons": rs})
+		}
+		d["shadow"] = shadow
+	}
 	return d
+}
+
+func decisionName(d xctv1.VerdictDecision) string {
+	switch d {
+	case xctv1.VerdictDecision_VERDICT_DECISION_ALLOW:
+		return "allow"
+	case xctv1.VerdictDecision_VERDICT_DECISION_NEEDS_APPROVAL:
+		return "needs_approval"
+	}
+	return "deny"
 }

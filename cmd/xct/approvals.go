@@ -1,0 +1,126 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"google.golang.org/grpc/status"
+
+	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/app"
+	"github.com/xct-dev/xct/internal/grpcx"
+)
+
+func dialValidator(addr string) (xctv1.ValidatorServiceClient, func(), error) {
+	conn, err := grpcx.Dial(addr)
+	if err != nil {
+		return nil, nil, err
+	}
+	return xctv1.NewValidatorServiceClient(conn), func() { _ = conn.Close() }, nil
+}
+
+func validatorError(what, addr string, err error) error {
+	st := status.Convert(err)
+	return fmt.Errorf("%s (validator %s): %s: %s", what, addr, st.Code(), st.Message())
+}
+
+// cmdApprovals lists approvals: the proposal, why it needs a human, and the
+// preview of what it would do.
+func cmdApprovals(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("approvals", stderr)
+	addr := fs.String("validator-addr", app.DefaultValidatorAddr, "validator gRPC address")
+	runID := fs.String("run", "", "only this run's approvals")
+	all := fs.Bool("all", false, "include decided and expired approvals")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	client, closeConn, err := dialValidator(*addr)
+	if err != nil {
+		return err
+	}
+	defer closeConn()
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	resp, err := client.ListApprovals(cctx, &xctv1.ListApprovalsRequest{RunId: *runID, All: *all})
+	if err != nil {
+		return validatorError("list approvals", *addr, err)
+	}
+	if len(resp.GetApprovals()) == 0 {
+		fmt.Fprintln(stdout, "no approvals waiting")
+		return nil
+	}
+	for i, a := range resp.GetApprovals() {
+		if i > 0 {
+			fmt.Fprintln(stdout)
+		}
+		printApproval(stdout, a)
+	}
+	return nil
+}
+
+func printApproval(w io.Writer, a *xctv1.Approval) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	state := strings.ToLower(strings.TrimPrefix(a.GetState().String(), "APPROVAL_STATE_"))
+	fmt.Fprintf(tw, "run\t%s\n", a.GetRunId())
+	fmt.Fprintf(tw, "step\t%d (%s)\n", a.GetStep(), a.GetStepId())
+	fmt.Fprintf(tw, "state\t%s\n", state)
+	fmt.Fprintf(tw, "requested by\t%s at %s\n", a.GetRequestedBy(), a.GetRequestedAt().AsTime().Local().Format(time.DateTime))
+	fmt.Fprintf(tw, "expires\t%s\n", a.GetExpiresAt().AsTime().Local().Format(time.DateTime))
+	args, _ := a.GetProposal().GetArguments().MarshalJSON()
+	fmt.Fprintf(tw, "proposal\t%s %s\n", a.GetProposal().GetTool(), truncate(string(args), 200))
+	if g := a.GetProposal().GetGoal(); g != "" {
+		fmt.Fprintf(tw, "goal\t%s\n", g)
+	}
+	for _, r := range a.GetReasons() {
+		fmt.Fprintf(tw, "why\t%s: %s\n", r.GetRuleId(), r.GetMessage())
+	}
+	if a.GetDecidedBy() != "" {
+		fmt.Fprintf(tw, "decided by\t%s: %s\n", a.GetDecidedBy(), a.GetReason())
+	}
+	_ = tw.Flush()
+	if p := a.GetPreview(); p != nil && p.GetContent() != "" {
+		fmt.Fprintf(w, "preview (%s):\n", p.GetKind())
+		for _, line := range strings.Split(strings.TrimRight(p.GetContent(), "\n"), "\n") {
+			fmt.Fprintf(w, "  %s\n", line)
+		}
+	}
+}
+
+// cmdDecide is xct approve and xct deny.
+func cmdDecide(ctx context.Context, approve bool, args []string, stdout, stderr io.Writer) error {
+	name := map[bool]string{true: "approve", false: "deny"}[approve]
+	fs := newFlagSet(name, stderr)
+	addr := fs.String("validator-addr", app.DefaultValidatorAddr, "validator gRPC address")
+	reason := fs.String("reason", "", "why (required to deny)")
+	as := fs.String("as", defaultPrincipal(), "who decides; it may not be the principal who started the run")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 2 {
+		return &exitError{code: 2, err: fmt.Errorf("usage: xct %s RUN STEP [--reason TEXT] (STEP: the step number or its step id)", name)}
+	}
+	if !approve && *reason == "" {
+		return &exitError{code: 2, err: errors.New("-reason is required to deny: the model is told why")}
+	}
+	client, closeConn, err := dialValidator(*addr)
+	if err != nil {
+		return err
+	}
+	defer closeConn()
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	resp, err := client.DecideApproval(cctx, &xctv1.DecideApprovalRequest{
+		RunId: fs.Arg(0), Step: fs.Arg(1), Approve: approve, Approver: *as, Reason: *reason,
+	})
+	if err != nil {
+		return validatorError(name, *addr, err)
+	}
+	a := resp.GetApproval()
+	fmt.Fprintf(stdout, "step %d of %s %s by %s\n", a.GetStep(), a.GetRunId(), map[bool]string{true: "approved", false: "denied"}[approve], a.GetDecidedBy())
+	return nil
+}

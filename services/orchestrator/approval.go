@@ -1,0 +1,169 @@
+package orchestrator
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/wire"
+	"github.com/xct-dev/xct/lctl"
+)
+
+// Events of the approval of a step (XCT extension types, docs/events.md).
+const (
+	TypeApprovalRequested = "approval_requested"
+	TypeApprovalDecided   = "approval_decided"
+)
+
+// ApprovalsBucket is the KV bucket where the validator keeps approvals; the
+// orchestrator only watches it.
+const ApprovalsBucket = "XCT_APPROVALS"
+
+// awaitApproval handles a needs-approval verdict: it opens the approval at
+// the validator, records that the step waits, waits for a human (or the
+// expiry, or a cancellation), records the decision, and asks the validator
+// again — the validator, not this process, turns a granted approval into an
+// allow. It returns the final verdict, already recorded.
+func (r *run) awaitApproval(step int, stepID string, ns *xctv1.NextStep, v *xctv1.Verdict) (*xctv1.Verdict, string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), r.svc.cfg.CallTimeout)
+	resp, err := r.svc.validator.RequestApproval(ctx, &xctv1.RequestApprovalRequest{
+		Run: r.runContext(step), Step: int32(step), StepId: stepID, Proposal: ns, Verdict: v,
+	})
+	cancel()
+	if err != nil {
+		deny := failClosed(fmt.Sprintf("the approval could not be opened: %v", err))
+		return deny, agentOrchestrator, r.record(lctl.TypeVerdict, agentOrchestrator, verdictData(step, stepID, ns.GetTool(), deny))
+	}
+	a := resp.GetApproval()
+	requested := map[string]any{
+		"step":         step,
+		"step_id":      stepID,
+		"tool":         ns.GetTool(),
+		"requested_by": a.GetRequestedBy(),
+		"expires_at":   lctl.FormatTime(a.GetExpiresAt().AsTime()),
+	}
+	if p := a.GetPreview(); p != nil {
+		requested["preview"] = map[string]any{"kind": p.GetKind(), "content": p.GetContent()}
+	}
+	if err := r.record(TypeApprovalRequested, agentOrchestrator, requested); err != nil {
+		return nil, "", err
+	}
+	r.log.Info("step waits for approval", "run", r.id, "step", step, "tool", ns.GetTool(), "expires_at", a.GetExpiresAt().AsTime())
+
+	decided, err := r.waitForDecision(a)
+	if err != nil {
+		return nil, "", err
+	}
+	by := decided.GetDecidedBy()
+	if by == "" {
+		by = agentOrchestrator
+	}
+	decision := map[xctv1.ApprovalState]string{
+		xctv1.ApprovalState_APPROVAL_STATE_APPROVED: "approved",
+		xctv1.ApprovalState_APPROVAL_STATE_DENIED:   "denied",
+	}[decided.GetState()]
+	if decision == "" {
+		decision = "expired"
+	}
+	if err := r.record(TypeApprovalDecided, by, map[string]any{
+		"step":     step,
+		"step_id":  stepID,
+		"decision": decision,
+		"by":       decided.GetDecidedBy(),
+		"reason":   decided.GetReason(),
+	}); err != nil {
+		return nil, "", err
+	}
+
+	var final *xctv1.Verdict
+	agent := agentOrchestrator
+	if decision == "expired" {
+		final = &xctv1.Verdict{
+			Decision:      xctv1.VerdictDecision_VERDICT_DECISION_DENY,
+			Reasons:       []*xctv1.Reason{{RuleId: "approval", Message: "no one decided before the approval expired"}},
+			PolicyVersion: v.GetPolicyVersion(),
+			EvaluatedAt:   nowpb(),
+			Error:         wire.Errorf(wire.CodeApprovalExpired, "the step needed a human approval and none was given before %s", lctl.FormatTime(a.GetExpiresAt().AsTime())),
+		}
+	} else {
+		final, agent = r.validate(step, stepID, ns)
+		if final.GetDecision() == xctv1.VerdictDecision_VERDICT_DECISION_NEEDS_APPROVAL {
+			// Asked again after a decision, the validator still wants one:
+			// refuse rather than wait in a loop.
+			final.Decision = xctv1.VerdictDecision_VERDICT_DECISION_DENY
+			final.Error = wire.Errorf(wire.CodeApprovalRequired, "the step still needs an approval after a decision was recorded")
+		}
+	}
+	return final, agent, r.record(lctl.TypeVerdict, agent, verdictData(step, stepID, ns.GetTool(), final))
+}
+
+// waitForDecision watches the approval's KV entry until it is decided, it
+// expires, or the run is cancelled.
+func (r *run) waitForDecision(a *xctv1.Approval) (*xctv1.Approval, error) {
+	key := a.GetRunId() + "." + a.GetStepId()
+	kv, err := r.svc.events.JetStream().KeyValue(r.ctx, ApprovalsBucket)
+	if err != nil {
+		return nil, fmt.Errorf("%w: approvals bucket: %w", errLogLost, err)
+	}
+	watcher, err := kv.Watch(r.ctx, key)
+	if err != nil {
+		return nil, fmt.Errorf("%w: watch approval: %w", errLogLost, err)
+	}
+	defer func() { _ = watcher.Stop() }()
+	expiry := time.NewTimer(time.Until(a.GetExpiresAt().AsTime()))
+	defer expiry.Stop()
+	for {
+		select {
+		case <-r.ctx.Done():
+			return nil, context.Cause(r.ctx)
+		case <-expiry.C:
+			// A decision stored just before the deadline still counts.
+			ctx, cancel := context.WithTimeout(context.Background(), r.svc.cfg.CallTimeout)
+			entry, err := kv.Get(ctx, key)
+			cancel()
+			if err == nil {
+				if cur, ok := decodeApproval(entry.Value()); ok && decidedState(cur.GetState()) {
+					return cur, nil
+				}
+			}
+			expired := &xctv1.Approval{State: xctv1.ApprovalState_APPROVAL_STATE_EXPIRED}
+			return expired, nil
+		case entry, ok := <-watcher.Updates():
+			if !ok {
+				return nil, fmt.Errorf("%w: approval watch ended", errLogLost)
+			}
+			if entry == nil || entry.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			if cur, ok := decodeApproval(entry.Value()); ok && decidedState(cur.GetState()) {
+				return cur, nil
+			}
+		}
+	}
+}
+
+func decodeApproval(raw []byte) (*xctv1.Approval, bool) {
+	a := &xctv1.Approval{}
+	if err := protojson.Unmarshal(raw, a); err != nil {
+		return nil, false
+	}
+	return a, true
+}
+
+func decidedState(s xctv1.ApprovalState) bool {
+	return s == xctv1.ApprovalState_APPROVAL_STATE_APPROVED || s == xctv1.ApprovalState_APPROVAL_STATE_DENIED || s == xctv1.ApprovalState_APPROVAL_STATE_EXPIRED
+}
+
+// failClosed is the verdict when the validator cannot be asked.
+func failClosed(reason string) *xctv1.Verdict {
+	return &xctv1.Verdict{
+		Decision:    xctv1.VerdictDecision_VERDICT_DECISION_DENY,
+		Reasons:     []*xctv1.Reason{{RuleId: "orchestrator.fail-closed", Message: reason}},
+		EvaluatedAt: nowpb(),
+		Error:       wire.Errorf(wire.CodeValidatorUnavailable, "%s; the step was not executed", reason),
+	}
+}
