@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -49,6 +50,11 @@ type run struct {
 	cancel context.CancelCauseFunc
 	done   chan struct{}
 
+	// recording is held while an event is appended and folded into the
+	// views, so a reader that saw the event on the log never reads a view
+	// without it.
+	recording sync.Mutex
+
 	model   string
 	started time.Time
 	roles   []string
@@ -81,6 +87,8 @@ var errLogLost = errors.New("event log unavailable")
 // record appends one event and folds it into the run's views. Appends use
 // their own deadline: a cancelled run still records how it ended.
 func (r *run) record(eventType, agent string, data map[string]any) error {
+	r.recording.Lock()
+	defer r.recording.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), r.svc.cfg.AppendTimeout)
 	defer cancel()
 	e, err := r.writer.Append(ctx, eventType, agent, data)

@@ -233,7 +233,16 @@ func (s *Service) lookup(ctx context.Context, id string) (*xctv1.Run, error) {
 	if err := lctl.ValidateChainID(id); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	if r, ok := s.runs.get(id); ok && (s.owns(id) || ended(r)) {
+	if owner := s.owner(id); owner != nil {
+		// Wait for an append in flight: the caller may have seen it on the log.
+		owner.recording.Lock()
+		r, ok := s.runs.get(id)
+		owner.recording.Unlock()
+		if ok {
+			return r, nil
+		}
+	}
+	if r, ok := s.runs.get(id); ok && ended(r) {
 		return r, nil
 	}
 	events, err := s.events.ReadChain(ctx, id)
@@ -251,13 +260,15 @@ func (s *Service) lookup(ctx context.Context, id string) (*xctv1.Run, error) {
 	return proto.Clone(r).(*xctv1.Run), nil
 }
 
-// owns reports whether this process runs the loop of a run.
-func (s *Service) owns(id string) bool {
+// owner returns the run if this process runs its loop.
+func (s *Service) owner(id string) *run {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	_, ok := s.active[id]
-	return ok
+	return s.active[id]
 }
+
+// owns reports whether this process runs the loop of a run.
+func (s *Service) owns(id string) bool { return s.owner(id) != nil }
 
 // ListRuns implements OrchestratorService. It lists every chain in the
 // stream and summarizes each from its first and last events; summaries of
