@@ -32,6 +32,21 @@ build: ## Build bin/xct
 test: ## go vet, then every test with the race detector
 	$(GO) vet ./...
 	$(GO) test -race -count=1 ./...
+	cd deploy/k8s && $(GO) test -race -count=1 ./...
+
+# The container engine for `make image`: docker or podman, whichever is
+# installed (CONTAINER_ENGINE=... to choose).
+CONTAINER_ENGINE ?= $(shell command -v docker 2>/dev/null || command -v podman 2>/dev/null)
+IMAGE ?= xct
+TAG   ?= dev
+
+.PHONY: image
+image: ## Build the container image xct:dev with docker or podman (IMAGE=, TAG= to name it)
+	@if [ -z "$(CONTAINER_ENGINE)" ]; then \
+		echo "make image: no container engine: install docker or podman, or set CONTAINER_ENGINE" >&2; exit 1; fi
+	@if ! $(CONTAINER_ENGINE) info >/dev/null 2>&1; then \
+		echo "make image: $(CONTAINER_ENGINE) is installed but cannot reach its engine (is the daemon running?)" >&2; exit 1; fi
+	$(CONTAINER_ENGINE) build -t $(IMAGE):$(TAG) .
 
 .PHONY: bench
 bench: ## Run the benchmarks (results depend on the machine: see README)
