@@ -97,15 +97,44 @@ func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
 	return fs
 }
 
-// parseFlags parses and turns a flag error into exit code 2.
+// parseFlags parses the command line, then fills every flag it did not set
+// from the environment variable XCT_<NAME> (upper case, - as _), so
+// containers can be configured without long argument lists. A flag error is
+// exit code 2.
 func parseFlags(fs *flag.FlagSet, args []string) error {
+	return parseFlagsEnv(fs, args, os.LookupEnv)
+}
+
+func parseFlagsEnv(fs *flag.FlagSet, args []string, lookup func(string) (string, bool)) error {
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
 		}
 		return &exitError{code: 2, err: err}
 	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		if set[f.Name] {
+			return
+		}
+		name := envName(f.Name)
+		if v, ok := lookup(name); ok {
+			if err := fs.Set(f.Name, v); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", name, err))
+			}
+		}
+	})
+	if len(errs) > 0 {
+		return &exitError{code: 2, err: errors.Join(errs...)}
+	}
 	return nil
+}
+
+// envName is the environment variable that sets a flag.
+func envName(flagName string) string {
+	return "XCT_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
 func newLogger(w io.Writer, level string) (*slog.Logger, error) {

@@ -1,0 +1,43 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"io"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestFlagsFromEnvironment(t *testing.T) {
+	env := map[string]string{
+		"XCT_NATS":           "nats://nats:4222",
+		"XCT_CALL_TIMEOUT":   "5s",
+		"XCT_MAX_STEPS":      "9",
+		"XCT_VALIDATOR_ADDR": "ignored:1", // the command line wins
+	}
+	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	nats := fs.String("nats", "default", "")
+	timeout := fs.Duration("call-timeout", time.Minute, "")
+	steps := fs.Int("max-steps", 50, "")
+	addr := fs.String("validator-addr", "default", "")
+	other := fs.String("other", "default", "")
+	if err := parseFlagsEnv(fs, []string{"--validator-addr", "cli:2"}, lookup); err != nil {
+		t.Fatal(err)
+	}
+	if *nats != "nats://nats:4222" || *timeout != 5*time.Second || *steps != 9 || *addr != "cli:2" || *other != "default" {
+		t.Fatalf("nats %q timeout %v steps %d addr %q other %q", *nats, *timeout, *steps, *addr, *other)
+	}
+
+	env = map[string]string{"XCT_MAX_STEPS": "many"}
+	fs2 := flag.NewFlagSet("t", flag.ContinueOnError)
+	fs2.SetOutput(io.Discard)
+	fs2.Int("max-steps", 50, "")
+	err := parseFlagsEnv(fs2, nil, lookup)
+	var ee *exitError
+	if !errors.As(err, &ee) || ee.code != 2 || !strings.Contains(err.Error(), "XCT_MAX_STEPS") {
+		t.Fatalf("err = %v", err)
+	}
+}
