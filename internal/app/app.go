@@ -12,10 +12,12 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"google.golang.org/grpc"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/xct-dev/xct/internal/grpcx"
 	"github.com/xct-dev/xct/services/executor"
@@ -134,6 +136,7 @@ type module struct {
 type App struct {
 	log     *slog.Logger
 	nc      *nats.Conn
+	mu      sync.Mutex // guards modules against the NATS callbacks
 	modules []*module
 	// Orchestrator is set when the orchestrator target runs.
 	Orchestrator *orchestrator.Service
@@ -186,7 +189,7 @@ func (c *Config) Check(targets []string) error {
 			err = oc.Validate()
 		case TargetValidator:
 			if err = c.Validator.Validate(); err == nil && c.Validator.PolicyFile != "" {
-				_, err = validator.LoadRulesFile(c.Validator.PolicyFile)
+				_, err = validator.LoadPolicyFiles(c.Validator.PolicyFiles()...)
 			}
 		case TargetExecutor:
 			err = c.Executor.Validate()
@@ -271,11 +274,40 @@ func Start(ctx context.Context, cfg Config, targets []string, log *slog.Logger, 
 		go func() { m.errc <- m.srv.Serve() }()
 		log.Info("serving", "service", t, "addr", m.srv.Addr())
 	}
+	// Without NATS no service can record or read anything: report
+	// NOT_SERVING while the connection is down, so probes and balancers
+	// move away, and SERVING again once it is back.
+	nc.SetDisconnectErrHandler(func(_ *nats.Conn, err error) {
+		log.Error("lost NATS: reporting NOT_SERVING", "err", err)
+		a.setServing(false)
+	})
+	nc.SetReconnectHandler(func(*nats.Conn) {
+		log.Info("NATS is back: reporting SERVING")
+		a.setServing(true)
+	})
 	return a, nil
+}
+
+// setServing sets the health of every service this process serves.
+func (a *App) setServing(ok bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if ok {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	for _, m := range a.modules {
+		for svc := range m.srv.GRPC.GetServiceInfo() {
+			m.srv.Health.SetServingStatus(svc, st)
+		}
+		m.srv.Health.SetServingStatus("", st)
+	}
 }
 
 // Addr returns the address a target listens on ("" if it does not run).
 func (a *App) Addr(target string) string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	for _, m := range a.modules {
 		if m.target == target {
 			return m.srv.Addr()
@@ -286,6 +318,8 @@ func (a *App) Addr(target string) string {
 
 // Err returns a channel that yields the first serving error of any target.
 func (a *App) Err() <-chan error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	out := make(chan error, len(a.modules))
 	for _, m := range a.modules {
 		go func() {
@@ -302,15 +336,18 @@ func (a *App) Err() <-chan error {
 // drains its gRPC calls until ctx ends. The NATS
 // connection is drained last.
 func (a *App) Stop(ctx context.Context) {
-	for i := len(a.modules) - 1; i >= 0; i-- {
-		m := a.modules[i]
+	a.mu.Lock()
+	modules := a.modules
+	a.modules = nil
+	a.mu.Unlock()
+	for i := len(modules) - 1; i >= 0; i-- {
+		m := modules[i]
 		m.srv.Health.Shutdown() // NOT_SERVING: probes and balancers move away
 		if err := m.svc.Stop(ctx); err != nil {
 			a.log.Warn("stop", "service", m.target, "err", err)
 		}
 		m.srv.Stop(ctx)
 	}
-	a.modules = nil
 	if a.nc != nil {
 		if err := a.nc.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
 			a.nc.Close()
