@@ -123,10 +123,13 @@ func (s *Server) Stop(ctx context.Context) {
 }
 
 // Dial opens a client connection to an XCT service. Connections are lazy:
-// an unreachable peer shows up as UNAVAILABLE on the first call.
+// an unreachable peer shows up as UNAVAILABLE on the first call. The name is
+// resolved through DNS and calls are spread round-robin over every address
+// it resolves to, so a headless Kubernetes Service balances across replicas.
 func Dial(addr string) (*grpc.ClientConn, error) {
 	conn, err := grpc.NewClient(addr,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig": [{"round_robin": {}}]}`),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageBytes), grpc.MaxCallSendMsgSize(MaxMessageBytes)),
 	)
 	if err != nil {
