@@ -31,6 +31,7 @@ const (
 	CodeInDoubt              Code = "IN_DOUBT"              // a step may have acted: a human must decide
 	CodeApprovalDenied       Code = "APPROVAL_DENIED"       // a human denied the step
 	CodeApprovalExpired      Code = "APPROVAL_EXPIRED"      // no human decided in time
+	CodeRateLimited          Code = "RATE_LIMITED"          // a tool's rate limit is reached: wait
 )
 
 // taxonomy is the LCTL classification of a code (spec part 6).
@@ -57,6 +58,7 @@ var taxonomies = map[Code]taxonomy{
 	CodeInDoubt:              {"execution_error", "tool_failure", "needs_human_decision", false},
 	CodeApprovalDenied:       {"output_error", "validation_failed", "propose_a_different_action", true},
 	CodeApprovalExpired:      {"output_error", "validation_failed", "propose_again_or_finish", true},
+	CodeRateLimited:          {"execution_error", "rate_limited", "wait_and_retry_later", true},
 }
 
 // Errorf builds an error signal with the code's LCTL taxonomy.

@@ -3,33 +3,95 @@ package validator
 import (
 	"flag"
 	"fmt"
+	"strings"
+	"time"
 )
 
-// maxReplicas is the largest replica count JetStream accepts for a bucket.
-const maxReplicas = 5
+// Configuration bounds and defaults.
+const (
+	// maxReplicas is the largest replica count JetStream accepts for a bucket.
+	maxReplicas = 5
+	// DefaultPolicyReload is how often the -policy files are checked for
+	// changes when the flag is not given.
+	DefaultPolicyReload = 2 * time.Second
+	minPolicyReload     = 10 * time.Millisecond
+)
 
 // Config is the validator's configuration.
 type Config struct {
-	// PolicyFile is an optional YAML rules policy (see the package doc for
-	// its format). Empty means the built-in default policy.
+	// PolicyFile names the YAML policy files (see the package doc for their
+	// format), separated by commas, in order. Empty means the built-in
+	// default policy.
 	PolicyFile string
-	// Replicas is the JetStream replica count of the tool catalog bucket.
-	// The application sets it from its NATS settings; it is not a flag.
-	// Zero means 1.
+	// PolicyReload is how often the policy files are read again; a change
+	// is compiled and installed without dropping validations in flight,
+	// and a broken change is refused (the last good policy stays). Zero
+	// turns reloading off.
+	PolicyReload time.Duration
+	// Replicas is the JetStream replica count of the buckets the validator
+	// creates (tool catalog, approvals). The application sets it from its
+	// NATS settings; it is not a flag. Zero means 1.
 	Replicas int
 }
 
-// RegisterFlags registers the validator's flags on fs, with their defaults.
+// RegisterFlags registers the validator's flags, with their defaults.
+// -policy may be given several times (or hold a comma-separated list).
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.PolicyFile, "policy", c.PolicyFile,
-		"YAML rules policy of the validator (empty: the built-in default, which allows read and reversible tools and requires approval for irreversible ones)")
+	fs.Var(&policyFlag{c: c}, "policy",
+		"YAML policy file of the validator; repeat it (or separate files by commas) to combine several, in order (empty: the built-in default, which allows read and reversible tools and requires approval for irreversible ones)")
+	reload := c.PolicyReload
+	if reload == 0 {
+		reload = DefaultPolicyReload
+	}
+	fs.DurationVar(&c.PolicyReload, "policy-reload", reload,
+		"how often the -policy files are checked for changes (0 turns hot reload off)")
 }
 
-// Validate reports whether c can be used. It does not read the policy file;
-// New does, and reports a broken one with its file and line.
+// policyFlag is -policy: the first use replaces the default, later uses
+// append.
+type policyFlag struct {
+	c   *Config
+	set bool
+}
+
+// String implements flag.Value.
+func (f *policyFlag) String() string {
+	if f == nil || f.c == nil {
+		return ""
+	}
+	return f.c.PolicyFile
+}
+
+// Set implements flag.Value.
+func (f *policyFlag) Set(v string) error {
+	if !f.set || f.c.PolicyFile == "" {
+		f.c.PolicyFile, f.set = v, true
+		return nil
+	}
+	f.c.PolicyFile += "," + v
+	return nil
+}
+
+// PolicyFiles lists the configured policy files in order (empty names
+// dropped).
+func (c *Config) PolicyFiles() []string {
+	var out []string
+	for _, p := range strings.Split(c.PolicyFile, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Validate reports whether c can be used. It does not read the policy
+// files; New does, and reports a broken one with its file and line.
 func (c *Config) Validate() error {
 	if c.Replicas < 0 || c.Replicas > maxReplicas {
 		return fmt.Errorf("%w: replicas %d is outside 0..%d", ErrBadConfig, c.Replicas, maxReplicas)
+	}
+	if c.PolicyReload < 0 || (c.PolicyReload > 0 && c.PolicyReload < minPolicyReload) {
+		return fmt.Errorf("%w: policy reload interval %v is neither 0 (off) nor at least %v", ErrBadConfig, c.PolicyReload, minPolicyReload)
 	}
 	return nil
 }

@@ -31,6 +31,49 @@ var (
 	// has no tool descriptor.
 	ErrNoToolDescriptor = errors.New("validator: input has no tool descriptor")
 
+	// ErrApprovalsUnavailable means the approvals store cannot be used: the
+	// validator runs without JetStream, or the KV bucket failed.
+	ErrApprovalsUnavailable = errors.New("approvals are unavailable")
+	// ErrApprovalNotFound means no approval exists for the step.
+	ErrApprovalNotFound = errors.New("no such approval")
+	// ErrApprovalDecided means the approval was decided already.
+	ErrApprovalDecided = errors.New("the approval was already decided")
+	// ErrApprovalExpired means the approval's time ran out before a decision.
+	ErrApprovalExpired = errors.New("the approval expired")
+	// ErrSelfApproval means the approver is the principal who started the
+	// run.
+	ErrSelfApproval = errors.New("the principal who started the run cannot decide its approvals")
+	// ErrNoApprover means a decision names no approver.
+	ErrNoApprover = errors.New("an approver is required")
+	// ErrNoDenyReason means a denial gives no reason; the model is told it.
+	ErrNoDenyReason = errors.New("a reason is required to deny")
+	// ErrNoApprovalNeeded means an approval was requested for a step the
+	// policy in force does not require one for.
+	ErrNoApprovalNeeded = errors.New("the policy in force does not require an approval for this step")
+	// ErrStepMismatch means a step id is not the identity of the proposal
+	// it comes with.
+	ErrStepMismatch = errors.New("step_id is not the id of this run, step, tool and arguments")
+	// ErrAmbiguousStep means a step number names several pending
+	// approvals; name the step id instead.
+	ErrAmbiguousStep = errors.New("several approvals match this step number; give the step id")
+	// ErrBadRunID means a run id is missing or has characters run ids
+	// never have.
+	ErrBadRunID = errors.New("run_id must be 1 to 128 of A-Z a-z 0-9 _ -")
+	// ErrBadStepID means a step id (or step number) is missing or malformed.
+	ErrBadStepID = errors.New("step must be a step number or a step id (1 to 128 of A-Z a-z 0-9 _ -)")
+	// ErrNoPrincipal means an approval was requested for a run without a
+	// principal, so nobody could be kept from approving their own run.
+	ErrNoPrincipal = errors.New("run.principal is required to request an approval")
+	// ErrBadChain means Recheck was given events it cannot read as an XCT
+	// chain; the error names the event.
+	ErrBadChain = errors.New("not a readable XCT chain")
+
+	// errApprovalConflict means an approval changed under a compare-and-set.
+	errApprovalConflict = errors.New("approval changed concurrently")
+	// errNotBool is a condition that evaluated to something other than a
+	// bool.
+	errNotBool = errors.New(celBoolResultMsg)
+
 	// errNoSchema means a tool publishes no input schema; its proposals are
 	// denied.
 	errNoSchema = errors.New("the tool publishes no input schema")

@@ -5,9 +5,11 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
@@ -41,18 +43,23 @@ func checkRequest(req *xctv1.ValidateRequest) error {
 	return nil
 }
 
-// decide runs the pipeline: catalog, schema, policy. The first check that
-// fails decides, with its builtin reason.
+// decide runs the pipeline: catalog, schema, policy (with its rate limits
+// and approvals), then the shadow policies. The first check that fails
+// decides, with its builtin reason.
 func (s *Service) decide(ctx context.Context, req *xctv1.ValidateRequest) *xctv1.Verdict {
 	installed := s.policy.Load()
+	now := s.now()
 	v := &xctv1.Verdict{PolicyVersion: installed.version}
-	s.judge(ctx, req, installed.policy, v)
-	v.EvaluatedAt = timestamppb.New(s.now())
+	in := s.judge(ctx, req, installed, now, judging{consult: true, count: true}, v)
 	if v.Decision == xctv1.VerdictDecision_VERDICT_DECISION_UNSPECIFIED {
 		// judge always sets a decision; this keeps the promise if it ever
 		// does not.
 		denyWith(v, reasonPolicy, wire.Errorf(wire.CodePolicyDenied, "the validator reached no decision"))
 	}
+	if len(installed.shadows) > 0 {
+		v.Shadow = s.shadowVerdicts(ctx, installed, in, v, now)
+	}
+	v.EvaluatedAt = timestamppb.New(now)
 	if s.log.Enabled(ctx, slog.LevelDebug) {
 		s.log.LogAttrs(ctx, slog.LevelDebug, "verdict",
 			slog.String("run_id", req.GetRun().GetRunId()),
@@ -65,7 +72,17 @@ func (s *Service) decide(ctx context.Context, req *xctv1.ValidateRequest) *xctv1
 	return v
 }
 
-func (s *Service) judge(ctx context.Context, req *xctv1.ValidateRequest, policy Policy, v *xctv1.Verdict) {
+// judging says what a judgement may do besides deciding.
+type judging struct {
+	// consult reads the step's stored approval when it needs one.
+	consult bool
+	// count counts an allowed step against the rate limits.
+	count bool
+}
+
+// judge checks the catalog and the schema, then lets the policy decide. It
+// returns the policy's input, or nil when a builtin check decided.
+func (s *Service) judge(ctx context.Context, req *xctv1.ValidateRequest, installed *installedPolicy, now time.Time, j judging, v *xctv1.Verdict) *Input {
 	proposal := req.GetProposal()
 	name := proposal.GetTool()
 
@@ -73,12 +90,12 @@ func (s *Service) judge(ctx context.Context, req *xctv1.ValidateRequest, policy 
 	if cat == nil {
 		denyWith(v, reasonCatalog, wire.Errorf(wire.CodeValidatorUnavailable,
 			"the validator has not loaded the tool catalog yet; try again later"))
-		return
+		return nil
 	}
 	tool, ok := cat.Get(name)
 	if !ok {
 		denyWith(v, reasonCatalog, unknownTool(cat, name))
-		return
+		return nil
 	}
 
 	compiled, fresh := s.schemas.get(name, tool.GetInputSchema())
@@ -91,24 +108,35 @@ func (s *Service) judge(ctx context.Context, req *xctv1.ValidateRequest, policy 
 		// The reason, for the log and the chain, says why; the model only
 		// needs to know it should try something else.
 		denyBecause(v, reasonSchema, truncate("input schema of tool "+quoteName(name)+" is unusable: "+compiled.err.Error(), maxReasonMsgBytes), e)
-		return
+		return nil
 	}
 	args := proposal.GetArguments().AsMap()
 	if err := compiled.schema.Validate(args); err != nil {
 		denyWith(v, reasonSchema, s.schemaInvalid(name, err))
-		return
+		return nil
 	}
 
-	out, err := policy.Evaluate(ctx, &Input{
+	in := &Input{
 		Run:      req.GetRun(),
 		Step:     req.GetStep(),
 		StepID:   req.GetStepId(),
 		Proposal: proposal,
 		Args:     args,
 		Tool:     tool,
-	})
+		Now:      now,
+	}
+	s.enforce(ctx, installed, in, v, j)
+	return in
+}
+
+// enforce applies the policy in force to a proposal that passed the
+// builtin checks: its decision, then its rate limits, then (for a step
+// that needs approval) the step's approval.
+func (s *Service) enforce(ctx context.Context, installed *installedPolicy, in *Input, v *xctv1.Verdict, j judging) {
+	name := in.Tool.GetName()
+	out, err := installed.policy.Evaluate(ctx, in)
 	if err != nil {
-		s.log.Warn("policy evaluation failed; proposal denied", "tool", name, "step_id", req.GetStepId(), "err", err)
+		s.log.Warn("policy evaluation failed; proposal denied", "tool", name, "step_id", in.StepID, "err", err)
 		denyWith(v, reasonPolicy, wire.Errorf(wire.CodePolicyDenied, "the policy could not evaluate this proposal, so it is denied"))
 		return
 	}
@@ -117,29 +145,110 @@ func (s *Service) judge(ctx context.Context, req *xctv1.ValidateRequest, policy 
 	v.Reasons = slices.Clip(out.Reasons)
 	switch out.Decision {
 	case xctv1.VerdictDecision_VERDICT_DECISION_ALLOW:
+		if s.rateRefused(s.limits, "", installed.limits, in, j.count, v) {
+			return
+		}
 		v.Decision = out.Decision
 	case xctv1.VerdictDecision_VERDICT_DECISION_NEEDS_APPROVAL:
+		// A call the rate limit would refuse is refused now, before a human
+		// is asked to look at it.
+		if s.rateRefused(s.limits, "", installed.limits, in, false, v) {
+			return
+		}
 		msg := out.Message
 		if msg == "" {
 			msg = "tool " + quoteName(name) + " needs a human's approval"
 		}
+		code := out.Code
+		if code == "" {
+			code = defaultCode(out.Decision)
+		}
+		ttl := out.ApprovalTTL
+		if ttl <= 0 {
+			ttl = DefaultApprovalTTL
+		}
 		v.Decision = out.Decision
-		v.Error = wire.WithDetails(wire.Errorf(wire.CodeApprovalRequired, "%s", msg), ruleDetails(name, out.Reasons))
+		v.Error = wire.WithDetails(wire.Errorf(code, "%s", msg), outcomeDetails(name, out))
+		v.ApprovalTtl = durationpb.New(ttl)
+		if j.consult {
+			s.consultApproval(ctx, installed, in, v, j)
+		}
 	case xctv1.VerdictDecision_VERDICT_DECISION_DENY:
 		msg := out.Message
 		if msg == "" {
 			msg = "the policy denies tool " + quoteName(name)
 		}
-		e := wire.WithDetails(wire.Errorf(wire.CodePolicyDenied, "%s", msg), ruleDetails(name, out.Reasons))
+		code := out.Code
+		if code == "" {
+			code = defaultCode(out.Decision)
+		}
+		e := wire.WithDetails(wire.Errorf(code, "%s", msg), outcomeDetails(name, out))
 		if len(v.Reasons) == 0 {
 			denyWith(v, reasonPolicy, e)
 		} else {
 			v.Decision, v.Error = out.Decision, e
 		}
+		v.EndsRun = out.EndsRun
 	default:
 		s.log.Warn("policy returned no valid decision; proposal denied", "tool", name, "decision", out.Decision.String())
 		denyWith(v, reasonPolicy, wire.Errorf(wire.CodePolicyDenied, "the policy reached no valid decision, so the proposal is denied"))
 	}
+}
+
+// rateRefused applies rate limits to a proposal. When take is set the call
+// is counted if it fits. A refusal turns v into a RATE_LIMITED deny.
+func (s *Service) rateRefused(l *rateLimiter, prefix string, limits []rateLimit, in *Input, take bool, v *xctv1.Verdict) bool {
+	if len(limits) == 0 {
+		return false
+	}
+	name := in.Tool.GetName()
+	checks := rateChecks(prefix, limits, name, in.Run.GetRunId())
+	refused, retry := l.allow(in.Now, in.StepID, checks, take)
+	if refused == nil {
+		return false
+	}
+	e := rateLimited(name, refused, retry)
+	v.ApprovalTtl = nil
+	denyBecause(v, reasonRateLimit, rateReason(refused), e)
+	return true
+}
+
+// shadowVerdicts evaluates the shadow policies: what each would have
+// decided. A proposal the builtin checks refused is refused by every
+// shadow policy the same way.
+func (s *Service) shadowVerdicts(ctx context.Context, installed *installedPolicy, in *Input, v *xctv1.Verdict, now time.Time) []*xctv1.ShadowVerdict {
+	out := make([]*xctv1.ShadowVerdict, 0, len(installed.shadows))
+	for _, sh := range installed.shadows {
+		sv := &xctv1.ShadowVerdict{PolicyVersion: sh.Version()}
+		if in == nil {
+			sv.Decision, sv.Reasons = v.Decision, v.Reasons
+			out = append(out, sv)
+			continue
+		}
+		shadowIn := *in
+		shadowIn.Now = now
+		var w xctv1.Verdict
+		s.enforce(ctx, &installedPolicy{policy: sh, version: sh.Version()}, &shadowIn, &w, judging{})
+		// The shadow's own rate limits, counted apart from the enforced ones.
+		switch w.Decision {
+		case xctv1.VerdictDecision_VERDICT_DECISION_ALLOW, xctv1.VerdictDecision_VERDICT_DECISION_NEEDS_APPROVAL:
+			s.rateRefused(s.shadowLimits, sh.Version(), sh.rs.settings.rateLimits, &shadowIn,
+				w.Decision == xctv1.VerdictDecision_VERDICT_DECISION_ALLOW, &w)
+		}
+		sv.Decision, sv.Reasons = w.Decision, w.Reasons
+		out = append(out, sv)
+	}
+	return out
+}
+
+// outcomeDetails are the details of a policy's refusal: the tool, the
+// rules behind it and what the outcome adds.
+func outcomeDetails(tool string, out Outcome) map[string]any {
+	d := ruleDetails(tool, out.Reasons)
+	for k, v := range out.Details {
+		d[k] = v
+	}
+	return d
 }
 
 // denyWith makes v a deny carrying e, and adds a reason with e's message.

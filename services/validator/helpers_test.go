@@ -3,11 +3,18 @@ package validator_test
 import (
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/types/known/structpb"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/catalog"
+	"github.com/xct-dev/xct/internal/wire"
+	"github.com/xct-dev/xct/services/validator"
 )
 
 // Tools with realistic schemas, one per effect class.
@@ -98,4 +105,52 @@ func reasonIDs(v *xctv1.Verdict) []string {
 		ids = append(ids, r.GetRuleId())
 	}
 	return ids
+}
+
+// stepRequest builds a ValidateRequest for step n of run with a real step
+// id, as the orchestrator does.
+func stepRequest(tb testing.TB, run string, n int, tool string, m map[string]any) *xctv1.ValidateRequest {
+	tb.Helper()
+	a := args(tb, m)
+	return &xctv1.ValidateRequest{
+		Run:      &xctv1.RunContext{RunId: run, Principal: "alice", StepsUsed: int32(n)},
+		Step:     int32(n),
+		StepId:   wire.StepID(run, n, tool, a),
+		Proposal: &xctv1.NextStep{Tool: tool, Arguments: a, Goal: "test"},
+	}
+}
+
+// fakeClock is a clock tests move by hand.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{now: time.Now().Truncate(time.Second)} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// newServiceWith builds a validator over the test tools with a policy made
+// of files (YAML texts, in order) and options.
+func newServiceWith(tb testing.TB, files []string, opts ...validator.Option) *validator.Service {
+	tb.Helper()
+	var paths []string
+	for i, text := range files {
+		paths = append(paths, writeFile(tb, "policy"+strconv.Itoa(i)+".yaml", text))
+	}
+	s, err := validator.NewWithCatalog(validator.Config{PolicyFile: strings.Join(paths, ",")}, catalog.Static(testTools()...), nil, opts...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return s
 }

@@ -2,8 +2,10 @@ package validator
 
 import (
 	"context"
+	"time"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/wire"
 )
 
 // Input is everything a policy may look at when it judges one proposal. By
@@ -24,6 +26,9 @@ type Input struct {
 	Args map[string]any
 	// Tool is the catalog's descriptor of the proposed tool; never nil.
 	Tool *xctv1.ToolDescriptor
+	// Now is the time of the evaluation (the CEL variable "now"); zero
+	// means the wall clock.
+	Now time.Time
 }
 
 // Outcome is a policy's judgement of one proposal.
@@ -36,14 +41,26 @@ type Outcome struct {
 	// Message explains a deny or an approval request to the model. Empty
 	// means the service writes a generic one.
 	Message string
+	// Code is the error code of a deny or an approval request; empty means
+	// POLICY_DENIED or APPROVAL_REQUIRED.
+	Code wire.Code
+	// EndsRun is set when a run budget that cannot recover refused the
+	// step: the orchestrator ends the run.
+	EndsRun bool
+	// ApprovalTTL is how long an approval for the step stays valid, when
+	// the decision is needs approval; zero means DefaultApprovalTTL.
+	ApprovalTTL time.Duration
+	// Details are added to the error signal's details.
+	Details map[string]any
 }
 
 // Policy decides whether a proposal may run. Implementations must be safe
 // for concurrent use and should not block: they run on every proposal.
 //
-// RulesPolicy is the implementation shipped with the service. Another engine
-// (CEL expressions, budgets, approvals) is another implementation, installed
-// with Service.SetPolicy.
+// RulesPolicy (one file) and PolicySet (several files, some of them
+// perhaps in shadow mode) are the implementations shipped with the service.
+// Another engine is another implementation, installed with
+// Service.SetPolicy.
 type Policy interface {
 	// Version identifies the policy's content, e.g. "sha256:<hex>". It is
 	// recorded in every verdict the policy makes.

@@ -11,6 +11,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -52,7 +53,8 @@ const (
 	maxToolNameInMsg = 128
 )
 
-// Reserved reason ids: rules cannot use them.
+// Reserved reason ids: rules cannot use them ("approval" too, in
+// settings.go).
 const (
 	reasonDefaultDeny   = "default-deny"
 	reservedRulePrefix  = "builtin."
@@ -140,7 +142,13 @@ func nodeText(n *yaml.Node) string {
 
 // ruleFile is the YAML shape of a policy file.
 type ruleFile struct {
-	Rules []ruleSpec `yaml:"rules"`
+	Mode        policyMode           `yaml:"mode"`
+	ApprovalTTL *yamlDuration        `yaml:"approval_ttl"`
+	Confidence  *confidenceSpec      `yaml:"confidence"`
+	Budgets     *budgetSpec          `yaml:"budgets"`
+	Prices      map[string]priceSpec `yaml:"prices"`
+	RateLimits  []rateLimitSpec      `yaml:"rate_limits"`
+	Rules       []ruleSpec           `yaml:"rules"`
 }
 
 // ruleSpec is the YAML shape of one rule.
@@ -150,6 +158,7 @@ type ruleSpec struct {
 	Message string       `yaml:"message"`
 	Tools   []string     `yaml:"tools"`
 	Effects []toolEffect `yaml:"effects"`
+	When    *string      `yaml:"when"`
 }
 
 // rule is a checked rule, ready to match.
@@ -157,11 +166,16 @@ type rule struct {
 	id      string
 	action  ruleAction
 	message string
-	tools   []string  // glob patterns; nil matches every tool
-	effects effectSet // 0 matches every effect class
+	tools   []string   // glob patterns; nil matches every tool
+	effects effectSet  // 0 matches every effect class
+	when    *condition // nil matches unconditionally
+	file    string     // where the rule is written, for lint and logs
+	line    int
 }
 
-func (r *rule) matches(tool string, effect xctv1.Effect) bool {
+// selects reports whether the rule's selectors (tools and effects) take
+// in the tool; its condition is evaluated separately.
+func (r *rule) selects(tool string, effect xctv1.Effect) bool {
 	if r.effects != 0 && r.effects&effectBit(effect) == 0 {
 		return false
 	}
@@ -176,20 +190,40 @@ func (r *rule) matches(tool string, effect xctv1.Effect) bool {
 	return false
 }
 
-// RulesPolicy is a Policy made of YAML rules; the package doc describes the
-// format and the semantics. It is immutable and safe for concurrent use.
+// RulesPolicy is one policy file: rules with optional CEL conditions, run
+// budgets, a price table, rate limits, confidence thresholds, an approval
+// TTL and a mode. The package doc describes the format and the semantics.
+// It is immutable and safe for concurrent use.
+//
+// Its Evaluate applies the budgets, the rules and the confidence gate. Rate
+// limits keep state, so the Service applies them (and Recheck simulates
+// them); a RulesPolicy evaluated on its own ignores them.
 type RulesPolicy struct {
 	file    string
 	version string
-	rules   []rule
+	mode    policyMode
+	rs      *ruleSet
 }
 
 var _ Policy = (*RulesPolicy)(nil)
 
-// LoadRulesFile reads and checks the rules policy in the file at path.
-// Problems in the file are *PolicyError values (joined when there are
-// several) naming the file and line.
+// LoadRulesFile reads and checks the policy in the file at path. Problems
+// in the file are *PolicyError values (joined when there are several)
+// naming the file and line.
 func LoadRulesFile(path string) (*RulesPolicy, error) {
+	return loadRulesFile(&celEnv{}, path)
+}
+
+func loadRulesFile(env *celEnv, path string) (*RulesPolicy, error) {
+	data, err := readPolicyFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return parsePolicy(env, path, data)
+}
+
+// readPolicyFile reads a policy file, refusing one larger than the limit.
+func readPolicyFile(path string) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("read policy: %w", err)
@@ -199,7 +233,7 @@ func LoadRulesFile(path string) (*RulesPolicy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read policy %s: %w", path, err)
 	}
-	return ParseRules(path, data)
+	return data, nil
 }
 
 // DefaultPolicy returns the built-in policy (DefaultPolicyYAML). Its version
@@ -213,12 +247,17 @@ func DefaultPolicy() *RulesPolicy {
 	return p
 }
 
-// ParseRules checks a rules policy given as YAML text. file names the text
-// in error messages. Decoding is strict: unknown fields, duplicate keys,
+// ParseRules checks a policy given as YAML text. file names the text in
+// error messages. Decoding is strict: unknown fields, duplicate keys,
 // values of the wrong kind, unknown effects, empty selectors, missing or
-// duplicate rule ids and more than one YAML document are errors. Every
-// problem found is reported, each as a *PolicyError.
+// duplicate rule ids, conditions that do not compile or type-check, bad
+// settings and more than one YAML document are errors. Every problem found
+// is reported, each as a *PolicyError.
 func ParseRules(file string, data []byte) (*RulesPolicy, error) {
+	return parsePolicy(&celEnv{}, file, data)
+}
+
+func parsePolicy(env *celEnv, file string, data []byte) (*RulesPolicy, error) {
 	if len(data) > maxPolicyBytes {
 		return nil, &PolicyError{File: file, Msg: fmt.Sprintf("the file is larger than %d bytes", maxPolicyBytes)}
 	}
@@ -238,79 +277,115 @@ func ParseRules(file string, data []byte) (*RulesPolicy, error) {
 		return nil, yamlErrors(file, err)
 	}
 
-	// A second pass keeps the node tree, for the line of each rule.
+	// A second pass keeps the node tree, for the line of each problem.
 	var root yaml.Node
 	if err := yaml.Unmarshal(data, &root); err != nil {
 		return nil, yamlErrors(file, err)
 	}
-	rulesLine, ruleLines := ruleLinesOf(&root)
+	lines := newNodeIndex(&root)
 
 	var problems []error
 	add := func(line int, format string, args ...any) {
 		problems = append(problems, &PolicyError{File: file, Line: line, Msg: fmt.Sprintf(format, args...)})
 	}
 	if spec.Rules == nil {
-		add(rulesLine, `"rules" is required; write "rules: []" to deny every tool`)
+		add(lines.line("rules"), `"rules" is required; write "rules: []" to deny every tool`)
 	}
-	p := &RulesPolicy{file: file, rules: make([]rule, 0, len(spec.Rules))}
+	st := checkSettings(&spec, file, lines, add)
+	rs := &ruleSet{rules: make([]rule, 0, len(spec.Rules)), settings: st}
 	seen := map[string]int{}
-	for i, rs := range spec.Rules {
-		line := 0
-		if i < len(ruleLines) {
-			line = ruleLines[i]
-		}
+	for i, spec := range spec.Rules {
+		line := lines.itemLine("rules", i)
 		name := fmt.Sprintf("rule %d", i+1)
-		if rs.ID != "" {
-			name = fmt.Sprintf("rule %q", truncate(rs.ID, maxRuleIDLen))
+		if spec.ID != "" {
+			name = fmt.Sprintf("rule %q", truncate(spec.ID, maxRuleIDLen))
 		}
 		switch {
-		case rs.ID == "":
+		case spec.ID == "":
 			add(line, "%s: id is required", name)
-		case !validRuleID(rs.ID):
+		case !validRuleID(spec.ID):
 			add(line, "%s: id must be 1 to %d letters, digits, '.', '_', ':' or '-'", name, maxRuleIDLen)
-		case rs.ID == reasonDefaultDeny || strings.HasPrefix(rs.ID, reservedRulePrefix):
-			add(line, "%s: id is reserved (%q and ids starting with %q)", name, reasonDefaultDeny, reservedRulePrefix)
+		case reservedRuleID(spec.ID):
+			add(line, "%s: id is reserved (%q, %q and ids starting with %q)", name, reasonDefaultDeny, reasonApproval, reservedRulePrefix)
 		default:
-			if first, dup := seen[rs.ID]; dup {
+			if first, dup := seen[spec.ID]; dup {
 				add(line, "%s: duplicate id, first used at line %d", name, first)
 			} else {
-				seen[rs.ID] = line
+				seen[spec.ID] = line
 			}
 		}
-		if rs.Effect == actionNone {
+		if spec.Effect == actionNone {
 			add(line, "%s: effect is required (allow, deny or require_approval)", name)
 		}
-		r := rule{id: rs.ID, action: rs.Effect, message: strings.TrimSpace(rs.Message)}
+		r := rule{id: spec.ID, action: spec.Effect, message: strings.TrimSpace(spec.Message), file: file, line: line}
 		if r.message == "" {
-			r.message = defaultRuleMessage + " (" + rs.Effect.String() + ")"
+			r.message = defaultRuleMessage + " (" + spec.Effect.String() + ")"
 		}
-		if rs.Tools != nil {
-			if len(rs.Tools) == 0 {
+		if spec.Tools != nil {
+			if len(spec.Tools) == 0 {
 				add(line, "%s: tools is an empty list; leave it out to match every tool", name)
 			}
-			for _, pat := range rs.Tools {
+			for _, pat := range spec.Tools {
 				if err := checkPattern(pat); err != "" {
 					add(line, "%s: tools pattern %q %s", name, truncate(pat, maxPatternLen), err)
 				}
 			}
-			r.tools = append([]string{}, rs.Tools...)
+			r.tools = append([]string{}, spec.Tools...)
 		}
-		if rs.Effects != nil {
-			if len(rs.Effects) == 0 {
+		if spec.Effects != nil {
+			if len(spec.Effects) == 0 {
 				add(line, "%s: effects is an empty list; leave it out to match every effect class", name)
 			}
-			for _, e := range rs.Effects {
+			for _, e := range spec.Effects {
 				r.effects |= effectBit(xctv1.Effect(e))
 			}
 		}
-		p.rules = append(p.rules, r)
+		if spec.When != nil {
+			cond, errs := compileCondition(env, *spec.When)
+			whenNode := lines.itemKey("rules", i, "when")
+			for _, e := range errs {
+				at := line
+				if whenNode != nil {
+					at = exprLine(whenNode, e.line)
+				}
+				if e.column > 0 {
+					add(at, "%s: when: %s (column %d of the expression)", name, e.msg, e.column)
+				} else {
+					add(at, "%s: when: %s", name, e.msg)
+				}
+			}
+			r.when = cond
+		}
+		rs.rules = append(rs.rules, r)
 	}
 	if len(problems) > 0 {
 		return nil, errors.Join(problems...)
 	}
 	sum := sha256.Sum256(data)
-	p.version = policyVersionPrefix + hex.EncodeToString(sum[:])
-	return p, nil
+	return &RulesPolicy{
+		file:    file,
+		version: policyVersionPrefix + hex.EncodeToString(sum[:]),
+		mode:    spec.Mode,
+		rs:      rs,
+	}, nil
+}
+
+// reservedRuleID reports whether id is kept for reasons the validator
+// itself gives.
+func reservedRuleID(id string) bool {
+	return id == reasonDefaultDeny || id == reasonApproval || strings.HasPrefix(id, reservedRulePrefix)
+}
+
+// exprLine maps a line inside a condition to a line of the file. A block
+// scalar ("when: |") starts on the line after its key.
+func exprLine(n *yaml.Node, exprLine int) int {
+	if exprLine < 1 {
+		exprLine = 1
+	}
+	if n.Style&(yaml.LiteralStyle|yaml.FoldedStyle) != 0 {
+		return n.Line + exprLine
+	}
+	return n.Line + exprLine - 1
 }
 
 // Version is "sha256:" and the hex SHA-256 of the policy's file content.
@@ -319,66 +394,26 @@ func (p *RulesPolicy) Version() string { return p.version }
 // File is the name the policy was loaded from.
 func (p *RulesPolicy) File() string { return p.file }
 
-// Evaluate matches every rule against the proposed tool. Deny beats
-// require_approval beats allow; no match is a deny with reason
-// "default-deny". Reasons list every matching rule in file order.
-func (p *RulesPolicy) Evaluate(_ context.Context, in *Input) (Outcome, error) {
-	if in == nil || in.Tool == nil {
-		return Outcome{}, ErrNoToolDescriptor
-	}
-	name := in.Tool.GetName()
-	effect := classOf(in.Tool.GetEffect())
-	var (
-		out                   Outcome
-		deny, approve, allows bool
-	)
-	for i := range p.rules {
-		r := &p.rules[i]
-		if !r.matches(name, effect) {
-			continue
-		}
-		out.Reasons = append(out.Reasons, &xctv1.Reason{RuleId: r.id, Message: r.message})
-		switch r.action {
-		case actionDeny:
-			deny = true
-		case actionApproval:
-			approve = true
-		case actionAllow:
-			allows = true
-		}
-	}
-	switch {
-	case deny:
-		out.Decision = xctv1.VerdictDecision_VERDICT_DECISION_DENY
-		out.Message = fmt.Sprintf("the policy denies tool %s: %s", quoteName(name), p.messages(name, effect, actionDeny))
-	case approve:
-		out.Decision = xctv1.VerdictDecision_VERDICT_DECISION_NEEDS_APPROVAL
-		out.Message = fmt.Sprintf("tool %s needs a human's approval: %s", quoteName(name), p.messages(name, effect, actionApproval))
-	case allows:
-		out.Decision = xctv1.VerdictDecision_VERDICT_DECISION_ALLOW
-	default:
-		msg := fmt.Sprintf("no policy rule allows tool %s", quoteName(name))
-		out.Decision = xctv1.VerdictDecision_VERDICT_DECISION_DENY
-		out.Reasons = append(out.Reasons, &xctv1.Reason{RuleId: reasonDefaultDeny, Message: msg})
-		out.Message = msg
-	}
-	return out, nil
-}
+// Shadow reports whether the file declares mode: shadow: its verdicts are
+// recorded as would-have-been, never enforced.
+func (p *RulesPolicy) Shadow() bool { return p.mode == modeShadow }
 
-// messages joins the messages of the matching rules with the given action.
-func (p *RulesPolicy) messages(tool string, effect xctv1.Effect, action ruleAction) string {
-	var b strings.Builder
-	for i := range p.rules {
-		r := &p.rules[i]
-		if r.action != action || !r.matches(tool, effect) {
-			continue
-		}
-		if b.Len() > 0 {
-			b.WriteString("; ")
-		}
-		b.WriteString(r.message)
-	}
-	return b.String()
+// Rules is the number of rules in the file.
+func (p *RulesPolicy) Rules() int { return len(p.rs.rules) }
+
+// ApprovalTTL is how long an approval the policy asks for stays valid.
+func (p *RulesPolicy) ApprovalTTL() time.Duration { return p.rs.settings.approvalTTL }
+
+// Evaluate applies the policy's budgets, rules and confidence gate to one
+// proposal (not its rate limits, which the Service applies). Budgets come
+// first: a used-up budget denies with BUDGET_EXCEEDED before any rule is
+// looked at. Then every rule whose selectors take in the tool and whose
+// condition holds matches; deny beats require_approval beats allow, and no
+// match is a deny with reason "default-deny". A condition that fails to
+// evaluate denies. Reasons list every matching rule in file order, then
+// the confidence gate's, then the default deny.
+func (p *RulesPolicy) Evaluate(_ context.Context, in *Input) (Outcome, error) {
+	return p.rs.evaluate(in)
 }
 
 // classOf maps a tool's declared effect to the class rules match: anything
@@ -392,31 +427,76 @@ func classOf(e xctv1.Effect) xctv1.Effect {
 	return xctv1.Effect_EFFECT_IRREVERSIBLE
 }
 
-// ruleLinesOf finds, in a parsed policy, the line of the "rules" key (or of
-// the document) and the line of every rule.
-func ruleLinesOf(root *yaml.Node) (rulesLine int, ruleLines []int) {
+// nodeIndex finds where keys are in a parsed policy, for error positions.
+type nodeIndex struct {
+	top     *yaml.Node // the document's top-level node
+	topLine int
+}
+
+func newNodeIndex(root *yaml.Node) *nodeIndex {
 	n := root
 	if n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
 		n = n.Content[0]
 	}
-	rulesLine = n.Line
-	if n.Kind != yaml.MappingNode {
-		return rulesLine, nil
+	return &nodeIndex{top: deref(n), topLine: n.Line}
+}
+
+// deref follows an alias to the node it names.
+func deref(n *yaml.Node) *yaml.Node {
+	for i := 0; n != nil && n.Kind == yaml.AliasNode && n.Alias != nil && i < 8; i++ {
+		n = n.Alias
+	}
+	return n
+}
+
+// child returns the key and value nodes of key in mapping n.
+func child(n *yaml.Node, key string) (k, v *yaml.Node) {
+	if n == nil || n.Kind != yaml.MappingNode {
+		return nil, nil
 	}
 	for i := 0; i+1 < len(n.Content); i += 2 {
-		if n.Content[i].Value != "rules" {
-			continue
-		}
-		rulesLine = n.Content[i].Line
-		seq := n.Content[i+1]
-		if seq.Kind == yaml.AliasNode && seq.Alias != nil {
-			seq = seq.Alias
-		}
-		for _, item := range seq.Content {
-			ruleLines = append(ruleLines, item.Line)
+		if n.Content[i].Value == key {
+			return n.Content[i], deref(n.Content[i+1])
 		}
 	}
-	return rulesLine, ruleLines
+	return nil, nil
+}
+
+// line is the line of the deepest key of path that exists, or of the
+// document.
+func (x *nodeIndex) line(path ...string) int {
+	line, n := x.topLine, x.top
+	for _, key := range path {
+		k, v := child(n, key)
+		if k == nil {
+			break
+		}
+		line, n = k.Line, v
+	}
+	return line
+}
+
+// item is the i-th entry of the list at key.
+func (x *nodeIndex) item(key string, i int) *yaml.Node {
+	_, seq := child(x.top, key)
+	if seq == nil || seq.Kind != yaml.SequenceNode || i >= len(seq.Content) {
+		return nil
+	}
+	return deref(seq.Content[i])
+}
+
+// itemLine is the line of the i-th entry of the list at key.
+func (x *nodeIndex) itemLine(key string, i int) int {
+	if n := x.item(key, i); n != nil {
+		return n.Line
+	}
+	return x.line(key)
+}
+
+// itemKey is the value node of field in the i-th entry of the list at key.
+func (x *nodeIndex) itemKey(key string, i int, field string) *yaml.Node {
+	_, v := child(x.item(key, i), field)
+	return v
 }
 
 // yamlErrors turns a YAML decoding error into PolicyErrors with lines.
@@ -453,19 +533,36 @@ func positioned(file, text string) *PolicyError {
 	if strings.HasPrefix(pe.Msg, "cannot unmarshal ") {
 		pe.Msg = strings.NewReplacer(
 			"into []validator.ruleSpec", "into a list of rules",
+			"into []validator.rateLimitSpec", "into a list of rate limits",
 			"into []validator.toolEffect", "into a list of effects (read, reversible, irreversible)",
 			"into []string", "into a list of strings",
+			"into map[string]validator.priceSpec", "into a price table (model: {input_per_1k, output_per_1k})",
 			"into validator.ruleFile", `into a policy (a mapping with a "rules" list)`,
 			"into validator.ruleSpec", "into a rule (a mapping)",
+			"into validator.rateLimitSpec", "into a rate limit (a mapping)",
+			"into validator.priceSpec", "into a price (a mapping)",
+			"into validator.budgetSpec", "into budgets (a mapping)",
+			"into validator.confidenceSpec", "into confidence thresholds (a mapping)",
+			"into float64", "into a number",
+			"into int64", "into an integer",
 			"into string", "into a string",
 		).Replace(pe.Msg)
 	}
 	// "field x not found in type validator.ruleSpec" names a Go type too.
 	if field, typ, ok := strings.Cut(pe.Msg, " not found in type "); ok {
 		if name, ok := strings.CutPrefix(field, "field "); ok {
-			where := "at the top level (allowed: rules)"
-			if strings.HasSuffix(typ, "ruleSpec") {
-				where = "in a rule (allowed: id, effect, message, tools, effects)"
+			where := "at the top level (allowed: mode, approval_ttl, confidence, budgets, prices, rate_limits, rules)"
+			switch strings.TrimPrefix(typ, "validator.") {
+			case "ruleSpec":
+				where = "in a rule (allowed: id, effect, message, tools, effects, when)"
+			case "budgetSpec":
+				where = "in budgets (allowed: max_steps, max_wall_time, max_tokens, max_cost_usd, max_consecutive_errors)"
+			case "confidenceSpec":
+				where = "in confidence (allowed: proceed, warn, verify)"
+			case "priceSpec":
+				where = "in a price (allowed: input_per_1k, output_per_1k)"
+			case "rateLimitSpec":
+				where = "in a rate limit (allowed: tool, per_run, global)"
 			}
 			pe.Msg = fmt.Sprintf("unknown field %q %s", name, where)
 		}

@@ -16,9 +16,10 @@ import (
 	"github.com/xct-dev/xct/internal/catalog"
 )
 
-// Service is the validator: it implements xctv1.ValidatorServiceServer and
+// Service is the validator: it implements xctv1.ValidatorServiceServer,
 // judges proposals against the tool catalog, the tools' input schemas and a
-// Policy. It is safe for concurrent use.
+// Policy, and keeps the human approvals of steps. It is safe for concurrent
+// use.
 type Service struct {
 	xctv1.UnimplementedValidatorServiceServer
 
@@ -28,28 +29,76 @@ type Service struct {
 	now     func() time.Time
 	schemas *schemaCache
 
-	catalog atomic.Pointer[catalog.Catalog] // nil until Start with NATS
-	policy  atomic.Pointer[installedPolicy]
+	catalog   atomic.Pointer[catalog.Catalog] // nil until Start with NATS
+	policy    atomic.Pointer[installedPolicy]
+	approvals atomic.Pointer[approvalStore] // nil until Start with NATS
 
-	mu        sync.Mutex // guards started and stopWatch
-	started   bool
-	stopWatch context.CancelFunc
+	// limits counts calls for the enforced policy's rate limits, shadows
+	// for the shadow policies' (which must not use up enforced calls).
+	limits, shadowLimits *rateLimiter
+
+	mu         sync.Mutex // guards started, stopWatch and reload
+	started    bool
+	stopWatch  context.CancelFunc
+	reload     *reloader
+	lastReload reloadState // guarded by reloadMu
+	reloadMu   sync.Mutex
 }
 
-// installedPolicy is the policy in force, with its version read once.
+// installedPolicy is the policy in force, with what the service needs of it
+// read once.
 type installedPolicy struct {
 	policy  Policy
 	version string
+	limits  []rateLimit
+	shadows []*RulesPolicy
+	set     *PolicySet // nil for a policy of another kind
+}
+
+// installable turns a policy into what the service installs. A lone rules
+// file becomes a set, so a file in shadow mode is recorded, not enforced.
+func installable(p Policy) (*installedPolicy, error) {
+	if p == nil {
+		return nil, ErrNoPolicy
+	}
+	if rp, ok := p.(*RulesPolicy); ok {
+		set, err := NewPolicySet(rp)
+		if err != nil {
+			return nil, err
+		}
+		p = set
+	}
+	inst := &installedPolicy{policy: p, version: p.Version()}
+	if set, ok := p.(*PolicySet); ok {
+		inst.set = set
+		inst.limits = set.enforced.settings.rateLimits
+		inst.shadows = set.shadows
+	}
+	return inst, nil
+}
+
+// Option configures a Service beyond its Config.
+type Option func(*Service)
+
+// WithClock makes the service read the time from now: verdict times,
+// approval expiry and rate limit windows. For tests.
+func WithClock(now func() time.Time) Option {
+	return func(s *Service) {
+		if now != nil {
+			s.now = now
+		}
+	}
 }
 
 // New builds a validator that learns the tool catalog from JetStream through
-// nc once started. It loads the configured policy (or the built-in default)
-// now: a broken policy file is an error naming the file and line.
-func New(cfg Config, nc *nats.Conn, log *slog.Logger) (*Service, error) {
+// nc once started, and keeps approvals in its KV bucket XCT_APPROVALS. It
+// loads the configured policy files (or the built-in default) now: a broken
+// file is an error naming the file and line.
+func New(cfg Config, nc *nats.Conn, log *slog.Logger, opts ...Option) (*Service, error) {
 	if nc == nil {
 		return nil, ErrNoNATS
 	}
-	s, err := newService(cfg, log)
+	s, err := newService(cfg, log, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -58,13 +107,14 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger) (*Service, error) {
 }
 
 // NewWithCatalog builds a validator over a given catalog, with no NATS: for
-// tests and offline policy checks. Start and Stop do nothing but are safe
-// to call.
-func NewWithCatalog(cfg Config, cat *catalog.Catalog, log *slog.Logger) (*Service, error) {
+// tests and offline policy checks. It keeps no approvals: a step that needs
+// one stays NEEDS_APPROVAL and the approval RPCs are unavailable. Start
+// and Stop only run the policy reload.
+func NewWithCatalog(cfg Config, cat *catalog.Catalog, log *slog.Logger, opts ...Option) (*Service, error) {
 	if cat == nil {
 		return nil, ErrNoCatalog
 	}
-	s, err := newService(cfg, log)
+	s, err := newService(cfg, log, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -72,26 +122,43 @@ func NewWithCatalog(cfg Config, cat *catalog.Catalog, log *slog.Logger) (*Servic
 	return s, nil
 }
 
-func newService(cfg Config, log *slog.Logger) (*Service, error) {
+func newService(cfg Config, log *slog.Logger, opts []Option) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	var (
-		p   *RulesPolicy
-		err error
-	)
-	if cfg.PolicyFile == "" {
-		p = DefaultPolicy()
-	} else if p, err = LoadRulesFile(cfg.PolicyFile); err != nil {
+	set, err := LoadPolicyFiles(cfg.PolicyFiles()...)
+	if err != nil {
 		return nil, fmt.Errorf("validator: %w", err)
 	}
-	s := &Service{cfg: cfg, log: log, now: time.Now, schemas: newSchemaCache()}
-	s.policy.Store(&installedPolicy{policy: p, version: p.Version()})
-	log.Info("validator policy loaded", "file", p.File(), "version", p.Version(), "rules", len(p.rules))
+	s := &Service{
+		cfg: cfg, log: log, now: time.Now, schemas: newSchemaCache(),
+		limits: newRateLimiter(), shadowLimits: newRateLimiter(),
+	}
+	for _, o := range opts {
+		o(s)
+	}
+	inst, err := installable(set)
+	if err != nil {
+		return nil, fmt.Errorf("validator: %w", err)
+	}
+	s.policy.Store(inst)
+	s.logPolicy("validator policy loaded", set)
 	return s, nil
+}
+
+// logPolicy logs what a policy set is made of.
+func (s *Service) logPolicy(msg string, set *PolicySet) {
+	files := make([]string, 0, len(set.files))
+	for _, f := range set.files {
+		files = append(files, fmt.Sprintf("%s (%s, %d rules)", f.File(), f.mode, f.Rules()))
+	}
+	if len(files) == 0 {
+		files = append(files, DefaultPolicyFile)
+	}
+	s.log.Info(msg, "version", set.Version(), "files", files, "default_enforced", set.defaultEnforced)
 }
 
 // Register registers the validator's gRPC service on g.
@@ -99,67 +166,99 @@ func (s *Service) Register(g *grpc.Server) {
 	xctv1.RegisterValidatorServiceServer(g, s)
 }
 
-// Start loads the tool catalog from JetStream and keeps it current until
-// Stop. It returns once the catalog's present entries are loaded; ctx
-// bounds only that wait. Until Start returns, proposals are denied with
-// VALIDATOR_UNAVAILABLE.
+// Start opens the approvals bucket and loads the tool catalog from
+// JetStream, keeping it current until Stop, and starts watching the policy
+// files when reloading is configured. It returns once the catalog's present
+// entries are loaded; ctx bounds only that wait. Until Start returns,
+// proposals are denied with VALIDATOR_UNAVAILABLE.
 func (s *Service) Start(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.started {
 		return ErrAlreadyStarted
 	}
-	if s.nc == nil {
-		s.started = true
-		return nil
+	if s.nc != nil {
+		js, err := jetstream.New(s.nc)
+		if err != nil {
+			return fmt.Errorf("validator: jetstream: %w", err)
+		}
+		store, err := openApprovals(ctx, js, s.cfg.Replicas)
+		if err != nil {
+			return fmt.Errorf("validator: %w", err)
+		}
+		// The watch outlives ctx (a start-up deadline, typically) and ends at
+		// Stop; ctx only cancels the initial load.
+		watchCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		stopAfter := context.AfterFunc(ctx, cancel)
+		cat, err := catalog.Watch(watchCtx, js, s.cfg.Replicas)
+		stopAfter()
+		if err != nil {
+			cancel()
+			return fmt.Errorf("validator: load tool catalog: %w", err)
+		}
+		s.approvals.Store(store)
+		s.catalog.Store(cat)
+		s.stopWatch = cancel
+		s.log.Info("validator started", "tools", len(cat.List()))
+		s.warnUnknownTools(s.policy.Load())
 	}
-	js, err := jetstream.New(s.nc)
-	if err != nil {
-		return fmt.Errorf("validator: jetstream: %w", err)
+	if files := s.cfg.PolicyFiles(); len(files) > 0 && s.cfg.PolicyReload > 0 {
+		s.reload = s.startReload(files, s.cfg.PolicyReload)
 	}
-	// The watch outlives ctx (a start-up deadline, typically) and ends at
-	// Stop; ctx only cancels the initial load.
-	watchCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	stopAfter := context.AfterFunc(ctx, cancel)
-	cat, err := catalog.Watch(watchCtx, js, s.cfg.Replicas)
-	stopAfter()
-	if err != nil {
-		cancel()
-		return fmt.Errorf("validator: load tool catalog: %w", err)
-	}
-	s.catalog.Store(cat)
-	s.stopWatch = cancel
 	s.started = true
-	s.log.Info("validator started", "tools", len(cat.List()))
 	return nil
 }
 
-// Stop ends the catalog watch. A validator that watched JetStream denies
-// proposals after Stop (its catalog would go stale); one built with
-// NewWithCatalog keeps its catalog. Stop is safe to call more than once.
+// Stop ends the catalog watch and the policy reload. A validator that
+// watched JetStream denies proposals after Stop (its catalog would go
+// stale); one built with NewWithCatalog keeps its catalog. Stop is safe to
+// call more than once.
 func (s *Service) Stop(_ context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.reload != nil {
+		s.reload.stop()
+		s.reload = nil
+	}
 	if s.stopWatch != nil {
 		s.stopWatch()
 		s.stopWatch = nil
 		s.catalog.Store(nil)
+		s.approvals.Store(nil)
 	}
 	s.started = false
 	return nil
 }
 
 // SetPolicy replaces the policy in force, atomically: a proposal is judged
-// wholly by the old policy or wholly by the new one. This is where hot
-// reload and other policy engines plug in.
+// wholly by the old policy or wholly by the new one, and validations in
+// flight finish with the policy they started with. Hot reload uses it; so
+// can other policy engines. A *RulesPolicy in shadow mode is recorded, not
+// enforced (the built-in default is enforced beside it).
 func (s *Service) SetPolicy(p Policy) error {
-	if p == nil {
-		return ErrNoPolicy
+	inst, err := installable(p)
+	if err != nil {
+		return err
 	}
-	s.policy.Store(&installedPolicy{policy: p, version: p.Version()})
-	s.log.Info("validator policy installed", "version", p.Version())
+	s.policy.Store(inst)
+	s.log.Info("validator policy installed", "version", inst.version)
+	s.warnUnknownTools(inst)
 	return nil
 }
 
 // PolicyVersion is the version of the policy in force.
 func (s *Service) PolicyVersion() string { return s.policy.Load().version }
+
+// warnUnknownTools logs the rules and rate limits of a policy that name
+// tools the catalog does not have, when the catalog is known. The catalog
+// changes as executors come and go, so this is a warning, not a refusal;
+// `xct policy lint` reports the same as errors.
+func (s *Service) warnUnknownTools(inst *installedPolicy) {
+	cat := s.catalog.Load()
+	if cat == nil || inst.set == nil || len(cat.List()) == 0 {
+		return
+	}
+	for _, f := range unknownToolFindings(inst.set, cat) {
+		s.log.Warn("policy names a tool the catalog does not have", "file", f.File, "line", f.Line, "rule", f.RuleID, "problem", f.Msg)
+	}
+}

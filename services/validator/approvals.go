@@ -1,0 +1,541 @@
+package validator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/wire"
+)
+
+// ApprovalsBucket is the JetStream KV bucket where approvals live, one per
+// step, under "<run_id>.<step_id>", as protobuf JSON. The validator is its
+// only writer; the orchestrator watches it.
+const ApprovalsBucket = "XCT_APPROVALS"
+
+// Limits on what an approval stores.
+const (
+	approvalHistory     = 8
+	maxKeyTokenLen      = 128
+	maxPreviewKindBytes = 64
+	maxPreviewBytes     = 256 << 10
+	maxApproverBytes    = 256
+	maxDecisionReason   = 4096
+	previewCut          = "\n…(preview truncated)"
+)
+
+// approvalStore reads and writes approvals in the KV bucket. Every change
+// is a compare-and-set on the entry's revision, so two deciders cannot
+// both win.
+type approvalStore struct {
+	kv jetstream.KeyValue
+}
+
+// openApprovals creates the bucket, or binds to it when it exists.
+func openApprovals(ctx context.Context, js jetstream.JetStream, replicas int) (*approvalStore, error) {
+	if replicas == 0 {
+		replicas = 1
+	}
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      ApprovalsBucket,
+		Description: "XCT step approvals, kept by validators",
+		History:     approvalHistory,
+		Storage:     jetstream.FileStorage,
+		Replicas:    replicas,
+	})
+	if errors.Is(err, jetstream.ErrBucketExists) {
+		kv, err = js.KeyValue(ctx, ApprovalsBucket)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("approvals bucket: %w", err)
+	}
+	return &approvalStore{kv: kv}, nil
+}
+
+func approvalKey(runID, stepID string) string { return runID + "." + stepID }
+
+// get reads one approval and its revision.
+func (st *approvalStore) get(ctx context.Context, runID, stepID string) (*xctv1.Approval, uint64, error) {
+	entry, err := st.kv.Get(ctx, approvalKey(runID, stepID))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, 0, ErrApprovalNotFound
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("%w: %w", ErrApprovalsUnavailable, err)
+	}
+	a, err := decodeApproval(entry.Value())
+	if err != nil {
+		return nil, 0, err
+	}
+	return a, entry.Revision(), nil
+}
+
+func decodeApproval(raw []byte) (*xctv1.Approval, error) {
+	a := &xctv1.Approval{}
+	if err := protojson.Unmarshal(raw, a); err != nil {
+		return nil, fmt.Errorf("%w: stored approval does not decode: %w", ErrApprovalsUnavailable, err)
+	}
+	return a, nil
+}
+
+// create stores a new approval. If one exists for the step, it is returned
+// as stored and created is false.
+func (st *approvalStore) create(ctx context.Context, a *xctv1.Approval) (stored *xctv1.Approval, created bool, err error) {
+	raw, err := protojson.Marshal(a)
+	if err != nil {
+		return nil, false, fmt.Errorf("encode approval: %w", err)
+	}
+	_, err = st.kv.Create(ctx, approvalKey(a.GetRunId(), a.GetStepId()), raw)
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		cur, _, gerr := st.get(ctx, a.GetRunId(), a.GetStepId())
+		return cur, false, gerr
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("%w: %w", ErrApprovalsUnavailable, err)
+	}
+	return a, true, nil
+}
+
+// update replaces an approval if it is still at revision rev.
+func (st *approvalStore) update(ctx context.Context, a *xctv1.Approval, rev uint64) error {
+	raw, err := protojson.Marshal(a)
+	if err != nil {
+		return fmt.Errorf("encode approval: %w", err)
+	}
+	_, err = st.kv.Update(ctx, approvalKey(a.GetRunId(), a.GetStepId()), raw, rev)
+	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
+		return errApprovalConflict
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrApprovalsUnavailable, err)
+	}
+	return nil
+}
+
+// storedApproval is an approval with its revision.
+type storedApproval struct {
+	a   *xctv1.Approval
+	rev uint64
+}
+
+// list reads every approval, or a run's.
+func (st *approvalStore) list(ctx context.Context, runID string) ([]storedApproval, error) {
+	filter := ">"
+	if runID != "" {
+		filter = runID + ".*"
+	}
+	w, err := st.kv.Watch(ctx, filter, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrApprovalsUnavailable, err)
+	}
+	defer func() { _ = w.Stop() }()
+	var out []storedApproval
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: %w", ErrApprovalsUnavailable, ctx.Err())
+		case entry, ok := <-w.Updates():
+			if !ok {
+				return nil, fmt.Errorf("%w: the approvals watch ended", ErrApprovalsUnavailable)
+			}
+			if entry == nil { // every present entry was delivered
+				return out, nil
+			}
+			a, err := decodeApproval(entry.Value())
+			if err != nil {
+				continue // an entry nobody can read approves nothing
+			}
+			out = append(out, storedApproval{a: a, rev: entry.Revision()})
+		}
+	}
+}
+
+// expire marks a pending approval whose time has passed EXPIRED. A
+// concurrent change wins; the approval is read again.
+func (st *approvalStore) expire(ctx context.Context, sa storedApproval, now time.Time) (storedApproval, error) {
+	if sa.a.GetState() != xctv1.ApprovalState_APPROVAL_STATE_PENDING || now.Before(sa.a.GetExpiresAt().AsTime()) {
+		return sa, nil
+	}
+	exp := proto.CloneOf(sa.a)
+	exp.State = xctv1.ApprovalState_APPROVAL_STATE_EXPIRED
+	err := st.update(ctx, exp, sa.rev)
+	if errors.Is(err, errApprovalConflict) {
+		a, rev, gerr := st.get(ctx, sa.a.GetRunId(), sa.a.GetStepId())
+		return storedApproval{a: a, rev: rev}, gerr
+	}
+	if err != nil {
+		return sa, err
+	}
+	return storedApproval{a: exp, rev: sa.rev + 1}, nil
+}
+
+// RequestApproval opens a pending approval for a step the policy says
+// needs one. The step id must be the step's identity (wire.StepID of the
+// run, the step number, the tool and the arguments), and the policy in
+// force must require an approval for the step now; its reasons, version
+// and approval TTL are recorded with the proposal, the run's principal (who
+// may not approve it) and the preview. Asking again for the same step
+// returns the stored approval unchanged.
+func (s *Service) RequestApproval(ctx context.Context, req *xctv1.RequestApprovalRequest) (*xctv1.RequestApprovalResponse, error) {
+	store := s.approvals.Load()
+	if store == nil {
+		return nil, approvalStatus(ErrApprovalsUnavailable)
+	}
+	run := req.GetRun()
+	switch {
+	case !validKeyToken(run.GetRunId()):
+		return nil, approvalStatus(ErrBadRunID)
+	case !validKeyToken(req.GetStepId()):
+		return nil, approvalStatus(ErrBadStepID)
+	case req.GetProposal().GetTool() == "":
+		return nil, approvalStatus(ErrNoTool)
+	case strings.TrimSpace(run.GetPrincipal()) == "":
+		return nil, approvalStatus(ErrNoPrincipal)
+	case req.GetStep() < 1:
+		return nil, approvalStatus(fmt.Errorf("%w: step must be at least 1", ErrStepMismatch))
+	}
+	p := req.GetProposal()
+	if want := wire.StepID(run.GetRunId(), int(req.GetStep()), p.GetTool(), p.GetArguments()); want != req.GetStepId() {
+		return nil, approvalStatus(ErrStepMismatch)
+	}
+	if cur, _, err := store.get(ctx, run.GetRunId(), req.GetStepId()); err == nil {
+		return &xctv1.RequestApprovalResponse{Approval: cur}, nil
+	} else if !errors.Is(err, ErrApprovalNotFound) {
+		return nil, approvalStatus(err)
+	}
+
+	installed := s.policy.Load()
+	now := s.now()
+	v := &xctv1.Verdict{PolicyVersion: installed.version}
+	vreq := &xctv1.ValidateRequest{Run: run, Step: req.GetStep(), StepId: req.GetStepId(), Proposal: p}
+	if in := s.judge(ctx, vreq, installed, now, judging{}, v); in == nil || v.GetDecision() != xctv1.VerdictDecision_VERDICT_DECISION_NEEDS_APPROVAL {
+		return nil, approvalStatus(fmt.Errorf("%w: it decides %s (%s)", ErrNoApprovalNeeded,
+			decisionWord(v.GetDecision()), strings.Join(reasonIDs(v.GetReasons()), ", ")))
+	}
+	ttl := v.GetApprovalTtl().AsDuration()
+	if ttl <= 0 {
+		ttl = DefaultApprovalTTL
+	}
+	a := &xctv1.Approval{
+		RunId:         run.GetRunId(),
+		Step:          req.GetStep(),
+		StepId:        req.GetStepId(),
+		Proposal:      proto.CloneOf(p),
+		RequestedBy:   strings.TrimSpace(run.GetPrincipal()),
+		Reasons:       v.GetReasons(),
+		PolicyVersion: v.GetPolicyVersion(),
+		Preview:       clampPreview(req.GetPreview()),
+		State:         xctv1.ApprovalState_APPROVAL_STATE_PENDING,
+		RequestedAt:   timestamppb.New(now),
+		ExpiresAt:     timestamppb.New(now.Add(ttl)),
+	}
+	stored, created, err := store.create(ctx, a)
+	if err != nil {
+		return nil, approvalStatus(err)
+	}
+	if created {
+		s.log.Info("approval requested", "run_id", a.GetRunId(), "step", a.GetStep(), "step_id", a.GetStepId(),
+			"tool", truncate(p.GetTool(), maxToolNameInMsg), "requested_by", a.GetRequestedBy(), "expires_at", a.GetExpiresAt().AsTime())
+	}
+	return &xctv1.RequestApprovalResponse{Approval: stored}, nil
+}
+
+// ListApprovals lists approvals, oldest first: pending ones, or all of
+// them with all set, for one run or every run. Pending approvals whose
+// time has passed are marked EXPIRED on the way.
+func (s *Service) ListApprovals(ctx context.Context, req *xctv1.ListApprovalsRequest) (*xctv1.ListApprovalsResponse, error) {
+	store := s.approvals.Load()
+	if store == nil {
+		return nil, approvalStatus(ErrApprovalsUnavailable)
+	}
+	if id := req.GetRunId(); id != "" && !validKeyToken(id) {
+		return nil, approvalStatus(ErrBadRunID)
+	}
+	items, err := store.list(ctx, req.GetRunId())
+	if err != nil {
+		return nil, approvalStatus(err)
+	}
+	now := s.now()
+	out := make([]*xctv1.Approval, 0, len(items))
+	for _, sa := range items {
+		if sa, err = store.expire(ctx, sa, now); err != nil {
+			return nil, approvalStatus(err)
+		}
+		if req.GetAll() || sa.a.GetState() == xctv1.ApprovalState_APPROVAL_STATE_PENDING {
+			out = append(out, sa.a)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b *xctv1.Approval) int {
+		if c := a.GetRequestedAt().AsTime().Compare(b.GetRequestedAt().AsTime()); c != 0 {
+			return c
+		}
+		if c := strings.Compare(a.GetRunId(), b.GetRunId()); c != 0 {
+			return c
+		}
+		return int(a.GetStep()) - int(b.GetStep())
+	})
+	return &xctv1.ListApprovalsResponse{Approvals: out}, nil
+}
+
+// DecideApproval approves or denies a pending approval, named by its run
+// and its step number or step id. The approver must be named and must not
+// be the principal who started the run; a denial needs a reason. An
+// approval that expired (it is marked so), was decided already, or changed
+// while this decision was made is refused: of two concurrent decisions,
+// exactly one wins.
+func (s *Service) DecideApproval(ctx context.Context, req *xctv1.DecideApprovalRequest) (*xctv1.DecideApprovalResponse, error) {
+	store := s.approvals.Load()
+	if store == nil {
+		return nil, approvalStatus(ErrApprovalsUnavailable)
+	}
+	approver := strings.TrimSpace(req.GetApprover())
+	reason := strings.TrimSpace(req.GetReason())
+	switch {
+	case !validKeyToken(req.GetRunId()):
+		return nil, approvalStatus(ErrBadRunID)
+	case strings.TrimSpace(req.GetStep()) == "":
+		return nil, approvalStatus(ErrBadStepID)
+	case approver == "":
+		return nil, approvalStatus(ErrNoApprover)
+	case len(approver) > maxApproverBytes || !utf8.ValidString(approver):
+		return nil, approvalStatus(fmt.Errorf("%w: the approver's name is not valid UTF-8 of at most %d bytes", ErrNoApprover, maxApproverBytes))
+	case !req.GetApprove() && reason == "":
+		return nil, approvalStatus(ErrNoDenyReason)
+	}
+	reason = truncate(reason, maxDecisionReason)
+	sa, err := s.findApproval(ctx, store, req.GetRunId(), strings.TrimSpace(req.GetStep()))
+	if err != nil {
+		return nil, approvalStatus(err)
+	}
+	a := sa.a
+	if samePrincipal(approver, a.GetRequestedBy()) {
+		return nil, approvalStatus(ErrSelfApproval)
+	}
+	if err := decidable(a); err != nil {
+		return nil, approvalStatus(err)
+	}
+	now := s.now()
+	if !now.Before(a.GetExpiresAt().AsTime()) {
+		if _, err := store.expire(ctx, sa, now); err != nil {
+			return nil, approvalStatus(err)
+		}
+		return nil, approvalStatus(fmt.Errorf("%w at %s", ErrApprovalExpired, a.GetExpiresAt().AsTime().UTC().Format(time.RFC3339)))
+	}
+	decided := proto.CloneOf(a)
+	decided.State = xctv1.ApprovalState_APPROVAL_STATE_DENIED
+	if req.GetApprove() {
+		decided.State = xctv1.ApprovalState_APPROVAL_STATE_APPROVED
+	}
+	decided.DecidedAt = timestamppb.New(now)
+	decided.DecidedBy = approver
+	decided.Reason = reason
+	if err := store.update(ctx, decided, sa.rev); err != nil {
+		if errors.Is(err, errApprovalConflict) {
+			if cur, _, gerr := store.get(ctx, a.GetRunId(), a.GetStepId()); gerr == nil {
+				if derr := decidable(cur); derr != nil {
+					return nil, approvalStatus(derr)
+				}
+			}
+			return nil, approvalStatus(fmt.Errorf("%w: it changed while this decision was made; look again", ErrApprovalDecided))
+		}
+		return nil, approvalStatus(err)
+	}
+	s.log.Info("approval decided", "run_id", a.GetRunId(), "step", a.GetStep(), "step_id", a.GetStepId(),
+		"decision", decisionWordOf(decided.GetState()), "by", approver, "reason", reason)
+	return &xctv1.DecideApprovalResponse{Approval: decided}, nil
+}
+
+// findApproval finds a run's approval by step id or step number. Several
+// approvals for one step number (a step proposed again after a restart)
+// resolve to the pending one.
+func (s *Service) findApproval(ctx context.Context, store *approvalStore, runID, step string) (storedApproval, error) {
+	n, err := strconv.Atoi(step)
+	if err != nil {
+		if !validKeyToken(step) {
+			return storedApproval{}, ErrBadStepID
+		}
+		a, rev, err := store.get(ctx, runID, step)
+		return storedApproval{a: a, rev: rev}, err
+	}
+	items, err := store.list(ctx, runID)
+	if err != nil {
+		return storedApproval{}, err
+	}
+	var match, pending []storedApproval
+	for _, sa := range items {
+		if int(sa.a.GetStep()) != n {
+			continue
+		}
+		match = append(match, sa)
+		if sa.a.GetState() == xctv1.ApprovalState_APPROVAL_STATE_PENDING {
+			pending = append(pending, sa)
+		}
+	}
+	switch {
+	case len(match) == 0:
+		return storedApproval{}, ErrApprovalNotFound
+	case len(match) == 1:
+		return match[0], nil
+	case len(pending) == 1:
+		return pending[0], nil
+	}
+	return storedApproval{}, ErrAmbiguousStep
+}
+
+// decidable says why an approval cannot be decided any more, or nil.
+func decidable(a *xctv1.Approval) error {
+	switch a.GetState() {
+	case xctv1.ApprovalState_APPROVAL_STATE_PENDING:
+		return nil
+	case xctv1.ApprovalState_APPROVAL_STATE_EXPIRED:
+		return fmt.Errorf("%w at %s", ErrApprovalExpired, a.GetExpiresAt().AsTime().UTC().Format(time.RFC3339))
+	}
+	return fmt.Errorf("%w: %s by %s at %s", ErrApprovalDecided, decisionWordOf(a.GetState()), a.GetDecidedBy(),
+		a.GetDecidedAt().AsTime().UTC().Format(time.RFC3339))
+}
+
+// consultApproval turns a needs-approval verdict into what the step's
+// stored approval says: granted and unexpired allows it (and counts it
+// against the rate limits), denied denies it with the approver's reason,
+// expired denies it. Pending, absent or unreadable leaves it waiting.
+func (s *Service) consultApproval(ctx context.Context, installed *installedPolicy, in *Input, v *xctv1.Verdict, j judging) {
+	store := s.approvals.Load()
+	runID := in.Run.GetRunId()
+	if store == nil || !validKeyToken(runID) || !validKeyToken(in.StepID) {
+		return
+	}
+	a, _, err := store.get(ctx, runID, in.StepID)
+	if errors.Is(err, ErrApprovalNotFound) {
+		return
+	}
+	if err != nil {
+		s.log.Warn("approval could not be read; the step keeps waiting", "run_id", runID, "step_id", in.StepID, "err", err)
+		return
+	}
+	if !sameProposal(a, in) {
+		s.log.Error("stored approval is for another proposal than the one with its step id; denied", "run_id", runID, "step_id", in.StepID)
+		denyBecause(v, reasonApproval, "the approval stored under this step id is for a different proposal",
+			wire.Errorf(wire.CodePolicyDenied, "the approval stored for this step does not match the proposal, so it is denied"))
+		v.ApprovalTtl = nil
+		return
+	}
+	expiresAt := a.GetExpiresAt().AsTime()
+	expired := !in.Now.Before(expiresAt)
+	switch st := a.GetState(); {
+	case st == xctv1.ApprovalState_APPROVAL_STATE_APPROVED && !expired:
+		v.Reasons = append(v.Reasons, &xctv1.Reason{RuleId: reasonApproval, Message: fmt.Sprintf("approved by %s: %s", a.GetDecidedBy(), a.GetReason())})
+		v.Decision, v.Error, v.ApprovalTtl = xctv1.VerdictDecision_VERDICT_DECISION_ALLOW, nil, nil
+		s.rateRefused(s.limits, "", installed.limits, in, j.count, v)
+	case st == xctv1.ApprovalState_APPROVAL_STATE_DENIED:
+		msg := fmt.Sprintf("a human (%s) denied this step: %s", a.GetDecidedBy(), a.GetReason())
+		denyBecause(v, reasonApproval, fmt.Sprintf("denied by %s: %s", a.GetDecidedBy(), a.GetReason()),
+			wire.WithDetails(wire.Errorf(wire.CodeApprovalDenied, "%s", msg), map[string]any{
+				"tool": truncate(in.Tool.GetName(), maxToolNameInMsg), "decided_by": a.GetDecidedBy(), "reason": a.GetReason()}))
+		v.ApprovalTtl = nil
+	case st == xctv1.ApprovalState_APPROVAL_STATE_EXPIRED || expired:
+		at := expiresAt.UTC().Format(time.RFC3339)
+		denyBecause(v, reasonApproval, "the approval expired at "+at,
+			wire.WithDetails(wire.Errorf(wire.CodeApprovalExpired, "this step's approval expired at %s; propose it again to ask for a new one, or finish", at),
+				map[string]any{"tool": truncate(in.Tool.GetName(), maxToolNameInMsg), "expires_at": at}))
+		v.ApprovalTtl = nil
+	}
+}
+
+// sameProposal reports whether a stored approval is for exactly this
+// proposal at this step of this run.
+func sameProposal(a *xctv1.Approval, in *Input) bool {
+	p := a.GetProposal()
+	return a.GetRunId() == in.Run.GetRunId() && a.GetStep() == in.Step && a.GetStepId() == in.StepID &&
+		p.GetTool() == in.Proposal.GetTool() && proto.Equal(argsOrEmpty(p), argsOrEmpty(in.Proposal))
+}
+
+func argsOrEmpty(p *xctv1.NextStep) *structpb.Struct {
+	if a := p.GetArguments(); a != nil {
+		return a
+	}
+	return &structpb.Struct{}
+}
+
+// samePrincipal compares identities the way people type them.
+func samePrincipal(a, b string) bool {
+	return strings.EqualFold(strings.TrimSpace(a), strings.TrimSpace(b))
+}
+
+// validKeyToken reports whether s can be one token of a KV key: 1 to 128
+// of A-Z a-z 0-9 _ -, the characters run ids and step ids use.
+func validKeyToken(s string) bool {
+	if s == "" || len(s) > maxKeyTokenLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '_', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// clampPreview bounds a preview so an approval fits in a KV entry.
+func clampPreview(p *xctv1.Preview) *xctv1.Preview {
+	if p == nil {
+		return nil
+	}
+	out := &xctv1.Preview{Kind: truncate(strings.ToValidUTF8(p.GetKind(), "?"), maxPreviewKindBytes), Content: strings.ToValidUTF8(p.GetContent(), "?")}
+	if len(out.Content) > maxPreviewBytes {
+		out.Content = strings.TrimSuffix(truncate(out.Content, maxPreviewBytes-len(previewCut)), "…") + previewCut
+	}
+	return out
+}
+
+func decisionWord(d xctv1.VerdictDecision) string {
+	switch d {
+	case xctv1.VerdictDecision_VERDICT_DECISION_ALLOW:
+		return "allow"
+	case xctv1.VerdictDecision_VERDICT_DECISION_NEEDS_APPROVAL:
+		return "needs approval"
+	}
+	return "deny"
+}
+
+func decisionWordOf(s xctv1.ApprovalState) string {
+	return strings.ToLower(strings.TrimPrefix(s.String(), "APPROVAL_STATE_"))
+}
+
+// approvalStatus turns an approval error into its gRPC status.
+func approvalStatus(err error) error {
+	code := codes.Internal
+	switch {
+	case errors.Is(err, ErrApprovalsUnavailable):
+		code = codes.Unavailable
+	case errors.Is(err, ErrApprovalNotFound):
+		code = codes.NotFound
+	case errors.Is(err, ErrSelfApproval), errors.Is(err, ErrNoApprover):
+		code = codes.PermissionDenied
+	case errors.Is(err, ErrApprovalExpired), errors.Is(err, ErrApprovalDecided), errors.Is(err, ErrNoApprovalNeeded), errors.Is(err, ErrAmbiguousStep):
+		code = codes.FailedPrecondition
+	case errors.Is(err, ErrBadRunID), errors.Is(err, ErrBadStepID), errors.Is(err, ErrNoTool), errors.Is(err, ErrNoPrincipal),
+		errors.Is(err, ErrStepMismatch), errors.Is(err, ErrNoDenyReason):
+		code = codes.InvalidArgument
+	case errors.Is(err, context.DeadlineExceeded):
+		code = codes.DeadlineExceeded
+	case errors.Is(err, context.Canceled):
+		code = codes.Canceled
+	}
+	return status.Error(code, err.Error())
+}

@@ -1,0 +1,120 @@
+package validator_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/xct-dev/xct/internal/catalog"
+	"github.com/xct-dev/xct/services/validator"
+)
+
+// TestLint checks what lint reports, with file, line and rule id.
+func TestLint(t *testing.T) {
+	const policy = `rate_limits:
+  - {tool: "http.*", per_run: 10/1m}
+rules:
+  - id: no-deletes
+    effect: deny
+    tools: ["fs.delete", "fs.write"]
+  - id: allow-write
+    effect: allow
+    tools: ["fs.write"]
+  - id: no-shell
+    effect: deny
+    tools: ["shell.*"]
+  - id: approve-shell-exec
+    effect: require_approval
+    tools: ["shell.exec"]
+    when: 'args.command.startsWith("rm")'
+  - id: allow-read
+    effect: allow
+    effects: [read]
+  - id: allow-read-again
+    effect: allow
+    tools: ["fs.read"]
+    effects: [read]
+  - id: never
+    effect: allow
+    when: 'false && tool == "fs.read"'
+  - id: always
+    effect: allow
+    tools: ["legacy.tool"]
+    when: '1 == 1'
+  - id: same-condition-a
+    effect: require_approval
+    tools: ["fs.*"]
+    when: 'args.path.startsWith("config/")'
+  - id: same-condition-b
+    effect: allow
+    tools: ["fs.w*"]
+    when: 'args.path.startsWith( "config/" )'
+  - id: typo
+    effect: allow
+    tools: ["fs.raed"]
+  - id: typo-in-condition
+    effect: allow
+    when: 'tool == "fs.lst" || tool in ["fs.read", "shell.exe"]'
+  - id: approve-irreversible
+    effect: require_approval
+    tools: ["shell.exec"]
+    effects: [irreversible]
+  - id: deny-shell-when
+    effect: deny
+    tools: ["shell.exec"]
+    when: 'run.step > 3'
+`
+	path := writeFile(t, "policy.yaml", policy)
+	findings, err := validator.LintFiles(catalog.Static(testTools()...), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		`:7: warning: rule "allow-write": never decides: rule "no-deletes" (` + path + `:4, deny) matches whenever this allow rule does, and deny wins`,
+		`:13: warning: rule "approve-shell-exec": never decides: rule "no-shell"`,
+		`:20: warning: rule "allow-read-again": adds nothing: rule "allow-read"`,
+		`:24: warning: rule "never": never matches: its condition is always false`,
+		`:27: warning: rule "always": its condition is always true; leave ` + "`when`" + ` out`,
+		`:35: warning: rule "same-condition-b": never decides: rule "same-condition-a"`,
+		`:39: error: rule "typo": tools pattern "fs.raed" matches no tool in the catalog; did you mean "fs.read"?`,
+		`:42: error: rule "typo-in-condition": the condition compares tool with "fs.lst"`,
+		`:42: error: rule "typo-in-condition": the condition compares tool with "shell.exe", which is not in the catalog; did you mean "shell.exec"?`,
+		`:45: warning: rule "approve-irreversible": never decides: rule "no-shell"`,
+		`:49: warning: rule "deny-shell-when": adds nothing: rule "no-shell"`,
+		`:4: error: rule "no-deletes": tools pattern "fs.delete" matches no tool in the catalog; did you mean "fs.read" or "fs.write"?`,
+		`:2: error: rate limit tool pattern "http.*" matches no tool in the catalog`,
+	}
+	var got strings.Builder
+	for _, f := range findings {
+		got.WriteString(f.String() + "\n")
+		if f.File != path || f.Line == 0 {
+			t.Errorf("finding without a position: %+v", f)
+		}
+	}
+	for _, w := range want {
+		if !strings.Contains(got.String(), path+w) {
+			t.Errorf("missing finding %s%s", path, w)
+		}
+	}
+	if testing.Verbose() || len(findings) != len(want) {
+		t.Errorf("%d findings, want %d:\n%s", len(findings), len(want), got.String())
+	}
+}
+
+// TestLintQuiet checks that a policy without problems, like the default,
+// gives no findings, and that compile errors come back as errors.
+func TestLintQuiet(t *testing.T) {
+	findings, err := validator.LintFiles(catalog.Static(testTools()...), writeFile(t, "p.yaml", validator.DefaultPolicyYAML))
+	if err != nil || len(findings) != 0 {
+		t.Errorf("default policy: %v, %v", findings, err)
+	}
+	_, err = validator.LintFiles(nil, writeFile(t, "p.yaml", "rules:\n  - id: a\n    effect: allow\n    when: 'x'\n"))
+	if !errors.Is(err, validator.ErrInvalidPolicy) || !strings.Contains(err.Error(), "p.yaml:4: ") {
+		t.Errorf("err = %v", err)
+	}
+	// Without a catalog, tool names are not checked.
+	findings, err = validator.LintFiles(nil, writeFile(t, "p.yaml", "rules:\n  - id: a\n    effect: allow\n    tools: [nothing.here]\n"))
+	if err != nil || len(findings) != 0 {
+		t.Errorf("without a catalog: %v, %v", findings, err)
+	}
+}
