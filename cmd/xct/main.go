@@ -27,6 +27,7 @@ Usage:
   xct approvals                steps waiting for a human, with their proposal and preview
   xct approve RUN STEP         approve a waiting step (--reason; --as who you are)
   xct deny RUN STEP --reason   deny a waiting step; the reason goes to the model
+  xct policy lint|check        check policy files, or re-evaluate a recorded chain against them
 
 Run 'xct COMMAND -h' for the flags of a command.
 `
@@ -85,6 +86,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cmdDecide(ctx, true, rest, stdout, stderr)
 	case "deny":
 		return cmdDecide(ctx, false, rest, stdout, stderr)
+	case "policy":
+		return cmdPolicy(ctx, rest, stdout, stderr)
 	}
 	fmt.Fprint(stderr, usage)
 	return &exitError{code: 2, err: fmt.Errorf("unknown command %q", cmd)}
@@ -106,10 +109,24 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 }
 
 func parseFlagsEnv(fs *flag.FlagSet, args []string, lookup func(string) (string, bool)) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
+	// Flags may come before, between or after positional arguments
+	// (xct approve RUN 2 --as bob): parse, set the first positional aside,
+	// parse the rest, until nothing is left.
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return err
+			}
+			return &exitError{code: 2, err: err}
 		}
+		if fs.NArg() == 0 {
+			break
+		}
+		positional = append(positional, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+	if err := fs.Parse(append([]string{"--"}, positional...)); err != nil {
 		return &exitError{code: 2, err: err}
 	}
 	set := map[string]bool{}

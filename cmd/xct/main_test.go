@@ -41,3 +41,17 @@ func TestFlagsFromEnvironment(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+func TestFlagsAfterPositionalArguments(t *testing.T) {
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	as := fs.String("as", "me", "")
+	reason := fs.String("reason", "", "")
+	none := func(string) (string, bool) { return "", false }
+	if err := parseFlagsEnv(fs, []string{"run-1", "--as", "bob", "2", "--reason", "looks right"}, none); err != nil {
+		t.Fatal(err)
+	}
+	if *as != "bob" || *reason != "looks right" || fs.NArg() != 2 || fs.Arg(0) != "run-1" || fs.Arg(1) != "2" {
+		t.Fatalf("as %q reason %q args %v", *as, *reason, fs.Args())
+	}
+}

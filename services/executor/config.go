@@ -13,6 +13,14 @@ const (
 	// DefaultMaxOutputBytes bounds the JSON result of a tool whose descriptor
 	// declares no cap, and of the built-in fs tools.
 	DefaultMaxOutputBytes = 1 << 20
+	// DefaultStepGrace is added to a tool's timeout to make the deadline of
+	// its step record: past it, a step still pending is in doubt.
+	DefaultStepGrace = 5 * time.Second
+	// DefaultStepRetention is how long step records are kept.
+	DefaultStepRetention = 30 * 24 * time.Hour
+	// DefaultMaxUndoBytes bounds what a reversible fs tool saves to undo
+	// one step (the replaced or deleted content).
+	DefaultMaxUndoBytes = 16 << 20
 )
 
 // Config is the executor's configuration.
@@ -20,14 +28,32 @@ type Config struct {
 	// Workspace is the directory the built-in tools are confined to. It is
 	// created if missing.
 	Workspace string
-	// Replicas is the JetStream replica count of the catalog bucket. The
-	// application sets it from its NATS settings; it is not a flag.
+	// Replicas is the JetStream replica count of the catalog bucket and the
+	// step record buckets. The application sets it from its NATS settings;
+	// it is not a flag.
 	Replicas int
 	// DefaultTimeout bounds a tool that declares no timeout (default 10s).
 	DefaultTimeout time.Duration
 	// MaxOutputBytes caps the JSON result of the built-in tools and of tools
 	// that declare no cap (default 1 MiB). fs.read refuses larger files.
 	MaxOutputBytes int64
+	// MaxUndoBytes caps what fs.write and fs.delete save to undo a step
+	// (default 16 MiB); a change that would need more is refused.
+	MaxUndoBytes int64
+	// ToolsConfigFile is the YAML tools configuration (http.request,
+	// shell.exec, external tool servers, MCP servers). Empty: only the fs
+	// tools are served.
+	ToolsConfigFile string
+	// Tools is a tools configuration made by ParseToolsConfig or
+	// LoadToolsConfig; when set it is used instead of ToolsConfigFile. Not
+	// a flag (tests and embedders).
+	Tools *ToolsConfig
+	// StepGrace is added to a tool's timeout to make its step's deadline
+	// (default 5s). A step found pending past its deadline is in doubt.
+	StepGrace time.Duration
+	// StepRetention is how long step records are kept in JetStream
+	// (default 30 days). A step asked again after that runs again.
+	StepRetention time.Duration
 }
 
 // RegisterFlags registers the executor's flags on fs, with their defaults.
@@ -35,6 +61,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Workspace, "workspace", "workspace", "directory the executor's file tools are confined to (created if missing)")
 	fs.DurationVar(&c.DefaultTimeout, "tool-timeout", DefaultToolTimeout, "deadline of one tool call when the tool declares none")
 	fs.Int64Var(&c.MaxOutputBytes, "tool-max-output", DefaultMaxOutputBytes, "largest JSON result, in bytes, of a built-in tool or a tool that declares no cap")
+	fs.Int64Var(&c.MaxUndoBytes, "tool-max-undo", DefaultMaxUndoBytes, "largest content, in bytes, fs.write and fs.delete save to undo one step")
+	fs.StringVar(&c.ToolsConfigFile, "tools-config", "", "YAML file of http, shell, external tool servers and MCP servers (none: only the fs tools)")
+	fs.DurationVar(&c.StepGrace, "step-grace", DefaultStepGrace, "time after a tool's timeout before a step still pending counts as in doubt")
+	fs.DurationVar(&c.StepRetention, "step-retention", DefaultStepRetention, "how long step records (idempotency keys) are kept; 0 keeps them forever")
 }
 
 // Validate reports whether c can be used. Zero durations and sizes are
@@ -52,6 +82,15 @@ func (c *Config) Validate() error {
 	if c.MaxOutputBytes < 0 {
 		return fmt.Errorf("%w: max output %d is negative", ErrBadConfig, c.MaxOutputBytes)
 	}
+	if c.MaxUndoBytes < 0 {
+		return fmt.Errorf("%w: max undo %d is negative", ErrBadConfig, c.MaxUndoBytes)
+	}
+	if c.StepGrace < 0 {
+		return fmt.Errorf("%w: step grace %v is negative", ErrBadConfig, c.StepGrace)
+	}
+	if c.StepRetention < 0 {
+		return fmt.Errorf("%w: step retention %v is negative", ErrBadConfig, c.StepRetention)
+	}
 	return nil
 }
 
@@ -65,6 +104,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxOutputBytes == 0 {
 		c.MaxOutputBytes = DefaultMaxOutputBytes
+	}
+	if c.MaxUndoBytes == 0 {
+		c.MaxUndoBytes = DefaultMaxUndoBytes
+	}
+	if c.StepGrace == 0 {
+		c.StepGrace = DefaultStepGrace
 	}
 	return c
 }

@@ -18,4 +18,42 @@ var (
 	ErrWorkspace = errors.New("executor: workspace unavailable")
 	// ErrStopped means the service is stopping and runs no more steps.
 	ErrStopped = errors.New("executor: stopped")
+	// ErrToolsConfig means the tools configuration file cannot be used; the
+	// message names the file and line.
+	ErrToolsConfig = errors.New("invalid tools configuration")
+)
+
+// Errors of the step records (StepStore, Service.Step, Service.ResolveStep).
+var (
+	// ErrStepExists means a record for the step id already exists.
+	ErrStepExists = errors.New("executor: step already recorded")
+	// ErrStepNotFound means there is no record for the step id.
+	ErrStepNotFound = errors.New("executor: no record of the step")
+	// ErrStepConflict means the record changed since it was read: another
+	// executor or resolver wrote it first.
+	ErrStepConflict = errors.New("executor: step record changed concurrently")
+	// ErrStepCorrupt means a stored record cannot be decoded.
+	ErrStepCorrupt = errors.New("executor: step record unreadable")
+	// ErrRecordTooLarge means a record does not fit in the store.
+	ErrRecordTooLarge = errors.New("executor: step record too large")
+	// ErrNotInDoubt means a resolution was asked for a step that is not in
+	// doubt (for RETRY: neither in doubt nor failed).
+	ErrNotInDoubt = errors.New("executor: step is not in doubt")
+	// ErrBadResolution means a resolution lacks its decision or its author.
+	ErrBadResolution = errors.New("executor: invalid resolution")
+	// ErrBadStepID means a step id is not 1-128 of A-Z a-z 0-9 _ -.
+	ErrBadStepID = errors.New("executor: invalid step id")
+	// ErrNoStepStore means the executor has a NATS connection but Start has
+	// not opened its step store yet.
+	ErrNoStepStore = errors.New("executor: step store not open (Start not called)")
+)
+
+// Errors of compensations.
+var (
+	// ErrUndoConflict means a compensation cannot be applied: the world
+	// changed since the step it undoes.
+	ErrUndoConflict = errors.New("executor: cannot undo: the workspace changed since the step")
+	// errUndoTooLarge means what a change replaces is too large to save for
+	// its compensation; the tool refuses the change.
+	errUndoTooLarge = errors.New("too large to save for undo")
 )

@@ -91,12 +91,14 @@ type ListEntry struct {
 }
 
 // builtinTools are the file tools over ws; maxBytes caps what they read
-// and write.
-func builtinTools(ws *workspace, maxBytes int64) []Tool {
+// and write, maxUndo what they save to undo a change.
+func builtinTools(ws *workspace, maxBytes, maxUndo int64) []Tool {
 	return []Tool{
 		&fsRead{ws: ws, maxBytes: maxBytes},
-		&fsWrite{ws: ws, maxBytes: maxBytes},
+		&fsWrite{ws: ws, maxBytes: maxBytes, maxUndo: maxUndo},
 		&fsList{ws: ws, maxEntries: maxListEntries, maxBytes: maxBytes},
+		&fsDelete{ws: ws, maxBytes: maxBytes, maxUndo: maxUndo, maxEntries: maxDeleteEntries},
+		&fsMove{ws: ws, maxBytes: maxBytes},
 	}
 }
 
@@ -148,7 +150,7 @@ func (t *fsRead) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.E
 	if err != nil {
 		return nil, t.ws.fail(p, err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	fi, err := f.Stat()
 	if err != nil {
 		return nil, t.ws.fail(p, err)
@@ -176,10 +178,13 @@ func (t *fsRead) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.E
 	return res, nil
 }
 
-// fsWrite is the fs.write tool.
+// fsWrite is the fs.write tool. Before replacing a file it saves the
+// file's content and mode in the step's compensation, so the write can be
+// undone; a file larger than maxUndo is not replaced.
 type fsWrite struct {
 	ws       *workspace
 	maxBytes int64
+	maxUndo  int64
 }
 
 const fsWriteSchema = `{
@@ -236,9 +241,11 @@ func (t *fsWrite) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.
 	}
 	root := t.ws.root
 	dir := filepath.Dir(name)
+	var createdDirs []string // deepest first
 	switch {
 	case dir == ".":
 	case createDirs:
+		createdDirs = missingDirs(root, dir)
 		if err := root.MkdirAll(dir, 0o755); err != nil {
 			if errors.Is(err, fs.ErrExist) { // a file where a directory should be
 				return nil, pathErr(wire.CodeInvalidArgument, p, "a parent of %q is not a directory", p)
@@ -260,9 +267,11 @@ func (t *fsWrite) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.
 
 	res := WriteResult{Path: filepath.ToSlash(name), BytesWritten: int64(len(content)), Checksum: checksum([]byte(content))}
 	perm := fs.FileMode(0o644)
+	comp := &Compensation{Tool: "fs.write"}
 	switch fi, err := root.Lstat(name); {
 	case errors.Is(err, fs.ErrNotExist):
 		res.Created = true
+		comp.Undo = append(comp.Undo, UndoAction{Op: UndoRemove, Path: res.Path, Checksum: res.Checksum})
 	case err != nil:
 		return nil, t.ws.fail(p, err)
 	case fi.Mode()&fs.ModeSymlink != 0:
@@ -276,15 +285,26 @@ func (t *fsWrite) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.
 		if e := regularFile(p, fi, ""); e != nil {
 			return nil, e
 		}
-		prev, err := fileChecksum(root, name)
+		prevContent, err := readFile(root, name, t.maxUndo)
+		if errors.Is(err, errUndoTooLarge) {
+			return nil, wire.WithDetails(wire.Errorf(wire.CodeInvalidArgument,
+				"%q is %d bytes: too large to replace reversibly, the limit is %d", p, fi.Size(), t.maxUndo),
+				map[string]any{"path": p, "size": fi.Size(), "limit": t.maxUndo})
+		}
 		if err != nil {
 			return nil, t.ws.fail(p, err)
 		}
+		prev := checksum(prevContent)
 		res.PreviousChecksum = prev
 		if prev == res.Checksum {
 			return res, nil // already holds the content: nothing to do
 		}
 		perm = fi.Mode().Perm()
+		comp.Undo = append(comp.Undo, UndoAction{Op: UndoRestore, Path: res.Path, Checksum: res.Checksum,
+			Entry: &SavedEntry{Type: EntryFile, Mode: uint32(perm), Content: prevContent}})
+	}
+	for _, d := range createdDirs {
+		comp.Undo = append(comp.Undo, UndoAction{Op: UndoRemove, Path: filepath.ToSlash(d)})
 	}
 
 	tmp, err := tempName(dir)
@@ -314,7 +334,7 @@ func (t *fsWrite) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.
 	if err := f.Close(); err != nil {
 		return nil, t.ws.fail(p, err)
 	}
-	if e := Commit(ctx); e != nil {
+	if e := CommitCompensated(ctx, comp); e != nil {
 		return nil, e
 	}
 	if err := root.Rename(tmp, name); err != nil {
@@ -327,6 +347,29 @@ func (t *fsWrite) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.
 		_ = d.Close()
 	}
 	return res, nil
+}
+
+// missingDirs lists the directories on the way to dir that do not exist,
+// deepest first: those MkdirAll is about to create.
+func missingDirs(root *os.Root, dir string) []string {
+	var out []string
+	for d := dir; d != "." && d != string(filepath.Separator); d = filepath.Dir(d) {
+		if _, err := root.Lstat(d); !errors.Is(err, fs.ErrNotExist) {
+			break
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+// readFile reads name, at most limit bytes (errUndoTooLarge past that).
+func readFile(root *os.Root, name string, limit int64) ([]byte, error) {
+	f, err := root.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = f.Close() }()
+	return readSaved(f, limit)
 }
 
 // tempName is a fresh hidden file name in dir for an atomic write.
@@ -386,7 +429,7 @@ func (t *fsList) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.E
 	if err != nil {
 		return nil, t.ws.fail(p, err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	fi, err := f.Stat()
 	if err != nil {
 		return nil, t.ws.fail(p, err)
@@ -451,7 +494,7 @@ func fileChecksum(root *os.Root, name string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	h := sha256.New()
 	if _, err := io.Copy(h, f); err != nil {
 		return "", err

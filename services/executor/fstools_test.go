@@ -280,7 +280,7 @@ func TestFSListTruncated(t *testing.T) {
 	}
 	ws, err := openWorkspace(sb.ws)
 	must(t, err)
-	defer ws.close()
+	defer func() { _ = ws.close() }()
 	res, e := (&fsList{ws: ws, maxEntries: 2, maxBytes: 1024}).Invoke(context.Background(), map[string]any{})
 	if e != nil {
 		t.Fatal(e)

@@ -3,6 +3,7 @@ package executor
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"runtime/debug"
@@ -27,16 +28,61 @@ func (h *handler) ListTools(context.Context, *xctv1.ListToolsRequest) (*xctv1.Li
 	return &xctv1.ListToolsResponse{Tools: h.s.Tools()}, nil
 }
 
-// Execute runs one step. Only a malformed request or a stopping executor is
-// a gRPC error; everything a tool does, including failing, is a Response.
+// Execute runs one step. Only a malformed request, an unusable record
+// store or a stopping executor is a gRPC error (and then nothing was
+// executed); everything a tool does, including failing, is a Response.
 func (h *handler) Execute(ctx context.Context, req *xctv1.ExecuteRequest) (*xctv1.ExecuteResponse, error) {
 	switch {
 	case req.GetStepId() == "":
 		return nil, status.Error(codes.InvalidArgument, "step_id is required")
+	case !validStepID(req.GetStepId()):
+		return nil, status.Errorf(codes.InvalidArgument, "step_id must be 1-%d of A-Z a-z 0-9 _ -", maxStepIDBytes)
 	case req.GetTool() == "":
 		return nil, status.Error(codes.InvalidArgument, "tool is required")
 	}
 	return h.s.execute(ctx, req)
+}
+
+// GetStep returns a step's record.
+func (h *handler) GetStep(ctx context.Context, req *xctv1.GetStepRequest) (*xctv1.GetStepResponse, error) {
+	rec, doubt, err := h.s.Step(ctx, req.GetStepId())
+	if err != nil {
+		return nil, stepStatus(err)
+	}
+	return &xctv1.GetStepResponse{Step: rec, InDoubt: doubt}, nil
+}
+
+// ResolveStep records a human decision about a step in doubt.
+func (h *handler) ResolveStep(ctx context.Context, req *xctv1.ResolveStepRequest) (*xctv1.ResolveStepResponse, error) {
+	rec, err := h.s.ResolveStep(ctx, req.GetStepId(), Resolution{
+		Decision:   req.GetDecision(),
+		ResolvedBy: req.GetResolvedBy(),
+		Reason:     req.GetReason(),
+		Result:     resultValue(req.GetResult()),
+	})
+	if err != nil {
+		return nil, stepStatus(err)
+	}
+	return &xctv1.ResolveStepResponse{Step: rec}, nil
+}
+
+// stepStatus turns a step record error into a gRPC status.
+func stepStatus(err error) error {
+	switch {
+	case errors.Is(err, ErrBadResolution), errors.Is(err, ErrBadStepID):
+		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, ErrStepNotFound):
+		return status.Error(codes.NotFound, err.Error())
+	case errors.Is(err, ErrNotInDoubt):
+		return status.Error(codes.FailedPrecondition, err.Error())
+	case errors.Is(err, ErrStepConflict):
+		return status.Error(codes.Aborted, err.Error())
+	case errors.Is(err, ErrStepCorrupt):
+		return status.Error(codes.DataLoss, err.Error())
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return status.FromContextError(err).Err()
+	}
+	return status.Error(codes.Unavailable, err.Error())
 }
 
 // outcome is what one invocation returned.
@@ -47,10 +93,11 @@ type outcome struct {
 
 func (s *Service) execute(ctx context.Context, req *xctv1.ExecuteRequest) (*xctv1.ExecuteResponse, error) {
 	start := time.Now()
-	st, ok := s.tools[req.GetTool()]
+	st, ok := s.tool(req.GetTool())
 	if !ok {
-		names := make([]any, len(s.catalog))
-		for i, d := range s.catalog {
+		tools := s.Tools()
+		names := make([]any, len(tools))
+		for i, d := range tools {
 			names[i] = d.GetName()
 		}
 		resp := wire.ErrorResponse(wire.WithDetails(
@@ -62,30 +109,57 @@ func (s *Service) execute(ctx context.Context, req *xctv1.ExecuteRequest) (*xctv
 	if err := ctx.Err(); err != nil {
 		return nil, status.FromContextError(err).Err() // the caller is gone: do not start
 	}
-	if !s.begin() {
+	if s.isStopping() {
 		return nil, status.Error(codes.Unavailable, ErrStopped.Error())
 	}
 	args := map[string]any{}
 	if req.GetArguments() != nil {
 		args = req.GetArguments().AsMap()
 	}
-	resp, err := s.run(ctx, st, args)
-	d := time.Since(start)
+	c, answer, err := s.claim(ctx, req, st, args)
 	if err != nil {
+		s.log.WarnContext(ctx, "step not executed", "run_id", req.GetRunId(), "step_id", req.GetStepId(), "tool", req.GetTool(), "error", err)
+		return nil, err
+	}
+	if answer != nil {
+		s.logStep(ctx, req, answer.GetResponse(), time.Since(start), "replayed", answer.GetReplayed(), "attempt", answer.GetAttempt())
+		return answer, nil
+	}
+	if !s.begin() {
+		s.release(c)
+		return nil, status.Error(codes.Unavailable, ErrStopped.Error())
+	}
+	ran := time.Now()
+	resp, err := s.run(ctx, st, args, c)
+	d := time.Since(ran) // the tool's own time, without the record's
+	if err != nil {
+		s.release(c)
 		s.log.WarnContext(ctx, "step abandoned", "run_id", req.GetRunId(), "step_id", req.GetStepId(), "tool", req.GetTool(), "error", err, "duration", d)
 		return nil, err
 	}
-	s.logStep(ctx, req, resp, d)
-	return &xctv1.ExecuteResponse{Response: resp, Duration: durationpb.New(d)}, nil
+	s.finish(c, resp, d)
+	s.logStep(ctx, req, resp, time.Since(start), "attempt", c.rec.GetAttempt(), "tool_duration", d)
+	return &xctv1.ExecuteResponse{Response: resp, Duration: durationpb.New(d), Attempt: c.rec.GetAttempt()}, nil
 }
 
-// run invokes st once within its deadline. The caller has counted the
-// invocation in s.running. It returns a gRPC error only when the caller's
-// own context ended first.
-func (s *Service) run(ctx context.Context, st *servedTool, args map[string]any) (*xctv1.Response, error) {
+// isStopping reports whether Stop was called.
+func (s *Service) isStopping() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stopping
+}
+
+// run invokes st once within its deadline, for the claimed step c (nil when
+// the call is not recorded). The caller has counted the invocation in
+// s.running. It returns a gRPC error only when the caller's own context
+// ended before the tool committed: then nothing was changed.
+func (s *Service) run(ctx context.Context, st *servedTool, args map[string]any, c *stepClaim) (*xctv1.Response, error) {
 	tctx, cancel := context.WithTimeout(ctx, st.timeout)
 	defer cancel()
 	g := &gate{}
+	if c != nil {
+		g.stepID, g.compensate = c.rec.GetStepId(), c.compensator()
+	}
 	tctx = context.WithValue(tctx, gateKey{}, g)
 	done := make(chan outcome, 1)
 	go func() {
@@ -158,7 +232,7 @@ func (s *Service) respond(st *servedTool, o outcome) *xctv1.Response {
 	return resp
 }
 
-func (s *Service) logStep(ctx context.Context, req *xctv1.ExecuteRequest, resp *xctv1.Response, d time.Duration) {
+func (s *Service) logStep(ctx context.Context, req *xctv1.ExecuteRequest, resp *xctv1.Response, d time.Duration, attrs ...any) {
 	result := "success"
 	level := slog.LevelInfo
 	if e := resp.GetError(); e != nil {
@@ -168,9 +242,11 @@ func (s *Service) logStep(ctx context.Context, req *xctv1.ExecuteRequest, resp *
 		switch wire.Code(e.GetCode()) {
 		case wire.CodeToolFailure, wire.CodeTimeout:
 			level = slog.LevelWarn
+		case wire.CodeInDoubt:
+			level = slog.LevelError
 		}
 	}
-	s.log.Log(ctx, level, "step executed", "run_id", req.GetRunId(), "step_id", req.GetStepId(), "tool", req.GetTool(), "outcome", result, "duration", d)
+	s.log.Log(ctx, level, "step executed", append([]any{"run_id", req.GetRunId(), "step_id", req.GetStepId(), "tool", req.GetTool(), "outcome", result, "duration", d}, attrs...)...)
 }
 
 // complete gives a tool's error signal the code and taxonomy it left out.

@@ -2,6 +2,7 @@ package executor
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"log/slog"
 	"os"
@@ -120,17 +121,23 @@ func newService(tb testing.TB, ws string, extra ...Tool) *Service {
 	return s
 }
 
-// exec runs one step through the service and returns its response.
+// exec runs one step through the service, as a new step, and returns its
+// response.
 func exec(tb testing.TB, s *Service, tool string, args map[string]any) *xctv1.Response {
 	tb.Helper()
 	st, err := structpb.NewStruct(args)
 	must(tb, err)
-	resp, err := s.execute(context.Background(), &xctv1.ExecuteRequest{RunId: "run", StepId: "step", Tool: tool, Arguments: st})
+	resp, err := s.execute(context.Background(), &xctv1.ExecuteRequest{RunId: "run", StepId: newStepID(), Tool: tool, Arguments: st})
 	must(tb, err)
 	if resp.GetDuration() == nil {
 		tb.Fatal("no duration")
 	}
 	return resp.GetResponse()
+}
+
+// newStepID is a fresh step id.
+func newStepID() string {
+	return rand.Text()
 }
 
 // codeOf is a response's error code, "" for success.
@@ -156,7 +163,11 @@ func run(tb testing.TB, s *Service, tool string, args map[string]any) *xctv1.Res
 	if !s.begin() {
 		tb.Fatal("service stopped")
 	}
-	r, err := s.run(context.Background(), s.tools[tool], args)
+	st, ok := s.tool(tool)
+	if !ok {
+		tb.Fatalf("no tool %s", tool)
+	}
+	r, err := s.run(context.Background(), st, args, nil)
 	must(tb, err)
 	return r
 }

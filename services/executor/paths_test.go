@@ -105,7 +105,7 @@ func TestPathAttacks(t *testing.T) {
 func TestClean(t *testing.T) {
 	ws, err := openWorkspace(t.TempDir())
 	must(t, err)
-	defer ws.close()
+	defer func() { _ = ws.close() }()
 	for in, want := range map[string]string{
 		"a":           "a",
 		"./a":         "a",

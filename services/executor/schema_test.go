@@ -11,8 +11,22 @@ import (
 // TestSchemas compiles every built-in input schema as the validator does
 // (draft 2020-12) and checks it against arguments that must pass or fail.
 func TestSchemas(t *testing.T) {
-	s := newService(t, t.TempDir())
+	cfg, err := ParseToolsConfig("tools.yaml", []byte("http:\n  allow_hosts: [api.test]\nshell:\n  binaries: [{name: echo}, {name: ls}]\n"))
+	must(t, err)
+	s, err := New(Config{Workspace: t.TempDir(), Tools: cfg}, nil, nil)
+	must(t, err)
+	defer func() { _ = s.Stop(t.Context()) }()
 	cases := map[string]struct{ valid, invalid []string }{
+		"http.request": {
+			valid: []string{`{"method":"GET","url":"https://api.test/x"}`, `{"method":"POST","url":"u","headers":{"A":"b"},"body":"x"}`},
+			invalid: []string{`{"url":"u"}`, `{"method":"TRACE","url":"u"}`, `{"method":"GET"}`, `{"method":"GET","url":"u","headers":{"A":1}}`,
+				`{"method":"GET","url":"u","proxy":"p"}`, `{"method":"GET","url":""}`},
+		},
+		"shell.exec": {
+			valid: []string{`{"argv":["echo"]}`, `{"argv":["ls","-l","x"],"cwd":"sub","stdin":"in"}`},
+			invalid: []string{`{}`, `{"argv":[]}`, `{"argv":["sh","-c","x"]}`, `{"argv":["/bin/echo"]}`, `{"argv":"echo x"}`,
+				`{"argv":["echo",1]}`, `{"argv":["echo"],"env":{}}`, `{"argv":["echo"],"cwd":""}`},
+		},
 		"fs.read": {
 			valid:   []string{`{"path":"a.txt"}`},
 			invalid: []string{`{}`, `{"path":""}`, `{"path":1}`, `{"path":"a","extra":1}`, `[]`},
@@ -20,6 +34,14 @@ func TestSchemas(t *testing.T) {
 		"fs.write": {
 			valid:   []string{`{"path":"a","content":""}`, `{"path":"a","content":"x","create_dirs":false}`},
 			invalid: []string{`{"path":"a"}`, `{"content":"x"}`, `{"path":"a","content":1}`, `{"path":"a","content":"x","create_dirs":"yes"}`, `{"path":"a","content":"x","mode":1}`},
+		},
+		"fs.delete": {
+			valid:   []string{`{"path":"a"}`, `{"path":"a","recursive":true}`},
+			invalid: []string{`{}`, `{"path":""}`, `{"path":"a","recursive":"yes"}`, `{"path":"a","force":true}`},
+		},
+		"fs.move": {
+			valid:   []string{`{"from":"a","to":"b"}`},
+			invalid: []string{`{"from":"a"}`, `{"to":"b"}`, `{"from":"","to":"b"}`, `{"from":"a","to":1}`, `{"from":"a","to":"b","overwrite":true}`},
 		},
 		"fs.list": {
 			valid:   []string{`{}`, `{"path":"."}`, `{"path":"sub"}`},

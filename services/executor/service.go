@@ -1,25 +1,14 @@
-// Package executor is XCT's executor service: it runs one allowed step at a
-// time with a tool from its catalog, and never decides whether a step should
-// run (the validator does, the orchestrator asks).
-//
-// Every tool call is bounded in time (the tool's timeout, else
-// Config.DefaultTimeout) and in output (the tool's max_output_bytes, else
-// Config.MaxOutputBytes, measured on the result's JSON). Failures are
-// structured error signals in the step's Response (PERMISSION_DENIED,
-// NOT_FOUND, INVALID_ARGUMENT, TIMEOUT, OUTPUT_TOO_LARGE, TOOL_FAILURE,
-// UNKNOWN_TOOL), never gRPC errors; a panicking tool is a TOOL_FAILURE and
-// the executor keeps serving.
-//
-// The built-in tools fs.read, fs.write and fs.list are confined to
-// Config.Workspace through an os.Root. At Start the catalog is published to
-// the XCT_TOOLS KV bucket, where the validator reads schemas and effects.
 package executor
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -35,15 +24,27 @@ import (
 	"github.com/xct-dev/xct/internal/catalog"
 )
 
-// Service is the executor: a catalog of tools and the gRPC service that
-// runs them.
+// Service is the executor: a catalog of tools, the record of the steps it
+// ran, and the gRPC service that runs them.
 type Service struct {
-	cfg     Config
-	nc      *nats.Conn
-	log     *slog.Logger
-	ws      *workspace
+	cfg      Config
+	nc       *nats.Conn
+	log      *slog.Logger
+	ws       *workspace
+	wsDir    string
+	toolsCfg *ToolsConfig
+	// instance identifies this executor process in step records.
+	instance string
+
+	// state guards the catalog (extended at Start by external servers)
+	// and the step store (opened at Start when there is NATS).
+	state   sync.RWMutex
 	tools   map[string]*servedTool
 	catalog []*xctv1.ToolDescriptor // sorted by name
+	steps   StepStore
+	started bool
+	remotes []*remoteServer
+	mcps    []*mcpServer
 
 	mu       sync.Mutex
 	stopping bool
@@ -58,9 +59,20 @@ type servedTool struct {
 	maxBytes int64
 }
 
+// classify returns the effect class and idempotency of one call.
+func (st *servedTool) classify(args map[string]any) (xctv1.Effect, bool) {
+	if c, ok := st.tool.(callClassifier); ok {
+		return c.classify(args)
+	}
+	return st.desc.GetEffect(), st.desc.GetIdempotent()
+}
+
 // New builds an executor serving the built-in fs tools over cfg.Workspace
-// (created if missing) and the extra tools. nc is used by Start to publish
-// the catalog; it may be nil when nothing is published (unit tests).
+// (created if missing), the tools of the tools configuration that need no
+// connection (http.request, shell.exec), and the extra tools. External
+// and MCP servers are connected by Start. nc is used by Start to publish
+// the catalog and keep step records; without it (unit tests) step records
+// are kept in memory.
 func New(cfg Config, nc *nats.Conn, log *slog.Logger, extra ...Tool) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -69,27 +81,70 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger, extra ...Tool) (*Service, 
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	toolsCfg := cfg.Tools
+	if toolsCfg == nil && cfg.ToolsConfigFile != "" {
+		c, err := LoadToolsConfig(cfg.ToolsConfigFile)
+		if err != nil {
+			return nil, err
+		}
+		toolsCfg = c
+	}
+	switch {
+	case toolsCfg == nil:
+		toolsCfg = &ToolsConfig{checked: true}
+	case !toolsCfg.checked:
+		return nil, fmt.Errorf("%w: build it with LoadToolsConfig or ParseToolsConfig", ErrToolsConfig)
+	}
+	wsDir, err := filepath.Abs(cfg.Workspace)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrWorkspace, err)
+	}
 	ws, err := openWorkspace(cfg.Workspace)
 	if err != nil {
 		return nil, err
 	}
-	s := &Service{cfg: cfg, nc: nc, log: log, ws: ws, tools: map[string]*servedTool{}}
-	for _, t := range append(builtinTools(ws, cfg.MaxOutputBytes), extra...) {
-		st, err := serve(t, cfg)
-		if err != nil {
+	s := &Service{cfg: cfg, nc: nc, log: log, ws: ws, wsDir: wsDir, toolsCfg: toolsCfg, instance: instanceID(), tools: map[string]*servedTool{}}
+	if nc == nil {
+		s.steps = newMemStepStore()
+	}
+	all := builtinTools(ws, cfg.MaxOutputBytes, cfg.MaxUndoBytes)
+	if toolsCfg.HTTP != nil {
+		all = append(all, newHTTPTool(toolsCfg.HTTP, cfg.DefaultTimeout, cfg.MaxOutputBytes))
+	}
+	if toolsCfg.Shell != nil {
+		all = append(all, newShellTool(toolsCfg.Shell, ws, wsDir, cfg.DefaultTimeout))
+	}
+	for _, t := range append(all, extra...) {
+		if err := s.add(t); err != nil {
 			_ = ws.close()
 			return nil, err
 		}
-		name := st.desc.GetName()
-		if _, dup := s.tools[name]; dup {
-			_ = ws.close()
-			return nil, fmt.Errorf("%w: %q", ErrDuplicateTool, name)
-		}
-		s.tools[name] = st
-		s.catalog = append(s.catalog, st.desc)
 	}
-	slices.SortFunc(s.catalog, func(a, b *xctv1.ToolDescriptor) int { return strings.Compare(a.GetName(), b.GetName()) })
 	return s, nil
+}
+
+// instanceID names this executor process: host, pid and a random suffix.
+func instanceID() string {
+	host, _ := os.Hostname()
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%s/%d/%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+}
+
+// add serves t; the caller holds s.state or has not shared s yet.
+func (s *Service) add(t Tool) error {
+	st, err := serve(t, s.cfg)
+	if err != nil {
+		return err
+	}
+	name := st.desc.GetName()
+	if _, dup := s.tools[name]; dup {
+		return fmt.Errorf("%w: %q", ErrDuplicateTool, name)
+	}
+	s.tools[name] = st
+	i, _ := slices.BinarySearchFunc(s.catalog, name, func(d *xctv1.ToolDescriptor, n string) int { return strings.Compare(d.GetName(), n) })
+	s.catalog = slices.Insert(s.catalog, i, st.desc)
+	return nil
 }
 
 // serve checks t's descriptor and applies the defaults to a copy of it.
@@ -103,7 +158,7 @@ func serve(t Tool, cfg Config) (*servedTool, error) {
 	}
 	var schema map[string]any
 	if err := json.Unmarshal([]byte(d.GetInputSchema()), &schema); err != nil {
-		return nil, fmt.Errorf("%w: %s: input schema is not a JSON object: %v", ErrInvalidTool, d.GetName(), err)
+		return nil, fmt.Errorf("%w: %s: input schema is not a JSON object: %w", ErrInvalidTool, d.GetName(), err)
 	}
 	if d.GetTimeout().AsDuration() <= 0 {
 		d.Timeout = durationpb.New(cfg.DefaultTimeout)
@@ -125,7 +180,7 @@ func validToolName(name string) bool {
 			return false
 		}
 		for _, r := range word {
-			if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-') {
+			if !wordRune(r) {
 				return false
 			}
 		}
@@ -138,27 +193,90 @@ func (s *Service) Register(g *grpc.Server) {
 	xctv1.RegisterExecutorServiceServer(g, &handler{s: s})
 }
 
-// Start publishes the tool catalog to the XCT_TOOLS bucket. Without a NATS
-// connection it publishes nothing.
+// Start opens the step store (with NATS), connects the external tool
+// servers and MCP servers of the tools configuration and adds their tools,
+// then publishes the catalog to the XCT_TOOLS bucket. A server that cannot
+// be reached, or whose catalog is unusable, is logged and its tools are not
+// served: the executor starts without them (a restart picks them up).
+// Without a NATS connection nothing is published.
 func (s *Service) Start(ctx context.Context) error {
+	s.state.Lock()
+	first := !s.started
+	s.started = true
+	s.state.Unlock()
+	if first {
+		if s.nc != nil {
+			steps, err := OpenStepStore(ctx, s.nc, StepStoreConfig{Replicas: s.cfg.Replicas, Retention: s.cfg.StepRetention})
+			if err != nil {
+				return fmt.Errorf("executor: %w", err)
+			}
+			s.state.Lock()
+			s.steps = steps
+			s.state.Unlock()
+		}
+		s.connectServers(ctx)
+	}
 	if s.nc == nil {
-		s.log.WarnContext(ctx, "executor has no NATS connection: tool catalog not published")
+		s.log.WarnContext(ctx, "executor has no NATS connection: tool catalog not published, step records kept in memory")
 		return nil
 	}
 	js, err := jetstream.New(s.nc)
 	if err != nil {
 		return fmt.Errorf("executor: jetstream: %w", err)
 	}
-	if err := catalog.Publish(ctx, js, s.cfg.Replicas, s.catalog); err != nil {
+	tools := s.Tools()
+	if err := catalog.Publish(ctx, js, s.cfg.Replicas, tools); err != nil {
 		return fmt.Errorf("executor: %w", err)
 	}
-	s.log.InfoContext(ctx, "tool catalog published", "tools", len(s.catalog), "workspace", s.cfg.Workspace)
+	s.log.InfoContext(ctx, "tool catalog published", "tools", len(tools), "workspace", s.cfg.Workspace)
 	return nil
 }
 
-// Stop refuses new steps, waits until running tools return or ctx ends, and
-// closes the workspace. Stop the gRPC server first, so that no call is
-// refused halfway.
+// connectServers adds the tools of the external and MCP servers.
+func (s *Service) connectServers(ctx context.Context) {
+	addAll := func(kind, name string, tools []Tool) {
+		s.state.Lock()
+		defer s.state.Unlock()
+		n := 0
+		for _, t := range tools {
+			if err := s.add(t); err != nil {
+				s.log.WarnContext(ctx, "tool not served", "server", name, "error", err)
+				continue
+			}
+			n++
+		}
+		s.log.InfoContext(ctx, kind+" connected", "server", name, "tools", n)
+	}
+	for _, sc := range s.toolsCfg.Servers {
+		srv, tools, err := describeServer(ctx, sc, s.cfg.DefaultTimeout, s.cfg.MaxOutputBytes, s.log)
+		if err != nil {
+			s.log.ErrorContext(ctx, "tool server unavailable at start: its tools are not served", "server", sc.Name, "address", sc.Address, "error", err)
+			continue
+		}
+		s.state.Lock()
+		s.remotes = append(s.remotes, srv)
+		s.state.Unlock()
+		addAll("tool server", sc.Name, tools)
+	}
+	for _, mc := range s.toolsCfg.MCP {
+		m := newMCPServer(mc, s.wsDir, s.log.With("mcp_server", mc.Name))
+		tools, err := m.listTools(ctx, s.cfg.DefaultTimeout, s.cfg.MaxOutputBytes)
+		if err != nil {
+			_ = m.close()
+			s.log.ErrorContext(ctx, "MCP server unavailable at start: its tools are not served", "server", mc.Name, "error", err)
+			continue
+		}
+		s.state.Lock()
+		s.mcps = append(s.mcps, m)
+		s.state.Unlock()
+		addAll("MCP server", mc.Name, tools)
+	}
+}
+
+// Stop refuses new steps, waits until running tools return or ctx ends,
+// closes the connections to tool and MCP servers, and closes the
+// workspace. Stop the gRPC server first, so that no call is refused
+// halfway.
 func (s *Service) Stop(ctx context.Context) error {
 	s.mu.Lock()
 	already := s.stopping
@@ -178,6 +296,18 @@ func (s *Service) Stop(ctx context.Context) error {
 	case <-ctx.Done():
 		err = fmt.Errorf("executor: tools still running at shutdown: %w", ctx.Err())
 	}
+	s.state.Lock()
+	remotes, mcps := s.remotes, s.mcps
+	s.remotes, s.mcps = nil, nil
+	s.state.Unlock()
+	for _, r := range remotes {
+		_ = r.conn.Close()
+	}
+	for _, m := range mcps {
+		if cerr := m.close(); cerr != nil {
+			s.log.Debug("MCP server close", "server", m.cfg.Name, "error", cerr)
+		}
+	}
 	if cerr := s.ws.close(); cerr != nil && err == nil {
 		err = fmt.Errorf("executor: close workspace: %w", cerr)
 	}
@@ -187,11 +317,31 @@ func (s *Service) Stop(ctx context.Context) error {
 // Tools returns the catalog, sorted by name, with the defaults applied to
 // each descriptor (timeout, max_output_bytes). The caller owns the copies.
 func (s *Service) Tools() []*xctv1.ToolDescriptor {
+	s.state.RLock()
+	defer s.state.RUnlock()
 	out := make([]*xctv1.ToolDescriptor, len(s.catalog))
 	for i, d := range s.catalog {
 		out[i] = proto.CloneOf(d)
 	}
 	return out
+}
+
+// tool returns a served tool by name.
+func (s *Service) tool(name string) (*servedTool, bool) {
+	s.state.RLock()
+	defer s.state.RUnlock()
+	st, ok := s.tools[name]
+	return st, ok
+}
+
+// store returns the step store, or ErrNoStepStore before Start.
+func (s *Service) store() (StepStore, error) {
+	s.state.RLock()
+	defer s.state.RUnlock()
+	if s.steps == nil {
+		return nil, ErrNoStepStore
+	}
+	return s.steps, nil
 }
 
 // begin counts one more running tool, unless the service is stopping.
@@ -203,4 +353,10 @@ func (s *Service) begin() bool {
 	}
 	s.running.Add(1)
 	return true
+}
+
+// wordRune reports whether r may appear in a tool name's word or a step
+// id: A-Z a-z 0-9 _ -.
+func wordRune(r rune) bool {
+	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-'
 }

@@ -38,6 +38,9 @@ func TestConfigValidate(t *testing.T) {
 		{"negative replicas", Config{Workspace: "ws", Replicas: -1}, ErrBadConfig},
 		{"negative timeout", Config{Workspace: "ws", DefaultTimeout: -time.Second}, ErrBadConfig},
 		{"negative output cap", Config{Workspace: "ws", MaxOutputBytes: -1}, ErrBadConfig},
+		{"negative undo cap", Config{Workspace: "ws", MaxUndoBytes: -1}, ErrBadConfig},
+		{"negative step grace", Config{Workspace: "ws", StepGrace: -time.Second}, ErrBadConfig},
+		{"negative retention", Config{Workspace: "ws", StepRetention: -time.Second}, ErrBadConfig},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -55,8 +58,13 @@ func TestConfigFlags(t *testing.T) {
 	if cfg.DefaultTimeout != DefaultToolTimeout || cfg.MaxOutputBytes != DefaultMaxOutputBytes || cfg.Workspace == "" {
 		t.Fatalf("defaults: %+v", cfg)
 	}
-	must(t, fs.Parse([]string{"-workspace", "/srv/ws", "-tool-timeout", "3s", "-tool-max-output", "4096"}))
-	want := Config{Workspace: "/srv/ws", DefaultTimeout: 3 * time.Second, MaxOutputBytes: 4096}
+	if cfg.StepGrace != DefaultStepGrace || cfg.StepRetention != DefaultStepRetention || cfg.MaxUndoBytes != DefaultMaxUndoBytes || cfg.ToolsConfigFile != "" {
+		t.Fatalf("defaults: %+v", cfg)
+	}
+	must(t, fs.Parse([]string{"-workspace", "/srv/ws", "-tool-timeout", "3s", "-tool-max-output", "4096",
+		"-tool-max-undo", "100", "-tools-config", "tools.yaml", "-step-grace", "1s", "-step-retention", "0"}))
+	want := Config{Workspace: "/srv/ws", DefaultTimeout: 3 * time.Second, MaxOutputBytes: 4096,
+		MaxUndoBytes: 100, ToolsConfigFile: "tools.yaml", StepGrace: time.Second}
 	if cfg != want {
 		t.Fatalf("parsed %+v, want %+v", cfg, want)
 	}
@@ -123,7 +131,7 @@ func TestTools(t *testing.T) {
 	extra := testTool("test.noop", 0, 0, func(context.Context, map[string]any) (any, *xctv1.Error) { return nil, nil })
 	s, err := New(Config{Workspace: t.TempDir(), DefaultTimeout: 7 * time.Second, MaxOutputBytes: 99}, nil, nil, extra)
 	must(t, err)
-	defer s.Stop(context.Background())
+	defer func() { _ = s.Stop(context.Background()) }()
 	tools := s.Tools()
 	var names []string
 	for _, d := range tools {
@@ -135,22 +143,28 @@ func TestTools(t *testing.T) {
 			t.Errorf("%s: no description or schema", d.GetName())
 		}
 	}
-	if want := []string{"fs.list", "fs.read", "fs.write", "test.noop"}; !slices.Equal(names, want) {
+	if want := []string{"fs.delete", "fs.list", "fs.move", "fs.read", "fs.write", "test.noop"}; !slices.Equal(names, want) {
 		t.Fatalf("tools = %v, want %v", names, want)
 	}
-	effects := map[string]xctv1.Effect{}
-	for _, d := range tools {
-		effects[d.GetName()] = d.GetEffect()
-		if strings.HasPrefix(d.GetName(), "fs.") && !d.GetIdempotent() {
-			t.Errorf("%s is not idempotent", d.GetName())
-		}
+	type class struct {
+		effect     xctv1.Effect
+		idempotent bool
 	}
-	if effects["fs.read"] != xctv1.Effect_EFFECT_READ || effects["fs.list"] != xctv1.Effect_EFFECT_READ || effects["fs.write"] != xctv1.Effect_EFFECT_REVERSIBLE {
-		t.Errorf("effects = %v", effects)
+	want := map[string]class{
+		"fs.read":   {xctv1.Effect_EFFECT_READ, true},
+		"fs.list":   {xctv1.Effect_EFFECT_READ, true},
+		"fs.write":  {xctv1.Effect_EFFECT_REVERSIBLE, true},
+		"fs.delete": {xctv1.Effect_EFFECT_REVERSIBLE, false}, // a second run reports NOT_FOUND
+		"fs.move":   {xctv1.Effect_EFFECT_REVERSIBLE, false},
+	}
+	for _, d := range tools {
+		if w, ok := want[d.GetName()]; ok && (class{d.GetEffect(), d.GetIdempotent()}) != w {
+			t.Errorf("%s: effect %v idempotent %v, want %+v", d.GetName(), d.GetEffect(), d.GetIdempotent(), w)
+		}
 	}
 	// The caller owns the copies, and the tool's own descriptor is untouched.
 	tools[0].Name = "changed"
-	if s.Tools()[0].GetName() != "fs.list" || extra.desc.GetTimeout() != nil {
+	if s.Tools()[0].GetName() != "fs.delete" || extra.desc.GetTimeout() != nil {
 		t.Fatal("catalog shared with callers or tools")
 	}
 }
@@ -336,7 +350,7 @@ func TestGRPC(t *testing.T) {
 	})
 	conn, err := grpcx.Dial(srv.Addr())
 	must(t, err)
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	client := xctv1.NewExecutorServiceClient(conn)
 
 	list, err := client.ListTools(ctx, &xctv1.ListToolsRequest{})
@@ -345,7 +359,7 @@ func TestGRPC(t *testing.T) {
 	for _, d := range list.GetTools() {
 		names = append(names, d.GetName())
 	}
-	if want := []string{"fs.list", "fs.read", "fs.write", "test.noop"}; !slices.Equal(names, want) {
+	if want := []string{"fs.delete", "fs.list", "fs.move", "fs.read", "fs.write", "test.noop"}; !slices.Equal(names, want) {
 		t.Fatalf("ListTools = %v, want %v", names, want)
 	}
 
@@ -353,7 +367,7 @@ func TestGRPC(t *testing.T) {
 		t.Helper()
 		st, err := structpb.NewStruct(args)
 		must(t, err)
-		resp, err := client.Execute(ctx, &xctv1.ExecuteRequest{RunId: "r1", StepId: "s-" + tool, Tool: tool, Arguments: st})
+		resp, err := client.Execute(ctx, &xctv1.ExecuteRequest{RunId: "r1", StepId: newStepID(), Tool: tool, Arguments: st})
 		must(t, err)
 		if resp.GetDuration() == nil {
 			t.Fatal("no duration")
@@ -375,7 +389,7 @@ func TestGRPC(t *testing.T) {
 		t.Fatalf("unknown tool: %q", got)
 	}
 	// Only a malformed request is a gRPC error.
-	for _, req := range []*xctv1.ExecuteRequest{{Tool: "fs.list"}, {StepId: "s"}} {
+	for _, req := range []*xctv1.ExecuteRequest{{Tool: "fs.list"}, {StepId: "s"}, {StepId: "a.b", Tool: "fs.list"}, {StepId: strings.Repeat("x", 129), Tool: "fs.list"}} {
 		if _, err := client.Execute(ctx, req); status.Code(err) != codes.InvalidArgument {
 			t.Errorf("Execute(%v) = %v, want InvalidArgument", req, err)
 		}
@@ -391,7 +405,7 @@ func TestCatalogPublished(t *testing.T) {
 	s, err := New(Config{Workspace: t.TempDir()}, nc, testLogger(t))
 	must(t, err)
 	must(t, s.Start(ctx))
-	defer s.Stop(ctx)
+	defer func() { _ = s.Stop(ctx) }()
 	js, err := jetstream.New(nc)
 	must(t, err)
 	c, err := catalog.Watch(ctx, js, 1)

@@ -19,10 +19,29 @@ type Tool interface {
 	// Invoke runs the tool once. args has already been validated against the
 	// input schema, but a tool still checks what it relies on and answers
 	// INVALID_ARGUMENT instead of misbehaving. result must encode as JSON.
-	// Invoke must honour ctx, and a tool with side effects calls Commit
-	// right before the effect, so an effect never lands after the step was
-	// reported as timed out.
+	// Invoke must honour ctx, and a tool with side effects calls Commit (or,
+	// when reversible, CommitCompensated) right before the effect, so an
+	// effect never lands after the step was reported as timed out.
 	Invoke(ctx context.Context, args map[string]any) (result any, err *xctv1.Error)
+}
+
+// callClassifier is implemented by tools whose effect class and
+// idempotency depend on the arguments (shell.exec: on the binary). The
+// descriptor then declares the worst case, for the validator; the step
+// record keeps the call's own class, which decides whether a step in doubt
+// may be re-run.
+type callClassifier interface {
+	classify(args map[string]any) (xctv1.Effect, bool)
+}
+
+// StepID returns the id of the step being executed, its idempotency key;
+// "" when the tool is not called by the executor. Tools that call other
+// systems pass it on (ToolService's idempotency_key, MCP's _meta).
+func StepID(ctx context.Context) string {
+	if g, ok := ctx.Value(gateKey{}).(*gate); ok {
+		return g.stepID
+	}
+	return ""
 }
 
 // Commit marks the point of no return of one invocation: a tool calls it
@@ -42,16 +61,46 @@ func Commit(ctx context.Context) *xctv1.Error {
 	return nil
 }
 
+// CommitCompensated is Commit for a reversible tool: after committing it
+// stores c, how to undo the effect, with the step's record, before the
+// tool makes the effect. If c cannot be stored it returns an error and the
+// tool must stop without acting, so every effect of a reversible tool has
+// its compensation on record, even if the executor dies right after.
+//
+// Outside the executor it is Commit.
+func CommitCompensated(ctx context.Context, c *Compensation) *xctv1.Error {
+	if e := Commit(ctx); e != nil {
+		return e
+	}
+	g, ok := ctx.Value(gateKey{}).(*gate)
+	if !ok || g.compensate == nil {
+		return nil
+	}
+	if err := g.compensate(c); err != nil {
+		return wire.WithDetails(wire.Errorf(wire.CodeToolFailure,
+			"the step's compensation could not be recorded, so nothing was changed: %v", err),
+			map[string]any{"changed": false})
+	}
+	return nil
+}
+
 func errNotCommitted() *xctv1.Error {
 	return wire.Errorf(wire.CodeTimeout, "the step's deadline passed before its effect was committed; nothing was changed")
 }
 
 // gate decides, exactly once, between a tool committing its effect and the
-// executor giving up on the tool at its deadline.
+// executor giving up on the tool at its deadline. It also carries what a
+// tool may need to know about its step.
 type gate struct {
 	mu        sync.Mutex
 	committed bool
 	abandoned bool
+
+	// stepID is the step's idempotency key ("" outside a recorded step).
+	stepID string
+	// compensate stores a compensation with the step's record; nil when
+	// the step is not recorded.
+	compensate func(*Compensation) error
 }
 
 type gateKey struct{}

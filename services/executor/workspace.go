@@ -31,7 +31,7 @@ type workspace struct {
 
 // openWorkspace creates dir if needed and opens it as a root.
 func openWorkspace(dir string) (*workspace, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrWorkspace, err)
 	}
 	root, err := os.OpenRoot(dir)

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
@@ -34,6 +36,11 @@ func (r *run) awaitApproval(step int, stepID string, ns *xctv1.NextStep, v *xctv
 		Run: r.runContext(step), Step: int32(step), StepId: stepID, Proposal: ns, Verdict: v,
 	})
 	cancel()
+	if status.Code(err) == codes.FailedPrecondition {
+		// The policy changed between the verdict and the request and no
+		// longer wants a human: ask for a verdict again.
+		return r.revalidate(step, stepID, ns)
+	}
 	if err != nil {
 		deny := failClosed(fmt.Sprintf("the approval could not be opened: %v", err))
 		return deny, agentOrchestrator, r.record(lctl.TypeVerdict, agentOrchestrator, verdictData(step, stepID, ns.GetTool(), deny))
@@ -79,24 +86,27 @@ func (r *run) awaitApproval(step int, stepID string, ns *xctv1.NextStep, v *xctv
 		return nil, "", err
 	}
 
-	var final *xctv1.Verdict
-	agent := agentOrchestrator
 	if decision == "expired" {
-		final = &xctv1.Verdict{
+		final := &xctv1.Verdict{
 			Decision:      xctv1.VerdictDecision_VERDICT_DECISION_DENY,
 			Reasons:       []*xctv1.Reason{{RuleId: "approval", Message: "no one decided before the approval expired"}},
 			PolicyVersion: v.GetPolicyVersion(),
 			EvaluatedAt:   nowpb(),
 			Error:         wire.Errorf(wire.CodeApprovalExpired, "the step needed a human approval and none was given before %s", lctl.FormatTime(a.GetExpiresAt().AsTime())),
 		}
-	} else {
-		final, agent = r.validate(step, stepID, ns)
-		if final.GetDecision() == xctv1.VerdictDecision_VERDICT_DECISION_NEEDS_APPROVAL {
-			// Asked again after a decision, the validator still wants one:
-			// refuse rather than wait in a loop.
-			final.Decision = xctv1.VerdictDecision_VERDICT_DECISION_DENY
-			final.Error = wire.Errorf(wire.CodeApprovalRequired, "the step still needs an approval after a decision was recorded")
-		}
+		return final, agentOrchestrator, r.record(lctl.TypeVerdict, agentOrchestrator, verdictData(step, stepID, ns.GetTool(), final))
+	}
+	return r.revalidate(step, stepID, ns)
+}
+
+// revalidate asks the validator again after an approval was decided and
+// records its verdict. A validator that still wants a human is refused,
+// not waited on in a loop.
+func (r *run) revalidate(step int, stepID string, ns *xctv1.NextStep) (*xctv1.Verdict, string, error) {
+	final, agent := r.validate(step, stepID, ns)
+	if final.GetDecision() == xctv1.VerdictDecision_VERDICT_DECISION_NEEDS_APPROVAL {
+		final.Decision = xctv1.VerdictDecision_VERDICT_DECISION_DENY
+		final.Error = wire.Errorf(wire.CodeApprovalRequired, "the step still needs an approval after a decision was recorded")
 	}
 	return final, agent, r.record(lctl.TypeVerdict, agent, verdictData(step, stepID, ns.GetTool(), final))
 }

@@ -288,6 +288,11 @@ func TestProcessErrors(t *testing.T) {
 		{"unknown command", []string{"deploy"}, 2, `unknown command "deploy"`},
 		{"broken policy file", []string{"serve", "--target", "validator", "--nats", "nats://127.0.0.1:1", "--policy", badPolicy}, 1, badPolicy + ":3"},
 		{"bad duration", []string{"serve", "--target", "orchestrator", "--call-timeout", "soon"}, 2, `invalid value "soon" for flag -call-timeout`},
+		{"policy lint ok", []string{"policy", "lint", "../../examples/policies/default.yaml"}, 0, "default.yaml: ok"},
+		{"policy lint broken", []string{"policy", "lint", badPolicy}, 1, badPolicy + ":3"},
+		{"policy check without chain", []string{"policy", "check", "../../examples/policies/default.yaml"}, 2, "--chain FILE|RUN_ID"},
+		{"approve with flags after arguments, validator down", []string{"approve", "run-1", "2", "--as", "bob", "--validator-addr", "127.0.0.1:1"}, 1, "approve (validator 127.0.0.1:1): Unavailable"},
+		{"deny without reason", []string{"deny", "run-1", "2"}, 2, "-reason is required"},
 		{"orchestrator down", []string{"runs", "--addr", "127.0.0.1:1"}, 1, "list runs (orchestrator 127.0.0.1:1): Unavailable"},
 	}
 	for _, tc := range tests {

@@ -1,0 +1,194 @@
+package executor
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+// Compensation says how to undo the effect of one step of a reversible
+// tool. The tool builds it before acting and hands it to CommitCompensated;
+// it is stored as JSON in the step record's blob store (see
+// StepRecord.compensations), so it survives the executor. Undo actions are
+// applied in order; each checks that the world is still as the step left it
+// and refuses otherwise (ErrUndoConflict), so a rollback never overwrites a
+// later change.
+type Compensation struct {
+	// Tool is the tool whose effect this undoes.
+	Tool string `json:"tool"`
+	// StepID and Attempt name the execution (filled in by the executor).
+	StepID  string `json:"step_id,omitempty"`
+	Attempt int32  `json:"attempt,omitempty"`
+	// Undo are the actions that restore the workspace, in order.
+	Undo []UndoAction `json:"undo"`
+}
+
+// Undo operations of UndoAction.Op.
+const (
+	// UndoRemove removes Path, which the step created: a file only if it
+	// still has Checksum, a directory only if it is empty.
+	UndoRemove = "remove"
+	// UndoRestore puts Entry back at Path, which the step removed or
+	// replaced. Path must be absent, or a file that still has Checksum
+	// (the content the step wrote).
+	UndoRestore = "restore"
+	// UndoRename renames From back to Path; Path must be absent and From,
+	// when a file, must still have Checksum.
+	UndoRename = "rename"
+)
+
+// UndoAction is one action of a compensation. Paths are relative to the
+// workspace, slash-separated.
+type UndoAction struct {
+	Op       string      `json:"op"`
+	Path     string      `json:"path"`
+	From     string      `json:"from,omitempty"`
+	Checksum string      `json:"checksum,omitempty"`
+	Entry    *SavedEntry `json:"entry,omitempty"`
+}
+
+// SavedEntry is a file system entry saved to be restored.
+type SavedEntry struct {
+	// Type is EntryFile, EntryDir or EntrySymlink.
+	Type string `json:"type"`
+	// Mode holds the permission bits.
+	Mode uint32 `json:"mode"`
+	// Content is a file's bytes (base64 in JSON).
+	Content []byte `json:"content,omitempty"`
+	// Target is a symbolic link's target, as stored in the link.
+	Target string `json:"target,omitempty"`
+}
+
+// undo applies c to the workspace. It stops at the first action that
+// cannot be applied; ErrUndoConflict means the world changed since the
+// step. (Rollback orchestration, which decides when to undo which steps,
+// is not the executor's job; this is the primitive it will use.)
+func (w *workspace) undo(c *Compensation) error {
+	for i, a := range c.Undo {
+		if err := w.undoOne(a); err != nil {
+			return fmt.Errorf("undo %d (%s %s): %w", i, a.Op, a.Path, err)
+		}
+	}
+	return nil
+}
+
+func (w *workspace) undoOne(a UndoAction) error {
+	name, e := w.clean(a.Path)
+	if e != nil || name == "." {
+		return fmt.Errorf("%w: bad path %q", ErrUndoConflict, a.Path)
+	}
+	root := w.root
+	switch a.Op {
+	case UndoRemove:
+		fi, err := root.Lstat(name)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil // already gone
+		}
+		if err != nil {
+			return err
+		}
+		if fi.Mode().IsRegular() && a.Checksum != "" {
+			if sum, err := fileChecksum(root, name); err != nil || sum != a.Checksum {
+				return fmt.Errorf("%w: %s changed since the step", ErrUndoConflict, a.Path)
+			}
+		}
+		if err := root.Remove(name); err != nil {
+			return fmt.Errorf("%w: %w", ErrUndoConflict, err)
+		}
+		return nil
+	case UndoRestore:
+		if a.Entry == nil {
+			return fmt.Errorf("%w: nothing saved for %s", ErrUndoConflict, a.Path)
+		}
+		fi, err := root.Lstat(name)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+		case err != nil:
+			return err
+		case a.Checksum == "" || !fi.Mode().IsRegular():
+			return fmt.Errorf("%w: %s exists", ErrUndoConflict, a.Path)
+		default:
+			if sum, err := fileChecksum(root, name); err != nil || sum != a.Checksum {
+				return fmt.Errorf("%w: %s changed since the step", ErrUndoConflict, a.Path)
+			}
+		}
+		return w.restore(name, a.Entry)
+	case UndoRename:
+		from, e := w.clean(a.From)
+		if e != nil || from == "." {
+			return fmt.Errorf("%w: bad path %q", ErrUndoConflict, a.From)
+		}
+		if _, err := root.Lstat(name); !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("%w: %s exists", ErrUndoConflict, a.Path)
+		}
+		fi, err := root.Lstat(from)
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrUndoConflict, err)
+		}
+		if fi.Mode().IsRegular() && a.Checksum != "" {
+			if sum, err := fileChecksum(root, from); err != nil || sum != a.Checksum {
+				return fmt.Errorf("%w: %s changed since the step", ErrUndoConflict, a.From)
+			}
+		}
+		return root.Rename(from, name)
+	}
+	return fmt.Errorf("%w: unknown operation %q", ErrUndoConflict, a.Op)
+}
+
+// restore creates e at name (replacing a file there atomically).
+func (w *workspace) restore(name string, e *SavedEntry) error {
+	root := w.root
+	perm := fs.FileMode(e.Mode).Perm()
+	switch e.Type {
+	case EntryDir:
+		if err := root.Mkdir(name, perm); err != nil {
+			return err
+		}
+		return root.Chmod(name, perm)
+	case EntrySymlink:
+		return root.Symlink(e.Target, name)
+	case EntryFile:
+		tmp, err := tempName(filepath.Dir(name))
+		if err != nil {
+			return err
+		}
+		f, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
+		if err != nil {
+			return err
+		}
+		_, werr := f.Write(e.Content)
+		if werr == nil {
+			werr = f.Chmod(perm)
+		}
+		if werr == nil {
+			werr = f.Sync()
+		}
+		if cerr := f.Close(); werr == nil {
+			werr = cerr
+		}
+		if werr == nil {
+			werr = root.Rename(tmp, name)
+		}
+		if werr != nil {
+			_ = root.Remove(tmp)
+		}
+		return werr
+	}
+	return fmt.Errorf("%w: cannot restore a %q", ErrUndoConflict, e.Type)
+}
+
+// readSaved reads the file name (opened as f) for a compensation, at most
+// limit bytes; errUndoTooLarge past that.
+func readSaved(f io.Reader, limit int64) ([]byte, error) {
+	data, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > limit {
+		return nil, errUndoTooLarge
+	}
+	return data, nil
+}

@@ -1,0 +1,418 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/wire"
+)
+
+// maxDeleteEntries bounds the entries one recursive fs.delete removes.
+const maxDeleteEntries = 10000
+
+// DeleteResult is the result of fs.delete.
+type DeleteResult struct {
+	// Path is the deleted entry's clean path relative to the workspace.
+	Path string `json:"path"`
+	// Type is EntryFile, EntryDir or EntrySymlink (the link itself is
+	// deleted, never what it points to).
+	Type string `json:"type"`
+	// Entries counts the entries deleted, Path included.
+	Entries int `json:"entries"`
+	// Bytes counts the file bytes deleted.
+	Bytes int64 `json:"bytes"`
+	// Checksum is a deleted file's "sha256:<hex>".
+	Checksum string `json:"checksum,omitempty"`
+}
+
+// MoveResult is the result of fs.move.
+type MoveResult struct {
+	// From and To are the clean paths, relative to the workspace.
+	From string `json:"from"`
+	To   string `json:"to"`
+	// Type is EntryFile, EntryDir or EntrySymlink.
+	Type string `json:"type"`
+	// Checksum is a moved file's "sha256:<hex>".
+	Checksum string `json:"checksum,omitempty"`
+}
+
+// fsDelete is the fs.delete tool. Everything it deletes is saved in the
+// step's compensation first (content, mode, link target), so the delete
+// can be undone; a delete that would need more than maxUndo bytes or
+// maxEntries entries is refused.
+type fsDelete struct {
+	ws         *workspace
+	maxBytes   int64
+	maxUndo    int64
+	maxEntries int
+	// hook, when set (tests only), runs after commit and before the effect.
+	hook func()
+}
+
+const fsDeleteSchema = `{
+  "$schema": "https://json-schema.org/draft/2020-12/schema",
+  "type": "object",
+  "properties": {
+    "path": {"type": "string", "minLength": 1, "maxLength": 4096, "description": "Path of the file, symbolic link or directory to delete, relative to the workspace."},
+    "recursive": {"type": "boolean", "default": false, "description": "Delete a directory and everything in it; without it only an empty directory is deleted."}
+  },
+  "required": ["path"],
+  "additionalProperties": false
+}`
+
+func (t *fsDelete) Descriptor() *xctv1.ToolDescriptor {
+	return &xctv1.ToolDescriptor{
+		Name: "fs.delete",
+		Description: "Delete a file, a symbolic link (not its target) or a directory (with recursive, and everything in it) in the workspace. " +
+			"Reversible: what is deleted is kept so the step can be undone. Returns path, type, entries, bytes and, for a file, checksum.",
+		InputSchema: fsDeleteSchema,
+		Effect:      xctv1.Effect_EFFECT_REVERSIBLE,
+		// Not idempotent: a second run reports NOT_FOUND instead of the
+		// first run's result, so a delete in doubt goes to a human.
+		Idempotent:     false,
+		MaxOutputBytes: t.maxBytes,
+	}
+}
+
+func (t *fsDelete) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.Error) {
+	if e := onlyArgs(args, "path", "recursive"); e != nil {
+		return nil, e
+	}
+	p, e := stringArg(args, "path", nil)
+	if e != nil {
+		return nil, e
+	}
+	recursive, e := boolArg(args, "recursive", false)
+	if e != nil {
+		return nil, e
+	}
+	name, e := t.ws.clean(p)
+	if e != nil {
+		return nil, e
+	}
+	if name == "." {
+		return nil, pathErr(wire.CodeInvalidArgument, p, "the workspace itself cannot be deleted")
+	}
+	if ctx.Err() != nil {
+		return nil, errNotCommitted()
+	}
+	root := t.ws.root
+	fi, err := root.Lstat(name)
+	if err != nil {
+		return nil, t.ws.fail(p, err)
+	}
+	res := DeleteResult{Path: filepath.ToSlash(name)}
+	comp := &Compensation{Tool: "fs.delete"}
+	save := func(rel string, e *SavedEntry) {
+		comp.Undo = append(comp.Undo, UndoAction{Op: UndoRestore, Path: rel, Entry: e})
+		res.Entries++
+		res.Bytes += int64(len(e.Content))
+	}
+	switch mode := fi.Mode(); {
+	case mode&fs.ModeSymlink != 0:
+		target, err := root.Readlink(name)
+		if err != nil {
+			return nil, t.ws.fail(p, err)
+		}
+		res.Type = EntrySymlink
+		save(res.Path, &SavedEntry{Type: EntrySymlink, Mode: uint32(mode.Perm()), Target: target})
+	case mode.IsRegular():
+		data, e := t.saveFile(p, name, fi)
+		if e != nil {
+			return nil, e
+		}
+		res.Type, res.Checksum = EntryFile, checksum(data)
+		save(res.Path, &SavedEntry{Type: EntryFile, Mode: uint32(mode.Perm()), Content: data})
+	case mode.IsDir():
+		res.Type = EntryDir
+		if e := t.saveTree(ctx, p, name, recursive, save); e != nil {
+			return nil, e
+		}
+	default:
+		return nil, pathErr(wire.CodeInvalidArgument, p, "%q is not a file, directory or symbolic link", p)
+	}
+
+	if e := CommitCompensated(ctx, comp); e != nil {
+		return nil, e
+	}
+	if t.hook != nil {
+		t.hook()
+	}
+	// The entry must still be the one that was saved; a swap in between is
+	// refused rather than deleting something that was not saved.
+	now, err := root.Lstat(name)
+	if err != nil {
+		return nil, t.ws.fail(p, err)
+	}
+	if !os.SameFile(fi, now) || now.Size() != fi.Size() || !now.ModTime().Equal(fi.ModTime()) {
+		return nil, pathErr(wire.CodeToolFailure, p, "%q changed while it was being deleted; nothing was deleted", p)
+	}
+	if res.Type == EntryDir && recursive {
+		err = root.RemoveAll(name)
+	} else {
+		err = root.Remove(name)
+	}
+	if err != nil {
+		return nil, t.ws.fail(p, err)
+	}
+	syncDir(root, filepath.Dir(name))
+	return res, nil
+}
+
+// saveFile reads a regular file for its compensation, through the same
+// open file it checks against fi.
+func (t *fsDelete) saveFile(p, name string, fi fs.FileInfo) ([]byte, *xctv1.Error) {
+	f, err := t.ws.root.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, t.ws.fail(p, err)
+	}
+	defer func() { _ = f.Close() }()
+	if ofi, err := f.Stat(); err != nil || !os.SameFile(fi, ofi) {
+		return nil, pathErr(wire.CodeToolFailure, p, "%q changed while it was being deleted; nothing was deleted", p)
+	}
+	data, err := readSaved(f, t.maxUndo)
+	if errors.Is(err, errUndoTooLarge) {
+		return nil, t.tooLarge(p)
+	}
+	if err != nil {
+		return nil, t.ws.fail(p, err)
+	}
+	return data, nil
+}
+
+// saveTree saves the directory name and, when recursive, everything in it,
+// parents before children.
+func (t *fsDelete) saveTree(ctx context.Context, p, name string, recursive bool, save func(string, *SavedEntry)) *xctv1.Error {
+	root := t.ws.root
+	var total int64
+	var count int
+	var walkErr *xctv1.Error
+	err := fs.WalkDir(root.FS(), filepath.ToSlash(name), func(rel string, de fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if ctx.Err() != nil {
+			walkErr = errNotCommitted()
+			return fs.SkipAll
+		}
+		if count++; count > t.maxEntries {
+			walkErr = wire.WithDetails(wire.Errorf(wire.CodeInvalidArgument,
+				"%q holds more than %d entries: too many to delete reversibly in one step", p, t.maxEntries),
+				map[string]any{"path": p, "limit": t.maxEntries})
+			return fs.SkipAll
+		}
+		info, err := de.Info()
+		if err != nil {
+			return err
+		}
+		local := filepath.FromSlash(rel)
+		switch mode := info.Mode(); {
+		case mode.IsDir():
+			if rel == filepath.ToSlash(name) && !recursive {
+				empty, err := isEmptyDir(root, local)
+				if err != nil {
+					return err
+				}
+				if !empty {
+					walkErr = pathErr(wire.CodeInvalidArgument, p, "directory %q is not empty: set recursive to delete it and everything in it", p)
+					return fs.SkipAll
+				}
+			}
+			save(rel, &SavedEntry{Type: EntryDir, Mode: uint32(mode.Perm())})
+		case mode&fs.ModeSymlink != 0:
+			target, err := root.Readlink(local)
+			if err != nil {
+				return err
+			}
+			save(rel, &SavedEntry{Type: EntrySymlink, Mode: uint32(mode.Perm()), Target: target})
+		case mode.IsRegular():
+			f, err := root.OpenFile(local, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+			if err != nil {
+				return err
+			}
+			data, err := readSaved(f, t.maxUndo-total)
+			_ = f.Close()
+			if errors.Is(err, errUndoTooLarge) {
+				walkErr = t.tooLarge(p)
+				return fs.SkipAll
+			}
+			if err != nil {
+				return err
+			}
+			total += int64(len(data))
+			save(rel, &SavedEntry{Type: EntryFile, Mode: uint32(mode.Perm()), Content: data})
+		default:
+			walkErr = pathErr(wire.CodeInvalidArgument, p, "%q holds %q, which is not a file, directory or symbolic link", p, rel)
+			return fs.SkipAll
+		}
+		return nil
+	})
+	if walkErr != nil {
+		return walkErr
+	}
+	if err != nil {
+		return t.ws.fail(p, err)
+	}
+	return nil
+}
+
+func (t *fsDelete) tooLarge(p string) *xctv1.Error {
+	return wire.WithDetails(wire.Errorf(wire.CodeInvalidArgument,
+		"%q holds more than %d bytes: too large to delete reversibly", p, t.maxUndo),
+		map[string]any{"path": p, "limit": t.maxUndo})
+}
+
+func isEmptyDir(root *os.Root, name string) (bool, error) {
+	f, err := root.Open(name)
+	if err != nil {
+		return false, err
+	}
+	defer func() { _ = f.Close() }()
+	names, err := f.Readdirnames(1)
+	if len(names) == 0 && err != nil {
+		return true, nil
+	}
+	return false, err
+}
+
+// syncDir makes a directory's changes durable; failures do not undo them.
+func syncDir(root *os.Root, dir string) {
+	if d, err := root.Open(dir); err == nil {
+		_ = d.Sync()
+		_ = d.Close()
+	}
+}
+
+// fsMove is the fs.move tool. It never replaces an existing entry, so
+// moving back undoes it exactly.
+type fsMove struct {
+	ws       *workspace
+	maxBytes int64
+	// hook, when set (tests only), runs after commit and before the effect.
+	hook func()
+}
+
+const fsMoveSchema = `{
+  "$schema": "https://json-schema.org/draft/2020-12/schema",
+  "type": "object",
+  "properties": {
+    "from": {"type": "string", "minLength": 1, "maxLength": 4096, "description": "Path of the file, symbolic link or directory to move, relative to the workspace."},
+    "to": {"type": "string", "minLength": 1, "maxLength": 4096, "description": "New path, relative to the workspace; it must not exist, its directory must."}
+  },
+  "required": ["from", "to"],
+  "additionalProperties": false
+}`
+
+func (t *fsMove) Descriptor() *xctv1.ToolDescriptor {
+	return &xctv1.ToolDescriptor{
+		Name: "fs.move",
+		Description: "Move or rename a file, symbolic link or directory inside the workspace. The destination must not exist. " +
+			"Reversible. Returns from, to, type and, for a file, checksum.",
+		InputSchema: fsMoveSchema,
+		Effect:      xctv1.Effect_EFFECT_REVERSIBLE,
+		// Not idempotent: a second run reports NOT_FOUND for the source.
+		Idempotent:     false,
+		MaxOutputBytes: t.maxBytes,
+	}
+}
+
+func (t *fsMove) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.Error) {
+	if e := onlyArgs(args, "from", "to"); e != nil {
+		return nil, e
+	}
+	pf, e := stringArg(args, "from", nil)
+	if e != nil {
+		return nil, e
+	}
+	pt, e := stringArg(args, "to", nil)
+	if e != nil {
+		return nil, e
+	}
+	from, e := t.ws.clean(pf)
+	if e != nil {
+		return nil, e
+	}
+	to, e := t.ws.clean(pt)
+	if e != nil {
+		return nil, e
+	}
+	switch {
+	case from == "." || to == ".":
+		return nil, wire.WithDetails(wire.Errorf(wire.CodeInvalidArgument, "the workspace itself cannot be moved or replaced"),
+			map[string]any{"from": pf, "to": pt})
+	case from == to:
+		return nil, wire.WithDetails(wire.Errorf(wire.CodeInvalidArgument, "from and to are the same path %q", pf),
+			map[string]any{"from": pf, "to": pt})
+	case strings.HasPrefix(filepath.ToSlash(to)+"/", filepath.ToSlash(from)+"/"):
+		return nil, wire.WithDetails(wire.Errorf(wire.CodeInvalidArgument, "%q cannot be moved into itself", pf),
+			map[string]any{"from": pf, "to": pt})
+	}
+	if ctx.Err() != nil {
+		return nil, errNotCommitted()
+	}
+	root := t.ws.root
+	fi, err := root.Lstat(from)
+	if err != nil {
+		return nil, t.ws.fail(pf, err)
+	}
+	switch _, err := root.Lstat(to); {
+	case err == nil:
+		return nil, pathErr(wire.CodeInvalidArgument, pt, "%q exists: fs.move does not replace anything", pt)
+	case !errors.Is(err, fs.ErrNotExist):
+		return nil, t.ws.fail(pt, err)
+	}
+	if dir := filepath.Dir(to); dir != "." {
+		di, err := root.Stat(dir)
+		if err != nil {
+			return nil, t.ws.fail(pt, err)
+		}
+		if !di.IsDir() {
+			return nil, pathErr(wire.CodeInvalidArgument, pt, "a parent of %q is not a directory", pt)
+		}
+	}
+	res := MoveResult{From: filepath.ToSlash(from), To: filepath.ToSlash(to)}
+	switch mode := fi.Mode(); {
+	case mode&fs.ModeSymlink != 0:
+		res.Type = EntrySymlink
+	case mode.IsDir():
+		res.Type = EntryDir
+	case mode.IsRegular():
+		res.Type = EntryFile
+		sum, err := fileChecksum(root, from)
+		if err != nil {
+			return nil, t.ws.fail(pf, err)
+		}
+		res.Checksum = sum
+	default:
+		return nil, pathErr(wire.CodeInvalidArgument, pf, "%q is not a file, directory or symbolic link", pf)
+	}
+	comp := &Compensation{Tool: "fs.move", Undo: []UndoAction{{Op: UndoRename, Path: res.From, From: res.To, Checksum: res.Checksum}}}
+	if e := CommitCompensated(ctx, comp); e != nil {
+		return nil, e
+	}
+	if t.hook != nil {
+		t.hook()
+	}
+	if now, err := root.Lstat(from); err != nil || !os.SameFile(fi, now) {
+		return nil, pathErr(wire.CodeToolFailure, pf, "%q changed while it was being moved; nothing was moved", pf)
+	}
+	// os.Root resolves both paths inside the workspace at the moment of the
+	// rename, so a symbolic link swapped in meanwhile cannot lead out.
+	if err := root.Rename(from, to); err != nil {
+		if errors.Is(err, syscall.EINVAL) {
+			return nil, pathErr(wire.CodeInvalidArgument, pf, "%q cannot be moved to %q", pf, pt)
+		}
+		return nil, t.ws.fail(pt, err)
+	}
+	syncDir(root, filepath.Dir(to))
+	if d := filepath.Dir(from); d != filepath.Dir(to) {
+		syncDir(root, d)
+	}
+	return res, nil
+}

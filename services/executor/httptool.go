@@ -1,0 +1,341 @@
+package executor
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/textproto"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/wire"
+)
+
+// Limits of http.request that are not configurable.
+const (
+	httpMaxURLBytes     = 8 << 10
+	httpMaxHeaders      = 64
+	httpMaxHeaderBytes  = 16 << 10 // all request headers together
+	httpMaxRespHeaders  = 64 << 10 // all response headers together
+	httpDefaultMaxBytes = 1 << 20
+	httpDefaultRedirect = 5
+)
+
+// HTTPResult is the result of http.request.
+type HTTPResult struct {
+	// Status is the final response's status code.
+	Status int `json:"status"`
+	// URL is the final URL, after redirects.
+	URL string `json:"url"`
+	// Headers are the final response's headers, values joined by ", ".
+	Headers map[string]string `json:"headers"`
+	// Body is the response body: the text itself when it is valid UTF-8,
+	// otherwise its standard base64 encoding.
+	Body string `json:"body"`
+	// Encoding is EncodingUTF8 or EncodingBase64.
+	Encoding string `json:"encoding"`
+	// Size is the body's length in bytes.
+	Size int64 `json:"size"`
+	// Redirects counts the redirects followed.
+	Redirects int `json:"redirects"`
+}
+
+// httpTool is the http.request tool. Every URL (the request's and every
+// redirect's) must name an allowed host, and every connection is checked
+// at dial time against the denied address ranges, so neither a redirect
+// nor DNS rebinding reaches a private or metadata address. It never uses a
+// proxy from the environment and never reads more of a body than its cap.
+type httpTool struct {
+	urls       urlGuard
+	addrs      *addrGuard
+	resolver   Resolver
+	timeout    time.Duration
+	maxReq     int64
+	maxResp    int64
+	maxRedir   int
+	maxOutput  int64
+	methodList []string
+}
+
+func newHTTPTool(cfg *HTTPConfig, defTimeout time.Duration, maxOutput int64) *httpTool {
+	t := &httpTool{
+		urls:       urlGuard{hosts: cfg.hosts, httpsOnly: cfg.HTTPSOnly},
+		addrs:      newAddrGuard(cfg.addrs),
+		resolver:   cfg.Resolver,
+		timeout:    cfg.Timeout,
+		maxReq:     cfg.MaxRequestBytes,
+		maxResp:    cfg.MaxResponseBytes,
+		maxRedir:   cfg.MaxRedirects,
+		maxOutput:  maxOutput,
+		methodList: []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"},
+	}
+	if t.resolver == nil {
+		t.resolver = net.DefaultResolver
+	}
+	if t.timeout == 0 {
+		t.timeout = defTimeout
+	}
+	if t.maxReq == 0 {
+		t.maxReq = httpDefaultMaxBytes
+	}
+	if t.maxResp == 0 {
+		t.maxResp = httpDefaultMaxBytes
+	}
+	switch t.maxRedir {
+	case 0:
+		t.maxRedir = httpDefaultRedirect
+	case -1:
+		t.maxRedir = 0
+	}
+	// The body travels in the JSON result, possibly as base64.
+	if need := t.maxResp*4/3 + 64<<10; t.maxOutput < need {
+		t.maxOutput = need
+	}
+	return t
+}
+
+func (t *httpTool) Descriptor() *xctv1.ToolDescriptor {
+	methods := `"` + strings.Join(t.methodList, `", "`) + `"`
+	schema := `{
+  "$schema": "https://json-schema.org/draft/2020-12/schema",
+  "type": "object",
+  "properties": {
+    "method": {"enum": [` + methods + `], "description": "HTTP method."},
+    "url": {"type": "string", "minLength": 1, "maxLength": 8192, "description": "Absolute http or https URL of an allowed host."},
+    "headers": {"type": "object", "maxProperties": 64, "additionalProperties": {"type": "string"}, "description": "Request headers (Host, Connection, Content-Length, Transfer-Encoding and Proxy-* are refused)."},
+    "body": {"type": "string", "description": "Request body, as text."}
+  },
+  "required": ["method", "url"],
+  "additionalProperties": false
+}`
+	return &xctv1.ToolDescriptor{
+		Name: "http.request",
+		Description: "Send one HTTP request to an allowed host and return the response: status, url (after redirects), headers, " +
+			"body (text, or base64 when encoding is \"base64\"), size and redirects. Hosts and addresses are restricted by the executor's configuration.",
+		InputSchema: schema,
+		// The executor cannot know what a request does on the other side,
+		// whatever its method: every request is irreversible and is never
+		// re-run when in doubt.
+		Effect:         xctv1.Effect_EFFECT_IRREVERSIBLE,
+		Idempotent:     false,
+		Timeout:        durationpb.New(t.timeout),
+		MaxOutputBytes: t.maxOutput,
+	}
+}
+
+// forbiddenHeader reports request headers the caller may not set: they
+// would redirect the request, smuggle another one, or use a proxy.
+func forbiddenHeader(name string) bool {
+	switch textproto.CanonicalMIMEHeaderKey(name) {
+	case "Host", "Connection", "Content-Length", "Transfer-Encoding", "Te", "Trailer", "Upgrade", "Keep-Alive", "Expect":
+		return true
+	}
+	return strings.HasPrefix(strings.ToLower(name), "proxy-")
+}
+
+func (t *httpTool) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.Error) {
+	if e := onlyArgs(args, "method", "url", "headers", "body"); e != nil {
+		return nil, e
+	}
+	method, e := stringArg(args, "method", nil)
+	if e != nil {
+		return nil, e
+	}
+	if !slices.Contains(t.methodList, method) {
+		return nil, argErr("method", "method %q is not one of %s", method, strings.Join(t.methodList, ", "))
+	}
+	raw, e := stringArg(args, "url", nil)
+	if e != nil {
+		return nil, e
+	}
+	empty := ""
+	body, e := stringArg(args, "body", &empty)
+	if e != nil {
+		return nil, e
+	}
+	if int64(len(body)) > t.maxReq {
+		return nil, argErr("body", "body is %d bytes, the limit is %d", len(body), t.maxReq)
+	}
+	if body != "" && (method == "GET" || method == "HEAD") {
+		return nil, argErr("body", "a %s request has no body", method)
+	}
+	u, e := t.parseURL(raw)
+	if e != nil {
+		return nil, e
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), strings.NewReader(body))
+	if err != nil {
+		return nil, argErr("url", "cannot build the request: %v", err)
+	}
+	if body == "" {
+		req.Body, req.ContentLength = http.NoBody, 0
+	}
+	if e := t.headers(req, args["headers"]); e != nil {
+		return nil, e
+	}
+
+	redirects := 0
+	client := &http.Client{
+		Transport: t.transport(),
+		CheckRedirect: func(r *http.Request, via []*http.Request) error {
+			if t.maxRedir == 0 {
+				return http.ErrUseLastResponse // the 3xx itself is the result
+			}
+			if len(via) > t.maxRedir {
+				return &redirectError{limit: t.maxRedir}
+			}
+			if err := t.urls.check(r.URL); err != nil {
+				return err
+			}
+			redirects = len(via)
+			return nil
+		},
+	}
+	if e := Commit(ctx); e != nil {
+		return nil, e
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, t.fail(ctx, u, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	// Never read more than the cap: a body that goes on forever costs one
+	// byte more than the cap, then the connection is dropped.
+	data, err := io.ReadAll(io.LimitReader(resp.Body, t.maxResp+1))
+	if err != nil {
+		return nil, t.fail(ctx, u, err)
+	}
+	if int64(len(data)) > t.maxResp {
+		return nil, wire.WithDetails(wire.Errorf(wire.CodeOutputTooLarge,
+			"the response body of %s is larger than %d bytes; it was not read (the request was sent: status %d)", u.Redacted(), t.maxResp, resp.StatusCode),
+			map[string]any{"limit": t.maxResp, "status": resp.StatusCode, "request_sent": true})
+	}
+	res := HTTPResult{Status: resp.StatusCode, URL: resp.Request.URL.String(), Headers: map[string]string{}, Size: int64(len(data)), Redirects: redirects}
+	for k, v := range resp.Header {
+		res.Headers[k] = strings.Join(v, ", ")
+	}
+	if utf8.Valid(data) {
+		res.Body, res.Encoding = string(data), EncodingUTF8
+	} else {
+		res.Body, res.Encoding = base64.StdEncoding.EncodeToString(data), EncodingBase64
+	}
+	return res, nil
+}
+
+// parseURL checks the request's URL before anything is sent.
+func (t *httpTool) parseURL(raw string) (*url.URL, *xctv1.Error) {
+	if len(raw) > httpMaxURLBytes {
+		return nil, argErr("url", "url is %d bytes, the limit is %d", len(raw), httpMaxURLBytes)
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, argErr("url", "url %q does not parse: %v", raw, err)
+	}
+	if !u.IsAbs() {
+		return nil, argErr("url", "url %q is not absolute", raw)
+	}
+	u.Fragment, u.RawFragment = "", ""
+	if err := t.urls.check(u); err != nil {
+		return nil, wire.WithDetails(wire.Errorf(wire.CodePermissionDenied, "url %q is not allowed: %v", u.Redacted(), err),
+			map[string]any{"url": u.Redacted()})
+	}
+	return u, nil
+}
+
+// headers sets the caller's request headers.
+func (t *httpTool) headers(req *http.Request, v any) *xctv1.Error {
+	if v == nil {
+		return nil
+	}
+	hs, ok := v.(map[string]any)
+	if !ok {
+		return argErr("headers", "headers must be an object of strings")
+	}
+	if len(hs) > httpMaxHeaders {
+		return argErr("headers", "%d headers, the limit is %d", len(hs), httpMaxHeaders)
+	}
+	total := 0
+	for k, v := range hs {
+		s, ok := v.(string)
+		if !ok {
+			return argErr("headers", "header %q must be a string", k)
+		}
+		if forbiddenHeader(k) {
+			return argErr("headers", "header %q cannot be set", k)
+		}
+		if k == "" || strings.ContainsAny(k, " \t\r\n:\x00") || strings.ContainsAny(s, "\r\n\x00") {
+			return argErr("headers", "header %q is malformed", k)
+		}
+		total += len(k) + len(s)
+		req.Header.Set(k, s)
+	}
+	if total > httpMaxHeaderBytes {
+		return argErr("headers", "headers are %d bytes, the limit is %d", total, httpMaxHeaderBytes)
+	}
+	return nil
+}
+
+// transport is a fresh transport for one request: no proxy, no connection
+// reuse across steps, every dial through the address guard.
+func (t *httpTool) transport() *http.Transport {
+	return &http.Transport{
+		Proxy:                  nil, // never from the environment
+		DialContext:            t.addrs.dialContext(t.resolver, t.timeout),
+		DisableKeepAlives:      true,
+		ForceAttemptHTTP2:      true,
+		MaxResponseHeaderBytes: httpMaxRespHeaders,
+		TLSHandshakeTimeout:    t.timeout,
+		ResponseHeaderTimeout:  t.timeout,
+	}
+}
+
+// redirectError is more redirects than allowed.
+type redirectError struct{ limit int }
+
+func (e *redirectError) Error() string {
+	return fmt.Sprintf("more than %d redirects", e.limit)
+}
+
+// fail turns a client error into an error signal. The request may have
+// been sent, except when a guard refused it.
+func (t *httpTool) fail(ctx context.Context, u *url.URL, err error) *xctv1.Error {
+	if be, ok := isBlocked(err); ok {
+		return wire.WithDetails(wire.Errorf(wire.CodePermissionDenied, "request to %s refused: %v", u.Redacted(), be),
+			map[string]any{"url": u.Redacted()})
+	}
+	var re *redirectError
+	if errors.As(err, &re) {
+		return wire.WithDetails(wire.Errorf(wire.CodeToolFailure, "request to %s: %v", u.Redacted(), re),
+			map[string]any{"url": u.Redacted(), "limit": re.limit})
+	}
+	if ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) {
+		return wire.WithDetails(wire.Errorf(wire.CodeTimeout, "request to %s did not finish within %v", u.Redacted(), t.timeout),
+			map[string]any{"url": u.Redacted(), "timeout_ms": t.timeout.Milliseconds(), "outcome_unknown": true})
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return wire.WithDetails(wire.Errorf(wire.CodeTimeout, "request to %s timed out: %v", u.Redacted(), err),
+			map[string]any{"url": u.Redacted(), "outcome_unknown": true})
+	}
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	return wire.WithDetails(wire.Errorf(wire.CodeToolFailure, "request to %s failed: %v", u.Redacted(), err),
+		map[string]any{"url": u.Redacted(), "outcome_unknown": true})
+}
+
+// argErr is INVALID_ARGUMENT about one argument.
+func argErr(arg, format string, args ...any) *xctv1.Error {
+	return wire.WithDetails(wire.Errorf(wire.CodeInvalidArgument, format, args...), map[string]any{"argument": arg})
+}

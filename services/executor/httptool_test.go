@@ -1,0 +1,368 @@
+package executor
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/xct-dev/xct/internal/wire"
+)
+
+// fakeResolver answers from a table; a name with several answers gives
+// them one per lookup (DNS rebinding), the last one repeating.
+type fakeResolver struct {
+	mu      sync.Mutex
+	answers map[string][]string
+	lookups map[string]int
+}
+
+func (r *fakeResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	list, ok := r.answers[host]
+	if !ok {
+		return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+	}
+	i := min(r.lookups[host], len(list)-1)
+	r.lookups[host]++
+	return []netip.Addr{netip.MustParseAddr(list[i])}, nil
+}
+
+// httpFixture is a loopback HTTP server and what the tests need to know.
+type httpFixture struct {
+	srv      *httptest.Server
+	port     string
+	forever  chan struct{} // closed when the endless handler stopped
+	resolver *fakeResolver
+}
+
+func newHTTPFixture(t *testing.T) *httpFixture {
+	t.Helper()
+	f := &httpFixture{forever: make(chan struct{})}
+	var once sync.Once
+	mux := http.NewServeMux()
+	mux.HandleFunc("/ok", func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "hello") })
+	mux.HandleFunc("/echo", func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		w.Header().Set("X-Reply", "yes")
+		_ = json.NewEncoder(w).Encode(map[string]any{"method": r.Method, "host": r.Host, "x-test": r.Header.Get("X-Test"), "body": string(body)})
+	})
+	mux.HandleFunc("/binary", func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte{0xff, 0x00, 0x01}) })
+	mux.HandleFunc("/redirect", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, r.URL.Query().Get("to"), http.StatusFound)
+	})
+	mux.HandleFunc("/loop", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/loop", http.StatusFound) })
+	mux.HandleFunc("/forever", func(w http.ResponseWriter, r *http.Request) {
+		// 10 GB, if anyone read it.
+		defer once.Do(func() { close(f.forever) })
+		chunk := make([]byte, 64<<10)
+		for written := int64(0); written < 10<<30; written += int64(len(chunk)) {
+			if _, err := w.Write(chunk); err != nil {
+				return
+			}
+		}
+	})
+	mux.HandleFunc("/slow", func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
+	f.srv = httptest.NewServer(mux)
+	t.Cleanup(f.srv.Close)
+	_, f.port, _ = net.SplitHostPort(f.srv.Listener.Addr().String())
+	f.resolver = &fakeResolver{lookups: map[string]int{}, answers: map[string][]string{
+		"api.test":      {"127.0.0.1"},
+		"evil.test":     {"127.0.0.2"},
+		"rebind.test":   {"127.0.0.1", "127.0.0.2"},
+		"metadata.test": {"169.254.169.254"},
+		"mapped.test":   {"::ffff:127.0.0.1"},
+	}}
+	return f
+}
+
+// url is a URL on the fixture's port.
+func (f *httpFixture) url(host, path string) string {
+	return "http://" + net.JoinHostPort(host, f.port) + path
+}
+
+// service is an executor whose http section is yaml, "PORT" replaced.
+func (f *httpFixture) service(t *testing.T, yaml string) *Service {
+	t.Helper()
+	cfg, err := ParseToolsConfig("tools.yaml", []byte(strings.ReplaceAll(yaml, "PORT", f.port)))
+	must(t, err)
+	cfg.HTTP.Resolver = f.resolver
+	s, err := New(Config{Workspace: t.TempDir(), Tools: cfg, DefaultTimeout: 10 * time.Second}, nil, testLogger(t))
+	must(t, err)
+	t.Cleanup(func() { _ = s.Stop(context.Background()) })
+	return s
+}
+
+const httpHosts = `http:
+  allow_hosts: ["api.test:PORT", "evil.test:PORT", "rebind.test:PORT", "metadata.test:PORT", "mapped.test:PORT",
+                "127.0.0.1:PORT", "[::1]:PORT", "[::ffff:127.0.0.1]:PORT", "169.254.169.254", "10.0.0.1:PORT", "api.test"]
+  max_redirects: 3
+  max_response_bytes: 1024
+  timeout: 2s
+`
+
+// TestHTTPSSRF: every way to a private, loopback or metadata address is
+// refused while loopback is not allowed; nothing is sent.
+func TestHTTPSSRF(t *testing.T) {
+	f := newHTTPFixture(t)
+	s := f.service(t, httpHosts)
+	cases := []struct {
+		name string
+		url  string
+		code wire.Code
+	}{
+		{"loopback literal", f.url("127.0.0.1", "/ok"), wire.CodePermissionDenied},
+		{"IPv6 loopback", f.url("::1", "/ok"), wire.CodePermissionDenied},
+		{"IPv4-mapped IPv6 loopback", f.url("::ffff:127.0.0.1", "/ok"), wire.CodePermissionDenied},
+		{"metadata literal", "http://169.254.169.254/latest/meta-data/", wire.CodePermissionDenied},
+		{"private literal", f.url("10.0.0.1", "/ok"), wire.CodePermissionDenied},
+		{"allowed name resolving to loopback", f.url("api.test", "/ok"), wire.CodePermissionDenied},
+		{"allowed name resolving to metadata", f.url("metadata.test", "/ok"), wire.CodePermissionDenied},
+		{"allowed name resolving to a mapped address", f.url("mapped.test", "/ok"), wire.CodePermissionDenied},
+		{"host not allowed", f.url("other.test", "/ok"), wire.CodePermissionDenied},
+		{"allowed host, port not allowed", "http://api.test:8081/ok", wire.CodePermissionDenied},
+		{"decimal IP", "http://2130706433:" + f.port + "/ok", wire.CodePermissionDenied},
+		{"credentials in the URL", "http://user:pw@" + net.JoinHostPort("api.test", f.port) + "/ok", wire.CodePermissionDenied},
+		{"file scheme", "file:///etc/passwd", wire.CodePermissionDenied},
+		{"gopher scheme", "gopher://api.test:" + f.port + "/_x", wire.CodePermissionDenied},
+		{"relative URL", "/ok", wire.CodeInvalidArgument},
+		{"scheme-relative URL", "//api.test/ok", wire.CodeInvalidArgument},
+		{"not a URL", "http://[::1", wire.CodeInvalidArgument},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := exec(t, s, "http.request", map[string]any{"method": "GET", "url": c.url})
+			if got := codeOf(r); got != string(c.code) {
+				t.Fatalf("code = %q (%s), want %q", got, r.GetError().GetMessage(), c.code)
+			}
+			t.Log(r.GetError().GetMessage())
+		})
+	}
+	// Allowing the link-local range does not open the metadata address.
+	s2 := f.service(t, httpHosts+"  allow_addresses: [169.254.0.0/16, 127.0.0.0/8]\n")
+	if r := exec(t, s2, "http.request", map[string]any{"method": "GET", "url": f.url("metadata.test", "/ok")}); codeOf(r) != string(wire.CodePermissionDenied) {
+		t.Fatalf("metadata through a wide prefix: %v", r)
+	}
+}
+
+// TestHTTPRedirectsAndRebinding: with loopback 127.0.0.1 allowed (the
+// test server), redirects and second lookups still cannot go elsewhere.
+func TestHTTPRedirectsAndRebinding(t *testing.T) {
+	f := newHTTPFixture(t)
+	s := f.service(t, httpHosts+"  allow_addresses: [127.0.0.1/32]\n")
+	redirect := func(to string) string { return f.url("api.test", "/redirect?to="+url.QueryEscape(to)) }
+	cases := []struct {
+		name string
+		url  string
+		code wire.Code
+	}{
+		{"to an allowed name resolving to a denied address", redirect(f.url("evil.test", "/ok")), wire.CodePermissionDenied},
+		{"to the metadata address", redirect("http://169.254.169.254/latest/meta-data/"), wire.CodePermissionDenied},
+		{"to a host not allowed", redirect(f.url("other.test", "/ok")), wire.CodePermissionDenied},
+		{"to another scheme", redirect("file:///etc/passwd"), wire.CodePermissionDenied},
+		{"to IPv6 loopback", redirect(f.url("::1", "/ok")), wire.CodePermissionDenied},
+		{"DNS rebinding between two requests", f.url("rebind.test", "/redirect?to="+url.QueryEscape(f.url("rebind.test", "/ok"))), wire.CodePermissionDenied},
+		{"too many redirects", f.url("api.test", "/loop"), wire.CodeToolFailure},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := exec(t, s, "http.request", map[string]any{"method": "GET", "url": c.url})
+			if got := codeOf(r); got != string(c.code) {
+				t.Fatalf("code = %q (%s), want %q", got, r.GetError().GetMessage(), c.code)
+			}
+			t.Log(r.GetError().GetMessage())
+		})
+	}
+	// An allowed redirect is followed.
+	res := resultAs[HTTPResult](t, exec(t, s, "http.request", map[string]any{"method": "GET", "url": redirect(f.url("api.test", "/ok"))}))
+	if res.Status != 200 || res.Body != "hello" || res.Redirects != 1 || !strings.HasSuffix(res.URL, "/ok") {
+		t.Fatalf("redirect: %+v", res)
+	}
+	// With redirects off, the 3xx is the result.
+	s3 := f.service(t, strings.Replace(httpHosts, "max_redirects: 3", "max_redirects: -1", 1)+"  allow_addresses: [127.0.0.1/32]\n")
+	res = resultAs[HTTPResult](t, exec(t, s3, "http.request", map[string]any{"method": "GET", "url": redirect("http://169.254.169.254/")}))
+	if res.Status != http.StatusFound || res.Headers["Location"] != "http://169.254.169.254/" {
+		t.Fatalf("no redirects: %+v", res)
+	}
+}
+
+// TestHTTPRequest: the positive paths, with loopback explicitly allowed.
+func TestHTTPRequest(t *testing.T) {
+	f := newHTTPFixture(t)
+	// Proxies from the environment are never used: this one does not exist.
+	for _, k := range []string{"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy"} {
+		t.Setenv(k, "http://127.0.0.1:1")
+	}
+	s := f.service(t, httpHosts+"  allow_addresses: [127.0.0.1/32]\n")
+	res := resultAs[HTTPResult](t, exec(t, s, "http.request", map[string]any{
+		"method": "POST", "url": f.url("api.test", "/echo"), "headers": map[string]any{"X-Test": "1"}, "body": "payload",
+	}))
+	var echo map[string]any
+	must(t, json.Unmarshal([]byte(res.Body), &echo))
+	if res.Status != 200 || echo["method"] != "POST" || echo["x-test"] != "1" || echo["body"] != "payload" || echo["host"] != net.JoinHostPort("api.test", f.port) || res.Headers["X-Reply"] != "yes" {
+		t.Fatalf("echo: %+v %v", res, echo)
+	}
+	bin := resultAs[HTTPResult](t, exec(t, s, "http.request", map[string]any{"method": "GET", "url": f.url("127.0.0.1", "/binary")}))
+	if bin.Encoding != EncodingBase64 || bin.Body != "/wAB" || bin.Size != 3 {
+		t.Fatalf("binary: %+v", bin)
+	}
+
+	bad := []struct {
+		name string
+		args map[string]any
+		code wire.Code
+	}{
+		{"Host header", map[string]any{"method": "GET", "url": f.url("api.test", "/ok"), "headers": map[string]any{"Host": "169.254.169.254"}}, wire.CodeInvalidArgument},
+		{"proxy header", map[string]any{"method": "GET", "url": f.url("api.test", "/ok"), "headers": map[string]any{"Proxy-Authorization": "x"}}, wire.CodeInvalidArgument},
+		{"transfer-encoding header", map[string]any{"method": "POST", "url": f.url("api.test", "/ok"), "headers": map[string]any{"transfer-encoding": "chunked"}}, wire.CodeInvalidArgument},
+		{"header injection", map[string]any{"method": "GET", "url": f.url("api.test", "/ok"), "headers": map[string]any{"X-A": "1\r\nX-B: 2"}}, wire.CodeInvalidArgument},
+		{"header not a string", map[string]any{"method": "GET", "url": f.url("api.test", "/ok"), "headers": map[string]any{"X-A": 1}}, wire.CodeInvalidArgument},
+		{"body on GET", map[string]any{"method": "GET", "url": f.url("api.test", "/ok"), "body": "x"}, wire.CodeInvalidArgument},
+		{"method", map[string]any{"method": "TRACE", "url": f.url("api.test", "/ok")}, wire.CodeInvalidArgument},
+		{"body too large", map[string]any{"method": "POST", "url": f.url("api.test", "/ok"), "body": strings.Repeat("x", 2<<20)}, wire.CodeInvalidArgument},
+		{"unknown argument", map[string]any{"method": "GET", "url": f.url("api.test", "/ok"), "proxy": "x"}, wire.CodeInvalidArgument},
+		{"connection refused", map[string]any{"method": "GET", "url": "http://127.0.0.1:1/"}, wire.CodePermissionDenied}, // port not allowed
+	}
+	for _, c := range bad {
+		t.Run(c.name, func(t *testing.T) {
+			if got := codeOf(exec(t, s, "http.request", c.args)); got != string(c.code) {
+				t.Fatalf("code = %q, want %q", got, c.code)
+			}
+		})
+	}
+	// https_only refuses plain http.
+	s2 := f.service(t, httpHosts+"  https_only: true\n  allow_addresses: [127.0.0.1/32]\n")
+	if got := codeOf(exec(t, s2, "http.request", map[string]any{"method": "GET", "url": f.url("api.test", "/ok")})); got != string(wire.CodePermissionDenied) {
+		t.Fatalf("https only: %q", got)
+	}
+}
+
+// TestHTTPLimits: a 10 GB body is capped, not read; a server that never
+// answers is a timeout; the executor keeps serving.
+func TestHTTPLimits(t *testing.T) {
+	f := newHTTPFixture(t)
+	s := f.service(t, strings.Replace(httpHosts, "timeout: 2s", "timeout: 1s", 1)+"  allow_addresses: [127.0.0.1/32]\n")
+	start := time.Now()
+	r := exec(t, s, "http.request", map[string]any{"method": "GET", "url": f.url("api.test", "/forever")})
+	if codeOf(r) != string(wire.CodeOutputTooLarge) || r.GetError().GetDetails().AsMap()["request_sent"] != true {
+		t.Fatalf("endless body: %v", r)
+	}
+	<-f.forever // the server saw the connection dropped
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("endless body took %v", d)
+	}
+	if r := exec(t, s, "http.request", map[string]any{"method": "GET", "url": f.url("api.test", "/slow")}); codeOf(r) != string(wire.CodeTimeout) {
+		t.Fatalf("slow server: %v", r)
+	}
+	if res := resultAs[HTTPResult](t, exec(t, s, "http.request", map[string]any{"method": "GET", "url": f.url("api.test", "/ok")})); res.Body != "hello" {
+		t.Fatalf("afterwards: %+v", res)
+	}
+}
+
+func TestHTTPDescriptor(t *testing.T) {
+	f := newHTTPFixture(t)
+	s := f.service(t, httpHosts)
+	st, _ := s.tool("http.request")
+	d := st.desc
+	if d.GetIdempotent() || d.GetEffect().String() != "EFFECT_IRREVERSIBLE" || d.GetTimeout().AsDuration() != 2*time.Second {
+		t.Fatalf("descriptor: %v", d)
+	}
+	if d.GetMaxOutputBytes() < 1024*4/3 {
+		t.Fatalf("output cap %d below the body cap", d.GetMaxOutputBytes())
+	}
+}
+
+func TestURLGuard(t *testing.T) {
+	var rules []hostRule
+	for _, s := range []string{"api.example.com", "*.example.org", "host.test:8443", "10.0.0.1", "[2001:db8::1]:443"} {
+		r, err := parseHostRule(s)
+		must(t, err)
+		rules = append(rules, r)
+	}
+	g := urlGuard{hosts: rules}
+	for raw, ok := range map[string]bool{
+		"https://api.example.com/x":           true,
+		"http://api.example.com/x":            true,
+		"https://API.Example.COM./x":          true,
+		"https://api.example.com:443/x":       true,
+		"https://api.example.com:8443/x":      false,
+		"https://evil.api.example.com/x":      false,
+		"https://a.example.org/x":             true,
+		"https://a.b.example.org/x":           true,
+		"https://example.org/x":               false,
+		"https://badexample.org/x":            false,
+		"https://host.test:8443/":             true,
+		"https://host.test/":                  false,
+		"http://10.0.0.1/":                    true,
+		"https://[2001:db8::1]/":              true,
+		"https://[2001:db8:0::1]:443/":        true,
+		"ftp://api.example.com/":              false,
+		"https://u@api.example.com/":          false,
+		"https://api.example.com@evil.test/":  false,
+		"https://evil.test#@api.example.com/": false,
+		"https://api.example.com:0/":          false,
+	} {
+		u, err := url.Parse(raw)
+		must(t, err)
+		if got := g.check(u) == nil; got != ok {
+			t.Errorf("check(%q) allowed = %v, want %v", raw, got, ok)
+		}
+	}
+}
+
+func TestAddrGuard(t *testing.T) {
+	g := newAddrGuard([]netip.Prefix{netip.MustParsePrefix("10.1.0.0/16"), netip.MustParsePrefix("169.254.169.254/32")})
+	for addr, ok := range map[string]bool{
+		"93.184.216.34":    true,
+		"2606:4700::1111":  true,
+		"127.0.0.1":        false,
+		"127.255.0.9":      false,
+		"0.0.0.0":          false,
+		"10.0.0.1":         false,
+		"10.1.2.3":         true, // allowed explicitly
+		"172.16.0.1":       false,
+		"192.168.1.1":      false,
+		"100.64.0.1":       false,
+		"100.100.100.200":  false,
+		"169.254.1.1":      false,
+		"169.254.169.254":  true, // listed exactly
+		"168.63.129.16":    false,
+		"224.0.0.1":        false,
+		"255.255.255.255":  false,
+		"::":               false,
+		"::1":              false,
+		"::ffff:127.0.0.1": false,
+		"::ffff:10.1.2.3":  true,
+		"::127.0.0.1":      false,
+		"64:ff9b::7f00:1":  false,
+		"2002:7f00:1::":    false,
+		"2001:0:4136::":    false,
+		"fc00::1":          false,
+		"fd00:ec2::254":    false,
+		"fe80::1":          false,
+		"fe80::1%eth0":     false,
+		"ff02::1":          false,
+		"2001:db8::1":      false,
+	} {
+		if got := g.check(netip.MustParseAddr(addr)) == nil; got != ok {
+			t.Errorf("check(%s) allowed = %v, want %v", addr, got, ok)
+		}
+	}
+	// A wider prefix does not open a metadata address.
+	wide := newAddrGuard([]netip.Prefix{netip.MustParsePrefix("169.254.0.0/16"), netip.MustParsePrefix("fd00::/8")})
+	for _, m := range []string{"169.254.169.254", "fd00:ec2::254"} {
+		if wide.check(netip.MustParseAddr(m)) == nil {
+			t.Errorf("%s allowed through a prefix", m)
+		}
+	}
+}

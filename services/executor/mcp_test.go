@@ -1,0 +1,184 @@
+package executor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/wire"
+)
+
+// mcpStdioEnv makes the test binary an MCP server over stdio instead of
+// running tests: the executor starts it as a child process.
+const mcpStdioEnv = "XCT_TEST_MCP_STDIO"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(mcpStdioEnv) == "1" {
+		srv := newTestMCPServer(func() { os.Exit(3) })
+		if err := srv.Run(context.Background(), &mcp.StdioTransport{}); err != nil {
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// newTestMCPServer is an MCP server built with the SDK. crash is what the
+// "crash" tool does mid-call.
+func newTestMCPServer(crash func()) *mcp.Server {
+	srv := mcp.NewServer(&mcp.Implementation{Name: "xct-test", Version: "v1"}, nil)
+	object := json.RawMessage(`{"type":"object","properties":{"text":{"type":"string"}}}`)
+	text := func(s string) *mcp.CallToolResult {
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: s}}}
+	}
+	srv.AddTool(&mcp.Tool{Name: "echo", Description: "Echo the text.", InputSchema: object, Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
+		func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			var in struct{ Text string }
+			_ = json.Unmarshal(req.Params.Arguments, &in)
+			res := text(in.Text)
+			res.StructuredContent = map[string]any{"text": in.Text, "step_id": req.Params.Meta["io.xct/step_id"]}
+			return res, nil
+		})
+	srv.AddTool(&mcp.Tool{Name: "write", Description: "No hints at all.", InputSchema: object},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) { return text("written"), nil })
+	srv.AddTool(&mcp.Tool{Name: "put", Description: "Idempotent.", InputSchema: object, Annotations: &mcp.ToolAnnotations{IdempotentHint: true}},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) { return text("put"), nil })
+	srv.AddTool(&mcp.Tool{Name: "fail", InputSchema: object},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			r := text("the invoice is locked")
+			r.IsError = true
+			return r, nil
+		})
+	srv.AddTool(&mcp.Tool{Name: "slow", InputSchema: object},
+		func(ctx context.Context, _ *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			<-ctx.Done()
+			return nil, ctx.Err()
+		})
+	srv.AddTool(&mcp.Tool{Name: "crash", InputSchema: object},
+		func(ctx context.Context, _ *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			crash() // over stdio, it does not return
+			return nil, errors.New("crashed")
+		})
+	return srv
+}
+
+// mcpService starts an executor whose only MCP server is described by
+// entry (a YAML list item, without the leading "- ").
+func mcpService(t *testing.T, entry string) *Service {
+	t.Helper()
+	cfg, err := ParseToolsConfig("tools.yaml", []byte("mcp:\n  - "+strings.ReplaceAll(entry, "\n", "\n    ")+"\n"))
+	must(t, err)
+	s, err := New(Config{Workspace: t.TempDir(), Tools: cfg}, nil, testLogger(t))
+	must(t, err)
+	t.Cleanup(func() { _ = s.Stop(context.Background()) })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	must(t, s.Start(ctx))
+	return s
+}
+
+func TestMCPTools(t *testing.T) {
+	// Streamable HTTP, in process; a crash drops every connection.
+	var running atomic.Pointer[httptest.Server]
+	httpSrv := newTestMCPServer(func() { running.Load().CloseClientConnections() })
+	ts := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return httpSrv }, nil))
+	running.Store(ts)
+	t.Cleanup(ts.Close)
+	self, err := os.Executable()
+	must(t, err)
+
+	transports := map[string]string{
+		"http":  "name: web\nurl: " + ts.URL + "\ntimeout: 10s\ntools:\n  write: {effect: reversible}\n  slow: {timeout: 300ms}",
+		"stdio": "name: local\ncommand: " + self + "\nargs: [-test.run=^$]\nset_env: {" + mcpStdioEnv + ": \"1\"}\ntimeout: 10s\ntools:\n  write: {effect: reversible}\n  slow: {timeout: 300ms}",
+	}
+	for transport, entry := range transports {
+		t.Run(transport, func(t *testing.T) {
+			s := mcpService(t, entry)
+			name := "mcp." + strings.SplitN(strings.TrimPrefix(entry, "name: "), "\n", 2)[0] + "."
+			descs := map[string]*xctv1.ToolDescriptor{}
+			for _, d := range s.Tools() {
+				descs[d.GetName()] = d
+			}
+			type class struct {
+				effect xctv1.Effect
+				idem   bool
+			}
+			for tool, want := range map[string]class{
+				"echo":  {xctv1.Effect_EFFECT_READ, true},          // readOnlyHint
+				"write": {xctv1.Effect_EFFECT_REVERSIBLE, false},   // no hints; configured
+				"put":   {xctv1.Effect_EFFECT_IRREVERSIBLE, true},  // idempotentHint
+				"fail":  {xctv1.Effect_EFFECT_IRREVERSIBLE, false}, // no hints, no configuration
+			} {
+				d := descs[name+tool]
+				if d == nil {
+					t.Fatalf("%s%s not listed: %v", name, tool, descs)
+				}
+				if (class{d.GetEffect(), d.GetIdempotent()}) != want {
+					t.Errorf("%s: %v idempotent %v, want %+v", d.GetName(), d.GetEffect(), d.GetIdempotent(), want)
+				}
+				if !strings.Contains(d.GetInputSchema(), `"object"`) {
+					t.Errorf("%s: schema %s", d.GetName(), d.GetInputSchema())
+				}
+			}
+
+			id := newStepID()
+			r := execStep(t, s, id, name+"echo", map[string]any{"text": "hi"})
+			got := resultAs[map[string]any](t, r.GetResponse())
+			sc, _ := got["structured_content"].(map[string]any)
+			if sc["text"] != "hi" || sc["step_id"] != id || !strings.Contains(fmt.Sprint(got["content"]), "hi") {
+				t.Fatalf("echo: %v", got)
+			}
+			if e := exec(t, s, name+"fail", nil).GetError(); e.GetCode() != string(wire.CodeToolFailure) || e.GetMessage() != "the invoice is locked" {
+				t.Fatalf("fail: %v", e)
+			}
+			if e := exec(t, s, name+"slow", nil).GetError(); e.GetCode() != string(wire.CodeTimeout) {
+				t.Fatalf("slow: %v", e)
+			}
+			// The server crashes mid-call: a structured error, and the
+			// executor keeps serving, the MCP server's tools included.
+			start := time.Now()
+			e := exec(t, s, name+"crash", nil).GetError()
+			if e.GetCode() != string(wire.CodeToolFailure) && e.GetCode() != string(wire.CodeTimeout) {
+				t.Fatalf("crash: %v", e)
+			}
+			if e.GetDetails().AsMap()["outcome_unknown"] != true || time.Since(start) > 5*time.Second {
+				t.Fatalf("crash: %v after %v", e, time.Since(start))
+			}
+			if r := exec(t, s, "fs.list", nil); codeOf(r) != "" {
+				t.Fatalf("fs.list after the crash: %v", r)
+			}
+			got = resultAs[map[string]any](t, exec(t, s, name+"echo", map[string]any{"text": "again"}))
+			if got["structured_content"].(map[string]any)["text"] != "again" {
+				t.Fatalf("echo after the crash: %v", got)
+			}
+		})
+	}
+
+	t.Run("annotations ignored", func(t *testing.T) {
+		s := mcpService(t, "name: strict\nurl: "+ts.URL+"\nignore_annotations: true")
+		for _, d := range s.Tools() {
+			if strings.HasPrefix(d.GetName(), "mcp.") && (d.GetEffect() != xctv1.Effect_EFFECT_IRREVERSIBLE || d.GetIdempotent()) {
+				t.Errorf("%s: %v idempotent %v", d.GetName(), d.GetEffect(), d.GetIdempotent())
+			}
+		}
+	})
+	t.Run("unreachable at start", func(t *testing.T) {
+		s := mcpService(t, "name: gone\nurl: http://"+closedAddr(t)+"/mcp")
+		for _, d := range s.Tools() {
+			if strings.HasPrefix(d.GetName(), "mcp.") {
+				t.Fatalf("%s listed", d.GetName())
+			}
+		}
+	})
+}

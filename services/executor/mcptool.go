@@ -1,0 +1,325 @@
+package executor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	osexec "os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/wire"
+)
+
+// mcpMaxPages bounds the pages of tools/list read from one server.
+const mcpMaxPages = 100
+
+// mcpServer is a client of one MCP server. A session that ended (the
+// server crashed or closed) is replaced by a new one on the next call:
+// connecting is not acting, so this is not a retry of any step.
+type mcpServer struct {
+	cfg    MCPServerConfig
+	wsDir  string
+	log    *slog.Logger
+	client *mcp.Client
+
+	mu      sync.Mutex
+	session *mcp.ClientSession
+	closed  bool
+}
+
+// mcpTool is one tool of an MCP server, served as "mcp.<server>.<tool>".
+type mcpTool struct {
+	srv  *mcpServer
+	name string // the server's name for it
+	desc *xctv1.ToolDescriptor
+}
+
+func newMCPServer(cfg MCPServerConfig, wsDir string, log *slog.Logger) *mcpServer {
+	return &mcpServer{
+		cfg:    cfg,
+		wsDir:  wsDir,
+		log:    log,
+		client: mcp.NewClient(&mcp.Implementation{Name: "xct-executor", Version: "v1"}, &mcp.ClientOptions{Logger: log}),
+	}
+}
+
+// transport is a fresh transport to the server. A stdio server's process
+// outlives ctx: it is stopped by closing the session.
+func (m *mcpServer) transport(ctx context.Context) mcp.Transport {
+	if m.cfg.URL != "" {
+		return &mcp.StreamableClientTransport{
+			Endpoint: m.cfg.URL,
+			// The operator chose this URL: no proxy from the environment,
+			// no redirects elsewhere.
+			HTTPClient: &http.Client{
+				Transport: &http.Transport{Proxy: nil, MaxResponseHeaderBytes: 64 << 10},
+				CheckRedirect: func(*http.Request, []*http.Request) error {
+					return http.ErrUseLastResponse
+				},
+			},
+			MaxRetries:           -1, // a lost stream fails the call; nothing is resent
+			DisableStandaloneSSE: true,
+		}
+	}
+	cmd := osexec.CommandContext(context.WithoutCancel(ctx), m.cfg.resolved, m.cfg.Args...) //nolint:gosec // the operator's configured command, resolved at load
+	cmd.Args[0] = m.cfg.Command
+	cmd.Env = scrubbedEnv(m.cfg.Env, m.cfg.SetEnv)
+	cmd.Dir = m.wsDir
+	cmd.Stderr = &logWriter{log: m.log, server: m.cfg.Name}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	return &mcp.CommandTransport{Command: cmd, TerminateDuration: time.Second}
+}
+
+// scrubbedEnv is the environment of a child process: the named variables
+// of the executor's environment and the fixed ones, nothing else.
+func scrubbedEnv(names []string, set map[string]string) []string {
+	env := []string{}
+	for _, n := range names {
+		if _, fixed := set[n]; fixed {
+			continue
+		}
+		if v, ok := os.LookupEnv(n); ok {
+			env = append(env, n+"="+v)
+		}
+	}
+	for k, v := range set {
+		env = append(env, k+"="+v)
+	}
+	return env
+}
+
+// connect returns the live session, starting one if needed.
+func (m *mcpServer) connect(ctx context.Context) (*mcp.ClientSession, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, ErrStopped
+	}
+	if m.session != nil {
+		return m.session, nil
+	}
+	s, err := m.client.Connect(ctx, m.transport(ctx), nil)
+	if err != nil {
+		return nil, err
+	}
+	m.session = s
+	go func() {
+		// The session ends when the server goes away; the next call
+		// starts a new one.
+		_ = s.Wait()
+		m.mu.Lock()
+		if m.session == s {
+			m.session = nil
+		}
+		m.mu.Unlock()
+		m.log.Warn("MCP server session ended", "server", m.cfg.Name)
+	}()
+	return s, nil
+}
+
+// drop forgets a session that failed, and closes it.
+func (m *mcpServer) drop(s *mcp.ClientSession) {
+	m.mu.Lock()
+	if m.session == s {
+		m.session = nil
+	}
+	m.mu.Unlock()
+	go func() { _ = s.Close() }()
+}
+
+// close ends the session for good.
+func (m *mcpServer) close() error {
+	m.mu.Lock()
+	s := m.session
+	m.session, m.closed = nil, true
+	m.mu.Unlock()
+	if s != nil {
+		return s.Close()
+	}
+	return nil
+}
+
+// listMCPTools connects to an MCP server and returns its tools as XCT
+// tools. MCP annotations are untrusted hints: readOnlyHint makes a tool
+// "read", idempotentHint makes it idempotent, and the configuration
+// overrides both; a tool with neither hints nor configuration is
+// irreversible and not idempotent.
+func (m *mcpServer) listTools(ctx context.Context, defTimeout time.Duration, defMax int64) ([]Tool, error) {
+	ctx, cancel := context.WithTimeout(ctx, describeTimeout)
+	defer cancel()
+	s, err := m.connect(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("MCP server %s: connect: %w", m.cfg.Name, err)
+	}
+	timeout := m.cfg.Timeout
+	if timeout == 0 {
+		timeout = defTimeout
+	}
+	maxBytes := m.cfg.MaxOutputBytes
+	if maxBytes == 0 {
+		maxBytes = defMax
+	}
+	var tools []Tool
+	seen := map[string]bool{}
+	params := &mcp.ListToolsParams{}
+	for page := 0; page < mcpMaxPages; page++ {
+		res, err := s.ListTools(ctx, params)
+		if err != nil {
+			m.drop(s)
+			return nil, fmt.Errorf("MCP server %s: tools/list: %w", m.cfg.Name, err)
+		}
+		for _, t := range res.Tools {
+			if t == nil {
+				continue
+			}
+			full := "mcp." + m.cfg.Name + "." + t.Name
+			if !validToolName(full) || seen[t.Name] {
+				m.log.WarnContext(ctx, "MCP tool skipped: invalid or duplicate name", "server", m.cfg.Name, "tool", t.Name)
+				continue
+			}
+			schema, err := json.Marshal(t.InputSchema)
+			var obj map[string]any
+			if err == nil {
+				err = json.Unmarshal(schema, &obj)
+			}
+			if err != nil || obj == nil {
+				m.log.WarnContext(ctx, "MCP tool skipped: input schema is not a JSON object", "server", m.cfg.Name, "tool", t.Name)
+				continue
+			}
+			seen[t.Name] = true
+			effect, idem := xctv1.Effect_EFFECT_IRREVERSIBLE, false
+			if a := t.Annotations; a != nil && !m.cfg.IgnoreAnnotations {
+				if a.ReadOnlyHint {
+					effect, idem = xctv1.Effect_EFFECT_READ, true
+				} else {
+					idem = a.IdempotentHint
+				}
+			}
+			o := m.cfg.Tools[t.Name]
+			effect = o.Effect.proto(effect)
+			if o.Idempotent != nil {
+				idem = *o.Idempotent
+			}
+			to := timeout
+			if o.Timeout > 0 && o.Timeout < to {
+				to = o.Timeout
+			}
+			desc := strings.TrimSpace(t.Description + " (MCP server " + m.cfg.Name + ")")
+			tools = append(tools, &mcpTool{srv: m, name: t.Name, desc: &xctv1.ToolDescriptor{
+				Name:           full,
+				Description:    desc,
+				InputSchema:    string(schema),
+				Effect:         effect,
+				Idempotent:     idem,
+				Timeout:        durationpb.New(to),
+				MaxOutputBytes: maxBytes,
+			}})
+		}
+		if res.NextCursor == "" {
+			break
+		}
+		params = &mcp.ListToolsParams{Cursor: res.NextCursor}
+	}
+	for name := range m.cfg.Tools {
+		if !seen[name] {
+			m.log.WarnContext(ctx, "tools config names a tool the MCP server does not offer", "server", m.cfg.Name, "tool", name)
+		}
+	}
+	return tools, nil
+}
+
+func (t *mcpTool) Descriptor() *xctv1.ToolDescriptor { return t.desc }
+
+func (t *mcpTool) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.Error) {
+	name := t.srv.cfg.Name
+	// A server that crashed earlier is started again before committing:
+	// nothing was sent yet.
+	s, err := t.srv.connect(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, errNotCommitted()
+		}
+		return nil, wire.WithDetails(wire.Errorf(wire.CodeToolFailure, "MCP server %s is unavailable: %v; nothing was sent", name, err),
+			map[string]any{"server": name, "outcome_unknown": false})
+	}
+	if e := Commit(ctx); e != nil {
+		return nil, e
+	}
+	res, err := s.CallTool(ctx, &mcp.CallToolParams{
+		Meta:      mcp.Meta{"io.xct/step_id": StepID(ctx)},
+		Name:      t.name,
+		Arguments: args,
+	})
+	if err != nil {
+		details := map[string]any{"server": name, "outcome_unknown": true}
+		var rpcErr *jsonrpc.Error
+		switch {
+		case ctx.Err() != nil:
+			return nil, wire.WithDetails(wire.Errorf(wire.CodeTimeout, "MCP server %s did not answer within the step's deadline", name), details)
+		case errors.As(err, &rpcErr):
+			// The server answered with a JSON-RPC error: it is alive.
+			return nil, wire.WithDetails(wire.Errorf(wire.CodeToolFailure, "MCP server %s: %s", name, rpcErr.Message), details)
+		}
+		// The transport failed (the server crashed, the connection
+		// dropped): the next call starts a new session.
+		t.srv.drop(s)
+		return nil, wire.WithDetails(wire.Errorf(wire.CodeToolFailure, "MCP server %s went away during the call: %v", name, err), details)
+	}
+	content := make([]any, 0, len(res.Content))
+	for _, c := range res.Content {
+		raw, err := json.Marshal(c)
+		if err != nil {
+			continue
+		}
+		var v any
+		if json.Unmarshal(raw, &v) == nil {
+			content = append(content, v)
+		}
+	}
+	if res.IsError {
+		var texts []string
+		for _, c := range res.Content {
+			if tc, ok := c.(*mcp.TextContent); ok {
+				texts = append(texts, tc.Text)
+			}
+		}
+		msg := strings.Join(texts, "\n")
+		if msg == "" {
+			msg = "the tool reported an error without a message"
+		}
+		return nil, wire.WithDetails(wire.Errorf(wire.CodeToolFailure, "%s", head(msg, 4096)),
+			map[string]any{"server": name, "content": content})
+	}
+	out := map[string]any{"content": content}
+	if res.StructuredContent != nil {
+		raw, err := json.Marshal(res.StructuredContent)
+		var v any
+		if err == nil && json.Unmarshal(raw, &v) == nil {
+			out["structured_content"] = v
+		}
+	}
+	return out, nil
+}
+
+// logWriter logs a child's stderr, a bounded line per write.
+type logWriter struct {
+	log    *slog.Logger
+	server string
+}
+
+func (w *logWriter) Write(p []byte) (int, error) {
+	w.log.Debug("MCP server stderr", "server", w.server, "text", head(strings.TrimRight(string(p), "\n"), 1024))
+	return len(p), nil
+}

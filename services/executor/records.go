@@ -1,0 +1,472 @@
+package executor
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/wire"
+)
+
+// recordTimeout bounds the writes that record a step's outcome: they run
+// even when the caller has gone, because the effect already happened.
+const recordTimeout = 10 * time.Second
+
+// maxStepIDBytes bounds a step id (it is a KV key).
+const maxStepIDBytes = 128
+
+// Record states, shorter.
+const (
+	statePending   = xctv1.StepRecordState_STEP_RECORD_STATE_PENDING
+	stateSucceeded = xctv1.StepRecordState_STEP_RECORD_STATE_SUCCEEDED
+	stateFailed    = xctv1.StepRecordState_STEP_RECORD_STATE_FAILED
+	stateInDoubt   = xctv1.StepRecordState_STEP_RECORD_STATE_IN_DOUBT
+	stateRetry     = xctv1.StepRecordState_STEP_RECORD_STATE_RETRY
+)
+
+// validStepID accepts ids that are valid KV keys and blob names:
+// 1-128 of A-Z a-z 0-9 _ -.
+func validStepID(id string) bool {
+	if id == "" || len(id) > maxStepIDBytes {
+		return false
+	}
+	for _, r := range id {
+		if !wordRune(r) {
+			return false
+		}
+	}
+	return true
+}
+
+// argumentsDigest is "sha256:" and the hex SHA-256 of the arguments' JSON
+// (encoding/json sorts map keys, so equal arguments give equal digests).
+func argumentsDigest(args map[string]any) string {
+	if args == nil {
+		args = map[string]any{} // no arguments and {} are the same call
+	}
+	raw, err := json.Marshal(args)
+	if err != nil {
+		raw = []byte(fmt.Sprint(args))
+	}
+	sum := sha256.Sum256(raw)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// stepClaim is this executor's right to act for one attempt of a step: the
+// pending record it wrote and that record's revision.
+type stepClaim struct {
+	store StepStore
+	rec   *xctv1.StepRecord
+	rev   uint64
+	// prev is the record this attempt replaced (nil for the first): what
+	// to put back if the attempt ends without acting.
+	prev *xctv1.StepRecord
+}
+
+// claim makes this executor the one that acts for the step, or returns
+// what to answer instead: the recorded outcome (replay), IN_DOUBT, or a
+// refusal. A gRPC error means the record store could not be used, so
+// nothing was executed; or the caller went away while waiting.
+func (s *Service) claim(ctx context.Context, req *xctv1.ExecuteRequest, st *servedTool, args map[string]any) (*stepClaim, *xctv1.ExecuteResponse, error) {
+	store, err := s.store()
+	if err != nil {
+		return nil, nil, status.Errorf(codes.Unavailable, "%v; nothing was executed", err)
+	}
+	effect, idem := st.classify(args)
+	digest := argumentsDigest(args)
+	fresh := func(attempt int32) *xctv1.StepRecord {
+		now := time.Now()
+		return &xctv1.StepRecord{
+			StepId:          req.GetStepId(),
+			RunId:           req.GetRunId(),
+			Tool:            req.GetTool(),
+			ArgumentsDigest: digest,
+			State:           statePending,
+			Attempt:         attempt,
+			Effect:          effect,
+			Idempotent:      idem,
+			Executor:        s.instance,
+			StartedAt:       timestamppb.New(now),
+			Deadline:        timestamppb.New(now.Add(st.timeout + s.cfg.StepGrace)),
+		}
+	}
+	// Record writes are not cut short by the caller: a write abandoned
+	// halfway could land unseen and leave a pending record nobody acts on.
+	// (Each JetStream request is bounded by the client's own timeout.)
+	sctx := context.WithoutCancel(ctx)
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, nil, status.FromContextError(err).Err()
+		}
+		rec := fresh(1)
+		rev, err := store.Create(sctx, rec)
+		if err == nil {
+			return &stepClaim{store: store, rec: rec, rev: rev}, nil, nil
+		}
+		if !errors.Is(err, ErrStepExists) {
+			return nil, nil, storeErr(ctx, err)
+		}
+		cur, rev, err := store.Get(sctx, req.GetStepId())
+		if errors.Is(err, ErrStepNotFound) {
+			continue // removed meanwhile: try to create it again
+		}
+		if err != nil {
+			return nil, nil, storeErr(ctx, err)
+		}
+		if cur.GetTool() != req.GetTool() || cur.GetArgumentsDigest() != digest {
+			return nil, s.answer(wire.WithDetails(wire.Errorf(wire.CodeInvalidArgument,
+				"step id %s was already used for another call (tool %s); a step id names one call", req.GetStepId(), cur.GetTool()),
+				map[string]any{"step_id": req.GetStepId(), "recorded_tool": cur.GetTool()}), cur, false), nil
+		}
+		switch cur.GetState() {
+		case stateSucceeded, stateFailed:
+			resp, err := s.recordedResponse(sctx, store, cur)
+			if err != nil {
+				return nil, nil, storeErr(ctx, err)
+			}
+			return nil, &xctv1.ExecuteResponse{Response: resp, Duration: cur.GetDuration(), Replayed: true, Attempt: cur.GetAttempt()}, nil
+		case stateInDoubt:
+			return nil, s.answer(inDoubtError(cur), cur, true), nil
+		case stateRetry:
+			next := rerun(cur, fresh(cur.GetAttempt()+1), "retry allowed by "+cur.GetResolution().GetResolvedBy())
+			if rev, err := store.Update(sctx, next, rev); err == nil {
+				return &stepClaim{store: store, rec: next, rev: rev, prev: cur}, nil, nil
+			} else if !errors.Is(err, ErrStepConflict) {
+				return nil, nil, storeErr(ctx, err)
+			}
+		case statePending:
+			deadline := cur.GetDeadline().AsTime()
+			if time.Now().Before(deadline) {
+				// Another call is executing the step (here or in another
+				// executor): wait for its outcome, at most until its
+				// deadline, then look again.
+				wctx, cancel := context.WithDeadline(ctx, deadline)
+				err := store.WaitChange(wctx, req.GetStepId(), rev)
+				cancel()
+				if ctx.Err() != nil {
+					return nil, nil, status.FromContextError(ctx.Err()).Err()
+				}
+				if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+					return nil, nil, storeErr(ctx, err)
+				}
+				continue
+			}
+			// Its executor stopped mid-step: the step is in doubt.
+			if cur.GetIdempotent() {
+				reason := fmt.Sprintf("in doubt: attempt %d by %s was not recorded by its deadline; the call is idempotent", cur.GetAttempt(), cur.GetExecutor())
+				next := rerun(cur, fresh(cur.GetAttempt()+1), reason)
+				if rev, err := store.Update(sctx, next, rev); err == nil {
+					s.log.WarnContext(ctx, "step in doubt re-run (idempotent)", "step_id", cur.GetStepId(), "tool", cur.GetTool(), "attempt", next.GetAttempt())
+					return &stepClaim{store: store, rec: next, rev: rev, prev: cur}, nil, nil
+				} else if !errors.Is(err, ErrStepConflict) {
+					return nil, nil, storeErr(ctx, err)
+				}
+				continue
+			}
+			doubt := cloneRecord(cur)
+			doubt.State = stateInDoubt
+			if _, err := store.Update(sctx, doubt, rev); err == nil {
+				s.log.ErrorContext(ctx, "step in doubt: a human must decide", "step_id", cur.GetStepId(), "run_id", cur.GetRunId(), "tool", cur.GetTool(), "attempt", cur.GetAttempt(), "executor", cur.GetExecutor())
+				return nil, s.answer(inDoubtError(doubt), doubt, true), nil
+			} else if !errors.Is(err, ErrStepConflict) {
+				return nil, nil, storeErr(ctx, err)
+			}
+		default:
+			return nil, nil, status.Errorf(codes.DataLoss, "step %s has a record in an unknown state %v; nothing was executed", req.GetStepId(), cur.GetState())
+		}
+	}
+}
+
+// rerun is the record of a new attempt of cur, keeping its history.
+func rerun(cur, fresh *xctv1.StepRecord, reason string) *xctv1.StepRecord {
+	next := cloneRecord(cur)
+	next.State = statePending
+	next.Attempt = fresh.GetAttempt()
+	next.Executor = fresh.GetExecutor()
+	next.StartedAt = fresh.GetStartedAt()
+	next.Deadline = fresh.GetDeadline()
+	next.FinishedAt, next.Response, next.ResponseBlob, next.Duration = nil, nil, "", nil
+	next.Reruns = append(next.Reruns, &xctv1.StepRerun{Attempt: next.GetAttempt(), At: fresh.GetStartedAt(), Reason: reason, Executor: fresh.GetExecutor()})
+	return next
+}
+
+// answer is a response that did not come from running the tool now.
+func (s *Service) answer(e *xctv1.Error, rec *xctv1.StepRecord, replayed bool) *xctv1.ExecuteResponse {
+	return &xctv1.ExecuteResponse{Response: wire.ErrorResponse(e), Duration: durationpb.New(0), Replayed: replayed, Attempt: rec.GetAttempt()}
+}
+
+// inDoubtError is the IN_DOUBT signal for a step.
+func inDoubtError(rec *xctv1.StepRecord) *xctv1.Error {
+	return wire.WithDetails(wire.Errorf(wire.CodeInDoubt,
+		"step %s (%s) may or may not have acted: its executor stopped before recording the outcome, and the tool is not idempotent. "+
+			"The run must stop until a human checks and resolves the step", rec.GetStepId(), rec.GetTool()),
+		map[string]any{
+			"step_id":    rec.GetStepId(),
+			"run_id":     rec.GetRunId(),
+			"tool":       rec.GetTool(),
+			"attempt":    rec.GetAttempt(),
+			"executor":   rec.GetExecutor(),
+			"started_at": rec.GetStartedAt().AsTime().Format(time.RFC3339Nano),
+			"resolve":    "xct resolve " + rec.GetStepId() + " succeeded|failed|retry",
+		})
+}
+
+// storeErr is the gRPC error for a record store failure: nothing was
+// executed, and the caller may ask again.
+func storeErr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return status.FromContextError(ctx.Err()).Err()
+	}
+	if errors.Is(err, ErrStepCorrupt) {
+		return status.Errorf(codes.DataLoss, "step record: %v; nothing was executed", err)
+	}
+	return status.Errorf(codes.Unavailable, "step record store: %v; nothing was executed", err)
+}
+
+// compensator stores compensations for the claimed attempt.
+func (c *stepClaim) compensator() func(*Compensation) error {
+	return func(comp *Compensation) error {
+		comp.StepID, comp.Attempt = c.rec.GetStepId(), c.rec.GetAttempt()
+		data, err := json.Marshal(comp)
+		if err != nil {
+			return err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), recordTimeout)
+		defer cancel()
+		name := fmt.Sprintf("%s.%d.compensation", c.rec.GetStepId(), c.rec.GetAttempt())
+		if err := c.store.PutBlob(ctx, name, data); err != nil {
+			return fmt.Errorf("store compensation: %w", err)
+		}
+		next := cloneRecord(c.rec)
+		next.Compensations = append(next.Compensations, &xctv1.StepCompensation{
+			Attempt: c.rec.GetAttempt(), Blob: name, Size: int64(len(data)), Checksum: checksum(data),
+		})
+		rev, err := c.store.Update(ctx, next, c.rev)
+		if err != nil {
+			return fmt.Errorf("record compensation: %w", err)
+		}
+		c.rec, c.rev = next, rev
+		return nil
+	}
+}
+
+// finish records the outcome of the claimed attempt. A failure to record
+// is logged, not returned: the effect happened and the caller gets its
+// true outcome; the step stays pending and will be in doubt.
+func (s *Service) finish(c *stepClaim, resp *xctv1.Response, d time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), recordTimeout)
+	defer cancel()
+	rec := cloneRecord(c.rec)
+	rec.State = stateSucceeded
+	if resp.GetError() != nil {
+		rec.State = stateFailed
+	}
+	rec.Response = resp
+	rec.FinishedAt = timestamppb.Now()
+	rec.Duration = durationpb.New(d)
+	rev, err := c.store.Update(ctx, rec, c.rev)
+	if errors.Is(err, ErrRecordTooLarge) {
+		// Too large for a record: the response goes to a blob.
+		name := fmt.Sprintf("%s.%d.response", rec.GetStepId(), rec.GetAttempt())
+		data, merr := protojson.Marshal(resp)
+		if merr == nil {
+			merr = c.store.PutBlob(ctx, name, data)
+		}
+		if merr != nil {
+			s.log.ErrorContext(ctx, "step acted but its response could not be stored: it will be in doubt", "step_id", rec.GetStepId(), "error", merr)
+			return
+		}
+		rec.Response, rec.ResponseBlob = nil, name
+		rev, err = c.store.Update(ctx, rec, c.rev)
+	}
+	if err != nil {
+		s.log.ErrorContext(ctx, "step acted but its outcome could not be recorded: it will be in doubt", "step_id", rec.GetStepId(), "tool", rec.GetTool(), "error", err)
+		return
+	}
+	c.rec, c.rev = rec, rev
+}
+
+// release undoes the claim of an attempt that did not act (the caller
+// went away, or the executor is stopping, before the tool committed): the
+// first attempt's record is removed, so the step can run later; a later
+// attempt's record goes back to what it was.
+func (s *Service) release(c *stepClaim) {
+	ctx, cancel := context.WithTimeout(context.Background(), recordTimeout)
+	defer cancel()
+	var err error
+	if c.prev == nil {
+		err = c.store.Delete(ctx, c.rec.GetStepId(), c.rev)
+	} else {
+		_, err = c.store.Update(ctx, c.prev, c.rev)
+	}
+	if err != nil {
+		s.log.WarnContext(ctx, "step did not act but its pending record could not be released", "step_id", c.rec.GetStepId(), "error", err)
+	}
+}
+
+// recordedResponse returns a finished record's response, from its blob if
+// it was stored apart.
+func (s *Service) recordedResponse(ctx context.Context, store StepStore, rec *xctv1.StepRecord) (*xctv1.Response, error) {
+	if rec.GetResponseBlob() == "" {
+		if rec.GetResponse() == nil {
+			return wire.ErrorResponse(wire.Errorf(wire.CodeToolFailure, "step %s was recorded without a response", rec.GetStepId())), nil
+		}
+		return rec.GetResponse(), nil
+	}
+	data, err := store.Blob(ctx, rec.GetResponseBlob())
+	if err != nil {
+		return nil, fmt.Errorf("response of step %s: %w", rec.GetStepId(), err)
+	}
+	resp := &xctv1.Response{}
+	if err := protojson.Unmarshal(data, resp); err != nil {
+		return nil, fmt.Errorf("%w: response of step %s: %w", ErrStepCorrupt, rec.GetStepId(), err)
+	}
+	return resp, nil
+}
+
+// Step returns the record of a step, with its response loaded when it is
+// stored apart, and whether the step is in doubt now (recorded so, or
+// pending past its deadline).
+func (s *Service) Step(ctx context.Context, stepID string) (*xctv1.StepRecord, bool, error) {
+	if !validStepID(stepID) {
+		return nil, false, fmt.Errorf("%w: %q", ErrBadStepID, stepID)
+	}
+	store, err := s.store()
+	if err != nil {
+		return nil, false, err
+	}
+	rec, _, err := store.Get(ctx, stepID)
+	if err != nil {
+		return nil, false, err
+	}
+	if rec.GetResponseBlob() != "" {
+		resp, err := s.recordedResponse(ctx, store, rec)
+		if err != nil {
+			return nil, false, err
+		}
+		rec.Response = resp
+	}
+	return rec, inDoubt(rec, time.Now()), nil
+}
+
+// inDoubt reports whether a record is in doubt at now.
+func inDoubt(rec *xctv1.StepRecord, now time.Time) bool {
+	switch rec.GetState() {
+	case stateInDoubt:
+		return true
+	case statePending:
+		return !now.Before(rec.GetDeadline().AsTime())
+	}
+	return false
+}
+
+// Resolution is a human decision about a step.
+type Resolution struct {
+	// Decision is succeeded, failed or retry.
+	Decision xctv1.StepDecision
+	// ResolvedBy names who decided; required.
+	ResolvedBy string
+	// Reason is kept for the audit.
+	Reason string
+	// Result, for a step resolved as succeeded, is the JSON result to
+	// record (what the human observed); nil records a short statement.
+	Result any
+}
+
+// ResolveStep records a human decision about a step in doubt: it
+// succeeded (the recorded result is r.Result), it failed, or it may be
+// executed once more (retry: the next Execute with the step id acts
+// again; allowed for a failed step too, as the explicit retry path). The
+// record keeps who decided, when and why. It returns ErrNotInDoubt for a
+// step that is not in doubt, ErrStepNotFound, ErrStepConflict when the
+// record changed meanwhile (ask again), ErrBadResolution for an empty
+// decision or author, ErrBadStepID. The CLI (xct resolve) calls it through the
+// ResolveStep RPC.
+func (s *Service) ResolveStep(ctx context.Context, stepID string, r Resolution) (*xctv1.StepRecord, error) {
+	switch {
+	case !validStepID(stepID):
+		return nil, fmt.Errorf("%w: %q", ErrBadStepID, stepID)
+	case r.ResolvedBy == "":
+		return nil, fmt.Errorf("%w: resolved_by is required", ErrBadResolution)
+	case r.Decision == xctv1.StepDecision_STEP_DECISION_UNSPECIFIED || xctv1.StepDecision_name[int32(r.Decision)] == "":
+		return nil, fmt.Errorf("%w: decision is required (succeeded, failed or retry)", ErrBadResolution)
+	}
+	store, err := s.store()
+	if err != nil {
+		return nil, err
+	}
+	cur, rev, err := store.Get(ctx, stepID)
+	if err != nil {
+		return nil, err
+	}
+	// A step in doubt takes any decision; a failed step may be retried.
+	retryFailed := r.Decision == xctv1.StepDecision_STEP_DECISION_RETRY && cur.GetState() == stateFailed
+	if !inDoubt(cur, time.Now()) && !retryFailed {
+		return nil, fmt.Errorf("%w: step %s is %s", ErrNotInDoubt, stepID, stateName(cur.GetState()))
+	}
+	now := timestamppb.Now()
+	rec := cloneRecord(cur)
+	rec.Resolution = &xctv1.StepResolution{Decision: r.Decision, ResolvedBy: r.ResolvedBy, Reason: r.Reason, ResolvedAt: now, PreviousState: cur.GetState()}
+	switch r.Decision {
+	case xctv1.StepDecision_STEP_DECISION_SUCCEEDED:
+		result := r.Result
+		if result == nil {
+			result = map[string]any{"resolved": "succeeded", "resolved_by": r.ResolvedBy, "reason": r.Reason}
+		}
+		resp, err := wire.SuccessResponse(result)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrBadResolution, err)
+		}
+		rec.State, rec.Response, rec.ResponseBlob, rec.FinishedAt = stateSucceeded, resp, "", now
+	case xctv1.StepDecision_STEP_DECISION_FAILED:
+		rec.State, rec.ResponseBlob, rec.FinishedAt = stateFailed, "", now
+		rec.Response = wire.ErrorResponse(wire.WithDetails(wire.Errorf(wire.CodeToolFailure,
+			"the step's outcome was in doubt; %s resolved it as failed: %s", r.ResolvedBy, r.Reason),
+			map[string]any{"step_id": stepID, "resolved_by": r.ResolvedBy, "reason": r.Reason}))
+	case xctv1.StepDecision_STEP_DECISION_RETRY:
+		rec.State, rec.Response, rec.ResponseBlob, rec.FinishedAt = stateRetry, nil, "", nil
+	}
+	if _, err := store.Update(ctx, rec, rev); err != nil {
+		return nil, err
+	}
+	s.log.InfoContext(ctx, "step resolved", "step_id", stepID, "decision", r.Decision.String(), "resolved_by", r.ResolvedBy, "previous_state", cur.GetState().String())
+	return proto.CloneOf(rec), nil
+}
+
+// stateName is a record state for messages: "succeeded", "pending", ...
+func stateName(st xctv1.StepRecordState) string {
+	switch st {
+	case statePending:
+		return "pending"
+	case stateSucceeded:
+		return "succeeded"
+	case stateFailed:
+		return "failed"
+	case stateInDoubt:
+		return "in doubt"
+	case stateRetry:
+		return "released for a retry"
+	}
+	return st.String()
+}
+
+// resultValue turns a protobuf Value into the Go value of Resolution.Result.
+func resultValue(v *structpb.Value) any {
+	if v == nil {
+		return nil
+	}
+	return v.AsInterface()
+}

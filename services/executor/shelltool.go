@@ -1,0 +1,454 @@
+package executor
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	osexec "os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+	"unicode/utf8"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/wire"
+)
+
+// Defaults of shell.exec.
+const (
+	shellDefaultMaxOutput = 64 << 10
+	shellDefaultMaxStdin  = 1 << 20
+	shellDefaultMaxArgs   = 64
+	shellMaxArgBytes      = 8 << 10
+	// shellWaitDelay bounds the wait for the output pipes after the
+	// process group was killed (only a process that left the group can
+	// keep them open).
+	shellWaitDelay = 2 * time.Second
+)
+
+// ShellResult is the result of shell.exec.
+type ShellResult struct {
+	// ExitCode is the program's exit status; -1 when a signal ended it.
+	ExitCode int `json:"exit_code"`
+	// Signal names the signal that ended the program, if one did.
+	Signal string `json:"signal,omitempty"`
+	// Stdout and Stderr are what the program wrote, up to the cap: the
+	// text itself when valid UTF-8, otherwise base64 (see the encodings).
+	Stdout          string `json:"stdout"`
+	StdoutEncoding  string `json:"stdout_encoding"`
+	StdoutTruncated bool   `json:"stdout_truncated"`
+	Stderr          string `json:"stderr"`
+	StderrEncoding  string `json:"stderr_encoding"`
+	StderrTruncated bool   `json:"stderr_truncated"`
+}
+
+// shellTool is the shell.exec tool. It runs only allow-listed programs,
+// by their absolute path, with the arguments as an argv array (never
+// through a shell), in a directory of the workspace, with a scrubbed
+// environment, in its own process group that is killed entirely at the
+// deadline and when the program exits.
+//
+// It is not a sandbox: a program runs with the executor's privileges and
+// may open any path its arguments name unless path_args is set; run the
+// executor in a container for isolation.
+type shellTool struct {
+	ws        *workspace
+	wsDir     string
+	procFD    bool // chdir through /proc/self/fd: no race with the workspace
+	bins      map[string]*BinaryConfig
+	names     []string
+	env       []string
+	timeout   time.Duration
+	maxOut    int64
+	maxStdin  int64
+	maxResult int64
+}
+
+func newShellTool(cfg *ShellConfig, ws *workspace, wsDir string, defTimeout time.Duration) *shellTool {
+	t := &shellTool{ws: ws, wsDir: wsDir, bins: map[string]*BinaryConfig{}, timeout: cfg.Timeout, maxOut: cfg.MaxOutputBytes, maxStdin: cfg.MaxStdinBytes}
+	if _, err := os.Stat("/proc/self/fd"); err == nil {
+		t.procFD = true
+	}
+	for i := range cfg.Binaries {
+		b := &cfg.Binaries[i]
+		t.bins[b.Name] = b
+		t.names = append(t.names, b.Name)
+	}
+	slices.Sort(t.names)
+	names := cfg.Env
+	if names == nil {
+		names = []string{"PATH"}
+	}
+	for _, n := range names {
+		if v, ok := os.LookupEnv(n); ok {
+			if _, set := cfg.SetEnv[n]; !set {
+				t.env = append(t.env, n+"="+v)
+			}
+		}
+	}
+	for k, v := range cfg.SetEnv {
+		t.env = append(t.env, k+"="+v)
+	}
+	slices.Sort(t.env)
+	if t.timeout == 0 {
+		t.timeout = defTimeout
+	}
+	if t.maxOut == 0 {
+		t.maxOut = shellDefaultMaxOutput
+	}
+	if t.maxStdin == 0 {
+		t.maxStdin = shellDefaultMaxStdin
+	}
+	// Two capped streams, possibly base64, and the rest of the result.
+	t.maxResult = 2*(t.maxOut*4/3+16) + 4096
+	return t
+}
+
+func (t *shellTool) Descriptor() *xctv1.ToolDescriptor {
+	names, _ := json.Marshal(t.names)
+	schema := `{
+  "$schema": "https://json-schema.org/draft/2020-12/schema",
+  "type": "object",
+  "properties": {
+    "argv": {"type": "array", "minItems": 1, "maxItems": 257, "prefixItems": [{"enum": ` + string(names) + `}],
+             "items": {"type": "string", "maxLength": 8192},
+             "description": "The program (one of the allowed names) and its arguments, passed as they are: no shell, no expansion."},
+    "cwd": {"type": "string", "minLength": 1, "maxLength": 4096, "default": ".", "description": "Working directory, relative to the workspace."},
+    "stdin": {"type": "string", "description": "Text given on standard input."}
+  },
+  "required": ["argv"],
+  "additionalProperties": false
+}`
+	effect, idem := xctv1.Effect_EFFECT_READ, true
+	for _, b := range t.bins {
+		e, i := b.Effect.proto(xctv1.Effect_EFFECT_IRREVERSIBLE), b.Idempotent
+		if e > effect {
+			effect = e
+		}
+		idem = idem && i
+	}
+	return &xctv1.ToolDescriptor{
+		Name: "shell.exec",
+		Description: "Run one allowed program (" + strings.Join(t.names, ", ") + ") with arguments, in a directory of the workspace, " +
+			"without a shell. Returns exit_code, signal, stdout and stderr (each with its encoding and whether it was truncated).",
+		InputSchema:    schema,
+		Effect:         effect, // the worst of the programs'; each call is recorded with its own
+		Idempotent:     idem,
+		Timeout:        durationpb.New(t.timeout),
+		MaxOutputBytes: t.maxResult,
+	}
+}
+
+// classify returns the effect class and idempotency of the call's program.
+func (t *shellTool) classify(args map[string]any) (xctv1.Effect, bool) {
+	if argv, ok := args["argv"].([]any); ok && len(argv) > 0 {
+		if name, ok := argv[0].(string); ok {
+			if b, ok := t.bins[name]; ok {
+				return b.Effect.proto(xctv1.Effect_EFFECT_IRREVERSIBLE), b.Idempotent
+			}
+		}
+	}
+	return xctv1.Effect_EFFECT_IRREVERSIBLE, false
+}
+
+func (t *shellTool) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.Error) {
+	if e := onlyArgs(args, "argv", "cwd", "stdin"); e != nil {
+		return nil, e
+	}
+	argv, e := t.argv(args["argv"])
+	if e != nil {
+		return nil, e
+	}
+	bin := t.bins[argv[0]]
+	if e := t.checkArgs(bin, argv[1:]); e != nil {
+		return nil, e
+	}
+	dot, empty := ".", ""
+	cwd, e := stringArg(args, "cwd", &dot)
+	if e != nil {
+		return nil, e
+	}
+	stdin, e := stringArg(args, "stdin", &empty)
+	if e != nil {
+		return nil, e
+	}
+	if int64(len(stdin)) > t.maxStdin {
+		return nil, argErr("stdin", "stdin is %d bytes, the limit is %d", len(stdin), t.maxStdin)
+	}
+	dirName, e := t.ws.clean(cwd)
+	if e != nil {
+		return nil, e
+	}
+	if ctx.Err() != nil {
+		return nil, errNotCommitted()
+	}
+	// The directory is opened through the workspace root, and the program
+	// starts in that very directory (/proc/self/fd/N), so a symbolic link
+	// swapped in after the check cannot move it out of the workspace.
+	dir, err := t.ws.root.Open(dirName)
+	if err != nil {
+		return nil, t.ws.fail(cwd, err)
+	}
+	defer func() { _ = dir.Close() }()
+	if fi, err := dir.Stat(); err != nil || !fi.IsDir() {
+		return nil, pathErr(wire.CodeInvalidArgument, cwd, "cwd %q is not a directory", cwd)
+	}
+	chdir := filepath.Join(t.wsDir, dirName)
+	if t.procFD {
+		chdir = fmt.Sprintf("/proc/self/fd/%d", dir.Fd())
+	}
+
+	cmd := osexec.CommandContext(ctx, bin.resolved) //nolint:gosec // an allow-listed program, resolved at load; argv checked above
+	cmd.Args = argv
+	cmd.Env = t.env
+	if cmd.Env == nil {
+		cmd.Env = []string{} // nil would mean the executor's environment
+	}
+	cmd.Dir = chdir
+	if stdin != "" {
+		cmd.Stdin = strings.NewReader(stdin) // else /dev/null
+	}
+	// Its own process group, killed as a whole; and killed if the executor
+	// dies first.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.Cancel = func() error { return killGroup(cmd.Process.Pid) }
+	// Output goes through pipes the tool reads itself, so waiting for the
+	// program does not wait for children that keep the pipes open.
+	stdout, stderr := &cappedBuffer{limit: t.maxOut}, &cappedBuffer{limit: t.maxOut}
+	pipes, e := startPipes(cmd, stdout, stderr)
+	if e != nil {
+		return nil, e
+	}
+	defer pipes.close()
+
+	if e := Commit(ctx); e != nil {
+		return nil, e
+	}
+	if err := cmd.Start(); err != nil {
+		if ctx.Err() != nil {
+			return nil, wire.Errorf(wire.CodeTimeout, "the step's deadline passed before %s started; nothing was run", argv[0])
+		}
+		return nil, wire.WithDetails(wire.Errorf(wire.CodeToolFailure, "%s could not be started: %v", argv[0], err),
+			map[string]any{"program": argv[0]})
+	}
+	pgid := cmd.Process.Pid
+	pipes.started()
+	err = cmd.Wait()
+	// Children left behind in the group (a background job, a daemonized
+	// grandchild) do not outlive the step.
+	_ = killGroup(pgid)
+	pipes.drain(shellWaitDelay)
+
+	res := ShellResult{ExitCode: cmd.ProcessState.ExitCode()}
+	res.Stdout, res.StdoutEncoding, res.StdoutTruncated = stdout.text()
+	res.Stderr, res.StderrEncoding, res.StderrTruncated = stderr.text()
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		res.Signal = ws.Signal().String()
+	}
+	if ctx.Err() != nil {
+		return nil, wire.WithDetails(wire.Errorf(wire.CodeTimeout,
+			"%s did not finish within %v; its process group was killed", argv[0], t.timeout),
+			map[string]any{"program": argv[0], "timeout_ms": t.timeout.Milliseconds(), "pgid": pgid,
+				"stdout": head(res.Stdout, 4096), "stderr": head(res.Stderr, 4096)})
+	}
+	var ee *osexec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		return nil, wire.Errorf(wire.CodeToolFailure, "%s: %v", argv[0], err)
+	}
+	return res, nil
+}
+
+// argv checks the argv argument: allowed program, strings without NUL.
+func (t *shellTool) argv(v any) ([]string, *xctv1.Error) {
+	list, ok := v.([]any)
+	if !ok || len(list) == 0 {
+		return nil, argErr("argv", "argv must be a non-empty array of strings")
+	}
+	argv := make([]string, len(list))
+	for i, a := range list {
+		s, ok := a.(string)
+		if !ok {
+			return nil, argErr("argv", "argv[%d] must be a string", i)
+		}
+		if strings.IndexByte(s, 0) >= 0 {
+			return nil, argErr("argv", "argv[%d] contains a NUL byte", i)
+		}
+		if len(s) > shellMaxArgBytes {
+			return nil, argErr("argv", "argv[%d] is %d bytes, the limit is %d", i, len(s), shellMaxArgBytes)
+		}
+		argv[i] = s
+	}
+	if _, ok := t.bins[argv[0]]; !ok {
+		return nil, wire.WithDetails(wire.Errorf(wire.CodePermissionDenied,
+			"program %q is not allowed: argv[0] must be one of %s", argv[0], strings.Join(t.names, ", ")),
+			map[string]any{"argument": "argv", "program": argv[0], "allowed": toAny(t.names)})
+	}
+	return argv, nil
+}
+
+// checkArgs applies the program's argument rules: options only from its
+// list (argument injection), operands inside the workspace if required.
+func (t *shellTool) checkArgs(b *BinaryConfig, args []string) *xctv1.Error {
+	limit := b.MaxArgs
+	if limit == 0 {
+		limit = shellDefaultMaxArgs
+	}
+	if len(args) > limit {
+		return argErr("argv", "%s takes at most %d arguments, got %d", b.Name, limit, len(args))
+	}
+	options := true // until "--"
+	for i, a := range args {
+		if options && strings.HasPrefix(a, "-") {
+			if !b.AnyFlags && !flagAllowed(b.AllowFlags, a) {
+				return wire.WithDetails(wire.Errorf(wire.CodePermissionDenied,
+					"argument %q of %s is not allowed: options must be one of %v", a, b.Name, b.AllowFlags),
+					map[string]any{"argument": "argv", "index": i + 1, "value": a})
+			}
+			if a == "--" {
+				options = false
+			}
+			continue
+		}
+		if b.PathArgs && (a == "" || filepath.IsAbs(a) || !filepath.IsLocal(a)) {
+			return wire.WithDetails(wire.Errorf(wire.CodePermissionDenied,
+				"argument %q of %s must be a path inside the workspace", a, b.Name),
+				map[string]any{"argument": "argv", "index": i + 1, "value": a})
+		}
+	}
+	return nil
+}
+
+func flagAllowed(allowed []string, a string) bool {
+	for _, f := range allowed {
+		if a == f || strings.HasSuffix(f, "=") && strings.HasPrefix(a, f) {
+			return true
+		}
+	}
+	return false
+}
+
+// outputPipes are the stdout and stderr pipes of a program and the
+// goroutines that copy them into capped buffers.
+type outputPipes struct {
+	readers, writers []*os.File
+	bufs             []*cappedBuffer
+	done             chan struct{}
+}
+
+// startPipes gives cmd a stdout and a stderr pipe.
+func startPipes(cmd *osexec.Cmd, stdout, stderr *cappedBuffer) (*outputPipes, *xctv1.Error) {
+	p := &outputPipes{bufs: []*cappedBuffer{stdout, stderr}, done: make(chan struct{})}
+	for range 2 {
+		r, w, err := os.Pipe()
+		if err != nil {
+			p.close()
+			return nil, wire.Errorf(wire.CodeToolFailure, "output pipe: %v", err)
+		}
+		p.readers, p.writers = append(p.readers, r), append(p.writers, w)
+	}
+	cmd.Stdout, cmd.Stderr = p.writers[0], p.writers[1]
+	return p, nil
+}
+
+// started closes the parent's write ends and starts copying.
+func (p *outputPipes) started() {
+	for _, w := range p.writers {
+		_ = w.Close()
+	}
+	p.writers = nil
+	var wg sync.WaitGroup
+	for i, r := range p.readers {
+		wg.Go(func() { _, _ = io.Copy(p.bufs[i], r) })
+	}
+	go func() {
+		wg.Wait()
+		close(p.done)
+	}()
+}
+
+// drain waits until every writer has gone (the group was killed), at most
+// for delay: a process that left the group could keep a pipe open.
+func (p *outputPipes) drain(delay time.Duration) {
+	timer := time.NewTimer(delay)
+	defer timer.Stop()
+	select {
+	case <-p.done:
+	case <-timer.C:
+		for _, r := range p.readers {
+			_ = r.Close()
+		}
+		<-p.done
+	}
+}
+
+func (p *outputPipes) close() {
+	for _, f := range append(p.readers, p.writers...) {
+		_ = f.Close()
+	}
+}
+
+// killGroup kills a process group; a group that is gone is fine.
+func killGroup(pgid int) error {
+	if pgid <= 0 {
+		return nil
+	}
+	if err := syscall.Kill(-pgid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return err
+	}
+	return nil
+}
+
+// cappedBuffer keeps the first limit bytes written and counts the rest.
+type cappedBuffer struct {
+	buf       bytes.Buffer
+	limit     int64
+	truncated bool
+}
+
+func (c *cappedBuffer) Write(p []byte) (int, error) {
+	room := c.limit - int64(c.buf.Len())
+	if int64(len(p)) > room {
+		c.truncated = true
+		if room > 0 {
+			c.buf.Write(p[:room])
+		}
+	} else {
+		c.buf.Write(p)
+	}
+	return len(p), nil // the rest is discarded, not an error for the program
+}
+
+// text returns the kept bytes as text or base64, and whether some were
+// discarded.
+func (c *cappedBuffer) text() (string, string, bool) {
+	data := c.buf.Bytes()
+	if utf8.Valid(data) {
+		return string(data), EncodingUTF8, c.truncated
+	}
+	return base64.StdEncoding.EncodeToString(data), EncodingBase64, c.truncated
+}
+
+func head(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "") + "…"
+}
+
+func toAny(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
+}

@@ -1,0 +1,319 @@
+package executor
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/testutil"
+	"github.com/xct-dev/xct/internal/wire"
+)
+
+const shellConfig = `shell:
+  env: [PATH]
+  set_env: {LC_ALL: C}
+  timeout: TIMEOUT
+  max_output_bytes: 1024
+  binaries:
+    - name: echo
+      effect: read
+      idempotent: true
+    - name: cat
+      effect: read
+      idempotent: true
+      path_args: true
+    - name: ls
+      effect: read
+      allow_flags: [-l, -a, "--color="]
+      path_args: true
+      max_args: 3
+    - name: env
+      effect: read
+    - name: pwd
+      effect: read
+    - name: sleep
+    - name: sh
+      any_flags: true
+    - name: "true"
+      allow_flags: ["--"]
+`
+
+// shellService is an executor with shell.exec over the sandbox sb.
+func shellService(tb testing.TB, sb sandbox, timeout time.Duration) *Service {
+	tb.Helper()
+	cfg, err := ParseToolsConfig("tools.yaml", []byte(strings.Replace(shellConfig, "TIMEOUT", timeout.String(), 1)))
+	must(tb, err)
+	s, err := New(Config{Workspace: sb.ws, Tools: cfg, MaxOutputBytes: 1 << 20}, nil, testLogger(tb))
+	must(tb, err)
+	tb.Cleanup(func() { _ = s.Stop(context.Background()) })
+	return s
+}
+
+func shell(tb testing.TB, s *Service, argv ...any) *xctv1.Response {
+	tb.Helper()
+	return exec(tb, s, "shell.exec", map[string]any{"argv": argv})
+}
+
+func TestShellExec(t *testing.T) {
+	sb := newSandbox(t)
+	fixture(t, sb.ws)
+	sb.links(t)
+	t.Setenv("XCT_TEST_SECRET", "s3cret")
+	s := shellService(t, sb, 10*time.Second)
+
+	t.Run("metacharacters are plain arguments", func(t *testing.T) {
+		args := []any{"echo", "a; touch pwned", "$(touch pwned2)", "`touch pwned3`", "|", "&&", ">", "out.txt", "*"}
+		res := resultAs[ShellResult](t, shell(t, s, args...))
+		want := "a; touch pwned $(touch pwned2) `touch pwned3` | && > out.txt *\n"
+		if res.ExitCode != 0 || res.Stdout != want {
+			t.Fatalf("stdout %q, want %q", res.Stdout, want)
+		}
+		for _, f := range []string{"pwned", "pwned2", "pwned3", "out.txt"} {
+			if _, err := os.Stat(filepath.Join(sb.ws, f)); !os.IsNotExist(err) {
+				t.Fatalf("%s exists", f)
+			}
+		}
+	})
+	t.Run("exit code, stderr, stdin", func(t *testing.T) {
+		res := resultAs[ShellResult](t, shell(t, s, "sh", "-c", "echo out; echo err >&2; exit 3"))
+		if res.ExitCode != 3 || res.Stdout != "out\n" || res.Stderr != "err\n" || res.Signal != "" {
+			t.Fatalf("result %+v", res)
+		}
+		res = resultAs[ShellResult](t, exec(t, s, "shell.exec", map[string]any{"argv": []any{"cat"}, "stdin": "from stdin"}))
+		if res.Stdout != "from stdin" {
+			t.Fatalf("stdin: %+v", res)
+		}
+		res = resultAs[ShellResult](t, shell(t, s, "sh", "-c", "kill -TERM $$"))
+		if res.ExitCode != -1 || res.Signal != "terminated" {
+			t.Fatalf("signal: %+v", res)
+		}
+	})
+	t.Run("output is capped", func(t *testing.T) {
+		res := resultAs[ShellResult](t, shell(t, s, "sh", "-c", "i=0; while [ $i -lt 500 ]; do echo 0123456789; i=$((i+1)); done; printf '\\377' >&2"))
+		if !res.StdoutTruncated || len(res.Stdout) != 1024 || res.StderrTruncated || res.StderrEncoding != EncodingBase64 || res.Stderr != "/w==" {
+			t.Fatalf("capped: truncated %v, %d bytes; stderr %q %s", res.StdoutTruncated, len(res.Stdout), res.Stderr, res.StderrEncoding)
+		}
+	})
+	t.Run("environment is scrubbed", func(t *testing.T) {
+		res := resultAs[ShellResult](t, shell(t, s, "env"))
+		if strings.Contains(res.Stdout, "XCT_TEST_SECRET") || !strings.Contains(res.Stdout, "LC_ALL=C\n") || !strings.Contains(res.Stdout, "PATH=") {
+			t.Fatalf("environment:\n%s", res.Stdout)
+		}
+		if n := strings.Count(res.Stdout, "\n"); n != 2 {
+			t.Fatalf("%d variables:\n%s", n, res.Stdout)
+		}
+	})
+	t.Run("working directory", func(t *testing.T) {
+		res := resultAs[ShellResult](t, exec(t, s, "shell.exec", map[string]any{"argv": []any{"pwd"}, "cwd": "sub/dir"}))
+		real, _ := filepath.EvalSymlinks(filepath.Join(sb.ws, "sub", "dir"))
+		if strings.TrimSpace(res.Stdout) != real {
+			t.Fatalf("pwd = %q, want %q", res.Stdout, real)
+		}
+		res = resultAs[ShellResult](t, exec(t, s, "shell.exec", map[string]any{"argv": []any{"cat", "n.txt"}, "cwd": "sub/dir"}))
+		if res.Stdout != "nested" {
+			t.Fatalf("cat in cwd: %+v", res)
+		}
+	})
+
+	refused := []struct {
+		name string
+		args map[string]any
+		code wire.Code
+	}{
+		{"program not allowed", map[string]any{"argv": []any{"rm", "-rf", "."}}, wire.CodePermissionDenied},
+		{"program by path", map[string]any{"argv": []any{"/usr/bin/echo", "x"}}, wire.CodePermissionDenied},
+		{"program by relative path", map[string]any{"argv": []any{"./echo"}}, wire.CodePermissionDenied},
+		{"program name with a space", map[string]any{"argv": []any{"echo ", "x"}}, wire.CodePermissionDenied},
+		{"program name in another case", map[string]any{"argv": []any{"ECHO"}}, wire.CodePermissionDenied},
+		{"a command line as the program", map[string]any{"argv": []any{"echo hi; rm -rf /"}}, wire.CodePermissionDenied},
+		{"flag injection", map[string]any{"argv": []any{"echo", "-e", "\\x41"}}, wire.CodePermissionDenied},
+		{"long option injection", map[string]any{"argv": []any{"ls", "--hide=*"}}, wire.CodePermissionDenied},
+		{"combined flags not listed", map[string]any{"argv": []any{"ls", "-la"}}, wire.CodePermissionDenied},
+		{"end of options not allowed", map[string]any{"argv": []any{"echo", "--", "-n"}}, wire.CodePermissionDenied},
+		{"operand outside: parent", map[string]any{"argv": []any{"cat", "../outside.txt"}}, wire.CodePermissionDenied},
+		{"operand outside: absolute", map[string]any{"argv": []any{"cat", "/etc/passwd"}}, wire.CodePermissionDenied},
+		{"too many arguments", map[string]any{"argv": []any{"ls", "-l", "a", "b", "c"}}, wire.CodeInvalidArgument},
+		{"NUL in an argument", map[string]any{"argv": []any{"echo", "a\x00b"}}, wire.CodeInvalidArgument},
+		{"empty argv", map[string]any{"argv": []any{}}, wire.CodeInvalidArgument},
+		{"argv not strings", map[string]any{"argv": []any{"echo", 1}}, wire.CodeInvalidArgument},
+		{"no argv", map[string]any{"cwd": "."}, wire.CodeInvalidArgument},
+		{"cwd outside", map[string]any{"argv": []any{"pwd"}, "cwd": "../"}, wire.CodePermissionDenied},
+		{"cwd absolute", map[string]any{"argv": []any{"pwd"}, "cwd": "/tmp"}, wire.CodePermissionDenied},
+		{"cwd through a symlink out", map[string]any{"argv": []any{"pwd"}, "cwd": "dirlink-abs"}, wire.CodePermissionDenied},
+		{"cwd a file", map[string]any{"argv": []any{"pwd"}, "cwd": "hello.txt"}, wire.CodeInvalidArgument},
+		{"cwd missing", map[string]any{"argv": []any{"pwd"}, "cwd": "nope"}, wire.CodeNotFound},
+		{"stdin too large", map[string]any{"argv": []any{"cat"}, "stdin": strings.Repeat("x", 2<<20)}, wire.CodeInvalidArgument},
+		{"unknown argument", map[string]any{"argv": []any{"echo"}, "shell": true}, wire.CodeInvalidArgument},
+	}
+	for _, c := range refused {
+		t.Run(c.name, func(t *testing.T) {
+			r := exec(t, s, "shell.exec", c.args)
+			if got := codeOf(r); got != string(c.code) {
+				t.Fatalf("code = %q (%s), want %q", got, r.GetError().GetMessage(), c.code)
+			}
+			sb.untouched(t)
+		})
+	}
+	t.Run("allowed options and end of options", func(t *testing.T) {
+		if r := shell(t, s, "ls", "-l", "--color=never", "sub"); codeOf(r) != "" {
+			t.Fatalf("allowed options: %v", r.GetError())
+		}
+		// After an allowed "--", "-x" is an operand, not an option.
+		if res := resultAs[ShellResult](t, shell(t, s, "true", "--", "-x")); res.ExitCode != 0 {
+			t.Fatalf("true -- -x: %+v", res)
+		}
+	})
+}
+
+// TestShellDeadline: a program that never exits, and one that leaves a
+// tree of sleeping children, are killed at the deadline with their whole
+// process group; no process of the group survives.
+func TestShellDeadline(t *testing.T) {
+	sb := newSandbox(t)
+	s := shellService(t, sb, time.Second)
+	start := time.Now()
+	r := shell(t, s, "sleep", "1000")
+	pgid, ok := r.GetError().GetDetails().AsMap()["pgid"].(float64)
+	if codeOf(r) != string(wire.CodeTimeout) || !ok {
+		t.Fatalf("sleep: %v", r)
+	}
+	noSurvivors(t, int(pgid))
+
+	// A fork-bomb-style tree: children, grandchildren and a subshell's
+	// background job, all sleeping. (A longer deadline: the script must
+	// get to write its pid first.)
+	s = shellService(t, sb, 2*time.Second)
+	script := `echo $$ > leader.pid
+sleep 1000 & sleep 1000 &
+( sleep 1000 & sleep 1000 & wait ) &
+( ( sleep 1000 & ) ; sleep 1000 ) &
+wait`
+	r = shell(t, s, "sh", "-c", script)
+	if codeOf(r) != string(wire.CodeTimeout) {
+		t.Fatalf("tree: %v", r)
+	}
+	raw, err := os.ReadFile(filepath.Join(sb.ws, "leader.pid"))
+	must(t, err)
+	leader, err := strconv.Atoi(strings.TrimSpace(string(raw)))
+	must(t, err)
+	if got, _ := r.GetError().GetDetails().AsMap()["pgid"].(float64); int(got) != leader {
+		t.Fatalf("pgid %v, leader %d", got, leader)
+	}
+	noSurvivors(t, leader)
+
+	// A program that exits at once but leaves a background child: the
+	// child is killed too, and waiting does not hang on its open output.
+	r = shell(t, s, "sh", "-c", "sleep 1000 & echo $! > child.pid; echo done")
+	if res := resultAs[ShellResult](t, r); res.Stdout != "done\n" {
+		t.Fatalf("background child: %+v", res)
+	}
+	raw, err = os.ReadFile(filepath.Join(sb.ws, "child.pid"))
+	must(t, err)
+	child, _ := strconv.Atoi(strings.TrimSpace(string(raw)))
+	testutil.Eventually(t, 5*time.Second, func() error {
+		if alive(child) {
+			return fmt.Errorf("background child %d alive", child)
+		}
+		return nil
+	})
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("took %v", d)
+	}
+	// The executor keeps serving.
+	if res := resultAs[ShellResult](t, shell(t, s, "echo", "still here")); res.Stdout != "still here\n" {
+		t.Fatal(res)
+	}
+}
+
+// noSurvivors waits until no live process is in process group pgid.
+func noSurvivors(tb testing.TB, pgid int) {
+	tb.Helper()
+	testutil.Eventually(tb, 5*time.Second, func() error {
+		if live := groupMembers(pgid); len(live) > 0 {
+			return fmt.Errorf("process group %d still has %v", pgid, live)
+		}
+		return nil
+	})
+}
+
+// groupMembers lists the live (not zombie) processes of a group, from /proc.
+func groupMembers(pgid int) []int {
+	des, _ := os.ReadDir("/proc")
+	var out []int
+	for _, de := range des {
+		pid, err := strconv.Atoi(de.Name())
+		if err != nil {
+			continue
+		}
+		st, err := os.ReadFile("/proc/" + de.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid pgrp ...: comm may hold spaces, so split
+		// after its closing parenthesis.
+		i := bytes.LastIndexByte(st, ')')
+		f := strings.Fields(string(st[i+1:]))
+		if len(f) > 2 && f[2] == strconv.Itoa(pgid) && f[0] != "Z" && f[0] != "X" {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+func alive(pid int) bool {
+	st, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(st, ')')
+	f := strings.Fields(string(st[i+1:]))
+	return len(f) > 0 && f[0] != "Z" && f[0] != "X"
+}
+
+// TestShellClassification: the descriptor declares the worst program; each
+// call is recorded with its program's own class.
+func TestShellClassification(t *testing.T) {
+	sb := newSandbox(t)
+	s := shellService(t, sb, 10*time.Second)
+	st, _ := s.tool("shell.exec")
+	if st.desc.GetEffect() != xctv1.Effect_EFFECT_IRREVERSIBLE || st.desc.GetIdempotent() || st.desc.GetTimeout().AsDuration() != 10*time.Second {
+		t.Fatalf("descriptor %v", st.desc)
+	}
+	for _, c := range []struct {
+		argv   []any
+		effect xctv1.Effect
+		idem   bool
+	}{
+		{[]any{"echo", "x"}, xctv1.Effect_EFFECT_READ, true},
+		{[]any{"sh", "-c", "true"}, xctv1.Effect_EFFECT_IRREVERSIBLE, false},
+		{[]any{"sleep", "0"}, xctv1.Effect_EFFECT_IRREVERSIBLE, false},
+	} {
+		id := newStepID()
+		execStep(t, s, id, "shell.exec", map[string]any{"argv": c.argv})
+		rec, _, err := s.Step(context.Background(), id)
+		must(t, err)
+		if rec.GetEffect() != c.effect || rec.GetIdempotent() != c.idem {
+			t.Errorf("%v: recorded %v idempotent %v", c.argv, rec.GetEffect(), rec.GetIdempotent())
+		}
+	}
+	// An in-doubt echo is re-run; an in-doubt sh is not.
+	for _, c := range []struct {
+		argv []any
+		code wire.Code
+	}{{[]any{"echo", "again"}, ""}, {[]any{"sh", "-c", "echo x"}, wire.CodeInDoubt}} {
+		id := newStepID()
+		args := map[string]any{"argv": c.argv}
+		_, idem := st.classify(args)
+		orphan(t, s.steps, id, "shell.exec", args, idem, time.Now().Add(-time.Second))
+		if r := execStep(t, s, id, "shell.exec", args); codeOf(r.GetResponse()) != string(c.code) {
+			t.Errorf("%v in doubt: %v", c.argv, r)
+		}
+	}
+}

@@ -1,0 +1,375 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+)
+
+// Buckets holding the step records.
+const (
+	// StepsBucket is the JetStream KV bucket of step records: key the step
+	// id, value the StepRecord as protobuf JSON.
+	StepsBucket = "XCT_STEPS"
+	// BlobsBucket is the JetStream object store of what does not fit in a
+	// record: compensations and large responses, named after their step.
+	BlobsBucket = "XCT_STEP_BLOBS"
+)
+
+// StepStore keeps step records and their blobs. Every change of a record
+// is conditional on the revision the writer read, so two executors can
+// never both start, re-run or finish the same step. The executor uses a
+// JetStream store when it has a NATS connection and an in-memory one
+// otherwise (unit tests).
+type StepStore interface {
+	// Create records rec if its step id has no record yet and returns the
+	// new revision; ErrStepExists otherwise.
+	Create(ctx context.Context, rec *xctv1.StepRecord) (uint64, error)
+	// Get returns a step's record and its revision; ErrStepNotFound when
+	// there is none.
+	Get(ctx context.Context, stepID string) (*xctv1.StepRecord, uint64, error)
+	// Update replaces the record if its revision is still rev and returns
+	// the new revision; ErrStepConflict otherwise.
+	Update(ctx context.Context, rec *xctv1.StepRecord, rev uint64) (uint64, error)
+	// Delete removes the record if its revision is still rev;
+	// ErrStepConflict otherwise.
+	Delete(ctx context.Context, stepID string, rev uint64) error
+	// WaitChange returns nil once the step's record is no longer at
+	// revision rev (changed or deleted), or ctx's error.
+	WaitChange(ctx context.Context, stepID string, rev uint64) error
+	// PutBlob stores data under name, replacing what was there.
+	PutBlob(ctx context.Context, name string, data []byte) error
+	// Blob returns the data stored under name; ErrStepNotFound when none.
+	Blob(ctx context.Context, name string) ([]byte, error)
+	// MaxRecordBytes is the largest encoded record the store accepts.
+	MaxRecordBytes() int
+}
+
+// encodeRecord and decodeRecord are the stored form of a record.
+func encodeRecord(rec *xctv1.StepRecord) ([]byte, error) {
+	return protojson.Marshal(rec)
+}
+
+func decodeRecord(data []byte) (*xctv1.StepRecord, error) {
+	rec := &xctv1.StepRecord{}
+	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(data, rec); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrStepCorrupt, err)
+	}
+	return rec, nil
+}
+
+// memStepStore is a StepStore in memory, for an executor without NATS.
+// Records are copied in and out, as a real store would.
+type memStepStore struct {
+	mu      sync.Mutex
+	records map[string]memRecord
+	blobs   map[string][]byte
+	rev     uint64
+	changed chan struct{} // closed and replaced on every change
+}
+
+type memRecord struct {
+	data []byte
+	rev  uint64
+}
+
+// memMaxRecordBytes matches the default NATS payload limit.
+const memMaxRecordBytes = 1 << 20
+
+func newMemStepStore() *memStepStore {
+	return &memStepStore{records: map[string]memRecord{}, blobs: map[string][]byte{}, changed: make(chan struct{})}
+}
+
+// put stores data as the record of id; the caller holds mu.
+func (m *memStepStore) put(id string, data []byte) uint64 {
+	m.rev++
+	m.records[id] = memRecord{data: data, rev: m.rev}
+	close(m.changed)
+	m.changed = make(chan struct{})
+	return m.rev
+}
+
+func (m *memStepStore) encode(rec *xctv1.StepRecord) ([]byte, error) {
+	data, err := encodeRecord(rec)
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > memMaxRecordBytes {
+		return nil, fmt.Errorf("%w: %d bytes", ErrRecordTooLarge, len(data))
+	}
+	return data, nil
+}
+
+func (m *memStepStore) Create(_ context.Context, rec *xctv1.StepRecord) (uint64, error) {
+	data, err := m.encode(rec)
+	if err != nil {
+		return 0, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.records[rec.GetStepId()]; ok {
+		return 0, ErrStepExists
+	}
+	return m.put(rec.GetStepId(), data), nil
+}
+
+func (m *memStepStore) Get(_ context.Context, id string) (*xctv1.StepRecord, uint64, error) {
+	m.mu.Lock()
+	r, ok := m.records[id]
+	m.mu.Unlock()
+	if !ok {
+		return nil, 0, ErrStepNotFound
+	}
+	rec, err := decodeRecord(r.data)
+	return rec, r.rev, err
+}
+
+func (m *memStepStore) Update(_ context.Context, rec *xctv1.StepRecord, rev uint64) (uint64, error) {
+	data, err := m.encode(rec)
+	if err != nil {
+		return 0, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if r, ok := m.records[rec.GetStepId()]; !ok || r.rev != rev {
+		return 0, ErrStepConflict
+	}
+	return m.put(rec.GetStepId(), data), nil
+}
+
+func (m *memStepStore) Delete(_ context.Context, id string, rev uint64) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if r, ok := m.records[id]; !ok || r.rev != rev {
+		return ErrStepConflict
+	}
+	delete(m.records, id)
+	close(m.changed)
+	m.changed = make(chan struct{})
+	return nil
+}
+
+func (m *memStepStore) WaitChange(ctx context.Context, id string, rev uint64) error {
+	for {
+		m.mu.Lock()
+		r, ok := m.records[id]
+		changed := m.changed
+		m.mu.Unlock()
+		if !ok || r.rev != rev {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func (m *memStepStore) PutBlob(_ context.Context, name string, data []byte) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.blobs[name] = append([]byte(nil), data...)
+	return nil
+}
+
+func (m *memStepStore) Blob(_ context.Context, name string) ([]byte, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b, ok := m.blobs[name]
+	if !ok {
+		return nil, ErrStepNotFound
+	}
+	return append([]byte(nil), b...), nil
+}
+
+func (m *memStepStore) MaxRecordBytes() int { return memMaxRecordBytes }
+
+// kvStepStore is the StepStore on JetStream: records in the KV bucket
+// XCT_STEPS, blobs in the object store XCT_STEP_BLOBS.
+type kvStepStore struct {
+	kv       jetstream.KeyValue
+	blobs    jetstream.ObjectStore
+	maxBytes int
+}
+
+// StepStoreConfig configures the JetStream step store.
+type StepStoreConfig struct {
+	// Replicas is the replica count of both buckets (default 1).
+	Replicas int
+	// Retention is how long records and blobs are kept; 0 keeps them
+	// forever. A step asked again after its record expired runs again.
+	Retention time.Duration
+}
+
+// OpenStepStore creates (or opens) the XCT_STEPS bucket and the
+// XCT_STEP_BLOBS object store on nc's JetStream.
+func OpenStepStore(ctx context.Context, nc *nats.Conn, cfg StepStoreConfig) (StepStore, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("step store: jetstream: %w", err)
+	}
+	if cfg.Replicas == 0 {
+		cfg.Replicas = 1
+	}
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      StepsBucket,
+		Description: "XCT step records: the executor's idempotency keys and outcomes",
+		History:     16, // every transition of a step stays readable
+		TTL:         cfg.Retention,
+		Storage:     jetstream.FileStorage,
+		Replicas:    cfg.Replicas,
+	})
+	if errors.Is(err, jetstream.ErrBucketExists) {
+		kv, err = js.KeyValue(ctx, StepsBucket)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("step store: bucket %s: %w", StepsBucket, err)
+	}
+	blobs, err := js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{
+		Bucket:      BlobsBucket,
+		Description: "XCT step compensations and large step responses",
+		TTL:         cfg.Retention,
+		Storage:     jetstream.FileStorage,
+		Replicas:    cfg.Replicas,
+	})
+	if errors.Is(err, jetstream.ErrBucketExists) {
+		blobs, err = js.ObjectStore(ctx, BlobsBucket)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("step store: object store %s: %w", BlobsBucket, err)
+	}
+	// A record travels in one message; keep room for headers.
+	maxBytes := int(nc.MaxPayload()) - 4096
+	if maxBytes <= 0 {
+		maxBytes = memMaxRecordBytes
+	}
+	return &kvStepStore{kv: kv, blobs: blobs, maxBytes: maxBytes}, nil
+}
+
+func (s *kvStepStore) encode(rec *xctv1.StepRecord) ([]byte, error) {
+	data, err := encodeRecord(rec)
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > s.maxBytes {
+		return nil, fmt.Errorf("%w: %d bytes", ErrRecordTooLarge, len(data))
+	}
+	return data, nil
+}
+
+func (s *kvStepStore) Create(ctx context.Context, rec *xctv1.StepRecord) (uint64, error) {
+	data, err := s.encode(rec)
+	if err != nil {
+		return 0, err
+	}
+	rev, err := s.kv.Create(ctx, rec.GetStepId(), data)
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		return 0, ErrStepExists
+	}
+	return rev, err
+}
+
+func (s *kvStepStore) Get(ctx context.Context, id string) (*xctv1.StepRecord, uint64, error) {
+	e, err := s.kv.Get(ctx, id)
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		return nil, 0, ErrStepNotFound
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	rec, err := decodeRecord(e.Value())
+	return rec, e.Revision(), err
+}
+
+func (s *kvStepStore) Update(ctx context.Context, rec *xctv1.StepRecord, rev uint64) (uint64, error) {
+	data, err := s.encode(rec)
+	if err != nil {
+		return 0, err
+	}
+	n, err := s.kv.Update(ctx, rec.GetStepId(), data, rev)
+	if wrongRevision(err) {
+		return 0, ErrStepConflict
+	}
+	return n, err
+}
+
+func (s *kvStepStore) Delete(ctx context.Context, id string, rev uint64) error {
+	err := s.kv.Delete(ctx, id, jetstream.LastRevision(rev))
+	if wrongRevision(err) {
+		return ErrStepConflict
+	}
+	return err
+}
+
+// wrongRevision reports a conditional write that lost against another.
+func wrongRevision(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
+		return true
+	}
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
+}
+
+func (s *kvStepStore) WaitChange(ctx context.Context, id string, rev uint64) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// The watch delivers the current value first, so a change made before
+	// it started is not missed.
+	w, err := s.kv.Watch(ctx, id)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = w.Stop() }()
+	seen := false
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case e, ok := <-w.Updates():
+			if !ok {
+				return ctx.Err()
+			}
+			if e == nil { // end of the current values
+				if !seen {
+					return nil // no record any more
+				}
+				continue
+			}
+			seen = true
+			if e.Revision() != rev || e.Operation() != jetstream.KeyValuePut {
+				return nil
+			}
+		}
+	}
+}
+
+func (s *kvStepStore) PutBlob(ctx context.Context, name string, data []byte) error {
+	_, err := s.blobs.PutBytes(ctx, name, data)
+	return err
+}
+
+func (s *kvStepStore) Blob(ctx context.Context, name string) ([]byte, error) {
+	data, err := s.blobs.GetBytes(ctx, name)
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return nil, ErrStepNotFound
+	}
+	return data, err
+}
+
+func (s *kvStepStore) MaxRecordBytes() int { return s.maxBytes }
+
+// cloneRecord copies a record before changing it.
+func cloneRecord(rec *xctv1.StepRecord) *xctv1.StepRecord { return proto.CloneOf(rec) }

@@ -1,0 +1,600 @@
+package executor
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"net/url"
+	"os"
+	osexec "os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+)
+
+// ToolsConfig is the tools configuration file (-tools-config): everything
+// the executor may reach beyond its workspace. Each section is opt-in:
+// without the file, or without a section, http.request and shell.exec are
+// not registered and no external tool is served (default deny).
+//
+//	http:                          # http.request
+//	  allow_hosts: [api.example.com, "*.example.org", "localhost:8080"]
+//	  allow_addresses: []          # CIDRs reachable although private, loopback, ...
+//	  https_only: false
+//	  max_redirects: 5
+//	  max_request_bytes: 1048576
+//	  max_response_bytes: 1048576
+//	  timeout: 10s
+//	shell:                         # shell.exec
+//	  env: [PATH, LANG]            # variables passed from the executor's environment
+//	  set_env: {LC_ALL: C}
+//	  timeout: 10s
+//	  max_output_bytes: 65536      # per stream
+//	  binaries:
+//	    - name: git                # argv[0], exactly
+//	      path: /usr/bin/git       # optional: else looked up in PATH at load
+//	      effect: irreversible     # read | reversible | irreversible (default)
+//	      idempotent: false
+//	      allow_flags: [--version, -n, "--format="]   # "x=" allows every "x=..."
+//	      any_flags: false
+//	      path_args: true          # operands must be paths inside the workspace
+//	servers:                       # external ToolService servers, tools "<name>.<tool>"
+//	  - name: billing
+//	    address: 127.0.0.1:9000
+//	    timeout: 30s               # caps the timeouts the server declares
+//	    tools: {refund: {effect: irreversible, idempotent: false}}
+//	mcp:                           # MCP servers, tools "mcp.<name>.<tool>"
+//	  - name: files
+//	    command: /usr/local/bin/files-mcp   # stdio; or url: for streamable HTTP
+//	    args: [--root, /srv]
+//	    env: [HOME]
+//	    ignore_annotations: false
+//	    tools: {write_file: {effect: reversible, idempotent: true}}
+//
+// Build it with LoadToolsConfig or ParseToolsConfig: they check it and
+// resolve what it names; New refuses a configuration they did not make.
+type ToolsConfig struct {
+	HTTP    *HTTPConfig       `yaml:"http"`
+	Shell   *ShellConfig      `yaml:"shell"`
+	Servers []ServerConfig    `yaml:"servers"`
+	MCP     []MCPServerConfig `yaml:"mcp"`
+
+	checked bool
+}
+
+// HTTPConfig configures http.request.
+type HTTPConfig struct {
+	// AllowHosts are the hosts a request (and every redirect) may name:
+	// "api.example.com", "*.example.com" (subdomains only), an IP literal,
+	// each optionally with ":port". Without a port only the scheme's
+	// default port (80, 443) is allowed.
+	AllowHosts []string `yaml:"allow_hosts"`
+	// AllowAddresses are IP prefixes ("127.0.0.1/32", "10.1.0.0/16") the
+	// tool may connect to although they are in a denied range (private,
+	// loopback, link-local, CGNAT, unique-local, ...). A cloud metadata
+	// address is reachable only when listed as a single address.
+	AllowAddresses []string `yaml:"allow_addresses"`
+	// HTTPSOnly refuses plain http URLs.
+	HTTPSOnly bool `yaml:"https_only"`
+	// MaxRedirects caps the redirects followed (default 5; more is an
+	// error). -1 follows none: a 3xx response is the result.
+	MaxRedirects int `yaml:"max_redirects"`
+	// MaxRequestBytes caps the request body (default 1 MiB).
+	MaxRequestBytes int64 `yaml:"max_request_bytes"`
+	// MaxResponseBytes caps the response body (default 1 MiB); a larger
+	// body is not read and the step fails with OUTPUT_TOO_LARGE.
+	MaxResponseBytes int64 `yaml:"max_response_bytes"`
+	// Timeout bounds one request, redirects and body included (default:
+	// the executor's tool timeout).
+	Timeout time.Duration `yaml:"timeout"`
+	// Resolver resolves host names (default net.DefaultResolver). Not in
+	// the file: tests set it.
+	Resolver Resolver `yaml:"-"`
+
+	hosts []hostRule
+	addrs []netip.Prefix
+}
+
+// Resolver resolves a host name to IP addresses; *net.Resolver is one.
+type Resolver interface {
+	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
+}
+
+// ShellConfig configures shell.exec.
+type ShellConfig struct {
+	// Binaries are the only programs shell.exec runs.
+	Binaries []BinaryConfig `yaml:"binaries"`
+	// Env names the variables passed from the executor's environment
+	// (default: PATH). Nothing else is passed.
+	Env []string `yaml:"env"`
+	// SetEnv sets variables to fixed values.
+	SetEnv map[string]string `yaml:"set_env"`
+	// Timeout bounds one command (default: the executor's tool timeout);
+	// at the deadline its whole process group is killed.
+	Timeout time.Duration `yaml:"timeout"`
+	// MaxOutputBytes caps what is kept of stdout and of stderr (default
+	// 64 KiB each); the rest is discarded and reported as truncated.
+	MaxOutputBytes int64 `yaml:"max_output_bytes"`
+	// MaxStdinBytes caps the stdin argument (default 1 MiB).
+	MaxStdinBytes int64 `yaml:"max_stdin_bytes"`
+}
+
+// BinaryConfig is one program shell.exec may run.
+type BinaryConfig struct {
+	// Name is what argv[0] must be, exactly: a bare name, no slash.
+	Name string `yaml:"name"`
+	// Path is the program's absolute path; empty: Name is looked up in
+	// the executor's PATH when the file is loaded.
+	Path string `yaml:"path"`
+	// Effect is the effect class of running it (default irreversible).
+	Effect Effect `yaml:"effect"`
+	// Idempotent says whether a call in doubt may be run again.
+	Idempotent bool `yaml:"idempotent"`
+	// AllowFlags are the arguments starting with "-" that are allowed:
+	// exact ("-n", "--"), or a prefix ending with "=" ("--format=").
+	// Every other such argument is refused (argument injection).
+	AllowFlags []string `yaml:"allow_flags"`
+	// AnyFlags allows every argument starting with "-".
+	AnyFlags bool `yaml:"any_flags"`
+	// PathArgs requires every other argument to be a relative path that
+	// stays inside the workspace (no "..", not absolute).
+	PathArgs bool `yaml:"path_args"`
+	// MaxArgs caps the number of arguments after argv[0] (default 64).
+	MaxArgs int `yaml:"max_args"`
+
+	resolved string
+}
+
+// ServerConfig is an external ToolService server.
+type ServerConfig struct {
+	// Name prefixes the server's tools: "<name>.<tool>".
+	Name string `yaml:"name"`
+	// Address is the server's gRPC address, "host:port" (plaintext).
+	Address string `yaml:"address"`
+	// Timeout caps the timeouts the server declares, and is the timeout of
+	// tools that declare none (default: the executor's tool timeout).
+	Timeout time.Duration `yaml:"timeout"`
+	// MaxOutputBytes caps the results likewise (default: the executor's).
+	MaxOutputBytes int64 `yaml:"max_output_bytes"`
+	// Tools overrides what the server declares, per tool (local name).
+	Tools map[string]ToolOverride `yaml:"tools"`
+}
+
+// MCPServerConfig is an MCP server, over stdio (Command) or streamable
+// HTTP (URL).
+type MCPServerConfig struct {
+	// Name prefixes the server's tools: "mcp.<name>.<tool>".
+	Name string `yaml:"name"`
+	// Command starts a stdio server: an absolute path, or a name looked up
+	// in the executor's PATH when the file is loaded.
+	Command string `yaml:"command"`
+	// Args are the command's arguments.
+	Args []string `yaml:"args"`
+	// Env names the variables passed from the executor's environment;
+	// nothing else is passed.
+	Env []string `yaml:"env"`
+	// SetEnv sets variables to fixed values.
+	SetEnv map[string]string `yaml:"set_env"`
+	// URL is a streamable HTTP endpoint (http or https).
+	URL string `yaml:"url"`
+	// Timeout bounds each call (default: the executor's tool timeout).
+	Timeout time.Duration `yaml:"timeout"`
+	// MaxOutputBytes caps each result (default: the executor's).
+	MaxOutputBytes int64 `yaml:"max_output_bytes"`
+	// IgnoreAnnotations ignores the server's readOnlyHint and
+	// idempotentHint: its tools are irreversible and not idempotent unless
+	// Tools says otherwise.
+	IgnoreAnnotations bool `yaml:"ignore_annotations"`
+	// Tools overrides the effect and idempotency per tool (MCP name).
+	Tools map[string]ToolOverride `yaml:"tools"`
+
+	resolved string
+}
+
+// ToolOverride replaces what a server says about one of its tools.
+type ToolOverride struct {
+	// Effect replaces the declared effect class.
+	Effect Effect `yaml:"effect"`
+	// Idempotent replaces the declared idempotency.
+	Idempotent *bool `yaml:"idempotent"`
+	// Timeout replaces the declared timeout (still capped by the server's).
+	Timeout time.Duration `yaml:"timeout"`
+}
+
+// Effect is an effect class in the file: "read", "reversible" or
+// "irreversible"; empty means unset.
+type Effect string
+
+// Effect classes of the file.
+const (
+	EffectRead         Effect = "read"
+	EffectReversible   Effect = "reversible"
+	EffectIrreversible Effect = "irreversible"
+)
+
+// UnmarshalYAML refuses unknown effect classes, with the line.
+func (e *Effect) UnmarshalYAML(n *yaml.Node) error {
+	var s string
+	if err := n.Decode(&s); err != nil {
+		return err
+	}
+	switch Effect(s) {
+	case "", EffectRead, EffectReversible, EffectIrreversible:
+		*e = Effect(s)
+		return nil
+	}
+	return fmt.Errorf("line %d: effect %q: want read, reversible or irreversible", n.Line, s)
+}
+
+// proto is the effect class as the catalog has it; def when unset.
+func (e Effect) proto(def xctv1.Effect) xctv1.Effect {
+	switch e {
+	case EffectRead:
+		return xctv1.Effect_EFFECT_READ
+	case EffectReversible:
+		return xctv1.Effect_EFFECT_REVERSIBLE
+	case EffectIrreversible:
+		return xctv1.Effect_EFFECT_IRREVERSIBLE
+	}
+	return def
+}
+
+// LoadToolsConfig reads and checks a tools configuration file. Decoding
+// is strict (unknown keys, duplicate keys and wrong types are errors) and
+// every error names the file and line.
+func LoadToolsConfig(path string) (*ToolsConfig, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrToolsConfig, err)
+	}
+	return ParseToolsConfig(path, data)
+}
+
+// ParseToolsConfig parses and checks a tools configuration; name is the
+// file name used in errors. Binaries and stdio commands are resolved to
+// absolute paths here.
+func ParseToolsConfig(name string, data []byte) (*ToolsConfig, error) {
+	cfg := &ToolsConfig{}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(cfg); err != nil && !errors.Is(err, io.EOF) {
+		return nil, yamlErrors(name, err)
+	}
+	var extra any
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("%w: %s: more than one YAML document", ErrToolsConfig, name)
+	}
+	var doc yaml.Node
+	_ = yaml.Unmarshal(data, &doc)
+	v := &configCheck{file: name, doc: &doc}
+	v.check(cfg)
+	if len(v.errs) > 0 {
+		return nil, fmt.Errorf("%w:\n%s", ErrToolsConfig, strings.Join(v.errs, "\n"))
+	}
+	cfg.checked = true
+	return cfg, nil
+}
+
+// yamlErrors turns a decoding error into "file:line: message" lines.
+func yamlErrors(file string, err error) error {
+	var msgs []string
+	var te *yaml.TypeError
+	if errors.As(err, &te) {
+		msgs = te.Errors
+	} else {
+		msgs = []string{err.Error()}
+	}
+	// yaml reports "line N: message".
+	yamlLine := regexp.MustCompile(`^(?:yaml: )?line (\d+): (.*)$`)
+	out := make([]string, len(msgs))
+	for i, m := range msgs {
+		if g := yamlLine.FindStringSubmatch(m); g != nil {
+			out[i] = file + ":" + g[1] + ": " + g[2]
+		} else {
+			out[i] = file + ": " + strings.TrimPrefix(m, "yaml: ")
+		}
+	}
+	return fmt.Errorf("%w:\n%s", ErrToolsConfig, strings.Join(out, "\n"))
+}
+
+// configCheck collects the semantic errors of a configuration, each with
+// the line of what it is about.
+type configCheck struct {
+	file string
+	doc  *yaml.Node
+	errs []string
+}
+
+// fail records an error about the node at path (map keys and list indexes).
+func (v *configCheck) fail(path []any, format string, args ...any) {
+	where := v.file
+	if line := v.line(path); line > 0 {
+		where += ":" + strconv.Itoa(line)
+	}
+	v.errs = append(v.errs, where+": "+pathString(path)+fmt.Sprintf(format, args...))
+}
+
+func pathString(path []any) string {
+	var b strings.Builder
+	for _, p := range path {
+		switch p := p.(type) {
+		case string:
+			if b.Len() > 0 {
+				b.WriteByte('.')
+			}
+			b.WriteString(p)
+		case int:
+			fmt.Fprintf(&b, "[%d]", p)
+		}
+	}
+	if b.Len() == 0 {
+		return ""
+	}
+	return b.String() + ": "
+}
+
+// line finds the line of the node at path, or of its nearest ancestor.
+func (v *configCheck) line(path []any) int {
+	n := v.doc
+	if n == nil || len(n.Content) == 0 {
+		return 0
+	}
+	n = n.Content[0]
+	line := n.Line
+	for _, p := range path {
+		var next *yaml.Node
+		switch p := p.(type) {
+		case string:
+			if n.Kind == yaml.MappingNode {
+				for i := 0; i+1 < len(n.Content); i += 2 {
+					if n.Content[i].Value == p {
+						next = n.Content[i+1]
+						line = n.Content[i].Line
+						break
+					}
+				}
+			}
+		case int:
+			if n.Kind == yaml.SequenceNode && p < len(n.Content) {
+				next = n.Content[p]
+			}
+		}
+		if next == nil {
+			return line
+		}
+		n = next
+		line = n.Line
+	}
+	return line
+}
+
+func (v *configCheck) check(cfg *ToolsConfig) {
+	if h := cfg.HTTP; h != nil {
+		v.checkHTTP(h)
+	}
+	if s := cfg.Shell; s != nil {
+		v.checkShell(s)
+	}
+	names := map[string]bool{}
+	taken := func(path []any, name string) {
+		switch {
+		case !validToolName(name) || strings.Contains(name, "."):
+			v.fail(path, "name %q must be one word of letters, digits, '_' and '-'", name)
+		case slices.Contains([]string{"fs", "http", "shell", "mcp"}, name): // built-in prefixes
+			v.fail(path, "name %q is reserved for built-in tools", name)
+		case names[name]:
+			v.fail(path, "name %q is used twice", name)
+		}
+		names[name] = true
+	}
+	for i := range cfg.Servers {
+		s := &cfg.Servers[i]
+		p := []any{"servers", i}
+		taken(append(p, "name"), s.Name)
+		if host, port, err := net.SplitHostPort(s.Address); err != nil || host == "" || port == "" {
+			v.fail(append(p, "address"), "address %q must be host:port", s.Address)
+		}
+		v.checkLimits(p, s.Timeout, s.MaxOutputBytes)
+		v.checkOverrides(append(p, "tools"), s.Tools)
+	}
+	mcpNames := map[string]bool{}
+	for i := range cfg.MCP {
+		m := &cfg.MCP[i]
+		p := []any{"mcp", i}
+		switch {
+		case !validToolName(m.Name) || strings.Contains(m.Name, "."):
+			v.fail(append(p, "name"), "name %q must be one word of letters, digits, '_' and '-'", m.Name)
+		case mcpNames[m.Name]:
+			v.fail(append(p, "name"), "name %q is used twice", m.Name)
+		}
+		mcpNames[m.Name] = true
+		switch {
+		case (m.Command == "") == (m.URL == ""):
+			v.fail(p, "set exactly one of command (stdio) and url (streamable HTTP)")
+		case m.Command != "":
+			path, err := resolveProgram(m.Command)
+			if err != nil {
+				v.fail(append(p, "command"), "%v", err)
+			}
+			m.resolved = path
+		default:
+			if u, err := url.Parse(m.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				v.fail(append(p, "url"), "url %q must be an absolute http or https URL", m.URL)
+			}
+			if len(m.Args) > 0 || len(m.Env) > 0 || len(m.SetEnv) > 0 {
+				v.fail(p, "args, env and set_env apply to a command, not to a url")
+			}
+		}
+		v.checkEnv(append(p, "env"), m.Env)
+		v.checkLimits(p, m.Timeout, m.MaxOutputBytes)
+		v.checkOverrides(append(p, "tools"), m.Tools)
+	}
+}
+
+func (v *configCheck) checkLimits(p []any, timeout time.Duration, maxBytes int64) {
+	if timeout < 0 {
+		v.fail(append(p, "timeout"), "timeout %v is negative", timeout)
+	}
+	if maxBytes < 0 {
+		v.fail(append(p, "max_output_bytes"), "max_output_bytes %d is negative", maxBytes)
+	}
+}
+
+func (v *configCheck) checkOverrides(p []any, tools map[string]ToolOverride) {
+	for name, o := range tools {
+		if !validToolName(name) {
+			v.fail(append(p, name), "tool name %q is not a valid tool name", name)
+		}
+		if o.Timeout < 0 {
+			v.fail(append(p, name, "timeout"), "timeout %v is negative", o.Timeout)
+		}
+	}
+}
+
+func (v *configCheck) checkEnv(p []any, names []string) {
+	for i, n := range names {
+		if n == "" || strings.ContainsAny(n, "=\x00") {
+			v.fail(append(p, i), "%q is not an environment variable name", n)
+		}
+	}
+}
+
+func (v *configCheck) checkHTTP(h *HTTPConfig) {
+	p := []any{"http"}
+	if len(h.AllowHosts) == 0 {
+		v.fail(append(p, "allow_hosts"), "allow_hosts is empty: http.request could reach nothing")
+	}
+	for i, s := range h.AllowHosts {
+		r, err := parseHostRule(s)
+		if err != nil {
+			v.fail(append(p, "allow_hosts", i), "%v", err)
+			continue
+		}
+		h.hosts = append(h.hosts, r)
+	}
+	for i, s := range h.AllowAddresses {
+		pfx, err := netip.ParsePrefix(s)
+		if err != nil {
+			addr, aerr := netip.ParseAddr(s)
+			if aerr != nil {
+				v.fail(append(p, "allow_addresses", i), "%q is not an IP prefix or address", s)
+				continue
+			}
+			pfx = netip.PrefixFrom(addr.Unmap(), addr.Unmap().BitLen())
+		}
+		if pfx.Addr().Is4In6() {
+			pfx = netip.PrefixFrom(pfx.Addr().Unmap(), max(pfx.Bits()-96, 0))
+		}
+		h.addrs = append(h.addrs, pfx.Masked())
+	}
+	if h.MaxRedirects < -1 {
+		v.fail(append(p, "max_redirects"), "max_redirects %d: use -1 to follow none", h.MaxRedirects)
+	}
+	if h.MaxRequestBytes < 0 {
+		v.fail(append(p, "max_request_bytes"), "max_request_bytes %d is negative", h.MaxRequestBytes)
+	}
+	if h.MaxResponseBytes < 0 {
+		v.fail(append(p, "max_response_bytes"), "max_response_bytes %d is negative", h.MaxResponseBytes)
+	}
+	if h.Timeout < 0 {
+		v.fail(append(p, "timeout"), "timeout %v is negative", h.Timeout)
+	}
+}
+
+func (v *configCheck) checkShell(s *ShellConfig) {
+	p := []any{"shell"}
+	if len(s.Binaries) == 0 {
+		v.fail(append(p, "binaries"), "binaries is empty: shell.exec could run nothing")
+	}
+	v.checkEnv(append(p, "env"), s.Env)
+	for k := range s.SetEnv {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			v.fail(append(p, "set_env"), "%q is not an environment variable name", k)
+		}
+	}
+	if s.Timeout < 0 {
+		v.fail(append(p, "timeout"), "timeout %v is negative", s.Timeout)
+	}
+	if s.MaxOutputBytes < 0 || s.MaxStdinBytes < 0 {
+		v.fail(p, "max_output_bytes and max_stdin_bytes must not be negative")
+	}
+	seen := map[string]bool{}
+	for i := range s.Binaries {
+		b := &s.Binaries[i]
+		bp := append(slices.Clone(p), "binaries", i)
+		switch {
+		case b.Name == "" || strings.ContainsAny(b.Name, "/\\\x00") || b.Name == "." || b.Name == "..":
+			v.fail(append(bp, "name"), "name %q must be a bare program name", b.Name)
+			continue
+		case seen[b.Name]:
+			v.fail(append(bp, "name"), "name %q is listed twice", b.Name)
+			continue
+		}
+		seen[b.Name] = true
+		prog := b.Path
+		if prog == "" {
+			prog = b.Name
+		} else if !filepath.IsAbs(prog) {
+			v.fail(append(bp, "path"), "path %q must be absolute", prog)
+			continue
+		}
+		resolved, err := resolveProgram(prog)
+		if err != nil {
+			v.fail(append(bp, "path"), "%v", err)
+			continue
+		}
+		b.resolved = resolved
+		for j, f := range b.AllowFlags {
+			if !strings.HasPrefix(f, "-") {
+				v.fail(append(bp, "allow_flags", j), "%q does not start with '-'", f)
+			}
+		}
+		if b.MaxArgs < 0 {
+			v.fail(append(bp, "max_args"), "max_args %d is negative", b.MaxArgs)
+		}
+	}
+}
+
+// resolveProgram finds an executable file: an absolute path as is, a name
+// in PATH. The result is absolute, with symbolic links resolved, so what
+// runs is fixed when the configuration is loaded.
+func resolveProgram(prog string) (string, error) {
+	path := prog
+	if !filepath.IsAbs(prog) {
+		if strings.ContainsRune(prog, filepath.Separator) {
+			return "", fmt.Errorf("%q must be a bare name or an absolute path", prog)
+		}
+		p, err := osexec.LookPath(prog)
+		if err != nil {
+			return "", fmt.Errorf("%q not found in PATH", prog)
+		}
+		path = p
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", err
+	}
+	real, err := filepath.EvalSymlinks(abs)
+	if err != nil {
+		return "", fmt.Errorf("%q: %w", prog, err)
+	}
+	fi, err := os.Stat(real)
+	if err != nil {
+		return "", fmt.Errorf("%q: %w", prog, err)
+	}
+	if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+		return "", fmt.Errorf("%q is not an executable file", prog)
+	}
+	return real, nil
+}

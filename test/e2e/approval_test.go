@@ -1,0 +1,234 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/app"
+	"github.com/xct-dev/xct/internal/testutil"
+	"github.com/xct-dev/xct/lctl"
+	"github.com/xct-dev/xct/services/executor"
+	"github.com/xct-dev/xct/services/orchestrator"
+)
+
+// deployTool is an irreversible tool that keeps a ledger of what it did.
+type deployTool struct {
+	mu     sync.Mutex
+	ledger map[string]int
+}
+
+func (d *deployTool) Descriptor() *xctv1.ToolDescriptor {
+	return &xctv1.ToolDescriptor{
+		Name: "test.deploy", Description: "deploys a colour", Effect: xctv1.Effect_EFFECT_IRREVERSIBLE,
+		InputSchema: `{"type":"object","properties":{"target":{"type":"string"}},"required":["target"],"additionalProperties":false}`,
+	}
+}
+
+func (d *deployTool) Invoke(_ context.Context, args map[string]any) (any, *xctv1.Error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.ledger[args["target"].(string)]++
+	return map[string]any{"deployed": args["target"]}, nil
+}
+
+func (d *deployTool) count(target string) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.ledger[target]
+}
+
+// deployer proposes to deploy each target in turn, then says done; it
+// decides from the context alone.
+type deployer struct{ targets []string }
+
+func (p *deployer) Name() string { return "deployer" }
+func (p *deployer) Close() error { return nil }
+func (p *deployer) Propose(_ context.Context, req *xctv1.ProposeRequest) (*xctv1.ProposeResponse, error) {
+	n := len(req.GetHistory())
+	if n >= len(p.targets) {
+		return &xctv1.ProposeResponse{Output: `{"done":true,"message":"finished"}`}, nil
+	}
+	return &xctv1.ProposeResponse{Output: fmt.Sprintf(`{"next_step":{"tool":"test.deploy","arguments":{"target":%q},"goal":"deploy"}}`, p.targets[n])}, nil
+}
+
+const approvalPolicy = `
+approval_ttl: %s
+rules:
+  - id: deploys-need-a-human
+    effect: require_approval
+    tools: ["test.deploy"]
+    message: deploys need a human
+`
+
+func approvalCluster(t *testing.T, ttl string, targets ...string) (*cluster, *deployTool, xctv1.ValidatorServiceClient) {
+	t.Helper()
+	policy := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(policy, []byte(fmt.Sprintf(approvalPolicy, ttl)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tool := &deployTool{ledger: map[string]int{}}
+	c := startCluster(t, func(cfg *app.Config, o *app.Options) {
+		cfg.Validator.PolicyFile = policy
+		o.ExtraTools = []executor.Tool{tool}
+		o.Orchestrator = append(o.Orchestrator, orchestrator.WithProposer("deployer", &deployer{targets: targets}))
+	})
+	return c, tool, xctv1.NewValidatorServiceClient(dial(t, c.app.Addr(app.TargetValidator)))
+}
+
+// pending waits until the run's step waits for a human and returns it.
+func pending(t *testing.T, v xctv1.ValidatorServiceClient, runID string, step int32) *xctv1.Approval {
+	t.Helper()
+	var found *xctv1.Approval
+	testutil.Eventually(t, 20*time.Second, func() error {
+		resp, err := v.ListApprovals(context.Background(), &xctv1.ListApprovalsRequest{RunId: runID})
+		if err != nil {
+			return err
+		}
+		for _, a := range resp.GetApprovals() {
+			if a.GetStep() == step {
+				found = a
+				return nil
+			}
+		}
+		return fmt.Errorf("step %d is not waiting yet", step)
+	})
+	return found
+}
+
+func TestApprovalRoundTrip(t *testing.T) {
+	c, tool, v := approvalCluster(t, "1h", "blue", "green")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	resp, err := c.orch.StartRun(ctx, &xctv1.StartRunRequest{Goal: "deploy", Model: "func:deployer", Principal: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := resp.GetRun().GetRunId()
+
+	a := pending(t, v, id, 1)
+	if a.GetRequestedBy() != "alice" || a.GetProposal().GetArguments().AsMap()["target"] != "blue" || a.GetState() != xctv1.ApprovalState_APPROVAL_STATE_PENDING {
+		t.Fatalf("approval = %v", a)
+	}
+	run, err := c.orch.GetRun(ctx, &xctv1.GetRunRequest{RunId: id})
+	if err != nil || run.GetRun().GetStatus() != xctv1.RunStatus_RUN_STATUS_WAITING_APPROVAL {
+		t.Fatalf("run while waiting: %v %v", run.GetRun().GetStatus(), err)
+	}
+	if tool.count("blue") != 0 {
+		t.Fatal("the step ran before it was approved")
+	}
+	// The principal who started the run cannot approve its steps.
+	_, err = v.DecideApproval(ctx, &xctv1.DecideApprovalRequest{RunId: id, Step: "1", Approve: true, Approver: "alice"})
+	if status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("self-approval: %v", err)
+	}
+	if _, err := v.DecideApproval(ctx, &xctv1.DecideApprovalRequest{RunId: id, Step: a.GetStepId(), Approve: true, Approver: "bob", Reason: "change ticket 42"}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Step 2 has other arguments, hence another step id: it needs its own
+	// approval. Bob denies it.
+	b := pending(t, v, id, 2)
+	if b.GetStepId() == a.GetStepId() || b.GetProposal().GetArguments().AsMap()["target"] != "green" {
+		t.Fatalf("second approval = %v", b)
+	}
+	if tool.count("blue") != 1 {
+		t.Fatalf("blue deployed %d times after its approval", tool.count("blue"))
+	}
+	if _, err := v.DecideApproval(ctx, &xctv1.DecideApprovalRequest{RunId: id, Step: "2", Approve: false, Approver: "bob", Reason: "not on a Friday"}); err != nil {
+		t.Fatal(err)
+	}
+	events := c.watch(t, ctx, id)
+	if tool.count("green") != 0 {
+		t.Fatal("a denied step ran")
+	}
+
+	var got []string
+	for _, e := range events {
+		if e.Type == lctl.TypeVerdict || e.Type == orchestrator.TypeApprovalRequested || e.Type == orchestrator.TypeApprovalDecided || e.Type == lctl.TypeToolCall || e.Type == lctl.TypeError {
+			got = append(got, step(e)+" "+fmt.Sprint(e.Data["decision"]))
+		}
+	}
+	want := []string{
+		"verdict/validator needs_approval needs_approval",
+		"approval_requested/orchestrator <nil>",
+		"approval_decided/bob approved",
+		"verdict/validator allow allow",
+		"tool_call/executor test.deploy <nil>",
+		"verdict/validator needs_approval needs_approval",
+		"approval_requested/orchestrator <nil>",
+		"approval_decided/bob denied",
+		"verdict/validator deny deny",
+		"error/validator APPROVAL_DENIED <nil>",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	for _, e := range events {
+		if e.Type == lctl.TypeError && e.Data["code"] == "APPROVAL_DENIED" && !strings.Contains(e.Data["message"].(string), "not on a Friday") {
+			t.Fatalf("the model was not told why: %v", e.Data)
+		}
+		if e.Type == lctl.TypeVerdict && e.Data["decision"] == "allow" && !strings.Contains(fmt.Sprint(e.Data["reasons"]), "bob") {
+			t.Fatalf("the allow does not name the approver: %v", e.Data["reasons"])
+		}
+	}
+	if last := events[len(events)-1]; last.Data["status"] != "done" {
+		t.Fatalf("run ended %v", last.Data)
+	}
+}
+
+func TestApprovalExpires(t *testing.T) {
+	c, tool, v := approvalCluster(t, "1s", "blue")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	resp, err := c.orch.StartRun(ctx, &xctv1.StartRunRequest{Goal: "deploy", Model: "func:deployer", Principal: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := resp.GetRun().GetRunId()
+	pending(t, v, id, 1)
+	// Nobody decides: the run goes on without the step.
+	events := c.watch(t, ctx, id)
+	var codesSeen []string
+	for _, e := range events {
+		if e.Type == lctl.TypeError {
+			codesSeen = append(codesSeen, e.Data["code"].(string))
+		}
+	}
+	if fmt.Sprint(codesSeen) != "[APPROVAL_EXPIRED]" || tool.count("blue") != 0 {
+		t.Fatalf("errors %v, deployed %d", codesSeen, tool.count("blue"))
+	}
+	// A decision after expiry is refused.
+	_, err = v.DecideApproval(ctx, &xctv1.DecideApprovalRequest{RunId: id, Step: "1", Approve: true, Approver: "bob", Reason: "late"})
+	if status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("late approval: %v", err)
+	}
+}
+
+func TestCancelWhileWaitingForApproval(t *testing.T) {
+	c, tool, v := approvalCluster(t, "1h", "blue")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	resp, err := c.orch.StartRun(ctx, &xctv1.StartRunRequest{Goal: "deploy", Model: "func:deployer", Principal: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := resp.GetRun().GetRunId()
+	pending(t, v, id, 1)
+	if _, err := c.orch.CancelRun(ctx, &xctv1.CancelRunRequest{RunId: id, Reason: "changed my mind"}); err != nil {
+		t.Fatal(err)
+	}
+	events := c.watch(t, ctx, id)
+	if last := events[len(events)-1]; last.Data["status"] != "cancelled" || tool.count("blue") != 0 {
+		t.Fatalf("last %v, deployed %d", last.Data, tool.count("blue"))
+	}
+}
