@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -122,5 +123,68 @@ func cmdDecide(ctx context.Context, approve bool, args []string, stdout, stderr 
 	}
 	a := resp.GetApproval()
 	fmt.Fprintf(stdout, "step %d of %s %s by %s\n", a.GetStep(), a.GetRunId(), map[bool]string{true: "approved", false: "denied"}[approve], a.GetDecidedBy())
+	return nil
+}
+
+// cmdResolve records a human's decision about a step in doubt: the executor
+// may have acted but has no result. succeeded and failed close the step;
+// retry lets the next execution of the same step id run it once more.
+func cmdResolve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("resolve", stderr)
+	orchAddr := fs.String("addr", app.DefaultOrchestratorAddr, "orchestrator gRPC address (to find the step's id)")
+	execAddr := fs.String("executor-addr", app.DefaultExecutorAddr, "executor gRPC address")
+	as := fs.String("as", "", "succeeded, failed or retry")
+	by := fs.String("by", defaultPrincipal(), "who decides")
+	reason := fs.String("reason", "", "why (recorded with the decision)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	decision, ok := map[string]xctv1.StepDecision{
+		"succeeded": xctv1.StepDecision_STEP_DECISION_SUCCEEDED,
+		"failed":    xctv1.StepDecision_STEP_DECISION_FAILED,
+		"retry":     xctv1.StepDecision_STEP_DECISION_RETRY,
+	}[*as]
+	if fs.NArg() != 2 || !ok {
+		return &exitError{code: 2, err: errors.New("usage: xct resolve RUN STEP --as succeeded|failed|retry [--reason TEXT]")}
+	}
+	stepID := fs.Arg(1)
+	if n, err := strconv.Atoi(stepID); err == nil {
+		client, closeConn, err := dialOrchestrator(*orchAddr)
+		if err != nil {
+			return err
+		}
+		defer closeConn()
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		resp, err := client.GetRun(cctx, &xctv1.GetRunRequest{RunId: fs.Arg(0)})
+		cancel()
+		if err != nil {
+			return rpcError("get run", *orchAddr, err)
+		}
+		stepID = ""
+		for _, st := range resp.GetRun().GetSteps() {
+			if int(st.GetNumber()) == n {
+				stepID = st.GetStepId()
+			}
+		}
+		if stepID == "" {
+			return fmt.Errorf("run %s has no executed step %d", fs.Arg(0), n)
+		}
+	}
+	conn, err := grpcx.Dial(*execAddr)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = conn.Close() }()
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	resp, err := xctv1.NewExecutorServiceClient(conn).ResolveStep(cctx, &xctv1.ResolveStepRequest{
+		StepId: stepID, Decision: decision, ResolvedBy: *by, Reason: *reason,
+	})
+	if err != nil {
+		st := status.Convert(err)
+		return fmt.Errorf("resolve (executor %s): %s: %s", *execAddr, st.Code(), st.Message())
+	}
+	fmt.Fprintf(stdout, "step %s resolved as %s by %s (state %s)\n", stepID, *as, *by,
+		strings.ToLower(strings.TrimPrefix(resp.GetStep().GetState().String(), "STEP_RECORD_STATE_")))
 	return nil
 }

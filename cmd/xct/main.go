@@ -28,6 +28,7 @@ Usage:
   xct approve RUN STEP         approve a waiting step (--reason; --as who you are)
   xct deny RUN STEP --reason   deny a waiting step; the reason goes to the model
   xct policy lint|check        check policy files, or re-evaluate a recorded chain against them
+  xct resolve RUN STEP --as succeeded|failed|retry   decide a step in doubt
 
 Run 'xct COMMAND -h' for the flags of a command.
 `
@@ -88,6 +89,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cmdDecide(ctx, false, rest, stdout, stderr)
 	case "policy":
 		return cmdPolicy(ctx, rest, stdout, stderr)
+	case "resolve":
+		return cmdResolve(ctx, rest, stdout, stderr)
 	}
 	fmt.Fprint(stderr, usage)
 	return &exitError{code: 2, err: fmt.Errorf("unknown command %q", cmd)}

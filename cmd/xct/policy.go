@@ -68,7 +68,7 @@ func cmdPolicyLint(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return err
 	}
 	if fs.NArg() == 0 {
-		return &exitError{code: 2, err: errors.New("usage: xct policy lint POLICY...")}
+		return &exitError{code: 2, err: errors.New("usage: xct policy lint POLICY [POLICY]")}
 	}
 	cat, err := catalogFrom(ctx, *executorAddr)
 	if err != nil {

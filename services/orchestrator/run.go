@@ -236,18 +236,25 @@ func (r *run) iterate(step int) (iterationOutcome, error) {
 
 	outcome := "success"
 	var summary string
+	var inDoubt *xctv1.Error
 	if verdict.GetDecision() == xctv1.VerdictDecision_VERDICT_DECISION_ALLOW {
 		// The allow verdict is durable: only now may the step act.
 		res, execErr := r.execute(stepID, ns)
 		switch {
 		case execErr != nil:
 			outcome, summary = "error", execErr.GetMessage()
+			if unknownOutcome(execErr) {
+				inDoubt = execErr
+			}
 			if err := r.record(lctl.TypeError, agentExecutor, errorData(step, stepID, execErr)); err != nil {
 				return iterationOutcome{}, err
 			}
 		case res.GetResponse().GetError() != nil:
 			e := res.GetResponse().GetError()
 			outcome, summary = "error", e.GetCode()+": "+e.GetMessage()
+			if unknownOutcome(e) {
+				inDoubt = e
+			}
 			if err := r.record(lctl.TypeError, agentExecutor, errorData(step, stepID, e)); err != nil {
 				return iterationOutcome{}, err
 			}
@@ -289,7 +296,26 @@ func (r *run) iterate(step int) (iterationOutcome, error) {
 		// A budget that cannot recover: the model was told, the run ends.
 		return iterationOutcome{}, fmt.Errorf("%s", verdict.GetError().GetMessage())
 	}
+	if inDoubt != nil {
+		// The step may have acted. Going on could let the model propose it
+		// again as a new step and act twice: a human decides first.
+		return iterationOutcome{}, fmt.Errorf("step %d (%s) is in doubt: %s; decide with: xct resolve %s %d --as succeeded|failed|retry",
+			step, stepID, inDoubt.GetMessage(), r.id, step)
+	}
 	return iterationOutcome{kind: outcomeStep, message: outcome}, nil
+}
+
+// unknownOutcome reports whether an error leaves open whether the step
+// acted: the executor says it is in doubt, or the call to it failed in
+// flight.
+func unknownOutcome(e *xctv1.Error) bool {
+	if e.GetCode() == string(wire.CodeInDoubt) {
+		return true
+	}
+	if unknown, ok := e.GetDetails().AsMap()["outcome_unknown"].(bool); ok && unknown {
+		return true
+	}
+	return false
 }
 
 // recordInvalid records model output that is not a decision: it goes back
