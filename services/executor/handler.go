@@ -266,3 +266,26 @@ func complete(e *xctv1.Error) *xctv1.Error {
 	out.Details = e.GetDetails()
 	return out
 }
+
+// PreviewStep implements ExecutorService: a dry run for tools that offer
+// one; nothing is executed and nothing is recorded.
+func (h *handler) PreviewStep(ctx context.Context, req *xctv1.PreviewStepRequest) (*xctv1.PreviewStepResponse, error) {
+	if req.GetTool() == "" {
+		return nil, status.Error(codes.InvalidArgument, "tool is required")
+	}
+	st, ok := h.s.tool(req.GetTool())
+	if !ok {
+		return nil, status.Errorf(codes.NotFound, "tool %q is not in the catalog", req.GetTool())
+	}
+	pv, ok := st.tool.(Previewer)
+	if !ok {
+		return &xctv1.PreviewStepResponse{}, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, st.timeout)
+	defer cancel()
+	p, e := pv.Preview(ctx, req.GetArguments().AsMap())
+	if e != nil {
+		return nil, status.Errorf(codes.FailedPrecondition, "%s: %s", e.GetCode(), e.GetMessage())
+	}
+	return &xctv1.PreviewStepResponse{Preview: p}, nil
+}

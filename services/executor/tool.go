@@ -25,6 +25,12 @@ type Tool interface {
 	Invoke(ctx context.Context, args map[string]any) (result any, err *xctv1.Error)
 }
 
+// Previewer is a Tool that can show what a call would do without doing it
+// (a dry run), for the human who approves the step.
+type Previewer interface {
+	Preview(ctx context.Context, args map[string]any) (*xctv1.Preview, *xctv1.Error)
+}
+
 // callClassifier is implemented by tools whose effect class and
 // idempotency depend on the arguments (shell.exec: on the binary). The
 // descriptor then declares the worst case, for the validator; the step

@@ -34,6 +34,7 @@ func (r *run) awaitApproval(step int, stepID string, ns *xctv1.NextStep, v *xctv
 	ctx, cancel := context.WithTimeout(context.Background(), r.svc.cfg.CallTimeout)
 	resp, err := r.svc.validator.RequestApproval(ctx, &xctv1.RequestApprovalRequest{
 		Run: r.runContext(step), Step: int32(step), StepId: stepID, Proposal: ns, Verdict: v,
+		Preview: r.preview(ns),
 	})
 	cancel()
 	if status.Code(err) == codes.FailedPrecondition {
@@ -109,6 +110,20 @@ func (r *run) revalidate(step int, stepID string, ns *xctv1.NextStep) (*xctv1.Ve
 		final.Error = wire.Errorf(wire.CodeApprovalRequired, "the step still needs an approval after a decision was recorded")
 	}
 	return final, agent, r.record(lctl.TypeVerdict, agent, verdictData(step, stepID, ns.GetTool(), final))
+}
+
+// preview asks the executor for a dry run of the step, for the approver.
+// A tool without one, or an executor that cannot answer, gives none: the
+// approver then decides from the proposal alone.
+func (r *run) preview(ns *xctv1.NextStep) *xctv1.Preview {
+	ctx, cancel := context.WithTimeout(context.Background(), r.svc.cfg.CallTimeout)
+	defer cancel()
+	resp, err := r.svc.executor.PreviewStep(ctx, &xctv1.PreviewStepRequest{Tool: ns.GetTool(), Arguments: ns.GetArguments()})
+	if err != nil {
+		r.log.Warn("no preview for the approver", "run", r.id, "tool", ns.GetTool(), "err", err)
+		return nil
+	}
+	return resp.GetPreview()
 }
 
 // waitForDecision watches the approval's KV entry until it is decided, it

@@ -232,3 +232,66 @@ func TestCancelWhileWaitingForApproval(t *testing.T) {
 		t.Fatalf("last %v, deployed %d", last.Data, tool.count("blue"))
 	}
 }
+
+const writesNeedApproval = `
+rules:
+  - id: reads
+    effect: allow
+    effects: [read]
+  - id: config-writes-need-a-human
+    effect: require_approval
+    tools: ["fs.write"]
+    message: writes need a human
+`
+
+// The approver sees what the step would change: the unified diff of a
+// file write against the file as it is.
+func TestApprovalShowsTheDiff(t *testing.T) {
+	policy := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(policy, []byte(writesNeedApproval), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := startCluster(t, func(cfg *app.Config, _ *app.Options) { cfg.Validator.PolicyFile = policy })
+	if err := os.MkdirAll(filepath.Join(c.workspace, "config"), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(c.workspace, "config", "app.yaml"), []byte("replicas: 3\ndeployment: blue\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c.writeScript(t, "w.yaml", `
+steps:
+  - next_step: {tool: fs.write, arguments: {path: config/app.yaml, content: "replicas: 3\ndeployment: green\n"}, goal: switch}
+  - done: true
+`)
+	v := xctv1.NewValidatorServiceClient(dial(t, c.app.Addr(app.TargetValidator)))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	resp, err := c.orch.StartRun(ctx, &xctv1.StartRunRequest{Goal: "g", Model: "scripted:w.yaml", Principal: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := pending(t, v, resp.GetRun().GetRunId(), 1)
+	want := "--- a/config/app.yaml\n+++ b/config/app.yaml\n@@ -1,2 +1,2 @@\n replicas: 3\n-deployment: blue\n+deployment: green\n"
+	if a.GetPreview().GetKind() != "diff" || a.GetPreview().GetContent() != want {
+		t.Fatalf("preview %q:\n%s", a.GetPreview().GetKind(), a.GetPreview().GetContent())
+	}
+	b, _ := os.ReadFile(filepath.Join(c.workspace, "config", "app.yaml"))
+	if string(b) != "replicas: 3\ndeployment: blue\n" {
+		t.Fatalf("the preview changed the file: %q", b)
+	}
+	if _, err := v.DecideApproval(ctx, &xctv1.DecideApprovalRequest{RunId: resp.GetRun().GetRunId(), Step: "1", Approve: true, Approver: "bob"}); err != nil {
+		t.Fatal(err)
+	}
+	events := c.watch(t, ctx, resp.GetRun().GetRunId())
+	for _, e := range events {
+		if e.Type == orchestrator.TypeApprovalRequested {
+			if p, _ := e.Data["preview"].(map[string]any); p["content"] != want {
+				t.Fatalf("the chain does not record the preview: %v", e.Data)
+			}
+		}
+	}
+	b, _ = os.ReadFile(filepath.Join(c.workspace, "config", "app.yaml"))
+	if string(b) != "replicas: 3\ndeployment: green\n" {
+		t.Fatalf("approved write did not land: %q", b)
+	}
+}

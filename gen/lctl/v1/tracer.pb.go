@@ -22,6 +22,61 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// StateView chooses how much of the state ReplayChain returns.
+type StateView int32
+
+const (
+	// STATE_VIEW_UNSPECIFIED means STATE_VIEW_FULL.
+	StateView_STATE_VIEW_UNSPECIFIED StateView = 0
+	// STATE_VIEW_FULL returns the whole state.
+	StateView_STATE_VIEW_FULL StateView = 1
+	// STATE_VIEW_SUMMARY returns the summary and no state. Without
+	// include_hash its cost does not grow with the chain's length: at most
+	// SnapshotEvery events are applied and the steps are left out.
+	StateView_STATE_VIEW_SUMMARY StateView = 2
+)
+
+// Enum value maps for StateView.
+var (
+	StateView_name = map[int32]string{
+		0: "STATE_VIEW_UNSPECIFIED",
+		1: "STATE_VIEW_FULL",
+		2: "STATE_VIEW_SUMMARY",
+	}
+	StateView_value = map[string]int32{
+		"STATE_VIEW_UNSPECIFIED": 0,
+		"STATE_VIEW_FULL":        1,
+		"STATE_VIEW_SUMMARY":     2,
+	}
+)
+
+func (x StateView) Enum() *StateView {
+	p := new(StateView)
+	*p = x
+	return p
+}
+
+func (x StateView) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (StateView) Descriptor() protoreflect.EnumDescriptor {
+	return file_lctl_v1_tracer_proto_enumTypes[0].Descriptor()
+}
+
+func (StateView) Type() protoreflect.EnumType {
+	return &file_lctl_v1_tracer_proto_enumTypes[0]
+}
+
+func (x StateView) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use StateView.Descriptor instead.
+func (StateView) EnumDescriptor() ([]byte, []int) {
+	return file_lctl_v1_tracer_proto_rawDescGZIP(), []int{0}
+}
+
 // ExportFormat chooses the file encoding of an exported chain.
 type ExportFormat int32
 
@@ -59,11 +114,11 @@ func (x ExportFormat) String() string {
 }
 
 func (ExportFormat) Descriptor() protoreflect.EnumDescriptor {
-	return file_lctl_v1_tracer_proto_enumTypes[0].Descriptor()
+	return file_lctl_v1_tracer_proto_enumTypes[1].Descriptor()
 }
 
 func (ExportFormat) Type() protoreflect.EnumType {
-	return &file_lctl_v1_tracer_proto_enumTypes[0]
+	return &file_lctl_v1_tracer_proto_enumTypes[1]
 }
 
 func (x ExportFormat) Number() protoreflect.EnumNumber {
@@ -72,7 +127,7 @@ func (x ExportFormat) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ExportFormat.Descriptor instead.
 func (ExportFormat) EnumDescriptor() ([]byte, []int) {
-	return file_lctl_v1_tracer_proto_rawDescGZIP(), []int{0}
+	return file_lctl_v1_tracer_proto_rawDescGZIP(), []int{1}
 }
 
 // ChainSummary describes a chain without its events.
@@ -267,11 +322,16 @@ func (x *ListChainsResponse) GetChains() []*ChainSummary {
 	return nil
 }
 
-// GetChainRequest names a chain.
+// GetChainRequest names a chain, and optionally a page of its events.
 type GetChainRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// chain_id identifies the chain.
-	ChainId       string `protobuf:"bytes,1,opt,name=chain_id,json=chainId,proto3" json:"chain_id,omitempty"`
+	ChainId string `protobuf:"bytes,1,opt,name=chain_id,json=chainId,proto3" json:"chain_id,omitempty"`
+	// from_seq is the first seq returned; 0 means from the first event.
+	FromSeq uint64 `protobuf:"varint,2,opt,name=from_seq,json=fromSeq,proto3" json:"from_seq,omitempty"`
+	// page_size bounds the events returned; 0 means all of them (which
+	// fails with RESOURCE_EXHAUSTED past the message size limit).
+	PageSize      uint32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -313,13 +373,30 @@ func (x *GetChainRequest) GetChainId() string {
 	return ""
 }
 
+func (x *GetChainRequest) GetFromSeq() uint64 {
+	if x != nil {
+		return x.FromSeq
+	}
+	return 0
+}
+
+func (x *GetChainRequest) GetPageSize() uint32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
 // GetChainResponse is a chain and its events.
 type GetChainResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// summary of the chain.
 	Summary *ChainSummary `protobuf:"bytes,1,opt,name=summary,proto3" json:"summary,omitempty"`
 	// events in seq order.
-	Events        []*Event `protobuf:"bytes,2,rep,name=events,proto3" json:"events,omitempty"`
+	Events []*Event `protobuf:"bytes,2,rep,name=events,proto3" json:"events,omitempty"`
+	// next_seq is the from_seq of the next page; 0 when this page ends the
+	// chain.
+	NextSeq       uint64 `protobuf:"varint,3,opt,name=next_seq,json=nextSeq,proto3" json:"next_seq,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -368,13 +445,25 @@ func (x *GetChainResponse) GetEvents() []*Event {
 	return nil
 }
 
+func (x *GetChainResponse) GetNextSeq() uint64 {
+	if x != nil {
+		return x.NextSeq
+	}
+	return 0
+}
+
 // ReplayChainRequest asks for the state at a point of a chain.
 type ReplayChainRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// chain_id identifies the chain.
 	ChainId string `protobuf:"bytes,1,opt,name=chain_id,json=chainId,proto3" json:"chain_id,omitempty"`
 	// to_seq is the last event applied; 0 means the whole chain.
-	ToSeq         uint64 `protobuf:"varint,2,opt,name=to_seq,json=toSeq,proto3" json:"to_seq,omitempty"`
+	ToSeq uint64 `protobuf:"varint,2,opt,name=to_seq,json=toSeq,proto3" json:"to_seq,omitempty"`
+	// view chooses the full state or only its summary.
+	View StateView `protobuf:"varint,3,opt,name=view,proto3,enum=lctl.v1.StateView" json:"view,omitempty"`
+	// include_hash asks for the state's hash (what a checkpoint at to_seq + 1
+	// records); it costs a pass over the whole state.
+	IncludeHash   bool `protobuf:"varint,4,opt,name=include_hash,json=includeHash,proto3" json:"include_hash,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -423,15 +512,37 @@ func (x *ReplayChainRequest) GetToSeq() uint64 {
 	return 0
 }
 
+func (x *ReplayChainRequest) GetView() StateView {
+	if x != nil {
+		return x.View
+	}
+	return StateView_STATE_VIEW_UNSPECIFIED
+}
+
+func (x *ReplayChainRequest) GetIncludeHash() bool {
+	if x != nil {
+		return x.IncludeHash
+	}
+	return false
+}
+
 // ReplayChainResponse is the materialized state.
 type ReplayChainResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// seq is the last event applied.
 	Seq uint64 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
-	// state is the reducer's state as JSON (see docs/events.md).
-	State         *structpb.Struct `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// state is the reducer's state as JSON (see docs/events.md); unset for
+	// STATE_VIEW_SUMMARY.
+	State *structpb.Struct `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	// summary describes the state in a few numbers.
+	Summary *StateSummary `protobuf:"bytes,3,opt,name=summary,proto3" json:"summary,omitempty"`
+	// state_hash is "sha256:..." when include_hash was set.
+	StateHash string `protobuf:"bytes,4,opt,name=state_hash,json=stateHash,proto3" json:"state_hash,omitempty"`
+	// from_snapshot_seq is the seq of the snapshot the replay started from
+	// (0: the first event).
+	FromSnapshotSeq uint64 `protobuf:"varint,5,opt,name=from_snapshot_seq,json=fromSnapshotSeq,proto3" json:"from_snapshot_seq,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ReplayChainResponse) Reset() {
@@ -478,6 +589,209 @@ func (x *ReplayChainResponse) GetState() *structpb.Struct {
 	return nil
 }
 
+func (x *ReplayChainResponse) GetSummary() *StateSummary {
+	if x != nil {
+		return x.Summary
+	}
+	return nil
+}
+
+func (x *ReplayChainResponse) GetStateHash() string {
+	if x != nil {
+		return x.StateHash
+	}
+	return ""
+}
+
+func (x *ReplayChainResponse) GetFromSnapshotSeq() uint64 {
+	if x != nil {
+		return x.FromSnapshotSeq
+	}
+	return 0
+}
+
+// StateSummary is the state at a seq in a few numbers: what `lctl replay
+// --to-seq` prints.
+type StateSummary struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// seq is the last event applied.
+	Seq uint64 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	// events counts the events applied.
+	Events uint64 `protobuf:"varint,2,opt,name=events,proto3" json:"events,omitempty"`
+	// facts counts the facts.
+	Facts uint32 `protobuf:"varint,3,opt,name=facts,proto3" json:"facts,omitempty"`
+	// agent is the agent of the step in progress, or of the last step.
+	Agent string `protobuf:"bytes,4,opt,name=agent,proto3" json:"agent,omitempty"`
+	// current_step_seq is the seq of the step in progress (0: none).
+	CurrentStepSeq uint64 `protobuf:"varint,5,opt,name=current_step_seq,json=currentStepSeq,proto3" json:"current_step_seq,omitempty"`
+	// current_intent is the intent of the step in progress.
+	CurrentIntent string `protobuf:"bytes,6,opt,name=current_intent,json=currentIntent,proto3" json:"current_intent,omitempty"`
+	// agents counts the agents that started a step.
+	Agents uint32 `protobuf:"varint,7,opt,name=agents,proto3" json:"agents,omitempty"`
+	// errors counts error events.
+	Errors uint32 `protobuf:"varint,8,opt,name=errors,proto3" json:"errors,omitempty"`
+	// tool_calls counts tool calls.
+	ToolCalls uint32 `protobuf:"varint,9,opt,name=tool_calls,json=toolCalls,proto3" json:"tool_calls,omitempty"`
+	// tokens_in sums step_end input tokens.
+	TokensIn int64 `protobuf:"varint,10,opt,name=tokens_in,json=tokensIn,proto3" json:"tokens_in,omitempty"`
+	// tokens_out sums step_end output tokens.
+	TokensOut int64 `protobuf:"varint,11,opt,name=tokens_out,json=tokensOut,proto3" json:"tokens_out,omitempty"`
+	// run_status is XCT's run status ("" for chains XCT did not write).
+	RunStatus string `protobuf:"bytes,12,opt,name=run_status,json=runStatus,proto3" json:"run_status,omitempty"`
+	// last_checkpoint_seq is the seq of the latest checkpoint (0: none).
+	LastCheckpointSeq uint64 `protobuf:"varint,13,opt,name=last_checkpoint_seq,json=lastCheckpointSeq,proto3" json:"last_checkpoint_seq,omitempty"`
+	// unknown_types counts events of types the reducer does not know.
+	UnknownTypes uint32 `protobuf:"varint,14,opt,name=unknown_types,json=unknownTypes,proto3" json:"unknown_types,omitempty"`
+	// last_timestamp is the timestamp of the last event applied.
+	LastTimestamp string `protobuf:"bytes,15,opt,name=last_timestamp,json=lastTimestamp,proto3" json:"last_timestamp,omitempty"`
+	// last_error_seq is the seq of the latest error event (0: none).
+	LastErrorSeq  uint64 `protobuf:"varint,16,opt,name=last_error_seq,json=lastErrorSeq,proto3" json:"last_error_seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StateSummary) Reset() {
+	*x = StateSummary{}
+	mi := &file_lctl_v1_tracer_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StateSummary) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StateSummary) ProtoMessage() {}
+
+func (x *StateSummary) ProtoReflect() protoreflect.Message {
+	mi := &file_lctl_v1_tracer_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StateSummary.ProtoReflect.Descriptor instead.
+func (*StateSummary) Descriptor() ([]byte, []int) {
+	return file_lctl_v1_tracer_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *StateSummary) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *StateSummary) GetEvents() uint64 {
+	if x != nil {
+		return x.Events
+	}
+	return 0
+}
+
+func (x *StateSummary) GetFacts() uint32 {
+	if x != nil {
+		return x.Facts
+	}
+	return 0
+}
+
+func (x *StateSummary) GetAgent() string {
+	if x != nil {
+		return x.Agent
+	}
+	return ""
+}
+
+func (x *StateSummary) GetCurrentStepSeq() uint64 {
+	if x != nil {
+		return x.CurrentStepSeq
+	}
+	return 0
+}
+
+func (x *StateSummary) GetCurrentIntent() string {
+	if x != nil {
+		return x.CurrentIntent
+	}
+	return ""
+}
+
+func (x *StateSummary) GetAgents() uint32 {
+	if x != nil {
+		return x.Agents
+	}
+	return 0
+}
+
+func (x *StateSummary) GetErrors() uint32 {
+	if x != nil {
+		return x.Errors
+	}
+	return 0
+}
+
+func (x *StateSummary) GetToolCalls() uint32 {
+	if x != nil {
+		return x.ToolCalls
+	}
+	return 0
+}
+
+func (x *StateSummary) GetTokensIn() int64 {
+	if x != nil {
+		return x.TokensIn
+	}
+	return 0
+}
+
+func (x *StateSummary) GetTokensOut() int64 {
+	if x != nil {
+		return x.TokensOut
+	}
+	return 0
+}
+
+func (x *StateSummary) GetRunStatus() string {
+	if x != nil {
+		return x.RunStatus
+	}
+	return ""
+}
+
+func (x *StateSummary) GetLastCheckpointSeq() uint64 {
+	if x != nil {
+		return x.LastCheckpointSeq
+	}
+	return 0
+}
+
+func (x *StateSummary) GetUnknownTypes() uint32 {
+	if x != nil {
+		return x.UnknownTypes
+	}
+	return 0
+}
+
+func (x *StateSummary) GetLastTimestamp() string {
+	if x != nil {
+		return x.LastTimestamp
+	}
+	return ""
+}
+
+func (x *StateSummary) GetLastErrorSeq() uint64 {
+	if x != nil {
+		return x.LastErrorSeq
+	}
+	return 0
+}
+
 // ExportChainRequest asks for a chain file.
 type ExportChainRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -491,7 +805,7 @@ type ExportChainRequest struct {
 
 func (x *ExportChainRequest) Reset() {
 	*x = ExportChainRequest{}
-	mi := &file_lctl_v1_tracer_proto_msgTypes[7]
+	mi := &file_lctl_v1_tracer_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -503,7 +817,7 @@ func (x *ExportChainRequest) String() string {
 func (*ExportChainRequest) ProtoMessage() {}
 
 func (x *ExportChainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lctl_v1_tracer_proto_msgTypes[7]
+	mi := &file_lctl_v1_tracer_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -516,7 +830,7 @@ func (x *ExportChainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportChainRequest.ProtoReflect.Descriptor instead.
 func (*ExportChainRequest) Descriptor() ([]byte, []int) {
-	return file_lctl_v1_tracer_proto_rawDescGZIP(), []int{7}
+	return file_lctl_v1_tracer_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ExportChainRequest) GetChainId() string {
@@ -546,7 +860,7 @@ type ExportChainResponse struct {
 
 func (x *ExportChainResponse) Reset() {
 	*x = ExportChainResponse{}
-	mi := &file_lctl_v1_tracer_proto_msgTypes[8]
+	mi := &file_lctl_v1_tracer_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -558,7 +872,7 @@ func (x *ExportChainResponse) String() string {
 func (*ExportChainResponse) ProtoMessage() {}
 
 func (x *ExportChainResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lctl_v1_tracer_proto_msgTypes[8]
+	mi := &file_lctl_v1_tracer_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -571,7 +885,7 @@ func (x *ExportChainResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportChainResponse.ProtoReflect.Descriptor instead.
 func (*ExportChainResponse) Descriptor() ([]byte, []int) {
-	return file_lctl_v1_tracer_proto_rawDescGZIP(), []int{8}
+	return file_lctl_v1_tracer_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ExportChainResponse) GetContent() []byte {
@@ -586,6 +900,2285 @@ func (x *ExportChainResponse) GetContentType() string {
 		return x.ContentType
 	}
 	return ""
+}
+
+// Problem is something wrong with a chain, named by the event where it
+// shows.
+type Problem struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// seq of the event (0 when not tied to one).
+	Seq uint64 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	// position is the event's 1-based position in the chain.
+	Position uint32 `protobuf:"varint,2,opt,name=position,proto3" json:"position,omitempty"`
+	// kind classifies it: duplicate_seq, missing_seq, out_of_order,
+	// bad_timestamp, timestamp_order, chain_id, no_hash, edited, resealed,
+	// removed, reordered, head_removed, checkpoint.
+	Kind string `protobuf:"bytes,3,opt,name=kind,proto3" json:"kind,omitempty"`
+	// message says what is wrong, naming the event.
+	Message       string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Problem) Reset() {
+	*x = Problem{}
+	mi := &file_lctl_v1_tracer_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Problem) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Problem) ProtoMessage() {}
+
+func (x *Problem) ProtoReflect() protoreflect.Message {
+	mi := &file_lctl_v1_tracer_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Problem.ProtoReflect.Descriptor instead.
+func (*Problem) Descriptor() ([]byte, []int) {
+	return file_lctl_v1_tracer_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *Problem) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *Problem) GetPosition() uint32 {
+	if x != nil {
+		return x.Position
+	}
+	return 0
+}
+
+func (x *Problem) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *Problem) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+// VerifyCheck is the outcome of one of the four checks.
+type VerifyCheck struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is sequence, timestamps, hash_chain or checkpoints.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// ok is true when the check found nothing.
+	Ok bool `protobuf:"varint,2,opt,name=ok,proto3" json:"ok,omitempty"`
+	// summary says what was checked, or the first problem.
+	Summary string `protobuf:"bytes,3,opt,name=summary,proto3" json:"summary,omitempty"`
+	// problems counts the check's problems.
+	Problems      uint32 `protobuf:"varint,4,opt,name=problems,proto3" json:"problems,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VerifyCheck) Reset() {
+	*x = VerifyCheck{}
+	mi := &file_lctl_v1_tracer_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VerifyCheck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VerifyCheck) ProtoMessage() {}
+
+func (x *VerifyCheck) ProtoReflect() protoreflect.Message {
+	mi := &file_lctl_v1_tracer_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VerifyCheck.ProtoReflect.Descriptor instead.
+func (*VerifyCheck) Descriptor() ([]byte, []int) {
+	return file_lctl_v1_tracer_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *VerifyCheck) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *VerifyCheck) GetOk() bool {
+	if x != nil {
+		return x.Ok
+	}
+	return false
+}
+
+func (x *VerifyCheck) GetSummary() string {
+	if x != nil {
+		return x.Summary
+	}
+	return ""
+}
+
+func (x *VerifyCheck) GetProblems() uint32 {
+	if x != nil {
+		return x.Problems
+	}
+	return 0
+}
+
+// VerifyChainRequest names the chain to verify.
+type VerifyChainRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// chain_id identifies the chain.
+	ChainId       string `protobuf:"bytes,1,opt,name=chain_id,json=chainId,proto3" json:"chain_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VerifyChainRequest) Reset() {
+	*x = VerifyChainRequest{}
+	mi := &file_lctl_v1_tracer_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VerifyChainRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VerifyChainRequest) ProtoMessage() {}
+
+func (x *VerifyChainRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lctl_v1_tracer_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VerifyChainRequest.ProtoReflect.Descriptor instead.
+func (*VerifyChainRequest) Descriptor() ([]byte, []int) {
+	return file_lctl_v1_tracer_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *VerifyChainRequest) GetChainId() string {
+	if x != nil {
+		return x.ChainId
+	}
+	return ""
+}
+
+// VerifyChainResponse is what verification found.
+type VerifyChainResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// ok is true when no check found a problem.
+	Ok bool `protobuf:"varint,1,opt,name=ok,proto3" json:"ok,omitempty"`
+	// events counts the chain's events.
+	Events uint64 `protobuf:"varint,2,opt,name=events,proto3" json:"events,omitempty"`
+	// checks in the order they ran.
+	Checks []*VerifyCheck `protobuf:"bytes,3,rep,name=checks,proto3" json:"checks,omitempty"`
+	// problems, in chain order.
+	Problems []*Problem `protobuf:"bytes,4,rep,name=problems,proto3" json:"problems,omitempty"`
+	// notes are observations that are not failures.
+	Notes         []string `protobuf:"bytes,5,rep,name=notes,proto3" json:"notes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VerifyChainResponse) Reset() {
+	*x = VerifyChainResponse{}
+	mi := &file_lctl_v1_tracer_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VerifyChainResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VerifyChainResponse) ProtoMessage() {}
+
+func (x *VerifyChainResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lctl_v1_tracer_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VerifyChainResponse.ProtoReflect.Descriptor instead.
+func (*VerifyChainResponse) Descriptor() ([]byte, []int) {
+	return file_lctl_v1_tracer_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *VerifyChainResponse) GetOk() bool {
+	if x != nil {
+		return x.Ok
+	}
+	return false
+}
+
+func (x *VerifyChainResponse) GetEvents() uint64 {
+	if x != nil {
+		return x.Events
+	}
+	return 0
+}
+
+func (x *VerifyChainResponse) GetChecks() []*VerifyCheck {
+	if x != nil {
+		return x.Checks
+	}
+	return nil
+}
+
+func (x *VerifyChainResponse) GetProblems() []*Problem {
+	if x != nil {
+		return x.Problems
+	}
+	return nil
+}
+
+func (x *VerifyChainResponse) GetNotes() []string {
+	if x != nil {
+		return x.Notes
+	}
+	return nil
+}
+
+// DiffChainsRequest names the chains to compare.
+type DiffChainsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// chain_id_a is the first chain ("v1").
+	ChainIdA string `protobuf:"bytes,1,opt,name=chain_id_a,json=chainIdA,proto3" json:"chain_id_a,omitempty"`
+	// chain_id_b is the second chain ("v2").
+	ChainIdB string `protobuf:"bytes,2,opt,name=chain_id_b,json=chainIdB,proto3" json:"chain_id_b,omitempty"`
+	// ignore_fields are data fields left out of the comparison, in addition
+	// to the defaults (duration_ms, step_id, run_id, ...) unless
+	// compare_all_fields is set.
+	IgnoreFields []string `protobuf:"bytes,3,rep,name=ignore_fields,json=ignoreFields,proto3" json:"ignore_fields,omitempty"`
+	// compare_all_fields compares every data field, timings included.
+	CompareAllFields bool `protobuf:"varint,4,opt,name=compare_all_fields,json=compareAllFields,proto3" json:"compare_all_fields,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *DiffChainsRequest) Reset() {
+	*x = DiffChainsRequest{}
+	mi := &file_lctl_v1_tracer_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DiffChainsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DiffChainsRequest) ProtoMessage() {}
+
+func (x *DiffChainsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lctl_v1_tracer_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DiffChainsRequest.ProtoReflect.Descriptor instead.
+func (*DiffChainsRequest) Descriptor() ([]byte, []int) {
+	return file_lctl_v1_tracer_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *DiffChainsRequest) GetChainIdA() string {
+	if x != nil {
+		return x.ChainIdA
+	}
+	return ""
+}
+
+func (x *DiffChainsRequest) GetChainIdB() string {
+	if x != nil {
+		return x.ChainIdB
+	}
+	return ""
+}
+
+func (x *DiffChainsRequest) GetIgnoreFields() []string {
+	if x != nil {
+		return x.IgnoreFields
+	}
+	return nil
+}
+
+func (x *DiffChainsRequest) GetCompareAllFields() bool {
+	if x != nil {
+		return x.CompareAllFields
+	}
+	return false
+}
+
+// EventRef points at an event of a compared chain.
+type EventRef struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// seq of the event.
+	Seq uint64 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	// position is the 1-based position in its chain.
+	Position uint32 `protobuf:"varint,2,opt,name=position,proto3" json:"position,omitempty"`
+	// agent of the event.
+	Agent string `protobuf:"bytes,3,opt,name=agent,proto3" json:"agent,omitempty"`
+	// type of the event.
+	Type string `protobuf:"bytes,4,opt,name=type,proto3" json:"type,omitempty"`
+	// subject is what the event is about: a tool, fact id, error code.
+	Subject string `protobuf:"bytes,5,opt,name=subject,proto3" json:"subject,omitempty"`
+	// detail is the event's short description.
+	Detail        string `protobuf:"bytes,6,opt,name=detail,proto3" json:"detail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EventRef) Reset() {
+	*x = EventRef{}
+	mi := &file_lctl_v1_tracer_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EventRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EventRef) ProtoMessage() {}
+
+func (x *EventRef) ProtoReflect() protoreflect.Message {
+	mi := &file_lctl_v1_tracer_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EventRef.ProtoReflect.Descriptor instead.
+func (*EventRef) Descriptor() ([]byte, []int) {
+	return file_lctl_v1_tracer_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *EventRef) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *EventRef) GetPosition() uint32 {
+	if x != nil {
+		return x.Position
+	}
+	return 0
+}
+
+func (x *EventRef) GetAgent() string {
+	if x != nil {
+		return x.Agent
+	}
+	return ""
+}
+
+func (x *EventRef) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *EventRef) GetSubject() string {
+	if x != nil {
+		return x.Subject
+	}
+	return ""
+}
+
+func (x *EventRef) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+// FieldChange is a data field that differs between aligned events.
+type FieldChange struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// path of the field, e.g. "confidence" or "output.matches".
+	Path string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	// a is the value in the first chain (null when absent).
+	A *structpb.Value `protobuf:"bytes,2,opt,name=a,proto3" json:"a,omitempty"`
+	// b is the value in the second chain (null when absent).
+	B             *structpb.Value `protobuf:"bytes,3,opt,name=b,proto3" json:"b,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FieldChange) Reset() {
+	*x = FieldChange{}
+	mi := &file_lctl_v1_tracer_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FieldChange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FieldChange) ProtoMessage() {}
+
+func (x *FieldChange) ProtoReflect() protoreflect.Message {
+	mi := &file_lctl_v1_tracer_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FieldChange.ProtoReflect.Descriptor instead.
+func (*FieldChange) Descriptor() ([]byte, []int) {
+	return file_lctl_v1_tracer_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *FieldChange) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *FieldChange) GetA() *structpb.Value {
+	if x != nil {
+		return x.A
+	}
+	return nil
+}
+
+func (x *FieldChange) GetB() *structpb.Value {
+	if x != nil {
+		return x.B
+	}
+	return nil
+}
+
+// Difference is one place where the chains differ.
+type Difference struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// kind is changed, added (only in b) or removed (only in a).
+	Kind string `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	// a is the event of the first chain (unset for added).
+	A *EventRef `protobuf:"bytes,2,opt,name=a,proto3" json:"a,omitempty"`
+	// b is the event of the second chain (unset for removed).
+	B *EventRef `protobuf:"bytes,3,opt,name=b,proto3" json:"b,omitempty"`
+	// fields that differ (changed only).
+	Fields        []*FieldChange `protobuf:"bytes,4,rep,name=fields,proto3" json:"fields,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Difference) Reset() {
+	*x = Difference{}
+	mi := &file_lctl_v1_tracer_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Difference) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Difference) ProtoMessage() {}
+
+func (x *Difference) ProtoReflect() protoreflect.Message {
+	mi := &file_lctl_v1_tracer_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Difference.ProtoReflect.Descriptor instead.
+func (*Difference) Descriptor() ([]byte, []int) {
+	return file_lctl_v1_tracer_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *Difference) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *Difference) GetA() *EventRef {
+	if x != nil {
+		return x.A
+	}
+	return nil
+}
+
+func (x *Difference) GetB() *EventRef {
+	if x != nil {
+		return x.B
+	}
+	return nil
+}
+
+func (x *Difference) GetFields() []*FieldChange {
+	if x != nil {
+		return x.Fields
+	}
+	return nil
+}
+
+// DiffChainsResponse is the comparison.
+type DiffChainsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// identical is true when nothing differs.
+	Identical bool `protobuf:"varint,1,opt,name=identical,proto3" json:"identical,omitempty"`
+	// differences in chain order; the first is where the runs diverged.
+	Differences []*Difference `protobuf:"bytes,2,rep,name=differences,proto3" json:"differences,omitempty"`
+	// changed counts aligned events whose data differ.
+	Changed uint32 `protobuf:"varint,3,opt,name=changed,proto3" json:"changed,omitempty"`
+	// added counts events only the second chain has.
+	Added uint32 `protobuf:"varint,4,opt,name=added,proto3" json:"added,omitempty"`
+	// removed counts events only the first chain has.
+	Removed uint32 `protobuf:"varint,5,opt,name=removed,proto3" json:"removed,omitempty"`
+	// aligned is false when the chains were too different to align and the
+	// rest was compared by position.
+	Aligned bool `protobuf:"varint,6,opt,name=aligned,proto3" json:"aligned,omitempty"`
+	// ignored_fields are the data fields that were not compared.
+	IgnoredFields []string `protobuf:"bytes,7,rep,name=ignored_fields,json=ignoredFields,proto3" json:"ignored_fields,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DiffChainsResponse) Reset() {
+	*x = DiffChainsResponse{}
+	mi := &file_lctl_v1_tracer_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DiffChainsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DiffChainsResponse) ProtoMessage() {}
+
+func (x *DiffChainsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lctl_v1_tracer_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DiffChainsResponse.ProtoReflect.Descriptor instead.
+func (*DiffChainsResponse) Descriptor() ([]byte, []int) {
+	return file_lctl_v1_tracer_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *DiffChainsResponse) GetIdentical() bool {
+	if x != nil {
+		return x.Identical
+	}
+	return false
+}
+
+func (x *DiffChainsResponse) GetDifferences() []*Difference {
+	if x != nil {
+		return x.Differences
+	}
+	return nil
+}
+
+func (x *DiffChainsResponse) GetChanged() uint32 {
+	if x != nil {
+		return x.Changed
+	}
+	return 0
+}
+
+func (x *DiffChainsResponse) GetAdded() uint32 {
+	if x != nil {
+		return x.Added
+	}
+	return 0
+}
+
+func (x *DiffChainsResponse) GetRemoved() uint32 {
+	if x != nil {
+		return x.Removed
+	}
+	return 0
+}
+
+func (x *DiffChainsResponse) GetAligned() bool {
+	if x != nil {
+		return x.Aligned
+	}
+	return false
+}
+
+func (x *DiffChainsResponse) GetIgnoredFields() []string {
+	if x != nil {
+		return x.IgnoredFields
+	}
+	return nil
+}
+
+// ModelPrice is what a model's tokens cost, in dollars per 1,000.
+type ModelPrice struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// input_per_1k is the price of 1,000 input tokens.
+	InputPer_1K float64 `protobuf:"fixed64,1,opt,name=input_per_1k,json=inputPer1k,proto3" json:"input_per_1k,omitempty"`
+	// output_per_1k is the price of 1,000 output tokens.
+	OutputPer_1K  float64 `protobuf:"fixed64,2,opt,name=output_per_1k,json=outputPer1k,proto3" json:"output_per_1k,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ModelPrice) Reset() {
+	*x = ModelPrice{}
+	mi := &file_lctl_v1_tracer_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModelPrice) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModelPrice) ProtoMessage() {}
+
+func (x *ModelPrice) ProtoReflect() protoreflect.Message {
+	mi := &file_lctl_v1_tracer_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModelPrice.ProtoReflect.Descriptor instead.
+func (*ModelPrice) Descriptor() ([]byte, []int) {
+	return file_lctl_v1_tracer_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ModelPrice) GetInputPer_1K() float64 {
+	if x != nil {
+		return x.InputPer_1K
+	}
+	return 0
+}
+
+func (x *ModelPrice) GetOutputPer_1K() float64 {
+	if x != nil {
+		return x.OutputPer_1K
+	}
+	return 0
+}
+
+// ChainStatsRequest names the chain, with an optional price table.
+type ChainStatsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// chain_id identifies the chain.
+	ChainId string `protobuf:"bytes,1,opt,name=chain_id,json=chainId,proto3" json:"chain_id,omitempty"`
+	// prices by model name; without them the cost is unknown.
+	Prices        map[string]*ModelPrice `protobuf:"bytes,2,rep,name=prices,proto3" json:"prices,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChainStatsRequest) Reset() {
+	*x = ChainStatsRequest{}
+	mi := &file_lctl_v1_tracer_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChainStatsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChainStatsRequest) ProtoMessage() {}
+
+func (x *ChainStatsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lctl_v1_tracer_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChainStatsRequest.ProtoReflect.Descriptor instead.
+func (*ChainStatsRequest) Descriptor() ([]byte, []int) {
+	return file_lctl_v1_tracer_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ChainStatsRequest) GetChainId() string {
+	if x != nil {
+		return x.ChainId
+	}
+	return ""
+}
+
+func (x *ChainStatsRequest) GetPrices() map[string]*ModelPrice {
+	if x != nil {
+		return x.Prices
+	}
+	return nil
+}
+
+// ModelCost is one model's tokens and their cost.
+type ModelCost struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// model is the name the chain gives.
+	Model string `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	// input_tokens used by the model.
+	InputTokens int64 `protobuf:"varint,2,opt,name=input_tokens,json=inputTokens,proto3" json:"input_tokens,omitempty"`
+	// output_tokens produced by the model.
+	OutputTokens int64 `protobuf:"varint,3,opt,name=output_tokens,json=outputTokens,proto3" json:"output_tokens,omitempty"`
+	// cost in dollars; unset when the model has no price.
+	Cost          *float64 `protobuf:"fixed64,4,opt,name=cost,proto3,oneof" json:"cost,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ModelCost) Reset() {
+	*x = ModelCost{}
+	mi := &file_lctl_v1_tracer_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModelCost) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModelCost) ProtoMessage() {}
+
+func (x *ModelCost) ProtoReflect() protoreflect.Message {
+	mi := &file_lctl_v1_tracer_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModelCost.ProtoReflect.Descriptor instead.
+func (*ModelCost) Descriptor() ([]byte, []int) {
+	return file_lctl_v1_tracer_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ModelCost) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *ModelCost) GetInputTokens() int64 {
+	if x != nil {
+		return x.InputTokens
+	}
+	return 0
+}
+
+func (x *ModelCost) GetOutputTokens() int64 {
+	if x != nil {
+		return x.OutputTokens
+	}
+	return 0
+}
+
+func (x *ModelCost) GetCost() float64 {
+	if x != nil && x.Cost != nil {
+		return *x.Cost
+	}
+	return 0
+}
+
+// ChainStatsResponse is the chain's summary.
+type ChainStatsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// events counts the chain's events.
+	Events uint64 `protobuf:"varint,1,opt,name=events,proto3" json:"events,omitempty"`
+	// duration_ms sums the steps' durations (or the wall clock when no step
+	// has one).
+	DurationMs float64 `protobuf:"fixed64,2,opt,name=duration_ms,json=durationMs,proto3" json:"duration_ms,omitempty"`
+	// duration_source is "steps", "timestamps" or "none".
+	DurationSource string `protobuf:"bytes,3,opt,name=duration_source,json=durationSource,proto3" json:"duration_source,omitempty"`
+	// wall_clock_ms is the time from the first to the last event.
+	WallClockMs float64 `protobuf:"fixed64,4,opt,name=wall_clock_ms,json=wallClockMs,proto3" json:"wall_clock_ms,omitempty"`
+	// tokens_in sums input tokens.
+	TokensIn int64 `protobuf:"varint,5,opt,name=tokens_in,json=tokensIn,proto3" json:"tokens_in,omitempty"`
+	// tokens_out sums output tokens.
+	TokensOut int64 `protobuf:"varint,6,opt,name=tokens_out,json=tokensOut,proto3" json:"tokens_out,omitempty"`
+	// cost in dollars; unset without prices.
+	Cost *float64 `protobuf:"fixed64,7,opt,name=cost,proto3,oneof" json:"cost,omitempty"`
+	// cost_by_model breaks tokens and cost down by model.
+	CostByModel []*ModelCost `protobuf:"bytes,8,rep,name=cost_by_model,json=costByModel,proto3" json:"cost_by_model,omitempty"`
+	// unpriced lists models with tokens but no price.
+	Unpriced []string `protobuf:"bytes,9,rep,name=unpriced,proto3" json:"unpriced,omitempty"`
+	// agents that did work.
+	Agents []string `protobuf:"bytes,10,rep,name=agents,proto3" json:"agents,omitempty"`
+	// errors counts error events.
+	Errors uint32 `protobuf:"varint,11,opt,name=errors,proto3" json:"errors,omitempty"`
+	// facts counts facts.
+	Facts uint32 `protobuf:"varint,12,opt,name=facts,proto3" json:"facts,omitempty"`
+	// avg_confidence over the facts; unset when no fact has one.
+	AvgConfidence *float64 `protobuf:"fixed64,13,opt,name=avg_confidence,json=avgConfidence,proto3,oneof" json:"avg_confidence,omitempty"`
+	// steps counts step_start events.
+	Steps uint32 `protobuf:"varint,14,opt,name=steps,proto3" json:"steps,omitempty"`
+	// tool_calls counts tool calls.
+	ToolCalls uint32 `protobuf:"varint,15,opt,name=tool_calls,json=toolCalls,proto3" json:"tool_calls,omitempty"`
+	// event_types counts events by type.
+	EventTypes map[string]uint32 `protobuf:"bytes,16,rep,name=event_types,json=eventTypes,proto3" json:"event_types,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// run_status is XCT's run status.
+	RunStatus     string `protobuf:"bytes,17,opt,name=run_status,json=runStatus,proto3" json:"run_status,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChainStatsResponse) Reset() {
+	*x = ChainStatsResponse{}
+	mi := &file_lctl_v1_tracer_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChainStatsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChainStatsResponse) ProtoMessage() {}
+
+func (x *ChainStatsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lctl_v1_tracer_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChainStatsResponse.ProtoReflect.Descriptor instead.
+func (*ChainStatsResponse) Descriptor() ([]byte, []int) {
+	return file_lctl_v1_tracer_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ChainStatsResponse) GetEvents() uint64 {
+	if x != nil {
+		return x.Events
+	}
+	return 0
+}
+
+func (x *ChainStatsResponse) GetDurationMs() float64 {
+	if x != nil {
+		return x.DurationMs
+	}
+	return 0
+}
+
+func (x *ChainStatsResponse) GetDurationSource() string {
+	if x != nil {
+		return x.DurationSource
+	}
+	return ""
+}
+
+func (x *ChainStatsResponse) GetWallClockMs() float64 {
+	if x != nil {
+		return x.WallClockMs
+	}
+	return 0
+}
+
+func (x *ChainStatsResponse) GetTokensIn() int64 {
+	if x != nil {
+		return x.TokensIn
+	}
+	return 0
+}
+
+func (x *ChainStatsResponse) GetTokensOut() int64 {
+	if x != nil {
+		return x.TokensOut
+	}
+	return 0
+}
+
+func (x *ChainStatsResponse) GetCost() float64 {
+	if x != nil && x.Cost != nil {
+		return *x.Cost
+	}
+	return 0
+}
+
+func (x *ChainStatsResponse) GetCostByModel() []*ModelCost {
+	if x != nil {
+		return x.CostByModel
+	}
+	return nil
+}
+
+func (x *ChainStatsResponse) GetUnpriced() []string {
+	if x != nil {
+		return x.Unpriced
+	}
+	return nil
+}
+
+func (x *ChainStatsResponse) GetAgents() []string {
+	if x != nil {
+		return x.Agents
+	}
+	return nil
+}
+
+func (x *ChainStatsResponse) GetErrors() uint32 {
+	if x != nil {
+		return x.Errors
+	}
+	return 0
+}
+
+func (x *ChainStatsResponse) GetFacts() uint32 {
+	if x != nil {
+		return x.Facts
+	}
+	return 0
+}
+
+func (x *ChainStatsResponse) GetAvgConfidence() float64 {
+	if x != nil && x.AvgConfidence != nil {
+		return *x.AvgConfidence
+	}
+	return 0
+}
+
+func (x *ChainStatsResponse) GetSteps() uint32 {
+	if x != nil {
+		return x.Steps
+	}
+	return 0
+}
+
+func (x *ChainStatsResponse) GetToolCalls() uint32 {
+	if x != nil {
+		return x.ToolCalls
+	}
+	return 0
+}
+
+func (x *ChainStatsResponse) GetEventTypes() map[string]uint32 {
+	if x != nil {
+		return x.EventTypes
+	}
+	return nil
+}
+
+func (x *ChainStatsResponse) GetRunStatus() string {
+	if x != nil {
+		return x.RunStatus
+	}
+	return ""
+}
+
+// FindBottlenecksRequest names the chain.
+type FindBottlenecksRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// chain_id identifies the chain.
+	ChainId string `protobuf:"bytes,1,opt,name=chain_id,json=chainId,proto3" json:"chain_id,omitempty"`
+	// top bounds the steps listed; 0 means 5.
+	Top           uint32 `protobuf:"varint,2,opt,name=top,proto3" json:"top,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FindBottlenecksRequest) Reset() {
+	*x = FindBottlenecksRequest{}
+	mi := &file_lctl_v1_tracer_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FindBottlenecksRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FindBottlenecksRequest) ProtoMessage() {}
+
+func (x *FindBottlenecksRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lctl_v1_tracer_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FindBottlenecksRequest.ProtoReflect.Descriptor instead.
+func (*FindBottlenecksRequest) Descriptor() ([]byte, []int) {
+	return file_lctl_v1_tracer_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *FindBottlenecksRequest) GetChainId() string {
+	if x != nil {
+		return x.ChainId
+	}
+	return ""
+}
+
+func (x *FindBottlenecksRequest) GetTop() uint32 {
+	if x != nil {
+		return x.Top
+	}
+	return 0
+}
+
+// StepTiming is one step and its time.
+type StepTiming struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// agent that ran the step.
+	Agent string `protobuf:"bytes,1,opt,name=agent,proto3" json:"agent,omitempty"`
+	// step is XCT's step number, or the seq of the step_start.
+	Step int64 `protobuf:"varint,2,opt,name=step,proto3" json:"step,omitempty"`
+	// start_seq is the seq of the step_start.
+	StartSeq uint64 `protobuf:"varint,3,opt,name=start_seq,json=startSeq,proto3" json:"start_seq,omitempty"`
+	// duration_ms of the step.
+	DurationMs float64 `protobuf:"fixed64,4,opt,name=duration_ms,json=durationMs,proto3" json:"duration_ms,omitempty"`
+	// share of all steps' time, 0..1.
+	Share float64 `protobuf:"fixed64,5,opt,name=share,proto3" json:"share,omitempty"`
+	// tool_ms sums the step's tool calls.
+	ToolMs float64 `protobuf:"fixed64,6,opt,name=tool_ms,json=toolMs,proto3" json:"tool_ms,omitempty"`
+	// unfinished is true for a step that never ended.
+	Unfinished bool `protobuf:"varint,7,opt,name=unfinished,proto3" json:"unfinished,omitempty"`
+	// intent of the step.
+	Intent        string `protobuf:"bytes,8,opt,name=intent,proto3" json:"intent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StepTiming) Reset() {
+	*x = StepTiming{}
+	mi := &file_lctl_v1_tracer_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StepTiming) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StepTiming) ProtoMessage() {}
+
+func (x *StepTiming) ProtoReflect() protoreflect.Message {
+	mi := &file_lctl_v1_tracer_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StepTiming.ProtoReflect.Descriptor instead.
+func (*StepTiming) Descriptor() ([]byte, []int) {
+	return file_lctl_v1_tracer_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *StepTiming) GetAgent() string {
+	if x != nil {
+		return x.Agent
+	}
+	return ""
+}
+
+func (x *StepTiming) GetStep() int64 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
+func (x *StepTiming) GetStartSeq() uint64 {
+	if x != nil {
+		return x.StartSeq
+	}
+	return 0
+}
+
+func (x *StepTiming) GetDurationMs() float64 {
+	if x != nil {
+		return x.DurationMs
+	}
+	return 0
+}
+
+func (x *StepTiming) GetShare() float64 {
+	if x != nil {
+		return x.Share
+	}
+	return 0
+}
+
+func (x *StepTiming) GetToolMs() float64 {
+	if x != nil {
+		return x.ToolMs
+	}
+	return 0
+}
+
+func (x *StepTiming) GetUnfinished() bool {
+	if x != nil {
+		return x.Unfinished
+	}
+	return false
+}
+
+func (x *StepTiming) GetIntent() string {
+	if x != nil {
+		return x.Intent
+	}
+	return ""
+}
+
+// AgentTime is one agent's part of the time.
+type AgentTime struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// agent name.
+	Agent string `protobuf:"bytes,1,opt,name=agent,proto3" json:"agent,omitempty"`
+	// duration_ms of its steps.
+	DurationMs float64 `protobuf:"fixed64,2,opt,name=duration_ms,json=durationMs,proto3" json:"duration_ms,omitempty"`
+	// share of all steps' time.
+	Share float64 `protobuf:"fixed64,3,opt,name=share,proto3" json:"share,omitempty"`
+	// steps counts its steps.
+	Steps         uint32 `protobuf:"varint,4,opt,name=steps,proto3" json:"steps,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AgentTime) Reset() {
+	*x = AgentTime{}
+	mi := &file_lctl_v1_tracer_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AgentTime) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AgentTime) ProtoMessage() {}
+
+func (x *AgentTime) ProtoReflect() protoreflect.Message {
+	mi := &file_lctl_v1_tracer_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AgentTime.ProtoReflect.Descriptor instead.
+func (*AgentTime) Descriptor() ([]byte, []int) {
+	return file_lctl_v1_tracer_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *AgentTime) GetAgent() string {
+	if x != nil {
+		return x.Agent
+	}
+	return ""
+}
+
+func (x *AgentTime) GetDurationMs() float64 {
+	if x != nil {
+		return x.DurationMs
+	}
+	return 0
+}
+
+func (x *AgentTime) GetShare() float64 {
+	if x != nil {
+		return x.Share
+	}
+	return 0
+}
+
+func (x *AgentTime) GetSteps() uint32 {
+	if x != nil {
+		return x.Steps
+	}
+	return 0
+}
+
+// FindBottlenecksResponse is the analysis.
+type FindBottlenecksResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// steps are the slowest, slowest first.
+	Steps []*StepTiming `protobuf:"bytes,1,rep,name=steps,proto3" json:"steps,omitempty"`
+	// total_ms sums every finished step.
+	TotalMs float64 `protobuf:"fixed64,2,opt,name=total_ms,json=totalMs,proto3" json:"total_ms,omitempty"`
+	// by_agent is the time per agent, largest first.
+	ByAgent []*AgentTime `protobuf:"bytes,3,rep,name=by_agent,json=byAgent,proto3" json:"by_agent,omitempty"`
+	// unfinished lists steps that never ended.
+	Unfinished []*StepTiming `protobuf:"bytes,4,rep,name=unfinished,proto3" json:"unfinished,omitempty"`
+	// recommendation says what to look at first.
+	Recommendation string `protobuf:"bytes,5,opt,name=recommendation,proto3" json:"recommendation,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *FindBottlenecksResponse) Reset() {
+	*x = FindBottlenecksResponse{}
+	mi := &file_lctl_v1_tracer_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FindBottlenecksResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FindBottlenecksResponse) ProtoMessage() {}
+
+func (x *FindBottlenecksResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lctl_v1_tracer_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FindBottlenecksResponse.ProtoReflect.Descriptor instead.
+func (*FindBottlenecksResponse) Descriptor() ([]byte, []int) {
+	return file_lctl_v1_tracer_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *FindBottlenecksResponse) GetSteps() []*StepTiming {
+	if x != nil {
+		return x.Steps
+	}
+	return nil
+}
+
+func (x *FindBottlenecksResponse) GetTotalMs() float64 {
+	if x != nil {
+		return x.TotalMs
+	}
+	return 0
+}
+
+func (x *FindBottlenecksResponse) GetByAgent() []*AgentTime {
+	if x != nil {
+		return x.ByAgent
+	}
+	return nil
+}
+
+func (x *FindBottlenecksResponse) GetUnfinished() []*StepTiming {
+	if x != nil {
+		return x.Unfinished
+	}
+	return nil
+}
+
+func (x *FindBottlenecksResponse) GetRecommendation() string {
+	if x != nil {
+		return x.Recommendation
+	}
+	return ""
+}
+
+// FactConfidenceRequest names the chain.
+type FactConfidenceRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// chain_id identifies the chain.
+	ChainId string `protobuf:"bytes,1,opt,name=chain_id,json=chainId,proto3" json:"chain_id,omitempty"`
+	// decay_rate per hop; 0 means 0.95.
+	DecayRate     float64 `protobuf:"fixed64,2,opt,name=decay_rate,json=decayRate,proto3" json:"decay_rate,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FactConfidenceRequest) Reset() {
+	*x = FactConfidenceRequest{}
+	mi := &file_lctl_v1_tracer_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FactConfidenceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FactConfidenceRequest) ProtoMessage() {}
+
+func (x *FactConfidenceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lctl_v1_tracer_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FactConfidenceRequest.ProtoReflect.Descriptor instead.
+func (*FactConfidenceRequest) Descriptor() ([]byte, []int) {
+	return file_lctl_v1_tracer_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *FactConfidenceRequest) GetChainId() string {
+	if x != nil {
+		return x.ChainId
+	}
+	return ""
+}
+
+func (x *FactConfidenceRequest) GetDecayRate() float64 {
+	if x != nil {
+		return x.DecayRate
+	}
+	return 0
+}
+
+// ConfidencePoint is one value on a fact's timeline.
+type ConfidencePoint struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// seq of the event.
+	Seq uint64 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	// agent of the event.
+	Agent string `protobuf:"bytes,2,opt,name=agent,proto3" json:"agent,omitempty"`
+	// kind is added, modified or hop.
+	Kind string `protobuf:"bytes,3,opt,name=kind,proto3" json:"kind,omitempty"`
+	// value of the confidence after the event.
+	Value float64 `protobuf:"fixed64,4,opt,name=value,proto3" json:"value,omitempty"`
+	// blocked is true below the block threshold (0.40).
+	Blocked bool `protobuf:"varint,5,opt,name=blocked,proto3" json:"blocked,omitempty"`
+	// reason the event gave.
+	Reason        string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConfidencePoint) Reset() {
+	*x = ConfidencePoint{}
+	mi := &file_lctl_v1_tracer_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConfidencePoint) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConfidencePoint) ProtoMessage() {}
+
+func (x *ConfidencePoint) ProtoReflect() protoreflect.Message {
+	mi := &file_lctl_v1_tracer_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConfidencePoint.ProtoReflect.Descriptor instead.
+func (*ConfidencePoint) Descriptor() ([]byte, []int) {
+	return file_lctl_v1_tracer_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *ConfidencePoint) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *ConfidencePoint) GetAgent() string {
+	if x != nil {
+		return x.Agent
+	}
+	return ""
+}
+
+func (x *ConfidencePoint) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *ConfidencePoint) GetValue() float64 {
+	if x != nil {
+		return x.Value
+	}
+	return 0
+}
+
+func (x *ConfidencePoint) GetBlocked() bool {
+	if x != nil {
+		return x.Blocked
+	}
+	return false
+}
+
+func (x *ConfidencePoint) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// FactTimeline is one fact's confidence over the chain.
+type FactTimeline struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id of the fact.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// text of the fact.
+	Text string `protobuf:"bytes,2,opt,name=text,proto3" json:"text,omitempty"`
+	// points in chain order.
+	Points []*ConfidencePoint `protobuf:"bytes,3,rep,name=points,proto3" json:"points,omitempty"`
+	// final confidence, decay included; unset when none was given.
+	Final *float64 `protobuf:"fixed64,4,opt,name=final,proto3,oneof" json:"final,omitempty"`
+	// band is proceed, warn, verify, block or unknown.
+	Band string `protobuf:"bytes,5,opt,name=band,proto3" json:"band,omitempty"`
+	// labels explain the final state.
+	Labels []string `protobuf:"bytes,6,rep,name=labels,proto3" json:"labels,omitempty"`
+	// blocked_seq is where it fell below the block threshold.
+	BlockedSeq uint64 `protobuf:"varint,7,opt,name=blocked_seq,json=blockedSeq,proto3" json:"blocked_seq,omitempty"`
+	// consensus_score is the weighted average of several agents'
+	// assessments; unset with fewer than two.
+	ConsensusScore *float64 `protobuf:"fixed64,8,opt,name=consensus_score,json=consensusScore,proto3,oneof" json:"consensus_score,omitempty"`
+	// conflict is the spread of those assessments.
+	Conflict      float64 `protobuf:"fixed64,9,opt,name=conflict,proto3" json:"conflict,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FactTimeline) Reset() {
+	*x = FactTimeline{}
+	mi := &file_lctl_v1_tracer_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FactTimeline) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FactTimeline) ProtoMessage() {}
+
+func (x *FactTimeline) ProtoReflect() protoreflect.Message {
+	mi := &file_lctl_v1_tracer_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FactTimeline.ProtoReflect.Descriptor instead.
+func (*FactTimeline) Descriptor() ([]byte, []int) {
+	return file_lctl_v1_tracer_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *FactTimeline) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *FactTimeline) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+func (x *FactTimeline) GetPoints() []*ConfidencePoint {
+	if x != nil {
+		return x.Points
+	}
+	return nil
+}
+
+func (x *FactTimeline) GetFinal() float64 {
+	if x != nil && x.Final != nil {
+		return *x.Final
+	}
+	return 0
+}
+
+func (x *FactTimeline) GetBand() string {
+	if x != nil {
+		return x.Band
+	}
+	return ""
+}
+
+func (x *FactTimeline) GetLabels() []string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *FactTimeline) GetBlockedSeq() uint64 {
+	if x != nil {
+		return x.BlockedSeq
+	}
+	return 0
+}
+
+func (x *FactTimeline) GetConsensusScore() float64 {
+	if x != nil && x.ConsensusScore != nil {
+		return *x.ConsensusScore
+	}
+	return 0
+}
+
+func (x *FactTimeline) GetConflict() float64 {
+	if x != nil {
+		return x.Conflict
+	}
+	return 0
+}
+
+// FactConfidenceResponse is every fact's timeline.
+type FactConfidenceResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// facts in order of first appearance.
+	Facts []*FactTimeline `protobuf:"bytes,1,rep,name=facts,proto3" json:"facts,omitempty"`
+	// warnings name blocked facts and facts that need verification.
+	Warnings []string `protobuf:"bytes,2,rep,name=warnings,proto3" json:"warnings,omitempty"`
+	// hops counts handoffs between agents.
+	Hops uint32 `protobuf:"varint,3,opt,name=hops,proto3" json:"hops,omitempty"`
+	// decay_rate used.
+	DecayRate     float64 `protobuf:"fixed64,4,opt,name=decay_rate,json=decayRate,proto3" json:"decay_rate,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FactConfidenceResponse) Reset() {
+	*x = FactConfidenceResponse{}
+	mi := &file_lctl_v1_tracer_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FactConfidenceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FactConfidenceResponse) ProtoMessage() {}
+
+func (x *FactConfidenceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lctl_v1_tracer_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FactConfidenceResponse.ProtoReflect.Descriptor instead.
+func (*FactConfidenceResponse) Descriptor() ([]byte, []int) {
+	return file_lctl_v1_tracer_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *FactConfidenceResponse) GetFacts() []*FactTimeline {
+	if x != nil {
+		return x.Facts
+	}
+	return nil
+}
+
+func (x *FactConfidenceResponse) GetWarnings() []string {
+	if x != nil {
+		return x.Warnings
+	}
+	return nil
+}
+
+func (x *FactConfidenceResponse) GetHops() uint32 {
+	if x != nil {
+		return x.Hops
+	}
+	return 0
+}
+
+func (x *FactConfidenceResponse) GetDecayRate() float64 {
+	if x != nil {
+		return x.DecayRate
+	}
+	return 0
+}
+
+// QueryFactsRequest is a fact-store query.
+type QueryFactsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// chain_id identifies the chain.
+	ChainId string `protobuf:"bytes,1,opt,name=chain_id,json=chainId,proto3" json:"chain_id,omitempty"`
+	// query, e.g. "SELECT * WHERE confidence >= 0.8 ORDER BY confidence DESC
+	// LIMIT 10". An invalid query is INVALID_ARGUMENT naming the position.
+	Query string `protobuf:"bytes,2,opt,name=query,proto3" json:"query,omitempty"`
+	// to_seq queries the facts as they stood after that event; 0 means now.
+	ToSeq         uint64 `protobuf:"varint,3,opt,name=to_seq,json=toSeq,proto3" json:"to_seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueryFactsRequest) Reset() {
+	*x = QueryFactsRequest{}
+	mi := &file_lctl_v1_tracer_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueryFactsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueryFactsRequest) ProtoMessage() {}
+
+func (x *QueryFactsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lctl_v1_tracer_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueryFactsRequest.ProtoReflect.Descriptor instead.
+func (*QueryFactsRequest) Descriptor() ([]byte, []int) {
+	return file_lctl_v1_tracer_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *QueryFactsRequest) GetChainId() string {
+	if x != nil {
+		return x.ChainId
+	}
+	return ""
+}
+
+func (x *QueryFactsRequest) GetQuery() string {
+	if x != nil {
+		return x.Query
+	}
+	return ""
+}
+
+func (x *QueryFactsRequest) GetToSeq() uint64 {
+	if x != nil {
+		return x.ToSeq
+	}
+	return 0
+}
+
+// Fact is a fact of the store.
+type Fact struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id of the fact.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// text of the fact.
+	Text string `protobuf:"bytes,2,opt,name=text,proto3" json:"text,omitempty"`
+	// confidence, unset when none was given.
+	Confidence *float64 `protobuf:"fixed64,3,opt,name=confidence,proto3,oneof" json:"confidence,omitempty"`
+	// source of the fact.
+	Source string `protobuf:"bytes,4,opt,name=source,proto3" json:"source,omitempty"`
+	// tags of the fact.
+	Tags []string `protobuf:"bytes,5,rep,name=tags,proto3" json:"tags,omitempty"`
+	// fields holds every data field its events gave it.
+	Fields *structpb.Struct `protobuf:"bytes,6,opt,name=fields,proto3" json:"fields,omitempty"`
+	// added_by is the agent that added it.
+	AddedBy string `protobuf:"bytes,7,opt,name=added_by,json=addedBy,proto3" json:"added_by,omitempty"`
+	// updated_by is the agent that changed it last.
+	UpdatedBy string `protobuf:"bytes,8,opt,name=updated_by,json=updatedBy,proto3" json:"updated_by,omitempty"`
+	// updated_seq is the seq of its last change.
+	UpdatedSeq    uint64 `protobuf:"varint,9,opt,name=updated_seq,json=updatedSeq,proto3" json:"updated_seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Fact) Reset() {
+	*x = Fact{}
+	mi := &file_lctl_v1_tracer_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Fact) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Fact) ProtoMessage() {}
+
+func (x *Fact) ProtoReflect() protoreflect.Message {
+	mi := &file_lctl_v1_tracer_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Fact.ProtoReflect.Descriptor instead.
+func (*Fact) Descriptor() ([]byte, []int) {
+	return file_lctl_v1_tracer_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *Fact) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Fact) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+func (x *Fact) GetConfidence() float64 {
+	if x != nil && x.Confidence != nil {
+		return *x.Confidence
+	}
+	return 0
+}
+
+func (x *Fact) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *Fact) GetTags() []string {
+	if x != nil {
+		return x.Tags
+	}
+	return nil
+}
+
+func (x *Fact) GetFields() *structpb.Struct {
+	if x != nil {
+		return x.Fields
+	}
+	return nil
+}
+
+func (x *Fact) GetAddedBy() string {
+	if x != nil {
+		return x.AddedBy
+	}
+	return ""
+}
+
+func (x *Fact) GetUpdatedBy() string {
+	if x != nil {
+		return x.UpdatedBy
+	}
+	return ""
+}
+
+func (x *Fact) GetUpdatedSeq() uint64 {
+	if x != nil {
+		return x.UpdatedSeq
+	}
+	return 0
+}
+
+// QueryFactsResponse is the matching facts.
+type QueryFactsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// facts that match, ordered and limited as asked.
+	Facts []*Fact `protobuf:"bytes,1,rep,name=facts,proto3" json:"facts,omitempty"`
+	// columns are the selected fields; empty for *.
+	Columns       []string `protobuf:"bytes,2,rep,name=columns,proto3" json:"columns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueryFactsResponse) Reset() {
+	*x = QueryFactsResponse{}
+	mi := &file_lctl_v1_tracer_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueryFactsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueryFactsResponse) ProtoMessage() {}
+
+func (x *QueryFactsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lctl_v1_tracer_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueryFactsResponse.ProtoReflect.Descriptor instead.
+func (*QueryFactsResponse) Descriptor() ([]byte, []int) {
+	return file_lctl_v1_tracer_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *QueryFactsResponse) GetFacts() []*Fact {
+	if x != nil {
+		return x.Facts
+	}
+	return nil
+}
+
+func (x *QueryFactsResponse) GetColumns() []string {
+	if x != nil {
+		return x.Columns
+	}
+	return nil
+}
+
+// ContractFile is one contracts file (YAML or JSON).
+type ContractFile struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name of the file, for error messages.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// content of the file.
+	Content       []byte `protobuf:"bytes,2,opt,name=content,proto3" json:"content,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ContractFile) Reset() {
+	*x = ContractFile{}
+	mi := &file_lctl_v1_tracer_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ContractFile) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ContractFile) ProtoMessage() {}
+
+func (x *ContractFile) ProtoReflect() protoreflect.Message {
+	mi := &file_lctl_v1_tracer_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ContractFile.ProtoReflect.Descriptor instead.
+func (*ContractFile) Descriptor() ([]byte, []int) {
+	return file_lctl_v1_tracer_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *ContractFile) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ContractFile) GetContent() []byte {
+	if x != nil {
+		return x.Content
+	}
+	return nil
+}
+
+// ValidateContractsRequest is a chain and its contracts.
+type ValidateContractsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// chain_id identifies the chain.
+	ChainId string `protobuf:"bytes,1,opt,name=chain_id,json=chainId,proto3" json:"chain_id,omitempty"`
+	// files holding the contracts; an invalid one is INVALID_ARGUMENT.
+	Files         []*ContractFile `protobuf:"bytes,2,rep,name=files,proto3" json:"files,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ValidateContractsRequest) Reset() {
+	*x = ValidateContractsRequest{}
+	mi := &file_lctl_v1_tracer_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ValidateContractsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ValidateContractsRequest) ProtoMessage() {}
+
+func (x *ValidateContractsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lctl_v1_tracer_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ValidateContractsRequest.ProtoReflect.Descriptor instead.
+func (*ValidateContractsRequest) Descriptor() ([]byte, []int) {
+	return file_lctl_v1_tracer_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *ValidateContractsRequest) GetChainId() string {
+	if x != nil {
+		return x.ChainId
+	}
+	return ""
+}
+
+func (x *ValidateContractsRequest) GetFiles() []*ContractFile {
+	if x != nil {
+		return x.Files
+	}
+	return nil
+}
+
+// Violation is one broken contract rule.
+type Violation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// seq of the event that broke it.
+	Seq uint64 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	// subject is what broke it, e.g. "fact_added F3".
+	Subject string `protobuf:"bytes,2,opt,name=subject,proto3" json:"subject,omitempty"`
+	// message says how.
+	Message string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	// rule is where the rule is written (file:line).
+	Rule          string `protobuf:"bytes,4,opt,name=rule,proto3" json:"rule,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Violation) Reset() {
+	*x = Violation{}
+	mi := &file_lctl_v1_tracer_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Violation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Violation) ProtoMessage() {}
+
+func (x *Violation) ProtoReflect() protoreflect.Message {
+	mi := &file_lctl_v1_tracer_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Violation.ProtoReflect.Descriptor instead.
+func (*Violation) Descriptor() ([]byte, []int) {
+	return file_lctl_v1_tracer_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *Violation) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *Violation) GetSubject() string {
+	if x != nil {
+		return x.Subject
+	}
+	return ""
+}
+
+func (x *Violation) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *Violation) GetRule() string {
+	if x != nil {
+		return x.Rule
+	}
+	return ""
+}
+
+// ContractResult is one agent's contract in one direction.
+type ContractResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// agent the contract is for.
+	Agent string `protobuf:"bytes,1,opt,name=agent,proto3" json:"agent,omitempty"`
+	// direction is inputs or outputs.
+	Direction string `protobuf:"bytes,2,opt,name=direction,proto3" json:"direction,omitempty"`
+	// checked counts the facts or events checked.
+	Checked uint32 `protobuf:"varint,3,opt,name=checked,proto3" json:"checked,omitempty"`
+	// ok is true without violations.
+	Ok bool `protobuf:"varint,4,opt,name=ok,proto3" json:"ok,omitempty"`
+	// violations of the contract.
+	Violations    []*Violation `protobuf:"bytes,5,rep,name=violations,proto3" json:"violations,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ContractResult) Reset() {
+	*x = ContractResult{}
+	mi := &file_lctl_v1_tracer_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ContractResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ContractResult) ProtoMessage() {}
+
+func (x *ContractResult) ProtoReflect() protoreflect.Message {
+	mi := &file_lctl_v1_tracer_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ContractResult.ProtoReflect.Descriptor instead.
+func (*ContractResult) Descriptor() ([]byte, []int) {
+	return file_lctl_v1_tracer_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *ContractResult) GetAgent() string {
+	if x != nil {
+		return x.Agent
+	}
+	return ""
+}
+
+func (x *ContractResult) GetDirection() string {
+	if x != nil {
+		return x.Direction
+	}
+	return ""
+}
+
+func (x *ContractResult) GetChecked() uint32 {
+	if x != nil {
+		return x.Checked
+	}
+	return 0
+}
+
+func (x *ContractResult) GetOk() bool {
+	if x != nil {
+		return x.Ok
+	}
+	return false
+}
+
+func (x *ContractResult) GetViolations() []*Violation {
+	if x != nil {
+		return x.Violations
+	}
+	return nil
+}
+
+// ValidateContractsResponse is the validation.
+type ValidateContractsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// ok is true when no contract was violated.
+	Ok bool `protobuf:"varint,1,opt,name=ok,proto3" json:"ok,omitempty"`
+	// results per agent and direction.
+	Results []*ContractResult `protobuf:"bytes,2,rep,name=results,proto3" json:"results,omitempty"`
+	// violations counts every violation.
+	Violations    uint32 `protobuf:"varint,3,opt,name=violations,proto3" json:"violations,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ValidateContractsResponse) Reset() {
+	*x = ValidateContractsResponse{}
+	mi := &file_lctl_v1_tracer_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ValidateContractsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ValidateContractsResponse) ProtoMessage() {}
+
+func (x *ValidateContractsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lctl_v1_tracer_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ValidateContractsResponse.ProtoReflect.Descriptor instead.
+func (*ValidateContractsResponse) Descriptor() ([]byte, []int) {
+	return file_lctl_v1_tracer_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *ValidateContractsResponse) GetOk() bool {
+	if x != nil {
+		return x.Ok
+	}
+	return false
+}
+
+func (x *ValidateContractsResponse) GetResults() []*ContractResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+func (x *ValidateContractsResponse) GetViolations() uint32 {
+	if x != nil {
+		return x.Violations
+	}
+	return 0
 }
 
 var File_lctl_v1_tracer_proto protoreflect.FileDescriptor
@@ -604,34 +3197,281 @@ const file_lctl_v1_tracer_proto_rawDesc = "" +
 	"\x11ListChainsRequest\x12\x14\n" +
 	"\x05limit\x18\x01 \x01(\x05R\x05limit\"C\n" +
 	"\x12ListChainsResponse\x12-\n" +
-	"\x06chains\x18\x01 \x03(\v2\x15.lctl.v1.ChainSummaryR\x06chains\",\n" +
+	"\x06chains\x18\x01 \x03(\v2\x15.lctl.v1.ChainSummaryR\x06chains\"d\n" +
 	"\x0fGetChainRequest\x12\x19\n" +
-	"\bchain_id\x18\x01 \x01(\tR\achainId\"k\n" +
+	"\bchain_id\x18\x01 \x01(\tR\achainId\x12\x19\n" +
+	"\bfrom_seq\x18\x02 \x01(\x04R\afromSeq\x12\x1b\n" +
+	"\tpage_size\x18\x03 \x01(\rR\bpageSize\"\x86\x01\n" +
 	"\x10GetChainResponse\x12/\n" +
 	"\asummary\x18\x01 \x01(\v2\x15.lctl.v1.ChainSummaryR\asummary\x12&\n" +
-	"\x06events\x18\x02 \x03(\v2\x0e.lctl.v1.EventR\x06events\"F\n" +
+	"\x06events\x18\x02 \x03(\v2\x0e.lctl.v1.EventR\x06events\x12\x19\n" +
+	"\bnext_seq\x18\x03 \x01(\x04R\anextSeq\"\x91\x01\n" +
 	"\x12ReplayChainRequest\x12\x19\n" +
 	"\bchain_id\x18\x01 \x01(\tR\achainId\x12\x15\n" +
-	"\x06to_seq\x18\x02 \x01(\x04R\x05toSeq\"V\n" +
+	"\x06to_seq\x18\x02 \x01(\x04R\x05toSeq\x12&\n" +
+	"\x04view\x18\x03 \x01(\x0e2\x12.lctl.v1.StateViewR\x04view\x12!\n" +
+	"\finclude_hash\x18\x04 \x01(\bR\vincludeHash\"\xd2\x01\n" +
 	"\x13ReplayChainResponse\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12-\n" +
-	"\x05state\x18\x02 \x01(\v2\x17.google.protobuf.StructR\x05state\"^\n" +
+	"\x05state\x18\x02 \x01(\v2\x17.google.protobuf.StructR\x05state\x12/\n" +
+	"\asummary\x18\x03 \x01(\v2\x15.lctl.v1.StateSummaryR\asummary\x12\x1d\n" +
+	"\n" +
+	"state_hash\x18\x04 \x01(\tR\tstateHash\x12*\n" +
+	"\x11from_snapshot_seq\x18\x05 \x01(\x04R\x0ffromSnapshotSeq\"\x81\x04\n" +
+	"\fStateSummary\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x16\n" +
+	"\x06events\x18\x02 \x01(\x04R\x06events\x12\x14\n" +
+	"\x05facts\x18\x03 \x01(\rR\x05facts\x12\x14\n" +
+	"\x05agent\x18\x04 \x01(\tR\x05agent\x12(\n" +
+	"\x10current_step_seq\x18\x05 \x01(\x04R\x0ecurrentStepSeq\x12%\n" +
+	"\x0ecurrent_intent\x18\x06 \x01(\tR\rcurrentIntent\x12\x16\n" +
+	"\x06agents\x18\a \x01(\rR\x06agents\x12\x16\n" +
+	"\x06errors\x18\b \x01(\rR\x06errors\x12\x1d\n" +
+	"\n" +
+	"tool_calls\x18\t \x01(\rR\ttoolCalls\x12\x1b\n" +
+	"\ttokens_in\x18\n" +
+	" \x01(\x03R\btokensIn\x12\x1d\n" +
+	"\n" +
+	"tokens_out\x18\v \x01(\x03R\ttokensOut\x12\x1d\n" +
+	"\n" +
+	"run_status\x18\f \x01(\tR\trunStatus\x12.\n" +
+	"\x13last_checkpoint_seq\x18\r \x01(\x04R\x11lastCheckpointSeq\x12#\n" +
+	"\runknown_types\x18\x0e \x01(\rR\funknownTypes\x12%\n" +
+	"\x0elast_timestamp\x18\x0f \x01(\tR\rlastTimestamp\x12$\n" +
+	"\x0elast_error_seq\x18\x10 \x01(\x04R\flastErrorSeq\"^\n" +
 	"\x12ExportChainRequest\x12\x19\n" +
 	"\bchain_id\x18\x01 \x01(\tR\achainId\x12-\n" +
 	"\x06format\x18\x02 \x01(\x0e2\x15.lctl.v1.ExportFormatR\x06format\"R\n" +
 	"\x13ExportChainResponse\x12\x18\n" +
 	"\acontent\x18\x01 \x01(\fR\acontent\x12!\n" +
-	"\fcontent_type\x18\x02 \x01(\tR\vcontentType*]\n" +
+	"\fcontent_type\x18\x02 \x01(\tR\vcontentType\"e\n" +
+	"\aProblem\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x1a\n" +
+	"\bposition\x18\x02 \x01(\rR\bposition\x12\x12\n" +
+	"\x04kind\x18\x03 \x01(\tR\x04kind\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\"g\n" +
+	"\vVerifyCheck\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x0e\n" +
+	"\x02ok\x18\x02 \x01(\bR\x02ok\x12\x18\n" +
+	"\asummary\x18\x03 \x01(\tR\asummary\x12\x1a\n" +
+	"\bproblems\x18\x04 \x01(\rR\bproblems\"/\n" +
+	"\x12VerifyChainRequest\x12\x19\n" +
+	"\bchain_id\x18\x01 \x01(\tR\achainId\"\xaf\x01\n" +
+	"\x13VerifyChainResponse\x12\x0e\n" +
+	"\x02ok\x18\x01 \x01(\bR\x02ok\x12\x16\n" +
+	"\x06events\x18\x02 \x01(\x04R\x06events\x12,\n" +
+	"\x06checks\x18\x03 \x03(\v2\x14.lctl.v1.VerifyCheckR\x06checks\x12,\n" +
+	"\bproblems\x18\x04 \x03(\v2\x10.lctl.v1.ProblemR\bproblems\x12\x14\n" +
+	"\x05notes\x18\x05 \x03(\tR\x05notes\"\xa2\x01\n" +
+	"\x11DiffChainsRequest\x12\x1c\n" +
+	"\n" +
+	"chain_id_a\x18\x01 \x01(\tR\bchainIdA\x12\x1c\n" +
+	"\n" +
+	"chain_id_b\x18\x02 \x01(\tR\bchainIdB\x12#\n" +
+	"\rignore_fields\x18\x03 \x03(\tR\fignoreFields\x12,\n" +
+	"\x12compare_all_fields\x18\x04 \x01(\bR\x10compareAllFields\"\x94\x01\n" +
+	"\bEventRef\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x1a\n" +
+	"\bposition\x18\x02 \x01(\rR\bposition\x12\x14\n" +
+	"\x05agent\x18\x03 \x01(\tR\x05agent\x12\x12\n" +
+	"\x04type\x18\x04 \x01(\tR\x04type\x12\x18\n" +
+	"\asubject\x18\x05 \x01(\tR\asubject\x12\x16\n" +
+	"\x06detail\x18\x06 \x01(\tR\x06detail\"m\n" +
+	"\vFieldChange\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12$\n" +
+	"\x01a\x18\x02 \x01(\v2\x16.google.protobuf.ValueR\x01a\x12$\n" +
+	"\x01b\x18\x03 \x01(\v2\x16.google.protobuf.ValueR\x01b\"\x90\x01\n" +
+	"\n" +
+	"Difference\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x1f\n" +
+	"\x01a\x18\x02 \x01(\v2\x11.lctl.v1.EventRefR\x01a\x12\x1f\n" +
+	"\x01b\x18\x03 \x01(\v2\x11.lctl.v1.EventRefR\x01b\x12,\n" +
+	"\x06fields\x18\x04 \x03(\v2\x14.lctl.v1.FieldChangeR\x06fields\"\xf4\x01\n" +
+	"\x12DiffChainsResponse\x12\x1c\n" +
+	"\tidentical\x18\x01 \x01(\bR\tidentical\x125\n" +
+	"\vdifferences\x18\x02 \x03(\v2\x13.lctl.v1.DifferenceR\vdifferences\x12\x18\n" +
+	"\achanged\x18\x03 \x01(\rR\achanged\x12\x14\n" +
+	"\x05added\x18\x04 \x01(\rR\x05added\x12\x18\n" +
+	"\aremoved\x18\x05 \x01(\rR\aremoved\x12\x18\n" +
+	"\aaligned\x18\x06 \x01(\bR\aaligned\x12%\n" +
+	"\x0eignored_fields\x18\a \x03(\tR\rignoredFields\"R\n" +
+	"\n" +
+	"ModelPrice\x12 \n" +
+	"\finput_per_1k\x18\x01 \x01(\x01R\n" +
+	"inputPer1k\x12\"\n" +
+	"\routput_per_1k\x18\x02 \x01(\x01R\voutputPer1k\"\xbe\x01\n" +
+	"\x11ChainStatsRequest\x12\x19\n" +
+	"\bchain_id\x18\x01 \x01(\tR\achainId\x12>\n" +
+	"\x06prices\x18\x02 \x03(\v2&.lctl.v1.ChainStatsRequest.PricesEntryR\x06prices\x1aN\n" +
+	"\vPricesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12)\n" +
+	"\x05value\x18\x02 \x01(\v2\x13.lctl.v1.ModelPriceR\x05value:\x028\x01\"\x8b\x01\n" +
+	"\tModelCost\x12\x14\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\x12!\n" +
+	"\finput_tokens\x18\x02 \x01(\x03R\vinputTokens\x12#\n" +
+	"\routput_tokens\x18\x03 \x01(\x03R\foutputTokens\x12\x17\n" +
+	"\x04cost\x18\x04 \x01(\x01H\x00R\x04cost\x88\x01\x01B\a\n" +
+	"\x05_cost\"\xb2\x05\n" +
+	"\x12ChainStatsResponse\x12\x16\n" +
+	"\x06events\x18\x01 \x01(\x04R\x06events\x12\x1f\n" +
+	"\vduration_ms\x18\x02 \x01(\x01R\n" +
+	"durationMs\x12'\n" +
+	"\x0fduration_source\x18\x03 \x01(\tR\x0edurationSource\x12\"\n" +
+	"\rwall_clock_ms\x18\x04 \x01(\x01R\vwallClockMs\x12\x1b\n" +
+	"\ttokens_in\x18\x05 \x01(\x03R\btokensIn\x12\x1d\n" +
+	"\n" +
+	"tokens_out\x18\x06 \x01(\x03R\ttokensOut\x12\x17\n" +
+	"\x04cost\x18\a \x01(\x01H\x00R\x04cost\x88\x01\x01\x126\n" +
+	"\rcost_by_model\x18\b \x03(\v2\x12.lctl.v1.ModelCostR\vcostByModel\x12\x1a\n" +
+	"\bunpriced\x18\t \x03(\tR\bunpriced\x12\x16\n" +
+	"\x06agents\x18\n" +
+	" \x03(\tR\x06agents\x12\x16\n" +
+	"\x06errors\x18\v \x01(\rR\x06errors\x12\x14\n" +
+	"\x05facts\x18\f \x01(\rR\x05facts\x12*\n" +
+	"\x0eavg_confidence\x18\r \x01(\x01H\x01R\ravgConfidence\x88\x01\x01\x12\x14\n" +
+	"\x05steps\x18\x0e \x01(\rR\x05steps\x12\x1d\n" +
+	"\n" +
+	"tool_calls\x18\x0f \x01(\rR\ttoolCalls\x12L\n" +
+	"\vevent_types\x18\x10 \x03(\v2+.lctl.v1.ChainStatsResponse.EventTypesEntryR\n" +
+	"eventTypes\x12\x1d\n" +
+	"\n" +
+	"run_status\x18\x11 \x01(\tR\trunStatus\x1a=\n" +
+	"\x0fEventTypesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01B\a\n" +
+	"\x05_costB\x11\n" +
+	"\x0f_avg_confidence\"E\n" +
+	"\x16FindBottlenecksRequest\x12\x19\n" +
+	"\bchain_id\x18\x01 \x01(\tR\achainId\x12\x10\n" +
+	"\x03top\x18\x02 \x01(\rR\x03top\"\xdb\x01\n" +
+	"\n" +
+	"StepTiming\x12\x14\n" +
+	"\x05agent\x18\x01 \x01(\tR\x05agent\x12\x12\n" +
+	"\x04step\x18\x02 \x01(\x03R\x04step\x12\x1b\n" +
+	"\tstart_seq\x18\x03 \x01(\x04R\bstartSeq\x12\x1f\n" +
+	"\vduration_ms\x18\x04 \x01(\x01R\n" +
+	"durationMs\x12\x14\n" +
+	"\x05share\x18\x05 \x01(\x01R\x05share\x12\x17\n" +
+	"\atool_ms\x18\x06 \x01(\x01R\x06toolMs\x12\x1e\n" +
+	"\n" +
+	"unfinished\x18\a \x01(\bR\n" +
+	"unfinished\x12\x16\n" +
+	"\x06intent\x18\b \x01(\tR\x06intent\"n\n" +
+	"\tAgentTime\x12\x14\n" +
+	"\x05agent\x18\x01 \x01(\tR\x05agent\x12\x1f\n" +
+	"\vduration_ms\x18\x02 \x01(\x01R\n" +
+	"durationMs\x12\x14\n" +
+	"\x05share\x18\x03 \x01(\x01R\x05share\x12\x14\n" +
+	"\x05steps\x18\x04 \x01(\rR\x05steps\"\xeb\x01\n" +
+	"\x17FindBottlenecksResponse\x12)\n" +
+	"\x05steps\x18\x01 \x03(\v2\x13.lctl.v1.StepTimingR\x05steps\x12\x19\n" +
+	"\btotal_ms\x18\x02 \x01(\x01R\atotalMs\x12-\n" +
+	"\bby_agent\x18\x03 \x03(\v2\x12.lctl.v1.AgentTimeR\abyAgent\x123\n" +
+	"\n" +
+	"unfinished\x18\x04 \x03(\v2\x13.lctl.v1.StepTimingR\n" +
+	"unfinished\x12&\n" +
+	"\x0erecommendation\x18\x05 \x01(\tR\x0erecommendation\"Q\n" +
+	"\x15FactConfidenceRequest\x12\x19\n" +
+	"\bchain_id\x18\x01 \x01(\tR\achainId\x12\x1d\n" +
+	"\n" +
+	"decay_rate\x18\x02 \x01(\x01R\tdecayRate\"\x95\x01\n" +
+	"\x0fConfidencePoint\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x14\n" +
+	"\x05agent\x18\x02 \x01(\tR\x05agent\x12\x12\n" +
+	"\x04kind\x18\x03 \x01(\tR\x04kind\x12\x14\n" +
+	"\x05value\x18\x04 \x01(\x01R\x05value\x12\x18\n" +
+	"\ablocked\x18\x05 \x01(\bR\ablocked\x12\x16\n" +
+	"\x06reason\x18\x06 \x01(\tR\x06reason\"\xb4\x02\n" +
+	"\fFactTimeline\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04text\x18\x02 \x01(\tR\x04text\x120\n" +
+	"\x06points\x18\x03 \x03(\v2\x18.lctl.v1.ConfidencePointR\x06points\x12\x19\n" +
+	"\x05final\x18\x04 \x01(\x01H\x00R\x05final\x88\x01\x01\x12\x12\n" +
+	"\x04band\x18\x05 \x01(\tR\x04band\x12\x16\n" +
+	"\x06labels\x18\x06 \x03(\tR\x06labels\x12\x1f\n" +
+	"\vblocked_seq\x18\a \x01(\x04R\n" +
+	"blockedSeq\x12,\n" +
+	"\x0fconsensus_score\x18\b \x01(\x01H\x01R\x0econsensusScore\x88\x01\x01\x12\x1a\n" +
+	"\bconflict\x18\t \x01(\x01R\bconflictB\b\n" +
+	"\x06_finalB\x12\n" +
+	"\x10_consensus_score\"\x94\x01\n" +
+	"\x16FactConfidenceResponse\x12+\n" +
+	"\x05facts\x18\x01 \x03(\v2\x15.lctl.v1.FactTimelineR\x05facts\x12\x1a\n" +
+	"\bwarnings\x18\x02 \x03(\tR\bwarnings\x12\x12\n" +
+	"\x04hops\x18\x03 \x01(\rR\x04hops\x12\x1d\n" +
+	"\n" +
+	"decay_rate\x18\x04 \x01(\x01R\tdecayRate\"[\n" +
+	"\x11QueryFactsRequest\x12\x19\n" +
+	"\bchain_id\x18\x01 \x01(\tR\achainId\x12\x14\n" +
+	"\x05query\x18\x02 \x01(\tR\x05query\x12\x15\n" +
+	"\x06to_seq\x18\x03 \x01(\x04R\x05toSeq\"\x96\x02\n" +
+	"\x04Fact\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04text\x18\x02 \x01(\tR\x04text\x12#\n" +
+	"\n" +
+	"confidence\x18\x03 \x01(\x01H\x00R\n" +
+	"confidence\x88\x01\x01\x12\x16\n" +
+	"\x06source\x18\x04 \x01(\tR\x06source\x12\x12\n" +
+	"\x04tags\x18\x05 \x03(\tR\x04tags\x12/\n" +
+	"\x06fields\x18\x06 \x01(\v2\x17.google.protobuf.StructR\x06fields\x12\x19\n" +
+	"\badded_by\x18\a \x01(\tR\aaddedBy\x12\x1d\n" +
+	"\n" +
+	"updated_by\x18\b \x01(\tR\tupdatedBy\x12\x1f\n" +
+	"\vupdated_seq\x18\t \x01(\x04R\n" +
+	"updatedSeqB\r\n" +
+	"\v_confidence\"S\n" +
+	"\x12QueryFactsResponse\x12#\n" +
+	"\x05facts\x18\x01 \x03(\v2\r.lctl.v1.FactR\x05facts\x12\x18\n" +
+	"\acolumns\x18\x02 \x03(\tR\acolumns\"<\n" +
+	"\fContractFile\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\acontent\x18\x02 \x01(\fR\acontent\"b\n" +
+	"\x18ValidateContractsRequest\x12\x19\n" +
+	"\bchain_id\x18\x01 \x01(\tR\achainId\x12+\n" +
+	"\x05files\x18\x02 \x03(\v2\x15.lctl.v1.ContractFileR\x05files\"e\n" +
+	"\tViolation\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x18\n" +
+	"\asubject\x18\x02 \x01(\tR\asubject\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x12\x12\n" +
+	"\x04rule\x18\x04 \x01(\tR\x04rule\"\xa2\x01\n" +
+	"\x0eContractResult\x12\x14\n" +
+	"\x05agent\x18\x01 \x01(\tR\x05agent\x12\x1c\n" +
+	"\tdirection\x18\x02 \x01(\tR\tdirection\x12\x18\n" +
+	"\achecked\x18\x03 \x01(\rR\achecked\x12\x0e\n" +
+	"\x02ok\x18\x04 \x01(\bR\x02ok\x122\n" +
+	"\n" +
+	"violations\x18\x05 \x03(\v2\x12.lctl.v1.ViolationR\n" +
+	"violations\"~\n" +
+	"\x19ValidateContractsResponse\x12\x0e\n" +
+	"\x02ok\x18\x01 \x01(\bR\x02ok\x121\n" +
+	"\aresults\x18\x02 \x03(\v2\x17.lctl.v1.ContractResultR\aresults\x12\x1e\n" +
+	"\n" +
+	"violations\x18\x03 \x01(\rR\n" +
+	"violations*T\n" +
+	"\tStateView\x12\x1a\n" +
+	"\x16STATE_VIEW_UNSPECIFIED\x10\x00\x12\x13\n" +
+	"\x0fSTATE_VIEW_FULL\x10\x01\x12\x16\n" +
+	"\x12STATE_VIEW_SUMMARY\x10\x02*]\n" +
 	"\fExportFormat\x12\x1d\n" +
 	"\x19EXPORT_FORMAT_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12EXPORT_FORMAT_JSON\x10\x01\x12\x16\n" +
-	"\x12EXPORT_FORMAT_YAML\x10\x022\xab\x02\n" +
+	"\x12EXPORT_FORMAT_YAML\x10\x022\xcf\x06\n" +
 	"\rTracerService\x12E\n" +
 	"\n" +
 	"ListChains\x12\x1a.lctl.v1.ListChainsRequest\x1a\x1b.lctl.v1.ListChainsResponse\x12?\n" +
 	"\bGetChain\x12\x18.lctl.v1.GetChainRequest\x1a\x19.lctl.v1.GetChainResponse\x12H\n" +
 	"\vReplayChain\x12\x1b.lctl.v1.ReplayChainRequest\x1a\x1c.lctl.v1.ReplayChainResponse\x12H\n" +
-	"\vExportChain\x12\x1b.lctl.v1.ExportChainRequest\x1a\x1c.lctl.v1.ExportChainResponseB\x82\x01\n" +
+	"\vExportChain\x12\x1b.lctl.v1.ExportChainRequest\x1a\x1c.lctl.v1.ExportChainResponse\x12H\n" +
+	"\vVerifyChain\x12\x1b.lctl.v1.VerifyChainRequest\x1a\x1c.lctl.v1.VerifyChainResponse\x12E\n" +
+	"\n" +
+	"DiffChains\x12\x1a.lctl.v1.DiffChainsRequest\x1a\x1b.lctl.v1.DiffChainsResponse\x12E\n" +
+	"\n" +
+	"ChainStats\x12\x1a.lctl.v1.ChainStatsRequest\x1a\x1b.lctl.v1.ChainStatsResponse\x12T\n" +
+	"\x0fFindBottlenecks\x12\x1f.lctl.v1.FindBottlenecksRequest\x1a .lctl.v1.FindBottlenecksResponse\x12Q\n" +
+	"\x0eFactConfidence\x12\x1e.lctl.v1.FactConfidenceRequest\x1a\x1f.lctl.v1.FactConfidenceResponse\x12E\n" +
+	"\n" +
+	"QueryFacts\x12\x1a.lctl.v1.QueryFactsRequest\x1a\x1b.lctl.v1.QueryFactsResponse\x12Z\n" +
+	"\x11ValidateContracts\x12!.lctl.v1.ValidateContractsRequest\x1a\".lctl.v1.ValidateContractsResponseB\x82\x01\n" +
 	"\vcom.lctl.v1B\vTracerProtoP\x01Z)github.com/xct-dev/xct/gen/lctl/v1;lctlv1\xa2\x02\x03LXX\xaa\x02\aLctl.V1\xca\x02\aLctl\\V1\xe2\x02\x13Lctl\\V1\\GPBMetadata\xea\x02\bLctl::V1b\x06proto3"
 
 var (
@@ -646,41 +3486,113 @@ func file_lctl_v1_tracer_proto_rawDescGZIP() []byte {
 	return file_lctl_v1_tracer_proto_rawDescData
 }
 
-var file_lctl_v1_tracer_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_lctl_v1_tracer_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_lctl_v1_tracer_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_lctl_v1_tracer_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_lctl_v1_tracer_proto_goTypes = []any{
-	(ExportFormat)(0),           // 0: lctl.v1.ExportFormat
-	(*ChainSummary)(nil),        // 1: lctl.v1.ChainSummary
-	(*ListChainsRequest)(nil),   // 2: lctl.v1.ListChainsRequest
-	(*ListChainsResponse)(nil),  // 3: lctl.v1.ListChainsResponse
-	(*GetChainRequest)(nil),     // 4: lctl.v1.GetChainRequest
-	(*GetChainResponse)(nil),    // 5: lctl.v1.GetChainResponse
-	(*ReplayChainRequest)(nil),  // 6: lctl.v1.ReplayChainRequest
-	(*ReplayChainResponse)(nil), // 7: lctl.v1.ReplayChainResponse
-	(*ExportChainRequest)(nil),  // 8: lctl.v1.ExportChainRequest
-	(*ExportChainResponse)(nil), // 9: lctl.v1.ExportChainResponse
-	(*Event)(nil),               // 10: lctl.v1.Event
-	(*structpb.Struct)(nil),     // 11: google.protobuf.Struct
+	(StateView)(0),                    // 0: lctl.v1.StateView
+	(ExportFormat)(0),                 // 1: lctl.v1.ExportFormat
+	(*ChainSummary)(nil),              // 2: lctl.v1.ChainSummary
+	(*ListChainsRequest)(nil),         // 3: lctl.v1.ListChainsRequest
+	(*ListChainsResponse)(nil),        // 4: lctl.v1.ListChainsResponse
+	(*GetChainRequest)(nil),           // 5: lctl.v1.GetChainRequest
+	(*GetChainResponse)(nil),          // 6: lctl.v1.GetChainResponse
+	(*ReplayChainRequest)(nil),        // 7: lctl.v1.ReplayChainRequest
+	(*ReplayChainResponse)(nil),       // 8: lctl.v1.ReplayChainResponse
+	(*StateSummary)(nil),              // 9: lctl.v1.StateSummary
+	(*ExportChainRequest)(nil),        // 10: lctl.v1.ExportChainRequest
+	(*ExportChainResponse)(nil),       // 11: lctl.v1.ExportChainResponse
+	(*Problem)(nil),                   // 12: lctl.v1.Problem
+	(*VerifyCheck)(nil),               // 13: lctl.v1.VerifyCheck
+	(*VerifyChainRequest)(nil),        // 14: lctl.v1.VerifyChainRequest
+	(*VerifyChainResponse)(nil),       // 15: lctl.v1.VerifyChainResponse
+	(*DiffChainsRequest)(nil),         // 16: lctl.v1.DiffChainsRequest
+	(*EventRef)(nil),                  // 17: lctl.v1.EventRef
+	(*FieldChange)(nil),               // 18: lctl.v1.FieldChange
+	(*Difference)(nil),                // 19: lctl.v1.Difference
+	(*DiffChainsResponse)(nil),        // 20: lctl.v1.DiffChainsResponse
+	(*ModelPrice)(nil),                // 21: lctl.v1.ModelPrice
+	(*ChainStatsRequest)(nil),         // 22: lctl.v1.ChainStatsRequest
+	(*ModelCost)(nil),                 // 23: lctl.v1.ModelCost
+	(*ChainStatsResponse)(nil),        // 24: lctl.v1.ChainStatsResponse
+	(*FindBottlenecksRequest)(nil),    // 25: lctl.v1.FindBottlenecksRequest
+	(*StepTiming)(nil),                // 26: lctl.v1.StepTiming
+	(*AgentTime)(nil),                 // 27: lctl.v1.AgentTime
+	(*FindBottlenecksResponse)(nil),   // 28: lctl.v1.FindBottlenecksResponse
+	(*FactConfidenceRequest)(nil),     // 29: lctl.v1.FactConfidenceRequest
+	(*ConfidencePoint)(nil),           // 30: lctl.v1.ConfidencePoint
+	(*FactTimeline)(nil),              // 31: lctl.v1.FactTimeline
+	(*FactConfidenceResponse)(nil),    // 32: lctl.v1.FactConfidenceResponse
+	(*QueryFactsRequest)(nil),         // 33: lctl.v1.QueryFactsRequest
+	(*Fact)(nil),                      // 34: lctl.v1.Fact
+	(*QueryFactsResponse)(nil),        // 35: lctl.v1.QueryFactsResponse
+	(*ContractFile)(nil),              // 36: lctl.v1.ContractFile
+	(*ValidateContractsRequest)(nil),  // 37: lctl.v1.ValidateContractsRequest
+	(*Violation)(nil),                 // 38: lctl.v1.Violation
+	(*ContractResult)(nil),            // 39: lctl.v1.ContractResult
+	(*ValidateContractsResponse)(nil), // 40: lctl.v1.ValidateContractsResponse
+	nil,                               // 41: lctl.v1.ChainStatsRequest.PricesEntry
+	nil,                               // 42: lctl.v1.ChainStatsResponse.EventTypesEntry
+	(*Event)(nil),                     // 43: lctl.v1.Event
+	(*structpb.Struct)(nil),           // 44: google.protobuf.Struct
+	(*structpb.Value)(nil),            // 45: google.protobuf.Value
 }
 var file_lctl_v1_tracer_proto_depIdxs = []int32{
-	1,  // 0: lctl.v1.ListChainsResponse.chains:type_name -> lctl.v1.ChainSummary
-	1,  // 1: lctl.v1.GetChainResponse.summary:type_name -> lctl.v1.ChainSummary
-	10, // 2: lctl.v1.GetChainResponse.events:type_name -> lctl.v1.Event
-	11, // 3: lctl.v1.ReplayChainResponse.state:type_name -> google.protobuf.Struct
-	0,  // 4: lctl.v1.ExportChainRequest.format:type_name -> lctl.v1.ExportFormat
-	2,  // 5: lctl.v1.TracerService.ListChains:input_type -> lctl.v1.ListChainsRequest
-	4,  // 6: lctl.v1.TracerService.GetChain:input_type -> lctl.v1.GetChainRequest
-	6,  // 7: lctl.v1.TracerService.ReplayChain:input_type -> lctl.v1.ReplayChainRequest
-	8,  // 8: lctl.v1.TracerService.ExportChain:input_type -> lctl.v1.ExportChainRequest
-	3,  // 9: lctl.v1.TracerService.ListChains:output_type -> lctl.v1.ListChainsResponse
-	5,  // 10: lctl.v1.TracerService.GetChain:output_type -> lctl.v1.GetChainResponse
-	7,  // 11: lctl.v1.TracerService.ReplayChain:output_type -> lctl.v1.ReplayChainResponse
-	9,  // 12: lctl.v1.TracerService.ExportChain:output_type -> lctl.v1.ExportChainResponse
-	9,  // [9:13] is the sub-list for method output_type
-	5,  // [5:9] is the sub-list for method input_type
-	5,  // [5:5] is the sub-list for extension type_name
-	5,  // [5:5] is the sub-list for extension extendee
-	0,  // [0:5] is the sub-list for field type_name
+	2,  // 0: lctl.v1.ListChainsResponse.chains:type_name -> lctl.v1.ChainSummary
+	2,  // 1: lctl.v1.GetChainResponse.summary:type_name -> lctl.v1.ChainSummary
+	43, // 2: lctl.v1.GetChainResponse.events:type_name -> lctl.v1.Event
+	0,  // 3: lctl.v1.ReplayChainRequest.view:type_name -> lctl.v1.StateView
+	44, // 4: lctl.v1.ReplayChainResponse.state:type_name -> google.protobuf.Struct
+	9,  // 5: lctl.v1.ReplayChainResponse.summary:type_name -> lctl.v1.StateSummary
+	1,  // 6: lctl.v1.ExportChainRequest.format:type_name -> lctl.v1.ExportFormat
+	13, // 7: lctl.v1.VerifyChainResponse.checks:type_name -> lctl.v1.VerifyCheck
+	12, // 8: lctl.v1.VerifyChainResponse.problems:type_name -> lctl.v1.Problem
+	45, // 9: lctl.v1.FieldChange.a:type_name -> google.protobuf.Value
+	45, // 10: lctl.v1.FieldChange.b:type_name -> google.protobuf.Value
+	17, // 11: lctl.v1.Difference.a:type_name -> lctl.v1.EventRef
+	17, // 12: lctl.v1.Difference.b:type_name -> lctl.v1.EventRef
+	18, // 13: lctl.v1.Difference.fields:type_name -> lctl.v1.FieldChange
+	19, // 14: lctl.v1.DiffChainsResponse.differences:type_name -> lctl.v1.Difference
+	41, // 15: lctl.v1.ChainStatsRequest.prices:type_name -> lctl.v1.ChainStatsRequest.PricesEntry
+	23, // 16: lctl.v1.ChainStatsResponse.cost_by_model:type_name -> lctl.v1.ModelCost
+	42, // 17: lctl.v1.ChainStatsResponse.event_types:type_name -> lctl.v1.ChainStatsResponse.EventTypesEntry
+	26, // 18: lctl.v1.FindBottlenecksResponse.steps:type_name -> lctl.v1.StepTiming
+	27, // 19: lctl.v1.FindBottlenecksResponse.by_agent:type_name -> lctl.v1.AgentTime
+	26, // 20: lctl.v1.FindBottlenecksResponse.unfinished:type_name -> lctl.v1.StepTiming
+	30, // 21: lctl.v1.FactTimeline.points:type_name -> lctl.v1.ConfidencePoint
+	31, // 22: lctl.v1.FactConfidenceResponse.facts:type_name -> lctl.v1.FactTimeline
+	44, // 23: lctl.v1.Fact.fields:type_name -> google.protobuf.Struct
+	34, // 24: lctl.v1.QueryFactsResponse.facts:type_name -> lctl.v1.Fact
+	36, // 25: lctl.v1.ValidateContractsRequest.files:type_name -> lctl.v1.ContractFile
+	38, // 26: lctl.v1.ContractResult.violations:type_name -> lctl.v1.Violation
+	39, // 27: lctl.v1.ValidateContractsResponse.results:type_name -> lctl.v1.ContractResult
+	21, // 28: lctl.v1.ChainStatsRequest.PricesEntry.value:type_name -> lctl.v1.ModelPrice
+	3,  // 29: lctl.v1.TracerService.ListChains:input_type -> lctl.v1.ListChainsRequest
+	5,  // 30: lctl.v1.TracerService.GetChain:input_type -> lctl.v1.GetChainRequest
+	7,  // 31: lctl.v1.TracerService.ReplayChain:input_type -> lctl.v1.ReplayChainRequest
+	10, // 32: lctl.v1.TracerService.ExportChain:input_type -> lctl.v1.ExportChainRequest
+	14, // 33: lctl.v1.TracerService.VerifyChain:input_type -> lctl.v1.VerifyChainRequest
+	16, // 34: lctl.v1.TracerService.DiffChains:input_type -> lctl.v1.DiffChainsRequest
+	22, // 35: lctl.v1.TracerService.ChainStats:input_type -> lctl.v1.ChainStatsRequest
+	25, // 36: lctl.v1.TracerService.FindBottlenecks:input_type -> lctl.v1.FindBottlenecksRequest
+	29, // 37: lctl.v1.TracerService.FactConfidence:input_type -> lctl.v1.FactConfidenceRequest
+	33, // 38: lctl.v1.TracerService.QueryFacts:input_type -> lctl.v1.QueryFactsRequest
+	37, // 39: lctl.v1.TracerService.ValidateContracts:input_type -> lctl.v1.ValidateContractsRequest
+	4,  // 40: lctl.v1.TracerService.ListChains:output_type -> lctl.v1.ListChainsResponse
+	6,  // 41: lctl.v1.TracerService.GetChain:output_type -> lctl.v1.GetChainResponse
+	8,  // 42: lctl.v1.TracerService.ReplayChain:output_type -> lctl.v1.ReplayChainResponse
+	11, // 43: lctl.v1.TracerService.ExportChain:output_type -> lctl.v1.ExportChainResponse
+	15, // 44: lctl.v1.TracerService.VerifyChain:output_type -> lctl.v1.VerifyChainResponse
+	20, // 45: lctl.v1.TracerService.DiffChains:output_type -> lctl.v1.DiffChainsResponse
+	24, // 46: lctl.v1.TracerService.ChainStats:output_type -> lctl.v1.ChainStatsResponse
+	28, // 47: lctl.v1.TracerService.FindBottlenecks:output_type -> lctl.v1.FindBottlenecksResponse
+	32, // 48: lctl.v1.TracerService.FactConfidence:output_type -> lctl.v1.FactConfidenceResponse
+	35, // 49: lctl.v1.TracerService.QueryFacts:output_type -> lctl.v1.QueryFactsResponse
+	40, // 50: lctl.v1.TracerService.ValidateContracts:output_type -> lctl.v1.ValidateContractsResponse
+	40, // [40:51] is the sub-list for method output_type
+	29, // [29:40] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_lctl_v1_tracer_proto_init() }
@@ -689,13 +3601,17 @@ func file_lctl_v1_tracer_proto_init() {
 		return
 	}
 	file_lctl_v1_event_proto_init()
+	file_lctl_v1_tracer_proto_msgTypes[21].OneofWrappers = []any{}
+	file_lctl_v1_tracer_proto_msgTypes[22].OneofWrappers = []any{}
+	file_lctl_v1_tracer_proto_msgTypes[29].OneofWrappers = []any{}
+	file_lctl_v1_tracer_proto_msgTypes[32].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lctl_v1_tracer_proto_rawDesc), len(file_lctl_v1_tracer_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   9,
+			NumEnums:      2,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,10 +19,17 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	TracerService_ListChains_FullMethodName  = "/lctl.v1.TracerService/ListChains"
-	TracerService_GetChain_FullMethodName    = "/lctl.v1.TracerService/GetChain"
-	TracerService_ReplayChain_FullMethodName = "/lctl.v1.TracerService/ReplayChain"
-	TracerService_ExportChain_FullMethodName = "/lctl.v1.TracerService/ExportChain"
+	TracerService_ListChains_FullMethodName        = "/lctl.v1.TracerService/ListChains"
+	TracerService_GetChain_FullMethodName          = "/lctl.v1.TracerService/GetChain"
+	TracerService_ReplayChain_FullMethodName       = "/lctl.v1.TracerService/ReplayChain"
+	TracerService_ExportChain_FullMethodName       = "/lctl.v1.TracerService/ExportChain"
+	TracerService_VerifyChain_FullMethodName       = "/lctl.v1.TracerService/VerifyChain"
+	TracerService_DiffChains_FullMethodName        = "/lctl.v1.TracerService/DiffChains"
+	TracerService_ChainStats_FullMethodName        = "/lctl.v1.TracerService/ChainStats"
+	TracerService_FindBottlenecks_FullMethodName   = "/lctl.v1.TracerService/FindBottlenecks"
+	TracerService_FactConfidence_FullMethodName    = "/lctl.v1.TracerService/FactConfidence"
+	TracerService_QueryFacts_FullMethodName        = "/lctl.v1.TracerService/QueryFacts"
+	TracerService_ValidateContracts_FullMethodName = "/lctl.v1.TracerService/ValidateContracts"
 )
 
 // TracerServiceClient is the client API for TracerService service.
@@ -30,16 +37,40 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
 // TracerService answers questions about chains: it materializes them from
-// the LCTL stream and replays them to any point.
+// the LCTL stream, replays them to any point (from the nearest state
+// snapshot), and runs the lctl analyses on them for clients in any
+// language: verify, diff, stats, bottlenecks, fact confidence, fact
+// queries and contract validation. Each analysis is the one `lctl` runs on
+// a file; see docs/lctl.md.
 type TracerServiceClient interface {
 	// ListChains lists materialized chains, newest first.
 	ListChains(ctx context.Context, in *ListChainsRequest, opts ...grpc.CallOption) (*ListChainsResponse, error)
-	// GetChain returns a chain's events.
+	// GetChain returns a chain's events, all of them or a page.
 	GetChain(ctx context.Context, in *GetChainRequest, opts ...grpc.CallOption) (*GetChainResponse, error)
 	// ReplayChain returns the state of a chain after the event to_seq.
 	ReplayChain(ctx context.Context, in *ReplayChainRequest, opts ...grpc.CallOption) (*ReplayChainResponse, error)
 	// ExportChain returns the chain in the LCTL v4.0 file format.
 	ExportChain(ctx context.Context, in *ExportChainRequest, opts ...grpc.CallOption) (*ExportChainResponse, error)
+	// VerifyChain checks seqs, timestamps, the hash chain and checkpoint
+	// hashes, naming the first event that was edited, removed or reordered.
+	VerifyChain(ctx context.Context, in *VerifyChainRequest, opts ...grpc.CallOption) (*VerifyChainResponse, error)
+	// DiffChains aligns two chains by agent, type and tool and lists where
+	// they differ.
+	DiffChains(ctx context.Context, in *DiffChainsRequest, opts ...grpc.CallOption) (*DiffChainsResponse, error)
+	// ChainStats summarizes a chain: duration, tokens, cost, agents, errors,
+	// confidence.
+	ChainStats(ctx context.Context, in *ChainStatsRequest, opts ...grpc.CallOption) (*ChainStatsResponse, error)
+	// FindBottlenecks lists the slowest steps with their share of the time
+	// and a recommendation.
+	FindBottlenecks(ctx context.Context, in *FindBottlenecksRequest, opts ...grpc.CallOption) (*FindBottlenecksResponse, error)
+	// FactConfidence follows every fact's confidence with decay, consensus
+	// and the spec's thresholds.
+	FactConfidence(ctx context.Context, in *FactConfidenceRequest, opts ...grpc.CallOption) (*FactConfidenceResponse, error)
+	// QueryFacts runs a fact-store query (SELECT * WHERE ... ORDER BY ...
+	// LIMIT n) on the facts as they stand at a seq.
+	QueryFacts(ctx context.Context, in *QueryFactsRequest, opts ...grpc.CallOption) (*QueryFactsResponse, error)
+	// ValidateContracts checks a chain against agent contracts (spec part 4).
+	ValidateContracts(ctx context.Context, in *ValidateContractsRequest, opts ...grpc.CallOption) (*ValidateContractsResponse, error)
 }
 
 type tracerServiceClient struct {
@@ -90,21 +121,115 @@ func (c *tracerServiceClient) ExportChain(ctx context.Context, in *ExportChainRe
 	return out, nil
 }
 
+func (c *tracerServiceClient) VerifyChain(ctx context.Context, in *VerifyChainRequest, opts ...grpc.CallOption) (*VerifyChainResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(VerifyChainResponse)
+	err := c.cc.Invoke(ctx, TracerService_VerifyChain_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *tracerServiceClient) DiffChains(ctx context.Context, in *DiffChainsRequest, opts ...grpc.CallOption) (*DiffChainsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DiffChainsResponse)
+	err := c.cc.Invoke(ctx, TracerService_DiffChains_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *tracerServiceClient) ChainStats(ctx context.Context, in *ChainStatsRequest, opts ...grpc.CallOption) (*ChainStatsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ChainStatsResponse)
+	err := c.cc.Invoke(ctx, TracerService_ChainStats_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *tracerServiceClient) FindBottlenecks(ctx context.Context, in *FindBottlenecksRequest, opts ...grpc.CallOption) (*FindBottlenecksResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(FindBottlenecksResponse)
+	err := c.cc.Invoke(ctx, TracerService_FindBottlenecks_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *tracerServiceClient) FactConfidence(ctx context.Context, in *FactConfidenceRequest, opts ...grpc.CallOption) (*FactConfidenceResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(FactConfidenceResponse)
+	err := c.cc.Invoke(ctx, TracerService_FactConfidence_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *tracerServiceClient) QueryFacts(ctx context.Context, in *QueryFactsRequest, opts ...grpc.CallOption) (*QueryFactsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(QueryFactsResponse)
+	err := c.cc.Invoke(ctx, TracerService_QueryFacts_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *tracerServiceClient) ValidateContracts(ctx context.Context, in *ValidateContractsRequest, opts ...grpc.CallOption) (*ValidateContractsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ValidateContractsResponse)
+	err := c.cc.Invoke(ctx, TracerService_ValidateContracts_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // TracerServiceServer is the server API for TracerService service.
 // All implementations must embed UnimplementedTracerServiceServer
 // for forward compatibility.
 //
 // TracerService answers questions about chains: it materializes them from
-// the LCTL stream and replays them to any point.
+// the LCTL stream, replays them to any point (from the nearest state
+// snapshot), and runs the lctl analyses on them for clients in any
+// language: verify, diff, stats, bottlenecks, fact confidence, fact
+// queries and contract validation. Each analysis is the one `lctl` runs on
+// a file; see docs/lctl.md.
 type TracerServiceServer interface {
 	// ListChains lists materialized chains, newest first.
 	ListChains(context.Context, *ListChainsRequest) (*ListChainsResponse, error)
-	// GetChain returns a chain's events.
+	// GetChain returns a chain's events, all of them or a page.
 	GetChain(context.Context, *GetChainRequest) (*GetChainResponse, error)
 	// ReplayChain returns the state of a chain after the event to_seq.
 	ReplayChain(context.Context, *ReplayChainRequest) (*ReplayChainResponse, error)
 	// ExportChain returns the chain in the LCTL v4.0 file format.
 	ExportChain(context.Context, *ExportChainRequest) (*ExportChainResponse, error)
+	// VerifyChain checks seqs, timestamps, the hash chain and checkpoint
+	// hashes, naming the first event that was edited, removed or reordered.
+	VerifyChain(context.Context, *VerifyChainRequest) (*VerifyChainResponse, error)
+	// DiffChains aligns two chains by agent, type and tool and lists where
+	// they differ.
+	DiffChains(context.Context, *DiffChainsRequest) (*DiffChainsResponse, error)
+	// ChainStats summarizes a chain: duration, tokens, cost, agents, errors,
+	// confidence.
+	ChainStats(context.Context, *ChainStatsRequest) (*ChainStatsResponse, error)
+	// FindBottlenecks lists the slowest steps with their share of the time
+	// and a recommendation.
+	FindBottlenecks(context.Context, *FindBottlenecksRequest) (*FindBottlenecksResponse, error)
+	// FactConfidence follows every fact's confidence with decay, consensus
+	// and the spec's thresholds.
+	FactConfidence(context.Context, *FactConfidenceRequest) (*FactConfidenceResponse, error)
+	// QueryFacts runs a fact-store query (SELECT * WHERE ... ORDER BY ...
+	// LIMIT n) on the facts as they stand at a seq.
+	QueryFacts(context.Context, *QueryFactsRequest) (*QueryFactsResponse, error)
+	// ValidateContracts checks a chain against agent contracts (spec part 4).
+	ValidateContracts(context.Context, *ValidateContractsRequest) (*ValidateContractsResponse, error)
 	mustEmbedUnimplementedTracerServiceServer()
 }
 
@@ -126,6 +251,27 @@ func (UnimplementedTracerServiceServer) ReplayChain(context.Context, *ReplayChai
 }
 func (UnimplementedTracerServiceServer) ExportChain(context.Context, *ExportChainRequest) (*ExportChainResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ExportChain not implemented")
+}
+func (UnimplementedTracerServiceServer) VerifyChain(context.Context, *VerifyChainRequest) (*VerifyChainResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method VerifyChain not implemented")
+}
+func (UnimplementedTracerServiceServer) DiffChains(context.Context, *DiffChainsRequest) (*DiffChainsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DiffChains not implemented")
+}
+func (UnimplementedTracerServiceServer) ChainStats(context.Context, *ChainStatsRequest) (*ChainStatsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ChainStats not implemented")
+}
+func (UnimplementedTracerServiceServer) FindBottlenecks(context.Context, *FindBottlenecksRequest) (*FindBottlenecksResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method FindBottlenecks not implemented")
+}
+func (UnimplementedTracerServiceServer) FactConfidence(context.Context, *FactConfidenceRequest) (*FactConfidenceResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method FactConfidence not implemented")
+}
+func (UnimplementedTracerServiceServer) QueryFacts(context.Context, *QueryFactsRequest) (*QueryFactsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method QueryFacts not implemented")
+}
+func (UnimplementedTracerServiceServer) ValidateContracts(context.Context, *ValidateContractsRequest) (*ValidateContractsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ValidateContracts not implemented")
 }
 func (UnimplementedTracerServiceServer) mustEmbedUnimplementedTracerServiceServer() {}
 func (UnimplementedTracerServiceServer) testEmbeddedByValue()                       {}
@@ -220,6 +366,132 @@ func _TracerService_ExportChain_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _TracerService_VerifyChain_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(VerifyChainRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TracerServiceServer).VerifyChain(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TracerService_VerifyChain_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TracerServiceServer).VerifyChain(ctx, req.(*VerifyChainRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _TracerService_DiffChains_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DiffChainsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TracerServiceServer).DiffChains(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TracerService_DiffChains_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TracerServiceServer).DiffChains(ctx, req.(*DiffChainsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _TracerService_ChainStats_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ChainStatsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TracerServiceServer).ChainStats(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TracerService_ChainStats_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TracerServiceServer).ChainStats(ctx, req.(*ChainStatsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _TracerService_FindBottlenecks_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(FindBottlenecksRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TracerServiceServer).FindBottlenecks(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TracerService_FindBottlenecks_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TracerServiceServer).FindBottlenecks(ctx, req.(*FindBottlenecksRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _TracerService_FactConfidence_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(FactConfidenceRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TracerServiceServer).FactConfidence(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TracerService_FactConfidence_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TracerServiceServer).FactConfidence(ctx, req.(*FactConfidenceRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _TracerService_QueryFacts_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(QueryFactsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TracerServiceServer).QueryFacts(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TracerService_QueryFacts_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TracerServiceServer).QueryFacts(ctx, req.(*QueryFactsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _TracerService_ValidateContracts_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ValidateContractsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TracerServiceServer).ValidateContracts(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TracerService_ValidateContracts_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TracerServiceServer).ValidateContracts(ctx, req.(*ValidateContractsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // TracerService_ServiceDesc is the grpc.ServiceDesc for TracerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -242,6 +514,34 @@ var TracerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ExportChain",
 			Handler:    _TracerService_ExportChain_Handler,
+		},
+		{
+			MethodName: "VerifyChain",
+			Handler:    _TracerService_VerifyChain_Handler,
+		},
+		{
+			MethodName: "DiffChains",
+			Handler:    _TracerService_DiffChains_Handler,
+		},
+		{
+			MethodName: "ChainStats",
+			Handler:    _TracerService_ChainStats_Handler,
+		},
+		{
+			MethodName: "FindBottlenecks",
+			Handler:    _TracerService_FindBottlenecks_Handler,
+		},
+		{
+			MethodName: "FactConfidence",
+			Handler:    _TracerService_FactConfidence_Handler,
+		},
+		{
+			MethodName: "QueryFacts",
+			Handler:    _TracerService_QueryFacts_Handler,
+		},
+		{
+			MethodName: "ValidateContracts",
+			Handler:    _TracerService_ValidateContracts_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -150,6 +150,107 @@ func (StepDecision) EnumDescriptor() ([]byte, []int) {
 	return file_xct_v1_executor_proto_rawDescGZIP(), []int{1}
 }
 
+// PreviewStepRequest asks for a dry run.
+type PreviewStepRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// tool is the catalog name of the tool.
+	Tool string `protobuf:"bytes,1,opt,name=tool,proto3" json:"tool,omitempty"`
+	// arguments for the tool.
+	Arguments     *structpb.Struct `protobuf:"bytes,2,opt,name=arguments,proto3" json:"arguments,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PreviewStepRequest) Reset() {
+	*x = PreviewStepRequest{}
+	mi := &file_xct_v1_executor_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PreviewStepRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PreviewStepRequest) ProtoMessage() {}
+
+func (x *PreviewStepRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_xct_v1_executor_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PreviewStepRequest.ProtoReflect.Descriptor instead.
+func (*PreviewStepRequest) Descriptor() ([]byte, []int) {
+	return file_xct_v1_executor_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *PreviewStepRequest) GetTool() string {
+	if x != nil {
+		return x.Tool
+	}
+	return ""
+}
+
+func (x *PreviewStepRequest) GetArguments() *structpb.Struct {
+	if x != nil {
+		return x.Arguments
+	}
+	return nil
+}
+
+// PreviewStepResponse carries the dry run.
+type PreviewStepResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// preview is empty when the tool offers none.
+	Preview       *Preview `protobuf:"bytes,1,opt,name=preview,proto3" json:"preview,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PreviewStepResponse) Reset() {
+	*x = PreviewStepResponse{}
+	mi := &file_xct_v1_executor_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PreviewStepResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PreviewStepResponse) ProtoMessage() {}
+
+func (x *PreviewStepResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_xct_v1_executor_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PreviewStepResponse.ProtoReflect.Descriptor instead.
+func (*PreviewStepResponse) Descriptor() ([]byte, []int) {
+	return file_xct_v1_executor_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *PreviewStepResponse) GetPreview() *Preview {
+	if x != nil {
+		return x.Preview
+	}
+	return nil
+}
+
 // ListToolsRequest asks for the tool catalog.
 type ListToolsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -159,7 +260,7 @@ type ListToolsRequest struct {
 
 func (x *ListToolsRequest) Reset() {
 	*x = ListToolsRequest{}
-	mi := &file_xct_v1_executor_proto_msgTypes[0]
+	mi := &file_xct_v1_executor_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -171,7 +272,7 @@ func (x *ListToolsRequest) String() string {
 func (*ListToolsRequest) ProtoMessage() {}
 
 func (x *ListToolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xct_v1_executor_proto_msgTypes[0]
+	mi := &file_xct_v1_executor_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -184,7 +285,7 @@ func (x *ListToolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListToolsRequest.ProtoReflect.Descriptor instead.
 func (*ListToolsRequest) Descriptor() ([]byte, []int) {
-	return file_xct_v1_executor_proto_rawDescGZIP(), []int{0}
+	return file_xct_v1_executor_proto_rawDescGZIP(), []int{2}
 }
 
 // ListToolsResponse is the tool catalog.
@@ -198,7 +299,7 @@ type ListToolsResponse struct {
 
 func (x *ListToolsResponse) Reset() {
 	*x = ListToolsResponse{}
-	mi := &file_xct_v1_executor_proto_msgTypes[1]
+	mi := &file_xct_v1_executor_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -210,7 +311,7 @@ func (x *ListToolsResponse) String() string {
 func (*ListToolsResponse) ProtoMessage() {}
 
 func (x *ListToolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xct_v1_executor_proto_msgTypes[1]
+	mi := &file_xct_v1_executor_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -223,7 +324,7 @@ func (x *ListToolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListToolsResponse.ProtoReflect.Descriptor instead.
 func (*ListToolsResponse) Descriptor() ([]byte, []int) {
-	return file_xct_v1_executor_proto_rawDescGZIP(), []int{1}
+	return file_xct_v1_executor_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ListToolsResponse) GetTools() []*ToolDescriptor {
@@ -250,7 +351,7 @@ type ExecuteRequest struct {
 
 func (x *ExecuteRequest) Reset() {
 	*x = ExecuteRequest{}
-	mi := &file_xct_v1_executor_proto_msgTypes[2]
+	mi := &file_xct_v1_executor_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -262,7 +363,7 @@ func (x *ExecuteRequest) String() string {
 func (*ExecuteRequest) ProtoMessage() {}
 
 func (x *ExecuteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xct_v1_executor_proto_msgTypes[2]
+	mi := &file_xct_v1_executor_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -275,7 +376,7 @@ func (x *ExecuteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteRequest.ProtoReflect.Descriptor instead.
 func (*ExecuteRequest) Descriptor() ([]byte, []int) {
-	return file_xct_v1_executor_proto_rawDescGZIP(), []int{2}
+	return file_xct_v1_executor_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ExecuteRequest) GetRunId() string {
@@ -325,7 +426,7 @@ type ExecuteResponse struct {
 
 func (x *ExecuteResponse) Reset() {
 	*x = ExecuteResponse{}
-	mi := &file_xct_v1_executor_proto_msgTypes[3]
+	mi := &file_xct_v1_executor_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -337,7 +438,7 @@ func (x *ExecuteResponse) String() string {
 func (*ExecuteResponse) ProtoMessage() {}
 
 func (x *ExecuteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xct_v1_executor_proto_msgTypes[3]
+	mi := &file_xct_v1_executor_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -350,7 +451,7 @@ func (x *ExecuteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteResponse.ProtoReflect.Descriptor instead.
 func (*ExecuteResponse) Descriptor() ([]byte, []int) {
-	return file_xct_v1_executor_proto_rawDescGZIP(), []int{3}
+	return file_xct_v1_executor_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ExecuteResponse) GetResponse() *Response {
@@ -431,7 +532,7 @@ type StepRecord struct {
 
 func (x *StepRecord) Reset() {
 	*x = StepRecord{}
-	mi := &file_xct_v1_executor_proto_msgTypes[4]
+	mi := &file_xct_v1_executor_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -443,7 +544,7 @@ func (x *StepRecord) String() string {
 func (*StepRecord) ProtoMessage() {}
 
 func (x *StepRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_xct_v1_executor_proto_msgTypes[4]
+	mi := &file_xct_v1_executor_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -456,7 +557,7 @@ func (x *StepRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepRecord.ProtoReflect.Descriptor instead.
 func (*StepRecord) Descriptor() ([]byte, []int) {
-	return file_xct_v1_executor_proto_rawDescGZIP(), []int{4}
+	return file_xct_v1_executor_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *StepRecord) GetStepId() string {
@@ -603,7 +704,7 @@ type StepRerun struct {
 
 func (x *StepRerun) Reset() {
 	*x = StepRerun{}
-	mi := &file_xct_v1_executor_proto_msgTypes[5]
+	mi := &file_xct_v1_executor_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -615,7 +716,7 @@ func (x *StepRerun) String() string {
 func (*StepRerun) ProtoMessage() {}
 
 func (x *StepRerun) ProtoReflect() protoreflect.Message {
-	mi := &file_xct_v1_executor_proto_msgTypes[5]
+	mi := &file_xct_v1_executor_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -628,7 +729,7 @@ func (x *StepRerun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepRerun.ProtoReflect.Descriptor instead.
 func (*StepRerun) Descriptor() ([]byte, []int) {
-	return file_xct_v1_executor_proto_rawDescGZIP(), []int{5}
+	return file_xct_v1_executor_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *StepRerun) GetAttempt() int32 {
@@ -676,7 +777,7 @@ type StepCompensation struct {
 
 func (x *StepCompensation) Reset() {
 	*x = StepCompensation{}
-	mi := &file_xct_v1_executor_proto_msgTypes[6]
+	mi := &file_xct_v1_executor_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -688,7 +789,7 @@ func (x *StepCompensation) String() string {
 func (*StepCompensation) ProtoMessage() {}
 
 func (x *StepCompensation) ProtoReflect() protoreflect.Message {
-	mi := &file_xct_v1_executor_proto_msgTypes[6]
+	mi := &file_xct_v1_executor_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -701,7 +802,7 @@ func (x *StepCompensation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepCompensation.ProtoReflect.Descriptor instead.
 func (*StepCompensation) Descriptor() ([]byte, []int) {
-	return file_xct_v1_executor_proto_rawDescGZIP(), []int{6}
+	return file_xct_v1_executor_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *StepCompensation) GetAttempt() int32 {
@@ -751,7 +852,7 @@ type StepResolution struct {
 
 func (x *StepResolution) Reset() {
 	*x = StepResolution{}
-	mi := &file_xct_v1_executor_proto_msgTypes[7]
+	mi := &file_xct_v1_executor_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -763,7 +864,7 @@ func (x *StepResolution) String() string {
 func (*StepResolution) ProtoMessage() {}
 
 func (x *StepResolution) ProtoReflect() protoreflect.Message {
-	mi := &file_xct_v1_executor_proto_msgTypes[7]
+	mi := &file_xct_v1_executor_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -776,7 +877,7 @@ func (x *StepResolution) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepResolution.ProtoReflect.Descriptor instead.
 func (*StepResolution) Descriptor() ([]byte, []int) {
-	return file_xct_v1_executor_proto_rawDescGZIP(), []int{7}
+	return file_xct_v1_executor_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *StepResolution) GetDecision() StepDecision {
@@ -825,7 +926,7 @@ type GetStepRequest struct {
 
 func (x *GetStepRequest) Reset() {
 	*x = GetStepRequest{}
-	mi := &file_xct_v1_executor_proto_msgTypes[8]
+	mi := &file_xct_v1_executor_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -837,7 +938,7 @@ func (x *GetStepRequest) String() string {
 func (*GetStepRequest) ProtoMessage() {}
 
 func (x *GetStepRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xct_v1_executor_proto_msgTypes[8]
+	mi := &file_xct_v1_executor_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -850,7 +951,7 @@ func (x *GetStepRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStepRequest.ProtoReflect.Descriptor instead.
 func (*GetStepRequest) Descriptor() ([]byte, []int) {
-	return file_xct_v1_executor_proto_rawDescGZIP(), []int{8}
+	return file_xct_v1_executor_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GetStepRequest) GetStepId() string {
@@ -874,7 +975,7 @@ type GetStepResponse struct {
 
 func (x *GetStepResponse) Reset() {
 	*x = GetStepResponse{}
-	mi := &file_xct_v1_executor_proto_msgTypes[9]
+	mi := &file_xct_v1_executor_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -886,7 +987,7 @@ func (x *GetStepResponse) String() string {
 func (*GetStepResponse) ProtoMessage() {}
 
 func (x *GetStepResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xct_v1_executor_proto_msgTypes[9]
+	mi := &file_xct_v1_executor_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -899,7 +1000,7 @@ func (x *GetStepResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStepResponse.ProtoReflect.Descriptor instead.
 func (*GetStepResponse) Descriptor() ([]byte, []int) {
-	return file_xct_v1_executor_proto_rawDescGZIP(), []int{9}
+	return file_xct_v1_executor_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetStepResponse) GetStep() *StepRecord {
@@ -936,7 +1037,7 @@ type ResolveStepRequest struct {
 
 func (x *ResolveStepRequest) Reset() {
 	*x = ResolveStepRequest{}
-	mi := &file_xct_v1_executor_proto_msgTypes[10]
+	mi := &file_xct_v1_executor_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -948,7 +1049,7 @@ func (x *ResolveStepRequest) String() string {
 func (*ResolveStepRequest) ProtoMessage() {}
 
 func (x *ResolveStepRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xct_v1_executor_proto_msgTypes[10]
+	mi := &file_xct_v1_executor_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -961,7 +1062,7 @@ func (x *ResolveStepRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolveStepRequest.ProtoReflect.Descriptor instead.
 func (*ResolveStepRequest) Descriptor() ([]byte, []int) {
-	return file_xct_v1_executor_proto_rawDescGZIP(), []int{10}
+	return file_xct_v1_executor_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ResolveStepRequest) GetStepId() string {
@@ -1010,7 +1111,7 @@ type ResolveStepResponse struct {
 
 func (x *ResolveStepResponse) Reset() {
 	*x = ResolveStepResponse{}
-	mi := &file_xct_v1_executor_proto_msgTypes[11]
+	mi := &file_xct_v1_executor_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1022,7 +1123,7 @@ func (x *ResolveStepResponse) String() string {
 func (*ResolveStepResponse) ProtoMessage() {}
 
 func (x *ResolveStepResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xct_v1_executor_proto_msgTypes[11]
+	mi := &file_xct_v1_executor_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1035,7 +1136,7 @@ func (x *ResolveStepResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolveStepResponse.ProtoReflect.Descriptor instead.
 func (*ResolveStepResponse) Descriptor() ([]byte, []int) {
-	return file_xct_v1_executor_proto_rawDescGZIP(), []int{11}
+	return file_xct_v1_executor_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ResolveStepResponse) GetStep() *StepRecord {
@@ -1049,7 +1150,12 @@ var File_xct_v1_executor_proto protoreflect.FileDescriptor
 
 const file_xct_v1_executor_proto_rawDesc = "" +
 	"\n" +
-	"\x15xct/v1/executor.proto\x12\x06xct.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15xct/v1/decision.proto\x1a\x11xct/v1/tool.proto\"\x12\n" +
+	"\x15xct/v1/executor.proto\x12\x06xct.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15xct/v1/decision.proto\x1a\x11xct/v1/tool.proto\x1a\x16xct/v1/validator.proto\"_\n" +
+	"\x12PreviewStepRequest\x12\x12\n" +
+	"\x04tool\x18\x01 \x01(\tR\x04tool\x125\n" +
+	"\targuments\x18\x02 \x01(\v2\x17.google.protobuf.StructR\targuments\"@\n" +
+	"\x13PreviewStepResponse\x12)\n" +
+	"\apreview\x18\x01 \x01(\v2\x0f.xct.v1.PreviewR\apreview\"\x12\n" +
 	"\x10ListToolsRequest\"A\n" +
 	"\x11ListToolsResponse\x12,\n" +
 	"\x05tools\x18\x01 \x03(\v2\x16.xct.v1.ToolDescriptorR\x05tools\"\x8b\x01\n" +
@@ -1133,12 +1239,13 @@ const file_xct_v1_executor_proto_rawDesc = "" +
 	"\x19STEP_DECISION_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17STEP_DECISION_SUCCEEDED\x10\x01\x12\x18\n" +
 	"\x14STEP_DECISION_FAILED\x10\x02\x12\x17\n" +
-	"\x13STEP_DECISION_RETRY\x10\x032\x93\x02\n" +
+	"\x13STEP_DECISION_RETRY\x10\x032\xdb\x02\n" +
 	"\x0fExecutorService\x12@\n" +
 	"\tListTools\x12\x18.xct.v1.ListToolsRequest\x1a\x19.xct.v1.ListToolsResponse\x12:\n" +
 	"\aExecute\x12\x16.xct.v1.ExecuteRequest\x1a\x17.xct.v1.ExecuteResponse\x12:\n" +
 	"\aGetStep\x12\x16.xct.v1.GetStepRequest\x1a\x17.xct.v1.GetStepResponse\x12F\n" +
-	"\vResolveStep\x12\x1a.xct.v1.ResolveStepRequest\x1a\x1b.xct.v1.ResolveStepResponseB}\n" +
+	"\vResolveStep\x12\x1a.xct.v1.ResolveStepRequest\x1a\x1b.xct.v1.ResolveStepResponse\x12F\n" +
+	"\vPreviewStep\x12\x1a.xct.v1.PreviewStepRequest\x1a\x1b.xct.v1.PreviewStepResponseB}\n" +
 	"\n" +
 	"com.xct.v1B\rExecutorProtoP\x01Z'github.com/xct-dev/xct/gen/xct/v1;xctv1\xa2\x02\x03XXX\xaa\x02\x06Xct.V1\xca\x02\x06Xct\\V1\xe2\x02\x12Xct\\V1\\GPBMetadata\xea\x02\aXct::V1b\x06proto3"
 
@@ -1155,66 +1262,73 @@ func file_xct_v1_executor_proto_rawDescGZIP() []byte {
 }
 
 var file_xct_v1_executor_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_xct_v1_executor_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_xct_v1_executor_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_xct_v1_executor_proto_goTypes = []any{
 	(StepRecordState)(0),          // 0: xct.v1.StepRecordState
 	(StepDecision)(0),             // 1: xct.v1.StepDecision
-	(*ListToolsRequest)(nil),      // 2: xct.v1.ListToolsRequest
-	(*ListToolsResponse)(nil),     // 3: xct.v1.ListToolsResponse
-	(*ExecuteRequest)(nil),        // 4: xct.v1.ExecuteRequest
-	(*ExecuteResponse)(nil),       // 5: xct.v1.ExecuteResponse
-	(*StepRecord)(nil),            // 6: xct.v1.StepRecord
-	(*StepRerun)(nil),             // 7: xct.v1.StepRerun
-	(*StepCompensation)(nil),      // 8: xct.v1.StepCompensation
-	(*StepResolution)(nil),        // 9: xct.v1.StepResolution
-	(*GetStepRequest)(nil),        // 10: xct.v1.GetStepRequest
-	(*GetStepResponse)(nil),       // 11: xct.v1.GetStepResponse
-	(*ResolveStepRequest)(nil),    // 12: xct.v1.ResolveStepRequest
-	(*ResolveStepResponse)(nil),   // 13: xct.v1.ResolveStepResponse
-	(*ToolDescriptor)(nil),        // 14: xct.v1.ToolDescriptor
-	(*structpb.Struct)(nil),       // 15: google.protobuf.Struct
-	(*Response)(nil),              // 16: xct.v1.Response
-	(*durationpb.Duration)(nil),   // 17: google.protobuf.Duration
-	(Effect)(0),                   // 18: xct.v1.Effect
-	(*timestamppb.Timestamp)(nil), // 19: google.protobuf.Timestamp
-	(*structpb.Value)(nil),        // 20: google.protobuf.Value
+	(*PreviewStepRequest)(nil),    // 2: xct.v1.PreviewStepRequest
+	(*PreviewStepResponse)(nil),   // 3: xct.v1.PreviewStepResponse
+	(*ListToolsRequest)(nil),      // 4: xct.v1.ListToolsRequest
+	(*ListToolsResponse)(nil),     // 5: xct.v1.ListToolsResponse
+	(*ExecuteRequest)(nil),        // 6: xct.v1.ExecuteRequest
+	(*ExecuteResponse)(nil),       // 7: xct.v1.ExecuteResponse
+	(*StepRecord)(nil),            // 8: xct.v1.StepRecord
+	(*StepRerun)(nil),             // 9: xct.v1.StepRerun
+	(*StepCompensation)(nil),      // 10: xct.v1.StepCompensation
+	(*StepResolution)(nil),        // 11: xct.v1.StepResolution
+	(*GetStepRequest)(nil),        // 12: xct.v1.GetStepRequest
+	(*GetStepResponse)(nil),       // 13: xct.v1.GetStepResponse
+	(*ResolveStepRequest)(nil),    // 14: xct.v1.ResolveStepRequest
+	(*ResolveStepResponse)(nil),   // 15: xct.v1.ResolveStepResponse
+	(*structpb.Struct)(nil),       // 16: google.protobuf.Struct
+	(*Preview)(nil),               // 17: xct.v1.Preview
+	(*ToolDescriptor)(nil),        // 18: xct.v1.ToolDescriptor
+	(*Response)(nil),              // 19: xct.v1.Response
+	(*durationpb.Duration)(nil),   // 20: google.protobuf.Duration
+	(Effect)(0),                   // 21: xct.v1.Effect
+	(*timestamppb.Timestamp)(nil), // 22: google.protobuf.Timestamp
+	(*structpb.Value)(nil),        // 23: google.protobuf.Value
 }
 var file_xct_v1_executor_proto_depIdxs = []int32{
-	14, // 0: xct.v1.ListToolsResponse.tools:type_name -> xct.v1.ToolDescriptor
-	15, // 1: xct.v1.ExecuteRequest.arguments:type_name -> google.protobuf.Struct
-	16, // 2: xct.v1.ExecuteResponse.response:type_name -> xct.v1.Response
-	17, // 3: xct.v1.ExecuteResponse.duration:type_name -> google.protobuf.Duration
-	0,  // 4: xct.v1.StepRecord.state:type_name -> xct.v1.StepRecordState
-	18, // 5: xct.v1.StepRecord.effect:type_name -> xct.v1.Effect
-	19, // 6: xct.v1.StepRecord.started_at:type_name -> google.protobuf.Timestamp
-	19, // 7: xct.v1.StepRecord.deadline:type_name -> google.protobuf.Timestamp
-	19, // 8: xct.v1.StepRecord.finished_at:type_name -> google.protobuf.Timestamp
-	16, // 9: xct.v1.StepRecord.response:type_name -> xct.v1.Response
-	17, // 10: xct.v1.StepRecord.duration:type_name -> google.protobuf.Duration
-	7,  // 11: xct.v1.StepRecord.reruns:type_name -> xct.v1.StepRerun
-	8,  // 12: xct.v1.StepRecord.compensations:type_name -> xct.v1.StepCompensation
-	9,  // 13: xct.v1.StepRecord.resolution:type_name -> xct.v1.StepResolution
-	19, // 14: xct.v1.StepRerun.at:type_name -> google.protobuf.Timestamp
-	1,  // 15: xct.v1.StepResolution.decision:type_name -> xct.v1.StepDecision
-	19, // 16: xct.v1.StepResolution.resolved_at:type_name -> google.protobuf.Timestamp
-	0,  // 17: xct.v1.StepResolution.previous_state:type_name -> xct.v1.StepRecordState
-	6,  // 18: xct.v1.GetStepResponse.step:type_name -> xct.v1.StepRecord
-	1,  // 19: xct.v1.ResolveStepRequest.decision:type_name -> xct.v1.StepDecision
-	20, // 20: xct.v1.ResolveStepRequest.result:type_name -> google.protobuf.Value
-	6,  // 21: xct.v1.ResolveStepResponse.step:type_name -> xct.v1.StepRecord
-	2,  // 22: xct.v1.ExecutorService.ListTools:input_type -> xct.v1.ListToolsRequest
-	4,  // 23: xct.v1.ExecutorService.Execute:input_type -> xct.v1.ExecuteRequest
-	10, // 24: xct.v1.ExecutorService.GetStep:input_type -> xct.v1.GetStepRequest
-	12, // 25: xct.v1.ExecutorService.ResolveStep:input_type -> xct.v1.ResolveStepRequest
-	3,  // 26: xct.v1.ExecutorService.ListTools:output_type -> xct.v1.ListToolsResponse
-	5,  // 27: xct.v1.ExecutorService.Execute:output_type -> xct.v1.ExecuteResponse
-	11, // 28: xct.v1.ExecutorService.GetStep:output_type -> xct.v1.GetStepResponse
-	13, // 29: xct.v1.ExecutorService.ResolveStep:output_type -> xct.v1.ResolveStepResponse
-	26, // [26:30] is the sub-list for method output_type
-	22, // [22:26] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	16, // 0: xct.v1.PreviewStepRequest.arguments:type_name -> google.protobuf.Struct
+	17, // 1: xct.v1.PreviewStepResponse.preview:type_name -> xct.v1.Preview
+	18, // 2: xct.v1.ListToolsResponse.tools:type_name -> xct.v1.ToolDescriptor
+	16, // 3: xct.v1.ExecuteRequest.arguments:type_name -> google.protobuf.Struct
+	19, // 4: xct.v1.ExecuteResponse.response:type_name -> xct.v1.Response
+	20, // 5: xct.v1.ExecuteResponse.duration:type_name -> google.protobuf.Duration
+	0,  // 6: xct.v1.StepRecord.state:type_name -> xct.v1.StepRecordState
+	21, // 7: xct.v1.StepRecord.effect:type_name -> xct.v1.Effect
+	22, // 8: xct.v1.StepRecord.started_at:type_name -> google.protobuf.Timestamp
+	22, // 9: xct.v1.StepRecord.deadline:type_name -> google.protobuf.Timestamp
+	22, // 10: xct.v1.StepRecord.finished_at:type_name -> google.protobuf.Timestamp
+	19, // 11: xct.v1.StepRecord.response:type_name -> xct.v1.Response
+	20, // 12: xct.v1.StepRecord.duration:type_name -> google.protobuf.Duration
+	9,  // 13: xct.v1.StepRecord.reruns:type_name -> xct.v1.StepRerun
+	10, // 14: xct.v1.StepRecord.compensations:type_name -> xct.v1.StepCompensation
+	11, // 15: xct.v1.StepRecord.resolution:type_name -> xct.v1.StepResolution
+	22, // 16: xct.v1.StepRerun.at:type_name -> google.protobuf.Timestamp
+	1,  // 17: xct.v1.StepResolution.decision:type_name -> xct.v1.StepDecision
+	22, // 18: xct.v1.StepResolution.resolved_at:type_name -> google.protobuf.Timestamp
+	0,  // 19: xct.v1.StepResolution.previous_state:type_name -> xct.v1.StepRecordState
+	8,  // 20: xct.v1.GetStepResponse.step:type_name -> xct.v1.StepRecord
+	1,  // 21: xct.v1.ResolveStepRequest.decision:type_name -> xct.v1.StepDecision
+	23, // 22: xct.v1.ResolveStepRequest.result:type_name -> google.protobuf.Value
+	8,  // 23: xct.v1.ResolveStepResponse.step:type_name -> xct.v1.StepRecord
+	4,  // 24: xct.v1.ExecutorService.ListTools:input_type -> xct.v1.ListToolsRequest
+	6,  // 25: xct.v1.ExecutorService.Execute:input_type -> xct.v1.ExecuteRequest
+	12, // 26: xct.v1.ExecutorService.GetStep:input_type -> xct.v1.GetStepRequest
+	14, // 27: xct.v1.ExecutorService.ResolveStep:input_type -> xct.v1.ResolveStepRequest
+	2,  // 28: xct.v1.ExecutorService.PreviewStep:input_type -> xct.v1.PreviewStepRequest
+	5,  // 29: xct.v1.ExecutorService.ListTools:output_type -> xct.v1.ListToolsResponse
+	7,  // 30: xct.v1.ExecutorService.Execute:output_type -> xct.v1.ExecuteResponse
+	13, // 31: xct.v1.ExecutorService.GetStep:output_type -> xct.v1.GetStepResponse
+	15, // 32: xct.v1.ExecutorService.ResolveStep:output_type -> xct.v1.ResolveStepResponse
+	3,  // 33: xct.v1.ExecutorService.PreviewStep:output_type -> xct.v1.PreviewStepResponse
+	29, // [29:34] is the sub-list for method output_type
+	24, // [24:29] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_xct_v1_executor_proto_init() }
@@ -1224,13 +1338,14 @@ func file_xct_v1_executor_proto_init() {
 	}
 	file_xct_v1_decision_proto_init()
 	file_xct_v1_tool_proto_init()
+	file_xct_v1_validator_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_xct_v1_executor_proto_rawDesc), len(file_xct_v1_executor_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   12,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

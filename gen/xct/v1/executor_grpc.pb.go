@@ -23,6 +23,7 @@ const (
 	ExecutorService_Execute_FullMethodName     = "/xct.v1.ExecutorService/Execute"
 	ExecutorService_GetStep_FullMethodName     = "/xct.v1.ExecutorService/GetStep"
 	ExecutorService_ResolveStep_FullMethodName = "/xct.v1.ExecutorService/ResolveStep"
+	ExecutorService_PreviewStep_FullMethodName = "/xct.v1.ExecutorService/PreviewStep"
 )
 
 // ExecutorServiceClient is the client API for ExecutorService service.
@@ -46,6 +47,10 @@ type ExecutorServiceClient interface {
 	// RETRY, about a failed step): it succeeded, it failed, or it may be
 	// executed once more by the next Execute with the same step id.
 	ResolveStep(ctx context.Context, in *ResolveStepRequest, opts ...grpc.CallOption) (*ResolveStepResponse, error)
+	// PreviewStep shows what a step would do without doing it, for the tools
+	// that offer a dry run (fs.write: the unified diff against the current
+	// file). Other tools answer with no preview.
+	PreviewStep(ctx context.Context, in *PreviewStepRequest, opts ...grpc.CallOption) (*PreviewStepResponse, error)
 }
 
 type executorServiceClient struct {
@@ -96,6 +101,16 @@ func (c *executorServiceClient) ResolveStep(ctx context.Context, in *ResolveStep
 	return out, nil
 }
 
+func (c *executorServiceClient) PreviewStep(ctx context.Context, in *PreviewStepRequest, opts ...grpc.CallOption) (*PreviewStepResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PreviewStepResponse)
+	err := c.cc.Invoke(ctx, ExecutorService_PreviewStep_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ExecutorServiceServer is the server API for ExecutorService service.
 // All implementations must embed UnimplementedExecutorServiceServer
 // for forward compatibility.
@@ -117,6 +132,10 @@ type ExecutorServiceServer interface {
 	// RETRY, about a failed step): it succeeded, it failed, or it may be
 	// executed once more by the next Execute with the same step id.
 	ResolveStep(context.Context, *ResolveStepRequest) (*ResolveStepResponse, error)
+	// PreviewStep shows what a step would do without doing it, for the tools
+	// that offer a dry run (fs.write: the unified diff against the current
+	// file). Other tools answer with no preview.
+	PreviewStep(context.Context, *PreviewStepRequest) (*PreviewStepResponse, error)
 	mustEmbedUnimplementedExecutorServiceServer()
 }
 
@@ -138,6 +157,9 @@ func (UnimplementedExecutorServiceServer) GetStep(context.Context, *GetStepReque
 }
 func (UnimplementedExecutorServiceServer) ResolveStep(context.Context, *ResolveStepRequest) (*ResolveStepResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ResolveStep not implemented")
+}
+func (UnimplementedExecutorServiceServer) PreviewStep(context.Context, *PreviewStepRequest) (*PreviewStepResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PreviewStep not implemented")
 }
 func (UnimplementedExecutorServiceServer) mustEmbedUnimplementedExecutorServiceServer() {}
 func (UnimplementedExecutorServiceServer) testEmbeddedByValue()                         {}
@@ -232,6 +254,24 @@ func _ExecutorService_ResolveStep_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ExecutorService_PreviewStep_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PreviewStepRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ExecutorServiceServer).PreviewStep(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ExecutorService_PreviewStep_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ExecutorServiceServer).PreviewStep(ctx, req.(*PreviewStepRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ExecutorService_ServiceDesc is the grpc.ServiceDesc for ExecutorService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -254,6 +294,10 @@ var ExecutorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ResolveStep",
 			Handler:    _ExecutorService_ResolveStep_Handler,
+		},
+		{
+			MethodName: "PreviewStep",
+			Handler:    _ExecutorService_PreviewStep_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

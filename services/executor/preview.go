@@ -1,0 +1,55 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"unicode/utf8"
+
+	"github.com/aymanbagabas/go-udiff"
+
+	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+)
+
+// MaxPreviewBytes bounds a preview: an approver reads it.
+const MaxPreviewBytes = 64 << 10
+
+// Preview implements Previewer: the unified diff between the file as it is
+// and the content the step would write. It reads, never writes.
+func (t *fsWrite) Preview(_ context.Context, args map[string]any) (*xctv1.Preview, *xctv1.Error) {
+	if e := onlyArgs(args, "path", "content", "create_dirs"); e != nil {
+		return nil, e
+	}
+	p, e := stringArg(args, "path", nil)
+	if e != nil {
+		return nil, e
+	}
+	content, e := stringArg(args, "content", nil)
+	if e != nil {
+		return nil, e
+	}
+	name, e := t.ws.cleanFile(p)
+	if e != nil {
+		return nil, e
+	}
+	oldName, old := "a/"+name, ""
+	cur, err := readFile(t.ws.root, name, t.maxBytes)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		oldName = "/dev/null" // a new file
+	case err != nil:
+		return nil, t.ws.fail(p, err)
+	case !utf8.Valid(cur):
+		return &xctv1.Preview{Kind: "text", Content: "the current file is binary: it would be replaced by " + p}, nil
+	default:
+		old = string(cur)
+	}
+	diff := udiff.Unified(oldName, "b/"+name, old, content)
+	if diff == "" {
+		diff = "no change: the file already has this content\n"
+	}
+	if len(diff) > MaxPreviewBytes {
+		diff = diff[:MaxPreviewBytes] + "\n… (preview truncated)\n"
+	}
+	return &xctv1.Preview{Kind: "diff", Content: diff}, nil
+}

@@ -1,0 +1,56 @@
+package executor
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestFSWritePreview(t *testing.T) {
+	dir := t.TempDir()
+	ws, err := openWorkspace(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = ws.close() }()
+	if err := os.WriteFile(filepath.Join(dir, "a.txt"), []byte("one\ntwo\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "bin"), []byte{0xff, 0xfe, 0x00}, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	w := &fsWrite{ws: ws, maxBytes: 1 << 20}
+	tests := []struct {
+		name, path, content string
+		kind, want          string
+		code                string
+	}{
+		{"change", "a.txt", "one\nthree\n", "diff", "-two\n+three\n", ""},
+		{"new file", "new/b.txt", "hello\n", "diff", "--- /dev/null\n+++ b/new/b.txt\n@@ -0,0 +1 @@\n+hello\n", ""},
+		{"same content", "a.txt", "one\ntwo\n", "diff", "no change", ""},
+		{"binary", "bin", "text\n", "text", "binary", ""},
+		{"escape", "../outside.txt", "x", "", "", "PERMISSION_DENIED"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p, e := w.Preview(context.Background(), map[string]any{"path": tc.path, "content": tc.content})
+			if tc.code != "" {
+				if e.GetCode() != tc.code {
+					t.Fatalf("error %v, want %s", e, tc.code)
+				}
+				return
+			}
+			if e != nil || p.GetKind() != tc.kind || !strings.Contains(p.GetContent(), tc.want) {
+				t.Fatalf("preview %v %q (error %v), want %s containing %q", p.GetKind(), p.GetContent(), e, tc.kind, tc.want)
+			}
+		})
+	}
+	if _, err := os.Stat(filepath.Join(dir, "new")); !os.IsNotExist(err) {
+		t.Fatal("a preview created a directory")
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "a.txt")); string(b) != "one\ntwo\n" {
+		t.Fatalf("a preview changed the file: %q", b)
+	}
+}
