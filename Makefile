@@ -27,6 +27,7 @@ run: build ## Start the embedded cluster, play the bundled demo, serve until Ctr
 .PHONY: build
 build: ## Build bin/xct
 	$(GO) build -o $(BIN)/xct ./cmd/xct
+	$(GO) build -o $(BIN)/lctl ./cmd/lctl
 
 .PHONY: test
 test: ## go vet, then every test with the race detector

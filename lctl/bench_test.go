@@ -1,9 +1,12 @@
 package lctl_test
 
 import (
+	"bytes"
+	"runtime"
 	"testing"
 
 	"github.com/xct-dev/xct/lctl"
+	"github.com/xct-dev/xct/lctl/lctltest"
 )
 
 // stepStartData is the payload the orchestrator records for a proposal.
@@ -49,4 +52,105 @@ func BenchmarkDecodeEvent(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// benchChainLen is the chain length of the replay benchmarks.
+const benchChainLen = 1_000_000
+
+// BenchmarkReplay1M replays a 1,000,000-event XCT-shaped chain (generated
+// here, not read from disk) and reports events per second.
+func BenchmarkReplay1M(b *testing.B) {
+	events := lctltest.Chain("bench", benchChainLen, lctltest.Options{})
+	runtime.GC() // do not charge the generator's garbage to the replay
+	b.ResetTimer()
+	b.ReportAllocs()
+	for b.Loop() {
+		s := lctl.Replay("bench", events, 0)
+		if s.EventCount != benchChainLen {
+			b.Fatalf("applied %d events", s.EventCount)
+		}
+	}
+	b.ReportMetric(float64(benchChainLen)*float64(b.N)/b.Elapsed().Seconds(), "events/s")
+}
+
+// BenchmarkReplayToSeq is replay to a seq near the end of a 1,000,000-event
+// chain: from the first event (no snapshots) and from the nearest snapshot
+// of a Timeline that snapshots every 1000 events.
+func BenchmarkReplayToSeq(b *testing.B) {
+	events := lctltest.Chain("bench", benchChainLen, lctltest.Options{})
+	runtime.GC()
+	target := uint64(benchChainLen - 123)
+	b.Run("without-snapshots", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if s := lctl.Replay("bench", events, target); s.Seq != target {
+				b.Fatal(s.Seq)
+			}
+		}
+	})
+	tl := lctl.NewTimeline("bench", lctl.DefaultSnapshotEvery)
+	for _, e := range events {
+		tl.Append(e)
+	}
+	b.Run("with-snapshots", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if s := tl.StateAt(target); s.Seq != target {
+				b.Fatal(s.Seq)
+			}
+		}
+	})
+	// The summary (every field but Steps): what `lctl replay --to-seq
+	// --chain` and ReplayChain's summary view need.
+	b.Run("summary-with-snapshots", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if s, _ := tl.SummaryAt(target); s.Seq != target {
+				b.Fatal(s.Seq)
+			}
+		}
+	})
+}
+
+// BenchmarkTimelineAppend is what keeping snapshots costs per event.
+func BenchmarkTimelineAppend(b *testing.B) {
+	events := lctltest.Chain("bench", 200_000, lctltest.Options{})
+	b.ResetTimer()
+	for b.Loop() {
+		tl := lctl.NewTimeline("bench", lctl.DefaultSnapshotEvery)
+		for _, e := range events {
+			tl.Append(e)
+		}
+	}
+	b.ReportMetric(float64(len(events))*float64(b.N)/b.Elapsed().Seconds(), "events/s")
+}
+
+// BenchmarkStateHash hashes the state of a 100,000-event chain, what a
+// checkpoint costs to record and to verify.
+func BenchmarkStateHash(b *testing.B) {
+	s := lctl.Replay("bench", lctltest.Chain("bench", 100_000, lctltest.Options{}), 0)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := s.Hash(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkDecodeFile reads a 100,000-event chain file, what every lctl
+// command on a file pays first.
+func BenchmarkDecodeFile(b *testing.B) {
+	var buf bytes.Buffer
+	if err := lctl.NewFile("bench", lctltest.Chain("bench", 100_000, lctltest.Options{Seal: true})).Encode(&buf, lctl.FormatJSON); err != nil {
+		b.Fatal(err)
+	}
+	raw := buf.Bytes()
+	b.SetBytes(int64(len(raw)))
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := lctl.DecodeFile(bytes.NewReader(raw), lctl.FormatJSON); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(100_000*float64(b.N)/b.Elapsed().Seconds(), "events/s")
 }

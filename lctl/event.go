@@ -51,15 +51,42 @@ type Event struct {
 	Data      map[string]any `json:"data"`
 	PrevHash  string         `json:"prev_hash,omitempty"`
 	Hash      string         `json:"hash,omitempty"`
+	// Extra keeps fields other implementations put on an event beyond the
+	// spec's, so reading and writing a file loses nothing. They are part of
+	// the canonical form, so they are covered by the hash. XCT never writes
+	// any.
+	Extra map[string]any `json:"-"`
+}
+
+// timeLayouts are the timestamp forms Time accepts besides RFC 3339: what
+// other implementations write (Python's isoformat without a zone, a space
+// instead of the T). A timestamp without a zone is taken as UTC.
+var timeLayouts = []string{
+	"2006-01-02T15:04:05.999999999",
+	"2006-01-02 15:04:05.999999999Z07:00",
+	"2006-01-02 15:04:05.999999999",
 }
 
 // Time parses the event's timestamp; the zero time when it does not parse.
+// Besides RFC 3339 it accepts ISO 8601 without a zone (read as UTC) and with
+// a space between date and time.
 func (e *Event) Time() time.Time {
-	t, err := time.Parse(time.RFC3339Nano, e.Timestamp)
-	if err != nil {
-		return time.Time{}
-	}
+	t, _ := ParseTime(e.Timestamp)
 	return t
+}
+
+// ParseTime parses an event timestamp the way Event.Time does and reports
+// whether it could.
+func ParseTime(s string) (time.Time, bool) {
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, true
+	}
+	for _, layout := range timeLayouts {
+		if t, err := time.ParseInLocation(layout, s, time.UTC); err == nil {
+			return t, true
+		}
+	}
+	return time.Time{}, false
 }
 
 // FormatTime renders t the way events store it: RFC 3339, UTC, nanoseconds.
@@ -80,6 +107,9 @@ func (e *Event) ComputeHash() (string, error) {
 // The top-level keys are fixed, so they are written in their sorted order
 // (agent, chain_id, data, hash, prev_hash, seq, timestamp, type) directly.
 func (e *Event) canonical(withHash bool) ([]byte, error) {
+	if len(e.Extra) > 0 {
+		return e.canonicalWithExtra(withHash)
+	}
 	var buf bytes.Buffer
 	buf.Grow(512)
 	buf.WriteString(`{"agent":`)
@@ -110,6 +140,31 @@ func (e *Event) canonical(withHash bool) ([]byte, error) {
 	writeString(&buf, e.Type)
 	buf.WriteByte('}')
 	return buf.Bytes(), nil
+}
+
+// canonicalWithExtra is canonical for an event that carries fields beyond
+// the spec's: every field goes through the generic canonical encoder, which
+// sorts the keys.
+func (e *Event) canonicalWithExtra(withHash bool) ([]byte, error) {
+	m := make(map[string]any, len(e.Extra)+8)
+	for k, v := range e.Extra {
+		m[k] = v
+	}
+	m["agent"] = e.Agent
+	if e.ChainID != "" {
+		m["chain_id"] = e.ChainID
+	}
+	m["data"] = dataOrEmpty(e.Data)
+	if withHash && e.Hash != "" {
+		m["hash"] = e.Hash
+	}
+	if e.PrevHash != "" {
+		m["prev_hash"] = e.PrevHash
+	}
+	m["seq"] = float64(e.Seq)
+	m["timestamp"] = e.Timestamp
+	m["type"] = e.Type
+	return Canonical(m)
 }
 
 // Seal sets PrevHash and Hash, linking e after prev (nil for the first event).

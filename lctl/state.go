@@ -1,10 +1,7 @@
 package lctl
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
-	"fmt"
 	"math"
 )
 
@@ -64,9 +61,73 @@ type State struct {
 	// of the same step.
 	Steps []Step `json:"steps"`
 
-	// stepIndex maps a step number to the index in Steps of its latest
-	// attempt. It is derived from Steps and not part of the JSON form.
-	stepIndex map[int64]int
+	// idx finds the latest attempt of a step number in Steps. It is derived
+	// from Steps and not part of the JSON form; nil means "rebuild it".
+	idx *stepIndex
+	// track, when set, records what Apply changes in place (Steps entries
+	// and facts), so a Timeline can snapshot only what changed.
+	track *changeTrack
+	// noSteps leaves Steps alone (Timeline.SummaryAt): nothing else in the
+	// state depends on them.
+	noSteps bool
+}
+
+// The lists ToolCalls, Errors, UnknownTypes, ContractValidations and
+// ModelRoutings are append-only: Apply never changes an element after
+// appending it. Clone and Timeline rely on that to share them.
+
+// stepIndex maps a step number to the index in Steps of its latest attempt.
+// Step numbers below denseSteps (every XCT chain) live in a slice; others
+// in a map.
+type stepIndex struct {
+	dense  []int32 // dense[n] is index+1 of step n's latest attempt, 0 for none
+	sparse map[int64]int
+}
+
+// denseSteps bounds the step numbers kept in the dense index.
+const denseSteps = 1 << 20
+
+func (x *stepIndex) get(n int64) (int, bool) {
+	if n >= 0 && n < denseSteps {
+		if n < int64(len(x.dense)) && x.dense[n] != 0 {
+			return int(x.dense[n]) - 1, true
+		}
+		return 0, false
+	}
+	i, ok := x.sparse[n]
+	return i, ok
+}
+
+func (x *stepIndex) set(n int64, i int) {
+	if n >= 0 && n < denseSteps {
+		if n >= int64(len(x.dense)) {
+			x.dense = append(x.dense, make([]int32, int(n)+1-len(x.dense))...)
+		}
+		x.dense[n] = int32(i + 1)
+		return
+	}
+	if x.sparse == nil {
+		x.sparse = map[int64]int{}
+	}
+	x.sparse[n] = i
+}
+
+// changeTrack records the Steps entries and facts Apply changed in place.
+type changeTrack struct {
+	steps map[int]struct{}
+	facts map[string]struct{}
+}
+
+func (s *State) touchStep(i int) {
+	if s.track != nil {
+		s.track.steps[i] = struct{}{}
+	}
+}
+
+func (s *State) touchFact(id string) {
+	if s.track != nil {
+		s.track.facts[id] = struct{}{}
+	}
 }
 
 // Fact is a fact as it stands now, with every change that led to it.
@@ -222,8 +283,91 @@ func NewState(chainID string) *State {
 		ContractValidations: []ContractValidation{},
 		ModelRoutings:       []ModelRouting{},
 		Steps:               []Step{},
-		stepIndex:           map[int64]int{},
+		idx:                 &stepIndex{},
 	}
+}
+
+// Clone returns a copy of s that shares nothing it could change: applying
+// events to either leaves the other as it was. The append-only lists are
+// shared up to their current length (an append to the copy copies them), so
+// a clone costs O(facts + steps), not O(events).
+func (s *State) Clone() *State {
+	c := *s
+	c.track = nil
+	c.Facts = make(map[string]*Fact, len(s.Facts))
+	for id, f := range s.Facts {
+		c.Facts[id] = f.frozen()
+	}
+	c.Agents = capped(s.Agents)
+	if s.CurrentStep != nil {
+		cur := *s.CurrentStep
+		c.CurrentStep = &cur
+	}
+	c.ToolCalls = capped(s.ToolCalls)
+	c.Errors = capped(s.Errors)
+	c.UnknownTypes = capped(s.UnknownTypes)
+	c.ContractValidations = capped(s.ContractValidations)
+	c.ModelRoutings = capped(s.ModelRoutings)
+	if s.EventTypes != nil {
+		c.EventTypes = make(map[string]int, len(s.EventTypes))
+		for k, v := range s.EventTypes {
+			c.EventTypes[k] = v
+		}
+	}
+	c.Run = s.Run.clone()
+	if s.Steps != nil {
+		c.Steps = append(make([]Step, 0, len(s.Steps)), s.Steps...)
+	}
+	c.idx = nil
+	if s.idx != nil {
+		c.idx = &stepIndex{dense: append([]int32(nil), s.idx.dense...)}
+		if s.idx.dense != nil && c.idx.dense == nil {
+			c.idx.dense = []int32{}
+		}
+		if s.idx.sparse != nil {
+			c.idx.sparse = make(map[int64]int, len(s.idx.sparse))
+			for k, v := range s.idx.sparse {
+				c.idx.sparse[k] = v
+			}
+		}
+	}
+	return &c
+}
+
+// frozen copies a fact so that changes to either copy do not reach the
+// other: its history and tags are shared up to their length, and Apply
+// only ever appends to the one and replaces the other.
+func (f *Fact) frozen() *Fact {
+	c := *f
+	c.History = capped(f.History)
+	c.Tags = capped(f.Tags)
+	return &c
+}
+
+func (r *Run) clone() *Run {
+	if r == nil {
+		return nil
+	}
+	c := *r
+	if r.Labels != nil {
+		c.Labels = make(map[string]string, len(r.Labels))
+		for k, v := range r.Labels {
+			c.Labels[k] = v
+		}
+	}
+	if r.Tokens != nil {
+		t := *r.Tokens
+		c.Tokens = &t
+	}
+	return &c
+}
+
+// capped returns l limited to its length, so appending to it copies.
+func capped[T any](l []T) []T {
+	if l == nil {
+		return nil
+	}
+	return l[:len(l):len(l)]
 }
 
 // Replay applies events in order, stopping before the first event whose seq
@@ -231,14 +375,106 @@ func NewState(chainID string) *State {
 // the spec's replay_to. Events are expected in seq order, as a chain stores
 // them.
 func Replay(chainID string, events []Event, toSeq uint64) *State {
-	s := NewState(chainID)
-	for i := range events {
-		if toSeq != 0 && events[i].Seq > toSeq {
-			break
+	n := len(events)
+	if toSeq != 0 {
+		for i := range events {
+			if events[i].Seq > toSeq {
+				n = i
+				break
+			}
 		}
-		s.Apply(&events[i])
+	}
+	events = events[:n]
+	s := NewState(chainID)
+	// Count the types first: the counts size every list exactly (no slice
+	// ever grows and copies) and fill EventTypes without a map write per
+	// event.
+	var counts [numKnownTypes]int
+	for i := range events {
+		if k := typeIndex(events[i].Type); k >= 0 {
+			counts[k]++
+		}
+	}
+	s.ToolCalls = make([]ToolCall, 0, counts[kToolCall])
+	s.Errors = make([]ErrorRecord, 0, counts[kError])
+	s.Steps = make([]Step, 0, counts[kStepStart])
+	s.ContractValidations = make([]ContractValidation, 0, counts[kContractValidation])
+	s.ModelRoutings = make([]ModelRouting, 0, counts[kModelRouting])
+	for k, c := range counts {
+		if c > 0 {
+			s.EventTypes[knownTypes[k]] = c
+		}
+	}
+	for i := range events {
+		s.apply(&events[i], false)
 	}
 	return s
+}
+
+// knownTypes are the event types the reducer folds; typeIndex maps a type
+// to its position here.
+var knownTypes = [...]string{
+	kStepStart: TypeStepStart, kStepEnd: TypeStepEnd, kFactAdded: TypeFactAdded, kFactModified: TypeFactModified,
+	kToolCall: TypeToolCall, kError: TypeError, kCheckpoint: TypeCheckpoint, kContractValidation: TypeContractValidation,
+	kModelRouting: TypeModelRouting, kStreamStart: TypeStreamStart, kStreamChunk: TypeStreamChunk, kStreamEnd: TypeStreamEnd,
+	kRunStarted: TypeRunStarted, kVerdict: TypeVerdict, kRunFinished: TypeRunFinished,
+}
+
+const (
+	kStepStart = iota
+	kStepEnd
+	kFactAdded
+	kFactModified
+	kToolCall
+	kError
+	kCheckpoint
+	kContractValidation
+	kModelRouting
+	kStreamStart
+	kStreamChunk
+	kStreamEnd
+	kRunStarted
+	kVerdict
+	kRunFinished
+	numKnownTypes
+)
+
+// typeIndex returns the position of a known type in knownTypes, -1 for a
+// type the reducer does not know.
+func typeIndex(t string) int {
+	switch t {
+	case TypeStepStart:
+		return kStepStart
+	case TypeStepEnd:
+		return kStepEnd
+	case TypeFactAdded:
+		return kFactAdded
+	case TypeFactModified:
+		return kFactModified
+	case TypeToolCall:
+		return kToolCall
+	case TypeError:
+		return kError
+	case TypeCheckpoint:
+		return kCheckpoint
+	case TypeContractValidation:
+		return kContractValidation
+	case TypeModelRouting:
+		return kModelRouting
+	case TypeStreamStart:
+		return kStreamStart
+	case TypeStreamChunk:
+		return kStreamChunk
+	case TypeStreamEnd:
+		return kStreamEnd
+	case TypeRunStarted:
+		return kRunStarted
+	case TypeVerdict:
+		return kVerdict
+	case TypeRunFinished:
+		return kRunFinished
+	}
+	return -1
 }
 
 // Apply folds one event into the state. It never fails and never panics: a
@@ -249,8 +485,10 @@ func Replay(chainID string, events []Event, toSeq uint64) *State {
 //   - step_start: adds the agent to Agents on its first step; sets
 //     CurrentStep {seq, agent, step, intent, tool, model}. With a step number
 //     (XCT) it opens a new entry in Steps and raises Run.Steps.
-//   - step_end: clears CurrentStep; adds data.tokens {input, output} to
-//     Tokens and duration_ms to DurationMS; with a step number, records
+//   - step_end: clears CurrentStep; adds data.tokens {input, output} (or
+//     the {in, out}, {input_tokens, output_tokens}, {prompt_tokens,
+//     completion_tokens} other writers use) to Tokens and duration_ms to
+//     DurationMS; with a step number, records
 //     outcome, duration and end seq on the step.
 //   - fact_added: creates (or replaces) Facts[id] {text, confidence, source,
 //     tags} and appends to its history.
@@ -274,11 +512,15 @@ func Replay(chainID string, events []Event, toSeq uint64) *State {
 //   - verdict (XCT): records decision and reason rule ids on the step.
 //   - run_finished (XCT): sets Run's status, message, steps and tokens.
 //   - any other type: its seq is appended to UnknownTypes.
-func (s *State) Apply(e *Event) {
+func (s *State) Apply(e *Event) { s.apply(e, true) }
+
+// apply is Apply; countType false leaves EventTypes to the caller (Replay
+// counts known types in bulk).
+func (s *State) apply(e *Event, countType bool) {
 	if e == nil {
 		return
 	}
-	if s.stepIndex == nil {
+	if s.idx == nil {
 		s.rebuildStepIndex()
 	}
 	if s.Facts == nil {
@@ -290,23 +532,26 @@ func (s *State) Apply(e *Event) {
 	s.Seq = e.Seq
 	s.EventCount++
 	s.LastTimestamp = e.Timestamp
-	s.EventTypes[e.Type]++
+	k := typeIndex(e.Type)
+	if countType || k < 0 {
+		s.EventTypes[e.Type]++
+	}
 	d := e.Data
-	switch e.Type {
-	case TypeStepStart:
+	switch k {
+	case kStepStart:
 		s.applyStepStart(e, d)
-	case TypeStepEnd:
+	case kStepEnd:
 		s.applyStepEnd(e, d)
-	case TypeFactAdded, TypeFactModified:
+	case kFactAdded, kFactModified:
 		s.applyFact(e, d)
-	case TypeToolCall:
+	case kToolCall:
 		s.applyToolCall(e, d)
-	case TypeError:
+	case kError:
 		s.applyError(e, d)
-	case TypeCheckpoint:
+	case kCheckpoint:
 		s.LastCheckpointSeq = e.Seq
 		s.LastCheckpointHash = str(d, "state_hash")
-	case TypeContractValidation:
+	case kContractValidation:
 		s.ContractValidations = append(s.ContractValidations, ContractValidation{
 			Seq:       e.Seq,
 			Agent:     e.Agent,
@@ -315,7 +560,7 @@ func (s *State) Apply(e *Event) {
 			Status:    str(d, "status"),
 			Warnings:  stringList(d["warnings"]),
 		})
-	case TypeModelRouting:
+	case kModelRouting:
 		r := ModelRouting{
 			Seq:          e.Seq,
 			Agent:        e.Agent,
@@ -327,15 +572,15 @@ func (s *State) Apply(e *Event) {
 			r.Confidence = &c
 		}
 		s.ModelRoutings = append(s.ModelRoutings, r)
-	case TypeStreamStart:
+	case kStreamStart:
 		s.Stream.Streams++
 		s.Stream.Active = true
-	case TypeStreamChunk:
+	case kStreamChunk:
 		s.Stream.Chunks++
 		if n, ok := count(d["tokens"]); ok {
 			s.Stream.Tokens += n
 		}
-	case TypeStreamEnd:
+	case kStreamEnd:
 		s.Stream.Active = false
 		if n, ok := count(d["total_chunks"]); ok {
 			s.Stream.ReportedChunks += n
@@ -346,9 +591,9 @@ func (s *State) Apply(e *Event) {
 		if ms, ok := duration(d["duration_ms"]); ok {
 			s.Stream.DurationMS += ms
 		}
-	case TypeRunStarted:
+	case kRunStarted:
 		s.applyRunStarted(e, d)
-	case TypeVerdict:
+	case kVerdict:
 		if st := s.stepFor(e, d); st != nil {
 			if v := str(d, "decision"); v != "" {
 				st.Decision = v
@@ -357,37 +602,39 @@ func (s *State) Apply(e *Event) {
 				st.Reasons = rs
 			}
 		}
-	case TypeRunFinished:
+	case kRunFinished:
 		s.applyRunFinished(e, d)
 	default:
 		s.UnknownTypes = append(s.UnknownTypes, e.Seq)
 	}
 }
 
-// Hash identifies the state: "sha256:" and the hex SHA-256 of its canonical
-// JSON. Two replays of the same events give the same hash.
-func (s *State) Hash() (string, error) {
-	c, err := Canonical(s)
-	if err != nil {
-		return "", fmt.Errorf("hash state: %w", err)
-	}
-	sum := sha256.Sum256(c)
-	return "sha256:" + hex.EncodeToString(sum[:]), nil
-}
-
 func (s *State) applyStepStart(e *Event, d map[string]any) {
 	s.addAgent(e.Agent)
-	cur := &CurrentStep{
+	// The current step and its number are allocated together.
+	alloc := &struct {
+		cur CurrentStep
+		n   int64
+	}{cur: CurrentStep{
 		Seq:    e.Seq,
 		Agent:  e.Agent,
 		Intent: str(d, "intent"),
 		Tool:   str(d, "tool"),
 		Model:  modelName(d["model"]),
-	}
+	}}
+	cur := &alloc.cur
 	n, hasStep := count(d["step"])
-	if hasStep {
-		cur.Step = &n
-		s.stepIndex[n] = len(s.Steps)
+	if hasStep && s.noSteps {
+		alloc.n = n
+		cur.Step = &alloc.n
+		if s.Run != nil && n > s.Run.Steps {
+			s.Run.Steps = n
+		}
+	} else if hasStep {
+		alloc.n = n
+		cur.Step = &alloc.n
+		s.idx.set(n, len(s.Steps))
+		s.touchStep(len(s.Steps))
 		s.Steps = append(s.Steps, Step{
 			Step:     n,
 			StepID:   str(d, "step_id"),
@@ -405,12 +652,9 @@ func (s *State) applyStepStart(e *Event, d map[string]any) {
 func (s *State) applyStepEnd(e *Event, d map[string]any) {
 	s.CurrentStep = nil
 	if t, ok := d["tokens"].(map[string]any); ok {
-		if n, ok := count(t["input"]); ok {
-			s.Tokens.Input += n
-		}
-		if n, ok := count(t["output"]); ok {
-			s.Tokens.Output += n
-		}
+		in, out := tokenCounts(t)
+		s.Tokens.Input += in
+		s.Tokens.Output += out
 	}
 	ms, hasDuration := duration(d["duration_ms"])
 	if hasDuration {
@@ -432,6 +676,7 @@ func (s *State) applyFact(e *Event, d map[string]any) {
 	if id == "" {
 		return
 	}
+	s.touchFact(id)
 	f, exists := s.Facts[id]
 	if !exists || e.Type == TypeFactAdded {
 		// An add replaces the fact's content but keeps its history.
@@ -542,14 +787,8 @@ func (s *State) applyRunFinished(e *Event, d map[string]any) {
 		r.Steps = n
 	}
 	if t, ok := d["tokens"].(map[string]any); ok {
-		var tok Tokens
-		if n, ok := count(t["input"]); ok {
-			tok.Input = n
-		}
-		if n, ok := count(t["output"]); ok {
-			tok.Output = n
-		}
-		r.Tokens = &tok
+		in, out := tokenCounts(t)
+		r.Tokens = &Tokens{Input: in, Output: out}
 	}
 }
 
@@ -557,15 +796,16 @@ func (s *State) applyRunFinished(e *Event, d map[string]any) {
 // an entry when the chain starts mid-step; nil when the event names none.
 func (s *State) stepFor(e *Event, d map[string]any) *Step {
 	n, ok := count(d["step"])
-	if !ok {
+	if !ok || s.noSteps {
 		return nil
 	}
-	i, ok := s.stepIndex[n]
+	i, ok := s.idx.get(n)
 	if !ok {
 		i = len(s.Steps)
-		s.stepIndex[n] = i
+		s.idx.set(n, i)
 		s.Steps = append(s.Steps, Step{Step: n, StartSeq: e.Seq})
 	}
+	s.touchStep(i)
 	st := &s.Steps[i]
 	if st.StepID == "" {
 		st.StepID = str(d, "step_id")
@@ -577,10 +817,29 @@ func (s *State) stepFor(e *Event, d map[string]any) *Step {
 }
 
 func (s *State) rebuildStepIndex() {
-	s.stepIndex = make(map[int64]int, len(s.Steps))
-	for i, st := range s.Steps {
-		s.stepIndex[st.Step] = i
+	s.idx = &stepIndex{}
+	for i := range s.Steps {
+		s.idx.set(s.Steps[i].Step, i)
 	}
+}
+
+// tokenCounts reads a tokens object: {input, output} as the spec writes it,
+// or the {in, out}, {input_tokens, output_tokens} and {prompt_tokens,
+// completion_tokens} other implementations and model APIs use.
+func tokenCounts(t map[string]any) (in, out int64) {
+	for _, k := range [...]string{"input", "in", "input_tokens", "prompt_tokens"} {
+		if n, ok := count(t[k]); ok {
+			in = n
+			break
+		}
+	}
+	for _, k := range [...]string{"output", "out", "output_tokens", "completion_tokens"} {
+		if n, ok := count(t[k]); ok {
+			out = n
+			break
+		}
+	}
+	return in, out
 }
 
 func (s *State) addAgent(agent string) {
@@ -709,3 +968,7 @@ func confidence(v any) (float64, bool) {
 	}
 	return f, true
 }
+
+// IsKnownType reports whether the reducer folds events of this type: the
+// spec's types and XCT's. Others are kept and counted as unknown.
+func IsKnownType(t string) bool { return typeIndex(t) >= 0 }

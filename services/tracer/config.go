@@ -4,6 +4,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+
+	"github.com/xct-dev/xct/lctl"
 )
 
 // Config is the tracer's configuration.
@@ -14,11 +16,26 @@ type Config struct {
 	// Replicas of the LCTL stream if the tracer is the one that creates it
 	// (0 means 1). Set by the application, not by a flag.
 	Replicas int
+	// SnapshotEvery is how many events of a chain the tracer applies
+	// between two snapshots of its state, so replaying to any seq costs at
+	// most that many events: 0 means lctl.DefaultSnapshotEvery (1000), a
+	// negative value keeps no snapshots (every replay starts from the first
+	// event).
+	SnapshotEvery int
+}
+
+// snapshotEvery is the interval the timelines use (<= 0: no snapshots).
+func (c *Config) snapshotEvery() int {
+	if c.SnapshotEvery == 0 {
+		return lctl.DefaultSnapshotEvery
+	}
+	return c.SnapshotEvery
 }
 
 // RegisterFlags registers the tracer's flags on fs.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.DataDir, "tracer-data", "xct-data/tracer", "directory where the tracer stores materialized chains")
+	fs.IntVar(&c.SnapshotEvery, "tracer-snapshot-every", lctl.DefaultSnapshotEvery, "events between two snapshots of a chain's state (replay to any seq costs at most this many events; negative: no snapshots)")
 }
 
 // maxReplicas is the most replicas JetStream allows for a stream.

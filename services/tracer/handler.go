@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sort"
 
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -41,18 +42,30 @@ func (h *handler) ListChains(ctx context.Context, req *lctlv1.ListChainsRequest)
 	return resp, nil
 }
 
-// GetChain returns a chain's summary and events.
+// GetChain returns a chain's summary and its events: all of them, or the
+// page of page_size events from from_seq.
 func (h *handler) GetChain(ctx context.Context, req *lctlv1.GetChainRequest) (*lctlv1.GetChainResponse, error) {
 	view, err := h.svc.store.get(req.GetChainId())
 	if err != nil {
 		return nil, h.status(ctx, err)
 	}
+	events := view.events
+	if from := req.GetFromSeq(); from > 0 {
+		i := sort.Search(len(events), func(i int) bool { return events[i].Seq >= from })
+		events = events[i:]
+	}
+	var next uint64
+	if n := int(req.GetPageSize()); n > 0 && len(events) > n {
+		next = events[n].Seq
+		events = events[:n]
+	}
 	resp := &lctlv1.GetChainResponse{
 		Summary: summaryProto(view.summary),
-		Events:  make([]*lctlv1.Event, 0, len(view.events)),
+		Events:  make([]*lctlv1.Event, 0, len(events)),
+		NextSeq: next,
 	}
-	for i := range view.events {
-		pe, err := eventProto(&view.events[i])
+	for i := range events {
+		pe, err := eventProto(&events[i])
 		if err != nil {
 			return nil, h.status(ctx, err)
 		}
@@ -61,10 +74,11 @@ func (h *handler) GetChain(ctx context.Context, req *lctlv1.GetChainRequest) (*l
 	return resp, nil
 }
 
-// ReplayChain replays a chain to to_seq (0: all of it) with lctl.Replay and
-// returns the state as JSON. A to_seq past the chain's last event is
-// OUT_OF_RANGE rather than clamped, so a caller never mistakes the end of
-// the chain for the point it asked for.
+// ReplayChain returns the state of a chain after to_seq (0: all of it),
+// rebuilt from the chain's nearest snapshot: at most Config.SnapshotEvery
+// events are applied, whatever the chain's length. A to_seq past the
+// chain's last event is OUT_OF_RANGE rather than clamped, so a caller never
+// mistakes the end of the chain for the point it asked for.
 func (h *handler) ReplayChain(ctx context.Context, req *lctlv1.ReplayChainRequest) (*lctlv1.ReplayChainResponse, error) {
 	view, err := h.svc.store.get(req.GetChainId())
 	if err != nil {
@@ -78,12 +92,65 @@ func (h *handler) ReplayChain(ctx context.Context, req *lctlv1.ReplayChainReques
 		err := fmt.Errorf("%w: to_seq %d, chain %s ends at %d", ErrSeqOutOfRange, req.GetToSeq(), req.GetChainId(), last)
 		return nil, h.status(ctx, err)
 	}
-	state := lctl.Replay(req.GetChainId(), view.events, req.GetToSeq())
-	st, err := stateStruct(state)
-	if err != nil {
-		return nil, h.status(ctx, err)
+	switch req.GetView() {
+	case lctlv1.StateView_STATE_VIEW_UNSPECIFIED, lctlv1.StateView_STATE_VIEW_FULL, lctlv1.StateView_STATE_VIEW_SUMMARY:
+	default:
+		return nil, h.status(ctx, fmt.Errorf("%w: state view %d", ErrInvalidRequest, req.GetView()))
 	}
-	return &lctlv1.ReplayChainResponse{Seq: state.Seq, State: st}, nil
+	toSeq := req.GetToSeq()
+	if toSeq == 0 {
+		toSeq = last // the chain as this view saw it, even if more arrived since
+	}
+	summaryOnly := req.GetView() == lctlv1.StateView_STATE_VIEW_SUMMARY
+	var (
+		state *lctl.State
+		from  uint64
+	)
+	if summaryOnly && !req.GetIncludeHash() {
+		// Every field but the steps: the cost does not grow with the chain.
+		state, from = view.timeline.SummaryAt(toSeq)
+	} else {
+		state, from = view.timeline.StateAtFrom(toSeq)
+	}
+	resp := &lctlv1.ReplayChainResponse{Seq: state.Seq, Summary: stateSummary(state, view.events), FromSnapshotSeq: from}
+	if !summaryOnly {
+		if resp.State, err = stateStruct(state); err != nil {
+			return nil, h.status(ctx, err)
+		}
+	}
+	if req.GetIncludeHash() {
+		if resp.StateHash, err = state.Hash(); err != nil {
+			return nil, h.status(ctx, err)
+		}
+	}
+	return resp, nil
+}
+
+// stateSummary describes a state in the numbers `lctl replay --to-seq`
+// prints.
+func stateSummary(s *lctl.State, events []lctl.Event) *lctlv1.StateSummary {
+	sum := &lctlv1.StateSummary{
+		Seq: s.Seq, Events: uint64(s.EventCount), Facts: uint32(len(s.Facts)), Agents: uint32(len(s.Agents)),
+		Errors: uint32(len(s.Errors)), ToolCalls: uint32(len(s.ToolCalls)), TokensIn: s.Tokens.Input, TokensOut: s.Tokens.Output,
+		LastCheckpointSeq: s.LastCheckpointSeq, UnknownTypes: uint32(len(s.UnknownTypes)), LastTimestamp: s.LastTimestamp,
+	}
+	if s.Run != nil {
+		sum.RunStatus = s.Run.Status
+	}
+	if n := len(s.Errors); n > 0 {
+		sum.LastErrorSeq = s.Errors[n-1].Seq
+	}
+	if cs := s.CurrentStep; cs != nil {
+		sum.Agent, sum.CurrentStepSeq, sum.CurrentIntent = cs.Agent, cs.Seq, cs.Intent
+	} else {
+		for i := min(s.EventCount, len(events)) - 1; i >= 0; i-- {
+			if events[i].Type == lctl.TypeStepStart {
+				sum.Agent = events[i].Agent
+				break
+			}
+		}
+	}
+	return sum
 }
 
 // ExportChain returns the chain as an LCTL v4.0 file.

@@ -1,12 +1,20 @@
 // Package tracer reads the LCTL event stream and materializes chains: it
 // keeps every chain's events on local disk and in memory, checks their hash
-// chain as they arrive, and answers list, get, replay and export over gRPC.
+// chain as they arrive, and answers list, get, replay and export over gRPC,
+// along with the lctl analyses (verify, diff, stats, bottlenecks, fact
+// confidence, fact queries, contract validation) for clients in any
+// language.
+//
+// Each chain is kept as an lctl.Timeline: its events, the state after the
+// last one and a snapshot of the state every Config.SnapshotEvery events, so
+// ReplayChain to any seq applies at most that many events.
 //
 // Events come from a durable JetStream pull consumer ("tracer") with
-// explicit acks. An event is appended to <DataDir>/chains/<chain_id>.jsonl
-// and synced before it is acknowledged, so a crash never loses an
-// acknowledged event; a redelivered event (at-least-once) is recognized by
-// its seq and skipped. When an event arrives ahead of the chain's next seq
+// explicit acks. A batch's events are appended to
+// <DataDir>/chains/<chain_id>.jsonl (one write per chain) and synced before
+// they become visible to the RPCs and are acknowledged, so a crash never
+// loses an acknowledged event and nobody sees an event that is not on disk;
+// a redelivered event (at-least-once) is recognized by its seq and skipped. When an event arrives ahead of the chain's next seq
 // (a redelivery overtaken by newer events, or a chain file that lost its
 // tail) the missing events are read back from the stream; only events the
 // stream really lacks are recorded as a gap on the chain's summary.
@@ -16,6 +24,7 @@
 package tracer
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -89,7 +98,7 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger) (*Service, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("tracer: create data directory: %w", err)
 	}
-	return &Service{cfg: cfg, nc: nc, log: log, store: newStore(dir, log)}, nil
+	return &Service{cfg: cfg, nc: nc, log: log, store: newStore(dir, log, cfg.snapshotEvery())}, nil
 }
 
 // Register serves the TracerService on g. Until Start has loaded the store
@@ -292,25 +301,40 @@ const (
 	term                 // can never be stored: do not redeliver
 )
 
-// handleBatch stores a batch of events, syncs the files they went to, then
-// acknowledges them and wakes waiters. A chain whose event could not be
-// stored has its later events in the batch redelivered too, so each chain
-// stays in order.
+// handleBatch stores a batch of events: each chain's new events are written
+// to its file in one write, the files are synced, and only then are the
+// events added to the in-memory chains (so readers never see an event that
+// is not on disk), acknowledged, and waiters woken. A chain whose events
+// could not be stored has them (and its later events in the batch)
+// redelivered, so each chain stays in order.
 func (s *Service) handleBatch(ctx context.Context, batch []jetstream.Msg) {
 	files := newBatchFiles(s.store.dir)
 	verdicts := make([]verdict, len(batch))
+	chains := make([]string, len(batch))
 	blocked := map[string]bool{}
 	for i, m := range batch {
-		verdicts[i] = s.handle(ctx, files, m, blocked)
+		verdicts[i], chains[i] = s.handle(ctx, files, m, blocked)
 	}
-	if err := files.commit(); err != nil {
-		// The events are in the files but maybe not on disk. Not acking
-		// them would not help: their redelivery is skipped as stored.
-		s.log.Error("sync chain files", "err", err)
+	failed, err := files.commit()
+	if err != nil {
+		// The events of the failed chains are not stored; they are
+		// redelivered. A failed sync leaves events in the files that may
+		// not be on disk: not acking them would not help, since their
+		// redelivery is skipped as stored.
+		s.log.Error("store chain files", "err", err)
+	}
+	for _, p := range files.pending {
+		if !failed[p.id] {
+			s.store.add(p.id, p.event)
+		}
 	}
 	for i, m := range batch {
+		v := verdicts[i]
+		if v == ack && failed[chains[i]] {
+			v = retry
+		}
 		var err error
-		switch verdicts[i] {
+		switch v {
 		case ack:
 			err = m.Ack()
 		case retry:
@@ -325,16 +349,17 @@ func (s *Service) handleBatch(ctx context.Context, batch []jetstream.Msg) {
 	s.store.broadcast()
 }
 
-// handle stores one message's event, reading back from the stream any
-// events of its chain that should have come before it.
-func (s *Service) handle(ctx context.Context, files *batchFiles, m jetstream.Msg, blocked map[string]bool) verdict {
+// handle stores one message's event in the batch, reading back from the
+// stream any events of its chain that should have come before it. It
+// returns what to do with the message and the chain it belongs to.
+func (s *Service) handle(ctx context.Context, files *batchFiles, m jetstream.Msg, blocked map[string]bool) (verdict, string) {
 	id := strings.TrimPrefix(m.Subject(), eventlog.SubjectPrefix)
 	if err := lctl.ValidateChainID(id); err != nil {
 		s.log.Error("event on a subject that names no chain", "subject", m.Subject(), "err", err)
-		return term
+		return term, ""
 	}
 	if blocked[id] {
-		return retry
+		return retry, id
 	}
 	e, err := lctl.DecodeEvent(m.Data())
 	if err != nil {
@@ -343,26 +368,40 @@ func (s *Service) handle(ctx context.Context, files *batchFiles, m jetstream.Msg
 			streamSeq = meta.Sequence.Stream
 		}
 		s.store.fail(id, fmt.Sprintf("stream message %d does not decode as an event: %v", streamSeq, err))
-		return term
+		return term, id
 	}
-	last := s.store.lastSeq(id)
+	last := s.lastSeq(files, id)
 	if e.Seq <= last {
-		s.store.duplicate(id, &e)
-		return ack
+		if h, pending := files.hashes[pendingKey{id, e.Seq}]; pending {
+			if h != e.Hash {
+				s.store.fail(id, fmt.Sprintf("event %d: a second, different event %d was delivered (the chain was forked)", e.Seq, e.Seq))
+			}
+		} else {
+			s.store.duplicate(id, &e)
+		}
+		return ack, id
 	}
 	if e.Seq > last+1 {
 		if err := s.repair(ctx, files, id, last, e.Seq); err != nil {
 			s.log.Warn("read missing events back from the stream", "chain_id", id, "err", err)
 			blocked[id] = true
-			return retry
+			return retry, id
 		}
 	}
-	if err := s.persist(files, id, e); err != nil {
+	if err := s.persist(files, id, e, m.Data()); err != nil {
 		s.log.Error("store event", "chain_id", id, "seq", e.Seq, "err", err)
 		blocked[id] = true
-		return retry
+		return retry, id
 	}
-	return ack
+	return ack, id
+}
+
+// lastSeq is the chain's last seq, counting events pending in the batch.
+func (s *Service) lastSeq(files *batchFiles, id string) uint64 {
+	if n, ok := files.last[id]; ok {
+		return n
+	}
+	return s.store.lastSeq(id)
 }
 
 // repair stores the events between after and before (exclusive) that the
@@ -376,25 +415,29 @@ func (s *Service) repair(ctx context.Context, files *batchFiles, id string, afte
 		return fmt.Errorf("read chain %s: %w", id, err)
 	}
 	for _, e := range events {
-		if e.Seq <= after || e.Seq >= before || e.Seq <= s.store.lastSeq(id) {
+		if e.Seq <= after || e.Seq >= before || e.Seq <= s.lastSeq(files, id) {
 			continue
 		}
-		if err := s.persist(files, id, e); err != nil {
+		if err := s.persist(files, id, e, nil); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// persist appends e to the chain's file, then to the in-memory chain.
-func (s *Service) persist(files *batchFiles, id string, e lctl.Event) error {
-	line, err := json.Marshal(&e)
-	if err != nil {
-		return fmt.Errorf("encode event %d: %w", e.Seq, err)
+// persist adds e to the batch: its line to the chain's file, the event to
+// what the batch makes visible once the file is synced. raw is the event as
+// the stream holds it: stored as it is when it is one line of JSON (what
+// XCT's writers store), re-encoded otherwise. raw decoded as e, so it is
+// valid JSON.
+func (s *Service) persist(files *batchFiles, id string, e lctl.Event, raw []byte) error {
+	line := raw
+	if len(line) == 0 || bytes.ContainsAny(line, "\r\n") {
+		var err error
+		if line, err = json.Marshal(&e); err != nil {
+			return fmt.Errorf("encode event %d: %w", e.Seq, err)
+		}
 	}
-	if err := files.append(id, append(line, '\n')); err != nil {
-		return err
-	}
-	s.store.add(id, e)
+	files.add(id, line, e)
 	return nil
 }

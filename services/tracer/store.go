@@ -26,6 +26,8 @@ const chainFileExt = ".jsonl"
 type store struct {
 	dir string
 	log *slog.Logger
+	// every is the snapshot interval of each chain's timeline.
+	every int
 
 	mu      sync.RWMutex
 	chains  map[string]*chain
@@ -36,19 +38,26 @@ type store struct {
 
 // chain is one materialized chain and what the tracer found checking it.
 type chain struct {
-	id     string
-	events []lctl.Event // in seq order, seqs strictly increasing
-	agents []string     // every agent seen, in order of first appearance
+	id string
+	// timeline holds the events, in seq order with seqs strictly
+	// increasing, the state after the last one and snapshots every N
+	// events.
+	timeline *lctl.Timeline
+	n        int         // events stored
+	last     *lctl.Event // the last event stored (nil: none)
+	agents   []string    // every agent seen, in order of first appearance
 	// verifyErr names the first event at which the chain stopped checking
 	// out ("" while it verifies).
-	verifyErr string
-	lastTime  time.Time
+	verifyErr      string
+	lastTime       time.Time
+	firstTimestamp string
 }
 
 // chainView is a consistent, read-only snapshot of a chain.
 type chainView struct {
-	summary chainSummary
-	events  []lctl.Event
+	summary  chainSummary
+	events   []lctl.Event
+	timeline *lctl.Timeline
 }
 
 // chainSummary describes a chain without its events.
@@ -62,8 +71,12 @@ type chainSummary struct {
 	lastTime       time.Time
 }
 
-func newStore(dir string, log *slog.Logger) *store {
-	return &store{dir: dir, log: log, chains: map[string]*chain{}, changed: make(chan struct{})}
+func newStore(dir string, log *slog.Logger, every int) *store {
+	return &store{dir: dir, log: log, every: every, chains: map[string]*chain{}, changed: make(chan struct{})}
+}
+
+func (s *store) newChain(id string) *chain {
+	return &chain{id: id, timeline: lctl.NewTimeline(id, s.every)}
 }
 
 // load reads every chain file of the directory into memory, checking each
@@ -108,7 +121,7 @@ func (s *store) loadFile(id, path string) (*chain, error) {
 		return nil, fmt.Errorf("open chain file: %w", err)
 	}
 	defer f.Close()
-	c := &chain{id: id}
+	c := s.newChain(id)
 	r := bufio.NewReaderSize(f, 64<<10)
 	var good int64 // offset just past the last complete line
 	for lineNo := 1; ; lineNo++ {
@@ -182,7 +195,7 @@ func (s *store) fail(id, problem string) {
 func (s *store) chainLocked(id string) *chain {
 	c := s.chains[id]
 	if c == nil {
-		c = &chain{id: id}
+		c = s.newChain(id)
 		s.chains[id] = c
 	}
 	return c
@@ -234,10 +247,9 @@ func (s *store) get(id string) (chainView, error) {
 	if c == nil {
 		return chainView{}, fmt.Errorf("%w: %s", ErrChainNotFound, id)
 	}
-	// Events are only ever appended, so a capped slice of the current
-	// ones stays valid while the consumer goes on appending.
-	n := len(c.events)
-	return chainView{summary: c.summary(), events: c.events[:n:n]}, nil
+	// Events are only ever appended, so the timeline's capped slice of the
+	// current ones stays valid while the consumer goes on appending.
+	return chainView{summary: c.summary(), events: c.timeline.Events(), timeline: c.timeline}, nil
 }
 
 // list returns up to limit summaries, newest last event first.
@@ -265,23 +277,23 @@ func (s *store) list(limit int) ([]chainSummary, error) {
 }
 
 func (c *chain) lastSeq() uint64 {
-	if len(c.events) == 0 {
+	if c.last == nil {
 		return 0
 	}
-	return c.events[len(c.events)-1].Seq
+	return c.last.Seq
 }
 
 func (c *chain) summary() chainSummary {
 	sum := chainSummary{
-		id:        c.id,
-		events:    len(c.events),
-		agents:    append([]string(nil), c.agents...),
-		verifyErr: c.verifyErr,
-		lastTime:  c.lastTime,
+		id:             c.id,
+		events:         c.n,
+		agents:         append([]string(nil), c.agents...),
+		verifyErr:      c.verifyErr,
+		lastTime:       c.lastTime,
+		firstTimestamp: c.firstTimestamp,
 	}
-	if n := len(c.events); n > 0 {
-		sum.firstTimestamp = c.events[0].Timestamp
-		sum.lastTimestamp = c.events[n-1].Timestamp
+	if c.last != nil {
+		sum.lastTimestamp = c.last.Timestamp
 	}
 	return sum
 }
@@ -294,8 +306,8 @@ func (c *chain) summary() chainSummary {
 func (c *chain) add(log *slog.Logger, e lctl.Event) {
 	want := c.lastSeq() + 1
 	prevHash := ""
-	if n := len(c.events); n > 0 {
-		prevHash = c.events[n-1].Hash
+	if c.last != nil {
+		prevHash = c.last.Hash
 	}
 	problem := ""
 	switch {
@@ -315,7 +327,13 @@ func (c *chain) add(log *slog.Logger, e lctl.Event) {
 			problem = fmt.Sprintf("event %d: content does not match its hash (the event was edited)", e.Seq)
 		}
 	}
-	c.events = append(c.events, e)
+	c.timeline.Append(e)
+	if c.n == 0 {
+		c.firstTimestamp = e.Timestamp
+	}
+	c.n++
+	last := e
+	c.last = &last
 	if e.Agent != "" && !contains(c.agents, e.Agent) {
 		c.agents = append(c.agents, e.Agent)
 	}
@@ -330,8 +348,9 @@ func (c *chain) add(log *slog.Logger, e lctl.Event) {
 // checkDuplicate compares a second delivery of a stored seq with the stored
 // event: the same event is a harmless redelivery, a different one a fork.
 func (c *chain) checkDuplicate(log *slog.Logger, e *lctl.Event) {
-	i := sort.Search(len(c.events), func(i int) bool { return c.events[i].Seq >= e.Seq })
-	if i < len(c.events) && c.events[i].Seq == e.Seq && c.events[i].Hash != e.Hash {
+	events := c.timeline.Events()
+	i := sort.Search(len(events), func(i int) bool { return events[i].Seq >= e.Seq })
+	if i < len(events) && events[i].Seq == e.Seq && events[i].Hash != e.Hash {
 		c.fail(log, fmt.Sprintf("event %d: a second, different event %d was delivered (the chain was forked)", e.Seq, e.Seq))
 	}
 }
@@ -353,77 +372,78 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// batchFiles appends events to chain files for one batch of messages and
-// makes them durable together before the batch is acknowledged.
+// batchFiles collects one batch's events per chain and makes them durable
+// together before the batch is acknowledged: one write and one sync per
+// chain file.
 type batchFiles struct {
-	dir     string
-	files   map[string]*os.File
-	sizes   map[string]int64
-	created bool // a file was created: the directory must be synced too
+	dir   string
+	bufs  map[string]*bytes.Buffer
+	order []string // chains in the order they first appear in the batch
+	// pending are the batch's events, in order, made visible by the caller
+	// once their file is synced; last and hashes describe them.
+	pending []pendingEvent
+	last    map[string]uint64
+	hashes  map[pendingKey]string
+}
+
+type pendingEvent struct {
+	id    string
+	event lctl.Event
+}
+
+type pendingKey struct {
+	id  string
+	seq uint64
 }
 
 func newBatchFiles(dir string) *batchFiles {
-	return &batchFiles{dir: dir, files: map[string]*os.File{}, sizes: map[string]int64{}}
+	return &batchFiles{dir: dir, bufs: map[string]*bytes.Buffer{}, last: map[string]uint64{}, hashes: map[pendingKey]string{}}
 }
 
-// append writes one line to the chain's file. On a failed write the file is
-// cut back to its previous size, so it never holds half an event.
-func (b *batchFiles) append(id string, line []byte) error {
-	f, ok := b.files[id]
-	if !ok {
-		path := filepath.Join(b.dir, id+chainFileExt)
-		var err error
-		f, err = os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
-		if err != nil {
-			return fmt.Errorf("open chain file: %w", err)
-		}
-		info, err := f.Stat()
-		if err != nil {
-			f.Close()
-			return fmt.Errorf("stat chain file: %w", err)
-		}
-		if info.Size() == 0 {
-			b.created = true
-		}
-		b.files[id], b.sizes[id] = f, info.Size()
+// add queues one event's line for the chain's file.
+func (b *batchFiles) add(id string, line []byte, e lctl.Event) {
+	buf := b.bufs[id]
+	if buf == nil {
+		buf = &bytes.Buffer{}
+		b.bufs[id] = buf
+		b.order = append(b.order, id)
 	}
-	if _, err := f.Write(line); err != nil {
-		if terr := f.Truncate(b.sizes[id]); terr != nil {
-			err = errors.Join(err, fmt.Errorf("undo partial write: %w", terr))
-		}
-		return fmt.Errorf("append to chain file %s: %w", id, err)
-	}
-	b.sizes[id] += int64(len(line))
-	return nil
+	buf.Write(line)
+	buf.WriteByte('\n')
+	b.pending = append(b.pending, pendingEvent{id, e})
+	b.last[id] = e.Seq
+	b.hashes[pendingKey{id, e.Seq}] = e.Hash
 }
 
-// commit syncs and closes every file written in the batch. The files are
-// synced in parallel, so a batch that touched many chains costs about one
-// sync.
-func (b *batchFiles) commit() error {
+// commit writes each chain's lines in one write and syncs the files, in
+// parallel, so a batch that touched many chains costs about one sync. It
+// returns the chains whose lines could not be written: their files are cut
+// back to their previous size, so a file never holds half an event.
+func (b *batchFiles) commit() (failed map[string]bool, err error) {
 	var (
 		wg   sync.WaitGroup
 		mu   sync.Mutex
 		errs []error
 	)
-	for id, f := range b.files {
+	failed = map[string]bool{}
+	created := false
+	for _, id := range b.order {
 		wg.Go(func() {
-			err := f.Sync()
+			isNew, err := writeAndSync(filepath.Join(b.dir, id+chainFileExt), b.bufs[id].Bytes())
+			mu.Lock()
+			defer mu.Unlock()
+			created = created || isNew
 			if err != nil {
-				err = fmt.Errorf("sync chain file %s: %w", id, err)
-			}
-			if cerr := f.Close(); cerr != nil {
-				err = errors.Join(err, fmt.Errorf("close chain file %s: %w", id, cerr))
-			}
-			if err != nil {
-				mu.Lock()
-				errs = append(errs, err)
-				mu.Unlock()
+				errs = append(errs, fmt.Errorf("chain %s: %w", id, err))
+				var we *writeError
+				if errors.As(err, &we) {
+					failed[id] = true
+				}
 			}
 		})
 	}
 	wg.Wait()
-	if b.created {
+	if created {
 		if d, err := os.Open(b.dir); err == nil {
 			if err := d.Sync(); err != nil {
 				errs = append(errs, fmt.Errorf("sync chain directory: %w", err))
@@ -431,5 +451,41 @@ func (b *batchFiles) commit() error {
 			d.Close()
 		}
 	}
-	return errors.Join(errs...)
+	return failed, errors.Join(errs...)
+}
+
+// writeError is a write that did not reach the file (as opposed to a sync
+// that failed after it).
+type writeError struct{ err error }
+
+func (e *writeError) Error() string { return e.err.Error() }
+func (e *writeError) Unwrap() error { return e.err }
+
+// writeAndSync appends data to the file and syncs it. It reports whether
+// the file was created.
+func writeAndSync(path string, data []byte) (created bool, err error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return false, &writeError{fmt.Errorf("open chain file: %w", err)}
+	}
+	info, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return false, &writeError{fmt.Errorf("stat chain file: %w", err)}
+	}
+	if _, err := f.Write(data); err != nil {
+		if terr := f.Truncate(info.Size()); terr != nil {
+			err = errors.Join(err, fmt.Errorf("undo partial write: %w", terr))
+		}
+		f.Close()
+		return info.Size() == 0, &writeError{fmt.Errorf("append to chain file: %w", err)}
+	}
+	err = f.Sync()
+	if err != nil {
+		err = fmt.Errorf("sync chain file: %w", err)
+	}
+	if cerr := f.Close(); cerr != nil {
+		err = errors.Join(err, fmt.Errorf("close chain file: %w", cerr))
+	}
+	return info.Size() == 0, err
 }

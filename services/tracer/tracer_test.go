@@ -39,7 +39,7 @@ type env struct {
 	dataDir string
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env {
 	t.Helper()
 	ns := testutil.RunJetStream(t)
 	nc := testutil.Connect(t, ns)
@@ -59,10 +59,18 @@ type running struct {
 
 // startTracer starts a tracer on env's data dir with its own gRPC server.
 // It is stopped when the test ends, or earlier with stop.
-func (e *env) startTracer(t *testing.T) *running {
+func (e *env) startTracer(t testing.TB) *running {
+	t.Helper()
+	return e.startTracerWith(t, tracer.Config{})
+}
+
+// startTracerWith starts a tracer with cfg (its data dir and replicas set
+// by the env).
+func (e *env) startTracerWith(t testing.TB, cfg tracer.Config) *running {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-	svc, err := tracer.New(tracer.Config{DataDir: e.dataDir, Replicas: 1}, e.nc, log)
+	cfg.DataDir, cfg.Replicas = e.dataDir, 1
+	svc, err := tracer.New(cfg, e.nc, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +111,7 @@ func (e *env) startTracer(t *testing.T) *running {
 	return &running{svc: svc, client: lctlv1.NewTracerServiceClient(conn), stop: stop}
 }
 
-func (r *running) waitFor(t *testing.T, chainID string, seq uint64) {
+func (r *running) waitFor(t testing.TB, chainID string, seq uint64) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()

@@ -1,0 +1,289 @@
+package analysis
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/xct-dev/xct/lctl"
+)
+
+// StepTiming is one step and how long it took.
+type StepTiming struct {
+	Agent string `json:"agent"`
+	// Step is the step's number as people refer to it: XCT's step number,
+	// or the seq of its step_start (the spec's "step 6").
+	Step     int64  `json:"step"`
+	StartSeq uint64 `json:"start_seq"`
+	EndSeq   uint64 `json:"end_seq,omitempty"`
+	Intent   string `json:"intent,omitempty"`
+	Tool     string `json:"tool,omitempty"`
+	// DurationMS is step_end's duration_ms, or the time between the
+	// step's start and end events.
+	DurationMS float64 `json:"duration_ms"`
+	// Share is the step's part of all steps' time, 0..1.
+	Share float64 `json:"share"`
+	// ToolMS sums the tool calls made during the step.
+	ToolMS float64 `json:"tool_ms"`
+	// Unfinished is true for a step that never ended; its duration runs to
+	// the last event of the chain.
+	Unfinished bool `json:"unfinished,omitempty"`
+}
+
+// AgentTime is one agent's part of the time.
+type AgentTime struct {
+	Agent      string  `json:"agent"`
+	DurationMS float64 `json:"duration_ms"`
+	Share      float64 `json:"share"`
+	Steps      int     `json:"steps"`
+}
+
+// ToolTime is one tool's part of the time.
+type ToolTime struct {
+	Tool       string  `json:"tool"`
+	DurationMS float64 `json:"duration_ms"`
+	Calls      int     `json:"calls"`
+}
+
+// BottleneckReport is the spec's `lctl bottleneck`.
+type BottleneckReport struct {
+	ChainID string `json:"chain_id"`
+	// Steps are the slowest steps, slowest first (at most the top asked
+	// for); AllSteps counts every timed step.
+	Steps    []StepTiming `json:"steps"`
+	AllSteps int          `json:"all_steps"`
+	TotalMS  float64      `json:"total_ms"`
+	ByAgent  []AgentTime  `json:"by_agent"`
+	ByTool   []ToolTime   `json:"by_tool"`
+	// Unfinished lists steps that never ended.
+	Unfinished     []StepTiming `json:"unfinished"`
+	Recommendation string       `json:"recommendation"`
+}
+
+// Bottlenecks finds where a chain's time went: its slowest steps with their
+// share of the total, time per agent and per tool, and a recommendation.
+// top bounds the steps listed (0 means 5).
+func Bottlenecks(chainID string, events []lctl.Event, top int) *BottleneckReport {
+	if top <= 0 {
+		top = 5
+	}
+	r := &BottleneckReport{ChainID: chainID, Steps: []StepTiming{}, ByAgent: []AgentTime{}, ByTool: []ToolTime{}, Unfinished: []StepTiming{}}
+	all := stepTimings(events)
+	var finished []StepTiming
+	for _, t := range all {
+		if t.Unfinished {
+			r.Unfinished = append(r.Unfinished, t)
+			continue
+		}
+		finished = append(finished, t)
+		r.TotalMS += t.DurationMS
+	}
+	agents := map[string]*AgentTime{}
+	for i := range finished {
+		t := &finished[i]
+		if r.TotalMS > 0 {
+			t.Share = t.DurationMS / r.TotalMS
+		}
+		a := agents[t.Agent]
+		if a == nil {
+			a = &AgentTime{Agent: t.Agent}
+			agents[t.Agent] = a
+		}
+		a.DurationMS += t.DurationMS
+		a.Steps++
+	}
+	for _, a := range agents {
+		if r.TotalMS > 0 {
+			a.Share = a.DurationMS / r.TotalMS
+		}
+		r.ByAgent = append(r.ByAgent, *a)
+	}
+	sort.SliceStable(r.ByAgent, func(i, j int) bool {
+		if r.ByAgent[i].DurationMS != r.ByAgent[j].DurationMS {
+			return r.ByAgent[i].DurationMS > r.ByAgent[j].DurationMS
+		}
+		return r.ByAgent[i].Agent < r.ByAgent[j].Agent
+	})
+	sort.SliceStable(finished, func(i, j int) bool { return finished[i].DurationMS > finished[j].DurationMS })
+	r.AllSteps = len(finished)
+	if len(finished) > top {
+		r.Steps = finished[:top]
+	} else if finished != nil {
+		r.Steps = finished
+	}
+	r.ByTool = toolTimes(events)
+	r.Recommendation = recommend(r)
+	return r
+}
+
+func toolTimes(events []lctl.Event) []ToolTime {
+	byTool := map[string]*ToolTime{}
+	for i := range events {
+		e := &events[i]
+		if e.Type != lctl.TypeToolCall {
+			continue
+		}
+		name, _ := e.Data["tool"].(string)
+		if name == "" {
+			name = "(unnamed)"
+		}
+		t := byTool[name]
+		if t == nil {
+			t = &ToolTime{Tool: name}
+			byTool[name] = t
+		}
+		t.Calls++
+		if ms, ok := numberOf(e.Data["duration_ms"]); ok && ms > 0 {
+			t.DurationMS += ms
+		}
+	}
+	out := make([]ToolTime, 0, len(byTool))
+	for _, t := range byTool {
+		out = append(out, *t)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].DurationMS != out[j].DurationMS {
+			return out[i].DurationMS > out[j].DurationMS
+		}
+		return out[i].Tool < out[j].Tool
+	})
+	return out
+}
+
+// recommend says what to look at first.
+func recommend(r *BottleneckReport) string {
+	if len(r.Steps) == 0 {
+		if len(r.Unfinished) > 0 {
+			u := r.Unfinished[0]
+			return fmt.Sprintf("%s's step %d never ended: look there first.", u.Agent, u.Step)
+		}
+		return "No step timing data found."
+	}
+	msg := ""
+	top := r.ByAgent[0]
+	switch {
+	case len(r.ByAgent) == 1:
+		s := r.Steps[0]
+		msg = fmt.Sprintf("%s is the only agent; its slowest step (step %d) takes %s of the time.", top.Agent, s.Step, percent(s.Share))
+		if len(r.Steps) == 1 || s.Share >= 0.5 {
+			msg += " Consider caching or a faster model for it."
+		}
+	case top.Share >= 0.4:
+		msg = fmt.Sprintf("%s is bottleneck. Consider parallelization.", top.Agent)
+	default:
+		msg = fmt.Sprintf("No single agent dominates: the busiest, %s, takes %s of the time.", top.Agent, percent(top.Share))
+	}
+	// Where the busiest agent's time goes: in tool calls, or in thinking.
+	var toolMS, agentMS float64
+	for _, s := range r.Steps {
+		if s.Agent == top.Agent {
+			toolMS += s.ToolMS
+			agentMS += s.DurationMS
+		}
+	}
+	if agentMS > 0 && toolMS/agentMS >= 0.5 {
+		msg += fmt.Sprintf(" Most of its time is in tool calls (%s): consider caching or batching them.", percent(toolMS/agentMS))
+	}
+	if len(r.Unfinished) > 0 {
+		u := r.Unfinished[0]
+		msg += fmt.Sprintf(" %s's step %d never ended.", u.Agent, u.Step)
+	}
+	return msg
+}
+
+// percent renders a share the way the spec does: 50%.
+func percent(share float64) string { return fmt.Sprintf("%.0f%%", share*100) }
+
+// stepTimings pairs every step_start with its step_end: by XCT step number
+// when the events carry one, otherwise the agent's latest open step (steps
+// nest per agent, as a stack).
+func stepTimings(events []lctl.Event) []StepTiming {
+	type open struct {
+		timing StepTiming
+		start  time.Time
+		index  int
+	}
+	var out []StepTiming
+	var order []*open
+	byNumber := map[int64]*open{}
+	byAgent := map[string][]*open{}
+	var lastTime time.Time
+	current := map[string]*open{} // agent -> innermost open step, for tool time
+	for i := range events {
+		e := &events[i]
+		t := e.Time()
+		if !t.IsZero() {
+			lastTime = t
+		}
+		switch e.Type {
+		case lctl.TypeStepStart:
+			o := &open{start: t, index: len(order)}
+			o.timing = StepTiming{Agent: e.Agent, Step: int64(e.Seq), StartSeq: e.Seq}
+			o.timing.Intent, _ = e.Data["intent"].(string)
+			o.timing.Tool, _ = e.Data["tool"].(string)
+			if n, ok := intOf(e.Data["step"]); ok {
+				o.timing.Step = n
+				byNumber[n] = o
+			}
+			byAgent[e.Agent] = append(byAgent[e.Agent], o)
+			current[e.Agent] = o
+			order = append(order, o)
+		case lctl.TypeToolCall:
+			var o *open
+			if n, ok := intOf(e.Data["step"]); ok {
+				o = byNumber[n]
+			}
+			if o == nil {
+				o = current[e.Agent]
+			}
+			if o != nil {
+				if ms, ok := numberOf(e.Data["duration_ms"]); ok && ms > 0 {
+					o.timing.ToolMS += ms
+				}
+			}
+		case lctl.TypeStepEnd:
+			var o *open
+			if n, ok := intOf(e.Data["step"]); ok {
+				o = byNumber[n]
+				delete(byNumber, n)
+			}
+			stack := byAgent[e.Agent]
+			if o == nil && len(stack) > 0 {
+				o = stack[len(stack)-1]
+			}
+			if o == nil {
+				continue
+			}
+			for k := len(stack) - 1; k >= 0; k-- {
+				if stack[k] == o {
+					byAgent[e.Agent] = append(stack[:k:k], stack[k+1:]...)
+					break
+				}
+			}
+			if st := byAgent[e.Agent]; len(st) > 0 {
+				current[e.Agent] = st[len(st)-1]
+			} else {
+				delete(current, e.Agent)
+			}
+			o.timing.EndSeq = e.Seq
+			if ms, ok := numberOf(e.Data["duration_ms"]); ok && ms >= 0 {
+				o.timing.DurationMS = ms
+			} else if !t.IsZero() && !o.start.IsZero() {
+				o.timing.DurationMS = float64(t.Sub(o.start).Microseconds()) / 1000
+			}
+			order[o.index] = nil
+			out = append(out, o.timing)
+		}
+	}
+	for _, o := range order {
+		if o == nil {
+			continue
+		}
+		o.timing.Unfinished = true
+		if !lastTime.IsZero() && !o.start.IsZero() {
+			o.timing.DurationMS = float64(lastTime.Sub(o.start).Microseconds()) / 1000
+		}
+		out = append(out, o.timing)
+	}
+	return out
+}

@@ -1,0 +1,322 @@
+package analysis
+
+import (
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/xct-dev/xct/lctl"
+)
+
+// The spec's automatic thresholds (part 3).
+const (
+	ThresholdProceed = 0.80 // at or above: proceed automatically
+	ThresholdWarn    = 0.60 // 0.60-0.79: warn, but proceed
+	ThresholdVerify  = 0.40 // 0.40-0.59: request verification; below: block
+)
+
+// Bands of the thresholds.
+const (
+	BandProceed = "proceed"
+	BandWarn    = "warn"
+	BandVerify  = "verify"
+	BandBlock   = "block"
+	BandUnknown = "unknown" // the fact was never given a confidence
+)
+
+// BandOf places a confidence in the spec's threshold bands.
+func BandOf(c float64) string {
+	switch {
+	case c >= ThresholdProceed:
+		return BandProceed
+	case c >= ThresholdWarn:
+		return BandWarn
+	case c >= ThresholdVerify:
+		return BandVerify
+	}
+	return BandBlock
+}
+
+// DefaultDecayRate is the spec's decay per hop.
+const DefaultDecayRate = 0.95
+
+// ConfidenceOptions tune Confidence.
+type ConfidenceOptions struct {
+	// DecayRate multiplies a fact's confidence at every hop (0 means
+	// DefaultDecayRate; 1 turns decay off).
+	DecayRate float64
+}
+
+// ConfidenceReport is the spec's `lctl confidence`.
+type ConfidenceReport struct {
+	ChainID   string           `json:"chain_id"`
+	DecayRate float64          `json:"decay_rate"`
+	Hops      int              `json:"hops"`
+	Facts     []FactConfidence `json:"facts"`
+	Warnings  []string         `json:"warnings"`
+}
+
+// FactConfidence is one fact's confidence over the chain.
+type FactConfidence struct {
+	ID     string            `json:"id"`
+	Text   string            `json:"text"`
+	Points []ConfidencePoint `json:"points"`
+	// Final is the confidence after the last event (decay included); nil
+	// when no event gave the fact one.
+	Final *float64 `json:"final"`
+	Band  string   `json:"band"`
+	// Labels explain the final state: verified, decayed, warn, needs
+	// verification, below threshold.
+	Labels []string `json:"labels"`
+	// BlockedSeq is the seq of the event at which the fact fell below the
+	// block threshold (0 if it never did or recovered).
+	BlockedSeq uint64     `json:"blocked_seq,omitempty"`
+	Consensus  *Consensus `json:"consensus,omitempty"`
+}
+
+// ConfidencePoint is one value on a fact's timeline.
+type ConfidencePoint struct {
+	Seq   uint64 `json:"seq"`
+	Agent string `json:"agent"`
+	// Kind is "added" or "modified" (an agent assessed the fact) or "hop"
+	// (the work passed to another agent and the confidence decayed).
+	Kind    string  `json:"kind"`
+	Value   float64 `json:"value"`
+	Blocked bool    `json:"blocked,omitempty"`
+	Reason  string  `json:"reason,omitempty"`
+}
+
+// Consensus is the spec's tier 2: several agents' assessments of one fact.
+type Consensus struct {
+	Assessments []Assessment `json:"assessments"`
+	// Score is the average of the assessments, weighted by each agent's
+	// reliability_score when its agent_profile gives one.
+	Score float64 `json:"score"`
+	// Conflict is the spread between the highest and lowest assessment
+	// (0: full agreement).
+	Conflict float64 `json:"conflict"`
+	// Agreement is what the chain itself recorded (consensus.agreement),
+	// when it did.
+	Agreement *float64 `json:"agreement,omitempty"`
+}
+
+// Assessment is one agent's confidence in a fact.
+type Assessment struct {
+	Agent      string  `json:"agent"`
+	Confidence float64 `json:"confidence"`
+	Weight     float64 `json:"weight"`
+}
+
+// Confidence follows every fact's confidence through the chain. An agent
+// adding or modifying a fact with a confidence sets it; every hop (a step
+// started by a different agent than the step before: the facts pass to it)
+// multiplies every fact's confidence by the decay rate, the spec's tier 1.
+// Facts assessed by several agents get a consensus (tier 2). The spec's
+// thresholds mark facts that need verification or are blocked.
+func Confidence(chainID string, events []lctl.Event, opts ConfidenceOptions) *ConfidenceReport {
+	rate := opts.DecayRate
+	if rate <= 0 || rate > 1 || math.IsNaN(rate) {
+		rate = DefaultDecayRate
+	}
+	r := &ConfidenceReport{ChainID: chainID, DecayRate: rate, Facts: []FactConfidence{}, Warnings: []string{}}
+	type tracked struct {
+		fc        FactConfidence
+		value     *float64 // current confidence, decay included
+		verified  bool
+		decayed   bool
+		blocked   bool
+		assessors map[string]*Assessment
+		order     []string
+		agreement *float64
+	}
+	facts := map[string]*tracked{}
+	var order []*tracked
+	reliability := map[string]float64{}
+	lastAgent := ""
+	for i := range events {
+		e := &events[i]
+		d := e.Data
+		switch e.Type {
+		case lctl.TypeStepStart:
+			if p, ok := d["agent_profile"].(map[string]any); ok {
+				if rs, ok := numberOf(p["reliability_score"]); ok && rs > 0 {
+					reliability[e.Agent] = rs
+				}
+			}
+			if lastAgent != "" && e.Agent != lastAgent && e.Agent != "" {
+				r.Hops++
+				for _, t := range order {
+					if t.value == nil || t.blocked {
+						continue
+					}
+					v := *t.value * rate
+					t.value = &v
+					t.decayed = rate < 1
+					p := ConfidencePoint{Seq: e.Seq, Agent: e.Agent, Kind: "hop", Value: v}
+					if v < ThresholdVerify {
+						p.Blocked = true
+						t.blocked = true
+						t.fc.BlockedSeq = e.Seq
+					}
+					t.fc.Points = append(t.fc.Points, p)
+				}
+			}
+			if e.Agent != "" {
+				lastAgent = e.Agent
+			}
+		case lctl.TypeFactAdded, lctl.TypeFactModified:
+			id, _ := d["id"].(string)
+			if id == "" {
+				continue
+			}
+			t := facts[id]
+			if t == nil {
+				t = &tracked{fc: FactConfidence{ID: id, Points: []ConfidencePoint{}, Labels: []string{}}, assessors: map[string]*Assessment{}}
+				facts[id] = t
+				order = append(order, t)
+			}
+			if text, ok := d["text"].(string); ok {
+				t.fc.Text = text
+			}
+			c, ok := numberOf(d["confidence"])
+			if !ok || c < 0 || c > 1 {
+				continue
+			}
+			kind := "added"
+			if e.Type == lctl.TypeFactModified {
+				kind = "modified"
+			}
+			reason, _ := d["reason"].(string)
+			t.value = &c
+			t.decayed = false
+			t.verified = isVerification(reason) || d["consensus"] != nil
+			p := ConfidencePoint{Seq: e.Seq, Agent: e.Agent, Kind: kind, Value: c, Reason: reason}
+			if c < ThresholdVerify {
+				p.Blocked = true
+				if !t.blocked {
+					t.fc.BlockedSeq = e.Seq
+				}
+				t.blocked = true
+			} else {
+				t.blocked = false
+				t.fc.BlockedSeq = 0
+			}
+			t.fc.Points = append(t.fc.Points, p)
+			w := reliability[e.Agent]
+			if w == 0 {
+				w = 1
+			}
+			if a := t.assessors[e.Agent]; a != nil {
+				a.Confidence, a.Weight = c, w
+			} else {
+				t.assessors[e.Agent] = &Assessment{Agent: e.Agent, Confidence: c, Weight: w}
+				t.order = append(t.order, e.Agent)
+			}
+			if cons, ok := d["consensus"].(map[string]any); ok {
+				if ag, ok := numberOf(cons["agreement"]); ok {
+					t.agreement = &ag
+				}
+			}
+			if list, ok := d["assessments"].([]any); ok {
+				for _, x := range list {
+					m, _ := x.(map[string]any)
+					agent, _ := m["agent"].(string)
+					ac, ok := numberOf(m["confidence"])
+					if agent == "" || !ok {
+						continue
+					}
+					if a := t.assessors[agent]; a != nil {
+						a.Confidence = ac
+					} else {
+						t.assessors[agent] = &Assessment{Agent: agent, Confidence: ac, Weight: 1}
+						t.order = append(t.order, agent)
+					}
+				}
+			}
+		}
+	}
+	for _, t := range order {
+		fc := t.fc
+		if t.value != nil {
+			v := *t.value
+			fc.Final = &v
+			fc.Band = BandOf(v)
+		} else {
+			fc.Band = BandUnknown
+		}
+		if t.verified {
+			fc.Labels = append(fc.Labels, "verified")
+		}
+		if t.decayed {
+			fc.Labels = append(fc.Labels, "decayed")
+		}
+		switch fc.Band {
+		case BandWarn:
+			fc.Labels = append(fc.Labels, "warn")
+		case BandVerify:
+			fc.Labels = append(fc.Labels, "needs verification")
+		case BandBlock:
+			fc.Labels = append(fc.Labels, "below threshold")
+		case BandUnknown:
+			fc.Labels = append(fc.Labels, "no confidence given")
+		}
+		if len(t.order) >= 2 {
+			fc.Consensus = consensusOf(t.assessors, t.order, t.agreement)
+		}
+		switch fc.Band {
+		case BandBlock:
+			r.Warnings = append(r.Warnings, fmt.Sprintf("Warning: %s blocked at step %d due to low confidence.", fc.ID, fc.BlockedSeq))
+		case BandVerify:
+			last := fc.Points[len(fc.Points)-1]
+			r.Warnings = append(r.Warnings, fmt.Sprintf("Warning: %s needs verification at step %d (confidence %.2f).", fc.ID, last.Seq, last.Value))
+		}
+		r.Facts = append(r.Facts, fc)
+	}
+	return r
+}
+
+// isVerification tells a reason that confirms a fact.
+func isVerification(reason string) bool {
+	r := strings.ToLower(reason)
+	return strings.Contains(r, "verif") || strings.Contains(r, "confirm") || strings.Contains(r, "consensus")
+}
+
+func consensusOf(assessors map[string]*Assessment, order []string, agreement *float64) *Consensus {
+	c := &Consensus{Agreement: agreement}
+	var sum, weights float64
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for _, agent := range order {
+		a := assessors[agent]
+		c.Assessments = append(c.Assessments, *a)
+		sum += a.Confidence * a.Weight
+		weights += a.Weight
+		lo, hi = math.Min(lo, a.Confidence), math.Max(hi, a.Confidence)
+	}
+	if weights > 0 {
+		c.Score = sum / weights
+	}
+	c.Conflict = hi - lo
+	return c
+}
+
+// Render renders a fact's timeline the way the spec does:
+// "0.85 → 0.81 → 0.95 (verified)". A point below the block threshold
+// shows as BLOCKED.
+func (fc FactConfidence) Render() string {
+	var parts []string
+	for _, p := range fc.Points {
+		if p.Blocked {
+			parts = append(parts, "BLOCKED")
+		} else {
+			parts = append(parts, fmt.Sprintf("%.2f", p.Value))
+		}
+	}
+	s := strings.Join(parts, " → ")
+	if s == "" {
+		s = "-"
+	}
+	if len(fc.Labels) > 0 {
+		s += " (" + strings.Join(fc.Labels, ", ") + ")"
+	}
+	return s
+}

@@ -1,0 +1,413 @@
+// Package analysis answers the questions people debugging a multi-agent run
+// ask of an LCTL chain: what happened at each event (Line), whether the log
+// is intact (Verify), where two runs diverged (Diff), what the run cost
+// (ComputeStats), where the time went (Bottlenecks), how far facts can be
+// trusted (Confidence), whether agents kept their contracts
+// (ValidateContracts), and which facts match a query (ParseQuery,
+// FactStore).
+//
+// Every function works on events in memory and does no I/O beyond the
+// readers it is given, so the lctl CLI and the tracer's RPCs share them.
+package analysis
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/xct-dev/xct/lctl"
+)
+
+// Line renders an event the way `lctl replay` prints it, as the spec does:
+// "[2] code-analyzer: fact_added F1 (confidence: 0.85)".
+func Line(e *lctl.Event) string {
+	subject, detail := Summarize(e)
+	var b strings.Builder
+	b.WriteString("[")
+	b.WriteString(strconv.FormatUint(e.Seq, 10))
+	b.WriteString("] ")
+	b.WriteString(agentName(e.Agent))
+	b.WriteString(": ")
+	b.WriteString(e.Type)
+	if subject != "" {
+		b.WriteString(" ")
+		b.WriteString(subject)
+	}
+	if detail != "" {
+		b.WriteString(" (")
+		b.WriteString(detail)
+		b.WriteString(")")
+	}
+	return b.String()
+}
+
+// agentName is how an event's agent is shown; "-" when it has none (the
+// spec's streaming events do not name one).
+func agentName(a string) string {
+	if a == "" {
+		return "-"
+	}
+	return a
+}
+
+// Summarize returns what Line shows after the type: the subject the event is
+// about (a fact id, a tool, an error code) and a short detail.
+func Summarize(e *lctl.Event) (subject, detail string) {
+	d := e.Data
+	s := func(k string) string { v, _ := d[k].(string); return v }
+	var parts []string
+	add := func(format string, args ...any) { parts = append(parts, fmt.Sprintf(format, args...)) }
+	switch e.Type {
+	case lctl.TypeStepStart:
+		if raw := s("raw"); raw != "" && s("intent") == "" {
+			if n, ok := intOf(d["step"]); ok {
+				return "", fmt.Sprintf("step %d, invalid model output: %s", n, clip(oneLine(raw), 60))
+			}
+			return "", "invalid model output: " + clip(oneLine(raw), 60)
+		}
+		intent := s("intent")
+		if n, ok := intOf(d["step"]); ok {
+			add("step %d", n)
+		}
+		if tool := s("tool"); tool != "" {
+			if intent != "" {
+				add("%s: %s", tool, clip(oneLine(intent), 60))
+			} else {
+				add("%s", tool)
+			}
+		} else if intent != "" {
+			add("%s", clip(oneLine(intent), 60))
+		}
+		if m := modelOf(d); m != "" && s("tool") == "" && intent == "" {
+			add("model %s", m)
+		}
+	case lctl.TypeStepEnd:
+		if o := s("outcome"); o != "" {
+			add("%s", o)
+		}
+		if ms, ok := numberOf(d["duration_ms"]); ok {
+			add("%s", FormatDuration(ms))
+		}
+		if t, ok := d["tokens"].(map[string]any); ok {
+			in, out := tokensOf(t)
+			if in+out > 0 {
+				add("%s tokens", FormatCount(in+out))
+			}
+		}
+	case lctl.TypeFactAdded, lctl.TypeFactModified:
+		subject = s("id")
+		if c, ok := numberOf(d["confidence"]); ok {
+			add("confidence: %.2f", c)
+		}
+		if r := s("reason"); r != "" {
+			add("reason: %s", clip(oneLine(r), 40))
+		}
+		if len(parts) == 0 && s("text") != "" {
+			add("%s", clip(oneLine(s("text")), 60))
+		}
+	case lctl.TypeToolCall:
+		subject = s("tool")
+		if ms, ok := numberOf(d["duration_ms"]); ok {
+			add("%s", FormatDuration(ms))
+		}
+		if st := s("status"); st != "" && st != "success" {
+			add("%s", st)
+		}
+	case lctl.TypeError:
+		subject = s("code")
+		kind := strings.Trim(s("category")+"/"+s("type"), "/")
+		msg := clip(oneLine(s("message")), 80)
+		switch {
+		case kind != "" && msg != "":
+			add("%s: %s", kind, msg)
+		case kind != "":
+			add("%s", kind)
+		case msg != "":
+			add("%s", msg)
+		}
+		if b, ok := d["recoverable"].(bool); ok && !b {
+			add("not recoverable")
+		}
+	case lctl.TypeCheckpoint:
+		if h := s("state_hash"); h != "" {
+			add("state_hash %s", clip(h, 19))
+		}
+		if fs, ok := d["facts_snapshot"].(map[string]any); ok {
+			add("%d %s", len(fs), plural(len(fs), "fact", "facts"))
+		}
+	case lctl.TypeContractValidation:
+		subject = s("contract")
+		dir, st := s("direction"), s("status")
+		switch {
+		case dir != "" && st != "":
+			add("%s: %s", dir, st)
+		default:
+			add("%s", dir+st)
+		}
+		if w, ok := d["warnings"].([]any); ok && len(w) > 0 {
+			add("%d %s", len(w), plural(len(w), "warning", "warnings"))
+		}
+	case lctl.TypeModelRouting:
+		subject = s("decision")
+		if r := s("reason"); r != "" {
+			add("%s", r)
+		}
+		if c, ok := numberOf(d["confidence"]); ok {
+			add("confidence: %.2f", c)
+		}
+	case lctl.TypeStreamStart:
+		if v, ok := d["expected_chunks"]; ok {
+			add("expected chunks: %s", compact(v, 20))
+		}
+	case lctl.TypeStreamChunk:
+		if n, ok := intOf(d["index"]); ok {
+			add("#%d", n)
+		}
+		if n, ok := intOf(d["tokens"]); ok {
+			add("%d tokens", n)
+		}
+	case lctl.TypeStreamEnd:
+		if n, ok := intOf(d["total_chunks"]); ok {
+			add("%d chunks", n)
+		}
+		if n, ok := intOf(d["total_tokens"]); ok {
+			add("%d tokens", n)
+		}
+		if ms, ok := numberOf(d["duration_ms"]); ok {
+			add("%s", FormatDuration(ms))
+		}
+	case lctl.TypeRunStarted:
+		if g := s("goal"); g != "" {
+			add("goal: %s", clip(oneLine(g), 60))
+		}
+		if m := modelOf(d); m != "" {
+			add("model %s", m)
+		}
+		if p := s("principal"); p != "" {
+			add("by %s", p)
+		}
+	case lctl.TypeVerdict:
+		subject = s("tool")
+		dec := s("decision")
+		rules := ruleList(d["reasons"])
+		switch {
+		case dec != "" && len(rules) > 0:
+			add("%s by %s", dec, strings.Join(rules, ", "))
+		case dec != "":
+			add("%s", dec)
+		}
+		if n, ok := intOf(d["step"]); ok {
+			add("step %d", n)
+		}
+	case lctl.TypeRunFinished:
+		st := s("status")
+		if m := s("message"); m != "" {
+			add("%s: %s", st, clip(oneLine(m), 60))
+		} else if st != "" {
+			add("%s", st)
+		}
+		if n, ok := intOf(d["steps"]); ok {
+			add("%d %s", n, plural(int(n), "step", "steps"))
+		}
+	default:
+		// A type this reader does not know: kept, and shown as it is.
+		if len(d) > 0 {
+			add("unknown type; data %s", compact(d, 80))
+		} else {
+			add("unknown type")
+		}
+	}
+	return subject, strings.Join(parts, ", ")
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+// ruleList returns the rule ids of an XCT verdict's reasons.
+func ruleList(v any) []string {
+	list, _ := v.([]any)
+	var out []string
+	for _, x := range list {
+		if m, ok := x.(map[string]any); ok {
+			if id, ok := m["rule_id"].(string); ok && id != "" {
+				out = append(out, id)
+			}
+		}
+	}
+	return out
+}
+
+// modelOf reads data.model as a name or the spec's {id, role}, or
+// data.agent_profile.model.
+func modelOf(d map[string]any) string {
+	switch m := d["model"].(type) {
+	case string:
+		return m
+	case map[string]any:
+		if id, ok := m["id"].(string); ok {
+			return id
+		}
+	}
+	if p, ok := d["agent_profile"].(map[string]any); ok {
+		if m, ok := p["model"].(string); ok {
+			return m
+		}
+	}
+	return ""
+}
+
+// numberOf returns v as a finite number.
+func numberOf(v any) (float64, bool) {
+	f, ok := v.(float64)
+	if !ok {
+		switch x := v.(type) {
+		case int:
+			f, ok = float64(x), true
+		case int64:
+			f, ok = float64(x), true
+		case json.Number:
+			var err error
+			f, err = x.Float64()
+			ok = err == nil
+		}
+	}
+	if !ok || math.IsNaN(f) || math.IsInf(f, 0) {
+		return 0, false
+	}
+	return f, true
+}
+
+// intOf returns v as a whole number.
+func intOf(v any) (int64, bool) {
+	f, ok := numberOf(v)
+	if !ok || f != math.Trunc(f) || math.Abs(f) > 1<<53 {
+		return 0, false
+	}
+	return int64(f), true
+}
+
+// tokensOf reads {input, output} or the aliases other implementations use.
+func tokensOf(t map[string]any) (in, out int64) {
+	for _, k := range [...]string{"input", "in", "input_tokens", "prompt_tokens"} {
+		if n, ok := intOf(t[k]); ok && n >= 0 {
+			in = n
+			break
+		}
+	}
+	for _, k := range [...]string{"output", "out", "output_tokens", "completion_tokens"} {
+		if n, ok := intOf(t[k]); ok && n >= 0 {
+			out = n
+			break
+		}
+	}
+	return in, out
+}
+
+// compact renders a JSON value on one line, cut to max characters.
+func compact(v any, max int) string {
+	raw, err := lctl.Canonical(v)
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return clip(string(raw), max)
+}
+
+// clip cuts s to max characters, marking the cut with "…".
+func clip(s string, max int) string {
+	if utf8.RuneCountInString(s) <= max {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:max-1]) + "…"
+}
+
+func oneLine(s string) string {
+	if !strings.ContainsAny(s, "\n\r\t") {
+		return s
+	}
+	return strings.Join(strings.Fields(s), " ")
+}
+
+// FormatDuration renders milliseconds for people: "50ms", "12.6ms",
+// "1.5s", "45.2s", "2m05.0s", "1h02m".
+func FormatDuration(ms float64) string {
+	switch {
+	case ms < 0:
+		return "-" + FormatDuration(-ms)
+	case ms < 10:
+		return strconv.FormatFloat(math.Round(ms*100)/100, 'f', -1, 64) + "ms"
+	case ms < 1000:
+		return strconv.FormatFloat(math.Round(ms*10)/10, 'f', -1, 64) + "ms"
+	case ms < 60_000:
+		return fmt.Sprintf("%.1fs", ms/1000)
+	case ms < 3_600_000:
+		m := math.Floor(ms / 60_000)
+		return fmt.Sprintf("%dm%04.1fs", int64(m), (ms-m*60_000)/1000)
+	}
+	h := math.Floor(ms / 3_600_000)
+	return fmt.Sprintf("%dh%02dm", int64(h), int64((ms-h*3_600_000)/60_000))
+}
+
+// FormatCount renders an integer with thousands separators: 2,340.
+func FormatCount(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
+}
+
+// naturalLess orders ids the way people number them: F2 before F10.
+func naturalLess(a, b string) bool {
+	for a != "" && b != "" {
+		da, db := digitPrefix(a), digitPrefix(b)
+		if da > 0 && db > 0 {
+			na, nb := strings.TrimLeft(a[:da], "0"), strings.TrimLeft(b[:db], "0")
+			if len(na) != len(nb) {
+				return len(na) < len(nb)
+			}
+			if na != nb {
+				return na < nb
+			}
+			a, b = a[da:], b[db:]
+			continue
+		}
+		ra, sa := utf8.DecodeRuneInString(a)
+		rb, sb := utf8.DecodeRuneInString(b)
+		if ra != rb {
+			return ra < rb
+		}
+		a, b = a[sa:], b[sb:]
+	}
+	return len(a) < len(b)
+}
+
+func digitPrefix(s string) int {
+	i := 0
+	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+		i++
+	}
+	return i
+}
+
+// sortNatural sorts ids in natural order.
+func sortNatural(ids []string) {
+	sort.SliceStable(ids, func(i, j int) bool { return naturalLess(ids[i], ids[j]) })
+}

@@ -1,0 +1,99 @@
+package analysis
+
+import (
+	"github.com/xct-dev/xct/lctl"
+)
+
+// FactRecord is a fact as the chain's fact store holds it at some seq: its
+// core fields, every other field its events gave it (severity, tags,
+// anything), and who changed it when.
+type FactRecord struct {
+	ID         string   `json:"id"`
+	Text       string   `json:"text"`
+	Confidence *float64 `json:"confidence"`
+	Source     string   `json:"source"`
+	Tags       []string `json:"tags"`
+	// Fields holds every data field of the fact's events (latest value
+	// wins), the core ones included.
+	Fields     map[string]any `json:"fields"`
+	AddedBy    string         `json:"added_by"`
+	AddedSeq   uint64         `json:"added_seq"`
+	UpdatedBy  string         `json:"updated_by"`
+	UpdatedSeq uint64         `json:"updated_seq"`
+	// Changes counts the fact_added and fact_modified events of the fact.
+	Changes int `json:"changes"`
+	// Agents are every agent that added or changed the fact, in order.
+	Agents []string `json:"agents"`
+}
+
+// FactStore builds the spec's query-based fact store from a chain: every
+// fact as it stands after the events up to toSeq (0: all of them), in the
+// order the facts first appeared. A fact_added for an existing id replaces
+// its content; a fact_modified changes the fields it names.
+func FactStore(events []lctl.Event, toSeq uint64) []*FactRecord {
+	byID := map[string]*FactRecord{}
+	var order []*FactRecord
+	for i := range events {
+		e := &events[i]
+		if toSeq != 0 && e.Seq > toSeq {
+			break
+		}
+		if e.Type != lctl.TypeFactAdded && e.Type != lctl.TypeFactModified {
+			continue
+		}
+		id, _ := e.Data["id"].(string)
+		if id == "" {
+			continue
+		}
+		f := byID[id]
+		if f == nil {
+			f = &FactRecord{ID: id, Fields: map[string]any{}, Tags: []string{}, AddedBy: e.Agent, AddedSeq: e.Seq}
+			byID[id] = f
+			order = append(order, f)
+		} else if e.Type == lctl.TypeFactAdded {
+			f.Fields = map[string]any{}
+			f.Text, f.Confidence, f.Source, f.Tags = "", nil, "", []string{}
+			f.AddedBy, f.AddedSeq = e.Agent, e.Seq
+		}
+		for k, v := range e.Data {
+			f.Fields[k] = v
+		}
+		if v, ok := e.Data["text"].(string); ok {
+			f.Text = v
+		}
+		if c, ok := numberOf(e.Data["confidence"]); ok && c >= 0 && c <= 1 {
+			f.Confidence = &c
+		}
+		if v, ok := e.Data["source"].(string); ok {
+			f.Source = v
+		}
+		if tags, ok := e.Data["tags"].([]any); ok {
+			f.Tags = []string{}
+			for _, t := range tags {
+				if s, ok := t.(string); ok {
+					f.Tags = append(f.Tags, s)
+				}
+			}
+		} else if tag, ok := e.Data["tag"].(string); ok {
+			f.Tags = []string{tag}
+		}
+		f.UpdatedBy, f.UpdatedSeq = e.Agent, e.Seq
+		f.Changes++
+		if !contains(f.Agents, e.Agent) {
+			f.Agents = append(f.Agents, e.Agent)
+		}
+	}
+	if order == nil {
+		return []*FactRecord{}
+	}
+	return order
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,311 @@
+package analysis
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/xct-dev/xct/lctl"
+)
+
+// Prices is a price table: what a model's tokens cost, per 1,000. It is read
+// from YAML:
+//
+//	models:
+//	  claude-3-opus: {input_per_1k: 0.015, output_per_1k: 0.075}
+//	  gpt-4o:        {input_per_1k: 0.0025, output_per_1k: 0.01}
+type Prices struct {
+	Models map[string]ModelPrice `yaml:"models" json:"models"`
+}
+
+// ModelPrice is the price of one model's tokens, in dollars per 1,000.
+type ModelPrice struct {
+	InputPer1K  float64 `yaml:"input_per_1k" json:"input_per_1k"`
+	OutputPer1K float64 `yaml:"output_per_1k" json:"output_per_1k"`
+}
+
+// LoadPrices reads a price table. Unknown keys and negative prices are
+// errors, so a typo does not silently price a model at zero.
+func LoadPrices(r io.Reader) (*Prices, error) {
+	raw, err := io.ReadAll(io.LimitReader(r, 1<<20))
+	if err != nil {
+		return nil, fmt.Errorf("read price table: %w", err)
+	}
+	var p Prices
+	dec := yaml.NewDecoder(bytes.NewReader(raw))
+	dec.KnownFields(true)
+	if err := dec.Decode(&p); err != nil && err != io.EOF {
+		return nil, fmt.Errorf("price table: %w", err)
+	}
+	if len(p.Models) == 0 {
+		return nil, fmt.Errorf("price table: no models (want models: {NAME: {input_per_1k, output_per_1k}})")
+	}
+	for name, mp := range p.Models {
+		if mp.InputPer1K < 0 || mp.OutputPer1K < 0 || math.IsNaN(mp.InputPer1K) || math.IsNaN(mp.OutputPer1K) {
+			return nil, fmt.Errorf("price table: model %q has a negative price", name)
+		}
+	}
+	return &p, nil
+}
+
+// lookup finds a model's price: its exact name, else the longest name in
+// the table the model's name starts with ("claude-3-opus" prices
+// "claude-3-opus-20240229").
+func (p *Prices) lookup(model string) (ModelPrice, string, bool) {
+	if p == nil {
+		return ModelPrice{}, "", false
+	}
+	if mp, ok := p.Models[model]; ok {
+		return mp, model, true
+	}
+	best := ""
+	for name := range p.Models {
+		if strings.HasPrefix(model, name) && len(name) > len(best) {
+			best = name
+		}
+	}
+	if best == "" {
+		return ModelPrice{}, "", false
+	}
+	return p.Models[best], best, true
+}
+
+// Stats summarizes a chain: the spec's `lctl stats`.
+type Stats struct {
+	ChainID string `json:"chain_id"`
+	Events  int    `json:"events"`
+	// DurationMS is the sum of the steps' durations (step_end duration_ms,
+	// or the time between a step's start and end); when no step has one,
+	// the time from the first to the last event.
+	DurationMS     float64 `json:"duration_ms"`
+	DurationSource string  `json:"duration_source"` // "steps", "timestamps" or "none"
+	// WallClockMS is the time from the first to the last event (0 when the
+	// events have no timestamps).
+	WallClockMS float64     `json:"wall_clock_ms"`
+	Tokens      lctl.Tokens `json:"tokens"`
+	TotalTokens int64       `json:"total_tokens"`
+	// Cost is in dollars; nil without a price table or when no tokens could
+	// be priced.
+	Cost        *float64    `json:"cost"`
+	CostByModel []ModelCost `json:"cost_by_model"`
+	// Unpriced lists models with tokens but no price in the table.
+	Unpriced []string `json:"unpriced"`
+	// Agents are the agents that did work (started a step).
+	Agents         []string       `json:"agents"`
+	Errors         int            `json:"errors"`
+	ErrorsByType   map[string]int `json:"errors_by_type"`
+	Facts          int            `json:"facts"`
+	AvgConfidence  *float64       `json:"avg_confidence"`
+	Steps          int            `json:"steps"`
+	ToolCalls      int            `json:"tool_calls"`
+	EventTypes     map[string]int `json:"event_types"`
+	UnknownTypes   int            `json:"unknown_types"`
+	RunStatus      string         `json:"run_status,omitempty"`
+	FirstTimestamp string         `json:"first_timestamp,omitempty"`
+	LastTimestamp  string         `json:"last_timestamp,omitempty"`
+}
+
+// ModelCost is the tokens of one model and what they cost.
+type ModelCost struct {
+	Model string `json:"model"`
+	// PricedAs is the price table entry used ("" when unpriced).
+	PricedAs string   `json:"priced_as,omitempty"`
+	Input    int64    `json:"input"`
+	Output   int64    `json:"output"`
+	Cost     *float64 `json:"cost"`
+}
+
+// UnknownModel stands for tokens whose step names no model.
+const UnknownModel = "(unknown model)"
+
+// ComputeStats summarizes a chain. Tokens are the step_end tokens, each
+// attributed to the model of its step (step_start's model or
+// agent_profile.model); prices may be nil.
+func ComputeStats(chainID string, events []lctl.Event, prices *Prices) *Stats {
+	s := lctl.Replay(chainID, events, 0)
+	st := &Stats{
+		ChainID:      chainID,
+		Events:       len(events),
+		Tokens:       s.Tokens,
+		TotalTokens:  s.Tokens.Input + s.Tokens.Output,
+		Agents:       append([]string{}, s.Agents...),
+		Errors:       len(s.Errors),
+		ErrorsByType: map[string]int{},
+		Facts:        len(s.Facts),
+		Steps:        int(s.EventTypes[lctl.TypeStepStart]),
+		ToolCalls:    len(s.ToolCalls),
+		EventTypes:   s.EventTypes,
+		UnknownTypes: len(s.UnknownTypes),
+		Unpriced:     []string{},
+		CostByModel:  []ModelCost{},
+	}
+	if s.Run != nil {
+		st.RunStatus = s.Run.Status
+	}
+	for _, e := range s.Errors {
+		k := strings.Trim(e.Category+"/"+e.Type, "/")
+		if k == "" {
+			k = "unclassified"
+		}
+		st.ErrorsByType[k]++
+	}
+	// Sum in a fixed order: float addition is not associative, and the
+	// same chain must always print the same average.
+	ids := make([]string, 0, len(s.Facts))
+	for id := range s.Facts {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	var sum float64
+	n := 0
+	for _, id := range ids {
+		if f := s.Facts[id]; f.Confidence != nil {
+			sum += *f.Confidence
+			n++
+		}
+	}
+	if n > 0 {
+		avg := sum / float64(n)
+		st.AvgConfidence = &avg
+	}
+	first, last := timeSpan(events)
+	if first >= 0 {
+		st.FirstTimestamp, st.LastTimestamp = events[first].Timestamp, events[last].Timestamp
+		st.WallClockMS = float64(events[last].Time().Sub(events[first].Time()).Microseconds()) / 1000
+	}
+	steps := stepTimings(events)
+	for _, t := range steps {
+		if !t.Unfinished {
+			st.DurationMS += t.DurationMS
+		}
+	}
+	switch {
+	case st.DurationMS > 0:
+		st.DurationSource = "steps"
+	case st.WallClockMS > 0:
+		st.DurationMS, st.DurationSource = st.WallClockMS, "timestamps"
+	default:
+		st.DurationSource = "none"
+	}
+	st.priceTokens(events, prices)
+	return st
+}
+
+// timeSpan returns the positions of the first and the last event with a
+// parseable timestamp (-1, -1 if none).
+func timeSpan(events []lctl.Event) (int, int) {
+	first, last := -1, -1
+	for i := range events {
+		if _, ok := lctl.ParseTime(events[i].Timestamp); ok {
+			if first < 0 {
+				first = i
+			}
+			last = i
+		}
+	}
+	return first, last
+}
+
+// priceTokens attributes each step_end's tokens to its step's model and
+// prices them.
+func (st *Stats) priceTokens(events []lctl.Event, prices *Prices) {
+	byModel := map[string]*ModelCost{}
+	var order []string
+	models := stepModels(events)
+	for i := range events {
+		e := &events[i]
+		if e.Type != lctl.TypeStepEnd {
+			continue
+		}
+		t, ok := e.Data["tokens"].(map[string]any)
+		if !ok {
+			continue
+		}
+		in, out := tokensOf(t)
+		if in+out == 0 {
+			continue
+		}
+		model := models[i]
+		if model == "" {
+			model = UnknownModel
+		}
+		mc := byModel[model]
+		if mc == nil {
+			mc = &ModelCost{Model: model}
+			byModel[model] = mc
+			order = append(order, model)
+		}
+		mc.Input += in
+		mc.Output += out
+	}
+	sort.Strings(order)
+	var total float64
+	priced := false
+	for _, m := range order {
+		mc := byModel[m]
+		if mp, name, ok := prices.lookup(m); ok {
+			c := float64(mc.Input)/1000*mp.InputPer1K + float64(mc.Output)/1000*mp.OutputPer1K
+			mc.Cost, mc.PricedAs = &c, name
+			total += c
+			priced = true
+		} else if prices != nil {
+			st.Unpriced = append(st.Unpriced, m)
+		}
+		st.CostByModel = append(st.CostByModel, *mc)
+	}
+	if priced {
+		st.Cost = &total
+	}
+}
+
+// stepModels maps the position of each step_end to the model of its step.
+func stepModels(events []lctl.Event) map[int]string {
+	out := map[int]string{}
+	byStep := map[int64]string{}   // XCT step number -> model
+	byAgent := map[string]string{} // agent -> model of its latest step
+	for i := range events {
+		e := &events[i]
+		switch e.Type {
+		case lctl.TypeStepStart:
+			m := modelOf(e.Data)
+			if n, ok := intOf(e.Data["step"]); ok {
+				byStep[n] = m
+			}
+			if m != "" {
+				byAgent[e.Agent] = m
+			} else {
+				delete(byAgent, e.Agent)
+			}
+		case lctl.TypeStepEnd:
+			m := modelOf(e.Data)
+			if m == "" {
+				if n, ok := intOf(e.Data["step"]); ok {
+					m = byStep[n]
+				}
+			}
+			if m == "" {
+				m = byAgent[e.Agent]
+			}
+			out[i] = m
+		}
+	}
+	return out
+}
+
+// FormatCost renders dollars the way the spec does: $0.047.
+func FormatCost(c float64) string {
+	switch {
+	case c == 0:
+		return "$0.00"
+	case c < 0.01:
+		return fmt.Sprintf("$%.4f", c)
+	case c < 1:
+		return fmt.Sprintf("$%.3f", c)
+	}
+	return fmt.Sprintf("$%.2f", c)
+}

@@ -1,0 +1,344 @@
+// Package cli is the lctl command line: time-travel replay, diff, stats,
+// bottlenecks, confidence, contract validation, verification, fact queries,
+// conversion, export and tail, on chain files and on live chains through
+// the tracer. It is a library so it can be tested without processes;
+// cmd/lctl only wires it to the process.
+//
+// Output is plain text in the spec's formats (LCTL v4.0 part 8), or JSON
+// with --json. Exit codes: 0 ok, 1 a check failed (verify or validate found
+// a problem, diff found differences), 2 bad usage or unreadable input.
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Exit codes.
+const (
+	ExitOK     = 0
+	ExitFailed = 1 // a check found a problem
+	ExitUsage  = 2 // bad usage or unreadable input
+)
+
+// Defaults for reaching a live system.
+const (
+	DefaultTracer  = "127.0.0.1:7704"
+	DefaultNATSURL = "nats://127.0.0.1:4222"
+)
+
+// Env is what a command may use of the process.
+type Env struct {
+	Stdin  io.Reader
+	Stdout io.Writer
+	Stderr io.Writer
+	// Getenv reads environment variables (LCTL_TRACER, LCTL_PRICES,
+	// NATS_URL); nil reads none.
+	Getenv func(string) string
+}
+
+func (e Env) getenv(k string) string {
+	if e.Getenv == nil {
+		return ""
+	}
+	return e.Getenv(k)
+}
+
+// command is one lctl subcommand.
+type command struct {
+	name    string
+	args    string // usage after the name
+	summary string
+	run     func(ctx context.Context, c *cmdContext) error
+}
+
+func commands() []command {
+	return []command{
+		{"replay", "[--to-seq N] [--events] FILE | --chain ID", "replay a chain, or show the state at seq N", runReplay},
+		{"diff", "A B   (files, or --chain ID for either)", "where two runs diverged, aligned by agent, type and tool", runDiff},
+		{"stats", "[--prices FILE] FILE | --chain ID", "duration, tokens, cost, agents, errors, confidence", runStats},
+		{"bottleneck", "[--top N] FILE | --chain ID", "the slowest steps, their share of the time, a recommendation", runBottleneck},
+		{"confidence", "[--decay R] FILE | --chain ID", "each fact's confidence over time: decay, consensus, thresholds", runConfidence},
+		{"validate", "--contracts DIR FILE | --chain ID", "check agents against their contracts (exit 1 on a violation)", runValidate},
+		{"verify", "FILE | --chain ID", "check seqs, timestamps, the hash chain and checkpoints (exit 1 on a problem)", runVerify},
+		{"query", "'SELECT * WHERE ...' FILE | --chain ID", "query the fact store", runQuery},
+		{"convert", "IN OUT | IN --to json|yaml", "convert a chain between JSON and YAML", runConvert},
+		{"export", "--chain ID [-o FILE] [--to json|yaml]", "export a live chain from the tracer", runExport},
+		{"tail", "--chain ID | --all [--nats URL]", "follow events live from the event stream", runTail},
+	}
+}
+
+func usage(w io.Writer) {
+	fmt.Fprint(w, "lctl: time-travel debugging for multi-agent LLM runs (LCTL v4.0)\n\nUsage:\n")
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  lctl %-11s %s\n", c.name, c.args)
+		fmt.Fprintf(w, "  %-16s %s\n", "", c.summary)
+	}
+	fmt.Fprint(w, `
+Every command reads a chain file (.lctl.json or .lctl.yaml; - for stdin) or a
+live chain (--chain ID, from the tracer at --tracer, default 127.0.0.1:7704).
+--json prints JSON for scripts. Exit codes: 0 ok, 1 a check failed, 2 bad
+usage or unreadable input. Run 'lctl COMMAND -h' for a command's flags.
+`)
+}
+
+// Run runs lctl with args (without the program name) and returns the exit
+// code.
+func Run(ctx context.Context, args []string, env Env) int {
+	if env.Stdout == nil {
+		env.Stdout = io.Discard
+	}
+	if env.Stderr == nil {
+		env.Stderr = io.Discard
+	}
+	if env.Stdin == nil {
+		env.Stdin = strings.NewReader("")
+	}
+	if len(args) == 0 {
+		usage(env.Stderr)
+		return ExitUsage
+	}
+	name := args[0]
+	switch name {
+	case "-h", "--help", "help":
+		usage(env.Stdout)
+		return ExitOK
+	case "version", "--version":
+		fmt.Fprintln(env.Stdout, "lctl (XCT) for LCTL v4.0")
+		return ExitOK
+	}
+	for _, cmd := range commands() {
+		if cmd.name != name {
+			continue
+		}
+		c := &cmdContext{env: env, name: name, cmd: cmd}
+		err := cmd.run(ctx, c.withArgs(args[1:]))
+		return c.finish(err)
+	}
+	fmt.Fprintf(env.Stderr, "lctl: unknown command %q\n\n", name)
+	usage(env.Stderr)
+	return ExitUsage
+}
+
+// cmdContext is what a command runs with: its flags, operands and output.
+type cmdContext struct {
+	env  Env
+	name string
+	cmd  command
+	args []string
+	fs   *flag.FlagSet
+
+	jsonOut bool
+	tracer  string
+	timeout time.Duration
+	chains  []string // --chain, in order
+	// operands are the positional arguments and --chain values in the
+	// order given, each either a file or a chain.
+	operands []operand
+	client   *tracerClient
+}
+
+// operand is a chain named on the command line.
+type operand struct {
+	file  string
+	chain string
+}
+
+func (o operand) String() string {
+	if o.chain != "" {
+		return "chain " + o.chain
+	}
+	return o.file
+}
+
+func (c *cmdContext) withArgs(args []string) *cmdContext {
+	c.args = args
+	c.fs = flag.NewFlagSet("lctl "+c.name, flag.ContinueOnError)
+	c.fs.SetOutput(c.env.Stderr)
+	c.fs.Usage = func() {
+		fmt.Fprintf(c.env.Stderr, "Usage: lctl %s %s\n  %s\n\nFlags:\n", c.name, c.cmd.args, c.cmd.summary)
+		c.fs.PrintDefaults()
+	}
+	return c
+}
+
+// chainFlag collects --chain values into the operands, in order.
+type chainFlag struct{ c *cmdContext }
+
+func (f chainFlag) String() string { return "" }
+func (f chainFlag) Set(v string) error {
+	if v == "" {
+		return errors.New("--chain needs a chain id")
+	}
+	f.c.chains = append(f.c.chains, v)
+	f.c.operands = append(f.c.operands, operand{chain: v})
+	return nil
+}
+
+// common registers the flags every command that reads chains has.
+func (c *cmdContext) common() {
+	c.fs.BoolVar(&c.jsonOut, "json", false, "print JSON for scripts")
+	c.fs.Var(chainFlag{c}, "chain", "read the live chain with this id from the tracer instead of a file")
+	tracer := c.env.getenv("LCTL_TRACER")
+	if tracer == "" {
+		tracer = DefaultTracer
+	}
+	c.fs.StringVar(&c.tracer, "tracer", tracer, "tracer gRPC address (env LCTL_TRACER)")
+	c.fs.DurationVar(&c.timeout, "timeout", 30*time.Second, "bound on each call to the tracer")
+}
+
+// usageError is bad usage: exit 2 with the command's usage.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error { return &usageError{fmt.Sprintf(format, args...)} }
+
+// inputError is input that cannot be read: exit 2.
+type inputError struct{ err error }
+
+func (e *inputError) Error() string { return e.err.Error() }
+func (e *inputError) Unwrap() error { return e.err }
+
+// errCheckFailed is a check that found a problem: exit 1, the report
+// already printed.
+var errCheckFailed = errors.New("check failed")
+
+// errReported is bad input whose message was already printed: exit 2.
+var errReported = errors.New("reported")
+
+// parse parses flags and operands, flags and operands in any order (the
+// spec writes `lctl validate chain.lctl.json --contracts ./contracts/`).
+func (c *cmdContext) parse() error {
+	args := c.args
+	for {
+		if err := c.fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return err
+			}
+			return &usageError{""} // the flag package printed the problem
+		}
+		rest := c.fs.Args()
+		if len(rest) == 0 {
+			return nil
+		}
+		if rest[0] == "--" {
+			for _, a := range rest[1:] {
+				c.operands = append(c.operands, operand{file: a})
+			}
+			return nil
+		}
+		c.operands = append(c.operands, operand{file: rest[0]})
+		args = rest[1:]
+	}
+}
+
+// finish turns a command's error into the exit code, printing it.
+func (c *cmdContext) finish(err error) int {
+	if c.client != nil {
+		c.client.close()
+	}
+	var ue *usageError
+	switch {
+	case err == nil:
+		return ExitOK
+	case errors.Is(err, flag.ErrHelp):
+		return ExitOK
+	case errors.Is(err, errCheckFailed):
+		return ExitFailed
+	case errors.Is(err, errReported):
+		return ExitUsage
+	case errors.As(err, &ue):
+		if ue.msg != "" {
+			fmt.Fprintf(c.env.Stderr, "lctl %s: %s\n", c.name, ue.msg)
+		}
+		fmt.Fprintf(c.env.Stderr, "Usage: lctl %s %s (lctl %s -h for flags)\n", c.name, c.cmd.args, c.name)
+		return ExitUsage
+	case errors.Is(err, context.Canceled):
+		return ExitOK
+	}
+	fmt.Fprintf(c.env.Stderr, "lctl %s: %v\n", c.name, err)
+	return ExitUsage
+}
+
+// one returns the single chain operand a command works on.
+func (c *cmdContext) one() (operand, error) {
+	switch len(c.operands) {
+	case 1:
+		return c.operands[0], nil
+	case 0:
+		return operand{}, usagef("name a chain file, or a live chain with --chain ID")
+	}
+	names := make([]string, len(c.operands))
+	for i, o := range c.operands {
+		names[i] = o.String()
+	}
+	return operand{}, usagef("one chain at a time, got %d: %s", len(c.operands), strings.Join(names, ", "))
+}
+
+func jsonUnmarshal(raw []byte, v any) error { return json.Unmarshal(raw, v) }
+
+// printJSON writes v as indented JSON.
+func (c *cmdContext) printJSON(v any) error {
+	enc := json.NewEncoder(c.env.Stdout)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
+}
+
+func (c *cmdContext) out(format string, args ...any) {
+	fmt.Fprintf(c.env.Stdout, format, args...)
+}
+
+func (c *cmdContext) warn(format string, args ...any) {
+	fmt.Fprintf(c.env.Stderr, "warning: "+format+"\n", args...)
+}
+
+// readFile reads a named file or stdin ("-").
+func (c *cmdContext) readFile(path string) ([]byte, error) {
+	var r io.Reader = c.env.Stdin
+	if path != "-" {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, &inputError{err}
+		}
+		defer f.Close()
+		r = f
+	}
+	raw, err := io.ReadAll(r)
+	if err != nil {
+		return nil, &inputError{fmt.Errorf("read %s: %w", path, err)}
+	}
+	return raw, nil
+}
+
+// sortedCounts renders a count map as "a 2, b 1", largest first.
+func sortedCounts(m map[string]int) string {
+	type kv struct {
+		k string
+		v int
+	}
+	var l []kv
+	for k, v := range m {
+		l = append(l, kv{k, v})
+	}
+	sort.Slice(l, func(i, j int) bool {
+		if l[i].v != l[j].v {
+			return l[i].v > l[j].v
+		}
+		return l[i].k < l[j].k
+	})
+	parts := make([]string, len(l))
+	for i, x := range l {
+		parts[i] = fmt.Sprintf("%s (%d)", x.k, x.v)
+	}
+	return strings.Join(parts, ", ")
+}

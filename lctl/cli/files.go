@@ -1,0 +1,229 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+
+	lctlv1 "github.com/xct-dev/xct/gen/lctl/v1"
+	"github.com/xct-dev/xct/internal/eventlog"
+	"github.com/xct-dev/xct/lctl"
+	"github.com/xct-dev/xct/lctl/analysis"
+)
+
+// parseFormat reads --to.
+func parseFormat(s string) (lctl.Format, error) {
+	switch strings.ToLower(s) {
+	case "json":
+		return lctl.FormatJSON, nil
+	case "yaml", "yml":
+		return lctl.FormatYAML, nil
+	}
+	return 0, usagef("--to must be json or yaml, got %q", s)
+}
+
+func runConvert(ctx context.Context, c *cmdContext) error {
+	c.common()
+	to := c.fs.String("to", "", "write this format (json or yaml) to stdout instead of to OUT")
+	if err := c.parse(); err != nil {
+		return err
+	}
+	var in operand
+	outPath := ""
+	switch {
+	case len(c.operands) == 2 && *to == "" && c.operands[1].file != "":
+		in, outPath = c.operands[0], c.operands[1].file
+	case len(c.operands) == 1 && *to != "":
+		in = c.operands[0]
+	default:
+		return usagef("convert IN OUT (format by OUT's extension), or convert IN --to json|yaml")
+	}
+	format := lctl.FormatForPath(outPath)
+	if *to != "" {
+		f, err := parseFormat(*to)
+		if err != nil {
+			return err
+		}
+		format = f
+	}
+	d, err := c.load(ctx, in)
+	if err != nil {
+		return err
+	}
+	for _, w := range d.warnings {
+		c.warn("%s: %s", d.label, w)
+	}
+	f := d.file
+	if f == nil {
+		f = lctl.NewFile(d.id, d.events)
+	}
+	var buf bytes.Buffer
+	if err := f.Encode(&buf, format); err != nil {
+		return err
+	}
+	if outPath == "" || outPath == "-" {
+		_, err := c.env.Stdout.Write(buf.Bytes())
+		return err
+	}
+	if err := writeFile(outPath, buf.Bytes()); err != nil {
+		return err
+	}
+	if !c.jsonOut {
+		c.out("Wrote %s: %d events of %s as %s.\n", outPath, len(f.Events), f.Chain.ID, format)
+	} else {
+		return c.printJSON(map[string]any{"out": outPath, "events": len(f.Events), "chain_id": f.Chain.ID, "format": format.String()})
+	}
+	return nil
+}
+
+// writeFile writes data to path through a temporary file, so a failed write
+// never leaves half a chain.
+func writeFile(path string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".lctl-*")
+	if err != nil {
+		return &inputError{err}
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return &inputError{err}
+	}
+	if err := tmp.Close(); err != nil {
+		return &inputError{err}
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return &inputError{err}
+	}
+	return nil
+}
+
+func runExport(ctx context.Context, c *cmdContext) error {
+	c.common()
+	out := c.fs.String("o", "", "write the chain to this file (format by extension) instead of stdout")
+	to := c.fs.String("to", "", "json or yaml (default: by -o's extension, else json)")
+	if err := c.parse(); err != nil {
+		return err
+	}
+	if len(c.operands) != 1 || c.operands[0].chain == "" {
+		return usagef("export reads a live chain: lctl export --chain ID [-o FILE]")
+	}
+	id := c.operands[0].chain
+	format := lctl.FormatForPath(*out)
+	if *to != "" {
+		f, err := parseFormat(*to)
+		if err != nil {
+			return err
+		}
+		format = f
+	}
+	pf := lctlv1.ExportFormat_EXPORT_FORMAT_JSON
+	if format == lctl.FormatYAML {
+		pf = lctlv1.ExportFormat_EXPORT_FORMAT_YAML
+	}
+	t, err := c.tracerAPI()
+	if err != nil {
+		return err
+	}
+	cctx, cancel := c.callCtx(ctx)
+	defer cancel()
+	resp, err := t.api.ExportChain(cctx, &lctlv1.ExportChainRequest{ChainId: id, Format: pf})
+	if err != nil {
+		return c.rpcError(id, err)
+	}
+	if *out == "" || *out == "-" {
+		_, err := c.env.Stdout.Write(resp.GetContent())
+		return err
+	}
+	if err := writeFile(*out, resp.GetContent()); err != nil {
+		return err
+	}
+	c.out("Wrote %s (%d bytes) from the tracer at %s.\n", *out, len(resp.GetContent()), c.tracer)
+	return nil
+}
+
+func runTail(ctx context.Context, c *cmdContext) error {
+	c.jsonOut = false
+	c.fs.BoolVar(&c.jsonOut, "json", false, "print each event as its JSON line, as stored")
+	all := c.fs.Bool("all", false, "follow every chain")
+	natsURL := c.env.getenv("NATS_URL")
+	if natsURL == "" {
+		natsURL = DefaultNATSURL
+	}
+	c.fs.StringVar(&natsURL, "nats", natsURL, "NATS server with the LCTL stream (env NATS_URL)")
+	c.fs.Var(chainFlag{c}, "chain", "follow the chain with this id")
+	count := c.fs.Int("count", 0, "stop after this many events (0: follow until interrupted)")
+	noFollow := c.fs.Bool("no-follow", false, "print the events stored now and stop")
+	if err := c.parse(); err != nil {
+		return err
+	}
+	if len(c.operands) > 0 && c.operands[0].file != "" {
+		return usagef("tail follows the event stream, not files: --chain ID or --all")
+	}
+	chainID := ""
+	switch {
+	case *all && len(c.chains) == 0:
+	case !*all && len(c.chains) == 1:
+		chainID = c.chains[0]
+		if err := lctl.ValidateChainID(chainID); err != nil {
+			return usagef("%v", err)
+		}
+	default:
+		return usagef("name one chain (--chain ID) or --all")
+	}
+	nc, err := nats.Connect(natsURL, nats.Name("lctl tail"))
+	if err != nil {
+		return &inputError{fmt.Errorf("connect to NATS at %s: %w (--nats or NATS_URL)", natsURL, err)}
+	}
+	defer nc.Close()
+	log, err := eventlog.Open(ctx, nc, eventlog.DefaultConfig())
+	if err != nil {
+		return &inputError{err}
+	}
+	links := map[string]lctl.Event{} // per chain, the last event seen
+	seen := 0
+	err = log.Follow(ctx, chainID, eventlog.FollowOptions{StopAtEnd: *noFollow}, func(e lctl.Event) error {
+		if prev, ok := links[e.ChainID]; ok {
+			switch {
+			case e.Seq != prev.Seq+1:
+				c.warn("chain %s: event %d follows event %d", e.ChainID, e.Seq, prev.Seq)
+			case e.PrevHash != prev.Hash:
+				c.warn("chain %s: event %d does not link to event %d (prev_hash differs)", e.ChainID, e.Seq, prev.Seq)
+			}
+		}
+		if h, err := e.ComputeHash(); err == nil && e.Hash != "" && h != e.Hash {
+			c.warn("chain %s: event %d does not match its hash (edited)", e.ChainID, e.Seq)
+		}
+		links[e.ChainID] = e
+		if c.jsonOut {
+			raw, err := e.MarshalJSON()
+			if err != nil {
+				return err
+			}
+			c.out("%s\n", raw)
+		} else if chainID == "" {
+			c.out("%s %s\n", e.ChainID, analysis.Line(&e))
+		} else {
+			c.out("%s\n", analysis.Line(&e))
+		}
+		seen++
+		if *count > 0 && seen >= *count {
+			return eventlog.ErrStop
+		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, eventlog.ErrChainNotFound):
+		return &inputError{fmt.Errorf("chain %s has no events on the stream at %s", chainID, natsURL)}
+	case errors.Is(err, context.Canceled):
+		return nil
+	case err != nil:
+		return &inputError{err}
+	}
+	return nil
+}

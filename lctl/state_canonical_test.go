@@ -1,0 +1,46 @@
+package lctl_test
+
+import (
+	"bytes"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/xct-dev/xct/lctl"
+	"github.com/xct-dev/xct/lctl/lctltest"
+)
+
+// TestStateCanonicalMatchesGeneric checks the hand-written canonical
+// encoder of State byte for byte against Canonical, which goes through
+// encoding/json: on random chains, an XCT-shaped chain, the zero State and
+// a state with nil lists.
+func TestStateCanonicalMatchesGeneric(t *testing.T) {
+	states := []*lctl.State{
+		{},
+		lctl.NewState("empty"),
+		lctl.Replay("gen", lctltest.Chain("gen", 3000, lctltest.Options{}), 0),
+		lctl.Replay("x", xctChain(t), 0),
+		lctl.Replay("spec", specEvents(t), 0),
+	}
+	for seed := uint64(1); seed <= 60; seed++ {
+		rng := rand.New(rand.NewPCG(seed, 99))
+		states = append(states, lctl.Replay("r\u00e9\u2028\U0001F600", randomChain(rng, 1+rng.IntN(80)), 0))
+	}
+	odd := lctl.NewState("odd")
+	odd.Apply(&lctl.Event{Seq: 1, Type: "fact_added", Agent: "a<b>&\x01", Data: map[string]any{"id": "\ufb01", "text": "x\u00e9\xff", "confidence": 1e-7}})
+	odd.Apply(&lctl.Event{Seq: 2, Type: "fact_added", Agent: "a", Data: map[string]any{"id": "\U0001F600", "text": "y", "confidence": 0.1}})
+	odd.Apply(&lctl.Event{Seq: 3, Type: "step_end", Data: map[string]any{"duration_ms": 1e20, "tokens": map[string]any{"input": 9007199254740992.0}}})
+	states = append(states, odd)
+	for i, s := range states {
+		want, err := lctl.Canonical(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := lctl.CanonicalStateJSON(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("state %d: direct canonical JSON differs\n got %s\nwant %s", i, got, want)
+		}
+	}
+}

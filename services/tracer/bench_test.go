@@ -1,0 +1,85 @@
+package tracer_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/xct-dev/xct/internal/eventlog"
+	"github.com/xct-dev/xct/lctl"
+	"github.com/xct-dev/xct/lctl/lctltest"
+	"github.com/xct-dev/xct/services/tracer"
+)
+
+// BenchmarkIngest measures how fast the tracer materializes a backlog from
+// JetStream: 20 chains of 5,000 sealed events are on the stream before it
+// starts; each iteration is a fresh tracer (new data dir, new durable
+// consumer) reading all of them: decode, check the hash chain, append to the
+// chain file, fsync per batch, ack, apply to the chain's timeline.
+func BenchmarkIngest(b *testing.B) {
+	const chains, perChain = 20, 5000
+	e := newEnv(b)
+	ctx := context.Background()
+	js := e.log.JetStream()
+	for c := range chains {
+		id := fmt.Sprintf("bench-%02d", c)
+		events := lctltest.Chain(id, perChain, lctltest.Options{Seal: true})
+		for i := range events {
+			raw, err := events[i].MarshalJSON()
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := js.PublishAsync(eventlog.Subject(id), raw); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-ctx.Done():
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		b.StopTimer()
+		e.dataDir = b.TempDir()
+		if err := js.DeleteConsumer(ctx, eventlog.StreamName, tracer.ConsumerName); err != nil && err != jetstream.ErrConsumerNotFound {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		tr := e.startTracer(b)
+		for c := range chains {
+			tr.waitFor(b, fmt.Sprintf("bench-%02d", c), perChain)
+		}
+		b.StopTimer()
+		tr.stop()
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(chains*perChain)*float64(b.N)/b.Elapsed().Seconds(), "events/s")
+}
+
+// BenchmarkReplayChainToSeq is ReplayChain near the end of a 100,000-event
+// chain in the tracer, summary view, with snapshots every 1000 events
+// (the default) and without.
+func BenchmarkReplayChainToSeq(b *testing.B) {
+	const n = 100_000
+	events := lctltest.Chain("big", n, lctltest.Options{})
+	for _, every := range []int{lctl.DefaultSnapshotEvery, -1} {
+		tl := lctl.NewTimeline("big", every)
+		for _, ev := range events {
+			tl.Append(ev)
+		}
+		name := "with-snapshots"
+		if every < 0 {
+			name = "without-snapshots"
+		}
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				if s := tl.StateAt(n - 77); s.Seq != n-77 {
+					b.Fatal(s.Seq)
+				}
+			}
+		})
+	}
+}
