@@ -132,7 +132,7 @@ func IsStateHash(h string) bool {
 		return false
 	}
 	for _, c := range h[len(StateHashPrefix):] {
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
 			return false
 		}
 	}

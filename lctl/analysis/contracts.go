@@ -417,7 +417,6 @@ type trackedFact struct {
 	fields map[string]any
 	lastBy string
 	seq    uint64
-	pos    int
 }
 
 func newFactTracker() *factTracker { return &factTracker{facts: map[string]*trackedFact{}} }

@@ -783,14 +783,14 @@ func compare(a, b any) int {
 // case.
 func like(s, pat string) bool {
 	s, pat = strings.ToLower(s), strings.ToLower(pat)
-	sr, pr := []rune(s), []rune(pat)
+	pr := []rune(pat)
 	// Dynamic programming over pattern positions reachable so far.
 	cur := make([]bool, len(pr)+1)
 	cur[0] = true
 	for j := 0; j < len(pr) && pr[j] == '%'; j++ {
 		cur[j+1] = true
 	}
-	for _, c := range sr {
+	for _, c := range s {
 		next := make([]bool, len(pr)+1)
 		for j, p := range pr {
 			if !cur[j] {

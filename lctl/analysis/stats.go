@@ -2,6 +2,7 @@ package analysis
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -39,7 +40,7 @@ func LoadPrices(r io.Reader) (*Prices, error) {
 	var p Prices
 	dec := yaml.NewDecoder(bytes.NewReader(raw))
 	dec.KnownFields(true)
-	if err := dec.Decode(&p); err != nil && err != io.EOF {
+	if err := dec.Decode(&p); err != nil && !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("price table: %w", err)
 	}
 	if len(p.Models) == 0 {
@@ -137,7 +138,7 @@ func ComputeStats(chainID string, events []lctl.Event, prices *Prices) *Stats {
 		Errors:       len(s.Errors),
 		ErrorsByType: map[string]int{},
 		Facts:        len(s.Facts),
-		Steps:        int(s.EventTypes[lctl.TypeStepStart]),
+		Steps:        s.EventTypes[lctl.TypeStepStart],
 		ToolCalls:    len(s.ToolCalls),
 		EventTypes:   s.EventTypes,
 		UnknownTypes: len(s.UnknownTypes),

@@ -132,7 +132,7 @@ func (c *cmdContext) loadPrices(path string) (*analysis.Prices, error) {
 	if err != nil {
 		return nil, &inputError{fmt.Errorf("--prices: %w", err)}
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	p, err := analysis.LoadPrices(f)
 	if err != nil {
 		return nil, &inputError{fmt.Errorf("%s: %w", path, err)}

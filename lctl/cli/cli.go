@@ -304,13 +304,13 @@ func (c *cmdContext) warn(format string, args ...any) {
 
 // readFile reads a named file or stdin ("-").
 func (c *cmdContext) readFile(path string) ([]byte, error) {
-	var r io.Reader = c.env.Stdin
+	r := c.env.Stdin
 	if path != "-" {
 		f, err := os.Open(path)
 		if err != nil {
 			return nil, &inputError{err}
 		}
-		defer f.Close()
+		defer func() { _ = f.Close() }()
 		r = f
 	}
 	raw, err := io.ReadAll(r)

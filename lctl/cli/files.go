@@ -89,9 +89,9 @@ func writeFile(path string, data []byte) error {
 	if err != nil {
 		return &inputError{err}
 	}
-	defer os.Remove(tmp.Name())
+	defer func() { _ = os.Remove(tmp.Name()) }()
 	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
+		_ = tmp.Close()
 		return &inputError{err}
 	}
 	if err := tmp.Close(); err != nil {

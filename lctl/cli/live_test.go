@@ -52,7 +52,9 @@ func startLive(t *testing.T) *live {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
 		srv.Stop(ctx)
-		<-served
+		if err := <-served; err != nil {
+			t.Error(err)
+		}
 		if err := svc.Stop(ctx); err != nil {
 			t.Error(err)
 		}

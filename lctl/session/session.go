@@ -258,13 +258,13 @@ func writeAtomic(path string, data []byte) error {
 	if err != nil {
 		return fmt.Errorf("export %s: %w", path, err)
 	}
-	defer os.Remove(f.Name())
+	defer func() { _ = os.Remove(f.Name()) }()
 	if _, err := f.Write(data); err != nil {
-		f.Close()
+		_ = f.Close()
 		return fmt.Errorf("export %s: %w", path, err)
 	}
 	if err := f.Sync(); err != nil {
-		f.Close()
+		_ = f.Close()
 		return fmt.Errorf("export %s: %w", path, err)
 	}
 	if err := f.Close(); err != nil {

@@ -163,7 +163,7 @@ func (h *handler) FactConfidence(ctx context.Context, req *lctlv1.FactConfidence
 func (h *handler) QueryFacts(ctx context.Context, req *lctlv1.QueryFactsRequest) (*lctlv1.QueryFactsResponse, error) {
 	q, err := analysis.ParseQuery(req.GetQuery())
 	if err != nil {
-		return nil, h.status(ctx, fmt.Errorf("%w: query: %v", ErrInvalidRequest, err))
+		return nil, h.status(ctx, fmt.Errorf("%w: query: %w", ErrInvalidRequest, err))
 	}
 	view, err := h.svc.store.get(req.GetChainId())
 	if err != nil {
@@ -173,7 +173,7 @@ func (h *handler) QueryFacts(ctx context.Context, req *lctlv1.QueryFactsRequest)
 	if err != nil {
 		var qe *analysis.QueryError
 		if errors.As(err, &qe) {
-			return nil, h.status(ctx, fmt.Errorf("%w: query: %v", ErrInvalidRequest, err))
+			return nil, h.status(ctx, fmt.Errorf("%w: query: %w", ErrInvalidRequest, err))
 		}
 		return nil, h.status(ctx, err)
 	}
@@ -197,7 +197,7 @@ func (h *handler) ValidateContracts(ctx context.Context, req *lctlv1.ValidateCon
 	cs := analysis.NewContractSet()
 	for _, f := range req.GetFiles() {
 		if err := cs.Add(f.GetName(), f.GetContent()); err != nil {
-			return nil, h.status(ctx, fmt.Errorf("%w: %v", ErrInvalidRequest, err))
+			return nil, h.status(ctx, fmt.Errorf("%w: %w", ErrInvalidRequest, err))
 		}
 	}
 	view, err := h.svc.store.get(req.GetChainId())

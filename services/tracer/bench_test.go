@@ -2,6 +2,7 @@ package tracer_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 
@@ -44,7 +45,7 @@ func BenchmarkIngest(b *testing.B) {
 	for b.Loop() {
 		b.StopTimer()
 		e.dataDir = b.TempDir()
-		if err := js.DeleteConsumer(ctx, eventlog.StreamName, tracer.ConsumerName); err != nil && err != jetstream.ErrConsumerNotFound {
+		if err := js.DeleteConsumer(ctx, eventlog.StreamName, tracer.ConsumerName); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 			b.Fatal(err)
 		}
 		b.StartTimer()

@@ -95,7 +95,7 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger) (*Service, error) {
 	}
 	log = log.With("service", "tracer")
 	dir := filepath.Join(cfg.DataDir, "chains")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("tracer: create data directory: %w", err)
 	}
 	return &Service{cfg: cfg, nc: nc, log: log, store: newStore(dir, log, cfg.snapshotEvery())}, nil

@@ -83,7 +83,7 @@ func (s *store) newChain(id string) *chain {
 // chain as it goes. A last line cut short by a crash is truncated away: its
 // event was not acknowledged, so the stream delivers it again.
 func (s *store) load() error {
-	if err := os.MkdirAll(s.dir, 0o755); err != nil {
+	if err := os.MkdirAll(s.dir, 0o750); err != nil {
 		return fmt.Errorf("create chain directory: %w", err)
 	}
 	entries, err := os.ReadDir(s.dir)
@@ -120,7 +120,7 @@ func (s *store) loadFile(id, path string) (*chain, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open chain file: %w", err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	c := s.newChain(id)
 	r := bufio.NewReaderSize(f, 64<<10)
 	var good int64 // offset just past the last complete line
@@ -448,7 +448,7 @@ func (b *batchFiles) commit() (failed map[string]bool, err error) {
 			if err := d.Sync(); err != nil {
 				errs = append(errs, fmt.Errorf("sync chain directory: %w", err))
 			}
-			d.Close()
+			_ = d.Close()
 		}
 	}
 	return failed, errors.Join(errs...)
@@ -464,20 +464,20 @@ func (e *writeError) Unwrap() error { return e.err }
 // writeAndSync appends data to the file and syncs it. It reports whether
 // the file was created.
 func writeAndSync(path string, data []byte) (created bool, err error) {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
 		return false, &writeError{fmt.Errorf("open chain file: %w", err)}
 	}
 	info, err := f.Stat()
 	if err != nil {
-		f.Close()
+		_ = f.Close()
 		return false, &writeError{fmt.Errorf("stat chain file: %w", err)}
 	}
 	if _, err := f.Write(data); err != nil {
 		if terr := f.Truncate(info.Size()); terr != nil {
 			err = errors.Join(err, fmt.Errorf("undo partial write: %w", terr))
 		}
-		f.Close()
+		_ = f.Close()
 		return info.Size() == 0, &writeError{fmt.Errorf("append to chain file: %w", err)}
 	}
 	err = f.Sync()

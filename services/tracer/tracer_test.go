@@ -174,7 +174,7 @@ func fileLines(t *testing.T, path string) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	n := 0
 	sc := bufio.NewScanner(f)
 	sc.Buffer(nil, 1<<20)
