@@ -234,3 +234,35 @@ func truncate(s string, n int) string {
 	}
 	return string([]rune(s)[:n-1]) + "…"
 }
+
+// cmdRollback undoes an ended run's steps, newest first, each as a governed
+// step on the run's chain.
+func cmdRollback(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("rollback", stderr)
+	addr := fs.String("addr", app.DefaultOrchestratorAddr, "orchestrator gRPC address")
+	toStep := fs.Int("to-step", 0, "keep steps up to and including this one (0: undo every step)")
+	principal := fs.String("principal", defaultPrincipal(), "who asks for the rollback")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 || *toStep < 0 {
+		return &exitError{code: 2, err: errors.New("usage: xct rollback RUN [--to-step N]")}
+	}
+	client, closeConn, err := dialOrchestrator(*addr)
+	if err != nil {
+		return err
+	}
+	defer closeConn()
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	resp, err := client.RollbackRun(cctx, &xctv1.RollbackRunRequest{RunId: fs.Arg(0), ToStep: int32(*toStep), Principal: *principal})
+	if err != nil {
+		return rpcError("rollback", *addr, err)
+	}
+	fmt.Fprintf(stdout, "undone steps: %v\n", resp.GetUndone())
+	if resp.GetStatus() != "done" {
+		return &exitError{code: 1, err: fmt.Errorf("rollback of %s stopped: %s", fs.Arg(0), resp.GetMessage())}
+	}
+	fmt.Fprintln(stdout, "rollback done")
+	return nil
+}

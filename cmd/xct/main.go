@@ -29,6 +29,7 @@ Usage:
   xct deny RUN STEP --reason   deny a waiting step; the reason goes to the model
   xct policy lint|check        check policy files, or re-evaluate a recorded chain against them
   xct resolve RUN STEP --as succeeded|failed|retry   decide a step in doubt
+  xct rollback RUN [--to-step N]   undo an ended run's steps, newest first, as governed steps
 
 Run 'xct COMMAND -h' for the flags of a command.
 `
@@ -91,6 +92,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cmdPolicy(ctx, rest, stdout, stderr)
 	case "resolve":
 		return cmdResolve(ctx, rest, stdout, stderr)
+	case "rollback":
+		return cmdRollback(ctx, rest, stdout, stderr)
 	}
 	fmt.Fprint(stderr, usage)
 	return &exitError{code: 2, err: fmt.Errorf("unknown command %q", cmd)}

@@ -100,6 +100,11 @@ func scrubbedEnv(names []string, set map[string]string) []string {
 	return env
 }
 
+// codeRejectedByTransport is the JSON-RPC code the SDK gives a message its
+// transport could not deliver (a dropped stream): that is a transport
+// failure, not an answer from the server, so the session is dropped.
+const codeRejectedByTransport = -32005
+
 // connect returns the live session, starting one if needed.
 func (m *mcpServer) connect(ctx context.Context) (*mcp.ClientSession, error) {
 	m.mu.Lock()
@@ -268,7 +273,7 @@ func (t *mcpTool) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.
 		switch {
 		case ctx.Err() != nil:
 			return nil, wire.WithDetails(wire.Errorf(wire.CodeTimeout, "MCP server %s did not answer within the step's deadline", name), details)
-		case errors.As(err, &rpcErr):
+		case errors.As(err, &rpcErr) && rpcErr.Code != codeRejectedByTransport:
 			// The server answered with a JSON-RPC error: it is alive.
 			return nil, wire.WithDetails(wire.Errorf(wire.CodeToolFailure, "MCP server %s: %s", name, rpcErr.Message), details)
 		}

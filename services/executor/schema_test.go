@@ -43,6 +43,10 @@ func TestSchemas(t *testing.T) {
 			valid:   []string{`{"from":"a","to":"b"}`},
 			invalid: []string{`{"from":"a"}`, `{"to":"b"}`, `{"from":"","to":"b"}`, `{"from":"a","to":1}`, `{"from":"a","to":"b","overwrite":true}`},
 		},
+		"xct.undo": {
+			valid:   []string{`{"step_id":"39a8925527f36a20f6b1e5f92e242703"}`},
+			invalid: []string{`{}`, `{"step_id":""}`, `{"step_id":"../x"}`, `{"step_id":"a","force":true}`},
+		},
 		"fs.list": {
 			valid:   []string{`{}`, `{"path":"."}`, `{"path":"sub"}`},
 			invalid: []string{`{"path":""}`, `{"path":null}`, `{"recursive":true}`},

@@ -107,7 +107,7 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger, extra ...Tool) (*Service, 
 	if nc == nil {
 		s.steps = newMemStepStore()
 	}
-	all := builtinTools(ws, cfg.MaxOutputBytes, cfg.MaxUndoBytes)
+	all := append(builtinTools(ws, cfg.MaxOutputBytes, cfg.MaxUndoBytes), &undoTool{s: s})
 	if toolsCfg.HTTP != nil {
 		all = append(all, newHTTPTool(toolsCfg.HTTP, cfg.DefaultTimeout, cfg.MaxOutputBytes))
 	}

@@ -143,7 +143,7 @@ func TestTools(t *testing.T) {
 			t.Errorf("%s: no description or schema", d.GetName())
 		}
 	}
-	if want := []string{"fs.delete", "fs.list", "fs.move", "fs.read", "fs.write", "test.noop"}; !slices.Equal(names, want) {
+	if want := []string{"fs.delete", "fs.list", "fs.move", "fs.read", "fs.write", "test.noop", "xct.undo"}; !slices.Equal(names, want) {
 		t.Fatalf("tools = %v, want %v", names, want)
 	}
 	type class struct {
@@ -359,7 +359,7 @@ func TestGRPC(t *testing.T) {
 	for _, d := range list.GetTools() {
 		names = append(names, d.GetName())
 	}
-	if want := []string{"fs.delete", "fs.list", "fs.move", "fs.read", "fs.write", "test.noop"}; !slices.Equal(names, want) {
+	if want := []string{"fs.delete", "fs.list", "fs.move", "fs.read", "fs.write", "test.noop", "xct.undo"}; !slices.Equal(names, want) {
 		t.Fatalf("ListTools = %v, want %v", names, want)
 	}
 

@@ -64,6 +64,9 @@ func (p *deployer) Propose(_ context.Context, req *xctv1.ProposeRequest) (*xctv1
 const approvalPolicy = `
 approval_ttl: %s
 rules:
+  - id: changes
+    effect: allow
+    effects: [read, reversible]
   - id: deploys-need-a-human
     effect: require_approval
     tools: ["test.deploy"]

@@ -161,6 +161,134 @@ func (StepState) EnumDescriptor() ([]byte, []int) {
 	return file_xct_v1_orchestrator_proto_rawDescGZIP(), []int{1}
 }
 
+// RollbackRunRequest asks for a rollback.
+type RollbackRunRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// run_id identifies the run; it must have ended.
+	RunId string `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// to_step keeps steps up to and including it; 0 undoes every step.
+	ToStep int32 `protobuf:"varint,2,opt,name=to_step,json=toStep,proto3" json:"to_step,omitempty"`
+	// principal names who asks (recorded on the chain).
+	Principal     string `protobuf:"bytes,3,opt,name=principal,proto3" json:"principal,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RollbackRunRequest) Reset() {
+	*x = RollbackRunRequest{}
+	mi := &file_xct_v1_orchestrator_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RollbackRunRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RollbackRunRequest) ProtoMessage() {}
+
+func (x *RollbackRunRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_xct_v1_orchestrator_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RollbackRunRequest.ProtoReflect.Descriptor instead.
+func (*RollbackRunRequest) Descriptor() ([]byte, []int) {
+	return file_xct_v1_orchestrator_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *RollbackRunRequest) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *RollbackRunRequest) GetToStep() int32 {
+	if x != nil {
+		return x.ToStep
+	}
+	return 0
+}
+
+func (x *RollbackRunRequest) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
+}
+
+// RollbackRunResponse says what was undone.
+type RollbackRunResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// undone lists the numbers of the steps undone, in the order they were.
+	Undone []int32 `protobuf:"varint,1,rep,packed,name=undone,proto3" json:"undone,omitempty"`
+	// status is "done" when every step was undone, "failed" otherwise.
+	Status string `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
+	// message explains a failure.
+	Message       string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RollbackRunResponse) Reset() {
+	*x = RollbackRunResponse{}
+	mi := &file_xct_v1_orchestrator_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RollbackRunResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RollbackRunResponse) ProtoMessage() {}
+
+func (x *RollbackRunResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_xct_v1_orchestrator_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RollbackRunResponse.ProtoReflect.Descriptor instead.
+func (*RollbackRunResponse) Descriptor() ([]byte, []int) {
+	return file_xct_v1_orchestrator_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *RollbackRunResponse) GetUndone() []int32 {
+	if x != nil {
+		return x.Undone
+	}
+	return nil
+}
+
+func (x *RollbackRunResponse) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *RollbackRunResponse) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 // Run is a governed run as materialized from its chain.
 type Run struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -196,7 +324,7 @@ type Run struct {
 
 func (x *Run) Reset() {
 	*x = Run{}
-	mi := &file_xct_v1_orchestrator_proto_msgTypes[0]
+	mi := &file_xct_v1_orchestrator_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -208,7 +336,7 @@ func (x *Run) String() string {
 func (*Run) ProtoMessage() {}
 
 func (x *Run) ProtoReflect() protoreflect.Message {
-	mi := &file_xct_v1_orchestrator_proto_msgTypes[0]
+	mi := &file_xct_v1_orchestrator_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -221,7 +349,7 @@ func (x *Run) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Run.ProtoReflect.Descriptor instead.
 func (*Run) Descriptor() ([]byte, []int) {
-	return file_xct_v1_orchestrator_proto_rawDescGZIP(), []int{0}
+	return file_xct_v1_orchestrator_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Run) GetRunId() string {
@@ -337,7 +465,7 @@ type Step struct {
 
 func (x *Step) Reset() {
 	*x = Step{}
-	mi := &file_xct_v1_orchestrator_proto_msgTypes[1]
+	mi := &file_xct_v1_orchestrator_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -349,7 +477,7 @@ func (x *Step) String() string {
 func (*Step) ProtoMessage() {}
 
 func (x *Step) ProtoReflect() protoreflect.Message {
-	mi := &file_xct_v1_orchestrator_proto_msgTypes[1]
+	mi := &file_xct_v1_orchestrator_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -362,7 +490,7 @@ func (x *Step) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Step.ProtoReflect.Descriptor instead.
 func (*Step) Descriptor() ([]byte, []int) {
-	return file_xct_v1_orchestrator_proto_rawDescGZIP(), []int{1}
+	return file_xct_v1_orchestrator_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Step) GetNumber() int32 {
@@ -430,7 +558,7 @@ type StartRunRequest struct {
 
 func (x *StartRunRequest) Reset() {
 	*x = StartRunRequest{}
-	mi := &file_xct_v1_orchestrator_proto_msgTypes[2]
+	mi := &file_xct_v1_orchestrator_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -442,7 +570,7 @@ func (x *StartRunRequest) String() string {
 func (*StartRunRequest) ProtoMessage() {}
 
 func (x *StartRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xct_v1_orchestrator_proto_msgTypes[2]
+	mi := &file_xct_v1_orchestrator_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -455,7 +583,7 @@ func (x *StartRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartRunRequest.ProtoReflect.Descriptor instead.
 func (*StartRunRequest) Descriptor() ([]byte, []int) {
-	return file_xct_v1_orchestrator_proto_rawDescGZIP(), []int{2}
+	return file_xct_v1_orchestrator_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *StartRunRequest) GetGoal() string {
@@ -511,7 +639,7 @@ type StartRunResponse struct {
 
 func (x *StartRunResponse) Reset() {
 	*x = StartRunResponse{}
-	mi := &file_xct_v1_orchestrator_proto_msgTypes[3]
+	mi := &file_xct_v1_orchestrator_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -523,7 +651,7 @@ func (x *StartRunResponse) String() string {
 func (*StartRunResponse) ProtoMessage() {}
 
 func (x *StartRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xct_v1_orchestrator_proto_msgTypes[3]
+	mi := &file_xct_v1_orchestrator_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -536,7 +664,7 @@ func (x *StartRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartRunResponse.ProtoReflect.Descriptor instead.
 func (*StartRunResponse) Descriptor() ([]byte, []int) {
-	return file_xct_v1_orchestrator_proto_rawDescGZIP(), []int{3}
+	return file_xct_v1_orchestrator_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *StartRunResponse) GetRun() *Run {
@@ -559,7 +687,7 @@ type WatchRunRequest struct {
 
 func (x *WatchRunRequest) Reset() {
 	*x = WatchRunRequest{}
-	mi := &file_xct_v1_orchestrator_proto_msgTypes[4]
+	mi := &file_xct_v1_orchestrator_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -571,7 +699,7 @@ func (x *WatchRunRequest) String() string {
 func (*WatchRunRequest) ProtoMessage() {}
 
 func (x *WatchRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xct_v1_orchestrator_proto_msgTypes[4]
+	mi := &file_xct_v1_orchestrator_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -584,7 +712,7 @@ func (x *WatchRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRunRequest.ProtoReflect.Descriptor instead.
 func (*WatchRunRequest) Descriptor() ([]byte, []int) {
-	return file_xct_v1_orchestrator_proto_rawDescGZIP(), []int{4}
+	return file_xct_v1_orchestrator_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *WatchRunRequest) GetRunId() string {
@@ -612,7 +740,7 @@ type WatchRunResponse struct {
 
 func (x *WatchRunResponse) Reset() {
 	*x = WatchRunResponse{}
-	mi := &file_xct_v1_orchestrator_proto_msgTypes[5]
+	mi := &file_xct_v1_orchestrator_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -624,7 +752,7 @@ func (x *WatchRunResponse) String() string {
 func (*WatchRunResponse) ProtoMessage() {}
 
 func (x *WatchRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xct_v1_orchestrator_proto_msgTypes[5]
+	mi := &file_xct_v1_orchestrator_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -637,7 +765,7 @@ func (x *WatchRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRunResponse.ProtoReflect.Descriptor instead.
 func (*WatchRunResponse) Descriptor() ([]byte, []int) {
-	return file_xct_v1_orchestrator_proto_rawDescGZIP(), []int{5}
+	return file_xct_v1_orchestrator_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *WatchRunResponse) GetEvent() *v1.Event {
@@ -658,7 +786,7 @@ type GetRunRequest struct {
 
 func (x *GetRunRequest) Reset() {
 	*x = GetRunRequest{}
-	mi := &file_xct_v1_orchestrator_proto_msgTypes[6]
+	mi := &file_xct_v1_orchestrator_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -670,7 +798,7 @@ func (x *GetRunRequest) String() string {
 func (*GetRunRequest) ProtoMessage() {}
 
 func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xct_v1_orchestrator_proto_msgTypes[6]
+	mi := &file_xct_v1_orchestrator_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -683,7 +811,7 @@ func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunRequest.ProtoReflect.Descriptor instead.
 func (*GetRunRequest) Descriptor() ([]byte, []int) {
-	return file_xct_v1_orchestrator_proto_rawDescGZIP(), []int{6}
+	return file_xct_v1_orchestrator_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetRunRequest) GetRunId() string {
@@ -704,7 +832,7 @@ type GetRunResponse struct {
 
 func (x *GetRunResponse) Reset() {
 	*x = GetRunResponse{}
-	mi := &file_xct_v1_orchestrator_proto_msgTypes[7]
+	mi := &file_xct_v1_orchestrator_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -716,7 +844,7 @@ func (x *GetRunResponse) String() string {
 func (*GetRunResponse) ProtoMessage() {}
 
 func (x *GetRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xct_v1_orchestrator_proto_msgTypes[7]
+	mi := &file_xct_v1_orchestrator_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -729,7 +857,7 @@ func (x *GetRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunResponse.ProtoReflect.Descriptor instead.
 func (*GetRunResponse) Descriptor() ([]byte, []int) {
-	return file_xct_v1_orchestrator_proto_rawDescGZIP(), []int{7}
+	return file_xct_v1_orchestrator_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetRunResponse) GetRun() *Run {
@@ -750,7 +878,7 @@ type ListRunsRequest struct {
 
 func (x *ListRunsRequest) Reset() {
 	*x = ListRunsRequest{}
-	mi := &file_xct_v1_orchestrator_proto_msgTypes[8]
+	mi := &file_xct_v1_orchestrator_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -762,7 +890,7 @@ func (x *ListRunsRequest) String() string {
 func (*ListRunsRequest) ProtoMessage() {}
 
 func (x *ListRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xct_v1_orchestrator_proto_msgTypes[8]
+	mi := &file_xct_v1_orchestrator_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -775,7 +903,7 @@ func (x *ListRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunsRequest.ProtoReflect.Descriptor instead.
 func (*ListRunsRequest) Descriptor() ([]byte, []int) {
-	return file_xct_v1_orchestrator_proto_rawDescGZIP(), []int{8}
+	return file_xct_v1_orchestrator_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListRunsRequest) GetLimit() int32 {
@@ -796,7 +924,7 @@ type ListRunsResponse struct {
 
 func (x *ListRunsResponse) Reset() {
 	*x = ListRunsResponse{}
-	mi := &file_xct_v1_orchestrator_proto_msgTypes[9]
+	mi := &file_xct_v1_orchestrator_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -808,7 +936,7 @@ func (x *ListRunsResponse) String() string {
 func (*ListRunsResponse) ProtoMessage() {}
 
 func (x *ListRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xct_v1_orchestrator_proto_msgTypes[9]
+	mi := &file_xct_v1_orchestrator_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -821,7 +949,7 @@ func (x *ListRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunsResponse.ProtoReflect.Descriptor instead.
 func (*ListRunsResponse) Descriptor() ([]byte, []int) {
-	return file_xct_v1_orchestrator_proto_rawDescGZIP(), []int{9}
+	return file_xct_v1_orchestrator_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListRunsResponse) GetRuns() []*Run {
@@ -844,7 +972,7 @@ type CancelRunRequest struct {
 
 func (x *CancelRunRequest) Reset() {
 	*x = CancelRunRequest{}
-	mi := &file_xct_v1_orchestrator_proto_msgTypes[10]
+	mi := &file_xct_v1_orchestrator_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -856,7 +984,7 @@ func (x *CancelRunRequest) String() string {
 func (*CancelRunRequest) ProtoMessage() {}
 
 func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xct_v1_orchestrator_proto_msgTypes[10]
+	mi := &file_xct_v1_orchestrator_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -869,7 +997,7 @@ func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunRequest.ProtoReflect.Descriptor instead.
 func (*CancelRunRequest) Descriptor() ([]byte, []int) {
-	return file_xct_v1_orchestrator_proto_rawDescGZIP(), []int{10}
+	return file_xct_v1_orchestrator_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CancelRunRequest) GetRunId() string {
@@ -897,7 +1025,7 @@ type CancelRunResponse struct {
 
 func (x *CancelRunResponse) Reset() {
 	*x = CancelRunResponse{}
-	mi := &file_xct_v1_orchestrator_proto_msgTypes[11]
+	mi := &file_xct_v1_orchestrator_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -909,7 +1037,7 @@ func (x *CancelRunResponse) String() string {
 func (*CancelRunResponse) ProtoMessage() {}
 
 func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xct_v1_orchestrator_proto_msgTypes[11]
+	mi := &file_xct_v1_orchestrator_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -922,7 +1050,7 @@ func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunResponse.ProtoReflect.Descriptor instead.
 func (*CancelRunResponse) Descriptor() ([]byte, []int) {
-	return file_xct_v1_orchestrator_proto_rawDescGZIP(), []int{11}
+	return file_xct_v1_orchestrator_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CancelRunResponse) GetRun() *Run {
@@ -936,7 +1064,15 @@ var File_xct_v1_orchestrator_proto protoreflect.FileDescriptor
 
 const file_xct_v1_orchestrator_proto_rawDesc = "" +
 	"\n" +
-	"\x19xct/v1/orchestrator.proto\x12\x06xct.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13lctl/v1/event.proto\x1a\x15xct/v1/decision.proto\x1a\x16xct/v1/validator.proto\"\x92\x04\n" +
+	"\x19xct/v1/orchestrator.proto\x12\x06xct.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13lctl/v1/event.proto\x1a\x15xct/v1/decision.proto\x1a\x16xct/v1/validator.proto\"b\n" +
+	"\x12RollbackRunRequest\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x17\n" +
+	"\ato_step\x18\x02 \x01(\x05R\x06toStep\x12\x1c\n" +
+	"\tprincipal\x18\x03 \x01(\tR\tprincipal\"_\n" +
+	"\x13RollbackRunResponse\x12\x16\n" +
+	"\x06undone\x18\x01 \x03(\x05R\x06undone\x12\x16\n" +
+	"\x06status\x18\x02 \x01(\tR\x06status\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\"\x92\x04\n" +
 	"\x03Run\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x12\n" +
 	"\x04goal\x18\x02 \x01(\tR\x04goal\x12\x14\n" +
@@ -1009,13 +1145,14 @@ const file_xct_v1_orchestrator_proto_rawDesc = "" +
 	"\x12STEP_STATE_ALLOWED\x10\x04\x12\x18\n" +
 	"\x14STEP_STATE_SUCCEEDED\x10\x05\x12\x15\n" +
 	"\x11STEP_STATE_FAILED\x10\x06\x12\x16\n" +
-	"\x12STEP_STATE_INVALID\x10\a2\xcf\x02\n" +
+	"\x12STEP_STATE_INVALID\x10\a2\x97\x03\n" +
 	"\x13OrchestratorService\x12=\n" +
 	"\bStartRun\x12\x17.xct.v1.StartRunRequest\x1a\x18.xct.v1.StartRunResponse\x12?\n" +
 	"\bWatchRun\x12\x17.xct.v1.WatchRunRequest\x1a\x18.xct.v1.WatchRunResponse0\x01\x127\n" +
 	"\x06GetRun\x12\x15.xct.v1.GetRunRequest\x1a\x16.xct.v1.GetRunResponse\x12=\n" +
 	"\bListRuns\x12\x17.xct.v1.ListRunsRequest\x1a\x18.xct.v1.ListRunsResponse\x12@\n" +
-	"\tCancelRun\x12\x18.xct.v1.CancelRunRequest\x1a\x19.xct.v1.CancelRunResponseB\x81\x01\n" +
+	"\tCancelRun\x12\x18.xct.v1.CancelRunRequest\x1a\x19.xct.v1.CancelRunResponse\x12F\n" +
+	"\vRollbackRun\x12\x1a.xct.v1.RollbackRunRequest\x1a\x1b.xct.v1.RollbackRunResponseB\x81\x01\n" +
 	"\n" +
 	"com.xct.v1B\x11OrchestratorProtoP\x01Z'github.com/xct-dev/xct/gen/xct/v1;xctv1\xa2\x02\x03XXX\xaa\x02\x06Xct.V1\xca\x02\x06Xct\\V1\xe2\x02\x12Xct\\V1\\GPBMetadata\xea\x02\aXct::V1b\x06proto3"
 
@@ -1032,58 +1169,62 @@ func file_xct_v1_orchestrator_proto_rawDescGZIP() []byte {
 }
 
 var file_xct_v1_orchestrator_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_xct_v1_orchestrator_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_xct_v1_orchestrator_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_xct_v1_orchestrator_proto_goTypes = []any{
 	(RunStatus)(0),                // 0: xct.v1.RunStatus
 	(StepState)(0),                // 1: xct.v1.StepState
-	(*Run)(nil),                   // 2: xct.v1.Run
-	(*Step)(nil),                  // 3: xct.v1.Step
-	(*StartRunRequest)(nil),       // 4: xct.v1.StartRunRequest
-	(*StartRunResponse)(nil),      // 5: xct.v1.StartRunResponse
-	(*WatchRunRequest)(nil),       // 6: xct.v1.WatchRunRequest
-	(*WatchRunResponse)(nil),      // 7: xct.v1.WatchRunResponse
-	(*GetRunRequest)(nil),         // 8: xct.v1.GetRunRequest
-	(*GetRunResponse)(nil),        // 9: xct.v1.GetRunResponse
-	(*ListRunsRequest)(nil),       // 10: xct.v1.ListRunsRequest
-	(*ListRunsResponse)(nil),      // 11: xct.v1.ListRunsResponse
-	(*CancelRunRequest)(nil),      // 12: xct.v1.CancelRunRequest
-	(*CancelRunResponse)(nil),     // 13: xct.v1.CancelRunResponse
-	nil,                           // 14: xct.v1.Run.LabelsEntry
-	nil,                           // 15: xct.v1.StartRunRequest.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 16: google.protobuf.Timestamp
-	(*NextStep)(nil),              // 17: xct.v1.NextStep
-	(*Verdict)(nil),               // 18: xct.v1.Verdict
-	(*Response)(nil),              // 19: xct.v1.Response
-	(*v1.Event)(nil),              // 20: lctl.v1.Event
+	(*RollbackRunRequest)(nil),    // 2: xct.v1.RollbackRunRequest
+	(*RollbackRunResponse)(nil),   // 3: xct.v1.RollbackRunResponse
+	(*Run)(nil),                   // 4: xct.v1.Run
+	(*Step)(nil),                  // 5: xct.v1.Step
+	(*StartRunRequest)(nil),       // 6: xct.v1.StartRunRequest
+	(*StartRunResponse)(nil),      // 7: xct.v1.StartRunResponse
+	(*WatchRunRequest)(nil),       // 8: xct.v1.WatchRunRequest
+	(*WatchRunResponse)(nil),      // 9: xct.v1.WatchRunResponse
+	(*GetRunRequest)(nil),         // 10: xct.v1.GetRunRequest
+	(*GetRunResponse)(nil),        // 11: xct.v1.GetRunResponse
+	(*ListRunsRequest)(nil),       // 12: xct.v1.ListRunsRequest
+	(*ListRunsResponse)(nil),      // 13: xct.v1.ListRunsResponse
+	(*CancelRunRequest)(nil),      // 14: xct.v1.CancelRunRequest
+	(*CancelRunResponse)(nil),     // 15: xct.v1.CancelRunResponse
+	nil,                           // 16: xct.v1.Run.LabelsEntry
+	nil,                           // 17: xct.v1.StartRunRequest.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 18: google.protobuf.Timestamp
+	(*NextStep)(nil),              // 19: xct.v1.NextStep
+	(*Verdict)(nil),               // 20: xct.v1.Verdict
+	(*Response)(nil),              // 21: xct.v1.Response
+	(*v1.Event)(nil),              // 22: lctl.v1.Event
 }
 var file_xct_v1_orchestrator_proto_depIdxs = []int32{
-	14, // 0: xct.v1.Run.labels:type_name -> xct.v1.Run.LabelsEntry
+	16, // 0: xct.v1.Run.labels:type_name -> xct.v1.Run.LabelsEntry
 	0,  // 1: xct.v1.Run.status:type_name -> xct.v1.RunStatus
-	3,  // 2: xct.v1.Run.steps:type_name -> xct.v1.Step
-	16, // 3: xct.v1.Run.created_at:type_name -> google.protobuf.Timestamp
-	16, // 4: xct.v1.Run.updated_at:type_name -> google.protobuf.Timestamp
+	5,  // 2: xct.v1.Run.steps:type_name -> xct.v1.Step
+	18, // 3: xct.v1.Run.created_at:type_name -> google.protobuf.Timestamp
+	18, // 4: xct.v1.Run.updated_at:type_name -> google.protobuf.Timestamp
 	1,  // 5: xct.v1.Step.state:type_name -> xct.v1.StepState
-	17, // 6: xct.v1.Step.proposal:type_name -> xct.v1.NextStep
-	18, // 7: xct.v1.Step.verdict:type_name -> xct.v1.Verdict
-	19, // 8: xct.v1.Step.response:type_name -> xct.v1.Response
-	15, // 9: xct.v1.StartRunRequest.labels:type_name -> xct.v1.StartRunRequest.LabelsEntry
-	2,  // 10: xct.v1.StartRunResponse.run:type_name -> xct.v1.Run
-	20, // 11: xct.v1.WatchRunResponse.event:type_name -> lctl.v1.Event
-	2,  // 12: xct.v1.GetRunResponse.run:type_name -> xct.v1.Run
-	2,  // 13: xct.v1.ListRunsResponse.runs:type_name -> xct.v1.Run
-	2,  // 14: xct.v1.CancelRunResponse.run:type_name -> xct.v1.Run
-	4,  // 15: xct.v1.OrchestratorService.StartRun:input_type -> xct.v1.StartRunRequest
-	6,  // 16: xct.v1.OrchestratorService.WatchRun:input_type -> xct.v1.WatchRunRequest
-	8,  // 17: xct.v1.OrchestratorService.GetRun:input_type -> xct.v1.GetRunRequest
-	10, // 18: xct.v1.OrchestratorService.ListRuns:input_type -> xct.v1.ListRunsRequest
-	12, // 19: xct.v1.OrchestratorService.CancelRun:input_type -> xct.v1.CancelRunRequest
-	5,  // 20: xct.v1.OrchestratorService.StartRun:output_type -> xct.v1.StartRunResponse
-	7,  // 21: xct.v1.OrchestratorService.WatchRun:output_type -> xct.v1.WatchRunResponse
-	9,  // 22: xct.v1.OrchestratorService.GetRun:output_type -> xct.v1.GetRunResponse
-	11, // 23: xct.v1.OrchestratorService.ListRuns:output_type -> xct.v1.ListRunsResponse
-	13, // 24: xct.v1.OrchestratorService.CancelRun:output_type -> xct.v1.CancelRunResponse
-	20, // [20:25] is the sub-list for method output_type
-	15, // [15:20] is the sub-list for method input_type
+	19, // 6: xct.v1.Step.proposal:type_name -> xct.v1.NextStep
+	20, // 7: xct.v1.Step.verdict:type_name -> xct.v1.Verdict
+	21, // 8: xct.v1.Step.response:type_name -> xct.v1.Response
+	17, // 9: xct.v1.StartRunRequest.labels:type_name -> xct.v1.StartRunRequest.LabelsEntry
+	4,  // 10: xct.v1.StartRunResponse.run:type_name -> xct.v1.Run
+	22, // 11: xct.v1.WatchRunResponse.event:type_name -> lctl.v1.Event
+	4,  // 12: xct.v1.GetRunResponse.run:type_name -> xct.v1.Run
+	4,  // 13: xct.v1.ListRunsResponse.runs:type_name -> xct.v1.Run
+	4,  // 14: xct.v1.CancelRunResponse.run:type_name -> xct.v1.Run
+	6,  // 15: xct.v1.OrchestratorService.StartRun:input_type -> xct.v1.StartRunRequest
+	8,  // 16: xct.v1.OrchestratorService.WatchRun:input_type -> xct.v1.WatchRunRequest
+	10, // 17: xct.v1.OrchestratorService.GetRun:input_type -> xct.v1.GetRunRequest
+	12, // 18: xct.v1.OrchestratorService.ListRuns:input_type -> xct.v1.ListRunsRequest
+	14, // 19: xct.v1.OrchestratorService.CancelRun:input_type -> xct.v1.CancelRunRequest
+	2,  // 20: xct.v1.OrchestratorService.RollbackRun:input_type -> xct.v1.RollbackRunRequest
+	7,  // 21: xct.v1.OrchestratorService.StartRun:output_type -> xct.v1.StartRunResponse
+	9,  // 22: xct.v1.OrchestratorService.WatchRun:output_type -> xct.v1.WatchRunResponse
+	11, // 23: xct.v1.OrchestratorService.GetRun:output_type -> xct.v1.GetRunResponse
+	13, // 24: xct.v1.OrchestratorService.ListRuns:output_type -> xct.v1.ListRunsResponse
+	15, // 25: xct.v1.OrchestratorService.CancelRun:output_type -> xct.v1.CancelRunResponse
+	3,  // 26: xct.v1.OrchestratorService.RollbackRun:output_type -> xct.v1.RollbackRunResponse
+	21, // [21:27] is the sub-list for method output_type
+	15, // [15:21] is the sub-list for method input_type
 	15, // [15:15] is the sub-list for extension type_name
 	15, // [15:15] is the sub-list for extension extendee
 	0,  // [0:15] is the sub-list for field type_name
@@ -1102,7 +1243,7 @@ func file_xct_v1_orchestrator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_xct_v1_orchestrator_proto_rawDesc), len(file_xct_v1_orchestrator_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   14,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

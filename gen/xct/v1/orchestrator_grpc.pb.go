@@ -19,11 +19,12 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	OrchestratorService_StartRun_FullMethodName  = "/xct.v1.OrchestratorService/StartRun"
-	OrchestratorService_WatchRun_FullMethodName  = "/xct.v1.OrchestratorService/WatchRun"
-	OrchestratorService_GetRun_FullMethodName    = "/xct.v1.OrchestratorService/GetRun"
-	OrchestratorService_ListRuns_FullMethodName  = "/xct.v1.OrchestratorService/ListRuns"
-	OrchestratorService_CancelRun_FullMethodName = "/xct.v1.OrchestratorService/CancelRun"
+	OrchestratorService_StartRun_FullMethodName    = "/xct.v1.OrchestratorService/StartRun"
+	OrchestratorService_WatchRun_FullMethodName    = "/xct.v1.OrchestratorService/WatchRun"
+	OrchestratorService_GetRun_FullMethodName      = "/xct.v1.OrchestratorService/GetRun"
+	OrchestratorService_ListRuns_FullMethodName    = "/xct.v1.OrchestratorService/ListRuns"
+	OrchestratorService_CancelRun_FullMethodName   = "/xct.v1.OrchestratorService/CancelRun"
+	OrchestratorService_RollbackRun_FullMethodName = "/xct.v1.OrchestratorService/RollbackRun"
 )
 
 // OrchestratorServiceClient is the client API for OrchestratorService service.
@@ -46,6 +47,13 @@ type OrchestratorServiceClient interface {
 	// CancelRun stops a run between two transitions; nothing already recorded
 	// is undone.
 	CancelRun(ctx context.Context, in *CancelRunRequest, opts ...grpc.CallOption) (*CancelRunResponse, error)
+	// RollbackRun undoes the succeeded steps of an ended run after to_step,
+	// newest first. Each undo is a governed step of the tool xct.undo:
+	// validated by policy, executed at most once, recorded on the run's chain
+	// between rollback_started and rollback_finished. A run with an
+	// irreversible step in that range is refused before anything is undone,
+	// naming the steps.
+	RollbackRun(ctx context.Context, in *RollbackRunRequest, opts ...grpc.CallOption) (*RollbackRunResponse, error)
 }
 
 type orchestratorServiceClient struct {
@@ -115,6 +123,16 @@ func (c *orchestratorServiceClient) CancelRun(ctx context.Context, in *CancelRun
 	return out, nil
 }
 
+func (c *orchestratorServiceClient) RollbackRun(ctx context.Context, in *RollbackRunRequest, opts ...grpc.CallOption) (*RollbackRunResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RollbackRunResponse)
+	err := c.cc.Invoke(ctx, OrchestratorService_RollbackRun_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // OrchestratorServiceServer is the server API for OrchestratorService service.
 // All implementations must embed UnimplementedOrchestratorServiceServer
 // for forward compatibility.
@@ -135,6 +153,13 @@ type OrchestratorServiceServer interface {
 	// CancelRun stops a run between two transitions; nothing already recorded
 	// is undone.
 	CancelRun(context.Context, *CancelRunRequest) (*CancelRunResponse, error)
+	// RollbackRun undoes the succeeded steps of an ended run after to_step,
+	// newest first. Each undo is a governed step of the tool xct.undo:
+	// validated by policy, executed at most once, recorded on the run's chain
+	// between rollback_started and rollback_finished. A run with an
+	// irreversible step in that range is refused before anything is undone,
+	// naming the steps.
+	RollbackRun(context.Context, *RollbackRunRequest) (*RollbackRunResponse, error)
 	mustEmbedUnimplementedOrchestratorServiceServer()
 }
 
@@ -159,6 +184,9 @@ func (UnimplementedOrchestratorServiceServer) ListRuns(context.Context, *ListRun
 }
 func (UnimplementedOrchestratorServiceServer) CancelRun(context.Context, *CancelRunRequest) (*CancelRunResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CancelRun not implemented")
+}
+func (UnimplementedOrchestratorServiceServer) RollbackRun(context.Context, *RollbackRunRequest) (*RollbackRunResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RollbackRun not implemented")
 }
 func (UnimplementedOrchestratorServiceServer) mustEmbedUnimplementedOrchestratorServiceServer() {}
 func (UnimplementedOrchestratorServiceServer) testEmbeddedByValue()                             {}
@@ -264,6 +292,24 @@ func _OrchestratorService_CancelRun_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OrchestratorService_RollbackRun_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RollbackRunRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OrchestratorServiceServer).RollbackRun(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OrchestratorService_RollbackRun_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OrchestratorServiceServer).RollbackRun(ctx, req.(*RollbackRunRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // OrchestratorService_ServiceDesc is the grpc.ServiceDesc for OrchestratorService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -286,6 +332,10 @@ var OrchestratorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CancelRun",
 			Handler:    _OrchestratorService_CancelRun_Handler,
+		},
+		{
+			MethodName: "RollbackRun",
+			Handler:    _OrchestratorService_RollbackRun_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -1,0 +1,107 @@
+package executor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"regexp"
+
+	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/wire"
+)
+
+// UndoToolName is the tool that rolls back one earlier step. A rollback is a
+// sequence of ordinary governed steps of this tool: validated by policy,
+// executed at most once, recorded on the chain.
+const UndoToolName = "xct.undo"
+
+// undoTool applies the compensation an earlier step of a reversible tool
+// stored before it acted. It refuses when the step has none (an
+// irreversible tool), did not succeed, or the workspace changed since the
+// step (the compensation checks what it restores over).
+type undoTool struct{ s *Service }
+
+const undoSchema = `{
+  "$schema": "https://json-schema.org/draft/2020-12/schema",
+  "type": "object",
+  "properties": {
+    "step_id": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,128}$", "description": "The id of the succeeded step to undo."}
+  },
+  "required": ["step_id"],
+  "additionalProperties": false
+}`
+
+var stepIDPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
+
+func (t *undoTool) Descriptor() *xctv1.ToolDescriptor {
+	return &xctv1.ToolDescriptor{
+		Name:        UndoToolName,
+		Description: "Undo the effect of an earlier succeeded step of a reversible tool, if nothing changed it since. Used by rollbacks.",
+		InputSchema: undoSchema,
+		Effect:      xctv1.Effect_EFFECT_REVERSIBLE,
+	}
+}
+
+// UndoResult is what xct.undo returns.
+type UndoResult struct {
+	StepID  string `json:"step_id"`
+	Tool    string `json:"tool"`
+	Actions int    `json:"actions"`
+}
+
+func (t *undoTool) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.Error) {
+	if e := onlyArgs(args, "step_id"); e != nil {
+		return nil, e
+	}
+	id, e := stringArg(args, "step_id", nil)
+	if e != nil {
+		return nil, e
+	}
+	if !stepIDPattern.MatchString(id) {
+		return nil, wire.Errorf(wire.CodeInvalidArgument, "step_id %q is not a step id", id)
+	}
+	store, err := t.s.store()
+	if err != nil {
+		return nil, wire.Errorf(wire.CodeToolFailure, "step records unavailable: %v", err)
+	}
+	rec, _, err := store.Get(ctx, id)
+	if errors.Is(err, ErrStepNotFound) {
+		return nil, wire.Errorf(wire.CodeNotFound, "no record of step %s", id)
+	}
+	if err != nil {
+		return nil, wire.Errorf(wire.CodeToolFailure, "read step %s: %v", id, err)
+	}
+	if rec.GetState() != xctv1.StepRecordState_STEP_RECORD_STATE_SUCCEEDED {
+		return nil, wire.Errorf(wire.CodeInvalidArgument, "step %s (%s) did not succeed (%s): there is nothing to undo", id, rec.GetTool(), rec.GetState())
+	}
+	var comp *xctv1.StepCompensation
+	for _, c := range rec.GetCompensations() {
+		if c.GetAttempt() == rec.GetAttempt() {
+			comp = c
+		}
+	}
+	if comp == nil {
+		return nil, wire.Errorf(wire.CodeInvalidArgument, "step %s (%s) left no compensation: it cannot be undone", id, rec.GetTool())
+	}
+	blob, err := store.Blob(ctx, comp.GetBlob())
+	if err != nil {
+		return nil, wire.Errorf(wire.CodeToolFailure, "read the compensation of step %s: %v", id, err)
+	}
+	if checksum(blob) != comp.GetChecksum() {
+		return nil, wire.Errorf(wire.CodeToolFailure, "the compensation of step %s does not match its checksum", id)
+	}
+	var c Compensation
+	if err := json.Unmarshal(blob, &c); err != nil {
+		return nil, wire.Errorf(wire.CodeToolFailure, "the compensation of step %s is unreadable: %v", id, err)
+	}
+	if e := Commit(ctx); e != nil {
+		return nil, e
+	}
+	if err := t.s.ws.undo(&c); err != nil {
+		if errors.Is(err, ErrUndoConflict) {
+			return nil, wire.Errorf(wire.CodeToolFailure, "step %s was not undone: the workspace changed since it ran (%v)", id, err)
+		}
+		return nil, wire.Errorf(wire.CodeToolFailure, "undo step %s: %v", id, err)
+	}
+	return UndoResult{StepID: id, Tool: rec.GetTool(), Actions: len(c.Undo)}, nil
+}

@@ -1,0 +1,197 @@
+package orchestrator
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/wire"
+	"github.com/xct-dev/xct/lctl"
+)
+
+// Rollback events and the undo tool (docs/events.md).
+const (
+	TypeRollbackStarted  = "rollback_started"
+	TypeRollbackFinished = "rollback_finished"
+	undoTool             = "xct.undo"
+)
+
+// RollbackRun implements OrchestratorService.
+func (s *Service) RollbackRun(ctx context.Context, req *xctv1.RollbackRunRequest) (*xctv1.RollbackRunResponse, error) {
+	id := req.GetRunId()
+	if s.owns(id) {
+		return nil, status.Errorf(codes.FailedPrecondition, "run %s is still running: cancel it first", id)
+	}
+	cur, err := s.lookup(ctx, id)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	if !ended(cur) {
+		return nil, status.Errorf(codes.FailedPrecondition, "run %s has not ended (%s): it may be owned by another orchestrator", id, cur.GetStatus())
+	}
+	principal := req.GetPrincipal()
+	if principal == "" {
+		principal = "anonymous"
+	}
+	tctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
+	catalog, err := s.executor.ListTools(tctx, &xctv1.ListToolsRequest{})
+	cancel()
+	if err != nil {
+		return nil, toStatus(fmt.Errorf("%w: list tools: %s", ErrNoExecutor, status.Convert(err).Message()))
+	}
+	effects := map[string]xctv1.Effect{}
+	for _, t := range catalog.GetTools() {
+		effects[t.GetName()] = t.GetEffect()
+	}
+
+	// What to undo: succeeded steps after to_step that changed something and
+	// were not undone by an earlier rollback, newest first.
+	undone := map[string]bool{}
+	for _, st := range cur.GetSteps() {
+		if st.GetProposal().GetTool() == undoTool && st.GetState() == xctv1.StepState_STEP_STATE_SUCCEEDED {
+			if sid, ok := st.GetProposal().GetArguments().AsMap()["step_id"].(string); ok {
+				undone[sid] = true
+			}
+		}
+	}
+	var targets []*xctv1.Step
+	var irreversible []string
+	for _, st := range cur.GetSteps() {
+		tool := st.GetProposal().GetTool()
+		if st.GetNumber() <= req.GetToStep() || st.GetState() != xctv1.StepState_STEP_STATE_SUCCEEDED || tool == undoTool || undone[st.GetStepId()] {
+			continue
+		}
+		switch effects[tool] {
+		case xctv1.Effect_EFFECT_READ:
+			continue // nothing to undo
+		case xctv1.Effect_EFFECT_REVERSIBLE:
+			targets = append(targets, st)
+		default:
+			irreversible = append(irreversible, fmt.Sprintf("step %d (%s)", st.GetNumber(), tool))
+		}
+	}
+	if len(irreversible) > 0 {
+		return nil, status.Errorf(codes.FailedPrecondition, "run %s cannot be rolled back past %s: irreversible; nothing was undone (use --to-step to roll back only the steps after it)",
+			id, strings.Join(irreversible, ", "))
+	}
+	slices.Reverse(targets)
+
+	writer, err := s.events.ResumeChainWriter(ctx, id)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	rctx, rcancel := context.WithCancelCause(context.Background())
+	defer rcancel(nil)
+	r := &run{id: id, svc: s, log: s.log, writer: writer, principal: principal, labels: cur.GetLabels(),
+		model: cur.GetModel(), started: time.Now(), ctx: rctx, cancel: rcancel, done: make(chan struct{})}
+	s.mu.Lock()
+	if _, busy := s.active[id]; busy || s.stopping {
+		s.mu.Unlock()
+		return nil, status.Errorf(codes.FailedPrecondition, "run %s is busy", id)
+	}
+	s.active[id] = r
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.active, id)
+		s.mu.Unlock()
+	}()
+
+	numbers := make([]any, 0, len(targets))
+	for _, st := range targets {
+		numbers = append(numbers, int(st.GetNumber()))
+	}
+	if err := r.record(TypeRollbackStarted, principal, map[string]any{"principal": principal, "to_step": int(req.GetToStep()), "steps": numbers}); err != nil {
+		return nil, toStatus(err)
+	}
+	resp := &xctv1.RollbackRunResponse{Status: "done"}
+	next := 1 // undo steps continue the run's step numbers
+	if n := len(cur.GetSteps()); n > 0 {
+		next = int(cur.GetSteps()[n-1].GetNumber()) + 1
+	}
+	for _, st := range targets {
+		if msg, err := r.undoStep(next, st); err != nil {
+			return nil, toStatus(err)
+		} else if msg != "" {
+			resp.Status, resp.Message = "failed", msg
+			break
+		}
+		resp.Undone = append(resp.Undone, st.GetNumber())
+		next++
+	}
+	undoneNums := make([]any, 0, len(resp.GetUndone()))
+	for _, n := range resp.GetUndone() {
+		undoneNums = append(undoneNums, int(n))
+	}
+	if err := r.record(TypeRollbackFinished, principal, map[string]any{"status": resp.GetStatus(), "message": resp.GetMessage(), "undone": undoneNums}); err != nil {
+		return nil, toStatus(err)
+	}
+	s.log.Info("rollback", "run", id, "principal", principal, "status", resp.GetStatus(), "undone", len(resp.GetUndone()))
+	return resp, nil
+}
+
+// undoStep runs one governed undo step. It returns a message when the undo
+// was refused or failed (the rollback stops there), an error when the log
+// could not be written.
+func (r *run) undoStep(step int, target *xctv1.Step) (string, error) {
+	args, err := structpb.NewStruct(map[string]any{"step_id": target.GetStepId()})
+	if err != nil {
+		return "", err
+	}
+	ns := &xctv1.NextStep{Tool: undoTool, Arguments: args, Goal: fmt.Sprintf("roll back step %d (%s)", target.GetNumber(), target.GetProposal().GetTool())}
+	stepID := wire.StepID(r.id, step, undoTool, args)
+	started := time.Now()
+	if err := r.record(lctl.TypeStepStart, r.principal, map[string]any{
+		"step": step, "step_id": stepID, "intent": ns.GetGoal(), "input_summary": undoTool + " step=" + fmt.Sprint(target.GetNumber()),
+		"tool": undoTool, "arguments": args.AsMap(),
+	}); err != nil {
+		return "", err
+	}
+	verdict, agent := r.validate(step, stepID, ns)
+	if err := r.record(lctl.TypeVerdict, agent, verdictData(step, stepID, undoTool, verdict)); err != nil {
+		return "", err
+	}
+	end := func(outcome, summary string) error {
+		return r.record(lctl.TypeStepEnd, r.principal, map[string]any{
+			"step": step, "step_id": stepID, "outcome": outcome, "output_summary": summary,
+			"duration_ms": float64(time.Since(started).Microseconds()) / 1000,
+		})
+	}
+	if verdict.GetDecision() != xctv1.VerdictDecision_VERDICT_DECISION_ALLOW {
+		e := verdict.GetError()
+		if e == nil {
+			e = wire.Errorf(wire.CodePolicyDenied, "the validator did not allow the undo")
+		}
+		msg := fmt.Sprintf("undo of step %d refused: %s: %s", target.GetNumber(), e.GetCode(), e.GetMessage())
+		if err := r.record(lctl.TypeError, agent, errorData(step, stepID, e)); err != nil {
+			return "", err
+		}
+		return msg, end("denied", msg)
+	}
+	res, execErr := r.execute(stepID, ns)
+	if execErr == nil && res.GetResponse().GetError() != nil {
+		execErr = res.GetResponse().GetError()
+	}
+	if execErr != nil {
+		msg := fmt.Sprintf("undo of step %d failed: %s: %s", target.GetNumber(), execErr.GetCode(), execErr.GetMessage())
+		if err := r.record(lctl.TypeError, agentExecutor, errorData(step, stepID, execErr)); err != nil {
+			return "", err
+		}
+		return msg, end("error", msg)
+	}
+	if err := r.record(lctl.TypeToolCall, agentExecutor, map[string]any{
+		"step": step, "step_id": stepID, "tool": undoTool, "input": args.AsMap(),
+		"output":      res.GetResponse().GetSuccess().GetResult().AsInterface(),
+		"duration_ms": float64(res.GetDuration().AsDuration().Microseconds()) / 1000, "status": "success",
+	}); err != nil {
+		return "", err
+	}
+	return "", end("success", "ok")
+}
