@@ -25,7 +25,7 @@ const mcpStdioEnv = "XCT_TEST_MCP_STDIO"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(mcpStdioEnv) == "1" {
-		srv := newTestMCPServer(func() { os.Exit(3) })
+		srv := newTestMCPServer(func() { os.Exit(3) }, nil)
 		if err := srv.Run(context.Background(), &mcp.StdioTransport{}); err != nil {
 			os.Exit(1)
 		}
@@ -35,8 +35,9 @@ func TestMain(m *testing.M) {
 }
 
 // newTestMCPServer is an MCP server built with the SDK. crash is what the
-// "crash" tool does mid-call.
-func newTestMCPServer(crash func()) *mcp.Server {
+// "crash" tool does mid-call; release ends every "slow" call still running
+// (a crash drops the connection its cancellation would come on).
+func newTestMCPServer(crash func(), release <-chan struct{}) *mcp.Server {
 	srv := mcp.NewServer(&mcp.Implementation{Name: "xct-test", Version: "v1"}, nil)
 	object := json.RawMessage(`{"type":"object","properties":{"text":{"type":"string"}}}`)
 	text := func(s string) *mcp.CallToolResult {
@@ -62,8 +63,12 @@ func newTestMCPServer(crash func()) *mcp.Server {
 		})
 	srv.AddTool(&mcp.Tool{Name: "slow", InputSchema: object},
 		func(ctx context.Context, _ *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			<-ctx.Done()
-			return nil, ctx.Err()
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-release:
+				return nil, errors.New("released")
+			}
 		})
 	srv.AddTool(&mcp.Tool{Name: "crash", InputSchema: object},
 		func(ctx context.Context, _ *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
@@ -91,10 +96,12 @@ func mcpService(t *testing.T, entry string) *Service {
 func TestMCPTools(t *testing.T) {
 	// Streamable HTTP, in process; a crash drops every connection.
 	var running atomic.Pointer[httptest.Server]
-	httpSrv := newTestMCPServer(func() { running.Load().CloseClientConnections() })
+	release := make(chan struct{})
+	httpSrv := newTestMCPServer(func() { running.Load().CloseClientConnections() }, release)
 	ts := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return httpSrv }, nil))
 	running.Store(ts)
 	t.Cleanup(ts.Close)
+	t.Cleanup(func() { close(release) }) // runs first: no handler outlives the server
 	self, err := os.Executable()
 	must(t, err)
 

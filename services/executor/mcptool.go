@@ -37,6 +37,9 @@ type mcpServer struct {
 	mu      sync.Mutex
 	session *mcp.ClientSession
 	closed  bool
+	// watchers are the goroutines that notice sessions ending; close
+	// waits for them, so none outlives the executor.
+	watchers sync.WaitGroup
 }
 
 // mcpTool is one tool of an MCP server, served as "mcp.<server>.<tool>".
@@ -120,7 +123,9 @@ func (m *mcpServer) connect(ctx context.Context) (*mcp.ClientSession, error) {
 		return nil, err
 	}
 	m.session = s
+	m.watchers.Add(1)
 	go func() {
+		defer m.watchers.Done()
 		// The session ends when the server goes away; the next call
 		// starts a new one.
 		_ = s.Wait()
@@ -128,8 +133,11 @@ func (m *mcpServer) connect(ctx context.Context) (*mcp.ClientSession, error) {
 		if m.session == s {
 			m.session = nil
 		}
+		closed := m.closed
 		m.mu.Unlock()
-		m.log.Warn("MCP server session ended", "server", m.cfg.Name)
+		if !closed {
+			m.log.Warn("MCP server session ended", "server", m.cfg.Name)
+		}
 	}()
 	return s, nil
 }
@@ -150,10 +158,12 @@ func (m *mcpServer) close() error {
 	s := m.session
 	m.session, m.closed = nil, true
 	m.mu.Unlock()
+	var err error
 	if s != nil {
-		return s.Close()
+		err = s.Close()
 	}
-	return nil
+	m.watchers.Wait()
+	return err
 }
 
 // listMCPTools connects to an MCP server and returns its tools as XCT
