@@ -132,11 +132,11 @@ func (r *run) waitForDecision(a *xctv1.Approval) (*xctv1.Approval, error) {
 	key := a.GetRunId() + "." + a.GetStepId()
 	kv, err := r.svc.events.JetStream().KeyValue(r.ctx, ApprovalsBucket)
 	if err != nil {
-		return nil, fmt.Errorf("%w: approvals bucket: %w", errLogLost, err)
+		return nil, r.cancelledOr(fmt.Errorf("%w: approvals bucket: %w", errLogLost, err))
 	}
 	watcher, err := kv.Watch(r.ctx, key)
 	if err != nil {
-		return nil, fmt.Errorf("%w: watch approval: %w", errLogLost, err)
+		return nil, r.cancelledOr(fmt.Errorf("%w: watch approval: %w", errLogLost, err))
 	}
 	defer func() { _ = watcher.Stop() }()
 	expiry := time.NewTimer(time.Until(a.GetExpiresAt().AsTime()))
@@ -169,6 +169,15 @@ func (r *run) waitForDecision(a *xctv1.Approval) (*xctv1.Approval, error) {
 			}
 		}
 	}
+}
+
+// cancelledOr returns the run's cancellation when it was cancelled (a call
+// that failed because of it must not read as a lost log), err otherwise.
+func (r *run) cancelledOr(err error) error {
+	if cause := context.Cause(r.ctx); cause != nil {
+		return cause
+	}
+	return err
 }
 
 func decodeApproval(raw []byte) (*xctv1.Approval, bool) {
