@@ -16,6 +16,7 @@ import (
 	"github.com/xct-dev/xct/internal/catalog"
 	"github.com/xct-dev/xct/internal/grpcx"
 	"github.com/xct-dev/xct/lctl"
+	"github.com/xct-dev/xct/lctl/lctlpb"
 	"github.com/xct-dev/xct/services/validator"
 )
 
@@ -172,8 +173,7 @@ func loadChain(ctx context.Context, ref, tracerAddr string) ([]lctl.Event, error
 	}
 	events := make([]lctl.Event, 0, len(resp.GetEvents()))
 	for _, e := range resp.GetEvents() {
-		events = append(events, lctl.Event{ChainID: e.GetChainId(), Seq: e.GetSeq(), Type: e.GetType(), Timestamp: e.GetTimestamp(),
-			Agent: e.GetAgent(), Data: e.GetData().AsMap(), PrevHash: e.GetPrevHash(), Hash: e.GetHash()})
+		events = append(events, lctlpb.FromProto(e))
 	}
 	return events, nil
 }

@@ -8,6 +8,7 @@ import (
 	lctlv1 "github.com/xct-dev/xct/gen/lctl/v1"
 	"github.com/xct-dev/xct/lctl"
 	"github.com/xct-dev/xct/lctl/analysis"
+	"github.com/xct-dev/xct/lctl/lctlpb"
 )
 
 // replayResult is replay's JSON output.
@@ -179,7 +180,7 @@ func (c *cmdContext) replayLive(ctx context.Context, id string, toSeq uint64, wi
 			return c.rpcError(id, err)
 		}
 		for _, pe := range page.GetEvents() {
-			shown = append(shown, FromProto(pe))
+			shown = append(shown, lctlpb.FromProto(pe))
 		}
 	}
 	for i := range shown {

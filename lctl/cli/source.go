@@ -14,6 +14,7 @@ import (
 	lctlv1 "github.com/xct-dev/xct/gen/lctl/v1"
 	"github.com/xct-dev/xct/internal/grpcx"
 	"github.com/xct-dev/xct/lctl"
+	"github.com/xct-dev/xct/lctl/lctlpb"
 )
 
 // chainData is a loaded chain.
@@ -151,7 +152,7 @@ func (c *cmdContext) loadLive(ctx context.Context, id string) (*chainData, error
 			return nil, c.rpcError(id, err)
 		}
 		for _, pe := range resp.GetEvents() {
-			d.events = append(d.events, FromProto(pe))
+			d.events = append(d.events, lctlpb.FromProto(pe))
 		}
 		if resp.GetSummary() != nil && resp.GetSummary().GetVerifyError() != "" && from == 0 {
 			d.warnings = append(d.warnings, "the tracer reports: "+resp.GetSummary().GetVerifyError())
@@ -161,14 +162,4 @@ func (c *cmdContext) loadLive(ctx context.Context, id string) (*chainData, error
 		}
 		from = resp.GetNextSeq()
 	}
-}
-
-// FromProto converts the tracer's event into an lctl.Event.
-func FromProto(e *lctlv1.Event) lctl.Event {
-	var data map[string]any
-	if e.GetData() != nil {
-		data = e.GetData().AsMap()
-	}
-	return lctl.Event{ChainID: e.GetChainId(), Seq: e.GetSeq(), Type: e.GetType(), Timestamp: e.GetTimestamp(),
-		Agent: e.GetAgent(), Data: data, PrevHash: e.GetPrevHash(), Hash: e.GetHash()}
 }

@@ -22,11 +22,11 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	lctlv1 "github.com/xct-dev/xct/gen/lctl/v1"
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/eventlog"
 	"github.com/xct-dev/xct/internal/grpcx"
 	"github.com/xct-dev/xct/lctl"
+	"github.com/xct-dev/xct/lctl/lctlpb"
 )
 
 // Service is the orchestrator.
@@ -347,7 +347,7 @@ func (s *Service) WatchRun(req *xctv1.WatchRunRequest, stream grpc.ServerStreami
 	}
 	err := s.events.Follow(ctx, req.GetRunId(), eventlog.FollowOptions{}, func(e lctl.Event) error {
 		if e.Seq >= req.GetFromSeq() {
-			pe, err := EventProto(&e)
+			pe, err := lctlpb.ToProto(&e)
 			if err != nil {
 				return err
 			}
@@ -367,18 +367,6 @@ func (s *Service) WatchRun(req *xctv1.WatchRunRequest, stream grpc.ServerStreami
 		return toStatus(err)
 	}
 	return nil
-}
-
-// EventProto converts an event to its protobuf form.
-func EventProto(e *lctl.Event) (*lctlv1.Event, error) {
-	data, err := structFromMap(e.Data)
-	if err != nil {
-		return nil, fmt.Errorf("event %d: %w", e.Seq, err)
-	}
-	return &lctlv1.Event{
-		ChainId: e.ChainID, Seq: e.Seq, Type: e.Type, Timestamp: e.Timestamp,
-		Agent: e.Agent, Data: data, PrevHash: e.PrevHash, Hash: e.Hash,
-	}, nil
 }
 
 // toStatus maps errors to gRPC status codes at the RPC boundary.

@@ -11,6 +11,7 @@ import (
 
 	lctlv1 "github.com/xct-dev/xct/gen/lctl/v1"
 	"github.com/xct-dev/xct/lctl"
+	"github.com/xct-dev/xct/lctl/lctlpb"
 )
 
 // defaultListLimit is ListChains' limit when the request gives none.
@@ -65,7 +66,7 @@ func (h *handler) GetChain(ctx context.Context, req *lctlv1.GetChainRequest) (*l
 		NextSeq: next,
 	}
 	for i := range events {
-		pe, err := eventProto(&events[i])
+		pe, err := lctlpb.ToProto(&events[i])
 		if err != nil {
 			return nil, h.status(ctx, err)
 		}
@@ -192,23 +193,6 @@ func summaryProto(sum chainSummary) *lctlv1.ChainSummary {
 		Verified:       sum.verifyErr == "",
 		VerifyError:    sum.verifyErr,
 	}
-}
-
-func eventProto(e *lctl.Event) (*lctlv1.Event, error) {
-	data, err := structpb.NewStruct(e.Data)
-	if err != nil {
-		return nil, fmt.Errorf("event %d data: %w", e.Seq, err)
-	}
-	return &lctlv1.Event{
-		ChainId:   e.ChainID,
-		Seq:       e.Seq,
-		Type:      e.Type,
-		Timestamp: e.Timestamp,
-		Agent:     e.Agent,
-		Data:      data,
-		PrevHash:  e.PrevHash,
-		Hash:      e.Hash,
-	}, nil
 }
 
 // stateStruct converts the reducer's state through its JSON form.

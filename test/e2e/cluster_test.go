@@ -25,6 +25,7 @@ import (
 	"github.com/xct-dev/xct/internal/grpcx"
 	"github.com/xct-dev/xct/internal/testutil"
 	"github.com/xct-dev/xct/lctl"
+	"github.com/xct-dev/xct/lctl/lctlpb"
 	"github.com/xct-dev/xct/services/orchestrator"
 )
 
@@ -143,13 +144,8 @@ func (c *cluster) watch(t testing.TB, ctx context.Context, id string) []lctl.Eve
 		if err != nil {
 			t.Fatalf("watch: %v", err)
 		}
-		events = append(events, fromProto(msg.GetEvent()))
+		events = append(events, lctlpb.FromProto(msg.GetEvent()))
 	}
-}
-
-func fromProto(e *lctlv1.Event) lctl.Event {
-	return lctl.Event{ChainID: e.GetChainId(), Seq: e.GetSeq(), Type: e.GetType(), Timestamp: e.GetTimestamp(),
-		Agent: e.GetAgent(), Data: e.GetData().AsMap(), PrevHash: e.GetPrevHash(), Hash: e.GetHash()}
 }
 
 // step renders an event as "type/agent" plus the fields that matter for the

@@ -19,6 +19,7 @@ import (
 	lctlv1 "github.com/xct-dev/xct/gen/lctl/v1"
 	"github.com/xct-dev/xct/internal/testutil"
 	"github.com/xct-dev/xct/lctl"
+	"github.com/xct-dev/xct/lctl/lctlpb"
 )
 
 var (
@@ -251,7 +252,7 @@ func TestClusterAsSeparateProcesses(t *testing.T) {
 	})
 	var events []lctl.Event
 	for _, e := range chain.GetEvents() {
-		events = append(events, fromProto(e))
+		events = append(events, lctlpb.FromProto(e))
 	}
 	if len(events) != 37 {
 		t.Fatalf("tracer has %d events, want 37", len(events))

@@ -16,6 +16,7 @@ import (
 	lctlv1 "github.com/xct-dev/xct/gen/lctl/v1"
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/lctl"
+	"github.com/xct-dev/xct/lctl/lctlpb"
 )
 
 // snapshot reads every file under dir: path → content.
@@ -135,7 +136,7 @@ func TestRollbackRestoresTheWorkspace(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, e := range chain.GetEvents() {
-		events = append(events, fromProto(e))
+		events = append(events, lctlpb.FromProto(e))
 	}
 	if err := lctl.Verify(events); err != nil {
 		t.Fatal(err)
