@@ -278,6 +278,9 @@ func Start(ctx context.Context, cfg Config, targets []string, log *slog.Logger, 
 	// NOT_SERVING while the connection is down, so probes and balancers
 	// move away, and SERVING again once it is back.
 	nc.SetDisconnectErrHandler(func(_ *nats.Conn, err error) {
+		if err == nil {
+			return // our own close or drain at shutdown
+		}
 		log.Error("lost NATS: reporting NOT_SERVING", "err", err)
 		a.setServing(false)
 	})
