@@ -20,6 +20,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/xct-dev/xct/internal/grpcx"
+	"github.com/xct-dev/xct/internal/telemetry"
 	"github.com/xct-dev/xct/services/executor"
 	"github.com/xct-dev/xct/services/orchestrator"
 	"github.com/xct-dev/xct/services/tracer"
@@ -142,6 +143,8 @@ type App struct {
 	Orchestrator *orchestrator.Service
 	// Tracer is set when the tracer target runs.
 	Tracer *tracer.Service
+	// stopTelemetry flushes and ends OpenTelemetry tracing.
+	stopTelemetry func(context.Context) error
 }
 
 // Options customize Start.
@@ -209,7 +212,8 @@ func Start(ctx context.Context, cfg Config, targets []string, log *slog.Logger, 
 	if err := cfg.Check(targets); err != nil {
 		return nil, err
 	}
-	nc, err := ConnectNATS(cfg.NATSURL, "xct-"+strings.Join(targets, "+"))
+	name := "xct-" + strings.Join(targets, "+")
+	nc, err := ConnectNATS(cfg.NATSURL, name)
 	if err != nil {
 		return nil, err
 	}
@@ -221,6 +225,10 @@ func Start(ctx context.Context, cfg Config, targets []string, log *slog.Logger, 
 			a.Stop(sctx)
 		}
 	}()
+	// Tracing first: the gRPC servers and clients built below pick it up.
+	if a.stopTelemetry, err = telemetry.Setup(ctx, name); err != nil {
+		return nil, err
+	}
 	// Bind every listener first, so services of one process can find each
 	// other's real addresses (port 0 included).
 	servers := map[string]*grpcx.Server{}
@@ -337,7 +345,7 @@ func (a *App) Err() <-chan error {
 // Stop stops targets in reverse start order: each reports NOT_SERVING,
 // finishes its own work (the orchestrator records how its runs ended), then
 // drains its gRPC calls until ctx ends. The NATS
-// connection is drained last.
+// connection is drained last, then buffered spans are flushed.
 func (a *App) Stop(ctx context.Context) {
 	a.mu.Lock()
 	modules := a.modules
@@ -356,5 +364,11 @@ func (a *App) Stop(ctx context.Context) {
 			a.nc.Close()
 		}
 		a.nc = nil
+	}
+	if a.stopTelemetry != nil {
+		if err := a.stopTelemetry(ctx); err != nil {
+			a.log.Warn("stop telemetry", "err", err)
+		}
+		a.stopTelemetry = nil
 	}
 }

@@ -1,6 +1,8 @@
 // Package grpcx is the one place that builds XCT's gRPC servers and client
 // connections, so every service gets the same interceptors, health and
-// reflection, limits and shutdown behaviour.
+// reflection, limits, tracing and shutdown behaviour. When OpenTelemetry is
+// configured (internal/telemetry), servers and clients carry otelgrpc stats
+// handlers, so trace context crosses every hop.
 package grpcx
 
 import (
@@ -13,6 +15,8 @@ import (
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc/filters"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -20,6 +24,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
+
+	"github.com/xct-dev/xct/internal/telemetry"
 )
 
 // MaxMessageBytes bounds gRPC messages both ways.
@@ -57,7 +63,7 @@ func NewServer(name string, log *slog.Logger) *Server {
 			return logging.LevelWarn
 		}),
 	}
-	s := grpc.NewServer(
+	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(MaxMessageBytes),
 		grpc.MaxSendMsgSize(MaxMessageBytes),
 		grpc.ChainUnaryInterceptor(
@@ -68,7 +74,11 @@ func NewServer(name string, log *slog.Logger) *Server {
 			logging.StreamServerInterceptor(logger, logOpts...),
 			recovery.StreamServerInterceptor(onPanic),
 		),
-	)
+	}
+	if telemetry.Enabled() {
+		opts = append(opts, grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithFilter(notHealth))))
+	}
+	s := grpc.NewServer(opts...)
 	h := health.NewServer()
 	healthpb.RegisterHealthServer(s, h)
 	reflection.Register(s)
@@ -127,16 +137,23 @@ func (s *Server) Stop(ctx context.Context) {
 // resolved through DNS and calls are spread round-robin over every address
 // it resolves to, so a headless Kubernetes Service balances across replicas.
 func Dial(addr string) (*grpc.ClientConn, error) {
-	conn, err := grpc.NewClient(addr,
+	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig": [{"round_robin": {}}]}`),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageBytes), grpc.MaxCallSendMsgSize(MaxMessageBytes)),
-	)
+	}
+	if telemetry.Enabled() {
+		opts = append(opts, grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithFilter(notHealth))))
+	}
+	conn, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}
 	return conn, nil
 }
+
+// notHealth keeps health checks out of traces: probes would drown the runs.
+var notHealth = filters.Not(filters.HealthCheck())
 
 // DefaultCallTimeout bounds a call between services when the caller's
 // context has no deadline.

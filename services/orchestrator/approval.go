@@ -31,7 +31,7 @@ const ApprovalsBucket = "XCT_APPROVALS"
 // again — the validator, not this process, turns a granted approval into an
 // allow. It returns the final verdict, already recorded.
 func (r *run) awaitApproval(step int, stepID string, ns *xctv1.NextStep, v *xctv1.Verdict) (*xctv1.Verdict, string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), r.svc.cfg.CallTimeout)
+	ctx, cancel := context.WithTimeout(r.traceCtx(context.Background()), r.svc.cfg.CallTimeout)
 	resp, err := r.svc.validator.RequestApproval(ctx, &xctv1.RequestApprovalRequest{
 		Run: r.runContext(step), Step: int32(step), StepId: stepID, Proposal: ns, Verdict: v,
 		Preview: r.preview(ns),

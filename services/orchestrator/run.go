@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -63,6 +64,9 @@ type run struct {
 	tokensIn          int64
 	tokensOut         int64
 	consecutiveErrors int
+
+	// span is the run's root span, stepSpan the open step's (telemetry.go).
+	span, stepSpan trace.Span
 }
 
 // runContext is what the validator is told about the run at a step.
@@ -108,6 +112,7 @@ func (r *run) loop() {
 	defer close(r.done)
 	defer func() { _ = r.proposer.Close() }()
 	status, message := r.steps()
+	defer r.endRunSpan(status, message)
 	if errors.Is(r.finishErr(status, message), errLogLost) {
 		r.svc.runs.markUnrecorded(r.id, message)
 	}
@@ -172,6 +177,7 @@ type iterationOutcome struct {
 func (r *run) iterate(step int) (iterationOutcome, error) {
 	started := time.Now()
 	pctx, cancel := context.WithTimeout(r.ctx, r.svc.cfg.ProposeTimeout)
+	pctx, chat := r.startChat(pctx)
 	resp, err := r.proposer.Propose(pctx, &xctv1.ProposeRequest{
 		RunId:        r.id,
 		Goal:         r.goal,
@@ -179,6 +185,7 @@ func (r *run) iterate(step int) (iterationOutcome, error) {
 		History:      r.transcript.history(),
 		Instructions: instructions,
 	})
+	endChat(chat, resp, err)
 	cancel()
 	if err != nil {
 		if cause := context.Cause(r.ctx); cause != nil {
@@ -222,6 +229,8 @@ func (r *run) iterate(step int) (iterationOutcome, error) {
 	if err := r.record(lctl.TypeStepStart, agent, proposed); err != nil {
 		return iterationOutcome{}, err
 	}
+	r.startStep(stepID, ns.GetTool())
+	defer r.endStep()
 
 	verdict, verdictAgent := r.validate(step, stepID, ns)
 	if err := r.record(lctl.TypeVerdict, verdictAgent, verdictData(step, stepID, ns.GetTool(), verdict)); err != nil {
@@ -282,6 +291,7 @@ func (r *run) iterate(step int) (iterationOutcome, error) {
 			return iterationOutcome{}, err
 		}
 	}
+	r.stepResult(outcome, summary)
 	if err := r.record(lctl.TypeStepEnd, agent, map[string]any{
 		"step":           step,
 		"step_id":        stepID,
@@ -350,7 +360,7 @@ func (r *run) recordInvalid(step int, agent, raw string, perr error, tokens map[
 // validate asks the validator. A validator that cannot be asked, or that
 // answers without a decision, is a deny: the system fails closed.
 func (r *run) validate(step int, stepID string, ns *xctv1.NextStep) (*xctv1.Verdict, string) {
-	ctx, cancel := context.WithTimeout(context.Background(), r.svc.cfg.CallTimeout)
+	ctx, cancel := context.WithTimeout(r.traceCtx(context.Background()), r.svc.cfg.CallTimeout)
 	defer cancel()
 	resp, err := r.svc.validator.Validate(ctx, &xctv1.ValidateRequest{
 		Run:      r.runContext(step),
@@ -372,7 +382,7 @@ func (r *run) validate(step int, stepID string, ns *xctv1.NextStep) (*xctv1.Verd
 // execute asks the executor to run an allowed step. Cancelling the run does
 // not interrupt it: a step that started is recorded as it ended.
 func (r *run) execute(stepID string, ns *xctv1.NextStep) (*xctv1.ExecuteResponse, *xctv1.Error) {
-	ctx, cancel := context.WithTimeout(context.Background(), r.svc.cfg.CallTimeout)
+	ctx, cancel := context.WithTimeout(r.traceCtx(context.Background()), r.svc.cfg.CallTimeout)
 	defer cancel()
 	resp, err := r.svc.executor.Execute(ctx, &xctv1.ExecuteRequest{
 		RunId:     r.id,

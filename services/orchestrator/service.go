@@ -208,6 +208,7 @@ func (s *Service) startRun(ctx context.Context, req *xctv1.StartRunRequest) (*ru
 		return nil, err
 	}
 	s.log.Info("run started", "run", id, "model", req.GetModel(), "principal", principal)
+	r.startRunSpan(ctx)
 	go func() {
 		r.loop()
 		s.mu.Lock()

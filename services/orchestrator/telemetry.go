@@ -1,0 +1,124 @@
+package orchestrator
+
+import (
+	"context"
+	"strings"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	otelcodes "go.opentelemetry.io/otel/codes"
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
+	"go.opentelemetry.io/otel/trace"
+
+	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+)
+
+// Spans of a run, after the OpenTelemetry GenAI semantic conventions: one
+// trace per run rooted at invoke_agent, a chat span per model call and an
+// execute_tool span per proposed step, under which the validator and
+// executor calls nest. Spans only describe the loop; they never steer it.
+// Without a configured exporter the global provider is a no-op.
+
+const tracerName = "github.com/xct-dev/xct/services/orchestrator"
+
+func tracer() trace.Tracer { return otel.Tracer(tracerName) }
+
+// startRunSpan opens the run's root span. The StartRun call that caused it
+// is linked, not parented: each run is its own trace.
+func (r *run) startRunSpan(caller context.Context) {
+	_, r.span = tracer().Start(context.Background(), "invoke_agent "+r.model,
+		trace.WithNewRoot(),
+		trace.WithLinks(trace.LinkFromContext(caller)),
+		trace.WithAttributes(
+			semconv.GenAIOperationNameInvokeAgent,
+			semconv.GenAIConversationID(r.id),
+			attribute.String("xct.chain.id", r.id),
+			semconv.GenAIAgentName(r.proposer.Name()),
+		))
+}
+
+// endRunSpan closes the run's root span with how the run ended.
+func (r *run) endRunSpan(status, message string) {
+	if r.span == nil {
+		return
+	}
+	r.span.SetAttributes(
+		attribute.String("xct.run.status", status),
+		semconv.GenAIUsageInputTokens(int(r.tokensIn)),
+		semconv.GenAIUsageOutputTokens(int(r.tokensOut)),
+	)
+	if status != "done" {
+		r.span.SetStatus(otelcodes.Error, message)
+	}
+	r.span.End()
+}
+
+// traceCtx returns ctx carrying the run's innermost open span (the step's,
+// else the run's), so calls made for it nest under it.
+func (r *run) traceCtx(ctx context.Context) context.Context {
+	switch {
+	case r.stepSpan != nil:
+		return trace.ContextWithSpan(ctx, r.stepSpan)
+	case r.span != nil:
+		return trace.ContextWithSpan(ctx, r.span)
+	}
+	return ctx
+}
+
+// startChat opens the span of one model call.
+func (r *run) startChat(ctx context.Context) (context.Context, trace.Span) {
+	provider, model, _ := strings.Cut(r.model, ":")
+	return tracer().Start(r.traceCtx(ctx), "chat "+model,
+		trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(
+			semconv.GenAIOperationNameChat,
+			semconv.GenAIRequestModel(model),
+			semconv.GenAIProviderNameKey.String(provider),
+		))
+}
+
+// endChat closes a model call's span with its usage or its error.
+func endChat(span trace.Span, resp *xctv1.ProposeResponse, err error) {
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(otelcodes.Error, err.Error())
+	} else {
+		span.SetAttributes(
+			semconv.GenAIUsageInputTokens(int(resp.GetUsage().GetInputTokens())),
+			semconv.GenAIUsageOutputTokens(int(resp.GetUsage().GetOutputTokens())),
+		)
+		if m := resp.GetModel(); m != "" {
+			span.SetAttributes(semconv.GenAIResponseModel(m))
+		}
+	}
+	span.End()
+}
+
+// startStep opens the span of a proposed step; endStep closes it.
+func (r *run) startStep(stepID, tool string) {
+	_, r.stepSpan = tracer().Start(r.traceCtx(context.Background()), "execute_tool "+tool,
+		trace.WithAttributes(
+			semconv.GenAIOperationNameExecuteTool,
+			semconv.GenAIToolName(tool),
+			semconv.GenAIToolCallID(stepID),
+		))
+}
+
+// stepResult notes a step's outcome on its span, right after its tool_call
+// or error event was recorded (that event's seq is the writer's last).
+func (r *run) stepResult(outcome, summary string) {
+	if r.stepSpan == nil {
+		return
+	}
+	r.stepSpan.SetAttributes(attribute.Int64("lctl.seq", int64(r.writer.Seq())), attribute.String("xct.step.outcome", outcome))
+	if outcome != "success" {
+		r.stepSpan.SetStatus(otelcodes.Error, summary)
+	}
+}
+
+func (r *run) endStep() {
+	if r.stepSpan != nil {
+		r.stepSpan.End()
+		r.stepSpan = nil
+	}
+}
