@@ -145,16 +145,11 @@ func (t *fsRead) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.E
 	if ctx.Err() != nil {
 		return nil, errNotCommitted()
 	}
-	// O_NONBLOCK: opening a FIFO must not hang; regular files ignore it.
-	f, err := t.ws.root.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, t.ws.fail(p, err)
+	f, fi, e := t.ws.openStat(name, p)
+	if e != nil {
+		return nil, e
 	}
 	defer func() { _ = f.Close() }()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, t.ws.fail(p, err)
-	}
 	if e := regularFile(p, fi, ": use fs.list to see its entries"); e != nil {
 		return nil, e
 	}
@@ -425,15 +420,11 @@ func (t *fsList) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.E
 	if ctx.Err() != nil {
 		return nil, errNotCommitted()
 	}
-	f, err := t.ws.root.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, t.ws.fail(p, err)
+	f, fi, e := t.ws.openStat(name, p)
+	if e != nil {
+		return nil, e
 	}
 	defer func() { _ = f.Close() }()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, t.ws.fail(p, err)
-	}
 	if !fi.IsDir() {
 		return nil, pathErr(wire.CodeInvalidArgument, p, "%q is not a directory: use fs.read", p)
 	}

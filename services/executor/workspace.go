@@ -119,3 +119,19 @@ func pathErr(code wire.Code, p, format string, args ...any) *xctv1.Error {
 	}
 	return wire.WithDetails(wire.Errorf(code, format, args...), map[string]any{"path": p})
 }
+
+// openStat opens name for reading and stats it. O_NONBLOCK: opening a FIFO
+// must not hang; regular files and directories ignore it. p is the path as
+// the model gave it, for error messages.
+func (w *workspace) openStat(name, p string) (*os.File, fs.FileInfo, *xctv1.Error) {
+	f, err := w.root.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, nil, w.fail(p, err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		_ = f.Close()
+		return nil, nil, w.fail(p, err)
+	}
+	return f, fi, nil
+}

@@ -249,25 +249,18 @@ func (r *run) iterate(step int) (iterationOutcome, error) {
 	if verdict.GetDecision() == xctv1.VerdictDecision_VERDICT_DECISION_ALLOW {
 		// The allow verdict is durable: only now may the step act.
 		res, execErr := r.execute(stepID, ns)
-		switch {
-		case execErr != nil:
-			outcome, summary = "error", execErr.GetMessage()
+		if execErr == nil {
+			execErr = res.GetResponse().GetError() // the tool's own error signal
+		}
+		if execErr != nil {
+			outcome, summary = "error", execErr.GetCode()+": "+execErr.GetMessage()
 			if unknownOutcome(execErr) {
 				inDoubt = execErr
 			}
 			if err := r.record(lctl.TypeError, agentExecutor, errorData(step, stepID, execErr)); err != nil {
 				return iterationOutcome{}, err
 			}
-		case res.GetResponse().GetError() != nil:
-			e := res.GetResponse().GetError()
-			outcome, summary = "error", e.GetCode()+": "+e.GetMessage()
-			if unknownOutcome(e) {
-				inDoubt = e
-			}
-			if err := r.record(lctl.TypeError, agentExecutor, errorData(step, stepID, e)); err != nil {
-				return iterationOutcome{}, err
-			}
-		default:
+		} else {
 			summary = "ok"
 			if err := r.record(lctl.TypeToolCall, agentExecutor, map[string]any{
 				"step":        step,
