@@ -22,6 +22,10 @@ type Config struct {
 	// negative value keeps no snapshots (every replay starts from the first
 	// event).
 	SnapshotEvery int
+	// HTTPListen is where the tracer serves HTTP: the visual debugger and
+	// OTLP/HTTP ingestion ("host:port"; port 0 picks a free one; empty:
+	// no HTTP listener).
+	HTTPListen string
 }
 
 // snapshotEvery is the interval the timelines use (<= 0: no snapshots).
@@ -35,8 +39,12 @@ func (c *Config) snapshotEvery() int {
 // RegisterFlags registers the tracer's flags on fs.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.DataDir, "tracer-data", "xct-data/tracer", "directory where the tracer stores materialized chains")
+	fs.StringVar(&c.HTTPListen, "tracer-http-listen", DefaultHTTPListen, "tracer HTTP listen address for the visual debugger and OTLP/HTTP (empty: none)")
 	fs.IntVar(&c.SnapshotEvery, "tracer-snapshot-every", lctl.DefaultSnapshotEvery, "events between two snapshots of a chain's state (replay to any seq costs at most this many events; negative: no snapshots)")
 }
+
+// DefaultHTTPListen is the tracer's default HTTP address.
+const DefaultHTTPListen = "127.0.0.1:7705"
 
 // maxReplicas is the most replicas JetStream allows for a stream.
 const maxReplicas = 5

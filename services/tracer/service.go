@@ -79,6 +79,7 @@ type Service struct {
 	events  *eventlog.Log
 	cancel  context.CancelFunc
 	done    chan struct{} // closed when the consumer goroutine ended
+	http    *httpServer   // nil when Config.HTTPListen is empty
 }
 
 // New builds a tracer that reads the stream on nc and keeps chains under
@@ -130,6 +131,11 @@ func (s *Service) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("tracer: %w", err)
 	}
+	hs, err := s.startHTTP(ctx)
+	if err != nil {
+		return fmt.Errorf("tracer: %w", err)
+	}
+	s.http = hs
 	runCtx, cancel := context.WithCancel(context.Background())
 	s.started, s.events, s.cancel, s.done = true, events, cancel, make(chan struct{})
 	go s.run(runCtx, cons)
@@ -143,10 +149,11 @@ func (s *Service) Start(ctx context.Context) error {
 // ErrStopped.
 func (s *Service) Stop(ctx context.Context) error {
 	s.mu.Lock()
-	cancel, done := s.cancel, s.done
+	cancel, done, hs := s.cancel, s.done, s.http
 	s.cancel, s.stopped = nil, true
 	s.mu.Unlock()
 	defer s.store.close()
+	hs.stop(ctx)
 	if cancel == nil {
 		return nil
 	}

@@ -200,7 +200,7 @@ func TestClusterAsSeparateProcesses(t *testing.T) {
 	}
 	execP, execAddr := serve("executor", "--workspace", workspace)
 	valP, valAddr := serve("validator")
-	trP, trAddr := serve("tracer", "--tracer-data", filepath.Join(base, "tracer"))
+	trP, trAddr := serve("tracer", "--tracer-data", filepath.Join(base, "tracer"), "--tracer-http-listen", "127.0.0.1:0")
 	orchP, orchAddr := serve("orchestrator", "--validator-addr", valAddr, "--executor-addr", execAddr, "--scripts-dir", scripts)
 
 	// The client is a process too.
