@@ -1,0 +1,247 @@
+package debugger
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/lctl"
+)
+
+// Approvals lists and decides approvals: the validator's, in a cluster.
+// The context carries the caller's credentials as outgoing gRPC metadata.
+type Approvals interface {
+	List(ctx context.Context, runID string, all bool) ([]*xctv1.Approval, error)
+	Decide(ctx context.Context, req *xctv1.DecideApprovalRequest) (*xctv1.Approval, error)
+}
+
+// ValidatorApprovals are the approvals of a validator, through its gRPC
+// API: the same path `xct approve` takes.
+type ValidatorApprovals struct {
+	Client xctv1.ValidatorServiceClient
+}
+
+// List implements Approvals.
+func (v ValidatorApprovals) List(ctx context.Context, runID string, all bool) ([]*xctv1.Approval, error) {
+	resp, err := v.Client.ListApprovals(ctx, &xctv1.ListApprovalsRequest{RunId: runID, All: all})
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetApprovals(), nil
+}
+
+// Decide implements Approvals.
+func (v ValidatorApprovals) Decide(ctx context.Context, req *xctv1.DecideApprovalRequest) (*xctv1.Approval, error) {
+	resp, err := v.Client.DecideApproval(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetApproval(), nil
+}
+
+// csrfHeader must be on every POST: a cross-site form cannot set it.
+const csrfHeader = "X-XCT-CSRF"
+
+// outgoing forwards the caller's Authorization header to the validator as
+// gRPC authorization metadata, so the validator decides with the caller's
+// identity.
+func outgoing(r *http.Request) context.Context {
+	ctx := r.Context()
+	if a := r.Header.Get("Authorization"); a != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", a)
+	}
+	return ctx
+}
+
+var approvalJSON = protojson.MarshalOptions{UseProtoNames: false, EmitUnpopulated: false}
+
+// protoList is a list of approvals rendered with protojson inside a plain
+// JSON object.
+type protoList []*xctv1.Approval
+
+func (l protoList) MarshalJSON() ([]byte, error) {
+	var b bytes.Buffer
+	b.WriteByte('[')
+	for i, a := range l {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		raw, err := approvalJSON.Marshal(a)
+		if err != nil {
+			return nil, fmt.Errorf("encode approval: %w", err)
+		}
+		b.Write(raw)
+	}
+	b.WriteByte(']')
+	return b.Bytes(), nil
+}
+
+// protoOne is one approval rendered with protojson.
+type protoOne struct{ a *xctv1.Approval }
+
+func (p protoOne) MarshalJSON() ([]byte, error) {
+	if p.a == nil {
+		return []byte("null"), nil
+	}
+	raw, err := approvalJSON.Marshal(p.a)
+	if err != nil {
+		return nil, fmt.Errorf("encode approval: %w", err)
+	}
+	return raw, nil
+}
+
+func (h *Handler) noApprovals() error {
+	return notFound("approvals are not available here (the tracer needs --validator-addr; files have none)")
+}
+
+func (h *Handler) approvals(_ http.ResponseWriter, r *http.Request) (any, error) {
+	if h.opts.Approvals == nil {
+		return nil, h.noApprovals()
+	}
+	q := r.URL.Query()
+	run := q.Get("run")
+	if run != "" {
+		if err := lctl.ValidateChainID(run); err != nil {
+			return nil, badArg("run: %v", err)
+		}
+	}
+	all := false
+	switch q.Get("all") {
+	case "", "0", "false":
+	case "1", "true":
+		all = true
+	default:
+		return nil, badArg("all must be 1 or 0, got %q", q.Get("all"))
+	}
+	list, err := h.opts.Approvals.List(outgoing(r), run, all)
+	if err != nil {
+		return nil, grpcError(err)
+	}
+	return map[string]any{"approvals": protoList(list)}, nil
+}
+
+// pendingByRun counts pending approvals per run (none without approvals,
+// or when the validator cannot be asked: the list still answers).
+func (h *Handler) pendingByRun(r *http.Request) map[string]int {
+	out := map[string]int{}
+	if h.opts.Approvals == nil {
+		return out
+	}
+	list, err := h.opts.Approvals.List(outgoing(r), "", false)
+	if err != nil {
+		h.log.Warn("debugger: list pending approvals", "err", err)
+		return out
+	}
+	for _, a := range list {
+		out[a.GetRunId()]++
+	}
+	return out
+}
+
+// decideRequest is the body of POST /api/approvals/decide.
+type decideRequest struct {
+	RunID    string          `json:"run_id"`
+	Step     json.RawMessage `json:"step"`
+	Approve  *bool           `json:"approve"`
+	Reason   string          `json:"reason"`
+	Approver string          `json:"approver"`
+}
+
+func (h *Handler) decide(w http.ResponseWriter, r *http.Request) (any, error) {
+	if r.Header.Get(csrfHeader) != "1" {
+		return nil, &apiError{http.StatusForbidden, codePermissionDenied, "missing header " + csrfHeader + ": 1"}
+	}
+	if h.opts.Approvals == nil {
+		return nil, h.noApprovals()
+	}
+	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(strings.ToLower(ct), "application/json") {
+		return nil, badArg("the body must be application/json, got %q", ct)
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, &apiError{http.StatusRequestEntityTooLarge, codeTooLarge, fmt.Sprintf("the body is larger than %d bytes", maxBodyBytes)}
+		}
+		return nil, badArg("read body: %v", err)
+	}
+	var req decideRequest
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return nil, badArg("the body is not a decision: %v", err)
+	}
+	if err := lctl.ValidateChainID(req.RunID); err != nil {
+		return nil, badArg("run_id: %v", err)
+	}
+	step, err := stepArg(req.Step)
+	if err != nil {
+		return nil, err
+	}
+	if req.Approve == nil {
+		return nil, badArg("approve (true or false) is required")
+	}
+	if !*req.Approve && strings.TrimSpace(req.Reason) == "" {
+		return nil, badArg("a reason is required to deny")
+	}
+	a, err := h.opts.Approvals.Decide(outgoing(r), &xctv1.DecideApprovalRequest{
+		RunId: req.RunID, Step: step, Approve: *req.Approve, Approver: req.Approver, Reason: req.Reason,
+	})
+	if err != nil {
+		return nil, grpcError(err)
+	}
+	return map[string]any{"approval": protoOne{a}}, nil
+}
+
+// stepArg reads a step given as a number or a string (number or step id).
+func stepArg(raw json.RawMessage) (string, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return "", badArg("step (the step number or its step id) is required")
+	}
+	var n int64
+	if err := json.Unmarshal(raw, &n); err == nil && n > 0 {
+		return strconv.FormatInt(n, 10), nil
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err == nil && s != "" && len(s) <= 256 {
+		return s, nil
+	}
+	return "", badArg("step must be a positive step number or a step id")
+}
+
+// grpcError maps a validator error to the API's.
+func grpcError(err error) error {
+	st, ok := status.FromError(err)
+	if !ok {
+		return &apiError{http.StatusBadGateway, codeUnavailable, "validator: " + err.Error()}
+	}
+	m := map[codes.Code]struct {
+		status int
+		code   string
+	}{
+		codes.InvalidArgument:    {http.StatusBadRequest, codeInvalidArgument},
+		codes.NotFound:           {http.StatusNotFound, codeNotFound},
+		codes.FailedPrecondition: {http.StatusConflict, codeFailedPrecondition},
+		codes.AlreadyExists:      {http.StatusConflict, codeFailedPrecondition},
+		codes.PermissionDenied:   {http.StatusForbidden, codePermissionDenied},
+		codes.Unauthenticated:    {http.StatusUnauthorized, codeUnauthenticated},
+		codes.Unavailable:        {http.StatusServiceUnavailable, codeUnavailable},
+		codes.DeadlineExceeded:   {http.StatusServiceUnavailable, codeUnavailable},
+	}
+	if x, ok := m[st.Code()]; ok {
+		return &apiError{x.status, x.code, st.Message()}
+	}
+	return &apiError{http.StatusBadGateway, codeInternal, "validator: " + st.Code().String() + ": " + st.Message()}
+}

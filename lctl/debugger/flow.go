@@ -1,0 +1,438 @@
+package debugger
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/xct-dev/xct/lctl"
+)
+
+// The flowchart model: steps as nodes with their verdicts, approvals, tool
+// calls and errors attached, other events as nodes of their own, edges in
+// chain order. It is built incrementally (events are only ever appended to
+// a chain), once per chain, so a page of a 100,000-event chain costs a copy
+// of that page.
+
+// maxAttached bounds the events listed on one node.
+const maxAttached = 50
+
+// Node kinds.
+const (
+	kindStep     = "agent_step"
+	kindToolCall = "tool_call"
+	kindError    = "error"
+	kindVerdict  = "verdict"
+	kindApproval = "approval"
+	kindFact     = "fact"
+	kindHandoff  = "handoff"
+	kindEvent    = "event"
+)
+
+// Statuses of nodes and attachments.
+const (
+	statusOK            = "ok"
+	statusError         = "error"
+	statusDenied        = "denied"
+	statusNeedsApproval = "needs_approval"
+	statusApproved      = "approved"
+	statusInDoubt       = "in_doubt"
+	statusPending       = "pending"
+)
+
+// FlowNode is a node of the flowchart.
+type FlowNode struct {
+	ID           string       `json:"id"`
+	Kind         string       `json:"kind"`
+	Seq          uint64       `json:"seq"`
+	LastSeq      uint64       `json:"last_seq"`
+	Events       int          `json:"events"`
+	Agent        string       `json:"agent"`
+	Label        string       `json:"label"`
+	Step         *int64       `json:"step,omitempty"`
+	Tool         string       `json:"tool,omitempty"`
+	Status       string       `json:"status"`
+	Gated        bool         `json:"gated"`
+	Attached     []Attachment `json:"attached"`
+	AttachedMore int          `json:"attached_more"`
+	Count        int          `json:"count"`
+	// Type is the event type of a node that is not a step.
+	Type string `json:"type,omitempty"`
+}
+
+// Attachment is an event shown on a step's node.
+type Attachment struct {
+	Seq    uint64 `json:"seq"`
+	Type   string `json:"type"`
+	Label  string `json:"label"`
+	Status string `json:"status,omitempty"`
+}
+
+// FlowEdge links two nodes.
+type FlowEdge struct {
+	From string `json:"from"`
+	To   string `json:"to"`
+	Kind string `json:"kind"`
+}
+
+// FlowPage is one page of a chain's flowchart.
+type FlowPage struct {
+	Nodes       []FlowNode `json:"nodes"`
+	Edges       []FlowEdge `json:"edges"`
+	TotalEvents int        `json:"total_events"`
+	TotalNodes  int        `json:"total_nodes"`
+	NextFrom    uint64     `json:"next_from"`
+}
+
+// flowNode is a node under construction.
+type flowNode struct {
+	FlowNode
+	open bool
+	// What decides a step's status.
+	decision    string // the latest verdict's
+	requested   bool   // an approval was requested and not yet decided
+	approved    bool   // a human approved
+	humanDenied bool
+	failed      bool // an error event or an error outcome
+	inDoubt     bool
+	outcome     string
+	ended       bool
+}
+
+// flow is a chain's flowchart, built as events arrive.
+type flow struct {
+	mu       sync.Mutex
+	consumed int
+	nodes    []*flowNode
+	byStep   map[int64]*flowNode  // open XCT steps by number
+	byAgent  map[string]*flowNode // open steps without a number, by agent
+	handoffs []bool               // handoffs[i]: the edge into nodes[i] is a handoff
+	lastStep string               // agent of the latest step node
+}
+
+func newFlow() *flow {
+	return &flow{byStep: map[int64]*flowNode{}, byAgent: map[string]*flowNode{}}
+}
+
+// update applies the events past those already consumed.
+func (f *flow) update(events []lctl.Event) {
+	for i := f.consumed; i < len(events); i++ {
+		f.add(&events[i])
+	}
+	f.consumed = len(events)
+}
+
+func (f *flow) add(e *lctl.Event) {
+	stepNo, hasStep := stepNumber(e.Data)
+	if e.Type == lctl.TypeStepStart {
+		n := f.newNode(e, kindStep)
+		n.open = true
+		n.Status = statusPending
+		n.Label = firstNonEmpty(str(e.Data, "intent"), str(e.Data, "tool"), "step")
+		n.Tool = str(e.Data, "tool")
+		if hasStep {
+			s := stepNo
+			n.Step = &s
+			f.byStep[stepNo] = n
+		} else {
+			f.byAgent[e.Agent] = n
+		}
+		handoff := f.lastStep != "" && f.lastStep != e.Agent
+		f.handoffs[len(f.handoffs)-1] = handoff
+		f.lastStep = e.Agent
+		return
+	}
+	var owner *flowNode
+	if hasStep {
+		owner = f.byStep[stepNo]
+	} else {
+		owner = f.byAgent[e.Agent]
+	}
+	if owner != nil {
+		owner.attach(e)
+		if e.Type == lctl.TypeStepEnd {
+			owner.open = false
+			if hasStep {
+				delete(f.byStep, stepNo)
+			} else {
+				delete(f.byAgent, e.Agent)
+			}
+		}
+		owner.Status = owner.status()
+		return
+	}
+	kind := standaloneKind(e.Type)
+	if kind == kindFact || kind == kindEvent {
+		if last := f.last(); last != nil && !last.open && last.Kind == kind && last.Type == e.Type && last.Agent == e.Agent {
+			last.LastSeq = e.Seq
+			last.Events++
+			last.Count++
+			return
+		}
+	}
+	n := f.newNode(e, kind)
+	n.Type = e.Type
+	n.Label, n.Status = describe(e)
+	if hasStep {
+		s := stepNo
+		n.Step = &s
+	}
+	n.Tool = str(e.Data, "tool")
+}
+
+func (f *flow) last() *flowNode {
+	if len(f.nodes) == 0 {
+		return nil
+	}
+	return f.nodes[len(f.nodes)-1]
+}
+
+func (f *flow) newNode(e *lctl.Event, kind string) *flowNode {
+	n := &flowNode{FlowNode: FlowNode{
+		ID: "n" + strconv.FormatUint(e.Seq, 10), Kind: kind, Seq: e.Seq, LastSeq: e.Seq,
+		Events: 1, Agent: e.Agent, Count: 1, Attached: []Attachment{},
+	}}
+	f.nodes = append(f.nodes, n)
+	f.handoffs = append(f.handoffs, false)
+	return n
+}
+
+// attach adds an event of the node's step.
+func (n *flowNode) attach(e *lctl.Event) {
+	if e.Seq > n.LastSeq {
+		n.LastSeq = e.Seq
+	}
+	n.Events++
+	if n.Tool == "" {
+		n.Tool = str(e.Data, "tool")
+	}
+	switch e.Type {
+	case lctl.TypeVerdict:
+		n.decision = str(e.Data, "decision")
+		if n.decision == "needs_approval" {
+			n.Gated = true
+		}
+	case "approval_requested":
+		n.Gated, n.requested = true, true
+	case "approval_decided":
+		n.requested = false
+		switch str(e.Data, "decision") {
+		case "approved":
+			n.approved = true
+		case "denied", "expired":
+			n.humanDenied = true
+		}
+	case lctl.TypeError:
+		n.failed = true
+		if str(e.Data, "code") == "IN_DOUBT" {
+			n.inDoubt = true
+		}
+	case lctl.TypeToolCall:
+		if s := str(e.Data, "status"); s != "" && s != "success" {
+			n.failed = true
+		}
+	case lctl.TypeStepEnd:
+		n.ended = true
+		n.outcome = str(e.Data, "outcome")
+	default:
+		// Facts, streams and the like are counted, not listed.
+		return
+	}
+	if len(n.Attached) >= maxAttached {
+		n.AttachedMore++
+		return
+	}
+	label, status := describe(e)
+	n.Attached = append(n.Attached, Attachment{Seq: e.Seq, Type: e.Type, Label: label, Status: status})
+}
+
+// status is what the step's events say, most important first.
+func (n *flowNode) status() string {
+	switch {
+	case n.inDoubt:
+		return statusInDoubt
+	case n.outcome == "denied" || n.decision == "deny" || n.humanDenied:
+		return statusDenied
+	case n.outcome == "error" || n.outcome == "invalid" || (n.failed && n.outcome != "success"):
+		return statusError
+	case n.requested || (n.decision == "needs_approval" && !n.approved && !n.ended):
+		return statusNeedsApproval
+	case n.approved:
+		return statusApproved
+	case n.ended:
+		return statusOK
+	}
+	return statusPending
+}
+
+// page copies the nodes from the first whose seq is at least from, at most
+// limit of them.
+func (f *flow) page(from uint64, limit int) FlowPage {
+	p := FlowPage{Nodes: []FlowNode{}, Edges: []FlowEdge{}, TotalEvents: f.consumed, TotalNodes: len(f.nodes)}
+	start := len(f.nodes)
+	for i, n := range f.nodes {
+		if n.Seq >= from {
+			start = i
+			break
+		}
+	}
+	end := min(start+limit, len(f.nodes))
+	for i := start; i < end; i++ {
+		n := f.nodes[i].FlowNode
+		n.Attached = append([]Attachment(nil), n.Attached...)
+		p.Nodes = append(p.Nodes, n)
+		if i > 0 {
+			kind := "next"
+			if f.handoffs[i] {
+				kind = "handoff"
+			}
+			p.Edges = append(p.Edges, FlowEdge{From: f.nodes[i-1].ID, To: n.ID, Kind: kind})
+		}
+	}
+	if end < len(f.nodes) {
+		p.NextFrom = f.nodes[end].Seq
+	}
+	return p
+}
+
+// standaloneKind is the node kind of an event outside any step.
+func standaloneKind(t string) string {
+	switch t {
+	case lctl.TypeToolCall:
+		return kindToolCall
+	case lctl.TypeError:
+		return kindError
+	case lctl.TypeVerdict:
+		return kindVerdict
+	case "approval_requested", "approval_decided":
+		return kindApproval
+	case lctl.TypeFactAdded, lctl.TypeFactModified:
+		return kindFact
+	case "handoff":
+		return kindHandoff
+	}
+	return kindEvent
+}
+
+// describe is a short label and a status for one event.
+func describe(e *lctl.Event) (label, status string) {
+	d := e.Data
+	switch e.Type {
+	case lctl.TypeVerdict:
+		dec := str(d, "decision")
+		status = map[string]string{"allow": statusOK, "deny": statusDenied, "needs_approval": statusNeedsApproval}[dec]
+		rules := ruleIDs(d["reasons"])
+		if len(rules) > 0 {
+			return dec + ": " + strings.Join(rules, ", "), status
+		}
+		return dec, status
+	case "approval_requested":
+		return "approval requested for " + firstNonEmpty(str(d, "tool"), "the step"), statusPending
+	case "approval_decided":
+		dec := str(d, "decision")
+		status = map[string]string{"approved": statusApproved, "denied": statusDenied, "expired": statusDenied}[dec]
+		if by := str(d, "by"); by != "" {
+			return dec + " by " + by, status
+		}
+		return dec, status
+	case lctl.TypeToolCall:
+		s := firstNonEmpty(str(d, "status"), "done")
+		status = statusOK
+		if s != "success" && s != "done" {
+			status = statusError
+		}
+		return firstNonEmpty(str(d, "tool"), "tool") + " " + s, status
+	case lctl.TypeError:
+		status = statusError
+		if str(d, "code") == "IN_DOUBT" {
+			status = statusInDoubt
+		} else if str(d, "code") == "POLICY_DENIED" {
+			status = statusDenied
+		}
+		return firstNonEmpty(str(d, "code"), str(d, "type"), "error") + ": " + clip(str(d, "message"), 120), status
+	case lctl.TypeStepEnd:
+		o := str(d, "outcome")
+		status = statusOK
+		switch o {
+		case "error", "invalid":
+			status = statusError
+		case "denied":
+			status = statusDenied
+		}
+		return "end: " + firstNonEmpty(o, "done"), status
+	case lctl.TypeFactAdded, lctl.TypeFactModified:
+		return firstNonEmpty(str(d, "id"), "fact") + ": " + clip(str(d, "text"), 120), statusOK
+	case lctl.TypeRunFinished:
+		s := str(d, "status")
+		status = statusOK
+		if s != "done" {
+			status = statusError
+		}
+		return "run " + firstNonEmpty(s, "finished"), status
+	case lctl.TypeRunStarted:
+		return "run started: " + clip(str(d, "goal"), 120), statusOK
+	}
+	return e.Type, statusOK
+}
+
+// stepNumber reads data.step as a whole number.
+func stepNumber(d map[string]any) (int64, bool) {
+	switch v := d["step"].(type) {
+	case float64:
+		if v == math.Trunc(v) && math.Abs(v) < 1<<53 {
+			return int64(v), true
+		}
+	case int64:
+		return v, true
+	case int:
+		return int64(v), true
+	}
+	return 0, false
+}
+
+func str(d map[string]any, key string) string {
+	s, _ := d[key].(string)
+	return s
+}
+
+// ruleIDs lists the rule ids of a verdict's reasons.
+func ruleIDs(v any) []string {
+	list, _ := v.([]any)
+	out := []string{}
+	for _, r := range list {
+		switch x := r.(type) {
+		case map[string]any:
+			if id := str(x, "rule_id"); id != "" {
+				out = append(out, id)
+			}
+		case string:
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+func firstNonEmpty(s ...string) string {
+	for _, x := range s {
+		if x != "" {
+			return x
+		}
+	}
+	return ""
+}
+
+func clip(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && !isRuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s…", s[:cut])
+}
+
+func isRuneStart(b byte) bool { return b&0xC0 != 0x80 }

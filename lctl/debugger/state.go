@@ -1,0 +1,168 @@
+package debugger
+
+import (
+	"net/http"
+
+	"github.com/xct-dev/xct/lctl"
+)
+
+// stateResponse is /api/chains/{id}/state.
+type stateResponse struct {
+	Seq          uint64      `json:"seq"`
+	Event        *lctl.Event `json:"event"`
+	SnapshotFrom uint64      `json:"snapshot_from"`
+	State        *lctl.State `json:"state"`
+	Counts       stateCounts `json:"counts"`
+	Step         *stepDetail `json:"step"`
+}
+
+// stateCounts are the full lengths of the state's lists.
+type stateCounts struct {
+	ToolCalls           int `json:"tool_calls"`
+	Errors              int `json:"errors"`
+	Steps               int `json:"steps"`
+	UnknownTypes        int `json:"unknown_types"`
+	ContractValidations int `json:"contract_validations"`
+	ModelRoutings       int `json:"model_routings"`
+	Facts               int `json:"facts"`
+}
+
+// stepDetail is what happened to a step up to a seq.
+type stepDetail struct {
+	Step              *int64      `json:"step"`
+	Agent             string      `json:"agent"`
+	StartSeq          uint64      `json:"start_seq"`
+	Proposal          *lctl.Event `json:"proposal"`
+	Verdict           *lctl.Event `json:"verdict"`
+	Decision          string      `json:"decision"`
+	Rules             []string    `json:"rules"`
+	ApprovalRequested *lctl.Event `json:"approval_requested"`
+	ApprovalDecided   *lctl.Event `json:"approval_decided"`
+	Result            *lctl.Event `json:"result"`
+	Error             *lctl.Event `json:"error"`
+	End               *lctl.Event `json:"end"`
+}
+
+func (h *Handler) state(_ http.ResponseWriter, r *http.Request) (any, error) {
+	q := r.URL.Query()
+	if s := q.Get("seq"); s != "" {
+		if n, err := seqParam(r, "seq", 0); err != nil || n == 0 {
+			return nil, badArg("seq must be a positive whole number, got %q", s)
+		}
+	}
+	tail, err := intParam(r, "tail", defaultTail, 0, maxPage)
+	if err != nil {
+		return nil, err
+	}
+	c, err := h.getChain(r)
+	if err != nil {
+		return nil, err
+	}
+	if len(c.Events) == 0 {
+		return nil, notFound("chain %s has no events", c.ID)
+	}
+	seq, _ := seqParam(r, "seq", 0)
+	pos := len(c.Events) - 1
+	if seq != 0 {
+		if pos = positionOf(c, seq); pos < 0 {
+			last := c.Events[len(c.Events)-1].Seq
+			if seq > last {
+				return nil, notFound("seq %d is past the end of chain %s (last seq %d)", seq, c.ID, last)
+			}
+			return nil, notFound("chain %s has no event with seq %d", c.ID, seq)
+		}
+	}
+	e := c.Events[pos]
+	st, from := c.Timeline.StateAtFrom(e.Seq)
+	resp := &stateResponse{
+		Seq: e.Seq, Event: &e, SnapshotFrom: from, State: st,
+		Counts: stateCounts{
+			ToolCalls: len(st.ToolCalls), Errors: len(st.Errors), Steps: len(st.Steps),
+			UnknownTypes: len(st.UnknownTypes), ContractValidations: len(st.ContractValidations),
+			ModelRoutings: len(st.ModelRoutings), Facts: len(st.Facts),
+		},
+		Step: stepAt(c, pos, st),
+	}
+	st.ToolCalls = lastN(st.ToolCalls, tail)
+	st.Errors = lastN(st.Errors, tail)
+	st.Steps = lastN(st.Steps, tail)
+	st.UnknownTypes = lastN(st.UnknownTypes, tail)
+	st.ContractValidations = lastN(st.ContractValidations, tail)
+	st.ModelRoutings = lastN(st.ModelRoutings, tail)
+	return resp, nil
+}
+
+func lastN[T any](l []T, n int) []T {
+	if len(l) <= n {
+		return nonNil(l)
+	}
+	return l[len(l)-n:]
+}
+
+// stepAt is the step the event at pos belongs to, as of that event: an XCT
+// step by its data.step, else the step in progress (or just ended) of the
+// event's agent. nil outside any step.
+func stepAt(c *Chain, pos int, st *lctl.State) *stepDetail {
+	e := &c.Events[pos]
+	n, numbered := stepNumber(e.Data)
+	if !numbered && e.Type != lctl.TypeStepEnd && e.Type != lctl.TypeStepStart && st.CurrentStep == nil {
+		return nil
+	}
+	// Find the step's start, looking back a bounded distance.
+	start := -1
+	for i := pos; i >= 0 && pos-i <= maxStepScan; i-- {
+		x := &c.Events[i]
+		if x.Type != lctl.TypeStepStart {
+			continue
+		}
+		if numbered {
+			if m, ok := stepNumber(x.Data); ok && m == n {
+				start = i
+				break
+			}
+			continue
+		}
+		if st.CurrentStep != nil && x.Seq == st.CurrentStep.Seq || x.Agent == e.Agent {
+			start = i
+			break
+		}
+	}
+	if start < 0 {
+		return nil
+	}
+	first := &c.Events[start]
+	d := &stepDetail{Agent: first.Agent, StartSeq: first.Seq, Proposal: first, Rules: []string{}}
+	if numbered {
+		d.Step = &n
+	} else if m, ok := stepNumber(first.Data); ok {
+		d.Step = &m
+	}
+	for i := start + 1; i <= pos; i++ {
+		x := &c.Events[i]
+		if numbered {
+			if m, ok := stepNumber(x.Data); !ok || m != n {
+				continue
+			}
+		} else if x.Agent != first.Agent {
+			continue
+		}
+		switch x.Type {
+		case lctl.TypeVerdict:
+			d.Verdict, d.Decision, d.Rules = x, str(x.Data, "decision"), ruleIDs(x.Data["reasons"])
+		case "approval_requested":
+			d.ApprovalRequested = x
+		case "approval_decided":
+			d.ApprovalDecided = x
+		case lctl.TypeToolCall:
+			d.Result = x
+		case lctl.TypeError:
+			d.Error = x
+		case lctl.TypeStepEnd:
+			d.End = x
+		case lctl.TypeStepStart:
+			// A later attempt of the same step number starts over.
+			*d = stepDetail{Step: d.Step, Agent: x.Agent, StartSeq: x.Seq, Proposal: x, Rules: []string{}}
+		}
+	}
+	return d
+}
