@@ -34,6 +34,9 @@ build: ## Build bin/xct
 # need them are required to run under `make test` (XCT_REQUIRE_* below); a
 # plain `go test ./...` skips them, saying why, where they are missing.
 TEST_APT_PACKAGES :=
+# Clients in other languages: protoc and the gRPC Python plugin generate
+# gen/python (`make generate`); the Python examples run on Debian's runtime.
+TEST_APT_PACKAGES += protobuf-compiler protobuf-compiler-grpc python3-grpcio python3-protobuf python3-yaml
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: test-deps
@@ -42,8 +45,18 @@ test-deps: ## Install what the browser and client tests need (Debian packages, n
 	if [ -n "$$missing" ]; then echo "test-deps: installing$$missing"; \
 		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing; fi
 
+# The TypeScript client's npm packages, from the lock file: protoc-gen-es
+# generates gen/ts, the example and test/clients use the rest.
+CLIENTS_TS := examples/clients/ts
+$(CLIENTS_TS)/node_modules/.package-lock.json: $(CLIENTS_TS)/package.json $(CLIENTS_TS)/package-lock.json
+	cd $(CLIENTS_TS) && npm ci --no-audit --no-fund
+
+.PHONY: clients-deps
+clients-deps: test-deps $(CLIENTS_TS)/node_modules/.package-lock.json ## Install what generating and testing the TypeScript and Python clients needs
+
 .PHONY: test
-test: test-deps ## go vet, then every test with the race detector
+test: export XCT_REQUIRE_CLIENTS := 1
+test: test-deps clients-deps ## go vet, then every test with the race detector
 	$(GO) vet ./...
 	$(GO) test -race -count=1 ./...
 	cd deploy/k8s && $(GO) test -race -count=1 ./...
@@ -71,7 +84,7 @@ fuzz: ## Fuzz the parsers and guards for 30s each
 	$(GO) test -run='^$$' -fuzz=FuzzParseDecision -fuzztime=30s ./internal/wire
 
 .PHONY: generate
-generate: $(BUF) ## Regenerate gen/ from proto/
+generate: $(BUF) clients-deps ## Regenerate gen/ from proto/ (Go, TypeScript, Python)
 	$(BUF) generate
 
 .PHONY: check-generate
@@ -80,7 +93,7 @@ check-generate: generate ## Fail if the committed generated code is stale
 		echo "gen/ is stale: run 'make generate' and commit the result"; git status --porcelain -- gen; exit 1; fi
 
 .PHONY: lint
-lint: $(BUF) $(GOLANGCI_LINT) ## gofmt, go vet, golangci-lint, buf lint, and the generated-code check
+lint: $(BUF) $(GOLANGCI_LINT) clients-deps ## gofmt, go vet, golangci-lint, buf lint, and the generated-code check
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GOLANGCI_LINT) run ./...
