@@ -142,6 +142,14 @@ func (l *Log) ResumeChainWriter(ctx context.Context, chainID string) (*ChainWrit
 // ChainID returns the chain this writer appends to.
 func (w *ChainWriter) ChainID() string { return w.chainID }
 
+// Last returns the last event appended (or found by ResumeChainWriter);
+// the zero Event before the first.
+func (w *ChainWriter) Last() lctl.Event {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.lastAppend
+}
+
 // Seq returns the seq of the last appended event (0 before the first).
 func (w *ChainWriter) Seq() uint64 {
 	w.mu.Lock()
@@ -154,8 +162,26 @@ func (w *ChainWriter) Seq() uint64 {
 // the writer refuses further appends: the caller must not act on a
 // transition it could not record.
 func (w *ChainWriter) Append(ctx context.Context, eventType, agent string, data map[string]any) (lctl.Event, error) {
+	return w.append(ctx, time.Time{}, eventType, agent, data)
+}
+
+// AppendAt is Append with the event's timestamp given instead of the
+// current time: for events converted from a record that carries its own
+// time (an OpenTelemetry span). The caller keeps timestamps in order.
+func (w *ChainWriter) AppendAt(ctx context.Context, at time.Time, eventType, agent string, data map[string]any) (lctl.Event, error) {
+	if at.IsZero() {
+		return lctl.Event{}, fmt.Errorf("append to chain %s: a zero timestamp", w.chainID)
+	}
+	return w.append(ctx, at, eventType, agent, data)
+}
+
+// append is Append at time at (zero: now).
+func (w *ChainWriter) append(ctx context.Context, at time.Time, eventType, agent string, data map[string]any) (lctl.Event, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if at.IsZero() {
+		at = w.now()
+	}
 	if w.failed != nil {
 		return lctl.Event{}, fmt.Errorf("append to chain %s: writer stopped after an earlier failure: %w", w.chainID, w.failed)
 	}
@@ -172,7 +198,7 @@ func (w *ChainWriter) Append(ctx context.Context, eventType, agent string, data 
 		ChainID:   w.chainID,
 		Seq:       w.seq + 1,
 		Type:      eventType,
-		Timestamp: lctl.FormatTime(w.now()),
+		Timestamp: lctl.FormatTime(at),
 		Agent:     agent,
 		Data:      norm,
 	}
@@ -192,7 +218,9 @@ func (w *ChainWriter) Append(ctx context.Context, eventType, agent string, data 
 	)
 	if err != nil {
 		var apiErr *jetstream.APIError
-		if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
+		// Replicated streams report the conflict with the second code.
+		if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+			apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
 			err = fmt.Errorf("%w: %w", ErrConflict, err)
 		}
 		w.failed = err
@@ -350,4 +378,24 @@ func (l *Log) Ends(ctx context.Context, chainID string) (first, last lctl.Event,
 		return first, last, fmt.Errorf("read chain %s: last event: %w", chainID, err)
 	}
 	return first, last, nil
+}
+
+// LastSeq returns the seq of a chain's last event (ErrChainNotFound when it
+// has none): one read, to tell whether a cached view is still current.
+func (l *Log) LastSeq(ctx context.Context, chainID string) (uint64, error) {
+	if err := lctl.ValidateChainID(chainID); err != nil {
+		return 0, err
+	}
+	msg, err := l.stream.GetLastMsgForSubject(ctx, Subject(chainID))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, fmt.Errorf("%w: %s", ErrChainNotFound, chainID)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read chain %s: %w", chainID, err)
+	}
+	e, err := lctl.DecodeEvent(msg.Data)
+	if err != nil {
+		return 0, fmt.Errorf("read chain %s: last event: %w", chainID, err)
+	}
+	return e.Seq, nil
 }
