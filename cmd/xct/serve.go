@@ -110,6 +110,9 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		fmt.Fprintf(stdout, "  %-13s %s\n", t, a.Addr(t))
 	}
 	fmt.Fprintf(stdout, "  workspace     %s\n", cfg.Executor.Workspace)
+	if a.Tracer != nil && a.Tracer.HTTPAddr() != "" {
+		fmt.Fprintf(stdout, "  debugger      http://%s/\n", a.Tracer.HTTPAddr())
+	}
 	if *demo {
 		if err := playDemo(ctx, a.Addr(app.TargetOrchestrator), stdout); err != nil {
 			fmt.Fprintln(stdout, "demo:", err)

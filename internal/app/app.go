@@ -244,6 +244,11 @@ func Start(ctx context.Context, cfg Config, targets []string, log *slog.Logger, 
 	}
 	if srv, ok := servers[TargetValidator]; ok {
 		cfg.Orchestrator.ValidatorAddr = srv.Addr()
+		// The tracer's debugger decides approvals through the validator
+		// of the same process unless told otherwise.
+		if cfg.Tracer.ValidatorAddr == "" {
+			cfg.Tracer.ValidatorAddr = srv.Addr()
+		}
 	}
 	if srv, ok := servers[TargetExecutor]; ok {
 		cfg.Orchestrator.ExecutorAddr = srv.Addr()

@@ -73,6 +73,7 @@ func commands() []command {
 		{"convert", "IN OUT | IN --to json|yaml", "convert a chain between JSON and YAML", runConvert},
 		{"export", "--chain ID [-o FILE] [--to json|yaml]", "export a live chain from the tracer", runExport},
 		{"tail", "--chain ID | --all [--nats URL]", "follow events live from the event stream", runTail},
+		{"debug", "FILE [FILE2] [--addr 127.0.0.1:8080] [--open=false]", "serve the visual debugger for chain files (two to diff them)", runDebug},
 	}
 }
 

@@ -26,6 +26,10 @@ type Config struct {
 	// OTLP/HTTP ingestion ("host:port"; port 0 picks a free one; empty:
 	// no HTTP listener).
 	HTTPListen string
+	// ValidatorAddr is the validator's gRPC address, used only by the
+	// visual debugger to list and decide approvals ("": no approvals in
+	// the UI).
+	ValidatorAddr string
 }
 
 // snapshotEvery is the interval the timelines use (<= 0: no snapshots).
@@ -40,6 +44,7 @@ func (c *Config) snapshotEvery() int {
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.DataDir, "tracer-data", "xct-data/tracer", "directory where the tracer stores materialized chains")
 	fs.StringVar(&c.HTTPListen, "tracer-http-listen", DefaultHTTPListen, "tracer HTTP listen address for the visual debugger and OTLP/HTTP (empty: none)")
+	fs.StringVar(&c.ValidatorAddr, "tracer-validator-addr", "", "validator gRPC address the visual debugger lists and decides approvals through (empty: no approvals in the UI)")
 	fs.IntVar(&c.SnapshotEvery, "tracer-snapshot-every", lctl.DefaultSnapshotEvery, "events between two snapshots of a chain's state (replay to any seq costs at most this many events; negative: no snapshots)")
 }
 

@@ -21,11 +21,13 @@ type httpServer struct {
 }
 
 // newMux builds the routes of every HTTP part of the tracer.
-func (s *Service) newMux() *http.ServeMux {
+func (s *Service) newMux() (*http.ServeMux, error) {
 	mux := http.NewServeMux()
 	s.mountOTLP(mux)
-	s.mountUI(mux)
-	return mux
+	if err := s.mountUI(mux); err != nil {
+		return nil, err
+	}
+	return mux, nil
 }
 
 // startHTTP binds cfg.HTTPListen and serves the tracer's HTTP routes.
@@ -33,18 +35,27 @@ func (s *Service) startHTTP(ctx context.Context) (*httpServer, error) {
 	if s.cfg.HTTPListen == "" {
 		return nil, nil
 	}
+	mux, err := s.newMux()
+	if err != nil {
+		return nil, err
+	}
 	lis, err := (&net.ListenConfig{}).Listen(ctx, "tcp", s.cfg.HTTPListen)
 	if err != nil {
+		s.closeUI()
 		return nil, fmt.Errorf("http listen on %s: %w", s.cfg.HTTPListen, err)
 	}
 	h := &httpServer{
 		srv: &http.Server{
-			Handler:           s.newMux(),
+			Handler:           mux,
 			ReadHeaderTimeout: 10 * time.Second,
 			MaxHeaderBytes:    64 << 10,
 		},
 		lis: lis,
 		err: make(chan error, 1),
+	}
+	if s.ui != nil {
+		// Live streams never go idle: end them when shutdown starts.
+		h.srv.RegisterOnShutdown(s.ui.Close)
 	}
 	go func() {
 		if err := h.srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {

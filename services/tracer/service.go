@@ -43,6 +43,7 @@ import (
 	lctlv1 "github.com/xct-dev/xct/gen/lctl/v1"
 	"github.com/xct-dev/xct/internal/eventlog"
 	"github.com/xct-dev/xct/lctl"
+	"github.com/xct-dev/xct/lctl/debugger"
 )
 
 // ConsumerName is the durable consumer the tracer reads the stream with.
@@ -80,6 +81,11 @@ type Service struct {
 	cancel  context.CancelFunc
 	done    chan struct{} // closed when the consumer goroutine ended
 	http    *httpServer   // nil when Config.HTTPListen is empty
+	// ui is the visual debugger on the HTTP listener (nil without one);
+	// validator is its connection for approvals (nil without
+	// Config.ValidatorAddr).
+	ui        *debugger.Handler
+	validator *grpc.ClientConn
 }
 
 // New builds a tracer that reads the stream on nc and keeps chains under
@@ -154,6 +160,7 @@ func (s *Service) Stop(ctx context.Context) error {
 	s.mu.Unlock()
 	defer s.store.close()
 	hs.stop(ctx)
+	s.closeUI()
 	if cancel == nil {
 		return nil
 	}
