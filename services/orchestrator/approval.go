@@ -2,6 +2,7 @@ package orchestrator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -30,7 +31,44 @@ const ApprovalsBucket = "XCT_APPROVALS"
 // expiry, or a cancellation), records the decision, and asks the validator
 // again — the validator, not this process, turns a granted approval into an
 // allow. It returns the final verdict, already recorded.
-func (r *run) awaitApproval(step int, stepID string, ns *xctv1.NextStep, v *xctv1.Verdict) (*xctv1.Verdict, string, error) {
+//
+// A step resumed from another orchestrator's chain enters where that chain
+// stops: its approval is asked for again (the validator returns the one it
+// holds for the step id), approval_requested is not recorded twice, and a
+// decision already on the chain is not waited for again.
+func (r *run) awaitApproval(st *openStep, v *xctv1.Verdict) (*xctv1.Verdict, string, error) {
+	step, stepID, ns := st.step, st.stepID, st.ns
+	if st.decided == "" {
+		var unavailable errApprovalUnavailable
+		err := r.waitApproval(st, v)
+		if errors.As(err, &unavailable) {
+			deny := failClosed(unavailable.reason)
+			return deny, agentOrchestrator, r.record(lctl.TypeVerdict, agentOrchestrator, verdictData(step, stepID, ns.GetTool(), deny))
+		}
+		if err != nil {
+			return nil, "", err
+		}
+	}
+	if st.decided == "expired" {
+		final := &xctv1.Verdict{
+			Decision:      xctv1.VerdictDecision_VERDICT_DECISION_DENY,
+			Reasons:       []*xctv1.Reason{{RuleId: "approval", Message: "no one decided before the approval expired"}},
+			PolicyVersion: v.GetPolicyVersion(),
+			EvaluatedAt:   nowpb(),
+			Error:         wire.Errorf(wire.CodeApprovalExpired, "the step needed a human approval and none was given before %s", lctl.FormatTime(st.approvalExpires)),
+		}
+		return final, agentOrchestrator, r.record(lctl.TypeVerdict, agentOrchestrator, verdictData(step, stepID, ns.GetTool(), final))
+	}
+	return r.revalidate(step, stepID, ns)
+}
+
+// waitApproval opens the step's approval (or finds it open), records that
+// the step waits, waits for the decision and records it in st.decided. A
+// policy that no longer wants a human, or an approval that cannot be
+// opened, is recorded as the final verdict and ends the wait: st.verdict
+// and st.decided tell which.
+func (r *run) waitApproval(st *openStep, v *xctv1.Verdict) error {
+	step, stepID, ns := st.step, st.stepID, st.ns
 	ctx, cancel := context.WithTimeout(r.traceCtx(context.Background()), r.svc.cfg.CallTimeout)
 	resp, err := r.svc.validator.RequestApproval(ctx, &xctv1.RequestApprovalRequest{
 		Run: r.runContext(step), Step: int32(step), StepId: stepID, Proposal: ns, Verdict: v,
@@ -40,13 +78,18 @@ func (r *run) awaitApproval(step int, stepID string, ns *xctv1.NextStep, v *xctv
 	if status.Code(err) == codes.FailedPrecondition {
 		// The policy changed between the verdict and the request and no
 		// longer wants a human: ask for a verdict again.
-		return r.revalidate(step, stepID, ns)
+		st.decided = "unneeded"
+		return nil
 	}
 	if err != nil {
-		deny := failClosed(fmt.Sprintf("the approval could not be opened: %v", err))
-		return deny, agentOrchestrator, r.record(lctl.TypeVerdict, agentOrchestrator, verdictData(step, stepID, ns.GetTool(), deny))
+		return errApprovalUnavailable{fmt.Sprintf("the approval could not be opened: %v", err)}
 	}
 	a := resp.GetApproval()
+	st.approvalExpires = a.GetExpiresAt().AsTime()
+	if st.approvalRequested {
+		r.log.Info("step still waits for approval", "run", r.id, "step", step, "tool", ns.GetTool(), "expires_at", st.approvalExpires)
+		return r.decideApproval(st, a)
+	}
 	requested := map[string]any{
 		"step":         step,
 		"step_id":      stepID,
@@ -58,13 +101,18 @@ func (r *run) awaitApproval(step int, stepID string, ns *xctv1.NextStep, v *xctv
 		requested["preview"] = map[string]any{"kind": p.GetKind(), "content": p.GetContent()}
 	}
 	if err := r.record(TypeApprovalRequested, agentOrchestrator, requested); err != nil {
-		return nil, "", err
+		return err
 	}
+	st.approvalRequested = true
 	r.log.Info("step waits for approval", "run", r.id, "step", step, "tool", ns.GetTool(), "expires_at", a.GetExpiresAt().AsTime())
+	return r.decideApproval(st, a)
+}
 
+// decideApproval waits for the decision of an open approval and records it.
+func (r *run) decideApproval(st *openStep, a *xctv1.Approval) error {
 	decided, err := r.waitForDecision(a)
 	if err != nil {
-		return nil, "", err
+		return err
 	}
 	by := decided.GetDecidedBy()
 	if by == "" {
@@ -78,27 +126,23 @@ func (r *run) awaitApproval(step int, stepID string, ns *xctv1.NextStep, v *xctv
 		decision = "expired"
 	}
 	if err := r.record(TypeApprovalDecided, by, map[string]any{
-		"step":     step,
-		"step_id":  stepID,
+		"step":     st.step,
+		"step_id":  st.stepID,
 		"decision": decision,
 		"by":       decided.GetDecidedBy(),
 		"reason":   decided.GetReason(),
 	}); err != nil {
-		return nil, "", err
+		return err
 	}
-
-	if decision == "expired" {
-		final := &xctv1.Verdict{
-			Decision:      xctv1.VerdictDecision_VERDICT_DECISION_DENY,
-			Reasons:       []*xctv1.Reason{{RuleId: "approval", Message: "no one decided before the approval expired"}},
-			PolicyVersion: v.GetPolicyVersion(),
-			EvaluatedAt:   nowpb(),
-			Error:         wire.Errorf(wire.CodeApprovalExpired, "the step needed a human approval and none was given before %s", lctl.FormatTime(a.GetExpiresAt().AsTime())),
-		}
-		return final, agentOrchestrator, r.record(lctl.TypeVerdict, agentOrchestrator, verdictData(step, stepID, ns.GetTool(), final))
-	}
-	return r.revalidate(step, stepID, ns)
+	st.decided = decision
+	return nil
 }
+
+// errApprovalUnavailable: the approval could not be opened; the step is
+// denied (fail closed).
+type errApprovalUnavailable struct{ reason string }
+
+func (e errApprovalUnavailable) Error() string { return e.reason }
 
 // revalidate asks the validator again after an approval was decided and
 // records its verdict. A validator that still wants a human is refused,
@@ -145,6 +189,9 @@ func (r *run) waitForDecision(a *xctv1.Approval) (*xctv1.Approval, error) {
 		select {
 		case <-r.ctx.Done():
 			return nil, context.Cause(r.ctx)
+		case <-r.release:
+			// Handed over: the next owner waits for the same approval.
+			return nil, errReleased
 		case <-expiry.C:
 			// A decision stored just before the deadline still counts.
 			ctx, cancel := context.WithTimeout(context.Background(), r.svc.cfg.CallTimeout)

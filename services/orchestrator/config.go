@@ -39,6 +39,15 @@ type Config struct {
 	// Replicas is the JetStream replica count for the stream, when this
 	// service creates it (set by the app).
 	Replicas int
+	// RunLease is how long the owner of a run may go without renewing its
+	// claim (docs/lifecycle.md) before another replica takes the run over.
+	RunLease time.Duration
+	// DrainTimeout bounds a graceful stop: in-flight steps get this long to
+	// finish before their runs are handed over.
+	DrainTimeout time.Duration
+	// Instance names this process in the run owners bucket; empty picks
+	// the host name and a random suffix.
+	Instance string
 }
 
 // RegisterFlags registers the orchestrator's flags with their defaults.
@@ -50,6 +59,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.ProposeTimeout, "propose-timeout", 2*time.Minute, "deadline of one model call")
 	fs.DurationVar(&c.CallTimeout, "call-timeout", 2*time.Minute, "deadline of one validator or executor call")
 	fs.DurationVar(&c.AppendTimeout, "append-timeout", 10*time.Second, "deadline of one event log append; a run stops when one fails")
+	fs.DurationVar(&c.RunLease, "run-lease", 15*time.Second, "how long a run's owner may go without renewing its claim before another orchestrator takes the run over")
+	fs.DurationVar(&c.DrainTimeout, "drain-timeout", 15*time.Second, "on a graceful stop, how long in-flight steps may take before their runs are handed over")
+	fs.StringVar(&c.Instance, "instance", "", "name of this orchestrator in the run owners bucket (default: host name and a random suffix)")
 	fs.StringVar(&c.ScriptsDir, "scripts-dir", ".", "directory scripted:FILE models are read from")
 	fs.Func("allow-grpc-proposer", "address a grpc:ADDR model may use (repeatable, comma-separated; * for any)", func(v string) error {
 		for _, a := range strings.Split(v, ",") {
@@ -90,9 +102,36 @@ func (c *Config) Validate() error {
 	if c.AppendTimeout <= 0 {
 		c.AppendTimeout = 10 * time.Second
 	}
+	if c.RunLease < 0 || c.DrainTimeout < 0 {
+		errs = append(errs, fmt.Errorf("-run-lease and -drain-timeout must not be negative"))
+	}
+	if c.RunLease == 0 {
+		c.RunLease = 15 * time.Second
+	}
+	if c.DrainTimeout == 0 {
+		c.DrainTimeout = 15 * time.Second
+	}
+	if c.Instance != "" && !validInstance(c.Instance) {
+		errs = append(errs, fmt.Errorf("-instance %q: use 1-64 of A-Z a-z 0-9 . _ -", c.Instance))
+	}
 	return errors.Join(errs...)
 }
 
 func (c *Config) grpcProposerAllowed(addr string) bool {
 	return slices.Contains(c.AllowGRPCProposers, "*") || slices.Contains(c.AllowGRPCProposers, addr)
+}
+
+// validInstance reports whether name is usable as an instance name.
+func validInstance(name string) bool {
+	if len(name) == 0 || len(name) > 64 {
+		return false
+	}
+	for _, c := range name {
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '.', c == '_', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
 }

@@ -46,6 +46,14 @@ func (x *runIndex) put(r *xctv1.Run) {
 	x.runs[r.GetRunId()] = r
 }
 
+// drop forgets a run, so the next read comes from its chain.
+func (x *runIndex) drop(id string) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	delete(x.runs, id)
+	delete(x.summaries, id)
+}
+
 // markUnrecorded ends a run whose end could not be written to the log: the
 // process knows it failed even though the chain cannot say so.
 func (x *runIndex) markUnrecorded(id, message string) {

@@ -51,6 +51,15 @@ type run struct {
 	cancel context.CancelCauseFunc
 	done   chan struct{}
 
+	// lease is the run's claim in the owners bucket (owners.go); release
+	// is closed when this process stops and wants to hand the run over at
+	// its next step boundary; resumed is where a run taken over from
+	// another orchestrator continues (resume.go).
+	lease       lease
+	release     chan struct{}
+	releaseOnce sync.Once
+	resumed     *resumeState
+
 	// recording is held while an event is appended and folded into the
 	// views, so a reader that saw the event on the log never reads a view
 	// without it.
@@ -59,6 +68,8 @@ type run struct {
 	model   string
 	started time.Time
 	roles   []string
+	at      int  // the step the loop is at
+	ended   bool // run_finished is on the chain
 
 	transcript        transcript
 	tokensIn          int64
@@ -113,32 +124,115 @@ func (r *run) loop() {
 	defer func() { _ = r.proposer.Close() }()
 	status, message := r.steps()
 	defer r.endRunSpan(status, message)
-	if errors.Is(r.finishErr(status, message), errLogLost) {
+	switch status {
+	case statusReleased:
+		r.handOver(message)
+		return
+	case statusAbandoned:
+		r.log.Warn("run left to another orchestrator", "run", r.id, "reason", message)
+		r.svc.runs.drop(r.id)
+		return
+	}
+	err := r.finishErr(status, message)
+	switch {
+	case errors.Is(err, eventlog.ErrConflict):
+		r.svc.runs.drop(r.id) // another orchestrator writes the chain now
+	case errors.Is(err, errLogLost):
 		r.svc.runs.markUnrecorded(r.id, message)
+	case err == nil:
+		r.ended = true // the owner key goes once the run left the active set
 	}
 }
 
-// steps runs iterations until the run ends and says how it ended.
+// Ways a loop stops without ending its run.
+const (
+	// statusReleased: this process is stopping and handed the run over.
+	statusReleased = "released"
+	// statusAbandoned: another orchestrator owns the run now.
+	statusAbandoned = "abandoned"
+)
+
+// requestRelease asks the loop to hand the run over at its next step
+// boundary (or at once while it waits for a human).
+func (r *run) requestRelease() {
+	if r.release != nil {
+		r.releaseOnce.Do(func() { close(r.release) })
+	}
+}
+
+func (r *run) releaseRequested() bool {
+	select {
+	case <-r.release:
+		return true
+	default:
+		return false
+	}
+}
+
+// stopped says how the loop ends when err (or the run's cancellation)
+// stopped it; ok is false for an error that simply fails the run.
+func (r *run) stopped(err error) (status, message string, ok bool) {
+	cause := context.Cause(r.ctx)
+	switch {
+	case errors.Is(err, eventlog.ErrConflict) || errors.Is(cause, errOwnershipLost):
+		return statusAbandoned, "another orchestrator appended to the chain", true
+	case errors.Is(err, errReleased) || errors.Is(cause, errReleased):
+		return statusReleased, "", true
+	case errors.Is(err, errLogLost):
+		return "failed", err.Error(), true
+	case cause != nil:
+		return "cancelled", cause.Error(), true
+	}
+	return "", "", false
+}
+
+// steps runs iterations until the run ends, or is handed over, and says
+// how. A run taken over continues where its chain stops: an open step is
+// finished first, then the loop proposes the next one.
 func (r *run) steps() (status, message string) {
-	invalidInARow := 0
-	for step := 1; ; step++ {
-		if cause := context.Cause(r.ctx); cause != nil {
-			return "cancelled", cause.Error()
+	from, invalidInARow, open := 1, 0, (*openStep)(nil)
+	if rs := r.resumed; rs != nil {
+		if rs.endMessage != "" {
+			return "failed", rs.endMessage // the last step already ended the run
 		}
-		if step > r.maxSteps {
-			e := wire.Errorf(wire.CodeBudgetExceeded, "the run's step budget of %d is used up", r.maxSteps)
-			if err := r.record(lctl.TypeError, agentOrchestrator, errorData(step, "", e)); err != nil {
-				return "failed", err.Error()
+		if rs.invalidInARow >= r.svc.cfg.RepairBudget {
+			return "failed", fmt.Sprintf("the model produced %d invalid outputs in a row (repair budget %d)", rs.invalidInARow, r.svc.cfg.RepairBudget)
+		}
+		from, invalidInARow, open = rs.next, rs.invalidInARow, rs.open
+		if open != nil {
+			from = open.step
+		}
+	}
+	for step := from; ; step++ {
+		r.at = step
+		if r.releaseRequested() {
+			return statusReleased, ""
+		}
+		if status, message, ok := r.stopped(nil); ok {
+			return status, message
+		}
+		var outcome iterationOutcome
+		var err error
+		if open != nil {
+			outcome, err = r.finishStep(open)
+			open = nil
+		} else {
+			if step > r.maxSteps {
+				e := wire.Errorf(wire.CodeBudgetExceeded, "the run's step budget of %d is used up", r.maxSteps)
+				if err := r.record(lctl.TypeError, agentOrchestrator, errorData(step, "", e)); err != nil {
+					if status, message, ok := r.stopped(err); ok {
+						return status, message
+					}
+					return "failed", err.Error()
+				}
+				return "failed", e.GetMessage()
 			}
-			return "failed", e.GetMessage()
+			outcome, err = r.iterate(step)
 		}
-		outcome, err := r.iterate(step)
-		switch {
-		case errors.Is(err, errLogLost):
-			return "failed", err.Error()
-		case err != nil && context.Cause(r.ctx) != nil:
-			return "cancelled", context.Cause(r.ctx).Error()
-		case err != nil:
+		if err != nil {
+			if status, message, ok := r.stopped(err); ok {
+				return status, message
+			}
 			return "failed", err.Error()
 		}
 		if outcome.kind == outcomeStep && outcome.message == "success" {
@@ -229,24 +323,61 @@ func (r *run) iterate(step int) (iterationOutcome, error) {
 	if err := r.record(lctl.TypeStepStart, agent, proposed); err != nil {
 		return iterationOutcome{}, err
 	}
+	return r.finishStep(&openStep{step: step, stepID: stepID, ns: ns, agent: agent, tokens: tokens, started: started})
+}
+
+// openStep is a step whose step_start is on the chain, and what else of
+// it is: nothing yet for a step just proposed; anything up to its outcome
+// for a step resumed from the chain of another orchestrator.
+type openStep struct {
+	step    int
+	stepID  string
+	ns      *xctv1.NextStep
+	agent   string
+	tokens  map[string]any
+	started time.Time
+
+	invalid           bool           // the model's output was not a decision
+	errorRecorded     bool           // (invalid) its error event is on the chain
+	verdict           *xctv1.Verdict // the last verdict on the chain
+	verdictAgent      string
+	approvalRequested bool
+	approvalExpires   time.Time
+	decided           string // approved, denied or expired, once recorded
+	outcome, summary  string // once the tool_call or error is on the chain
+	inDoubt           *xctv1.Error
+}
+
+// finishStep carries a started step through whatever is not yet on its
+// chain: verdict, approval, execution, outcome, step_end.
+func (r *run) finishStep(st *openStep) (iterationOutcome, error) {
+	if st.invalid {
+		return iterationOutcome{kind: outcomeInvalid}, r.finishInvalid(st)
+	}
+	step, stepID, ns, agent := st.step, st.stepID, st.ns, st.agent
 	r.startStep(stepID, ns.GetTool())
 	defer r.endStep()
 
-	verdict, verdictAgent := r.validate(step, stepID, ns)
-	if err := r.record(lctl.TypeVerdict, verdictAgent, verdictData(step, stepID, ns.GetTool(), verdict)); err != nil {
-		return iterationOutcome{}, err
+	verdict, verdictAgent := st.verdict, st.verdictAgent
+	if verdict == nil {
+		verdict, verdictAgent = r.validate(step, stepID, ns)
+		if err := r.record(lctl.TypeVerdict, verdictAgent, verdictData(step, stepID, ns.GetTool(), verdict)); err != nil {
+			return iterationOutcome{}, err
+		}
 	}
 	if verdict.GetDecision() == xctv1.VerdictDecision_VERDICT_DECISION_NEEDS_APPROVAL {
 		var err error
-		if verdict, verdictAgent, err = r.awaitApproval(step, stepID, ns, verdict); err != nil {
+		if verdict, verdictAgent, err = r.awaitApproval(st, verdict); err != nil {
 			return iterationOutcome{}, err
 		}
 	}
 
-	outcome := "success"
-	var summary string
-	var inDoubt *xctv1.Error
-	if verdict.GetDecision() == xctv1.VerdictDecision_VERDICT_DECISION_ALLOW {
+	outcome, summary, inDoubt := st.outcome, st.summary, st.inDoubt
+	switch {
+	case outcome != "":
+		// Recorded before a takeover.
+	case verdict.GetDecision() == xctv1.VerdictDecision_VERDICT_DECISION_ALLOW:
+		outcome = "success"
 		// The allow verdict is durable: only now may the step act.
 		res, execErr := r.execute(stepID, ns)
 		if execErr == nil {
@@ -274,7 +405,7 @@ func (r *run) iterate(step int) (iterationOutcome, error) {
 				return iterationOutcome{}, err
 			}
 		}
-	} else {
+	default:
 		e := verdict.GetError()
 		if e == nil {
 			e = wire.Errorf(wire.CodePolicyDenied, "the validator did not allow this step")
@@ -290,8 +421,8 @@ func (r *run) iterate(step int) (iterationOutcome, error) {
 		"step_id":        stepID,
 		"outcome":        outcome,
 		"output_summary": summary,
-		"duration_ms":    float64(time.Since(started).Microseconds()) / 1000,
-		"tokens":         tokens,
+		"duration_ms":    float64(time.Since(st.started).Microseconds()) / 1000,
+		"tokens":         st.tokens,
 	}); err != nil {
 		return iterationOutcome{}, err
 	}
@@ -302,10 +433,33 @@ func (r *run) iterate(step int) (iterationOutcome, error) {
 	if inDoubt != nil {
 		// The step may have acted. Going on could let the model propose it
 		// again as a new step and act twice: a human decides first.
-		return iterationOutcome{}, fmt.Errorf("step %d (%s) is in doubt: %s; decide with: xct resolve %s %d --as succeeded|failed|retry",
-			step, stepID, inDoubt.GetMessage(), r.id, step)
+		return iterationOutcome{}, errors.New(inDoubtMessage(r.id, step, stepID, inDoubt))
 	}
 	return iterationOutcome{kind: outcomeStep, message: outcome}, nil
+}
+
+// inDoubtMessage is how a run stopped by a step in doubt ends.
+func inDoubtMessage(runID string, step int, stepID string, e *xctv1.Error) string {
+	return fmt.Sprintf("step %d (%s) is in doubt: %s; decide with: xct resolve %s %d --as succeeded|failed|retry",
+		step, stepID, e.GetMessage(), runID, step)
+}
+
+// finishInvalid ends a step whose invalid model output is on the chain
+// but whose error or step_end is not (a step resumed after a takeover).
+func (r *run) finishInvalid(st *openStep) error {
+	e := wire.Errorf(wire.CodeGenerationFailed, "the model's output was not a decision")
+	if !st.errorRecorded {
+		if err := r.record(lctl.TypeError, st.agent, errorData(st.step, "", e)); err != nil {
+			return err
+		}
+	}
+	return r.record(lctl.TypeStepEnd, st.agent, map[string]any{
+		"step":           st.step,
+		"outcome":        "invalid",
+		"output_summary": e.GetMessage(),
+		"duration_ms":    float64(time.Since(st.started).Microseconds()) / 1000,
+		"tokens":         st.tokens,
+	})
 }
 
 // unknownOutcome reports whether an error leaves open whether the step

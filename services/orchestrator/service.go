@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -43,9 +44,23 @@ type Service struct {
 	executor  xctv1.ExecutorServiceClient
 	conns     []*grpc.ClientConn
 
+	// owners is the run owners bucket (owners.go); instance is this
+	// process's name in it.
+	owners   jetstream.KeyValue
+	instance string
+
 	mu       sync.Mutex
 	active   map[string]*run
+	claiming map[string]bool
 	stopping bool
+
+	// stopWatch ends the takeover watch, stopHeartbeat the renewal of
+	// claims; background counts both goroutines. closing is closed once
+	// every run was handed over: open WatchRun streams end then.
+	stopWatch, stopHeartbeat context.CancelFunc
+	background               sync.WaitGroup
+	closing                  chan struct{}
+	closeOnce                sync.Once
 }
 
 // Option customizes a Service.
@@ -63,7 +78,11 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger, opts ...Option) (*Service,
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("orchestrator config: %w", err)
 	}
-	s := &Service{cfg: cfg, nc: nc, log: log, funcs: map[string]Proposer{}, runs: newRunIndex(), active: map[string]*run{}}
+	s := &Service{cfg: cfg, nc: nc, log: log, funcs: map[string]Proposer{}, runs: newRunIndex(), active: map[string]*run{},
+		claiming: map[string]bool{}, instance: cfg.Instance, closing: make(chan struct{})}
+	if s.instance == "" {
+		s.instance = newInstance()
+	}
 	for _, o := range opts {
 		o(s)
 	}
@@ -85,41 +104,108 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger, opts ...Option) (*Service,
 // Register registers the gRPC service.
 func (s *Service) Register(g *grpc.Server) { xctv1.RegisterOrchestratorServiceServer(g, s) }
 
-// Start opens the event log. It reads nothing else: runs are read from
-// their chains when asked for, so starting costs the same with a log of any
-// size.
+// Instance is this orchestrator's name in the run owners bucket.
+func (s *Service) Instance() string { return s.instance }
+
+// Start opens the event log and the run owners bucket, then renews the
+// claims of the runs it will own and watches for runs to take over. It
+// reads no chain: unfinished runs are found through their owner keys, so
+// starting costs the same with a log of any size.
 func (s *Service) Start(ctx context.Context) error {
 	log, err := eventlog.Open(ctx, s.nc, eventlog.Config{Replicas: s.cfg.Replicas})
 	if err != nil {
 		return err
 	}
 	s.events = log
+	if err := s.openOwners(ctx); err != nil {
+		return err
+	}
+	hctx, hcancel := context.WithCancel(context.Background())
+	wctx, wcancel := context.WithCancel(context.Background())
+	s.stopHeartbeat, s.stopWatch = hcancel, wcancel
+	s.background.Add(2)
+	go func() {
+		defer s.background.Done()
+		s.heartbeat(hctx)
+	}()
+	go func() {
+		defer s.background.Done()
+		s.watchOwners(wctx)
+	}()
+	s.log.Info("orchestrator instance", "instance", s.instance, "run_lease", s.cfg.RunLease, "drain_timeout", s.cfg.DrainTimeout)
 	return nil
 }
 
-// Stop cancels active runs, waits for their loops to record how they ended
-// (until ctx ends), and closes connections.
+// Stop hands every run over to another replica (docs/lifecycle.md): it
+// takes no new runs or takeovers, lets each run finish the step in flight
+// and records the hand-over at that step boundary (at once for a run
+// waiting for a human), within the drain timeout (and ctx). Past 90% of
+// it, model calls in flight are interrupted; a run still inside a tool
+// call at the deadline is left to its claim's expiry. Then claims stop
+// being renewed, open WatchRun streams end with UNAVAILABLE, and
+// connections close.
 func (s *Service) Stop(ctx context.Context) error {
 	s.mu.Lock()
 	s.stopping = true
-	active := make([]*run, 0, len(s.active))
-	for _, r := range s.active {
-		active = append(active, r)
-	}
 	s.mu.Unlock()
-	for _, r := range active {
-		r.cancel(errCancelled{reason: "orchestrator stopped"})
+	if s.stopWatch != nil {
+		s.stopWatch()
 	}
-	for _, r := range active {
-		select {
-		case <-r.done:
-		case <-ctx.Done():
+	var runs []*run
+	for _, r := range s.activeRuns() {
+		if r.release != nil { // rollbacks finish on their own
+			runs = append(runs, r)
+			r.requestRelease()
 		}
 	}
+	drain, cancel := context.WithTimeout(ctx, s.cfg.DrainTimeout)
+	defer cancel()
+	interrupt, cancelInterrupt := context.WithTimeout(drain, s.cfg.DrainTimeout*9/10)
+	defer cancelInterrupt()
+	waitRuns(interrupt, runs)
+	for _, r := range runs {
+		r.cancel(errReleased)
+	}
+	if left := waitRuns(drain, runs); left > 0 {
+		s.log.Warn("drain timeout: runs still inside a tool call are left to their claims' expiry", "runs", left)
+	}
+	if s.stopHeartbeat != nil {
+		s.stopHeartbeat()
+	}
+	s.background.Wait()
+	s.closeOnce.Do(func() { close(s.closing) })
 	for _, c := range s.conns {
 		c.Close()
 	}
 	return nil
+}
+
+// waitRuns waits until every run's loop ended or ctx ends, and returns how
+// many did not end.
+func waitRuns(ctx context.Context, runs []*run) int {
+	left := 0
+	for _, r := range runs {
+		select {
+		case <-r.done:
+		case <-ctx.Done():
+			left++
+		}
+	}
+	return left
+}
+
+// launch runs a run's loop; the run leaves the active set when it ends.
+func (s *Service) launch(r *run) {
+	go func() {
+		r.loop()
+		s.mu.Lock()
+		delete(s.active, r.id)
+		s.mu.Unlock()
+		if r.ended {
+			s.finishLease(r)
+		}
+		r.cancel(nil)
+	}()
 }
 
 // StartRun implements OrchestratorService.
@@ -177,17 +263,31 @@ func (s *Service) startRun(ctx context.Context, req *xctv1.StartRunRequest) (*ru
 		id: id, svc: s, log: s.log, writer: writer, proposer: proposer, tools: catalog.GetTools(),
 		goal: req.GetGoal(), principal: principal, labels: req.GetLabels(), maxSteps: maxSteps,
 		model: req.GetModel(), started: time.Now(),
-		ctx: rctx, cancel: rcancel, done: make(chan struct{}),
+		ctx: rctx, cancel: rcancel, done: make(chan struct{}), release: make(chan struct{}),
 	}
 	s.mu.Lock()
-	if s.stopping {
+	if s.stopping || s.active[id] != nil {
+		stopping := s.stopping
 		s.mu.Unlock()
 		rcancel(nil)
 		_ = proposer.Close()
-		return nil, ErrStopping
+		if stopping {
+			return nil, ErrStopping
+		}
+		return nil, fmt.Errorf("%w: %s", ErrRunExists, id)
 	}
 	s.active[id] = r
 	s.mu.Unlock()
+	rev, err := s.claimNew(ctx, id)
+	if err != nil {
+		s.mu.Lock()
+		delete(s.active, id)
+		s.mu.Unlock()
+		rcancel(nil)
+		_ = proposer.Close()
+		return nil, err
+	}
+	r.lease.rev = rev
 	err = r.record(lctl.TypeRunStarted, agentOrchestrator, map[string]any{
 		"run_id":    id,
 		"goal":      req.GetGoal(),
@@ -202,6 +302,9 @@ func (s *Service) startRun(ctx context.Context, req *xctv1.StartRunRequest) (*ru
 		s.mu.Unlock()
 		rcancel(nil)
 		_ = proposer.Close()
+		if derr := s.disown(id, rev); derr != nil {
+			s.log.Warn("run not started but its owner key stays", "run", id, "err", derr)
+		}
 		if errors.Is(err, eventlog.ErrConflict) {
 			return nil, fmt.Errorf("%w: %s", ErrRunExists, id)
 		}
@@ -209,13 +312,7 @@ func (s *Service) startRun(ctx context.Context, req *xctv1.StartRunRequest) (*ru
 	}
 	s.log.Info("run started", "run", id, "model", req.GetModel(), "principal", principal)
 	r.startRunSpan(ctx)
-	go func() {
-		r.loop()
-		s.mu.Lock()
-		delete(s.active, id)
-		s.mu.Unlock()
-		rcancel(nil)
-	}()
+	s.launch(r)
 	return r, nil
 }
 
@@ -244,7 +341,11 @@ func (s *Service) lookup(ctx context.Context, id string) (*xctv1.Run, error) {
 		}
 	}
 	if r, ok := s.runs.get(id); ok && ended(r) {
-		return r, nil
+		// An ended run changes only by a rollback, which another replica
+		// may have run: one read of the chain's last seq tells.
+		if last, err := s.events.LastSeq(ctx, id); err == nil && last <= r.GetLastSeq() {
+			return r, nil
+		}
 	}
 	events, err := s.events.ReadChain(ctx, id)
 	if errors.Is(err, eventlog.ErrChainNotFound) || (err == nil && (len(events) == 0 || events[0].Type != lctl.TypeRunStarted)) {
@@ -285,7 +386,7 @@ func (s *Service) ListRuns(ctx context.Context, req *xctv1.ListRunsRequest) (*xc
 	}
 	runs := make([]*xctv1.Run, 0, len(chains))
 	for id, count := range chains {
-		if r, ok := s.runs.summary(id); ok && (ended(r) || (s.owns(id) && r.GetLastSeq() >= count)) {
+		if r, ok := s.runs.summary(id); ok && (ended(r) || s.owns(id)) && r.GetLastSeq() >= count {
 			runs = append(runs, r)
 			continue
 		}
@@ -346,8 +447,21 @@ func (s *Service) WatchRun(req *xctv1.WatchRunRequest, stream grpc.ServerStreami
 	if _, err := s.lookup(ctx, req.GetRunId()); err != nil {
 		return toStatus(err)
 	}
-	err := s.events.Follow(ctx, req.GetRunId(), eventlog.FollowOptions{}, func(e lctl.Event) error {
+	// A stopping orchestrator ends its streams once its runs are handed
+	// over; the client watches again from where it was, elsewhere.
+	fctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-s.closing:
+			cancel()
+		case <-fctx.Done():
+		}
+	}()
+	sent := req.GetFromSeq()
+	err := s.events.Follow(fctx, req.GetRunId(), eventlog.FollowOptions{}, func(e lctl.Event) error {
 		if e.Seq >= req.GetFromSeq() {
+			sent = e.Seq + 1
 			pe, err := lctlpb.ToProto(&e)
 			if err != nil {
 				return err
@@ -364,6 +478,9 @@ func (s *Service) WatchRun(req *xctv1.WatchRunRequest, stream grpc.ServerStreami
 	if err != nil {
 		if ctx.Err() != nil {
 			return status.FromContextError(ctx.Err()).Err()
+		}
+		if fctx.Err() != nil {
+			return status.Errorf(codes.Unavailable, "orchestrator %s is stopping: watch run %s again from seq %d", s.instance, req.GetRunId(), sent)
 		}
 		return toStatus(err)
 	}

@@ -1,0 +1,358 @@
+package orchestrator
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Run ownership (docs/lifecycle.md). Every unfinished run has one key in
+// the KV bucket XCT_RUN_OWNERS, named after the run, whose value names the
+// orchestrator instance that runs its loop. The key is created with the
+// run, renewed by its owner while it works (a heartbeat that changes the
+// key's revision), handed over by a graceful stop (owner "") and deleted
+// once the run's end is on its chain. Every change is conditional on the
+// revision the writer read, so exactly one replica wins a claim. Another
+// replica takes a run over when its key is released, or when the key has
+// not changed for a whole lease as measured by its own clock (no clocks
+// are compared across machines). The chain's single-writer append remains
+// the last guard: a stale owner that missed losing its claim fails its
+// next append and stops.
+
+// OwnersBucket is the KV bucket of run owners.
+const OwnersBucket = "XCT_RUN_OWNERS"
+
+// Events of a run changing hands (docs/events.md).
+const (
+	TypeRunReleased = "run_released"
+	TypeRunResumed  = "run_resumed"
+)
+
+// errReleased is the cause of a run handed over by a stopping orchestrator;
+// errOwnershipLost of one another replica took over. Neither ends the run.
+var (
+	errReleased      = errors.New("handed over: the orchestrator is stopping")
+	errOwnershipLost = errors.New("another orchestrator took the run over")
+)
+
+// ownerRecord is the value of a run's key.
+type ownerRecord struct {
+	// Owner is the instance running the loop; "" when released.
+	Owner string `json:"owner"`
+	// ReleasedBy names the instance that released the run.
+	ReleasedBy string `json:"released_by,omitempty"`
+	// At is when the record was written (for people; never compared).
+	At time.Time `json:"at"`
+}
+
+func encodeOwner(rec ownerRecord) []byte {
+	rec.At = time.Now().UTC()
+	b, _ := json.Marshal(rec)
+	return b
+}
+
+func decodeOwner(b []byte) (ownerRecord, bool) {
+	var rec ownerRecord
+	if err := json.Unmarshal(b, &rec); err != nil {
+		return rec, false
+	}
+	return rec, true
+}
+
+// newInstance names this process: its host name (the pod's name in
+// Kubernetes) and a random suffix, so a restart is a new instance.
+func newInstance() string {
+	host, _ := os.Hostname()
+	host = strings.Map(func(c rune) rune {
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.' {
+			return c
+		}
+		return -1
+	}, host)
+	if len(host) > 40 {
+		host = host[:40]
+	}
+	if host == "" {
+		host = "orchestrator"
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return host + "-" + hex.EncodeToString(b[:])
+}
+
+// lease is a run's claim in the owners bucket, held by its loop.
+type lease struct {
+	mu  sync.Mutex
+	rev uint64 // revision of the key as last written by this owner; 0: not held
+}
+
+// held returns the revision while the claim is held.
+func (l *lease) held() (uint64, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.rev, l.rev != 0
+}
+
+// openOwners binds to the owners bucket, creating it if needed, and drops
+// delete markers of runs that ended more than an hour ago.
+func (s *Service) openOwners(ctx context.Context) error {
+	js := s.events.JetStream()
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      OwnersBucket,
+		Description: "owner instance of every unfinished XCT run",
+		History:     1,
+		Storage:     jetstream.FileStorage,
+		Replicas:    max(s.cfg.Replicas, 1),
+	})
+	if errors.Is(err, jetstream.ErrBucketExists) {
+		kv, err = js.KeyValue(ctx, OwnersBucket)
+	}
+	if err != nil {
+		return fmt.Errorf("open bucket %s: %w", OwnersBucket, err)
+	}
+	s.owners = kv
+	if err := kv.PurgeDeletes(ctx, jetstream.DeleteMarkersOlderThan(time.Hour)); err != nil {
+		s.log.Warn("could not purge old delete markers", "bucket", OwnersBucket, "err", err)
+	}
+	return nil
+}
+
+// claimNew makes this instance the owner of a new run. A key that exists
+// means a run with this id is not finished.
+func (s *Service) claimNew(ctx context.Context, id string) (uint64, error) {
+	rev, err := s.owners.Create(ctx, id, encodeOwner(ownerRecord{Owner: s.instance}))
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		return 0, fmt.Errorf("%w: %s", ErrRunExists, id)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("%w: claim run: %w", errLogLost, err)
+	}
+	return rev, nil
+}
+
+// kvTimeout bounds one operation on the owners bucket.
+const kvTimeout = 10 * time.Second
+
+// renew moves the run's key to a new revision, proving its owner is alive.
+// It reports false when the claim was lost: another replica owns the run.
+func (s *Service) renew(r *run) (ok bool, err error) {
+	r.lease.mu.Lock()
+	defer r.lease.mu.Unlock()
+	if r.lease.rev == 0 {
+		return true, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), kvTimeout)
+	defer cancel()
+	rev, err := s.owners.Update(ctx, r.id, encodeOwner(ownerRecord{Owner: s.instance}), r.lease.rev)
+	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyNotFound) {
+		r.lease.rev = 0
+		return false, nil
+	}
+	if err != nil {
+		return true, err
+	}
+	r.lease.rev = rev
+	return true, nil
+}
+
+// handOver releases the run's key for another replica (owner "").
+func (s *Service) handOver(r *run) error {
+	r.lease.mu.Lock()
+	defer r.lease.mu.Unlock()
+	if r.lease.rev == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), kvTimeout)
+	defer cancel()
+	_, err := s.owners.Update(ctx, r.id, encodeOwner(ownerRecord{ReleasedBy: s.instance}), r.lease.rev)
+	r.lease.rev = 0
+	if err != nil {
+		return fmt.Errorf("release run %s: %w", r.id, err)
+	}
+	return nil
+}
+
+// disown deletes the key of a run whose end is on its chain.
+func (s *Service) disown(id string, rev uint64) error {
+	ctx, cancel := context.WithTimeout(context.Background(), kvTimeout)
+	defer cancel()
+	if err := s.owners.Delete(ctx, id, jetstream.LastRevision(rev)); err != nil {
+		return fmt.Errorf("delete owner of %s: %w", id, err)
+	}
+	return nil
+}
+
+// finishLease deletes the key of a run that ended.
+func (s *Service) finishLease(r *run) {
+	r.lease.mu.Lock()
+	defer r.lease.mu.Unlock()
+	if r.lease.rev == 0 {
+		return
+	}
+	if err := s.disown(r.id, r.lease.rev); err != nil {
+		// Harmless: whoever claims it next finds the run ended and deletes it.
+		s.log.Warn("run ended but its owner key stays", "run", r.id, "err", err)
+	}
+	r.lease.rev = 0
+}
+
+// heartbeat renews the claim of every run this process owns, a few times
+// per lease, until ctx ends. A claim found lost stops its loop without
+// writing anything more.
+func (s *Service) heartbeat(ctx context.Context) {
+	t := time.NewTicker(s.cfg.RunLease / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for _, r := range s.activeRuns() {
+			ok, err := s.renew(r)
+			if err != nil {
+				s.log.Warn("could not renew the claim of a run", "run", r.id, "err", err)
+			}
+			if !ok {
+				s.log.Warn("run taken over by another orchestrator: stopping its loop here", "run", r.id)
+				r.cancel(errOwnershipLost)
+			}
+		}
+	}
+}
+
+func (s *Service) activeRuns() []*run {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*run, 0, len(s.active))
+	for _, r := range s.active {
+		out = append(out, r)
+	}
+	return out
+}
+
+// observed is what this process last saw of another owner's key.
+type observed struct {
+	rev   uint64
+	owner string
+	since time.Time // local, monotonic: when the revision was first seen
+}
+
+// watchOwners follows the owners bucket until ctx ends: a released run is
+// claimed at once, a run whose key has not changed for a lease is claimed
+// as expired. At start the watch delivers every key, so unfinished runs
+// whose owner is gone are found without reading the event log.
+func (s *Service) watchOwners(ctx context.Context) {
+	w, err := s.owners.WatchAll(ctx)
+	if err != nil {
+		s.log.Error("cannot watch run owners: no takeovers by this orchestrator", "err", err)
+		return
+	}
+	defer func() { _ = w.Stop() }()
+	seen := map[string]*observed{}
+	t := time.NewTicker(max(s.cfg.RunLease/4, 10*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case e, ok := <-w.Updates():
+			if !ok {
+				if ctx.Err() == nil {
+					s.log.Error("the watch of run owners ended: no takeovers by this orchestrator")
+				}
+				return
+			}
+			if e == nil {
+				continue // every current key was delivered
+			}
+			if e.Operation() != jetstream.KeyValuePut {
+				delete(seen, e.Key())
+				continue
+			}
+			rec, ok := decodeOwner(e.Value())
+			if !ok {
+				s.log.Warn("unreadable owner record", "run", e.Key())
+				continue
+			}
+			if rec.Owner == "" {
+				delete(seen, e.Key())
+				go s.takeOver(e.Key(), e.Revision(), "released", rec.ReleasedBy)
+				continue
+			}
+			if o := seen[e.Key()]; o == nil || o.rev != e.Revision() {
+				seen[e.Key()] = &observed{rev: e.Revision(), owner: rec.Owner, since: time.Now()}
+			}
+		case <-t.C:
+			for id, o := range seen {
+				if time.Since(o.since) < s.cfg.RunLease || s.owns(id) {
+					continue
+				}
+				o.since = time.Now() // try again after another lease at most
+				go s.takeOver(id, o.rev, "lease_expired", o.owner)
+			}
+		}
+	}
+}
+
+// takeOver claims a run released by, or expired at, its previous owner and
+// continues it here. Losing the claim to another replica is normal and
+// silent. When the run cannot be resumed, the claim is left to expire, so
+// it is tried again later (here or elsewhere).
+func (s *Service) takeOver(id string, rev uint64, reason, previous string) {
+	if !s.beginClaim(id) {
+		return
+	}
+	defer s.endClaim(id)
+	ctx, cancel := context.WithTimeout(context.Background(), kvTimeout)
+	newRev, err := s.owners.Update(ctx, id, encodeOwner(ownerRecord{Owner: s.instance}), rev)
+	cancel()
+	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyNotFound) {
+		return // another replica was first, or the run ended meanwhile
+	}
+	if err != nil {
+		s.log.Warn("could not claim a run", "run", id, "err", err)
+		return
+	}
+	err = s.resume(id, newRev, reason, previous)
+	if errIsStopping(err) {
+		// Nothing was recorded: give the claim straight back.
+		ctx, cancel := context.WithTimeout(context.Background(), kvTimeout)
+		_, err = s.owners.Update(ctx, id, encodeOwner(ownerRecord{ReleasedBy: s.instance}), newRev)
+		cancel()
+		if err != nil {
+			s.log.Warn("could not give back a claim while stopping; it will expire", "run", id, "err", err)
+		}
+		return
+	}
+	if err != nil {
+		s.log.Error("claimed a run but could not resume it; the claim will expire", "run", id, "reason", reason, "err", err)
+	}
+}
+
+// beginClaim marks a claim in progress; false when one is, when the run is
+// already active here, or when this process is stopping.
+func (s *Service) beginClaim(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopping || s.claiming[id] || s.active[id] != nil {
+		return false
+	}
+	s.claiming[id] = true
+	return true
+}
+
+func (s *Service) endClaim(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.claiming, id)
+}

@@ -1,0 +1,283 @@
+package orchestrator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/wire"
+	"github.com/xct-dev/xct/lctl"
+)
+
+// This file continues a run whose chain another orchestrator (or this one
+// before a restart) wrote: everything the loop needs is rebuilt from the
+// chain, which is what ARCHITECTURE.md promises.
+
+// resumeState is where a run's chain stops, folded from its events.
+type resumeState struct {
+	next              int       // the next step to propose when none is open
+	open              *openStep // a step started and not ended
+	invalidInARow     int
+	consecutiveErrors int
+	tokensIn          int64
+	tokensOut         int64
+	// endMessage is set when the chain's last step or error already ended
+	// the run (a budget, a step in doubt, a model that did not answer) and
+	// only run_finished is missing.
+	endMessage string
+}
+
+// foldResume reads a run's chain into the point where its loop continues.
+// Like the other views it is a pure function of the events.
+func foldResume(runID string, events []lctl.Event) *resumeState {
+	rs := &resumeState{next: 1}
+	var st *openStep
+	for i := range events {
+		e := &events[i]
+		d := e.Data
+		switch e.Type {
+		case lctl.TypeStepStart:
+			st = &openStep{step: int(num(d, "step")), stepID: str(d, "step_id"), agent: e.Agent, started: time.Now(),
+				tokens: map[string]any{"input": 0, "output": 0}}
+			if _, raw := d["raw"]; raw {
+				st.invalid = true
+			} else {
+				st.ns = proposalFromData(d)
+			}
+			rs.endMessage = ""
+		case lctl.TypeVerdict:
+			if st != nil {
+				st.verdict, st.verdictAgent = recordedVerdict(d), e.Agent
+			}
+		case TypeApprovalRequested:
+			if st != nil {
+				st.approvalRequested = true
+				st.approvalExpires, _ = time.Parse(time.RFC3339Nano, str(d, "expires_at"))
+			}
+		case TypeApprovalDecided:
+			if st != nil {
+				st.decided = str(d, "decision")
+			}
+		case lctl.TypeToolCall:
+			if st != nil {
+				st.outcome, st.summary = "success", "ok"
+			}
+		case lctl.TypeError:
+			ee := errorFromData(d)
+			switch {
+			case st == nil:
+				rs.endMessage = ee.GetMessage() // a budget or the model's endpoint ended the run
+			case st.invalid:
+				st.errorRecorded = true
+			case st.verdict.GetDecision() == xctv1.VerdictDecision_VERDICT_DECISION_ALLOW:
+				st.outcome, st.summary = "error", ee.GetCode()+": "+ee.GetMessage()
+				if unknownOutcome(ee) {
+					st.inDoubt = ee
+				}
+			default:
+				st.outcome, st.summary = "denied", ee.GetCode()+": "+ee.GetMessage()
+				if st.verdict != nil {
+					st.verdict.Error = ee
+				}
+			}
+		case lctl.TypeStepEnd:
+			if st == nil {
+				continue
+			}
+			if tok, ok := d["tokens"].(map[string]any); ok {
+				rs.tokensIn += num(tok, "input")
+				rs.tokensOut += num(tok, "output")
+			}
+			outcome := str(d, "outcome")
+			if outcome == "success" {
+				rs.consecutiveErrors = 0
+			} else {
+				rs.consecutiveErrors++
+			}
+			if outcome == "invalid" {
+				rs.invalidInARow++
+			} else {
+				rs.invalidInARow = 0
+			}
+			switch {
+			case st.verdict.GetEndsRun():
+				rs.endMessage = st.verdict.GetError().GetMessage()
+			case st.inDoubt != nil:
+				rs.endMessage = inDoubtMessage(runID, st.step, st.stepID, st.inDoubt)
+			}
+			rs.next = st.step + 1
+			st = nil
+		}
+	}
+	rs.open = st
+	return rs
+}
+
+// proposalFromData reads a step_start's proposal back.
+func proposalFromData(d map[string]any) *xctv1.NextStep {
+	args, _ := d["arguments"].(map[string]any)
+	sargs, err := structpb.NewStruct(args)
+	if err != nil || sargs == nil {
+		sargs = &structpb.Struct{Fields: map[string]*structpb.Value{}}
+	}
+	ns := &xctv1.NextStep{Tool: str(d, "tool"), Arguments: sargs, Goal: str(d, "intent")}
+	if c, ok := d["confidence"].(float64); ok {
+		ns.Confidence = &c
+	}
+	return ns
+}
+
+// recordedVerdict reads a verdict event back, with what the loop acts on:
+// ends_run, and an error signal for a refusal (its message is replaced by
+// the error event's when that is on the chain too).
+func recordedVerdict(d map[string]any) *xctv1.Verdict {
+	v := verdictFromData(d)
+	v.EndsRun, _ = d["ends_run"].(bool)
+	if code := str(d, "code"); code != "" && v.GetDecision() != xctv1.VerdictDecision_VERDICT_DECISION_ALLOW {
+		msgs := make([]string, 0, len(v.GetReasons()))
+		for _, r := range v.GetReasons() {
+			msgs = append(msgs, r.GetMessage())
+		}
+		v.Error = wire.Errorf(wire.Code(code), "%s", strings.Join(msgs, "; "))
+	}
+	return v
+}
+
+// resume continues a run this process has just claimed (at revision rev of
+// its owner key). A chain that does not exist, is not a run, or has ended
+// needs nothing more: the key is deleted.
+func (s *Service) resume(id string, rev uint64, reason, previous string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.CallTimeout)
+	defer cancel()
+	writer, err := s.events.ResumeChainWriter(ctx, id)
+	if err != nil {
+		return err
+	}
+	if writer.Seq() == 0 {
+		return s.disown(id, rev) // claimed, then its owner stopped before run_started
+	}
+	events, err := s.events.ReadChain(ctx, id)
+	if err != nil {
+		return err
+	}
+	if uint64(len(events)) != writer.Seq() {
+		return fmt.Errorf("chain %s grew while it was read: %d events, last seq %d", id, len(events), writer.Seq())
+	}
+	if events[0].Type != lctl.TypeRunStarted {
+		return s.disown(id, rev)
+	}
+	for i := range events {
+		if events[i].Type == lctl.TypeRunFinished {
+			return s.disown(id, rev)
+		}
+	}
+	d := events[0].Data
+	model := str(d, "model")
+	proposer, err := s.newProposer(model)
+	if err != nil {
+		return err
+	}
+	catalog, err := s.executor.ListTools(ctx, &xctv1.ListToolsRequest{})
+	if err != nil {
+		_ = proposer.Close()
+		return fmt.Errorf("%w: list tools: %s", ErrNoExecutor, status.Convert(err).Message())
+	}
+	maxSteps := int(num(d, "max_steps"))
+	if maxSteps <= 0 {
+		maxSteps = s.cfg.MaxSteps
+	}
+	var labels map[string]string
+	if l, ok := d["labels"].(map[string]any); ok {
+		labels = make(map[string]string, len(l))
+		for k, v := range l {
+			labels[k], _ = v.(string)
+		}
+	}
+	var roles []string
+	if rl, ok := d["roles"].([]any); ok {
+		for _, v := range rl {
+			if role, ok := v.(string); ok {
+				roles = append(roles, role)
+			}
+		}
+	}
+	rctx, rcancel := context.WithCancelCause(context.Background())
+	r := &run{
+		id: id, svc: s, log: s.log, writer: writer, proposer: proposer, tools: catalog.GetTools(),
+		goal: str(d, "goal"), principal: str(d, "principal"), labels: labels, maxSteps: maxSteps, roles: roles,
+		model: model, started: events[0].Time(),
+		ctx: rctx, cancel: rcancel, done: make(chan struct{}), release: make(chan struct{}),
+	}
+	r.lease.rev = rev
+	view := &xctv1.Run{}
+	for i := range events {
+		r.transcript.apply(&events[i])
+		applyRunEvent(view, &events[i])
+	}
+	rs := foldResume(id, events)
+	r.resumed = rs
+	r.tokensIn, r.tokensOut, r.consecutiveErrors = rs.tokensIn, rs.tokensOut, rs.consecutiveErrors
+	at := rs.next
+	if rs.open != nil {
+		at = rs.open.step
+	}
+
+	s.mu.Lock()
+	if s.stopping {
+		s.mu.Unlock()
+		rcancel(nil)
+		_ = proposer.Close()
+		return ErrStopping
+	}
+	s.active[id] = r
+	s.mu.Unlock()
+	s.runs.put(view)
+	err = r.record(TypeRunResumed, agentOrchestrator, map[string]any{
+		"instance":       s.instance,
+		"previous_owner": previous,
+		"reason":         reason,
+		"step":           at,
+	})
+	if err != nil {
+		s.mu.Lock()
+		delete(s.active, id)
+		s.mu.Unlock()
+		rcancel(nil)
+		_ = proposer.Close()
+		s.runs.drop(id)
+		return err
+	}
+	s.log.Info("run taken over", "run", id, "reason", reason, "previous_owner", previous, "step", at)
+	r.startRunSpan(context.Background())
+	s.launch(r)
+	return nil
+}
+
+// handOver ends this process's part in a run it is stopping for: the
+// hand-over is recorded on the chain, then the owner key is released for
+// another replica. If the event cannot be recorded the key is left to
+// expire, which hands the run over too, later.
+func (r *run) handOver(why string) {
+	data := map[string]any{"instance": r.svc.instance, "reason": "the orchestrator is stopping", "step": r.at}
+	if why != "" {
+		data["reason"] = why
+	}
+	if err := r.record(TypeRunReleased, agentOrchestrator, data); err != nil {
+		r.log.Error("could not record the hand-over; the run's claim will expire instead", "run", r.id, "err", err)
+		return
+	}
+	if err := r.svc.handOver(r); err != nil {
+		r.log.Error("hand-over recorded but the claim could not be released; it will expire", "run", r.id, "err", err)
+		return
+	}
+	r.log.Info("run handed over", "run", r.id, "step", r.at)
+}
+
+// errIsStopping reports whether err means this process is stopping.
+func errIsStopping(err error) bool { return errors.Is(err, ErrStopping) }
