@@ -75,6 +75,10 @@ image: ## Build the container image xct:dev with docker or podman (IMAGE=, TAG= 
 		echo "make image: $(CONTAINER_ENGINE) is installed but cannot reach its engine (is the daemon running?)" >&2; exit 1; fi
 	$(CONTAINER_ENGINE) build -t $(IMAGE):$(TAG) .
 
+.PHONY: ui
+ui: ## Rebuild the debugger page (ui/debugger) into lctl/debugger/dist (needs Node.js and npm)
+	cd ui/debugger && npm ci && npm run build
+
 .PHONY: bench
 bench: ## Run the benchmarks (results depend on the machine: see README)
 	$(GO) test -run='^$$' -bench=. -benchmem ./...

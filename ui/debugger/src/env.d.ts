@@ -1,0 +1,2 @@
+// Vite bundles CSS imports into a stylesheet file.
+declare module '*.css';
