@@ -1,0 +1,158 @@
+package redact
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.yaml.in/yaml/v3"
+)
+
+// Config is where a process finds its redaction rules and key. The zero
+// Config means the built-in rules and the cluster's key.
+type Config struct {
+	// File is a YAML file of Rules; empty means the built-in rules only.
+	File string
+	// KeyFile holds the HMAC key (at least 16 bytes; surrounding white
+	// space is ignored). Empty: the cluster's key from the KeyBucket
+	// bucket, created at random by the first service that needs it.
+	KeyFile string
+}
+
+// RegisterFlags registers --redact-config and --redact-key-file.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.File, "redact-config", "", "YAML file of redaction rules for secrets in tool arguments and results (none: the built-in rules)")
+	fs.StringVar(&c.KeyFile, "redact-key-file", "", "file with the HMAC key of redaction markers (none: the cluster's key in the "+KeyBucket+" bucket)")
+}
+
+// Rules reads the rules file; without one it returns the built-in rules.
+func (c Config) Rules() (Rules, error) {
+	if c.File == "" {
+		return Rules{}, nil
+	}
+	raw, err := os.ReadFile(c.File)
+	if err != nil {
+		return Rules{}, fmt.Errorf("%w: %w", ErrBadConfig, err)
+	}
+	return ParseRules(raw)
+}
+
+// ParseRules parses a YAML rules document strictly: an unknown field is an
+// error, so a typo cannot silently turn a rule off.
+func ParseRules(raw []byte) (Rules, error) {
+	var r Rules
+	dec := yaml.NewDecoder(bytes.NewReader(raw))
+	dec.KnownFields(true)
+	if err := dec.Decode(&r); err != nil && !errors.Is(err, io.EOF) { // empty: built-ins
+		return Rules{}, fmt.Errorf("%w: %w", ErrBadConfig, err)
+	}
+	for _, k := range r.Keys {
+		if len(words(k)) == 0 {
+			return Rules{}, fmt.Errorf("%w: key rule %q has no letters or digits", ErrBadConfig, k)
+		}
+	}
+	// Compile once here, so a bad file fails at start, not at a step.
+	if _, err := New(r, make([]byte, 32)); err != nil {
+		return Rules{}, err
+	}
+	return r, nil
+}
+
+// Check reads the rules and the key file, if any, without connecting to
+// anything.
+func (c Config) Check() error {
+	if _, err := c.Rules(); err != nil {
+		return err
+	}
+	if c.KeyFile != "" {
+		if _, err := readKey(c.KeyFile); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Build makes the Redactor of a service: the rules, and the key from
+// KeyFile or else from the cluster's bucket (js may be nil only when
+// KeyFile is set or the hash is not keyed; then a missing js is an error).
+func (c Config) Build(ctx context.Context, js jetstream.JetStream, replicas int) (*Redactor, error) {
+	rules, err := c.Rules()
+	if err != nil {
+		return nil, err
+	}
+	var key []byte
+	switch {
+	case rules.Hash == HashSHA256:
+	case c.KeyFile != "":
+		if key, err = readKey(c.KeyFile); err != nil {
+			return nil, err
+		}
+	case js == nil:
+		return nil, fmt.Errorf("%w: no key file and no cluster to keep a key in", ErrBadConfig)
+	default:
+		if key, err = ClusterKey(ctx, js, replicas); err != nil {
+			return nil, err
+		}
+	}
+	return New(rules, key)
+}
+
+func readKey(path string) ([]byte, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: key file: %w", ErrBadConfig, err)
+	}
+	key := []byte(strings.TrimSpace(string(raw)))
+	if len(key) < 16 {
+		return nil, fmt.Errorf("%w: key file %s has %d bytes, want at least 16", ErrBadConfig, path, len(key))
+	}
+	return key, nil
+}
+
+// KeyBucket is the KV bucket that keeps the cluster's redaction key.
+const KeyBucket = "XCT_REDACTION"
+
+const keyName = "hmac-key"
+
+// ClusterKey returns the cluster's redaction key, creating it at random
+// when no service has yet: every service of one cluster gets the same
+// key, so equal secrets give equal markers in the orchestrator's events
+// and the executor's records alike.
+func ClusterKey(ctx context.Context, js jetstream.JetStream, replicas int) ([]byte, error) {
+	if replicas < 1 {
+		replicas = 1
+	}
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      KeyBucket,
+		Description: "XCT: the HMAC key of redaction markers",
+		History:     1,
+		Replicas:    replicas,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("redaction key bucket: %w", err)
+	}
+	fresh := make([]byte, 32)
+	if _, err := rand.Read(fresh); err != nil {
+		return nil, fmt.Errorf("redaction key: %w", err)
+	}
+	if _, err := kv.Create(ctx, keyName, fresh); err == nil {
+		return fresh, nil
+	} else if !errors.Is(err, jetstream.ErrKeyExists) {
+		return nil, fmt.Errorf("redaction key: %w", err)
+	}
+	entry, err := kv.Get(ctx, keyName)
+	if err != nil {
+		return nil, fmt.Errorf("redaction key: %w", err)
+	}
+	if len(entry.Value()) < 16 {
+		return nil, fmt.Errorf("%w: the cluster's key in %s is %d bytes", ErrBadConfig, KeyBucket, len(entry.Value()))
+	}
+	return entry.Value(), nil
+}
