@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/xct-dev/xct/internal/redact"
 )
 
 // Config configures the orchestrator.
@@ -39,6 +41,9 @@ type Config struct {
 	// Replicas is the JetStream replica count for the stream, when this
 	// service creates it (set by the app).
 	Replicas int
+	// Redact says where the rules and key of secret redaction are (set by
+	// the app from --redact-config and --redact-key-file).
+	Redact redact.Config
 	// RunLease is how long the owner of a run may go without renewing its
 	// claim (docs/lifecycle.md) before another replica takes the run over.
 	RunLease time.Duration

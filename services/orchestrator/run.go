@@ -16,6 +16,7 @@ import (
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/eventlog"
+	"github.com/xct-dev/xct/internal/redact"
 	"github.com/xct-dev/xct/internal/wire"
 	"github.com/xct-dev/xct/lctl"
 )
@@ -78,6 +79,9 @@ type run struct {
 
 	// span is the run's root span, stepSpan the open step's (telemetry.go).
 	span, stepSpan trace.Span
+
+	// scope redacts the current step's events (redaction.go).
+	scope *redact.Scope
 }
 
 // runContext is what the validator is told about the run at a step.
@@ -106,7 +110,7 @@ func (r *run) record(eventType, agent string, data map[string]any) error {
 	defer r.recording.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), r.svc.cfg.AppendTimeout)
 	defer cancel()
-	e, err := r.writer.Append(ctx, eventType, agent, data)
+	e, err := r.writer.Append(ctx, eventType, agent, r.redactEvent(eventType, data))
 	if err != nil {
 		return fmt.Errorf("%w: %w", errLogLost, err)
 	}
@@ -279,7 +283,7 @@ func (r *run) iterate(step int) (iterationOutcome, error) {
 		History:      r.transcript.history(),
 		Instructions: instructions,
 	})
-	endChat(chat, resp, err)
+	r.endChat(chat, resp, err)
 	cancel()
 	if err != nil {
 		if cause := context.Cause(r.ctx); cause != nil {

@@ -26,6 +26,7 @@ import (
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/eventlog"
 	"github.com/xct-dev/xct/internal/grpcx"
+	"github.com/xct-dev/xct/internal/redact"
 	"github.com/xct-dev/xct/lctl"
 	"github.com/xct-dev/xct/lctl/lctlpb"
 )
@@ -43,6 +44,9 @@ type Service struct {
 	validator xctv1.ValidatorServiceClient
 	executor  xctv1.ExecutorServiceClient
 	conns     []*grpc.ClientConn
+	// redactor replaces secrets in events before they are appended; set
+	// by Start (redaction.go).
+	redactor *redact.Redactor
 
 	// owners is the run owners bucket (owners.go); instance is this
 	// process's name in it.
@@ -117,6 +121,9 @@ func (s *Service) Start(ctx context.Context) error {
 		return err
 	}
 	s.events = log
+	if s.redactor, err = s.cfg.Redact.Build(ctx, log.JetStream(), s.cfg.Replicas); err != nil {
+		return fmt.Errorf("orchestrator: %w", err)
+	}
 	if err := s.openOwners(ctx); err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package orchestrator
 
 import (
 	"context"
+	"errors"
 	"strings"
 
 	"go.opentelemetry.io/otel"
@@ -48,7 +49,7 @@ func (r *run) endRunSpan(status, message string) {
 		semconv.GenAIUsageOutputTokens(int(r.tokensOut)),
 	)
 	if status != "done" {
-		r.span.SetStatus(otelcodes.Error, message)
+		r.span.SetStatus(otelcodes.Error, r.redactText(message))
 	}
 	r.span.End()
 }
@@ -77,11 +78,13 @@ func (r *run) startChat(ctx context.Context) (context.Context, trace.Span) {
 		))
 }
 
-// endChat closes a model call's span with its usage or its error.
-func endChat(span trace.Span, resp *xctv1.ProposeResponse, err error) {
+// endChat closes a model call's span with its usage or its error (its
+// message redacted: an endpoint's error can echo a URL with a password).
+func (r *run) endChat(span trace.Span, resp *xctv1.ProposeResponse, err error) {
 	if err != nil {
-		span.RecordError(err)
-		span.SetStatus(otelcodes.Error, err.Error())
+		msg := r.redactText(err.Error())
+		span.RecordError(errors.New(msg))
+		span.SetStatus(otelcodes.Error, msg)
 	} else {
 		span.SetAttributes(
 			semconv.GenAIUsageInputTokens(int(resp.GetUsage().GetInputTokens())),
@@ -112,7 +115,7 @@ func (r *run) stepResult(outcome, summary string) {
 	}
 	r.stepSpan.SetAttributes(attribute.Int64("lctl.seq", int64(r.writer.Seq())), attribute.String("xct.step.outcome", outcome))
 	if outcome != "success" {
-		r.stepSpan.SetStatus(otelcodes.Error, summary)
+		r.stepSpan.SetStatus(otelcodes.Error, r.redactText(summary))
 	}
 }
 
