@@ -26,6 +26,8 @@ type Config struct {
 	// OTLP/HTTP ingestion ("host:port"; port 0 picks a free one; empty:
 	// no HTTP listener).
 	HTTPListen string
+	// OTLP configures OpenTelemetry trace ingestion (otlp_ingest.go).
+	OTLP OTLPConfig
 	// ValidatorAddr is the validator's gRPC address, used only by the
 	// visual debugger to list and decide approvals ("": no approvals in
 	// the UI).
@@ -46,6 +48,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.HTTPListen, "tracer-http-listen", DefaultHTTPListen, "tracer HTTP listen address for the visual debugger and OTLP/HTTP (empty: none)")
 	fs.StringVar(&c.ValidatorAddr, "tracer-validator-addr", "", "validator gRPC address the visual debugger lists and decides approvals through (empty: no approvals in the UI)")
 	fs.IntVar(&c.SnapshotEvery, "tracer-snapshot-every", lctl.DefaultSnapshotEvery, "events between two snapshots of a chain's state (replay to any seq costs at most this many events; negative: no snapshots)")
+	c.OTLP.RegisterFlags(fs)
 }
 
 // DefaultHTTPListen is the tracer's default HTTP address.

@@ -38,6 +38,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/grpc"
 
 	lctlv1 "github.com/xct-dev/xct/gen/lctl/v1"
@@ -81,6 +82,8 @@ type Service struct {
 	cancel  context.CancelFunc
 	done    chan struct{} // closed when the consumer goroutine ended
 	http    *httpServer   // nil when Config.HTTPListen is empty
+	// otlp ingests OpenTelemetry traces (otlp_ingest.go).
+	otlp *ingester
 	// ui is the visual debugger on the HTTP listener (nil without one);
 	// validator is its connection for approvals (nil without
 	// Config.ValidatorAddr).
@@ -105,13 +108,16 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger) (*Service, error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("tracer: create data directory: %w", err)
 	}
-	return &Service{cfg: cfg, nc: nc, log: log, store: newStore(dir, log, cfg.snapshotEvery())}, nil
+	s := &Service{cfg: cfg, nc: nc, log: log, store: newStore(dir, log, cfg.snapshotEvery())}
+	s.otlp = newIngester(cfg.OTLP, log, s.eventLog)
+	return s, nil
 }
 
 // Register serves the TracerService on g. Until Start has loaded the store
 // its RPCs answer UNAVAILABLE.
 func (s *Service) Register(g *grpc.Server) {
 	lctlv1.RegisterTracerServiceServer(g, &handler{svc: s})
+	coltracepb.RegisterTraceServiceServer(g, &otlpGRPC{in: s.otlp})
 }
 
 // Start opens the LCTL stream (creating it with cfg.Replicas if it does not
@@ -145,6 +151,7 @@ func (s *Service) Start(ctx context.Context) error {
 	runCtx, cancel := context.WithCancel(context.Background())
 	s.started, s.events, s.cancel, s.done = true, events, cancel, make(chan struct{})
 	go s.run(runCtx, cons)
+	go s.otlp.run(runCtx)
 	s.log.Info("tracer started", "data_dir", s.cfg.DataDir)
 	return nil
 }
@@ -160,6 +167,7 @@ func (s *Service) Stop(ctx context.Context) error {
 	s.mu.Unlock()
 	defer s.store.close()
 	hs.stop(ctx)
+	s.otlp.drain(ctx)
 	s.closeUI()
 	if cancel == nil {
 		return nil
@@ -172,6 +180,13 @@ func (s *Service) Stop(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("tracer: stop: %w", ctx.Err())
 	}
+}
+
+// eventLog returns the event log, nil before Start.
+func (s *Service) eventLog() *eventlog.Log {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.events
 }
 
 // WaitForSeq blocks until the chain is materialized up to seq (its events

@@ -1,0 +1,370 @@
+package tracer
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+
+	"github.com/xct-dev/xct/internal/eventlog"
+	"github.com/xct-dev/xct/lctl"
+	"github.com/xct-dev/xct/lctl/otlp"
+)
+
+// OpenTelemetry in: the tracer accepts OTLP trace exports (gRPC and HTTP),
+// converts each trace with lctl/otlp and appends it to the LCTL event log as
+// chain otel-<trace id>, so the chains are replayed, diffed and tailed like
+// any other. The tracer is the only writer of otel- chains.
+//
+// Exporters send a trace in pieces: a span is exported when it ends, so an
+// agent's span arrives after the model and tool spans inside it. To write
+// the chain in the order things happened, the spans of a trace are held in
+// memory until its root span (one without a parent) arrives, or no span of
+// it arrived for OTLPConfig.Hold, or the trace holds MaxHeldSpans spans;
+// then the held spans are converted, sorted by time, and appended. Spans
+// that arrive after that are appended to the same chain (their events are
+// dated no earlier than the chain's last event; the span's own time stays in
+// the event). An export that completes a trace returns after its events are
+// durable; spans held for later are acknowledged before, so a tracer that
+// crashes within Hold loses them. Hold < 0 appends every export before
+// answering.
+
+// OTLPConfig configures OTLP ingestion.
+type OTLPConfig struct {
+	// Hold is how long the spans of a trace without its root span are held
+	// before they are written anyway (0: DefaultOTLPHold; < 0: not held).
+	Hold time.Duration
+	// MaxBody bounds an OTLP/HTTP request body, compressed and after
+	// decompression (0: DefaultOTLPMaxBody).
+	MaxBody int64
+}
+
+// Defaults of OTLPConfig.
+const (
+	DefaultOTLPHold    = 10 * time.Second
+	DefaultOTLPMaxBody = 16 << 20
+	// maxHeldSpans bounds the spans held for one trace, and maxHeldTotal
+	// for all traces; past them, held spans are written without waiting.
+	maxHeldSpans = 10000
+	maxHeldTotal = 100000
+	// maxOTelChains bounds the chains whose writer and span ids are kept in
+	// memory; a chain evicted is read back from the stream when it grows.
+	maxOTelChains = 1024
+	// maxWarningText bounds the warnings an export response carries.
+	maxWarningText = 4096
+)
+
+// RegisterFlags registers the OTLP flags on fs.
+func (c *OTLPConfig) RegisterFlags(fs *flag.FlagSet) {
+	fs.DurationVar(&c.Hold, "tracer-otlp-hold", DefaultOTLPHold, "how long the spans of an OTLP trace whose root span has not arrived are held before they are written (negative: write every export at once)")
+	fs.Int64Var(&c.MaxBody, "tracer-otlp-max-body", DefaultOTLPMaxBody, "largest OTLP/HTTP request body in bytes, compressed and decompressed")
+}
+
+func (c OTLPConfig) hold() time.Duration {
+	if c.Hold == 0 {
+		return DefaultOTLPHold
+	}
+	return c.Hold
+}
+
+func (c OTLPConfig) maxBody() int64 {
+	if c.MaxBody <= 0 {
+		return DefaultOTLPMaxBody
+	}
+	return c.MaxBody
+}
+
+// ingester turns OTLP exports into chains on the event log.
+type ingester struct {
+	log  *slog.Logger
+	hold time.Duration
+	// events returns the event log, nil before the tracer started.
+	events func() *eventlog.Log
+
+	mu     sync.Mutex
+	held   map[string]*heldTrace // by chain id
+	total  int                   // spans held, all traces
+	chains map[string]*otelChain // by chain id
+}
+
+// heldTrace is the spans of a trace waiting to be written.
+type heldTrace struct {
+	trace *otlp.Trace
+	last  time.Time // when a span of it last arrived
+}
+
+// otelChain is what the tracer knows of a chain it writes. mu serializes
+// the writes to the chain; users counts who is between get and put.
+type otelChain struct {
+	mu        sync.Mutex
+	users     int
+	w         *eventlog.ChainWriter
+	seen      map[string]bool
+	agents    map[string]string
+	prevAgent string
+	notBefore time.Time
+}
+
+func newIngester(cfg OTLPConfig, log *slog.Logger, events func() *eventlog.Log) *ingester {
+	return &ingester{log: log, hold: cfg.hold(), events: events, held: map[string]*heldTrace{}, chains: map[string]*otelChain{}}
+}
+
+// exportResult is what an export did: spans rejected and the warnings to
+// report.
+type exportResult struct {
+	rejected int64
+	warnings []string
+}
+
+// message joins the warnings for an OTLP partial-success error_message.
+func (r exportResult) message() string {
+	var b strings.Builder
+	for i, w := range r.warnings {
+		if b.Len()+len(w) > maxWarningText {
+			fmt.Fprintf(&b, "; and %d more", len(r.warnings)-i)
+			break
+		}
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString(w)
+	}
+	return b.String()
+}
+
+// errIngestUnavailable marks failures an exporter should retry.
+var errIngestUnavailable = errors.New("cannot write to the event log")
+
+// export takes one export's spans: traces whose root arrived (or all, when
+// nothing is held) are written before it returns.
+func (in *ingester) export(ctx context.Context, rss []*tracepb.ResourceSpans) (exportResult, error) {
+	var res exportResult
+	if in.events() == nil {
+		return res, fmt.Errorf("%w: %w", errIngestUnavailable, ErrNotReady)
+	}
+	traces, rejected, warnings := otlp.Group(rss)
+	res.rejected = int64(rejected)
+	for _, w := range warnings {
+		res.warnings = append(res.warnings, w.String())
+	}
+	var now []string
+	in.mu.Lock()
+	for _, t := range traces {
+		h := in.held[t.ChainID]
+		if h == nil {
+			h = &heldTrace{trace: &otlp.Trace{TraceID: t.TraceID, ChainID: t.ChainID}}
+			in.held[t.ChainID] = h
+		}
+		h.trace.Spans = append(h.trace.Spans, t.Spans...)
+		h.last = time.Now()
+		in.total += len(t.Spans)
+		if in.hold < 0 || hasRoot(t) || len(h.trace.Spans) >= maxHeldSpans || in.total >= maxHeldTotal {
+			now = append(now, t.ChainID)
+		}
+	}
+	in.mu.Unlock()
+	var errs []error
+	for _, id := range now {
+		ws, err := in.flush(ctx, id)
+		res.warnings = append(res.warnings, ws...)
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return res, errors.Join(errs...)
+}
+
+func hasRoot(t *otlp.Trace) bool {
+	for _, s := range t.Spans {
+		if len(s.Span.GetParentSpanId()) == 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// flush writes the held spans of a chain. On failure the spans stay held
+// (an exporter's retry sends them again; repeats are skipped by span id).
+func (in *ingester) flush(ctx context.Context, chainID string) ([]string, error) {
+	c := in.get(chainID)
+	defer in.put(chainID, c)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	in.mu.Lock()
+	h := in.held[chainID]
+	if h != nil {
+		delete(in.held, chainID)
+		in.total -= len(h.trace.Spans)
+	}
+	in.mu.Unlock()
+	if h == nil {
+		return nil, nil
+	}
+	warnings, err := in.write(ctx, c, h.trace)
+	if err != nil {
+		in.mu.Lock()
+		if cur := in.held[chainID]; cur != nil {
+			cur.trace.Spans = append(h.trace.Spans, cur.trace.Spans...)
+		} else {
+			in.held[chainID] = h
+		}
+		in.total += len(h.trace.Spans)
+		in.mu.Unlock()
+	}
+	return warnings, err
+}
+
+// write converts a trace's spans and appends them to its chain; c.mu is
+// held.
+func (in *ingester) write(ctx context.Context, c *otelChain, t *otlp.Trace) ([]string, error) {
+	log := in.events()
+	if log == nil {
+		return nil, fmt.Errorf("%w: %w", errIngestUnavailable, ErrNotReady)
+	}
+	if c.w == nil {
+		if err := in.load(ctx, log, c, t.ChainID); err != nil {
+			return nil, fmt.Errorf("%w: %w", errIngestUnavailable, err)
+		}
+	}
+	r := otlp.ConvertTrace(t, otlp.Options{NotBefore: c.notBefore, PrevAgent: c.prevAgent, Agents: c.agents, Seen: c.seen})
+	warnings := make([]string, 0, len(r.Warnings))
+	for _, w := range r.Warnings {
+		warnings = append(warnings, w.String())
+	}
+	if len(warnings) > 0 {
+		in.log.Warn("OTLP spans converted with warnings", "chain", t.ChainID, "warnings", len(warnings), "first", warnings[0])
+	}
+	for _, d := range r.Events {
+		if _, err := c.w.AppendAt(ctx, d.Time, d.Type, d.Agent, d.Data); err != nil {
+			// The writer refuses further appends; read the chain back
+			// next time.
+			c.w = nil
+			return warnings, fmt.Errorf("%w: %w", errIngestUnavailable, err)
+		}
+		c.notBefore = d.Time
+	}
+	for _, id := range r.Spans {
+		c.seen[id] = true
+	}
+	for id, a := range r.Agents {
+		c.agents[id] = a
+	}
+	c.prevAgent = r.LastAgent
+	return warnings, nil
+}
+
+// load resumes a chain's writer and reads back what earlier writes left:
+// span ids, their agents, the last step's agent and the last timestamp.
+func (in *ingester) load(ctx context.Context, log *eventlog.Log, c *otelChain, chainID string) error {
+	w, err := log.ResumeChainWriter(ctx, chainID)
+	if err != nil {
+		return err
+	}
+	c.seen, c.agents, c.prevAgent, c.notBefore = map[string]bool{}, map[string]string{}, "", time.Time{}
+	if w.Seq() > 0 {
+		events, err := log.ReadChain(ctx, chainID)
+		if err != nil {
+			return err
+		}
+		for i := range events {
+			e := &events[i]
+			if ref, ok := e.Data["otel"].(map[string]any); ok {
+				if id, ok := ref["span_id"].(string); ok {
+					c.seen[id] = true
+					if e.Agent != "" {
+						c.agents[id] = e.Agent
+					}
+				}
+			}
+			if e.Type == lctl.TypeStepStart {
+				c.prevAgent = e.Agent
+			}
+			if t, ok := lctl.ParseTime(e.Timestamp); ok && t.After(c.notBefore) {
+				c.notBefore = t
+			}
+		}
+	}
+	c.w = w
+	return nil
+}
+
+// get returns the chain's entry, marking it in use.
+func (in *ingester) get(chainID string) *otelChain {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	c := in.chains[chainID]
+	if c == nil {
+		c = &otelChain{}
+		in.chains[chainID] = c
+	}
+	c.users++
+	return c
+}
+
+// put releases the entry and evicts unused entries past maxOTelChains.
+func (in *ingester) put(chainID string, c *otelChain) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	c.users--
+	if len(in.chains) <= maxOTelChains {
+		return
+	}
+	for id, e := range in.chains {
+		if e.users == 0 && id != chainID {
+			delete(in.chains, id)
+			if len(in.chains) <= maxOTelChains {
+				return
+			}
+		}
+	}
+}
+
+// due returns the chains whose held spans waited long enough (all of them
+// when all is set).
+func (in *ingester) due(all bool) []string {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	var out []string
+	for id, h := range in.held {
+		if all || time.Since(h.last) >= in.hold {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// run writes held traces once they waited Hold, until ctx ends.
+func (in *ingester) run(ctx context.Context) {
+	if in.hold <= 0 {
+		return
+	}
+	tick := time.NewTicker(max(in.hold/4, 50*time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		for _, id := range in.due(false) {
+			if _, err := in.flush(ctx, id); err != nil && ctx.Err() == nil {
+				in.log.Error("write held OTLP spans", "chain", id, "err", err)
+			}
+		}
+	}
+}
+
+// drain writes every held trace (at shutdown).
+func (in *ingester) drain(ctx context.Context) {
+	for _, id := range in.due(true) {
+		if _, err := in.flush(ctx, id); err != nil {
+			in.log.Error("write held OTLP spans at shutdown; they are lost", "chain", id, "err", err)
+		}
+	}
+}

@@ -1,0 +1,387 @@
+package tracer_test
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/hex"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	spb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	lctlv1 "github.com/xct-dev/xct/gen/lctl/v1"
+	"github.com/xct-dev/xct/internal/grpcx"
+	"github.com/xct-dev/xct/lctl"
+	"github.com/xct-dev/xct/lctl/cli"
+	"github.com/xct-dev/xct/services/tracer"
+)
+
+// otlpTracer is a started tracer with its gRPC and HTTP addresses.
+type otlpTracer struct {
+	svc      *tracer.Service
+	client   lctlv1.TracerServiceClient
+	otlp     coltracepb.TraceServiceClient
+	grpcAddr string
+	httpURL  string
+}
+
+func startOTLPTracer(t *testing.T, e *env, cfg tracer.OTLPConfig) *otlpTracer {
+	t.Helper()
+	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelError}))
+	svc, err := tracer.New(tracer.Config{DataDir: e.dataDir, Replicas: 1, HTTPListen: "127.0.0.1:0", OTLP: cfg}, e.nc, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpcx.NewServer("tracer", log)
+	svc.Register(srv.GRPC)
+	if err := srv.Listen("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve() }()
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	if err := svc.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpcx.Dial(srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+		defer cancel()
+		conn.Close()
+		srv.Stop(ctx)
+		<-served
+		if err := svc.Stop(ctx); err != nil {
+			t.Errorf("stop tracer: %v", err)
+		}
+	})
+	return &otlpTracer{
+		svc: svc, client: lctlv1.NewTracerServiceClient(conn), otlp: coltracepb.NewTraceServiceClient(conn),
+		grpcAddr: srv.Addr(), httpURL: "http://" + svc.HTTPAddr() + tracer.OTLPTracesPath,
+	}
+}
+
+// agentRun records, with the OTel SDK, what an instrumented agent framework
+// would: an agent that calls a model and a tool, then hands off to a
+// reviewer whose tool fails. It returns the trace id.
+func agentRun(ctx context.Context, tr trace.Tracer) trace.TraceID {
+	ctx, root := tr.Start(ctx, "invoke_agent planner", trace.WithAttributes(
+		attribute.String("gen_ai.operation.name", "invoke_agent"),
+		attribute.String("gen_ai.agent.name", "planner"),
+		attribute.String("gen_ai.conversation.id", "conv-1"),
+	))
+	_, chat := tr.Start(ctx, "chat gpt-4o", trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
+		attribute.String("gen_ai.operation.name", "chat"),
+		attribute.String("gen_ai.provider.name", "openai"),
+		attribute.String("gen_ai.request.model", "gpt-4o"),
+		attribute.Int("gen_ai.usage.input_tokens", 500),
+		attribute.Int("gen_ai.usage.output_tokens", 200),
+	))
+	chat.End()
+	_, tool := tr.Start(ctx, "execute_tool fs.read", trace.WithAttributes(
+		attribute.String("gen_ai.operation.name", "execute_tool"),
+		attribute.String("gen_ai.tool.name", "fs.read"),
+		attribute.String("gen_ai.tool.call.id", "call-1"),
+	))
+	tool.End()
+	rctx, reviewer := tr.Start(ctx, "invoke_agent reviewer", trace.WithAttributes(
+		attribute.String("gen_ai.operation.name", "invoke_agent"),
+		attribute.String("gen_ai.agent.name", "reviewer"),
+	))
+	_, failing := tr.Start(rctx, "execute_tool http.request", trace.WithAttributes(
+		attribute.String("gen_ai.operation.name", "execute_tool"),
+		attribute.String("gen_ai.tool.name", "http.request"),
+	))
+	failing.RecordError(errors.New("dial tcp 127.0.0.1:9: connection refused"))
+	failing.SetStatus(codes.Error, "connection refused")
+	failing.End()
+	reviewer.End()
+	root.End()
+	return root.SpanContext().TraceID()
+}
+
+// wantRun is the chain agentRun makes, as agent:type.
+var wantRun = []string{
+	"planner:step_start",
+	"planner:step_start", "planner:step_end", // chat
+	"planner:tool_call",
+	"planner:handoff",
+	"reviewer:step_start",
+	"reviewer:error", "reviewer:tool_call",
+	"reviewer:step_end",
+	"planner:step_end",
+}
+
+func TestOTLPExportersToChains(t *testing.T) {
+	e := newEnv(t)
+	// Hold is long enough that the one-span-per-export exporter never
+	// leaves a gap that long before the root span, short enough for the
+	// late span below not to make the test slow.
+	tt := startOTLPTracer(t, e, tracer.OTLPConfig{Hold: 5 * time.Second})
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	res := resource.NewSchemaless(attribute.String("service.name", "agent-app"))
+
+	grpcExp, err := otlptracegrpc.New(ctx, otlptracegrpc.WithEndpoint(tt.grpcAddr), otlptracegrpc.WithInsecure())
+	if err != nil {
+		t.Fatal(err)
+	}
+	httpExp, err := otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(tt.httpURL), otlptracehttp.WithCompression(otlptracehttp.GzipCompression))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		tp   *sdktrace.TracerProvider
+	}{
+		// One export per span: the root arrives last, so the tracer holds
+		// the children until it comes.
+		{"grpc", sdktrace.NewTracerProvider(sdktrace.WithSyncer(grpcExp), sdktrace.WithResource(res))},
+		// One batch, gzip-compressed protobuf over HTTP.
+		{"http", sdktrace.NewTracerProvider(sdktrace.WithBatcher(httpExp), sdktrace.WithResource(res))},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tid := agentRun(ctx, tc.tp.Tracer("test"))
+			if err := tc.tp.ForceFlush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			chainID := "otel-" + tid.String()
+			if err := tt.svc.WaitForSeq(ctx, chainID, uint64(len(wantRun))); err != nil {
+				t.Fatal(err)
+			}
+			got, err := tt.client.GetChain(ctx, &lctlv1.GetChainRequest{ChainId: chainID})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var types []string
+			for _, ev := range got.GetEvents() {
+				types = append(types, ev.GetAgent()+":"+ev.GetType())
+			}
+			if !slices.Equal(types, wantRun) {
+				t.Fatalf("events:\n got %v\nwant %v", types, wantRun)
+			}
+			stats, err := tt.client.ChainStats(ctx, &lctlv1.ChainStatsRequest{ChainId: chainID})
+			if err != nil {
+				t.Fatal(err)
+			}
+			st := stats
+			if st.GetTokensIn() != 500 || st.GetTokensOut() != 200 || st.GetToolCalls() != 2 || st.GetErrors() != 1 ||
+				!slices.Equal(st.GetAgents(), []string{"planner", "reviewer"}) {
+				t.Errorf("stats %v", st)
+			}
+			// lctl itself, against the live chain.
+			for _, args := range [][]string{{"replay"}, {"stats"}, {"verify"}} {
+				var out, errOut bytes.Buffer
+				argv := append(append([]string{}, args...), "--tracer="+tt.grpcAddr, "--chain", chainID)
+				if code := cli.Run(ctx, argv, cli.Env{Stdout: &out, Stderr: &errOut}); code != 0 {
+					t.Fatalf("lctl %v: exit %d\n%s%s", args, code, out.String(), errOut.String())
+				}
+				if args[0] == "replay" && !strings.Contains(out.String(), "reviewer: error") {
+					t.Errorf("lctl replay:\n%s", out.String())
+				}
+				if args[0] == "stats" && !strings.Contains(out.String(), "Tokens: 700 (in: 500 / out: 200)") {
+					t.Errorf("lctl stats:\n%s", out.String())
+				}
+			}
+			if err := tc.tp.Shutdown(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+
+	// A span of the same trace exported after the trace was written
+	// continues its chain.
+	t.Run("late span", func(t *testing.T) {
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(must(otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(tt.httpURL)))))
+		defer func() { _ = tp.Shutdown(ctx) }()
+		tid := agentRun(ctx, tp.Tracer("test"))
+		chainID := "otel-" + tid.String()
+		if err := tt.svc.WaitForSeq(ctx, chainID, uint64(len(wantRun))); err != nil {
+			t.Fatal(err)
+		}
+		parent := trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: trace.SpanID{1, 2, 3, 4, 5, 6, 7, 8}, TraceFlags: trace.FlagsSampled, Remote: true})
+		_, late := tp.Tracer("test").Start(trace.ContextWithRemoteSpanContext(ctx, parent), "execute_tool fs.write", trace.WithAttributes(
+			attribute.String("gen_ai.operation.name", "execute_tool"), attribute.String("gen_ai.tool.name", "fs.write")))
+		late.End()
+		// The late span has a (remote) parent and no root follows: it is
+		// written once Hold has passed.
+		if err := tt.svc.WaitForSeq(ctx, chainID, uint64(len(wantRun))+1); err != nil {
+			t.Fatal(err)
+		}
+		got, err := tt.client.GetChain(ctx, &lctlv1.GetChainRequest{ChainId: chainID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs := got.GetEvents()
+		last := evs[len(evs)-1]
+		if last.GetType() != lctl.TypeToolCall || !strings.Contains(string(must(protojson.Marshal(last))), "fs.write") {
+			t.Errorf("late event %v", last)
+		}
+		ver, err := tt.client.VerifyChain(ctx, &lctlv1.VerifyChainRequest{ChainId: chainID})
+		if err != nil || !ver.GetOk() {
+			t.Errorf("verify after a late append: %v %v", ver, err)
+		}
+	})
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+func post(t *testing.T, url, contentType, encoding string, body []byte) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", contentType)
+	if encoding != "" {
+		req.Header.Set("Content-Encoding", encoding)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, b
+}
+
+func gz(t *testing.T, b []byte) []byte {
+	var buf bytes.Buffer
+	w := gzip.NewWriter(&buf)
+	if _, err := w.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// TestOTLPBadInput: what a broken or hostile exporter gets back, and that a
+// payload missing attributes is still converted, with warnings naming the
+// spans.
+func TestOTLPBadInput(t *testing.T) {
+	e := newEnv(t)
+	tt := startOTLPTracer(t, e, tracer.OTLPConfig{MaxBody: 64 << 10, Hold: -1})
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+
+	statusOf := func(ct string, b []byte) string {
+		st := &spb.Status{}
+		var err error
+		if ct == "application/json" {
+			err = protojson.Unmarshal(b, st)
+		} else {
+			err = proto.Unmarshal(b, st)
+		}
+		if err != nil {
+			t.Fatalf("response is not a google.rpc.Status: %v: %q", err, b)
+		}
+		return st.GetMessage()
+	}
+	tests := []struct {
+		name, ct, enc string
+		body          []byte
+		code          int
+		msg           string
+	}{
+		{"malformed protobuf", "application/x-protobuf", "", []byte{0x0a, 0xff, 0xff}, 400, "OTLP protobuf"},
+		{"malformed JSON", "application/json", "", []byte(`{"resourceSpans": [`), 400, "OTLP JSON: unexpected EOF"},
+		{"bad hex id", "application/json", "", []byte(`{"resourceSpans":[{"scopeSpans":[{"spans":[{"traceId":"zz"}]}]}]}`), 400, `traceId: "zz" is not a hex id`},
+		{"bad gzip", "application/json", "gzip", []byte("not gzip"), 400, "gzip body"},
+		{"oversized", "application/x-protobuf", "", make([]byte, 65<<10), 413, "over the limit"},
+		{"gzip bomb", "application/x-protobuf", "gzip", gz(t, make([]byte, 4<<20)), 413, "over the limit"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			code, b := post(t, tt.httpURL, tc.ct, tc.enc, tc.body)
+			if code != tc.code {
+				t.Fatalf("status %d, want %d: %s", code, tc.code, b)
+			}
+			if msg := statusOf(tc.ct, b); !strings.Contains(msg, tc.msg) {
+				t.Errorf("message %q, want %q", msg, tc.msg)
+			}
+		})
+	}
+	if code, _ := post(t, tt.httpURL, "text/plain", "", []byte("x")); code != http.StatusUnsupportedMediaType {
+		t.Errorf("text/plain: %d", code)
+	}
+	if code, _ := post(t, tt.httpURL, "application/json", "br", []byte("x")); code != http.StatusUnsupportedMediaType {
+		t.Errorf("Content-Encoding br: %d", code)
+	}
+	if resp, err := http.Get(tt.httpURL); err != nil || resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Errorf("GET: %v %v", resp, err)
+	} else {
+		_ = resp.Body.Close()
+	}
+
+	// Missing attributes (the converter's fixture): 200, converted, with
+	// partial_success naming the spans and nothing rejected.
+	raw, err := os.ReadFile("../../lctl/otlp/testdata/genai.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, b := post(t, tt.httpURL, "application/json", "", raw)
+	if code != 200 {
+		t.Fatalf("status %d: %s", code, b)
+	}
+	resp := &coltracepb.ExportTraceServiceResponse{}
+	if err := protojson.Unmarshal(b, resp); err != nil {
+		t.Fatal(err)
+	}
+	ps := resp.GetPartialSuccess()
+	if ps.GetRejectedSpans() != 0 || !strings.Contains(ps.GetErrorMessage(), `span 00f067aa0ba902bc "execute_tool": tool span has no gen_ai.tool.name`) {
+		t.Errorf("partial success %v", ps)
+	}
+	if err := tt.svc.WaitForSeq(ctx, "otel-4bf92f3577b34da6a3ce929d0e0e4736", 11); err != nil {
+		t.Fatal(err)
+	}
+
+	// Over gRPC: a span without a valid trace id is rejected and counted;
+	// the valid span next to it is written.
+	good, _ := hex.DecodeString("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa")
+	req := &coltracepb.ExportTraceServiceRequest{ResourceSpans: []*tracepb.ResourceSpans{{ScopeSpans: []*tracepb.ScopeSpans{{Spans: []*tracepb.Span{
+		{TraceId: []byte("short"), SpanId: []byte("01234567"), Name: "broken"},
+		{TraceId: good, SpanId: []byte("01234567"), Name: "fine", StartTimeUnixNano: uint64(time.Now().UnixNano()), EndTimeUnixNano: uint64(time.Now().UnixNano())},
+	}}}}}}
+	gr, err := tt.otlp.Export(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gr.GetPartialSuccess().GetRejectedSpans() != 1 || !strings.Contains(gr.GetPartialSuccess().GetErrorMessage(), `"broken": rejected: trace id must be 16 bytes`) {
+		t.Errorf("gRPC partial success %v", gr.GetPartialSuccess())
+	}
+	if err := tt.svc.WaitForSeq(ctx, "otel-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", 1); err != nil {
+		t.Fatal(err)
+	}
+}

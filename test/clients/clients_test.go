@@ -1,0 +1,604 @@
+// Package clients tests XCT's clients in other languages against a live
+// cluster: the TypeScript and Python examples (examples/clients) run as
+// processes with node and Debian's python3, and a Python ToolService and
+// ProposerService govern a run. The cluster is `xct dev` as a process, on
+// loopback ports, the same as `make run` starts.
+//
+// The tests need node with the example's npm packages and Debian's python3
+// with grpcio, protobuf and yaml (`make clients-deps` installs them). Where
+// they are missing the tests skip, saying what is missing, unless
+// XCT_REQUIRE_CLIENTS=1 (set by `make test`) makes that a failure.
+package clients
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+
+	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/auth"
+	"github.com/xct-dev/xct/internal/grpcx"
+	"github.com/xct-dev/xct/lctl"
+)
+
+// python is Debian's interpreter: the one python3-grpcio and
+// python3-protobuf install their modules for.
+const python = "/usr/bin/python3"
+
+var (
+	root     string // the repository
+	tsDir    string // examples/clients/ts
+	pyDir    string // examples/clients/python
+	setup    sync.Once
+	shared   *cluster
+	setupErr error
+)
+
+func TestMain(m *testing.M) {
+	var err error
+	if root, err = filepath.Abs("../.."); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	tsDir = filepath.Join(root, "examples", "clients", "ts")
+	pyDir = filepath.Join(root, "examples", "clients", "python")
+	code := m.Run()
+	if shared != nil {
+		shared.stop()
+	}
+	os.Exit(code)
+}
+
+// missing lists what the client tests need and this machine lacks.
+func missing() []string {
+	var out []string
+	if _, err := exec.LookPath("node"); err != nil {
+		out = append(out, "node (Node.js)")
+	}
+	if _, err := os.Stat(filepath.Join(tsDir, "node_modules", ".package-lock.json")); err != nil {
+		out = append(out, "the npm packages of examples/clients/ts (npm ci there)")
+	}
+	if err := exec.Command(python, "-c", "import grpc, google.protobuf, yaml").Run(); err != nil {
+		out = append(out, "Debian's python3 with python3-grpcio, python3-protobuf and python3-yaml")
+	}
+	return out
+}
+
+// needCluster skips the test when the clients cannot run here (fails it
+// under XCT_REQUIRE_CLIENTS=1), and returns the package's cluster, started
+// on first use.
+func needCluster(t *testing.T) *cluster {
+	t.Helper()
+	if m := missing(); len(m) > 0 {
+		msg := "client tests need " + strings.Join(m, "; ") + " (make clients-deps installs them)"
+		if os.Getenv("XCT_REQUIRE_CLIENTS") == "1" {
+			t.Fatal(msg + "; XCT_REQUIRE_CLIENTS=1 requires them")
+		}
+		t.Skip(msg)
+	}
+	setup.Do(func() { shared, setupErr = startCluster() })
+	if setupErr != nil {
+		t.Fatal(setupErr)
+	}
+	return shared
+}
+
+// cluster is `xct dev` with the Python agent as its tool server and
+// allowed proposer.
+type cluster struct {
+	dir          string
+	xct          *proc
+	agent        *proc
+	agentAddr    string
+	orchestrator string
+	validator    string
+	tracer       string
+	// credentials is the dev credentials file, "" when the cluster runs
+	// without authentication.
+	credentials string
+}
+
+// The scripted model of the client examples: a change under config/ that
+// the config-approval policy sends to a human, then a read.
+const clientsScript = `name: client-agent
+steps:
+  - next_step:
+      tool: fs.write
+      arguments: {path: config/app.yaml, content: "deployment: green\n"}
+      goal: Switch the deployment to green
+  - next_step:
+      tool: fs.read
+      arguments: {path: config/app.yaml}
+      goal: Check the change
+  - done: true
+    message: switched to green
+`
+
+var (
+	listeningRe = regexp.MustCompile(`^listening on (127\.0\.0\.1:\d+)$`)
+	addrRe      = regexp.MustCompile(`^\s+(orchestrator|validator|tracer)\s+(127\.0\.0\.1:\d+)$`)
+	servingRe   = regexp.MustCompile(`^serving`)
+)
+
+// childEnv is this process's environment without XCT_* variables, so a
+// developer's settings (XCT_TOKEN, XCT_ADDR, ...) do not leak into the
+// processes under test, plus extra.
+func childEnv(extra ...string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "XCT_") {
+			env = append(env, kv)
+		}
+	}
+	return append(env, extra...)
+}
+
+func startCluster() (c *cluster, err error) {
+	dir, err := os.MkdirTemp("", "xct-clients-")
+	if err != nil {
+		return nil, err
+	}
+	c = &cluster{dir: dir}
+	defer func() {
+		if err != nil {
+			c.stop()
+		}
+	}()
+	xct := filepath.Join(dir, "xct")
+	if out, err := exec.Command("go", "build", "-o", xct, filepath.Join(root, "cmd", "xct")).CombinedOutput(); err != nil {
+		return c, fmt.Errorf("go build xct: %w\n%s", err, out)
+	}
+
+	// The agent first: the executor asks its tool servers for their tools
+	// when it starts.
+	if c.agent, err = startProc("agent.py", pyDir, python, childEnv(), "agent.py", "--listen", "127.0.0.1:0"); err != nil {
+		return c, err
+	}
+	m, err := c.agent.waitFor(listeningRe, 30*time.Second)
+	if err != nil {
+		return c, err
+	}
+	c.agentAddr = m[1]
+
+	data := filepath.Join(dir, "data")
+	tools := filepath.Join(dir, "tools.yaml")
+	if err := os.WriteFile(tools, []byte("servers:\n  - name: inventory\n    address: "+c.agentAddr+"\n"), 0o600); err != nil {
+		return c, err
+	}
+	if err := os.MkdirAll(filepath.Join(data, "scripts"), 0o750); err != nil {
+		return c, err
+	}
+	if err := os.WriteFile(filepath.Join(data, "scripts", "clients.yaml"), []byte(clientsScript), 0o600); err != nil {
+		return c, err
+	}
+	c.xct, err = startProc("xct dev", dir, xct, childEnv(), "dev",
+		"--data-dir", data, "--nats-port", "-1",
+		"--orchestrator-listen", "127.0.0.1:0", "--validator-listen", "127.0.0.1:0",
+		"--executor-listen", "127.0.0.1:0", "--tracer-listen", "127.0.0.1:0", "--tracer-http-listen", "127.0.0.1:0",
+		"--policy", filepath.Join(root, "examples", "policies", "config-approval.yaml"),
+		"--tools-config", tools, "--allow-grpc-proposer", c.agentAddr)
+	if err != nil {
+		return c, err
+	}
+	if _, err := c.xct.waitFor(servingRe, 60*time.Second); err != nil {
+		return c, err
+	}
+	for _, l := range c.xct.matching(addrRe) {
+		m := addrRe.FindStringSubmatch(l)
+		switch m[1] {
+		case "orchestrator":
+			c.orchestrator = m[2]
+		case "validator":
+			c.validator = m[2]
+		case "tracer":
+			c.tracer = m[2]
+		}
+	}
+	if c.orchestrator == "" || c.validator == "" || c.tracer == "" {
+		return c, fmt.Errorf("xct dev did not print its addresses:\n%s", c.xct.output())
+	}
+	if cred := filepath.Join(data, "dev", "credentials.yaml"); fileExists(cred) {
+		c.credentials = cred
+	}
+	return c, nil
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+func (c *cluster) stop() {
+	for _, p := range []*proc{c.xct, c.agent} {
+		if p != nil {
+			if err := p.stop(); err != nil {
+				fmt.Fprintf(os.Stderr, "%s: %v\n%s\n", p.name, err, p.output())
+			}
+		}
+	}
+	_ = os.RemoveAll(c.dir)
+}
+
+// clientArgs are the flags both examples share: where the cluster is, who
+// starts the run, who approves, the credentials file.
+func (c *cluster) clientArgs(model, goal, as, approver, out string) []string {
+	args := []string{
+		"--addr", c.orchestrator, "--validator-addr", c.validator, "--tracer-addr", c.tracer,
+		"--model", model, "--goal", goal, "--as", as, "--approver", approver, "--out", out, "--timeout", "90",
+	}
+	if c.credentials != "" {
+		args = append(args, "--credentials", c.credentials)
+	}
+	return args
+}
+
+// orchestratorClient is a Go client of the cluster calling as principal.
+func (c *cluster) orchestratorClient(t *testing.T, principal string) (xctv1.OrchestratorServiceClient, func(context.Context) context.Context) {
+	t.Helper()
+	conn, err := grpcx.Dial(c.orchestrator)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	withAuth := func(ctx context.Context) context.Context { return ctx }
+	if c.credentials != "" {
+		tok, err := auth.ClientToken("", principal, c.credentials)
+		if err != nil {
+			t.Fatal(err)
+		}
+		withAuth = func(ctx context.Context) context.Context {
+			return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+tok)
+		}
+	}
+	return xctv1.NewOrchestratorServiceClient(conn), withAuth
+}
+
+var (
+	startedRe = regexp.MustCompile(`(?m)^run (\S+) started by (\S+)`)
+)
+
+// runID is the run an example started, from its first line.
+func runID(t *testing.T, out string) string {
+	t.Helper()
+	m := startedRe.FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no 'run ... started' line in:\n%s", out)
+	}
+	return m[1]
+}
+
+// exportedChain reads and checks a chain file an example exported: it
+// decodes as LCTL, its hash chain verifies, and it is the run's chain.
+func exportedChain(t *testing.T, path, id string) *lctl.File {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("the exported chain: %v", err)
+	}
+	f, err := lctl.DecodeFile(bytes.NewReader(data), lctl.FormatJSON)
+	if err != nil {
+		t.Fatalf("the exported chain does not decode: %v", err)
+	}
+	if err := lctl.Verify(f.Events); err != nil {
+		t.Fatalf("the exported chain does not verify: %v", err)
+	}
+	if f.Chain.ID != id || len(f.Events) == 0 {
+		t.Fatalf("exported chain %q with %d events, want run %s", f.Chain.ID, len(f.Events), id)
+	}
+	return f
+}
+
+// events returns the events of type typ.
+func events(f *lctl.File, typ string) []lctl.Event {
+	var out []lctl.Event
+	for _, e := range f.Events {
+		if e.Type == typ {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// checkApprovedRun checks the chain of a run alice started and bob
+// approved: who started it, who was asked, who decided, and that it ended
+// done.
+func checkApprovedRun(t *testing.T, f *lctl.File, wantTool string) {
+	t.Helper()
+	started := events(f, lctl.TypeRunStarted)
+	if len(started) != 1 || started[0].Data["principal"] != "alice" {
+		t.Errorf("run_started = %v, want one, by principal alice", started)
+	}
+	requested := events(f, "approval_requested")
+	if len(requested) != 1 || requested[0].Data["requested_by"] != "alice" || requested[0].Data["tool"] != wantTool {
+		t.Errorf("approval_requested = %v, want one for %s requested by alice", requested, wantTool)
+	}
+	decided := events(f, "approval_decided")
+	if len(decided) != 1 || decided[0].Agent != "bob" || decided[0].Data["by"] != "bob" || decided[0].Data["decision"] != "approved" {
+		t.Errorf("approval_decided = %v, want one, approved by bob", decided)
+	}
+	finished := events(f, lctl.TypeRunFinished)
+	if len(finished) != 1 || finished[0].Data["status"] != "done" {
+		t.Errorf("run_finished = %v, want status done", finished)
+	}
+	// The approved step ran after the decision, exactly once.
+	var calls int
+	for _, e := range events(f, lctl.TypeToolCall) {
+		if e.Data["tool"] == wantTool {
+			calls++
+			if len(decided) == 1 && e.Seq < decided[0].Seq {
+				t.Errorf("%s ran at seq %d, before its approval at seq %d", wantTool, e.Seq, decided[0].Seq)
+			}
+		}
+	}
+	if calls != 1 {
+		t.Errorf("%s ran %d times, want once", wantTool, calls)
+	}
+}
+
+// exampleOutput checks what an example printed for a run alice started and
+// bob approved, and returns the run's id.
+func exampleOutput(t *testing.T, r result, out string) string {
+	t.Helper()
+	if r.code != 0 {
+		t.Fatalf("exit %d:\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	id := runID(t, r.stdout)
+	for _, want := range []string{
+		"run " + id + " started by alice",
+		"approval_requested by orchestrator",
+		"approved step",
+		"as bob",
+		"approval_decided by bob",
+		"run " + id + " ended DONE",
+		"exported ",
+		" to " + out,
+		"chain verified: true",
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	return id
+}
+
+// buildTS compiles the TypeScript example together with gen/ts, once.
+var (
+	tsBuild    sync.Once
+	tsBuildErr error
+)
+
+func buildTS(t *testing.T) string {
+	t.Helper()
+	tsBuild.Do(func() {
+		cmd := exec.Command(filepath.Join(tsDir, "node_modules", ".bin", "tsc"), "-p", ".")
+		cmd.Dir = tsDir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			tsBuildErr = fmt.Errorf("tsc (the example against gen/ts): %w\n%s", err, out)
+		}
+	})
+	if tsBuildErr != nil {
+		t.Fatal(tsBuildErr)
+	}
+	return filepath.Join(tsDir, "dist", "examples", "clients", "ts", "src", "main.js")
+}
+
+func TestTypeScriptClient(t *testing.T) {
+	c := needCluster(t)
+	main := buildTS(t)
+	out := filepath.Join(t.TempDir(), "ts.lctl.json")
+	r := runCmd(t, tsDir, childEnv(), 120*time.Second, "node",
+		append([]string{main}, c.clientArgs("scripted:clients.yaml", "switch to green from TypeScript", "alice", "bob", out)...)...)
+	id := exampleOutput(t, r, out)
+	f := exportedChain(t, out, id)
+	checkApprovedRun(t, f, "fs.write")
+	if got := events(f, lctl.TypeRunStarted)[0].Data["labels"]; fmt.Sprint(got) != "map[client:typescript]" {
+		t.Errorf("labels = %v", got)
+	}
+}
+
+func TestPythonClient(t *testing.T) {
+	c := needCluster(t)
+	out := filepath.Join(t.TempDir(), "py.lctl.json")
+	r := runCmd(t, pyDir, childEnv(), 120*time.Second, python,
+		append([]string{"run_and_approve.py"}, c.clientArgs("scripted:clients.yaml", "switch to green from Python", "alice", "bob", out)...)...)
+	id := exampleOutput(t, r, out)
+	f := exportedChain(t, out, id)
+	checkApprovedRun(t, f, "fs.write")
+	if got := events(f, lctl.TypeRunStarted)[0].Data["labels"]; fmt.Sprint(got) != "map[client:python]" {
+		t.Errorf("labels = %v", got)
+	}
+}
+
+// The one who started a run cannot approve it: the validator refuses, the
+// example says why, exits 1 and cancels the run it left waiting. admin
+// holds every role, so only the rule against approving one's own run can
+// refuse it.
+func TestClientsCannotApproveTheirOwnRun(t *testing.T) {
+	c := needCluster(t)
+	buildTS(t)
+	orch, withAuth := c.orchestratorClient(t, "admin")
+	for _, tc := range []struct {
+		name string
+		dir  string
+		cmd  []string
+	}{
+		{"typescript", tsDir, []string{"node", filepath.Join(tsDir, "dist", "examples", "clients", "ts", "src", "main.js")}},
+		{"python", pyDir, []string{python, "run_and_approve.py"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "chain.json")
+			args := append(tc.cmd[1:], c.clientArgs("scripted:clients.yaml", "approve my own run", "admin", "admin", out)...)
+			r := runCmd(t, tc.dir, childEnv(), 120*time.Second, tc.cmd[0], args...)
+			if r.code != 1 {
+				t.Fatalf("exit %d, want 1:\n%s\n%s", r.code, r.stdout, r.stderr)
+			}
+			if !strings.Contains(r.stderr, "PERMISSION_DENIED") || !strings.Contains(r.stderr, "cannot decide its approvals") {
+				t.Errorf("stderr does not name the refusal:\n%s", r.stderr)
+			}
+			if fileExists(out) {
+				t.Errorf("a refused run's chain was exported")
+			}
+			id := runID(t, r.stdout)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			got, err := orch.GetRun(withAuth(ctx), &xctv1.GetRunRequest{RunId: id})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.GetRun().GetStatus() != xctv1.RunStatus_RUN_STATUS_CANCELLED {
+				t.Errorf("run %s is %s, want cancelled", id, got.GetRun().GetStatus())
+			}
+			for _, st := range got.GetRun().GetSteps() {
+				if st.GetState() == xctv1.StepState_STEP_STATE_SUCCEEDED {
+					t.Errorf("step %d of the refused run ran", st.GetNumber())
+				}
+			}
+		})
+	}
+}
+
+var invokeRe = regexp.MustCompile(`^invoke (\S+) key=(\S+)`)
+
+// invocations returns what the Python tool server did, as "tool key".
+func invocations(c *cluster) map[string]string {
+	out := map[string]string{}
+	for _, l := range c.agent.matching(invokeRe) {
+		m := invokeRe.FindStringSubmatch(l)
+		out[m[2]] = m[1]
+	}
+	return out
+}
+
+// The Python agent proposes, the Python tool server executes, XCT governs:
+// the agent's first, schema-invalid proposal is refused before any tool
+// runs; the irreversible reservation waits for bob, whom the Python client
+// plays; the chain records all of it.
+func TestPythonAgentAndToolServerGovernedByXCT(t *testing.T) {
+	c := needCluster(t)
+	out := filepath.Join(t.TempDir(), "agent.lctl.json")
+	r := runCmd(t, pyDir, childEnv(), 120*time.Second, python,
+		append([]string{"run_and_approve.py"}, c.clientArgs("grpc:"+c.agentAddr, "reserve 2 of GREEN-1", "alice", "bob", out)...)...)
+	id := exampleOutput(t, r, out)
+	if !regexp.MustCompile(`ended DONE: reserved 2 of GREEN-1 as R-\d+`).MatchString(r.stdout) {
+		t.Errorf("the agent's done message is missing:\n%s", r.stdout)
+	}
+	f := exportedChain(t, out, id)
+	checkApprovedRun(t, f, "inventory.reserve")
+
+	// Step 1: the slip, denied by the validator's schema check.
+	verdicts := map[float64]string{}
+	for _, e := range events(f, lctl.TypeVerdict) {
+		if _, seen := verdicts[e.Data["step"].(float64)]; !seen {
+			verdicts[e.Data["step"].(float64)] = fmt.Sprint(e.Data["decision"], " ", e.Data["code"])
+		}
+	}
+	if verdicts[1] != "deny SCHEMA_INVALID" || verdicts[2] != "allow <nil>" || !strings.HasPrefix(verdicts[3], "needs_approval") {
+		t.Errorf("first verdict per step = %v", verdicts)
+	}
+	// The proposer is recorded as the steps' agent, its model and tokens on
+	// the run.
+	for _, e := range events(f, lctl.TypeStepStart) {
+		if e.Agent != "grpc:"+c.agentAddr {
+			t.Errorf("step_start agent %q", e.Agent)
+		}
+	}
+
+	// The tool server ran lookup and reserve once each, with the steps'
+	// ids as idempotency keys, and never saw the refused proposal.
+	calls := invocations(c)
+	steps := map[string]string{}
+	for _, e := range events(f, lctl.TypeStepStart) {
+		if id, ok := e.Data["step_id"].(string); ok {
+			steps[id] = e.Data["tool"].(string)
+		}
+	}
+	var ran []string
+	for key, tool := range steps {
+		if got, ok := calls[key]; ok {
+			ran = append(ran, tool)
+			if "inventory."+got != tool {
+				t.Errorf("step %s (%s) invoked the server's %s", key, tool, got)
+			}
+		}
+	}
+	if len(ran) != 2 {
+		t.Errorf("the tool server ran %v for this run's steps, want inventory.lookup and inventory.reserve once each\n%s", ran, c.agent.output())
+	}
+}
+
+// A tool server's structured error reaches the agent as information: an
+// unknown SKU is NOT_FOUND at lookup, and the agent stops without
+// reserving anything.
+func TestPythonToolServerErrorReachesTheAgent(t *testing.T) {
+	c := needCluster(t)
+	orch, withAuth := c.orchestratorClient(t, "alice")
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	started, err := orch.StartRun(withAuth(ctx), &xctv1.StartRunRequest{
+		Goal: "reserve 1 of RED-9", Model: "grpc:" + c.agentAddr, Principal: "alice",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := started.GetRun().GetRunId()
+	run := waitEnded(t, withAuth(ctx), orch, id)
+	if run.GetStatus() != xctv1.RunStatus_RUN_STATUS_DONE || run.GetMessage() != "stopped: NOT_FOUND: no SKU RED-9" {
+		t.Fatalf("run ended %s: %q", run.GetStatus(), run.GetMessage())
+	}
+	var states []string
+	for _, st := range run.GetSteps() {
+		states = append(states, st.GetProposal().GetTool()+" "+st.GetState().String())
+	}
+	want := []string{"inventory.lookup STEP_STATE_DENIED", "inventory.lookup STEP_STATE_FAILED"}
+	if strings.Join(states, ", ") != strings.Join(want, ", ") {
+		t.Fatalf("steps = %v, want %v", states, want)
+	}
+	if got := run.GetSteps()[1].GetResponse().GetError().GetCode(); got != "NOT_FOUND" {
+		t.Errorf("step 2 error code %q, want NOT_FOUND", got)
+	}
+	if tool := invocations(c)[run.GetSteps()[1].GetStepId()]; tool != "lookup" {
+		t.Errorf("the tool server did not record step 2 as a lookup (got %q)", tool)
+	}
+}
+
+// waitEnded follows a run with WatchRun until its stream ends, then
+// returns it.
+func waitEnded(t *testing.T, ctx context.Context, orch xctv1.OrchestratorServiceClient, id string) *xctv1.Run {
+	t.Helper()
+	stream, err := orch.WatchRun(ctx, &xctv1.WatchRunRequest{RunId: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := drain(stream); err != nil {
+		t.Fatalf("watch %s: %v", id, err)
+	}
+	got, err := orch.GetRun(ctx, &xctv1.GetRunRequest{RunId: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got.GetRun()
+}
+
+func drain(stream grpc.ServerStreamingClient[xctv1.WatchRunResponse]) error {
+	for {
+		if _, err := stream.Recv(); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+	}
+}
