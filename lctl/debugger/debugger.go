@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/xct-dev/xct/lctl"
@@ -91,8 +92,9 @@ type Handler struct {
 	done      chan struct{}
 	closeOnce sync.Once
 	streams   sync.WaitGroup
+	active    atomic.Int64 // live streams open now
 
-	mu    sync.Mutex
+	mu    sync.Mutex // guards cache, and stream starts against Close
 	cache map[string]*chainCache
 }
 
@@ -147,9 +149,33 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // Close ends every live stream and waits for them to return. Requests
 // after Close get no live updates.
 func (h *Handler) Close() {
+	h.mu.Lock()
 	h.closeOnce.Do(func() { close(h.done) })
+	h.mu.Unlock()
 	h.streams.Wait()
 }
+
+// beginStream counts a live stream in, unless the handler is closed.
+func (h *Handler) beginStream() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	select {
+	case <-h.done:
+		return false
+	default:
+	}
+	h.streams.Add(1)
+	h.active.Add(1)
+	return true
+}
+
+func (h *Handler) endStream() {
+	h.active.Add(-1)
+	h.streams.Done()
+}
+
+// ActiveStreams is how many live streams are open.
+func (h *Handler) ActiveStreams() int { return int(h.active.Load()) }
 
 // Error codes of the API.
 const (

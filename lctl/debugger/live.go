@@ -38,13 +38,10 @@ func (h *Handler) live(w http.ResponseWriter, r *http.Request) (any, error) {
 	if !ok {
 		return nil, errors.New("live: the response cannot be flushed")
 	}
-	select {
-	case <-h.done:
+	if !h.beginStream() {
 		return nil, &apiError{http.StatusServiceUnavailable, codeUnavailable, "the server is shutting down"}
-	default:
 	}
-	h.streams.Add(1)
-	defer h.streams.Done()
+	defer h.endStream()
 
 	hd := w.Header()
 	hd.Set("Content-Type", "text/event-stream; charset=utf-8")

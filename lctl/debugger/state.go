@@ -25,7 +25,14 @@ type stateCounts struct {
 	ContractValidations int `json:"contract_validations"`
 	ModelRoutings       int `json:"model_routings"`
 	Facts               int `json:"facts"`
+	// FactHistory is the full length of every fact's history that was
+	// cut.
+	FactHistory map[string]int `json:"fact_history"`
 }
+
+// defaultHistory is how many entries of each fact's history the state
+// endpoint returns unless told otherwise.
+const defaultHistory = 3
 
 // stepDetail is what happened to a step up to a seq.
 type stepDetail struct {
@@ -54,6 +61,10 @@ func (h *Handler) state(_ http.ResponseWriter, r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	history, err := intParam(r, "history", defaultHistory, 0, maxPage)
+	if err != nil {
+		return nil, err
+	}
 	c, err := h.getChain(r)
 	if err != nil {
 		return nil, err
@@ -79,7 +90,7 @@ func (h *Handler) state(_ http.ResponseWriter, r *http.Request) (any, error) {
 		Counts: stateCounts{
 			ToolCalls: len(st.ToolCalls), Errors: len(st.Errors), Steps: len(st.Steps),
 			UnknownTypes: len(st.UnknownTypes), ContractValidations: len(st.ContractValidations),
-			ModelRoutings: len(st.ModelRoutings), Facts: len(st.Facts),
+			ModelRoutings: len(st.ModelRoutings), Facts: len(st.Facts), FactHistory: map[string]int{},
 		},
 		Step: stepAt(c, pos, st),
 	}
@@ -89,6 +100,14 @@ func (h *Handler) state(_ http.ResponseWriter, r *http.Request) (any, error) {
 	st.UnknownTypes = lastN(st.UnknownTypes, tail)
 	st.ContractValidations = lastN(st.ContractValidations, tail)
 	st.ModelRoutings = lastN(st.ModelRoutings, tail)
+	for id, f := range st.Facts {
+		// The facts are the state's own copies: cutting them changes
+		// nothing else.
+		if len(f.History) > history {
+			resp.Counts.FactHistory[id] = len(f.History)
+			f.History = lastN(f.History, history)
+		}
+	}
 	return resp, nil
 }
 
