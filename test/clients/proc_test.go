@@ -102,7 +102,7 @@ func (p *proc) waitFor(re *regexp.Regexp, timeout time.Duration) ([]string, erro
 		select {
 		case <-grew:
 		case <-p.done:
-			return nil, fmt.Errorf("%s exited (%w) before printing %s:\n%s", p.name, p.err, re, p.output())
+			return nil, fmt.Errorf("%s exited (%s) before printing %s:\n%s", p.name, p.cmd.ProcessState, re, p.output())
 		case <-deadline:
 			return nil, fmt.Errorf("%s did not print %s within %v:\n%s", p.name, re, timeout, p.output())
 		}
