@@ -70,7 +70,7 @@ func commands() []command {
 		{"validate", "--contracts DIR FILE | --chain ID", "check agents against their contracts (exit 1 on a violation)", runValidate},
 		{"verify", "FILE | --chain ID", "check seqs, timestamps, the hash chain and checkpoints (exit 1 on a problem)", runVerify},
 		{"query", "'SELECT * WHERE ...' FILE | --chain ID", "query the fact store", runQuery},
-		{"convert", "IN OUT | IN --to json|yaml", "convert a chain between JSON and YAML", runConvert},
+		{"convert", "IN OUT | IN --to json|yaml [--from otlp]", "convert a chain between JSON and YAML, or OpenTelemetry traces to chains", runConvert},
 		{"export", "--chain ID [-o FILE] [--to json|yaml]", "export a live chain from the tracer", runExport},
 		{"tail", "--chain ID | --all [--nats URL]", "follow events live from the event stream", runTail},
 		{"debug", "FILE [FILE2] [--addr 127.0.0.1:8080] [--open=false]", "serve the visual debugger for chain files (two to diff them)", runDebug},

@@ -31,13 +31,23 @@ func parseFormat(s string) (lctl.Format, error) {
 func runConvert(ctx context.Context, c *cmdContext) error {
 	c.common()
 	to := c.fs.String("to", "", "write this format (json or yaml) to stdout instead of to OUT")
+	from := c.fs.String("from", "", "read IN as: lctl (default) or otlp (OpenTelemetry traces as JSON, as the collector's file exporter writes them)")
+	trace := c.fs.String("trace", "", "with --from otlp: convert only the trace with this id (32 hex digits)")
 	if err := c.parse(); err != nil {
 		return err
 	}
 	var in operand
 	outPath := ""
+	otlpIn := false
+	switch strings.ToLower(*from) {
+	case "", "lctl", "v4":
+	case "otlp":
+		otlpIn = true
+	default:
+		return usagef("--from must be lctl or otlp, got %q", *from)
+	}
 	switch {
-	case len(c.operands) == 2 && *to == "" && c.operands[1].file != "":
+	case len(c.operands) == 2 && c.operands[1].file != "" && (*to == "" || otlpIn):
 		in, outPath = c.operands[0], c.operands[1].file
 	case len(c.operands) == 1 && *to != "":
 		in = c.operands[0]
@@ -51,6 +61,12 @@ func runConvert(ctx context.Context, c *cmdContext) error {
 			return err
 		}
 		format = f
+	}
+	if otlpIn {
+		return convertOTLP(c, in, outPath, *trace, format)
+	}
+	if *trace != "" {
+		return usagef("--trace selects a trace of an OTLP file: use it with --from otlp")
 	}
 	d, err := c.load(ctx, in)
 	if err != nil {
