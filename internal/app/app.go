@@ -20,6 +20,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/xct-dev/xct/internal/grpcx"
+	"github.com/xct-dev/xct/internal/redact"
 	"github.com/xct-dev/xct/internal/telemetry"
 	"github.com/xct-dev/xct/services/executor"
 	"github.com/xct-dev/xct/services/orchestrator"
@@ -66,6 +67,9 @@ type Config struct {
 	Validator    validator.Config
 	Executor     executor.Config
 	Tracer       tracer.Config
+	// Redact is the secret redaction of the orchestrator's events and the
+	// executor's step records (both get this one).
+	Redact redact.Config
 }
 
 // RegisterFlags registers the flags of every service.
@@ -80,6 +84,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Validator.RegisterFlags(fs)
 	c.Executor.RegisterFlags(fs)
 	c.Tracer.RegisterFlags(fs)
+	c.Redact.RegisterFlags(fs)
 }
 
 func (c *Config) listenAddr(target string) string {
@@ -203,6 +208,9 @@ func (c *Config) Check(targets []string) error {
 			errs = append(errs, fmt.Errorf("%s: %w", t, err))
 		}
 	}
+	if err := c.Redact.Check(); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
@@ -255,6 +263,7 @@ func Start(ctx context.Context, cfg Config, targets []string, log *slog.Logger, 
 	}
 	cfg.Orchestrator.Replicas, cfg.Validator.Replicas = cfg.Replicas, cfg.Replicas
 	cfg.Executor.Replicas, cfg.Tracer.Replicas = cfg.Replicas, cfg.Replicas
+	cfg.Orchestrator.Redact, cfg.Executor.Redact = cfg.Redact, cfg.Redact
 
 	for _, t := range targets {
 		var svc service

@@ -80,8 +80,8 @@ func (c Config) Check() error {
 }
 
 // Build makes the Redactor of a service: the rules, and the key from
-// KeyFile or else from the cluster's bucket (js may be nil only when
-// KeyFile is set or the hash is not keyed; then a missing js is an error).
+// KeyFile, else the cluster's bucket through js, else (js nil) a random
+// key of this process, whose markers agree only within it.
 func (c Config) Build(ctx context.Context, js jetstream.JetStream, replicas int) (*Redactor, error) {
 	rules, err := c.Rules()
 	if err != nil {
@@ -95,7 +95,12 @@ func (c Config) Build(ctx context.Context, js jetstream.JetStream, replicas int)
 			return nil, err
 		}
 	case js == nil:
-		return nil, fmt.Errorf("%w: no key file and no cluster to keep a key in", ErrBadConfig)
+		// No cluster to share a key through (unit tests, an executor
+		// without NATS): a key of this process only.
+		key = make([]byte, 32)
+		if _, err := rand.Read(key); err != nil {
+			return nil, fmt.Errorf("redaction key: %w", err)
+		}
 	default:
 		if key, err = ClusterKey(ctx, js, replicas); err != nil {
 			return nil, err

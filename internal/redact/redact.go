@@ -186,6 +186,14 @@ func (s *Scope) Value(v any) any {
 	return out
 }
 
+// Redact is Value that also says whether anything was replaced.
+func (s *Scope) Redact(v any) (any, bool) {
+	if s == nil {
+		return v, false
+	}
+	return s.value(v)
+}
+
 // Map is Value for an object; nil stays nil.
 func (s *Scope) Map(m map[string]any) map[string]any {
 	if s == nil || m == nil {

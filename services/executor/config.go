@@ -4,6 +4,8 @@ import (
 	"flag"
 	"fmt"
 	"time"
+
+	"github.com/xct-dev/xct/internal/redact"
 )
 
 // Defaults applied by New to zero Config fields.
@@ -54,6 +56,10 @@ type Config struct {
 	// StepRetention is how long step records are kept in JetStream
 	// (default 30 days). A step asked again after that runs again.
 	StepRetention time.Duration
+	// Redact says where the rules and key of secret redaction are: step
+	// records keep results redacted (set by the app from --redact-config
+	// and --redact-key-file; not a flag of its own).
+	Redact redact.Config
 }
 
 // RegisterFlags registers the executor's flags on fs, with their defaults.

@@ -137,7 +137,7 @@ func (s *Service) execute(ctx context.Context, req *xctv1.ExecuteRequest) (*xctv
 		s.log.WarnContext(ctx, "step abandoned", "run_id", req.GetRunId(), "step_id", req.GetStepId(), "tool", req.GetTool(), "error", err, "duration", d)
 		return nil, err
 	}
-	s.finish(c, resp, d)
+	s.finish(c, s.redactResponse(args, resp), d) // the caller gets resp itself
 	s.logStep(ctx, req, resp, time.Since(start), "attempt", c.rec.GetAttempt(), "tool_duration", d)
 	return &xctv1.ExecuteResponse{Response: resp, Duration: durationpb.New(d), Attempt: c.rec.GetAttempt()}, nil
 }

@@ -422,7 +422,7 @@ func (s *Service) ResolveStep(ctx context.Context, stepID string, r Resolution) 
 	rec.Resolution = &xctv1.StepResolution{Decision: r.Decision, ResolvedBy: r.ResolvedBy, Reason: r.Reason, ResolvedAt: now, PreviousState: cur.GetState()}
 	switch r.Decision {
 	case xctv1.StepDecision_STEP_DECISION_SUCCEEDED:
-		result := r.Result
+		result := s.redactorOrNil().Value(r.Result)
 		if result == nil {
 			result = map[string]any{"resolved": "succeeded", "resolved_by": r.ResolvedBy, "reason": r.Reason}
 		}

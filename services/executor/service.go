@@ -22,6 +22,7 @@ import (
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/catalog"
+	"github.com/xct-dev/xct/internal/redact"
 )
 
 // Service is the executor: a catalog of tools, the record of the steps it
@@ -43,8 +44,10 @@ type Service struct {
 	catalog []*xctv1.ToolDescriptor // sorted by name
 	steps   StepStore
 	started bool
-	remotes []*remoteServer
-	mcps    []*mcpServer
+	// redactor replaces secrets in what step records keep; set by Start.
+	redactor *redact.Redactor
+	remotes  []*remoteServer
+	mcps     []*mcpServer
 
 	mu       sync.Mutex
 	stopping bool
@@ -205,6 +208,20 @@ func (s *Service) Start(ctx context.Context) error {
 	s.started = true
 	s.state.Unlock()
 	if first {
+		var js jetstream.JetStream
+		if s.nc != nil {
+			var err error
+			if js, err = jetstream.New(s.nc); err != nil {
+				return fmt.Errorf("executor: jetstream: %w", err)
+			}
+		}
+		red, err := s.cfg.Redact.Build(ctx, js, s.cfg.Replicas)
+		if err != nil {
+			return fmt.Errorf("executor: %w", err)
+		}
+		s.state.Lock()
+		s.redactor = red
+		s.state.Unlock()
 		if s.nc != nil {
 			steps, err := OpenStepStore(ctx, s.nc, StepStoreConfig{Replicas: s.cfg.Replicas, Retention: s.cfg.StepRetention})
 			if err != nil {
