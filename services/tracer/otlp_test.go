@@ -72,7 +72,9 @@ func startOTLPTracer(t *testing.T, e *env, cfg tracer.OTLPConfig) *otlpTracer {
 		defer cancel()
 		conn.Close()
 		srv.Stop(ctx)
-		<-served
+		if err := <-served; err != nil {
+			t.Errorf("serve: %v", err)
+		}
 		if err := svc.Stop(ctx); err != nil {
 			t.Errorf("stop tracer: %v", err)
 		}
