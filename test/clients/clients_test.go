@@ -537,6 +537,11 @@ func TestPythonAgentAndToolServerGovernedByXCT(t *testing.T) {
 	if len(ran) != 2 {
 		t.Errorf("the tool server ran %v for this run's steps, want inventory.lookup and inventory.reserve once each\n%s", ran, c.agent.output())
 	}
+	// XCT's own credentials never leave it: neither the executor nor the
+	// orchestrator sent the external server an authorization header.
+	if sent := c.agent.matching(regexp.MustCompile(`sent authorization metadata`)); len(sent) > 0 {
+		t.Errorf("XCT sent credentials to an external server: %v", sent)
+	}
 }
 
 // A tool server's structured error reaches the agent as information: an

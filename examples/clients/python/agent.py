@@ -75,6 +75,13 @@ def log(line: str) -> None:
     print(line, flush=True)
 
 
+def note_credentials(context, method: str) -> None:
+    """Says (never showing it) when a caller sent an authorization header:
+    XCT must not hand its own credentials to servers outside it."""
+    if any(key == "authorization" for key, _ in context.invocation_metadata()):
+        log(f"{method}: the caller sent authorization metadata (not shown)")
+
+
 def success(result) -> tool_pb2.InvokeResponse:
     value = struct_pb2.Value()
     value.struct_value.update(result)
@@ -96,9 +103,11 @@ class Inventory(tool_pb2_grpc.ToolServiceServicer):
         self._reservations = 0
 
     def Describe(self, request, context):
+        note_credentials(context, "Describe")
         return tool_pb2.DescribeResponse(tools=TOOLS)
 
     def Invoke(self, request, context):
+        note_credentials(context, "Invoke")
         args = json_format.MessageToDict(request.arguments)
         remaining = context.time_remaining()
         if remaining is not None and remaining <= 0:
@@ -148,6 +157,7 @@ class Agent(proposer_pb2_grpc.ProposerServiceServicer):
     alone; it keeps no state between calls."""
 
     def Propose(self, request, context):
+        note_credentials(context, "Propose")
         output = self.decide(request)
         return proposer_pb2.ProposeResponse(
             output=output,
