@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -54,15 +55,18 @@ func (v ValidatorApprovals) Decide(ctx context.Context, req *xctv1.DecideApprova
 // csrfHeader must be on every POST: a cross-site form cannot set it.
 const csrfHeader = "X-XCT-CSRF"
 
+// validatorTimeout bounds a call to the validator.
+const validatorTimeout = 10 * time.Second
+
 // outgoing forwards the caller's Authorization header to the validator as
 // gRPC authorization metadata, so the validator decides with the caller's
-// identity.
-func outgoing(r *http.Request) context.Context {
+// identity, and bounds the call.
+func outgoing(r *http.Request) (context.Context, context.CancelFunc) {
 	ctx := r.Context()
 	if a := r.Header.Get("Authorization"); a != "" {
 		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", a)
 	}
-	return ctx
+	return context.WithTimeout(ctx, validatorTimeout)
 }
 
 var approvalJSON = protojson.MarshalOptions{UseProtoNames: false, EmitUnpopulated: false}
@@ -125,7 +129,9 @@ func (h *Handler) approvals(_ http.ResponseWriter, r *http.Request) (any, error)
 	default:
 		return nil, badArg("all must be 1 or 0, got %q", q.Get("all"))
 	}
-	list, err := h.opts.Approvals.List(outgoing(r), run, all)
+	ctx, cancel := outgoing(r)
+	defer cancel()
+	list, err := h.opts.Approvals.List(ctx, run, all)
 	if err != nil {
 		return nil, grpcError(err)
 	}
@@ -139,7 +145,9 @@ func (h *Handler) pendingByRun(r *http.Request) map[string]int {
 	if h.opts.Approvals == nil {
 		return out
 	}
-	list, err := h.opts.Approvals.List(outgoing(r), "", false)
+	ctx, cancel := outgoing(r)
+	defer cancel()
+	list, err := h.opts.Approvals.List(ctx, "", false)
 	if err != nil {
 		h.log.Warn("debugger: list pending approvals", "err", err)
 		return out
@@ -196,7 +204,9 @@ func (h *Handler) decide(w http.ResponseWriter, r *http.Request) (any, error) {
 	if !*req.Approve && strings.TrimSpace(req.Reason) == "" {
 		return nil, badArg("a reason is required to deny")
 	}
-	a, err := h.opts.Approvals.Decide(outgoing(r), &xctv1.DecideApprovalRequest{
+	ctx, cancel := outgoing(r)
+	defer cancel()
+	a, err := h.opts.Approvals.Decide(ctx, &xctv1.DecideApprovalRequest{
 		RunId: req.RunID, Step: step, Approve: *req.Approve, Approver: req.Approver, Reason: req.Reason,
 	})
 	if err != nil {

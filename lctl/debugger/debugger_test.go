@@ -307,13 +307,14 @@ func TestInfoAndChainList(t *testing.T) {
 func TestChainDetail(t *testing.T) {
 	srv, _ := twoRuns(t)
 	var d struct {
-		ID                string
-		Events            int
-		FirstSeq, LastSeq uint64 `json:"first_seq"`
-		Status            string
-		Live              bool
-		Run               *lctl.Run
-		Verify            struct {
+		ID       string
+		Events   int
+		FirstSeq uint64 `json:"first_seq"`
+		LastSeq  uint64 `json:"last_seq"`
+		Status   string
+		Live     bool
+		Run      *lctl.Run
+		Verify   struct {
 			OK          bool
 			FirstBadSeq uint64 `json:"first_bad_seq"`
 		}
@@ -325,7 +326,7 @@ func TestChainDetail(t *testing.T) {
 		Warnings []string
 	}
 	get(t, srv.URL+"/api/chains/run-a").json(t, &d)
-	if d.ID != "run-a" || d.Events != 21 || d.Status != "failed" || d.Live || d.Run == nil || d.Run.Goal != "fix the bug" {
+	if d.ID != "run-a" || d.Events != 21 || d.FirstSeq != 1 || d.LastSeq != 21 || d.Status != "failed" || d.Live || d.Run == nil || d.Run.Goal != "fix the bug" {
 		t.Fatalf("detail %+v", d)
 	}
 	if !d.Verify.OK || d.Stats.Events != 21 || d.Stats.Errors != 2 || len(d.Bottlenecks.Steps) == 0 || len(d.Bottlenecks.ByAgent) == 0 {
