@@ -95,11 +95,11 @@ type lease struct {
 	rev uint64 // revision of the key as last written by this owner; 0: not held
 }
 
-// held returns the revision while the claim is held.
-func (l *lease) held() (uint64, bool) {
+// set records the revision of a claim just made.
+func (l *lease) set(rev uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.rev, l.rev != 0
+	l.rev = rev
 }
 
 // openOwners binds to the owners bucket, creating it if needed, and drops

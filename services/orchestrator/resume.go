@@ -214,7 +214,7 @@ func (s *Service) resume(id string, rev uint64, reason, previous string) error {
 		model: model, started: events[0].Time(),
 		ctx: rctx, cancel: rcancel, done: make(chan struct{}), release: make(chan struct{}),
 	}
-	r.lease.rev = rev
+	r.lease.set(rev)
 	view := &xctv1.Run{}
 	for i := range events {
 		r.transcript.apply(&events[i])

@@ -108,6 +108,13 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger, opts ...Option) (*Service,
 // Register registers the gRPC service.
 func (s *Service) Register(g *grpc.Server) { xctv1.RegisterOrchestratorServiceServer(g, s) }
 
+// Stopping reports whether Stop was called.
+func (s *Service) Stopping() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stopping
+}
+
 // Instance is this orchestrator's name in the run owners bucket.
 func (s *Service) Instance() string { return s.instance }
 
@@ -294,7 +301,7 @@ func (s *Service) startRun(ctx context.Context, req *xctv1.StartRunRequest) (*ru
 		_ = proposer.Close()
 		return nil, err
 	}
-	r.lease.rev = rev
+	r.lease.set(rev)
 	err = r.record(lctl.TypeRunStarted, agentOrchestrator, map[string]any{
 		"run_id":    id,
 		"goal":      req.GetGoal(),
