@@ -37,6 +37,9 @@ TEST_APT_PACKAGES :=
 # Clients in other languages: protoc and the gRPC Python plugin generate
 # gen/python (`make generate`); the Python examples run on Debian's runtime.
 TEST_APT_PACKAGES += protobuf-compiler protobuf-compiler-grpc python3-grpcio python3-protobuf python3-yaml
+# The visual debugger's browser tests drive Debian's headless Chromium
+# (chromedp; lctl/debugger and test/e2e, XCT_REQUIRE_BROWSER below).
+TEST_APT_PACKAGES += chromium
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: test-deps
@@ -56,6 +59,7 @@ clients-deps: test-deps $(CLIENTS_TS)/node_modules/.package-lock.json ## Install
 
 .PHONY: test
 test: export XCT_REQUIRE_CLIENTS := 1
+test: export XCT_REQUIRE_BROWSER := 1
 test: test-deps clients-deps ## go vet, then every test with the race detector
 	$(GO) vet ./...
 	$(GO) test -race -count=1 ./...

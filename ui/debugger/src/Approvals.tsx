@@ -3,7 +3,7 @@
 // server with the user's own bearer token.
 import { useEffect, useState } from 'preact/hooks';
 import type { Approval, Json, Obj } from './api';
-import { ApiError, decide, get, pick, setToken, token } from './api';
+import { ApiError, approverName, decide, get, pick, setApproverName, setToken, token } from './api';
 import { ErrorBox, JsonBlock, Loading, Status } from './common';
 import { fmtTime } from './fmt';
 import { chainHref } from './route';
@@ -66,6 +66,7 @@ function Card({ a, auth, onDecided }: { a: Approval; auth: boolean; onDecided: (
   const preview = pick(a, 'preview') as Obj | undefined;
   const state = stateOf(a);
   const [reason, setReason] = useState('');
+  const [approver, setApprover] = useState(approverName());
   const [busy, setBusy] = useState(false);
   const [msg, setMsg] = useState<{ ok: boolean; text: string } | null>(null);
   const [ask, setAsk] = useState<null | { approve: boolean; why: string }>(null);
@@ -75,10 +76,18 @@ function Card({ a, auth, onDecided }: { a: Approval; auth: boolean; onDecided: (
       setAsk({ approve, why: 'Deciding needs your identity: paste your bearer token once for this tab.' });
       return;
     }
+    if (!auth && !approver.trim()) {
+      setMsg({ ok: false, text: 'Name the approver: the validator records who decided.' });
+      return;
+    }
+    if (!approve && !reason.trim()) {
+      setMsg({ ok: false, text: 'Give a reason to deny: the agent is told why.' });
+      return;
+    }
     setBusy(true);
     setMsg(null);
     try {
-      const r = await decide(runId, step, approve, reason);
+      const r = await decide(runId, step, approve, reason, auth ? '' : approver.trim());
       const s = stateOf(r.approval ?? {});
       onDecided(`Run ${runId} step ${step}: ${s} (${approve ? 'approved' : 'denied'} by you).`);
     } catch (e) {
@@ -129,8 +138,24 @@ function Card({ a, auth, onDecided }: { a: Approval; auth: boolean; onDecided: (
       ) : null}
       {state === 'pending' ? (
         <div class="decide">
+          {!auth ? (
+            <label>
+              Approver{' '}
+              <input
+                type="text"
+                name="approver"
+                value={approver}
+                autocomplete="username"
+                onInput={(ev) => {
+                  const v = (ev.target as HTMLInputElement).value;
+                  setApprover(v);
+                  setApproverName(v);
+                }}
+              />
+            </label>
+          ) : null}
           <label>
-            Reason <input type="text" value={reason} onInput={(ev) => setReason((ev.target as HTMLInputElement).value)} />
+            Reason <input type="text" name="reason" value={reason} onInput={(ev) => setReason((ev.target as HTMLInputElement).value)} />
           </label>
           <button type="button" class="approve" disabled={busy} onClick={() => send(true)}>
             ✔ Approve

@@ -107,14 +107,18 @@ export function ConfidenceView({ chainId, version, onSelect }: { chainId: string
         Decay {rep.decay_rate} per hop, {rep.hops} hops. Thresholds: 0.80 proceed, 0.60 warn, 0.40 verify; below 0.40 blocks.
       </p>
       {rep.warnings?.length ? (
-        <ul class="warnings">
-          {rep.warnings.map((w, i) => (
-            <li key={i}>
-              <span aria-hidden="true">⚠ </span>
-              {w}
-            </li>
-          ))}
-        </ul>
+        <details class="warnings" open={rep.warnings.length <= 5}>
+          <summary>
+            <span aria-hidden="true">⚠ </span>
+            {rep.warnings.length} warning{rep.warnings.length === 1 ? '' : 's'}
+          </summary>
+          <ul>
+            {rep.warnings.slice(0, 500).map((w, i) => (
+              <li key={i}>{w}</li>
+            ))}
+          </ul>
+          {rep.warnings.length > 500 ? <p>First 500 of {rep.warnings.length}.</p> : null}
+        </details>
       ) : null}
       <div class="fact-grid">
         {(all ? facts : facts.slice(0, factsShown)).map((f) => (

@@ -378,8 +378,28 @@ export function setToken(t: string): void {
   }
 }
 
+const approverKey = 'xct-debugger-approver';
+
+/** approverName is the name the user decides under when the server has no
+ * authentication (the validator still needs to know who decided). */
+export function approverName(): string {
+  try {
+    return sessionStorage.getItem(approverKey) ?? '';
+  } catch {
+    return '';
+  }
+}
+
+export function setApproverName(n: string): void {
+  try {
+    sessionStorage.setItem(approverKey, n);
+  } catch {
+    // storage disabled
+  }
+}
+
 /** decide approves or denies a pending step through the server. */
-export async function decide(runId: string, step: number, approve: boolean, reason: string): Promise<{ approval: Approval }> {
+export async function decide(runId: string, step: number, approve: boolean, reason: string, approver: string): Promise<{ approval: Approval }> {
   const headers: Record<string, string> = {
     'Content-Type': 'application/json',
     Accept: 'application/json',
@@ -393,7 +413,7 @@ export async function decide(runId: string, step: number, approve: boolean, reas
       method: 'POST',
       headers,
       credentials: 'same-origin',
-      body: JSON.stringify({ run_id: runId, step, approve, reason }),
+      body: JSON.stringify(approver ? { run_id: runId, step, approve, reason, approver } : { run_id: runId, step, approve, reason }),
     });
   } catch {
     throw new ApiError(0, 'UNAVAILABLE', 'cannot reach the debugger server');

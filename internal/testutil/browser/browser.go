@@ -1,0 +1,184 @@
+// Package browser starts Debian's headless Chromium for tests that drive a
+// real page (the visual debugger), through the DevTools protocol
+// (chromedp). It records what the page did that a test must be able to
+// deny: JavaScript dialogs, uncaught exceptions, and console and browser log
+// errors such as Content-Security-Policy violations.
+//
+// Without Chromium the tests skip, saying why; with XCT_REQUIRE_BROWSER=1
+// (set by `make test`, whose test-deps target installs the chromium
+// package) they fail instead.
+package browser
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/chromedp"
+)
+
+// DefaultPath is where Debian's chromium package puts the browser.
+const DefaultPath = "/usr/bin/chromium"
+
+// Browser is one headless Chromium with one tab.
+type Browser struct {
+	// Ctx drives the tab: pass it to chromedp.Run.
+	Ctx context.Context
+
+	mu      sync.Mutex
+	dialogs []string
+	console []string
+}
+
+// executable finds Chromium: XCT_CHROMIUM, DefaultPath, then the PATH.
+func executable() (string, error) {
+	if p := os.Getenv("XCT_CHROMIUM"); p != "" {
+		return p, nil
+	}
+	if _, err := os.Stat(DefaultPath); err == nil {
+		return DefaultPath, nil
+	}
+	for _, name := range []string{"chromium", "chromium-browser"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("no Chromium at %s or on the PATH (install the Debian package chromium, or run `make test-deps`)", DefaultPath)
+}
+
+// New starts Chromium for the test and stops it when the test ends. The
+// tab's context ends after timeout.
+func New(t testing.TB, timeout time.Duration) *Browser {
+	t.Helper()
+	exe, err := executable()
+	if err != nil {
+		if os.Getenv("XCT_REQUIRE_BROWSER") == "1" {
+			t.Fatalf("%v; XCT_REQUIRE_BROWSER=1 requires it", err)
+		}
+		t.Skipf("browser test skipped: %v", err)
+	}
+	// The machine's network is closed: everything that would call out is
+	// off, and the profile is new for every test.
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(exe),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-extensions", true),
+		chromedp.Flag("disable-default-apps", true),
+		chromedp.Flag("no-pings", true),
+		chromedp.Flag("metrics-recording-only", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1400, 1000),
+	}
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	tctx, cancelTab := chromedp.NewContext(actx)
+	ctx, cancelTimeout := context.WithTimeout(tctx, timeout)
+	stop := func() {
+		cancelTimeout()
+		cancelTab()
+		cancelAlloc()
+	}
+	if err := chromedp.Do(ctx); err != nil {
+		stop()
+		t.Fatalf("start %s: %v", exe, err)
+	}
+	b := &Browser{Ctx: ctx}
+	// Subscribe before the first page loads, so nothing is missed.
+	messages := chromedp.Console(ctx)
+	dialogs := chromedp.Events(ctx, page.JavascriptDialogOpening)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		for m, err := range messages {
+			if err != nil {
+				return
+			}
+			switch m.Type {
+			case chromedp.ConsoleError, chromedp.ConsoleWarning, chromedp.ConsoleException:
+				b.mu.Lock()
+				b.console = append(b.console, string(m.Type)+": "+m.Text)
+				b.mu.Unlock()
+			}
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		for ev, err := range dialogs {
+			if err != nil {
+				return
+			}
+			b.mu.Lock()
+			b.dialogs = append(b.dialogs, string(ev.Type)+": "+ev.Message)
+			b.mu.Unlock()
+			// Dismiss it, so the page does not hang on it.
+			_, _ = chromedp.Call(ctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: false})
+		}
+	}()
+	t.Cleanup(func() {
+		stop()
+		wg.Wait()
+	})
+	return b
+}
+
+// Dialogs lists the JavaScript dialogs (alert, confirm, prompt) the page
+// opened.
+func (b *Browser) Dialogs() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]string(nil), b.dialogs...)
+}
+
+// Console lists the page's console errors and warnings, its uncaught
+// exceptions and the browser log's warnings and errors (a
+// Content-Security-Policy violation is one).
+func (b *Browser) Console() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]string(nil), b.console...)
+}
+
+// Artifacts is the directory screenshots go to: $XCT_ARTIFACTS, or a new
+// temporary directory that outlives the test (its path is logged).
+func Artifacts(t testing.TB) string {
+	t.Helper()
+	if d := os.Getenv("XCT_ARTIFACTS"); d != "" {
+		if err := os.MkdirAll(d, 0o750); err != nil {
+			t.Fatalf("artifacts: %v", err)
+		}
+		return d
+	}
+	d, err := os.MkdirTemp("", "xct-artifacts-")
+	if err != nil {
+		t.Fatalf("artifacts: %v", err)
+	}
+	return d
+}
+
+// Screenshot saves the whole page as dir/name.png.
+func (b *Browser) Screenshot(t testing.TB, dir, name string) {
+	t.Helper()
+	png, err := chromedp.Run(b.Ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("screenshot %s: %v", name, err)
+	}
+	p := filepath.Join(dir, name+".png")
+	if err := os.WriteFile(p, png, 0o600); err != nil {
+		t.Fatalf("screenshot %s: %v", name, err)
+	}
+	t.Logf("screenshot: %s", p)
+}
