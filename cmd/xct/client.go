@@ -10,9 +10,11 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	lctlv1 "github.com/xct-dev/xct/gen/lctl/v1"
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/app"
 	"github.com/xct-dev/xct/internal/grpcx"
@@ -53,7 +55,7 @@ func defaultPrincipal() string {
 
 func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("run", stderr)
-	addr := fs.String("addr", app.DefaultOrchestratorAddr, "orchestrator gRPC address")
+	addr := fs.String("addr", app.DefaultOrchestratorAddr, "orchestrator gRPC address; several, comma-separated, to follow the run when one stops (the run starts on the first)")
 	model := fs.String("model", "", "the model: scripted:FILE (inside the orchestrator's -scripts-dir), openai:MODEL or grpc:ADDR")
 	goal := fs.String("goal", "", "what the run should achieve")
 	runID := fs.String("run-id", "", "run id (generated when empty)")
@@ -68,7 +70,8 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if *model == "" || *goal == "" {
 		return &exitError{code: 2, err: errors.New("-model and -goal are required")}
 	}
-	client, closeConn, err := dialOrchestrator(*addr)
+	addrs := strings.Split(*addr, ",")
+	client, closeConn, err := dialOrchestrator(addrs[0])
 	if err != nil {
 		return err
 	}
@@ -79,31 +82,62 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	})
 	cancel()
 	if err != nil {
-		return rpcError("start run", *addr, err)
+		return rpcError("start run", addrs[0], err)
 	}
 	if *detach {
 		fmt.Fprintln(stdout, resp.GetRun().GetRunId())
 		return nil
 	}
-	return watch(ctx, client, *addr, resp.GetRun().GetRunId(), stdout)
+	return watch(ctx, client, addrs[0], resp.GetRun().GetRunId(), stdout, addrs[1:]...)
 }
 
-// watch prints a run's events until it ends; the exit code says how.
-func watch(ctx context.Context, client xctv1.OrchestratorServiceClient, addr, runID string, stdout io.Writer) error {
-	stream, err := client.WatchRun(ctx, &xctv1.WatchRunRequest{RunId: runID})
-	if err != nil {
-		return rpcError("watch run", addr, err)
-	}
+// watchRetry bounds how long watch keeps trying to reach an orchestrator
+// after a stream broke.
+const watchRetry = 60 * time.Second
+
+// watch prints a run's events until it ends; the exit code says how. When
+// the stream breaks with UNAVAILABLE (the orchestrator stopped and handed
+// its runs over), it watches again from the next event, on the next of
+// the addresses (addr, then others, round robin): the run goes on at
+// another replica and its chain is the same.
+func watch(ctx context.Context, client xctv1.OrchestratorServiceClient, addr, runID string, stdout io.Writer, others ...string) error {
+	addrs := append([]string{addr}, others...)
+	cur, closeCur := client, func() {}
+	defer func() { closeCur() }()
 	p := newStepPrinter(stdout)
-	for {
-		msg, err := stream.Recv()
-		if errors.Is(err, io.EOF) {
+	var from uint64
+	var broken time.Time
+	for i := 0; ; {
+		err := watchOnce(ctx, cur, runID, from, func(e *lctlv1.Event) {
+			from = e.GetSeq() + 1
+			broken = time.Time{}
+			p.print(e)
+		})
+		if err == nil {
 			break
 		}
-		if err != nil {
-			return rpcError("watch run "+runID, addr, err)
+		if status.Code(err) != codes.Unavailable || ctx.Err() != nil {
+			return rpcError("watch run "+runID, addrs[i], err)
 		}
-		p.print(msg.GetEvent())
+		if broken.IsZero() {
+			broken = time.Now()
+		} else if time.Since(broken) > watchRetry {
+			return rpcError("watch run "+runID, addrs[i], err)
+		}
+		if len(addrs) > 1 {
+			i = (i + 1) % len(addrs)
+			closeCur()
+			next, closeNext, derr := dialOrchestrator(addrs[i])
+			if derr != nil {
+				return derr
+			}
+			cur, closeCur = next, closeNext
+		}
+		select {
+		case <-ctx.Done():
+			return rpcError("watch run "+runID, addrs[i], ctx.Err())
+		case <-time.After(500 * time.Millisecond):
+		}
 	}
 	switch p.finalStatus {
 	case "done":
@@ -112,6 +146,25 @@ func watch(ctx context.Context, client xctv1.OrchestratorServiceClient, addr, ru
 		return fmt.Errorf("run %s: the stream ended before the run did", runID)
 	}
 	return &exitError{code: 1, err: fmt.Errorf("run %s %s", runID, p.finalStatus)}
+}
+
+// watchOnce streams a run's events from seq from until the run ends (nil)
+// or the stream breaks.
+func watchOnce(ctx context.Context, client xctv1.OrchestratorServiceClient, runID string, from uint64, fn func(*lctlv1.Event)) error {
+	stream, err := client.WatchRun(ctx, &xctv1.WatchRunRequest{RunId: runID, FromSeq: from})
+	if err != nil {
+		return err
+	}
+	for {
+		msg, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		fn(msg.GetEvent())
+	}
 }
 
 // playDemo starts the bundled demo through the orchestrator's gRPC API and

@@ -59,6 +59,10 @@ func (p *stepPrinter) print(e *lctlv1.Event) {
 			who = "no one"
 		}
 		fmt.Fprintf(p.w, "%s approval  %s by %s  %s\n", step(), strings.ToUpper(s("decision")), who, truncate(s("reason"), 80))
+	case "run_released":
+		fmt.Fprintf(p.w, "%s handover  %s stopped: %s\n", step(), s("instance"), s("reason"))
+	case "run_resumed":
+		fmt.Fprintf(p.w, "%s resumed   by %s (%s)\n", step(), s("instance"), strings.ReplaceAll(s("reason"), "_", " "))
 	case "run_finished":
 		p.finalStatus = s("status")
 		fmt.Fprintf(p.w, "%s: %s\n", p.finalStatus, s("message"))

@@ -172,6 +172,7 @@ func (s *Service) Stop(ctx context.Context) error {
 			r.requestRelease()
 		}
 	}
+	s.log.Info("stopping: handing runs over at their next step boundary", "runs", len(runs), "drain_timeout", s.cfg.DrainTimeout)
 	drain, cancel := context.WithTimeout(ctx, s.cfg.DrainTimeout)
 	defer cancel()
 	interrupt, cancelInterrupt := context.WithTimeout(drain, s.cfg.DrainTimeout*9/10)
