@@ -226,7 +226,7 @@ func TestSecretsAreRedactedEverywhere(t *testing.T) {
 	testutil.Eventually(t, 30*time.Second, func() error {
 		b, err := os.ReadFile(filepath.Join(tracerDir, "chains", id+".jsonl"))
 		if err != nil || !strings.Contains(string(b), `"run_finished"`) {
-			return fmt.Errorf("the tracer has not materialized the run yet (%v)", err)
+			return fmt.Errorf("the tracer has not materialized the run yet: %w", err)
 		}
 		return nil
 	})
