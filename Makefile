@@ -36,7 +36,8 @@ build: ## Build bin/xct
 TEST_APT_PACKAGES :=
 # Clients in other languages: protoc and the gRPC Python plugin generate
 # gen/python (`make generate`); the Python examples run on Debian's runtime.
-TEST_APT_PACKAGES += protobuf-compiler protobuf-compiler-grpc python3-grpcio python3-protobuf python3-yaml
+CLIENTS_APT_PACKAGES := protobuf-compiler protobuf-compiler-grpc python3-grpcio python3-protobuf python3-yaml
+TEST_APT_PACKAGES += $(CLIENTS_APT_PACKAGES)
 # The visual debugger's browser tests drive Debian's headless Chromium
 # (chromedp; lctl/debugger and test/e2e, XCT_REQUIRE_BROWSER below).
 TEST_APT_PACKAGES += chromium
@@ -55,7 +56,9 @@ $(CLIENTS_TS)/node_modules/.package-lock.json: $(CLIENTS_TS)/package.json $(CLIE
 	cd $(CLIENTS_TS) && npm ci --no-audit --no-fund
 
 .PHONY: clients-deps
-clients-deps: test-deps $(CLIENTS_TS)/node_modules/.package-lock.json ## Install what generating and testing the TypeScript and Python clients needs
+# Only the clients' Debian packages: `make generate` needs no browser.
+clients-deps: $(CLIENTS_TS)/node_modules/.package-lock.json ## Install what generating and testing the TypeScript and Python clients needs
+	@$(MAKE) --no-print-directory test-deps TEST_APT_PACKAGES="$(CLIENTS_APT_PACKAGES)"
 
 .PHONY: test
 test: export XCT_REQUIRE_CLIENTS := 1
