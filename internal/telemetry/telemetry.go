@@ -1,7 +1,8 @@
 // Package telemetry sets up OpenTelemetry tracing for an XCT process. It is
-// configured only through the standard OTEL_EXPORTER_OTLP_* environment
-// variables, which the OTLP exporter reads itself; without an endpoint,
-// tracing is off and costs nothing.
+// configured only through the standard OTEL_* environment variables: the
+// OTLP exporter reads OTEL_EXPORTER_OTLP_*, the resource OTEL_SERVICE_NAME
+// and OTEL_RESOURCE_ATTRIBUTES (which win over the built-in service name).
+// Without an endpoint, tracing is off and costs nothing.
 package telemetry
 
 import (
@@ -38,12 +39,13 @@ func Setup(ctx context.Context, serviceName string) (shutdown func(context.Conte
 	res, err := resource.New(ctx,
 		resource.WithTelemetrySDK(),
 		resource.WithAttributes(attribute.String("service.name", serviceName)),
+		resource.WithFromEnv(), // later detectors win: the environment overrides
 	)
 	if err != nil {
 		_ = exp.Shutdown(ctx)
 		return nil, fmt.Errorf("otel resource: %w", err)
 	}
-	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res), sdktrace.WithIDGenerator(idGenerator{}))
 	otel.SetTracerProvider(tp)
 	otel.SetTextMapPropagator(propagation.TraceContext{})
 	return func(ctx context.Context) error {

@@ -112,6 +112,8 @@ func (s *Service) RollbackRun(ctx context.Context, req *xctv1.RollbackRunRequest
 		return nil, toStatus(err)
 	}
 	resp := &xctv1.RollbackRunResponse{Status: "done"}
+	r.startRollbackSpan()
+	defer func() { r.endRunSpan(resp.GetStatus(), resp.GetMessage()) }()
 	next := 1 // undo steps continue the run's step numbers
 	if n := len(cur.GetSteps()); n > 0 {
 		next = int(cur.GetSteps()[n-1].GetNumber()) + 1
@@ -154,11 +156,14 @@ func (r *run) undoStep(step int, target *xctv1.Step) (string, error) {
 	}); err != nil {
 		return "", err
 	}
+	r.startStep(stepID, undoTool)
+	defer r.endStep()
 	verdict, agent := r.validate(step, stepID, ns)
 	if err := r.record(lctl.TypeVerdict, agent, verdictData(step, stepID, undoTool, verdict)); err != nil {
 		return "", err
 	}
 	end := func(outcome, summary string) error {
+		r.stepResult(outcome, summary)
 		return r.record(lctl.TypeStepEnd, r.principal, map[string]any{
 			"step": step, "step_id": stepID, "outcome": outcome, "output_summary": summary,
 			"duration_ms": float64(time.Since(started).Microseconds()) / 1000,

@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/telemetry"
 )
 
 // Spans of a run, after the OpenTelemetry GenAI semantic conventions: one
@@ -25,16 +26,33 @@ const tracerName = "github.com/xct-dev/xct/services/orchestrator"
 func tracer() trace.Tracer { return otel.Tracer(tracerName) }
 
 // startRunSpan opens the run's root span. The StartRun call that caused it
-// is linked, not parented: each run is its own trace.
+// is linked, not parented: each run is its own trace, with ids derived from
+// the run id (telemetry.RunSpanIDs). A replica that took the run over (the
+// chain has more than run_started) opens its span under that root instead.
 func (r *run) startRunSpan(caller context.Context) {
-	_, r.span = tracer().Start(context.Background(), "invoke_agent "+r.model,
-		trace.WithNewRoot(),
+	ctx, root := telemetry.WithRunRoot(context.Background(), r.id), trace.WithNewRoot()
+	if r.writer.Seq() > 1 {
+		ctx, root = telemetry.UnderRun(context.Background(), r.id), trace.WithLinks()
+	}
+	_, r.span = tracer().Start(ctx, "invoke_agent "+r.model,
+		root,
 		trace.WithLinks(trace.LinkFromContext(caller)),
 		trace.WithAttributes(
 			semconv.GenAIOperationNameInvokeAgent,
 			semconv.GenAIConversationID(r.id),
 			attribute.String("xct.chain.id", r.id),
 			semconv.GenAIAgentName(r.proposer.Name()),
+		))
+}
+
+// startRollbackSpan opens the span of a rollback of an ended run, under
+// the run's root span, so its undo steps show in the run's trace.
+func (r *run) startRollbackSpan() {
+	_, r.span = tracer().Start(telemetry.UnderRun(context.Background(), r.id), "rollback "+r.id,
+		trace.WithAttributes(
+			semconv.GenAIConversationID(r.id),
+			attribute.String("xct.chain.id", r.id),
+			attribute.String("xct.principal", r.principal),
 		))
 }
 

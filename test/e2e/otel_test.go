@@ -23,14 +23,22 @@ type otlpReceiver struct {
 	coltracepb.UnimplementedTraceServiceServer
 	mu    sync.Mutex
 	spans []*tracepb.Span
+	// resources holds each span's resource attributes, by span id.
+	resources map[string][]*commonpb.KeyValue
 }
 
 func (r *otlpReceiver) Export(_ context.Context, req *coltracepb.ExportTraceServiceRequest) (*coltracepb.ExportTraceServiceResponse, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.resources == nil {
+		r.resources = map[string][]*commonpb.KeyValue{}
+	}
 	for _, rs := range req.GetResourceSpans() {
 		for _, ss := range rs.GetScopeSpans() {
 			r.spans = append(r.spans, ss.GetSpans()...)
+			for _, s := range ss.GetSpans() {
+				r.resources[string(s.GetSpanId())] = rs.GetResource().GetAttributes()
+			}
 		}
 	}
 	return &coltracepb.ExportTraceServiceResponse{}, nil
