@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -181,4 +182,75 @@ func (b *Browser) Screenshot(t testing.TB, dir, name string) {
 		t.Fatalf("screenshot %s: %v", name, err)
 	}
 	t.Logf("screenshot: %s", p)
+}
+
+// waitFor bounds Until: generous, for a loaded 2-core machine.
+const waitFor = 60 * time.Second
+
+// Do runs actions on the tab and fails the test on error.
+func (b *Browser) Do(t testing.TB, what string, actions ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	if err := chromedp.Do(b.Ctx, actions...); err != nil {
+		t.Fatalf("%s: %v\nconsole: %q", what, err, b.Console())
+	}
+}
+
+// Get runs one action that returns a value and fails the test on error.
+func Get[T any](t testing.TB, b *Browser, what string, a chromedp.Action[T]) T {
+	t.Helper()
+	v, err := chromedp.Run(b.Ctx, a)
+	if err != nil {
+		t.Fatalf("%s: %v\nconsole: %q", what, err, b.Console())
+	}
+	return v
+}
+
+// Eval evaluates JavaScript in the page.
+func Eval[T any](t testing.TB, b *Browser, js string) T {
+	t.Helper()
+	return Get(t, b, "evaluate "+js, chromedp.Evaluate[T](js))
+}
+
+// Until waits until a JavaScript condition holds on the page.
+func (b *Browser) Until(t testing.TB, what, js string) {
+	t.Helper()
+	Get(t, b, "wait for "+what, chromedp.Poll[bool]("!!("+js+")",
+		chromedp.WithPollingTimeout(waitFor), chromedp.WithPollingInterval(50*time.Millisecond)))
+}
+
+// Text reads the rendered text of the first element matching a CSS
+// selector.
+func (b *Browser) Text(t testing.TB, sel string) string {
+	t.Helper()
+	return Get(t, b, "read "+sel, chromedp.Text(chromedp.CSS(sel)))
+}
+
+// Attr reads an attribute of the first element matching a CSS selector.
+func (b *Browser) Attr(t testing.TB, sel, name string) string {
+	t.Helper()
+	return Get(t, b, "read "+sel+" "+name, chromedp.AttributeValue(chromedp.CSS(sel), name)).Value
+}
+
+// Clean fails the test when the page opened a dialog, threw, or logged an
+// error or warning (a Content-Security-Policy violation among them), except
+// messages that contain one of expected (a request the test made fail on
+// purpose is logged by the browser).
+func (b *Browser) Clean(t testing.TB, expected ...string) {
+	t.Helper()
+	if d := b.Dialogs(); len(d) > 0 {
+		t.Errorf("the page opened dialogs: %q", d)
+	}
+	var unexpected []string
+	for _, m := range b.Console() {
+		ok := false
+		for _, e := range expected {
+			ok = ok || strings.Contains(m, e)
+		}
+		if !ok {
+			unexpected = append(unexpected, m)
+		}
+	}
+	if len(unexpected) > 0 {
+		t.Errorf("the page logged: %q", unexpected)
+	}
 }

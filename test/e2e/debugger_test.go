@@ -1,0 +1,142 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/app"
+	"github.com/xct-dev/xct/internal/testutil"
+	"github.com/xct-dev/xct/internal/testutil/browser"
+	"github.com/xct-dev/xct/services/executor"
+	"github.com/xct-dev/xct/services/orchestrator"
+)
+
+// typeInto replaces the value of an input the way a person does: focus,
+// select all, type.
+func typeInto(t *testing.T, b *browser.Browser, sel, text string) {
+	t.Helper()
+	b.Do(t, "focus "+sel, chromedp.Focus(chromedp.CSS(sel)))
+	browser.Eval[bool](t, b, `(document.activeElement.select(), true)`)
+	b.Do(t, "type into "+sel, chromedp.KeyEvent(text))
+}
+
+// The debugger the tracer serves, in headless Chromium against the real
+// cluster: a step that waits for a human is listed with its proposal; the
+// page refuses to let the run's own principal approve (the validator's
+// rule, reached through the page); another person approves it from the
+// page and the tool runs; the chain view follows the run live, without a
+// reload, to its end.
+func TestDebuggerApprovesAndFollowsLive(t *testing.T) {
+	policy := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(policy, []byte(fmt.Sprintf(approvalPolicy, "1h")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tool := &deployTool{ledger: map[string]int{}}
+	c := startCluster(t, func(cfg *app.Config, o *app.Options) {
+		cfg.Validator.PolicyFile = policy
+		cfg.Tracer.HTTPListen = "127.0.0.1:0"
+		o.ExtraTools = []executor.Tool{tool}
+		o.Orchestrator = append(o.Orchestrator, orchestrator.WithProposer("deployer", &deployer{targets: []string{"blue", "green"}}))
+	})
+	v := xctv1.NewValidatorServiceClient(dial(t, c.app.Addr(app.TargetValidator)))
+	url := "http://" + c.app.Tracer.HTTPAddr() + "/"
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	resp, err := c.orch.StartRun(ctx, &xctv1.StartRunRequest{Goal: "deploy", Model: "func:deployer", Principal: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := resp.GetRun().GetRunId()
+	pending(t, v, id, 1)
+
+	b := browser.New(t, 3*time.Minute)
+	art := browser.Artifacts(t)
+	card := fmt.Sprintf(`article.approval[data-run=%q][data-step="1"]`, id)
+	b.Do(t, "open the approvals", chromedp.Navigate(url+"#/approvals"))
+	b.Until(t, "the pending step", "document.querySelector("+strconv.Quote(card)+")")
+	text := b.Text(t, card)
+	for _, want := range []string{"test.deploy", "deploys-need-a-human", "deploys need a human", `"target": "blue"`, "alice"} {
+		if !strings.Contains(text, want) {
+			t.Fatalf("the approval card lacks %q:\n%s", want, text)
+		}
+	}
+	b.Screenshot(t, art, "debugger-approvals")
+
+	// The run's principal cannot approve its own step, from the page either.
+	typeInto(t, b, card+` input[name="approver"]`, "alice")
+	b.Do(t, "approve as alice", chromedp.Click(chromedp.CSS(card+" button.approve")))
+	b.Until(t, "the refusal", `[...document.querySelectorAll('[role=alert]')].some(e => e.textContent.includes('PERMISSION_DENIED'))`)
+	if tool.count("blue") != 0 {
+		t.Fatal("the step ran after a refused self-approval")
+	}
+
+	// Bob approves: the validator records it and the tool runs.
+	typeInto(t, b, card+` input[name="approver"]`, "bob")
+	typeInto(t, b, card+` input[name="reason"]`, "change ticket 42")
+	b.Do(t, "approve as bob", chromedp.Click(chromedp.CSS(card+" button.approve")))
+	b.Until(t, "the decision", `document.querySelector('#decided')?.textContent.includes('approved')`)
+	testutil.Eventually(t, 30*time.Second, func() error {
+		if n := tool.count("blue"); n != 1 {
+			return fmt.Errorf("blue deployed %d times", n)
+		}
+		return nil
+	})
+	all, err := v.ListApprovals(ctx, &xctv1.ListApprovalsRequest{RunId: id, All: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var decided *xctv1.Approval
+	for _, a := range all.GetApprovals() {
+		if a.GetStep() == 1 {
+			decided = a
+		}
+	}
+	if decided.GetState() != xctv1.ApprovalState_APPROVAL_STATE_APPROVED || decided.GetDecidedBy() != "bob" || decided.GetReason() != "change ticket 42" {
+		t.Fatalf("step 1's approval after the page's decision: %v", decided)
+	}
+
+	// Step 2 waits. Open the chain: it is live.
+	pending(t, v, id, 2)
+	b.Do(t, "open the chain", chromedp.Navigate(url+"#/chain/"+id))
+	b.Until(t, "the live stream", `document.querySelector('#live-status')?.textContent.includes('Live:')`)
+	b.Until(t, "the waiting step", `!!document.querySelector('g.node[data-status="needs_approval"]')`)
+	before, err := strconv.Atoi(b.Text(t, "#last-seq"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Mark this page: a reload would lose the mark.
+	browser.Eval[int](t, b, `window.__sameDocument = 42`)
+
+	// Bob denies step 2 (with xct's client path): the run ends, and the
+	// open page shows the new events as they arrive.
+	if _, err := v.DecideApproval(ctx, &xctv1.DecideApprovalRequest{RunId: id, Step: "2", Approve: false, Approver: "bob", Reason: "not on a Friday"}); err != nil {
+		t.Fatal(err)
+	}
+	events := c.watch(t, ctx, id)
+	last := events[len(events)-1]
+	if int(last.Seq) <= before {
+		t.Fatalf("no events after the denial: last seq %d, page had %d", last.Seq, before)
+	}
+	b.Until(t, "the run's end", fmt.Sprintf(`document.querySelector('#last-seq')?.textContent === '%d'`, last.Seq))
+	b.Until(t, "the denied step", `!!document.querySelector('g.node[data-status="denied"]')`)
+	// The view followed the end of the chain.
+	b.Until(t, "the state at the end", fmt.Sprintf(`document.querySelector('#state-seq')?.textContent === '%d' && !document.querySelector('section.state.busy')`, last.Seq))
+	if got := b.Text(t, "#state-type"); got != last.Type {
+		t.Fatalf("state shows a %q event at the end, the chain a %q", got, last.Type)
+	}
+	if browser.Eval[int](t, b, `window.__sameDocument ?? 0`) != 42 {
+		t.Fatal("the page reloaded to show the new events")
+	}
+	b.Screenshot(t, art, "debugger-live")
+	// The refused self-approval is the one failed request.
+	b.Clean(t, "status of 403")
+}
