@@ -222,6 +222,8 @@ func TestNetworkPolicyGraph(t *testing.T) {
 			// the model endpoint: public HTTPS only
 			"orchestrator -> internet:443/TCP",
 			"orchestrator -> internet6:443/TCP",
+			// the debugger's approvals
+			"tracer -> validator:7702/TCP",
 			// spans
 			"tracer -> otel-collector:4317/TCP",
 			"tracer -> otel-collector:4318/TCP",
@@ -251,6 +253,9 @@ func TestNetworkPolicyGraph(t *testing.T) {
 			{"orchestrator -> validator:7702/TCP", true},
 			{"orchestrator -> executor:7703/TCP", true},
 			{"executor -> validator:7702/TCP", false},
+			{"tracer -> validator:7702/TCP", true},
+			{"tracer -> executor:7703/TCP", false},
+			{"tracer -> orchestrator:7701/TCP", false},
 			{"executor -> orchestrator:7701/TCP", false},
 			{"executor -> internet:443/TCP", false},
 			{"executor -> metadata:80/TCP", false},
