@@ -1,11 +1,15 @@
 package main
 
 import (
+	"bufio"
 	"errors"
+	"net/http"
 	"os"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // TestMain runs the test binary as lctl when asked, so the tests below can
@@ -55,5 +59,58 @@ func TestProcessExitCodes(t *testing.T) {
 		if code != tt.code || !strings.Contains(out, tt.out) {
 			t.Errorf("lctl %s: exit %d, want %d\n%s%s", strings.Join(tt.args, " "), code, tt.code, out, errOut)
 		}
+	}
+}
+
+// TestDebugStopsOnSIGTERM runs `lctl debug` as a process: it serves until
+// SIGTERM, then shuts down gracefully and exits 0.
+func TestDebugStopsOnSIGTERM(t *testing.T) {
+	cmd := exec.Command(os.Args[0], "debug", "--addr", "127.0.0.1:0", "--open=false", "../../lctl/cli/testdata/chains/review-v1.lctl.json")
+	cmd.Env = append(os.Environ(), "LCTL_TEST_AS_MAIN=1")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill() }()
+	urls := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if u, ok := strings.CutPrefix(sc.Text(), "Starting LCTL Debugger at "); ok {
+				urls <- u
+			}
+		}
+	}()
+	var url string
+	select {
+	case url = <-urls:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no URL printed; stderr: %s", stderr.String())
+	}
+	resp, err := http.Get(url + "api/info") //nolint:noctx // a test probe
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("api/info: %d", resp.StatusCode)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("exit after SIGTERM: %v; stderr: %s", err, stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("lctl debug did not stop on SIGTERM")
 	}
 }
