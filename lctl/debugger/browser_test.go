@@ -5,6 +5,7 @@ package debugger_test
 // skip without Chromium unless XCT_REQUIRE_BROWSER=1 (`make test`).
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -13,6 +14,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -389,4 +392,154 @@ func TestBrowserLargeChainScrubs(t *testing.T) {
 	}
 	b.Screenshot(t, browser.Artifacts(t), "debugger-large-chain")
 	b.Clean(t)
+}
+
+// growingChain is a chain that grows while the page shows it, as the
+// tracer's chains do; every change hands out a new immutable view.
+type growingChain struct {
+	mu      sync.Mutex
+	id      string
+	events  []lctl.Event
+	view    *debugger.Chain
+	gone    bool
+	changed chan struct{}
+}
+
+func newGrowingChain(id string, events []lctl.Event) *growingChain {
+	g := &growingChain{id: id, changed: make(chan struct{})}
+	g.append(events...)
+	return g
+}
+
+// append adds events (sealed, after the last) and wakes the live streams.
+func (g *growingChain) append(events ...lctl.Event) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	prev := ""
+	if n := len(g.events); n > 0 {
+		prev = g.events[n-1].Hash
+	}
+	for _, e := range events {
+		e.ChainID, e.Seq = g.id, uint64(len(g.events)+1)
+		if e.Timestamp == "" {
+			e.Timestamp = lctl.FormatTime(time.Date(2026, 11, 21, 12, 0, len(g.events), 0, time.UTC))
+		}
+		if err := e.Seal(prev); err != nil {
+			panic(err)
+		}
+		prev = e.Hash
+		g.events = append(g.events, e)
+	}
+	tl := lctl.NewTimeline(g.id, lctl.DefaultSnapshotEvery)
+	for _, e := range g.events {
+		tl.Append(e)
+	}
+	g.view = &debugger.Chain{
+		ChainInfo: debugger.ChainInfo{ID: g.id, Events: len(g.events), FirstTimestamp: g.events[0].Timestamp,
+			LastTimestamp: g.events[len(g.events)-1].Timestamp, Live: true},
+		Events: tl.Events(), Timeline: tl, Sorted: true,
+	}
+	close(g.changed)
+	g.changed = make(chan struct{})
+}
+
+// remove makes the chain disappear.
+func (g *growingChain) remove() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.gone = true
+	close(g.changed)
+	g.changed = make(chan struct{})
+}
+
+func (g *growingChain) Mode() string { return "cluster" }
+
+func (g *growingChain) Chains(context.Context) ([]debugger.ChainInfo, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.gone {
+		return nil, nil
+	}
+	return []debugger.ChainInfo{g.view.ChainInfo}, nil
+}
+
+func (g *growingChain) Chain(_ context.Context, id string) (*debugger.Chain, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.gone || id != g.id {
+		return nil, debugger.ErrChainNotFound
+	}
+	return g.view, nil
+}
+
+func (g *growingChain) Watch(string) (uint64, <-chan struct{}, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return uint64(len(g.events)), g.changed, false
+}
+
+func stepEvents(step float64, tool string) []lctl.Event {
+	return []lctl.Event{
+		{Type: "step_start", Agent: "planner", Data: map[string]any{"step": step, "step_id": fmt.Sprint("s", step), "tool": tool, "intent": "look"}},
+		{Type: "verdict", Agent: "validator", Data: map[string]any{"step": step, "step_id": fmt.Sprint("s", step), "tool": tool, "decision": "allow"}},
+		{Type: "tool_call", Agent: "executor", Data: map[string]any{"step": step, "step_id": fmt.Sprint("s", step), "tool": tool, "status": "success", "duration_ms": 2.0}},
+		{Type: "step_end", Agent: "planner", Data: map[string]any{"step": step, "step_id": fmt.Sprint("s", step), "outcome": "success", "duration_ms": 5.0}},
+	}
+}
+
+// A live chain: new events appear without a reload; a lost connection
+// says so and resumes where it stopped; a chain that disappears says so.
+func TestBrowserLiveReconnects(t *testing.T) {
+	g := newGrowingChain("live-run", append([]lctl.Event{
+		{Type: "run_started", Agent: "orchestrator", Data: map[string]any{"run_id": "live-run", "goal": "watch", "principal": "alice", "model": "m"}},
+	}, stepEvents(1, "fs.read")...))
+	h, err := debugger.New(debugger.Options{Source: g, Title: "live"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// down makes the server refuse everything, as a restarting tracer does.
+	var down atomic.Bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if down.Load() {
+			http.Error(w, `{"error":{"code":"UNAVAILABLE","message":"restarting"}}`, http.StatusServiceUnavailable)
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(func() {
+		h.Close()
+		srv.Close()
+	})
+	b := browser.New(t, 3*time.Minute)
+	b.Do(t, "open the chain", chromedp.Navigate(srv.URL+"/#/chain/live-run"))
+	b.Until(t, "the live stream", `document.querySelector('#live-status')?.textContent.includes('Live:')`)
+	browser.Eval[int](t, b, `window.__sameDocument = 7`)
+
+	g.append(stepEvents(2, "fs.list")...)
+	b.Until(t, "the new events", `document.querySelector('#last-seq')?.textContent === '9'`)
+	b.Until(t, "the new step", `document.querySelectorAll('g.node[data-status="ok"]').length >= 2 && !!document.querySelector('.ev-row[data-seq="9"]')`)
+
+	// The server goes away: the page says so, and keeps trying.
+	down.Store(true)
+	srv.CloseClientConnections()
+	b.Until(t, "the lost connection", `document.querySelector('#live-status')?.textContent.includes('Connection lost, reconnecting')`)
+	b.Screenshot(t, browser.Artifacts(t), "debugger-reconnecting")
+	// Events stored meanwhile arrive once it is back, without a gap.
+	g.append(stepEvents(3, "grep")...)
+	down.Store(false)
+	b.Until(t, "the stream again", `document.querySelector('#live-status')?.textContent.includes('Live:')`)
+	b.Until(t, "the events of the outage", `document.querySelector('#last-seq')?.textContent === '13' && !!document.querySelector('.ev-row[data-seq="13"]')`)
+	b.Until(t, "the state at the end", `document.querySelector('#state-seq')?.textContent === '13'`)
+	if got := b.Text(t, "#chain-events"); got != "13" {
+		t.Fatalf("event count after the outage: %q (an event counted twice or lost?)", got)
+	}
+
+	// The chain disappears: the page says so and stops.
+	g.remove()
+	b.Until(t, "the chain gone", `document.querySelector('#live-status')?.textContent.includes('no longer exists')`)
+	if browser.Eval[int](t, b, `window.__sameDocument ?? 0`) != 7 {
+		t.Fatal("the page reloaded")
+	}
+	// The cut stream and the refused requests are the expected failures.
+	b.Clean(t, "status of 503", "ERR_INCOMPLETE_CHUNKED_ENCODING")
 }
