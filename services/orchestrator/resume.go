@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -49,6 +50,7 @@ func foldResume(runID string, events []lctl.Event) *resumeState {
 				st.invalid = true
 			} else {
 				st.ns = proposalFromData(d)
+				st.argsRedacted = wire.StepID(runID, st.step, st.ns.GetTool(), st.ns.GetArguments()) != st.stepID
 			}
 			rs.endMessage = ""
 		case lctl.TypeVerdict:
@@ -277,6 +279,30 @@ func (r *run) handOver(why string) {
 		return
 	}
 	r.log.Info("run handed over", "run", r.id, "step", r.at)
+}
+
+// recoverStep is execute for a resumed step whose arguments on the chain
+// are redacted: it cannot be run from them, so the executor is only asked
+// what it recorded under the step id. A step it never saw was not executed
+// and is not now; a step without an outcome is in doubt.
+func (r *run) recoverStep(st *openStep) (*xctv1.ExecuteResponse, *xctv1.Error) {
+	ctx, cancel := context.WithTimeout(r.traceCtx(context.Background()), r.svc.cfg.CallTimeout)
+	defer cancel()
+	resp, err := r.svc.executor.GetStep(ctx, &xctv1.GetStepRequest{StepId: st.stepID})
+	switch {
+	case status.Code(err) == codes.NotFound:
+		return nil, wire.Errorf(wire.CodeToolFailure, "step %d was not executed: its arguments are redacted on the chain, so the orchestrator that took the run over cannot run it; propose it again", st.step)
+	case err != nil:
+		return nil, wire.WithDetails(wire.Errorf(wire.CodeExecutorUnavailable, "the executor could not say what became of step %d: %s", st.step, status.Convert(err).Message()),
+			map[string]any{"outcome_unknown": true})
+	}
+	rec := resp.GetStep()
+	switch rec.GetState() {
+	case xctv1.StepRecordState_STEP_RECORD_STATE_SUCCEEDED, xctv1.StepRecordState_STEP_RECORD_STATE_FAILED:
+		return &xctv1.ExecuteResponse{Response: rec.GetResponse(), Duration: rec.GetDuration(), Replayed: true, Attempt: rec.GetAttempt()}, nil
+	}
+	return nil, wire.WithDetails(wire.Errorf(wire.CodeInDoubt, "step %d (%s) has no recorded outcome (%s) and its arguments are redacted on the chain", st.step, st.stepID, rec.GetState()),
+		map[string]any{"step_id": st.stepID, "resolve": "xct resolve " + st.stepID + " succeeded|failed|retry"})
 }
 
 // errIsStopping reports whether err means this process is stopping.

@@ -342,6 +342,7 @@ type openStep struct {
 	started time.Time
 
 	invalid           bool           // the model's output was not a decision
+	argsRedacted      bool           // the chain's arguments are not the proposal's (redacted)
 	errorRecorded     bool           // (invalid) its error event is on the chain
 	verdict           *xctv1.Verdict // the last verdict on the chain
 	verdictAgent      string
@@ -383,7 +384,13 @@ func (r *run) finishStep(st *openStep) (iterationOutcome, error) {
 	case verdict.GetDecision() == xctv1.VerdictDecision_VERDICT_DECISION_ALLOW:
 		outcome = "success"
 		// The allow verdict is durable: only now may the step act.
-		res, execErr := r.execute(stepID, ns)
+		var res *xctv1.ExecuteResponse
+		var execErr *xctv1.Error
+		if st.argsRedacted {
+			res, execErr = r.recoverStep(st)
+		} else {
+			res, execErr = r.execute(stepID, ns)
+		}
 		if execErr == nil {
 			execErr = res.GetResponse().GetError() // the tool's own error signal
 		}

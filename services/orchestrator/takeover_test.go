@@ -18,11 +18,13 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/eventlog"
 	"github.com/xct-dev/xct/internal/grpcx"
 	"github.com/xct-dev/xct/internal/testutil"
+	"github.com/xct-dev/xct/internal/wire"
 	"github.com/xct-dev/xct/lctl"
 	"github.com/xct-dev/xct/services/executor"
 	"github.com/xct-dev/xct/services/validator"
@@ -640,4 +642,85 @@ func TestLifecycleConfig(t *testing.T) {
 	if err := ok.Validate(); err != nil || ok.RunLease != 15*time.Second || ok.DrainTimeout != 15*time.Second {
 		t.Fatalf("defaults: %v %v %v", err, ok.RunLease, ok.DrainTimeout)
 	}
+}
+
+// foldResume finds where a chain stops, for every point a takeover can
+// meet.
+func TestFoldResume(t *testing.T) {
+	const run = "run-fold"
+	args := map[string]any{"n": float64(1)}
+	sargs, _ := structpb.NewStruct(args)
+	id := wire.StepID(run, 1, "test.count", sargs)
+	ev := func(typ, agent string, d map[string]any) lctl.Event {
+		return lctl.Event{Type: typ, Agent: agent, Data: d}
+	}
+	start := ev(lctl.TypeRunStarted, "orchestrator", map[string]any{"goal": "g"})
+	proposal := ev(lctl.TypeStepStart, "tester", map[string]any{"step": float64(1), "step_id": id, "tool": "test.count", "arguments": args, "intent": "one"})
+	allow := ev(lctl.TypeVerdict, "validator", map[string]any{"step": float64(1), "decision": "allow"})
+	approval := ev(lctl.TypeVerdict, "validator", map[string]any{"step": float64(1), "decision": "needs_approval", "code": "APPROVAL_REQUIRED"})
+	call := ev(lctl.TypeToolCall, "executor", map[string]any{"step": float64(1), "step_id": id})
+	end := func(outcome string) lctl.Event {
+		return ev(lctl.TypeStepEnd, "tester", map[string]any{"step": float64(1), "outcome": outcome, "tokens": map[string]any{"input": float64(5), "output": float64(1)}})
+	}
+	inDoubt := ev(lctl.TypeError, "executor", map[string]any{"step": float64(1), "code": "IN_DOUBT", "message": "unknown"})
+	budget := ev(lctl.TypeVerdict, "validator", map[string]any{"step": float64(1), "decision": "deny", "code": "BUDGET_EXCEEDED", "ends_run": true,
+		"reasons": []any{map[string]any{"rule_id": "budget", "message": "no more"}}})
+	redacted := ev(lctl.TypeStepStart, "tester", map[string]any{"step": float64(1), "step_id": id, "tool": "test.count", "arguments": map[string]any{"n": "[redacted]"}})
+	raw := ev(lctl.TypeStepStart, "tester", map[string]any{"step": float64(1), "raw": "nonsense"})
+	tests := []struct {
+		name   string
+		events []lctl.Event
+		check  func(*resumeState) string
+	}{
+		{"nothing yet", []lctl.Event{start}, func(rs *resumeState) string {
+			return expect(rs.next == 1 && rs.open == nil && rs.endMessage == "", "want step 1")
+		}},
+		{"proposed only", []lctl.Event{start, proposal}, func(rs *resumeState) string {
+			return expect(rs.open != nil && rs.open.verdict == nil && !rs.open.argsRedacted && rs.open.ns.GetTool() == "test.count", "want an open step without verdict")
+		}},
+		{"allowed, no outcome", []lctl.Event{start, proposal, allow}, func(rs *resumeState) string {
+			return expect(rs.open.verdict.GetDecision() == xctv1.VerdictDecision_VERDICT_DECISION_ALLOW && rs.open.outcome == "", "want allowed without outcome")
+		}},
+		{"waiting for approval", []lctl.Event{start, proposal, approval, ev(TypeApprovalRequested, "orchestrator", map[string]any{"step": float64(1), "expires_at": "2030-01-01T00:00:00Z"})}, func(rs *resumeState) string {
+			return expect(rs.open.approvalRequested && rs.open.decided == "" && rs.open.approvalExpires.Year() == 2030, "want a wait")
+		}},
+		{"outcome, no step_end", []lctl.Event{start, proposal, allow, call}, func(rs *resumeState) string {
+			return expect(rs.open.outcome == "success", "want the outcome kept")
+		}},
+		{"closed step", []lctl.Event{start, proposal, allow, call, end("success")}, func(rs *resumeState) string {
+			return expect(rs.open == nil && rs.next == 2 && rs.tokensIn == 5 && rs.consecutiveErrors == 0, "want step 2 next")
+		}},
+		{"in doubt ended the run", []lctl.Event{start, proposal, allow, inDoubt, end("error")}, func(rs *resumeState) string {
+			return expect(strings.Contains(rs.endMessage, "is in doubt") && rs.consecutiveErrors == 1, "want the run ended in doubt")
+		}},
+		{"budget ended the run", []lctl.Event{start, proposal, budget, ev(lctl.TypeError, "validator", map[string]any{"step": float64(1), "code": "BUDGET_EXCEEDED", "message": "budget used up"}), end("denied")}, func(rs *resumeState) string {
+			return expect(rs.endMessage == "budget used up", "want the budget's message")
+		}},
+		{"error outside a step", []lctl.Event{start, ev(lctl.TypeError, "orchestrator", map[string]any{"step": float64(1), "message": "step budget used up"})}, func(rs *resumeState) string {
+			return expect(rs.endMessage == "step budget used up", "want the run ended")
+		}},
+		{"invalid outputs in a row", []lctl.Event{start, raw, end("invalid")}, func(rs *resumeState) string {
+			return expect(rs.invalidInARow == 1 && rs.next == 2, "want one invalid output counted")
+		}},
+		{"invalid output open", []lctl.Event{start, raw}, func(rs *resumeState) string {
+			return expect(rs.open != nil && rs.open.invalid && !rs.open.errorRecorded, "want an open invalid step")
+		}},
+		{"redacted arguments", []lctl.Event{start, redacted, allow}, func(rs *resumeState) string {
+			return expect(rs.open.argsRedacted, "want the redaction noticed")
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if msg := tc.check(foldResume(run, tc.events)); msg != "" {
+				t.Fatalf("%s: %+v", msg, foldResume(run, tc.events))
+			}
+		})
+	}
+}
+
+func expect(ok bool, msg string) string {
+	if ok {
+		return ""
+	}
+	return msg
 }
