@@ -3,6 +3,7 @@ package debugger_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -31,8 +32,11 @@ func (g *growingSource) Mode() string { return "cluster" }
 
 func (g *growingSource) Chains(ctx context.Context) ([]debugger.ChainInfo, error) {
 	c, err := g.Chain(ctx, "grow")
+	if errors.Is(err, debugger.ErrChainNotFound) {
+		return []debugger.ChainInfo{}, nil
+	}
 	if err != nil {
-		return nil, nil
+		return nil, err
 	}
 	return []debugger.ChainInfo{c.ChainInfo}, nil
 }
