@@ -286,7 +286,7 @@ func (s *Service) watchOwners(ctx context.Context) {
 			}
 			if rec.Owner == "" {
 				delete(seen, e.Key())
-				go s.takeOver(e.Key(), e.Revision(), "released", rec.ReleasedBy)
+				go s.takeOver(ctx, e.Key(), e.Revision(), "released", rec.ReleasedBy)
 				continue
 			}
 			if o := seen[e.Key()]; o == nil || o.rev != e.Revision() {
@@ -298,7 +298,7 @@ func (s *Service) watchOwners(ctx context.Context) {
 					continue
 				}
 				o.since = time.Now() // try again after another lease at most
-				go s.takeOver(id, o.rev, "lease_expired", o.owner)
+				go s.takeOver(ctx, id, o.rev, "lease_expired", o.owner)
 			}
 		}
 	}
@@ -308,13 +308,16 @@ func (s *Service) watchOwners(ctx context.Context) {
 // continues it here. Losing the claim to another replica is normal and
 // silent. When the run cannot be resumed, the claim is left to expire, so
 // it is tried again later (here or elsewhere).
-func (s *Service) takeOver(id string, rev uint64, reason, previous string) {
+//
+// ctx bounds the claim (the watch's context: a stopping process claims
+// nothing more); the run, once claimed, lives on its own.
+func (s *Service) takeOver(ctx context.Context, id string, rev uint64, reason, previous string) {
 	if !s.beginClaim(id) {
 		return
 	}
 	defer s.endClaim(id)
-	ctx, cancel := context.WithTimeout(context.Background(), kvTimeout)
-	newRev, err := s.owners.Update(ctx, id, encodeOwner(ownerRecord{Owner: s.instance}), rev)
+	cctx, cancel := context.WithTimeout(ctx, kvTimeout)
+	newRev, err := s.owners.Update(cctx, id, encodeOwner(ownerRecord{Owner: s.instance}), rev)
 	cancel()
 	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyNotFound) {
 		return // another replica was first, or the run ended meanwhile
@@ -323,11 +326,11 @@ func (s *Service) takeOver(id string, rev uint64, reason, previous string) {
 		s.log.Warn("could not claim a run", "run", id, "err", err)
 		return
 	}
-	err = s.resume(id, newRev, reason, previous)
+	err = s.resume(context.WithoutCancel(ctx), id, newRev, reason, previous)
 	if errIsStopping(err) {
 		// Nothing was recorded: give the claim straight back.
-		ctx, cancel := context.WithTimeout(context.Background(), kvTimeout)
-		_, err = s.owners.Update(ctx, id, encodeOwner(ownerRecord{ReleasedBy: s.instance}), newRev)
+		gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), kvTimeout)
+		_, err = s.owners.Update(gctx, id, encodeOwner(ownerRecord{ReleasedBy: s.instance}), newRev)
 		cancel()
 		if err != nil {
 			s.log.Warn("could not give back a claim while stopping; it will expire", "run", id, "err", err)

@@ -154,8 +154,8 @@ func recordedVerdict(d map[string]any) *xctv1.Verdict {
 // resume continues a run this process has just claimed (at revision rev of
 // its owner key). A chain that does not exist, is not a run, or has ended
 // needs nothing more: the key is deleted.
-func (s *Service) resume(id string, rev uint64, reason, previous string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.CallTimeout)
+func (s *Service) resume(parent context.Context, id string, rev uint64, reason, previous string) error {
+	ctx, cancel := context.WithTimeout(parent, s.cfg.CallTimeout)
 	defer cancel()
 	writer, err := s.events.ResumeChainWriter(ctx, id)
 	if err != nil {

@@ -343,7 +343,7 @@ func (f *fixture) checkChain(id string, events []lctl.Event, steps int) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		if _, err := f.owners.Get(ctx, id); !errors.Is(err, jetstream.ErrKeyNotFound) {
-			return fmt.Errorf("owner key of an ended run: %v", err)
+			return fmt.Errorf("owner key of an ended run: %w", err)
 		}
 		return nil
 	})
@@ -544,7 +544,7 @@ func TestClaimRaceAndStaleOwner(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			s.takeOver(id, entry.Revision(), "lease_expired", "orch-a")
+			s.takeOver(ctx, id, entry.Revision(), "lease_expired", "orch-a")
 		}()
 	}
 	wg.Wait()
