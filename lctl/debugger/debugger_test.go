@@ -424,7 +424,11 @@ func TestToolOutputWithMarkupIsEscapedJSON(t *testing.T) {
 func TestFlowModel(t *testing.T) {
 	srv, _ := twoRuns(t)
 	var f debugger.FlowPage
-	get(t, srv.URL+"/api/chains/run-a/flow").json(t, &f)
+	raw := get(t, srv.URL+"/api/chains/run-a/flow")
+	raw.json(t, &f)
+	if bytes.Contains(raw.body, []byte("null")) {
+		t.Fatalf("a list is null in %s", raw.body)
+	}
 	if f.TotalEvents != 21 || f.TotalNodes != len(f.Nodes) || f.NextFrom != 0 {
 		t.Fatalf("flow totals %+v", f)
 	}

@@ -281,7 +281,7 @@ func (f *flow) page(from uint64, limit int) FlowPage {
 	end := min(start+limit, len(f.nodes))
 	for i := start; i < end; i++ {
 		n := f.nodes[i].FlowNode
-		n.Attached = append([]Attachment(nil), n.Attached...)
+		n.Attached = append([]Attachment{}, n.Attached...)
 		p.Nodes = append(p.Nodes, n)
 		if i > 0 {
 			kind := "next"
