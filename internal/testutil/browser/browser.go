@@ -158,7 +158,7 @@ func (b *Browser) Console() []string {
 func Artifacts(t testing.TB) string {
 	t.Helper()
 	if d := os.Getenv("XCT_ARTIFACTS"); d != "" {
-		if err := os.MkdirAll(d, 0o750); err != nil {
+		if err := os.MkdirAll(d, 0o750); err != nil { //nolint:gosec // the directory the person running the tests chose
 			t.Fatalf("artifacts: %v", err)
 		}
 		return d

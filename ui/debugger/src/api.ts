@@ -349,7 +349,10 @@ export async function get<T>(path: string, params?: Record<string, string | numb
   const url = 'api/' + path + (q.toString() ? '?' + q.toString() : '');
   let res: Response;
   try {
-    res = await fetch(url, { signal, headers: { Accept: 'application/json' }, credentials: 'same-origin' });
+    const headers: Record<string, string> = { Accept: 'application/json' };
+    const t = token();
+    if (t) headers['Authorization'] = 'Bearer ' + t;
+    res = await fetch(url, { signal, headers, credentials: 'same-origin' });
   } catch (e) {
     if ((e as Error).name === 'AbortError') throw e;
     throw new ApiError(0, 'UNAVAILABLE', 'cannot reach the debugger server');

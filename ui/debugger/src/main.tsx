@@ -2,7 +2,7 @@
 import { render } from 'preact';
 import { useEffect, useState } from 'preact/hooks';
 import type { Info } from './api';
-import { get } from './api';
+import { ApiError, get, setToken } from './api';
 import { ApprovalsView } from './Approvals';
 import { ChainListView } from './ChainList';
 import { ChainView } from './ChainView';
@@ -29,16 +29,50 @@ function LoadError({ e }: { e: NonNullable<Info['load_error']> }) {
   );
 }
 
+/** SignIn asks for a bearer token when the server wants one to read. */
+function SignIn({ onDone, refused }: { onDone: () => void; refused: boolean }) {
+  const [t, setT] = useState('');
+  return (
+    <main id="main" tabIndex={-1}>
+      <h1>Sign in</h1>
+      <form
+        class="token-form"
+        aria-label="Bearer token"
+        onSubmit={(ev) => {
+          ev.preventDefault();
+          setToken(t.trim());
+          onDone();
+        }}
+      >
+        <p>{refused ? 'The server did not accept that token.' : 'This debugger needs a bearer token.'}</p>
+        <label>
+          Bearer token{' '}
+          <input id="signin-token" type="password" autocomplete="off" value={t} onInput={(ev) => setT((ev.target as HTMLInputElement).value)} />
+        </label>{' '}
+        <button type="submit">Sign in</button>
+        <p class="hint">Kept in this tab only (sessionStorage).</p>
+      </form>
+    </main>
+  );
+}
+
 let redirected = false;
 
 function App() {
   const route = useRoute();
   const [info, setInfo] = useState<Info | null>(null);
   const [err, setErr] = useState<unknown>(null);
+  const [tries, setTries] = useState(0);
 
   useEffect(() => {
-    get<Info>('info').then(setInfo, setErr);
-  }, []);
+    get<Info>('info').then(
+      (i) => {
+        setErr(null);
+        setInfo(i);
+      },
+      setErr,
+    );
+  }, [tries]);
 
   useEffect(() => {
     if (info?.title) document.title = `${info.title} — LCTL debugger`;
@@ -57,7 +91,9 @@ function App() {
   }, [info, route]);
 
   let body;
-  if (err) {
+  if (err instanceof ApiError && err.status === 401) {
+    body = <SignIn refused={tries > 0} onDone={() => setTries((n) => n + 1)} />;
+  } else if (err) {
     body = (
       <main id="main" tabIndex={-1}>
         <h1>LCTL debugger</h1>
