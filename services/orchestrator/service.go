@@ -357,8 +357,15 @@ func (s *Service) lookup(ctx context.Context, id string) (*xctv1.Run, error) {
 	}
 	if r, ok := s.runs.get(id); ok && ended(r) {
 		// An ended run changes only by a rollback, which another replica
-		// may have run: one read of the chain's last seq tells.
-		if last, err := s.events.LastSeq(ctx, id); err == nil && last <= r.GetLastSeq() {
+		// may have run: one read of the chain's last seq tells. Without the
+		// log, the cached run is the best there is.
+		if s.nc != nil && !s.nc.IsConnected() {
+			return r, nil
+		}
+		lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		last, err := s.events.LastSeq(lctx, id)
+		cancel()
+		if err != nil || last <= r.GetLastSeq() {
 			return r, nil
 		}
 	}
