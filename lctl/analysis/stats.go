@@ -94,6 +94,10 @@ type Stats struct {
 	// be priced.
 	Cost        *float64    `json:"cost"`
 	CostByModel []ModelCost `json:"cost_by_model"`
+	// CostByAgent is the same tokens by the agent whose step spent them,
+	// each step priced by its own model, in order of the agents' first
+	// tokens.
+	CostByAgent []AgentCost `json:"cost_by_agent"`
 	// Unpriced lists models with tokens but no price in the table.
 	Unpriced []string `json:"unpriced"`
 	// Agents are the agents that did work (started a step).
@@ -121,6 +125,17 @@ type ModelCost struct {
 	Cost     *float64 `json:"cost"`
 }
 
+// AgentCost is the tokens one agent's steps spent and what they cost.
+type AgentCost struct {
+	Agent  string `json:"agent"`
+	Input  int64  `json:"input"`
+	Output int64  `json:"output"`
+	// Cost is nil when none of the agent's tokens could be priced;
+	// Unpriced is true when some could not.
+	Cost     *float64 `json:"cost"`
+	Unpriced bool     `json:"unpriced,omitempty"`
+}
+
 // UnknownModel stands for tokens whose step names no model.
 const UnknownModel = "(unknown model)"
 
@@ -144,6 +159,7 @@ func ComputeStats(chainID string, events []lctl.Event, prices *Prices) *Stats {
 		UnknownTypes: len(s.UnknownTypes),
 		Unpriced:     []string{},
 		CostByModel:  []ModelCost{},
+		CostByAgent:  []AgentCost{},
 	}
 	if s.Run != nil {
 		st.RunStatus = s.Run.Status
@@ -217,6 +233,8 @@ func timeSpan(events []lctl.Event) (int, int) {
 func (st *Stats) priceTokens(events []lctl.Event, prices *Prices) {
 	byModel := map[string]*ModelCost{}
 	var order []string
+	byAgent := map[string]*AgentCost{}
+	var agents []string
 	models := stepModels(events)
 	for i := range events {
 		e := &events[i]
@@ -243,6 +261,26 @@ func (st *Stats) priceTokens(events []lctl.Event, prices *Prices) {
 		}
 		mc.Input += in
 		mc.Output += out
+		ac := byAgent[e.Agent]
+		if ac == nil {
+			ac = &AgentCost{Agent: e.Agent}
+			byAgent[e.Agent] = ac
+			agents = append(agents, e.Agent)
+		}
+		ac.Input += in
+		ac.Output += out
+		if mp, _, ok := prices.lookup(model); ok {
+			c := float64(in)/1000*mp.InputPer1K + float64(out)/1000*mp.OutputPer1K
+			if ac.Cost == nil {
+				ac.Cost = new(float64)
+			}
+			*ac.Cost += c
+		} else if prices != nil {
+			ac.Unpriced = true
+		}
+	}
+	for _, a := range agents {
+		st.CostByAgent = append(st.CostByAgent, *byAgent[a])
 	}
 	sort.Strings(order)
 	var total float64
