@@ -21,6 +21,7 @@ import (
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/lctl"
+	"github.com/xct-dev/xct/lctl/analysis"
 	"github.com/xct-dev/xct/lctl/debugger"
 )
 
@@ -318,7 +319,14 @@ func TestChainDetail(t *testing.T) {
 			OK          bool
 			FirstBadSeq uint64 `json:"first_bad_seq"`
 		}
-		Stats       struct{ Events, Errors, ToolCalls int }
+		Stats struct {
+			Events, Errors, ToolCalls int
+			CostByAgent               []struct {
+				Agent string
+				Input int64
+				Cost  *float64
+			} `json:"cost_by_agent"`
+		}
 		Bottlenecks struct {
 			Steps   []struct{ Agent string }
 			ByAgent []struct{ Agent string } `json:"by_agent"`
@@ -328,6 +336,9 @@ func TestChainDetail(t *testing.T) {
 	get(t, srv.URL+"/api/chains/run-a").json(t, &d)
 	if d.ID != "run-a" || d.Events != 21 || d.FirstSeq != 1 || d.LastSeq != 21 || d.Status != "failed" || d.Live || d.Run == nil || d.Run.Goal != "fix the bug" {
 		t.Fatalf("detail %+v", d)
+	}
+	if len(d.Stats.CostByAgent) != 1 || d.Stats.CostByAgent[0].Agent != "planner" || d.Stats.CostByAgent[0].Input != 10 || d.Stats.CostByAgent[0].Cost != nil {
+		t.Fatalf("cost by agent without prices %+v", d.Stats.CostByAgent)
 	}
 	if !d.Verify.OK || d.Stats.Events != 21 || d.Stats.Errors != 2 || len(d.Bottlenecks.Steps) == 0 || len(d.Bottlenecks.ByAgent) == 0 {
 		t.Fatalf("verify/stats/bottlenecks %+v", d)
@@ -345,6 +356,38 @@ func TestChainDetail(t *testing.T) {
 	wantError(t, get(t, srv.URL+"/api/chains/nope/state"), 404, "NOT_FOUND")
 	wantError(t, get(t, srv.URL+"/api/chains/nope/confidence"), 404, "NOT_FOUND")
 	wantError(t, get(t, srv.URL+"/api/chains/nope/live"), 404, "NOT_FOUND")
+}
+
+func TestCostsWithAPriceTable(t *testing.T) {
+	prices, err := analysis.LoadPrices(strings.NewReader("models:\n  m: {input_per_1k: 1, output_per_1k: 2}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := runChain("priced")
+	events[1].Data["model"] = "m"
+	prev := ""
+	for i := range events {
+		if err := events[i].Seal(prev); err != nil {
+			t.Fatal(err)
+		}
+		prev = events[i].Hash
+	}
+	srv, _ := serve(t, debugger.Options{Prices: prices}, writeChain(t, t.TempDir(), "p.lctl.json", "priced", events))
+	var list struct{ Chains []struct{ Cost *float64 } }
+	get(t, srv.URL+"/api/chains").json(t, &list)
+	// planner's step: 10 in, 5 out at $1 and $2 per 1,000.
+	if len(list.Chains) != 1 || list.Chains[0].Cost == nil || *list.Chains[0].Cost != 0.02 {
+		t.Fatalf("cost %+v", list.Chains)
+	}
+	var d struct {
+		Stats struct {
+			CostByAgent []struct{ Cost *float64 } `json:"cost_by_agent"`
+		}
+	}
+	get(t, srv.URL+"/api/chains/priced").json(t, &d)
+	if len(d.Stats.CostByAgent) != 1 || d.Stats.CostByAgent[0].Cost == nil || *d.Stats.CostByAgent[0].Cost != 0.02 {
+		t.Fatalf("cost by agent %+v", d.Stats.CostByAgent)
+	}
 }
 
 func TestChainVerifyNamesTheEditedEvent(t *testing.T) {
