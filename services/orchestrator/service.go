@@ -365,7 +365,11 @@ func (s *Service) lookup(ctx context.Context, id string) (*xctv1.Run, error) {
 		lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		last, err := s.events.LastSeq(lctx, id)
 		cancel()
-		if err != nil || last <= r.GetLastSeq() {
+		if err != nil {
+			s.log.Debug("cannot tell whether an ended run grew: serving the cached one", "run", id, "err", err)
+			return r, nil //nolint:nilerr // the cached run is the answer when the log cannot be read
+		}
+		if last <= r.GetLastSeq() {
 			return r, nil
 		}
 	}
