@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/http"
 
 	"github.com/xct-dev/xct/lctl"
 )
@@ -32,6 +33,12 @@ type Config struct {
 	// visual debugger to list and decide approvals ("": no approvals in
 	// the UI).
 	ValidatorAddr string
+	// UIAuthorize, when set, is asked before every debugger API call
+	// (debugger.Options.Authorize; DebuggerAuthorizer builds one from an
+	// authenticator). Set by the application, not by a flag; nil leaves
+	// the debugger open, which is why the HTTP listener defaults to
+	// loopback.
+	UIAuthorize func(r *http.Request, action string) error
 }
 
 // snapshotEvery is the interval the timelines use (<= 0: no snapshots).

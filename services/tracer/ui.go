@@ -18,9 +18,10 @@ import (
 // validator.
 func (s *Service) mountUI(mux *http.ServeMux) error {
 	opts := debugger.Options{
-		Source: uiSource{s.store},
-		Title:  "XCT tracer",
-		Log:    s.log,
+		Source:    uiSource{s.store},
+		Title:     "XCT tracer",
+		Log:       s.log,
+		Authorize: s.cfg.UIAuthorize,
 	}
 	if s.cfg.ValidatorAddr != "" {
 		conn, err := grpcx.Dial(s.cfg.ValidatorAddr)

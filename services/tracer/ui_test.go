@@ -7,11 +7,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/xct-dev/xct/internal/auth"
 	"github.com/xct-dev/xct/internal/testutil"
 	"github.com/xct-dev/xct/lctl/debugger"
 	"github.com/xct-dev/xct/services/tracer"
@@ -318,5 +321,90 @@ func TestDebuggerApprovalsNeedAReachableValidator(t *testing.T) {
 	var list struct{ Chains []any }
 	if code := httpJSON(t, base+"/api/chains", &list); code != 200 {
 		t.Fatalf("chains with the validator down: %d", code)
+	}
+}
+
+func TestDebuggerWithAuthentication(t *testing.T) {
+	tokens := filepath.Join(t.TempDir(), "tokens.yaml")
+	if err := os.WriteFile(tokens, []byte(`
+- {principal: alice, roles: [auditor], token: alice-secret-token}
+- {principal: bob, roles: [approver], token: bob-secret-token}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a, err := auth.New(context.Background(), auth.Config{TokensFile: tokens}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t)
+	r := e.startTracerWith(t, tracer.Config{HTTPListen: "127.0.0.1:0", ValidatorAddr: "127.0.0.1:1", UIAuthorize: tracer.DebuggerAuthorizer(a)})
+	base := "http://" + r.svc.HTTPAddr()
+	writeRun(t, e.log, "authed", 1)
+	r.waitFor(t, "authed", 6)
+
+	call := func(method, path, token string, hdr map[string]string) (int, string) {
+		t.Helper()
+		var body io.Reader
+		if method == http.MethodPost {
+			body = strings.NewReader(`{"run_id":"authed","step":1,"approve":true}`)
+		}
+		req, err := http.NewRequestWithContext(context.Background(), method, base+path, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = resp.Body.Close() }()
+		var e struct{ Error struct{ Code string } }
+		if resp.Header.Get("Content-Type") == "application/json; charset=utf-8" {
+			_ = json.NewDecoder(resp.Body).Decode(&e)
+		}
+		return resp.StatusCode, e.Error.Code
+	}
+	csrf := map[string]string{"X-XCT-CSRF": "1", "Content-Type": "application/json"}
+	for _, tc := range []struct {
+		method, path, token string
+		hdr                 map[string]string
+		status              int
+		code                string
+	}{
+		{"GET", "/api/chains", "", nil, 401, "UNAUTHENTICATED"},
+		{"GET", "/api/chains", "not-a-token", nil, 401, "UNAUTHENTICATED"},
+		{"GET", "/api/chains", "alice-secret-token", nil, 200, ""},
+		{"GET", "/api/chains/authed/state?seq=3", "bob-secret-token", nil, 200, ""},
+		{"GET", "/api/info", "", nil, 401, "UNAUTHENTICATED"},
+		{"POST", "/api/approvals/decide", "alice-secret-token", csrf, 403, "PERMISSION_DENIED"},
+		{"POST", "/api/approvals/decide", "", csrf, 401, "UNAUTHENTICATED"},
+		// bob may approve: the call reaches the validator, which is down.
+		{"POST", "/api/approvals/decide", "bob-secret-token", csrf, 503, "UNAVAILABLE"},
+	} {
+		status, code := call(tc.method, tc.path, tc.token, tc.hdr)
+		if status != tc.status || code != tc.code {
+			t.Errorf("%s %s as %q: %d %s, want %d %s", tc.method, tc.path, tc.token, status, code, tc.status, tc.code)
+		}
+	}
+	// The page is static and loads without a token (it asks for one).
+	if status, _ := call("GET", "/", "", nil); status != 200 {
+		t.Errorf("page: %d", status)
+	}
+	// EventSource cannot send headers: the live stream takes the token in
+	// the query.
+	s := openLive(t, base+"/api/chains/authed/live?from=5&access_token=alice-secret-token", nil)
+	if s.status != 200 {
+		t.Fatalf("live with access_token: %d", s.status)
+	}
+	if ev := s.next(t); ev.id != "6" {
+		t.Fatalf("live: %+v", ev)
+	}
+	if status, _ := call("GET", "/api/chains/authed/live?access_token=wrong", "", nil); status != 401 {
+		t.Fatalf("live with a wrong token: %d", status)
 	}
 }

@@ -1,0 +1,29 @@
+package tracer
+
+import (
+	"fmt"
+	"net/http"
+
+	"github.com/xct-dev/xct/internal/auth"
+	"github.com/xct-dev/xct/lctl/debugger"
+)
+
+// DebuggerAuthorizer is the debugger's Authorize hook over an
+// authenticator (set it as Config.UIAuthorize when authentication is on).
+// Every API call must name its caller with "Authorization: Bearer"; every
+// authenticated principal may read chains, approving needs the approver
+// role (admin holds it too). The validator checks the decision again with
+// the same token, which the debugger forwards: this check only turns a
+// wrong caller away early.
+func DebuggerAuthorizer(a *auth.Authenticator) func(*http.Request, string) error {
+	return func(r *http.Request, action string) error {
+		p, err := a.AuthenticateHTTP(r)
+		if err != nil {
+			return fmt.Errorf("%w: a valid bearer token is required", debugger.ErrUnauthenticated)
+		}
+		if action == debugger.ActionApprove && !p.Has(auth.RoleApprover) {
+			return fmt.Errorf("%w: %s does not have the approver role", debugger.ErrPermissionDenied, p.Name)
+		}
+		return nil
+	}
+}
