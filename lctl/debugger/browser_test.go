@@ -577,3 +577,40 @@ func TestBuiltPageHasNothingInline(t *testing.T) {
 		}
 	}
 }
+
+// A server that wants a bearer token to read: the page asks for it once,
+// keeps it for the tab and sends it on every call; a wrong one is refused
+// and asked for again.
+func TestBrowserAsksForAToken(t *testing.T) {
+	const secret = "s3cret-token"
+	src := debugger.NewFileSource(testdataChain("xct-run.lctl.json"))
+	h, err := debugger.New(debugger.Options{Source: src, Title: "with auth", Authorize: func(r *http.Request, _ string) error {
+		if r.Header.Get("Authorization") != "Bearer "+secret {
+			return debugger.ErrUnauthenticated
+		}
+		return nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(func() {
+		h.Close()
+		srv.Close()
+	})
+	b := browser.New(t, 2*time.Minute)
+	b.Do(t, "open the page", chromedp.Navigate(srv.URL+"/"))
+	b.Until(t, "the sign-in form", `!!document.querySelector('#signin-token')`)
+	b.Do(t, "a wrong token", chromedp.Focus(chromedp.CSS("#signin-token")), chromedp.KeyEvent("wrong"+kb.Enter))
+	b.Until(t, "the refusal", `document.querySelector('main')?.textContent.includes('did not accept')`)
+	b.Do(t, "the right token", chromedp.Focus(chromedp.CSS("#signin-token")))
+	browser.Eval[bool](t, b, `(document.activeElement.select(), true)`)
+	b.Do(t, "type it", chromedp.KeyEvent(secret+kb.Enter))
+	b.Until(t, "the chain", `document.querySelectorAll('g.node').length === 7`)
+	b.Until(t, "the state", `!!document.querySelector('#state-type') && !document.querySelector('section.state.busy')`)
+	if got := browser.Eval[string](t, b, `sessionStorage.getItem('xct-debugger-token')`); got != secret {
+		t.Fatalf("token kept for the tab: %q", got)
+	}
+	// The refused requests before the right token are the expected failures.
+	b.Clean(t, "status of 401")
+}
