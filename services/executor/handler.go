@@ -154,12 +154,24 @@ func (s *Service) isStopping() bool {
 // s.running. It returns a gRPC error only when the caller's own context
 // ended before the tool committed: then nothing was changed.
 func (s *Service) run(ctx context.Context, st *servedTool, args map[string]any, c *stepClaim) (*xctv1.Response, error) {
-	tctx, cancel := context.WithTimeout(ctx, st.timeout)
-	defer cancel()
 	g := &gate{}
 	if c != nil {
 		g.stepID, g.compensate = c.rec.GetStepId(), c.compensator()
 	}
+	// The tool's context is bounded by the tool's own deadline, not by the
+	// caller: a caller that goes away (an orchestrator killed mid-step)
+	// stops a tool that has not committed its effect, but a committed tool
+	// runs to its own outcome, so the step's record holds what really
+	// happened and a replica that takes the run over reads it instead of an
+	// outcome cut short.
+	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), st.timeout)
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() {
+		if g.abandon() {
+			cancel()
+		}
+	})
+	defer stop()
 	tctx = context.WithValue(tctx, gateKey{}, g)
 	done := make(chan outcome, 1)
 	go func() {

@@ -324,6 +324,43 @@ func TestStepReleasedWhenNothingActed(t *testing.T) {
 	}
 }
 
+// TestStepCommittedOutlivesCaller: a caller that leaves after the tool
+// committed its effect does not cut the tool short: the tool runs to its
+// own outcome, which is recorded, and a later call with the same step id
+// (a replica that took the run over) gets that outcome without acting
+// again.
+func TestStepCommittedOutlivesCaller(t *testing.T) {
+	committed, finish := make(chan struct{}), make(chan struct{})
+	var calls atomic.Int32
+	tool := testTool("test.remote", time.Hour, 0, func(ctx context.Context, _ map[string]any) (any, *xctv1.Error) {
+		if e := Commit(ctx); e != nil {
+			return nil, e
+		}
+		calls.Add(1)
+		close(committed)
+		<-finish // closed after the caller cancelled
+		if err := ctx.Err(); err != nil {
+			return nil, wire.Errorf(wire.CodeTimeout, "cut short: %v", err)
+		}
+		return "done", nil
+	})
+	s := newService(t, t.TempDir(), tool)
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := s.execute(ctx, &xctv1.ExecuteRequest{StepId: "kept", Tool: "test.remote"})
+		errc <- err
+	}()
+	<-committed
+	cancel() // the caller is gone; the tool must keep going
+	close(finish)
+	<-errc // whatever the vanished caller would have been told
+	r := execStep(t, s, "kept", "test.remote", nil)
+	if got := resultAs[string](t, r.GetResponse()); got != "done" || calls.Load() != 1 || !r.GetReplayed() {
+		t.Fatalf("after the caller left: result %q, calls %d, replayed %v", got, calls.Load(), r.GetReplayed())
+	}
+}
+
 // TestStepLargeResponse: a response too large for a record goes to a blob
 // and is replayed from it.
 func TestStepLargeResponse(t *testing.T) {
