@@ -14,11 +14,10 @@ import (
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/app"
-	"github.com/xct-dev/xct/internal/grpcx"
 )
 
-func dialValidator(addr string) (xctv1.ValidatorServiceClient, func(), error) {
-	conn, err := grpcx.Dial(addr)
+func dialValidator(id *identity, addr string) (xctv1.ValidatorServiceClient, func(), error) {
+	conn, err := id.dial(addr)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -27,7 +26,7 @@ func dialValidator(addr string) (xctv1.ValidatorServiceClient, func(), error) {
 
 func validatorError(what, addr string, err error) error {
 	st := status.Convert(err)
-	return fmt.Errorf("%s (validator %s): %s: %s", what, addr, st.Code(), st.Message())
+	return fmt.Errorf("%s (validator %s): %s: %s%s", what, addr, st.Code(), st.Message(), rpcHint(err))
 }
 
 // cmdApprovals lists approvals: the proposal, why it needs a human, and the
@@ -37,10 +36,12 @@ func cmdApprovals(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	addr := fs.String("validator-addr", app.DefaultValidatorAddr, "validator gRPC address")
 	runID := fs.String("run", "", "only this run's approvals")
 	all := fs.Bool("all", false, "include decided and expired approvals")
+	var id identity
+	id.register(fs, "as")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	client, closeConn, err := dialValidator(*addr)
+	client, closeConn, err := dialValidator(&id, *addr)
 	if err != nil {
 		return err
 	}
@@ -98,7 +99,8 @@ func cmdDecide(ctx context.Context, approve bool, args []string, stdout, stderr 
 	fs := newFlagSet(name, stderr)
 	addr := fs.String("validator-addr", app.DefaultValidatorAddr, "validator gRPC address")
 	reason := fs.String("reason", "", "why (required to deny)")
-	as := fs.String("as", defaultPrincipal(), "who decides; it may not be the principal who started the run")
+	var id identity
+	id.register(fs, "as") // who decides: never the principal who started the run
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -108,7 +110,7 @@ func cmdDecide(ctx context.Context, approve bool, args []string, stdout, stderr 
 	if !approve && *reason == "" {
 		return &exitError{code: 2, err: errors.New("-reason is required to deny: the model is told why")}
 	}
-	client, closeConn, err := dialValidator(*addr)
+	client, closeConn, err := dialValidator(&id, *addr)
 	if err != nil {
 		return err
 	}
@@ -116,7 +118,7 @@ func cmdDecide(ctx context.Context, approve bool, args []string, stdout, stderr 
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	resp, err := client.DecideApproval(cctx, &xctv1.DecideApprovalRequest{
-		RunId: fs.Arg(0), Step: fs.Arg(1), Approve: approve, Approver: *as, Reason: *reason,
+		RunId: fs.Arg(0), Step: fs.Arg(1), Approve: approve, Reason: *reason,
 	})
 	if err != nil {
 		return validatorError(name, *addr, err)
@@ -133,8 +135,11 @@ func cmdResolve(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs := newFlagSet("resolve", stderr)
 	orchAddr := fs.String("addr", app.DefaultOrchestratorAddr, "orchestrator gRPC address (to find the step's id)")
 	execAddr := fs.String("executor-addr", app.DefaultExecutorAddr, "executor gRPC address")
-	as := fs.String("as", "", "succeeded, failed or retry")
-	by := fs.String("by", defaultPrincipal(), "who decides")
+	var decisionName string
+	fs.Var(noEnv{stringValue{&decisionName}}, "as", "succeeded, failed or retry")
+	as := &decisionName
+	var id identity
+	id.register(fs, "by") // who decides
 	reason := fs.String("reason", "", "why (recorded with the decision)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -149,7 +154,7 @@ func cmdResolve(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	stepID := fs.Arg(1)
 	if n, err := strconv.Atoi(stepID); err == nil {
-		client, closeConn, err := dialOrchestrator(*orchAddr)
+		client, closeConn, err := dialOrchestrator(&id, *orchAddr)
 		if err != nil {
 			return err
 		}
@@ -170,7 +175,7 @@ func cmdResolve(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return fmt.Errorf("run %s has no executed step %d", fs.Arg(0), n)
 		}
 	}
-	conn, err := grpcx.Dial(*execAddr)
+	conn, err := id.dial(*execAddr)
 	if err != nil {
 		return err
 	}
@@ -178,13 +183,13 @@ func cmdResolve(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	resp, err := xctv1.NewExecutorServiceClient(conn).ResolveStep(cctx, &xctv1.ResolveStepRequest{
-		StepId: stepID, Decision: decision, ResolvedBy: *by, Reason: *reason,
+		StepId: stepID, Decision: decision, Reason: *reason,
 	})
 	if err != nil {
 		st := status.Convert(err)
 		return fmt.Errorf("resolve (executor %s): %s: %s", *execAddr, st.Code(), st.Message())
 	}
-	fmt.Fprintf(stdout, "step %s resolved as %s by %s (state %s)\n", stepID, *as, *by,
+	fmt.Fprintf(stdout, "step %s resolved as %s by %s (state %s)\n", stepID, *as, resp.GetStep().GetResolution().GetResolvedBy(),
 		strings.ToLower(strings.TrimPrefix(resp.GetStep().GetState().String(), "STEP_RECORD_STATE_")))
 	return nil
 }

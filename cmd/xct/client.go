@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -17,11 +16,10 @@ import (
 	lctlv1 "github.com/xct-dev/xct/gen/lctl/v1"
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/app"
-	"github.com/xct-dev/xct/internal/grpcx"
 )
 
-func dialOrchestrator(addr string) (xctv1.OrchestratorServiceClient, func(), error) {
-	conn, err := grpcx.Dial(addr)
+func dialOrchestrator(id *identity, addr string) (xctv1.OrchestratorServiceClient, func(), error) {
+	conn, err := id.dial(addr)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -31,7 +29,7 @@ func dialOrchestrator(addr string) (xctv1.OrchestratorServiceClient, func(), err
 // rpcError makes a gRPC error one readable line.
 func rpcError(what, addr string, err error) error {
 	st := status.Convert(err)
-	return fmt.Errorf("%s (orchestrator %s): %s: %s", what, addr, st.Code(), st.Message())
+	return fmt.Errorf("%s (orchestrator %s): %s: %s%s", what, addr, st.Code(), st.Message(), rpcHint(err))
 }
 
 type labelFlags map[string]string
@@ -46,13 +44,6 @@ func (l labelFlags) Set(v string) error {
 	return nil
 }
 
-func defaultPrincipal() string {
-	if u := os.Getenv("USER"); u != "" {
-		return u
-	}
-	return "anonymous"
-}
-
 func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("run", stderr)
 	addr := fs.String("addr", app.DefaultOrchestratorAddr, "orchestrator gRPC address; several, comma-separated, to follow the run when one stops (the run starts on the first)")
@@ -60,7 +51,8 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	goal := fs.String("goal", "", "what the run should achieve")
 	runID := fs.String("run-id", "", "run id (generated when empty)")
 	maxSteps := fs.Int("max-steps", 0, "step budget (0: the orchestrator's default)")
-	principal := fs.String("principal", defaultPrincipal(), "who starts the run")
+	var id identity
+	id.register(fs, "as")
 	detach := fs.Bool("detach", false, "start the run and print its id without following it")
 	labels := labelFlags{}
 	fs.Var(labels, "label", "key=value label (repeatable)")
@@ -71,14 +63,14 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return &exitError{code: 2, err: errors.New("-model and -goal are required")}
 	}
 	addrs := strings.Split(*addr, ",")
-	client, closeConn, err := dialOrchestrator(addrs[0])
+	client, closeConn, err := dialOrchestrator(&id, addrs[0])
 	if err != nil {
 		return err
 	}
 	defer closeConn()
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	resp, err := client.StartRun(sctx, &xctv1.StartRunRequest{
-		Goal: *goal, Model: *model, RunId: *runID, MaxSteps: int32(*maxSteps), Principal: *principal, Labels: labels,
+		Goal: *goal, Model: *model, RunId: *runID, MaxSteps: int32(*maxSteps), Labels: labels,
 	})
 	cancel()
 	if err != nil {
@@ -88,7 +80,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		fmt.Fprintln(stdout, resp.GetRun().GetRunId())
 		return nil
 	}
-	return watch(ctx, client, addrs[0], resp.GetRun().GetRunId(), stdout, addrs[1:]...)
+	return watch(ctx, &id, client, addrs[0], resp.GetRun().GetRunId(), stdout, addrs[1:]...)
 }
 
 // watchRetry bounds how long watch keeps trying to reach an orchestrator
@@ -100,7 +92,7 @@ const watchRetry = 60 * time.Second
 // its runs over), it watches again from the next event, on the next of
 // the addresses (addr, then others, round robin): the run goes on at
 // another replica and its chain is the same.
-func watch(ctx context.Context, client xctv1.OrchestratorServiceClient, addr, runID string, stdout io.Writer, others ...string) error {
+func watch(ctx context.Context, id *identity, client xctv1.OrchestratorServiceClient, addr, runID string, stdout io.Writer, others ...string) error {
 	addrs := append([]string{addr}, others...)
 	cur, closeCur := client, func() {}
 	defer func() { closeCur() }()
@@ -127,7 +119,7 @@ func watch(ctx context.Context, client xctv1.OrchestratorServiceClient, addr, ru
 		if len(addrs) > 1 {
 			i = (i + 1) % len(addrs)
 			closeCur()
-			next, closeNext, derr := dialOrchestrator(addrs[i])
+			next, closeNext, derr := dialOrchestrator(id, addrs[i])
 			if derr != nil {
 				return derr
 			}
@@ -169,33 +161,34 @@ func watchOnce(ctx context.Context, client xctv1.OrchestratorServiceClient, runI
 
 // playDemo starts the bundled demo through the orchestrator's gRPC API and
 // prints its steps as they happen.
-func playDemo(ctx context.Context, addr string, stdout io.Writer) error {
-	client, closeConn, err := dialOrchestrator(addr)
+func playDemo(ctx context.Context, id *identity, addr string, stdout io.Writer) error {
+	client, closeConn, err := dialOrchestrator(id, addr)
 	if err != nil {
 		return err
 	}
 	defer closeConn()
 	resp, err := client.StartRun(ctx, &xctv1.StartRunRequest{
-		Goal:      "Switch the checkout service's deployment from blue to green",
-		Model:     "scripted:demo.yaml",
-		Principal: defaultPrincipal(),
-		Labels:    map[string]string{"demo": "true"},
+		Goal:   "Switch the checkout service's deployment from blue to green",
+		Model:  "scripted:demo.yaml",
+		Labels: map[string]string{"demo": "true"},
 	})
 	if err != nil {
 		return rpcError("start demo", addr, err)
 	}
 	fmt.Fprintln(stdout)
-	return watch(ctx, client, addr, resp.GetRun().GetRunId(), stdout)
+	return watch(ctx, id, client, addr, resp.GetRun().GetRunId(), stdout)
 }
 
 func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("runs", stderr)
 	addr := fs.String("addr", app.DefaultOrchestratorAddr, "orchestrator gRPC address")
 	limit := fs.Int("limit", 50, "how many runs")
+	var id identity
+	id.register(fs, "as")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	client, closeConn, err := dialOrchestrator(*addr)
+	client, closeConn, err := dialOrchestrator(&id, *addr)
 	if err != nil {
 		return err
 	}
@@ -219,13 +212,15 @@ func cmdShow(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs := newFlagSet("show", stderr)
 	addr := fs.String("addr", app.DefaultOrchestratorAddr, "orchestrator gRPC address")
 	asJSON := fs.Bool("json", false, "print the run as JSON")
+	var id identity
+	id.register(fs, "as")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {
 		return &exitError{code: 2, err: errors.New("usage: xct show RUN")}
 	}
-	client, closeConn, err := dialOrchestrator(*addr)
+	client, closeConn, err := dialOrchestrator(&id, *addr)
 	if err != nil {
 		return err
 	}
@@ -294,21 +289,22 @@ func cmdRollback(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs := newFlagSet("rollback", stderr)
 	addr := fs.String("addr", app.DefaultOrchestratorAddr, "orchestrator gRPC address")
 	toStep := fs.Int("to-step", 0, "keep steps up to and including this one (0: undo every step)")
-	principal := fs.String("principal", defaultPrincipal(), "who asks for the rollback")
+	var id identity
+	id.register(fs, "as")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 || *toStep < 0 {
 		return &exitError{code: 2, err: errors.New("usage: xct rollback RUN [--to-step N]")}
 	}
-	client, closeConn, err := dialOrchestrator(*addr)
+	client, closeConn, err := dialOrchestrator(&id, *addr)
 	if err != nil {
 		return err
 	}
 	defer closeConn()
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
-	resp, err := client.RollbackRun(cctx, &xctv1.RollbackRunRequest{RunId: fs.Arg(0), ToStep: int32(*toStep), Principal: *principal})
+	resp, err := client.RollbackRun(cctx, &xctv1.RollbackRunRequest{RunId: fs.Arg(0), ToStep: int32(*toStep)})
 	if err != nil {
 		return rpcError("rollback", *addr, err)
 	}

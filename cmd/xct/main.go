@@ -20,6 +20,7 @@ const usage = `xct: governed execution for LLM agents
 
 Usage:
   xct dev   [flags]            embedded NATS + all four services on loopback; --demo plays the bundled demo
+  xct dev certs DIR            write a development CA and mTLS certificates for the services and a client
   xct serve --target=T [flags] run services (orchestrator, validator, executor, tracer, or all) against NATS
   xct run   --model M --goal G start a run, print its steps; exit 0 when the model says done
   xct runs                     list runs
@@ -30,6 +31,9 @@ Usage:
   xct policy lint|check        check policy files, or re-evaluate a recorded chain against them
   xct resolve RUN STEP --as succeeded|failed|retry   decide a step in doubt
   xct rollback RUN [--to-step N]   undo an ended run's steps, newest first, as governed steps
+
+Client commands call as --token / XCT_TOKEN, else as --as NAME (XCT_AS; xct resolve: --by)
+with its token from .xct/dev/credentials.yaml (--credentials), else as "dev".
 
 Run 'xct COMMAND -h' for the flags of a command.
 `
@@ -139,7 +143,7 @@ func parseFlagsEnv(fs *flag.FlagSet, args []string, lookup func(string) (string,
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	var errs []error
 	fs.VisitAll(func(f *flag.Flag) {
-		if set[f.Name] {
+		if _, skip := f.Value.(interface{ NoEnv() }); set[f.Name] || skip {
 			return
 		}
 		name := envName(f.Name)

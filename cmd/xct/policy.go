@@ -14,7 +14,6 @@ import (
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/app"
 	"github.com/xct-dev/xct/internal/catalog"
-	"github.com/xct-dev/xct/internal/grpcx"
 	"github.com/xct-dev/xct/lctl"
 	"github.com/xct-dev/xct/lctl/lctlpb"
 	"github.com/xct-dev/xct/services/validator"
@@ -44,11 +43,11 @@ func cmdPolicy(ctx context.Context, args []string, stdout, stderr io.Writer) err
 
 // catalogFrom asks an executor for its tools; "" means no catalog (tools
 // and schemas are then not checked).
-func catalogFrom(ctx context.Context, addr string) (*catalog.Catalog, error) {
+func catalogFrom(ctx context.Context, id *identity, addr string) (*catalog.Catalog, error) {
 	if addr == "" {
 		return nil, nil
 	}
-	conn, err := grpcx.Dial(addr)
+	conn, err := id.dial(addr)
 	if err != nil {
 		return nil, err
 	}
@@ -65,13 +64,15 @@ func catalogFrom(ctx context.Context, addr string) (*catalog.Catalog, error) {
 func cmdPolicyLint(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("policy lint", stderr)
 	executorAddr := fs.String("executor-addr", "", "executor to read the tool catalog from, to check tool names (optional)")
+	var id identity
+	id.register(fs, "as")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() == 0 {
 		return &exitError{code: 2, err: errors.New("usage: xct policy lint POLICY [POLICY]")}
 	}
-	cat, err := catalogFrom(ctx, *executorAddr)
+	cat, err := catalogFrom(ctx, &id, *executorAddr)
 	if err != nil {
 		return err
 	}
@@ -98,6 +99,8 @@ func cmdPolicyCheck(ctx context.Context, args []string, stdout, stderr io.Writer
 	chain := fs.String("chain", "", "a chain file (.lctl.json / .lctl.yaml) or a run id to fetch from the tracer")
 	tracerAddr := fs.String("tracer-addr", app.DefaultTracerAddr, "tracer to fetch a chain by run id from")
 	executorAddr := fs.String("executor-addr", "", "executor to read the tool catalog from, to check tools and schemas too (optional)")
+	var id identity
+	id.register(fs, "as")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -108,11 +111,11 @@ func cmdPolicyCheck(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err != nil {
 		return &exitError{code: 2, err: err}
 	}
-	events, err := loadChain(ctx, *chain, *tracerAddr)
+	events, err := loadChain(ctx, &id, *chain, *tracerAddr)
 	if err != nil {
 		return &exitError{code: 2, err: err}
 	}
-	cat, err := catalogFrom(ctx, *executorAddr)
+	cat, err := catalogFrom(ctx, &id, *executorAddr)
 	if err != nil {
 		return err
 	}
@@ -148,7 +151,7 @@ func cmdPolicyCheck(ctx context.Context, args []string, stdout, stderr io.Writer
 }
 
 // loadChain reads a chain file, or fetches a run's chain from the tracer.
-func loadChain(ctx context.Context, ref, tracerAddr string) ([]lctl.Event, error) {
+func loadChain(ctx context.Context, id *identity, ref, tracerAddr string) ([]lctl.Event, error) {
 	if f, err := os.Open(ref); err == nil {
 		defer func() { _ = f.Close() }()
 		file, err := lctl.DecodeFile(f, lctl.FormatForPath(ref))
@@ -160,7 +163,7 @@ func loadChain(ctx context.Context, ref, tracerAddr string) ([]lctl.Event, error
 	if err := lctl.ValidateChainID(ref); err != nil {
 		return nil, fmt.Errorf("%q is neither a readable file nor a run id", ref)
 	}
-	conn, err := grpcx.Dial(tracerAddr)
+	conn, err := id.dial(tracerAddr)
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -11,6 +12,8 @@ import (
 
 	"github.com/xct-dev/xct/examples"
 	"github.com/xct-dev/xct/internal/app"
+	"github.com/xct-dev/xct/internal/auth"
+	"github.com/xct-dev/xct/internal/devcerts"
 	"github.com/xct-dev/xct/internal/natsembed"
 )
 
@@ -60,6 +63,9 @@ func serveUntilDone(ctx context.Context, a *app.App, stdout io.Writer) error {
 }
 
 func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "certs" {
+		return cmdDevCerts(args[1:], stdout, stderr)
+	}
 	fs := newFlagSet("dev", stderr)
 	var cfg app.Config
 	cfg.RegisterFlags(fs)
@@ -90,6 +96,23 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return fmt.Errorf("write demo script: %w", err)
 	}
 
+	// Authentication is on: the principals' tokens are in the data dir
+	// (made once), the services read them as their tokens file and call
+	// each other with the service token. Plaintext on loopback unless TLS
+	// files are given.
+	credsPath := filepath.Join(abs, "dev", "credentials.yaml")
+	creds, err := auth.DevCredentials(credsPath)
+	if err != nil {
+		return err
+	}
+	setDefault(fs, "auth-tokens", &cfg.Auth.TokensFile, credsPath)
+	if !cfg.Security.TLS.Enabled() {
+		cfg.Security.Plaintext = true
+	}
+	if cfg.Security.ServiceToken == "" {
+		cfg.Security.ServiceToken, _ = auth.TokenOf(creds, auth.DevServicePrincipal)
+	}
+
 	ns, err := natsembed.Start(natsembed.Config{Port: *natsPort, StoreDir: filepath.Join(abs, "nats")})
 	if err != nil {
 		return err
@@ -110,11 +133,14 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		fmt.Fprintf(stdout, "  %-13s %s\n", t, a.Addr(t))
 	}
 	fmt.Fprintf(stdout, "  workspace     %s\n", cfg.Executor.Workspace)
+	fmt.Fprintf(stdout, "  credentials   %s (xct COMMAND --as alice|bob|carol|dave|admin; default dev)\n", credsPath)
 	if a.Tracer != nil && a.Tracer.HTTPAddr() != "" {
 		fmt.Fprintf(stdout, "  debugger      http://%s/\n", a.Tracer.HTTPAddr())
 	}
 	if *demo {
-		if err := playDemo(ctx, a.Addr(app.TargetOrchestrator), stdout); err != nil {
+		devTok, _ := auth.TokenOf(creds, auth.DevUser)
+		demoID := &identity{token: devTok, tls: cfg.Security.TLS}
+		if err := playDemo(ctx, demoID, a.Addr(app.TargetOrchestrator), stdout); err != nil {
 			fmt.Fprintln(stdout, "demo:", err)
 		}
 	}
@@ -134,4 +160,26 @@ func setDefault(fs *flag.FlagSet, name string, dst *string, def string) {
 	if !set {
 		*dst = def
 	}
+}
+
+// cmdDevCerts writes a development CA and certificates: one per service
+// (with its SPIFFE ID) and one for clients.
+func cmdDevCerts(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("dev certs", stderr)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return &exitError{code: 2, err: errors.New("usage: xct dev certs DIR")}
+	}
+	files, err := devcerts.Write(fs.Arg(0))
+	if err != nil {
+		return err
+	}
+	for _, f := range files {
+		fmt.Fprintln(stdout, f)
+	}
+	fmt.Fprintf(stdout, "serve a service with --tls-cert %[1]s/NAME.crt --tls-key %[1]s/NAME.key --tls-ca %[1]s/ca.crt;\n"+
+		"clients add --tls-cert %[1]s/client.crt --tls-key %[1]s/client.key --tls-ca %[1]s/ca.crt\n", fs.Arg(0))
+	return nil
 }

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/xct-dev/xct/internal/auth"
 	"github.com/xct-dev/xct/internal/grpcx"
 	"github.com/xct-dev/xct/internal/redact"
 	"github.com/xct-dev/xct/internal/telemetry"
@@ -67,6 +68,11 @@ type Config struct {
 	Validator    validator.Config
 	Executor     executor.Config
 	Tracer       tracer.Config
+	// Security is the transport (mTLS or allowed plaintext), the service
+	// token and the rate limits of every server and client of the process;
+	// Auth is how servers authenticate callers (docs/security.md).
+	Security grpcx.Security
+	Auth     auth.Config
 	// Redact is the secret redaction of the orchestrator's events and the
 	// executor's step records (both get this one).
 	Redact redact.Config
@@ -85,6 +91,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Executor.RegisterFlags(fs)
 	c.Tracer.RegisterFlags(fs)
 	c.Redact.RegisterFlags(fs)
+	c.Security.RegisterFlags(fs)
+	c.Auth.RegisterFlags(fs)
 }
 
 func (c *Config) listenAddr(target string) string {
@@ -204,6 +212,9 @@ func (c *Config) Check(targets []string) error {
 		case TargetTracer:
 			err = c.Tracer.Validate()
 		}
+		if err == nil {
+			err = c.Security.CheckListen(c.listenAddr(t))
+		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", t, err))
 		}
@@ -237,11 +248,15 @@ func Start(ctx context.Context, cfg Config, targets []string, log *slog.Logger, 
 	if a.stopTelemetry, err = telemetry.Setup(ctx, name); err != nil {
 		return nil, err
 	}
+	authn, err := auth.New(ctx, cfg.Auth, log)
+	if err != nil {
+		return nil, err
+	}
 	// Bind every listener first, so services of one process can find each
 	// other's real addresses (port 0 included).
 	servers := map[string]*grpcx.Server{}
 	for _, t := range targets {
-		srv := grpcx.NewServer(t, log.With("service", t))
+		srv := grpcx.NewServer(t, log.With("service", t), grpcx.WithSecurity(cfg.Security), grpcx.WithAuth(authn))
 		if err := srv.Listen(cfg.listenAddr(t)); err != nil {
 			for _, s := range servers {
 				s.Stop(ctx)
@@ -275,11 +290,21 @@ func Start(ctx context.Context, cfg Config, targets []string, log *slog.Logger, 
 			svc, err = validator.New(cfg.Validator, nc, slog)
 		case TargetTracer:
 			var tr *tracer.Service
-			tr, err = tracer.New(cfg.Tracer, nc, slog)
+			tcfg := cfg.Tracer
+			tcfg.UIAuthorize = tracer.DebuggerAuthorizer(authn)
+			tcfg.ValidatorDial = []grpcx.DialOption{grpcx.WithTLS(cfg.Security.TLS)}
+			tr, err = tracer.New(tcfg, nc, slog)
 			a.Tracer, svc = tr, tr
 		case TargetOrchestrator:
 			var o *orchestrator.Service
-			o, err = orchestrator.New(cfg.Orchestrator, nc, slog, opts.Orchestrator...)
+			// Its calls to the validator and executor carry the
+			// process's service identity; models behind grpc: get the
+			// transport only, never the service token.
+			oopts := append([]orchestrator.Option{
+				orchestrator.WithDialOptions(grpcx.ServiceDial(cfg.Security)...),
+				orchestrator.WithProposerDialOptions(grpcx.WithTLS(cfg.Security.TLS)),
+			}, opts.Orchestrator...)
+			o, err = orchestrator.New(cfg.Orchestrator, nc, slog, oopts...)
 			a.Orchestrator, svc = o, o
 		}
 		if err != nil {

@@ -60,8 +60,8 @@ func DefaultTable() Table {
 		xctv1.ValidatorService_DecideApproval_FullMethodName:  roles(RoleApprover),
 
 		// Executor: only the orchestrator runs tools; operators resolve
-		// steps in doubt.
-		xctv1.ExecutorService_ListTools_FullMethodName:   roles(RoleService),
+		// steps in doubt; the catalog is read by policy authors too.
+		xctv1.ExecutorService_ListTools_FullMethodName:   reader,
 		xctv1.ExecutorService_Execute_FullMethodName:     roles(RoleService),
 		xctv1.ExecutorService_PreviewStep_FullMethodName: roles(RoleService),
 		xctv1.ExecutorService_GetStep_FullMethodName:     roles(RoleService, RoleOperator, RoleAuditor),
@@ -84,6 +84,10 @@ func DefaultTable() Table {
 		xctv1.ProposerService_Propose_FullMethodName: roles(RoleService),
 		xctv1.ToolService_Describe_FullMethodName:    roles(RoleService),
 		xctv1.ToolService_Invoke_FullMethodName:      roles(RoleService),
+
+		// OTLP trace ingestion into the tracer: agents that submit runs,
+		// and services.
+		"/opentelemetry.proto.collector.trace.v1.TraceService/Export": roles(RoleSubmitter, RoleService),
 
 		// Reflection describes the API to any authenticated caller.
 		"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo":      reader,

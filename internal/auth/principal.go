@@ -10,6 +10,9 @@ import (
 	"context"
 	"slices"
 	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // Roles.
@@ -97,4 +100,24 @@ func knownOnly(rs []string) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// ActingAs is who a request acts as: the authenticated caller of ctx. A
+// request naming another principal (requested) is refused with
+// PERMISSION_DENIED, except from one of XCT's services (role service),
+// which may act for the principal it names; that principal's roles are then
+// unknown (nil). Without a principal in ctx it is UNAUTHENTICATED.
+func ActingAs(ctx context.Context, requested string) (Principal, error) {
+	caller, ok := FromContext(ctx)
+	if !ok {
+		return Principal{}, status.Error(codes.Unauthenticated, "no authenticated caller")
+	}
+	requested = strings.TrimSpace(requested)
+	if requested == "" || caller.Is(requested) {
+		return caller, nil
+	}
+	if caller.Service {
+		return Principal{Name: requested}, nil
+	}
+	return Principal{}, status.Errorf(codes.PermissionDenied, "%s may not act as %s: requests act as the authenticated caller", caller.Name, requested)
 }

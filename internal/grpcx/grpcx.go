@@ -3,6 +3,12 @@
 // reflection, limits, tracing and shutdown behaviour. When OpenTelemetry is
 // configured (internal/telemetry), servers and clients carry otelgrpc stats
 // handlers, so trace context crosses every hop.
+//
+// Every server authenticates and authorizes each call (internal/auth; only
+// health is open), requires a deadline, enforces keepalive, limits each
+// principal's call rate and serves mTLS with certificates re-read on
+// rotation, or plaintext when explicitly allowed (loopback only by
+// default). docs/security.md describes it.
 package grpcx
 
 import (
@@ -13,6 +19,7 @@ import (
 	"net"
 	"time"
 
+	grpcauth "github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/auth"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
@@ -22,9 +29,11 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
+	"github.com/xct-dev/xct/internal/auth"
 	"github.com/xct-dev/xct/internal/telemetry"
 )
 
@@ -38,12 +47,61 @@ type Server struct {
 	log    *slog.Logger
 	lis    net.Listener
 	name   string
+	cfg    serverConfig
+	// credsErr is why the TLS files could not be loaded (Listen reports it).
+	credsErr error
 }
 
-// NewServer builds a server for the named service. Recovery is the
-// innermost interceptor, so a panic in a handler becomes INTERNAL instead of
-// ending the process; logging records every call's code and duration.
-func NewServer(name string, log *slog.Logger) *Server {
+// ServerOption configures a server.
+type ServerOption func(*serverConfig)
+
+type serverConfig struct {
+	sec   Security
+	authn *auth.Authenticator
+	table auth.Table
+}
+
+// WithSecurity sets the transport (TLS or explicitly allowed plaintext)
+// and the per-principal rate limit.
+func WithSecurity(s Security) ServerOption { return func(c *serverConfig) { c.sec = s } }
+
+// WithAuth sets how callers are authenticated. Without it only service
+// certificates authenticate, so a plaintext server refuses every call but
+// health.
+func WithAuth(a *auth.Authenticator) ServerOption { return func(c *serverConfig) { c.authn = a } }
+
+// WithTable replaces the authorization table (auth.DefaultTable).
+func WithTable(t auth.Table) ServerOption { return func(c *serverConfig) { c.table = t } }
+
+// Keepalive: servers ping idle clients and refuse clients that ping more
+// often than ServerMinPingInterval; clients ping every ClientPingInterval.
+const (
+	ServerMinPingInterval = 10 * time.Second
+	ClientPingInterval    = 30 * time.Second
+)
+
+// NewServer builds a server for the named service. Interceptors, outermost
+// first: logging (every call's code and duration), recovery (a panic in a
+// handler or interceptor becomes INTERNAL instead of ending the process),
+// authentication (go-grpc-middleware's auth, skipped for health),
+// authorization and the per-principal rate limit, and the required
+// deadline. A refused call never reaches its handler.
+func NewServer(name string, log *slog.Logger, options ...ServerOption) *Server {
+	cfg := serverConfig{table: auth.DefaultTable()}
+	for _, o := range options {
+		o(&cfg)
+	}
+	if cfg.authn == nil {
+		// Certificates only: every token is refused.
+		cfg.authn, _ = auth.New(context.Background(), auth.Config{}, log)
+	}
+	z := &authorizer{authn: cfg.authn, table: cfg.table, limits: newLimiter(cfg.sec.RateLimit, cfg.sec.RateBurst), log: log}
+	authenticate := func(ctx context.Context) (context.Context, error) {
+		if m, _ := grpc.Method(ctx); auth.IsOpen(m) {
+			return ctx, nil
+		}
+		return z.authenticate(ctx)
+	}
 	logger := logging.LoggerFunc(func(ctx context.Context, lvl logging.Level, msg string, fields ...any) {
 		log.Log(ctx, slog.Level(lvl), msg, fields...)
 	})
@@ -66,14 +124,31 @@ func NewServer(name string, log *slog.Logger) *Server {
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(MaxMessageBytes),
 		grpc.MaxSendMsgSize(MaxMessageBytes),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: ServerMinPingInterval, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: time.Minute, Timeout: 20 * time.Second}),
 		grpc.ChainUnaryInterceptor(
 			logging.UnaryServerInterceptor(logger, logOpts...),
 			recovery.UnaryServerInterceptor(onPanic),
+			grpcauth.UnaryServerInterceptor(authenticate),
+			z.unary,
+			deadlineUnary,
 		),
 		grpc.ChainStreamInterceptor(
 			logging.StreamServerInterceptor(logger, logOpts...),
 			recovery.StreamServerInterceptor(onPanic),
+			grpcauth.StreamServerInterceptor(authenticate),
+			z.stream,
+			deadlineStream,
 		),
+	}
+	srv := &Server{log: log, name: name, cfg: cfg}
+	if cfg.sec.TLS.Enabled() {
+		files, err := loadTLS(cfg.sec.TLS, true, log)
+		if err != nil {
+			srv.credsErr = err
+		} else {
+			opts = append(opts, grpc.Creds(&reloadingCreds{files: files, server: true}))
+		}
 	}
 	if telemetry.Enabled() {
 		opts = append(opts, grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithFilter(notHealth))))
@@ -82,11 +157,20 @@ func NewServer(name string, log *slog.Logger) *Server {
 	h := health.NewServer()
 	healthpb.RegisterHealthServer(s, h)
 	reflection.Register(s)
-	return &Server{GRPC: s, Health: h, log: log, name: name}
+	srv.GRPC, srv.Health = s, h
+	return srv
 }
 
-// Listen binds addr ("host:port"; port 0 picks a free one).
+// Listen binds addr ("host:port"; port 0 picks a free one). It fails when
+// the transport is not secured: TLS files that cannot be loaded, or
+// plaintext that was not allowed (or not on loopback).
 func (s *Server) Listen(addr string) error {
+	if s.credsErr != nil {
+		return fmt.Errorf("%s: %w", s.name, s.credsErr)
+	}
+	if err := s.cfg.sec.checkTransport(addr); err != nil {
+		return fmt.Errorf("%s: %w", s.name, err)
+	}
 	lis, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", addr)
 	if err != nil {
 		return fmt.Errorf("%s: listen on %s: %w", s.name, addr, err)
@@ -103,8 +187,28 @@ func (s *Server) Addr() string {
 	return s.lis.Addr().String()
 }
 
-// Serve marks every registered service SERVING and serves until Stop.
+// CheckTable returns an error naming every registered method the
+// authorization table has no rule for.
+func (s *Server) CheckTable() error {
+	var methods []string
+	for svc, info := range s.GRPC.GetServiceInfo() {
+		for _, m := range info.Methods {
+			methods = append(methods, "/"+svc+"/"+m.Name)
+		}
+	}
+	if missing := s.cfg.table.Missing(methods); len(missing) > 0 {
+		return fmt.Errorf("%s: no authorization rule for %v", s.name, missing)
+	}
+	return nil
+}
+
+// Serve marks every registered service SERVING and serves until Stop. A
+// server with a method the authorization table does not name refuses to
+// start.
 func (s *Server) Serve() error {
+	if err := s.CheckTable(); err != nil {
+		return err
+	}
 	for svc := range s.GRPC.GetServiceInfo() {
 		s.Health.SetServingStatus(svc, healthpb.HealthCheckResponse_SERVING)
 	}
@@ -132,15 +236,74 @@ func (s *Server) Stop(ctx context.Context) {
 	}
 }
 
+// DialOption configures a client connection.
+type DialOption func(*dialConfig)
+
+type dialConfig struct {
+	tls          TLSFiles
+	token        string
+	plaintextAny bool
+	log          *slog.Logger
+}
+
+// WithTLS dials with mTLS: the server is verified against files.CA and
+// files.Cert is presented (files re-read on rotation).
+func WithTLS(files TLSFiles) DialOption { return func(c *dialConfig) { c.tls = files } }
+
+// WithToken sends "authorization: Bearer <token>" with every call. Over
+// plaintext it is sent to loopback addresses only, unless
+// WithPlaintextAny.
+func WithToken(token string) DialOption { return func(c *dialConfig) { c.token = token } }
+
+// WithPlaintextAny allows a token over plaintext to any address.
+func WithPlaintextAny() DialOption { return func(c *dialConfig) { c.plaintextAny = true } }
+
+// ServiceDial is how one of XCT's services dials another: its certificate
+// when TLS is configured, and its service token when one is set.
+func ServiceDial(s Security) []DialOption {
+	opts := []DialOption{WithTLS(s.TLS)}
+	if s.ServiceToken != "" {
+		opts = append(opts, WithToken(s.ServiceToken))
+	}
+	if s.PlaintextAny {
+		opts = append(opts, WithPlaintextAny())
+	}
+	return opts
+}
+
 // Dial opens a client connection to an XCT service. Connections are lazy:
 // an unreachable peer shows up as UNAVAILABLE on the first call. The name is
 // resolved through DNS and calls are spread round-robin over every address
 // it resolves to, so a headless Kubernetes Service balances across replicas.
-func Dial(addr string) (*grpc.ClientConn, error) {
+// Without WithTLS the connection is plaintext. Every call gets a deadline
+// (DefaultCallTimeout, DefaultStreamTimeout for streams) when the caller's
+// context has none, and the connection sends keepalive pings.
+func Dial(addr string, options ...DialOption) (*grpc.ClientConn, error) {
+	var cfg dialConfig
+	for _, o := range options {
+		o(&cfg)
+	}
+	creds := insecure.NewCredentials()
+	if cfg.tls.Enabled() {
+		files, err := loadTLS(cfg.tls, false, cfg.log)
+		if err != nil {
+			return nil, fmt.Errorf("dial %s: %w", addr, err)
+		}
+		creds = &reloadingCreds{files: files}
+	}
 	opts := []grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig": [{"round_robin": {}}]}`),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageBytes), grpc.MaxCallSendMsgSize(MaxMessageBytes)),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: ClientPingInterval, Timeout: 10 * time.Second, PermitWithoutStream: true}),
+		grpc.WithChainUnaryInterceptor(defaultDeadlineUnary),
+		grpc.WithChainStreamInterceptor(defaultDeadlineStream),
+	}
+	if cfg.token != "" {
+		if !cfg.tls.Enabled() && !cfg.plaintextAny && !isLoopback(targetHost(addr)) {
+			return nil, fmt.Errorf("dial %s: refusing to send a bearer token without TLS to a non-loopback address (set --tls-ca, or --plaintext-any)", addr)
+		}
+		opts = append(opts, grpc.WithPerRPCCredentials(bearerCreds{token: cfg.token, secure: cfg.tls.Enabled()}))
 	}
 	if telemetry.Enabled() {
 		opts = append(opts, grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithFilter(notHealth))))
@@ -158,3 +321,43 @@ var notHealth = filters.Not(filters.HealthCheck())
 // DefaultCallTimeout bounds a call between services when the caller's
 // context has no deadline.
 const DefaultCallTimeout = 30 * time.Second
+
+// DefaultStreamTimeout bounds a stream (a watch) whose caller set no
+// deadline.
+const DefaultStreamTimeout = 24 * time.Hour
+
+func defaultDeadlineUnary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, DefaultCallTimeout)
+		defer cancel()
+	}
+	return invoker(ctx, method, req, reply, cc, opts...)
+}
+
+func defaultDeadlineStream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	if _, ok := ctx.Deadline(); ok {
+		return streamer(ctx, desc, cc, method, opts...)
+	}
+	ctx, cancel := context.WithTimeout(ctx, DefaultStreamTimeout)
+	cs, err := streamer(ctx, desc, cc, method, opts...)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	return &cancelOnEnd{ClientStream: cs, cancel: cancel}, nil
+}
+
+// cancelOnEnd releases a stream's default deadline when the stream ends.
+type cancelOnEnd struct {
+	grpc.ClientStream
+	cancel context.CancelFunc
+}
+
+func (s *cancelOnEnd) RecvMsg(m any) error {
+	err := s.ClientStream.RecvMsg(m)
+	if err != nil {
+		s.cancel()
+	}
+	return err
+}

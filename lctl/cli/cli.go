@@ -20,6 +20,9 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/xct-dev/xct/internal/auth"
+	"github.com/xct-dev/xct/internal/grpcx"
 )
 
 // Exit codes.
@@ -139,8 +142,12 @@ type cmdContext struct {
 
 	jsonOut bool
 	tracer  string
-	timeout time.Duration
-	chains  []string // --chain, in order
+	// token, as and credentials pick the bearer token sent to the
+	// tracer; tls secures the connection (mTLS) when its CA is set.
+	token, as, credentials string
+	tls                    grpcx.TLSFiles
+	timeout                time.Duration
+	chains                 []string // --chain, in order
 	// operands are the positional arguments and --chain values in the
 	// order given, each either a file or a chain.
 	operands []operand
@@ -193,6 +200,16 @@ func (c *cmdContext) common() {
 		tracer = DefaultTracer
 	}
 	c.fs.StringVar(&c.tracer, "tracer", tracer, "tracer gRPC address (env LCTL_TRACER)")
+	token := c.env.getenv("LCTL_TOKEN")
+	if token == "" {
+		token = c.env.getenv("XCT_TOKEN")
+	}
+	c.fs.StringVar(&c.token, "token", token, "bearer token for the tracer (env LCTL_TOKEN or XCT_TOKEN)")
+	c.fs.StringVar(&c.as, "as", c.env.getenv("XCT_AS"), "call the tracer as this principal, with its token from the credentials file (env XCT_AS; default dev)")
+	c.fs.StringVar(&c.credentials, "credentials", c.env.getenv("XCT_CREDENTIALS"), "credentials file (default "+auth.DefaultCredentialsPath+", written by xct dev)")
+	c.fs.StringVar(&c.tls.Cert, "tls-cert", c.env.getenv("XCT_TLS_CERT"), "client certificate (PEM) for mTLS")
+	c.fs.StringVar(&c.tls.Key, "tls-key", c.env.getenv("XCT_TLS_KEY"), "the client certificate's key (PEM)")
+	c.fs.StringVar(&c.tls.CA, "tls-ca", c.env.getenv("XCT_TLS_CA"), "CA bundle (PEM) to verify the tracer with; without it the connection is plaintext")
 	c.fs.DurationVar(&c.timeout, "timeout", 30*time.Second, "bound on each call to the tracer")
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/xct-dev/xct/internal/grpcx"
+	"github.com/xct-dev/xct/internal/grpcx/grpcxtest"
 	"github.com/xct-dev/xct/internal/testutil"
 	"github.com/xct-dev/xct/lctl"
 	"github.com/xct-dev/xct/lctl/session"
@@ -25,6 +26,8 @@ type live struct {
 	natsURL string
 	tracer  string
 	svc     *tracer.Service
+	// env holds an auditor's token (LCTL_TOKEN) for the live commands.
+	env map[string]string
 }
 
 func startLive(t *testing.T) *live {
@@ -36,7 +39,8 @@ func startLive(t *testing.T) *live {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpcx.NewServer("tracer", log)
+	creds := grpcxtest.New(t)
+	srv := grpcx.NewServer("tracer", log, creds.ServerOptions()...)
 	svc.Register(srv.GRPC)
 	if err := srv.Listen("127.0.0.1:0"); err != nil {
 		t.Fatal(err)
@@ -59,7 +63,8 @@ func startLive(t *testing.T) *live {
 			t.Error(err)
 		}
 	})
-	return &live{nc: nc, natsURL: ns.ClientURL(), tracer: srv.Addr(), svc: svc}
+	return &live{nc: nc, natsURL: ns.ClientURL(), tracer: srv.Addr(), svc: svc,
+		env: map[string]string{"LCTL_TOKEN": creds.Token(t, "dave")}}
 }
 
 // record writes events to a new chain on the stream through a NATS
@@ -99,7 +104,12 @@ func TestLiveChains(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "review-1.lctl.yaml")
 
-	code, out, errOut := run(t, nil, "export", tr, "--chain", "review-1", "-o", file)
+	// Without a token the tracer says who may ask.
+	code, _, errOut := run(t, nil, "stats", tr, "--chain", "review-1", "--credentials", filepath.Join(t.TempDir(), "none.yaml"))
+	if code != 2 || !strings.Contains(errOut, "Unauthenticated") {
+		t.Fatalf("no token: exit %d: %s", code, errOut)
+	}
+	code, out, errOut := run(t, l.env, "export", tr, "--chain", "review-1", "-o", file)
 	if code != 0 || !strings.Contains(out, "Wrote "+file) {
 		t.Fatalf("export: exit %d\n%s%s", code, out, errOut)
 	}
@@ -121,27 +131,27 @@ func TestLiveChains(t *testing.T) {
 		{"validate", "--contracts", contrac},
 	} {
 		fileCode, fileOut, _ := run(t, nil, append(args, file)...)
-		liveCode, liveOut, liveErr := run(t, nil, append(args, tr, "--chain", "review-1")...)
+		liveCode, liveOut, liveErr := run(t, l.env, append(args, tr, "--chain", "review-1")...)
 		fileOut = strings.ReplaceAll(fileOut, file, "chain review-1")
 		if liveCode != fileCode || liveOut != fileOut {
 			t.Errorf("lctl %s: live (exit %d) and file (exit %d) differ\n--- live\n%s%s--- file\n%s", strings.Join(args, " "), liveCode, fileCode, liveOut, liveErr, fileOut)
 		}
 	}
 
-	code, out, _ = run(t, nil, "query", tr, "--chain", "review-1", "SELECT id WHERE tag = 'critical'")
+	code, out, _ = run(t, l.env, "query", tr, "--chain", "review-1", "SELECT id WHERE tag = 'critical'")
 	if code != 0 || !strings.Contains(out, "1 of 5 facts") {
 		t.Errorf("query after --chain: exit %d\n%s", code, out)
 	}
-	code, out, _ = run(t, nil, "diff", tr, "--chain", "review-1", "--chain", "review-2")
+	code, out, _ = run(t, l.env, "diff", tr, "--chain", "review-1", "--chain", "review-2")
 	if code != 1 || !strings.Contains(out, "Events diverged at seq 9:") || !strings.Contains(out, "[ONLY IN v2]") {
 		t.Errorf("live diff: exit %d\n%s", code, out)
 	}
-	code, out, _ = run(t, nil, "diff", tr, "--chain", "review-1", file)
+	code, out, _ = run(t, l.env, "diff", tr, "--chain", "review-1", file)
 	if code != 0 || !strings.Contains(out, "Chains are identical") {
 		t.Errorf("diff of a chain and its export: exit %d\n%s", code, out)
 	}
 
-	code, _, errOut = run(t, nil, "replay", tr, "--chain", "nope")
+	code, _, errOut = run(t, l.env, "replay", tr, "--chain", "nope")
 	if code != 2 || !strings.Contains(errOut, "has no such chain") {
 		t.Errorf("unknown chain: exit %d: %s", code, errOut)
 	}
@@ -212,7 +222,7 @@ func TestTail(t *testing.T) {
 func TestExportToStdout(t *testing.T) {
 	l := startLive(t)
 	l.record(t, "exp", xctChain(t))
-	code, out, _ := run(t, nil, "export", "--tracer="+l.tracer, "--chain", "exp", "--to", "yaml")
+	code, out, _ := run(t, l.env, "export", "--tracer="+l.tracer, "--chain", "exp", "--to", "yaml")
 	if code != 0 || !strings.HasPrefix(out, "lctl: \"4.0\"\nchain:\n  id: exp\n") {
 		t.Fatalf("exit %d\n%s", code, out)
 	}

@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	lctlv1 "github.com/xct-dev/xct/gen/lctl/v1"
+	"github.com/xct-dev/xct/internal/auth"
 	"github.com/xct-dev/xct/internal/grpcx"
 	"github.com/xct-dev/xct/lctl"
 	"github.com/xct-dev/xct/lctl/lctlpb"
@@ -102,7 +104,17 @@ func (c *cmdContext) tracerAPI() (*tracerClient, error) {
 	if c.client != nil {
 		return c.client, nil
 	}
-	conn, err := grpcx.Dial(c.tracer)
+	opts := []grpcx.DialOption{grpcx.WithTLS(c.tls)}
+	tok, err := auth.ClientToken(c.token, c.as, c.credentials)
+	switch {
+	case errors.Is(err, auth.ErrNoCredentials) && c.as == "":
+		// The tracer will say UNAUTHENTICATED; rpcError says what to do.
+	case err != nil:
+		return nil, &inputError{err}
+	default:
+		opts = append(opts, grpcx.WithToken(tok))
+	}
+	conn, err := grpcx.Dial(c.tracer, opts...)
 	if err != nil {
 		return nil, &inputError{fmt.Errorf("tracer %s: %w", c.tracer, err)}
 	}
@@ -129,6 +141,10 @@ func (c *cmdContext) rpcError(chainID string, err error) error {
 		return &inputError{fmt.Errorf("the tracer at %s did not answer within %s", c.tracer, c.timeout)}
 	case codes.InvalidArgument, codes.OutOfRange:
 		return &inputError{fmt.Errorf("chain %s: %s", chainID, st.Message())}
+	case codes.Unauthenticated:
+		return &inputError{fmt.Errorf("the tracer at %s: Unauthenticated: %s (pass --token or LCTL_TOKEN, or --as NAME with a credentials file)", c.tracer, st.Message())}
+	case codes.PermissionDenied:
+		return &inputError{fmt.Errorf("the tracer at %s: PermissionDenied: %s", c.tracer, st.Message())}
 	}
 	return &inputError{fmt.Errorf("chain %s: tracer %s: %s: %s", chainID, c.tracer, st.Code(), st.Message())}
 }

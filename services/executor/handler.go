@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/auth"
 	"github.com/xct-dev/xct/internal/wire"
 )
 
@@ -54,9 +55,14 @@ func (h *handler) GetStep(ctx context.Context, req *xctv1.GetStepRequest) (*xctv
 
 // ResolveStep records a human decision about a step in doubt.
 func (h *handler) ResolveStep(ctx context.Context, req *xctv1.ResolveStepRequest) (*xctv1.ResolveStepResponse, error) {
+	// Who resolved the step is the authenticated caller.
+	by, err := auth.ActingAs(ctx, req.GetResolvedBy())
+	if err != nil {
+		return nil, err
+	}
 	rec, err := h.s.ResolveStep(ctx, req.GetStepId(), Resolution{
 		Decision:   req.GetDecision(),
-		ResolvedBy: req.GetResolvedBy(),
+		ResolvedBy: by.Name,
 		Reason:     req.GetReason(),
 		Result:     resultValue(req.GetResult()),
 	})

@@ -22,6 +22,7 @@ import (
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/catalog"
 	"github.com/xct-dev/xct/internal/grpcx"
+	"github.com/xct-dev/xct/internal/grpcx/grpcxtest"
 	"github.com/xct-dev/xct/internal/testutil"
 	"github.com/xct-dev/xct/internal/wire"
 )
@@ -337,7 +338,8 @@ func TestGRPC(t *testing.T) {
 	defer cancel()
 	noop := testTool("test.noop", 0, 0, func(context.Context, map[string]any) (any, *xctv1.Error) { return map[string]any{}, nil })
 	s := newService(t, t.TempDir(), noop)
-	srv := grpcx.NewServer("executor", testLogger(t))
+	creds := grpcxtest.New(t)
+	srv := grpcx.NewServer("executor", testLogger(t), creds.ServerOptions()...)
 	s.Register(srv.GRPC)
 	must(t, srv.Listen("127.0.0.1:0"))
 	served := make(chan error, 1)
@@ -348,10 +350,7 @@ func TestGRPC(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	conn, err := grpcx.Dial(srv.Addr())
-	must(t, err)
-	defer func() { _ = conn.Close() }()
-	client := xctv1.NewExecutorServiceClient(conn)
+	client := xctv1.NewExecutorServiceClient(creds.Dial(t, srv.Addr(), grpcxtest.Service))
 
 	list, err := client.ListTools(ctx, &xctv1.ListToolsRequest{})
 	must(t, err)

@@ -18,6 +18,7 @@ import (
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/grpcx"
+	"github.com/xct-dev/xct/internal/grpcx/grpcxtest"
 	"github.com/xct-dev/xct/internal/testutil"
 	"github.com/xct-dev/xct/internal/wire"
 )
@@ -508,15 +509,15 @@ func TestStepsOnJetStream(t *testing.T) {
 
 	// Through gRPC: an executor process that died mid-step left a record.
 	orphan(t, execs[0].steps, "orphan", "test.once", map[string]any{}, false, time.Now().Add(-time.Second))
-	srv := grpcx.NewServer("executor", testLogger(t))
+	creds := grpcxtest.New(t)
+	srv := grpcx.NewServer("executor", testLogger(t), creds.ServerOptions()...)
 	execs[0].Register(srv.GRPC)
 	must(t, srv.Listen("127.0.0.1:0"))
 	go func() { _ = srv.Serve() }()
 	t.Cleanup(func() { srv.Stop(context.Background()) })
-	conn, err := grpcx.Dial(srv.Addr())
-	must(t, err)
-	defer func() { _ = conn.Close() }()
-	client := xctv1.NewExecutorServiceClient(conn)
+	// The orchestrator executes; carol, an operator, resolves.
+	client := xctv1.NewExecutorServiceClient(creds.Dial(t, srv.Addr(), grpcxtest.Service))
+	carol := xctv1.NewExecutorServiceClient(creds.Dial(t, srv.Addr(), "carol"))
 	got, err := client.GetStep(ctx, &xctv1.GetStepRequest{StepId: "orphan"})
 	must(t, err)
 	if !got.GetInDoubt() {
@@ -527,9 +528,16 @@ func TestStepsOnJetStream(t *testing.T) {
 	if codeOf(resp.GetResponse()) != string(wire.CodeInDoubt) {
 		t.Fatalf("Execute: %v", resp)
 	}
-	res, err := client.ResolveStep(ctx, &xctv1.ResolveStepRequest{StepId: "orphan", Decision: xctv1.StepDecision_STEP_DECISION_SUCCEEDED, ResolvedBy: "carol", Reason: "seen in the ledger"})
+	// Only an operator resolves, and only in its own name.
+	if _, err := client.ResolveStep(ctx, &xctv1.ResolveStepRequest{StepId: "orphan", Decision: xctv1.StepDecision_STEP_DECISION_SUCCEEDED, Reason: "x"}); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("ResolveStep as a service: %v", err)
+	}
+	if _, err := carol.ResolveStep(ctx, &xctv1.ResolveStepRequest{StepId: "orphan", Decision: xctv1.StepDecision_STEP_DECISION_SUCCEEDED, ResolvedBy: "mallory"}); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("ResolveStep in another's name: %v", err)
+	}
+	res, err := carol.ResolveStep(ctx, &xctv1.ResolveStepRequest{StepId: "orphan", Decision: xctv1.StepDecision_STEP_DECISION_SUCCEEDED, Reason: "seen in the ledger"})
 	must(t, err)
-	if res.GetStep().GetState() != stateSucceeded {
+	if res.GetStep().GetState() != stateSucceeded || res.GetStep().GetResolution().GetResolvedBy() != "carol" {
 		t.Fatalf("ResolveStep: %v", res)
 	}
 	for _, c := range []struct {
@@ -538,9 +546,9 @@ func TestStepsOnJetStream(t *testing.T) {
 	}{
 		{&xctv1.ResolveStepRequest{StepId: "orphan", Decision: xctv1.StepDecision_STEP_DECISION_FAILED, ResolvedBy: "carol"}, codes.FailedPrecondition},
 		{&xctv1.ResolveStepRequest{StepId: "nope", Decision: xctv1.StepDecision_STEP_DECISION_FAILED, ResolvedBy: "carol"}, codes.NotFound},
-		{&xctv1.ResolveStepRequest{StepId: "orphan", Decision: xctv1.StepDecision_STEP_DECISION_FAILED}, codes.InvalidArgument},
+		{&xctv1.ResolveStepRequest{StepId: "orphan"}, codes.InvalidArgument}, // no decision
 	} {
-		if _, err := client.ResolveStep(ctx, c.req); status.Code(err) != c.code {
+		if _, err := carol.ResolveStep(ctx, c.req); status.Code(err) != c.code {
 			t.Errorf("ResolveStep(%v) = %v, want %v", c.req, err, c.code)
 		}
 	}

@@ -16,8 +16,8 @@ type grpcProposer struct {
 	client xctv1.ProposerServiceClient
 }
 
-func dialProposer(addr string) (*grpcProposer, error) {
-	conn, err := grpcx.Dial(addr)
+func dialProposer(addr string, opts ...grpcx.DialOption) (*grpcProposer, error) {
+	conn, err := grpcx.Dial(addr, opts...)
 	if err != nil {
 		return nil, err
 	}

@@ -36,7 +36,7 @@ func (s *Service) newProposer(ref string) (Proposer, error) {
 		if !s.cfg.grpcProposerAllowed(arg) {
 			return nil, fmt.Errorf("%w: grpc proposer %q is not in -allow-grpc-proposer", ErrBadModel, arg)
 		}
-		return dialProposer(arg)
+		return dialProposer(arg, s.proposerDial...)
 	case "func":
 		if p, ok := s.funcs[arg]; ok {
 			return p, nil

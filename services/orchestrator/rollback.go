@@ -36,9 +36,9 @@ func (s *Service) RollbackRun(ctx context.Context, req *xctv1.RollbackRunRequest
 	if !ended(cur) {
 		return nil, status.Errorf(codes.FailedPrecondition, "run %s has not ended (%s): it may be owned by another orchestrator", id, cur.GetStatus())
 	}
-	principal := req.GetPrincipal()
-	if principal == "" {
-		principal = "anonymous"
+	principal, roles, err := actingPrincipal(ctx, req.GetPrincipal())
+	if err != nil {
+		return nil, err
 	}
 	tctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
 	catalog, err := s.executor.ListTools(tctx, &xctv1.ListToolsRequest{})
@@ -89,7 +89,7 @@ func (s *Service) RollbackRun(ctx context.Context, req *xctv1.RollbackRunRequest
 	}
 	rctx, rcancel := context.WithCancelCause(context.Background())
 	defer rcancel(nil)
-	r := &run{id: id, svc: s, log: s.log, writer: writer, principal: principal, labels: cur.GetLabels(),
+	r := &run{id: id, svc: s, log: s.log, writer: writer, principal: principal, roles: roles, labels: cur.GetLabels(),
 		model: cur.GetModel(), started: time.Now(), ctx: rctx, cancel: rcancel, done: make(chan struct{})}
 	s.mu.Lock()
 	if _, busy := s.active[id]; busy || s.stopping {

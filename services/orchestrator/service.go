@@ -44,6 +44,8 @@ type Service struct {
 	validator xctv1.ValidatorServiceClient
 	executor  xctv1.ExecutorServiceClient
 	conns     []*grpc.ClientConn
+	// dial and proposerDial are how peers are dialled (identity.go).
+	dial, proposerDial []grpcx.DialOption
 	// redactor replaces secrets in events before they are appended; set
 	// by Start (redaction.go).
 	redactor *redact.Redactor
@@ -90,11 +92,11 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger, opts ...Option) (*Service,
 	for _, o := range opts {
 		o(s)
 	}
-	vc, err := grpcx.Dial(cfg.ValidatorAddr)
+	vc, err := grpcx.Dial(cfg.ValidatorAddr, s.dial...)
 	if err != nil {
 		return nil, fmt.Errorf("validator: %w", err)
 	}
-	ec, err := grpcx.Dial(cfg.ExecutorAddr)
+	ec, err := grpcx.Dial(cfg.ExecutorAddr, s.dial...)
 	if err != nil {
 		vc.Close()
 		return nil, fmt.Errorf("executor: %w", err)
@@ -249,9 +251,11 @@ func (s *Service) startRun(ctx context.Context, req *xctv1.StartRunRequest) (*ru
 	} else if err := lctl.ValidateChainID(id); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	principal := req.GetPrincipal()
-	if principal == "" {
-		principal = "anonymous"
+	// The run's principal is the authenticated caller; its roles go on
+	// the chain, so the validator's policies see them (run.roles).
+	principal, roles, err := actingPrincipal(ctx, req.GetPrincipal())
+	if err != nil {
+		return nil, err
 	}
 	maxSteps := int(req.GetMaxSteps())
 	if maxSteps == 0 {
@@ -276,7 +280,7 @@ func (s *Service) startRun(ctx context.Context, req *xctv1.StartRunRequest) (*ru
 	rctx, rcancel := context.WithCancelCause(context.Background())
 	r := &run{
 		id: id, svc: s, log: s.log, writer: writer, proposer: proposer, tools: catalog.GetTools(),
-		goal: req.GetGoal(), principal: principal, labels: req.GetLabels(), maxSteps: maxSteps,
+		goal: req.GetGoal(), principal: principal, roles: roles, labels: req.GetLabels(), maxSteps: maxSteps,
 		model: req.GetModel(), started: time.Now(),
 		ctx: rctx, cancel: rcancel, done: make(chan struct{}), release: make(chan struct{}),
 	}
@@ -308,6 +312,7 @@ func (s *Service) startRun(ctx context.Context, req *xctv1.StartRunRequest) (*ru
 		"goal":      req.GetGoal(),
 		"model":     req.GetModel(),
 		"principal": principal,
+		"roles":     roles,
 		"labels":    req.GetLabels(),
 		"max_steps": maxSteps,
 	})
@@ -449,6 +454,9 @@ func (s *Service) CancelRun(ctx context.Context, req *xctv1.CancelRunRequest) (*
 	cur, err := s.lookup(ctx, req.GetRunId())
 	if err != nil {
 		return nil, toStatus(err)
+	}
+	if err := mayCancel(ctx, cur.GetPrincipal()); err != nil {
+		return nil, err
 	}
 	s.mu.Lock()
 	r, ok := s.active[req.GetRunId()]

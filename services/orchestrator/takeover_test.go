@@ -21,8 +21,10 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/auth"
 	"github.com/xct-dev/xct/internal/eventlog"
 	"github.com/xct-dev/xct/internal/grpcx"
+	"github.com/xct-dev/xct/internal/grpcx/grpcxtest"
 	"github.com/xct-dev/xct/internal/testutil"
 	"github.com/xct-dev/xct/internal/wire"
 	"github.com/xct-dev/xct/lctl"
@@ -153,6 +155,7 @@ type fixture struct {
 	model    *gatedModel
 	events   *eventlog.Log
 	owners   jetstream.KeyValue
+	creds    *grpcxtest.Creds
 }
 
 func testLogger() *slog.Logger {
@@ -162,9 +165,9 @@ func testLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
 
-func serveGRPC(t *testing.T, name string, register func(*grpcx.Server)) string {
+func serveGRPC(t *testing.T, creds *grpcxtest.Creds, name string, register func(*grpcx.Server)) string {
 	t.Helper()
-	srv := grpcx.NewServer(name, testLogger())
+	srv := grpcx.NewServer(name, testLogger(), creds.ServerOptions()...)
 	if err := srv.Listen("127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +209,8 @@ func newFixture(t *testing.T, model *gatedModel) *fixture {
 	}
 	t.Cleanup(func() { _ = ex.Stop(context.Background()) })
 	f.exec = ex
-	f.execAddr = serveGRPC(t, "executor", func(s *grpcx.Server) { ex.Register(s.GRPC) })
+	f.creds = grpcxtest.New(t)
+	f.execAddr = serveGRPC(t, f.creds, "executor", func(s *grpcx.Server) { ex.Register(s.GRPC) })
 
 	va, err := validator.New(validator.Config{}, connect(t, f.ns), testLogger())
 	if err != nil {
@@ -217,7 +221,7 @@ func newFixture(t *testing.T, model *gatedModel) *fixture {
 	}
 	t.Cleanup(func() { _ = va.Stop(context.Background()) })
 	f.val = va
-	f.valAddr = serveGRPC(t, "validator", func(s *grpcx.Server) { va.Register(s.GRPC) })
+	f.valAddr = serveGRPC(t, f.creds, "validator", func(s *grpcx.Server) { va.Register(s.GRPC) })
 
 	nc := connect(t, f.ns)
 	if f.events, err = eventlog.Open(ctx, nc, eventlog.DefaultConfig()); err != nil {
@@ -232,7 +236,8 @@ func (f *fixture) orchestrator(name string, lease time.Duration) (*Service, *nat
 	f.t.Helper()
 	nc := connect(f.t, f.ns)
 	s, err := New(Config{ValidatorAddr: f.valAddr, ExecutorAddr: f.execAddr, RunLease: lease, DrainTimeout: 20 * time.Second,
-		Instance: name, CallTimeout: time.Minute}, nc, testLogger().With("instance", name), WithProposer("tester", f.model))
+		Instance: name, CallTimeout: time.Minute}, nc, testLogger().With("instance", name), WithProposer("tester", f.model),
+		WithDialOptions(grpcx.WithToken(f.creds.Token(f.t, grpcxtest.Service))))
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -258,7 +263,7 @@ func (f *fixture) start(s *Service) string {
 	f.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	resp, err := s.StartRun(ctx, &xctv1.StartRunRequest{Goal: "count", Model: "func:tester", Principal: "alice"})
+	resp, err := s.StartRun(as(ctx, "alice", auth.RoleSubmitter), &xctv1.StartRunRequest{Goal: "count", Model: "func:tester", Principal: "alice"})
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -387,7 +392,7 @@ func TestGracefulStopHandsTheRunOver(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := a.StartRun(ctx, &xctv1.StartRunRequest{Goal: "g", Model: "func:tester"}); status.Code(err) != codes.Unavailable {
+	if _, err := a.StartRun(as(ctx, "alice", auth.RoleSubmitter), &xctv1.StartRunRequest{Goal: "g", Model: "func:tester"}); status.Code(err) != codes.Unavailable {
 		t.Fatalf("StartRun on a stopping orchestrator: %v", err)
 	}
 	close(proposing2)
@@ -455,7 +460,7 @@ func TestApprovalWaitResumesAfterRestart(t *testing.T) {
 		}
 		return nil
 	})
-	if _, err := f.val.DecideApproval(ctx, &xctv1.DecideApprovalRequest{RunId: id, Step: "1", Approve: true, Approver: "bob", Reason: "ok"}); err != nil {
+	if _, err := f.val.DecideApproval(as(ctx, "bob", auth.RoleApprover), &xctv1.DecideApprovalRequest{RunId: id, Step: "1", Approve: true, Approver: "bob", Reason: "ok"}); err != nil {
 		t.Fatal(err)
 	}
 	events := f.waitEnd(id)
@@ -603,7 +608,7 @@ func TestEndedRunRefreshedAcrossReplicas(t *testing.T) {
 	}
 	// Nothing to undo (a read), but the rollback is on the chain.
 	testutil.Eventually(t, 30*time.Second, func() error {
-		_, err := a.RollbackRun(ctx, &xctv1.RollbackRunRequest{RunId: id, Principal: "oscar"})
+		_, err := a.RollbackRun(as(ctx, "oscar", auth.RoleOperator), &xctv1.RollbackRunRequest{RunId: id, Principal: "oscar"})
 		return err
 	})
 	after, err := f.events.ReadChain(ctx, id)

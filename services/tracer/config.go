@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/xct-dev/xct/internal/grpcx"
 	"github.com/xct-dev/xct/lctl"
 )
 
@@ -39,6 +40,10 @@ type Config struct {
 	// the debugger open, which is why the HTTP listener defaults to
 	// loopback.
 	UIAuthorize func(r *http.Request, action string) error
+	// ValidatorDial are the options ValidatorAddr is dialled with (the
+	// process's TLS; set by the application). They carry no token: the
+	// debugger forwards its caller's.
+	ValidatorDial []grpcx.DialOption
 }
 
 // snapshotEvery is the interval the timelines use (<= 0: no snapshots).

@@ -30,6 +30,7 @@ import (
 
 	lctlv1 "github.com/xct-dev/xct/gen/lctl/v1"
 	"github.com/xct-dev/xct/internal/grpcx"
+	"github.com/xct-dev/xct/internal/grpcx/grpcxtest"
 	"github.com/xct-dev/xct/lctl"
 	"github.com/xct-dev/xct/lctl/cli"
 	"github.com/xct-dev/xct/services/tracer"
@@ -41,7 +42,9 @@ type otlpTracer struct {
 	client   lctlv1.TracerServiceClient
 	otlp     coltracepb.TraceServiceClient
 	grpcAddr string
-	httpURL  string
+	// token is a submitter's: it may export spans and read chains.
+	token   string
+	httpURL string
 }
 
 func startOTLPTracer(t *testing.T, e *env, cfg tracer.OTLPConfig) *otlpTracer {
@@ -51,7 +54,8 @@ func startOTLPTracer(t *testing.T, e *env, cfg tracer.OTLPConfig) *otlpTracer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpcx.NewServer("tracer", log)
+	creds := grpcxtest.New(t)
+	srv := grpcx.NewServer("tracer", log, creds.ServerOptions()...)
 	svc.Register(srv.GRPC)
 	if err := srv.Listen("127.0.0.1:0"); err != nil {
 		t.Fatal(err)
@@ -63,7 +67,7 @@ func startOTLPTracer(t *testing.T, e *env, cfg tracer.OTLPConfig) *otlpTracer {
 	if err := svc.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	conn, err := grpcx.Dial(srv.Addr())
+	conn, err := grpcx.Dial(srv.Addr(), grpcx.WithToken(creds.Token(t, "alice")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +85,7 @@ func startOTLPTracer(t *testing.T, e *env, cfg tracer.OTLPConfig) *otlpTracer {
 	})
 	return &otlpTracer{
 		svc: svc, client: lctlv1.NewTracerServiceClient(conn), otlp: coltracepb.NewTraceServiceClient(conn),
-		grpcAddr: srv.Addr(), httpURL: "http://" + svc.HTTPAddr() + tracer.OTLPTracesPath,
+		grpcAddr: srv.Addr(), token: creds.Token(t, "alice"), httpURL: "http://" + svc.HTTPAddr() + tracer.OTLPTracesPath,
 	}
 }
 
@@ -146,7 +150,8 @@ func TestOTLPExportersToChains(t *testing.T) {
 	defer cancel()
 	res := resource.NewSchemaless(attribute.String("service.name", "agent-app"))
 
-	grpcExp, err := otlptracegrpc.New(ctx, otlptracegrpc.WithEndpoint(tt.grpcAddr), otlptracegrpc.WithInsecure())
+	grpcExp, err := otlptracegrpc.New(ctx, otlptracegrpc.WithEndpoint(tt.grpcAddr), otlptracegrpc.WithInsecure(),
+		otlptracegrpc.WithHeaders(map[string]string{"authorization": "Bearer " + tt.token}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +201,7 @@ func TestOTLPExportersToChains(t *testing.T) {
 			// lctl itself, against the live chain.
 			for _, args := range [][]string{{"replay"}, {"stats"}, {"verify"}} {
 				var out, errOut bytes.Buffer
-				argv := append(append([]string{}, args...), "--tracer="+tt.grpcAddr, "--chain", chainID)
+				argv := append(append([]string{}, args...), "--tracer="+tt.grpcAddr, "--token="+tt.token, "--chain", chainID)
 				if code := cli.Run(ctx, argv, cli.Env{Stdout: &out, Stderr: &errOut}); code != 0 {
 					t.Fatalf("lctl %v: exit %d\n%s%s", args, code, out.String(), errOut.String())
 				}

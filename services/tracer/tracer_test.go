@@ -23,6 +23,7 @@ import (
 	lctlv1 "github.com/xct-dev/xct/gen/lctl/v1"
 	"github.com/xct-dev/xct/internal/eventlog"
 	"github.com/xct-dev/xct/internal/grpcx"
+	"github.com/xct-dev/xct/internal/grpcx/grpcxtest"
 	"github.com/xct-dev/xct/internal/testutil"
 	"github.com/xct-dev/xct/lctl"
 	"github.com/xct-dev/xct/services/tracer"
@@ -74,7 +75,8 @@ func (e *env) startTracerWith(t testing.TB, cfg tracer.Config) *running {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpcx.NewServer("tracer", log)
+	creds := grpcxtest.New(t)
+	srv := grpcx.NewServer("tracer", log, creds.ServerOptions()...)
 	svc.Register(srv.GRPC)
 	if err := srv.Listen("127.0.0.1:0"); err != nil {
 		t.Fatal(err)
@@ -86,7 +88,7 @@ func (e *env) startTracerWith(t testing.TB, cfg tracer.Config) *running {
 	if err := svc.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	conn, err := grpcx.Dial(srv.Addr())
+	conn, err := grpcx.Dial(srv.Addr(), grpcx.WithToken(creds.Token(t, "dave"))) // an auditor
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,7 +24,7 @@ func (s *Service) mountUI(mux *http.ServeMux) error {
 		Authorize: s.cfg.UIAuthorize,
 	}
 	if s.cfg.ValidatorAddr != "" {
-		conn, err := grpcx.Dial(s.cfg.ValidatorAddr)
+		conn, err := grpcx.Dial(s.cfg.ValidatorAddr, s.cfg.ValidatorDial...)
 		if err != nil {
 			return fmt.Errorf("debugger: validator: %w", err)
 		}

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/auth"
 	"github.com/xct-dev/xct/internal/wire"
 )
 
@@ -195,6 +196,7 @@ func (s *Service) RequestApproval(ctx context.Context, req *xctv1.RequestApprova
 	if store == nil {
 		return nil, approvalStatus(ErrApprovalsUnavailable)
 	}
+	req = withCallerApproval(ctx, req)
 	run := req.GetRun()
 	switch {
 	case !validKeyToken(run.GetRunId()):
@@ -302,7 +304,13 @@ func (s *Service) DecideApproval(ctx context.Context, req *xctv1.DecideApprovalR
 	if store == nil {
 		return nil, approvalStatus(ErrApprovalsUnavailable)
 	}
-	approver := strings.TrimSpace(req.GetApprover())
+	// The approver is the authenticated caller; only XCT's services may
+	// decide in someone else's name.
+	caller, err := auth.ActingAs(ctx, req.GetApprover())
+	if err != nil {
+		return nil, err
+	}
+	approver := strings.TrimSpace(caller.Name)
 	reason := strings.TrimSpace(req.GetReason())
 	switch {
 	case !validKeyToken(req.GetRunId()):

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/auth"
 	"github.com/xct-dev/xct/internal/catalog"
 	"github.com/xct-dev/xct/internal/testutil"
 	"github.com/xct-dev/xct/internal/wire"
@@ -92,7 +93,10 @@ func (a *approvals) request(tb testing.TB, req *xctv1.ValidateRequest, preview *
 }
 
 func (a *approvals) decide(run, step string, approve bool, approver, reason string) (*xctv1.Approval, error) {
-	resp, err := a.s.DecideApproval(context.Background(), &xctv1.DecideApprovalRequest{
+	// The approver calls as itself (the server's auth interceptor puts
+	// the authenticated principal in the context).
+	ctx := auth.NewContext(context.Background(), auth.Principal{Name: approver, Roles: []string{auth.RoleApprover}})
+	resp, err := a.s.DecideApproval(ctx, &xctv1.DecideApprovalRequest{
 		RunId: run, Step: step, Approve: approve, Approver: approver, Reason: reason,
 	})
 	return resp.GetApproval(), err

@@ -30,6 +30,7 @@ func (s *Service) Validate(ctx context.Context, req *xctv1.ValidateRequest) (*xc
 	if err := checkRequest(req); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
+	req = withCaller(ctx, req)
 	return &xctv1.ValidateResponse{Verdict: s.decide(ctx, req)}, nil
 }
 

@@ -21,6 +21,7 @@ import (
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/catalog"
 	"github.com/xct-dev/xct/internal/grpcx"
+	"github.com/xct-dev/xct/internal/grpcx/grpcxtest"
 	"github.com/xct-dev/xct/internal/testutil"
 	"github.com/xct-dev/xct/internal/wire"
 	"github.com/xct-dev/xct/services/validator"
@@ -410,7 +411,8 @@ func TestGRPCRoundTrip(t *testing.T) {
 	if err := s.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	srv := grpcx.NewServer("validator", log)
+	creds := grpcxtest.New(t)
+	srv := grpcx.NewServer("validator", log, creds.ServerOptions()...)
 	s.Register(srv.GRPC)
 	if err := srv.Listen("127.0.0.1:0"); err != nil {
 		t.Fatal(err)
@@ -428,15 +430,15 @@ func TestGRPCRoundTrip(t *testing.T) {
 			t.Errorf("stop: %v", err)
 		}
 	})
-	conn, err := grpcx.Dial(srv.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	client := xctv1.NewValidatorServiceClient(conn)
+	client := xctv1.NewValidatorServiceClient(creds.Dial(t, srv.Addr(), grpcxtest.Service))
 
 	callCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
+	// Verdicts are for XCT's services only.
+	alice := xctv1.NewValidatorServiceClient(creds.Dial(t, srv.Addr(), "alice"))
+	if _, err := alice.Validate(callCtx, request(t, "fs.read", map[string]any{"path": "notes.txt"})); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("Validate as a submitter: %v", err)
+	}
 	resp, err := client.Validate(callCtx, request(t, "fs.read", map[string]any{"path": "notes.txt"}))
 	if err != nil {
 		t.Fatal(err)

@@ -85,7 +85,7 @@ func approvalCluster(t *testing.T, ttl string, targets ...string) (*cluster, *de
 		o.ExtraTools = []executor.Tool{tool}
 		o.Orchestrator = append(o.Orchestrator, orchestrator.WithProposer("deployer", &deployer{targets: targets}))
 	})
-	return c, tool, xctv1.NewValidatorServiceClient(dial(t, c.app.Addr(app.TargetValidator)))
+	return c, tool, c.validatorAs(t, "bob")
 }
 
 // pending waits until the run's step waits for a human and returns it.
@@ -129,10 +129,16 @@ func TestApprovalRoundTrip(t *testing.T) {
 	if tool.count("blue") != 0 {
 		t.Fatal("the step ran before it was approved")
 	}
-	// The principal who started the run cannot approve its steps.
-	_, err = v.DecideApproval(ctx, &xctv1.DecideApprovalRequest{RunId: id, Step: "1", Approve: true, Approver: "alice"})
+	// The principal who started the run cannot approve its steps (alice
+	// is no approver; TestApproverCannotApproveOwnRun has one who is),
+	// nor can an approver decide in her name.
+	_, err = c.validatorAs(t, "alice").DecideApproval(ctx, &xctv1.DecideApprovalRequest{RunId: id, Step: "1", Approve: true})
 	if status.Code(err) != codes.PermissionDenied {
 		t.Fatalf("self-approval: %v", err)
+	}
+	_, err = v.DecideApproval(ctx, &xctv1.DecideApprovalRequest{RunId: id, Step: "1", Approve: true, Approver: "alice"})
+	if status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("approval in another's name: %v", err)
 	}
 	if _, err := v.DecideApproval(ctx, &xctv1.DecideApprovalRequest{RunId: id, Step: a.GetStepId(), Approve: true, Approver: "bob", Reason: "change ticket 42"}); err != nil {
 		t.Fatal(err)
@@ -266,7 +272,7 @@ steps:
   - next_step: {tool: fs.write, arguments: {path: config/app.yaml, content: "replicas: 3\ndeployment: green\n"}, goal: switch}
   - done: true
 `)
-	v := xctv1.NewValidatorServiceClient(dial(t, c.app.Addr(app.TargetValidator)))
+	v := c.validatorAs(t, "bob")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	resp, err := c.orch.StartRun(ctx, &xctv1.StartRunRequest{Goal: "g", Model: "scripted:w.yaml", Principal: "alice"})

@@ -23,6 +23,7 @@ import (
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/app"
 	"github.com/xct-dev/xct/internal/grpcx"
+	"github.com/xct-dev/xct/internal/grpcx/grpcxtest"
 	"github.com/xct-dev/xct/internal/testutil"
 	"github.com/xct-dev/xct/lctl"
 	"github.com/xct-dev/xct/lctl/lctlpb"
@@ -35,15 +36,19 @@ type cluster struct {
 	app       *app.App
 	workspace string
 	scripts   string
-	orch      xctv1.OrchestratorServiceClient
-	tracer    lctlv1.TracerServiceClient
+	// creds are the cluster's tokens file (the development principals:
+	// dev, alice, bob, carol, dave, admin and the services' own).
+	creds *grpcxtest.Creds
+	// orch calls as alice (a submitter), tracer as dave (an auditor).
+	orch   xctv1.OrchestratorServiceClient
+	tracer lctlv1.TracerServiceClient
 }
 
 type clusterOption func(*app.Config, *app.Options)
 
 func startCluster(t testing.TB, opts ...clusterOption) *cluster {
 	t.Helper()
-	c := &cluster{nats: testutil.RunJetStream(t)}
+	c := &cluster{nats: testutil.RunJetStream(t), creds: grpcxtest.New(t)}
 	base := t.TempDir()
 	c.workspace = filepath.Join(base, "workspace")
 	c.scripts = filepath.Join(base, "scripts")
@@ -59,6 +64,7 @@ func startCluster(t testing.TB, opts ...clusterOption) *cluster {
 	cfg.Orchestrator.ScriptsDir = c.scripts
 	cfg.Executor.Workspace = c.workspace
 	cfg.Tracer.DataDir = filepath.Join(base, "tracer")
+	c.secure(t, &cfg)
 	var o app.Options
 	for _, opt := range opts {
 		opt(&cfg, &o)
@@ -87,16 +93,36 @@ func startCluster(t testing.TB, opts ...clusterOption) *cluster {
 		defer cancel()
 		a.Stop(ctx)
 	})
-	c.orch = xctv1.NewOrchestratorServiceClient(dial(t, a.Addr(app.TargetOrchestrator)))
+	c.orch = c.orchAs(t, "alice")
 	if addr := a.Addr(app.TargetTracer); addr != "" {
-		c.tracer = lctlv1.NewTracerServiceClient(dial(t, addr))
+		c.tracer = lctlv1.NewTracerServiceClient(c.creds.Dial(t, addr, "dave"))
 	}
 	return c
 }
 
-func dial(t testing.TB, addr string) *grpc.ClientConn {
+// secure configures authentication as in production, over plaintext
+// loopback: the cluster's tokens file, and the service token the services
+// call each other with.
+func (c *cluster) secure(t testing.TB, cfg *app.Config) {
+	cfg.Auth.TokensFile = c.creds.Path
+	cfg.Security = grpcx.Security{Plaintext: true, ServiceToken: c.creds.Token(t, grpcxtest.Service),
+		RateLimit: grpcx.DefaultRateLimit, RateBurst: grpcx.DefaultRateBurst}
+}
+
+// orchAs is an orchestrator client calling as principal.
+func (c *cluster) orchAs(t testing.TB, principal string) xctv1.OrchestratorServiceClient {
+	return xctv1.NewOrchestratorServiceClient(c.creds.Dial(t, c.app.Addr(app.TargetOrchestrator), principal))
+}
+
+// validatorAs is a validator client calling as principal.
+func (c *cluster) validatorAs(t testing.TB, principal string) xctv1.ValidatorServiceClient {
+	return xctv1.NewValidatorServiceClient(c.creds.Dial(t, c.app.Addr(app.TargetValidator), principal))
+}
+
+// dial connects without credentials (health needs none).
+func dial(t testing.TB, addr string, opts ...grpcx.DialOption) *grpc.ClientConn {
 	t.Helper()
-	conn, err := grpcx.Dial(addr)
+	conn, err := grpcx.Dial(addr, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +157,13 @@ func (c *cluster) runToEnd(t testing.TB, req *xctv1.StartRunRequest) (*xctv1.Run
 
 func (c *cluster) watch(t testing.TB, ctx context.Context, id string) []lctl.Event {
 	t.Helper()
-	stream, err := c.orch.WatchRun(ctx, &xctv1.WatchRunRequest{RunId: id})
+	return c.watchWith(t, ctx, c.orch, id)
+}
+
+// watchWith collects a run's events through client.
+func (c *cluster) watchWith(t testing.TB, ctx context.Context, client xctv1.OrchestratorServiceClient, id string) []lctl.Event {
+	t.Helper()
+	stream, err := client.WatchRun(ctx, &xctv1.WatchRunRequest{RunId: id})
 	if err != nil {
 		t.Fatalf("watch: %v", err)
 	}

@@ -73,7 +73,17 @@ func TestDebuggerApprovalRoundTripOverHTTP(t *testing.T) {
 		o.ExtraTools = []executor.Tool{tool}
 		o.Orchestrator = append(o.Orchestrator, orchestrator.WithProposer("deployer", &deployer{targets: []string{"blue", "green"}}))
 	})
-	v := xctv1.NewValidatorServiceClient(dial(t, c.app.Addr(app.TargetValidator)))
+	v := c.validatorAs(t, "bob")
+	// The debugger takes the same bearer tokens as gRPC: dave reads,
+	// alice (the run's principal) and bob (an approver) decide.
+	reader := map[string]string{"Authorization": "Bearer " + c.creds.Token(t, "dave")}
+	withToken := func(h map[string]string, who string) map[string]string {
+		out := map[string]string{"Authorization": "Bearer " + c.creds.Token(t, who)}
+		for k, v := range h {
+			out[k] = v
+		}
+		return out
+	}
 	base := "http://" + c.app.Tracer.HTTPAddr()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -82,7 +92,7 @@ func TestDebuggerApprovalRoundTripOverHTTP(t *testing.T) {
 		Mode      string
 		Approvals bool
 	}
-	if code := debuggerCall(t, "GET", base+"/api/info", "", nil, &info); code != 200 || info.Mode != "cluster" || !info.Approvals {
+	if code := debuggerCall(t, "GET", base+"/api/info", "", reader, &info); code != 200 || info.Mode != "cluster" || !info.Approvals {
 		t.Fatalf("info %d %+v (the in-process validator is wired)", code, info)
 	}
 	resp, err := c.orch.StartRun(ctx, &xctv1.StartRunRequest{Goal: "deploy", Model: "func:deployer", Principal: "alice"})
@@ -92,7 +102,10 @@ func TestDebuggerApprovalRoundTripOverHTTP(t *testing.T) {
 	id := resp.GetRun().GetRunId()
 	pending(t, v, id, 1)
 
-	// Follow the run live from its first event.
+	// Follow the run live from its first event, once the tracer has it.
+	if err := c.app.Tracer.WaitForSeq(ctx, id, 1); err != nil {
+		t.Fatal(err)
+	}
 	lines := make(chan string, 1000)
 	lctx, lcancel := context.WithCancel(ctx)
 	defer lcancel()
@@ -100,9 +113,11 @@ func TestDebuggerApprovalRoundTripOverHTTP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	req.Header.Set("Authorization", reader["Authorization"])
 	live, err := http.DefaultClient.Do(req)
 	if err != nil || live.StatusCode != 200 {
-		t.Fatalf("live: %v %v", live, err)
+		body, _ := io.ReadAll(live.Body)
+		t.Fatalf("live: %v %s %v", live.Status, body, err)
 	}
 	go func() {
 		defer close(lines)
@@ -129,7 +144,7 @@ func TestDebuggerApprovalRoundTripOverHTTP(t *testing.T) {
 			}
 		}
 	}
-	if code := debuggerCall(t, "GET", base+"/api/approvals?run="+id, "", nil, &list); code != 200 || len(list.Approvals) != 1 {
+	if code := debuggerCall(t, "GET", base+"/api/approvals?run="+id, "", reader, &list); code != 200 || len(list.Approvals) != 1 {
 		t.Fatalf("approvals %d %+v", code, list)
 	}
 	a := list.Approvals[0]
@@ -144,7 +159,7 @@ func TestDebuggerApprovalRoundTripOverHTTP(t *testing.T) {
 		}
 	}
 	testutil.Eventually(t, 20*time.Second, func() error {
-		debuggerCall(t, "GET", base+"/api/chains?q="+id, "", nil, &chains)
+		debuggerCall(t, "GET", base+"/api/chains?q="+id, "", reader, &chains)
 		if len(chains.Chains) != 1 || chains.Chains[0].PendingApprovals != 1 || chains.Chains[0].Status != "running" {
 			return fmt.Errorf("chains %+v", chains)
 		}
@@ -159,11 +174,11 @@ func TestDebuggerApprovalRoundTripOverHTTP(t *testing.T) {
 		Error struct{ Code, Message string }
 	}
 	// Without the CSRF header nothing reaches the validator.
-	if code := decide(`{"run_id":"`+id+`","step":1,"approve":true,"approver":"bob"}`, map[string]string{"Content-Type": "application/json"}, &apiErr); code != 403 {
+	if code := decide(`{"run_id":"`+id+`","step":1,"approve":true,"approver":"bob"}`, withToken(map[string]string{"Content-Type": "application/json"}, "bob"), &apiErr); code != 403 {
 		t.Fatalf("no CSRF header: %d %+v", code, apiErr)
 	}
 	// The validator refuses the run's own principal.
-	if code := decide(`{"run_id":"`+id+`","step":1,"approve":true,"approver":"alice"}`, csrf, &apiErr); code != 403 || apiErr.Error.Code != "PERMISSION_DENIED" {
+	if code := decide(`{"run_id":"`+id+`","step":1,"approve":true,"approver":"alice"}`, withToken(csrf, "alice"), &apiErr); code != 403 || apiErr.Error.Code != "PERMISSION_DENIED" {
 		t.Fatalf("self-approval: %d %+v", code, apiErr)
 	}
 	if tool.count("blue") != 0 {
@@ -175,12 +190,12 @@ func TestDebuggerApprovalRoundTripOverHTTP(t *testing.T) {
 			DecidedBy string `json:"decidedBy"`
 		}
 	}
-	if code := decide(`{"run_id":"`+id+`","step":1,"approve":true,"approver":"bob","reason":"change 42"}`, csrf, &decided); code != 200 ||
+	if code := decide(`{"run_id":"`+id+`","step":1,"approve":true,"approver":"bob","reason":"change 42"}`, withToken(csrf, "bob"), &decided); code != 200 ||
 		decided.Approval.State != "APPROVAL_STATE_APPROVED" || decided.Approval.DecidedBy != "bob" {
 		t.Fatalf("approve: %d %+v", code, decided)
 	}
 	// Deciding again is refused by the validator.
-	if code := decide(`{"run_id":"`+id+`","step":1,"approve":true,"approver":"bob"}`, csrf, &apiErr); code < 400 {
+	if code := decide(`{"run_id":"`+id+`","step":1,"approve":true,"approver":"bob"}`, withToken(csrf, "bob"), &apiErr); code < 400 {
 		t.Fatalf("second decision accepted: %d", code)
 	}
 
@@ -188,7 +203,7 @@ func TestDebuggerApprovalRoundTripOverHTTP(t *testing.T) {
 	if tool.count("blue") != 1 {
 		t.Fatalf("blue deployed %d times after its approval", tool.count("blue"))
 	}
-	if code := decide(`{"run_id":"`+id+`","step":"`+b.GetStepId()+`","approve":false,"approver":"bob","reason":"not on a Friday"}`, csrf, &decided); code != 200 ||
+	if code := decide(`{"run_id":"`+id+`","step":"`+b.GetStepId()+`","approve":false,"approver":"bob","reason":"not on a Friday"}`, withToken(csrf, "bob"), &decided); code != 200 ||
 		decided.Approval.State != "APPROVAL_STATE_DENIED" {
 		t.Fatalf("deny: %d %+v", code, decided)
 	}
@@ -223,7 +238,7 @@ func TestDebuggerApprovalRoundTripOverHTTP(t *testing.T) {
 	}
 
 	var flow debugger.FlowPage
-	if code := debuggerCall(t, "GET", base+"/api/chains/"+id+"/flow", "", nil, &flow); code != 200 || flow.TotalEvents != int(seq) {
+	if code := debuggerCall(t, "GET", base+"/api/chains/"+id+"/flow", "", reader, &flow); code != 200 || flow.TotalEvents != int(seq) {
 		t.Fatalf("flow %d: %d events, live saw %d", code, flow.TotalEvents, seq)
 	}
 	var steps []string
@@ -235,7 +250,7 @@ func TestDebuggerApprovalRoundTripOverHTTP(t *testing.T) {
 	if got := strings.Join(steps, "; "); got != "1 approved gated=true; 2 denied gated=true" {
 		t.Fatalf("flow steps: %s", got)
 	}
-	if code := debuggerCall(t, "GET", base+"/api/approvals?run="+id, "", nil, &list); code != 200 || len(list.Approvals) != 0 {
+	if code := debuggerCall(t, "GET", base+"/api/approvals?run="+id, "", reader, &list); code != 200 || len(list.Approvals) != 0 {
 		t.Fatalf("pending after the run: %+v", list)
 	}
 }

@@ -47,7 +47,7 @@ func TestDebuggerApprovesAndFollowsLive(t *testing.T) {
 		o.ExtraTools = []executor.Tool{tool}
 		o.Orchestrator = append(o.Orchestrator, orchestrator.WithProposer("deployer", &deployer{targets: []string{"blue", "green"}}))
 	})
-	v := xctv1.NewValidatorServiceClient(dial(t, c.app.Addr(app.TargetValidator)))
+	v := c.validatorAs(t, "bob")
 	url := "http://" + c.app.Tracer.HTTPAddr() + "/"
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -61,6 +61,14 @@ func TestDebuggerApprovesAndFollowsLive(t *testing.T) {
 	b := browser.New(t, 3*time.Minute)
 	art := browser.Artifacts(t)
 	card := fmt.Sprintf(`article.approval[data-run=%q][data-step="1"]`, id)
+	// The page calls with the token kept for the tab (what its sign-in
+	// form stores): first alice's, the run's principal.
+	signIn := func(who string) {
+		b.Do(t, "open the page", chromedp.Navigate(url))
+		browser.Eval[int](t, b, `sessionStorage.setItem('xct-debugger-token', `+strconv.Quote(c.creds.Token(t, who))+`); 1`)
+		b.Do(t, "signed in as "+who, chromedp.Navigate(url+"#/approvals"), chromedp.Reload())
+	}
+	signIn("alice")
 	b.Do(t, "open the approvals", chromedp.Navigate(url+"#/approvals"))
 	b.Until(t, "the pending step", "document.querySelector("+strconv.Quote(card)+")")
 	text := b.Text(t, card)
@@ -71,8 +79,8 @@ func TestDebuggerApprovesAndFollowsLive(t *testing.T) {
 	}
 	b.Screenshot(t, art, "debugger-approvals")
 
-	// The run's principal cannot approve its own step, from the page either.
-	typeInto(t, b, card+` input[name="approver"]`, "alice")
+	// The run's principal cannot approve its own step, from the page
+	// either (signed in with her token, the page decides as her).
 	b.Do(t, "approve as alice", chromedp.Click(chromedp.CSS(card+" button.approve")))
 	b.Until(t, "the refusal", `[...document.querySelectorAll('[role=alert]')].some(e => e.textContent.includes('PERMISSION_DENIED'))`)
 	if tool.count("blue") != 0 {
@@ -80,7 +88,8 @@ func TestDebuggerApprovesAndFollowsLive(t *testing.T) {
 	}
 
 	// Bob approves: the validator records it and the tool runs.
-	typeInto(t, b, card+` input[name="approver"]`, "bob")
+	signIn("bob")
+	b.Until(t, "the pending step", "document.querySelector("+strconv.Quote(card)+")")
 	typeInto(t, b, card+` input[name="reason"]`, "change ticket 42")
 	b.Do(t, "approve as bob", chromedp.Click(chromedp.CSS(card+" button.approve")))
 	b.Until(t, "the decision", `document.querySelector('#decided')?.textContent.includes('approved')`)

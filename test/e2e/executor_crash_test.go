@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/grpcx/grpcxtest"
 	"github.com/xct-dev/xct/internal/testutil"
 	"github.com/xct-dev/xct/internal/wire"
 )
@@ -109,12 +110,15 @@ func TestExecutorCrash(t *testing.T) {
 	if err := os.WriteFile(toolsFile, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	creds := grpcxtest.New(t)
+	var addr string
 	serve := func(name string) (*proc, xctv1.ExecutorServiceClient) {
 		p := startProc(t, name, xct, "serve", "--target", "executor", "--nats", ns.ClientURL(),
 			"--executor-listen", "127.0.0.1:0", "--workspace", filepath.Join(base, "ws"),
-			"--tools-config", toolsFile, "--step-grace", "200ms")
-		addr := p.waitFor(t, listening, 30*time.Second)
-		return p, xctv1.NewExecutorServiceClient(dial(t, addr))
+			"--tools-config", toolsFile, "--step-grace", "200ms", "--plaintext", "--auth-tokens", creds.Path)
+		addr = p.waitFor(t, listening, 30*time.Second)
+		// The client is the orchestrator: XCT's service identity.
+		return p, xctv1.NewExecutorServiceClient(creds.Dial(t, addr, grpcxtest.Service))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -185,9 +189,10 @@ func TestExecutorCrash(t *testing.T) {
 		t.Fatalf("charge again: %v, %v", again, err)
 	}
 	// A human checks the ledger and resolves the charge as done.
-	res, err := client.ResolveStep(ctx, &xctv1.ResolveStepRequest{StepId: "step-charge", Decision: xctv1.StepDecision_STEP_DECISION_SUCCEEDED,
-		ResolvedBy: "auditor", Reason: "the ledger holds the charge"})
-	if err != nil || res.GetStep().GetResolution().GetResolvedBy() != "auditor" {
+	carol := xctv1.NewExecutorServiceClient(creds.Dial(t, addr, "carol"))
+	res, err := carol.ResolveStep(ctx, &xctv1.ResolveStepRequest{StepId: "step-charge", Decision: xctv1.StepDecision_STEP_DECISION_SUCCEEDED,
+		Reason: "the ledger holds the charge"}) // as carol, an operator
+	if err != nil || res.GetStep().GetResolution().GetResolvedBy() != "carol" {
 		t.Fatalf("resolve: %v, %v", res, err)
 	}
 	if after, err := execute(client, "step-charge", "ledger.charge"); err != nil || after.GetResponse().GetError() != nil || !after.GetReplayed() {

@@ -38,7 +38,7 @@ steps:
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	rb, err := c.orch.RollbackRun(ctx, &xctv1.RollbackRunRequest{RunId: run.GetRunId(), Principal: "ops"})
+	rb, err := c.orchAs(t, "carol").RollbackRun(ctx, &xctv1.RollbackRunRequest{RunId: run.GetRunId()})
 	if err != nil || rb.GetStatus() != "done" || len(rb.GetUndone()) != 1 {
 		t.Fatalf("rollback %v: %v", rb, err)
 	}

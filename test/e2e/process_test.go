@@ -17,6 +17,7 @@ import (
 	"time"
 
 	lctlv1 "github.com/xct-dev/xct/gen/lctl/v1"
+	"github.com/xct-dev/xct/internal/grpcx/grpcxtest"
 	"github.com/xct-dev/xct/internal/testutil"
 	"github.com/xct-dev/xct/lctl"
 	"github.com/xct-dev/xct/lctl/lctlpb"
@@ -193,8 +194,13 @@ func TestClusterAsSeparateProcesses(t *testing.T) {
 	ns := startProc(t, "nats-server", natsBin, "-a", "127.0.0.1", "-p", "-1", "-js", "-sd", filepath.Join(base, "nats"))
 	natsURL := "nats://" + ns.waitFor(t, regexp.MustCompile(`Listening for client connections on (127\.0\.0\.1:\d+)`), 30*time.Second)
 
+	// Every process authenticates with the same tokens file; the
+	// services call each other with the service token (plaintext on
+	// loopback; TestClusterOverMTLS runs the same over mTLS).
+	creds := grpcxtest.New(t)
 	serve := func(target string, extra ...string) (*proc, string) {
-		args := append([]string{"serve", "--target", target, "--nats", natsURL, "--" + target + "-listen", "127.0.0.1:0"}, extra...)
+		args := append([]string{"serve", "--target", target, "--nats", natsURL, "--" + target + "-listen", "127.0.0.1:0",
+			"--plaintext", "--auth-tokens", creds.Path, "--service-token", creds.Token(t, grpcxtest.Service)}, extra...)
 		p := startProc(t, target, xct, args...)
 		return p, p.waitFor(t, listening, 30*time.Second)
 	}
@@ -204,7 +210,8 @@ func TestClusterAsSeparateProcesses(t *testing.T) {
 	orchP, orchAddr := serve("orchestrator", "--validator-addr", valAddr, "--executor-addr", execAddr, "--scripts-dir", scripts)
 
 	// The client is a process too.
-	runP := startProc(t, "xct run", xct, "run", "--addr", orchAddr, "--model", "scripted:demo.yaml", "--goal", "switch to green", "--principal", "bob")
+	runP := startProc(t, "xct run", xct, "run", "--addr", orchAddr, "--model", "scripted:demo.yaml", "--goal", "switch to green",
+		"--credentials", creds.Path, "--as", "alice")
 	code, out := runP.wait(t, 60*time.Second)
 	if code != 0 {
 		t.Fatalf("xct run exited %d:\n%s", code, out)
@@ -220,7 +227,7 @@ func TestClusterAsSeparateProcesses(t *testing.T) {
 			t.Errorf("xct run output lacks %q:\n%s", want, out)
 		}
 	}
-	runID := regexp.MustCompile(`run (run-\S+) started by bob`).FindStringSubmatch(out)
+	runID := regexp.MustCompile(`run (run-\S+) started by alice`).FindStringSubmatch(out)
 	if runID == nil {
 		t.Fatalf("no run id in:\n%s", out)
 	}
@@ -229,13 +236,13 @@ func TestClusterAsSeparateProcesses(t *testing.T) {
 		t.Fatalf("config = %q, %v", cfg, err)
 	}
 
-	showP := startProc(t, "xct show", xct, "show", "--addr", orchAddr, runID[1])
-	if code, out := showP.wait(t, 30*time.Second); code != 0 || !strings.Contains(out, "status     done") || !strings.Contains(out, "principal  bob") {
+	showP := startProc(t, "xct show", xct, "show", "--addr", orchAddr, runID[1], "--credentials", creds.Path, "--as", "dave")
+	if code, out := showP.wait(t, 30*time.Second); code != 0 || !strings.Contains(out, "status     done") || !strings.Contains(out, "principal  alice") {
 		t.Fatalf("xct show exited %d:\n%s", code, out)
 	}
 
 	// The tracer, in its own process, materialized the chain from NATS.
-	tracer := lctlv1.NewTracerServiceClient(dial(t, trAddr))
+	tracer := lctlv1.NewTracerServiceClient(creds.Dial(t, trAddr, "dave"))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var chain *lctlv1.GetChainResponse
@@ -271,6 +278,7 @@ func TestClusterAsSeparateProcesses(t *testing.T) {
 
 func TestProcessErrors(t *testing.T) {
 	xct, _ := binaries(t)
+	creds := grpcxtest.New(t)
 	badPolicy := filepath.Join(t.TempDir(), "policy.yaml")
 	if err := os.WriteFile(badPolicy, []byte("rules:\n  - id: r1\n    effect: alow\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -281,7 +289,7 @@ func TestProcessErrors(t *testing.T) {
 		wantCode int
 		want     string
 	}{
-		{"NATS unreachable at start", []string{"serve", "--target", "executor", "--nats", "nats://127.0.0.1:1", "--executor-listen", "127.0.0.1:0", "--workspace", t.TempDir()}, 1, "cannot reach NATS at nats://127.0.0.1:1"},
+		{"NATS unreachable at start", []string{"serve", "--target", "executor", "--nats", "nats://127.0.0.1:1", "--executor-listen", "127.0.0.1:0", "--plaintext", "--workspace", t.TempDir()}, 1, "cannot reach NATS at nats://127.0.0.1:1"},
 		{"unknown target", []string{"serve", "--target", "planner"}, 2, `unknown target "planner"`},
 		{"no target", []string{"serve"}, 2, "-target is required"},
 		{"unknown flag", []string{"run", "--mdl", "x"}, 2, "flag provided but not defined: -mdl"},
@@ -292,7 +300,11 @@ func TestProcessErrors(t *testing.T) {
 		{"policy lint ok", []string{"policy", "lint", "../../examples/policies/default.yaml"}, 0, "default.yaml: ok"},
 		{"policy lint broken", []string{"policy", "lint", badPolicy}, 1, badPolicy + ":3"},
 		{"policy check without chain", []string{"policy", "check", "../../examples/policies/default.yaml"}, 2, "--chain FILE|RUN_ID"},
-		{"approve with flags after arguments, validator down", []string{"approve", "run-1", "2", "--as", "bob", "--validator-addr", "127.0.0.1:1"}, 1, "approve (validator 127.0.0.1:1): Unavailable"},
+		{"approve with flags after arguments, validator down", []string{"approve", "run-1", "2", "--as", "bob", "--credentials", creds.Path, "--validator-addr", "127.0.0.1:1"}, 1, "approve (validator 127.0.0.1:1): Unavailable"},
+		{"as someone the credentials do not name", []string{"runs", "--as", "mallory", "--credentials", creds.Path, "--addr", "127.0.0.1:1"}, 1, `has no token for "mallory"`},
+		{"serve plaintext on every address", []string{"serve", "--target", "executor", "--nats", "nats://127.0.0.1:1", "--plaintext", "--executor-listen", ":0", "--workspace", t.TempDir()}, 1, "--plaintext serves on loopback addresses only"},
+		{"serve without transport security", []string{"serve", "--target", "executor", "--nats", "nats://127.0.0.1:1", "--executor-listen", "127.0.0.1:0", "--workspace", t.TempDir()}, 1, "no transport security"},
+		{"dev certs without a directory", []string{"dev", "certs"}, 2, "usage: xct dev certs DIR"},
 		{"deny without reason", []string{"deny", "run-1", "2"}, 2, "-reason is required"},
 		{"orchestrator down", []string{"runs", "--addr", "127.0.0.1:1"}, 1, "list runs (orchestrator 127.0.0.1:1): Unavailable"},
 	}

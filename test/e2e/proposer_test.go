@@ -3,15 +3,17 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/app"
-	"github.com/xct-dev/xct/internal/grpcx"
 )
 
 // externalAgent is a ProposerService outside the orchestrator: it writes a
@@ -19,9 +21,15 @@ import (
 type externalAgent struct {
 	xctv1.UnimplementedProposerServiceServer
 	sawTools chan []string
+	// sawToken counts calls that carried an authorization header: XCT
+	// never sends its service token to a model outside it.
+	sawToken atomic.Int64
 }
 
-func (a *externalAgent) Propose(_ context.Context, req *xctv1.ProposeRequest) (*xctv1.ProposeResponse, error) {
+func (a *externalAgent) Propose(ctx context.Context, req *xctv1.ProposeRequest) (*xctv1.ProposeResponse, error) {
+	if len(metadata.ValueFromIncomingContext(ctx, "authorization")) > 0 {
+		a.sawToken.Add(1)
+	}
 	var names []string
 	for _, t := range req.GetTools() {
 		names = append(names, t.GetName())
@@ -42,18 +50,21 @@ func (a *externalAgent) Propose(_ context.Context, req *xctv1.ProposeRequest) (*
 
 func TestExternalGRPCProposer(t *testing.T) {
 	agent := &externalAgent{sawTools: make(chan []string, 1)}
-	srv := grpcx.NewServer("agent", slog.New(slog.NewTextHandler(io.Discard, nil)))
-	xctv1.RegisterProposerServiceServer(srv.GRPC, agent)
-	if err := srv.Listen("127.0.0.1:0"); err != nil {
+	// The agent is someone else's server, with its own (here: no) security.
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
 		t.Fatal(err)
 	}
-	go func() { _ = srv.Serve() }()
-	t.Cleanup(func() { srv.Stop(context.Background()) })
+	srv := grpc.NewServer()
+	xctv1.RegisterProposerServiceServer(srv, agent)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	addr := lis.Addr().String()
 
 	c := startCluster(t, func(cfg *app.Config, _ *app.Options) {
-		cfg.Orchestrator.AllowGRPCProposers = []string{srv.Addr()}
+		cfg.Orchestrator.AllowGRPCProposers = []string{addr}
 	})
-	run, _ := c.runToEnd(t, &xctv1.StartRunRequest{Goal: "hello from outside", Model: "grpc:" + srv.Addr()})
+	run, _ := c.runToEnd(t, &xctv1.StartRunRequest{Goal: "hello from outside", Model: "grpc:" + addr})
 	if run.GetStatus() != xctv1.RunStatus_RUN_STATUS_DONE || run.GetInputTokens() != 11 {
 		t.Fatalf("run %s: %s (tokens %d)", run.GetStatus(), run.GetMessage(), run.GetInputTokens())
 	}
@@ -63,5 +74,8 @@ func TestExternalGRPCProposer(t *testing.T) {
 	}
 	if tools := <-agent.sawTools; len(tools) < 3 {
 		t.Fatalf("the agent was offered %v", tools)
+	}
+	if n := agent.sawToken.Load(); n != 0 {
+		t.Fatalf("%d calls to the external agent carried a token", n)
 	}
 }

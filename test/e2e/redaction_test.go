@@ -112,7 +112,7 @@ func TestSecretsAreRedactedEverywhere(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(c.workspace, "notes", "deploy.txt"), []byte("deploy with "+apiKey+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	validator := xctv1.NewValidatorServiceClient(dial(t, c.app.Addr(app.TargetValidator)))
+	validator := c.validatorAs(t, "bob")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()

@@ -25,7 +25,7 @@ steps:
   - done: true
     message: all good
 `)
-	run, _ := c.runToEnd(t, &xctv1.StartRunRequest{Goal: "replicated", Model: "scripted:two.yaml", Principal: "carol"})
+	run, _ := c.runToEnd(t, &xctv1.StartRunRequest{Goal: "replicated", Model: "scripted:two.yaml", Principal: "alice"})
 
 	// A chain from another LCTL writer is not a run.
 	nc, err := nats.Connect(c.nats.ClientURL())
@@ -49,12 +49,13 @@ steps:
 	cfg.OrchestratorListen = "127.0.0.1:0"
 	cfg.Orchestrator.ValidatorAddr = c.app.Addr(app.TargetValidator)
 	cfg.Orchestrator.ExecutorAddr = c.app.Addr(app.TargetExecutor)
+	c.secure(t, &cfg)
 	second, err := app.Start(ctx, cfg, []string{app.TargetOrchestrator}, slog.New(slog.NewTextHandler(io.Discard, nil)), app.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer second.Stop(ctx)
-	orch := xctv1.NewOrchestratorServiceClient(dial(t, second.Addr(app.TargetOrchestrator)))
+	orch := xctv1.NewOrchestratorServiceClient(c.creds.Dial(t, second.Addr(app.TargetOrchestrator), "dave"))
 
 	list, err := orch.ListRuns(ctx, &xctv1.ListRunsRequest{})
 	if err != nil {
@@ -64,7 +65,7 @@ steps:
 		t.Fatalf("listed %d runs: %v", len(list.GetRuns()), list.GetRuns())
 	}
 	got := list.GetRuns()[0]
-	if got.GetRunId() != run.GetRunId() || got.GetStatus() != xctv1.RunStatus_RUN_STATUS_DONE || got.GetPrincipal() != "carol" ||
+	if got.GetRunId() != run.GetRunId() || got.GetStatus() != xctv1.RunStatus_RUN_STATUS_DONE || got.GetPrincipal() != "alice" ||
 		got.GetGoal() != "replicated" || got.GetMessage() != "all good" || got.GetInputTokens() != 7 || got.GetLastSeq() != run.GetLastSeq() {
 		t.Fatalf("summary = %v\nwant like %v", got, run)
 	}

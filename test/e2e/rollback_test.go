@@ -91,7 +91,7 @@ func TestRollbackRestoresTheWorkspace(t *testing.T) {
 	defer cancel()
 
 	// Roll back only what came after step 2.
-	resp, err := c.orch.RollbackRun(ctx, &xctv1.RollbackRunRequest{RunId: run.GetRunId(), ToStep: 2, Principal: "oscar"})
+	resp, err := c.orchAs(t, "carol").RollbackRun(ctx, &xctv1.RollbackRunRequest{RunId: run.GetRunId(), ToStep: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +103,7 @@ func TestRollbackRestoresTheWorkspace(t *testing.T) {
 		t.Fatalf("after the partial rollback:\n%s", render(mid))
 	}
 	// Then the rest: the workspace is as it was.
-	resp, err = c.orch.RollbackRun(ctx, &xctv1.RollbackRunRequest{RunId: run.GetRunId(), Principal: "oscar"})
+	resp, err = c.orchAs(t, "carol").RollbackRun(ctx, &xctv1.RollbackRunRequest{RunId: run.GetRunId()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +114,7 @@ func TestRollbackRestoresTheWorkspace(t *testing.T) {
 		t.Fatalf("workspace after rollback:\n%s\nwant:\n%s", got, want)
 	}
 	// Nothing left to undo.
-	resp, err = c.orch.RollbackRun(ctx, &xctv1.RollbackRunRequest{RunId: run.GetRunId(), Principal: "oscar"})
+	resp, err = c.orchAs(t, "carol").RollbackRun(ctx, &xctv1.RollbackRunRequest{RunId: run.GetRunId()})
 	if err != nil || len(resp.GetUndone()) != 0 {
 		t.Fatalf("third rollback: %v %v", resp.GetUndone(), err)
 	}
@@ -152,9 +152,9 @@ func TestRollbackRestoresTheWorkspace(t *testing.T) {
 			trail = append(trail, "undo "+e.Data["output"].(map[string]any)["tool"].(string))
 		}
 	}
-	want := "rollback_started/oscar verdict allow undo fs.delete verdict allow undo fs.move rollback_finished/oscar " +
-		"rollback_started/oscar verdict allow undo fs.write verdict allow undo fs.write rollback_finished/oscar " +
-		"rollback_started/oscar rollback_finished/oscar"
+	want := "rollback_started/carol verdict allow undo fs.delete verdict allow undo fs.move rollback_finished/carol " +
+		"rollback_started/carol verdict allow undo fs.write verdict allow undo fs.write rollback_finished/carol " +
+		"rollback_started/carol rollback_finished/carol"
 	if strings.Join(trail, " ") != want {
 		t.Fatalf("trail:\n%s\nwant:\n%s", strings.Join(trail, " "), want)
 	}
@@ -175,7 +175,7 @@ steps:
 	if err := os.WriteFile(filepath.Join(c.workspace, "a.txt"), []byte("changed by hand\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	resp, err := c.orch.RollbackRun(ctx, &xctv1.RollbackRunRequest{RunId: run.GetRunId(), Principal: "oscar"})
+	resp, err := c.orchAs(t, "carol").RollbackRun(ctx, &xctv1.RollbackRunRequest{RunId: run.GetRunId()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +199,7 @@ steps:
 		t.Fatal(err)
 	}
 	c.watch(t, ctx2, start.GetRun().GetRunId())
-	_, err = c.orch.RollbackRun(ctx2, &xctv1.RollbackRunRequest{RunId: start.GetRun().GetRunId(), Principal: "oscar"})
+	_, err = c.orchAs(t, "carol").RollbackRun(ctx2, &xctv1.RollbackRunRequest{RunId: start.GetRun().GetRunId()})
 	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(status.Convert(err).Message(), "step 1 (test.deploy)") {
 		t.Fatalf("rollback past an irreversible step: %v", err)
 	}

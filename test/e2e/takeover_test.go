@@ -22,6 +22,7 @@ import (
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/eventlog"
+	"github.com/xct-dev/xct/internal/grpcx/grpcxtest"
 	"github.com/xct-dev/xct/lctl"
 )
 
@@ -82,6 +83,8 @@ type takeoverCluster struct {
 	addr    [2]string
 	exec    xctv1.ExecutorServiceClient
 	events  *eventlog.Log
+	// creds is the tokens file every process authenticates with.
+	creds string
 }
 
 const takeoverScript = `
@@ -122,8 +125,11 @@ func startTakeoverCluster(t *testing.T) *takeoverCluster {
 
 	ns := startProc(t, "nats-server", natsBin, "-a", "127.0.0.1", "-p", "-1", "-js", "-sd", filepath.Join(base, "nats"))
 	c.natsURL = "nats://" + ns.waitFor(t, regexp.MustCompile(`Listening for client connections on (127\.0\.0\.1:\d+)`), 30*time.Second)
+	creds := grpcxtest.New(t)
+	c.creds = creds.Path
 	serve := func(name, target string, extra ...string) (*proc, string) {
-		args := append([]string{"serve", "--target", target, "--nats", c.natsURL, "--" + target + "-listen", "127.0.0.1:0"}, extra...)
+		args := append([]string{"serve", "--target", target, "--nats", c.natsURL, "--" + target + "-listen", "127.0.0.1:0",
+			"--plaintext", "--auth-tokens", creds.Path, "--service-token", creds.Token(t, grpcxtest.Service)}, extra...)
 		p := startProc(t, name, xct, args...)
 		return p, p.waitFor(t, listening, 30*time.Second)
 	}
@@ -134,7 +140,7 @@ func startTakeoverCluster(t *testing.T) *takeoverCluster {
 		c.orch[i], c.addr[i] = serve(name, "orchestrator", "--validator-addr", valAddr, "--executor-addr", execAddr, "--scripts-dir", scripts,
 			"--instance", name, "--run-lease", "2s", "--drain-timeout", drainTimeout.String(), "--log-level", "info")
 	}
-	c.exec = xctv1.NewExecutorServiceClient(dial(t, execAddr))
+	c.exec = xctv1.NewExecutorServiceClient(creds.Dial(t, execAddr, grpcxtest.Service))
 	nc, err := nats.Connect(c.natsURL)
 	if err != nil {
 		t.Fatal(err)
@@ -278,7 +284,7 @@ var runStarted = regexp.MustCompile(`run (run-\S+) started by`)
 // across the hand-over.
 func TestTakeoverOnSIGTERM(t *testing.T) {
 	c := startTakeoverCluster(t)
-	runP := startProc(t, "xct run", c.xct, "run", "--addr", c.addr[0]+","+c.addr[1], "--model", "scripted:takeover.yaml", "--goal", "count", "--principal", "alice")
+	runP := startProc(t, "xct run", c.xct, "run", "--addr", c.addr[0]+","+c.addr[1], "--model", "scripted:takeover.yaml", "--goal", "count", "--credentials", c.creds, "--as", "alice")
 	id := runP.waitFor(t, runStarted, 30*time.Second)
 	select {
 	case <-c.gate.entered: // step 2 is executing, called by orch-a
@@ -349,7 +355,7 @@ func TestTakeoverOnSIGTERM(t *testing.T) {
 // instead of acting again. The run finishes; the tool acted once.
 func TestTakeoverOnSIGKILL(t *testing.T) {
 	c := startTakeoverCluster(t)
-	runP := startProc(t, "xct run", c.xct, "run", "--addr", c.addr[0]+","+c.addr[1], "--model", "scripted:takeover.yaml", "--goal", "count", "--principal", "alice")
+	runP := startProc(t, "xct run", c.xct, "run", "--addr", c.addr[0]+","+c.addr[1], "--model", "scripted:takeover.yaml", "--goal", "count", "--credentials", c.creds, "--as", "alice")
 	id := runP.waitFor(t, runStarted, 30*time.Second)
 	select {
 	case <-c.gate.entered:
