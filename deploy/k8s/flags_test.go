@@ -71,6 +71,8 @@ func serveFlags(t testing.TB) map[string]bool {
 	isRegisterFlags := func(fn *ast.FuncDecl) bool { return fn.Recv != nil && fn.Name.Name == "RegisterFlags" }
 	collect("cmd/xct/serve.go", func(fn *ast.FuncDecl) bool { return fn.Name.Name == "cmdServe" })
 	collect("internal/app/*.go", isRegisterFlags)
+	collect("internal/grpcx/*.go", isRegisterFlags) // TLS, plaintext, rate limits
+	collect("internal/auth/*.go", isRegisterFlags)  // tokens file, OIDC
 	for _, s := range xctServices {
 		collect("services/"+s+"/*.go", isRegisterFlags)
 	}

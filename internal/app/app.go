@@ -63,6 +63,9 @@ type Config struct {
 	ValidatorListen    string
 	ExecutorListen     string
 	TracerListen       string
+	// HealthListen, when set, is a plaintext listener serving only gRPC
+	// health, for probes that cannot speak mTLS (kubelet's).
+	HealthListen string
 
 	Orchestrator orchestrator.Config
 	Validator    validator.Config
@@ -86,6 +89,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.ValidatorListen, "validator-listen", DefaultValidatorAddr, "validator gRPC listen address")
 	fs.StringVar(&c.ExecutorListen, "executor-listen", DefaultExecutorAddr, "executor gRPC listen address")
 	fs.StringVar(&c.TracerListen, "tracer-listen", DefaultTracerAddr, "tracer gRPC listen address")
+	fs.StringVar(&c.HealthListen, "health-listen", "", "plaintext gRPC listen address serving only the health service, for probes that cannot use mTLS (empty: none)")
 	c.Orchestrator.RegisterFlags(fs)
 	c.Validator.RegisterFlags(fs)
 	c.Executor.RegisterFlags(fs)
@@ -158,6 +162,8 @@ type App struct {
 	Tracer *tracer.Service
 	// stopTelemetry flushes and ends OpenTelemetry tracing.
 	stopTelemetry func(context.Context) error
+	// health is the plaintext health-only listener (--health-listen).
+	health *grpcx.HealthServer
 }
 
 // Options customize Start.
@@ -321,6 +327,14 @@ func Start(ctx context.Context, cfg Config, targets []string, log *slog.Logger, 
 		go func() { m.errc <- m.srv.Serve() }()
 		log.Info("serving", "service", t, "addr", m.srv.Addr())
 	}
+	if cfg.HealthListen != "" && len(a.modules) > 0 {
+		// Every module reports the same status; the probe port shows the
+		// first one's, NOT_SERVING included while it drains.
+		if a.health, err = grpcx.ServeHealth(cfg.HealthListen, a.modules[0].srv.Health); err != nil {
+			return nil, err
+		}
+		log.Info("serving health", "addr", a.health.Addr())
+	}
 	// Without NATS no service can record or read anything: report
 	// NOT_SERVING while the connection is down, so probes and balancers
 	// move away, and SERVING again once it is back.
@@ -352,6 +366,17 @@ func (a *App) setServing(ok bool) {
 		}
 		m.srv.Health.SetServingStatus("", st)
 	}
+}
+
+// HealthAddr is the address of the health-only listener ("" without
+// --health-listen).
+func (a *App) HealthAddr() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.health == nil {
+		return ""
+	}
+	return a.health.Addr()
 }
 
 // Addr returns the address a target listens on ("" if it does not run).
@@ -397,6 +422,10 @@ func (a *App) Stop(ctx context.Context) {
 			a.log.Warn("stop", "service", m.target, "err", err)
 		}
 		m.srv.Stop(ctx)
+	}
+	if a.health != nil {
+		a.health.Stop()
+		a.health = nil
 	}
 	if a.nc != nil {
 		if err := a.nc.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {

@@ -14,6 +14,8 @@ import (
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
 	"github.com/xct-dev/xct/internal/auth"
@@ -264,3 +266,33 @@ func (b bearerCreds) RequireTransportSecurity() bool { return b.secure }
 func TokenCallOption(token string) grpc.CallOption {
 	return grpc.PerRPCCredentials(bearerCreds{token: token})
 }
+
+// HealthServer is a plaintext gRPC server that serves only the health
+// service h, for probes that cannot speak mTLS (kubelet's gRPC probes). It
+// says SERVING or NOT_SERVING and nothing else, so it needs no
+// authentication.
+type HealthServer struct {
+	srv *grpc.Server
+	lis net.Listener
+}
+
+// ServeHealth listens on addr and serves h there until Stop.
+func ServeHealth(addr string, h healthpb.HealthServer) (*HealthServer, error) {
+	lis, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("health: listen on %s: %w", addr, err)
+	}
+	srv := grpc.NewServer(
+		grpc.MaxRecvMsgSize(4<<10),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: ServerMinPingInterval}),
+	)
+	healthpb.RegisterHealthServer(srv, h)
+	go func() { _ = srv.Serve(lis) }()
+	return &HealthServer{srv: srv, lis: lis}, nil
+}
+
+// Addr is the address the health server listens on.
+func (h *HealthServer) Addr() string { return h.lis.Addr().String() }
+
+// Stop stops the health server.
+func (h *HealthServer) Stop() { h.srv.Stop() }

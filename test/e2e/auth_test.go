@@ -15,6 +15,7 @@ import (
 	jose "github.com/go-jose/go-jose/v4"
 	"github.com/go-jose/go-jose/v4/jwt"
 	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
@@ -304,6 +305,7 @@ func TestClusterOverMTLS(t *testing.T) {
 	c := startCluster(t, func(cfg *app.Config, _ *app.Options) {
 		cfg.Security.Plaintext, cfg.Security.ServiceToken = false, ""
 		cfg.Security.TLS = files(dir, "orchestrator")
+		cfg.HealthListen = "127.0.0.1:0"
 	})
 	c.writeScript(t, "w.yaml", writeScript)
 	addr := c.app.Addr(app.TargetOrchestrator)
@@ -352,5 +354,15 @@ func TestClusterOverMTLS(t *testing.T) {
 	list, err := alice.ListRuns(ctx, &xctv1.ListRunsRequest{})
 	if err != nil || len(list.GetRuns()) != 1 {
 		t.Fatalf("runs: %v %v", list.GetRuns(), err)
+	}
+
+	// Probes that cannot speak mTLS use the plaintext health-only port,
+	// which serves nothing else.
+	probe := dial(t, c.app.HealthAddr())
+	if r, err := healthpb.NewHealthClient(probe).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil || r.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health port: %v %v", r, err)
+	}
+	if _, err := xctv1.NewOrchestratorServiceClient(probe).ListRuns(ctx, &xctv1.ListRunsRequest{}); status.Code(err) != codes.Unimplemented {
+		t.Fatalf("the health port serves more than health: %v", err)
 	}
 }
