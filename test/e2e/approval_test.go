@@ -122,10 +122,19 @@ func TestApprovalRoundTrip(t *testing.T) {
 	if a.GetRequestedBy() != "alice" || a.GetProposal().GetArguments().AsMap()["target"] != "blue" || a.GetState() != xctv1.ApprovalState_APPROVAL_STATE_PENDING {
 		t.Fatalf("approval = %v", a)
 	}
-	run, err := c.orch.GetRun(ctx, &xctv1.GetRunRequest{RunId: id})
-	if err != nil || run.GetRun().GetStatus() != xctv1.RunStatus_RUN_STATUS_WAITING_APPROVAL {
-		t.Fatalf("run while waiting: %v %v", run.GetRun().GetStatus(), err)
-	}
+	// The validator holds the approval before the orchestrator has
+	// recorded approval_requested on the chain, so the run's status
+	// follows a moment later.
+	testutil.Eventually(t, 20*time.Second, func() error {
+		run, err := c.orch.GetRun(ctx, &xctv1.GetRunRequest{RunId: id})
+		if err != nil {
+			return err
+		}
+		if st := run.GetRun().GetStatus(); st != xctv1.RunStatus_RUN_STATUS_WAITING_APPROVAL {
+			return fmt.Errorf("run while waiting: %v", st)
+		}
+		return nil
+	})
 	if tool.count("blue") != 0 {
 		t.Fatal("the step ran before it was approved")
 	}
