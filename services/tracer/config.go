@@ -40,6 +40,11 @@ type Config struct {
 	// the debugger open, which is why the HTTP listener defaults to
 	// loopback.
 	UIAuthorize func(r *http.Request, action string) error
+	// OTLPAuthorize, when set, is asked before every OTLP/HTTP export
+	// (OTLPAuthorizer builds one from an authenticator); an error wrapping
+	// auth.ErrUnauthenticated answers 401, any other 403. Set by the
+	// application; nil leaves ingestion open.
+	OTLPAuthorize func(r *http.Request) error
 	// ValidatorDial are the options ValidatorAddr is dialled with (the
 	// process's TLS; set by the application). They carry no token: the
 	// debugger forwards its caller's.

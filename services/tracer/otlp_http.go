@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/xct-dev/xct/internal/auth"
 	"github.com/xct-dev/xct/lctl/otlp"
 )
 
@@ -24,7 +25,7 @@ const OTLPTracesPath = "/v1/traces"
 
 // mountOTLP registers OTLP/HTTP trace ingestion (POST /v1/traces) on mux.
 func (s *Service) mountOTLP(mux *http.ServeMux) {
-	h := &otlpHTTP{in: s.otlp, maxBody: s.cfg.OTLP.maxBody()}
+	h := &otlpHTTP{in: s.otlp, maxBody: s.cfg.OTLP.maxBody(), authorize: s.cfg.OTLPAuthorize}
 	mux.Handle(OTLPTracesPath, h)
 }
 
@@ -37,6 +38,8 @@ func (s *Service) mountOTLP(mux *http.ServeMux) {
 type otlpHTTP struct {
 	in      *ingester
 	maxBody int64
+	// authorize, when set, is asked before the body is read (401/403).
+	authorize func(*http.Request) error
 }
 
 const (
@@ -54,6 +57,17 @@ func (h *otlpHTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil || (ct != ctProto && ct != ctJSON) {
 		http.Error(w, fmt.Sprintf("OTLP/HTTP: Content-Type must be %s or %s, got %q", ctProto, ctJSON, r.Header.Get("Content-Type")), http.StatusUnsupportedMediaType)
 		return
+	}
+	if h.authorize != nil {
+		if err := h.authorize(r); err != nil {
+			code := http.StatusForbidden
+			if errors.Is(err, auth.ErrUnauthenticated) {
+				code = http.StatusUnauthorized
+				w.Header().Set("WWW-Authenticate", `Bearer realm="xct"`)
+			}
+			writeStatus(w, ct, code, err.Error())
+			return
+		}
 	}
 	body, code, err := h.readBody(w, r)
 	if err != nil {
@@ -121,6 +135,10 @@ func writeStatus(w http.ResponseWriter, ct string, httpCode int, msg string) {
 		code = codes.Unavailable
 	case http.StatusRequestEntityTooLarge:
 		code = codes.ResourceExhausted
+	case http.StatusUnauthorized:
+		code = codes.Unauthenticated
+	case http.StatusForbidden:
+		code = codes.PermissionDenied
 	}
 	writeMessage(w, ct, httpCode, status.New(code, msg).Proto())
 }

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -29,8 +30,10 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	lctlv1 "github.com/xct-dev/xct/gen/lctl/v1"
+	"github.com/xct-dev/xct/internal/auth"
 	"github.com/xct-dev/xct/internal/grpcx"
 	"github.com/xct-dev/xct/internal/grpcx/grpcxtest"
+	"github.com/xct-dev/xct/internal/testutil"
 	"github.com/xct-dev/xct/lctl"
 	"github.com/xct-dev/xct/lctl/cli"
 	"github.com/xct-dev/xct/services/tracer"
@@ -391,4 +394,82 @@ func TestOTLPBadInput(t *testing.T) {
 	if err := tt.svc.WaitForSeq(ctx, "otel-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", 1); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestOTLPHTTPNeedsAToken: with authentication on, an OTLP/HTTP export
+// without a valid bearer token is refused before its body is read (401), a
+// principal without the submitter role gets 403, and neither writes a
+// chain; a submitter's export is accepted.
+func TestOTLPHTTPNeedsAToken(t *testing.T) {
+	tokens := filepath.Join(t.TempDir(), "tokens.yaml")
+	if err := os.WriteFile(tokens, []byte(`
+- {principal: agent, roles: [submitter], token: agent-secret-token}
+- {principal: dave, roles: [auditor], token: dave-secret-token}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a, err := auth.New(context.Background(), auth.Config{TokensFile: tokens}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t)
+	r := e.startTracerWith(t, tracer.Config{HTTPListen: "127.0.0.1:0", OTLP: tracer.OTLPConfig{Hold: -1}, OTLPAuthorize: tracer.OTLPAuthorizer(a)})
+	url := "http://" + r.svc.HTTPAddr() + tracer.OTLPTracesPath
+	raw, err := os.ReadFile("../../lctl/otlp/testdata/genai.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func(token string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(raw))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = resp.Body.Close() }()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	chains := func() int {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+		defer cancel()
+		resp, err := r.client.ListChains(ctx, &lctlv1.ListChainsRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(resp.GetChains())
+	}
+	for _, tc := range []struct {
+		name, token string
+		code        int
+		msg         string
+	}{
+		{"no token", "", http.StatusUnauthorized, "bearer token is required"},
+		{"unknown token", "not-a-real-token-at-all", http.StatusUnauthorized, "bearer token is required"},
+		{"auditor", "dave-secret-token", http.StatusForbidden, "dave may not export traces"},
+	} {
+		if code, body := send(tc.token); code != tc.code || !strings.Contains(body, tc.msg) {
+			t.Errorf("%s: %d %s, want %d %q", tc.name, code, body, tc.code, tc.msg)
+		}
+	}
+	if n := chains(); n != 0 {
+		t.Fatalf("refused exports wrote %d chains", n)
+	}
+	if code, body := send("agent-secret-token"); code != http.StatusOK {
+		t.Fatalf("submitter: %d %s", code, body)
+	}
+	testutil.Eventually(t, waitTimeout, func() error {
+		if n := chains(); n == 0 {
+			return errors.New("no chain yet")
+		}
+		return nil
+	})
 }

@@ -1,6 +1,7 @@
 package tracer
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 
@@ -23,6 +24,26 @@ func DebuggerAuthorizer(a *auth.Authenticator) func(*http.Request, string) error
 		}
 		if action == debugger.ActionApprove && !p.Has(auth.RoleApprover) {
 			return fmt.Errorf("%w: %s does not have the approver role", debugger.ErrPermissionDenied, p.Name)
+		}
+		return nil
+	}
+}
+
+// ErrOTLPForbidden means an OTLP exporter's principal may not write traces.
+var ErrOTLPForbidden = errors.New("permission denied")
+
+// OTLPAuthorizer is the OTLP/HTTP ingestion's check over an authenticator
+// (set it as Config.OTLPAuthorize when authentication is on): an exporter
+// names itself with "Authorization: Bearer" (OTEL_EXPORTER_OTLP_HEADERS)
+// and needs the submitter role, the same rule as the OTLP gRPC Export.
+func OTLPAuthorizer(a *auth.Authenticator) func(*http.Request) error {
+	return func(r *http.Request) error {
+		p, err := a.AuthenticateHTTP(r)
+		if err != nil {
+			return fmt.Errorf("%w: a valid bearer token is required to export traces", auth.ErrUnauthenticated)
+		}
+		if !p.Has(auth.RoleSubmitter) && !p.Has(auth.RoleService) {
+			return fmt.Errorf("%w: %s may not export traces (needs the submitter role)", ErrOTLPForbidden, p.Name)
 		}
 		return nil
 	}
