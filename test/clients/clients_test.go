@@ -59,6 +59,9 @@ func TestMain(m *testing.M) {
 	if shared != nil {
 		shared.stop()
 	}
+	if binDir != "" {
+		_ = os.RemoveAll(binDir)
+	}
 	os.Exit(code)
 }
 
@@ -89,7 +92,7 @@ func needCluster(t *testing.T) *cluster {
 		}
 		t.Skip(msg)
 	}
-	setup.Do(func() { shared, setupErr = startCluster() })
+	setup.Do(func() { shared, setupErr = startCluster(true, "") })
 	if setupErr != nil {
 		t.Fatal(setupErr)
 	}
@@ -106,8 +109,7 @@ type cluster struct {
 	orchestrator string
 	validator    string
 	tracer       string
-	// credentials is the dev credentials file, "" when the cluster runs
-	// without authentication.
+	// credentials is the dev credentials file: a token per principal.
 	credentials string
 }
 
@@ -146,7 +148,31 @@ func childEnv(extra ...string) []string {
 	return append(env, extra...)
 }
 
-func startCluster() (c *cluster, err error) {
+var (
+	xctBuild    sync.Once
+	binDir      string
+	xctBuildErr error
+)
+
+// xctBinary builds cmd/xct once for the package (TestMain removes it).
+func xctBinary() (string, error) {
+	xctBuild.Do(func() {
+		if binDir, xctBuildErr = os.MkdirTemp("", "xct-clients-bin-"); xctBuildErr != nil {
+			return
+		}
+		if out, err := exec.Command("go", "build", "-o", binDir+"/", filepath.Join(root, "cmd", "xct")).CombinedOutput(); err != nil {
+			xctBuildErr = fmt.Errorf("go build xct: %w\n%s", err, out)
+		}
+	})
+	return filepath.Join(binDir, "xct"), xctBuildErr
+}
+
+// startCluster starts `xct dev` on loopback ports with the config-approval
+// policy and the clients' script. withAgent starts the Python agent first
+// and makes it the cluster's tool server and allowed proposer; tlsDir (from
+// `xct dev certs`) serves TLS with the orchestrator's certificate instead
+// of plaintext.
+func startCluster(withAgent bool, tlsDir string) (c *cluster, err error) {
 	dir, err := os.MkdirTemp("", "xct-clients-")
 	if err != nil {
 		return nil, err
@@ -157,40 +183,45 @@ func startCluster() (c *cluster, err error) {
 			c.stop()
 		}
 	}()
-	xct := filepath.Join(dir, "xct")
-	if out, err := exec.Command("go", "build", "-o", xct, filepath.Join(root, "cmd", "xct")).CombinedOutput(); err != nil {
-		return c, fmt.Errorf("go build xct: %w\n%s", err, out)
-	}
-
-	// The agent first: the executor asks its tool servers for their tools
-	// when it starts.
-	if c.agent, err = startProc("agent.py", pyDir, python, childEnv(), "agent.py", "--listen", "127.0.0.1:0"); err != nil {
-		return c, err
-	}
-	m, err := c.agent.waitFor(listeningRe, 30*time.Second)
+	xct, err := xctBinary()
 	if err != nil {
 		return c, err
 	}
-	c.agentAddr = m[1]
-
 	data := filepath.Join(dir, "data")
-	tools := filepath.Join(dir, "tools.yaml")
-	if err := os.WriteFile(tools, []byte("servers:\n  - name: inventory\n    address: "+c.agentAddr+"\n"), 0o600); err != nil {
-		return c, err
-	}
 	if err := os.MkdirAll(filepath.Join(data, "scripts"), 0o750); err != nil {
 		return c, err
 	}
 	if err := os.WriteFile(filepath.Join(data, "scripts", "clients.yaml"), []byte(clientsScript), 0o600); err != nil {
 		return c, err
 	}
-	c.xct, err = startProc("xct dev", dir, xct, childEnv(), "dev",
+	args := []string{"dev",
 		"--data-dir", data, "--nats-port", "-1",
 		"--orchestrator-listen", "127.0.0.1:0", "--validator-listen", "127.0.0.1:0",
 		"--executor-listen", "127.0.0.1:0", "--tracer-listen", "127.0.0.1:0", "--tracer-http-listen", "127.0.0.1:0",
 		"--policy", filepath.Join(root, "examples", "policies", "config-approval.yaml"),
-		"--tools-config", tools, "--allow-grpc-proposer", c.agentAddr)
-	if err != nil {
+	}
+	if withAgent {
+		// The agent first: the executor asks its tool servers for their
+		// tools when it starts.
+		if c.agent, err = startProc("agent.py", pyDir, python, childEnv(), "agent.py", "--listen", "127.0.0.1:0"); err != nil {
+			return c, err
+		}
+		m, err := c.agent.waitFor(listeningRe, 30*time.Second)
+		if err != nil {
+			return c, err
+		}
+		c.agentAddr = m[1]
+		tools := filepath.Join(dir, "tools.yaml")
+		if err := os.WriteFile(tools, []byte("servers:\n  - name: inventory\n    address: "+c.agentAddr+"\n"), 0o600); err != nil {
+			return c, err
+		}
+		args = append(args, "--tools-config", tools, "--allow-grpc-proposer", c.agentAddr)
+	}
+	if tlsDir != "" {
+		args = append(args, "--tls-cert", filepath.Join(tlsDir, "orchestrator.crt"),
+			"--tls-key", filepath.Join(tlsDir, "orchestrator.key"), "--tls-ca", filepath.Join(tlsDir, "ca.crt"))
+	}
+	if c.xct, err = startProc("xct dev", dir, xct, childEnv(), args...); err != nil {
 		return c, err
 	}
 	if _, err := c.xct.waitFor(servingRe, 60*time.Second); err != nil {
@@ -210,8 +241,10 @@ func startCluster() (c *cluster, err error) {
 	if c.orchestrator == "" || c.validator == "" || c.tracer == "" {
 		return c, fmt.Errorf("xct dev did not print its addresses:\n%s", c.xct.output())
 	}
-	if cred := filepath.Join(data, "dev", "credentials.yaml"); fileExists(cred) {
-		c.credentials = cred
+	// Authentication is always on: xct dev writes a token per principal.
+	c.credentials = filepath.Join(data, "dev", "credentials.yaml")
+	if !fileExists(c.credentials) {
+		return c, fmt.Errorf("xct dev wrote no %s:\n%s", c.credentials, c.xct.output())
 	}
 	return c, nil
 }
@@ -235,14 +268,11 @@ func (c *cluster) stop() {
 // clientArgs are the flags both examples share: where the cluster is, who
 // starts the run, who approves, the credentials file.
 func (c *cluster) clientArgs(model, goal, as, approver, out string) []string {
-	args := []string{
+	return []string{
 		"--addr", c.orchestrator, "--validator-addr", c.validator, "--tracer-addr", c.tracer,
 		"--model", model, "--goal", goal, "--as", as, "--approver", approver, "--out", out, "--timeout", "90",
+		"--credentials", c.credentials,
 	}
-	if c.credentials != "" {
-		args = append(args, "--credentials", c.credentials)
-	}
-	return args
 }
 
 // orchestratorClient is a Go client of the cluster calling as principal.
@@ -253,15 +283,12 @@ func (c *cluster) orchestratorClient(t *testing.T, principal string) (xctv1.Orch
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	withAuth := func(ctx context.Context) context.Context { return ctx }
-	if c.credentials != "" {
-		tok, err := auth.ClientToken("", principal, c.credentials)
-		if err != nil {
-			t.Fatal(err)
-		}
-		withAuth = func(ctx context.Context) context.Context {
-			return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+tok)
-		}
+	tok, err := auth.ClientToken("", principal, c.credentials)
+	if err != nil {
+		t.Fatal(err)
+	}
+	withAuth := func(ctx context.Context) context.Context {
+		return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+tok)
 	}
 	return xctv1.NewOrchestratorServiceClient(conn), withAuth
 }
@@ -318,8 +345,8 @@ func events(f *lctl.File, typ string) []lctl.Event {
 func checkApprovedRun(t *testing.T, f *lctl.File, wantTool string) {
 	t.Helper()
 	started := events(f, lctl.TypeRunStarted)
-	if len(started) != 1 || started[0].Data["principal"] != "alice" {
-		t.Errorf("run_started = %v, want one, by principal alice", started)
+	if len(started) != 1 || started[0].Data["principal"] != "alice" || fmt.Sprint(started[0].Data["roles"]) != "[submitter]" {
+		t.Errorf("run_started = %v, want one, by the authenticated alice with her role", started)
 	}
 	requested := events(f, "approval_requested")
 	if len(requested) != 1 || requested[0].Data["requested_by"] != "alice" || requested[0].Data["tool"] != wantTool {
@@ -422,49 +449,138 @@ func TestPythonClient(t *testing.T) {
 	}
 }
 
-// The one who started a run cannot approve it: the validator refuses, the
-// example says why, exits 1 and cancels the run it left waiting. admin
-// holds every role, so only the rule against approving one's own run can
-// refuse it.
-func TestClientsCannotApproveTheirOwnRun(t *testing.T) {
+// The examples as the callers a security review asks about: no token, a
+// token the cluster does not know, principals without the role, and one
+// who would approve their own run. Each is refused with the right gRPC
+// code, the example says so and exits 1, and nothing is done: no run
+// starts, or the run it started is cancelled before its step runs.
+func TestClientsRefused(t *testing.T) {
 	c := needCluster(t)
-	buildTS(t)
+	tsMain := buildTS(t)
 	orch, withAuth := c.orchestratorClient(t, "admin")
-	for _, tc := range []struct {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	runs := func() int {
+		list, err := orch.ListRuns(withAuth(ctx), &xctv1.ListRunsRequest{Limit: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(list.GetRuns())
+	}
+	for _, client := range []struct {
 		name string
 		dir  string
 		cmd  []string
 	}{
-		{"typescript", tsDir, []string{"node", filepath.Join(tsDir, "dist", "examples", "clients", "ts", "src", "main.js")}},
+		{"typescript", tsDir, []string{"node", tsMain}},
 		{"python", pyDir, []string{python, "run_and_approve.py"}},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			out := filepath.Join(t.TempDir(), "chain.json")
-			args := append(tc.cmd[1:], c.clientArgs("scripted:clients.yaml", "approve my own run", "admin", "admin", out)...)
-			r := runCmd(t, tc.dir, childEnv(), 120*time.Second, tc.cmd[0], args...)
-			if r.code != 1 {
-				t.Fatalf("exit %d, want 1:\n%s\n%s", r.code, r.stdout, r.stderr)
-			}
-			if !strings.Contains(r.stderr, "PERMISSION_DENIED") || !strings.Contains(r.stderr, "cannot decide its approvals") {
-				t.Errorf("stderr does not name the refusal:\n%s", r.stderr)
-			}
-			if fileExists(out) {
-				t.Errorf("a refused run's chain was exported")
-			}
-			id := runID(t, r.stdout)
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			got, err := orch.GetRun(withAuth(ctx), &xctv1.GetRunRequest{RunId: id})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got.GetRun().GetStatus() != xctv1.RunStatus_RUN_STATUS_CANCELLED {
-				t.Errorf("run %s is %s, want cancelled", id, got.GetRun().GetStatus())
-			}
-			for _, st := range got.GetRun().GetSteps() {
-				if st.GetState() == xctv1.StepState_STEP_STATE_SUCCEEDED {
-					t.Errorf("step %d of the refused run ran", st.GetNumber())
+		for _, tc := range []struct {
+			name          string
+			env           []string
+			as, approver  string
+			credentials   string // instead of the cluster's
+			want          []string
+			startsThenFix bool // a run starts and must end cancelled
+		}{
+			{name: "no token", as: "alice", approver: "bob", credentials: "/nonexistent/credentials.yaml",
+				want: []string{"UNAUTHENTICATED"}},
+			{name: "unknown token", env: []string{"XCT_TOKEN=not-a-token-of-this-cluster"}, as: "alice", approver: "bob",
+				want: []string{"UNAUTHENTICATED"}},
+			{name: "an auditor starts a run", as: "dave", approver: "bob",
+				want: []string{"PERMISSION_DENIED"}},
+			{name: "an operator approves", as: "alice", approver: "carol",
+				want: []string{"PERMISSION_DENIED"}, startsThenFix: true},
+			// admin holds every role, so only the rule against deciding
+			// one's own run can refuse it.
+			{name: "approving one's own run", as: "admin", approver: "admin",
+				want: []string{"PERMISSION_DENIED", "cannot decide its approvals"}, startsThenFix: true},
+		} {
+			t.Run(client.name+"/"+tc.name, func(t *testing.T) {
+				out := filepath.Join(t.TempDir(), "chain.json")
+				args := append(client.cmd[1:], c.clientArgs("scripted:clients.yaml", "refused: "+tc.name, tc.as, tc.approver, out)...)
+				if tc.credentials != "" {
+					args = append(args, "--credentials", tc.credentials)
 				}
+				before := runs()
+				r := runCmd(t, client.dir, childEnv(tc.env...), 120*time.Second, client.cmd[0], args...)
+				if r.code != 1 {
+					t.Fatalf("exit %d, want 1:\n%s\n%s", r.code, r.stdout, r.stderr)
+				}
+				for _, w := range tc.want {
+					if !strings.Contains(r.stderr, w) {
+						t.Errorf("stderr lacks %q:\n%s", w, r.stderr)
+					}
+				}
+				if fileExists(out) {
+					t.Errorf("a refused run's chain was exported")
+				}
+				if !tc.startsThenFix {
+					if startedRe.MatchString(r.stdout) || runs() != before {
+						t.Fatalf("a run started:\n%s", r.stdout)
+					}
+					return
+				}
+				id := runID(t, r.stdout)
+				got, err := orch.GetRun(withAuth(ctx), &xctv1.GetRunRequest{RunId: id})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got.GetRun().GetStatus() != xctv1.RunStatus_RUN_STATUS_CANCELLED {
+					t.Errorf("run %s is %s, want cancelled", id, got.GetRun().GetStatus())
+				}
+				for _, st := range got.GetRun().GetSteps() {
+					if st.GetState() == xctv1.StepState_STEP_STATE_SUCCEEDED {
+						t.Errorf("step %d of the refused run ran", st.GetNumber())
+					}
+				}
+			})
+		}
+	}
+}
+
+// The examples over TLS: `xct dev certs` makes a CA and certificates, the
+// cluster serves TLS and requires a client certificate from that CA, and
+// the examples bring it, with the bearer token saying who they are.
+// Without a client certificate the handshake fails.
+func TestClientsOverTLS(t *testing.T) {
+	needCluster(t)
+	tsMain := buildTS(t)
+	xct, err := xctBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	certs := filepath.Join(t.TempDir(), "certs")
+	if r := runCmd(t, root, childEnv(), 60*time.Second, xct, "dev", "certs", certs); r.code != 0 {
+		t.Fatalf("xct dev certs: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	c, err := startCluster(false, certs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.stop)
+	ca, cert, key := filepath.Join(certs, "ca.crt"), filepath.Join(certs, "client.crt"), filepath.Join(certs, "client.key")
+	for _, client := range []struct {
+		name string
+		dir  string
+		cmd  []string
+	}{
+		{"typescript", tsDir, []string{"node", tsMain}},
+		{"python", pyDir, []string{python, "run_and_approve.py"}},
+	} {
+		t.Run(client.name, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "tls.lctl.json")
+			args := append(client.cmd[1:], c.clientArgs("scripted:clients.yaml", "over TLS", "alice", "bob", out)...)
+			r := runCmd(t, client.dir, childEnv(), 120*time.Second, client.cmd[0],
+				append(args, "--tls-ca", ca, "--tls-cert", cert, "--tls-key", key)...)
+			id := exampleOutput(t, r, out)
+			checkApprovedRun(t, exportedChain(t, out, id), "fs.write")
+
+			// The server's TLS alert, as each runtime reports it (grpcio:
+			// UNAVAILABLE; Connect: INTERNAL), names what is missing.
+			r = runCmd(t, client.dir, childEnv(), 120*time.Second, client.cmd[0], append(args, "--tls-ca", ca)...)
+			if r.code != 1 || !strings.Contains(r.stderr, "certificate required") || startedRe.MatchString(r.stdout) {
+				t.Errorf("without a client certificate: exit %d, want 1 and 'certificate required' before any run:\n%s\n%s", r.code, r.stdout, r.stderr)
 			}
 		})
 	}
