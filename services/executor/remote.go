@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/grpcx"
 	"github.com/xct-dev/xct/internal/wire"
 )
 
@@ -40,14 +41,24 @@ type remoteTool struct {
 	desc  *xctv1.ToolDescriptor
 }
 
+// dialToolServer opens the connection to a tool server: TLS when
+// configured (the files re-read on rotation), plaintext otherwise. It never
+// carries XCT's own credentials: a tool server is not one of our services.
+func dialToolServer(cfg ServerConfig) (*grpc.ClientConn, error) {
+	if t := cfg.TLS; t != nil {
+		return grpcx.Dial(cfg.Address, grpcx.WithTLS(grpcx.TLSFiles{CA: t.CA, Cert: t.Cert, Key: t.Key}))
+	}
+	return grpc.NewClient(cfg.Address,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16<<20), grpc.MaxCallSendMsgSize(16<<20)),
+	)
+}
+
 // describeServer connects to a ToolService server and returns its tools.
 // An unreachable server, or one whose catalog is unusable, is an error:
 // the caller logs it and serves none of its tools.
 func describeServer(ctx context.Context, cfg ServerConfig, defTimeout time.Duration, defMax int64, log *slog.Logger) (*remoteServer, []Tool, error) {
-	conn, err := grpc.NewClient(cfg.Address,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16<<20), grpc.MaxCallSendMsgSize(16<<20)),
-	)
+	conn, err := dialToolServer(cfg)
 	if err != nil {
 		return nil, nil, fmt.Errorf("server %s (%s): %w", cfg.Name, cfg.Address, err)
 	}

@@ -160,8 +160,14 @@ type BinaryConfig struct {
 type ServerConfig struct {
 	// Name prefixes the server's tools: "<name>.<tool>".
 	Name string `yaml:"name"`
-	// Address is the server's gRPC address, "host:port" (plaintext).
+	// Address is the server's gRPC address, "host:port".
 	Address string `yaml:"address"`
+	// TLS, when set, dials the server over TLS, verified against CA, and
+	// presents Cert/Key as the executor's client certificate when given
+	// (mutual TLS). The files are re-read when they change. Without it
+	// the connection is plaintext: keep such servers on loopback or a
+	// network the executor's egress policy confines.
+	TLS *RemoteTLS `yaml:"tls"`
 	// Timeout caps the timeouts the server declares, and is the timeout of
 	// tools that declare none (default: the executor's tool timeout).
 	Timeout time.Duration `yaml:"timeout"`
@@ -169,6 +175,15 @@ type ServerConfig struct {
 	MaxOutputBytes int64 `yaml:"max_output_bytes"`
 	// Tools overrides what the server declares, per tool (local name).
 	Tools map[string]ToolOverride `yaml:"tools"`
+}
+
+// RemoteTLS names the PEM files for a TLS connection to a tool server.
+type RemoteTLS struct {
+	// CA verifies the server's certificate (required).
+	CA string `yaml:"ca"`
+	// Cert and Key are the client certificate, both or neither.
+	Cert string `yaml:"cert"`
+	Key  string `yaml:"key"`
 }
 
 // MCPServerConfig is an MCP server, over stdio (Command) or streamable
@@ -404,6 +419,14 @@ func (v *configCheck) check(cfg *ToolsConfig) {
 		taken(append(p, "name"), s.Name)
 		if host, port, err := net.SplitHostPort(s.Address); err != nil || host == "" || port == "" {
 			v.fail(append(p, "address"), "address %q must be host:port", s.Address)
+		}
+		if t := s.TLS; t != nil {
+			if t.CA == "" {
+				v.fail(append(p, "tls", "ca"), "a CA file is required to verify the server")
+			}
+			if (t.Cert == "") != (t.Key == "") {
+				v.fail(append(p, "tls"), "cert and key go together: name both or neither")
+			}
 		}
 		v.checkLimits(p, s.Timeout, s.MaxOutputBytes)
 		v.checkOverrides(append(p, "tools"), s.Tools)
