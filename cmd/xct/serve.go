@@ -135,7 +135,7 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fmt.Fprintf(stdout, "  workspace     %s\n", cfg.Executor.Workspace)
 	fmt.Fprintf(stdout, "  credentials   %s (xct COMMAND --as alice|bob|carol|dave|admin; default dev)\n", credsPath)
 	if a.Tracer != nil && a.Tracer.HTTPAddr() != "" {
-		fmt.Fprintf(stdout, "  debugger      http://%s/\n", a.Tracer.HTTPAddr())
+		fmt.Fprintf(stdout, "  debugger      http://%s/ (sign in with a token from the credentials file: bob's to approve)\n", a.Tracer.HTTPAddr())
 	}
 	if *demo {
 		devTok, _ := auth.TokenOf(creds, auth.DevUser)
