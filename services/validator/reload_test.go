@@ -53,9 +53,18 @@ const (
 	brokenWh = "rules:\n  - id: allow-fs\n    effect: allow\n    when: 'args.'\n"
 )
 
+// writeInPlace replaces the file's content the way editors and mounted
+// ConfigMaps do: a new file renamed over the old one, so the watcher sees
+// the old or the new content, never a half-written one (a truncated file
+// read mid-write is a different broken policy, logged as a problem of its
+// own).
 func writeInPlace(tb testing.TB, path, text string) {
 	tb.Helper()
-	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+	tmp := path + ".new"
+	if err := os.WriteFile(tmp, []byte(text), 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
 		tb.Fatal(err)
 	}
 }

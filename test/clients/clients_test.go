@@ -206,7 +206,7 @@ func startCluster(withAgent bool, tlsDir string) (c *cluster, err error) {
 		if c.agent, err = startProc("agent.py", pyDir, python, childEnv(), "agent.py", "--listen", "127.0.0.1:0"); err != nil {
 			return c, err
 		}
-		m, err := c.agent.waitFor(listeningRe, 30*time.Second)
+		m, err := c.agent.WaitFor(listeningRe, 30*time.Second)
 		if err != nil {
 			return c, err
 		}
@@ -224,10 +224,10 @@ func startCluster(withAgent bool, tlsDir string) (c *cluster, err error) {
 	if c.xct, err = startProc("xct dev", dir, xct, childEnv(), args...); err != nil {
 		return c, err
 	}
-	if _, err := c.xct.waitFor(servingRe, 60*time.Second); err != nil {
+	if _, err := c.xct.WaitFor(servingRe, 60*time.Second); err != nil {
 		return c, err
 	}
-	for _, l := range c.xct.matching(addrRe) {
+	for _, l := range c.xct.Matching(addrRe) {
 		m := addrRe.FindStringSubmatch(l)
 		switch m[1] {
 		case "orchestrator":
@@ -239,12 +239,12 @@ func startCluster(withAgent bool, tlsDir string) (c *cluster, err error) {
 		}
 	}
 	if c.orchestrator == "" || c.validator == "" || c.tracer == "" {
-		return c, fmt.Errorf("xct dev did not print its addresses:\n%s", c.xct.output())
+		return c, fmt.Errorf("xct dev did not print its addresses:\n%s", c.xct.Output())
 	}
 	// Authentication is always on: xct dev writes a token per principal.
 	c.credentials = filepath.Join(data, "dev", "credentials.yaml")
 	if !fileExists(c.credentials) {
-		return c, fmt.Errorf("xct dev wrote no %s:\n%s", c.credentials, c.xct.output())
+		return c, fmt.Errorf("xct dev wrote no %s:\n%s", c.credentials, c.xct.Output())
 	}
 	return c, nil
 }
@@ -257,8 +257,8 @@ func fileExists(path string) bool {
 func (c *cluster) stop() {
 	for _, p := range []*proc{c.xct, c.agent} {
 		if p != nil {
-			if err := p.stop(); err != nil {
-				fmt.Fprintf(os.Stderr, "%s: %v\n%s\n", p.name, err, p.output())
+			if err := p.Stop(); err != nil {
+				fmt.Fprintf(os.Stderr, "%s: %v\n%s\n", p.Name, err, p.Output())
 			}
 		}
 	}
@@ -591,7 +591,7 @@ var invokeRe = regexp.MustCompile(`^invoke (\S+) key=(\S+)`)
 // invocations returns what the Python tool server did, as "tool key".
 func invocations(c *cluster) map[string]string {
 	out := map[string]string{}
-	for _, l := range c.agent.matching(invokeRe) {
+	for _, l := range c.agent.Matching(invokeRe) {
 		m := invokeRe.FindStringSubmatch(l)
 		out[m[2]] = m[1]
 	}
@@ -651,11 +651,11 @@ func TestPythonAgentAndToolServerGovernedByXCT(t *testing.T) {
 		}
 	}
 	if len(ran) != 2 {
-		t.Errorf("the tool server ran %v for this run's steps, want inventory.lookup and inventory.reserve once each\n%s", ran, c.agent.output())
+		t.Errorf("the tool server ran %v for this run's steps, want inventory.lookup and inventory.reserve once each\n%s", ran, c.agent.Output())
 	}
 	// XCT's own credentials never leave it: neither the executor nor the
 	// orchestrator sent the external server an authorization header.
-	if sent := c.agent.matching(regexp.MustCompile(`sent authorization metadata`)); len(sent) > 0 {
+	if sent := c.agent.Matching(regexp.MustCompile(`sent authorization metadata`)); len(sent) > 0 {
 		t.Errorf("XCT sent credentials to an external server: %v", sent)
 	}
 }

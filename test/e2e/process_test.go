@@ -1,24 +1,22 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	lctlv1 "github.com/xct-dev/xct/gen/lctl/v1"
 	"github.com/xct-dev/xct/internal/grpcx/grpcxtest"
 	"github.com/xct-dev/xct/internal/testutil"
+	"github.com/xct-dev/xct/internal/testutil/proctest"
 	"github.com/xct-dev/xct/lctl"
 	"github.com/xct-dev/xct/lctl/lctlpb"
 )
@@ -59,45 +57,21 @@ func binaries(t testing.TB) (xct, natsServer string) {
 	return filepath.Join(binDir, "xct"), filepath.Join(binDir, "nats-server")
 }
 
-// proc is a child process whose output lines can be waited for.
+// proc is a child process whose output lines can be waited for, stopped
+// (and its output logged if the test failed) when the test ends.
 type proc struct {
-	name  string
-	cmd   *exec.Cmd
-	mu    sync.Mutex
-	lines []string
-	grew  chan struct{}
-	done  chan struct{}
-	err   error
+	*proctest.Proc
+	cmd  *exec.Cmd
+	done <-chan struct{}
 }
 
 func startProc(t testing.TB, name string, bin string, args ...string) *proc {
 	t.Helper()
-	p := &proc{name: name, cmd: exec.Command(bin, args...), grew: make(chan struct{}), done: make(chan struct{})}
-	stdout, _ := p.cmd.StdoutPipe()
-	stderr, _ := p.cmd.StderrPipe()
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", name, err)
+	pp, err := proctest.Start(name, "", bin, nil, args...)
+	if err != nil {
+		t.Fatal(err)
 	}
-	var readers sync.WaitGroup
-	for _, r := range []io.Reader{stdout, stderr} {
-		readers.Add(1)
-		go func() {
-			defer readers.Done()
-			sc := bufio.NewScanner(r)
-			for sc.Scan() {
-				p.mu.Lock()
-				p.lines = append(p.lines, sc.Text())
-				close(p.grew)
-				p.grew = make(chan struct{})
-				p.mu.Unlock()
-			}
-		}()
-	}
-	go func() {
-		readers.Wait()
-		p.err = p.cmd.Wait()
-		close(p.done)
-	}()
+	p := &proc{Proc: pp, cmd: pp.Cmd, done: pp.Done()}
 	t.Cleanup(func() {
 		_ = p.stop(t)
 		if t.Failed() {
@@ -107,69 +81,35 @@ func startProc(t testing.TB, name string, bin string, args ...string) *proc {
 	return p
 }
 
-func (p *proc) output() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return strings.Join(p.lines, "\n")
-}
+func (p *proc) output() string { return p.Output() }
 
 // waitFor returns the first submatch of the first line matching re.
 func (p *proc) waitFor(t testing.TB, re *regexp.Regexp, timeout time.Duration) string {
 	t.Helper()
-	deadline := time.After(timeout)
-	seen := 0
-	for {
-		p.mu.Lock()
-		lines, grew := p.lines, p.grew
-		p.mu.Unlock()
-		for ; seen < len(lines); seen++ {
-			if m := re.FindStringSubmatch(lines[seen]); m != nil {
-				return m[len(m)-1]
-			}
-		}
-		select {
-		case <-grew:
-		case <-p.done:
-			t.Fatalf("%s exited (%v) before printing %s:\n%s", p.name, p.err, re, p.output())
-		case <-deadline:
-			t.Fatalf("%s did not print %s within %v:\n%s", p.name, re, timeout, p.output())
-		}
+	m, err := p.WaitFor(re, timeout)
+	if err != nil {
+		t.Fatal(err)
 	}
+	return m[len(m)-1]
 }
 
 // stop sends SIGTERM and waits; a process that does not exit in time is
 // killed and reported.
 func (p *proc) stop(t testing.TB) error {
-	select {
-	case <-p.done:
-		return p.err
-	default:
+	err := p.Stop()
+	if errors.Is(err, proctest.ErrKilled) {
+		t.Error(err)
 	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-		return p.err
-	case <-time.After(30 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-		t.Errorf("%s did not stop within 30s of SIGTERM", p.name)
-		return errors.New("killed")
-	}
+	return err
 }
 
 func (p *proc) wait(t testing.TB, timeout time.Duration) (int, string) {
 	t.Helper()
-	select {
-	case <-p.done:
-	case <-time.After(timeout):
-		t.Fatalf("%s still running after %v:\n%s", p.name, timeout, p.output())
+	code, out, err := p.Wait(timeout)
+	if err != nil {
+		t.Fatal(err)
 	}
-	code := 0
-	var ee *exec.ExitError
-	if errors.As(p.err, &ee) {
-		code = ee.ExitCode()
-	}
-	return code, p.output()
+	return code, out
 }
 
 var listening = regexp.MustCompile(`listening on (127\.0\.0\.1:\d+)$`)
@@ -271,7 +211,7 @@ func TestClusterAsSeparateProcesses(t *testing.T) {
 	// SIGTERM: every service shuts down cleanly, in reverse dependency order.
 	for _, p := range []*proc{orchP, trP, valP, execP} {
 		if err := p.stop(t); err != nil {
-			t.Errorf("%s: exit after SIGTERM: %v\n%s", p.name, err, p.output())
+			t.Errorf("%s: exit after SIGTERM: %v\n%s", p.Name, err, p.output())
 		}
 	}
 }
