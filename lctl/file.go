@@ -65,6 +65,22 @@ func FormatForPath(path string) Format {
 	return FormatJSON
 }
 
+// FormatOf picks the encoding of a chain file read from path: by its
+// extension, or, when the extension does not say, by its first character
+// ('{' or '[' is JSON, anything else YAML).
+func FormatOf(path string, raw []byte) Format {
+	switch strings.ToLower(filepath.Ext(path)) {
+	case ".json":
+		return FormatJSON
+	case ".yaml", ".yml":
+		return FormatYAML
+	}
+	if t := bytes.TrimSpace(raw); len(t) > 0 && (t[0] == '{' || t[0] == '[') {
+		return FormatJSON
+	}
+	return FormatYAML
+}
+
 // ChainIDForPath derives a chain id from a file name, for files that do not
 // name their chain: the base name without .lctl.json / .lctl.yaml (or any
 // extension), with characters that are not allowed in a chain id replaced

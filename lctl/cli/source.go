@@ -5,8 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
-	"strings"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -51,7 +49,7 @@ func (c *cmdContext) loadFile(path string) (*chainData, error) {
 	if err != nil {
 		return nil, err
 	}
-	format := formatOf(path, raw)
+	format := lctl.FormatOf(path, raw)
 	id := "stdin"
 	if path != "-" {
 		id = lctl.ChainIDForPath(path)
@@ -61,21 +59,6 @@ func (c *cmdContext) loadFile(path string) (*chainData, error) {
 		return nil, &inputError{fmt.Errorf("%s: %w", path, err)}
 	}
 	return &chainData{label: path, id: f.Chain.ID, events: f.Events, file: f, warnings: f.Warnings}, nil
-}
-
-// formatOf picks a file's encoding by its extension, or by its first
-// character when the extension does not say.
-func formatOf(path string, raw []byte) lctl.Format {
-	switch strings.ToLower(filepath.Ext(path)) {
-	case ".json":
-		return lctl.FormatJSON
-	case ".yaml", ".yml":
-		return lctl.FormatYAML
-	}
-	if t := bytes.TrimSpace(raw); len(t) > 0 && (t[0] == '{' || t[0] == '[') {
-		return lctl.FormatJSON
-	}
-	return lctl.FormatYAML
 }
 
 // reportInput prints what reading the chain noticed: conversions and

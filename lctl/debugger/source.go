@@ -7,9 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"sort"
-	"strings"
 
 	"github.com/xct-dev/xct/lctl"
 )
@@ -129,7 +127,7 @@ func LoadChainFile(path string) (*Chain, error) {
 	if len(raw) > maxFileBytes {
 		return nil, fmt.Errorf("%s is larger than %d bytes", path, maxFileBytes)
 	}
-	file, err := lctl.Decode(bytes.NewReader(raw), formatOf(path, raw), lctl.DecodeOptions{ChainID: lctl.ChainIDForPath(path)})
+	file, err := lctl.Decode(bytes.NewReader(raw), lctl.FormatOf(path, raw), lctl.DecodeOptions{ChainID: lctl.ChainIDForPath(path)})
 	if err != nil {
 		return nil, err
 	}
@@ -176,21 +174,6 @@ func timelineOf(id string, events []lctl.Event) *lctl.Timeline {
 		t.Append(e)
 	}
 	return t
-}
-
-// formatOf picks a file's encoding by its extension, or by its first
-// character when the extension does not say.
-func formatOf(path string, raw []byte) lctl.Format {
-	switch strings.ToLower(filepath.Ext(path)) {
-	case ".json":
-		return lctl.FormatJSON
-	case ".yaml", ".yml":
-		return lctl.FormatYAML
-	}
-	if t := bytes.TrimSpace(raw); len(t) > 0 && (t[0] == '{' || t[0] == '[') {
-		return lctl.FormatJSON
-	}
-	return lctl.FormatYAML
 }
 
 // LoadErrors lists the files that could not be read.
