@@ -305,31 +305,9 @@ func (st *Stats) priceTokens(events []lctl.Event, prices *Prices) {
 // stepModels maps the position of each step_end to the model of its step.
 func stepModels(events []lctl.Event) map[int]string {
 	out := map[int]string{}
-	byStep := map[int64]string{}   // XCT step number -> model
-	byAgent := map[string]string{} // agent -> model of its latest step
+	r := newModelResolver()
 	for i := range events {
-		e := &events[i]
-		switch e.Type {
-		case lctl.TypeStepStart:
-			m := modelOf(e.Data)
-			if n, ok := intOf(e.Data["step"]); ok {
-				byStep[n] = m
-			}
-			if m != "" {
-				byAgent[e.Agent] = m
-			} else {
-				delete(byAgent, e.Agent)
-			}
-		case lctl.TypeStepEnd:
-			m := modelOf(e.Data)
-			if m == "" {
-				if n, ok := intOf(e.Data["step"]); ok {
-					m = byStep[n]
-				}
-			}
-			if m == "" {
-				m = byAgent[e.Agent]
-			}
+		if m, ok := r.add(&events[i]); ok {
 			out[i] = m
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/xct-dev/xct/lctl"
+	"github.com/xct-dev/xct/lctl/analysis"
 	"github.com/xct-dev/xct/lctl/debugger"
 	"github.com/xct-dev/xct/lctl/lctltest"
 )
@@ -45,9 +46,13 @@ func (m memSource) Watch(string) (uint64, <-chan struct{}, bool) {
 
 const bigChain = 100_000
 
-func bigHandler(tb testing.TB) *debugger.Handler {
+func bigHandler(tb testing.TB, prices ...*analysis.Prices) *debugger.Handler {
 	tb.Helper()
-	h, err := debugger.New(debugger.Options{Source: newMemSource("big", lctltest.Chain("big", bigChain, lctltest.Options{}))})
+	opts := debugger.Options{Source: newMemSource("big", lctltest.Chain("big", bigChain, lctltest.Options{}))}
+	if len(prices) > 0 {
+		opts.Prices = prices[0]
+	}
+	h, err := debugger.New(opts)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -137,6 +142,34 @@ func BenchmarkState100k(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {
 		serveOnce(b, h, fmt.Sprintf("/api/chains/big/state?seq=%d", seqs[i%len(seqs)]))
+	}
+}
+
+// BenchmarkState100kPriced is BenchmarkState100k with a price table: the
+// cost so far at each seq comes from the chain's cost track (built by the
+// first request, before the timer starts).
+func BenchmarkState100kPriced(b *testing.B) {
+	h := bigHandler(b, &analysis.Prices{Models: map[string]analysis.ModelPrice{
+		"model-planner": {InputPer1K: 0.015, OutputPer1K: 0.075}, "model-coder": {InputPer1K: 0.0025, OutputPer1K: 0.01},
+	}})
+	serveOnce(b, h, "/api/chains/big/state")
+	seqs := []uint64{1, 12_345, 50_999, 77_777, 99_999}
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		serveOnce(b, h, fmt.Sprintf("/api/chains/big/state?seq=%d", seqs[i%len(seqs)]))
+	}
+}
+
+// BenchmarkCostTrack100k is building the cost track of a 100,000-event
+// chain: what the first priced state request of a chain pays once.
+func BenchmarkCostTrack100k(b *testing.B) {
+	events := lctltest.Chain("big", bigChain, lctltest.Options{})
+	b.ResetTimer()
+	for b.Loop() {
+		t := analysis.NewCostTrack()
+		for i := range events {
+			t.Add(&events[i])
+		}
 	}
 }
 

@@ -24,6 +24,7 @@ import (
 
 	"github.com/xct-dev/xct/internal/testutil/browser"
 	"github.com/xct-dev/xct/lctl"
+	"github.com/xct-dev/xct/lctl/analysis"
 	"github.com/xct-dev/xct/lctl/debugger"
 	"github.com/xct-dev/xct/lctl/lctltest"
 )
@@ -38,8 +39,15 @@ const (
 // the page's URL.
 func serveChainFiles(t *testing.T, paths ...string) string {
 	t.Helper()
+	return serveChainFilesWith(t, debugger.Options{}, paths...)
+}
+
+// serveChainFilesWith is serveChainFiles with options (a price table).
+func serveChainFilesWith(t *testing.T, opts debugger.Options, paths ...string) string {
+	t.Helper()
 	src := debugger.NewFileSource(paths...)
-	h, err := debugger.New(debugger.Options{Source: src, Title: "browser test", LoadErrors: src.LoadErrors()})
+	opts.Source, opts.Title, opts.LoadErrors = src, "browser test", src.LoadErrors()
+	h, err := debugger.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +80,9 @@ func tabSlider(t *testing.T, b *browser.Browser, frac float64) {
 }
 
 func TestBrowserChainFlowStateAndScrubber(t *testing.T) {
-	url := serveChainFiles(t, testdataChain("xct-run.lctl.json"))
+	// demo-agent's tokens at $1 in and $2 out per 1,000.
+	prices := &analysis.Prices{Models: map[string]analysis.ModelPrice{"demo-agent": {InputPer1K: 1, OutputPer1K: 2}}}
+	url := serveChainFilesWith(t, debugger.Options{Prices: prices}, testdataChain("xct-run.lctl.json"))
 	b := browser.New(t, 3*time.Minute)
 	art := browser.Artifacts(t)
 
@@ -123,16 +133,27 @@ func TestBrowserChainFlowStateAndScrubber(t *testing.T) {
 	if got := b.Text(t, "#state-type"); got != "run_started" {
 		t.Fatalf("event at seq 1: %q", got)
 	}
+	if got := b.Text(t, "#state-cost"); got != "—" {
+		t.Fatalf("cost before any tokens: %q", got)
+	}
 	b.Do(t, "arrow right on the slider", chromedp.Focus(chromedp.CSS("#scrubber")),
 		chromedp.KeyEvent(kb.ArrowRight), chromedp.KeyEvent(kb.ArrowRight), chromedp.KeyEvent(kb.ArrowRight), chromedp.KeyEvent(kb.ArrowRight))
 	tabStateAt(t, b, 5)
 	if got := b.Text(t, "#state-tokens"); !strings.HasPrefix(got, "495 ") {
 		t.Fatalf("tokens at seq 5 (450 in + 45 out): %q", got)
 	}
+	// Cost so far: 450 × $1 + 45 × $2 per 1,000.
+	if got := b.Text(t, "#state-cost"); got != "$0.540" {
+		t.Fatalf("cost at seq 5: %q", got)
+	}
 	tabSlider(t, b, 1)
 	tabStateAt(t, b, 22)
 	if got := b.Text(t, "#state-type"); got != "run_finished" {
 		t.Fatalf("event at seq 22: %q", got)
+	}
+	// The whole run: 2,750 in and 275 out.
+	if got := b.Text(t, "#state-cost"); got != "$3.300" {
+		t.Fatalf("cost at seq 22: %q", got)
 	}
 
 	// A row of the event list selects its event.

@@ -370,6 +370,7 @@ type chainCache struct {
 	detN    int
 	conf    *analysis.ConfidenceReport
 	confN   int
+	costs   *analysis.CostTrack // tokens per model along the chain
 }
 
 func (h *Handler) cacheOf(id string) *chainCache {

@@ -390,6 +390,80 @@ func TestCostsWithAPriceTable(t *testing.T) {
 	}
 }
 
+// TestCostSoFarAtSeq prices the tokens up to each seq the way the chain's
+// stats price them: per model, a model without a price named, and the
+// cost at the last seq equal to the stats' cost.
+func TestCostSoFarAtSeq(t *testing.T) {
+	prices, err := analysis.LoadPrices(strings.NewReader("models:\n  m: {input_per_1k: 1, output_per_1k: 2}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := runChain("priced")
+	events[1].Data["model"] = "m-large" // step 1, priced by the prefix m
+	events[5].Data["model"] = "other"   // step 2: no price
+	events[11].Data["tokens"] = map[string]any{"input": 1000.0, "output": 500.0}
+	events[12].Data["model"] = "m" // step 3
+	events[15].Data["tokens"] = map[string]any{"input": 200.0, "output": 100.0}
+	prev := ""
+	for i := range events {
+		if err := events[i].Seal(prev); err != nil {
+			t.Fatal(err)
+		}
+		prev = events[i].Hash
+	}
+	path := writeChain(t, t.TempDir(), "p.lctl.json", "priced", events)
+	srv, _ := serve(t, debugger.Options{Prices: prices}, path)
+	type costResp struct {
+		Seq            uint64
+		Cost           *float64
+		UnpricedModels []string `json:"unpriced_models"`
+	}
+	// Per model in the order of their names, as the stats add them up
+	// (float addition, not exact arithmetic): m, then m-large.
+	mCost, largeCost := 0.2+0.2, 0.01+0.01
+	both := mCost + largeCost
+	for _, tc := range []struct {
+		seq      int
+		cost     any
+		unpriced string
+	}{
+		{1, nil, ""},
+		{4, nil, ""},
+		{5, 0.02, ""}, // 10 in, 5 out of m-large at $1 and $2 per 1,000
+		{11, 0.02, ""},
+		{12, 0.02, "other"},
+		{15, 0.02, "other"},
+		{16, both, "other"}, // m and m-large are both priced as m, but are two models
+		{21, both, "other"},
+	} {
+		// Both orders of asking: the cost track is built once and serves
+		// every seq.
+		var r costResp
+		get(t, fmt.Sprintf("%s/api/chains/priced/state?seq=%d", srv.URL, tc.seq)).json(t, &r)
+		var got any
+		if r.Cost != nil {
+			got = *r.Cost
+		}
+		if r.Seq != uint64(tc.seq) || got != tc.cost || strings.Join(r.UnpricedModels, ",") != tc.unpriced || r.UnpricedModels == nil {
+			t.Errorf("seq %d: cost %v unpriced %q, want %v %q", tc.seq, got, r.UnpricedModels, tc.cost, tc.unpriced)
+		}
+	}
+	var d struct{ Stats struct{ Cost *float64 } }
+	get(t, srv.URL+"/api/chains/priced").json(t, &d)
+	var last costResp
+	get(t, srv.URL+"/api/chains/priced/state").json(t, &last)
+	if d.Stats.Cost == nil || last.Cost == nil || *d.Stats.Cost != *last.Cost {
+		t.Fatalf("the last seq costs %v, the chain's stats %v", last.Cost, d.Stats.Cost)
+	}
+	// Without a price table the cost is unknown, not zero.
+	plain, _ := serve(t, debugger.Options{}, path)
+	var r map[string]any
+	get(t, plain.URL+"/api/chains/priced/state?seq=16").json(t, &r)
+	if v, ok := r["cost"]; !ok || v != nil {
+		t.Fatalf("no price table: cost %v (present %v)", v, ok)
+	}
+}
+
 func TestChainVerifyNamesTheEditedEvent(t *testing.T) {
 	events := runChain("run-x")
 	events[6].Data["intent"] = "something else" // edited after sealing

@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/xct-dev/xct/lctl"
+	"github.com/xct-dev/xct/lctl/analysis"
 )
 
 // stateResponse is /api/chains/{id}/state.
@@ -14,6 +15,12 @@ type stateResponse struct {
 	State        *lctl.State `json:"state"`
 	Counts       stateCounts `json:"counts"`
 	Step         *stepDetail `json:"step"`
+	// Cost is the dollars of the tokens up to seq, priced as the chain's
+	// stats price them; nil without a price table or when none of those
+	// tokens could be priced.
+	Cost *float64 `json:"cost"`
+	// UnpricedModels have tokens up to seq but no price.
+	UnpricedModels []string `json:"unpriced_models"`
 }
 
 // stateCounts are the full lengths of the state's lists.
@@ -92,7 +99,11 @@ func (h *Handler) state(_ http.ResponseWriter, r *http.Request) (any, error) {
 			UnknownTypes: len(st.UnknownTypes), ContractValidations: len(st.ContractValidations),
 			ModelRoutings: len(st.ModelRoutings), Facts: len(st.Facts), FactHistory: map[string]int{},
 		},
-		Step: stepAt(c, pos, st),
+		Step:           stepAt(c, pos, st),
+		UnpricedModels: []string{},
+	}
+	if h.opts.Prices != nil {
+		resp.Cost, resp.UnpricedModels = h.costAt(c, pos)
 	}
 	st.ToolCalls = lastN(st.ToolCalls, tail)
 	st.Errors = lastN(st.Errors, tail)
@@ -109,6 +120,23 @@ func (h *Handler) state(_ http.ResponseWriter, r *http.Request) (any, error) {
 		}
 	}
 	return resp, nil
+}
+
+// costAt prices the tokens of the events up to pos. The chain's CostTrack
+// is kept in its cache and takes only the events added since the last
+// request, so a request costs a binary search and at most a few hundred
+// additions, whatever the chain's length.
+func (h *Handler) costAt(c *Chain, pos int) (*float64, []string) {
+	cc := h.cacheOf(c.ID)
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	if cc.costs == nil || cc.costs.Len() > len(c.Events) {
+		cc.costs = analysis.NewCostTrack()
+	}
+	for i := cc.costs.Len(); i < len(c.Events); i++ {
+		cc.costs.Add(&c.Events[i])
+	}
+	return cc.costs.CostAt(pos, h.opts.Prices)
 }
 
 func lastN[T any](l []T, n int) []T {

@@ -162,6 +162,17 @@ function StepDetail({ step }: { step: StepView }) {
   );
 }
 
+/** costText says what the tokens up to the seq cost, and what it could not
+ * price. */
+function costText(at: StateAt | null, tokens: number): string {
+  if (!at) return '—';
+  const unpriced = at.unpriced_models ?? [];
+  const missing = unpriced.length ? `no price for ${unpriced.join(', ')}` : '';
+  if (at.cost != null) return fmtCost(at.cost) + (missing ? ` (${missing})` : '');
+  if (missing) return `unknown: ${missing}`;
+  return tokens > 0 ? 'unknown: no price table (lctl debug --prices FILE)' : '—';
+}
+
 export function StatePanel({ chainId, seq }: { chainId: string; seq: number }) {
   const [at, setAt] = useState<StateAt | null>(null);
   const [err, setErr] = useState<unknown>(null);
@@ -239,7 +250,7 @@ export function StatePanel({ chainId, seq }: { chainId: string; seq: number }) {
               {fmtInt(st.tokens.input + st.tokens.output)} (in {fmtInt(st.tokens.input)} / out {fmtInt(st.tokens.output)})
             </dd>
             <dt>Cost</dt>
-            <dd>{at && 'cost' in at ? fmtCost(at.cost) : 'not reported at a seq'}</dd>
+            <dd id="state-cost">{costText(at, st.tokens.input + st.tokens.output)}</dd>
             <dt>Step time</dt>
             <dd>{fmtMs(st.duration_ms)}</dd>
             <dt>Tool calls</dt>

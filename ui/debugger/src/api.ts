@@ -243,8 +243,10 @@ export interface StateAt {
   state: State;
   counts?: { tool_calls: number; errors: number; steps: number; unknown_types: number; facts: number };
   step: StepView | null;
-  // cost is shown when the server provides it (cost so far at seq).
-  cost?: number | null;
+  /** cost is the dollars of the tokens up to seq (null: no price table, or
+   * nothing priced); unpriced_models have tokens but no price. */
+  cost: number | null;
+  unpriced_models: string[];
 }
 
 export interface ConfidencePoint {

@@ -1,0 +1,171 @@
+package analysis
+
+import (
+	"sort"
+
+	"github.com/xct-dev/xct/lctl"
+)
+
+// CostTrack follows a chain's tokens per model as its events arrive, so the
+// cost of the events up to any position is what ComputeStats would say for
+// them — the same attribution of tokens to models, the same pricing, the
+// same order of summing — without replaying the chain. The debugger asks it
+// for the cost so far at a seq.
+//
+// Memory grows with the number of step_end events that carry tokens, plus
+// one running total per model every costMarkEvery of them; CostAt adds up
+// at most costMarkEvery of them. A CostTrack is not safe for concurrent use.
+type CostTrack struct {
+	n      int // events added
+	models modelResolver
+	names  []string // models in order of their first tokens
+	index  map[string]int
+	points []costPoint
+	// marks[k] is the running total per model (indexed like names) after
+	// points[(k+1)*costMarkEvery-1].
+	marks [][]modelTokens
+}
+
+// costMarkEvery is how many priced step_ends lie between two running
+// totals.
+const costMarkEvery = 256
+
+// costPoint is one step_end's tokens.
+type costPoint struct {
+	pos     int // position of the step_end in the chain
+	model   int // index into names
+	in, out int64
+}
+
+type modelTokens struct{ in, out int64 }
+
+// NewCostTrack returns an empty CostTrack.
+func NewCostTrack() *CostTrack {
+	return &CostTrack{models: newModelResolver(), index: map[string]int{}}
+}
+
+// Len is the number of events added.
+func (t *CostTrack) Len() int { return t.n }
+
+// Add takes the next event of the chain (its position is Len()).
+func (t *CostTrack) Add(e *lctl.Event) {
+	pos := t.n
+	t.n++
+	model, isEnd := t.models.add(e)
+	if !isEnd {
+		return
+	}
+	tok, ok := e.Data["tokens"].(map[string]any)
+	if !ok {
+		return
+	}
+	in, out := tokensOf(tok)
+	if in+out == 0 {
+		return
+	}
+	if model == "" {
+		model = UnknownModel
+	}
+	m, ok := t.index[model]
+	if !ok {
+		m = len(t.names)
+		t.index[model] = m
+		t.names = append(t.names, model)
+	}
+	t.points = append(t.points, costPoint{pos: pos, model: m, in: in, out: out})
+	if len(t.points)%costMarkEvery == 0 {
+		// totals of the points before this one (covered by the marks so
+		// far and the points since), plus this one.
+		sum := t.totals(len(t.points) - 1)
+		sum[m].in += in
+		sum[m].out += out
+		t.marks = append(t.marks, sum)
+	}
+}
+
+// totals is the running total per model (indexed like names) over the
+// first k points; the marks cover at most k of them.
+func (t *CostTrack) totals(k int) []modelTokens {
+	sum := make([]modelTokens, len(t.names))
+	from := 0
+	if m := k / costMarkEvery; m > 0 {
+		copy(sum, t.marks[m-1])
+		from = m * costMarkEvery
+	}
+	for _, p := range t.points[from:k] {
+		sum[p.model].in += p.in
+		sum[p.model].out += p.out
+	}
+	return sum
+}
+
+// CostAt prices the tokens of the events at positions 0..pos: cost is nil
+// when prices is nil or none of those tokens could be priced (as
+// Stats.Cost), unpriced lists the models with tokens but no price (sorted).
+func (t *CostTrack) CostAt(pos int, prices *Prices) (cost *float64, unpriced []string) {
+	unpriced = []string{}
+	k := sort.Search(len(t.points), func(i int) bool { return t.points[i].pos > pos })
+	sum := t.totals(k)
+	order := make([]int, 0, len(sum))
+	for m, s := range sum {
+		if s.in+s.out > 0 {
+			order = append(order, m)
+		}
+	}
+	sort.Slice(order, func(i, j int) bool { return t.names[order[i]] < t.names[order[j]] })
+	var total float64
+	priced := false
+	for _, m := range order {
+		if mp, _, ok := prices.lookup(t.names[m]); ok {
+			total += float64(sum[m].in)/1000*mp.InputPer1K + float64(sum[m].out)/1000*mp.OutputPer1K
+			priced = true
+		} else if prices != nil {
+			unpriced = append(unpriced, t.names[m])
+		}
+	}
+	if priced {
+		cost = &total
+	}
+	return cost, unpriced
+}
+
+// modelResolver finds the model of each step_end as the events go by: the
+// step_end's own model, else its step's (by XCT step number), else the
+// model of its agent's latest step_start.
+type modelResolver struct {
+	byStep  map[int64]string  // XCT step number -> model
+	byAgent map[string]string // agent -> model of its latest step
+}
+
+func newModelResolver() modelResolver {
+	return modelResolver{byStep: map[int64]string{}, byAgent: map[string]string{}}
+}
+
+// add takes the next event; for a step_end it returns its model ("" when
+// none is known) and true.
+func (r modelResolver) add(e *lctl.Event) (string, bool) {
+	switch e.Type {
+	case lctl.TypeStepStart:
+		m := modelOf(e.Data)
+		if n, ok := intOf(e.Data["step"]); ok {
+			r.byStep[n] = m
+		}
+		if m != "" {
+			r.byAgent[e.Agent] = m
+		} else {
+			delete(r.byAgent, e.Agent)
+		}
+	case lctl.TypeStepEnd:
+		m := modelOf(e.Data)
+		if m == "" {
+			if n, ok := intOf(e.Data["step"]); ok {
+				m = r.byStep[n]
+			}
+		}
+		if m == "" {
+			m = r.byAgent[e.Agent]
+		}
+		return m, true
+	}
+	return "", false
+}
