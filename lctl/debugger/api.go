@@ -2,6 +2,7 @@ package debugger
 
 import (
 	"fmt"
+	"math"
 	"net/http"
 	"sort"
 	"strconv"
@@ -265,10 +266,21 @@ type eventsResponse struct {
 	FirstSeq uint64       `json:"first_seq"`
 	LastSeq  uint64       `json:"last_seq"`
 	NextFrom uint64       `json:"next_from"`
+	// Position is the position in chain order (from 0) of the first event
+	// returned: a list can place rows by position whatever the seqs (gaps).
+	Position int `json:"position"`
 }
 
 func (h *Handler) events(_ http.ResponseWriter, r *http.Request) (any, error) {
+	q := r.URL.Query()
+	if q.Has("from") && q.Has("pos") {
+		return nil, badArg("give from or pos, not both")
+	}
 	from, err := seqParam(r, "from", 1)
+	if err != nil {
+		return nil, err
+	}
+	pos, err := intParam(r, "pos", -1, 0, math.MaxInt32)
 	if err != nil {
 		return nil, err
 	}
@@ -284,7 +296,11 @@ func (h *Handler) events(_ http.ResponseWriter, r *http.Request) (any, error) {
 	if n := len(c.Events); n > 0 {
 		resp.FirstSeq, resp.LastSeq = c.Events[0].Seq, c.Events[n-1].Seq
 	}
-	start := firstAtOrAfter(c, from)
+	start := min(pos, len(c.Events))
+	if pos < 0 {
+		start = firstAtOrAfter(c, from)
+	}
+	resp.Position = start
 	end := min(start+limit, len(c.Events))
 	if start < end {
 		resp.Events = c.Events[start:end]

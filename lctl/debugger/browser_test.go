@@ -419,6 +419,72 @@ func TestBrowserLargeChainScrubs(t *testing.T) {
 	b.Clean(t)
 }
 
+// A chain with a gap in its seqs: the event list has one row per event,
+// and a selection scrolls to the row of its seq, not to seq - first seq.
+func TestBrowserEventListWithASeqGap(t *testing.T) {
+	all := lctltest.Chain("gap-run", 1500, lctltest.Options{})
+	events := append(all[:50:50], all[550:]...) // seqs 51..550 are missing
+	prev := ""
+	for i := range events {
+		if err := events[i].Seal(prev); err != nil {
+			t.Fatal(err)
+		}
+		prev = events[i].Hash
+	}
+	url := serveChainFiles(t, writeChain(t, t.TempDir(), "gap.lctl.json", "gap-run", events))
+	b := browser.New(t, 2*time.Minute)
+
+	// inView: the row of seq is drawn, selected, and inside the list's box.
+	inView := func(seq int) string {
+		return fmt.Sprintf(`(() => {
+			const r = document.querySelector('.ev-row.selected[data-seq="%d"]'), box = document.querySelector('.events');
+			if (!r || !box) return false;
+			const a = r.getBoundingClientRect(), c = box.getBoundingClientRect();
+			return a.top >= c.top && a.bottom <= c.bottom;
+		})()`, seq)
+	}
+	// Seq 600 is at position 99: a list placing rows at seq - 1 would
+	// scroll to row 599 (seq 1100).
+	b.Do(t, "open seq 600", chromedp.Navigate(url+"#/chain/gap-run?seq=600"))
+	tabStateAt(t, b, 600)
+	b.Until(t, "the row of seq 600 in view", inView(600))
+	if got := browser.Eval[int](t, b, `document.querySelectorAll('.ev-row.selected').length`); got != 1 {
+		t.Fatalf("%d rows selected", got)
+	}
+	// One row per event: the list is 1,000 rows tall, and the rows drawn
+	// are the events in order, each once.
+	if h := browser.Eval[int](t, b, `document.querySelector('.ev-spacer').offsetHeight`); h != 1000*26 {
+		t.Fatalf("list height %d px for 1,000 rows", h)
+	}
+	b.Until(t, "every drawn row loaded", `![...document.querySelectorAll('.ev-row')].some(r => !r.dataset.seq)`)
+	drawn := browser.Eval[[]int](t, b, `[...document.querySelectorAll('.ev-row')].map(r => +r.dataset.seq)`)
+	for i := 1; i < len(drawn); i++ {
+		if drawn[i] <= drawn[i-1] {
+			t.Fatalf("rows out of order or repeated: %v", drawn)
+		}
+	}
+	// Across the gap: seq 50 is the row just above 551.
+	b.Do(t, "open seq 50", chromedp.Navigate(url+"#/chain/gap-run?seq=50"))
+	tabStateAt(t, b, 50)
+	b.Until(t, "the row of seq 50 in view", inView(50))
+	next := browser.Eval[int](t, b, `+document.querySelector('.ev-row.selected').nextElementSibling.dataset.seq`)
+	if next != 551 {
+		t.Fatalf("the row after seq 50 is seq %d, want 551", next)
+	}
+	// Far past the gap, then a click on a row selects that row's seq.
+	b.Do(t, "open seq 1450", chromedp.Navigate(url+"#/chain/gap-run?seq=1450"))
+	tabStateAt(t, b, 1450)
+	b.Until(t, "the row of seq 1450 in view", inView(1450))
+	b.Do(t, "click seq 1448", chromedp.Click(chromedp.CSS(`.ev-row[data-seq="1448"]`)))
+	tabStateAt(t, b, 1448)
+	b.Until(t, "the row of seq 1448 selected", inView(1448))
+	if got := b.Text(t, "#state-type"); got != events[len(events)-53].Type || events[len(events)-53].Seq != 1448 {
+		t.Fatalf("event 1448: %q", got)
+	}
+	b.Screenshot(t, browser.Artifacts(t), "debugger-seq-gap")
+	b.Clean(t)
+}
+
 // growingChain is a chain that grows while the page shows it, as the
 // tracer's chains do; every change hands out a new immutable view.
 type growingChain struct {

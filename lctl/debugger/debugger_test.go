@@ -704,6 +704,52 @@ func TestStateAtSeqOfAChainWithGaps(t *testing.T) {
 	}
 }
 
+// TestEventsByPosition pages a chain with gaps in its seqs by position,
+// and finds the position of a seq.
+func TestEventsByPosition(t *testing.T) {
+	events := runChain("gappy")
+	events = append(append(events[:3:3], events[4:9]...), events[12:]...) // seqs 4 and 10..12 are missing
+	srv, _ := serve(t, debugger.Options{}, writeChain(t, t.TempDir(), "gappy.lctl.json", "gappy", events))
+	type posResp struct {
+		Events   []struct{ Seq uint64 }
+		Total    int
+		Position int
+		NextFrom uint64 `json:"next_from"`
+	}
+	seqs := func(r posResp) string {
+		var out []string
+		for _, e := range r.Events {
+			out = append(out, fmt.Sprint(e.Seq))
+		}
+		return strings.Join(out, ",")
+	}
+	for _, tc := range []struct {
+		query, seqs string
+		position    int
+		next        uint64
+	}{
+		{"pos=0&limit=4", "1,2,3,5", 0, 6},
+		{"pos=5&limit=3", "7,8,9", 5, 13},
+		{"pos=8&limit=3", "13,14,15", 8, 16},
+		{"pos=16", "21", 16, 0},
+		{"pos=17", "", 17, 0},
+		{"pos=1000", "", 17, 0},
+		// The position of a seq, or of the next one after a gap.
+		{"from=13&limit=1", "13", 8, 14},
+		{"from=10&limit=1", "13", 8, 14},
+		{"from=4&limit=1", "5", 3, 6},
+	} {
+		var r posResp
+		get(t, srv.URL+"/api/chains/gappy/events?"+tc.query).json(t, &r)
+		if seqs(r) != tc.seqs || r.Position != tc.position || r.NextFrom != tc.next || r.Total != 17 {
+			t.Errorf("%s: seqs %s position %d next %d total %d, want %s %d %d 17", tc.query, seqs(r), r.Position, r.NextFrom, r.Total, tc.seqs, tc.position, tc.next)
+		}
+	}
+	for _, q := range []string{"pos=-1", "pos=x", "pos=1.5", "pos=1&from=1"} {
+		wantError(t, get(t, srv.URL+"/api/chains/gappy/events?"+q), 400, "INVALID_ARGUMENT")
+	}
+}
+
 func TestConfidenceAndDiff(t *testing.T) {
 	srv, _ := twoRuns(t)
 	var c struct {

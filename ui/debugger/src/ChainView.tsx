@@ -62,6 +62,11 @@ export function ChainView({ id, seq: wanted }: { id: string; seq?: number }) {
     [detail],
   );
 
+  // A link (or the back button) naming another seq of this chain selects it.
+  useEffect(() => {
+    if (wanted != null && detail) setSeq(wanted);
+  }, [wanted]);
+
   // The URL names the selected seq, so a link shows the same point.
   useEffect(() => {
     if (!detail || !seq) return;
@@ -176,7 +181,14 @@ export function ChainView({ id, seq: wanted }: { id: string; seq?: number }) {
     const t = setTimeout(() => {
       get<ChainDetail>(`chains/${encodeURIComponent(id)}`, {}, ctl.signal).then(
         (d) => {
-          if (d.last_seq >= lastSeq.current) lastSeq.current = d.last_seq;
+          // Events the stream has not brought (stored while it was
+          // reconnecting): the lists fetch again, the selection follows.
+          const grew = d.last_seq > lastSeq.current;
+          if (grew) {
+            lastSeq.current = d.last_seq;
+            if (follow.current) setSeqRaw(d.last_seq);
+            setVersion((v) => v + 1);
+          }
           setDetail((old) => ({ ...d, last_seq: Math.max(d.last_seq, old?.last_seq ?? 0), live: d.live }));
         },
         () => {},
@@ -208,7 +220,6 @@ export function ChainView({ id, seq: wanted }: { id: string; seq?: number }) {
     );
   }
   const st = detail.stats;
-  const count = Math.max(detail.events, detail.last_seq - detail.first_seq + 1);
   return (
     <main id="main" tabIndex={-1} class="chain-view">
       <header class="chain-head">
@@ -329,7 +340,7 @@ export function ChainView({ id, seq: wanted }: { id: string; seq?: number }) {
 
       <section class="panel" aria-labelledby="events-h">
         <h2 id="events-h">Events</h2>
-        <EventList chainId={id} firstSeq={detail.first_seq} count={count} seq={seq} onSelect={setSeq} version={version} />
+        <EventList chainId={id} count={detail.events} seq={seq} onSelect={setSeq} version={version} />
       </section>
 
       <section class="panel" aria-labelledby="perf-h" id="perf">

@@ -21,7 +21,7 @@ function summary(e: LctlEvent): string {
 
 interface Props {
   chainId: string;
-  firstSeq: number;
+  /** count is the number of events: one row each, in chain order. */
   count: number;
   seq: number;
   onSelect: (seq: number) => void;
@@ -29,9 +29,15 @@ interface Props {
   version: number;
 }
 
-export function EventList({ chainId, firstSeq, count, seq, onSelect, version }: Props) {
+/** EventList places rows by position in the chain, not by seq: a chain
+ * with gaps in its seqs (or out of order) still has one row per event, and
+ * the selected seq is found by its position (from the pages loaded, else
+ * asked of the server). */
+export function EventList({ chainId, count, seq, onSelect, version }: Props) {
   const box = useRef<HTMLDivElement>(null);
   const pages = useRef(new Map<number, LctlEvent[] | 'loading'>());
+  // rowOf maps the seqs seen so far to their row (position).
+  const rowOf = useRef(new Map<number, number>());
   const [, setTick] = useState(0);
   const [top, setTop] = useState(0);
   const [height, setHeight] = useState(360);
@@ -39,6 +45,7 @@ export function EventList({ chainId, firstSeq, count, seq, onSelect, version }: 
   // A new chain, or live events: forget what might be stale.
   useEffect(() => {
     pages.current.clear();
+    rowOf.current.clear();
     setTick((t) => t + 1);
   }, [chainId]);
   useEffect(() => {
@@ -58,9 +65,11 @@ export function EventList({ chainId, firstSeq, count, seq, onSelect, version }: 
     for (const p of want) {
       if (pages.current.has(p)) continue;
       pages.current.set(p, 'loading');
-      get<EventPage>(`chains/${encodeURIComponent(chainId)}/events`, { from: firstSeq + p * pageSize, limit: pageSize }).then(
+      get<EventPage>(`chains/${encodeURIComponent(chainId)}/events`, { pos: p * pageSize, limit: pageSize }).then(
         (r) => {
-          pages.current.set(p, r.events ?? []);
+          const evs = r.events ?? [];
+          evs.forEach((e, j) => rowOf.current.set(e.seq, p * pageSize + j));
+          pages.current.set(p, evs);
           setTick((t) => t + 1);
         },
         () => {
@@ -68,17 +77,37 @@ export function EventList({ chainId, firstSeq, count, seq, onSelect, version }: 
         },
       );
     }
-  }, [chainId, firstSeq, first, last, version]);
+  }, [chainId, first, last, version]);
 
-  // Keep the selected event in view.
+  // Keep the selected event in view: its row is its position, known from
+  // a page already loaded or asked of the server.
   useEffect(() => {
-    const el = box.current;
-    if (!el) return;
-    const y = (seq - firstSeq) * rowH;
-    if (y < el.scrollTop || y + rowH > el.scrollTop + el.clientHeight) {
-      el.scrollTop = Math.max(0, y - el.clientHeight / 2);
+    let cancelled = false;
+    const show = (row: number) => {
+      const el = box.current;
+      if (!el || cancelled) return;
+      const y = row * rowH;
+      if (y < el.scrollTop || y + rowH > el.scrollTop + el.clientHeight) {
+        el.scrollTop = Math.max(0, y - el.clientHeight / 2);
+      }
+    };
+    const row = rowOf.current.get(seq);
+    if (row !== undefined) {
+      show(row);
+    } else {
+      get<EventPage>(`chains/${encodeURIComponent(chainId)}/events`, { from: seq, limit: 1 }).then(
+        (r) => {
+          if (r.events?.[0]?.seq !== seq) return;
+          rowOf.current.set(seq, r.position);
+          show(r.position);
+        },
+        () => {},
+      );
     }
-  }, [seq, firstSeq]);
+    return () => {
+      cancelled = true;
+    };
+  }, [seq, chainId]);
 
   useEffect(() => {
     const el = box.current;
@@ -89,8 +118,8 @@ export function EventList({ chainId, firstSeq, count, seq, onSelect, version }: 
   for (let i = first; i < last; i++) {
     const page = pages.current.get(Math.floor(i / pageSize));
     const e = Array.isArray(page) ? page[i % pageSize] : undefined;
-    const s = e ? e.seq : firstSeq + i;
-    const sel = s === seq;
+    const s = e?.seq;
+    const sel = s !== undefined && s === seq;
     rows.push(
       <button
         type="button"
@@ -100,7 +129,8 @@ export function EventList({ chainId, firstSeq, count, seq, onSelect, version }: 
         aria-current={sel ? 'true' : undefined}
         tabIndex={sel ? 0 : -1}
         data-seq={s}
-        onClick={() => onSelect(s)}
+        disabled={s === undefined}
+        onClick={() => s !== undefined && onSelect(s)}
       >
         <span class="ev-seq">{s}</span>
         {e ? (

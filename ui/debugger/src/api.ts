@@ -123,6 +123,8 @@ export interface LctlEvent {
 export interface EventPage {
   events: LctlEvent[];
   total: number;
+  /** position (from 0, in chain order) of the first event returned. */
+  position: number;
 }
 
 export type NodeStatus =
