@@ -16,6 +16,7 @@ import (
 	"github.com/xct-dev/xct/internal/app"
 	"github.com/xct-dev/xct/internal/testutil"
 	"github.com/xct-dev/xct/internal/testutil/browser"
+	"github.com/xct-dev/xct/lctl"
 	"github.com/xct-dev/xct/services/executor"
 	"github.com/xct-dev/xct/services/orchestrator"
 )
@@ -148,4 +149,126 @@ func TestDebuggerApprovesAndFollowsLive(t *testing.T) {
 	b.Screenshot(t, art, "debugger-live")
 	// The refused self-approval is the one failed request.
 	b.Clean(t, "status of 403")
+}
+
+// The debugger's Deny button against the real cluster, on a file write
+// whose preview is a unified diff with markup in it: the card shows the
+// diff as text (each line marked + or -, the markup literal, nothing of it
+// run); deny without a reason is refused on the page; with one, the
+// validator records the denial and the write never happens.
+func TestDebuggerDeniesAFileWriteShowingItsDiff(t *testing.T) {
+	policy := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(policy, []byte(writesNeedApproval), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := startCluster(t, func(cfg *app.Config, _ *app.Options) {
+		cfg.Validator.PolicyFile = policy
+		cfg.Tracer.HTTPListen = "127.0.0.1:0"
+	})
+	const before = "<h1>old</h1>\nkeep\n"
+	page := filepath.Join(c.workspace, "site", "index.html")
+	if err := os.MkdirAll(filepath.Dir(page), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(page, []byte(before), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c.writeScript(t, "w.yaml", `
+steps:
+  - next_step: {tool: fs.write, arguments: {path: site/index.html, content: "<h1>new</h1>\nkeep\n<img src=x onerror=\"window.__xss=1\">\n"}, goal: rewrite the page}
+  - done: true
+`)
+	v := c.validatorAs(t, "bob")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	resp, err := c.orch.StartRun(ctx, &xctv1.StartRunRequest{Goal: "g", Model: "scripted:w.yaml", Principal: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := resp.GetRun().GetRunId()
+	a := pending(t, v, id, 1)
+	diff := a.GetPreview().GetContent()
+	if a.GetPreview().GetKind() != "diff" || !strings.Contains(diff, `+<img src=x onerror="window.__xss=1">`) || !strings.Contains(diff, "-<h1>old</h1>") {
+		t.Fatalf("the validator's preview is not the diff this test needs (%q):\n%s", a.GetPreview().GetKind(), diff)
+	}
+
+	url := "http://" + c.app.Tracer.HTTPAddr() + "/"
+	b := browser.New(t, 3*time.Minute)
+	b.Do(t, "open the page", chromedp.Navigate(url))
+	browser.Eval[int](t, b, `sessionStorage.setItem('xct-debugger-token', `+strconv.Quote(c.creds.Token(t, "bob"))+`); 1`)
+	b.Do(t, "open the approvals as bob", chromedp.Navigate(url+"#/approvals"), chromedp.Reload())
+	card := fmt.Sprintf(`article.approval[data-run=%q][data-step="1"]`, id)
+	b.Until(t, "the pending write", "document.querySelector("+strconv.Quote(card+" pre.diff-text")+")")
+
+	// The diff is the validator's, as text, line by line.
+	shown := browser.Eval[string](t, b, `document.querySelector(`+strconv.Quote(card+" pre.diff-text")+`).textContent`)
+	if strings.TrimRight(shown, "\n") != strings.TrimRight(diff, "\n") {
+		t.Fatalf("the page shows the diff\n%s\nthe validator\n%s", shown, diff)
+	}
+	lines := func(class string) []string {
+		return browser.Eval[[]string](t, b, `[...document.querySelectorAll(`+strconv.Quote(card+" pre.diff-text span.dl."+class)+`)].map(e => e.textContent.trimEnd())`)
+	}
+	if got := lines("add"); strings.Join(got, "|") != `+<h1>new</h1>|+<img src=x onerror="window.__xss=1">` {
+		t.Fatalf("added lines: %q", got)
+	}
+	if got := lines("del"); strings.Join(got, "|") != "-<h1>old</h1>" {
+		t.Fatalf("removed lines: %q", got)
+	}
+	if got := lines("hunk"); len(got) != 1 || !strings.HasPrefix(got[0], "@@ ") {
+		t.Fatalf("hunk headers: %q", got)
+	}
+	type found struct {
+		Elements int  `json:"elements"`
+		Global   bool `json:"global"`
+	}
+	injected := browser.Eval[found](t, b, `({
+		elements: document.querySelectorAll('main img, [onerror]').length + [...document.querySelectorAll('main h1')].filter(h => h.textContent === 'new' || h.textContent === 'old').length,
+		global: window.__xss !== undefined,
+	})`)
+	if injected.Elements != 0 || injected.Global {
+		t.Fatalf("the diff's markup became elements or ran: %+v", injected)
+	}
+	b.Screenshot(t, browser.Artifacts(t), "debugger-approval-diff")
+
+	// Deny without a reason: the page asks for one and sends nothing.
+	b.Do(t, "deny without a reason", chromedp.Click(chromedp.CSS(card+" button.deny")))
+	b.Until(t, "the request for a reason", "document.querySelector("+strconv.Quote(card+" [role=alert]")+")?.textContent.includes('Give a reason to deny')")
+	if p := pending(t, v, id, 1); p.GetState() != xctv1.ApprovalState_APPROVAL_STATE_PENDING {
+		t.Fatalf("after a deny without a reason: %v", p.GetState())
+	}
+
+	// Deny with a reason: the validator records it, the step stops.
+	typeInto(t, b, card+` input[name="reason"]`, "not the homepage")
+	b.Do(t, "deny as bob", chromedp.Click(chromedp.CSS(card+" button.deny")))
+	b.Until(t, "the decision", `document.querySelector('#decided')?.textContent.includes('denied')`)
+	all, err := v.ListApprovals(ctx, &xctv1.ListApprovalsRequest{RunId: id, All: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all.GetApprovals()) != 1 {
+		t.Fatalf("approvals of the run: %v", all.GetApprovals())
+	}
+	if d := all.GetApprovals()[0]; d.GetState() != xctv1.ApprovalState_APPROVAL_STATE_DENIED || d.GetDecidedBy() != "bob" || d.GetReason() != "not the homepage" {
+		t.Fatalf("the approval after the page's denial: %v", d)
+	}
+	events := c.watch(t, ctx, id)
+	var got []string
+	for _, e := range events {
+		if e.Type == lctl.TypeVerdict || e.Type == orchestrator.TypeApprovalDecided || e.Type == lctl.TypeToolCall || e.Type == lctl.TypeError {
+			got = append(got, step(e)+" "+fmt.Sprint(e.Data["decision"]))
+		}
+	}
+	want := []string{
+		"verdict/validator needs_approval needs_approval",
+		"approval_decided/bob denied",
+		"verdict/validator deny deny",
+		"error/validator APPROVAL_DENIED <nil>",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("the run's decisions:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if raw, err := os.ReadFile(page); err != nil || string(raw) != before {
+		t.Fatalf("the denied write happened: %q (%v)", raw, err)
+	}
+	b.Clean(t)
 }
