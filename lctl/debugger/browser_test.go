@@ -701,3 +701,139 @@ func TestBrowserAsksForAToken(t *testing.T) {
 	// The refused requests before the right token are the expected failures.
 	b.Clean(t, "status of 401")
 }
+
+// The chain list's time filters: a chain matches when its last event is at
+// or after "since" and its first at or before "until". The fields are
+// local times; the instants are turned into local times in the page, so
+// the test does not depend on the machine's time zone.
+func TestBrowserChainListTimeFilters(t *testing.T) {
+	dir := t.TempDir()
+	starts := map[string]time.Time{
+		"early-run":  time.Date(2026, 1, 10, 10, 0, 0, 0, time.UTC),
+		"middle-run": time.Date(2026, 3, 15, 12, 0, 0, 0, time.UTC),
+		"late-run":   time.Date(2026, 6, 20, 8, 0, 0, 0, time.UTC),
+	}
+	var paths []string
+	for id, t0 := range starts {
+		var events []lctl.Event
+		for i, typ := range []string{"run_started", "checkpoint", "run_finished"} {
+			events = append(events, lctl.Event{Type: typ, Agent: "orchestrator", Timestamp: lctl.FormatTime(t0.Add(time.Duration(i) * time.Minute)),
+				Data: map[string]any{"run_id": id, "status": "done"}})
+		}
+		p := filepath.Join(dir, id+".lctl.json")
+		sealChain(t, p, id, events)
+		paths = append(paths, p)
+	}
+	url := serveChainFiles(t, paths...)
+	b := browser.New(t, 2*time.Minute)
+	listed := func() string {
+		return strings.Join(browser.Eval[[]string](t, b, `[...document.querySelectorAll('table.chains tbody tr input[aria-label^="Pick "]')].map(e => e.getAttribute('aria-label').split(' ')[1])`), ",")
+	}
+	// setTime puts an instant (or "" to clear) into a datetime-local field
+	// as the local time it is in the page.
+	setTime := func(name string, at time.Time) {
+		iso := ""
+		if !at.IsZero() {
+			iso = at.Format(time.RFC3339)
+		}
+		browser.Eval[string](t, b, fmt.Sprintf(`(() => {
+			const el = document.querySelector('input[name=%s]'), iso = %q;
+			const p = (n) => String(n).padStart(2, '0');
+			const d = new Date(iso);
+			el.value = iso ? d.getFullYear() + '-' + p(d.getMonth() + 1) + '-' + p(d.getDate()) + 'T' + p(d.getHours()) + ':' + p(d.getMinutes()) : '';
+			el.dispatchEvent(new Event('input', {bubbles: true}));
+			return el.value;
+		})()`, name, iso))
+	}
+	search := func(what, want string) {
+		t.Helper()
+		// Mark what shows now: the answer is a new table (or note).
+		browser.Eval[int](t, b, `document.querySelectorAll('table.chains, p.empty').forEach(e => e.dataset.stale = '1'), 1`)
+		b.Do(t, "search "+what, chromedp.Click(chromedp.CSS(`form.search button[type=submit]`)))
+		if want == "" {
+			b.Until(t, what+": nothing", `document.querySelector('p.empty:not([data-stale])')?.textContent.includes('No chain matches')`)
+			return
+		}
+		b.Until(t, what, fmt.Sprintf(`document.querySelectorAll('table.chains:not([data-stale]) tbody tr').length === %d`, len(strings.Split(want, ","))))
+		if got := listed(); got != want {
+			t.Fatalf("%s: listed %s, want %s", what, got, want)
+		}
+	}
+
+	b.Do(t, "open the list", chromedp.Navigate(url))
+	b.Until(t, "three chains", `document.querySelectorAll('table.chains tbody tr').length === 3`)
+	if got := listed(); got != "late-run,middle-run,early-run" {
+		t.Fatalf("newest first: %s", got)
+	}
+	setTime("since", time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC))
+	search("since March", "late-run,middle-run")
+	setTime("until", time.Date(2026, 4, 1, 0, 0, 0, 0, time.UTC))
+	search("March only", "middle-run")
+	// A chain that ends at the very minute "since" names still matches:
+	// the bounds are inclusive.
+	setTime("since", starts["middle-run"].Add(2*time.Minute))
+	search("since the middle run's last minute", "middle-run")
+	setTime("since", starts["middle-run"].Add(3*time.Minute))
+	search("since after the middle run", "")
+	// Since after until: nothing, and no error.
+	setTime("since", time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC))
+	search("since after until", "")
+	if n := browser.Eval[int](t, b, `document.querySelectorAll('[role=alert]').length`); n != 0 {
+		t.Fatalf("%d errors shown for an empty range", n)
+	}
+	setTime("since", time.Time{})
+	setTime("until", time.Date(2026, 1, 10, 10, 0, 0, 0, time.UTC))
+	search("until the early run's first minute", "early-run")
+	setTime("until", time.Time{})
+	search("no bounds", "late-run,middle-run,early-run")
+	b.Clean(t)
+}
+
+// Keyboard: Tab moves focus across the flowchart's nodes in the chain's
+// order, Enter or Space selects the focused node.
+func TestBrowserFlowchartKeyboard(t *testing.T) {
+	url := serveChainFiles(t, testdataChain("xct-run.lctl.json"))
+	b := browser.New(t, 2*time.Minute)
+	b.Do(t, "open the chain", chromedp.Navigate(url+"#/chain/"+xctRun+"?seq=22"))
+	b.Until(t, "the flowchart", `document.querySelectorAll('g.node').length === 7`)
+	tabStateAt(t, b, 22)
+	seqs := browser.Eval[[]int](t, b, `[...document.querySelectorAll('g.node')].map(n => +n.dataset.seq)`)
+	for i := 1; i < len(seqs); i++ {
+		if seqs[i] <= seqs[i-1] {
+			t.Fatalf("nodes are not in the chain's order: %v", seqs)
+		}
+	}
+	focused := func() int {
+		return browser.Eval[int](t, b, `+(document.activeElement?.closest('g.node')?.dataset.seq ?? 0)`)
+	}
+	// Focus the first node, then Tab: the second, then the third.
+	browser.Eval[int](t, b, fmt.Sprintf(`document.querySelector('g.node[data-seq="%d"]').focus(), 1`, seqs[0]))
+	if got := focused(); got != seqs[0] {
+		t.Fatalf("focus on node %d, want %d", got, seqs[0])
+	}
+	b.Do(t, "Tab", chromedp.KeyEvent(kb.Tab))
+	if got := focused(); got != seqs[1] {
+		t.Fatalf("after Tab, focus on node %d, want %d", got, seqs[1])
+	}
+	// Focus alone selects nothing; Enter does.
+	if got := b.Text(t, "#state-seq"); got != "22" {
+		t.Fatalf("focus changed the selection to %s", got)
+	}
+	b.Do(t, "Enter", chromedp.KeyEvent(kb.Enter))
+	tabStateAt(t, b, seqs[1])
+	b.Until(t, "the node marked selected", fmt.Sprintf(`document.querySelector('g.node[data-seq="%d"]')?.getAttribute('aria-pressed') === 'true'`, seqs[1]))
+	b.Do(t, "Tab", chromedp.KeyEvent(kb.Tab))
+	if got := focused(); got != seqs[2] {
+		t.Fatalf("after a second Tab, focus on node %d, want %d", got, seqs[2])
+	}
+	b.Do(t, "Space", chromedp.KeyEvent(" "))
+	tabStateAt(t, b, seqs[2])
+	if n := browser.Eval[int](t, b, `document.querySelectorAll('g.node[aria-pressed="true"]').length`); n != 1 {
+		t.Fatalf("%d nodes marked selected", n)
+	}
+	// The selection keeps the focus where it was (no jump to the top).
+	if got := focused(); got != seqs[2] {
+		t.Fatalf("after Space, focus on node %d, want %d", got, seqs[2])
+	}
+	b.Clean(t)
+}

@@ -225,7 +225,8 @@ export function FlowChart({ chainId, seq, firstSeq, lastSeq, onSelect, version }
                   class={`node kind-${n.kind} ${statusClass(n.status)}${sel ? ' selected' : ''}`}
                   transform={`translate(${n.x - nodeW / 2},${n.y - h / 2})`}
                   role="button"
-                  tabIndex={0}
+                  // An SVG attribute: lowercase, or the node is not focusable.
+                  tabindex={0}
                   aria-label={title}
                   aria-pressed={sel}
                   data-seq={n.seq}
