@@ -130,7 +130,8 @@ type DecodeOptions struct {
 }
 
 // DecodeFile reads a chain file. Unknown event types are kept. The file must
-// have a chain id and events; a version other than 4.0 is an error. See
+// be UTF-8 and have a chain id and events; a version other than 4.x is an
+// error (CheckVersion). See
 // Decode for what else is accepted.
 func DecodeFile(r io.Reader, format Format) (*File, error) {
 	return Decode(r, format, DecodeOptions{})
@@ -153,6 +154,9 @@ func Decode(r io.Reader, format Format, opts DecodeOptions) (*File, error) {
 	}
 	if len(raw) > MaxFileBytes {
 		return nil, fmt.Errorf("read chain: file is larger than %d bytes", MaxFileBytes)
+	}
+	if err := CheckUTF8(raw); err != nil {
+		return nil, fmt.Errorf("read chain: %w", err)
 	}
 	var doc *rawDoc
 	if format == FormatYAML {
@@ -194,11 +198,13 @@ func (d *rawDoc) file(opts DecodeOptions) (*File, error) {
 		default:
 			f.LCTL = string(v)
 		}
-		if f.LCTL == "4" {
-			f.LCTL = Version
+		version, warning, err := CheckVersion(f.LCTL)
+		if err != nil {
+			return nil, err
 		}
-		if f.LCTL != Version {
-			return nil, fmt.Errorf("lctl version is %q, want %q", f.LCTL, Version)
+		f.LCTL = version
+		if warning != "" {
+			f.Warnings = append(f.Warnings, warning)
 		}
 	} else {
 		f.LCTL = Version
@@ -227,6 +233,9 @@ func (d *rawDoc) file(opts DecodeOptions) (*File, error) {
 		f.Warnings = append(f.Warnings, fmt.Sprintf("the file names no chain id; using %q", opts.ChainID))
 	}
 	if !d.hasEvents {
+		if _, v3 := d.top["trace"]; v3 {
+			return nil, errors.New("missing events: this looks like an LCTL v3 file (it has a trace list); convert it first: lctl convert --from v3 --to v4 FILE OUT")
+		}
 		return nil, errors.New("missing events")
 	}
 	decoded := decodeEvents(d.events)
