@@ -90,6 +90,16 @@ ui: ## Rebuild the debugger page (ui/debugger) into lctl/debugger/dist (needs No
 bench: ## Run the benchmarks (results depend on the machine: see README)
 	$(GO) test -run='^$$' -bench=. -benchmem ./...
 
+# The floor (../shared/bench/floor beside the repository, FLOOR= to move
+# it): bare gRPC + JetStream doing what one step must do. bench-step runs it
+# and our step benchmarks interleaved in one invocation and prints the
+# ratios ours / floor per concurrency level (REPS=, SYNC=1 for fsync always).
+FLOOR ?= $(CURDIR)/../shared/bench/floor
+REPS  ?= 3
+.PHONY: bench-step
+bench-step: ## Governed step vs the bare gRPC + JetStream floor, interleaved, with ratios (SYNC=1 adds fsync always)
+	$(GO) run ./test/benchstep -floor $(FLOOR) -reps $(REPS) $(if $(SYNC),-sync)
+
 .PHONY: fuzz
 fuzz: ## Fuzz the parsers and guards for 30s each
 	$(GO) test -run='^$$' -fuzz=FuzzParseDecision -fuzztime=30s ./internal/wire

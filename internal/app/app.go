@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -231,6 +232,12 @@ func (c *Config) Check(targets []string) error {
 	return errors.Join(errs...)
 }
 
+// ProfileLabel is the CPU profiler label that names the service a
+// goroutine works for ("orchestrator", "validator", "executor", "tracer";
+// "nats-client" for the shared connection, "nats-server" for the embedded
+// server).
+const ProfileLabel = "xct.service"
+
 // Start connects to NATS and starts targets in dependency order, each on
 // its own gRPC listener. If any fails, what started is stopped again.
 func Start(ctx context.Context, cfg Config, targets []string, log *slog.Logger, opts Options) (_ *App, err error) {
@@ -238,6 +245,11 @@ func Start(ctx context.Context, cfg Config, targets []string, log *slog.Logger, 
 		return nil, err
 	}
 	name := "xct-" + strings.Join(targets, "+")
+	// Every goroutine a service starts inherits its profiler label, so a
+	// CPU profile of one process shows each service's share (the step
+	// benchmarks report it per step). The NATS connection is shared.
+	defer pprof.SetGoroutineLabels(ctx)
+	pprof.SetGoroutineLabels(pprof.WithLabels(ctx, pprof.Labels(ProfileLabel, "nats-client")))
 	nc, err := ConnectNATS(cfg.NATSURL, name)
 	if err != nil {
 		return nil, err
@@ -287,6 +299,7 @@ func Start(ctx context.Context, cfg Config, targets []string, log *slog.Logger, 
 	cfg.Orchestrator.Redact, cfg.Executor.Redact = cfg.Redact, cfg.Redact
 
 	for _, t := range targets {
+		pprof.SetGoroutineLabels(pprof.WithLabels(ctx, pprof.Labels(ProfileLabel, t)))
 		var svc service
 		slog := log.With("service", t)
 		switch t {

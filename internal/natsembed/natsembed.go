@@ -4,7 +4,9 @@
 package natsembed
 
 import (
+	"context"
 	"fmt"
+	"runtime/pprof"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -18,6 +20,10 @@ type Config struct {
 	Port int
 	// StoreDir holds the JetStream file store.
 	StoreDir string
+	// SyncAlways makes the store fsync every write before it is
+	// acknowledged: the production durability setting ("sync: always").
+	// Off, the server syncs on an interval (its default).
+	SyncAlways bool
 }
 
 // Start runs the server and waits until it accepts connections.
@@ -37,12 +43,17 @@ func Start(cfg Config) (*server.Server, error) {
 		NoSigs:     true,
 		NoLog:      true,
 		MaxPayload: 8 << 20,
+		SyncAlways: cfg.SyncAlways,
 	}
 	s, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("embedded nats: %w", err)
 	}
-	go s.Start()
+	// Labelled for CPU profiles (app.ProfileLabel): the server's
+	// goroutines all descend from this one.
+	pprof.Do(context.Background(), pprof.Labels("xct.service", "nats-server"), func(context.Context) {
+		go s.Start()
+	})
 	if !s.ReadyForConnections(10 * time.Second) {
 		s.Shutdown()
 		return nil, fmt.Errorf("embedded nats: not ready after 10s on %s:%d", cfg.Host, cfg.Port)

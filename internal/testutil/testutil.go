@@ -16,7 +16,15 @@ import (
 // with its store in a temporary directory, stopped when the test ends.
 func RunJetStream(tb testing.TB) *server.Server {
 	tb.Helper()
-	s, err := natsembed.Start(natsembed.Config{Port: -1, StoreDir: tb.TempDir()})
+	return RunJetStreamWith(tb, natsembed.Config{})
+}
+
+// RunJetStreamWith is RunJetStream with the embedded server's settings
+// (port and store directory are the test's own whatever cfg says).
+func RunJetStreamWith(tb testing.TB, cfg natsembed.Config) *server.Server {
+	tb.Helper()
+	cfg.Port, cfg.StoreDir = -1, tb.TempDir()
+	s, err := natsembed.Start(cfg)
 	if err != nil {
 		tb.Fatalf("start jetstream: %v", err)
 	}

@@ -48,7 +48,13 @@ type clusterOption func(*app.Config, *app.Options)
 
 func startCluster(t testing.TB, opts ...clusterOption) *cluster {
 	t.Helper()
-	c := &cluster{nats: testutil.RunJetStream(t), creds: grpcxtest.New(t)}
+	return startClusterOn(t, testutil.RunJetStream(t), opts...)
+}
+
+// startClusterOn is startCluster on a JetStream server the test started.
+func startClusterOn(t testing.TB, ns *server.Server, opts ...clusterOption) *cluster {
+	t.Helper()
+	c := &cluster{nats: ns, creds: grpcxtest.New(t)}
 	base := t.TempDir()
 	c.workspace = filepath.Join(base, "workspace")
 	c.scripts = filepath.Join(base, "scripts")
