@@ -13,7 +13,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
-	"github.com/xct-dev/xct/internal/app"
 )
 
 func dialValidator(id *identity, addr string) (xctv1.ValidatorServiceClient, func(), error) {
@@ -33,12 +32,12 @@ func validatorError(what, addr string, err error) error {
 // preview of what it would do.
 func cmdApprovals(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("approvals", stderr)
-	addr := fs.String("validator-addr", app.DefaultValidatorAddr, "validator gRPC address")
+	var id identity
+	addr := id.addrFlag(fs, "validator-addr", svcValidator, "validator gRPC address")
 	runID := fs.String("run", "", "only this run's approvals")
 	all := fs.Bool("all", false, "include decided and expired approvals")
-	var id identity
 	id.register(fs, "as")
-	if err := parseFlags(fs, args); err != nil {
+	if err := id.parse(fs, args); err != nil {
 		return err
 	}
 	client, closeConn, err := dialValidator(&id, *addr)
@@ -97,11 +96,11 @@ func printApproval(w io.Writer, a *xctv1.Approval) {
 func cmdDecide(ctx context.Context, approve bool, args []string, stdout, stderr io.Writer) error {
 	name := map[bool]string{true: "approve", false: "deny"}[approve]
 	fs := newFlagSet(name, stderr)
-	addr := fs.String("validator-addr", app.DefaultValidatorAddr, "validator gRPC address")
-	reason := fs.String("reason", "", "why (required to deny)")
 	var id identity
+	addr := id.addrFlag(fs, "validator-addr", svcValidator, "validator gRPC address")
+	reason := fs.String("reason", "", "why (required to deny)")
 	id.register(fs, "as") // who decides: never the principal who started the run
-	if err := parseFlags(fs, args); err != nil {
+	if err := id.parse(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 2 {
@@ -133,24 +132,26 @@ func cmdDecide(ctx context.Context, approve bool, args []string, stdout, stderr 
 // retry lets the next execution of the same step id run it once more.
 func cmdResolve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("resolve", stderr)
-	orchAddr := fs.String("addr", app.DefaultOrchestratorAddr, "orchestrator gRPC address (to find the step's id)")
-	execAddr := fs.String("executor-addr", app.DefaultExecutorAddr, "executor gRPC address")
-	var decisionName string
-	fs.Var(noEnv{stringValue{&decisionName}}, "as", "succeeded, failed or retry")
-	as := &decisionName
 	var id identity
-	id.register(fs, "by") // who decides
+	orchAddr := id.addrFlag(fs, "addr", svcOrchestrator, "orchestrator gRPC address (to find the step's id)")
+	execAddr := id.addrFlag(fs, "executor-addr", svcExecutor, "executor gRPC address")
+	outcome := fs.String("outcome", "", "what the step did: succeeded, failed, or retry (run it once more)")
+	id.register(fs, "as") // who decides
 	reason := fs.String("reason", "", "why (recorded with the decision)")
-	if err := parseFlags(fs, args); err != nil {
+	if err := id.parse(fs, args); err != nil {
 		return err
 	}
 	decision, ok := map[string]xctv1.StepDecision{
 		"succeeded": xctv1.StepDecision_STEP_DECISION_SUCCEEDED,
 		"failed":    xctv1.StepDecision_STEP_DECISION_FAILED,
 		"retry":     xctv1.StepDecision_STEP_DECISION_RETRY,
-	}[*as]
+	}[*outcome]
 	if fs.NArg() != 2 || !ok {
-		return &exitError{code: 2, err: errors.New("usage: xct resolve RUN STEP --as succeeded|failed|retry [--reason TEXT]")}
+		msg := "usage: xct resolve RUN STEP --outcome succeeded|failed|retry [--reason TEXT] [--as PRINCIPAL]"
+		if *outcome != "" && !ok {
+			msg = fmt.Sprintf("--outcome %q: want succeeded, failed or retry; %s", *outcome, msg)
+		}
+		return &exitError{code: 2, err: errors.New(msg)}
 	}
 	stepID := fs.Arg(1)
 	if n, err := strconv.Atoi(stepID); err == nil {
@@ -189,7 +190,7 @@ func cmdResolve(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		st := status.Convert(err)
 		return fmt.Errorf("resolve (executor %s): %s: %s", *execAddr, st.Code(), st.Message())
 	}
-	fmt.Fprintf(stdout, "step %s resolved as %s by %s (state %s)\n", stepID, *as, resp.GetStep().GetResolution().GetResolvedBy(),
+	fmt.Fprintf(stdout, "step %s resolved as %s by %s (state %s)\n", stepID, *outcome, resp.GetStep().GetResolution().GetResolvedBy(),
 		strings.ToLower(strings.TrimPrefix(resp.GetStep().GetState().String(), "STEP_RECORD_STATE_")))
 	return nil
 }

@@ -15,7 +15,6 @@ import (
 
 	lctlv1 "github.com/xct-dev/xct/gen/lctl/v1"
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
-	"github.com/xct-dev/xct/internal/app"
 )
 
 func dialOrchestrator(id *identity, addr string) (xctv1.OrchestratorServiceClient, func(), error) {
@@ -46,17 +45,17 @@ func (l labelFlags) Set(v string) error {
 
 func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("run", stderr)
-	addr := fs.String("addr", app.DefaultOrchestratorAddr, "orchestrator gRPC address; several, comma-separated, to follow the run when one stops (the run starts on the first)")
+	var id identity
+	addr := id.addrFlag(fs, "addr", svcOrchestrator, "orchestrator gRPC address; several, comma-separated, to follow the run when one stops (the run starts on the first)")
 	model := fs.String("model", "", "the model: scripted:FILE (inside the orchestrator's -scripts-dir), openai:MODEL or grpc:ADDR")
 	goal := fs.String("goal", "", "what the run should achieve")
 	runID := fs.String("run-id", "", "run id (generated when empty)")
 	maxSteps := fs.Int("max-steps", 0, "step budget (0: the orchestrator's default)")
-	var id identity
 	id.register(fs, "as")
 	detach := fs.Bool("detach", false, "start the run and print its id without following it")
 	labels := labelFlags{}
 	fs.Var(labels, "label", "key=value label (repeatable)")
-	if err := parseFlags(fs, args); err != nil {
+	if err := id.parse(fs, args); err != nil {
 		return err
 	}
 	if *model == "" || *goal == "" {
@@ -181,11 +180,11 @@ func playDemo(ctx context.Context, id *identity, addr string, stdout io.Writer) 
 
 func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("runs", stderr)
-	addr := fs.String("addr", app.DefaultOrchestratorAddr, "orchestrator gRPC address")
-	limit := fs.Int("limit", 50, "how many runs")
 	var id identity
+	addr := id.addrFlag(fs, "addr", svcOrchestrator, "orchestrator gRPC address")
+	limit := fs.Int("limit", 50, "how many runs")
 	id.register(fs, "as")
-	if err := parseFlags(fs, args); err != nil {
+	if err := id.parse(fs, args); err != nil {
 		return err
 	}
 	client, closeConn, err := dialOrchestrator(&id, *addr)
@@ -210,11 +209,11 @@ func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) error
 
 func cmdShow(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("show", stderr)
-	addr := fs.String("addr", app.DefaultOrchestratorAddr, "orchestrator gRPC address")
-	asJSON := fs.Bool("json", false, "print the run as JSON")
 	var id identity
+	addr := id.addrFlag(fs, "addr", svcOrchestrator, "orchestrator gRPC address")
+	asJSON := fs.Bool("json", false, "print the run as JSON")
 	id.register(fs, "as")
-	if err := parseFlags(fs, args); err != nil {
+	if err := id.parse(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {
@@ -250,9 +249,15 @@ func cmdShow(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "STEP\tSTATE\tTOOL\tVERDICT\tRESPONSE")
 	for _, st := range r.GetSteps() {
-		resp := "success"
-		if e := st.GetResponse().GetError(); e != nil {
+		resp := "-" // no response: the step did not run
+		switch {
+		case st.GetResponse().GetError() != nil:
+			e := st.GetResponse().GetError()
 			resp = e.GetCode() + ": " + e.GetMessage()
+		case st.GetResponse().GetSuccess() != nil:
+			resp = "success"
+		case st.GetState() == xctv1.StepState_STEP_STATE_CANCELLED:
+			resp = "- (the run was cancelled: the step did not run)"
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", st.GetNumber(), stepState(st.GetState()), st.GetProposal().GetTool(),
 			verdictName(st.GetVerdict().GetDecision()), truncate(resp, 70))
@@ -287,11 +292,11 @@ func truncate(s string, n int) string {
 // step on the run's chain.
 func cmdRollback(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("rollback", stderr)
-	addr := fs.String("addr", app.DefaultOrchestratorAddr, "orchestrator gRPC address")
-	toStep := fs.Int("to-step", 0, "keep steps up to and including this one (0: undo every step)")
 	var id identity
+	addr := id.addrFlag(fs, "addr", svcOrchestrator, "orchestrator gRPC address")
+	toStep := fs.Int("to-step", 0, "keep steps up to and including this one (0: undo every step)")
 	id.register(fs, "as")
-	if err := parseFlags(fs, args); err != nil {
+	if err := id.parse(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 || *toStep < 0 {

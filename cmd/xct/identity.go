@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"flag"
+	"fmt"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -17,6 +18,8 @@ import (
 // the file's "dev"), and mTLS when --tls-ca is set.
 type identity struct {
 	token, as, credentials string
+	dataDir, cluster       string
+	addrs                  []addrSlot
 	tls                    grpcx.TLSFiles
 	plaintextAny           bool
 }
@@ -27,7 +30,9 @@ type identity struct {
 func (id *identity) register(fs *flag.FlagSet, asFlag string) {
 	fs.StringVar(&id.token, "token", "", "bearer token to call with (prefer XCT_TOKEN: the command line is visible to other users)")
 	fs.StringVar(&id.as, asFlag, "", "call as this principal, with its token from the credentials file (default: dev)")
-	fs.StringVar(&id.credentials, "credentials", "", "credentials file to pick the token from (default "+auth.DefaultCredentialsPath+", written by xct dev)")
+	fs.StringVar(&id.credentials, "credentials", "", "credentials file to pick the token from (default DATA_DIR/dev/credentials.yaml, written by xct dev)")
+	fs.StringVar(&id.dataDir, "data-dir", "", "the data directory of the xct dev to call (default "+defaultDataDir+"): its dev/credentials.yaml and dev/addresses.yaml")
+	fs.StringVar(&id.cluster, "cluster", "", "addresses file naming the services' addresses (default DATA_DIR/dev/addresses.yaml, written by xct dev while it runs)")
 	fs.StringVar(&id.tls.Cert, "tls-cert", "", "client certificate (PEM) for mTLS")
 	fs.StringVar(&id.tls.Key, "tls-key", "", "the client certificate's key (PEM)")
 	fs.StringVar(&id.tls.CA, "tls-ca", "", "CA bundle (PEM) to verify the server with; without it the connection is plaintext")
@@ -39,9 +44,13 @@ func (id *identity) register(fs *flag.FlagSet, asFlag string) {
 // rpcHint says what to do.
 func (id *identity) dial(addr string) (*grpc.ClientConn, error) {
 	opts := []grpcx.DialOption{grpcx.WithTLS(id.tls)}
-	tok, err := auth.ClientToken(id.token, id.as, id.credentials)
+	path := id.credentialsPath()
+	tok, err := auth.ClientToken(id.token, id.as, path)
 	switch {
 	case errors.Is(err, auth.ErrNoCredentials) && id.as == "":
+		credentialsTried = path
+	case errors.Is(err, auth.ErrNoCredentials):
+		return nil, fmt.Errorf("no credentials for --as %s: %s does not exist (run xct dev with that data directory, or pass --data-dir / XCT_DATA_DIR, --credentials, or --token)", id.as, path)
 	case err != nil:
 		return nil, err
 	default:
@@ -53,31 +62,21 @@ func (id *identity) dial(addr string) (*grpc.ClientConn, error) {
 	return grpcx.Dial(addr, opts...)
 }
 
+// credentialsTried is the credentials file a command looked for and did
+// not find (it then called without a token).
+var credentialsTried string
+
 // rpcHint is a hint for an authentication or authorization error.
 func rpcHint(err error) string {
 	switch status.Code(err) {
 	case codes.Unauthenticated:
-		return " (hint: pass --token or XCT_TOKEN, or --as NAME to use NAME's token from " + auth.DefaultCredentialsPath + ", which xct dev writes; --credentials names another file)"
+		tried := ""
+		if credentialsTried != "" {
+			tried = "no token was sent: " + credentialsTried + " does not exist; "
+		}
+		return " (hint: " + tried + "pass --token or XCT_TOKEN, or --data-dir / XCT_DATA_DIR for the data directory of the xct dev to call (its dev/credentials.yaml), or --credentials FILE; --as NAME picks NAME's token)"
 	case codes.PermissionDenied:
 		return " (hint: call as a principal with the role, e.g. --as NAME)"
 	}
 	return ""
 }
-
-// noEnv marks a flag that is never set from the environment (xct resolve's
-// --as is a decision, not XCT_AS).
-type noEnv struct{ flag.Value }
-
-func (noEnv) NoEnv() {}
-
-// stringValue is a string flag.Value.
-type stringValue struct{ p *string }
-
-func (v stringValue) String() string {
-	if v.p == nil {
-		return ""
-	}
-	return *v.p
-}
-
-func (v stringValue) Set(s string) error { *v.p = s; return nil }

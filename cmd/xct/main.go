@@ -29,11 +29,17 @@ Usage:
   xct approve RUN STEP         approve a waiting step (--reason; --as who you are)
   xct deny RUN STEP --reason   deny a waiting step; the reason goes to the model
   xct policy lint|check        check policy files, or re-evaluate a recorded chain against them
-  xct resolve RUN STEP --as succeeded|failed|retry   decide a step in doubt
+  xct resolve RUN STEP --outcome succeeded|failed|retry   decide a step in doubt
+  xct cancel RUN [--reason TEXT]   stop a running run: its open step ends, its pending approval is withdrawn
+  xct tools [--json]           the tool catalog the model sees: source, effect class, idempotency, timeout, schema
+  xct debug RUN                print a one-time link that opens the debugger on the run (signs the browser in)
   xct rollback RUN [--to-step N]   undo an ended run's steps, newest first, as governed steps
 
-Client commands call as --token / XCT_TOKEN, else as --as NAME (XCT_AS; xct resolve: --by)
-with its token from .xct/dev/credentials.yaml (--credentials), else as "dev".
+Client commands call as --token / XCT_TOKEN, else as --as NAME (XCT_AS) with its token
+from DATA_DIR/dev/credentials.yaml, else as "dev". DATA_DIR is --data-dir / XCT_DATA_DIR
+(default .xct), the directory given to xct dev; the services' addresses come from
+DATA_DIR/dev/addresses.yaml (written by xct dev; --cluster / XCT_CLUSTER names another
+file), else the default ports, unless an address flag says otherwise.
 
 Run 'xct COMMAND -h' for the flags of a command.
 `
@@ -98,6 +104,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cmdResolve(ctx, rest, stdout, stderr)
 	case "rollback":
 		return cmdRollback(ctx, rest, stdout, stderr)
+	case "cancel":
+		return cmdCancel(ctx, rest, stdout, stderr)
+	case "tools":
+		return cmdTools(ctx, rest, stdout, stderr)
 	}
 	fmt.Fprint(stderr, usage)
 	return &exitError{code: 2, err: fmt.Errorf("unknown command %q", cmd)}

@@ -12,7 +12,6 @@ import (
 
 	lctlv1 "github.com/xct-dev/xct/gen/lctl/v1"
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
-	"github.com/xct-dev/xct/internal/app"
 	"github.com/xct-dev/xct/internal/catalog"
 	"github.com/xct-dev/xct/lctl"
 	"github.com/xct-dev/xct/lctl/lctlpb"
@@ -63,10 +62,10 @@ func catalogFrom(ctx context.Context, id *identity, addr string) (*catalog.Catal
 
 func cmdPolicyLint(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("policy lint", stderr)
-	executorAddr := fs.String("executor-addr", "", "executor to read the tool catalog from, to check tool names (optional)")
 	var id identity
+	executorAddr := fs.String("executor-addr", "", "executor to read the tool catalog from, to check tool names (optional)")
 	id.register(fs, "as")
-	if err := parseFlags(fs, args); err != nil {
+	if err := id.parse(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() == 0 {
@@ -96,12 +95,12 @@ func cmdPolicyLint(ctx context.Context, args []string, stdout, stderr io.Writer)
 
 func cmdPolicyCheck(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("policy check", stderr)
-	chain := fs.String("chain", "", "a chain file (.lctl.json / .lctl.yaml) or a run id to fetch from the tracer")
-	tracerAddr := fs.String("tracer-addr", app.DefaultTracerAddr, "tracer to fetch a chain by run id from")
-	executorAddr := fs.String("executor-addr", "", "executor to read the tool catalog from, to check tools and schemas too (optional)")
 	var id identity
+	chain := fs.String("chain", "", "a chain file (.lctl.json / .lctl.yaml) or a run id to fetch from the tracer")
+	tracerAddr := id.addrFlag(fs, "tracer-addr", svcTracer, "tracer to fetch a chain by run id from")
+	executorAddr := fs.String("executor-addr", "", "executor to read the tool catalog from, to check tools and schemas too (optional)")
 	id.register(fs, "as")
-	if err := parseFlags(fs, args); err != nil {
+	if err := id.parse(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() == 0 || *chain == "" {

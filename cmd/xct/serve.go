@@ -127,6 +127,18 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
+	addrsPath := filepath.Join(abs, "dev", "addresses.yaml")
+	addrs := clusterAddrs{
+		Orchestrator: a.Addr(app.TargetOrchestrator), Validator: a.Addr(app.TargetValidator),
+		Executor: a.Addr(app.TargetExecutor), Tracer: a.Addr(app.TargetTracer),
+	}
+	if a.Tracer != nil && a.Tracer.HTTPAddr() != "" {
+		addrs.Debugger = "http://" + a.Tracer.HTTPAddr() + "/"
+	}
+	if err := writeAddrs(addrsPath, addrs); err != nil {
+		return fmt.Errorf("addresses file: %w", err)
+	}
+	defer func() { _ = os.Remove(addrsPath) }()
 	fmt.Fprintf(stdout, "XCT embedded cluster\n")
 	fmt.Fprintf(stdout, "  nats          %s (JetStream store %s)\n", cfg.NATSURL, filepath.Join(abs, "nats"))
 	for _, t := range app.StartOrder {
@@ -134,6 +146,10 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	fmt.Fprintf(stdout, "  workspace     %s\n", cfg.Executor.Workspace)
 	fmt.Fprintf(stdout, "  credentials   %s (xct COMMAND --as alice|bob|carol|dave|admin; default dev)\n", credsPath)
+	fmt.Fprintf(stdout, "  addresses     %s\n", addrsPath)
+	if rel := filepath.Clean(*dataDir); rel != defaultDataDir {
+		fmt.Fprintf(stdout, "  clients       export XCT_DATA_DIR=%s (client commands then find the credentials and addresses)\n", abs)
+	}
 	if a.Tracer != nil && a.Tracer.HTTPAddr() != "" {
 		fmt.Fprintf(stdout, "  debugger      http://%s/ (sign in with a token from the credentials file: bob's to approve)\n", a.Tracer.HTTPAddr())
 	}

@@ -58,6 +58,8 @@ func DefaultTable() Table {
 		xctv1.ValidatorService_RequestApproval_FullMethodName: roles(RoleService),
 		xctv1.ValidatorService_ListApprovals_FullMethodName:   reader,
 		xctv1.ValidatorService_DecideApproval_FullMethodName:  roles(RoleApprover),
+		// A cancelled run's orchestrator withdraws its pending approval.
+		xctv1.ValidatorService_WithdrawApproval_FullMethodName: roles(RoleService),
 
 		// Executor: only the orchestrator runs tools; operators resolve
 		// steps in doubt; the catalog is read by policy authors too.

@@ -120,19 +120,23 @@ func TestMCPTools(t *testing.T) {
 			type class struct {
 				effect xctv1.Effect
 				idem   bool
+				from   string // where the class comes from (xct tools)
 			}
 			for tool, want := range map[string]class{
-				"echo":  {xctv1.Effect_EFFECT_READ, true},          // readOnlyHint
-				"write": {xctv1.Effect_EFFECT_REVERSIBLE, false},   // no hints; configured
-				"put":   {xctv1.Effect_EFFECT_IRREVERSIBLE, true},  // idempotentHint
-				"fail":  {xctv1.Effect_EFFECT_IRREVERSIBLE, false}, // no hints, no configuration
+				"echo":  {xctv1.Effect_EFFECT_READ, true, "server"},           // readOnlyHint
+				"write": {xctv1.Effect_EFFECT_REVERSIBLE, false, "config"},    // no hints; configured
+				"put":   {xctv1.Effect_EFFECT_IRREVERSIBLE, true, "server"},   // idempotentHint
+				"fail":  {xctv1.Effect_EFFECT_IRREVERSIBLE, false, "default"}, // no hints, no configuration
 			} {
 				d := descs[name+tool]
 				if d == nil {
 					t.Fatalf("%s%s not listed: %v", name, tool, descs)
 				}
-				if (class{d.GetEffect(), d.GetIdempotent()}) != want {
-					t.Errorf("%s: %v idempotent %v, want %+v", d.GetName(), d.GetEffect(), d.GetIdempotent(), want)
+				if (class{d.GetEffect(), d.GetIdempotent(), d.GetEffectFrom()}) != want {
+					t.Errorf("%s: %v idempotent %v from %q, want %+v", d.GetName(), d.GetEffect(), d.GetIdempotent(), d.GetEffectFrom(), want)
+				}
+				if src := "mcp:" + strings.TrimSuffix(strings.TrimPrefix(name, "mcp."), "."); d.GetSource() != src {
+					t.Errorf("%s: source %q, want %q", d.GetName(), d.GetSource(), src)
 				}
 				if !strings.Contains(d.GetInputSchema(), `"object"`) {
 					t.Errorf("%s: schema %s", d.GetName(), d.GetInputSchema())

@@ -214,8 +214,9 @@ func (m *mcpServer) listTools(ctx context.Context, defTimeout time.Duration, def
 				continue
 			}
 			seen[t.Name] = true
-			effect, idem := xctv1.Effect_EFFECT_IRREVERSIBLE, false
+			effect, idem, hinted := xctv1.Effect_EFFECT_IRREVERSIBLE, false, false
 			if a := t.Annotations; a != nil && !m.cfg.IgnoreAnnotations {
+				hinted = a.ReadOnlyHint || a.IdempotentHint
 				if a.ReadOnlyHint {
 					effect, idem = xctv1.Effect_EFFECT_READ, true
 				} else {
@@ -240,6 +241,8 @@ func (m *mcpServer) listTools(ctx context.Context, defTimeout time.Duration, def
 				Idempotent:     idem,
 				Timeout:        durationpb.New(to),
 				MaxOutputBytes: maxBytes,
+				Source:         "mcp:" + m.cfg.Name,
+				EffectFrom:     effectFrom(o, hinted),
 			}})
 		}
 		if res.NextCursor == "" {

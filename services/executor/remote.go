@@ -97,6 +97,8 @@ func describeServer(ctx context.Context, cfg ServerConfig, defTimeout time.Durat
 		desc.Name = full
 		desc.Description = strings.TrimSpace(d.GetDescription() + " (tool server " + cfg.Name + ")")
 		o := cfg.Tools[local]
+		desc.Source = "grpc:" + cfg.Name
+		desc.EffectFrom = effectFrom(o, d.GetEffect() != xctv1.Effect_EFFECT_UNSPECIFIED)
 		desc.Effect = o.Effect.proto(desc.GetEffect())
 		if o.Idempotent != nil {
 			desc.Idempotent = *o.Idempotent

@@ -173,7 +173,7 @@ func TestExternalTools(t *testing.T) {
 	if d := descs["ext.hang"]; d.GetTimeout().AsDuration() != 500*time.Millisecond {
 		t.Fatalf("caps not applied: %v", d)
 	}
-	if d := descs["ext.not-found"]; d.GetEffect() != xctv1.Effect_EFFECT_REVERSIBLE || !d.GetIdempotent() {
+	if d := descs["ext.not-found"]; d.GetEffect() != xctv1.Effect_EFFECT_REVERSIBLE || !d.GetIdempotent() || d.GetEffectFrom() != "config" || d.GetSource() != "grpc:ext" {
 		t.Fatalf("override not applied: %v", d)
 	}
 

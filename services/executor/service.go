@@ -140,6 +140,7 @@ func (s *Service) add(t Tool) error {
 	if err != nil {
 		return err
 	}
+	withOrigin(st.desc)
 	name := st.desc.GetName()
 	if _, dup := s.tools[name]; dup {
 		return fmt.Errorf("%w: %q", ErrDuplicateTool, name)

@@ -28,10 +28,9 @@ const (
 	agentExecutor     = "executor"
 )
 
-// errCancelled is the cause of a run cancelled through CancelRun.
-type errCancelled struct{ reason string }
-
-func (e errCancelled) Error() string { return "cancelled: " + e.reason }
+// errCancelled is the cause of a run cancelled through CancelRun (who, and
+// why; cancel.go).
+type errCancelled struct{ reason, by string }
 
 // run is one governed run in this process: its single chain writer, its
 // model and the derived context. Its loop is the only code that appends to
@@ -373,7 +372,7 @@ func (r *run) finishStep(st *openStep) (iterationOutcome, error) {
 	if verdict.GetDecision() == xctv1.VerdictDecision_VERDICT_DECISION_NEEDS_APPROVAL {
 		var err error
 		if verdict, verdictAgent, err = r.awaitApproval(st, verdict); err != nil {
-			return iterationOutcome{}, err
+			return iterationOutcome{}, r.stopWaiting(st, err)
 		}
 	}
 
@@ -451,7 +450,7 @@ func (r *run) finishStep(st *openStep) (iterationOutcome, error) {
 
 // inDoubtMessage is how a run stopped by a step in doubt ends.
 func inDoubtMessage(runID string, step int, stepID string, e *xctv1.Error) string {
-	return fmt.Sprintf("step %d (%s) is in doubt: %s; decide with: xct resolve %s %d --as succeeded|failed|retry",
+	return fmt.Sprintf("step %d (%s) is in doubt: %s; decide with: xct resolve %s %d --outcome succeeded|failed|retry",
 		step, stepID, e.GetMessage(), runID, step)
 }
 

@@ -467,11 +467,7 @@ func (s *Service) CancelRun(ctx context.Context, req *xctv1.CancelRunRequest) (*
 		}
 		return nil, status.Errorf(codes.FailedPrecondition, "run %s is owned by another orchestrator", cur.GetRunId())
 	}
-	reason := req.GetReason()
-	if reason == "" {
-		reason = "cancelled by request"
-	}
-	r.cancel(errCancelled{reason: reason})
+	r.cancel(cancelCause(ctx, req.GetReason()))
 	return &xctv1.CancelRunResponse{Run: cur}, nil
 }
 

@@ -184,6 +184,9 @@ func applyRunEvent(r *xctv1.Run, e *lctl.Event) {
 	case TypeApprovalDecided:
 		r.Status = xctv1.RunStatus_RUN_STATUS_RUNNING
 	case lctl.TypeStepEnd:
+		if st := cur(); st != nil && str(d, "outcome") == outcomeCancelled {
+			st.State = xctv1.StepState_STEP_STATE_CANCELLED
+		}
 		if tok, ok := d["tokens"].(map[string]any); ok {
 			r.InputTokens += num(tok, "input")
 			r.OutputTokens += num(tok, "output")

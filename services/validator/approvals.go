@@ -411,6 +411,8 @@ func decidable(a *xctv1.Approval) error {
 		return nil
 	case xctv1.ApprovalState_APPROVAL_STATE_EXPIRED:
 		return fmt.Errorf("%w at %s", ErrApprovalExpired, a.GetExpiresAt().AsTime().UTC().Format(time.RFC3339))
+	case xctv1.ApprovalState_APPROVAL_STATE_WITHDRAWN:
+		return withdrawnError(a)
 	}
 	return fmt.Errorf("%w: %s by %s at %s", ErrApprovalDecided, decisionWordOf(a.GetState()), a.GetDecidedBy(),
 		a.GetDecidedAt().AsTime().UTC().Format(time.RFC3339))

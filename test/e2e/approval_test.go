@@ -249,6 +249,33 @@ func TestCancelWhileWaitingForApproval(t *testing.T) {
 	if last := events[len(events)-1]; last.Data["status"] != "cancelled" || tool.count("blue") != 0 {
 		t.Fatalf("last %v, deployed %d", last.Data, tool.count("blue"))
 	}
+	// The open step is closed on the chain: its approval withdrawn, then
+	// its step_end, then the run's end.
+	var types []string
+	for _, e := range events[len(events)-3:] {
+		types = append(types, e.Type)
+	}
+	withdrawn, end := events[len(events)-3], events[len(events)-2]
+	if fmt.Sprint(types) != "[approval_decided step_end run_finished]" || withdrawn.Data["decision"] != "withdrawn" ||
+		withdrawn.Data["reason"] != "changed my mind" || end.Data["outcome"] != "cancelled" {
+		t.Fatalf("chain ends %v: %v / %v", types, withdrawn.Data, end.Data)
+	}
+	// The validator says the same: the approval is withdrawn, and
+	// approving it now is refused, saying why.
+	list, err := v.ListApprovals(ctx, &xctv1.ListApprovalsRequest{RunId: id, All: true})
+	if err != nil || len(list.GetApprovals()) != 1 || list.GetApprovals()[0].GetState() != xctv1.ApprovalState_APPROVAL_STATE_WITHDRAWN {
+		t.Fatalf("approvals %v, %v", list.GetApprovals(), err)
+	}
+	_, err = v.DecideApproval(ctx, &xctv1.DecideApprovalRequest{RunId: id, Step: "1", Approve: true, Approver: "bob", Reason: "late"})
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "withdrawn") || !strings.Contains(err.Error(), "cancelled") {
+		t.Fatalf("approving a withdrawn approval: %v", err)
+	}
+	// And GetRun: cancelled, its one step cancelled.
+	run, err := c.orch.GetRun(ctx, &xctv1.GetRunRequest{RunId: id})
+	if err != nil || run.GetRun().GetStatus() != xctv1.RunStatus_RUN_STATUS_CANCELLED || len(run.GetRun().GetSteps()) != 1 ||
+		run.GetRun().GetSteps()[0].GetState() != xctv1.StepState_STEP_STATE_CANCELLED {
+		t.Fatalf("run %v, %v", run.GetRun(), err)
+	}
 }
 
 const writesNeedApproval = `

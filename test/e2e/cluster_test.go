@@ -509,7 +509,7 @@ func TestCancelRun(t *testing.T) {
 	}
 	events := c.watch(t, ctx, id)
 	last := events[len(events)-1]
-	if last.Type != lctl.TypeRunFinished || last.Data["status"] != "cancelled" || last.Data["message"] != "cancelled: operator said stop" {
+	if last.Type != lctl.TypeRunFinished || last.Data["status"] != "cancelled" || last.Data["message"] != "cancelled by alice: operator said stop" {
 		t.Fatalf("last event = %s %v", last.Type, last.Data)
 	}
 	if _, err := c.orch.CancelRun(ctx, &xctv1.CancelRunRequest{RunId: id}); status.Code(err) != codes.FailedPrecondition {

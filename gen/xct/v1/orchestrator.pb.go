@@ -108,6 +108,9 @@ const (
 	StepState_STEP_STATE_FAILED StepState = 6
 	// STEP_STATE_INVALID steps were model output that did not parse.
 	StepState_STEP_STATE_INVALID StepState = 7
+	// STEP_STATE_CANCELLED steps were open when the run was cancelled: they
+	// did not run, and their pending approval was withdrawn.
+	StepState_STEP_STATE_CANCELLED StepState = 8
 )
 
 // Enum value maps for StepState.
@@ -121,6 +124,7 @@ var (
 		5: "STEP_STATE_SUCCEEDED",
 		6: "STEP_STATE_FAILED",
 		7: "STEP_STATE_INVALID",
+		8: "STEP_STATE_CANCELLED",
 	}
 	StepState_value = map[string]int32{
 		"STEP_STATE_UNSPECIFIED":    0,
@@ -131,6 +135,7 @@ var (
 		"STEP_STATE_SUCCEEDED":      5,
 		"STEP_STATE_FAILED":         6,
 		"STEP_STATE_INVALID":        7,
+		"STEP_STATE_CANCELLED":      8,
 	}
 )
 
@@ -1136,7 +1141,7 @@ const file_xct_v1_orchestrator_proto_rawDesc = "" +
 	"\x0fRUN_STATUS_DONE\x10\x02\x12\x15\n" +
 	"\x11RUN_STATUS_FAILED\x10\x03\x12\x18\n" +
 	"\x14RUN_STATUS_CANCELLED\x10\x04\x12\x1f\n" +
-	"\x1bRUN_STATUS_WAITING_APPROVAL\x10\x05*\xd7\x01\n" +
+	"\x1bRUN_STATUS_WAITING_APPROVAL\x10\x05*\xf1\x01\n" +
 	"\tStepState\x12\x1a\n" +
 	"\x16STEP_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13STEP_STATE_PROPOSED\x10\x01\x12\x15\n" +
@@ -1145,7 +1150,8 @@ const file_xct_v1_orchestrator_proto_rawDesc = "" +
 	"\x12STEP_STATE_ALLOWED\x10\x04\x12\x18\n" +
 	"\x14STEP_STATE_SUCCEEDED\x10\x05\x12\x15\n" +
 	"\x11STEP_STATE_FAILED\x10\x06\x12\x16\n" +
-	"\x12STEP_STATE_INVALID\x10\a2\x97\x03\n" +
+	"\x12STEP_STATE_INVALID\x10\a\x12\x18\n" +
+	"\x14STEP_STATE_CANCELLED\x10\b2\x97\x03\n" +
 	"\x13OrchestratorService\x12=\n" +
 	"\bStartRun\x12\x17.xct.v1.StartRunRequest\x1a\x18.xct.v1.StartRunResponse\x12?\n" +
 	"\bWatchRun\x12\x17.xct.v1.WatchRunRequest\x1a\x18.xct.v1.WatchRunResponse0\x01\x127\n" +

@@ -100,8 +100,17 @@ type ToolDescriptor struct {
 	Timeout *durationpb.Duration `protobuf:"bytes,6,opt,name=timeout,proto3" json:"timeout,omitempty"`
 	// max_output_bytes bounds the size of one result.
 	MaxOutputBytes int64 `protobuf:"varint,7,opt,name=max_output_bytes,json=maxOutputBytes,proto3" json:"max_output_bytes,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// source is where the executor found the tool: "builtin", "grpc:SERVER"
+	// (a ToolService server) or "mcp:SERVER" (an MCP server). Set by the
+	// executor; a tool server's own value is ignored.
+	Source string `protobuf:"bytes,8,opt,name=source,proto3" json:"source,omitempty"`
+	// effect_from says where effect and idempotent come from: "builtin",
+	// "config" (the executor's tools configuration), "server" (the tool
+	// server's descriptor, or an MCP server's annotation hints) or "default"
+	// (nothing said: irreversible, not idempotent). Set by the executor.
+	EffectFrom    string `protobuf:"bytes,9,opt,name=effect_from,json=effectFrom,proto3" json:"effect_from,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ToolDescriptor) Reset() {
@@ -181,6 +190,20 @@ func (x *ToolDescriptor) GetMaxOutputBytes() int64 {
 		return x.MaxOutputBytes
 	}
 	return 0
+}
+
+func (x *ToolDescriptor) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *ToolDescriptor) GetEffectFrom() string {
+	if x != nil {
+		return x.EffectFrom
+	}
+	return ""
 }
 
 // DescribeRequest asks a tool server for its catalog.
@@ -380,7 +403,7 @@ var File_xct_v1_tool_proto protoreflect.FileDescriptor
 
 const file_xct_v1_tool_proto_rawDesc = "" +
 	"\n" +
-	"\x11xct/v1/tool.proto\x12\x06xct.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x15xct/v1/decision.proto\"\x90\x02\n" +
+	"\x11xct/v1/tool.proto\x12\x06xct.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x15xct/v1/decision.proto\"\xc9\x02\n" +
 	"\x0eToolDescriptor\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12!\n" +
@@ -390,7 +413,10 @@ const file_xct_v1_tool_proto_rawDesc = "" +
 	"idempotent\x18\x05 \x01(\bR\n" +
 	"idempotent\x123\n" +
 	"\atimeout\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12(\n" +
-	"\x10max_output_bytes\x18\a \x01(\x03R\x0emaxOutputBytes\"\x11\n" +
+	"\x10max_output_bytes\x18\a \x01(\x03R\x0emaxOutputBytes\x12\x16\n" +
+	"\x06source\x18\b \x01(\tR\x06source\x12\x1f\n" +
+	"\veffect_from\x18\t \x01(\tR\n" +
+	"effectFrom\"\x11\n" +
 	"\x0fDescribeRequest\"@\n" +
 	"\x10DescribeResponse\x12,\n" +
 	"\x05tools\x18\x01 \x03(\v2\x16.xct.v1.ToolDescriptorR\x05tools\"\x83\x01\n" +

@@ -94,6 +94,9 @@ const (
 	ApprovalState_APPROVAL_STATE_DENIED ApprovalState = 3
 	// APPROVAL_STATE_EXPIRED was not decided in time.
 	ApprovalState_APPROVAL_STATE_EXPIRED ApprovalState = 4
+	// APPROVAL_STATE_WITHDRAWN was withdrawn before anyone decided: the run
+	// was cancelled.
+	ApprovalState_APPROVAL_STATE_WITHDRAWN ApprovalState = 5
 )
 
 // Enum value maps for ApprovalState.
@@ -104,6 +107,7 @@ var (
 		2: "APPROVAL_STATE_APPROVED",
 		3: "APPROVAL_STATE_DENIED",
 		4: "APPROVAL_STATE_EXPIRED",
+		5: "APPROVAL_STATE_WITHDRAWN",
 	}
 	ApprovalState_value = map[string]int32{
 		"APPROVAL_STATE_UNSPECIFIED": 0,
@@ -111,6 +115,7 @@ var (
 		"APPROVAL_STATE_APPROVED":    2,
 		"APPROVAL_STATE_DENIED":      3,
 		"APPROVAL_STATE_EXPIRED":     4,
+		"APPROVAL_STATE_WITHDRAWN":   5,
 	}
 )
 
@@ -1208,6 +1213,125 @@ func (x *DecideApprovalResponse) GetApproval() *Approval {
 	return nil
 }
 
+// WithdrawApprovalRequest withdraws the approval of one step.
+type WithdrawApprovalRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// run_id is the run.
+	RunId string `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// step_id is the step's id.
+	StepId string `protobuf:"bytes,2,opt,name=step_id,json=stepId,proto3" json:"step_id,omitempty"`
+	// by is who stopped the run (recorded as the approval's decider).
+	By string `protobuf:"bytes,3,opt,name=by,proto3" json:"by,omitempty"`
+	// reason says why (recorded as the approval's reason).
+	Reason        string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WithdrawApprovalRequest) Reset() {
+	*x = WithdrawApprovalRequest{}
+	mi := &file_xct_v1_validator_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WithdrawApprovalRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WithdrawApprovalRequest) ProtoMessage() {}
+
+func (x *WithdrawApprovalRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_xct_v1_validator_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WithdrawApprovalRequest.ProtoReflect.Descriptor instead.
+func (*WithdrawApprovalRequest) Descriptor() ([]byte, []int) {
+	return file_xct_v1_validator_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *WithdrawApprovalRequest) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *WithdrawApprovalRequest) GetStepId() string {
+	if x != nil {
+		return x.StepId
+	}
+	return ""
+}
+
+func (x *WithdrawApprovalRequest) GetBy() string {
+	if x != nil {
+		return x.By
+	}
+	return ""
+}
+
+func (x *WithdrawApprovalRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// WithdrawApprovalResponse is the approval after the withdrawal.
+type WithdrawApprovalResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// approval as stored.
+	Approval      *Approval `protobuf:"bytes,1,opt,name=approval,proto3" json:"approval,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WithdrawApprovalResponse) Reset() {
+	*x = WithdrawApprovalResponse{}
+	mi := &file_xct_v1_validator_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WithdrawApprovalResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WithdrawApprovalResponse) ProtoMessage() {}
+
+func (x *WithdrawApprovalResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_xct_v1_validator_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WithdrawApprovalResponse.ProtoReflect.Descriptor instead.
+func (*WithdrawApprovalResponse) Descriptor() ([]byte, []int) {
+	return file_xct_v1_validator_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *WithdrawApprovalResponse) GetApproval() *Approval {
+	if x != nil {
+		return x.Approval
+	}
+	return nil
+}
+
 var File_xct_v1_validator_proto protoreflect.FileDescriptor
 
 const file_xct_v1_validator_proto_rawDesc = "" +
@@ -1296,23 +1420,32 @@ const file_xct_v1_validator_proto_rawDesc = "" +
 	"\bapprover\x18\x04 \x01(\tR\bapprover\x12\x16\n" +
 	"\x06reason\x18\x05 \x01(\tR\x06reason\"F\n" +
 	"\x16DecideApprovalResponse\x12,\n" +
+	"\bapproval\x18\x01 \x01(\v2\x10.xct.v1.ApprovalR\bapproval\"q\n" +
+	"\x17WithdrawApprovalRequest\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x17\n" +
+	"\astep_id\x18\x02 \x01(\tR\x06stepId\x12\x0e\n" +
+	"\x02by\x18\x03 \x01(\tR\x02by\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\"H\n" +
+	"\x18WithdrawApprovalResponse\x12,\n" +
 	"\bapproval\x18\x01 \x01(\v2\x10.xct.v1.ApprovalR\bapproval*\x8f\x01\n" +
 	"\x0fVerdictDecision\x12 \n" +
 	"\x1cVERDICT_DECISION_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16VERDICT_DECISION_ALLOW\x10\x01\x12\x19\n" +
 	"\x15VERDICT_DECISION_DENY\x10\x02\x12#\n" +
-	"\x1fVERDICT_DECISION_NEEDS_APPROVAL\x10\x03*\x9f\x01\n" +
+	"\x1fVERDICT_DECISION_NEEDS_APPROVAL\x10\x03*\xbd\x01\n" +
 	"\rApprovalState\x12\x1e\n" +
 	"\x1aAPPROVAL_STATE_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16APPROVAL_STATE_PENDING\x10\x01\x12\x1b\n" +
 	"\x17APPROVAL_STATE_APPROVED\x10\x02\x12\x19\n" +
 	"\x15APPROVAL_STATE_DENIED\x10\x03\x12\x1a\n" +
-	"\x16APPROVAL_STATE_EXPIRED\x10\x042\xc4\x02\n" +
+	"\x16APPROVAL_STATE_EXPIRED\x10\x04\x12\x1c\n" +
+	"\x18APPROVAL_STATE_WITHDRAWN\x10\x052\x9b\x03\n" +
 	"\x10ValidatorService\x12=\n" +
 	"\bValidate\x12\x17.xct.v1.ValidateRequest\x1a\x18.xct.v1.ValidateResponse\x12R\n" +
 	"\x0fRequestApproval\x12\x1e.xct.v1.RequestApprovalRequest\x1a\x1f.xct.v1.RequestApprovalResponse\x12L\n" +
 	"\rListApprovals\x12\x1c.xct.v1.ListApprovalsRequest\x1a\x1d.xct.v1.ListApprovalsResponse\x12O\n" +
-	"\x0eDecideApproval\x12\x1d.xct.v1.DecideApprovalRequest\x1a\x1e.xct.v1.DecideApprovalResponseB~\n" +
+	"\x0eDecideApproval\x12\x1d.xct.v1.DecideApprovalRequest\x1a\x1e.xct.v1.DecideApprovalResponse\x12U\n" +
+	"\x10WithdrawApproval\x12\x1f.xct.v1.WithdrawApprovalRequest\x1a .xct.v1.WithdrawApprovalResponseB~\n" +
 	"\n" +
 	"com.xct.v1B\x0eValidatorProtoP\x01Z'github.com/xct-dev/xct/gen/xct/v1;xctv1\xa2\x02\x03XXX\xaa\x02\x06Xct.V1\xca\x02\x06Xct\\V1\xe2\x02\x12Xct\\V1\\GPBMetadata\xea\x02\aXct::V1b\x06proto3"
 
@@ -1329,71 +1462,76 @@ func file_xct_v1_validator_proto_rawDescGZIP() []byte {
 }
 
 var file_xct_v1_validator_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_xct_v1_validator_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_xct_v1_validator_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_xct_v1_validator_proto_goTypes = []any{
-	(VerdictDecision)(0),            // 0: xct.v1.VerdictDecision
-	(ApprovalState)(0),              // 1: xct.v1.ApprovalState
-	(*ValidateRequest)(nil),         // 2: xct.v1.ValidateRequest
-	(*RunContext)(nil),              // 3: xct.v1.RunContext
-	(*Verdict)(nil),                 // 4: xct.v1.Verdict
-	(*ShadowVerdict)(nil),           // 5: xct.v1.ShadowVerdict
-	(*Reason)(nil),                  // 6: xct.v1.Reason
-	(*ValidateResponse)(nil),        // 7: xct.v1.ValidateResponse
-	(*Approval)(nil),                // 8: xct.v1.Approval
-	(*Preview)(nil),                 // 9: xct.v1.Preview
-	(*RequestApprovalRequest)(nil),  // 10: xct.v1.RequestApprovalRequest
-	(*RequestApprovalResponse)(nil), // 11: xct.v1.RequestApprovalResponse
-	(*ListApprovalsRequest)(nil),    // 12: xct.v1.ListApprovalsRequest
-	(*ListApprovalsResponse)(nil),   // 13: xct.v1.ListApprovalsResponse
-	(*DecideApprovalRequest)(nil),   // 14: xct.v1.DecideApprovalRequest
-	(*DecideApprovalResponse)(nil),  // 15: xct.v1.DecideApprovalResponse
-	nil,                             // 16: xct.v1.RunContext.LabelsEntry
-	(*NextStep)(nil),                // 17: xct.v1.NextStep
-	(*durationpb.Duration)(nil),     // 18: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),   // 19: google.protobuf.Timestamp
-	(*Error)(nil),                   // 20: xct.v1.Error
+	(VerdictDecision)(0),             // 0: xct.v1.VerdictDecision
+	(ApprovalState)(0),               // 1: xct.v1.ApprovalState
+	(*ValidateRequest)(nil),          // 2: xct.v1.ValidateRequest
+	(*RunContext)(nil),               // 3: xct.v1.RunContext
+	(*Verdict)(nil),                  // 4: xct.v1.Verdict
+	(*ShadowVerdict)(nil),            // 5: xct.v1.ShadowVerdict
+	(*Reason)(nil),                   // 6: xct.v1.Reason
+	(*ValidateResponse)(nil),         // 7: xct.v1.ValidateResponse
+	(*Approval)(nil),                 // 8: xct.v1.Approval
+	(*Preview)(nil),                  // 9: xct.v1.Preview
+	(*RequestApprovalRequest)(nil),   // 10: xct.v1.RequestApprovalRequest
+	(*RequestApprovalResponse)(nil),  // 11: xct.v1.RequestApprovalResponse
+	(*ListApprovalsRequest)(nil),     // 12: xct.v1.ListApprovalsRequest
+	(*ListApprovalsResponse)(nil),    // 13: xct.v1.ListApprovalsResponse
+	(*DecideApprovalRequest)(nil),    // 14: xct.v1.DecideApprovalRequest
+	(*DecideApprovalResponse)(nil),   // 15: xct.v1.DecideApprovalResponse
+	(*WithdrawApprovalRequest)(nil),  // 16: xct.v1.WithdrawApprovalRequest
+	(*WithdrawApprovalResponse)(nil), // 17: xct.v1.WithdrawApprovalResponse
+	nil,                              // 18: xct.v1.RunContext.LabelsEntry
+	(*NextStep)(nil),                 // 19: xct.v1.NextStep
+	(*durationpb.Duration)(nil),      // 20: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),    // 21: google.protobuf.Timestamp
+	(*Error)(nil),                    // 22: xct.v1.Error
 }
 var file_xct_v1_validator_proto_depIdxs = []int32{
 	3,  // 0: xct.v1.ValidateRequest.run:type_name -> xct.v1.RunContext
-	17, // 1: xct.v1.ValidateRequest.proposal:type_name -> xct.v1.NextStep
-	16, // 2: xct.v1.RunContext.labels:type_name -> xct.v1.RunContext.LabelsEntry
-	18, // 3: xct.v1.RunContext.elapsed:type_name -> google.protobuf.Duration
+	19, // 1: xct.v1.ValidateRequest.proposal:type_name -> xct.v1.NextStep
+	18, // 2: xct.v1.RunContext.labels:type_name -> xct.v1.RunContext.LabelsEntry
+	20, // 3: xct.v1.RunContext.elapsed:type_name -> google.protobuf.Duration
 	0,  // 4: xct.v1.Verdict.decision:type_name -> xct.v1.VerdictDecision
 	6,  // 5: xct.v1.Verdict.reasons:type_name -> xct.v1.Reason
-	19, // 6: xct.v1.Verdict.evaluated_at:type_name -> google.protobuf.Timestamp
-	20, // 7: xct.v1.Verdict.error:type_name -> xct.v1.Error
+	21, // 6: xct.v1.Verdict.evaluated_at:type_name -> google.protobuf.Timestamp
+	22, // 7: xct.v1.Verdict.error:type_name -> xct.v1.Error
 	5,  // 8: xct.v1.Verdict.shadow:type_name -> xct.v1.ShadowVerdict
-	18, // 9: xct.v1.Verdict.approval_ttl:type_name -> google.protobuf.Duration
+	20, // 9: xct.v1.Verdict.approval_ttl:type_name -> google.protobuf.Duration
 	0,  // 10: xct.v1.ShadowVerdict.decision:type_name -> xct.v1.VerdictDecision
 	6,  // 11: xct.v1.ShadowVerdict.reasons:type_name -> xct.v1.Reason
 	4,  // 12: xct.v1.ValidateResponse.verdict:type_name -> xct.v1.Verdict
-	17, // 13: xct.v1.Approval.proposal:type_name -> xct.v1.NextStep
+	19, // 13: xct.v1.Approval.proposal:type_name -> xct.v1.NextStep
 	6,  // 14: xct.v1.Approval.reasons:type_name -> xct.v1.Reason
 	9,  // 15: xct.v1.Approval.preview:type_name -> xct.v1.Preview
 	1,  // 16: xct.v1.Approval.state:type_name -> xct.v1.ApprovalState
-	19, // 17: xct.v1.Approval.requested_at:type_name -> google.protobuf.Timestamp
-	19, // 18: xct.v1.Approval.expires_at:type_name -> google.protobuf.Timestamp
-	19, // 19: xct.v1.Approval.decided_at:type_name -> google.protobuf.Timestamp
+	21, // 17: xct.v1.Approval.requested_at:type_name -> google.protobuf.Timestamp
+	21, // 18: xct.v1.Approval.expires_at:type_name -> google.protobuf.Timestamp
+	21, // 19: xct.v1.Approval.decided_at:type_name -> google.protobuf.Timestamp
 	3,  // 20: xct.v1.RequestApprovalRequest.run:type_name -> xct.v1.RunContext
-	17, // 21: xct.v1.RequestApprovalRequest.proposal:type_name -> xct.v1.NextStep
+	19, // 21: xct.v1.RequestApprovalRequest.proposal:type_name -> xct.v1.NextStep
 	4,  // 22: xct.v1.RequestApprovalRequest.verdict:type_name -> xct.v1.Verdict
 	9,  // 23: xct.v1.RequestApprovalRequest.preview:type_name -> xct.v1.Preview
 	8,  // 24: xct.v1.RequestApprovalResponse.approval:type_name -> xct.v1.Approval
 	8,  // 25: xct.v1.ListApprovalsResponse.approvals:type_name -> xct.v1.Approval
 	8,  // 26: xct.v1.DecideApprovalResponse.approval:type_name -> xct.v1.Approval
-	2,  // 27: xct.v1.ValidatorService.Validate:input_type -> xct.v1.ValidateRequest
-	10, // 28: xct.v1.ValidatorService.RequestApproval:input_type -> xct.v1.RequestApprovalRequest
-	12, // 29: xct.v1.ValidatorService.ListApprovals:input_type -> xct.v1.ListApprovalsRequest
-	14, // 30: xct.v1.ValidatorService.DecideApproval:input_type -> xct.v1.DecideApprovalRequest
-	7,  // 31: xct.v1.ValidatorService.Validate:output_type -> xct.v1.ValidateResponse
-	11, // 32: xct.v1.ValidatorService.RequestApproval:output_type -> xct.v1.RequestApprovalResponse
-	13, // 33: xct.v1.ValidatorService.ListApprovals:output_type -> xct.v1.ListApprovalsResponse
-	15, // 34: xct.v1.ValidatorService.DecideApproval:output_type -> xct.v1.DecideApprovalResponse
-	31, // [31:35] is the sub-list for method output_type
-	27, // [27:31] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	8,  // 27: xct.v1.WithdrawApprovalResponse.approval:type_name -> xct.v1.Approval
+	2,  // 28: xct.v1.ValidatorService.Validate:input_type -> xct.v1.ValidateRequest
+	10, // 29: xct.v1.ValidatorService.RequestApproval:input_type -> xct.v1.RequestApprovalRequest
+	12, // 30: xct.v1.ValidatorService.ListApprovals:input_type -> xct.v1.ListApprovalsRequest
+	14, // 31: xct.v1.ValidatorService.DecideApproval:input_type -> xct.v1.DecideApprovalRequest
+	16, // 32: xct.v1.ValidatorService.WithdrawApproval:input_type -> xct.v1.WithdrawApprovalRequest
+	7,  // 33: xct.v1.ValidatorService.Validate:output_type -> xct.v1.ValidateResponse
+	11, // 34: xct.v1.ValidatorService.RequestApproval:output_type -> xct.v1.RequestApprovalResponse
+	13, // 35: xct.v1.ValidatorService.ListApprovals:output_type -> xct.v1.ListApprovalsResponse
+	15, // 36: xct.v1.ValidatorService.DecideApproval:output_type -> xct.v1.DecideApprovalResponse
+	17, // 37: xct.v1.ValidatorService.WithdrawApproval:output_type -> xct.v1.WithdrawApprovalResponse
+	33, // [33:38] is the sub-list for method output_type
+	28, // [28:33] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_xct_v1_validator_proto_init() }
@@ -1408,7 +1546,7 @@ func file_xct_v1_validator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_xct_v1_validator_proto_rawDesc), len(file_xct_v1_validator_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   15,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

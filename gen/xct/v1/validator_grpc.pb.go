@@ -19,10 +19,11 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	ValidatorService_Validate_FullMethodName        = "/xct.v1.ValidatorService/Validate"
-	ValidatorService_RequestApproval_FullMethodName = "/xct.v1.ValidatorService/RequestApproval"
-	ValidatorService_ListApprovals_FullMethodName   = "/xct.v1.ValidatorService/ListApprovals"
-	ValidatorService_DecideApproval_FullMethodName  = "/xct.v1.ValidatorService/DecideApproval"
+	ValidatorService_Validate_FullMethodName         = "/xct.v1.ValidatorService/Validate"
+	ValidatorService_RequestApproval_FullMethodName  = "/xct.v1.ValidatorService/RequestApproval"
+	ValidatorService_ListApprovals_FullMethodName    = "/xct.v1.ValidatorService/ListApprovals"
+	ValidatorService_DecideApproval_FullMethodName   = "/xct.v1.ValidatorService/DecideApproval"
+	ValidatorService_WithdrawApproval_FullMethodName = "/xct.v1.ValidatorService/WithdrawApproval"
 )
 
 // ValidatorServiceClient is the client API for ValidatorService service.
@@ -45,6 +46,10 @@ type ValidatorServiceClient interface {
 	// approval expired, was already decided, or the approver is the principal
 	// who started the run.
 	DecideApproval(ctx context.Context, in *DecideApprovalRequest, opts ...grpc.CallOption) (*DecideApprovalResponse, error)
+	// WithdrawApproval withdraws a pending approval whose run stopped waiting
+	// (the run was cancelled): deciding it afterwards is refused. Idempotent;
+	// an approval already decided is returned as it is.
+	WithdrawApproval(ctx context.Context, in *WithdrawApprovalRequest, opts ...grpc.CallOption) (*WithdrawApprovalResponse, error)
 }
 
 type validatorServiceClient struct {
@@ -95,6 +100,16 @@ func (c *validatorServiceClient) DecideApproval(ctx context.Context, in *DecideA
 	return out, nil
 }
 
+func (c *validatorServiceClient) WithdrawApproval(ctx context.Context, in *WithdrawApprovalRequest, opts ...grpc.CallOption) (*WithdrawApprovalResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(WithdrawApprovalResponse)
+	err := c.cc.Invoke(ctx, ValidatorService_WithdrawApproval_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ValidatorServiceServer is the server API for ValidatorService service.
 // All implementations must embed UnimplementedValidatorServiceServer
 // for forward compatibility.
@@ -115,6 +130,10 @@ type ValidatorServiceServer interface {
 	// approval expired, was already decided, or the approver is the principal
 	// who started the run.
 	DecideApproval(context.Context, *DecideApprovalRequest) (*DecideApprovalResponse, error)
+	// WithdrawApproval withdraws a pending approval whose run stopped waiting
+	// (the run was cancelled): deciding it afterwards is refused. Idempotent;
+	// an approval already decided is returned as it is.
+	WithdrawApproval(context.Context, *WithdrawApprovalRequest) (*WithdrawApprovalResponse, error)
 	mustEmbedUnimplementedValidatorServiceServer()
 }
 
@@ -136,6 +155,9 @@ func (UnimplementedValidatorServiceServer) ListApprovals(context.Context, *ListA
 }
 func (UnimplementedValidatorServiceServer) DecideApproval(context.Context, *DecideApprovalRequest) (*DecideApprovalResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DecideApproval not implemented")
+}
+func (UnimplementedValidatorServiceServer) WithdrawApproval(context.Context, *WithdrawApprovalRequest) (*WithdrawApprovalResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method WithdrawApproval not implemented")
 }
 func (UnimplementedValidatorServiceServer) mustEmbedUnimplementedValidatorServiceServer() {}
 func (UnimplementedValidatorServiceServer) testEmbeddedByValue()                          {}
@@ -230,6 +252,24 @@ func _ValidatorService_DecideApproval_Handler(srv interface{}, ctx context.Conte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ValidatorService_WithdrawApproval_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(WithdrawApprovalRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ValidatorServiceServer).WithdrawApproval(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ValidatorService_WithdrawApproval_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ValidatorServiceServer).WithdrawApproval(ctx, req.(*WithdrawApprovalRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ValidatorService_ServiceDesc is the grpc.ServiceDesc for ValidatorService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -252,6 +292,10 @@ var ValidatorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DecideApproval",
 			Handler:    _ValidatorService_DecideApproval_Handler,
+		},
+		{
+			MethodName: "WithdrawApproval",
+			Handler:    _ValidatorService_WithdrawApproval_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -16,7 +16,7 @@ from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 from xct.v1 import decision_pb2 as xct_dot_v1_dot_decision__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x11xct/v1/tool.proto\x12\x06xct.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x15xct/v1/decision.proto\"\x90\x02\n\x0eToolDescriptor\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\x12 \n\x0b\x64\x65scription\x18\x02 \x01(\tR\x0b\x64\x65scription\x12!\n\x0cinput_schema\x18\x03 \x01(\tR\x0binputSchema\x12&\n\x06\x65\x66\x66\x65\x63t\x18\x04 \x01(\x0e\x32\x0e.xct.v1.EffectR\x06\x65\x66\x66\x65\x63t\x12\x1e\n\nidempotent\x18\x05 \x01(\x08R\nidempotent\x12\x33\n\x07timeout\x18\x06 \x01(\x0b\x32\x19.google.protobuf.DurationR\x07timeout\x12(\n\x10max_output_bytes\x18\x07 \x01(\x03R\x0emaxOutputBytes\"\x11\n\x0f\x44\x65scribeRequest\"@\n\x10\x44\x65scribeResponse\x12,\n\x05tools\x18\x01 \x03(\x0b\x32\x16.xct.v1.ToolDescriptorR\x05tools\"\x83\x01\n\rInvokeRequest\x12\x12\n\x04tool\x18\x01 \x01(\tR\x04tool\x12\x35\n\targuments\x18\x02 \x01(\x0b\x32\x17.google.protobuf.StructR\targuments\x12\'\n\x0fidempotency_key\x18\x03 \x01(\tR\x0eidempotencyKey\">\n\x0eInvokeResponse\x12,\n\x08response\x18\x01 \x01(\x0b\x32\x10.xct.v1.ResponseR\x08response*a\n\x06\x45\x66\x66\x65\x63t\x12\x16\n\x12\x45\x46\x46\x45\x43T_UNSPECIFIED\x10\x00\x12\x0f\n\x0b\x45\x46\x46\x45\x43T_READ\x10\x01\x12\x15\n\x11\x45\x46\x46\x45\x43T_REVERSIBLE\x10\x02\x12\x17\n\x13\x45\x46\x46\x45\x43T_IRREVERSIBLE\x10\x03\x32\x85\x01\n\x0bToolService\x12=\n\x08\x44\x65scribe\x12\x17.xct.v1.DescribeRequest\x1a\x18.xct.v1.DescribeResponse\x12\x37\n\x06Invoke\x12\x15.xct.v1.InvokeRequest\x1a\x16.xct.v1.InvokeResponseBy\n\ncom.xct.v1B\tToolProtoP\x01Z\'github.com/xct-dev/xct/gen/xct/v1;xctv1\xa2\x02\x03XXX\xaa\x02\x06Xct.V1\xca\x02\x06Xct\\V1\xe2\x02\x12Xct\\V1\\GPBMetadata\xea\x02\x07Xct::V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x11xct/v1/tool.proto\x12\x06xct.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x15xct/v1/decision.proto\"\xc9\x02\n\x0eToolDescriptor\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\x12 \n\x0b\x64\x65scription\x18\x02 \x01(\tR\x0b\x64\x65scription\x12!\n\x0cinput_schema\x18\x03 \x01(\tR\x0binputSchema\x12&\n\x06\x65\x66\x66\x65\x63t\x18\x04 \x01(\x0e\x32\x0e.xct.v1.EffectR\x06\x65\x66\x66\x65\x63t\x12\x1e\n\nidempotent\x18\x05 \x01(\x08R\nidempotent\x12\x33\n\x07timeout\x18\x06 \x01(\x0b\x32\x19.google.protobuf.DurationR\x07timeout\x12(\n\x10max_output_bytes\x18\x07 \x01(\x03R\x0emaxOutputBytes\x12\x16\n\x06source\x18\x08 \x01(\tR\x06source\x12\x1f\n\x0b\x65\x66\x66\x65\x63t_from\x18\t \x01(\tR\neffectFrom\"\x11\n\x0f\x44\x65scribeRequest\"@\n\x10\x44\x65scribeResponse\x12,\n\x05tools\x18\x01 \x03(\x0b\x32\x16.xct.v1.ToolDescriptorR\x05tools\"\x83\x01\n\rInvokeRequest\x12\x12\n\x04tool\x18\x01 \x01(\tR\x04tool\x12\x35\n\targuments\x18\x02 \x01(\x0b\x32\x17.google.protobuf.StructR\targuments\x12\'\n\x0fidempotency_key\x18\x03 \x01(\tR\x0eidempotencyKey\">\n\x0eInvokeResponse\x12,\n\x08response\x18\x01 \x01(\x0b\x32\x10.xct.v1.ResponseR\x08response*a\n\x06\x45\x66\x66\x65\x63t\x12\x16\n\x12\x45\x46\x46\x45\x43T_UNSPECIFIED\x10\x00\x12\x0f\n\x0b\x45\x46\x46\x45\x43T_READ\x10\x01\x12\x15\n\x11\x45\x46\x46\x45\x43T_REVERSIBLE\x10\x02\x12\x17\n\x13\x45\x46\x46\x45\x43T_IRREVERSIBLE\x10\x03\x32\x85\x01\n\x0bToolService\x12=\n\x08\x44\x65scribe\x12\x17.xct.v1.DescribeRequest\x1a\x18.xct.v1.DescribeResponse\x12\x37\n\x06Invoke\x12\x15.xct.v1.InvokeRequest\x1a\x16.xct.v1.InvokeResponseBy\n\ncom.xct.v1B\tToolProtoP\x01Z\'github.com/xct-dev/xct/gen/xct/v1;xctv1\xa2\x02\x03XXX\xaa\x02\x06Xct.V1\xca\x02\x06Xct\\V1\xe2\x02\x12Xct\\V1\\GPBMetadata\xea\x02\x07Xct::V1b\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'xct.v1.tool_pb2', globals())
@@ -24,18 +24,18 @@ if _descriptor._USE_C_DESCRIPTORS == False:
 
   DESCRIPTOR._options = None
   DESCRIPTOR._serialized_options = b'\n\ncom.xct.v1B\tToolProtoP\001Z\'github.com/xct-dev/xct/gen/xct/v1;xctv1\242\002\003XXX\252\002\006Xct.V1\312\002\006Xct\\V1\342\002\022Xct\\V1\\GPBMetadata\352\002\007Xct::V1'
-  _EFFECT._serialized_start=672
-  _EFFECT._serialized_end=769
+  _EFFECT._serialized_start=729
+  _EFFECT._serialized_end=826
   _TOOLDESCRIPTOR._serialized_start=115
-  _TOOLDESCRIPTOR._serialized_end=387
-  _DESCRIBEREQUEST._serialized_start=389
-  _DESCRIBEREQUEST._serialized_end=406
-  _DESCRIBERESPONSE._serialized_start=408
-  _DESCRIBERESPONSE._serialized_end=472
-  _INVOKEREQUEST._serialized_start=475
-  _INVOKEREQUEST._serialized_end=606
-  _INVOKERESPONSE._serialized_start=608
-  _INVOKERESPONSE._serialized_end=670
-  _TOOLSERVICE._serialized_start=772
-  _TOOLSERVICE._serialized_end=905
+  _TOOLDESCRIPTOR._serialized_end=444
+  _DESCRIBEREQUEST._serialized_start=446
+  _DESCRIBEREQUEST._serialized_end=463
+  _DESCRIBERESPONSE._serialized_start=465
+  _DESCRIBERESPONSE._serialized_end=529
+  _INVOKEREQUEST._serialized_start=532
+  _INVOKEREQUEST._serialized_end=663
+  _INVOKERESPONSE._serialized_start=665
+  _INVOKERESPONSE._serialized_end=727
+  _TOOLSERVICE._serialized_start=829
+  _TOOLSERVICE._serialized_end=962
 # @@protoc_insertion_point(module_scope)

@@ -40,22 +40,26 @@ class InvokeResponse(_message.Message):
     def __init__(self, response: _Optional[_Union[_decision_pb2.Response, _Mapping]] = ...) -> None: ...
 
 class ToolDescriptor(_message.Message):
-    __slots__ = ["description", "effect", "idempotent", "input_schema", "max_output_bytes", "name", "timeout"]
+    __slots__ = ["description", "effect", "effect_from", "idempotent", "input_schema", "max_output_bytes", "name", "source", "timeout"]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
     EFFECT_FIELD_NUMBER: _ClassVar[int]
+    EFFECT_FROM_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENT_FIELD_NUMBER: _ClassVar[int]
     INPUT_SCHEMA_FIELD_NUMBER: _ClassVar[int]
     MAX_OUTPUT_BYTES_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     description: str
     effect: Effect
+    effect_from: str
     idempotent: bool
     input_schema: str
     max_output_bytes: int
     name: str
+    source: str
     timeout: _duration_pb2.Duration
-    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., input_schema: _Optional[str] = ..., effect: _Optional[_Union[Effect, str]] = ..., idempotent: bool = ..., timeout: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., max_output_bytes: _Optional[int] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., input_schema: _Optional[str] = ..., effect: _Optional[_Union[Effect, str]] = ..., idempotent: bool = ..., timeout: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., max_output_bytes: _Optional[int] = ..., source: _Optional[str] = ..., effect_from: _Optional[str] = ...) -> None: ...
 
 class Effect(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []

@@ -12,6 +12,7 @@ APPROVAL_STATE_DENIED: ApprovalState
 APPROVAL_STATE_EXPIRED: ApprovalState
 APPROVAL_STATE_PENDING: ApprovalState
 APPROVAL_STATE_UNSPECIFIED: ApprovalState
+APPROVAL_STATE_WITHDRAWN: ApprovalState
 DESCRIPTOR: _descriptor.FileDescriptor
 VERDICT_DECISION_ALLOW: VerdictDecision
 VERDICT_DECISION_DENY: VerdictDecision
@@ -200,6 +201,24 @@ class Verdict(_message.Message):
     reasons: _containers.RepeatedCompositeFieldContainer[Reason]
     shadow: _containers.RepeatedCompositeFieldContainer[ShadowVerdict]
     def __init__(self, decision: _Optional[_Union[VerdictDecision, str]] = ..., reasons: _Optional[_Iterable[_Union[Reason, _Mapping]]] = ..., policy_version: _Optional[str] = ..., evaluated_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., error: _Optional[_Union[_decision_pb2.Error, _Mapping]] = ..., shadow: _Optional[_Iterable[_Union[ShadowVerdict, _Mapping]]] = ..., ends_run: bool = ..., approval_ttl: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class WithdrawApprovalRequest(_message.Message):
+    __slots__ = ["by", "reason", "run_id", "step_id"]
+    BY_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    STEP_ID_FIELD_NUMBER: _ClassVar[int]
+    by: str
+    reason: str
+    run_id: str
+    step_id: str
+    def __init__(self, run_id: _Optional[str] = ..., step_id: _Optional[str] = ..., by: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class WithdrawApprovalResponse(_message.Message):
+    __slots__ = ["approval"]
+    APPROVAL_FIELD_NUMBER: _ClassVar[int]
+    approval: Approval
+    def __init__(self, approval: _Optional[_Union[Approval, _Mapping]] = ...) -> None: ...
 
 class VerdictDecision(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []

@@ -36,6 +36,11 @@ class ValidatorServiceStub(object):
                 request_serializer=xct_dot_v1_dot_validator__pb2.DecideApprovalRequest.SerializeToString,
                 response_deserializer=xct_dot_v1_dot_validator__pb2.DecideApprovalResponse.FromString,
                 )
+        self.WithdrawApproval = channel.unary_unary(
+                '/xct.v1.ValidatorService/WithdrawApproval',
+                request_serializer=xct_dot_v1_dot_validator__pb2.WithdrawApprovalRequest.SerializeToString,
+                response_deserializer=xct_dot_v1_dot_validator__pb2.WithdrawApprovalResponse.FromString,
+                )
 
 
 class ValidatorServiceServicer(object):
@@ -76,6 +81,15 @@ class ValidatorServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WithdrawApproval(self, request, context):
+        """WithdrawApproval withdraws a pending approval whose run stopped waiting
+        (the run was cancelled): deciding it afterwards is refused. Idempotent;
+        an approval already decided is returned as it is.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ValidatorServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -98,6 +112,11 @@ def add_ValidatorServiceServicer_to_server(servicer, server):
                     servicer.DecideApproval,
                     request_deserializer=xct_dot_v1_dot_validator__pb2.DecideApprovalRequest.FromString,
                     response_serializer=xct_dot_v1_dot_validator__pb2.DecideApprovalResponse.SerializeToString,
+            ),
+            'WithdrawApproval': grpc.unary_unary_rpc_method_handler(
+                    servicer.WithdrawApproval,
+                    request_deserializer=xct_dot_v1_dot_validator__pb2.WithdrawApprovalRequest.FromString,
+                    response_serializer=xct_dot_v1_dot_validator__pb2.WithdrawApprovalResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -176,5 +195,22 @@ class ValidatorService(object):
         return grpc.experimental.unary_unary(request, target, '/xct.v1.ValidatorService/DecideApproval',
             xct_dot_v1_dot_validator__pb2.DecideApprovalRequest.SerializeToString,
             xct_dot_v1_dot_validator__pb2.DecideApprovalResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def WithdrawApproval(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/xct.v1.ValidatorService/WithdrawApproval',
+            xct_dot_v1_dot_validator__pb2.WithdrawApprovalRequest.SerializeToString,
+            xct_dot_v1_dot_validator__pb2.WithdrawApprovalResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)

@@ -14,7 +14,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file xct/v1/tool.proto.
  */
 export const file_xct_v1_tool: GenFile = /*@__PURE__*/
-  fileDesc("ChF4Y3QvdjEvdG9vbC5wcm90bxIGeGN0LnYxIsMBCg5Ub29sRGVzY3JpcHRvchIMCgRuYW1lGAEgASgJEhMKC2Rlc2NyaXB0aW9uGAIgASgJEhQKDGlucHV0X3NjaGVtYRgDIAEoCRIeCgZlZmZlY3QYBCABKA4yDi54Y3QudjEuRWZmZWN0EhIKCmlkZW1wb3RlbnQYBSABKAgSKgoHdGltZW91dBgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIYChBtYXhfb3V0cHV0X2J5dGVzGAcgASgDIhEKD0Rlc2NyaWJlUmVxdWVzdCI5ChBEZXNjcmliZVJlc3BvbnNlEiUKBXRvb2xzGAEgAygLMhYueGN0LnYxLlRvb2xEZXNjcmlwdG9yImIKDUludm9rZVJlcXVlc3QSDAoEdG9vbBgBIAEoCRIqCglhcmd1bWVudHMYAiABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EhcKD2lkZW1wb3RlbmN5X2tleRgDIAEoCSI0Cg5JbnZva2VSZXNwb25zZRIiCghyZXNwb25zZRgBIAEoCzIQLnhjdC52MS5SZXNwb25zZSphCgZFZmZlY3QSFgoSRUZGRUNUX1VOU1BFQ0lGSUVEEAASDwoLRUZGRUNUX1JFQUQQARIVChFFRkZFQ1RfUkVWRVJTSUJMRRACEhcKE0VGRkVDVF9JUlJFVkVSU0lCTEUQAzKFAQoLVG9vbFNlcnZpY2USPQoIRGVzY3JpYmUSFy54Y3QudjEuRGVzY3JpYmVSZXF1ZXN0GhgueGN0LnYxLkRlc2NyaWJlUmVzcG9uc2USNwoGSW52b2tlEhUueGN0LnYxLkludm9rZVJlcXVlc3QaFi54Y3QudjEuSW52b2tlUmVzcG9uc2VCeQoKY29tLnhjdC52MUIJVG9vbFByb3RvUAFaJ2dpdGh1Yi5jb20veGN0LWRldi94Y3QvZ2VuL3hjdC92MTt4Y3R2MaICA1hYWKoCBlhjdC5WMcoCBlhjdFxWMeICElhjdFxWMVxHUEJNZXRhZGF0YeoCB1hjdDo6VjFiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_struct, file_xct_v1_decision]);
+  fileDesc("ChF4Y3QvdjEvdG9vbC5wcm90bxIGeGN0LnYxIugBCg5Ub29sRGVzY3JpcHRvchIMCgRuYW1lGAEgASgJEhMKC2Rlc2NyaXB0aW9uGAIgASgJEhQKDGlucHV0X3NjaGVtYRgDIAEoCRIeCgZlZmZlY3QYBCABKA4yDi54Y3QudjEuRWZmZWN0EhIKCmlkZW1wb3RlbnQYBSABKAgSKgoHdGltZW91dBgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIYChBtYXhfb3V0cHV0X2J5dGVzGAcgASgDEg4KBnNvdXJjZRgIIAEoCRITCgtlZmZlY3RfZnJvbRgJIAEoCSIRCg9EZXNjcmliZVJlcXVlc3QiOQoQRGVzY3JpYmVSZXNwb25zZRIlCgV0b29scxgBIAMoCzIWLnhjdC52MS5Ub29sRGVzY3JpcHRvciJiCg1JbnZva2VSZXF1ZXN0EgwKBHRvb2wYASABKAkSKgoJYXJndW1lbnRzGAIgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIXCg9pZGVtcG90ZW5jeV9rZXkYAyABKAkiNAoOSW52b2tlUmVzcG9uc2USIgoIcmVzcG9uc2UYASABKAsyEC54Y3QudjEuUmVzcG9uc2UqYQoGRWZmZWN0EhYKEkVGRkVDVF9VTlNQRUNJRklFRBAAEg8KC0VGRkVDVF9SRUFEEAESFQoRRUZGRUNUX1JFVkVSU0lCTEUQAhIXChNFRkZFQ1RfSVJSRVZFUlNJQkxFEAMyhQEKC1Rvb2xTZXJ2aWNlEj0KCERlc2NyaWJlEhcueGN0LnYxLkRlc2NyaWJlUmVxdWVzdBoYLnhjdC52MS5EZXNjcmliZVJlc3BvbnNlEjcKBkludm9rZRIVLnhjdC52MS5JbnZva2VSZXF1ZXN0GhYueGN0LnYxLkludm9rZVJlc3BvbnNlQnkKCmNvbS54Y3QudjFCCVRvb2xQcm90b1ABWidnaXRodWIuY29tL3hjdC1kZXYveGN0L2dlbi94Y3QvdjE7eGN0djGiAgNYWFiqAgZYY3QuVjHKAgZYY3RcVjHiAhJYY3RcVjFcR1BCTWV0YWRhdGHqAgdYY3Q6OlYxYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_struct, file_xct_v1_decision]);
 
 /**
  * ToolDescriptor is what the system knows about a tool before calling it.
@@ -72,6 +72,25 @@ export type ToolDescriptor = Message<"xct.v1.ToolDescriptor"> & {
    * @generated from field: int64 max_output_bytes = 7;
    */
   maxOutputBytes: bigint;
+
+  /**
+   * source is where the executor found the tool: "builtin", "grpc:SERVER"
+   * (a ToolService server) or "mcp:SERVER" (an MCP server). Set by the
+   * executor; a tool server's own value is ignored.
+   *
+   * @generated from field: string source = 8;
+   */
+  source: string;
+
+  /**
+   * effect_from says where effect and idempotent come from: "builtin",
+   * "config" (the executor's tools configuration), "server" (the tool
+   * server's descriptor, or an MCP server's annotation hints) or "default"
+   * (nothing said: irreversible, not idempotent). Set by the executor.
+   *
+   * @generated from field: string effect_from = 9;
+   */
+  effectFrom: string;
 };
 
 /**

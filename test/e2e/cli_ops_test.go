@@ -1,0 +1,178 @@
+package e2e
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/xct-dev/xct/internal/testutil/proctest"
+)
+
+// devCluster is `xct dev` started as a user would, on free ports, with its
+// data directory.
+type devCluster struct {
+	xct, dataDir string
+	proc         *proc
+}
+
+// startDev starts the built xct dev with a data directory outside the
+// working directory and every service on a free port (so only the files
+// it writes tell clients where it is), with the given extra flags.
+func startDev(t *testing.T, extra ...string) *devCluster {
+	t.Helper()
+	xct, _ := binaries(t)
+	data := filepath.Join(t.TempDir(), "data")
+	args := append([]string{"dev", "--data-dir", data, "--nats-port", "-1",
+		"--orchestrator-listen", "127.0.0.1:0", "--validator-listen", "127.0.0.1:0",
+		"--executor-listen", "127.0.0.1:0", "--tracer-listen", "127.0.0.1:0",
+		"--tracer-http-listen", "127.0.0.1:0"}, extra...)
+	p := startProc(t, "xct dev", xct, args...)
+	p.waitFor(t, regexp.MustCompile(`serving; press Ctrl-C to stop`), 60*time.Second)
+	return &devCluster{xct: xct, dataDir: data, proc: p}
+}
+
+// cliResult is one CLI command's exit code and output.
+type cliResult struct {
+	code int
+	out  string
+}
+
+// cli runs the built xct in dir (a fresh temporary directory when empty)
+// with env added to a minimal environment.
+func (d *devCluster) cli(t *testing.T, dir string, env []string, args ...string) cliResult {
+	t.Helper()
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	full := append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}, env...)
+	p, err := proctest.Start("xct "+strings.Join(args, " "), dir, d.xct, full, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out, err := p.Wait(60 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cliResult{code: code, out: out}
+}
+
+// want fails unless the command exited with code and printed every one
+// of subs.
+func (r cliResult) want(t *testing.T, what string, code int, subs ...string) {
+	t.Helper()
+	if r.code != code {
+		t.Fatalf("%s: exit %d, want %d; output:\n%s", what, r.code, code, r.out)
+	}
+	for _, s := range subs {
+		if !strings.Contains(r.out, s) {
+			t.Fatalf("%s: output lacks %q:\n%s", what, s, r.out)
+		}
+	}
+}
+
+// The CLI finds a cluster started with --data-dir on other ports through
+// XCT_DATA_DIR alone (credentials and addresses), says which file it
+// tried when it finds none, and resolve's help no longer panics.
+func TestCLIFindsTheDevClusterByDataDir(t *testing.T) {
+	d := startDev(t)
+	env := []string{"XCT_DATA_DIR=" + d.dataDir}
+
+	d.cli(t, "", env, "runs").want(t, "runs with XCT_DATA_DIR", 0, "RUN", "STATUS")
+	d.cli(t, "", nil, "runs", "--data-dir", d.dataDir).want(t, "runs with --data-dir", 0, "RUN")
+
+	// No data directory here: the file tried is named (and nothing is
+	// dialled for a principal without a token).
+	d.cli(t, "", nil, "runs", "--as", "bob").want(t, "runs without credentials", 1,
+		filepath.Join(".xct", "dev", "credentials.yaml")+" does not exist", "XCT_DATA_DIR")
+	missing := filepath.Join(t.TempDir(), "nowhere")
+	d.cli(t, "", []string{"XCT_DATA_DIR=" + missing}, "runs").want(t, "runs with a wrong data dir", 2,
+		filepath.Join(missing, "dev", "addresses.yaml"))
+
+	// One addresses file for a cluster xct dev did not start.
+	addrs := filepath.Join(d.dataDir, "dev", "addresses.yaml")
+	d.cli(t, "", []string{"XCT_CLUSTER=" + addrs, "XCT_CREDENTIALS=" + filepath.Join(d.dataDir, "dev", "credentials.yaml")}, "runs").
+		want(t, "runs with XCT_CLUSTER", 0, "RUN")
+
+	// resolve -h prints its flags: --outcome for the outcome, --as for
+	// the principal.
+	d.cli(t, "", nil, "resolve", "-h").want(t, "resolve -h", 0, "-outcome", "-as")
+	d.cli(t, "", env, "resolve", "run-1", "2", "--outcome", "maybe").want(t, "resolve with a wrong outcome", 2, `--outcome "maybe"`)
+}
+
+// xct tools prints the catalog the model sees, with each tool's source and
+// effect class and where it comes from.
+func TestCLITools(t *testing.T) {
+	d := startDev(t)
+	env := []string{"XCT_DATA_DIR=" + d.dataDir}
+	d.cli(t, "", env, "tools").want(t, "tools", 0, "TOOL", "SOURCE", "EFFECT FROM", "fs.read", "builtin")
+	r := d.cli(t, "", env, "tools", "--json")
+	r.want(t, "tools --json", 0)
+	var rows []struct {
+		Name, Source, Effect, Timeout string
+		EffectFrom                    string `json:"effect_from"`
+		Idempotent                    bool
+		InputSchema                   map[string]any `json:"input_schema"`
+	}
+	if err := json.Unmarshal([]byte(r.out), &rows); err != nil {
+		t.Fatalf("tools --json: %v\n%s", err, r.out)
+	}
+	found := false
+	for _, row := range rows {
+		if row.Name == "fs.read" {
+			found = true
+			if row.Source != "builtin" || row.Effect != "read" || row.EffectFrom != "builtin" || !row.Idempotent || row.Timeout == "" || row.InputSchema["type"] != "object" {
+				t.Fatalf("fs.read: %+v", row)
+			}
+		}
+	}
+	if !found {
+		t.Fatalf("no fs.read in %s", r.out)
+	}
+}
+
+// xct cancel stops a run waiting for an approval: its step is closed, the
+// approval withdrawn (approving it afterwards is refused, saying why), and
+// xct show says cancelled for the run and the step.
+func TestCLICancel(t *testing.T) {
+	d := startDev(t, "--policy", "../../examples/policies/config-approval.yaml")
+	script := `name: needs-approval
+steps:
+  - next_step:
+      tool: fs.write
+      arguments: {path: config/app.yaml, content: "x: 1\n"}
+      goal: change the config
+    tokens: {input: 100, output: 10}
+  - done: true
+    message: changed
+    tokens: {input: 50, output: 5}
+`
+	if err := os.WriteFile(filepath.Join(d.dataDir, "scripts", "approve.yaml"), []byte(script), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"XCT_DATA_DIR=" + d.dataDir}
+	r := d.cli(t, "", env, "run", "--model", "scripted:approve.yaml", "--goal", "g", "--detach")
+	r.want(t, "run --detach", 0)
+	runID := strings.TrimSpace(r.out)
+	// Wait until the step waits for a human.
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(d.cli(t, "", env, "approvals", "--run", runID).out, "state         pending") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no pending approval for %s", runID)
+		}
+	}
+	d.cli(t, "", env, "cancel", runID, "--reason", "wrong ticket", "--as", "carol").
+		want(t, "cancel", 0, "run "+runID+" cancelled: cancelled by carol: wrong ticket")
+	d.cli(t, "", env, "cancel", runID).want(t, "cancel again", 1, "FailedPrecondition")
+	show := d.cli(t, "", env, "show", runID)
+	show.want(t, "show", 0, "status     cancelled", "cancelled by carol: wrong ticket")
+	if !regexp.MustCompile(`(?m)^1\s+cancelled\s+fs\.write\s+needs_approval\s+- \(the run was cancelled`).MatchString(show.out) {
+		t.Fatalf("show: step 1 not cancelled:\n%s", show.out)
+	}
+	d.cli(t, "", env, "approve", runID, "1", "--as", "bob").want(t, "approve after cancel", 1,
+		"FailedPrecondition", "withdrawn", "cancelled by carol")
+	d.cli(t, "", env, "approvals", "--run", runID, "--all").want(t, "approvals --all", 0, "withdrawn", "decided by    carol: wrong ticket")
+}
