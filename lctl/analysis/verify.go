@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/xct-dev/xct/lctl"
+	"github.com/xct-dev/xct/lctl/checkpoint"
 )
 
 // VerifyReport is what Verify found out about a chain.
@@ -330,8 +331,14 @@ func runNotes(events []lctl.Event) []string {
 	if started >= 0 && finished < 0 {
 		out = append(out, "the run has no run_finished event: it is still running, or the chain was cut short")
 	}
-	if finished >= 0 && finished < len(events)-1 {
-		out = append(out, fmt.Sprintf("%d %s after run_finished", len(events)-1-finished, plural(len(events)-1-finished, "event comes", "events come")))
+	after := 0
+	for i := finished + 1; finished >= 0 && i < len(events); i++ {
+		if events[i].Type != checkpoint.EventType { // the run's end is signed after it
+			after++
+		}
+	}
+	if after > 0 {
+		out = append(out, fmt.Sprintf("%d %s after run_finished", after, plural(after, "event comes", "events come")))
 	}
 	return out
 }

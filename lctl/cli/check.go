@@ -12,10 +12,12 @@ import (
 	"text/tabwriter"
 
 	"github.com/xct-dev/xct/lctl/analysis"
+	"github.com/xct-dev/xct/lctl/checkpoint"
 )
 
 func runVerify(ctx context.Context, c *cmdContext) error {
 	c.common()
+	keys := c.signatureFlags() // signed.go
 	if err := c.parse(); err != nil {
 		return err
 	}
@@ -30,15 +32,19 @@ func runVerify(ctx context.Context, c *cmdContext) error {
 	for _, w := range d.warnings {
 		c.warn("%s: %s", d.label, w)
 	}
+	sigs, err := c.verifySignatures(keys, d)
+	if err != nil {
+		return err
+	}
 	r := analysis.Verify(d.id, d.events)
 	if c.jsonOut {
-		if err := c.printJSON(r); err != nil {
+		if err := c.printJSON(verifiedReport{r, sigs}); err != nil {
 			return err
 		}
 	} else {
-		c.printVerify(r)
+		c.printVerify(r, sigs)
 	}
-	if !r.OK {
+	if !r.OK || (sigs != nil && !sigs.OK) {
 		return errCheckFailed
 	}
 	return nil
@@ -46,7 +52,7 @@ func runVerify(ctx context.Context, c *cmdContext) error {
 
 var checkNames = map[string]string{"sequence": "sequence", "timestamps": "timestamps", "hash_chain": "hash chain", "checkpoints": "checkpoints"}
 
-func (c *cmdContext) printVerify(r *analysis.VerifyReport) {
+func (c *cmdContext) printVerify(r *analysis.VerifyReport, sigs *checkpoint.Report) {
 	c.out("Verifying %d events of %s...\n", r.Events, r.ChainID)
 	for _, ch := range r.Checks {
 		mark := "✓"
@@ -55,15 +61,33 @@ func (c *cmdContext) printVerify(r *analysis.VerifyReport) {
 		}
 		c.out("%s %s: %s\n", mark, checkNames[ch.Name], ch.Summary)
 	}
+	if sigs != nil {
+		c.printSignatures(sigs)
+	}
 	for _, n := range r.Notes {
 		c.out("note: %s\n", n)
 	}
 	c.out("\n")
-	if r.OK {
+	switch {
+	case r.OK && sigs == nil:
 		c.out("Chain verified.\n")
 		return
+	case r.OK && sigs.OK && len(sigs.Unsigned) > 0:
+		c.out("Chain verified; signed through seq %d, %d unsigned %s after it.\n", sigs.SignedThrough, len(sigs.Unsigned), plural(len(sigs.Unsigned), "event", "events"))
+		return
+	case r.OK && sigs.OK:
+		c.out("Chain verified and signed: it is exactly what %s signed.\n", sigs.SignedBy)
+		return
 	}
-	c.out("FAILED: %s\n", r.First.Message)
+	// The headline is the earliest problem of either check.
+	first := r.First
+	if sigs != nil && !sigs.OK && (first == nil || sigs.First.Position < first.Position) {
+		first = sigs.First
+	}
+	c.out("FAILED: %s\n", first.Message)
+	if r.OK {
+		return
+	}
 	if len(r.Problems) > 1 {
 		c.out("%d problems, in chain order:\n", len(r.Problems))
 		for i, p := range r.Problems {

@@ -71,11 +71,12 @@ func commands() []command {
 		{"bottleneck", "[--top N] FILE | --chain ID", "the slowest steps, their share of the time, a recommendation", runBottleneck},
 		{"confidence", "[--decay R] FILE | --chain ID", "each fact's confidence over time: decay, consensus, thresholds", runConfidence},
 		{"validate", "--contracts DIR FILE | --chain ID", "check agents against their contracts (exit 1 on a violation)", runValidate},
-		{"verify", "FILE | --chain ID", "check seqs, timestamps, the hash chain and checkpoints (exit 1 on a problem)", runVerify},
+		{"verify", "[--key FILE] FILE | --chain ID", "check seqs, timestamps, the hash chain and checkpoints; with --key, that it is exactly what the cluster signed (exit 1 on a problem)", runVerify},
 		{"query", "'SELECT * WHERE ...' FILE | --chain ID", "query the fact store", runQuery},
 		{"convert", "IN OUT | IN --to json|yaml [--from otlp]", "convert a chain between JSON and YAML, or OpenTelemetry traces to chains", runConvert},
 		{"export", "--chain ID [-o FILE] [--to json|yaml]", "export a live chain from the tracer", runExport},
 		{"tail", "--chain ID | --all [--nats URL]", "follow events live from the event stream", runTail},
+		{"keygen", "NAME [-o PREFIX]", "make a key to sign checkpoints with (NAME.key) and its verifier key (NAME.pub)", runKeygen},
 		{"debug", "FILE [FILE2] [--addr 127.0.0.1:8080] [--open=false]", "serve the visual debugger for chain files (two to diff them)", runDebug},
 	}
 }

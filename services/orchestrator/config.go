@@ -53,6 +53,8 @@ type Config struct {
 	// Instance names this process in the run owners bucket; empty picks
 	// the host name and a random suffix.
 	Instance string
+	// Checkpoint is the signing of chain checkpoints (checkpoint.go).
+	Checkpoint CheckpointConfig
 }
 
 // RegisterFlags registers the orchestrator's flags with their defaults.
@@ -78,6 +80,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	})
 	fs.StringVar(&c.OpenAI.BaseURL, "openai-base-url", os.Getenv("OPENAI_BASE_URL"), "OpenAI-compatible API root for openai:MODEL (env OPENAI_BASE_URL); the key comes from OPENAI_API_KEY")
 	c.OpenAI.APIKey = os.Getenv("OPENAI_API_KEY")
+	c.Checkpoint.RegisterFlags(fs)
 }
 
 // Validate checks the configuration and fills defaults.
@@ -118,6 +121,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Instance != "" && !validInstance(c.Instance) {
 		errs = append(errs, fmt.Errorf("-instance %q: use 1-64 of A-Z a-z 0-9 . _ -", c.Instance))
+	}
+	if err := c.Checkpoint.validate(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

@@ -115,6 +115,7 @@ func (r *run) record(eventType, agent string, data map[string]any) error {
 	}
 	r.transcript.apply(&e)
 	r.svc.runs.apply(&e)
+	r.checkpointAfter(&e) // checkpoint.go
 	return nil
 }
 

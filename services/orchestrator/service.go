@@ -49,6 +49,8 @@ type Service struct {
 	// redactor replaces secrets in events before they are appended; set
 	// by Start (redaction.go).
 	redactor *redact.Redactor
+	// checkpoints signs chain checkpoints (checkpoint.go); nil: unsigned.
+	checkpoints *checkpointSigner
 
 	// owners is the run owners bucket (owners.go); instance is this
 	// process's name in it.
@@ -88,6 +90,10 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger, opts ...Option) (*Service,
 		claiming: map[string]bool{}, instance: cfg.Instance, closing: make(chan struct{})}
 	if s.instance == "" {
 		s.instance = newInstance()
+	}
+	var err error
+	if s.checkpoints, err = newCheckpointSigner(cfg.Checkpoint, log); err != nil {
+		return nil, fmt.Errorf("orchestrator: %w", err)
 	}
 	for _, o := range opts {
 		o(s)

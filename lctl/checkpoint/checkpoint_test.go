@@ -1,0 +1,266 @@
+package checkpoint_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/mod/sumdb/note"
+
+	"github.com/xct-dev/xct/lctl"
+	"github.com/xct-dev/xct/lctl/checkpoint"
+)
+
+type key struct {
+	signer   note.Signer
+	verifier note.Verifier
+	vkey     string
+}
+
+func newKey(t *testing.T, name string) key {
+	t.Helper()
+	skey, vkey, err := checkpoint.GenerateKey(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := checkpoint.ParseSigner([]byte(skey+"\n"), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	vs, err := checkpoint.ParseVerifiers([]byte("# trusted\n"+vkey+"\n"), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return key{s, vs[0], vkey}
+}
+
+// chain writes n work events to a chain, as the orchestrator would, with a
+// signed checkpoint after every `every` events and at the end; signerAt
+// picks the key for the checkpoint covering a seq (rotation).
+func chain(t *testing.T, id string, n, every int, signerAt func(seq uint64) note.Signer) []lctl.Event {
+	t.Helper()
+	var events []lctl.Event
+	add := func(typ string, data map[string]any) *lctl.Event {
+		prev := ""
+		if len(events) > 0 {
+			prev = events[len(events)-1].Hash
+		}
+		e := lctl.Event{ChainID: id, Seq: uint64(len(events) + 1), Type: typ, Agent: "agent",
+			Timestamp: lctl.FormatTime(testTime(len(events))), Data: data}
+		if err := e.Seal(prev); err != nil {
+			t.Fatal(err)
+		}
+		events = append(events, e)
+		return &events[len(events)-1]
+	}
+	sign := func() {
+		head := events[len(events)-1]
+		d, err := checkpoint.Sign(signerAt(head.Seq), checkpoint.Origin("test", id), &head)
+		if err != nil {
+			t.Fatal(err)
+		}
+		add(checkpoint.EventType, d)
+	}
+	for i := 0; i < n; i++ {
+		e := add(lctl.TypeToolCall, map[string]any{"tool": "fs.read", "step": float64(i + 1), "output": fmt.Sprintf("result %d", i)})
+		if every > 0 && e.Seq%uint64(every) == 0 {
+			sign()
+		}
+	}
+	if every > 0 {
+		sign()
+	}
+	return events
+}
+
+func reseal(t *testing.T, events []lctl.Event) {
+	t.Helper()
+	prev := ""
+	for i := range events {
+		events[i].Seq = uint64(i + 1)
+		if err := events[i].Seal(prev); err != nil {
+			t.Fatal(err)
+		}
+		prev = events[i].Hash
+	}
+}
+
+func clone(events []lctl.Event) []lctl.Event {
+	out := make([]lctl.Event, len(events))
+	for i, e := range events {
+		d := make(map[string]any, len(e.Data))
+		for k, v := range e.Data {
+			d[k] = v
+		}
+		e.Data = d
+		out[i] = e
+	}
+	return out
+}
+
+func TestVerify(t *testing.T) {
+	k := newKey(t, "xct-test")
+	other := newKey(t, "xct-test") // same name, another key
+	trusted := note.VerifierList(k.verifier)
+	good := chain(t, "run-1", 25, 10, func(uint64) note.Signer { return k.signer })
+	// 25 events with checkpoints after seq 10, 21 (10 + checkpoint + 10),
+	// and at the end.
+
+	t.Run("untouched", func(t *testing.T) {
+		r := checkpoint.Verify("run-1", good, trusted, checkpoint.Options{})
+		if !r.OK || r.SignedThrough != uint64(len(good)-1) || len(r.Unsigned) != 0 || len(r.Checkpoints) != 3 {
+			t.Fatalf("%+v", r)
+		}
+		for _, c := range r.Checkpoints {
+			if !c.OK || c.Keys[0] != "xct-test" {
+				t.Fatalf("checkpoint %+v", c)
+			}
+		}
+	})
+	t.Run("edited without rehash", func(t *testing.T) {
+		ev := clone(good)
+		ev[6].Data["output"] = "result 7, changed"
+		r := checkpoint.Verify("run-1", ev, trusted, checkpoint.Options{})
+		wantFirst(t, r, 7, "differs from what was written")
+	})
+	t.Run("deleted event", func(t *testing.T) {
+		ev := append(clone(good[:4]), clone(good[5:])...)
+		r := checkpoint.Verify("run-1", ev, trusted, checkpoint.Options{})
+		wantFirst(t, r, 6, "seq 6 where 5 was expected")
+	})
+	t.Run("reordered pair", func(t *testing.T) {
+		ev := clone(good)
+		ev[12], ev[13] = ev[13], ev[12]
+		r := checkpoint.Verify("run-1", ev, trusted, checkpoint.Options{})
+		wantFirst(t, r, 14, "position 13")
+	})
+	t.Run("edited and rehashed", func(t *testing.T) {
+		ev := clone(good)
+		ev[14].Data["output"] = "forged"
+		reseal(t, ev)
+		r := checkpoint.Verify("run-1", ev, trusted, checkpoint.Options{})
+		// Events 1-10 are still proven; the checkpoint at seq 21 covers
+		// 11 to 20.
+		wantFirst(t, r, 21, "one or more of events 11 to 20 were changed")
+		if r.SignedThrough != 10 || r.First.Kind != checkpoint.ProblemRehashed {
+			t.Fatalf("%+v", r)
+		}
+	})
+	t.Run("deleted and rehashed", func(t *testing.T) {
+		ev := append(clone(good[:2]), clone(good[3:])...)
+		reseal(t, ev)
+		r := checkpoint.Verify("run-1", ev, trusted, checkpoint.Options{})
+		wantFirst(t, r, 10, "events before it were removed and the hashes recomputed (one or more of events 1 to 9 differ)")
+	})
+	t.Run("wrong key", func(t *testing.T) {
+		r := checkpoint.Verify("run-1", good, note.VerifierList(other.verifier), checkpoint.Options{})
+		wantFirst(t, r, 11, "which is not a trusted key")
+		if r.SignedThrough != 0 {
+			t.Fatalf("%+v", r)
+		}
+	})
+	t.Run("note edited", func(t *testing.T) {
+		ev := clone(good)
+		cp := &ev[10]
+		cp.Data["note"] = strings.Replace(cp.Data["note"].(string), "\n10\n", "\n9\n", 1)
+		reseal(t, ev)
+		r := checkpoint.Verify("run-1", ev, trusted, checkpoint.Options{})
+		wantFirst(t, r, 11, "does not verify")
+	})
+	t.Run("copied from another chain", func(t *testing.T) {
+		r := checkpoint.Verify("run-2", good, trusted, checkpoint.Options{})
+		wantFirst(t, r, 11, "it was copied from another chain")
+	})
+	t.Run("unsigned tail", func(t *testing.T) {
+		ev := clone(good[:len(good)-1]) // the final checkpoint cut off
+		ev = append(ev, lctl.Event{ChainID: "run-1", Type: lctl.TypeToolCall, Agent: "intruder", Data: map[string]any{"tool": "x"}})
+		ev[len(ev)-1].Seq = uint64(len(ev))
+		if err := ev[len(ev)-1].Seal(ev[len(ev)-2].Hash); err != nil {
+			t.Fatal(err)
+		}
+		r := checkpoint.Verify("run-1", ev, trusted, checkpoint.Options{})
+		wantFirst(t, r, 22, "events 22 to 28 come after the last signed checkpoint")
+		r = checkpoint.Verify("run-1", ev, trusted, checkpoint.Options{AllowUnsignedTail: true})
+		if !r.OK || r.SignedThrough != 20 || len(r.Unsigned) != 7 {
+			t.Fatalf("%+v", r)
+		}
+	})
+	t.Run("no checkpoint", func(t *testing.T) {
+		ev := chain(t, "run-1", 3, 0, nil)
+		r := checkpoint.Verify("run-1", ev, trusted, checkpoint.Options{})
+		wantFirst(t, r, 1, "no signed checkpoint")
+	})
+}
+
+// TestKeyRotation signs the first checkpoints with one key and the rest
+// with its successor: trusting both verifies the chain, trusting only the
+// new one proves nothing before the rotation.
+func TestKeyRotation(t *testing.T) {
+	old, cur := newKey(t, "xct-2026a"), newKey(t, "xct-2026b")
+	ev := chain(t, "run-r", 30, 10, func(seq uint64) note.Signer {
+		if seq <= 10 {
+			return old.signer
+		}
+		return cur.signer
+	})
+	raw := "# rotated out on 2026-11-01, kept to verify older chains\n" + old.vkey + "\n" + cur.vkey + "\n"
+	vs, err := checkpoint.ParseVerifiers([]byte(raw), "trusted")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := checkpoint.Verify("run-r", ev, note.VerifierList(vs...), checkpoint.Options{})
+	if !r.OK || r.Checkpoints[0].Keys[0] != "xct-2026a" || r.Checkpoints[len(r.Checkpoints)-1].Keys[0] != "xct-2026b" {
+		t.Fatalf("%+v", r)
+	}
+	r = checkpoint.Verify("run-r", ev, note.VerifierList(cur.verifier), checkpoint.Options{})
+	wantFirst(t, r, 11, "xct-2026a")
+}
+
+func TestNoteFormat(t *testing.T) {
+	k := newKey(t, "xct-dev")
+	head := lctl.Event{Seq: 42, Hash: strings.Repeat("ab", 32)}
+	d, err := checkpoint.Sign(k.signer, checkpoint.Origin("", "run-9"), &head)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := d["note"].(string)
+	lines := strings.Split(msg, "\n")
+	// origin, size, base64 root, blank, "— name base64(keyhash||sig)", "".
+	if len(lines) != 6 || lines[0] != "xct/lctl/run-9" || lines[1] != "42" || lines[2] != "q6urq6urq6urq6urq6urq6urq6urq6urq6urq6urq6s=" || lines[3] != "" || !strings.HasPrefix(lines[4], "— xct-dev ") {
+		t.Fatalf("note:\n%s", msg)
+	}
+	n, err := note.Open([]byte(msg), note.VerifierList(k.verifier))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := checkpoint.ParseBody(n.Text)
+	if err != nil || p.Seq != 42 || p.HeadHash != head.Hash || p.Origin != "xct/lctl/run-9" {
+		t.Fatalf("%+v %v", p, err)
+	}
+	for _, bad := range []string{"o\n42\n", "o\n042\nq6urq6urq6urq6urq6urq6urq6urq6urq6urq6urq6s=\n", "o\n1\nnot base64\n", "\n1\nq6urq6urq6urq6urq6urq6urq6urq6urq6urq6urq6s=\n", "o\n1\nq6s="} {
+		if _, err := checkpoint.ParseBody(bad); err == nil {
+			t.Errorf("ParseBody(%q) accepted", bad)
+		}
+	}
+	if _, err := checkpoint.ParseVerifiers([]byte("PRIVATE+KEY+x+01+abc\n"), "k"); err == nil || !strings.Contains(err.Error(), "private signing key") {
+		t.Errorf("a private key given as trusted: %v", err)
+	}
+	if _, err := checkpoint.ParseSigner([]byte(k.vkey), "k"); err == nil || !strings.Contains(err.Error(), "not a signing key") {
+		t.Errorf("a verifier key given as signer: %v", err)
+	}
+}
+
+func wantFirst(t *testing.T, r *checkpoint.Report, seq uint64, text string) {
+	t.Helper()
+	if r.OK || r.First == nil {
+		t.Fatalf("verified, want a problem at seq %d (%q): %+v", seq, text, r)
+	}
+	if r.First.Seq != seq || !strings.Contains(r.First.Message, text) {
+		t.Fatalf("first problem %+v\nwant seq %d containing %q", *r.First, seq, text)
+	}
+}
+
+func testTime(i int) time.Time {
+	return time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC).Add(time.Duration(i) * time.Second)
+}

@@ -1,0 +1,259 @@
+package checkpoint
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"golang.org/x/mod/sumdb/note"
+
+	"github.com/xct-dev/xct/lctl"
+)
+
+// Problem kinds Verify adds to lctl's.
+const (
+	// ProblemSignature: a checkpoint's note does not verify (its text or
+	// signature was changed) or cannot be read.
+	ProblemSignature = "signature"
+	// ProblemUntrustedKey: a checkpoint is signed only by keys that are
+	// not trusted.
+	ProblemUntrustedKey = "untrusted_key"
+	// ProblemRehashed: the chain links up, but not to the head a signed
+	// checkpoint names: an event was changed and the hashes recomputed.
+	ProblemRehashed = "rehashed"
+	// ProblemUnsigned: events no trusted checkpoint covers.
+	ProblemUnsigned = "unsigned"
+)
+
+// Options tune Verify.
+type Options struct {
+	// AllowUnsignedTail accepts events after the last signed checkpoint
+	// (a chain still being written); they are reported either way.
+	AllowUnsignedTail bool
+}
+
+// Report is what Verify proved about a chain.
+type Report struct {
+	ChainID string `json:"chain_id"`
+	Events  int    `json:"events"`
+	// OK is true when the chain is, event for event, what the trusted
+	// keys signed, and (unless allowed) nothing is unsigned.
+	OK bool `json:"ok"`
+	// Checkpoints lists every signed checkpoint event, in chain order.
+	Checkpoints []Checked `json:"checkpoints"`
+	// SignedThrough is the seq up to which every event is proven (0:
+	// none).
+	SignedThrough uint64 `json:"signed_through"`
+	// SignedBy names the key of the checkpoint that proves SignedThrough.
+	SignedBy string `json:"signed_by,omitempty"`
+	// Covered is the highest seq a checkpoint signed by a trusted key
+	// covers, whether or not the chain still matches it.
+	Covered uint64 `json:"covered"`
+	// Unsigned lists the seqs of events after Covered: no trusted
+	// signature covers them (signed checkpoints themselves are not listed:
+	// a checkpoint's note proves itself).
+	Unsigned []uint64 `json:"unsigned"`
+	// Problems, in chain order; First is the earliest.
+	Problems []lctl.Problem `json:"problems"`
+	First    *lctl.Problem  `json:"first_problem,omitempty"`
+	// Notes are facts that are not failures.
+	Notes []string `json:"notes"`
+}
+
+// Checked is one signed checkpoint event and what became of it.
+type Checked struct {
+	// Seq is the checkpoint event's seq; Covers the last seq it signs.
+	Seq    uint64 `json:"seq"`
+	Covers uint64 `json:"covers"`
+	// Keys are the trusted keys whose signatures verified.
+	Keys []string `json:"keys,omitempty"`
+	// OK is true when the signature verified and the chain has the head
+	// it names.
+	OK bool `json:"ok"`
+	// Status says what was found, in words.
+	Status string `json:"status"`
+}
+
+// Verify proves a chain against trusted verifier keys: its hash chain links
+// from the first event, every signed checkpoint's note verifies with a
+// trusted key and names this chain's origin, and the hash of the event it
+// covers is the root hash it signed. It names the first event that
+// differs from what was signed: exactly, when the hash chain is broken
+// (an edit, a removal, a reorder); within the checkpoint's span when the
+// chain was re-hashed after an edit (the signature fixes only the head).
+// Events after the last signed checkpoint are listed as unsigned. The cost
+// is one pass over the events plus one signature check per checkpoint.
+func Verify(chainID string, events []lctl.Event, keys note.Verifiers, opts Options) *Report {
+	r := &Report{ChainID: chainID, Events: len(events), Checkpoints: []Checked{}, Unsigned: []uint64{}, Problems: []lctl.Problem{}, Notes: []string{}}
+	// intact events link up from the first: events[:intact] have seqs 1..
+	// intact, and each hash matches its content and links to the one
+	// before.
+	intact := len(events)
+	if err := lctl.Verify(events); err != nil {
+		var ve *lctl.VerifyError
+		if errors.As(err, &ve) {
+			intact = ve.Index
+			e := &events[ve.Index]
+			r.Problems = append(r.Problems, lctl.Problem{Seq: e.Seq, Position: ve.Index + 1, Kind: lctl.ProblemEdited,
+				Message: fmt.Sprintf("%s at position %d differs from what was written: %s", lctl.Describe(e), ve.Index+1, ve.Reason)})
+		} else {
+			intact = 0
+			r.Problems = append(r.Problems, lctl.Problem{Kind: lctl.ProblemEdited, Message: err.Error()})
+		}
+	}
+	wantOrigin := OriginSeparator + chainID
+	var provenFrom uint64 // the seq after the last checkpoint that checked out
+	signedCheckpoint := map[int]bool{}
+	for i := range events {
+		e := &events[i]
+		if e.Type != EventType {
+			continue
+		}
+		c := Checked{Seq: e.Seq}
+		fail := func(kind, format string, args ...any) {
+			c.Status = fmt.Sprintf(format, args...)
+			r.Problems = append(r.Problems, lctl.Problem{Seq: e.Seq, Position: i + 1, Kind: kind,
+				Message: fmt.Sprintf("%s: %s", lctl.Describe(e), c.Status)})
+		}
+		msg, _ := e.Data["note"].(string)
+		if msg == "" {
+			fail(ProblemSignature, "it has no signed note")
+			r.Checkpoints = append(r.Checkpoints, c)
+			continue
+		}
+		n, err := note.Open([]byte(msg), keys)
+		var unverified *note.UnverifiedNoteError
+		var invalid *note.InvalidSignatureError
+		switch {
+		case errors.As(err, &unverified):
+			var names []string
+			for _, s := range unverified.Note.UnverifiedSigs {
+				names = append(names, fmt.Sprintf("%s+%08x", s.Name, s.Hash))
+			}
+			fail(ProblemUntrustedKey, "signed by %s, which is not a trusted key (--key / --trusted-keys): nothing proves who wrote it", strings.Join(names, ", "))
+		case errors.As(err, &invalid):
+			fail(ProblemSignature, "the signature of key %s does not verify: the checkpoint's note was changed", invalid.Name)
+		case err != nil:
+			fail(ProblemSignature, "its note is not a signed note: %v", err)
+		}
+		if err != nil {
+			r.Checkpoints = append(r.Checkpoints, c)
+			continue
+		}
+		for _, s := range n.Sigs {
+			c.Keys = append(c.Keys, s.Name)
+		}
+		p, err := ParseBody(n.Text)
+		switch {
+		case err != nil:
+			fail(ProblemSignature, "its signed note is not a checkpoint: %v", err)
+		case !strings.HasSuffix(p.Origin, wantOrigin):
+			fail(ProblemSignature, "it signs origin %q, not this chain (%q): it was copied from another chain", p.Origin, "…"+wantOrigin)
+		default:
+			c.Covers = p.Seq
+			signedCheckpoint[i] = true
+			r.Covered = max(r.Covered, p.Seq)
+			head, _ := e.Data["head_hash"].(string)
+			seq, _ := e.Data["seq"].(float64)
+			switch {
+			case p.Seq >= e.Seq:
+				fail(ProblemRehashed, "signed by %s, it covers the chain up to seq %d but is itself at seq %d: events before it were removed and the hashes recomputed (one or more of events %d to %d differ)",
+					strings.Join(c.Keys, ", "), p.Seq, e.Seq, provenFrom+1, e.Seq-1)
+			case head != p.HeadHash || uint64(seq) != p.Seq:
+				fail(ProblemSignature, "its seq or head_hash was changed: they do not match the signed note (seq %d, head %s)", p.Seq, clip(p.HeadHash))
+			case p.Seq > uint64(intact):
+				c.Status = fmt.Sprintf("covers seq 1 to %d, but the chain breaks before that (see the first problem)", p.Seq)
+			default:
+				got := events[p.Seq-1].Hash
+				if got != p.HeadHash {
+					from := provenFrom + 1
+					fail(ProblemRehashed, "signed by %s, it says the chain's head at seq %d was %s; this chain's is %s: one or more of events %d to %d were changed and the hashes after them recomputed",
+						strings.Join(c.Keys, ", "), p.Seq, clip(p.HeadHash), clip(got), from, p.Seq)
+					break
+				}
+				c.OK = true
+				c.Status = fmt.Sprintf("signed by %s: events 1 to %d are exactly what was signed", strings.Join(c.Keys, ", "), p.Seq)
+				if p.Seq > r.SignedThrough {
+					r.SignedThrough, r.SignedBy = p.Seq, strings.Join(c.Keys, ", ")
+				}
+				provenFrom = max(provenFrom, p.Seq)
+			}
+		}
+		r.Checkpoints = append(r.Checkpoints, c)
+	}
+	for i := range events {
+		if events[i].Seq > r.Covered && !signedCheckpoint[i] {
+			r.Unsigned = append(r.Unsigned, events[i].Seq)
+		}
+	}
+	switch {
+	case len(r.Checkpoints) == 0 && len(events) > 0:
+		r.Problems = append(r.Problems, lctl.Problem{Seq: events[0].Seq, Position: 1, Kind: ProblemUnsigned,
+			Message: "the chain has no signed checkpoint: nothing proves who wrote it (was the orchestrator given --checkpoint-key-file?)"})
+	case len(r.Unsigned) > 0 && !opts.AllowUnsignedTail && len(r.Problems) == 0:
+		first := r.Unsigned[0]
+		r.Problems = append(r.Problems, lctl.Problem{Seq: first, Position: positionOf(events, first), Kind: ProblemUnsigned,
+			Message: fmt.Sprintf("%s come after the last signed checkpoint: nothing proves who wrote them (--allow-unsigned-tail accepts a chain still being written)", describeSeqs(r.Unsigned))})
+	}
+	r.Notes = append(r.Notes, endNotes(events, r)...)
+	sortProblems(r.Problems)
+	if len(r.Problems) > 0 {
+		first := r.Problems[0]
+		r.First = &first
+	}
+	r.OK = len(r.Problems) == 0
+	return r
+}
+
+// endNotes says when the run's end is not covered by a signature.
+func endNotes(events []lctl.Event, r *Report) []string {
+	var out []string
+	for i := range events {
+		if events[i].Type == lctl.TypeRunFinished && events[i].Seq > r.Covered {
+			out = append(out, fmt.Sprintf("the run's end (run_finished, seq %d) is not covered by a signed checkpoint", events[i].Seq))
+		}
+	}
+	return out
+}
+
+// describeSeqs names a list of seqs: "event 7", "events 7 to 9",
+// "events 7, 9 and 12", "12 events (seq 7 to 40)".
+func describeSeqs(seqs []uint64) string {
+	switch {
+	case len(seqs) == 1:
+		return fmt.Sprintf("event %d", seqs[0])
+	case seqs[len(seqs)-1]-seqs[0] == uint64(len(seqs)-1):
+		return fmt.Sprintf("events %d to %d", seqs[0], seqs[len(seqs)-1])
+	case len(seqs) <= 5:
+		parts := make([]string, len(seqs))
+		for i, s := range seqs {
+			parts[i] = fmt.Sprint(s)
+		}
+		return "events " + strings.Join(parts[:len(parts)-1], ", ") + " and " + parts[len(parts)-1]
+	}
+	return fmt.Sprintf("%d events (seq %d to %d)", len(seqs), seqs[0], seqs[len(seqs)-1])
+}
+
+func positionOf(events []lctl.Event, seq uint64) int {
+	for i := range events {
+		if events[i].Seq == seq {
+			return i + 1
+		}
+	}
+	return 0
+}
+
+func sortProblems(ps []lctl.Problem) {
+	for i := 1; i < len(ps); i++ {
+		for j := i; j > 0 && ps[j].Position < ps[j-1].Position; j-- {
+			ps[j], ps[j-1] = ps[j-1], ps[j]
+		}
+	}
+}
+
+func clip(h string) string {
+	if len(h) > 12 {
+		return h[:12] + "…"
+	}
+	return h
+}

@@ -1,0 +1,158 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/xct-dev/xct/lctl/analysis"
+	"github.com/xct-dev/xct/lctl/checkpoint"
+)
+
+// keyFlags are verify's signature flags: --key / --trusted-keys (both
+// repeatable) and --allow-unsigned-tail.
+type keyFlags struct {
+	files       []string
+	allowUnsign bool
+}
+
+type listFlag struct{ l *[]string }
+
+func (f listFlag) String() string { return "" }
+func (f listFlag) Set(v string) error {
+	if v == "" {
+		return errors.New("needs a file")
+	}
+	*f.l = append(*f.l, v)
+	return nil
+}
+
+func (c *cmdContext) signatureFlags() *keyFlags {
+	k := &keyFlags{}
+	c.fs.Var(listFlag{&k.files}, "key", "verifier key file (NAME+HASH+KEY, the .pub lctl keygen writes): also prove the chain is what that key signed (repeatable)")
+	c.fs.Var(listFlag{&k.files}, "trusted-keys", "file of verifier keys, one per line (# comments): the current key and the ones rotated out (repeatable)")
+	c.fs.BoolVar(&k.allowUnsign, "allow-unsigned-tail", false, "with --key: accept events after the last signed checkpoint (a chain still being written); they are listed either way")
+	return k
+}
+
+// verifiedReport is verify's JSON with signatures: the chain checks and,
+// under "signatures", what the trusted keys prove.
+type verifiedReport struct {
+	*analysis.VerifyReport
+	Signatures *checkpoint.Report `json:"signatures,omitempty"`
+}
+
+// verifySignatures proves the chain against the trusted keys; nil when no
+// key was given.
+func (c *cmdContext) verifySignatures(k *keyFlags, d *chainData) (*checkpoint.Report, error) {
+	if len(k.files) == 0 {
+		if k.allowUnsign {
+			return nil, usagef("--allow-unsigned-tail goes with --key FILE")
+		}
+		return nil, nil
+	}
+	keys, _, err := checkpoint.LoadVerifiers(k.files...)
+	if err != nil {
+		return nil, &inputError{err}
+	}
+	return checkpoint.Verify(d.id, d.events, keys, checkpoint.Options{AllowUnsignedTail: k.allowUnsign}), nil
+}
+
+// printSignatures prints what the signatures prove, after the chain checks.
+func (c *cmdContext) printSignatures(s *checkpoint.Report) {
+	mark := "✓"
+	if !s.OK {
+		mark = "✗"
+	}
+	var summary string
+	switch {
+	case s.SignedThrough > 0:
+		summary = fmt.Sprintf("events 1 to %d are exactly what %s signed (%s)", s.SignedThrough, s.SignedBy, plural(len(s.Checkpoints), "1 signed checkpoint", fmt.Sprintf("%d signed checkpoints", len(s.Checkpoints))))
+	case len(s.Checkpoints) == 0:
+		summary = "no signed checkpoint"
+	default:
+		summary = "no checkpoint could be proven"
+	}
+	c.out("%s signatures: %s\n", mark, summary)
+	// Checkpoints that say the same are listed together.
+	for i := 0; i < len(s.Checkpoints); {
+		cp := s.Checkpoints[i]
+		j := i + 1
+		for j < len(s.Checkpoints) && s.Checkpoints[j].OK == cp.OK && sameStatus(s.Checkpoints[j].Status, cp.Status) {
+			j++
+		}
+		if !cp.OK {
+			seqs := make([]string, 0, j-i)
+			for _, x := range s.Checkpoints[i:j] {
+				seqs = append(seqs, fmt.Sprint(x.Seq))
+			}
+			status := cp.Status
+			if j-i > 1 && strings.HasPrefix(status, "covers seq") {
+				status = "the chain breaks before what they cover (see the first problem)"
+			}
+			c.out("  %s %s: %s\n", plural(j-i, "checkpoint at seq", "checkpoints at seq"), strings.Join(seqs, ", "), status)
+		}
+		i = j
+	}
+	if n := len(s.Unsigned); n > 0 {
+		c.out("  UNSIGNED: %s after seq %d: no trusted signature covers %s, nothing proves who wrote %s\n",
+			plural(n, "1 event", fmt.Sprintf("%d events", n)), s.Covered, plural(n, "it", "them"), plural(n, "it", "them"))
+	}
+	for _, n := range s.Notes {
+		c.out("note: %s\n", n)
+	}
+}
+
+// sameStatus compares two checkpoints' statuses up to the seqs in them.
+func sameStatus(a, b string) bool {
+	strip := func(s string) string {
+		return strings.Map(func(r rune) rune {
+			if r >= '0' && r <= '9' {
+				return -1
+			}
+			return r
+		}, s)
+	}
+	return a == b || (strings.HasPrefix(a, "covers seq") && strip(a) == strip(b))
+}
+
+// runKeygen is `lctl keygen`: a new checkpoint signing key and its verifier
+// key.
+func runKeygen(_ context.Context, c *cmdContext) error {
+	out := c.fs.String("o", "", "write NAME.key (secret, mode 0600) and NAME.pub under this path prefix (default: the key name in the current directory)")
+	if err := c.parse(); err != nil {
+		return err
+	}
+	if len(c.operands) != 1 || c.operands[0].file == "" {
+		return usagef("name the key: lctl keygen NAME (e.g. the cluster and a date: prod-2026-11)")
+	}
+	name := c.operands[0].file
+	skey, vkey, err := checkpoint.GenerateKey(name)
+	if err != nil {
+		return usagef("%v", err)
+	}
+	prefix := *out
+	if prefix == "" {
+		prefix = name
+	}
+	keyPath, pubPath := prefix+".key", prefix+".pub"
+	f, err := os.OpenFile(keyPath, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return &inputError{fmt.Errorf("%w (an existing key is never overwritten)", err)}
+	}
+	if _, err := f.WriteString(skey + "\n"); err != nil {
+		_ = f.Close()
+		return &inputError{err}
+	}
+	if err := f.Close(); err != nil {
+		return &inputError{err}
+	}
+	if err := os.WriteFile(pubPath, []byte(vkey+"\n"), 0o644); err != nil {
+		return &inputError{err}
+	}
+	c.out("Wrote %s (signing key: give it to the orchestrator as --checkpoint-key-file, keep it secret)\n", keyPath)
+	c.out("Wrote %s (verifier key: lctl verify --key %s FILE)\n", pubPath, pubPath)
+	return nil
+}

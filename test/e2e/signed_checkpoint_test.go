@@ -1,0 +1,277 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/app"
+	"github.com/xct-dev/xct/internal/testutil"
+	"github.com/xct-dev/xct/lctl"
+	"github.com/xct-dev/xct/lctl/checkpoint"
+	"github.com/xct-dev/xct/lctl/cli"
+	"github.com/xct-dev/xct/services/orchestrator"
+)
+
+// lctlRun runs the lctl command line in-process.
+func lctlRun(env map[string]string, args ...string) (int, string) {
+	var out bytes.Buffer
+	code := cli.Run(context.Background(), args, cli.Env{Stdout: &out, Stderr: &out, Getenv: func(k string) string { return env[k] }})
+	return code, out.String()
+}
+
+func writeKey(t *testing.T, dir, name string) (keyFile, pubFile string) {
+	t.Helper()
+	skey, vkey, err := checkpoint.GenerateKey(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyFile, pubFile = filepath.Join(dir, name+".key"), filepath.Join(dir, name+".pub")
+	if err := os.WriteFile(keyFile, []byte(skey+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(pubFile, []byte(vkey+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return keyFile, pubFile
+}
+
+// TestSignedCheckpoints runs the demo through a cluster that signs a
+// checkpoint every 10 events and at the run's end, exports the chain from
+// the tracer, and proves it with lctl verify --key: untouched it verifies;
+// a flipped byte, a deleted event, a swapped pair and an edit with every
+// hash recomputed are each found; another key is refused; after the key
+// file is replaced, the next run is signed with the new key, and a
+// trusted-keys file with both verifies both runs.
+func TestSignedCheckpoints(t *testing.T) {
+	keys := t.TempDir()
+	keyFile, pub := writeKey(t, keys, "xct-e2e-a")
+	c := startCluster(t, func(cfg *app.Config, _ *app.Options) {
+		cfg.Orchestrator.Checkpoint = orchestrator.CheckpointConfig{KeyFile: keyFile, Every: 10}
+	})
+	demo, err := os.ReadFile("../../examples/demo/script.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.writeScript(t, "demo.yaml", string(demo))
+	env := map[string]string{"LCTL_TOKEN": c.creds.Token(t, "dave"), "LCTL_TRACER": c.app.Addr(app.TargetTracer)}
+	dir := t.TempDir()
+
+	run, _ := c.runToEnd(t, &xctv1.StartRunRequest{Goal: "switch to green", Model: "scripted:demo.yaml", Principal: "alice"})
+	id := run.GetRunId()
+	exported := exportSigned(t, env, id, filepath.Join(dir, "run.lctl.json"))
+	f := decode(t, exported)
+	var cps []uint64
+	for i, e := range f.Events {
+		if e.Type == checkpoint.EventType {
+			cps = append(cps, e.Seq)
+			if i == 0 || f.Events[i-1].Seq%10 != 0 && i != len(f.Events)-1 {
+				t.Errorf("checkpoint at seq %d does not follow a multiple of 10 or end the chain", e.Seq)
+			}
+		}
+	}
+	if len(cps) < 3 || f.Events[len(f.Events)-2].Type != lctl.TypeRunFinished {
+		t.Fatalf("checkpoints at %v; the chain ends %s, %s", cps, f.Events[len(f.Events)-2].Type, f.Events[len(f.Events)-1].Type)
+	}
+
+	verify := func(name string, events []lctl.Event, wantCode int, want ...string) {
+		t.Helper()
+		path := filepath.Join(dir, name+".lctl.json")
+		var buf bytes.Buffer
+		if err := lctl.NewFile(id, events).Encode(&buf, lctl.FormatJSON); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		verifyFile(t, env, name, path, pub, wantCode, want...)
+	}
+
+	verifyFile(t, env, "untouched", exported, pub, 0, "✓ signatures: events 1 to "+itoa(f.Events[len(f.Events)-2].Seq)+" are exactly what xct-e2e-a signed",
+		"Chain verified and signed: it is exactly what xct-e2e-a signed.")
+
+	// A flipped byte in the file, nothing recomputed.
+	raw, _ := os.ReadFile(exported)
+	at := bytes.Index(raw, []byte(`"decision": "allow"`))
+	if at < 0 {
+		t.Fatal("no allow verdict in the export")
+	}
+	flipped := bytes.Clone(raw)
+	flipped[at+len(`"decision": "allo`)] ^= 0x01 // allow -> allov
+	flippedSeq := seqAtOffset(t, raw, at)
+	flippedPath := filepath.Join(dir, "flipped.lctl.json")
+	if err := os.WriteFile(flippedPath, flipped, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	verifyFile(t, env, "byte flip", flippedPath, pub, 1, "FAILED: event "+itoa(flippedSeq)+" (verdict by validator) was edited")
+
+	// A deleted event.
+	del := clone(f.Events)
+	del = append(del[:6], del[7:]...)
+	verify("deleted", del, 1, "FAILED: event 8 (", "seq 7 was removed")
+
+	// A swapped pair.
+	sw := clone(f.Events)
+	sw[3], sw[4] = sw[4], sw[3]
+	verify("swapped", sw, 1, "FAILED: event 5 (", "out of order")
+
+	// An allow turned into a deny and every hash recomputed: the hash
+	// chain checks out, the signature does not.
+	forged := clone(f.Events)
+	edited := -1
+	for i := range forged {
+		if forged[i].Type == lctl.TypeVerdict && forged[i].Data["decision"] == "allow" && i > 12 {
+			forged[i].Data["decision"] = "deny"
+			edited = i
+			break
+		}
+	}
+	if edited < 0 {
+		t.Fatal("no verdict to edit")
+	}
+	prev := ""
+	for i := range forged {
+		if err := forged[i].Seal(prev); err != nil {
+			t.Fatal(err)
+		}
+		prev = forged[i].Hash
+	}
+	path := filepath.Join(dir, "forged.lctl.json")
+	var buf bytes.Buffer
+	if err := lctl.NewFile(id, forged).Encode(&buf, lctl.FormatJSON); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, out := lctlRun(env, "verify", path); code != 0 || !strings.Contains(out, "Chain verified.") {
+		t.Fatalf("without --key the re-hashed chain should pass the hash checks (that is the point): exit %d\n%s", code, out)
+	}
+	// The checkpoint covering the edited verdict names the span it is in.
+	var covering uint64
+	for _, s := range cps {
+		if s > forged[edited].Seq {
+			covering = s
+			break
+		}
+	}
+	verifyFile(t, env, "edited and re-hashed", path, pub, 1, "FAILED: event "+itoa(covering)+" (signed_checkpoint by orchestrator): signed by xct-e2e-a",
+		"were changed and the hashes after them recomputed")
+
+	// Another key proves nothing.
+	_, otherPub := writeKey(t, keys, "xct-e2e-a2")
+	verifyFile(t, env, "wrong key", exported, otherPub, 1, "which is not a trusted key")
+
+	// Rotation: a new key file (another name) in place of the old one; the
+	// next run is signed with it.
+	newKey, newPub := writeKey(t, keys, "xct-e2e-b")
+	rotated, err := os.ReadFile(newKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := keyFile + ".new"
+	if err := os.WriteFile(tmp, rotated, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, keyFile); err != nil {
+		t.Fatal(err)
+	}
+	run2, _ := c.runToEnd(t, &xctv1.StartRunRequest{Goal: "switch to green", Model: "scripted:demo.yaml", Principal: "alice"})
+	exported2 := exportSigned(t, env, run2.GetRunId(), filepath.Join(dir, "run2.lctl.json"))
+	verifyFile(t, env, "new key only", exported2, newPub, 0, "exactly what xct-e2e-b signed")
+	verifyFile(t, env, "old key on the new run", exported2, pub, 1, "xct-e2e-b+")
+	trusted := filepath.Join(dir, "trusted.keys")
+	a, _ := os.ReadFile(pub)
+	b, _ := os.ReadFile(newPub)
+	if err := os.WriteFile(trusted, append(append([]byte("# xct-e2e-a rotated out\n"), a...), b...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{exported, exported2} {
+		if code, out := lctlRun(env, "verify", "--trusted-keys", trusted, p); code != 0 {
+			t.Fatalf("trusted keys, %s: exit %d\n%s", p, code, out)
+		}
+	}
+}
+
+// exportSigned exports a chain from the tracer once the tracer has the
+// checkpoint that follows run_finished.
+func exportSigned(t *testing.T, env map[string]string, id, path string) string {
+	t.Helper()
+	testutil.Eventually(t, 20*time.Second, func() error {
+		if code, out := lctlRun(env, "export", "--chain", id, "-o", path); code != 0 {
+			return fmt.Errorf("export: exit %d: %s", code, out)
+		}
+		f := decode(t, path)
+		if n := len(f.Events); n < 2 || f.Events[n-1].Type != checkpoint.EventType || f.Events[n-2].Type != lctl.TypeRunFinished {
+			return fmt.Errorf("the export of %s does not end with a signed checkpoint after run_finished yet", id)
+		}
+		return nil
+	})
+	return path
+}
+
+func decode(t *testing.T, path string) *lctl.File {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := lctl.DecodeFile(bytes.NewReader(raw), lctl.FormatJSON)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func verifyFile(t *testing.T, env map[string]string, name, path, pub string, wantCode int, want ...string) {
+	t.Helper()
+	code, out := lctlRun(env, "verify", "--key", pub, path)
+	t.Logf("%s: lctl verify --key %s\n%s", name, filepath.Base(pub), out)
+	if code != wantCode {
+		t.Fatalf("%s: lctl verify exit %d, want %d\n%s", name, code, wantCode, out)
+	}
+	for _, w := range want {
+		if !strings.Contains(out, w) {
+			t.Fatalf("%s: lctl verify does not say %q:\n%s", name, w, out)
+		}
+	}
+}
+
+func clone(events []lctl.Event) []lctl.Event {
+	out := make([]lctl.Event, len(events))
+	for i, e := range events {
+		d := make(map[string]any, len(e.Data))
+		for k, v := range e.Data {
+			d[k] = v
+		}
+		e.Data = d
+		out[i] = e
+	}
+	return out
+}
+
+// seqAtOffset finds the seq of the event whose text contains offset at.
+func seqAtOffset(t *testing.T, raw []byte, at int) uint64 {
+	t.Helper()
+	i := bytes.LastIndex(raw[:at], []byte(`"seq": `))
+	if i < 0 {
+		t.Fatal("no seq before the offset")
+	}
+	var n uint64
+	for _, b := range raw[i+len(`"seq": `):] {
+		if b < '0' || b > '9' {
+			break
+		}
+		n = n*10 + uint64(b-'0')
+	}
+	return n
+}
+
+func itoa(n uint64) string { return strconv.FormatUint(n, 10) }
