@@ -106,6 +106,11 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	setDefault(fs, "auth-tokens", &cfg.Auth.TokensFile, credsPath)
+	cpKey, cpPub, err := devCheckpointKey(filepath.Join(abs, "dev")) // devcheckpoint.go
+	if err != nil {
+		return err
+	}
+	setDefault(fs, "checkpoint-key-file", &cfg.Orchestrator.Checkpoint.KeyFile, cpKey)
 	if !cfg.Security.TLS.Enabled() {
 		cfg.Security.Plaintext = true
 	}
@@ -152,6 +157,9 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	if a.Tracer != nil && a.Tracer.HTTPAddr() != "" {
 		fmt.Fprintf(stdout, "  debugger      http://%s/ (sign in with a token from the credentials file: bob's to approve)\n", a.Tracer.HTTPAddr())
+	}
+	if cfg.Orchestrator.Checkpoint.KeyFile == cpKey {
+		fmt.Fprintf(stdout, "  checkpoints   signed with %s (verify an export: lctl verify --key %s FILE)\n", cpKey, cpPub)
 	}
 	if *demo {
 		devTok, _ := auth.TokenOf(creds, auth.DevUser)

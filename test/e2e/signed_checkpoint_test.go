@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -275,3 +276,17 @@ func seqAtOffset(t *testing.T, raw []byte, at int) uint64 {
 }
 
 func itoa(n uint64) string { return strconv.FormatUint(n, 10) }
+
+// TestDevClusterSignsCheckpoints: `xct dev` makes a checkpoint key in its
+// data directory and signs its chains with it, so the demo's chain,
+// exported from the tracer, verifies with the .pub next to it.
+func TestDevClusterSignsCheckpoints(t *testing.T) {
+	d := startDev(t, "--demo")
+	id := d.proc.waitFor(t, regexp.MustCompile(`run (run-[0-9a-f-]+) started`), 10*time.Second)
+	tracer := d.proc.waitFor(t, regexp.MustCompile(`tracer +(127\.0\.0\.1:[0-9]+)`), 10*time.Second)
+	pub := filepath.Join(d.dataDir, "dev", "checkpoint.pub")
+	d.proc.waitFor(t, regexp.MustCompile(`checkpoints +signed with .*checkpoint\.key \(verify an export: lctl verify --key .*checkpoint\.pub FILE\)`), 10*time.Second)
+	env := map[string]string{"LCTL_TRACER": tracer, "XCT_AS": "dave", "XCT_CREDENTIALS": filepath.Join(d.dataDir, "dev", "credentials.yaml")}
+	path := exportSigned(t, env, id, filepath.Join(t.TempDir(), "demo.lctl.json"))
+	verifyFile(t, env, "xct dev demo", path, pub, 0, "Chain verified and signed: it is exactly what xct-dev signed.")
+}
