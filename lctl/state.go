@@ -34,7 +34,8 @@ type State struct {
 	ToolCalls []ToolCall `json:"tool_calls"`
 	// Errors lists error events.
 	Errors []ErrorRecord `json:"errors"`
-	// Tokens sums step_end tokens.
+	// Tokens sums step_end tokens, raised to a run_finished's totals
+	// (XCT), which count the final done turn too.
 	Tokens Tokens `json:"tokens"`
 	// DurationMS sums step_end duration_ms.
 	DurationMS float64 `json:"duration_ms"`
@@ -510,7 +511,9 @@ func typeIndex(t string) int {
 //   - run_started (XCT): creates Run {run_id, goal, model, principal, labels,
 //     max_steps} with status "running".
 //   - verdict (XCT): records decision and reason rule ids on the step.
-//   - run_finished (XCT): sets Run's status, message, steps and tokens.
+//   - run_finished (XCT): sets Run's status, message, steps and tokens;
+//     the chain's Tokens become at least those totals (they also count
+//     the final done turn, which has no step_end).
 //   - any other type: its seq is appended to UnknownTypes.
 func (s *State) Apply(e *Event) { s.apply(e, true) }
 
@@ -789,6 +792,11 @@ func (s *State) applyRunFinished(e *Event, d map[string]any) {
 	if t, ok := d["tokens"].(map[string]any); ok {
 		in, out := tokenCounts(t)
 		r.Tokens = &Tokens{Input: in, Output: out}
+		// The run's totals also count the model turns that are no step
+		// (XCT's final done): they are the chain's totals, so every view
+		// (stats, the debugger, the chain list, xct show) gives one number.
+		s.Tokens.Input = max(s.Tokens.Input, in)
+		s.Tokens.Output = max(s.Tokens.Output, out)
 	}
 }
 

@@ -220,7 +220,7 @@ func inDoubtError(rec *xctv1.StepRecord) *xctv1.Error {
 			"attempt":    rec.GetAttempt(),
 			"executor":   rec.GetExecutor(),
 			"started_at": rec.GetStartedAt().AsTime().Format(time.RFC3339Nano),
-			"resolve":    "xct resolve " + rec.GetStepId() + " succeeded|failed|retry",
+			"resolve":    "xct resolve " + rec.GetRunId() + " " + rec.GetStepId() + " --outcome succeeded|failed|retry",
 		})
 }
 

@@ -395,6 +395,7 @@ func (r *run) finishStep(st *openStep) (iterationOutcome, error) {
 			execErr = res.GetResponse().GetError() // the tool's own error signal
 		}
 		if execErr != nil {
+			execErr = r.settleRepeatable(ns.GetTool(), execErr) // repeatable.go
 			outcome, summary = "error", execErr.GetCode()+": "+execErr.GetMessage()
 			if unknownOutcome(execErr) {
 				inDoubt = execErr

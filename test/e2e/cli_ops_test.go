@@ -2,13 +2,20 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
+	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"go.yaml.in/yaml/v3"
+
+	"github.com/xct-dev/xct/internal/auth"
 	"github.com/xct-dev/xct/internal/testutil/proctest"
 )
 
@@ -175,4 +182,147 @@ steps:
 	d.cli(t, "", env, "approve", runID, "1", "--as", "bob").want(t, "approve after cancel", 1,
 		"FailedPrecondition", "withdrawn", "cancelled by carol")
 	d.cli(t, "", env, "approvals", "--run", runID, "--all").want(t, "approvals --all", 0, "withdrawn", "decided by    carol: wrong ticket")
+}
+
+// lctlBinary builds lctl once for the package.
+var lctlBin = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "xct-e2e-lctl-")
+	if err != nil {
+		return "", err
+	}
+	out, err := exec.Command("go", "build", "-o", dir+"/", "github.com/xct-dev/xct/cmd/lctl").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("go build lctl: %w\n%s", err, out)
+	}
+	return filepath.Join(dir, "lctl"), nil
+})
+
+// devToken is a principal's token from the dev cluster's credentials.
+func (d *devCluster) token(t *testing.T, principal string) string {
+	t.Helper()
+	tok, err := auth.ClientToken("", principal, filepath.Join(d.dataDir, "dev", "credentials.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// devAddrs reads the addresses xct dev wrote.
+func (d *devCluster) addrs(t *testing.T) map[string]string {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(d.dataDir, "dev", "addresses.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]string
+	if err := yaml.Unmarshal(raw, &m); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// A run's tokens are one number everywhere: xct show, lctl stats, the
+// debugger's chain list and its state at the chain's end all count the
+// final done turn (on run_finished only) too.
+func TestTokenTotalsAgree(t *testing.T) {
+	d := startDev(t)
+	script := `name: tokens
+steps:
+  - next_step: {tool: fs.list, arguments: {path: "."}, goal: look}
+    tokens: {input: 400, output: 40}
+  - next_step: {tool: fs.list, arguments: {path: "."}, goal: look again}
+    tokens: {input: 600, output: 60}
+  - done: true
+    message: seen
+    tokens: {input: 200, output: 20}
+`
+	if err := os.WriteFile(filepath.Join(d.dataDir, "scripts", "tokens.yaml"), []byte(script), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"XCT_DATA_DIR=" + d.dataDir}
+	r := d.cli(t, "", env, "run", "--model", "scripted:tokens.yaml", "--goal", "g", "--detach")
+	r.want(t, "run", 0)
+	runID := strings.TrimSpace(r.out)
+	deadline := time.Now().Add(30 * time.Second)
+	var show cliResult
+	for {
+		show = d.cli(t, "", env, "show", runID)
+		if strings.Contains(show.out, "status     done") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("run did not end:\n%s", show.out)
+		}
+	}
+	show.want(t, "show", 0, "tokens     1200 in / 120 out")
+
+	lctl, err := lctlBin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addrs := d.addrs(t)
+	// The tracer materializes the chain asynchronously: poll until its
+	// stats see the end.
+	for {
+		p, err := proctest.Start("lctl stats", t.TempDir(), lctl, []string{"PATH=" + os.Getenv("PATH"), "LCTL_TOKEN=" + d.token(t, "dave")},
+			"stats", "--tracer", addrs["tracer"], "--chain", runID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		code, out, err := p.Wait(30 * time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code == 0 && strings.Contains(out, "Tokens: 1,320 (in: 1,200 / out: 120)") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("lctl stats (exit %d):\n%s", code, out)
+		}
+	}
+
+	get := func(path string, v any) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodGet, strings.TrimSuffix(addrs["debugger"], "/")+path, nil)
+		req.Header.Set("Authorization", "Bearer "+d.token(t, "dave"))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %s", path, resp.Status)
+		}
+		if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var list struct {
+		Chains []struct {
+			ID     string `json:"id"`
+			Tokens struct{ Input, Output int64 }
+		} `json:"chains"`
+	}
+	get("/api/chains", &list)
+	found := false
+	for _, c := range list.Chains {
+		if c.ID == runID {
+			found = true
+			if c.Tokens.Input != 1200 || c.Tokens.Output != 120 {
+				t.Fatalf("chain list tokens %+v", c.Tokens)
+			}
+		}
+	}
+	if !found {
+		t.Fatalf("chain %s not listed", runID)
+	}
+	var state struct {
+		State struct {
+			Tokens struct{ Input, Output int64 }
+		} `json:"state"`
+	}
+	get("/api/chains/"+runID+"/state", &state)
+	if state.State.Tokens.Input != 1200 || state.State.Tokens.Output != 120 {
+		t.Fatalf("debugger state tokens %+v", state.State.Tokens)
+	}
 }
