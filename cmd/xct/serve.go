@@ -15,6 +15,7 @@ import (
 	"github.com/xct-dev/xct/internal/auth"
 	"github.com/xct-dev/xct/internal/devcerts"
 	"github.com/xct-dev/xct/internal/natsembed"
+	"github.com/xct-dev/xct/internal/verdict"
 )
 
 const shutdownTimeout = 20 * time.Second
@@ -111,6 +112,14 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	setDefault(fs, "checkpoint-key-file", &cfg.Orchestrator.Checkpoint.KeyFile, cpKey)
+	// The validator signs allow verdicts with a key made once in the data
+	// dir; the executor trusts its public key (docs/security.md).
+	keys, err := verdict.WriteKeyPair(filepath.Join(abs, "dev"))
+	if err != nil {
+		return fmt.Errorf("verdict keys: %w", err)
+	}
+	setDefault(fs, "verdict-key", &cfg.Validator.VerdictKeyFile, keys.Private)
+	setDefault(fs, "verdict-trust", &cfg.Executor.VerdictTrust, keys.Public)
 	if !cfg.Security.TLS.Enabled() {
 		cfg.Security.Plaintext = true
 	}
@@ -150,6 +159,7 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		fmt.Fprintf(stdout, "  %-13s %s\n", t, a.Addr(t))
 	}
 	fmt.Fprintf(stdout, "  workspace     %s\n", cfg.Executor.Workspace)
+	fmt.Fprintf(stdout, "  verdict keys  %s (validator), %s (executor)\n", cfg.Validator.VerdictKeyFile, cfg.Executor.VerdictTrust)
 	fmt.Fprintf(stdout, "  credentials   %s (xct COMMAND --as alice|bob|carol|dave|admin; default dev)\n", credsPath)
 	fmt.Fprintf(stdout, "  addresses     %s\n", addrsPath)
 	if rel := filepath.Clean(*dataDir); rel != defaultDataDir {

@@ -229,6 +229,9 @@ func (c *Config) Check(targets []string) error {
 	if err := c.Redact.Check(); err != nil {
 		errs = append(errs, err)
 	}
+	if err := c.checkVerdictKeys(targets); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
@@ -241,6 +244,9 @@ const ProfileLabel = "xct.service"
 // Start connects to NATS and starts targets in dependency order, each on
 // its own gRPC listener. If any fails, what started is stopped again.
 func Start(ctx context.Context, cfg Config, targets []string, log *slog.Logger, opts Options) (_ *App, err error) {
+	if err := cfg.bindInProcess(targets, log); err != nil {
+		return nil, err
+	}
 	if err := cfg.Check(targets); err != nil {
 		return nil, err
 	}

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -259,3 +260,10 @@ func StepID(chainID string, step int, tool string, args *structpb.Struct) string
 	sum := sha256.Sum256(c)
 	return hex.EncodeToString(sum[:16])
 }
+
+// SystemToolPrefix starts the names of the system's own tools (xct.undo):
+// they are not in a model's catalog and a model cannot propose them.
+const SystemToolPrefix = "xct."
+
+// IsSystemTool reports whether a tool is the system's own.
+func IsSystemTool(name string) bool { return strings.HasPrefix(name, SystemToolPrefix) }

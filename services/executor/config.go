@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/xct-dev/xct/internal/redact"
+	"github.com/xct-dev/xct/internal/verdict"
 )
 
 // Defaults applied by New to zero Config fields.
@@ -60,6 +61,14 @@ type Config struct {
 	// records keep results redacted (set by the app from --redact-config
 	// and --redact-key-file; not a flag of its own).
 	Redact redact.Config
+	// VerdictTrust lists the PEM Ed25519 public keys (files, or directories
+	// of *.pub / *.pem files), comma-separated, whose signed verdicts this
+	// executor acts on. Several keys may be trusted at once (rotation).
+	// Empty: the executor acts on nothing.
+	VerdictTrust string
+	// Verifier is used instead of VerdictTrust's keys; not a flag (the
+	// app's in-process key pair, tests).
+	Verifier *verdict.Verifier
 }
 
 // RegisterFlags registers the executor's flags on fs, with their defaults.
@@ -70,6 +79,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Int64Var(&c.MaxUndoBytes, "tool-max-undo", DefaultMaxUndoBytes, "largest content, in bytes, fs.write and fs.delete save to undo one step")
 	fs.StringVar(&c.ToolsConfigFile, "tools-config", "", "YAML file of http, shell, external tool servers and MCP servers (none: only the fs tools)")
 	fs.DurationVar(&c.StepGrace, "step-grace", DefaultStepGrace, "time after a tool's timeout before a step still pending counts as in doubt")
+	fs.StringVar(&c.VerdictTrust, "verdict-trust", c.VerdictTrust, "PEM Ed25519 public keys of the validators whose signed verdicts this executor acts on: files or directories, comma-separated (none: it acts on nothing)")
 	fs.DurationVar(&c.StepRetention, "step-retention", DefaultStepRetention, "how long step records (idempotency keys) are kept; 0 keeps them forever")
 }
 

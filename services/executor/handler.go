@@ -41,6 +41,9 @@ func (h *handler) Execute(ctx context.Context, req *xctv1.ExecuteRequest) (*xctv
 	case req.GetTool() == "":
 		return nil, status.Error(codes.InvalidArgument, "tool is required")
 	}
+	if err := h.s.checkVerdict(ctx, req); err != nil {
+		return nil, err
+	}
 	return h.s.execute(ctx, req)
 }
 
@@ -162,7 +165,7 @@ func (s *Service) isStopping() bool {
 func (s *Service) run(ctx context.Context, st *servedTool, args map[string]any, c *stepClaim) (*xctv1.Response, error) {
 	g := &gate{}
 	if c != nil {
-		g.stepID, g.compensate = c.rec.GetStepId(), c.compensator()
+		g.stepID, g.runID, g.compensate = c.rec.GetStepId(), c.rec.GetRunId(), c.compensator()
 	}
 	// The tool's context is bounded by the tool's own deadline, not by the
 	// caller: a caller that goes away (an orchestrator killed mid-step)

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/verdict"
 	"github.com/xct-dev/xct/internal/wire"
 )
 
@@ -51,11 +52,25 @@ func validStepID(id string) bool {
 	return true
 }
 
-// argumentsDigest is "sha256:" and the hex SHA-256 of the arguments' JSON
-// (encoding/json sorts map keys, so equal arguments give equal digests).
+// argumentsDigest is "sha256:" and the hex SHA-256 of the arguments'
+// canonical JSON (RFC 8785): the form step ids and signed verdicts use.
 func argumentsDigest(args map[string]any) string {
+	d, err := verdict.ArgumentsDigest(args)
+	if err != nil {
+		// structpb values are always JSON; keep a digest that matches
+		// nothing canonical.
+		sum := sha256.Sum256([]byte(fmt.Sprint(args)))
+		return "sha256-invalid:" + hex.EncodeToString(sum[:])
+	}
+	return d
+}
+
+// legacyArgumentsDigest is the digest records written before canonical
+// digests carry: encoding/json with sorted keys. A record that has one is
+// still matched, so a step asked again after an upgrade is replayed.
+func legacyArgumentsDigest(args map[string]any) string {
 	if args == nil {
-		args = map[string]any{} // no arguments and {} are the same call
+		args = map[string]any{}
 	}
 	raw, err := json.Marshal(args)
 	if err != nil {
@@ -63,6 +78,11 @@ func argumentsDigest(args map[string]any) string {
 	}
 	sum := sha256.Sum256(raw)
 	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// sameArguments reports whether a recorded digest is of args.
+func sameArguments(recorded string, args map[string]any) bool {
+	return recorded == argumentsDigest(args) || recorded == legacyArgumentsDigest(args)
 }
 
 // stepClaim is this executor's right to act for one attempt of a step: the
@@ -126,7 +146,7 @@ func (s *Service) claim(ctx context.Context, req *xctv1.ExecuteRequest, st *serv
 		if err != nil {
 			return nil, nil, storeErr(ctx, err)
 		}
-		if cur.GetTool() != req.GetTool() || cur.GetArgumentsDigest() != digest {
+		if cur.GetTool() != req.GetTool() || !sameArguments(cur.GetArgumentsDigest(), args) {
 			return nil, s.answer(wire.WithDetails(wire.Errorf(wire.CodeInvalidArgument,
 				"step id %s was already used for another call (tool %s); a step id names one call", req.GetStepId(), cur.GetTool()),
 				map[string]any{"step_id": req.GetStepId(), "recorded_tool": cur.GetTool()}), cur, false), nil

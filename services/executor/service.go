@@ -23,6 +23,7 @@ import (
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/catalog"
 	"github.com/xct-dev/xct/internal/redact"
+	"github.com/xct-dev/xct/internal/verdict"
 )
 
 // Service is the executor: a catalog of tools, the record of the steps it
@@ -46,6 +47,8 @@ type Service struct {
 	started bool
 	// redactor replaces secrets in what step records keep; set by Start.
 	redactor *redact.Redactor
+	// verifier checks the signed verdict of every Execute (binding.go).
+	verifier *verdict.Verifier
 	remotes  []*remoteServer
 	mcps     []*mcpServer
 
@@ -107,6 +110,10 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger, extra ...Tool) (*Service, 
 		return nil, err
 	}
 	s := &Service{cfg: cfg, nc: nc, log: log, ws: ws, wsDir: wsDir, toolsCfg: toolsCfg, instance: instanceID(), tools: map[string]*servedTool{}}
+	if s.verifier, err = cfg.verifier(); err != nil {
+		_ = ws.close()
+		return nil, err
+	}
 	if nc == nil {
 		s.steps = newMemStepStore()
 	}

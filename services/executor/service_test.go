@@ -17,7 +17,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/structpb"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/catalog"
@@ -351,6 +350,8 @@ func TestGRPC(t *testing.T) {
 		}
 	})
 	client := xctv1.NewExecutorServiceClient(creds.Dial(t, srv.Addr(), grpcxtest.Service))
+	b := newBinder(t)
+	b.trust(t, s)
 
 	list, err := client.ListTools(ctx, &xctv1.ListToolsRequest{})
 	must(t, err)
@@ -364,9 +365,7 @@ func TestGRPC(t *testing.T) {
 
 	execute := func(tool string, args map[string]any) *xctv1.ExecuteResponse {
 		t.Helper()
-		st, err := structpb.NewStruct(args)
-		must(t, err)
-		resp, err := client.Execute(ctx, &xctv1.ExecuteRequest{RunId: "r1", StepId: newStepID(), Tool: tool, Arguments: st})
+		resp, err := client.Execute(ctx, b.request(t, "r1", tool, args))
 		must(t, err)
 		if resp.GetDuration() == nil {
 			t.Fatal("no duration")

@@ -510,7 +510,10 @@ func TestStepsOnJetStream(t *testing.T) {
 	}
 
 	// Through gRPC: an executor process that died mid-step left a record.
-	orphan(t, execs[0].steps, "orphan", "test.once", map[string]any{}, false, time.Now().Add(-time.Second))
+	b := newBinder(t)
+	b.trust(t, execs[0])
+	orphanReq := b.requestAt(t, "run", 1, "test.once", map[string]any{}, false)
+	orphan(t, execs[0].steps, orphanReq.GetStepId(), "test.once", map[string]any{}, false, time.Now().Add(-time.Second))
 	creds := grpcxtest.New(t)
 	srv := grpcx.NewServer("executor", testLogger(t), creds.ServerOptions()...)
 	execs[0].Register(srv.GRPC)
@@ -520,24 +523,24 @@ func TestStepsOnJetStream(t *testing.T) {
 	// The orchestrator executes; carol, an operator, resolves.
 	client := xctv1.NewExecutorServiceClient(creds.Dial(t, srv.Addr(), grpcxtest.Service))
 	carol := xctv1.NewExecutorServiceClient(creds.Dial(t, srv.Addr(), "carol"))
-	got, err := client.GetStep(ctx, &xctv1.GetStepRequest{StepId: "orphan"})
+	got, err := client.GetStep(ctx, &xctv1.GetStepRequest{StepId: orphanReq.GetStepId()})
 	must(t, err)
 	if !got.GetInDoubt() {
 		t.Fatalf("GetStep: %v", got)
 	}
-	resp, err := client.Execute(ctx, &xctv1.ExecuteRequest{StepId: "orphan", Tool: "test.once", Arguments: &structpb.Struct{}})
+	resp, err := client.Execute(ctx, orphanReq)
 	must(t, err)
 	if codeOf(resp.GetResponse()) != string(wire.CodeInDoubt) {
 		t.Fatalf("Execute: %v", resp)
 	}
 	// Only an operator resolves, and only in its own name.
-	if _, err := client.ResolveStep(ctx, &xctv1.ResolveStepRequest{StepId: "orphan", Decision: xctv1.StepDecision_STEP_DECISION_SUCCEEDED, Reason: "x"}); status.Code(err) != codes.PermissionDenied {
+	if _, err := client.ResolveStep(ctx, &xctv1.ResolveStepRequest{StepId: orphanReq.GetStepId(), Decision: xctv1.StepDecision_STEP_DECISION_SUCCEEDED, Reason: "x"}); status.Code(err) != codes.PermissionDenied {
 		t.Fatalf("ResolveStep as a service: %v", err)
 	}
-	if _, err := carol.ResolveStep(ctx, &xctv1.ResolveStepRequest{StepId: "orphan", Decision: xctv1.StepDecision_STEP_DECISION_SUCCEEDED, ResolvedBy: "mallory"}); status.Code(err) != codes.PermissionDenied {
+	if _, err := carol.ResolveStep(ctx, &xctv1.ResolveStepRequest{StepId: orphanReq.GetStepId(), Decision: xctv1.StepDecision_STEP_DECISION_SUCCEEDED, ResolvedBy: "mallory"}); status.Code(err) != codes.PermissionDenied {
 		t.Fatalf("ResolveStep in another's name: %v", err)
 	}
-	res, err := carol.ResolveStep(ctx, &xctv1.ResolveStepRequest{StepId: "orphan", Decision: xctv1.StepDecision_STEP_DECISION_SUCCEEDED, Reason: "seen in the ledger"})
+	res, err := carol.ResolveStep(ctx, &xctv1.ResolveStepRequest{StepId: orphanReq.GetStepId(), Decision: xctv1.StepDecision_STEP_DECISION_SUCCEEDED, Reason: "seen in the ledger"})
 	must(t, err)
 	if res.GetStep().GetState() != stateSucceeded || res.GetStep().GetResolution().GetResolvedBy() != "carol" {
 		t.Fatalf("ResolveStep: %v", res)
@@ -546,9 +549,9 @@ func TestStepsOnJetStream(t *testing.T) {
 		req  *xctv1.ResolveStepRequest
 		code codes.Code
 	}{
-		{&xctv1.ResolveStepRequest{StepId: "orphan", Decision: xctv1.StepDecision_STEP_DECISION_FAILED, ResolvedBy: "carol"}, codes.FailedPrecondition},
+		{&xctv1.ResolveStepRequest{StepId: orphanReq.GetStepId(), Decision: xctv1.StepDecision_STEP_DECISION_FAILED, ResolvedBy: "carol"}, codes.FailedPrecondition},
 		{&xctv1.ResolveStepRequest{StepId: "nope", Decision: xctv1.StepDecision_STEP_DECISION_FAILED, ResolvedBy: "carol"}, codes.NotFound},
-		{&xctv1.ResolveStepRequest{StepId: "orphan"}, codes.InvalidArgument}, // no decision
+		{&xctv1.ResolveStepRequest{StepId: orphanReq.GetStepId()}, codes.InvalidArgument}, // no decision
 	} {
 		if _, err := carol.ResolveStep(ctx, c.req); status.Code(err) != c.code {
 			t.Errorf("ResolveStep(%v) = %v, want %v", c.req, err, c.code)

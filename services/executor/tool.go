@@ -104,6 +104,8 @@ type gate struct {
 
 	// stepID is the step's idempotency key ("" outside a recorded step).
 	stepID string
+	// runID is the run the step belongs to ("" outside a recorded step).
+	runID string
 	// compensate stores a compensation with the step's record; nil when
 	// the step is not recorded.
 	compensate func(*Compensation) error

@@ -71,6 +71,11 @@ func (t *undoTool) Invoke(ctx context.Context, args map[string]any) (any, *xctv1
 	if err != nil {
 		return nil, wire.Errorf(wire.CodeToolFailure, "read step %s: %v", id, err)
 	}
+	// A rollback undoes only steps of the run being rolled back: the undo
+	// step's own run must be the target's.
+	if g, ok := ctx.Value(gateKey{}).(*gate); !ok || g.runID == "" || g.runID != rec.GetRunId() {
+		return nil, wire.Errorf(wire.CodePermissionDenied, "step %s belongs to another run: a rollback undoes only the steps of the run it rolls back", id)
+	}
 	if rec.GetState() != xctv1.StepRecordState_STEP_RECORD_STATE_SUCCEEDED {
 		return nil, wire.Errorf(wire.CodeInvalidArgument, "step %s (%s) did not succeed (%s): there is nothing to undo", id, rec.GetTool(), rec.GetState())
 	}

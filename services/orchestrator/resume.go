@@ -211,7 +211,7 @@ func (s *Service) resume(parent context.Context, id string, rev uint64, reason, 
 	}
 	rctx, rcancel := context.WithCancelCause(context.Background())
 	r := &run{
-		id: id, svc: s, log: s.log, writer: writer, proposer: proposer, tools: catalog.GetTools(),
+		id: id, svc: s, log: s.log, writer: writer, proposer: proposer, tools: modelCatalog(catalog.GetTools()),
 		goal: str(d, "goal"), principal: str(d, "principal"), labels: labels, maxSteps: maxSteps, roles: roles,
 		model: model, started: events[0].Time(),
 		ctx: rctx, cancel: rcancel, done: make(chan struct{}), release: make(chan struct{}),

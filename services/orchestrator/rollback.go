@@ -158,7 +158,7 @@ func (r *run) undoStep(step int, target *xctv1.Step) (string, error) {
 	}
 	r.startStep(stepID, undoTool)
 	defer r.endStep()
-	verdict, agent := r.validate(step, stepID, ns)
+	verdict, agent := r.validateSystem(step, stepID, ns)
 	if err := r.record(lctl.TypeVerdict, agent, verdictData(step, stepID, undoTool, verdict)); err != nil {
 		return "", err
 	}
@@ -180,7 +180,7 @@ func (r *run) undoStep(step int, target *xctv1.Step) (string, error) {
 		}
 		return msg, end("denied", msg)
 	}
-	res, execErr := r.execute(stepID, ns)
+	res, execErr := r.execute(step, stepID, ns, verdict)
 	if execErr == nil && res.GetResponse().GetError() != nil {
 		execErr = res.GetResponse().GetError()
 	}

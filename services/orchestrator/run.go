@@ -389,7 +389,7 @@ func (r *run) finishStep(st *openStep) (iterationOutcome, error) {
 		if st.argsRedacted {
 			res, execErr = r.recoverStep(st)
 		} else {
-			res, execErr = r.execute(stepID, ns)
+			res, execErr = r.execute(step, stepID, ns, verdict)
 		}
 		if execErr == nil {
 			execErr = res.GetResponse().GetError() // the tool's own error signal
@@ -538,9 +538,14 @@ func (r *run) validate(step int, stepID string, ns *xctv1.NextStep) (*xctv1.Verd
 	return failClosed(reason), agentOrchestrator
 }
 
-// execute asks the executor to run an allowed step. Cancelling the run does
-// not interrupt it: a step that started is recorded as it ended.
-func (r *run) execute(stepID string, ns *xctv1.NextStep) (*xctv1.ExecuteResponse, *xctv1.Error) {
+// execute asks the executor to run an allowed step, with the validator's
+// signed verdict for it (binding.go). Cancelling the run does not
+// interrupt it: a step that started is recorded as it ended.
+func (r *run) execute(step int, stepID string, ns *xctv1.NextStep, v *xctv1.Verdict) (*xctv1.ExecuteResponse, *xctv1.Error) {
+	signed, replay, refused := r.signedVerdict(step, stepID, ns, v)
+	if replay != nil || refused != nil {
+		return replay, refused
+	}
 	ctx, cancel := context.WithTimeout(r.traceCtx(context.Background()), r.svc.cfg.CallTimeout)
 	defer cancel()
 	resp, err := r.svc.executor.Execute(ctx, &xctv1.ExecuteRequest{
@@ -548,6 +553,7 @@ func (r *run) execute(stepID string, ns *xctv1.NextStep) (*xctv1.ExecuteResponse
 		StepId:    stepID,
 		Tool:      ns.GetTool(),
 		Arguments: ns.GetArguments(),
+		Verdict:   signed,
 	})
 	if err != nil {
 		st := status.Convert(err)

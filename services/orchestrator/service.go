@@ -285,7 +285,7 @@ func (s *Service) startRun(ctx context.Context, req *xctv1.StartRunRequest) (*ru
 	}
 	rctx, rcancel := context.WithCancelCause(context.Background())
 	r := &run{
-		id: id, svc: s, log: s.log, writer: writer, proposer: proposer, tools: catalog.GetTools(),
+		id: id, svc: s, log: s.log, writer: writer, proposer: proposer, tools: modelCatalog(catalog.GetTools()),
 		goal: req.GetGoal(), principal: principal, roles: roles, labels: req.GetLabels(), maxSteps: maxSteps,
 		model: req.GetModel(), started: time.Now(),
 		ctx: rctx, cancel: rcancel, done: make(chan struct{}), release: make(chan struct{}),

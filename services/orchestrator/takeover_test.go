@@ -26,6 +26,7 @@ import (
 	"github.com/xct-dev/xct/internal/grpcx"
 	"github.com/xct-dev/xct/internal/grpcx/grpcxtest"
 	"github.com/xct-dev/xct/internal/testutil"
+	"github.com/xct-dev/xct/internal/verdict"
 	"github.com/xct-dev/xct/internal/wire"
 	"github.com/xct-dev/xct/lctl"
 	"github.com/xct-dev/xct/services/executor"
@@ -199,7 +200,11 @@ func newFixture(t *testing.T, model *gatedModel) *fixture {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
-	ecfg := executor.Config{Workspace: t.TempDir()}
+	signer, verifier, err := verdict.NewPair(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ecfg := executor.Config{Workspace: t.TempDir(), Verifier: verifier}
 	ex, err := executor.New(ecfg, connect(t, f.ns), testLogger(), f.count, f.deploy)
 	if err != nil {
 		t.Fatal(err)
@@ -212,7 +217,7 @@ func newFixture(t *testing.T, model *gatedModel) *fixture {
 	f.creds = grpcxtest.New(t)
 	f.execAddr = serveGRPC(t, f.creds, "executor", func(s *grpcx.Server) { ex.Register(s.GRPC) })
 
-	va, err := validator.New(validator.Config{}, connect(t, f.ns), testLogger())
+	va, err := validator.New(validator.Config{Signer: signer}, connect(t, f.ns), testLogger())
 	if err != nil {
 		t.Fatal(err)
 	}

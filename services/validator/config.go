@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/xct-dev/xct/internal/verdict"
 )
 
 // Configuration bounds and defaults.
@@ -32,6 +34,15 @@ type Config struct {
 	// creates (tool catalog, approvals). The application sets it from its
 	// NATS settings; it is not a flag. Zero means 1.
 	Replicas int
+	// VerdictKeyFile is the PEM (PKCS#8) Ed25519 private key the validator
+	// signs its allow verdicts with; executors trust its public key.
+	// Empty: allow verdicts are unsigned, and no executor acts on them.
+	VerdictKeyFile string
+	// VerdictTTL is how long a signed allow may be acted on (default 5m).
+	VerdictTTL time.Duration
+	// Signer signs allow verdicts instead of VerdictKeyFile's key; not a
+	// flag (the app's in-process key pair, tests).
+	Signer *verdict.Signer
 }
 
 // RegisterFlags registers the validator's flags, with their defaults.
@@ -45,6 +56,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	}
 	fs.DurationVar(&c.PolicyReload, "policy-reload", reload,
 		"how often the -policy files are checked for changes (0 turns hot reload off)")
+	fs.StringVar(&c.VerdictKeyFile, "verdict-key", c.VerdictKeyFile,
+		"PEM Ed25519 private key the validator signs allow verdicts with (executors trust its public key with --verdict-trust)")
+	fs.DurationVar(&c.VerdictTTL, "verdict-ttl", verdict.DefaultTTL, "how long a signed allow verdict may be acted on")
 }
 
 // policyFlag is -policy: the first use replaces the default, later uses
@@ -92,6 +106,9 @@ func (c *Config) Validate() error {
 	}
 	if c.PolicyReload < 0 || (c.PolicyReload > 0 && c.PolicyReload < minPolicyReload) {
 		return fmt.Errorf("%w: policy reload interval %v is neither 0 (off) nor at least %v", ErrBadConfig, c.PolicyReload, minPolicyReload)
+	}
+	if c.VerdictTTL < 0 || c.VerdictTTL > verdict.MaxTTL {
+		return fmt.Errorf("%w: verdict ttl %v is outside 0..%v", ErrBadConfig, c.VerdictTTL, verdict.MaxTTL)
 	}
 	return nil
 }

@@ -61,6 +61,7 @@ func (s *Service) decide(ctx context.Context, req *xctv1.ValidateRequest) *xctv1
 		v.Shadow = s.shadowVerdicts(ctx, installed, in, v, now)
 	}
 	v.EvaluatedAt = timestamppb.New(now)
+	s.sign(req, v, now)
 	if s.log.Enabled(ctx, slog.LevelDebug) {
 		s.log.LogAttrs(ctx, slog.LevelDebug, "verdict",
 			slog.String("run_id", req.GetRun().GetRunId()),
@@ -96,6 +97,10 @@ func (s *Service) judge(ctx context.Context, req *xctv1.ValidateRequest, install
 	tool, ok := cat.Get(name)
 	if !ok {
 		denyWith(v, reasonCatalog, unknownTool(cat, name))
+		return nil
+	}
+	if wire.IsSystemTool(name) && !req.GetSystemStep() {
+		denyWith(v, reasonCatalog, systemTool(name))
 		return nil
 	}
 
@@ -357,7 +362,7 @@ func suggest(cat *catalog.Catalog, name string) []string {
 	ns, _, hasNS := strings.Cut(name, ".")
 	for _, t := range cat.List() {
 		tn := t.GetName()
-		if len(tn) > maxToolNameInMsg {
+		if len(tn) > maxToolNameInMsg || wire.IsSystemTool(tn) {
 			continue
 		}
 		if d := editDistance(name, tn); d <= limit {

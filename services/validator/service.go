@@ -14,6 +14,7 @@ import (
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/catalog"
+	"github.com/xct-dev/xct/internal/verdict"
 )
 
 // Service is the validator: it implements xctv1.ValidatorServiceServer,
@@ -36,6 +37,8 @@ type Service struct {
 	// limits counts calls for the enforced policy's rate limits, shadows
 	// for the shadow policies' (which must not use up enforced calls).
 	limits, shadowLimits *rateLimiter
+	// signer signs allow verdicts (nil: they go unsigned; binding.go).
+	signer *verdict.Signer
 
 	mu         sync.Mutex // guards started, stopWatch and reload
 	started    bool
@@ -139,6 +142,9 @@ func newService(cfg Config, log *slog.Logger, opts []Option) (*Service, error) {
 	}
 	for _, o := range opts {
 		o(s)
+	}
+	if s.signer, err = cfg.signer(); err != nil {
+		return nil, fmt.Errorf("validator: %w", err)
 	}
 	inst, err := installable(set)
 	if err != nil {

@@ -111,11 +111,19 @@ func TestExecutorCrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	creds := grpcxtest.New(t)
+	keys, _, execTrust := verdictKeys(t)
+	// The orchestrator's requests: each step with the validator's signed
+	// verdict for it.
+	reqs := map[string]*xctv1.ExecuteRequest{
+		"step-charge": signedRequest(t, keys, "run-crash", 1, "ledger.charge", nil),
+		"step-put":    signedRequest(t, keys, "run-crash", 2, "ledger.put", nil),
+	}
+	ids := map[string]string{"step-charge": reqs["step-charge"].GetStepId(), "step-put": reqs["step-put"].GetStepId()}
 	var addr string
 	serve := func(name string) (*proc, xctv1.ExecutorServiceClient) {
 		p := startProc(t, name, xct, "serve", "--target", "executor", "--nats", ns.ClientURL(),
 			"--executor-listen", "127.0.0.1:0", "--workspace", filepath.Join(base, "ws"),
-			"--tools-config", toolsFile, "--step-grace", "200ms", "--plaintext", "--auth-tokens", creds.Path)
+			"--tools-config", toolsFile, "--step-grace", "200ms", "--plaintext", "--auth-tokens", creds.Path, execTrust[0], execTrust[1])
 		addr = p.waitFor(t, listening, 30*time.Second)
 		// The client is the orchestrator: XCT's service identity.
 		return p, xctv1.NewExecutorServiceClient(creds.Dial(t, addr, grpcxtest.Service))
@@ -123,7 +131,11 @@ func TestExecutorCrash(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	execute := func(c xctv1.ExecutorServiceClient, step, tool string) (*xctv1.ExecuteResponse, error) {
-		return c.Execute(ctx, &xctv1.ExecuteRequest{RunId: "run-crash", StepId: step, Tool: tool, Arguments: &structpb.Struct{}})
+		req := reqs[step]
+		if req.GetTool() != tool {
+			t.Fatalf("step %s is a call of %s", step, req.GetTool())
+		}
+		return c.Execute(ctx, req)
 	}
 
 	// First executor: both tools act, then the process is killed.
@@ -170,10 +182,10 @@ func TestExecutorCrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	if put.GetResponse().GetError() != nil || put.GetAttempt() != 2 || put.GetReplayed() ||
-		put.GetResponse().GetSuccess().GetResult().GetStringValue() != "entry step-put" {
+		put.GetResponse().GetSuccess().GetResult().GetStringValue() != "entry "+ids["step-put"] {
 		t.Fatalf("idempotent step after the crash: %v", put)
 	}
-	rec, err := client.GetStep(ctx, &xctv1.GetStepRequest{StepId: "step-put"})
+	rec, err := client.GetStep(ctx, &xctv1.GetStepRequest{StepId: ids["step-put"]})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +202,7 @@ func TestExecutorCrash(t *testing.T) {
 	}
 	// A human checks the ledger and resolves the charge as done.
 	carol := xctv1.NewExecutorServiceClient(creds.Dial(t, addr, "carol"))
-	res, err := carol.ResolveStep(ctx, &xctv1.ResolveStepRequest{StepId: "step-charge", Decision: xctv1.StepDecision_STEP_DECISION_SUCCEEDED,
+	res, err := carol.ResolveStep(ctx, &xctv1.ResolveStepRequest{StepId: ids["step-charge"], Decision: xctv1.StepDecision_STEP_DECISION_SUCCEEDED,
 		Reason: "the ledger holds the charge"}) // as carol, an operator
 	if err != nil || res.GetStep().GetResolution().GetResolvedBy() != "carol" {
 		t.Fatalf("resolve: %v, %v", res, err)

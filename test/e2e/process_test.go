@@ -144,8 +144,9 @@ func TestClusterAsSeparateProcesses(t *testing.T) {
 		p := startProc(t, target, xct, args...)
 		return p, p.waitFor(t, listening, 30*time.Second)
 	}
-	execP, execAddr := serve("executor", "--workspace", workspace)
-	valP, valAddr := serve("validator")
+	_, valKey, execTrust := verdictKeys(t)
+	execP, execAddr := serve("executor", append([]string{"--workspace", workspace}, execTrust...)...)
+	valP, valAddr := serve("validator", valKey...)
 	trP, trAddr := serve("tracer", "--tracer-data", filepath.Join(base, "tracer"), "--tracer-http-listen", "127.0.0.1:0")
 	orchP, orchAddr := serve("orchestrator", "--validator-addr", valAddr, "--executor-addr", execAddr, "--scripts-dir", scripts)
 
@@ -223,13 +224,17 @@ func TestProcessErrors(t *testing.T) {
 	if err := os.WriteFile(badPolicy, []byte("rules:\n  - id: r1\n    effect: alow\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	kf, _, _ := verdictKeys(t)
+	trustFile := kf.Public
 	tests := []struct {
 		name     string
 		args     []string
 		wantCode int
 		want     string
 	}{
-		{"NATS unreachable at start", []string{"serve", "--target", "executor", "--nats", "nats://127.0.0.1:1", "--executor-listen", "127.0.0.1:0", "--plaintext", "--workspace", t.TempDir()}, 1, "cannot reach NATS at nats://127.0.0.1:1"},
+		{"NATS unreachable at start", []string{"serve", "--target", "executor", "--nats", "nats://127.0.0.1:1", "--executor-listen", "127.0.0.1:0", "--plaintext", "--workspace", t.TempDir(), "--verdict-trust", trustFile}, 1, "cannot reach NATS at nats://127.0.0.1:1"},
+		{"executor trusting no verdict key", []string{"serve", "--target", "executor", "--nats", "nats://127.0.0.1:1", "--executor-listen", "127.0.0.1:0", "--plaintext", "--workspace", t.TempDir()}, 1, "--verdict-trust is required"},
+		{"validator without a verdict key", []string{"serve", "--target", "validator", "--nats", "nats://127.0.0.1:1", "--validator-listen", "127.0.0.1:0", "--plaintext"}, 1, "--verdict-key is required"},
 		{"unknown target", []string{"serve", "--target", "planner"}, 2, `unknown target "planner"`},
 		{"no target", []string{"serve"}, 2, "-target is required"},
 		{"unknown flag", []string{"run", "--mdl", "x"}, 2, "flag provided but not defined: -mdl"},

@@ -133,8 +133,9 @@ func startTakeoverCluster(t *testing.T) *takeoverCluster {
 		p := startProc(t, name, xct, args...)
 		return p, p.waitFor(t, listening, 30*time.Second)
 	}
-	_, execAddr := serve("executor", "executor", "--workspace", filepath.Join(base, "ws"), "--tools-config", tools)
-	_, valAddr := serve("validator", "validator")
+	_, valKey, execTrust := verdictKeys(t)
+	_, execAddr := serve("executor", "executor", append([]string{"--workspace", filepath.Join(base, "ws"), "--tools-config", tools}, execTrust...)...)
+	_, valAddr := serve("validator", "validator", valKey...)
 	serve("tracer", "tracer", "--tracer-data", filepath.Join(base, "tracer"), "--tracer-http-listen", "127.0.0.1:0")
 	for i, name := range []string{"orch-a", "orch-b"} {
 		c.orch[i], c.addr[i] = serve(name, "orchestrator", "--validator-addr", valAddr, "--executor-addr", execAddr, "--scripts-dir", scripts,

@@ -344,7 +344,11 @@ type ExecuteRequest struct {
 	// tool is the catalog name of the tool.
 	Tool string `protobuf:"bytes,3,opt,name=tool,proto3" json:"tool,omitempty"`
 	// arguments for the tool, validated by the validator.
-	Arguments     *structpb.Struct `protobuf:"bytes,4,opt,name=arguments,proto3" json:"arguments,omitempty"`
+	Arguments *structpb.Struct `protobuf:"bytes,4,opt,name=arguments,proto3" json:"arguments,omitempty"`
+	// verdict is the validator's signed allow for exactly this step (run,
+	// step id, tool, canonical arguments). Without a valid, unexpired one
+	// the executor acts on nothing, whoever calls.
+	Verdict       *SignedVerdict `protobuf:"bytes,5,opt,name=verdict,proto3" json:"verdict,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -403,6 +407,13 @@ func (x *ExecuteRequest) GetTool() string {
 func (x *ExecuteRequest) GetArguments() *structpb.Struct {
 	if x != nil {
 		return x.Arguments
+	}
+	return nil
+}
+
+func (x *ExecuteRequest) GetVerdict() *SignedVerdict {
+	if x != nil {
+		return x.Verdict
 	}
 	return nil
 }
@@ -493,7 +504,8 @@ type StepRecord struct {
 	// tool is the catalog name of the tool.
 	Tool string `protobuf:"bytes,3,opt,name=tool,proto3" json:"tool,omitempty"`
 	// arguments_digest is "sha256:" and the hex SHA-256 of the arguments'
-	// JSON with sorted keys: a step id reused with other arguments is refused.
+	// canonical JSON (RFC 8785): a step id reused with other arguments is
+	// refused.
 	ArgumentsDigest string `protobuf:"bytes,4,opt,name=arguments_digest,json=argumentsDigest,proto3" json:"arguments_digest,omitempty"`
 	// state is where the step is.
 	State StepRecordState `protobuf:"varint,5,opt,name=state,proto3,enum=xct.v1.StepRecordState" json:"state,omitempty"`
@@ -1158,12 +1170,13 @@ const file_xct_v1_executor_proto_rawDesc = "" +
 	"\apreview\x18\x01 \x01(\v2\x0f.xct.v1.PreviewR\apreview\"\x12\n" +
 	"\x10ListToolsRequest\"A\n" +
 	"\x11ListToolsResponse\x12,\n" +
-	"\x05tools\x18\x01 \x03(\v2\x16.xct.v1.ToolDescriptorR\x05tools\"\x8b\x01\n" +
+	"\x05tools\x18\x01 \x03(\v2\x16.xct.v1.ToolDescriptorR\x05tools\"\xbc\x01\n" +
 	"\x0eExecuteRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x17\n" +
 	"\astep_id\x18\x02 \x01(\tR\x06stepId\x12\x12\n" +
 	"\x04tool\x18\x03 \x01(\tR\x04tool\x125\n" +
-	"\targuments\x18\x04 \x01(\v2\x17.google.protobuf.StructR\targuments\"\xac\x01\n" +
+	"\targuments\x18\x04 \x01(\v2\x17.google.protobuf.StructR\targuments\x12/\n" +
+	"\averdict\x18\x05 \x01(\v2\x15.xct.v1.SignedVerdictR\averdict\"\xac\x01\n" +
 	"\x0fExecuteResponse\x12,\n" +
 	"\bresponse\x18\x01 \x01(\v2\x10.xct.v1.ResponseR\bresponse\x125\n" +
 	"\bduration\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\bduration\x12\x1a\n" +
@@ -1283,52 +1296,54 @@ var file_xct_v1_executor_proto_goTypes = []any{
 	(*structpb.Struct)(nil),       // 16: google.protobuf.Struct
 	(*Preview)(nil),               // 17: xct.v1.Preview
 	(*ToolDescriptor)(nil),        // 18: xct.v1.ToolDescriptor
-	(*Response)(nil),              // 19: xct.v1.Response
-	(*durationpb.Duration)(nil),   // 20: google.protobuf.Duration
-	(Effect)(0),                   // 21: xct.v1.Effect
-	(*timestamppb.Timestamp)(nil), // 22: google.protobuf.Timestamp
-	(*structpb.Value)(nil),        // 23: google.protobuf.Value
+	(*SignedVerdict)(nil),         // 19: xct.v1.SignedVerdict
+	(*Response)(nil),              // 20: xct.v1.Response
+	(*durationpb.Duration)(nil),   // 21: google.protobuf.Duration
+	(Effect)(0),                   // 22: xct.v1.Effect
+	(*timestamppb.Timestamp)(nil), // 23: google.protobuf.Timestamp
+	(*structpb.Value)(nil),        // 24: google.protobuf.Value
 }
 var file_xct_v1_executor_proto_depIdxs = []int32{
 	16, // 0: xct.v1.PreviewStepRequest.arguments:type_name -> google.protobuf.Struct
 	17, // 1: xct.v1.PreviewStepResponse.preview:type_name -> xct.v1.Preview
 	18, // 2: xct.v1.ListToolsResponse.tools:type_name -> xct.v1.ToolDescriptor
 	16, // 3: xct.v1.ExecuteRequest.arguments:type_name -> google.protobuf.Struct
-	19, // 4: xct.v1.ExecuteResponse.response:type_name -> xct.v1.Response
-	20, // 5: xct.v1.ExecuteResponse.duration:type_name -> google.protobuf.Duration
-	0,  // 6: xct.v1.StepRecord.state:type_name -> xct.v1.StepRecordState
-	21, // 7: xct.v1.StepRecord.effect:type_name -> xct.v1.Effect
-	22, // 8: xct.v1.StepRecord.started_at:type_name -> google.protobuf.Timestamp
-	22, // 9: xct.v1.StepRecord.deadline:type_name -> google.protobuf.Timestamp
-	22, // 10: xct.v1.StepRecord.finished_at:type_name -> google.protobuf.Timestamp
-	19, // 11: xct.v1.StepRecord.response:type_name -> xct.v1.Response
-	20, // 12: xct.v1.StepRecord.duration:type_name -> google.protobuf.Duration
-	9,  // 13: xct.v1.StepRecord.reruns:type_name -> xct.v1.StepRerun
-	10, // 14: xct.v1.StepRecord.compensations:type_name -> xct.v1.StepCompensation
-	11, // 15: xct.v1.StepRecord.resolution:type_name -> xct.v1.StepResolution
-	22, // 16: xct.v1.StepRerun.at:type_name -> google.protobuf.Timestamp
-	1,  // 17: xct.v1.StepResolution.decision:type_name -> xct.v1.StepDecision
-	22, // 18: xct.v1.StepResolution.resolved_at:type_name -> google.protobuf.Timestamp
-	0,  // 19: xct.v1.StepResolution.previous_state:type_name -> xct.v1.StepRecordState
-	8,  // 20: xct.v1.GetStepResponse.step:type_name -> xct.v1.StepRecord
-	1,  // 21: xct.v1.ResolveStepRequest.decision:type_name -> xct.v1.StepDecision
-	23, // 22: xct.v1.ResolveStepRequest.result:type_name -> google.protobuf.Value
-	8,  // 23: xct.v1.ResolveStepResponse.step:type_name -> xct.v1.StepRecord
-	4,  // 24: xct.v1.ExecutorService.ListTools:input_type -> xct.v1.ListToolsRequest
-	6,  // 25: xct.v1.ExecutorService.Execute:input_type -> xct.v1.ExecuteRequest
-	12, // 26: xct.v1.ExecutorService.GetStep:input_type -> xct.v1.GetStepRequest
-	14, // 27: xct.v1.ExecutorService.ResolveStep:input_type -> xct.v1.ResolveStepRequest
-	2,  // 28: xct.v1.ExecutorService.PreviewStep:input_type -> xct.v1.PreviewStepRequest
-	5,  // 29: xct.v1.ExecutorService.ListTools:output_type -> xct.v1.ListToolsResponse
-	7,  // 30: xct.v1.ExecutorService.Execute:output_type -> xct.v1.ExecuteResponse
-	13, // 31: xct.v1.ExecutorService.GetStep:output_type -> xct.v1.GetStepResponse
-	15, // 32: xct.v1.ExecutorService.ResolveStep:output_type -> xct.v1.ResolveStepResponse
-	3,  // 33: xct.v1.ExecutorService.PreviewStep:output_type -> xct.v1.PreviewStepResponse
-	29, // [29:34] is the sub-list for method output_type
-	24, // [24:29] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	19, // 4: xct.v1.ExecuteRequest.verdict:type_name -> xct.v1.SignedVerdict
+	20, // 5: xct.v1.ExecuteResponse.response:type_name -> xct.v1.Response
+	21, // 6: xct.v1.ExecuteResponse.duration:type_name -> google.protobuf.Duration
+	0,  // 7: xct.v1.StepRecord.state:type_name -> xct.v1.StepRecordState
+	22, // 8: xct.v1.StepRecord.effect:type_name -> xct.v1.Effect
+	23, // 9: xct.v1.StepRecord.started_at:type_name -> google.protobuf.Timestamp
+	23, // 10: xct.v1.StepRecord.deadline:type_name -> google.protobuf.Timestamp
+	23, // 11: xct.v1.StepRecord.finished_at:type_name -> google.protobuf.Timestamp
+	20, // 12: xct.v1.StepRecord.response:type_name -> xct.v1.Response
+	21, // 13: xct.v1.StepRecord.duration:type_name -> google.protobuf.Duration
+	9,  // 14: xct.v1.StepRecord.reruns:type_name -> xct.v1.StepRerun
+	10, // 15: xct.v1.StepRecord.compensations:type_name -> xct.v1.StepCompensation
+	11, // 16: xct.v1.StepRecord.resolution:type_name -> xct.v1.StepResolution
+	23, // 17: xct.v1.StepRerun.at:type_name -> google.protobuf.Timestamp
+	1,  // 18: xct.v1.StepResolution.decision:type_name -> xct.v1.StepDecision
+	23, // 19: xct.v1.StepResolution.resolved_at:type_name -> google.protobuf.Timestamp
+	0,  // 20: xct.v1.StepResolution.previous_state:type_name -> xct.v1.StepRecordState
+	8,  // 21: xct.v1.GetStepResponse.step:type_name -> xct.v1.StepRecord
+	1,  // 22: xct.v1.ResolveStepRequest.decision:type_name -> xct.v1.StepDecision
+	24, // 23: xct.v1.ResolveStepRequest.result:type_name -> google.protobuf.Value
+	8,  // 24: xct.v1.ResolveStepResponse.step:type_name -> xct.v1.StepRecord
+	4,  // 25: xct.v1.ExecutorService.ListTools:input_type -> xct.v1.ListToolsRequest
+	6,  // 26: xct.v1.ExecutorService.Execute:input_type -> xct.v1.ExecuteRequest
+	12, // 27: xct.v1.ExecutorService.GetStep:input_type -> xct.v1.GetStepRequest
+	14, // 28: xct.v1.ExecutorService.ResolveStep:input_type -> xct.v1.ResolveStepRequest
+	2,  // 29: xct.v1.ExecutorService.PreviewStep:input_type -> xct.v1.PreviewStepRequest
+	5,  // 30: xct.v1.ExecutorService.ListTools:output_type -> xct.v1.ListToolsResponse
+	7,  // 31: xct.v1.ExecutorService.Execute:output_type -> xct.v1.ExecuteResponse
+	13, // 32: xct.v1.ExecutorService.GetStep:output_type -> xct.v1.GetStepResponse
+	15, // 33: xct.v1.ExecutorService.ResolveStep:output_type -> xct.v1.ResolveStepResponse
+	3,  // 34: xct.v1.ExecutorService.PreviewStep:output_type -> xct.v1.PreviewStepResponse
+	30, // [30:35] is the sub-list for method output_type
+	25, // [25:30] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_xct_v1_executor_proto_init() }

@@ -30,8 +30,8 @@ const (
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
-// ExecutorService runs tools. It never decides: it executes only what the
-// orchestrator sends after the validator allowed it. Each step runs at most
+// ExecutorService runs tools. It never decides: it executes only a step
+// that carries the validator's signed allow verdict for exactly that step. Each step runs at most
 // once: the executor keeps a StepRecord per step id.
 type ExecutorServiceClient interface {
 	// ListTools returns the catalog of tools this executor can run.
@@ -115,8 +115,8 @@ func (c *executorServiceClient) PreviewStep(ctx context.Context, in *PreviewStep
 // All implementations must embed UnimplementedExecutorServiceServer
 // for forward compatibility.
 //
-// ExecutorService runs tools. It never decides: it executes only what the
-// orchestrator sends after the validator allowed it. Each step runs at most
+// ExecutorService runs tools. It never decides: it executes only a step
+// that carries the validator's signed allow verdict for exactly that step. Each step runs at most
 // once: the executor keeps a StepRecord per step id.
 type ExecutorServiceServer interface {
 	// ListTools returns the catalog of tools this executor can run.

@@ -157,7 +157,11 @@ type ValidateRequest struct {
 	// id, the step number, the tool and the canonical arguments.
 	StepId string `protobuf:"bytes,3,opt,name=step_id,json=stepId,proto3" json:"step_id,omitempty"`
 	// proposal is what the model proposed.
-	Proposal      *NextStep `protobuf:"bytes,4,opt,name=proposal,proto3" json:"proposal,omitempty"`
+	Proposal *NextStep `protobuf:"bytes,4,opt,name=proposal,proto3" json:"proposal,omitempty"`
+	// system_step says the step is the system's own (a rollback's xct.undo,
+	// asked for by an operator), not a model's proposal. System tools
+	// ("xct." names) are refused without it; only the orchestrator sets it.
+	SystemStep    bool `protobuf:"varint,5,opt,name=system_step,json=systemStep,proto3" json:"system_step,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -218,6 +222,13 @@ func (x *ValidateRequest) GetProposal() *NextStep {
 		return x.Proposal
 	}
 	return nil
+}
+
+func (x *ValidateRequest) GetSystemStep() bool {
+	if x != nil {
+		return x.SystemStep
+	}
+	return false
 }
 
 // RunContext is what the validator may know about a run when it decides.
@@ -368,7 +379,11 @@ type Verdict struct {
 	EndsRun bool `protobuf:"varint,7,opt,name=ends_run,json=endsRun,proto3" json:"ends_run,omitempty"`
 	// approval_ttl is how long an approval for this step stays valid, when
 	// the decision is needs approval.
-	ApprovalTtl   *durationpb.Duration `protobuf:"bytes,8,opt,name=approval_ttl,json=approvalTtl,proto3" json:"approval_ttl,omitempty"`
+	ApprovalTtl *durationpb.Duration `protobuf:"bytes,8,opt,name=approval_ttl,json=approvalTtl,proto3" json:"approval_ttl,omitempty"`
+	// signed is the validator's signature over the exact step it allows, set
+	// on allow verdicts only. The executor acts only on a step that carries
+	// one it can verify (docs/security.md, "Verdict binding").
+	Signed        *SignedVerdict `protobuf:"bytes,9,opt,name=signed,proto3" json:"signed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -459,6 +474,211 @@ func (x *Verdict) GetApprovalTtl() *durationpb.Duration {
 	return nil
 }
 
+func (x *Verdict) GetSigned() *SignedVerdict {
+	if x != nil {
+		return x.Signed
+	}
+	return nil
+}
+
+// VerdictGrant is what a validator signs when it allows a step: exactly
+// which step, with which arguments, until when. The executor checks every
+// field against the ExecuteRequest it came with.
+type VerdictGrant struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// run_id is the run (the chain id).
+	RunId string `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// step is the step's number in the run.
+	Step int32 `protobuf:"varint,2,opt,name=step,proto3" json:"step,omitempty"`
+	// step_id is the step's identity: wire.StepID(run_id, step, tool,
+	// arguments).
+	StepId string `protobuf:"bytes,3,opt,name=step_id,json=stepId,proto3" json:"step_id,omitempty"`
+	// tool is the catalog name of the allowed tool.
+	Tool string `protobuf:"bytes,4,opt,name=tool,proto3" json:"tool,omitempty"`
+	// arguments_digest is "sha256:" and the hex SHA-256 of the arguments'
+	// canonical JSON (RFC 8785), the form step ids are made from.
+	ArgumentsDigest string `protobuf:"bytes,5,opt,name=arguments_digest,json=argumentsDigest,proto3" json:"arguments_digest,omitempty"`
+	// policy_version is the content hash of the policy that allowed it.
+	PolicyVersion string `protobuf:"bytes,6,opt,name=policy_version,json=policyVersion,proto3" json:"policy_version,omitempty"`
+	// issued_at is when the validator signed it.
+	IssuedAt *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=issued_at,json=issuedAt,proto3" json:"issued_at,omitempty"`
+	// expires_at is when it stops being accepted.
+	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	// grant_id is a random id of this grant, for the logs and the audit.
+	GrantId string `protobuf:"bytes,9,opt,name=grant_id,json=grantId,proto3" json:"grant_id,omitempty"`
+	// system_step: the allowed step is a system step (see ValidateRequest);
+	// an executor runs a system tool only with a grant that says so.
+	SystemStep    bool `protobuf:"varint,10,opt,name=system_step,json=systemStep,proto3" json:"system_step,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VerdictGrant) Reset() {
+	*x = VerdictGrant{}
+	mi := &file_xct_v1_validator_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VerdictGrant) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VerdictGrant) ProtoMessage() {}
+
+func (x *VerdictGrant) ProtoReflect() protoreflect.Message {
+	mi := &file_xct_v1_validator_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VerdictGrant.ProtoReflect.Descriptor instead.
+func (*VerdictGrant) Descriptor() ([]byte, []int) {
+	return file_xct_v1_validator_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *VerdictGrant) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *VerdictGrant) GetStep() int32 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
+func (x *VerdictGrant) GetStepId() string {
+	if x != nil {
+		return x.StepId
+	}
+	return ""
+}
+
+func (x *VerdictGrant) GetTool() string {
+	if x != nil {
+		return x.Tool
+	}
+	return ""
+}
+
+func (x *VerdictGrant) GetArgumentsDigest() string {
+	if x != nil {
+		return x.ArgumentsDigest
+	}
+	return ""
+}
+
+func (x *VerdictGrant) GetPolicyVersion() string {
+	if x != nil {
+		return x.PolicyVersion
+	}
+	return ""
+}
+
+func (x *VerdictGrant) GetIssuedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.IssuedAt
+	}
+	return nil
+}
+
+func (x *VerdictGrant) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
+}
+
+func (x *VerdictGrant) GetGrantId() string {
+	if x != nil {
+		return x.GrantId
+	}
+	return ""
+}
+
+func (x *VerdictGrant) GetSystemStep() bool {
+	if x != nil {
+		return x.SystemStep
+	}
+	return false
+}
+
+// SignedVerdict is a VerdictGrant with the validator's Ed25519 signature.
+type SignedVerdict struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// key_id names the validator's key: "ed25519:" and the first 16 hex
+	// digits of the SHA-256 of the raw public key.
+	KeyId string `protobuf:"bytes,1,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
+	// grant is the protobuf encoding of a VerdictGrant, exactly as signed.
+	Grant []byte `protobuf:"bytes,2,opt,name=grant,proto3" json:"grant,omitempty"`
+	// signature is the Ed25519 signature of "xct.verdict.v1" and a zero byte
+	// followed by grant.
+	Signature     []byte `protobuf:"bytes,3,opt,name=signature,proto3" json:"signature,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SignedVerdict) Reset() {
+	*x = SignedVerdict{}
+	mi := &file_xct_v1_validator_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SignedVerdict) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SignedVerdict) ProtoMessage() {}
+
+func (x *SignedVerdict) ProtoReflect() protoreflect.Message {
+	mi := &file_xct_v1_validator_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SignedVerdict.ProtoReflect.Descriptor instead.
+func (*SignedVerdict) Descriptor() ([]byte, []int) {
+	return file_xct_v1_validator_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *SignedVerdict) GetKeyId() string {
+	if x != nil {
+		return x.KeyId
+	}
+	return ""
+}
+
+func (x *SignedVerdict) GetGrant() []byte {
+	if x != nil {
+		return x.Grant
+	}
+	return nil
+}
+
+func (x *SignedVerdict) GetSignature() []byte {
+	if x != nil {
+		return x.Signature
+	}
+	return nil
+}
+
 // ShadowVerdict is a shadow-mode policy's would-have-been decision.
 type ShadowVerdict struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -474,7 +694,7 @@ type ShadowVerdict struct {
 
 func (x *ShadowVerdict) Reset() {
 	*x = ShadowVerdict{}
-	mi := &file_xct_v1_validator_proto_msgTypes[3]
+	mi := &file_xct_v1_validator_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -486,7 +706,7 @@ func (x *ShadowVerdict) String() string {
 func (*ShadowVerdict) ProtoMessage() {}
 
 func (x *ShadowVerdict) ProtoReflect() protoreflect.Message {
-	mi := &file_xct_v1_validator_proto_msgTypes[3]
+	mi := &file_xct_v1_validator_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -499,7 +719,7 @@ func (x *ShadowVerdict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShadowVerdict.ProtoReflect.Descriptor instead.
 func (*ShadowVerdict) Descriptor() ([]byte, []int) {
-	return file_xct_v1_validator_proto_rawDescGZIP(), []int{3}
+	return file_xct_v1_validator_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ShadowVerdict) GetPolicyVersion() string {
@@ -536,7 +756,7 @@ type Reason struct {
 
 func (x *Reason) Reset() {
 	*x = Reason{}
-	mi := &file_xct_v1_validator_proto_msgTypes[4]
+	mi := &file_xct_v1_validator_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -548,7 +768,7 @@ func (x *Reason) String() string {
 func (*Reason) ProtoMessage() {}
 
 func (x *Reason) ProtoReflect() protoreflect.Message {
-	mi := &file_xct_v1_validator_proto_msgTypes[4]
+	mi := &file_xct_v1_validator_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -561,7 +781,7 @@ func (x *Reason) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reason.ProtoReflect.Descriptor instead.
 func (*Reason) Descriptor() ([]byte, []int) {
-	return file_xct_v1_validator_proto_rawDescGZIP(), []int{4}
+	return file_xct_v1_validator_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Reason) GetRuleId() string {
@@ -589,7 +809,7 @@ type ValidateResponse struct {
 
 func (x *ValidateResponse) Reset() {
 	*x = ValidateResponse{}
-	mi := &file_xct_v1_validator_proto_msgTypes[5]
+	mi := &file_xct_v1_validator_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -601,7 +821,7 @@ func (x *ValidateResponse) String() string {
 func (*ValidateResponse) ProtoMessage() {}
 
 func (x *ValidateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xct_v1_validator_proto_msgTypes[5]
+	mi := &file_xct_v1_validator_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -614,7 +834,7 @@ func (x *ValidateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidateResponse.ProtoReflect.Descriptor instead.
 func (*ValidateResponse) Descriptor() ([]byte, []int) {
-	return file_xct_v1_validator_proto_rawDescGZIP(), []int{5}
+	return file_xct_v1_validator_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ValidateResponse) GetVerdict() *Verdict {
@@ -664,7 +884,7 @@ type Approval struct {
 
 func (x *Approval) Reset() {
 	*x = Approval{}
-	mi := &file_xct_v1_validator_proto_msgTypes[6]
+	mi := &file_xct_v1_validator_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -676,7 +896,7 @@ func (x *Approval) String() string {
 func (*Approval) ProtoMessage() {}
 
 func (x *Approval) ProtoReflect() protoreflect.Message {
-	mi := &file_xct_v1_validator_proto_msgTypes[6]
+	mi := &file_xct_v1_validator_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -689,7 +909,7 @@ func (x *Approval) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Approval.ProtoReflect.Descriptor instead.
 func (*Approval) Descriptor() ([]byte, []int) {
-	return file_xct_v1_validator_proto_rawDescGZIP(), []int{6}
+	return file_xct_v1_validator_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Approval) GetRunId() string {
@@ -803,7 +1023,7 @@ type Preview struct {
 
 func (x *Preview) Reset() {
 	*x = Preview{}
-	mi := &file_xct_v1_validator_proto_msgTypes[7]
+	mi := &file_xct_v1_validator_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -815,7 +1035,7 @@ func (x *Preview) String() string {
 func (*Preview) ProtoMessage() {}
 
 func (x *Preview) ProtoReflect() protoreflect.Message {
-	mi := &file_xct_v1_validator_proto_msgTypes[7]
+	mi := &file_xct_v1_validator_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -828,7 +1048,7 @@ func (x *Preview) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Preview.ProtoReflect.Descriptor instead.
 func (*Preview) Descriptor() ([]byte, []int) {
-	return file_xct_v1_validator_proto_rawDescGZIP(), []int{7}
+	return file_xct_v1_validator_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Preview) GetKind() string {
@@ -866,7 +1086,7 @@ type RequestApprovalRequest struct {
 
 func (x *RequestApprovalRequest) Reset() {
 	*x = RequestApprovalRequest{}
-	mi := &file_xct_v1_validator_proto_msgTypes[8]
+	mi := &file_xct_v1_validator_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -878,7 +1098,7 @@ func (x *RequestApprovalRequest) String() string {
 func (*RequestApprovalRequest) ProtoMessage() {}
 
 func (x *RequestApprovalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xct_v1_validator_proto_msgTypes[8]
+	mi := &file_xct_v1_validator_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -891,7 +1111,7 @@ func (x *RequestApprovalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestApprovalRequest.ProtoReflect.Descriptor instead.
 func (*RequestApprovalRequest) Descriptor() ([]byte, []int) {
-	return file_xct_v1_validator_proto_rawDescGZIP(), []int{8}
+	return file_xct_v1_validator_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RequestApprovalRequest) GetRun() *RunContext {
@@ -948,7 +1168,7 @@ type RequestApprovalResponse struct {
 
 func (x *RequestApprovalResponse) Reset() {
 	*x = RequestApprovalResponse{}
-	mi := &file_xct_v1_validator_proto_msgTypes[9]
+	mi := &file_xct_v1_validator_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -960,7 +1180,7 @@ func (x *RequestApprovalResponse) String() string {
 func (*RequestApprovalResponse) ProtoMessage() {}
 
 func (x *RequestApprovalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xct_v1_validator_proto_msgTypes[9]
+	mi := &file_xct_v1_validator_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -973,7 +1193,7 @@ func (x *RequestApprovalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestApprovalResponse.ProtoReflect.Descriptor instead.
 func (*RequestApprovalResponse) Descriptor() ([]byte, []int) {
-	return file_xct_v1_validator_proto_rawDescGZIP(), []int{9}
+	return file_xct_v1_validator_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RequestApprovalResponse) GetApproval() *Approval {
@@ -996,7 +1216,7 @@ type ListApprovalsRequest struct {
 
 func (x *ListApprovalsRequest) Reset() {
 	*x = ListApprovalsRequest{}
-	mi := &file_xct_v1_validator_proto_msgTypes[10]
+	mi := &file_xct_v1_validator_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1008,7 +1228,7 @@ func (x *ListApprovalsRequest) String() string {
 func (*ListApprovalsRequest) ProtoMessage() {}
 
 func (x *ListApprovalsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xct_v1_validator_proto_msgTypes[10]
+	mi := &file_xct_v1_validator_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1021,7 +1241,7 @@ func (x *ListApprovalsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListApprovalsRequest.ProtoReflect.Descriptor instead.
 func (*ListApprovalsRequest) Descriptor() ([]byte, []int) {
-	return file_xct_v1_validator_proto_rawDescGZIP(), []int{10}
+	return file_xct_v1_validator_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListApprovalsRequest) GetRunId() string {
@@ -1049,7 +1269,7 @@ type ListApprovalsResponse struct {
 
 func (x *ListApprovalsResponse) Reset() {
 	*x = ListApprovalsResponse{}
-	mi := &file_xct_v1_validator_proto_msgTypes[11]
+	mi := &file_xct_v1_validator_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1061,7 +1281,7 @@ func (x *ListApprovalsResponse) String() string {
 func (*ListApprovalsResponse) ProtoMessage() {}
 
 func (x *ListApprovalsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xct_v1_validator_proto_msgTypes[11]
+	mi := &file_xct_v1_validator_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1074,7 +1294,7 @@ func (x *ListApprovalsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListApprovalsResponse.ProtoReflect.Descriptor instead.
 func (*ListApprovalsResponse) Descriptor() ([]byte, []int) {
-	return file_xct_v1_validator_proto_rawDescGZIP(), []int{11}
+	return file_xct_v1_validator_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListApprovalsResponse) GetApprovals() []*Approval {
@@ -1104,7 +1324,7 @@ type DecideApprovalRequest struct {
 
 func (x *DecideApprovalRequest) Reset() {
 	*x = DecideApprovalRequest{}
-	mi := &file_xct_v1_validator_proto_msgTypes[12]
+	mi := &file_xct_v1_validator_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1116,7 +1336,7 @@ func (x *DecideApprovalRequest) String() string {
 func (*DecideApprovalRequest) ProtoMessage() {}
 
 func (x *DecideApprovalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xct_v1_validator_proto_msgTypes[12]
+	mi := &file_xct_v1_validator_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1129,7 +1349,7 @@ func (x *DecideApprovalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecideApprovalRequest.ProtoReflect.Descriptor instead.
 func (*DecideApprovalRequest) Descriptor() ([]byte, []int) {
-	return file_xct_v1_validator_proto_rawDescGZIP(), []int{12}
+	return file_xct_v1_validator_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *DecideApprovalRequest) GetRunId() string {
@@ -1178,7 +1398,7 @@ type DecideApprovalResponse struct {
 
 func (x *DecideApprovalResponse) Reset() {
 	*x = DecideApprovalResponse{}
-	mi := &file_xct_v1_validator_proto_msgTypes[13]
+	mi := &file_xct_v1_validator_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1190,7 +1410,7 @@ func (x *DecideApprovalResponse) String() string {
 func (*DecideApprovalResponse) ProtoMessage() {}
 
 func (x *DecideApprovalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xct_v1_validator_proto_msgTypes[13]
+	mi := &file_xct_v1_validator_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1203,7 +1423,7 @@ func (x *DecideApprovalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecideApprovalResponse.ProtoReflect.Descriptor instead.
 func (*DecideApprovalResponse) Descriptor() ([]byte, []int) {
-	return file_xct_v1_validator_proto_rawDescGZIP(), []int{13}
+	return file_xct_v1_validator_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *DecideApprovalResponse) GetApproval() *Approval {
@@ -1230,7 +1450,7 @@ type WithdrawApprovalRequest struct {
 
 func (x *WithdrawApprovalRequest) Reset() {
 	*x = WithdrawApprovalRequest{}
-	mi := &file_xct_v1_validator_proto_msgTypes[14]
+	mi := &file_xct_v1_validator_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1242,7 +1462,7 @@ func (x *WithdrawApprovalRequest) String() string {
 func (*WithdrawApprovalRequest) ProtoMessage() {}
 
 func (x *WithdrawApprovalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xct_v1_validator_proto_msgTypes[14]
+	mi := &file_xct_v1_validator_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1255,7 +1475,7 @@ func (x *WithdrawApprovalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WithdrawApprovalRequest.ProtoReflect.Descriptor instead.
 func (*WithdrawApprovalRequest) Descriptor() ([]byte, []int) {
-	return file_xct_v1_validator_proto_rawDescGZIP(), []int{14}
+	return file_xct_v1_validator_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *WithdrawApprovalRequest) GetRunId() string {
@@ -1297,7 +1517,7 @@ type WithdrawApprovalResponse struct {
 
 func (x *WithdrawApprovalResponse) Reset() {
 	*x = WithdrawApprovalResponse{}
-	mi := &file_xct_v1_validator_proto_msgTypes[15]
+	mi := &file_xct_v1_validator_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1309,7 +1529,7 @@ func (x *WithdrawApprovalResponse) String() string {
 func (*WithdrawApprovalResponse) ProtoMessage() {}
 
 func (x *WithdrawApprovalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xct_v1_validator_proto_msgTypes[15]
+	mi := &file_xct_v1_validator_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1322,7 +1542,7 @@ func (x *WithdrawApprovalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WithdrawApprovalResponse.ProtoReflect.Descriptor instead.
 func (*WithdrawApprovalResponse) Descriptor() ([]byte, []int) {
-	return file_xct_v1_validator_proto_rawDescGZIP(), []int{15}
+	return file_xct_v1_validator_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *WithdrawApprovalResponse) GetApproval() *Approval {
@@ -1336,12 +1556,14 @@ var File_xct_v1_validator_proto protoreflect.FileDescriptor
 
 const file_xct_v1_validator_proto_rawDesc = "" +
 	"\n" +
-	"\x16xct/v1/validator.proto\x12\x06xct.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15xct/v1/decision.proto\"\x92\x01\n" +
+	"\x16xct/v1/validator.proto\x12\x06xct.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15xct/v1/decision.proto\"\xb3\x01\n" +
 	"\x0fValidateRequest\x12$\n" +
 	"\x03run\x18\x01 \x01(\v2\x12.xct.v1.RunContextR\x03run\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\x05R\x04step\x12\x17\n" +
 	"\astep_id\x18\x03 \x01(\tR\x06stepId\x12,\n" +
-	"\bproposal\x18\x04 \x01(\v2\x10.xct.v1.NextStepR\bproposal\"\xbe\x03\n" +
+	"\bproposal\x18\x04 \x01(\v2\x10.xct.v1.NextStepR\bproposal\x12\x1f\n" +
+	"\vsystem_step\x18\x05 \x01(\bR\n" +
+	"systemStep\"\xbe\x03\n" +
 	"\n" +
 	"RunContext\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1c\n" +
@@ -1358,7 +1580,7 @@ const file_xct_v1_validator_proto_rawDesc = "" +
 	" \x03(\tR\x0eprincipalRoles\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xfb\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xaa\x03\n" +
 	"\aVerdict\x123\n" +
 	"\bdecision\x18\x01 \x01(\x0e2\x17.xct.v1.VerdictDecisionR\bdecision\x12(\n" +
 	"\areasons\x18\x02 \x03(\v2\x0e.xct.v1.ReasonR\areasons\x12%\n" +
@@ -1367,7 +1589,26 @@ const file_xct_v1_validator_proto_rawDesc = "" +
 	"\x05error\x18\x05 \x01(\v2\r.xct.v1.ErrorR\x05error\x12-\n" +
 	"\x06shadow\x18\x06 \x03(\v2\x15.xct.v1.ShadowVerdictR\x06shadow\x12\x19\n" +
 	"\bends_run\x18\a \x01(\bR\aendsRun\x12<\n" +
-	"\fapproval_ttl\x18\b \x01(\v2\x19.google.protobuf.DurationR\vapprovalTtl\"\x95\x01\n" +
+	"\fapproval_ttl\x18\b \x01(\v2\x19.google.protobuf.DurationR\vapprovalTtl\x12-\n" +
+	"\x06signed\x18\t \x01(\v2\x15.xct.v1.SignedVerdictR\x06signed\"\xe8\x02\n" +
+	"\fVerdictGrant\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x12\n" +
+	"\x04step\x18\x02 \x01(\x05R\x04step\x12\x17\n" +
+	"\astep_id\x18\x03 \x01(\tR\x06stepId\x12\x12\n" +
+	"\x04tool\x18\x04 \x01(\tR\x04tool\x12)\n" +
+	"\x10arguments_digest\x18\x05 \x01(\tR\x0fargumentsDigest\x12%\n" +
+	"\x0epolicy_version\x18\x06 \x01(\tR\rpolicyVersion\x127\n" +
+	"\tissued_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\bissuedAt\x129\n" +
+	"\n" +
+	"expires_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x19\n" +
+	"\bgrant_id\x18\t \x01(\tR\agrantId\x12\x1f\n" +
+	"\vsystem_step\x18\n" +
+	" \x01(\bR\n" +
+	"systemStep\"Z\n" +
+	"\rSignedVerdict\x12\x15\n" +
+	"\x06key_id\x18\x01 \x01(\tR\x05keyId\x12\x14\n" +
+	"\x05grant\x18\x02 \x01(\fR\x05grant\x12\x1c\n" +
+	"\tsignature\x18\x03 \x01(\fR\tsignature\"\x95\x01\n" +
 	"\rShadowVerdict\x12%\n" +
 	"\x0epolicy_version\x18\x01 \x01(\tR\rpolicyVersion\x123\n" +
 	"\bdecision\x18\x02 \x01(\x0e2\x17.xct.v1.VerdictDecisionR\bdecision\x12(\n" +
@@ -1462,76 +1703,81 @@ func file_xct_v1_validator_proto_rawDescGZIP() []byte {
 }
 
 var file_xct_v1_validator_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_xct_v1_validator_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_xct_v1_validator_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_xct_v1_validator_proto_goTypes = []any{
 	(VerdictDecision)(0),             // 0: xct.v1.VerdictDecision
 	(ApprovalState)(0),               // 1: xct.v1.ApprovalState
 	(*ValidateRequest)(nil),          // 2: xct.v1.ValidateRequest
 	(*RunContext)(nil),               // 3: xct.v1.RunContext
 	(*Verdict)(nil),                  // 4: xct.v1.Verdict
-	(*ShadowVerdict)(nil),            // 5: xct.v1.ShadowVerdict
-	(*Reason)(nil),                   // 6: xct.v1.Reason
-	(*ValidateResponse)(nil),         // 7: xct.v1.ValidateResponse
-	(*Approval)(nil),                 // 8: xct.v1.Approval
-	(*Preview)(nil),                  // 9: xct.v1.Preview
-	(*RequestApprovalRequest)(nil),   // 10: xct.v1.RequestApprovalRequest
-	(*RequestApprovalResponse)(nil),  // 11: xct.v1.RequestApprovalResponse
-	(*ListApprovalsRequest)(nil),     // 12: xct.v1.ListApprovalsRequest
-	(*ListApprovalsResponse)(nil),    // 13: xct.v1.ListApprovalsResponse
-	(*DecideApprovalRequest)(nil),    // 14: xct.v1.DecideApprovalRequest
-	(*DecideApprovalResponse)(nil),   // 15: xct.v1.DecideApprovalResponse
-	(*WithdrawApprovalRequest)(nil),  // 16: xct.v1.WithdrawApprovalRequest
-	(*WithdrawApprovalResponse)(nil), // 17: xct.v1.WithdrawApprovalResponse
-	nil,                              // 18: xct.v1.RunContext.LabelsEntry
-	(*NextStep)(nil),                 // 19: xct.v1.NextStep
-	(*durationpb.Duration)(nil),      // 20: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),    // 21: google.protobuf.Timestamp
-	(*Error)(nil),                    // 22: xct.v1.Error
+	(*VerdictGrant)(nil),             // 5: xct.v1.VerdictGrant
+	(*SignedVerdict)(nil),            // 6: xct.v1.SignedVerdict
+	(*ShadowVerdict)(nil),            // 7: xct.v1.ShadowVerdict
+	(*Reason)(nil),                   // 8: xct.v1.Reason
+	(*ValidateResponse)(nil),         // 9: xct.v1.ValidateResponse
+	(*Approval)(nil),                 // 10: xct.v1.Approval
+	(*Preview)(nil),                  // 11: xct.v1.Preview
+	(*RequestApprovalRequest)(nil),   // 12: xct.v1.RequestApprovalRequest
+	(*RequestApprovalResponse)(nil),  // 13: xct.v1.RequestApprovalResponse
+	(*ListApprovalsRequest)(nil),     // 14: xct.v1.ListApprovalsRequest
+	(*ListApprovalsResponse)(nil),    // 15: xct.v1.ListApprovalsResponse
+	(*DecideApprovalRequest)(nil),    // 16: xct.v1.DecideApprovalRequest
+	(*DecideApprovalResponse)(nil),   // 17: xct.v1.DecideApprovalResponse
+	(*WithdrawApprovalRequest)(nil),  // 18: xct.v1.WithdrawApprovalRequest
+	(*WithdrawApprovalResponse)(nil), // 19: xct.v1.WithdrawApprovalResponse
+	nil,                              // 20: xct.v1.RunContext.LabelsEntry
+	(*NextStep)(nil),                 // 21: xct.v1.NextStep
+	(*durationpb.Duration)(nil),      // 22: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),    // 23: google.protobuf.Timestamp
+	(*Error)(nil),                    // 24: xct.v1.Error
 }
 var file_xct_v1_validator_proto_depIdxs = []int32{
 	3,  // 0: xct.v1.ValidateRequest.run:type_name -> xct.v1.RunContext
-	19, // 1: xct.v1.ValidateRequest.proposal:type_name -> xct.v1.NextStep
-	18, // 2: xct.v1.RunContext.labels:type_name -> xct.v1.RunContext.LabelsEntry
-	20, // 3: xct.v1.RunContext.elapsed:type_name -> google.protobuf.Duration
+	21, // 1: xct.v1.ValidateRequest.proposal:type_name -> xct.v1.NextStep
+	20, // 2: xct.v1.RunContext.labels:type_name -> xct.v1.RunContext.LabelsEntry
+	22, // 3: xct.v1.RunContext.elapsed:type_name -> google.protobuf.Duration
 	0,  // 4: xct.v1.Verdict.decision:type_name -> xct.v1.VerdictDecision
-	6,  // 5: xct.v1.Verdict.reasons:type_name -> xct.v1.Reason
-	21, // 6: xct.v1.Verdict.evaluated_at:type_name -> google.protobuf.Timestamp
-	22, // 7: xct.v1.Verdict.error:type_name -> xct.v1.Error
-	5,  // 8: xct.v1.Verdict.shadow:type_name -> xct.v1.ShadowVerdict
-	20, // 9: xct.v1.Verdict.approval_ttl:type_name -> google.protobuf.Duration
-	0,  // 10: xct.v1.ShadowVerdict.decision:type_name -> xct.v1.VerdictDecision
-	6,  // 11: xct.v1.ShadowVerdict.reasons:type_name -> xct.v1.Reason
-	4,  // 12: xct.v1.ValidateResponse.verdict:type_name -> xct.v1.Verdict
-	19, // 13: xct.v1.Approval.proposal:type_name -> xct.v1.NextStep
-	6,  // 14: xct.v1.Approval.reasons:type_name -> xct.v1.Reason
-	9,  // 15: xct.v1.Approval.preview:type_name -> xct.v1.Preview
-	1,  // 16: xct.v1.Approval.state:type_name -> xct.v1.ApprovalState
-	21, // 17: xct.v1.Approval.requested_at:type_name -> google.protobuf.Timestamp
-	21, // 18: xct.v1.Approval.expires_at:type_name -> google.protobuf.Timestamp
-	21, // 19: xct.v1.Approval.decided_at:type_name -> google.protobuf.Timestamp
-	3,  // 20: xct.v1.RequestApprovalRequest.run:type_name -> xct.v1.RunContext
-	19, // 21: xct.v1.RequestApprovalRequest.proposal:type_name -> xct.v1.NextStep
-	4,  // 22: xct.v1.RequestApprovalRequest.verdict:type_name -> xct.v1.Verdict
-	9,  // 23: xct.v1.RequestApprovalRequest.preview:type_name -> xct.v1.Preview
-	8,  // 24: xct.v1.RequestApprovalResponse.approval:type_name -> xct.v1.Approval
-	8,  // 25: xct.v1.ListApprovalsResponse.approvals:type_name -> xct.v1.Approval
-	8,  // 26: xct.v1.DecideApprovalResponse.approval:type_name -> xct.v1.Approval
-	8,  // 27: xct.v1.WithdrawApprovalResponse.approval:type_name -> xct.v1.Approval
-	2,  // 28: xct.v1.ValidatorService.Validate:input_type -> xct.v1.ValidateRequest
-	10, // 29: xct.v1.ValidatorService.RequestApproval:input_type -> xct.v1.RequestApprovalRequest
-	12, // 30: xct.v1.ValidatorService.ListApprovals:input_type -> xct.v1.ListApprovalsRequest
-	14, // 31: xct.v1.ValidatorService.DecideApproval:input_type -> xct.v1.DecideApprovalRequest
-	16, // 32: xct.v1.ValidatorService.WithdrawApproval:input_type -> xct.v1.WithdrawApprovalRequest
-	7,  // 33: xct.v1.ValidatorService.Validate:output_type -> xct.v1.ValidateResponse
-	11, // 34: xct.v1.ValidatorService.RequestApproval:output_type -> xct.v1.RequestApprovalResponse
-	13, // 35: xct.v1.ValidatorService.ListApprovals:output_type -> xct.v1.ListApprovalsResponse
-	15, // 36: xct.v1.ValidatorService.DecideApproval:output_type -> xct.v1.DecideApprovalResponse
-	17, // 37: xct.v1.ValidatorService.WithdrawApproval:output_type -> xct.v1.WithdrawApprovalResponse
-	33, // [33:38] is the sub-list for method output_type
-	28, // [28:33] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	8,  // 5: xct.v1.Verdict.reasons:type_name -> xct.v1.Reason
+	23, // 6: xct.v1.Verdict.evaluated_at:type_name -> google.protobuf.Timestamp
+	24, // 7: xct.v1.Verdict.error:type_name -> xct.v1.Error
+	7,  // 8: xct.v1.Verdict.shadow:type_name -> xct.v1.ShadowVerdict
+	22, // 9: xct.v1.Verdict.approval_ttl:type_name -> google.protobuf.Duration
+	6,  // 10: xct.v1.Verdict.signed:type_name -> xct.v1.SignedVerdict
+	23, // 11: xct.v1.VerdictGrant.issued_at:type_name -> google.protobuf.Timestamp
+	23, // 12: xct.v1.VerdictGrant.expires_at:type_name -> google.protobuf.Timestamp
+	0,  // 13: xct.v1.ShadowVerdict.decision:type_name -> xct.v1.VerdictDecision
+	8,  // 14: xct.v1.ShadowVerdict.reasons:type_name -> xct.v1.Reason
+	4,  // 15: xct.v1.ValidateResponse.verdict:type_name -> xct.v1.Verdict
+	21, // 16: xct.v1.Approval.proposal:type_name -> xct.v1.NextStep
+	8,  // 17: xct.v1.Approval.reasons:type_name -> xct.v1.Reason
+	11, // 18: xct.v1.Approval.preview:type_name -> xct.v1.Preview
+	1,  // 19: xct.v1.Approval.state:type_name -> xct.v1.ApprovalState
+	23, // 20: xct.v1.Approval.requested_at:type_name -> google.protobuf.Timestamp
+	23, // 21: xct.v1.Approval.expires_at:type_name -> google.protobuf.Timestamp
+	23, // 22: xct.v1.Approval.decided_at:type_name -> google.protobuf.Timestamp
+	3,  // 23: xct.v1.RequestApprovalRequest.run:type_name -> xct.v1.RunContext
+	21, // 24: xct.v1.RequestApprovalRequest.proposal:type_name -> xct.v1.NextStep
+	4,  // 25: xct.v1.RequestApprovalRequest.verdict:type_name -> xct.v1.Verdict
+	11, // 26: xct.v1.RequestApprovalRequest.preview:type_name -> xct.v1.Preview
+	10, // 27: xct.v1.RequestApprovalResponse.approval:type_name -> xct.v1.Approval
+	10, // 28: xct.v1.ListApprovalsResponse.approvals:type_name -> xct.v1.Approval
+	10, // 29: xct.v1.DecideApprovalResponse.approval:type_name -> xct.v1.Approval
+	10, // 30: xct.v1.WithdrawApprovalResponse.approval:type_name -> xct.v1.Approval
+	2,  // 31: xct.v1.ValidatorService.Validate:input_type -> xct.v1.ValidateRequest
+	12, // 32: xct.v1.ValidatorService.RequestApproval:input_type -> xct.v1.RequestApprovalRequest
+	14, // 33: xct.v1.ValidatorService.ListApprovals:input_type -> xct.v1.ListApprovalsRequest
+	16, // 34: xct.v1.ValidatorService.DecideApproval:input_type -> xct.v1.DecideApprovalRequest
+	18, // 35: xct.v1.ValidatorService.WithdrawApproval:input_type -> xct.v1.WithdrawApprovalRequest
+	9,  // 36: xct.v1.ValidatorService.Validate:output_type -> xct.v1.ValidateResponse
+	13, // 37: xct.v1.ValidatorService.RequestApproval:output_type -> xct.v1.RequestApprovalResponse
+	15, // 38: xct.v1.ValidatorService.ListApprovals:output_type -> xct.v1.ListApprovalsResponse
+	17, // 39: xct.v1.ValidatorService.DecideApproval:output_type -> xct.v1.DecideApprovalResponse
+	19, // 40: xct.v1.ValidatorService.WithdrawApproval:output_type -> xct.v1.WithdrawApprovalResponse
+	36, // [36:41] is the sub-list for method output_type
+	31, // [31:36] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_xct_v1_validator_proto_init() }
@@ -1546,7 +1792,7 @@ func file_xct_v1_validator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_xct_v1_validator_proto_rawDesc), len(file_xct_v1_validator_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   17,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,7 +19,7 @@ from xct.v1 import tool_pb2 as xct_dot_v1_dot_tool__pb2
 from xct.v1 import validator_pb2 as xct_dot_v1_dot_validator__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15xct/v1/executor.proto\x12\x06xct.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15xct/v1/decision.proto\x1a\x11xct/v1/tool.proto\x1a\x16xct/v1/validator.proto\"_\n\x12PreviewStepRequest\x12\x12\n\x04tool\x18\x01 \x01(\tR\x04tool\x12\x35\n\targuments\x18\x02 \x01(\x0b\x32\x17.google.protobuf.StructR\targuments\"@\n\x13PreviewStepResponse\x12)\n\x07preview\x18\x01 \x01(\x0b\x32\x0f.xct.v1.PreviewR\x07preview\"\x12\n\x10ListToolsRequest\"A\n\x11ListToolsResponse\x12,\n\x05tools\x18\x01 \x03(\x0b\x32\x16.xct.v1.ToolDescriptorR\x05tools\"\x8b\x01\n\x0e\x45xecuteRequest\x12\x15\n\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x17\n\x07step_id\x18\x02 \x01(\tR\x06stepId\x12\x12\n\x04tool\x18\x03 \x01(\tR\x04tool\x12\x35\n\targuments\x18\x04 \x01(\x0b\x32\x17.google.protobuf.StructR\targuments\"\xac\x01\n\x0f\x45xecuteResponse\x12,\n\x08response\x18\x01 \x01(\x0b\x32\x10.xct.v1.ResponseR\x08response\x12\x35\n\x08\x64uration\x18\x02 \x01(\x0b\x32\x19.google.protobuf.DurationR\x08\x64uration\x12\x1a\n\x08replayed\x18\x03 \x01(\x08R\x08replayed\x12\x18\n\x07\x61ttempt\x18\x04 \x01(\x05R\x07\x61ttempt\"\x85\x06\n\nStepRecord\x12\x17\n\x07step_id\x18\x01 \x01(\tR\x06stepId\x12\x15\n\x06run_id\x18\x02 \x01(\tR\x05runId\x12\x12\n\x04tool\x18\x03 \x01(\tR\x04tool\x12)\n\x10\x61rguments_digest\x18\x04 \x01(\tR\x0f\x61rgumentsDigest\x12-\n\x05state\x18\x05 \x01(\x0e\x32\x17.xct.v1.StepRecordStateR\x05state\x12\x18\n\x07\x61ttempt\x18\x06 \x01(\x05R\x07\x61ttempt\x12&\n\x06\x65\x66\x66\x65\x63t\x18\x07 \x01(\x0e\x32\x0e.xct.v1.EffectR\x06\x65\x66\x66\x65\x63t\x12\x1e\n\nidempotent\x18\x08 \x01(\x08R\nidempotent\x12\x1a\n\x08\x65xecutor\x18\t \x01(\tR\x08\x65xecutor\x12\x39\n\nstarted_at\x18\n \x01(\x0b\x32\x1a.google.protobuf.TimestampR\tstartedAt\x12\x36\n\x08\x64\x65\x61\x64line\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.TimestampR\x08\x64\x65\x61\x64line\x12;\n\x0b\x66inished_at\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.TimestampR\nfinishedAt\x12,\n\x08response\x18\r \x01(\x0b\x32\x10.xct.v1.ResponseR\x08response\x12#\n\rresponse_blob\x18\x0e \x01(\tR\x0cresponseBlob\x12\x35\n\x08\x64uration\x18\x0f \x01(\x0b\x32\x19.google.protobuf.DurationR\x08\x64uration\x12)\n\x06reruns\x18\x10 \x03(\x0b\x32\x11.xct.v1.StepRerunR\x06reruns\x12>\n\rcompensations\x18\x11 \x03(\x0b\x32\x18.xct.v1.StepCompensationR\rcompensations\x12\x36\n\nresolution\x18\x12 \x01(\x0b\x32\x16.xct.v1.StepResolutionR\nresolution\"\x85\x01\n\tStepRerun\x12\x18\n\x07\x61ttempt\x18\x01 \x01(\x05R\x07\x61ttempt\x12*\n\x02\x61t\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\x02\x61t\x12\x16\n\x06reason\x18\x03 \x01(\tR\x06reason\x12\x1a\n\x08\x65xecutor\x18\x04 \x01(\tR\x08\x65xecutor\"p\n\x10StepCompensation\x12\x18\n\x07\x61ttempt\x18\x01 \x01(\x05R\x07\x61ttempt\x12\x12\n\x04\x62lob\x18\x02 \x01(\tR\x04\x62lob\x12\x12\n\x04size\x18\x03 \x01(\x03R\x04size\x12\x1a\n\x08\x63hecksum\x18\x04 \x01(\tR\x08\x63hecksum\"\xf8\x01\n\x0eStepResolution\x12\x30\n\x08\x64\x65\x63ision\x18\x01 \x01(\x0e\x32\x14.xct.v1.StepDecisionR\x08\x64\x65\x63ision\x12\x1f\n\x0bresolved_by\x18\x02 \x01(\tR\nresolvedBy\x12\x16\n\x06reason\x18\x03 \x01(\tR\x06reason\x12;\n\x0bresolved_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\nresolvedAt\x12>\n\x0eprevious_state\x18\x05 \x01(\x0e\x32\x17.xct.v1.StepRecordStateR\rpreviousState\")\n\x0eGetStepRequest\x12\x17\n\x07step_id\x18\x01 \x01(\tR\x06stepId\"T\n\x0fGetStepResponse\x12&\n\x04step\x18\x01 \x01(\x0b\x32\x12.xct.v1.StepRecordR\x04step\x12\x19\n\x08in_doubt\x18\x02 \x01(\x08R\x07inDoubt\"\xc8\x01\n\x12ResolveStepRequest\x12\x17\n\x07step_id\x18\x01 \x01(\tR\x06stepId\x12\x30\n\x08\x64\x65\x63ision\x18\x02 \x01(\x0e\x32\x14.xct.v1.StepDecisionR\x08\x64\x65\x63ision\x12\x1f\n\x0bresolved_by\x18\x03 \x01(\tR\nresolvedBy\x12\x16\n\x06reason\x18\x04 \x01(\tR\x06reason\x12.\n\x06result\x18\x05 \x01(\x0b\x32\x16.google.protobuf.ValueR\x06result\"=\n\x13ResolveStepResponse\x12&\n\x04step\x18\x01 \x01(\x0b\x32\x12.xct.v1.StepRecordR\x04step*\xcf\x01\n\x0fStepRecordState\x12!\n\x1dSTEP_RECORD_STATE_UNSPECIFIED\x10\x00\x12\x1d\n\x19STEP_RECORD_STATE_PENDING\x10\x01\x12\x1f\n\x1bSTEP_RECORD_STATE_SUCCEEDED\x10\x02\x12\x1c\n\x18STEP_RECORD_STATE_FAILED\x10\x03\x12\x1e\n\x1aSTEP_RECORD_STATE_IN_DOUBT\x10\x04\x12\x1b\n\x17STEP_RECORD_STATE_RETRY\x10\x05*}\n\x0cStepDecision\x12\x1d\n\x19STEP_DECISION_UNSPECIFIED\x10\x00\x12\x1b\n\x17STEP_DECISION_SUCCEEDED\x10\x01\x12\x18\n\x14STEP_DECISION_FAILED\x10\x02\x12\x17\n\x13STEP_DECISION_RETRY\x10\x03\x32\xdb\x02\n\x0f\x45xecutorService\x12@\n\tListTools\x12\x18.xct.v1.ListToolsRequest\x1a\x19.xct.v1.ListToolsResponse\x12:\n\x07\x45xecute\x12\x16.xct.v1.ExecuteRequest\x1a\x17.xct.v1.ExecuteResponse\x12:\n\x07GetStep\x12\x16.xct.v1.GetStepRequest\x1a\x17.xct.v1.GetStepResponse\x12\x46\n\x0bResolveStep\x12\x1a.xct.v1.ResolveStepRequest\x1a\x1b.xct.v1.ResolveStepResponse\x12\x46\n\x0bPreviewStep\x12\x1a.xct.v1.PreviewStepRequest\x1a\x1b.xct.v1.PreviewStepResponseB}\n\ncom.xct.v1B\rExecutorProtoP\x01Z\'github.com/xct-dev/xct/gen/xct/v1;xctv1\xa2\x02\x03XXX\xaa\x02\x06Xct.V1\xca\x02\x06Xct\\V1\xe2\x02\x12Xct\\V1\\GPBMetadata\xea\x02\x07Xct::V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15xct/v1/executor.proto\x12\x06xct.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15xct/v1/decision.proto\x1a\x11xct/v1/tool.proto\x1a\x16xct/v1/validator.proto\"_\n\x12PreviewStepRequest\x12\x12\n\x04tool\x18\x01 \x01(\tR\x04tool\x12\x35\n\targuments\x18\x02 \x01(\x0b\x32\x17.google.protobuf.StructR\targuments\"@\n\x13PreviewStepResponse\x12)\n\x07preview\x18\x01 \x01(\x0b\x32\x0f.xct.v1.PreviewR\x07preview\"\x12\n\x10ListToolsRequest\"A\n\x11ListToolsResponse\x12,\n\x05tools\x18\x01 \x03(\x0b\x32\x16.xct.v1.ToolDescriptorR\x05tools\"\xbc\x01\n\x0e\x45xecuteRequest\x12\x15\n\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x17\n\x07step_id\x18\x02 \x01(\tR\x06stepId\x12\x12\n\x04tool\x18\x03 \x01(\tR\x04tool\x12\x35\n\targuments\x18\x04 \x01(\x0b\x32\x17.google.protobuf.StructR\targuments\x12/\n\x07verdict\x18\x05 \x01(\x0b\x32\x15.xct.v1.SignedVerdictR\x07verdict\"\xac\x01\n\x0f\x45xecuteResponse\x12,\n\x08response\x18\x01 \x01(\x0b\x32\x10.xct.v1.ResponseR\x08response\x12\x35\n\x08\x64uration\x18\x02 \x01(\x0b\x32\x19.google.protobuf.DurationR\x08\x64uration\x12\x1a\n\x08replayed\x18\x03 \x01(\x08R\x08replayed\x12\x18\n\x07\x61ttempt\x18\x04 \x01(\x05R\x07\x61ttempt\"\x85\x06\n\nStepRecord\x12\x17\n\x07step_id\x18\x01 \x01(\tR\x06stepId\x12\x15\n\x06run_id\x18\x02 \x01(\tR\x05runId\x12\x12\n\x04tool\x18\x03 \x01(\tR\x04tool\x12)\n\x10\x61rguments_digest\x18\x04 \x01(\tR\x0f\x61rgumentsDigest\x12-\n\x05state\x18\x05 \x01(\x0e\x32\x17.xct.v1.StepRecordStateR\x05state\x12\x18\n\x07\x61ttempt\x18\x06 \x01(\x05R\x07\x61ttempt\x12&\n\x06\x65\x66\x66\x65\x63t\x18\x07 \x01(\x0e\x32\x0e.xct.v1.EffectR\x06\x65\x66\x66\x65\x63t\x12\x1e\n\nidempotent\x18\x08 \x01(\x08R\nidempotent\x12\x1a\n\x08\x65xecutor\x18\t \x01(\tR\x08\x65xecutor\x12\x39\n\nstarted_at\x18\n \x01(\x0b\x32\x1a.google.protobuf.TimestampR\tstartedAt\x12\x36\n\x08\x64\x65\x61\x64line\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.TimestampR\x08\x64\x65\x61\x64line\x12;\n\x0b\x66inished_at\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.TimestampR\nfinishedAt\x12,\n\x08response\x18\r \x01(\x0b\x32\x10.xct.v1.ResponseR\x08response\x12#\n\rresponse_blob\x18\x0e \x01(\tR\x0cresponseBlob\x12\x35\n\x08\x64uration\x18\x0f \x01(\x0b\x32\x19.google.protobuf.DurationR\x08\x64uration\x12)\n\x06reruns\x18\x10 \x03(\x0b\x32\x11.xct.v1.StepRerunR\x06reruns\x12>\n\rcompensations\x18\x11 \x03(\x0b\x32\x18.xct.v1.StepCompensationR\rcompensations\x12\x36\n\nresolution\x18\x12 \x01(\x0b\x32\x16.xct.v1.StepResolutionR\nresolution\"\x85\x01\n\tStepRerun\x12\x18\n\x07\x61ttempt\x18\x01 \x01(\x05R\x07\x61ttempt\x12*\n\x02\x61t\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\x02\x61t\x12\x16\n\x06reason\x18\x03 \x01(\tR\x06reason\x12\x1a\n\x08\x65xecutor\x18\x04 \x01(\tR\x08\x65xecutor\"p\n\x10StepCompensation\x12\x18\n\x07\x61ttempt\x18\x01 \x01(\x05R\x07\x61ttempt\x12\x12\n\x04\x62lob\x18\x02 \x01(\tR\x04\x62lob\x12\x12\n\x04size\x18\x03 \x01(\x03R\x04size\x12\x1a\n\x08\x63hecksum\x18\x04 \x01(\tR\x08\x63hecksum\"\xf8\x01\n\x0eStepResolution\x12\x30\n\x08\x64\x65\x63ision\x18\x01 \x01(\x0e\x32\x14.xct.v1.StepDecisionR\x08\x64\x65\x63ision\x12\x1f\n\x0bresolved_by\x18\x02 \x01(\tR\nresolvedBy\x12\x16\n\x06reason\x18\x03 \x01(\tR\x06reason\x12;\n\x0bresolved_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\nresolvedAt\x12>\n\x0eprevious_state\x18\x05 \x01(\x0e\x32\x17.xct.v1.StepRecordStateR\rpreviousState\")\n\x0eGetStepRequest\x12\x17\n\x07step_id\x18\x01 \x01(\tR\x06stepId\"T\n\x0fGetStepResponse\x12&\n\x04step\x18\x01 \x01(\x0b\x32\x12.xct.v1.StepRecordR\x04step\x12\x19\n\x08in_doubt\x18\x02 \x01(\x08R\x07inDoubt\"\xc8\x01\n\x12ResolveStepRequest\x12\x17\n\x07step_id\x18\x01 \x01(\tR\x06stepId\x12\x30\n\x08\x64\x65\x63ision\x18\x02 \x01(\x0e\x32\x14.xct.v1.StepDecisionR\x08\x64\x65\x63ision\x12\x1f\n\x0bresolved_by\x18\x03 \x01(\tR\nresolvedBy\x12\x16\n\x06reason\x18\x04 \x01(\tR\x06reason\x12.\n\x06result\x18\x05 \x01(\x0b\x32\x16.google.protobuf.ValueR\x06result\"=\n\x13ResolveStepResponse\x12&\n\x04step\x18\x01 \x01(\x0b\x32\x12.xct.v1.StepRecordR\x04step*\xcf\x01\n\x0fStepRecordState\x12!\n\x1dSTEP_RECORD_STATE_UNSPECIFIED\x10\x00\x12\x1d\n\x19STEP_RECORD_STATE_PENDING\x10\x01\x12\x1f\n\x1bSTEP_RECORD_STATE_SUCCEEDED\x10\x02\x12\x1c\n\x18STEP_RECORD_STATE_FAILED\x10\x03\x12\x1e\n\x1aSTEP_RECORD_STATE_IN_DOUBT\x10\x04\x12\x1b\n\x17STEP_RECORD_STATE_RETRY\x10\x05*}\n\x0cStepDecision\x12\x1d\n\x19STEP_DECISION_UNSPECIFIED\x10\x00\x12\x1b\n\x17STEP_DECISION_SUCCEEDED\x10\x01\x12\x18\n\x14STEP_DECISION_FAILED\x10\x02\x12\x17\n\x13STEP_DECISION_RETRY\x10\x03\x32\xdb\x02\n\x0f\x45xecutorService\x12@\n\tListTools\x12\x18.xct.v1.ListToolsRequest\x1a\x19.xct.v1.ListToolsResponse\x12:\n\x07\x45xecute\x12\x16.xct.v1.ExecuteRequest\x1a\x17.xct.v1.ExecuteResponse\x12:\n\x07GetStep\x12\x16.xct.v1.GetStepRequest\x1a\x17.xct.v1.GetStepResponse\x12\x46\n\x0bResolveStep\x12\x1a.xct.v1.ResolveStepRequest\x1a\x1b.xct.v1.ResolveStepResponse\x12\x46\n\x0bPreviewStep\x12\x1a.xct.v1.PreviewStepRequest\x1a\x1b.xct.v1.PreviewStepResponseB}\n\ncom.xct.v1B\rExecutorProtoP\x01Z\'github.com/xct-dev/xct/gen/xct/v1;xctv1\xa2\x02\x03XXX\xaa\x02\x06Xct.V1\xca\x02\x06Xct\\V1\xe2\x02\x12Xct\\V1\\GPBMetadata\xea\x02\x07Xct::V1b\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'xct.v1.executor_pb2', globals())
@@ -27,10 +27,10 @@ if _descriptor._USE_C_DESCRIPTORS == False:
 
   DESCRIPTOR._options = None
   DESCRIPTOR._serialized_options = b'\n\ncom.xct.v1B\rExecutorProtoP\001Z\'github.com/xct-dev/xct/gen/xct/v1;xctv1\242\002\003XXX\252\002\006Xct.V1\312\002\006Xct\\V1\342\002\022Xct\\V1\\GPBMetadata\352\002\007Xct::V1'
-  _STEPRECORDSTATE._serialized_start=2434
-  _STEPRECORDSTATE._serialized_end=2641
-  _STEPDECISION._serialized_start=2643
-  _STEPDECISION._serialized_end=2768
+  _STEPRECORDSTATE._serialized_start=2483
+  _STEPRECORDSTATE._serialized_end=2690
+  _STEPDECISION._serialized_start=2692
+  _STEPDECISION._serialized_end=2817
   _PREVIEWSTEPREQUEST._serialized_start=194
   _PREVIEWSTEPREQUEST._serialized_end=289
   _PREVIEWSTEPRESPONSE._serialized_start=291
@@ -40,25 +40,25 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   _LISTTOOLSRESPONSE._serialized_start=377
   _LISTTOOLSRESPONSE._serialized_end=442
   _EXECUTEREQUEST._serialized_start=445
-  _EXECUTEREQUEST._serialized_end=584
-  _EXECUTERESPONSE._serialized_start=587
-  _EXECUTERESPONSE._serialized_end=759
-  _STEPRECORD._serialized_start=762
-  _STEPRECORD._serialized_end=1535
-  _STEPRERUN._serialized_start=1538
-  _STEPRERUN._serialized_end=1671
-  _STEPCOMPENSATION._serialized_start=1673
-  _STEPCOMPENSATION._serialized_end=1785
-  _STEPRESOLUTION._serialized_start=1788
-  _STEPRESOLUTION._serialized_end=2036
-  _GETSTEPREQUEST._serialized_start=2038
-  _GETSTEPREQUEST._serialized_end=2079
-  _GETSTEPRESPONSE._serialized_start=2081
-  _GETSTEPRESPONSE._serialized_end=2165
-  _RESOLVESTEPREQUEST._serialized_start=2168
-  _RESOLVESTEPREQUEST._serialized_end=2368
-  _RESOLVESTEPRESPONSE._serialized_start=2370
-  _RESOLVESTEPRESPONSE._serialized_end=2431
-  _EXECUTORSERVICE._serialized_start=2771
-  _EXECUTORSERVICE._serialized_end=3118
+  _EXECUTEREQUEST._serialized_end=633
+  _EXECUTERESPONSE._serialized_start=636
+  _EXECUTERESPONSE._serialized_end=808
+  _STEPRECORD._serialized_start=811
+  _STEPRECORD._serialized_end=1584
+  _STEPRERUN._serialized_start=1587
+  _STEPRERUN._serialized_end=1720
+  _STEPCOMPENSATION._serialized_start=1722
+  _STEPCOMPENSATION._serialized_end=1834
+  _STEPRESOLUTION._serialized_start=1837
+  _STEPRESOLUTION._serialized_end=2085
+  _GETSTEPREQUEST._serialized_start=2087
+  _GETSTEPREQUEST._serialized_end=2128
+  _GETSTEPRESPONSE._serialized_start=2130
+  _GETSTEPRESPONSE._serialized_end=2214
+  _RESOLVESTEPREQUEST._serialized_start=2217
+  _RESOLVESTEPREQUEST._serialized_end=2417
+  _RESOLVESTEPRESPONSE._serialized_start=2419
+  _RESOLVESTEPRESPONSE._serialized_end=2480
+  _EXECUTORSERVICE._serialized_start=2820
+  _EXECUTORSERVICE._serialized_end=3167
 # @@protoc_insertion_point(module_scope)

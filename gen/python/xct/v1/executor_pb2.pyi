@@ -23,16 +23,18 @@ STEP_RECORD_STATE_SUCCEEDED: StepRecordState
 STEP_RECORD_STATE_UNSPECIFIED: StepRecordState
 
 class ExecuteRequest(_message.Message):
-    __slots__ = ["arguments", "run_id", "step_id", "tool"]
+    __slots__ = ["arguments", "run_id", "step_id", "tool", "verdict"]
     ARGUMENTS_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     STEP_ID_FIELD_NUMBER: _ClassVar[int]
     TOOL_FIELD_NUMBER: _ClassVar[int]
+    VERDICT_FIELD_NUMBER: _ClassVar[int]
     arguments: _struct_pb2.Struct
     run_id: str
     step_id: str
     tool: str
-    def __init__(self, run_id: _Optional[str] = ..., step_id: _Optional[str] = ..., tool: _Optional[str] = ..., arguments: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
+    verdict: _validator_pb2.SignedVerdict
+    def __init__(self, run_id: _Optional[str] = ..., step_id: _Optional[str] = ..., tool: _Optional[str] = ..., arguments: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., verdict: _Optional[_Union[_validator_pb2.SignedVerdict, _Mapping]] = ...) -> None: ...
 
 class ExecuteResponse(_message.Message):
     __slots__ = ["attempt", "duration", "replayed", "response"]

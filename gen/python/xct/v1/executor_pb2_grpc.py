@@ -6,8 +6,8 @@ from xct.v1 import executor_pb2 as xct_dot_v1_dot_executor__pb2
 
 
 class ExecutorServiceStub(object):
-    """ExecutorService runs tools. It never decides: it executes only what the
-    orchestrator sends after the validator allowed it. Each step runs at most
+    """ExecutorService runs tools. It never decides: it executes only a step
+    that carries the validator's signed allow verdict for exactly that step. Each step runs at most
     once: the executor keeps a StepRecord per step id.
     """
 
@@ -45,8 +45,8 @@ class ExecutorServiceStub(object):
 
 
 class ExecutorServiceServicer(object):
-    """ExecutorService runs tools. It never decides: it executes only what the
-    orchestrator sends after the validator allowed it. Each step runs at most
+    """ExecutorService runs tools. It never decides: it executes only a step
+    that carries the validator's signed allow verdict for exactly that step. Each step runs at most
     once: the executor keeps a StepRecord per step id.
     """
 
@@ -128,8 +128,8 @@ def add_ExecutorServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class ExecutorService(object):
-    """ExecutorService runs tools. It never decides: it executes only what the
-    orchestrator sends after the validator allowed it. Each step runs at most
+    """ExecutorService runs tools. It never decides: it executes only a step
+    that carries the validator's signed allow verdict for exactly that step. Each step runs at most
     once: the executor keeps a StepRecord per step id.
     """
 

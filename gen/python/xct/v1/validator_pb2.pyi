@@ -164,17 +164,29 @@ class ShadowVerdict(_message.Message):
     reasons: _containers.RepeatedCompositeFieldContainer[Reason]
     def __init__(self, policy_version: _Optional[str] = ..., decision: _Optional[_Union[VerdictDecision, str]] = ..., reasons: _Optional[_Iterable[_Union[Reason, _Mapping]]] = ...) -> None: ...
 
+class SignedVerdict(_message.Message):
+    __slots__ = ["grant", "key_id", "signature"]
+    GRANT_FIELD_NUMBER: _ClassVar[int]
+    KEY_ID_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    grant: bytes
+    key_id: str
+    signature: bytes
+    def __init__(self, key_id: _Optional[str] = ..., grant: _Optional[bytes] = ..., signature: _Optional[bytes] = ...) -> None: ...
+
 class ValidateRequest(_message.Message):
-    __slots__ = ["proposal", "run", "step", "step_id"]
+    __slots__ = ["proposal", "run", "step", "step_id", "system_step"]
     PROPOSAL_FIELD_NUMBER: _ClassVar[int]
     RUN_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     STEP_ID_FIELD_NUMBER: _ClassVar[int]
+    SYSTEM_STEP_FIELD_NUMBER: _ClassVar[int]
     proposal: _decision_pb2.NextStep
     run: RunContext
     step: int
     step_id: str
-    def __init__(self, run: _Optional[_Union[RunContext, _Mapping]] = ..., step: _Optional[int] = ..., step_id: _Optional[str] = ..., proposal: _Optional[_Union[_decision_pb2.NextStep, _Mapping]] = ...) -> None: ...
+    system_step: bool
+    def __init__(self, run: _Optional[_Union[RunContext, _Mapping]] = ..., step: _Optional[int] = ..., step_id: _Optional[str] = ..., proposal: _Optional[_Union[_decision_pb2.NextStep, _Mapping]] = ..., system_step: bool = ...) -> None: ...
 
 class ValidateResponse(_message.Message):
     __slots__ = ["verdict"]
@@ -183,7 +195,7 @@ class ValidateResponse(_message.Message):
     def __init__(self, verdict: _Optional[_Union[Verdict, _Mapping]] = ...) -> None: ...
 
 class Verdict(_message.Message):
-    __slots__ = ["approval_ttl", "decision", "ends_run", "error", "evaluated_at", "policy_version", "reasons", "shadow"]
+    __slots__ = ["approval_ttl", "decision", "ends_run", "error", "evaluated_at", "policy_version", "reasons", "shadow", "signed"]
     APPROVAL_TTL_FIELD_NUMBER: _ClassVar[int]
     DECISION_FIELD_NUMBER: _ClassVar[int]
     ENDS_RUN_FIELD_NUMBER: _ClassVar[int]
@@ -192,6 +204,7 @@ class Verdict(_message.Message):
     POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
     REASONS_FIELD_NUMBER: _ClassVar[int]
     SHADOW_FIELD_NUMBER: _ClassVar[int]
+    SIGNED_FIELD_NUMBER: _ClassVar[int]
     approval_ttl: _duration_pb2.Duration
     decision: VerdictDecision
     ends_run: bool
@@ -200,7 +213,32 @@ class Verdict(_message.Message):
     policy_version: str
     reasons: _containers.RepeatedCompositeFieldContainer[Reason]
     shadow: _containers.RepeatedCompositeFieldContainer[ShadowVerdict]
-    def __init__(self, decision: _Optional[_Union[VerdictDecision, str]] = ..., reasons: _Optional[_Iterable[_Union[Reason, _Mapping]]] = ..., policy_version: _Optional[str] = ..., evaluated_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., error: _Optional[_Union[_decision_pb2.Error, _Mapping]] = ..., shadow: _Optional[_Iterable[_Union[ShadowVerdict, _Mapping]]] = ..., ends_run: bool = ..., approval_ttl: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    signed: SignedVerdict
+    def __init__(self, decision: _Optional[_Union[VerdictDecision, str]] = ..., reasons: _Optional[_Iterable[_Union[Reason, _Mapping]]] = ..., policy_version: _Optional[str] = ..., evaluated_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., error: _Optional[_Union[_decision_pb2.Error, _Mapping]] = ..., shadow: _Optional[_Iterable[_Union[ShadowVerdict, _Mapping]]] = ..., ends_run: bool = ..., approval_ttl: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., signed: _Optional[_Union[SignedVerdict, _Mapping]] = ...) -> None: ...
+
+class VerdictGrant(_message.Message):
+    __slots__ = ["arguments_digest", "expires_at", "grant_id", "issued_at", "policy_version", "run_id", "step", "step_id", "system_step", "tool"]
+    ARGUMENTS_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    GRANT_ID_FIELD_NUMBER: _ClassVar[int]
+    ISSUED_AT_FIELD_NUMBER: _ClassVar[int]
+    POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    STEP_ID_FIELD_NUMBER: _ClassVar[int]
+    SYSTEM_STEP_FIELD_NUMBER: _ClassVar[int]
+    TOOL_FIELD_NUMBER: _ClassVar[int]
+    arguments_digest: str
+    expires_at: _timestamp_pb2.Timestamp
+    grant_id: str
+    issued_at: _timestamp_pb2.Timestamp
+    policy_version: str
+    run_id: str
+    step: int
+    step_id: str
+    system_step: bool
+    tool: str
+    def __init__(self, run_id: _Optional[str] = ..., step: _Optional[int] = ..., step_id: _Optional[str] = ..., tool: _Optional[str] = ..., arguments_digest: _Optional[str] = ..., policy_version: _Optional[str] = ..., issued_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., grant_id: _Optional[str] = ..., system_step: bool = ...) -> None: ...
 
 class WithdrawApprovalRequest(_message.Message):
     __slots__ = ["by", "reason", "run_id", "step_id"]

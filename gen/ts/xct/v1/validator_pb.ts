@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file xct/v1/validator.proto.
  */
 export const file_xct_v1_validator: GenFile = /*@__PURE__*/
-  fileDesc("ChZ4Y3QvdjEvdmFsaWRhdG9yLnByb3RvEgZ4Y3QudjEidQoPVmFsaWRhdGVSZXF1ZXN0Eh8KA3J1bhgBIAEoCzISLnhjdC52MS5SdW5Db250ZXh0EgwKBHN0ZXAYAiABKAUSDwoHc3RlcF9pZBgDIAEoCRIiCghwcm9wb3NhbBgEIAEoCzIQLnhjdC52MS5OZXh0U3RlcCK/AgoKUnVuQ29udGV4dBIOCgZydW5faWQYASABKAkSEQoJcHJpbmNpcGFsGAIgASgJEi4KBmxhYmVscxgDIAMoCzIeLnhjdC52MS5SdW5Db250ZXh0LkxhYmVsc0VudHJ5EhIKCnN0ZXBzX3VzZWQYBCABKAUSGgoSY29uc2VjdXRpdmVfZXJyb3JzGAUgASgFEhQKDGlucHV0X3Rva2VucxgGIAEoAxIVCg1vdXRwdXRfdG9rZW5zGAcgASgDEg0KBW1vZGVsGAggASgJEioKB2VsYXBzZWQYCSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SFwoPcHJpbmNpcGFsX3JvbGVzGAogAygJGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEipwIKB1ZlcmRpY3QSKQoIZGVjaXNpb24YASABKA4yFy54Y3QudjEuVmVyZGljdERlY2lzaW9uEh8KB3JlYXNvbnMYAiADKAsyDi54Y3QudjEuUmVhc29uEhYKDnBvbGljeV92ZXJzaW9uGAMgASgJEjAKDGV2YWx1YXRlZF9hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASHAoFZXJyb3IYBSABKAsyDS54Y3QudjEuRXJyb3ISJQoGc2hhZG93GAYgAygLMhUueGN0LnYxLlNoYWRvd1ZlcmRpY3QSEAoIZW5kc19ydW4YByABKAgSLwoMYXBwcm92YWxfdHRsGAggASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uInMKDVNoYWRvd1ZlcmRpY3QSFgoOcG9saWN5X3ZlcnNpb24YASABKAkSKQoIZGVjaXNpb24YAiABKA4yFy54Y3QudjEuVmVyZGljdERlY2lzaW9uEh8KB3JlYXNvbnMYAyADKAsyDi54Y3QudjEuUmVhc29uIioKBlJlYXNvbhIPCgdydWxlX2lkGAEgASgJEg8KB21lc3NhZ2UYAiABKAkiNAoQVmFsaWRhdGVSZXNwb25zZRIgCgd2ZXJkaWN0GAEgASgLMg8ueGN0LnYxLlZlcmRpY3QiqgMKCEFwcHJvdmFsEg4KBnJ1bl9pZBgBIAEoCRIMCgRzdGVwGAIgASgFEg8KB3N0ZXBfaWQYAyABKAkSIgoIcHJvcG9zYWwYBCABKAsyEC54Y3QudjEuTmV4dFN0ZXASFAoMcmVxdWVzdGVkX2J5GAUgASgJEh8KB3JlYXNvbnMYBiADKAsyDi54Y3QudjEuUmVhc29uEhYKDnBvbGljeV92ZXJzaW9uGAcgASgJEiAKB3ByZXZpZXcYCCABKAsyDy54Y3QudjEuUHJldmlldxIkCgVzdGF0ZRgJIAEoDjIVLnhjdC52MS5BcHByb3ZhbFN0YXRlEjAKDHJlcXVlc3RlZF9hdBgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKZXhwaXJlc19hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKZGVjaWRlZF9hdBgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEgoKZGVjaWRlZF9ieRgNIAEoCRIOCgZyZWFzb24YDiABKAkiKAoHUHJldmlldxIMCgRraW5kGAEgASgJEg8KB2NvbnRlbnQYAiABKAkiwAEKFlJlcXVlc3RBcHByb3ZhbFJlcXVlc3QSHwoDcnVuGAEgASgLMhIueGN0LnYxLlJ1bkNvbnRleHQSDAoEc3RlcBgCIAEoBRIPCgdzdGVwX2lkGAMgASgJEiIKCHByb3Bvc2FsGAQgASgLMhAueGN0LnYxLk5leHRTdGVwEiAKB3ZlcmRpY3QYBSABKAsyDy54Y3QudjEuVmVyZGljdBIgCgdwcmV2aWV3GAYgASgLMg8ueGN0LnYxLlByZXZpZXciPQoXUmVxdWVzdEFwcHJvdmFsUmVzcG9uc2USIgoIYXBwcm92YWwYASABKAsyEC54Y3QudjEuQXBwcm92YWwiMwoUTGlzdEFwcHJvdmFsc1JlcXVlc3QSDgoGcnVuX2lkGAEgASgJEgsKA2FsbBgCIAEoCCI8ChVMaXN0QXBwcm92YWxzUmVzcG9uc2USIwoJYXBwcm92YWxzGAEgAygLMhAueGN0LnYxLkFwcHJvdmFsImgKFURlY2lkZUFwcHJvdmFsUmVxdWVzdBIOCgZydW5faWQYASABKAkSDAoEc3RlcBgCIAEoCRIPCgdhcHByb3ZlGAMgASgIEhAKCGFwcHJvdmVyGAQgASgJEg4KBnJlYXNvbhgFIAEoCSI8ChZEZWNpZGVBcHByb3ZhbFJlc3BvbnNlEiIKCGFwcHJvdmFsGAEgASgLMhAueGN0LnYxLkFwcHJvdmFsIlYKF1dpdGhkcmF3QXBwcm92YWxSZXF1ZXN0Eg4KBnJ1bl9pZBgBIAEoCRIPCgdzdGVwX2lkGAIgASgJEgoKAmJ5GAMgASgJEg4KBnJlYXNvbhgEIAEoCSI+ChhXaXRoZHJhd0FwcHJvdmFsUmVzcG9uc2USIgoIYXBwcm92YWwYASABKAsyEC54Y3QudjEuQXBwcm92YWwqjwEKD1ZlcmRpY3REZWNpc2lvbhIgChxWRVJESUNUX0RFQ0lTSU9OX1VOU1BFQ0lGSUVEEAASGgoWVkVSRElDVF9ERUNJU0lPTl9BTExPVxABEhkKFVZFUkRJQ1RfREVDSVNJT05fREVOWRACEiMKH1ZFUkRJQ1RfREVDSVNJT05fTkVFRFNfQVBQUk9WQUwQAyq9AQoNQXBwcm92YWxTdGF0ZRIeChpBUFBST1ZBTF9TVEFURV9VTlNQRUNJRklFRBAAEhoKFkFQUFJPVkFMX1NUQVRFX1BFTkRJTkcQARIbChdBUFBST1ZBTF9TVEFURV9BUFBST1ZFRBACEhkKFUFQUFJPVkFMX1NUQVRFX0RFTklFRBADEhoKFkFQUFJPVkFMX1NUQVRFX0VYUElSRUQQBBIcChhBUFBST1ZBTF9TVEFURV9XSVRIRFJBV04QBTKbAwoQVmFsaWRhdG9yU2VydmljZRI9CghWYWxpZGF0ZRIXLnhjdC52MS5WYWxpZGF0ZVJlcXVlc3QaGC54Y3QudjEuVmFsaWRhdGVSZXNwb25zZRJSCg9SZXF1ZXN0QXBwcm92YWwSHi54Y3QudjEuUmVxdWVzdEFwcHJvdmFsUmVxdWVzdBofLnhjdC52MS5SZXF1ZXN0QXBwcm92YWxSZXNwb25zZRJMCg1MaXN0QXBwcm92YWxzEhwueGN0LnYxLkxpc3RBcHByb3ZhbHNSZXF1ZXN0Gh0ueGN0LnYxLkxpc3RBcHByb3ZhbHNSZXNwb25zZRJPCg5EZWNpZGVBcHByb3ZhbBIdLnhjdC52MS5EZWNpZGVBcHByb3ZhbFJlcXVlc3QaHi54Y3QudjEuRGVjaWRlQXBwcm92YWxSZXNwb25zZRJVChBXaXRoZHJhd0FwcHJvdmFsEh8ueGN0LnYxLldpdGhkcmF3QXBwcm92YWxSZXF1ZXN0GiAueGN0LnYxLldpdGhkcmF3QXBwcm92YWxSZXNwb25zZUJ+Cgpjb20ueGN0LnYxQg5WYWxpZGF0b3JQcm90b1ABWidnaXRodWIuY29tL3hjdC1kZXYveGN0L2dlbi94Y3QvdjE7eGN0djGiAgNYWFiqAgZYY3QuVjHKAgZYY3RcVjHiAhJYY3RcVjFcR1BCTWV0YWRhdGHqAgdYY3Q6OlYxYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_timestamp, file_xct_v1_decision]);
+  fileDesc("ChZ4Y3QvdjEvdmFsaWRhdG9yLnByb3RvEgZ4Y3QudjEiigEKD1ZhbGlkYXRlUmVxdWVzdBIfCgNydW4YASABKAsyEi54Y3QudjEuUnVuQ29udGV4dBIMCgRzdGVwGAIgASgFEg8KB3N0ZXBfaWQYAyABKAkSIgoIcHJvcG9zYWwYBCABKAsyEC54Y3QudjEuTmV4dFN0ZXASEwoLc3lzdGVtX3N0ZXAYBSABKAgivwIKClJ1bkNvbnRleHQSDgoGcnVuX2lkGAEgASgJEhEKCXByaW5jaXBhbBgCIAEoCRIuCgZsYWJlbHMYAyADKAsyHi54Y3QudjEuUnVuQ29udGV4dC5MYWJlbHNFbnRyeRISCgpzdGVwc191c2VkGAQgASgFEhoKEmNvbnNlY3V0aXZlX2Vycm9ycxgFIAEoBRIUCgxpbnB1dF90b2tlbnMYBiABKAMSFQoNb3V0cHV0X3Rva2VucxgHIAEoAxINCgVtb2RlbBgIIAEoCRIqCgdlbGFwc2VkGAkgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhcKD3ByaW5jaXBhbF9yb2xlcxgKIAMoCRotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIs4CCgdWZXJkaWN0EikKCGRlY2lzaW9uGAEgASgOMhcueGN0LnYxLlZlcmRpY3REZWNpc2lvbhIfCgdyZWFzb25zGAIgAygLMg4ueGN0LnYxLlJlYXNvbhIWCg5wb2xpY3lfdmVyc2lvbhgDIAEoCRIwCgxldmFsdWF0ZWRfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhwKBWVycm9yGAUgASgLMg0ueGN0LnYxLkVycm9yEiUKBnNoYWRvdxgGIAMoCzIVLnhjdC52MS5TaGFkb3dWZXJkaWN0EhAKCGVuZHNfcnVuGAcgASgIEi8KDGFwcHJvdmFsX3R0bBgIIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIlCgZzaWduZWQYCSABKAsyFS54Y3QudjEuU2lnbmVkVmVyZGljdCKDAgoMVmVyZGljdEdyYW50Eg4KBnJ1bl9pZBgBIAEoCRIMCgRzdGVwGAIgASgFEg8KB3N0ZXBfaWQYAyABKAkSDAoEdG9vbBgEIAEoCRIYChBhcmd1bWVudHNfZGlnZXN0GAUgASgJEhYKDnBvbGljeV92ZXJzaW9uGAYgASgJEi0KCWlzc3VlZF9hdBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKZXhwaXJlc19hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEAoIZ3JhbnRfaWQYCSABKAkSEwoLc3lzdGVtX3N0ZXAYCiABKAgiQQoNU2lnbmVkVmVyZGljdBIOCgZrZXlfaWQYASABKAkSDQoFZ3JhbnQYAiABKAwSEQoJc2lnbmF0dXJlGAMgASgMInMKDVNoYWRvd1ZlcmRpY3QSFgoOcG9saWN5X3ZlcnNpb24YASABKAkSKQoIZGVjaXNpb24YAiABKA4yFy54Y3QudjEuVmVyZGljdERlY2lzaW9uEh8KB3JlYXNvbnMYAyADKAsyDi54Y3QudjEuUmVhc29uIioKBlJlYXNvbhIPCgdydWxlX2lkGAEgASgJEg8KB21lc3NhZ2UYAiABKAkiNAoQVmFsaWRhdGVSZXNwb25zZRIgCgd2ZXJkaWN0GAEgASgLMg8ueGN0LnYxLlZlcmRpY3QiqgMKCEFwcHJvdmFsEg4KBnJ1bl9pZBgBIAEoCRIMCgRzdGVwGAIgASgFEg8KB3N0ZXBfaWQYAyABKAkSIgoIcHJvcG9zYWwYBCABKAsyEC54Y3QudjEuTmV4dFN0ZXASFAoMcmVxdWVzdGVkX2J5GAUgASgJEh8KB3JlYXNvbnMYBiADKAsyDi54Y3QudjEuUmVhc29uEhYKDnBvbGljeV92ZXJzaW9uGAcgASgJEiAKB3ByZXZpZXcYCCABKAsyDy54Y3QudjEuUHJldmlldxIkCgVzdGF0ZRgJIAEoDjIVLnhjdC52MS5BcHByb3ZhbFN0YXRlEjAKDHJlcXVlc3RlZF9hdBgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKZXhwaXJlc19hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKZGVjaWRlZF9hdBgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEgoKZGVjaWRlZF9ieRgNIAEoCRIOCgZyZWFzb24YDiABKAkiKAoHUHJldmlldxIMCgRraW5kGAEgASgJEg8KB2NvbnRlbnQYAiABKAkiwAEKFlJlcXVlc3RBcHByb3ZhbFJlcXVlc3QSHwoDcnVuGAEgASgLMhIueGN0LnYxLlJ1bkNvbnRleHQSDAoEc3RlcBgCIAEoBRIPCgdzdGVwX2lkGAMgASgJEiIKCHByb3Bvc2FsGAQgASgLMhAueGN0LnYxLk5leHRTdGVwEiAKB3ZlcmRpY3QYBSABKAsyDy54Y3QudjEuVmVyZGljdBIgCgdwcmV2aWV3GAYgASgLMg8ueGN0LnYxLlByZXZpZXciPQoXUmVxdWVzdEFwcHJvdmFsUmVzcG9uc2USIgoIYXBwcm92YWwYASABKAsyEC54Y3QudjEuQXBwcm92YWwiMwoUTGlzdEFwcHJvdmFsc1JlcXVlc3QSDgoGcnVuX2lkGAEgASgJEgsKA2FsbBgCIAEoCCI8ChVMaXN0QXBwcm92YWxzUmVzcG9uc2USIwoJYXBwcm92YWxzGAEgAygLMhAueGN0LnYxLkFwcHJvdmFsImgKFURlY2lkZUFwcHJvdmFsUmVxdWVzdBIOCgZydW5faWQYASABKAkSDAoEc3RlcBgCIAEoCRIPCgdhcHByb3ZlGAMgASgIEhAKCGFwcHJvdmVyGAQgASgJEg4KBnJlYXNvbhgFIAEoCSI8ChZEZWNpZGVBcHByb3ZhbFJlc3BvbnNlEiIKCGFwcHJvdmFsGAEgASgLMhAueGN0LnYxLkFwcHJvdmFsIlYKF1dpdGhkcmF3QXBwcm92YWxSZXF1ZXN0Eg4KBnJ1bl9pZBgBIAEoCRIPCgdzdGVwX2lkGAIgASgJEgoKAmJ5GAMgASgJEg4KBnJlYXNvbhgEIAEoCSI+ChhXaXRoZHJhd0FwcHJvdmFsUmVzcG9uc2USIgoIYXBwcm92YWwYASABKAsyEC54Y3QudjEuQXBwcm92YWwqjwEKD1ZlcmRpY3REZWNpc2lvbhIgChxWRVJESUNUX0RFQ0lTSU9OX1VOU1BFQ0lGSUVEEAASGgoWVkVSRElDVF9ERUNJU0lPTl9BTExPVxABEhkKFVZFUkRJQ1RfREVDSVNJT05fREVOWRACEiMKH1ZFUkRJQ1RfREVDSVNJT05fTkVFRFNfQVBQUk9WQUwQAyq9AQoNQXBwcm92YWxTdGF0ZRIeChpBUFBST1ZBTF9TVEFURV9VTlNQRUNJRklFRBAAEhoKFkFQUFJPVkFMX1NUQVRFX1BFTkRJTkcQARIbChdBUFBST1ZBTF9TVEFURV9BUFBST1ZFRBACEhkKFUFQUFJPVkFMX1NUQVRFX0RFTklFRBADEhoKFkFQUFJPVkFMX1NUQVRFX0VYUElSRUQQBBIcChhBUFBST1ZBTF9TVEFURV9XSVRIRFJBV04QBTKbAwoQVmFsaWRhdG9yU2VydmljZRI9CghWYWxpZGF0ZRIXLnhjdC52MS5WYWxpZGF0ZVJlcXVlc3QaGC54Y3QudjEuVmFsaWRhdGVSZXNwb25zZRJSCg9SZXF1ZXN0QXBwcm92YWwSHi54Y3QudjEuUmVxdWVzdEFwcHJvdmFsUmVxdWVzdBofLnhjdC52MS5SZXF1ZXN0QXBwcm92YWxSZXNwb25zZRJMCg1MaXN0QXBwcm92YWxzEhwueGN0LnYxLkxpc3RBcHByb3ZhbHNSZXF1ZXN0Gh0ueGN0LnYxLkxpc3RBcHByb3ZhbHNSZXNwb25zZRJPCg5EZWNpZGVBcHByb3ZhbBIdLnhjdC52MS5EZWNpZGVBcHByb3ZhbFJlcXVlc3QaHi54Y3QudjEuRGVjaWRlQXBwcm92YWxSZXNwb25zZRJVChBXaXRoZHJhd0FwcHJvdmFsEh8ueGN0LnYxLldpdGhkcmF3QXBwcm92YWxSZXF1ZXN0GiAueGN0LnYxLldpdGhkcmF3QXBwcm92YWxSZXNwb25zZUJ+Cgpjb20ueGN0LnYxQg5WYWxpZGF0b3JQcm90b1ABWidnaXRodWIuY29tL3hjdC1kZXYveGN0L2dlbi94Y3QvdjE7eGN0djGiAgNYWFiqAgZYY3QuVjHKAgZYY3RcVjHiAhJYY3RcVjFcR1BCTWV0YWRhdGHqAgdYY3Q6OlYxYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_timestamp, file_xct_v1_decision]);
 
 /**
  * ValidateRequest is one proposal with the facts about its run.
@@ -50,6 +50,15 @@ export type ValidateRequest = Message<"xct.v1.ValidateRequest"> & {
    * @generated from field: xct.v1.NextStep proposal = 4;
    */
   proposal?: NextStep | undefined;
+
+  /**
+   * system_step says the step is the system's own (a rollback's xct.undo,
+   * asked for by an operator), not a model's proposal. System tools
+   * ("xct." names) are refused without it; only the orchestrator sets it.
+   *
+   * @generated from field: bool system_step = 5;
+   */
+  systemStep: boolean;
 };
 
 /**
@@ -207,6 +216,15 @@ export type Verdict = Message<"xct.v1.Verdict"> & {
    * @generated from field: google.protobuf.Duration approval_ttl = 8;
    */
   approvalTtl?: Duration | undefined;
+
+  /**
+   * signed is the validator's signature over the exact step it allows, set
+   * on allow verdicts only. The executor acts only on a step that carries
+   * one it can verify (docs/security.md, "Verdict binding").
+   *
+   * @generated from field: xct.v1.SignedVerdict signed = 9;
+   */
+  signed?: SignedVerdict | undefined;
 };
 
 /**
@@ -215,6 +233,132 @@ export type Verdict = Message<"xct.v1.Verdict"> & {
  */
 export const VerdictSchema: GenMessage<Verdict> = /*@__PURE__*/
   messageDesc(file_xct_v1_validator, 2);
+
+/**
+ * VerdictGrant is what a validator signs when it allows a step: exactly
+ * which step, with which arguments, until when. The executor checks every
+ * field against the ExecuteRequest it came with.
+ *
+ * @generated from message xct.v1.VerdictGrant
+ */
+export type VerdictGrant = Message<"xct.v1.VerdictGrant"> & {
+  /**
+   * run_id is the run (the chain id).
+   *
+   * @generated from field: string run_id = 1;
+   */
+  runId: string;
+
+  /**
+   * step is the step's number in the run.
+   *
+   * @generated from field: int32 step = 2;
+   */
+  step: number;
+
+  /**
+   * step_id is the step's identity: wire.StepID(run_id, step, tool,
+   * arguments).
+   *
+   * @generated from field: string step_id = 3;
+   */
+  stepId: string;
+
+  /**
+   * tool is the catalog name of the allowed tool.
+   *
+   * @generated from field: string tool = 4;
+   */
+  tool: string;
+
+  /**
+   * arguments_digest is "sha256:" and the hex SHA-256 of the arguments'
+   * canonical JSON (RFC 8785), the form step ids are made from.
+   *
+   * @generated from field: string arguments_digest = 5;
+   */
+  argumentsDigest: string;
+
+  /**
+   * policy_version is the content hash of the policy that allowed it.
+   *
+   * @generated from field: string policy_version = 6;
+   */
+  policyVersion: string;
+
+  /**
+   * issued_at is when the validator signed it.
+   *
+   * @generated from field: google.protobuf.Timestamp issued_at = 7;
+   */
+  issuedAt?: Timestamp | undefined;
+
+  /**
+   * expires_at is when it stops being accepted.
+   *
+   * @generated from field: google.protobuf.Timestamp expires_at = 8;
+   */
+  expiresAt?: Timestamp | undefined;
+
+  /**
+   * grant_id is a random id of this grant, for the logs and the audit.
+   *
+   * @generated from field: string grant_id = 9;
+   */
+  grantId: string;
+
+  /**
+   * system_step: the allowed step is a system step (see ValidateRequest);
+   * an executor runs a system tool only with a grant that says so.
+   *
+   * @generated from field: bool system_step = 10;
+   */
+  systemStep: boolean;
+};
+
+/**
+ * Describes the message xct.v1.VerdictGrant.
+ * Use `create(VerdictGrantSchema)` to create a new message.
+ */
+export const VerdictGrantSchema: GenMessage<VerdictGrant> = /*@__PURE__*/
+  messageDesc(file_xct_v1_validator, 3);
+
+/**
+ * SignedVerdict is a VerdictGrant with the validator's Ed25519 signature.
+ *
+ * @generated from message xct.v1.SignedVerdict
+ */
+export type SignedVerdict = Message<"xct.v1.SignedVerdict"> & {
+  /**
+   * key_id names the validator's key: "ed25519:" and the first 16 hex
+   * digits of the SHA-256 of the raw public key.
+   *
+   * @generated from field: string key_id = 1;
+   */
+  keyId: string;
+
+  /**
+   * grant is the protobuf encoding of a VerdictGrant, exactly as signed.
+   *
+   * @generated from field: bytes grant = 2;
+   */
+  grant: Uint8Array;
+
+  /**
+   * signature is the Ed25519 signature of "xct.verdict.v1" and a zero byte
+   * followed by grant.
+   *
+   * @generated from field: bytes signature = 3;
+   */
+  signature: Uint8Array;
+};
+
+/**
+ * Describes the message xct.v1.SignedVerdict.
+ * Use `create(SignedVerdictSchema)` to create a new message.
+ */
+export const SignedVerdictSchema: GenMessage<SignedVerdict> = /*@__PURE__*/
+  messageDesc(file_xct_v1_validator, 4);
 
 /**
  * ShadowVerdict is a shadow-mode policy's would-have-been decision.
@@ -249,7 +393,7 @@ export type ShadowVerdict = Message<"xct.v1.ShadowVerdict"> & {
  * Use `create(ShadowVerdictSchema)` to create a new message.
  */
 export const ShadowVerdictSchema: GenMessage<ShadowVerdict> = /*@__PURE__*/
-  messageDesc(file_xct_v1_validator, 3);
+  messageDesc(file_xct_v1_validator, 5);
 
 /**
  * Reason is one matched rule.
@@ -277,7 +421,7 @@ export type Reason = Message<"xct.v1.Reason"> & {
  * Use `create(ReasonSchema)` to create a new message.
  */
 export const ReasonSchema: GenMessage<Reason> = /*@__PURE__*/
-  messageDesc(file_xct_v1_validator, 4);
+  messageDesc(file_xct_v1_validator, 6);
 
 /**
  * ValidateResponse carries the verdict.
@@ -298,7 +442,7 @@ export type ValidateResponse = Message<"xct.v1.ValidateResponse"> & {
  * Use `create(ValidateResponseSchema)` to create a new message.
  */
 export const ValidateResponseSchema: GenMessage<ValidateResponse> = /*@__PURE__*/
-  messageDesc(file_xct_v1_validator, 5);
+  messageDesc(file_xct_v1_validator, 7);
 
 /**
  * Approval is a human decision bound to one step id, hence to one exact
@@ -413,7 +557,7 @@ export type Approval = Message<"xct.v1.Approval"> & {
  * Use `create(ApprovalSchema)` to create a new message.
  */
 export const ApprovalSchema: GenMessage<Approval> = /*@__PURE__*/
-  messageDesc(file_xct_v1_validator, 6);
+  messageDesc(file_xct_v1_validator, 8);
 
 /**
  * Preview is a tool's dry run of a step.
@@ -441,7 +585,7 @@ export type Preview = Message<"xct.v1.Preview"> & {
  * Use `create(PreviewSchema)` to create a new message.
  */
 export const PreviewSchema: GenMessage<Preview> = /*@__PURE__*/
-  messageDesc(file_xct_v1_validator, 7);
+  messageDesc(file_xct_v1_validator, 9);
 
 /**
  * RequestApprovalRequest opens an approval.
@@ -497,7 +641,7 @@ export type RequestApprovalRequest = Message<"xct.v1.RequestApprovalRequest"> & 
  * Use `create(RequestApprovalRequestSchema)` to create a new message.
  */
 export const RequestApprovalRequestSchema: GenMessage<RequestApprovalRequest> = /*@__PURE__*/
-  messageDesc(file_xct_v1_validator, 8);
+  messageDesc(file_xct_v1_validator, 10);
 
 /**
  * RequestApprovalResponse returns the approval as stored.
@@ -519,7 +663,7 @@ export type RequestApprovalResponse = Message<"xct.v1.RequestApprovalResponse"> 
  * Use `create(RequestApprovalResponseSchema)` to create a new message.
  */
 export const RequestApprovalResponseSchema: GenMessage<RequestApprovalResponse> = /*@__PURE__*/
-  messageDesc(file_xct_v1_validator, 9);
+  messageDesc(file_xct_v1_validator, 11);
 
 /**
  * ListApprovalsRequest filters approvals.
@@ -547,7 +691,7 @@ export type ListApprovalsRequest = Message<"xct.v1.ListApprovalsRequest"> & {
  * Use `create(ListApprovalsRequestSchema)` to create a new message.
  */
 export const ListApprovalsRequestSchema: GenMessage<ListApprovalsRequest> = /*@__PURE__*/
-  messageDesc(file_xct_v1_validator, 10);
+  messageDesc(file_xct_v1_validator, 12);
 
 /**
  * ListApprovalsResponse lists approvals, oldest first.
@@ -568,7 +712,7 @@ export type ListApprovalsResponse = Message<"xct.v1.ListApprovalsResponse"> & {
  * Use `create(ListApprovalsResponseSchema)` to create a new message.
  */
 export const ListApprovalsResponseSchema: GenMessage<ListApprovalsResponse> = /*@__PURE__*/
-  messageDesc(file_xct_v1_validator, 11);
+  messageDesc(file_xct_v1_validator, 13);
 
 /**
  * DecideApprovalRequest approves or denies a step.
@@ -618,7 +762,7 @@ export type DecideApprovalRequest = Message<"xct.v1.DecideApprovalRequest"> & {
  * Use `create(DecideApprovalRequestSchema)` to create a new message.
  */
 export const DecideApprovalRequestSchema: GenMessage<DecideApprovalRequest> = /*@__PURE__*/
-  messageDesc(file_xct_v1_validator, 12);
+  messageDesc(file_xct_v1_validator, 14);
 
 /**
  * DecideApprovalResponse returns the decided approval.
@@ -639,7 +783,7 @@ export type DecideApprovalResponse = Message<"xct.v1.DecideApprovalResponse"> & 
  * Use `create(DecideApprovalResponseSchema)` to create a new message.
  */
 export const DecideApprovalResponseSchema: GenMessage<DecideApprovalResponse> = /*@__PURE__*/
-  messageDesc(file_xct_v1_validator, 13);
+  messageDesc(file_xct_v1_validator, 15);
 
 /**
  * WithdrawApprovalRequest withdraws the approval of one step.
@@ -681,7 +825,7 @@ export type WithdrawApprovalRequest = Message<"xct.v1.WithdrawApprovalRequest"> 
  * Use `create(WithdrawApprovalRequestSchema)` to create a new message.
  */
 export const WithdrawApprovalRequestSchema: GenMessage<WithdrawApprovalRequest> = /*@__PURE__*/
-  messageDesc(file_xct_v1_validator, 14);
+  messageDesc(file_xct_v1_validator, 16);
 
 /**
  * WithdrawApprovalResponse is the approval after the withdrawal.
@@ -702,7 +846,7 @@ export type WithdrawApprovalResponse = Message<"xct.v1.WithdrawApprovalResponse"
  * Use `create(WithdrawApprovalResponseSchema)` to create a new message.
  */
 export const WithdrawApprovalResponseSchema: GenMessage<WithdrawApprovalResponse> = /*@__PURE__*/
-  messageDesc(file_xct_v1_validator, 15);
+  messageDesc(file_xct_v1_validator, 17);
 
 /**
  * Decision is what the validator decided.

@@ -1,0 +1,97 @@
+package verdict
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/structpb"
+
+	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/wire"
+)
+
+func TestStepIDAgreesWithWire(t *testing.T) {
+	args := map[string]any{"path": "a", "n": 1.5, "nested": map[string]any{"z": []any{true, nil, "é"}}}
+	st, err := structpb.NewStruct(args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := stepID("run", 3, "fs.write", st.AsMap()), wire.StepID("run", 3, "fs.write", st); got != want {
+		t.Fatalf("stepID %s, wire.StepID %s", got, want)
+	}
+}
+
+// Rotation: an executor trusting a directory of keys accepts the verdicts
+// of each; a key taken out of the directory is not trusted any more.
+func TestKeyFilesAndRotation(t *testing.T) {
+	dir := t.TempDir()
+	old, err := WriteKeyPair(filepath.Join(dir, "old"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := WriteKeyPair(filepath.Join(dir, "old"))
+	if err != nil || again != old {
+		t.Fatalf("second WriteKeyPair: %v %v", again, err)
+	}
+	fresh, err := WriteKeyPair(filepath.Join(dir, "new"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	trust := filepath.Join(dir, "trust")
+	if err := os.MkdirAll(trust, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, src := range map[string]string{"old.pub": old.Public, "new.pub": fresh.Public} {
+		b, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(trust, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v, err := LoadVerifier(trust)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(v.KeyIDs()) != 2 {
+		t.Fatalf("trusted %v", v.KeyIDs())
+	}
+	now := time.Now()
+	for _, kf := range []KeyFiles{old, fresh} {
+		s, err := LoadSigner(kf.Private, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sv, err := s.Sign(&xctv1.VerdictGrant{RunId: "r"}, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := v.Verify(sv, now); err != nil {
+			t.Fatalf("%s: %v", s.KeyID(), err)
+		}
+		if _, err := v.Verify(sv, now.Add(DefaultTTL)); err == nil {
+			t.Fatal("accepted at its expiry")
+		}
+	}
+	if err := os.Remove(filepath.Join(trust, "old.pub")); err != nil {
+		t.Fatal(err)
+	}
+	v, err = LoadVerifier(trust)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := LoadSigner(old.Private, 0)
+	sv, _ := s.Sign(&xctv1.VerdictGrant{RunId: "r"}, now)
+	if _, err := v.Verify(sv, now); err == nil {
+		t.Fatal("a retired key is still trusted")
+	}
+	if _, err := LoadVerifier(filepath.Join(dir, "none")); err == nil {
+		t.Fatal("a missing trust path loaded")
+	}
+	if _, err := LoadSigner(old.Public, 0); err == nil {
+		t.Fatal("a public key loaded as a signing key")
+	}
+}

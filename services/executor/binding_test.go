@@ -1,0 +1,214 @@
+package executor
+
+import (
+	"context"
+	"crypto/ed25519"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/auth"
+	"github.com/xct-dev/xct/internal/verdict"
+	"github.com/xct-dev/xct/internal/wire"
+)
+
+// binder signs verdicts the way the validator does, for tests that call
+// Execute through its handler.
+type binder struct {
+	key    ed25519.PrivateKey
+	signer *verdict.Signer
+	step   atomic.Int32
+}
+
+func newBinder(tb testing.TB) *binder {
+	tb.Helper()
+	key, err := verdict.GenerateKey()
+	must(tb, err)
+	s, err := verdict.NewSigner(key, time.Minute)
+	must(tb, err)
+	return &binder{key: key, signer: s}
+}
+
+// trust makes s act on b's verdicts.
+func (b *binder) trust(tb testing.TB, s *Service) {
+	tb.Helper()
+	v, err := verdict.NewVerifier(b.signer.Public())
+	must(tb, err)
+	s.verifier = v
+}
+
+// request is an ExecuteRequest for the next step of runID with its real
+// step id and a signed verdict for it.
+func (b *binder) request(tb testing.TB, runID, tool string, args map[string]any) *xctv1.ExecuteRequest {
+	tb.Helper()
+	return b.requestAt(tb, runID, int(b.step.Add(1)), tool, args, false)
+}
+
+func (b *binder) requestAt(tb testing.TB, runID string, step int, tool string, args map[string]any, system bool) *xctv1.ExecuteRequest {
+	tb.Helper()
+	st, err := structpb.NewStruct(args)
+	must(tb, err)
+	id := wire.StepID(runID, step, tool, st)
+	digest, err := verdict.StructDigest(st)
+	must(tb, err)
+	sv, err := b.signer.Sign(&xctv1.VerdictGrant{RunId: runID, Step: int32(step), StepId: id, Tool: tool, ArgumentsDigest: digest, SystemStep: system}, time.Now())
+	must(tb, err)
+	return &xctv1.ExecuteRequest{RunId: runID, StepId: id, Tool: tool, Arguments: st, Verdict: sv}
+}
+
+// resign signs g (altered by the caller) with b's key, as a validator
+// that signed it would.
+func (b *binder) resign(tb testing.TB, g *xctv1.VerdictGrant) *xctv1.SignedVerdict {
+	tb.Helper()
+	raw, err := proto.Marshal(g)
+	must(tb, err)
+	return &xctv1.SignedVerdict{KeyId: b.signer.KeyID(), Grant: raw, Signature: ed25519.Sign(b.key, append([]byte("xct.verdict.v1\x00"), raw...))}
+}
+
+// TestExecuteActsOnlyOnItsVerdict calls the handler as admin with every
+// kind of bad verdict: nothing acts, nothing is recorded; the real one
+// acts once, and a second Execute with it replays.
+func TestExecuteActsOnlyOnItsVerdict(t *testing.T) {
+	var calls atomic.Int32
+	tool := testTool("test.count", 0, 0, func(context.Context, map[string]any) (any, *xctv1.Error) {
+		calls.Add(1)
+		return map[string]any{"n": 1}, nil
+	})
+	s := newService(t, t.TempDir(), tool)
+	b := newBinder(t)
+	h := &handler{s: s}
+	ctx := auth.NewContext(context.Background(), auth.Principal{Name: "admin", Roles: []string{auth.RoleAdmin}})
+	args := map[string]any{"x": "a"}
+
+	good := b.requestAt(t, "run-a", 1, "test.count", args, false)
+	refused := func(name string, req *xctv1.ExecuteRequest, want codes.Code, msg string) {
+		t.Helper()
+		_, err := h.Execute(ctx, req)
+		if status.Code(err) != want || !strings.Contains(status.Convert(err).Message(), msg) {
+			t.Errorf("%s: %v, want %v with %q", name, err, want, msg)
+		}
+	}
+	// An executor that trusts no key acts on nothing, even a good verdict.
+	refused("no trusted key", good, codes.FailedPrecondition, "trusts no verdict key")
+	b.trust(t, s)
+
+	noVerdict := proto.CloneOf(good)
+	noVerdict.Verdict = nil
+	refused("no verdict", noVerdict, codes.PermissionDenied, "no signed verdict")
+
+	forger := newBinder(t)
+	forged := proto.CloneOf(good)
+	forged.Verdict = forger.resign(t, grantOf(t, good))
+	forged.Verdict.KeyId = b.signer.KeyID() // claims the trusted key
+	refused("forged", forged, codes.PermissionDenied, "does not verify")
+
+	foreignKey := proto.CloneOf(good)
+	foreignKey.Verdict = forger.resign(t, grantOf(t, good))
+	refused("unknown key", foreignKey, codes.PermissionDenied, "does not trust")
+
+	otherArgs := proto.CloneOf(good)
+	otherArgs.Arguments, _ = structpb.NewStruct(map[string]any{"x": "b"})
+	refused("other arguments", otherArgs, codes.PermissionDenied, "arguments")
+
+	otherStep := b.requestAt(t, "run-a", 2, "test.count", map[string]any{"x": "c"}, false)
+	stepB := proto.CloneOf(otherStep)
+	stepB.Verdict = good.Verdict // step A's verdict for step B
+	refused("verdict of another step", stepB, codes.PermissionDenied, "step id")
+
+	otherRun := proto.CloneOf(good)
+	otherRun.RunId = "run-b"
+	refused("another run", otherRun, codes.PermissionDenied, "run")
+
+	g := grantOf(t, good)
+	g.ExpiresAt = timestamppb.New(time.Now().Add(-time.Second))
+	expired := proto.CloneOf(good)
+	expired.Verdict = b.resign(t, g)
+	refused("expired", expired, codes.FailedPrecondition, "expired")
+
+	g = grantOf(t, good)
+	g.Step = 7 // a step number the step id is not made from
+	wrongNumber := proto.CloneOf(good)
+	wrongNumber.Verdict = b.resign(t, g)
+	refused("step number", wrongNumber, codes.PermissionDenied, "step number")
+
+	g = grantOf(t, good)
+	tampered := proto.CloneOf(good)
+	tampered.Verdict = proto.CloneOf(good.Verdict)
+	tampered.Verdict.Grant = append(append([]byte{}, good.Verdict.Grant...), 0x50, 0x01) // an extra field
+	refused("tampered grant", tampered, codes.PermissionDenied, "does not verify")
+
+	undo := b.requestAt(t, "run-a", 3, UndoToolName, map[string]any{"step_id": good.GetStepId()}, false)
+	refused("system tool without a system grant", undo, codes.PermissionDenied, "system tool")
+
+	if n := calls.Load(); n != 0 {
+		t.Fatalf("the tool ran %d times on refused verdicts", n)
+	}
+	if _, _, err := s.steps.Get(context.Background(), good.GetStepId()); err == nil {
+		t.Fatal("a refused Execute left a step record")
+	}
+
+	resp, err := h.Execute(ctx, good)
+	must(t, err)
+	if resp.GetReplayed() || calls.Load() != 1 {
+		t.Fatalf("first execute: replayed %v, calls %d", resp.GetReplayed(), calls.Load())
+	}
+	again, err := h.Execute(ctx, good)
+	must(t, err)
+	if !again.GetReplayed() || calls.Load() != 1 {
+		t.Fatalf("second execute with the same verdict: replayed %v, calls %d", again.GetReplayed(), calls.Load())
+	}
+}
+
+func grantOf(tb testing.TB, req *xctv1.ExecuteRequest) *xctv1.VerdictGrant {
+	tb.Helper()
+	g := &xctv1.VerdictGrant{}
+	must(tb, proto.Unmarshal(req.GetVerdict().GetGrant(), g))
+	return g
+}
+
+// TestUndoOnlyWithinItsRun: a system step of run B cannot undo a step of
+// run A, even with a system grant.
+func TestUndoOnlyWithinItsRun(t *testing.T) {
+	ws := t.TempDir()
+	s := newService(t, ws)
+	b := newBinder(t)
+	b.trust(t, s)
+	h := &handler{s: s}
+	ctx := context.Background()
+	write := b.requestAt(t, "run-a", 1, "fs.write", map[string]any{"path": "a.txt", "content": "mine"}, false)
+	if resp, err := h.Execute(ctx, write); err != nil || resp.GetResponse().GetError() != nil {
+		t.Fatalf("write: %v %v", resp, err)
+	}
+	undoB := b.requestAt(t, "run-b", 1, UndoToolName, map[string]any{"step_id": write.GetStepId()}, true)
+	resp, err := h.Execute(ctx, undoB)
+	must(t, err)
+	if codeOf(resp.GetResponse()) != string(wire.CodePermissionDenied) || !strings.Contains(resp.GetResponse().GetError().GetMessage(), "another run") {
+		t.Fatalf("undo from another run: %v", resp.GetResponse())
+	}
+	if got := wsFile(t, ws, "a.txt"); got != "mine" {
+		t.Fatalf("a.txt = %q after a refused undo", got)
+	}
+	undoA := b.requestAt(t, "run-a", 2, UndoToolName, map[string]any{"step_id": write.GetStepId()}, true)
+	resp, err = h.Execute(ctx, undoA)
+	must(t, err)
+	if resp.GetResponse().GetError() != nil {
+		t.Fatalf("undo within its run: %v", resp.GetResponse())
+	}
+}
+
+func wsFile(tb testing.TB, dir, name string) string {
+	tb.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, name))
+	must(tb, err)
+	return string(b)
+}

@@ -1,0 +1,87 @@
+package validator
+
+import (
+	"time"
+
+	"google.golang.org/protobuf/types/known/structpb"
+
+	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/verdict"
+	"github.com/xct-dev/xct/internal/wire"
+)
+
+// signer is the configured verdict signer: the given one, or the key file's.
+func (c *Config) signer() (*verdict.Signer, error) {
+	switch {
+	case c.Signer != nil:
+		return c.Signer, nil
+	case c.VerdictKeyFile != "":
+		return verdict.LoadSigner(c.VerdictKeyFile, c.VerdictTTL)
+	}
+	return nil, nil
+}
+
+// VerdictKeyID names the key allow verdicts are signed with ("" when they
+// are not signed).
+func (s *Service) VerdictKeyID() string {
+	if s.signer == nil {
+		return ""
+	}
+	return s.signer.KeyID()
+}
+
+// sign binds an allow verdict to exactly its step: the validator signs the
+// run, step number, step id, tool and canonical arguments digest, with an
+// expiry. Nothing else is signed: only an allow lets a step act. A step id
+// that is not the identity of the proposal at that step of that run gets
+// no signature (no executor acts on it), and neither does anything when
+// the validator has no key.
+func (s *Service) sign(req *xctv1.ValidateRequest, v *xctv1.Verdict, now time.Time) {
+	v.Signed = nil
+	if v.GetDecision() != xctv1.VerdictDecision_VERDICT_DECISION_ALLOW {
+		return
+	}
+	if s.signer == nil {
+		s.log.Warn("allow verdict left unsigned: the validator has no verdict key (--verdict-key); executors will not act on it",
+			"run_id", req.GetRun().GetRunId(), "step_id", req.GetStepId())
+		return
+	}
+	p := req.GetProposal()
+	args := p.GetArguments()
+	if args == nil {
+		args = &structpb.Struct{}
+	}
+	runID := req.GetRun().GetRunId()
+	if wire.StepID(runID, int(req.GetStep()), p.GetTool(), args) != req.GetStepId() {
+		s.log.Warn("allow verdict left unsigned: the step id is not the identity of this proposal at this step",
+			"run_id", runID, "step", req.GetStep(), "step_id", req.GetStepId())
+		return
+	}
+	digest, err := verdict.StructDigest(args)
+	if err != nil {
+		s.log.Error("allow verdict left unsigned: arguments not canonicalizable", "run_id", runID, "err", err)
+		return
+	}
+	sv, err := s.signer.Sign(&xctv1.VerdictGrant{
+		RunId:           runID,
+		Step:            req.GetStep(),
+		StepId:          req.GetStepId(),
+		Tool:            p.GetTool(),
+		ArgumentsDigest: digest,
+		PolicyVersion:   v.GetPolicyVersion(),
+		SystemStep:      req.GetSystemStep() && wire.IsSystemTool(p.GetTool()),
+	}, now)
+	if err != nil {
+		s.log.Error("allow verdict left unsigned", "run_id", runID, "err", err)
+		return
+	}
+	v.Signed = sv
+}
+
+// systemTool is the signal for a model that proposed a system tool: it is
+// not in the model's catalog, whatever the policy says.
+func systemTool(name string) *xctv1.Error {
+	return wire.WithDetails(wire.Errorf(wire.CodeUnknownTool,
+		"tool %s is the system's own: it is not in your catalog and cannot be proposed (rollbacks are an operator's action)", quoteName(name)),
+		map[string]any{"tool": truncate(name, maxToolNameInMsg), "system_tool": true})
+}

@@ -1,0 +1,175 @@
+// Package attack gathers the attacks on XCT's promise that the model
+// cannot act outside what the system allows: each test reproduces one
+// attack against a real cluster (gRPC over loopback, JetStream, files) and
+// asserts that it fails. A new attack joins them here.
+package attack
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/structpb"
+
+	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/app"
+	"github.com/xct-dev/xct/internal/grpcx"
+	"github.com/xct-dev/xct/internal/grpcx/grpcxtest"
+	"github.com/xct-dev/xct/internal/testutil"
+	"github.com/xct-dev/xct/internal/verdict"
+	"github.com/xct-dev/xct/internal/wire"
+	"github.com/xct-dev/xct/services/orchestrator"
+)
+
+// bindCluster is the embedded cluster of one binding attack: every
+// service in this process, the validator signing with key (the test
+// keeps it, to sign what a stolen or replayed verdict would carry).
+type bindCluster struct {
+	app       *app.App
+	creds     *grpcxtest.Creds
+	workspace string
+	scripts   string
+	key       *verdict.Signer
+	keyRaw    []byte
+}
+
+type bindOption func(*app.Config, *app.Options)
+
+func startBindCluster(t *testing.T, opts ...bindOption) *bindCluster {
+	t.Helper()
+	ns := testutil.RunJetStream(t)
+	c := &bindCluster{creds: grpcxtest.New(t)}
+	base := t.TempDir()
+	c.workspace, c.scripts = filepath.Join(base, "workspace"), filepath.Join(base, "scripts")
+	for _, d := range []string{c.workspace, c.scripts} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	key, err := verdict.GenerateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.keyRaw = key
+	if c.key, err = verdict.NewSigner(key, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	trust, err := verdict.NewVerifier(c.key.Public())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg app.Config
+	cfg.NATSURL = ns.ClientURL()
+	cfg.Replicas = 1
+	cfg.OrchestratorListen, cfg.ValidatorListen, cfg.ExecutorListen, cfg.TracerListen = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Orchestrator.ScriptsDir = c.scripts
+	cfg.Executor.Workspace = c.workspace
+	cfg.Tracer.DataDir = filepath.Join(base, "tracer")
+	cfg.Validator.Signer, cfg.Executor.Verifier = c.key, trust
+	cfg.Auth.TokensFile = c.creds.Path
+	cfg.Security = grpcx.Security{Plaintext: true, ServiceToken: c.creds.Token(t, grpcxtest.Service),
+		RateLimit: grpcx.DefaultRateLimit, RateBurst: grpcx.DefaultRateBurst}
+	var o app.Options
+	for _, opt := range opts {
+		opt(&cfg, &o)
+	}
+	a, err := app.Start(context.Background(), cfg, app.StartOrder, slog.New(slog.NewTextHandler(io.Discard, nil)), o)
+	if err != nil {
+		t.Fatalf("start cluster: %v", err)
+	}
+	c.app = a
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		a.Stop(ctx)
+	})
+	return c
+}
+
+func withProposer(name string, p orchestrator.Proposer) bindOption {
+	return func(_ *app.Config, o *app.Options) {
+		o.Orchestrator = append(o.Orchestrator, orchestrator.WithProposer(name, p))
+	}
+}
+
+func (c *bindCluster) executorAs(t *testing.T, principal string) xctv1.ExecutorServiceClient {
+	return xctv1.NewExecutorServiceClient(c.creds.Dial(t, c.app.Addr(app.TargetExecutor), principal))
+}
+
+func (c *bindCluster) validatorAs(t *testing.T, principal string) xctv1.ValidatorServiceClient {
+	return xctv1.NewValidatorServiceClient(c.creds.Dial(t, c.app.Addr(app.TargetValidator), principal))
+}
+
+func (c *bindCluster) orchestratorAs(t *testing.T, principal string) xctv1.OrchestratorServiceClient {
+	return xctv1.NewOrchestratorServiceClient(c.creds.Dial(t, c.app.Addr(app.TargetOrchestrator), principal))
+}
+
+func (c *bindCluster) writeScript(t *testing.T, name, body string) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(c.scripts, name), []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// runToEnd starts a run as principal and waits, through WatchRun, until
+// it ends; it returns the run as GetRun reads it.
+func (c *bindCluster) runToEnd(t *testing.T, principal string, req *xctv1.StartRunRequest) *xctv1.Run {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	orch := c.orchestratorAs(t, principal)
+	resp, err := orch.StartRun(ctx, req)
+	if err != nil {
+		t.Fatalf("start run: %v", err)
+	}
+	id := resp.GetRun().GetRunId()
+	stream, err := orch.WatchRun(ctx, &xctv1.WatchRunRequest{RunId: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := stream.Recv(); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatalf("watch %s: %v", id, err)
+		}
+	}
+	got, err := orch.GetRun(ctx, &xctv1.GetRunRequest{RunId: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got.GetRun()
+}
+
+// proposal is a step as the orchestrator would ask the validator about it.
+func proposal(t *testing.T, runID string, step int, tool string, args map[string]any) (*xctv1.ValidateRequest, *xctv1.ExecuteRequest) {
+	t.Helper()
+	st, err := structpb.NewStruct(args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := wire.StepID(runID, step, tool, st)
+	v := &xctv1.ValidateRequest{
+		Run:      &xctv1.RunContext{RunId: runID, Principal: "alice", PrincipalRoles: []string{"submitter"}, StepsUsed: int32(step)},
+		Step:     int32(step),
+		StepId:   id,
+		Proposal: &xctv1.NextStep{Tool: tool, Arguments: st},
+	}
+	return v, &xctv1.ExecuteRequest{RunId: runID, StepId: id, Tool: tool, Arguments: st}
+}
+
+func readWS(t *testing.T, ws, name string) (string, bool) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(ws, name))
+	if os.IsNotExist(err) {
+		return "", false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b), true
+}
