@@ -78,6 +78,9 @@ func (e *Event) Time() time.Time {
 // ParseTime parses an event timestamp the way Event.Time does and reports
 // whether it could.
 func ParseTime(s string) (time.Time, bool) {
+	if t, ok := parseTimeFast(s); ok {
+		return t, true
+	}
 	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
 		return t, true
 	}

@@ -64,11 +64,38 @@ type BottleneckReport struct {
 // share of the total, time per agent and per tool, and a recommendation.
 // top bounds the steps listed (0 means 5).
 func Bottlenecks(chainID string, events []lctl.Event, top int) *BottleneckReport {
+	b := NewBottleneckBuilder()
+	for i := range events {
+		b.Add(&events[i])
+	}
+	return b.Report(chainID, top)
+}
+
+// BottleneckBuilder takes a chain one event at a time (a stream) and
+// gives Bottlenecks' report.
+type BottleneckBuilder struct {
+	steps *stepTimer
+	tools *toolTimer
+}
+
+// NewBottleneckBuilder returns a builder before the first event.
+func NewBottleneckBuilder() *BottleneckBuilder {
+	return &BottleneckBuilder{steps: newStepTimer(), tools: newToolTimer()}
+}
+
+// Add takes the next event of the chain.
+func (b *BottleneckBuilder) Add(e *lctl.Event) {
+	b.steps.add(e)
+	b.tools.add(e)
+}
+
+// Report is Bottlenecks' report on the events added.
+func (b *BottleneckBuilder) Report(chainID string, top int) *BottleneckReport {
 	if top <= 0 {
 		top = 5
 	}
 	r := &BottleneckReport{ChainID: chainID, Steps: []StepTiming{}, ByAgent: []AgentTime{}, ByTool: []ToolTime{}, Unfinished: []StepTiming{}}
-	all := stepTimings(events)
+	all := b.steps.finish()
 	var finished []StepTiming
 	for _, t := range all {
 		if t.Unfinished {
@@ -111,34 +138,46 @@ func Bottlenecks(chainID string, events []lctl.Event, top int) *BottleneckReport
 	} else if finished != nil {
 		r.Steps = finished
 	}
-	r.ByTool = toolTimes(events)
+	r.ByTool = b.tools.finish()
 	r.Recommendation = recommend(r)
 	return r
 }
 
 func toolTimes(events []lctl.Event) []ToolTime {
-	byTool := map[string]*ToolTime{}
+	t := newToolTimer()
 	for i := range events {
-		e := &events[i]
-		if e.Type != lctl.TypeToolCall {
-			continue
-		}
-		name, _ := e.Data["tool"].(string)
-		if name == "" {
-			name = "(unnamed)"
-		}
-		t := byTool[name]
-		if t == nil {
-			t = &ToolTime{Tool: name}
-			byTool[name] = t
-		}
-		t.Calls++
-		if ms, ok := numberOf(e.Data["duration_ms"]); ok && ms > 0 {
-			t.DurationMS += ms
-		}
+		t.add(&events[i])
 	}
-	out := make([]ToolTime, 0, len(byTool))
-	for _, t := range byTool {
+	return t.finish()
+}
+
+// toolTimer sums the tool calls' time per tool as the events go by.
+type toolTimer struct{ byTool map[string]*ToolTime }
+
+func newToolTimer() *toolTimer { return &toolTimer{byTool: map[string]*ToolTime{}} }
+
+func (tt *toolTimer) add(e *lctl.Event) {
+	if e.Type != lctl.TypeToolCall {
+		return
+	}
+	name, _ := e.Data["tool"].(string)
+	if name == "" {
+		name = "(unnamed)"
+	}
+	t := tt.byTool[name]
+	if t == nil {
+		t = &ToolTime{Tool: name}
+		tt.byTool[name] = t
+	}
+	t.Calls++
+	if ms, ok := numberOf(e.Data["duration_ms"]); ok && ms > 0 {
+		t.DurationMS += ms
+	}
+}
+
+func (tt *toolTimer) finish() []ToolTime {
+	out := make([]ToolTime, 0, len(tt.byTool))
+	for _, t := range tt.byTool {
 		out = append(out, *t)
 	}
 	sort.Slice(out, func(i, j int) bool {
@@ -198,90 +237,111 @@ func percent(share float64) string { return fmt.Sprintf("%.0f%%", share*100) }
 // when the events carry one, otherwise the agent's latest open step (steps
 // nest per agent, as a stack).
 func stepTimings(events []lctl.Event) []StepTiming {
-	type open struct {
-		timing StepTiming
-		start  time.Time
-		index  int
-	}
-	var out []StepTiming
-	var order []*open
-	byNumber := map[int64]*open{}
-	byAgent := map[string][]*open{}
-	var lastTime time.Time
-	current := map[string]*open{} // agent -> innermost open step, for tool time
+	t := newStepTimer()
 	for i := range events {
-		e := &events[i]
-		t := e.Time()
-		if !t.IsZero() {
-			lastTime = t
-		}
-		switch e.Type {
-		case lctl.TypeStepStart:
-			o := &open{start: t, index: len(order)}
-			o.timing = StepTiming{Agent: e.Agent, Step: int64(e.Seq), StartSeq: e.Seq}
-			o.timing.Intent, _ = e.Data["intent"].(string)
-			o.timing.Tool, _ = e.Data["tool"].(string)
-			if n, ok := intOf(e.Data["step"]); ok {
-				o.timing.Step = n
-				byNumber[n] = o
-			}
-			byAgent[e.Agent] = append(byAgent[e.Agent], o)
-			current[e.Agent] = o
-			order = append(order, o)
-		case lctl.TypeToolCall:
-			var o *open
-			if n, ok := intOf(e.Data["step"]); ok {
-				o = byNumber[n]
-			}
-			if o == nil {
-				o = current[e.Agent]
-			}
-			if o != nil {
-				if ms, ok := numberOf(e.Data["duration_ms"]); ok && ms > 0 {
-					o.timing.ToolMS += ms
-				}
-			}
-		case lctl.TypeStepEnd:
-			var o *open
-			if n, ok := intOf(e.Data["step"]); ok {
-				o = byNumber[n]
-				delete(byNumber, n)
-			}
-			stack := byAgent[e.Agent]
-			if o == nil && len(stack) > 0 {
-				o = stack[len(stack)-1]
-			}
-			if o == nil {
-				continue
-			}
-			for k := len(stack) - 1; k >= 0; k-- {
-				if stack[k] == o {
-					byAgent[e.Agent] = append(stack[:k:k], stack[k+1:]...)
-					break
-				}
-			}
-			if st := byAgent[e.Agent]; len(st) > 0 {
-				current[e.Agent] = st[len(st)-1]
-			} else {
-				delete(current, e.Agent)
-			}
-			o.timing.EndSeq = e.Seq
-			if ms, ok := numberOf(e.Data["duration_ms"]); ok && ms >= 0 {
-				o.timing.DurationMS = ms
-			} else if !t.IsZero() && !o.start.IsZero() {
-				o.timing.DurationMS = float64(t.Sub(o.start).Microseconds()) / 1000
-			}
-			order[o.index] = nil
-			out = append(out, o.timing)
-		}
+		t.add(&events[i])
 	}
-	for _, o := range order {
+	return t.finish()
+}
+
+// openStep is a step that started and has not ended yet.
+type openStep struct {
+	timing StepTiming
+	start  time.Time
+	index  int
+}
+
+// stepTimer pairs step starts and ends as the events go by.
+type stepTimer struct {
+	out      []StepTiming
+	order    []*openStep
+	byNumber map[int64]*openStep
+	byAgent  map[string][]*openStep
+	lastTime time.Time
+	current  map[string]*openStep // agent -> innermost open step, for tool time
+}
+
+func newStepTimer() *stepTimer {
+	return &stepTimer{byNumber: map[int64]*openStep{}, byAgent: map[string][]*openStep{}, current: map[string]*openStep{}}
+}
+
+func (st *stepTimer) add(e *lctl.Event) {
+	t := e.Time()
+	if !t.IsZero() {
+		st.lastTime = t
+	}
+	switch e.Type {
+	case lctl.TypeStepStart:
+		o := &openStep{start: t, index: len(st.order)}
+		o.timing = StepTiming{Agent: e.Agent, Step: int64(e.Seq), StartSeq: e.Seq}
+		o.timing.Intent, _ = e.Data["intent"].(string)
+		o.timing.Tool, _ = e.Data["tool"].(string)
+		if n, ok := intOf(e.Data["step"]); ok {
+			o.timing.Step = n
+			st.byNumber[n] = o
+		}
+		st.byAgent[e.Agent] = append(st.byAgent[e.Agent], o)
+		st.current[e.Agent] = o
+		st.order = append(st.order, o)
+	case lctl.TypeToolCall:
+		var o *openStep
+		if n, ok := intOf(e.Data["step"]); ok {
+			o = st.byNumber[n]
+		}
+		if o == nil {
+			o = st.current[e.Agent]
+		}
+		if o != nil {
+			if ms, ok := numberOf(e.Data["duration_ms"]); ok && ms > 0 {
+				o.timing.ToolMS += ms
+			}
+		}
+	case lctl.TypeStepEnd:
+		var o *openStep
+		if n, ok := intOf(e.Data["step"]); ok {
+			o = st.byNumber[n]
+			delete(st.byNumber, n)
+		}
+		stack := st.byAgent[e.Agent]
+		if o == nil && len(stack) > 0 {
+			o = stack[len(stack)-1]
+		}
+		if o == nil {
+			return
+		}
+		for k := len(stack) - 1; k >= 0; k-- {
+			if stack[k] == o {
+				st.byAgent[e.Agent] = append(stack[:k:k], stack[k+1:]...)
+				break
+			}
+		}
+		if s := st.byAgent[e.Agent]; len(s) > 0 {
+			st.current[e.Agent] = s[len(s)-1]
+		} else {
+			delete(st.current, e.Agent)
+		}
+		o.timing.EndSeq = e.Seq
+		if ms, ok := numberOf(e.Data["duration_ms"]); ok && ms >= 0 {
+			o.timing.DurationMS = ms
+		} else if !t.IsZero() && !o.start.IsZero() {
+			o.timing.DurationMS = float64(t.Sub(o.start).Microseconds()) / 1000
+		}
+		st.order[o.index] = nil
+		st.out = append(st.out, o.timing)
+	}
+}
+
+// finish returns the steps that ended, in the order they ended, then the
+// unfinished ones, timed to the last event.
+func (st *stepTimer) finish() []StepTiming {
+	out := st.out
+	for _, o := range st.order {
 		if o == nil {
 			continue
 		}
 		o.timing.Unfinished = true
-		if !lastTime.IsZero() && !o.start.IsZero() {
-			o.timing.DurationMS = float64(lastTime.Sub(o.start).Microseconds()) / 1000
+		if !st.lastTime.IsZero() && !o.start.IsZero() {
+			o.timing.DurationMS = float64(st.lastTime.Sub(o.start).Microseconds()) / 1000
 		}
 		out = append(out, o.timing)
 	}

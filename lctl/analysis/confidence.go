@@ -114,128 +114,156 @@ type Assessment struct {
 // Facts assessed by several agents get a consensus (tier 2). The spec's
 // thresholds mark facts that need verification or are blocked.
 func Confidence(chainID string, events []lctl.Event, opts ConfidenceOptions) *ConfidenceReport {
+	b := NewConfidenceBuilder(chainID, opts)
+	for i := range events {
+		b.Add(&events[i])
+	}
+	return b.Report()
+}
+
+// confTracked is a fact as Confidence follows it.
+type confTracked struct {
+	fc        FactConfidence
+	value     *float64 // current confidence, decay included
+	verified  bool
+	decayed   bool
+	blocked   bool
+	assessors map[string]*Assessment
+	order     []string
+	agreement *float64
+}
+
+// ConfidenceBuilder takes a chain one event at a time (a stream) and gives
+// Confidence's report.
+type ConfidenceBuilder struct {
+	r           *ConfidenceReport
+	rate        float64
+	facts       map[string]*confTracked
+	order       []*confTracked
+	reliability map[string]float64
+	lastAgent   string
+}
+
+// NewConfidenceBuilder returns a builder before the first event.
+func NewConfidenceBuilder(chainID string, opts ConfidenceOptions) *ConfidenceBuilder {
 	rate := opts.DecayRate
 	if rate <= 0 || rate > 1 || math.IsNaN(rate) {
 		rate = DefaultDecayRate
 	}
-	r := &ConfidenceReport{ChainID: chainID, DecayRate: rate, Facts: []FactConfidence{}, Warnings: []string{}}
-	type tracked struct {
-		fc        FactConfidence
-		value     *float64 // current confidence, decay included
-		verified  bool
-		decayed   bool
-		blocked   bool
-		assessors map[string]*Assessment
-		order     []string
-		agreement *float64
+	return &ConfidenceBuilder{
+		r:    &ConfidenceReport{ChainID: chainID, DecayRate: rate, Facts: []FactConfidence{}, Warnings: []string{}},
+		rate: rate, facts: map[string]*confTracked{}, reliability: map[string]float64{},
 	}
-	facts := map[string]*tracked{}
-	var order []*tracked
-	reliability := map[string]float64{}
-	lastAgent := ""
-	for i := range events {
-		e := &events[i]
-		d := e.Data
-		switch e.Type {
-		case lctl.TypeStepStart:
-			if p, ok := d["agent_profile"].(map[string]any); ok {
-				if rs, ok := numberOf(p["reliability_score"]); ok && rs > 0 {
-					reliability[e.Agent] = rs
+}
+
+// Add takes the next event of the chain.
+func (b *ConfidenceBuilder) Add(e *lctl.Event) {
+	d := e.Data
+	switch e.Type {
+	case lctl.TypeStepStart:
+		if p, ok := d["agent_profile"].(map[string]any); ok {
+			if rs, ok := numberOf(p["reliability_score"]); ok && rs > 0 {
+				b.reliability[e.Agent] = rs
+			}
+		}
+		if b.lastAgent != "" && e.Agent != b.lastAgent && e.Agent != "" {
+			b.r.Hops++
+			for _, t := range b.order {
+				if t.value == nil || t.blocked {
+					continue
 				}
-			}
-			if lastAgent != "" && e.Agent != lastAgent && e.Agent != "" {
-				r.Hops++
-				for _, t := range order {
-					if t.value == nil || t.blocked {
-						continue
-					}
-					v := *t.value * rate
-					t.value = &v
-					t.decayed = rate < 1
-					p := ConfidencePoint{Seq: e.Seq, Agent: e.Agent, Kind: "hop", Value: v}
-					if v < ThresholdVerify {
-						p.Blocked = true
-						t.blocked = true
-						t.fc.BlockedSeq = e.Seq
-					}
-					t.fc.Points = append(t.fc.Points, p)
-				}
-			}
-			if e.Agent != "" {
-				lastAgent = e.Agent
-			}
-		case lctl.TypeFactAdded, lctl.TypeFactModified:
-			id, _ := d["id"].(string)
-			if id == "" {
-				continue
-			}
-			t := facts[id]
-			if t == nil {
-				t = &tracked{fc: FactConfidence{ID: id, Points: []ConfidencePoint{}, Labels: []string{}}, assessors: map[string]*Assessment{}}
-				facts[id] = t
-				order = append(order, t)
-			}
-			if text, ok := d["text"].(string); ok {
-				t.fc.Text = text
-			}
-			c, ok := numberOf(d["confidence"])
-			if !ok || c < 0 || c > 1 {
-				continue
-			}
-			kind := "added"
-			if e.Type == lctl.TypeFactModified {
-				kind = "modified"
-			}
-			reason, _ := d["reason"].(string)
-			t.value = &c
-			t.decayed = false
-			t.verified = isVerification(reason) || d["consensus"] != nil
-			p := ConfidencePoint{Seq: e.Seq, Agent: e.Agent, Kind: kind, Value: c, Reason: reason}
-			if c < ThresholdVerify {
-				p.Blocked = true
-				if !t.blocked {
+				v := *t.value * b.rate
+				t.value = &v
+				t.decayed = b.rate < 1
+				p := ConfidencePoint{Seq: e.Seq, Agent: e.Agent, Kind: "hop", Value: v}
+				if v < ThresholdVerify {
+					p.Blocked = true
+					t.blocked = true
 					t.fc.BlockedSeq = e.Seq
 				}
-				t.blocked = true
-			} else {
-				t.blocked = false
-				t.fc.BlockedSeq = 0
+				t.fc.Points = append(t.fc.Points, p)
 			}
-			t.fc.Points = append(t.fc.Points, p)
-			w := reliability[e.Agent]
-			if w == 0 {
-				w = 1
+		}
+		if e.Agent != "" {
+			b.lastAgent = e.Agent
+		}
+	case lctl.TypeFactAdded, lctl.TypeFactModified:
+		id, _ := d["id"].(string)
+		if id == "" {
+			return
+		}
+		t := b.facts[id]
+		if t == nil {
+			t = &confTracked{fc: FactConfidence{ID: id, Points: []ConfidencePoint{}, Labels: []string{}}, assessors: map[string]*Assessment{}}
+			b.facts[id] = t
+			b.order = append(b.order, t)
+		}
+		if text, ok := d["text"].(string); ok {
+			t.fc.Text = text
+		}
+		c, ok := numberOf(d["confidence"])
+		if !ok || c < 0 || c > 1 {
+			return
+		}
+		kind := "added"
+		if e.Type == lctl.TypeFactModified {
+			kind = "modified"
+		}
+		reason, _ := d["reason"].(string)
+		t.value = &c
+		t.decayed = false
+		t.verified = isVerification(reason) || d["consensus"] != nil
+		p := ConfidencePoint{Seq: e.Seq, Agent: e.Agent, Kind: kind, Value: c, Reason: reason}
+		if c < ThresholdVerify {
+			p.Blocked = true
+			if !t.blocked {
+				t.fc.BlockedSeq = e.Seq
 			}
-			if a := t.assessors[e.Agent]; a != nil {
-				a.Confidence, a.Weight = c, w
-			} else {
-				t.assessors[e.Agent] = &Assessment{Agent: e.Agent, Confidence: c, Weight: w}
-				t.order = append(t.order, e.Agent)
+			t.blocked = true
+		} else {
+			t.blocked = false
+			t.fc.BlockedSeq = 0
+		}
+		t.fc.Points = append(t.fc.Points, p)
+		w := b.reliability[e.Agent]
+		if w == 0 {
+			w = 1
+		}
+		if a := t.assessors[e.Agent]; a != nil {
+			a.Confidence, a.Weight = c, w
+		} else {
+			t.assessors[e.Agent] = &Assessment{Agent: e.Agent, Confidence: c, Weight: w}
+			t.order = append(t.order, e.Agent)
+		}
+		if cons, ok := d["consensus"].(map[string]any); ok {
+			if ag, ok := numberOf(cons["agreement"]); ok {
+				t.agreement = &ag
 			}
-			if cons, ok := d["consensus"].(map[string]any); ok {
-				if ag, ok := numberOf(cons["agreement"]); ok {
-					t.agreement = &ag
+		}
+		if list, ok := d["assessments"].([]any); ok {
+			for _, x := range list {
+				m, _ := x.(map[string]any)
+				agent, _ := m["agent"].(string)
+				ac, ok := numberOf(m["confidence"])
+				if agent == "" || !ok {
+					continue
 				}
-			}
-			if list, ok := d["assessments"].([]any); ok {
-				for _, x := range list {
-					m, _ := x.(map[string]any)
-					agent, _ := m["agent"].(string)
-					ac, ok := numberOf(m["confidence"])
-					if agent == "" || !ok {
-						continue
-					}
-					if a := t.assessors[agent]; a != nil {
-						a.Confidence = ac
-					} else {
-						t.assessors[agent] = &Assessment{Agent: agent, Confidence: ac, Weight: 1}
-						t.order = append(t.order, agent)
-					}
+				if a := t.assessors[agent]; a != nil {
+					a.Confidence = ac
+				} else {
+					t.assessors[agent] = &Assessment{Agent: agent, Confidence: ac, Weight: 1}
+					t.order = append(t.order, agent)
 				}
 			}
 		}
 	}
-	for _, t := range order {
+
+}
+
+// Report is the confidence report on the events added.
+func (b *ConfidenceBuilder) Report() *ConfidenceReport {
+	r := b.r
+	for _, t := range b.order {
 		fc := t.fc
 		if t.value != nil {
 			v := *t.value

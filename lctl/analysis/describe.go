@@ -25,24 +25,29 @@ import (
 // Line renders an event the way `lctl replay` prints it, as the spec does:
 // "[2] code-analyzer: fact_added F1 (confidence: 0.85)".
 func Line(e *lctl.Event) string {
+	return string(AppendLine(make([]byte, 0, 96), e))
+}
+
+// AppendLine appends Line(e) to dst: replay prints a million lines without
+// a string for each.
+func AppendLine(dst []byte, e *lctl.Event) []byte {
 	subject, detail := Summarize(e)
-	var b strings.Builder
-	b.WriteString("[")
-	b.WriteString(strconv.FormatUint(e.Seq, 10))
-	b.WriteString("] ")
-	b.WriteString(agentName(e.Agent))
-	b.WriteString(": ")
-	b.WriteString(e.Type)
+	dst = append(dst, '[')
+	dst = strconv.AppendUint(dst, e.Seq, 10)
+	dst = append(dst, "] "...)
+	dst = append(dst, agentName(e.Agent)...)
+	dst = append(dst, ": "...)
+	dst = append(dst, e.Type...)
 	if subject != "" {
-		b.WriteString(" ")
-		b.WriteString(subject)
+		dst = append(dst, ' ')
+		dst = append(dst, subject...)
 	}
 	if detail != "" {
-		b.WriteString(" (")
-		b.WriteString(detail)
-		b.WriteString(")")
+		dst = append(dst, " ("...)
+		dst = append(dst, detail...)
+		dst = append(dst, ')')
 	}
-	return b.String()
+	return dst
 }
 
 // agentName is how an event's agent is shown; "-" when it has none (the

@@ -31,62 +31,83 @@ type FactRecord struct {
 // order the facts first appeared. A fact_added for an existing id replaces
 // its content; a fact_modified changes the fields it names.
 func FactStore(events []lctl.Event, toSeq uint64) []*FactRecord {
-	byID := map[string]*FactRecord{}
-	var order []*FactRecord
+	b := NewFactStoreBuilder()
 	for i := range events {
 		e := &events[i]
 		if toSeq != 0 && e.Seq > toSeq {
 			break
 		}
-		if e.Type != lctl.TypeFactAdded && e.Type != lctl.TypeFactModified {
-			continue
-		}
-		id, _ := e.Data["id"].(string)
-		if id == "" {
-			continue
-		}
-		f := byID[id]
-		if f == nil {
-			f = &FactRecord{ID: id, Fields: map[string]any{}, Tags: []string{}, AddedBy: e.Agent, AddedSeq: e.Seq}
-			byID[id] = f
-			order = append(order, f)
-		} else if e.Type == lctl.TypeFactAdded {
-			f.Fields = map[string]any{}
-			f.Text, f.Confidence, f.Source, f.Tags = "", nil, "", []string{}
-			f.AddedBy, f.AddedSeq = e.Agent, e.Seq
-		}
-		for k, v := range e.Data {
-			f.Fields[k] = v
-		}
-		if v, ok := e.Data["text"].(string); ok {
-			f.Text = v
-		}
-		if c, ok := numberOf(e.Data["confidence"]); ok && c >= 0 && c <= 1 {
-			f.Confidence = &c
-		}
-		if v, ok := e.Data["source"].(string); ok {
-			f.Source = v
-		}
-		if tags, ok := e.Data["tags"].([]any); ok {
-			f.Tags = []string{}
-			for _, t := range tags {
-				if s, ok := t.(string); ok {
-					f.Tags = append(f.Tags, s)
-				}
-			}
-		} else if tag, ok := e.Data["tag"].(string); ok {
-			f.Tags = []string{tag}
-		}
-		f.UpdatedBy, f.UpdatedSeq = e.Agent, e.Seq
-		f.Changes++
-		if !contains(f.Agents, e.Agent) {
-			f.Agents = append(f.Agents, e.Agent)
-		}
+		b.Add(e)
 	}
-	if order == nil {
+	return b.Facts()
+}
+
+// FactStoreBuilder builds FactStore's result one event at a time, for a
+// chain that is read as a stream.
+type FactStoreBuilder struct {
+	byID  map[string]*FactRecord
+	order []*FactRecord
+}
+
+// NewFactStoreBuilder returns an empty fact store.
+func NewFactStoreBuilder() *FactStoreBuilder {
+	return &FactStoreBuilder{byID: map[string]*FactRecord{}}
+}
+
+// Add applies the next event of the chain.
+func (b *FactStoreBuilder) Add(e *lctl.Event) {
+	if e.Type != lctl.TypeFactAdded && e.Type != lctl.TypeFactModified {
+		return
+	}
+	id, _ := e.Data["id"].(string)
+	if id == "" {
+		return
+	}
+	f := b.byID[id]
+	if f == nil {
+		f = &FactRecord{ID: id, Fields: map[string]any{}, Tags: []string{}, AddedBy: e.Agent, AddedSeq: e.Seq}
+		b.byID[id] = f
+		b.order = append(b.order, f)
+	} else if e.Type == lctl.TypeFactAdded {
+		f.Fields = map[string]any{}
+		f.Text, f.Confidence, f.Source, f.Tags = "", nil, "", []string{}
+		f.AddedBy, f.AddedSeq = e.Agent, e.Seq
+	}
+	for k, v := range e.Data {
+		f.Fields[k] = v
+	}
+	if v, ok := e.Data["text"].(string); ok {
+		f.Text = v
+	}
+	if c, ok := numberOf(e.Data["confidence"]); ok && c >= 0 && c <= 1 {
+		f.Confidence = &c
+	}
+	if v, ok := e.Data["source"].(string); ok {
+		f.Source = v
+	}
+	if tags, ok := e.Data["tags"].([]any); ok {
+		f.Tags = []string{}
+		for _, t := range tags {
+			if s, ok := t.(string); ok {
+				f.Tags = append(f.Tags, s)
+			}
+		}
+	} else if tag, ok := e.Data["tag"].(string); ok {
+		f.Tags = []string{tag}
+	}
+	f.UpdatedBy, f.UpdatedSeq = e.Agent, e.Seq
+	f.Changes++
+	if !contains(f.Agents, e.Agent) {
+		f.Agents = append(f.Agents, e.Agent)
+	}
+}
+
+// Facts returns the facts in the order they first appeared.
+func (b *FactStoreBuilder) Facts() []*FactRecord {
+	if b.order == nil {
 		return []*FactRecord{}
 	}
-	return order
+	return b.order
 }
 
 func contains(list []string, s string) bool {

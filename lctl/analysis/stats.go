@@ -143,10 +143,57 @@ const UnknownModel = "(unknown model)"
 // attributed to the model of its step (step_start's model or
 // agent_profile.model); prices may be nil.
 func ComputeStats(chainID string, events []lctl.Event, prices *Prices) *Stats {
-	s := lctl.Replay(chainID, events, 0)
+	b := NewStatsBuilder(chainID, prices)
+	for i := range events {
+		b.Add(&events[i])
+	}
+	return b.Stats()
+}
+
+// StatsBuilder takes a chain one event at a time (a stream, never held)
+// and gives ComputeStats' result.
+type StatsBuilder struct {
+	chainID     string
+	prices      *Prices
+	state       *lctl.State
+	events      int
+	first, last *lctl.Event // the first and the last event with a time
+	steps       *stepTimer
+	cost        *tokenPricer
+}
+
+// NewStatsBuilder returns a builder before the first event; prices may be
+// nil.
+func NewStatsBuilder(chainID string, prices *Prices) *StatsBuilder {
+	return &StatsBuilder{chainID: chainID, prices: prices, state: lctl.NewState(chainID), steps: newStepTimer(), cost: newTokenPricer(prices)}
+}
+
+// Add takes the next event of the chain.
+func (b *StatsBuilder) Add(e *lctl.Event) {
+	b.events++
+	b.state.Apply(e)
+	if _, ok := lctl.ParseTime(e.Timestamp); ok {
+		if b.first == nil {
+			f := *e
+			f.Data = nil
+			b.first = &f
+		}
+		if b.last == nil {
+			b.last = &lctl.Event{}
+		}
+		*b.last = *e
+		b.last.Data = nil
+	}
+	b.steps.add(e)
+	b.cost.add(e)
+}
+
+// Stats is the summary of the events added.
+func (b *StatsBuilder) Stats() *Stats {
+	s := b.state
 	st := &Stats{
-		ChainID:      chainID,
-		Events:       len(events),
+		ChainID:      b.chainID,
+		Events:       b.events,
 		Tokens:       s.Tokens,
 		TotalTokens:  s.Tokens.Input + s.Tokens.Output,
 		Agents:       append([]string{}, s.Agents...),
@@ -190,12 +237,11 @@ func ComputeStats(chainID string, events []lctl.Event, prices *Prices) *Stats {
 		avg := sum / float64(n)
 		st.AvgConfidence = &avg
 	}
-	first, last := timeSpan(events)
-	if first >= 0 {
-		st.FirstTimestamp, st.LastTimestamp = events[first].Timestamp, events[last].Timestamp
-		st.WallClockMS = float64(events[last].Time().Sub(events[first].Time()).Microseconds()) / 1000
+	if b.first != nil {
+		st.FirstTimestamp, st.LastTimestamp = b.first.Timestamp, b.last.Timestamp
+		st.WallClockMS = float64(b.last.Time().Sub(b.first.Time()).Microseconds()) / 1000
 	}
-	steps := stepTimings(events)
+	steps := b.steps.finish()
 	for _, t := range steps {
 		if !t.Unfinished {
 			st.DurationMS += t.DurationMS
@@ -209,7 +255,7 @@ func ComputeStats(chainID string, events []lctl.Event, prices *Prices) *Stats {
 	default:
 		st.DurationSource = "none"
 	}
-	st.priceTokens(events, prices)
+	b.cost.finish(st)
 	return st
 }
 
@@ -231,62 +277,81 @@ func timeSpan(events []lctl.Event) (int, int) {
 // priceTokens attributes each step_end's tokens to its step's model and
 // prices them.
 func (st *Stats) priceTokens(events []lctl.Event, prices *Prices) {
-	byModel := map[string]*ModelCost{}
-	var order []string
-	byAgent := map[string]*AgentCost{}
-	var agents []string
-	models := stepModels(events)
+	p := newTokenPricer(prices)
 	for i := range events {
-		e := &events[i]
-		if e.Type != lctl.TypeStepEnd {
-			continue
-		}
-		t, ok := e.Data["tokens"].(map[string]any)
-		if !ok {
-			continue
-		}
-		in, out := tokensOf(t)
-		if in+out == 0 {
-			continue
-		}
-		model := models[i]
-		if model == "" {
-			model = UnknownModel
-		}
-		mc := byModel[model]
-		if mc == nil {
-			mc = &ModelCost{Model: model}
-			byModel[model] = mc
-			order = append(order, model)
-		}
-		mc.Input += in
-		mc.Output += out
-		ac := byAgent[e.Agent]
-		if ac == nil {
-			ac = &AgentCost{Agent: e.Agent}
-			byAgent[e.Agent] = ac
-			agents = append(agents, e.Agent)
-		}
-		ac.Input += in
-		ac.Output += out
-		if mp, _, ok := prices.lookup(model); ok {
-			c := float64(in)/1000*mp.InputPer1K + float64(out)/1000*mp.OutputPer1K
-			if ac.Cost == nil {
-				ac.Cost = new(float64)
-			}
-			*ac.Cost += c
-		} else if prices != nil {
-			ac.Unpriced = true
-		}
+		p.add(&events[i])
 	}
-	for _, a := range agents {
-		st.CostByAgent = append(st.CostByAgent, *byAgent[a])
+	p.finish(st)
+}
+
+// tokenPricer prices step_end tokens as the events go by.
+type tokenPricer struct {
+	prices  *Prices
+	byModel map[string]*ModelCost
+	order   []string
+	byAgent map[string]*AgentCost
+	agents  []string
+	models  modelResolver
+}
+
+func newTokenPricer(prices *Prices) *tokenPricer {
+	return &tokenPricer{prices: prices, byModel: map[string]*ModelCost{}, byAgent: map[string]*AgentCost{}, models: newModelResolver()}
+}
+
+func (p *tokenPricer) add(e *lctl.Event) {
+	model, isEnd := p.models.add(e)
+	if !isEnd {
+		return
 	}
+	t, ok := e.Data["tokens"].(map[string]any)
+	if !ok {
+		return
+	}
+	in, out := tokensOf(t)
+	if in+out == 0 {
+		return
+	}
+	if model == "" {
+		model = UnknownModel
+	}
+	mc := p.byModel[model]
+	if mc == nil {
+		mc = &ModelCost{Model: model}
+		p.byModel[model] = mc
+		p.order = append(p.order, model)
+	}
+	mc.Input += in
+	mc.Output += out
+	ac := p.byAgent[e.Agent]
+	if ac == nil {
+		ac = &AgentCost{Agent: e.Agent}
+		p.byAgent[e.Agent] = ac
+		p.agents = append(p.agents, e.Agent)
+	}
+	ac.Input += in
+	ac.Output += out
+	if mp, _, ok := p.prices.lookup(model); ok {
+		c := float64(in)/1000*mp.InputPer1K + float64(out)/1000*mp.OutputPer1K
+		if ac.Cost == nil {
+			ac.Cost = new(float64)
+		}
+		*ac.Cost += c
+	} else if p.prices != nil {
+		ac.Unpriced = true
+	}
+}
+
+func (p *tokenPricer) finish(st *Stats) {
+	prices := p.prices
+	for _, a := range p.agents {
+		st.CostByAgent = append(st.CostByAgent, *p.byAgent[a])
+	}
+	order := p.order
 	sort.Strings(order)
 	var total float64
 	priced := false
 	for _, m := range order {
-		mc := byModel[m]
+		mc := p.byModel[m]
 		if mp, name, ok := prices.lookup(m); ok {
 			c := float64(mc.Input)/1000*mp.InputPer1K + float64(mc.Output)/1000*mp.OutputPer1K
 			mc.Cost, mc.PricedAs = &c, name

@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/xct-dev/xct/lctl"
 	"github.com/xct-dev/xct/lctl/analysis"
 )
 
@@ -154,12 +155,20 @@ func runStats(ctx context.Context, c *cmdContext) error {
 	if err != nil {
 		return err
 	}
-	d, err := c.load(ctx, o)
-	if err != nil {
-		return err
+	var st *analysis.Stats
+	var b *analysis.StatsBuilder
+	if sd, err := c.streamChain(o, false, func(id string) { b = analysis.NewStatsBuilder(id, table) },
+		func(e *lctl.StreamEvent) error { b.Add(&e.Event); return nil }); err == nil {
+		c.reportInput(sd.data())
+		st = b.Stats()
+	} else {
+		d, err := c.load(ctx, o)
+		if err != nil {
+			return err
+		}
+		c.reportInput(d)
+		st = analysis.ComputeStats(d.id, d.events, table)
 	}
-	c.reportInput(d)
-	st := analysis.ComputeStats(d.id, d.events, table)
 	if c.jsonOut {
 		return c.printJSON(st)
 	}
@@ -227,12 +236,19 @@ func runBottleneck(ctx context.Context, c *cmdContext) error {
 	if err != nil {
 		return err
 	}
-	d, err := c.load(ctx, o)
-	if err != nil {
-		return err
+	var r *analysis.BottleneckReport
+	b := analysis.NewBottleneckBuilder()
+	if sd, err := c.streamChain(o, false, func(string) {}, func(e *lctl.StreamEvent) error { b.Add(&e.Event); return nil }); err == nil {
+		c.reportInput(sd.data())
+		r = b.Report(sd.id, *top)
+	} else {
+		d, err := c.load(ctx, o)
+		if err != nil {
+			return err
+		}
+		c.reportInput(d)
+		r = analysis.Bottlenecks(d.id, d.events, *top)
 	}
-	c.reportInput(d)
-	r := analysis.Bottlenecks(d.id, d.events, *top)
 	if c.jsonOut {
 		return c.printJSON(r)
 	}
@@ -268,12 +284,21 @@ func runConfidence(ctx context.Context, c *cmdContext) error {
 	if err != nil {
 		return err
 	}
-	d, err := c.load(ctx, o)
-	if err != nil {
-		return err
+	var r *analysis.ConfidenceReport
+	var b *analysis.ConfidenceBuilder
+	copts := analysis.ConfidenceOptions{DecayRate: *decay}
+	if sd, err := c.streamChain(o, false, func(id string) { b = analysis.NewConfidenceBuilder(id, copts) },
+		func(e *lctl.StreamEvent) error { b.Add(&e.Event); return nil }); err == nil {
+		c.reportInput(sd.data())
+		r = b.Report()
+	} else {
+		d, err := c.load(ctx, o)
+		if err != nil {
+			return err
+		}
+		c.reportInput(d)
+		r = analysis.Confidence(d.id, d.events, copts)
 	}
-	c.reportInput(d)
-	r := analysis.Confidence(d.id, d.events, analysis.ConfidenceOptions{DecayRate: *decay})
 	if c.jsonOut {
 		return c.printJSON(r)
 	}

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/xct-dev/xct/lctl"
 	"github.com/xct-dev/xct/lctl/analysis"
 	"github.com/xct-dev/xct/lctl/checkpoint"
 )
@@ -25,18 +26,36 @@ func runVerify(ctx context.Context, c *cmdContext) error {
 	if err != nil {
 		return err
 	}
-	d, err := c.load(ctx, o)
-	if err != nil {
-		return err
+	var r *analysis.VerifyReport
+	var sigs *checkpoint.Report
+	var v *analysis.StreamVerifier
+	var sd *streamed
+	if len(keys.files) == 0 && !keys.allowUnsign { // signatures are checked on the whole chain
+		sd, _ = c.streamChain(o, true, func(id string) { v = analysis.NewStreamVerifier(id) }, func(e *lctl.StreamEvent) error {
+			if !v.Add(&e.Event, e.Computed, e.HashErr) {
+				return errNoStream
+			}
+			return nil
+		})
 	}
-	for _, w := range d.warnings {
-		c.warn("%s: %s", d.label, w)
+	if sd != nil {
+		for _, w := range sd.warnings {
+			c.warn("%s: %s", sd.label, w)
+		}
+		r = v.Report()
+	} else {
+		d, err := c.load(ctx, o)
+		if err != nil {
+			return err
+		}
+		for _, w := range d.warnings {
+			c.warn("%s: %s", d.label, w)
+		}
+		if sigs, err = c.verifySignatures(keys, d); err != nil {
+			return err
+		}
+		r = analysis.Verify(d.id, d.events)
 	}
-	sigs, err := c.verifySignatures(keys, d)
-	if err != nil {
-		return err
-	}
-	r := analysis.Verify(d.id, d.events)
 	if c.jsonOut {
 		if err := c.printJSON(verifiedReport{r, sigs}); err != nil {
 			return err
@@ -243,18 +262,32 @@ func runQuery(ctx context.Context, c *cmdContext) error {
 	if err != nil {
 		return err
 	}
-	d, err := c.load(ctx, o)
-	if err != nil {
-		return err
+	var facts []*analysis.FactRecord
+	var chainID string
+	fb := analysis.NewFactStoreBuilder()
+	if sd, err := c.streamChain(o, false, func(string) {}, func(e *lctl.StreamEvent) error {
+		if *toSeq != 0 && e.Seq > *toSeq {
+			return lctl.ErrStop
+		}
+		fb.Add(&e.Event)
+		return nil
+	}); err == nil {
+		c.reportInput(sd.data())
+		facts, chainID = fb.Facts(), sd.id
+	} else {
+		d, err := c.load(ctx, o)
+		if err != nil {
+			return err
+		}
+		c.reportInput(d)
+		facts, chainID = analysis.FactStore(d.events, *toSeq), d.id
 	}
-	c.reportInput(d)
-	facts := analysis.FactStore(d.events, *toSeq)
 	rows, err := q.Run(facts)
 	if err != nil {
 		return c.queryError(err)
 	}
 	if c.jsonOut {
-		return c.printJSON(queryResult{ChainID: d.id, Query: text, ToSeq: *toSeq, Total: len(facts), Facts: rows})
+		return c.printJSON(queryResult{ChainID: chainID, Query: text, ToSeq: *toSeq, Total: len(facts), Facts: rows})
 	}
 	switch {
 	case len(facts) == 0:

@@ -99,6 +99,9 @@ func runReplay(ctx context.Context, c *cmdContext) error {
 	if o.chain != "" && *toSeq != 0 && !*showEvents {
 		return c.replayLive(ctx, o.chain, *toSeq, *withHash)
 	}
+	if done, err := c.replayStream(o, *toSeq, *showEvents, *withHash); done || err != nil {
+		return err
+	}
 	d, err := c.load(ctx, o)
 	if err != nil {
 		return err

@@ -1,0 +1,129 @@
+package analysis
+
+import (
+	"fmt"
+
+	"github.com/xct-dev/xct/lctl"
+	"github.com/xct-dev/xct/lctl/checkpoint"
+)
+
+// StreamVerifier is Verify for a chain read as a stream, one event at a
+// time, in time linear in the chain: the state is kept and advanced, never
+// rebuilt. It covers chains whose seqs, timestamps and links are in order
+// (what a chain written by XCT is); when an event is not (a seq out of
+// place, a hash that does not match, a missing link), Add says so and the
+// caller verifies the whole chain with Verify, whose report on a broken
+// chain needs all of it (where a reordered event went, which event was
+// re-sealed).
+type StreamVerifier struct {
+	chainID           string
+	n                 int
+	firstSeq, lastSeq uint64
+	stamped           int
+	prevHash          string
+	state             *lctl.State
+	cpProblems        []lctl.Problem
+	cpNotes           []string
+	checked, total    int
+	started, finished int
+	afterFinished     int // events after the last run_finished, signed checkpoints aside
+}
+
+// NewStreamVerifier returns a verifier before the first event.
+func NewStreamVerifier(chainID string) *StreamVerifier {
+	return &StreamVerifier{chainID: chainID, state: lctl.NewState(chainID), started: -1, finished: -1}
+}
+
+// Add takes the next event, with the hash of its content (ComputeHash and
+// its error). The caller has checked its seq (one more than the event
+// before, starting at 1), its chain id and its timestamp (parses, not
+// before the one before). It returns false when the event breaks the hash
+// chain: use Verify.
+func (v *StreamVerifier) Add(e *lctl.Event, computed string, hashErr error) bool {
+	pos := v.n + 1
+	if e.Hash == "" || hashErr != nil || computed != e.Hash {
+		return false
+	}
+	if v.n == 0 && e.PrevHash != "" || v.n > 0 && e.PrevHash != v.prevHash {
+		return false
+	}
+	v.prevHash = e.Hash
+	if v.n == 0 {
+		v.firstSeq = e.Seq
+	}
+	v.lastSeq = e.Seq
+	if e.Timestamp != "" {
+		v.stamped++
+	}
+	if e.Type == lctl.TypeCheckpoint {
+		v.total++
+		ps, did, ns := checkCheckpoint(v.state, e, pos)
+		v.cpProblems = append(v.cpProblems, ps...)
+		v.cpNotes = append(v.cpNotes, ns...)
+		if did {
+			v.checked++
+		}
+	}
+	switch e.Type {
+	case lctl.TypeRunStarted:
+		v.started = v.n
+	case lctl.TypeRunFinished:
+		v.finished = v.n
+		v.afterFinished = 0
+	case checkpoint.EventType: // the run's end is signed after it
+	default:
+		if v.finished >= 0 {
+			v.afterFinished++
+		}
+	}
+	v.state.Apply(e)
+	v.n++
+	return true
+}
+
+// Report is what Verify reports on the events added.
+func (v *StreamVerifier) Report() *VerifyReport {
+	r := &VerifyReport{ChainID: v.chainID, Events: v.n, Problems: []lctl.Problem{}, Notes: []string{}}
+	seqSummary := "no events"
+	if v.n > 0 {
+		seqSummary = fmt.Sprintf("seq %d..%d, no gaps or duplicates", v.firstSeq, v.lastSeq)
+	}
+	r.add("sequence", seqSummary, []lctl.Problem{})
+	timeSummary := "every timestamp parses; none goes backwards"
+	if v.stamped == 0 && v.n > 0 {
+		timeSummary = "no event has a timestamp"
+		r.Notes = append(r.Notes, "no event has a timestamp, so durations come only from duration_ms")
+	} else if v.stamped < v.n {
+		r.Notes = append(r.Notes, fmt.Sprintf("%d of %d events have no timestamp", v.n-v.stamped, v.n))
+	}
+	r.add("timestamps", timeSummary, []lctl.Problem{})
+	hashSummary := "no events"
+	if v.n > 0 {
+		hashSummary = fmt.Sprintf("%d events linked, every hash matches its event", v.n)
+	}
+	r.add("hash_chain", hashSummary, nil)
+	var cpSummary string
+	switch {
+	case v.total == 0:
+		cpSummary = "no checkpoints"
+	case v.checked == v.total:
+		cpSummary = fmt.Sprintf("%d %s; state hashes and fact snapshots match the replay", v.total, plural(v.total, "checkpoint", "checkpoints"))
+	default:
+		cpSummary = fmt.Sprintf("%d of %d checkpoints could be checked", v.checked, v.total)
+	}
+	r.Notes = append(r.Notes, v.cpNotes...)
+	r.add("checkpoints", cpSummary, v.cpProblems)
+	if v.started >= 0 && v.finished < 0 {
+		r.Notes = append(r.Notes, "the run has no run_finished event: it is still running, or the chain was cut short")
+	}
+	if k := v.afterFinished; k > 0 {
+		r.Notes = append(r.Notes, fmt.Sprintf("%d %s after run_finished", k, plural(k, "event comes", "events come")))
+	}
+	sortProblems(r.Problems)
+	if len(r.Problems) > 0 {
+		first := r.Problems[0]
+		r.First = &first
+	}
+	r.OK = len(r.Problems) == 0
+	return r
+}

@@ -1,0 +1,81 @@
+package cli
+
+import (
+	"bufio"
+	"fmt"
+
+	"github.com/xct-dev/xct/lctl"
+	"github.com/xct-dev/xct/lctl/analysis"
+)
+
+// replayStream is replay on a chain file read as a stream: with --to-seq it
+// stops reading at the seq. It reports false when the chain must be read
+// in full (see streamChain); its output is the full read's.
+func (c *cmdContext) replayStream(o operand, toSeq uint64, showEvents, withHash bool) (bool, error) {
+	var s *lctl.State
+	facts := analysis.NewFactStoreBuilder()
+	var lastStart *lctl.Event // the latest step_start applied
+	printLines := !c.jsonOut && (toSeq == 0 || showEvents)
+	// The lines are kept until the chain has been read: the full read,
+	// should the stream give way to it, prints them itself.
+	var lines []byte
+	sd, err := c.streamChain(o, false, func(id string) { s = lctl.NewState(id) }, func(e *lctl.StreamEvent) error {
+		if toSeq != 0 && e.Seq > toSeq {
+			return lctl.ErrStop
+		}
+		s.Apply(&e.Event)
+		facts.Add(&e.Event)
+		if e.Type == lctl.TypeStepStart {
+			if lastStart == nil {
+				lastStart = new(lctl.Event)
+			}
+			*lastStart = e.Event
+		}
+		if printLines {
+			lines = analysis.AppendLine(lines, &e.Event)
+			lines = append(lines, '\n')
+		}
+		return nil
+	})
+	if err != nil {
+		return false, nil
+	}
+	c.reportInput(sd.data())
+	if toSeq != 0 && toSeq > sd.lastSeq {
+		return true, &inputError{fmt.Errorf("--to-seq %d: %s ends at seq %d", toSeq, sd.label, sd.lastSeq)}
+	}
+	var shown []lctl.Event
+	if lastStart != nil {
+		shown = []lctl.Event{*lastStart}
+	}
+	sum := summarize(s, nil)
+	if s.CurrentStep == nil && lastStart != nil {
+		sum.Agent = lastStart.Agent
+	}
+	res := replayResult{ChainID: sd.id, ToSeq: toSeq, Events: s.EventCount, Summary: sum,
+		Facts: facts.Facts(), Warnings: append([]string{}, sd.warnings...)}
+	if toSeq != 0 && withHash {
+		if res.StateHash, err = s.Hash(); err != nil {
+			return true, err
+		}
+	}
+	if c.jsonOut {
+		res.State = s
+		return true, c.printJSON(res)
+	}
+	w := bufio.NewWriterSize(c.env.Stdout, 1<<20)
+	out := c.env.Stdout
+	c.env.Stdout = w
+	defer func() { c.env.Stdout = out }()
+	if toSeq == 0 {
+		c.out("Replaying %d events...\n", sd.events)
+		_, _ = w.Write(lines)
+		c.out("Replay complete. Final state has %d %s.\n", len(s.Facts), plural(len(s.Facts), "fact", "facts"))
+		c.printRecap(res.Summary)
+		return true, w.Flush()
+	}
+	c.out("Replaying to event %d...\n", toSeq)
+	_, _ = w.Write(lines)
+	c.printStateAt(toSeq, res.Summary, res.Facts, res.StateHash, shown)
+	return true, w.Flush()
+}

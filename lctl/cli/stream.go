@@ -1,0 +1,90 @@
+package cli
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/xct-dev/xct/lctl"
+)
+
+// Commands on a chain file read it as a stream when they can: one event at
+// a time, decoded on every core, never all of it in memory, and (replay
+// --to-seq) only up to the seq asked for. That is every JSON file whose
+// events are in order (seq 1, 2, 3, ...; timestamps that parse and never go
+// back; no event of another chain) and that reads without a warning. For
+// anything else (YAML, stdin, a warning, a problem to report) streamChain
+// says errNoStream and the command reads the whole file as it always did,
+// so its output, warnings and errors are those of the full read.
+
+// errNoStream says: read the chain the full way.
+var errNoStream = errors.New("the chain is read in full")
+
+// streamed is what a stream learned of the chain besides its events.
+type streamed struct {
+	label    string
+	id       string
+	warnings []string
+	events   int
+	lastSeq  uint64
+}
+
+// data turns it into the chainData reportInput takes.
+func (s *streamed) data() *chainData {
+	return &chainData{label: s.label, id: s.id, warnings: s.warnings}
+}
+
+// streamChain reads the chain file o event by event: header with the
+// chain's id before the first event, fn with each event in order (ErrStop
+// ends the stream). hash computes each event's hash on the decoding cores.
+func (c *cmdContext) streamChain(o operand, hash bool, header func(id string), fn func(e *lctl.StreamEvent) error) (*streamed, error) {
+	path := o.file
+	if o.chain != "" || path == "" || path == "-" || c.env.getenv("LCTL_NO_STREAM") != "" {
+		return nil, errNoStream
+	}
+	switch strings.ToLower(filepath.Ext(path)) {
+	case ".yaml", ".yml":
+		return nil, errNoStream
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, errNoStream // the full read reports it
+	}
+	defer func() { _ = f.Close() }()
+	id := lctl.ChainIDForPath(path)
+	st := &streamed{label: path}
+	var prev time.Time
+	hasPrev := false
+	err = lctl.Stream(f, lctl.StreamOptions{ChainID: id, Hash: hash}, func(h *lctl.StreamHeader) error {
+		st.id, st.warnings = h.ChainID, h.Warnings
+		header(h.ChainID)
+		return nil
+	}, func(e *lctl.StreamEvent) error {
+		// What CheckSequence would report makes the command read the
+		// chain in full, where the report says it all.
+		if e.Seq != uint64(st.events)+1 || (e.ChainID != "" && st.id != "" && e.ChainID != st.id) {
+			return errNoStream
+		}
+		if e.Timestamp != "" {
+			t, ok := lctl.ParseTime(e.Timestamp)
+			if !ok || (hasPrev && t.Before(prev)) {
+				return errNoStream
+			}
+			prev, hasPrev = t, true
+		}
+		if err := fn(e); err != nil {
+			return err
+		}
+		st.events++
+		st.lastSeq = e.Seq
+		return nil
+	})
+	if err != nil {
+		// Unsupported, a problem to report, a read error: the full read
+		// says what it is.
+		return nil, errNoStream
+	}
+	return st, nil
+}

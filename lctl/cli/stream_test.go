@@ -1,0 +1,129 @@
+package cli_test
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/xct-dev/xct/lctl"
+	"github.com/xct-dev/xct/lctl/lctltest"
+)
+
+// writeChain writes events as lctltest does (one event per line) after
+// edit has had its way with them.
+func writeChain(t *testing.T, dir, name string, n int, opts lctltest.WorkflowOptions, edit func([]lctl.Event) []lctl.Event) string {
+	t.Helper()
+	events := lctltest.Workflow("wf", n, opts)
+	if edit != nil {
+		events = edit(events)
+	}
+	var buf bytes.Buffer
+	buf.WriteString(`{"lctl":"4.0","chain":{"id":"wf"},"events":[`)
+	for i := range events {
+		if i > 0 {
+			buf.WriteByte(',')
+		}
+		raw, err := events[i].MarshalJSON()
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf.WriteString("\n")
+		buf.Write(raw)
+	}
+	buf.WriteString("\n]}\n")
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// Every command that reads a chain file as a stream prints exactly what the
+// full read prints (LCTL_NO_STREAM turns the stream off): on an intact
+// chain, where the stream does the work, and on broken or unusual ones,
+// where it gives way to the full read.
+func TestStreamedCommandsMatchFullRead(t *testing.T) {
+	dir := t.TempDir()
+	opts := lctltest.WorkflowOptions{Seal: true, StateHashes: true, CheckpointEvery: 300}
+	files := []string{
+		writeChain(t, dir, "clean.lctl.json", 1600, opts, nil),
+		writeChain(t, dir, "edited.lctl.json", 1600, opts, func(es []lctl.Event) []lctl.Event {
+			es[1100].Data["text"] = "changed after sealing"
+			es[1100].Agent = "mallory"
+			return es
+		}),
+		writeChain(t, dir, "reordered.lctl.json", 1600, opts, func(es []lctl.Event) []lctl.Event {
+			es[700], es[701] = es[701], es[700]
+			return es
+		}),
+		writeChain(t, dir, "resealed.lctl.json", 1600, opts, func(es []lctl.Event) []lctl.Event {
+			es[900].Data["text"] = "resealed"
+			_ = es[900].Seal(es[900].PrevHash)
+			return es
+		}),
+		writeChain(t, dir, "unsealed.lctl.json", 1000, lctltest.WorkflowOptions{}, nil),
+		writeChain(t, dir, "bad-checkpoint.lctl.json", 1000, opts, func(es []lctl.Event) []lctl.Event {
+			for i := range es {
+				if es[i].Type == lctl.TypeCheckpoint {
+					es[i].Data["state_hash"] = "sha256:" + strings.Repeat("0", 64)
+					prev := ""
+					for j := range es {
+						_ = es[j].Seal(prev)
+						prev = es[j].Hash
+					}
+					break
+				}
+			}
+			return es
+		}),
+		"testdata/chains/review-v1.lctl.json", "testdata/chains/xct-run.lctl.json", "testdata/chains/other-implementation.lctl.json",
+	}
+	// A chain whose seq is a string (a warning) and one cut short.
+	raw, err := os.ReadFile(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	warn := filepath.Join(dir, "warning.lctl.json")
+	if err := os.WriteFile(warn, bytes.Replace(raw, []byte(`"seq":2,`), []byte(`"seq":"2",`), 1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cut := filepath.Join(dir, "cut.lctl.json")
+	if err := os.WriteFile(cut, raw[:len(raw)*9/10], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	files = append(files, warn, cut)
+	commands := [][]string{
+		{"replay"}, {"replay", "--to-seq", "1234"}, {"replay", "--to-seq", "777", "--events", "--hash"}, {"replay", "--to-seq", "99999"},
+		{"replay", "--json"}, {"replay", "--to-seq", "1500", "--json"},
+		{"stats"}, {"stats", "--json"}, {"bottleneck"}, {"bottleneck", "--json", "--top", "3"},
+		{"confidence"}, {"confidence", "--json"}, {"verify"}, {"verify", "--json"},
+		{"query", "SELECT * WHERE confidence >= 0.8"}, {"query", "SELECT id, text", "--to-seq", "900", "--json"},
+	}
+	for _, f := range files {
+		for _, cmd := range commands {
+			args := append(append([]string{}, cmd...), f)
+			code, stdout, stderr := run(t, nil, args...)
+			full := args
+			if f == cut && (cmd[0] == "replay" || cmd[0] == "query") && slices.ContainsFunc(cmd, func(a string) bool { return a == "1234" || a == "777" || a == "900" }) {
+				// --to-seq stops reading at its seq: a file cut after it
+				// replays as the whole file does.
+				full = append(append([]string{}, cmd...), files[0])
+			}
+			fcode, fstdout, fstderr := run(t, map[string]string{"LCTL_NO_STREAM": "1"}, full...)
+			if code != fcode || stdout != fstdout || stderr != fstderr {
+				t.Errorf("lctl %s: the stream and the full read differ:\nstream: exit %d\n%s\n%s\nfull: exit %d\n%s\n%s",
+					strings.Join(args, " "), code, clipOut(stdout), stderr, fcode, clipOut(fstdout), fstderr)
+			}
+		}
+	}
+}
+
+func clipOut(s string) string {
+	if len(s) > 2000 {
+		return s[:2000] + "..."
+	}
+	return s
+}

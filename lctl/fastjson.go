@@ -1,0 +1,441 @@
+package lctl
+
+import (
+	"errors"
+	"strconv"
+	"unicode/utf8"
+)
+
+// A fast reader for events as XCT and other writers store them. It turns
+// one event's JSON into an Event in one pass, with exactly the values
+// encoding/json would give (float64 numbers parsed by strconv, maps, []any,
+// strings), and gives up (errUnsure) on anything where it would have to
+// reproduce a subtle rule of encoding/json or of decodeFileEvent: invalid
+// UTF-8, surrogate escapes, a seq that is not a plain integer, a key the
+// spec's event does not have, a key given twice, null where a value is
+// expected. The caller then decodes that event the careful way, so the
+// result is always the same as decodeFileEvent's.
+
+// errUnsure says the fast reader did not decide: decode the careful way.
+var errUnsure = errors.New("lctl: not decided by the fast reader")
+
+// fastParser reads JSON values from b.
+type fastParser struct {
+	b []byte
+	i int
+	// keys interns object keys: the same few names repeat in every event.
+	keys map[string]string
+}
+
+func newFastParser() *fastParser { return &fastParser{keys: make(map[string]string, 128)} }
+
+func (p *fastParser) ws() {
+	for p.i < len(p.b) {
+		switch p.b[p.i] {
+		case ' ', '\n', '\r', '\t':
+			p.i++
+		default:
+			return
+		}
+	}
+}
+
+// fastEvent decodes one event of a file, or returns errUnsure.
+func (p *fastParser) fastEvent(raw []byte) (Event, error) {
+	p.b, p.i = raw, 0
+	var e Event
+	p.ws()
+	if p.i >= len(p.b) || p.b[p.i] != '{' {
+		return e, errUnsure
+	}
+	p.i++
+	var seen uint16
+	first := true
+	for {
+		p.ws()
+		if p.i >= len(p.b) {
+			return e, errUnsure
+		}
+		if p.b[p.i] == '}' {
+			p.i++
+			break
+		}
+		if !first {
+			if p.b[p.i] != ',' {
+				return e, errUnsure
+			}
+			p.i++
+			p.ws()
+		}
+		first = false
+		key, ok := p.rawString()
+		if !ok {
+			return e, errUnsure
+		}
+		p.ws()
+		if p.i >= len(p.b) || p.b[p.i] != ':' {
+			return e, errUnsure
+		}
+		p.i++
+		p.ws()
+		var bit uint16
+		var dst *string
+		switch string(key) {
+		case "seq":
+			bit = 1
+			n, ok := p.plainUint()
+			if !ok {
+				return e, errUnsure
+			}
+			e.Seq = n
+		case "type":
+			bit, dst = 2, &e.Type
+		case "timestamp":
+			bit, dst = 4, &e.Timestamp
+		case "agent":
+			bit, dst = 8, &e.Agent
+		case "chain_id":
+			bit, dst = 16, &e.ChainID
+		case "prev_hash":
+			bit, dst = 32, &e.PrevHash
+		case "hash":
+			bit, dst = 64, &e.Hash
+		case "data":
+			bit = 128
+			if p.i >= len(p.b) || p.b[p.i] != '{' {
+				return e, errUnsure
+			}
+			v, ok := p.value()
+			if !ok {
+				return e, errUnsure
+			}
+			e.Data = v.(map[string]any)
+		default:
+			return e, errUnsure
+		}
+		if seen&bit != 0 {
+			return e, errUnsure
+		}
+		seen |= bit
+		if dst != nil {
+			s, ok := p.str()
+			if !ok {
+				return e, errUnsure
+			}
+			*dst = s
+		}
+	}
+	p.ws()
+	if p.i != len(p.b) || seen&1 == 0 || e.Type == "" {
+		return e, errUnsure
+	}
+	return e, nil
+}
+
+// plainUint reads a seq written as a plain positive integer.
+func (p *fastParser) plainUint() (uint64, bool) {
+	start := p.i
+	var n uint64
+	for p.i < len(p.b) && p.b[p.i] >= '0' && p.b[p.i] <= '9' {
+		n = n*10 + uint64(p.b[p.i]-'0')
+		p.i++
+		if p.i-start > 16 {
+			return 0, false
+		}
+	}
+	if p.i == start || (p.b[start] == '0') || n > maxExactInt {
+		return 0, false
+	}
+	if p.i < len(p.b) {
+		switch p.b[p.i] {
+		case '.', 'e', 'E':
+			return 0, false
+		}
+	}
+	return n, true
+}
+
+// rawString reads a string without escapes or bytes past ASCII and returns
+// its bytes (still in b); false for anything else.
+func (p *fastParser) rawString() ([]byte, bool) {
+	if p.i >= len(p.b) || p.b[p.i] != '"' {
+		return nil, false
+	}
+	start := p.i + 1
+	for j := start; j < len(p.b); j++ {
+		c := p.b[j]
+		if c == '"' {
+			p.i = j + 1
+			return p.b[start:j], true
+		}
+		if c == '\\' || c < 0x20 || c >= utf8.RuneSelf {
+			return nil, false
+		}
+	}
+	return nil, false
+}
+
+// str reads a string value, unescaping it.
+func (p *fastParser) str() (string, bool) {
+	if p.i >= len(p.b) || p.b[p.i] != '"' {
+		return "", false
+	}
+	start := p.i + 1
+	ascii := true
+	for j := start; j < len(p.b); j++ {
+		c := p.b[j]
+		switch {
+		case c == '"':
+			p.i = j + 1
+			s := p.b[start:j]
+			if !ascii && !utf8.Valid(s) {
+				return "", false
+			}
+			return string(s), true
+		case c == '\\':
+			return p.escaped(start)
+		case c < 0x20:
+			return "", false
+		case c >= utf8.RuneSelf:
+			ascii = false
+		}
+	}
+	return "", false
+}
+
+// escaped reads a string that has escapes, from its first byte at start.
+func (p *fastParser) escaped(start int) (string, bool) {
+	out := make([]byte, 0, 64)
+	j := start
+	for j < len(p.b) {
+		c := p.b[j]
+		switch {
+		case c == '"':
+			p.i = j + 1
+			if !utf8.Valid(out) {
+				return "", false
+			}
+			return string(out), true
+		case c < 0x20:
+			return "", false
+		case c != '\\':
+			out = append(out, c)
+			j++
+			continue
+		}
+		if j+1 >= len(p.b) {
+			return "", false
+		}
+		switch p.b[j+1] {
+		case '"', '\\', '/':
+			out = append(out, p.b[j+1])
+		case 'b':
+			out = append(out, '\b')
+		case 'f':
+			out = append(out, '\f')
+		case 'n':
+			out = append(out, '\n')
+		case 'r':
+			out = append(out, '\r')
+		case 't':
+			out = append(out, '\t')
+		case 'u':
+			if j+6 > len(p.b) {
+				return "", false
+			}
+			r, err := strconv.ParseUint(string(p.b[j+2:j+6]), 16, 32)
+			if err != nil || (r >= 0xD800 && r < 0xE000) {
+				return "", false // surrogates: the careful way
+			}
+			out = utf8.AppendRune(out, rune(r))
+			j += 6
+			continue
+		default:
+			return "", false
+		}
+		j += 2
+	}
+	return "", false
+}
+
+// value reads any JSON value as encoding/json would into an any.
+func (p *fastParser) value() (any, bool) {
+	if p.i >= len(p.b) {
+		return nil, false
+	}
+	switch c := p.b[p.i]; {
+	case c == '{':
+		p.i++
+		m := make(map[string]any)
+		p.ws()
+		if p.i < len(p.b) && p.b[p.i] == '}' {
+			p.i++
+			return m, true
+		}
+		for {
+			p.ws()
+			k, ok := p.key()
+			if !ok {
+				return nil, false
+			}
+			p.ws()
+			if p.i >= len(p.b) || p.b[p.i] != ':' {
+				return nil, false
+			}
+			p.i++
+			p.ws()
+			v, ok := p.value()
+			if !ok {
+				return nil, false
+			}
+			m[k] = v
+			p.ws()
+			if p.i >= len(p.b) {
+				return nil, false
+			}
+			if p.b[p.i] == ',' {
+				p.i++
+				continue
+			}
+			if p.b[p.i] == '}' {
+				p.i++
+				return m, true
+			}
+			return nil, false
+		}
+	case c == '[':
+		p.i++
+		l := make([]any, 0, 4)
+		p.ws()
+		if p.i < len(p.b) && p.b[p.i] == ']' {
+			p.i++
+			return l, true
+		}
+		for {
+			p.ws()
+			v, ok := p.value()
+			if !ok {
+				return nil, false
+			}
+			l = append(l, v)
+			p.ws()
+			if p.i >= len(p.b) {
+				return nil, false
+			}
+			if p.b[p.i] == ',' {
+				p.i++
+				continue
+			}
+			if p.b[p.i] == ']' {
+				p.i++
+				return l, true
+			}
+			return nil, false
+		}
+	case c == '"':
+		s, ok := p.str()
+		return s, ok
+	case c == 't':
+		if p.lit("true") {
+			return true, true
+		}
+	case c == 'f':
+		if p.lit("false") {
+			return false, true
+		}
+	case c == 'n':
+		if p.lit("null") {
+			return nil, true
+		}
+	case c == '-' || (c >= '0' && c <= '9'):
+		return p.number()
+	}
+	return nil, false
+}
+
+// key reads an object key, interned.
+func (p *fastParser) key() (string, bool) {
+	if raw, ok := p.rawString(); ok {
+		if k, ok := p.keys[string(raw)]; ok {
+			return k, true
+		}
+		k := string(raw)
+		if len(p.keys) < 4096 {
+			p.keys[k] = k
+		}
+		return k, true
+	}
+	return p.str()
+}
+
+func (p *fastParser) lit(s string) bool {
+	if len(p.b)-p.i >= len(s) && string(p.b[p.i:p.i+len(s)]) == s {
+		p.i += len(s)
+		return true
+	}
+	return false
+}
+
+// number reads a number with JSON's grammar and parses it as encoding/json
+// does (strconv.ParseFloat, 64 bits).
+func (p *fastParser) number() (any, bool) {
+	start := p.i
+	j := p.i
+	if j < len(p.b) && p.b[j] == '-' {
+		j++
+	}
+	if j >= len(p.b) {
+		return nil, false
+	}
+	small, simple := 0.0, true
+	switch {
+	case p.b[j] == '0':
+		j++
+	case p.b[j] >= '1' && p.b[j] <= '9':
+		for j < len(p.b) && p.b[j] >= '0' && p.b[j] <= '9' {
+			small = small*10 + float64(p.b[j]-'0')
+			j++
+		}
+	default:
+		return nil, false
+	}
+	if j < len(p.b) && p.b[j] == '.' {
+		simple = false
+		j++
+		d := j
+		for j < len(p.b) && p.b[j] >= '0' && p.b[j] <= '9' {
+			j++
+		}
+		if j == d {
+			return nil, false
+		}
+	}
+	if j < len(p.b) && (p.b[j] == 'e' || p.b[j] == 'E') {
+		simple = false
+		j++
+		if j < len(p.b) && (p.b[j] == '+' || p.b[j] == '-') {
+			j++
+		}
+		d := j
+		for j < len(p.b) && p.b[j] >= '0' && p.b[j] <= '9' {
+			j++
+		}
+		if j == d {
+			return nil, false
+		}
+	}
+	p.i = j
+	// Integers of up to 15 digits are exact in a float64: no need to ask
+	// strconv.
+	if simple && j-start <= 15 {
+		if p.b[start] == '-' {
+			return -small, true
+		}
+		return small, true
+	}
+	f, err := strconv.ParseFloat(string(p.b[start:j]), 64)
+	if err != nil {
+		return nil, false
+	}
+	return f, true
+}

@@ -1,0 +1,54 @@
+// Command lctlgen writes a deterministic chain file of a long multi-agent
+// run (lctltest.Workflow): for benchmarks and for trying lctl on a chain
+// of realistic size.
+//
+//	go run ./lctl/lctltest/lctlgen -n 1000000 -o /tmp/run-1m.lctl.json
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+
+	"github.com/xct-dev/xct/lctl"
+	"github.com/xct-dev/xct/lctl/lctltest"
+)
+
+func main() {
+	n := flag.Int("n", 100_000, "number of events")
+	out := flag.String("o", "", "output file (.json: one event per line; .yaml: YAML)")
+	id := flag.String("chain", "", "chain id (default: from the file name)")
+	seal := flag.Bool("seal", true, "link the events with hashes")
+	every := flag.Int("checkpoint-every", 500, "events between checkpoints (-1: none)")
+	stateHashes := flag.Bool("state-hashes", false, "put the state's hash in every checkpoint (quadratic: for up to ~100k events)")
+	flag.Parse()
+	if *out == "" || *n < 2 {
+		fmt.Fprintln(os.Stderr, "usage: lctlgen -n EVENTS -o FILE")
+		os.Exit(2)
+	}
+	chainID := *id
+	if chainID == "" {
+		chainID = lctl.ChainIDForPath(*out)
+	}
+	opts := lctltest.WorkflowOptions{Seal: *seal, CheckpointEvery: *every, StateHashes: *stateHashes}
+	if err := write(*out, chainID, *n, opts); err != nil {
+		fmt.Fprintln(os.Stderr, "lctlgen:", err)
+		os.Exit(1)
+	}
+}
+
+func write(path, chainID string, n int, opts lctltest.WorkflowOptions) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if lctl.FormatForPath(path) == lctl.FormatYAML {
+		err = lctl.NewFile(chainID, lctltest.Workflow(chainID, n, opts)).Encode(f, lctl.FormatYAML)
+	} else {
+		err = lctltest.WriteWorkflow(f, chainID, n, opts)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}

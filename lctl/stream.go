@@ -1,0 +1,529 @@
+package lctl
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"runtime"
+	"sync"
+	"unicode/utf8"
+)
+
+// Streaming: a chain file read one event at a time, for files too large to
+// hold. The reader finds each element of the events array (a scan for
+// brackets and strings, nothing decoded), hands batches of them to a
+// decoder on every core and gives them to the caller in file order, never
+// holding more than a few batches. It reads the files XCT writes and any
+// file in the same layout (lctl and chain before events); for anything it
+// would have to report or convert (an error, a warning, a key given twice,
+// chain after events) it stops with ErrStreamUnsupported, and the caller
+// reads the file with Decode, which says exactly what Decode always said.
+
+// ErrStreamUnsupported says the file needs Decode: something in it is
+// reported or converted (a warning, an error), or laid out so that a
+// stream cannot read it (the chain id after the events).
+var ErrStreamUnsupported = errors.New("lctl: the file needs a full read")
+
+// ErrStop, returned by a Stream callback, ends the stream early without an
+// error (replay --to-seq stops reading at its seq).
+var ErrStop = errors.New("lctl: stop")
+
+// StreamOptions tune Stream.
+type StreamOptions struct {
+	// ChainID names the chain when the file does not (as DecodeOptions).
+	ChainID string
+	// Workers decode in parallel; 0 uses GOMAXPROCS.
+	Workers int
+	// Hash asks every event's hash to be computed as it is decoded
+	// (StreamEvent.Computed), on the decoding cores: what verify needs.
+	Hash bool
+}
+
+// StreamHeader is what a file says before its events.
+type StreamHeader struct {
+	LCTL    string
+	ChainID string
+	// Warnings are the header's (a file without a version, a chain given as
+	// a string, a chain id taken from the options).
+	Warnings []string
+}
+
+// StreamEvent is one event as the stream hands it over.
+type StreamEvent struct {
+	Event
+	// Computed is the hash of the event's content (ComputeHash), when
+	// StreamOptions.Hash asked for it; HashErr says why it could not be.
+	Computed string
+	HashErr  error
+}
+
+// streamBatch is a run of consecutive events of the file.
+type streamBatch struct {
+	raw    []byte  // the events' bytes, back to back
+	ends   []int32 // end offset of each event in raw
+	events []StreamEvent
+	err    error
+	done   chan struct{}
+}
+
+// batchEvents is how many events a batch carries; batchBytes bounds its
+// bytes.
+const (
+	batchEvents = 512
+	batchBytes  = 1 << 20
+)
+
+// Stream reads a JSON chain file and calls fn with each event in file order
+// (the pointer is valid only during the call; copy what you keep). header
+// is called once, before the first event. It returns ErrStreamUnsupported
+// when the file must be read with Decode (see above), and fn's error, except
+// ErrStop, which ends the stream without one.
+func Stream(r io.Reader, opts StreamOptions, header func(*StreamHeader) error, fn func(*StreamEvent) error) error {
+	workers := opts.Workers
+	if workers <= 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	sc := &scanner{r: r, buf: make([]byte, 0, 4<<20)}
+	h, err := sc.header(opts)
+	if err != nil {
+		return err
+	}
+	if err := header(h); err != nil {
+		return err
+	}
+
+	work := make(chan *streamBatch, workers*2)
+	ordered := make(chan *streamBatch, workers*3)
+	quit := make(chan struct{})
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			p := newFastParser()
+			for b := range work {
+				b.decode(p, opts.Hash)
+				close(b.done)
+			}
+		})
+	}
+	// The splitter: finds events and batches them.
+	var splitErr error
+	go func() {
+		defer close(ordered)
+		defer close(work)
+		for {
+			b := &streamBatch{raw: make([]byte, 0, 64<<10), done: make(chan struct{})}
+			more, err := sc.fill(b)
+			// The events before a problem are handed over first: replay
+			// --to-seq of a file cut after its seq still works.
+			if err != nil {
+				splitErr = err
+				more = false
+			}
+			if len(b.ends) > 0 {
+				select {
+				case ordered <- b:
+				case <-quit:
+					return
+				}
+				select {
+				case work <- b:
+				case <-quit:
+					close(b.done)
+					return
+				}
+			}
+			if !more {
+				return
+			}
+		}
+	}()
+	stop := func() {
+		close(quit)
+		for b := range ordered { // let the splitter and workers finish
+			<-b.done
+		}
+		wg.Wait()
+	}
+	for b := range ordered {
+		<-b.done
+		if b.err != nil {
+			stop()
+			return b.err
+		}
+		for i := range b.events {
+			if err := fn(&b.events[i]); err != nil {
+				stop()
+				if errors.Is(err, ErrStop) {
+					return nil
+				}
+				return err
+			}
+		}
+	}
+	wg.Wait()
+	return splitErr
+}
+
+// decode decodes the batch's events.
+func (b *streamBatch) decode(p *fastParser, hash bool) {
+	b.events = make([]StreamEvent, len(b.ends))
+	start := int32(0)
+	for i, end := range b.ends {
+		raw := b.raw[start:end]
+		start = end
+		e, err := p.fastEvent(raw)
+		if err != nil {
+			// Input that is not UTF-8 is Decode's to report.
+			if !utf8.Valid(raw) {
+				b.err = ErrStreamUnsupported
+				return
+			}
+			var warns []string
+			e, warns, err = decodeFileEvent(raw)
+			if err != nil || len(warns) > 0 {
+				b.err = ErrStreamUnsupported
+				return
+			}
+		}
+		b.events[i].Event = e
+		if hash {
+			b.events[i].Computed, b.events[i].HashErr = e.ComputeHash()
+		}
+	}
+	b.raw = nil
+}
+
+// scanner reads the file's bytes and finds the values in them.
+type scanner struct {
+	r   io.Reader
+	buf []byte // unread bytes are buf[pos:]
+	pos int
+	eof bool
+	// inEvents is true between the events' [ and ].
+	inEvents, first bool
+	ended           bool // the events' ] was read
+}
+
+// more reads more of the file; false at its end.
+func (s *scanner) more() (bool, error) {
+	if s.eof {
+		return false, nil
+	}
+	if s.pos > 0 && s.pos >= len(s.buf)/2 {
+		n := copy(s.buf, s.buf[s.pos:])
+		s.buf = s.buf[:n]
+		s.pos = 0
+	}
+	if cap(s.buf)-len(s.buf) < 1<<20 {
+		nb := make([]byte, len(s.buf), 2*cap(s.buf)+(1<<20))
+		copy(nb, s.buf)
+		s.buf = nb
+	}
+	n, err := s.r.Read(s.buf[len(s.buf):cap(s.buf)])
+	s.buf = s.buf[:len(s.buf)+n]
+	if errors.Is(err, io.EOF) {
+		s.eof = true
+		return n > 0, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read chain: %w", err)
+	}
+	return true, nil
+}
+
+// skipSpace moves past white space, reading as needed; false at the end
+// of the file.
+func (s *scanner) skipSpace() (bool, error) {
+	for {
+		for s.pos < len(s.buf) {
+			switch s.buf[s.pos] {
+			case ' ', '\n', '\r', '\t':
+				s.pos++
+				continue
+			}
+			return true, nil
+		}
+		ok, err := s.more()
+		if err != nil || !ok {
+			return false, err
+		}
+	}
+}
+
+// valueEnd returns the end (exclusive, an offset in buf) of the JSON value
+// that starts at buf[pos], reading as needed. Only strings and brackets are
+// looked at; the decoder checks the rest.
+func (s *scanner) valueEnd() (int, error) {
+	for {
+		end, st := scanValue(s.buf[s.pos:])
+		switch st {
+		case scanComplete:
+			return s.pos + end, nil
+		case scanBad:
+			return 0, ErrStreamUnsupported
+		}
+		ok, err := s.more()
+		if err != nil {
+			return 0, err
+		}
+		if !ok {
+			if st == scanScalarAtEnd {
+				return len(s.buf), nil
+			}
+			return 0, ErrStreamUnsupported // truncated: Decode says where
+		}
+	}
+}
+
+const (
+	scanComplete = iota
+	scanIncomplete
+	scanScalarAtEnd // a number or literal that runs to the end of b
+	scanBad
+)
+
+// scanValue finds the end of the value at the start of b.
+func scanValue(b []byte) (int, int) {
+	depth := 0
+	for i := 0; i < len(b); i++ {
+		switch b[i] {
+		case '"':
+			j := i + 1
+			for {
+				k := bytes.IndexByte(b[j:], '"')
+				if k < 0 {
+					return 0, scanIncomplete
+				}
+				j += k
+				// An odd number of backslashes before it escapes it.
+				bs := 0
+				for x := j - 1; x > i && b[x] == '\\'; x-- {
+					bs++
+				}
+				if bs%2 == 0 {
+					break
+				}
+				j++
+			}
+			i = j
+			if depth == 0 {
+				return i + 1, scanComplete
+			}
+		case '{', '[':
+			depth++
+		case '}', ']':
+			if depth == 0 {
+				return i, scanComplete // ends a scalar
+			}
+			depth--
+			if depth == 0 {
+				return i + 1, scanComplete
+			}
+		case ',', ' ', '\n', '\r', '\t', ':':
+			if depth == 0 {
+				if i == 0 {
+					return 0, scanBad
+				}
+				return i, scanComplete // ends a scalar
+			}
+		}
+	}
+	if depth == 0 && len(b) > 0 {
+		return 0, scanScalarAtEnd
+	}
+	return 0, scanIncomplete
+}
+
+// header reads the top level up to the events' [ and checks it as Decode
+// does.
+func (s *scanner) header(opts StreamOptions) (*StreamHeader, error) {
+	ok, err := s.skipSpace()
+	if err != nil {
+		return nil, err
+	}
+	if !ok || s.buf[s.pos] != '{' {
+		return nil, ErrStreamUnsupported
+	}
+	s.pos++
+	d := &rawDoc{top: map[string]json.RawMessage{}}
+	for {
+		ok, err := s.skipSpace()
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return nil, ErrStreamUnsupported
+		}
+		if s.buf[s.pos] == ',' && len(d.keys) > 0 {
+			s.pos++
+			if _, err := s.skipSpace(); err != nil {
+				return nil, err
+			}
+		}
+		if s.pos >= len(s.buf) || s.buf[s.pos] != '"' {
+			return nil, ErrStreamUnsupported
+		}
+		end, err := s.valueEnd()
+		if err != nil {
+			return nil, err
+		}
+		var key string
+		if err := json.Unmarshal(s.buf[s.pos:end], &key); err != nil {
+			return nil, ErrStreamUnsupported
+		}
+		s.pos = end
+		if ok, err := s.skipSpace(); err != nil || !ok || s.buf[s.pos] != ':' {
+			return nil, ErrStreamUnsupported
+		}
+		s.pos++
+		if ok, err := s.skipSpace(); err != nil || !ok {
+			return nil, ErrStreamUnsupported
+		}
+		if _, dup := d.top[key]; dup {
+			return nil, ErrStreamUnsupported
+		}
+		if key == "events" {
+			if s.buf[s.pos] != '[' {
+				return nil, ErrStreamUnsupported
+			}
+			s.pos++
+			d.hasEvents = true
+			break
+		}
+		end, err = s.valueEnd()
+		if err != nil {
+			return nil, err
+		}
+		v := append(json.RawMessage(nil), s.buf[s.pos:end]...)
+		if !json.Valid(v) || !utf8.Valid(v) {
+			return nil, ErrStreamUnsupported
+		}
+		d.top[key] = v
+		d.keys = append(d.keys, key)
+		s.pos = end
+	}
+	// Only the spec's header keys may come first: anything else (state,
+	// extra sections) is fine after the events but not before, where
+	// Decode would order it differently in nothing we use; keep it simple.
+	for _, k := range d.keys {
+		if k != "lctl" && k != "chain" {
+			return nil, ErrStreamUnsupported
+		}
+	}
+	f, err := d.file(DecodeOptions{ChainID: opts.ChainID})
+	if err != nil {
+		return nil, ErrStreamUnsupported
+	}
+	s.inEvents, s.first = true, true
+	return &StreamHeader{LCTL: f.LCTL, ChainID: f.Chain.ID, Warnings: f.Warnings}, nil
+}
+
+// fill adds the next events to b; false when the events have ended (the
+// rest of the file checked).
+func (s *scanner) fill(b *streamBatch) (bool, error) {
+	for len(b.ends) < batchEvents && len(b.raw) < batchBytes {
+		ok, err := s.skipSpace()
+		if err != nil {
+			return false, err
+		}
+		if !ok {
+			return false, ErrStreamUnsupported
+		}
+		c := s.buf[s.pos]
+		if c == ']' {
+			s.pos++
+			return false, s.trailer()
+		}
+		if !s.first {
+			if c != ',' {
+				return false, ErrStreamUnsupported
+			}
+			s.pos++
+			if ok, err := s.skipSpace(); err != nil || !ok {
+				return false, ErrStreamUnsupported
+			}
+		}
+		s.first = false
+		if s.buf[s.pos] != '{' {
+			return false, ErrStreamUnsupported
+		}
+		end, err := s.valueEnd()
+		if err != nil {
+			return false, err
+		}
+		b.raw = append(b.raw, s.buf[s.pos:end]...)
+		b.ends = append(b.ends, int32(len(b.raw)))
+		s.pos = end
+	}
+	return true, nil
+}
+
+// trailer checks what follows the events: more top-level members (state,
+// extra sections; their content is not used by a stream, only checked to
+// be JSON) and the closing brace.
+func (s *scanner) trailer() error {
+	for {
+		ok, err := s.skipSpace()
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return ErrStreamUnsupported
+		}
+		switch s.buf[s.pos] {
+		case '}':
+			s.pos++
+			ok, err := s.skipSpace()
+			if err != nil {
+				return err
+			}
+			if ok {
+				return ErrStreamUnsupported // data after the object
+			}
+			return nil
+		case ',':
+			s.pos++
+		default:
+			return ErrStreamUnsupported
+		}
+		if ok, err := s.skipSpace(); err != nil || !ok || s.buf[s.pos] != '"' {
+			return ErrStreamUnsupported
+		}
+		end, err := s.valueEnd()
+		if err != nil {
+			return err
+		}
+		var key string
+		if err := json.Unmarshal(s.buf[s.pos:end], &key); err != nil {
+			return ErrStreamUnsupported
+		}
+		switch key {
+		case "lctl", "chain", "events":
+			return ErrStreamUnsupported // a duplicate: Decode says so
+		}
+		s.pos = end
+		if ok, err := s.skipSpace(); err != nil || !ok || s.buf[s.pos] != ':' {
+			return ErrStreamUnsupported
+		}
+		s.pos++
+		if ok, err := s.skipSpace(); err != nil || !ok {
+			return ErrStreamUnsupported
+		}
+		end, err = s.valueEnd()
+		if err != nil {
+			return err
+		}
+		if !json.Valid(s.buf[s.pos:end]) || !utf8.Valid(s.buf[s.pos:end]) {
+			return ErrStreamUnsupported
+		}
+		if key == "state" {
+			var st map[string]any
+			if json.Unmarshal(s.buf[s.pos:end], &st) != nil {
+				return ErrStreamUnsupported
+			}
+		}
+		s.pos = end
+	}
+}

@@ -1,0 +1,181 @@
+package lctl_test
+
+import (
+	"bytes"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/xct-dev/xct/lctl"
+	"github.com/xct-dev/xct/lctl/lctltest"
+)
+
+// streamAll reads a file with Stream and returns its header and events.
+func streamAll(t *testing.T, raw []byte, opts lctl.StreamOptions) (*lctl.StreamHeader, []lctl.StreamEvent, error) {
+	t.Helper()
+	var h *lctl.StreamHeader
+	var events []lctl.StreamEvent
+	err := lctl.Stream(bytes.NewReader(raw), opts, func(sh *lctl.StreamHeader) error {
+		h = sh
+		return nil
+	}, func(e *lctl.StreamEvent) error {
+		events = append(events, *e)
+		return nil
+	})
+	return h, events, err
+}
+
+// The stream gives exactly the events Decode gives, in the files
+// lctltest writes (one event per line) and in the indented form Encode
+// writes, on one core and on several.
+func TestStreamMatchesDecode(t *testing.T) {
+	var gen bytes.Buffer
+	if err := lctltest.WriteWorkflow(&gen, "wf", 5000, lctltest.WorkflowOptions{Seal: true}); err != nil {
+		t.Fatal(err)
+	}
+	var enc bytes.Buffer
+	if err := lctl.NewFile("wf", lctltest.Workflow("wf", 3000, lctltest.WorkflowOptions{Seal: true})).Encode(&enc, lctl.FormatJSON); err != nil {
+		t.Fatal(err)
+	}
+	for name, raw := range map[string][]byte{"generated": gen.Bytes(), "encoded": enc.Bytes()} {
+		want, err := lctl.DecodeFile(bytes.NewReader(raw), lctl.FormatJSON)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, workers := range []int{1, 3} {
+			h, got, err := streamAll(t, raw, lctl.StreamOptions{Workers: workers, Hash: true})
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if h.ChainID != "wf" || h.LCTL != lctl.Version || len(h.Warnings) != 0 {
+				t.Errorf("%s: header %+v", name, h)
+			}
+			if len(got) != len(want.Events) {
+				t.Fatalf("%s: %d events streamed, %d decoded", name, len(got), len(want.Events))
+			}
+			for i := range got {
+				if !reflect.DeepEqual(got[i].Event, want.Events[i]) {
+					t.Fatalf("%s: event %d differs:\n%+v\n%+v", name, i+1, got[i].Event, want.Events[i])
+				}
+				if got[i].Computed != want.Events[i].Hash || got[i].HashErr != nil {
+					t.Fatalf("%s: event %d: computed hash %q, stored %q (%v)", name, i+1, got[i].Computed, want.Events[i].Hash, got[i].HashErr)
+				}
+			}
+		}
+	}
+}
+
+// Events the fast reader leaves alone (escapes, numbers in every form,
+// keys beyond the spec's, unicode) still come out as Decode reads them.
+func TestStreamUnusualEvents(t *testing.T) {
+	raw := `{"lctl": "4.0", "chain": {"id": "c"}, "events": [
+ {"seq": 1, "type": "fact_added", "timestamp": "2026-01-01T00:00:00Z", "agent": "a\u00e9\"b",
+  "data": {"id": "F1", "text": "tab\there \ud83d\ude00 é \/ \\", "confidence": 0.85, "n": [-0, 1e3, 1.5E-3, -12, 12345678901234567890, 0.1],
+           "dup": 1, "dup": 2, "nested": {"x": [true, false, null, {}], "y": []}}},
+ {"seq": 2, "type": "custom", "agent": "b", "data": {}, "extra_field": {"kept": true}},
+ {"seq": 3, "type": "step_start", "timestamp": "2026-01-01T00:00:01+02:00", "agent": "c", "data": {"k": "\u0041\u00ff"}, "Seq": 3}
+]}`
+	want, err := lctl.DecodeFile(strings.NewReader(raw), lctl.FormatJSON)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, got, err := streamAll(t, []byte(raw), lctl.StreamOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(want.Events) {
+		t.Fatalf("%d events, want %d", len(got), len(want.Events))
+	}
+	for i := range got {
+		if !reflect.DeepEqual(got[i].Event, want.Events[i]) {
+			t.Errorf("event %d:\n got %#v\nwant %#v", i+1, got[i].Event, want.Events[i])
+		}
+	}
+}
+
+// What Decode reports or converts (a warning, an error, a layout a stream
+// cannot read) is ErrStreamUnsupported, so the caller reads the file with
+// Decode and says what Decode says.
+func TestStreamUnsupported(t *testing.T) {
+	for name, raw := range map[string]string{
+		"seq as a string":     `{"lctl": "4.0", "chain": {"id": "c"}, "events": [{"seq": "1", "type": "x", "data": {}}]}`,
+		"numeric timestamp":   `{"lctl": "4.0", "chain": {"id": "c"}, "events": [{"seq": 1, "type": "x", "timestamp": 1700000000, "data": {}}]}`,
+		"truncated":           `{"lctl": "4.0", "chain": {"id": "c"}, "events": [{"seq": 1, "type": "x", "data": {}}`,
+		"truncated in event":  `{"lctl": "4.0", "chain": {"id": "c"}, "events": [{"seq": 1, "type": "x", "data": {"a": "b`,
+		"bad json":            `{"lctl": "4.0", "chain": {"id": "c"}, "events": [{"seq": 1, "type": "x", "data": {"a": tru}}]}`,
+		"data not an object":  `{"lctl": "4.0", "chain": {"id": "c"}, "events": [{"seq": 1, "type": "x", "data": [1]}]}`,
+		"chain after events":  `{"lctl": "4.0", "events": [{"seq": 1, "type": "x", "data": {}}], "chain": {"id": "c"}}`,
+		"duplicate events":    `{"lctl": "4.0", "chain": {"id": "c"}, "events": [], "events": []}`,
+		"wrong version":       `{"lctl": "9.0", "chain": {"id": "c"}, "events": []}`,
+		"no chain id":         `{"lctl": "4.0", "events": []}`,
+		"trailing data":       `{"lctl": "4.0", "chain": {"id": "c"}, "events": []} {}`,
+		"events not a list":   `{"lctl": "4.0", "chain": {"id": "c"}, "events": {}}`,
+		"a list, not a chain": `[{"seq": 1}]`,
+		"invalid utf-8":       "{\"lctl\": \"4.0\", \"chain\": {\"id\": \"c\"}, \"events\": [{\"seq\": 1, \"type\": \"x\", \"data\": {\"a\": \"\xff\"}}]}",
+		"state not an object": `{"lctl": "4.0", "chain": {"id": "c"}, "events": [], "state": [1]}`,
+	} {
+		_, _, err := streamAll(t, []byte(raw), lctl.StreamOptions{})
+		if !errors.Is(err, lctl.ErrStreamUnsupported) {
+			t.Errorf("%s: %v, want ErrStreamUnsupported", name, err)
+		}
+	}
+	// The header's warnings are the stream's to give.
+	h, events, err := streamAll(t, []byte(`{"chain": "c", "events": [{"seq": 1, "type": "x"}], "state": {"facts": {}}, "x-extra": [1]}`), lctl.StreamOptions{})
+	if err != nil || len(events) != 1 || h.ChainID != "c" || len(h.Warnings) != 2 {
+		t.Fatalf("header %+v, %d events, %v", h, len(events), err)
+	}
+}
+
+// ErrStop ends the stream without an error, and nothing after the event
+// that returned it is handed over.
+func TestStreamStop(t *testing.T) {
+	var buf bytes.Buffer
+	if err := lctltest.WriteWorkflow(&buf, "wf", 20000, lctltest.WorkflowOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var last uint64
+	calls := 0
+	err := lctl.Stream(&buf, lctl.StreamOptions{}, func(*lctl.StreamHeader) error { return nil }, func(e *lctl.StreamEvent) error {
+		calls++
+		if e.Seq == 1234 {
+			return lctl.ErrStop
+		}
+		last = e.Seq
+		return nil
+	})
+	if err != nil || calls != 1234 || last != 1233 {
+		t.Fatalf("err %v, %d calls, last seq %d", err, calls, last)
+	}
+	boom := errors.New("boom")
+	err = lctl.Stream(strings.NewReader(`{"lctl": "4.0", "chain": {"id": "c"}, "events": [{"seq": 1, "type": "x"}]}`), lctl.StreamOptions{},
+		func(*lctl.StreamHeader) error { return nil }, func(*lctl.StreamEvent) error { return boom })
+	if !errors.Is(err, boom) {
+		t.Fatalf("the callback's error was not returned: %v", err)
+	}
+}
+
+// The generated workflow is deterministic, in order, sealed, with its
+// checkpoints where they were asked for.
+func TestWorkflowShape(t *testing.T) {
+	a := lctltest.Workflow("wf", 2000, lctltest.WorkflowOptions{Seal: true, StateHashes: true})
+	b := lctltest.Workflow("wf", 2000, lctltest.WorkflowOptions{Seal: true, StateHashes: true})
+	if !reflect.DeepEqual(a, b) || len(a) != 2000 {
+		t.Fatal("the generator is not deterministic")
+	}
+	if err := lctl.Verify(a); err != nil {
+		t.Fatal(err)
+	}
+	types := map[string]int{}
+	for _, e := range a {
+		types[e.Type]++
+	}
+	for _, typ := range []string{"step_start", "step_end", "tool_call", "error", "fact_added", "fact_modified", "checkpoint", "handoff", "verdict"} {
+		if types[typ] == 0 {
+			t.Errorf("no %s event in %v", typ, types)
+		}
+	}
+	if types["checkpoint"] != 3 || a[len(a)-1].Type != lctl.TypeRunFinished {
+		t.Errorf("%d checkpoints (want 3, every 500 events), last event %s", types["checkpoint"], a[len(a)-1].Type)
+	}
+}

@@ -1,0 +1,33 @@
+package lctl
+
+import (
+	"testing"
+	"time"
+)
+
+// The fast path agrees with time.Parse on what it accepts and leaves the
+// rest to it.
+func TestParseTimeFastAgrees(t *testing.T) {
+	for _, s := range []string{
+		"2026-11-21T09:00:00Z", "2026-11-21T09:00:00.037Z", "2026-11-21T09:00:00.123456789Z",
+		"2024-02-29T23:59:59.5Z", "1999-12-31T00:00:00.000000001Z",
+	} {
+		got, ok := parseTimeFast(s)
+		want, err := time.Parse(time.RFC3339Nano, s)
+		if !ok || err != nil || !got.Equal(want) || got.Location() != want.Location() {
+			t.Errorf("%s: fast %v %v, time.Parse %v %v", s, got, ok, want, err)
+		}
+	}
+	for _, s := range []string{
+		"2026-11-21T09:00:00+02:00", "2023-02-29T09:00:00Z", "2026-13-01T09:00:00Z", "2026-11-21T24:00:00Z",
+		"2026-11-21T09:00:60Z", "2026-11-21T09:00:00.Z", "2026-11-21T09:00:00.1234567890Z", "2026-11-21 09:00:00Z",
+		"2026-11-21T09:00:0xZ", "x",
+	} {
+		if _, ok := parseTimeFast(s); ok {
+			t.Errorf("%s: the fast path accepted it", s)
+		}
+	}
+	if _, ok := ParseTime("2026-11-21T09:00:00+02:00"); !ok {
+		t.Error("ParseTime no longer reads a zone offset")
+	}
+}
