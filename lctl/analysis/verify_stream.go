@@ -70,11 +70,10 @@ func (v *StreamVerifier) Add(e *lctl.Event, computed string, hashErr error) bool
 	case lctl.TypeRunFinished:
 		v.finished = v.n
 		v.afterFinished = 0
-	case checkpoint.EventType: // the run's end is signed after it
-	default:
-		if v.finished >= 0 {
-			v.afterFinished++
-		}
+	}
+	// The run's end is signed after it: signed checkpoints do not count.
+	if v.finished >= 0 && v.finished != v.n && e.Type != checkpoint.EventType {
+		v.afterFinished++
 	}
 	v.state.Apply(e)
 	v.n++

@@ -79,6 +79,15 @@ func TestStreamedCommandsMatchFullRead(t *testing.T) {
 			}
 			return es
 		}),
+		writeChain(t, dir, "after-end.lctl.json", 1000, opts, func(es []lctl.Event) []lctl.Event {
+			for _, typ := range []string{"signed_checkpoint", "note", "signed_checkpoint"} {
+				last := es[len(es)-1]
+				e := lctl.Event{ChainID: last.ChainID, Seq: last.Seq + 1, Type: typ, Timestamp: last.Timestamp, Agent: "system", Data: map[string]any{}}
+				_ = e.Seal(last.Hash)
+				es = append(es, e)
+			}
+			return es
+		}),
 		"testdata/chains/review-v1.lctl.json", "testdata/chains/xct-run.lctl.json", "testdata/chains/other-implementation.lctl.json",
 	}
 	// A chain whose seq is a string (a warning) and one cut short.
