@@ -73,7 +73,7 @@ func commands() []command {
 		{"validate", "--contracts DIR FILE | --chain ID", "check agents against their contracts (exit 1 on a violation)", runValidate},
 		{"verify", "[--key FILE] FILE | --chain ID", "check seqs, timestamps, the hash chain and checkpoints; with --key, that it is exactly what the cluster signed (exit 1 on a problem)", runVerify},
 		{"query", "'SELECT * WHERE ...' FILE | --chain ID", "query the fact store", runQuery},
-		{"convert", "IN OUT | IN --to json|yaml [--from otlp]", "convert a chain between JSON and YAML, or OpenTelemetry traces to chains", runConvert},
+		{"convert", "IN OUT | IN --to json|yaml [--from otlp] | --from v3 --to v4 IN [OUT]", "convert a chain between JSON and YAML, an LCTL v3 trace to v4, or OpenTelemetry traces to chains", runConvert},
 		{"export", "--chain ID [-o FILE] [--to json|yaml]", "export a live chain from the tracer", runExport},
 		{"tail", "--chain ID | --all [--nats URL]", "follow events live from the event stream", runTail},
 		{"keygen", "NAME [-o PREFIX]", "make a key to sign checkpoints with (NAME.key) and its verifier key (NAME.pub)", runKeygen},

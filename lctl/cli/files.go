@@ -31,23 +31,29 @@ func parseFormat(s string) (lctl.Format, error) {
 func runConvert(ctx context.Context, c *cmdContext) error {
 	c.common()
 	to := c.fs.String("to", "", "write this format (json or yaml) to stdout instead of to OUT")
-	from := c.fs.String("from", "", "read IN as: lctl (default) or otlp (OpenTelemetry traces as JSON, as the collector's file exporter writes them)")
+	from := c.fs.String("from", "", "read IN as: lctl (v4, default), v3 (an LCTL v3 trace; --to v4) or otlp (OpenTelemetry traces as JSON, as the collector's file exporter writes them)")
 	trace := c.fs.String("trace", "", "with --from otlp: convert only the trace with this id (32 hex digits)")
 	if err := c.parse(); err != nil {
 		return err
 	}
 	var in operand
 	outPath := ""
-	otlpIn := false
+	otlpIn, v3In := false, false
 	switch strings.ToLower(*from) {
 	case "", "lctl", "v4":
 	case "otlp":
 		otlpIn = true
+	case "v3":
+		v3In = true // convert_v3.go
 	default:
-		return usagef("--from must be lctl or otlp, got %q", *from)
+		return usagef("--from must be lctl (v4), v3 or otlp, got %q", *from)
+	}
+	toV4 := strings.EqualFold(*to, "v4")
+	if toV4 && !v3In {
+		return usagef("--to v4 goes with --from v3; between JSON and YAML use --to json|yaml")
 	}
 	switch {
-	case len(c.operands) == 2 && c.operands[1].file != "" && (*to == "" || otlpIn):
+	case len(c.operands) == 2 && c.operands[1].file != "" && (*to == "" || otlpIn || v3In):
 		in, outPath = c.operands[0], c.operands[1].file
 	case len(c.operands) == 1 && *to != "":
 		in = c.operands[0]
@@ -55,7 +61,7 @@ func runConvert(ctx context.Context, c *cmdContext) error {
 		return usagef("convert IN OUT (format by OUT's extension), or convert IN --to json|yaml")
 	}
 	format := lctl.FormatForPath(outPath)
-	if *to != "" {
+	if *to != "" && !toV4 {
 		f, err := parseFormat(*to)
 		if err != nil {
 			return err
@@ -64,6 +70,9 @@ func runConvert(ctx context.Context, c *cmdContext) error {
 	}
 	if otlpIn {
 		return convertOTLP(c, in, outPath, *trace, format)
+	}
+	if v3In {
+		return convertV3(c, in, outPath, format)
 	}
 	if *trace != "" {
 		return usagef("--trace selects a trace of an OTLP file: use it with --from otlp")
