@@ -68,6 +68,23 @@ test: test-deps clients-deps ## go vet, then every test with the race detector
 	$(GO) test -race -count=1 ./...
 	cd deploy/k8s && $(GO) test -race -count=1 ./...
 
+# The fault-injection suite (test/chaos, docs/chaos.md). make test runs its
+# short seeded version (TestChaosShort); the long one runs here only: one
+# NATS node and a 3-node R3 cluster, every process its own, each on its own
+# network namespace (needs root; ip and tc from iproute2) for partitions and
+# latency. CHAOS_SEED=0 draws a seed from the clock; the summary prints it.
+CHAOS_RUNS ?= 300
+CHAOS_FAULTS ?= 150
+CHAOS_SEED ?= 0
+CHAOS_CONCURRENCY ?= 4
+CHAOS_APT_PACKAGES := iproute2
+
+.PHONY: chaos
+chaos: ## The long fault-injection run: CHAOS_RUNS=300 CHAOS_FAULTS=150 CHAOS_SEED=0 (one summary line at the end)
+	@$(MAKE) --no-print-directory test-deps TEST_APT_PACKAGES="$(CHAOS_APT_PACKAGES)"
+	$(GO) test ./test/chaos -run '^TestChaosLong$$' -count=1 -timeout 150m -v -args -chaos.long \
+		-chaos.runs=$(CHAOS_RUNS) -chaos.faults=$(CHAOS_FAULTS) -chaos.seed=$(CHAOS_SEED) -chaos.concurrency=$(CHAOS_CONCURRENCY)
+
 # The container engine for `make image`: docker or podman, whichever is
 # installed (CONTAINER_ENGINE=... to choose).
 CONTAINER_ENGINE ?= $(shell command -v docker 2>/dev/null || command -v podman 2>/dev/null)

@@ -158,3 +158,15 @@ func (p *Proc) Stop() error {
 		return fmt.Errorf("%w: %s did not stop within %v of SIGTERM", ErrKilled, p.Name, StopTimeout)
 	}
 }
+
+// Build builds the commands of the Go packages pkgs into dir (go build -o
+// dir/), for tests that run them as child processes.
+func Build(dir string, pkgs ...string) error {
+	for _, pkg := range pkgs {
+		out, err := exec.Command("go", "build", "-o", dir+"/", pkg).CombinedOutput() //nolint:gosec,noctx // G204: package paths from the test
+		if err != nil {
+			return fmt.Errorf("go build %s: %w\n%s", pkg, err, out)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,163 @@
+// Package chaos is XCT's fault-injection suite: every service, the ledger
+// tool and nats-server (one node, or a 3-node R3 JetStream cluster) as
+// separate OS processes, two orchestrator replicas, concurrent runs driven
+// by a model that retries as suggested_action says, and seeded faults:
+// SIGKILL, SIGTERM and SIGSTOP of every process, the loss of the LCTL
+// stream leader, and (in network namespaces) partitions and latency between
+// the services and NATS. After every phase it checks every step: effects in
+// the ledger at most one per step id and per operation, the chain and the
+// executor's record agree, no event the API acknowledged is missing, every
+// chain verifies, every run ended or waits visibly in doubt. See
+// docs/chaos.md.
+//
+// TestChaosShort runs under make test (seconds); TestChaosLong is make
+// chaos (-chaos.long, hundreds of runs and faults).
+package chaos
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+)
+
+var (
+	flagLong        = flag.Bool("chaos.long", false, "run TestChaosLong (make chaos)")
+	flagRuns        = flag.Int("chaos.runs", 300, "TestChaosLong: runs, at least, over both phases")
+	flagFaults      = flag.Int("chaos.faults", 150, "TestChaosLong: faults over both phases")
+	flagSeed        = flag.Int64("chaos.seed", 0, "seed of the fault schedule and the workload (0: TestChaosShort's fixed seed; TestChaosLong: from the clock)")
+	flagConcurrency = flag.Int("chaos.concurrency", 4, "TestChaosLong: runs in flight at once")
+)
+
+// settleTimeout is how long runs may take to end once the faults are over.
+const settleTimeout = 150 * time.Second
+
+// runPhase starts a cluster, drives runs while the injector injects the
+// phase's faults, heals, lets the runs settle and checks them.
+func runPhase(t *testing.T, cfg phaseConfig) *report {
+	t.Helper()
+	c := startCluster(t, cfg)
+	stopModel := serveModel(c, &model{seed: cfg.seed, ops: cfg.ops})
+	defer stopModel()
+	d := &driver{
+		orch: [2]xctv1.OrchestratorServiceClient{
+			xctv1.NewOrchestratorServiceClient(c.dial(t, c.orch[0], "alice")),
+			xctv1.NewOrchestratorServiceClient(c.dial(t, c.orch[1], "alice")),
+		},
+		executor:  c.executor(t),
+		modelAddr: c.modelAddr,
+	}
+	in := newInjector(c, cfg.seed)
+	runCtx, cancelRuns := context.WithCancel(context.Background())
+	defer cancelRuns()
+
+	var next atomic.Int64
+	var faultsDone atomic.Bool
+	faultErr := make(chan error, 1)
+	go func() {
+		err := in.run(runCtx, cfg.faults)
+		faultsDone.Store(true)
+		faultErr <- err
+	}()
+	var wg sync.WaitGroup
+	for range cfg.concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for runCtx.Err() == nil {
+				i := next.Add(1)
+				if int(i) > cfg.runs && faultsDone.Load() {
+					return
+				}
+				d.run(runCtx, fmt.Sprintf("chaos-%d-%s-%d", cfg.seed, cfg.name, i))
+			}
+		}()
+	}
+	if err := <-faultErr; err != nil {
+		t.Errorf("%s: %v", cfg.name, err)
+	}
+	settle := time.AfterFunc(settleTimeout, cancelRuns)
+	wg.Wait()
+	settle.Stop()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	rep := &report{phase: cfg.name, seed: cfg.seed, faults: in.counts(), crashes: len(in.crashes)}
+	if err := c.check(ctx, d, in, rep); err != nil {
+		t.Fatalf("%s: check: %v", cfg.name, err)
+	}
+	for _, crash := range in.crashes {
+		rep.findings = append(rep.findings, "crash: "+crash)
+	}
+	t.Log(rep.line())
+	in.mu.Lock()
+	for _, e := range in.events {
+		t.Logf("%s fault %s", cfg.name, e)
+	}
+	in.mu.Unlock()
+	return rep
+}
+
+// finish prints the summary line and the findings, and fails the test when
+// a check failed.
+func finish(t *testing.T, rep *report) {
+	t.Helper()
+	for _, f := range rep.findings {
+		t.Log(f)
+	}
+	for _, d := range rep.doubts {
+		t.Log("in doubt (expected, visible): " + d)
+	}
+	fmt.Println(rep.line())
+	if rep.failed() {
+		t.Errorf("%s\nreproduce with the same seed: see docs/chaos.md", rep.line())
+	}
+}
+
+// TestChaosShort is the seeded run make test includes: one NATS node on
+// loopback, a few runs, SIGKILL, SIGTERM and SIGSTOP of every process.
+func TestChaosShort(t *testing.T) {
+	seed := *flagSeed
+	if seed == 0 {
+		seed = 1
+	}
+	rep := runPhase(t, phaseConfig{name: "short", runs: 6, faults: 5, concurrency: 3, ops: 2, seed: seed, kinds: processKinds})
+	rep.phase = "short"
+	finish(t, rep)
+}
+
+// TestChaosLong is make chaos: a single node and an R3 cluster, each in
+// network namespaces, with every fault kind, half the runs and faults each.
+func TestChaosLong(t *testing.T) {
+	if !*flagLong {
+		t.Skip("the long fault-injection run is make chaos (go test ./test/chaos -run TestChaosLong -args -chaos.long)")
+	}
+	seed := *flagSeed
+	if seed == 0 {
+		seed = time.Now().UnixNano() % 1_000_000
+	}
+	process := []faultKind{faultKill, faultKill, faultTerm, faultTerm, faultStop, faultStop}
+	network := []faultKind{faultPartition, faultPartition, faultSlow}
+	leader := []faultKind{faultLeaderKill, faultLeaderKill, faultLeaderStop, faultLeaderPartition, faultLeaderPartition}
+	phases := []phaseConfig{
+		{name: "single", netns: true, runs: *flagRuns / 2, faults: *flagFaults / 2,
+			kinds: append(append([]faultKind(nil), process...), network...)},
+		{name: "r3", netns: true, r3: true, runs: *flagRuns - *flagRuns/2, faults: *flagFaults - *flagFaults/2,
+			kinds: append(append(append([]faultKind(nil), process...), network...), leader...)},
+	}
+	total := &report{phase: "total", seed: seed}
+	for _, p := range phases {
+		p.seed, p.concurrency, p.ops = seed, *flagConcurrency, 3
+		t.Run(p.name, func(t *testing.T) {
+			rep := runPhase(t, p)
+			total.add(rep)
+			fmt.Println(rep.line())
+		})
+	}
+	finish(t, total)
+}

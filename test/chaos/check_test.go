@@ -1,0 +1,360 @@
+package chaos
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/wire"
+	"github.com/xct-dev/xct/lctl"
+)
+
+// report is one phase's (or the whole suite's) figures.
+type report struct {
+	phase      string
+	seed       int64
+	runs       int // runs the client asked for
+	notStarted int // never acknowledged and no chain
+	ended      int // chain ends with run_finished
+	inDoubt    int // ended or waiting on a step in doubt
+	steps      int // step ids proposed on the chains
+	effects    int // ledger lines
+	faults     map[faultKind]int
+	crashes    int // processes that exited on their own
+	duplicates int // effects beyond the first per step id, and per operation
+	lost       int // acknowledged events missing; effects no chain knows
+	disagree   int // chain and executor record (or ledger) disagree
+	unverified int // chains failing verification
+	stuck      int // runs neither ended nor visibly waiting in doubt
+	findings   []string
+	doubts     []string // why runs ended or wait in doubt (not failures)
+}
+
+func (r *report) add(o *report) {
+	r.runs += o.runs
+	r.notStarted += o.notStarted
+	r.ended += o.ended
+	r.inDoubt += o.inDoubt
+	r.steps += o.steps
+	r.effects += o.effects
+	r.crashes += o.crashes
+	r.duplicates += o.duplicates
+	r.lost += o.lost
+	r.disagree += o.disagree
+	r.unverified += o.unverified
+	r.stuck += o.stuck
+	if r.faults == nil {
+		r.faults = map[faultKind]int{}
+	}
+	for k, v := range o.faults {
+		r.faults[k] += v
+	}
+	r.findings = append(r.findings, o.findings...)
+	r.doubts = append(r.doubts, o.doubts...)
+}
+
+// line is the one summary line.
+func (r *report) line() string {
+	return fmt.Sprintf("chaos %s: runs=%d (ended %d, in_doubt %d, not_started %d) faults=%s steps=%d effects=%d duplicates=%d lost=%d disagree=%d unverified=%d stuck=%d crashes=%d seed=%d",
+		r.phase, r.runs, r.ended, r.inDoubt, r.notStarted, formatCounts(r.faults), r.steps, r.effects, r.duplicates, r.lost, r.disagree, r.unverified, r.stuck, r.crashes, r.seed)
+}
+
+func (r *report) failed() bool {
+	return r.duplicates+r.lost+r.disagree+r.unverified+r.stuck > 0
+}
+
+func (r *report) findf(format string, args ...any) {
+	r.findings = append(r.findings, fmt.Sprintf(format, args...))
+}
+
+// entry is one ledger line (test/chaos/ledgertool).
+type entry struct {
+	Key  string `json:"key"`
+	Op   string `json:"op"`
+	Tool string `json:"tool"`
+	PID  int    `json:"pid"`
+	At   int64  `json:"at"`
+}
+
+func readLedger(path string) ([]entry, error) {
+	f, err := os.Open(path) //nolint:gosec // G304: the test's own ledger
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = f.Close() }()
+	var out []entry
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var e entry
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			return nil, fmt.Errorf("ledger line %q: %w", sc.Text(), err)
+		}
+		out = append(out, e)
+	}
+	return out, sc.Err()
+}
+
+// stepFacts is what the chain says about one step id.
+type stepFacts struct {
+	run      string
+	step     int
+	op       string
+	outcomes []string // success, failed:CODE, not_executed, in_doubt, refused:CODE
+	ended    bool     // the run's chain ends with run_finished
+}
+
+func (s *stepFacts) outcome() string {
+	if len(s.outcomes) == 0 {
+		return "none"
+	}
+	return s.outcomes[len(s.outcomes)-1]
+}
+
+// classify reads an error event of a step.
+func classify(e lctl.Event) string {
+	code, _ := e.Data["code"].(string)
+	details, _ := e.Data["details"].(map[string]any)
+	unknown, _ := details["outcome_unknown"].(bool)
+	switch {
+	case code == string(wire.CodeInDoubt) || unknown:
+		return "in_doubt"
+	case e.Agent != "executor":
+		return "refused:" + code
+	case code == string(wire.CodeExecutorUnavailable):
+		return "not_executed"
+	}
+	return "failed:" + code
+}
+
+// check reads every chain, the executor's records and the ledger, and
+// checks every step.
+func (c *cluster) check(ctx context.Context, d *driver, in *injector, rep *report) error {
+	exec := d.executor
+	ledger, err := readLedger(c.ledger)
+	if err != nil {
+		return err
+	}
+	rep.effects = len(ledger)
+	steps := map[string]*stepFacts{}
+	for _, r := range d.runs {
+		rep.runs++
+		var chain []lctl.Event
+		for attempt := 0; ; attempt++ {
+			chain, err = c.log.ReadChain(ctx, r.id)
+			if err == nil || !backoff(ctx, attempt) {
+				break
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("read chain %s: %w", r.id, err)
+		}
+		if len(chain) == 0 {
+			if r.started {
+				rep.lost++
+				rep.findf("lost: run %s: the API acknowledged its start (AlreadyExists: %v) but it has no chain", r.id, r.exists)
+			} else {
+				rep.notStarted++
+			}
+			continue
+		}
+		if err := lctl.Verify(chain); err != nil {
+			rep.unverified++
+			rep.findf("unverified: run %s: %v", r.id, err)
+		}
+		bySeq := map[uint64]lctl.Event{}
+		for _, e := range chain {
+			bySeq[e.Seq] = e
+		}
+		if r.startSeq > uint64(len(chain)) {
+			rep.lost++
+			rep.findf("lost: run %s: StartRun answered last_seq %d, the chain has %d events", r.id, r.startSeq, len(chain))
+		}
+		for seq, hash := range r.acked {
+			if e, ok := bySeq[seq]; !ok || e.Hash != hash {
+				rep.lost++
+				rep.findf("lost: run %s: event %d sent to the client (hash %.12s) is not on the chain as sent", r.id, seq, hash)
+			}
+		}
+		last := chain[len(chain)-1]
+		ended := last.Type == lctl.TypeRunFinished
+		if ended {
+			rep.ended++
+			if msg, _ := last.Data["message"].(string); strings.Contains(msg, "in doubt") {
+				rep.inDoubt++
+				rep.doubts = append(rep.doubts, r.id+": "+msg)
+			}
+		} else {
+			run := d.getRun(ctx, r.id)
+			switch {
+			case run != nil && waitingInDoubt(run):
+				rep.inDoubt++
+			default:
+				rep.stuck++
+				st := "unreadable"
+				if run != nil {
+					st = run.GetStatus().String() + " " + run.GetMessage()
+				}
+				rep.findf("stuck: run %s: not ended, not waiting in doubt; status %s; last event %d %s", r.id, st, last.Seq, last.Type)
+			}
+		}
+		for _, e := range chain {
+			id, _ := e.Data["step_id"].(string)
+			if id == "" {
+				continue
+			}
+			s := steps[id]
+			if s == nil {
+				s = &stepFacts{run: r.id}
+				steps[id] = s
+			}
+			s.ended = ended
+			switch e.Type {
+			case lctl.TypeStepStart:
+				n, _ := e.Data["step"].(float64)
+				s.step = int(n)
+				args, _ := e.Data["arguments"].(map[string]any)
+				s.op, _ = args["op"].(string)
+			case lctl.TypeToolCall:
+				if e.Data["status"] == "success" {
+					s.outcomes = append(s.outcomes, "success")
+				} else {
+					s.outcomes = append(s.outcomes, fmt.Sprintf("tool_call:%v", e.Data["status"]))
+				}
+			case lctl.TypeError:
+				s.outcomes = append(s.outcomes, classify(e))
+			}
+		}
+	}
+	rep.steps = len(steps)
+
+	// The executor's record of every step id on a chain or in the ledger.
+	byKey := map[string][]entry{}
+	byOp := map[string]map[string]bool{}
+	for _, e := range ledger {
+		byKey[e.Key] = append(byKey[e.Key], e)
+		if byOp[e.Op] == nil {
+			byOp[e.Op] = map[string]bool{}
+		}
+		byOp[e.Op][e.Key] = true
+	}
+	ids := map[string]bool{}
+	for id := range steps {
+		ids[id] = true
+	}
+	for id := range byKey {
+		ids[id] = true
+	}
+	records := map[string]string{}
+	for id := range ids {
+		rec, err := readRecord(ctx, exec, id)
+		if err != nil {
+			return err
+		}
+		records[id] = rec
+	}
+	describe := func(id string) string {
+		s := steps[id]
+		if s == nil {
+			return fmt.Sprintf("step %s (on no chain; record %s; %d effects)", id, records[id], len(byKey[id]))
+		}
+		return fmt.Sprintf("run %s step %d (%s): chain %v, record %s, %d effects", s.run, s.step, id, s.outcomes, records[id], len(byKey[id]))
+	}
+
+	// Per step: agreement of the chain, the record and the ledger.
+	for id := range ids {
+		s, rec, n := steps[id], records[id], len(byKey[id])
+		if s == nil {
+			rep.lost++
+			rep.findf("lost: an effect no chain knows: %s", describe(id))
+			continue
+		}
+		o := s.outcome()
+		var bad string
+		switch {
+		case len(s.outcomes) > 1 && !sameOutcomes(s.outcomes):
+			bad = "the chain records more than one outcome"
+		case o == "success" && rec != "SUCCEEDED":
+			bad = "the chain says success, the record does not"
+		case o == "success" && n == 0:
+			bad = "the chain says success, the tool never acted"
+		case strings.HasPrefix(o, "failed:") && rec != "FAILED":
+			bad = "the chain says failed, the record does not"
+		case (o == "not_executed" || strings.HasPrefix(o, "refused:")) && (rec != "absent" || n > 0):
+			bad = "the chain says the step was not executed, but it was"
+		case n > 0 && rec == "absent":
+			bad = "the tool acted, the executor has no record"
+		case rec == "SUCCEEDED" && o != "success" && o != "in_doubt":
+			bad = "the record says succeeded, the chain does not"
+		case o == "none" && s.ended && (n > 0 || rec == "SUCCEEDED" || rec == "FAILED"):
+			bad = "the run ended without the step's outcome on the chain"
+		}
+		if bad != "" {
+			rep.disagree++
+			rep.findf("disagree: %s: %s", bad, describe(id))
+		}
+		if n > 1 {
+			rep.duplicates += n - 1
+			rep.findf("duplicate: step id acted %d times: %s; faults near: %s", n, describe(id), in.near(time.UnixMilli(byKey[id][1].At), 10*time.Second))
+		}
+	}
+	var ops []string
+	for op := range byOp {
+		ops = append(ops, op)
+	}
+	sort.Strings(ops)
+	for _, op := range ops {
+		keys := byOp[op]
+		if len(keys) < 2 {
+			continue
+		}
+		rep.duplicates += len(keys) - 1
+		var parts []string
+		var second time.Time
+		for k := range keys {
+			parts = append(parts, describe(k))
+			if at := time.UnixMilli(byKey[k][0].At); second.IsZero() || at.After(second) {
+				second = at
+			}
+		}
+		sort.Strings(parts)
+		rep.findf("duplicate: operation %s acted under %d step ids: %s; faults near the last: %s", op, len(keys), strings.Join(parts, "; "), in.near(second, 10*time.Second))
+	}
+	return nil
+}
+
+func sameOutcomes(o []string) bool {
+	for _, x := range o[1:] {
+		if x != o[0] {
+			return false
+		}
+	}
+	return true
+}
+
+// readRecord is the executor's record state of a step ("absent" when it
+// has none), asked until the executor answers.
+func readRecord(ctx context.Context, exec xctv1.ExecutorServiceClient, id string) (string, error) {
+	for attempt := 0; ; attempt++ {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		resp, err := exec.GetStep(cctx, &xctv1.GetStepRequest{StepId: id})
+		cancel()
+		switch {
+		case err == nil:
+			return strings.TrimPrefix(resp.GetStep().GetState().String(), "STEP_RECORD_STATE_"), nil
+		case status.Code(err) == codes.NotFound:
+			return "absent", nil
+		}
+		if !backoff(ctx, attempt) {
+			return "", fmt.Errorf("the executor's record of %s: %w", id, err)
+		}
+	}
+}

@@ -1,0 +1,251 @@
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/lctl"
+)
+
+// model is the suite's agent, a ProposerService the orchestrators call
+// over gRPC. Each run performs ops operations "<run>/1".."<run>/ops" on the
+// ledger tool, in order. It decides from the history alone (what the chain
+// says happened), as a model does:
+//   - success: the operation is done, the next one follows;
+//   - an error whose suggested_action says to retry (retry_later,
+//     wait_and_retry_later, ...): the same operation again, as a new step;
+//   - needs_human_decision or finish_with_done: it stops;
+//   - any other error: it gives that operation up and goes on.
+//
+// So when the system says "not executed" about a step that did act, the
+// model acts again: the ledger shows the same operation twice.
+type model struct {
+	xctv1.UnimplementedProposerServiceServer
+	seed int64
+	ops  int
+}
+
+// maxAttempts bounds the retries of one operation.
+const maxAttempts = 12
+
+var retryActions = map[string]bool{"retry_later": true, "wait_and_retry_later": true, "reply_with_one_valid_decision": true}
+
+func (m *model) Propose(_ context.Context, req *xctv1.ProposeRequest) (*xctv1.ProposeResponse, error) {
+	op, attempts := 1, 0
+	for _, turn := range req.GetHistory() {
+		var d struct {
+			NextStep *struct {
+				Arguments map[string]any `json:"arguments"`
+			} `json:"next_step"`
+		}
+		if json.Unmarshal([]byte(turn.GetDecision()), &d) != nil || d.NextStep == nil {
+			continue
+		}
+		var r struct {
+			Status  string `json:"status"`
+			Details struct {
+				SuggestedAction string `json:"suggested_action"`
+			} `json:"details"`
+		}
+		_ = json.Unmarshal([]byte(turn.GetResponse()), &r)
+		k := opNumber(d.NextStep.Arguments["op"])
+		if k != op {
+			continue
+		}
+		switch {
+		case r.Status == "success":
+			op, attempts = op+1, 0
+		case r.Details.SuggestedAction == "needs_human_decision" || r.Details.SuggestedAction == "finish_with_done":
+			return done("stopped: " + r.Details.SuggestedAction), nil
+		case retryActions[r.Details.SuggestedAction]:
+			attempts++
+		default:
+			op, attempts = op+1, 0
+		}
+	}
+	if op > m.ops {
+		return done(fmt.Sprintf("%d operations done", m.ops)), nil
+	}
+	if attempts >= maxAttempts {
+		return done(fmt.Sprintf("gave up on operation %d", op)), nil
+	}
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%d/%s/%d/%d", m.seed, req.GetRunId(), op, attempts)
+	r := h.Sum64()
+	tool := "ledger.charge"
+	if r%3 == 0 {
+		tool = "ledger.put"
+	}
+	out, _ := json.Marshal(map[string]any{"next_step": map[string]any{
+		"tool":      tool,
+		"arguments": map[string]any{"op": fmt.Sprintf("%s/%d", req.GetRunId(), op), "work_ms": (r >> 8) % 400},
+		"goal":      fmt.Sprintf("operation %d", op),
+	}})
+	return &xctv1.ProposeResponse{Output: string(out), Model: "chaos-model"}, nil
+}
+
+func done(msg string) *xctv1.ProposeResponse {
+	out, _ := json.Marshal(map[string]any{"done": true, "message": msg})
+	return &xctv1.ProposeResponse{Output: string(out), Model: "chaos-model"}
+}
+
+// opNumber is n of "run/n".
+func opNumber(v any) int {
+	s, _ := v.(string)
+	i := strings.LastIndexByte(s, '/')
+	var n int
+	if i < 0 || func() error { _, err := fmt.Sscanf(s[i+1:], "%d", &n); return err }() != nil {
+		return -1
+	}
+	return n
+}
+
+// runRecord is what the API told the client about one run.
+type runRecord struct {
+	id       string
+	started  bool   // StartRun succeeded, or answered AlreadyExists to a retry
+	exists   bool   // the start was acknowledged by AlreadyExists
+	startErr error  // why it never started
+	startSeq uint64 // last_seq in StartRun's answer
+	acked    map[uint64]string
+	finished bool   // WatchRun delivered run_finished
+	status   string // the run's last status seen (GetRun)
+	message  string
+}
+
+// driver starts runs and follows them through both orchestrators, as a
+// client that retries does.
+type driver struct {
+	orch      [2]xctv1.OrchestratorServiceClient
+	executor  xctv1.ExecutorServiceClient
+	modelAddr string
+
+	mu   sync.Mutex
+	runs []*runRecord
+}
+
+func (d *driver) record(r *runRecord) {
+	d.mu.Lock()
+	d.runs = append(d.runs, r)
+	d.mu.Unlock()
+}
+
+// backoff waits before the next attempt (the attempt's failure is the
+// event; this only paces retries), or returns false when ctx ends.
+func backoff(ctx context.Context, attempt int) bool {
+	wait := min(time.Duration(attempt+1)*200*time.Millisecond, 2*time.Second)
+	tm := time.NewTimer(wait)
+	defer tm.Stop()
+	select {
+	case <-tm.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// run starts one run and follows it until its end, a visible wait in
+// doubt, or ctx's end.
+func (d *driver) run(ctx context.Context, id string) {
+	r := &runRecord{id: id, acked: map[uint64]string{}}
+	defer d.record(r)
+	for attempt := 0; ; attempt++ {
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		resp, err := d.orch[attempt%2].StartRun(cctx, &xctv1.StartRunRequest{RunId: id, Goal: "chaos", Model: "grpc:" + d.modelAddr, MaxSteps: 60})
+		cancel()
+		if err == nil {
+			r.started, r.startSeq = true, resp.GetRun().GetLastSeq()
+			break
+		}
+		if status.Code(err) == codes.AlreadyExists && attempt > 0 {
+			// An earlier attempt started it: the API says the run exists.
+			r.started, r.exists = true, true
+			break
+		}
+		if !backoff(ctx, attempt) {
+			r.startErr = err
+			return
+		}
+	}
+	from := uint64(1)
+	for attempt := 0; ctx.Err() == nil; attempt++ {
+		c := d.orch[attempt%2]
+		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		stream, err := c.WatchRun(wctx, &xctv1.WatchRunRequest{RunId: id, FromSeq: from})
+		if err == nil {
+			for {
+				resp, err := stream.Recv()
+				if err != nil {
+					break
+				}
+				e := resp.GetEvent()
+				r.acked[e.GetSeq()] = e.GetHash()
+				from = e.GetSeq() + 1
+				if e.GetType() == lctl.TypeRunFinished {
+					r.finished = true
+					break
+				}
+			}
+		}
+		cancel()
+		gctx, gcancel := context.WithTimeout(ctx, 10*time.Second)
+		got, gerr := c.GetRun(gctx, &xctv1.GetRunRequest{RunId: id})
+		gcancel()
+		if gerr == nil {
+			r.status, r.message = got.GetRun().GetStatus().String(), got.GetRun().GetMessage()
+			if r.finished || waitingInDoubt(got.GetRun()) {
+				return
+			}
+		}
+		if !backoff(ctx, attempt) {
+			return
+		}
+	}
+}
+
+// getRun asks either orchestrator for the run, until one answers or ctx
+// ends (nil then).
+func (d *driver) getRun(ctx context.Context, id string) *xctv1.Run {
+	for attempt := 0; ; attempt++ {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		got, err := d.orch[attempt%2].GetRun(cctx, &xctv1.GetRunRequest{RunId: id})
+		cancel()
+		if err == nil {
+			return got.GetRun()
+		}
+		if attempt > 20 || !backoff(ctx, attempt) {
+			return nil
+		}
+	}
+}
+
+// waitingInDoubt: the run is not over but visibly waits for a decision
+// about a step in doubt (a status saying so, or its message).
+func waitingInDoubt(run *xctv1.Run) bool {
+	s := run.GetStatus().String()
+	return strings.Contains(s, "IN_DOUBT") || strings.Contains(s, "WAITING") ||
+		(run.GetStatus() != xctv1.RunStatus_RUN_STATUS_RUNNING && strings.Contains(run.GetMessage(), "in doubt"))
+}
+
+// serveModel serves the model on the cluster's model listener.
+func serveModel(c *cluster, m *model) func() {
+	g := grpc.NewServer()
+	xctv1.RegisterProposerServiceServer(g, m)
+	go func() {
+		if err := g.Serve(c.modelLis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			fmt.Println("chaos model:", err)
+		}
+	}()
+	return g.Stop
+}
