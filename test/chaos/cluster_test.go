@@ -197,7 +197,10 @@ type cluster struct {
 
 func (c *cluster) members() []*member {
 	all := append(append([]*member(nil), c.nodes...), c.svcs...)
-	return append(all, c.tool)
+	if c.tool != nil {
+		all = append(all, c.tool)
+	}
+	return all
 }
 
 func (c *cluster) byName(name string) *member {
@@ -340,7 +343,9 @@ func startCluster(t *testing.T, cfg phaseConfig) *cluster {
 	// The stream exists before the services start (a fresh R3 cluster
 	// elects its meta leader first; Open waits for it through retries).
 	for {
-		c.log, err = eventlog.Open(ctx, c.nc, eventlog.Config{Replicas: replicas})
+		actx, acancel := context.WithTimeout(ctx, 5*time.Second) // a fresh cluster may drop the first request
+		c.log, err = eventlog.Open(actx, c.nc, eventlog.Config{Replicas: replicas})
+		acancel()
 		if err == nil {
 			break
 		}

@@ -89,10 +89,10 @@ func newNetLab(tag string) (*netLab, error) {
 	steps := [][]string{
 		{"netns", "add", l.sw},
 		{"-n", l.sw, "link", "set", "lo", "up"},
-		{"-n", l.sw, "link", "add", "bn", "type", "bridge"},
-		{"-n", l.sw, "link", "add", "br", "type", "bridge"},
-		{"-n", l.sw, "link", "set", "bn", "up"},
-		{"-n", l.sw, "link", "set", "br", "up"},
+		{"-n", l.sw, "link", "add", "bnats", "type", "bridge"},
+		{"-n", l.sw, "link", "add", "brpc", "type", "bridge"},
+		{"-n", l.sw, "link", "set", "bnats", "up"},
+		{"-n", l.sw, "link", "set", "brpc", "up"},
 	}
 	for _, s := range steps {
 		if err := ipCmd(s...); err != nil {
@@ -101,7 +101,7 @@ func newNetLab(tag string) (*netLab, error) {
 		}
 	}
 	// The root namespace's ends: .1 on both nets.
-	for _, n := range []struct{ net, bridge, suffix string }{{natsNet, "bn", "n"}, {rpcNet, "br", "r"}} {
+	for _, n := range []struct{ net, bridge, suffix string }{{natsNet, "bnats", "n"}, {rpcNet, "brpc", "r"}} {
 		if err := l.veth("", l.prefix+n.suffix+"0", l.prefix+n.suffix+"0s", n.bridge, "", n.net+"1"); err != nil {
 			l.Close()
 			return nil, fmt.Errorf("network namespaces unavailable: %w", err)
@@ -157,12 +157,12 @@ func (l *netLab) addHost(name string, idx int, rpc bool) (*netHost, error) {
 	if err := ipCmd("-n", h.ns, "link", "set", "lo", "up"); err != nil {
 		return nil, err
 	}
-	if err := l.veth(h.ns, fmt.Sprintf("%sb%d", l.prefix, idx), h.natsPort, "bn", "natsnet", h.natsIP); err != nil {
+	if err := l.veth(h.ns, fmt.Sprintf("%sb%d", l.prefix, idx), h.natsPort, "bnats", "natsnet", h.natsIP); err != nil {
 		return nil, err
 	}
 	if rpc {
 		h.rpcIP = rpcNet + strconv.Itoa(idx)
-		if err := l.veth(h.ns, fmt.Sprintf("%sd%d", l.prefix, idx), fmt.Sprintf("%sc%d", l.prefix, idx), "br", "rpcnet", h.rpcIP); err != nil {
+		if err := l.veth(h.ns, fmt.Sprintf("%sd%d", l.prefix, idx), fmt.Sprintf("%sc%d", l.prefix, idx), "brpc", "rpcnet", h.rpcIP); err != nil {
 			return nil, err
 		}
 	}
