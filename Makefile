@@ -41,6 +41,9 @@ TEST_APT_PACKAGES += $(CLIENTS_APT_PACKAGES)
 # The visual debugger's browser tests drive Debian's headless Chromium
 # (chromedp; lctl/debugger and test/e2e, XCT_REQUIRE_BROWSER below).
 TEST_APT_PACKAGES += chromium
+# The executor's OS sandbox for shell.exec and stdio MCP servers (bwrap;
+# the sandbox tests are required under make test: XCT_REQUIRE_SANDBOX).
+TEST_APT_PACKAGES += bubblewrap
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: test-deps
@@ -63,6 +66,7 @@ clients-deps: $(CLIENTS_TS)/node_modules/.package-lock.json ## Install what gene
 .PHONY: test
 test: export XCT_REQUIRE_CLIENTS := 1
 test: export XCT_REQUIRE_BROWSER := 1
+test: export XCT_REQUIRE_SANDBOX := 1
 test: test-deps clients-deps ## go vet, then every test with the race detector
 	$(GO) vet ./...
 	$(GO) test -race -count=1 ./...

@@ -99,6 +99,9 @@ func (t *fsDelete) Invoke(ctx context.Context, args map[string]any) (any, *xctv1
 	if name == "." {
 		return nil, pathErr(wire.CodeInvalidArgument, p, "the workspace itself cannot be deleted")
 	}
+	if e := t.ws.checkProtected(p, name); e != nil {
+		return nil, e
+	}
 	if ctx.Err() != nil {
 		return nil, errNotCommitted()
 	}
@@ -205,6 +208,10 @@ func (t *fsDelete) saveTree(ctx context.Context, p, name string, recursive bool,
 			walkErr = wire.WithDetails(wire.Errorf(wire.CodeInvalidArgument,
 				"%q holds more than %d entries: too many to delete reversibly in one step", p, t.maxEntries),
 				map[string]any{"path": p, "limit": t.maxEntries})
+			return fs.SkipAll
+		}
+		if hit := t.ws.protected.match(rel); hit != "" {
+			walkErr = protectedErr(p+" ("+rel+")", hit)
 			return fs.SkipAll
 		}
 		info, err := de.Info()
@@ -352,6 +359,14 @@ func (t *fsMove) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.E
 	case strings.HasPrefix(filepath.ToSlash(to)+"/", filepath.ToSlash(from)+"/"):
 		return nil, wire.WithDetails(wire.Errorf(wire.CodeInvalidArgument, "%q cannot be moved into itself", pf),
 			map[string]any{"from": pf, "to": pt})
+	}
+	for _, c := range []struct{ p, name string }{{pf, from}, {pt, to}} {
+		if e := t.ws.checkProtected(c.p, c.name); e != nil {
+			return nil, e
+		}
+	}
+	if e := t.ws.treeProtected(pf, from); e != nil {
+		return nil, e
 	}
 	if ctx.Err() != nil {
 		return nil, errNotCommitted()

@@ -153,6 +153,9 @@ func (t *fsRead) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.E
 	if e := regularFile(p, fi, ": use fs.list to see its entries"); e != nil {
 		return nil, e
 	}
+	if e := notHardLinked(p, fi); e != nil {
+		return nil, e
+	}
 	if fi.Size() > t.maxBytes {
 		return nil, tooLarge(p, fi.Size(), t.maxBytes)
 	}
@@ -229,6 +232,9 @@ func (t *fsWrite) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.
 	}
 	name, e := t.ws.cleanFile(p)
 	if e != nil {
+		return nil, e
+	}
+	if e := t.ws.checkProtected(p, name); e != nil {
 		return nil, e
 	}
 	if ctx.Err() != nil {
@@ -466,6 +472,18 @@ func regularFile(p string, fi fs.FileInfo, dirHint string) *xctv1.Error {
 		return pathErr(wire.CodeInvalidArgument, p, "%q is a directory%s", p, dirHint)
 	case !fi.Mode().IsRegular():
 		return pathErr(wire.CodeInvalidArgument, p, "%q is not a regular file", p)
+	}
+	return nil
+}
+
+// notHardLinked refuses a regular file with more than one name: one of
+// them may be outside the workspace (a hard link made on the host), and
+// the workspace must not be a way to read it.
+func notHardLinked(p string, fi fs.FileInfo) *xctv1.Error {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && fi.Mode().IsRegular() && st.Nlink > 1 {
+		return wire.WithDetails(wire.Errorf(wire.CodePermissionDenied,
+			"%q has %d hard links: a file with other names may be outside the workspace, so it is not read", p, st.Nlink),
+			map[string]any{"path": p, "links": st.Nlink})
 	}
 	return nil
 }

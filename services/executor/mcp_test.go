@@ -24,6 +24,9 @@ import (
 const mcpStdioEnv = "XCT_TEST_MCP_STDIO"
 
 func TestMain(m *testing.M) {
+	if len(os.Args) > 2 && os.Args[1] == sandboxProbeArg {
+		os.Exit(sandboxProbe(os.Args[2:]))
+	}
 	if os.Getenv(mcpStdioEnv) == "1" {
 		srv := newTestMCPServer(func() { os.Exit(3) }, nil)
 		if err := srv.Run(context.Background(), &mcp.StdioTransport{}); err != nil {

@@ -109,6 +109,9 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger, extra ...Tool) (*Service, 
 	if err != nil {
 		return nil, err
 	}
+	if toolsCfg.FS != nil {
+		ws.protected = newProtectedPaths(toolsCfg.FS.ProtectedPaths)
+	}
 	s := &Service{cfg: cfg, nc: nc, log: log, ws: ws, wsDir: wsDir, toolsCfg: toolsCfg, instance: instanceID(), tools: map[string]*servedTool{}}
 	if s.verifier, err = cfg.verifier(); err != nil {
 		_ = ws.close()
@@ -122,7 +125,7 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger, extra ...Tool) (*Service, 
 		all = append(all, newHTTPTool(toolsCfg.HTTP, cfg.DefaultTimeout, cfg.MaxOutputBytes))
 	}
 	if toolsCfg.Shell != nil {
-		all = append(all, newShellTool(toolsCfg.Shell, ws, wsDir, cfg.DefaultTimeout))
+		all = append(all, newShellTool(toolsCfg.Shell, ws, wsDir, cfg.DefaultTimeout, log))
 	}
 	for _, t := range append(all, extra...) {
 		if err := s.add(t); err != nil {

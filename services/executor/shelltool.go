@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	osexec "os/exec"
 	"path/filepath"
@@ -58,11 +59,16 @@ type ShellResult struct {
 // environment, in its own process group that is killed entirely at the
 // deadline and when the program exits.
 //
-// It is not a sandbox: a program runs with the executor's privileges and
-// may open any path its arguments name unless path_args is set; run the
-// executor in a container for isolation.
+// Every program runs inside an OS sandbox (bubblewrap, see sandbox.go):
+// only the workspace is writable, the system's directories read-only, no
+// network unless configured, its own PID namespace, rlimits. If the
+// sandbox cannot be set up, every call is refused. Only "sandbox: none"
+// in the configuration runs programs unconfined, logged on every call.
+// The allow-lists below stay as a second line.
 type shellTool struct {
 	ws        *workspace
+	sb        *osSandbox // nil: sandbox none
+	log       *slog.Logger
 	wsDir     string
 	procFD    bool // chdir through /proc/self/fd: no race with the workspace
 	bins      map[string]*BinaryConfig
@@ -74,8 +80,17 @@ type shellTool struct {
 	maxResult int64
 }
 
-func newShellTool(cfg *ShellConfig, ws *workspace, wsDir string, defTimeout time.Duration) *shellTool {
-	t := &shellTool{ws: ws, wsDir: wsDir, bins: map[string]*BinaryConfig{}, timeout: cfg.Timeout, maxOut: cfg.MaxOutputBytes, maxStdin: cfg.MaxStdinBytes}
+func newShellTool(cfg *ShellConfig, ws *workspace, wsDir string, defTimeout time.Duration, log *slog.Logger) *shellTool {
+	t := &shellTool{ws: ws, wsDir: wsDir, log: log, bins: map[string]*BinaryConfig{}, timeout: cfg.Timeout, maxOut: cfg.MaxOutputBytes, maxStdin: cfg.MaxStdinBytes}
+	if cfg.Sandbox.disabled() {
+		log.Error("SECURITY: shell.exec runs programs WITHOUT a sandbox (sandbox: none in the tools configuration): " +
+			"an allowed program can read and change everything the executor's user can, and reach the network")
+	} else {
+		t.sb = newOSSandbox(cfg.Sandbox, wsDir, sandboxDefaultMemory)
+		if t.sb.err != nil {
+			log.Error("shell.exec is refused until its sandbox can be set up", "error", t.sb.err)
+		}
+	}
 	if _, err := os.Stat("/proc/self/fd"); err == nil {
 		t.procFD = true
 	}
@@ -98,6 +113,10 @@ func newShellTool(cfg *ShellConfig, ws *workspace, wsDir string, defTimeout time
 	}
 	for k, v := range cfg.SetEnv {
 		t.env = append(t.env, k+"="+v)
+	}
+	if t.sb != nil && !slices.ContainsFunc(t.env, func(kv string) bool { return strings.HasPrefix(kv, "HOME=") }) {
+		// The host's home is not in the sandbox; an empty, private one is.
+		t.env = append(t.env, "HOME=/tmp")
 	}
 	slices.Sort(t.env)
 	if t.timeout == 0 {
@@ -189,6 +208,14 @@ func (t *shellTool) Invoke(ctx context.Context, args map[string]any) (any, *xctv
 	if e != nil {
 		return nil, e
 	}
+	if t.sb != nil && t.sb.err != nil {
+		return nil, wire.WithDetails(wire.Errorf(wire.CodeToolFailure,
+			"shell.exec is refused: its sandbox cannot be set up on this executor (%v); nothing was run", t.sb.err),
+			map[string]any{"program": argv[0], "sandbox": SandboxBwrap, "outcome_unknown": false})
+	}
+	if t.sb == nil {
+		t.log.WarnContext(ctx, "SECURITY: shell.exec runs a program WITHOUT a sandbox (sandbox: none)", "program", argv[0])
+	}
 	if ctx.Err() != nil {
 		return nil, errNotCommitted()
 	}
@@ -204,17 +231,36 @@ func (t *shellTool) Invoke(ctx context.Context, args map[string]any) (any, *xctv
 		return nil, pathErr(wire.CodeInvalidArgument, cwd, "cwd %q is not a directory", cwd)
 	}
 	chdir := filepath.Join(t.wsDir, dirName)
-	if t.procFD {
-		chdir = fmt.Sprintf("/proc/self/fd/%d", dir.Fd())
+	var cmd *osexec.Cmd
+	var status *sandboxStatus
+	if t.sb != nil {
+		// The sandbox's own root holds only the workspace: the directory
+		// is named by its path there, and protected paths at the top of
+		// the workspace are mounted read-only over it.
+		sa := t.sb.withProtected(t.ws.protected).argv(bin.resolved, argv[1:], chdir, t.env)
+		cmd = osexec.CommandContext(ctx, sa[0], sa[1:]...) //nolint:gosec // prlimit and bwrap, resolved; the program allow-listed, argv checked above
+		cmd.Env = []string{}
+		cmd.Dir = "/"
+		sr, sw, err := os.Pipe()
+		if err != nil {
+			_ = dir.Close()
+			return nil, wire.Errorf(wire.CodeToolFailure, "sandbox status pipe: %v", err)
+		}
+		defer func() { _ = sw.Close() }()
+		cmd.ExtraFiles = []*os.File{sw} // fd 3: bwrap's --json-status-fd
+		status = readSandboxStatus(sr)
+	} else {
+		if t.procFD {
+			chdir = fmt.Sprintf("/proc/self/fd/%d", dir.Fd())
+		}
+		cmd = osexec.CommandContext(ctx, bin.resolved) //nolint:gosec // an allow-listed program, resolved at load; argv checked above
+		cmd.Args = argv
+		cmd.Env = t.env
+		if cmd.Env == nil {
+			cmd.Env = []string{} // nil would mean the executor's environment
+		}
+		cmd.Dir = chdir
 	}
-
-	cmd := osexec.CommandContext(ctx, bin.resolved) //nolint:gosec // an allow-listed program, resolved at load; argv checked above
-	cmd.Args = argv
-	cmd.Env = t.env
-	if cmd.Env == nil {
-		cmd.Env = []string{} // nil would mean the executor's environment
-	}
-	cmd.Dir = chdir
 	if stdin != "" {
 		cmd.Stdin = strings.NewReader(stdin) // else /dev/null
 	}
@@ -243,6 +289,9 @@ func (t *shellTool) Invoke(ctx context.Context, args map[string]any) (any, *xctv
 	}
 	pgid := cmd.Process.Pid
 	pipes.started()
+	for _, f := range cmd.ExtraFiles {
+		_ = f.Close() // the child has it; the status pipe ends when bwrap does
+	}
 	err = cmd.Wait()
 	// Children left behind in the group (a background job, a daemonized
 	// grandchild) do not outlive the step.
@@ -254,6 +303,21 @@ func (t *shellTool) Invoke(ctx context.Context, args map[string]any) (any, *xctv
 	res.Stderr, res.StderrEncoding, res.StderrTruncated = stderr.text()
 	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 		res.Signal = ws.Signal().String()
+	}
+	if status != nil && ctx.Err() == nil {
+		ran, code := status.wait(shellWaitDelay)
+		if !ran {
+			// bwrap reports an exit code only for a program it started:
+			// the sandbox could not be set up, nothing ran.
+			return nil, wire.WithDetails(wire.Errorf(wire.CodeToolFailure,
+				"the sandbox of %s could not be set up; nothing was run: %s", argv[0], head(strings.TrimSpace(res.Stderr), 1024)),
+				map[string]any{"program": argv[0], "sandbox": SandboxBwrap, "outcome_unknown": false})
+		}
+		res.ExitCode = code
+		// bwrap reports a program killed by a signal as 128+n, as shells do.
+		if code > 128 && code < 128+65 {
+			res.ExitCode, res.Signal = -1, syscall.Signal(code-128).String()
+		}
 	}
 	if ctx.Err() != nil {
 		return nil, wire.WithDetails(wire.Errorf(wire.CodeTimeout,
@@ -306,24 +370,51 @@ func (t *shellTool) checkArgs(b *BinaryConfig, args []string) *xctv1.Error {
 	if len(args) > limit {
 		return argErr("argv", "%s takes at most %d arguments, got %d", b.Name, limit, len(args))
 	}
-	options := true // until "--"
+	// Every argument that starts with "-" is an option to check, also
+	// after "--": programs do not agree on what "--" ends ("find -- .
+	// -exec" still runs -exec). A file named "-x" is "./-x".
+	operands := 0
 	for i, a := range args {
-		if options && strings.HasPrefix(a, "-") {
+		if strings.HasPrefix(a, "-") {
 			if !b.AnyFlags && !flagAllowed(b.AllowFlags, a) {
 				return wire.WithDetails(wire.Errorf(wire.CodePermissionDenied,
-					"argument %q of %s is not allowed: options must be one of %v", a, b.Name, b.AllowFlags),
+					"argument %q of %s is not allowed: options must be one of %v (every argument starting with \"-\" is an option, also after \"--\"; name a file \"./-x\")", a, b.Name, b.AllowFlags),
 					map[string]any{"argument": "argv", "index": i + 1, "value": a})
-			}
-			if a == "--" {
-				options = false
 			}
 			continue
 		}
-		if b.PathArgs && (a == "" || filepath.IsAbs(a) || !filepath.IsLocal(a)) {
-			return wire.WithDetails(wire.Errorf(wire.CodePermissionDenied,
-				"argument %q of %s must be a path inside the workspace", a, b.Name),
-				map[string]any{"argument": "argv", "index": i + 1, "value": a})
+		operands++
+		if operands == 1 && len(b.Subcommands) > 0 {
+			if !slices.Contains(b.Subcommands, a) {
+				return wire.WithDetails(wire.Errorf(wire.CodePermissionDenied,
+					"subcommand %q of %s is not allowed: it must be one of %v", a, b.Name, b.Subcommands),
+					map[string]any{"argument": "argv", "index": i + 1, "value": a})
+			}
+			continue
 		}
+		if b.PathArgs {
+			if e := t.localPath(b, i, a); e != nil {
+				return e
+			}
+		}
+	}
+	return nil
+}
+
+// localPath checks an operand of a path_args program: a relative path
+// inside the workspace, written so and also after following the symbolic
+// links on it (an in-workspace link to /etc is outside).
+func (t *shellTool) localPath(b *BinaryConfig, i int, a string) *xctv1.Error {
+	outside := func() *xctv1.Error {
+		return wire.WithDetails(wire.Errorf(wire.CodePermissionDenied,
+			"argument %q of %s must be a path inside the workspace", a, b.Name),
+			map[string]any{"argument": "argv", "index": i + 1, "value": a})
+	}
+	if a == "" || filepath.IsAbs(a) || !filepath.IsLocal(a) {
+		return outside()
+	}
+	if _, ok := t.ws.resolve(filepath.Clean(a)); !ok {
+		return outside()
 	}
 	return nil
 }

@@ -43,12 +43,28 @@ const shellConfig = `shell:
       any_flags: true
     - name: "true"
       allow_flags: ["--"]
-`
+SANDBOX`
 
-// shellService is an executor with shell.exec over the sandbox sb.
+// shellService is an executor with shell.exec over the workspace of sb,
+// its programs in the OS sandbox (the test fails, or skips outside make
+// test, when bubblewrap cannot make one).
 func shellService(tb testing.TB, sb sandbox, timeout time.Duration) *Service {
 	tb.Helper()
-	cfg, err := ParseToolsConfig("tools.yaml", []byte(strings.Replace(shellConfig, "TIMEOUT", timeout.String(), 1)))
+	requireSandbox(tb)
+	return shellServiceWith(tb, sb, timeout, "")
+}
+
+// shellServiceUnsandboxed is shellService with "sandbox: none": the
+// allow-lists alone, as a second line.
+func shellServiceUnsandboxed(tb testing.TB, sb sandbox, timeout time.Duration) *Service {
+	tb.Helper()
+	return shellServiceWith(tb, sb, timeout, "  sandbox: none\n")
+}
+
+func shellServiceWith(tb testing.TB, sb sandbox, timeout time.Duration, sandboxLine string) *Service {
+	tb.Helper()
+	text := strings.Replace(strings.Replace(shellConfig, "TIMEOUT", timeout.String(), 1), "SANDBOX", sandboxLine, 1)
+	cfg, err := ParseToolsConfig("tools.yaml", []byte(text))
 	must(tb, err)
 	s, err := New(Config{Workspace: sb.ws, Tools: cfg, MaxOutputBytes: 1 << 20}, nil, testLogger(tb))
 	must(tb, err)
@@ -62,11 +78,21 @@ func shell(tb testing.TB, s *Service, argv ...any) *xctv1.Response {
 }
 
 func TestShellExec(t *testing.T) {
+	t.Run("sandboxed", func(t *testing.T) { testShellExec(t, true) })
+	t.Run("sandbox none", func(t *testing.T) { testShellExec(t, false) })
+}
+
+func testShellExec(t *testing.T, sandboxed bool) {
 	sb := newSandbox(t)
 	fixture(t, sb.ws)
 	sb.links(t)
 	t.Setenv("XCT_TEST_SECRET", "s3cret")
-	s := shellService(t, sb, 10*time.Second)
+	var s *Service
+	if sandboxed {
+		s = shellService(t, sb, 10*time.Second)
+	} else {
+		s = shellServiceUnsandboxed(t, sb, 10*time.Second)
+	}
 
 	t.Run("metacharacters are plain arguments", func(t *testing.T) {
 		args := []any{"echo", "a; touch pwned", "$(touch pwned2)", "`touch pwned3`", "|", "&&", ">", "out.txt", "*"}
@@ -106,7 +132,15 @@ func TestShellExec(t *testing.T) {
 		if strings.Contains(res.Stdout, "XCT_TEST_SECRET") || !strings.Contains(res.Stdout, "LC_ALL=C\n") || !strings.Contains(res.Stdout, "PATH=") {
 			t.Fatalf("environment:\n%s", res.Stdout)
 		}
-		if n := strings.Count(res.Stdout, "\n"); n != 2 {
+		// In the sandbox, bwrap adds PWD, and HOME is a private /tmp.
+		want := 2
+		if sandboxed {
+			want = 4
+			if !strings.Contains(res.Stdout, "HOME=/tmp\n") {
+				t.Fatalf("HOME is not the sandbox's:\n%s", res.Stdout)
+			}
+		}
+		if n := strings.Count(res.Stdout, "\n"); n != want {
 			t.Fatalf("%d variables:\n%s", n, res.Stdout)
 		}
 	})
@@ -137,6 +171,10 @@ func TestShellExec(t *testing.T) {
 		{"long option injection", map[string]any{"argv": []any{"ls", "--hide=*"}}, wire.CodePermissionDenied},
 		{"combined flags not listed", map[string]any{"argv": []any{"ls", "-la"}}, wire.CodePermissionDenied},
 		{"end of options not allowed", map[string]any{"argv": []any{"echo", "--", "-n"}}, wire.CodePermissionDenied},
+		{"an option after an allowed --", map[string]any{"argv": []any{"true", "--", "-x"}}, wire.CodePermissionDenied},
+		{"operand through a symlink out", map[string]any{"argv": []any{"cat", "link-rel"}}, wire.CodePermissionDenied},
+		{"operand under a directory symlink out", map[string]any{"argv": []any{"cat", "dirlink-abs/f.txt"}}, wire.CodePermissionDenied},
+		{"operand through up", map[string]any{"argv": []any{"ls", "up"}}, wire.CodePermissionDenied},
 		{"operand outside: parent", map[string]any{"argv": []any{"cat", "../outside.txt"}}, wire.CodePermissionDenied},
 		{"operand outside: absolute", map[string]any{"argv": []any{"cat", "/etc/passwd"}}, wire.CodePermissionDenied},
 		{"too many arguments", map[string]any{"argv": []any{"ls", "-l", "a", "b", "c"}}, wire.CodeInvalidArgument},
@@ -165,9 +203,10 @@ func TestShellExec(t *testing.T) {
 		if r := shell(t, s, "ls", "-l", "--color=never", "sub"); codeOf(r) != "" {
 			t.Fatalf("allowed options: %v", r.GetError())
 		}
-		// After an allowed "--", "-x" is an operand, not an option.
-		if res := resultAs[ShellResult](t, shell(t, s, "true", "--", "-x")); res.ExitCode != 0 {
-			t.Fatalf("true -- -x: %+v", res)
+		// An allowed "--" is an argument like any other; a file whose
+		// name starts with "-" is named "./-x".
+		if res := resultAs[ShellResult](t, shell(t, s, "true", "--", "./-x")); res.ExitCode != 0 {
+			t.Fatalf("true -- ./-x: %+v", res)
 		}
 	})
 }
@@ -175,9 +214,12 @@ func TestShellExec(t *testing.T) {
 // TestShellDeadline: a program that never exits, and one that leaves a
 // tree of sleeping children, are killed at the deadline with their whole
 // process group; no process of the group survives.
+//
+// This runs with "sandbox: none" (process groups seen from the host);
+// TestSandboxDeadline is the sandboxed case.
 func TestShellDeadline(t *testing.T) {
 	sb := newSandbox(t)
-	s := shellService(t, sb, time.Second)
+	s := shellServiceUnsandboxed(t, sb, time.Second)
 	start := time.Now()
 	r := shell(t, s, "sleep", "1000")
 	pgid, ok := r.GetError().GetDetails().AsMap()["pgid"].(float64)
@@ -189,7 +231,7 @@ func TestShellDeadline(t *testing.T) {
 	// A fork-bomb-style tree: children, grandchildren and a subshell's
 	// background job, all sleeping. (A longer deadline: the script must
 	// get to write its pid first.)
-	s = shellService(t, sb, 2*time.Second)
+	s = shellServiceUnsandboxed(t, sb, 2*time.Second)
 	script := `echo $$ > leader.pid
 sleep 1000 & sleep 1000 &
 ( sleep 1000 & sleep 1000 & wait ) &

@@ -65,12 +65,21 @@ import (
 // Build it with LoadToolsConfig or ParseToolsConfig: they check it and
 // resolve what it names; New refuses a configuration they did not make.
 type ToolsConfig struct {
+	FS      *FSConfig         `yaml:"fs"`
 	HTTP    *HTTPConfig       `yaml:"http"`
 	Shell   *ShellConfig      `yaml:"shell"`
 	Servers []ServerConfig    `yaml:"servers"`
 	MCP     []MCPServerConfig `yaml:"mcp"`
 
 	checked bool
+}
+
+// FSConfig configures the fs tools (always served).
+type FSConfig struct {
+	// ProtectedPaths are protected in addition to DefaultProtectedPaths
+	// (which always apply): "name/" protects a directory of that name
+	// anywhere in the workspace, "name" a file of that name anywhere.
+	ProtectedPaths []string `yaml:"protected_paths"`
 }
 
 // HTTPConfig configures http.request.
@@ -128,6 +137,10 @@ type ShellConfig struct {
 	MaxOutputBytes int64 `yaml:"max_output_bytes"`
 	// MaxStdinBytes caps the stdin argument (default 1 MiB).
 	MaxStdinBytes int64 `yaml:"max_stdin_bytes"`
+	// Sandbox is the OS sandbox every program runs in (default: bwrap
+	// with no network; see SandboxConfig). "sandbox: none" runs programs
+	// unconfined, and is logged at startup and on every call.
+	Sandbox *SandboxConfig `yaml:"sandbox"`
 }
 
 // BinaryConfig is one program shell.exec may run.
@@ -148,8 +161,12 @@ type BinaryConfig struct {
 	// AnyFlags allows every argument starting with "-".
 	AnyFlags bool `yaml:"any_flags"`
 	// PathArgs requires every other argument to be a relative path that
-	// stays inside the workspace (no "..", not absolute).
+	// stays inside the workspace (no "..", not absolute), also after
+	// following the symbolic links on it.
 	PathArgs bool `yaml:"path_args"`
+	// Subcommands, when set, are the only values the first argument that
+	// is not an option may take ("git status", not "git config").
+	Subcommands []string `yaml:"subcommands"`
 	// MaxArgs caps the number of arguments after argv[0] (default 64).
 	MaxArgs int `yaml:"max_args"`
 
@@ -211,8 +228,13 @@ type MCPServerConfig struct {
 	// idempotentHint: its tools are irreversible and not idempotent unless
 	// Tools says otherwise.
 	IgnoreAnnotations bool `yaml:"ignore_annotations"`
-	// Tools overrides the effect and idempotency per tool (MCP name).
+	// Tools sets the effect and idempotency per tool (MCP name). A tool
+	// not listed is irreversible and not idempotent: the server's
+	// annotations can only narrow this, never widen it.
 	Tools map[string]ToolOverride `yaml:"tools"`
+	// Sandbox is the OS sandbox of a stdio server (default: bwrap with no
+	// network and no memory limit); "sandbox: none" runs it unconfined.
+	Sandbox *SandboxConfig `yaml:"sandbox"`
 
 	resolved string
 }
@@ -395,6 +417,14 @@ func (v *configCheck) line(path []any) int {
 }
 
 func (v *configCheck) check(cfg *ToolsConfig) {
+	if f := cfg.FS; f != nil {
+		for i, n := range f.ProtectedPaths {
+			base := strings.TrimSuffix(n, "/")
+			if base == "" || strings.ContainsAny(base, "/\\\x00") || base == "." || base == ".." {
+				v.fail([]any{"fs", "protected_paths", i}, "%q must be a file name, or a directory name ending in /", n)
+			}
+		}
+	}
 	if h := cfg.HTTP; h != nil {
 		v.checkHTTP(h)
 	}
@@ -460,6 +490,10 @@ func (v *configCheck) check(cfg *ToolsConfig) {
 			}
 		}
 		v.checkEnv(append(p, "env"), m.Env)
+		v.checkSandbox(append(p, "sandbox"), m.Sandbox)
+		if m.Sandbox != nil && m.URL != "" {
+			v.fail(append(p, "sandbox"), "a sandbox applies to a command, not to a url")
+		}
 		v.checkLimits(p, m.Timeout, m.MaxOutputBytes)
 		v.checkOverrides(append(p, "tools"), m.Tools)
 	}
@@ -552,6 +586,7 @@ func (v *configCheck) checkShell(s *ShellConfig) {
 	if s.MaxOutputBytes < 0 || s.MaxStdinBytes < 0 {
 		v.fail(p, "max_output_bytes and max_stdin_bytes must not be negative")
 	}
+	v.checkSandbox(append(slices.Clone(p), "sandbox"), s.Sandbox)
 	seen := map[string]bool{}
 	for i := range s.Binaries {
 		b := &s.Binaries[i]
@@ -581,6 +616,11 @@ func (v *configCheck) checkShell(s *ShellConfig) {
 		for j, f := range b.AllowFlags {
 			if !strings.HasPrefix(f, "-") {
 				v.fail(append(bp, "allow_flags", j), "%q does not start with '-'", f)
+			}
+		}
+		for j, c := range b.Subcommands {
+			if c == "" || strings.HasPrefix(c, "-") {
+				v.fail(append(bp, "subcommands", j), "%q is not a subcommand", c)
 			}
 		}
 		if b.MaxArgs < 0 {

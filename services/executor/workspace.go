@@ -27,6 +27,8 @@ type workspace struct {
 	// escape is the error os.Root reports for a path that leaves it. The
 	// standard library does not export it, so it is probed when opening.
 	escape error
+	// protected are the paths the fs tools never change.
+	protected *protectedPaths
 }
 
 // openWorkspace creates dir if needed and opens it as a root.
@@ -38,7 +40,7 @@ func openWorkspace(dir string) (*workspace, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrWorkspace, err)
 	}
-	w := &workspace{root: root}
+	w := &workspace{root: root, protected: newProtectedPaths(nil)}
 	var pe *fs.PathError
 	if _, err := root.Lstat(".."); errors.As(err, &pe) {
 		w.escape = pe.Err

@@ -1,0 +1,194 @@
+package executor
+
+import (
+	"errors"
+	"io/fs"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/wire"
+)
+
+// DefaultProtectedPaths are the paths of the workspace the fs tools never
+// change, and that a sandboxed program sees read-only when they are at the
+// workspace's top: version control metadata (hooks, config: an alias or
+// core.fsmonitor there runs a command), XCT's own state, and the
+// configuration files through which the programs the executor can run
+// (git, npm, yarn, pip, direnv, shells, ssh, curl, wget, pre-commit,
+// husky) would run commands or send credentials elsewhere.
+//
+// A name ending in "/" is a directory: a path with a component of that
+// name, or under it, is protected ("sub/.git/config" too). Any other name
+// is a file name, protected wherever it is. Names are compared after
+// cleaning the path and folding case (a case-insensitive file system
+// would alias ".GIT" to ".git"), with trailing dots and spaces removed
+// (Windows aliases).
+var DefaultProtectedPaths = []string{
+	".git/", ".xct/", ".hg/", ".svn/", ".husky/", ".ssh/", ".gnupg/", ".direnv/",
+	".gitconfig", ".gitmodules", ".gitattributes",
+	".npmrc", ".yarnrc", ".yarnrc.yml", ".pnpmfile.cjs",
+	".envrc",
+	".bashrc", ".bash_profile", ".bash_login", ".profile", ".zshrc", ".zshenv", ".zprofile", ".inputrc",
+	".netrc", ".curlrc", ".wgetrc", "pip.conf", ".pypirc",
+	".pre-commit-config.yaml",
+}
+
+// protectedPaths matches workspace paths against protected names.
+type protectedPaths struct {
+	dirs  []string // folded names
+	files []string
+	all   []string // as configured, for messages
+}
+
+func newProtectedPaths(extra []string) *protectedPaths {
+	p := &protectedPaths{}
+	for _, n := range append(slices.Clone(DefaultProtectedPaths), extra...) {
+		if slices.Contains(p.all, n) {
+			continue
+		}
+		p.all = append(p.all, n)
+		if d, ok := strings.CutSuffix(n, "/"); ok {
+			p.dirs = append(p.dirs, foldName(d))
+		} else {
+			p.files = append(p.files, foldName(n))
+		}
+	}
+	return p
+}
+
+// foldName is a name as a case-insensitive, Windows-tolerant file system
+// could see it.
+func foldName(n string) string {
+	return strings.ToLower(strings.TrimRight(n, ". "))
+}
+
+// match returns the protected name that covers the workspace path name
+// (relative, any separators), or "".
+func (p *protectedPaths) match(name string) string {
+	if p == nil {
+		return ""
+	}
+	clean := filepath.ToSlash(filepath.Clean(strings.ReplaceAll(name, `\`, "/")))
+	parts := strings.Split(clean, "/")
+	for i, part := range parts {
+		f := foldName(part)
+		// An NTFS stream name ("x::$DATA") is the file x.
+		if j := strings.IndexByte(f, ':'); j > 0 {
+			f = f[:j]
+		}
+		if slices.Contains(p.dirs, f) {
+			return f + "/"
+		}
+		if i == len(parts)-1 && slices.Contains(p.files, f) {
+			return f
+		}
+	}
+	return ""
+}
+
+// checkProtected refuses a change of the workspace path name (clean,
+// relative; p is the path as given): it is protected itself, or, after
+// following symbolic links inside the workspace, it lands on a protected
+// path.
+func (w *workspace) checkProtected(p, name string) *xctv1.Error {
+	if hit := w.protected.match(name); hit != "" {
+		return protectedErr(p, hit)
+	}
+	if real, ok := w.resolve(name); ok && real != name {
+		if hit := w.protected.match(real); hit != "" {
+			return protectedErr(p, hit)
+		}
+	}
+	return nil
+}
+
+func protectedErr(p, hit string) *xctv1.Error {
+	return wire.WithDetails(wire.Errorf(wire.CodePermissionDenied,
+		"%q is a protected path (%s): the fs tools never change version control metadata, XCT's state, or the configuration files of the programs the executor can run", p, hit),
+		map[string]any{"path": p, "protected": hit})
+}
+
+// resolve follows the symbolic links on the workspace path name, inside
+// the workspace, and returns where it really leads (relative, clean). A
+// missing tail is kept as written; ok is false when a link leads out or
+// there are too many.
+func (w *workspace) resolve(name string) (string, bool) {
+	parts := strings.Split(filepath.ToSlash(filepath.Clean(name)), "/")
+	var done []string
+	for hops := 0; len(parts) > 0; {
+		part := parts[0]
+		parts = parts[1:]
+		switch part {
+		case ".", "":
+			continue
+		case "..":
+			if len(done) == 0 {
+				return "", false
+			}
+			done = done[:len(done)-1]
+			continue
+		}
+		cur := strings.Join(append(slices.Clone(done), part), "/")
+		fi, err := w.root.Lstat(cur)
+		if errors.Is(err, fs.ErrNotExist) {
+			done = append(done, part)
+			done = append(done, parts...)
+			return filepath.Clean(strings.Join(done, "/")), true
+		}
+		if err != nil {
+			return "", false
+		}
+		if fi.Mode()&fs.ModeSymlink == 0 {
+			done = append(done, part)
+			continue
+		}
+		if hops++; hops > 40 {
+			return "", false
+		}
+		target, err := w.root.Readlink(cur)
+		if err != nil || filepath.IsAbs(target) {
+			return "", false
+		}
+		parts = append(strings.Split(filepath.ToSlash(target), "/"), parts...)
+	}
+	if len(done) == 0 {
+		return ".", true
+	}
+	return strings.Join(done, "/"), true
+}
+
+// treeProtected refuses to move a directory that holds a protected path
+// (moving "sub" moves "sub/.git/config" too).
+func (w *workspace) treeProtected(p, name string) *xctv1.Error {
+	fi, err := w.root.Lstat(name)
+	if err != nil || !fi.IsDir() {
+		return nil // fs.move reports a missing source itself
+	}
+	var found *xctv1.Error
+	count := 0
+	err = fs.WalkDir(w.root.FS(), filepath.ToSlash(name), func(rel string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if count++; count > maxDeleteEntries {
+			found = wire.WithDetails(wire.Errorf(wire.CodeInvalidArgument,
+				"%q holds more than %d entries: too many to check for protected paths", p, maxDeleteEntries),
+				map[string]any{"path": p, "limit": maxDeleteEntries})
+			return fs.SkipAll
+		}
+		if hit := w.protected.match(rel); hit != "" {
+			found = protectedErr(p+" ("+rel+")", hit)
+			return fs.SkipAll
+		}
+		return nil
+	})
+	if found != nil {
+		return found
+	}
+	if err != nil {
+		return w.fail(p, err)
+	}
+	return nil
+}

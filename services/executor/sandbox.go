@@ -1,0 +1,381 @@
+package executor
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	osexec "os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Sandbox modes of the tools configuration.
+const (
+	// SandboxBwrap runs every subprocess inside bubblewrap (the default).
+	SandboxBwrap = "bwrap"
+	// SandboxNone runs subprocesses with the executor's own view of the
+	// system: only when the configuration says so, logged at startup and
+	// on every call.
+	SandboxNone = "none"
+)
+
+// Defaults of the sandbox's resource limits (rlimits of the sandboxed
+// process and everything it starts).
+const (
+	sandboxDefaultMemory    = 2 << 30 // RLIMIT_AS of shell.exec programs
+	sandboxDefaultProcesses = 256     // RLIMIT_NPROC
+	sandboxDefaultFileBytes = 1 << 30 // RLIMIT_FSIZE: the largest file written
+	sandboxDefaultOpenFiles = 1024    // RLIMIT_NOFILE
+	// sandboxUID and sandboxGID are the ids a sandboxed program has inside
+	// its user namespace (mapped to the executor's own ids outside): not
+	// root, so it holds no capability even inside the namespace.
+	sandboxUID = 1000
+	sandboxGID = 1000
+)
+
+// SandboxConfig is the OS sandbox of the subprocesses of shell.exec or of
+// one stdio MCP server. In the file it is a mapping, or just a mode:
+//
+//	sandbox: none                  # explicit: no sandbox (logged loudly)
+//	sandbox:
+//	  mode: bwrap                  # the default
+//	  network: false               # share the host's network (default: none at all)
+//	  read_only: [/opt/tool]       # more host paths, mounted read-only
+//	  writable: []                 # host paths mounted writable (besides the workspace)
+//	  max_memory_bytes: 2147483648 # RLIMIT_AS; -1: no limit
+//	  max_processes: 256           # RLIMIT_NPROC (see docs/security.md for root)
+//	  max_file_bytes: 1073741824   # RLIMIT_FSIZE
+//	  max_open_files: 1024         # RLIMIT_NOFILE
+type SandboxConfig struct {
+	// Mode is SandboxBwrap (default) or SandboxNone.
+	Mode string `yaml:"mode"`
+	// Network shares the executor's network namespace with the sandbox;
+	// without it the program has no network at all (only its own
+	// loopback), and /etc/resolv.conf, /etc/hosts and the CA certificates
+	// are not mounted.
+	Network bool `yaml:"network"`
+	// ReadOnly are more host paths mounted read-only at the same place
+	// (libraries or data outside /usr a program needs).
+	ReadOnly []string `yaml:"read_only"`
+	// Writable are host paths mounted writable at the same place: every
+	// such path widens what a program can change; keep it empty.
+	Writable []string `yaml:"writable"`
+	// MaxMemoryBytes is the address space limit (RLIMIT_AS); 0 is the
+	// default (2 GiB for shell.exec, none for MCP servers), -1 none.
+	MaxMemoryBytes int64 `yaml:"max_memory_bytes"`
+	// MaxProcesses is RLIMIT_NPROC (default 256).
+	MaxProcesses int64 `yaml:"max_processes"`
+	// MaxFileBytes is the largest file a program may write, RLIMIT_FSIZE
+	// (default 1 GiB).
+	MaxFileBytes int64 `yaml:"max_file_bytes"`
+	// MaxOpenFiles is RLIMIT_NOFILE (default 1024).
+	MaxOpenFiles int64 `yaml:"max_open_files"`
+}
+
+// UnmarshalYAML accepts "sandbox: none" (or "bwrap") as well as a mapping.
+func (c *SandboxConfig) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind == yaml.ScalarNode {
+		return n.Decode(&c.Mode)
+	}
+	type plain SandboxConfig
+	var p plain
+	if err := n.Decode(&p); err != nil {
+		return err
+	}
+	*c = SandboxConfig(p)
+	return nil
+}
+
+// disabled says that the configuration asked for no sandbox.
+func (c *SandboxConfig) disabled() bool { return c != nil && c.Mode == SandboxNone }
+
+// checkSandbox checks a sandbox section; p is its place in the file.
+func (v *configCheck) checkSandbox(p []any, c *SandboxConfig) {
+	if c == nil {
+		return
+	}
+	switch c.Mode {
+	case "", SandboxBwrap, SandboxNone:
+	default:
+		v.fail(append(p, "mode"), "sandbox %q: want %s (the default) or %s", c.Mode, SandboxBwrap, SandboxNone)
+	}
+	if c.Mode == SandboxNone && (c.Network || len(c.ReadOnly)+len(c.Writable) > 0) {
+		v.fail(p, "sandbox none takes no other setting")
+	}
+	for _, list := range []struct {
+		key   string
+		paths []string
+	}{{"read_only", c.ReadOnly}, {"writable", c.Writable}} {
+		for i, path := range list.paths {
+			if !filepath.IsAbs(path) || filepath.Clean(path) != path || path == "/" {
+				v.fail(append(p, list.key, i), "%q must be a clean absolute path other than /", path)
+			}
+		}
+	}
+	if c.MaxMemoryBytes < -1 || c.MaxProcesses < 0 || c.MaxFileBytes < 0 || c.MaxOpenFiles < 0 {
+		v.fail(p, "sandbox limits must not be negative (max_memory_bytes -1 means no limit)")
+	}
+}
+
+// sandbox runs programs inside bubblewrap: a new user, mount, PID, IPC,
+// UTS, cgroup and (unless allowed) network namespace; a root file system
+// that holds only the system's read-only directories, the program, and the
+// workspace (the only writable place besides a private /tmp); no
+// capabilities; a clean environment; and rlimits set by prlimit before
+// bwrap starts. When the program exits, or bwrap is killed at the
+// deadline, the kernel kills everything left in its PID namespace, a
+// setsid'd daemon included.
+type osSandbox struct {
+	cfg    SandboxConfig
+	bwrap  string // resolved path of bwrap
+	prlim  string // resolved path of prlimit
+	wsDir  string // the workspace, mounted writable at the same path
+	extra  []string
+	memory int64 // effective RLIMIT_AS, 0: none
+
+	// err is why the sandbox cannot be used (found at setup): every call
+	// of a tool that needs it is refused with it.
+	err error
+}
+
+// sandboxSystemDirs are mounted read-only when present (symbolic links,
+// as on merged-/usr systems, are recreated as links).
+var sandboxSystemDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"}
+
+// sandboxEtc is the part of /etc a program gets: the dynamic loader's
+// cache, Debian's alternatives links, the locale and time zone, and the
+// system configuration of the programs the examples run (git).
+var sandboxEtc = []string{
+	"/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives",
+	"/etc/localtime", "/etc/locale.alias", "/etc/nsswitch.conf", "/etc/gitconfig",
+}
+
+// sandboxNetEtc is added when the sandbox has the network.
+var sandboxNetEtc = []string{"/etc/resolv.conf", "/etc/hosts", "/etc/ssl", "/etc/ca-certificates", "/etc/pki"}
+
+// newSandbox prepares a sandbox over the workspace wsDir; defMemory is
+// the address space limit when the configuration sets none (0: none).
+// It never fails: a sandbox that cannot be set up keeps the reason, and
+// every program it would run is refused with it (fail closed).
+func newOSSandbox(cfg *SandboxConfig, wsDir string, defMemory int64) *osSandbox {
+	s := &osSandbox{wsDir: wsDir}
+	if cfg != nil {
+		s.cfg = *cfg
+	}
+	switch s.cfg.MaxMemoryBytes {
+	case 0:
+		s.memory = defMemory
+	case -1:
+		s.memory = 0
+	default:
+		s.memory = s.cfg.MaxMemoryBytes
+	}
+	if s.cfg.MaxProcesses == 0 {
+		s.cfg.MaxProcesses = sandboxDefaultProcesses
+	}
+	if s.cfg.MaxFileBytes == 0 {
+		s.cfg.MaxFileBytes = sandboxDefaultFileBytes
+	}
+	if s.cfg.MaxOpenFiles == 0 {
+		s.cfg.MaxOpenFiles = sandboxDefaultOpenFiles
+	}
+	var err error
+	if s.bwrap, err = resolveProgram("bwrap"); err != nil {
+		s.err = fmt.Errorf("bubblewrap (bwrap) is not installed: %w (install the Debian package bubblewrap, or set sandbox: none to run without one)", err)
+		return s
+	}
+	if s.prlim, err = resolveProgram("prlimit"); err != nil {
+		s.err = fmt.Errorf("prlimit (util-linux) is not installed: %w", err)
+		return s
+	}
+	s.err = s.probe()
+	return s
+}
+
+// SandboxAvailable reports whether bubblewrap can make a sandbox on this
+// machine, and why not: tests and `xct dev` say so up front.
+func SandboxAvailable() error {
+	return newOSSandbox(nil, os.TempDir(), sandboxDefaultMemory).err
+}
+
+// probe runs bwrap itself inside a sandbox like the programs', to find
+// out now (not at the first step) whether the kernel allows it.
+func (s *osSandbox) probe() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	argv := s.argv(s.bwrap, []string{"--version"}, s.wsDir, nil)
+	cmd := osexec.CommandContext(ctx, argv[0], argv[1:]...) //nolint:gosec // bwrap and prlimit, resolved
+	cmd.Env = []string{}
+	cmd.WaitDelay = time.Second
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	sr, sw, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	cmd.ExtraFiles = []*os.File{sw}
+	status := readSandboxStatus(sr)
+	err = cmd.Start()
+	_ = sw.Close()
+	if err == nil {
+		err = cmd.Wait()
+	}
+	ran, code := status.wait(time.Second)
+	if err != nil || !ran || code != 0 {
+		return fmt.Errorf("bubblewrap cannot make a sandbox here (it needs unprivileged user namespaces, or CAP_SYS_ADMIN; see docs/security.md): %v: %s",
+			err, strings.TrimSpace(head(out.String(), 512)))
+	}
+	return nil
+}
+
+// argv is the command line that runs program with args inside the
+// sandbox, in directory dir (a host path inside the workspace), with the
+// environment env ("K=V"). The status of bwrap goes to file descriptor 3.
+func (s *osSandbox) argv(program string, args []string, dir string, env []string) []string {
+	a := []string{s.prlim, "--core=0",
+		"--nproc=" + strconv.FormatInt(s.cfg.MaxProcesses, 10),
+		"--fsize=" + strconv.FormatInt(s.cfg.MaxFileBytes, 10),
+		"--nofile=" + strconv.FormatInt(s.cfg.MaxOpenFiles, 10)}
+	if s.memory > 0 {
+		a = append(a, "--as="+strconv.FormatInt(s.memory, 10))
+	}
+	a = append(a, "--", s.bwrap,
+		"--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try",
+		"--uid", strconv.Itoa(sandboxUID), "--gid", strconv.Itoa(sandboxGID),
+		"--cap-drop", "ALL", "--die-with-parent", "--new-session", "--hostname", "xct-sandbox",
+		"--clearenv")
+	if !s.cfg.Network {
+		a = append(a, "--unshare-net")
+	}
+	for _, d := range sandboxSystemDirs {
+		a = append(a, mountArgs(d, "--ro-bind")...)
+	}
+	etc := sandboxEtc
+	if s.cfg.Network {
+		etc = append(slices.Clone(etc), sandboxNetEtc...)
+	}
+	for _, f := range etc {
+		a = append(a, mountArgs(f, "--ro-bind")...)
+	}
+	a = append(a, "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--tmpfs", "/var/tmp")
+	// The program itself, where it lives (a system directory already holds
+	// most), and the configured extras.
+	if !underAny(program, sandboxSystemDirs) {
+		a = append(a, "--ro-bind", program, program)
+	}
+	for _, p := range s.cfg.ReadOnly {
+		a = append(a, "--ro-bind-try", p, p)
+	}
+	for _, p := range s.cfg.Writable {
+		a = append(a, "--bind-try", p, p)
+	}
+	// The workspace last: nothing above may cover it.
+	a = append(a, "--bind", s.wsDir, s.wsDir)
+	for _, p := range s.extra {
+		a = append(a, "--ro-bind", p, p)
+	}
+	a = append(a, "--chdir", dir)
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		a = append(a, "--setenv", k, v)
+	}
+	a = append(a, "--json-status-fd", "3", "--", program)
+	return append(a, args...)
+}
+
+// mountArgs mounts a host path at the same place: a symbolic link is
+// recreated (merged /usr), a missing path is skipped.
+func mountArgs(p, bind string) []string {
+	fi, err := os.Lstat(p)
+	switch {
+	case err != nil:
+		return nil
+	case fi.Mode()&os.ModeSymlink != 0:
+		target, err := os.Readlink(p)
+		if err != nil {
+			return nil
+		}
+		return []string{"--symlink", target, p}
+	}
+	return []string{bind, p, p}
+}
+
+func underAny(p string, dirs []string) bool {
+	for _, d := range dirs {
+		if real, err := filepath.EvalSymlinks(d); err == nil && (p == real || strings.HasPrefix(p, real+"/")) {
+			return true
+		}
+	}
+	return false
+}
+
+// withProtected returns a copy of the sandbox that also mounts, read-only
+// over the workspace, the protected paths that exist at its top: a program
+// cannot change .git/config or a hook even through an allowed tool.
+func (s *osSandbox) withProtected(protected *protectedPaths) *osSandbox {
+	c := *s
+	c.extra = nil
+	des, err := os.ReadDir(s.wsDir)
+	if err != nil {
+		return &c
+	}
+	for _, de := range des {
+		if protected.match(de.Name()) != "" {
+			c.extra = append(c.extra, filepath.Join(s.wsDir, de.Name()))
+		}
+	}
+	return &c
+}
+
+// sandboxStatus reads bwrap's JSON status lines: it says whether the
+// program was started at all (the exit-code line is written only for a
+// program that ran).
+type sandboxStatus struct {
+	mu       sync.Mutex
+	exited   bool
+	exitCode int
+	done     chan struct{}
+}
+
+func readSandboxStatus(r io.ReadCloser) *sandboxStatus {
+	st := &sandboxStatus{done: make(chan struct{})}
+	go func() {
+		defer close(st.done)
+		defer func() { _ = r.Close() }()
+		sc := bufio.NewScanner(io.LimitReader(r, 64<<10))
+		for sc.Scan() {
+			var line struct {
+				ExitCode *int `json:"exit-code"`
+			}
+			if json.Unmarshal(sc.Bytes(), &line) == nil && line.ExitCode != nil {
+				st.mu.Lock()
+				st.exited, st.exitCode = true, *line.ExitCode
+				st.mu.Unlock()
+			}
+		}
+	}()
+	return st
+}
+
+// wait waits for the status pipe to close (bwrap exited), at most d.
+func (st *sandboxStatus) wait(d time.Duration) (exited bool, code int) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-st.done:
+	case <-t.C:
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.exited, st.exitCode
+}

@@ -1,0 +1,345 @@
+package executor
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/xct-dev/xct/internal/testutil"
+	"github.com/xct-dev/xct/internal/wire"
+)
+
+// requireSandbox skips a test that needs bubblewrap where it cannot make a
+// sandbox, saying why; under make test (XCT_REQUIRE_SANDBOX=1) it fails.
+func requireSandbox(tb testing.TB) {
+	tb.Helper()
+	if err := SandboxAvailable(); err != nil {
+		if os.Getenv("XCT_REQUIRE_SANDBOX") == "1" {
+			tb.Fatalf("XCT_REQUIRE_SANDBOX=1 but no OS sandbox here: %v (install bubblewrap: make test-deps; and allow user namespaces)", err)
+		}
+		tb.Skipf("no OS sandbox here: %v (make test requires it)", err)
+	}
+}
+
+// sandboxProbeArg makes the test binary a small probe program run inside
+// the sandbox (see TestMain): "dial ADDR" connects, "read PATH" reads.
+const sandboxProbeArg = "xct-sandbox-probe"
+
+func sandboxProbe(args []string) int {
+	switch args[0] {
+	case "dial":
+		c, err := net.DialTimeout("tcp", args[1], 2*time.Second)
+		if err != nil {
+			fmt.Println("dial failed:", err)
+			return 1
+		}
+		_ = c.Close()
+		fmt.Println("connected")
+		return 0
+	case "read":
+		b, err := os.ReadFile(args[1])
+		if err != nil {
+			fmt.Println("read failed:", err)
+			return 1
+		}
+		fmt.Print(string(b))
+		return 0
+	}
+	return 2
+}
+
+// lockedBuffer is a log sink safe for concurrent writes.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// permissiveShell is a shell.exec configuration that allows what an
+// allow-list should never allow (sh with any flag, the test binary as a
+// network and file probe), so that only the sandbox stands in the way.
+func permissiveShell(tb testing.TB, sb sandbox, timeout time.Duration, sandboxYAML string) *Service {
+	tb.Helper()
+	self, err := os.Executable()
+	must(tb, err)
+	text := fmt.Sprintf(`shell:
+  timeout: %s
+  binaries:
+    - {name: sh, any_flags: true}
+    - {name: git, any_flags: true}
+    - {name: awk, any_flags: true}
+    - {name: probe, path: %s, any_flags: true}
+%s`, timeout, self, sandboxYAML)
+	cfg, err := ParseToolsConfig("tools.yaml", []byte(text))
+	must(tb, err)
+	s, err := New(Config{Workspace: sb.ws, Tools: cfg, MaxOutputBytes: 1 << 20}, nil, testLogger(tb))
+	must(tb, err)
+	tb.Cleanup(func() { _ = s.Stop(context.Background()) })
+	return s
+}
+
+// TestSandboxConfinement runs what an allow-list would let through and
+// shows the sandbox stopping it: no file outside the workspace is read or
+// written, the host's network is unreachable, nothing outlives the step,
+// and the rlimits hold.
+func TestSandboxConfinement(t *testing.T) {
+	requireSandbox(t)
+	sb := newSandbox(t)
+	sb.links(t)
+	// No address space limit here: the probe is a Go test binary (with
+	// the race detector, it reserves terabytes); "memory limit" below
+	// has its own.
+	s := permissiveShell(t, sb, 10*time.Second, `  sandbox: {max_file_bytes: 1048576, max_memory_bytes: -1}`)
+	sh := func(script string) ShellResult {
+		t.Helper()
+		return resultAs[ShellResult](t, shell(t, s, "sh", "-c", script))
+	}
+
+	t.Run("files outside the workspace do not exist", func(t *testing.T) {
+		for _, p := range []string{sb.outside, filepath.Join(sb.outdir, "f.txt"), "link-abs", "link-rel", "dirlink-abs/f.txt", "up/outside.txt", "/etc/passwd", "/etc/shadow", "/root", os.Getenv("HOME")} {
+			res := resultAs[ShellResult](t, shell(t, s, "probe", sandboxProbeArg, "read", p))
+			if res.ExitCode != 1 || !strings.HasPrefix(res.Stdout, "read failed") || strings.Contains(res.Stdout, secret) {
+				t.Errorf("read %s from the sandbox: %+v", p, res)
+			}
+		}
+	})
+	t.Run("nothing outside the workspace is writable", func(t *testing.T) {
+		res := sh(fmt.Sprintf("echo x > %s; echo y > %s/new; touch /usr/pwned /etc/pwned /pwned; rm -f %s; rm -rf %s", sb.outside, sb.outdir, sb.outside, sb.outdir))
+		if !strings.Contains(res.Stderr, "Read-only file system") {
+			t.Fatalf("writes outside: %+v", res)
+		}
+		sb.untouched(t)
+		for _, p := range []string{"/usr/pwned", "/etc/pwned", "/pwned"} {
+			if _, err := os.Stat(p); err == nil {
+				t.Fatalf("%s created", p)
+			}
+		}
+		// The workspace itself is writable.
+		if res := sh("echo in > inside.txt && cat inside.txt"); res.Stdout != "in\n" {
+			t.Fatalf("workspace write: %+v", res)
+		}
+	})
+	t.Run("no network", func(t *testing.T) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		must(t, err)
+		defer func() { _ = ln.Close() }()
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				_ = c.Close()
+			}
+		}()
+		// The same probe connects from the host, not from the sandbox.
+		if sandboxProbe([]string{"dial", ln.Addr().String()}) != 0 {
+			t.Fatal("the probe cannot connect from the host")
+		}
+		res := resultAs[ShellResult](t, shell(t, s, "probe", sandboxProbeArg, "dial", ln.Addr().String()))
+		if res.ExitCode == 0 || !strings.Contains(res.Stdout, "dial failed") {
+			t.Fatalf("the sandbox reached the host's loopback: %+v", res)
+		}
+	})
+	t.Run("no capability, not root", func(t *testing.T) {
+		res := sh("id -u; grep CapEff /proc/self/status")
+		if !strings.HasPrefix(res.Stdout, "1000\n") || !strings.Contains(res.Stdout, "CapEff:\t0000000000000000") {
+			t.Fatalf("identity: %+v", res)
+		}
+	})
+	t.Run("a setsid daemon does not outlive the step", func(t *testing.T) {
+		res := sh("setsid sleep 987651 >/dev/null 2>&1 & echo started")
+		if res.Stdout != "started\n" {
+			t.Fatalf("%+v", res)
+		}
+		noProcess(t, "sleep 987651")
+	})
+	t.Run("file size limit", func(t *testing.T) {
+		sh("head -c 3000000 /dev/zero > big")
+		fi, err := os.Stat(filepath.Join(sb.ws, "big"))
+		must(t, err)
+		if fi.Size() > 1<<20 {
+			t.Fatalf("wrote %d bytes past the 1 MiB limit", fi.Size())
+		}
+	})
+	t.Run("memory limit", func(t *testing.T) {
+		s := permissiveShell(t, sb, 10*time.Second, `  sandbox: {max_memory_bytes: 268435456}`)
+		if res := resultAs[ShellResult](t, shell(t, s, "awk", `BEGIN { s = "x"; while (length(s) < 4194304) s = s s; print length(s) }`)); res.Stdout != "4194304\n" {
+			t.Fatalf("4 MB under a 256 MiB limit: %+v", res)
+		}
+		res := resultAs[ShellResult](t, shell(t, s, "awk", `BEGIN { s = "x"; while (length(s) < 536870912) s = s s; print length(s) }`))
+		if res.ExitCode == 0 || strings.Contains(res.Stdout, "536870912") {
+			t.Fatalf("allocated 400 MB under a 256 MiB limit: %+v", res)
+		}
+	})
+}
+
+// noProcess waits until no host process has marker in its command line.
+func noProcess(tb testing.TB, marker string) {
+	tb.Helper()
+	testutil.Eventually(tb, 5*time.Second, func() error {
+		des, _ := os.ReadDir("/proc")
+		for _, de := range des {
+			cmdline, err := os.ReadFile("/proc/" + de.Name() + "/cmdline")
+			if err == nil && strings.Contains(string(bytes.ReplaceAll(cmdline, []byte{0}, []byte{' '})), marker) && alive(atoi(de.Name())) {
+				return fmt.Errorf("process %s (%q) is alive", de.Name(), marker)
+			}
+		}
+		return nil
+	})
+}
+
+func atoi(s string) int {
+	n := 0
+	for _, c := range s {
+		n = n*10 + int(c-'0')
+	}
+	return n
+}
+
+// TestSandboxDeadline: at the deadline the sandbox is killed with its
+// whole PID namespace, a setsid'd grandchild included.
+func TestSandboxDeadline(t *testing.T) {
+	requireSandbox(t)
+	sb := newSandbox(t)
+	s := permissiveShell(t, sb, time.Second, "")
+	r := shell(t, s, "sh", "-c", "setsid sleep 987652 >/dev/null 2>&1 & (sleep 987653 &) ; sleep 987654")
+	if codeOf(r) != string(wire.CodeTimeout) {
+		t.Fatalf("%v", r)
+	}
+	for _, m := range []string{"sleep 987652", "sleep 987653", "sleep 987654"} {
+		noProcess(t, m)
+	}
+}
+
+// TestSandboxProtectedPathsReadOnly: a malicious .git/config already in
+// the workspace (an alias and core.fsmonitor that run commands) runs, if
+// at all, inside the sandbox: it reaches nothing outside the workspace,
+// and .git itself is read-only there, so git config cannot be rewritten
+// through shell.exec either.
+func TestSandboxProtectedPathsReadOnly(t *testing.T) {
+	requireSandbox(t)
+	sb := newSandbox(t)
+	must(t, os.MkdirAll(filepath.Join(sb.ws, ".git"), 0o755))
+	s := permissiveShell(t, sb, 10*time.Second, "")
+	if res := resultAs[ShellResult](t, shell(t, s, "git", "init", "-q", ".")); res.ExitCode == 0 {
+		t.Fatalf("git init wrote into the read-only .git: %+v", res)
+	}
+	// A repository made on the host, then the attack's config.
+	gitInit(t, sb.ws)
+	payload := fmt.Sprintf("cat %s > stolen.txt; echo pwned > %s; echo pwned > %s/new.txt", sb.outside, sb.outside, sb.outdir)
+	cfg := fmt.Sprintf("[core]\n\trepositoryformatversion = 0\n\tfsmonitor = \"%s\"\n[alias]\n\tst = \"!%s\"\n", payload, payload)
+	must(t, os.WriteFile(filepath.Join(sb.ws, ".git", "config"), []byte(cfg), 0o644))
+
+	for _, argv := range [][]any{{"git", "st"}, {"git", "status"}} {
+		r := shell(t, s, argv...)
+		if codeOf(r) != "" {
+			t.Fatalf("%v: %v", argv, r.GetError())
+		}
+		sb.untouched(t)
+		if b, err := os.ReadFile(filepath.Join(sb.ws, "stolen.txt")); err == nil && strings.Contains(string(b), secret) {
+			t.Fatalf("%v read the file outside the workspace", argv)
+		}
+	}
+	res := resultAs[ShellResult](t, shell(t, s, "sh", "-c", "echo '[alias] x = !id' >> .git/config; rm -rf .git/hooks; touch .git/pwned"))
+	if res.ExitCode == 0 {
+		t.Fatalf(".git is writable in the sandbox: %+v", res)
+	}
+	if b, _ := os.ReadFile(filepath.Join(sb.ws, ".git", "config")); string(b) != cfg {
+		t.Fatalf(".git/config changed: %q", b)
+	}
+	if _, err := os.Stat(filepath.Join(sb.ws, ".git", "pwned")); err == nil {
+		t.Fatal(".git/pwned created")
+	}
+}
+
+func gitInit(tb testing.TB, dir string) {
+	tb.Helper()
+	must(tb, os.MkdirAll(filepath.Join(dir, ".git", "objects"), 0o755))
+	must(tb, os.MkdirAll(filepath.Join(dir, ".git", "refs", "heads"), 0o755))
+	must(tb, os.WriteFile(filepath.Join(dir, ".git", "HEAD"), []byte("ref: refs/heads/main\n"), 0o644))
+}
+
+// TestSandboxFailsClosed: without bubblewrap, shell.exec is served but
+// every call is refused, saying why, and nothing runs.
+func TestSandboxFailsClosed(t *testing.T) {
+	sb := newSandbox(t)
+	cfg, err := ParseToolsConfig("tools.yaml", []byte("shell:\n  binaries:\n    - {name: sh, any_flags: true}\n"))
+	must(t, err)
+	t.Setenv("PATH", t.TempDir()) // no bwrap, no prlimit
+	var logs lockedBuffer
+	s, err := New(Config{Workspace: sb.ws, Tools: cfg}, nil, slog.New(slog.NewTextHandler(&logs, nil)))
+	must(t, err)
+	t.Cleanup(func() { _ = s.Stop(context.Background()) })
+	r := shell(t, s, "sh", "-c", "touch ran")
+	e := r.GetError()
+	if e.GetCode() != string(wire.CodeToolFailure) || !strings.Contains(e.GetMessage(), "sandbox") || !strings.Contains(e.GetMessage(), "nothing was run") {
+		t.Fatalf("got %v", r)
+	}
+	if e.GetDetails().AsMap()["outcome_unknown"] != false {
+		t.Fatalf("a refused call must be definite: %v", e.GetDetails())
+	}
+	if _, err := os.Stat(filepath.Join(sb.ws, "ran")); err == nil {
+		t.Fatal("the program ran")
+	}
+	if !strings.Contains(logs.String(), "shell.exec is refused until its sandbox can be set up") {
+		t.Fatalf("not logged at startup:\n%s", logs.String())
+	}
+}
+
+// TestSandboxNoneIsLoud: "sandbox: none" is logged at startup and on
+// every call.
+func TestSandboxNoneIsLoud(t *testing.T) {
+	sb := newSandbox(t)
+	cfg, err := ParseToolsConfig("tools.yaml", []byte("shell:\n  sandbox: none\n  binaries:\n    - {name: echo}\n"))
+	must(t, err)
+	var logs lockedBuffer
+	s, err := New(Config{Workspace: sb.ws, Tools: cfg}, nil, slog.New(slog.NewTextHandler(&logs, nil)))
+	must(t, err)
+	t.Cleanup(func() { _ = s.Stop(context.Background()) })
+	if n := strings.Count(logs.String(), "WITHOUT a sandbox"); n != 1 {
+		t.Fatalf("startup: %d warnings:\n%s", n, logs.String())
+	}
+	for range 2 {
+		resultAs[ShellResult](t, shell(t, s, "echo", "x"))
+	}
+	if n := strings.Count(logs.String(), "WITHOUT a sandbox"); n != 3 {
+		t.Fatalf("after two calls: %d warnings:\n%s", n, logs.String())
+	}
+}
+
+func TestSandboxConfigErrors(t *testing.T) {
+	for _, c := range []struct{ yaml, want string }{
+		{"shell:\n  sandbox: chroot\n  binaries: [{name: echo}]\n", `sandbox "chroot"`},
+		{"shell:\n  sandbox: {mode: none, network: true}\n  binaries: [{name: echo}]\n", "sandbox none takes no other setting"},
+		{"shell:\n  sandbox: {read_only: [relative]}\n  binaries: [{name: echo}]\n", "clean absolute path"},
+		{"shell:\n  sandbox: {max_processes: -2}\n  binaries: [{name: echo}]\n", "must not be negative"},
+		{"mcp:\n  - {name: x, url: \"http://127.0.0.1:1/\", sandbox: none}\n", "applies to a command"},
+		{"fs:\n  protected_paths: [a/b]\n", "must be a file name"},
+		{"shell:\n  binaries: [{name: git, subcommands: [-c]}]\n", "is not a subcommand"},
+	} {
+		_, err := ParseToolsConfig("tools.yaml", []byte(c.yaml))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: got %v, want %q", c.yaml, err, c.want)
+		}
+	}
+}
