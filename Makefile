@@ -36,7 +36,10 @@ build: ## Build bin/xct
 TEST_APT_PACKAGES :=
 # Clients in other languages: protoc and the gRPC Python plugin generate
 # gen/python (`make generate`); the Python examples run on Debian's runtime.
-CLIENTS_APT_PACKAGES := protobuf-compiler protobuf-compiler-grpc python3-grpcio python3-protobuf python3-yaml
+# The packaged Python client installs into a virtual environment
+# (python3-venv, pip) built with Debian's setuptools and wheel.
+CLIENTS_APT_PACKAGES := protobuf-compiler protobuf-compiler-grpc python3-grpcio python3-protobuf python3-yaml \
+	python3-venv python3-pip python3-setuptools python3-wheel
 TEST_APT_PACKAGES += $(CLIENTS_APT_PACKAGES)
 # The visual debugger's browser tests drive Debian's headless Chromium
 # (chromedp; lctl/debugger and test/e2e, XCT_REQUIRE_BROWSER below).
@@ -126,8 +129,12 @@ fuzz: ## Fuzz the parsers and guards for 30s each
 	$(GO) test -run='^$$' -fuzz=FuzzParseDecision -fuzztime=30s ./internal/wire
 
 .PHONY: generate
-generate: $(BUF) clients-deps ## Regenerate gen/ from proto/ (Go, TypeScript, Python)
+generate: $(BUF) clients-deps ## Regenerate gen/ from proto/ (Go, TypeScript, Python), and the clients' package files
 	$(BUF) generate
+	@# buf empties gen/ first: the packages' own files come from packaging/.
+	cp packaging/python/pyproject.toml packaging/python/README.md gen/python/
+	cp -R packaging/python/xct_client gen/python/
+	cp packaging/ts/package.json packaging/ts/tsconfig.json packaging/ts/README.md gen/ts/
 
 .PHONY: check-generate
 check-generate: generate ## Fail if the committed generated code is stale

@@ -34,9 +34,14 @@ import (
 	"github.com/xct-dev/xct/lctl"
 )
 
-// python is Debian's interpreter: the one python3-grpcio and
+// systemPython is Debian's interpreter: the one python3-grpcio and
 // python3-protobuf install their modules for.
-const python = "/usr/bin/python3"
+const systemPython = "/usr/bin/python3"
+
+// python is the interpreter of a virtual environment (over Debian's site
+// packages) with the packaged client (gen/python) installed, as a user
+// installs it (packages_test.go); the Python examples run on it.
+var python string
 
 var (
 	root     string // the repository
@@ -62,6 +67,9 @@ func TestMain(m *testing.M) {
 	if binDir != "" {
 		_ = os.RemoveAll(binDir)
 	}
+	if venvDir != "" {
+		_ = os.RemoveAll(venvDir)
+	}
 	os.Exit(code)
 }
 
@@ -74,8 +82,8 @@ func missing() []string {
 	if _, err := os.Stat(filepath.Join(tsDir, "node_modules", ".package-lock.json")); err != nil {
 		out = append(out, "the npm packages of examples/clients/ts (npm ci there)")
 	}
-	if err := exec.Command(python, "-c", "import grpc, google.protobuf, yaml").Run(); err != nil {
-		out = append(out, "Debian's python3 with python3-grpcio, python3-protobuf and python3-yaml")
+	if err := exec.Command(systemPython, "-c", "import grpc, google.protobuf, yaml, venv, setuptools").Run(); err != nil {
+		out = append(out, "Debian's python3 with python3-grpcio, python3-protobuf, python3-yaml, python3-venv and python3-setuptools")
 	}
 	return out
 }
@@ -92,7 +100,11 @@ func needCluster(t *testing.T) *cluster {
 		}
 		t.Skip(msg)
 	}
-	setup.Do(func() { shared, setupErr = startCluster(true, "") })
+	setup.Do(func() {
+		if python, setupErr = installPythonClient(); setupErr == nil {
+			shared, setupErr = startCluster(true, "")
+		}
+	})
 	if setupErr != nil {
 		t.Fatal(setupErr)
 	}
@@ -578,9 +590,14 @@ func TestClientsOverTLS(t *testing.T) {
 
 			// The server's TLS alert, as each runtime reports it (grpcio:
 			// UNAVAILABLE; Connect: INTERNAL), names what is missing.
+			// The packaged Python client says it in words (xct_client.explain).
+			want := "certificate required"
+			if client.name == "python" {
+				want = "the server requires a client certificate"
+			}
 			r = runCmd(t, client.dir, childEnv(), 120*time.Second, client.cmd[0], append(args, "--tls-ca", ca)...)
-			if r.code != 1 || !strings.Contains(r.stderr, "certificate required") || startedRe.MatchString(r.stdout) {
-				t.Errorf("without a client certificate: exit %d, want 1 and 'certificate required' before any run:\n%s\n%s", r.code, r.stdout, r.stderr)
+			if r.code != 1 || !strings.Contains(r.stderr, want) || startedRe.MatchString(r.stdout) {
+				t.Errorf("without a client certificate: exit %d, want 1 and %q before any run:\n%s\n%s", r.code, want, r.stdout, r.stderr)
 			}
 		})
 	}

@@ -30,7 +30,7 @@ import sys
 import threading
 from concurrent import futures
 
-import xct_client  # noqa: F401  (puts gen/python on sys.path)
+import xct_client  # noqa: F401  (the packaged client: pip install ./gen/python, see ../README.md)
 
 import grpc  # noqa: E402
 from google.protobuf import duration_pb2, json_format, struct_pb2  # noqa: E402

@@ -18,9 +18,10 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 import time
 
-import xct_client  # puts gen/python on sys.path
+import xct_client  # the packaged client: pip install ./gen/python (see ../README.md)
 from xct_client import CALL_TIMEOUT, explain
 
 import grpc  # noqa: E402
@@ -39,8 +40,8 @@ def options():
     p.add_argument("--goal", default=env("XCT_GOAL", "Show XCT from Python"))
     p.add_argument("--as", dest="submitter", default=env("XCT_AS", "alice"), help="who starts the run")
     p.add_argument("--approver", default=env("XCT_APPROVER", "bob"), help="who approves its steps")
-    p.add_argument("--credentials", default=env("XCT_CREDENTIALS", ".xct/dev/credentials.yaml"))
-    p.add_argument("--out", default=env("XCT_OUT", ""), help="chain file (default RUN_ID.lctl.json)")
+    p.add_argument("--credentials", default=xct_client.default_credentials(), help="tokens by principal (default XCT_CREDENTIALS, else XCT_DATA_DIR/dev/credentials.yaml, .xct by default)")
+    p.add_argument("--out", default=env("XCT_OUT", ""), help="chain file (default TMPDIR/xct-chain-*/RUN_ID.lctl.json)")
     p.add_argument("--timeout", type=float, default=float(env("XCT_TIMEOUT", "120")), help="seconds the run may take")
     p.add_argument("--tls-ca", default=env("XCT_TLS_CA", ""))
     p.add_argument("--tls-cert", default=env("XCT_TLS_CERT", ""))
@@ -156,7 +157,9 @@ def main() -> int:
     exported = tracer.ExportChain(
         tracer_pb2.ExportChainRequest(chain_id=run_id, format=tracer_pb2.EXPORT_FORMAT_JSON), timeout=CALL_TIMEOUT
     )
-    out = o.out or f"{run_id}.lctl.json"
+    # Without --out the chain goes to a directory of its own under the
+    # system's temporary directory, never the source tree.
+    out = o.out or os.path.join(tempfile.mkdtemp(prefix="xct-chain-"), f"{run_id}.lctl.json")
     fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "wb") as f:
         f.write(exported.content)

@@ -13,7 +13,9 @@
 // when the run ended done and its chain verified, 1 otherwise, 2 for a
 // usage error.
 
-import { writeFile } from "node:fs/promises";
+import { mkdtemp, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { parseArgs } from "node:util";
 
 import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
@@ -165,12 +167,21 @@ async function main(): Promise<number> {
   // event, then export and verify.
   await waitForChain(tracer, runId, lastSeq, o.timeoutMs);
   const exported = await tracer.exportChain({ chainId: runId, format: ExportFormat.JSON }, { timeoutMs: callTimeoutMs });
-  const out = o.out !== "" ? o.out : `${runId}.lctl.json`;
+  const out = o.out !== "" ? o.out : await defaultOut(runId);
   await writeFile(out, exported.content, { mode: 0o600 });
   console.log(`exported ${exported.content.length} bytes to ${out}`);
   const verified = await tracer.verifyChain({ chainId: runId }, { timeoutMs: callTimeoutMs });
   console.log(`chain verified: ${verified.ok} (${verified.events} events)`);
   return run!.status === RunStatus.DONE && verified.ok ? 0 : 1;
+}
+
+/**
+ * defaultOut is where the chain goes without --out: a directory of its own
+ * under the system's temporary directory, never the source tree.
+ */
+async function defaultOut(runId: string): Promise<string> {
+  const dir = await mkdtemp(join(tmpdir(), "xct-chain-"));
+  return join(dir, `${runId}.lctl.json`);
 }
 
 /** Polls the tracer until it holds the chain up to seq, within timeoutMs. */

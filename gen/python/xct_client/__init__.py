@@ -1,24 +1,35 @@
-"""Connecting to XCT from Python: the generated client, who the caller is (a
+"""XCT's Python client: the generated gRPC stubs, who the caller is (a
 bearer token), and gRPC channels that carry it.
 
-The generated code lives in the repository's gen/python; importing this
-module puts it on sys.path. It runs on Debian's python3-grpcio and
-python3-protobuf, the runtimes the generated code was made for.
+The stubs are the packages xct.v1 and lctl.v1 (installed with this one);
+the common modules are re-exported here: xct_client.orchestrator_pb2,
+xct_client.validator_pb2_grpc, xct_client.tracer_pb2, ...
 """
 
 import collections
 import os
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Optional
 
-GEN = Path(__file__).resolve().parents[3] / "gen" / "python"
-if str(GEN) not in sys.path:
-    sys.path.insert(0, str(GEN))
+import grpc
+import yaml
 
-import grpc  # noqa: E402  (after the path is set, like the imports below)
-import yaml  # noqa: E402
+from lctl.v1 import event_pb2, tracer_pb2, tracer_pb2_grpc  # noqa: F401
+from xct.v1 import (  # noqa: F401
+    decision_pb2,
+    executor_pb2,
+    executor_pb2_grpc,
+    orchestrator_pb2,
+    orchestrator_pb2_grpc,
+    proposer_pb2,
+    proposer_pb2_grpc,
+    tool_pb2,
+    tool_pb2_grpc,
+    validator_pb2,
+    validator_pb2_grpc,
+)
+
+__version__ = "0.1.0"
 
 # Every unary call carries this deadline; streams get their own.
 CALL_TIMEOUT = 10.0
@@ -32,6 +43,15 @@ class Identity:
     token: Optional[str] = None
 
 
+def default_credentials() -> str:
+    """The credentials file `xct dev` writes: XCT_CREDENTIALS, else
+    DATA_DIR/dev/credentials.yaml with DATA_DIR from XCT_DATA_DIR (default
+    .xct), as the xct command line finds it."""
+    if os.environ.get("XCT_CREDENTIALS"):
+        return os.environ["XCT_CREDENTIALS"]
+    return os.path.join(os.environ.get("XCT_DATA_DIR") or ".xct", "dev", "credentials.yaml")
+
+
 def identity(name: str, token: Optional[str], credentials_file: str) -> Identity:
     """Returns the caller `name`: with `token` when one is given (an
     environment variable), else with the token the credentials file holds
@@ -42,6 +62,8 @@ def identity(name: str, token: Optional[str], credentials_file: str) -> Identity
 
 
 def token_from_file(path: str, principal: str) -> Optional[str]:
+    """The token of `principal` in a credentials file; None when the file
+    does not exist."""
     if not path or not os.path.exists(path):
         return None
     with open(path, encoding="utf-8") as f:
@@ -97,13 +119,37 @@ def channel(addr: str, who: Identity, tls_ca: str = "", tls_cert: str = "", tls_
             certificate_chain=read(tls_cert) if tls_cert else None,
         )
         ch = grpc.secure_channel(addr, creds)
+        if not tls_cert:
+            global _tls_without_cert
+            _tls_without_cert = True
     else:
         ch = grpc.insecure_channel(addr)
     return grpc.intercept_channel(ch, _Bearer(who.token))
 
 
+# What gRPC's C core reports when a server that requires a client
+# certificate ends the TLS handshake of a client that sent none: the alert
+# itself (TSI_DATA_CORRUPTED, "certificate required") when it reaches the
+# status, else only that the connection was read from and closed.
+_NO_CLIENT_CERT = ("TSI_DATA_CORRUPTED", "certificate required", "CERTIFICATE_REQUIRED")
+_CLOSED_IN_HANDSHAKE = ("Endpoint read failed", "Socket closed", "handshake")
+
+# Set once channel() made a TLS channel without a client certificate.
+_tls_without_cert = False
+
+
 def explain(err: Exception) -> str:
-    """An error as one line: the gRPC code's name and the message."""
+    """An error as one line: the gRPC code's name and the message, and what
+    to do when the cause is known: a server that requires a client
+    certificate closes the TLS handshake of a client that sent none, which
+    gRPC reports as UNAVAILABLE."""
     if isinstance(err, grpc.RpcError):
-        return f"{err.code().name}: {err.details()}"
+        details = err.details() or ""
+        if err.code() == grpc.StatusCode.UNAVAILABLE and (
+            any(s in details for s in _NO_CLIENT_CERT)
+            or (_tls_without_cert and any(s in details for s in _CLOSED_IN_HANDSHAKE))
+        ):
+            return (f"{err.code().name}: the server requires a client certificate and this client sent none "
+                    f"(pass --tls-cert and --tls-key, e.g. from xct dev certs); gRPC said: {details}")
+        return f"{err.code().name}: {details}"
     return str(err)
