@@ -302,7 +302,7 @@ func Start(ctx context.Context, cfg Config, targets []string, log *slog.Logger, 
 	}
 	cfg.Orchestrator.Replicas, cfg.Validator.Replicas = cfg.Replicas, cfg.Replicas
 	cfg.Executor.Replicas, cfg.Tracer.Replicas = cfg.Replicas, cfg.Replicas
-	cfg.Orchestrator.Redact, cfg.Executor.Redact = cfg.Redact, cfg.Redact
+	cfg.Orchestrator.Redact, cfg.Executor.Redact, cfg.Validator.Redact = cfg.Redact, cfg.Redact, cfg.Redact
 
 	for _, t := range targets {
 		pprof.SetGoroutineLabels(pprof.WithLabels(ctx, pprof.Labels(ProfileLabel, t)))

@@ -222,7 +222,15 @@ func (s *Scope) value(v any) (any, bool) {
 		return v, false // no new interface value: no allocation
 	case map[string]any:
 		var out map[string]any
+		if enc := s.encoded(x); enc != nil {
+			out = enc
+		}
 		for k, e := range x {
+			if out != nil {
+				if _, done := out[encodedDone+k]; done {
+					continue
+				}
+			}
 			ne, changed := s.entry(k, e)
 			if !changed {
 				continue
@@ -237,6 +245,11 @@ func (s *Scope) value(v any) (any, bool) {
 		}
 		if out == nil {
 			return x, false
+		}
+		for k := range out {
+			if strings.HasPrefix(k, encodedDone) {
+				delete(out, k)
+			}
 		}
 		return out, true
 	case []any:
@@ -332,7 +345,7 @@ func (r *Redactor) secretKey(key string) bool {
 	if ok {
 		return secret
 	}
-	w := words(key)
+	w := words(normalizeKey(key))
 	for _, rule := range r.keyRules {
 		if endsWith(w, rule) {
 			secret = true

@@ -1,6 +1,8 @@
 package orchestrator
 
 import (
+	"maps"
+
 	"google.golang.org/protobuf/proto"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
@@ -17,11 +19,24 @@ import (
 // replaced where the result or an error message repeats it.
 
 // redactEvent returns an event's data with its secrets replaced. The
-// run_started event is the caller's request, not tool data, and is kept.
+// run_started event (the caller's goal and labels) gets the same rules in
+// a scope of its own: a token pasted into a goal never reaches the chain,
+// which cannot be purged. The model is still given the goal as written.
 func (r *run) redactEvent(eventType string, data map[string]any) map[string]any {
 	red := r.svc.redactor
-	if red == nil || eventType == lctl.TypeRunStarted {
+	if red == nil {
 		return data
+	}
+	if eventType == lctl.TypeRunStarted {
+		if labels, ok := data["labels"].(map[string]string); ok {
+			m := make(map[string]any, len(labels))
+			for k, v := range labels {
+				m[k] = v
+			}
+			data = maps.Clone(data)
+			data["labels"] = m
+		}
+		return red.Scope().Map(data)
 	}
 	if eventType == lctl.TypeStepStart || r.scope == nil {
 		r.scope = red.Scope()

@@ -290,7 +290,7 @@ func (s *Service) ListApprovals(ctx context.Context, req *xctv1.ListApprovalsReq
 		}
 		return int(a.GetStep()) - int(b.GetStep())
 	})
-	return &xctv1.ListApprovalsResponse{Approvals: out}, nil
+	return &xctv1.ListApprovalsResponse{Approvals: s.approvalsFor(ctx, out)}, nil
 }
 
 // DecideApproval approves or denies a pending approval, named by its run

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/xct-dev/xct/internal/redact"
 	"github.com/xct-dev/xct/internal/verdict"
 )
 
@@ -43,6 +44,10 @@ type Config struct {
 	// Signer signs allow verdicts instead of VerdictKeyFile's key; not a
 	// flag (the app's in-process key pair, tests).
 	Signer *verdict.Signer
+	// Redact is the secret redaction of what ListApprovals shows to
+	// callers who may not decide an approval (set by the app from
+	// --redact-config and --redact-key-file; not a flag of its own).
+	Redact redact.Config
 }
 
 // RegisterFlags registers the validator's flags, with their defaults.

@@ -14,6 +14,7 @@ import (
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/catalog"
+	"github.com/xct-dev/xct/internal/redact"
 	"github.com/xct-dev/xct/internal/verdict"
 )
 
@@ -39,6 +40,9 @@ type Service struct {
 	limits, shadowLimits *rateLimiter
 	// signer signs allow verdicts (nil: they go unsigned; binding.go).
 	signer *verdict.Signer
+	// redactor hides approval arguments from callers who may not decide
+	// them (nil until Start with NATS; approvalview.go).
+	redactor atomic.Pointer[redact.Redactor]
 
 	mu         sync.Mutex // guards started, stopWatch and reload
 	started    bool
@@ -202,6 +206,12 @@ func (s *Service) Start(ctx context.Context) error {
 			cancel()
 			return fmt.Errorf("validator: load tool catalog: %w", err)
 		}
+		red, err := s.cfg.Redact.Build(ctx, js, s.cfg.Replicas)
+		if err != nil {
+			cancel()
+			return fmt.Errorf("validator: %w", err)
+		}
+		s.redactor.Store(red)
 		s.approvals.Store(store)
 		s.catalog.Store(cat)
 		s.stopWatch = cancel

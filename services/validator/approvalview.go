@@ -1,0 +1,75 @@
+package validator
+
+import (
+	"context"
+	"log/slog"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/auth"
+	"github.com/xct-dev/xct/internal/redact"
+)
+
+// approvalsFor returns what the caller may see of approvals: the raw
+// proposal to a principal who may decide the approval (an approver, or
+// admin, who did not start the run), the proposal with its secrets
+// replaced (docs/security.md, Redaction) to everyone else: auditors,
+// submitters, the run's own principal, services. A call with no
+// authenticated principal (in-process, no gRPC server in front) sees it
+// raw.
+func (s *Service) approvalsFor(ctx context.Context, list []*xctv1.Approval) []*xctv1.Approval {
+	caller, ok := auth.FromContext(ctx)
+	if !ok {
+		return list
+	}
+	red := s.redactor.Load()
+	out := make([]*xctv1.Approval, len(list))
+	for i, a := range list {
+		if mayDecide(caller, a) {
+			out[i] = a
+			continue
+		}
+		out[i] = redactApproval(red, a, s.log)
+	}
+	return out
+}
+
+// mayDecide reports whether caller may decide a: DecideApproval's rule
+// (role approver, not the principal who started the run).
+func mayDecide(caller auth.Principal, a *xctv1.Approval) bool {
+	return caller.Has(auth.RoleApprover) && !samePrincipal(caller.Name, a.GetRequestedBy())
+}
+
+// redactApproval is a with its proposal's arguments and goal, its
+// reasons and its preview redacted. Without a redactor (no NATS) the
+// arguments are withheld entirely.
+func redactApproval(red *redact.Redactor, a *xctv1.Approval, log *slog.Logger) *xctv1.Approval {
+	out := proto.CloneOf(a)
+	p := out.GetProposal()
+	if p == nil {
+		return out
+	}
+	if red == nil {
+		p.Arguments, p.Goal = &structpb.Struct{}, ""
+		return out
+	}
+	scope := red.Scope()
+	if args := p.GetArguments(); args != nil {
+		st, err := structpb.NewStruct(scope.Map(args.AsMap()))
+		if err != nil {
+			log.Warn("approval arguments could not be redacted: withheld", "run_id", a.GetRunId(), "step_id", a.GetStepId(), "err", err)
+			st = &structpb.Struct{}
+		}
+		p.Arguments = st
+	}
+	p.Goal = scope.Text(p.GetGoal())
+	for _, r := range out.GetReasons() {
+		r.Message = scope.Text(r.GetMessage())
+	}
+	if pv := out.GetPreview(); pv != nil {
+		pv.Content = scope.Text(pv.GetContent())
+	}
+	return out
+}
