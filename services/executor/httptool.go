@@ -8,10 +8,12 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/textproto"
 	"net/url"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -201,19 +203,26 @@ func (t *httpTool) Invoke(ctx context.Context, args map[string]any) (any, *xctv1
 			return nil
 		},
 	}
+	// Whether a connection was ever made: before that, not one byte of
+	// the request can have left (a DNS failure, a refused or unreachable
+	// address), and the failure is definite, not in doubt.
+	var connected atomic.Bool
+	req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+		GotConn: func(httptrace.GotConnInfo) { connected.Store(true) },
+	}))
 	if e := Commit(ctx); e != nil {
 		return nil, e
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return nil, t.fail(ctx, u, err)
+		return nil, t.fail(ctx, u, err, connected.Load())
 	}
 	defer func() { _ = resp.Body.Close() }()
 	// Never read more than the cap: a body that goes on forever costs one
 	// byte more than the cap, then the connection is dropped.
 	data, err := io.ReadAll(io.LimitReader(resp.Body, t.maxResp+1))
 	if err != nil {
-		return nil, t.fail(ctx, u, err)
+		return nil, t.fail(ctx, u, err, true)
 	}
 	if int64(len(data)) > t.maxResp {
 		return nil, wire.WithDetails(wire.Errorf(wire.CodeOutputTooLarge,
@@ -307,8 +316,10 @@ func (e *redirectError) Error() string {
 }
 
 // fail turns a client error into an error signal. The request may have
-// been sent, except when a guard refused it.
-func (t *httpTool) fail(ctx context.Context, u *url.URL, err error) *xctv1.Error {
+// been sent (outcome_unknown), except when a guard refused it or no
+// connection was ever made (connected false): then it is definite that
+// nothing was sent.
+func (t *httpTool) fail(ctx context.Context, u *url.URL, err error, connected bool) *xctv1.Error {
 	if be, ok := isBlocked(err); ok {
 		return wire.WithDetails(wire.Errorf(wire.CodePermissionDenied, "request to %s refused: %v", u.Redacted(), be),
 			map[string]any{"url": u.Redacted()})
@@ -318,21 +329,25 @@ func (t *httpTool) fail(ctx context.Context, u *url.URL, err error) *xctv1.Error
 		return wire.WithDetails(wire.Errorf(wire.CodeToolFailure, "request to %s: %v", u.Redacted(), re),
 			map[string]any{"url": u.Redacted(), "limit": re.limit})
 	}
+	notSent := ""
+	if !connected {
+		notSent = "; no connection was made, nothing was sent"
+	}
 	if ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) {
-		return wire.WithDetails(wire.Errorf(wire.CodeTimeout, "request to %s did not finish within %v", u.Redacted(), t.timeout),
-			map[string]any{"url": u.Redacted(), "timeout_ms": t.timeout.Milliseconds(), "outcome_unknown": true})
+		return wire.WithDetails(wire.Errorf(wire.CodeTimeout, "request to %s did not finish within %v%s", u.Redacted(), t.timeout, notSent),
+			map[string]any{"url": u.Redacted(), "timeout_ms": t.timeout.Milliseconds(), "outcome_unknown": connected})
 	}
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() {
-		return wire.WithDetails(wire.Errorf(wire.CodeTimeout, "request to %s timed out: %v", u.Redacted(), err),
-			map[string]any{"url": u.Redacted(), "outcome_unknown": true})
+		return wire.WithDetails(wire.Errorf(wire.CodeTimeout, "request to %s timed out: %v%s", u.Redacted(), err, notSent),
+			map[string]any{"url": u.Redacted(), "outcome_unknown": connected})
 	}
 	var ue *url.Error
 	if errors.As(err, &ue) {
 		err = ue.Err
 	}
-	return wire.WithDetails(wire.Errorf(wire.CodeToolFailure, "request to %s failed: %v", u.Redacted(), err),
-		map[string]any{"url": u.Redacted(), "outcome_unknown": true})
+	return wire.WithDetails(wire.Errorf(wire.CodeToolFailure, "request to %s failed: %v%s", u.Redacted(), err, notSent),
+		map[string]any{"url": u.Redacted(), "outcome_unknown": connected})
 }
 
 // argErr is INVALID_ARGUMENT about one argument.

@@ -58,6 +58,9 @@ func newTestMCPServer(crash func(), release <-chan struct{}) *mcp.Server {
 		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) { return text("written"), nil })
 	srv.AddTool(&mcp.Tool{Name: "put", Description: "Idempotent.", InputSchema: object, Annotations: &mcp.ToolAnnotations{IdempotentHint: true}},
 		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) { return text("put"), nil })
+	destructive := true
+	srv.AddTool(&mcp.Tool{Name: "wipe", Description: "Destructive.", InputSchema: object, Annotations: &mcp.ToolAnnotations{DestructiveHint: &destructive}},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) { return text("wiped"), nil })
 	srv.AddTool(&mcp.Tool{Name: "fail", InputSchema: object},
 		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			r := text("the invoice is locked")
@@ -109,11 +112,14 @@ func TestMCPTools(t *testing.T) {
 	must(t, err)
 
 	transports := map[string]string{
-		"http":  "name: web\nurl: " + ts.URL + "\ntimeout: 10s\ntools:\n  write: {effect: reversible}\n  slow: {timeout: 300ms}",
-		"stdio": "name: local\ncommand: " + self + "\nargs: [-test.run=^$]\nset_env: {" + mcpStdioEnv + ": \"1\"}\ntimeout: 10s\ntools:\n  write: {effect: reversible}\n  slow: {timeout: 300ms}",
+		"http":  "name: web\nurl: " + ts.URL + "\ntimeout: 10s\ntools:\n  write: {effect: reversible}\n  slow: {timeout: 300ms}\n  wipe: {effect: read, idempotent: true}",
+		"stdio": "name: local\ncommand: " + self + "\nargs: [-test.run=^$]\nset_env: {" + mcpStdioEnv + ": \"1\"}\ntimeout: 10s\ntools:\n  write: {effect: reversible}\n  slow: {timeout: 300ms}\n  wipe: {effect: read, idempotent: true}",
 	}
 	for transport, entry := range transports {
 		t.Run(transport, func(t *testing.T) {
+			if transport == "stdio" {
+				requireSandbox(t) // the server runs in the OS sandbox
+			}
 			s := mcpService(t, entry)
 			name := "mcp." + strings.SplitN(strings.TrimPrefix(entry, "name: "), "\n", 2)[0] + "."
 			descs := map[string]*xctv1.ToolDescriptor{}
@@ -126,10 +132,14 @@ func TestMCPTools(t *testing.T) {
 				from   string // where the class comes from (xct tools)
 			}
 			for tool, want := range map[string]class{
-				"echo":  {xctv1.Effect_EFFECT_READ, true, "server"},           // readOnlyHint
+				// A server's hints never widen: readOnlyHint and
+				// idempotentHint are shown, not trusted.
+				"echo":  {xctv1.Effect_EFFECT_IRREVERSIBLE, false, "default"}, // readOnlyHint
 				"write": {xctv1.Effect_EFFECT_REVERSIBLE, false, "config"},    // no hints; configured
-				"put":   {xctv1.Effect_EFFECT_IRREVERSIBLE, true, "server"},   // idempotentHint
+				"put":   {xctv1.Effect_EFFECT_IRREVERSIBLE, false, "default"}, // idempotentHint
 				"fail":  {xctv1.Effect_EFFECT_IRREVERSIBLE, false, "default"}, // no hints, no configuration
+				// They may narrow: destructiveHint beats a configured read.
+				"wipe": {xctv1.Effect_EFFECT_IRREVERSIBLE, true, "server"},
 			} {
 				d := descs[name+tool]
 				if d == nil {
@@ -144,6 +154,9 @@ func TestMCPTools(t *testing.T) {
 				if !strings.Contains(d.GetInputSchema(), `"object"`) {
 					t.Errorf("%s: schema %s", d.GetName(), d.GetInputSchema())
 				}
+			}
+			if d := descs[name+"echo"]; !strings.Contains(d.GetDescription(), "unverified hints: readOnly") {
+				t.Errorf("echo's hints are not shown: %q", d.GetDescription())
 			}
 
 			id := newStepID()

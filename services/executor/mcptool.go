@@ -33,6 +33,10 @@ type mcpServer struct {
 	wsDir  string
 	log    *slog.Logger
 	client *mcp.Client
+	// sb is the OS sandbox of a stdio server (nil: a URL, or sandbox:
+	// none); protected are mounted read-only in it.
+	sb        *osSandbox
+	protected *protectedPaths
 
 	mu      sync.Mutex
 	session *mcp.ClientSession
@@ -49,13 +53,28 @@ type mcpTool struct {
 	desc *xctv1.ToolDescriptor
 }
 
-func newMCPServer(cfg MCPServerConfig, wsDir string, log *slog.Logger) *mcpServer {
-	return &mcpServer{
-		cfg:    cfg,
-		wsDir:  wsDir,
-		log:    log,
-		client: mcp.NewClient(&mcp.Implementation{Name: "xct-executor", Version: "v1"}, &mcp.ClientOptions{Logger: log}),
+func newMCPServer(cfg MCPServerConfig, wsDir string, protected *protectedPaths, log *slog.Logger) *mcpServer {
+	m := &mcpServer{
+		cfg:       cfg,
+		wsDir:     wsDir,
+		log:       log,
+		protected: protected,
+		client:    mcp.NewClient(&mcp.Implementation{Name: "xct-executor", Version: "v1"}, &mcp.ClientOptions{Logger: log}),
 	}
+	if cfg.Command != "" {
+		if cfg.Sandbox.disabled() {
+			log.Error("SECURITY: MCP server runs WITHOUT a sandbox (sandbox: none in the tools configuration): "+
+				"it can read and change everything the executor's user can, and reach the network", "server", cfg.Name)
+		} else {
+			// No address space limit unless configured: servers are
+			// often runtimes that reserve much more than they use.
+			m.sb = newOSSandbox(cfg.Sandbox, wsDir, 0)
+			if m.sb.err != nil {
+				log.Error("MCP server not started: its sandbox cannot be set up", "server", cfg.Name, "error", m.sb.err)
+			}
+		}
+	}
+	return m
 }
 
 // transport is a fresh transport to the server. A stdio server's process
@@ -76,9 +95,17 @@ func (m *mcpServer) transport(ctx context.Context) mcp.Transport {
 			DisableStandaloneSSE: true,
 		}
 	}
-	cmd := osexec.CommandContext(context.WithoutCancel(ctx), m.cfg.resolved, m.cfg.Args...) //nolint:gosec // the operator's configured command, resolved at load
-	cmd.Args[0] = m.cfg.Command
-	cmd.Env = scrubbedEnv(m.cfg.Env, m.cfg.SetEnv)
+	env := scrubbedEnv(m.cfg.Env, m.cfg.SetEnv)
+	var cmd *osexec.Cmd
+	if m.sb != nil {
+		argv := withoutStatusFD(m.sb.withProtected(m.protected).argv(m.cfg.resolved, m.cfg.Args, m.wsDir, env))
+		cmd = osexec.CommandContext(context.WithoutCancel(ctx), argv[0], argv[1:]...) //nolint:gosec // prlimit and bwrap, resolved; the operator's command
+		cmd.Env = []string{}
+	} else {
+		cmd = osexec.CommandContext(context.WithoutCancel(ctx), m.cfg.resolved, m.cfg.Args...) //nolint:gosec // the operator's configured command, resolved at load
+		cmd.Args[0] = m.cfg.Command
+		cmd.Env = env
+	}
 	cmd.Dir = m.wsDir
 	cmd.Stderr = &logWriter{log: m.log, server: m.cfg.Name}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -117,6 +144,9 @@ func (m *mcpServer) connect(ctx context.Context) (*mcp.ClientSession, error) {
 	}
 	if m.session != nil {
 		return m.session, nil
+	}
+	if m.sb != nil && m.sb.err != nil {
+		return nil, fmt.Errorf("its sandbox cannot be set up: %w", m.sb.err)
 	}
 	s, err := m.client.Connect(ctx, m.transport(ctx), nil)
 	if err != nil {
@@ -167,10 +197,10 @@ func (m *mcpServer) close() error {
 }
 
 // listMCPTools connects to an MCP server and returns its tools as XCT
-// tools. MCP annotations are untrusted hints: readOnlyHint makes a tool
-// "read", idempotentHint makes it idempotent, and the configuration
-// overrides both; a tool with neither hints nor configuration is
-// irreversible and not idempotent.
+// tools. The configuration says each tool's effect class and
+// idempotency; a tool it does not name is irreversible and not idempotent.
+// MCP annotations are untrusted hints: they can only narrow that
+// (destructiveHint), never widen it (readOnlyHint, idempotentHint).
 func (m *mcpServer) listTools(ctx context.Context, defTimeout time.Duration, defMax int64) ([]Tool, error) {
 	ctx, cancel := context.WithTimeout(ctx, describeTimeout)
 	defer cancel()
@@ -214,25 +244,39 @@ func (m *mcpServer) listTools(ctx context.Context, defTimeout time.Duration, def
 				continue
 			}
 			seen[t.Name] = true
-			effect, idem, hinted := xctv1.Effect_EFFECT_IRREVERSIBLE, false, false
-			if a := t.Annotations; a != nil && !m.cfg.IgnoreAnnotations {
-				hinted = a.ReadOnlyHint || a.IdempotentHint
-				if a.ReadOnlyHint {
-					effect, idem = xctv1.Effect_EFFECT_READ, true
-				} else {
-					idem = a.IdempotentHint
-				}
-			}
+			// The effect class and idempotency come from the
+			// configuration: a tool it does not name is irreversible and
+			// not idempotent. A server is untrusted code, so its hints
+			// never widen that (readOnlyHint does not make a tool "read");
+			// they only narrow it (destructiveHint makes it irreversible)
+			// and are shown in the description.
 			o := m.cfg.Tools[t.Name]
-			effect = o.Effect.proto(effect)
-			if o.Idempotent != nil {
-				idem = *o.Idempotent
+			effect := o.Effect.proto(xctv1.Effect_EFFECT_IRREVERSIBLE)
+			idem := o.Idempotent != nil && *o.Idempotent
+			var hints []string
+			narrowed := false
+			if a := t.Annotations; a != nil && !m.cfg.IgnoreAnnotations {
+				if a.ReadOnlyHint {
+					hints = append(hints, "readOnly")
+				}
+				if a.IdempotentHint {
+					hints = append(hints, "idempotent")
+				}
+				if a.DestructiveHint != nil && *a.DestructiveHint && !a.ReadOnlyHint {
+					hints = append(hints, "destructive")
+					narrowed = effect != xctv1.Effect_EFFECT_IRREVERSIBLE
+					effect = xctv1.Effect_EFFECT_IRREVERSIBLE
+				}
 			}
 			to := timeout
 			if o.Timeout > 0 && o.Timeout < to {
 				to = o.Timeout
 			}
-			desc := strings.TrimSpace(t.Description + " (MCP server " + m.cfg.Name + ")")
+			origin := "MCP server " + m.cfg.Name
+			if len(hints) > 0 {
+				origin += "; its unverified hints: " + strings.Join(hints, ", ")
+			}
+			desc := strings.TrimSpace(t.Description + " (" + origin + ")")
 			tools = append(tools, &mcpTool{srv: m, name: t.Name, desc: &xctv1.ToolDescriptor{
 				Name:           full,
 				Description:    desc,
@@ -242,7 +286,7 @@ func (m *mcpServer) listTools(ctx context.Context, defTimeout time.Duration, def
 				Timeout:        durationpb.New(to),
 				MaxOutputBytes: maxBytes,
 				Source:         "mcp:" + m.cfg.Name,
-				EffectFrom:     effectFrom(o, hinted),
+				EffectFrom:     mcpEffectFrom(o, narrowed),
 			}})
 		}
 		if res.NextCursor == "" {
@@ -329,6 +373,19 @@ func (t *mcpTool) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.
 		}
 	}
 	return out, nil
+}
+
+// mcpEffectFrom says where an MCP tool's effect class comes from: the
+// configuration, the server's destructiveHint when it narrowed it, or the
+// default.
+func mcpEffectFrom(o ToolOverride, narrowed bool) string {
+	if narrowed {
+		return effectFromServer
+	}
+	if o.Effect != "" || o.Idempotent != nil {
+		return effectFromConfig
+	}
+	return effectFromDefault
 }
 
 // logWriter logs a child's stderr, a bounded line per write.

@@ -293,6 +293,17 @@ func (s *osSandbox) argv(program string, args []string, dir string, env []string
 	return append(a, args...)
 }
 
+// withoutStatusFD drops --json-status-fd from a sandbox command line, for
+// a long-running server whose status nobody reads (bwrap hangs on a
+// status descriptor that is not open).
+func withoutStatusFD(argv []string) []string {
+	i := slices.Index(argv, "--json-status-fd")
+	if i < 0 {
+		return argv
+	}
+	return append(slices.Clone(argv[:i]), argv[i+2:]...)
+}
+
 // mountArgs mounts a host path at the same place: a symbolic link is
 // recreated (merged /usr), a missing path is skipped.
 func mountArgs(p, bind string) []string {
