@@ -108,7 +108,7 @@ type stepFacts struct {
 	run      string
 	step     int
 	op       string
-	outcomes []string // success, failed:CODE, not_executed, in_doubt, refused:CODE
+	outcomes []string // success, replayed, failed:CODE, not_executed, in_doubt, repeatable:CODE, refused:CODE
 	ended    bool     // the run's chain ends with run_finished
 }
 
@@ -124,9 +124,14 @@ func classify(e lctl.Event) string {
 	code, _ := e.Data["code"].(string)
 	details, _ := e.Data["details"].(map[string]any)
 	unknown, _ := details["outcome_unknown"].(bool)
+	repeatable, _ := details["repeatable"].(bool)
 	switch {
 	case code == string(wire.CodeInDoubt) || unknown:
 		return "in_doubt"
+	case repeatable:
+		// Unknown, but the tool is read-only or idempotent: the chain
+		// says the step may be repeated. It may or may not have acted.
+		return "repeatable:" + code
 	case e.Agent != "executor":
 		return "refused:" + code
 	case code == string(wire.CodeExecutorUnavailable):
@@ -224,7 +229,10 @@ func (c *cluster) check(ctx context.Context, d *driver, in *injector, rep *repor
 				args, _ := e.Data["arguments"].(map[string]any)
 				s.op, _ = args["op"].(string)
 			case lctl.TypeToolCall:
-				if e.Data["status"] == "success" {
+				out, _ := e.Data["output"].(map[string]any)
+				if e.Data["status"] == "success" && out["acted"] == false {
+					s.outcomes = append(s.outcomes, "replayed") // put: the op was written before
+				} else if e.Data["status"] == "success" {
 					s.outcomes = append(s.outcomes, "success")
 				} else {
 					s.outcomes = append(s.outcomes, fmt.Sprintf("tool_call:%v", e.Data["status"]))
@@ -282,17 +290,19 @@ func (c *cluster) check(ctx context.Context, d *driver, in *injector, rep *repor
 		switch {
 		case len(s.outcomes) > 1 && !sameOutcomes(s.outcomes):
 			bad = "the chain records more than one outcome"
-		case o == "success" && rec != "SUCCEEDED":
+		case (o == "success" || o == "replayed") && rec != "SUCCEEDED":
 			bad = "the chain says success, the record does not"
 		case o == "success" && n == 0:
 			bad = "the chain says success, the tool never acted"
+		case o == "replayed" && (n > 0 || len(byOp[s.op]) == 0):
+			bad = "the tool said it had written the op before, the ledger disagrees"
 		case strings.HasPrefix(o, "failed:") && rec != "FAILED":
 			bad = "the chain says failed, the record does not"
-		case (o == "not_executed" || strings.HasPrefix(o, "refused:")) && (rec != "absent" || n > 0):
-			bad = "the chain says the step was not executed, but it was"
+		case (o == "not_executed" || strings.HasPrefix(o, "refused:")) && (n > 0 || rec == "SUCCEEDED" || rec == "PENDING"):
+			bad = "the chain says the step was not executed, but it was (or may have been)"
 		case n > 0 && rec == "absent":
 			bad = "the tool acted, the executor has no record"
-		case rec == "SUCCEEDED" && o != "success" && o != "in_doubt":
+		case rec == "SUCCEEDED" && o != "success" && o != "replayed" && o != "in_doubt" && !strings.HasPrefix(o, "repeatable:"):
 			bad = "the record says succeeded, the chain does not"
 		case o == "none" && s.ended && (n > 0 || rec == "SUCCEEDED" || rec == "FAILED"):
 			bad = "the run ended without the step's outcome on the chain"

@@ -6,9 +6,10 @@
 //
 // Two tools:
 //   - charge: not idempotent. Every invocation is an effect.
-//   - put: idempotent through the idempotency key (XCT's step id): a key
-//     already in the ledger answers its first result and appends nothing,
-//     across restarts of this process (the ledger is read back at start).
+//   - put: idempotent, as a PUT of the record named by op is: an op already
+//     in the ledger answers {"acted": false} and appends nothing, whatever
+//     the step id, across restarts of this process (the ledger is read
+//     back at start). work_ms is how long it takes, not what it writes.
 //
 // After the effect is written, an invocation waits work_ms milliseconds
 // before it answers, so a fault can land between the effect and the answer:
@@ -53,7 +54,7 @@ type server struct {
 	xctv1.UnimplementedToolServiceServer
 	mu   sync.Mutex
 	f    *os.File
-	seen map[string]bool // put: keys already acted on
+	seen map[string]bool // put: ops already written
 }
 
 const schema = `{"type":"object","properties":{"op":{"type":"string","minLength":1},"work_ms":{"type":"integer","minimum":0,"maximum":5000}},"required":["op"],"additionalProperties":false}`
@@ -65,7 +66,7 @@ func (s *server) Describe(context.Context, *xctv1.DescribeRequest) (*xctv1.Descr
 	}
 	return &xctv1.DescribeResponse{Tools: []*xctv1.ToolDescriptor{
 		desc("charge", false, "appends a charge to the ledger (every call is an effect)"),
-		desc("put", true, "appends a record to the ledger once per idempotency key"),
+		desc("put", true, "writes the record named by op to the ledger once"),
 	}}, nil
 }
 
@@ -80,7 +81,7 @@ func (s *server) Invoke(ctx context.Context, req *xctv1.InvokeRequest) (*xctv1.I
 		return failure("NOT_FOUND", fmt.Sprintf("no tool %q", req.GetTool())), nil
 	}
 	s.mu.Lock()
-	if req.GetTool() == "put" && s.seen[key] {
+	if req.GetTool() == "put" && s.seen[op] {
 		s.mu.Unlock()
 		return success(op, false), nil
 	}
@@ -90,7 +91,7 @@ func (s *server) Invoke(ctx context.Context, req *xctv1.InvokeRequest) (*xctv1.I
 		err = s.f.Sync()
 	}
 	if err == nil && req.GetTool() == "put" {
-		s.seen[key] = true
+		s.seen[op] = true
 	}
 	s.mu.Unlock()
 	if err != nil {
@@ -116,7 +117,7 @@ func failure(code, msg string) *xctv1.InvokeResponse {
 		Code: code, Message: msg, Category: "input_error", Type: "invalid_format", SuggestedAction: "fix_arguments", Recoverable: true}}}}
 }
 
-// readSeen loads the keys of put effects already in the ledger. A torn last
+// readSeen loads the ops of put effects already in the ledger. A torn last
 // line (a kill in the middle of a write) is skipped: it names no key whole.
 func readSeen(path string) (map[string]bool, error) {
 	seen := map[string]bool{}
@@ -132,7 +133,7 @@ func readSeen(path string) (map[string]bool, error) {
 	for sc.Scan() {
 		var e Entry
 		if json.Unmarshal(sc.Bytes(), &e) == nil && e.Tool == "put" {
-			seen[e.Key] = true
+			seen[e.Op] = true
 		}
 	}
 	return seen, sc.Err()
