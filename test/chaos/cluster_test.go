@@ -24,6 +24,7 @@ import (
 	"github.com/xct-dev/xct/internal/grpcx"
 	"github.com/xct-dev/xct/internal/grpcx/grpcxtest"
 	"github.com/xct-dev/xct/internal/testutil/proctest"
+	"github.com/xct-dev/xct/internal/verdict"
 )
 
 var (
@@ -374,6 +375,12 @@ func startCluster(t *testing.T, cfg phaseConfig) *cluster {
 	if err := os.WriteFile(policyFile, []byte(policy), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// The validator signs its allow verdicts; the executor acts only on
+	// verdicts signed by a key it trusts.
+	keys, err := verdict.WriteKeyPair(filepath.Join(c.base, "keys"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	scripts := filepath.Join(c.base, "scripts")
 	if err := os.MkdirAll(scripts, 0o750); err != nil {
 		t.Fatal(err)
@@ -405,9 +412,9 @@ func startCluster(t *testing.T, cfg phaseConfig) *cluster {
 		}
 		switch target {
 		case "executor":
-			args = append(args, "--workspace", filepath.Join(c.base, "ws"), "--tools-config", toolsFile)
+			args = append(args, "--workspace", filepath.Join(c.base, "ws"), "--tools-config", toolsFile, "--verdict-trust", keys.Public)
 		case "validator":
-			args = append(args, "--policy", policyFile)
+			args = append(args, "--policy", policyFile, "--verdict-key", keys.Private)
 		case "tracer":
 			args = append(args, "--tracer-data", filepath.Join(c.base, "tracer"), "--tracer-http-listen", "")
 		case "orchestrator":
