@@ -12,6 +12,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/xct-dev/xct/internal/app"
+	"github.com/xct-dev/xct/services/tracer"
 )
 
 // Where a client command finds a cluster. `xct dev` writes two files in
@@ -57,6 +58,7 @@ var defaultAddrs = clusterAddrs{
 	Validator:    app.DefaultValidatorAddr,
 	Executor:     app.DefaultExecutorAddr,
 	Tracer:       app.DefaultTracerAddr,
+	Debugger:     "http://" + tracer.DefaultHTTPListen + "/",
 }
 
 // devFile is a file `xct dev` writes in its data directory.

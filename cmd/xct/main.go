@@ -108,6 +108,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cmdCancel(ctx, rest, stdout, stderr)
 	case "tools":
 		return cmdTools(ctx, rest, stdout, stderr)
+	case "debug":
+		return cmdDebug(ctx, rest, stdout, stderr)
 	}
 	fmt.Fprint(stderr, usage)
 	return &exitError{code: 2, err: fmt.Errorf("unknown command %q", cmd)}

@@ -36,6 +36,11 @@ func (s *Service) mountUI(mux *http.ServeMux) error {
 		return err
 	}
 	s.ui = h
+	if s.cfg.UIAuthorize != nil {
+		// One-time links (ui_session.go): only where callers authenticate.
+		mux.Handle("/", newUISessions().mount(mux, s.cfg.UIAuthorize, h))
+		return nil
+	}
 	mux.Handle("/", h)
 	return nil
 }

@@ -13,9 +13,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/xct-dev/xct/internal/auth"
+	"github.com/xct-dev/xct/internal/testutil/browser"
 	"github.com/xct-dev/xct/internal/testutil/proctest"
 )
 
@@ -325,4 +327,54 @@ steps:
 	if state.State.Tokens.Input != 1200 || state.State.Tokens.Output != 120 {
 		t.Fatalf("debugger state tokens %+v", state.State.Tokens)
 	}
+}
+
+// runScript runs a script to its end through the CLI and returns the run id.
+func (d *devCluster) runScript(t *testing.T, name, script string) string {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(d.dataDir, "scripts", name), []byte(script), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"XCT_DATA_DIR=" + d.dataDir}
+	r := d.cli(t, "", env, "run", "--model", "scripted:"+name, "--goal", "g")
+	r.want(t, "run "+name, 0)
+	m := regexp.MustCompile(`run (run-\S+) started`).FindStringSubmatch(r.out)
+	if m == nil {
+		t.Fatalf("no run id in:\n%s", r.out)
+	}
+	return m[1]
+}
+
+// xct debug prints a one-time link: a headless browser opening it lands on
+// the chain, signed in by a session cookie (no token in the URL or the
+// page's storage); the same link is refused the second time.
+func TestCLIDebugLinkOpensTheChain(t *testing.T) {
+	d := startDev(t)
+	runID := d.runScript(t, "look.yaml", `name: look
+steps:
+  - next_step: {tool: fs.list, arguments: {path: "."}, goal: look}
+  - done: true
+    message: seen
+`)
+	env := []string{"XCT_DATA_DIR=" + d.dataDir}
+	r := d.cli(t, "", env, "debug", runID, "--as", "dave")
+	r.want(t, "debug", 0, "/login?code=")
+	link := regexp.MustCompile(`http://\S+/login\?code=\S+`).FindString(r.out)
+	tok := d.token(t, "dave")
+	if link == "" || strings.Contains(link, tok) {
+		t.Fatalf("link %q (from %q)", link, r.out)
+	}
+
+	b := browser.New(t, 2*time.Minute)
+	b.Do(t, "open the link", chromedp.Navigate(link))
+	b.Until(t, "the chain's flowchart", `location.hash === '#/chain/`+runID+`' && document.querySelectorAll('g.node').length > 0`)
+	if stored := browser.Eval[string](t, b, `sessionStorage.getItem('xct-debugger-token') ?? ''`); stored != "" {
+		t.Fatalf("a token in the page's storage: %q", stored)
+	}
+	if cookies := browser.Eval[string](t, b, `document.cookie`); cookies != "" {
+		t.Fatalf("the session cookie is readable by scripts: %q", cookies)
+	}
+	b.Do(t, "open the link again", chromedp.Navigate(link))
+	b.Until(t, "the refusal", `document.body.innerText.includes('already used or has expired')`)
+	b.Clean(t, "401")
 }
