@@ -44,6 +44,11 @@ func ParseDecision(raw []byte) (*xctv1.Decision, error) {
 	if len(raw) > MaxDecisionBytes {
 		return nil, invalid("output is %d bytes, the limit is %d", len(raw), MaxDecisionBytes)
 	}
+	// The decision, next_step and arguments objects are three levels;
+	// the arguments may nest MaxDepth levels below their own object.
+	if d := Depth(raw); d > MaxDepth+2 {
+		return nil, invalid("the output is %v (it nests %d levels; tool arguments may nest at most %d)", ErrTooDeep{MaxDepth}, d, MaxDepth)
+	}
 	top, err := strictObject(raw)
 	if err != nil {
 		return nil, err

@@ -242,6 +242,11 @@ func (s *Service) respond(st *servedTool, o outcome) *xctv1.Response {
 			wire.Errorf(wire.CodeOutputTooLarge, "tool %s returned %d bytes, the limit is %d", name, len(raw), st.maxBytes),
 			map[string]any{"size": len(raw), "limit": st.maxBytes}))
 	}
+	if d := wire.Depth(raw); d > wire.MaxDepth {
+		return wire.ErrorResponse(wire.WithDetails(
+			wire.Errorf(wire.CodeToolFailure, "tool %s returned a result %v (it nests %d)", name, wire.ErrTooDeep{Limit: wire.MaxDepth}, d),
+			map[string]any{"depth": d, "limit": wire.MaxDepth}))
+	}
 	var v any
 	if err := json.Unmarshal(raw, &v); err != nil {
 		return wire.ErrorResponse(wire.Errorf(wire.CodeToolFailure, "tool %s returned a result that is not JSON: %v", name, err))

@@ -20,6 +20,12 @@ type Config struct {
 	ExecutorAddr  string
 	// MaxSteps bounds a run's iterations when StartRun does not.
 	MaxSteps int
+	// MaxStepsLimit is the largest max_steps a caller may ask for (default
+	// 1000); MaxStepsLimitByRole overrides it for principals holding a
+	// role (the largest of their roles' limits counts). A larger request
+	// is refused with INVALID_ARGUMENT (bounds.go).
+	MaxStepsLimit       int
+	MaxStepsLimitByRole map[string]int
 	// RepairBudget is how many invalid model outputs in a row end a run.
 	RepairBudget int
 	// ProposeTimeout bounds one model call.
@@ -62,6 +68,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.ValidatorAddr, "validator-addr", "127.0.0.1:7702", "validator gRPC address")
 	fs.StringVar(&c.ExecutorAddr, "executor-addr", "127.0.0.1:7703", "executor gRPC address")
 	fs.IntVar(&c.MaxSteps, "max-steps", 50, "default step budget of a run")
+	fs.IntVar(&c.MaxStepsLimit, "max-steps-limit", DefaultMaxStepsLimit, "largest max_steps a run may ask for (see also --max-steps-limit-role)")
+	fs.Func("max-steps-limit-role", "ROLE=N: the largest max_steps for principals holding ROLE (repeatable, comma-separated)", c.parseRoleLimits)
 	fs.IntVar(&c.RepairBudget, "repair-budget", 3, "invalid model outputs in a row that end a run")
 	fs.DurationVar(&c.ProposeTimeout, "propose-timeout", 2*time.Minute, "deadline of one model call")
 	fs.DurationVar(&c.CallTimeout, "call-timeout", 2*time.Minute, "deadline of one validator or executor call")
@@ -98,6 +106,7 @@ func (c *Config) Validate() error {
 	if c.MaxSteps == 0 {
 		c.MaxSteps = 50
 	}
+	errs = append(errs, c.checkStepLimits()...)
 	if c.RepairBudget == 0 {
 		c.RepairBudget = 3
 	}

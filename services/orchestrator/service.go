@@ -263,9 +263,9 @@ func (s *Service) startRun(ctx context.Context, req *xctv1.StartRunRequest) (*ru
 	if err != nil {
 		return nil, err
 	}
-	maxSteps := int(req.GetMaxSteps())
-	if maxSteps == 0 {
-		maxSteps = s.cfg.MaxSteps
+	maxSteps, err := s.stepBudget(req, roles)
+	if err != nil {
+		return nil, err
 	}
 	proposer, err := s.newProposer(req.GetModel())
 	if err != nil {

@@ -117,6 +117,12 @@ func (s *Service) judge(ctx context.Context, req *xctv1.ValidateRequest, install
 		return nil
 	}
 	args := proposal.GetArguments().AsMap()
+	if wire.ValueDepthExceeds(args, wire.MaxDepth) {
+		denyWith(v, reasonSchema, wire.WithDetails(wire.Errorf(wire.CodeSchemaInvalid,
+			"the arguments of tool %s are %v", quoteName(name), wire.ErrTooDeep{Limit: wire.MaxDepth}),
+			map[string]any{"tool": truncate(name, maxToolNameInMsg), "max_depth": wire.MaxDepth}))
+		return nil
+	}
 	if err := compiled.schema.Validate(args); err != nil {
 		denyWith(v, reasonSchema, s.schemaInvalid(name, err))
 		return nil
