@@ -16,6 +16,17 @@ import (
 // expected. The caller then decodes that event the careful way, so the
 // result is always the same as decodeFileEvent's.
 
+// smallNumbers are the integers events are full of (steps, durations,
+// token counts, indexes) as ready-made values: a float64 in an any costs an
+// allocation each time otherwise. Values are never changed in place, so
+// sharing them is safe.
+var smallNumbers = func() (l [4096]any) {
+	for i := range l {
+		l[i] = float64(i)
+	}
+	return l
+}()
+
 // errUnsure says the fast reader did not decide: decode the careful way.
 var errUnsure = errors.New("lctl: not decided by the fast reader")
 
@@ -25,6 +36,9 @@ type fastParser struct {
 	i int
 	// keys interns object keys: the same few names repeat in every event.
 	keys map[string]string
+	// skipHashes leaves hash and prev_hash out of the events (checked, not
+	// kept): only verify needs them.
+	skipHashes bool
 }
 
 func newFastParser() *fastParser { return &fastParser{keys: make(map[string]string, 128)} }
@@ -117,8 +131,16 @@ func (p *fastParser) fastEvent(raw []byte) (Event, error) {
 			return e, errUnsure
 		}
 		seen |= bit
+		if dst != nil && p.skipHashes && bit&(32|64) != 0 {
+			// Checked as the full read would, not kept.
+			if _, ok := p.strKeep(false, false); !ok {
+				return e, errUnsure
+			}
+			dst = nil
+		}
 		if dst != nil {
-			s, ok := p.str()
+			// Timestamps and hashes differ in every event: not interned.
+			s, ok := p.strIntern(bit&(4|32|64) == 0)
 			if !ok {
 				return e, errUnsure
 			}
@@ -175,8 +197,14 @@ func (p *fastParser) rawString() ([]byte, bool) {
 	return nil, false
 }
 
-// str reads a string value, unescaping it.
-func (p *fastParser) str() (string, bool) {
+// str reads a string value, unescaping it; short ones are interned.
+func (p *fastParser) str() (string, bool) { return p.strIntern(true) }
+
+func (p *fastParser) strIntern(intern bool) (string, bool) { return p.strKeep(intern, true) }
+
+// strKeep reads a string value; keep false checks it without making the
+// string.
+func (p *fastParser) strKeep(intern, keep bool) (string, bool) {
 	if p.i >= len(p.b) || p.b[p.i] != '"' {
 		return "", false
 	}
@@ -191,7 +219,13 @@ func (p *fastParser) str() (string, bool) {
 			if !ascii && !utf8.Valid(s) {
 				return "", false
 			}
-			return string(s), true
+			if !keep {
+				return "", true
+			}
+			if !intern {
+				return string(s), true
+			}
+			return p.intern(s), true
 		case c == '\\':
 			return p.escaped(start)
 		case c < 0x20:
@@ -333,7 +367,7 @@ func (p *fastParser) value() (any, bool) {
 			return nil, false
 		}
 	case c == '"':
-		s, ok := p.str()
+		s, ok := p.strIntern(false)
 		return s, ok
 	case c == 't':
 		if p.lit("true") {
@@ -353,19 +387,35 @@ func (p *fastParser) value() (any, bool) {
 	return nil, false
 }
 
-// key reads an object key, interned.
+// key reads an object key.
 func (p *fastParser) key() (string, bool) {
 	if raw, ok := p.rawString(); ok {
-		if k, ok := p.keys[string(raw)]; ok {
-			return k, true
-		}
-		k := string(raw)
-		if len(p.keys) < 4096 {
-			p.keys[k] = k
-		}
-		return k, true
+		return p.intern(raw), true
 	}
 	return p.str()
+}
+
+// internMax bounds the strings interned: names, types, agents, tools,
+// outcomes repeat in every event; ids and text mostly do not.
+const (
+	internMax    = 32
+	internTables = 8192
+)
+
+// intern returns b as a string, the same string for the same short bytes:
+// the few names every event repeats cost no allocation.
+func (p *fastParser) intern(b []byte) string {
+	if len(b) > internMax {
+		return string(b)
+	}
+	if s, ok := p.keys[string(b)]; ok {
+		return s
+	}
+	s := string(b)
+	if len(p.keys) < internTables {
+		p.keys[s] = s
+	}
+	return s
 }
 
 func (p *fastParser) lit(s string) bool {
@@ -430,6 +480,9 @@ func (p *fastParser) number() (any, bool) {
 	if simple && j-start <= 15 {
 		if p.b[start] == '-' {
 			return -small, true
+		}
+		if small < float64(len(smallNumbers)) {
+			return smallNumbers[int(small)], true
 		}
 		return small, true
 	}

@@ -39,6 +39,10 @@ type StreamOptions struct {
 	// Hash asks every event's hash to be computed as it is decoded
 	// (StreamEvent.Computed), on the decoding cores: what verify needs.
 	Hash bool
+	// SkipHashes leaves the events' hash and prev_hash empty (they are
+	// still checked to be strings): what replay and the analyses need
+	// without the cost of two strings per event.
+	SkipHashes bool
 }
 
 // StreamHeader is what a file says before its events.
@@ -61,8 +65,9 @@ type StreamEvent struct {
 
 // streamBatch is a run of consecutive events of the file.
 type streamBatch struct {
-	raw    []byte  // the events' bytes, back to back
-	ends   []int32 // end offset of each event in raw
+	raw    []byte  // a read buffer of the file, which holds the events
+	starts []int32 // where each event starts in raw
+	ends   []int32 // and ends
 	events []StreamEvent
 	err    error
 	done   chan struct{}
@@ -101,6 +106,7 @@ func Stream(r io.Reader, opts StreamOptions, header func(*StreamHeader) error, f
 	for range workers {
 		wg.Go(func() {
 			p := newFastParser()
+			p.skipHashes = opts.SkipHashes && !opts.Hash
 			for b := range work {
 				b.decode(p, opts.Hash)
 				close(b.done)
@@ -113,7 +119,7 @@ func Stream(r io.Reader, opts StreamOptions, header func(*StreamHeader) error, f
 		defer close(ordered)
 		defer close(work)
 		for {
-			b := &streamBatch{raw: make([]byte, 0, 64<<10), done: make(chan struct{})}
+			b := &streamBatch{starts: make([]int32, 0, batchEvents), ends: make([]int32, 0, batchEvents), done: make(chan struct{})}
 			more, err := sc.fill(b)
 			// The events before a problem are handed over first: replay
 			// --to-seq of a file cut after its seq still works.
@@ -169,10 +175,8 @@ func Stream(r io.Reader, opts StreamOptions, header func(*StreamHeader) error, f
 // decode decodes the batch's events.
 func (b *streamBatch) decode(p *fastParser, hash bool) {
 	b.events = make([]StreamEvent, len(b.ends))
-	start := int32(0)
 	for i, end := range b.ends {
-		raw := b.raw[start:end]
-		start = end
+		raw := b.raw[b.starts[i]:end]
 		e, err := p.fastEvent(raw)
 		if err != nil {
 			// Input that is not UTF-8 is Decode's to report.
@@ -186,6 +190,9 @@ func (b *streamBatch) decode(p *fastParser, hash bool) {
 				b.err = ErrStreamUnsupported
 				return
 			}
+		}
+		if p.skipHashes {
+			e.Hash, e.PrevHash = "", ""
 		}
 		b.events[i].Event = e
 		if hash {
@@ -203,27 +210,33 @@ type scanner struct {
 	eof bool
 	// inEvents is true between the events' [ and ].
 	inEvents, first bool
-	ended           bool // the events' ] was read
+	// unread is true when the next event's separator was read but not
+	// the event (a batch ended before it).
+	unread bool
 }
 
-// more reads more of the file; false at its end.
+// readSize is how much of the file each read asks for.
+const readSize = 4 << 20
+
+// more reads more of the file; false at its end. Reads append to the
+// buffer; when it is full, the unread bytes move to a new one. Batches
+// point into the buffers they were found in, and bytes once read are never
+// written again.
 func (s *scanner) more() (bool, error) {
 	if s.eof {
 		return false, nil
 	}
-	if s.pos > 0 && s.pos >= len(s.buf)/2 {
-		n := copy(s.buf, s.buf[s.pos:])
-		s.buf = s.buf[:n]
-		s.pos = 0
+	if cap(s.buf)-len(s.buf) < readSize/16 {
+		tail := s.buf[s.pos:]
+		nb := make([]byte, len(tail), max(readSize, 2*len(tail)))
+		copy(nb, tail)
+		s.buf, s.pos = nb, 0
 	}
-	if cap(s.buf)-len(s.buf) < 1<<20 {
-		nb := make([]byte, len(s.buf), 2*cap(s.buf)+(1<<20))
-		copy(nb, s.buf)
-		s.buf = nb
-	}
-	n, err := s.r.Read(s.buf[len(s.buf):cap(s.buf)])
+	// Reading past the end of what was read leaves what batches point to
+	// as it is.
+	n, err := io.ReadAtLeast(s.r, s.buf[len(s.buf):cap(s.buf)], 1)
 	s.buf = s.buf[:len(s.buf)+n]
-	if errors.Is(err, io.EOF) {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 		s.eof = true
 		return n > 0, nil
 	}
@@ -421,9 +434,13 @@ func (s *scanner) header(opts StreamOptions) (*StreamHeader, error) {
 }
 
 // fill adds the next events to b; false when the events have ended (the
-// rest of the file checked).
+// rest of the file checked). A batch's events all lie in one read buffer:
+// an event that needs a refill starts the next batch.
 func (s *scanner) fill(b *streamBatch) (bool, error) {
-	for len(b.ends) < batchEvents && len(b.raw) < batchBytes {
+	for len(b.ends) < batchEvents && (len(b.ends) == 0 || int(b.ends[len(b.ends)-1]-b.starts[0]) < batchBytes) {
+		if len(b.ends) > 0 && !s.localSpace() {
+			return true, nil
+		}
 		ok, err := s.skipSpace()
 		if err != nil {
 			return false, err
@@ -432,32 +449,63 @@ func (s *scanner) fill(b *streamBatch) (bool, error) {
 			return false, ErrStreamUnsupported
 		}
 		c := s.buf[s.pos]
-		if c == ']' {
+		if c == ']' && !s.unread {
 			s.pos++
 			return false, s.trailer()
 		}
-		if !s.first {
+		if !s.first && !s.unread {
 			if c != ',' {
 				return false, ErrStreamUnsupported
 			}
 			s.pos++
+			if len(b.ends) > 0 && !s.localSpace() {
+				s.unread = true
+				return true, nil
+			}
 			if ok, err := s.skipSpace(); err != nil || !ok {
 				return false, ErrStreamUnsupported
 			}
 		}
-		s.first = false
 		if s.buf[s.pos] != '{' {
 			return false, ErrStreamUnsupported
+		}
+		if len(b.ends) > 0 {
+			end, st := scanValue(s.buf[s.pos:])
+			if st != scanComplete {
+				s.unread, s.first = true, false
+				return true, nil
+			}
+			b.starts = append(b.starts, int32(s.pos))
+			b.ends = append(b.ends, int32(s.pos+end))
+			s.pos += end
+			s.unread, s.first = false, false
+			continue
 		}
 		end, err := s.valueEnd()
 		if err != nil {
 			return false, err
 		}
-		b.raw = append(b.raw, s.buf[s.pos:end]...)
-		b.ends = append(b.ends, int32(len(b.raw)))
+		b.raw = s.buf
+		b.starts = append(b.starts, int32(s.pos))
+		b.ends = append(b.ends, int32(end))
 		s.pos = end
+		s.unread, s.first = false, false
 	}
 	return true, nil
+}
+
+// localSpace moves past white space in the bytes already read; false when
+// they end before anything else.
+func (s *scanner) localSpace() bool {
+	for s.pos < len(s.buf) {
+		switch s.buf[s.pos] {
+		case ' ', '\n', '\r', '\t':
+			s.pos++
+			continue
+		}
+		return true
+	}
+	return false
 }
 
 // trailer checks what follows the events: more top-level members (state,

@@ -3,6 +3,7 @@ package lctl_test
 import (
 	"bytes"
 	"errors"
+	"io"
 	"reflect"
 	"strings"
 	"testing"
@@ -13,10 +14,30 @@ import (
 
 // streamAll reads a file with Stream and returns its header and events.
 func streamAll(t *testing.T, raw []byte, opts lctl.StreamOptions) (*lctl.StreamHeader, []lctl.StreamEvent, error) {
+	return streamAllFrom(t, bytes.NewReader(raw), opts)
+}
+
+// chunkReader reads at most n bytes at a time, so the stream refills its
+// buffer in the middle of events.
+type chunkReader struct {
+	raw []byte
+	n   int
+}
+
+func (r *chunkReader) Read(p []byte) (int, error) {
+	if len(r.raw) == 0 {
+		return 0, io.EOF
+	}
+	k := copy(p[:min(len(p), r.n)], r.raw)
+	r.raw = r.raw[k:]
+	return k, nil
+}
+
+func streamAllFrom(t *testing.T, r io.Reader, opts lctl.StreamOptions) (*lctl.StreamHeader, []lctl.StreamEvent, error) {
 	t.Helper()
 	var h *lctl.StreamHeader
 	var events []lctl.StreamEvent
-	err := lctl.Stream(bytes.NewReader(raw), opts, func(sh *lctl.StreamHeader) error {
+	err := lctl.Stream(r, opts, func(sh *lctl.StreamHeader) error {
 		h = sh
 		return nil
 	}, func(e *lctl.StreamEvent) error {
@@ -31,7 +52,7 @@ func streamAll(t *testing.T, raw []byte, opts lctl.StreamOptions) (*lctl.StreamH
 // writes, on one core and on several.
 func TestStreamMatchesDecode(t *testing.T) {
 	var gen bytes.Buffer
-	if err := lctltest.WriteWorkflow(&gen, "wf", 5000, lctltest.WorkflowOptions{Seal: true}); err != nil {
+	if err := lctltest.WriteWorkflow(&gen, "wf", 12000, lctltest.WorkflowOptions{Seal: true}); err != nil {
 		t.Fatal(err)
 	}
 	var enc bytes.Buffer
@@ -44,7 +65,7 @@ func TestStreamMatchesDecode(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, workers := range []int{1, 3} {
-			h, got, err := streamAll(t, raw, lctl.StreamOptions{Workers: workers, Hash: true})
+			h, got, err := streamAllFrom(t, &chunkReader{raw: raw, n: 7777 * workers}, lctl.StreamOptions{Workers: workers, Hash: true})
 			if err != nil {
 				t.Fatalf("%s: %v", name, err)
 			}
