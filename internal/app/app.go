@@ -300,6 +300,10 @@ func Start(ctx context.Context, cfg Config, targets []string, log *slog.Logger, 
 	if srv, ok := servers[TargetExecutor]; ok {
 		cfg.Orchestrator.ExecutorAddr = srv.Addr()
 	}
+	if srv, ok := servers[TargetOrchestrator]; ok && cfg.Tracer.OrchestratorAddr == "" {
+		// The debugger's Cancel goes to the orchestrator of the same process.
+		cfg.Tracer.OrchestratorAddr = srv.Addr()
+	}
 	cfg.Orchestrator.Replicas, cfg.Validator.Replicas = cfg.Replicas, cfg.Replicas
 	cfg.Executor.Replicas, cfg.Tracer.Replicas = cfg.Replicas, cfg.Replicas
 	cfg.Orchestrator.Redact, cfg.Executor.Redact, cfg.Validator.Redact = cfg.Redact, cfg.Redact, cfg.Redact

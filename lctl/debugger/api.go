@@ -15,12 +15,14 @@ import (
 
 // infoResponse is /api/info.
 type infoResponse struct {
-	Mode      string     `json:"mode"`
-	Title     string     `json:"title"`
-	Chains    int        `json:"chains"`
-	Approvals bool       `json:"approvals"`
-	Auth      bool       `json:"auth"`
-	Live      bool       `json:"live"`
+	Mode      string `json:"mode"`
+	Title     string `json:"title"`
+	Chains    int    `json:"chains"`
+	Approvals bool   `json:"approvals"`
+	Auth      bool   `json:"auth"`
+	Live      bool   `json:"live"`
+	// CanCancel: the caller may cancel runs here (the Cancel button).
+	CanCancel bool       `json:"can_cancel"`
 	LoadError *LoadError `json:"load_error"`
 }
 
@@ -32,7 +34,7 @@ func (h *Handler) info(_ http.ResponseWriter, r *http.Request) (any, error) {
 	resp := infoResponse{
 		Mode: h.opts.Source.Mode(), Title: h.opts.Title, Chains: len(list),
 		Approvals: h.opts.Approvals != nil, Auth: h.opts.Authorize != nil,
-		Live: h.opts.Source.Mode() == "cluster",
+		Live: h.opts.Source.Mode() == "cluster", CanCancel: h.canCancel(r),
 	}
 	if len(h.opts.LoadErrors) > 0 {
 		le := h.opts.LoadErrors[0]

@@ -41,6 +41,9 @@ type Options struct {
 	// Approvals lists and decides approvals; nil: none (file mode, or a
 	// tracer without a validator).
 	Approvals Approvals
+	// Runs cancels runs; nil: no Cancel (file mode, or a tracer without
+	// an orchestrator).
+	Runs Runs
 	// Authorize, when set, is asked before every API call with the action
 	// ("read" or "approve"); an error refuses the request (ErrUnauthenticated
 	// → 401, anything else → 403). nil lets everyone in.
@@ -126,6 +129,7 @@ func New(opts Options) (*Handler, error) {
 	h.api(mux, http.MethodGet, "/api/diff", ActionRead, h.diff)
 	h.api(mux, http.MethodGet, "/api/approvals", ActionRead, h.approvals)
 	h.api(mux, http.MethodPost, "/api/approvals/decide", ActionApprove, h.decide)
+	h.api(mux, http.MethodPost, "/api/runs/cancel", ActionCancel, h.cancelRun)
 	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, codeNotFound, "no such API: "+r.URL.Path)
 	})

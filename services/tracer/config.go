@@ -34,6 +34,9 @@ type Config struct {
 	// visual debugger to list and decide approvals ("": no approvals in
 	// the UI).
 	ValidatorAddr string
+	// OrchestratorAddr is the orchestrator's gRPC address, used only by
+	// the debugger's Cancel (dialled with ValidatorDial's options).
+	OrchestratorAddr string
 	// UIAuthorize, when set, is asked before every debugger API call
 	// (debugger.Options.Authorize; DebuggerAuthorizer builds one from an
 	// authenticator). Set by the application, not by a flag; nil leaves
@@ -63,6 +66,7 @@ func (c *Config) snapshotEvery() int {
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.DataDir, "tracer-data", "xct-data/tracer", "directory where the tracer stores materialized chains")
 	fs.StringVar(&c.HTTPListen, "tracer-http-listen", DefaultHTTPListen, "tracer HTTP listen address for the visual debugger and OTLP/HTTP (empty: none)")
+	fs.StringVar(&c.OrchestratorAddr, "tracer-orchestrator-addr", "", "orchestrator gRPC address the visual debugger cancels runs through (empty: no Cancel in the UI)")
 	fs.StringVar(&c.ValidatorAddr, "tracer-validator-addr", "", "validator gRPC address the visual debugger lists and decides approvals through (empty: no approvals in the UI)")
 	fs.IntVar(&c.SnapshotEvery, "tracer-snapshot-every", lctl.DefaultSnapshotEvery, "events between two snapshots of a chain's state (replay to any seq costs at most this many events; negative: no snapshots)")
 	c.OTLP.RegisterFlags(fs)

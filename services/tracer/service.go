@@ -89,6 +89,8 @@ type Service struct {
 	// Config.ValidatorAddr).
 	ui        *debugger.Handler
 	validator *grpc.ClientConn
+	// orchestrator is the debugger's connection for Cancel (ui.go).
+	orchestrator *grpc.ClientConn
 }
 
 // New builds a tracer that reads the stream on nc and keeps chains under

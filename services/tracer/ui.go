@@ -31,6 +31,14 @@ func (s *Service) mountUI(mux *http.ServeMux) error {
 		s.validator = conn
 		opts.Approvals = debugger.ValidatorApprovals{Client: xctv1.NewValidatorServiceClient(conn)}
 	}
+	if s.cfg.OrchestratorAddr != "" {
+		conn, err := grpcx.Dial(s.cfg.OrchestratorAddr, s.cfg.ValidatorDial...)
+		if err != nil {
+			return fmt.Errorf("debugger: orchestrator: %w", err)
+		}
+		s.orchestrator = conn
+		opts.Runs = debugger.OrchestratorRuns{Client: xctv1.NewOrchestratorServiceClient(conn)}
+	}
 	h, err := debugger.New(opts)
 	if err != nil {
 		return err
@@ -53,6 +61,10 @@ func (s *Service) closeUI() {
 	if s.validator != nil {
 		_ = s.validator.Close()
 		s.validator = nil
+	}
+	if s.orchestrator != nil {
+		_ = s.orchestrator.Close()
+		s.orchestrator = nil
 	}
 }
 

@@ -25,6 +25,9 @@ func DebuggerAuthorizer(a *auth.Authenticator) func(*http.Request, string) error
 		if action == debugger.ActionApprove && !p.Has(auth.RoleApprover) {
 			return fmt.Errorf("%w: %s does not have the approver role", debugger.ErrPermissionDenied, p.Name)
 		}
+		if action == debugger.ActionCancel && !p.Has(auth.RoleOperator) && !p.Has(auth.RoleSubmitter) && !p.Has(auth.RoleAdmin) {
+			return fmt.Errorf("%w: %s may not cancel runs (needs the operator role, or submitter for its own runs)", debugger.ErrPermissionDenied, p.Name)
+		}
 		return nil
 	}
 }

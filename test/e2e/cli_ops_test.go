@@ -378,3 +378,59 @@ steps:
 	b.Until(t, "the refusal", `document.body.innerText.includes('already used or has expired')`)
 	b.Clean(t, "401")
 }
+
+// The debugger's Cancel button: offered to a principal who may cancel
+// (carol, an operator), not to an auditor (dave); cancelling there ends
+// the run as xct cancel does.
+func TestDebuggerCancelButton(t *testing.T) {
+	d := startDev(t, "--policy", "../../examples/policies/config-approval.yaml")
+	script := `name: needs-approval
+steps:
+  - next_step:
+      tool: fs.write
+      arguments: {path: config/app.yaml, content: "x: 1\n"}
+      goal: change the config
+  - done: true
+    message: changed
+`
+	if err := os.WriteFile(filepath.Join(d.dataDir, "scripts", "approve.yaml"), []byte(script), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"XCT_DATA_DIR=" + d.dataDir}
+	r := d.cli(t, "", env, "run", "--model", "scripted:approve.yaml", "--goal", "g", "--detach")
+	r.want(t, "run --detach", 0)
+	runID := strings.TrimSpace(r.out)
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(d.cli(t, "", env, "approvals", "--run", runID).out, "state         pending") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no pending approval for %s", runID)
+		}
+	}
+	link := func(who string) string {
+		r := d.cli(t, "", env, "debug", runID, "--as", who)
+		r.want(t, "debug as "+who, 0)
+		return regexp.MustCompile(`http://\S+/login\?code=\S+`).FindString(r.out)
+	}
+	b := browser.New(t, 2*time.Minute)
+
+	b.Do(t, "open the chain as dave", chromedp.Navigate(link("dave")))
+	b.Until(t, "the chain as dave", `!!document.querySelector('#chain-id') && document.querySelectorAll('g.node').length > 0`)
+	if n := browser.Eval[int](t, b, `document.querySelectorAll('#cancel-run').length`); n != 0 {
+		t.Fatal("an auditor is offered Cancel")
+	}
+
+	b.Do(t, "open the chain as carol", chromedp.Navigate(link("carol")))
+	b.Until(t, "the Cancel button", `!!document.querySelector('#cancel-run')`)
+	b.Do(t, "cancel", chromedp.Click(chromedp.CSS("#cancel-run")))
+	typeInto(t, b, "#cancel-reason", "wrong ticket")
+	b.Do(t, "confirm", chromedp.Click(chromedp.CSS("#cancel-confirm")))
+	b.Until(t, "the cancellation", `!!document.querySelector('#cancel-result')`)
+	b.Clean(t)
+
+	for !strings.Contains(d.cli(t, "", env, "show", runID).out, "status     cancelled") {
+		if time.Now().After(deadline) {
+			t.Fatalf("run %s not cancelled:\n%s", runID, d.cli(t, "", env, "show", runID).out)
+		}
+	}
+	d.cli(t, "", env, "show", runID).want(t, "show", 0, "cancelled by carol: wrong ticket")
+}

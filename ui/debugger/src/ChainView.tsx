@@ -9,6 +9,7 @@ import { EventList } from './EventList';
 import { FlowChart } from './Flow';
 import { fmtCost, fmtInt, fmtMs } from './fmt';
 import { ConfidenceView, PerfView } from './Insights';
+import { CancelRun } from './CancelRun';
 import { replaceSeq } from './route';
 import { StatePanel } from './StatePanel';
 
@@ -25,7 +26,7 @@ function isTyping(t: EventTarget | null): boolean {
   return tag === 'input' || tag === 'textarea' || tag === 'select' || el.isContentEditable;
 }
 
-export function ChainView({ id, seq: wanted }: { id: string; seq?: number }) {
+export function ChainView({ id, seq: wanted, canCancel }: { id: string; seq?: number; canCancel?: boolean }) {
   const [detail, setDetail] = useState<ChainDetail | null>(null);
   const [err, setErr] = useState<unknown>(null);
   const [seq, setSeqRaw] = useState<number>(wanted ?? 0);
@@ -266,6 +267,7 @@ export function ChainView({ id, seq: wanted }: { id: string; seq?: number }) {
             )}
           </dd>
         </dl>
+        {canCancel && detail.live ? <CancelRun id={detail.id} status={detail.status ?? ""} /> : null}
         {detail.live ? (
           <p class={'live live-' + live} role="status" id="live-status">
             {live === 'open' ? (

@@ -12,6 +12,8 @@ export interface Info {
   approvals: boolean;
   auth: boolean;
   live?: boolean;
+  /** can_cancel: the caller may cancel runs here (cluster with an orchestrator). */
+  can_cancel?: boolean;
   load_error: null | { file: string; message: string };
 }
 
@@ -421,6 +423,29 @@ export async function decide(runId: string, step: number, approve: boolean, reas
       headers,
       credentials: 'same-origin',
       body: JSON.stringify(approver ? { run_id: runId, step, approve, reason, approver } : { run_id: runId, step, approve, reason }),
+    });
+  } catch {
+    throw new ApiError(0, 'UNAVAILABLE', 'cannot reach the debugger server');
+  }
+  return decode(res);
+}
+
+/** cancelRun cancels a running run through the server, as the caller. */
+export async function cancelRun(runId: string, reason: string): Promise<{ run_id: string; cancelled: boolean }> {
+  const headers: Record<string, string> = {
+    'Content-Type': 'application/json',
+    Accept: 'application/json',
+    'X-XCT-CSRF': '1',
+  };
+  const t = token();
+  if (t) headers['Authorization'] = 'Bearer ' + t;
+  let res: Response;
+  try {
+    res = await fetch('api/runs/cancel', {
+      method: 'POST',
+      headers,
+      credentials: 'same-origin',
+      body: JSON.stringify({ run_id: runId, reason }),
     });
   } catch {
     throw new ApiError(0, 'UNAVAILABLE', 'cannot reach the debugger server');

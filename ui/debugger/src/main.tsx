@@ -114,7 +114,7 @@ function App() {
         body = <ChainListView initial={route.q} />;
         break;
       case 'chain':
-        body = <ChainView key={route.id} id={route.id} seq={route.seq} />;
+        body = <ChainView key={route.id} id={route.id} seq={route.seq} canCancel={!!info.can_cancel} />;
         break;
       case 'diff':
         body = <DiffView a={route.a} b={route.b} />;
