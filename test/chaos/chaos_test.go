@@ -114,6 +114,7 @@ func finish(t *testing.T, rep *report) {
 		t.Log("in doubt (expected, visible): " + d)
 	}
 	fmt.Println(rep.line())
+	fmt.Printf("chaos %s: steps by outcome on the chain %v\n", rep.phase, rep.outcomes)
 	if rep.failed() {
 		t.Errorf("%s\nreproduce with the same seed: see docs/chaos.md", rep.line())
 	}

@@ -16,6 +16,7 @@ import (
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/wire"
 	"github.com/xct-dev/xct/lctl"
+	"github.com/xct-dev/xct/lctl/checkpoint"
 )
 
 // report is one phase's (or the whole suite's) figures.
@@ -36,7 +37,8 @@ type report struct {
 	unverified int // chains failing verification
 	stuck      int // runs neither ended nor visibly waiting in doubt
 	findings   []string
-	doubts     []string // why runs ended or wait in doubt (not failures)
+	doubts     []string       // why runs ended or wait in doubt (not failures)
+	outcomes   map[string]int // steps by their last outcome on the chain
 }
 
 func (r *report) add(o *report) {
@@ -60,6 +62,12 @@ func (r *report) add(o *report) {
 	}
 	r.findings = append(r.findings, o.findings...)
 	r.doubts = append(r.doubts, o.doubts...)
+	if r.outcomes == nil {
+		r.outcomes = map[string]int{}
+	}
+	for k, v := range o.outcomes {
+		r.outcomes[k] += v
+	}
 }
 
 // line is the one summary line.
@@ -189,7 +197,11 @@ func (c *cluster) check(ctx context.Context, d *driver, in *injector, rep *repor
 				rep.findf("lost: run %s: event %d sent to the client (hash %.12s) is not on the chain as sent", r.id, seq, hash)
 			}
 		}
+		// The run's last event (signed checkpoints may follow its end).
 		last := chain[len(chain)-1]
+		for i := len(chain) - 1; i > 0 && last.Type == checkpoint.EventType; i-- {
+			last = chain[i-1]
+		}
 		ended := last.Type == lctl.TypeRunFinished
 		if ended {
 			rep.ended++
@@ -278,8 +290,12 @@ func (c *cluster) check(ctx context.Context, d *driver, in *injector, rep *repor
 	}
 
 	// Per step: agreement of the chain, the record and the ledger.
+	rep.outcomes = map[string]int{}
 	for id := range ids {
 		s, rec, n := steps[id], records[id], len(byKey[id])
+		if s != nil {
+			rep.outcomes[s.outcome()]++
+		}
 		if s == nil {
 			rep.lost++
 			rep.findf("lost: an effect no chain knows: %s", describe(id))
@@ -294,7 +310,9 @@ func (c *cluster) check(ctx context.Context, d *driver, in *injector, rep *repor
 			bad = "the chain says success, the record does not"
 		case o == "success" && n == 0:
 			bad = "the chain says success, the tool never acted"
-		case o == "replayed" && (n > 0 || len(byOp[s.op]) == 0):
+		case o == "replayed" && len(byOp[s.op]) == 0:
+			// (an effect under this very step id is fine: the executor
+			// re-ran an idempotent step whose first call had acted)
 			bad = "the tool said it had written the op before, the ledger disagrees"
 		case strings.HasPrefix(o, "failed:") && rec != "FAILED":
 			bad = "the chain says failed, the record does not"
