@@ -19,15 +19,32 @@ type StepTiming struct {
 	Intent   string `json:"intent,omitempty"`
 	Tool     string `json:"tool,omitempty"`
 	// DurationMS is step_end's duration_ms, or the time between the
-	// step's start and end events.
+	// step's start and end events: with the steps inside it.
 	DurationMS float64 `json:"duration_ms"`
-	// Share is the step's part of all steps' time, 0..1.
+	// SelfMS is the step's own time: DurationMS less the steps inside it
+	// (an agent span's model calls, a sub-agent), never below 0. It is
+	// DurationMS for a step with none inside.
+	SelfMS float64 `json:"self_ms"`
+	// ParentSeq is the start seq of the step this one runs inside (an
+	// OpenTelemetry parent span, or the same agent's open step), 0 at the
+	// top.
+	ParentSeq uint64 `json:"parent_seq,omitempty"`
+	// Stream is true for a stream (stream_start to stream_end, spec part
+	// 9), timed like a step.
+	Stream bool `json:"stream,omitempty"`
+	// Tokens are a stream's tokens: stream_end's total_tokens, else the
+	// sum of its chunks'.
+	Tokens int64 `json:"tokens,omitempty"`
+	// Share is the step's own time's part of the total, 0..1.
 	Share float64 `json:"share"`
 	// ToolMS sums the tool calls made during the step.
 	ToolMS float64 `json:"tool_ms"`
 	// Unfinished is true for a step that never ended; its duration runs to
 	// the last event of the chain.
 	Unfinished bool `json:"unfinished,omitempty"`
+	// nested is set for a step inside another step that ended: its time is
+	// already in that one's, so totals leave it out.
+	nested bool
 }
 
 // AgentTime is one agent's part of the time.
@@ -103,20 +120,22 @@ func (b *BottleneckBuilder) Report(chainID string, top int) *BottleneckReport {
 			continue
 		}
 		finished = append(finished, t)
-		r.TotalMS += t.DurationMS
+		if !t.nested {
+			r.TotalMS += t.DurationMS
+		}
 	}
 	agents := map[string]*AgentTime{}
 	for i := range finished {
 		t := &finished[i]
 		if r.TotalMS > 0 {
-			t.Share = t.DurationMS / r.TotalMS
+			t.Share = t.SelfMS / r.TotalMS
 		}
 		a := agents[t.Agent]
 		if a == nil {
 			a = &AgentTime{Agent: t.Agent}
 			agents[t.Agent] = a
 		}
-		a.DurationMS += t.DurationMS
+		a.DurationMS += t.SelfMS
 		a.Steps++
 	}
 	for _, a := range agents {
@@ -131,7 +150,9 @@ func (b *BottleneckBuilder) Report(chainID string, top int) *BottleneckReport {
 		}
 		return r.ByAgent[i].Agent < r.ByAgent[j].Agent
 	})
-	sort.SliceStable(finished, func(i, j int) bool { return finished[i].DurationMS > finished[j].DurationMS })
+	// Slowest by own time: an agent step's model calls are listed for
+	// themselves, not again inside it.
+	sort.SliceStable(finished, func(i, j int) bool { return finished[i].SelfMS > finished[j].SelfMS })
 	r.AllSteps = len(finished)
 	if len(finished) > top {
 		r.Steps = finished[:top]
@@ -203,12 +224,16 @@ func recommend(r *BottleneckReport) string {
 	switch {
 	case len(r.ByAgent) == 1:
 		s := r.Steps[0]
-		msg = fmt.Sprintf("%s is the only agent; its slowest step (step %d) takes %s of the time.", top.Agent, s.Step, percent(s.Share))
+		what := fmt.Sprintf("step (step %d)", s.Step)
+		if s.Stream {
+			what = fmt.Sprintf("stream (at seq %d)", s.Step)
+		}
+		msg = fmt.Sprintf("%s is the only agent; its slowest %s takes %s of the time.", unnamedAgent(top.Agent), what, percent(s.Share))
 		if len(r.Steps) == 1 || s.Share >= 0.5 {
 			msg += " Consider caching or a faster model for it."
 		}
 	case top.Share >= 0.4:
-		msg = fmt.Sprintf("%s is bottleneck. Consider parallelization.", top.Agent)
+		msg = fmt.Sprintf("%s is bottleneck. Consider parallelization.", unnamedAgent(top.Agent))
 	default:
 		msg = fmt.Sprintf("No single agent dominates: the busiest, %s, takes %s of the time.", top.Agent, percent(top.Share))
 	}
@@ -217,7 +242,7 @@ func recommend(r *BottleneckReport) string {
 	for _, s := range r.Steps {
 		if s.Agent == top.Agent {
 			toolMS += s.ToolMS
-			agentMS += s.DurationMS
+			agentMS += s.SelfMS
 		}
 	}
 	if agentMS > 0 && toolMS/agentMS >= 0.5 {
@@ -249,11 +274,24 @@ type openStep struct {
 	timing StepTiming
 	start  time.Time
 	index  int
+	// parent is the step it runs inside; childMS sums the durations of
+	// the steps inside it that ended; ended is set at its end.
+	parent  *openStep
+	childMS float64
+	ended   bool
+	spanID  string
+	// streamed sums a stream's chunk tokens; reportsTokens is set when
+	// the step's step_end reports tokens.
+	streamed      int64
+	reportsTokens bool
 }
 
 // stepTimer pairs step starts and ends as the events go by.
 type stepTimer struct {
 	out      []StepTiming
+	outSteps []*openStep // out's steps, to tell nested ones at the end
+	bySpan   map[string]*openStep
+	streams  map[string]*openStep // agent -> open stream
 	order    []*openStep
 	byNumber map[int64]*openStep
 	byAgent  map[string][]*openStep
@@ -262,7 +300,8 @@ type stepTimer struct {
 }
 
 func newStepTimer() *stepTimer {
-	return &stepTimer{byNumber: map[int64]*openStep{}, byAgent: map[string][]*openStep{}, current: map[string]*openStep{}}
+	return &stepTimer{byNumber: map[int64]*openStep{}, byAgent: map[string][]*openStep{}, current: map[string]*openStep{},
+		bySpan: map[string]*openStep{}, streams: map[string]*openStep{}}
 }
 
 func (st *stepTimer) add(e *lctl.Event) {
@@ -276,9 +315,14 @@ func (st *stepTimer) add(e *lctl.Event) {
 		o.timing = StepTiming{Agent: e.Agent, Step: int64(e.Seq), StartSeq: e.Seq}
 		o.timing.Intent, _ = e.Data["intent"].(string)
 		o.timing.Tool, _ = e.Data["tool"].(string)
-		if n, ok := intOf(e.Data["step"]); ok {
+		n, numbered := intOf(e.Data["step"])
+		if numbered {
 			o.timing.Step = n
 			st.byNumber[n] = o
+		}
+		o.parent = st.parentOf(e, o, numbered)
+		if o.parent != nil {
+			o.timing.ParentSeq = o.parent.timing.StartSeq
 		}
 		st.byAgent[e.Agent] = append(st.byAgent[e.Agent], o)
 		st.current[e.Agent] = o
@@ -326,8 +370,10 @@ func (st *stepTimer) add(e *lctl.Event) {
 		} else if !t.IsZero() && !o.start.IsZero() {
 			o.timing.DurationMS = float64(t.Sub(o.start).Microseconds()) / 1000
 		}
-		st.order[o.index] = nil
-		st.out = append(st.out, o.timing)
+		_, o.reportsTokens = e.Data["tokens"].(map[string]any)
+		st.end(o)
+	case lctl.TypeStreamStart, lctl.TypeStreamChunk, lctl.TypeStreamEnd:
+		st.stream(e, t) // stream.go
 	}
 }
 
@@ -335,6 +381,9 @@ func (st *stepTimer) add(e *lctl.Event) {
 // unfinished ones, timed to the last event.
 func (st *stepTimer) finish() []StepTiming {
 	out := st.out
+	for i, o := range st.outSteps {
+		out[i].nested = o.insideEnded()
+	}
 	for _, o := range st.order {
 		if o == nil {
 			continue
@@ -343,7 +392,17 @@ func (st *stepTimer) finish() []StepTiming {
 		if !st.lastTime.IsZero() && !o.start.IsZero() {
 			o.timing.DurationMS = float64(st.lastTime.Sub(o.start).Microseconds()) / 1000
 		}
+		o.timing.SelfMS = max(0, o.timing.DurationMS-o.childMS)
 		out = append(out, o.timing)
 	}
 	return out
+}
+
+// unnamedAgent names an agent in a sentence; events without one are "the
+// unnamed agent".
+func unnamedAgent(a string) string {
+	if a == "" {
+		return "The unnamed agent"
+	}
+	return a
 }

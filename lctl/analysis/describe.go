@@ -90,6 +90,9 @@ func Summarize(e *lctl.Event) (subject, detail string) {
 		if m := modelOf(d); m != "" && s("tool") == "" && intent == "" {
 			add("model %s", m)
 		}
+		if p, ok := profileOf(e.Agent, d); ok && p.String() != "" {
+			add("as %s", p) // profile.go
+		}
 	case lctl.TypeStepEnd:
 		if o := s("outcome"); o != "" {
 			add("%s", o)
@@ -110,6 +113,9 @@ func Summarize(e *lctl.Event) (subject, detail string) {
 		}
 		if r := s("reason"); r != "" {
 			add("reason: %s", clip(oneLine(r), 40))
+		}
+		if c := consensusText(d); c != "" {
+			add("%s", c) // profile.go
 		}
 		if len(parts) == 0 && s("text") != "" {
 			add("%s", clip(oneLine(s("text")), 60))

@@ -101,18 +101,29 @@ type Stats struct {
 	// Unpriced lists models with tokens but no price in the table.
 	Unpriced []string `json:"unpriced"`
 	// Agents are the agents that did work (started a step).
-	Agents         []string       `json:"agents"`
-	Errors         int            `json:"errors"`
-	ErrorsByType   map[string]int `json:"errors_by_type"`
-	Facts          int            `json:"facts"`
-	AvgConfidence  *float64       `json:"avg_confidence"`
-	Steps          int            `json:"steps"`
-	ToolCalls      int            `json:"tool_calls"`
-	EventTypes     map[string]int `json:"event_types"`
-	UnknownTypes   int            `json:"unknown_types"`
-	RunStatus      string         `json:"run_status,omitempty"`
-	FirstTimestamp string         `json:"first_timestamp,omitempty"`
-	LastTimestamp  string         `json:"last_timestamp,omitempty"`
+	Agents        []string       `json:"agents"`
+	Errors        int            `json:"errors"`
+	ErrorsByType  map[string]int `json:"errors_by_type"`
+	Facts         int            `json:"facts"`
+	AvgConfidence *float64       `json:"avg_confidence"`
+	Steps         int            `json:"steps"`
+	ToolCalls     int            `json:"tool_calls"`
+	EventTypes    map[string]int `json:"event_types"`
+	UnknownTypes  int            `json:"unknown_types"`
+	RunStatus     string         `json:"run_status,omitempty"`
+	// Profiles are the agents' agent_profile (type, capabilities, model),
+	// the latest of each, in order of their first.
+	Profiles []AgentProfile `json:"agent_profiles"`
+	// Streams counts the streams that ended (stream_start to stream_end);
+	// StreamTokens sums their tokens (total_tokens, else the chunks') and
+	// StreamMS their durations. Tokens of a stream inside a step that
+	// reports its own tokens are in that step's; the others are added to
+	// Tokens.Output, and a stream outside every step to DurationMS.
+	Streams        int     `json:"streams"`
+	StreamTokens   int64   `json:"stream_tokens"`
+	StreamMS       float64 `json:"stream_ms"`
+	FirstTimestamp string  `json:"first_timestamp,omitempty"`
+	LastTimestamp  string  `json:"last_timestamp,omitempty"`
 }
 
 // ModelCost is the tokens of one model and what they cost.
@@ -160,6 +171,7 @@ type StatsBuilder struct {
 	first, last *lctl.Event // the first and the last event with a time
 	steps       *stepTimer
 	cost        *tokenPricer
+	profiles    profileTracker
 }
 
 // NewStatsBuilder returns a builder before the first event; prices may be
@@ -186,6 +198,7 @@ func (b *StatsBuilder) Add(e *lctl.Event) {
 	}
 	b.steps.add(e)
 	b.cost.add(e)
+	b.profiles.add(e)
 }
 
 // Stats is the summary of the events added.
@@ -207,6 +220,7 @@ func (b *StatsBuilder) Stats() *Stats {
 		Unpriced:     []string{},
 		CostByModel:  []ModelCost{},
 		CostByAgent:  []AgentCost{},
+		Profiles:     append([]AgentProfile{}, b.profiles.list...),
 	}
 	if s.Run != nil {
 		st.RunStatus = s.Run.Status
@@ -243,10 +257,18 @@ func (b *StatsBuilder) Stats() *Stats {
 	}
 	steps := b.steps.finish()
 	for _, t := range steps {
-		if !t.Unfinished {
+		if !t.Unfinished && !t.nested { // a nested step's time is in its parent's
 			st.DurationMS += t.DurationMS
 		}
+		if t.Stream && !t.Unfinished {
+			st.Streams++
+			st.StreamTokens += t.Tokens
+			st.StreamMS += t.DurationMS
+		}
 	}
+	// Streamed tokens no step reported are output tokens.
+	st.Tokens.Output += b.steps.unreportedStreamTokens()
+	st.TotalTokens = st.Tokens.Input + st.Tokens.Output
 	switch {
 	case st.DurationMS > 0:
 		st.DurationSource = "steps"

@@ -201,7 +201,19 @@ func runStats(ctx context.Context, c *cmdContext) error {
 	}
 	c.out(")\n")
 	if len(st.Agents) > 0 {
-		c.out("Agent names: %s\n", strings.Join(st.Agents, ", "))
+		names := make([]string, len(st.Agents))
+		for i, a := range st.Agents {
+			names[i] = a
+			for _, p := range st.Profiles {
+				if p.Agent == a && p.String() != "" {
+					names[i] += " (" + p.String() + ")"
+				}
+			}
+		}
+		c.out("Agent names: %s\n", strings.Join(names, ", "))
+	}
+	if st.Streams > 0 {
+		c.out("Streams: %d (%s tokens, %s)\n", st.Streams, analysis.FormatCount(st.StreamTokens), durationText(st.StreamMS))
 	}
 	if len(st.ErrorsByType) > 0 {
 		c.out("Errors by type: %s\n", sortedCounts(st.ErrorsByType))
@@ -259,7 +271,17 @@ func runBottleneck(ctx context.Context, c *cmdContext) error {
 	if len(r.Steps) > 0 {
 		c.out("Slowest steps:\n")
 		for i, s := range r.Steps {
-			c.out("%d. %s (step %d): %s (%s)\n", i+1, agentOrDash(s.Agent), s.Step, durationText(s.DurationMS), pct(s.Share))
+			what := "step"
+			if s.Stream {
+				what = "stream at seq"
+			}
+			// A step with steps inside it is ranked by its own time;
+			// its whole duration is said after.
+			whole := ""
+			if s.SelfMS != s.DurationMS {
+				whole = fmt.Sprintf("; %s with what ran inside it", durationText(s.DurationMS))
+			}
+			c.out("%d. %s (%s %d): %s (%s%s)\n", i+1, agentOrDash(s.Agent), what, s.Step, durationText(s.SelfMS), pct(s.Share), whole)
 		}
 	}
 	for _, u := range r.Unfinished {

@@ -21,3 +21,25 @@ func TestGoldenVersionsAndEncoding(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) { golden(t, tc.name, tc.args...) })
 	}
 }
+
+// TestGoldenNestingStreamsOrder: nested steps counted once (an OTel agent
+// span with model spans and a sub-agent inside), streams timed with their
+// tokens, and replay --to-seq on events out of file order saying which
+// were not applied.
+func TestGoldenNestingStreamsOrder(t *testing.T) {
+	otel := "testdata/chains/otel-nested-agents.lctl.json"
+	tests := []struct {
+		name string
+		args []string
+	}{
+		{"stats-otel-nested", []string{"stats", otel}},
+		{"bottleneck-otel-nested", []string{"bottleneck", otel}},
+		{"stats-spec-streaming", []string{"stats", spec + "streaming.lctl.yaml"}},
+		{"bottleneck-spec-streaming", []string{"bottleneck", spec + "streaming.lctl.yaml"}},
+		{"replay-to-seq-reordered", []string{"replay", "--to-seq", "8", bad + "reordered.lctl.json"}},
+		{"replay-to-seq-reordered-json", []string{"replay", "--json", "--to-seq", "8", bad + "reordered.lctl.json"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) { golden(t, tc.name, tc.args...) })
+	}
+}

@@ -120,6 +120,9 @@ func runReplay(ctx context.Context, c *cmdContext) error {
 	for _, p := range d.problems {
 		res.Warnings = append(res.Warnings, p.Message)
 	}
+	if w := notAppliedText(*toSeq, s.EventCount, d.events); w != "" {
+		res.Warnings = append(res.Warnings, w)
+	}
 	if *toSeq != 0 && *withHash {
 		if res.StateHash, err = s.Hash(); err != nil {
 			return err
@@ -264,7 +267,9 @@ func (c *cmdContext) printStateAt(toSeq uint64, sum stateSummary, facts []*analy
 		agent = "none"
 	}
 	c.out("State at seq %d: %d %s, agent=%s\n", toSeq, sum.Facts, plural(sum.Facts, "fact", "facts"), agent)
-	if sum.Seq != toSeq && sum.Events > 0 {
+	if w := notAppliedText(toSeq, sum.Events, events); w != "" {
+		c.out("  (%s)\n", w)
+	} else if sum.Seq != toSeq && sum.Events > 0 {
 		c.out("  (the chain has no event %d; the last event applied is seq %d)\n", toSeq, sum.Seq)
 	}
 	for _, f := range facts {
@@ -365,4 +370,29 @@ func clipText(s string, n int) string {
 		return s
 	}
 	return string(r[:n-1]) + "…"
+}
+
+// notAppliedText says which events of seq at most toSeq a replay to toSeq
+// did not apply because they come later in the file than an event beyond
+// toSeq (replay applies events in file order and stops there); "" when
+// there are none.
+func notAppliedText(toSeq uint64, applied int, events []lctl.Event) string {
+	if toSeq == 0 || applied >= len(events) {
+		return ""
+	}
+	var left []string
+	for i := applied; i < len(events); i++ {
+		if events[i].Seq <= toSeq {
+			left = append(left, fmt.Sprintf("%d (at position %d)", events[i].Seq, i+1))
+		}
+	}
+	if len(left) == 0 {
+		return ""
+	}
+	stop := &events[applied]
+	if len(left) > 5 {
+		left = append(left[:5], fmt.Sprintf("%d more", len(left)-5))
+	}
+	return fmt.Sprintf("events are out of order: replay applies them in file order and stopped at position %d, seq %d, the first beyond %d; %s %s not applied, so this is the state after the first %d events of the file, not after every event up to seq %d",
+		applied+1, stop.Seq, toSeq, plural(len(left), "event", "events")+" "+strings.Join(left, ", "), plural(len(left), "is", "are"), applied, toSeq)
 }
