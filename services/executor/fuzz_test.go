@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -161,5 +162,50 @@ func FuzzHTTPGuard(f *testing.F) {
 				t.Fatalf("%v allowed but %v not", form, a.Unmap())
 			}
 		}
+	})
+}
+
+// FuzzProtectedPaths feeds arbitrary paths to the fs tools that change the
+// workspace and checks that no protected path (.git, hooks, tool config
+// files, a configured one) ever changes, whatever the spelling.
+func FuzzProtectedPaths(f *testing.F) {
+	for _, seed := range []string{
+		".git/config", ".GIT/config", ".git./config", "cfg/config", "subl/.git/config", "sub",
+		".git", "dir/../.git/hooks/x", ".npmrc", "APP/.ENVRC", "app/.envrc", ".xct", "secrets/a", "plain.txt",
+	} {
+		f.Add(seed)
+	}
+	sb, s := protectedFixture(f)
+	guarded := []string{".git", "sub/.git", ".xct", ".npmrc", "app/.envrc"}
+	hashes := func(tb testing.TB) []string {
+		var out []string
+		for _, g := range guarded {
+			h := treeHash(tb, filepath.Join(sb.ws, g))
+			out = append(out, string(h[:]))
+		}
+		return out
+	}
+	want := hashes(f)
+	f.Fuzz(func(t *testing.T, p string) {
+		must(t, os.WriteFile(filepath.Join(sb.ws, "victim.txt"), []byte("v"), 0o644))
+		for _, c := range []struct {
+			tool string
+			args map[string]any
+		}{
+			{"fs.write", map[string]any{"path": p, "content": "fuzz"}},
+			{"fs.move", map[string]any{"from": "victim.txt", "to": p}},
+			{"fs.move", map[string]any{"from": p, "to": "moved"}},
+			{"fs.delete", map[string]any{"path": p, "recursive": true}},
+		} {
+			r := run(t, s, c.tool, c.args)
+			if r.GetError() == nil && (newProtectedPaths([]string{"secrets/", "deploy.key"}).match(p) != "") {
+				t.Fatalf("%s(%q) succeeded on a protected path", c.tool, p)
+			}
+			_ = os.RemoveAll(filepath.Join(sb.ws, "moved"))
+		}
+		if got := hashes(t); !slices.Equal(got, want) {
+			t.Fatalf("a protected path changed after %q", p)
+		}
+		sb.untouched(t)
 	})
 }

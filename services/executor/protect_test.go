@@ -1,0 +1,169 @@
+package executor
+
+import (
+	"context"
+	"crypto/sha256"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/xct-dev/xct/internal/wire"
+)
+
+// protectedFixture is a workspace with a repository, hooks, config files
+// of the tools the executor can run, and a symbolic link to .git.
+func protectedFixture(tb testing.TB) (sandbox, *Service) {
+	tb.Helper()
+	sb := newSandbox(tb)
+	for name, content := range map[string]string{
+		".git/config":           "[core]\n",
+		".git/HEAD":             "ref: refs/heads/main\n",
+		".git/hooks/pre-commit": "#!/bin/sh\n",
+		"sub/.git/config":       "[core]\n",
+		".xct/state":            "x",
+		".npmrc":                "registry=x\n",
+		"app/.envrc":            "export A=1\n",
+		"plain.txt":             "plain",
+		"dir/a.txt":             "a",
+	} {
+		p := filepath.Join(sb.ws, name)
+		must(tb, os.MkdirAll(filepath.Dir(p), 0o755))
+		must(tb, os.WriteFile(p, []byte(content), 0o644))
+	}
+	must(tb, os.Symlink(".git", filepath.Join(sb.ws, "cfg")))
+	must(tb, os.Symlink("sub", filepath.Join(sb.ws, "subl")))
+	cfg, err := ParseToolsConfig("tools.yaml", []byte("fs:\n  protected_paths: [secrets/, deploy.key]\n"))
+	must(tb, err)
+	s, err := New(Config{Workspace: sb.ws, Tools: cfg, MaxOutputBytes: 1 << 20}, nil, nil)
+	must(tb, err)
+	tb.Cleanup(func() { _ = s.Stop(context.Background()) })
+	return sb, s
+}
+
+// treeHash is a digest of every name, mode and content under dir.
+func treeHash(tb testing.TB, dir string) [32]byte {
+	tb.Helper()
+	h := sha256.New()
+	must(tb, filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		fi, err := os.Lstat(p)
+		if err != nil {
+			return err
+		}
+		h.Write([]byte(p + fi.Mode().String()))
+		if fi.Mode().IsRegular() {
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			h.Write(b)
+		}
+		return nil
+	}))
+	var out [32]byte
+	copy(out[:], h.Sum(nil))
+	return out
+}
+
+// TestProtectedPaths: the fs tools refuse every change of a protected
+// path, however it is spelled (case, trailing dots, "..", a symbolic link
+// to it), and of a directory that holds one; other paths are unaffected.
+func TestProtectedPaths(t *testing.T) {
+	sb, s := protectedFixture(t)
+	refused := []struct {
+		tool string
+		args map[string]any
+	}{
+		{"fs.write", map[string]any{"path": ".git/config", "content": "[alias]\n\tst = \"!touch pwned\"\n"}},
+		{"fs.write", map[string]any{"path": ".GIT/config", "content": "x"}},
+		{"fs.write", map[string]any{"path": ".git./config", "content": "x"}},
+		{"fs.write", map[string]any{"path": ".git /config", "content": "x"}},
+		{"fs.write", map[string]any{"path": "dir/../.git/config", "content": "x"}},
+		{"fs.write", map[string]any{"path": "./.git/hooks/pre-commit", "content": "x"}},
+		{"fs.write", map[string]any{"path": ".git/hooks/post-checkout", "content": "x"}},
+		{"fs.write", map[string]any{"path": "sub/.git/config", "content": "x"}},
+		{"fs.write", map[string]any{"path": "cfg/config", "content": "x"}},   // symlink to .git
+		{"fs.write", map[string]any{"path": "subl/.git/config", "content": "x"}},
+		{"fs.write", map[string]any{"path": ".git", "content": "gitdir: /tmp/evil\n"}},
+		{"fs.write", map[string]any{"path": "x/.gitconfig", "content": "x"}},
+		{"fs.write", map[string]any{"path": ".gitmodules", "content": "x"}},
+		{"fs.write", map[string]any{"path": ".npmrc", "content": "x"}},
+		{"fs.write", map[string]any{"path": ".NPMRC", "content": "x"}},
+		{"fs.write", map[string]any{"path": "app/.envrc", "content": "x"}},
+		{"fs.write", map[string]any{"path": ".xct/state", "content": "x"}},
+		{"fs.write", map[string]any{"path": ".husky/pre-commit", "content": "x"}},
+		{"fs.write", map[string]any{"path": "secrets/a", "content": "x"}}, // configured
+		{"fs.write", map[string]any{"path": "k/deploy.key", "content": "x"}},
+		{"fs.delete", map[string]any{"path": ".git", "recursive": true}},
+		{"fs.delete", map[string]any{"path": ".git/hooks/pre-commit"}},
+		{"fs.delete", map[string]any{"path": "sub", "recursive": true}}, // holds sub/.git
+		{"fs.delete", map[string]any{"path": "cfg/HEAD"}},
+		{"fs.move", map[string]any{"from": ".git", "to": "old-git"}},
+		{"fs.move", map[string]any{"from": "plain.txt", "to": ".git/config2"}},
+		{"fs.move", map[string]any{"from": "dir", "to": ".git"}},
+		{"fs.move", map[string]any{"from": "sub", "to": "other"}}, // holds sub/.git
+		{"fs.move", map[string]any{"from": ".npmrc", "to": "npmrc.txt"}},
+	}
+	before := treeHash(t, sb.ws)
+	for _, c := range refused {
+		r := exec(t, s, c.tool, c.args)
+		if codeOf(r) != string(wire.CodePermissionDenied) {
+			t.Errorf("%s %v: %v, want PERMISSION_DENIED", c.tool, c.args, r)
+			continue
+		}
+		if !strings.Contains(r.GetError().GetMessage(), "protected path") {
+			t.Errorf("%s %v: %q does not say why", c.tool, c.args, r.GetError().GetMessage())
+		}
+	}
+	if treeHash(t, sb.ws) != before {
+		t.Fatal("the workspace changed")
+	}
+	sb.untouched(t)
+	// Reading stays allowed, and other paths work as before.
+	if r := exec(t, s, "fs.read", map[string]any{"path": ".git/config"}); codeOf(r) != "" {
+		t.Fatalf("read .git/config: %v", r)
+	}
+	for _, c := range []struct {
+		tool string
+		args map[string]any
+	}{
+		{"fs.write", map[string]any{"path": ".gitignore", "content": "bin/\n"}},
+		{"fs.write", map[string]any{"path": "gitconfig.txt", "content": "x"}},
+		{"fs.write", map[string]any{"path": "my.git/x", "content": "x"}},
+		{"fs.move", map[string]any{"from": "plain.txt", "to": "dir/plain.txt"}},
+		{"fs.delete", map[string]any{"path": "dir", "recursive": true}},
+	} {
+		if r := exec(t, s, c.tool, c.args); codeOf(r) != "" {
+			t.Errorf("%s %v: %v", c.tool, c.args, r)
+		}
+	}
+}
+
+// TestReadHardLinkRefused: a hard link made on the host to a file outside
+// the workspace is not read through the workspace.
+func TestReadHardLinkRefused(t *testing.T) {
+	sb := newSandbox(t)
+	must(t, os.Link(sb.outside, filepath.Join(sb.ws, "hl.txt")))
+	s := newService(t, sb.ws)
+	r := exec(t, s, "fs.read", map[string]any{"path": "hl.txt"})
+	if codeOf(r) != string(wire.CodePermissionDenied) || strings.Contains(r.String(), strings.TrimSpace(secret)) {
+		t.Fatalf("got %v", r)
+	}
+}
+
+func TestProtectedMatch(t *testing.T) {
+	p := newProtectedPaths([]string{"secrets/"})
+	for name, want := range map[string]string{
+		".git": ".git/", ".git/config": ".git/", "a/.Git/hooks/x": ".git/", ".git.": ".git/", `a\.git\config`: ".git/",
+		".npmrc": ".npmrc", "a/b/.npmrc": ".npmrc", ".npmrc::$DATA": ".npmrc", "secrets/x": "secrets/", "SECRETS": "secrets/",
+		"a.txt": "", ".gitignore": "", "git/config": "", ".npmrc/x": "", "x.git/y": "",
+	} {
+		if got := p.match(name); got != want {
+			t.Errorf("match(%q) = %q, want %q", name, got, want)
+		}
+	}
+}
