@@ -86,7 +86,7 @@ func TestProtectedPaths(t *testing.T) {
 		{"fs.write", map[string]any{"path": "./.git/hooks/pre-commit", "content": "x"}},
 		{"fs.write", map[string]any{"path": ".git/hooks/post-checkout", "content": "x"}},
 		{"fs.write", map[string]any{"path": "sub/.git/config", "content": "x"}},
-		{"fs.write", map[string]any{"path": "cfg/config", "content": "x"}},   // symlink to .git
+		{"fs.write", map[string]any{"path": "cfg/config", "content": "x"}}, // symlink to .git
 		{"fs.write", map[string]any{"path": "subl/.git/config", "content": "x"}},
 		{"fs.write", map[string]any{"path": ".git", "content": "gitdir: /tmp/evil\n"}},
 		{"fs.write", map[string]any{"path": "x/.gitconfig", "content": "x"}},
