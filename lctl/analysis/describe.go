@@ -20,6 +20,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/xct-dev/xct/lctl"
+	"github.com/xct-dev/xct/lctl/checkpoint"
 )
 
 // Line renders an event the way `lctl replay` prints it, as the spec does:
@@ -223,6 +224,14 @@ func Summarize(e *lctl.Event) (subject, detail string) {
 		}
 		if n, ok := intOf(d["steps"]); ok {
 			add("%d %s", n, plural(int(n), "step", "steps"))
+		}
+	case checkpoint.EventType:
+		// What it claims; lctl verify --key checks it.
+		if n, ok := intOf(d["seq"]); ok {
+			add("signs seq 1 to %d", n)
+		}
+		if k := s("key"); k != "" {
+			add("key %s", k)
 		}
 	default:
 		// A type this reader does not know: kept, and shown as it is.

@@ -120,3 +120,10 @@ func TestStreamsCountTokensAndTime(t *testing.T) {
 		t.Fatalf("duration %v", st.DurationMS)
 	}
 }
+
+func TestLineOfSignedCheckpoint(t *testing.T) {
+	e := lctl.Event{Seq: 38, Type: "signed_checkpoint", Agent: "orchestrator", Data: map[string]any{"seq": 37.0, "key": "xct-dev", "note": "…", "head_hash": "ab"}}
+	if got, want := analysis.Line(&e), "[38] orchestrator: signed_checkpoint (signs seq 1 to 37, key xct-dev)"; got != want {
+		t.Fatalf("%q, want %q", got, want)
+	}
+}
