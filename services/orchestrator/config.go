@@ -26,6 +26,9 @@ type Config struct {
 	// is refused with INVALID_ARGUMENT (bounds.go).
 	MaxStepsLimit       int
 	MaxStepsLimitByRole map[string]int
+	// MaxWatches is how many WatchRun streams one principal may hold open
+	// on this orchestrator (default 64; watch.go).
+	MaxWatches int
 	// RepairBudget is how many invalid model outputs in a row end a run.
 	RepairBudget int
 	// ProposeTimeout bounds one model call.
@@ -70,6 +73,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxSteps, "max-steps", 50, "default step budget of a run")
 	fs.IntVar(&c.MaxStepsLimit, "max-steps-limit", DefaultMaxStepsLimit, "largest max_steps a run may ask for (see also --max-steps-limit-role)")
 	fs.Func("max-steps-limit-role", "ROLE=N: the largest max_steps for principals holding ROLE (repeatable, comma-separated)", c.parseRoleLimits)
+	fs.IntVar(&c.MaxWatches, "max-watches", DefaultMaxWatches, "WatchRun streams one principal may hold open on this orchestrator")
 	fs.IntVar(&c.RepairBudget, "repair-budget", 3, "invalid model outputs in a row that end a run")
 	fs.DurationVar(&c.ProposeTimeout, "propose-timeout", 2*time.Minute, "deadline of one model call")
 	fs.DurationVar(&c.CallTimeout, "call-timeout", 2*time.Minute, "deadline of one validator or executor call")
@@ -107,6 +111,12 @@ func (c *Config) Validate() error {
 		c.MaxSteps = 50
 	}
 	errs = append(errs, c.checkStepLimits()...)
+	if c.MaxWatches < 0 {
+		errs = append(errs, fmt.Errorf("-max-watches must not be negative"))
+	}
+	if c.MaxWatches == 0 {
+		c.MaxWatches = DefaultMaxWatches
+	}
 	if c.RepairBudget == 0 {
 		c.RepairBudget = 3
 	}

@@ -28,7 +28,6 @@ import (
 	"github.com/xct-dev/xct/internal/grpcx"
 	"github.com/xct-dev/xct/internal/redact"
 	"github.com/xct-dev/xct/lctl"
-	"github.com/xct-dev/xct/lctl/lctlpb"
 )
 
 // Service is the orchestrator.
@@ -69,6 +68,9 @@ type Service struct {
 	background               sync.WaitGroup
 	closing                  chan struct{}
 	closeOnce                sync.Once
+
+	// watches share one follower per watched run (watch.go).
+	watches *watches
 }
 
 // Option customizes a Service.
@@ -88,6 +90,9 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger, opts ...Option) (*Service,
 	}
 	s := &Service{cfg: cfg, nc: nc, log: log, funcs: map[string]Proposer{}, runs: newRunIndex(), active: map[string]*run{},
 		claiming: map[string]bool{}, instance: cfg.Instance, closing: make(chan struct{})}
+	s.watches = newWatches(func(ctx context.Context, runID string, fn func(lctl.Event) error) error {
+		return s.events.Follow(ctx, runID, eventlog.FollowOptions{}, fn)
+	})
 	if s.instance == "" {
 		s.instance = newInstance()
 	}
@@ -479,48 +484,7 @@ func (s *Service) CancelRun(ctx context.Context, req *xctv1.CancelRunRequest) (*
 
 // WatchRun implements OrchestratorService.
 func (s *Service) WatchRun(req *xctv1.WatchRunRequest, stream grpc.ServerStreamingServer[xctv1.WatchRunResponse]) error {
-	ctx := stream.Context()
-	if _, err := s.lookup(ctx, req.GetRunId()); err != nil {
-		return toStatus(err)
-	}
-	// A stopping orchestrator ends its streams once its runs are handed
-	// over; the client watches again from where it was, elsewhere.
-	fctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go func() {
-		select {
-		case <-s.closing:
-			cancel()
-		case <-fctx.Done():
-		}
-	}()
-	sent := req.GetFromSeq()
-	err := s.events.Follow(fctx, req.GetRunId(), eventlog.FollowOptions{}, func(e lctl.Event) error {
-		if e.Seq >= req.GetFromSeq() {
-			sent = e.Seq + 1
-			pe, err := lctlpb.ToProto(&e)
-			if err != nil {
-				return err
-			}
-			if err := stream.Send(&xctv1.WatchRunResponse{Event: pe}); err != nil {
-				return err
-			}
-		}
-		if e.Type == lctl.TypeRunFinished {
-			return eventlog.ErrStop
-		}
-		return nil
-	})
-	if err != nil {
-		if ctx.Err() != nil {
-			return status.FromContextError(ctx.Err()).Err()
-		}
-		if fctx.Err() != nil {
-			return status.Errorf(codes.Unavailable, "orchestrator %s is stopping: watch run %s again from seq %d", s.instance, req.GetRunId(), sent)
-		}
-		return toStatus(err)
-	}
-	return nil
+	return s.watchRun(req, stream) // watch.go
 }
 
 // toStatus maps errors to gRPC status codes at the RPC boundary.

@@ -35,6 +35,7 @@ type bindCluster struct {
 	scripts   string
 	key       *verdict.Signer
 	keyRaw    []byte
+	natsURL   string
 }
 
 type bindOption func(*app.Config, *app.Options)
@@ -64,6 +65,7 @@ func startBindCluster(t *testing.T, opts ...bindOption) *bindCluster {
 	}
 	var cfg app.Config
 	cfg.NATSURL = ns.ClientURL()
+	c.natsURL = ns.ClientURL()
 	cfg.Replicas = 1
 	cfg.OrchestratorListen, cfg.ValidatorListen, cfg.ExecutorListen, cfg.TracerListen = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
 	cfg.Orchestrator.ScriptsDir = c.scripts
