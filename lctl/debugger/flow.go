@@ -108,12 +108,13 @@ type flow struct {
 	nodes    []*flowNode
 	byStep   map[int64]*flowNode  // open XCT steps by number
 	byAgent  map[string]*flowNode // open steps without a number, by agent
+	bySpan   map[string]*flowNode // open steps of OpenTelemetry spans, by span id (spans.go)
 	handoffs []bool               // handoffs[i]: the edge into nodes[i] is a handoff
 	lastStep string               // agent of the latest step node
 }
 
 func newFlow() *flow {
-	return &flow{byStep: map[int64]*flowNode{}, byAgent: map[string]*flowNode{}}
+	return &flow{byStep: map[int64]*flowNode{}, byAgent: map[string]*flowNode{}, bySpan: map[string]*flowNode{}}
 }
 
 // update applies the events past those already consumed.
@@ -130,9 +131,11 @@ func (f *flow) add(e *lctl.Event) {
 		n := f.newNode(e, kindStep)
 		n.open = true
 		n.Status = statusPending
-		n.Label = firstNonEmpty(str(e.Data, "intent"), str(e.Data, "tool"), "step")
+		n.Label = stepLabel(e.Data)
 		n.Tool = str(e.Data, "tool")
-		if hasStep {
+		if span, _ := spanOf(e.Data); span != "" && !hasStep {
+			f.bySpan[span] = n
+		} else if hasStep {
 			s := stepNo
 			n.Step = &s
 			f.byStep[stepNo] = n
@@ -145,18 +148,28 @@ func (f *flow) add(e *lctl.Event) {
 		return
 	}
 	var owner *flowNode
-	if hasStep {
+	bySpan := false
+	switch {
+	case hasStep:
 		owner = f.byStep[stepNo]
-	} else {
-		owner = f.byAgent[e.Agent]
+	default:
+		if owner = f.spanOwner(e); owner != nil {
+			bySpan = true
+		} else {
+			owner = f.byAgent[e.Agent]
+		}
 	}
 	if owner != nil {
 		owner.attach(e)
 		if e.Type == lctl.TypeStepEnd {
 			owner.open = false
-			if hasStep {
+			switch {
+			case hasStep:
 				delete(f.byStep, stepNo)
-			} else {
+			case bySpan:
+				id, _ := spanOf(e.Data)
+				delete(f.bySpan, id)
+			default:
 				delete(f.byAgent, e.Agent)
 			}
 		}

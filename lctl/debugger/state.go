@@ -152,12 +152,19 @@ func lastN[T any](l []T, n int) []T {
 func stepAt(c *Chain, pos int, st *lctl.State) *stepDetail {
 	e := &c.Events[pos]
 	n, numbered := stepNumber(e.Data)
-	if !numbered && e.Type != lctl.TypeStepEnd && e.Type != lctl.TypeStepStart && st.CurrentStep == nil {
+	if _, parent := spanOf(e.Data); !numbered && parent == "" && e.Type != lctl.TypeStepEnd && e.Type != lctl.TypeStepStart && st.CurrentStep == nil {
 		return nil
 	}
-	// Find the step's start, looking back a bounded distance.
+	// Find the step's start, looking back a bounded distance: by span in a
+	// chain from OpenTelemetry (spans.go), else by number or agent.
 	start := -1
-	for i := pos; i >= 0 && pos-i <= maxStepScan; i-- {
+	span := ""
+	if !numbered {
+		if start = spanStart(c, pos); start >= 0 {
+			span, _ = spanOf(c.Events[start].Data)
+		}
+	}
+	for i := pos; start < 0 && i >= 0 && pos-i <= maxStepScan; i-- {
 		x := &c.Events[i]
 		if x.Type != lctl.TypeStepStart {
 			continue
@@ -188,6 +195,10 @@ func stepAt(c *Chain, pos int, st *lctl.State) *stepDetail {
 		x := &c.Events[i]
 		if numbered {
 			if m, ok := stepNumber(x.Data); !ok || m != n {
+				continue
+			}
+		} else if span != "" {
+			if !inSpan(x, span) {
 				continue
 			}
 		} else if x.Agent != first.Agent {

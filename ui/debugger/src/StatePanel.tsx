@@ -51,10 +51,15 @@ function StepDetail({ step }: { step: StepView }) {
   const pd = data(prop);
   const vd = data(step.verdict);
   const reasons = Array.isArray(vd.reasons) ? (vd.reasons as Json[]) : [];
+  // A governed (XCT) step has a number, a verdict or an approval; a step
+  // of another framework (a span converted from OpenTelemetry) has none,
+  // and shows only what its events say.
+  const governed = step.step != null || !!step.verdict || !!step.approval_requested;
+  if (!governed) return <SpanDetail step={step} />;
   return (
     <div class="step" id="state-step">
       <h3>
-        Step {step.step ?? '?'} by {step.agent}
+        Step {step.step ?? ''} by {step.agent}
       </h3>
       <h4>Proposal</h4>
       {prop ? (
@@ -158,6 +163,85 @@ function StepDetail({ step }: { step: StepView }) {
           <Status s="running" /> the step has not ended at this seq
         </p>
       )}
+    </div>
+  );
+}
+
+/** spanName is what a step of another framework is called: the model's
+ * name for a model call, else the span's name, else its intent. */
+function spanName(d: Obj): string {
+  const m = d.model;
+  const model = typeof m === 'string' ? m : m && typeof m === 'object' && !Array.isArray(m) ? String((m as Obj).id ?? '') : '';
+  const o = d.otel && typeof d.otel === 'object' && !Array.isArray(d.otel) ? (d.otel as Obj) : {};
+  const intent = String(d.intent ?? '');
+  if (model && ['llm', 'chat', 'LLM', 'text_completion', 'generate_content'].includes(intent)) return model;
+  return String(o.name ?? '') || intent || model || 'step';
+}
+
+/** SpanDetail shows a step that is not a governed one (no number, no
+ * verdict): what started it, what happened inside it, how it ended. */
+function SpanDetail({ step }: { step: StepView }) {
+  const pd = data(step.proposal);
+  const ed = data(step.end);
+  const m = pd.model;
+  const model = typeof m === 'string' ? m : m && typeof m === 'object' && !Array.isArray(m) ? String((m as Obj).id ?? '') : '';
+  const tok = ed.tokens && typeof ed.tokens === 'object' && !Array.isArray(ed.tokens) ? (ed.tokens as Obj) : null;
+  return (
+    <div class="step" id="state-step">
+      <h3 id="state-step-title">
+        {spanName(pd)} by {step.agent}
+      </h3>
+      <dl class="kv">
+        <dt>Kind</dt>
+        <dd>{String(pd.intent ?? '') || '—'}</dd>
+        {model ? (
+          <>
+            <dt>Model</dt>
+            <dd>{model}</dd>
+          </>
+        ) : null}
+        {pd.input_summary ? (
+          <>
+            <dt>Input</dt>
+            <dd>{String(pd.input_summary)}</dd>
+          </>
+        ) : null}
+        {ed.output_summary ? (
+          <>
+            <dt>Output</dt>
+            <dd>{String(ed.output_summary)}</dd>
+          </>
+        ) : null}
+        {tok ? (
+          <>
+            <dt>Tokens</dt>
+            <dd>
+              in {fmtInt(Number(tok.input ?? 0))} / out {fmtInt(Number(tok.output ?? 0))}
+            </dd>
+          </>
+        ) : null}
+      </dl>
+      {step.result ? (
+        <p>
+          Tool <code>{String(data(step.result).tool ?? '')}</code>: <Status s={String(data(step.result).status ?? 'ok')} /> at seq {step.result.seq}
+        </p>
+      ) : null}
+      {step.error ? (
+        <p>
+          <span aria-hidden="true">✖ </span>
+          <code>{String(data(step.error).code ?? '')}</code> at seq {step.error.seq}: {String(data(step.error).message ?? '')}
+        </p>
+      ) : null}
+      {step.end ? (
+        <p>
+          Ended: <Status s={String(ed.outcome ?? 'unknown')} /> at seq {step.end.seq} after {fmtMs(Number(ed.duration_ms ?? NaN))}
+        </p>
+      ) : (
+        <p>
+          <Status s="running" /> not ended at this seq
+        </p>
+      )}
+      <JsonBlock value={pd as Json} label="Start event data" />
     </div>
   );
 }
