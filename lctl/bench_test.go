@@ -154,3 +154,86 @@ func BenchmarkDecodeFile(b *testing.B) {
 	}
 	b.ReportMetric(100_000*float64(b.N)/b.Elapsed().Seconds(), "events/s")
 }
+
+// workflowLines returns n events of a generated workflow chain as the
+// lines lctltest.WriteWorkflow writes (canonical JSON), and their size.
+func workflowLines(b *testing.B, n int) ([][]byte, int64) {
+	var buf bytes.Buffer
+	if err := lctltest.WriteWorkflow(&buf, "bench", n, lctltest.WorkflowOptions{Seal: true}); err != nil {
+		b.Fatal(err)
+	}
+	var out [][]byte
+	var size int64
+	for _, line := range bytes.Split(buf.Bytes(), []byte("\n")) {
+		line = bytes.TrimSuffix(line, []byte(","))
+		if len(line) == 0 || line[0] != '{' || bytes.HasPrefix(line, []byte(`{"lctl"`)) {
+			continue
+		}
+		out = append(out, line)
+		size += int64(len(line))
+	}
+	return out, size
+}
+
+// BenchmarkFastEvent is the stream's reader on one event at a time, to
+// compare with the JSON libraries measured in tools/jsonbench (the same
+// events, the same result: the event's fields and its data as
+// map[string]any). BenchmarkFastEvent/stdlib is encoding/json on them.
+func BenchmarkFastEvent(b *testing.B) {
+	events, size := workflowLines(b, 100_000)
+	b.Run("lctl", func(b *testing.B) {
+		read := lctl.FastEventReader()
+		b.SetBytes(size / int64(len(events)))
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			if _, err := read(events[i%len(events)]); err != nil {
+				b.Fatal(err)
+			}
+			i++
+		}
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+	})
+	b.Run("stdlib", func(b *testing.B) {
+		b.SetBytes(size / int64(len(events)))
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			if _, err := lctl.DecodeEvent(events[i%len(events)]); err != nil {
+				b.Fatal(err)
+			}
+			i++
+		}
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+	})
+}
+
+// BenchmarkStream reads a generated 100,000-event chain file with Stream
+// (every core, events handed over in order, nothing kept): the decoding
+// rate of every streamed command.
+func BenchmarkStream(b *testing.B) {
+	var buf bytes.Buffer
+	if err := lctltest.WriteWorkflow(&buf, "bench", 100_000, lctltest.WorkflowOptions{Seal: true}); err != nil {
+		b.Fatal(err)
+	}
+	raw := buf.Bytes()
+	for _, skip := range []bool{true, false} {
+		name := "all-fields"
+		if skip {
+			name = "without-hashes"
+		}
+		b.Run(name, func(b *testing.B) {
+			b.SetBytes(int64(len(raw)))
+			b.ReportAllocs()
+			for b.Loop() {
+				n := 0
+				err := lctl.Stream(bytes.NewReader(raw), lctl.StreamOptions{SkipHashes: skip}, func(*lctl.StreamHeader) error { return nil },
+					func(*lctl.StreamEvent) error { n++; return nil })
+				if err != nil || n != 100_000 {
+					b.Fatal(n, err)
+				}
+			}
+			b.ReportMetric(100_000*float64(b.N)/b.Elapsed().Seconds(), "events/s")
+		})
+	}
+}

@@ -46,6 +46,10 @@ type Env struct {
 	// Getenv reads environment variables (LCTL_TRACER, LCTL_PRICES,
 	// NATS_URL); nil reads none.
 	Getenv func(string) string
+	// TuneGC lets a command that streams a chain file set the process's
+	// garbage collector for it (fewer collections, a bound on memory
+	// instead; see streamChain). Only a process that is lctl sets it.
+	TuneGC bool
 }
 
 func (e Env) getenv(k string) string {
