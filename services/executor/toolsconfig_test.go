@@ -176,7 +176,7 @@ func TestParseToolsConfigErrors(t *testing.T) {
 // programs it names are given stand-ins where this machine lacks them.
 func TestExampleToolsConfig(t *testing.T) {
 	bin := t.TempDir()
-	for _, name := range []string{"ls", "git", "uvx"} {
+	for _, name := range []string{"ls", "git", "uvx", "find"} {
 		must(t, os.WriteFile(filepath.Join(bin, name), []byte("#!/bin/sh\n"), 0o755))
 	}
 	t.Setenv("PATH", os.Getenv("PATH")+string(os.PathListSeparator)+bin)

@@ -40,6 +40,15 @@ rules:
     effect: require_approval
     message: tools with irreversible effects need a human's approval
     effects: [irreversible]
+  - id: protected-paths
+    effect: deny
+    message: version control metadata, XCT's state and the configuration files of the programs the executor runs are protected (the executor refuses to change them too)
+    tools: ["fs.*"]
+    effects: [reversible]
+    when: >-
+      [has(args.path) ? string(args.path) : "", has(args.from) ? string(args.from) : "", has(args.to) ? string(args.to) : ""].exists(p,
+      p.lowerAscii().matches(r'(^|[/\\])\.(git|xct|hg|svn|husky|ssh|gnupg|direnv)[. ]*([/\\]|$)') ||
+      p.lowerAscii().matches(r'(^|[/\\])(\.gitconfig|\.gitmodules|\.gitattributes|\.npmrc|\.yarnrc|\.yarnrc\.yml|\.envrc|\.bashrc|\.bash_profile|\.profile|\.zshrc|\.zshenv|\.netrc|\.pypirc|pip\.conf|\.pre-commit-config\.yaml)[. ]*$'))
 `
 
 // DefaultPolicyFile is the name the built-in policy reports in errors and logs.
