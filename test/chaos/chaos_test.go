@@ -18,6 +18,8 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -32,7 +34,24 @@ var (
 	flagFaults      = flag.Int("chaos.faults", 150, "TestChaosLong: faults over both phases")
 	flagSeed        = flag.Int64("chaos.seed", 0, "seed of the fault schedule and the workload (0: TestChaosShort's fixed seed; TestChaosLong: from the clock)")
 	flagConcurrency = flag.Int("chaos.concurrency", 4, "TestChaosLong: runs in flight at once")
+	flagKinds       = flag.String("chaos.kinds", "", "TestChaosLong: only these fault kinds (comma-separated, e.g. sigkill,partition)")
+	flagTargets     = flag.String("chaos.targets", "", "TestChaosLong: only these processes take process faults (comma-separated: executor, validator, tracer, orch-a, orch-b, ledgertool, n1..n3)")
+	flagPhases      = flag.String("chaos.phases", "single,r3", "TestChaosLong: the phases to run (single, r3, or loopback: one node without namespaces)")
 )
+
+// only keeps the kinds named in list (all when list is empty).
+func only(kinds []faultKind, list string) []faultKind {
+	if list == "" {
+		return kinds
+	}
+	var out []faultKind
+	for _, k := range kinds {
+		if slices.Contains(strings.Split(list, ","), string(k)) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
 
 // settleTimeout is how long runs may take to end once the faults are over.
 const settleTimeout = 150 * time.Second
@@ -145,15 +164,32 @@ func TestChaosLong(t *testing.T) {
 	process := []faultKind{faultKill, faultKill, faultTerm, faultTerm, faultStop, faultStop}
 	network := []faultKind{faultPartition, faultPartition, faultSlow}
 	leader := []faultKind{faultLeaderKill, faultLeaderKill, faultLeaderStop, faultLeaderPartition, faultLeaderPartition}
-	phases := []phaseConfig{
-		{name: "single", netns: true, runs: *flagRuns / 2, faults: *flagFaults / 2,
-			kinds: append(append([]faultKind(nil), process...), network...)},
-		{name: "r3", netns: true, r3: true, runs: *flagRuns - *flagRuns/2, faults: *flagFaults - *flagFaults/2,
-			kinds: append(append(append([]faultKind(nil), process...), network...), leader...)},
+	all := []phaseConfig{
+		{name: "single", netns: true, kinds: append(append([]faultKind(nil), process...), network...)},
+		{name: "r3", netns: true, r3: true, kinds: append(append(append([]faultKind(nil), process...), network...), leader...)},
+		{name: "loopback", kinds: process},
+	}
+	var phases []phaseConfig
+	for _, p := range all {
+		if slices.Contains(strings.Split(*flagPhases, ","), p.name) {
+			if p.kinds = only(p.kinds, *flagKinds); len(p.kinds) == 0 {
+				t.Fatalf("phase %s: none of -chaos.kinds=%s applies", p.name, *flagKinds)
+			}
+			phases = append(phases, p)
+		}
+	}
+	if len(phases) == 0 {
+		t.Fatalf("-chaos.phases=%s names no phase (single, r3, loopback)", *flagPhases)
 	}
 	total := &report{phase: "total", seed: seed}
-	for _, p := range phases {
+	for i, p := range phases {
+		// The runs and faults are shared out between the phases.
+		p.runs = *flagRuns/len(phases) + boolInt(i < *flagRuns%len(phases))
+		p.faults = *flagFaults/len(phases) + boolInt(i < *flagFaults%len(phases))
 		p.seed, p.concurrency, p.ops = seed, *flagConcurrency, 3
+		if *flagTargets != "" {
+			p.targets = strings.Split(*flagTargets, ",")
+		}
 		t.Run(p.name, func(t *testing.T) {
 			rep := runPhase(t, p)
 			total.add(rep)
@@ -161,4 +197,11 @@ func TestChaosLong(t *testing.T) {
 		})
 	}
 	finish(t, total)
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -331,7 +331,7 @@ func (c *cluster) check(ctx context.Context, d *driver, in *injector, rep *repor
 		}
 		if n > 1 {
 			rep.duplicates += n - 1
-			rep.findf("duplicate: step id acted %d times: %s; faults near: %s", n, describe(id), in.near(time.UnixMilli(byKey[id][1].At), 10*time.Second))
+			rep.findf("duplicate: step id acted %d times: %s; faults near: %s", n, describe(id), in.near(time.UnixMilli(byKey[id][0].At), 3*time.Second))
 		}
 	}
 	var ops []string
@@ -346,15 +346,16 @@ func (c *cluster) check(ctx context.Context, d *driver, in *injector, rep *repor
 		}
 		rep.duplicates += len(keys) - 1
 		var parts []string
-		var second time.Time
+		var first time.Time
 		for k := range keys {
 			parts = append(parts, describe(k))
-			if at := time.UnixMilli(byKey[k][0].At); second.IsZero() || at.After(second) {
-				second = at
+			if at := time.UnixMilli(byKey[k][0].At); first.IsZero() || at.Before(first) {
+				first = at
 			}
 		}
 		sort.Strings(parts)
-		rep.findf("duplicate: operation %s acted under %d step ids: %s; faults near the last: %s", op, len(keys), strings.Join(parts, "; "), in.near(second, 10*time.Second))
+		rep.findf("duplicate: operation %s acted under %d step ids: %s; faults within 3s of the first effect (%s): %s", op, len(keys), strings.Join(parts, "; "),
+			first.UTC().Format("15:04:05.000"), in.near(first, 3*time.Second))
 	}
 	return nil
 }

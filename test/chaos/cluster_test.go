@@ -68,6 +68,7 @@ type phaseConfig struct {
 	ops         int // operations (tool calls) per run
 	seed        int64
 	kinds       []faultKind
+	targets     []string // processes that take process faults (all when empty)
 }
 
 // member is one process of the cluster, restartable with the same argv

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -115,7 +116,15 @@ func (in *injector) one(ctx context.Context, i int) error {
 	var target *member
 	switch kind {
 	case faultKill, faultTerm, faultStop:
-		all := c.members()
+		var all []*member
+		for _, m := range c.members() {
+			if len(c.cfg.targets) == 0 || slices.Contains(c.cfg.targets, m.name) {
+				all = append(all, m)
+			}
+		}
+		if len(all) == 0 {
+			return fmt.Errorf("no process is named by the targets %v", c.cfg.targets)
+		}
 		target = all[in.rng.IntN(len(all))]
 	case faultLeaderKill, faultLeaderStop, faultLeaderPartition:
 		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)

@@ -24,7 +24,8 @@ import (
 // says happened), as a model does:
 //   - success: the operation is done, the next one follows;
 //   - an error whose suggested_action says to retry (retry_later,
-//     wait_and_retry_later, ...): the same operation again, as a new step;
+//     wait_and_retry_later, ...): the same operation again, as a new step,
+//     after a pause growing with each attempt (0.4 s to 2 s);
 //   - needs_human_decision or finish_with_done: it stops;
 //   - any other error: it gives that operation up and goes on.
 //
@@ -37,11 +38,11 @@ type model struct {
 }
 
 // maxAttempts bounds the retries of one operation.
-const maxAttempts = 12
+const maxAttempts = 20
 
 var retryActions = map[string]bool{"retry_later": true, "wait_and_retry_later": true, "reply_with_one_valid_decision": true}
 
-func (m *model) Propose(_ context.Context, req *xctv1.ProposeRequest) (*xctv1.ProposeResponse, error) {
+func (m *model) Propose(ctx context.Context, req *xctv1.ProposeRequest) (*xctv1.ProposeResponse, error) {
 	op, attempts := 1, 0
 	for _, turn := range req.GetHistory() {
 		var d struct {
@@ -80,19 +81,30 @@ func (m *model) Propose(_ context.Context, req *xctv1.ProposeRequest) (*xctv1.Pr
 	if attempts >= maxAttempts {
 		return done(fmt.Sprintf("gave up on operation %d", op)), nil
 	}
-	h := fnv.New64a()
-	fmt.Fprintf(h, "%d/%s/%d/%d", m.seed, req.GetRunId(), op, attempts)
-	r := h.Sum64()
+	if attempts > 0 {
+		// "retry_later": the model waits before it proposes the operation
+		// again (longer after each failure, at most 2 s).
+		backoff(ctx, attempts)
+	}
+	// The operation decides the tool (a retry is the same operation); the
+	// attempt only how long the tool takes.
 	tool := "ledger.charge"
-	if r%3 == 0 {
+	if hash(m.seed, req.GetRunId(), op)%3 == 0 {
 		tool = "ledger.put"
 	}
+	r := hash(m.seed, req.GetRunId(), op, attempts)
 	out, _ := json.Marshal(map[string]any{"next_step": map[string]any{
 		"tool":      tool,
 		"arguments": map[string]any{"op": fmt.Sprintf("%s/%d", req.GetRunId(), op), "work_ms": (r >> 8) % 400},
 		"goal":      fmt.Sprintf("operation %d", op),
 	}})
 	return &xctv1.ProposeResponse{Output: string(out), Model: "chaos-model"}, nil
+}
+
+func hash(parts ...any) uint64 {
+	h := fnv.New64a()
+	fmt.Fprint(h, parts...)
+	return h.Sum64()
 }
 
 func done(msg string) *xctv1.ProposeResponse {
