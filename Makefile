@@ -127,6 +127,8 @@ bench-step: ## Governed step vs the bare gRPC + JetStream floor, interleaved, wi
 .PHONY: fuzz
 fuzz: ## Fuzz the parsers and guards for 30s each
 	$(GO) test -run='^$$' -fuzz=FuzzParseDecision -fuzztime=30s ./internal/wire
+	$(GO) test -run='^$$' -fuzz=FuzzDepth -fuzztime=30s ./internal/wire
+	$(GO) test -run='^$$' -fuzz=FuzzVerdictCheck -fuzztime=30s ./internal/verdict
 
 .PHONY: generate
 generate: $(BUF) clients-deps ## Regenerate gen/ from proto/ (Go, TypeScript, Python), and the clients' package files

@@ -180,6 +180,10 @@ func FuzzParseDecision(f *testing.F) {
 		`{"done":true,"done":true}`,
 		`{"next_step":{"tool":"a","arguments":{"x":[1,{"y":null}]}}}`,
 		`[]`, `null`, `"str"`, `{`, `{"next_step":{}}`,
+		`{"next_step":{"tool":"a","arguments":{"x":` + strings.Repeat("[", 62) + strings.Repeat("]", 62) + `}}}`,
+		`{"next_step":{"tool":"a","arguments":{"x":` + strings.Repeat("[", 63) + strings.Repeat("]", 63) + `}}}`,
+		`{"next_step":{"tool":"a","arguments":{"x":` + strings.Repeat(`{"a":`, 70) + `1` + strings.Repeat("}", 70) + `}}}`,
+		`{"next_step":{"tool":"a","arguments":{"x":"` + strings.Repeat("[", 200) + `"}}}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -198,8 +202,31 @@ func FuzzParseDecision(f *testing.F) {
 		if d.GetNextStep() != nil && d.GetNextStep().GetTool() == "" {
 			t.Fatal("empty tool accepted")
 		}
+		// The depth limit: accepted arguments never nest deeper than it.
+		if ns := d.GetNextStep(); ns != nil && wire.ValueDepthExceeds(ns.GetArguments().AsMap(), wire.MaxDepth) {
+			t.Fatalf("arguments deeper than %d accepted", wire.MaxDepth)
+		}
 		if _, err := wire.ParseDecision(wire.EncodeDecision(d)); err != nil {
 			t.Fatalf("re-encoded decision does not parse: %v", err)
+		}
+	})
+}
+
+// FuzzDepth: Depth of any JSON text is the nesting of the value it decodes
+// to, and ValueDepthExceeds agrees with it at every limit around it.
+func FuzzDepth(f *testing.F) {
+	for _, s := range []string{`{}`, `[]`, `1`, `"[{"`, `{"a":[1,{"b":"]}\\\""}]}`, `[[[],[[]]]]`, strings.Repeat("[", 100) + strings.Repeat("]", 100)} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		var v any
+		if json.Unmarshal(in, &v) != nil {
+			_ = wire.Depth(in) // never panics on anything
+			return
+		}
+		d := wire.Depth(in)
+		if wire.ValueDepthExceeds(v, d) || (d > 0 && !wire.ValueDepthExceeds(v, d-1)) {
+			t.Fatalf("Depth %d disagrees with the decoded value of %q", d, in)
 		}
 	})
 }
