@@ -1,0 +1,32 @@
+package verdict
+
+import (
+	"testing"
+	"time"
+
+	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+)
+
+// BenchmarkSignAndCheck is what binding adds to a step: one signature at
+// the validator, one check (digest, step id, signature) at the executor.
+func BenchmarkSignAndCheck(b *testing.B) {
+	signer, verifier, err := NewPair(time.Minute)
+	if err != nil {
+		b.Fatal(err)
+	}
+	args := map[string]any{"path": "config/app.yaml", "content": "deployment: green\nreplicas: 3\n"}
+	id := stepID("run", 1, "fs.write", args)
+	digest, _ := ArgumentsDigest(args)
+	step := Step{RunID: "run", StepID: id, Tool: "fs.write", Arguments: args}
+	b.ReportAllocs()
+	for b.Loop() {
+		now := time.Now()
+		sv, err := signer.Sign(&xctv1.VerdictGrant{RunId: "run", Step: 1, StepId: id, Tool: "fs.write", ArgumentsDigest: digest}, now)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := verifier.Check(sv, step, now); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
