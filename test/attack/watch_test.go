@@ -73,6 +73,7 @@ func TestAttackManyWatches(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("%d watches of one run: %d consumers on %s", watches, info.State.Consumers, eventlog.StreamName)
 	if info.State.Consumers > 4 {
 		t.Fatalf("%d watches hold %d consumers on %s", watches, info.State.Consumers, eventlog.StreamName)
 	}
