@@ -2,6 +2,7 @@ package checkpoint_test
 
 import (
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -18,7 +19,7 @@ type key struct {
 	vkey     string
 }
 
-func newKey(t *testing.T, name string) key {
+func newKey(t testing.TB, name string) key {
 	t.Helper()
 	skey, vkey, err := checkpoint.GenerateKey(name)
 	if err != nil {
@@ -38,7 +39,7 @@ func newKey(t *testing.T, name string) key {
 // chain writes n work events to a chain, as the orchestrator would, with a
 // signed checkpoint after every `every` events and at the end; signerAt
 // picks the key for the checkpoint covering a seq (rotation).
-func chain(t *testing.T, id string, n, every int, signerAt func(seq uint64) note.Signer) []lctl.Event {
+func chain(t testing.TB, id string, n, every int, signerAt func(seq uint64) note.Signer) []lctl.Event {
 	t.Helper()
 	var events []lctl.Event
 	add := func(typ string, data map[string]any) *lctl.Event {
@@ -263,4 +264,43 @@ func wantFirst(t *testing.T, r *checkpoint.Report, seq uint64, text string) {
 
 func testTime(i int) time.Time {
 	return time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC).Add(time.Duration(i) * time.Second)
+}
+
+// TestStreamVerifierAgrees: on chains that link up, the streaming verifier
+// says what Verify says.
+func TestStreamVerifierAgrees(t *testing.T) {
+	k := newKey(t, "xct-test")
+	other := newKey(t, "xct-other")
+	good := chain(t, "run-1", 25, 10, func(uint64) note.Signer { return k.signer })
+	rehashed := clone(good)
+	rehashed[14].Data["output"] = "forged"
+	reseal(t, rehashed)
+	tail := clone(good[:len(good)-1])
+	for _, tc := range []struct {
+		name   string
+		events []lctl.Event
+		keys   note.Verifiers
+		opts   checkpoint.Options
+	}{
+		{"untouched", good, note.VerifierList(k.verifier), checkpoint.Options{}},
+		{"rehashed", rehashed, note.VerifierList(k.verifier), checkpoint.Options{}},
+		{"wrong key", good, note.VerifierList(other.verifier), checkpoint.Options{}},
+		{"unsigned tail", tail, note.VerifierList(k.verifier), checkpoint.Options{}},
+		{"unsigned tail allowed", tail, note.VerifierList(k.verifier), checkpoint.Options{AllowUnsignedTail: true}},
+		{"no checkpoints", chain(t, "run-1", 5, 0, nil), note.VerifierList(k.verifier), checkpoint.Options{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			want := checkpoint.Verify("run-1", tc.events, tc.keys, tc.opts)
+			v := checkpoint.NewStreamVerifier("run-1", tc.keys, tc.opts)
+			for i := range tc.events {
+				if !v.Add(&tc.events[i]) {
+					t.Fatalf("event %d refused", i+1)
+				}
+			}
+			got := v.Report()
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("stream:\n%+v\nfull:\n%+v", *got, *want)
+			}
+		})
+	}
 }

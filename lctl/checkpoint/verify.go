@@ -58,6 +58,8 @@ type Report struct {
 	First    *lctl.Problem  `json:"first_problem,omitempty"`
 	// Notes are facts that are not failures.
 	Notes []string `json:"notes"`
+
+	firstSeq uint64
 }
 
 // Checked is one signed checkpoint event and what became of it.
@@ -74,6 +76,10 @@ type Checked struct {
 	Status string `json:"status"`
 }
 
+func newReport(chainID string) *Report {
+	return &Report{ChainID: chainID, Checkpoints: []Checked{}, Unsigned: []uint64{}, Problems: []lctl.Problem{}, Notes: []string{}}
+}
+
 // Verify proves a chain against trusted verifier keys: its hash chain links
 // from the first event, every signed checkpoint's note verifies with a
 // trusted key and names this chain's origin, and the hash of the event it
@@ -84,7 +90,11 @@ type Checked struct {
 // Events after the last signed checkpoint are listed as unsigned. The cost
 // is one pass over the events plus one signature check per checkpoint.
 func Verify(chainID string, events []lctl.Event, keys note.Verifiers, opts Options) *Report {
-	r := &Report{ChainID: chainID, Events: len(events), Checkpoints: []Checked{}, Unsigned: []uint64{}, Problems: []lctl.Problem{}, Notes: []string{}}
+	r := newReport(chainID)
+	r.Events = len(events)
+	if len(events) > 0 {
+		r.firstSeq = events[0].Seq
+	}
 	// intact events link up from the first: events[:intact] have seqs 1..
 	// intact, and each hash matches its content and links to the one
 	// before.
@@ -101,116 +111,142 @@ func Verify(chainID string, events []lctl.Event, keys note.Verifiers, opts Optio
 			r.Problems = append(r.Problems, lctl.Problem{Kind: lctl.ProblemEdited, Message: err.Error()})
 		}
 	}
-	wantOrigin := OriginSeparator + chainID
-	var provenFrom uint64 // the seq after the last checkpoint that checked out
+	ck := checker{r: r, keys: keys, wantOrigin: OriginSeparator + chainID, intact: uint64(intact)}
 	signedCheckpoint := map[int]bool{}
 	for i := range events {
 		e := &events[i]
 		if e.Type != EventType {
 			continue
 		}
-		c := Checked{Seq: e.Seq}
-		fail := func(kind, format string, args ...any) {
-			c.Status = fmt.Sprintf(format, args...)
-			r.Problems = append(r.Problems, lctl.Problem{Seq: e.Seq, Position: i + 1, Kind: kind,
-				Message: fmt.Sprintf("%s: %s", lctl.Describe(e), c.Status)})
-		}
-		msg, _ := e.Data["note"].(string)
-		if msg == "" {
-			fail(ProblemSignature, "it has no signed note")
-			r.Checkpoints = append(r.Checkpoints, c)
-			continue
-		}
-		n, err := note.Open([]byte(msg), keys)
-		var unverified *note.UnverifiedNoteError
-		var invalid *note.InvalidSignatureError
-		switch {
-		case errors.As(err, &unverified):
-			var names []string
-			for _, s := range unverified.Note.UnverifiedSigs {
-				names = append(names, fmt.Sprintf("%s+%08x", s.Name, s.Hash))
-			}
-			fail(ProblemUntrustedKey, "signed by %s, which is not a trusted key (--key / --trusted-keys): nothing proves who wrote it", strings.Join(names, ", "))
-		case errors.As(err, &invalid):
-			fail(ProblemSignature, "the signature of key %s does not verify: the checkpoint's note was changed", invalid.Name)
-		case err != nil:
-			fail(ProblemSignature, "its note is not a signed note: %v", err)
-		}
-		if err != nil {
-			r.Checkpoints = append(r.Checkpoints, c)
-			continue
-		}
-		for _, s := range n.Sigs {
-			c.Keys = append(c.Keys, s.Name)
-		}
-		p, err := ParseBody(n.Text)
-		switch {
-		case err != nil:
-			fail(ProblemSignature, "its signed note is not a checkpoint: %v", err)
-		case !strings.HasSuffix(p.Origin, wantOrigin):
-			fail(ProblemSignature, "it signs origin %q, not this chain (%q): it was copied from another chain", p.Origin, "…"+wantOrigin)
-		default:
-			c.Covers = p.Seq
-			signedCheckpoint[i] = true
-			r.Covered = max(r.Covered, p.Seq)
-			head, _ := e.Data["head_hash"].(string)
-			seq, _ := e.Data["seq"].(float64)
-			switch {
-			case p.Seq >= e.Seq:
-				fail(ProblemRehashed, "signed by %s, it covers the chain up to seq %d but is itself at seq %d: events before it were removed and the hashes recomputed (one or more of events %d to %d differ)",
-					strings.Join(c.Keys, ", "), p.Seq, e.Seq, provenFrom+1, e.Seq-1)
-			case head != p.HeadHash || uint64(seq) != p.Seq:
-				fail(ProblemSignature, "its seq or head_hash was changed: they do not match the signed note (seq %d, head %s)", p.Seq, clip(p.HeadHash))
-			case p.Seq > uint64(intact):
-				c.Status = fmt.Sprintf("covers seq 1 to %d, but the chain breaks before that (see the first problem)", p.Seq)
-			default:
-				got := events[p.Seq-1].Hash
-				if got != p.HeadHash {
-					from := provenFrom + 1
-					fail(ProblemRehashed, "signed by %s, it says the chain's head at seq %d was %s; this chain's is %s: one or more of events %d to %d were changed and the hashes after them recomputed",
-						strings.Join(c.Keys, ", "), p.Seq, clip(p.HeadHash), clip(got), from, p.Seq)
-					break
-				}
-				c.OK = true
-				c.Status = fmt.Sprintf("signed by %s: events 1 to %d are exactly what was signed", strings.Join(c.Keys, ", "), p.Seq)
-				if p.Seq > r.SignedThrough {
-					r.SignedThrough, r.SignedBy = p.Seq, strings.Join(c.Keys, ", ")
-				}
-				provenFrom = max(provenFrom, p.Seq)
-			}
-		}
-		r.Checkpoints = append(r.Checkpoints, c)
+		signedCheckpoint[i] = ck.check(e, i+1, func(seq uint64) (string, bool) { return events[seq-1].Hash, true })
 	}
 	for i := range events {
 		if events[i].Seq > r.Covered && !signedCheckpoint[i] {
 			r.Unsigned = append(r.Unsigned, events[i].Seq)
 		}
 	}
+	r.finish(opts, func(seq uint64) int { return positionOf(events, seq) }, runEnds(events))
+	return r
+}
+
+// checker checks signed checkpoints one by one.
+type checker struct {
+	r          *Report
+	keys       note.Verifiers
+	wantOrigin string
+	// intact is the number of events from the first that link up.
+	intact uint64
+	// provenFrom is the last seq a checkpoint proved.
+	provenFrom uint64
+}
+
+// check checks the signed checkpoint e at position pos; headAt gives the
+// hash of the event of a seq (false: not known). It reports whether e's
+// note verified with a trusted key and names this chain (e proves itself
+// then).
+func (ck *checker) check(e *lctl.Event, pos int, headAt func(seq uint64) (string, bool)) bool {
+	r := ck.r
+	c := Checked{Seq: e.Seq}
+	defer func() { r.Checkpoints = append(r.Checkpoints, c) }()
+	fail := func(kind, format string, args ...any) {
+		c.Status = fmt.Sprintf(format, args...)
+		r.Problems = append(r.Problems, lctl.Problem{Seq: e.Seq, Position: pos, Kind: kind,
+			Message: fmt.Sprintf("%s: %s", lctl.Describe(e), c.Status)})
+	}
+	msg, _ := e.Data["note"].(string)
+	if msg == "" {
+		fail(ProblemSignature, "it has no signed note")
+		return false
+	}
+	n, err := note.Open([]byte(msg), ck.keys)
+	var unverified *note.UnverifiedNoteError
+	var invalid *note.InvalidSignatureError
 	switch {
-	case len(r.Checkpoints) == 0 && len(events) > 0:
-		r.Problems = append(r.Problems, lctl.Problem{Seq: events[0].Seq, Position: 1, Kind: ProblemUnsigned,
+	case errors.As(err, &unverified):
+		var names []string
+		for _, s := range unverified.Note.UnverifiedSigs {
+			names = append(names, fmt.Sprintf("%s+%08x", s.Name, s.Hash))
+		}
+		fail(ProblemUntrustedKey, "signed by %s, which is not a trusted key (--key / --trusted-keys): nothing proves who wrote it", strings.Join(names, ", "))
+		return false
+	case errors.As(err, &invalid):
+		fail(ProblemSignature, "the signature of key %s does not verify: the checkpoint's note was changed", invalid.Name)
+		return false
+	case err != nil:
+		fail(ProblemSignature, "its note is not a signed note: %v", err)
+		return false
+	}
+	for _, s := range n.Sigs {
+		c.Keys = append(c.Keys, s.Name)
+	}
+	p, err := ParseBody(n.Text)
+	switch {
+	case err != nil:
+		fail(ProblemSignature, "its signed note is not a checkpoint: %v", err)
+		return false
+	case !strings.HasSuffix(p.Origin, ck.wantOrigin):
+		fail(ProblemSignature, "it signs origin %q, not this chain (%q): it was copied from another chain", p.Origin, "…"+ck.wantOrigin)
+		return false
+	}
+	c.Covers = p.Seq
+	r.Covered = max(r.Covered, p.Seq)
+	head, _ := e.Data["head_hash"].(string)
+	seq, _ := e.Data["seq"].(float64)
+	keys := strings.Join(c.Keys, ", ")
+	switch {
+	case p.Seq >= e.Seq:
+		fail(ProblemRehashed, "signed by %s, it covers the chain up to seq %d but is itself at seq %d: events before it were removed and the hashes recomputed (one or more of events %d to %d differ)",
+			keys, p.Seq, e.Seq, ck.provenFrom+1, e.Seq-1)
+	case head != p.HeadHash || uint64(seq) != p.Seq:
+		fail(ProblemSignature, "its seq or head_hash was changed: they do not match the signed note (seq %d, head %s)", p.Seq, clip(p.HeadHash))
+	case p.Seq > ck.intact:
+		c.Status = fmt.Sprintf("covers seq 1 to %d, but the chain breaks before that (see the first problem)", p.Seq)
+	default:
+		got, _ := headAt(p.Seq)
+		if got != p.HeadHash {
+			fail(ProblemRehashed, "signed by %s, it says the chain's head at seq %d was %s; this chain's is %s: one or more of events %d to %d were changed and the hashes after them recomputed",
+				keys, p.Seq, clip(p.HeadHash), clip(got), ck.provenFrom+1, p.Seq)
+			break
+		}
+		c.OK = true
+		c.Status = fmt.Sprintf("signed by %s: events 1 to %d are exactly what was signed", keys, p.Seq)
+		if p.Seq > r.SignedThrough {
+			r.SignedThrough, r.SignedBy = p.Seq, keys
+		}
+		ck.provenFrom = max(ck.provenFrom, p.Seq)
+	}
+	return true
+}
+
+// finish adds the problems of what is unsigned, the notes, and the verdict.
+func (r *Report) finish(opts Options, positionOf func(seq uint64) int, runEnds []uint64) {
+	switch {
+	case len(r.Checkpoints) == 0 && r.Events > 0:
+		r.Problems = append(r.Problems, lctl.Problem{Seq: r.firstSeq, Position: 1, Kind: ProblemUnsigned,
 			Message: "the chain has no signed checkpoint: nothing proves who wrote it (was the orchestrator given --checkpoint-key-file?)"})
 	case len(r.Unsigned) > 0 && !opts.AllowUnsignedTail && len(r.Problems) == 0:
 		first := r.Unsigned[0]
-		r.Problems = append(r.Problems, lctl.Problem{Seq: first, Position: positionOf(events, first), Kind: ProblemUnsigned,
+		r.Problems = append(r.Problems, lctl.Problem{Seq: first, Position: positionOf(first), Kind: ProblemUnsigned,
 			Message: fmt.Sprintf("%s come after the last signed checkpoint: nothing proves who wrote them (--allow-unsigned-tail accepts a chain still being written)", describeSeqs(r.Unsigned))})
 	}
-	r.Notes = append(r.Notes, endNotes(events, r)...)
+	for _, s := range runEnds {
+		if s > r.Covered {
+			r.Notes = append(r.Notes, fmt.Sprintf("the run's end (run_finished, seq %d) is not covered by a signed checkpoint", s))
+		}
+	}
 	sortProblems(r.Problems)
 	if len(r.Problems) > 0 {
 		first := r.Problems[0]
 		r.First = &first
 	}
 	r.OK = len(r.Problems) == 0
-	return r
 }
 
-// endNotes says when the run's end is not covered by a signature.
-func endNotes(events []lctl.Event, r *Report) []string {
-	var out []string
+func runEnds(events []lctl.Event) []uint64 {
+	var out []uint64
 	for i := range events {
-		if events[i].Type == lctl.TypeRunFinished && events[i].Seq > r.Covered {
-			out = append(out, fmt.Sprintf("the run's end (run_finished, seq %d) is not covered by a signed checkpoint", events[i].Seq))
+		if events[i].Type == lctl.TypeRunFinished {
+			out = append(out, events[i].Seq)
 		}
 	}
 	return out

@@ -29,20 +29,30 @@ func runVerify(ctx context.Context, c *cmdContext) error {
 	var r *analysis.VerifyReport
 	var sigs *checkpoint.Report
 	var v *analysis.StreamVerifier
-	var sd *streamed
-	if len(keys.files) == 0 && !keys.allowUnsign { // signatures are checked on the whole chain
-		sd, _ = c.streamChain(o, true, func(id string) { v = analysis.NewStreamVerifier(id) }, func(e *lctl.StreamEvent) error {
-			if !v.Add(&e.Event, e.Computed, e.HashErr) {
-				return errNoStream
-			}
-			return nil
-		})
+	var sv *checkpoint.StreamVerifier // with --key (signed.go)
+	trusted, err := keys.load()
+	if err != nil {
+		return err
 	}
+	sd, _ := c.streamChain(o, true, func(id string) {
+		v = analysis.NewStreamVerifier(id)
+		if trusted != nil {
+			sv = checkpoint.NewStreamVerifier(id, trusted, keys.options())
+		}
+	}, func(e *lctl.StreamEvent) error {
+		if !v.Add(&e.Event, e.Computed, e.HashErr) || (sv != nil && !sv.Add(&e.Event)) {
+			return errNoStream
+		}
+		return nil
+	})
 	if sd != nil {
 		for _, w := range sd.warnings {
 			c.warn("%s: %s", sd.label, w)
 		}
 		r = v.Report()
+		if sv != nil {
+			sigs = sv.Report()
+		}
 	} else {
 		d, err := c.load(ctx, o)
 		if err != nil {
@@ -51,8 +61,8 @@ func runVerify(ctx context.Context, c *cmdContext) error {
 		for _, w := range d.warnings {
 			c.warn("%s: %s", d.label, w)
 		}
-		if sigs, err = c.verifySignatures(keys, d); err != nil {
-			return err
+		if trusted != nil {
+			sigs = checkpoint.Verify(d.id, d.events, trusted, keys.options())
 		}
 		r = analysis.Verify(d.id, d.events)
 	}

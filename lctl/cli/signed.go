@@ -7,6 +7,8 @@ import (
 	"os"
 	"strings"
 
+	"golang.org/x/mod/sumdb/note"
+
 	"github.com/xct-dev/xct/lctl/analysis"
 	"github.com/xct-dev/xct/lctl/checkpoint"
 )
@@ -44,9 +46,8 @@ type verifiedReport struct {
 	Signatures *checkpoint.Report `json:"signatures,omitempty"`
 }
 
-// verifySignatures proves the chain against the trusted keys; nil when no
-// key was given.
-func (c *cmdContext) verifySignatures(k *keyFlags, d *chainData) (*checkpoint.Report, error) {
+// load reads the trusted keys; nil when no key was given.
+func (k *keyFlags) load() (note.Verifiers, error) {
 	if len(k.files) == 0 {
 		if k.allowUnsign {
 			return nil, usagef("--allow-unsigned-tail goes with --key FILE")
@@ -57,7 +58,11 @@ func (c *cmdContext) verifySignatures(k *keyFlags, d *chainData) (*checkpoint.Re
 	if err != nil {
 		return nil, &inputError{err}
 	}
-	return checkpoint.Verify(d.id, d.events, keys, checkpoint.Options{AllowUnsignedTail: k.allowUnsign}), nil
+	return keys, nil
+}
+
+func (k *keyFlags) options() checkpoint.Options {
+	return checkpoint.Options{AllowUnsignedTail: k.allowUnsign}
 }
 
 // printSignatures prints what the signatures prove, after the chain checks.
