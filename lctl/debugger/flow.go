@@ -40,6 +40,7 @@ const (
 	statusApproved      = "approved"
 	statusInDoubt       = "in_doubt"
 	statusPending       = "pending"
+	statusCancelled     = "cancelled"
 )
 
 // FlowNode is a node of the flowchart.
@@ -266,6 +267,9 @@ func (n *flowNode) status() string {
 	switch {
 	case n.inDoubt:
 		return statusInDoubt
+	case n.outcome == "cancelled":
+		// The run was cancelled while the step was open: it did not run.
+		return statusCancelled
 	case n.outcome == "denied" || n.decision == "deny" || n.humanDenied:
 		return statusDenied
 	case n.outcome == "error" || n.outcome == "invalid" || (n.failed && n.outcome != "success"):
@@ -345,7 +349,7 @@ func describe(e *lctl.Event) (label, status string) {
 		return "approval requested for " + firstNonEmpty(str(d, "tool"), "the step"), statusPending
 	case "approval_decided":
 		dec := str(d, "decision")
-		status = map[string]string{"approved": statusApproved, "denied": statusDenied, "expired": statusDenied}[dec]
+		status = map[string]string{"approved": statusApproved, "denied": statusDenied, "expired": statusDenied, "withdrawn": statusCancelled}[dec]
 		if by := str(d, "by"); by != "" {
 			return dec + " by " + by, status
 		}

@@ -425,6 +425,8 @@ steps:
 	typeInto(t, b, "#cancel-reason", "wrong ticket")
 	b.Do(t, "confirm", chromedp.Click(chromedp.CSS("#cancel-confirm")))
 	b.Until(t, "the cancellation", `!!document.querySelector('#cancel-result')`)
+	// The live chain shows the step cancelled, as xct show does.
+	b.Until(t, "the cancelled step", `!!document.querySelector('g.node[data-status="cancelled"]')`)
 	b.Clean(t)
 
 	for !strings.Contains(d.cli(t, "", env, "show", runID).out, "status     cancelled") {

@@ -21,6 +21,7 @@ const statusText: Record<string, [string, string]> = {
   pending: ['◷', 'pending'],
   running: ['▶', 'running'],
   cancelled: ['■', 'cancelled'],
+  withdrawn: ['■', 'withdrawn'],
   expired: ['◷', 'expired'],
   invalid: ['✖', 'invalid'],
   unknown: ['?', 'unknown'],
