@@ -1,11 +1,13 @@
 package validator
 
 import (
+	"context"
 	"time"
 
 	"google.golang.org/protobuf/types/known/structpb"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/auth"
 	"github.com/xct-dev/xct/internal/verdict"
 	"github.com/xct-dev/xct/internal/wire"
 )
@@ -28,6 +30,17 @@ func (s *Service) VerdictKeyID() string {
 		return ""
 	}
 	return s.signer.KeyID()
+}
+
+// signable reports whether a Validate call may get a signed verdict: only
+// XCT's own services (the orchestrator, which records the verdict on the
+// run's chain before it executes) get one. Anyone else who may call
+// Validate (an admin trying a policy) gets the same decision unsigned, so
+// no executor acts on it: nothing runs that is not on a chain. A call with
+// no authenticated principal is in-process (no gRPC server in front).
+func signable(ctx context.Context) bool {
+	p, ok := auth.FromContext(ctx)
+	return !ok || p.Service
 }
 
 // sign binds an allow verdict to exactly its step: the validator signs the

@@ -31,7 +31,13 @@ func (s *Service) Validate(ctx context.Context, req *xctv1.ValidateRequest) (*xc
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	req = withCaller(ctx, req)
-	return &xctv1.ValidateResponse{Verdict: s.decide(ctx, req)}, nil
+	v := s.decide(ctx, req)
+	if signable(ctx) {
+		s.sign(req, v, v.GetEvaluatedAt().AsTime())
+	} else {
+		v.Signed = nil
+	}
+	return &xctv1.ValidateResponse{Verdict: v}, nil
 }
 
 func checkRequest(req *xctv1.ValidateRequest) error {
@@ -61,7 +67,6 @@ func (s *Service) decide(ctx context.Context, req *xctv1.ValidateRequest) *xctv1
 		v.Shadow = s.shadowVerdicts(ctx, installed, in, v, now)
 	}
 	v.EvaluatedAt = timestamppb.New(now)
-	s.sign(req, v, now)
 	if s.log.Enabled(ctx, slog.LevelDebug) {
 		s.log.LogAttrs(ctx, slog.LevelDebug, "verdict",
 			slog.String("run_id", req.GetRun().GetRunId()),

@@ -55,6 +55,16 @@ func TestAttackExecuteWithoutAVerdict(t *testing.T) {
 		t.Fatalf("the validator's verdict on a reversible write: %v", v.GetVerdict())
 	}
 	good := v.GetVerdict().GetSigned()
+	// An admin may ask the validator too (to try a policy), but gets the
+	// decision unsigned: only the orchestrator, which records verdicts on
+	// the run's chain, gets verdicts an executor acts on.
+	asAdmin, err := c.validatorAs(t, "admin").Validate(ctx, vreq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if asAdmin.GetVerdict().GetDecision() != xctv1.VerdictDecision_VERDICT_DECISION_ALLOW || asAdmin.GetVerdict().GetSigned() != nil {
+		t.Fatalf("admin's Validate: %v", asAdmin.GetVerdict())
+	}
 	grant := &xctv1.VerdictGrant{}
 	if err := proto.Unmarshal(good.GetGrant(), grant); err != nil {
 		t.Fatal(err)
