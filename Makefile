@@ -129,6 +129,8 @@ fuzz: ## Fuzz the parsers and guards for 30s each
 	$(GO) test -run='^$$' -fuzz=FuzzParseDecision -fuzztime=30s ./internal/wire
 	$(GO) test -run='^$$' -fuzz=FuzzDepth -fuzztime=30s ./internal/wire
 	$(GO) test -run='^$$' -fuzz=FuzzVerdictCheck -fuzztime=30s ./internal/verdict
+	$(GO) test -run='^$$' -fuzz='^FuzzProtectedPaths$$' -fuzztime=30s ./services/executor
+	$(GO) test -run='^$$' -fuzz='^FuzzFSPath$$' -fuzztime=30s ./services/executor
 
 .PHONY: generate
 generate: $(BUF) clients-deps ## Regenerate gen/ from proto/ (Go, TypeScript, Python), and the clients' package files

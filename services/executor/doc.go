@@ -14,19 +14,27 @@
 //     confined to Config.Workspace through an os.Root, so no path, ".."
 //     component, symbolic link or race leads out. A reversible tool stores
 //     its Compensation (what it replaced, deleted or moved) before acting.
+//     The changing tools refuse protected paths (DefaultProtectedPaths plus
+//     the configuration's: .git, .xct, tool config files), compared after
+//     cleaning, case folding and following links; fs.read refuses a file
+//     with several hard links.
 //   - http.request (irreversible, not idempotent): allowed hosts only, every
 //     connection checked at dial time against private, loopback, link-local,
 //     CGNAT, unique-local, IPv4-mapped and metadata addresses, redirects
 //     re-checked and capped, bodies capped, no proxy from the environment.
-//   - shell.exec: allowed programs only, by absolute path, argv without a
-//     shell, option allow-lists per program, a working directory inside the
-//     workspace, a scrubbed environment, and the whole process group killed
-//     at the deadline. Its effect and idempotency are the program's.
+//   - shell.exec: every program inside an OS sandbox (bubblewrap: only the
+//     workspace writable, no network unless configured, its own PID
+//     namespace, rlimits; every call refused if it cannot be set up, unless
+//     the configuration says "sandbox: none", which is logged loudly); and,
+//     as a second line, allowed programs only, by absolute path, argv
+//     without a shell, option allow-lists per program (checked after "--"
+//     too), path operands inside the workspace after following links, a
+//     scrubbed environment. Its effect and idempotency are the program's.
 //   - "<server>.<tool>": the tools of external ToolService servers.
-//   - "mcp.<server>.<tool>": the tools of MCP servers (stdio or streamable
-//     HTTP); their annotations are untrusted hints the configuration
-//     overrides, and without either a tool is irreversible and not
-//     idempotent.
+//   - "mcp.<server>.<tool>": the tools of MCP servers (stdio, in the same
+//     sandbox, or streamable HTTP); the configuration says each tool's
+//     effect and idempotency, a tool it does not name is irreversible and
+//     not idempotent, and the server's annotations only narrow that.
 //
 // http.request, shell.exec and the external tools exist only when the tools
 // configuration (-tools-config, see ToolsConfig) asks for them. A server

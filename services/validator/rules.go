@@ -48,7 +48,7 @@ rules:
     when: >-
       [has(args.path) ? string(args.path) : "", has(args.from) ? string(args.from) : "", has(args.to) ? string(args.to) : ""].exists(p,
       p.lowerAscii().matches(r'(^|[/\\])\.(git|xct|hg|svn|husky|ssh|gnupg|direnv)[. ]*([/\\]|$)') ||
-      p.lowerAscii().matches(r'(^|[/\\])(\.gitconfig|\.gitmodules|\.gitattributes|\.npmrc|\.yarnrc|\.yarnrc\.yml|\.envrc|\.bashrc|\.bash_profile|\.profile|\.zshrc|\.zshenv|\.netrc|\.pypirc|pip\.conf|\.pre-commit-config\.yaml)[. ]*$'))
+      p.lowerAscii().matches(r'(^|[/\\])(\.gitconfig|\.gitmodules|\.gitattributes|\.npmrc|\.yarnrc|\.yarnrc\.yml|\.pnpmfile\.cjs|\.envrc|\.bashrc|\.bash_profile|\.bash_login|\.profile|\.zshrc|\.zshenv|\.zprofile|\.inputrc|\.netrc|\.curlrc|\.wgetrc|pip\.conf|\.pypirc|\.pre-commit-config\.yaml)[. ]*$'))
 `
 
 // DefaultPolicyFile is the name the built-in policy reports in errors and logs.
