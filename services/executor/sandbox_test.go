@@ -343,3 +343,27 @@ func TestSandboxConfigErrors(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkShellSandbox is what the sandbox costs a program: true, run
+// with and without it.
+func BenchmarkShellSandbox(b *testing.B) {
+	for _, mode := range []string{"bwrap", "none"} {
+		b.Run(mode, func(b *testing.B) {
+			if mode == "bwrap" {
+				requireSandbox(b)
+			}
+			sb := newSandbox(b)
+			cfg, err := ParseToolsConfig("tools.yaml", []byte("shell:\n  sandbox: "+mode+"\n  binaries: [{name: \"true\"}]\n"))
+			must(b, err)
+			s, err := New(Config{Workspace: sb.ws, Tools: cfg}, nil, nil)
+			must(b, err)
+			b.Cleanup(func() { _ = s.Stop(context.Background()) })
+			b.ResetTimer()
+			for range b.N {
+				if r := run(b, s, "shell.exec", map[string]any{"argv": []any{"true"}}); codeOf(r) != "" {
+					b.Fatal(r)
+				}
+			}
+		})
+	}
+}
