@@ -31,7 +31,7 @@ func devCheckpointKey(dir string) (keyPath, pubPath string, err error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", "", err
 	}
-	if err := os.WriteFile(pubPath, []byte(vkey+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(pubPath, []byte(vkey+"\n"), 0o644); err != nil { //nolint:gosec // a public key, for whoever verifies
 		return "", "", fmt.Errorf("write checkpoint verifier key: %w", err)
 	}
 	f, err := os.OpenFile(keyPath, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)

@@ -222,7 +222,7 @@ func ParseVerifiers(raw []byte, path string) ([]note.Verifier, error) {
 		}
 		v, err := note.NewVerifier(line)
 		if err != nil {
-			return nil, fmt.Errorf("%s line %d: not a verifier key (want NAME+HASH+KEY): %v", path, i+1, err)
+			return nil, fmt.Errorf("%s line %d: not a verifier key (want NAME+HASH+KEY): %w", path, i+1, err)
 		}
 		out = append(out, v)
 	}

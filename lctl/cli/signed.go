@@ -154,7 +154,7 @@ func runKeygen(_ context.Context, c *cmdContext) error {
 	if err := f.Close(); err != nil {
 		return &inputError{err}
 	}
-	if err := os.WriteFile(pubPath, []byte(vkey+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(pubPath, []byte(vkey+"\n"), 0o644); err != nil { //nolint:gosec // a public key, for whoever verifies
 		return &inputError{err}
 	}
 	c.out("Wrote %s (signing key: give it to the orchestrator as --checkpoint-key-file, keep it secret)\n", keyPath)
