@@ -188,7 +188,7 @@ func (v *Verifier) Verify(sv *xctv1.SignedVerdict, now time.Time) (*xctv1.Verdic
 	}
 	g := &xctv1.VerdictGrant{}
 	if err := proto.Unmarshal(sv.GetGrant(), g); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
+		return nil, fmt.Errorf("%w: %w", ErrMalformed, err)
 	}
 	if g.GetIssuedAt() == nil || g.GetExpiresAt() == nil {
 		return nil, fmt.Errorf("%w: no validity period", ErrMalformed)
@@ -218,7 +218,7 @@ func (v *Verifier) Check(sv *xctv1.SignedVerdict, st Step, now time.Time) (*xctv
 	}
 	digest, err := ArgumentsDigest(st.Arguments)
 	if err != nil {
-		return nil, fmt.Errorf("%w: arguments: %v", ErrMismatch, err)
+		return nil, fmt.Errorf("%w: arguments: %w", ErrMismatch, err)
 	}
 	var diff []string
 	if g.GetRunId() != st.RunID {
@@ -327,7 +327,7 @@ func LoadVerifier(paths ...string) (*Verifier, error) {
 			}
 			for _, e := range entries {
 				n := e.Name()
-				if strings.HasPrefix(n, ".") || !(strings.HasSuffix(n, ".pub") || strings.HasSuffix(n, ".pem")) {
+				if strings.HasPrefix(n, ".") || (!strings.HasSuffix(n, ".pub") && !strings.HasSuffix(n, ".pem")) {
 					continue
 				}
 				files = append(files, filepath.Join(p, n))
@@ -413,7 +413,7 @@ func WriteKeyPair(dir string) (KeyFiles, error) {
 	if err != nil {
 		return kf, err
 	}
-	return kf, os.WriteFile(kf.Public, pub, 0o644)
+	return kf, os.WriteFile(kf.Public, pub, 0o600)
 }
 
 // Paths splits a comma-separated list of paths, dropping empty ones.

@@ -141,7 +141,6 @@ func TestExecuteActsOnlyOnItsVerdict(t *testing.T) {
 	wrongNumber.Verdict = b.resign(t, g)
 	refused("step number", wrongNumber, codes.PermissionDenied, "step number")
 
-	g = grantOf(t, good)
 	tampered := proto.CloneOf(good)
 	tampered.Verdict = proto.CloneOf(good.Verdict)
 	tampered.Verdict.Grant = append(append([]byte{}, good.Verdict.Grant...), 0x50, 0x01) // an extra field

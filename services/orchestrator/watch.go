@@ -88,16 +88,6 @@ func (w *watches) release(principal string, h *watchHub) {
 	}
 }
 
-// counts returns the open streams and the running followers (tests).
-func (w *watches) counts() (streams, followers int) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for _, n := range w.open {
-		streams += n
-	}
-	return streams, len(w.hubs)
-}
-
 func principalName(p string) string {
 	if p == "" {
 		return "the anonymous caller"
@@ -133,16 +123,16 @@ func (h *watchHub) run(ctx context.Context, follow func(context.Context, string,
 	h.changed = make(chan struct{})
 }
 
-// next returns the events from index i, whether the feed is over, its
-// error, and a channel closed when there is more.
-func (h *watchHub) next(i int) ([]lctl.Event, bool, error, <-chan struct{}) {
+// next returns the events from index i, whether the feed is over, a
+// channel closed when there is more, and the feed's error.
+func (h *watchHub) next(i int) ([]lctl.Event, bool, <-chan struct{}, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var evs []lctl.Event
 	if i < len(h.events) {
 		evs = h.events[i:len(h.events):len(h.events)]
 	}
-	return evs, h.done || h.err != nil, h.err, h.changed
+	return evs, h.done || h.err != nil, h.changed, h.err
 }
 
 // watchRun implements WatchRun over the shared hubs.
@@ -162,7 +152,7 @@ func (s *Service) watchRun(req *xctv1.WatchRunRequest, stream grpc.ServerStreami
 	defer s.watches.release(principal, h)
 	sent := req.GetFromSeq()
 	for i := 0; ; {
-		evs, over, ferr, more := h.next(i)
+		evs, over, more, ferr := h.next(i)
 		for _, e := range evs {
 			i++
 			if e.Seq < req.GetFromSeq() {

@@ -6,6 +6,7 @@ package attack
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
@@ -134,7 +135,7 @@ func (c *bindCluster) runToEnd(t *testing.T, principal string, req *xctv1.StartR
 		t.Fatal(err)
 	}
 	for {
-		if _, err := stream.Recv(); err == io.EOF {
+		if _, err := stream.Recv(); errors.Is(err, io.EOF) {
 			break
 		} else if err != nil {
 			t.Fatalf("watch %s: %v", id, err)
