@@ -22,7 +22,7 @@ func otlpChain(t *testing.T, name string) (string, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	reqs, err := otlp.ReadJSONFile(f)
 	if err != nil {
 		t.Fatal(err)

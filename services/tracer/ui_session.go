@@ -218,6 +218,7 @@ func (s *uiSessions) login(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "no session: "+err.Error(), http.StatusInternalServerError)
 		return
 	}
+	//nolint:gosec // G124: HttpOnly and SameSite=Strict always; Secure whenever the debugger is served over TLS (plaintext is for loopback only)
 	http.SetCookie(w, &http.Cookie{
 		Name: sessionCookie, Value: id, Path: "/", MaxAge: int(sessionTTL / time.Second),
 		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil,

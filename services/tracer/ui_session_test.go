@@ -60,7 +60,7 @@ func newLink(t *testing.T, srv *httptest.Server, token, csrf string) (*http.Resp
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	b, _ := io.ReadAll(resp.Body)
 	return resp, string(b)
 }
@@ -75,7 +75,7 @@ func get(t *testing.T, url string, cookie *http.Cookie) (*http.Response, string)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	b, _ := io.ReadAll(resp.Body)
 	return resp, string(b)
 }
