@@ -176,3 +176,19 @@ func readWS(t *testing.T, ws, name string) (string, bool) {
 	}
 	return string(b), true
 }
+
+// eachPolicy runs an attack against the shipped default policy and against
+// a permissive one that allows every tool: the guard under test, not the
+// policy, must be what stops it.
+func eachPolicy(t *testing.T, attack func(t *testing.T, policy bindOption)) {
+	t.Run("default policy", func(t *testing.T) {
+		attack(t, func(*app.Config, *app.Options) {})
+	})
+	t.Run("permissive policy", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "allow-all.yaml")
+		if err := os.WriteFile(path, []byte("rules:\n  - {id: allow-all, effect: allow, tools: [\"*\"]}\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		attack(t, func(cfg *app.Config, _ *app.Options) { cfg.Validator.PolicyFile = path })
+	})
+}

@@ -37,8 +37,10 @@ func signRaw(t *testing.T, key ed25519.PrivateKey, keyID string, g *xctv1.Verdic
 // Now the executor acts only on the validator's signed allow for exactly
 // that step: no verdict, a forged one, one for other arguments, one for
 // another step, an expired one are all refused, and nothing is written.
-func TestAttackExecuteWithoutAVerdict(t *testing.T) {
-	c := startBindCluster(t)
+func TestAttackExecuteWithoutAVerdict(t *testing.T) { eachPolicy(t, attackExecuteWithoutAVerdict) }
+
+func attackExecuteWithoutAVerdict(t *testing.T, policy bindOption) {
+	c := startBindCluster(t, policy)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	admin := c.executorAs(t, "admin")
@@ -181,9 +183,11 @@ func (p *undoSpy) Propose(_ context.Context, req *xctv1.ProposeRequest) (*xctv1.
 // nothing on that run's chain. Now xct.undo is not in a model's catalog,
 // its proposal is a validation error signal, nothing changes on disk and
 // the other run's chain is untouched.
-func TestAttackModelProposesUndo(t *testing.T) {
+func TestAttackModelProposesUndo(t *testing.T) { eachPolicy(t, attackModelProposesUndo) }
+
+func attackModelProposesUndo(t *testing.T, policy bindOption) {
 	spy := &undoSpy{}
-	c := startBindCluster(t, withProposer("undo-spy", spy))
+	c := startBindCluster(t, policy, withProposer("undo-spy", spy))
 	c.writeScript(t, "write.yaml", "steps:\n  - next_step: {tool: fs.write, arguments: {path: bob.txt, content: \"bob's\"}}\n  - done: true\n")
 	victim := c.runToEnd(t, "alice", &xctv1.StartRunRequest{Goal: "write", Model: "scripted:write.yaml"})
 	if victim.GetStatus() != xctv1.RunStatus_RUN_STATUS_DONE || len(victim.GetSteps()) == 0 {
@@ -225,8 +229,10 @@ func TestAttackModelProposesUndo(t *testing.T) {
 // (what only the orchestrator's rollback asks for), allowed and signed,
 // cannot undo a step of another run. Without the system flag the
 // validator refuses the undo outright.
-func TestAttackUndoOfAnotherRunsStep(t *testing.T) {
-	c := startBindCluster(t)
+func TestAttackUndoOfAnotherRunsStep(t *testing.T) { eachPolicy(t, attackUndoOfAnotherRunsStep) }
+
+func attackUndoOfAnotherRunsStep(t *testing.T, policy bindOption) {
+	c := startBindCluster(t, policy)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	c.writeScript(t, "write.yaml", "steps:\n  - next_step: {tool: fs.write, arguments: {path: bob.txt, content: \"bob's\"}}\n  - done: true\n")

@@ -39,8 +39,10 @@ func (p deepModel) Propose(_ context.Context, req *xctv1.ProposeRequest) (*xctv1
 // verify hit recursion limits; export exceeded 16 MB). Now they are an
 // error signal to the model, nothing deep is recorded, and every reader
 // reads the run.
-func TestAttackDeeplyNestedArguments(t *testing.T) {
-	c := startBindCluster(t, withProposer("deep", deepModel{depth: 5000}))
+func TestAttackDeeplyNestedArguments(t *testing.T) { eachPolicy(t, attackDeeplyNestedArguments) }
+
+func attackDeeplyNestedArguments(t *testing.T, policy bindOption) {
+	c := startBindCluster(t, policy, withProposer("deep", deepModel{depth: 5000}))
 	run := c.runToEnd(t, "alice", &xctv1.StartRunRequest{Goal: "nest", Model: "func:deep"})
 	if len(run.GetSteps()) != 1 {
 		t.Fatalf("steps: %v", run.GetSteps())
