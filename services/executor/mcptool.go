@@ -37,6 +37,9 @@ type mcpServer struct {
 	// none); protected are mounted read-only in it.
 	sb        *osSandbox
 	protected *protectedPaths
+	// started closes what the last transport's command no longer needs
+	// from the executor once it started (guarded by mu).
+	started func()
 
 	mu      sync.Mutex
 	session *mcp.ClientSession
@@ -98,9 +101,12 @@ func (m *mcpServer) transport(ctx context.Context) mcp.Transport {
 	env := scrubbedEnv(m.cfg.Env, m.cfg.SetEnv)
 	var cmd *osexec.Cmd
 	if m.sb != nil {
-		argv := withoutStatusFD(m.sb.withProtected(m.protected).argv(m.cfg.resolved, m.cfg.Args, m.wsDir, env))
+		sbx := m.sb.withProtected(m.protected, 3)
+		argv := withoutStatusFD(sbx.argv(m.cfg.resolved, m.cfg.Args, m.wsDir, env))
 		cmd = osexec.CommandContext(context.WithoutCancel(ctx), argv[0], argv[1:]...) //nolint:gosec // prlimit and bwrap, resolved; the operator's command
 		cmd.Env = []string{}
+		cmd.ExtraFiles = sbx.extraFiles()
+		m.started = sbx.closeExtra
 	} else {
 		cmd = osexec.CommandContext(context.WithoutCancel(ctx), m.cfg.resolved, m.cfg.Args...) //nolint:gosec // the operator's configured command, resolved at load
 		cmd.Args[0] = m.cfg.Command
@@ -149,6 +155,10 @@ func (m *mcpServer) connect(ctx context.Context) (*mcp.ClientSession, error) {
 		return nil, fmt.Errorf("its sandbox cannot be set up: %w", m.sb.err)
 	}
 	s, err := m.client.Connect(ctx, m.transport(ctx), nil)
+	if m.started != nil {
+		m.started()
+		m.started = nil
+	}
 	if err != nil {
 		return nil, err
 	}

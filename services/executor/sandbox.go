@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -140,7 +141,11 @@ type osSandbox struct {
 	bwrap  string // resolved path of bwrap
 	prlim  string // resolved path of prlimit
 	wsDir  string // the workspace, mounted writable at the same path
-	extra  []string
+	// extra are protected paths of the workspace, opened without
+	// following links (O_PATH), mounted read-only over it; firstFD is the
+	// descriptor number the first of them has in the child.
+	extra   []protectedMount
+	firstFD int
 	memory int64 // effective RLIMIT_AS, 0: none
 
 	// err is why the sandbox cannot be used (found at setup): every call
@@ -281,8 +286,8 @@ func (s *osSandbox) argv(program string, args []string, dir string, env []string
 	}
 	// The workspace last: nothing above may cover it.
 	a = append(a, "--bind", s.wsDir, s.wsDir)
-	for _, p := range s.extra {
-		a = append(a, "--ro-bind", p, p)
+	for i, m := range s.extra {
+		a = append(a, "--ro-bind-fd", strconv.Itoa(s.firstFD+i), m.dest)
 	}
 	a = append(a, "--chdir", dir)
 	for _, kv := range env {
@@ -330,22 +335,73 @@ func underAny(p string, dirs []string) bool {
 	return false
 }
 
+// oPath is Linux's O_PATH (the syscall package does not name it): a
+// descriptor that names a file without opening it for reading.
+const oPath = 0x200000
+
+// protectedMount is a protected entry at the top of the workspace, held
+// open so that what is mounted is what was checked.
+type protectedMount struct {
+	file *os.File
+	dest string
+}
+
 // withProtected returns a copy of the sandbox that also mounts, read-only
 // over the workspace, the protected paths that exist at its top: a program
-// cannot change .git/config or a hook even through an allowed tool.
-func (s *osSandbox) withProtected(protected *protectedPaths) *osSandbox {
+// cannot change .git/config or a hook even through an allowed tool. Each
+// is opened with O_PATH|O_NOFOLLOW and mounted through its descriptor
+// (--ro-bind-fd): a symbolic link planted there (".git -> /") is not
+// followed on the host, and cannot be swapped in after the check. The
+// files start at descriptor firstFD in the child; close them with
+// closeExtra once the child started.
+func (s *osSandbox) withProtected(protected *protectedPaths, firstFD int) *osSandbox {
 	c := *s
-	c.extra = nil
-	des, err := os.ReadDir(s.wsDir)
+	c.extra, c.firstFD = nil, firstFD
+	dir, err := os.Open(s.wsDir)
 	if err != nil {
 		return &c
 	}
-	for _, de := range des {
-		if protected.match(de.Name()) != "" {
-			c.extra = append(c.extra, filepath.Join(s.wsDir, de.Name()))
+	defer func() { _ = dir.Close() }()
+	names, err := dir.Readdirnames(-1)
+	if err != nil {
+		return &c
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		if protected.match(name) == "" {
+			continue
 		}
+		fd, err := syscall.Openat(int(dir.Fd()), name, oPath|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+		if err != nil {
+			continue
+		}
+		f := os.NewFile(uintptr(fd), name)
+		var st syscall.Stat_t
+		if syscall.Fstat(fd, &st) != nil || st.Mode&syscall.S_IFMT == syscall.S_IFLNK {
+			// A link inside the sandbox resolves inside it: nothing of the
+			// host to protect, and never to mount.
+			_ = f.Close()
+			continue
+		}
+		c.extra = append(c.extra, protectedMount{file: f, dest: filepath.Join(s.wsDir, name)})
 	}
 	return &c
+}
+
+// extraFiles are the descriptors to pass to the child, in order.
+func (s *osSandbox) extraFiles() []*os.File {
+	out := make([]*os.File, len(s.extra))
+	for i, m := range s.extra {
+		out[i] = m.file
+	}
+	return out
+}
+
+// closeExtra closes the parent's copies of the protected descriptors.
+func (s *osSandbox) closeExtra() {
+	for _, m := range s.extra {
+		_ = m.file.Close()
+	}
 }
 
 // sandboxStatus reads bwrap's JSON status lines: it says whether the

@@ -367,3 +367,29 @@ func BenchmarkShellSandbox(b *testing.B) {
 		})
 	}
 }
+
+// TestSandboxPlantedProtectedLink: a program plants ".git -> /" (and
+// ".npmrc" -> an outside file) in the workspace; the next call's sandbox
+// mounts protected paths through descriptors opened without following
+// links, so the host's root never appears under the workspace.
+func TestSandboxPlantedProtectedLink(t *testing.T) {
+	requireSandbox(t)
+	sb := newSandbox(t)
+	s := permissiveShell(t, sb, 10*time.Second, "")
+	if res := resultAs[ShellResult](t, shell(t, s, "sh", "-c", "ln -s / .git && ln -s "+sb.outside+" .npmrc && echo planted")); res.Stdout != "planted\n" {
+		t.Fatalf("%+v", res)
+	}
+	res := resultAs[ShellResult](t, shell(t, s, "sh", "-c", "cat .git"+sb.outside+"; cat .npmrc"))
+	if strings.Contains(res.Stdout, secret) || !strings.Contains(res.Stderr, "No such file") {
+		t.Fatalf("the host's files appeared in the sandbox: %+v", res)
+	}
+	// A real protected file is mounted read-only, a directory too.
+	must(t, os.Remove(filepath.Join(sb.ws, ".git")))
+	must(t, os.Remove(filepath.Join(sb.ws, ".npmrc")))
+	must(t, os.Mkdir(filepath.Join(sb.ws, ".git"), 0o755))
+	must(t, os.WriteFile(filepath.Join(sb.ws, ".npmrc"), []byte("registry=x\n"), 0o644))
+	res = resultAs[ShellResult](t, shell(t, s, "sh", "-c", "echo evil >> .npmrc; touch .git/x; cat .npmrc"))
+	if res.Stdout != "registry=x\n" || strings.Count(res.Stderr, "Read-only file system") != 2 {
+		t.Fatalf("%+v", res)
+	}
+}

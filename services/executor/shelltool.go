@@ -237,17 +237,18 @@ func (t *shellTool) Invoke(ctx context.Context, args map[string]any) (any, *xctv
 		// The sandbox's own root holds only the workspace: the directory
 		// is named by its path there, and protected paths at the top of
 		// the workspace are mounted read-only over it.
-		sa := t.sb.withProtected(t.ws.protected).argv(bin.resolved, argv[1:], chdir, t.env)
+		sbx := t.sb.withProtected(t.ws.protected, 4) // fd 3 is the status pipe
+		defer sbx.closeExtra()
+		sa := sbx.argv(bin.resolved, argv[1:], chdir, t.env)
 		cmd = osexec.CommandContext(ctx, sa[0], sa[1:]...) //nolint:gosec // prlimit and bwrap, resolved; the program allow-listed, argv checked above
 		cmd.Env = []string{}
 		cmd.Dir = "/"
 		sr, sw, err := os.Pipe()
 		if err != nil {
-			_ = dir.Close()
 			return nil, wire.Errorf(wire.CodeToolFailure, "sandbox status pipe: %v", err)
 		}
 		defer func() { _ = sw.Close() }()
-		cmd.ExtraFiles = []*os.File{sw} // fd 3: bwrap's --json-status-fd
+		cmd.ExtraFiles = append([]*os.File{sw}, sbx.extraFiles()...) // fd 3: bwrap's --json-status-fd
 		status = readSandboxStatus(sr)
 	} else {
 		if t.procFD {
@@ -290,7 +291,7 @@ func (t *shellTool) Invoke(ctx context.Context, args map[string]any) (any, *xctv
 	pgid := cmd.Process.Pid
 	pipes.started()
 	for _, f := range cmd.ExtraFiles {
-		_ = f.Close() // the child has it; the status pipe ends when bwrap does
+		_ = f.Close() // the child has them; the status pipe ends when bwrap does
 	}
 	err = cmd.Wait()
 	// Children left behind in the group (a background job, a daemonized
