@@ -137,16 +137,16 @@ func (v *configCheck) checkSandbox(p []any, c *SandboxConfig) {
 // deadline, the kernel kills everything left in its PID namespace, a
 // setsid'd daemon included.
 type osSandbox struct {
-	cfg    SandboxConfig
-	bwrap  string // resolved path of bwrap
-	prlim  string // resolved path of prlimit
-	wsDir  string // the workspace, mounted writable at the same path
+	cfg   SandboxConfig
+	bwrap string // resolved path of bwrap
+	prlim string // resolved path of prlimit
+	wsDir string // the workspace, mounted writable at the same path
 	// extra are protected paths of the workspace, opened without
 	// following links (O_PATH), mounted read-only over it; firstFD is the
 	// descriptor number the first of them has in the child.
 	extra   []protectedMount
 	firstFD int
-	memory int64 // effective RLIMIT_AS, 0: none
+	memory  int64 // effective RLIMIT_AS, 0: none
 
 	// err is why the sandbox cannot be used (found at setup): every call
 	// of a tool that needs it is refused with it.
