@@ -3,6 +3,7 @@ package lctl
 import (
 	"errors"
 	"strconv"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -42,6 +43,9 @@ type fastParser struct {
 }
 
 func newFastParser() *fastParser { return &fastParser{keys: make(map[string]string, 128)} }
+
+// fastParsers keeps parsers (and the names they interned) for DecodeEvent.
+var fastParsers = sync.Pool{New: func() any { return newFastParser() }}
 
 func (p *fastParser) ws() {
 	for p.i < len(p.b) {

@@ -200,3 +200,31 @@ func TestWorkflowShape(t *testing.T) {
 		t.Errorf("%d checkpoints (want 3, every 500 events), last event %s", types["checkpoint"], a[len(a)-1].Type)
 	}
 }
+
+// DecodeEvent takes the fast reader for what the stream stores and gives
+// what it always gave, for those events and for the rest.
+func TestDecodeEventFastPath(t *testing.T) {
+	events := lctltest.Workflow("wf", 3000, lctltest.WorkflowOptions{Seal: true})
+	for i := range events {
+		raw, err := events[i].MarshalJSON()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := lctl.DecodeEvent(raw)
+		if err != nil || !reflect.DeepEqual(got, events[i]) {
+			t.Fatalf("event %d: %v\n got %+v\nwant %+v", i+1, err, got, events[i])
+		}
+	}
+	for raw, want := range map[string]string{
+		`{"seq": 1, "type": "x", "agent": null, "data": null, "extra": 1}`: "",
+		`{"seq": "2", "type": "x"}`:                                        "",
+		`{"seq": 3}`:                                                       "event 3: missing type",
+		`{"seq": 1.5, "type": "x"}`:                                        "seq 1.5 is not a positive integer",
+		`{"type": "x"}`:                                                    "missing seq",
+	} {
+		_, err := lctl.DecodeEvent([]byte(raw))
+		if (err == nil) != (want == "") || (err != nil && err.Error() != want) {
+			t.Errorf("%s: error %v, want %q", raw, err, want)
+		}
+	}
+}

@@ -142,6 +142,10 @@ func (t *Timeline) stateAt(toSeq uint64, withSteps bool) (*State, uint64) {
 		unknown:   capped(t.live.UnknownTypes),
 		contracts: capped(t.live.ContractValidations),
 		routings:  capped(t.live.ModelRoutings),
+		history:   make(map[string][]FactChange, len(t.live.Facts)),
+	}
+	for id, f := range t.live.Facts {
+		live.history[id] = capped(f.History)
 	}
 	from := uint64(0)
 	if snap.pos > 0 {
@@ -175,6 +179,9 @@ type listHeads struct {
 	unknown   []uint64
 	contracts []ContractValidation
 	routings  []ModelRouting
+	// history is every fact's history, which is append-only too (a fact
+	// is never removed; an add keeps its history).
+	history map[string][]FactChange
 }
 
 // replay rebuilds the snapshot's state and applies tail to it. The
@@ -213,8 +220,36 @@ func (sn *snapshot) replay(tail []Event, live listHeads, withSteps bool) *State 
 	bases := [5]int{len(sn.base.ToolCalls), len(sn.base.Errors), len(sn.base.UnknownTypes),
 		len(sn.base.ContractValidations), len(sn.base.ModelRoutings)}
 	s.ToolCalls, s.Errors, s.UnknownTypes, s.ContractValidations, s.ModelRoutings = nil, nil, nil, nil, nil
+	// Fact histories, the same way: what the tail appends is the live
+	// history's next entries, so appending to the snapshot's (which would
+	// copy a history as long as the chain, for every fact the tail
+	// touches) is not needed.
+	histBase := make(map[*Fact][]FactChange, len(s.Facts))
+	for _, f := range s.Facts {
+		histBase[f] = f.History
+		f.History = nil
+	}
 	for i := range tail {
 		s.Apply(&tail[i])
+	}
+	for id, f := range s.Facts {
+		base, known := histBase[f]
+		if !known && len(f.History) > 0 {
+			// A fact added again in the tail keeps its history: its
+			// entries before the tail are the old record's.
+			if old, ok := sn.base.Facts[id]; ok {
+				base = old.History
+			}
+		}
+		n := len(base) + len(f.History)
+		if lh := live.history[id]; n <= len(lh) {
+			f.History = lh[:n:n]
+		} else {
+			f.History = append(capped(base), f.History...)
+		}
+		if f.History == nil {
+			f.History = []FactChange{}
+		}
 	}
 	s.ToolCalls = live.toolCalls[: bases[0]+len(s.ToolCalls) : bases[0]+len(s.ToolCalls)]
 	s.Errors = live.errors[: bases[1]+len(s.Errors) : bases[1]+len(s.Errors)]

@@ -118,3 +118,28 @@ func contains(list []string, s string) bool {
 	}
 	return false
 }
+
+// Clone returns a copy of the fact store that the builder's later events
+// do not change (values in Fields are shared: events never change them).
+func (b *FactStoreBuilder) Clone() *FactStoreBuilder {
+	c := &FactStoreBuilder{byID: make(map[string]*FactRecord, len(b.byID)), order: make([]*FactRecord, 0, len(b.order))}
+	for _, f := range b.order {
+		nf := *f
+		nf.Fields = make(map[string]any, len(f.Fields))
+		for k, v := range f.Fields {
+			nf.Fields[k] = v
+		}
+		nf.Tags = append([]string(nil), f.Tags...)
+		if f.Tags != nil && nf.Tags == nil {
+			nf.Tags = []string{}
+		}
+		nf.Agents = append([]string(nil), f.Agents...)
+		if f.Confidence != nil {
+			c := *f.Confidence
+			nf.Confidence = &c
+		}
+		c.byID[nf.ID] = &nf
+		c.order = append(c.order, &nf)
+	}
+	return c
+}

@@ -81,6 +81,25 @@ func WriteWorkflow(w io.Writer, chainID string, n int, opts WorkflowOptions) err
 	return bw.Flush()
 }
 
+// WriteWorkflowLines writes Workflow's chain as JSON lines: each event's
+// canonical JSON on a line of its own, as the event stream and the
+// tracer's chain files hold them.
+func WriteWorkflowLines(w io.Writer, chainID string, n int, opts WorkflowOptions) error {
+	bw := bufio.NewWriterSize(w, 1<<20)
+	err := genWorkflow(chainID, n, opts, func(e *lctl.Event) error {
+		raw, err := e.MarshalJSON()
+		if err != nil {
+			return err
+		}
+		bw.Write(raw)
+		return bw.WriteByte('\n')
+	})
+	if err != nil {
+		return err
+	}
+	return bw.Flush()
+}
+
 // genWorkflow generates the events and hands each to emit, sealed when
 // asked.
 func genWorkflow(chainID string, n int, opts WorkflowOptions, emit func(*lctl.Event) error) error {

@@ -169,7 +169,7 @@ func (h *handler) QueryFacts(ctx context.Context, req *lctlv1.QueryFactsRequest)
 	if err != nil {
 		return nil, h.status(ctx, err)
 	}
-	rows, err := q.Run(analysis.FactStore(view.events, req.GetToSeq()))
+	rows, err := q.Run(view.facts.at(view.events, req.GetToSeq()))
 	if err != nil {
 		var qe *analysis.QueryError
 		if errors.As(err, &qe) {

@@ -43,6 +43,7 @@ type chain struct {
 	// increasing, the state after the last one and snapshots every N
 	// events.
 	timeline *lctl.Timeline
+	facts    *factIndex  // the fact store at any seq (facts.go)
 	n        int         // events stored
 	last     *lctl.Event // the last event stored (nil: none)
 	agents   []string    // every agent seen, in order of first appearance
@@ -58,6 +59,7 @@ type chainView struct {
 	summary  chainSummary
 	events   []lctl.Event
 	timeline *lctl.Timeline
+	facts    factView
 }
 
 // chainSummary describes a chain without its events.
@@ -76,7 +78,7 @@ func newStore(dir string, log *slog.Logger, every int) *store {
 }
 
 func (s *store) newChain(id string) *chain {
-	return &chain{id: id, timeline: lctl.NewTimeline(id, s.every)}
+	return &chain{id: id, timeline: lctl.NewTimeline(id, s.every), facts: newFactIndex()}
 }
 
 // load reads every chain file of the directory into memory, checking each
@@ -249,7 +251,7 @@ func (s *store) get(id string) (chainView, error) {
 	}
 	// Events are only ever appended, so the timeline's capped slice of the
 	// current ones stays valid while the consumer goes on appending.
-	return chainView{summary: c.summary(), events: c.timeline.Events(), timeline: c.timeline}, nil
+	return chainView{summary: c.summary(), events: c.timeline.Events(), timeline: c.timeline, facts: c.facts.view()}, nil
 }
 
 // list returns up to limit summaries, newest last event first.
@@ -328,6 +330,7 @@ func (c *chain) add(log *slog.Logger, e lctl.Event) {
 		}
 	}
 	c.timeline.Append(e)
+	c.facts.add(c.n, &e)
 	if c.n == 0 {
 		c.firstTimestamp = e.Timestamp
 	}
