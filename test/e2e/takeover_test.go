@@ -24,6 +24,7 @@ import (
 	"github.com/xct-dev/xct/internal/eventlog"
 	"github.com/xct-dev/xct/internal/grpcx/grpcxtest"
 	"github.com/xct-dev/xct/lctl"
+	"github.com/xct-dev/xct/lctl/checkpoint"
 )
 
 // gateServer is a ToolService whose tool "count" keeps a ledger of its
@@ -85,6 +86,9 @@ type takeoverCluster struct {
 	events  *eventlog.Log
 	// creds is the tokens file every process authenticates with.
 	creds string
+	// checkpointPub verifies the chains: both orchestrators sign their
+	// checkpoints with one key, as replicas sharing a Secret do.
+	checkpointPub string
 }
 
 const takeoverScript = `
@@ -137,9 +141,12 @@ func startTakeoverCluster(t *testing.T) *takeoverCluster {
 	_, execAddr := serve("executor", "executor", append([]string{"--workspace", filepath.Join(base, "ws"), "--tools-config", tools}, execTrust...)...)
 	_, valAddr := serve("validator", "validator", valKey...)
 	serve("tracer", "tracer", "--tracer-data", filepath.Join(base, "tracer"), "--tracer-http-listen", "127.0.0.1:0")
+	cpKey, cpPub := writeKey(t, base, "xct-takeover") // signed_checkpoint_test.go
+	c.checkpointPub = cpPub
 	for i, name := range []string{"orch-a", "orch-b"} {
 		c.orch[i], c.addr[i] = serve(name, "orchestrator", "--validator-addr", valAddr, "--executor-addr", execAddr, "--scripts-dir", scripts,
-			"--instance", name, "--run-lease", "2s", "--drain-timeout", drainTimeout.String(), "--log-level", "info")
+			"--instance", name, "--run-lease", "2s", "--drain-timeout", drainTimeout.String(), "--log-level", "info",
+			"--checkpoint-key-file", cpKey, "--checkpoint-every", "5")
 	}
 	c.exec = xctv1.NewExecutorServiceClient(creds.Dial(t, execAddr, grpcxtest.Service))
 	nc, err := nats.Connect(c.natsURL)
@@ -194,7 +201,9 @@ func (c *takeoverCluster) check(t *testing.T, id string, steps int, status strin
 		t.Fatal(err)
 	}
 	_ = f.Close()
-	v := startProc(t, "lctl verify", lctlBinary(t), "verify", file)
+	// Both owners' parts are proven: every event up to the checkpoint
+	// after run_finished is what the cluster's key signed.
+	v := startProc(t, "lctl verify", lctlBinary(t), "verify", "--key", c.checkpointPub, file)
 	if code, out := v.wait(t, 30*time.Second); code != 0 {
 		t.Fatalf("lctl verify exited %d:\n%s", code, out)
 	}
@@ -239,6 +248,9 @@ func (c *takeoverCluster) check(t *testing.T, id string, steps int, status strin
 		}
 	}
 	last := events[len(events)-1]
+	if last.Type == checkpoint.EventType { // the run's end, signed
+		last = events[len(events)-2]
+	}
 	if last.Type != lctl.TypeRunFinished || last.Data["status"] != status {
 		t.Fatalf("the run ended %v, want %s", last.Data, status)
 	}
@@ -326,7 +338,7 @@ func TestTakeoverOnSIGTERM(t *testing.T) {
 	events := c.check(t, id, 3, "done")
 	rel, res := typed(events, "run_released"), typed(events, "run_resumed")
 	if len(rel) != 1 || len(res) != 1 || rel[0].Data["instance"] != "orch-a" || rel[0].Data["step"] != float64(3) ||
-		res[0].Data["instance"] != "orch-b" || res[0].Data["reason"] != "released" || res[0].Seq != rel[0].Seq+1 {
+		res[0].Data["instance"] != "orch-b" || res[0].Data["reason"] != "released" || res[0].Seq != rel[0].Seq+2 || events[rel[0].Seq].Type != checkpoint.EventType {
 		t.Fatalf("hand-over: %v / %v", rel, res)
 	}
 	// Step 2, in flight at the SIGTERM, ended before the hand-over.
