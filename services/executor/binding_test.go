@@ -211,3 +211,21 @@ func wsFile(tb testing.TB, dir, name string) string {
 	must(tb, err)
 	return string(b)
 }
+
+// A human's result for a step is bounded like a tool's: deeper than the
+// limit is refused before anything is recorded.
+func TestResolveRefusesADeepResult(t *testing.T) {
+	s := newService(t, t.TempDir())
+	h := &handler{s: s}
+	var v any = "leaf"
+	for range wire.MaxDepth + 1 {
+		v = []any{v}
+	}
+	deep, err := structpb.NewValue(v)
+	must(t, err)
+	ctx := auth.NewContext(context.Background(), auth.Principal{Name: "carol", Roles: []string{auth.RoleOperator}})
+	_, err = h.ResolveStep(ctx, &xctv1.ResolveStepRequest{StepId: "s", Decision: xctv1.StepDecision_STEP_DECISION_SUCCEEDED, Result: deep})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "nested deeper") {
+		t.Fatalf("deep result: %v", err)
+	}
+}

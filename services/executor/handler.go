@@ -63,6 +63,9 @@ func (h *handler) ResolveStep(ctx context.Context, req *xctv1.ResolveStepRequest
 	if err != nil {
 		return nil, err
 	}
+	if r := req.GetResult(); r != nil && wire.ValueDepthExceeds(r.AsInterface(), wire.MaxDepth) {
+		return nil, status.Errorf(codes.InvalidArgument, "result is %v", wire.ErrTooDeep{Limit: wire.MaxDepth})
+	}
 	rec, err := h.s.ResolveStep(ctx, req.GetStepId(), Resolution{
 		Decision:   req.GetDecision(),
 		ResolvedBy: by.Name,
