@@ -98,6 +98,9 @@ type Consensus struct {
 	// Agreement is what the chain itself recorded (consensus.agreement),
 	// when it did.
 	Agreement *float64 `json:"agreement,omitempty"`
+	// Assessors are the agents the chain's own consensus block names
+	// (consensus.assessors), when it did.
+	Assessors []string `json:"assessors,omitempty"`
 }
 
 // Assessment is one agent's confidence in a fact.
@@ -131,6 +134,7 @@ type confTracked struct {
 	assessors map[string]*Assessment
 	order     []string
 	agreement *float64
+	recorded  []string // consensus.assessors
 }
 
 // ConfidenceBuilder takes a chain one event at a time (a stream) and gives
@@ -239,6 +243,14 @@ func (b *ConfidenceBuilder) Add(e *lctl.Event) {
 			if ag, ok := numberOf(cons["agreement"]); ok {
 				t.agreement = &ag
 			}
+			if list, ok := cons["assessors"].([]any); ok {
+				t.recorded = t.recorded[:0]
+				for _, a := range list {
+					if s, ok := a.(string); ok && s != "" {
+						t.recorded = append(t.recorded, s)
+					}
+				}
+			}
 		}
 		if list, ok := d["assessments"].([]any); ok {
 			for _, x := range list {
@@ -290,6 +302,7 @@ func (b *ConfidenceBuilder) Report() *ConfidenceReport {
 		}
 		if len(t.order) >= 2 {
 			fc.Consensus = consensusOf(t.assessors, t.order, t.agreement)
+			fc.Consensus.Assessors = append([]string(nil), t.recorded...)
 		}
 		switch fc.Band {
 		case BandBlock:

@@ -336,7 +336,16 @@ func runConfidence(ctx context.Context, c *cmdContext) error {
 			for _, a := range cs.Assessments {
 				parts = append(parts, fmt.Sprintf("%s %.2f", a.Agent, a.Confidence))
 			}
-			c.out("    consensus %.2f from %s (conflict %.2f)\n", cs.Score, strings.Join(parts, ", "), cs.Conflict)
+			recorded := ""
+			switch {
+			case cs.Agreement != nil && len(cs.Assessors) > 0:
+				recorded = fmt.Sprintf("; the chain records agreement %.2f among %s", *cs.Agreement, strings.Join(cs.Assessors, ", "))
+			case cs.Agreement != nil:
+				recorded = fmt.Sprintf("; the chain records agreement %.2f", *cs.Agreement)
+			case len(cs.Assessors) > 0:
+				recorded = "; the chain names the assessors " + strings.Join(cs.Assessors, ", ")
+			}
+			c.out("    consensus %.2f from %s (conflict %.2f)%s\n", cs.Score, strings.Join(parts, ", "), cs.Conflict, recorded)
 		}
 	}
 	if len(r.Warnings) > 0 {
