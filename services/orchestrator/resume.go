@@ -302,7 +302,7 @@ func (r *run) recoverStep(st *openStep) (*xctv1.ExecuteResponse, *xctv1.Error) {
 		return &xctv1.ExecuteResponse{Response: rec.GetResponse(), Duration: rec.GetDuration(), Replayed: true, Attempt: rec.GetAttempt()}, nil
 	}
 	return nil, wire.WithDetails(wire.Errorf(wire.CodeInDoubt, "step %d (%s) has no recorded outcome (%s) and its arguments are redacted on the chain", st.step, st.stepID, rec.GetState()),
-		map[string]any{"step_id": st.stepID, "resolve": "xct resolve " + st.stepID + " succeeded|failed|retry"})
+		map[string]any{"step_id": st.stepID, "resolve": "xct resolve " + r.id + " " + st.stepID + " --outcome succeeded|failed|retry"})
 }
 
 // errIsStopping reports whether err means this process is stopping.

@@ -243,7 +243,7 @@ func TestSubmitterCancelsOnlyOwnRuns(t *testing.T) {
 		t.Fatalf("an operator cancels: %v", err)
 	}
 	events := c.watch(t, ctx, id)
-	if last := events[len(events)-1]; last.Data["status"] != "cancelled" || last.Data["message"] != "cancelled: operator stop" {
+	if last := events[len(events)-1]; last.Data["status"] != "cancelled" || last.Data["message"] != "cancelled by carol: operator stop" {
 		t.Fatalf("last event %v", last.Data)
 	}
 }
