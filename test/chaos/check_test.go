@@ -127,6 +127,16 @@ func (s *stepFacts) outcome() string {
 	return s.outcomes[len(s.outcomes)-1]
 }
 
+// sameOutcomes: no two different outcomes (an empty list has none).
+func sameOutcomes(o []string) bool {
+	for _, x := range o {
+		if x != o[0] {
+			return false
+		}
+	}
+	return true
+}
+
 // classify reads an error event of a step.
 func classify(e lctl.Event) string {
 	code, _ := e.Data["code"].(string)
@@ -158,17 +168,34 @@ func (c *cluster) check(ctx context.Context, d *driver, in *injector, rep *repor
 	}
 	rep.effects = len(ledger)
 	steps := map[string]*stepFacts{}
+	settleBy := time.Now().Add(60 * time.Second)
 	for _, r := range d.runs {
 		rep.runs++
+		// A run not over may be about to go on (a step in doubt settled
+		// from its record): it is read again until it ends or visibly
+		// waits, until settleBy.
 		var chain []lctl.Event
+		var run *xctv1.Run
+		var last lctl.Event
+		ended, waiting := false, false
 		for attempt := 0; ; attempt++ {
-			chain, err = c.log.ReadChain(ctx, r.id)
-			if err == nil || !backoff(ctx, attempt) {
+			if chain, err = readChain(ctx, c, r.id); err != nil {
+				return err
+			}
+			if len(chain) == 0 {
 				break
 			}
-		}
-		if err != nil {
-			return fmt.Errorf("read chain %s: %w", r.id, err)
+			last = lastEvent(chain)
+			if ended = last.Type == lctl.TypeRunFinished; ended {
+				break
+			}
+			if run = d.getRun(ctx, r.id); run != nil && waitingInDoubt(run) {
+				waiting = true
+				break
+			}
+			if time.Now().After(settleBy) || !backoff(ctx, attempt) {
+				break
+			}
 		}
 		if len(chain) == 0 {
 			if r.started {
@@ -198,30 +225,32 @@ func (c *cluster) check(ctx context.Context, d *driver, in *injector, rep *repor
 			}
 		}
 		// The run's last event (signed checkpoints may follow its end).
-		last := chain[len(chain)-1]
-		for i := len(chain) - 1; i > 0 && last.Type == checkpoint.EventType; i-- {
-			last = chain[i-1]
+		doubt := ""
+		for _, e := range chain {
+			if e.Type == stepInDoubt {
+				reason, _ := e.Data["reason"].(string)
+				doubt = fmt.Sprintf("step %v in doubt (%s)", e.Data["step"], reason)
+			}
 		}
-		ended := last.Type == lctl.TypeRunFinished
-		if ended {
+		if msg, _ := last.Data["message"].(string); ended && strings.Contains(msg, "in doubt") {
+			doubt = msg
+		}
+		switch {
+		case ended:
 			rep.ended++
-			if msg, _ := last.Data["message"].(string); strings.Contains(msg, "in doubt") {
-				rep.inDoubt++
-				rep.doubts = append(rep.doubts, r.id+": "+msg)
+		case waiting:
+			doubt = "waits: " + run.GetStatus().String() + " " + run.GetMessage() + " " + doubt
+		default:
+			rep.stuck++
+			st := "unreadable"
+			if run != nil {
+				st = run.GetStatus().String() + " " + run.GetMessage()
 			}
-		} else {
-			run := d.getRun(ctx, r.id)
-			switch {
-			case run != nil && waitingInDoubt(run):
-				rep.inDoubt++
-			default:
-				rep.stuck++
-				st := "unreadable"
-				if run != nil {
-					st = run.GetStatus().String() + " " + run.GetMessage()
-				}
-				rep.findf("stuck: run %s: not ended, not waiting in doubt; status %s; last event %d %s", r.id, st, last.Seq, last.Type)
-			}
+			rep.findf("stuck: run %s: not ended, not waiting in doubt; status %s; last event %d %s", r.id, st, last.Seq, last.Type)
+		}
+		if doubt != "" {
+			rep.inDoubt++
+			rep.doubts = append(rep.doubts, r.id+": "+doubt)
 		}
 		for _, e := range chain {
 			id, _ := e.Data["step_id"].(string)
@@ -251,6 +280,8 @@ func (c *cluster) check(ctx context.Context, d *driver, in *injector, rep *repor
 				}
 			case lctl.TypeError:
 				s.outcomes = append(s.outcomes, classify(e))
+			case stepInDoubt:
+				s.outcomes = append(s.outcomes, "in_doubt")
 			}
 		}
 	}
@@ -304,7 +335,7 @@ func (c *cluster) check(ctx context.Context, d *driver, in *injector, rep *repor
 		o := s.outcome()
 		var bad string
 		switch {
-		case len(s.outcomes) > 1 && !sameOutcomes(s.outcomes):
+		case !sameOutcomes(settled(s.outcomes)):
 			bad = "the chain records more than one outcome"
 		case (o == "success" || o == "replayed") && rec != "SUCCEEDED":
 			bad = "the chain says success, the record does not"
@@ -360,13 +391,46 @@ func (c *cluster) check(ctx context.Context, d *driver, in *injector, rep *repor
 	return nil
 }
 
-func sameOutcomes(o []string) bool {
-	for _, x := range o[1:] {
-		if x != o[0] {
-			return false
+// stepInDoubt is the event of a step whose outcome the orchestrator could
+// not learn: the run waits (issue 12's in-doubt state).
+const stepInDoubt = "step_in_doubt"
+
+// readChain reads a run's chain, asking again while JetStream cannot
+// answer.
+func readChain(ctx context.Context, c *cluster, id string) ([]lctl.Event, error) {
+	for attempt := 0; ; attempt++ {
+		chain, err := c.log.ReadChain(ctx, id)
+		if err == nil {
+			return chain, nil
+		}
+		if !backoff(ctx, attempt) {
+			return nil, fmt.Errorf("read chain %s: %w", id, err)
 		}
 	}
-	return true
+}
+
+// lastEvent is the run's last event (signed checkpoints may follow it).
+func lastEvent(chain []lctl.Event) lctl.Event {
+	last := chain[len(chain)-1]
+	for i := len(chain) - 1; i > 0 && last.Type == checkpoint.EventType; i-- {
+		last = chain[i-1]
+	}
+	return last
+}
+
+// settled drops the in-doubt marks a later outcome of the same step
+// settled.
+func settled(o []string) []string {
+	var out []string
+	for _, x := range o {
+		if x != "in_doubt" {
+			out = append(out, x)
+		}
+	}
+	if len(out) == 0 {
+		return o
+	}
+	return out
 }
 
 // readRecord is the executor's record state of a step ("absent" when it
