@@ -16,7 +16,7 @@ func TestFactIndexMatchesFactStore(t *testing.T) {
 	events := lctltest.Workflow("facts", 6000, lctltest.WorkflowOptions{Seal: true, Facts: 7})
 	c := newStore(t.TempDir(), slog.New(slog.DiscardHandler), 100).newChain("facts")
 	for _, e := range events {
-		c.add(slog.New(slog.DiscardHandler), e)
+		c.add(slog.New(slog.DiscardHandler), e, "")
 	}
 	v := c.facts.view()
 	if len(v.snaps) < 3 {

@@ -343,8 +343,9 @@ func (s *Service) handleBatch(ctx context.Context, batch []jetstream.Msg) {
 	verdicts := make([]verdict, len(batch))
 	chains := make([]string, len(batch))
 	blocked := map[string]bool{}
+	decoded := decodeBatch(batch)
 	for i, m := range batch {
-		verdicts[i], chains[i] = s.handle(ctx, files, m, blocked)
+		verdicts[i], chains[i] = s.handle(ctx, files, m, blocked, &decoded[i])
 	}
 	failed, err := files.commit()
 	if err != nil {
@@ -356,7 +357,7 @@ func (s *Service) handleBatch(ctx context.Context, batch []jetstream.Msg) {
 	}
 	for _, p := range files.pending {
 		if !failed[p.id] {
-			s.store.add(p.id, p.event)
+			s.store.add(p.id, p.event, p.computed)
 		}
 	}
 	for i, m := range batch {
@@ -383,7 +384,7 @@ func (s *Service) handleBatch(ctx context.Context, batch []jetstream.Msg) {
 // handle stores one message's event in the batch, reading back from the
 // stream any events of its chain that should have come before it. It
 // returns what to do with the message and the chain it belongs to.
-func (s *Service) handle(ctx context.Context, files *batchFiles, m jetstream.Msg, blocked map[string]bool) (verdict, string) {
+func (s *Service) handle(ctx context.Context, files *batchFiles, m jetstream.Msg, blocked map[string]bool, d *decodedMsg) (verdict, string) {
 	id := strings.TrimPrefix(m.Subject(), eventlog.SubjectPrefix)
 	if err := lctl.ValidateChainID(id); err != nil {
 		s.log.Error("event on a subject that names no chain", "subject", m.Subject(), "err", err)
@@ -392,7 +393,7 @@ func (s *Service) handle(ctx context.Context, files *batchFiles, m jetstream.Msg
 	if blocked[id] {
 		return retry, id
 	}
-	e, err := lctl.DecodeEvent(m.Data())
+	e, err := d.event, d.err
 	if err != nil {
 		streamSeq := uint64(0)
 		if meta, merr := m.Metadata(); merr == nil {
@@ -419,7 +420,7 @@ func (s *Service) handle(ctx context.Context, files *batchFiles, m jetstream.Msg
 			return retry, id
 		}
 	}
-	if err := s.persist(files, id, e, m.Data()); err != nil {
+	if err := s.persist(files, id, e, m.Data(), d.computed); err != nil {
 		s.log.Error("store event", "chain_id", id, "seq", e.Seq, "err", err)
 		blocked[id] = true
 		return retry, id
@@ -449,7 +450,7 @@ func (s *Service) repair(ctx context.Context, files *batchFiles, id string, afte
 		if e.Seq <= after || e.Seq >= before || e.Seq <= s.lastSeq(files, id) {
 			continue
 		}
-		if err := s.persist(files, id, e, nil); err != nil {
+		if err := s.persist(files, id, e, nil, ""); err != nil {
 			return err
 		}
 	}
@@ -461,7 +462,7 @@ func (s *Service) repair(ctx context.Context, files *batchFiles, id string, afte
 // the stream holds it: stored as it is when it is one line of JSON (what
 // XCT's writers store), re-encoded otherwise. raw decoded as e, so it is
 // valid JSON.
-func (s *Service) persist(files *batchFiles, id string, e lctl.Event, raw []byte) error {
+func (s *Service) persist(files *batchFiles, id string, e lctl.Event, raw []byte, computed string) error {
 	line := raw
 	if len(line) == 0 || bytes.ContainsAny(line, "\r\n") {
 		var err error
@@ -469,6 +470,6 @@ func (s *Service) persist(files *batchFiles, id string, e lctl.Event, raw []byte
 			return fmt.Errorf("encode event %d: %w", e.Seq, err)
 		}
 	}
-	files.add(id, line, e)
+	files.add(id, line, e, computed)
 	return nil
 }

@@ -154,7 +154,7 @@ func (s *store) loadFile(id, path string) (*chain, error) {
 			c.checkDuplicate(s.log, &e)
 			continue
 		}
-		c.add(s.log, e)
+		c.add(s.log, e, "")
 	}
 	return c, nil
 }
@@ -171,10 +171,10 @@ func (s *store) lastSeq(id string) uint64 {
 
 // add stores e in memory after the chain's last event (the caller wrote it
 // to the chain's file first) and checks that it links.
-func (s *store) add(id string, e lctl.Event) {
+func (s *store) add(id string, e lctl.Event, computed string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.chainLocked(id).add(s.log, e)
+	s.chainLocked(id).add(s.log, e, computed)
 }
 
 // duplicate handles a redelivered event (seq already stored): it is skipped,
@@ -305,7 +305,9 @@ func (c *chain) summary() chainSummary {
 // to the previous event and a hash matching the content. The first problem
 // is kept on the chain; the event is stored either way, because the tracer
 // shows what the stream holds.
-func (c *chain) add(log *slog.Logger, e lctl.Event) {
+// computed is the hash of e's content when the caller already has it
+// ("": compute it here).
+func (c *chain) add(log *slog.Logger, e lctl.Event, computed string) {
 	want := c.lastSeq() + 1
 	prevHash := ""
 	if c.last != nil {
@@ -322,7 +324,10 @@ func (c *chain) add(log *slog.Logger, e lctl.Event) {
 	case e.PrevHash != prevHash:
 		problem = fmt.Sprintf("event %d: prev_hash does not match the hash of event %d", e.Seq, want-1)
 	default:
-		h, err := e.ComputeHash()
+		h, err := computed, error(nil)
+		if h == "" {
+			h, err = e.ComputeHash()
+		}
 		if err != nil {
 			problem = fmt.Sprintf("event %d: %v", e.Seq, err)
 		} else if h != e.Hash {
@@ -392,6 +397,7 @@ type batchFiles struct {
 type pendingEvent struct {
 	id    string
 	event lctl.Event
+	computed string // e's hash as decoding computed it ("" if it did not)
 }
 
 type pendingKey struct {
@@ -404,7 +410,7 @@ func newBatchFiles(dir string) *batchFiles {
 }
 
 // add queues one event's line for the chain's file.
-func (b *batchFiles) add(id string, line []byte, e lctl.Event) {
+func (b *batchFiles) add(id string, line []byte, e lctl.Event, computed string) {
 	buf := b.bufs[id]
 	if buf == nil {
 		buf = &bytes.Buffer{}
@@ -413,7 +419,7 @@ func (b *batchFiles) add(id string, line []byte, e lctl.Event) {
 	}
 	buf.Write(line)
 	buf.WriteByte('\n')
-	b.pending = append(b.pending, pendingEvent{id, e})
+	b.pending = append(b.pending, pendingEvent{id, e, computed})
 	b.last[id] = e.Seq
 	b.hashes[pendingKey{id, e.Seq}] = e.Hash
 }
