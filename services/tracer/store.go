@@ -395,8 +395,8 @@ type batchFiles struct {
 }
 
 type pendingEvent struct {
-	id    string
-	event lctl.Event
+	id       string
+	event    lctl.Event
 	computed string // e's hash as decoding computed it ("" if it did not)
 }
 
