@@ -236,8 +236,11 @@ func (s *osSandbox) probe() error {
 		err = cmd.Wait()
 	}
 	ran, code := status.wait(time.Second)
-	if err != nil || !ran || code != 0 {
-		return fmt.Errorf("bubblewrap cannot make a sandbox here (it needs unprivileged user namespaces, or CAP_SYS_ADMIN; see docs/security.md): %v: %s",
+	if err == nil && (!ran || code != 0) {
+		err = fmt.Errorf("the probe did not run (status: started %v, exit code %d)", ran, code)
+	}
+	if err != nil {
+		return fmt.Errorf("bubblewrap cannot make a sandbox here (it needs unprivileged user namespaces, or CAP_SYS_ADMIN; see docs/security.md): %w: %s",
 			err, strings.TrimSpace(head(out.String(), 512)))
 	}
 	return nil

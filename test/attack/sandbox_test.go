@@ -15,6 +15,7 @@ import (
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/app"
+	"github.com/xct-dev/xct/internal/testutil"
 	"github.com/xct-dev/xct/services/executor"
 )
 
@@ -230,24 +231,16 @@ func TestAttackShellAllowListIsNotTheOnlyWall(t *testing.T) {
 		t.Fatal("find -exec read the file outside the workspace")
 	}
 	// Nothing of the timed-out step survives, the setsid child included.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		alive := false
+	testutil.Eventually(t, 5*time.Second, func() error {
 		des, _ := os.ReadDir("/proc")
 		for _, de := range des {
 			b, err := os.ReadFile("/proc/" + de.Name() + "/cmdline")
 			if err == nil && strings.Contains(string(b), "98766") {
-				alive = true
+				return fmt.Errorf("process %s of the timed-out step survived: %q", de.Name(), b)
 			}
 		}
-		if !alive {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("a process of the timed-out step survived")
-		}
-		time.Sleep(50 * time.Millisecond) //nolint:forbidigo // polling /proc with a deadline
-	}
+		return nil
+	})
 }
 
 // Attack 6 (issue #11): a hard link made on the host to an outside file
@@ -306,23 +299,19 @@ func TestAttackMCPReadOnlyHintDoesNotWiden(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	vreq, _ := proposal(t, "mcp-run", 1, "mcp.hostile.read_file", map[string]any{"path": "/etc/passwd"})
+	// The catalog reaches the validator asynchronously.
 	var v *xctv1.ValidateResponse
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testutil.Eventually(t, 20*time.Second, func() error {
 		var err error
 		v, err = c.validatorAs(t, "service:dev").Validate(ctx, vreq)
 		if err != nil {
-			t.Fatal(err)
+			return err
 		}
-		// The catalog reaches the validator asynchronously.
-		if v.GetVerdict().GetError().GetCode() != "UNKNOWN_TOOL" && v.GetVerdict().GetError().GetCode() != "VALIDATOR_UNAVAILABLE" {
-			break
+		if code := v.GetVerdict().GetError().GetCode(); code == "UNKNOWN_TOOL" || code == "VALIDATOR_UNAVAILABLE" {
+			return fmt.Errorf("the tool is not in the catalog yet: %s", code)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the tool never reached the catalog: %v", v.GetVerdict())
-		}
-		time.Sleep(50 * time.Millisecond) //nolint:forbidigo // polling the catalog with a deadline
-	}
+		return nil
+	})
 	if d := v.GetVerdict().GetDecision(); d != xctv1.VerdictDecision_VERDICT_DECISION_NEEDS_APPROVAL {
 		t.Fatalf("decision %s, want approval: %v", d, v.GetVerdict())
 	}
