@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -43,7 +44,7 @@ func (s *Service) TrustedVerdictKeys() []string { return s.verifier.KeyIDs() }
 // Acting at most once is the step record's job: a step id names one call,
 // so a verdict replayed for the same step gets the recorded outcome, and a
 // verdict for another step id does not verify.
-func (s *Service) checkVerdict(ctx context.Context, req *xctv1.ExecuteRequest) error {
+func (s *Service) checkVerdict(ctx context.Context, req *xctv1.ExecuteRequest) (context.Context, error) {
 	args := map[string]any{}
 	if req.GetArguments() != nil {
 		args = req.GetArguments().AsMap()
@@ -56,7 +57,7 @@ func (s *Service) checkVerdict(ctx context.Context, req *xctv1.ExecuteRequest) e
 	}
 	if err == nil {
 		s.log.DebugContext(ctx, "verdict verified", "run_id", req.GetRunId(), "step_id", req.GetStepId(), "grant", g.GetGrantId(), "key", req.GetVerdict().GetKeyId())
-		return nil
+		return context.WithValue(ctx, grantKey{}, g.GetGrantId()), nil
 	}
 	who := "unknown"
 	if p, ok := auth.FromContext(ctx); ok {
@@ -68,5 +69,37 @@ func (s *Service) checkVerdict(ctx context.Context, req *xctv1.ExecuteRequest) e
 	if errors.Is(err, verdict.ErrExpired) || errors.Is(err, verdict.ErrNotYetValid) || errors.Is(err, verdict.ErrNoTrustedKeys) {
 		code = codes.FailedPrecondition
 	}
-	return status.Errorf(code, "%v; nothing was executed", err)
+	return ctx, status.Errorf(code, "%v; nothing was executed", err)
+}
+
+// grantKey carries the verified grant's id from checkVerdict to the step
+// record: a verdict starts at most one attempt.
+type grantKey struct{}
+
+// grantOf is the id of the verdict that let this call in ("" for calls
+// made inside the executor, which no verdict checked).
+func grantOf(ctx context.Context) string {
+	id, _ := ctx.Value(grantKey{}).(string)
+	return id
+}
+
+// grantUsed reports whether the verdict of this call already started an
+// attempt of the step: then it may not start another.
+func grantUsed(rec *xctv1.StepRecord, grant string) bool {
+	return grant != "" && slices.Contains(rec.GetVerdictGrants(), grant)
+}
+
+// withGrant records that grant started the attempt of rec.
+func withGrant(rec *xctv1.StepRecord, grant string) *xctv1.StepRecord {
+	if grant != "" {
+		rec.VerdictGrants = append(slices.Clip(rec.VerdictGrants), grant)
+	}
+	return rec
+}
+
+// grantSpent is the refusal of a verdict that already started an attempt.
+func grantSpent(rec *xctv1.StepRecord) error {
+	return status.Errorf(codes.FailedPrecondition,
+		"step %s: this verdict already started attempt %d; another attempt needs a new verdict from the validator; nothing was executed",
+		rec.GetStepId(), rec.GetAttempt())
 }

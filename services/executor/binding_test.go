@@ -108,12 +108,12 @@ func TestExecuteActsOnlyOnItsVerdict(t *testing.T) {
 
 	forger := newBinder(t)
 	forged := proto.CloneOf(good)
-	forged.Verdict = forger.resign(t, grantOf(t, good))
+	forged.Verdict = forger.resign(t, testGrant(t, good))
 	forged.Verdict.KeyId = b.signer.KeyID() // claims the trusted key
 	refused("forged", forged, codes.PermissionDenied, "does not verify")
 
 	foreignKey := proto.CloneOf(good)
-	foreignKey.Verdict = forger.resign(t, grantOf(t, good))
+	foreignKey.Verdict = forger.resign(t, testGrant(t, good))
 	refused("unknown key", foreignKey, codes.PermissionDenied, "does not trust")
 
 	otherArgs := proto.CloneOf(good)
@@ -129,13 +129,13 @@ func TestExecuteActsOnlyOnItsVerdict(t *testing.T) {
 	otherRun.RunId = "run-b"
 	refused("another run", otherRun, codes.PermissionDenied, "run")
 
-	g := grantOf(t, good)
+	g := testGrant(t, good)
 	g.ExpiresAt = timestamppb.New(time.Now().Add(-time.Second))
 	expired := proto.CloneOf(good)
 	expired.Verdict = b.resign(t, g)
 	refused("expired", expired, codes.FailedPrecondition, "expired")
 
-	g = grantOf(t, good)
+	g = testGrant(t, good)
 	g.Step = 7 // a step number the step id is not made from
 	wrongNumber := proto.CloneOf(good)
 	wrongNumber.Verdict = b.resign(t, g)
@@ -168,7 +168,7 @@ func TestExecuteActsOnlyOnItsVerdict(t *testing.T) {
 	}
 }
 
-func grantOf(tb testing.TB, req *xctv1.ExecuteRequest) *xctv1.VerdictGrant {
+func testGrant(tb testing.TB, req *xctv1.ExecuteRequest) *xctv1.VerdictGrant {
 	tb.Helper()
 	g := &xctv1.VerdictGrant{}
 	must(tb, proto.Unmarshal(req.GetVerdict().GetGrant(), g))
@@ -227,5 +227,54 @@ func TestResolveRefusesADeepResult(t *testing.T) {
 	_, err = h.ResolveStep(ctx, &xctv1.ResolveStepRequest{StepId: "s", Decision: xctv1.StepDecision_STEP_DECISION_SUCCEEDED, Result: deep})
 	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "nested deeper") {
 		t.Fatalf("deep result: %v", err)
+	}
+}
+
+// A verdict starts at most one attempt: after a human releases a failed
+// step for a retry, the same verdict is refused and a new one acts.
+func TestAVerdictStartsOneAttempt(t *testing.T) {
+	var calls atomic.Int32
+	tool := testTool("test.flaky", 0, 0, func(context.Context, map[string]any) (any, *xctv1.Error) {
+		if calls.Add(1) == 1 {
+			return nil, wire.Errorf(wire.CodeToolFailure, "first try fails")
+		}
+		return "ok", nil
+	})
+	s := newService(t, t.TempDir(), tool)
+	b := newBinder(t)
+	b.trust(t, s)
+	h := &handler{s: s}
+	ctx := context.Background()
+	first := b.requestAt(t, "run-r", 1, "test.flaky", map[string]any{}, false)
+	resp, err := h.Execute(ctx, first)
+	must(t, err)
+	if codeOf(resp.GetResponse()) != string(wire.CodeToolFailure) {
+		t.Fatalf("first attempt: %v", resp.GetResponse())
+	}
+	op := auth.NewContext(ctx, auth.Principal{Name: "carol", Roles: []string{auth.RoleOperator}})
+	if _, err := h.ResolveStep(op, &xctv1.ResolveStepRequest{StepId: first.GetStepId(), Decision: xctv1.StepDecision_STEP_DECISION_RETRY, Reason: "transient"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Execute(ctx, first); status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "new verdict") {
+		t.Fatalf("retry with the spent verdict: %v", err)
+	}
+	if calls.Load() != 1 {
+		t.Fatalf("the spent verdict ran the tool: %d calls", calls.Load())
+	}
+	second := b.requestAt(t, "run-r", 1, "test.flaky", map[string]any{}, false) // a new grant, same step
+	resp, err = h.Execute(ctx, second)
+	must(t, err)
+	if resp.GetResponse().GetError() != nil || resp.GetAttempt() != 2 || calls.Load() != 2 {
+		t.Fatalf("retry with a new verdict: %v (attempt %d, calls %d)", resp.GetResponse(), resp.GetAttempt(), calls.Load())
+	}
+	rec, _, err := s.steps.Get(ctx, first.GetStepId())
+	must(t, err)
+	if g := rec.GetVerdictGrants(); len(g) != 2 || g[0] != testGrant(t, first).GetGrantId() || g[1] != testGrant(t, second).GetGrantId() {
+		t.Fatalf("verdict grants on the record: %v", g)
+	}
+	// Replays answer any valid verdict of the step.
+	again, err := h.Execute(ctx, first)
+	if err != nil || !again.GetReplayed() {
+		t.Fatalf("replay with the first verdict: %v %v", again, err)
 	}
 }

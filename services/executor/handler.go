@@ -41,7 +41,8 @@ func (h *handler) Execute(ctx context.Context, req *xctv1.ExecuteRequest) (*xctv
 	case req.GetTool() == "":
 		return nil, status.Error(codes.InvalidArgument, "tool is required")
 	}
-	if err := h.s.checkVerdict(ctx, req); err != nil {
+	ctx, err := h.s.checkVerdict(ctx, req)
+	if err != nil {
 		return nil, err
 	}
 	return h.s.execute(ctx, req)

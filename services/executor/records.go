@@ -131,7 +131,7 @@ func (s *Service) claim(ctx context.Context, req *xctv1.ExecuteRequest, st *serv
 		if err := ctx.Err(); err != nil {
 			return nil, nil, status.FromContextError(err).Err()
 		}
-		rec := fresh(1)
+		rec := withGrant(fresh(1), grantOf(ctx))
 		rev, err := store.Create(sctx, rec)
 		if err == nil {
 			return &stepClaim{store: store, rec: rec, rev: rev}, nil, nil
@@ -161,7 +161,10 @@ func (s *Service) claim(ctx context.Context, req *xctv1.ExecuteRequest, st *serv
 		case stateInDoubt:
 			return nil, s.answer(inDoubtError(cur), cur, true), nil
 		case stateRetry:
-			next := rerun(cur, fresh(cur.GetAttempt()+1), "retry allowed by "+cur.GetResolution().GetResolvedBy())
+			if grantUsed(cur, grantOf(ctx)) {
+				return nil, nil, grantSpent(cur)
+			}
+			next := withGrant(rerun(cur, fresh(cur.GetAttempt()+1), "retry allowed by "+cur.GetResolution().GetResolvedBy()), grantOf(ctx))
 			if rev, err := store.Update(sctx, next, rev); err == nil {
 				return &stepClaim{store: store, rec: next, rev: rev, prev: cur}, nil, nil
 			} else if !errors.Is(err, ErrStepConflict) {
@@ -186,8 +189,11 @@ func (s *Service) claim(ctx context.Context, req *xctv1.ExecuteRequest, st *serv
 			}
 			// Its executor stopped mid-step: the step is in doubt.
 			if cur.GetIdempotent() {
+				if grantUsed(cur, grantOf(ctx)) {
+					return nil, nil, grantSpent(cur)
+				}
 				reason := fmt.Sprintf("in doubt: attempt %d by %s was not recorded by its deadline; the call is idempotent", cur.GetAttempt(), cur.GetExecutor())
-				next := rerun(cur, fresh(cur.GetAttempt()+1), reason)
+				next := withGrant(rerun(cur, fresh(cur.GetAttempt()+1), reason), grantOf(ctx))
 				if rev, err := store.Update(sctx, next, rev); err == nil {
 					s.log.WarnContext(ctx, "step in doubt re-run (idempotent)", "step_id", cur.GetStepId(), "tool", cur.GetTool(), "attempt", next.GetAttempt())
 					return &stepClaim{store: store, rec: next, rev: rev, prev: cur}, nil, nil

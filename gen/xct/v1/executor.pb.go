@@ -537,7 +537,11 @@ type StepRecord struct {
 	// effect, for reversible tools; stored before the effect was made.
 	Compensations []*StepCompensation `protobuf:"bytes,17,rep,name=compensations,proto3" json:"compensations,omitempty"`
 	// resolution is the human decision that moved the step out of doubt.
-	Resolution    *StepResolution `protobuf:"bytes,18,opt,name=resolution,proto3" json:"resolution,omitempty"`
+	Resolution *StepResolution `protobuf:"bytes,18,opt,name=resolution,proto3" json:"resolution,omitempty"`
+	// verdict_grants are the grant ids of the signed verdicts that started
+	// the attempts, in order: a verdict starts at most one attempt, so a
+	// retry or a re-run needs a new verdict.
+	VerdictGrants []string `protobuf:"bytes,19,rep,name=verdict_grants,json=verdictGrants,proto3" json:"verdict_grants,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -694,6 +698,13 @@ func (x *StepRecord) GetCompensations() []*StepCompensation {
 func (x *StepRecord) GetResolution() *StepResolution {
 	if x != nil {
 		return x.Resolution
+	}
+	return nil
+}
+
+func (x *StepRecord) GetVerdictGrants() []string {
+	if x != nil {
+		return x.VerdictGrants
 	}
 	return nil
 }
@@ -1181,7 +1192,7 @@ const file_xct_v1_executor_proto_rawDesc = "" +
 	"\bresponse\x18\x01 \x01(\v2\x10.xct.v1.ResponseR\bresponse\x125\n" +
 	"\bduration\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\bduration\x12\x1a\n" +
 	"\breplayed\x18\x03 \x01(\bR\breplayed\x12\x18\n" +
-	"\aattempt\x18\x04 \x01(\x05R\aattempt\"\x85\x06\n" +
+	"\aattempt\x18\x04 \x01(\x05R\aattempt\"\xac\x06\n" +
 	"\n" +
 	"StepRecord\x12\x17\n" +
 	"\astep_id\x18\x01 \x01(\tR\x06stepId\x12\x15\n" +
@@ -1208,7 +1219,8 @@ const file_xct_v1_executor_proto_rawDesc = "" +
 	"\rcompensations\x18\x11 \x03(\v2\x18.xct.v1.StepCompensationR\rcompensations\x126\n" +
 	"\n" +
 	"resolution\x18\x12 \x01(\v2\x16.xct.v1.StepResolutionR\n" +
-	"resolution\"\x85\x01\n" +
+	"resolution\x12%\n" +
+	"\x0everdict_grants\x18\x13 \x03(\tR\rverdictGrants\"\x85\x01\n" +
 	"\tStepRerun\x12\x18\n" +
 	"\aattempt\x18\x01 \x01(\x05R\aattempt\x12*\n" +
 	"\x02at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x16\n" +

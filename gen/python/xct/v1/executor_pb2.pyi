@@ -119,7 +119,7 @@ class StepCompensation(_message.Message):
     def __init__(self, attempt: _Optional[int] = ..., blob: _Optional[str] = ..., size: _Optional[int] = ..., checksum: _Optional[str] = ...) -> None: ...
 
 class StepRecord(_message.Message):
-    __slots__ = ["arguments_digest", "attempt", "compensations", "deadline", "duration", "effect", "executor", "finished_at", "idempotent", "reruns", "resolution", "response", "response_blob", "run_id", "started_at", "state", "step_id", "tool"]
+    __slots__ = ["arguments_digest", "attempt", "compensations", "deadline", "duration", "effect", "executor", "finished_at", "idempotent", "reruns", "resolution", "response", "response_blob", "run_id", "started_at", "state", "step_id", "tool", "verdict_grants"]
     ARGUMENTS_DIGEST_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     COMPENSATIONS_FIELD_NUMBER: _ClassVar[int]
@@ -138,6 +138,7 @@ class StepRecord(_message.Message):
     STATE_FIELD_NUMBER: _ClassVar[int]
     STEP_ID_FIELD_NUMBER: _ClassVar[int]
     TOOL_FIELD_NUMBER: _ClassVar[int]
+    VERDICT_GRANTS_FIELD_NUMBER: _ClassVar[int]
     arguments_digest: str
     attempt: int
     compensations: _containers.RepeatedCompositeFieldContainer[StepCompensation]
@@ -156,7 +157,8 @@ class StepRecord(_message.Message):
     state: StepRecordState
     step_id: str
     tool: str
-    def __init__(self, step_id: _Optional[str] = ..., run_id: _Optional[str] = ..., tool: _Optional[str] = ..., arguments_digest: _Optional[str] = ..., state: _Optional[_Union[StepRecordState, str]] = ..., attempt: _Optional[int] = ..., effect: _Optional[_Union[_tool_pb2.Effect, str]] = ..., idempotent: bool = ..., executor: _Optional[str] = ..., started_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., deadline: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., response: _Optional[_Union[_decision_pb2.Response, _Mapping]] = ..., response_blob: _Optional[str] = ..., duration: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., reruns: _Optional[_Iterable[_Union[StepRerun, _Mapping]]] = ..., compensations: _Optional[_Iterable[_Union[StepCompensation, _Mapping]]] = ..., resolution: _Optional[_Union[StepResolution, _Mapping]] = ...) -> None: ...
+    verdict_grants: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, step_id: _Optional[str] = ..., run_id: _Optional[str] = ..., tool: _Optional[str] = ..., arguments_digest: _Optional[str] = ..., state: _Optional[_Union[StepRecordState, str]] = ..., attempt: _Optional[int] = ..., effect: _Optional[_Union[_tool_pb2.Effect, str]] = ..., idempotent: bool = ..., executor: _Optional[str] = ..., started_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., deadline: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., response: _Optional[_Union[_decision_pb2.Response, _Mapping]] = ..., response_blob: _Optional[str] = ..., duration: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., reruns: _Optional[_Iterable[_Union[StepRerun, _Mapping]]] = ..., compensations: _Optional[_Iterable[_Union[StepCompensation, _Mapping]]] = ..., resolution: _Optional[_Union[StepResolution, _Mapping]] = ..., verdict_grants: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class StepRerun(_message.Message):
     __slots__ = ["at", "attempt", "executor", "reason"]
