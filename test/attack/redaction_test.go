@@ -3,6 +3,8 @@ package attack
 import (
 	"context"
 	"encoding/base64"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -85,8 +87,9 @@ func TestAttackSecretsInBinaryOutputAndGoal(t *testing.T) {
 // with the caller's identity) shows them raw only to a principal who may
 // decide the approval.
 func TestAttackApprovalArgumentsOnlyForDeciders(t *testing.T) {
-	c := startBindCluster(t, func(_ *app.Config, o *app.Options) {
+	c := startBindCluster(t, func(cfg *app.Config, o *app.Options) {
 		o.ExtraTools = []executor.Tool{deployTool{}}
+		cfg.Tracer.HTTPListen = "127.0.0.1:0" // the debugger's API
 	})
 	c.writeScript(t, "deploy.yaml", "steps:\n  - next_step: {tool: test.deploy, arguments: {target: prod, password: \"hunter2-prod-pw\"}}\n  - done: true\n")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -120,6 +123,29 @@ func TestAttackApprovalArgumentsOnlyForDeciders(t *testing.T) {
 		}
 		if !raw && (got == "hunter2-prod-pw" || !strings.HasPrefix(got, "[REDACTED")) {
 			t.Errorf("%s, who may not decide, sees %q", principal, got)
+		}
+	}
+	// The debugger's API asks the validator with the caller's identity.
+	for principal, raw := range map[string]bool{"bob": true, "dave": false} {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+c.app.Tracer.HTTPAddr()+"/api/approvals?all=true&run="+id, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+c.creds.Token(t, principal))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET /api/approvals as %s: %d %s %v", principal, resp.StatusCode, body, err)
+		}
+		if got := strings.Contains(string(body), "hunter2-prod-pw"); got != raw {
+			t.Errorf("GET /api/approvals?all=true as %s shows the password: %v (%s)", principal, got, body)
+		}
+		if !raw && !strings.Contains(string(body), "[REDACTED") {
+			t.Errorf("GET /api/approvals as %s: no marker in %s", principal, body)
 		}
 	}
 	if _, err := c.orchestratorAs(t, "alice").CancelRun(ctx, &xctv1.CancelRunRequest{RunId: id, Reason: "done testing"}); err != nil {
