@@ -43,6 +43,9 @@ func runVerify(ctx context.Context, c *cmdContext) error {
 		if !v.Add(&e.Event, e.Computed, e.HashErr) || (sv != nil && !sv.Add(&e.Event)) {
 			return errNoStream
 		}
+		if e.Type == checkpoint.EventType {
+			c.signedSeen++
+		}
 		return nil
 	})
 	if sd != nil {
@@ -63,6 +66,12 @@ func runVerify(ctx context.Context, c *cmdContext) error {
 		}
 		if trusted != nil {
 			sigs = checkpoint.Verify(d.id, d.events, trusted, keys.options())
+		}
+		c.signedSeen = 0
+		for i := range d.events {
+			if d.events[i].Type == checkpoint.EventType {
+				c.signedSeen++
+			}
 		}
 		r = analysis.Verify(d.id, d.events)
 	}
@@ -95,6 +104,10 @@ func (c *cmdContext) printVerify(r *analysis.VerifyReport, sigs *checkpoint.Repo
 	}
 	for _, n := range r.Notes {
 		c.out("note: %s\n", n)
+	}
+	if sigs == nil && c.signedSeen > 0 {
+		c.out("note: the chain has %d signed %s; lctl verify --key FILE.pub proves it is what the cluster wrote (a hash chain alone cannot show an edit whose hashes were recomputed)\n",
+			c.signedSeen, plural(c.signedSeen, "checkpoint", "checkpoints"))
 	}
 	c.out("\n")
 	switch {

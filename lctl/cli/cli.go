@@ -157,6 +157,8 @@ type cmdContext struct {
 	// order given, each either a file or a chain.
 	operands []operand
 	client   *tracerClient
+	// signedSeen counts the signed checkpoints verify saw (signed.go).
+	signedSeen int
 }
 
 // operand is a chain named on the command line.
