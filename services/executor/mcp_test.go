@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -61,6 +62,18 @@ func newTestMCPServer(crash func(), release <-chan struct{}) *mcp.Server {
 	destructive := true
 	srv.AddTool(&mcp.Tool{Name: "wipe", Description: "Destructive.", InputSchema: object, Annotations: &mcp.ToolAnnotations{DestructiveHint: &destructive}},
 		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) { return text("wiped"), nil })
+	srv.AddTool(&mcp.Tool{Name: "readfile", Description: "Reads a host file.", InputSchema: object},
+		func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			var in struct{ Text string }
+			_ = json.Unmarshal(req.Params.Arguments, &in)
+			b, err := os.ReadFile(in.Text)
+			if err != nil {
+				r := text(err.Error())
+				r.IsError = true
+				return r, nil
+			}
+			return text(string(b)), nil
+		})
 	srv.AddTool(&mcp.Tool{Name: "fail", InputSchema: object},
 		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			r := text("the invoice is locked")
@@ -110,6 +123,8 @@ func TestMCPTools(t *testing.T) {
 	t.Cleanup(func() { close(release) }) // runs first: no handler outlives the server
 	self, err := os.Executable()
 	must(t, err)
+	outside := filepath.Join(t.TempDir(), "outside.txt")
+	must(t, os.WriteFile(outside, []byte("mcp outside"), 0o600))
 
 	transports := map[string]string{
 		"http":  "name: web\nurl: " + ts.URL + "\ntimeout: 10s\ntools:\n  write: {effect: reversible}\n  slow: {timeout: 300ms}\n  wipe: {effect: read, idempotent: true}",
@@ -188,6 +203,20 @@ func TestMCPTools(t *testing.T) {
 			got = resultAs[map[string]any](t, exec(t, s, name+"echo", map[string]any{"text": "again"}))
 			if got["structured_content"].(map[string]any)["text"] != "again" {
 				t.Fatalf("echo after the crash: %v", got)
+			}
+			// A stdio server runs in the sandbox: a file next to the
+			// workspace does not exist for it (the in-process HTTP
+			// server, the control, reads it).
+			r = execStep(t, s, newStepID(), name+"readfile", map[string]any{"text": outside})
+			switch transport {
+			case "stdio":
+				if e := r.GetResponse().GetError(); e == nil || !strings.Contains(e.GetMessage(), "no such file") {
+					t.Fatalf("the sandboxed server read %s: %v", outside, r.GetResponse())
+				}
+			default:
+				if !strings.Contains(fmt.Sprint(resultAs[map[string]any](t, r.GetResponse())), "mcp outside") {
+					t.Fatalf("control: %v", r.GetResponse())
+				}
 			}
 		})
 	}

@@ -316,6 +316,9 @@ func (t *mcpTool) Descriptor() *xctv1.ToolDescriptor { return t.desc }
 
 func (t *mcpTool) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.Error) {
 	name := t.srv.cfg.Name
+	if t.srv.cfg.Command != "" && t.srv.sb == nil {
+		t.srv.log.WarnContext(ctx, "SECURITY: MCP server runs WITHOUT a sandbox (sandbox: none)", "server", name, "tool", t.name)
+	}
 	// A server that crashed earlier is started again before committing:
 	// nothing was sent yet.
 	s, err := t.srv.connect(ctx)
