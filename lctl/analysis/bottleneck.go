@@ -164,14 +164,6 @@ func (b *BottleneckBuilder) Report(chainID string, top int) *BottleneckReport {
 	return r
 }
 
-func toolTimes(events []lctl.Event) []ToolTime {
-	t := newToolTimer()
-	for i := range events {
-		t.add(&events[i])
-	}
-	return t.finish()
-}
-
 // toolTimer sums the tool calls' time per tool as the events go by.
 type toolTimer struct{ byTool map[string]*ToolTime }
 
@@ -257,17 +249,6 @@ func recommend(r *BottleneckReport) string {
 
 // percent renders a share the way the spec does: 50%.
 func percent(share float64) string { return fmt.Sprintf("%.0f%%", share*100) }
-
-// stepTimings pairs every step_start with its step_end: by XCT step number
-// when the events carry one, otherwise the agent's latest open step (steps
-// nest per agent, as a stack).
-func stepTimings(events []lctl.Event) []StepTiming {
-	t := newStepTimer()
-	for i := range events {
-		t.add(&events[i])
-	}
-	return t.finish()
-}
 
 // openStep is a step that started and has not ended yet.
 type openStep struct {

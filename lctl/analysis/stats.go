@@ -281,31 +281,6 @@ func (b *StatsBuilder) Stats() *Stats {
 	return st
 }
 
-// timeSpan returns the positions of the first and the last event with a
-// parseable timestamp (-1, -1 if none).
-func timeSpan(events []lctl.Event) (int, int) {
-	first, last := -1, -1
-	for i := range events {
-		if _, ok := lctl.ParseTime(events[i].Timestamp); ok {
-			if first < 0 {
-				first = i
-			}
-			last = i
-		}
-	}
-	return first, last
-}
-
-// priceTokens attributes each step_end's tokens to its step's model and
-// prices them.
-func (st *Stats) priceTokens(events []lctl.Event, prices *Prices) {
-	p := newTokenPricer(prices)
-	for i := range events {
-		p.add(&events[i])
-	}
-	p.finish(st)
-}
-
 // tokenPricer prices step_end tokens as the events go by.
 type tokenPricer struct {
 	prices  *Prices
@@ -387,18 +362,6 @@ func (p *tokenPricer) finish(st *Stats) {
 	if priced {
 		st.Cost = &total
 	}
-}
-
-// stepModels maps the position of each step_end to the model of its step.
-func stepModels(events []lctl.Event) map[int]string {
-	out := map[int]string{}
-	r := newModelResolver()
-	for i := range events {
-		if m, ok := r.add(&events[i]); ok {
-			out[i] = m
-		}
-	}
-	return out
 }
 
 // FormatCost renders dollars the way the spec does: $0.047.
