@@ -98,6 +98,11 @@ func TestSignedCheckpoints(t *testing.T) {
 	verifyFile(t, env, "untouched", exported, pub, 0, "✓ signatures: events 1 to "+itoa(f.Events[len(f.Events)-2].Seq)+" are exactly what xct-e2e-a signed",
 		"Chain verified and signed: it is exactly what xct-e2e-a signed.")
 
+	// The live chain, read from the tracer, proves the same.
+	if code, out := lctlRun(env, "verify", "--key", pub, "--chain", id); code != 0 || !strings.Contains(out, "Chain verified and signed: it is exactly what xct-e2e-a signed.") {
+		t.Fatalf("verify --key --chain %s: exit %d\n%s", id, code, out)
+	}
+
 	// A flipped byte in the file, nothing recomputed.
 	raw, _ := os.ReadFile(exported)
 	at := bytes.Index(raw, []byte(`"decision": "allow"`))
