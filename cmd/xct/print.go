@@ -53,6 +53,8 @@ func (p *stepPrinter) print(e *lctlv1.Event) {
 		fmt.Fprintf(p.w, "%s error     %s: %s\n", step(), s("code"), truncate(s("message"), 100))
 	case "approval_requested":
 		fmt.Fprintf(p.w, "%s waiting   for a human: xct approve %s %d  (or xct deny …; expires %s)\n", step(), e.GetChainId(), int(d["step"].(float64)), s("expires_at"))
+	case "step_in_doubt":
+		fmt.Fprintf(p.w, "%s IN DOUBT  %s (record %s); the run waits: %s\n", step(), truncate(s("reason"), 100), s("record_state"), s("resolve"))
 	case "approval_decided":
 		who := s("by")
 		if who == "" {

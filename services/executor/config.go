@@ -54,6 +54,9 @@ type Config struct {
 	// StepGrace is added to a tool's timeout to make its step's deadline
 	// (default 5s). A step found pending past its deadline is in doubt.
 	StepGrace time.Duration
+	// RecordTimeout bounds one write of a step's outcome (default 10s);
+	// a write that fails is retried in the background. Not a flag (tests).
+	RecordTimeout time.Duration
 	// StepRetention is how long step records are kept in JetStream
 	// (default 30 days). A step asked again after that runs again.
 	StepRetention time.Duration

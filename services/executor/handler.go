@@ -29,9 +29,12 @@ func (h *handler) ListTools(context.Context, *xctv1.ListToolsRequest) (*xctv1.Li
 	return &xctv1.ListToolsResponse{Tools: h.s.Tools()}, nil
 }
 
-// Execute runs one step. Only a malformed request, an unusable record
-// store or a stopping executor is a gRPC error (and then nothing was
-// executed); everything a tool does, including failing, is a Response.
+// Execute runs one step. Everything a tool does, including failing, is a
+// Response. A gRPC error is a malformed request (InvalidArgument: refused
+// before any claim, nothing was executed), a stopping executor, or a
+// record store that could not be used, including a tool that acted but
+// whose outcome is not recorded yet (Unavailable): then the step's outcome
+// is whatever its record says once it can be read (GetStep).
 func (h *handler) Execute(ctx context.Context, req *xctv1.ExecuteRequest) (*xctv1.ExecuteResponse, error) {
 	switch {
 	case req.GetStepId() == "":
@@ -48,9 +51,14 @@ func (h *handler) Execute(ctx context.Context, req *xctv1.ExecuteRequest) (*xctv
 	return h.s.execute(ctx, req)
 }
 
-// GetStep returns a step's record.
+// GetStep returns a step's record; with fence, a step without one is
+// recorded as not executed first (Service.Fence).
 func (h *handler) GetStep(ctx context.Context, req *xctv1.GetStepRequest) (*xctv1.GetStepResponse, error) {
-	rec, doubt, err := h.s.Step(ctx, req.GetStepId())
+	step := h.s.Step
+	if req.GetFence() {
+		step = h.s.Fence
+	}
+	rec, doubt, err := step(ctx, req.GetStepId())
 	if err != nil {
 		return nil, stepStatus(err)
 	}
@@ -95,7 +103,9 @@ func stepStatus(err error) error {
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return status.FromContextError(err).Err()
 	}
-	return status.Error(codes.Unavailable, err.Error())
+	// The store did not answer: the step's outcome is unknown, which is
+	// not "no record" (NotFound).
+	return status.Errorf(codes.Unavailable, "%s: %v", outcomeUnknown, err)
 }
 
 // outcome is what one invocation returned.
@@ -150,7 +160,13 @@ func (s *Service) execute(ctx context.Context, req *xctv1.ExecuteRequest) (*xctv
 		s.log.WarnContext(ctx, "step abandoned", "run_id", req.GetRunId(), "step_id", req.GetStepId(), "tool", req.GetTool(), "error", err, "duration", d)
 		return nil, err
 	}
-	s.finish(c, s.redactResponse(args, resp), d) // the caller gets resp itself
+	if err := s.finish(c, s.redactResponse(args, resp), d); err != nil {
+		// The tool acted but its record still says pending: an outcome
+		// told now would not be the record's. The caller reads the step
+		// (GetStep) until the outcome is recorded, or it is in doubt.
+		return nil, status.Errorf(codes.Unavailable, "step %s acted, but %s (%v): its outcome is recorded when the store answers again; read it with GetStep",
+			req.GetStepId(), "its outcome could not be recorded yet", err)
+	}
 	s.logStep(ctx, req, resp, time.Since(start), "attempt", c.rec.GetAttempt(), "tool_duration", d)
 	return &xctv1.ExecuteResponse{Response: resp, Duration: durationpb.New(d), Attempt: c.rec.GetAttempt()}, nil
 }

@@ -26,6 +26,14 @@ import (
 // even when the caller has gone, because the effect already happened.
 const recordTimeout = 10 * time.Second
 
+// recordWait is Config.RecordTimeout, or recordTimeout.
+func (s *Service) recordWait() time.Duration {
+	if s.cfg.RecordTimeout > 0 {
+		return s.cfg.RecordTimeout
+	}
+	return recordTimeout
+}
+
 // maxStepIDBytes bounds a step id (it is a KV key).
 const maxStepIDBytes = 128
 
@@ -103,7 +111,7 @@ type stepClaim struct {
 func (s *Service) claim(ctx context.Context, req *xctv1.ExecuteRequest, st *servedTool, args map[string]any) (*stepClaim, *xctv1.ExecuteResponse, error) {
 	store, err := s.store()
 	if err != nil {
-		return nil, nil, status.Errorf(codes.Unavailable, "%v; nothing was executed", err)
+		return nil, nil, status.Errorf(codes.Unavailable, "%v; this call did not run the tool", err)
 	}
 	effect, idem := st.classify(args)
 	digest := argumentsDigest(args)
@@ -137,16 +145,19 @@ func (s *Service) claim(ctx context.Context, req *xctv1.ExecuteRequest, st *serv
 			return &stepClaim{store: store, rec: rec, rev: rev}, nil, nil
 		}
 		if !errors.Is(err, ErrStepExists) {
-			return nil, nil, storeErr(ctx, err)
+			return nil, nil, storeErr(ctx, req.GetStepId(), err)
 		}
 		cur, rev, err := store.Get(sctx, req.GetStepId())
 		if errors.Is(err, ErrStepNotFound) {
 			continue // removed meanwhile: try to create it again
 		}
 		if err != nil {
-			return nil, nil, storeErr(ctx, err)
+			return nil, nil, storeErr(ctx, req.GetStepId(), err)
 		}
-		if cur.GetTool() != req.GetTool() || !sameArguments(cur.GetArgumentsDigest(), args) {
+		// A record without a call (a fence, or a resolution of a step that
+		// had none) holds for whatever call carries its step id.
+		called := cur.GetTool() != "" || cur.GetArgumentsDigest() != ""
+		if called && (cur.GetTool() != req.GetTool() || !sameArguments(cur.GetArgumentsDigest(), args)) {
 			return nil, s.answer(wire.WithDetails(wire.Errorf(wire.CodeInvalidArgument,
 				"step id %s was already used for another call (tool %s); a step id names one call", req.GetStepId(), cur.GetTool()),
 				map[string]any{"step_id": req.GetStepId(), "recorded_tool": cur.GetTool()}), cur, false), nil
@@ -155,7 +166,7 @@ func (s *Service) claim(ctx context.Context, req *xctv1.ExecuteRequest, st *serv
 		case stateSucceeded, stateFailed:
 			resp, err := s.recordedResponse(sctx, store, cur)
 			if err != nil {
-				return nil, nil, storeErr(ctx, err)
+				return nil, nil, storeErr(ctx, req.GetStepId(), err)
 			}
 			return nil, &xctv1.ExecuteResponse{Response: resp, Duration: cur.GetDuration(), Replayed: true, Attempt: cur.GetAttempt()}, nil
 		case stateInDoubt:
@@ -165,10 +176,11 @@ func (s *Service) claim(ctx context.Context, req *xctv1.ExecuteRequest, st *serv
 				return nil, nil, grantSpent(cur)
 			}
 			next := withGrant(rerun(cur, fresh(cur.GetAttempt()+1), "retry allowed by "+cur.GetResolution().GetResolvedBy()), grantOf(ctx))
+			next.Tool, next.ArgumentsDigest = req.GetTool(), digest
 			if rev, err := store.Update(sctx, next, rev); err == nil {
 				return &stepClaim{store: store, rec: next, rev: rev, prev: cur}, nil, nil
 			} else if !errors.Is(err, ErrStepConflict) {
-				return nil, nil, storeErr(ctx, err)
+				return nil, nil, storeErr(ctx, req.GetStepId(), err)
 			}
 		case statePending:
 			deadline := cur.GetDeadline().AsTime()
@@ -183,7 +195,7 @@ func (s *Service) claim(ctx context.Context, req *xctv1.ExecuteRequest, st *serv
 					return nil, nil, status.FromContextError(ctx.Err()).Err()
 				}
 				if err != nil && !errors.Is(err, context.DeadlineExceeded) {
-					return nil, nil, storeErr(ctx, err)
+					return nil, nil, storeErr(ctx, req.GetStepId(), err)
 				}
 				continue
 			}
@@ -198,7 +210,7 @@ func (s *Service) claim(ctx context.Context, req *xctv1.ExecuteRequest, st *serv
 					s.log.WarnContext(ctx, "step in doubt re-run (idempotent)", "step_id", cur.GetStepId(), "tool", cur.GetTool(), "attempt", next.GetAttempt())
 					return &stepClaim{store: store, rec: next, rev: rev, prev: cur}, nil, nil
 				} else if !errors.Is(err, ErrStepConflict) {
-					return nil, nil, storeErr(ctx, err)
+					return nil, nil, storeErr(ctx, req.GetStepId(), err)
 				}
 				continue
 			}
@@ -208,7 +220,7 @@ func (s *Service) claim(ctx context.Context, req *xctv1.ExecuteRequest, st *serv
 				s.log.ErrorContext(ctx, "step in doubt: a human must decide", "step_id", cur.GetStepId(), "run_id", cur.GetRunId(), "tool", cur.GetTool(), "attempt", cur.GetAttempt(), "executor", cur.GetExecutor())
 				return nil, s.answer(inDoubtError(doubt), doubt, true), nil
 			} else if !errors.Is(err, ErrStepConflict) {
-				return nil, nil, storeErr(ctx, err)
+				return nil, nil, storeErr(ctx, req.GetStepId(), err)
 			}
 		default:
 			return nil, nil, status.Errorf(codes.DataLoss, "step %s has a record in an unknown state %v; nothing was executed", req.GetStepId(), cur.GetState())
@@ -250,17 +262,24 @@ func inDoubtError(rec *xctv1.StepRecord) *xctv1.Error {
 		})
 }
 
-// storeErr is the gRPC error for a record store failure: nothing was
-// executed, and the caller may ask again.
-func storeErr(ctx context.Context, err error) error {
+// storeErr is the gRPC error for a record store failure during a claim.
+// This call did not run the tool, but whether an earlier call of the step
+// did is unknown: the record could not be read or written. So the answer
+// never says "not executed"; the caller learns the step's outcome from
+// its record (GetStep) once the store answers again.
+func storeErr(ctx context.Context, stepID string, err error) error {
 	if ctx.Err() != nil {
 		return status.FromContextError(ctx.Err()).Err()
 	}
 	if errors.Is(err, ErrStepCorrupt) {
-		return status.Errorf(codes.DataLoss, "step record: %v; nothing was executed", err)
+		return status.Errorf(codes.DataLoss, "step %s: record unreadable: %v; this call did not run the tool, the step's outcome is unknown", stepID, err)
 	}
-	return status.Errorf(codes.Unavailable, "step record store: %v; nothing was executed", err)
+	return status.Errorf(codes.Unavailable, "step %s: %s: %v; this call did not run the tool, the step's outcome is unknown until its record can be read", stepID, outcomeUnknown, err)
 }
+
+// outcomeUnknown starts every answer of a reader that could not reach the
+// step records: never "nothing was executed".
+const outcomeUnknown = "outcome unknown: the step record store cannot be reached"
 
 // compensator stores compensations for the claimed attempt.
 func (c *stepClaim) compensator() func(*Compensation) error {
@@ -289,11 +308,14 @@ func (c *stepClaim) compensator() func(*Compensation) error {
 	}
 }
 
-// finish records the outcome of the claimed attempt. A failure to record
-// is logged, not returned: the effect happened and the caller gets its
-// true outcome; the step stays pending and will be in doubt.
-func (s *Service) finish(c *stepClaim, resp *xctv1.Response, d time.Duration) {
-	ctx, cancel := context.WithTimeout(context.Background(), recordTimeout)
+// finish records the outcome of the claimed attempt. It returns an error
+// when the outcome could not be recorded: the tool acted, but the record
+// still says pending, so the caller must not be told an outcome the record
+// does not hold (the chain and the record would disagree). Recording is
+// then retried in the background until the store answers (fixRecord); a
+// reader of the step (GetStep) sees the outcome as soon as it is written.
+func (s *Service) finish(c *stepClaim, resp *xctv1.Response, d time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), s.recordWait())
 	defer cancel()
 	rec := cloneRecord(c.rec)
 	rec.State = stateSucceeded
@@ -303,26 +325,85 @@ func (s *Service) finish(c *stepClaim, resp *xctv1.Response, d time.Duration) {
 	rec.Response = resp
 	rec.FinishedAt = timestamppb.Now()
 	rec.Duration = durationpb.New(d)
-	rev, err := c.store.Update(ctx, rec, c.rev)
-	if errors.Is(err, ErrRecordTooLarge) {
-		// Too large for a record: the response goes to a blob.
-		name := fmt.Sprintf("%s.%d.response", rec.GetStepId(), rec.GetAttempt())
-		data, merr := protojson.Marshal(resp)
-		if merr == nil {
-			merr = c.store.PutBlob(ctx, name, data)
-		}
-		if merr != nil {
-			s.log.ErrorContext(ctx, "step acted but its response could not be stored: it will be in doubt", "step_id", rec.GetStepId(), "error", merr)
-			return
-		}
-		rec.Response, rec.ResponseBlob = nil, name
-		rev, err = c.store.Update(ctx, rec, c.rev)
-	}
+	rev, err := s.writeOutcome(ctx, c.store, rec, c.rev)
 	if err != nil {
-		s.log.ErrorContext(ctx, "step acted but its outcome could not be recorded: it will be in doubt", "step_id", rec.GetStepId(), "tool", rec.GetTool(), "error", err)
-		return
+		s.log.ErrorContext(ctx, "step acted but its outcome could not be recorded yet: retrying in the background", "step_id", rec.GetStepId(), "tool", rec.GetTool(), "error", err)
+		s.fixing.Add(1)
+		go func() {
+			defer s.fixing.Done()
+			s.fixRecord(c.store, rec, c.rev)
+		}()
+		return err
 	}
 	c.rec, c.rev = rec, rev
+	return nil
+}
+
+// writeOutcome writes a finished record over revision rev, its response in
+// a blob when it does not fit in the record.
+func (s *Service) writeOutcome(ctx context.Context, store StepStore, rec *xctv1.StepRecord, rev uint64) (uint64, error) {
+	n, err := store.Update(ctx, rec, rev)
+	if !errors.Is(err, ErrRecordTooLarge) {
+		return n, err
+	}
+	name := fmt.Sprintf("%s.%d.response", rec.GetStepId(), rec.GetAttempt())
+	data, err := protojson.Marshal(rec.GetResponse())
+	if err != nil {
+		return 0, err
+	}
+	if err := store.PutBlob(ctx, name, data); err != nil {
+		return 0, fmt.Errorf("store response: %w", err)
+	}
+	rec.Response, rec.ResponseBlob = nil, name
+	return store.Update(ctx, rec, rev)
+}
+
+// fixRetryMax bounds how long an outcome not yet recorded is retried.
+const fixRetryMax = 10 * time.Minute
+
+// fixRecord keeps trying to record an outcome that finish could not, with
+// backoff, until it is written or the record no longer belongs to this
+// attempt. A record that another executor marked in doubt meanwhile (its
+// deadline passed) still gets the outcome: this process knows it, and in
+// doubt means only that nobody did. A human decision is never overwritten.
+func (s *Service) fixRecord(store StepStore, rec *xctv1.StepRecord, rev uint64) {
+	wait := 100 * time.Millisecond
+	until := time.Now().Add(fixRetryMax)
+	for time.Now().Before(until) {
+		ctx, cancel := context.WithTimeout(context.Background(), s.recordWait())
+		_, err := s.writeOutcome(ctx, store, cloneRecord(rec), rev)
+		if errors.Is(err, ErrStepConflict) {
+			cur, curRev, gerr := store.Get(ctx, rec.GetStepId())
+			switch {
+			case gerr != nil:
+				err = gerr
+			case cur.GetAttempt() != rec.GetAttempt() || cur.GetResolution() != nil ||
+				(cur.GetState() != statePending && cur.GetState() != stateInDoubt):
+				cancel()
+				s.log.Error("step outcome not recorded: its record changed meanwhile", "step_id", rec.GetStepId(),
+					"state", stateName(cur.GetState()), "attempt", cur.GetAttempt(), "outcome", stateName(rec.GetState()))
+				return
+			default:
+				rev = curRev
+				_, err = s.writeOutcome(ctx, store, cloneRecord(rec), rev)
+			}
+		}
+		cancel()
+		if err == nil {
+			s.log.Info("step outcome recorded after a retry", "step_id", rec.GetStepId(), "state", stateName(rec.GetState()))
+			return
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-s.quit:
+			t.Stop()
+			s.log.Error("executor stopped before the step's outcome could be recorded: it is in doubt", "step_id", rec.GetStepId(), "outcome", stateName(rec.GetState()))
+			return
+		}
+		wait = min(wait*2, 5*time.Second)
+	}
+	s.log.Error("step acted but its outcome was never recorded: it is in doubt", "step_id", rec.GetStepId(), "outcome", stateName(rec.GetState()))
 }
 
 // release undoes the claim of an attempt that did not act (the caller
@@ -388,6 +469,47 @@ func (s *Service) Step(ctx context.Context, stepID string) (*xctv1.StepRecord, b
 	return rec, inDoubt(rec, time.Now()), nil
 }
 
+// Fence is Step for a caller that must know whether a step acted after
+// its Execute call failed: a step without a record is recorded as not
+// executed (FAILED, EXECUTOR_UNAVAILABLE with details.not_executed), with
+// the same conditional create a claim uses. Either the fence is first and
+// a call of the step still in flight replays "not executed" instead of
+// acting, or the claim is first and the fence reads its record. So "not
+// executed" is then proven, not guessed.
+func (s *Service) Fence(ctx context.Context, stepID string) (*xctv1.StepRecord, bool, error) {
+	if !validStepID(stepID) {
+		return nil, false, fmt.Errorf("%w: %q", ErrBadStepID, stepID)
+	}
+	store, err := s.store()
+	if err != nil {
+		return nil, false, err
+	}
+	now := timestamppb.Now()
+	rec := &xctv1.StepRecord{
+		StepId: stepID, State: stateFailed, Executor: s.instance, StartedAt: now, FinishedAt: now,
+		Response: wire.ErrorResponse(wire.WithDetails(wire.Errorf(wire.CodeExecutorUnavailable,
+			"step %s was not executed: the executor has no record of it (its call never reached a tool, or was abandoned before the tool committed an effect); nothing acted, propose it again if it is still needed", stepID),
+			map[string]any{"step_id": stepID, "not_executed": true, "outcome_unknown": false})),
+	}
+	if _, err := store.Create(context.WithoutCancel(ctx), rec); err == nil {
+		s.log.WarnContext(ctx, "step fenced: recorded as not executed", "step_id", stepID)
+		return proto.CloneOf(rec), false, nil
+	} else if !errors.Is(err, ErrStepExists) {
+		return nil, false, err
+	}
+	return s.Step(ctx, stepID)
+}
+
+// NotExecuted reports whether a record proves its step did not act: a
+// fence, or a resolution that said so.
+func NotExecuted(rec *xctv1.StepRecord) bool {
+	if rec.GetState() != stateFailed {
+		return false
+	}
+	v, _ := rec.GetResponse().GetError().GetDetails().AsMap()["not_executed"].(bool)
+	return v
+}
+
 // inDoubt reports whether a record is in doubt at now.
 func inDoubt(rec *xctv1.StepRecord, now time.Time) bool {
 	switch rec.GetState() {
@@ -435,13 +557,27 @@ func (s *Service) ResolveStep(ctx context.Context, stepID string, r Resolution) 
 		return nil, err
 	}
 	cur, rev, err := store.Get(ctx, stepID)
-	if err != nil {
+	if errors.Is(err, ErrStepNotFound) {
+		// No record: no executor claimed the step (or its record expired).
+		// The human's decision becomes its record, so the run waiting on
+		// it goes on and a late call of the step replays the decision.
+		cur = &xctv1.StepRecord{StepId: stepID}
+	} else if err != nil {
 		return nil, err
 	}
 	// A step in doubt takes any decision; a failed step may be retried.
-	retryFailed := r.Decision == xctv1.StepDecision_STEP_DECISION_RETRY && cur.GetState() == stateFailed
-	if !inDoubt(cur, time.Now()) && !retryFailed {
-		return nil, fmt.Errorf("%w: step %s is %s", ErrNotInDoubt, stepID, stateName(cur.GetState()))
+	retryFailed := r.Decision == xctv1.StepDecision_STEP_DECISION_RETRY && cur.GetState() == stateFailed && !NotExecuted(cur)
+	if rev != 0 && !inDoubt(cur, time.Now()) && !retryFailed {
+		if same := decided(cur.GetState()) == r.Decision; same {
+			// Already so: the record's outcome stands and the run goes on
+			// with it; nothing is written.
+			return proto.CloneOf(cur), nil
+		}
+		if cur.GetState() == statePending {
+			return nil, fmt.Errorf("%w: step %s is still executing on %s until %s; its outcome is recorded by then, or it is in doubt and can be resolved",
+				ErrNotInDoubt, stepID, cur.GetExecutor(), cur.GetDeadline().AsTime().Format(time.RFC3339))
+		}
+		return nil, fmt.Errorf("%w: step %s is %s (recorded by %s); a recorded outcome is not overwritten", ErrNotInDoubt, stepID, stateName(cur.GetState()), recordedBy(cur))
 	}
 	now := timestamppb.Now()
 	rec := cloneRecord(cur)
@@ -465,11 +601,41 @@ func (s *Service) ResolveStep(ctx context.Context, stepID string, r Resolution) 
 	case xctv1.StepDecision_STEP_DECISION_RETRY:
 		rec.State, rec.Response, rec.ResponseBlob, rec.FinishedAt = stateRetry, nil, "", nil
 	}
-	if _, err := store.Update(ctx, rec, rev); err != nil {
+	if rev == 0 {
+		_, err = store.Create(ctx, rec)
+		if errors.Is(err, ErrStepExists) {
+			err = ErrStepConflict // recorded meanwhile: ask again
+		}
+	} else {
+		_, err = store.Update(ctx, rec, rev)
+	}
+	if err != nil {
 		return nil, err
 	}
 	s.log.InfoContext(ctx, "step resolved", "step_id", stepID, "decision", r.Decision.String(), "resolved_by", r.ResolvedBy, "previous_state", cur.GetState().String())
 	return proto.CloneOf(rec), nil
+}
+
+// decided is the decision that leaves a record in state st (UNSPECIFIED
+// for a state no decision leaves).
+func decided(st xctv1.StepRecordState) xctv1.StepDecision {
+	switch st {
+	case stateSucceeded:
+		return xctv1.StepDecision_STEP_DECISION_SUCCEEDED
+	case stateFailed:
+		return xctv1.StepDecision_STEP_DECISION_FAILED
+	case stateRetry:
+		return xctv1.StepDecision_STEP_DECISION_RETRY
+	}
+	return xctv1.StepDecision_STEP_DECISION_UNSPECIFIED
+}
+
+// recordedBy names who gave a record its state: a resolver or an executor.
+func recordedBy(rec *xctv1.StepRecord) string {
+	if by := rec.GetResolution().GetResolvedBy(); by != "" {
+		return by
+	}
+	return "executor " + rec.GetExecutor()
 }
 
 // stateName is a record state for messages: "succeeded", "pending", ...

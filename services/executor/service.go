@@ -55,6 +55,10 @@ type Service struct {
 	mu       sync.Mutex
 	stopping bool
 	running  sync.WaitGroup // tool invocations, including abandoned ones
+	// fixing counts outcomes being recorded after a failed first write
+	// (records.go fixRecord); quit is closed when Stop gives up on them.
+	fixing sync.WaitGroup
+	quit   chan struct{}
 }
 
 // servedTool is a tool with its effective descriptor: defaults applied.
@@ -112,7 +116,7 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger, extra ...Tool) (*Service, 
 	if toolsCfg.FS != nil {
 		ws.protected = newProtectedPaths(toolsCfg.FS.ProtectedPaths)
 	}
-	s := &Service{cfg: cfg, nc: nc, log: log, ws: ws, wsDir: wsDir, toolsCfg: toolsCfg, instance: instanceID(), tools: map[string]*servedTool{}}
+	s := &Service{cfg: cfg, nc: nc, log: log, ws: ws, wsDir: wsDir, toolsCfg: toolsCfg, instance: instanceID(), tools: map[string]*servedTool{}, quit: make(chan struct{})}
 	if s.verifier, err = cfg.verifier(); err != nil {
 		_ = ws.close()
 		return nil, err
@@ -316,14 +320,16 @@ func (s *Service) Stop(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() {
 		s.running.Wait()
+		s.fixing.Wait() // outcomes that acted but are not recorded yet
 		close(done)
 	}()
 	var err error
 	select {
 	case <-done:
 	case <-ctx.Done():
-		err = fmt.Errorf("executor: tools still running at shutdown: %w", ctx.Err())
+		err = fmt.Errorf("executor: tools still running (or outcomes not yet recorded) at shutdown: %w", ctx.Err())
 	}
+	close(s.quit)
 	s.state.Lock()
 	remotes, mcps := s.remotes, s.mcps
 	s.remotes, s.mcps = nil, nil

@@ -238,7 +238,6 @@ func TestStepInDoubt(t *testing.T) {
 			{"no author", "done-step", Resolution{Decision: xctv1.StepDecision_STEP_DECISION_FAILED}, ErrBadResolution},
 			{"no decision", "done-step", Resolution{ResolvedBy: "a"}, ErrBadResolution},
 			{"bad step id", "a.b", Resolution{Decision: xctv1.StepDecision_STEP_DECISION_FAILED, ResolvedBy: "a"}, ErrBadStepID},
-			{"unknown step", "nope", Resolution{Decision: xctv1.StepDecision_STEP_DECISION_FAILED, ResolvedBy: "a"}, ErrStepNotFound},
 			{"succeeded step", "done-step", Resolution{Decision: xctv1.StepDecision_STEP_DECISION_FAILED, ResolvedBy: "a"}, ErrNotInDoubt},
 			{"retry of a succeeded step", "done-step", Resolution{Decision: xctv1.StepDecision_STEP_DECISION_RETRY, ResolvedBy: "a"}, ErrNotInDoubt},
 			{"step still running", "live", Resolution{Decision: xctv1.StepDecision_STEP_DECISION_FAILED, ResolvedBy: "a"}, ErrNotInDoubt},
@@ -550,15 +549,26 @@ func TestStepsOnJetStream(t *testing.T) {
 		code codes.Code
 	}{
 		{&xctv1.ResolveStepRequest{StepId: orphanReq.GetStepId(), Decision: xctv1.StepDecision_STEP_DECISION_FAILED, ResolvedBy: "carol"}, codes.FailedPrecondition},
-		{&xctv1.ResolveStepRequest{StepId: "nope", Decision: xctv1.StepDecision_STEP_DECISION_FAILED, ResolvedBy: "carol"}, codes.NotFound},
 		{&xctv1.ResolveStepRequest{StepId: orphanReq.GetStepId()}, codes.InvalidArgument}, // no decision
 	} {
 		if _, err := carol.ResolveStep(ctx, c.req); status.Code(err) != c.code {
 			t.Errorf("ResolveStep(%v) = %v, want %v", c.req, err, c.code)
 		}
 	}
+	// The same decision again is no error: the record already says so.
+	if res, err := carol.ResolveStep(ctx, &xctv1.ResolveStepRequest{StepId: orphanReq.GetStepId(), Decision: xctv1.StepDecision_STEP_DECISION_SUCCEEDED}); err != nil || res.GetStep().GetState() != stateSucceeded {
+		t.Errorf("ResolveStep(orphan, succeeded) again = %v, %v", res, err)
+	}
 	if _, err := client.GetStep(ctx, &xctv1.GetStepRequest{StepId: "nope"}); status.Code(err) != codes.NotFound {
 		t.Errorf("GetStep(nope) = %v", err)
+	}
+	// A step without a record takes the decision as its record.
+	res, err = carol.ResolveStep(ctx, &xctv1.ResolveStepRequest{StepId: "nope", Decision: xctv1.StepDecision_STEP_DECISION_FAILED, Reason: "never ran"})
+	if err != nil || res.GetStep().GetState() != stateFailed || res.GetStep().GetResolution().GetPreviousState() != xctv1.StepRecordState_STEP_RECORD_STATE_UNSPECIFIED {
+		t.Errorf("ResolveStep(nope) = %v, %v", res, err)
+	}
+	if got, err := client.GetStep(ctx, &xctv1.GetStepRequest{StepId: "nope"}); err != nil || got.GetStep().GetState() != stateFailed {
+		t.Errorf("GetStep(nope) after resolving = %v, %v", got, err)
 	}
 }
 

@@ -64,6 +64,14 @@ type Config struct {
 	Instance string
 	// Checkpoint is the signing of chain checkpoints (checkpoint.go).
 	Checkpoint CheckpointConfig
+	// TakeoverTimeout bounds each call of a takeover and each read of a
+	// step's record: short, and retried, so a fault does not stall a run
+	// for a whole CallTimeout.
+	TakeoverTimeout time.Duration
+	// SettleTimeout is how long a step whose outcome is unknown is settled
+	// from its record quietly before the run shows IN_DOUBT;
+	// SettlePoll is the longest wait between two reads of the record.
+	SettleTimeout, SettlePoll time.Duration
 }
 
 // RegisterFlags registers the orchestrator's flags with their defaults.
@@ -80,6 +88,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.AppendTimeout, "append-timeout", 10*time.Second, "deadline of one event log append; a run stops when one fails")
 	fs.DurationVar(&c.RunLease, "run-lease", 15*time.Second, "how long a run's owner may go without renewing its claim before another orchestrator takes the run over")
 	fs.DurationVar(&c.DrainTimeout, "drain-timeout", 15*time.Second, "on a graceful stop, how long in-flight steps may take before their runs are handed over")
+	fs.DurationVar(&c.TakeoverTimeout, "takeover-timeout", 10*time.Second, "deadline of each call of a takeover and of each read of a step record (retried)")
+	fs.DurationVar(&c.SettleTimeout, "settle-timeout", 30*time.Second, "how long a step whose outcome is unknown is settled from the executor's record before the run shows IN_DOUBT")
+	fs.DurationVar(&c.SettlePoll, "settle-poll", 5*time.Second, "longest wait between two reads of the record of a step in doubt")
 	fs.StringVar(&c.Instance, "instance", "", "name of this orchestrator in the run owners bucket (default: host name and a random suffix)")
 	fs.StringVar(&c.ScriptsDir, "scripts-dir", ".", "directory scripted:FILE models are read from")
 	fs.Func("allow-grpc-proposer", "address a grpc:ADDR model may use (repeatable, comma-separated; * for any)", func(v string) error {
@@ -137,6 +148,18 @@ func (c *Config) Validate() error {
 	}
 	if c.DrainTimeout == 0 {
 		c.DrainTimeout = 15 * time.Second
+	}
+	if c.TakeoverTimeout < 0 || c.SettleTimeout < 0 || c.SettlePoll < 0 {
+		errs = append(errs, fmt.Errorf("-takeover-timeout, -settle-timeout and -settle-poll must not be negative"))
+	}
+	if c.TakeoverTimeout == 0 {
+		c.TakeoverTimeout = 10 * time.Second
+	}
+	if c.SettleTimeout == 0 {
+		c.SettleTimeout = 30 * time.Second
+	}
+	if c.SettlePoll == 0 {
+		c.SettlePoll = 5 * time.Second
 	}
 	if c.Instance != "" && !validInstance(c.Instance) {
 		errs = append(errs, fmt.Errorf("-instance %q: use 1-64 of A-Z a-z 0-9 . _ -", c.Instance))

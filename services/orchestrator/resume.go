@@ -66,6 +66,10 @@ func foldResume(runID string, events []lctl.Event) *resumeState {
 			if st != nil {
 				st.decided = str(d, "decision")
 			}
+		case TypeStepInDoubt:
+			if st != nil {
+				st.doubtRecorded = true // the run waits for the step's record
+			}
 		case lctl.TypeToolCall:
 			if st != nil {
 				st.outcome, st.summary = "success", "ok"

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -351,6 +350,7 @@ type openStep struct {
 	decided           string // approved, denied or expired, once recorded
 	outcome, summary  string // once the tool_call or error is on the chain
 	inDoubt           *xctv1.Error
+	doubtRecorded     bool // step_in_doubt is on the chain: the run waits for the outcome
 }
 
 // finishStep carries a started step through whatever is not yet on its
@@ -393,6 +393,17 @@ func (r *run) finishStep(st *openStep) (iterationOutcome, error) {
 		}
 		if execErr == nil {
 			execErr = res.GetResponse().GetError() // the tool's own error signal
+		}
+		if execErr != nil && unknownOutcome(execErr) {
+			// The step may have acted: learn its outcome from the
+			// executor's record before the model is told anything.
+			var err error
+			if res, execErr, err = r.settleStep(st, verdict, execErr); err != nil {
+				return iterationOutcome{}, err
+			}
+			if execErr == nil {
+				execErr = res.GetResponse().GetError()
+			}
 		}
 		if execErr != nil {
 			execErr = r.settleRepeatable(ns.GetTool(), execErr) // repeatable.go
@@ -548,7 +559,7 @@ func (r *run) execute(step int, stepID string, ns *xctv1.NextStep, v *xctv1.Verd
 	}
 	ctx, cancel := context.WithTimeout(r.traceCtx(context.Background()), r.svc.cfg.CallTimeout)
 	defer cancel()
-	resp, err := r.svc.executor.Execute(ctx, &xctv1.ExecuteRequest{
+	resp, notSent, err := r.callExecute(ctx, &xctv1.ExecuteRequest{
 		RunId:     r.id,
 		StepId:    stepID,
 		Tool:      ns.GetTool(),
@@ -556,13 +567,7 @@ func (r *run) execute(step int, stepID string, ns *xctv1.NextStep, v *xctv1.Verd
 		Verdict:   signed,
 	})
 	if err != nil {
-		st := status.Convert(err)
-		e := wire.Errorf(wire.CodeExecutorUnavailable, "the executor failed: %s", st.Message())
-		if st.Code() == codes.Unavailable {
-			e = wire.Errorf(wire.CodeExecutorUnavailable, "the executor could not be reached: %s", st.Message())
-		}
-		// Whether the tool acted is unknown when the call failed in flight.
-		return nil, wire.WithDetails(e, map[string]any{"grpc_code": st.Code().String(), "outcome_unknown": st.Code() != codes.Unavailable})
+		return nil, failedCall(err, notSent) // outcome.go: in doubt unless proven not executed
 	}
 	return resp, nil
 }

@@ -308,7 +308,7 @@ func (s *Service) startRun(ctx context.Context, req *xctv1.StartRunRequest) (*ru
 	}
 	s.active[id] = r
 	s.mu.Unlock()
-	rev, err := s.claimNew(ctx, id)
+	rev, err := s.claimStart(ctx, id)
 	if err != nil {
 		s.mu.Lock()
 		delete(s.active, id)
@@ -333,9 +333,7 @@ func (s *Service) startRun(ctx context.Context, req *xctv1.StartRunRequest) (*ru
 		s.mu.Unlock()
 		rcancel(nil)
 		_ = proposer.Close()
-		if derr := s.disown(id, rev); derr != nil {
-			s.log.Warn("run not started but its owner key stays", "run", id, "err", derr)
-		}
+		s.abandonStart(r)
 		if errors.Is(err, eventlog.ErrConflict) {
 			return nil, fmt.Errorf("%w: %s", ErrRunExists, id)
 		}

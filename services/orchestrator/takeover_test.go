@@ -43,8 +43,10 @@ import (
 // "n"; with a gate for an n, the first invocation of that n reports on
 // entered and waits for the gate.
 type countTool struct {
-	name   string
-	effect xctv1.Effect
+	name    string
+	effect  xctv1.Effect
+	timeout time.Duration // default a minute
+	commit  bool          // commit the effect before waiting at a gate (executor.Commit)
 
 	mu      sync.Mutex
 	calls   map[float64]int
@@ -57,8 +59,12 @@ func newCountTool(name string, effect xctv1.Effect) *countTool {
 }
 
 func (c *countTool) Descriptor() *xctv1.ToolDescriptor {
+	timeout := c.timeout
+	if timeout == 0 {
+		timeout = time.Minute
+	}
 	return &xctv1.ToolDescriptor{Name: c.name, Description: "counts its calls", InputSchema: `{"type":"object"}`,
-		Effect: c.effect, Timeout: durationpb.New(time.Minute)}
+		Effect: c.effect, Timeout: durationpb.New(timeout)}
 }
 
 func (c *countTool) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.Error) {
@@ -68,6 +74,11 @@ func (c *countTool) Invoke(ctx context.Context, args map[string]any) (any, *xctv
 	gate := c.gates[n]
 	first := c.calls[n] == 1
 	c.mu.Unlock()
+	if c.commit {
+		if e := executor.Commit(ctx); e != nil {
+			return nil, e
+		}
+	}
 	if gate != nil && first {
 		c.entered <- n
 		select {

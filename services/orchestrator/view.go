@@ -114,6 +114,14 @@ func num(d map[string]any, k string) int64 {
 }
 
 // runView folds a chain into its run record.
+// settled: a run waiting on a step in doubt runs again once the step's
+// outcome is on the chain.
+func settled(r *xctv1.Run) {
+	if r.Status == xctv1.RunStatus_RUN_STATUS_IN_DOUBT {
+		r.Status = xctv1.RunStatus_RUN_STATUS_RUNNING
+	}
+}
+
 func applyRunEvent(r *xctv1.Run, e *lctl.Event) {
 	if e.Seq <= r.GetLastSeq() {
 		return // already applied (a replay after a live append)
@@ -172,13 +180,20 @@ func applyRunEvent(r *xctv1.Run, e *lctl.Event) {
 			st.State = xctv1.StepState_STEP_STATE_SUCCEEDED
 			st.Response, _ = wire.SuccessResponse(d["output"])
 		}
+		settled(r)
 	case lctl.TypeError:
 		if st := cur(); st != nil {
 			st.Response = wire.ErrorResponse(errorFromData(d))
-			if st.State == xctv1.StepState_STEP_STATE_ALLOWED {
+			if st.State == xctv1.StepState_STEP_STATE_ALLOWED || st.State == xctv1.StepState_STEP_STATE_IN_DOUBT {
 				st.State = xctv1.StepState_STEP_STATE_FAILED
 			}
 		}
+		settled(r)
+	case TypeStepInDoubt:
+		if st := cur(); st != nil {
+			st.State = xctv1.StepState_STEP_STATE_IN_DOUBT
+		}
+		r.Status = xctv1.RunStatus_RUN_STATUS_IN_DOUBT
 	case TypeApprovalRequested:
 		r.Status = xctv1.RunStatus_RUN_STATUS_WAITING_APPROVAL
 	case TypeApprovalDecided:

@@ -942,7 +942,14 @@ func (x *StepResolution) GetPreviousState() StepRecordState {
 type GetStepRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// step_id is the step's idempotency key.
-	StepId        string `protobuf:"bytes,1,opt,name=step_id,json=stepId,proto3" json:"step_id,omitempty"`
+	StepId string `protobuf:"bytes,1,opt,name=step_id,json=stepId,proto3" json:"step_id,omitempty"`
+	// fence, when the step has no record, records it as not executed
+	// (FAILED, error NOT_EXECUTED) in the same conditional write that a
+	// claim uses, so a call of that step still in flight can never act
+	// afterwards; the answer is then provably "not executed". The
+	// orchestrator sets it when an Execute call failed and it must learn
+	// what became of the step. Without fence GetStep only reads.
+	Fence         bool `protobuf:"varint,2,opt,name=fence,proto3" json:"fence,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -982,6 +989,13 @@ func (x *GetStepRequest) GetStepId() string {
 		return x.StepId
 	}
 	return ""
+}
+
+func (x *GetStepRequest) GetFence() bool {
+	if x != nil {
+		return x.Fence
+	}
+	return false
 }
 
 // GetStepResponse is one step's record.
@@ -1238,9 +1252,10 @@ const file_xct_v1_executor_proto_rawDesc = "" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12;\n" +
 	"\vresolved_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"resolvedAt\x12>\n" +
-	"\x0eprevious_state\x18\x05 \x01(\x0e2\x17.xct.v1.StepRecordStateR\rpreviousState\")\n" +
+	"\x0eprevious_state\x18\x05 \x01(\x0e2\x17.xct.v1.StepRecordStateR\rpreviousState\"?\n" +
 	"\x0eGetStepRequest\x12\x17\n" +
-	"\astep_id\x18\x01 \x01(\tR\x06stepId\"T\n" +
+	"\astep_id\x18\x01 \x01(\tR\x06stepId\x12\x14\n" +
+	"\x05fence\x18\x02 \x01(\bR\x05fence\"T\n" +
 	"\x0fGetStepResponse\x12&\n" +
 	"\x04step\x18\x01 \x01(\v2\x12.xct.v1.StepRecordR\x04step\x12\x19\n" +
 	"\bin_doubt\x18\x02 \x01(\bR\ainDoubt\"\xc8\x01\n" +

@@ -39,6 +39,10 @@ const (
 	RunStatus_RUN_STATUS_CANCELLED RunStatus = 4
 	// RUN_STATUS_WAITING_APPROVAL runs wait for a human to decide a step.
 	RunStatus_RUN_STATUS_WAITING_APPROVAL RunStatus = 5
+	// RUN_STATUS_IN_DOUBT runs wait because a step may or may not have acted
+	// and its executor's record does not say: the run goes on once the
+	// record has an outcome (xct resolve RUN STEP --as ...).
+	RunStatus_RUN_STATUS_IN_DOUBT RunStatus = 6
 )
 
 // Enum value maps for RunStatus.
@@ -50,6 +54,7 @@ var (
 		3: "RUN_STATUS_FAILED",
 		4: "RUN_STATUS_CANCELLED",
 		5: "RUN_STATUS_WAITING_APPROVAL",
+		6: "RUN_STATUS_IN_DOUBT",
 	}
 	RunStatus_value = map[string]int32{
 		"RUN_STATUS_UNSPECIFIED":      0,
@@ -58,6 +63,7 @@ var (
 		"RUN_STATUS_FAILED":           3,
 		"RUN_STATUS_CANCELLED":        4,
 		"RUN_STATUS_WAITING_APPROVAL": 5,
+		"RUN_STATUS_IN_DOUBT":         6,
 	}
 )
 
@@ -111,6 +117,9 @@ const (
 	// STEP_STATE_CANCELLED steps were open when the run was cancelled: they
 	// did not run, and their pending approval was withdrawn.
 	StepState_STEP_STATE_CANCELLED StepState = 8
+	// STEP_STATE_IN_DOUBT steps may or may not have acted: the run waits for
+	// their executor's record to say, or for xct resolve.
+	StepState_STEP_STATE_IN_DOUBT StepState = 9
 )
 
 // Enum value maps for StepState.
@@ -125,6 +134,7 @@ var (
 		6: "STEP_STATE_FAILED",
 		7: "STEP_STATE_INVALID",
 		8: "STEP_STATE_CANCELLED",
+		9: "STEP_STATE_IN_DOUBT",
 	}
 	StepState_value = map[string]int32{
 		"STEP_STATE_UNSPECIFIED":    0,
@@ -136,6 +146,7 @@ var (
 		"STEP_STATE_FAILED":         6,
 		"STEP_STATE_INVALID":        7,
 		"STEP_STATE_CANCELLED":      8,
+		"STEP_STATE_IN_DOUBT":       9,
 	}
 )
 
@@ -1134,14 +1145,15 @@ const file_xct_v1_orchestrator_proto_rawDesc = "" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"2\n" +
 	"\x11CancelRunResponse\x12\x1d\n" +
-	"\x03run\x18\x01 \x01(\v2\v.xct.v1.RunR\x03run*\xa6\x01\n" +
+	"\x03run\x18\x01 \x01(\v2\v.xct.v1.RunR\x03run*\xbf\x01\n" +
 	"\tRunStatus\x12\x1a\n" +
 	"\x16RUN_STATUS_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12RUN_STATUS_RUNNING\x10\x01\x12\x13\n" +
 	"\x0fRUN_STATUS_DONE\x10\x02\x12\x15\n" +
 	"\x11RUN_STATUS_FAILED\x10\x03\x12\x18\n" +
 	"\x14RUN_STATUS_CANCELLED\x10\x04\x12\x1f\n" +
-	"\x1bRUN_STATUS_WAITING_APPROVAL\x10\x05*\xf1\x01\n" +
+	"\x1bRUN_STATUS_WAITING_APPROVAL\x10\x05\x12\x17\n" +
+	"\x13RUN_STATUS_IN_DOUBT\x10\x06*\x8a\x02\n" +
 	"\tStepState\x12\x1a\n" +
 	"\x16STEP_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13STEP_STATE_PROPOSED\x10\x01\x12\x15\n" +
@@ -1151,7 +1163,8 @@ const file_xct_v1_orchestrator_proto_rawDesc = "" +
 	"\x14STEP_STATE_SUCCEEDED\x10\x05\x12\x15\n" +
 	"\x11STEP_STATE_FAILED\x10\x06\x12\x16\n" +
 	"\x12STEP_STATE_INVALID\x10\a\x12\x18\n" +
-	"\x14STEP_STATE_CANCELLED\x10\b2\x97\x03\n" +
+	"\x14STEP_STATE_CANCELLED\x10\b\x12\x17\n" +
+	"\x13STEP_STATE_IN_DOUBT\x10\t2\x97\x03\n" +
 	"\x13OrchestratorService\x12=\n" +
 	"\bStartRun\x12\x17.xct.v1.StartRunRequest\x1a\x18.xct.v1.StartRunResponse\x12?\n" +
 	"\bWatchRun\x12\x17.xct.v1.WatchRunRequest\x1a\x18.xct.v1.WatchRunResponse0\x01\x127\n" +

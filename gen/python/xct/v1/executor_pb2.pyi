@@ -49,10 +49,12 @@ class ExecuteResponse(_message.Message):
     def __init__(self, response: _Optional[_Union[_decision_pb2.Response, _Mapping]] = ..., duration: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., replayed: bool = ..., attempt: _Optional[int] = ...) -> None: ...
 
 class GetStepRequest(_message.Message):
-    __slots__ = ["step_id"]
+    __slots__ = ["fence", "step_id"]
+    FENCE_FIELD_NUMBER: _ClassVar[int]
     STEP_ID_FIELD_NUMBER: _ClassVar[int]
+    fence: bool
     step_id: str
-    def __init__(self, step_id: _Optional[str] = ...) -> None: ...
+    def __init__(self, step_id: _Optional[str] = ..., fence: bool = ...) -> None: ...
 
 class GetStepResponse(_message.Message):
     __slots__ = ["in_doubt", "step"]
