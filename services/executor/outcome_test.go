@@ -11,7 +11,6 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/structpb"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/grpcx"
@@ -29,6 +28,7 @@ import (
 // that blocks on its gate until the test opens it.
 type outcomeFixture struct {
 	js      *testutil.JetStream
+	b       *binder
 	svc     *Service
 	client  xctv1.ExecutorServiceClient
 	calls   atomic.Int64
@@ -51,6 +51,8 @@ func newOutcomeFixture(t *testing.T) *outcomeFixture {
 	charge.desc.Effect = xctv1.Effect_EFFECT_IRREVERSIBLE
 	s, err := New(Config{Workspace: t.TempDir(), RecordTimeout: time.Second}, f.js.Connect(t), testLogger(t), charge)
 	must(t, err)
+	f.b = newBinder(t)
+	f.b.trust(t, s)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	must(t, s.Start(ctx))
@@ -70,8 +72,15 @@ func newOutcomeFixture(t *testing.T) *outcomeFixture {
 	return f
 }
 
-func (f *outcomeFixture) execute(ctx context.Context, stepID string) (*xctv1.ExecuteResponse, error) {
-	return f.client.Execute(ctx, &xctv1.ExecuteRequest{RunId: "run", StepId: stepID, Tool: "test.charge", Arguments: &structpb.Struct{}})
+// execute runs step n of the run "run" (its real step id, a signed
+// verdict).
+func (f *outcomeFixture) execute(ctx context.Context, t *testing.T, n int) (*xctv1.ExecuteResponse, error) {
+	return f.client.Execute(ctx, f.b.requestAt(t, "run", n, "test.charge", map[string]any{}, false))
+}
+
+// stepID is the step id of step n of the run "run".
+func (f *outcomeFixture) stepID(t *testing.T, n int) string {
+	return f.b.requestAt(t, "run", n, "test.charge", map[string]any{}, false).GetStepId()
 }
 
 // Finding 3: the tool acted but its outcome could not be recorded (NATS
@@ -89,10 +98,10 @@ func TestActedButUnrecordedIsNotReportedAsSuccess(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		resp, err := f.execute(ctx, "charge-1")
+		resp, err := f.execute(ctx, t, 1)
 		done <- result{resp, err}
 	}()
-	<-f.entered
+	entered(t, f.entered)
 	f.js.Stop() // the store goes away while the tool acts
 	close(f.gate)
 	r := <-done
@@ -104,7 +113,7 @@ func TestActedButUnrecordedIsNotReportedAsSuccess(t *testing.T) {
 	}
 	f.js.Start()
 	testutil.Eventually(t, 30*time.Second, func() error {
-		got, err := f.client.GetStep(ctx, &xctv1.GetStepRequest{StepId: "charge-1"})
+		got, err := f.client.GetStep(ctx, &xctv1.GetStepRequest{StepId: f.stepID(t, 1)})
 		if err != nil {
 			return err
 		}
@@ -117,7 +126,7 @@ func TestActedButUnrecordedIsNotReportedAsSuccess(t *testing.T) {
 		return nil
 	})
 	// Asked again, the step answers from its record and does not act.
-	resp, err := f.execute(ctx, "charge-1")
+	resp, err := f.execute(ctx, t, 1)
 	must(t, err)
 	if !resp.GetReplayed() || resp.GetResponse().GetSuccess() == nil || f.calls.Load() != 1 {
 		t.Fatalf("second Execute: %v (calls %d)", resp, f.calls.Load())
@@ -134,19 +143,19 @@ func TestUnreadableRecordIsUnknownNotNotExecuted(t *testing.T) {
 	close(f.gate)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if _, err := f.execute(ctx, "charge-2"); err != nil {
+	if _, err := f.execute(ctx, t, 2); err != nil {
 		t.Fatal(err)
 	}
-	<-f.entered
+	entered(t, f.entered)
 	f.js.Stop()
 	for _, call := range []func() error{
-		func() error { _, err := f.execute(ctx, "charge-2"); return err },
+		func() error { _, err := f.execute(ctx, t, 2); return err },
 		func() error {
-			_, err := f.client.GetStep(ctx, &xctv1.GetStepRequest{StepId: "charge-2"})
+			_, err := f.client.GetStep(ctx, &xctv1.GetStepRequest{StepId: f.stepID(t, 2)})
 			return err
 		},
 		func() error {
-			_, err := f.client.GetStep(ctx, &xctv1.GetStepRequest{StepId: "charge-2", Fence: true})
+			_, err := f.client.GetStep(ctx, &xctv1.GetStepRequest{StepId: f.stepID(t, 2), Fence: true})
 			return err
 		},
 	} {
@@ -158,7 +167,7 @@ func TestUnreadableRecordIsUnknownNotNotExecuted(t *testing.T) {
 	}
 	f.js.Start()
 	testutil.Eventually(t, 30*time.Second, func() error {
-		resp, err := f.execute(ctx, "charge-2")
+		resp, err := f.execute(ctx, t, 2)
 		if err != nil {
 			return err
 		}
@@ -180,28 +189,38 @@ func TestFenceMakesNotExecutedFinal(t *testing.T) {
 	close(f.gate)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	got, err := f.client.GetStep(ctx, &xctv1.GetStepRequest{StepId: "late", Fence: true})
+	got, err := f.client.GetStep(ctx, &xctv1.GetStepRequest{StepId: f.stepID(t, 3), Fence: true})
 	must(t, err)
 	if !NotExecuted(got.GetStep()) || got.GetInDoubt() {
 		t.Fatalf("fence: %v", got)
 	}
-	resp, err := f.execute(ctx, "late")
+	resp, err := f.execute(ctx, t, 3)
 	must(t, err)
 	if e := resp.GetResponse().GetError(); e.GetCode() != string(wire.CodeExecutorUnavailable) || !resp.GetReplayed() || f.calls.Load() != 0 {
 		t.Fatalf("late call after the fence: %v (calls %d)", resp, f.calls.Load())
 	}
 	// A fence cannot be resolved into an outcome that did not happen...
-	_, err = f.svc.ResolveStep(ctx, "late", Resolution{Decision: xctv1.StepDecision_STEP_DECISION_SUCCEEDED, ResolvedBy: "carol"})
+	_, err = f.svc.ResolveStep(ctx, f.stepID(t, 3), Resolution{Decision: xctv1.StepDecision_STEP_DECISION_SUCCEEDED, ResolvedBy: "carol"})
 	if !errors.Is(err, ErrNotInDoubt) {
 		t.Fatalf("resolve a fenced step as succeeded: %v", err)
 	}
 	// ...and a fence on a recorded step reads the record.
-	if _, err := f.execute(ctx, "ran"); err != nil {
+	if _, err := f.execute(ctx, t, 4); err != nil {
 		t.Fatal(err)
 	}
-	got, err = f.client.GetStep(ctx, &xctv1.GetStepRequest{StepId: "ran", Fence: true})
+	got, err = f.client.GetStep(ctx, &xctv1.GetStepRequest{StepId: f.stepID(t, 4), Fence: true})
 	must(t, err)
 	if got.GetStep().GetState() != stateSucceeded || NotExecuted(got.GetStep()) {
 		t.Fatalf("fence of a recorded step: %v", got)
+	}
+}
+
+// entered waits for a tool to report that it acts, or fails the test.
+func entered[T any](t *testing.T, ch <-chan T) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the tool was not called")
 	}
 }

@@ -89,7 +89,7 @@ func newOutcomeFixture(t *testing.T, toolTimeout time.Duration) *outcomeFixture 
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	ex, err := executor.New(executor.Config{Workspace: t.TempDir(), StepGrace: 200 * time.Millisecond, RecordTimeout: time.Second}, nc, testLogger(), f.charge)
+	ex, err := executor.New(executor.Config{Workspace: t.TempDir(), StepGrace: 200 * time.Millisecond, RecordTimeout: time.Second, Verifier: f.verifier}, nc, testLogger(), f.charge)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +179,7 @@ func TestExecutorKilledMidCallIsNotNotExecuted(t *testing.T) {
 	gate := f.charge.gate(1)
 	a, _ := f.orch("orch-a", retryModel{newGatedModel()})
 	id := f.startWith(a)
-	<-f.charge.entered
+	entered(t, f.charge.entered)
 	f.es.kill()  // mid-call
 	f.es.start() // the executor comes back at the same address
 	close(gate)  // the tool, which did not die with the server, finishes
@@ -197,7 +197,7 @@ func TestActedButUnrecordedWaitsForTheRecord(t *testing.T) {
 	gate := f.charge.gate(1)
 	a, _ := f.orch("orch-a", retryModel{newGatedModel()})
 	id := f.startWith(a)
-	<-f.charge.entered
+	entered(t, f.charge.entered)
 	f.proxy.Cut()
 	close(gate)
 	f.waitFor(id, "step_in_doubt", func(e lctl.Event) bool { return e.Type == TypeStepInDoubt })
@@ -219,7 +219,7 @@ func TestTakeoverWhileTheRecordIsUnreadable(t *testing.T) {
 	model := retryModel{newGatedModel()}
 	a, anc := f.orch("orch-a", model)
 	id := f.startWith(a)
-	<-f.charge.entered
+	entered(t, f.charge.entered)
 	anc.Close() // A loses NATS: it cannot append the outcome
 	close(gate)
 	testutil.Eventually(t, 30*time.Second, func() error {
@@ -253,13 +253,13 @@ func TestInDoubtWaitsForResolve(t *testing.T) {
 	gate := f.charge.gate(1)
 	a, _ := f.orch("orch-a", retryModel{newGatedModel()})
 	id := f.startWith(a)
-	<-f.charge.entered
+	entered(t, f.charge.entered)
 	f.proxy.Cut() // the executor "dies": nothing it does is recorded any more
 	f.es.kill()
 	close(gate)
 	// Another executor process on the same address and records.
 	nc := connect(t, f.ns)
-	ex2, err := executor.New(executor.Config{Workspace: t.TempDir(), StepGrace: 200 * time.Millisecond, RecordTimeout: time.Second}, nc, testLogger(), f.charge)
+	ex2, err := executor.New(executor.Config{Workspace: t.TempDir(), StepGrace: 200 * time.Millisecond, RecordTimeout: time.Second, Verifier: f.verifier}, nc, testLogger(), f.charge)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,4 +323,14 @@ func stepIDOf(t *testing.T, f *outcomeFixture, id string) string {
 	t.Helper()
 	events := f.waitFor(id, "step_start", func(e lctl.Event) bool { return e.Type == lctl.TypeStepStart })
 	return str(events[len(events)-1].Data, "step_id")
+}
+
+// entered waits for a tool to report that it acts, or fails the test.
+func entered[T any](t *testing.T, ch <-chan T) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the tool was not called")
+	}
 }

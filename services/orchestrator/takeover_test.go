@@ -168,6 +168,7 @@ type fixture struct {
 	events   *eventlog.Log
 	owners   jetstream.KeyValue
 	creds    *grpcxtest.Creds
+	verifier *verdict.Verifier // the executors' trust in the validator's verdicts
 }
 
 func testLogger() *slog.Logger {
@@ -215,6 +216,7 @@ func newFixture(t *testing.T, model *gatedModel) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
+	f.verifier = verifier
 	ecfg := executor.Config{Workspace: t.TempDir(), Verifier: verifier}
 	ex, err := executor.New(ecfg, connect(t, f.ns), testLogger(), f.count, f.deploy)
 	if err != nil {
