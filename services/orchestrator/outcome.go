@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/wire"
@@ -169,7 +170,9 @@ func (r *run) call(st *openStep, v *xctv1.Verdict) (*xctv1.ExecuteResponse, *xct
 	if st.argsRedacted {
 		res, execErr = r.recoverStep(st)
 	} else {
-		res, execErr = r.execute(st.step, st.stepID, st.ns, v)
+		// A verdict starts one attempt: another attempt needs a fresh one
+		// (binding.go asks the validator again and records it).
+		res, execErr = r.execute(st.step, st.stepID, st.ns, unsigned(v))
 	}
 	if execErr == nil {
 		execErr = res.GetResponse().GetError()
@@ -178,6 +181,26 @@ func (r *run) call(st *openStep, v *xctv1.Verdict) (*xctv1.ExecuteResponse, *xct
 		return nil, execErr
 	}
 	return res, execErr
+}
+
+// unsigned is v without its signed grant.
+func unsigned(v *xctv1.Verdict) *xctv1.Verdict {
+	out := proto.CloneOf(v)
+	out.Signed = nil
+	return out
+}
+
+// provenNotExecuted checks a "not executed" answer about the call just made
+// against what the step went through before: for a step resumed from its
+// chain, an earlier call (by the previous owner) may have acted, so the
+// answer about this call says nothing about the step, and its outcome is
+// read from the record like any unknown one.
+func provenNotExecuted(st *openStep, e *xctv1.Error) *xctv1.Error {
+	if notExec, _ := e.GetDetails().AsMap()["not_executed"].(bool); !notExec || !st.resumed {
+		return e
+	}
+	return wire.WithDetails(wire.Errorf(wire.CodeInDoubt, "%s; but the step was resumed after a takeover, so an earlier call may have acted", e.GetMessage()),
+		map[string]any{"outcome_unknown": true})
 }
 
 // recordState names a record's state for people.

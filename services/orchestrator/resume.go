@@ -44,7 +44,7 @@ func foldResume(runID string, events []lctl.Event) *resumeState {
 		d := e.Data
 		switch e.Type {
 		case lctl.TypeStepStart:
-			st = &openStep{step: int(num(d, "step")), stepID: str(d, "step_id"), agent: e.Agent, started: time.Now(),
+			st = &openStep{step: int(num(d, "step")), stepID: str(d, "step_id"), agent: e.Agent, started: time.Now(), resumed: true,
 				tokens: map[string]any{"input": 0, "output": 0}}
 			if _, raw := d["raw"]; raw {
 				st.invalid = true

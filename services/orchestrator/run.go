@@ -351,6 +351,7 @@ type openStep struct {
 	outcome, summary  string // once the tool_call or error is on the chain
 	inDoubt           *xctv1.Error
 	doubtRecorded     bool // step_in_doubt is on the chain: the run waits for the outcome
+	resumed           bool // read from the chain after a takeover: an earlier call may have acted
 }
 
 // finishStep carries a started step through whatever is not yet on its
@@ -394,6 +395,7 @@ func (r *run) finishStep(st *openStep) (iterationOutcome, error) {
 		if execErr == nil {
 			execErr = res.GetResponse().GetError() // the tool's own error signal
 		}
+		execErr = provenNotExecuted(st, execErr)
 		if execErr != nil && unknownOutcome(execErr) {
 			// The step may have acted: learn its outcome from the
 			// executor's record before the model is told anything.
