@@ -63,6 +63,12 @@ func (w *watches) acquire(principal, runID string, limit int) (*watchHub, error)
 	}
 	w.open[principal]++
 	h := w.hubs[runID]
+	if h != nil && h.failed() {
+		// A feed that failed (NATS was away) is not shared with new
+		// watchers: they get a follower of their own, which may work now.
+		// Its current watchers keep it until they leave.
+		h = nil
+	}
 	if h == nil {
 		ctx, cancel := context.WithCancel(context.Background())
 		h = &watchHub{runID: runID, cancel: cancel, changed: make(chan struct{})}
@@ -121,6 +127,13 @@ func (h *watchHub) run(ctx context.Context, follow func(context.Context, string,
 	}
 	close(h.changed)
 	h.changed = make(chan struct{})
+}
+
+// failed reports whether the hub's follower ended with an error.
+func (h *watchHub) failed() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.err != nil
 }
 
 // next returns the events from index i, whether the feed is over, a

@@ -2,6 +2,8 @@ package orchestrator
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -10,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/xct-dev/xct/internal/testutil"
 	"github.com/xct-dev/xct/lctl"
 )
 
@@ -115,6 +118,52 @@ func TestWatchersShareOneFollower(t *testing.T) {
 	}
 	w.release("erin", other)
 	w.release("erin", late)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.hubs) != 0 || len(w.open) != 0 {
+		t.Fatalf("left: %d hubs, %v open", len(w.hubs), w.open)
+	}
+}
+
+// A follower that failed is not shared with new watchers: they get a
+// new one.
+func TestFailedFollowerIsNotShared(t *testing.T) {
+	var calls atomic.Int32
+	fail := make(chan struct{})
+	w := newWatches(func(ctx context.Context, _ string, _ func(lctl.Event) error) error {
+		if calls.Add(1) == 1 {
+			<-fail
+			return context.DeadlineExceeded // the first feed breaks
+		}
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	first, err := w.acquire("dave", "run-1", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	close(fail)
+	testutil.Eventually(t, 10*time.Second, func() error {
+		if !first.failed() {
+			return errors.New("not failed yet")
+		}
+		return nil
+	})
+	second, err := w.acquire("dave", "run-1", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second == first {
+		t.Fatal("a new watcher shares the failed feed")
+	}
+	testutil.Eventually(t, 10*time.Second, func() error {
+		if n := calls.Load(); n != 2 {
+			return fmt.Errorf("%d follow calls", n)
+		}
+		return nil
+	})
+	w.release("dave", first)
+	w.release("dave", second)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if len(w.hubs) != 0 || len(w.open) != 0 {
