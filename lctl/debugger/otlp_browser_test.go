@@ -97,5 +97,11 @@ func TestBrowserOTLPChainShowsWhatItHas(t *testing.T) {
 			t.Errorf("the step panel lacks %q:\n%s", want, step)
 		}
 	}
+	// The selected seq's node is the innermost step (the model call), not
+	// the agent span around it; the chain has no run status to show.
+	b.Until(t, "the model call selected", `document.querySelector('g.node.selected')?.dataset.seq === '3'`)
+	if got := b.Text(t, "#chain-status"); got != "—" {
+		t.Errorf("status shown for a chain without one: %q", got)
+	}
 	b.Clean(t)
 }

@@ -159,7 +159,7 @@ export function ChainListView({ initial }: { initial: URLSearchParams }) {
                     <a href={chainHref(c.id)}>{c.id}</a>
                   </th>
                   <td>
-                    <Status s={c.status} />
+                    {c.status === 'unknown' ? '—' : <Status s={c.status} />}
                   </td>
                   <td class="num">{fmtInt(c.events)}</td>
                   <td>{(c.agents ?? []).join(', ')}</td>

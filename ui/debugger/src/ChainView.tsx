@@ -229,8 +229,8 @@ export function ChainView({ id, seq: wanted, canCancel }: { id: string; seq?: nu
         </h1>
         <dl class="kv summary">
           <dt>Status</dt>
-          <dd>
-            <Status s={detail.status} />
+          <dd id="chain-status">
+            {detail.status === 'unknown' ? <span title="the chain records no run status">—</span> : <Status s={detail.status} />}
           </dd>
           <dt>Events</dt>
           <dd id="chain-events">{fmtInt(detail.events)}</dd>

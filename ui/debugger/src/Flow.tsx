@@ -77,13 +77,17 @@ function layout(flow: Flow): Laid {
 
 /** nodeAt finds the node that holds seq, or the last one before it. */
 export function nodeAt(nodes: FlowNode[], seq: number): FlowNode | undefined {
+  // Steps nest in chains from OpenTelemetry (an agent span holds a model
+  // span): of the nodes whose range holds seq, the innermost (the one that
+  // started last) is the seq's.
   let best: FlowNode | undefined;
+  let inside: FlowNode | undefined;
   for (const n of nodes) {
     const end = n.last_seq ?? n.seq;
-    if (n.seq <= seq && seq <= end) return n;
+    if (n.seq <= seq && seq <= end && (!inside || n.seq > inside.seq)) inside = n;
     if (n.seq <= seq && (!best || n.seq > best.seq)) best = n;
   }
-  return best;
+  return inside ?? best;
 }
 
 function cut(s: string, n: number): string {
