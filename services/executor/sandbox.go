@@ -146,6 +146,9 @@ type osSandbox struct {
 	// descriptor number the first of them has in the child.
 	extra   []protectedMount
 	firstFD int
+	// seccomp is the filter bwrap reads (descriptor firstFD), nil where
+	// there is none for this architecture.
+	seccomp *os.File
 	memory  int64 // effective RLIMIT_AS, 0: none
 
 	// err is why the sandbox cannot be used (found at setup): every call
@@ -218,7 +221,9 @@ func SandboxAvailable() error {
 func (s *osSandbox) probe() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	argv := s.argv(s.bwrap, []string{"--version"}, s.wsDir, nil)
+	sbx := s.withProtected(nil, 4) // the seccomp filter too; fd 3 is the status
+	defer sbx.closeExtra()
+	argv := sbx.argv(s.bwrap, []string{"--version"}, s.wsDir, nil)
 	cmd := osexec.CommandContext(ctx, argv[0], argv[1:]...) //nolint:gosec // bwrap and prlimit, resolved
 	cmd.Env = []string{}
 	cmd.WaitDelay = time.Second
@@ -228,7 +233,7 @@ func (s *osSandbox) probe() error {
 	if err != nil {
 		return err
 	}
-	cmd.ExtraFiles = []*os.File{sw}
+	cmd.ExtraFiles = append([]*os.File{sw}, sbx.extraFiles()...)
 	status := readSandboxStatus(sr)
 	err = cmd.Start()
 	_ = sw.Close()
@@ -260,7 +265,7 @@ func (s *osSandbox) argv(program string, args []string, dir string, env []string
 	a = append(a, "--", s.bwrap,
 		"--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try",
 		"--uid", strconv.Itoa(sandboxUID), "--gid", strconv.Itoa(sandboxGID),
-		"--cap-drop", "ALL", "--die-with-parent", "--new-session", "--hostname", "xct-sandbox",
+		"--disable-userns", "--cap-drop", "ALL", "--die-with-parent", "--new-session", "--hostname", "xct-sandbox",
 		"--clearenv")
 	if !s.cfg.Network {
 		a = append(a, "--unshare-net")
@@ -289,8 +294,13 @@ func (s *osSandbox) argv(program string, args []string, dir string, env []string
 	}
 	// The workspace last: nothing above may cover it.
 	a = append(a, "--bind", s.wsDir, s.wsDir)
+	fd := s.firstFD
+	if s.seccomp != nil {
+		a = append(a, "--seccomp", strconv.Itoa(fd))
+		fd++
+	}
 	for i, m := range s.extra {
-		a = append(a, "--ro-bind-fd", strconv.Itoa(s.firstFD+i), m.dest)
+		a = append(a, "--ro-bind-fd", strconv.Itoa(fd+i), m.dest)
 	}
 	a = append(a, "--chdir", dir)
 	for _, kv := range env {
@@ -359,7 +369,10 @@ type protectedMount struct {
 // closeExtra once the child started.
 func (s *osSandbox) withProtected(protected *protectedPaths, firstFD int) *osSandbox {
 	c := *s
-	c.extra, c.firstFD = nil, firstFD
+	c.extra, c.firstFD, c.seccomp = nil, firstFD, nil
+	if f, err := seccompFile(); err == nil {
+		c.seccomp = f
+	}
 	dir, err := os.Open(s.wsDir)
 	if err != nil {
 		return &c
@@ -393,15 +406,21 @@ func (s *osSandbox) withProtected(protected *protectedPaths, firstFD int) *osSan
 
 // extraFiles are the descriptors to pass to the child, in order.
 func (s *osSandbox) extraFiles() []*os.File {
-	out := make([]*os.File, len(s.extra))
-	for i, m := range s.extra {
-		out[i] = m.file
+	var out []*os.File
+	if s.seccomp != nil {
+		out = append(out, s.seccomp)
+	}
+	for _, m := range s.extra {
+		out = append(out, m.file)
 	}
 	return out
 }
 
 // closeExtra closes the parent's copies of the protected descriptors.
 func (s *osSandbox) closeExtra() {
+	if s.seccomp != nil {
+		_ = s.seccomp.Close()
+	}
 	for _, m := range s.extra {
 		_ = m.file.Close()
 	}

@@ -1,0 +1,137 @@
+package executor
+
+import (
+	"encoding/binary"
+	"os"
+	"runtime"
+)
+
+// The seccomp filter every sandboxed program runs under (bwrap --seccomp):
+// it refuses, with EPERM, the system calls a tool never needs and that are
+// the usual doors into the kernel from a sandbox: debugging other
+// processes, the kernel keyring, eBPF, perf events, userfaultfd, io_uring,
+// module and kexec loading; on amd64 also the x32 ABI. A process of
+// another architecture (32-bit code on a 64-bit host) is killed. Nested
+// user namespaces are refused by bwrap --disable-userns.
+
+// seccompDenied are the refused system calls, by architecture.
+var seccompDenied = map[string][]uint32{
+	"amd64": {
+		101,      // ptrace
+		310, 311, // process_vm_readv, process_vm_writev
+		248, 249, 250, // add_key, request_key, keyctl
+		321,      // bpf
+		298,      // perf_event_open
+		323,      // userfaultfd
+		246, 320, // kexec_load, kexec_file_load
+		175, 313, 176, // init_module, finit_module, delete_module
+		425, 426, 427, // io_uring_setup, io_uring_enter, io_uring_register
+		155, 167, 168, // pivot_root, swapon, swapoff
+		169,      // reboot
+		134,      // uselib
+		136,      // ustat
+		139,      // sysfs
+		156,      // _sysctl
+		163,      // acct
+		212,      // lookup_dcookie
+		303, 304, // name_to_handle_at, open_by_handle_at
+	},
+	"arm64": {
+		117,      // ptrace
+		270, 271, // process_vm_readv, process_vm_writev
+		217, 218, 219, // add_key, request_key, keyctl
+		280,      // bpf
+		241,      // perf_event_open
+		282,      // userfaultfd
+		104, 294, // kexec_load, kexec_file_load
+		105, 273, 106, // init_module, finit_module, delete_module
+		425, 426, 427, // io_uring_setup, io_uring_enter, io_uring_register
+		41, 224, 225, // pivot_root, swapon, swapoff
+		142,      // reboot
+		89,       // acct
+		18,       // lookup_dcookie
+		264, 265, // name_to_handle_at, open_by_handle_at
+	},
+}
+
+// auditArch is the AUDIT_ARCH value of the executor's architecture.
+var auditArch = map[string]uint32{"amd64": 0xc000003e, "arm64": 0xc00000b7}
+
+// BPF and seccomp constants (linux/filter.h, linux/seccomp.h).
+const (
+	bpfLdWAbs       = 0x20 // BPF_LD | BPF_W | BPF_ABS
+	bpfJeqK         = 0x15 // BPF_JMP | BPF_JEQ | BPF_K
+	bpfJgeK         = 0x35 // BPF_JMP | BPF_JGE | BPF_K
+	bpfRetK         = 0x06 // BPF_RET | BPF_K
+	seccompAllow    = 0x7fff0000
+	seccompErrno    = 0x00050000
+	seccompKillProc = 0x80000000
+	eperm           = 1
+	x32SyscallBit   = 0x40000000
+)
+
+type sockFilter struct {
+	code   uint16
+	jt, jf uint8
+	k      uint32
+}
+
+// seccompProgram is the filter for this architecture, as the bytes bwrap
+// reads (an array of struct sock_filter); nil where there is none (then
+// the sandbox runs without it, see docs/security.md).
+func seccompProgram() []byte {
+	denied, ok := seccompDenied[runtime.GOARCH]
+	if !ok {
+		return nil
+	}
+	var prog []sockFilter
+	// Load the architecture; anything else is killed.
+	prog = append(prog,
+		sockFilter{code: bpfLdWAbs, k: 4},
+		sockFilter{code: bpfJeqK, jt: 1, jf: 0, k: auditArch[runtime.GOARCH]},
+		sockFilter{code: bpfRetK, k: seccompKillProc},
+		sockFilter{code: bpfLdWAbs, k: 0}, // the system call number
+	)
+	if runtime.GOARCH == "amd64" {
+		prog = append(prog,
+			sockFilter{code: bpfJgeK, jt: 0, jf: 1, k: x32SyscallBit},
+			sockFilter{code: bpfRetK, k: seccompErrno | eperm},
+		)
+	}
+	for i, nr := range denied {
+		// Jump to the final "deny" when equal: it is after the remaining
+		// comparisons and the "allow".
+		toDeny := uint8(len(denied) - i) // the rest of the list, then allow
+		prog = append(prog, sockFilter{code: bpfJeqK, jt: toDeny, jf: 0, k: nr})
+	}
+	prog = append(prog,
+		sockFilter{code: bpfRetK, k: seccompAllow},
+		sockFilter{code: bpfRetK, k: seccompErrno | eperm},
+	)
+	out := make([]byte, 0, 8*len(prog))
+	for _, f := range prog {
+		out = binary.LittleEndian.AppendUint16(out, f.code)
+		out = append(out, f.jt, f.jf)
+		out = binary.LittleEndian.AppendUint32(out, f.k)
+	}
+	return out
+}
+
+// seccompFile is a pipe holding the filter, for bwrap to read to its end.
+func seccompFile() (*os.File, error) {
+	prog := seccompProgram()
+	if prog == nil {
+		return nil, nil
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	_, err = w.Write(prog) // far below a pipe's buffer
+	_ = w.Close()
+	if err != nil {
+		_ = r.Close()
+		return nil, err
+	}
+	return r, nil
+}
