@@ -316,7 +316,7 @@ func (s *Service) takeOver(ctx context.Context, id string, rev uint64, reason, p
 		return
 	}
 	defer s.endClaim(id)
-	cctx, cancel := context.WithTimeout(ctx, kvTimeout)
+	cctx, cancel := context.WithTimeout(ctx, s.cfg.TakeoverTimeout)
 	newRev, err := s.owners.Update(cctx, id, encodeOwner(ownerRecord{Owner: s.instance}), rev)
 	cancel()
 	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -326,7 +326,7 @@ func (s *Service) takeOver(ctx context.Context, id string, rev uint64, reason, p
 		s.log.Warn("could not claim a run", "run", id, "err", err)
 		return
 	}
-	err = s.resume(context.WithoutCancel(ctx), id, newRev, reason, previous)
+	err = s.resumeRetried(ctx, id, newRev, reason, previous)
 	if errIsStopping(err) {
 		// Nothing was recorded: give the claim straight back.
 		gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), kvTimeout)
@@ -340,6 +340,47 @@ func (s *Service) takeOver(ctx context.Context, id string, rev uint64, reason, p
 	if err != nil {
 		s.log.Error("claimed a run but could not resume it; the claim will expire", "run", id, "reason", reason, "err", err)
 	}
+}
+
+// takeoverAttempts bounds the tries of one takeover; each is bounded by
+// TakeoverTimeout.
+const takeoverAttempts = 3
+
+// resumeRetried resumes a run just claimed, trying again with backoff while
+// the claim is still this instance's: a fault that makes one try time out
+// (a stream leader moving, an executor restarting) does not leave the run
+// to the claim's expiry. Then the claim expires and any replica, this one
+// included, claims the run again.
+func (s *Service) resumeRetried(ctx context.Context, id string, rev uint64, reason, previous string) error {
+	wait := 200 * time.Millisecond
+	var err error
+	for attempt := 1; attempt <= takeoverAttempts; attempt++ {
+		if err = s.resume(context.WithoutCancel(ctx), id, rev, reason, previous); err == nil || errIsStopping(err) {
+			return err
+		}
+		if attempt == takeoverAttempts || !s.stillClaimed(id, rev) {
+			break
+		}
+		s.log.Warn("takeover failed; trying again", "run", id, "attempt", attempt, "err", err)
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		}
+		wait *= 2
+	}
+	return err
+}
+
+// stillClaimed reports whether the run's key is still at this instance's
+// claim.
+func (s *Service) stillClaimed(id string, rev uint64) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.TakeoverTimeout)
+	defer cancel()
+	e, err := s.owners.Get(ctx, id)
+	return err == nil && e.Revision() == rev
 }
 
 // beginClaim marks a claim in progress; false when one is, when the run is

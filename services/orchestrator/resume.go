@@ -159,7 +159,9 @@ func recordedVerdict(d map[string]any) *xctv1.Verdict {
 // its owner key). A chain that does not exist, is not a run, or has ended
 // needs nothing more: the key is deleted.
 func (s *Service) resume(parent context.Context, id string, rev uint64, reason, previous string) error {
-	ctx, cancel := context.WithTimeout(parent, s.cfg.CallTimeout)
+	// Bounded by the short takeover deadline, not a whole call timeout: a
+	// takeover that cannot proceed fails fast and is tried again.
+	ctx, cancel := context.WithTimeout(parent, s.cfg.TakeoverTimeout)
 	defer cancel()
 	writer, err := s.events.ResumeChainWriter(ctx, id)
 	if err != nil {
@@ -189,10 +191,10 @@ func (s *Service) resume(parent context.Context, id string, rev uint64, reason, 
 	if err != nil {
 		return err
 	}
-	catalog, err := s.executor.ListTools(ctx, &xctv1.ListToolsRequest{})
+	tools, err := s.toolCatalog(ctx)
 	if err != nil {
 		_ = proposer.Close()
-		return fmt.Errorf("%w: list tools: %s", ErrNoExecutor, status.Convert(err).Message())
+		return err
 	}
 	maxSteps := int(num(d, "max_steps"))
 	if maxSteps <= 0 {
@@ -215,7 +217,7 @@ func (s *Service) resume(parent context.Context, id string, rev uint64, reason, 
 	}
 	rctx, rcancel := context.WithCancelCause(context.Background())
 	r := &run{
-		id: id, svc: s, log: s.log, writer: writer, proposer: proposer, tools: modelCatalog(catalog.GetTools()),
+		id: id, svc: s, log: s.log, writer: writer, proposer: proposer, tools: modelCatalog(tools),
 		goal: str(d, "goal"), principal: str(d, "principal"), labels: labels, maxSteps: maxSteps, roles: roles,
 		model: model, started: events[0].Time(),
 		ctx: rctx, cancel: rcancel, done: make(chan struct{}), release: make(chan struct{}),

@@ -40,14 +40,12 @@ func (s *Service) RollbackRun(ctx context.Context, req *xctv1.RollbackRunRequest
 	if err != nil {
 		return nil, err
 	}
-	tctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
-	catalog, err := s.executor.ListTools(tctx, &xctv1.ListToolsRequest{})
-	cancel()
+	tools, err := s.toolCatalog(ctx)
 	if err != nil {
-		return nil, toStatus(fmt.Errorf("%w: list tools: %s", ErrNoExecutor, status.Convert(err).Message()))
+		return nil, toStatus(err)
 	}
 	effects := map[string]xctv1.Effect{}
-	for _, t := range catalog.GetTools() {
+	for _, t := range tools {
 		effects[t.GetName()] = t.GetEffect()
 	}
 

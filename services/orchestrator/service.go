@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -24,6 +25,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/catalog"
 	"github.com/xct-dev/xct/internal/eventlog"
 	"github.com/xct-dev/xct/internal/grpcx"
 	"github.com/xct-dev/xct/internal/redact"
@@ -50,6 +52,11 @@ type Service struct {
 	redactor *redact.Redactor
 	// checkpoints signs chain checkpoints (checkpoint.go); nil: unsigned.
 	checkpoints *checkpointSigner
+
+	// catalog caches the XCT_TOOLS bucket (catalog.go); stopCatalog ends
+	// its watch.
+	catalog     atomic.Pointer[catalog.Catalog]
+	stopCatalog context.CancelFunc
 
 	// owners is the run owners bucket (owners.go); instance is this
 	// process's name in it.
@@ -147,6 +154,9 @@ func (s *Service) Start(ctx context.Context) error {
 	if err := s.openOwners(ctx); err != nil {
 		return err
 	}
+	cctx, ccancel := context.WithCancel(context.Background())
+	s.stopCatalog = ccancel
+	s.watchCatalog(cctx)
 	hctx, hcancel := context.WithCancel(context.Background())
 	wctx, wcancel := context.WithCancel(context.Background())
 	s.stopHeartbeat, s.stopWatch = hcancel, wcancel
@@ -199,6 +209,9 @@ func (s *Service) Stop(ctx context.Context) error {
 	}
 	if s.stopHeartbeat != nil {
 		s.stopHeartbeat()
+	}
+	if s.stopCatalog != nil {
+		s.stopCatalog()
 	}
 	s.background.Wait()
 	s.closeOnce.Do(func() { close(s.closing) })
@@ -276,12 +289,10 @@ func (s *Service) startRun(ctx context.Context, req *xctv1.StartRunRequest) (*ru
 	if err != nil {
 		return nil, err
 	}
-	tctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
-	defer cancel()
-	catalog, err := s.executor.ListTools(tctx, &xctv1.ListToolsRequest{})
+	tools, err := s.toolCatalog(ctx)
 	if err != nil {
 		_ = proposer.Close()
-		return nil, fmt.Errorf("%w: list tools: %s", ErrNoExecutor, status.Convert(err).Message())
+		return nil, err
 	}
 	writer, err := s.events.NewChainWriter(id)
 	if err != nil {
@@ -290,7 +301,7 @@ func (s *Service) startRun(ctx context.Context, req *xctv1.StartRunRequest) (*ru
 	}
 	rctx, rcancel := context.WithCancelCause(context.Background())
 	r := &run{
-		id: id, svc: s, log: s.log, writer: writer, proposer: proposer, tools: modelCatalog(catalog.GetTools()),
+		id: id, svc: s, log: s.log, writer: writer, proposer: proposer, tools: modelCatalog(tools),
 		goal: req.GetGoal(), principal: principal, roles: roles, labels: req.GetLabels(), maxSteps: maxSteps,
 		model: req.GetModel(), started: time.Now(),
 		ctx: rctx, cancel: rcancel, done: make(chan struct{}), release: make(chan struct{}),

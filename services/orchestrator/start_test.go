@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -91,4 +93,78 @@ func TestStartRunRetryAfterAFailedStart(t *testing.T) {
 	if err := startRun(a, "run-own-leftover"); status.Code(err) != codes.AlreadyExists {
 		t.Fatalf("start an ended run again: %v", fmt.Sprint(err))
 	}
+}
+
+// blackHole accepts TCP connections and never answers: a peer whose
+// process is paused, or behind a partition that drops packets.
+func blackHole(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	})
+	return ln.Addr().String()
+}
+
+// Finding 5 (and the cached catalog of finding 6): a takeover whose calls
+// hang (here the executor does not answer at all) used to stall for the
+// whole call timeout (2 minutes by default). Each call of a takeover is now
+// bounded by --takeover-timeout, and the tool catalog comes from the
+// XCT_TOOLS bucket when the executor cannot list it: the run is resumed
+// within seconds and finishes.
+func TestTakeoverBoundedWhileTheExecutorHangs(t *testing.T) {
+	model := newGatedModel(step("test.count", 1))
+	f := newFixture(t, model)
+	gate := model.gate(1) // A is asked for step 2 and hangs there
+	a, anc := f.orchestrator("orch-a", time.Second)
+	id := f.start(a)
+	if turn := <-model.asked; turn != 1 {
+		t.Fatalf("asked for turn %d", turn)
+	}
+	anc.Close() // A is gone for the cluster
+	defer close(gate)
+
+	nc := connect(t, f.ns)
+	b, err := New(Config{ValidatorAddr: f.valAddr, ExecutorAddr: blackHole(t), RunLease: time.Second, Instance: "orch-b",
+		CallTimeout: 2 * time.Minute, TakeoverTimeout: 300 * time.Millisecond}, nc, testLogger(), WithProposer("tester", model),
+		WithDialOptions(grpcx.WithToken(f.creds.Token(t, grpcxtest.Service))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := b.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Stop(context.Background()) })
+	started := time.Now()
+	events := f.waitEnd(id)
+	if res := only(events, TypeRunResumed); len(res) != 1 || str(res[0].Data, "instance") != "orch-b" {
+		t.Fatalf("resumed:\n%s", describe(events))
+	}
+	if last := events[len(events)-1]; last.Data["status"] != "done" {
+		t.Fatalf("run ended %v", last.Data)
+	}
+	t.Logf("taken over and finished %v after A was cut off", time.Since(started))
 }
