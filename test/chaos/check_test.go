@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"sort"
@@ -14,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/eventlog"
 	"github.com/xct-dev/xct/internal/wire"
 	"github.com/xct-dev/xct/lctl"
 	"github.com/xct-dev/xct/lctl/checkpoint"
@@ -400,8 +402,8 @@ const stepInDoubt = "step_in_doubt"
 func readChain(ctx context.Context, c *cluster, id string) ([]lctl.Event, error) {
 	for attempt := 0; ; attempt++ {
 		chain, err := c.log.ReadChain(ctx, id)
-		if err == nil {
-			return chain, nil
+		if err == nil || errors.Is(err, eventlog.ErrChainNotFound) {
+			return chain, nil // no chain: checked against what the client was told
 		}
 		if !backoff(ctx, attempt) {
 			return nil, fmt.Errorf("read chain %s: %w", id, err)
