@@ -25,6 +25,7 @@ import (
 	"github.com/xct-dev/xct/internal/grpcx"
 	"github.com/xct-dev/xct/internal/grpcx/grpcxtest"
 	"github.com/xct-dev/xct/internal/testutil"
+	"github.com/xct-dev/xct/internal/verdict"
 	"github.com/xct-dev/xct/lctl"
 	"github.com/xct-dev/xct/lctl/lctlpb"
 	"github.com/xct-dev/xct/services/orchestrator"
@@ -453,6 +454,13 @@ func TestValidatorUnreachableIsADeny(t *testing.T) {
 	c := startCluster(t, func(cfg *app.Config, _ *app.Options) {
 		cfg.ValidatorListen = ""
 		cfg.Orchestrator.ValidatorAddr = "127.0.0.1:1"
+		// The executor trusts a validator key, as it must to start; no
+		// verdict ever comes.
+		_, trust, err := verdict.NewPair(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Executor.Verifier = trust
 	})
 	c.writeScript(t, "w.yaml", `
 steps:
