@@ -316,3 +316,84 @@ func TestAttackMCPReadOnlyHintDoesNotWiden(t *testing.T) {
 		t.Fatalf("decision %s, want approval: %v", d, v.GetVerdict())
 	}
 }
+
+// withShippedExample serves services/executor/testdata/tools.example.yaml
+// as shipped, less its external servers and MCP servers (they name hosts
+// and a uvx that exist only where they are deployed), under the default
+// policy.
+func withShippedExample(t *testing.T) bindOption {
+	t.Helper()
+	bin := t.TempDir() // a stand-in for uvx, last in PATH: the real programs win
+	if err := os.WriteFile(filepath.Join(bin, "uvx"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", os.Getenv("PATH")+string(os.PathListSeparator)+bin)
+	cfg, err := executor.LoadToolsConfig(filepath.Join("..", "..", "services", "executor", "testdata", "tools.example.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Servers, cfg.MCP = nil, nil
+	return func(c *app.Config, _ *app.Options) { c.Executor.Tools = cfg }
+}
+
+// TestAttacksAgainstTheShippedExample: the executor-side attacks against
+// the shipped example tools configuration and the default policy, as
+// `xct dev --tools-config services/executor/testdata/tools.example.yaml`
+// would serve them.
+func TestAttacksAgainstTheShippedExample(t *testing.T) {
+	requireSandbox(t)
+	c := startBindCluster(t, withShippedExample(t))
+	out := outsideFile(t, c)
+	if err := os.Symlink(out, filepath.Join(c.workspace, "l")); err != nil {
+		t.Fatal(err)
+	}
+	c.writeScript(t, "a.yaml", script(
+		step("fs.write", `{path: .git/config, content: "[alias]\n\tst = !id\n"}`),
+		step("fs.write", `{path: secrets/token, content: "x"}`), // the example's own protected path
+		step("shell.exec", "{argv: [git, st]}"),
+		step("shell.exec", "{argv: [git, -c, core.fsmonitor=id, status]}"),
+		step("shell.exec", "{argv: [git, config, alias.st, \"!id\"]}"),
+		step("shell.exec", `{argv: [find, --, ., -exec, sh, -c, id, ";"]}`),
+		step("shell.exec", "{argv: [find, ., -delete]}"),
+		step("shell.exec", "{argv: [ls, l]}"),
+		// (http.request is irreversible: the default policy asks a human
+		// first, and the run would wait; TestAttackHTTPRefusedAtDNSIsNotInDoubt
+		// covers it under the permissive policy.)
+	))
+	run := c.runToEnd(t, "alice", &xctv1.StartRunRequest{Goal: "g", Model: "scripted:a.yaml"})
+	want := []string{"PERMISSION_DENIED", "PERMISSION_DENIED", "PERMISSION_DENIED", "PERMISSION_DENIED", "PERMISSION_DENIED",
+		"PERMISSION_DENIED", "PERMISSION_DENIED", "PERMISSION_DENIED"}
+	got := stepErrors(run)
+	// The .git/config write is stopped by the default policy already.
+	want[0] = "POLICY_DENIED"
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("steps %v, want %v", got, want)
+	}
+	untouched(t, out)
+
+	// A malicious config already in the workspace: the allowed git status
+	// runs its fsmonitor hook in the sandbox, where the outside file does
+	// not exist.
+	for _, d := range []string{".git/objects", ".git/refs/heads"} {
+		if err := os.MkdirAll(filepath.Join(c.workspace, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	payload := fmt.Sprintf("cat %s > stolen.txt; echo pwned > %s", out, out)
+	if err := os.WriteFile(filepath.Join(c.workspace, ".git", "HEAD"), []byte("ref: refs/heads/main\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(c.workspace, ".git", "config"), []byte("[core]\n\tfsmonitor = \""+payload+"\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c.writeScript(t, "b.yaml", script(step("shell.exec", "{argv: [git, status]}")))
+	run = c.runToEnd(t, "alice", &xctv1.StartRunRequest{Goal: "g", Model: "scripted:b.yaml"})
+	res, _ := run.GetSteps()[0].GetResponse().GetSuccess().GetResult().AsInterface().(map[string]any)
+	if stderr, _ := res["stderr"].(string); !strings.Contains(stderr, "outside.txt: No such file or directory") {
+		t.Fatalf("git status: %v", run.GetSteps()[0].GetResponse())
+	}
+	untouched(t, out)
+	if b, _ := os.ReadFile(filepath.Join(c.workspace, "stolen.txt")); strings.Contains(string(b), "secret") {
+		t.Fatal("the hook read the file outside the workspace")
+	}
+}
