@@ -288,6 +288,15 @@ func NewState(chainID string) *State {
 	}
 }
 
+// NewSummaryState returns a state that keeps everything but Steps (nil,
+// as Timeline.SummaryAt's): for aggregates over a chain too long to hold
+// every step (lctl stats on a stream). The rest is exactly NewState's.
+func NewSummaryState(chainID string) *State {
+	s := NewState(chainID)
+	s.Steps, s.noSteps = nil, true
+	return s
+}
+
 // Clone returns a copy of s that shares nothing it could change: applying
 // events to either leaves the other as it was. The append-only lists are
 // shared up to their current length (an append to the copy copies them), so

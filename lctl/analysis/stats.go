@@ -177,7 +177,7 @@ type StatsBuilder struct {
 // NewStatsBuilder returns a builder before the first event; prices may be
 // nil.
 func NewStatsBuilder(chainID string, prices *Prices) *StatsBuilder {
-	return &StatsBuilder{chainID: chainID, prices: prices, state: lctl.NewState(chainID), steps: newStepTimer(), cost: newTokenPricer(prices)}
+	return &StatsBuilder{chainID: chainID, prices: prices, state: lctl.NewSummaryState(chainID), steps: newStepTimer(), cost: newTokenPricer(prices)}
 }
 
 // Add takes the next event of the chain.

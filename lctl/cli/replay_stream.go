@@ -19,7 +19,15 @@ func (c *cmdContext) replayStream(o operand, toSeq uint64, showEvents, withHash 
 	// The lines are kept until the chain has been read: the full read,
 	// should the stream give way to it, prints them itself.
 	var lines []byte
-	sd, err := c.streamChain(o, false, func(id string) { s = lctl.NewState(id) }, func(e *lctl.StreamEvent) error {
+	sd, err := c.streamChain(o, false, func(id string) {
+		// The text shows a summary of the state: without the steps, which
+		// are most of it on a long chain. --json and --hash need them.
+		if c.jsonOut || withHash {
+			s = lctl.NewState(id)
+		} else {
+			s = lctl.NewSummaryState(id)
+		}
+	}, func(e *lctl.StreamEvent) error {
 		if toSeq != 0 && e.Seq > toSeq {
 			return lctl.ErrStop
 		}
