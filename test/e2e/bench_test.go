@@ -109,6 +109,8 @@ func benchCluster(b *testing.B, p *noopProposer, o benchOpts) *cluster {
 		}
 		// 256 runs start at once: one client is many agents here.
 		cfg.Security.RateLimit = 0
+		// A run takes as many steps as the benchmark needs.
+		cfg.Orchestrator.MaxStepsLimit = 1 << 30
 		opts.ExtraTools = []executor.Tool{noopTool{}}
 		opts.Orchestrator = append(opts.Orchestrator, orchestrator.WithProposer("noop", p))
 	})
