@@ -443,3 +443,23 @@ func TestSandboxPlantedProtectedLink(t *testing.T) {
 		t.Fatalf("%+v", res)
 	}
 }
+
+// TestSandboxSetupFailsAtRunTime: a sandbox that cannot be set up when a
+// call is made (here the workspace moved away under the executor) is a
+// definite failure, "nothing was run", not a program's exit status.
+func TestSandboxSetupFailsAtRunTime(t *testing.T) {
+	requireSandbox(t)
+	sb := newSandbox(t)
+	s := permissiveShell(t, sb, 10*time.Second, "")
+	// The executor holds the workspace open; bwrap mounts it by its path,
+	// which is gone.
+	must(t, os.Rename(sb.ws, sb.ws+".moved"))
+	e := shell(t, s, "sh", "-c", "touch ran").GetError()
+	if e.GetCode() != string(wire.CodeToolFailure) || !strings.Contains(e.GetMessage(), "could not be set up; nothing was run") ||
+		e.GetDetails().AsMap()["outcome_unknown"] != false {
+		t.Fatalf("got %v", e)
+	}
+	if _, err := os.Stat(filepath.Join(sb.ws+".moved", "ran")); err == nil {
+		t.Fatal("the program ran")
+	}
+}
