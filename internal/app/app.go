@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -145,10 +146,11 @@ type service interface {
 }
 
 type module struct {
-	target string
-	svc    service
-	srv    *grpcx.Server
-	errc   chan error
+	target  string
+	svc     service
+	srv     *grpcx.Server
+	errc    chan error
+	started bool // Start returned nil (guarded by App.mu once serving)
 }
 
 // App is a running set of services.
@@ -165,6 +167,12 @@ type App struct {
 	stopTelemetry func(context.Context) error
 	// health is the plaintext health-only listener (--health-listen).
 	health *grpcx.HealthServer
+	// waiting is what the services wait for before they start (nil once
+	// started); fatal carries a start that failed after waiting.
+	waiting  atomic.Pointer[error]
+	fatal    chan error
+	stopped  chan struct{}
+	starting sync.Mutex // held while startWhenReady starts services
 }
 
 // Options customize Start.
@@ -175,13 +183,16 @@ type Options struct {
 	ExtraTools []executor.Tool
 }
 
-// ConnectNATS connects to NATS once, failing fast with a one-line reason
-// when the server cannot be reached. Later disconnects are retried by the
-// client forever; appends fail while it is away.
+// ConnectNATS connects to NATS. A server that cannot be reached yet is
+// retried in the background, as are later disconnects, forever; appends
+// fail while it is away. It fails only for a URL that cannot be used.
 func ConnectNATS(url, name string) (*nats.Conn, error) {
 	nc, err := nats.Connect(url,
 		nats.Name(name),
 		nats.Timeout(5*time.Second),
+		// A server not up yet is waited for (the services report
+		// NOT_SERVING meanwhile), like one that went away later.
+		nats.RetryOnFailedConnect(true),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(time.Second),
 	)
@@ -260,7 +271,7 @@ func Start(ctx context.Context, cfg Config, targets []string, log *slog.Logger, 
 	if err != nil {
 		return nil, err
 	}
-	a := &App{log: log, nc: nc}
+	a := &App{log: log, nc: nc, fatal: make(chan error, 1), stopped: make(chan struct{})}
 	defer func() {
 		if err != nil {
 			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -280,7 +291,7 @@ func Start(ctx context.Context, cfg Config, targets []string, log *slog.Logger, 
 	// other's real addresses (port 0 included).
 	servers := map[string]*grpcx.Server{}
 	for _, t := range targets {
-		srv := grpcx.NewServer(t, log.With("service", t), grpcx.WithSecurity(cfg.Security), grpcx.WithAuth(authn))
+		srv := grpcx.NewServer(t, log.With("service", t), grpcx.WithSecurity(cfg.Security), grpcx.WithAuth(authn), grpcx.WithReady(a.notReady))
 		if err := srv.Listen(cfg.listenAddr(t)); err != nil {
 			for _, s := range servers {
 				s.Stop(ctx)
@@ -308,6 +319,14 @@ func Start(ctx context.Context, cfg Config, targets []string, log *slog.Logger, 
 	cfg.Executor.Replicas, cfg.Tracer.Replicas = cfg.Replicas, cfg.Replicas
 	cfg.Orchestrator.Redact, cfg.Executor.Redact, cfg.Validator.Redact = cfg.Redact, cfg.Redact, cfg.Redact
 
+	// NATS and JetStream must answer before a service starts. When they
+	// do not yet, every service is served at once, NOT_SERVING and
+	// refusing calls with what it waits for, and starts when they answer.
+	waitErr := jetStreamReady(ctx, nc, cfg.NATSURL)
+	if waitErr != nil {
+		a.waitingFor(waitErr)
+		log.Warn("waiting for NATS: serving NOT_SERVING until it answers", "nats", cfg.NATSURL, "reason", waitErr)
+	}
 	for _, t := range targets {
 		pprof.SetGoroutineLabels(pprof.WithLabels(ctx, pprof.Labels(ProfileLabel, t)))
 		var svc service
@@ -341,11 +360,14 @@ func Start(ctx context.Context, cfg Config, targets []string, log *slog.Logger, 
 			servers[t].Stop(ctx)
 			return nil, fmt.Errorf("%s: %w", t, err)
 		}
-		if err := svc.Start(ctx); err != nil {
-			servers[t].Stop(ctx)
-			return nil, fmt.Errorf("start %s: %w", t, err)
-		}
 		m := &module{target: t, svc: svc, srv: servers[t], errc: make(chan error, 1)}
+		if waitErr == nil {
+			if err := svc.Start(ctx); err != nil {
+				servers[t].Stop(ctx)
+				return nil, fmt.Errorf("start %s: %w", t, dependencyErr(err, cfg.NATSURL))
+			}
+			m.started = true
+		}
 		svc.Register(m.srv.GRPC)
 		a.modules = append(a.modules, m)
 		go func() { m.errc <- m.srv.Serve() }()
@@ -370,9 +392,15 @@ func Start(ctx context.Context, cfg Config, targets []string, log *slog.Logger, 
 		a.setServing(false)
 	})
 	nc.SetReconnectHandler(func(*nats.Conn) {
+		if a.notReady() != nil {
+			return // still starting: startWhenReady reports SERVING
+		}
 		log.Info("NATS is back: reporting SERVING")
 		a.setServing(true)
 	})
+	if waitErr != nil {
+		go a.startWhenReady(cfg.NATSURL)
+	}
 	return a, nil
 }
 
@@ -419,7 +447,14 @@ func (a *App) Addr(target string) string {
 func (a *App) Err() <-chan error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	out := make(chan error, len(a.modules))
+	out := make(chan error, len(a.modules)+1)
+	go func() {
+		select {
+		case err := <-a.fatal:
+			out <- err
+		case <-a.stopped:
+		}
+	}()
 	for _, m := range a.modules {
 		go func() {
 			if err := <-m.errc; err != nil {
@@ -439,11 +474,22 @@ func (a *App) Stop(ctx context.Context) {
 	modules := a.modules
 	a.modules = nil
 	a.mu.Unlock()
+	if a.stopped != nil {
+		select {
+		case <-a.stopped:
+		default:
+			close(a.stopped) // a start still waiting for NATS gives up
+		}
+	}
+	a.starting.Lock() // a start in progress finishes first
+	defer a.starting.Unlock()
 	for i := len(modules) - 1; i >= 0; i-- {
 		m := modules[i]
 		m.srv.Health.Shutdown() // NOT_SERVING: probes and balancers move away
-		if err := m.svc.Stop(ctx); err != nil {
-			a.log.Warn("stop", "service", m.target, "err", err)
+		if m.started {
+			if err := m.svc.Stop(ctx); err != nil {
+				a.log.Warn("stop", "service", m.target, "err", err)
+			}
 		}
 		m.srv.Stop(ctx)
 	}

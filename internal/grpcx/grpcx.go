@@ -59,7 +59,13 @@ type serverConfig struct {
 	sec   Security
 	authn *auth.Authenticator
 	table auth.Table
+	ready func() error
 }
+
+// WithReady makes the server refuse every call but health and reflection
+// with UNAVAILABLE and ready's message while ready returns an error (a
+// dependency the service waits for), and start NOT_SERVING then.
+func WithReady(ready func() error) ServerOption { return func(c *serverConfig) { c.ready = ready } }
 
 // WithSecurity sets the transport (TLS or explicitly allowed plaintext)
 // and the per-principal rate limit.
@@ -129,6 +135,7 @@ func NewServer(name string, log *slog.Logger, options ...ServerOption) *Server {
 		grpc.ChainUnaryInterceptor(
 			logging.UnaryServerInterceptor(logger, logOpts...),
 			recovery.UnaryServerInterceptor(onPanic),
+			readyUnary(cfg.ready),
 			grpcauth.UnaryServerInterceptor(authenticate),
 			z.unary,
 			deadlineUnary,
@@ -136,6 +143,7 @@ func NewServer(name string, log *slog.Logger, options ...ServerOption) *Server {
 		grpc.ChainStreamInterceptor(
 			logging.StreamServerInterceptor(logger, logOpts...),
 			recovery.StreamServerInterceptor(onPanic),
+			readyStream(cfg.ready),
 			grpcauth.StreamServerInterceptor(authenticate),
 			z.stream,
 			deadlineStream,
@@ -209,10 +217,14 @@ func (s *Server) Serve() error {
 	if err := s.CheckTable(); err != nil {
 		return err
 	}
-	for svc := range s.GRPC.GetServiceInfo() {
-		s.Health.SetServingStatus(svc, healthpb.HealthCheckResponse_SERVING)
+	st := healthpb.HealthCheckResponse_SERVING
+	if s.cfg.ready != nil && s.cfg.ready() != nil {
+		st = healthpb.HealthCheckResponse_NOT_SERVING // until the app says it is ready
 	}
-	s.Health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	for svc := range s.GRPC.GetServiceInfo() {
+		s.Health.SetServingStatus(svc, st)
+	}
+	s.Health.SetServingStatus("", st)
 	if err := s.GRPC.Serve(s.lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 		return fmt.Errorf("%s: serve: %w", s.name, err)
 	}
@@ -234,6 +246,35 @@ func (s *Server) Stop(ctx context.Context) {
 		s.GRPC.Stop()
 		<-done
 	}
+}
+
+// readyUnary and readyStream refuse calls while ready reports an error.
+func readyUnary(ready func() error) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if err := notReady(ready, info.FullMethod); err != nil {
+			return nil, err
+		}
+		return handler(ctx, req)
+	}
+}
+
+func readyStream(ready func() error) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if err := notReady(ready, info.FullMethod); err != nil {
+			return err
+		}
+		return handler(srv, ss)
+	}
+}
+
+func notReady(ready func() error, method string) error {
+	if ready == nil || auth.IsOpen(method) {
+		return nil
+	}
+	if err := ready(); err != nil {
+		return status.Error(codes.Unavailable, err.Error())
+	}
+	return nil
 }
 
 // DialOption configures a client connection.

@@ -1,0 +1,132 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Services that wait instead of dying (issue 12): a process started while
+// NATS or JetStream is not ready serves gRPC at once, reports NOT_SERVING
+// on health and refuses calls with UNAVAILABLE saying what it waits for,
+// and starts its services (in start order) once JetStream answers.
+
+// jetStreamProbe bounds one readiness probe.
+const jetStreamProbe = 2 * time.Second
+
+// jetStreamReady reports what is missing for the services to start: NATS
+// not connected, or JetStream not answering. nil when it answers.
+func jetStreamReady(ctx context.Context, nc *nats.Conn, url string) error {
+	if !nc.IsConnected() {
+		reason := "not reachable"
+		if err := nc.LastError(); err != nil {
+			reason = "not reachable: " + err.Error()
+		}
+		return fmt.Errorf("waiting for NATS at %s (%s)", url, reason)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("waiting for NATS JetStream at %s: %w", url, err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, jetStreamProbe)
+	defer cancel()
+	if _, err := js.AccountInfo(pctx); err != nil {
+		return fmt.Errorf("waiting for NATS JetStream at %s (%s)", url, jetStreamReason(err))
+	}
+	return nil
+}
+
+// jetStreamReason says in words why JetStream did not answer.
+func jetStreamReason(err error) string {
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
+		return "JetStream did not answer within " + jetStreamProbe.String() + ": not ready yet (no stream leader?)"
+	case errors.Is(err, jetstream.ErrJetStreamNotEnabled), errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount):
+		return "JetStream is not enabled on the server or for this account"
+	case errors.Is(err, nats.ErrNoResponders):
+		return "no JetStream responded: not ready yet"
+	}
+	return err.Error()
+}
+
+// dependencyErr names the dependency behind a start error that is only a
+// timeout ("context deadline exceeded" says nothing of what was missing).
+func dependencyErr(err error, url string) error {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) {
+		return fmt.Errorf("%w (NATS JetStream at %s did not answer in time: is it up, with a stream leader?)", err, url)
+	}
+	return err
+}
+
+// waitingFor records what the services wait for; nil: they are started.
+func (a *App) waitingFor(err error) {
+	if err == nil {
+		a.waiting.Store(nil)
+		return
+	}
+	a.waiting.Store(&err)
+}
+
+// notReady is the servers' readiness check (grpcx.WithReady).
+func (a *App) notReady() error {
+	if p := a.waiting.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// startWhenReady probes JetStream with backoff until it answers, then
+// starts every service in start order and reports SERVING. A start that
+// fails then ends the process (Err); so does nothing while Stop was called.
+func (a *App) startWhenReady(url string) {
+	wait := 250 * time.Millisecond
+	for {
+		select {
+		case <-a.stopped:
+			return
+		case <-time.After(wait):
+		}
+		err := jetStreamReady(context.Background(), a.nc, url)
+		if err == nil {
+			break
+		}
+		if p := a.waiting.Load(); p == nil || (*p).Error() != err.Error() {
+			a.log.Warn("still waiting for NATS", "reason", err)
+		}
+		a.waitingFor(err)
+		wait = min(wait*2, 5*time.Second)
+	}
+	a.starting.Lock()
+	defer a.starting.Unlock()
+	select {
+	case <-a.stopped:
+		return
+	default:
+	}
+	a.mu.Lock()
+	modules := a.modules
+	a.mu.Unlock()
+	for _, m := range modules {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		err := m.svc.Start(ctx)
+		cancel()
+		if err != nil {
+			err = fmt.Errorf("start %s: %w", m.target, dependencyErr(err, url))
+			a.log.Error("could not start after NATS came", "service", m.target, "err", err)
+			a.waitingFor(err)
+			a.fatal <- err
+			return
+		}
+		a.mu.Lock()
+		m.started = true
+		a.mu.Unlock()
+		a.log.Info("started", "service", m.target)
+	}
+	a.waitingFor(nil)
+	a.log.Info("NATS answers: every service started, reporting SERVING")
+	a.setServing(true)
+}

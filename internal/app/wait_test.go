@@ -1,0 +1,87 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
+	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/grpcx"
+	"github.com/xct-dev/xct/internal/grpcx/grpcxtest"
+	"github.com/xct-dev/xct/internal/testutil"
+)
+
+// Finding 6: services started while NATS is down used to exit 1
+// ("redaction key bucket: context deadline exceeded"). They now start, serve
+// NOT_SERVING with calls refused as UNAVAILABLE naming NATS, and become
+// SERVING once NATS answers, every service started in order.
+func TestServicesWaitForNATS(t *testing.T) {
+	js := testutil.RestartableJetStream(t)
+	url := js.URL()
+	js.Stop() // NATS is down when the services start
+	creds := grpcxtest.New(t)
+	var cfg Config
+	cfg.NATSURL, cfg.Replicas = url, 1
+	cfg.ExecutorListen, cfg.ValidatorListen, cfg.OrchestratorListen = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Executor.Workspace = t.TempDir()
+	cfg.Orchestrator.ScriptsDir = t.TempDir()
+	cfg.Auth.TokensFile = creds.Path
+	cfg.Security = grpcx.Security{Plaintext: true, ServiceToken: creds.Token(t, grpcxtest.Service)}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	a, err := Start(ctx, cfg, []string{TargetExecutor, TargetValidator, TargetOrchestrator}, slog.New(slog.NewTextHandler(io.Discard, nil)), Options{})
+	if err != nil {
+		t.Fatalf("start while NATS is down: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		a.Stop(ctx)
+	})
+	conn := creds.Dial(t, a.Addr(TargetExecutor), grpcxtest.Service)
+	health := healthpb.NewHealthClient(conn)
+	exec := xctv1.NewExecutorServiceClient(conn)
+	orch := xctv1.NewOrchestratorServiceClient(creds.Dial(t, a.Addr(TargetOrchestrator), "alice"))
+
+	h, err := health.Check(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil || h.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Fatalf("health while NATS is down: %v, %v", h, err)
+	}
+	_, err = exec.ListTools(ctx, &xctv1.ListToolsRequest{})
+	if st := status.Convert(err); st.Code() != codes.Unavailable || !strings.Contains(st.Message(), "waiting for NATS at "+url) {
+		t.Fatalf("a call while NATS is down: %v", err)
+	}
+
+	js.Start()
+	testutil.Eventually(t, 30*time.Second, func() error {
+		h, err := health.Check(ctx, &healthpb.HealthCheckRequest{})
+		if err != nil {
+			return err
+		}
+		if h.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			return fmt.Errorf("health %s", h.GetStatus())
+		}
+		return nil
+	})
+	tools, err := exec.ListTools(ctx, &xctv1.ListToolsRequest{})
+	if err != nil || len(tools.GetTools()) == 0 {
+		t.Fatalf("ListTools once NATS answers: %v, %v", tools, err)
+	}
+	// The orchestrator started too: it reads the log (no such run).
+	if _, err := orch.GetRun(ctx, &xctv1.GetRunRequest{RunId: "run-none"}); status.Code(err) != codes.NotFound {
+		t.Fatalf("GetRun once NATS answers: %v", err)
+	}
+	select {
+	case err := <-a.Err():
+		t.Fatalf("the app failed: %v", err)
+	default:
+	}
+}
