@@ -157,7 +157,8 @@ func main() {
 		fmt.Fprintln(os.Stderr, "ledgertool:", err)
 		os.Exit(1)
 	}
-	lis, err := net.Listen("tcp", *listen)
+	var lc net.ListenConfig
+	lis, err := lc.Listen(context.Background(), "tcp", *listen)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "ledgertool:", err)
 		os.Exit(1)
