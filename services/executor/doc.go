@@ -1,6 +1,8 @@
 // Package executor is XCT's executor service: it runs one allowed step at a
 // time with a tool from its catalog, and never decides whether a step should
-// run (the validator does, the orchestrator asks).
+// run (the validator does, the orchestrator asks). It acts only on a step
+// that carries the validator's signed allow for exactly that step, verified
+// with a key it trusts (binding.go); a verdict starts at most one attempt.
 //
 // # Tools
 //

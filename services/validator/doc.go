@@ -15,7 +15,10 @@
 //     executor publishes). Otherwise: DENY, code UNKNOWN_TOOL, reason
 //     "builtin.catalog"; the message may suggest close tool names. Before the
 //     catalog is loaded every proposal is denied with VALIDATOR_UNAVAILABLE.
-//  2. Schema. The arguments must satisfy the tool's input_schema (JSON
+//     A system tool ("xct." names) is denied the same way unless the request
+//     is a system step (ValidateRequest.system_step, a rollback's undo).
+//  2. Schema. Arguments nested deeper than wire.MaxDepth are denied with
+//     SCHEMA_INVALID. The arguments must satisfy the tool's input_schema (JSON
 //     Schema, draft 2020-12 unless it says otherwise, formats asserted, no
 //     references outside the schema). Otherwise: DENY, code SCHEMA_INVALID,
 //     reason "builtin.schema", details listing up to 8 violations as
@@ -37,6 +40,11 @@
 // Then every shadow-mode policy file judges the proposal the same way
 // (steps 3 to 6) and its would-have-been verdict is added to
 // Verdict.shadow; it is never enforced.
+//
+// An allow answered to one of XCT's services is signed (binding.go): a
+// VerdictGrant naming the run, step, step id, tool and canonical arguments
+// digest, Ed25519-signed with the validator's key, which the executor
+// verifies before it acts. Other callers get the decision unsigned.
 //
 // A verdict always has a decision (never UNSPECIFIED), every matching rule
 // as a reason (id and message, in evaluation order), the policy's version
