@@ -28,6 +28,8 @@ import (
 // without the file, or without a section, http.request and shell.exec are
 // not registered and no external tool is served (default deny).
 //
+//	fs:                            # the fs tools (always served)
+//	  protected_paths: [secrets/]  # added to DefaultProtectedPaths
 //	http:                          # http.request
 //	  allow_hosts: [api.example.com, "*.example.org", "localhost:8080"]
 //	  allow_addresses: []          # CIDRs reachable although private, loopback, ...
@@ -41,6 +43,7 @@ import (
 //	  set_env: {LC_ALL: C}
 //	  timeout: 10s
 //	  max_output_bytes: 65536      # per stream
+//	  sandbox: {network: false}    # see SandboxConfig; "sandbox: none" runs unconfined
 //	  binaries:
 //	    - name: git                # argv[0], exactly
 //	      path: /usr/bin/git       # optional: else looked up in PATH at load
@@ -49,6 +52,7 @@ import (
 //	      allow_flags: [--version, -n, "--format="]   # "x=" allows every "x=..."
 //	      any_flags: false
 //	      path_args: true          # operands must be paths inside the workspace
+//	      subcommands: [status, log]   # the first operand must be one of them
 //	servers:                       # external ToolService servers, tools "<name>.<tool>"
 //	  - name: billing
 //	    address: 127.0.0.1:9000
@@ -59,7 +63,8 @@ import (
 //	    command: /usr/local/bin/files-mcp   # stdio; or url: for streamable HTTP
 //	    args: [--root, /srv]
 //	    env: [HOME]
-//	    ignore_annotations: false
+//	    sandbox: {network: false}  # stdio servers run in the sandbox too
+//	    ignore_annotations: false  # hints are shown, never trusted to widen
 //	    tools: {write_file: {effect: reversible, idempotent: true}}
 //
 // Build it with LoadToolsConfig or ParseToolsConfig: they check it and
