@@ -36,10 +36,13 @@ const (
 type ExecutorServiceClient interface {
 	// ListTools returns the catalog of tools this executor can run.
 	ListTools(ctx context.Context, in *ListToolsRequest, opts ...grpc.CallOption) (*ListToolsResponse, error)
-	// Execute runs one allowed step once, within its deadline. A step id that
-	// was already executed returns its recorded outcome without acting again;
-	// a step found in doubt returns the IN_DOUBT error unless its tool is
-	// idempotent.
+	// Execute runs one allowed step once, within its deadline. The request
+	// must carry the validator's signed verdict for exactly this step
+	// (PERMISSION_DENIED without a valid one, FAILED_PRECONDITION when it
+	// expired or already started an attempt; nothing runs then). A step id
+	// that was already executed returns its recorded outcome without acting
+	// again; a step found in doubt returns the IN_DOUBT error unless its tool
+	// is idempotent.
 	Execute(ctx context.Context, in *ExecuteRequest, opts ...grpc.CallOption) (*ExecuteResponse, error)
 	// GetStep returns the executor's record of one step.
 	GetStep(ctx context.Context, in *GetStepRequest, opts ...grpc.CallOption) (*GetStepResponse, error)
@@ -121,10 +124,13 @@ func (c *executorServiceClient) PreviewStep(ctx context.Context, in *PreviewStep
 type ExecutorServiceServer interface {
 	// ListTools returns the catalog of tools this executor can run.
 	ListTools(context.Context, *ListToolsRequest) (*ListToolsResponse, error)
-	// Execute runs one allowed step once, within its deadline. A step id that
-	// was already executed returns its recorded outcome without acting again;
-	// a step found in doubt returns the IN_DOUBT error unless its tool is
-	// idempotent.
+	// Execute runs one allowed step once, within its deadline. The request
+	// must carry the validator's signed verdict for exactly this step
+	// (PERMISSION_DENIED without a valid one, FAILED_PRECONDITION when it
+	// expired or already started an attempt; nothing runs then). A step id
+	// that was already executed returns its recorded outcome without acting
+	// again; a step found in doubt returns the IN_DOUBT error unless its tool
+	// is idempotent.
 	Execute(context.Context, *ExecuteRequest) (*ExecuteResponse, error)
 	// GetStep returns the executor's record of one step.
 	GetStep(context.Context, *GetStepRequest) (*GetStepResponse, error)

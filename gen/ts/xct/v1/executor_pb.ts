@@ -741,10 +741,13 @@ export const ExecutorService: GenService<{
     output: typeof ListToolsResponseSchema;
   },
   /**
-   * Execute runs one allowed step once, within its deadline. A step id that
-   * was already executed returns its recorded outcome without acting again;
-   * a step found in doubt returns the IN_DOUBT error unless its tool is
-   * idempotent.
+   * Execute runs one allowed step once, within its deadline. The request
+   * must carry the validator's signed verdict for exactly this step
+   * (PERMISSION_DENIED without a valid one, FAILED_PRECONDITION when it
+   * expired or already started an attempt; nothing runs then). A step id
+   * that was already executed returns its recorded outcome without acting
+   * again; a step found in doubt returns the IN_DOUBT error unless its tool
+   * is idempotent.
    *
    * @generated from rpc xct.v1.ExecutorService.Execute
    */
