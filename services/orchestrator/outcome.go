@@ -230,7 +230,7 @@ func (r *run) recordInDoubt(st *openStep, doubt *xctv1.Error, resp *xctv1.GetSte
 		"tool":         st.ns.GetTool(),
 		"reason":       doubt.GetMessage(),
 		"record_state": recordState(resp),
-		"resolve":      fmt.Sprintf("xct resolve %s %d --as succeeded|failed|retry", r.id, st.step),
+		"resolve":      fmt.Sprintf("xct resolve %s %d --outcome succeeded|failed|retry", r.id, st.step),
 	}
 	if err := r.record(TypeStepInDoubt, agentOrchestrator, data); err != nil {
 		return err

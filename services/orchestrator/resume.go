@@ -294,7 +294,7 @@ func (r *run) handOver(why string) {
 func (r *run) recoverStep(st *openStep) (*xctv1.ExecuteResponse, *xctv1.Error) {
 	ctx, cancel := context.WithTimeout(r.traceCtx(context.Background()), r.svc.cfg.CallTimeout)
 	defer cancel()
-	resp, err := r.svc.executor.GetStep(ctx, &xctv1.GetStepRequest{StepId: st.stepID})
+	resp, err := r.svc.executor.GetStep(ctx, &xctv1.GetStepRequest{StepId: st.stepID, Fence: true})
 	switch {
 	case status.Code(err) == codes.NotFound:
 		return nil, wire.Errorf(wire.CodeToolFailure, "step %d was not executed: its arguments are redacted on the chain, so the orchestrator that took the run over cannot run it; propose it again", st.step)
