@@ -28,7 +28,7 @@ func parseTimeFast(s string) (time.Time, bool) {
 	hour, ok4 := num(11, 13)
 	minute, ok5 := num(14, 16)
 	sec, ok6 := num(17, 19)
-	if !(ok1 && ok2 && ok3 && ok4 && ok5 && ok6) || month < 1 || month > 12 || day < 1 || hour > 23 || minute > 59 || sec > 59 {
+	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || !ok6 || month < 1 || month > 12 || day < 1 || hour > 23 || minute > 59 || sec > 59 {
 		return time.Time{}, false
 	}
 	if day > daysIn(time.Month(month), year) {

@@ -94,7 +94,7 @@ func Verify(chainID string, events []lctl.Event) *VerifyReport {
 
 func (r *VerifyReport) add(name, okSummary string, problems []lctl.Problem) {
 	c := Check{Name: name, OK: len(problems) == 0, Summary: okSummary, Problems: len(problems)}
-	if !c.OK {
+	if len(problems) > 0 {
 		c.Summary = problems[0].Message
 		if len(problems) > 1 {
 			c.Summary += fmt.Sprintf(" (and %d more)", len(problems)-1)

@@ -64,11 +64,14 @@ func WriteWorkflow(w io.Writer, chainID string, n int, opts WorkflowOptions) err
 		if err != nil {
 			return err
 		}
-		if !first {
-			bw.WriteByte(',')
+		sep := ",\n"
+		if first {
+			sep = "\n"
 		}
 		first = false
-		bw.WriteByte('\n')
+		if _, err := bw.WriteString(sep); err != nil {
+			return err
+		}
 		_, err = bw.Write(raw)
 		return err
 	})
@@ -91,7 +94,9 @@ func WriteWorkflowLines(w io.Writer, chainID string, n int, opts WorkflowOptions
 		if err != nil {
 			return err
 		}
-		bw.Write(raw)
+		if _, err := bw.Write(raw); err != nil {
+			return err
+		}
 		return bw.WriteByte('\n')
 	})
 	if err != nil {

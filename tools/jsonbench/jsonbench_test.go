@@ -46,7 +46,7 @@ func corpus(b *testing.B) ([][]byte, int64) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	var out [][]byte
 	var size int64
 	sc := bufio.NewScanner(f)
