@@ -154,6 +154,9 @@ func (m *mcpServer) connect(ctx context.Context) (*mcp.ClientSession, error) {
 	if m.sb != nil && m.sb.err != nil {
 		return nil, fmt.Errorf("its sandbox cannot be set up: %w", m.sb.err)
 	}
+	if m.cfg.Command != "" {
+		closeOnExecInherited()
+	}
 	s, err := m.client.Connect(ctx, m.transport(ctx), nil)
 	if m.started != nil {
 		m.started()

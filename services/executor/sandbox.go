@@ -404,6 +404,26 @@ func (s *osSandbox) withProtected(protected *protectedPaths, firstFD int) *osSan
 	return &c
 }
 
+// closeOnExecInherited marks every descriptor of the executor above 2
+// close-on-exec. Go opens its own so; one inherited from whatever started
+// the executor (a supervisor's pipe, a directory) may not be, and would
+// otherwise pass through prlimit and bwrap into the sandbox: a door to the
+// host. Called before every sandboxed start (descriptors can be inherited
+// only at exec, but a library may open one without the flag).
+func closeOnExecInherited() {
+	des, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return
+	}
+	for _, de := range des {
+		fd, err := strconv.Atoi(de.Name())
+		if err != nil || fd <= 2 {
+			continue
+		}
+		syscall.CloseOnExec(fd)
+	}
+}
+
 // extraFiles are the descriptors to pass to the child, in order.
 func (s *osSandbox) extraFiles() []*os.File {
 	var out []*os.File

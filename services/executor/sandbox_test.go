@@ -463,3 +463,19 @@ func TestSandboxSetupFailsAtRunTime(t *testing.T) {
 		t.Fatal("the program ran")
 	}
 }
+
+// TestSandboxNoInheritedDescriptor: a descriptor the executor inherited
+// without close-on-exec (here opened so on purpose, to a file outside the
+// workspace) does not reach the sandboxed program.
+func TestSandboxNoInheritedDescriptor(t *testing.T) {
+	requireSandbox(t)
+	sb := newSandbox(t)
+	fd, err := syscall.Open(sb.outside, syscall.O_RDONLY, 0) // no O_CLOEXEC
+	must(t, err)
+	defer func() { _ = syscall.Close(fd) }()
+	s := permissiveShell(t, sb, 10*time.Second, "")
+	res := resultAs[ShellResult](t, shell(t, s, "sh", "-c", fmt.Sprintf("cat /proc/self/fd/%d; cat <&%d", fd, fd)))
+	if strings.Contains(res.Stdout, secret) || res.ExitCode == 0 {
+		t.Fatalf("the inherited descriptor reached the sandbox: %+v", res)
+	}
+}

@@ -281,6 +281,7 @@ func (t *shellTool) Invoke(ctx context.Context, args map[string]any) (any, *xctv
 	if e := Commit(ctx); e != nil {
 		return nil, e
 	}
+	closeOnExecInherited()
 	if err := cmd.Start(); err != nil {
 		if ctx.Err() != nil {
 			return nil, wire.Errorf(wire.CodeTimeout, "the step's deadline passed before %s started; nothing was run", argv[0])
