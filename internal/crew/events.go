@@ -116,11 +116,12 @@ func (f FactAdded) Data() map[string]any { return jsonData(f, f.Fields) }
 
 // FactModified is a fact_modified's data: {id, text, confidence, reason},
 // the fields changed, and a consensus block when several agents have
-// assessed the fact.
+// assessed the fact. Confidence is absent when the update gave none (it is
+// then no assessment, for lctl confidence either).
 type FactModified struct {
 	ID         string          `json:"id"`
 	Text       string          `json:"text"`
-	Confidence float64         `json:"confidence"`
+	Confidence *float64        `json:"confidence,omitempty"`
 	Reason     string          `json:"reason"`
 	Source     string          `json:"source,omitempty"`
 	Tags       []string        `json:"tags,omitempty"`

@@ -209,7 +209,11 @@ func (s *FactStore) Update(agent string, in FactInput) (FactModified, *Signal) {
 	}
 	f.UpdatedBy, f.UpdatedSeq, f.turn = agent, s.changes, s.turn
 	f.History = append(f.History, FactChange{Kind: ChangeModified, Agent: agent, Text: f.Text, Confidence: f.Confidence, Reason: in.Reason})
-	out.Text, out.Confidence = f.Text, f.Confidence
+	out.Text = f.Text
+	if in.Confidence != nil {
+		c := f.Confidence
+		out.Confidence = &c
+	}
 	return out, nil
 }
 

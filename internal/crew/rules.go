@@ -284,7 +284,7 @@ func (c *Crew) validate(agent, direction string, events []lctl.Event, ct *analys
 	for _, r := range rep.Results {
 		cv.Checked += r.Checked
 		for _, v := range r.Violations {
-			cv.Violations = append(cv.Violations, ContractViolation{Subject: strings.TrimPrefix(v.Subject, "fact_added "), Message: strings.TrimPrefix(v.Message, "received at step "+fmt.Sprint(len(events))+": "), Rule: v.Rule})
+			cv.Violations = append(cv.Violations, ContractViolation{Subject: strings.Replace(v.Subject, "fact_added ", "fact ", 1), Message: strings.TrimPrefix(v.Message, "received at step "+fmt.Sprint(len(events))+": "), Rule: v.Rule})
 		}
 	}
 	return cv
