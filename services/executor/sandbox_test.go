@@ -310,7 +310,7 @@ func TestSandboxProtectedPathsReadOnly(t *testing.T) {
 			t.Fatalf("%v read the file outside the workspace", argv)
 		}
 	}
-	res := resultAs[ShellResult](t, shell(t, s, "sh", "-c", "echo '[alias] x = !id' >> .git/config; rm -rf .git/hooks; touch .git/pwned"))
+	res := resultAs[ShellResult](t, shell(t, s, "sh", "-c", "echo '[alias] x = !id' >> .git/config; rm -rf .git/hooks; touch .git/pwned; mv .git moved"))
 	if res.ExitCode == 0 {
 		t.Fatalf(".git is writable in the sandbox: %+v", res)
 	}
@@ -319,6 +319,9 @@ func TestSandboxProtectedPathsReadOnly(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(sb.ws, ".git", "pwned")); err == nil {
 		t.Fatal(".git/pwned created")
+	}
+	if _, err := os.Stat(filepath.Join(sb.ws, "moved")); err == nil {
+		t.Fatal(".git was moved away")
 	}
 }
 
