@@ -29,6 +29,7 @@ Usage:
   xct approve RUN STEP         approve a waiting step (--reason; --as who you are)
   xct deny RUN STEP --reason   deny a waiting step; the reason goes to the model
   xct policy lint|check        check policy files, or re-evaluate a recorded chain against them
+  xct crew check FILE          validate a crew file (agents, handoffs, contracts, routing) and print it
   xct resolve RUN STEP --outcome succeeded|failed|retry   decide a step in doubt
   xct cancel RUN [--reason TEXT]   stop a running run: its open step ends, its pending approval is withdrawn
   xct tools [--json]           the tool catalog the model sees: source, effect class, idempotency, timeout, schema
@@ -100,6 +101,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cmdDecide(ctx, false, rest, stdout, stderr)
 	case "policy":
 		return cmdPolicy(ctx, rest, stdout, stderr)
+	case "crew":
+		return cmdCrew(ctx, rest, stdout, stderr)
 	case "resolve":
 		return cmdResolve(ctx, rest, stdout, stderr)
 	case "rollback":
