@@ -57,7 +57,7 @@ func cmdCancel(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return rpcError("get run "+runID, *addr, err)
 		}
 		r := resp.GetRun()
-		if s := r.GetStatus(); s != xctv1.RunStatus_RUN_STATUS_RUNNING && s != xctv1.RunStatus_RUN_STATUS_WAITING_APPROVAL {
+		if s := r.GetStatus(); s != xctv1.RunStatus_RUN_STATUS_RUNNING && s != xctv1.RunStatus_RUN_STATUS_WAITING_APPROVAL && s != xctv1.RunStatus_RUN_STATUS_IN_DOUBT {
 			fmt.Fprintf(stdout, "run %s %s: %s\n", runID, runStatus(s), r.GetMessage())
 			return nil
 		}

@@ -399,7 +399,9 @@ func Start(ctx context.Context, cfg Config, targets []string, log *slog.Logger, 
 		a.setServing(true)
 	})
 	if waitErr != nil {
-		go a.startWhenReady(cfg.NATSURL)
+		// The start outlives Start's ctx (the caller's deadline for
+		// binding and configuring); Stop ends it.
+		go a.startWhenReady(cfg.NATSURL) //nolint:gosec // G118: bounded by Stop, not by Start's ctx
 	}
 	return a, nil
 }

@@ -1,6 +1,7 @@
 package testutil
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net"
@@ -24,7 +25,7 @@ type Proxy struct {
 // is closed when the test ends.
 func NewProxy(tb testing.TB, target string) *Proxy {
 	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatalf("proxy listen: %v", err)
 	}
@@ -92,7 +93,7 @@ func (p *Proxy) accept() {
 		if !p.track(in) {
 			continue
 		}
-		out, err := net.Dial("tcp", p.target)
+		out, err := (&net.Dialer{}).DialContext(context.Background(), "tcp", p.target)
 		if err != nil || !p.track(out) {
 			p.untrack(in)
 			if out != nil {

@@ -59,7 +59,7 @@ func (x *runIndex) drop(id string) {
 func (x *runIndex) markUnrecorded(id, message string) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	if r, ok := x.runs[id]; ok && r.Status == xctv1.RunStatus_RUN_STATUS_RUNNING {
+	if r, ok := x.runs[id]; ok && live(r.Status) {
 		r.Status = xctv1.RunStatus_RUN_STATUS_FAILED
 		r.Message = message
 	}
@@ -105,5 +105,15 @@ func withoutSteps(r *xctv1.Run) *xctv1.Run {
 }
 
 func ended(r *xctv1.Run) bool {
-	return r.GetStatus() != xctv1.RunStatus_RUN_STATUS_RUNNING && r.GetStatus() != xctv1.RunStatus_RUN_STATUS_UNSPECIFIED
+	return r.GetStatus() != xctv1.RunStatus_RUN_STATUS_UNSPECIFIED && !live(r.GetStatus())
+}
+
+// live reports whether a run in status st has not ended: it runs, or waits
+// for a human (an approval, a step in doubt).
+func live(st xctv1.RunStatus) bool {
+	switch st {
+	case xctv1.RunStatus_RUN_STATUS_RUNNING, xctv1.RunStatus_RUN_STATUS_WAITING_APPROVAL, xctv1.RunStatus_RUN_STATUS_IN_DOUBT:
+		return true
+	}
+	return false
 }

@@ -276,7 +276,7 @@ func TestInDoubtWaitsForResolve(t *testing.T) {
 	stepID := str(only(events, TypeStepInDoubt)[0].Data, "step_id")
 	testutil.Eventually(t, 30*time.Second, func() error {
 		if _, doubt, err := ex2.Step(ctx, stepID); err != nil || !doubt {
-			return fmt.Errorf("record not in doubt yet: %v", err)
+			return fmt.Errorf("record not in doubt yet: %w", err)
 		}
 		return nil
 	})

@@ -482,7 +482,7 @@ func (s *Service) CancelRun(ctx context.Context, req *xctv1.CancelRunRequest) (*
 	r, ok := s.active[req.GetRunId()]
 	s.mu.Unlock()
 	if !ok {
-		if cur.GetStatus() != xctv1.RunStatus_RUN_STATUS_RUNNING {
+		if !live(cur.GetStatus()) {
 			return nil, toStatus(fmt.Errorf("%w: %s is %s", ErrRunFinished, cur.GetRunId(), cur.GetStatus()))
 		}
 		return nil, status.Errorf(codes.FailedPrecondition, "run %s is owned by another orchestrator", cur.GetRunId())

@@ -99,7 +99,7 @@ func TestStartRunRetryAfterAFailedStart(t *testing.T) {
 // process is paused, or behind a partition that drops packets.
 func blackHole(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
