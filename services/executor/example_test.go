@@ -49,7 +49,7 @@ func TestExampleToolsConfigIsSafe(t *testing.T) {
 		{git, []string{"submodule", "foreach", "id"}},
 		{git, []string{"--no-pager", "log", "--output=/tmp/x"}},
 	} {
-		if e := st.checkArgs(c.b, c.args); e == nil {
+		if e := st.checkArgs(c.b, c.args, "."); e == nil {
 			t.Errorf("%s %v allowed", c.b.Name, c.args)
 		}
 	}

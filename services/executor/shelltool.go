@@ -189,9 +189,6 @@ func (t *shellTool) Invoke(ctx context.Context, args map[string]any) (any, *xctv
 		return nil, e
 	}
 	bin := t.bins[argv[0]]
-	if e := t.checkArgs(bin, argv[1:]); e != nil {
-		return nil, e
-	}
 	dot, empty := ".", ""
 	cwd, e := stringArg(args, "cwd", &dot)
 	if e != nil {
@@ -206,6 +203,10 @@ func (t *shellTool) Invoke(ctx context.Context, args map[string]any) (any, *xctv
 	}
 	dirName, e := t.ws.clean(cwd)
 	if e != nil {
+		return nil, e
+	}
+	// Path operands are relative to the working directory.
+	if e := t.checkArgs(bin, argv[1:], dirName); e != nil {
 		return nil, e
 	}
 	if t.sb != nil && t.sb.err != nil {
@@ -364,7 +365,7 @@ func (t *shellTool) argv(v any) ([]string, *xctv1.Error) {
 
 // checkArgs applies the program's argument rules: options only from its
 // list (argument injection), operands inside the workspace if required.
-func (t *shellTool) checkArgs(b *BinaryConfig, args []string) *xctv1.Error {
+func (t *shellTool) checkArgs(b *BinaryConfig, args []string, cwd string) *xctv1.Error {
 	limit := b.MaxArgs
 	if limit == 0 {
 		limit = shellDefaultMaxArgs
@@ -395,7 +396,7 @@ func (t *shellTool) checkArgs(b *BinaryConfig, args []string) *xctv1.Error {
 			continue
 		}
 		if b.PathArgs {
-			if e := t.localPath(b, i, a); e != nil {
+			if e := t.localPath(b, i, cwd, a); e != nil {
 				return e
 			}
 		}
@@ -405,8 +406,9 @@ func (t *shellTool) checkArgs(b *BinaryConfig, args []string) *xctv1.Error {
 
 // localPath checks an operand of a path_args program: a relative path
 // inside the workspace, written so and also after following the symbolic
-// links on it (an in-workspace link to /etc is outside).
-func (t *shellTool) localPath(b *BinaryConfig, i int, a string) *xctv1.Error {
+// links on it from the working directory cwd (an in-workspace link to
+// /etc is outside).
+func (t *shellTool) localPath(b *BinaryConfig, i int, cwd, a string) *xctv1.Error {
 	outside := func() *xctv1.Error {
 		return wire.WithDetails(wire.Errorf(wire.CodePermissionDenied,
 			"argument %q of %s must be a path inside the workspace", a, b.Name),
@@ -415,7 +417,7 @@ func (t *shellTool) localPath(b *BinaryConfig, i int, a string) *xctv1.Error {
 	if a == "" || filepath.IsAbs(a) || !filepath.IsLocal(a) {
 		return outside()
 	}
-	if _, ok := t.ws.resolve(filepath.Clean(a)); !ok {
+	if _, ok := t.ws.resolve(filepath.Join(cwd, a)); !ok {
 		return outside()
 	}
 	return nil

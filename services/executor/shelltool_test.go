@@ -86,6 +86,8 @@ func testShellExec(t *testing.T, sandboxed bool) {
 	sb := newSandbox(t)
 	fixture(t, sb.ws)
 	sb.links(t)
+	// Links below the top, relative to their own directory.
+	must(t, os.Symlink("../../outside.txt", filepath.Join(sb.ws, "sub", "out-rel")))
 	t.Setenv("XCT_TEST_SECRET", "s3cret")
 	var s *Service
 	if sandboxed {
@@ -175,6 +177,7 @@ func testShellExec(t *testing.T, sandboxed bool) {
 		{"operand through a symlink out", map[string]any{"argv": []any{"cat", "link-rel"}}, wire.CodePermissionDenied},
 		{"operand under a directory symlink out", map[string]any{"argv": []any{"cat", "dirlink-abs/f.txt"}}, wire.CodePermissionDenied},
 		{"operand through up", map[string]any{"argv": []any{"ls", "up"}}, wire.CodePermissionDenied},
+		{"operand through a link in the working directory", map[string]any{"argv": []any{"cat", "out-rel"}, "cwd": "sub"}, wire.CodePermissionDenied},
 		{"operand outside: parent", map[string]any{"argv": []any{"cat", "../outside.txt"}}, wire.CodePermissionDenied},
 		{"operand outside: absolute", map[string]any{"argv": []any{"cat", "/etc/passwd"}}, wire.CodePermissionDenied},
 		{"too many arguments", map[string]any{"argv": []any{"ls", "-l", "a", "b", "c"}}, wire.CodeInvalidArgument},
