@@ -47,25 +47,25 @@ func writeChain(t *testing.T, dir, name string, n int, opts lctltest.WorkflowOpt
 // where it gives way to the full read.
 func TestStreamedCommandsMatchFullRead(t *testing.T) {
 	dir := t.TempDir()
-	opts := lctltest.WorkflowOptions{Seal: true, StateHashes: true, CheckpointEvery: 300}
+	opts := lctltest.WorkflowOptions{Seal: true, StateHashes: true, CheckpointEvery: 150}
 	files := []string{
-		writeChain(t, dir, "clean.lctl.json", 1600, opts, nil),
-		writeChain(t, dir, "edited.lctl.json", 1600, opts, func(es []lctl.Event) []lctl.Event {
-			es[1100].Data["text"] = "changed after sealing"
-			es[1100].Agent = "mallory"
+		writeChain(t, dir, "clean.lctl.json", 600, opts, nil),
+		writeChain(t, dir, "edited.lctl.json", 600, opts, func(es []lctl.Event) []lctl.Event {
+			es[400].Data["text"] = "changed after sealing"
+			es[400].Agent = "mallory"
 			return es
 		}),
-		writeChain(t, dir, "reordered.lctl.json", 1600, opts, func(es []lctl.Event) []lctl.Event {
-			es[700], es[701] = es[701], es[700]
+		writeChain(t, dir, "reordered.lctl.json", 600, opts, func(es []lctl.Event) []lctl.Event {
+			es[200], es[201] = es[201], es[200]
 			return es
 		}),
-		writeChain(t, dir, "resealed.lctl.json", 1600, opts, func(es []lctl.Event) []lctl.Event {
-			es[900].Data["text"] = "resealed"
-			_ = es[900].Seal(es[900].PrevHash)
+		writeChain(t, dir, "resealed.lctl.json", 600, opts, func(es []lctl.Event) []lctl.Event {
+			es[350].Data["text"] = "resealed"
+			_ = es[350].Seal(es[350].PrevHash)
 			return es
 		}),
-		writeChain(t, dir, "unsealed.lctl.json", 1000, lctltest.WorkflowOptions{}, nil),
-		writeChain(t, dir, "bad-checkpoint.lctl.json", 1000, opts, func(es []lctl.Event) []lctl.Event {
+		writeChain(t, dir, "unsealed.lctl.json", 500, lctltest.WorkflowOptions{}, nil),
+		writeChain(t, dir, "bad-checkpoint.lctl.json", 500, opts, func(es []lctl.Event) []lctl.Event {
 			for i := range es {
 				if es[i].Type == lctl.TypeCheckpoint {
 					es[i].Data["state_hash"] = "sha256:" + strings.Repeat("0", 64)
@@ -79,7 +79,7 @@ func TestStreamedCommandsMatchFullRead(t *testing.T) {
 			}
 			return es
 		}),
-		writeChain(t, dir, "after-end.lctl.json", 1000, opts, func(es []lctl.Event) []lctl.Event {
+		writeChain(t, dir, "after-end.lctl.json", 500, opts, func(es []lctl.Event) []lctl.Event {
 			for _, typ := range []string{"signed_checkpoint", "note", "signed_checkpoint"} {
 				last := es[len(es)-1]
 				e := lctl.Event{ChainID: last.ChainID, Seq: last.Seq + 1, Type: typ, Timestamp: last.Timestamp, Agent: "system", Data: map[string]any{}}
@@ -105,18 +105,18 @@ func TestStreamedCommandsMatchFullRead(t *testing.T) {
 	}
 	files = append(files, warn, cut)
 	commands := [][]string{
-		{"replay"}, {"replay", "--to-seq", "1234"}, {"replay", "--to-seq", "777", "--events", "--hash"}, {"replay", "--to-seq", "99999"},
-		{"replay", "--json"}, {"replay", "--to-seq", "1500", "--json"},
+		{"replay"}, {"replay", "--to-seq", "300"}, {"replay", "--to-seq", "250", "--events", "--hash"}, {"replay", "--to-seq", "99999"},
+		{"replay", "--json"}, {"replay", "--to-seq", "450", "--json"},
 		{"stats"}, {"stats", "--json"}, {"bottleneck"}, {"bottleneck", "--json", "--top", "3"},
 		{"confidence"}, {"confidence", "--json"}, {"verify"}, {"verify", "--json"},
-		{"query", "SELECT * WHERE confidence >= 0.8"}, {"query", "SELECT id, text", "--to-seq", "900", "--json"},
+		{"query", "SELECT * WHERE confidence >= 0.8"}, {"query", "SELECT id, text", "--to-seq", "200", "--json"},
 	}
 	for _, f := range files {
 		for _, cmd := range commands {
 			args := append(append([]string{}, cmd...), f)
 			code, stdout, stderr := run(t, nil, args...)
 			full := args
-			if f == cut && (cmd[0] == "replay" || cmd[0] == "query") && slices.ContainsFunc(cmd, func(a string) bool { return a == "1234" || a == "777" || a == "900" }) {
+			if f == cut && (cmd[0] == "replay" || cmd[0] == "query") && slices.ContainsFunc(cmd, func(a string) bool { return a == "300" || a == "250" || a == "200" || a == "450" }) {
 				// --to-seq stops reading at its seq: a file cut after it
 				// replays as the whole file does.
 				full = append(append([]string{}, cmd...), files[0])
