@@ -315,3 +315,34 @@ func decodeCode(t *testing.T, path string, v any, args ...string) int {
 	}
 	return code
 }
+
+// TestReplay: the store and the handoff state rebuilt from the chain are
+// the ones the run had; a chain the rules would not have written is an
+// error naming the event.
+func TestReplay(t *testing.T) {
+	s := playScenario(t)
+	store, st, err := s.c.Replay(s.events)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Current != s.st.Current || st.Depth != s.st.Depth || strings.Join(st.Path, ",") != strings.Join(s.st.Path, ",") {
+		t.Fatalf("state %+v, the run had %+v", st, s.st)
+	}
+	got, want := store.Fact("F1"), s.store.Fact("F1")
+	if !near(got.Confidence, want.Confidence) || got.Text != want.Text || got.Fields["severity"] != "high" || got.Source != want.Source ||
+		len(got.Assessments) != 2 || store.Hops() != s.store.Hops() || len(got.History) != len(want.History) {
+		t.Fatalf("F1 %+v, the run had %+v", got, want)
+	}
+	bad := append([]lctl.Event{}, s.events...)
+	i := indexOf(bad, "verified_by_consensus")
+	e := bad[i]
+	e.Data = map[string]any{"id": "F1", "confidence": 1.7, "reason": "edited"}
+	bad[i] = e
+	if _, _, err := s.c.Replay(bad); err == nil || !strings.Contains(err.Error(), "confidence 1.7 is not in [0, 1]") || !strings.Contains(err.Error(), "event ") {
+		t.Fatalf("edited chain: %v", err)
+	}
+	skip := append(append([]lctl.Event{}, s.events[:3]...), lctl.Event{Seq: 4, Type: "handoff", Agent: "security-reviewer", Data: map[string]any{"from": "security-reviewer", "to": "fix-implementer"}})
+	if _, _, err := s.c.Replay(skip); err == nil || !strings.Contains(err.Error(), "does not follow (in control: code-analyzer)") {
+		t.Fatalf("handoff out of turn: %v", err)
+	}
+}
