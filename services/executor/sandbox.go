@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	osexec "os/exec"
+	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -117,9 +118,9 @@ func (v *configCheck) checkSandbox(p []any, c *SandboxConfig) {
 		key   string
 		paths []string
 	}{{"read_only", c.ReadOnly}, {"writable", c.Writable}} {
-		for i, path := range list.paths {
-			if !filepath.IsAbs(path) || filepath.Clean(path) != path || path == "/" {
-				v.fail(append(p, list.key, i), "%q must be a clean absolute path other than /", path)
+		for i, hostPath := range list.paths {
+			if !filepath.IsAbs(hostPath) || filepath.Clean(hostPath) != hostPath || hostPath == "/" {
+				v.fail(append(p, list.key, i), "%q must be a clean absolute path other than /", hostPath)
 			}
 		}
 	}
@@ -359,49 +360,88 @@ type protectedMount struct {
 	dest string
 }
 
+// Bounds of the scan for protected paths below the workspace's top.
+const (
+	protectScanDepth   = 3    // directories below the top
+	protectScanEntries = 4096 // entries read in all
+)
+
 // withProtected returns a copy of the sandbox that also mounts, read-only
-// over the workspace, the protected paths that exist at its top: a program
-// cannot change .git/config or a hook even through an allowed tool. Each
-// is opened with O_PATH|O_NOFOLLOW and mounted through its descriptor
-// (--ro-bind-fd): a symbolic link planted there (".git -> /") is not
-// followed on the host, and cannot be swapped in after the check. The
-// files start at descriptor firstFD in the child; close them with
-// closeExtra once the child started.
+// over the workspace, the protected paths it finds there: at the top and
+// up to protectScanDepth directories down, within protectScanEntries
+// entries (deeper or later ones stay protected from the fs tools only). A
+// program cannot change .git/config or a hook even through an allowed
+// tool. Each is opened with O_PATH|O_NOFOLLOW, through directories opened
+// with O_NOFOLLOW, and mounted through its descriptor (--ro-bind-fd): a
+// symbolic link planted there (".git -> /") is not followed on the host,
+// and cannot be swapped in after the check. The seccomp filter comes
+// first: the files start at descriptor firstFD in the child; close them
+// with closeExtra once the child started.
 func (s *osSandbox) withProtected(protected *protectedPaths, firstFD int) *osSandbox {
 	c := *s
 	c.extra, c.firstFD, c.seccomp = nil, firstFD, nil
 	if f, err := seccompFile(); err == nil {
 		c.seccomp = f
 	}
+	if protected == nil {
+		return &c
+	}
 	dir, err := os.Open(s.wsDir)
 	if err != nil {
 		return &c
 	}
-	defer func() { _ = dir.Close() }()
-	names, err := dir.Readdirnames(-1)
-	if err != nil {
-		return &c
+	budget := protectScanEntries
+	c.scanProtected(dir, "", 0, &budget, protected)
+	_ = dir.Close()
+	return &c
+}
+
+// scanProtected looks for protected entries in dir (the workspace path
+// rel), and below it.
+func (s *osSandbox) scanProtected(dir *os.File, rel string, depth int, budget *int, protected *protectedPaths) {
+	// The top is read whole (it was before the scan went deeper); below,
+	// at most what is left of the budget.
+	n := *budget
+	if depth == 0 {
+		n = -1
+	} else if n <= 0 {
+		return
+	}
+	names, err := dir.Readdirnames(n)
+	if err != nil && len(names) == 0 {
+		return
 	}
 	slices.Sort(names)
+	*budget -= len(names)
 	for _, name := range names {
-		if protected.match(name) == "" {
+		p := path.Join(rel, name)
+		if protected.match(p) != "" {
+			fd, err := syscall.Openat(int(dir.Fd()), name, oPath|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+			if err != nil {
+				continue
+			}
+			f := os.NewFile(uintptr(fd), name)
+			var st syscall.Stat_t
+			if syscall.Fstat(fd, &st) != nil || st.Mode&syscall.S_IFMT == syscall.S_IFLNK {
+				// A link inside the sandbox resolves inside it: nothing
+				// of the host to protect, and never to mount.
+				_ = f.Close()
+				continue
+			}
+			s.extra = append(s.extra, protectedMount{file: f, dest: filepath.Join(s.wsDir, filepath.FromSlash(p))})
 			continue
 		}
-		fd, err := syscall.Openat(int(dir.Fd()), name, oPath|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+		if depth >= protectScanDepth || *budget <= 0 {
+			continue
+		}
+		fd, err := syscall.Openat(int(dir.Fd()), name, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
 		if err != nil {
-			continue
+			continue // not a directory, or a link
 		}
-		f := os.NewFile(uintptr(fd), name)
-		var st syscall.Stat_t
-		if syscall.Fstat(fd, &st) != nil || st.Mode&syscall.S_IFMT == syscall.S_IFLNK {
-			// A link inside the sandbox resolves inside it: nothing of the
-			// host to protect, and never to mount.
-			_ = f.Close()
-			continue
-		}
-		c.extra = append(c.extra, protectedMount{file: f, dest: filepath.Join(s.wsDir, name)})
+		sub := os.NewFile(uintptr(fd), name)
+		s.scanProtected(sub, p, depth+1, budget, protected)
+		_ = sub.Close()
 	}
-	return &c
 }
 
 // closeOnExecInherited marks every descriptor of the executor above 2

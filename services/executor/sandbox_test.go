@@ -482,3 +482,28 @@ func TestSandboxNoInheritedDescriptor(t *testing.T) {
 		t.Fatalf("the inherited descriptor reached the sandbox: %+v", res)
 	}
 }
+
+// TestSandboxNestedProtectedReadOnly: a repository in a subdirectory (and
+// a tool config file there) is read-only for programs too.
+func TestSandboxNestedProtectedReadOnly(t *testing.T) {
+	requireSandbox(t)
+	sb := newSandbox(t)
+	for _, d := range []string{"a/.git", "a/b/c/.git", "a/b/c/d/e/.git"} {
+		must(t, os.MkdirAll(filepath.Join(sb.ws, d), 0o755))
+	}
+	must(t, os.WriteFile(filepath.Join(sb.ws, "a", ".npmrc"), []byte("x\n"), 0o644))
+	s := permissiveShell(t, sb, 10*time.Second, "")
+	res := resultAs[ShellResult](t, shell(t, s, "sh", "-c", "touch a/.git/x a/b/c/.git/x a/.npmrc 2>&1; mv a/.git a/moved 2>&1; touch a/b/c/d/e/.git/deep"))
+	if n := strings.Count(res.Stdout, "Read-only file system"); n != 3 {
+		t.Fatalf("%d read-only refusals: %+v", n, res)
+	}
+	for _, p := range []string{"a/.git/x", "a/b/c/.git/x", "a/moved"} {
+		if _, err := os.Stat(filepath.Join(sb.ws, p)); err == nil {
+			t.Fatalf("%s created", p)
+		}
+	}
+	// Past the scan's depth, only the fs tools protect it (documented).
+	if _, err := os.Stat(filepath.Join(sb.ws, "a/b/c/d/e/.git/deep")); err != nil {
+		t.Fatalf("the depth bound is not what the documentation says: %v", err)
+	}
+}
