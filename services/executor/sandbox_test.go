@@ -400,12 +400,23 @@ func TestSandboxConfigErrors(t *testing.T) {
 // BenchmarkShellSandbox is what the sandbox costs a program: true, run
 // with and without it.
 func BenchmarkShellSandbox(b *testing.B) {
-	for _, mode := range []string{"bwrap", "none"} {
+	for _, mode := range []string{"bwrap", "none", "bwrap-4k-files"} {
 		b.Run(mode, func(b *testing.B) {
-			if mode == "bwrap" {
+			if mode != "none" {
 				requireSandbox(b)
 			}
 			sb := newSandbox(b)
+			if mode == "bwrap-4k-files" {
+				// A workspace the protected-path scan reads to its budget.
+				for d := range 64 {
+					dir := filepath.Join(sb.ws, fmt.Sprintf("d%02d", d), "sub")
+					must(b, os.MkdirAll(dir, 0o755))
+					for f := range 64 {
+						must(b, os.WriteFile(filepath.Join(dir, fmt.Sprintf("f%02d", f)), nil, 0o644))
+					}
+				}
+				mode = "bwrap"
+			}
 			cfg, err := ParseToolsConfig("tools.yaml", []byte("shell:\n  sandbox: "+mode+"\n  binaries: [{name: \"true\"}]\n"))
 			must(b, err)
 			s, err := New(Config{Workspace: sb.ws, Tools: cfg}, nil, nil)
