@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -136,10 +137,13 @@ func (t *remoteTool) Invoke(ctx context.Context, args map[string]any) (any, *xct
 	}
 	// The step's deadline travels with the call (ctx); the step id is the
 	// server's idempotency key.
+	var p peer.Peer
 	resp, err := t.srv.client.Invoke(ctx, &xctv1.InvokeRequest{Tool: t.local, Arguments: st, IdempotencyKey: StepID(ctx)},
-		grpc.MaxCallRecvMsgSize(int(t.desc.GetMaxOutputBytes())+64<<10))
+		grpc.MaxCallRecvMsgSize(int(t.desc.GetMaxOutputBytes())+64<<10), grpc.Peer(&p))
 	if err != nil {
-		return nil, t.callError(ctx, err)
+		// gRPC fills the peer only once a transport stream existed for the
+		// call: without one the request was never sent.
+		return nil, t.callError(ctx, err, p.Addr == nil)
 	}
 	r := resp.GetResponse()
 	switch {
@@ -157,11 +161,15 @@ func (t *remoteTool) Invoke(ctx context.Context, args map[string]any) (any, *xct
 }
 
 // callError turns a failed Invoke into an error signal. The server may
-// have acted: outcome_unknown says so.
-func (t *remoteTool) callError(ctx context.Context, err error) *xctv1.Error {
+// have acted: outcome_unknown says so, unless the request was never sent
+// (no connection could be made), which is a definite failure.
+func (t *remoteTool) callError(ctx context.Context, err error, notSent bool) *xctv1.Error {
 	st := status.Convert(err)
 	details := map[string]any{"server": t.srv.cfg.Name, "grpc_code": st.Code().String(), "outcome_unknown": true}
 	switch {
+	case notSent && st.Code() == codes.Unavailable:
+		details["outcome_unknown"], details["not_sent"] = false, true
+		return wire.WithDetails(wire.Errorf(wire.CodeToolFailure, "tool server %s could not be reached, the call was not sent: %s", t.srv.cfg.Name, st.Message()), details)
 	case st.Code() == codes.DeadlineExceeded || ctx.Err() != nil:
 		return wire.WithDetails(wire.Errorf(wire.CodeTimeout, "tool server %s did not answer within the step's deadline", t.srv.cfg.Name), details)
 	case st.Code() == codes.ResourceExhausted:

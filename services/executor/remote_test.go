@@ -2,6 +2,7 @@ package executor
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"strings"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/testutil"
 	"github.com/xct-dev/xct/internal/wire"
 )
 
@@ -221,11 +223,21 @@ func TestExternalTools(t *testing.T) {
 			}
 		})
 	}
-	// The server goes away: its tools fail, the executor keeps serving.
+	// The server goes away: its tools fail, the executor keeps serving. A
+	// call on the connection that broke may have reached the server
+	// (outcome unknown); once no connection can be made, a call is never
+	// sent: a definite failure.
 	stop()
 	if e := exec(t, s, "ext.echo", nil).GetError(); e.GetCode() != string(wire.CodeToolFailure) {
 		t.Fatalf("server gone: %v", e)
 	}
+	testutil.Eventually(t, 10*time.Second, func() error {
+		e := exec(t, s, "ext.echo", nil).GetError()
+		if e.GetCode() != string(wire.CodeToolFailure) || e.GetDetails().AsMap()["outcome_unknown"] != false || !strings.Contains(e.GetMessage(), "not sent") {
+			return fmt.Errorf("server gone: %v", e)
+		}
+		return nil
+	})
 	if r := exec(t, s, "fs.list", nil); codeOf(r) != "" {
 		t.Fatalf("fs.list: %v", r)
 	}
