@@ -20,8 +20,16 @@ import (
 	"github.com/xct-dev/xct/lctl/analysis"
 )
 
-// MaxFileBytes bounds a crew file.
-const MaxFileBytes = 1 << 20
+// Bounds of a crew file: a crew comes from whoever starts a run, so its
+// size and the work its validation takes are bounded.
+const (
+	MaxFileBytes      = 1 << 20
+	MaxAgents         = 100
+	MaxToolsPerAgent  = 128
+	MaxListPerAgent   = 64 // hands_to, suggested_queries, capabilities, fallbacks
+	MaxRoutingRules   = 200
+	MaxContractAgents = MaxAgents
+)
 
 // fileYAML is the crew file as YAML has it; Load decodes it strictly
 // (unknown fields are errors) and then checks the rules.
@@ -138,6 +146,9 @@ func Load(name string, raw []byte) (*Crew, error) {
 	}
 	v := &validator{name: name, root: root.Content[0]}
 	c := v.build(&fy, raw)
+	if len(v.errs) == 0 && c.Contracts != nil && len(c.Contracts.Agents) > MaxContractAgents {
+		v.errorf(v.line("contracts"), "contracts: at most %d agents", MaxContractAgents)
+	}
 	if len(v.errs) > 0 {
 		sort.SliceStable(v.errs, func(i, j int) bool { return v.errs[i].line < v.errs[j].line })
 		msgs := make([]string, len(v.errs))
@@ -283,6 +294,17 @@ func (v *validator) build(fy *fileYAML, raw []byte) *Crew {
 	}
 	if len(fy.Agents) == 0 {
 		v.errorf(v.line("agents"), "agents: a crew needs at least one agent")
+	}
+	if len(fy.Agents) > MaxAgents || len(fy.Routing.Rules) > MaxRoutingRules {
+		v.errorf(v.root.Line, "a crew has at most %d agents and %d routing rules (this one: %d, %d)", MaxAgents, MaxRoutingRules, len(fy.Agents), len(fy.Routing.Rules))
+		return c
+	}
+	for i, a := range fy.Agents {
+		if len(a.Tools) > MaxToolsPerAgent || len(a.HandsTo) > MaxListPerAgent || len(a.SuggestedQueries) > MaxListPerAgent ||
+			len(a.Profile.Capabilities) > MaxListPerAgent || len(a.Profile.Fallbacks) > MaxListPerAgent {
+			v.errorf(v.line("agents", i), "agent %d: at most %d tools and %d each of hands_to, suggested_queries, capabilities, fallbacks", i+1, MaxToolsPerAgent, MaxListPerAgent)
+			return c
+		}
 	}
 	v.agents(c, fy)
 	v.handoffs(c, fy)

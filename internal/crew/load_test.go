@@ -122,6 +122,8 @@ func TestLoadErrors(t *testing.T) {
 		{"syntax error", "crew: t\nagents:\n  - name: [\n", []string{"t.yaml:3: did not find expected node content"}},
 		{"not a mapping", "- a\n- b\n", []string{"t.yaml:1: a crew file is a mapping"}},
 		{"empty", "", []string{"t.yaml: the file is empty"}},
+		{"too many agents", "crew: t\nagents:\n" + strings.Repeat("  - {name: a}\n", MaxAgents+1), []string{"t.yaml:1: a crew has at most 100 agents"}},
+		{"too many tools", strings.Replace(base, "tools: [facts.update]", "tools: ["+strings.Repeat("fs.read, ", MaxToolsPerAgent)+"fs.read]", 1), []string{"t.yaml:7: agent 2: at most 128 tools"}},
 		{"wrong type", strings.Replace(base, "reliability_score: 0.9", "reliability_score: high", 1), []string{"t.yaml:4: cannot unmarshal !!str `high` into float64"}},
 	}
 	for _, tc := range tests {
