@@ -112,7 +112,7 @@ func LoadFile(path string) (*Crew, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read crew file: %w", err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read only: nothing to flush
 	raw, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
 	if err != nil {
 		return nil, fmt.Errorf("read crew file %s: %w", path, err)
@@ -597,7 +597,7 @@ func (v *validator) models(c *Crew, fy *fileYAML) {
 		if p := info.CostPer1KTokens; p != nil && (math.IsNaN(*p) || *p < 0 || math.IsInf(*p, 0)) {
 			v.errorf(v.line("models", m, "cost_per_1k_tokens"), "models.%s.cost_per_1k_tokens %v: want a price of 0 or more", m, *p)
 		}
-		c.Models[m] = ModelInfo{CostPer1KTokens: info.CostPer1KTokens}
+		c.Models[m] = ModelInfo(info)
 	}
 }
 
@@ -746,7 +746,7 @@ var coreFactFields = []string{"id", "text", "confidence", "source", "tags"}
 func (v *validator) checkInputSatisfiable(c *Crew, a *Agent, r analysis.ContractRule) {
 	var producers []*Agent
 	for _, p := range c.Agents {
-		if p == a || c.byName[p.Name] != p || !(p.MayPropose(ToolFactsAdd) || p.MayPropose(ToolFactsUpdate)) {
+		if p == a || c.byName[p.Name] != p || (!p.MayPropose(ToolFactsAdd) && !p.MayPropose(ToolFactsUpdate)) {
 			continue
 		}
 		if c.reachable(p.Name)[a.Name] {

@@ -119,7 +119,7 @@ func ParseFactArgs(tool string, args map[string]any) (FactInput, *Signal) {
 	if tool == ToolFactsAdd && a.Reason != "" {
 		return FactInput{}, argsError(tool, fmt.Errorf("reason belongs to %s", ToolFactsUpdate))
 	}
-	return FactInput{ID: a.ID, Text: a.Text, Confidence: a.Confidence, Source: a.Source, Tags: a.Tags, Reason: a.Reason, Fields: a.Fields}, nil
+	return FactInput(a), nil
 }
 
 // ParseQueryArgs reads facts.query's arguments.
