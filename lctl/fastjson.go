@@ -1,6 +1,7 @@
 package lctl
 
 import (
+	"bytes"
 	"errors"
 	"strconv"
 	"sync"
@@ -28,6 +29,12 @@ var smallNumbers = func() (l [4096]any) {
 	return l
 }()
 
+// cachedValue is a boxed string value and its text.
+type cachedValue struct {
+	s string
+	v any
+}
+
 // errUnsure says the fast reader did not decide: decode the careful way.
 var errUnsure = errors.New("lctl: not decided by the fast reader")
 
@@ -37,12 +44,20 @@ type fastParser struct {
 	i int
 	// keys interns object keys: the same few names repeat in every event.
 	keys map[string]string
+	// values holds short string values, boxed (strValue).
+	values map[string]any
+	// keyCache and valueCache sit in front of keys and values: most
+	// lookups hit them without hashing.
+	keyCache   [cacheSlots]string
+	valueCache [cacheSlots]cachedValue
 	// skipHashes leaves hash and prev_hash out of the events (checked, not
 	// kept): only verify needs them.
 	skipHashes bool
 }
 
-func newFastParser() *fastParser { return &fastParser{keys: make(map[string]string, 128)} }
+func newFastParser() *fastParser {
+	return &fastParser{keys: make(map[string]string, 128), values: make(map[string]any, 128)}
+}
 
 // fastParsers keeps parsers (and the names they interned) for DecodeEvent.
 var fastParsers = sync.Pool{New: func() any { return newFastParser() }}
@@ -213,32 +228,37 @@ func (p *fastParser) strKeep(intern, keep bool) (string, bool) {
 		return "", false
 	}
 	start := p.i + 1
+	// The closing quote, found with the vectorized search; a backslash
+	// before it means escapes (the slow way, which also handles an escaped
+	// quote).
+	end := bytes.IndexByte(p.b[start:], '"')
+	if end < 0 {
+		return "", false
+	}
+	s := p.b[start : start+end]
+	if bytes.IndexByte(s, '\\') >= 0 {
+		return p.escaped(start)
+	}
 	ascii := true
-	for j := start; j < len(p.b); j++ {
-		c := p.b[j]
-		switch {
-		case c == '"':
-			p.i = j + 1
-			s := p.b[start:j]
-			if !ascii && !utf8.Valid(s) {
-				return "", false
-			}
-			if !keep {
-				return "", true
-			}
-			if !intern {
-				return string(s), true
-			}
-			return p.intern(s), true
-		case c == '\\':
-			return p.escaped(start)
-		case c < 0x20:
+	for _, c := range s {
+		if c < 0x20 {
 			return "", false
-		case c >= utf8.RuneSelf:
+		}
+		if c >= utf8.RuneSelf {
 			ascii = false
 		}
 	}
-	return "", false
+	p.i = start + end + 1
+	if !ascii && !utf8.Valid(s) {
+		return "", false
+	}
+	if !keep {
+		return "", true
+	}
+	if !intern {
+		return string(s), true
+	}
+	return p.intern(s), true
 }
 
 // escaped reads a string that has escapes, from its first byte at start.
@@ -371,8 +391,7 @@ func (p *fastParser) value() (any, bool) {
 			return nil, false
 		}
 	case c == '"':
-		s, ok := p.strIntern(false)
-		return s, ok
+		return p.strValue()
 	case c == 't':
 		if p.lit("true") {
 			return true, true
@@ -391,6 +410,33 @@ func (p *fastParser) value() (any, bool) {
 	return nil, false
 }
 
+// strValue reads a string value as an any. Short strings without escapes
+// come from a table of ready-made values: tools, outcomes, agents and
+// decisions repeat in every event, and a string in an any otherwise costs
+// two allocations (the bytes and the header).
+func (p *fastParser) strValue() (any, bool) {
+	if raw, ok := p.rawString(); ok {
+		if len(raw) > internMax {
+			return string(raw), true
+		}
+		k := slot(raw)
+		if c := &p.valueCache[k]; c.v != nil && c.s == string(raw) {
+			return c.v, true
+		}
+		if v, ok := p.values[string(raw)]; ok {
+			p.valueCache[k] = cachedValue{v.(string), v}
+			return v, true
+		}
+		var v any = string(raw)
+		if len(p.values) < internTables {
+			p.values[v.(string)] = v
+		}
+		return v, true
+	}
+	s, ok := p.strIntern(false)
+	return s, ok
+}
+
 // key reads an object key.
 func (p *fastParser) key() (string, bool) {
 	if raw, ok := p.rawString(); ok {
@@ -406,13 +452,31 @@ const (
 	internTables = 8192
 )
 
+// slot picks a cache slot for short bytes: cheaper than hashing them, and
+// a hit is checked byte for byte.
+func slot(b []byte) int {
+	n := len(b)
+	if n == 0 {
+		return 0
+	}
+	return (n*131 + int(b[0])*31 + int(b[n-1])*7 + int(b[n/2])) & (cacheSlots - 1)
+}
+
+// cacheSlots is the size of the parser's direct-mapped caches.
+const cacheSlots = 512
+
 // intern returns b as a string, the same string for the same short bytes:
 // the few names every event repeats cost no allocation.
 func (p *fastParser) intern(b []byte) string {
 	if len(b) > internMax {
 		return string(b)
 	}
+	k := slot(b)
+	if c := p.keyCache[k]; c == string(b) && (len(b) > 0 || c == "") {
+		return c
+	}
 	if s, ok := p.keys[string(b)]; ok {
+		p.keyCache[k] = s
 		return s
 	}
 	s := string(b)

@@ -68,6 +68,10 @@ type streamBatch struct {
 	raw    []byte  // a read buffer of the file, which holds the events
 	starts []int32 // where each event starts in raw
 	ends   []int32 // and ends
+	// lineSplit lists the events found as lines, not scanned: one of them
+	// that the fast reader cannot take is not an event to decode the slow
+	// way but a file to read in full.
+	lineSplit []int
 	events []StreamEvent
 	err    error
 	done   chan struct{}
@@ -175,9 +179,18 @@ func Stream(r io.Reader, opts StreamOptions, header func(*StreamHeader) error, f
 // decode decodes the batch's events.
 func (b *streamBatch) decode(p *fastParser, hash bool) {
 	b.events = make([]StreamEvent, len(b.ends))
+	nextLine := 0
 	for i, end := range b.ends {
 		raw := b.raw[b.starts[i]:end]
 		e, err := p.fastEvent(raw)
+		line := nextLine < len(b.lineSplit) && b.lineSplit[nextLine] == i
+		if line {
+			nextLine++
+		}
+		if err != nil && line {
+			b.err = ErrStreamUnsupported
+			return
+		}
 		if err != nil {
 			// Input that is not UTF-8 is Decode's to report.
 			if !utf8.Valid(raw) {
@@ -213,6 +226,10 @@ type scanner struct {
 	// unread is true when the next event's separator was read but not
 	// the event (a batch ended before it).
 	unread bool
+	// lineMode splits events at newlines (checkLines); lineChecks counts
+	// the events seen to end their line (-1: one did not).
+	lineMode   bool
+	lineChecks int
 }
 
 // readSize is how much of the file each read asks for.
@@ -469,6 +486,19 @@ func (s *scanner) fill(b *streamBatch) (bool, error) {
 		if s.buf[s.pos] != '{' {
 			return false, ErrStreamUnsupported
 		}
+		if s.lineMode {
+			if n := lineEvent(s.buf[s.pos:]); n > 0 {
+				if len(b.ends) == 0 {
+					b.raw = s.buf
+				}
+				b.starts = append(b.starts, int32(s.pos))
+				b.ends = append(b.ends, int32(s.pos+n))
+				b.lineSplit = append(b.lineSplit, len(b.ends)-1)
+				s.pos += n
+				s.unread, s.first = false, false
+				continue
+			}
+		}
 		if len(b.ends) > 0 {
 			end, st := scanValue(s.buf[s.pos:])
 			if st != scanComplete {
@@ -479,6 +509,7 @@ func (s *scanner) fill(b *streamBatch) (bool, error) {
 			b.ends = append(b.ends, int32(s.pos+end))
 			s.pos += end
 			s.unread, s.first = false, false
+			s.checkLines()
 			continue
 		}
 		end, err := s.valueEnd()
@@ -490,8 +521,67 @@ func (s *scanner) fill(b *streamBatch) (bool, error) {
 		b.ends = append(b.ends, int32(end))
 		s.pos = end
 		s.unread, s.first = false, false
+		s.checkLines()
 	}
 	return true, nil
+}
+
+// linesToTrust is how many events must each end their line before the
+// scanner takes every line for one event.
+const linesToTrust = 3
+
+// checkLines notes whether the event just scanned ended its line (only
+// white space or a comma before the newline): files that hold one event
+// per line (what lctlgen and most writers of big chains write) are then
+// split at newlines, without scanning each event's bytes. A newline cannot
+// be inside a JSON string, so a line that starts with { and ends with } is
+// one event or is not valid; the decoder checks which, and a line that is
+// not exactly one event makes the whole file be read in full.
+func (s *scanner) checkLines() {
+	if s.lineMode || s.lineChecks < 0 {
+		return
+	}
+	for _, c := range s.buf[s.pos:] {
+		switch c {
+		case ' ', '\t', '\r', ',':
+			continue
+		case '\n':
+			if s.lineChecks++; s.lineChecks >= linesToTrust {
+				s.lineMode = true
+			}
+			return
+		}
+		break
+	}
+	s.lineChecks = -1 // not one event per line: scan every event
+}
+
+// lineEvent returns the length of the event at the start of b (which is
+// '{') when it is alone on its line: up to the last '}' before the newline,
+// after which only white space and a comma come. -1 otherwise, and for a
+// line that ends in "]}".
+func lineEvent(b []byte) int {
+	nl := bytes.IndexByte(b, '\n')
+	if nl < 0 {
+		return -1
+	}
+	j := nl
+	trim := func() {
+		for j > 0 && (b[j-1] == ' ' || b[j-1] == '\r' || b[j-1] == '\t') {
+			j--
+		}
+	}
+	trim()
+	if j > 0 && b[j-1] == ',' {
+		j--
+		trim()
+	}
+	// "]}" is how the last event of a file often ends its line (the
+	// events' bracket and the file's brace after it): scan such a line.
+	if j < 2 || b[j-1] != '}' || b[j-2] == ']' {
+		return -1
+	}
+	return j
 }
 
 // localSpace moves past white space in the bytes already read; false when

@@ -3,6 +3,7 @@ package lctl_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"reflect"
 	"strings"
@@ -205,10 +206,16 @@ func TestWorkflowShape(t *testing.T) {
 // what it always gave, for those events and for the rest.
 func TestDecodeEventFastPath(t *testing.T) {
 	events := lctltest.Workflow("wf", 3000, lctltest.WorkflowOptions{Seal: true})
+	fast := lctl.FastEventReader()
 	for i := range events {
 		raw, err := events[i].MarshalJSON()
 		if err != nil {
 			t.Fatal(err)
+		}
+		// The fast reader decides these itself (a fallback would hide a
+		// fast path that never works).
+		if e, err := fast(raw); err != nil || !reflect.DeepEqual(e, events[i]) {
+			t.Fatalf("event %d: the fast reader: %v\n got %+v\nwant %+v", i+1, err, e, events[i])
 		}
 		got, err := lctl.DecodeEvent(raw)
 		if err != nil || !reflect.DeepEqual(got, events[i]) {
@@ -225,6 +232,47 @@ func TestDecodeEventFastPath(t *testing.T) {
 		_, err := lctl.DecodeEvent([]byte(raw))
 		if (err == nil) != (want == "") || (err != nil && err.Error() != want) {
 			t.Errorf("%s: error %v, want %q", raw, err, want)
+		}
+	}
+}
+
+// Files of one event per line are split at newlines once three events
+// have ended their lines; a line that is not exactly one event then makes
+// the file be read in full rather than read wrong. Files laid out
+// otherwise are scanned event by event.
+func TestStreamLines(t *testing.T) {
+	ev := func(seq int) string {
+		return fmt.Sprintf(`{"seq": %d, "type": "x", "agent": "a", "data": {"n": %d}}`, seq, seq)
+	}
+	head := `{"lctl": "4.0", "chain": {"id": "c"}, "events": [` + "\n"
+	lines := []string{ev(1), ev(2), ev(3), ev(4), ev(5)}
+	cases := map[string]struct {
+		raw  string
+		want int // events, -1: ErrStreamUnsupported
+	}{
+		"one per line":          {head + strings.Join(lines, ",\n") + "\n]}\n", 5},
+		"all on one line":       {head + strings.Join(lines, ", ") + "]}", 5},
+		"two on a later line":   {head + strings.Join(lines[:4], ",\n") + ", " + ev(5) + "\n]}\n", -1},
+		"indented later":        {head + strings.Join(lines[:4], ",\n") + ",\n{\n  \"seq\": 5, \"type\": \"x\",\n  \"data\": {}\n}\n]}\n", 5},
+		"surrogate on a line":   {head + strings.Join(lines[:4], ",\n") + ",\n" + `{"seq": 5, "type": "x", "data": {"s": "\ud83d\ude00"}}` + "\n]}\n", -1},
+		"last with the bracket": {head + strings.Join(lines, ",\n") + "]}\n", 5},
+	}
+	for name, c := range cases {
+		_, got, err := streamAll(t, []byte(c.raw), lctl.StreamOptions{})
+		if c.want < 0 {
+			if !errors.Is(err, lctl.ErrStreamUnsupported) {
+				t.Errorf("%s: %d events, %v; want ErrStreamUnsupported", name, len(got), err)
+			}
+			continue
+		}
+		if err != nil || len(got) != c.want {
+			t.Errorf("%s: %d events, %v; want %d", name, len(got), err, c.want)
+			continue
+		}
+		for i, e := range got {
+			if e.Seq != uint64(i+1) {
+				t.Errorf("%s: event %d has seq %d", name, i+1, e.Seq)
+			}
 		}
 	}
 }
