@@ -72,9 +72,9 @@ type streamBatch struct {
 	// that the fast reader cannot take is not an event to decode the slow
 	// way but a file to read in full.
 	lineSplit []int
-	events []StreamEvent
-	err    error
-	done   chan struct{}
+	events    []StreamEvent
+	err       error
+	done      chan struct{}
 }
 
 // batchEvents is how many events a batch carries; batchBytes bounds its
