@@ -22,16 +22,17 @@ func NewEvent(p Payload, agent string) lctl.Event {
 }
 
 // jsonData is v's JSON form as a map: what a reader of the chain gets.
+// The rules only build payloads of checked values; a value JSON cannot
+// carry (a NaN set by a caller) yields the encoding error as the data
+// rather than a panic in the loop.
 func jsonData(v any, extra map[string]any) map[string]any {
 	raw, err := json.Marshal(v)
 	if err != nil {
-		// Every payload is plain data (strings, numbers, lists of them);
-		// a failure is a programming error in this package.
-		panic(fmt.Sprintf("crew: encode %T: %v", v, err))
+		return map[string]any{"encode_error": err.Error()}
 	}
 	var out map[string]any
 	if err := json.Unmarshal(raw, &out); err != nil {
-		panic(fmt.Sprintf("crew: decode %T: %v", v, err))
+		return map[string]any{"encode_error": err.Error()}
 	}
 	for k, x := range extra {
 		if _, taken := out[k]; !taken {

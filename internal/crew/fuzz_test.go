@@ -1,6 +1,7 @@
 package crew
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"testing"
@@ -55,5 +56,48 @@ func FuzzLoad(f *testing.F) {
 		if c.Handoffs.Cycles == CyclesForbid && c.findCycle() != nil {
 			t.Fatal("accepted a cycle")
 		}
+	})
+}
+
+// FuzzFactTools: whatever arguments a model proposes to the fact tools,
+// parsing and the store never panic, and the store holds only confidences
+// in [0, 1] that its queries and events can carry.
+func FuzzFactTools(f *testing.F) {
+	f.Add(`{"id": "F1", "text": "SQL injection", "confidence": 0.85, "source": "static-analysis", "tags": ["critical"]}`, `{"id": "F1", "confidence": 0.95, "reason": "verified", "fields": {"severity": "high"}}`, "SELECT * WHERE severity = 'high'")
+	f.Add(`{"id": "F1", "text": "x", "confidence": 1.7}`, `{"id": "F2", "reason": "r"}`, "SELECT * WHERE confidence >= 0.8 ORDER BY confidence DESC LIMIT 1")
+	f.Add(`{"id": "F1", "text": "x", "confidence": 0.5, "fields": {"n": 1e308}}`, `{"id": "F1", "reason": "r", "tags": []}`, "SELECT id WHERE relevance('x') > 0.1")
+	c, err := Load("fuzz.yaml", []byte(base))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, add, update, query string) {
+		s := NewFactStore(c)
+		s.BeginStep("a")
+		var args map[string]any
+		if json.Unmarshal([]byte(add), &args) == nil {
+			if in, sig := ParseFactArgs(ToolFactsAdd, args); sig == nil {
+				if ev, sig := s.Add("a", in); sig == nil {
+					_ = ev.Data()
+				}
+			}
+		}
+		s.BeginStep("b")
+		args = nil
+		if json.Unmarshal([]byte(update), &args) == nil {
+			if in, sig := ParseFactArgs(ToolFactsUpdate, args); sig == nil {
+				if ev, sig := s.Update("b", in); sig == nil {
+					if d := ev.Data(); d["encode_error"] != nil {
+						t.Fatalf("an accepted update does not encode: %v", d)
+					}
+				}
+			}
+		}
+		for _, fact := range s.Facts() {
+			if badConfidence(fact.Confidence) {
+				t.Fatalf("stored confidence %v", fact.Confidence)
+			}
+		}
+		_, _ = s.Query(query)
+		_ = s.Snapshot()
 	})
 }
