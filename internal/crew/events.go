@@ -263,3 +263,44 @@ func (s *Signal) Error() string { return s.Code + ": " + s.Message }
 func signal(category, typ, code, action string, recoverable bool, format string, args ...any) *Signal {
 	return &Signal{Category: category, Type: typ, Code: code, Message: fmt.Sprintf(format, args...), Recoverable: recoverable, SuggestedAction: action}
 }
+
+// Checkpoint is a checkpoint's data (part 1): the hash of lctl's state
+// replayed up to it and the facts as the chain records them (confidence as
+// assessed, without the decay the store applies), which is what lctl
+// verify recomputes and compares.
+type Checkpoint struct {
+	StateHash     string                  `json:"state_hash"`
+	FactsSnapshot map[string]FactSnapshot `json:"facts_snapshot"`
+}
+
+// FactSnapshot is one fact of a checkpoint.
+type FactSnapshot struct {
+	Text       string   `json:"text"`
+	Confidence *float64 `json:"confidence,omitempty"`
+}
+
+// EventType is checkpoint.
+func (Checkpoint) EventType() string { return lctl.TypeCheckpoint }
+
+// Data is the event's data.
+func (c Checkpoint) Data() map[string]any { return jsonData(c, nil) }
+
+// NewCheckpoint is the checkpoint to append after events, the chain so
+// far (the orchestrator writes one at every handoff and every N events).
+func NewCheckpoint(chainID string, events []lctl.Event) (Checkpoint, error) {
+	s := lctl.Replay(chainID, events, 0)
+	h, err := s.Hash()
+	if err != nil {
+		return Checkpoint{}, fmt.Errorf("checkpoint of %s: %w", chainID, err)
+	}
+	cp := Checkpoint{StateHash: h, FactsSnapshot: make(map[string]FactSnapshot, len(s.Facts))}
+	for id, f := range s.Facts {
+		snap := FactSnapshot{Text: f.Text}
+		if f.Confidence != nil {
+			c := *f.Confidence
+			snap.Confidence = &c
+		}
+		cp.FactsSnapshot[id] = snap
+	}
+	return cp, nil
+}

@@ -415,18 +415,3 @@ func (s *FactStore) ContextFor(a *Agent) ([]*Fact, *Signal) {
 	}
 	return out, nil
 }
-
-// FactSnapshot is one fact in a checkpoint's facts_snapshot.
-type FactSnapshot struct {
-	Text       string  `json:"text"`
-	Confidence float64 `json:"confidence"`
-}
-
-// Snapshot is the store as a checkpoint's facts_snapshot (part 1).
-func (s *FactStore) Snapshot() map[string]FactSnapshot {
-	out := make(map[string]FactSnapshot, len(s.order))
-	for _, f := range s.order {
-		out[f.ID] = FactSnapshot{Text: f.Text, Confidence: f.Confidence}
-	}
-	return out
-}

@@ -98,6 +98,5 @@ func FuzzFactTools(f *testing.F) {
 			}
 		}
 		_, _ = s.Query(query)
-		_ = s.Snapshot()
 	})
 }

@@ -83,6 +83,11 @@ func (s *scenario) handoff(from, to, summary string) HandoffResult {
 		return res
 	}
 	s.add(res.Handoff, from, nil)
+	cp, err := NewCheckpoint("security-review-001", s.events)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.add(cp, "system", nil)
 	return res
 }
 
@@ -151,8 +156,13 @@ func TestLCTLReadsCrewEvents(t *testing.T) {
 	if err := os.WriteFile(path, buf.Bytes(), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if code, out := runLCTL(t, "verify", path); code != 0 {
+	// verify recomputes the two checkpoints (state hash, facts snapshot).
+	if code, out := runLCTL(t, "verify", path); code != 0 || !strings.Contains(out, "2 checkpoints; state hashes and fact snapshots match the replay") {
 		t.Fatalf("verify: %d %s", code, out)
+	}
+	cp := s.events[indexOfType(s.events, lctl.TypeCheckpoint)]
+	if snap := cp.Data["facts_snapshot"].(map[string]any)["F1"].(map[string]any); snap["confidence"] != 0.85 || !lctl.IsStateHash(cp.Data["state_hash"].(string)) {
+		t.Fatalf("checkpoint %v", cp.Data)
 	}
 
 	// The reducer's state.
@@ -289,6 +299,15 @@ func TestLCTLReadsCrewEvents(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "security-reviewer") || !strings.Contains(out, "22.5s") {
 		t.Fatalf("bottleneck %d:\n%s", code, out)
 	}
+}
+
+func indexOfType(events []lctl.Event, typ string) int {
+	for i, e := range events {
+		if e.Type == typ {
+			return i
+		}
+	}
+	return -1
 }
 
 func indexOf(events []lctl.Event, reason string) int {
