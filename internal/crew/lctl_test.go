@@ -294,8 +294,23 @@ func TestLCTLReadsCrewEvents(t *testing.T) {
 		}
 	}
 
+	// lctl replay shows the crew's events for what they are.
+	code, out := runLCTL(t, "replay", path)
+	for _, want := range []string{
+		"[1] orchestrator: model_routing route_to_analyzer_small (fallback_after_rate_limited, confidence: 0.75)",
+		"code-analyzer: step_start (analyze, as analyzer: pattern_detection, static_analysis)",
+		"system: contract_validation code-analyzer (output: failed, 1 warning)",
+		"code-analyzer: error CONTRACT_VIOLATED (output_error/validation_failed",
+		"security-reviewer: fact_modified F1 (confidence: 0.95, reason: verified_by_consensus, consensus: 2 assessors (code-analyzer, security-reviewer), agreement 0.90)",
+		"unknown event types, kept: handoff (2)",
+	} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Fatalf("replay (exit %d) lacks %q:\n%s", code, want, out)
+		}
+	}
+
 	// lctl bottleneck: the three steps, the reviewer the slowest.
-	code, out := runLCTL(t, "bottleneck", path)
+	code, out = runLCTL(t, "bottleneck", path)
 	if code != 0 || !strings.Contains(out, "security-reviewer") || !strings.Contains(out, "22.5s") {
 		t.Fatalf("bottleneck %d:\n%s", code, out)
 	}
