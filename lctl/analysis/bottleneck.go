@@ -270,7 +270,7 @@ type openStep struct {
 // stepTimer pairs step starts and ends as the events go by.
 type stepTimer struct {
 	out      []StepTiming
-	outSteps []*openStep // out's steps, to tell nested ones at the end
+	outSteps []*openStep // out's steps, to tell nested ones at the end (nil: at the top, not a stream)
 	bySpan   map[string]*openStep
 	streams  map[string]*openStep // agent -> open stream
 	order    []*openStep
@@ -363,7 +363,7 @@ func (st *stepTimer) add(e *lctl.Event) {
 func (st *stepTimer) finish() []StepTiming {
 	out := st.out
 	for i, o := range st.outSteps {
-		out[i].nested = o.insideEnded()
+		out[i].nested = o != nil && o.insideEnded()
 	}
 	for _, o := range st.order {
 		if o == nil {

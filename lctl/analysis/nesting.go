@@ -48,6 +48,12 @@ func (st *stepTimer) end(o *openStep) {
 	}
 	st.order[o.index] = nil
 	st.out = append(st.out, o.timing)
+	// Only a step inside another, or a stream, is looked at again at the
+	// end: the others (every XCT step) are not kept, so a long chain's
+	// steps are held once, as their timings.
+	if o.parent == nil && !o.timing.Stream {
+		o = nil
+	}
 	st.outSteps = append(st.outSteps, o)
 }
 
@@ -108,7 +114,7 @@ func (st *stepTimer) stream(e *lctl.Event, t time.Time) {
 func (st *stepTimer) unreportedStreamTokens() int64 {
 	var n int64
 	for _, o := range st.outSteps {
-		if o.timing.Stream && (o.parent == nil || !o.parent.reportsTokens) {
+		if o != nil && o.timing.Stream && (o.parent == nil || !o.parent.reportsTokens) {
 			n += o.timing.Tokens
 		}
 	}
