@@ -8,6 +8,7 @@ import (
 	"io"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"unicode/utf8"
 )
 
@@ -65,9 +66,10 @@ type StreamEvent struct {
 
 // streamBatch is a run of consecutive events of the file.
 type streamBatch struct {
-	raw    []byte  // a read buffer of the file, which holds the events
-	starts []int32 // where each event starts in raw
-	ends   []int32 // and ends
+	raw    []byte   // a read buffer of the file, which holds the events
+	buf    *readBuf // raw's buffer, released once the events are decoded
+	starts []int32  // where each event starts in raw
+	ends   []int32  // and ends
 	// lineSplit lists the events found as lines, not scanned: one of them
 	// that the fast reader cannot take is not an event to decode the slow
 	// way but a file to read in full.
@@ -94,7 +96,8 @@ func Stream(r io.Reader, opts StreamOptions, header func(*StreamHeader) error, f
 	if workers <= 0 {
 		workers = runtime.GOMAXPROCS(0)
 	}
-	sc := &scanner{r: r, buf: make([]byte, 0, 4<<20)}
+	sc := &scanner{r: r, cur: getReadBuf(readSize)}
+	sc.buf = sc.cur.b[:0]
 	h, err := sc.header(opts)
 	if err != nil {
 		return err
@@ -122,6 +125,7 @@ func Stream(r io.Reader, opts StreamOptions, header func(*StreamHeader) error, f
 	go func() {
 		defer close(ordered)
 		defer close(work)
+		defer func() { sc.cur.release() }()
 		for {
 			b := &streamBatch{starts: make([]int32, 0, batchEvents), ends: make([]int32, 0, batchEvents), done: make(chan struct{})}
 			more, err := sc.fill(b)
@@ -178,6 +182,12 @@ func Stream(r io.Reader, opts StreamOptions, header func(*StreamHeader) error, f
 
 // decode decodes the batch's events.
 func (b *streamBatch) decode(p *fastParser, hash bool) {
+	// The events' strings are copies: the bytes can be read into again.
+	defer func() {
+		b.raw = nil
+		b.buf.release()
+		b.buf = nil
+	}()
 	b.events = make([]StreamEvent, len(b.ends))
 	nextLine := 0
 	for i, end := range b.ends {
@@ -215,9 +225,54 @@ func (b *streamBatch) decode(p *fastParser, hash bool) {
 	b.raw = nil
 }
 
+// readBuf is a buffer the file is read into, shared by the scanner and
+// the batches found in it, and reused once none of them needs it: a
+// million events are read through a handful of buffers, not 90 new ones.
+type readBuf struct {
+	b    []byte
+	refs atomic.Int32
+}
+
+var readBufs = sync.Pool{New: func() any { return &readBuf{b: make([]byte, 0, readSize)} }}
+
+// getReadBuf returns a buffer of at least n bytes' capacity with one
+// reference (the caller's).
+func getReadBuf(n int) *readBuf {
+	var rb *readBuf
+	if n <= readSize {
+		rb = readBufs.Get().(*readBuf)
+	} else {
+		rb = &readBuf{b: make([]byte, 0, n)}
+	}
+	rb.refs.Store(1)
+	return rb
+}
+
+// release drops a reference; the last one returns the buffer to the pool.
+func (rb *readBuf) release() {
+	if rb == nil || rb.refs.Add(-1) != 0 {
+		return
+	}
+	if cap(rb.b) == readSize {
+		rb.b = rb.b[:0]
+		readBufs.Put(rb)
+	}
+}
+
+// hold makes the batch keep rb until its events are decoded.
+func (b *streamBatch) hold(rb *readBuf) {
+	if b.buf == nil {
+		rb.refs.Add(1)
+		b.buf = rb
+	}
+}
+
 // scanner reads the file's bytes and finds the values in them.
 type scanner struct {
-	r   io.Reader
+	r io.Reader
+	// cur is the read buffer buf lies in; the scanner holds one reference
+	// to it, each batch found in it another.
+	cur *readBuf
 	buf []byte // unread bytes are buf[pos:]
 	pos int
 	eof bool
@@ -245,9 +300,11 @@ func (s *scanner) more() (bool, error) {
 	}
 	if cap(s.buf)-len(s.buf) < readSize/16 {
 		tail := s.buf[s.pos:]
-		nb := make([]byte, len(tail), max(readSize, 2*len(tail)))
-		copy(nb, tail)
-		s.buf, s.pos = nb, 0
+		nb := getReadBuf(max(readSize, 2*len(tail)))
+		s.buf = append(nb.b[:0], tail...)
+		s.pos = 0
+		s.cur.release()
+		s.cur = nb
 	}
 	// Reading past the end of what was read leaves what batches point to
 	// as it is.
@@ -490,6 +547,7 @@ func (s *scanner) fill(b *streamBatch) (bool, error) {
 			if n := lineEvent(s.buf[s.pos:]); n > 0 {
 				if len(b.ends) == 0 {
 					b.raw = s.buf
+					b.hold(s.cur)
 				}
 				b.starts = append(b.starts, int32(s.pos))
 				b.ends = append(b.ends, int32(s.pos+n))
@@ -517,6 +575,7 @@ func (s *scanner) fill(b *streamBatch) (bool, error) {
 			return false, err
 		}
 		b.raw = s.buf
+		b.hold(s.cur)
 		b.starts = append(b.starts, int32(s.pos))
 		b.ends = append(b.ends, int32(end))
 		s.pos = end
