@@ -104,7 +104,12 @@ func runPhase(t *testing.T, cfg phaseConfig) *report {
 	wg.Wait()
 	settle.Stop()
 
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	in.mu.Lock()
+	for _, e := range in.events {
+		t.Logf("%s fault %s", cfg.name, e)
+	}
+	in.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	rep := &report{phase: cfg.name, seed: cfg.seed, faults: in.counts(), crashes: len(in.crashes)}
 	if err := c.check(ctx, d, in, rep); err != nil {
@@ -114,11 +119,6 @@ func runPhase(t *testing.T, cfg phaseConfig) *report {
 		rep.findings = append(rep.findings, "crash: "+crash)
 	}
 	t.Log(rep.line())
-	in.mu.Lock()
-	for _, e := range in.events {
-		t.Logf("%s fault %s", cfg.name, e)
-	}
-	in.mu.Unlock()
 	return rep
 }
 

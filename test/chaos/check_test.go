@@ -171,6 +171,22 @@ func (c *cluster) check(ctx context.Context, d *driver, in *injector, rep *repor
 	rep.effects = len(ledger)
 	steps := map[string]*stepFacts{}
 	settleBy := time.Now().Add(60 * time.Second)
+	// Every chain in one pass over the stream (one consumer: creating one
+	// per run costs a JetStream cluster round of its own).
+	chains := map[string][]lctl.Event{}
+	for attempt := 0; ; attempt++ {
+		clear(chains)
+		err := c.log.Follow(ctx, "", eventlog.FollowOptions{StopAtEnd: true}, func(e lctl.Event) error {
+			chains[e.ChainID] = append(chains[e.ChainID], e)
+			return nil
+		})
+		if err == nil {
+			break
+		}
+		if !backoff(ctx, attempt) {
+			return fmt.Errorf("read the stream: %w", err)
+		}
+	}
 	for _, r := range d.runs {
 		rep.runs++
 		// A run not over may be about to go on (a step in doubt settled
@@ -180,9 +196,12 @@ func (c *cluster) check(ctx context.Context, d *driver, in *injector, rep *repor
 		var run *xctv1.Run
 		var last lctl.Event
 		ended, waiting := false, false
+		chain = chains[r.id]
 		for attempt := 0; ; attempt++ {
-			if chain, err = readChain(ctx, c, r.id); err != nil {
-				return err
+			if attempt > 0 {
+				if chain, err = readChain(ctx, c, r.id); err != nil {
+					return err
+				}
 			}
 			if len(chain) == 0 {
 				break
