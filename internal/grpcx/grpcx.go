@@ -91,7 +91,10 @@ const (
 // handler or interceptor becomes INTERNAL instead of ending the process),
 // authentication (go-grpc-middleware's auth, skipped for health),
 // authorization and the per-principal rate limit, and the required
-// deadline. A refused call never reaches its handler.
+// deadline, and innermost the one error mapping of the boundary
+// (errors.go: a handler's error that is neither a status nor a context
+// error is logged with a correlation id and answered as INTERNAL without
+// its text). A refused call never reaches its handler.
 func NewServer(name string, log *slog.Logger, options ...ServerOption) *Server {
 	cfg := serverConfig{table: auth.DefaultTable()}
 	for _, o := range options {
@@ -139,6 +142,7 @@ func NewServer(name string, log *slog.Logger, options ...ServerOption) *Server {
 			grpcauth.UnaryServerInterceptor(authenticate),
 			z.unary,
 			deadlineUnary,
+			ErrorsUnary(log),
 		),
 		grpc.ChainStreamInterceptor(
 			logging.StreamServerInterceptor(logger, logOpts...),
@@ -147,6 +151,7 @@ func NewServer(name string, log *slog.Logger, options ...ServerOption) *Server {
 			grpcauth.StreamServerInterceptor(authenticate),
 			z.stream,
 			deadlineStream,
+			ErrorsStream(log),
 		),
 	}
 	srv := &Server{log: log, name: name, cfg: cfg}

@@ -1,6 +1,12 @@
 package executor
 
-import "errors"
+import (
+	"errors"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/xct-dev/xct/internal/grpcx"
+)
 
 // Errors returned by New, Config.Validate, Start and Stop. Tool failures are
 // never Go errors: they are structured error signals in the step's Response.
@@ -57,3 +63,20 @@ var (
 	// its compensation; the tool refuses the change.
 	errUndoTooLarge = errors.New("too large to save for undo")
 )
+
+// errOutcomeUnknown wraps an error of the step record store itself: a
+// reader could not reach it, so the step's outcome is unknown.
+var errOutcomeUnknown = errors.New(outcomeUnknown)
+
+// stepCodes is the code of each step record error a caller can act on;
+// grpcx maps context errors and hides any other error (logged with a
+// correlation id).
+var stepCodes = grpcx.Codes{
+	{Err: ErrBadResolution, Code: codes.InvalidArgument},
+	{Err: ErrBadStepID, Code: codes.InvalidArgument},
+	{Err: ErrStepNotFound, Code: codes.NotFound},
+	{Err: ErrNotInDoubt, Code: codes.FailedPrecondition},
+	{Err: ErrStepConflict, Code: codes.Aborted},
+	{Err: ErrStepCorrupt, Code: codes.DataLoss},
+	{Err: errOutcomeUnknown, Code: codes.Unavailable},
+}

@@ -87,25 +87,17 @@ func (h *handler) ResolveStep(ctx context.Context, req *xctv1.ResolveStepRequest
 	return &xctv1.ResolveStepResponse{Step: rec}, nil
 }
 
-// stepStatus turns a step record error into a gRPC status.
+// stepStatus turns a step record error into a gRPC status: the table's
+// code, or, for an error of the store itself, Unavailable: the store did
+// not answer, so the step's outcome is unknown, which is not "no record"
+// (NotFound).
 func stepStatus(err error) error {
-	switch {
-	case errors.Is(err, ErrBadResolution), errors.Is(err, ErrBadStepID):
-		return status.Error(codes.InvalidArgument, err.Error())
-	case errors.Is(err, ErrStepNotFound):
-		return status.Error(codes.NotFound, err.Error())
-	case errors.Is(err, ErrNotInDoubt):
-		return status.Error(codes.FailedPrecondition, err.Error())
-	case errors.Is(err, ErrStepConflict):
-		return status.Error(codes.Aborted, err.Error())
-	case errors.Is(err, ErrStepCorrupt):
-		return status.Error(codes.DataLoss, err.Error())
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return status.FromContextError(err).Err()
+	if stepCodes.Code(err) == codes.Unknown && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		if _, ok := status.FromError(err); !ok {
+			err = fmt.Errorf("%w: %w", errOutcomeUnknown, err)
+		}
 	}
-	// The store did not answer: the step's outcome is unknown, which is
-	// not "no record" (NotFound).
-	return status.Errorf(codes.Unavailable, "%s: %v", outcomeUnknown, err)
+	return stepCodes.Status(err)
 }
 
 // outcome is what one invocation returned.

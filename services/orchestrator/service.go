@@ -496,27 +496,6 @@ func (s *Service) WatchRun(req *xctv1.WatchRunRequest, stream grpc.ServerStreami
 	return s.watchRun(req, stream) // watch.go
 }
 
-// toStatus maps errors to gRPC status codes at the RPC boundary.
-func toStatus(err error) error {
-	if _, ok := status.FromError(err); ok {
-		return err
-	}
-	code := codes.Internal
-	switch {
-	case errors.Is(err, ErrRunNotFound):
-		code = codes.NotFound
-	case errors.Is(err, ErrBadModel), errors.Is(err, lctl.ErrInvalidChainID):
-		code = codes.InvalidArgument
-	case errors.Is(err, ErrRunExists):
-		code = codes.AlreadyExists
-	case errors.Is(err, ErrRunFinished):
-		code = codes.FailedPrecondition
-	case errors.Is(err, ErrNoExecutor), errors.Is(err, ErrStopping), errors.Is(err, errLogLost):
-		code = codes.Unavailable
-	}
-	return status.Error(code, err.Error())
-}
-
 func newRunID() string {
 	var b [4]byte
 	_, _ = rand.Read(b[:])

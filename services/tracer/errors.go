@@ -1,18 +1,16 @@
 package tracer
 
 import (
-	"context"
 	"errors"
-	"log/slog"
 
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
+	"github.com/xct-dev/xct/internal/grpcx"
 	"github.com/xct-dev/xct/lctl"
 )
 
 // Errors callers act on. Inside the package they are wrapped with context;
-// toStatus turns them into gRPC codes at the RPC boundary.
+// errorCodes turns them into gRPC codes at the RPC boundary.
 var (
 	// ErrChainNotFound means the tracer has materialized no event of the chain.
 	ErrChainNotFound = errors.New("chain not found")
@@ -30,25 +28,14 @@ var (
 	ErrAlreadyStarted = errors.New("tracer already started")
 )
 
-// toStatus turns an error into the gRPC status a caller can act on. Errors
-// nobody can act on are logged and reported as INTERNAL without details.
-func toStatus(ctx context.Context, log *slog.Logger, err error) error {
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, ErrChainNotFound):
-		return status.Error(codes.NotFound, err.Error())
-	case errors.Is(err, lctl.ErrInvalidChainID), errors.Is(err, ErrInvalidRequest):
-		return status.Error(codes.InvalidArgument, err.Error())
-	case errors.Is(err, ErrSeqOutOfRange):
-		return status.Error(codes.OutOfRange, err.Error())
-	case errors.Is(err, ErrNotReady), errors.Is(err, ErrStopped):
-		return status.Error(codes.Unavailable, err.Error())
-	case errors.Is(err, context.Canceled):
-		return status.Error(codes.Canceled, err.Error())
-	case errors.Is(err, context.DeadlineExceeded):
-		return status.Error(codes.DeadlineExceeded, err.Error())
-	}
-	log.ErrorContext(ctx, "tracer request failed", "err", err)
-	return status.Error(codes.Internal, "internal error")
+// errorCodes is the code of each error a caller of the tracer can act on;
+// grpcx maps context errors and hides any other error (logged with a
+// correlation id).
+var errorCodes = grpcx.Codes{
+	{Err: ErrChainNotFound, Code: codes.NotFound},
+	{Err: lctl.ErrInvalidChainID, Code: codes.InvalidArgument},
+	{Err: ErrInvalidRequest, Code: codes.InvalidArgument},
+	{Err: ErrSeqOutOfRange, Code: codes.OutOfRange},
+	{Err: ErrNotReady, Code: codes.Unavailable},
+	{Err: ErrStopped, Code: codes.Unavailable},
 }

@@ -179,9 +179,7 @@ func (h *handler) ExportChain(ctx context.Context, req *lctlv1.ExportChainReques
 	return &lctlv1.ExportChainResponse{Content: buf.Bytes(), ContentType: contentType}, nil
 }
 
-func (h *handler) status(ctx context.Context, err error) error {
-	return toStatus(ctx, h.svc.log, err)
-}
+func (h *handler) status(_ context.Context, err error) error { return errorCodes.Status(err) }
 
 func summaryProto(sum chainSummary) *lctlv1.ChainSummary {
 	return &lctlv1.ChainSummary{

@@ -11,8 +11,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -525,27 +523,4 @@ func decisionWord(d xctv1.VerdictDecision) string {
 
 func decisionWordOf(s xctv1.ApprovalState) string {
 	return strings.ToLower(strings.TrimPrefix(s.String(), "APPROVAL_STATE_"))
-}
-
-// approvalStatus turns an approval error into its gRPC status.
-func approvalStatus(err error) error {
-	code := codes.Internal
-	switch {
-	case errors.Is(err, ErrApprovalsUnavailable):
-		code = codes.Unavailable
-	case errors.Is(err, ErrApprovalNotFound):
-		code = codes.NotFound
-	case errors.Is(err, ErrSelfApproval), errors.Is(err, ErrNoApprover):
-		code = codes.PermissionDenied
-	case errors.Is(err, ErrApprovalExpired), errors.Is(err, ErrApprovalDecided), errors.Is(err, ErrNoApprovalNeeded), errors.Is(err, ErrAmbiguousStep):
-		code = codes.FailedPrecondition
-	case errors.Is(err, ErrBadRunID), errors.Is(err, ErrBadStepID), errors.Is(err, ErrNoTool), errors.Is(err, ErrNoPrincipal),
-		errors.Is(err, ErrStepMismatch), errors.Is(err, ErrNoDenyReason):
-		code = codes.InvalidArgument
-	case errors.Is(err, context.DeadlineExceeded):
-		code = codes.DeadlineExceeded
-	case errors.Is(err, context.Canceled):
-		code = codes.Canceled
-	}
-	return status.Error(code, err.Error())
 }

@@ -3,6 +3,10 @@ package validator
 import (
 	"errors"
 	"strconv"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/xct-dev/xct/internal/grpcx"
 )
 
 // Errors returned by New, NewWithCatalog, Config.Validate, the policy loaders
@@ -104,3 +108,27 @@ func (e *PolicyError) Error() string {
 
 // Unwrap makes errors.Is(err, ErrInvalidPolicy) hold.
 func (e *PolicyError) Unwrap() error { return ErrInvalidPolicy }
+
+// approvalCodes is the code of each approval error a caller can act on;
+// grpcx maps context errors and hides any other error (logged with a
+// correlation id).
+var approvalCodes = grpcx.Codes{
+	{Err: ErrApprovalsUnavailable, Code: codes.Unavailable},
+	{Err: ErrApprovalNotFound, Code: codes.NotFound},
+	{Err: ErrSelfApproval, Code: codes.PermissionDenied},
+	{Err: ErrNoApprover, Code: codes.PermissionDenied},
+	{Err: ErrApprovalExpired, Code: codes.FailedPrecondition},
+	{Err: ErrApprovalDecided, Code: codes.FailedPrecondition},
+	{Err: ErrNoApprovalNeeded, Code: codes.FailedPrecondition},
+	{Err: ErrAmbiguousStep, Code: codes.FailedPrecondition},
+	{Err: ErrBadRunID, Code: codes.InvalidArgument},
+	{Err: ErrBadStepID, Code: codes.InvalidArgument},
+	{Err: ErrNoTool, Code: codes.InvalidArgument},
+	{Err: ErrNoPrincipal, Code: codes.InvalidArgument},
+	{Err: ErrStepMismatch, Code: codes.InvalidArgument},
+	{Err: ErrNoDenyReason, Code: codes.InvalidArgument},
+}
+
+// approvalStatus is an approval RPC's error: its table's code, or the error
+// left for the boundary interceptor to map or hide.
+func approvalStatus(err error) error { return approvalCodes.Status(err) }
