@@ -52,7 +52,7 @@ const ConsumerName = "tracer"
 
 const (
 	// batchSize bounds how many events are written, synced and acked together.
-	batchSize = 256
+	batchSize = 1024
 	// maxAckPending bounds events delivered but not acked yet.
 	maxAckPending = 4 * batchSize
 	// ackWait is how long JetStream waits for an ack before redelivering.
