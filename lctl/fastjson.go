@@ -2,6 +2,8 @@ package lctl
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"strconv"
 	"sync"
@@ -53,6 +55,9 @@ type fastParser struct {
 	// skipHashes leaves hash and prev_hash out of the events (checked, not
 	// kept): only verify needs them.
 	skipHashes bool
+	// hashFrom and hashTo are where the last event's top-level hash member
+	// lies in it, from the comma before it (-1: not found that way).
+	hashFrom, hashTo int
 }
 
 func newFastParser() *fastParser {
@@ -84,6 +89,7 @@ func (p *fastParser) fastEvent(raw []byte) (Event, error) {
 	p.i++
 	var seen uint16
 	first := true
+	p.hashFrom, p.hashTo = -1, -1
 	for {
 		p.ws()
 		if p.i >= len(p.b) {
@@ -93,6 +99,7 @@ func (p *fastParser) fastEvent(raw []byte) (Event, error) {
 			p.i++
 			break
 		}
+		member := p.i // the comma before the member (the brace's next byte for the first)
 		if !first {
 			if p.b[p.i] != ',' {
 				return e, errUnsure
@@ -164,6 +171,9 @@ func (p *fastParser) fastEvent(raw []byte) (Event, error) {
 				return e, errUnsure
 			}
 			*dst = s
+		}
+		if bit == 64 && p.b[member] == ',' {
+			p.hashFrom, p.hashTo = member, p.i
 		}
 	}
 	p.ws()
@@ -559,4 +569,26 @@ func (p *fastParser) number() (any, bool) {
 		return nil, false
 	}
 	return f, true
+}
+
+// computedHash returns the hash of the content of the event just read
+// (what ComputeHash returns), taking a shortcut when the event's bytes are
+// its canonical JSON, as XCT stores and writes events: the SHA-256 of the
+// bytes without the hash member is then the hash. If the shortcut does not
+// give the event's own hash, the bytes were not canonical (or the event
+// was changed), and the hash is computed the full way, which decides. The
+// shortcut cannot accept wrongly: equal SHA-256 means these bytes are what
+// was hashed when the event was sealed, and canonical JSON decodes to the
+// values it encodes.
+func (p *fastParser) computedHash(e *Event) (string, error) {
+	if p.hashFrom > 0 && e.Hash != "" && len(e.Hash) == 64 && p.b[0] == '{' {
+		h := sha256.New()
+		h.Write(p.b[:p.hashFrom])
+		h.Write(p.b[p.hashTo:])
+		var sum [sha256.Size]byte
+		if hex.EncodeToString(h.Sum(sum[:0])) == e.Hash {
+			return e.Hash, nil
+		}
+	}
+	return e.ComputeHash()
 }

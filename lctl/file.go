@@ -618,6 +618,33 @@ func DecodeEvent(raw []byte) (Event, error) {
 	return decodeEvent(raw)
 }
 
+// DecodeEventHashed is DecodeEvent that also returns what e.ComputeHash()
+// returns, in a fraction of the time for an event stored as its canonical
+// JSON (the tracer checks every event it ingests).
+func DecodeEventHashed(raw []byte) (Event, string, error) {
+	p := fastParsers.Get().(*fastParser)
+	defer func() {
+		p.b = nil
+		fastParsers.Put(p)
+	}()
+	e, err := p.fastEvent(raw)
+	if err != nil {
+		if e, err = decodeEvent(raw); err != nil {
+			return e, "", err
+		}
+		h, herr := e.ComputeHash()
+		if herr != nil {
+			return e, "", nil
+		}
+		return e, h, nil
+	}
+	h, herr := p.computedHash(&e)
+	if herr != nil {
+		return e, "", nil
+	}
+	return e, h, nil
+}
+
 func decodeEvent(raw []byte) (Event, error) {
 	var w struct {
 		ChainID   string          `json:"chain_id"`

@@ -219,7 +219,11 @@ func (b *streamBatch) decode(p *fastParser, hash bool) {
 		}
 		b.events[i].Event = e
 		if hash {
-			b.events[i].Computed, b.events[i].HashErr = e.ComputeHash()
+			if err == nil {
+				b.events[i].Computed, b.events[i].HashErr = p.computedHash(&e)
+			} else {
+				b.events[i].Computed, b.events[i].HashErr = e.ComputeHash()
+			}
 		}
 	}
 	b.raw = nil

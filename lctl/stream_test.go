@@ -2,6 +2,7 @@ package lctl_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -273,6 +274,39 @@ func TestStreamLines(t *testing.T) {
 			if e.Seq != uint64(i+1) {
 				t.Errorf("%s: event %d has seq %d", name, i+1, e.Seq)
 			}
+		}
+	}
+}
+
+// DecodeEventHashed's hash is ComputeHash's, whether the bytes are the
+// canonical form (the shortcut), indented, edited after sealing, or carry
+// a "hash" key of their own inside data.
+func TestDecodeEventHashed(t *testing.T) {
+	e := lctl.Event{ChainID: "c", Seq: 2, Type: "tool_call", Timestamp: "2026-01-01T00:00:00Z", Agent: "a",
+		Data: map[string]any{"hash": "inner", "n": 1.5, "s": "é\n"}}
+	if err := e.Seal(strings.Repeat("a", 64)); err != nil {
+		t.Fatal(err)
+	}
+	canonical, err := e.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var indented bytes.Buffer
+	if err := json.Indent(&indented, canonical, "", "  "); err != nil {
+		t.Fatal(err)
+	}
+	edited := bytes.Replace(canonical, []byte(`"n":1.5`), []byte(`"n":2.5`), 1)
+	for name, raw := range map[string][]byte{"canonical": canonical, "indented": indented.Bytes(), "edited": edited} {
+		got, h, err := lctl.DecodeEventHashed(raw)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		want, err := got.ComputeHash()
+		if err != nil || h != want {
+			t.Errorf("%s: hash %s, ComputeHash %s (%v)", name, h, want, err)
+		}
+		if (name == "edited") == (h == got.Hash) {
+			t.Errorf("%s: hash %s against the event's %s", name, h, got.Hash)
 		}
 	}
 }

@@ -28,12 +28,7 @@ func decodeBatch(batch []jetstream.Msg) []decodedMsg {
 	out := make([]decodedMsg, len(batch))
 	one := func(i int) {
 		d := &out[i]
-		d.event, d.err = lctl.DecodeEvent(batch[i].Data())
-		if d.err == nil && d.event.Hash != "" {
-			if h, err := d.event.ComputeHash(); err == nil {
-				d.computed = h
-			}
-		}
+		d.event, d.computed, d.err = lctl.DecodeEventHashed(batch[i].Data())
 	}
 	workers := runtime.GOMAXPROCS(0)
 	if len(batch) < parallelDecodeMin || workers < 2 {
