@@ -10,12 +10,13 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/xct-dev/xct/internal/lctllive"
 	"github.com/xct-dev/xct/lctl/cli"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := cli.Run(ctx, os.Args[1:], cli.Env{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv, TuneGC: true})
+	code := cli.Run(ctx, os.Args[1:], cli.Env{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv, TuneGC: true, Live: lctllive.Live{}})
 	stop()
 	os.Exit(code)
 }

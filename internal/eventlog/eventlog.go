@@ -36,6 +36,9 @@ var (
 	ErrChainNotFound = errors.New("chain not found")
 	// ErrConflict means another writer appended to the chain first.
 	ErrConflict = errors.New("chain was appended to by another writer")
+	// ErrNoStream means the server has no LCTL stream (Bind does not
+	// create it).
+	ErrNoStream = errors.New("no LCTL stream")
 )
 
 // Config is the stream's configuration, applied by whoever creates it first.
@@ -85,6 +88,24 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Log, error) {
 	}
 	if err != nil {
 		return nil, fmt.Errorf("open stream %s: %w", StreamName, err)
+	}
+	return &Log{js: js, stream: stream}, nil
+}
+
+// Bind binds to the LCTL stream for reading. Unlike Open it never creates
+// or changes the stream: a server without it is ErrNoStream. Read-only
+// tools (lctl tail) use it.
+func Bind(ctx context.Context, nc *nats.Conn) (*Log, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: %w", err)
+	}
+	stream, err := js.Stream(ctx, StreamName)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, fmt.Errorf("%w %s on this server", ErrNoStream, StreamName)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("bind stream %s: %w", StreamName, err)
 	}
 	return &Log{js: js, stream: stream}, nil
 }

@@ -20,9 +20,6 @@ import (
 	"sort"
 	"strings"
 	"time"
-
-	"github.com/xct-dev/xct/internal/auth"
-	"github.com/xct-dev/xct/internal/grpcx"
 )
 
 // Exit codes.
@@ -36,6 +33,9 @@ const (
 const (
 	DefaultTracer  = "127.0.0.1:7704"
 	DefaultNATSURL = "nats://127.0.0.1:4222"
+	// defaultCredentials is where xct dev writes the credentials file (the
+	// help text names it; internal/lctllive's test checks it is XCT's).
+	defaultCredentials = ".xct/dev/credentials.yaml" //nolint:gosec // a path, not a credential
 )
 
 // Env is what a command may use of the process.
@@ -50,6 +50,9 @@ type Env struct {
 	// garbage collector for it (fewer collections, a bound on memory
 	// instead; see streamChain). Only a process that is lctl sets it.
 	TuneGC bool
+	// Live reaches the chains of a running system (the tracer, the event
+	// stream); nil leaves lctl to files. cmd/lctl sets XCT's.
+	Live Live
 }
 
 func (e Env) getenv(k string) string {
@@ -147,12 +150,11 @@ type cmdContext struct {
 
 	jsonOut bool
 	tracer  string
-	// token, as and credentials pick the bearer token sent to the
-	// tracer; tls secures the connection (mTLS) when its CA is set.
-	token, as, credentials string
-	tls                    grpcx.TLSFiles
-	timeout                time.Duration
-	chains                 []string // --chain, in order
+	// cred picks the bearer token sent to the tracer and secures the
+	// connection (mTLS) when its CA is set.
+	cred    Credentials
+	timeout time.Duration
+	chains  []string // --chain, in order
 	// operands are the positional arguments and --chain values in the
 	// order given, each either a file or a chain.
 	operands []operand
@@ -211,12 +213,12 @@ func (c *cmdContext) common() {
 	if token == "" {
 		token = c.env.getenv("XCT_TOKEN")
 	}
-	c.fs.StringVar(&c.token, "token", token, "bearer token for the tracer (env LCTL_TOKEN or XCT_TOKEN)")
-	c.fs.StringVar(&c.as, "as", c.env.getenv("XCT_AS"), "call the tracer as this principal, with its token from the credentials file (env XCT_AS; default dev)")
-	c.fs.StringVar(&c.credentials, "credentials", c.env.getenv("XCT_CREDENTIALS"), "credentials file (default "+auth.DefaultCredentialsPath+", written by xct dev)")
-	c.fs.StringVar(&c.tls.Cert, "tls-cert", c.env.getenv("XCT_TLS_CERT"), "client certificate (PEM) for mTLS")
-	c.fs.StringVar(&c.tls.Key, "tls-key", c.env.getenv("XCT_TLS_KEY"), "the client certificate's key (PEM)")
-	c.fs.StringVar(&c.tls.CA, "tls-ca", c.env.getenv("XCT_TLS_CA"), "CA bundle (PEM) to verify the tracer with; without it the connection is plaintext")
+	c.fs.StringVar(&c.cred.Token, "token", token, "bearer token for the tracer (env LCTL_TOKEN or XCT_TOKEN)")
+	c.fs.StringVar(&c.cred.As, "as", c.env.getenv("XCT_AS"), "call the tracer as this principal, with its token from the credentials file (env XCT_AS; default dev)")
+	c.fs.StringVar(&c.cred.File, "credentials", c.env.getenv("XCT_CREDENTIALS"), "credentials file (default "+defaultCredentials+", written by xct dev)")
+	c.fs.StringVar(&c.cred.TLSCert, "tls-cert", c.env.getenv("XCT_TLS_CERT"), "client certificate (PEM) for mTLS")
+	c.fs.StringVar(&c.cred.TLSKey, "tls-key", c.env.getenv("XCT_TLS_KEY"), "the client certificate's key (PEM)")
+	c.fs.StringVar(&c.cred.TLSCA, "tls-ca", c.env.getenv("XCT_TLS_CA"), "CA bundle (PEM) to verify the tracer with; without it the connection is plaintext")
 	c.fs.DurationVar(&c.timeout, "timeout", 30*time.Second, "bound on each call to the tracer")
 }
 

@@ -5,11 +5,13 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/xct-dev/xct/internal/lctllive"
 	"github.com/xct-dev/xct/lctl/cli"
 )
 
@@ -22,6 +24,7 @@ func run(t testing.TB, env map[string]string, args ...string) (int, string, stri
 	code := cli.Run(context.Background(), args, cli.Env{
 		Stdout: &stdout, Stderr: &stderr,
 		Getenv: func(k string) string { return env[k] },
+		Live:   lctllive.Live{},
 	})
 	return code, stdout.String(), stderr.String()
 }
@@ -247,4 +250,9 @@ func FuzzCommands(f *testing.F) {
 			}
 		}
 	})
+}
+
+// runEnv runs lctl with no live source (files only).
+func runEnv(args []string, stdout, stderr io.Writer) int {
+	return cli.Run(context.Background(), args, cli.Env{Stdout: stdout, Stderr: stderr})
 }

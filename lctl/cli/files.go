@@ -9,10 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/nats-io/nats.go"
-
 	lctlv1 "github.com/xct-dev/xct/gen/lctl/v1"
-	"github.com/xct-dev/xct/internal/eventlog"
 	"github.com/xct-dev/xct/lctl"
 	"github.com/xct-dev/xct/lctl/analysis"
 )
@@ -201,18 +198,12 @@ func runTail(ctx context.Context, c *cmdContext) error {
 	default:
 		return usagef("name one chain (--chain ID) or --all")
 	}
-	nc, err := nats.Connect(natsURL, nats.Name("lctl tail"))
-	if err != nil {
-		return &inputError{fmt.Errorf("connect to NATS at %s: %w (--nats or NATS_URL)", natsURL, err)}
-	}
-	defer nc.Close()
-	log, err := eventlog.Open(ctx, nc, eventlog.DefaultConfig())
-	if err != nil {
-		return &inputError{err}
+	if c.env.Live == nil {
+		return &inputError{errNoLive}
 	}
 	links := map[string]lctl.Event{} // per chain, the last event seen
 	seen := 0
-	err = log.Follow(ctx, chainID, eventlog.FollowOptions{StopAtEnd: *noFollow}, func(e lctl.Event) error {
+	err := c.env.Live.Follow(ctx, natsURL, chainID, *noFollow, func(e lctl.Event) error {
 		if prev, ok := links[e.ChainID]; ok {
 			switch {
 			case e.Seq != prev.Seq+1:
@@ -238,12 +229,14 @@ func runTail(ctx context.Context, c *cmdContext) error {
 		}
 		seen++
 		if *count > 0 && seen >= *count {
-			return eventlog.ErrStop
+			return ErrStop
 		}
 		return nil
 	})
 	switch {
-	case errors.Is(err, eventlog.ErrChainNotFound):
+	case errors.Is(err, ErrNoStream):
+		return &inputError{fmt.Errorf("NATS at %s has no LCTL event stream: no chain was written there (nothing was created; lctl only reads)", natsURL)}
+	case errors.Is(err, ErrNoChain):
 		return &inputError{fmt.Errorf("chain %s has no events on the stream at %s", chainID, natsURL)}
 	case errors.Is(err, context.Canceled):
 		return nil

@@ -3,16 +3,13 @@ package cli
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
+	"io"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	lctlv1 "github.com/xct-dev/xct/gen/lctl/v1"
-	"github.com/xct-dev/xct/internal/auth"
-	"github.com/xct-dev/xct/internal/grpcx"
 	"github.com/xct-dev/xct/lctl"
 	"github.com/xct-dev/xct/lctl/lctlpb"
 )
@@ -78,7 +75,7 @@ func (c *cmdContext) reportInput(d *chainData) {
 
 // tracerClient is a connection to the tracer.
 type tracerClient struct {
-	conn *grpc.ClientConn
+	conn io.Closer
 	api  lctlv1.TracerServiceClient
 	addr string
 }
@@ -87,25 +84,18 @@ func (c *cmdContext) tracerAPI() (*tracerClient, error) {
 	if c.client != nil {
 		return c.client, nil
 	}
-	opts := []grpcx.DialOption{grpcx.WithTLS(c.tls)}
-	tok, err := auth.ClientToken(c.token, c.as, c.credentials)
-	switch {
-	case errors.Is(err, auth.ErrNoCredentials) && c.as == "":
-		// The tracer will say UNAUTHENTICATED; rpcError says what to do.
-	case err != nil:
-		return nil, &inputError{err}
-	default:
-		opts = append(opts, grpcx.WithToken(tok))
+	if c.env.Live == nil {
+		return nil, &inputError{errNoLive}
 	}
-	conn, err := grpcx.Dial(c.tracer, opts...)
+	conn, closer, err := c.env.Live.DialTracer(c.tracer, c.cred)
 	if err != nil {
 		return nil, &inputError{fmt.Errorf("tracer %s: %w", c.tracer, err)}
 	}
-	c.client = &tracerClient{conn: conn, api: lctlv1.NewTracerServiceClient(conn), addr: c.tracer}
+	c.client = &tracerClient{conn: closer, api: lctlv1.NewTracerServiceClient(conn), addr: c.tracer}
 	return c.client, nil
 }
 
-func (t *tracerClient) close() { t.conn.Close() }
+func (t *tracerClient) close() { _ = t.conn.Close() }
 
 // callCtx bounds one call to the tracer.
 func (c *cmdContext) callCtx(ctx context.Context) (context.Context, context.CancelFunc) {

@@ -33,6 +33,7 @@ import (
 	"github.com/xct-dev/xct/internal/auth"
 	"github.com/xct-dev/xct/internal/grpcx"
 	"github.com/xct-dev/xct/internal/grpcx/grpcxtest"
+	"github.com/xct-dev/xct/internal/lctllive"
 	"github.com/xct-dev/xct/internal/testutil"
 	"github.com/xct-dev/xct/lctl"
 	"github.com/xct-dev/xct/lctl/cli"
@@ -205,7 +206,7 @@ func TestOTLPExportersToChains(t *testing.T) {
 			for _, args := range [][]string{{"replay"}, {"stats"}, {"verify"}} {
 				var out, errOut bytes.Buffer
 				argv := append(append([]string{}, args...), "--tracer="+tt.grpcAddr, "--token="+tt.token, "--chain", chainID)
-				if code := cli.Run(ctx, argv, cli.Env{Stdout: &out, Stderr: &errOut}); code != 0 {
+				if code := cli.Run(ctx, argv, cli.Env{Stdout: &out, Stderr: &errOut, Live: lctllive.Live{}}); code != 0 {
 					t.Fatalf("lctl %v: exit %d\n%s%s", args, code, out.String(), errOut.String())
 				}
 				if args[0] == "replay" && !strings.Contains(out.String(), "reviewer: error") {

@@ -14,6 +14,7 @@ import (
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/app"
+	"github.com/xct-dev/xct/internal/lctllive"
 	"github.com/xct-dev/xct/internal/testutil"
 	"github.com/xct-dev/xct/lctl"
 	"github.com/xct-dev/xct/lctl/checkpoint"
@@ -24,7 +25,7 @@ import (
 // lctlRun runs the lctl command line in-process.
 func lctlRun(env map[string]string, args ...string) (int, string) {
 	var out bytes.Buffer
-	code := cli.Run(context.Background(), args, cli.Env{Stdout: &out, Stderr: &out, Getenv: func(k string) string { return env[k] }})
+	code := cli.Run(context.Background(), args, cli.Env{Stdout: &out, Stderr: &out, Getenv: func(k string) string { return env[k] }, Live: lctllive.Live{}})
 	return code, out.String()
 }
 
