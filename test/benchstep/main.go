@@ -15,6 +15,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -79,7 +80,11 @@ func run(floorDir string, reps int, floorDur time.Duration, benchtime string, sy
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(tmp)
+	defer func() {
+		if err := os.RemoveAll(tmp); err != nil {
+			fmt.Fprintln(os.Stderr, "benchstep: remove", tmp+":", err)
+		}
+	}()
 	floorBin, oursBin := filepath.Join(tmp, "stepbench"), filepath.Join(tmp, "e2e.test")
 	fmt.Fprintln(os.Stderr, "building the floor and our benchmarks...")
 	if err := command(floorDir, "go", "build", "-o", floorBin, "./stepbench").Run(); err != nil {
@@ -119,7 +124,7 @@ func run(floorDir string, reps int, floorDur time.Duration, benchtime string, sy
 }
 
 func command(dir string, name string, args ...string) *exec.Cmd {
-	cmd := exec.Command(name, args...)
+	cmd := exec.CommandContext(context.Background(), name, args...) //nolint:gosec // go and the binaries this program just built, with its own arguments
 	cmd.Dir = dir
 	cmd.Stderr = os.Stderr
 	return cmd
@@ -247,7 +252,9 @@ func printTable(sync bool, reps int, floor, ours map[int][]sample) {
 		x99 := median(field(ours[l.runs], func(s sample) float64 { return s.p99ms }))
 		fmt.Fprintf(w, "%d\t%.0f\t%.0f\t%.2f\t%.3f\t%.3f\t%.2f\t%.3f\t\n", l.runs, fs, xs, xs/fs, fp, xp, xp/fp, x99)
 	}
-	w.Flush()
+	if err := w.Flush(); err != nil {
+		fmt.Fprintln(os.Stderr, "benchstep:", err)
+	}
 	// CPU per step by service, ours only (the floor has no services).
 	var services []string
 	for _, l := range levels {
@@ -273,7 +280,9 @@ func printTable(sync bool, reps int, floor, ours map[int][]sample) {
 		}
 		fmt.Fprintln(w, strings.Join(row, "\t")+"\t")
 	}
-	w.Flush()
+	if err := w.Flush(); err != nil {
+		fmt.Fprintln(os.Stderr, "benchstep:", err)
+	}
 }
 
 // machineLine says what the figures were measured on.
