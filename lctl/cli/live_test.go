@@ -13,6 +13,7 @@ import (
 
 	"github.com/xct-dev/xct/internal/grpcx"
 	"github.com/xct-dev/xct/internal/grpcx/grpcxtest"
+	"github.com/xct-dev/xct/internal/lctllive"
 	"github.com/xct-dev/xct/internal/testutil"
 	"github.com/xct-dev/xct/lctl"
 	"github.com/xct-dev/xct/lctl/session"
@@ -72,7 +73,7 @@ func startLive(t *testing.T) *live {
 func (l *live) record(t *testing.T, id string, events []lctl.Event) {
 	t.Helper()
 	ctx := context.Background()
-	s, err := session.NewNATS(ctx, l.nc, id, session.Options{})
+	s, err := lctllive.NewSession(ctx, l.nc, id, session.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +190,7 @@ func TestTail(t *testing.T) {
 		done <- out
 	}()
 	ctx := context.Background()
-	s, err := session.NewNATS(ctx, l.nc, "tail-3", session.Options{Agent: "a"})
+	s, err := lctllive.NewSession(ctx, l.nc, "tail-3", session.Options{Agent: "a"})
 	if err != nil {
 		t.Fatal(err)
 	}

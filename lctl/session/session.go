@@ -1,8 +1,8 @@
 // Package session records LCTL v4.0 chains from any Go agent: the spec's
 // LCTLSession (part 7). A Session appends events (steps, facts, tool calls,
 // errors, checkpoints) to one chain, either in memory for export to a
-// .lctl.json / .lctl.yaml file, or durably to XCT's NATS JetStream stream,
-// where the tracer materializes it. Every event is sealed into the hash
+// .lctl.json / .lctl.yaml file, or durably through a Sink (XCT's NATS
+// JetStream stream, where the tracer materializes it: lctllive.NewSession). Every event is sealed into the hash
 // chain, and checkpoints carry the real state hash, so `lctl verify` can
 // check them.
 //
@@ -27,9 +27,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
-	"github.com/xct-dev/xct/internal/eventlog"
 	"github.com/xct-dev/xct/lctl"
 )
 
@@ -44,7 +41,7 @@ type Options struct {
 	// Now is the clock (time.Now when nil). Timestamps never go backwards
 	// within a session, whatever the clock does.
 	Now func() time.Time
-	// KeepEvents keeps the events of a NATS session in memory too, so
+	// KeepEvents keeps the events of a Sink session in memory too, so
 	// Events and Export work (in-memory sessions always keep them).
 	KeepEvents bool
 }
@@ -57,7 +54,7 @@ type Session struct {
 	now     func() time.Time
 
 	mu     sync.Mutex
-	writer *eventlog.ChainWriter // nil: in memory only
+	writer Sink // nil: in memory only
 	keep   bool
 	events []lctl.Event
 	state  *lctl.State
@@ -91,23 +88,25 @@ func NewFile(chainID, path string, opts Options) (*Session, error) {
 	return s, nil
 }
 
-// NewNATS starts a session that appends each event durably to the chain on
-// XCT's LCTL stream (creating the stream if needed) before returning. The
-// chain must not exist yet: the session is its single writer.
-func NewNATS(ctx context.Context, nc *nats.Conn, chainID string, opts Options) (*Session, error) {
+// Sink appends a session's events durably to its chain: it seals each
+// event after the chain's last one and returns it as stored. XCT's event
+// stream is one (internal/lctllive.NewSession wires it); a Sink is the
+// chain's single writer.
+type Sink interface {
+	Append(ctx context.Context, eventType, agent string, data map[string]any) (lctl.Event, error)
+}
+
+// NewSink starts a session that appends each event through sink before
+// returning. Opts.KeepEvents keeps the events in memory too.
+func NewSink(chainID string, sink Sink, opts Options) (*Session, error) {
 	if err := lctl.ValidateChainID(chainID); err != nil {
 		return nil, err
 	}
-	log, err := eventlog.Open(ctx, nc, eventlog.DefaultConfig())
-	if err != nil {
-		return nil, fmt.Errorf("lctl session: %w", err)
-	}
-	w, err := log.NewChainWriter(chainID)
-	if err != nil {
-		return nil, fmt.Errorf("lctl session: %w", err)
+	if sink == nil {
+		return nil, errors.New("lctl session: no sink")
 	}
 	s := newSession(chainID, opts)
-	s.writer, s.keep = w, opts.KeepEvents
+	s.writer, s.keep = sink, opts.KeepEvents
 	return s, nil
 }
 

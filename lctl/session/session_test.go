@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/xct-dev/xct/internal/eventlog"
+	"github.com/xct-dev/xct/internal/lctllive"
 	"github.com/xct-dev/xct/internal/testutil"
 	"github.com/xct-dev/xct/lctl"
 	"github.com/xct-dev/xct/lctl/analysis"
@@ -142,7 +143,7 @@ func TestNATSSession(t *testing.T) {
 	ns := testutil.RunJetStream(t)
 	nc := testutil.Connect(t, ns)
 	ctx := context.Background()
-	s, err := session.NewNATS(ctx, nc, "nats-run", session.Options{Agent: "planner", KeepEvents: true})
+	s, err := lctllive.NewSession(ctx, nc, "nats-run", session.Options{Agent: "planner", KeepEvents: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +170,7 @@ func TestNATSSession(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A second writer of the same chain is refused: one writer per chain.
-	s2, err := session.NewNATS(ctx, nc, "nats-run", session.Options{})
+	s2, err := lctllive.NewSession(ctx, nc, "nats-run", session.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +181,7 @@ func TestNATSSession(t *testing.T) {
 		t.Errorf("Err() = %v", s2.Err())
 	}
 	// Without KeepEvents nothing is kept, and Export says so.
-	s3, _ := session.NewNATS(ctx, nc, "lean", session.Options{})
+	s3, _ := lctllive.NewSession(ctx, nc, "lean", session.Options{})
 	if _, err := s3.Record(ctx, "x", "a", nil); err != nil {
 		t.Fatal(err)
 	}
