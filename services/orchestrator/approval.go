@@ -14,12 +14,7 @@ import (
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/wire"
 	"github.com/xct-dev/xct/lctl"
-)
-
-// Events of the approval of a step (XCT extension types, docs/events.md).
-const (
-	TypeApprovalRequested = "approval_requested"
-	TypeApprovalDecided   = "approval_decided"
+	"github.com/xct-dev/xct/lctl/xctevent"
 )
 
 // ApprovalsBucket is the KV bucket where the validator keeps approvals; the
@@ -43,7 +38,7 @@ func (r *run) awaitApproval(st *openStep, v *xctv1.Verdict) (*xctv1.Verdict, str
 		err := r.waitApproval(st, v)
 		if errors.As(err, &unavailable) {
 			deny := failClosed(unavailable.reason)
-			return deny, agentOrchestrator, r.record(lctl.TypeVerdict, agentOrchestrator, verdictData(step, stepID, ns.GetTool(), deny))
+			return deny, agentOrchestrator, r.record(agentOrchestrator, verdictEvent(step, stepID, ns.GetTool(), deny))
 		}
 		if err != nil {
 			return nil, "", err
@@ -57,7 +52,7 @@ func (r *run) awaitApproval(st *openStep, v *xctv1.Verdict) (*xctv1.Verdict, str
 			EvaluatedAt:   nowpb(),
 			Error:         wire.Errorf(wire.CodeApprovalExpired, "the step needed a human approval and none was given before %s", lctl.FormatTime(st.approvalExpires)),
 		}
-		return final, agentOrchestrator, r.record(lctl.TypeVerdict, agentOrchestrator, verdictData(step, stepID, ns.GetTool(), final))
+		return final, agentOrchestrator, r.record(agentOrchestrator, verdictEvent(step, stepID, ns.GetTool(), final))
 	}
 	return r.revalidate(step, stepID, ns)
 }
@@ -90,17 +85,14 @@ func (r *run) waitApproval(st *openStep, v *xctv1.Verdict) error {
 		r.log.Info("step still waits for approval", "run", r.id, "step", step, "tool", ns.GetTool(), "expires_at", st.approvalExpires)
 		return r.decideApproval(st, a)
 	}
-	requested := map[string]any{
-		"step":         step,
-		"step_id":      stepID,
-		"tool":         ns.GetTool(),
-		"requested_by": a.GetRequestedBy(),
-		"expires_at":   lctl.FormatTime(a.GetExpiresAt().AsTime()),
+	requested := xctevent.ApprovalRequested{
+		Step: step, StepID: stepID, Tool: ns.GetTool(), RequestedBy: a.GetRequestedBy(),
+		ExpiresAt: lctl.FormatTime(a.GetExpiresAt().AsTime()),
 	}
 	if p := a.GetPreview(); p != nil {
-		requested["preview"] = map[string]any{"kind": p.GetKind(), "content": p.GetContent()}
+		requested.Preview = &xctevent.Preview{Kind: p.GetKind(), Content: p.GetContent()}
 	}
-	if err := r.record(TypeApprovalRequested, agentOrchestrator, requested); err != nil {
+	if err := r.record(agentOrchestrator, requested); err != nil {
 		return err
 	}
 	st.approvalRequested = true
@@ -119,18 +111,14 @@ func (r *run) decideApproval(st *openStep, a *xctv1.Approval) error {
 		by = agentOrchestrator
 	}
 	decision := map[xctv1.ApprovalState]string{
-		xctv1.ApprovalState_APPROVAL_STATE_APPROVED: "approved",
-		xctv1.ApprovalState_APPROVAL_STATE_DENIED:   "denied",
+		xctv1.ApprovalState_APPROVAL_STATE_APPROVED: xctevent.ApprovalApproved,
+		xctv1.ApprovalState_APPROVAL_STATE_DENIED:   xctevent.ApprovalDenied,
 	}[decided.GetState()]
 	if decision == "" {
-		decision = "expired"
+		decision = xctevent.ApprovalExpired
 	}
-	if err := r.record(TypeApprovalDecided, by, map[string]any{
-		"step":     st.step,
-		"step_id":  st.stepID,
-		"decision": decision,
-		"by":       decided.GetDecidedBy(),
-		"reason":   decided.GetReason(),
+	if err := r.record(by, xctevent.ApprovalDecided{
+		Step: st.step, StepID: st.stepID, Decision: decision, By: decided.GetDecidedBy(), Reason: decided.GetReason(),
 	}); err != nil {
 		return err
 	}
@@ -153,7 +141,7 @@ func (r *run) revalidate(step int, stepID string, ns *xctv1.NextStep) (*xctv1.Ve
 		final.Decision = xctv1.VerdictDecision_VERDICT_DECISION_DENY
 		final.Error = wire.Errorf(wire.CodeApprovalRequired, "the step still needs an approval after a decision was recorded")
 	}
-	return final, agent, r.record(lctl.TypeVerdict, agent, verdictData(step, stepID, ns.GetTool(), final))
+	return final, agent, r.record(agent, verdictEvent(step, stepID, ns.GetTool(), final))
 }
 
 // preview asks the executor for a dry run of the step, for the approver.

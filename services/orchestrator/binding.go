@@ -8,7 +8,6 @@ import (
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/wire"
-	"github.com/xct-dev/xct/lctl"
 )
 
 // signedVerdict returns the validator's signed allow to execute a step
@@ -39,7 +38,7 @@ func (r *run) signedVerdict(step int, stepID string, ns *xctv1.NextStep, v *xctv
 			map[string]any{"outcome_unknown": true})
 	}
 	fresh, agent := r.validate(step, stepID, ns)
-	if rerr := r.record(lctl.TypeVerdict, agent, verdictData(step, stepID, ns.GetTool(), fresh)); rerr != nil {
+	if rerr := r.record(agent, verdictEvent(step, stepID, ns.GetTool(), fresh)); rerr != nil {
 		r.log.Warn("fresh verdict not recorded; the step is not executed", "run", r.id, "step", step, "err", rerr)
 		return nil, nil, wire.Errorf(wire.CodeExecutorUnavailable, "step %d was not executed: its new verdict could not be recorded", step)
 	}

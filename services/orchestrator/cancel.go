@@ -4,16 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/auth"
-	"github.com/xct-dev/xct/lctl"
+	"github.com/xct-dev/xct/lctl/xctevent"
 )
 
 // outcomeCancelled is the step_end outcome of a step that was open when
 // its run was cancelled: it did not run.
-const outcomeCancelled = "cancelled"
+const outcomeCancelled = xctevent.OutcomeCancelled
 
 // cancelCause is the cause a CancelRun request gives the run: who asked,
 // and why.
@@ -49,26 +48,15 @@ func (r *run) stopWaiting(st *openStep, err error) error {
 		// approval granted now allows nothing (no one asks for the step).
 		r.log.Warn("approval of a cancelled run could not be withdrawn at the validator", "run", r.id, "step", st.step, "err", werr)
 	}
-	if rerr := r.record(TypeApprovalDecided, agentOrchestrator, map[string]any{
-		"step":     st.step,
-		"step_id":  st.stepID,
-		"decision": "withdrawn",
-		"by":       c.by,
-		"reason":   c.reason,
+	if rerr := r.record(agentOrchestrator, xctevent.ApprovalDecided{
+		Step: st.step, StepID: st.stepID, Decision: xctevent.ApprovalWithdrawn, By: c.by, Reason: c.reason,
 	}); rerr != nil {
 		return rerr
 	}
-	st.decided = "withdrawn"
+	st.decided = xctevent.ApprovalWithdrawn
 	summary := c.Error()
 	r.stepResult(outcomeCancelled, summary)
-	if rerr := r.record(lctl.TypeStepEnd, st.agent, map[string]any{
-		"step":           st.step,
-		"step_id":        st.stepID,
-		"outcome":        outcomeCancelled,
-		"output_summary": summary,
-		"duration_ms":    float64(time.Since(st.started).Microseconds()) / 1000,
-		"tokens":         st.tokens,
-	}); rerr != nil {
+	if rerr := r.record(st.agent, st.end(outcomeCancelled, summary)); rerr != nil {
 		return rerr
 	}
 	return err

@@ -13,6 +13,7 @@ import (
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/wire"
+	"github.com/xct-dev/xct/lctl/xctevent"
 )
 
 // Honest outcomes (docs/lifecycle.md, "A step in doubt"). A step is "not
@@ -21,11 +22,6 @@ import (
 // executor's record says so. Everything else is in doubt until the record
 // is read; the model is told nothing about the step before that, and what
 // it is told is what the record holds.
-
-// TypeStepInDoubt is the event of a step whose outcome the orchestrator
-// could not learn: the run waits (status IN_DOUBT) until the executor's
-// record has an outcome, for instance after xct resolve.
-const TypeStepInDoubt = "step_in_doubt"
 
 // callExecute is Execute with what its failure proves: notSent is true when
 // the request provably never reached the executor (no transport stream was
@@ -224,20 +220,17 @@ func recordState(resp *xctv1.GetStepResponse) string {
 // recordInDoubt puts the step's doubt on the chain: the run is IN_DOUBT
 // from here until the step's outcome follows.
 func (r *run) recordInDoubt(st *openStep, doubt *xctv1.Error, resp *xctv1.GetStepResponse) error {
-	data := map[string]any{
-		"step":         st.step,
-		"step_id":      st.stepID,
-		"tool":         st.ns.GetTool(),
-		"reason":       doubt.GetMessage(),
-		"record_state": recordState(resp),
-		"resolve":      fmt.Sprintf("xct resolve %s %d --outcome succeeded|failed|retry", r.id, st.step),
+	data := xctevent.StepInDoubt{
+		Step: st.step, StepID: st.stepID, Tool: st.ns.GetTool(), Reason: doubt.GetMessage(),
+		RecordState: recordState(resp),
+		Resolve:     fmt.Sprintf("xct resolve %s %d --outcome succeeded|failed|retry", r.id, st.step),
 	}
-	if err := r.record(TypeStepInDoubt, agentOrchestrator, data); err != nil {
+	if err := r.record(agentOrchestrator, data); err != nil {
 		return err
 	}
 	st.doubtRecorded = true
 	r.log.Error("step in doubt: the run waits for its outcome", "run", r.id, "step", st.step, "step_id", st.stepID, "reason", doubt.GetMessage(),
-		"resolve", data["resolve"])
+		"resolve", data.Resolve)
 	return nil
 }
 

@@ -31,12 +31,6 @@ import (
 // OwnersBucket is the KV bucket of run owners.
 const OwnersBucket = "XCT_RUN_OWNERS"
 
-// Events of a run changing hands (docs/events.md).
-const (
-	TypeRunReleased = "run_released"
-	TypeRunResumed  = "run_resumed"
-)
-
 // errReleased is the cause of a run handed over by a stopping orchestrator;
 // errOwnershipLost of one another replica took over. Neither ends the run.
 var (

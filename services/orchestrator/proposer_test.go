@@ -128,7 +128,7 @@ func TestTranscriptIsAFoldOverTheChain(t *testing.T) {
 		{Seq: 4, Type: lctl.TypeToolCall, Data: map[string]any{"output": map[string]any{"content": "hi"}}},
 		{Seq: 5, Type: lctl.TypeStepEnd, Data: map[string]any{}},
 		{Seq: 6, Type: lctl.TypeStepStart, Data: map[string]any{"step": 2.0, "raw": "oops"}},
-		{Seq: 7, Type: lctl.TypeError, Data: errorData(2, "", wire.Errorf(wire.CodeGenerationFailed, "not JSON"))},
+		{Seq: 7, Type: lctl.TypeError, Data: errorEvent(2, "", wire.Errorf(wire.CodeGenerationFailed, "not JSON")).Data()},
 		{Seq: 8, Type: lctl.TypeStepEnd, Data: map[string]any{}},
 	}
 	var tr transcript

@@ -9,11 +9,11 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/structpb"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/wire"
 	"github.com/xct-dev/xct/lctl"
+	"github.com/xct-dev/xct/lctl/xctevent"
 )
 
 // This file continues a run whose chain another orchestrator (or this one
@@ -41,72 +41,69 @@ func foldResume(runID string, events []lctl.Event) *resumeState {
 	var st *openStep
 	for i := range events {
 		e := &events[i]
-		d := e.Data
-		switch e.Type {
-		case lctl.TypeStepStart:
-			st = &openStep{step: int(num(d, "step")), stepID: str(d, "step_id"), agent: e.Agent, started: time.Now(), resumed: true,
-				tokens: map[string]any{"input": 0, "output": 0}}
-			if _, raw := d["raw"]; raw {
+		switch x := xctevent.Parse(e).(type) {
+		case xctevent.StepStart:
+			st = &openStep{step: x.Step, stepID: x.StepID, agent: e.Agent, started: time.Now(), resumed: true}
+			if x.Invalid() {
 				st.invalid = true
 			} else {
-				st.ns = proposalFromData(d)
+				st.ns = proposalOf(x)
 				st.argsRedacted = wire.StepID(runID, st.step, st.ns.GetTool(), st.ns.GetArguments()) != st.stepID
 			}
 			rs.endMessage = ""
-		case lctl.TypeVerdict:
+		case xctevent.Verdict:
 			if st != nil {
-				st.verdict, st.verdictAgent = recordedVerdict(d), e.Agent
+				st.verdict, st.verdictAgent = recordedVerdict(x), e.Agent
 			}
-		case TypeApprovalRequested:
+		case xctevent.ApprovalRequested:
 			if st != nil {
 				st.approvalRequested = true
-				st.approvalExpires, _ = time.Parse(time.RFC3339Nano, str(d, "expires_at"))
+				st.approvalExpires, _ = time.Parse(time.RFC3339Nano, x.ExpiresAt)
 			}
-		case TypeApprovalDecided:
+		case xctevent.ApprovalDecided:
 			if st != nil {
-				st.decided = str(d, "decision")
+				st.decided = x.Decision
 			}
-		case TypeStepInDoubt:
+		case xctevent.StepInDoubt:
 			if st != nil {
 				st.doubtRecorded = true // the run waits for the step's record
 			}
-		case lctl.TypeToolCall:
+		case xctevent.ToolCall:
 			if st != nil {
-				st.outcome, st.summary = "success", "ok"
+				st.outcome, st.summary = xctevent.OutcomeSuccess, "ok"
 			}
-		case lctl.TypeError:
-			ee := errorFromData(d)
+		case xctevent.Error:
+			ee := errorSignal(x)
 			switch {
 			case st == nil:
 				rs.endMessage = ee.GetMessage() // a budget or the model's endpoint ended the run
 			case st.invalid:
 				st.errorRecorded = true
 			case st.verdict.GetDecision() == xctv1.VerdictDecision_VERDICT_DECISION_ALLOW:
-				st.outcome, st.summary = "error", ee.GetCode()+": "+ee.GetMessage()
+				st.outcome, st.summary = xctevent.OutcomeError, ee.GetCode()+": "+ee.GetMessage()
 				if unknownOutcome(ee) {
 					st.inDoubt = ee
 				}
 			default:
-				st.outcome, st.summary = "denied", ee.GetCode()+": "+ee.GetMessage()
+				st.outcome, st.summary = xctevent.OutcomeDenied, ee.GetCode()+": "+ee.GetMessage()
 				if st.verdict != nil {
 					st.verdict.Error = ee
 				}
 			}
-		case lctl.TypeStepEnd:
+		case xctevent.StepEnd:
 			if st == nil {
 				continue
 			}
-			if tok, ok := d["tokens"].(map[string]any); ok {
-				rs.tokensIn += num(tok, "input")
-				rs.tokensOut += num(tok, "output")
+			if x.Tokens != nil {
+				rs.tokensIn += x.Tokens.Input
+				rs.tokensOut += x.Tokens.Output
 			}
-			outcome := str(d, "outcome")
-			if outcome == "success" {
+			if x.Outcome == xctevent.OutcomeSuccess {
 				rs.consecutiveErrors = 0
 			} else {
 				rs.consecutiveErrors++
 			}
-			if outcome == "invalid" {
+			if x.Outcome == xctevent.OutcomeInvalid {
 				rs.invalidInARow++
 			} else {
 				rs.invalidInARow = 0
@@ -125,27 +122,13 @@ func foldResume(runID string, events []lctl.Event) *resumeState {
 	return rs
 }
 
-// proposalFromData reads a step_start's proposal back.
-func proposalFromData(d map[string]any) *xctv1.NextStep {
-	args, _ := d["arguments"].(map[string]any)
-	sargs, err := structpb.NewStruct(args)
-	if err != nil || sargs == nil {
-		sargs = &structpb.Struct{Fields: map[string]*structpb.Value{}}
-	}
-	ns := &xctv1.NextStep{Tool: str(d, "tool"), Arguments: sargs, Goal: str(d, "intent")}
-	if c, ok := d["confidence"].(float64); ok {
-		ns.Confidence = &c
-	}
-	return ns
-}
-
 // recordedVerdict reads a verdict event back, with what the loop acts on:
 // ends_run, and an error signal for a refusal (its message is replaced by
 // the error event's when that is on the chain too).
-func recordedVerdict(d map[string]any) *xctv1.Verdict {
-	v := verdictFromData(d)
-	v.EndsRun, _ = d["ends_run"].(bool)
-	if code := str(d, "code"); code != "" && v.GetDecision() != xctv1.VerdictDecision_VERDICT_DECISION_ALLOW {
+func recordedVerdict(x xctevent.Verdict) *xctv1.Verdict {
+	v := verdictOf(x)
+	v.EndsRun = x.EndsRun
+	if code := x.Code; code != "" && v.GetDecision() != xctv1.VerdictDecision_VERDICT_DECISION_ALLOW {
 		msgs := make([]string, 0, len(v.GetReasons()))
 		for _, r := range v.GetReasons() {
 			msgs = append(msgs, r.GetMessage())
@@ -246,12 +229,7 @@ func (s *Service) resume(parent context.Context, id string, rev uint64, reason, 
 	s.active[id] = r
 	s.mu.Unlock()
 	s.runs.put(view)
-	err = r.record(TypeRunResumed, agentOrchestrator, map[string]any{
-		"instance":       s.instance,
-		"previous_owner": previous,
-		"reason":         reason,
-		"step":           at,
-	})
+	err = r.record(agentOrchestrator, xctevent.RunResumed{Instance: s.instance, PreviousOwner: previous, Reason: reason, Step: at})
 	if err != nil {
 		s.mu.Lock()
 		delete(s.active, id)
@@ -272,11 +250,11 @@ func (s *Service) resume(parent context.Context, id string, rev uint64, reason, 
 // another replica. If the event cannot be recorded the key is left to
 // expire, which hands the run over too, later.
 func (r *run) handOver(why string) {
-	data := map[string]any{"instance": r.svc.instance, "reason": "the orchestrator is stopping", "step": r.at}
+	data := xctevent.RunReleased{Instance: r.svc.instance, Reason: "the orchestrator is stopping", Step: r.at}
 	if why != "" {
-		data["reason"] = why
+		data.Reason = why
 	}
-	if err := r.record(TypeRunReleased, agentOrchestrator, data); err != nil {
+	if err := r.record(agentOrchestrator, data); err != nil {
 		r.log.Error("could not record the hand-over; the run's claim will expire instead", "run", r.id, "err", err)
 		return
 	}

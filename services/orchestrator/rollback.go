@@ -13,14 +13,12 @@ import (
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/wire"
-	"github.com/xct-dev/xct/lctl"
+	"github.com/xct-dev/xct/lctl/xctevent"
 )
 
 // Rollback events and the undo tool (docs/events.md).
 const (
-	TypeRollbackStarted  = "rollback_started"
-	TypeRollbackFinished = "rollback_finished"
-	undoTool             = "xct.undo"
+	undoTool = "xct.undo"
 )
 
 // RollbackRun implements OrchestratorService.
@@ -102,11 +100,11 @@ func (s *Service) RollbackRun(ctx context.Context, req *xctv1.RollbackRunRequest
 		s.mu.Unlock()
 	}()
 
-	numbers := make([]any, 0, len(targets))
+	numbers := make([]int, 0, len(targets))
 	for _, st := range targets {
 		numbers = append(numbers, int(st.GetNumber()))
 	}
-	if err := r.record(TypeRollbackStarted, principal, map[string]any{"principal": principal, "to_step": int(req.GetToStep()), "steps": numbers}); err != nil {
+	if err := r.record(principal, xctevent.RollbackStarted{Principal: principal, ToStep: int(req.GetToStep()), Steps: numbers}); err != nil {
 		return nil, toStatus(err)
 	}
 	resp := &xctv1.RollbackRunResponse{Status: "done"}
@@ -126,11 +124,11 @@ func (s *Service) RollbackRun(ctx context.Context, req *xctv1.RollbackRunRequest
 		resp.Undone = append(resp.Undone, st.GetNumber())
 		next++
 	}
-	undoneNums := make([]any, 0, len(resp.GetUndone()))
+	undoneNums := make([]int, 0, len(resp.GetUndone()))
 	for _, n := range resp.GetUndone() {
 		undoneNums = append(undoneNums, int(n))
 	}
-	if err := r.record(TypeRollbackFinished, principal, map[string]any{"status": resp.GetStatus(), "message": resp.GetMessage(), "undone": undoneNums}); err != nil {
+	if err := r.record(principal, xctevent.RollbackFinished{Status: resp.GetStatus(), Message: resp.GetMessage(), Undone: undoneNums}); err != nil {
 		return nil, toStatus(err)
 	}
 	s.log.Info("rollback", "run", id, "principal", principal, "status", resp.GetStatus(), "undone", len(resp.GetUndone()))
@@ -148,23 +146,22 @@ func (r *run) undoStep(step int, target *xctv1.Step) (string, error) {
 	ns := &xctv1.NextStep{Tool: undoTool, Arguments: args, Goal: fmt.Sprintf("roll back step %d (%s)", target.GetNumber(), target.GetProposal().GetTool())}
 	stepID := wire.StepID(r.id, step, undoTool, args)
 	started := time.Now()
-	if err := r.record(lctl.TypeStepStart, r.principal, map[string]any{
-		"step": step, "step_id": stepID, "intent": ns.GetGoal(), "input_summary": undoTool + " step=" + fmt.Sprint(target.GetNumber()),
-		"tool": undoTool, "arguments": args.AsMap(),
+	if err := r.record(r.principal, xctevent.StepStart{
+		Step: step, StepID: stepID, Intent: ns.GetGoal(), InputSummary: undoTool + " step=" + fmt.Sprint(target.GetNumber()),
+		Tool: undoTool, Arguments: args.AsMap(),
 	}); err != nil {
 		return "", err
 	}
 	r.startStep(stepID, undoTool)
 	defer r.endStep()
 	verdict, agent := r.validateSystem(step, stepID, ns)
-	if err := r.record(lctl.TypeVerdict, agent, verdictData(step, stepID, undoTool, verdict)); err != nil {
+	if err := r.record(agent, verdictEvent(step, stepID, undoTool, verdict)); err != nil {
 		return "", err
 	}
 	end := func(outcome, summary string) error {
 		r.stepResult(outcome, summary)
-		return r.record(lctl.TypeStepEnd, r.principal, map[string]any{
-			"step": step, "step_id": stepID, "outcome": outcome, "output_summary": summary,
-			"duration_ms": float64(time.Since(started).Microseconds()) / 1000,
+		return r.record(r.principal, xctevent.StepEnd{
+			Step: step, StepID: stepID, Outcome: outcome, OutputSummary: summary, DurationMS: durationMS(time.Since(started)),
 		})
 	}
 	if verdict.GetDecision() != xctv1.VerdictDecision_VERDICT_DECISION_ALLOW {
@@ -173,10 +170,10 @@ func (r *run) undoStep(step int, target *xctv1.Step) (string, error) {
 			e = wire.Errorf(wire.CodePolicyDenied, "the validator did not allow the undo")
 		}
 		msg := fmt.Sprintf("undo of step %d refused: %s: %s", target.GetNumber(), e.GetCode(), e.GetMessage())
-		if err := r.record(lctl.TypeError, agent, errorData(step, stepID, e)); err != nil {
+		if err := r.record(agent, errorEvent(step, stepID, e)); err != nil {
 			return "", err
 		}
-		return msg, end("denied", msg)
+		return msg, end(xctevent.OutcomeDenied, msg)
 	}
 	res, execErr := r.execute(step, stepID, ns, verdict)
 	if execErr == nil && res.GetResponse().GetError() != nil {
@@ -184,17 +181,13 @@ func (r *run) undoStep(step int, target *xctv1.Step) (string, error) {
 	}
 	if execErr != nil {
 		msg := fmt.Sprintf("undo of step %d failed: %s: %s", target.GetNumber(), execErr.GetCode(), execErr.GetMessage())
-		if err := r.record(lctl.TypeError, agentExecutor, errorData(step, stepID, execErr)); err != nil {
+		if err := r.record(agentExecutor, errorEvent(step, stepID, execErr)); err != nil {
 			return "", err
 		}
-		return msg, end("error", msg)
+		return msg, end(xctevent.OutcomeError, msg)
 	}
-	if err := r.record(lctl.TypeToolCall, agentExecutor, map[string]any{
-		"step": step, "step_id": stepID, "tool": undoTool, "input": args.AsMap(),
-		"output":      res.GetResponse().GetSuccess().GetResult().AsInterface(),
-		"duration_ms": float64(res.GetDuration().AsDuration().Microseconds()) / 1000, "status": "success",
-	}); err != nil {
+	if err := r.record(agentExecutor, toolCallEvent(step, stepID, undoTool, args, res)); err != nil {
 		return "", err
 	}
-	return "", end("success", "ok")
+	return "", end(xctevent.OutcomeSuccess, "ok")
 }

@@ -17,7 +17,7 @@ import (
 	"github.com/xct-dev/xct/internal/eventlog"
 	"github.com/xct-dev/xct/internal/redact"
 	"github.com/xct-dev/xct/internal/wire"
-	"github.com/xct-dev/xct/lctl"
+	"github.com/xct-dev/xct/lctl/xctevent"
 )
 
 // Agent names recorded on events the system itself causes.
@@ -103,12 +103,12 @@ var errLogLost = errors.New("event log unavailable")
 
 // record appends one event and folds it into the run's views. Appends use
 // their own deadline: a cancelled run still records how it ended.
-func (r *run) record(eventType, agent string, data map[string]any) error {
+func (r *run) record(agent string, ev xctevent.Event) error {
 	r.recording.Lock()
 	defer r.recording.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), r.svc.cfg.AppendTimeout)
 	defer cancel()
-	e, err := r.writer.Append(ctx, eventType, agent, r.redactEvent(eventType, data))
+	e, err := r.writer.Append(ctx, ev.Type(), agent, r.redactEvent(ev.Type(), ev.Data()))
 	if err != nil {
 		return fmt.Errorf("%w: %w", errLogLost, err)
 	}
@@ -222,7 +222,7 @@ func (r *run) steps() (status, message string) {
 		} else {
 			if step > r.maxSteps {
 				e := wire.Errorf(wire.CodeBudgetExceeded, "the run's step budget of %d is used up", r.maxSteps)
-				if err := r.record(lctl.TypeError, agentOrchestrator, errorData(step, "", e)); err != nil {
+				if err := r.record(agentOrchestrator, errorEvent(step, "", e)); err != nil {
 					if status, message, ok := r.stopped(err); ok {
 						return status, message
 					}
@@ -291,12 +291,12 @@ func (r *run) iterate(step int) (iterationOutcome, error) {
 		// The model endpoint failed: that is not model output, and there are
 		// no implicit retries. Record it and end the run.
 		e := wire.Errorf(wire.CodeGenerationFailed, "model %s did not answer: %v", r.proposer.Name(), err)
-		if rerr := r.record(lctl.TypeError, r.proposer.Name(), errorData(step, "", e)); rerr != nil {
+		if rerr := r.record(r.proposer.Name(), errorEvent(step, "", e)); rerr != nil {
 			return iterationOutcome{}, rerr
 		}
 		return iterationOutcome{}, fmt.Errorf("model %s did not answer: %w", r.proposer.Name(), err)
 	}
-	tokens := map[string]any{"input": resp.GetUsage().GetInputTokens(), "output": resp.GetUsage().GetOutputTokens()}
+	tokens := xctevent.Tokens{Input: resp.GetUsage().GetInputTokens(), Output: resp.GetUsage().GetOutputTokens()}
 	r.tokensIn += resp.GetUsage().GetInputTokens()
 	r.tokensOut += resp.GetUsage().GetOutputTokens()
 	agent := r.proposer.Name()
@@ -311,19 +311,11 @@ func (r *run) iterate(step int) (iterationOutcome, error) {
 	ns := decision.GetNextStep()
 	stepID := wire.StepID(r.id, step, ns.GetTool(), ns.GetArguments())
 	r.svc.log.Debug("step proposed", "run", r.id, "step", step, "tool", ns.GetTool())
-	proposed := map[string]any{
-		"step":          step,
-		"step_id":       stepID,
-		"intent":        ns.GetGoal(),
-		"input_summary": summarizeProposal(ns),
-		"tool":          ns.GetTool(),
-		"arguments":     ns.GetArguments().AsMap(),
-		"model":         resp.GetModel(),
+	proposed := xctevent.StepStart{
+		Step: step, StepID: stepID, Intent: ns.GetGoal(), InputSummary: summarizeProposal(ns),
+		Tool: ns.GetTool(), Arguments: ns.GetArguments().AsMap(), Model: resp.GetModel(), Confidence: ns.Confidence,
 	}
-	if ns.Confidence != nil {
-		proposed["confidence"] = ns.GetConfidence()
-	}
-	if err := r.record(lctl.TypeStepStart, agent, proposed); err != nil {
+	if err := r.record(agent, proposed); err != nil {
 		return iterationOutcome{}, err
 	}
 	return r.finishStep(&openStep{step: step, stepID: stepID, ns: ns, agent: agent, tokens: tokens, started: started})
@@ -337,7 +329,7 @@ type openStep struct {
 	stepID  string
 	ns      *xctv1.NextStep
 	agent   string
-	tokens  map[string]any
+	tokens  xctevent.Tokens
 	started time.Time
 
 	invalid           bool           // the model's output was not a decision
@@ -367,7 +359,7 @@ func (r *run) finishStep(st *openStep) (iterationOutcome, error) {
 	verdict, verdictAgent := st.verdict, st.verdictAgent
 	if verdict == nil {
 		verdict, verdictAgent = r.validate(step, stepID, ns)
-		if err := r.record(lctl.TypeVerdict, verdictAgent, verdictData(step, stepID, ns.GetTool(), verdict)); err != nil {
+		if err := r.record(verdictAgent, verdictEvent(step, stepID, ns.GetTool(), verdict)); err != nil {
 			return iterationOutcome{}, err
 		}
 	}
@@ -413,20 +405,12 @@ func (r *run) finishStep(st *openStep) (iterationOutcome, error) {
 			if unknownOutcome(execErr) {
 				inDoubt = execErr
 			}
-			if err := r.record(lctl.TypeError, agentExecutor, errorData(step, stepID, execErr)); err != nil {
+			if err := r.record(agentExecutor, errorEvent(step, stepID, execErr)); err != nil {
 				return iterationOutcome{}, err
 			}
 		} else {
 			summary = "ok"
-			if err := r.record(lctl.TypeToolCall, agentExecutor, map[string]any{
-				"step":        step,
-				"step_id":     stepID,
-				"tool":        ns.GetTool(),
-				"input":       ns.GetArguments().AsMap(),
-				"output":      res.GetResponse().GetSuccess().GetResult().AsInterface(),
-				"duration_ms": float64(res.GetDuration().AsDuration().Microseconds()) / 1000,
-				"status":      "success",
-			}); err != nil {
+			if err := r.record(agentExecutor, toolCallEvent(step, stepID, ns.GetTool(), ns.GetArguments(), res)); err != nil {
 				return iterationOutcome{}, err
 			}
 		}
@@ -436,19 +420,12 @@ func (r *run) finishStep(st *openStep) (iterationOutcome, error) {
 			e = wire.Errorf(wire.CodePolicyDenied, "the validator did not allow this step")
 		}
 		outcome, summary = "denied", e.GetCode()+": "+e.GetMessage()
-		if err := r.record(lctl.TypeError, verdictAgent, errorData(step, stepID, e)); err != nil {
+		if err := r.record(verdictAgent, errorEvent(step, stepID, e)); err != nil {
 			return iterationOutcome{}, err
 		}
 	}
 	r.stepResult(outcome, summary)
-	if err := r.record(lctl.TypeStepEnd, agent, map[string]any{
-		"step":           step,
-		"step_id":        stepID,
-		"outcome":        outcome,
-		"output_summary": summary,
-		"duration_ms":    float64(time.Since(st.started).Microseconds()) / 1000,
-		"tokens":         st.tokens,
-	}); err != nil {
+	if err := r.record(agent, st.end(outcome, summary)); err != nil {
 		return iterationOutcome{}, err
 	}
 	if verdict.GetEndsRun() {
@@ -474,17 +451,11 @@ func inDoubtMessage(runID string, step int, stepID string, e *xctv1.Error) strin
 func (r *run) finishInvalid(st *openStep) error {
 	e := wire.Errorf(wire.CodeGenerationFailed, "the model's output was not a decision")
 	if !st.errorRecorded {
-		if err := r.record(lctl.TypeError, st.agent, errorData(st.step, "", e)); err != nil {
+		if err := r.record(st.agent, errorEvent(st.step, "", e)); err != nil {
 			return err
 		}
 	}
-	return r.record(lctl.TypeStepEnd, st.agent, map[string]any{
-		"step":           st.step,
-		"outcome":        "invalid",
-		"output_summary": e.GetMessage(),
-		"duration_ms":    float64(time.Since(st.started).Microseconds()) / 1000,
-		"tokens":         st.tokens,
-	})
+	return r.record(st.agent, st.end(xctevent.OutcomeInvalid, e.GetMessage()))
 }
 
 // unknownOutcome reports whether an error leaves open whether the step
@@ -502,31 +473,21 @@ func unknownOutcome(e *xctv1.Error) bool {
 
 // recordInvalid records model output that is not a decision: it goes back
 // to the model as an error signal.
-func (r *run) recordInvalid(step int, agent, raw string, perr error, tokens map[string]any, started time.Time) error {
+func (r *run) recordInvalid(step int, agent, raw string, perr error, tokens xctevent.Tokens, started time.Time) error {
 	const keep = 4096
 	shown := raw
 	if len(shown) > keep {
 		shown = shown[:keep] + "…(truncated)"
 	}
-	if err := r.record(lctl.TypeStepStart, agent, map[string]any{
-		"step":          step,
-		"intent":        "",
-		"input_summary": "invalid model output",
-		"raw":           shown,
-	}); err != nil {
+	if err := r.record(agent, xctevent.StepStart{Step: step, InputSummary: "invalid model output", Raw: &shown}); err != nil {
 		return err
 	}
 	e := wire.Errorf(wire.CodeGenerationFailed, "%v", perr)
-	if err := r.record(lctl.TypeError, agent, errorData(step, "", e)); err != nil {
+	if err := r.record(agent, errorEvent(step, "", e)); err != nil {
 		return err
 	}
-	return r.record(lctl.TypeStepEnd, agent, map[string]any{
-		"step":           step,
-		"outcome":        "invalid",
-		"output_summary": e.GetMessage(),
-		"duration_ms":    float64(time.Since(started).Microseconds()) / 1000,
-		"tokens":         tokens,
-	})
+	st := &openStep{step: step, tokens: tokens, started: started}
+	return r.record(agent, st.end(xctevent.OutcomeInvalid, e.GetMessage()))
 }
 
 // validate asks the validator. A validator that cannot be asked, or that
@@ -576,11 +537,9 @@ func (r *run) execute(step int, stepID string, ns *xctv1.NextStep, v *xctv1.Verd
 
 // finishErr records the run's end.
 func (r *run) finishErr(status, message string) error {
-	err := r.record(lctl.TypeRunFinished, agentOrchestrator, map[string]any{
-		"status":  status,
-		"message": message,
-		"steps":   len(r.transcript.turns),
-		"tokens":  map[string]any{"input": r.tokensIn, "output": r.tokensOut},
+	err := r.record(agentOrchestrator, xctevent.RunFinished{
+		Status: status, Message: message, Steps: len(r.transcript.turns),
+		Tokens: xctevent.Tokens{Input: r.tokensIn, Output: r.tokensOut},
 	})
 	if err != nil {
 		r.log.Error("run ended but its end could not be recorded", "run", r.id, "status", status, "message", message, "err", err)

@@ -30,6 +30,7 @@ import (
 	"github.com/xct-dev/xct/internal/grpcx"
 	"github.com/xct-dev/xct/internal/redact"
 	"github.com/xct-dev/xct/lctl"
+	"github.com/xct-dev/xct/lctl/xctevent"
 )
 
 // Service is the orchestrator.
@@ -329,14 +330,9 @@ func (s *Service) startRun(ctx context.Context, req *xctv1.StartRunRequest) (*ru
 		return nil, err
 	}
 	r.lease.set(rev)
-	err = r.record(lctl.TypeRunStarted, agentOrchestrator, map[string]any{
-		"run_id":    id,
-		"goal":      req.GetGoal(),
-		"model":     req.GetModel(),
-		"principal": principal,
-		"roles":     roles,
-		"labels":    req.GetLabels(),
-		"max_steps": maxSteps,
+	err = r.record(agentOrchestrator, xctevent.RunStarted{
+		RunID: id, Goal: req.GetGoal(), Model: req.GetModel(), Principal: principal,
+		Roles: roles, Labels: req.GetLabels(), MaxSteps: maxSteps,
 	})
 	if err != nil {
 		s.mu.Lock()
