@@ -21,6 +21,7 @@ import (
 
 	"github.com/xct-dev/xct/lctl"
 	"github.com/xct-dev/xct/lctl/checkpoint"
+	"github.com/xct-dev/xct/lctl/xctevent"
 )
 
 // Line renders an event the way `lctl replay` prints it, as the spec does:
@@ -233,6 +234,9 @@ func Summarize(e *lctl.Event) (subject, detail string) {
 		if k := s("key"); k != "" {
 			add("key %s", k)
 		}
+	case xctevent.TypeApprovalRequested, xctevent.TypeApprovalDecided, xctevent.TypeStepInDoubt,
+		xctevent.TypeRunReleased, xctevent.TypeRunResumed, xctevent.TypeRollbackStarted, xctevent.TypeRollbackFinished:
+		subject, parts = summarizeXCT(e, parts)
 	default:
 		// A type this reader does not know: kept, and shown as it is.
 		if len(d) > 0 {
@@ -242,6 +246,63 @@ func Summarize(e *lctl.Event) (subject, detail string) {
 		}
 	}
 	return subject, strings.Join(parts, ", ")
+}
+
+// summarizeXCT describes XCT's own extension events (lctl/xctevent), which
+// are not LCTL core types but not unknown either.
+func summarizeXCT(e *lctl.Event, parts []string) (string, []string) {
+	add := func(format string, args ...any) { parts = append(parts, fmt.Sprintf(format, args...)) }
+	subject := ""
+	switch x := xctevent.Parse(e).(type) {
+	case xctevent.ApprovalRequested:
+		subject = x.Tool
+		add("step %d waits for a human", x.Step)
+		if x.ExpiresAt != "" {
+			add("expires %s", x.ExpiresAt)
+		}
+	case xctevent.ApprovalDecided:
+		subject = x.Decision
+		if x.By != "" {
+			add("by %s", x.By)
+		}
+		if x.Reason != "" {
+			add("%s", clip(oneLine(x.Reason), 60))
+		}
+		add("step %d", x.Step)
+	case xctevent.StepInDoubt:
+		subject = x.Tool
+		add("step %d in doubt", x.Step)
+		if x.Reason != "" {
+			add("%s", clip(oneLine(x.Reason), 60))
+		}
+	case xctevent.RunReleased:
+		subject = x.Instance
+		add("released at step %d", x.Step)
+		if x.Reason != "" {
+			add("%s", clip(oneLine(x.Reason), 60))
+		}
+	case xctevent.RunResumed:
+		subject = x.Instance
+		add("resumed at step %d", x.Step)
+		if x.PreviousOwner != "" {
+			add("from %s", x.PreviousOwner)
+		}
+		if x.Reason != "" {
+			add("%s", x.Reason)
+		}
+	case xctevent.RollbackStarted:
+		add("%d %s to undo", len(x.Steps), plural(len(x.Steps), "step", "steps"))
+		if x.Principal != "" {
+			add("by %s", x.Principal)
+		}
+	case xctevent.RollbackFinished:
+		subject = x.Status
+		add("%d undone", len(x.Undone))
+		if x.Message != "" {
+			add("%s", clip(oneLine(x.Message), 60))
+		}
+	}
+	return subject, parts
 }
 
 func plural(n int, one, many string) string {
