@@ -15,41 +15,34 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protojson"
 
-	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/lctl"
 )
 
+// Approval is one approval as the page shows it: the run it belongs to and
+// its JSON as the approvals' owner renders it (in XCT, the validator's
+// xct.v1.Approval in protojson; the tracer wires it).
+type Approval struct {
+	RunID string
+	JSON  json.RawMessage
+}
+
+// Decision is a decision on one pending approval.
+type Decision struct {
+	RunID string
+	// Step is the step number or the step id.
+	Step     string
+	Approve  bool
+	Approver string
+	Reason   string
+}
+
 // Approvals lists and decides approvals: the validator's, in a cluster.
-// The context carries the caller's credentials as outgoing gRPC metadata.
+// The context carries the caller's credentials as outgoing gRPC metadata;
+// errors are gRPC statuses (grpcError maps them to the API's).
 type Approvals interface {
-	List(ctx context.Context, runID string, all bool) ([]*xctv1.Approval, error)
-	Decide(ctx context.Context, req *xctv1.DecideApprovalRequest) (*xctv1.Approval, error)
-}
-
-// ValidatorApprovals are the approvals of a validator, through its gRPC
-// API: the same path `xct approve` takes.
-type ValidatorApprovals struct {
-	Client xctv1.ValidatorServiceClient
-}
-
-// List implements Approvals.
-func (v ValidatorApprovals) List(ctx context.Context, runID string, all bool) ([]*xctv1.Approval, error) {
-	resp, err := v.Client.ListApprovals(ctx, &xctv1.ListApprovalsRequest{RunId: runID, All: all})
-	if err != nil {
-		return nil, err
-	}
-	return resp.GetApprovals(), nil
-}
-
-// Decide implements Approvals.
-func (v ValidatorApprovals) Decide(ctx context.Context, req *xctv1.DecideApprovalRequest) (*xctv1.Approval, error) {
-	resp, err := v.Client.DecideApproval(ctx, req)
-	if err != nil {
-		return nil, err
-	}
-	return resp.GetApproval(), nil
+	List(ctx context.Context, runID string, all bool) ([]Approval, error)
+	Decide(ctx context.Context, d Decision) (Approval, error)
 }
 
 // csrfHeader must be on every POST: a cross-site form cannot set it.
@@ -69,41 +62,36 @@ func outgoing(r *http.Request) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, validatorTimeout)
 }
 
-var approvalJSON = protojson.MarshalOptions{UseProtoNames: false, EmitUnpopulated: false}
+// approvalList renders approvals as a JSON array of their own JSON.
+type approvalList []Approval
 
-// protoList is a list of approvals rendered with protojson inside a plain
-// JSON object.
-type protoList []*xctv1.Approval
-
-func (l protoList) MarshalJSON() ([]byte, error) {
+func (l approvalList) MarshalJSON() ([]byte, error) {
 	var b bytes.Buffer
 	b.WriteByte('[')
 	for i, a := range l {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		raw, err := approvalJSON.Marshal(a)
-		if err != nil {
-			return nil, fmt.Errorf("encode approval: %w", err)
+		if !json.Valid(a.JSON) {
+			return nil, fmt.Errorf("encode approval of run %s: not JSON", a.RunID)
 		}
-		b.Write(raw)
+		b.Write(a.JSON)
 	}
 	b.WriteByte(']')
 	return b.Bytes(), nil
 }
 
-// protoOne is one approval rendered with protojson.
-type protoOne struct{ a *xctv1.Approval }
+// approvalOne renders one approval (null when it has no JSON).
+type approvalOne struct{ a Approval }
 
-func (p protoOne) MarshalJSON() ([]byte, error) {
-	if p.a == nil {
+func (p approvalOne) MarshalJSON() ([]byte, error) {
+	if len(p.a.JSON) == 0 {
 		return []byte("null"), nil
 	}
-	raw, err := approvalJSON.Marshal(p.a)
-	if err != nil {
-		return nil, fmt.Errorf("encode approval: %w", err)
+	if !json.Valid(p.a.JSON) {
+		return nil, fmt.Errorf("encode approval of run %s: not JSON", p.a.RunID)
 	}
-	return raw, nil
+	return p.a.JSON, nil
 }
 
 func (h *Handler) noApprovals() error {
@@ -135,7 +123,7 @@ func (h *Handler) approvals(_ http.ResponseWriter, r *http.Request) (any, error)
 	if err != nil {
 		return nil, grpcError(err)
 	}
-	return map[string]any{"approvals": protoList(list)}, nil
+	return map[string]any{"approvals": approvalList(list)}, nil
 }
 
 // pendingByRun counts pending approvals per run (none without approvals,
@@ -153,7 +141,7 @@ func (h *Handler) pendingByRun(r *http.Request) map[string]int {
 		return out
 	}
 	for _, a := range list {
-		out[a.GetRunId()]++
+		out[a.RunID]++
 	}
 	return out
 }
@@ -206,13 +194,13 @@ func (h *Handler) decide(w http.ResponseWriter, r *http.Request) (any, error) {
 	}
 	ctx, cancel := outgoing(r)
 	defer cancel()
-	a, err := h.opts.Approvals.Decide(ctx, &xctv1.DecideApprovalRequest{
-		RunId: req.RunID, Step: step, Approve: *req.Approve, Approver: req.Approver, Reason: req.Reason,
+	a, err := h.opts.Approvals.Decide(ctx, Decision{
+		RunID: req.RunID, Step: step, Approve: *req.Approve, Approver: req.Approver, Reason: req.Reason,
 	})
 	if err != nil {
 		return nil, grpcError(err)
 	}
-	return map[string]any{"approval": protoOne{a}}, nil
+	return map[string]any{"approval": approvalOne{a}}, nil
 }
 
 // stepArg reads a step given as a number or a string (number or step id).

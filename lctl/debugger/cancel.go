@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"strings"
 
-	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/lctl"
 )
 
@@ -22,18 +21,6 @@ const ActionCancel = "cancel"
 // orchestrator applies its own rule (an operator, or the run's owner).
 type Runs interface {
 	Cancel(ctx context.Context, runID, reason string) error
-}
-
-// OrchestratorRuns cancels through an orchestrator's gRPC API: the same
-// path `xct cancel` takes.
-type OrchestratorRuns struct {
-	Client xctv1.OrchestratorServiceClient
-}
-
-// Cancel implements Runs.
-func (o OrchestratorRuns) Cancel(ctx context.Context, runID, reason string) error {
-	_, err := o.Client.CancelRun(ctx, &xctv1.CancelRunRequest{RunId: runID, Reason: reason})
-	return err
 }
 
 type cancelRequest struct {

@@ -17,9 +17,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
-	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/lctl"
 	"github.com/xct-dev/xct/lctl/analysis"
 	"github.com/xct-dev/xct/lctl/debugger"
@@ -819,25 +817,35 @@ func TestFileSourceHasNothingLive(t *testing.T) {
 // test/e2e).
 type recordingApprovals struct {
 	auth []string
-	req  *xctv1.DecideApprovalRequest
+	req  *debugger.Decision
 	err  error
 }
 
-func (r *recordingApprovals) List(ctx context.Context, runID string, all bool) ([]*xctv1.Approval, error) {
-	md, _ := metadata.FromOutgoingContext(ctx)
-	r.auth = append(r.auth, md.Get("authorization")...)
-	return []*xctv1.Approval{{RunId: "run-a", Step: 2, StepId: "s2", Preview: &xctv1.Preview{Kind: "diff", Content: "+" + xss},
-		State: xctv1.ApprovalState_APPROVAL_STATE_PENDING, RequestedAt: timestamppb.New(time.Unix(0, 0))}}, nil
+// approvalJSON is an approval as the validator renders it (protojson).
+func approvalJSON(t map[string]any) debugger.Approval {
+	raw, err := json.Marshal(t)
+	if err != nil {
+		panic(err)
+	}
+	return debugger.Approval{RunID: t["runId"].(string), JSON: raw}
 }
 
-func (r *recordingApprovals) Decide(ctx context.Context, req *xctv1.DecideApprovalRequest) (*xctv1.Approval, error) {
+func (r *recordingApprovals) List(ctx context.Context, runID string, all bool) ([]debugger.Approval, error) {
 	md, _ := metadata.FromOutgoingContext(ctx)
 	r.auth = append(r.auth, md.Get("authorization")...)
-	r.req = req
+	return []debugger.Approval{approvalJSON(map[string]any{"runId": "run-a", "step": 2, "stepId": "s2",
+		"preview": map[string]any{"kind": "diff", "content": "+" + xss},
+		"state":   "APPROVAL_STATE_PENDING", "requestedAt": "1970-01-01T00:00:00Z"})}, nil
+}
+
+func (r *recordingApprovals) Decide(ctx context.Context, d debugger.Decision) (debugger.Approval, error) {
+	md, _ := metadata.FromOutgoingContext(ctx)
+	r.auth = append(r.auth, md.Get("authorization")...)
+	r.req = &d
 	if r.err != nil {
-		return nil, r.err
+		return debugger.Approval{}, r.err
 	}
-	return &xctv1.Approval{RunId: req.RunId, Step: 2, State: xctv1.ApprovalState_APPROVAL_STATE_APPROVED, DecidedBy: req.Approver}, nil
+	return approvalJSON(map[string]any{"runId": d.RunID, "step": 2, "state": "APPROVAL_STATE_APPROVED", "decidedBy": d.Approver}), nil
 }
 
 func TestApprovalsProxy(t *testing.T) {
@@ -881,11 +889,11 @@ func TestApprovalsProxy(t *testing.T) {
 	if r.status != 200 || dec.Approval["state"] != "APPROVAL_STATE_APPROVED" || dec.Approval["decidedBy"] != "bob" {
 		t.Fatalf("decide: %d %s", r.status, r.body)
 	}
-	if rec.req.GetRunId() != "run-a" || rec.req.GetStep() != "2" || !rec.req.GetApprove() || rec.auth[len(rec.auth)-1] != "Bearer tok-2" {
+	if rec.req.RunID != "run-a" || rec.req.Step != "2" || !rec.req.Approve || rec.auth[len(rec.auth)-1] != "Bearer tok-2" {
 		t.Fatalf("validator asked %+v with %v", rec.req, rec.auth)
 	}
 	r = post(`{"run_id":"run-a","step":"s2","approve":false,"reason":"no"}`, csrf)
-	if r.status != 200 || rec.req.GetStep() != "s2" || rec.req.GetApprove() {
+	if r.status != 200 || rec.req.Step != "s2" || rec.req.Approve {
 		t.Fatalf("deny by step id: %d %s %+v", r.status, r.body, rec.req)
 	}
 	for _, body := range []string{

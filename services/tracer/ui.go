@@ -29,7 +29,7 @@ func (s *Service) mountUI(mux *http.ServeMux) error {
 			return fmt.Errorf("debugger: validator: %w", err)
 		}
 		s.validator = conn
-		opts.Approvals = debugger.ValidatorApprovals{Client: xctv1.NewValidatorServiceClient(conn)}
+		opts.Approvals = validatorApprovals{client: xctv1.NewValidatorServiceClient(conn)}
 	}
 	if s.cfg.OrchestratorAddr != "" {
 		conn, err := grpcx.Dial(s.cfg.OrchestratorAddr, s.cfg.ValidatorDial...)
@@ -37,7 +37,7 @@ func (s *Service) mountUI(mux *http.ServeMux) error {
 			return fmt.Errorf("debugger: orchestrator: %w", err)
 		}
 		s.orchestrator = conn
-		opts.Runs = debugger.OrchestratorRuns{Client: xctv1.NewOrchestratorServiceClient(conn)}
+		opts.Runs = orchestratorRuns{client: xctv1.NewOrchestratorServiceClient(conn)}
 	}
 	h, err := debugger.New(opts)
 	if err != nil {
