@@ -14,9 +14,10 @@ import (
 
 // Streaming: a chain file read one event at a time, for files too large to
 // hold. The reader finds each element of the events array (a scan for
-// brackets and strings, nothing decoded), hands batches of them to a
-// decoder on every core and gives them to the caller in file order, never
-// holding more than a few batches. It reads the files XCT writes and any
+// brackets and strings, nothing decoded; in files of one event per line,
+// the newlines), hands batches of them to a decoder on every core and
+// gives them to the caller in file order, never holding more than a few
+// batches. It reads the files XCT writes and any
 // file in the same layout (lctl and chain before events); for anything it
 // would have to report or convert (an error, a warning, a key given twice,
 // chain after events) it stops with ErrStreamUnsupported, and the caller
@@ -495,9 +496,9 @@ func (s *scanner) header(opts StreamOptions) (*StreamHeader, error) {
 		d.keys = append(d.keys, key)
 		s.pos = end
 	}
-	// Only the spec's header keys may come first: anything else (state,
-	// extra sections) is fine after the events but not before, where
-	// Decode would order it differently in nothing we use; keep it simple.
+	// Only the spec's header keys may come before the events: other
+	// sections there (state, extras) send the file to the full read, which
+	// is rare and keeps this simple; after the events they are fine.
 	for _, k := range d.keys {
 		if k != "lctl" && k != "chain" {
 			return nil, ErrStreamUnsupported
