@@ -15,21 +15,24 @@ import (
 )
 
 // benchChains caches the generated chain files of the benchmarks, one per
-// size, for the life of the test binary.
-var benchChains sync.Map // int -> string
+// size and directory, for the life of the test binary.
+var benchChains sync.Map // "dir/n" -> path
 
 // benchChain returns the path of a generated workflow chain of n events
-// (lctltest.WriteWorkflow: sealed, a checkpoint every 500 events),
+// (lctltest.WriteWorkflow: sealed, a checkpoint every 500 events) in dir,
 // writing it the first time. LCTL_BENCH_DIR keeps the files between runs
-// (a million events take some 370 MB and 8 s to write).
-func benchChain(b *testing.B, n int) string {
+// (a million events take some 370 MB and 8 s to write); otherwise dir is
+// the calling benchmark's temporary directory, removed when it ends.
+func benchChain(b *testing.B, dir string, n int) string {
 	b.Helper()
-	if p, ok := benchChains.Load(n); ok {
-		return p.(string)
+	if env := os.Getenv("LCTL_BENCH_DIR"); env != "" {
+		dir = env
 	}
-	dir := os.Getenv("LCTL_BENCH_DIR")
-	if dir == "" {
-		dir = filepath.Join(os.TempDir(), fmt.Sprintf("xct-lctl-bench-%d", os.Getpid()))
+	key := fmt.Sprintf("%s/%d", dir, n)
+	if p, ok := benchChains.Load(key); ok {
+		if _, err := os.Stat(p.(string)); err == nil {
+			return p.(string)
+		}
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		b.Fatal(err)
@@ -50,7 +53,7 @@ func benchChain(b *testing.B, n int) string {
 			b.Fatal(err)
 		}
 	}
-	benchChains.Store(n, path)
+	benchChains.Store(key, path)
 	return path
 }
 
@@ -78,10 +81,11 @@ func BenchmarkCommand(b *testing.B) {
 		{"verify", func(int) []string { return []string{"verify"} }},
 		{"query", func(int) []string { return []string{"query", "SELECT * WHERE confidence >= 0.8"} }},
 	}
+	dir := b.TempDir() // the chains of all the sub-benchmarks, removed at the end
 	for _, c := range commands {
 		for _, s := range sizes {
 			b.Run(c.name+"/"+s.name, func(b *testing.B) {
-				path := benchChain(b, s.n)
+				path := benchChain(b, dir, s.n)
 				info, err := os.Stat(path)
 				if err != nil {
 					b.Fatal(err)
