@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unicode/utf8"
 )
 
@@ -63,6 +64,10 @@ type StreamEvent struct {
 	// StreamOptions.Hash asked for it; HashErr says why it could not be.
 	Computed string
 	HashErr  error
+	// Time is the parsed timestamp (ParseTime), TimeOK whether it parsed;
+	// parsed on the decoding cores.
+	Time   time.Time
+	TimeOK bool
 }
 
 // streamBatch is a run of consecutive events of the file.
@@ -219,6 +224,9 @@ func (b *streamBatch) decode(p *fastParser, hash bool) {
 			e.Hash, e.PrevHash = "", ""
 		}
 		b.events[i].Event = e
+		if e.Timestamp != "" {
+			b.events[i].Time, b.events[i].TimeOK = ParseTime(e.Timestamp)
+		}
 		if hash {
 			if err == nil {
 				b.events[i].Computed, b.events[i].HashErr = p.computedHash(&e)

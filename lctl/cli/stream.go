@@ -72,11 +72,10 @@ func (c *cmdContext) streamChain(o operand, hash bool, header func(id string), f
 			return errNoStream
 		}
 		if e.Timestamp != "" {
-			t, ok := lctl.ParseTime(e.Timestamp)
-			if !ok || (hasPrev && t.Before(prev)) {
+			if !e.TimeOK || (hasPrev && e.Time.Before(prev)) {
 				return errNoStream
 			}
-			prev, hasPrev = t, true
+			prev, hasPrev = e.Time, true
 		}
 		if err := fn(e); err != nil {
 			return err
