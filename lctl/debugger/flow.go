@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/xct-dev/xct/lctl"
+	"github.com/xct-dev/xct/lctl/xctevent"
 )
 
 // The flowchart model: steps as nodes with their verdicts, approvals, tool
@@ -98,6 +99,7 @@ type flowNode struct {
 	humanDenied bool
 	failed      bool // an error event or an error outcome
 	inDoubt     bool
+	doubtOpen   bool // a step_in_doubt not yet followed by the step's outcome
 	outcome     string
 	ended       bool
 }
@@ -225,26 +227,29 @@ func (n *flowNode) attach(e *lctl.Event) {
 	switch e.Type {
 	case lctl.TypeVerdict:
 		n.decision = str(e.Data, "decision")
-		if n.decision == "needs_approval" {
+		if n.decision == xctevent.DecisionNeedsApproval {
 			n.Gated = true
 		}
-	case "approval_requested":
+	case xctevent.TypeApprovalRequested:
 		n.Gated, n.requested = true, true
-	case "approval_decided":
+	case xctevent.TypeApprovalDecided:
 		n.requested = false
 		switch str(e.Data, "decision") {
-		case "approved":
+		case xctevent.ApprovalApproved:
 			n.approved = true
-		case "denied", "expired":
+		case xctevent.ApprovalDenied, xctevent.ApprovalExpired:
 			n.humanDenied = true
 		}
+	case xctevent.TypeStepInDoubt:
+		n.doubtOpen = true
 	case lctl.TypeError:
-		n.failed = true
+		n.failed, n.doubtOpen = true, false
 		if str(e.Data, "code") == "IN_DOUBT" {
 			n.inDoubt = true
 		}
 	case lctl.TypeToolCall:
-		if s := str(e.Data, "status"); s != "" && s != "success" {
+		n.doubtOpen = false
+		if s := str(e.Data, "status"); s != "" && s != xctevent.ToolCallSuccess {
 			n.failed = true
 		}
 	case lctl.TypeStepEnd:
@@ -265,16 +270,16 @@ func (n *flowNode) attach(e *lctl.Event) {
 // status is what the step's events say, most important first.
 func (n *flowNode) status() string {
 	switch {
-	case n.inDoubt:
+	case n.inDoubt || n.doubtOpen:
 		return statusInDoubt
-	case n.outcome == "cancelled":
+	case n.outcome == xctevent.OutcomeCancelled:
 		// The run was cancelled while the step was open: it did not run.
 		return statusCancelled
-	case n.outcome == "denied" || n.decision == "deny" || n.humanDenied:
+	case n.outcome == xctevent.OutcomeDenied || n.decision == xctevent.DecisionDeny || n.humanDenied:
 		return statusDenied
-	case n.outcome == "error" || n.outcome == "invalid" || (n.failed && n.outcome != "success"):
+	case n.outcome == xctevent.OutcomeError || n.outcome == xctevent.OutcomeInvalid || (n.failed && n.outcome != xctevent.OutcomeSuccess):
 		return statusError
-	case n.requested || (n.decision == "needs_approval" && !n.approved && !n.ended):
+	case n.requested || (n.decision == xctevent.DecisionNeedsApproval && !n.approved && !n.ended):
 		return statusNeedsApproval
 	case n.approved:
 		return statusApproved
@@ -323,7 +328,7 @@ func standaloneKind(t string) string {
 		return kindError
 	case lctl.TypeVerdict:
 		return kindVerdict
-	case "approval_requested", "approval_decided":
+	case xctevent.TypeApprovalRequested, xctevent.TypeApprovalDecided:
 		return kindApproval
 	case lctl.TypeFactAdded, lctl.TypeFactModified:
 		return kindFact
@@ -345,9 +350,11 @@ func describe(e *lctl.Event) (label, status string) {
 			return dec + ": " + strings.Join(rules, ", "), status
 		}
 		return dec, status
-	case "approval_requested":
+	case xctevent.TypeApprovalRequested:
 		return "approval requested for " + firstNonEmpty(str(d, "tool"), "the step"), statusPending
-	case "approval_decided":
+	case xctevent.TypeStepInDoubt:
+		return "in doubt: " + clip(firstNonEmpty(str(d, "reason"), "the step's outcome is unknown"), 120), statusInDoubt
+	case xctevent.TypeApprovalDecided:
 		dec := str(d, "decision")
 		status = map[string]string{"approved": statusApproved, "denied": statusDenied, "expired": statusDenied, "withdrawn": statusCancelled}[dec]
 		if by := str(d, "by"); by != "" {

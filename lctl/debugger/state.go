@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/xct-dev/xct/lctl"
+	"github.com/xct-dev/xct/lctl/xctevent"
 	"github.com/xct-dev/xct/lctl/analysis"
 )
 
@@ -207,9 +208,9 @@ func stepAt(c *Chain, pos int, st *lctl.State) *stepDetail {
 		switch x.Type {
 		case lctl.TypeVerdict:
 			d.Verdict, d.Decision, d.Rules = x, str(x.Data, "decision"), ruleIDs(x.Data["reasons"])
-		case "approval_requested":
+		case xctevent.TypeApprovalRequested:
 			d.ApprovalRequested = x
-		case "approval_decided":
+		case xctevent.TypeApprovalDecided:
 			d.ApprovalDecided = x
 		case lctl.TypeToolCall:
 			d.Result = x
