@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	lctlv1 "github.com/xct-dev/xct/gen/lctl/v1"
+	"github.com/xct-dev/xct/lctl"
+	"github.com/xct-dev/xct/lctl/xctevent"
 )
 
 // stepPrinter renders a run's events as one line per governed transition.
@@ -17,56 +19,52 @@ type stepPrinter struct {
 
 func newStepPrinter(w io.Writer) *stepPrinter { return &stepPrinter{w: w} }
 
+func stepTag(n int) string { return fmt.Sprintf("[step %d]", n) }
+
 func (p *stepPrinter) print(e *lctlv1.Event) {
-	d := e.GetData().AsMap()
-	s := func(k string) string { v, _ := d[k].(string); return v }
-	step := func() string { n, _ := d["step"].(float64); return fmt.Sprintf("[step %d]", int(n)) }
-	switch e.GetType() {
-	case "run_started":
-		fmt.Fprintf(p.w, "run %s started by %s\n  goal:  %s\n  model: %s\n", e.GetChainId(), s("principal"), s("goal"), s("model"))
-	case "step_start":
-		if raw, ok := d["raw"].(string); ok {
-			fmt.Fprintf(p.w, "%s proposal  (invalid output) %q\n", step(), truncate(raw, 70))
-			return
-		}
-		fmt.Fprintf(p.w, "%s proposal  %s  (goal: %s)\n", step(), s("input_summary"), truncate(s("intent"), 70))
-	case "verdict":
-		var rules []string
-		if rs, ok := d["reasons"].([]any); ok {
-			for _, r := range rs {
-				if m, ok := r.(map[string]any); ok {
-					id, _ := m["rule_id"].(string)
-					rules = append(rules, id)
-				}
+	ev := &lctl.Event{Type: e.GetType(), Data: e.GetData().AsMap()}
+	switch x := xctevent.Parse(ev).(type) {
+	case xctevent.RunStarted:
+		fmt.Fprintf(p.w, "run %s started by %s\n  goal:  %s\n  model: %s\n", e.GetChainId(), x.Principal, x.Goal, x.Model)
+	case xctevent.StepStart:
+		if x.Raw != nil {
+			if _, isString := ev.Data["raw"].(string); isString {
+				fmt.Fprintf(p.w, "%s proposal  (invalid output) %q\n", stepTag(x.Step), truncate(*x.Raw, 70))
+				return
 			}
 		}
-		version := s("policy_version")
+		fmt.Fprintf(p.w, "%s proposal  %s  (goal: %s)\n", stepTag(x.Step), x.InputSummary, truncate(x.Intent, 70))
+	case xctevent.Verdict:
+		var rules []string
+		for _, r := range x.Reasons {
+			rules = append(rules, r.RuleID)
+		}
+		version := x.PolicyVersion
 		if len(version) > 19 {
 			version = version[:19] + "…"
 		}
-		fmt.Fprintf(p.w, "%s verdict   %s  by %s (policy %s)\n", step(), strings.ToUpper(s("decision")), strings.Join(rules, ", "), version)
-	case "tool_call":
-		out, _ := json.Marshal(d["output"])
-		ms, _ := d["duration_ms"].(float64)
-		fmt.Fprintf(p.w, "%s result    success %s  (%.1f ms)\n", step(), truncate(string(out), 90), ms)
-	case "error":
-		fmt.Fprintf(p.w, "%s error     %s: %s\n", step(), s("code"), truncate(s("message"), 100))
-	case "approval_requested":
-		fmt.Fprintf(p.w, "%s waiting   for a human: xct approve %s %d  (or xct deny …; expires %s)\n", step(), e.GetChainId(), int(d["step"].(float64)), s("expires_at"))
-	case "step_in_doubt":
-		fmt.Fprintf(p.w, "%s IN DOUBT  %s (record %s); the run waits: %s\n", step(), truncate(s("reason"), 100), s("record_state"), s("resolve"))
-	case "approval_decided":
-		who := s("by")
+		fmt.Fprintf(p.w, "%s verdict   %s  by %s (policy %s)\n", stepTag(x.Step), strings.ToUpper(x.Decision), strings.Join(rules, ", "), version)
+	case xctevent.ToolCall:
+		out, _ := json.Marshal(x.Output)
+		fmt.Fprintf(p.w, "%s result    success %s  (%.1f ms)\n", stepTag(x.Step), truncate(string(out), 90), x.DurationMS)
+	case xctevent.Error:
+		fmt.Fprintf(p.w, "%s error     %s: %s\n", stepTag(x.Step), x.Code, truncate(x.Message, 100))
+	case xctevent.ApprovalRequested:
+		fmt.Fprintf(p.w, "%s waiting   for a human: xct approve %s %d  (or xct deny …; expires %s)\n", stepTag(x.Step), e.GetChainId(), x.Step, x.ExpiresAt)
+	case xctevent.StepInDoubt:
+		fmt.Fprintf(p.w, "%s IN DOUBT  %s (record %s); the run waits: %s\n", stepTag(x.Step), truncate(x.Reason, 100), x.RecordState, x.Resolve)
+	case xctevent.ApprovalDecided:
+		who := x.By
 		if who == "" {
 			who = "no one"
 		}
-		fmt.Fprintf(p.w, "%s approval  %s by %s  %s\n", step(), strings.ToUpper(s("decision")), who, truncate(s("reason"), 80))
-	case "run_released":
-		fmt.Fprintf(p.w, "%s handover  %s stopped: %s\n", step(), s("instance"), s("reason"))
-	case "run_resumed":
-		fmt.Fprintf(p.w, "%s resumed   by %s (%s)\n", step(), s("instance"), strings.ReplaceAll(s("reason"), "_", " "))
-	case "run_finished":
-		p.finalStatus = s("status")
-		fmt.Fprintf(p.w, "%s: %s\n", p.finalStatus, s("message"))
+		fmt.Fprintf(p.w, "%s approval  %s by %s  %s\n", stepTag(x.Step), strings.ToUpper(x.Decision), who, truncate(x.Reason, 80))
+	case xctevent.RunReleased:
+		fmt.Fprintf(p.w, "%s handover  %s stopped: %s\n", stepTag(x.Step), x.Instance, x.Reason)
+	case xctevent.RunResumed:
+		fmt.Fprintf(p.w, "%s resumed   by %s (%s)\n", stepTag(x.Step), x.Instance, strings.ReplaceAll(x.Reason, "_", " "))
+	case xctevent.RunFinished:
+		p.finalStatus = x.Status
+		fmt.Fprintf(p.w, "%s: %s\n", p.finalStatus, x.Message)
 	}
 }
