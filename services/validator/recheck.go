@@ -15,6 +15,7 @@ import (
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/catalog"
 	"github.com/xct-dev/xct/lctl"
+	"github.com/xct-dev/xct/lctl/xctevent"
 )
 
 // StepRecheck is one step of a recorded run judged again by another
@@ -165,7 +166,7 @@ func Recheck(policy *PolicySet, cat *catalog.Catalog, events []lctl.Event) ([]St
 		}
 		// The orchestrator counts a step that did not succeed as an error;
 		// a success resets the count.
-		if at.outcome == "success" {
+		if at.outcome == xctevent.OutcomeSuccess {
 			errorsInARow = 0
 		} else if at.outcome != "" {
 			errorsInARow++
@@ -225,13 +226,12 @@ func readChain(events []lctl.Event) (*recordedChain, error) {
 		if c.runID == "" {
 			c.runID = e.ChainID
 		}
-		switch e.Type {
-		case lctl.TypeRunStarted:
-			if id, ok := d["run_id"].(string); ok && id != "" {
-				c.runID = id
+		switch x := xctevent.Parse(e).(type) {
+		case xctevent.RunStarted:
+			if x.RunID != "" {
+				c.runID = x.RunID
 			}
-			c.principal, _ = d["principal"].(string)
-			c.model, _ = d["model"].(string)
+			c.principal, c.model = x.Principal, x.Model
 			c.started = e.Time()
 			if labels, ok := d["labels"].(map[string]any); ok {
 				c.labels = make(map[string]string, len(labels))
@@ -250,15 +250,12 @@ func readChain(events []lctl.Event) (*recordedChain, error) {
 					}
 				}
 			}
-		case lctl.TypeStepStart:
+		case xctevent.StepStart:
 			step, ok := intOf(d["step"])
 			if !ok {
 				continue // not an XCT step
 			}
-			at := &attempt{seq: e.Seq, step: step, at: e.Time()}
-			at.stepID, _ = d["step_id"].(string)
-			at.tool, _ = d["tool"].(string)
-			at.goal, _ = d["intent"].(string)
+			at := &attempt{seq: e.Seq, step: step, at: e.Time(), stepID: x.StepID, tool: x.Tool, goal: x.Intent}
 			if at.tool != "" {
 				switch a := d["arguments"].(type) {
 				case map[string]any:
@@ -281,36 +278,32 @@ func readChain(events []lctl.Event) (*recordedChain, error) {
 			}
 			c.attempts = append(c.attempts, at)
 			current[step] = at
-		case lctl.TypeVerdict:
+		case xctevent.Verdict:
 			at := current[intOr(d["step"], -1)]
 			if at == nil {
 				continue
 			}
-			rv := recordedVerdict{policyVersion: stringOf(d["policy_version"])}
+			rv := recordedVerdict{policyVersion: x.PolicyVersion}
 			switch d["decision"] {
-			case "allow":
+			case xctevent.DecisionAllow:
 				rv.decision = xctv1.VerdictDecision_VERDICT_DECISION_ALLOW
-			case "needs_approval":
+			case xctevent.DecisionNeedsApproval:
 				rv.decision = xctv1.VerdictDecision_VERDICT_DECISION_NEEDS_APPROVAL
-			case "deny":
+			case xctevent.DecisionDeny:
 				rv.decision = xctv1.VerdictDecision_VERDICT_DECISION_DENY
 			default:
 				return nil, bad(e, "decision %v is not allow, deny or needs_approval", d["decision"])
 			}
-			if reasons, ok := d["reasons"].([]any); ok {
-				for _, r := range reasons {
-					if m, ok := r.(map[string]any); ok {
-						rv.reasons = append(rv.reasons, &xctv1.Reason{RuleId: stringOf(m["rule_id"]), Message: stringOf(m["message"])})
-					}
-				}
+			for _, r := range x.Reasons {
+				rv.reasons = append(rv.reasons, &xctv1.Reason{RuleId: r.RuleID, Message: r.Message})
 			}
 			at.verdicts = append(at.verdicts, rv)
-		case lctl.TypeStepEnd:
+		case xctevent.StepEnd:
 			at := current[intOr(d["step"], -1)]
 			if at == nil {
 				continue
 			}
-			at.outcome = stringOf(d["outcome"])
+			at.outcome = x.Outcome
 			if tokens, ok := d["tokens"].(map[string]any); ok {
 				in, _ := intOf(tokens["input"])
 				out, _ := intOf(tokens["output"])
@@ -344,7 +337,3 @@ func intOr(v any, def int) int {
 	return def
 }
 
-func stringOf(v any) string {
-	s, _ := v.(string)
-	return s
-}
