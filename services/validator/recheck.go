@@ -336,4 +336,3 @@ func intOr(v any, def int) int {
 	}
 	return def
 }
-
