@@ -32,7 +32,7 @@ var (
 	flagLong        = flag.Bool("chaos.long", false, "run TestChaosLong (make chaos)")
 	flagRuns        = flag.Int("chaos.runs", 300, "TestChaosLong: runs, at least, over both phases")
 	flagFaults      = flag.Int("chaos.faults", 150, "TestChaosLong: faults over both phases")
-	flagSeed        = flag.Int64("chaos.seed", 0, "seed of the fault schedule and the workload (0: TestChaosShort's fixed seed; TestChaosLong: from the clock)")
+	flagSeed        = flag.Int64("chaos.seed", 0, "seed of the fault schedule and the workload (0: TestChaosShort's fixed seed 10; TestChaosLong: from the clock)")
 	flagConcurrency = flag.Int("chaos.concurrency", 4, "TestChaosLong: runs in flight at once")
 	flagKinds       = flag.String("chaos.kinds", "", "TestChaosLong: only these fault kinds (comma-separated, e.g. sigkill,partition)")
 	flagTargets     = flag.String("chaos.targets", "", "TestChaosLong: only these processes take process faults (comma-separated: executor, validator, tracer, orch-a, orch-b, ledgertool, n1..n3)")
@@ -144,7 +144,9 @@ func finish(t *testing.T, rep *report) {
 func TestChaosShort(t *testing.T) {
 	seed := *flagSeed
 	if seed == 0 {
-		seed = 1
+		// Seed 10's first fault kills the executor while steps are in
+		// flight (issue 12's finding 1), then the tracer and the NATS node.
+		seed = 10
 	}
 	rep := runPhase(t, phaseConfig{name: "short", runs: 6, faults: 5, concurrency: 3, ops: 2, seed: seed, kinds: processKinds})
 	rep.phase = "short"
