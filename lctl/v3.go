@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/xct-dev/xct/lctl/text"
 )
 
 // TypeHandoff is the event a v3 handoff object becomes: who handed the
@@ -472,12 +474,7 @@ func firstString(m map[string]any, keys ...string) string {
 	return ""
 }
 
-func clipString(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
-}
+func clipString(s string, n int) string { return text.Truncate(s, n) }
 
 // naturalLess orders ids with numbers by value: F2 before F10.
 func naturalLess(a, b string) bool {

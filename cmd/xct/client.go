@@ -15,6 +15,7 @@ import (
 
 	lctlv1 "github.com/xct-dev/xct/gen/lctl/v1"
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/lctl/text"
 )
 
 func dialOrchestrator(id *identity, addr string) (xctv1.OrchestratorServiceClient, func(), error) {
@@ -281,11 +282,7 @@ func verdictName(d xctv1.VerdictDecision) string {
 }
 
 func truncate(s string, n int) string {
-	s = strings.ReplaceAll(s, "\n", " ")
-	if len([]rune(s)) <= n {
-		return s
-	}
-	return string([]rune(s)[:n-1]) + "…"
+	return text.TruncateRunes(strings.ReplaceAll(s, "\n", " "), n)
 }
 
 // cmdRollback undoes an ended run's steps, newest first, each as a governed

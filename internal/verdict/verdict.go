@@ -28,6 +28,7 @@ import (
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/lctl"
+	"github.com/xct-dev/xct/lctl/text"
 )
 
 // Defaults and limits.
@@ -256,12 +257,7 @@ func stepID(chainID string, step int, tool string, args map[string]any) string {
 	return hex.EncodeToString(sum[:16])
 }
 
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
-}
+func truncate(s string, n int) string { return text.Truncate(s, n) }
 
 // Key files: PEM, PKCS#8 "PRIVATE KEY" and PKIX "PUBLIC KEY".
 

@@ -21,6 +21,7 @@ import (
 
 	"github.com/xct-dev/xct/lctl"
 	"github.com/xct-dev/xct/lctl/checkpoint"
+	"github.com/xct-dev/xct/lctl/text"
 	"github.com/xct-dev/xct/lctl/xctevent"
 )
 
@@ -402,13 +403,7 @@ func compact(v any, max int) string {
 }
 
 // clip cuts s to max characters, marking the cut with "…".
-func clip(s string, max int) string {
-	if utf8.RuneCountInString(s) <= max {
-		return s
-	}
-	r := []rune(s)
-	return string(r[:max-1]) + "…"
-}
+func clip(s string, n int) string { return text.TruncateRunes(s, n) }
 
 func oneLine(s string) string {
 	if !strings.ContainsAny(s, "\n\r\t") {

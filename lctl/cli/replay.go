@@ -9,6 +9,7 @@ import (
 	"github.com/xct-dev/xct/lctl"
 	"github.com/xct-dev/xct/lctl/analysis"
 	"github.com/xct-dev/xct/lctl/lctlpb"
+	"github.com/xct-dev/xct/lctl/text"
 )
 
 // replayResult is replay's JSON output.
@@ -364,12 +365,7 @@ func plural(n int, one, many string) string {
 }
 
 func clipText(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	r := []rune(s)
-	if len(r) <= n {
-		return s
-	}
-	return string(r[:n-1]) + "…"
+	return text.TruncateRunes(strings.Join(strings.Fields(s), " "), n)
 }
 
 // notAppliedText says which events of seq at most toSeq a replay to toSeq

@@ -8,6 +8,8 @@ import (
 	"unicode/utf8"
 
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
+
+	"github.com/xct-dev/xct/lctl/text"
 )
 
 // Limits on what a span's attributes contribute to an event, so one span
@@ -233,16 +235,7 @@ func cut(s string) (string, bool) {
 }
 
 // truncate keeps at most n bytes of s on a rune boundary, marking the cut.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	i := n
-	for i > 0 && !utf8.RuneStart(s[i]) {
-		i--
-	}
-	return s[:i] + "…"
-}
+func truncate(s string, n int) string { return text.Truncate(s, n) }
 
 // sanitize makes s valid UTF-8 (protobuf strings from a peer may not be).
 func sanitize(s string) string {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"regexp"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/wire"
@@ -31,8 +30,6 @@ const undoSchema = `{
   "additionalProperties": false
 }`
 
-var stepIDPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
-
 func (t *undoTool) Descriptor() *xctv1.ToolDescriptor {
 	return &xctv1.ToolDescriptor{
 		Name:        UndoToolName,
@@ -57,7 +54,7 @@ func (t *undoTool) Invoke(ctx context.Context, args map[string]any) (any, *xctv1
 	if e != nil {
 		return nil, e
 	}
-	if !stepIDPattern.MatchString(id) {
+	if !validStepID(id) {
 		return nil, wire.Errorf(wire.CodeInvalidArgument, "step_id %q is not a step id", id)
 	}
 	store, err := t.s.store()

@@ -15,6 +15,7 @@ import (
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/catalog"
 	"github.com/xct-dev/xct/internal/wire"
+	"github.com/xct-dev/xct/lctl/text"
 )
 
 // Limits on what a verdict repeats back.
@@ -401,23 +402,5 @@ func suggest(cat *catalog.Catalog, name string) []string {
 	return out
 }
 
-// editDistance is the Levenshtein distance between a and b, in bytes.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
-}
+// editDistance is the Levenshtein distance between a and b (text.EditDistance).
+func editDistance(a, b string) int { return text.EditDistance(a, b) }

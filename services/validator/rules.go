@@ -18,6 +18,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/lctl/text"
 )
 
 // DefaultPolicyYAML is the built-in policy, used when no policy file is
@@ -633,15 +634,7 @@ func checkPattern(p string) string {
 }
 
 // truncate shortens s to at most n bytes, on a character boundary.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
-}
+func truncate(s string, n int) string { return text.Truncate(s, n) }
 
 // quoteName quotes a model-supplied tool name for a message, shortened so a
 // huge name cannot blow up the error signal.
