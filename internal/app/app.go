@@ -202,10 +202,10 @@ func ConnectNATS(url, name string) (*nats.Conn, error) {
 	return nc, nil
 }
 
-// Check validates the configuration of the given targets without starting
+// Validate checks the configuration of the given targets without starting
 // anything, so a bad flag or a broken policy file is reported before any
 // connection is tried.
-func (c *Config) Check(targets []string) error {
+func (c *Config) Validate(targets []string) error {
 	var errs []error
 	for _, t := range targets {
 		var err error
@@ -237,7 +237,7 @@ func (c *Config) Check(targets []string) error {
 			errs = append(errs, fmt.Errorf("%s: %w", t, err))
 		}
 	}
-	if err := c.Redact.Check(); err != nil {
+	if err := c.Redact.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if err := c.checkVerdictKeys(targets); err != nil {
@@ -258,7 +258,7 @@ func Start(ctx context.Context, cfg Config, targets []string, log *slog.Logger, 
 	if err := cfg.bindInProcess(targets, log); err != nil {
 		return nil, err
 	}
-	if err := cfg.Check(targets); err != nil {
+	if err := cfg.Validate(targets); err != nil {
 		return nil, err
 	}
 	name := "xct-" + strings.Join(targets, "+")
@@ -289,13 +289,19 @@ func Start(ctx context.Context, cfg Config, targets []string, log *slog.Logger, 
 	}
 	// Bind every listener first, so services of one process can find each
 	// other's real addresses (port 0 included).
+	// Until a server belongs to a started module (which Stop stops), a
+	// failed Start closes it here: no listener outlives a failed Start.
 	servers := map[string]*grpcx.Server{}
-	for _, t := range targets {
-		srv := grpcx.NewServer(t, log.With("service", t), grpcx.WithSecurity(cfg.Security), grpcx.WithAuth(authn), grpcx.WithReady(a.notReady))
-		if err := srv.Listen(cfg.listenAddr(t)); err != nil {
+	defer func() {
+		if err != nil {
 			for _, s := range servers {
 				s.Stop(ctx)
 			}
+		}
+	}()
+	for _, t := range targets {
+		srv := grpcx.NewServer(t, log.With("service", t), grpcx.WithSecurity(cfg.Security), grpcx.WithAuth(authn), grpcx.WithReady(a.notReady))
+		if err := srv.Listen(cfg.listenAddr(t)); err != nil {
 			return nil, err
 		}
 		servers[t] = srv
@@ -357,19 +363,18 @@ func Start(ctx context.Context, cfg Config, targets []string, log *slog.Logger, 
 			a.Orchestrator, svc = o, o
 		}
 		if err != nil {
-			servers[t].Stop(ctx)
 			return nil, fmt.Errorf("%s: %w", t, err)
 		}
 		m := &module{target: t, svc: svc, srv: servers[t], errc: make(chan error, 1)}
 		if waitErr == nil {
 			if err := svc.Start(ctx); err != nil {
-				servers[t].Stop(ctx)
 				return nil, fmt.Errorf("start %s: %w", t, dependencyErr(err, cfg.NATSURL))
 			}
 			m.started = true
 		}
 		svc.Register(m.srv.GRPC)
 		a.modules = append(a.modules, m)
+		delete(servers, t) // Stop stops it now
 		go func() { m.errc <- m.srv.Serve() }()
 		log.Info("serving", "service", t, "addr", m.srv.Addr())
 	}

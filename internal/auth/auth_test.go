@@ -27,29 +27,13 @@ import (
 
 	_ "github.com/xct-dev/xct/gen/lctl/v1" // registers the protos walked below
 	_ "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/testutil"
 )
 
 func writeFile(t *testing.T, path, body string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
-	}
-}
-
-// eventually retries check until it passes or 20 s pass (file reloads are
-// looked at once a second).
-func eventually(t *testing.T, check func() error) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		err := check()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal(err)
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }
 
@@ -107,7 +91,7 @@ func TestTokensFileAuthenticatesAndReloads(t *testing.T) {
 	carolTok := "carol-token-abcdefghijkl"
 	writeFile(t, path, "- {principal: alice, roles: [submitter], token: alice-new-token-0123456789}\n"+
 		"- {principal: carol, roles: [operator], token: "+carolTok+"}\n")
-	eventually(t, func() error {
+	testutil.Eventually(t, 20*time.Second, func() error {
 		if _, err := a.Authenticate(ctx, carolTok); err != nil {
 			return err
 		}
@@ -304,7 +288,7 @@ func TestJWTVerification(t *testing.T) {
 	is2 := newIssuer(t, "k3")
 	writeFile(t, path, string(is2.jwks(t)))
 	fresh := is2.sign(t, "k3", nil, claims(nil))
-	eventually(t, func() error { _, err := a.Authenticate(ctx, fresh); return err })
+	testutil.Eventually(t, 20*time.Second, func() error { _, err := a.Authenticate(ctx, fresh); return err })
 	if _, err := a.Authenticate(ctx, good); err == nil {
 		t.Fatal("a token of a removed key still works")
 	}

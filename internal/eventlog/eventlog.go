@@ -274,11 +274,8 @@ type FollowOptions struct {
 	StopAtEnd bool
 }
 
-// errStop ends a follow from inside the callback without an error.
-var errStop = errors.New("stop")
-
 // ErrStop may be returned by a Follow callback to end following cleanly.
-var ErrStop = errStop
+var ErrStop = errors.New("stop")
 
 // Follow delivers a chain's events in order to fn, from the first, and then
 // new ones as they are appended, until ctx ends, fn returns an error (ErrStop
@@ -349,7 +346,7 @@ func (l *Log) Follow(ctx context.Context, chainID string, opts FollowOptions, fn
 			return fmt.Errorf("follow %s: stream seq %d: %w", subject, meta.Sequence.Stream, err)
 		}
 		if err := fn(e); err != nil {
-			if errors.Is(err, errStop) {
+			if errors.Is(err, ErrStop) {
 				return nil
 			}
 			return err

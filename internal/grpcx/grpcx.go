@@ -251,6 +251,11 @@ func (s *Server) Stop(ctx context.Context) {
 		s.GRPC.Stop()
 		<-done
 	}
+	// A server stopped before Serve (a failed start) still holds its
+	// listener: gRPC closes only the listeners it serves.
+	if s.lis != nil {
+		_ = s.lis.Close()
+	}
 }
 
 // readyUnary and readyStream refuse calls while ready reports an error.

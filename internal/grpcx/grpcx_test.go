@@ -26,6 +26,7 @@ import (
 
 	"github.com/xct-dev/xct/internal/auth"
 	"github.com/xct-dev/xct/internal/devcerts"
+	"github.com/xct-dev/xct/internal/testutil"
 )
 
 // A tiny service of the test's own: Ping answers with the caller's
@@ -232,7 +233,7 @@ func TestCertificateRotationWithoutRestart(t *testing.T) {
 
 	// The server's certificate is renewed in place.
 	p.issue(t, "validator", devcerts.ServiceLeaf("validator"))
-	waitFor(t, func() error {
+	testutil.Eventually(t, 30*time.Second, func() error {
 		s, err := serverSerial(t, srv.Addr(), orch)
 		if err != nil {
 			return err
@@ -260,7 +261,7 @@ func TestCertificateRotationWithoutRestart(t *testing.T) {
 		}
 		p.write(t, filepath.Base(f.to), b)
 	}
-	waitFor(t, func() error {
+	testutil.Eventually(t, 30*time.Second, func() error {
 		_, err := ping(t, srv.Addr(), WithTLS(newOrch))
 		return err
 	})
@@ -278,21 +279,6 @@ func TestCertificateRotationWithoutRestart(t *testing.T) {
 	time.Sleep(2 * certCheckInterval) // let the server look at the broken files
 	if _, err := ping(t, srv.Addr(), WithTLS(newOrch)); err != nil {
 		t.Fatalf("after a broken rotation: %v", err)
-	}
-}
-
-func waitFor(t *testing.T, check func() error) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		err := check()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal(err)
-		}
-		time.Sleep(100 * time.Millisecond)
 	}
 }
 

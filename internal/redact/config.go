@@ -65,9 +65,9 @@ func ParseRules(raw []byte) (Rules, error) {
 	return r, nil
 }
 
-// Check reads the rules and the key file, if any, without connecting to
+// Validate reads the rules and the key file, if any, without connecting to
 // anything.
-func (c Config) Check() error {
+func (c Config) Validate() error {
 	if _, err := c.Rules(); err != nil {
 		return err
 	}

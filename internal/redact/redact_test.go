@@ -224,10 +224,10 @@ func TestBadConfig(t *testing.T) {
 	if err := os.WriteFile(short, []byte("abc\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := (Config{KeyFile: short}).Check(); !errors.Is(err, ErrBadConfig) {
+	if err := (Config{KeyFile: short}).Validate(); !errors.Is(err, ErrBadConfig) {
 		t.Fatalf("short key file: %v", err)
 	}
-	if err := (Config{File: filepath.Join(dir, "missing.yaml")}).Check(); !errors.Is(err, ErrBadConfig) {
+	if err := (Config{File: filepath.Join(dir, "missing.yaml")}).Validate(); !errors.Is(err, ErrBadConfig) {
 		t.Fatalf("missing rules file: %v", err)
 	}
 	a, err := (Config{}).Build(context.Background(), nil, 1)
