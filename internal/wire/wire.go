@@ -198,15 +198,11 @@ func EncodeDecision(d *xctv1.Decision) []byte {
 	var v any
 	switch k := d.GetKind().(type) {
 	case *xctv1.Decision_NextStep:
-		args := map[string]any{}
+		var args map[string]any
 		if k.NextStep.GetArguments() != nil {
 			args = k.NextStep.GetArguments().AsMap()
 		}
-		step := map[string]any{"tool": k.NextStep.GetTool(), "arguments": args, "goal": k.NextStep.GetGoal()}
-		if k.NextStep.Confidence != nil {
-			step["confidence"] = k.NextStep.GetConfidence()
-		}
-		v = map[string]any{"next_step": step}
+		v = nextStepJSON(k.NextStep.GetTool(), args, k.NextStep.GetGoal(), k.NextStep.Confidence)
 	case *xctv1.Decision_Done:
 		v = map[string]any{"done": true, "message": k.Done.GetMessage()}
 	default:
@@ -216,13 +212,68 @@ func EncodeDecision(d *xctv1.Decision) []byte {
 	return out
 }
 
+// EncodeNextStep renders a proposal in the spec's decision shape from its
+// fields (the orchestrator's transcript, from the recorded step_start).
+func EncodeNextStep(tool string, args map[string]any, goal string, confidence *float64) []byte {
+	out, _ := json.Marshal(nextStepJSON(tool, args, goal, confidence))
+	return out
+}
+
+func nextStepJSON(tool string, args map[string]any, goal string, confidence *float64) map[string]any {
+	if args == nil {
+		args = map[string]any{}
+	}
+	step := map[string]any{"tool": tool, "arguments": args, "goal": goal}
+	if confidence != nil {
+		step["confidence"] = *confidence
+	}
+	return map[string]any{"next_step": step}
+}
+
+// EncodeSuccess renders a tool's result as model-facing JSON text.
+func EncodeSuccess(result any) []byte {
+	out, _ := json.Marshal(successJSON(result))
+	return out
+}
+
+func successJSON(result any) map[string]any {
+	return map[string]any{"status": "success", "result": result}
+}
+
+// ErrorFields are an error signal's fields, as an error event records
+// them.
+type ErrorFields struct {
+	Code, Message, Category, Type, SuggestedAction string
+	Recoverable                                    bool
+	Details                                        map[string]any
+}
+
+// EncodeErrorFields renders an error signal given by its fields as
+// model-facing JSON text (the shape of ErrorJSON). Details is not changed.
+func EncodeErrorFields(f ErrorFields) []byte {
+	out, _ := json.Marshal(errorFieldsJSON(f))
+	return out
+}
+
+func errorFieldsJSON(f ErrorFields) map[string]any {
+	details := make(map[string]any, len(f.Details)+4)
+	for k, v := range f.Details {
+		details[k] = v
+	}
+	details["category"] = f.Category
+	details["type"] = f.Type
+	details["recoverable"] = f.Recoverable
+	details["suggested_action"] = f.SuggestedAction
+	return map[string]any{"status": "error", "code": f.Code, "message": f.Message, "details": details}
+}
+
 // ResponseJSON is a system response in the spec's shape (§4), with the
 // stable code next to the message as in the XCT README's example and the
 // LCTL taxonomy in details.
 func ResponseJSON(r *xctv1.Response) map[string]any {
 	switch o := r.GetOutcome().(type) {
 	case *xctv1.Response_Success:
-		return map[string]any{"status": "success", "result": o.Success.GetResult().AsInterface()}
+		return successJSON(o.Success.GetResult().AsInterface())
 	case *xctv1.Response_Error:
 		return ErrorJSON(o.Error)
 	}
@@ -231,15 +282,14 @@ func ResponseJSON(r *xctv1.Response) map[string]any {
 
 // ErrorJSON renders an error signal in the model-facing shape.
 func ErrorJSON(e *xctv1.Error) map[string]any {
-	details := map[string]any{}
-	if e.GetDetails() != nil {
-		details = e.GetDetails().AsMap()
+	f := ErrorFields{
+		Code: e.GetCode(), Message: e.GetMessage(), Category: e.GetCategory(), Type: e.GetType(),
+		SuggestedAction: e.GetSuggestedAction(), Recoverable: e.GetRecoverable(),
 	}
-	details["category"] = e.GetCategory()
-	details["type"] = e.GetType()
-	details["recoverable"] = e.GetRecoverable()
-	details["suggested_action"] = e.GetSuggestedAction()
-	return map[string]any{"status": "error", "code": e.GetCode(), "message": e.GetMessage(), "details": details}
+	if e.GetDetails() != nil {
+		f.Details = e.GetDetails().AsMap()
+	}
+	return errorFieldsJSON(f)
 }
 
 // EncodeResponse renders a response as model-facing JSON text.

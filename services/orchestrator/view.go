@@ -1,8 +1,6 @@
 package orchestrator
 
 import (
-	"encoding/json"
-
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -31,37 +29,25 @@ func (t *transcript) apply(e *lctl.Event) {
 		if x.Raw != nil {
 			decision = *x.Raw
 		} else {
-			decision = string(modelDecision(x))
+			decision = string(wire.EncodeNextStep(x.Tool, x.Arguments, x.Intent, x.Confidence))
 		}
 		t.open = &xctv1.Turn{Decision: decision}
 		t.turns = append(t.turns, t.open)
 	case xctevent.ToolCall:
 		if t.open != nil {
-			b, _ := json.Marshal(map[string]any{"status": "success", "result": x.Output})
-			t.open.Response = string(b)
+			t.open.Response = string(wire.EncodeSuccess(x.Output))
 		}
 	case xctevent.Error:
 		if t.open != nil {
-			b, _ := json.Marshal(wire.ErrorJSON(errorSignal(x)))
-			t.open.Response = string(b)
+			// From the recorded fields to the model's JSON: no proto between.
+			t.open.Response = string(wire.EncodeErrorFields(wire.ErrorFields{
+				Code: x.Code, Message: x.Message, Category: x.Category, Type: x.ErrType,
+				SuggestedAction: x.SuggestedAction, Recoverable: x.Recoverable, Details: x.Details,
+			}))
 		}
 	case xctevent.StepEnd:
 		t.open = nil
 	}
-}
-
-// modelDecision is the model-facing JSON of a recorded proposal.
-func modelDecision(x xctevent.StepStart) []byte {
-	args := x.Arguments
-	if args == nil {
-		args = map[string]any{}
-	}
-	step := map[string]any{"tool": x.Tool, "arguments": args, "goal": x.Intent}
-	if x.Confidence != nil {
-		step["confidence"] = *x.Confidence
-	}
-	b, _ := json.Marshal(map[string]any{"next_step": step})
-	return b
 }
 
 // history returns the turns so far. The slice is shared; callers must not
