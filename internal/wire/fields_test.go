@@ -54,3 +54,22 @@ func TestFieldEncodersMatchProtoEncoders(t *testing.T) {
 		t.Errorf("EncodeErrorFields changed the details it was given: %v", details)
 	}
 }
+
+// StepIDOf over the arguments' JSON values is StepID over their proto.
+func TestStepIDOfMatchesStepID(t *testing.T) {
+	t.Parallel()
+	m := map[string]any{"path": "a", "n": 2.0, "list": []any{"x", nil}}
+	s, err := structpb.NewStruct(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, b := wire.StepIDOf("run-1", 3, "fs.write", m), wire.StepID("run-1", 3, "fs.write", s); a != b {
+		t.Errorf("StepIDOf %s, StepID %s", a, b)
+	}
+	if a, b := wire.StepIDOf("run-1", 3, "fs.list", nil), wire.StepID("run-1", 3, "fs.list", nil); a != b {
+		t.Errorf("no arguments: StepIDOf %s, StepID %s", a, b)
+	}
+	if wire.StepIDOf("run-1", 3, "fs.write", m) == wire.StepIDOf("run-1", 3, "fs.write", map[string]any{"path": "b"}) {
+		t.Error("different arguments, same id")
+	}
+}

@@ -303,11 +303,20 @@ func EncodeResponse(r *xctv1.Response) []byte {
 // The same proposal at the same step of the same run always has the same id;
 // changed arguments give a new one.
 func StepID(chainID string, step int, tool string, args *structpb.Struct) string {
-	argMap := map[string]any{}
+	var argMap map[string]any
 	if args != nil {
 		argMap = args.AsMap()
 	}
-	c, err := lctl.Canonical([]any{chainID, float64(step), tool, argMap})
+	return StepIDOf(chainID, step, tool, argMap)
+}
+
+// StepIDOf is StepID for arguments already read as JSON values (a nil map
+// is no arguments).
+func StepIDOf(chainID string, step int, tool string, args map[string]any) string {
+	if args == nil {
+		args = map[string]any{}
+	}
+	c, err := lctl.Canonical([]any{chainID, float64(step), tool, args})
 	if err != nil {
 		// structpb values are always JSON; this cannot happen.
 		panic(fmt.Sprintf("step id: %v", err))

@@ -124,9 +124,12 @@ func (st *openStep) end(outcome, summary string) xctevent.StepEnd {
 }
 
 // toolCallEvent is the tool_call of a step that succeeded.
-func toolCallEvent(step int, stepID, tool string, args *structpb.Struct, res *xctv1.ExecuteResponse) xctevent.ToolCall {
+func toolCallEvent(step int, stepID, tool string, args map[string]any, res *xctv1.ExecuteResponse) xctevent.ToolCall {
+	if args == nil {
+		args = map[string]any{}
+	}
 	return xctevent.ToolCall{
-		Step: step, StepID: stepID, Tool: tool, Input: args.AsMap(),
+		Step: step, StepID: stepID, Tool: tool, Input: args,
 		Output:     res.GetResponse().GetSuccess().GetResult().AsInterface(),
 		DurationMS: durationMS(res.GetDuration().AsDuration()), Status: xctevent.ToolCallSuccess,
 	}

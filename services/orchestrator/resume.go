@@ -48,6 +48,7 @@ func foldResume(runID string, events []lctl.Event) *resumeState {
 				st.invalid = true
 			} else {
 				st.ns = proposalOf(x)
+				st.args = st.ns.GetArguments().AsMap()
 				st.argsRedacted = wire.StepID(runID, st.step, st.ns.GetTool(), st.ns.GetArguments()) != st.stepID
 			}
 			rs.endMessage = ""

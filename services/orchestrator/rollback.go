@@ -186,7 +186,7 @@ func (r *run) undoStep(step int, target *xctv1.Step) (string, error) {
 		}
 		return msg, end(xctevent.OutcomeError, msg)
 	}
-	if err := r.record(agentExecutor, toolCallEvent(step, stepID, undoTool, args, res)); err != nil {
+	if err := r.record(agentExecutor, toolCallEvent(step, stepID, undoTool, args.AsMap(), res)); err != nil {
 		return "", err
 	}
 	return "", end(xctevent.OutcomeSuccess, "ok")

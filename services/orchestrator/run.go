@@ -309,16 +309,19 @@ func (r *run) iterate(step int) (iterationOutcome, error) {
 		return iterationOutcome{kind: outcomeDone, message: done.GetMessage()}, nil
 	}
 	ns := decision.GetNextStep()
-	stepID := wire.StepID(r.id, step, ns.GetTool(), ns.GetArguments())
+	// The arguments as JSON values, once: the step id, the step_start and
+	// the tool_call are all made from this map.
+	args := ns.GetArguments().AsMap()
+	stepID := wire.StepIDOf(r.id, step, ns.GetTool(), args)
 	r.svc.log.Debug("step proposed", "run", r.id, "step", step, "tool", ns.GetTool())
 	proposed := xctevent.StepStart{
-		Step: step, StepID: stepID, Intent: ns.GetGoal(), InputSummary: summarizeProposal(ns),
-		Tool: ns.GetTool(), Arguments: ns.GetArguments().AsMap(), Model: resp.GetModel(), Confidence: ns.Confidence,
+		Step: step, StepID: stepID, Intent: ns.GetGoal(), InputSummary: summarizeProposal(ns.GetTool(), args),
+		Tool: ns.GetTool(), Arguments: args, Model: resp.GetModel(), Confidence: ns.Confidence,
 	}
 	if err := r.record(agent, proposed); err != nil {
 		return iterationOutcome{}, err
 	}
-	return r.finishStep(&openStep{step: step, stepID: stepID, ns: ns, agent: agent, tokens: tokens, started: started})
+	return r.finishStep(&openStep{step: step, stepID: stepID, ns: ns, args: args, agent: agent, tokens: tokens, started: started})
 }
 
 // openStep is a step whose step_start is on the chain, and what else of
@@ -328,6 +331,7 @@ type openStep struct {
 	step    int
 	stepID  string
 	ns      *xctv1.NextStep
+	args    map[string]any // ns's arguments as JSON values (shared, never modified)
 	agent   string
 	tokens  xctevent.Tokens
 	started time.Time
@@ -455,10 +459,9 @@ func (r *run) finishErr(status, message string) error {
 
 // summarizeProposal is a short human line for a proposal: the tool and its
 // path- or name-like arguments.
-func summarizeProposal(ns *xctv1.NextStep) string {
+func summarizeProposal(tool string, args map[string]any) string {
 	var b strings.Builder
-	b.WriteString(ns.GetTool())
-	args := ns.GetArguments().AsMap()
+	b.WriteString(tool)
 	for _, k := range []string{"path", "from", "to", "url", "name", "command"} {
 		if v, ok := args[k].(string); ok {
 			if len(v) > 80 {

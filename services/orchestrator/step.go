@@ -97,7 +97,7 @@ func (r *run) actOnStep(st *openStep, verdict *xctv1.Verdict) (stepOutcome, erro
 	}
 	if execErr == nil {
 		return stepOutcome{outcome: xctevent.OutcomeSuccess, summary: "ok"},
-			r.record(agentExecutor, toolCallEvent(st.step, st.stepID, st.ns.GetTool(), st.ns.GetArguments(), res))
+			r.record(agentExecutor, toolCallEvent(st.step, st.stepID, st.ns.GetTool(), st.args, res))
 	}
 	execErr = r.settleRepeatable(st.ns.GetTool(), execErr) // repeatable.go
 	out := stepOutcome{outcome: xctevent.OutcomeError, summary: execErr.GetCode() + ": " + execErr.GetMessage()}
