@@ -4,8 +4,8 @@ import (
 	"net/http"
 
 	"github.com/xct-dev/xct/lctl"
-	"github.com/xct-dev/xct/lctl/xctevent"
 	"github.com/xct-dev/xct/lctl/analysis"
+	"github.com/xct-dev/xct/lctl/xctevent"
 )
 
 // stateResponse is /api/chains/{id}/state.
