@@ -181,7 +181,7 @@ func TestCodesStatus(t *testing.T) {
 		t.Fatal("nil is not an error")
 	}
 	unknown := errors.New("boom")
-	if got := failCodes.Status(unknown); got != unknown {
+	if got := failCodes.Status(unknown); !errors.Is(got, unknown) || status.Code(got) != codes.Unknown {
 		t.Fatalf("an unknown error is left to the interceptor, got %v", got)
 	}
 	if c := failCodes.Code(fmt.Errorf("x: %w", errSentinel)); c != codes.NotFound {

@@ -75,7 +75,13 @@ func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, n
 // serve starts a server on 127.0.0.1 and returns it with its ping service.
 func serve(t *testing.T, opts ...ServerOption) (*Server, *pingServer) {
 	t.Helper()
-	srv := NewServer("test", quietLog(), append([]ServerOption{WithTable(testTable())}, opts...)...)
+	return serveLogged(t, quietLog(), opts...)
+}
+
+// serveLogged is serve with the server logging to log.
+func serveLogged(t *testing.T, log *slog.Logger, opts ...ServerOption) (*Server, *pingServer) {
+	t.Helper()
+	srv := NewServer("test", log, append([]ServerOption{WithTable(testTable())}, opts...)...)
 	ps := &pingServer{}
 	srv.GRPC.RegisterService(&pingDesc, ps)
 	if err := srv.Listen("127.0.0.1:0"); err != nil {
@@ -224,7 +230,8 @@ func serverSerial(t *testing.T, addr string, files TLSFiles) (string, error) {
 func TestCertificateRotationWithoutRestart(t *testing.T) {
 	p := newPKI(t)
 	serverFiles := p.issue(t, "validator", devcerts.ServiceLeaf("validator"))
-	srv, _ := serve(t, WithSecurity(Security{TLS: serverFiles}))
+	logs := &syncBuffer{}
+	srv, _ := serveLogged(t, slog.New(slog.NewTextHandler(logs, nil)), WithSecurity(Security{TLS: serverFiles}))
 	orch := p.issue(t, "orchestrator", devcerts.ServiceLeaf("orchestrator"))
 	first, err := serverSerial(t, srv.Addr(), orch)
 	if err != nil {
@@ -276,7 +283,17 @@ func TestCertificateRotationWithoutRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.write(t, "validator.crt", other)
-	time.Sleep(2 * certCheckInterval) // let the server look at the broken files
+	// Until the server has looked at the broken files (it logs that it
+	// keeps the last good ones), and after, the good pair serves.
+	testutil.Eventually(t, 30*time.Second, func() error {
+		if _, err := ping(t, srv.Addr(), WithTLS(newOrch)); err != nil {
+			t.Fatalf("after a broken rotation: %v", err)
+		}
+		if !strings.Contains(logs.String(), "TLS files changed but cannot be used") {
+			return errors.New("the server has not looked at the broken files yet")
+		}
+		return nil
+	})
 	if _, err := ping(t, srv.Addr(), WithTLS(newOrch)); err != nil {
 		t.Fatalf("after a broken rotation: %v", err)
 	}
