@@ -169,8 +169,8 @@ func (s *Service) resume(parent context.Context, id string, rev uint64, reason, 
 			return s.disown(id, rev)
 		}
 	}
-	d := events[0].Data
-	model := str(d, "model")
+	started, _ := xctevent.Parse(&events[0]).(xctevent.RunStarted)
+	model := started.Model
 	proposer, err := s.newProposer(model)
 	if err != nil {
 		return err
@@ -180,30 +180,17 @@ func (s *Service) resume(parent context.Context, id string, rev uint64, reason, 
 		_ = proposer.Close()
 		return err
 	}
-	maxSteps := int(num(d, "max_steps"))
+	maxSteps := started.MaxSteps
 	if maxSteps <= 0 {
 		maxSteps = s.cfg.MaxSteps
 	}
-	var labels map[string]string
-	if l, ok := d["labels"].(map[string]any); ok {
-		labels = make(map[string]string, len(l))
-		for k, v := range l {
-			labels[k], _ = v.(string)
-		}
-	}
-	var roles []string
-	if rl, ok := d["roles"].([]any); ok {
-		for _, v := range rl {
-			if role, ok := v.(string); ok {
-				roles = append(roles, role)
-			}
-		}
-	}
 	rctx, rcancel := context.WithCancelCause(context.Background())
 	r := &run{
-		id: id, svc: s, log: s.log, writer: writer, proposer: proposer, tools: modelCatalog(tools),
-		goal: str(d, "goal"), principal: str(d, "principal"), labels: labels, maxSteps: maxSteps, roles: roles,
-		model: model, started: events[0].Time(),
+		runSpec: runSpec{
+			id: id, tools: modelCatalog(tools), goal: started.Goal, principal: started.Principal, labels: started.Labels,
+			maxSteps: maxSteps, roles: started.Roles, model: model, started: events[0].Time(),
+		},
+		svc: s, log: s.log, writer: writer, proposer: proposer,
 		ctx: rctx, cancel: rcancel, done: make(chan struct{}), release: make(chan struct{}),
 	}
 	r.lease.set(rev)

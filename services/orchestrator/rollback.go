@@ -85,8 +85,10 @@ func (s *Service) RollbackRun(ctx context.Context, req *xctv1.RollbackRunRequest
 	}
 	rctx, rcancel := context.WithCancelCause(context.Background())
 	defer rcancel(nil)
-	r := &run{id: id, svc: s, log: s.log, writer: writer, principal: principal, roles: roles, labels: cur.GetLabels(),
-		model: cur.GetModel(), started: time.Now(), ctx: rctx, cancel: rcancel, done: make(chan struct{})}
+	r := &run{
+		runSpec: runSpec{id: id, principal: principal, roles: roles, labels: cur.GetLabels(), model: cur.GetModel(), started: time.Now()},
+		svc:     s, log: s.log, writer: writer, ctx: rctx, cancel: rcancel, done: make(chan struct{}),
+	}
 	s.mu.Lock()
 	if _, busy := s.active[id]; busy || s.stopping {
 		s.mu.Unlock()

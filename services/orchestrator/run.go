@@ -35,16 +35,13 @@ type errCancelled struct{ reason, by string }
 // model and the derived context. Its loop is the only code that appends to
 // its chain.
 type run struct {
-	id        string
-	svc       *Service
-	log       *slog.Logger
-	writer    *eventlog.ChainWriter
-	proposer  Proposer
-	tools     []*xctv1.ToolDescriptor
-	goal      string
-	principal string
-	labels    map[string]string
-	maxSteps  int
+	runSpec
+	usage
+
+	svc      *Service
+	log      *slog.Logger
+	writer   *eventlog.ChainWriter
+	proposer Proposer
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -64,22 +61,37 @@ type run struct {
 	// without it.
 	recording sync.Mutex
 
-	model   string
-	started time.Time
-	roles   []string
-	at      int  // the step the loop is at
-	ended   bool // run_finished is on the chain
+	at    int  // the step the loop is at
+	ended bool // run_finished is on the chain
 
-	transcript        transcript
-	tokensIn          int64
-	tokensOut         int64
-	consecutiveErrors int
+	transcript transcript
 
 	// span is the run's root span, stepSpan the open step's (telemetry.go).
 	span, stepSpan trace.Span
 
 	// scope redacts the current step's events (redaction.go).
 	scope *redact.Scope
+}
+
+// runSpec is what a run is, as its run_started records it: fixed for the
+// run's life.
+type runSpec struct {
+	id        string
+	goal      string
+	model     string
+	principal string
+	roles     []string
+	labels    map[string]string
+	maxSteps  int
+	tools     []*xctv1.ToolDescriptor // the model's catalog
+	started   time.Time
+}
+
+// usage is what the run has used so far, for its budgets.
+type usage struct {
+	tokensIn          int64
+	tokensOut         int64
+	consecutiveErrors int
 }
 
 // runContext is what the validator is told about the run at a step.

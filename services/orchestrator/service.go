@@ -302,9 +302,11 @@ func (s *Service) startRun(ctx context.Context, req *xctv1.StartRunRequest) (*ru
 	}
 	rctx, rcancel := context.WithCancelCause(context.Background())
 	r := &run{
-		id: id, svc: s, log: s.log, writer: writer, proposer: proposer, tools: modelCatalog(tools),
-		goal: req.GetGoal(), principal: principal, roles: roles, labels: req.GetLabels(), maxSteps: maxSteps,
-		model: req.GetModel(), started: time.Now(),
+		runSpec: runSpec{
+			id: id, tools: modelCatalog(tools), goal: req.GetGoal(), principal: principal, roles: roles,
+			labels: req.GetLabels(), maxSteps: maxSteps, model: req.GetModel(), started: time.Now(),
+		},
+		svc: s, log: s.log, writer: writer, proposer: proposer,
 		ctx: rctx, cancel: rcancel, done: make(chan struct{}), release: make(chan struct{}),
 	}
 	s.mu.Lock()

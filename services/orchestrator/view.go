@@ -54,23 +54,6 @@ func (t *transcript) apply(e *lctl.Event) {
 // modify it.
 func (t *transcript) history() []*xctv1.Turn { return t.turns }
 
-func str(d map[string]any, k string) string {
-	s, _ := d[k].(string)
-	return s
-}
-
-func num(d map[string]any, k string) int64 {
-	switch v := d[k].(type) {
-	case float64:
-		return int64(v)
-	case int:
-		return int64(v)
-	case int64:
-		return v
-	}
-	return 0
-}
-
 // runView folds a chain into its run record.
 // settled: a run waiting on a step in doubt runs again once the step's
 // outcome is on the chain.
