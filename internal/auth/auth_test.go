@@ -1,7 +1,6 @@
 package auth
 
 import (
-	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -17,7 +16,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -41,24 +39,6 @@ func writeFile(t *testing.T, path, body string) {
 }
 
 const aliceTok = "alice-token-0123456789"
-
-// lockedBuffer is a log destination safe for the authenticator's reloads.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 func TestParseTokensRejectsMistakes(t *testing.T) {
 	tests := []struct{ name, body, want string }{
@@ -90,7 +70,7 @@ func TestTokensFileAuthenticatesAndReloads(t *testing.T) {
 	bobTok := "bob-token-abcdefghijkl"
 	writeFile(t, path, "- {principal: alice, roles: [submitter, auditor], token: "+aliceTok+"}\n"+
 		"- {principal: bob, roles: [approver], token_sha256: "+TokenSHA256(bobTok)+"}\n")
-	logs := &lockedBuffer{}
+	logs := &testutil.Buffer{}
 	a, err := New(context.Background(), Config{TokensFile: path}, slog.New(slog.NewTextHandler(logs, nil)))
 	if err != nil {
 		t.Fatal(err)

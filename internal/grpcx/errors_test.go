@@ -1,14 +1,12 @@
 package grpcx
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/xct-dev/xct/internal/auth"
+	"github.com/xct-dev/xct/internal/testutil"
 )
 
 var errSentinel = errors.New("widget not found")
@@ -64,27 +63,9 @@ var failDesc = grpc.ServiceDesc{
 	Streams:     []grpc.StreamDesc{{StreamName: "Watch", Handler: failStream, ClientStreams: true}},
 }
 
-// syncBuffer is a log destination the server's goroutines write to.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 func TestBoundaryErrorMapping(t *testing.T) {
 	a, creds := tokensFile(t)
-	logs := &syncBuffer{}
+	logs := &testutil.Buffer{}
 	table := testTable()
 	table["/test.Fail/Fail"] = auth.Rule{AnyRole: true}
 	table["/test.Fail/Watch"] = auth.Rule{AnyRole: true}

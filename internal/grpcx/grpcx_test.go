@@ -230,7 +230,7 @@ func serverSerial(t *testing.T, addr string, files TLSFiles) (string, error) {
 func TestCertificateRotationWithoutRestart(t *testing.T) {
 	p := newPKI(t)
 	serverFiles := p.issue(t, "validator", devcerts.ServiceLeaf("validator"))
-	logs := &syncBuffer{}
+	logs := &testutil.Buffer{}
 	srv, _ := serveLogged(t, slog.New(slog.NewTextHandler(logs, nil)), WithSecurity(Security{TLS: serverFiles}))
 	orch := p.issue(t, "orchestrator", devcerts.ServiceLeaf("orchestrator"))
 	first, err := serverSerial(t, srv.Addr(), orch)

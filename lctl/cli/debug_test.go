@@ -1,7 +1,6 @@
 package cli_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -9,30 +8,12 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/xct-dev/xct/internal/testutil"
 	"github.com/xct-dev/xct/lctl/cli"
 )
-
-// syncBuffer is a buffer written by the command and read by the test.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // chainsDir holds the example chains.
 const chainsDir = "testdata/chains"
@@ -41,10 +22,10 @@ var debugURL = regexp.MustCompile(`Starting LCTL Debugger at (http://127\.0\.0\.
 
 // startDebug runs `lctl debug` in-process until the returned stop is
 // called, which returns the exit code.
-func startDebug(t *testing.T, args ...string) (url string, stdout, stderr *syncBuffer, stop func() int) {
+func startDebug(t *testing.T, args ...string) (url string, stdout, stderr *testutil.Buffer, stop func() int) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	stdout, stderr = &syncBuffer{}, &syncBuffer{}
+	stdout, stderr = &testutil.Buffer{}, &testutil.Buffer{}
 	done := make(chan int, 1)
 	go func() {
 		done <- cli.Run(ctx, append([]string{"debug", "--addr", "127.0.0.1:0", "--open=false"}, args...), cli.Env{Stdout: stdout, Stderr: stderr})
