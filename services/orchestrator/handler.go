@@ -1,0 +1,265 @@
+package orchestrator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/eventlog"
+	"github.com/xct-dev/xct/lctl"
+	"github.com/xct-dev/xct/lctl/xctevent"
+)
+
+// The OrchestratorService RPCs (service.go has the lifecycle).
+
+// StartRun implements OrchestratorService.
+func (s *Service) StartRun(ctx context.Context, req *xctv1.StartRunRequest) (*xctv1.StartRunResponse, error) {
+	r, err := s.startRun(ctx, req)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	run, _ := s.runs.get(r.id)
+	return &xctv1.StartRunResponse{Run: run}, nil
+}
+
+func (s *Service) startRun(ctx context.Context, req *xctv1.StartRunRequest) (*run, error) {
+	if req.GetGoal() == "" {
+		return nil, status.Error(codes.InvalidArgument, "goal is required")
+	}
+	if req.GetModel() == "" {
+		return nil, status.Error(codes.InvalidArgument, "model is required (scripted:FILE, openai:MODEL or grpc:ADDR)")
+	}
+	if req.GetMaxSteps() < 0 {
+		return nil, status.Error(codes.InvalidArgument, "max_steps must not be negative")
+	}
+	id := req.GetRunId()
+	if id == "" {
+		id = newRunID()
+	} else if err := lctl.ValidateChainID(id); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	// The run's principal is the authenticated caller; its roles go on
+	// the chain, so the validator's policies see them (run.roles).
+	principal, roles, err := actingPrincipal(ctx, req.GetPrincipal())
+	if err != nil {
+		return nil, err
+	}
+	maxSteps, err := s.stepBudget(req, roles)
+	if err != nil {
+		return nil, err
+	}
+	proposer, err := s.newProposer(req.GetModel())
+	if err != nil {
+		return nil, err
+	}
+	tools, err := s.toolCatalog(ctx)
+	if err != nil {
+		_ = proposer.Close()
+		return nil, err
+	}
+	writer, err := s.events.NewChainWriter(id)
+	if err != nil {
+		_ = proposer.Close()
+		return nil, err
+	}
+	rctx, rcancel := context.WithCancelCause(context.Background())
+	r := &run{
+		runSpec: runSpec{
+			id: id, tools: modelCatalog(tools), goal: req.GetGoal(), principal: principal, roles: roles,
+			labels: req.GetLabels(), maxSteps: maxSteps, model: req.GetModel(), started: time.Now(),
+		},
+		svc: s, log: s.log, writer: writer, proposer: proposer,
+		ctx: rctx, cancel: rcancel, done: make(chan struct{}), release: make(chan struct{}),
+	}
+	s.mu.Lock()
+	if s.stopping || s.active[id] != nil {
+		stopping := s.stopping
+		s.mu.Unlock()
+		rcancel(nil)
+		_ = proposer.Close()
+		if stopping {
+			return nil, ErrStopping
+		}
+		return nil, fmt.Errorf("%w: %s", ErrRunExists, id)
+	}
+	s.active[id] = r
+	s.mu.Unlock()
+	rev, err := s.claimStart(ctx, id)
+	if err != nil {
+		s.mu.Lock()
+		delete(s.active, id)
+		s.mu.Unlock()
+		rcancel(nil)
+		_ = proposer.Close()
+		return nil, err
+	}
+	r.lease.set(rev)
+	err = r.record(agentOrchestrator, xctevent.RunStarted{
+		RunID: id, Goal: req.GetGoal(), Model: req.GetModel(), Principal: principal,
+		Roles: roles, Labels: req.GetLabels(), MaxSteps: maxSteps,
+	})
+	if err != nil {
+		s.mu.Lock()
+		delete(s.active, id)
+		s.mu.Unlock()
+		rcancel(nil)
+		_ = proposer.Close()
+		s.abandonStart(r)
+		if errors.Is(err, eventlog.ErrConflict) {
+			return nil, fmt.Errorf("%w: %s", ErrRunExists, id)
+		}
+		return nil, err
+	}
+	s.log.Info("run started", "run", id, "model", req.GetModel(), "principal", principal)
+	r.startRunSpan(ctx)
+	s.launch(r)
+	return r, nil
+}
+
+// GetRun implements OrchestratorService.
+func (s *Service) GetRun(ctx context.Context, req *xctv1.GetRunRequest) (*xctv1.GetRunResponse, error) {
+	r, err := s.lookup(ctx, req.GetRunId())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &xctv1.GetRunResponse{Run: r}, nil
+}
+
+// lookup returns a run: from the cache when this process writes it or it
+// has ended (an ended chain never changes), otherwise read from its chain.
+func (s *Service) lookup(ctx context.Context, id string) (*xctv1.Run, error) {
+	if err := lctl.ValidateChainID(id); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	if owner := s.owner(id); owner != nil {
+		// Wait for an append in flight: the caller may have seen it on the log.
+		owner.recording.Lock()
+		r, ok := s.runs.get(id)
+		owner.recording.Unlock()
+		if ok {
+			return r, nil
+		}
+	}
+	if r, ok := s.runs.get(id); ok && ended(r) {
+		// An ended run changes only by a rollback, which another replica
+		// may have run: one read of the chain's last seq tells. Without the
+		// log, the cached run is the best there is.
+		if s.nc != nil && !s.nc.IsConnected() {
+			return r, nil
+		}
+		lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		last, err := s.events.LastSeq(lctx, id)
+		cancel()
+		if err != nil {
+			s.log.Debug("cannot tell whether an ended run grew: serving the cached one", "run", id, "err", err)
+			return r, nil //nolint:nilerr // the cached run is the answer when the log cannot be read
+		}
+		if last <= r.GetLastSeq() {
+			return r, nil
+		}
+	}
+	events, err := s.events.ReadChain(ctx, id)
+	if errors.Is(err, eventlog.ErrChainNotFound) || (err == nil && (len(events) == 0 || events[0].Type != lctl.TypeRunStarted)) {
+		return nil, fmt.Errorf("%w: %s", ErrRunNotFound, id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	r := &xctv1.Run{}
+	for i := range events {
+		applyRunEvent(r, &events[i])
+	}
+	s.runs.put(r)
+	return proto.Clone(r).(*xctv1.Run), nil
+}
+
+// owner returns the run if this process runs its loop.
+func (s *Service) owner(id string) *run {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.active[id]
+}
+
+// owns reports whether this process runs the loop of a run.
+func (s *Service) owns(id string) bool { return s.owner(id) != nil }
+
+// ListRuns implements OrchestratorService. It lists every chain in the
+// stream and summarizes each from its first and last events; summaries of
+// ended runs are cached.
+func (s *Service) ListRuns(ctx context.Context, req *xctv1.ListRunsRequest) (*xctv1.ListRunsResponse, error) {
+	limit := int(req.GetLimit())
+	if limit <= 0 {
+		limit = 100
+	}
+	chains, err := s.events.Chains(ctx)
+	if err != nil {
+		return nil, status.Error(codes.Unavailable, err.Error())
+	}
+	runs := make([]*xctv1.Run, 0, len(chains))
+	for id, count := range chains {
+		if r, ok := s.runs.summary(id); ok && (ended(r) || s.owns(id)) && r.GetLastSeq() >= count {
+			runs = append(runs, r)
+			continue
+		}
+		first, last, err := s.events.Ends(ctx, id)
+		if err != nil {
+			return nil, toStatus(err)
+		}
+		if first.Type != lctl.TypeRunStarted {
+			continue // another LCTL writer's chain, not a run
+		}
+		r := &xctv1.Run{}
+		applyRunEvent(r, &first)
+		applyRunEvent(r, &last)
+		if ended(r) {
+			s.runs.putSummary(r)
+		}
+		runs = append(runs, r)
+	}
+	sort.Slice(runs, func(i, j int) bool {
+		ti, tj := runs[i].GetCreatedAt().AsTime(), runs[j].GetCreatedAt().AsTime()
+		if !ti.Equal(tj) {
+			return ti.After(tj)
+		}
+		return runs[i].GetRunId() > runs[j].GetRunId()
+	})
+	if len(runs) > limit {
+		runs = runs[:limit]
+	}
+	return &xctv1.ListRunsResponse{Runs: runs}, nil
+}
+
+// CancelRun implements OrchestratorService.
+func (s *Service) CancelRun(ctx context.Context, req *xctv1.CancelRunRequest) (*xctv1.CancelRunResponse, error) {
+	cur, err := s.lookup(ctx, req.GetRunId())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	if err := mayCancel(ctx, cur.GetPrincipal()); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	r, ok := s.active[req.GetRunId()]
+	s.mu.Unlock()
+	if !ok {
+		if !live(cur.GetStatus()) {
+			return nil, toStatus(fmt.Errorf("%w: %s is %s", ErrRunFinished, cur.GetRunId(), cur.GetStatus()))
+		}
+		return nil, status.Errorf(codes.FailedPrecondition, "run %s is owned by another orchestrator", cur.GetRunId())
+	}
+	r.cancel(cancelCause(ctx, req.GetReason()))
+	return &xctv1.CancelRunResponse{Run: cur}, nil
+}
+
+// WatchRun implements OrchestratorService.
+func (s *Service) WatchRun(req *xctv1.WatchRunRequest, stream grpc.ServerStreamingServer[xctv1.WatchRunResponse]) error {
+	return s.watchRun(req, stream) // watch.go
+}
