@@ -109,7 +109,7 @@ func (s *Service) RollbackRun(ctx context.Context, req *xctv1.RollbackRunRequest
 	if err := r.record(principal, xctevent.RollbackStarted{Principal: principal, ToStep: int(req.GetToStep()), Steps: numbers}); err != nil {
 		return nil, toStatus(err)
 	}
-	resp := &xctv1.RollbackRunResponse{Status: "done"}
+	resp := &xctv1.RollbackRunResponse{Status: xctevent.StatusDone}
 	r.startRollbackSpan()
 	defer func() { r.endRunSpan(resp.GetStatus(), resp.GetMessage()) }()
 	next := 1 // undo steps continue the run's step numbers
@@ -120,7 +120,7 @@ func (s *Service) RollbackRun(ctx context.Context, req *xctv1.RollbackRunRequest
 		if msg, err := r.undoStep(next, st); err != nil {
 			return nil, toStatus(err)
 		} else if msg != "" {
-			resp.Status, resp.Message = "failed", msg
+			resp.Status, resp.Message = xctevent.StatusFailed, msg
 			break
 		}
 		resp.Undone = append(resp.Undone, st.GetNumber())

@@ -194,9 +194,9 @@ func (r *run) stopped(err error) (status, message string, ok bool) {
 	case errors.Is(err, errReleased) || errors.Is(cause, errReleased):
 		return statusReleased, "", true
 	case errors.Is(err, errLogLost):
-		return "failed", err.Error(), true
+		return xctevent.StatusFailed, err.Error(), true
 	case cause != nil:
-		return "cancelled", cause.Error(), true
+		return xctevent.StatusCancelled, cause.Error(), true
 	}
 	return "", "", false
 }
@@ -208,10 +208,10 @@ func (r *run) steps() (status, message string) {
 	from, invalidInARow, open := 1, 0, (*openStep)(nil)
 	if rs := r.resumed; rs != nil {
 		if rs.endMessage != "" {
-			return "failed", rs.endMessage // the last step already ended the run
+			return xctevent.StatusFailed, rs.endMessage // the last step already ended the run
 		}
 		if rs.invalidInARow >= r.svc.cfg.RepairBudget {
-			return "failed", fmt.Sprintf("the model produced %d invalid outputs in a row (repair budget %d)", rs.invalidInARow, r.svc.cfg.RepairBudget)
+			return xctevent.StatusFailed, fmt.Sprintf("the model produced %d invalid outputs in a row (repair budget %d)", rs.invalidInARow, r.svc.cfg.RepairBudget)
 		}
 		from, invalidInARow, open = rs.next, rs.invalidInARow, rs.open
 		if open != nil {
@@ -238,9 +238,9 @@ func (r *run) steps() (status, message string) {
 					if status, message, ok := r.stopped(err); ok {
 						return status, message
 					}
-					return "failed", err.Error()
+					return xctevent.StatusFailed, err.Error()
 				}
-				return "failed", e.GetMessage()
+				return xctevent.StatusFailed, e.GetMessage()
 			}
 			outcome, err = r.iterate(step)
 		}
@@ -248,20 +248,20 @@ func (r *run) steps() (status, message string) {
 			if status, message, ok := r.stopped(err); ok {
 				return status, message
 			}
-			return "failed", err.Error()
+			return xctevent.StatusFailed, err.Error()
 		}
-		if outcome.kind == outcomeStep && outcome.message == "success" {
+		if outcome.kind == outcomeStep && outcome.message == xctevent.OutcomeSuccess {
 			r.consecutiveErrors = 0
 		} else if outcome.kind != outcomeDone {
 			r.consecutiveErrors++
 		}
 		switch outcome.kind {
 		case outcomeDone:
-			return "done", outcome.message
+			return xctevent.StatusDone, outcome.message
 		case outcomeInvalid:
 			invalidInARow++
 			if invalidInARow >= r.svc.cfg.RepairBudget {
-				return "failed", fmt.Sprintf("the model produced %d invalid outputs in a row (repair budget %d)", invalidInARow, r.svc.cfg.RepairBudget)
+				return xctevent.StatusFailed, fmt.Sprintf("the model produced %d invalid outputs in a row (repair budget %d)", invalidInARow, r.svc.cfg.RepairBudget)
 			}
 		default:
 			invalidInARow = 0

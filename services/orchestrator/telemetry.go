@@ -13,6 +13,7 @@ import (
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/telemetry"
+	"github.com/xct-dev/xct/lctl/xctevent"
 )
 
 // Spans of a run, after the OpenTelemetry GenAI semantic conventions: one
@@ -66,7 +67,7 @@ func (r *run) endRunSpan(status, message string) {
 		semconv.GenAIUsageInputTokens(int(r.tokensIn)),
 		semconv.GenAIUsageOutputTokens(int(r.tokensOut)),
 	)
-	if status != "done" {
+	if status != xctevent.StatusDone {
 		r.span.SetStatus(otelcodes.Error, r.redactText(message))
 	}
 	r.span.End()
@@ -132,7 +133,7 @@ func (r *run) stepResult(outcome, summary string) {
 		return
 	}
 	r.stepSpan.SetAttributes(attribute.Int64("lctl.seq", int64(r.writer.Seq())), attribute.String("xct.step.outcome", outcome))
-	if outcome != "success" {
+	if outcome != xctevent.OutcomeSuccess {
 		r.stepSpan.SetStatus(otelcodes.Error, r.redactText(summary))
 	}
 }
