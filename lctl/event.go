@@ -32,12 +32,34 @@ const (
 	TypeStreamEnd          = "stream_end"
 )
 
-// XCT's own event types, documented in docs/events.md.
+// XCT's own event types, documented in docs/events.md; lctl/xctevent has
+// a Go type for each. The reducer folds the first three; the others it
+// knows (they are not "unknown types") and only counts.
 const (
 	TypeRunStarted  = "run_started"
 	TypeVerdict     = "verdict"
 	TypeRunFinished = "run_finished"
+
+	TypeApprovalRequested = "approval_requested"
+	TypeApprovalDecided   = "approval_decided"
+	TypeStepInDoubt       = "step_in_doubt"
+	TypeRunReleased       = "run_released"
+	TypeRunResumed        = "run_resumed"
+	TypeRollbackStarted   = "rollback_started"
+	TypeRollbackFinished  = "rollback_finished"
+	TypeSignedCheckpoint  = "signed_checkpoint"
 )
+
+// IsXCTType reports whether t is one of XCT's own event types.
+func IsXCTType(t string) bool {
+	switch t {
+	case TypeRunStarted, TypeVerdict, TypeRunFinished, TypeApprovalRequested, TypeApprovalDecided,
+		TypeStepInDoubt, TypeRunReleased, TypeRunResumed, TypeRollbackStarted, TypeRollbackFinished,
+		TypeSignedCheckpoint:
+		return true
+	}
+	return false
+}
 
 // Event is one LCTL event. Seq, Type, Timestamp, Agent and Data are the
 // spec's fields; ChainID, PrevHash and Hash make the chain tamper-evident.

@@ -216,7 +216,7 @@ func (b *StatsBuilder) Stats() *Stats {
 		Steps:        s.EventTypes[lctl.TypeStepStart],
 		ToolCalls:    len(s.ToolCalls),
 		EventTypes:   s.EventTypes,
-		UnknownTypes: len(s.UnknownTypes),
+		UnknownTypes: unknownTypes(s),
 		Unpriced:     []string{},
 		CostByModel:  []ModelCost{},
 		CostByAgent:  []AgentCost{},
@@ -375,4 +375,17 @@ func FormatCost(c float64) string {
 		return fmt.Sprintf("$%.3f", c)
 	}
 	return fmt.Sprintf("$%.2f", c)
+}
+
+// unknownTypes counts the events of types no reader here knows: the
+// reducer's UnknownTypes less XCT's own types, which it keeps without
+// folding (lctl.IsXCTType; lctl/xctevent reads them).
+func unknownTypes(s *lctl.State) int {
+	n := len(s.UnknownTypes)
+	for t, c := range s.EventTypes {
+		if !lctl.IsKnownType(t) && lctl.IsXCTType(t) {
+			n -= c
+		}
+	}
+	return max(n, 0)
 }

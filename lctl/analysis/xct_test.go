@@ -37,3 +37,32 @@ func TestLineXCTExtensionTypes(t *testing.T) {
 		}
 	}
 }
+
+// lctl stats counts XCT's own types as known; a type no one knows still
+// counts.
+func TestStatsXCTTypesAreNotUnknown(t *testing.T) {
+	t.Parallel()
+	evs := []xctevent.Event{
+		xctevent.RunStarted{RunID: "r", Goal: "g", Model: "m", Principal: "p"},
+		xctevent.StepStart{Step: 1, StepID: "s1", Tool: "fs.write", Arguments: map[string]any{}},
+		xctevent.Verdict{Step: 1, StepID: "s1", Tool: "fs.write", Decision: xctevent.DecisionNeedsApproval},
+		xctevent.ApprovalRequested{Step: 1, StepID: "s1", Tool: "fs.write"},
+		xctevent.ApprovalDecided{Step: 1, StepID: "s1", Decision: xctevent.ApprovalApproved, By: "carol"},
+		xctevent.StepInDoubt{Step: 1, StepID: "s1", Tool: "fs.write"},
+		xctevent.RunReleased{Instance: "a", Step: 1},
+		xctevent.RunResumed{Instance: "b", Step: 1},
+		xctevent.Unknown{EventType: "handoff", Payload: map[string]any{"to": "x"}},
+	}
+	var chain []lctl.Event
+	for i, e := range evs {
+		data, err := lctl.DataOf(e.Data())
+		if err != nil {
+			t.Fatal(err)
+		}
+		chain = append(chain, lctl.Event{ChainID: "r", Seq: uint64(i + 1), Type: e.Type(), Agent: "orchestrator",
+			Timestamp: "2026-11-21T12:00:00Z", Data: data})
+	}
+	if n := ComputeStats("r", chain, nil).UnknownTypes; n != 1 {
+		t.Errorf("unknown types = %d, want 1 (the handoff)", n)
+	}
+}

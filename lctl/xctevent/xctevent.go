@@ -35,27 +35,19 @@ const (
 	TypeRunStarted        = lctl.TypeRunStarted
 	TypeVerdict           = lctl.TypeVerdict
 	TypeRunFinished       = lctl.TypeRunFinished
-	TypeApprovalRequested = "approval_requested"
-	TypeApprovalDecided   = "approval_decided"
-	TypeStepInDoubt       = "step_in_doubt"
-	TypeRunReleased       = "run_released"
-	TypeRunResumed        = "run_resumed"
-	TypeRollbackStarted   = "rollback_started"
-	TypeRollbackFinished  = "rollback_finished"
-	TypeSignedCheckpoint  = "signed_checkpoint"
+	TypeApprovalRequested = lctl.TypeApprovalRequested
+	TypeApprovalDecided   = lctl.TypeApprovalDecided
+	TypeStepInDoubt       = lctl.TypeStepInDoubt
+	TypeRunReleased       = lctl.TypeRunReleased
+	TypeRunResumed        = lctl.TypeRunResumed
+	TypeRollbackStarted   = lctl.TypeRollbackStarted
+	TypeRollbackFinished  = lctl.TypeRollbackFinished
+	TypeSignedCheckpoint  = lctl.TypeSignedCheckpoint
 )
 
 // Extension reports whether t is one of XCT's own event types (not an LCTL
 // core type).
-func Extension(t string) bool {
-	switch t {
-	case TypeRunStarted, TypeVerdict, TypeRunFinished, TypeApprovalRequested, TypeApprovalDecided,
-		TypeStepInDoubt, TypeRunReleased, TypeRunResumed, TypeRollbackStarted, TypeRollbackFinished,
-		TypeSignedCheckpoint:
-		return true
-	}
-	return false
-}
+func Extension(t string) bool { return lctl.IsXCTType(t) }
 
 // Run statuses (run_finished's status, rollback_finished's status).
 const (
