@@ -1,13 +1,13 @@
 package debugger
 
 import (
-	"fmt"
 	"math"
 	"strconv"
 	"strings"
 	"sync"
 
 	"github.com/xct-dev/xct/lctl"
+	"github.com/xct-dev/xct/lctl/text"
 	"github.com/xct-dev/xct/lctl/xctevent"
 )
 
@@ -447,16 +447,6 @@ func firstNonEmpty(s ...string) string {
 	return ""
 }
 
-func clip(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if len(s) <= n {
-		return s
-	}
-	cut := n
-	for cut > 0 && !isRuneStart(s[cut]) {
-		cut--
-	}
-	return fmt.Sprintf("%s…", s[:cut])
-}
-
-func isRuneStart(b byte) bool { return b&0xC0 != 0x80 }
+// clip puts s on one line and keeps at most n bytes of it, cut on a
+// character boundary (text.Truncate).
+func clip(s string, n int) string { return text.Truncate(strings.Join(strings.Fields(s), " "), n) }
