@@ -268,8 +268,7 @@ func startCluster(t *testing.T, cfg phaseConfig) *cluster {
 		if err != nil {
 			t.Fatalf("%s: the partition and latency faults need network namespaces: %v", cfg.name, err)
 		}
-		c.lab = lab
-		t.Cleanup(lab.Close)
+		c.lab = lab // closed by stopAll, after the processes in it stopped
 	}
 	// The model: the test process serves ProposerService.
 	modelIP := "127.0.0.1"
@@ -525,5 +524,8 @@ func (c *cluster) stopAll(t *testing.T) {
 			_ = os.WriteFile(filepath.Join(dir, "ledger.jsonl"), b, 0o600)
 		}
 		t.Logf("%s: process logs and the ledger are in %s", c.cfg.name, dir)
+	}
+	if c.lab != nil {
+		c.lab.Close()
 	}
 }
