@@ -344,7 +344,7 @@ func describe(e *lctl.Event) (label, status string) {
 	switch e.Type {
 	case lctl.TypeVerdict:
 		dec := str(d, "decision")
-		status = map[string]string{"allow": statusOK, "deny": statusDenied, "needs_approval": statusNeedsApproval}[dec]
+		status = map[string]string{xctevent.DecisionAllow: statusOK, xctevent.DecisionDeny: statusDenied, xctevent.DecisionNeedsApproval: statusNeedsApproval}[dec]
 		rules := ruleIDs(d["reasons"])
 		if len(rules) > 0 {
 			return dec + ": " + strings.Join(rules, ", "), status
@@ -356,7 +356,10 @@ func describe(e *lctl.Event) (label, status string) {
 		return "in doubt: " + clip(firstNonEmpty(str(d, "reason"), "the step's outcome is unknown"), 120), statusInDoubt
 	case xctevent.TypeApprovalDecided:
 		dec := str(d, "decision")
-		status = map[string]string{"approved": statusApproved, "denied": statusDenied, "expired": statusDenied, "withdrawn": statusCancelled}[dec]
+		status = map[string]string{
+			xctevent.ApprovalApproved: statusApproved, xctevent.ApprovalDenied: statusDenied,
+			xctevent.ApprovalExpired: statusDenied, xctevent.ApprovalWithdrawn: statusCancelled,
+		}[dec]
 		if by := str(d, "by"); by != "" {
 			return dec + " by " + by, status
 		}
@@ -364,7 +367,7 @@ func describe(e *lctl.Event) (label, status string) {
 	case lctl.TypeToolCall:
 		s := firstNonEmpty(str(d, "status"), "done")
 		status = statusOK
-		if s != "success" && s != "done" {
+		if s != xctevent.ToolCallSuccess && s != "done" {
 			status = statusError
 		}
 		return firstNonEmpty(str(d, "tool"), "tool") + " " + s, status
@@ -380,9 +383,9 @@ func describe(e *lctl.Event) (label, status string) {
 		o := str(d, "outcome")
 		status = statusOK
 		switch o {
-		case "error", "invalid":
+		case xctevent.OutcomeError, xctevent.OutcomeInvalid:
 			status = statusError
-		case "denied":
+		case xctevent.OutcomeDenied:
 			status = statusDenied
 		}
 		return "end: " + firstNonEmpty(o, "done"), status
@@ -391,7 +394,7 @@ func describe(e *lctl.Event) (label, status string) {
 	case lctl.TypeRunFinished:
 		s := str(d, "status")
 		status = statusOK
-		if s != "done" {
+		if s != xctevent.StatusDone {
 			status = statusError
 		}
 		return "run " + firstNonEmpty(s, "finished"), status

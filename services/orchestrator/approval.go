@@ -44,7 +44,7 @@ func (r *run) awaitApproval(st *openStep, v *xctv1.Verdict) (*xctv1.Verdict, str
 			return nil, "", err
 		}
 	}
-	if st.decided == "expired" {
+	if st.decided == xctevent.ApprovalExpired {
 		final := &xctv1.Verdict{
 			Decision:      xctv1.VerdictDecision_VERDICT_DECISION_DENY,
 			Reasons:       []*xctv1.Reason{{RuleId: "approval", Message: "no one decided before the approval expired"}},
