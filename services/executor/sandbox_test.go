@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -104,24 +103,6 @@ func TestSandboxSeccomp(t *testing.T) {
 			t.Errorf("%v made a user namespace: %+v", argv, res)
 		}
 	}
-}
-
-// lockedBuffer is a log sink safe for concurrent writes.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // permissiveShell is a shell.exec configuration that allows what an
@@ -339,7 +320,7 @@ func TestSandboxFailsClosed(t *testing.T) {
 	cfg, err := ParseToolsConfig("tools.yaml", []byte("shell:\n  binaries:\n    - {name: sh, any_flags: true}\n"))
 	must(t, err)
 	t.Setenv("PATH", t.TempDir()) // no bwrap, no prlimit
-	var logs lockedBuffer
+	var logs testutil.Buffer
 	s, err := New(Config{Workspace: sb.ws, Tools: cfg}, nil, slog.New(slog.NewTextHandler(&logs, nil)))
 	must(t, err)
 	t.Cleanup(func() { _ = s.Stop(context.Background()) })
@@ -365,7 +346,7 @@ func TestSandboxNoneIsLoud(t *testing.T) {
 	sb := newSandbox(t)
 	cfg, err := ParseToolsConfig("tools.yaml", []byte("shell:\n  sandbox: none\n  binaries:\n    - {name: echo}\n"))
 	must(t, err)
-	var logs lockedBuffer
+	var logs testutil.Buffer
 	s, err := New(Config{Workspace: sb.ws, Tools: cfg}, nil, slog.New(slog.NewTextHandler(&logs, nil)))
 	must(t, err)
 	t.Cleanup(func() { _ = s.Stop(context.Background()) })
