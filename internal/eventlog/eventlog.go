@@ -8,6 +8,7 @@
 package eventlog
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -247,8 +248,34 @@ func (w *ChainWriter) append(ctx context.Context, at time.Time, eventType, agent
 		w.failed = err
 		return lctl.Event{}, fmt.Errorf("append event %d to chain %s: %w", e.Seq, w.chainID, err)
 	}
+	if ack.Duplicate {
+		// The message id <chain>/<seq> was stored before. That is our own
+		// append retried only if the stored message is this very event:
+		// a replicated stream checks the id before the expected sequence,
+		// so another writer's event at this seq also comes back as a
+		// duplicate, and going on from it would fork the chain.
+		if err := w.sameAsStored(ctx, ack.Sequence, raw); err != nil {
+			w.failed = err
+			return lctl.Event{}, fmt.Errorf("append event %d to chain %s: %w", e.Seq, w.chainID, err)
+		}
+	}
 	w.seq, w.prevHash, w.streamSeq, w.lastAppend = e.Seq, e.Hash, ack.Sequence, e
 	return e, nil
+}
+
+// sameAsStored checks that the stream's message at seq is raw on this
+// chain's subject: ErrConflict if another event is stored there, an error
+// of its own if the message cannot be read (the writer then stops, since
+// it cannot know what the chain holds).
+func (w *ChainWriter) sameAsStored(ctx context.Context, seq uint64, raw []byte) error {
+	stored, err := w.log.stream.GetMsg(ctx, seq)
+	if err != nil {
+		return fmt.Errorf("a duplicate acknowledgement for stream message %d, which cannot be read back: %w", seq, err)
+	}
+	if stored.Subject != w.subject || !bytes.Equal(stored.Data, raw) {
+		return fmt.Errorf("%w: message id taken by another event (stream message %d on %s)", ErrConflict, seq, stored.Subject)
+	}
+	return nil
 }
 
 // ReadChain returns every event of a chain, in order, as stored now.

@@ -218,3 +218,25 @@ func TestChainsAndEnds(t *testing.T) {
 		t.Fatalf("unknown chain: %v", err)
 	}
 }
+
+// A replicated stream answers a message id it has seen with a duplicate
+// acknowledgement before it checks the expected sequence, so a second
+// writer's different event at a seq already stored comes back "stored".
+// The writer must see that the stored message is not its event and stop
+// (the chaos suite's R3 fork, seed 7319). On one node the id is made to
+// collide through another subject, which reaches the same answer.
+func TestDuplicateAckOfAnotherEventIsAConflict(t *testing.T) {
+	ctx := context.Background()
+	l := openLog(t)
+	if _, err := l.JetStream().Publish(ctx, eventlog.Subject("other"), []byte(`{"not":"this event"}`), jetstream.WithMsgID("victim/1")); err != nil {
+		t.Fatal(err)
+	}
+	w, _ := l.NewChainWriter("victim")
+	_, err := w.Append(ctx, "run_started", "o", nil)
+	if !errors.Is(err, eventlog.ErrConflict) {
+		t.Fatalf("append answered as a duplicate of another event: err = %v, want ErrConflict", err)
+	}
+	if _, err := w.Append(ctx, "step_start", "o", nil); err == nil {
+		t.Fatal("writer went on after a conflict")
+	}
+}
