@@ -21,6 +21,7 @@ package xctevent
 
 import (
 	"encoding/json"
+	"strings"
 
 	"github.com/xct-dev/xct/lctl"
 )
@@ -80,6 +81,10 @@ const (
 	ApprovalWithdrawn = "withdrawn"
 )
 
+// systemToolPrefix starts the names of XCT's own tools (xct.undo), which
+// no model proposes.
+const systemToolPrefix = "xct."
+
 // ToolCallSuccess is tool_call's status.
 const ToolCallSuccess = "success"
 
@@ -115,7 +120,7 @@ type StepStart struct {
 	InputSummary string
 	Tool         string
 	Arguments    map[string]any
-	Model        string   // omitted when empty (an undo step has none)
+	Model        string   // the proposing model; a system step (tool "xct.…", an undo) has none and omits it
 	Confidence   *float64 // when the model gave one
 	Raw          *string  // invalid output: only step, intent, input_summary and raw are written
 }
@@ -288,7 +293,7 @@ func (e StepStart) Data() map[string]any {
 		"step": e.Step, "step_id": e.StepID, "intent": e.Intent, "input_summary": e.InputSummary,
 		"tool": e.Tool, "arguments": e.Arguments,
 	}
-	if e.Model != "" {
+	if e.Model != "" || !strings.HasPrefix(e.Tool, systemToolPrefix) {
 		d["model"] = e.Model
 	}
 	if e.Confidence != nil {
@@ -430,7 +435,7 @@ func Parse(e *lctl.Event) Event {
 	case TypeRunStarted:
 		return RunStarted{
 			RunID: Str(d, "run_id"), Goal: Str(d, "goal"), Model: Str(d, "model"), Principal: Str(d, "principal"),
-			Roles: strings(d["roles"]), Labels: labels(d["labels"]), MaxSteps: int(Int(d, "max_steps")),
+			Roles: stringList(d["roles"]), Labels: labels(d["labels"]), MaxSteps: int(Int(d, "max_steps")),
 		}
 	case TypeStepStart:
 		s := StepStart{Step: int(Int(d, "step")), StepID: Str(d, "step_id"), Intent: Str(d, "intent"), InputSummary: Str(d, "input_summary")}
@@ -568,7 +573,7 @@ func reasons(v any) []Reason {
 	return out
 }
 
-func strings(v any) []string {
+func stringList(v any) []string {
 	list, _ := v.([]any)
 	var out []string
 	for _, x := range list {

@@ -63,6 +63,12 @@ func TestDataOmissions(t *testing.T) {
 	if r, ok := v["reasons"].([]any); !ok || len(r) != 0 {
 		t.Errorf("reasons = %#v, want an empty list", v["reasons"])
 	}
+	if _, ok := (StepStart{Step: 1, Tool: "fs.read"}).Data()["model"]; !ok {
+		t.Error("a model's step_start without a model name must still write model")
+	}
+	if _, ok := (StepStart{Step: 1, Tool: "xct.undo"}).Data()["model"]; ok {
+		t.Error("an undo step writes model")
+	}
 	if keys := len((StepStart{Raw: new(string)}).Data()); keys != 4 {
 		t.Errorf("invalid step_start has %d keys, want 4", keys)
 	}
