@@ -24,12 +24,18 @@ func (r *run) signedVerdict(step int, stepID string, ns *xctv1.NextStep, v *xctv
 	ctx, cancel := context.WithTimeout(r.traceCtx(context.Background()), r.svc.cfg.CallTimeout)
 	resp, err := r.svc.executor.GetStep(ctx, &xctv1.GetStepRequest{StepId: stepID})
 	cancel()
+	// earlier says an attempt of this step may already have acted (its
+	// record is pending or in doubt): then no fresh verdict means no new
+	// attempt, not "not executed".
+	earlier := ""
 	switch {
 	case err == nil:
 		rec := resp.GetStep()
 		switch rec.GetState() {
 		case xctv1.StepRecordState_STEP_RECORD_STATE_SUCCEEDED, xctv1.StepRecordState_STEP_RECORD_STATE_FAILED:
 			return nil, &xctv1.ExecuteResponse{Response: rec.GetResponse(), Duration: rec.GetDuration(), Replayed: true, Attempt: rec.GetAttempt()}, nil
+		case xctv1.StepRecordState_STEP_RECORD_STATE_PENDING, xctv1.StepRecordState_STEP_RECORD_STATE_IN_DOUBT:
+			earlier = recordState(resp)
 		}
 		// Pending, in doubt or released for a retry: the executor decides
 		// what a new Execute does, with a fresh verdict.
@@ -40,16 +46,29 @@ func (r *run) signedVerdict(step int, stepID string, ns *xctv1.NextStep, v *xctv
 	fresh, agent := r.validate(step, stepID, ns)
 	if rerr := r.record(agent, verdictEvent(step, stepID, ns.GetTool(), fresh)); rerr != nil {
 		r.log.Warn("fresh verdict not recorded; the step is not executed", "run", r.id, "step", step, "err", rerr)
-		return nil, nil, wire.Errorf(wire.CodeExecutorUnavailable, "step %d was not executed: its new verdict could not be recorded", step)
+		return nil, nil, stillInDoubt(step, earlier, wire.Errorf(wire.CodeExecutorUnavailable, "step %d was not executed: its new verdict could not be recorded", step))
 	}
 	if fresh.GetDecision() != xctv1.VerdictDecision_VERDICT_DECISION_ALLOW || fresh.GetSigned() == nil {
 		e := fresh.GetError()
 		if e == nil {
 			e = wire.Errorf(wire.CodePolicyDenied, "the validator gave no signed allow for step %d, so it was not executed", step)
 		}
-		return nil, nil, e
+		return nil, nil, stillInDoubt(step, earlier, e)
 	}
 	return fresh.GetSigned(), nil, nil
+}
+
+// stillInDoubt is why a new attempt of a step did not start (e), said
+// truthfully: when an earlier attempt may have acted (earlier names its
+// record's state), the step's outcome is still unknown, and the run must
+// not tell the model "not executed" (it would propose it again). Without
+// an earlier attempt, e is the outcome as it is.
+func stillInDoubt(step int, earlier string, e *xctv1.Error) *xctv1.Error {
+	if earlier == "" {
+		return e
+	}
+	return wire.WithDetails(wire.Errorf(wire.CodeInDoubt, "step %d may have acted in an earlier attempt (its record is %s), and no new attempt started: %s",
+		step, earlier, e.GetMessage()), map[string]any{"outcome_unknown": true, "not_started": e.GetCode()})
 }
 
 // modelCatalog is the executor's catalog without the system's own tools:

@@ -130,11 +130,23 @@ func (r *run) settleStep(st *openStep, v *xctv1.Verdict, doubt *xctv1.Error) (*x
 					return res, execErr, nil
 				}
 				doubt = execErr
-				continue
+				if notStarted(execErr) {
+					// No fresh verdict (the validator down, say): the
+					// re-run never started, so it is still to be had;
+					// the loop waits and tries again.
+					rerun = false
+				} else {
+					continue
+				}
+			} else {
+				why := "the tool is not idempotent"
+				if resp.GetStep().GetIdempotent() {
+					why = "its one re-run did not settle it"
+				}
+				doubt = wire.Errorf(wire.CodeInDoubt, "step %s (%s) may or may not have acted: its executor's record is %s and %s",
+					st.stepID, resp.GetStep().GetTool(), recordState(resp), why)
+				quiet = time.Time{} // only a human can settle it: say so now
 			}
-			doubt = wire.Errorf(wire.CodeInDoubt, "step %s (%s) may or may not have acted: its executor's record is %s and the tool is not idempotent",
-				st.stepID, resp.GetStep().GetTool(), recordState(resp))
-			quiet = time.Time{} // only a human can settle it: say so now
 		case outcomeRunning:
 			// Still executing somewhere: its outcome or its deadline comes.
 		default:
@@ -177,6 +189,13 @@ func (r *run) call(st *openStep, v *xctv1.Verdict) (*xctv1.ExecuteResponse, *xct
 		return nil, execErr
 	}
 	return res, execErr
+}
+
+// notStarted reports whether e says a new attempt of a step never started
+// (binding.go's stillInDoubt: no fresh verdict for it).
+func notStarted(e *xctv1.Error) bool {
+	_, ok := e.GetDetails().AsMap()["not_started"]
+	return ok
 }
 
 // unsigned is v without its signed grant.

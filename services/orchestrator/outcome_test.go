@@ -14,6 +14,7 @@ import (
 	"github.com/xct-dev/xct/internal/grpcx"
 	"github.com/xct-dev/xct/internal/grpcx/grpcxtest"
 	"github.com/xct-dev/xct/internal/testutil"
+	"github.com/xct-dev/xct/internal/wire"
 	"github.com/xct-dev/xct/lctl"
 	"github.com/xct-dev/xct/services/executor"
 )
@@ -332,5 +333,24 @@ func entered[T any](t *testing.T, ch <-chan T) {
 	case <-ch:
 	case <-time.After(30 * time.Second):
 		t.Fatal("the tool was not called")
+	}
+}
+
+// Finding 2 of the chaos suite (seed 2611): an idempotent step in doubt is
+// re-run, but the re-run needs a fresh verdict and the validator is down.
+// No new attempt started, while the first may have acted: that is still in
+// doubt (the settle loop tries again later), never the validator's
+// "not executed". Without an earlier attempt the refusal is the outcome.
+func TestNoFreshVerdictForAnEarlierAttemptIsStillInDoubt(t *testing.T) {
+	down := wire.Errorf(wire.CodeValidatorUnavailable, "validator unreachable; the step was not executed")
+	e := stillInDoubt(3, "pending past its deadline", down)
+	if !unknownOutcome(e) || e.GetCode() != string(wire.CodeInDoubt) || !notStarted(e) {
+		t.Fatalf("earlier attempt, no verdict: %v", e)
+	}
+	if !strings.Contains(e.GetMessage(), "pending past its deadline") || !strings.Contains(e.GetMessage(), "validator unreachable") {
+		t.Fatalf("message does not say why: %s", e.GetMessage())
+	}
+	if got := stillInDoubt(3, "", down); got != down || unknownOutcome(got) || notStarted(got) {
+		t.Fatalf("no earlier attempt: %v", got)
 	}
 }
