@@ -155,6 +155,28 @@ type decideRequest struct {
 	Approver string          `json:"approver"`
 }
 
+// decodeBody reads a JSON request body of at most maxBodyBytes into v,
+// strictly (unknown fields refused); what names it in the error.
+func decodeBody(w http.ResponseWriter, r *http.Request, v any, what string) error {
+	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(strings.ToLower(ct), "application/json") {
+		return badArg("the body must be application/json, got %q", ct)
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return &apiError{http.StatusRequestEntityTooLarge, codeTooLarge, fmt.Sprintf("the body is larger than %d bytes", maxBodyBytes)}
+		}
+		return badArg("read body: %v", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return badArg("the body is not a %s: %v", what, err)
+	}
+	return nil
+}
+
 func (h *Handler) decide(w http.ResponseWriter, r *http.Request) (any, error) {
 	if r.Header.Get(csrfHeader) != "1" {
 		return nil, &apiError{http.StatusForbidden, codePermissionDenied, "missing header " + csrfHeader + ": 1"}
@@ -162,22 +184,9 @@ func (h *Handler) decide(w http.ResponseWriter, r *http.Request) (any, error) {
 	if h.opts.Approvals == nil {
 		return nil, h.noApprovals()
 	}
-	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(strings.ToLower(ct), "application/json") {
-		return nil, badArg("the body must be application/json, got %q", ct)
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return nil, &apiError{http.StatusRequestEntityTooLarge, codeTooLarge, fmt.Sprintf("the body is larger than %d bytes", maxBodyBytes)}
-		}
-		return nil, badArg("read body: %v", err)
-	}
 	var req decideRequest
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		return nil, badArg("the body is not a decision: %v", err)
+	if err := decodeBody(w, r, &req, "decision"); err != nil {
+		return nil, err
 	}
 	if err := lctl.ValidateChainID(req.RunID); err != nil {
 		return nil, badArg("run_id: %v", err)

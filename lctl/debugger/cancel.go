@@ -1,12 +1,7 @@
 package debugger
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
-	"fmt"
-	"io"
 	"net/http"
 	"strings"
 
@@ -49,22 +44,9 @@ func (h *Handler) cancelRun(w http.ResponseWriter, r *http.Request) (any, error)
 	if h.opts.Runs == nil {
 		return nil, &apiError{http.StatusNotFound, codeNotFound, "this debugger cannot cancel runs (no orchestrator: --tracer-orchestrator-addr)"}
 	}
-	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(strings.ToLower(ct), "application/json") {
-		return nil, badArg("the body must be application/json, got %q", ct)
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return nil, &apiError{http.StatusRequestEntityTooLarge, codeTooLarge, fmt.Sprintf("the body is larger than %d bytes", maxBodyBytes)}
-		}
-		return nil, badArg("read body: %v", err)
-	}
 	var req cancelRequest
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		return nil, badArg("the body is not a cancellation: %v", err)
+	if err := decodeBody(w, r, &req, "cancellation"); err != nil {
+		return nil, err
 	}
 	if err := lctl.ValidateChainID(req.RunID); err != nil {
 		return nil, badArg("run_id: %v", err)
