@@ -114,30 +114,8 @@ func newOutcomeFixture(t *testing.T, toolTimeout time.Duration) *outcomeFixture 
 // orch starts an orchestrator with short settle and takeover bounds.
 func (f *outcomeFixture) orch(name string, model Proposer) (*Service, *nats.Conn) {
 	f.t.Helper()
-	nc := connect(f.t, f.ns)
-	s, err := New(Config{ValidatorAddr: f.valAddr, ExecutorAddr: f.execAddr, RunLease: time.Second, DrainTimeout: 5 * time.Second,
-		Instance: name, CallTimeout: time.Minute, TakeoverTimeout: 2 * time.Second, SettleTimeout: 500 * time.Millisecond, SettlePoll: 200 * time.Millisecond},
-		nc, testLogger().With("instance", name), WithProposer("tester", model),
-		WithDialOptions(grpcx.WithToken(f.creds.Token(f.t, grpcxtest.Service))))
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := s.Start(ctx); err != nil {
-		f.t.Fatal(err)
-	}
-	if f.owners == nil {
-		if f.owners, err = f.events.JetStream().KeyValue(ctx, OwnersBucket); err != nil {
-			f.t.Fatal(err)
-		}
-	}
-	f.t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = s.Stop(ctx)
-	})
-	return s, nc
+	return f.launch(Config{RunLease: time.Second, DrainTimeout: 5 * time.Second, Instance: name, CallTimeout: time.Minute,
+		TakeoverTimeout: 2 * time.Second, SettleTimeout: 500 * time.Millisecond, SettlePoll: 200 * time.Millisecond}, model)
 }
 
 // agree checks what every fault must leave: the chain verifies and ends

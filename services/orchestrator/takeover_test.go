@@ -252,9 +252,17 @@ func newFixture(t *testing.T, model *gatedModel) *fixture {
 // with Stop (its cleanup only stops what is left).
 func (f *fixture) orchestrator(name string, lease time.Duration) (*Service, *nats.Conn) {
 	f.t.Helper()
+	return f.launch(Config{RunLease: lease, DrainTimeout: 20 * time.Second, Instance: name, CallTimeout: time.Minute}, f.model)
+}
+
+// launch starts an orchestrator with cfg (the fixture's validator and
+// executor filled in) on its own NATS connection, as the service
+// principal, stopped when the test ends.
+func (f *fixture) launch(cfg Config, model Proposer) (*Service, *nats.Conn) {
+	f.t.Helper()
+	cfg.ValidatorAddr, cfg.ExecutorAddr = f.valAddr, f.execAddr
 	nc := connect(f.t, f.ns)
-	s, err := New(Config{ValidatorAddr: f.valAddr, ExecutorAddr: f.execAddr, RunLease: lease, DrainTimeout: 20 * time.Second,
-		Instance: name, CallTimeout: time.Minute}, nc, testLogger().With("instance", name), WithProposer("tester", f.model),
+	s, err := New(cfg, nc, testLogger().With("instance", cfg.Instance), WithProposer("tester", model),
 		WithDialOptions(grpcx.WithToken(f.creds.Token(f.t, grpcxtest.Service))))
 	if err != nil {
 		f.t.Fatal(err)
