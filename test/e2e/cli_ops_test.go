@@ -159,13 +159,8 @@ steps:
     message: changed
     tokens: {input: 50, output: 5}
 `
-	if err := os.WriteFile(filepath.Join(d.dataDir, "scripts", "approve.yaml"), []byte(script), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	env := []string{"XCT_DATA_DIR=" + d.dataDir}
-	r := d.cli(t, "", env, "run", "--model", "scripted:approve.yaml", "--goal", "g", "--detach")
-	r.want(t, "run --detach", 0)
-	runID := strings.TrimSpace(r.out)
+	runID := d.startScript(t, "approve.yaml", script)
 	// Wait until the step waits for a human.
 	deadline := time.Now().Add(30 * time.Second)
 	for !strings.Contains(d.cli(t, "", env, "approvals", "--run", runID).out, "state         pending") {
@@ -238,13 +233,8 @@ steps:
     message: seen
     tokens: {input: 200, output: 20}
 `
-	if err := os.WriteFile(filepath.Join(d.dataDir, "scripts", "tokens.yaml"), []byte(script), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	env := []string{"XCT_DATA_DIR=" + d.dataDir}
-	r := d.cli(t, "", env, "run", "--model", "scripted:tokens.yaml", "--goal", "g", "--detach")
-	r.want(t, "run", 0)
-	runID := strings.TrimSpace(r.out)
+	runID := d.startScript(t, "tokens.yaml", script)
 	deadline := time.Now().Add(30 * time.Second)
 	var show cliResult
 	for {
@@ -329,12 +319,28 @@ steps:
 	}
 }
 
-// runScript runs a script to its end through the CLI and returns the run id.
-func (d *devCluster) runScript(t *testing.T, name, script string) string {
+// writeScript puts a scripted model's file where xct dev reads it.
+func (d *devCluster) writeScript(t *testing.T, name, script string) {
 	t.Helper()
 	if err := os.WriteFile(filepath.Join(d.dataDir, "scripts", name), []byte(script), 0o600); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// startScript starts a script's run through the CLI (--detach) and
+// returns the run id.
+func (d *devCluster) startScript(t *testing.T, name, script string) string {
+	t.Helper()
+	d.writeScript(t, name, script)
+	r := d.cli(t, "", []string{"XCT_DATA_DIR=" + d.dataDir}, "run", "--model", "scripted:"+name, "--goal", "g", "--detach")
+	r.want(t, "run --detach "+name, 0)
+	return strings.TrimSpace(r.out)
+}
+
+// runScript runs a script to its end through the CLI and returns the run id.
+func (d *devCluster) runScript(t *testing.T, name, script string) string {
+	t.Helper()
+	d.writeScript(t, name, script)
 	env := []string{"XCT_DATA_DIR=" + d.dataDir}
 	r := d.cli(t, "", env, "run", "--model", "scripted:"+name, "--goal", "g")
 	r.want(t, "run "+name, 0)
@@ -393,13 +399,8 @@ steps:
   - done: true
     message: changed
 `
-	if err := os.WriteFile(filepath.Join(d.dataDir, "scripts", "approve.yaml"), []byte(script), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	env := []string{"XCT_DATA_DIR=" + d.dataDir}
-	r := d.cli(t, "", env, "run", "--model", "scripted:approve.yaml", "--goal", "g", "--detach")
-	r.want(t, "run --detach", 0)
-	runID := strings.TrimSpace(r.out)
+	runID := d.startScript(t, "approve.yaml", script)
 	deadline := time.Now().Add(30 * time.Second)
 	for !strings.Contains(d.cli(t, "", env, "approvals", "--run", runID).out, "state         pending") {
 		if time.Now().After(deadline) {
