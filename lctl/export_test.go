@@ -10,3 +10,6 @@ func FastEventReader() func([]byte) (Event, error) {
 	p := newFastParser()
 	return p.fastEvent
 }
+
+// HashedUnknown is the list State.Hash writes as "unknown_types".
+func HashedUnknown(s *State) []uint64 { return s.hashedUnknown() }

@@ -42,7 +42,9 @@ type State struct {
 	// EventTypes counts events by type, unknown types included.
 	EventTypes map[string]int `json:"event_types"`
 	// UnknownTypes lists the seqs of events whose type this reducer does
-	// not know. They are counted and kept, never dropped.
+	// not know (IsRecognizedType is false). They are counted and kept,
+	// never dropped. XCT's extension types, the spec's handoff and
+	// signed_checkpoint are known, though not all are folded into fields.
 	UnknownTypes []uint64 `json:"unknown_types"`
 	// LastCheckpointSeq is the seq of the latest checkpoint (0 if none).
 	LastCheckpointSeq uint64 `json:"last_checkpoint_seq"`
@@ -71,10 +73,17 @@ type State struct {
 	// noSteps leaves Steps alone (Timeline.SummaryAt): nothing else in the
 	// state depends on them.
 	noSteps bool
+	// unfolded lists the seqs of every event of a type the reducer does
+	// not fold into a field (IsKnownType false): UnknownTypes and the
+	// recognized types it only counts. It is what Hash writes as
+	// "unknown_types", so state hashes stay what they were before the
+	// reducer recognized those types (docs/lctl.md, "State hash"); nil
+	// (a State not built by NewState) means UnknownTypes.
+	unfolded []uint64
 }
 
-// The lists ToolCalls, Errors, UnknownTypes, ContractValidations and
-// ModelRoutings are append-only: Apply never changes an element after
+// The lists ToolCalls, Errors, UnknownTypes, unfolded, ContractValidations
+// and ModelRoutings are append-only: Apply never changes an element after
 // appending it. Clone and Timeline rely on that to share them.
 
 // stepIndex maps a step number to the index in Steps of its latest attempt.
@@ -281,6 +290,7 @@ func NewState(chainID string) *State {
 		Errors:              []ErrorRecord{},
 		EventTypes:          map[string]int{},
 		UnknownTypes:        []uint64{},
+		unfolded:            []uint64{},
 		ContractValidations: []ContractValidation{},
 		ModelRoutings:       []ModelRouting{},
 		Steps:               []Step{},
@@ -316,6 +326,7 @@ func (s *State) Clone() *State {
 	c.ToolCalls = capped(s.ToolCalls)
 	c.Errors = capped(s.Errors)
 	c.UnknownTypes = capped(s.UnknownTypes)
+	c.unfolded = capped(s.unfolded)
 	c.ContractValidations = capped(s.ContractValidations)
 	c.ModelRoutings = capped(s.ModelRoutings)
 	if s.EventTypes != nil {
@@ -523,6 +534,8 @@ func typeIndex(t string) int {
 //   - run_finished (XCT): sets Run's status, message, steps and tokens;
 //     the chain's Tokens become at least those totals (they also count
 //     the final done turn, which has no step_end).
+//   - handoff, signed_checkpoint and XCT's other extension types
+//     (IsRecognizedType): counted in EventTypes only.
 //   - any other type: its seq is appended to UnknownTypes.
 func (s *State) Apply(e *Event) { s.apply(e, true) }
 
@@ -617,8 +630,19 @@ func (s *State) apply(e *Event, countType bool) {
 	case kRunFinished:
 		s.applyRunFinished(e, d)
 	default:
-		s.UnknownTypes = append(s.UnknownTypes, e.Seq)
+		s.unfolded = append(s.unfolded, e.Seq)
+		if !isRecognizedUnfolded(e.Type) {
+			s.UnknownTypes = append(s.UnknownTypes, e.Seq)
+		}
 	}
+}
+
+// hashedUnknown is the list Hash writes as "unknown_types".
+func (s *State) hashedUnknown() []uint64 {
+	if s.unfolded == nil {
+		return s.UnknownTypes
+	}
+	return s.unfolded
 }
 
 func (s *State) applyStepStart(e *Event, d map[string]any) {
@@ -986,6 +1010,17 @@ func confidence(v any) (float64, bool) {
 	return f, true
 }
 
-// IsKnownType reports whether the reducer folds events of this type: the
-// spec's types and XCT's. Others are kept and counted as unknown.
+// IsKnownType reports whether the reducer folds events of this type into
+// the state's fields: the spec's core and extension types and XCT's
+// run_started, verdict and run_finished.
 func IsKnownType(t string) bool { return typeIndex(t) >= 0 }
+
+// IsRecognizedType reports whether the reducer knows events of this type:
+// those it folds (IsKnownType), the spec's handoff and XCT's extension
+// types (IsXCTType, signed_checkpoint among them), which it counts. Events
+// of any other type are listed in State.UnknownTypes.
+func IsRecognizedType(t string) bool { return IsKnownType(t) || isRecognizedUnfolded(t) }
+
+// isRecognizedUnfolded reports whether t is a known type the reducer does
+// not fold.
+func isRecognizedUnfolded(t string) bool { return t == TypeHandoff || IsXCTType(t) }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -300,12 +301,12 @@ func TestFactHistory(t *testing.T) {
 func TestUnknownTypesKept(t *testing.T) {
 	events := specEvents(t)
 	events = append(events,
-		lctl.Event{Seq: 7, Type: "handoff", Agent: "x", Data: map[string]any{"to": "y"}},
+		lctl.Event{Seq: 7, Type: "custom_review", Agent: "x", Data: map[string]any{"to": "y"}},
 		lctl.Event{Seq: 8, Type: "contract_validation", Agent: "system", Data: map[string]any{"contract": "security-reviewer", "direction": "output", "status": "passed", "warnings": []any{}}},
-		lctl.Event{Seq: 9, Type: "handoff", Agent: "y"},
+		lctl.Event{Seq: 9, Type: "custom_review", Agent: "y"},
 	)
 	s := lctl.Replay("security-review-001", events, 0)
-	if !reflect.DeepEqual(s.UnknownTypes, []uint64{7, 9}) || s.EventTypes["handoff"] != 2 || s.EventCount != 9 || s.Seq != 9 {
+	if !reflect.DeepEqual(s.UnknownTypes, []uint64{7, 9}) || s.EventTypes["custom_review"] != 2 || s.EventCount != 9 || s.Seq != 9 {
 		t.Errorf("unknown %v types %v count %d seq %d", s.UnknownTypes, s.EventTypes, s.EventCount, s.Seq)
 	}
 	if len(s.ContractValidations) != 1 || s.ContractValidations[0].Status != "passed" {
@@ -503,4 +504,86 @@ func FuzzStateApply(f *testing.F) {
 			t.Fatalf("hash: %v", err)
 		}
 	})
+}
+
+// TestRecognizedTypesAreNotUnknown: the spec's handoff and XCT's extension
+// types, signed_checkpoint among them, are counted but not listed as
+// unknown; a type nobody defines is, by Apply and by Replay alike, and in
+// a state rebuilt by a Timeline.
+func TestRecognizedTypesAreNotUnknown(t *testing.T) {
+	types := []string{lctl.TypeHandoff, lctl.TypeSignedCheckpoint, lctl.TypeApprovalRequested, lctl.TypeApprovalDecided,
+		lctl.TypeStepInDoubt, lctl.TypeRunReleased, lctl.TypeRunResumed, lctl.TypeRollbackStarted,
+		lctl.TypeRollbackFinished, "custom_thing", lctl.TypeHandoff}
+	var events []lctl.Event
+	for i, typ := range types {
+		events = append(events, lctl.Event{Seq: uint64(i + 1), Type: typ, Agent: "a", Timestamp: "2026-01-01T00:00:00Z"})
+	}
+	applied := lctl.NewState("c")
+	for i := range events {
+		applied.Apply(&events[i])
+	}
+	tl := lctl.NewTimeline("c", 3)
+	for _, e := range events {
+		tl.Append(e)
+	}
+	for name, s := range map[string]*lctl.State{"apply": applied, "replay": lctl.Replay("c", events, 0), "timeline": tl.StateAt(0)} {
+		if !reflect.DeepEqual(s.UnknownTypes, []uint64{10}) {
+			t.Errorf("%s: unknown types %v, want [10] (custom_thing only)", name, s.UnknownTypes)
+		}
+		if s.EventTypes[lctl.TypeHandoff] != 2 || s.EventTypes[lctl.TypeSignedCheckpoint] != 1 || s.EventTypes["custom_thing"] != 1 {
+			t.Errorf("%s: event types %v", name, s.EventTypes)
+		}
+		if got := lctl.HashedUnknown(s); !reflect.DeepEqual(got, []uint64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}) {
+			t.Errorf("%s: hashed unknown_types %v, want every unfolded event", name, got)
+		}
+	}
+	for _, typ := range types[:len(types)-2] {
+		if !lctl.IsRecognizedType(typ) || lctl.IsKnownType(typ) {
+			t.Errorf("%s: recognized %v, folded %v", typ, lctl.IsRecognizedType(typ), lctl.IsKnownType(typ))
+		}
+	}
+	if lctl.IsRecognizedType("custom_thing") || !lctl.IsRecognizedType(lctl.TypeStepStart) {
+		t.Error("IsRecognizedType: custom_thing recognized, or step_start not")
+	}
+}
+
+// TestStateHashKeepsUnfoldedTypes: the state hash is what it was before
+// the reducer recognized handoff and XCT's extension types. The chain in
+// testdata was written (and its checkpoints' state_hash computed) by the
+// reducer as it was then; replaying it to each checkpoint gives the same
+// hash, with Replay, Apply and a Timeline.
+func TestStateHashKeepsUnfoldedTypes(t *testing.T) {
+	f, err := os.Open("cli/testdata/chains/legacy-state-hashes.lctl.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	file, err := lctl.DecodeFile(f, lctl.FormatJSON)
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := file.Events
+	tl := lctl.NewTimeline(file.Chain.ID, 3)
+	for _, e := range events {
+		tl.Append(e)
+	}
+	s := lctl.NewState(file.Chain.ID)
+	checked := 0
+	for i := range events {
+		e := &events[i]
+		if e.Type == lctl.TypeCheckpoint {
+			want, _ := e.Data["state_hash"].(string)
+			for name, st := range map[string]*lctl.State{"apply": s, "replay": lctl.Replay(file.Chain.ID, events[:i], 0), "timeline": tl.StateAt(events[i-1].Seq)} {
+				got, err := st.Hash()
+				if err != nil || got != want {
+					t.Errorf("%s: checkpoint %d: hash %s (%v), written %s", name, e.Seq, got, err, want)
+				}
+			}
+			checked++
+		}
+		s.Apply(e)
+	}
+	if checked != 4 || !reflect.DeepEqual(s.UnknownTypes, []uint64{11}) {
+		t.Errorf("checked %d checkpoints, unknown types %v", checked, s.UnknownTypes)
+	}
 }

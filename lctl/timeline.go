@@ -140,6 +140,7 @@ func (t *Timeline) stateAt(toSeq uint64, withSteps bool) (*State, uint64) {
 		toolCalls: capped(t.live.ToolCalls),
 		errors:    capped(t.live.Errors),
 		unknown:   capped(t.live.UnknownTypes),
+		unfolded:  capped(t.live.unfolded),
 		contracts: capped(t.live.ContractValidations),
 		routings:  capped(t.live.ModelRoutings),
 		history:   make(map[string][]FactChange, len(t.live.Facts)),
@@ -177,6 +178,7 @@ type listHeads struct {
 	toolCalls []ToolCall
 	errors    []ErrorRecord
 	unknown   []uint64
+	unfolded  []uint64
 	contracts []ContractValidation
 	routings  []ModelRouting
 	// history is every fact's history, which is append-only too (a fact
@@ -217,9 +219,10 @@ func (sn *snapshot) replay(tail []Event, live listHeads, withSteps bool) *State 
 		s.Steps, s.idx, s.noSteps = nil, &stepIndex{}, true
 	}
 
-	bases := [5]int{len(sn.base.ToolCalls), len(sn.base.Errors), len(sn.base.UnknownTypes),
-		len(sn.base.ContractValidations), len(sn.base.ModelRoutings)}
+	bases := [6]int{len(sn.base.ToolCalls), len(sn.base.Errors), len(sn.base.UnknownTypes),
+		len(sn.base.ContractValidations), len(sn.base.ModelRoutings), len(sn.base.unfolded)}
 	s.ToolCalls, s.Errors, s.UnknownTypes, s.ContractValidations, s.ModelRoutings = nil, nil, nil, nil, nil
+	s.unfolded = nil
 	// Fact histories, the same way: what the tail appends is the live
 	// history's next entries, so appending to the snapshot's (which would
 	// copy a history as long as the chain, for every fact the tail
@@ -256,6 +259,7 @@ func (sn *snapshot) replay(tail []Event, live listHeads, withSteps bool) *State 
 	s.UnknownTypes = live.unknown[: bases[2]+len(s.UnknownTypes) : bases[2]+len(s.UnknownTypes)]
 	s.ContractValidations = live.contracts[: bases[3]+len(s.ContractValidations) : bases[3]+len(s.ContractValidations)]
 	s.ModelRoutings = live.routings[: bases[4]+len(s.ModelRoutings) : bases[4]+len(s.ModelRoutings)]
+	s.unfolded = live.unfolded[: bases[5]+len(s.unfolded) : bases[5]+len(s.unfolded)]
 	s.noSteps = false
 	if !withSteps {
 		s.idx = nil // Steps is nil: a later Apply rebuilds an empty index
@@ -313,6 +317,7 @@ func (t *Timeline) snapshotLocked() {
 	base.ToolCalls = capped(live.ToolCalls)
 	base.Errors = capped(live.Errors)
 	base.UnknownTypes = capped(live.UnknownTypes)
+	base.unfolded = capped(live.unfolded)
 	base.ContractValidations = capped(live.ContractValidations)
 	base.ModelRoutings = capped(live.ModelRoutings)
 	base.EventTypes = make(map[string]int, len(live.EventTypes))

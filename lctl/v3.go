@@ -16,8 +16,9 @@ import (
 
 // TypeHandoff is the event a v3 handoff object becomes: who handed the
 // work to whom, with which facts and queries (v4's pull model records it
-// as an event rather than a section). The reducer keeps it as a type it
-// does not fold.
+// as an event rather than a section); XCT's crews record it too. The
+// reducer knows it (IsRecognizedType) and counts it without folding it
+// into a field.
 const TypeHandoff = "handoff"
 
 // ConvertV3 reads an LCTL v3 chain file (a trace list of steps, a facts

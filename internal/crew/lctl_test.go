@@ -302,11 +302,15 @@ func TestLCTLReadsCrewEvents(t *testing.T) {
 		"system: contract_validation code-analyzer (output: failed, 1 warning)",
 		"code-analyzer: error CONTRACT_VIOLATED (output_error/validation_failed",
 		"security-reviewer: fact_modified F1 (confidence: 0.95, reason: verified_by_consensus, consensus: 2 assessors (code-analyzer, security-reviewer), agreement 0.90)",
-		"unknown event types, kept: handoff (2)",
+		"[10] code-analyzer: handoff code-analyzer → security-reviewer (Review F1 for exploitability, fact F1, 2 suggested queries, depth 1)",
+		"[17] security-reviewer: handoff security-reviewer → fix-implementer (Fix F1, fact F1, 1 suggested query, depth 2)",
 	} {
 		if code != 0 || !strings.Contains(out, want) {
 			t.Fatalf("replay (exit %d) lacks %q:\n%s", code, want, out)
 		}
+	}
+	if strings.Contains(out, "unknown") {
+		t.Fatalf("replay calls a crew event unknown:\n%s", out)
 	}
 
 	// lctl bottleneck: the three steps, the reviewer the slowest.

@@ -380,3 +380,31 @@ func TestAnalysesNeverPanic(t *testing.T) {
 		}
 	}
 }
+
+// TestHandoffLine: replay says who handed over to whom and why, in each
+// shape a handoff is written (XCT's crews, the v3 conversion, the OTel
+// conversion, lctlgen's counted facts), not "unknown type".
+func TestHandoffLine(t *testing.T) {
+	tests := []struct {
+		agent string
+		data  map[string]any
+		want  string
+	}{
+		{"planner", map[string]any{"from": "planner", "to": "coder", "summary": "fix the vet\nerror", "depth": 2.0,
+			"suggested_queries": []any{"SELECT *"}, "facts": []any{"F1", "F2"}},
+			"[7] planner: handoff planner → coder (fix the vet error, facts F1, F2, 1 suggested query, depth 2)"},
+		{"orchestrator", map[string]any{"to": "human-review", "reason": "F4 is low", "facts": []any{"F4"}},
+			"[7] orchestrator: handoff orchestrator → human-review (F4 is low, fact F4)"},
+		{"a", map[string]any{"from": "a", "to": "b", "otel": map[string]any{"span_id": "x"}}, "[7] a: handoff a → b"},
+		{"coder", map[string]any{"from": "coder", "to": "reviewer", "facts": 12.0}, "[7] coder: handoff coder → reviewer (12 facts)"},
+		{"x", map[string]any{"facts": []any{}}, "[7] x: handoff (no facts)"},
+		{"x", map[string]any{"note": "n"}, `[7] x: handoff (data {"note":"n"})`},
+		{"", map[string]any{"to": "b"}, "[7] -: handoff → b"},
+	}
+	for _, tt := range tests {
+		e := lctl.Event{Seq: 7, Type: lctl.TypeHandoff, Agent: tt.agent, Data: tt.data}
+		if got := analysis.Line(&e); got != tt.want {
+			t.Errorf("Line = %q\n want %q", got, tt.want)
+		}
+	}
+}

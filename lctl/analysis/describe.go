@@ -238,6 +238,8 @@ func Summarize(e *lctl.Event) (subject, detail string) {
 	case xctevent.TypeApprovalRequested, xctevent.TypeApprovalDecided, xctevent.TypeStepInDoubt,
 		xctevent.TypeRunReleased, xctevent.TypeRunResumed, xctevent.TypeRollbackStarted, xctevent.TypeRollbackFinished:
 		subject, parts = summarizeXCT(e, parts)
+	case lctl.TypeHandoff:
+		subject, parts = summarizeHandoff(e, parts)
 	default:
 		// A type this reader does not know: kept, and shown as it is.
 		if len(d) > 0 {
@@ -247,6 +249,65 @@ func Summarize(e *lctl.Event) (subject, detail string) {
 		}
 	}
 	return subject, strings.Join(parts, ", ")
+}
+
+// summarizeHandoff describes a handoff (spec part 4; what XCT's crews, the
+// v3 conversion and the OTel conversion record): "planner → coder" and
+// why, the facts handed over and the depth. from is the event's agent when
+// the data does not name one.
+func summarizeHandoff(e *lctl.Event, parts []string) (string, []string) {
+	d := e.Data
+	add := func(format string, args ...any) { parts = append(parts, fmt.Sprintf(format, args...)) }
+	from, _ := d["from"].(string)
+	if from == "" {
+		from = e.Agent
+	}
+	to, _ := d["to"].(string)
+	subject := ""
+	switch {
+	case to != "" && from != "":
+		subject = from + " → " + to
+	case to != "":
+		subject = "→ " + to
+	}
+	summary, _ := d["summary"].(string)
+	if summary == "" {
+		summary, _ = d["reason"].(string)
+	}
+	if summary != "" {
+		add("%s", clip(oneLine(summary), 60))
+	}
+	switch f := d["facts"].(type) {
+	case []any:
+		ids := make([]string, 0, len(f))
+		for _, x := range f {
+			if id, ok := x.(string); ok {
+				ids = append(ids, id)
+			}
+		}
+		switch {
+		case len(ids) == 0 && len(f) == 0:
+			add("no facts")
+		case len(ids) > 0 && len(ids) <= 4:
+			add("%s %s", plural(len(ids), "fact", "facts"), strings.Join(ids, ", "))
+		default:
+			add("%d %s", len(f), plural(len(f), "fact", "facts"))
+		}
+	default:
+		if n, ok := intOf(f); ok {
+			add("%d %s", n, plural(int(n), "fact", "facts"))
+		}
+	}
+	if q, ok := d["suggested_queries"].([]any); ok && len(q) > 0 {
+		add("%d suggested %s", len(q), plural(len(q), "query", "queries"))
+	}
+	if n, ok := intOf(d["depth"]); ok && n > 0 {
+		add("depth %d", n)
+	}
+	if subject == "" && len(parts) == 0 && len(d) > 0 {
+		add("data %s", compact(d, 80))
+	}
+	return subject, parts
 }
 
 // summarizeXCT describes XCT's own extension events (lctl/xctevent), which

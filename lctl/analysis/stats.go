@@ -378,14 +378,5 @@ func FormatCost(c float64) string {
 }
 
 // unknownTypes counts the events of types no reader here knows: the
-// reducer's UnknownTypes less XCT's own types, which it keeps without
-// folding (lctl.IsXCTType; lctl/xctevent reads them).
-func unknownTypes(s *lctl.State) int {
-	n := len(s.UnknownTypes)
-	for t, c := range s.EventTypes {
-		if !lctl.IsKnownType(t) && lctl.IsXCTType(t) {
-			n -= c
-		}
-	}
-	return max(n, 0)
-}
+// reducer's UnknownTypes (XCT's own types and handoff are known to it).
+func unknownTypes(s *lctl.State) int { return len(s.UnknownTypes) }

@@ -38,8 +38,8 @@ func TestLineXCTExtensionTypes(t *testing.T) {
 	}
 }
 
-// lctl stats counts XCT's own types as known; a type no one knows still
-// counts.
+// lctl stats counts XCT's own types and the spec's handoff as known; a
+// type no one knows still counts.
 func TestStatsXCTTypesAreNotUnknown(t *testing.T) {
 	t.Parallel()
 	evs := []xctevent.Event{
@@ -52,6 +52,8 @@ func TestStatsXCTTypesAreNotUnknown(t *testing.T) {
 		xctevent.RunReleased{Instance: "a", Step: 1},
 		xctevent.RunResumed{Instance: "b", Step: 1},
 		xctevent.Unknown{EventType: "handoff", Payload: map[string]any{"to": "x"}},
+		xctevent.Unknown{EventType: "signed_checkpoint", Payload: map[string]any{"seq": 9}},
+		xctevent.Unknown{EventType: "custom_thing", Payload: map[string]any{"to": "x"}},
 	}
 	var chain []lctl.Event
 	for i, e := range evs {
@@ -63,6 +65,6 @@ func TestStatsXCTTypesAreNotUnknown(t *testing.T) {
 			Timestamp: "2026-11-21T12:00:00Z", Data: data})
 	}
 	if n := ComputeStats("r", chain, nil).UnknownTypes; n != 1 {
-		t.Errorf("unknown types = %d, want 1 (the handoff)", n)
+		t.Errorf("unknown types = %d, want 1 (custom_thing)", n)
 	}
 }

@@ -64,7 +64,7 @@ func summarize(s *lctl.State, events []lctl.Event) stateSummary {
 	}
 	sum.Agent = lastAgent(s, events)
 	for t, n := range s.EventTypes {
-		if !lctl.IsKnownType(t) && !lctl.IsXCTType(t) {
+		if !lctl.IsRecognizedType(t) {
 			sum.UnknownTypes[t] = n
 		}
 	}

@@ -199,7 +199,8 @@ type node struct {
 const EventSpan = "span"
 
 // EventHandoff is the event recorded when the agent doing the work
-// changes. The reducer keeps it as an unknown type; replay shows it.
+// changes. The reducer knows it (lctl.TypeHandoff) and counts it; replay
+// shows who handed over to whom.
 const EventHandoff = "handoff"
 
 // ConvertTrace converts the spans of one trace into drafts ordered by time.
