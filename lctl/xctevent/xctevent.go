@@ -433,10 +433,14 @@ func Parse(e *lctl.Event) Event {
 	d := e.Data
 	switch e.Type {
 	case TypeRunStarted:
-		return RunStarted{
+		r := RunStarted{
 			RunID: Str(d, "run_id"), Goal: Str(d, "goal"), Model: Str(d, "model"), Principal: Str(d, "principal"),
 			Roles: stringList(d["roles"]), Labels: labels(d["labels"]), MaxSteps: int(Int(d, "max_steps")),
 		}
+		if r.Roles == nil {
+			r.Roles = stringList(d["principal_roles"]) // an older name
+		}
+		return r
 	case TypeStepStart:
 		s := StepStart{Step: int(Int(d, "step")), StepID: Str(d, "step_id"), Intent: Str(d, "intent"), InputSummary: Str(d, "input_summary")}
 		if raw, ok := d["raw"]; ok {

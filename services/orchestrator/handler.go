@@ -10,7 +10,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/eventlog"
@@ -173,12 +172,9 @@ func (s *Service) lookup(ctx context.Context, id string) (*xctv1.Run, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &xctv1.Run{}
-	for i := range events {
-		applyRunEvent(r, &events[i])
-	}
-	s.runs.put(r)
-	return proto.Clone(r).(*xctv1.Run), nil
+	view := xctevent.Fold(events)
+	s.runs.put(view)
+	return runRecord(view), nil
 }
 
 // owner returns the run if this process runs its loop.
@@ -216,9 +212,11 @@ func (s *Service) ListRuns(ctx context.Context, req *xctv1.ListRunsRequest) (*xc
 		if first.Type != lctl.TypeRunStarted {
 			continue // another LCTL writer's chain, not a run
 		}
-		r := &xctv1.Run{}
-		applyRunEvent(r, &first)
-		applyRunEvent(r, &last)
+		view := &xctevent.Run{}
+		view.Apply(&first)
+		view.Apply(&last)
+		r := runRecord(view)
+		r.Steps = nil
 		if ended(r) {
 			s.runs.putSummary(r)
 		}

@@ -7,6 +7,7 @@ import (
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/lctl"
+	"github.com/xct-dev/xct/lctl/xctevent"
 )
 
 // runIndex caches runs materialized from their chains. Runs this process
@@ -16,34 +17,51 @@ import (
 // source of truth: dropping the cache only costs reads.
 type runIndex struct {
 	mu        sync.RWMutex
-	runs      map[string]*xctv1.Run // full runs, with steps
+	runs      map[string]*indexed   // full runs, with steps
 	summaries map[string]*xctv1.Run // ended runs without steps, for listings
 }
 
+// indexed is a cached run: its view, and the end this process knows of
+// when the chain could not record it.
+type indexed struct {
+	view       *xctevent.Run
+	unrecorded string
+	failed     bool
+}
+
+func (c *indexed) record() *xctv1.Run {
+	r := runRecord(c.view)
+	if c.failed {
+		r.Status = xctv1.RunStatus_RUN_STATUS_FAILED
+		r.Message = c.unrecorded
+	}
+	return r
+}
+
 func newRunIndex() *runIndex {
-	return &runIndex{runs: map[string]*xctv1.Run{}, summaries: map[string]*xctv1.Run{}}
+	return &runIndex{runs: map[string]*indexed{}, summaries: map[string]*xctv1.Run{}}
 }
 
 // apply folds one event of a run into the cache (idempotent by seq).
 func (x *runIndex) apply(e *lctl.Event) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	r, ok := x.runs[e.ChainID]
+	c, ok := x.runs[e.ChainID]
 	if !ok {
 		if e.Type != lctl.TypeRunStarted {
 			return
 		}
-		r = &xctv1.Run{}
-		x.runs[e.ChainID] = r
+		c = &indexed{view: &xctevent.Run{}}
+		x.runs[e.ChainID] = c
 	}
-	applyRunEvent(r, e)
+	c.view.Apply(e)
 }
 
-// put caches a run read from its chain.
-func (x *runIndex) put(r *xctv1.Run) {
+// put caches a run folded from its chain; the index owns v from now on.
+func (x *runIndex) put(v *xctevent.Run) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	x.runs[r.GetRunId()] = r
+	x.runs[v.ChainID] = &indexed{view: v}
 }
 
 // drop forgets a run, so the next read comes from its chain.
@@ -59,29 +77,30 @@ func (x *runIndex) drop(id string) {
 func (x *runIndex) markUnrecorded(id, message string) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	if r, ok := x.runs[id]; ok && live(r.Status) {
-		r.Status = xctv1.RunStatus_RUN_STATUS_FAILED
-		r.Message = message
+	if c, ok := x.runs[id]; ok && !c.view.Over() {
+		c.failed, c.unrecorded = true, message
 	}
 }
 
-// get returns a copy of a cached run.
+// get returns the record of a cached run (the caller's to keep).
 func (x *runIndex) get(id string) (*xctv1.Run, bool) {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	r, ok := x.runs[id]
+	c, ok := x.runs[id]
 	if !ok {
 		return nil, false
 	}
-	return proto.Clone(r).(*xctv1.Run), true
+	return c.record(), true
 }
 
 // summary returns a run without its steps, from either cache.
 func (x *runIndex) summary(id string) (*xctv1.Run, bool) {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	if r, ok := x.runs[id]; ok {
-		return withoutSteps(r), true
+	if c, ok := x.runs[id]; ok {
+		r := c.record()
+		r.Steps = nil
+		return r, true
 	}
 	if r, ok := x.summaries[id]; ok {
 		return proto.Clone(r).(*xctv1.Run), true

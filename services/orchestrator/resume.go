@@ -37,90 +37,87 @@ type resumeState struct {
 // foldResume reads a run's chain into the point where its loop continues.
 // Like the other views it is a pure function of the events.
 func foldResume(runID string, events []lctl.Event) *resumeState {
-	rs := &resumeState{next: 1}
-	var st *openStep
-	for i := range events {
-		e := &events[i]
-		switch x := xctevent.Parse(e).(type) {
-		case xctevent.StepStart:
-			st = &openStep{step: x.Step, stepID: x.StepID, agent: e.Agent, started: time.Now(), resumed: true}
-			if x.Invalid() {
-				st.invalid = true
-			} else {
-				st.ns = proposalOf(x)
-				st.args = st.ns.GetArguments().AsMap()
-				st.argsRedacted = wire.StepID(runID, st.step, st.ns.GetTool(), st.ns.GetArguments()) != st.stepID
-			}
-			rs.endMessage = ""
-		case xctevent.Verdict:
-			if st != nil {
-				st.verdict, st.verdictAgent = recordedVerdict(x), e.Agent
-			}
-		case xctevent.ApprovalRequested:
-			if st != nil {
-				st.approvalRequested = true
-				st.approvalExpires, _ = time.Parse(time.RFC3339Nano, x.ExpiresAt)
-			}
-		case xctevent.ApprovalDecided:
-			if st != nil {
-				st.decided = x.Decision
-			}
-		case xctevent.StepInDoubt:
-			if st != nil {
-				st.doubtRecorded = true // the run waits for the step's record
-			}
-		case xctevent.ToolCall:
-			if st != nil {
-				st.outcome, st.summary = xctevent.OutcomeSuccess, "ok"
-			}
-		case xctevent.Error:
-			ee := errorSignal(x)
-			switch {
-			case st == nil:
-				rs.endMessage = ee.GetMessage() // a budget or the model's endpoint ended the run
-			case st.invalid:
-				st.errorRecorded = true
-			case st.verdict.GetDecision() == xctv1.VerdictDecision_VERDICT_DECISION_ALLOW:
-				st.outcome, st.summary = xctevent.OutcomeError, ee.GetCode()+": "+ee.GetMessage()
-				if unknownOutcome(ee) {
-					st.inDoubt = ee
-				}
-			default:
-				st.outcome, st.summary = xctevent.OutcomeDenied, ee.GetCode()+": "+ee.GetMessage()
-				if st.verdict != nil {
-					st.verdict.Error = ee
-				}
-			}
-		case xctevent.StepEnd:
-			if st == nil {
-				continue
-			}
-			if x.Tokens != nil {
-				rs.tokensIn += x.Tokens.Input
-				rs.tokensOut += x.Tokens.Output
-			}
-			if x.Outcome == xctevent.OutcomeSuccess {
-				rs.consecutiveErrors = 0
-			} else {
-				rs.consecutiveErrors++
-			}
-			if x.Outcome == xctevent.OutcomeInvalid {
-				rs.invalidInARow++
-			} else {
-				rs.invalidInARow = 0
-			}
-			switch {
-			case st.verdict.GetEndsRun():
-				rs.endMessage = st.verdict.GetError().GetMessage()
-			case st.inDoubt != nil:
-				rs.endMessage = inDoubtMessage(runID, st.step, st.stepID, st.inDoubt)
-			}
-			rs.next = st.step + 1
-			st = nil
+	return resumeFrom(runID, xctevent.Fold(events))
+}
+
+// resumeFrom is where the run whose view is v continues: the counters the
+// loop keeps, the step left open, and whether the run already ended but
+// for its run_finished.
+func resumeFrom(runID string, v *xctevent.Run) *resumeState {
+	rs := &resumeState{
+		next: 1, invalidInARow: v.InvalidInARow, consecutiveErrors: v.ConsecutiveErrors,
+		tokensIn: v.Tokens.Input, tokensOut: v.Tokens.Output,
+	}
+	for i := len(v.Steps) - 1; i >= 0; i-- {
+		if v.Steps[i].Ended() {
+			rs.next = v.Steps[i].Number() + 1
+			break
 		}
 	}
-	rs.open = st
+	if open := v.Open(); open != nil {
+		rs.open = openStepOf(runID, open)
+		return rs
+	}
+	switch last := v.Last(); {
+	case v.After != nil:
+		rs.endMessage = v.After.Message // a budget or the model's endpoint ended the run
+	case last == nil:
+	case last.Verdict() != nil && last.Verdict().EndsRun:
+		rs.endMessage = refusal(last).GetError().GetMessage()
+	case last.Allowed() && last.Error != nil && unknownOutcome(errorSignal(*last.Error)):
+		rs.endMessage = inDoubtMessage(runID, last.Number(), last.Start.StepID, errorSignal(*last.Error))
+	}
 	return rs
+}
+
+// openStepOf is a step the chain leaves open, as the loop continues it.
+func openStepOf(runID string, s *xctevent.Step) *openStep {
+	st := &openStep{step: s.Number(), stepID: s.Start.StepID, agent: s.Agent, started: time.Now(), resumed: true}
+	if s.Start.Invalid() {
+		st.invalid = true
+		st.errorRecorded = s.Error != nil
+		return st
+	}
+	st.ns = proposalOf(s.Start)
+	st.args = st.ns.GetArguments().AsMap()
+	st.argsRedacted = wire.StepID(runID, st.step, st.ns.GetTool(), st.ns.GetArguments()) != st.stepID
+	if s.Verdict() != nil {
+		st.verdict, st.verdictAgent = refusal(s), s.VerdictAgent
+	}
+	if s.Requested != nil {
+		st.approvalRequested = true
+		st.approvalExpires, _ = time.Parse(time.RFC3339Nano, s.Requested.ExpiresAt)
+	}
+	if s.Decided != nil {
+		st.decided = s.Decided.Decision
+	}
+	st.doubtRecorded = s.InDoubt
+	switch {
+	case s.Result != nil:
+		st.outcome, st.summary = xctevent.OutcomeSuccess, "ok"
+	case s.Error != nil:
+		ee := errorSignal(*s.Error)
+		if s.Allowed() {
+			st.outcome, st.summary = xctevent.OutcomeError, ee.GetCode()+": "+ee.GetMessage()
+			if unknownOutcome(ee) {
+				st.inDoubt = ee
+			}
+		} else {
+			st.outcome, st.summary = xctevent.OutcomeDenied, ee.GetCode()+": "+ee.GetMessage()
+		}
+	}
+	return st
+}
+
+// refusal is a step's last verdict as the loop acts on it: with ends_run,
+// and for a refusal the error signal the model was sent (the step's error
+// event when it is on the chain).
+func refusal(s *xctevent.Step) *xctv1.Verdict {
+	v := recordedVerdict(*s.Verdict())
+	if s.Error != nil && !s.Allowed() {
+		v.Error = errorSignal(*s.Error)
+	}
+	return v
 }
 
 // recordedVerdict reads a verdict event back, with what the loop acts on:
@@ -194,12 +191,11 @@ func (s *Service) resume(parent context.Context, id string, rev uint64, reason, 
 		ctx: rctx, cancel: rcancel, done: make(chan struct{}), release: make(chan struct{}),
 	}
 	r.lease.set(rev)
-	view := &xctv1.Run{}
+	view := xctevent.Fold(events)
 	for i := range events {
 		r.transcript.apply(&events[i])
-		applyRunEvent(view, &events[i])
 	}
-	rs := foldResume(id, events)
+	rs := resumeFrom(id, view)
 	r.resumed = rs
 	r.tokensIn, r.tokensOut, r.consecutiveErrors = rs.tokensIn, rs.tokensOut, rs.consecutiveErrors
 	at := rs.next

@@ -17,6 +17,7 @@ import (
 	"github.com/xct-dev/xct/internal/eventlog"
 	"github.com/xct-dev/xct/internal/redact"
 	"github.com/xct-dev/xct/internal/wire"
+	"github.com/xct-dev/xct/lctl/text"
 	"github.com/xct-dev/xct/lctl/xctevent"
 )
 
@@ -399,7 +400,8 @@ func (r *run) recordInvalid(step int, agent, raw string, perr error, tokens xcte
 	const keep = 4096
 	shown := raw
 	if len(shown) > keep {
-		shown = shown[:keep] + "…(truncated)"
+		// Cut on a character boundary: the text goes on the chain.
+		shown = text.Truncate(shown, keep) + "(truncated)"
 	}
 	if err := r.record(agent, xctevent.StepStart{Step: step, InputSummary: "invalid model output", Raw: &shown}); err != nil {
 		return err

@@ -1,6 +1,9 @@
 package orchestrator
 
 import (
+	"maps"
+
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -54,102 +57,81 @@ func (t *transcript) apply(e *lctl.Event) {
 // modify it.
 func (t *transcript) history() []*xctv1.Turn { return t.turns }
 
-// runView folds a chain into its run record.
-// settled: a run waiting on a step in doubt runs again once the step's
-// outcome is on the chain.
-func settled(r *xctv1.Run) {
-	if r.Status == xctv1.RunStatus_RUN_STATUS_IN_DOUBT {
-		r.Status = xctv1.RunStatus_RUN_STATUS_RUNNING
+// runRecord is the run record (GetRun, ListRuns, WatchRun) of a run's
+// view: a projection of the one fold of XCT's events (xctevent.Run).
+func runRecord(v *xctevent.Run) *xctv1.Run {
+	r := &xctv1.Run{
+		RunId: v.Started.RunID, Goal: v.Started.Goal, Model: v.Started.Model, Principal: v.Started.Principal,
+		Labels: maps.Clone(v.Started.Labels), LastSeq: v.LastSeq,
+		InputTokens: v.Tokens.Input, OutputTokens: v.Tokens.Output,
 	}
+	if v.HasStarted {
+		r.CreatedAt = timestamppb.New(v.StartedAt)
+	}
+	if !v.UpdatedAt.IsZero() {
+		r.UpdatedAt = timestamppb.New(v.UpdatedAt)
+	}
+	switch v.Status {
+	case xctevent.StatusRunning:
+		r.Status = xctv1.RunStatus_RUN_STATUS_RUNNING
+	case xctevent.StatusWaitingApproval:
+		r.Status = xctv1.RunStatus_RUN_STATUS_WAITING_APPROVAL
+	case xctevent.StatusInDoubt:
+		r.Status = xctv1.RunStatus_RUN_STATUS_IN_DOUBT
+	case xctevent.StatusDone:
+		r.Status = xctv1.RunStatus_RUN_STATUS_DONE
+	case xctevent.StatusCancelled:
+		r.Status = xctv1.RunStatus_RUN_STATUS_CANCELLED
+	case xctevent.StatusFailed:
+		r.Status = xctv1.RunStatus_RUN_STATUS_FAILED
+	}
+	if v.Finished != nil {
+		r.Message = v.Finished.Message
+	}
+	r.Steps = make([]*xctv1.Step, 0, len(v.Steps))
+	for _, st := range v.Steps {
+		r.Steps = append(r.Steps, stepRecord(st))
+	}
+	return r
 }
 
-func applyRunEvent(r *xctv1.Run, e *lctl.Event) {
-	if e.Seq <= r.GetLastSeq() {
-		return // already applied (a replay after a live append)
+// stepRecord is one step of the run record.
+func stepRecord(st *xctevent.Step) *xctv1.Step {
+	out := &xctv1.Step{Number: int32(st.Number()), StepId: st.Start.StepID, State: xctv1.StepState_STEP_STATE_PROPOSED}
+	if st.Start.Invalid() {
+		out.State = xctv1.StepState_STEP_STATE_INVALID
+	} else {
+		sargs, _ := structpb.NewStruct(st.Start.Arguments)
+		out.Proposal = &xctv1.NextStep{Tool: st.Start.Tool, Arguments: sargs, Goal: st.Start.Intent}
+		if c := st.Start.Confidence; c != nil {
+			out.Proposal.Confidence = proto.Float64(*c)
+		}
 	}
-	ts := timestamppb.New(e.Time())
-	r.LastSeq = e.Seq
-	r.UpdatedAt = ts
-	cur := func(step int) *xctv1.Step {
-		if n := len(r.Steps); n > 0 && r.Steps[n-1].GetNumber() == int32(step) {
-			return r.Steps[n-1]
-		}
-		return nil
-	}
-	switch x := xctevent.Parse(e).(type) {
-	case xctevent.RunStarted:
-		r.RunId, r.Goal, r.Model, r.Principal = x.RunID, x.Goal, x.Model, x.Principal
-		r.Status = xctv1.RunStatus_RUN_STATUS_RUNNING
-		r.CreatedAt = ts
-		if x.Labels != nil {
-			r.Labels = x.Labels
-		}
-	case xctevent.StepStart:
-		st := &xctv1.Step{Number: int32(x.Step), StepId: x.StepID, State: xctv1.StepState_STEP_STATE_PROPOSED}
-		if x.Invalid() {
-			st.State = xctv1.StepState_STEP_STATE_INVALID
-		} else {
-			sargs, _ := structpb.NewStruct(x.Arguments)
-			st.Proposal = &xctv1.NextStep{Tool: x.Tool, Arguments: sargs, Goal: x.Intent, Confidence: x.Confidence}
-		}
-		r.Steps = append(r.Steps, st)
-	case xctevent.Verdict:
-		if st := cur(x.Step); st != nil {
-			st.Verdict = verdictOf(x)
-			switch st.Verdict.GetDecision() {
-			case xctv1.VerdictDecision_VERDICT_DECISION_ALLOW:
-				st.State = xctv1.StepState_STEP_STATE_ALLOWED
-			case xctv1.VerdictDecision_VERDICT_DECISION_NEEDS_APPROVAL:
-				st.State = xctv1.StepState_STEP_STATE_NEEDS_APPROVAL
-			default:
-				st.State = xctv1.StepState_STEP_STATE_DENIED
-			}
-		}
-	case xctevent.ToolCall:
-		if st := cur(x.Step); st != nil {
-			st.State = xctv1.StepState_STEP_STATE_SUCCEEDED
-			st.Response, _ = wire.SuccessResponse(x.Output)
-		}
-		settled(r)
-	case xctevent.Error:
-		if st := cur(x.Step); st != nil {
-			st.Response = wire.ErrorResponse(errorSignal(x))
-			if st.State == xctv1.StepState_STEP_STATE_ALLOWED || st.State == xctv1.StepState_STEP_STATE_IN_DOUBT {
-				st.State = xctv1.StepState_STEP_STATE_FAILED
-			}
-		}
-		settled(r)
-	case xctevent.StepInDoubt:
-		if st := cur(x.Step); st != nil {
-			st.State = xctv1.StepState_STEP_STATE_IN_DOUBT
-		}
-		r.Status = xctv1.RunStatus_RUN_STATUS_IN_DOUBT
-	case xctevent.ApprovalRequested:
-		r.Status = xctv1.RunStatus_RUN_STATUS_WAITING_APPROVAL
-	case xctevent.ApprovalDecided:
-		r.Status = xctv1.RunStatus_RUN_STATUS_RUNNING
-	case xctevent.StepEnd:
-		if st := cur(x.Step); st != nil && x.Outcome == xctevent.OutcomeCancelled {
-			st.State = xctv1.StepState_STEP_STATE_CANCELLED
-		}
-		if x.Tokens != nil {
-			r.InputTokens += x.Tokens.Input
-			r.OutputTokens += x.Tokens.Output
-		}
-	case xctevent.RunFinished:
-		r.Message = x.Message
-		if _, ok := e.Data["tokens"].(map[string]any); ok {
-			// The run's own totals: authoritative, and all a summary read
-			// from the chain's ends has.
-			r.InputTokens, r.OutputTokens = x.Tokens.Input, x.Tokens.Output
-		}
-		switch x.Status {
-		case xctevent.StatusDone:
-			r.Status = xctv1.RunStatus_RUN_STATUS_DONE
-		case xctevent.StatusCancelled:
-			r.Status = xctv1.RunStatus_RUN_STATUS_CANCELLED
+	if v := st.Verdict(); v != nil {
+		out.Verdict = verdictOf(*v)
+		switch out.Verdict.GetDecision() {
+		case xctv1.VerdictDecision_VERDICT_DECISION_ALLOW:
+			out.State = xctv1.StepState_STEP_STATE_ALLOWED
+		case xctv1.VerdictDecision_VERDICT_DECISION_NEEDS_APPROVAL:
+			out.State = xctv1.StepState_STEP_STATE_NEEDS_APPROVAL
 		default:
-			r.Status = xctv1.RunStatus_RUN_STATUS_FAILED
+			out.State = xctv1.StepState_STEP_STATE_DENIED
 		}
 	}
+	switch {
+	case st.Result != nil:
+		out.State = xctv1.StepState_STEP_STATE_SUCCEEDED
+		out.Response, _ = wire.SuccessResponse(st.Result.Output)
+	case st.Error != nil:
+		out.Response = wire.ErrorResponse(errorSignal(*st.Error))
+		if st.Allowed() {
+			out.State = xctv1.StepState_STEP_STATE_FAILED
+		}
+	case st.InDoubt:
+		out.State = xctv1.StepState_STEP_STATE_IN_DOUBT
+	}
+	if st.End != nil && st.End.Outcome == xctevent.OutcomeCancelled {
+		out.State = xctv1.StepState_STEP_STATE_CANCELLED
+	}
+	return out
 }

@@ -1,6 +1,7 @@
 package validator
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -203,136 +204,86 @@ type recordedVerdict struct {
 	policyVersion string
 }
 
-// readChain folds the events Recheck reads.
+// readChain reads what Recheck needs from the chain's run view
+// (xctevent.Run, the one fold of XCT's events), after checking strictly
+// what the view reads leniently: a proposal's arguments are an object, its
+// confidence a number, a verdict's decision one XCT writes.
 func readChain(events []lctl.Event) (*recordedChain, error) {
 	events = slices.Clone(events)
-	slices.SortStableFunc(events, func(a, b lctl.Event) int {
-		switch {
-		case a.Seq < b.Seq:
-			return -1
-		case a.Seq > b.Seq:
-			return 1
-		}
-		return 0
-	})
-	c := &recordedChain{}
-	current := map[int]*attempt{}
-	bad := func(e *lctl.Event, format string, args ...any) error {
-		return fmt.Errorf("%w: event %d (%s): %s", ErrBadChain, e.Seq, e.Type, fmt.Sprintf(format, args...))
-	}
+	slices.SortStableFunc(events, func(a, b lctl.Event) int { return cmp.Compare(a.Seq, b.Seq) })
 	for i := range events {
-		e := &events[i]
-		d := e.Data
-		if c.runID == "" {
-			c.runID = e.ChainID
+		if err := checkEvent(&events[i]); err != nil {
+			return nil, err
 		}
-		switch x := xctevent.Parse(e).(type) {
-		case xctevent.RunStarted:
-			if x.RunID != "" {
-				c.runID = x.RunID
+	}
+	v := xctevent.Fold(events)
+	c := &recordedChain{runID: v.ChainID, started: v.StartedAt}
+	if v.HasStarted {
+		if v.Started.RunID != "" {
+			c.runID = v.Started.RunID
+		}
+		c.principal, c.model, c.labels, c.roles = v.Started.Principal, v.Started.Model, v.Started.Labels, v.Started.Roles
+	}
+	for _, st := range v.Steps {
+		at := &attempt{seq: st.Seq, step: st.Number(), at: st.At, stepID: st.Start.StepID, tool: st.Start.Tool, goal: st.Start.Intent}
+		if at.tool != "" {
+			at.args = st.Start.Arguments
+			if at.args == nil {
+				at.args = map[string]any{}
 			}
-			c.principal, c.model = x.Principal, x.Model
-			c.started = e.Time()
-			if labels, ok := d["labels"].(map[string]any); ok {
-				c.labels = make(map[string]string, len(labels))
-				for k, v := range labels {
-					if s, ok := v.(string); ok {
-						c.labels[k] = s
-					}
-				}
-			}
-			for _, key := range []string{"principal_roles", "roles"} {
-				if roles, ok := d[key].([]any); ok {
-					for _, r := range roles {
-						if s, ok := r.(string); ok {
-							c.roles = append(c.roles, s)
-						}
-					}
-				}
-			}
-		case xctevent.StepStart:
-			step, ok := intOf(d["step"])
-			if !ok {
-				continue // not an XCT step
-			}
-			at := &attempt{seq: e.Seq, step: step, at: e.Time(), stepID: x.StepID, tool: x.Tool, goal: x.Intent}
-			if at.tool != "" {
-				switch a := d["arguments"].(type) {
-				case map[string]any:
-					at.args = a
-				case nil:
-					at.args = map[string]any{}
-				default:
-					return nil, bad(e, "arguments are not an object")
-				}
-				if conf, ok := d["confidence"]; ok {
-					f, ok := conf.(float64)
-					if !ok {
-						return nil, bad(e, "confidence is not a number")
-					}
-					at.confidence = &f
-				}
-			}
-			if c.started.IsZero() {
-				c.started = at.at
-			}
-			c.attempts = append(c.attempts, at)
-			current[step] = at
-		case xctevent.Verdict:
-			at := current[intOr(d["step"], -1)]
-			if at == nil {
-				continue
-			}
-			rv := recordedVerdict{policyVersion: x.PolicyVersion}
-			switch d["decision"] {
-			case xctevent.DecisionAllow:
-				rv.decision = xctv1.VerdictDecision_VERDICT_DECISION_ALLOW
-			case xctevent.DecisionNeedsApproval:
-				rv.decision = xctv1.VerdictDecision_VERDICT_DECISION_NEEDS_APPROVAL
-			case xctevent.DecisionDeny:
-				rv.decision = xctv1.VerdictDecision_VERDICT_DECISION_DENY
-			default:
-				return nil, bad(e, "decision %v is not allow, deny or needs_approval", d["decision"])
-			}
+			at.confidence = st.Start.Confidence
+		}
+		for _, x := range st.Verdicts {
+			rv := recordedVerdict{policyVersion: x.PolicyVersion, decision: decisions[x.Decision]}
 			for _, r := range x.Reasons {
 				rv.reasons = append(rv.reasons, &xctv1.Reason{RuleId: r.RuleID, Message: r.Message})
 			}
 			at.verdicts = append(at.verdicts, rv)
-		case xctevent.StepEnd:
-			at := current[intOr(d["step"], -1)]
-			if at == nil {
-				continue
-			}
-			at.outcome = x.Outcome
-			if tokens, ok := d["tokens"].(map[string]any); ok {
-				in, _ := intOf(tokens["input"])
-				out, _ := intOf(tokens["output"])
-				at.tokensIn, at.tokensOut = int64(in), int64(out)
+		}
+		if st.End != nil {
+			at.outcome = st.End.Outcome
+			if t := st.End.Tokens; t != nil {
+				at.tokensIn, at.tokensOut = max(t.Input, 0), max(t.Output, 0)
 			}
 		}
+		c.attempts = append(c.attempts, at)
 	}
 	return c, nil
 }
 
-// intOf reads a whole JSON number.
-func intOf(v any) (int, bool) {
-	switch n := v.(type) {
-	case float64:
-		if n != math.Trunc(n) || n < 0 || n > math.MaxInt32 {
-			return 0, false
-		}
-		return int(n), true
-	case int:
-		return n, n >= 0
-	case int64:
-		return int(n), n >= 0 && n <= math.MaxInt32
-	}
-	return 0, false
+// decisions are the verdict decisions a chain may record.
+var decisions = map[string]xctv1.VerdictDecision{
+	xctevent.DecisionAllow:         xctv1.VerdictDecision_VERDICT_DECISION_ALLOW,
+	xctevent.DecisionNeedsApproval: xctv1.VerdictDecision_VERDICT_DECISION_NEEDS_APPROVAL,
+	xctevent.DecisionDeny:          xctv1.VerdictDecision_VERDICT_DECISION_DENY,
 }
 
-func intOr(v any, def int) int {
-	if n, ok := intOf(v); ok {
-		return n
+// checkEvent is the strict part of reading a chain for a recheck: what a
+// run view would read as a zero value is an error wrapping ErrBadChain.
+func checkEvent(e *lctl.Event) error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: event %d (%s): %s", ErrBadChain, e.Seq, e.Type, fmt.Sprintf(format, args...))
 	}
-	return def
+	d := e.Data
+	switch e.Type {
+	case xctevent.TypeStepStart:
+		if _, ok := d["step"]; !ok || d["tool"] == nil || d["tool"] == "" {
+			return nil // not an XCT step, or output that was not a decision
+		}
+		switch d["arguments"].(type) {
+		case map[string]any, nil:
+		default:
+			return bad("arguments are not an object")
+		}
+		if conf, ok := d["confidence"]; ok {
+			if _, ok := conf.(float64); !ok {
+				return bad("confidence is not a number")
+			}
+		}
+	case xctevent.TypeVerdict:
+		if dec, _ := d["decision"].(string); decisions[dec] == xctv1.VerdictDecision_VERDICT_DECISION_UNSPECIFIED {
+			return bad("decision %v is not allow, deny or needs_approval", d["decision"])
+		}
+	}
+	return nil
 }
