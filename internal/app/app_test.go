@@ -6,6 +6,7 @@ import (
 )
 
 func TestParseTargets(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		in      string
 		want    []string

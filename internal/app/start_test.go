@@ -33,6 +33,7 @@ func freeAddr(t *testing.T) string {
 // the executor's (whose service failed) and the validator's (bound, never
 // started).
 func TestFailedStartClosesItsListeners(t *testing.T) {
+	t.Parallel()
 	ns := testutil.RunJetStream(t)
 	creds := grpcxtest.New(t)
 	notADir := filepath.Join(t.TempDir(), "file")

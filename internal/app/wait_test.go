@@ -24,6 +24,7 @@ import (
 // NOT_SERVING with calls refused as UNAVAILABLE naming NATS, and become
 // SERVING once NATS answers, every service started in order.
 func TestServicesWaitForNATS(t *testing.T) {
+	t.Parallel()
 	js := testutil.RestartableJetStream(t)
 	url := js.URL()
 	js.Stop() // NATS is down when the services start

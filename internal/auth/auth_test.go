@@ -41,6 +41,7 @@ func writeFile(t *testing.T, path, body string) {
 const aliceTok = "alice-token-0123456789"
 
 func TestParseTokensRejectsMistakes(t *testing.T) {
+	t.Parallel()
 	tests := []struct{ name, body, want string }{
 		{"unknown key", "- {principal: a, roles: [submitter], token: 0123456789abcdefX, role: x}", "field role not found"},
 		{"unknown role", "- {principal: a, roles: [approvers], token: 0123456789abcdefX}", `unknown role "approvers"`},
@@ -65,6 +66,7 @@ func TestParseTokensRejectsMistakes(t *testing.T) {
 }
 
 func TestTokensFileAuthenticatesAndReloads(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "tokens.yaml")
 	bobTok := "bob-token-abcdefghijkl"
@@ -121,6 +123,7 @@ func TestTokensFileAuthenticatesAndReloads(t *testing.T) {
 }
 
 func TestAuthenticateGRPCMetadata(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "tokens.yaml")
 	writeFile(t, path, "- {principal: alice, roles: [submitter], token: "+aliceTok+"}\n")
 	a, err := New(context.Background(), Config{TokensFile: path}, nil)
@@ -154,6 +157,7 @@ func TestAuthenticateGRPCMetadata(t *testing.T) {
 }
 
 func TestAuthenticateHTTP(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "tokens.yaml")
 	writeFile(t, path, "- {principal: dave, roles: [auditor], token: "+aliceTok+"}\n")
 	a, err := New(context.Background(), Config{TokensFile: path}, nil)
@@ -243,6 +247,7 @@ func claims(over map[string]any) map[string]any {
 }
 
 func TestJWTVerification(t *testing.T) {
+	t.Parallel()
 	is := newIssuer(t, "k1", "k2")
 	path := filepath.Join(t.TempDir(), "jwks.json")
 	writeFile(t, path, string(is.jwks(t)))
@@ -304,6 +309,7 @@ func TestJWTVerification(t *testing.T) {
 }
 
 func TestJWTFromJWKSURL(t *testing.T) {
+	t.Parallel()
 	is := newIssuer(t, "k1")
 	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -331,6 +337,7 @@ func TestJWTFromJWKSURL(t *testing.T) {
 }
 
 func TestCertPrincipal(t *testing.T) {
+	t.Parallel()
 	u := func(s string) *url.URL {
 		v, err := url.Parse(s)
 		if err != nil {
@@ -361,6 +368,7 @@ func TestCertPrincipal(t *testing.T) {
 }
 
 func TestAuthorize(t *testing.T) {
+	t.Parallel()
 	tbl := DefaultTable()
 	who := func(roles ...string) Principal { return Principal{Name: "x", Roles: roles} }
 	tests := []struct {
@@ -398,6 +406,7 @@ func TestAuthorize(t *testing.T) {
 // added without an authorization rule fails here (and the server refuses to
 // start with it, see grpcx).
 func TestEveryRPCIsInTheTable(t *testing.T) {
+	t.Parallel()
 	tbl := DefaultTable()
 	var all []string
 	protoregistry.GlobalFiles.RangeFiles(func(fd protoreflect.FileDescriptor) bool {
@@ -428,6 +437,7 @@ func TestEveryRPCIsInTheTable(t *testing.T) {
 }
 
 func TestDevCredentialsAndClientToken(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "dev", "credentials.yaml")
 	entries, err := DevCredentials(path)

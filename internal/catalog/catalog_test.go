@@ -14,6 +14,7 @@ import (
 )
 
 func TestPublishAndWatch(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	s := testutil.RunJetStream(t)

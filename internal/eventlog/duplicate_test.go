@@ -13,6 +13,7 @@ import (
 // A single node checks the expected sequence first, so this path is
 // reached there only through a replicated stream; it is checked directly.
 func TestSameAsStored(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	nc := testutil.Connect(t, testutil.RunJetStream(t))
 	l, err := Open(ctx, nc, DefaultConfig())

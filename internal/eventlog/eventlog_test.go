@@ -25,6 +25,7 @@ func openLog(t *testing.T) *eventlog.Log {
 }
 
 func TestAppendReadVerify(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	l := openLog(t)
 	w, err := l.NewChainWriter("run-1")
@@ -62,6 +63,7 @@ func TestAppendReadVerify(t *testing.T) {
 }
 
 func TestSecondWriterCannotFork(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	l := openLog(t)
 	a, _ := l.NewChainWriter("shared")
@@ -99,6 +101,7 @@ func TestSecondWriterCannotFork(t *testing.T) {
 }
 
 func TestRetriedAppendIsDeduplicated(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	l := openLog(t)
 	w, _ := l.NewChainWriter("dedup")
@@ -121,6 +124,7 @@ func TestRetriedAppendIsDeduplicated(t *testing.T) {
 }
 
 func TestReadUnknownChain(t *testing.T) {
+	t.Parallel()
 	l := openLog(t)
 	_, err := l.ReadChain(context.Background(), "nope")
 	if !errors.Is(err, eventlog.ErrChainNotFound) {
@@ -132,6 +136,7 @@ func TestReadUnknownChain(t *testing.T) {
 }
 
 func TestFollowDeliversNewEvents(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	l := openLog(t)
@@ -165,6 +170,7 @@ func TestFollowDeliversNewEvents(t *testing.T) {
 }
 
 func TestAppendFailsWhenNATSIsGone(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	s := testutil.RunJetStream(t)
@@ -190,6 +196,7 @@ func TestAppendFailsWhenNATSIsGone(t *testing.T) {
 }
 
 func TestChainsAndEnds(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	l := openLog(t)
 	for _, id := range []string{"a", "b"} {
@@ -226,6 +233,7 @@ func TestChainsAndEnds(t *testing.T) {
 // (the chaos suite's R3 fork, seed 7319). On one node the id is made to
 // collide through another subject, which reaches the same answer.
 func TestDuplicateAckOfAnotherEventIsAConflict(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	l := openLog(t)
 	if _, err := l.JetStream().Publish(ctx, eventlog.Subject("other"), []byte(`{"not":"this event"}`), jetstream.WithMsgID("victim/1")); err != nil {

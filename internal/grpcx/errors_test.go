@@ -64,6 +64,7 @@ var failDesc = grpc.ServiceDesc{
 }
 
 func TestBoundaryErrorMapping(t *testing.T) {
+	t.Parallel()
 	a, creds := tokensFile(t)
 	logs := &testutil.Buffer{}
 	table := testTable()
@@ -158,6 +159,7 @@ func TestBoundaryErrorMapping(t *testing.T) {
 }
 
 func TestCodesStatus(t *testing.T) {
+	t.Parallel()
 	if failCodes.Status(nil) != nil {
 		t.Fatal("nil is not an error")
 	}

@@ -155,6 +155,7 @@ func (p *pki) issue(t *testing.T, name string, leaf devcerts.Leaf) TLSFiles {
 }
 
 func TestMTLS(t *testing.T) {
+	t.Parallel()
 	p := newPKI(t)
 	serverFiles := p.issue(t, "validator", devcerts.ServiceLeaf("validator"))
 	srv, ps := serve(t, WithSecurity(Security{TLS: serverFiles}))
@@ -228,6 +229,7 @@ func serverSerial(t *testing.T, addr string, files TLSFiles) (string, error) {
 }
 
 func TestCertificateRotationWithoutRestart(t *testing.T) {
+	t.Parallel()
 	p := newPKI(t)
 	serverFiles := p.issue(t, "validator", devcerts.ServiceLeaf("validator"))
 	logs := &testutil.Buffer{}
@@ -300,6 +302,7 @@ func TestCertificateRotationWithoutRestart(t *testing.T) {
 }
 
 func TestPlaintextOnlyWhenAllowed(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		sec  Security
@@ -349,6 +352,7 @@ func tokensFile(t *testing.T) (*auth.Authenticator, []auth.TokenEntry) {
 }
 
 func TestAuthenticationAndAuthorization(t *testing.T) {
+	t.Parallel()
 	a, creds := tokensFile(t)
 	srv, ps := serve(t, WithSecurity(Security{Plaintext: true}), WithAuth(a))
 	tok := func(name string) string { v, _ := auth.TokenOf(creds, name); return v }
@@ -382,6 +386,7 @@ func TestAuthenticationAndAuthorization(t *testing.T) {
 }
 
 func TestDeadlineRequired(t *testing.T) {
+	t.Parallel()
 	a, creds := tokensFile(t)
 	srv, ps := serve(t, WithSecurity(Security{Plaintext: true}), WithAuth(a))
 	tok, _ := auth.TokenOf(creds, "alice")
@@ -442,6 +447,7 @@ func TestDeadlineRequired(t *testing.T) {
 }
 
 func TestRateLimitPerPrincipal(t *testing.T) {
+	t.Parallel()
 	a, creds := tokensFile(t)
 	srv, _ := serve(t, WithSecurity(Security{Plaintext: true, RateLimit: 0.01, RateBurst: 3}), WithAuth(a))
 	tok := func(name string) string { v, _ := auth.TokenOf(creds, name); return v }
@@ -475,6 +481,7 @@ func TestRateLimitPerPrincipal(t *testing.T) {
 }
 
 func TestPanicIsInternalAndTheServerKeepsServing(t *testing.T) {
+	t.Parallel()
 	a, creds := tokensFile(t)
 	srv, ps := serve(t, WithSecurity(Security{Plaintext: true}), WithAuth(a))
 	tok, _ := auth.TokenOf(creds, "alice")
@@ -501,6 +508,7 @@ func TestPanicIsInternalAndTheServerKeepsServing(t *testing.T) {
 }
 
 func TestServeRefusesAMethodWithoutARule(t *testing.T) {
+	t.Parallel()
 	srv := NewServer("t", quietLog(), WithSecurity(Security{Plaintext: true})) // the default table has no test.Ping
 	srv.GRPC.RegisterService(&pingDesc, &pingServer{})
 	if err := srv.Listen("127.0.0.1:0"); err != nil {
@@ -514,6 +522,7 @@ func TestServeRefusesAMethodWithoutARule(t *testing.T) {
 }
 
 func TestDevCertsAreUsable(t *testing.T) {
+	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "certs")
 	if _, err := devcerts.Write(dir); err != nil {
 		t.Fatal(err)

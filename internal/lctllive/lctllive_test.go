@@ -13,6 +13,7 @@ import (
 // lctl names XCT's default credentials file in its help without importing
 // XCT: the two must agree.
 func TestHelpNamesXCTsCredentialsFile(t *testing.T) {
+	t.Parallel()
 	var out, errOut strings.Builder
 	cli.Run(context.Background(), []string{"stats", "-h"}, cli.Env{Stdout: &out, Stderr: &errOut, Live: lctllive.Live{}})
 	if !strings.Contains(out.String()+errOut.String(), "(default "+auth.DefaultCredentialsPath+",") {

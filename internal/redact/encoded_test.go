@@ -10,6 +10,7 @@ import (
 // Issue #11: a secret in binary (non-UTF-8) tool output survived in the
 // base64 the result stored. The bytes are scanned before they are stored.
 func TestSecretsInBase64Output(t *testing.T) {
+	t.Parallel()
 	r := newTest(t, Rules{})
 	secret := "AKIAIOSFODNN7EXAMPLE"
 	raw := append([]byte{0xff, 0xfe, 0x00, 0x80}, []byte("key "+secret+" \x00\xc3")...)
@@ -54,6 +55,7 @@ func TestSecretsInBase64Output(t *testing.T) {
 // Issue #11: a zero-width character inside a key name defeated key
 // matching. Keys are read without format characters and in NFKC form.
 func TestKeyNamesAreNormalised(t *testing.T) {
+	t.Parallel()
 	r := newTest(t, Rules{})
 	for _, key := range []string{"pass\u200bword", "pass\u200dword", "\ufeffapi_key", "ｐａｓｓｗｏｒｄ", "api\u2060Key", "DB_PASS\u200eWORD"} {
 		out := r.Scope().Map(map[string]any{key: "hunter2-value"})

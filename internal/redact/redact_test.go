@@ -37,6 +37,7 @@ func decode(t testing.TB, s string) any {
 }
 
 func TestValue(t *testing.T) {
+	t.Parallel()
 	r := newTest(t, Rules{})
 	m := r.Marker
 	numMarker := m("1234")
@@ -100,6 +101,7 @@ func jsonString(s string) string {
 }
 
 func TestMarkers(t *testing.T) {
+	t.Parallel()
 	r := newTest(t, Rules{})
 	a, b := r.Marker("hunter2"), r.Marker("hunter2")
 	if a != b {
@@ -135,6 +137,7 @@ func TestMarkers(t *testing.T) {
 }
 
 func TestScopeReplacesKnownSecrets(t *testing.T) {
+	t.Parallel()
 	r := newTest(t, Rules{})
 	s := r.Scope()
 	args := s.Map(map[string]any{"url": "https://api.internal/x", "headers": map[string]any{"X-Api-Key": "plain-looking-value"}, "pin": map[string]any{"password": "12345"}})
@@ -171,6 +174,7 @@ func TestScopeReplacesKnownSecrets(t *testing.T) {
 }
 
 func TestConfiguredRules(t *testing.T) {
+	t.Parallel()
 	rules, err := ParseRules([]byte(`
 keys: [ssn, session_id]
 patterns:
@@ -198,6 +202,7 @@ min_known_length: 3
 }
 
 func TestBadConfig(t *testing.T) {
+	t.Parallel()
 	for name, doc := range map[string]string{
 		"unknown field":     "keyz: [a]",
 		"bad regex":         "patterns: [{name: x, regex: '('}]",
@@ -244,6 +249,7 @@ func TestBadConfig(t *testing.T) {
 }
 
 func TestKeyFile(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	keyFile := filepath.Join(dir, "redact.key")
 	if err := os.WriteFile(keyFile, append(testKey, '\n'), 0o600); err != nil {
@@ -259,6 +265,7 @@ func TestKeyFile(t *testing.T) {
 }
 
 func TestClusterKeyIsSharedAndKept(t *testing.T) {
+	t.Parallel()
 	srv := testutil.RunJetStream(t)
 	ctx := context.Background()
 	var markers []string
@@ -291,6 +298,7 @@ func TestClusterKeyIsSharedAndKept(t *testing.T) {
 }
 
 func TestWords(t *testing.T) {
+	t.Parallel()
 	for in, want := range map[string]string{
 		"X-Api-Key": "x api key", "xApiKey": "x api key", "APIKey": "api key", "DB_PASSWORD": "db password",
 		"client.secret": "client secret", "token2fa": "token2fa", "oauth2Token": "oauth2 token", "--": "",

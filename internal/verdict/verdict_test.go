@@ -13,6 +13,7 @@ import (
 )
 
 func TestStepIDAgreesWithWire(t *testing.T) {
+	t.Parallel()
 	args := map[string]any{"path": "a", "n": 1.5, "nested": map[string]any{"z": []any{true, nil, "é"}}}
 	st, err := structpb.NewStruct(args)
 	if err != nil {
@@ -26,6 +27,7 @@ func TestStepIDAgreesWithWire(t *testing.T) {
 // Rotation: an executor trusting a directory of keys accepts the verdicts
 // of each; a key taken out of the directory is not trusted any more.
 func TestKeyFilesAndRotation(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	old, err := WriteKeyPair(filepath.Join(dir, "old"))
 	if err != nil {

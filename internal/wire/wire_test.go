@@ -13,6 +13,7 @@ import (
 )
 
 func TestParseDecisionAccepts(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name, in string
 		check    func(t *testing.T, d *xctv1.Decision)
@@ -61,6 +62,7 @@ func TestParseDecisionAccepts(t *testing.T) {
 }
 
 func TestParseDecisionRejects(t *testing.T) {
+	t.Parallel()
 	tests := []struct{ name, in, want string }{
 		{"empty", ``, "empty"},
 		{"not json", `Sure! I'll do that.`, "not JSON"},
@@ -101,6 +103,7 @@ func TestParseDecisionRejects(t *testing.T) {
 }
 
 func TestParseDecisionSizeLimit(t *testing.T) {
+	t.Parallel()
 	big := `{"next_step":{"tool":"fs.write","arguments":{"content":"` + strings.Repeat("x", wire.MaxDecisionBytes) + `"}}}`
 	_, err := wire.ParseDecision([]byte(big))
 	if err == nil || !strings.Contains(err.Error(), "limit") {
@@ -109,6 +112,7 @@ func TestParseDecisionSizeLimit(t *testing.T) {
 }
 
 func TestResponseShapes(t *testing.T) {
+	t.Parallel()
 	ok, err := wire.SuccessResponse(map[string]any{"bytes_written": 2048.0, "checksum": "a3f5b"})
 	if err != nil {
 		t.Fatal(err)
@@ -135,6 +139,7 @@ func TestResponseShapes(t *testing.T) {
 }
 
 func TestEncodeDecisionRoundTrip(t *testing.T) {
+	t.Parallel()
 	in := `{"next_step":{"tool":"fs.write","arguments":{"path":"a","n":1},"goal":"g"}}`
 	d, err := wire.ParseDecision([]byte(in))
 	if err != nil {
@@ -150,6 +155,7 @@ func TestEncodeDecisionRoundTrip(t *testing.T) {
 }
 
 func TestStepID(t *testing.T) {
+	t.Parallel()
 	args := func(m map[string]any) *structpb.Struct { s, _ := structpb.NewStruct(m); return s }
 	a := wire.StepID("run-1", 3, "fs.write", args(map[string]any{"path": "a", "content": "x"}))
 	if len(a) != 32 {
