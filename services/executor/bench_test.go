@@ -43,7 +43,7 @@ func BenchmarkStepOverhead(b *testing.B) {
 		must(b, err)
 		kv, err := j.KeyValue(ctx, StepsBucket)
 		must(b, err)
-		rec, _ := encodeRecord(&xctv1.StepRecord{StepId: "x", RunId: "bench", Tool: "bench.noop", ArgumentsDigest: argumentsDigest(args.AsMap()), State: statePending, Attempt: 1})
+		rec, _ := encodeRecord(&xctv1.StepRecord{StepId: "x", RunId: "bench", Tool: "bench.noop", ArgumentsDigest: argumentsDigest(args.AsMap()), State: statePending, Attempt: 1}, false)
 		i := 0
 		for b.Loop() {
 			i++

@@ -60,6 +60,11 @@ type Config struct {
 	// StepRetention is how long step records are kept in JetStream
 	// (default 30 days). A step asked again after that runs again.
 	StepRetention time.Duration
+	// RecordFormat is how step records are written: "proto" (binary
+	// protobuf, the default) or "json" (protobuf JSON, what executors
+	// before session 4 read and wrote: use it until every executor sharing
+	// the XCT_STEPS bucket reads the binary form). Both are always read.
+	RecordFormat string
 	// Redact says where the rules and key of secret redaction are: step
 	// records keep results redacted (set by the app from --redact-config
 	// and --redact-key-file; not a flag of its own).
@@ -83,6 +88,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.ToolsConfigFile, "tools-config", "", "YAML file of http, shell, external tool servers and MCP servers (none: only the fs tools)")
 	fs.DurationVar(&c.StepGrace, "step-grace", DefaultStepGrace, "time after a tool's timeout before a step still pending counts as in doubt")
 	fs.StringVar(&c.VerdictTrust, "verdict-trust", c.VerdictTrust, "PEM Ed25519 public keys of the validators whose signed verdicts this executor acts on: files or directories, comma-separated (none: it acts on nothing)")
+	fs.StringVar(&c.RecordFormat, "step-record-format", FormatProto, "how step records are written: proto (binary) or json (what executors before the binary form read; both are always read)")
 	fs.DurationVar(&c.StepRetention, "step-retention", DefaultStepRetention, "how long step records (idempotency keys) are kept; 0 keeps them forever")
 }
 
@@ -103,6 +109,11 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxUndoBytes < 0 {
 		return fmt.Errorf("%w: max undo %d is negative", ErrBadConfig, c.MaxUndoBytes)
+	}
+	switch c.RecordFormat {
+	case "", FormatProto, FormatJSON:
+	default:
+		return fmt.Errorf("%w: step record format %q is neither %s nor %s", ErrBadConfig, c.RecordFormat, FormatProto, FormatJSON)
 	}
 	if c.StepGrace < 0 {
 		return fmt.Errorf("%w: step grace %v is negative", ErrBadConfig, c.StepGrace)

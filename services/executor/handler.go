@@ -271,11 +271,13 @@ func (s *Service) respond(st *servedTool, o outcome) *xctv1.Response {
 }
 
 func (s *Service) logStep(ctx context.Context, req *xctv1.ExecuteRequest, resp *xctv1.Response, d time.Duration, attrs ...any) {
+	// Every step is on the chain already (tool_call or error, step_end):
+	// a step that went as expected is logged at DEBUG only, so the hot
+	// path formats no log line; a tool that crashed or hung, or a step in
+	// doubt, is worth an operator's attention.
 	result := "success"
-	level := slog.LevelInfo
+	level := slog.LevelDebug
 	if e := resp.GetError(); e != nil {
-		// A refused step is an expected outcome (errors are data); a tool
-		// that crashed or hung is worth an operator's attention.
 		result = e.GetCode()
 		switch wire.Code(e.GetCode()) {
 		case wire.CodeToolFailure, wire.CodeTimeout:
@@ -283,6 +285,9 @@ func (s *Service) logStep(ctx context.Context, req *xctv1.ExecuteRequest, resp *
 		case wire.CodeInDoubt:
 			level = slog.LevelError
 		}
+	}
+	if !s.log.Enabled(ctx, level) {
+		return
 	}
 	s.log.Log(ctx, level, "step executed", append([]any{"run_id", req.GetRunId(), "step_id", req.GetStepId(), "tool", req.GetTool(), "outcome", result, "duration", d}, attrs...)...)
 }

@@ -122,7 +122,9 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger, extra ...Tool) (*Service, 
 		return nil, err
 	}
 	if nc == nil {
-		s.steps = newMemStepStore()
+		m := newMemStepStore()
+		m.asJSON = cfg.RecordFormat == FormatJSON
+		s.steps = m
 	}
 	all := append(builtinTools(ws, cfg.MaxOutputBytes, cfg.MaxUndoBytes), &undoTool{s: s})
 	if toolsCfg.HTTP != nil {
@@ -238,7 +240,7 @@ func (s *Service) Start(ctx context.Context) error {
 		s.redactor = red
 		s.state.Unlock()
 		if s.nc != nil {
-			steps, err := OpenStepStore(ctx, s.nc, StepStoreConfig{Replicas: s.cfg.Replicas, Retention: s.cfg.StepRetention})
+			steps, err := OpenStepStore(ctx, s.nc, StepStoreConfig{Replicas: s.cfg.Replicas, Retention: s.cfg.StepRetention, JSONRecords: s.cfg.RecordFormat == FormatJSON})
 			if err != nil {
 				return fmt.Errorf("executor: %w", err)
 			}

@@ -58,13 +58,13 @@ func TestConfigFlags(t *testing.T) {
 	if cfg.DefaultTimeout != DefaultToolTimeout || cfg.MaxOutputBytes != DefaultMaxOutputBytes || cfg.Workspace == "" {
 		t.Fatalf("defaults: %+v", cfg)
 	}
-	if cfg.StepGrace != DefaultStepGrace || cfg.StepRetention != DefaultStepRetention || cfg.MaxUndoBytes != DefaultMaxUndoBytes || cfg.ToolsConfigFile != "" {
+	if cfg.StepGrace != DefaultStepGrace || cfg.StepRetention != DefaultStepRetention || cfg.MaxUndoBytes != DefaultMaxUndoBytes || cfg.ToolsConfigFile != "" || cfg.RecordFormat != FormatProto {
 		t.Fatalf("defaults: %+v", cfg)
 	}
 	must(t, fs.Parse([]string{"-workspace", "/srv/ws", "-tool-timeout", "3s", "-tool-max-output", "4096",
-		"-tool-max-undo", "100", "-tools-config", "tools.yaml", "-step-grace", "1s", "-step-retention", "0"}))
+		"-tool-max-undo", "100", "-tools-config", "tools.yaml", "-step-grace", "1s", "-step-retention", "0", "-step-record-format", "json"}))
 	want := Config{Workspace: "/srv/ws", DefaultTimeout: 3 * time.Second, MaxOutputBytes: 4096,
-		MaxUndoBytes: 100, ToolsConfigFile: "tools.yaml", StepGrace: time.Second}
+		MaxUndoBytes: 100, ToolsConfigFile: "tools.yaml", StepGrace: time.Second, RecordFormat: FormatJSON}
 	if cfg != want {
 		t.Fatalf("parsed %+v, want %+v", cfg, want)
 	}

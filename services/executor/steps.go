@@ -18,7 +18,9 @@ import (
 // Buckets holding the step records.
 const (
 	// StepsBucket is the JetStream KV bucket of step records: key the step
-	// id, value the StepRecord as protobuf JSON.
+	// id, value the StepRecord in binary protobuf (records written before
+	// session 4, and by an executor run with --step-record-format=json,
+	// are protobuf JSON; both are read).
 	StepsBucket = "XCT_STEPS"
 	// BlobsBucket is the JetStream object store of what does not fit in a
 	// record: compensations and large responses, named after their step.
@@ -54,14 +56,48 @@ type StepStore interface {
 	MaxRecordBytes() int
 }
 
-// encodeRecord and decodeRecord are the stored form of a record.
-func encodeRecord(rec *xctv1.StepRecord) ([]byte, error) {
-	return protojson.Marshal(rec)
+// Record formats: how a record is stored. Both are always read (a rolling
+// upgrade reads what the previous version wrote); FormatProto is written
+// unless Config.RecordFormat says json, which an executor must write while
+// executors older than the binary form still read the same bucket.
+const (
+	// FormatProto is the binary protobuf encoding: 4-5x cheaper to encode
+	// than JSON and about half its size.
+	FormatProto = "proto"
+	// FormatJSON is protobuf JSON, the only form executors before session 4
+	// read and wrote.
+	FormatJSON = "json"
+)
+
+// encodeRecord is the stored form of a record: binary protobuf, or
+// protobuf JSON when asJSON.
+func encodeRecord(rec *xctv1.StepRecord, asJSON bool) ([]byte, error) {
+	if asJSON {
+		return protojson.Marshal(rec)
+	}
+	return proto.Marshal(rec)
 }
 
+// decodeRecord reads a stored record in either form. A protobuf JSON
+// record is an object, so it starts with '{'; a binary one never does:
+// its first byte is the key of its lowest field present, and 0x7b would be
+// field 15 with the group wire type, which proto3 never writes. Fields
+// unknown to this version are dropped from JSON and kept (and written back
+// on update) in binary.
 func decodeRecord(data []byte) (*xctv1.StepRecord, error) {
 	rec := &xctv1.StepRecord{}
-	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(data, rec); err != nil {
+	var err error
+	if len(data) > 0 && data[0] == '{' {
+		err = protojson.UnmarshalOptions{DiscardUnknown: true}.Unmarshal(data, rec)
+	} else {
+		err = proto.Unmarshal(data, rec)
+	}
+	if err == nil && rec.GetStepId() == "" {
+		// Every record names its step: an empty one (or bytes that
+		// happened to decode to nothing) is not a record.
+		err = errors.New("no step id")
+	}
+	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrStepCorrupt, err)
 	}
 	return rec, nil
@@ -70,6 +106,7 @@ func decodeRecord(data []byte) (*xctv1.StepRecord, error) {
 // memStepStore is a StepStore in memory, for an executor without NATS.
 // Records are copied in and out, as a real store would.
 type memStepStore struct {
+	asJSON  bool // write records as protobuf JSON
 	mu      sync.Mutex
 	records map[string]memRecord
 	blobs   map[string][]byte
@@ -99,7 +136,7 @@ func (m *memStepStore) put(id string, data []byte) uint64 {
 }
 
 func (m *memStepStore) encode(rec *xctv1.StepRecord) ([]byte, error) {
-	data, err := encodeRecord(rec)
+	data, err := encodeRecord(rec, m.asJSON)
 	if err != nil {
 		return nil, err
 	}
@@ -197,6 +234,7 @@ func (m *memStepStore) MaxRecordBytes() int { return memMaxRecordBytes }
 // kvStepStore is the StepStore on JetStream: records in the KV bucket
 // XCT_STEPS, blobs in the object store XCT_STEP_BLOBS.
 type kvStepStore struct {
+	asJSON   bool // write records as protobuf JSON
 	kv       jetstream.KeyValue
 	blobs    jetstream.ObjectStore
 	maxBytes int
@@ -209,6 +247,9 @@ type StepStoreConfig struct {
 	// Retention is how long records and blobs are kept; 0 keeps them
 	// forever. A step asked again after its record expired runs again.
 	Retention time.Duration
+	// JSONRecords writes records as protobuf JSON (FormatJSON) instead of
+	// binary protobuf; both are read either way.
+	JSONRecords bool
 }
 
 // OpenStepStore creates (or opens) the XCT_STEPS bucket and the
@@ -253,11 +294,11 @@ func OpenStepStore(ctx context.Context, nc *nats.Conn, cfg StepStoreConfig) (Ste
 	if maxBytes <= 0 {
 		maxBytes = memMaxRecordBytes
 	}
-	return &kvStepStore{kv: kv, blobs: blobs, maxBytes: maxBytes}, nil
+	return &kvStepStore{kv: kv, blobs: blobs, maxBytes: maxBytes, asJSON: cfg.JSONRecords}, nil
 }
 
 func (s *kvStepStore) encode(rec *xctv1.StepRecord) ([]byte, error) {
-	data, err := encodeRecord(rec)
+	data, err := encodeRecord(rec, s.asJSON)
 	if err != nil {
 		return nil, err
 	}

@@ -494,7 +494,7 @@ func (x *ExecuteResponse) GetAttempt() int32 {
 }
 
 // StepRecord is what the executor knows about one step. It is stored in
-// the JetStream KV bucket XCT_STEPS under the step id, as protobuf JSON.
+// the JetStream KV bucket XCT_STEPS under the step id, binary (older: JSON).
 type StepRecord struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// step_id is the step's idempotency key.

@@ -202,7 +202,7 @@ export const ExecuteResponseSchema: GenMessage<ExecuteResponse> = /*@__PURE__*/
 
 /**
  * StepRecord is what the executor knows about one step. It is stored in
- * the JetStream KV bucket XCT_STEPS under the step id, as protobuf JSON.
+ * the JetStream KV bucket XCT_STEPS under the step id, binary (older: JSON).
  *
  * @generated from message xct.v1.StepRecord
  */
