@@ -105,6 +105,9 @@ type Crew struct {
 	Routing    Routing
 	// Source is the file name Load was given.
 	Source string
+	// SHA256 is the hex SHA-256 of the file's bytes: what run_started and
+	// the validator's CrewContext name the crew by.
+	SHA256 string
 	// Warnings are things that are allowed but worth a look (an agent
 	// capability outside its type's standard list).
 	Warnings []string

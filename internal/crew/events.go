@@ -249,6 +249,9 @@ const (
 	CodeInvalidQuery       = "INVALID_QUERY"        // input_error / invalid_format
 	CodeNoModel            = "NO_MODEL"             // orchestration_error / routing_failed
 	CodeToolNotAllowed     = "TOOL_NOT_ALLOWED"     // output_error / validation_failed
+	// CodeVerificationRequired is the validator's: a step in the verify
+	// band, denied until the reviewer named in details.verifier verifies.
+	CodeVerificationRequired = "VERIFICATION_REQUIRED" // output_error / validation_failed
 )
 
 // EventType is error.
@@ -288,7 +291,11 @@ func (c Checkpoint) Data() map[string]any { return jsonData(c, nil) }
 // NewCheckpoint is the checkpoint to append after events, the chain so
 // far (the orchestrator writes one at every handoff and every N events).
 func NewCheckpoint(chainID string, events []lctl.Event) (Checkpoint, error) {
-	s := lctl.Replay(chainID, events, 0)
+	return checkpointOf(chainID, lctl.Replay(chainID, events, 0))
+}
+
+// checkpointOf is the checkpoint of lctl's state s of chainID.
+func checkpointOf(chainID string, s *lctl.State) (Checkpoint, error) {
 	h, err := s.Hash()
 	if err != nil {
 		return Checkpoint{}, fmt.Errorf("checkpoint of %s: %w", chainID, err)

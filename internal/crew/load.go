@@ -2,6 +2,8 @@ package crew
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -286,7 +288,8 @@ func checkModelRef(ref string) string {
 func badConfidence(f float64) bool { return math.IsNaN(f) || f < 0 || f > 1 }
 
 func (v *validator) build(fy *fileYAML, raw []byte) *Crew {
-	c := &Crew{Name: fy.Crew, Description: fy.Description, Source: v.name, byName: map[string]*Agent{}, Models: map[string]ModelInfo{}}
+	sum := sha256.Sum256(raw)
+	c := &Crew{Name: fy.Crew, Description: fy.Description, Source: v.name, SHA256: hex.EncodeToString(sum[:]), byName: map[string]*Agent{}, Models: map[string]ModelInfo{}}
 	if fy.Crew == "" {
 		v.errorf(v.root.Line, "crew: names the crew and is required")
 	} else if !agentName.MatchString(fy.Crew) {

@@ -39,6 +39,24 @@ type GateDecision struct {
 // confidence (nil when the model gave none) relying on facts. With no
 // confidence at all the gate has nothing to apply and proceeds.
 func (c *Crew) Gate(agent string, proposal *float64, facts []*Fact) GateDecision {
+	fc := make([]FactConfidence, len(facts))
+	for i, f := range facts {
+		fc[i] = FactConfidence{ID: f.ID, Confidence: f.Confidence}
+	}
+	return GateOn(c.Confidence.Thresholds, proposal, fc, c.verifierFor(agent))
+}
+
+// FactConfidence is a fact's id and its confidence now.
+type FactConfidence struct {
+	ID         string
+	Confidence float64
+}
+
+// GateOn is the confidence gate on its own, for a judge that has the
+// thresholds and the confidences but not the crew (the validator, from
+// a CrewContext): the lowest of the proposal's confidence and the facts'
+// decides; verifier is the reviewer for the verify band ("" a human).
+func GateOn(th Thresholds, proposal *float64, facts []FactConfidence, verifier string) GateDecision {
 	d := GateDecision{Action: GateProceed, RuleID: "confidence." + GateProceed, Reason: "no confidence to apply the thresholds to"}
 	if proposal != nil {
 		v := *proposal
@@ -53,9 +71,14 @@ func (c *Crew) Gate(agent string, proposal *float64, facts []*Fact) GateDecision
 	if d.Confidence == nil {
 		return d
 	}
-	th := c.Confidence.Thresholds
 	v := *d.Confidence
-	switch c.Confidence.Thresholds.Band(v) {
+	if badConfidence(v) {
+		d.Action = GateBlock
+		d.Reason = fmt.Sprintf("%s confidence %v is not a number in [0, 1]: blocked for human review", d.Subject, v)
+		d.RuleID = "confidence." + d.Action
+		return d
+	}
+	switch th.Band(v) {
 	case analysis.BandProceed:
 		d.Action = GateProceed
 		d.Reason = fmt.Sprintf("%s confidence %.2f is at least %.2f: proceed", d.Subject, v, th.Proceed)
@@ -64,7 +87,7 @@ func (c *Crew) Gate(agent string, proposal *float64, facts []*Fact) GateDecision
 		d.Reason = fmt.Sprintf("%s confidence %.2f is below %.2f: proceed with a warning", d.Subject, v, th.Proceed)
 	case analysis.BandVerify:
 		d.Action = GateVerify
-		d.Verifier = c.verifierFor(agent)
+		d.Verifier = verifier
 		who := "a human"
 		if d.Verifier != "" {
 			who = d.Verifier

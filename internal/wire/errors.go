@@ -32,6 +32,8 @@ const (
 	CodeApprovalDenied       Code = "APPROVAL_DENIED"       // a human denied the step
 	CodeApprovalExpired      Code = "APPROVAL_EXPIRED"      // no human decided in time
 	CodeRateLimited          Code = "RATE_LIMITED"          // a tool's rate limit is reached: wait
+	CodeToolNotAllowed       Code = "TOOL_NOT_ALLOWED"      // a crew agent proposed a tool its crew file does not give it
+	CodeVerification         Code = "VERIFICATION_REQUIRED" // a crew step's confidence asks a reviewer agent to verify first
 )
 
 // taxonomy is the LCTL classification of a code (spec part 6).
@@ -59,6 +61,8 @@ var taxonomies = map[Code]taxonomy{
 	CodeApprovalDenied:       {"output_error", "validation_failed", "propose_a_different_action", true},
 	CodeApprovalExpired:      {"output_error", "validation_failed", "propose_again_or_finish", true},
 	CodeRateLimited:          {"execution_error", "rate_limited", "wait_and_retry_later", true},
+	CodeToolNotAllowed:       {"output_error", "validation_failed", "choose_one_of_your_tools", true},
+	CodeVerification:         {"output_error", "validation_failed", "hand_off_to_the_verifier", true},
 }
 
 // Errorf builds an error signal with the code's LCTL taxonomy.

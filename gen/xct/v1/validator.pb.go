@@ -161,7 +161,12 @@ type ValidateRequest struct {
 	// system_step says the step is the system's own (a rollback's xct.undo,
 	// asked for by an operator), not a model's proposal. System tools
 	// ("xct." names) are refused without it; only the orchestrator sets it.
-	SystemStep    bool `protobuf:"varint,5,opt,name=system_step,json=systemStep,proto3" json:"system_step,omitempty"`
+	SystemStep bool `protobuf:"varint,5,opt,name=system_step,json=systemStep,proto3" json:"system_step,omitempty"`
+	// crew is set when the run is a crew's (docs/crews.md): which agent
+	// proposes, the tools the crew file lets it propose, and what the crew's
+	// confidence gate needs. Absent for a single-model run, which is judged
+	// exactly as before.
+	Crew          *CrewContext `protobuf:"bytes,6,opt,name=crew,proto3" json:"crew,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -231,6 +236,250 @@ func (x *ValidateRequest) GetSystemStep() bool {
 	return false
 }
 
+func (x *ValidateRequest) GetCrew() *CrewContext {
+	if x != nil {
+		return x.Crew
+	}
+	return nil
+}
+
+// CrewContext is what the validator is told of a crew run at a step. The
+// orchestrator builds it from the crew file and the chain (internal/crew
+// Session.CrewContext); the validator trusts it as it trusts RunContext.
+type CrewContext struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// crew is the crew's name.
+	Crew string `protobuf:"bytes,1,opt,name=crew,proto3" json:"crew,omitempty"`
+	// crew_sha256 is the hex SHA-256 of the crew file the run started with.
+	CrewSha256 string `protobuf:"bytes,2,opt,name=crew_sha256,json=crewSha256,proto3" json:"crew_sha256,omitempty"`
+	// agent is the agent that proposes the step (the one in control).
+	Agent string `protobuf:"bytes,3,opt,name=agent,proto3" json:"agent,omitempty"`
+	// agent_type is its profile type (executor, analyzer, reviewer, planner,
+	// researcher).
+	AgentType string `protobuf:"bytes,4,opt,name=agent_type,json=agentType,proto3" json:"agent_type,omitempty"`
+	// tools are the tools the crew file lets this agent propose. Any other
+	// tool is denied (TOOL_NOT_ALLOWED); an empty list allows none.
+	Tools []string `protobuf:"bytes,5,rep,name=tools,proto3" json:"tools,omitempty"`
+	// thresholds are the crew's confidence bands (proceed, warn, verify).
+	Thresholds *CrewThresholds `protobuf:"bytes,6,opt,name=thresholds,proto3" json:"thresholds,omitempty"`
+	// relies_on are the facts the proposal relies on, with their confidence
+	// as it stands now (decay included). The lowest of these and the
+	// proposal's own confidence decides the confidence gate.
+	ReliesOn []*FactConfidence `protobuf:"bytes,7,rep,name=relies_on,json=reliesOn,proto3" json:"relies_on,omitempty"`
+	// verifier is the reviewer agent this agent may hand to: a step in the
+	// verify band is denied with VERIFICATION_REQUIRED, asking for a handoff
+	// to it. Empty: a human verifies (an approval).
+	Verifier      string `protobuf:"bytes,8,opt,name=verifier,proto3" json:"verifier,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CrewContext) Reset() {
+	*x = CrewContext{}
+	mi := &file_xct_v1_validator_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CrewContext) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CrewContext) ProtoMessage() {}
+
+func (x *CrewContext) ProtoReflect() protoreflect.Message {
+	mi := &file_xct_v1_validator_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CrewContext.ProtoReflect.Descriptor instead.
+func (*CrewContext) Descriptor() ([]byte, []int) {
+	return file_xct_v1_validator_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *CrewContext) GetCrew() string {
+	if x != nil {
+		return x.Crew
+	}
+	return ""
+}
+
+func (x *CrewContext) GetCrewSha256() string {
+	if x != nil {
+		return x.CrewSha256
+	}
+	return ""
+}
+
+func (x *CrewContext) GetAgent() string {
+	if x != nil {
+		return x.Agent
+	}
+	return ""
+}
+
+func (x *CrewContext) GetAgentType() string {
+	if x != nil {
+		return x.AgentType
+	}
+	return ""
+}
+
+func (x *CrewContext) GetTools() []string {
+	if x != nil {
+		return x.Tools
+	}
+	return nil
+}
+
+func (x *CrewContext) GetThresholds() *CrewThresholds {
+	if x != nil {
+		return x.Thresholds
+	}
+	return nil
+}
+
+func (x *CrewContext) GetReliesOn() []*FactConfidence {
+	if x != nil {
+		return x.ReliesOn
+	}
+	return nil
+}
+
+func (x *CrewContext) GetVerifier() string {
+	if x != nil {
+		return x.Verifier
+	}
+	return ""
+}
+
+// CrewThresholds are the lower bounds of the confidence bands (spec part 3).
+type CrewThresholds struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// proceed: at or above it, the step proceeds.
+	Proceed float64 `protobuf:"fixed64,1,opt,name=proceed,proto3" json:"proceed,omitempty"`
+	// warn: at or above it (below proceed), the step proceeds with a warning.
+	Warn float64 `protobuf:"fixed64,2,opt,name=warn,proto3" json:"warn,omitempty"`
+	// verify: at or above it (below warn), the step needs verification;
+	// below it, a human's approval.
+	Verify        float64 `protobuf:"fixed64,3,opt,name=verify,proto3" json:"verify,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CrewThresholds) Reset() {
+	*x = CrewThresholds{}
+	mi := &file_xct_v1_validator_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CrewThresholds) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CrewThresholds) ProtoMessage() {}
+
+func (x *CrewThresholds) ProtoReflect() protoreflect.Message {
+	mi := &file_xct_v1_validator_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CrewThresholds.ProtoReflect.Descriptor instead.
+func (*CrewThresholds) Descriptor() ([]byte, []int) {
+	return file_xct_v1_validator_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *CrewThresholds) GetProceed() float64 {
+	if x != nil {
+		return x.Proceed
+	}
+	return 0
+}
+
+func (x *CrewThresholds) GetWarn() float64 {
+	if x != nil {
+		return x.Warn
+	}
+	return 0
+}
+
+func (x *CrewThresholds) GetVerify() float64 {
+	if x != nil {
+		return x.Verify
+	}
+	return 0
+}
+
+// FactConfidence is one fact a proposal relies on.
+type FactConfidence struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id is the fact's id.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// confidence is its confidence now, in [0, 1].
+	Confidence    float64 `protobuf:"fixed64,2,opt,name=confidence,proto3" json:"confidence,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FactConfidence) Reset() {
+	*x = FactConfidence{}
+	mi := &file_xct_v1_validator_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FactConfidence) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FactConfidence) ProtoMessage() {}
+
+func (x *FactConfidence) ProtoReflect() protoreflect.Message {
+	mi := &file_xct_v1_validator_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FactConfidence.ProtoReflect.Descriptor instead.
+func (*FactConfidence) Descriptor() ([]byte, []int) {
+	return file_xct_v1_validator_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *FactConfidence) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *FactConfidence) GetConfidence() float64 {
+	if x != nil {
+		return x.Confidence
+	}
+	return 0
+}
+
 // RunContext is what the validator may know about a run when it decides.
 type RunContext struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -260,7 +509,7 @@ type RunContext struct {
 
 func (x *RunContext) Reset() {
 	*x = RunContext{}
-	mi := &file_xct_v1_validator_proto_msgTypes[1]
+	mi := &file_xct_v1_validator_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -272,7 +521,7 @@ func (x *RunContext) String() string {
 func (*RunContext) ProtoMessage() {}
 
 func (x *RunContext) ProtoReflect() protoreflect.Message {
-	mi := &file_xct_v1_validator_proto_msgTypes[1]
+	mi := &file_xct_v1_validator_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -285,7 +534,7 @@ func (x *RunContext) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunContext.ProtoReflect.Descriptor instead.
 func (*RunContext) Descriptor() ([]byte, []int) {
-	return file_xct_v1_validator_proto_rawDescGZIP(), []int{1}
+	return file_xct_v1_validator_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *RunContext) GetRunId() string {
@@ -390,7 +639,7 @@ type Verdict struct {
 
 func (x *Verdict) Reset() {
 	*x = Verdict{}
-	mi := &file_xct_v1_validator_proto_msgTypes[2]
+	mi := &file_xct_v1_validator_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -402,7 +651,7 @@ func (x *Verdict) String() string {
 func (*Verdict) ProtoMessage() {}
 
 func (x *Verdict) ProtoReflect() protoreflect.Message {
-	mi := &file_xct_v1_validator_proto_msgTypes[2]
+	mi := &file_xct_v1_validator_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -415,7 +664,7 @@ func (x *Verdict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Verdict.ProtoReflect.Descriptor instead.
 func (*Verdict) Descriptor() ([]byte, []int) {
-	return file_xct_v1_validator_proto_rawDescGZIP(), []int{2}
+	return file_xct_v1_validator_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Verdict) GetDecision() VerdictDecision {
@@ -515,7 +764,7 @@ type VerdictGrant struct {
 
 func (x *VerdictGrant) Reset() {
 	*x = VerdictGrant{}
-	mi := &file_xct_v1_validator_proto_msgTypes[3]
+	mi := &file_xct_v1_validator_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -527,7 +776,7 @@ func (x *VerdictGrant) String() string {
 func (*VerdictGrant) ProtoMessage() {}
 
 func (x *VerdictGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_xct_v1_validator_proto_msgTypes[3]
+	mi := &file_xct_v1_validator_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -540,7 +789,7 @@ func (x *VerdictGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerdictGrant.ProtoReflect.Descriptor instead.
 func (*VerdictGrant) Descriptor() ([]byte, []int) {
-	return file_xct_v1_validator_proto_rawDescGZIP(), []int{3}
+	return file_xct_v1_validator_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *VerdictGrant) GetRunId() string {
@@ -630,7 +879,7 @@ type SignedVerdict struct {
 
 func (x *SignedVerdict) Reset() {
 	*x = SignedVerdict{}
-	mi := &file_xct_v1_validator_proto_msgTypes[4]
+	mi := &file_xct_v1_validator_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -642,7 +891,7 @@ func (x *SignedVerdict) String() string {
 func (*SignedVerdict) ProtoMessage() {}
 
 func (x *SignedVerdict) ProtoReflect() protoreflect.Message {
-	mi := &file_xct_v1_validator_proto_msgTypes[4]
+	mi := &file_xct_v1_validator_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -655,7 +904,7 @@ func (x *SignedVerdict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignedVerdict.ProtoReflect.Descriptor instead.
 func (*SignedVerdict) Descriptor() ([]byte, []int) {
-	return file_xct_v1_validator_proto_rawDescGZIP(), []int{4}
+	return file_xct_v1_validator_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SignedVerdict) GetKeyId() string {
@@ -694,7 +943,7 @@ type ShadowVerdict struct {
 
 func (x *ShadowVerdict) Reset() {
 	*x = ShadowVerdict{}
-	mi := &file_xct_v1_validator_proto_msgTypes[5]
+	mi := &file_xct_v1_validator_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -706,7 +955,7 @@ func (x *ShadowVerdict) String() string {
 func (*ShadowVerdict) ProtoMessage() {}
 
 func (x *ShadowVerdict) ProtoReflect() protoreflect.Message {
-	mi := &file_xct_v1_validator_proto_msgTypes[5]
+	mi := &file_xct_v1_validator_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -719,7 +968,7 @@ func (x *ShadowVerdict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShadowVerdict.ProtoReflect.Descriptor instead.
 func (*ShadowVerdict) Descriptor() ([]byte, []int) {
-	return file_xct_v1_validator_proto_rawDescGZIP(), []int{5}
+	return file_xct_v1_validator_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ShadowVerdict) GetPolicyVersion() string {
@@ -756,7 +1005,7 @@ type Reason struct {
 
 func (x *Reason) Reset() {
 	*x = Reason{}
-	mi := &file_xct_v1_validator_proto_msgTypes[6]
+	mi := &file_xct_v1_validator_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -768,7 +1017,7 @@ func (x *Reason) String() string {
 func (*Reason) ProtoMessage() {}
 
 func (x *Reason) ProtoReflect() protoreflect.Message {
-	mi := &file_xct_v1_validator_proto_msgTypes[6]
+	mi := &file_xct_v1_validator_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -781,7 +1030,7 @@ func (x *Reason) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reason.ProtoReflect.Descriptor instead.
 func (*Reason) Descriptor() ([]byte, []int) {
-	return file_xct_v1_validator_proto_rawDescGZIP(), []int{6}
+	return file_xct_v1_validator_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Reason) GetRuleId() string {
@@ -809,7 +1058,7 @@ type ValidateResponse struct {
 
 func (x *ValidateResponse) Reset() {
 	*x = ValidateResponse{}
-	mi := &file_xct_v1_validator_proto_msgTypes[7]
+	mi := &file_xct_v1_validator_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -821,7 +1070,7 @@ func (x *ValidateResponse) String() string {
 func (*ValidateResponse) ProtoMessage() {}
 
 func (x *ValidateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xct_v1_validator_proto_msgTypes[7]
+	mi := &file_xct_v1_validator_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -834,7 +1083,7 @@ func (x *ValidateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidateResponse.ProtoReflect.Descriptor instead.
 func (*ValidateResponse) Descriptor() ([]byte, []int) {
-	return file_xct_v1_validator_proto_rawDescGZIP(), []int{7}
+	return file_xct_v1_validator_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ValidateResponse) GetVerdict() *Verdict {
@@ -884,7 +1133,7 @@ type Approval struct {
 
 func (x *Approval) Reset() {
 	*x = Approval{}
-	mi := &file_xct_v1_validator_proto_msgTypes[8]
+	mi := &file_xct_v1_validator_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -896,7 +1145,7 @@ func (x *Approval) String() string {
 func (*Approval) ProtoMessage() {}
 
 func (x *Approval) ProtoReflect() protoreflect.Message {
-	mi := &file_xct_v1_validator_proto_msgTypes[8]
+	mi := &file_xct_v1_validator_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -909,7 +1158,7 @@ func (x *Approval) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Approval.ProtoReflect.Descriptor instead.
 func (*Approval) Descriptor() ([]byte, []int) {
-	return file_xct_v1_validator_proto_rawDescGZIP(), []int{8}
+	return file_xct_v1_validator_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Approval) GetRunId() string {
@@ -1023,7 +1272,7 @@ type Preview struct {
 
 func (x *Preview) Reset() {
 	*x = Preview{}
-	mi := &file_xct_v1_validator_proto_msgTypes[9]
+	mi := &file_xct_v1_validator_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1035,7 +1284,7 @@ func (x *Preview) String() string {
 func (*Preview) ProtoMessage() {}
 
 func (x *Preview) ProtoReflect() protoreflect.Message {
-	mi := &file_xct_v1_validator_proto_msgTypes[9]
+	mi := &file_xct_v1_validator_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1048,7 +1297,7 @@ func (x *Preview) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Preview.ProtoReflect.Descriptor instead.
 func (*Preview) Descriptor() ([]byte, []int) {
-	return file_xct_v1_validator_proto_rawDescGZIP(), []int{9}
+	return file_xct_v1_validator_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Preview) GetKind() string {
@@ -1086,7 +1335,7 @@ type RequestApprovalRequest struct {
 
 func (x *RequestApprovalRequest) Reset() {
 	*x = RequestApprovalRequest{}
-	mi := &file_xct_v1_validator_proto_msgTypes[10]
+	mi := &file_xct_v1_validator_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1098,7 +1347,7 @@ func (x *RequestApprovalRequest) String() string {
 func (*RequestApprovalRequest) ProtoMessage() {}
 
 func (x *RequestApprovalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xct_v1_validator_proto_msgTypes[10]
+	mi := &file_xct_v1_validator_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1111,7 +1360,7 @@ func (x *RequestApprovalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestApprovalRequest.ProtoReflect.Descriptor instead.
 func (*RequestApprovalRequest) Descriptor() ([]byte, []int) {
-	return file_xct_v1_validator_proto_rawDescGZIP(), []int{10}
+	return file_xct_v1_validator_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RequestApprovalRequest) GetRun() *RunContext {
@@ -1168,7 +1417,7 @@ type RequestApprovalResponse struct {
 
 func (x *RequestApprovalResponse) Reset() {
 	*x = RequestApprovalResponse{}
-	mi := &file_xct_v1_validator_proto_msgTypes[11]
+	mi := &file_xct_v1_validator_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1180,7 +1429,7 @@ func (x *RequestApprovalResponse) String() string {
 func (*RequestApprovalResponse) ProtoMessage() {}
 
 func (x *RequestApprovalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xct_v1_validator_proto_msgTypes[11]
+	mi := &file_xct_v1_validator_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1193,7 +1442,7 @@ func (x *RequestApprovalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestApprovalResponse.ProtoReflect.Descriptor instead.
 func (*RequestApprovalResponse) Descriptor() ([]byte, []int) {
-	return file_xct_v1_validator_proto_rawDescGZIP(), []int{11}
+	return file_xct_v1_validator_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RequestApprovalResponse) GetApproval() *Approval {
@@ -1216,7 +1465,7 @@ type ListApprovalsRequest struct {
 
 func (x *ListApprovalsRequest) Reset() {
 	*x = ListApprovalsRequest{}
-	mi := &file_xct_v1_validator_proto_msgTypes[12]
+	mi := &file_xct_v1_validator_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1228,7 +1477,7 @@ func (x *ListApprovalsRequest) String() string {
 func (*ListApprovalsRequest) ProtoMessage() {}
 
 func (x *ListApprovalsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xct_v1_validator_proto_msgTypes[12]
+	mi := &file_xct_v1_validator_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1241,7 +1490,7 @@ func (x *ListApprovalsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListApprovalsRequest.ProtoReflect.Descriptor instead.
 func (*ListApprovalsRequest) Descriptor() ([]byte, []int) {
-	return file_xct_v1_validator_proto_rawDescGZIP(), []int{12}
+	return file_xct_v1_validator_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListApprovalsRequest) GetRunId() string {
@@ -1269,7 +1518,7 @@ type ListApprovalsResponse struct {
 
 func (x *ListApprovalsResponse) Reset() {
 	*x = ListApprovalsResponse{}
-	mi := &file_xct_v1_validator_proto_msgTypes[13]
+	mi := &file_xct_v1_validator_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1281,7 +1530,7 @@ func (x *ListApprovalsResponse) String() string {
 func (*ListApprovalsResponse) ProtoMessage() {}
 
 func (x *ListApprovalsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xct_v1_validator_proto_msgTypes[13]
+	mi := &file_xct_v1_validator_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1294,7 +1543,7 @@ func (x *ListApprovalsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListApprovalsResponse.ProtoReflect.Descriptor instead.
 func (*ListApprovalsResponse) Descriptor() ([]byte, []int) {
-	return file_xct_v1_validator_proto_rawDescGZIP(), []int{13}
+	return file_xct_v1_validator_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListApprovalsResponse) GetApprovals() []*Approval {
@@ -1324,7 +1573,7 @@ type DecideApprovalRequest struct {
 
 func (x *DecideApprovalRequest) Reset() {
 	*x = DecideApprovalRequest{}
-	mi := &file_xct_v1_validator_proto_msgTypes[14]
+	mi := &file_xct_v1_validator_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1336,7 +1585,7 @@ func (x *DecideApprovalRequest) String() string {
 func (*DecideApprovalRequest) ProtoMessage() {}
 
 func (x *DecideApprovalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xct_v1_validator_proto_msgTypes[14]
+	mi := &file_xct_v1_validator_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1349,7 +1598,7 @@ func (x *DecideApprovalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecideApprovalRequest.ProtoReflect.Descriptor instead.
 func (*DecideApprovalRequest) Descriptor() ([]byte, []int) {
-	return file_xct_v1_validator_proto_rawDescGZIP(), []int{14}
+	return file_xct_v1_validator_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DecideApprovalRequest) GetRunId() string {
@@ -1398,7 +1647,7 @@ type DecideApprovalResponse struct {
 
 func (x *DecideApprovalResponse) Reset() {
 	*x = DecideApprovalResponse{}
-	mi := &file_xct_v1_validator_proto_msgTypes[15]
+	mi := &file_xct_v1_validator_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1410,7 +1659,7 @@ func (x *DecideApprovalResponse) String() string {
 func (*DecideApprovalResponse) ProtoMessage() {}
 
 func (x *DecideApprovalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xct_v1_validator_proto_msgTypes[15]
+	mi := &file_xct_v1_validator_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1423,7 +1672,7 @@ func (x *DecideApprovalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecideApprovalResponse.ProtoReflect.Descriptor instead.
 func (*DecideApprovalResponse) Descriptor() ([]byte, []int) {
-	return file_xct_v1_validator_proto_rawDescGZIP(), []int{15}
+	return file_xct_v1_validator_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *DecideApprovalResponse) GetApproval() *Approval {
@@ -1450,7 +1699,7 @@ type WithdrawApprovalRequest struct {
 
 func (x *WithdrawApprovalRequest) Reset() {
 	*x = WithdrawApprovalRequest{}
-	mi := &file_xct_v1_validator_proto_msgTypes[16]
+	mi := &file_xct_v1_validator_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1462,7 +1711,7 @@ func (x *WithdrawApprovalRequest) String() string {
 func (*WithdrawApprovalRequest) ProtoMessage() {}
 
 func (x *WithdrawApprovalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_xct_v1_validator_proto_msgTypes[16]
+	mi := &file_xct_v1_validator_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1475,7 +1724,7 @@ func (x *WithdrawApprovalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WithdrawApprovalRequest.ProtoReflect.Descriptor instead.
 func (*WithdrawApprovalRequest) Descriptor() ([]byte, []int) {
-	return file_xct_v1_validator_proto_rawDescGZIP(), []int{16}
+	return file_xct_v1_validator_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *WithdrawApprovalRequest) GetRunId() string {
@@ -1517,7 +1766,7 @@ type WithdrawApprovalResponse struct {
 
 func (x *WithdrawApprovalResponse) Reset() {
 	*x = WithdrawApprovalResponse{}
-	mi := &file_xct_v1_validator_proto_msgTypes[17]
+	mi := &file_xct_v1_validator_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1529,7 +1778,7 @@ func (x *WithdrawApprovalResponse) String() string {
 func (*WithdrawApprovalResponse) ProtoMessage() {}
 
 func (x *WithdrawApprovalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_xct_v1_validator_proto_msgTypes[17]
+	mi := &file_xct_v1_validator_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1542,7 +1791,7 @@ func (x *WithdrawApprovalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WithdrawApprovalResponse.ProtoReflect.Descriptor instead.
 func (*WithdrawApprovalResponse) Descriptor() ([]byte, []int) {
-	return file_xct_v1_validator_proto_rawDescGZIP(), []int{17}
+	return file_xct_v1_validator_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *WithdrawApprovalResponse) GetApproval() *Approval {
@@ -1556,14 +1805,37 @@ var File_xct_v1_validator_proto protoreflect.FileDescriptor
 
 const file_xct_v1_validator_proto_rawDesc = "" +
 	"\n" +
-	"\x16xct/v1/validator.proto\x12\x06xct.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15xct/v1/decision.proto\"\xb3\x01\n" +
+	"\x16xct/v1/validator.proto\x12\x06xct.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15xct/v1/decision.proto\"\xdc\x01\n" +
 	"\x0fValidateRequest\x12$\n" +
 	"\x03run\x18\x01 \x01(\v2\x12.xct.v1.RunContextR\x03run\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\x05R\x04step\x12\x17\n" +
 	"\astep_id\x18\x03 \x01(\tR\x06stepId\x12,\n" +
 	"\bproposal\x18\x04 \x01(\v2\x10.xct.v1.NextStepR\bproposal\x12\x1f\n" +
 	"\vsystem_step\x18\x05 \x01(\bR\n" +
-	"systemStep\"\xbe\x03\n" +
+	"systemStep\x12'\n" +
+	"\x04crew\x18\x06 \x01(\v2\x13.xct.v1.CrewContextR\x04crew\"\x96\x02\n" +
+	"\vCrewContext\x12\x12\n" +
+	"\x04crew\x18\x01 \x01(\tR\x04crew\x12\x1f\n" +
+	"\vcrew_sha256\x18\x02 \x01(\tR\n" +
+	"crewSha256\x12\x14\n" +
+	"\x05agent\x18\x03 \x01(\tR\x05agent\x12\x1d\n" +
+	"\n" +
+	"agent_type\x18\x04 \x01(\tR\tagentType\x12\x14\n" +
+	"\x05tools\x18\x05 \x03(\tR\x05tools\x126\n" +
+	"\n" +
+	"thresholds\x18\x06 \x01(\v2\x16.xct.v1.CrewThresholdsR\n" +
+	"thresholds\x123\n" +
+	"\trelies_on\x18\a \x03(\v2\x16.xct.v1.FactConfidenceR\breliesOn\x12\x1a\n" +
+	"\bverifier\x18\b \x01(\tR\bverifier\"V\n" +
+	"\x0eCrewThresholds\x12\x18\n" +
+	"\aproceed\x18\x01 \x01(\x01R\aproceed\x12\x12\n" +
+	"\x04warn\x18\x02 \x01(\x01R\x04warn\x12\x16\n" +
+	"\x06verify\x18\x03 \x01(\x01R\x06verify\"@\n" +
+	"\x0eFactConfidence\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1e\n" +
+	"\n" +
+	"confidence\x18\x02 \x01(\x01R\n" +
+	"confidence\"\xbe\x03\n" +
 	"\n" +
 	"RunContext\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1c\n" +
@@ -1703,81 +1975,87 @@ func file_xct_v1_validator_proto_rawDescGZIP() []byte {
 }
 
 var file_xct_v1_validator_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_xct_v1_validator_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_xct_v1_validator_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_xct_v1_validator_proto_goTypes = []any{
 	(VerdictDecision)(0),             // 0: xct.v1.VerdictDecision
 	(ApprovalState)(0),               // 1: xct.v1.ApprovalState
 	(*ValidateRequest)(nil),          // 2: xct.v1.ValidateRequest
-	(*RunContext)(nil),               // 3: xct.v1.RunContext
-	(*Verdict)(nil),                  // 4: xct.v1.Verdict
-	(*VerdictGrant)(nil),             // 5: xct.v1.VerdictGrant
-	(*SignedVerdict)(nil),            // 6: xct.v1.SignedVerdict
-	(*ShadowVerdict)(nil),            // 7: xct.v1.ShadowVerdict
-	(*Reason)(nil),                   // 8: xct.v1.Reason
-	(*ValidateResponse)(nil),         // 9: xct.v1.ValidateResponse
-	(*Approval)(nil),                 // 10: xct.v1.Approval
-	(*Preview)(nil),                  // 11: xct.v1.Preview
-	(*RequestApprovalRequest)(nil),   // 12: xct.v1.RequestApprovalRequest
-	(*RequestApprovalResponse)(nil),  // 13: xct.v1.RequestApprovalResponse
-	(*ListApprovalsRequest)(nil),     // 14: xct.v1.ListApprovalsRequest
-	(*ListApprovalsResponse)(nil),    // 15: xct.v1.ListApprovalsResponse
-	(*DecideApprovalRequest)(nil),    // 16: xct.v1.DecideApprovalRequest
-	(*DecideApprovalResponse)(nil),   // 17: xct.v1.DecideApprovalResponse
-	(*WithdrawApprovalRequest)(nil),  // 18: xct.v1.WithdrawApprovalRequest
-	(*WithdrawApprovalResponse)(nil), // 19: xct.v1.WithdrawApprovalResponse
-	nil,                              // 20: xct.v1.RunContext.LabelsEntry
-	(*NextStep)(nil),                 // 21: xct.v1.NextStep
-	(*durationpb.Duration)(nil),      // 22: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),    // 23: google.protobuf.Timestamp
-	(*Error)(nil),                    // 24: xct.v1.Error
+	(*CrewContext)(nil),              // 3: xct.v1.CrewContext
+	(*CrewThresholds)(nil),           // 4: xct.v1.CrewThresholds
+	(*FactConfidence)(nil),           // 5: xct.v1.FactConfidence
+	(*RunContext)(nil),               // 6: xct.v1.RunContext
+	(*Verdict)(nil),                  // 7: xct.v1.Verdict
+	(*VerdictGrant)(nil),             // 8: xct.v1.VerdictGrant
+	(*SignedVerdict)(nil),            // 9: xct.v1.SignedVerdict
+	(*ShadowVerdict)(nil),            // 10: xct.v1.ShadowVerdict
+	(*Reason)(nil),                   // 11: xct.v1.Reason
+	(*ValidateResponse)(nil),         // 12: xct.v1.ValidateResponse
+	(*Approval)(nil),                 // 13: xct.v1.Approval
+	(*Preview)(nil),                  // 14: xct.v1.Preview
+	(*RequestApprovalRequest)(nil),   // 15: xct.v1.RequestApprovalRequest
+	(*RequestApprovalResponse)(nil),  // 16: xct.v1.RequestApprovalResponse
+	(*ListApprovalsRequest)(nil),     // 17: xct.v1.ListApprovalsRequest
+	(*ListApprovalsResponse)(nil),    // 18: xct.v1.ListApprovalsResponse
+	(*DecideApprovalRequest)(nil),    // 19: xct.v1.DecideApprovalRequest
+	(*DecideApprovalResponse)(nil),   // 20: xct.v1.DecideApprovalResponse
+	(*WithdrawApprovalRequest)(nil),  // 21: xct.v1.WithdrawApprovalRequest
+	(*WithdrawApprovalResponse)(nil), // 22: xct.v1.WithdrawApprovalResponse
+	nil,                              // 23: xct.v1.RunContext.LabelsEntry
+	(*NextStep)(nil),                 // 24: xct.v1.NextStep
+	(*durationpb.Duration)(nil),      // 25: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),    // 26: google.protobuf.Timestamp
+	(*Error)(nil),                    // 27: xct.v1.Error
 }
 var file_xct_v1_validator_proto_depIdxs = []int32{
-	3,  // 0: xct.v1.ValidateRequest.run:type_name -> xct.v1.RunContext
-	21, // 1: xct.v1.ValidateRequest.proposal:type_name -> xct.v1.NextStep
-	20, // 2: xct.v1.RunContext.labels:type_name -> xct.v1.RunContext.LabelsEntry
-	22, // 3: xct.v1.RunContext.elapsed:type_name -> google.protobuf.Duration
-	0,  // 4: xct.v1.Verdict.decision:type_name -> xct.v1.VerdictDecision
-	8,  // 5: xct.v1.Verdict.reasons:type_name -> xct.v1.Reason
-	23, // 6: xct.v1.Verdict.evaluated_at:type_name -> google.protobuf.Timestamp
-	24, // 7: xct.v1.Verdict.error:type_name -> xct.v1.Error
-	7,  // 8: xct.v1.Verdict.shadow:type_name -> xct.v1.ShadowVerdict
-	22, // 9: xct.v1.Verdict.approval_ttl:type_name -> google.protobuf.Duration
-	6,  // 10: xct.v1.Verdict.signed:type_name -> xct.v1.SignedVerdict
-	23, // 11: xct.v1.VerdictGrant.issued_at:type_name -> google.protobuf.Timestamp
-	23, // 12: xct.v1.VerdictGrant.expires_at:type_name -> google.protobuf.Timestamp
-	0,  // 13: xct.v1.ShadowVerdict.decision:type_name -> xct.v1.VerdictDecision
-	8,  // 14: xct.v1.ShadowVerdict.reasons:type_name -> xct.v1.Reason
-	4,  // 15: xct.v1.ValidateResponse.verdict:type_name -> xct.v1.Verdict
-	21, // 16: xct.v1.Approval.proposal:type_name -> xct.v1.NextStep
-	8,  // 17: xct.v1.Approval.reasons:type_name -> xct.v1.Reason
-	11, // 18: xct.v1.Approval.preview:type_name -> xct.v1.Preview
-	1,  // 19: xct.v1.Approval.state:type_name -> xct.v1.ApprovalState
-	23, // 20: xct.v1.Approval.requested_at:type_name -> google.protobuf.Timestamp
-	23, // 21: xct.v1.Approval.expires_at:type_name -> google.protobuf.Timestamp
-	23, // 22: xct.v1.Approval.decided_at:type_name -> google.protobuf.Timestamp
-	3,  // 23: xct.v1.RequestApprovalRequest.run:type_name -> xct.v1.RunContext
-	21, // 24: xct.v1.RequestApprovalRequest.proposal:type_name -> xct.v1.NextStep
-	4,  // 25: xct.v1.RequestApprovalRequest.verdict:type_name -> xct.v1.Verdict
-	11, // 26: xct.v1.RequestApprovalRequest.preview:type_name -> xct.v1.Preview
-	10, // 27: xct.v1.RequestApprovalResponse.approval:type_name -> xct.v1.Approval
-	10, // 28: xct.v1.ListApprovalsResponse.approvals:type_name -> xct.v1.Approval
-	10, // 29: xct.v1.DecideApprovalResponse.approval:type_name -> xct.v1.Approval
-	10, // 30: xct.v1.WithdrawApprovalResponse.approval:type_name -> xct.v1.Approval
-	2,  // 31: xct.v1.ValidatorService.Validate:input_type -> xct.v1.ValidateRequest
-	12, // 32: xct.v1.ValidatorService.RequestApproval:input_type -> xct.v1.RequestApprovalRequest
-	14, // 33: xct.v1.ValidatorService.ListApprovals:input_type -> xct.v1.ListApprovalsRequest
-	16, // 34: xct.v1.ValidatorService.DecideApproval:input_type -> xct.v1.DecideApprovalRequest
-	18, // 35: xct.v1.ValidatorService.WithdrawApproval:input_type -> xct.v1.WithdrawApprovalRequest
-	9,  // 36: xct.v1.ValidatorService.Validate:output_type -> xct.v1.ValidateResponse
-	13, // 37: xct.v1.ValidatorService.RequestApproval:output_type -> xct.v1.RequestApprovalResponse
-	15, // 38: xct.v1.ValidatorService.ListApprovals:output_type -> xct.v1.ListApprovalsResponse
-	17, // 39: xct.v1.ValidatorService.DecideApproval:output_type -> xct.v1.DecideApprovalResponse
-	19, // 40: xct.v1.ValidatorService.WithdrawApproval:output_type -> xct.v1.WithdrawApprovalResponse
-	36, // [36:41] is the sub-list for method output_type
-	31, // [31:36] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	6,  // 0: xct.v1.ValidateRequest.run:type_name -> xct.v1.RunContext
+	24, // 1: xct.v1.ValidateRequest.proposal:type_name -> xct.v1.NextStep
+	3,  // 2: xct.v1.ValidateRequest.crew:type_name -> xct.v1.CrewContext
+	4,  // 3: xct.v1.CrewContext.thresholds:type_name -> xct.v1.CrewThresholds
+	5,  // 4: xct.v1.CrewContext.relies_on:type_name -> xct.v1.FactConfidence
+	23, // 5: xct.v1.RunContext.labels:type_name -> xct.v1.RunContext.LabelsEntry
+	25, // 6: xct.v1.RunContext.elapsed:type_name -> google.protobuf.Duration
+	0,  // 7: xct.v1.Verdict.decision:type_name -> xct.v1.VerdictDecision
+	11, // 8: xct.v1.Verdict.reasons:type_name -> xct.v1.Reason
+	26, // 9: xct.v1.Verdict.evaluated_at:type_name -> google.protobuf.Timestamp
+	27, // 10: xct.v1.Verdict.error:type_name -> xct.v1.Error
+	10, // 11: xct.v1.Verdict.shadow:type_name -> xct.v1.ShadowVerdict
+	25, // 12: xct.v1.Verdict.approval_ttl:type_name -> google.protobuf.Duration
+	9,  // 13: xct.v1.Verdict.signed:type_name -> xct.v1.SignedVerdict
+	26, // 14: xct.v1.VerdictGrant.issued_at:type_name -> google.protobuf.Timestamp
+	26, // 15: xct.v1.VerdictGrant.expires_at:type_name -> google.protobuf.Timestamp
+	0,  // 16: xct.v1.ShadowVerdict.decision:type_name -> xct.v1.VerdictDecision
+	11, // 17: xct.v1.ShadowVerdict.reasons:type_name -> xct.v1.Reason
+	7,  // 18: xct.v1.ValidateResponse.verdict:type_name -> xct.v1.Verdict
+	24, // 19: xct.v1.Approval.proposal:type_name -> xct.v1.NextStep
+	11, // 20: xct.v1.Approval.reasons:type_name -> xct.v1.Reason
+	14, // 21: xct.v1.Approval.preview:type_name -> xct.v1.Preview
+	1,  // 22: xct.v1.Approval.state:type_name -> xct.v1.ApprovalState
+	26, // 23: xct.v1.Approval.requested_at:type_name -> google.protobuf.Timestamp
+	26, // 24: xct.v1.Approval.expires_at:type_name -> google.protobuf.Timestamp
+	26, // 25: xct.v1.Approval.decided_at:type_name -> google.protobuf.Timestamp
+	6,  // 26: xct.v1.RequestApprovalRequest.run:type_name -> xct.v1.RunContext
+	24, // 27: xct.v1.RequestApprovalRequest.proposal:type_name -> xct.v1.NextStep
+	7,  // 28: xct.v1.RequestApprovalRequest.verdict:type_name -> xct.v1.Verdict
+	14, // 29: xct.v1.RequestApprovalRequest.preview:type_name -> xct.v1.Preview
+	13, // 30: xct.v1.RequestApprovalResponse.approval:type_name -> xct.v1.Approval
+	13, // 31: xct.v1.ListApprovalsResponse.approvals:type_name -> xct.v1.Approval
+	13, // 32: xct.v1.DecideApprovalResponse.approval:type_name -> xct.v1.Approval
+	13, // 33: xct.v1.WithdrawApprovalResponse.approval:type_name -> xct.v1.Approval
+	2,  // 34: xct.v1.ValidatorService.Validate:input_type -> xct.v1.ValidateRequest
+	15, // 35: xct.v1.ValidatorService.RequestApproval:input_type -> xct.v1.RequestApprovalRequest
+	17, // 36: xct.v1.ValidatorService.ListApprovals:input_type -> xct.v1.ListApprovalsRequest
+	19, // 37: xct.v1.ValidatorService.DecideApproval:input_type -> xct.v1.DecideApprovalRequest
+	21, // 38: xct.v1.ValidatorService.WithdrawApproval:input_type -> xct.v1.WithdrawApprovalRequest
+	12, // 39: xct.v1.ValidatorService.Validate:output_type -> xct.v1.ValidateResponse
+	16, // 40: xct.v1.ValidatorService.RequestApproval:output_type -> xct.v1.RequestApprovalResponse
+	18, // 41: xct.v1.ValidatorService.ListApprovals:output_type -> xct.v1.ListApprovalsResponse
+	20, // 42: xct.v1.ValidatorService.DecideApproval:output_type -> xct.v1.DecideApprovalResponse
+	22, // 43: xct.v1.ValidatorService.WithdrawApproval:output_type -> xct.v1.WithdrawApprovalResponse
+	39, // [39:44] is the sub-list for method output_type
+	34, // [34:39] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_xct_v1_validator_proto_init() }
@@ -1792,7 +2070,7 @@ func file_xct_v1_validator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_xct_v1_validator_proto_rawDesc), len(file_xct_v1_validator_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   19,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -51,6 +51,36 @@ class Approval(_message.Message):
     step_id: str
     def __init__(self, run_id: _Optional[str] = ..., step: _Optional[int] = ..., step_id: _Optional[str] = ..., proposal: _Optional[_Union[_decision_pb2.NextStep, _Mapping]] = ..., requested_by: _Optional[str] = ..., reasons: _Optional[_Iterable[_Union[Reason, _Mapping]]] = ..., policy_version: _Optional[str] = ..., preview: _Optional[_Union[Preview, _Mapping]] = ..., state: _Optional[_Union[ApprovalState, str]] = ..., requested_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., decided_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., decided_by: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
+class CrewContext(_message.Message):
+    __slots__ = ["agent", "agent_type", "crew", "crew_sha256", "relies_on", "thresholds", "tools", "verifier"]
+    AGENT_FIELD_NUMBER: _ClassVar[int]
+    AGENT_TYPE_FIELD_NUMBER: _ClassVar[int]
+    CREW_FIELD_NUMBER: _ClassVar[int]
+    CREW_SHA256_FIELD_NUMBER: _ClassVar[int]
+    RELIES_ON_FIELD_NUMBER: _ClassVar[int]
+    THRESHOLDS_FIELD_NUMBER: _ClassVar[int]
+    TOOLS_FIELD_NUMBER: _ClassVar[int]
+    VERIFIER_FIELD_NUMBER: _ClassVar[int]
+    agent: str
+    agent_type: str
+    crew: str
+    crew_sha256: str
+    relies_on: _containers.RepeatedCompositeFieldContainer[FactConfidence]
+    thresholds: CrewThresholds
+    tools: _containers.RepeatedScalarFieldContainer[str]
+    verifier: str
+    def __init__(self, crew: _Optional[str] = ..., crew_sha256: _Optional[str] = ..., agent: _Optional[str] = ..., agent_type: _Optional[str] = ..., tools: _Optional[_Iterable[str]] = ..., thresholds: _Optional[_Union[CrewThresholds, _Mapping]] = ..., relies_on: _Optional[_Iterable[_Union[FactConfidence, _Mapping]]] = ..., verifier: _Optional[str] = ...) -> None: ...
+
+class CrewThresholds(_message.Message):
+    __slots__ = ["proceed", "verify", "warn"]
+    PROCEED_FIELD_NUMBER: _ClassVar[int]
+    VERIFY_FIELD_NUMBER: _ClassVar[int]
+    WARN_FIELD_NUMBER: _ClassVar[int]
+    proceed: float
+    verify: float
+    warn: float
+    def __init__(self, proceed: _Optional[float] = ..., warn: _Optional[float] = ..., verify: _Optional[float] = ...) -> None: ...
+
 class DecideApprovalRequest(_message.Message):
     __slots__ = ["approve", "approver", "reason", "run_id", "step"]
     APPROVER_FIELD_NUMBER: _ClassVar[int]
@@ -70,6 +100,14 @@ class DecideApprovalResponse(_message.Message):
     APPROVAL_FIELD_NUMBER: _ClassVar[int]
     approval: Approval
     def __init__(self, approval: _Optional[_Union[Approval, _Mapping]] = ...) -> None: ...
+
+class FactConfidence(_message.Message):
+    __slots__ = ["confidence", "id"]
+    CONFIDENCE_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    confidence: float
+    id: str
+    def __init__(self, id: _Optional[str] = ..., confidence: _Optional[float] = ...) -> None: ...
 
 class ListApprovalsRequest(_message.Message):
     __slots__ = ["all", "run_id"]
@@ -175,18 +213,20 @@ class SignedVerdict(_message.Message):
     def __init__(self, key_id: _Optional[str] = ..., grant: _Optional[bytes] = ..., signature: _Optional[bytes] = ...) -> None: ...
 
 class ValidateRequest(_message.Message):
-    __slots__ = ["proposal", "run", "step", "step_id", "system_step"]
+    __slots__ = ["crew", "proposal", "run", "step", "step_id", "system_step"]
+    CREW_FIELD_NUMBER: _ClassVar[int]
     PROPOSAL_FIELD_NUMBER: _ClassVar[int]
     RUN_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     STEP_ID_FIELD_NUMBER: _ClassVar[int]
     SYSTEM_STEP_FIELD_NUMBER: _ClassVar[int]
+    crew: CrewContext
     proposal: _decision_pb2.NextStep
     run: RunContext
     step: int
     step_id: str
     system_step: bool
-    def __init__(self, run: _Optional[_Union[RunContext, _Mapping]] = ..., step: _Optional[int] = ..., step_id: _Optional[str] = ..., proposal: _Optional[_Union[_decision_pb2.NextStep, _Mapping]] = ..., system_step: bool = ...) -> None: ...
+    def __init__(self, run: _Optional[_Union[RunContext, _Mapping]] = ..., step: _Optional[int] = ..., step_id: _Optional[str] = ..., proposal: _Optional[_Union[_decision_pb2.NextStep, _Mapping]] = ..., system_step: bool = ..., crew: _Optional[_Union[CrewContext, _Mapping]] = ...) -> None: ...
 
 class ValidateResponse(_message.Message):
     __slots__ = ["verdict"]

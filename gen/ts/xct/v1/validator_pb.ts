@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file xct/v1/validator.proto.
  */
 export const file_xct_v1_validator: GenFile = /*@__PURE__*/
-  fileDesc("ChZ4Y3QvdjEvdmFsaWRhdG9yLnByb3RvEgZ4Y3QudjEiigEKD1ZhbGlkYXRlUmVxdWVzdBIfCgNydW4YASABKAsyEi54Y3QudjEuUnVuQ29udGV4dBIMCgRzdGVwGAIgASgFEg8KB3N0ZXBfaWQYAyABKAkSIgoIcHJvcG9zYWwYBCABKAsyEC54Y3QudjEuTmV4dFN0ZXASEwoLc3lzdGVtX3N0ZXAYBSABKAgivwIKClJ1bkNvbnRleHQSDgoGcnVuX2lkGAEgASgJEhEKCXByaW5jaXBhbBgCIAEoCRIuCgZsYWJlbHMYAyADKAsyHi54Y3QudjEuUnVuQ29udGV4dC5MYWJlbHNFbnRyeRISCgpzdGVwc191c2VkGAQgASgFEhoKEmNvbnNlY3V0aXZlX2Vycm9ycxgFIAEoBRIUCgxpbnB1dF90b2tlbnMYBiABKAMSFQoNb3V0cHV0X3Rva2VucxgHIAEoAxINCgVtb2RlbBgIIAEoCRIqCgdlbGFwc2VkGAkgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhcKD3ByaW5jaXBhbF9yb2xlcxgKIAMoCRotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIs4CCgdWZXJkaWN0EikKCGRlY2lzaW9uGAEgASgOMhcueGN0LnYxLlZlcmRpY3REZWNpc2lvbhIfCgdyZWFzb25zGAIgAygLMg4ueGN0LnYxLlJlYXNvbhIWCg5wb2xpY3lfdmVyc2lvbhgDIAEoCRIwCgxldmFsdWF0ZWRfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhwKBWVycm9yGAUgASgLMg0ueGN0LnYxLkVycm9yEiUKBnNoYWRvdxgGIAMoCzIVLnhjdC52MS5TaGFkb3dWZXJkaWN0EhAKCGVuZHNfcnVuGAcgASgIEi8KDGFwcHJvdmFsX3R0bBgIIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIlCgZzaWduZWQYCSABKAsyFS54Y3QudjEuU2lnbmVkVmVyZGljdCKDAgoMVmVyZGljdEdyYW50Eg4KBnJ1bl9pZBgBIAEoCRIMCgRzdGVwGAIgASgFEg8KB3N0ZXBfaWQYAyABKAkSDAoEdG9vbBgEIAEoCRIYChBhcmd1bWVudHNfZGlnZXN0GAUgASgJEhYKDnBvbGljeV92ZXJzaW9uGAYgASgJEi0KCWlzc3VlZF9hdBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKZXhwaXJlc19hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEAoIZ3JhbnRfaWQYCSABKAkSEwoLc3lzdGVtX3N0ZXAYCiABKAgiQQoNU2lnbmVkVmVyZGljdBIOCgZrZXlfaWQYASABKAkSDQoFZ3JhbnQYAiABKAwSEQoJc2lnbmF0dXJlGAMgASgMInMKDVNoYWRvd1ZlcmRpY3QSFgoOcG9saWN5X3ZlcnNpb24YASABKAkSKQoIZGVjaXNpb24YAiABKA4yFy54Y3QudjEuVmVyZGljdERlY2lzaW9uEh8KB3JlYXNvbnMYAyADKAsyDi54Y3QudjEuUmVhc29uIioKBlJlYXNvbhIPCgdydWxlX2lkGAEgASgJEg8KB21lc3NhZ2UYAiABKAkiNAoQVmFsaWRhdGVSZXNwb25zZRIgCgd2ZXJkaWN0GAEgASgLMg8ueGN0LnYxLlZlcmRpY3QiqgMKCEFwcHJvdmFsEg4KBnJ1bl9pZBgBIAEoCRIMCgRzdGVwGAIgASgFEg8KB3N0ZXBfaWQYAyABKAkSIgoIcHJvcG9zYWwYBCABKAsyEC54Y3QudjEuTmV4dFN0ZXASFAoMcmVxdWVzdGVkX2J5GAUgASgJEh8KB3JlYXNvbnMYBiADKAsyDi54Y3QudjEuUmVhc29uEhYKDnBvbGljeV92ZXJzaW9uGAcgASgJEiAKB3ByZXZpZXcYCCABKAsyDy54Y3QudjEuUHJldmlldxIkCgVzdGF0ZRgJIAEoDjIVLnhjdC52MS5BcHByb3ZhbFN0YXRlEjAKDHJlcXVlc3RlZF9hdBgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKZXhwaXJlc19hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKZGVjaWRlZF9hdBgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEgoKZGVjaWRlZF9ieRgNIAEoCRIOCgZyZWFzb24YDiABKAkiKAoHUHJldmlldxIMCgRraW5kGAEgASgJEg8KB2NvbnRlbnQYAiABKAkiwAEKFlJlcXVlc3RBcHByb3ZhbFJlcXVlc3QSHwoDcnVuGAEgASgLMhIueGN0LnYxLlJ1bkNvbnRleHQSDAoEc3RlcBgCIAEoBRIPCgdzdGVwX2lkGAMgASgJEiIKCHByb3Bvc2FsGAQgASgLMhAueGN0LnYxLk5leHRTdGVwEiAKB3ZlcmRpY3QYBSABKAsyDy54Y3QudjEuVmVyZGljdBIgCgdwcmV2aWV3GAYgASgLMg8ueGN0LnYxLlByZXZpZXciPQoXUmVxdWVzdEFwcHJvdmFsUmVzcG9uc2USIgoIYXBwcm92YWwYASABKAsyEC54Y3QudjEuQXBwcm92YWwiMwoUTGlzdEFwcHJvdmFsc1JlcXVlc3QSDgoGcnVuX2lkGAEgASgJEgsKA2FsbBgCIAEoCCI8ChVMaXN0QXBwcm92YWxzUmVzcG9uc2USIwoJYXBwcm92YWxzGAEgAygLMhAueGN0LnYxLkFwcHJvdmFsImgKFURlY2lkZUFwcHJvdmFsUmVxdWVzdBIOCgZydW5faWQYASABKAkSDAoEc3RlcBgCIAEoCRIPCgdhcHByb3ZlGAMgASgIEhAKCGFwcHJvdmVyGAQgASgJEg4KBnJlYXNvbhgFIAEoCSI8ChZEZWNpZGVBcHByb3ZhbFJlc3BvbnNlEiIKCGFwcHJvdmFsGAEgASgLMhAueGN0LnYxLkFwcHJvdmFsIlYKF1dpdGhkcmF3QXBwcm92YWxSZXF1ZXN0Eg4KBnJ1bl9pZBgBIAEoCRIPCgdzdGVwX2lkGAIgASgJEgoKAmJ5GAMgASgJEg4KBnJlYXNvbhgEIAEoCSI+ChhXaXRoZHJhd0FwcHJvdmFsUmVzcG9uc2USIgoIYXBwcm92YWwYASABKAsyEC54Y3QudjEuQXBwcm92YWwqjwEKD1ZlcmRpY3REZWNpc2lvbhIgChxWRVJESUNUX0RFQ0lTSU9OX1VOU1BFQ0lGSUVEEAASGgoWVkVSRElDVF9ERUNJU0lPTl9BTExPVxABEhkKFVZFUkRJQ1RfREVDSVNJT05fREVOWRACEiMKH1ZFUkRJQ1RfREVDSVNJT05fTkVFRFNfQVBQUk9WQUwQAyq9AQoNQXBwcm92YWxTdGF0ZRIeChpBUFBST1ZBTF9TVEFURV9VTlNQRUNJRklFRBAAEhoKFkFQUFJPVkFMX1NUQVRFX1BFTkRJTkcQARIbChdBUFBST1ZBTF9TVEFURV9BUFBST1ZFRBACEhkKFUFQUFJPVkFMX1NUQVRFX0RFTklFRBADEhoKFkFQUFJPVkFMX1NUQVRFX0VYUElSRUQQBBIcChhBUFBST1ZBTF9TVEFURV9XSVRIRFJBV04QBTKbAwoQVmFsaWRhdG9yU2VydmljZRI9CghWYWxpZGF0ZRIXLnhjdC52MS5WYWxpZGF0ZVJlcXVlc3QaGC54Y3QudjEuVmFsaWRhdGVSZXNwb25zZRJSCg9SZXF1ZXN0QXBwcm92YWwSHi54Y3QudjEuUmVxdWVzdEFwcHJvdmFsUmVxdWVzdBofLnhjdC52MS5SZXF1ZXN0QXBwcm92YWxSZXNwb25zZRJMCg1MaXN0QXBwcm92YWxzEhwueGN0LnYxLkxpc3RBcHByb3ZhbHNSZXF1ZXN0Gh0ueGN0LnYxLkxpc3RBcHByb3ZhbHNSZXNwb25zZRJPCg5EZWNpZGVBcHByb3ZhbBIdLnhjdC52MS5EZWNpZGVBcHByb3ZhbFJlcXVlc3QaHi54Y3QudjEuRGVjaWRlQXBwcm92YWxSZXNwb25zZRJVChBXaXRoZHJhd0FwcHJvdmFsEh8ueGN0LnYxLldpdGhkcmF3QXBwcm92YWxSZXF1ZXN0GiAueGN0LnYxLldpdGhkcmF3QXBwcm92YWxSZXNwb25zZUJ+Cgpjb20ueGN0LnYxQg5WYWxpZGF0b3JQcm90b1ABWidnaXRodWIuY29tL3hjdC1kZXYveGN0L2dlbi94Y3QvdjE7eGN0djGiAgNYWFiqAgZYY3QuVjHKAgZYY3RcVjHiAhJYY3RcVjFcR1BCTWV0YWRhdGHqAgdYY3Q6OlYxYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_timestamp, file_xct_v1_decision]);
+  fileDesc("ChZ4Y3QvdjEvdmFsaWRhdG9yLnByb3RvEgZ4Y3QudjEirQEKD1ZhbGlkYXRlUmVxdWVzdBIfCgNydW4YASABKAsyEi54Y3QudjEuUnVuQ29udGV4dBIMCgRzdGVwGAIgASgFEg8KB3N0ZXBfaWQYAyABKAkSIgoIcHJvcG9zYWwYBCABKAsyEC54Y3QudjEuTmV4dFN0ZXASEwoLc3lzdGVtX3N0ZXAYBSABKAgSIQoEY3JldxgGIAEoCzITLnhjdC52MS5DcmV3Q29udGV4dCLLAQoLQ3Jld0NvbnRleHQSDAoEY3JldxgBIAEoCRITCgtjcmV3X3NoYTI1NhgCIAEoCRINCgVhZ2VudBgDIAEoCRISCgphZ2VudF90eXBlGAQgASgJEg0KBXRvb2xzGAUgAygJEioKCnRocmVzaG9sZHMYBiABKAsyFi54Y3QudjEuQ3Jld1RocmVzaG9sZHMSKQoJcmVsaWVzX29uGAcgAygLMhYueGN0LnYxLkZhY3RDb25maWRlbmNlEhAKCHZlcmlmaWVyGAggASgJIj8KDkNyZXdUaHJlc2hvbGRzEg8KB3Byb2NlZWQYASABKAESDAoEd2FybhgCIAEoARIOCgZ2ZXJpZnkYAyABKAEiMAoORmFjdENvbmZpZGVuY2USCgoCaWQYASABKAkSEgoKY29uZmlkZW5jZRgCIAEoASK/AgoKUnVuQ29udGV4dBIOCgZydW5faWQYASABKAkSEQoJcHJpbmNpcGFsGAIgASgJEi4KBmxhYmVscxgDIAMoCzIeLnhjdC52MS5SdW5Db250ZXh0LkxhYmVsc0VudHJ5EhIKCnN0ZXBzX3VzZWQYBCABKAUSGgoSY29uc2VjdXRpdmVfZXJyb3JzGAUgASgFEhQKDGlucHV0X3Rva2VucxgGIAEoAxIVCg1vdXRwdXRfdG9rZW5zGAcgASgDEg0KBW1vZGVsGAggASgJEioKB2VsYXBzZWQYCSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SFwoPcHJpbmNpcGFsX3JvbGVzGAogAygJGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEizgIKB1ZlcmRpY3QSKQoIZGVjaXNpb24YASABKA4yFy54Y3QudjEuVmVyZGljdERlY2lzaW9uEh8KB3JlYXNvbnMYAiADKAsyDi54Y3QudjEuUmVhc29uEhYKDnBvbGljeV92ZXJzaW9uGAMgASgJEjAKDGV2YWx1YXRlZF9hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASHAoFZXJyb3IYBSABKAsyDS54Y3QudjEuRXJyb3ISJQoGc2hhZG93GAYgAygLMhUueGN0LnYxLlNoYWRvd1ZlcmRpY3QSEAoIZW5kc19ydW4YByABKAgSLwoMYXBwcm92YWxfdHRsGAggASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEiUKBnNpZ25lZBgJIAEoCzIVLnhjdC52MS5TaWduZWRWZXJkaWN0IoMCCgxWZXJkaWN0R3JhbnQSDgoGcnVuX2lkGAEgASgJEgwKBHN0ZXAYAiABKAUSDwoHc3RlcF9pZBgDIAEoCRIMCgR0b29sGAQgASgJEhgKEGFyZ3VtZW50c19kaWdlc3QYBSABKAkSFgoOcG9saWN5X3ZlcnNpb24YBiABKAkSLQoJaXNzdWVkX2F0GAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpleHBpcmVzX2F0GAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIQCghncmFudF9pZBgJIAEoCRITCgtzeXN0ZW1fc3RlcBgKIAEoCCJBCg1TaWduZWRWZXJkaWN0Eg4KBmtleV9pZBgBIAEoCRINCgVncmFudBgCIAEoDBIRCglzaWduYXR1cmUYAyABKAwicwoNU2hhZG93VmVyZGljdBIWCg5wb2xpY3lfdmVyc2lvbhgBIAEoCRIpCghkZWNpc2lvbhgCIAEoDjIXLnhjdC52MS5WZXJkaWN0RGVjaXNpb24SHwoHcmVhc29ucxgDIAMoCzIOLnhjdC52MS5SZWFzb24iKgoGUmVhc29uEg8KB3J1bGVfaWQYASABKAkSDwoHbWVzc2FnZRgCIAEoCSI0ChBWYWxpZGF0ZVJlc3BvbnNlEiAKB3ZlcmRpY3QYASABKAsyDy54Y3QudjEuVmVyZGljdCKqAwoIQXBwcm92YWwSDgoGcnVuX2lkGAEgASgJEgwKBHN0ZXAYAiABKAUSDwoHc3RlcF9pZBgDIAEoCRIiCghwcm9wb3NhbBgEIAEoCzIQLnhjdC52MS5OZXh0U3RlcBIUCgxyZXF1ZXN0ZWRfYnkYBSABKAkSHwoHcmVhc29ucxgGIAMoCzIOLnhjdC52MS5SZWFzb24SFgoOcG9saWN5X3ZlcnNpb24YByABKAkSIAoHcHJldmlldxgIIAEoCzIPLnhjdC52MS5QcmV2aWV3EiQKBXN0YXRlGAkgASgOMhUueGN0LnYxLkFwcHJvdmFsU3RhdGUSMAoMcmVxdWVzdGVkX2F0GAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpleHBpcmVzX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpkZWNpZGVkX2F0GAwgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBISCgpkZWNpZGVkX2J5GA0gASgJEg4KBnJlYXNvbhgOIAEoCSIoCgdQcmV2aWV3EgwKBGtpbmQYASABKAkSDwoHY29udGVudBgCIAEoCSLAAQoWUmVxdWVzdEFwcHJvdmFsUmVxdWVzdBIfCgNydW4YASABKAsyEi54Y3QudjEuUnVuQ29udGV4dBIMCgRzdGVwGAIgASgFEg8KB3N0ZXBfaWQYAyABKAkSIgoIcHJvcG9zYWwYBCABKAsyEC54Y3QudjEuTmV4dFN0ZXASIAoHdmVyZGljdBgFIAEoCzIPLnhjdC52MS5WZXJkaWN0EiAKB3ByZXZpZXcYBiABKAsyDy54Y3QudjEuUHJldmlldyI9ChdSZXF1ZXN0QXBwcm92YWxSZXNwb25zZRIiCghhcHByb3ZhbBgBIAEoCzIQLnhjdC52MS5BcHByb3ZhbCIzChRMaXN0QXBwcm92YWxzUmVxdWVzdBIOCgZydW5faWQYASABKAkSCwoDYWxsGAIgASgIIjwKFUxpc3RBcHByb3ZhbHNSZXNwb25zZRIjCglhcHByb3ZhbHMYASADKAsyEC54Y3QudjEuQXBwcm92YWwiaAoVRGVjaWRlQXBwcm92YWxSZXF1ZXN0Eg4KBnJ1bl9pZBgBIAEoCRIMCgRzdGVwGAIgASgJEg8KB2FwcHJvdmUYAyABKAgSEAoIYXBwcm92ZXIYBCABKAkSDgoGcmVhc29uGAUgASgJIjwKFkRlY2lkZUFwcHJvdmFsUmVzcG9uc2USIgoIYXBwcm92YWwYASABKAsyEC54Y3QudjEuQXBwcm92YWwiVgoXV2l0aGRyYXdBcHByb3ZhbFJlcXVlc3QSDgoGcnVuX2lkGAEgASgJEg8KB3N0ZXBfaWQYAiABKAkSCgoCYnkYAyABKAkSDgoGcmVhc29uGAQgASgJIj4KGFdpdGhkcmF3QXBwcm92YWxSZXNwb25zZRIiCghhcHByb3ZhbBgBIAEoCzIQLnhjdC52MS5BcHByb3ZhbCqPAQoPVmVyZGljdERlY2lzaW9uEiAKHFZFUkRJQ1RfREVDSVNJT05fVU5TUEVDSUZJRUQQABIaChZWRVJESUNUX0RFQ0lTSU9OX0FMTE9XEAESGQoVVkVSRElDVF9ERUNJU0lPTl9ERU5ZEAISIwofVkVSRElDVF9ERUNJU0lPTl9ORUVEU19BUFBST1ZBTBADKr0BCg1BcHByb3ZhbFN0YXRlEh4KGkFQUFJPVkFMX1NUQVRFX1VOU1BFQ0lGSUVEEAASGgoWQVBQUk9WQUxfU1RBVEVfUEVORElORxABEhsKF0FQUFJPVkFMX1NUQVRFX0FQUFJPVkVEEAISGQoVQVBQUk9WQUxfU1RBVEVfREVOSUVEEAMSGgoWQVBQUk9WQUxfU1RBVEVfRVhQSVJFRBAEEhwKGEFQUFJPVkFMX1NUQVRFX1dJVEhEUkFXThAFMpsDChBWYWxpZGF0b3JTZXJ2aWNlEj0KCFZhbGlkYXRlEhcueGN0LnYxLlZhbGlkYXRlUmVxdWVzdBoYLnhjdC52MS5WYWxpZGF0ZVJlc3BvbnNlElIKD1JlcXVlc3RBcHByb3ZhbBIeLnhjdC52MS5SZXF1ZXN0QXBwcm92YWxSZXF1ZXN0Gh8ueGN0LnYxLlJlcXVlc3RBcHByb3ZhbFJlc3BvbnNlEkwKDUxpc3RBcHByb3ZhbHMSHC54Y3QudjEuTGlzdEFwcHJvdmFsc1JlcXVlc3QaHS54Y3QudjEuTGlzdEFwcHJvdmFsc1Jlc3BvbnNlEk8KDkRlY2lkZUFwcHJvdmFsEh0ueGN0LnYxLkRlY2lkZUFwcHJvdmFsUmVxdWVzdBoeLnhjdC52MS5EZWNpZGVBcHByb3ZhbFJlc3BvbnNlElUKEFdpdGhkcmF3QXBwcm92YWwSHy54Y3QudjEuV2l0aGRyYXdBcHByb3ZhbFJlcXVlc3QaIC54Y3QudjEuV2l0aGRyYXdBcHByb3ZhbFJlc3BvbnNlQn4KCmNvbS54Y3QudjFCDlZhbGlkYXRvclByb3RvUAFaJ2dpdGh1Yi5jb20veGN0LWRldi94Y3QvZ2VuL3hjdC92MTt4Y3R2MaICA1hYWKoCBlhjdC5WMcoCBlhjdFxWMeICElhjdFxWMVxHUEJNZXRhZGF0YeoCB1hjdDo6VjFiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp, file_xct_v1_decision]);
 
 /**
  * ValidateRequest is one proposal with the facts about its run.
@@ -59,6 +59,16 @@ export type ValidateRequest = Message<"xct.v1.ValidateRequest"> & {
    * @generated from field: bool system_step = 5;
    */
   systemStep: boolean;
+
+  /**
+   * crew is set when the run is a crew's (docs/crews.md): which agent
+   * proposes, the tools the crew file lets it propose, and what the crew's
+   * confidence gate needs. Absent for a single-model run, which is judged
+   * exactly as before.
+   *
+   * @generated from field: xct.v1.CrewContext crew = 6;
+   */
+  crew?: CrewContext | undefined;
 };
 
 /**
@@ -67,6 +77,148 @@ export type ValidateRequest = Message<"xct.v1.ValidateRequest"> & {
  */
 export const ValidateRequestSchema: GenMessage<ValidateRequest> = /*@__PURE__*/
   messageDesc(file_xct_v1_validator, 0);
+
+/**
+ * CrewContext is what the validator is told of a crew run at a step. The
+ * orchestrator builds it from the crew file and the chain (internal/crew
+ * Session.CrewContext); the validator trusts it as it trusts RunContext.
+ *
+ * @generated from message xct.v1.CrewContext
+ */
+export type CrewContext = Message<"xct.v1.CrewContext"> & {
+  /**
+   * crew is the crew's name.
+   *
+   * @generated from field: string crew = 1;
+   */
+  crew: string;
+
+  /**
+   * crew_sha256 is the hex SHA-256 of the crew file the run started with.
+   *
+   * @generated from field: string crew_sha256 = 2;
+   */
+  crewSha256: string;
+
+  /**
+   * agent is the agent that proposes the step (the one in control).
+   *
+   * @generated from field: string agent = 3;
+   */
+  agent: string;
+
+  /**
+   * agent_type is its profile type (executor, analyzer, reviewer, planner,
+   * researcher).
+   *
+   * @generated from field: string agent_type = 4;
+   */
+  agentType: string;
+
+  /**
+   * tools are the tools the crew file lets this agent propose. Any other
+   * tool is denied (TOOL_NOT_ALLOWED); an empty list allows none.
+   *
+   * @generated from field: repeated string tools = 5;
+   */
+  tools: string[];
+
+  /**
+   * thresholds are the crew's confidence bands (proceed, warn, verify).
+   *
+   * @generated from field: xct.v1.CrewThresholds thresholds = 6;
+   */
+  thresholds?: CrewThresholds | undefined;
+
+  /**
+   * relies_on are the facts the proposal relies on, with their confidence
+   * as it stands now (decay included). The lowest of these and the
+   * proposal's own confidence decides the confidence gate.
+   *
+   * @generated from field: repeated xct.v1.FactConfidence relies_on = 7;
+   */
+  reliesOn: FactConfidence[];
+
+  /**
+   * verifier is the reviewer agent this agent may hand to: a step in the
+   * verify band is denied with VERIFICATION_REQUIRED, asking for a handoff
+   * to it. Empty: a human verifies (an approval).
+   *
+   * @generated from field: string verifier = 8;
+   */
+  verifier: string;
+};
+
+/**
+ * Describes the message xct.v1.CrewContext.
+ * Use `create(CrewContextSchema)` to create a new message.
+ */
+export const CrewContextSchema: GenMessage<CrewContext> = /*@__PURE__*/
+  messageDesc(file_xct_v1_validator, 1);
+
+/**
+ * CrewThresholds are the lower bounds of the confidence bands (spec part 3).
+ *
+ * @generated from message xct.v1.CrewThresholds
+ */
+export type CrewThresholds = Message<"xct.v1.CrewThresholds"> & {
+  /**
+   * proceed: at or above it, the step proceeds.
+   *
+   * @generated from field: double proceed = 1;
+   */
+  proceed: number;
+
+  /**
+   * warn: at or above it (below proceed), the step proceeds with a warning.
+   *
+   * @generated from field: double warn = 2;
+   */
+  warn: number;
+
+  /**
+   * verify: at or above it (below warn), the step needs verification;
+   * below it, a human's approval.
+   *
+   * @generated from field: double verify = 3;
+   */
+  verify: number;
+};
+
+/**
+ * Describes the message xct.v1.CrewThresholds.
+ * Use `create(CrewThresholdsSchema)` to create a new message.
+ */
+export const CrewThresholdsSchema: GenMessage<CrewThresholds> = /*@__PURE__*/
+  messageDesc(file_xct_v1_validator, 2);
+
+/**
+ * FactConfidence is one fact a proposal relies on.
+ *
+ * @generated from message xct.v1.FactConfidence
+ */
+export type FactConfidence = Message<"xct.v1.FactConfidence"> & {
+  /**
+   * id is the fact's id.
+   *
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * confidence is its confidence now, in [0, 1].
+   *
+   * @generated from field: double confidence = 2;
+   */
+  confidence: number;
+};
+
+/**
+ * Describes the message xct.v1.FactConfidence.
+ * Use `create(FactConfidenceSchema)` to create a new message.
+ */
+export const FactConfidenceSchema: GenMessage<FactConfidence> = /*@__PURE__*/
+  messageDesc(file_xct_v1_validator, 3);
 
 /**
  * RunContext is what the validator may know about a run when it decides.
@@ -150,7 +302,7 @@ export type RunContext = Message<"xct.v1.RunContext"> & {
  * Use `create(RunContextSchema)` to create a new message.
  */
 export const RunContextSchema: GenMessage<RunContext> = /*@__PURE__*/
-  messageDesc(file_xct_v1_validator, 1);
+  messageDesc(file_xct_v1_validator, 4);
 
 /**
  * Verdict is a validator's decision with its reasons.
@@ -232,7 +384,7 @@ export type Verdict = Message<"xct.v1.Verdict"> & {
  * Use `create(VerdictSchema)` to create a new message.
  */
 export const VerdictSchema: GenMessage<Verdict> = /*@__PURE__*/
-  messageDesc(file_xct_v1_validator, 2);
+  messageDesc(file_xct_v1_validator, 5);
 
 /**
  * VerdictGrant is what a validator signs when it allows a step: exactly
@@ -321,7 +473,7 @@ export type VerdictGrant = Message<"xct.v1.VerdictGrant"> & {
  * Use `create(VerdictGrantSchema)` to create a new message.
  */
 export const VerdictGrantSchema: GenMessage<VerdictGrant> = /*@__PURE__*/
-  messageDesc(file_xct_v1_validator, 3);
+  messageDesc(file_xct_v1_validator, 6);
 
 /**
  * SignedVerdict is a VerdictGrant with the validator's Ed25519 signature.
@@ -358,7 +510,7 @@ export type SignedVerdict = Message<"xct.v1.SignedVerdict"> & {
  * Use `create(SignedVerdictSchema)` to create a new message.
  */
 export const SignedVerdictSchema: GenMessage<SignedVerdict> = /*@__PURE__*/
-  messageDesc(file_xct_v1_validator, 4);
+  messageDesc(file_xct_v1_validator, 7);
 
 /**
  * ShadowVerdict is a shadow-mode policy's would-have-been decision.
@@ -393,7 +545,7 @@ export type ShadowVerdict = Message<"xct.v1.ShadowVerdict"> & {
  * Use `create(ShadowVerdictSchema)` to create a new message.
  */
 export const ShadowVerdictSchema: GenMessage<ShadowVerdict> = /*@__PURE__*/
-  messageDesc(file_xct_v1_validator, 5);
+  messageDesc(file_xct_v1_validator, 8);
 
 /**
  * Reason is one matched rule.
@@ -421,7 +573,7 @@ export type Reason = Message<"xct.v1.Reason"> & {
  * Use `create(ReasonSchema)` to create a new message.
  */
 export const ReasonSchema: GenMessage<Reason> = /*@__PURE__*/
-  messageDesc(file_xct_v1_validator, 6);
+  messageDesc(file_xct_v1_validator, 9);
 
 /**
  * ValidateResponse carries the verdict.
@@ -442,7 +594,7 @@ export type ValidateResponse = Message<"xct.v1.ValidateResponse"> & {
  * Use `create(ValidateResponseSchema)` to create a new message.
  */
 export const ValidateResponseSchema: GenMessage<ValidateResponse> = /*@__PURE__*/
-  messageDesc(file_xct_v1_validator, 7);
+  messageDesc(file_xct_v1_validator, 10);
 
 /**
  * Approval is a human decision bound to one step id, hence to one exact
@@ -557,7 +709,7 @@ export type Approval = Message<"xct.v1.Approval"> & {
  * Use `create(ApprovalSchema)` to create a new message.
  */
 export const ApprovalSchema: GenMessage<Approval> = /*@__PURE__*/
-  messageDesc(file_xct_v1_validator, 8);
+  messageDesc(file_xct_v1_validator, 11);
 
 /**
  * Preview is a tool's dry run of a step.
@@ -585,7 +737,7 @@ export type Preview = Message<"xct.v1.Preview"> & {
  * Use `create(PreviewSchema)` to create a new message.
  */
 export const PreviewSchema: GenMessage<Preview> = /*@__PURE__*/
-  messageDesc(file_xct_v1_validator, 9);
+  messageDesc(file_xct_v1_validator, 12);
 
 /**
  * RequestApprovalRequest opens an approval.
@@ -641,7 +793,7 @@ export type RequestApprovalRequest = Message<"xct.v1.RequestApprovalRequest"> & 
  * Use `create(RequestApprovalRequestSchema)` to create a new message.
  */
 export const RequestApprovalRequestSchema: GenMessage<RequestApprovalRequest> = /*@__PURE__*/
-  messageDesc(file_xct_v1_validator, 10);
+  messageDesc(file_xct_v1_validator, 13);
 
 /**
  * RequestApprovalResponse returns the approval as stored.
@@ -663,7 +815,7 @@ export type RequestApprovalResponse = Message<"xct.v1.RequestApprovalResponse"> 
  * Use `create(RequestApprovalResponseSchema)` to create a new message.
  */
 export const RequestApprovalResponseSchema: GenMessage<RequestApprovalResponse> = /*@__PURE__*/
-  messageDesc(file_xct_v1_validator, 11);
+  messageDesc(file_xct_v1_validator, 14);
 
 /**
  * ListApprovalsRequest filters approvals.
@@ -691,7 +843,7 @@ export type ListApprovalsRequest = Message<"xct.v1.ListApprovalsRequest"> & {
  * Use `create(ListApprovalsRequestSchema)` to create a new message.
  */
 export const ListApprovalsRequestSchema: GenMessage<ListApprovalsRequest> = /*@__PURE__*/
-  messageDesc(file_xct_v1_validator, 12);
+  messageDesc(file_xct_v1_validator, 15);
 
 /**
  * ListApprovalsResponse lists approvals, oldest first.
@@ -712,7 +864,7 @@ export type ListApprovalsResponse = Message<"xct.v1.ListApprovalsResponse"> & {
  * Use `create(ListApprovalsResponseSchema)` to create a new message.
  */
 export const ListApprovalsResponseSchema: GenMessage<ListApprovalsResponse> = /*@__PURE__*/
-  messageDesc(file_xct_v1_validator, 13);
+  messageDesc(file_xct_v1_validator, 16);
 
 /**
  * DecideApprovalRequest approves or denies a step.
@@ -762,7 +914,7 @@ export type DecideApprovalRequest = Message<"xct.v1.DecideApprovalRequest"> & {
  * Use `create(DecideApprovalRequestSchema)` to create a new message.
  */
 export const DecideApprovalRequestSchema: GenMessage<DecideApprovalRequest> = /*@__PURE__*/
-  messageDesc(file_xct_v1_validator, 14);
+  messageDesc(file_xct_v1_validator, 17);
 
 /**
  * DecideApprovalResponse returns the decided approval.
@@ -783,7 +935,7 @@ export type DecideApprovalResponse = Message<"xct.v1.DecideApprovalResponse"> & 
  * Use `create(DecideApprovalResponseSchema)` to create a new message.
  */
 export const DecideApprovalResponseSchema: GenMessage<DecideApprovalResponse> = /*@__PURE__*/
-  messageDesc(file_xct_v1_validator, 15);
+  messageDesc(file_xct_v1_validator, 18);
 
 /**
  * WithdrawApprovalRequest withdraws the approval of one step.
@@ -825,7 +977,7 @@ export type WithdrawApprovalRequest = Message<"xct.v1.WithdrawApprovalRequest"> 
  * Use `create(WithdrawApprovalRequestSchema)` to create a new message.
  */
 export const WithdrawApprovalRequestSchema: GenMessage<WithdrawApprovalRequest> = /*@__PURE__*/
-  messageDesc(file_xct_v1_validator, 16);
+  messageDesc(file_xct_v1_validator, 19);
 
 /**
  * WithdrawApprovalResponse is the approval after the withdrawal.
@@ -846,7 +998,7 @@ export type WithdrawApprovalResponse = Message<"xct.v1.WithdrawApprovalResponse"
  * Use `create(WithdrawApprovalResponseSchema)` to create a new message.
  */
 export const WithdrawApprovalResponseSchema: GenMessage<WithdrawApprovalResponse> = /*@__PURE__*/
-  messageDesc(file_xct_v1_validator, 17);
+  messageDesc(file_xct_v1_validator, 20);
 
 /**
  * Decision is what the validator decided.
