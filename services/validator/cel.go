@@ -56,6 +56,9 @@ const (
 	varRunCost       = "run.cost_usd"
 	varRunModel      = "run.model"
 	varRunElapsed    = "run.elapsed"
+	varCrewName      = "crew.name"
+	varCrewAgent     = "crew.agent"
+	varCrewAgentType = "crew.agent_type"
 	effectNameRead   = "read"
 	effectNameRev    = "reversible"
 	effectNameIrrev  = "irreversible"
@@ -88,6 +91,9 @@ func newCELEnv() (*cel.Env, error) {
 		cel.Variable(varRunCost, cel.DoubleType),
 		cel.Variable(varRunModel, cel.StringType),
 		cel.Variable(varRunElapsed, cel.DurationType),
+		cel.Variable(varCrewName, cel.StringType),
+		cel.Variable(varCrewAgent, cel.StringType),
+		cel.Variable(varCrewAgentType, cel.StringType),
 		cel.OptionalTypes(),
 		ext.Strings(),
 		cel.CrossTypeNumericComparisons(true),
@@ -317,6 +323,12 @@ func (a *activation) ResolveName(name string) (any, bool) {
 		return types.String(run.GetModel()), true
 	case varRunElapsed:
 		return types.Duration{Duration: run.GetElapsed().AsDuration()}, true
+	case varCrewName:
+		return types.String(in.Crew.GetCrew()), true
+	case varCrewAgent:
+		return types.String(in.Crew.GetAgent()), true
+	case varCrewAgentType:
+		return types.String(in.Crew.GetAgentType()), true
 	}
 	return nil, false
 }

@@ -146,6 +146,9 @@
 //	run.cost_usd           double              those tokens at the run model's price (0 unpriced)
 //	run.model              string              the run's model reference
 //	run.elapsed            duration            the run's wall time so far
+//	crew.name              string              a crew run's crew ("" otherwise; docs/crews.md)
+//	crew.agent             string              the crew agent that proposes
+//	crew.agent_type        string              its profile type (executor, analyzer, reviewer, ...)
 //
 // Numbers compare across int and double (args.size > 10 works). An
 // argument may be absent: guard it with has(args.x). Conditions that
@@ -171,6 +174,18 @@
 // with a warning reason; verify <= c < warn needs approval (a human
 // verifies); c < verify, or a value that is not a number in [0, 1], is
 // denied. No confidence, no gate. Thresholds of 0 turn the gate off.
+//
+// # Crews
+//
+// A crew run's proposal carries a CrewContext (ValidateRequest.crew): a
+// tool the crew file does not list for the proposing agent is denied
+// first (TOOL_NOT_ALLOWED, reason "builtin.crew.tools"); the crew's system
+// tools (xct.handoff, facts.*) are judged with their own descriptors;
+// and the crew's confidence gate replaces the policy's, on the lowest of
+// the proposal's confidence and the facts it relies on: warn allows with
+// a reason, verify denies with VERIFICATION_REQUIRED naming the reviewer
+// to hand to (an approval when there is none), below verify needs an
+// approval. crew.go has the details.
 //
 // # Rate limits
 //

@@ -14,6 +14,7 @@ import (
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/catalog"
+	"github.com/xct-dev/xct/internal/crew"
 	"github.com/xct-dev/xct/internal/wire"
 	"github.com/xct-dev/xct/lctl/text"
 )
@@ -48,7 +49,7 @@ func checkRequest(req *xctv1.ValidateRequest) error {
 	if req.GetProposal().GetTool() == "" {
 		return ErrNoTool
 	}
-	return nil
+	return checkCrew(req.GetCrew())
 }
 
 // decide runs the pipeline: catalog, schema, policy (with its rate limits
@@ -94,20 +95,32 @@ func (s *Service) judge(ctx context.Context, req *xctv1.ValidateRequest, install
 	proposal := req.GetProposal()
 	name := proposal.GetTool()
 
-	cat := s.catalog.Load()
-	if cat == nil {
-		denyWith(v, reasonCatalog, wire.Errorf(wire.CodeValidatorUnavailable,
-			"the validator has not loaded the tool catalog yet; try again later"))
+	cc := req.GetCrew()
+	if cc != nil && !slices.Contains(cc.GetTools(), name) {
+		denyWith(v, reasonCrewTools, toolNotAllowed(cc, name))
 		return nil
 	}
-	tool, ok := cat.Get(name)
-	if !ok {
-		denyWith(v, reasonCatalog, unknownTool(cat, name))
-		return nil
-	}
-	if wire.IsSystemTool(name) && !req.GetSystemStep() {
-		denyWith(v, reasonCatalog, systemTool(name))
-		return nil
+	var tool *xctv1.ToolDescriptor
+	if cc != nil && crew.IsSystemTool(name) {
+		// A crew's system tool (xct.handoff, facts.*), listed for this
+		// agent: the orchestrator carries it out, never the executor.
+		tool = crew.SystemToolDescriptor(name)
+	} else {
+		cat := s.catalog.Load()
+		if cat == nil {
+			denyWith(v, reasonCatalog, wire.Errorf(wire.CodeValidatorUnavailable,
+				"the validator has not loaded the tool catalog yet; try again later"))
+			return nil
+		}
+		var ok bool
+		if tool, ok = cat.Get(name); !ok {
+			denyWith(v, reasonCatalog, unknownTool(cat, name))
+			return nil
+		}
+		if wire.IsSystemTool(name) && !req.GetSystemStep() {
+			denyWith(v, reasonCatalog, systemTool(name))
+			return nil
+		}
 	}
 
 	compiled, fresh := s.schemas.get(name, tool.GetInputSchema())
@@ -142,6 +155,7 @@ func (s *Service) judge(ctx context.Context, req *xctv1.ValidateRequest, install
 		Args:     args,
 		Tool:     tool,
 		Now:      now,
+		Crew:     cc,
 	}
 	s.enforce(ctx, installed, in, v, j)
 	return in
@@ -157,6 +171,9 @@ func (s *Service) enforce(ctx context.Context, installed *installedPolicy, in *I
 		s.log.Warn("policy evaluation failed; proposal denied", "tool", name, "step_id", in.StepID, "err", err)
 		denyWith(v, reasonPolicy, wire.Errorf(wire.CodePolicyDenied, "the policy could not evaluate this proposal, so it is denied"))
 		return
+	}
+	if in.Crew != nil {
+		out = crewGate(in, out)
 	}
 	// Clipped, so appending a builtin reason never writes into an array the
 	// policy may share.

@@ -29,6 +29,11 @@ type Input struct {
 	// Now is the time of the evaluation (the CEL variable "now"); zero
 	// means the wall clock.
 	Now time.Time
+	// Crew is the crew context of a crew run's proposal (which agent
+	// proposes, its tools, the crew's thresholds and the facts the
+	// proposal relies on); nil for a single-model run. With it, the crew's
+	// confidence gate replaces the policy's (crew.go).
+	Crew *xctv1.CrewContext
 }
 
 // Outcome is a policy's judgement of one proposal.

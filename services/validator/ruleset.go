@@ -111,7 +111,9 @@ func (rs *ruleSet) evaluate(in *Input) (Outcome, error) {
 			allows = true
 		}
 	}
-	if p := in.Proposal; p != nil && p.Confidence != nil {
+	// A crew run's confidence is the crew's gate (crew.go), applied after
+	// the policy: block is an approval there, not a deny.
+	if p := in.Proposal; p != nil && p.Confidence != nil && in.Crew == nil {
 		switch gate, msg := rs.settings.confidence.judge(p.GetConfidence()); gate {
 		case gateDeny:
 			deny = true
