@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/xct-dev/xct/internal/grpcx"
 	"github.com/xct-dev/xct/lctl"
@@ -24,6 +25,11 @@ type Config struct {
 	// negative value keeps no snapshots (every replay starts from the first
 	// event).
 	SnapshotEvery int
+	// SyncInterval is how often the chain files written since the last
+	// sync are synced (0 means DefaultSyncInterval). The files are a view
+	// of the stream: what a crash takes from them after the last sync is
+	// read from the stream again at start.
+	SyncInterval time.Duration
 	// HTTPListen is where the tracer serves HTTP: the visual debugger and
 	// OTLP/HTTP ingestion ("host:port"; port 0 picks a free one; empty:
 	// no HTTP listener).
@@ -62,6 +68,14 @@ func (c *Config) snapshotEvery() int {
 	return c.SnapshotEvery
 }
 
+// syncInterval is the interval the chain files are synced at.
+func (c *Config) syncInterval() time.Duration {
+	if c.SyncInterval <= 0 {
+		return DefaultSyncInterval
+	}
+	return c.SyncInterval
+}
+
 // RegisterFlags registers the tracer's flags on fs.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.DataDir, "tracer-data", "xct-data/tracer", "directory where the tracer stores materialized chains")
@@ -69,6 +83,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.OrchestratorAddr, "tracer-orchestrator-addr", "", "orchestrator gRPC address the visual debugger cancels runs through (empty: no Cancel in the UI)")
 	fs.StringVar(&c.ValidatorAddr, "tracer-validator-addr", "", "validator gRPC address the visual debugger lists and decides approvals through (empty: no approvals in the UI)")
 	fs.IntVar(&c.SnapshotEvery, "tracer-snapshot-every", lctl.DefaultSnapshotEvery, "events between two snapshots of a chain's state (replay to any seq costs at most this many events; negative: no snapshots)")
+	fs.DurationVar(&c.SyncInterval, "tracer-sync-interval", DefaultSyncInterval, "how often the tracer syncs its chain files (what a crash loses after the last sync is read from the stream again at start)")
 	c.OTLP.RegisterFlags(fs)
 }
 
@@ -82,6 +97,9 @@ const maxReplicas = 5
 func (c *Config) Validate() error {
 	if c.DataDir == "" {
 		return errors.New("tracer: -tracer-data must name a directory")
+	}
+	if c.SyncInterval < 0 {
+		return fmt.Errorf("tracer: -tracer-sync-interval must not be negative, got %v", c.SyncInterval)
 	}
 	if c.Replicas < 0 || c.Replicas > maxReplicas {
 		return fmt.Errorf("tracer: replicas must be between 0 and %d, got %d", maxReplicas, c.Replicas)

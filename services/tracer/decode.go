@@ -23,9 +23,12 @@ type decodedMsg struct {
 const parallelDecodeMin = 64
 
 // decodeBatch decodes the batch's messages and hashes their events, on
-// every core for a large batch.
-func decodeBatch(batch []jetstream.Msg) []decodedMsg {
-	out := make([]decodedMsg, len(batch))
+// every core for a large batch, into out (reused when large enough).
+func decodeBatch(batch []jetstream.Msg, out []decodedMsg) []decodedMsg {
+	if cap(out) < len(batch) {
+		out = make([]decodedMsg, len(batch), max(len(batch), batchSize))
+	}
+	out = out[:len(batch)]
 	one := func(i int) {
 		d := &out[i]
 		d.event, d.computed, d.err = lctl.DecodeEventHashed(batch[i].Data())

@@ -10,14 +10,19 @@
 // ReplayChain to any seq applies at most that many events.
 //
 // Events come from a durable JetStream pull consumer ("tracer") with
-// explicit acks. A batch's events are appended to
-// <DataDir>/chains/<chain_id>.jsonl (one write per chain) and synced before
-// they become visible to the RPCs and are acknowledged, so a crash never
-// loses an acknowledged event and nobody sees an event that is not on disk;
-// a redelivered event (at-least-once) is recognized by its seq and skipped. When an event arrives ahead of the chain's next seq
-// (a redelivery overtaken by newer events, or a chain file that lost its
-// tail) the missing events are read back from the stream; only events the
-// stream really lacks are recorded as a gap on the chain's summary.
+// explicit acks. The stream is where events are durable; the tracer's files
+// are a view of it. A batch's events are appended to
+// <DataDir>/chains/<chain_id>.jsonl (one write per chain, no sync) before
+// they become visible to the RPCs and are acknowledged. Every
+// Config.SyncInterval, and at Stop, the written files are synced and the
+// stream position through which everything is on disk is recorded
+// (files.go); a tracer starting again reads the stream from there, so what
+// a crash cut short of the files is delivered again, and a redelivered
+// event (at-least-once) is recognized by its seq and skipped. When an event
+// arrives ahead of the chain's next seq (a redelivery overtaken by newer
+// events, or a chain file that lost its tail) the missing events are read
+// back from the stream; only events the stream really lacks are recorded as
+// a gap on the chain's summary.
 //
 // One tracer process owns the durable consumer: replicas of the tracer would
 // share its messages, each seeing part of every chain.
@@ -51,7 +56,7 @@ import (
 const ConsumerName = "tracer"
 
 const (
-	// batchSize bounds how many events are written, synced and acked together.
+	// batchSize bounds how many events are written and acked together.
 	batchSize = 1024
 	// maxAckPending bounds events delivered but not acked yet.
 	maxAckPending = 4 * batchSize
@@ -81,7 +86,17 @@ type Service struct {
 	events  *eventlog.Log
 	cancel  context.CancelFunc
 	done    chan struct{} // closed when the consumer goroutine ended
-	http    *httpServer   // nil when Config.HTTPListen is empty
+
+	// Used by the consumer goroutine only (set up by Start).
+	files    *chainFiles
+	progress *progress
+	// stream is what the recorded stream position refers to.
+	stream streamPosition
+	// damaged are chains whose files were cut at start, to read back
+	// from the stream before consuming.
+	damaged []string
+	decoded []decodedMsg // reused between batches
+	http    *httpServer  // nil when Config.HTTPListen is empty
 	// otlp ingests OpenTelemetry traces (otlp_ingest.go).
 	otlp *ingester
 	// ui is the visual debugger on the HTTP listener (nil without one);
@@ -138,13 +153,19 @@ func (s *Service) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("tracer: %w", err)
 	}
-	if err := s.store.load(); err != nil {
+	damaged, err := s.store.load()
+	if err != nil {
 		return fmt.Errorf("tracer: load store: %w", err)
 	}
-	cons, err := createConsumer(ctx, events.JetStream())
+	from, err := s.startPosition(ctx, events)
 	if err != nil {
 		return fmt.Errorf("tracer: %w", err)
 	}
+	cons, err := positionConsumer(ctx, events.JetStream(), from+1)
+	if err != nil {
+		return fmt.Errorf("tracer: %w", err)
+	}
+	s.files, s.progress, s.damaged = newChainFiles(s.store.dir), newProgress(from), damaged
 	hs, err := s.startHTTP(ctx)
 	if err != nil {
 		return fmt.Errorf("tracer: %w", err)
@@ -158,8 +179,9 @@ func (s *Service) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop ends consuming: the batch in progress is finished (written, synced,
-// acked), events received but not processed are handed back to the stream.
+// Stop ends consuming: the batch in progress is finished (written, acked),
+// events received but not processed are handed back to the stream, and the
+// chain files are synced.
 // It waits until then or until ctx ends. Waiters in WaitForSeq get
 // ErrStopped.
 func (s *Service) Stop(ctx context.Context) error {
@@ -214,8 +236,36 @@ func (s *Service) WaitForSeq(ctx context.Context, chainID string, seq uint64) er
 	}
 }
 
-func createConsumer(ctx context.Context, js jetstream.JetStream) (jetstream.Consumer, error) {
-	cons, err := js.CreateOrUpdateConsumer(ctx, eventlog.StreamName, jetstream.ConsumerConfig{
+// startPosition is the stream seq through which the chain files hold every
+// event, as the last sync recorded it; 0 (read the whole stream) when
+// nothing was recorded or the record is of another stream.
+func (s *Service) startPosition(ctx context.Context, events *eventlog.Log) (uint64, error) {
+	st, err := events.JetStream().Stream(ctx, eventlog.StreamName)
+	if err != nil {
+		return 0, fmt.Errorf("stream %s: %w", eventlog.StreamName, err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("stream %s: %w", eventlog.StreamName, err)
+	}
+	s.stream = streamPosition{Stream: eventlog.StreamName, Created: info.Created}
+	pos, ok, err := readPosition(s.store.dir)
+	switch {
+	case err != nil:
+		s.log.Warn("reading the whole stream again", "err", err)
+		return 0, nil
+	case !ok:
+		return 0, nil
+	case pos.Stream != s.stream.Stream || !pos.Created.Equal(s.stream.Created):
+		s.log.Warn("the chain files were made from another stream; reading the whole stream again",
+			"recorded_created", pos.Created, "stream_created", s.stream.Created)
+		return 0, nil
+	}
+	return pos.Seq, nil
+}
+
+func consumerConfig(start uint64) jetstream.ConsumerConfig {
+	cfg := jetstream.ConsumerConfig{
 		Durable:       ConsumerName,
 		Description:   "XCT tracer: materializes LCTL chains",
 		FilterSubject: eventlog.AllSubjects,
@@ -223,7 +273,41 @@ func createConsumer(ctx context.Context, js jetstream.JetStream) (jetstream.Cons
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       ackWait,
 		MaxAckPending: maxAckPending,
-	})
+	}
+	if start > 1 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, start
+	}
+	return cfg
+}
+
+// positionConsumer sets the durable consumer up to deliver the stream from
+// seq start: it is made anew, because what it acknowledged before may not
+// have reached the disk (a consumer's start cannot be moved).
+func positionConsumer(ctx context.Context, js jetstream.JetStream, start uint64) (jetstream.Consumer, error) {
+	if err := js.DeleteConsumer(ctx, eventlog.StreamName, ConsumerName); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return nil, fmt.Errorf("reset consumer %s: %w", ConsumerName, err)
+	}
+	cons, err := js.CreateConsumer(ctx, eventlog.StreamName, consumerConfig(start))
+	if err != nil {
+		return nil, fmt.Errorf("create consumer %s: %w", ConsumerName, err)
+	}
+	return cons, nil
+}
+
+// resumeConsumer returns the durable consumer after consuming failed: the
+// same one if it still exists (what it acknowledged is in the files, which
+// this process wrote), else a new one delivering from after the last
+// message done.
+func (s *Service) resumeConsumer(ctx context.Context) (jetstream.Consumer, error) {
+	js := s.events.JetStream()
+	cons, err := js.Consumer(ctx, eventlog.StreamName, ConsumerName)
+	if err == nil {
+		return cons, nil
+	}
+	if !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return nil, fmt.Errorf("consumer %s: %w", ConsumerName, err)
+	}
+	cons, err = js.CreateConsumer(ctx, eventlog.StreamName, consumerConfig(s.progress.floor()+1))
 	if err != nil {
 		return nil, fmt.Errorf("create consumer %s: %w", ConsumerName, err)
 	}
@@ -232,9 +316,11 @@ func createConsumer(ctx context.Context, js jetstream.JetStream) (jetstream.Cons
 
 // run consumes until ctx ends, setting the consumer up again (with a
 // growing delay) whenever it fails, so a deleted consumer or a lost
-// connection does not end the tracer.
+// connection does not end the tracer. At the end it syncs the files.
 func (s *Service) run(ctx context.Context, cons jetstream.Consumer) {
 	defer close(s.done)
+	defer s.closeFiles()
+	s.repairDamaged(ctx)
 	delay := 100 * time.Millisecond
 	for {
 		err := s.consume(ctx, cons)
@@ -248,7 +334,7 @@ func (s *Service) run(ctx context.Context, cons jetstream.Consumer) {
 		case <-time.After(delay):
 		}
 		delay = min(2*delay, maxRestartDelay)
-		if c, err := createConsumer(ctx, s.events.JetStream()); err != nil {
+		if c, err := s.resumeConsumer(ctx); err != nil {
 			s.log.Error("set up the stream consumer", "err", err)
 		} else {
 			cons = c
@@ -256,8 +342,53 @@ func (s *Service) run(ctx context.Context, cons jetstream.Consumer) {
 	}
 }
 
+// syncFiles syncs the written chain files and records the stream position
+// they now hold everything through.
+func (s *Service) syncFiles() {
+	floor := s.progress.floor()
+	if err := s.files.sync(); err != nil {
+		s.log.Error("sync chain files", "err", err)
+		return
+	}
+	if floor == s.stream.Seq {
+		return
+	}
+	pos := s.stream
+	pos.Seq = floor
+	if err := writePosition(s.store.dir, pos); err != nil {
+		s.log.Error("record stream position", "err", err)
+		return
+	}
+	s.stream = pos
+}
+
+// closeFiles syncs and closes the chain files at the end.
+func (s *Service) closeFiles() {
+	s.syncFiles()
+	if err := s.files.close(); err != nil {
+		s.log.Error("close chain files", "err", err)
+	}
+}
+
+// repairDamaged reads back from the stream the events of the chains whose
+// files were cut at start.
+func (s *Service) repairDamaged(ctx context.Context) {
+	for _, id := range s.damaged {
+		s.files.begin()
+		err := s.repair(ctx, s.files, id, s.store.lastSeq(id), ^uint64(0))
+		failed, werr := s.files.write()
+		if err = errors.Join(err, werr); err != nil {
+			s.log.Warn("read a damaged chain file's events back from the stream", "chain_id", id, "err", err)
+		}
+		s.store.addBatch(s.files.pending, failed)
+	}
+	s.damaged = nil
+	s.store.broadcast()
+}
+
 // consume reads messages and handles them in batches: whatever is already
-// delivered, up to batchSize, is written and synced once and then acked.
+// delivered, up to batchSize, is written once and then acked; the files
+// are synced every Config.SyncInterval.
 func (s *Service) consume(ctx context.Context, cons jetstream.Consumer) error {
 	iter, err := cons.Messages(jetstream.PullMaxMessages(batchSize))
 	if err != nil {
@@ -285,8 +416,23 @@ func (s *Service) consume(ctx context.Context, cons jetstream.Consumer) error {
 		}
 	}()
 
+	tick := time.NewTicker(s.cfg.syncInterval())
+	defer tick.Stop()
 	batch := make([]jetstream.Msg, 0, batchSize)
-	for m := range msgs {
+	for {
+		var (
+			m  jetstream.Msg
+			ok bool
+		)
+		select {
+		case m, ok = <-msgs:
+		case <-tick.C:
+			s.syncFiles()
+			continue
+		}
+		if !ok {
+			break
+		}
 		batch = append(batch[:0], m)
 	fill:
 		for len(batch) < batchSize {
@@ -333,33 +479,29 @@ const (
 )
 
 // handleBatch stores a batch of events: each chain's new events are written
-// to its file in one write, the files are synced, and only then are the
-// events added to the in-memory chains (so readers never see an event that
-// is not on disk), acknowledged, and waiters woken. A chain whose events
-// could not be stored has them (and its later events in the batch)
-// redelivered, so each chain stays in order.
+// to its file in one write, and only then are the events added to the
+// in-memory chains (so readers never see an event that is not in the
+// files), acknowledged, and waiters woken. A chain whose events could not
+// be written has them (and its later events in the batch) redelivered, so
+// each chain stays in order.
 func (s *Service) handleBatch(ctx context.Context, batch []jetstream.Msg) {
-	files := newBatchFiles(s.store.dir)
+	files := s.files
+	files.begin()
 	verdicts := make([]verdict, len(batch))
 	chains := make([]string, len(batch))
 	blocked := map[string]bool{}
-	decoded := decodeBatch(batch)
+	s.decoded = decodeBatch(batch, s.decoded)
 	for i, m := range batch {
-		verdicts[i], chains[i] = s.handle(ctx, files, m, blocked, &decoded[i])
+		verdicts[i], chains[i] = s.handle(ctx, files, m, blocked, &s.decoded[i])
 	}
-	failed, err := files.commit()
+	clear(s.decoded) // drop the events' references until the next batch
+	failed, err := files.write()
 	if err != nil {
 		// The events of the failed chains are not stored; they are
-		// redelivered. A failed sync leaves events in the files that may
-		// not be on disk: not acking them would not help, since their
-		// redelivery is skipped as stored.
+		// redelivered.
 		s.log.Error("store chain files", "err", err)
 	}
-	for _, p := range files.pending {
-		if !failed[p.id] {
-			s.store.add(p.id, p.event, p.computed)
-		}
-	}
+	s.store.addBatch(files.pending, failed)
 	for i, m := range batch {
 		v := verdicts[i]
 		if v == ack && failed[chains[i]] {
@@ -377,6 +519,13 @@ func (s *Service) handleBatch(ctx context.Context, batch []jetstream.Msg) {
 		if err != nil {
 			s.log.Warn("acknowledge event", "subject", m.Subject(), "err", err)
 		}
+		if meta, merr := m.Metadata(); merr == nil {
+			if v == retry {
+				s.progress.notDone(meta.Sequence.Stream)
+			} else {
+				s.progress.done(meta.Sequence.Stream)
+			}
+		}
 	}
 	s.store.broadcast()
 }
@@ -384,7 +533,7 @@ func (s *Service) handleBatch(ctx context.Context, batch []jetstream.Msg) {
 // handle stores one message's event in the batch, reading back from the
 // stream any events of its chain that should have come before it. It
 // returns what to do with the message and the chain it belongs to.
-func (s *Service) handle(ctx context.Context, files *batchFiles, m jetstream.Msg, blocked map[string]bool, d *decodedMsg) (verdict, string) {
+func (s *Service) handle(ctx context.Context, files *chainFiles, m jetstream.Msg, blocked map[string]bool, d *decodedMsg) (verdict, string) {
 	id := strings.TrimPrefix(m.Subject(), eventlog.SubjectPrefix)
 	if err := lctl.ValidateChainID(id); err != nil {
 		s.log.Error("event on a subject that names no chain", "subject", m.Subject(), "err", err)
@@ -393,7 +542,7 @@ func (s *Service) handle(ctx context.Context, files *batchFiles, m jetstream.Msg
 	if blocked[id] {
 		return retry, id
 	}
-	e, err := d.event, d.err
+	e, err := &d.event, d.err
 	if err != nil {
 		streamSeq := uint64(0)
 		if meta, merr := m.Metadata(); merr == nil {
@@ -409,7 +558,7 @@ func (s *Service) handle(ctx context.Context, files *batchFiles, m jetstream.Msg
 				s.store.fail(id, fmt.Sprintf("event %d: a second, different event %d was delivered (the chain was forked)", e.Seq, e.Seq))
 			}
 		} else {
-			s.store.duplicate(id, &e)
+			s.store.duplicate(id, e)
 		}
 		return ack, id
 	}
@@ -429,7 +578,7 @@ func (s *Service) handle(ctx context.Context, files *batchFiles, m jetstream.Msg
 }
 
 // lastSeq is the chain's last seq, counting events pending in the batch.
-func (s *Service) lastSeq(files *batchFiles, id string) uint64 {
+func (s *Service) lastSeq(files *chainFiles, id string) uint64 {
 	if n, ok := files.last[id]; ok {
 		return n
 	}
@@ -439,7 +588,7 @@ func (s *Service) lastSeq(files *batchFiles, id string) uint64 {
 // repair stores the events between after and before (exclusive) that the
 // stream holds for the chain. Events the stream lacks stay missing, and
 // storing the next event records the gap.
-func (s *Service) repair(ctx context.Context, files *batchFiles, id string, after, before uint64) error {
+func (s *Service) repair(ctx context.Context, files *chainFiles, id string, after, before uint64) error {
 	ctx, cancel := context.WithTimeout(ctx, repairTimeout)
 	defer cancel()
 	events, err := s.events.ReadChain(ctx, id)
@@ -450,7 +599,7 @@ func (s *Service) repair(ctx context.Context, files *batchFiles, id string, afte
 		if e.Seq <= after || e.Seq >= before || e.Seq <= s.lastSeq(files, id) {
 			continue
 		}
-		if err := s.persist(files, id, e, nil, ""); err != nil {
+		if err := s.persist(files, id, &e, nil, ""); err != nil {
 			return err
 		}
 	}
@@ -458,15 +607,15 @@ func (s *Service) repair(ctx context.Context, files *batchFiles, id string, afte
 }
 
 // persist adds e to the batch: its line to the chain's file, the event to
-// what the batch makes visible once the file is synced. raw is the event as
+// what the batch makes visible once the file is written. raw is the event as
 // the stream holds it: stored as it is when it is one line of JSON (what
 // XCT's writers store), re-encoded otherwise. raw decoded as e, so it is
 // valid JSON.
-func (s *Service) persist(files *batchFiles, id string, e lctl.Event, raw []byte, computed string) error {
+func (s *Service) persist(files *chainFiles, id string, e *lctl.Event, raw []byte, computed string) error {
 	line := raw
 	if len(line) == 0 || bytes.ContainsAny(line, "\r\n") {
 		var err error
-		if line, err = json.Marshal(&e); err != nil {
+		if line, err = json.Marshal(e); err != nil {
 			return fmt.Errorf("encode event %d: %w", e.Seq, err)
 		}
 	}

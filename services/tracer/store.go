@@ -43,10 +43,14 @@ type chain struct {
 	// increasing, the state after the last one and snapshots every N
 	// events.
 	timeline *lctl.Timeline
-	facts    *factIndex  // the fact store at any seq (facts.go)
-	n        int         // events stored
-	last     *lctl.Event // the last event stored (nil: none)
-	agents   []string    // every agent seen, in order of first appearance
+	facts    *factIndex // the fact store at any seq (facts.go)
+	n        int        // events stored
+	agents   []string   // every agent seen, in order of first appearance
+	// lastSeq, lastHash and lastTimestamp are the last stored event's
+	// (when n > 0).
+	lastSeq       uint64
+	lastHash      string
+	lastTimestamp string
 	// verifyErr names the first event at which the chain stopped checking
 	// out ("" while it verifies).
 	verifyErr      string
@@ -82,15 +86,17 @@ func (s *store) newChain(id string) *chain {
 }
 
 // load reads every chain file of the directory into memory, checking each
-// chain as it goes. A last line cut short by a crash is truncated away: its
-// event was not acknowledged, so the stream delivers it again.
-func (s *store) load() error {
+// chain as it goes. The files are a cache of the stream: a last line cut
+// short by a crash is truncated away (the stream delivers its event again),
+// and a file with a line that does not decode is cut before that line and
+// its chain listed in damaged, for the caller to read back from the stream.
+func (s *store) load() (damaged []string, err error) {
 	if err := os.MkdirAll(s.dir, 0o750); err != nil {
-		return fmt.Errorf("create chain directory: %w", err)
+		return nil, fmt.Errorf("create chain directory: %w", err)
 	}
 	entries, err := os.ReadDir(s.dir)
 	if err != nil {
-		return fmt.Errorf("list chain directory: %w", err)
+		return nil, fmt.Errorf("list chain directory: %w", err)
 	}
 	chains := map[string]*chain{}
 	for _, ent := range entries {
@@ -103,27 +109,32 @@ func (s *store) load() error {
 			s.log.Warn("ignoring file that is not a chain", "file", name, "err", err)
 			continue
 		}
-		c, err := s.loadFile(id, filepath.Join(s.dir, name))
+		c, cut, err := s.loadFile(id, filepath.Join(s.dir, name))
 		if err != nil {
-			return err
+			return nil, err
 		}
 		chains[id] = c
+		if cut {
+			damaged = append(damaged, id)
+		}
 	}
 	s.mu.Lock()
 	s.chains = chains
 	s.loaded = true
 	s.mu.Unlock()
 	s.broadcast()
-	return nil
+	return damaged, nil
 }
 
-func (s *store) loadFile(id, path string) (*chain, error) {
+// loadFile reads one chain file; damaged reports that it was cut before a
+// line that does not decode.
+func (s *store) loadFile(id, path string) (c *chain, damaged bool, err error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("open chain file: %w", err)
+		return nil, false, fmt.Errorf("open chain file: %w", err)
 	}
 	defer func() { _ = f.Close() }()
-	c := s.newChain(id)
+	c = s.newChain(id)
 	r := bufio.NewReaderSize(f, 64<<10)
 	var good int64 // offset just past the last complete line
 	for lineNo := 1; ; lineNo++ {
@@ -132,31 +143,36 @@ func (s *store) loadFile(id, path string) (*chain, error) {
 			if len(line) > 0 {
 				s.log.Warn("truncating a chain file's incomplete last line", "chain_id", id, "line", lineNo, "bytes", len(line))
 				if err := os.Truncate(path, good); err != nil {
-					return nil, fmt.Errorf("truncate chain file %s: %w", path, err)
+					return nil, false, fmt.Errorf("truncate chain file %s: %w", path, err)
 				}
 			}
 			break
 		}
 		if err != nil {
-			return nil, fmt.Errorf("read chain file %s: %w", path, err)
+			return nil, false, fmt.Errorf("read chain file %s: %w", path, err)
 		}
+		start := good
 		good += int64(len(line))
 		line = bytes.TrimSpace(line)
 		if len(line) == 0 {
 			continue
 		}
-		e, err := lctl.DecodeEvent(line)
+		e, computed, err := lctl.DecodeEventHashed(line)
 		if err != nil {
-			c.fail(s.log, fmt.Sprintf("line %d of the stored chain does not decode: %v", lineNo, err))
-			continue
+			s.log.Warn("cutting a chain file before a line that does not decode; reading the rest back from the stream",
+				"chain_id", id, "line", lineNo, "err", err)
+			if err := os.Truncate(path, start); err != nil {
+				return nil, false, fmt.Errorf("truncate chain file %s: %w", path, err)
+			}
+			return c, true, nil
 		}
-		if e.Seq <= c.lastSeq() {
+		if e.Seq <= c.lastSeq {
 			c.checkDuplicate(s.log, &e)
 			continue
 		}
-		c.add(s.log, e, "")
+		c.add(s.log, e, computed)
 	}
-	return c, nil
+	return c, false, nil
 }
 
 // lastSeq returns the seq of the chain's last stored event (0 if none).
@@ -164,17 +180,31 @@ func (s *store) lastSeq(id string) uint64 {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if c := s.chains[id]; c != nil {
-		return c.lastSeq()
+		return c.lastSeq
 	}
 	return 0
 }
 
-// add stores e in memory after the chain's last event (the caller wrote it
-// to the chain's file first) and checks that it links.
-func (s *store) add(id string, e lctl.Event, computed string) {
+// addBatch stores a batch's events in memory after their chains' last
+// events (the caller wrote them to the chain files first) and checks that
+// they link; events of the failed chains are left out.
+func (s *store) addBatch(pending []pendingEvent, failed map[string]bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.chainLocked(id).add(s.log, e, computed)
+	var (
+		id string
+		c  *chain
+	)
+	for i := range pending {
+		p := &pending[i]
+		if failed[p.id] {
+			continue
+		}
+		if c == nil || p.id != id {
+			id, c = p.id, s.chainLocked(p.id)
+		}
+		c.add(s.log, p.event, p.computed)
+	}
 }
 
 // duplicate handles a redelivered event (seq already stored): it is skipped,
@@ -230,7 +260,7 @@ func (s *store) watch(id string) (last uint64, changed <-chan struct{}, closed b
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if c := s.chains[id]; c != nil {
-		last = c.lastSeq()
+		last = c.lastSeq
 	}
 	return last, s.changed, s.closed
 }
@@ -278,13 +308,6 @@ func (s *store) list(limit int) ([]chainSummary, error) {
 	return out, nil
 }
 
-func (c *chain) lastSeq() uint64 {
-	if c.last == nil {
-		return 0
-	}
-	return c.last.Seq
-}
-
 func (c *chain) summary() chainSummary {
 	sum := chainSummary{
 		id:             c.id,
@@ -294,8 +317,8 @@ func (c *chain) summary() chainSummary {
 		lastTime:       c.lastTime,
 		firstTimestamp: c.firstTimestamp,
 	}
-	if c.last != nil {
-		sum.lastTimestamp = c.last.Timestamp
+	if c.n > 0 {
+		sum.lastTimestamp = c.lastTimestamp
 	}
 	return sum
 }
@@ -308,10 +331,10 @@ func (c *chain) summary() chainSummary {
 // computed is the hash of e's content when the caller already has it
 // ("": compute it here).
 func (c *chain) add(log *slog.Logger, e lctl.Event, computed string) {
-	want := c.lastSeq() + 1
+	want := c.lastSeq + 1
 	prevHash := ""
-	if c.last != nil {
-		prevHash = c.last.Hash
+	if c.n > 0 {
+		prevHash = c.lastHash
 	}
 	problem := ""
 	switch {
@@ -340,8 +363,7 @@ func (c *chain) add(log *slog.Logger, e lctl.Event, computed string) {
 		c.firstTimestamp = e.Timestamp
 	}
 	c.n++
-	last := e
-	c.last = &last
+	c.lastSeq, c.lastHash, c.lastTimestamp = e.Seq, e.Hash, e.Timestamp
 	if e.Agent != "" && !contains(c.agents, e.Agent) {
 		c.agents = append(c.agents, e.Agent)
 	}
@@ -378,123 +400,4 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
-}
-
-// batchFiles collects one batch's events per chain and makes them durable
-// together before the batch is acknowledged: one write and one sync per
-// chain file.
-type batchFiles struct {
-	dir   string
-	bufs  map[string]*bytes.Buffer
-	order []string // chains in the order they first appear in the batch
-	// pending are the batch's events, in order, made visible by the caller
-	// once their file is synced; last and hashes describe them.
-	pending []pendingEvent
-	last    map[string]uint64
-	hashes  map[pendingKey]string
-}
-
-type pendingEvent struct {
-	id       string
-	event    lctl.Event
-	computed string // e's hash as decoding computed it ("" if it did not)
-}
-
-type pendingKey struct {
-	id  string
-	seq uint64
-}
-
-func newBatchFiles(dir string) *batchFiles {
-	return &batchFiles{dir: dir, bufs: map[string]*bytes.Buffer{}, last: map[string]uint64{}, hashes: map[pendingKey]string{}}
-}
-
-// add queues one event's line for the chain's file.
-func (b *batchFiles) add(id string, line []byte, e lctl.Event, computed string) {
-	buf := b.bufs[id]
-	if buf == nil {
-		buf = &bytes.Buffer{}
-		b.bufs[id] = buf
-		b.order = append(b.order, id)
-	}
-	buf.Write(line)
-	buf.WriteByte('\n')
-	b.pending = append(b.pending, pendingEvent{id, e, computed})
-	b.last[id] = e.Seq
-	b.hashes[pendingKey{id, e.Seq}] = e.Hash
-}
-
-// commit writes each chain's lines in one write and syncs the files, in
-// parallel, so a batch that touched many chains costs about one sync. It
-// returns the chains whose lines could not be written: their files are cut
-// back to their previous size, so a file never holds half an event.
-func (b *batchFiles) commit() (failed map[string]bool, err error) {
-	var (
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-		errs []error
-	)
-	failed = map[string]bool{}
-	created := false
-	for _, id := range b.order {
-		wg.Go(func() {
-			isNew, err := writeAndSync(filepath.Join(b.dir, id+chainFileExt), b.bufs[id].Bytes())
-			mu.Lock()
-			defer mu.Unlock()
-			created = created || isNew
-			if err != nil {
-				errs = append(errs, fmt.Errorf("chain %s: %w", id, err))
-				var we *writeError
-				if errors.As(err, &we) {
-					failed[id] = true
-				}
-			}
-		})
-	}
-	wg.Wait()
-	if created {
-		if d, err := os.Open(b.dir); err == nil {
-			if err := d.Sync(); err != nil {
-				errs = append(errs, fmt.Errorf("sync chain directory: %w", err))
-			}
-			_ = d.Close()
-		}
-	}
-	return failed, errors.Join(errs...)
-}
-
-// writeError is a write that did not reach the file (as opposed to a sync
-// that failed after it).
-type writeError struct{ err error }
-
-func (e *writeError) Error() string { return e.err.Error() }
-func (e *writeError) Unwrap() error { return e.err }
-
-// writeAndSync appends data to the file and syncs it. It reports whether
-// the file was created.
-func writeAndSync(path string, data []byte) (created bool, err error) {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
-	if err != nil {
-		return false, &writeError{fmt.Errorf("open chain file: %w", err)}
-	}
-	info, err := f.Stat()
-	if err != nil {
-		_ = f.Close()
-		return false, &writeError{fmt.Errorf("stat chain file: %w", err)}
-	}
-	if _, err := f.Write(data); err != nil {
-		if terr := f.Truncate(info.Size()); terr != nil {
-			err = errors.Join(err, fmt.Errorf("undo partial write: %w", terr))
-		}
-		_ = f.Close()
-		return info.Size() == 0, &writeError{fmt.Errorf("append to chain file: %w", err)}
-	}
-	err = f.Sync()
-	if err != nil {
-		err = fmt.Errorf("sync chain file: %w", err)
-	}
-	if cerr := f.Close(); cerr != nil {
-		err = errors.Join(err, fmt.Errorf("close chain file: %w", cerr))
-	}
-	return info.Size() == 0, err
 }
