@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/wire"
 )
 
 // OpenAIConfig configures the OpenAI-compatible Chat Completions adapter. It
@@ -24,14 +26,20 @@ type OpenAIConfig struct {
 	APIKey string
 	// Timeout bounds one completion request.
 	Timeout time.Duration
-	// MaxResponseBytes bounds the HTTP response read.
+	// MaxResponseBytes bounds the HTTP response read (a streamed answer's
+	// text too).
 	MaxResponseBytes int64
+	// Stream asks for streamed completions ("stream": true): the loop
+	// records them as stream_start / stream_chunk / stream_end
+	// (stream.go).
+	Stream bool
 }
 
 type openAIProposer struct {
 	model  string
 	cfg    OpenAIConfig
 	client *http.Client
+	now    func() time.Time // the streaming events' clock; nil: time.Now
 }
 
 func newOpenAIProposer(model string, cfg OpenAIConfig) (*openAIProposer, error) {
@@ -60,6 +68,8 @@ type chatRequest struct {
 	Messages       []chatMessage     `json:"messages"`
 	ResponseFormat map[string]string `json:"response_format"`
 	Temperature    float64           `json:"temperature"`
+	Stream         bool              `json:"stream,omitempty"`
+	StreamOptions  map[string]bool   `json:"stream_options,omitempty"`
 }
 
 type chatResponse struct {
@@ -115,15 +125,32 @@ func chatMessages(req *xctv1.ProposeRequest) ([]chatMessage, error) {
 }
 
 func (p *openAIProposer) Propose(ctx context.Context, req *xctv1.ProposeRequest) (*xctv1.ProposeResponse, error) {
+	resp, err := p.post(ctx, req, false)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return nil, p.failure(resp)
+	}
+	return p.completion(resp)
+}
+
+// post sends the chat completion request (streamed or not).
+func (p *openAIProposer) post(ctx context.Context, req *xctv1.ProposeRequest, stream bool) (*http.Response, error) {
 	msgs, err := chatMessages(req)
 	if err != nil {
 		return nil, err
 	}
-	body, err := json.Marshal(chatRequest{
+	cr := chatRequest{
 		Model:          p.model,
 		Messages:       msgs,
 		ResponseFormat: map[string]string{"type": "json_object"},
-	})
+	}
+	if stream {
+		cr.Stream, cr.StreamOptions = true, map[string]bool{"include_usage": true}
+	}
+	body, err := json.Marshal(cr)
 	if err != nil {
 		return nil, fmt.Errorf("openai request: %w", err)
 	}
@@ -133,35 +160,49 @@ func (p *openAIProposer) Propose(ctx context.Context, req *xctv1.ProposeRequest)
 		return nil, fmt.Errorf("openai request: %w", err)
 	}
 	httpReq.Header.Set("Content-Type", "application/json")
+	if stream {
+		httpReq.Header.Set("Accept", "text/event-stream")
+	}
 	if p.cfg.APIKey != "" {
 		httpReq.Header.Set("Authorization", "Bearer "+p.cfg.APIKey)
 	}
 	resp, err := p.client.Do(httpReq)
 	if err != nil {
-		return nil, fmt.Errorf("openai %s: %w", p.model, err)
+		code := wire.CodeGenerationFailed
+		if errors.Is(err, context.DeadlineExceeded) {
+			code = wire.CodeTimeout
+		}
+		return nil, &ModelError{Model: p.model, Code: code, Msg: err.Error(), Err: err}
 	}
-	defer func() { _ = resp.Body.Close() }()
+	return resp, nil
+}
+
+// failure is the ModelError of a response that is not 200.
+func (p *openAIProposer) failure(resp *http.Response) error {
+	raw, err := readLimited(resp.Body, 64<<10)
+	if err != nil && len(raw) == 0 {
+		return httpFailure(p.model, resp.StatusCode, "(unreadable body)")
+	}
+	msg := strings.TrimSpace(string(raw))
+	var cr chatResponse
+	if json.Unmarshal(raw, &cr) == nil && cr.Error != nil {
+		msg = cr.Error.Message
+	}
+	return httpFailure(p.model, resp.StatusCode, msg)
+}
+
+// completion reads a whole (not streamed) chat completion.
+func (p *openAIProposer) completion(resp *http.Response) (*xctv1.ProposeResponse, error) {
 	raw, err := readLimited(resp.Body, p.cfg.MaxResponseBytes)
 	if err != nil {
-		return nil, fmt.Errorf("openai %s: read response: %w", p.model, err)
+		return nil, &ModelError{Model: p.model, Code: wire.CodeGenerationFailed, Msg: "read response: " + err.Error(), Err: err}
 	}
 	var cr chatResponse
-	decodeErr := json.Unmarshal(raw, &cr)
-	if resp.StatusCode != http.StatusOK {
-		msg := strings.TrimSpace(string(raw))
-		if decodeErr == nil && cr.Error != nil {
-			msg = cr.Error.Message
-		}
-		if len(msg) > 300 {
-			msg = msg[:300] + "…"
-		}
-		return nil, fmt.Errorf("openai %s: HTTP %d: %s", p.model, resp.StatusCode, msg)
-	}
-	if decodeErr != nil {
-		return nil, fmt.Errorf("openai %s: response is not a chat completion: %w", p.model, decodeErr)
+	if err := json.Unmarshal(raw, &cr); err != nil {
+		return nil, &ModelError{Model: p.model, Code: wire.CodeGenerationFailed, Msg: "response is not a chat completion: " + err.Error(), Err: err}
 	}
 	if len(cr.Choices) == 0 {
-		return nil, fmt.Errorf("openai %s: response has no choices", p.model)
+		return nil, &ModelError{Model: p.model, Code: wire.CodeGenerationFailed, Msg: "response has no choices"}
 	}
 	model := cr.Model
 	if model == "" {
