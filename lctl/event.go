@@ -78,7 +78,97 @@ type Event struct {
 	// the canonical form, so they are covered by the hash. XCT never writes
 	// any.
 	Extra map[string]any `json:"-"`
+	// fields holds the data's members in file order instead of Data when
+	// the event was streamed with StreamOptions.Fields (Data is nil then):
+	// no map per event. Get, Lookup, RangeData and DataMap read either.
+	fields []dataField
 }
+
+// dataField is one member of an event's data.
+type dataField struct {
+	key string
+	v   any
+}
+
+// Get returns the data member key (nil when there is none), whether the
+// event's data was decoded into Data or streamed as fields.
+func (e *Event) Get(key string) any {
+	v, _ := e.Lookup(key)
+	return v
+}
+
+// Lookup returns the data member key and whether the data has it.
+func (e *Event) Lookup(key string) (any, bool) {
+	if e.fields == nil || e.Data != nil {
+		v, ok := e.Data[key]
+		return v, ok
+	}
+	// A key given twice: the last one counts, as in a map decoded by
+	// encoding/json.
+	for i := len(e.fields) - 1; i >= 0; i-- {
+		if e.fields[i].key == key {
+			return e.fields[i].v, true
+		}
+	}
+	return nil, false
+}
+
+// DataLen returns how many members the data has.
+func (e *Event) DataLen() int {
+	if e.fields == nil || e.Data != nil {
+		return len(e.Data)
+	}
+	n := 0
+	for i := range e.fields {
+		if e.lastOf(i) {
+			n++
+		}
+	}
+	return n
+}
+
+// lastOf reports whether fields[i] is the last member with its key.
+func (e *Event) lastOf(i int) bool {
+	for j := i + 1; j < len(e.fields); j++ {
+		if e.fields[j].key == e.fields[i].key {
+			return false
+		}
+	}
+	return true
+}
+
+// RangeData calls fn with each member of the data (each key once, with
+// its value as Get gives it), in no particular order.
+func (e *Event) RangeData(fn func(key string, v any)) {
+	if e.fields == nil || e.Data != nil {
+		for k, v := range e.Data {
+			fn(k, v)
+		}
+		return
+	}
+	for i := range e.fields {
+		if e.lastOf(i) {
+			fn(e.fields[i].key, e.fields[i].v)
+		}
+	}
+}
+
+// DataMap returns the data as a map: Data, made from the fields (and kept
+// in Data) for a streamed event.
+func (e *Event) DataMap() map[string]any {
+	if e.Data == nil && e.fields != nil {
+		m := make(map[string]any, len(e.fields))
+		for _, f := range e.fields {
+			m[f.key] = f.v
+		}
+		e.Data = m
+	}
+	return e.Data
+}
+
+// DropData forgets the event's data (a copy kept for its seq, agent and
+// time only).
+func (e *Event) DropData() { e.Data, e.fields = nil, nil }
 
 // timeLayouts are the timestamp forms Time accepts besides RFC 3339: what
 // other implementations write (Python's isoformat without a zone, a space
@@ -144,7 +234,7 @@ func (e *Event) canonical(withHash bool) ([]byte, error) {
 		writeString(&buf, e.ChainID)
 	}
 	buf.WriteString(`,"data":`)
-	if err := appendCanonical(&buf, dataOrEmpty(e.Data)); err != nil {
+	if err := appendCanonical(&buf, dataOrEmpty(e.DataMap())); err != nil {
 		return nil, err
 	}
 	if withHash && e.Hash != "" {
@@ -179,7 +269,7 @@ func (e *Event) canonicalWithExtra(withHash bool) ([]byte, error) {
 	if e.ChainID != "" {
 		m["chain_id"] = e.ChainID
 	}
-	m["data"] = dataOrEmpty(e.Data)
+	m["data"] = dataOrEmpty(e.DataMap())
 	if withHash && e.Hash != "" {
 		m["hash"] = e.Hash
 	}

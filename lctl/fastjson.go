@@ -58,6 +58,10 @@ type fastParser struct {
 	// hashFrom and hashTo are where the last event's top-level hash member
 	// lies in it, from the comma before it (-1: not found that way).
 	hashFrom, hashTo int
+	// fields decodes the data's members into slab (Event.fields) instead
+	// of a map per event.
+	fields bool
+	slab   []dataField
 }
 
 func newFastParser() *fastParser {
@@ -145,6 +149,12 @@ func (p *fastParser) fastEvent(raw []byte) (Event, error) {
 			if p.i >= len(p.b) || p.b[p.i] != '{' {
 				return e, errUnsure
 			}
+			if p.fields {
+				if !p.dataFields(&e) {
+					return e, errUnsure
+				}
+				break
+			}
 			v, ok := p.value()
 			if !ok {
 				return e, errUnsure
@@ -181,6 +191,54 @@ func (p *fastParser) fastEvent(raw []byte) (Event, error) {
 		return e, errUnsure
 	}
 	return e, nil
+}
+
+// dataFields reads the data object into p.slab as the event's fields:
+// the values value() would put in the map, without the map.
+func (p *fastParser) dataFields(e *Event) bool {
+	p.i++ // {
+	start := len(p.slab)
+	p.ws()
+	if p.i < len(p.b) && p.b[p.i] == '}' {
+		p.i++
+	} else {
+		for {
+			p.ws()
+			k, ok := p.key()
+			if !ok {
+				return false
+			}
+			p.ws()
+			if p.i >= len(p.b) || p.b[p.i] != ':' {
+				return false
+			}
+			p.i++
+			p.ws()
+			v, ok := p.value()
+			if !ok {
+				return false
+			}
+			p.slab = append(p.slab, dataField{k, v})
+			p.ws()
+			if p.i >= len(p.b) {
+				return false
+			}
+			if p.b[p.i] == ',' {
+				p.i++
+				continue
+			}
+			if p.b[p.i] == '}' {
+				p.i++
+				break
+			}
+			return false
+		}
+	}
+	if p.slab == nil {
+		p.slab = make([]dataField, 0, 64)
+	}
+	e.fields = p.slab[start:len(p.slab):len(p.slab)]
+	return true
 }
 
 // plainUint reads a seq written as a plain positive integer.

@@ -561,39 +561,38 @@ func (s *State) apply(e *Event, countType bool) {
 	if countType || k < 0 {
 		s.EventTypes[e.Type]++
 	}
-	d := e.Data
 	switch k {
 	case kStepStart:
-		s.applyStepStart(e, d)
+		s.applyStepStart(e)
 	case kStepEnd:
-		s.applyStepEnd(e, d)
+		s.applyStepEnd(e)
 	case kFactAdded, kFactModified:
-		s.applyFact(e, d)
+		s.applyFact(e)
 	case kToolCall:
-		s.applyToolCall(e, d)
+		s.applyToolCall(e)
 	case kError:
-		s.applyError(e, d)
+		s.applyError(e)
 	case kCheckpoint:
 		s.LastCheckpointSeq = e.Seq
-		s.LastCheckpointHash = str(d, "state_hash")
+		s.LastCheckpointHash = estr(e, "state_hash")
 	case kContractValidation:
 		s.ContractValidations = append(s.ContractValidations, ContractValidation{
 			Seq:       e.Seq,
 			Agent:     e.Agent,
-			Contract:  str(d, "contract"),
-			Direction: str(d, "direction"),
-			Status:    str(d, "status"),
-			Warnings:  stringList(d["warnings"]),
+			Contract:  estr(e, "contract"),
+			Direction: estr(e, "direction"),
+			Status:    estr(e, "status"),
+			Warnings:  stringList(e.Get("warnings")),
 		})
 	case kModelRouting:
 		r := ModelRouting{
 			Seq:          e.Seq,
 			Agent:        e.Agent,
-			Decision:     str(d, "decision"),
-			Reason:       str(d, "reason"),
-			Alternatives: stringList(d["alternatives_considered"]),
+			Decision:     estr(e, "decision"),
+			Reason:       estr(e, "reason"),
+			Alternatives: stringList(e.Get("alternatives_considered")),
 		}
-		if c, ok := confidence(d["confidence"]); ok {
+		if c, ok := confidence(e.Get("confidence")); ok {
 			r.Confidence = &c
 		}
 		s.ModelRoutings = append(s.ModelRoutings, r)
@@ -602,33 +601,33 @@ func (s *State) apply(e *Event, countType bool) {
 		s.Stream.Active = true
 	case kStreamChunk:
 		s.Stream.Chunks++
-		if n, ok := count(d["tokens"]); ok {
+		if n, ok := count(e.Get("tokens")); ok {
 			s.Stream.Tokens += n
 		}
 	case kStreamEnd:
 		s.Stream.Active = false
-		if n, ok := count(d["total_chunks"]); ok {
+		if n, ok := count(e.Get("total_chunks")); ok {
 			s.Stream.ReportedChunks += n
 		}
-		if n, ok := count(d["total_tokens"]); ok {
+		if n, ok := count(e.Get("total_tokens")); ok {
 			s.Stream.ReportedTokens += n
 		}
-		if ms, ok := duration(d["duration_ms"]); ok {
+		if ms, ok := duration(e.Get("duration_ms")); ok {
 			s.Stream.DurationMS += ms
 		}
 	case kRunStarted:
-		s.applyRunStarted(e, d)
+		s.applyRunStarted(e)
 	case kVerdict:
-		if st := s.stepFor(e, d); st != nil {
-			if v := str(d, "decision"); v != "" {
+		if st := s.stepFor(e); st != nil {
+			if v := estr(e, "decision"); v != "" {
 				st.Decision = v
 			}
-			if rs := ruleIDs(d["reasons"]); len(rs) > 0 {
+			if rs := ruleIDs(e.Get("reasons")); len(rs) > 0 {
 				st.Reasons = rs
 			}
 		}
 	case kRunFinished:
-		s.applyRunFinished(e, d)
+		s.applyRunFinished(e)
 	default:
 		s.unfolded = append(s.unfolded, e.Seq)
 		if !isRecognizedUnfolded(e.Type) {
@@ -645,7 +644,7 @@ func (s *State) hashedUnknown() []uint64 {
 	return s.unfolded
 }
 
-func (s *State) applyStepStart(e *Event, d map[string]any) {
+func (s *State) applyStepStart(e *Event) {
 	s.addAgent(e.Agent)
 	// The current step and its number are allocated together.
 	alloc := &struct {
@@ -654,12 +653,12 @@ func (s *State) applyStepStart(e *Event, d map[string]any) {
 	}{cur: CurrentStep{
 		Seq:    e.Seq,
 		Agent:  e.Agent,
-		Intent: str(d, "intent"),
-		Tool:   str(d, "tool"),
-		Model:  modelName(d["model"]),
+		Intent: estr(e, "intent"),
+		Tool:   estr(e, "tool"),
+		Model:  modelName(e.Get("model")),
 	}}
 	cur := &alloc.cur
-	n, hasStep := count(d["step"])
+	n, hasStep := count(e.Get("step"))
 	if hasStep && s.noSteps {
 		alloc.n = n
 		cur.Step = &alloc.n
@@ -673,7 +672,7 @@ func (s *State) applyStepStart(e *Event, d map[string]any) {
 		s.touchStep(len(s.Steps))
 		s.Steps = append(s.Steps, Step{
 			Step:     n,
-			StepID:   str(d, "step_id"),
+			StepID:   estr(e, "step_id"),
 			Tool:     cur.Tool,
 			Intent:   cur.Intent,
 			StartSeq: e.Seq,
@@ -685,19 +684,19 @@ func (s *State) applyStepStart(e *Event, d map[string]any) {
 	s.CurrentStep = cur
 }
 
-func (s *State) applyStepEnd(e *Event, d map[string]any) {
+func (s *State) applyStepEnd(e *Event) {
 	s.CurrentStep = nil
-	if t, ok := d["tokens"].(map[string]any); ok {
+	if t, ok := e.Get("tokens").(map[string]any); ok {
 		in, out := tokenCounts(t)
 		s.Tokens.Input += in
 		s.Tokens.Output += out
 	}
-	ms, hasDuration := duration(d["duration_ms"])
+	ms, hasDuration := duration(e.Get("duration_ms"))
 	if hasDuration {
 		s.DurationMS += ms
 	}
-	if st := s.stepFor(e, d); st != nil {
-		if v := str(d, "outcome"); v != "" {
+	if st := s.stepFor(e); st != nil {
+		if v := estr(e, "outcome"); v != "" {
 			st.Outcome = v
 		}
 		if hasDuration {
@@ -707,8 +706,8 @@ func (s *State) applyStepEnd(e *Event, d map[string]any) {
 	}
 }
 
-func (s *State) applyFact(e *Event, d map[string]any) {
-	id := str(d, "id")
+func (s *State) applyFact(e *Event) {
+	id := estr(e, "id")
 	if id == "" {
 		return
 	}
@@ -723,19 +722,19 @@ func (s *State) applyFact(e *Event, d map[string]any) {
 		f = nf
 		s.Facts[id] = f
 	}
-	if v, ok := d["text"].(string); ok {
+	if v, ok := e.Get("text").(string); ok {
 		f.Text = v
 	}
-	if c, ok := confidence(d["confidence"]); ok {
+	if c, ok := confidence(e.Get("confidence")); ok {
 		f.Confidence = &c
 	}
-	if v, ok := d["source"].(string); ok {
+	if v, ok := e.Get("source").(string); ok {
 		f.Source = v
 	}
-	if _, ok := d["tags"]; ok {
-		f.Tags = stringList(d["tags"])
+	if _, ok := e.Lookup("tags"); ok {
+		f.Tags = stringList(e.Get("tags"))
 	}
-	change := FactChange{Seq: e.Seq, Agent: e.Agent, Text: f.Text, Reason: str(d, "reason")}
+	change := FactChange{Seq: e.Seq, Agent: e.Agent, Text: f.Text, Reason: estr(e, "reason")}
 	if f.Confidence != nil {
 		c := *f.Confidence
 		change.Confidence = &c
@@ -743,60 +742,60 @@ func (s *State) applyFact(e *Event, d map[string]any) {
 	f.History = append(f.History, change)
 }
 
-func (s *State) applyToolCall(e *Event, d map[string]any) {
+func (s *State) applyToolCall(e *Event) {
 	tc := ToolCall{
 		Seq:    e.Seq,
 		Agent:  e.Agent,
-		Tool:   str(d, "tool"),
-		StepID: str(d, "step_id"),
-		Status: str(d, "status"),
+		Tool:   estr(e, "tool"),
+		StepID: estr(e, "step_id"),
+		Status: estr(e, "status"),
 	}
-	if n, ok := count(d["step"]); ok {
+	if n, ok := count(e.Get("step")); ok {
 		tc.Step = &n
 	}
-	if ms, ok := duration(d["duration_ms"]); ok {
+	if ms, ok := duration(e.Get("duration_ms")); ok {
 		tc.DurationMS = ms
 	}
 	s.ToolCalls = append(s.ToolCalls, tc)
-	if st := s.stepFor(e, d); st != nil && tc.Status != "" {
+	if st := s.stepFor(e); st != nil && tc.Status != "" {
 		st.Status = tc.Status
 	}
 }
 
-func (s *State) applyError(e *Event, d map[string]any) {
+func (s *State) applyError(e *Event) {
 	r := ErrorRecord{
 		Seq:      e.Seq,
 		Agent:    e.Agent,
-		StepID:   str(d, "step_id"),
-		Category: str(d, "category"),
-		Type:     str(d, "type"),
-		Code:     str(d, "code"),
-		Message:  str(d, "message"),
+		StepID:   estr(e, "step_id"),
+		Category: estr(e, "category"),
+		Type:     estr(e, "type"),
+		Code:     estr(e, "code"),
+		Message:  estr(e, "message"),
 	}
-	if n, ok := count(d["step"]); ok {
+	if n, ok := count(e.Get("step")); ok {
 		r.Step = &n
 	}
-	if b, ok := d["recoverable"].(bool); ok {
+	if b, ok := e.Get("recoverable").(bool); ok {
 		r.Recoverable = b
 	}
 	s.Errors = append(s.Errors, r)
-	if st := s.stepFor(e, d); st != nil && r.Code != "" {
+	if st := s.stepFor(e); st != nil && r.Code != "" {
 		st.ErrorCode = r.Code
 	}
 }
 
-func (s *State) applyRunStarted(e *Event, d map[string]any) {
+func (s *State) applyRunStarted(e *Event) {
 	if s.Run == nil {
 		s.Run = &Run{}
 	}
 	r := s.Run
 	r.Status = "running"
 	r.StartedSeq = e.Seq
-	r.RunID = str(d, "run_id")
-	r.Goal = str(d, "goal")
-	r.Model = modelName(d["model"])
-	r.Principal = str(d, "principal")
-	if labels, ok := d["labels"].(map[string]any); ok {
+	r.RunID = estr(e, "run_id")
+	r.Goal = estr(e, "goal")
+	r.Model = modelName(e.Get("model"))
+	r.Principal = estr(e, "principal")
+	if labels, ok := e.Get("labels").(map[string]any); ok {
 		r.Labels = map[string]string{}
 		for k, v := range labels {
 			if sv, ok := v.(string); ok {
@@ -804,25 +803,25 @@ func (s *State) applyRunStarted(e *Event, d map[string]any) {
 			}
 		}
 	}
-	if n, ok := count(d["max_steps"]); ok {
+	if n, ok := count(e.Get("max_steps")); ok {
 		r.MaxSteps = n
 	}
 }
 
-func (s *State) applyRunFinished(e *Event, d map[string]any) {
+func (s *State) applyRunFinished(e *Event) {
 	if s.Run == nil {
 		s.Run = &Run{}
 	}
 	r := s.Run
 	r.FinishedSeq = e.Seq
-	if v := str(d, "status"); v != "" {
+	if v := estr(e, "status"); v != "" {
 		r.Status = v
 	}
-	r.Message = str(d, "message")
-	if n, ok := count(d["steps"]); ok {
+	r.Message = estr(e, "message")
+	if n, ok := count(e.Get("steps")); ok {
 		r.Steps = n
 	}
-	if t, ok := d["tokens"].(map[string]any); ok {
+	if t, ok := e.Get("tokens").(map[string]any); ok {
 		in, out := tokenCounts(t)
 		r.Tokens = &Tokens{Input: in, Output: out}
 		// The run's totals also count the model turns that are no step
@@ -835,8 +834,8 @@ func (s *State) applyRunFinished(e *Event, d map[string]any) {
 
 // stepFor returns the latest attempt of the step the event names, creating
 // an entry when the chain starts mid-step; nil when the event names none.
-func (s *State) stepFor(e *Event, d map[string]any) *Step {
-	n, ok := count(d["step"])
+func (s *State) stepFor(e *Event) *Step {
+	n, ok := count(e.Get("step"))
 	if !ok || s.noSteps {
 		return nil
 	}
@@ -849,10 +848,10 @@ func (s *State) stepFor(e *Event, d map[string]any) *Step {
 	s.touchStep(i)
 	st := &s.Steps[i]
 	if st.StepID == "" {
-		st.StepID = str(d, "step_id")
+		st.StepID = estr(e, "step_id")
 	}
 	if st.Tool == "" {
-		st.Tool = str(d, "tool")
+		st.Tool = estr(e, "tool")
 	}
 	return st
 }
@@ -895,9 +894,10 @@ func (s *State) addAgent(agent string) {
 	s.Agents = append(s.Agents, agent)
 }
 
-// str returns d[key] when it is a string, "" otherwise.
-func str(d map[string]any, key string) string {
-	v, _ := d[key].(string)
+// estr returns the event's data member key when it is a string, ""
+// otherwise.
+func estr(e *Event, key string) string {
+	v, _ := e.Get(key).(string)
 	return v
 }
 

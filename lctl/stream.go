@@ -46,6 +46,10 @@ type StreamOptions struct {
 	// still checked to be strings): what replay and the analyses need
 	// without the cost of two strings per event.
 	SkipHashes bool
+	// Fields streams each event's data as fields (Event.Get, Lookup,
+	// RangeData, DataMap) instead of a map in Data, which stays nil: a
+	// caller that reads data only through those saves a map per event.
+	Fields bool
 }
 
 // StreamHeader is what a file says before its events.
@@ -120,6 +124,7 @@ func Stream(r io.Reader, opts StreamOptions, header func(*StreamHeader) error, f
 		wg.Go(func() {
 			p := newFastParser()
 			p.skipHashes = opts.SkipHashes && !opts.Hash
+			p.fields = opts.Fields
 			for b := range work {
 				b.decode(p, opts.Hash)
 				close(b.done)
@@ -195,6 +200,11 @@ func (b *streamBatch) decode(p *fastParser, hash bool) {
 		b.buf = nil
 	}()
 	b.events = make([]StreamEvent, len(b.ends))
+	if p.fields {
+		// One array for the batch's data members (~8 an event), not one
+		// allocation per event; the events hold on to it, nothing else.
+		p.slab = make([]dataField, 0, len(b.ends)*8)
+	}
 	nextLine := 0
 	for i, end := range b.ends {
 		raw := b.raw[b.starts[i]:end]

@@ -310,3 +310,66 @@ func TestDecodeEventHashed(t *testing.T) {
 		}
 	}
 }
+
+// TestStreamFields: with Fields, an event's data reads (Get, Lookup,
+// DataLen, RangeData, DataMap) exactly as Decode's Data does, on the
+// unusual events (a key twice: the last counts; empty data; nested values;
+// escapes) and on a generated chain, and its hash is the same.
+func TestStreamFields(t *testing.T) {
+	raw := `{"lctl": "4.0", "chain": {"id": "c"}, "events": [
+ {"seq": 1, "type": "fact_added", "timestamp": "2026-01-01T00:00:00Z", "agent": "a",
+  "data": {"id": "F1", "text": "tab\there", "confidence": 0.85, "dup": 1, "dup": 2, "nested": {"x": [true, null, {}], "y": []}}},
+ {"seq": 2, "type": "custom", "agent": "b", "data": {}},
+ {"seq": 3, "type": "step_start", "timestamp": "2026-01-01T00:00:01Z", "agent": "c", "data": {"k": "\u0041\u00ff", "z": null}}
+]}`
+	var gen bytes.Buffer
+	if err := lctltest.WriteWorkflow(&gen, "wf", 3000, lctltest.WorkflowOptions{Seal: true, StateHashes: true}); err != nil {
+		t.Fatal(err)
+	}
+	for name, file := range map[string][]byte{"unusual": []byte(raw), "generated": gen.Bytes()} {
+		want, err := lctl.DecodeFile(bytes.NewReader(file), lctl.FormatJSON)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, got, err := streamAll(t, file, lctl.StreamOptions{Fields: true, Hash: true, Workers: 2})
+		if err != nil || len(got) != len(want.Events) {
+			t.Fatalf("%s: %d events (%v), want %d", name, len(got), err, len(want.Events))
+		}
+		for i := range got {
+			e, w := &got[i].Event, &want.Events[i]
+			if e.Data != nil {
+				t.Fatalf("%s: event %d: Data set with Fields", name, i+1)
+			}
+			if e.DataLen() != len(w.Data) {
+				t.Errorf("%s: event %d: DataLen %d, want %d", name, i+1, e.DataLen(), len(w.Data))
+			}
+			ranged := map[string]any{}
+			e.RangeData(func(k string, v any) {
+				if _, twice := ranged[k]; twice {
+					t.Errorf("%s: event %d: RangeData gave %s twice", name, i+1, k)
+				}
+				ranged[k] = v
+			})
+			if !reflect.DeepEqual(ranged, w.Data) {
+				t.Errorf("%s: event %d: RangeData %v, want %v", name, i+1, ranged, w.Data)
+			}
+			for k, v := range w.Data {
+				if gv, ok := e.Lookup(k); !ok || !reflect.DeepEqual(gv, v) || !reflect.DeepEqual(e.Get(k), v) {
+					t.Errorf("%s: event %d: %s = %v (%v), want %v", name, i+1, k, gv, ok, v)
+				}
+			}
+			if _, ok := e.Lookup("absent"); ok || e.Get("absent") != nil {
+				t.Errorf("%s: event %d: a member that is not there", name, i+1)
+			}
+			if got[i].Computed != w.Hash && w.Hash != "" {
+				t.Errorf("%s: event %d: hash %s, want %s", name, i+1, got[i].Computed, w.Hash)
+			}
+			if h, err := e.ComputeHash(); err != nil || (w.Hash != "" && h != w.Hash) {
+				t.Errorf("%s: event %d: ComputeHash %s (%v), want %s", name, i+1, h, err, w.Hash)
+			}
+			if m := e.DataMap(); !reflect.DeepEqual(m, w.Data) || (w.Data != nil && m == nil) {
+				t.Errorf("%s: event %d: DataMap %#v, want %#v", name, i+1, m, w.Data)
+			}
+		}
+	}
+}

@@ -173,7 +173,7 @@ func (tt *toolTimer) add(e *lctl.Event) {
 	if e.Type != lctl.TypeToolCall {
 		return
 	}
-	name, _ := e.Data["tool"].(string)
+	name, _ := e.Get("tool").(string)
 	if name == "" {
 		name = "(unnamed)"
 	}
@@ -183,7 +183,7 @@ func (tt *toolTimer) add(e *lctl.Event) {
 		tt.byTool[name] = t
 	}
 	t.Calls++
-	if ms, ok := numberOf(e.Data["duration_ms"]); ok && ms > 0 {
+	if ms, ok := numberOf(e.Get("duration_ms")); ok && ms > 0 {
 		t.DurationMS += ms
 	}
 }
@@ -294,9 +294,9 @@ func (st *stepTimer) add(e *lctl.Event) {
 	case lctl.TypeStepStart:
 		o := &openStep{start: t, index: len(st.order)}
 		o.timing = StepTiming{Agent: e.Agent, Step: int64(e.Seq), StartSeq: e.Seq}
-		o.timing.Intent, _ = e.Data["intent"].(string)
-		o.timing.Tool, _ = e.Data["tool"].(string)
-		n, numbered := intOf(e.Data["step"])
+		o.timing.Intent, _ = e.Get("intent").(string)
+		o.timing.Tool, _ = e.Get("tool").(string)
+		n, numbered := intOf(e.Get("step"))
 		if numbered {
 			o.timing.Step = n
 			st.byNumber[n] = o
@@ -310,20 +310,20 @@ func (st *stepTimer) add(e *lctl.Event) {
 		st.order = append(st.order, o)
 	case lctl.TypeToolCall:
 		var o *openStep
-		if n, ok := intOf(e.Data["step"]); ok {
+		if n, ok := intOf(e.Get("step")); ok {
 			o = st.byNumber[n]
 		}
 		if o == nil {
 			o = st.current[e.Agent]
 		}
 		if o != nil {
-			if ms, ok := numberOf(e.Data["duration_ms"]); ok && ms > 0 {
+			if ms, ok := numberOf(e.Get("duration_ms")); ok && ms > 0 {
 				o.timing.ToolMS += ms
 			}
 		}
 	case lctl.TypeStepEnd:
 		var o *openStep
-		if n, ok := intOf(e.Data["step"]); ok {
+		if n, ok := intOf(e.Get("step")); ok {
 			o = st.byNumber[n]
 			delete(st.byNumber, n)
 		}
@@ -346,12 +346,12 @@ func (st *stepTimer) add(e *lctl.Event) {
 			delete(st.current, e.Agent)
 		}
 		o.timing.EndSeq = e.Seq
-		if ms, ok := numberOf(e.Data["duration_ms"]); ok && ms >= 0 {
+		if ms, ok := numberOf(e.Get("duration_ms")); ok && ms >= 0 {
 			o.timing.DurationMS = ms
 		} else if !t.IsZero() && !o.start.IsZero() {
 			o.timing.DurationMS = float64(t.Sub(o.start).Microseconds()) / 1000
 		}
-		_, o.reportsTokens = e.Data["tokens"].(map[string]any)
+		_, o.reportsTokens = e.Get("tokens").(map[string]any)
 		st.end(o)
 	case lctl.TypeStreamStart, lctl.TypeStreamChunk, lctl.TypeStreamEnd:
 		st.stream(e, t) // stream.go

@@ -162,10 +162,9 @@ func NewConfidenceBuilder(chainID string, opts ConfidenceOptions) *ConfidenceBui
 
 // Add takes the next event of the chain.
 func (b *ConfidenceBuilder) Add(e *lctl.Event) {
-	d := e.Data
 	switch e.Type {
 	case lctl.TypeStepStart:
-		if p, ok := d["agent_profile"].(map[string]any); ok {
+		if p, ok := e.Get("agent_profile").(map[string]any); ok {
 			if rs, ok := numberOf(p["reliability_score"]); ok && rs > 0 {
 				b.reliability[e.Agent] = rs
 			}
@@ -192,7 +191,7 @@ func (b *ConfidenceBuilder) Add(e *lctl.Event) {
 			b.lastAgent = e.Agent
 		}
 	case lctl.TypeFactAdded, lctl.TypeFactModified:
-		id, _ := d["id"].(string)
+		id, _ := e.Get("id").(string)
 		if id == "" {
 			return
 		}
@@ -202,10 +201,10 @@ func (b *ConfidenceBuilder) Add(e *lctl.Event) {
 			b.facts[id] = t
 			b.order = append(b.order, t)
 		}
-		if text, ok := d["text"].(string); ok {
+		if text, ok := e.Get("text").(string); ok {
 			t.fc.Text = text
 		}
-		c, ok := numberOf(d["confidence"])
+		c, ok := numberOf(e.Get("confidence"))
 		if !ok || c < 0 || c > 1 {
 			return
 		}
@@ -213,10 +212,10 @@ func (b *ConfidenceBuilder) Add(e *lctl.Event) {
 		if e.Type == lctl.TypeFactModified {
 			kind = "modified"
 		}
-		reason, _ := d["reason"].(string)
+		reason, _ := e.Get("reason").(string)
 		t.value = &c
 		t.decayed = false
-		t.verified = isVerification(reason) || d["consensus"] != nil
+		t.verified = isVerification(reason) || e.Get("consensus") != nil
 		p := ConfidencePoint{Seq: e.Seq, Agent: e.Agent, Kind: kind, Value: c, Reason: reason}
 		if c < ThresholdVerify {
 			p.Blocked = true
@@ -239,7 +238,7 @@ func (b *ConfidenceBuilder) Add(e *lctl.Event) {
 			t.assessors[e.Agent] = &Assessment{Agent: e.Agent, Confidence: c, Weight: w}
 			t.order = append(t.order, e.Agent)
 		}
-		if cons, ok := d["consensus"].(map[string]any); ok {
+		if cons, ok := e.Get("consensus").(map[string]any); ok {
 			if ag, ok := numberOf(cons["agreement"]); ok {
 				t.agreement = &ag
 			}
@@ -252,7 +251,7 @@ func (b *ConfidenceBuilder) Add(e *lctl.Event) {
 				}
 			}
 		}
-		if list, ok := d["assessments"].([]any); ok {
+		if list, ok := e.Get("assessments").([]any); ok {
 			for _, x := range list {
 				m, _ := x.(map[string]any)
 				agent, _ := m["agent"].(string)

@@ -55,7 +55,7 @@ func (t *CostTrack) Add(e *lctl.Event) {
 	if !isEnd {
 		return
 	}
-	tok, ok := e.Data["tokens"].(map[string]any)
+	tok, ok := e.Get("tokens").(map[string]any)
 	if !ok {
 		return
 	}
@@ -146,8 +146,8 @@ func newModelResolver() modelResolver {
 func (r modelResolver) add(e *lctl.Event) (string, bool) {
 	switch e.Type {
 	case lctl.TypeStepStart:
-		m := modelOf(e.Data)
-		if n, ok := intOf(e.Data["step"]); ok {
+		m := modelOf(e)
+		if n, ok := intOf(e.Get("step")); ok {
 			r.byStep[n] = m
 		}
 		if m != "" {
@@ -156,9 +156,9 @@ func (r modelResolver) add(e *lctl.Event) (string, bool) {
 			delete(r.byAgent, e.Agent)
 		}
 	case lctl.TypeStepEnd:
-		m := modelOf(e.Data)
+		m := modelOf(e)
 		if m == "" {
-			if n, ok := intOf(e.Data["step"]); ok {
+			if n, ok := intOf(e.Get("step")); ok {
 				m = r.byStep[n]
 			}
 		}

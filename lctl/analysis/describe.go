@@ -65,20 +65,20 @@ func agentName(a string) string {
 // Summarize returns what Line shows after the type: the subject the event is
 // about (a fact id, a tool, an error code) and a short detail.
 func Summarize(e *lctl.Event) (subject, detail string) {
-	d := e.Data
-	s := func(k string) string { v, _ := d[k].(string); return v }
+	d := e
+	s := func(k string) string { v, _ := d.Get(k).(string); return v }
 	var parts []string
 	add := func(format string, args ...any) { parts = append(parts, fmt.Sprintf(format, args...)) }
 	switch e.Type {
 	case lctl.TypeStepStart:
 		if raw := s("raw"); raw != "" && s("intent") == "" {
-			if n, ok := intOf(d["step"]); ok {
+			if n, ok := intOf(d.Get("step")); ok {
 				return "", fmt.Sprintf("step %d, invalid model output: %s", n, clip(oneLine(raw), 60))
 			}
 			return "", "invalid model output: " + clip(oneLine(raw), 60)
 		}
 		intent := s("intent")
-		if n, ok := intOf(d["step"]); ok {
+		if n, ok := intOf(d.Get("step")); ok {
 			add("step %d", n)
 		}
 		if tool := s("tool"); tool != "" {
@@ -100,10 +100,10 @@ func Summarize(e *lctl.Event) (subject, detail string) {
 		if o := s("outcome"); o != "" {
 			add("%s", o)
 		}
-		if ms, ok := numberOf(d["duration_ms"]); ok {
+		if ms, ok := numberOf(d.Get("duration_ms")); ok {
 			add("%s", FormatDuration(ms))
 		}
-		if t, ok := d["tokens"].(map[string]any); ok {
+		if t, ok := d.Get("tokens").(map[string]any); ok {
 			in, out := tokensOf(t)
 			if in+out > 0 {
 				add("%s tokens", FormatCount(in+out))
@@ -111,7 +111,7 @@ func Summarize(e *lctl.Event) (subject, detail string) {
 		}
 	case lctl.TypeFactAdded, lctl.TypeFactModified:
 		subject = s("id")
-		if c, ok := numberOf(d["confidence"]); ok {
+		if c, ok := numberOf(d.Get("confidence")); ok {
 			add("confidence: %.2f", c)
 		}
 		if r := s("reason"); r != "" {
@@ -125,7 +125,7 @@ func Summarize(e *lctl.Event) (subject, detail string) {
 		}
 	case lctl.TypeToolCall:
 		subject = s("tool")
-		if ms, ok := numberOf(d["duration_ms"]); ok {
+		if ms, ok := numberOf(d.Get("duration_ms")); ok {
 			add("%s", FormatDuration(ms))
 		}
 		if st := s("status"); st != "" && st != "success" {
@@ -143,14 +143,14 @@ func Summarize(e *lctl.Event) (subject, detail string) {
 		case msg != "":
 			add("%s", msg)
 		}
-		if b, ok := d["recoverable"].(bool); ok && !b {
+		if b, ok := d.Get("recoverable").(bool); ok && !b {
 			add("not recoverable")
 		}
 	case lctl.TypeCheckpoint:
 		if h := s("state_hash"); h != "" {
 			add("state_hash %s", clip(h, 19))
 		}
-		if fs, ok := d["facts_snapshot"].(map[string]any); ok {
+		if fs, ok := d.Get("facts_snapshot").(map[string]any); ok {
 			add("%d %s", len(fs), plural(len(fs), "fact", "facts"))
 		}
 	case lctl.TypeContractValidation:
@@ -162,7 +162,7 @@ func Summarize(e *lctl.Event) (subject, detail string) {
 		default:
 			add("%s", dir+st)
 		}
-		if w, ok := d["warnings"].([]any); ok && len(w) > 0 {
+		if w, ok := d.Get("warnings").([]any); ok && len(w) > 0 {
 			add("%d %s", len(w), plural(len(w), "warning", "warnings"))
 		}
 	case lctl.TypeModelRouting:
@@ -170,28 +170,28 @@ func Summarize(e *lctl.Event) (subject, detail string) {
 		if r := s("reason"); r != "" {
 			add("%s", r)
 		}
-		if c, ok := numberOf(d["confidence"]); ok {
+		if c, ok := numberOf(d.Get("confidence")); ok {
 			add("confidence: %.2f", c)
 		}
 	case lctl.TypeStreamStart:
-		if v, ok := d["expected_chunks"]; ok {
+		if v, ok := d.Lookup("expected_chunks"); ok {
 			add("expected chunks: %s", compact(v, 20))
 		}
 	case lctl.TypeStreamChunk:
-		if n, ok := intOf(d["index"]); ok {
+		if n, ok := intOf(d.Get("index")); ok {
 			add("#%d", n)
 		}
-		if n, ok := intOf(d["tokens"]); ok {
+		if n, ok := intOf(d.Get("tokens")); ok {
 			add("%d tokens", n)
 		}
 	case lctl.TypeStreamEnd:
-		if n, ok := intOf(d["total_chunks"]); ok {
+		if n, ok := intOf(d.Get("total_chunks")); ok {
 			add("%d chunks", n)
 		}
-		if n, ok := intOf(d["total_tokens"]); ok {
+		if n, ok := intOf(d.Get("total_tokens")); ok {
 			add("%d tokens", n)
 		}
-		if ms, ok := numberOf(d["duration_ms"]); ok {
+		if ms, ok := numberOf(d.Get("duration_ms")); ok {
 			add("%s", FormatDuration(ms))
 		}
 	case lctl.TypeRunStarted:
@@ -207,14 +207,14 @@ func Summarize(e *lctl.Event) (subject, detail string) {
 	case lctl.TypeVerdict:
 		subject = s("tool")
 		dec := s("decision")
-		rules := ruleList(d["reasons"])
+		rules := ruleList(d.Get("reasons"))
 		switch {
 		case dec != "" && len(rules) > 0:
 			add("%s by %s", dec, strings.Join(rules, ", "))
 		case dec != "":
 			add("%s", dec)
 		}
-		if n, ok := intOf(d["step"]); ok {
+		if n, ok := intOf(d.Get("step")); ok {
 			add("step %d", n)
 		}
 	case lctl.TypeRunFinished:
@@ -224,12 +224,12 @@ func Summarize(e *lctl.Event) (subject, detail string) {
 		} else if st != "" {
 			add("%s", st)
 		}
-		if n, ok := intOf(d["steps"]); ok {
+		if n, ok := intOf(d.Get("steps")); ok {
 			add("%d %s", n, plural(int(n), "step", "steps"))
 		}
 	case checkpoint.EventType:
 		// What it claims; lctl verify --key checks it.
-		if n, ok := intOf(d["seq"]); ok {
+		if n, ok := intOf(d.Get("seq")); ok {
 			add("signs seq 1 to %d", n)
 		}
 		if k := s("key"); k != "" {
@@ -242,8 +242,8 @@ func Summarize(e *lctl.Event) (subject, detail string) {
 		subject, parts = summarizeHandoff(e, parts)
 	default:
 		// A type this reader does not know: kept, and shown as it is.
-		if len(d) > 0 {
-			add("unknown type; data %s", compact(d, 80))
+		if d.DataLen() > 0 {
+			add("unknown type; data %s", compact(d.DataMap(), 80))
 		} else {
 			add("unknown type")
 		}
@@ -256,13 +256,13 @@ func Summarize(e *lctl.Event) (subject, detail string) {
 // why, the facts handed over and the depth. from is the event's agent when
 // the data does not name one.
 func summarizeHandoff(e *lctl.Event, parts []string) (string, []string) {
-	d := e.Data
+	d := e
 	add := func(format string, args ...any) { parts = append(parts, fmt.Sprintf(format, args...)) }
-	from, _ := d["from"].(string)
+	from, _ := d.Get("from").(string)
 	if from == "" {
 		from = e.Agent
 	}
-	to, _ := d["to"].(string)
+	to, _ := d.Get("to").(string)
 	subject := ""
 	switch {
 	case to != "" && from != "":
@@ -270,14 +270,14 @@ func summarizeHandoff(e *lctl.Event, parts []string) (string, []string) {
 	case to != "":
 		subject = "→ " + to
 	}
-	summary, _ := d["summary"].(string)
+	summary, _ := d.Get("summary").(string)
 	if summary == "" {
-		summary, _ = d["reason"].(string)
+		summary, _ = d.Get("reason").(string)
 	}
 	if summary != "" {
 		add("%s", clip(oneLine(summary), 60))
 	}
-	switch f := d["facts"].(type) {
+	switch f := d.Get("facts").(type) {
 	case []any:
 		ids := make([]string, 0, len(f))
 		for _, x := range f {
@@ -298,14 +298,14 @@ func summarizeHandoff(e *lctl.Event, parts []string) (string, []string) {
 			add("%d %s", n, plural(int(n), "fact", "facts"))
 		}
 	}
-	if q, ok := d["suggested_queries"].([]any); ok && len(q) > 0 {
+	if q, ok := d.Get("suggested_queries").([]any); ok && len(q) > 0 {
 		add("%d suggested %s", len(q), plural(len(q), "query", "queries"))
 	}
-	if n, ok := intOf(d["depth"]); ok && n > 0 {
+	if n, ok := intOf(d.Get("depth")); ok && n > 0 {
 		add("depth %d", n)
 	}
-	if subject == "" && len(parts) == 0 && len(d) > 0 {
-		add("data %s", compact(d, 80))
+	if subject == "" && len(parts) == 0 && d.DataLen() > 0 {
+		add("data %s", compact(d.DataMap(), 80))
 	}
 	return subject, parts
 }
@@ -390,8 +390,8 @@ func ruleList(v any) []string {
 
 // modelOf reads data.model as a name or the spec's {id, role}, or
 // data.agent_profile.model.
-func modelOf(d map[string]any) string {
-	switch m := d["model"].(type) {
+func modelOf(d *lctl.Event) string {
+	switch m := d.Get("model").(type) {
 	case string:
 		return m
 	case map[string]any:
@@ -399,7 +399,7 @@ func modelOf(d map[string]any) string {
 			return id
 		}
 	}
-	if p, ok := d["agent_profile"].(map[string]any); ok {
+	if p, ok := d.Get("agent_profile").(map[string]any); ok {
 		if m, ok := p["model"].(string); ok {
 			return m
 		}

@@ -59,7 +59,7 @@ func (b *FactStoreBuilder) Add(e *lctl.Event) {
 	if e.Type != lctl.TypeFactAdded && e.Type != lctl.TypeFactModified {
 		return
 	}
-	id, _ := e.Data["id"].(string)
+	id, _ := e.Get("id").(string)
 	if id == "" {
 		return
 	}
@@ -73,26 +73,24 @@ func (b *FactStoreBuilder) Add(e *lctl.Event) {
 		f.Text, f.Confidence, f.Source, f.Tags = "", nil, "", []string{}
 		f.AddedBy, f.AddedSeq = e.Agent, e.Seq
 	}
-	for k, v := range e.Data {
-		f.Fields[k] = v
-	}
-	if v, ok := e.Data["text"].(string); ok {
+	e.RangeData(func(k string, v any) { f.Fields[k] = v })
+	if v, ok := e.Get("text").(string); ok {
 		f.Text = v
 	}
-	if c, ok := numberOf(e.Data["confidence"]); ok && c >= 0 && c <= 1 {
+	if c, ok := numberOf(e.Get("confidence")); ok && c >= 0 && c <= 1 {
 		f.Confidence = &c
 	}
-	if v, ok := e.Data["source"].(string); ok {
+	if v, ok := e.Get("source").(string); ok {
 		f.Source = v
 	}
-	if tags, ok := e.Data["tags"].([]any); ok {
+	if tags, ok := e.Get("tags").([]any); ok {
 		f.Tags = []string{}
 		for _, t := range tags {
 			if s, ok := t.(string); ok {
 				f.Tags = append(f.Tags, s)
 			}
 		}
-	} else if tag, ok := e.Data["tag"].(string); ok {
+	} else if tag, ok := e.Get("tag").(string); ok {
 		f.Tags = []string{tag}
 	}
 	f.UpdatedBy, f.UpdatedSeq = e.Agent, e.Seq

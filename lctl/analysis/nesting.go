@@ -18,7 +18,7 @@ import (
 // (XCT steps never nest), the agent's innermost open step.
 func (st *stepTimer) parentOf(e *lctl.Event, o *openStep, numbered bool) *openStep {
 	var parent *openStep
-	if ref, ok := e.Data["otel"].(map[string]any); ok {
+	if ref, ok := e.Get("otel").(map[string]any); ok {
 		if id, ok := ref["span_id"].(string); ok && id != "" {
 			o.spanID = id
 			st.bySpan[id] = o
@@ -84,7 +84,7 @@ func (st *stepTimer) stream(e *lctl.Event, t time.Time) {
 		st.streams[e.Agent] = o
 	case lctl.TypeStreamChunk:
 		if o := st.streams[e.Agent]; o != nil {
-			if n, ok := intOf(e.Data["tokens"]); ok && n > 0 {
+			if n, ok := intOf(e.Get("tokens")); ok && n > 0 {
 				o.streamed += n
 			}
 		}
@@ -96,10 +96,10 @@ func (st *stepTimer) stream(e *lctl.Event, t time.Time) {
 		delete(st.streams, e.Agent)
 		o.timing.EndSeq = e.Seq
 		o.timing.Tokens = o.streamed
-		if n, ok := intOf(e.Data["total_tokens"]); ok && n >= 0 {
+		if n, ok := intOf(e.Get("total_tokens")); ok && n >= 0 {
 			o.timing.Tokens = n
 		}
-		if ms, ok := numberOf(e.Data["duration_ms"]); ok && ms >= 0 {
+		if ms, ok := numberOf(e.Get("duration_ms")); ok && ms >= 0 {
 			o.timing.DurationMS = ms
 		} else if !t.IsZero() && !o.start.IsZero() {
 			o.timing.DurationMS = float64(t.Sub(o.start).Microseconds()) / 1000

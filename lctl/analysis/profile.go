@@ -19,8 +19,8 @@ type AgentProfile struct {
 
 // profileOf reads data.agent_profile; ok is false when there is none with
 // a type, capabilities or a model.
-func profileOf(agent string, d map[string]any) (AgentProfile, bool) {
-	p, _ := d["agent_profile"].(map[string]any)
+func profileOf(agent string, d *lctl.Event) (AgentProfile, bool) {
+	p, _ := d.Get("agent_profile").(map[string]any)
 	if p == nil {
 		return AgentProfile{}, false
 	}
@@ -65,8 +65,8 @@ func modelName(v any) string {
 
 // consensusText renders a fact event's own consensus block (spec part 3):
 // "consensus: 2 assessors (code-analyzer, security-reviewer), agreement 1.00".
-func consensusText(d map[string]any) string {
-	c, _ := d["consensus"].(map[string]any)
+func consensusText(d *lctl.Event) string {
+	c, _ := d.Get("consensus").(map[string]any)
 	if c == nil {
 		return ""
 	}
@@ -102,7 +102,7 @@ func (t *profileTracker) add(e *lctl.Event) {
 	if e.Type != lctl.TypeStepStart {
 		return
 	}
-	p, ok := profileOf(e.Agent, e.Data)
+	p, ok := profileOf(e.Agent, e)
 	if !ok {
 		return
 	}

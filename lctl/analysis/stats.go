@@ -187,14 +187,14 @@ func (b *StatsBuilder) Add(e *lctl.Event) {
 	if _, ok := lctl.ParseTime(e.Timestamp); ok {
 		if b.first == nil {
 			f := *e
-			f.Data = nil
+			f.DropData()
 			b.first = &f
 		}
 		if b.last == nil {
 			b.last = &lctl.Event{}
 		}
 		*b.last = *e
-		b.last.Data = nil
+		b.last.DropData()
 	}
 	b.steps.add(e)
 	b.cost.add(e)
@@ -300,7 +300,7 @@ func (p *tokenPricer) add(e *lctl.Event) {
 	if !isEnd {
 		return
 	}
-	t, ok := e.Data["tokens"].(map[string]any)
+	t, ok := e.Get("tokens").(map[string]any)
 	if !ok {
 		return
 	}

@@ -236,7 +236,7 @@ func checkCheckpoint(s *lctl.State, e *lctl.Event, pos int) (problems []lctl.Pro
 		problems = append(problems, lctl.Problem{Seq: e.Seq, Position: pos, Kind: lctl.ProblemCheckpoint,
 			Message: fmt.Sprintf("%s: ", lctl.Describe(e)) + fmt.Sprintf(format, args...)})
 	}
-	d := e.Data
+	d := e.DataMap()
 	if h, ok := d["state_hash"].(string); ok && h != "" {
 		if lctl.IsStateHash(h) {
 			want, err := s.Hash()

@@ -153,7 +153,7 @@ func (ck *checker) check(e *lctl.Event, pos int, headAt func(seq uint64) (string
 		r.Problems = append(r.Problems, lctl.Problem{Seq: e.Seq, Position: pos, Kind: kind,
 			Message: fmt.Sprintf("%s: %s", lctl.Describe(e), c.Status)})
 	}
-	msg, _ := e.Data["note"].(string)
+	msg, _ := e.Get("note").(string)
 	if msg == "" {
 		fail(ProblemSignature, "it has no signed note")
 		return false
@@ -190,8 +190,8 @@ func (ck *checker) check(e *lctl.Event, pos int, headAt func(seq uint64) (string
 	}
 	c.Covers = p.Seq
 	r.Covered = max(r.Covered, p.Seq)
-	head, _ := e.Data["head_hash"].(string)
-	seq, _ := e.Data["seq"].(float64)
+	head, _ := e.Get("head_hash").(string)
+	seq, _ := e.Get("seq").(float64)
 	keys := strings.Join(c.Keys, ", ")
 	switch {
 	case p.Seq >= e.Seq:

@@ -61,7 +61,7 @@ func (c *cmdContext) streamChain(o operand, hash bool, header func(id string), f
 	st := &streamed{label: path}
 	var prev time.Time
 	hasPrev := false
-	err = lctl.Stream(f, lctl.StreamOptions{ChainID: id, Hash: hash, SkipHashes: !hash}, func(h *lctl.StreamHeader) error {
+	err = lctl.Stream(f, lctl.StreamOptions{ChainID: id, Hash: hash, SkipHashes: !hash, Fields: true}, func(h *lctl.StreamHeader) error {
 		st.id, st.warnings = h.ChainID, h.Warnings
 		header(h.ChainID)
 		return nil

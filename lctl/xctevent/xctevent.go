@@ -430,7 +430,7 @@ func (u Unknown) Data() map[string]any { return u.Payload }
 // Parse reads an event's payload into its type. Missing or mistyped fields
 // read as zero values; a type this package does not know is an Unknown.
 func Parse(e *lctl.Event) Event {
-	d := e.Data
+	d := e.DataMap()
 	switch e.Type {
 	case TypeRunStarted:
 		r := RunStarted{
