@@ -71,15 +71,44 @@ func KeyID(pub ed25519.PublicKey) string {
 // (RFC 8785, lctl.Canonical) of a call's arguments: the same form step ids
 // are made from. Absent arguments and {} are the same call.
 func ArgumentsDigest(args map[string]any) (string, error) {
-	if args == nil {
-		args = map[string]any{}
-	}
-	c, err := lctl.Canonical(args)
+	c, err := CanonicalArguments(args)
 	if err != nil {
 		return "", err
 	}
-	sum := sha256.Sum256(c)
-	return "sha256:" + hex.EncodeToString(sum[:]), nil
+	return DigestOf(c), nil
+}
+
+// CanonicalArguments is the canonical JSON (RFC 8785) of a call's
+// arguments, nil being {}: encoded once, it gives both the digest
+// (DigestOf) and the step id (StepIDOf).
+func CanonicalArguments(args map[string]any) ([]byte, error) {
+	if args == nil {
+		args = map[string]any{}
+	}
+	return lctl.Canonical(args)
+}
+
+// DigestOf is ArgumentsDigest of arguments already in canonical form.
+func DigestOf(canonical []byte) string {
+	sum := sha256.Sum256(canonical)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// StepIDOf is wire.StepIDOf from arguments already in canonical form: the
+// canonical JSON of [run, step, tool, arguments] is that of each element,
+// comma-separated, in brackets, so the arguments are not encoded again.
+func StepIDOf(runID string, step int, tool string, canonical []byte) (string, error) {
+	head, err := lctl.Canonical([]any{runID, float64(step), tool})
+	if err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	h.Write(head[:len(head)-1]) // without its closing bracket
+	h.Write([]byte{','})
+	h.Write(canonical)
+	h.Write([]byte{']'})
+	var sum [sha256.Size]byte
+	return hex.EncodeToString(h.Sum(sum[:0])[:16]), nil
 }
 
 // StructDigest is ArgumentsDigest of a protobuf Struct.
@@ -207,6 +236,10 @@ func (v *Verifier) Verify(sv *xctv1.SignedVerdict, now time.Time) (*xctv1.Verdic
 type Step struct {
 	RunID, StepID, Tool string
 	Arguments           map[string]any
+	// Canonical, when set, is CanonicalArguments(Arguments), already
+	// computed by the caller (which needs it for its own digest): Check
+	// then does not encode the arguments again. It must be exactly that.
+	Canonical []byte
 }
 
 // Check verifies sv and that its grant is for exactly st: the same run,
@@ -217,9 +250,11 @@ func (v *Verifier) Check(sv *xctv1.SignedVerdict, st Step, now time.Time) (*xctv
 	if err != nil {
 		return nil, err
 	}
-	digest, err := ArgumentsDigest(st.Arguments)
-	if err != nil {
-		return nil, fmt.Errorf("%w: arguments: %w", ErrMismatch, err)
+	canon := st.Canonical
+	if canon == nil {
+		if canon, err = CanonicalArguments(st.Arguments); err != nil {
+			return nil, fmt.Errorf("%w: arguments: %w", ErrMismatch, err)
+		}
 	}
 	var diff []string
 	if g.GetRunId() != st.RunID {
@@ -231,11 +266,13 @@ func (v *Verifier) Check(sv *xctv1.SignedVerdict, st Step, now time.Time) (*xctv
 	if g.GetTool() != st.Tool {
 		diff = append(diff, "tool")
 	}
-	if g.GetArgumentsDigest() != digest {
+	if g.GetArgumentsDigest() != DigestOf(canon) {
 		diff = append(diff, "arguments")
 	}
-	if len(diff) == 0 && stepID(st.RunID, int(g.GetStep()), st.Tool, st.Arguments) != st.StepID {
-		diff = append(diff, "step number")
+	if len(diff) == 0 {
+		if id, err := StepIDOf(st.RunID, int(g.GetStep()), st.Tool, canon); err != nil || id != st.StepID {
+			diff = append(diff, "step number")
+		}
 	}
 	if len(diff) > 0 {
 		return nil, fmt.Errorf("%w: its %s differ", ErrMismatch, strings.Join(diff, ", "))

@@ -97,3 +97,48 @@ func TestKeyFilesAndRotation(t *testing.T) {
 		t.Fatal("a public key loaded as a signing key")
 	}
 }
+
+// TestStepIDOfCanonicalArguments: the step id and digest made from the
+// arguments encoded once are those made the full way (wire.StepID, the
+// canonical JSON of the whole tuple), for awkward runs, tools and values.
+func TestStepIDOfCanonicalArguments(t *testing.T) {
+	t.Parallel()
+	argsCases := []map[string]any{
+		nil,
+		{},
+		{"path": "a", "n": 1.5, "nested": map[string]any{"z": []any{true, nil, "é"}}},
+		{"\u2028": "line\nsep\t\"q\"\\", "big": 1e21, "tiny": 5e-324, "neg": -0.0, "emoji": "\U0001F600", "ctl": "\x01\x1f"},
+		{"b": []any{}, "a": map[string]any{}, "aa": []any{[]any{[]any{1.0}}}},
+	}
+	runs := []string{"run", "", "ru\"n\\", "\u00e9t\u00e9", "\x7f<>&"}
+	for _, args := range argsCases {
+		canon, err := CanonicalArguments(args)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := ArgumentsDigest(args)
+		if err != nil || DigestOf(canon) != want {
+			t.Fatalf("%v: DigestOf %s, ArgumentsDigest %s (%v)", args, DigestOf(canon), want, err)
+		}
+		for _, run := range runs {
+			for _, step := range []int{0, 1, 3, 1 << 40} {
+				for _, tool := range []string{"fs.write", "", "t\u00f6\"ol"} {
+					got, err := StepIDOf(run, step, tool, canon)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if full := stepID(run, step, tool, args); got != full {
+						t.Fatalf("StepIDOf(%q, %d, %q, %s) = %s, the full encoding gives %s", run, step, tool, canon, got, full)
+					}
+					st, err := structpb.NewStruct(args)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if w := wire.StepID(run, step, tool, st); got != w {
+						t.Fatalf("StepIDOf %s, wire.StepID %s", got, w)
+					}
+				}
+			}
+		}
+	}
+}

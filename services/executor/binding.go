@@ -44,13 +44,9 @@ func (s *Service) TrustedVerdictKeys() []string { return s.verifier.KeyIDs() }
 // Acting at most once is the step record's job: a step id names one call,
 // so a verdict replayed for the same step gets the recorded outcome, and a
 // verdict for another step id does not verify.
-func (s *Service) checkVerdict(ctx context.Context, req *xctv1.ExecuteRequest) (context.Context, error) {
-	args := map[string]any{}
-	if req.GetArguments() != nil {
-		args = req.GetArguments().AsMap()
-	}
+func (s *Service) checkVerdict(ctx context.Context, req *xctv1.ExecuteRequest, c call) (context.Context, error) {
 	g, err := s.verifier.Check(req.GetVerdict(), verdict.Step{
-		RunID: req.GetRunId(), StepID: req.GetStepId(), Tool: req.GetTool(), Arguments: args,
+		RunID: req.GetRunId(), StepID: req.GetStepId(), Tool: req.GetTool(), Arguments: c.args, Canonical: c.canonical,
 	}, time.Now())
 	if err == nil && wire.IsSystemTool(req.GetTool()) && !g.GetSystemStep() {
 		err = fmt.Errorf("%w: %s is a system tool and the verdict is not for a system step", verdict.ErrMismatch, req.GetTool())

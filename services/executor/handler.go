@@ -44,11 +44,12 @@ func (h *handler) Execute(ctx context.Context, req *xctv1.ExecuteRequest) (*xctv
 	case req.GetTool() == "":
 		return nil, status.Error(codes.InvalidArgument, "tool is required")
 	}
-	ctx, err := h.s.checkVerdict(ctx, req)
+	c := callOf(req)
+	ctx, err := h.s.checkVerdict(ctx, req, c)
 	if err != nil {
 		return nil, err
 	}
-	return h.s.execute(ctx, req)
+	return h.s.executeCall(ctx, req, c)
 }
 
 // GetStep returns a step's record; with fence, a step without one is
@@ -106,7 +107,13 @@ type outcome struct {
 	err    *xctv1.Error
 }
 
+// execute runs one step whose verdict was checked (or that needs none).
 func (s *Service) execute(ctx context.Context, req *xctv1.ExecuteRequest) (*xctv1.ExecuteResponse, error) {
+	return s.executeCall(ctx, req, callOf(req))
+}
+
+// executeCall is execute with the request's arguments already read.
+func (s *Service) executeCall(ctx context.Context, req *xctv1.ExecuteRequest, call call) (*xctv1.ExecuteResponse, error) {
 	start := time.Now()
 	st, ok := s.tool(req.GetTool())
 	if !ok {
@@ -127,11 +134,8 @@ func (s *Service) execute(ctx context.Context, req *xctv1.ExecuteRequest) (*xctv
 	if s.isStopping() {
 		return nil, status.Error(codes.Unavailable, ErrStopped.Error())
 	}
-	args := map[string]any{}
-	if req.GetArguments() != nil {
-		args = req.GetArguments().AsMap()
-	}
-	c, answer, err := s.claim(ctx, req, st, args)
+	args := call.args
+	c, answer, err := s.claim(ctx, req, st, call)
 	if err != nil {
 		s.log.WarnContext(ctx, "step not executed", "run_id", req.GetRunId(), "step_id", req.GetStepId(), "tool", req.GetTool(), "error", err)
 		return nil, err

@@ -63,14 +63,40 @@ func validStepID(id string) bool {
 // argumentsDigest is "sha256:" and the hex SHA-256 of the arguments'
 // canonical JSON (RFC 8785): the form step ids and signed verdicts use.
 func argumentsDigest(args map[string]any) string {
-	d, err := verdict.ArgumentsDigest(args)
+	return readCall(args).digest
+}
+
+// call is a call's arguments read once: as JSON values, in canonical form
+// (nil if they have none, which cannot happen for structpb values) and
+// their digest. The verdict check and the step record use the same.
+type call struct {
+	args      map[string]any
+	canonical []byte
+	digest    string
+}
+
+// readCall reads args (nil: {}).
+func readCall(args map[string]any) call {
+	if args == nil {
+		args = map[string]any{}
+	}
+	c, err := verdict.CanonicalArguments(args)
 	if err != nil {
 		// structpb values are always JSON; keep a digest that matches
 		// nothing canonical.
 		sum := sha256.Sum256([]byte(fmt.Sprint(args)))
-		return "sha256-invalid:" + hex.EncodeToString(sum[:])
+		return call{args: args, digest: "sha256-invalid:" + hex.EncodeToString(sum[:])}
 	}
-	return d
+	return call{args: args, canonical: c, digest: verdict.DigestOf(c)}
+}
+
+// callOf reads a request's arguments.
+func callOf(req *xctv1.ExecuteRequest) call {
+	var args map[string]any
+	if req.GetArguments() != nil {
+		args = req.GetArguments().AsMap()
+	}
+	return readCall(args)
 }
 
 // legacyArgumentsDigest is the digest records written before canonical
@@ -88,9 +114,11 @@ func legacyArgumentsDigest(args map[string]any) string {
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
-// sameArguments reports whether a recorded digest is of args.
-func sameArguments(recorded string, args map[string]any) bool {
-	return recorded == argumentsDigest(args) || recorded == legacyArgumentsDigest(args)
+// sameArguments reports whether a recorded digest is of the call's
+// arguments (the legacy form is computed only when the canonical one
+// differs).
+func sameArguments(recorded string, c call) bool {
+	return recorded == c.digest || recorded == legacyArgumentsDigest(c.args)
 }
 
 // stepClaim is this executor's right to act for one attempt of a step: the
@@ -108,13 +136,13 @@ type stepClaim struct {
 // what to answer instead: the recorded outcome (replay), IN_DOUBT, or a
 // refusal. A gRPC error means the record store could not be used, so
 // nothing was executed; or the caller went away while waiting.
-func (s *Service) claim(ctx context.Context, req *xctv1.ExecuteRequest, st *servedTool, args map[string]any) (*stepClaim, *xctv1.ExecuteResponse, error) {
+func (s *Service) claim(ctx context.Context, req *xctv1.ExecuteRequest, st *servedTool, c call) (*stepClaim, *xctv1.ExecuteResponse, error) {
 	store, err := s.store()
 	if err != nil {
 		return nil, nil, status.Errorf(codes.Unavailable, "%v; this call did not run the tool", err)
 	}
-	effect, idem := st.classify(args)
-	digest := argumentsDigest(args)
+	effect, idem := st.classify(c.args)
+	digest := c.digest
 	fresh := func(attempt int32) *xctv1.StepRecord {
 		now := time.Now()
 		return &xctv1.StepRecord{
@@ -157,7 +185,7 @@ func (s *Service) claim(ctx context.Context, req *xctv1.ExecuteRequest, st *serv
 		// A record without a call (a fence, or a resolution of a step that
 		// had none) holds for whatever call carries its step id.
 		called := cur.GetTool() != "" || cur.GetArgumentsDigest() != ""
-		if called && (cur.GetTool() != req.GetTool() || !sameArguments(cur.GetArgumentsDigest(), args)) {
+		if called && (cur.GetTool() != req.GetTool() || !sameArguments(cur.GetArgumentsDigest(), c)) {
 			return nil, s.answer(wire.WithDetails(wire.Errorf(wire.CodeInvalidArgument,
 				"step id %s was already used for another call (tool %s); a step id names one call", req.GetStepId(), cur.GetTool()),
 				map[string]any{"step_id": req.GetStepId(), "recorded_tool": cur.GetTool()}), cur, false), nil

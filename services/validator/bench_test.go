@@ -5,11 +5,14 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/catalog"
+	"github.com/xct-dev/xct/internal/verdict"
+	"github.com/xct-dev/xct/internal/wire"
 	"github.com/xct-dev/xct/services/validator"
 )
 
@@ -133,4 +136,31 @@ rules:
 `, ns, i)
 	}
 	return b.String()
+}
+
+// BenchmarkValidateSigned is BenchmarkValidate with a verdict key: each
+// allow is signed over its grant (step id and arguments digest checked
+// and computed first), as in a cluster.
+func BenchmarkValidateSigned(b *testing.B) {
+	signer, _, err := verdict.NewPair(time.Hour)
+	if err != nil {
+		b.Fatal(err)
+	}
+	s, err := validator.NewWithCatalog(validator.Config{Signer: signer}, catalog.Static(testTools()...), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	req := benchRequest(b)
+	req.StepId = wire.StepID(req.GetRun().GetRunId(), int(req.GetStep()), req.GetProposal().GetTool(), req.GetProposal().GetArguments())
+	ctx := context.Background()
+	resp, err := s.Validate(ctx, req)
+	if err != nil || resp.GetVerdict().GetSigned() == nil {
+		b.Fatalf("Validate: %v, %v", resp, err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := s.Validate(ctx, req); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"time"
 
-	"google.golang.org/protobuf/types/known/structpb"
-
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/auth"
 	"github.com/xct-dev/xct/internal/verdict"
@@ -60,21 +58,20 @@ func (s *Service) sign(req *xctv1.ValidateRequest, v *xctv1.Verdict, now time.Ti
 		return
 	}
 	p := req.GetProposal()
-	args := p.GetArguments()
-	if args == nil {
-		args = &structpb.Struct{}
-	}
 	runID := req.GetRun().GetRunId()
-	if wire.StepID(runID, int(req.GetStep()), p.GetTool(), args) != req.GetStepId() {
-		s.log.Warn("allow verdict left unsigned: the step id is not the identity of this proposal at this step",
-			"run_id", runID, "step", req.GetStep(), "step_id", req.GetStepId())
-		return
-	}
-	digest, err := verdict.StructDigest(args)
+	// The arguments are encoded once: the step id and the digest are both
+	// made from the same canonical form.
+	canon, err := verdict.CanonicalArguments(p.GetArguments().AsMap())
 	if err != nil {
 		s.log.Error("allow verdict left unsigned: arguments not canonicalizable", "run_id", runID, "err", err)
 		return
 	}
+	if id, err := verdict.StepIDOf(runID, int(req.GetStep()), p.GetTool(), canon); err != nil || id != req.GetStepId() {
+		s.log.Warn("allow verdict left unsigned: the step id is not the identity of this proposal at this step",
+			"run_id", runID, "step", req.GetStep(), "step_id", req.GetStepId())
+		return
+	}
+	digest := verdict.DigestOf(canon)
 	sv, err := s.signer.Sign(&xctv1.VerdictGrant{
 		RunId:           runID,
 		Step:            req.GetStep(),
