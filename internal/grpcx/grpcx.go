@@ -20,7 +20,6 @@ import (
 	"time"
 
 	grpcauth "github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/auth"
-	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc/filters"
@@ -87,7 +86,8 @@ const (
 )
 
 // NewServer builds a server for the named service. Interceptors, outermost
-// first: logging (every call's code and duration), recovery (a panic in a
+// first: logging (every call's code and duration, at the level its code
+// calls for: an OK call only at DEBUG; calllog.go), recovery (a panic in a
 // handler or interceptor becomes INTERNAL instead of ending the process),
 // authentication (go-grpc-middleware's auth, skipped for health),
 // authorization and the per-principal rate limit, and the required
@@ -111,32 +111,17 @@ func NewServer(name string, log *slog.Logger, options ...ServerOption) *Server {
 		}
 		return z.authenticate(ctx)
 	}
-	logger := logging.LoggerFunc(func(ctx context.Context, lvl logging.Level, msg string, fields ...any) {
-		log.Log(ctx, slog.Level(lvl), msg, fields...)
-	})
 	onPanic := recovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
 		log.ErrorContext(ctx, "panic in handler", "service", name, "panic", fmt.Sprint(p))
 		return status.Error(codes.Internal, "internal error")
 	})
-	logOpts := []logging.Option{
-		logging.WithLogOnEvents(logging.FinishCall),
-		logging.WithLevels(func(c codes.Code) logging.Level {
-			switch c {
-			case codes.OK, codes.Canceled, codes.NotFound, codes.InvalidArgument, codes.AlreadyExists, codes.FailedPrecondition:
-				return logging.LevelDebug
-			case codes.Internal, codes.Unknown, codes.DataLoss:
-				return logging.LevelError
-			}
-			return logging.LevelWarn
-		}),
-	}
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(MaxMessageBytes),
 		grpc.MaxSendMsgSize(MaxMessageBytes),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: ServerMinPingInterval, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: time.Minute, Timeout: 20 * time.Second}),
 		grpc.ChainUnaryInterceptor(
-			logging.UnaryServerInterceptor(logger, logOpts...),
+			logUnary(log),
 			recovery.UnaryServerInterceptor(onPanic),
 			readyUnary(cfg.ready),
 			grpcauth.UnaryServerInterceptor(authenticate),
@@ -145,7 +130,7 @@ func NewServer(name string, log *slog.Logger, options ...ServerOption) *Server {
 			ErrorsUnary(log),
 		),
 		grpc.ChainStreamInterceptor(
-			logging.StreamServerInterceptor(logger, logOpts...),
+			logStream(log),
 			recovery.StreamServerInterceptor(onPanic),
 			readyStream(cfg.ready),
 			grpcauth.StreamServerInterceptor(authenticate),
