@@ -19,7 +19,7 @@ import (
 // it appends is sealed onto a chain and observed, and nothing else
 // changes the session.
 type loop struct {
-	t      *testing.T
+	t      testing.TB
 	sess   *Session
 	events []lctl.Event
 	start  time.Time
@@ -37,7 +37,7 @@ type snapshot struct {
 
 const chainID = "crew-run-1"
 
-func newLoop(t *testing.T, c *Crew, every int) *loop {
+func newLoop(t testing.TB, c *Crew, every int) *loop {
 	t.Helper()
 	sess, err := NewSession(c, chainID, nil, SessionOptions{CheckpointEvery: every})
 	if err != nil {
@@ -181,7 +181,7 @@ func (l *loop) play(p proposal) Outcome {
 // limit falls back to the analyzer's small model, a handoff refused by the
 // analyzer's contract is repaired, the reviewer confirms by consensus, the
 // fixer's step is routed by a rule and writes the fix.
-func playSecurityReview(t *testing.T) *loop {
+func playSecurityReview(t testing.TB) *loop {
 	l := newLoop(t, example(t), 0)
 	l.play(proposal{fail: []string{"RATE_LIMITED"}, tool: ToolFactsAdd, goal: "record the injection",
 		args: map[string]any{"id": "F1", "text": "SQL query constructed from user input at line 45", "confidence": 0.85, "tags": []any{"critical"}}})

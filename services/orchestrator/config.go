@@ -103,6 +103,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	})
 	fs.StringVar(&c.OpenAI.BaseURL, "openai-base-url", os.Getenv("OPENAI_BASE_URL"), "OpenAI-compatible API root for openai:MODEL (env OPENAI_BASE_URL); the key comes from OPENAI_API_KEY")
 	c.OpenAI.APIKey = os.Getenv("OPENAI_API_KEY")
+	fs.BoolVar(&c.OpenAI.Stream, "openai-stream", false, "stream openai:MODEL answers (server-sent events), recorded as stream_start / stream_chunk / stream_end")
 	c.Checkpoint.RegisterFlags(fs)
 }
 

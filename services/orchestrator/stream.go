@@ -102,10 +102,10 @@ func FailureCode(err error) string {
 // httpFailure is the ModelError of a non-200 answer.
 func httpFailure(model string, status int, msg string) *ModelError {
 	code := wire.CodeGenerationFailed
-	switch {
-	case status == http.StatusTooManyRequests:
+	switch status {
+	case http.StatusTooManyRequests:
 		code = wire.CodeRateLimited
-	case status == http.StatusGatewayTimeout || status == http.StatusRequestTimeout:
+	case http.StatusGatewayTimeout, http.StatusRequestTimeout:
 		code = wire.CodeTimeout
 	}
 	if len(msg) > 300 {
@@ -255,19 +255,20 @@ func (p *openAIProposer) ProposeStream(ctx context.Context, req *xctv1.ProposeRe
 		if ch.Usage != nil {
 			usage = &xctv1.Usage{InputTokens: ch.Usage.PromptTokens, OutputTokens: ch.Usage.CompletionTokens}
 		}
-		for _, choice := range ch.Choices {
-			if out.Len()+len(choice.Delta.Content) > int(p.cfg.MaxResponseBytes) {
-				return &ModelError{Model: p.model, Code: wire.CodeGenerationFailed, Msg: fmt.Sprintf("streamed answer is larger than %d bytes", p.cfg.MaxResponseBytes)}
-			}
-			out.WriteString(choice.Delta.Content)
-			if err := c.add(choice.Delta.Content); err != nil {
-				sinkErr = err
-				return err
-			}
-			if choice.FinishReason != nil && *choice.FinishReason != "" {
-				finish = *choice.FinishReason
-			}
-			break // choice 0 only: one decision
+		if len(ch.Choices) == 0 {
+			return nil // the usage chunk has none
+		}
+		choice := ch.Choices[0] // one decision: the first choice only
+		if out.Len()+len(choice.Delta.Content) > int(p.cfg.MaxResponseBytes) {
+			return &ModelError{Model: p.model, Code: wire.CodeGenerationFailed, Msg: fmt.Sprintf("streamed answer is larger than %d bytes", p.cfg.MaxResponseBytes)}
+		}
+		out.WriteString(choice.Delta.Content)
+		if err := c.add(choice.Delta.Content); err != nil {
+			sinkErr = err
+			return err
+		}
+		if choice.FinishReason != nil && *choice.FinishReason != "" {
+			finish = *choice.FinishReason
 		}
 		return nil
 	}
@@ -368,7 +369,7 @@ func readSSE(r io.Reader, on func(*sseChunk) error) (bool, error) {
 		}
 		var ch sseChunk
 		if err := json.Unmarshal(payload, &ch); err != nil {
-			return false, fmt.Errorf("%w: the event ending at line %d is not a JSON chunk: %v", errMalformedSSE, line, err)
+			return false, fmt.Errorf("%w: the event ending at line %d is not a JSON chunk: %w", errMalformedSSE, line, err)
 		}
 		return false, on(&ch)
 	}

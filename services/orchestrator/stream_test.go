@@ -317,6 +317,15 @@ func TestStreamDeadlineAndSink(t *testing.T) {
 		t.Fatalf("sink failure: %v; events %s", err, rec.types())
 	}
 
+	// An answer over MaxResponseBytes stops the stream.
+	p := streamer(t, url, nil)
+	p.cfg.MaxResponseBytes = 1000
+	rec = &recorder{}
+	if _, err := p.ProposeStream(context.Background(), &xctv1.ProposeRequest{}, rec.sink); FailureCode(err) != "GENERATION_FAILED" ||
+		!strings.Contains(err.Error(), "larger than 1000 bytes") || rec.last()["status"] != "error" {
+		t.Fatalf("too large: %v; end %v", err, rec.last())
+	}
+
 	whole := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `{"model":"tiny-1","choices":[{"message":{"content":"{\"done\":true,\"message\":\"ok\"}"}}],"usage":{"prompt_tokens":3,"completion_tokens":2}}`)
@@ -327,4 +336,23 @@ func TestStreamDeadlineAndSink(t *testing.T) {
 	if err != nil || resp.GetOutput() != `{"done":true,"message":"ok"}` || resp.GetUsage().GetOutputTokens() != 2 || len(rec.events) != 0 {
 		t.Fatalf("a whole answer: %v %v; events %s", resp, err, rec.types())
 	}
+}
+
+// FuzzReadSSE: any bytes are read without a panic, as chunks or as
+// errMalformedSSE; nothing after [DONE] is read.
+func FuzzReadSSE(f *testing.F) {
+	f.Add([]byte(delta("a") + usageEvent + "data: [DONE]\n\n"))
+	f.Add([]byte("data: {\"choices\":[]}\ndata: x\n\n"))
+	f.Add([]byte(": c\nevent: e\nid\n\ndata: [DONE]\n\ndata: {bad"))
+	f.Add([]byte("data: \xff\n\n"))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		n := 0
+		done, err := readSSE(strings.NewReader(string(in)), func(*sseChunk) error { n++; return nil })
+		if err != nil && !errors.Is(err, errMalformedSSE) {
+			t.Fatalf("error %v is not errMalformedSSE", err)
+		}
+		if done && err != nil {
+			t.Fatal("done with an error")
+		}
+	})
 }
