@@ -194,3 +194,146 @@ func TestCrewValidation(t *testing.T) {
 	}
 	checkVerdict(t, resp.GetVerdict(), deny, wire.CodeToolNotAllowed, "builtin.crew.tools")
 }
+
+// crewRun is a crew run's chain as the loop writes it, with its session.
+type crewRun struct {
+	t      *testing.T
+	sess   *crew.Session
+	events []lctl.Event
+}
+
+func (r *crewRun) record(agent string, ev interface {
+	Type() string
+	Data() map[string]any
+}) {
+	r.t.Helper()
+	data, err := lctl.DataOf(ev.Data())
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	e := lctl.Event{ChainID: "run-v", Seq: uint64(len(r.events) + 1), Type: ev.Type(), Agent: agent, Data: data,
+		Timestamp: lctl.FormatTime(time.Date(2026, 11, 25, 12, 0, len(r.events), 0, time.UTC))}
+	prev := ""
+	if len(r.events) > 0 {
+		prev = r.events[len(r.events)-1].Hash
+	}
+	if err := e.Seal(prev); err != nil {
+		r.t.Fatal(err)
+	}
+	r.events = append(r.events, e)
+	if err := r.sess.Observe(&r.events[len(r.events)-1]); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+type data struct {
+	typ string
+	d   map[string]any
+}
+
+func (d data) Type() string         { return d.typ }
+func (d data) Data() map[string]any { return d.d }
+
+// step proposes tool by the agent in control, asks the validator over
+// gRPC, and records what the loop would: the verdict, then the system
+// tool's outcome or the refusal. It returns the verdict.
+func (r *crewRun) step(client xctv1.ValidatorServiceClient, n int, tool string, a map[string]any, goal string) *xctv1.Verdict {
+	r.t.Helper()
+	agent := r.sess.Current().Name
+	plan := r.sess.Plan()
+	r.record(agent, crew.Merge(data{lctl.TypeStepStart, map[string]any{"step": n, "tool": tool, "arguments": a, "intent": goal}}, r.sess.StepStartFields(plan.Model)))
+	req := stepRequest(r.t, "run-v", n, tool, a)
+	req.Proposal.Goal = goal
+	req.Crew = r.sess.CrewContext(tool, a, goal)
+	resp, err := client.Validate(context.Background(), req)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	v := resp.GetVerdict()
+	r.record("validator", data{lctl.TypeVerdict, map[string]any{"step": n, "tool": tool, "decision": v.GetDecision().String(), "code": v.GetError().GetCode()}})
+	outcome := "success"
+	switch {
+	case v.GetDecision() != xctv1.VerdictDecision_VERDICT_DECISION_ALLOW:
+		e := v.GetError()
+		r.record("validator", data{lctl.TypeError, map[string]any{"step": n, "code": e.GetCode(), "category": e.GetCategory(), "type": e.GetType(),
+			"message": e.GetMessage(), "details": e.GetDetails().AsMap()}})
+		outcome = "denied"
+	case crew.IsSystemTool(tool):
+		out := r.sess.Carry(agent, tool, a)
+		for _, e := range out.Events {
+			r.record(e.Agent, e)
+		}
+		if out.Signal != nil {
+			r.t.Fatalf("step %d: %v", n, out.Signal)
+		}
+		r.record("executor", data{lctl.TypeToolCall, map[string]any{"step": n, "tool": tool, "output": out.Result, "status": "success"}})
+	default:
+		r.record("executor", data{lctl.TypeToolCall, map[string]any{"step": n, "tool": tool, "output": "ok", "status": "success"}})
+	}
+	r.record(agent, data{lctl.TypeStepEnd, map[string]any{"step": n, "outcome": outcome}})
+	if cp, err := r.sess.Checkpoint(); err != nil {
+		r.t.Fatal(err)
+	} else if cp != nil {
+		r.record(cp.Agent, *cp)
+	}
+	return v
+}
+
+// TestCrewVerification: a step relying on a fact in the verify band is
+// sent to the reviewer; the handoff makes the reviewer's step a verify
+// step, and its assessment lifts the fact by consensus. The session and
+// the real validator (gRPC on loopback) agree at every step.
+func TestCrewVerification(t *testing.T) {
+	client := serve(t, newService(t, ""))
+	c, err := crew.LoadFile("../../examples/crews/security-review.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sess, err := crew.NewSession(c, "run-v", nil, crew.SessionOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &crewRun{t: t, sess: sess}
+	allowed := xctv1.VerdictDecision_VERDICT_DECISION_ALLOW
+	if v := r.step(client, 1, "facts.add", map[string]any{"id": "F1", "text": "SQL built from user input", "confidence": 0.5, "source": "static-analysis"}, "record it"); v.GetDecision() != allowed {
+		t.Fatalf("facts.add: %v", v)
+	}
+	v := r.step(client, 2, "fs.read", map[string]any{"path": "app.py"}, "read around F1")
+	if v.GetError().GetCode() != string(wire.CodeVerification) || v.GetError().GetDetails().AsMap()["verifier"] != "security-reviewer" {
+		t.Fatalf("a step on F1 at 0.5: %v", v)
+	}
+	if k := sess.StepKind(); k != crew.KindRetry {
+		t.Fatalf("after the refusal the step kind is %s", k)
+	}
+	if v := r.step(client, 3, "xct.handoff", map[string]any{"to": "security-reviewer", "summary": "verify F1"}, "have F1 verified"); v.GetDecision() != allowed {
+		t.Fatalf("handoff: %v", v)
+	}
+	plan := sess.Plan()
+	if plan.Agent.Name != "security-reviewer" || plan.Kind != crew.KindVerify || !strings.Contains(plan.Brief, "asked to verify") {
+		t.Fatalf("the reviewer's plan: %s %s\n%s", plan.Agent.Name, plan.Kind, plan.Brief)
+	}
+	if v := r.step(client, 4, "facts.update", map[string]any{"id": "F1", "confidence": 0.9, "reason": "verified", "fields": map[string]any{"severity": "high"}}, "verify F1"); v.GetDecision() != allowed {
+		t.Fatalf("facts.update: %v", v)
+	}
+	mod := r.events[len(r.events)-3] // then the tool_call and the step_end (no checkpoint: no handoff since the last)
+	if mod.Type != lctl.TypeFactModified || mod.Data["consensus"] == nil {
+		t.Fatalf("the assessment: %s %v", mod.Type, mod.Data)
+	}
+	if k := sess.StepKind(); k != crew.KindContinue || sess.Facts().Fact("F1").Confidence != 0.9 {
+		t.Fatalf("after verifying: kind %s, F1 %v", k, sess.Facts().Fact("F1").Confidence)
+	}
+	cps := 0
+	for _, e := range r.events {
+		if e.Type == lctl.TypeCheckpoint {
+			cps++
+		}
+	}
+	if cps != 1 {
+		t.Fatalf("%d checkpoints, want the handoff's", cps)
+	}
+	// A rebuilt session agrees.
+	again, err := crew.NewSession(c, "run-v", r.events, crew.SessionOptions{})
+	if err != nil || again.StepKind() != crew.KindContinue || again.Facts().Fact("F1").Confidence != 0.9 {
+		t.Fatalf("rebuilt: %v", err)
+	}
+}
