@@ -30,6 +30,12 @@ type Config struct {
 	// of the stream: what a crash takes from them after the last sync is
 	// read from the stream again at start.
 	SyncInterval time.Duration
+	// MaxResidentEvents bounds the events the tracer keeps in memory
+	// across chains (0 means DefaultMaxResidentEvents, negative: no
+	// bound). Past it the chains read or written least recently are
+	// dropped from memory (their summaries stay) and read back from their
+	// files when asked for; the chain in use stays whatever its size.
+	MaxResidentEvents int
 	// HTTPListen is where the tracer serves HTTP: the visual debugger and
 	// OTLP/HTTP ingestion ("host:port"; port 0 picks a free one; empty:
 	// no HTTP listener).
@@ -76,6 +82,17 @@ func (c *Config) syncInterval() time.Duration {
 	return c.SyncInterval
 }
 
+// DefaultMaxResidentEvents is the default bound on the events in memory.
+const DefaultMaxResidentEvents = 1_000_000
+
+// maxResidentEvents is the bound on the events in memory (<= 0: none).
+func (c *Config) maxResidentEvents() int {
+	if c.MaxResidentEvents == 0 {
+		return DefaultMaxResidentEvents
+	}
+	return c.MaxResidentEvents
+}
+
 // RegisterFlags registers the tracer's flags on fs.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.DataDir, "tracer-data", "xct-data/tracer", "directory where the tracer stores materialized chains")
@@ -84,6 +101,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.ValidatorAddr, "tracer-validator-addr", "", "validator gRPC address the visual debugger lists and decides approvals through (empty: no approvals in the UI)")
 	fs.IntVar(&c.SnapshotEvery, "tracer-snapshot-every", lctl.DefaultSnapshotEvery, "events between two snapshots of a chain's state (replay to any seq costs at most this many events; negative: no snapshots)")
 	fs.DurationVar(&c.SyncInterval, "tracer-sync-interval", DefaultSyncInterval, "how often the tracer syncs its chain files (what a crash loses after the last sync is read from the stream again at start)")
+	fs.IntVar(&c.MaxResidentEvents, "tracer-max-resident-events", DefaultMaxResidentEvents, "events the tracer keeps in memory across chains; past it the least recently used chains are read back from their files when asked for (negative: no bound)")
 	c.OTLP.RegisterFlags(fs)
 }
 

@@ -7,3 +7,26 @@ func DebuggerStreams(s *Service) int {
 	}
 	return s.ui.ActiveStreams()
 }
+
+// ResidentEvents is how many events the tracer keeps in memory.
+func ResidentEvents(s *Service) int {
+	s.store.mu.RLock()
+	defer s.store.mu.RUnlock()
+	return s.store.resident
+}
+
+// ColdChains is how many chains the tracer keeps only the summary of.
+func ColdChains(s *Service) int {
+	s.store.mu.RLock()
+	defer s.store.mu.RUnlock()
+	n := 0
+	for _, c := range s.store.chains {
+		if c.cold() {
+			n++
+		}
+	}
+	return n
+}
+
+// IsCold reports whether the tracer keeps only the chain's summary.
+func IsCold(s *Service, id string) bool { return s.store.isCold(id) }

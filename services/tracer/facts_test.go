@@ -14,7 +14,7 @@ import (
 // (before any fact, on a copy's seq, between copies, past the end).
 func TestFactIndexMatchesFactStore(t *testing.T) {
 	events := lctltest.Workflow("facts", 6000, lctltest.WorkflowOptions{Seal: true, Facts: 7})
-	c := newStore(t.TempDir(), slog.New(slog.DiscardHandler), 100).newChain("facts")
+	c := newStore(t.TempDir(), slog.New(slog.DiscardHandler), 100, 0).newChain("facts")
 	for _, e := range events {
 		c.add(slog.New(slog.DiscardHandler), e, "")
 	}

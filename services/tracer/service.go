@@ -125,7 +125,7 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger) (*Service, error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("tracer: create data directory: %w", err)
 	}
-	s := &Service{cfg: cfg, nc: nc, log: log, store: newStore(dir, log, cfg.snapshotEvery())}
+	s := &Service{cfg: cfg, nc: nc, log: log, store: newStore(dir, log, cfg.snapshotEvery(), cfg.maxResidentEvents())}
 	s.otlp = newIngester(cfg.OTLP, log, s.eventLog)
 	return s, nil
 }
@@ -374,6 +374,11 @@ func (s *Service) closeFiles() {
 // files were cut at start.
 func (s *Service) repairDamaged(ctx context.Context) {
 	for _, id := range s.damaged {
+		if s.store.isCold(id) {
+			if _, err := s.store.warm(id); err != nil {
+				s.log.Error("read a cold chain back from its file", "chain_id", id, "err", err)
+			}
+		}
 		s.files.begin()
 		err := s.repair(ctx, s.files, id, s.store.lastSeq(id), ^uint64(0))
 		failed, werr := s.files.write()
@@ -428,6 +433,7 @@ func (s *Service) consume(ctx context.Context, cons jetstream.Consumer) error {
 		case m, ok = <-msgs:
 		case <-tick.C:
 			s.syncFiles()
+			s.store.evict() // readers warm chains too
 			continue
 		}
 		if !ok {
@@ -502,6 +508,7 @@ func (s *Service) handleBatch(ctx context.Context, batch []jetstream.Msg) {
 		s.log.Error("store chain files", "err", err)
 	}
 	s.store.addBatch(files.pending, failed)
+	s.store.evict()
 	for i, m := range batch {
 		v := verdicts[i]
 		if v == ack && failed[chains[i]] {
@@ -541,6 +548,11 @@ func (s *Service) handle(ctx context.Context, files *chainFiles, m jetstream.Msg
 	}
 	if blocked[id] {
 		return retry, id
+	}
+	if s.store.isCold(id) {
+		if _, err := s.store.warm(id); err != nil {
+			s.log.Error("read a cold chain back from its file", "chain_id", id, "err", err)
+		}
 	}
 	e, err := &d.event, d.err
 	if err != nil {

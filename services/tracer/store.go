@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/xct-dev/xct/lctl"
@@ -20,14 +21,24 @@ import (
 // chainFileExt is the extension of a materialized chain: one JSON event a line.
 const chainFileExt = ".jsonl"
 
-// store is the tracer's index of materialized chains: every chain's events
-// in memory, backed by <dir>/<chain_id>.jsonl. One goroutine (the consumer)
-// writes; any number read.
+// store is the tracer's index of materialized chains, backed by
+// <dir>/<chain_id>.jsonl: every chain's summary, and the events of the
+// chains read or written most recently, up to maxResident events in all;
+// the others ("cold") are read back from their files when asked for. One
+// goroutine (the consumer) writes and evicts; any number read.
 type store struct {
 	dir string
 	log *slog.Logger
 	// every is the snapshot interval of each chain's timeline.
 	every int
+	// maxResident bounds the events kept in memory (<= 0: no bound);
+	// resident counts them.
+	maxResident int
+	resident    int
+	// clock orders the chains' uses (chain.used).
+	clock atomic.Uint64
+	// warmMu makes one cold chain at a time read back.
+	warmMu sync.Mutex
 
 	mu      sync.RWMutex
 	chains  map[string]*chain
@@ -41,11 +52,13 @@ type chain struct {
 	id string
 	// timeline holds the events, in seq order with seqs strictly
 	// increasing, the state after the last one and snapshots every N
-	// events.
+	// events; nil (and facts too) while the chain is cold.
 	timeline *lctl.Timeline
 	facts    *factIndex // the fact store at any seq (facts.go)
-	n        int        // events stored
-	agents   []string   // every agent seen, in order of first appearance
+	// used is the store's clock at the chain's last read or write.
+	used   atomic.Uint64
+	n      int      // events stored
+	agents []string // every agent seen, in order of first appearance
 	// lastSeq, lastHash and lastTimestamp are the last stored event's
 	// (when n > 0).
 	lastSeq       uint64
@@ -77,8 +90,8 @@ type chainSummary struct {
 	lastTime       time.Time
 }
 
-func newStore(dir string, log *slog.Logger, every int) *store {
-	return &store{dir: dir, log: log, every: every, chains: map[string]*chain{}, changed: make(chan struct{})}
+func newStore(dir string, log *slog.Logger, every, maxResident int) *store {
+	return &store{dir: dir, log: log, every: every, maxResident: maxResident, chains: map[string]*chain{}, changed: make(chan struct{})}
 }
 
 func (s *store) newChain(id string) *chain {
@@ -99,6 +112,7 @@ func (s *store) load() (damaged []string, err error) {
 		return nil, fmt.Errorf("list chain directory: %w", err)
 	}
 	chains := map[string]*chain{}
+	resident := 0
 	for _, ent := range entries {
 		name := ent.Name()
 		if ent.IsDir() || !strings.HasSuffix(name, chainFileExt) {
@@ -109,7 +123,7 @@ func (s *store) load() (damaged []string, err error) {
 			s.log.Warn("ignoring file that is not a chain", "file", name, "err", err)
 			continue
 		}
-		c, cut, err := s.loadFile(id, filepath.Join(s.dir, name))
+		c, cut, err := s.loadFileTo(id, filepath.Join(s.dir, name), ^uint64(0), true)
 		if err != nil {
 			return nil, err
 		}
@@ -117,8 +131,14 @@ func (s *store) load() (damaged []string, err error) {
 		if cut {
 			damaged = append(damaged, id)
 		}
+		if s.maxResident > 0 && resident+c.n > s.maxResident && resident > 0 {
+			c.timeline, c.facts = nil, nil // cold from the start
+		} else {
+			resident += c.n
+		}
 	}
 	s.mu.Lock()
+	s.resident = resident
 	s.chains = chains
 	s.loaded = true
 	s.mu.Unlock()
@@ -126,9 +146,11 @@ func (s *store) load() (damaged []string, err error) {
 	return damaged, nil
 }
 
-// loadFile reads one chain file; damaged reports that it was cut before a
-// line that does not decode.
-func (s *store) loadFile(id, path string) (c *chain, damaged bool, err error) {
+// loadFileTo reads one chain file, its events through seq last; damaged
+// reports that it was cut before a line that does not decode. Only with
+// repair does it cut the file (at start); otherwise such a line is an
+// error.
+func (s *store) loadFileTo(id, path string, last uint64, repair bool) (c *chain, damaged bool, err error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, false, fmt.Errorf("open chain file: %w", err)
@@ -140,7 +162,7 @@ func (s *store) loadFile(id, path string) (c *chain, damaged bool, err error) {
 	for lineNo := 1; ; lineNo++ {
 		line, err := r.ReadBytes('\n')
 		if errors.Is(err, io.EOF) {
-			if len(line) > 0 {
+			if len(line) > 0 && repair {
 				s.log.Warn("truncating a chain file's incomplete last line", "chain_id", id, "line", lineNo, "bytes", len(line))
 				if err := os.Truncate(path, good); err != nil {
 					return nil, false, fmt.Errorf("truncate chain file %s: %w", path, err)
@@ -158,6 +180,9 @@ func (s *store) loadFile(id, path string) (c *chain, damaged bool, err error) {
 			continue
 		}
 		e, computed, err := lctl.DecodeEventHashed(line)
+		if err != nil && !repair {
+			return nil, false, fmt.Errorf("chain file %s line %d: %w", path, lineNo, err)
+		}
 		if err != nil {
 			s.log.Warn("cutting a chain file before a line that does not decode; reading the rest back from the stream",
 				"chain_id", id, "line", lineNo, "err", err)
@@ -165,6 +190,9 @@ func (s *store) loadFile(id, path string) (c *chain, damaged bool, err error) {
 				return nil, false, fmt.Errorf("truncate chain file %s: %w", path, err)
 			}
 			return c, true, nil
+		}
+		if e.Seq > last {
+			break
 		}
 		if e.Seq <= c.lastSeq {
 			c.checkDuplicate(s.log, &e)
@@ -202,8 +230,17 @@ func (s *store) addBatch(pending []pendingEvent, failed map[string]bool) {
 		}
 		if c == nil || p.id != id {
 			id, c = p.id, s.chainLocked(p.id)
+			if c.cold() {
+				// The consumer warms a chain before it adds to it: this
+				// is a fallback, reading the file under the lock.
+				s.warmLocked(c)
+			}
+			c.used.Store(s.clock.Add(1))
 		}
 		c.add(s.log, p.event, p.computed)
+		if !c.cold() {
+			s.resident++
+		}
 	}
 }
 
@@ -213,6 +250,9 @@ func (s *store) duplicate(id string, e *lctl.Event) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if c := s.chains[id]; c != nil {
+		if c.cold() {
+			s.warmLocked(c)
+		}
 		c.checkDuplicate(s.log, e)
 	}
 }
@@ -265,23 +305,135 @@ func (s *store) watch(id string) (last uint64, changed <-chan struct{}, closed b
 	return last, s.changed, s.closed
 }
 
-// get returns a snapshot of a chain.
+// get returns a snapshot of a chain, reading it back from its file if it is
+// cold.
 func (s *store) get(id string) (chainView, error) {
 	if err := lctl.ValidateChainID(id); err != nil {
 		return chainView{}, err
 	}
 	s.mu.RLock()
-	defer s.mu.RUnlock()
 	if !s.loaded {
+		s.mu.RUnlock()
 		return chainView{}, ErrNotReady
 	}
 	c := s.chains[id]
 	if c == nil {
+		s.mu.RUnlock()
 		return chainView{}, fmt.Errorf("%w: %s", ErrChainNotFound, id)
 	}
+	if !c.cold() {
+		v := s.viewLocked(c)
+		s.mu.RUnlock()
+		return v, nil
+	}
+	s.mu.RUnlock()
+	return s.warm(id)
+}
+
+// viewLocked is the view of a warm chain (the lock held, for reading at
+// least).
+func (s *store) viewLocked(c *chain) chainView {
+	c.used.Store(s.clock.Add(1))
 	// Events are only ever appended, so the timeline's capped slice of the
 	// current ones stays valid while the consumer goes on appending.
-	return chainView{summary: c.summary(), events: c.timeline.Events(), timeline: c.timeline, facts: c.facts.view()}, nil
+	return chainView{summary: c.summary(), events: c.timeline.Events(), timeline: c.timeline, facts: c.facts.view()}
+}
+
+func (c *chain) cold() bool { return c.timeline == nil }
+
+// isCold reports whether the chain exists and is cold.
+func (s *store) isCold(id string) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	c := s.chains[id]
+	return c != nil && c.cold()
+}
+
+// warm reads a cold chain's events back from its file, without holding the
+// store's lock while it reads, and returns its view.
+func (s *store) warm(id string) (chainView, error) {
+	s.warmMu.Lock()
+	defer s.warmMu.Unlock()
+	s.mu.RLock()
+	c := s.chains[id]
+	cold, n, last := c.cold(), c.n, c.lastSeq
+	s.mu.RUnlock()
+	if cold {
+		tl, facts, err := s.readBack(id, n, last)
+		if err != nil {
+			return chainView{}, err
+		}
+		s.mu.Lock()
+		// Only the consumer adds events, and it warms a chain first.
+		if c.cold() && c.n == n {
+			c.timeline, c.facts = tl, facts
+			s.resident += n
+		}
+		s.mu.Unlock()
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if c.cold() {
+		return chainView{}, fmt.Errorf("chain %s was evicted again while read back", id)
+	}
+	return s.viewLocked(c), nil
+}
+
+// warmLocked reads a cold chain back with the lock held (a fallback: the
+// consumer warms the chains it writes before it takes the lock).
+func (s *store) warmLocked(c *chain) {
+	tl, facts, err := s.readBack(c.id, c.n, c.lastSeq)
+	if err != nil {
+		// The file lost events the summary counts: start the chain's
+		// events afresh rather than fail; the gap shows when it is checked.
+		s.log.Error("read a cold chain back from its file", "chain_id", c.id, "err", err)
+		c.fail(s.log, fmt.Sprintf("events 1 to %d could not be read back from the chain file: %v", c.lastSeq, err))
+		c.timeline, c.facts, c.n = lctl.NewTimeline(c.id, s.every), newFactIndex(), 0
+		return
+	}
+	c.timeline, c.facts = tl, facts
+	s.resident += c.n
+}
+
+// readBack reads a chain's first n events (through seq last) from its file.
+func (s *store) readBack(id string, n int, last uint64) (*lctl.Timeline, *factIndex, error) {
+	c, _, err := s.loadFileTo(id, filepath.Join(s.dir, id+chainFileExt), last, false)
+	if err != nil {
+		return nil, nil, err
+	}
+	if c.n != n || c.lastSeq != last {
+		return nil, nil, fmt.Errorf("chain file %s holds %d events through seq %d, %d through %d expected", id, c.n, c.lastSeq, n, last)
+	}
+	return c.timeline, c.facts, nil
+}
+
+// evict makes the least recently used chains cold until the events kept in
+// memory are a tenth under the bound, keeping the most recently used one
+// whatever its size. Called by the consumer.
+func (s *store) evict() {
+	if s.maxResident <= 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.resident <= s.maxResident {
+		return
+	}
+	var warm []*chain
+	for _, c := range s.chains {
+		if !c.cold() {
+			warm = append(warm, c)
+		}
+	}
+	sort.Slice(warm, func(i, j int) bool { return warm[i].used.Load() < warm[j].used.Load() })
+	target := s.maxResident - s.maxResident/10
+	for _, c := range warm[:max(len(warm)-1, 0)] {
+		if s.resident <= target {
+			break
+		}
+		c.timeline, c.facts = nil, nil
+		s.resident -= c.n
+	}
 }
 
 // list returns up to limit summaries, newest last event first.
