@@ -1,6 +1,7 @@
 package crew
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 
@@ -233,4 +234,32 @@ func (sig *Signal) Proto() *xctv1.Error {
 		}
 	}
 	return e
+}
+
+// CheckCatalog reports the catalog tools the crew's agents list that the
+// run's catalog does not have, one line per agent ("agent code-analyzer
+// lists fs.list, which the tool catalog does not have"): StartRun refuses
+// such a crew (InvalidArgument) rather than let an agent find out by a
+// refusal. nil when every listed tool is there.
+func (c *Crew) CheckCatalog(all []*xctv1.ToolDescriptor) error {
+	have := make(map[string]bool, len(all))
+	for _, t := range all {
+		have[t.GetName()] = true
+	}
+	var problems []string
+	for _, a := range c.Agents {
+		var missing []string
+		for _, t := range a.Tools {
+			if !IsSystemTool(t) && !have[t] {
+				missing = append(missing, t)
+			}
+		}
+		if len(missing) > 0 {
+			problems = append(problems, fmt.Sprintf("agent %s lists %s, which the tool catalog does not have", a.Name, strings.Join(missing, ", ")))
+		}
+	}
+	if len(problems) == 0 {
+		return nil
+	}
+	return &LoadError{File: c.Source, Problems: problems}
 }

@@ -519,6 +519,13 @@ func TestSessionCatalogAndCrewContext(t *testing.T) {
 			t.Fatalf("system tool %v", d)
 		}
 	}
+	err := l.sess.crew.CheckCatalog([]*xctv1.ToolDescriptor{{Name: "fs.read"}, {Name: "fs.write"}})
+	if err == nil || err.Error() != "agent code-analyzer lists fs.list, which the tool catalog does not have" {
+		t.Fatalf("CheckCatalog: %v", err)
+	}
+	if err := l.sess.crew.CheckCatalog([]*xctv1.ToolDescriptor{{Name: "fs.read"}, {Name: "fs.write"}, {Name: "fs.list"}}); err != nil {
+		t.Fatalf("CheckCatalog of a full catalog: %v", err)
+	}
 	if SystemToolDescriptor("facts.query").GetIdempotent() != true || SystemToolDescriptor("fs.read") != nil {
 		t.Fatal("system tool descriptors")
 	}
