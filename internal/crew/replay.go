@@ -16,7 +16,7 @@ func (c *Crew) Replay(events []lctl.Event) (*FactStore, *HandoffState, error) {
 	store, st := NewFactStore(c), c.NewHandoffState()
 	for i := range events {
 		e := &events[i]
-		d := e.Data
+		d := e.DataMap()
 		switch e.Type {
 		case lctl.TypeStepStart:
 			if c.Agent(e.Agent) != nil {

@@ -130,7 +130,7 @@ func (s *Session) Observe(e *lctl.Event) error {
 }
 
 func (s *Session) fold(e *lctl.Event) error {
-	d := e.Data
+	d := e.DataMap()
 	switch e.Type {
 	case lctl.TypeStepStart:
 		if s.crew.Agent(e.Agent) == nil {

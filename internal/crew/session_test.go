@@ -1,6 +1,7 @@
 package crew
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -332,6 +333,28 @@ func TestSessionResumes(t *testing.T) {
 	}
 	if !reflect.DeepEqual(full.Facts().Fact("F1"), l.sess.Facts().Fact("F1")) || !reflect.DeepEqual(full.Handoffs(), l.sess.Handoffs()) {
 		t.Fatal("the rebuilt session differs from the live one")
+	}
+	// A chain read as a stream with its data as fields (no Data map).
+	var buf bytes.Buffer
+	if err := lctl.NewFile(chainID, l.events).Encode(&buf, lctl.FormatJSON); err != nil {
+		t.Fatal(err)
+	}
+	var streamed []lctl.Event
+	if err := lctl.Stream(&buf, lctl.StreamOptions{Fields: true}, func(*lctl.StreamHeader) error { return nil }, func(e *lctl.StreamEvent) error {
+		if e.Data != nil {
+			return fmt.Errorf("event %d has a Data map", e.Seq)
+		}
+		streamed = append(streamed, e.Event)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	fromStream, err := NewSession(l.sess.crew, chainID, streamed, SessionOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if planString(fromStream.Plan()) != planString(l.sess.Plan()) || !reflect.DeepEqual(fromStream.Facts().Fact("F1"), l.sess.Facts().Fact("F1")) {
+		t.Fatal("a session from the streamed chain differs from the live one")
 	}
 	// Checkpoints: every N events as well.
 	every := newLoop(t, example(t), 5)
