@@ -231,17 +231,21 @@ func BenchmarkStream(b *testing.B) {
 		b.Fatal(err)
 	}
 	raw := buf.Bytes()
-	for _, skip := range []bool{true, false} {
-		name := "all-fields"
-		if skip {
-			name = "without-hashes"
-		}
-		b.Run(name, func(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		opts lctl.StreamOptions
+	}{
+		{"without-hashes", lctl.StreamOptions{SkipHashes: true}},
+		{"all-fields", lctl.StreamOptions{}},
+		{"data-as-fields", lctl.StreamOptions{SkipHashes: true, Fields: true}},
+		{"one-core", lctl.StreamOptions{SkipHashes: true, Fields: true, Workers: 1}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
 			b.SetBytes(int64(len(raw)))
 			b.ReportAllocs()
 			for b.Loop() {
 				n := 0
-				err := lctl.Stream(bytes.NewReader(raw), lctl.StreamOptions{SkipHashes: skip}, func(*lctl.StreamHeader) error { return nil },
+				err := lctl.Stream(bytes.NewReader(raw), c.opts, func(*lctl.StreamHeader) error { return nil },
 					func(*lctl.StreamEvent) error { n++; return nil })
 				if err != nil || n != 100_000 {
 					b.Fatal(n, err)

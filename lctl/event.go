@@ -82,6 +82,10 @@ type Event struct {
 	// the event was streamed with StreamOptions.Fields (Data is nil then):
 	// no map per event. Get, Lookup, RangeData and DataMap read either.
 	fields []dataField
+	// when is Timestamp parsed, set by the stream (with Fields) on its
+	// decoding cores: whenSet 1 parsed, 2 does not parse, 0 not yet.
+	when    time.Time
+	whenSet uint8
 }
 
 // dataField is one member of an event's data.
@@ -170,6 +174,18 @@ func (e *Event) DataMap() map[string]any {
 // time only).
 func (e *Event) DropData() { e.Data, e.fields = nil, nil }
 
+// Own returns a copy of e whose data fields are its own: a streamed event
+// kept past its callback then holds its few members, not its batch's
+// array of them.
+func (e *Event) Own() Event {
+	c := *e
+	c.fields = append([]dataField(nil), e.fields...)
+	if e.fields != nil && c.fields == nil {
+		c.fields = []dataField{}
+	}
+	return c
+}
+
 // timeLayouts are the timestamp forms Time accepts besides RFC 3339: what
 // other implementations write (Python's isoformat without a zone, a space
 // instead of the T). A timestamp without a zone is taken as UTC.
@@ -183,8 +199,27 @@ var timeLayouts = []string{
 // Besides RFC 3339 it accepts ISO 8601 without a zone (read as UTC) and with
 // a space between date and time.
 func (e *Event) Time() time.Time {
-	t, _ := ParseTime(e.Timestamp)
+	t, _ := e.ParsedTime()
 	return t
+}
+
+// ParsedTime is ParseTime(e.Timestamp), parsed once.
+func (e *Event) ParsedTime() (time.Time, bool) {
+	switch e.whenSet {
+	case 1:
+		return e.when, true
+	case 2:
+		return time.Time{}, false
+	}
+	return ParseTime(e.Timestamp)
+}
+
+// setTime records the parsed timestamp.
+func (e *Event) setTime(t time.Time, ok bool) {
+	e.when, e.whenSet = t, 2
+	if ok {
+		e.whenSet = 1
+	}
 }
 
 // ParseTime parses an event timestamp the way Event.Time does and reports

@@ -62,6 +62,10 @@ type fastParser struct {
 	// of a map per event.
 	fields bool
 	slab   []dataField
+	// lastNum is the last integer past smallNumbers read, lastBox it in
+	// an any.
+	lastNum float64
+	lastBox any
 }
 
 func newFastParser() *fastParser {
@@ -499,6 +503,9 @@ func (p *fastParser) strValue() (any, bool) {
 		if len(p.values) < internTables {
 			p.values[v.(string)] = v
 		}
+		// Cached even when the table is full: a step's id repeats in its
+		// next few events.
+		p.valueCache[k] = cachedValue{v.(string), v}
 		return v, true
 	}
 	s, ok := p.strIntern(false)
@@ -620,7 +627,12 @@ func (p *fastParser) number() (any, bool) {
 		if small < float64(len(smallNumbers)) {
 			return smallNumbers[int(small)], true
 		}
-		return small, true
+		// A step number repeats in the step's next few events.
+		if p.lastBox != nil && p.lastNum == small {
+			return p.lastBox, true
+		}
+		p.lastNum, p.lastBox = small, small
+		return p.lastBox, true
 	}
 	f, err := strconv.ParseFloat(string(p.b[start:j]), 64)
 	if err != nil {

@@ -50,6 +50,10 @@ type StreamOptions struct {
 	// RangeData, DataMap) instead of a map in Data, which stays nil: a
 	// caller that reads data only through those saves a map per event.
 	Fields bool
+	// Line, when set, renders each event on the decoding cores
+	// (StreamEvent.Line): the per-event work of a caller that prints
+	// every event, done in parallel. It must only read the event.
+	Line func(dst []byte, e *Event) []byte
 }
 
 // StreamHeader is what a file says before its events.
@@ -72,6 +76,9 @@ type StreamEvent struct {
 	// parsed on the decoding cores.
 	Time   time.Time
 	TimeOK bool
+	// Line is StreamOptions.Line's rendering of the event, with a
+	// newline; valid during the callback.
+	Line []byte
 }
 
 // streamBatch is a run of consecutive events of the file.
@@ -126,7 +133,7 @@ func Stream(r io.Reader, opts StreamOptions, header func(*StreamHeader) error, f
 			p.skipHashes = opts.SkipHashes && !opts.Hash
 			p.fields = opts.Fields
 			for b := range work {
-				b.decode(p, opts.Hash)
+				b.decode(p, opts.Hash, opts.Line)
 				close(b.done)
 			}
 		})
@@ -186,24 +193,26 @@ func Stream(r io.Reader, opts StreamOptions, header func(*StreamHeader) error, f
 				return err
 			}
 		}
+		b.recycle()
 	}
 	wg.Wait()
 	return splitErr
 }
 
 // decode decodes the batch's events.
-func (b *streamBatch) decode(p *fastParser, hash bool) {
+func (b *streamBatch) decode(p *fastParser, hash bool, line func([]byte, *Event) []byte) {
 	// The events' strings are copies: the bytes can be read into again.
 	defer func() {
 		b.raw = nil
 		b.buf.release()
 		b.buf = nil
 	}()
-	b.events = make([]StreamEvent, len(b.ends))
+	b.events = getEvents(len(b.ends))
 	if p.fields {
-		// One array for the batch's data members (~8 an event), not one
-		// allocation per event; the events hold on to it, nothing else.
-		p.slab = make([]dataField, 0, len(b.ends)*8)
+		// One array for the batch's data members, not one allocation per
+		// event. It is not reused: a copy of an event that a caller keeps
+		// shares it.
+		p.slab = make([]dataField, 0, len(b.ends)*6)
 	}
 	nextLine := 0
 	for i, end := range b.ends {
@@ -233,9 +242,12 @@ func (b *streamBatch) decode(p *fastParser, hash bool) {
 		if p.skipHashes {
 			e.Hash, e.PrevHash = "", ""
 		}
-		b.events[i].Event = e
+		b.events[i] = StreamEvent{Event: e}
 		if e.Timestamp != "" {
 			b.events[i].Time, b.events[i].TimeOK = ParseTime(e.Timestamp)
+		}
+		if p.fields {
+			b.events[i].setTime(b.events[i].Time, b.events[i].TimeOK)
 		}
 		if hash {
 			if err == nil {
@@ -245,7 +257,45 @@ func (b *streamBatch) decode(p *fastParser, hash bool) {
 			}
 		}
 	}
+	p.slab = nil
+	if line != nil {
+		var out []byte
+		ends := make([]int, len(b.events))
+		for i := range b.events {
+			out = line(out, &b.events[i].Event)
+			out = append(out, '\n')
+			ends[i] = len(out)
+		}
+		start := 0
+		for i := range b.events {
+			b.events[i].Line = out[start:ends[i]:ends[i]]
+			start = ends[i]
+		}
+	}
 	b.raw = nil
+}
+
+// The batches' event arrays are reused once the caller has seen them: a
+// stream of a million events allocates a few, not two thousand. The
+// callback's event is valid only during the call, as Stream says; a copy
+// of it shares nothing with the array.
+var eventArrays = sync.Pool{New: func() any { return new([]StreamEvent) }}
+
+func getEvents(n int) []StreamEvent {
+	p := eventArrays.Get().(*[]StreamEvent)
+	if cap(*p) < n {
+		return make([]StreamEvent, n)
+	}
+	return (*p)[:n]
+}
+
+// recycle hands the batch's arrays back for the next batches.
+func (b *streamBatch) recycle() {
+	if b.events != nil {
+		ev := b.events
+		eventArrays.Put(&ev)
+		b.events = nil
+	}
 }
 
 // readBuf is a buffer the file is read into, shared by the scanner and

@@ -184,7 +184,7 @@ func NewStatsBuilder(chainID string, prices *Prices) *StatsBuilder {
 func (b *StatsBuilder) Add(e *lctl.Event) {
 	b.events++
 	b.state.Apply(e)
-	if _, ok := lctl.ParseTime(e.Timestamp); ok {
+	if _, ok := e.ParsedTime(); ok {
 		if b.first == nil {
 			f := *e
 			f.DropData()

@@ -157,7 +157,7 @@ func runStats(ctx context.Context, c *cmdContext) error {
 	}
 	var st *analysis.Stats
 	var b *analysis.StatsBuilder
-	if sd, err := c.streamChain(o, false, func(id string) { b = analysis.NewStatsBuilder(id, table) },
+	if sd, err := c.streamChain(o, false, nil, func(id string) { b = analysis.NewStatsBuilder(id, table) },
 		func(e *lctl.StreamEvent) error { b.Add(&e.Event); return nil }); err == nil {
 		c.reportInput(sd.data())
 		st = b.Stats()
@@ -250,7 +250,7 @@ func runBottleneck(ctx context.Context, c *cmdContext) error {
 	}
 	var r *analysis.BottleneckReport
 	b := analysis.NewBottleneckBuilder()
-	if sd, err := c.streamChain(o, false, func(string) {}, func(e *lctl.StreamEvent) error { b.Add(&e.Event); return nil }); err == nil {
+	if sd, err := c.streamChain(o, false, nil, func(string) {}, func(e *lctl.StreamEvent) error { b.Add(&e.Event); return nil }); err == nil {
 		c.reportInput(sd.data())
 		r = b.Report(sd.id, *top)
 	} else {
@@ -309,7 +309,7 @@ func runConfidence(ctx context.Context, c *cmdContext) error {
 	var r *analysis.ConfidenceReport
 	var b *analysis.ConfidenceBuilder
 	copts := analysis.ConfidenceOptions{DecayRate: *decay}
-	if sd, err := c.streamChain(o, false, func(id string) { b = analysis.NewConfidenceBuilder(id, copts) },
+	if sd, err := c.streamChain(o, false, nil, func(id string) { b = analysis.NewConfidenceBuilder(id, copts) },
 		func(e *lctl.StreamEvent) error { b.Add(&e.Event); return nil }); err == nil {
 		c.reportInput(sd.data())
 		r = b.Report()

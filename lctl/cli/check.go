@@ -34,7 +34,7 @@ func runVerify(ctx context.Context, c *cmdContext) error {
 	if err != nil {
 		return err
 	}
-	sd, _ := c.streamChain(o, true, func(id string) {
+	sd, _ := c.streamChain(o, true, nil, func(id string) {
 		v = analysis.NewStreamVerifier(id)
 		if trusted != nil {
 			sv = checkpoint.NewStreamVerifier(id, trusted, keys.options())
@@ -288,7 +288,7 @@ func runQuery(ctx context.Context, c *cmdContext) error {
 	var facts []*analysis.FactRecord
 	var chainID string
 	fb := analysis.NewFactStoreBuilder()
-	if sd, err := c.streamChain(o, false, func(string) {}, func(e *lctl.StreamEvent) error {
+	if sd, err := c.streamChain(o, false, nil, func(string) {}, func(e *lctl.StreamEvent) error {
 		if *toSeq != 0 && e.Seq > *toSeq {
 			return lctl.ErrStop
 		}

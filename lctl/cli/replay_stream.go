@@ -19,7 +19,11 @@ func (c *cmdContext) replayStream(o operand, toSeq uint64, showEvents, withHash 
 	// The lines are kept until the chain has been read: the full read,
 	// should the stream give way to it, prints them itself.
 	var lines []byte
-	sd, err := c.streamChain(o, false, func(id string) {
+	var render func([]byte, *lctl.Event) []byte
+	if printLines {
+		render = analysis.AppendLine // on the decoding cores
+	}
+	sd, err := c.streamChain(o, false, render, func(id string) {
 		// The text shows a summary of the state: without the steps, which
 		// are most of it on a long chain. --json and --hash need them.
 		if c.jsonOut || withHash {
@@ -37,11 +41,10 @@ func (c *cmdContext) replayStream(o operand, toSeq uint64, showEvents, withHash 
 			if lastStart == nil {
 				lastStart = new(lctl.Event)
 			}
-			*lastStart = e.Event
+			*lastStart = e.Own()
 		}
 		if printLines {
-			lines = analysis.AppendLine(lines, &e.Event)
-			lines = append(lines, '\n')
+			lines = append(lines, e.Line...)
 		}
 		return nil
 	})

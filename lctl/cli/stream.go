@@ -39,8 +39,9 @@ func (s *streamed) data() *chainData {
 
 // streamChain reads the chain file o event by event: header with the
 // chain's id before the first event, fn with each event in order (ErrStop
-// ends the stream). hash computes each event's hash on the decoding cores.
-func (c *cmdContext) streamChain(o operand, hash bool, header func(id string), fn func(e *lctl.StreamEvent) error) (*streamed, error) {
+// ends the stream). hash computes each event's hash on the decoding cores;
+// line, when set, renders each event there (StreamEvent.Line).
+func (c *cmdContext) streamChain(o operand, hash bool, line func([]byte, *lctl.Event) []byte, header func(id string), fn func(e *lctl.StreamEvent) error) (*streamed, error) {
 	path := o.file
 	if o.chain != "" || path == "" || path == "-" || c.env.getenv("LCTL_NO_STREAM") != "" {
 		return nil, errNoStream
@@ -61,7 +62,7 @@ func (c *cmdContext) streamChain(o operand, hash bool, header func(id string), f
 	st := &streamed{label: path}
 	var prev time.Time
 	hasPrev := false
-	err = lctl.Stream(f, lctl.StreamOptions{ChainID: id, Hash: hash, SkipHashes: !hash, Fields: true}, func(h *lctl.StreamHeader) error {
+	err = lctl.Stream(f, lctl.StreamOptions{ChainID: id, Hash: hash, SkipHashes: !hash, Fields: true, Line: line}, func(h *lctl.StreamHeader) error {
 		st.id, st.warnings = h.ChainID, h.Warnings
 		header(h.ChainID)
 		return nil
