@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"syscall"
 	"testing"
 	"time"
@@ -22,7 +23,17 @@ import (
 // consumer) reading all of them: decode, check the hash chain, append to the
 // chain file (synced every second, not per batch), ack, apply to the
 // chain's timeline.
-func BenchmarkIngest(b *testing.B) {
+func BenchmarkIngest(b *testing.B) { benchIngest(b, tracer.Config{}) }
+
+// BenchmarkIngestBounded is BenchmarkIngest with at most 10,000 events in
+// memory (-tracer-max-resident-events), the chains evicted as soon as
+// they are not the one being written (as if written long ago): MB-heap
+// shows what the bound saves.
+func BenchmarkIngestBounded(b *testing.B) {
+	benchIngest(b, tracer.Config{MaxResidentEvents: 10_000})
+}
+
+func benchIngest(b *testing.B, cfg tracer.Config) {
 	const chains, perChain = 20, 5000
 	e := newEnv(b)
 	ctx := context.Background()
@@ -46,6 +57,7 @@ func BenchmarkIngest(b *testing.B) {
 	}
 	b.ResetTimer()
 	var cpu time.Duration // the process's CPU time while timed: tracer and NATS server
+	var heap uint64       // bytes of heap in use after the last ingest, collected
 	for b.Loop() {
 		b.StopTimer()
 		e.dataDir = b.TempDir()
@@ -54,12 +66,19 @@ func BenchmarkIngest(b *testing.B) {
 		}
 		b.StartTimer()
 		c0 := processCPU()
-		tr := e.startTracer(b)
+		tr := e.startTracerWith(b, cfg)
+		if cfg.MaxResidentEvents > 0 {
+			tracer.EvictWrittenChains(tr.svc)
+		}
 		for c := range chains {
 			tr.waitFor(b, fmt.Sprintf("bench-%02d", c), perChain)
 		}
 		cpu += processCPU() - c0
 		b.StopTimer()
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		heap = ms.HeapInuse
 		tr.stop()
 		b.StartTimer()
 	}
@@ -68,6 +87,7 @@ func BenchmarkIngest(b *testing.B) {
 	// On a shared machine the wall-clock rate depends on the load; CPU per
 	// event does not: 2 cores / (CPU per event) is the rate on an idle one.
 	b.ReportMetric(float64(cpu.Microseconds())/events, "cpu-µs/event")
+	b.ReportMetric(float64(heap)/(1<<20), "MB-heap")
 }
 
 // processCPU is the CPU time (user and system) the process has used.

@@ -22,6 +22,7 @@ func TestColdChainsReadBack(t *testing.T) {
 	e := newEnv(t)
 	cfg := tracer.Config{MaxResidentEvents: 40, SnapshotEvery: 5, SyncInterval: 10 * time.Millisecond}
 	tr := e.startTracerWith(t, cfg)
+	tracer.EvictWrittenChains(tr.svc)
 	ctx := context.Background()
 	replay := func(tr *running, id string, seq uint64) *lctlv1.ReplayChainResponse {
 		t.Helper()
@@ -87,6 +88,7 @@ func TestColdChainsReadBack(t *testing.T) {
 	// and serves every chain whole.
 	tr.stop()
 	second := e.startTracerWith(t, cfg)
+	tracer.EvictWrittenChains(second.svc)
 	if n := tracer.ResidentEvents(second.svc); n > 40 {
 		t.Errorf("%d events in memory after start, bound 40", n)
 	}

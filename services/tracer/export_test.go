@@ -30,3 +30,11 @@ func ColdChains(s *Service) int {
 
 // IsCold reports whether the tracer keeps only the chain's summary.
 func IsCold(s *Service, id string) bool { return s.store.isCold(id) }
+
+// EvictWrittenChains lets the tracer evict chains however recently they
+// were written (by default it keeps the ones written in the last minute).
+func EvictWrittenChains(s *Service) {
+	s.store.mu.Lock()
+	defer s.store.mu.Unlock()
+	s.store.hot = 0
+}

@@ -37,6 +37,10 @@ type store struct {
 	resident    int
 	// clock orders the chains' uses (chain.used).
 	clock atomic.Uint64
+	// hot is how long after its last write a chain is not evicted, so a
+	// working set of chains being written that exceeds the bound does not
+	// make every batch read chains back.
+	hot time.Duration
 	// warmMu makes one cold chain at a time read back.
 	warmMu sync.Mutex
 
@@ -56,9 +60,11 @@ type chain struct {
 	timeline *lctl.Timeline
 	facts    *factIndex // the fact store at any seq (facts.go)
 	// used is the store's clock at the chain's last read or write.
-	used   atomic.Uint64
-	n      int      // events stored
-	agents []string // every agent seen, in order of first appearance
+	used atomic.Uint64
+	// written is when the consumer last added events.
+	written time.Time
+	n       int      // events stored
+	agents  []string // every agent seen, in order of first appearance
 	// lastSeq, lastHash and lastTimestamp are the last stored event's
 	// (when n > 0).
 	lastSeq       uint64
@@ -91,7 +97,7 @@ type chainSummary struct {
 }
 
 func newStore(dir string, log *slog.Logger, every, maxResident int) *store {
-	return &store{dir: dir, log: log, every: every, maxResident: maxResident, chains: map[string]*chain{}, changed: make(chan struct{})}
+	return &store{dir: dir, log: log, every: every, maxResident: maxResident, hot: time.Minute, chains: map[string]*chain{}, changed: make(chan struct{})}
 }
 
 func (s *store) newChain(id string) *chain {
@@ -220,8 +226,9 @@ func (s *store) addBatch(pending []pendingEvent, failed map[string]bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var (
-		id string
-		c  *chain
+		id  string
+		c   *chain
+		now = time.Now()
 	)
 	for i := range pending {
 		p := &pending[i]
@@ -236,6 +243,7 @@ func (s *store) addBatch(pending []pendingEvent, failed map[string]bool) {
 				s.warmLocked(c)
 			}
 			c.used.Store(s.clock.Add(1))
+			c.written = now
 		}
 		c.add(s.log, p.event, p.computed)
 		if !c.cold() {
@@ -409,7 +417,8 @@ func (s *store) readBack(id string, n int, last uint64) (*lctl.Timeline, *factIn
 
 // evict makes the least recently used chains cold until the events kept in
 // memory are a tenth under the bound, keeping the most recently used one
-// whatever its size. Called by the consumer.
+// and the ones written to in the last s.hot whatever their size (the bound
+// is on what is not being written). Called by the consumer.
 func (s *store) evict() {
 	if s.maxResident <= 0 {
 		return
@@ -427,9 +436,13 @@ func (s *store) evict() {
 	}
 	sort.Slice(warm, func(i, j int) bool { return warm[i].used.Load() < warm[j].used.Load() })
 	target := s.maxResident - s.maxResident/10
+	now := time.Now()
 	for _, c := range warm[:max(len(warm)-1, 0)] {
 		if s.resident <= target {
 			break
+		}
+		if now.Sub(c.written) < s.hot {
+			continue
 		}
 		c.timeline, c.facts = nil, nil
 		s.resident -= c.n
