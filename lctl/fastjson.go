@@ -66,6 +66,8 @@ type fastParser struct {
 	// an any.
 	lastNum float64
 	lastBox any
+	// prevEventHash is the hash of the event this parser read last.
+	prevEventHash string
 }
 
 func newFastParser() *fastParser {
@@ -178,6 +180,16 @@ func (p *fastParser) fastEvent(raw []byte) (Event, error) {
 			}
 			dst = nil
 		}
+		if dst != nil && bit == 32 && p.prevEventHash != "" {
+			// An event's prev_hash is the event before's hash: the same
+			// string, not a copy, when this parser read that event.
+			start := p.i
+			if raw, ok := p.rawString(); ok && string(raw) == p.prevEventHash {
+				*dst, dst = p.prevEventHash, nil
+			} else {
+				p.i = start
+			}
+		}
 		if dst != nil {
 			// Timestamps and hashes differ in every event: not interned.
 			s, ok := p.strIntern(bit&(4|32|64) == 0)
@@ -194,6 +206,7 @@ func (p *fastParser) fastEvent(raw []byte) (Event, error) {
 	if p.i != len(p.b) || seen&1 == 0 || e.Type == "" {
 		return e, errUnsure
 	}
+	p.prevEventHash = e.Hash // compared byte for byte: never wrong, only unused
 	return e, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -406,5 +407,35 @@ func TestHandoffLine(t *testing.T) {
 		if got := analysis.Line(&e); got != tt.want {
 			t.Errorf("Line = %q\n want %q", got, tt.want)
 		}
+	}
+}
+
+// TestStreamVerifierSummary: without the state's steps the verifier
+// reports what the full one does on a chain whose checkpoints carry fact
+// snapshots only, and stops at the first checkpoint with a state hash
+// (NeedsState), which the full one checks.
+func TestStreamVerifierSummary(t *testing.T) {
+	run := func(v *analysis.StreamVerifier, events []lctl.Event) (*analysis.VerifyReport, int) {
+		for i := range events {
+			h, err := events[i].ComputeHash()
+			if !v.Add(&events[i], h, err) {
+				return nil, i
+			}
+		}
+		return v.Report(), len(events)
+	}
+	plain := lctltest.Workflow("w", 3000, lctltest.WorkflowOptions{Seal: true})
+	full, n := run(analysis.NewStreamVerifier("w"), plain)
+	sum, m := run(analysis.NewStreamVerifierSummary("w"), plain)
+	if n != len(plain) || m != len(plain) || !full.OK || !reflect.DeepEqual(full, sum) {
+		t.Fatalf("plain chain: full %d %+v\nsummary %d %+v", n, full, m, sum)
+	}
+	hashed := lctltest.Workflow("w", 3000, lctltest.WorkflowOptions{Seal: true, StateHashes: true})
+	v := analysis.NewStreamVerifierSummary("w")
+	if _, stop := run(v, hashed); stop == len(hashed) || !v.NeedsState || hashed[stop].Type != lctl.TypeCheckpoint {
+		t.Fatalf("state hashes: stopped at %d (needs state %v)", stop, v.NeedsState)
+	}
+	if r, n := run(analysis.NewStreamVerifier("w"), hashed); n != len(hashed) || !r.OK || !strings.Contains(fmt.Sprint(r.Checks), "state hashes and fact snapshots match") {
+		t.Fatalf("full verifier on state hashes: %d %+v", n, r)
 	}
 }

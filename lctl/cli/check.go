@@ -34,20 +34,33 @@ func runVerify(ctx context.Context, c *cmdContext) error {
 	if err != nil {
 		return err
 	}
-	sd, _ := c.streamChain(o, true, nil, func(id string) {
-		v = analysis.NewStreamVerifier(id)
-		if trusted != nil {
-			sv = checkpoint.NewStreamVerifier(id, trusted, keys.options())
+	// First without the state's steps; a chain with state hashes in its
+	// checkpoints is read again with them from its first event.
+	var sd *streamed
+	for _, summary := range []bool{true, false} {
+		sd, _ = c.streamChain(o, true, nil, func(id string) {
+			if summary {
+				v = analysis.NewStreamVerifierSummary(id)
+			} else {
+				v = analysis.NewStreamVerifier(id)
+			}
+			if trusted != nil {
+				sv = checkpoint.NewStreamVerifier(id, trusted, keys.options())
+			}
+			c.signedSeen = 0
+		}, func(e *lctl.StreamEvent) error {
+			if !v.Add(&e.Event, e.Computed, e.HashErr) || (sv != nil && !sv.Add(&e.Event)) {
+				return errNoStream
+			}
+			if e.Type == checkpoint.EventType {
+				c.signedSeen++
+			}
+			return nil
+		})
+		if sd != nil || v == nil || !v.NeedsState {
+			break
 		}
-	}, func(e *lctl.StreamEvent) error {
-		if !v.Add(&e.Event, e.Computed, e.HashErr) || (sv != nil && !sv.Add(&e.Event)) {
-			return errNoStream
-		}
-		if e.Type == checkpoint.EventType {
-			c.signedSeen++
-		}
-		return nil
-	})
+	}
 	if sd != nil {
 		for _, w := range sd.warnings {
 			c.warn("%s: %s", sd.label, w)
