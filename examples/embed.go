@@ -8,3 +8,12 @@ import _ "embed"
 //
 //go:embed demo/script.yaml
 var DemoScript []byte
+
+// CrewDemo is the crew the bundled demo plays after the single-model run
+// (docs/crews.md), and CrewDemoScript the scripted models its agents play.
+//
+//go:embed crews/demo/crew.yaml
+var CrewDemo []byte
+
+//go:embed crews/demo/script.yaml
+var CrewDemoScript []byte

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -49,6 +50,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	var id identity
 	addr := id.addrFlag(fs, "addr", svcOrchestrator, "orchestrator gRPC address; several, comma-separated, to follow the run when one stops (the run starts on the first)")
 	model := fs.String("model", "", "the model: scripted:FILE (inside the orchestrator's -scripts-dir), openai:MODEL or grpc:ADDR")
+	crewFile := fs.String("crew", "", "a crew file (docs/crews.md): its agents propose in turn, each on its own models (instead of -model)")
 	goal := fs.String("goal", "", "what the run should achieve")
 	runID := fs.String("run-id", "", "run id (generated when empty)")
 	maxSteps := fs.Int("max-steps", 0, "step budget (0: the orchestrator's default)")
@@ -59,8 +61,15 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := id.parse(fs, args); err != nil {
 		return err
 	}
-	if *model == "" || *goal == "" {
-		return &exitError{code: 2, err: errors.New("-model and -goal are required")}
+	if (*model == "") == (*crewFile == "") || *goal == "" {
+		return &exitError{code: 2, err: errors.New("-goal and one of -model or -crew are required")}
+	}
+	var crewSrc []byte
+	if *crewFile != "" {
+		var err error
+		if crewSrc, err = readCrewFile(*crewFile); err != nil {
+			return &exitError{code: 2, err: err}
+		}
 	}
 	addrs := strings.Split(*addr, ",")
 	client, closeConn, err := dialOrchestrator(&id, addrs[0])
@@ -71,6 +80,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	resp, err := client.StartRun(sctx, &xctv1.StartRunRequest{
 		Goal: *goal, Model: *model, RunId: *runID, MaxSteps: int32(*maxSteps), Labels: labels,
+		Crew: crewSrc, CrewFile: filepath.Base(*crewFile),
 	})
 	cancel()
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 
 	"github.com/xct-dev/xct/internal/crew"
@@ -108,4 +109,23 @@ func printCrew(w io.Writer, c *crew.Crew) {
 		fmt.Fprintf(w, "warning: %s\n", warn)
 	}
 	fmt.Fprintf(w, "\n%s: ok\n", c.Source)
+}
+
+// readCrewFile reads a crew file for xct run and checks it here first, so
+// a bad file is reported with its FILE:LINE problems before any run
+// starts (the orchestrator checks it again).
+func readCrewFile(path string) ([]byte, error) {
+	f, err := os.Open(path) //nolint:gosec // G304: the user names the crew file
+	if err != nil {
+		return nil, fmt.Errorf("crew file: %w", err)
+	}
+	defer func() { _ = f.Close() }() // read only
+	raw, err := io.ReadAll(io.LimitReader(f, crew.MaxFileBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("crew file %s: %w", path, err)
+	}
+	if _, err := crew.Load(path, raw); err != nil {
+		return nil, err
+	}
+	return raw, nil
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 
 	lctlv1 "github.com/xct-dev/xct/gen/lctl/v1"
@@ -33,7 +34,11 @@ func (p *stepPrinter) print(e *lctlv1.Event) {
 				return
 			}
 		}
-		fmt.Fprintf(p.w, "%s proposal  %s  (goal: %s)\n", stepTag(x.Step), x.InputSummary, truncate(x.Intent, 70))
+		by := ""
+		if _, crewStep := ev.Data["agent_profile"]; crewStep {
+			by = e.GetAgent() + ": "
+		}
+		fmt.Fprintf(p.w, "%s proposal  %s%s  (goal: %s)\n", stepTag(x.Step), by, x.InputSummary, truncate(x.Intent, 70))
 	case xctevent.Verdict:
 		var rules []string
 		for _, r := range x.Reasons {
@@ -66,5 +71,43 @@ func (p *stepPrinter) print(e *lctlv1.Event) {
 	case xctevent.RunFinished:
 		p.finalStatus = x.Status
 		fmt.Fprintf(p.w, "%s: %s\n", p.finalStatus, x.Message)
+	default:
+		p.printCrew(e.GetType(), e.GetAgent(), ev.Data)
+	}
+}
+
+// printCrew prints the events of a crew run (docs/crews.md) and of a
+// streaming model.
+func (p *stepPrinter) printCrew(typ, agent string, d map[string]any) {
+	str := func(k string) string { s, _ := d[k].(string); return s }
+	num := func(k string) string {
+		if f, ok := d[k].(float64); ok {
+			return strconv.FormatFloat(f, 'g', 4, 64)
+		}
+		return "-"
+	}
+	switch typ {
+	case lctl.TypeModelRouting:
+		why := str("reason")
+		if c := str("failure_code"); c != "" {
+			why = str("failed_model") + " failed: " + c
+		}
+		fmt.Fprintf(p.w, "[routing]  %s on %s  (%s)\n", str("for"), str("model"), why)
+	case lctl.TypeFactAdded:
+		fmt.Fprintf(p.w, "[fact]     %s added by %s, confidence %s: %s\n", str("id"), agent, num("confidence"), truncate(str("text"), 80))
+	case lctl.TypeFactModified:
+		fmt.Fprintf(p.w, "[fact]     %s updated by %s, confidence %s: %s\n", str("id"), agent, num("confidence"), truncate(str("reason"), 80))
+	case lctl.TypeContractValidation:
+		fmt.Fprintf(p.w, "[contract] %s %s: %s\n", str("contract"), str("direction"), strings.ToUpper(str("status")))
+	case lctl.TypeHandoff:
+		fmt.Fprintf(p.w, "[handoff]  %s -> %s: %s\n", str("from"), str("to"), truncate(str("summary"), 80))
+	case lctl.TypeCheckpoint:
+		fmt.Fprintf(p.w, "[checkpoint] state %s\n", truncate(str("state_hash"), 19))
+	case lctl.TypeStreamStart:
+		fmt.Fprintf(p.w, "[stream]   %s answering…\n", agent)
+	case lctl.TypeStreamChunk:
+		fmt.Fprintf(p.w, "           %s\n", truncate(strings.Join(strings.Fields(str("content")), " "), 100))
+	case lctl.TypeStreamEnd:
+		fmt.Fprintf(p.w, "[stream]   %s: %s chunks, %s\n", str("status"), num("total_chunks"), num("duration_ms")+" ms")
 	}
 }

@@ -138,6 +138,9 @@ func (r *run) checkpointAfter(e *lctl.Event) {
 			var cp lctl.Event
 			if cp, err = r.writer.Append(ctx, checkpoint.EventType, agentOrchestrator, data); err == nil {
 				r.svc.runs.apply(&cp)
+				if err := r.observe(&cp); err != nil {
+					r.log.Warn("crew session refused a signed checkpoint", "run", r.id, "err", err)
+				}
 				return
 			}
 		}

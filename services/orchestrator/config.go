@@ -64,6 +64,10 @@ type Config struct {
 	Instance string
 	// Checkpoint is the signing of chain checkpoints (checkpoint.go).
 	Checkpoint CheckpointConfig
+	// CrewCheckpointEvery is how many events of a crew run go between two
+	// of its state checkpoints (crew.go; one is also written after every
+	// handoff); 0 writes them at handoffs only.
+	CrewCheckpointEvery int
 	// TakeoverTimeout bounds each call of a takeover and each read of a
 	// step's record: short, and retried, so a fault does not stall a run
 	// for a whole CallTimeout.
@@ -105,6 +109,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.OpenAI.APIKey = os.Getenv("OPENAI_API_KEY")
 	fs.BoolVar(&c.OpenAI.Stream, "openai-stream", false, "stream openai:MODEL answers (server-sent events), recorded as stream_start / stream_chunk / stream_end")
 	c.Checkpoint.RegisterFlags(fs)
+	fs.IntVar(&c.CrewCheckpointEvery, "crew-checkpoint-every", 100, "events of a crew run between two state checkpoints (one also follows every handoff; 0: at handoffs only)")
 }
 
 // Validate checks the configuration and fills defaults.
@@ -123,6 +128,9 @@ func (c *Config) Validate() error {
 		c.MaxSteps = 50
 	}
 	errs = append(errs, c.checkStepLimits()...)
+	if c.CrewCheckpointEvery < 0 {
+		errs = append(errs, fmt.Errorf("-crew-checkpoint-every must not be negative"))
+	}
 	if c.MaxWatches < 0 {
 		errs = append(errs, fmt.Errorf("-max-watches must not be negative"))
 	}

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/crew"
 	"github.com/xct-dev/xct/internal/eventlog"
 	"github.com/xct-dev/xct/lctl"
 	"github.com/xct-dev/xct/lctl/xctevent"
@@ -33,8 +34,8 @@ func (s *Service) startRun(ctx context.Context, req *xctv1.StartRunRequest) (*ru
 	if req.GetGoal() == "" {
 		return nil, status.Error(codes.InvalidArgument, "goal is required")
 	}
-	if req.GetModel() == "" {
-		return nil, status.Error(codes.InvalidArgument, "model is required (scripted:FILE, openai:MODEL or grpc:ADDR)")
+	if req.GetModel() == "" && len(req.GetCrew()) == 0 {
+		return nil, status.Error(codes.InvalidArgument, "model is required (scripted:FILE, openai:MODEL or grpc:ADDR), or a crew file")
 	}
 	if req.GetMaxSteps() < 0 {
 		return nil, status.Error(codes.InvalidArgument, "max_steps must not be negative")
@@ -55,27 +56,49 @@ func (s *Service) startRun(ctx context.Context, req *xctv1.StartRunRequest) (*ru
 	if err != nil {
 		return nil, err
 	}
-	proposer, err := s.newProposer(req.GetModel())
-	if err != nil {
+	// A crew run proposes through its agents' models (crew.go); any other
+	// run through its one model.
+	model := req.GetModel()
+	var (
+		cr       *crewRun
+		proposer Proposer
+	)
+	if len(req.GetCrew()) > 0 {
+		c, err := loadCrew(req.GetCrewFile(), req.GetCrew())
+		if err != nil {
+			return nil, err
+		}
+		sess, err := crew.NewSession(c, id, nil, crew.SessionOptions{CheckpointEvery: s.cfg.CrewCheckpointEvery})
+		if err != nil {
+			return nil, status.Error(codes.InvalidArgument, err.Error())
+		}
+		model, cr = crewModelPrefix+c.Name, &crewRun{sess: sess, proposers: map[string]Proposer{}}
+	} else if proposer, err = s.newProposer(model); err != nil {
 		return nil, err
 	}
 	tools, err := s.toolCatalog(ctx)
 	if err != nil {
-		_ = proposer.Close()
+		closeProposer(proposer)
 		return nil, err
+	}
+	if cr != nil {
+		// Every tool an agent may propose must be in the catalog.
+		if err := cr.sess.Crew().CheckCatalog(tools); err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "crew file %s: %v", req.GetCrewFile(), err)
+		}
 	}
 	writer, err := s.events.NewChainWriter(id)
 	if err != nil {
-		_ = proposer.Close()
+		closeProposer(proposer)
 		return nil, err
 	}
 	rctx, rcancel := context.WithCancelCause(context.Background())
 	r := &run{
 		runSpec: runSpec{
 			id: id, tools: modelCatalog(tools), goal: req.GetGoal(), principal: principal, roles: roles,
-			labels: req.GetLabels(), maxSteps: maxSteps, model: req.GetModel(), started: time.Now(),
+			labels: req.GetLabels(), maxSteps: maxSteps, model: model, started: time.Now(),
 		},
-		svc: s, log: s.log, writer: writer, proposer: proposer,
+		svc: s, log: s.log, writer: writer, proposer: proposer, crew: cr,
 		ctx: rctx, cancel: rcancel, done: make(chan struct{}), release: make(chan struct{}),
 	}
 	s.mu.Lock()
@@ -83,7 +106,7 @@ func (s *Service) startRun(ctx context.Context, req *xctv1.StartRunRequest) (*ru
 		stopping := s.stopping
 		s.mu.Unlock()
 		rcancel(nil)
-		_ = proposer.Close()
+		closeProposer(proposer)
 		if stopping {
 			return nil, ErrStopping
 		}
@@ -97,27 +120,30 @@ func (s *Service) startRun(ctx context.Context, req *xctv1.StartRunRequest) (*ru
 		delete(s.active, id)
 		s.mu.Unlock()
 		rcancel(nil)
-		_ = proposer.Close()
+		closeProposer(proposer)
 		return nil, err
 	}
 	r.lease.set(rev)
-	err = r.record(agentOrchestrator, xctevent.RunStarted{
-		RunID: id, Goal: req.GetGoal(), Model: req.GetModel(), Principal: principal,
+	var started xctevent.Event = xctevent.RunStarted{
+		RunID: id, Goal: req.GetGoal(), Model: model, Principal: principal,
 		Roles: roles, Labels: req.GetLabels(), MaxSteps: maxSteps,
-	})
-	if err != nil {
+	}
+	if cr != nil {
+		started = crewStarted(started.(xctevent.RunStarted), cr.sess.Crew(), req.GetCrew())
+	}
+	if err = r.record(agentOrchestrator, started); err != nil {
 		s.mu.Lock()
 		delete(s.active, id)
 		s.mu.Unlock()
 		rcancel(nil)
-		_ = proposer.Close()
+		r.closeProposers()
 		s.abandonStart(r)
 		if errors.Is(err, eventlog.ErrConflict) {
 			return nil, fmt.Errorf("%w: %s", ErrRunExists, id)
 		}
 		return nil, err
 	}
-	s.log.Info("run started", "run", id, "model", req.GetModel(), "principal", principal)
+	s.log.Info("run started", "run", id, "model", model, "principal", principal)
 	r.startRunSpan(ctx)
 	s.launch(r)
 	return r, nil

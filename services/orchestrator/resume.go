@@ -168,13 +168,21 @@ func (s *Service) resume(parent context.Context, id string, rev uint64, reason, 
 	}
 	started, _ := xctevent.Parse(&events[0]).(xctevent.RunStarted)
 	model := started.Model
-	proposer, err := s.newProposer(model)
-	if err != nil {
+	var (
+		cr       *crewRun
+		proposer Proposer
+	)
+	if strings.HasPrefix(model, crewModelPrefix) {
+		// A crew run: its session is rebuilt from the chain (crew.go).
+		if cr, err = s.crewOfChain(id, events); err != nil {
+			return err
+		}
+	} else if proposer, err = s.newProposer(model); err != nil {
 		return err
 	}
 	tools, err := s.toolCatalog(ctx)
 	if err != nil {
-		_ = proposer.Close()
+		closeProposer(proposer)
 		return err
 	}
 	maxSteps := started.MaxSteps
@@ -187,7 +195,7 @@ func (s *Service) resume(parent context.Context, id string, rev uint64, reason, 
 			id: id, tools: modelCatalog(tools), goal: started.Goal, principal: started.Principal, labels: started.Labels,
 			maxSteps: maxSteps, roles: started.Roles, model: model, started: events[0].Time(),
 		},
-		svc: s, log: s.log, writer: writer, proposer: proposer,
+		svc: s, log: s.log, writer: writer, proposer: proposer, crew: cr,
 		ctx: rctx, cancel: rcancel, done: make(chan struct{}), release: make(chan struct{}),
 	}
 	r.lease.set(rev)
@@ -207,7 +215,7 @@ func (s *Service) resume(parent context.Context, id string, rev uint64, reason, 
 	if s.stopping {
 		s.mu.Unlock()
 		rcancel(nil)
-		_ = proposer.Close()
+		r.closeProposers()
 		return ErrStopping
 	}
 	s.active[id] = r
@@ -219,7 +227,7 @@ func (s *Service) resume(parent context.Context, id string, rev uint64, reason, 
 		delete(s.active, id)
 		s.mu.Unlock()
 		rcancel(nil)
-		_ = proposer.Close()
+		r.closeProposers()
 		s.runs.drop(id)
 		return err
 	}

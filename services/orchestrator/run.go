@@ -14,9 +14,11 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/crew"
 	"github.com/xct-dev/xct/internal/eventlog"
 	"github.com/xct-dev/xct/internal/redact"
 	"github.com/xct-dev/xct/internal/wire"
+	"github.com/xct-dev/xct/lctl"
 	"github.com/xct-dev/xct/lctl/text"
 	"github.com/xct-dev/xct/lctl/xctevent"
 )
@@ -42,7 +44,8 @@ type run struct {
 	svc      *Service
 	log      *slog.Logger
 	writer   *eventlog.ChainWriter
-	proposer Proposer
+	proposer Proposer // the run's model; nil for a crew run
+	crew     *crewRun // a crew run's session and models (crew.go)
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -127,8 +130,34 @@ func (r *run) record(agent string, ev xctevent.Event) error {
 	}
 	r.transcript.apply(&e)
 	r.svc.runs.apply(&e)
+	if err := r.observe(&e); err != nil {
+		return err
+	}
 	r.checkpointAfter(&e) // checkpoint.go
 	return nil
+}
+
+// observe folds an appended event into a crew run's session. The session
+// refusing an event the run wrote means the chain and the crew disagree:
+// the run stops as for a lost log.
+func (r *run) observe(e *lctl.Event) error {
+	if r.crew == nil {
+		return nil
+	}
+	if err := r.crew.sess.Observe(e); err != nil {
+		return fmt.Errorf("%w: %w", errLogLost, err)
+	}
+	return nil
+}
+
+// closeProposers closes the run's model clients.
+func (r *run) closeProposers() {
+	if r.proposer != nil {
+		_ = r.proposer.Close()
+	}
+	if r.crew != nil {
+		r.crew.close()
+	}
 }
 
 // loop is XCT protocol §5: context → one decision → validate → execute or
@@ -137,7 +166,7 @@ func (r *run) record(agent string, ev xctevent.Event) error {
 // only after its allow verdict was durably recorded.
 func (r *run) loop() {
 	defer close(r.done)
-	defer func() { _ = r.proposer.Close() }()
+	defer r.closeProposers()
 	status, message := r.steps()
 	defer r.endRunSpan(status, message)
 	switch status {
@@ -286,33 +315,41 @@ type iterationOutcome struct {
 // iterate runs one step. It returns an error only when the run must end.
 func (r *run) iterate(step int) (iterationOutcome, error) {
 	started := time.Now()
-	pctx, cancel := context.WithTimeout(r.ctx, r.svc.cfg.ProposeTimeout)
-	pctx, chat := r.startChat(pctx)
-	resp, err := r.proposer.Propose(pctx, &xctv1.ProposeRequest{
-		RunId:        r.id,
-		Goal:         r.goal,
-		Tools:        r.tools,
-		History:      r.transcript.history(),
-		Instructions: instructions,
-	})
-	r.endChat(chat, resp, err)
-	cancel()
-	if err != nil {
-		if cause := context.Cause(r.ctx); cause != nil {
-			return iterationOutcome{}, cause
+	var (
+		resp            *xctv1.ProposeResponse
+		agent, modelRef string
+		err             error
+	)
+	if r.crew != nil {
+		// The crew's agent in control proposes, on its model (crew.go).
+		if resp, agent, modelRef, err = r.crewPropose(step); err != nil {
+			return iterationOutcome{}, err
 		}
-		// The model endpoint failed: that is not model output, and there are
-		// no implicit retries. Record it and end the run.
-		e := wire.Errorf(wire.CodeGenerationFailed, "model %s did not answer: %v", r.proposer.Name(), err)
-		if rerr := r.record(r.proposer.Name(), errorEvent(step, "", e)); rerr != nil {
-			return iterationOutcome{}, rerr
+	} else {
+		agent, modelRef = r.proposer.Name(), r.model
+		resp, err = r.callModel(r.proposer, r.model, agent, &xctv1.ProposeRequest{
+			RunId:        r.id,
+			Goal:         r.goal,
+			Tools:        r.tools,
+			History:      r.transcript.history(),
+			Instructions: instructions,
+		})
+		if err != nil {
+			if cause := context.Cause(r.ctx); cause != nil {
+				return iterationOutcome{}, cause
+			}
+			// The model endpoint failed: that is not model output, and there are
+			// no implicit retries. Record it and end the run.
+			e := wire.Errorf(wire.CodeGenerationFailed, "model %s did not answer: %v", agent, err)
+			if rerr := r.record(agent, errorEvent(step, "", e)); rerr != nil {
+				return iterationOutcome{}, rerr
+			}
+			return iterationOutcome{}, fmt.Errorf("model %s did not answer: %w", agent, err)
 		}
-		return iterationOutcome{}, fmt.Errorf("model %s did not answer: %w", r.proposer.Name(), err)
 	}
 	tokens := xctevent.Tokens{Input: resp.GetUsage().GetInputTokens(), Output: resp.GetUsage().GetOutputTokens()}
 	r.tokensIn += resp.GetUsage().GetInputTokens()
 	r.tokensOut += resp.GetUsage().GetOutputTokens()
-	agent := r.proposer.Name()
 
 	decision, perr := wire.ParseDecision([]byte(resp.GetOutput()))
 	if perr != nil {
@@ -331,10 +368,35 @@ func (r *run) iterate(step int) (iterationOutcome, error) {
 		Step: step, StepID: stepID, Intent: ns.GetGoal(), InputSummary: summarizeProposal(ns.GetTool(), args),
 		Tool: ns.GetTool(), Arguments: args, Model: resp.GetModel(), Confidence: ns.Confidence,
 	}
-	if err := r.record(agent, proposed); err != nil {
+	var ev xctevent.Event = proposed
+	if r.crew != nil {
+		// The agent's profile, with the model that served the step.
+		ev = crew.Merge(proposed, r.crew.sess.StepStartFields(modelRef))
+	}
+	if err := r.record(agent, ev); err != nil {
 		return iterationOutcome{}, err
 	}
 	return r.finishStep(&openStep{step: step, stepID: stepID, ns: ns, args: args, agent: agent, tokens: tokens, started: started})
+}
+
+// callModel asks proposer p (model reference ref) for the next decision,
+// within the propose timeout. A proposer that streams hands its stream's
+// events to the chain as they come, recorded by agent.
+func (r *run) callModel(p Proposer, ref, agent string, req *xctv1.ProposeRequest) (*xctv1.ProposeResponse, error) {
+	pctx, cancel := context.WithTimeout(r.ctx, r.svc.cfg.ProposeTimeout)
+	defer cancel()
+	pctx, chat := r.startChat(pctx, ref)
+	var (
+		resp *xctv1.ProposeResponse
+		err  error
+	)
+	if sp, ok := p.(StreamingProposer); ok && sp.Streaming() {
+		resp, err = sp.ProposeStream(pctx, req, func(ev xctevent.Event) error { return r.record(agent, ev) })
+	} else {
+		resp, err = p.Propose(pctx, req)
+	}
+	r.endChat(chat, resp, err)
+	return resp, err
 }
 
 // openStep is a step whose step_start is on the chain, and what else of
@@ -419,12 +481,17 @@ func (r *run) recordInvalid(step int, agent, raw string, perr error, tokens xcte
 func (r *run) validate(step int, stepID string, ns *xctv1.NextStep) (*xctv1.Verdict, string) {
 	ctx, cancel := context.WithTimeout(r.traceCtx(context.Background()), r.svc.cfg.CallTimeout)
 	defer cancel()
-	resp, err := r.svc.validator.Validate(ctx, &xctv1.ValidateRequest{
+	req := &xctv1.ValidateRequest{
 		Run:      r.runContext(step),
 		Step:     int32(step),
 		StepId:   stepID,
 		Proposal: ns,
-	})
+	}
+	if r.crew != nil {
+		// The agent, its tools and the facts the proposal relies on.
+		req.Crew = r.crew.sess.CrewContext(ns.GetTool(), ns.GetArguments().AsMap(), ns.GetGoal())
+	}
+	resp, err := r.svc.validator.Validate(ctx, req)
 	if err == nil && resp.GetVerdict().GetDecision() != xctv1.VerdictDecision_VERDICT_DECISION_UNSPECIFIED {
 		return resp.GetVerdict(), agentValidator
 	}

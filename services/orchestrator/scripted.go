@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"go.yaml.in/yaml/v3"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/wire"
 )
 
 // Script is a scripted model: a list of decisions, one per turn. It is
@@ -26,11 +28,19 @@ import (
 //	      PERMISSION_DENIED: {next_step: {tool: fs.read, arguments: {path: notes.txt}, goal: read inside}}
 //	    next_step: {tool: fs.list, arguments: {}, goal: look around}
 //	  - raw: "not json"           # sent as is: shows a malformed output being repaired
+//	  - fail: RATE_LIMITED        # the call fails with this code (only for the model labelled large)
+//	    model: large
+//	    next_step: {tool: fs.list, arguments: {}, goal: look again}   # what the other models answer
 //	  - done: true
 //	    message: finished
+//
+// A reference scripted:FILE#LABEL plays FILE as the model LABEL: a crew's
+// model and its fallback can play one script, and a fail entry names the
+// label it fails for.
 type Script struct {
 	AgentName string        `yaml:"name" json:"name"`
 	Steps     []ScriptEntry `yaml:"steps" json:"steps"`
+	label     string        // the model this script plays (scripted:FILE#LABEL)
 }
 
 // ScriptEntry is one scripted turn.
@@ -41,6 +51,12 @@ type ScriptEntry struct {
 	Raw      *string                 `yaml:"raw,omitempty" json:"raw,omitempty"`
 	OnError  map[string]*ScriptEntry `yaml:"on_error,omitempty" json:"on_error,omitempty"`
 	Tokens   *ScriptTokens           `yaml:"tokens,omitempty" json:"tokens,omitempty"`
+	// Fail makes the call fail with this code (RATE_LIMITED, TIMEOUT,
+	// GENERATION_FAILED), as a model endpoint would, for the model whose
+	// label is Model (every model when Model is empty); the others answer
+	// the entry's decision.
+	Fail  string `yaml:"fail,omitempty" json:"fail,omitempty"`
+	Model string `yaml:"model,omitempty" json:"model,omitempty"`
 }
 
 // ScriptTokens is the token usage a scripted turn reports.
@@ -55,6 +71,16 @@ const MaxScriptBytes = 4 << 20
 // loadScript reads a script from dir/name. The file must stay inside dir:
 // a caller of StartRun cannot make the orchestrator read other files.
 func loadScript(dir, name string) (*Script, error) {
+	name, label, _ := strings.Cut(name, "#")
+	s, err := loadScriptFile(dir, name)
+	if err != nil {
+		return nil, err
+	}
+	s.label = label
+	return s, nil
+}
+
+func loadScriptFile(dir, name string) (*Script, error) {
 	if dir == "" {
 		dir = "."
 	}
@@ -113,6 +139,12 @@ func ParseScript(name string, raw []byte) (*Script, error) {
 
 func (e *ScriptEntry) check() error {
 	n := 0
+	if e.Fail != "" && e.Model == "" {
+		n++ // fails for every model: no decision
+	}
+	if e.Model != "" && e.Fail == "" {
+		return fmt.Errorf("model names the model a fail entry fails for; this entry has no fail")
+	}
 	if e.NextStep != nil {
 		n++
 	}
@@ -123,7 +155,7 @@ func (e *ScriptEntry) check() error {
 		n++
 	}
 	if n != 1 {
-		return fmt.Errorf("exactly one of next_step, done or raw is required")
+		return fmt.Errorf("exactly one of next_step, done, raw or fail (without model) is required")
 	}
 	for code, alt := range e.OnError {
 		if alt == nil || alt.OnError != nil {
@@ -168,7 +200,14 @@ func (s *Script) Propose(_ context.Context, req *xctv1.ProposeRequest) (*xctv1.P
 			}
 		}
 	}
-	resp := &xctv1.ProposeResponse{Output: entry.output(), Model: s.AgentName}
+	name := s.AgentName
+	if s.label != "" {
+		name += "#" + s.label
+	}
+	if entry.Fail != "" && (entry.Model == "" || entry.Model == s.label) {
+		return nil, &ModelError{Model: name, Code: wire.Code(entry.Fail), Msg: fmt.Sprintf("scripted failure (%s) at turn %d", entry.Fail, turn+1)}
+	}
+	resp := &xctv1.ProposeResponse{Output: entry.output(), Model: name}
 	if entry.Tokens != nil {
 		resp.Usage = &xctv1.Usage{InputTokens: entry.Tokens.Input, OutputTokens: entry.Tokens.Output}
 	}

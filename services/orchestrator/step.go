@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/crew"
 	"github.com/xct-dev/xct/internal/wire"
 	"github.com/xct-dev/xct/lctl/xctevent"
 )
@@ -37,6 +38,11 @@ func (r *run) finishStep(st *openStep) (iterationOutcome, error) {
 	switch {
 	case res.outcome != "":
 		// Recorded before a takeover.
+	case verdict.GetDecision() == xctv1.VerdictDecision_VERDICT_DECISION_ALLOW && r.crew != nil && crew.IsSystemTool(st.ns.GetTool()):
+		// The crew's own tools are carried out here, never by the executor.
+		if res, err = r.carrySystemTool(st); err != nil {
+			return iterationOutcome{}, err
+		}
 	case verdict.GetDecision() == xctv1.VerdictDecision_VERDICT_DECISION_ALLOW:
 		if res, err = r.actOnStep(st, verdict); err != nil {
 			return iterationOutcome{}, err
@@ -123,6 +129,9 @@ func (r *run) refuseStep(st *openStep, verdict *xctv1.Verdict, verdictAgent stri
 func (r *run) endStepRecord(st *openStep, verdict *xctv1.Verdict, res stepOutcome) (iterationOutcome, error) {
 	r.stepResult(res.outcome, res.summary)
 	if err := r.record(st.agent, st.end(res.outcome, res.summary)); err != nil {
+		return iterationOutcome{}, err
+	}
+	if err := r.crewCheckpoint(); err != nil { // crew.go
 		return iterationOutcome{}, err
 	}
 	if verdict.GetEndsRun() {

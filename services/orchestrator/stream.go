@@ -81,7 +81,7 @@ type ModelError struct {
 	Err error
 }
 
-func (e *ModelError) Error() string { return fmt.Sprintf("openai %s: %s", e.Model, e.Msg) }
+func (e *ModelError) Error() string { return fmt.Sprintf("model %s: %s", e.Model, e.Msg) }
 
 // Unwrap is the cause.
 func (e *ModelError) Unwrap() error { return e.Err }

@@ -42,7 +42,7 @@ func (r *run) startRunSpan(caller context.Context) {
 			semconv.GenAIOperationNameInvokeAgent,
 			semconv.GenAIConversationID(r.id),
 			attribute.String("xct.chain.id", r.id),
-			semconv.GenAIAgentName(r.proposer.Name()),
+			semconv.GenAIAgentName(r.agentName()),
 		))
 }
 
@@ -86,8 +86,8 @@ func (r *run) traceCtx(ctx context.Context) context.Context {
 }
 
 // startChat opens the span of one model call.
-func (r *run) startChat(ctx context.Context) (context.Context, trace.Span) {
-	provider, model, _ := strings.Cut(r.model, ":")
+func (r *run) startChat(ctx context.Context, ref string) (context.Context, trace.Span) {
+	provider, model, _ := strings.Cut(ref, ":")
 	return tracer().Start(r.traceCtx(ctx), "chat "+model,
 		trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(
@@ -143,4 +143,12 @@ func (r *run) endStep() {
 		r.stepSpan.End()
 		r.stepSpan = nil
 	}
+}
+
+// agentName names the run's agent in telemetry: its model's, or its crew.
+func (r *run) agentName() string {
+	if r.crew != nil {
+		return r.crew.sess.Crew().Name
+	}
+	return r.proposer.Name()
 }

@@ -567,7 +567,15 @@ type StartRunRequest struct {
 	// max_steps bounds the loop; 0 means the orchestrator's default.
 	MaxSteps int32 `protobuf:"varint,5,opt,name=max_steps,json=maxSteps,proto3" json:"max_steps,omitempty"`
 	// principal names who starts the run; "anonymous" when empty.
-	Principal     string `protobuf:"bytes,6,opt,name=principal,proto3" json:"principal,omitempty"`
+	Principal string `protobuf:"bytes,6,opt,name=principal,proto3" json:"principal,omitempty"`
+	// crew is a crew file (YAML, docs/crews.md) to run: its agents take
+	// turns, each proposing on the models its profile names, every proposal
+	// validated. model is then not used and may be empty. The file goes on
+	// the chain (run_started's crew.source), so any orchestrator can resume
+	// the run.
+	Crew []byte `protobuf:"bytes,7,opt,name=crew,proto3" json:"crew,omitempty"`
+	// crew_file names the crew file in error messages.
+	CrewFile      string `protobuf:"bytes,8,opt,name=crew_file,json=crewFile,proto3" json:"crew_file,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -640,6 +648,20 @@ func (x *StartRunRequest) GetMaxSteps() int32 {
 func (x *StartRunRequest) GetPrincipal() string {
 	if x != nil {
 		return x.Principal
+	}
+	return ""
+}
+
+func (x *StartRunRequest) GetCrew() []byte {
+	if x != nil {
+		return x.Crew
+	}
+	return nil
+}
+
+func (x *StartRunRequest) GetCrewFile() string {
+	if x != nil {
+		return x.CrewFile
 	}
 	return ""
 }
@@ -1115,14 +1137,16 @@ const file_xct_v1_orchestrator_proto_rawDesc = "" +
 	"\x05state\x18\x03 \x01(\x0e2\x11.xct.v1.StepStateR\x05state\x12,\n" +
 	"\bproposal\x18\x04 \x01(\v2\x10.xct.v1.NextStepR\bproposal\x12)\n" +
 	"\averdict\x18\x05 \x01(\v2\x0f.xct.v1.VerdictR\averdict\x12,\n" +
-	"\bresponse\x18\x06 \x01(\v2\x10.xct.v1.ResponseR\bresponse\"\x85\x02\n" +
+	"\bresponse\x18\x06 \x01(\v2\x10.xct.v1.ResponseR\bresponse\"\xb6\x02\n" +
 	"\x0fStartRunRequest\x12\x12\n" +
 	"\x04goal\x18\x01 \x01(\tR\x04goal\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12;\n" +
 	"\x06labels\x18\x03 \x03(\v2#.xct.v1.StartRunRequest.LabelsEntryR\x06labels\x12\x15\n" +
 	"\x06run_id\x18\x04 \x01(\tR\x05runId\x12\x1b\n" +
 	"\tmax_steps\x18\x05 \x01(\x05R\bmaxSteps\x12\x1c\n" +
-	"\tprincipal\x18\x06 \x01(\tR\tprincipal\x1a9\n" +
+	"\tprincipal\x18\x06 \x01(\tR\tprincipal\x12\x12\n" +
+	"\x04crew\x18\a \x01(\fR\x04crew\x12\x1b\n" +
+	"\tcrew_file\x18\b \x01(\tR\bcrewFile\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"1\n" +

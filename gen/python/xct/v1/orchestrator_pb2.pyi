@@ -123,7 +123,7 @@ class Run(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., goal: _Optional[str] = ..., model: _Optional[str] = ..., principal: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., status: _Optional[_Union[RunStatus, str]] = ..., message: _Optional[str] = ..., steps: _Optional[_Iterable[_Union[Step, _Mapping]]] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., last_seq: _Optional[int] = ..., input_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ...) -> None: ...
 
 class StartRunRequest(_message.Message):
-    __slots__ = ["goal", "labels", "max_steps", "model", "principal", "run_id"]
+    __slots__ = ["crew", "crew_file", "goal", "labels", "max_steps", "model", "principal", "run_id"]
     class LabelsEntry(_message.Message):
         __slots__ = ["key", "value"]
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -131,19 +131,23 @@ class StartRunRequest(_message.Message):
         key: str
         value: str
         def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    CREW_FIELD_NUMBER: _ClassVar[int]
+    CREW_FILE_FIELD_NUMBER: _ClassVar[int]
     GOAL_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
     MAX_STEPS_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    crew: bytes
+    crew_file: str
     goal: str
     labels: _containers.ScalarMap[str, str]
     max_steps: int
     model: str
     principal: str
     run_id: str
-    def __init__(self, goal: _Optional[str] = ..., model: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., run_id: _Optional[str] = ..., max_steps: _Optional[int] = ..., principal: _Optional[str] = ...) -> None: ...
+    def __init__(self, goal: _Optional[str] = ..., model: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., run_id: _Optional[str] = ..., max_steps: _Optional[int] = ..., principal: _Optional[str] = ..., crew: _Optional[bytes] = ..., crew_file: _Optional[str] = ...) -> None: ...
 
 class StartRunResponse(_message.Message):
     __slots__ = ["run"]

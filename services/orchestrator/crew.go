@@ -1,0 +1,214 @@
+package orchestrator
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"maps"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/crew"
+	"github.com/xct-dev/xct/internal/wire"
+	"github.com/xct-dev/xct/lctl"
+	"github.com/xct-dev/xct/lctl/xctevent"
+)
+
+// This file is a crew run's part of the loop (docs/crews.md, "The loop"):
+// the crew's session says which agent is in control, on which model, with
+// which tools and context; the loop proposes, validates and records as
+// for any run, and carries out the crew's system tools (facts.*,
+// xct.handoff) itself once they are allowed. Everything the session knows
+// comes from the chain, so a run resumed elsewhere continues the same.
+
+// crewRun is what a run of a crew adds to the loop.
+type crewRun struct {
+	sess *crew.Session
+	// proposers are the models the crew's agents were served by, one per
+	// model reference (closed with the run).
+	proposers map[string]Proposer
+}
+
+// crewModelPrefix starts the model a crew run records on run_started
+// ("crew:NAME"): the crew chooses the model per step.
+const crewModelPrefix = "crew:"
+
+// loadCrew reads a crew file given to StartRun: a problem in it is
+// InvalidArgument with every FILE:LINE problem.
+func loadCrew(name string, src []byte) (*crew.Crew, error) {
+	if name == "" {
+		name = "crew.yaml"
+	}
+	c, err := crew.Load(name, src)
+	var le *crew.LoadError
+	switch {
+	case errors.As(err, &le):
+		return nil, status.Errorf(codes.InvalidArgument, "crew file %s:\n%s", name, le.Error())
+	case err != nil:
+		return nil, status.Errorf(codes.InvalidArgument, "crew file %s: %v", name, err)
+	}
+	return c, nil
+}
+
+// crewStarted is run_started for a run of crew c read from src: the
+// crew's fields (name, sha256, entry, agents) and the file itself, so any
+// orchestrator can resume the run from its chain.
+func crewStarted(started xctevent.RunStarted, c *crew.Crew, src []byte) xctevent.Event {
+	fields := crew.RunStartedFields(c)
+	if m, ok := fields["crew"].(map[string]any); ok {
+		m = maps.Clone(m)
+		m["source"] = string(src)
+		fields["crew"] = m
+	}
+	return crew.Merge(started, fields)
+}
+
+// crewOfChain rebuilds the crew session of a run from its chain: the
+// crew file is on run_started, checked against its hash.
+func (s *Service) crewOfChain(id string, events []lctl.Event) (*crewRun, error) {
+	if len(events) == 0 {
+		return nil, nil
+	}
+	m, ok := events[0].Data["crew"].(map[string]any)
+	if !ok {
+		return nil, nil // not a crew run
+	}
+	src, _ := m["source"].(string)
+	name, _ := m["name"].(string)
+	sum := sha256.Sum256([]byte(src))
+	if want, _ := m["sha256"].(string); src == "" || want != hex.EncodeToString(sum[:]) {
+		return nil, fmt.Errorf("run %s: the crew file on its run_started is missing or does not match its sha256: the run cannot be resumed", id)
+	}
+	c, err := crew.Load(name+".yaml", []byte(src))
+	if err != nil {
+		return nil, fmt.Errorf("run %s: crew file on the chain: %w", id, err)
+	}
+	sess, err := crew.NewSession(c, id, events, crew.SessionOptions{CheckpointEvery: s.cfg.CrewCheckpointEvery})
+	if err != nil {
+		return nil, fmt.Errorf("run %s: %w", id, err)
+	}
+	return &crewRun{sess: sess, proposers: map[string]Proposer{}}, nil
+}
+
+// proposer is the proposer of model reference ref, made once per run.
+func (c *crewRun) proposer(s *Service, ref string) (Proposer, error) {
+	if p, ok := c.proposers[ref]; ok {
+		return p, nil
+	}
+	p, err := s.newProposer(ref)
+	if err != nil {
+		return nil, err
+	}
+	c.proposers[ref] = p
+	return p, nil
+}
+
+// closeProposer closes p unless it is nil.
+func closeProposer(p Proposer) {
+	if p != nil {
+		_ = p.Close()
+	}
+}
+
+// close closes the proposers the run made.
+func (c *crewRun) close() {
+	for _, p := range c.proposers {
+		_ = p.Close()
+	}
+}
+
+// crewPropose is iterate's model call for a crew run: the session's plan
+// for the agent in control (its routing recorded first), the agent's
+// catalog and brief, and on a failed call the crew's fallback model for
+// the same step, each fallback recorded as a model_routing. It returns
+// the response, the agent in control and the model reference that served
+// it. A run that must end (no model left, a failure the crew does not
+// route around) has its error recorded and returns an error.
+func (r *run) crewPropose(step int) (*xctv1.ProposeResponse, string, string, error) {
+	plan := r.crew.sess.Plan()
+	agent := plan.Agent.Name
+	req := &xctv1.ProposeRequest{
+		RunId: r.id, Goal: r.goal, Tools: r.crew.sess.Catalog(r.tools),
+		History: r.transcript.history(), Instructions: instructions + "\n\n" + plan.Brief,
+	}
+	var lastErr error
+	for {
+		if plan.Signal != nil {
+			e := plan.Signal.Proto()
+			if lastErr != nil {
+				e = wire.Errorf(wire.Code(FailureCode(lastErr)), "%s did not answer (%v), and the crew has no model to fall back on: %s",
+					agent, lastErr, plan.Signal.Message)
+			}
+			if err := r.record(agent, errorEvent(step, "", e)); err != nil {
+				return nil, agent, "", err
+			}
+			return nil, agent, "", errors.New(e.GetMessage())
+		}
+		if plan.Routing != nil {
+			if err := r.record(plan.Routing.Agent, *plan.Routing); err != nil {
+				return nil, agent, "", err
+			}
+		}
+		proposer, err := r.crew.proposer(r.svc, plan.Model)
+		var resp *xctv1.ProposeResponse
+		if err == nil {
+			resp, err = r.callModel(proposer, plan.Model, agent, req)
+		} else {
+			err = &ModelError{Model: plan.Model, Code: wire.CodeGenerationFailed, Msg: err.Error(), Err: err}
+		}
+		if err == nil {
+			return resp, agent, plan.Model, nil
+		}
+		if cause := context.Cause(r.ctx); cause != nil {
+			return nil, agent, "", cause
+		}
+		r.log.Info("crew model call failed", "run", r.id, "agent", agent, "model", plan.Model, "code", FailureCode(err))
+		lastErr = err
+		plan = r.crew.sess.Fallback(plan.Model, FailureCode(err))
+	}
+}
+
+// carrySystemTool carries out an allowed proposal of one of the crew's
+// system tools (facts.*, xct.handoff): the session's events are recorded,
+// then the result is staged as the step's tool_call, or the signal as its
+// error. The executor never sees these tools.
+func (r *run) carrySystemTool(st *openStep) (stepOutcome, error) {
+	out := r.crew.sess.Carry(st.agent, st.ns.GetTool(), st.args)
+	for _, e := range out.Events {
+		if err := r.record(e.Agent, e); err != nil {
+			return stepOutcome{}, err
+		}
+	}
+	if out.Signal != nil {
+		e := out.Signal.Proto()
+		if err := r.record(st.agent, errorEvent(st.step, st.stepID, e)); err != nil {
+			return stepOutcome{}, err
+		}
+		return stepOutcome{outcome: xctevent.OutcomeError, summary: e.GetCode() + ": " + e.GetMessage()}, nil
+	}
+	tc := xctevent.ToolCall{
+		Step: st.step, StepID: st.stepID, Tool: st.ns.GetTool(), Input: st.args, Output: out.Result,
+		Status: xctevent.ToolCallSuccess,
+	}
+	if tc.Input == nil {
+		tc.Input = map[string]any{}
+	}
+	return stepOutcome{outcome: xctevent.OutcomeSuccess, summary: "ok"}, r.record(st.agent, tc)
+}
+
+// crewCheckpoint records the crew's checkpoint when one is due: after a
+// handoff's step and every CrewCheckpointEvery events.
+func (r *run) crewCheckpoint() error {
+	if r.crew == nil {
+		return nil
+	}
+	cp, err := r.crew.sess.Checkpoint()
+	if err != nil || cp == nil {
+		return err
+	}
+	return r.record(cp.Agent, *cp)
+}
