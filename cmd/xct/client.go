@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/xct-dev/xct/examples"
 	lctlv1 "github.com/xct-dev/xct/gen/lctl/v1"
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/lctl/text"
@@ -177,16 +178,27 @@ func playDemo(ctx context.Context, id *identity, addr string, stdout io.Writer) 
 		return err
 	}
 	defer closeConn()
-	resp, err := client.StartRun(ctx, &xctv1.StartRunRequest{
+	for _, req := range []*xctv1.StartRunRequest{{
 		Goal:   "Switch the checkout service's deployment from blue to green",
 		Model:  "scripted:demo.yaml",
 		Labels: map[string]string{"demo": "true"},
-	})
-	if err != nil {
-		return rpcError("start demo", addr, err)
+	}, {
+		// A crew: three agents, facts, handoffs, contracts, a model fallback.
+		Goal:     "Find and fix the SQL injection in UserController.py",
+		Crew:     examples.CrewDemo,
+		CrewFile: "examples/crews/demo/crew.yaml",
+		Labels:   map[string]string{"demo": "crew"},
+	}} {
+		resp, err := client.StartRun(ctx, req)
+		if err != nil {
+			return rpcError("start demo", addr, err)
+		}
+		fmt.Fprintln(stdout)
+		if err := watch(ctx, id, client, addr, resp.GetRun().GetRunId(), stdout); err != nil {
+			return err
+		}
 	}
-	fmt.Fprintln(stdout)
-	return watch(ctx, id, client, addr, resp.GetRun().GetRunId(), stdout)
+	return nil
 }
 
 func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -93,8 +93,10 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			return fmt.Errorf("data directory: %w", err)
 		}
 	}
-	if err := os.WriteFile(filepath.Join(cfg.Orchestrator.ScriptsDir, "demo.yaml"), examples.DemoScript, 0o600); err != nil {
-		return fmt.Errorf("write demo script: %w", err)
+	for name, script := range map[string][]byte{"demo.yaml": examples.DemoScript, "crew-demo.yaml": examples.CrewDemoScript} {
+		if err := os.WriteFile(filepath.Join(cfg.Orchestrator.ScriptsDir, name), script, 0o600); err != nil {
+			return fmt.Errorf("write demo script: %w", err)
+		}
 	}
 
 	// Authentication is on: the principals' tokens are in the data dir

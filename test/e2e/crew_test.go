@@ -1,14 +1,20 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
+	"flag"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
-	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/xct-dev/xct/examples"
+	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/lctl"
 )
 
@@ -92,5 +98,101 @@ func TestCrewRun(t *testing.T) {
 	}
 	if code, out := lctlRun(nil, "verify", path); code != 0 {
 		t.Errorf("verify %d:\n%s", code, out)
+	}
+	if code, out := lctlRun(nil, "bottleneck", path); code != 0 || !strings.Contains(out, "fix-implementer") {
+		t.Errorf("bottleneck %d:\n%s", code, out)
+	}
+
+	// What lctl says of the crew's chain, word for word but for what
+	// changes from run to run (ids, times, hashes): golden files
+	// (go test ./test/e2e -run TestCrewRun -update writes them).
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"stats", []string{"stats", path}},
+		{"confidence", []string{"confidence", path}},
+		{"query", []string{"query", "SELECT * WHERE confidence >= 0.6 ORDER BY confidence DESC", path}},
+		{"validate-contracts", []string{"validate", "--contracts", "../../examples/crews/demo/crew.yaml", path}},
+		{"replay", []string{"replay", path}},
+	} {
+		_, out := lctlRun(nil, tc.args...)
+		checkGolden(t, "crew-"+tc.name, normalizeRun(out, run.GetRunId(), path))
+	}
+}
+
+var update = flag.Bool("update", false, "write the golden files under testdata/golden")
+
+// volatile are the parts of lctl's output that change from run to run.
+var volatile = []struct {
+	re   *regexp.Regexp
+	with string
+}{
+	{regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z`), "TIME"},
+	{regexp.MustCompile(`\d\d:\d\d:\d\d(\.\d+)?`), "CLOCK"},
+	{regexp.MustCompile(`sha256:[0-9a-f]+`), "HASH"},
+	{regexp.MustCompile(`[0-9a-f]{16,}`), "HASH"},
+	{regexp.MustCompile(`\d+(\.\d+)?\s?(ns|µs|ms|s|m)\b`), "DUR"},
+}
+
+func normalizeRun(out, runID, path string) string {
+	out = strings.ReplaceAll(out, path, "CHAIN.lctl.json")
+	out = strings.ReplaceAll(out, runID, "RUN")
+	for _, v := range volatile {
+		out = v.re.ReplaceAllString(out, v.with)
+	}
+	return out
+}
+
+// checkGolden compares got with testdata/golden/NAME.txt.
+func checkGolden(t *testing.T, name, got string) {
+	t.Helper()
+	file := filepath.Join("testdata", "golden", name+".txt")
+	if *update {
+		if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(file, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatalf("%v (write it with -update)", err)
+	}
+	if got != string(want) {
+		t.Errorf("%s differs from %s:\n--- got\n%s\n--- want\n%s", name, file, got, want)
+	}
+}
+
+// A crew the orchestrator cannot run is refused at StartRun with every
+// problem, and no run starts: a broken file, and a crew whose agents list
+// a tool the cluster does not have.
+func TestCrewRunRefused(t *testing.T) {
+	c := startCluster(t)
+	ctx := context.Background()
+	bad, err := os.ReadFile("../../internal/crew/testdata/invalid/confidence-above-one.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	unknownTool := strings.Replace(string(examples.CrewDemo), "tools: [fs.read, fs.write, facts.update, facts.query]", "tools: [fs.read, fs.write, db.drop, facts.update, facts.query]", 1)
+	for _, tc := range []struct {
+		name string
+		file []byte
+		want string
+	}{
+		{"confidence 1.7", bad, "bad.yaml:13: confidence.thresholds.proceed 1.7 is not in [0, 1]"},
+		{"a tool not in the catalog", []byte(unknownTool), "db.drop"},
+		{"not YAML", []byte("crew: [unclosed"), "bad.yaml"},
+	} {
+		_, err := c.orch.StartRun(ctx, &xctv1.StartRunRequest{Goal: "g", Crew: tc.file, CrewFile: "bad.yaml"})
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), tc.want) {
+			t.Errorf("%s: err = %v, want InvalidArgument naming %q", tc.name, err, tc.want)
+		}
+	}
+	runs, err := c.orch.ListRuns(ctx, &xctv1.ListRunsRequest{})
+	if err != nil || len(runs.GetRuns()) != 0 {
+		t.Fatalf("runs after refused starts: %v %v", runs.GetRuns(), err)
 	}
 }
