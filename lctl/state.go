@@ -80,6 +80,9 @@ type State struct {
 	// reducer recognized those types (docs/lctl.md, "State hash"); nil
 	// (a State not built by NewState) means UnknownTypes.
 	unfolded []uint64
+	// hc is what Hash wrote before (CacheHashes, state_canonical.go).
+	// Copies of a State (Clone, snapshots) start without it.
+	hc *hashCache
 }
 
 // The lists ToolCalls, Errors, UnknownTypes, unfolded, ContractValidations
@@ -131,6 +134,9 @@ type changeTrack struct {
 func (s *State) touchStep(i int) {
 	if s.track != nil {
 		s.track.steps[i] = struct{}{}
+	}
+	if s.hc != nil && i < s.hc.stepsClean {
+		s.hc.stepsClean = i
 	}
 }
 
@@ -314,6 +320,7 @@ func NewSummaryState(chainID string) *State {
 func (s *State) Clone() *State {
 	c := *s
 	c.track = nil
+	c.hc = nil
 	c.Facts = make(map[string]*Fact, len(s.Facts))
 	for id, f := range s.Facts {
 		c.Facts[id] = f.frozen()

@@ -15,13 +15,16 @@ import (
 // sorted key order, and streamed into the hash.
 func (s *State) Hash() (string, error) {
 	h := sha256.New()
-	w := canonWriter{h: h}
+	w := canonWriter{h: h, hc: s.hc}
 	w.buf.Grow(64 << 10)
 	w.state(s)
 	if w.err != nil {
 		return "", fmt.Errorf("hash state: %w", w.err)
 	}
 	w.flush()
+	if s.hc != nil {
+		s.hc.stepsClean = len(s.Steps)
+	}
 	return StateHashPrefix + hex.EncodeToString(h.Sum(nil)), nil
 }
 
@@ -37,6 +40,7 @@ func (s *State) canonicalJSON() ([]byte, error) {
 // when it is set.
 type canonWriter struct {
 	buf   bytes.Buffer
+	hc    *hashCache // nil: write everything
 	h     hash.Hash
 	err   error
 	comma bool // an object or list member was written at this level
@@ -148,32 +152,7 @@ func (w *canonWriter) state(s *State) {
 	w.key("chain_id")
 	w.str(s.ChainID)
 	w.key("contract_validations")
-	if s.ContractValidations == nil {
-		w.null()
-	} else {
-		w.open('[')
-		for i := range s.ContractValidations {
-			w.elem()
-			c := &s.ContractValidations[i]
-			w.open('{')
-			w.key("agent")
-			w.str(c.Agent)
-			w.key("contract")
-			w.str(c.Contract)
-			w.key("direction")
-			w.str(c.Direction)
-			w.key("seq")
-			w.uint(c.Seq)
-			w.key("status")
-			w.str(c.Status)
-			if len(c.Warnings) > 0 {
-				w.key("warnings")
-				w.strings(c.Warnings)
-			}
-			w.close('}')
-		}
-		w.close(']')
-	}
+	cachedList(w, w.hc.list(cacheContracts), s.ContractValidations, (*canonWriter).contractValidation)
 	w.key("current_step")
 	if c := s.CurrentStep; c == nil {
 		w.null()
@@ -202,41 +181,7 @@ func (w *canonWriter) state(s *State) {
 	w.key("duration_ms")
 	w.num(s.DurationMS)
 	w.key("errors")
-	if s.Errors == nil {
-		w.null()
-	} else {
-		w.open('[')
-		for i := range s.Errors {
-			w.elem()
-			r := &s.Errors[i]
-			w.open('{')
-			w.key("agent")
-			w.str(r.Agent)
-			w.key("category")
-			w.str(r.Category)
-			w.key("code")
-			w.str(r.Code)
-			w.key("message")
-			w.str(r.Message)
-			w.key("recoverable")
-			w.bool(r.Recoverable)
-			w.key("seq")
-			w.uint(r.Seq)
-			if r.Step != nil {
-				w.key("step")
-				w.int(*r.Step)
-			}
-			if r.StepID != "" {
-				w.key("step_id")
-				w.str(r.StepID)
-			}
-			w.key("type")
-			w.str(r.Type)
-			w.close('}')
-			w.maybeFlush()
-		}
-		w.close(']')
-	}
+	cachedList(w, w.hc.list(cacheErrors), s.Errors, (*canonWriter).errorRecord)
 	w.key("event_count")
 	w.int(int64(s.EventCount))
 	w.key("event_types")
@@ -267,7 +212,7 @@ func (w *canonWriter) state(s *State) {
 			w.comma = true
 			w.str(id)
 			w.buf.WriteByte(':')
-			w.fact(s.Facts[id])
+			w.fact(id, s.Facts[id])
 			w.maybeFlush()
 		}
 		w.close('}')
@@ -281,50 +226,13 @@ func (w *canonWriter) state(s *State) {
 	w.key("last_timestamp")
 	w.str(s.LastTimestamp)
 	w.key("model_routings")
-	if s.ModelRoutings == nil {
-		w.null()
-	} else {
-		w.open('[')
-		for i := range s.ModelRoutings {
-			w.elem()
-			r := &s.ModelRoutings[i]
-			w.open('{')
-			w.key("agent")
-			w.str(r.Agent)
-			if len(r.Alternatives) > 0 {
-				w.key("alternatives")
-				w.strings(r.Alternatives)
-			}
-			if r.Confidence != nil {
-				w.key("confidence")
-				w.num(*r.Confidence)
-			}
-			w.key("decision")
-			w.str(r.Decision)
-			w.key("reason")
-			w.str(r.Reason)
-			w.key("seq")
-			w.uint(r.Seq)
-			w.close('}')
-		}
-		w.close(']')
-	}
+	cachedList(w, w.hc.list(cacheRoutings), s.ModelRoutings, (*canonWriter).modelRouting)
 	w.key("run")
 	w.run(s.Run)
 	w.key("seq")
 	w.uint(s.Seq)
 	w.key("steps")
-	if s.Steps == nil {
-		w.null()
-	} else {
-		w.open('[')
-		for i := range s.Steps {
-			w.elem()
-			w.step(&s.Steps[i])
-			w.maybeFlush()
-		}
-		w.close(']')
-	}
+	cachedList(w, w.hc.stepList(), s.Steps, (*canonWriter).step)
 	w.key("stream")
 	st := &s.Stream
 	w.open('{')
@@ -346,53 +254,119 @@ func (w *canonWriter) state(s *State) {
 	w.key("tokens")
 	w.tokens(&s.Tokens)
 	w.key("tool_calls")
-	if s.ToolCalls == nil {
-		w.null()
-	} else {
-		w.open('[')
-		for i := range s.ToolCalls {
-			w.elem()
-			tc := &s.ToolCalls[i]
-			w.open('{')
-			w.key("agent")
-			w.str(tc.Agent)
-			w.key("duration_ms")
-			w.num(tc.DurationMS)
-			w.key("seq")
-			w.uint(tc.Seq)
-			if tc.Status != "" {
-				w.key("status")
-				w.str(tc.Status)
-			}
-			if tc.Step != nil {
-				w.key("step")
-				w.int(*tc.Step)
-			}
-			if tc.StepID != "" {
-				w.key("step_id")
-				w.str(tc.StepID)
-			}
-			w.key("tool")
-			w.str(tc.Tool)
-			w.close('}')
-			w.maybeFlush()
-		}
-		w.close(']')
-	}
+	cachedList(w, w.hc.list(cacheToolCalls), s.ToolCalls, (*canonWriter).toolCall)
 	// unknown_types is the seqs of the events not folded into a field, as
 	// it was before the reducer recognized handoff and XCT's extension
 	// types: checkpoints written then still verify (docs/lctl.md).
 	w.key("unknown_types")
-	if unknown := s.hashedUnknown(); unknown == nil {
-		w.null()
-	} else {
-		w.open('[')
-		for _, seq := range unknown {
-			w.elem()
-			w.uint(seq)
-		}
-		w.close(']')
+	cachedList(w, w.hc.list(cacheUnknown), s.hashedUnknown(), func(w *canonWriter, seq *uint64) { w.uint(*seq) })
+	w.close('}')
+}
+
+func (w *canonWriter) contractValidation(c *ContractValidation) {
+	w.open('{')
+	w.key("agent")
+	w.str(c.Agent)
+	w.key("contract")
+	w.str(c.Contract)
+	w.key("direction")
+	w.str(c.Direction)
+	w.key("seq")
+	w.uint(c.Seq)
+	w.key("status")
+	w.str(c.Status)
+	if len(c.Warnings) > 0 {
+		w.key("warnings")
+		w.strings(c.Warnings)
 	}
+	w.close('}')
+}
+
+func (w *canonWriter) errorRecord(r *ErrorRecord) {
+	w.open('{')
+	w.key("agent")
+	w.str(r.Agent)
+	w.key("category")
+	w.str(r.Category)
+	w.key("code")
+	w.str(r.Code)
+	w.key("message")
+	w.str(r.Message)
+	w.key("recoverable")
+	w.bool(r.Recoverable)
+	w.key("seq")
+	w.uint(r.Seq)
+	if r.Step != nil {
+		w.key("step")
+		w.int(*r.Step)
+	}
+	if r.StepID != "" {
+		w.key("step_id")
+		w.str(r.StepID)
+	}
+	w.key("type")
+	w.str(r.Type)
+	w.close('}')
+}
+
+func (w *canonWriter) modelRouting(r *ModelRouting) {
+	w.open('{')
+	w.key("agent")
+	w.str(r.Agent)
+	if len(r.Alternatives) > 0 {
+		w.key("alternatives")
+		w.strings(r.Alternatives)
+	}
+	if r.Confidence != nil {
+		w.key("confidence")
+		w.num(*r.Confidence)
+	}
+	w.key("decision")
+	w.str(r.Decision)
+	w.key("reason")
+	w.str(r.Reason)
+	w.key("seq")
+	w.uint(r.Seq)
+	w.close('}')
+}
+
+func (w *canonWriter) toolCall(tc *ToolCall) {
+	w.open('{')
+	w.key("agent")
+	w.str(tc.Agent)
+	w.key("duration_ms")
+	w.num(tc.DurationMS)
+	w.key("seq")
+	w.uint(tc.Seq)
+	if tc.Status != "" {
+		w.key("status")
+		w.str(tc.Status)
+	}
+	if tc.Step != nil {
+		w.key("step")
+		w.int(*tc.Step)
+	}
+	if tc.StepID != "" {
+		w.key("step_id")
+		w.str(tc.StepID)
+	}
+	w.key("tool")
+	w.str(tc.Tool)
+	w.close('}')
+}
+
+func (w *canonWriter) factChange(h *FactChange) {
+	w.open('{')
+	w.key("agent")
+	w.str(h.Agent)
+	w.key("confidence")
+	w.optFloat(h.Confidence)
+	w.key("reason")
+	w.str(h.Reason)
+	w.key("seq")
+	w.uint(h.Seq)
+	w.key("text")
+	w.str(h.Text)
 	w.close('}')
 }
 
@@ -405,7 +379,7 @@ func (w *canonWriter) tokens(t *Tokens) {
 	w.close('}')
 }
 
-func (w *canonWriter) fact(f *Fact) {
+func (w *canonWriter) fact(id string, f *Fact) {
 	if f == nil {
 		w.null()
 		return
@@ -414,28 +388,7 @@ func (w *canonWriter) fact(f *Fact) {
 	w.key("confidence")
 	w.optFloat(f.Confidence)
 	w.key("history")
-	if f.History == nil {
-		w.null()
-	} else {
-		w.open('[')
-		for i := range f.History {
-			w.elem()
-			h := &f.History[i]
-			w.open('{')
-			w.key("agent")
-			w.str(h.Agent)
-			w.key("confidence")
-			w.optFloat(h.Confidence)
-			w.key("reason")
-			w.str(h.Reason)
-			w.key("seq")
-			w.uint(h.Seq)
-			w.key("text")
-			w.str(h.Text)
-			w.close('}')
-		}
-		w.close(']')
-	}
+	cachedList(w, w.hc.history(id), f.History, (*canonWriter).factChange)
 	w.key("source")
 	w.str(f.Source)
 	if len(f.Tags) > 0 {
@@ -541,4 +494,150 @@ func (w *canonWriter) step(st *Step) {
 	w.key("tool")
 	w.str(st.Tool)
 	w.close('}')
+}
+
+// CacheHashes makes the state keep what Hash writes, for the next Hash
+// (see hashCache): for a state hashed at every checkpoint of a long chain
+// (verify, a session writing checkpoints). It costs memory about the size
+// of the state's JSON.
+func (s *State) CacheHashes() {
+	if s.hc == nil {
+		s.hc = &hashCache{}
+	}
+}
+
+// The hash cache. A checkpoint's state hash covers the whole state, which
+// grows with the chain, so hashing it at every checkpoint is quadratic in
+// the chain whatever is done (see docs/performance.md); what can be
+// avoided is writing the same JSON again. A State told to (CacheHashes)
+// keeps the canonical JSON of its lists' elements: the append-only lists (tool calls, errors, contract checks,
+// model routings, the unfolded seqs, each fact's history) only ever get
+// new elements, and a step changes in place only through stepFor and
+// applyStepStart, which mark it (touchStep). Each hash then writes only
+// what is new or changed and feeds the rest to SHA-256 as it is: the same
+// bytes, so the same hash.
+type hashCache struct {
+	lists [numCachedLists]listCache // the append-only lists
+	steps listCache
+	// stepsClean is how many leading steps are unchanged since the last
+	// hash.
+	stepsClean int
+	facts      map[string]*listCache // by fact id: an add keeps the history
+}
+
+// listCache is the canonical JSON of a list's first n elements, joined
+// by commas; ends[i] is where element i ends (kept for steps only). base
+// is the list's first element: another array means another list.
+type listCache struct {
+	base  any
+	n     int
+	bytes []byte
+	ends  []int
+	keep  bool // keep ends
+}
+
+// The append-only lists a hashCache keeps.
+const (
+	cacheContracts = iota
+	cacheErrors
+	cacheRoutings
+	cacheToolCalls
+	cacheUnknown
+	numCachedLists
+)
+
+func (c *hashCache) list(k int) *listCache {
+	if c == nil {
+		return nil
+	}
+	return &c.lists[k]
+}
+
+func (c *hashCache) stepList() *listCache {
+	if c == nil {
+		return nil
+	}
+	c.steps.keep = true
+	if c.stepsClean < c.steps.n {
+		// Steps changed in place from stepsClean on: their JSON is
+		// written again.
+		c.steps.n = c.stepsClean
+		end := 0
+		if c.stepsClean > 0 {
+			end = c.steps.ends[c.stepsClean-1]
+		}
+		c.steps.bytes = c.steps.bytes[:end]
+		c.steps.ends = c.steps.ends[:c.stepsClean]
+	}
+	return &c.steps
+}
+
+func (c *hashCache) history(id string) *listCache {
+	if c == nil {
+		return nil
+	}
+	if c.facts == nil {
+		c.facts = map[string]*listCache{}
+	}
+	l := c.facts[id]
+	if l == nil {
+		l = &listCache{}
+		c.facts[id] = l
+	}
+	return l
+}
+
+// cachedList writes l as a JSON list (null when nil), from c when it has
+// its first elements.
+func cachedList[T any](w *canonWriter, c *listCache, l []T, write func(*canonWriter, *T)) {
+	if l == nil {
+		w.null()
+		return
+	}
+	if c == nil {
+		w.open('[')
+		for i := range l {
+			w.elem()
+			write(w, &l[i])
+			w.maybeFlush()
+		}
+		w.close(']')
+		return
+	}
+	if len(l) > 0 {
+		if base, _ := c.base.(*T); base != &l[0] || c.n > len(l) {
+			c.n, c.bytes, c.ends = 0, c.bytes[:0], c.ends[:0]
+		}
+		c.base = &l[0]
+	} else {
+		c.base, c.n, c.bytes, c.ends = nil, 0, c.bytes[:0], c.ends[:0]
+	}
+	if c.n < len(l) {
+		cw := canonWriter{comma: c.n > 0}
+		cw.buf = *bytes.NewBuffer(c.bytes)
+		for i := c.n; i < len(l); i++ {
+			cw.elem()
+			write(&cw, &l[i])
+			if c.keep {
+				c.ends = append(c.ends, cw.buf.Len())
+			}
+		}
+		if cw.err != nil && w.err == nil {
+			w.err = cw.err
+		}
+		c.bytes, c.n = cw.buf.Bytes(), len(l)
+	}
+	w.open('[')
+	w.raw(c.bytes)
+	w.close(']')
+}
+
+// raw writes bytes that are canonical JSON already.
+func (w *canonWriter) raw(b []byte) {
+	if w.h != nil && len(b) > 4<<10 {
+		w.flush()
+		w.h.Write(b)
+		return
+	}
+	w.buf.Write(b)
 }

@@ -49,3 +49,46 @@ func TestStateCanonicalMatchesGeneric(t *testing.T) {
 		}
 	}
 }
+
+// TestStateHashCache: a state hashed again and again while events are
+// applied (what verify and a session do) keeps what it wrote; every hash
+// equals that of a copy hashed from scratch. Random chains (steps
+// revisited, facts re-added, lists of every kind), an XCT chain and the
+// generated workflow, hashed at irregular points.
+func TestStateHashCache(t *testing.T) {
+	chains := map[string][]lctl.Event{
+		"workflow": lctltest.Workflow("w", 4000, lctltest.WorkflowOptions{}),
+		"xct":      xctChain(t),
+	}
+	for seed := uint64(1); seed <= 30; seed++ {
+		rng := rand.New(rand.NewPCG(seed, 7))
+		chains["random-"+string(rune('a'+seed%26))+string(rune('0'+seed/26))] = randomChain(rng, 50+rng.IntN(400))
+	}
+	for name, events := range chains {
+		rng := rand.New(rand.NewPCG(uint64(len(events)), 3))
+		s := lctl.NewState("c")
+		s.CacheHashes()
+		hashes := 0
+		for i := range events {
+			s.Apply(&events[i])
+			if rng.IntN(7) != 0 && i != len(events)-1 && len(events) > 40 {
+				continue
+			}
+			got, err := s.Hash()
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := s.Clone().Hash() // a copy starts without the cache
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != want {
+				t.Fatalf("%s: after event %d (hash %d): cached %s, from scratch %s", name, i+1, hashes, got, want)
+			}
+			hashes++
+		}
+		if hashes < 3 {
+			t.Errorf("%s: only %d hashes", name, hashes)
+		}
+	}
+}

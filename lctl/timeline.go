@@ -194,6 +194,7 @@ type listHeads struct {
 func (sn *snapshot) replay(tail []Event, live listHeads, withSteps bool) *State {
 	s := sn.base // copies the scalars and list headers
 	s.track = nil
+	s.hc = nil
 	s.Facts = make(map[string]*Fact, len(sn.base.Facts))
 	for id, f := range sn.base.Facts {
 		s.Facts[id] = f.frozen()
@@ -306,6 +307,7 @@ func (t *Timeline) snapshotLocked() {
 
 	base := *live
 	base.track = nil
+	base.hc = nil
 	base.idx = nil
 	base.Steps = nil
 	base.Facts = facts

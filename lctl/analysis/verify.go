@@ -205,6 +205,7 @@ func seqSpan(lo, hi uint64) string {
 // state before it.
 func verifyCheckpoints(chainID string, events []lctl.Event) (problems []lctl.Problem, summary string, notes []string) {
 	s := lctl.NewState(chainID)
+	s.CacheHashes()
 	checked, total := 0, 0
 	for i := range events {
 		e := &events[i]

@@ -36,7 +36,9 @@ type StreamVerifier struct {
 
 // NewStreamVerifier returns a verifier before the first event.
 func NewStreamVerifier(chainID string) *StreamVerifier {
-	return &StreamVerifier{chainID: chainID, state: lctl.NewState(chainID), started: -1, finished: -1}
+	s := lctl.NewState(chainID)
+	s.CacheHashes() // hashed at every checkpoint with a state hash
+	return &StreamVerifier{chainID: chainID, state: s, started: -1, finished: -1}
 }
 
 // NewStreamVerifierSummary is NewStreamVerifier keeping the state without

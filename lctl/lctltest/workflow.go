@@ -127,6 +127,7 @@ func genWorkflow(chainID string, n int, opts WorkflowOptions, emit func(*lctl.Ev
 	var state *lctl.State
 	if opts.StateHashes {
 		state = lctl.NewState(chainID)
+		state.CacheHashes()
 	}
 	var err error
 	add := func(typ, agent string, data map[string]any) {

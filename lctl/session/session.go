@@ -211,6 +211,7 @@ func (s *Session) State() *lctl.State {
 func (s *Session) Checkpoint(ctx context.Context) (lctl.Event, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.state.CacheHashes() // the next checkpoint writes only what changed
 	data, err := lctl.CheckpointData(s.state)
 	if err != nil {
 		return lctl.Event{}, fmt.Errorf("lctl session %s: checkpoint: %w", s.chainID, err)
