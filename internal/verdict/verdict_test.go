@@ -1,6 +1,7 @@
 package verdict
 
 import (
+	"math"
 	"os"
 	"path/filepath"
 	"testing"
@@ -107,7 +108,7 @@ func TestStepIDOfCanonicalArguments(t *testing.T) {
 		nil,
 		{},
 		{"path": "a", "n": 1.5, "nested": map[string]any{"z": []any{true, nil, "é"}}},
-		{"\u2028": "line\nsep\t\"q\"\\", "big": 1e21, "tiny": 5e-324, "neg": -0.0, "emoji": "\U0001F600", "ctl": "\x01\x1f"},
+		{"\u2028": "line\nsep\t\"q\"\\", "big": 1e21, "tiny": 5e-324, "neg": math.Copysign(0, -1), "emoji": "\U0001F600", "ctl": "\x01\x1f"},
 		{"b": []any{}, "a": map[string]any{}, "aa": []any{[]any{[]any{1.0}}}},
 	}
 	runs := []string{"run", "", "ru\"n\\", "\u00e9t\u00e9", "\x7f<>&"}
