@@ -274,8 +274,9 @@ var (
 )
 
 // modelKinds are the model references a crew may name (the orchestrator's
-// proposers).
-var modelKinds = []string{"scripted", "openai", "grpc"}
+// proposers; func:NAME is a proposer a Go program embedding the
+// orchestrator registered, orchestrator.WithProposer).
+var modelKinds = []string{"scripted", "openai", "grpc", "func"}
 
 func checkModelRef(ref string) string {
 	kind, arg, ok := strings.Cut(ref, ":")
