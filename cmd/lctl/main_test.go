@@ -41,6 +41,7 @@ func lctl(t *testing.T, args ...string) (int, string, string) {
 }
 
 func TestProcessExitCodes(t *testing.T) {
+	t.Parallel()
 	const chains = "../../lctl/cli/testdata/chains/"
 	tests := []struct {
 		args []string
@@ -65,6 +66,7 @@ func TestProcessExitCodes(t *testing.T) {
 // TestDebugStopsOnSIGTERM runs `lctl debug` as a process: it serves until
 // SIGTERM, then shuts down gracefully and exits 0.
 func TestDebugStopsOnSIGTERM(t *testing.T) {
+	t.Parallel()
 	cmd := exec.Command(os.Args[0], "debug", "--addr", "127.0.0.1:0", "--open=false", "../../lctl/cli/testdata/chains/review-v1.lctl.json")
 	cmd.Env = append(os.Environ(), "LCTL_TEST_AS_MAIN=1")
 	stdout, err := cmd.StdoutPipe()

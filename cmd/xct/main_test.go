@@ -10,6 +10,7 @@ import (
 )
 
 func TestFlagsFromEnvironment(t *testing.T) {
+	t.Parallel()
 	env := map[string]string{
 		"XCT_NATS":           "nats://nats:4222",
 		"XCT_CALL_TIMEOUT":   "5s",
@@ -43,6 +44,7 @@ func TestFlagsFromEnvironment(t *testing.T) {
 }
 
 func TestFlagsAfterPositionalArguments(t *testing.T) {
+	t.Parallel()
 	fs := flag.NewFlagSet("t", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	as := fs.String("as", "me", "")

@@ -28,6 +28,7 @@ handoffs: {entry: finder, max_depth: 2, cycles: forbid}
 // with the crew's state rebuilt from the chain alone: the agent in control
 // (after a handoff), the facts and their assessors. Every step runs once.
 func TestCrewRunHandedOver(t *testing.T) {
+	t.Parallel()
 	model := newGatedModel(
 		`{"next_step": {"tool": "facts.add", "arguments": {"id": "F1", "text": "a finding", "confidence": 0.9, "source": "scan"}, "goal": "record it"}}`,
 		`{"next_step": {"tool": "xct.handoff", "arguments": {"to": "checker", "summary": "check F1"}, "goal": "hand over"}}`,

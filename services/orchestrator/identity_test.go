@@ -18,6 +18,7 @@ func as(ctx context.Context, name string, roles ...string) context.Context {
 }
 
 func TestActingPrincipal(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	tests := []struct {
 		name, requested string

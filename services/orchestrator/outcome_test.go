@@ -154,6 +154,7 @@ func (f *outcomeFixture) agree(id string, events []lctl.Event) {
 // "not executed", and the retrying model deployed twice. Now the step is in
 // doubt until the executor's record is read: the tool's real outcome.
 func TestExecutorKilledMidCallIsNotNotExecuted(t *testing.T) {
+	t.Parallel()
 	f := newOutcomeFixture(t, time.Minute)
 	gate := f.charge.gate(1)
 	a, _ := f.orch("orch-a", retryModel{newGatedModel()})
@@ -172,6 +173,7 @@ func TestExecutorKilledMidCallIsNotNotExecuted(t *testing.T) {
 // step_in_doubt event), and once NATS is back the record holds the real
 // result, which is what the chain and the model get.
 func TestActedButUnrecordedWaitsForTheRecord(t *testing.T) {
+	t.Parallel()
 	f := newOutcomeFixture(t, time.Minute)
 	gate := f.charge.gate(1)
 	a, _ := f.orch("orch-a", retryModel{newGatedModel()})
@@ -193,6 +195,7 @@ func TestActedButUnrecordedWaitsForTheRecord(t *testing.T) {
 // model deployed again. Now the new owner waits for the record and records
 // its result: one deploy.
 func TestTakeoverWhileTheRecordIsUnreadable(t *testing.T) {
+	t.Parallel()
 	f := newOutcomeFixture(t, time.Minute)
 	gate := f.charge.gate(1)
 	model := retryModel{newGatedModel()}
@@ -228,6 +231,7 @@ func TestTakeoverWhileTheRecordIsUnreadable(t *testing.T) {
 // the run waits, visibly IN_DOUBT, until a human resolves the step, then
 // goes on with the human's result; the tool is never run again.
 func TestInDoubtWaitsForResolve(t *testing.T) {
+	t.Parallel()
 	f := newOutcomeFixture(t, 300*time.Millisecond)
 	gate := f.charge.gate(1)
 	a, _ := f.orch("orch-a", retryModel{newGatedModel()})
@@ -320,6 +324,7 @@ func entered[T any](t *testing.T, ch <-chan T) {
 // doubt (the settle loop tries again later), never the validator's
 // "not executed". Without an earlier attempt the refusal is the outcome.
 func TestNoFreshVerdictForAnEarlierAttemptIsStillInDoubt(t *testing.T) {
+	t.Parallel()
 	down := wire.Errorf(wire.CodeValidatorUnavailable, "validator unreachable; the step was not executed")
 	e := stillInDoubt(3, "pending past its deadline", down)
 	if !unknownOutcome(e) || e.GetCode() != string(wire.CodeInDoubt) || !notStarted(e) {

@@ -31,6 +31,7 @@ steps:
 `
 
 func TestScriptIsStateless(t *testing.T) {
+	t.Parallel()
 	s, err := ParseScript("t.yaml", []byte(testScript))
 	if err != nil {
 		t.Fatal(err)
@@ -73,6 +74,7 @@ func TestScriptIsStateless(t *testing.T) {
 }
 
 func TestParseScriptErrors(t *testing.T) {
+	t.Parallel()
 	tests := []struct{ name, in, want string }{
 		{"unknown field", "steps:\n  - next_stp: {}\n", "line 2"},
 		{"empty", "name: x\n", "no steps"},
@@ -90,6 +92,7 @@ func TestParseScriptErrors(t *testing.T) {
 }
 
 func TestLoadScriptStaysInsideScriptsDir(t *testing.T) {
+	t.Parallel()
 	base := t.TempDir()
 	dir := filepath.Join(base, "scripts")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -121,6 +124,7 @@ func TestLoadScriptStaysInsideScriptsDir(t *testing.T) {
 }
 
 func TestTranscriptIsAFoldOverTheChain(t *testing.T) {
+	t.Parallel()
 	events := []lctl.Event{
 		{Seq: 1, Type: lctl.TypeRunStarted, Data: map[string]any{}},
 		{Seq: 2, Type: lctl.TypeStepStart, Data: map[string]any{"step": 1.0, "tool": "fs.read", "arguments": map[string]any{"path": "a"}, "intent": "read"}},
@@ -155,6 +159,7 @@ func TestTranscriptIsAFoldOverTheChain(t *testing.T) {
 }
 
 func TestOpenAIProposerSpeaksChatCompletions(t *testing.T) {
+	t.Parallel()
 	var got chatRequest
 	var auth string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -201,6 +206,7 @@ func TestOpenAIProposerSpeaksChatCompletions(t *testing.T) {
 }
 
 func TestOpenAIProposerErrors(t *testing.T) {
+	t.Parallel()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/limited/chat/completions":

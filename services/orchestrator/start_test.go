@@ -26,6 +26,7 @@ import (
 // ALREADY_EXISTS for a run that had no chain: the failed start had left
 // its owner key behind. A retry now gets the run.
 func TestStartRunRetryAfterAFailedStart(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, newGatedModel())
 	a, _ := f.orchestrator("orch-a", time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -134,6 +135,7 @@ func blackHole(t *testing.T) string {
 // XCT_TOOLS bucket when the executor cannot list it: the run is resumed
 // within seconds and finishes.
 func TestTakeoverBoundedWhileTheExecutorHangs(t *testing.T) {
+	t.Parallel()
 	model := newGatedModel(step("test.count", 1))
 	f := newFixture(t, model)
 	gate := model.gate(1) // A is asked for step 2 and hangs there

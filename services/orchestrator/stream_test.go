@@ -113,6 +113,7 @@ func streamer(t *testing.T, url string, now func() time.Time) *openAIProposer {
 // recorded as a few chunks of at least 256 bytes, between stream_start
 // and stream_end, and read by lctl as one stream with its tokens.
 func TestStreamCoalesces(t *testing.T) {
+	t.Parallel()
 	answer := `{"next_step": {"tool": "fs.write", "arguments": {"path": "UserController.py", "content": "` + strings.Repeat("cursor.execute(query, (user_id,)) ", 40) + `"}, "goal": "fix F1"}}`
 	url := sse(t, func(w http.ResponseWriter, r *http.Request, flush func(string)) {
 		flush(": keep-alive comment\n\n")
@@ -164,6 +165,7 @@ func TestStreamCoalesces(t *testing.T) {
 // sends; past StreamMaxRecordBytes the text is not recorded (the answer
 // is still whole); a slow stream closes chunks by time.
 func TestStreamBounds(t *testing.T) {
+	t.Parallel()
 	big := strings.Repeat("x", 300)
 	n := 100 << 10 / len(big)
 	url := sse(t, func(w http.ResponseWriter, r *http.Request, flush func(string)) {
@@ -217,6 +219,7 @@ func TestStreamBounds(t *testing.T) {
 // TestStreamFailures: each broken stream is a clear error with the code
 // routing falls back on, and its stream_end says how it ended.
 func TestStreamFailures(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name   string
 		handle func(w http.ResponseWriter, r *http.Request, flush func(string))
@@ -293,6 +296,7 @@ func TestStreamFailures(t *testing.T) {
 // stream cut; a sink that fails stops the stream at once; a server that
 // does not stream is read as a whole answer, with no stream events.
 func TestStreamDeadlineAndSink(t *testing.T) {
+	t.Parallel()
 	url := sse(t, func(w http.ResponseWriter, r *http.Request, flush func(string)) {
 		flush(delta("{\"done\""))
 		<-r.Context().Done()

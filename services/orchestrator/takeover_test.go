@@ -394,6 +394,7 @@ func only(events []lctl.Event, typ string) []lctl.Event {
 // hand-over at the next step boundary and releases the run; another
 // replica takes it over at once and finishes it.
 func TestGracefulStopHandsTheRunOver(t *testing.T) {
+	t.Parallel()
 	model := newGatedModel(step("test.count", 1), step("test.count", 2), step("test.count", 3))
 	f := newFixture(t, model)
 	proposing2 := model.gate(1)
@@ -458,6 +459,7 @@ func TestGracefulStopHandsTheRunOver(t *testing.T) {
 // orchestrator; one started later (a single-replica restart) claims it at
 // start and waits for the same approval, which then lets the step run.
 func TestApprovalWaitResumesAfterRestart(t *testing.T) {
+	t.Parallel()
 	model := newGatedModel(step("test.deploy", 1))
 	f := newFixture(t, model)
 	a, _ := f.orchestrator("orch-a", time.Minute)
@@ -519,6 +521,7 @@ func TestApprovalWaitResumesAfterRestart(t *testing.T) {
 // step id: the tool, still running, is not started again; its result is
 // recorded once.
 func TestExpiredLeaseTakeoverDoesNotRepeatAStep(t *testing.T) {
+	t.Parallel()
 	model := newGatedModel(step("test.count", 1), step("test.count", 2))
 	f := newFixture(t, model)
 	release := f.count.gate(1)
@@ -556,6 +559,7 @@ func TestExpiredLeaseTakeoverDoesNotRepeatAStep(t *testing.T) {
 // still works (say it was paused past its lease): exactly one wins; the old
 // owner's next append fails on the chain and it stops without writing.
 func TestClaimRaceAndStaleOwner(t *testing.T) {
+	t.Parallel()
 	model := newGatedModel(step("test.count", 1), step("test.count", 2), step("test.count", 3))
 	f := newFixture(t, model)
 	proposing2 := model.gate(1)
@@ -616,6 +620,7 @@ func TestClaimRaceAndStaleOwner(t *testing.T) {
 // An ended run cached by one replica is refreshed when another appends to
 // its chain (a rollback).
 func TestEndedRunRefreshedAcrossReplicas(t *testing.T) {
+	t.Parallel()
 	model := newGatedModel(step("test.count", 1))
 	f := newFixture(t, model)
 	a, _ := f.orchestrator("orch-a", time.Minute)
@@ -653,6 +658,7 @@ func TestEndedRunRefreshedAcrossReplicas(t *testing.T) {
 
 // Bad configuration is refused.
 func TestLifecycleConfig(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		cfg  Config
@@ -678,6 +684,7 @@ func TestLifecycleConfig(t *testing.T) {
 // foldResume finds where a chain stops, for every point a takeover can
 // meet.
 func TestFoldResume(t *testing.T) {
+	t.Parallel()
 	const run = "run-fold"
 	args := map[string]any{"n": float64(1)}
 	sargs, _ := structpb.NewStruct(args)

@@ -42,6 +42,7 @@ func (f *feed) follow(ctx context.Context, _ string, fn func(lctl.Event) error) 
 // call; each gets every event, a late one the backlog too; the follower
 // stops with the last watcher; the cap is per principal.
 func TestWatchersShareOneFollower(t *testing.T) {
+	t.Parallel()
 	f := &feed{events: make(chan lctl.Event), stopped: make(chan struct{})}
 	w := newWatches(f.follow)
 	const watchers = 50
@@ -128,6 +129,7 @@ func TestWatchersShareOneFollower(t *testing.T) {
 // A follower that failed is not shared with new watchers: they get a
 // new one.
 func TestFailedFollowerIsNotShared(t *testing.T) {
+	t.Parallel()
 	var calls atomic.Int32
 	fail := make(chan struct{})
 	w := newWatches(func(ctx context.Context, _ string, _ func(lctl.Event) error) error {
