@@ -260,6 +260,13 @@ func (e *Event) canonical(withHash bool) ([]byte, error) {
 	if len(e.Extra) > 0 {
 		return e.canonicalWithExtra(withHash)
 	}
+	b, _, err := e.canonicalAt(withHash)
+	return b, err
+}
+
+// canonicalAt is canonical for an event without extra fields, and the
+// offset right after "data" where the hash field goes.
+func (e *Event) canonicalAt(withHash bool) ([]byte, int, error) {
 	var buf bytes.Buffer
 	buf.Grow(512)
 	buf.WriteString(`{"agent":`)
@@ -270,8 +277,9 @@ func (e *Event) canonical(withHash bool) ([]byte, error) {
 	}
 	buf.WriteString(`,"data":`)
 	if err := appendCanonical(&buf, dataOrEmpty(e.DataMap())); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
+	hashAt := buf.Len()
 	if withHash && e.Hash != "" {
 		buf.WriteString(`,"hash":`)
 		writeString(&buf, e.Hash)
@@ -282,14 +290,41 @@ func (e *Event) canonical(withHash bool) ([]byte, error) {
 	}
 	buf.WriteString(`,"seq":`)
 	if err := writeNumber(&buf, float64(e.Seq)); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	buf.WriteString(`,"timestamp":`)
 	writeString(&buf, e.Timestamp)
 	buf.WriteString(`,"type":`)
 	writeString(&buf, e.Type)
 	buf.WriteByte('}')
-	return buf.Bytes(), nil
+	return buf.Bytes(), hashAt, nil
+}
+
+// SealEncoded seals e after prevHash (as Seal) and returns its canonical
+// JSON with the hash (as MarshalJSON), encoding the event once: the hash
+// goes into the canonical form it was computed from. A writer that stores
+// what it hashed uses it.
+func (e *Event) SealEncoded(prevHash string) ([]byte, error) {
+	if len(e.Extra) > 0 {
+		if err := e.Seal(prevHash); err != nil {
+			return nil, err
+		}
+		return e.canonical(true)
+	}
+	e.PrevHash, e.Hash = prevHash, ""
+	c, at, err := e.canonicalAt(false)
+	if err != nil {
+		return nil, fmt.Errorf("hash event %d: %w", e.Seq, err)
+	}
+	sum := sha256.Sum256(c)
+	e.Hash = hex.EncodeToString(sum[:])
+	const field = `,"hash":"`
+	out := make([]byte, 0, len(c)+len(field)+len(e.Hash)+1)
+	out = append(out, c[:at]...)
+	out = append(out, field...)
+	out = append(out, e.Hash...)
+	out = append(out, '"')
+	return append(out, c[at:]...), nil
 }
 
 // canonicalWithExtra is canonical for an event that carries fields beyond

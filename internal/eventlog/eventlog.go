@@ -224,12 +224,9 @@ func (w *ChainWriter) append(ctx context.Context, at time.Time, eventType, agent
 		Agent:     agent,
 		Data:      norm,
 	}
-	if err := e.Seal(w.prevHash); err != nil {
-		return lctl.Event{}, err
-	}
-	// The stored body is the event's canonical JSON (MarshalJSON called
-	// directly: json.Marshal would HTML-escape it).
-	raw, err := e.MarshalJSON()
+	// The stored body is the event's canonical JSON with its hash, encoded
+	// once for the hash and the body.
+	raw, err := e.SealEncoded(w.prevHash)
 	if err != nil {
 		return lctl.Event{}, fmt.Errorf("encode event: %w", err)
 	}
