@@ -16,7 +16,6 @@ import (
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/wire"
-	"github.com/xct-dev/xct/lctl"
 	"github.com/xct-dev/xct/lctl/xctevent"
 )
 
@@ -115,13 +114,6 @@ func httpFailure(model string, status int, msg string) *ModelError {
 }
 
 // streamEvent is one streaming event.
-type streamEvent struct {
-	typ  string
-	data map[string]any
-}
-
-func (e streamEvent) Type() string         { return e.typ }
-func (e streamEvent) Data() map[string]any { return e.data }
 
 // coalescer turns a stream's deltas into bounded stream_chunk events.
 type coalescer struct {
@@ -169,12 +161,12 @@ func (c *coalescer) flush() error {
 	if c.deltas == 0 {
 		return nil
 	}
-	d := map[string]any{"index": c.chunks, "content": c.buf.String(), "tokens": c.deltas}
+	chunk := xctevent.StreamChunk{Index: c.chunks, Content: c.buf.String(), Tokens: c.deltas}
 	c.recorded += c.buf.Len()
 	c.chunks++
 	c.buf.Reset()
 	c.deltas = 0
-	return c.sink(streamEvent{lctl.TypeStreamChunk, d})
+	return c.sink(chunk)
 }
 
 // cutUTF8 is s cut to at most n bytes on a character boundary.
@@ -232,10 +224,10 @@ func (p *openAIProposer) ProposeStream(ctx context.Context, req *xctv1.ProposeRe
 		now = time.Now
 	}
 	started := now()
-	if err := sink(streamEvent{lctl.TypeStreamStart, map[string]any{
-		"model": p.model, "expected_chunks": streamExpectedUnknown,
-		"coalesce": map[string]any{"min_bytes": StreamChunkMinBytes, "max_wait_ms": StreamChunkMaxWait.Milliseconds(), "max_chunks": StreamMaxChunks, "max_recorded_bytes": StreamMaxRecordBytes},
-	}}); err != nil {
+	if err := sink(xctevent.StreamStart{
+		Model: p.model, ExpectedChunks: streamExpectedUnknown,
+		Coalesce: xctevent.Coalesce{MinBytes: StreamChunkMinBytes, MaxWaitMS: StreamChunkMaxWait.Milliseconds(), MaxChunks: StreamMaxChunks, MaxRecordedBytes: StreamMaxRecordBytes},
+	}); err != nil {
 		return nil, err
 	}
 	c := &coalescer{sink: sink, now: now}
@@ -296,26 +288,21 @@ func (p *openAIProposer) ProposeStream(ctx context.Context, req *xctv1.ProposeRe
 	if err := c.flush(); err != nil {
 		return nil, err
 	}
-	end := map[string]any{"total_chunks": c.chunks, "deltas": c.total, "bytes": c.bytes, "duration_ms": durationMS(now().Sub(started)), "status": status}
-	tokens := int64(c.total)
+	end := xctevent.StreamEnd{
+		TotalChunks: c.chunks, Deltas: c.total, Bytes: c.bytes, DurationMS: durationMS(now().Sub(started)), Status: status,
+		TotalTokens: int64(c.total), FinishReason: finish, Truncated: c.truncated,
+	}
 	if usage != nil {
-		tokens = usage.OutputTokens
-		end["usage"] = map[string]any{"input": usage.InputTokens, "output": usage.OutputTokens}
-	}
-	end["total_tokens"] = tokens
-	if finish != "" {
-		end["finish_reason"] = finish
-	}
-	if c.truncated {
-		end["truncated"] = true
+		end.TotalTokens = usage.OutputTokens
+		end.Usage = &xctevent.Tokens{Input: usage.InputTokens, Output: usage.OutputTokens}
 	}
 	if fail != nil {
-		end["error"] = fail.Error()
-		end["code"] = FailureCode(fail)
+		end.Error, end.Code = fail.Error(), FailureCode(fail)
 	}
-	if err := sink(streamEvent{lctl.TypeStreamEnd, end}); err != nil {
+	if err := sink(end); err != nil {
 		return nil, err
 	}
+	tokens := end.TotalTokens
 	if fail != nil {
 		return nil, fail
 	}
