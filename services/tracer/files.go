@@ -28,10 +28,6 @@ import (
 // chain files are synced to.
 const positionFile = ".stream-position"
 
-// maxOpenFiles bounds the chain files kept open for appending; the least
-// recently written is closed past it.
-const maxOpenFiles = 256
-
 // DefaultSyncInterval is how often written chain files are synced.
 const DefaultSyncInterval = time.Second
 
@@ -40,9 +36,10 @@ const DefaultSyncInterval = time.Second
 type chainFiles struct {
 	dir string
 
-	open  map[string]*list.Element // of *openFile, most recently used first
-	lru   *list.List
-	dirty map[string]struct{} // written since the last sync
+	maxOpen int                      // openFilesLimit
+	open    map[string]*list.Element // of *openFile, most recently used first
+	lru     *list.List
+	dirty   map[string]struct{} // written since the last sync
 	// dirDirty: a file was created since the last sync.
 	dirDirty bool
 
@@ -73,13 +70,14 @@ type pendingKey struct {
 
 func newChainFiles(dir string) *chainFiles {
 	return &chainFiles{
-		dir:    dir,
-		open:   map[string]*list.Element{},
-		lru:    list.New(),
-		dirty:  map[string]struct{}{},
-		bufs:   map[string]*bytes.Buffer{},
-		last:   map[string]uint64{},
-		hashes: map[pendingKey]string{},
+		dir:     dir,
+		maxOpen: openFilesLimit(),
+		open:    map[string]*list.Element{},
+		lru:     list.New(),
+		dirty:   map[string]struct{}{},
+		bufs:    map[string]*bytes.Buffer{},
+		last:    map[string]uint64{},
+		hashes:  map[pendingKey]string{},
 	}
 }
 
@@ -88,7 +86,7 @@ func (w *chainFiles) begin() {
 	for _, id := range w.order {
 		w.bufs[id].Reset()
 	}
-	if len(w.bufs) > 4*maxOpenFiles {
+	if len(w.bufs) > w.maxOpen {
 		clear(w.bufs)
 	}
 	w.order = w.order[:0]
@@ -173,7 +171,7 @@ func (w *chainFiles) file(id string) (*openFile, error) {
 	if info.Size() == 0 {
 		w.dirDirty = true
 	}
-	for w.lru.Len() >= maxOpenFiles {
+	for w.lru.Len() >= w.maxOpen {
 		w.closeFile(w.lru.Back().Value.(*openFile).id)
 	}
 	of := &openFile{id: id, f: f, size: info.Size()}

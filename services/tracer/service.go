@@ -389,6 +389,13 @@ func (s *Service) repairDamaged(ctx context.Context) {
 		}
 		s.store.addBatch(s.files.pending, failed)
 	}
+	if len(s.damaged) > 0 {
+		// The events read back lie before the recorded position: they
+		// must be on disk before anything relies on it again.
+		if err := s.files.sync(); err != nil {
+			s.log.Error("sync repaired chain files", "err", err)
+		}
+	}
 	s.damaged = nil
 	s.store.broadcast()
 }
