@@ -17,6 +17,7 @@ import (
 	"github.com/xct-dev/xct/examples"
 	lctlv1 "github.com/xct-dev/xct/gen/lctl/v1"
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/lctl"
 	"github.com/xct-dev/xct/lctl/text"
 )
 
@@ -170,9 +171,11 @@ func watchOnce(ctx context.Context, client xctv1.OrchestratorServiceClient, runI
 	}
 }
 
-// playDemo starts the bundled demo through the orchestrator's gRPC API and
-// prints its steps as they happen.
-func playDemo(ctx context.Context, id *identity, addr string, stdout io.Writer) error {
+// playDemo starts the bundled demos through the orchestrator's gRPC API
+// and prints their steps as they happen: a single model's run, then a
+// crew's. In the crew's run a human (bob, an approver) approves the step
+// that waits for one, so the demo shows an approval without stopping.
+func playDemo(ctx context.Context, id, approver *identity, addr, validatorAddr string, stdout io.Writer) error {
 	client, closeConn, err := dialOrchestrator(id, addr)
 	if err != nil {
 		return err
@@ -183,7 +186,8 @@ func playDemo(ctx context.Context, id *identity, addr string, stdout io.Writer) 
 		Model:  "scripted:demo.yaml",
 		Labels: map[string]string{"demo": "true"},
 	}, {
-		// A crew: three agents, facts, handoffs, contracts, a model fallback.
+		// A crew: three agents, facts, handoffs, contracts, a model
+		// fallback and an approval.
 		Goal:     "Find and fix the SQL injection in UserController.py",
 		Crew:     examples.CrewDemo,
 		CrewFile: "examples/crews/demo/crew.yaml",
@@ -193,12 +197,46 @@ func playDemo(ctx context.Context, id *identity, addr string, stdout io.Writer) 
 		if err != nil {
 			return rpcError("start demo", addr, err)
 		}
+		runID := resp.GetRun().GetRunId()
+		wctx, stopApprover := context.WithCancel(ctx)
+		if len(req.GetCrew()) > 0 {
+			go approveDemo(wctx, client, approver, validatorAddr, runID)
+		}
 		fmt.Fprintln(stdout)
-		if err := watch(ctx, id, client, addr, resp.GetRun().GetRunId(), stdout); err != nil {
+		err = watch(ctx, id, client, addr, runID, stdout)
+		stopApprover()
+		if err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// approveDemo approves, as approver, each step of the demo run that waits
+// for a human: what a reviewer would do in the debugger or with xct
+// approve. It follows the run's chain and returns when the run ends.
+func approveDemo(ctx context.Context, client xctv1.OrchestratorServiceClient, approver *identity, validatorAddr, runID string) {
+	stream, err := client.WatchRun(ctx, &xctv1.WatchRunRequest{RunId: runID})
+	if err != nil {
+		return
+	}
+	val, closeVal, err := dialValidator(approver, validatorAddr)
+	if err != nil {
+		return
+	}
+	defer closeVal()
+	for {
+		msg, err := stream.Recv()
+		if err != nil {
+			return // the run ended (EOF) or the demo stops
+		}
+		if e := msg.GetEvent(); e.GetType() == lctl.TypeApprovalRequested {
+			step := e.GetData().GetFields()["step_id"].GetStringValue()
+			_, _ = val.DecideApproval(ctx, &xctv1.DecideApprovalRequest{
+				RunId: runID, Step: step, Approve: true, Reason: "demo: the reviewer read the diff of the fix",
+			})
+		}
+	}
 }
 
 func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) error {

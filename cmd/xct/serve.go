@@ -176,7 +176,9 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if *demo {
 		devTok, _ := auth.TokenOf(creds, auth.DevUser)
 		demoID := &identity{token: devTok, tls: cfg.Security.TLS}
-		if err := playDemo(ctx, demoID, a.Addr(app.TargetOrchestrator), stdout); err != nil {
+		bobTok, _ := auth.TokenOf(creds, "bob")
+		approver := &identity{token: bobTok, tls: cfg.Security.TLS}
+		if err := playDemo(ctx, demoID, approver, a.Addr(app.TargetOrchestrator), a.Addr(app.TargetValidator), stdout); err != nil {
 			fmt.Fprintln(stdout, "demo:", err)
 		}
 	}

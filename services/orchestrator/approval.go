@@ -67,7 +67,7 @@ func (r *run) waitApproval(st *openStep, v *xctv1.Verdict) error {
 	ctx, cancel := context.WithTimeout(r.traceCtx(context.Background()), r.svc.cfg.CallTimeout)
 	resp, err := r.svc.validator.RequestApproval(ctx, &xctv1.RequestApprovalRequest{
 		Run: r.runContext(step), Step: int32(step), StepId: stepID, Proposal: ns, Verdict: v,
-		Preview: r.redactPreview(r.preview(ns)),
+		Preview: r.redactPreview(r.preview(ns)), Crew: r.crewContext(ns),
 	})
 	cancel()
 	if status.Code(err) == codes.FailedPrecondition {

@@ -172,6 +172,16 @@ func (r *run) crewPropose(step int) (*xctv1.ProposeResponse, string, string, err
 	}
 }
 
+// crewContext is what the validator is told of a crew run's proposal: the
+// agent, its tools and the facts the proposal relies on; nil outside a
+// crew run.
+func (r *run) crewContext(ns *xctv1.NextStep) *xctv1.CrewContext {
+	if r.crew == nil {
+		return nil
+	}
+	return r.crew.sess.CrewContext(ns.GetTool(), ns.GetArguments().AsMap(), ns.GetGoal())
+}
+
 // carrySystemTool carries out an allowed proposal of one of the crew's
 // system tools (facts.*, xct.handoff): the session's events are recorded,
 // then the result is staged as the step's tool_call, or the signal as its

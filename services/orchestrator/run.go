@@ -487,10 +487,7 @@ func (r *run) validate(step int, stepID string, ns *xctv1.NextStep) (*xctv1.Verd
 		StepId:   stepID,
 		Proposal: ns,
 	}
-	if r.crew != nil {
-		// The agent, its tools and the facts the proposal relies on.
-		req.Crew = r.crew.sess.CrewContext(ns.GetTool(), ns.GetArguments().AsMap(), ns.GetGoal())
-	}
+	req.Crew = r.crewContext(ns)
 	resp, err := r.svc.validator.Validate(ctx, req)
 	if err == nil && resp.GetVerdict().GetDecision() != xctv1.VerdictDecision_VERDICT_DECISION_UNSPECIFIED {
 		return resp.GetVerdict(), agentValidator

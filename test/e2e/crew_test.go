@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -22,14 +23,39 @@ import (
 // a real cluster: three agents take turns, every proposal validated; the
 // analyzer's large model fails and the crew falls back; a handoff that
 // breaks the analyzer's contract is refused and repaired; the reviewer
-// confirms the fact by consensus; the fixer writes the fix through the
-// executor. The chain it leaves is what lctl's tools read as the scenario.
+// confirms the fact by consensus; the fixer, unsure of its fix (0.35),
+// waits for a human under the crew's confidence gate, is approved, and
+// writes the fix through the executor. The chain it leaves is what lctl's
+// tools read as the scenario.
 func TestCrewRun(t *testing.T) {
 	c := startCluster(t)
 	c.writeScript(t, "crew-demo.yaml", string(examples.CrewDemoScript))
-	run, events := c.runToEnd(t, &xctv1.StartRunRequest{
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	started, err := c.orch.StartRun(ctx, &xctv1.StartRunRequest{
 		Goal: "Find and fix the SQL injection in UserController.py", Crew: examples.CrewDemo, CrewFile: "crew.yaml",
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := started.GetRun().GetRunId()
+	// The gate's approval: asked of the validator with the crew's context
+	// (without it the policy alone would allow, and the step would be
+	// refused after the decision).
+	v := c.validatorAs(t, "bob")
+	a := pending(t, v, id, 7)
+	if a.GetProposal().GetTool() != "fs.write" {
+		t.Fatalf("approval for %v", a.GetProposal())
+	}
+	if _, err := v.DecideApproval(ctx, &xctv1.DecideApprovalRequest{RunId: id, Step: a.GetStepId(), Approve: true, Reason: "read the diff"}); err != nil {
+		t.Fatal(err)
+	}
+	events := c.watch(t, ctx, id)
+	final, err := c.orch.GetRun(ctx, &xctv1.GetRunRequest{RunId: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := final.GetRun()
 	if run.GetStatus() != xctv1.RunStatus_RUN_STATUS_DONE {
 		t.Fatalf("run %s: %s", run.GetStatus(), run.GetMessage())
 	}
@@ -49,8 +75,8 @@ func TestCrewRun(t *testing.T) {
 		// The handoff, and the checkpoint after its step.
 		"code-analyzer:handoff code-analyzer:tool_call code-analyzer:step_end system:checkpoint",
 		"security-reviewer:step_start validator:verdict security-reviewer:fact_modified",
-		// The fixer's write goes through the executor.
-		"fix-implementer:step_start validator:verdict executor:tool_call fix-implementer:step_end",
+		// The fixer's write waits for a human, then goes through the executor.
+		"fix-implementer:step_start validator:verdict orchestrator:approval_requested bob:approval_decided validator:verdict executor:tool_call fix-implementer:step_end",
 	} {
 		if !strings.Contains(got, want) {
 			t.Fatalf("chain lacks %q:\n%s", want, got)

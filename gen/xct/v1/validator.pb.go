@@ -1328,7 +1328,11 @@ type RequestApprovalRequest struct {
 	// verdict is the needs-approval verdict that asked for it.
 	Verdict *Verdict `protobuf:"bytes,5,opt,name=verdict,proto3" json:"verdict,omitempty"`
 	// preview is the tool's dry run, if any.
-	Preview       *Preview `protobuf:"bytes,6,opt,name=preview,proto3" json:"preview,omitempty"`
+	Preview *Preview `protobuf:"bytes,6,opt,name=preview,proto3" json:"preview,omitempty"`
+	// crew is the crew context of a crew run's step, as in ValidateRequest:
+	// the validator judges the step again with it (a crew's confidence gate
+	// may be what wants the human).
+	Crew          *CrewContext `protobuf:"bytes,7,opt,name=crew,proto3" json:"crew,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1401,6 +1405,13 @@ func (x *RequestApprovalRequest) GetVerdict() *Verdict {
 func (x *RequestApprovalRequest) GetPreview() *Preview {
 	if x != nil {
 		return x.Preview
+	}
+	return nil
+}
+
+func (x *RequestApprovalRequest) GetCrew() *CrewContext {
+	if x != nil {
+		return x.Crew
 	}
 	return nil
 }
@@ -1911,14 +1922,15 @@ const file_xct_v1_validator_proto_rawDesc = "" +
 	"\x06reason\x18\x0e \x01(\tR\x06reason\"7\n" +
 	"\aPreview\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x18\n" +
-	"\acontent\x18\x02 \x01(\tR\acontent\"\xef\x01\n" +
+	"\acontent\x18\x02 \x01(\tR\acontent\"\x98\x02\n" +
 	"\x16RequestApprovalRequest\x12$\n" +
 	"\x03run\x18\x01 \x01(\v2\x12.xct.v1.RunContextR\x03run\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\x05R\x04step\x12\x17\n" +
 	"\astep_id\x18\x03 \x01(\tR\x06stepId\x12,\n" +
 	"\bproposal\x18\x04 \x01(\v2\x10.xct.v1.NextStepR\bproposal\x12)\n" +
 	"\averdict\x18\x05 \x01(\v2\x0f.xct.v1.VerdictR\averdict\x12)\n" +
-	"\apreview\x18\x06 \x01(\v2\x0f.xct.v1.PreviewR\apreview\"G\n" +
+	"\apreview\x18\x06 \x01(\v2\x0f.xct.v1.PreviewR\apreview\x12'\n" +
+	"\x04crew\x18\a \x01(\v2\x13.xct.v1.CrewContextR\x04crew\"G\n" +
 	"\x17RequestApprovalResponse\x12,\n" +
 	"\bapproval\x18\x01 \x01(\v2\x10.xct.v1.ApprovalR\bapproval\"?\n" +
 	"\x14ListApprovalsRequest\x12\x15\n" +
@@ -2037,25 +2049,26 @@ var file_xct_v1_validator_proto_depIdxs = []int32{
 	24, // 27: xct.v1.RequestApprovalRequest.proposal:type_name -> xct.v1.NextStep
 	7,  // 28: xct.v1.RequestApprovalRequest.verdict:type_name -> xct.v1.Verdict
 	14, // 29: xct.v1.RequestApprovalRequest.preview:type_name -> xct.v1.Preview
-	13, // 30: xct.v1.RequestApprovalResponse.approval:type_name -> xct.v1.Approval
-	13, // 31: xct.v1.ListApprovalsResponse.approvals:type_name -> xct.v1.Approval
-	13, // 32: xct.v1.DecideApprovalResponse.approval:type_name -> xct.v1.Approval
-	13, // 33: xct.v1.WithdrawApprovalResponse.approval:type_name -> xct.v1.Approval
-	2,  // 34: xct.v1.ValidatorService.Validate:input_type -> xct.v1.ValidateRequest
-	15, // 35: xct.v1.ValidatorService.RequestApproval:input_type -> xct.v1.RequestApprovalRequest
-	17, // 36: xct.v1.ValidatorService.ListApprovals:input_type -> xct.v1.ListApprovalsRequest
-	19, // 37: xct.v1.ValidatorService.DecideApproval:input_type -> xct.v1.DecideApprovalRequest
-	21, // 38: xct.v1.ValidatorService.WithdrawApproval:input_type -> xct.v1.WithdrawApprovalRequest
-	12, // 39: xct.v1.ValidatorService.Validate:output_type -> xct.v1.ValidateResponse
-	16, // 40: xct.v1.ValidatorService.RequestApproval:output_type -> xct.v1.RequestApprovalResponse
-	18, // 41: xct.v1.ValidatorService.ListApprovals:output_type -> xct.v1.ListApprovalsResponse
-	20, // 42: xct.v1.ValidatorService.DecideApproval:output_type -> xct.v1.DecideApprovalResponse
-	22, // 43: xct.v1.ValidatorService.WithdrawApproval:output_type -> xct.v1.WithdrawApprovalResponse
-	39, // [39:44] is the sub-list for method output_type
-	34, // [34:39] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	3,  // 30: xct.v1.RequestApprovalRequest.crew:type_name -> xct.v1.CrewContext
+	13, // 31: xct.v1.RequestApprovalResponse.approval:type_name -> xct.v1.Approval
+	13, // 32: xct.v1.ListApprovalsResponse.approvals:type_name -> xct.v1.Approval
+	13, // 33: xct.v1.DecideApprovalResponse.approval:type_name -> xct.v1.Approval
+	13, // 34: xct.v1.WithdrawApprovalResponse.approval:type_name -> xct.v1.Approval
+	2,  // 35: xct.v1.ValidatorService.Validate:input_type -> xct.v1.ValidateRequest
+	15, // 36: xct.v1.ValidatorService.RequestApproval:input_type -> xct.v1.RequestApprovalRequest
+	17, // 37: xct.v1.ValidatorService.ListApprovals:input_type -> xct.v1.ListApprovalsRequest
+	19, // 38: xct.v1.ValidatorService.DecideApproval:input_type -> xct.v1.DecideApprovalRequest
+	21, // 39: xct.v1.ValidatorService.WithdrawApproval:input_type -> xct.v1.WithdrawApprovalRequest
+	12, // 40: xct.v1.ValidatorService.Validate:output_type -> xct.v1.ValidateResponse
+	16, // 41: xct.v1.ValidatorService.RequestApproval:output_type -> xct.v1.RequestApprovalResponse
+	18, // 42: xct.v1.ValidatorService.ListApprovals:output_type -> xct.v1.ListApprovalsResponse
+	20, // 43: xct.v1.ValidatorService.DecideApproval:output_type -> xct.v1.DecideApprovalResponse
+	22, // 44: xct.v1.ValidatorService.WithdrawApproval:output_type -> xct.v1.WithdrawApprovalResponse
+	40, // [40:45] is the sub-list for method output_type
+	35, // [35:40] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_xct_v1_validator_proto_init() }

@@ -140,20 +140,22 @@ class Reason(_message.Message):
     def __init__(self, rule_id: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
 
 class RequestApprovalRequest(_message.Message):
-    __slots__ = ["preview", "proposal", "run", "step", "step_id", "verdict"]
+    __slots__ = ["crew", "preview", "proposal", "run", "step", "step_id", "verdict"]
+    CREW_FIELD_NUMBER: _ClassVar[int]
     PREVIEW_FIELD_NUMBER: _ClassVar[int]
     PROPOSAL_FIELD_NUMBER: _ClassVar[int]
     RUN_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     STEP_ID_FIELD_NUMBER: _ClassVar[int]
     VERDICT_FIELD_NUMBER: _ClassVar[int]
+    crew: CrewContext
     preview: Preview
     proposal: _decision_pb2.NextStep
     run: RunContext
     step: int
     step_id: str
     verdict: Verdict
-    def __init__(self, run: _Optional[_Union[RunContext, _Mapping]] = ..., step: _Optional[int] = ..., step_id: _Optional[str] = ..., proposal: _Optional[_Union[_decision_pb2.NextStep, _Mapping]] = ..., verdict: _Optional[_Union[Verdict, _Mapping]] = ..., preview: _Optional[_Union[Preview, _Mapping]] = ...) -> None: ...
+    def __init__(self, run: _Optional[_Union[RunContext, _Mapping]] = ..., step: _Optional[int] = ..., step_id: _Optional[str] = ..., proposal: _Optional[_Union[_decision_pb2.NextStep, _Mapping]] = ..., verdict: _Optional[_Union[Verdict, _Mapping]] = ..., preview: _Optional[_Union[Preview, _Mapping]] = ..., crew: _Optional[_Union[CrewContext, _Mapping]] = ...) -> None: ...
 
 class RequestApprovalResponse(_message.Message):
     __slots__ = ["approval"]
