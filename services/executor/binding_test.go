@@ -79,6 +79,7 @@ func (b *binder) resign(tb testing.TB, g *xctv1.VerdictGrant) *xctv1.SignedVerdi
 // kind of bad verdict: nothing acts, nothing is recorded; the real one
 // acts once, and a second Execute with it replays.
 func TestExecuteActsOnlyOnItsVerdict(t *testing.T) {
+	t.Parallel()
 	var calls atomic.Int32
 	tool := testTool("test.count", 0, 0, func(context.Context, map[string]any) (any, *xctv1.Error) {
 		calls.Add(1)
@@ -178,6 +179,7 @@ func testGrant(tb testing.TB, req *xctv1.ExecuteRequest) *xctv1.VerdictGrant {
 // TestUndoOnlyWithinItsRun: a system step of run B cannot undo a step of
 // run A, even with a system grant.
 func TestUndoOnlyWithinItsRun(t *testing.T) {
+	t.Parallel()
 	ws := t.TempDir()
 	s := newService(t, ws)
 	b := newBinder(t)
@@ -215,6 +217,7 @@ func wsFile(tb testing.TB, dir, name string) string {
 // A human's result for a step is bounded like a tool's: deeper than the
 // limit is refused before anything is recorded.
 func TestResolveRefusesADeepResult(t *testing.T) {
+	t.Parallel()
 	s := newService(t, t.TempDir())
 	h := &handler{s: s}
 	var v any = "leaf"
@@ -233,6 +236,7 @@ func TestResolveRefusesADeepResult(t *testing.T) {
 // A verdict starts at most one attempt: after a human releases a failed
 // step for a retry, the same verdict is refused and a new one acts.
 func TestAVerdictStartsOneAttempt(t *testing.T) {
+	t.Parallel()
 	var calls atomic.Int32
 	tool := testTool("test.flaky", 0, 0, func(context.Context, map[string]any) (any, *xctv1.Error) {
 		if calls.Add(1) == 1 {

@@ -76,6 +76,7 @@ func changeFixture(tb testing.TB) (sandbox, *Service) {
 }
 
 func TestFSDelete(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name  string
 		args  map[string]any
@@ -157,6 +158,7 @@ func TestFSDelete(t *testing.T) {
 }
 
 func TestFSMove(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		args map[string]any
@@ -213,6 +215,7 @@ func TestFSMove(t *testing.T) {
 }
 
 func TestFSWriteCompensation(t *testing.T) {
+	t.Parallel()
 	t.Run("created, with directories", func(t *testing.T) {
 		sb, s := changeFixture(t)
 		before := snapshot(t, sb.ws)
@@ -290,6 +293,7 @@ func TestFSWriteCompensation(t *testing.T) {
 // TestChangeAttacks sends the ways out of the workspace to fs.delete and
 // fs.move, including a symbolic link swapped in during the call.
 func TestChangeAttacks(t *testing.T) {
+	t.Parallel()
 	const (
 		denied   = wire.CodePermissionDenied
 		invalid  = wire.CodeInvalidArgument
@@ -436,6 +440,7 @@ func containsCode(codes []wire.Code, c wire.Code) bool {
 
 // TestUndoConflicts: an undo that would overwrite a later change refuses.
 func TestUndoConflicts(t *testing.T) {
+	t.Parallel()
 	sb, s := changeFixture(t)
 	for _, c := range []Compensation{
 		{Undo: []UndoAction{{Op: UndoRestore, Path: "hello.txt", Entry: &SavedEntry{Type: EntryFile}}}},                       // exists, no checksum

@@ -34,6 +34,7 @@ func fixture(tb testing.TB, ws string) {
 }
 
 func TestFSRead(t *testing.T) {
+	t.Parallel()
 	sb := newSandbox(t)
 	fixture(t, sb.ws)
 	s := newService(t, sb.ws)
@@ -94,6 +95,7 @@ func TestFSRead(t *testing.T) {
 }
 
 func TestFSWrite(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		args    map[string]any
@@ -175,6 +177,7 @@ func TestFSWrite(t *testing.T) {
 
 // TestFSWriteIdempotent repeats a write: the second call changes nothing.
 func TestFSWriteIdempotent(t *testing.T) {
+	t.Parallel()
 	sb := newSandbox(t)
 	s := newService(t, sb.ws)
 	args := map[string]any{"path": "d/f.txt", "content": "same"}
@@ -189,6 +192,7 @@ func TestFSWriteIdempotent(t *testing.T) {
 // TestFSWriteNotCommitted checks that a write whose deadline passed before
 // its commit point changes nothing and leaves no temporary file.
 func TestFSWriteNotCommitted(t *testing.T) {
+	t.Parallel()
 	abandoned := &gate{}
 	abandoned.abandon()
 	cancelled, cancel := context.WithCancel(context.Background())
@@ -219,6 +223,7 @@ func TestFSWriteNotCommitted(t *testing.T) {
 }
 
 func TestFSList(t *testing.T) {
+	t.Parallel()
 	sb := newSandbox(t)
 	fixture(t, sb.ws)
 	must(t, os.Mkdir(filepath.Join(sb.ws, "emptydir"), 0o755))
@@ -274,6 +279,7 @@ func TestFSList(t *testing.T) {
 }
 
 func TestFSListTruncated(t *testing.T) {
+	t.Parallel()
 	sb := newSandbox(t)
 	for _, n := range []string{"c", "a", "d", "b"} {
 		must(t, os.WriteFile(filepath.Join(sb.ws, n), nil, 0o644))

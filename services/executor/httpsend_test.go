@@ -12,6 +12,7 @@ import (
 // connection) says nothing was sent: outcome_unknown is false, so the
 // step is not in doubt. A failure after connecting stays in doubt.
 func TestHTTPNothingSentIsDefinite(t *testing.T) {
+	t.Parallel()
 	f := newHTTPFixture(t)
 	_, closedPort, _ := net.SplitHostPort(closedAddr(t))
 	s := f.service(t, `http:

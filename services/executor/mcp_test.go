@@ -113,6 +113,7 @@ func mcpService(t *testing.T, entry string) *Service {
 }
 
 func TestMCPTools(t *testing.T) {
+	t.Parallel()
 	// Streamable HTTP, in process; a crash drops every connection.
 	var running atomic.Pointer[httptest.Server]
 	release := make(chan struct{})

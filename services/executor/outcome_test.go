@@ -89,6 +89,7 @@ func (f *outcomeFixture) stepID(t *testing.T, n int) string {
 // yet, keeps writing it, and the record holds the real result once NATS is
 // back: what a reader is told and what the record says agree.
 func TestActedButUnrecordedIsNotReportedAsSuccess(t *testing.T) {
+	t.Parallel()
 	f := newOutcomeFixture(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -139,6 +140,7 @@ func TestActedButUnrecordedIsNotReportedAsSuccess(t *testing.T) {
 // executed"; now both Execute and GetStep say the outcome is unknown, and
 // once the store is back the recorded result is replayed, never re-run.
 func TestUnreadableRecordIsUnknownNotNotExecuted(t *testing.T) {
+	t.Parallel()
 	f := newOutcomeFixture(t)
 	close(f.gate)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -185,6 +187,7 @@ func TestUnreadableRecordIsUnknownNotNotExecuted(t *testing.T) {
 // not executed, and a call of it that arrives afterwards replays that
 // instead of acting; a fence on a step with a record only reads it.
 func TestFenceMakesNotExecutedFinal(t *testing.T) {
+	t.Parallel()
 	f := newOutcomeFixture(t)
 	close(f.gate)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

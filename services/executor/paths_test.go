@@ -12,6 +12,7 @@ import (
 // TestPathAttacks sends every known way out of the workspace to every fs
 // tool: each is refused, and nothing outside the workspace changes.
 func TestPathAttacks(t *testing.T) {
+	t.Parallel()
 	sb := newSandbox(t)
 	sb.links(t)
 	s := newService(t, sb.ws)
@@ -103,6 +104,7 @@ func TestPathAttacks(t *testing.T) {
 }
 
 func TestClean(t *testing.T) {
+	t.Parallel()
 	ws, err := openWorkspace(t.TempDir())
 	must(t, err)
 	defer func() { _ = ws.close() }()

@@ -9,6 +9,7 @@ import (
 )
 
 func TestFSWritePreview(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ws, err := openWorkspace(dir)
 	if err != nil {

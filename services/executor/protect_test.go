@@ -73,6 +73,7 @@ func treeHash(tb testing.TB, dir string) [32]byte {
 // path, however it is spelled (case, trailing dots, "..", a symbolic link
 // to it), and of a directory that holds one; other paths are unaffected.
 func TestProtectedPaths(t *testing.T) {
+	t.Parallel()
 	sb, s := protectedFixture(t)
 	refused := []struct {
 		tool string
@@ -146,6 +147,7 @@ func TestProtectedPaths(t *testing.T) {
 // TestReadHardLinkRefused: a hard link made on the host to a file outside
 // the workspace is not read through the workspace.
 func TestReadHardLinkRefused(t *testing.T) {
+	t.Parallel()
 	sb := newSandbox(t)
 	must(t, os.Link(sb.outside, filepath.Join(sb.ws, "hl.txt")))
 	s := newService(t, sb.ws)
@@ -156,6 +158,7 @@ func TestReadHardLinkRefused(t *testing.T) {
 }
 
 func TestProtectedMatch(t *testing.T) {
+	t.Parallel()
 	p := newProtectedPaths([]string{"secrets/"})
 	for name, want := range map[string]string{
 		".git": ".git/", ".git/config": ".git/", "a/.Git/hooks/x": ".git/", ".git.": ".git/", `a\.git\config`: ".git/",

@@ -28,6 +28,7 @@ const oldSucceeded = `{"stepId":"old-done","runId":"run","tool":"test.once",` +
 // an old JSON record (with a field this version does not know) is read; a
 // record that is neither is corrupt, never an empty record.
 func TestDecodeRecordBothFormats(t *testing.T) {
+	t.Parallel()
 	old, err := decodeRecord([]byte(oldSucceeded))
 	must(t, err)
 	if old.GetState() != stateSucceeded || old.GetExecutor() != "old-executor" ||
@@ -72,6 +73,7 @@ func TestDecodeRecordBothFormats(t *testing.T) {
 // --step-record-format=json, as during an upgrade from a version that only
 // reads JSON, writes JSON; each reads what the other wrote.
 func TestRollingUpgradeRecords(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	nc := testutil.Connect(t, testutil.RunJetStream(t))
@@ -167,6 +169,7 @@ func TestRollingUpgradeRecords(t *testing.T) {
 }
 
 func TestRecordFormatConfig(t *testing.T) {
+	t.Parallel()
 	if _, err := New(Config{Workspace: t.TempDir(), RecordFormat: "yaml"}, nil, nil); !errors.Is(err, ErrBadConfig) {
 		t.Fatalf("New with record format yaml = %v", err)
 	}

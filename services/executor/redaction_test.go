@@ -14,6 +14,7 @@ import (
 // TestStepRecordsAreRedacted checks that the tool and the live caller get
 // the real values, while the step record (and so a replay) keeps markers.
 func TestStepRecordsAreRedacted(t *testing.T) {
+	t.Parallel()
 	const secret = "hunter2-secret"
 	echo := testTool("test.echo", 0, 0, func(_ context.Context, args map[string]any) (any, *xctv1.Error) {
 		if args["fail"] == true {

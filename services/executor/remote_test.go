@@ -83,6 +83,7 @@ func junkServer(tb testing.TB) string {
 }
 
 func TestExternalTools(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	var keys []string
 	var deadlines []time.Duration

@@ -38,6 +38,7 @@ func writePEM(t *testing.T, ca *devcerts.CA, dir, name string, leaf devcerts.Lea
 // none of its tools is served; a client without the right certificate is
 // refused by the server.
 func TestExternalToolsOverTLS(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ca, err := devcerts.NewCA("tools CA", time.Hour)
 	must(t, err)
@@ -107,6 +108,7 @@ func TestExternalToolsOverTLS(t *testing.T) {
 }
 
 func TestRemoteTLSConfigErrors(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ name, tls, want string }{
 		{"no CA", `{cert: c.crt, key: c.key}`, "a CA file is required"},
 		{"cert without key", `{ca: ca.crt, cert: c.crt}`, "cert and key go together"},

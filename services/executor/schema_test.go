@@ -11,6 +11,7 @@ import (
 // TestSchemas compiles every built-in input schema as the validator does
 // (draft 2020-12) and checks it against arguments that must pass or fail.
 func TestSchemas(t *testing.T) {
+	t.Parallel()
 	cfg, err := ParseToolsConfig("tools.yaml", []byte("http:\n  allow_hosts: [api.test]\nshell:\n  binaries: [{name: echo}, {name: ls}]\n"))
 	must(t, err)
 	s, err := New(Config{Workspace: t.TempDir(), Tools: cfg}, nil, nil)

@@ -27,6 +27,7 @@ import (
 )
 
 func TestConfigValidate(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		cfg  Config
@@ -52,6 +53,7 @@ func TestConfigValidate(t *testing.T) {
 }
 
 func TestConfigFlags(t *testing.T) {
+	t.Parallel()
 	var cfg Config
 	fs := flag.NewFlagSet("test", flag.ContinueOnError)
 	cfg.RegisterFlags(fs)
@@ -71,6 +73,7 @@ func TestConfigFlags(t *testing.T) {
 }
 
 func TestNew(t *testing.T) {
+	t.Parallel()
 	noop := func(context.Context, map[string]any) (any, *xctv1.Error) { return nil, nil }
 	withSchema := func(schema string) Tool {
 		tool := testTool("test.schema", 0, 0, noop)
@@ -128,6 +131,7 @@ func TestNew(t *testing.T) {
 }
 
 func TestTools(t *testing.T) {
+	t.Parallel()
 	extra := testTool("test.noop", 0, 0, func(context.Context, map[string]any) (any, *xctv1.Error) { return nil, nil })
 	s, err := New(Config{Workspace: t.TempDir(), DefaultTimeout: 7 * time.Second, MaxOutputBytes: 99}, nil, nil, extra)
 	must(t, err)
@@ -170,6 +174,7 @@ func TestTools(t *testing.T) {
 }
 
 func TestExecute(t *testing.T) {
+	t.Parallel()
 	released := make(chan struct{})
 	committedEarly := make(chan struct{})
 	var lateCommit *xctv1.Error
@@ -299,6 +304,7 @@ func TestExecute(t *testing.T) {
 }
 
 func TestStop(t *testing.T) {
+	t.Parallel()
 	started, release := make(chan struct{}), make(chan struct{})
 	hold := testTool("test.hold", time.Hour, 0, func(context.Context, map[string]any) (any, *xctv1.Error) {
 		close(started)
@@ -333,6 +339,7 @@ func TestStop(t *testing.T) {
 
 // TestGRPC runs the service behind a real gRPC server on loopback TCP.
 func TestGRPC(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	noop := testTool("test.noop", 0, 0, func(context.Context, map[string]any) (any, *xctv1.Error) { return map[string]any{}, nil })
@@ -397,6 +404,7 @@ func TestGRPC(t *testing.T) {
 // TestCatalogPublished starts the executor against an embedded JetStream
 // and reads its catalog back the way the validator does.
 func TestCatalogPublished(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	nc := testutil.Connect(t, testutil.RunJetStream(t))
@@ -422,6 +430,7 @@ func TestCatalogPublished(t *testing.T) {
 }
 
 func TestStartWithoutNATS(t *testing.T) {
+	t.Parallel()
 	s := newService(t, t.TempDir())
 	must(t, s.Start(context.Background()))
 }

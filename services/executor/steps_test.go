@@ -66,6 +66,7 @@ func orphan(tb testing.TB, store StepStore, id, tool string, args map[string]any
 }
 
 func TestStepRunsOnce(t *testing.T) {
+	t.Parallel()
 	tool := countedTool("test.count", false, xctv1.Effect_EFFECT_IRREVERSIBLE)
 	s := newService(t, t.TempDir(), tool)
 	args := map[string]any{"k": "v"}
@@ -109,6 +110,7 @@ func TestStepRunsOnce(t *testing.T) {
 }
 
 func TestStepConcurrentCalls(t *testing.T) {
+	t.Parallel()
 	release := make(chan struct{})
 	var calls atomic.Int32
 	slow := testTool("test.slow", time.Minute, 0, func(ctx context.Context, _ map[string]any) (any, *xctv1.Error) {
@@ -147,6 +149,7 @@ func TestStepConcurrentCalls(t *testing.T) {
 }
 
 func TestStepInDoubt(t *testing.T) {
+	t.Parallel()
 	idem := countedTool("test.idem", true, xctv1.Effect_EFFECT_REVERSIBLE)
 	once := countedTool("test.once", false, xctv1.Effect_EFFECT_IRREVERSIBLE)
 	s := newService(t, t.TempDir(), idem, once)
@@ -254,6 +257,7 @@ func TestStepInDoubt(t *testing.T) {
 // TestStepPendingElsewhere: a step another executor is running is waited
 // for, then answered from its record; past its deadline it is in doubt.
 func TestStepPendingElsewhere(t *testing.T) {
+	t.Parallel()
 	once := countedTool("test.once", false, xctv1.Effect_EFFECT_IRREVERSIBLE)
 	s := newService(t, t.TempDir(), once)
 	ctx := context.Background()
@@ -292,6 +296,7 @@ func TestStepPendingElsewhere(t *testing.T) {
 // TestStepReleasedWhenNothingActed: a caller that leaves before the tool
 // committed leaves no record, so the step can run later.
 func TestStepReleasedWhenNothingActed(t *testing.T) {
+	t.Parallel()
 	started := make(chan struct{})
 	var calls atomic.Int32
 	tool := testTool("test.wait", time.Hour, 0, func(ctx context.Context, _ map[string]any) (any, *xctv1.Error) {
@@ -330,6 +335,7 @@ func TestStepReleasedWhenNothingActed(t *testing.T) {
 // (a replica that took the run over) gets that outcome without acting
 // again.
 func TestStepCommittedOutlivesCaller(t *testing.T) {
+	t.Parallel()
 	committed, finish := make(chan struct{}), make(chan struct{})
 	var calls atomic.Int32
 	tool := testTool("test.remote", time.Hour, 0, func(ctx context.Context, _ map[string]any) (any, *xctv1.Error) {
@@ -366,6 +372,7 @@ func TestStepCommittedOutlivesCaller(t *testing.T) {
 // TestStepLargeResponse: a response too large for a record goes to a blob
 // and is replayed from it.
 func TestStepLargeResponse(t *testing.T) {
+	t.Parallel()
 	big := strings.Repeat("x", memMaxRecordBytes+10)
 	tool := testTool("test.big", 0, 4<<20, func(context.Context, map[string]any) (any, *xctv1.Error) { return big, nil })
 	s := newService(t, t.TempDir(), tool)
@@ -388,6 +395,7 @@ func TestStepLargeResponse(t *testing.T) {
 
 // TestStepStoreJetStream runs the store contract against JetStream.
 func TestStepStoreJetStream(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	nc := testutil.Connect(t, testutil.RunJetStream(t))
@@ -444,6 +452,7 @@ func TestStepStoreJetStream(t *testing.T) {
 // so a step is executed once whichever executor is asked, and the gRPC
 // GetStep and ResolveStep work end to end.
 func TestStepsOnJetStream(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	nc := testutil.Connect(t, testutil.RunJetStream(t))
@@ -574,6 +583,7 @@ func TestStepsOnJetStream(t *testing.T) {
 
 // TestStepStoreUnavailable: without a usable store nothing is executed.
 func TestStepStoreUnavailable(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	nc := testutil.Connect(t, testutil.RunJetStream(t))

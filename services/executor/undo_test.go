@@ -9,6 +9,7 @@ import (
 )
 
 func TestUndoTool(t *testing.T) {
+	t.Parallel()
 	ws := t.TempDir()
 	s := newService(t, ws)
 	if err := os.WriteFile(filepath.Join(ws, "a.txt"), []byte("before\n"), 0o600); err != nil {

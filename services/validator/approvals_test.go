@@ -122,6 +122,7 @@ func wantCode(tb testing.TB, err error, code codes.Code, text string) {
 // the orchestrator requests it with a preview, a human other than the run's
 // principal approves it, and the exact step is then allowed.
 func TestApprovalFlow(t *testing.T) {
+	t.Parallel()
 	a := startApprovals(t)
 	req := configWrite(t, 1, "config/app.yaml")
 	v := validate(t, a.s, req)
@@ -208,6 +209,7 @@ func TestApprovalFlow(t *testing.T) {
 // TestApprovalDenied checks that a denied approval denies the step with the
 // approver's reason.
 func TestApprovalDenied(t *testing.T) {
+	t.Parallel()
 	a := startApprovals(t)
 	req := configWrite(t, 2, "config/db.yaml")
 	a.request(t, req, nil)
@@ -225,6 +227,7 @@ func TestApprovalDenied(t *testing.T) {
 // TestApprovalExpiry checks that an undecided approval expires: deciding
 // it is refused and marks it, listing marks it, and the step is denied.
 func TestApprovalExpiry(t *testing.T) {
+	t.Parallel()
 	a := startApprovals(t)
 	first, second := configWrite(t, 1, "config/a.yaml"), configWrite(t, 2, "config/b.yaml")
 	a.request(t, first, nil)
@@ -256,6 +259,7 @@ func TestApprovalExpiry(t *testing.T) {
 // TestApprovalConcurrentDecisions checks that of concurrent decisions
 // exactly one wins.
 func TestApprovalConcurrentDecisions(t *testing.T) {
+	t.Parallel()
 	a := startApprovals(t)
 	req := configWrite(t, 1, "config/app.yaml")
 	a.request(t, req, nil)
@@ -292,6 +296,7 @@ func TestApprovalConcurrentDecisions(t *testing.T) {
 
 // TestApprovalRequestChecks checks what RequestApproval refuses.
 func TestApprovalRequestChecks(t *testing.T) {
+	t.Parallel()
 	a := startApprovals(t)
 	ctx := context.Background()
 	req := configWrite(t, 1, "config/app.yaml")
@@ -333,6 +338,7 @@ func TestApprovalRequestChecks(t *testing.T) {
 // TestApprovalsNeedJetStream checks that a validator without JetStream
 // refuses the approval RPCs and leaves steps waiting.
 func TestApprovalsNeedJetStream(t *testing.T) {
+	t.Parallel()
 	s := newService(t, approvalPolicy)
 	ctx := context.Background()
 	req := configWrite(t, 1, "config/app.yaml")

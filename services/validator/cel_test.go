@@ -40,6 +40,7 @@ func celInput(mutate ...func(*validator.Input)) *validator.Input {
 // TestConditionVariables checks each variable a condition can read: the
 // rule matches (allow) exactly when its condition holds.
 func TestConditionVariables(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name  string
 		when  string
@@ -97,6 +98,7 @@ func TestConditionVariables(t *testing.T) {
 // TestConditionWithoutRun checks that a proposal without a run context
 // reads zero values, not errors.
 func TestConditionWithoutRun(t *testing.T) {
+	t.Parallel()
 	p := mustParse(t, `rules:
   - id: r
     effect: allow
@@ -112,6 +114,7 @@ func TestConditionWithoutRun(t *testing.T) {
 // selector takes in the tool and its condition holds, and the conflict
 // resolution across conditional rules.
 func TestRuleSelectorsAndConditions(t *testing.T) {
+	t.Parallel()
 	const policy = `
 rules:
   - id: allow-fs
@@ -185,6 +188,7 @@ rules:
 // TestConditionErrorDenies checks that a rule whose condition fails at
 // evaluation denies, whatever its effect: the validator never fails open.
 func TestConditionErrorDenies(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name, rule, reason string
 	}{
@@ -226,6 +230,7 @@ func TestConditionErrorDenies(t *testing.T) {
 // TestConditionCompileErrors checks that syntax and type errors are load
 // errors naming the file, the line inside the file and the rule.
 func TestConditionCompileErrors(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name, text string
 		line       int

@@ -63,6 +63,7 @@ func analyzer() *xctv1.CrewContext {
 // TestCrewValidation: the validator's per-agent check and the crew's
 // confidence gate, over gRPC on loopback.
 func TestCrewValidation(t *testing.T) {
+	t.Parallel()
 	client := serve(t, newService(t, `rules:
   - id: allow-read
     effect: allow
@@ -284,6 +285,7 @@ func (r *crewRun) step(client xctv1.ValidatorServiceClient, n int, tool string, 
 // step, and its assessment lifts the fact by consensus. The session and
 // the real validator (gRPC on loopback) agree at every step.
 func TestCrewVerification(t *testing.T) {
+	t.Parallel()
 	client := serve(t, newService(t, ""))
 	c, err := crew.LoadFile("../../examples/crews/security-review.yaml")
 	if err != nil {

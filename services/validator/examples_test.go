@@ -48,6 +48,7 @@ type exampleCase struct {
 // validator, and lints it against the example tools: what users start from
 // must do what its comments say.
 func TestExamplePolicies(t *testing.T) {
+	t.Parallel()
 	examples := map[string][]exampleCase{
 		"default.yaml": {
 			{name: "read", tool: "fs.read", args: map[string]any{"path": "a"}, want: allow, reasons: []string{"allow-read"}},
@@ -166,6 +167,7 @@ func TestExamplePolicies(t *testing.T) {
 // TestShadowCandidateExample runs the shadow example beside the default,
 // as its comment says to.
 func TestShadowCandidateExample(t *testing.T) {
+	t.Parallel()
 	dir := filepath.Join("..", "..", "examples", "policies")
 	s, err := validator.NewWithCatalog(validator.Config{PolicyFile: filepath.Join(dir, "default.yaml") + "," + filepath.Join(dir, "shadow-candidate.yaml")},
 		catalog.Static(exampleTools()...), nil)

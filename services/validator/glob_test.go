@@ -8,6 +8,7 @@ import (
 )
 
 func TestGlobMatch(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		pattern, name string
 		want          bool

@@ -11,6 +11,7 @@ import (
 
 // TestLint checks what lint reports, with file, line and rule id.
 func TestLint(t *testing.T) {
+	t.Parallel()
 	const policy = `rate_limits:
   - {tool: "http.*", per_run: 10/1m}
 rules:
@@ -104,6 +105,7 @@ rules:
 // TestLintQuiet checks that a policy without problems, like the default,
 // gives no findings, and that compile errors come back as errors.
 func TestLintQuiet(t *testing.T) {
+	t.Parallel()
 	findings, err := validator.LintFiles(catalog.Static(testTools()...), writeFile(t, "p.yaml", validator.DefaultPolicyYAML))
 	if err != nil || len(findings) != 0 {
 		t.Errorf("default policy: %v, %v", findings, err)

@@ -43,6 +43,7 @@ rules:
 // rules evaluated together (deny wins across files) and the strictest
 // settings, and that the version covers every file in order.
 func TestPolicySetCombinesFiles(t *testing.T) {
+	t.Parallel()
 	s := newServiceWith(t, []string{baseFile, teamFile})
 	checkVerdict(t, validate(t, s, request(t, "fs.write", map[string]any{"path": "docs/a", "content": ""})), allow, "", "allow-fs")
 	v := validate(t, s, request(t, "fs.write", map[string]any{"path": "prod/a", "content": ""}))
@@ -86,6 +87,7 @@ func TestPolicySetCombinesFiles(t *testing.T) {
 
 // TestPolicySetConflicts checks what several files may not disagree on.
 func TestPolicySetConflicts(t *testing.T) {
+	t.Parallel()
 	a := writeFile(t, "a.yaml", "prices: {m: {input_per_1k: 1, output_per_1k: 1}}\nrules:\n  - id: r1\n    effect: allow\n")
 	b := writeFile(t, "b.yaml", "prices:\n  m: {input_per_1k: 2, output_per_1k: 1}\nrules:\n  - id: r2\n    effect: allow\n  - id: r1\n    effect: deny\n")
 	_, err := validator.LoadPolicyFiles(a, b)
@@ -111,6 +113,7 @@ func TestPolicySetConflicts(t *testing.T) {
 // TestShadowMode checks that a shadow file's verdicts are recorded beside
 // the enforced verdict and never enforced.
 func TestShadowMode(t *testing.T) {
+	t.Parallel()
 	const shadow = `mode: shadow
 rate_limits:
   - {tool: "fs.read", per_run: 1/1h}
@@ -178,6 +181,7 @@ func checkShadow(tb testing.TB, v *xctv1.Verdict, version string, want xctv1.Ver
 
 // TestPolicyFlag checks that -policy is repeatable and takes lists.
 func TestPolicyFlag(t *testing.T) {
+	t.Parallel()
 	var cfg validator.Config
 	fs := flag.NewFlagSet("test", flag.ContinueOnError)
 	cfg.RegisterFlags(fs)

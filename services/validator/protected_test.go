@@ -10,6 +10,7 @@ import (
 // TestDefaultPolicyProtectedPaths: the built-in policy denies fs changes of
 // the executor's protected paths, however spelled, and only those.
 func TestDefaultPolicyProtectedPaths(t *testing.T) {
+	t.Parallel()
 	move := &xctv1.ToolDescriptor{Name: "fs.move", InputSchema: `{"type":"object","properties":{"from":{"type":"string"},"to":{"type":"string"}},"required":["from","to"]}`,
 		Effect: xctv1.Effect_EFFECT_REVERSIBLE}
 	s := newService(t, "", append(testTools(), move)...)

@@ -13,6 +13,7 @@ import (
 // allowed calls count, refusals are RATE_LIMITED with when to retry, and
 // the window slides with the (fake) clock.
 func TestRateLimits(t *testing.T) {
+	t.Parallel()
 	clock := newFakeClock()
 	s := newServiceWith(t, []string{`
 rate_limits:
@@ -72,6 +73,7 @@ rules:
 // would be rate limited is refused before a human is asked, and that
 // asking does not use a call up.
 func TestRateLimitBeforeApproval(t *testing.T) {
+	t.Parallel()
 	clock := newFakeClock()
 	s := newServiceWith(t, []string{`
 rate_limits:

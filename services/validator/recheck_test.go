@@ -87,6 +87,7 @@ const recheckPolicy = `rules:
 // TestRecheck re-judges a recorded run under a new policy and reports what
 // it would decide next to what the chain says was decided.
 func TestRecheck(t *testing.T) {
+	t.Parallel()
 	c := newChain(t, "run-20261121-090000-abcd")
 	c.step(1, "fs.read", map[string]any{"path": "config/app.yaml"}, nil, "success", 100, "allow")
 	c.step(2, "fs.write", map[string]any{"path": "config/app.yaml", "content": "color: green\n"}, nil, "success", 100, "allow")
@@ -144,6 +145,7 @@ func TestRecheck(t *testing.T) {
 // TestRecheckRunContext checks that budgets, rate limits and "now" see the
 // run as it was at each step.
 func TestRecheckRunContext(t *testing.T) {
+	t.Parallel()
 	c := newChain(t, "run-ctx")
 	c.step(1, "fs.read", map[string]any{"path": "a"}, nil, "success", 100, "allow") // 110 tokens, at +10s
 	c.step(2, "fs.read", map[string]any{"path": "b"}, nil, "error", 100, "allow")   // 220
@@ -223,6 +225,7 @@ rules:
 
 // TestRecheckBadChain checks that unreadable events are errors naming them.
 func TestRecheckBadChain(t *testing.T) {
+	t.Parallel()
 	c := newChain(t, "run-bad")
 	c.step(1, "fs.read", map[string]any{"path": "a"}, nil, "success", 1, "maybe")
 	set, _ := validator.NewPolicySet(validator.DefaultPolicy())

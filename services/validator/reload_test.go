@@ -74,6 +74,7 @@ func writeInPlace(tb testing.TB, path, text string) {
 // and is logged at Error level once per problem, and that fixing it is
 // picked up again.
 func TestHotReload(t *testing.T) {
+	t.Parallel()
 	path := writeFile(t, "policy.yaml", fsOnly)
 	logs := &logRecorder{}
 	s, err := validator.NewWithCatalog(validator.Config{PolicyFile: path, PolicyReload: 10 * time.Millisecond},
@@ -156,6 +157,7 @@ func TestHotReload(t *testing.T) {
 // versions while proposals are judged: every verdict is wholly the old
 // policy's or wholly the new one's.
 func TestReloadKeepsValidationsWhole(t *testing.T) {
+	t.Parallel()
 	path := writeFile(t, "policy.yaml", fsOnly)
 	s, err := validator.NewWithCatalog(validator.Config{PolicyFile: path}, catalog.Static(testTools()...), nil)
 	if err != nil {

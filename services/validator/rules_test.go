@@ -37,6 +37,7 @@ func mustParse(tb testing.TB, text string) *validator.RulesPolicy {
 }
 
 func TestRulesSemantics(t *testing.T) {
+	t.Parallel()
 	const globs = `
 rules:
   - id: allow-fs
@@ -152,6 +153,7 @@ rules:
 }
 
 func TestRulesPolicyRejectsMissingTool(t *testing.T) {
+	t.Parallel()
 	p := mustParse(t, "rules: []\n")
 	if _, err := p.Evaluate(context.Background(), &validator.Input{}); !errors.Is(err, validator.ErrNoToolDescriptor) {
 		t.Fatalf("err = %v, want ErrNoToolDescriptor", err)
@@ -159,6 +161,7 @@ func TestRulesPolicyRejectsMissingTool(t *testing.T) {
 }
 
 func TestPolicyVersionIsContentHash(t *testing.T) {
+	t.Parallel()
 	text := "rules:\n  - id: a\n    effect: allow\n"
 	sum := sha256.Sum256([]byte(text))
 	if got, want := mustParse(t, text).Version(), "sha256:"+hex.EncodeToString(sum[:]); got != want {
@@ -171,6 +174,7 @@ func TestPolicyVersionIsContentHash(t *testing.T) {
 }
 
 func TestDefaultPolicy(t *testing.T) {
+	t.Parallel()
 	p := validator.DefaultPolicy()
 	sum := sha256.Sum256([]byte(validator.DefaultPolicyYAML))
 	if want := "sha256:" + hex.EncodeToString(sum[:]); p.Version() != want {
@@ -204,6 +208,7 @@ func TestDefaultPolicy(t *testing.T) {
 }
 
 func TestParseRulesErrors(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name     string
 		text     string
@@ -271,6 +276,7 @@ func TestParseRulesErrors(t *testing.T) {
 }
 
 func TestParseRulesReportsEveryProblem(t *testing.T) {
+	t.Parallel()
 	text := "rules:\n  - id: a\n    effect: permit\n  - id: b\n    effect: allow\n    effects: [sometimes]\n"
 	_, err := validator.ParseRules("p.yaml", []byte(text))
 	if err == nil {
@@ -284,6 +290,7 @@ func TestParseRulesReportsEveryProblem(t *testing.T) {
 }
 
 func TestLoadRulesFile(t *testing.T) {
+	t.Parallel()
 	path := writeFile(t, "broken.yaml", "rules:\n  - id: a\n    effect: allow\n    colour: red\n")
 	_, err := validator.LoadRulesFile(path)
 	if err == nil || !strings.HasPrefix(err.Error(), path+":4: ") {

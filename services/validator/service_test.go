@@ -83,6 +83,7 @@ func checkVerdict(tb testing.TB, v *xctv1.Verdict, want xctv1.VerdictDecision, c
 }
 
 func TestValidateDefaultPolicy(t *testing.T) {
+	t.Parallel()
 	s := newService(t, "")
 	checkVerdict(t, validate(t, s, request(t, "fs.read", map[string]any{"path": "a.txt"})),
 		allow, "", "allow-read")
@@ -104,6 +105,7 @@ func TestValidateDefaultPolicy(t *testing.T) {
 }
 
 func TestValidatePolicyFile(t *testing.T) {
+	t.Parallel()
 	s := newService(t, `
 rules:
   - id: allow-fs
@@ -125,6 +127,7 @@ rules:
 }
 
 func TestValidateDefaultDeny(t *testing.T) {
+	t.Parallel()
 	s := newService(t, "rules:\n  - id: allow-fs\n    effect: allow\n    tools: [\"fs.*\"]\n")
 	v := validate(t, s, request(t, "shell.exec", map[string]any{"command": "ls"}))
 	checkVerdict(t, v, deny, wire.CodePolicyDenied, "default-deny")
@@ -134,6 +137,7 @@ func TestValidateDefaultDeny(t *testing.T) {
 }
 
 func TestValidateUnknownTool(t *testing.T) {
+	t.Parallel()
 	s := newService(t, "")
 	v := validate(t, s, request(t, "fs.reed", map[string]any{"path": "a"}))
 	checkVerdict(t, v, deny, wire.CodeUnknownTool, "builtin.catalog")
@@ -157,6 +161,7 @@ func TestValidateUnknownTool(t *testing.T) {
 }
 
 func TestValidateSchemaInvalid(t *testing.T) {
+	t.Parallel()
 	s := newService(t, "")
 	tests := []struct {
 		name     string
@@ -197,6 +202,7 @@ func TestValidateSchemaInvalid(t *testing.T) {
 }
 
 func TestValidateViolationsAreBounded(t *testing.T) {
+	t.Parallel()
 	props := map[string]any{}
 	for i := range 50 {
 		props[fmt.Sprintf("extra%02d", i)] = float64(i)
@@ -219,6 +225,7 @@ func TestValidateViolationsAreBounded(t *testing.T) {
 }
 
 func TestValidateUnusableSchema(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name   string
 		schema string
@@ -246,6 +253,7 @@ func TestValidateUnusableSchema(t *testing.T) {
 }
 
 func TestValidateMalformedRequest(t *testing.T) {
+	t.Parallel()
 	s := newService(t, "")
 	for _, req := range []*xctv1.ValidateRequest{
 		nil,
@@ -271,6 +279,7 @@ func (f policyFunc) Evaluate(_ context.Context, in *validator.Input) (validator.
 }
 
 func TestSetPolicy(t *testing.T) {
+	t.Parallel()
 	s := newService(t, "")
 	if err := s.SetPolicy(nil); !errors.Is(err, validator.ErrNoPolicy) {
 		t.Fatalf("SetPolicy(nil) = %v", err)
@@ -319,6 +328,7 @@ func TestSetPolicy(t *testing.T) {
 }
 
 func TestConcurrentValidate(t *testing.T) {
+	t.Parallel()
 	s := newService(t, "")
 	var wg sync.WaitGroup
 	for i := range 8 {
@@ -343,6 +353,7 @@ func TestConcurrentValidate(t *testing.T) {
 }
 
 func TestNewBrokenPolicyFile(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name, text string
 		line       int
@@ -372,6 +383,7 @@ func TestNewBrokenPolicyFile(t *testing.T) {
 }
 
 func TestConfig(t *testing.T) {
+	t.Parallel()
 	var cfg validator.Config
 	fs := flag.NewFlagSet("test", flag.ContinueOnError)
 	cfg.RegisterFlags(fs)
@@ -402,6 +414,7 @@ func TestConfig(t *testing.T) {
 }
 
 func TestGRPCRoundTrip(t *testing.T) {
+	t.Parallel()
 	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
 	s, err := validator.NewWithCatalog(validator.Config{}, catalog.Static(testTools()...), log)
 	if err != nil {
@@ -461,6 +474,7 @@ func TestGRPCRoundTrip(t *testing.T) {
 }
 
 func TestStartWithJetStream(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ns := testutil.RunJetStream(t)
@@ -528,6 +542,7 @@ func TestStartWithJetStream(t *testing.T) {
 // judged as their JSON view (structpb renders these as strings), the same
 // view the executor gets, and judging them must not fail.
 func TestValidateNonFiniteNumbers(t *testing.T) {
+	t.Parallel()
 	s := newService(t, "")
 	for _, f := range []float64{math.NaN(), math.Inf(1), math.Inf(-1)} {
 		req := request(t, "fs.read", map[string]any{"path": "a"})

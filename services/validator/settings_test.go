@@ -19,6 +19,7 @@ import (
 // the step is denied with BUDGET_EXCEEDED before any rule, and the run ends
 // unless the budget can recover.
 func TestBudgets(t *testing.T) {
+	t.Parallel()
 	const policy = `
 budgets:
   max_steps: 10
@@ -95,6 +96,7 @@ rules:
 // TestBudgetVerdict checks the verdict a budget makes through the service:
 // the code's taxonomy and ends_run.
 func TestBudgetVerdict(t *testing.T) {
+	t.Parallel()
 	s := newService(t, "budgets: {max_steps: 2}\nrules:\n  - id: allow-all\n    effect: allow\n")
 	req := request(t, "fs.read", map[string]any{"path": "a"})
 	req.Run.StepsUsed = 3
@@ -110,6 +112,7 @@ func TestBudgetVerdict(t *testing.T) {
 
 // TestConfidenceGate checks the LCTL thresholds, default and configured.
 func TestConfidenceGate(t *testing.T) {
+	t.Parallel()
 	const allowAll = "rules:\n  - id: allow-all\n    effect: allow\n"
 	custom := "confidence: {proceed: 0.9, warn: 0.7, verify: 0.5}\n" + allowAll
 	off := "confidence: {proceed: 0, warn: 0, verify: 0}\n" + allowAll
@@ -168,6 +171,7 @@ func ptr(f float64) *float64 { return &f }
 // TestApprovalTTLSetting checks that the policy's approval_ttl reaches the
 // verdict of a step that needs approval.
 func TestApprovalTTLSetting(t *testing.T) {
+	t.Parallel()
 	s := newService(t, "approval_ttl: 15m\nrules:\n  - id: approve\n    effect: require_approval\n")
 	v := validate(t, s, request(t, "fs.read", map[string]any{"path": "a"}))
 	checkVerdict(t, v, approval, wire.CodeApprovalRequired, "approve")
@@ -182,6 +186,7 @@ func TestApprovalTTLSetting(t *testing.T) {
 
 // TestSettingsErrors checks that a bad setting is a load error at its line.
 func TestSettingsErrors(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name, text string
 		line       int
@@ -227,6 +232,7 @@ func TestSettingsErrors(t *testing.T) {
 
 // TestRateSyntax checks the accepted spellings of a rate.
 func TestRateSyntax(t *testing.T) {
+	t.Parallel()
 	for _, r := range []string{"10/1m", "10/m", "1/s", "100/h", "5/30s", "100000/24h"} {
 		if _, err := validator.ParseRules("p.yaml", []byte("rate_limits:\n  - {tool: x, per_run: "+r+"}\nrules: []\n")); err != nil {
 			t.Errorf("rate %s: %v", r, err)
