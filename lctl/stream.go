@@ -77,7 +77,10 @@ type StreamEvent struct {
 	Time   time.Time
 	TimeOK bool
 	// Line is StreamOptions.Line's rendering of the event, with a
-	// newline; valid during the callback.
+	// newline. The lines of consecutive events of a batch lie one after
+	// the other in one array, which is never reused: Line may be kept,
+	// and a kept line extended over the next (its capacity reaches past
+	// it).
 	Line []byte
 }
 
@@ -268,7 +271,8 @@ func (b *streamBatch) decode(p *fastParser, hash bool, line func([]byte, *Event)
 		}
 		start := 0
 		for i := range b.events {
-			b.events[i].Line = out[start:ends[i]:ends[i]]
+			// Not capped: a caller may join consecutive lines (Line says).
+			b.events[i].Line = out[start:ends[i]]
 			start = ends[i]
 		}
 	}

@@ -69,6 +69,8 @@ func Summarize(e *lctl.Event) (subject, detail string) {
 	s := func(k string) string { v, _ := d.Get(k).(string); return v }
 	var parts []string
 	add := func(format string, args ...any) { parts = append(parts, fmt.Sprintf(format, args...)) }
+	// addS is add("%s", v) without fmt: replay formats every event.
+	addS := func(v string) { parts = append(parts, v) }
 	switch e.Type {
 	case lctl.TypeStepStart:
 		if raw := s("raw"); raw != "" && s("intent") == "" {
@@ -79,16 +81,16 @@ func Summarize(e *lctl.Event) (subject, detail string) {
 		}
 		intent := s("intent")
 		if n, ok := intOf(d.Get("step")); ok {
-			add("step %d", n)
+			addS("step " + strconv.FormatInt(n, 10))
 		}
 		if tool := s("tool"); tool != "" {
 			if intent != "" {
-				add("%s: %s", tool, clip(oneLine(intent), 60))
+				addS(tool + ": " + clip(oneLine(intent), 60))
 			} else {
-				add("%s", tool)
+				addS(tool)
 			}
 		} else if intent != "" {
-			add("%s", clip(oneLine(intent), 60))
+			addS(clip(oneLine(intent), 60))
 		}
 		if m := modelOf(d); m != "" && s("tool") == "" && intent == "" {
 			add("model %s", m)
@@ -98,21 +100,21 @@ func Summarize(e *lctl.Event) (subject, detail string) {
 		}
 	case lctl.TypeStepEnd:
 		if o := s("outcome"); o != "" {
-			add("%s", o)
+			addS(o)
 		}
 		if ms, ok := numberOf(d.Get("duration_ms")); ok {
-			add("%s", FormatDuration(ms))
+			addS(FormatDuration(ms))
 		}
 		if t, ok := d.Get("tokens").(map[string]any); ok {
 			in, out := tokensOf(t)
 			if in+out > 0 {
-				add("%s tokens", FormatCount(in+out))
+				addS(FormatCount(in+out) + " tokens")
 			}
 		}
 	case lctl.TypeFactAdded, lctl.TypeFactModified:
 		subject = s("id")
 		if c, ok := numberOf(d.Get("confidence")); ok {
-			add("confidence: %.2f", c)
+			addS("confidence: " + strconv.FormatFloat(c, 'f', 2, 64))
 		}
 		if r := s("reason"); r != "" {
 			add("reason: %s", clip(oneLine(r), 40))
@@ -121,15 +123,15 @@ func Summarize(e *lctl.Event) (subject, detail string) {
 			add("%s", c) // profile.go
 		}
 		if len(parts) == 0 && s("text") != "" {
-			add("%s", clip(oneLine(s("text")), 60))
+			addS(clip(oneLine(s("text")), 60))
 		}
 	case lctl.TypeToolCall:
 		subject = s("tool")
 		if ms, ok := numberOf(d.Get("duration_ms")); ok {
-			add("%s", FormatDuration(ms))
+			addS(FormatDuration(ms))
 		}
 		if st := s("status"); st != "" && st != "success" {
-			add("%s", st)
+			addS(st)
 		}
 	case lctl.TypeError:
 		subject = s("code")
@@ -139,9 +141,9 @@ func Summarize(e *lctl.Event) (subject, detail string) {
 		case kind != "" && msg != "":
 			add("%s: %s", kind, msg)
 		case kind != "":
-			add("%s", kind)
+			addS(kind)
 		case msg != "":
-			add("%s", msg)
+			addS(msg)
 		}
 		if b, ok := d.Get("recoverable").(bool); ok && !b {
 			add("not recoverable")
@@ -160,7 +162,7 @@ func Summarize(e *lctl.Event) (subject, detail string) {
 		case dir != "" && st != "":
 			add("%s: %s", dir, st)
 		default:
-			add("%s", dir+st)
+			addS(dir + st)
 		}
 		if w, ok := d.Get("warnings").([]any); ok && len(w) > 0 {
 			add("%d %s", len(w), plural(len(w), "warning", "warnings"))
@@ -168,10 +170,10 @@ func Summarize(e *lctl.Event) (subject, detail string) {
 	case lctl.TypeModelRouting:
 		subject = s("decision")
 		if r := s("reason"); r != "" {
-			add("%s", r)
+			addS(r)
 		}
 		if c, ok := numberOf(d.Get("confidence")); ok {
-			add("confidence: %.2f", c)
+			addS("confidence: " + strconv.FormatFloat(c, 'f', 2, 64))
 		}
 	case lctl.TypeStreamStart:
 		if v, ok := d.Lookup("expected_chunks"); ok {
@@ -192,7 +194,7 @@ func Summarize(e *lctl.Event) (subject, detail string) {
 			add("%d tokens", n)
 		}
 		if ms, ok := numberOf(d.Get("duration_ms")); ok {
-			add("%s", FormatDuration(ms))
+			addS(FormatDuration(ms))
 		}
 	case lctl.TypeRunStarted:
 		if g := s("goal"); g != "" {
@@ -212,17 +214,17 @@ func Summarize(e *lctl.Event) (subject, detail string) {
 		case dec != "" && len(rules) > 0:
 			add("%s by %s", dec, strings.Join(rules, ", "))
 		case dec != "":
-			add("%s", dec)
+			addS(dec)
 		}
 		if n, ok := intOf(d.Get("step")); ok {
-			add("step %d", n)
+			addS("step " + strconv.FormatInt(n, 10))
 		}
 	case lctl.TypeRunFinished:
 		st := s("status")
 		if m := s("message"); m != "" {
 			add("%s: %s", st, clip(oneLine(m), 60))
 		} else if st != "" {
-			add("%s", st)
+			addS(st)
 		}
 		if n, ok := intOf(d.Get("steps")); ok {
 			add("%d %s", n, plural(int(n), "step", "steps"))

@@ -17,8 +17,9 @@ func (c *cmdContext) replayStream(o operand, toSeq uint64, showEvents, withHash 
 	var lastStart *lctl.Event // the latest step_start applied
 	printLines := !c.jsonOut && (toSeq == 0 || showEvents)
 	// The lines are kept until the chain has been read: the full read,
-	// should the stream give way to it, prints them itself.
-	var lines []byte
+	// should the stream give way to it, prints them itself. They are the
+	// stream's own arrays (a batch's lines in one), not copied.
+	var lines [][]byte
 	var render func([]byte, *lctl.Event) []byte
 	if printLines {
 		render = analysis.AppendLine // on the decoding cores
@@ -44,7 +45,7 @@ func (c *cmdContext) replayStream(o operand, toSeq uint64, showEvents, withHash 
 			*lastStart = e.Own()
 		}
 		if printLines {
-			lines = append(lines, e.Line...)
+			lines = appendLine(lines, e.Line)
 		}
 		return nil
 	})
@@ -80,13 +81,32 @@ func (c *cmdContext) replayStream(o operand, toSeq uint64, showEvents, withHash 
 	defer func() { c.env.Stdout = out }()
 	if toSeq == 0 {
 		c.out("Replaying %d events...\n", sd.events)
-		_, _ = w.Write(lines)
+		writeLines(w, lines)
 		c.out("Replay complete. Final state has %d %s.\n", len(s.Facts), plural(len(s.Facts), "fact", "facts"))
 		c.printRecap(res.Summary)
 		return true, w.Flush()
 	}
 	c.out("Replaying to event %d...\n", toSeq)
-	_, _ = w.Write(lines)
+	writeLines(w, lines)
 	c.printStateAt(toSeq, res.Summary, res.Facts, res.StateHash, shown)
 	return true, w.Flush()
+}
+
+// appendLine adds line to lines, extending the last one when line follows
+// it in the same array.
+func appendLine(lines [][]byte, line []byte) [][]byte {
+	if n := len(lines); n > 0 && len(line) > 0 {
+		last := lines[n-1]
+		if len(last) < cap(last) && &last[:len(last)+1][len(last)] == &line[0] && len(last)+len(line) <= cap(last) {
+			lines[n-1] = last[:len(last)+len(line)]
+			return lines
+		}
+	}
+	return append(lines, line)
+}
+
+func writeLines(w *bufio.Writer, lines [][]byte) {
+	for _, l := range lines {
+		_, _ = w.Write(l)
+	}
 }
