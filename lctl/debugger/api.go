@@ -379,13 +379,19 @@ func (h *Handler) confidence(_ http.ResponseWriter, r *http.Request) (any, error
 	if err != nil {
 		return nil, err
 	}
+	return h.confidenceOf(c), nil
+}
+
+// confidenceOf is the chain's confidence report, cached until the chain
+// grows.
+func (h *Handler) confidenceOf(c *Chain) *analysis.ConfidenceReport {
 	cc := h.cacheOf(c.ID)
 	cc.mu.Lock()
 	defer cc.mu.Unlock()
 	if cc.conf == nil || cc.confN != len(c.Events) {
 		cc.conf, cc.confN = analysis.Confidence(c.ID, c.Events, analysis.ConfidenceOptions{}), len(c.Events)
 	}
-	return cc.conf, nil
+	return cc.conf
 }
 
 func (h *Handler) diff(_ http.ResponseWriter, r *http.Request) (any, error) {

@@ -62,6 +62,15 @@ type FlowNode struct {
 	Count        int          `json:"count"`
 	// Type is the event type of a node that is not a step.
 	Type string `json:"type,omitempty"`
+	// Lane is the agent whose lane the node is in (lanes.go): the node's
+	// agent, or for a routing decision the agent it routed.
+	Lane string `json:"lane"`
+	// Routing are the model_routing decisions that led to the step.
+	Routing []Routing `json:"routing"`
+	// Streams are the model's streamed answers for the step.
+	Streams []Stream `json:"streams"`
+	// Handoff is the handoff the step proposed, with its contracts.
+	Handoff *Handoff `json:"handoff,omitempty"`
 }
 
 // Attachment is an event shown on a step's node.
@@ -77,15 +86,20 @@ type FlowEdge struct {
 	From string `json:"from"`
 	To   string `json:"to"`
 	Kind string `json:"kind"`
+	// Handoff is the recorded handoff a handoff edge stands for (nil for
+	// a handoff only inferred from a change of agent).
+	Handoff *Handoff `json:"handoff,omitempty"`
 }
 
 // FlowPage is one page of a chain's flowchart.
 type FlowPage struct {
-	Nodes       []FlowNode `json:"nodes"`
-	Edges       []FlowEdge `json:"edges"`
-	TotalEvents int        `json:"total_events"`
-	TotalNodes  int        `json:"total_nodes"`
-	NextFrom    uint64     `json:"next_from"`
+	Nodes []FlowNode `json:"nodes"`
+	Edges []FlowEdge `json:"edges"`
+	// Lanes are the agents of the whole flow, in order of appearance.
+	Lanes       []Lane `json:"lanes"`
+	TotalEvents int    `json:"total_events"`
+	TotalNodes  int    `json:"total_nodes"`
+	NextFrom    uint64 `json:"next_from"`
 }
 
 // flowNode is a node under construction.
@@ -93,15 +107,19 @@ type flowNode struct {
 	FlowNode
 	open bool
 	// What decides a step's status.
-	decision    string // the latest verdict's
-	requested   bool   // an approval was requested and not yet decided
-	approved    bool   // a human approved
-	humanDenied bool
-	failed      bool // an error event or an error outcome
-	inDoubt     bool
-	doubtOpen   bool // a step_in_doubt not yet followed by the step's outcome
-	outcome     string
-	ended       bool
+	decision       string // the latest verdict's
+	requested      bool   // an approval was requested and not yet decided
+	approved       bool   // a human approved
+	humanDenied    bool
+	failed         bool // an error event or an error outcome
+	inDoubt        bool
+	doubtOpen      bool // a step_in_doubt not yet followed by the step's outcome
+	outcome        string
+	ended          bool
+	idx            int    // index in flow.nodes
+	prelude        bool   // routing and stream events waiting for their step (lanes.go)
+	handoffTo      string // the agent an xct.handoff step proposes
+	handoffSummary string
 }
 
 // flow is a chain's flowchart, built as events arrive.
@@ -112,12 +130,16 @@ type flow struct {
 	byStep   map[int64]*flowNode  // open XCT steps by number
 	byAgent  map[string]*flowNode // open steps without a number, by agent
 	bySpan   map[string]*flowNode // open steps of OpenTelemetry spans, by span id (spans.go)
-	handoffs []bool               // handoffs[i]: the edge into nodes[i] is a handoff
+	into     []edgeIn             // into[i]: how nodes[i] is reached
 	lastStep string               // agent of the latest step node
+	lanes    []Lane
+	openOf   map[string]*flowNode // open numbered steps by agent, for their un-numbered events
+	current  *flowNode            // the step started last, while open
+	pending  *pendingHandoff
 }
 
 func newFlow() *flow {
-	return &flow{byStep: map[int64]*flowNode{}, byAgent: map[string]*flowNode{}, bySpan: map[string]*flowNode{}}
+	return &flow{byStep: map[int64]*flowNode{}, byAgent: map[string]*flowNode{}, bySpan: map[string]*flowNode{}, openOf: map[string]*flowNode{}}
 }
 
 // update applies the events past those already consumed.
@@ -131,22 +153,43 @@ func (f *flow) update(events []lctl.Event) {
 func (f *flow) add(e *lctl.Event) {
 	stepNo, hasStep := stepNumber(e.Data)
 	if e.Type == lctl.TypeStepStart {
+		pre := f.mergePrelude(e.Agent)
 		n := f.newNode(e, kindStep)
 		n.open = true
 		n.Status = statusPending
 		n.Label = stepLabel(e.Data)
 		n.Tool = str(e.Data, "tool")
+		if pre != nil {
+			n.Routing, n.Streams, n.Attached = pre.Routing, pre.Streams, pre.Attached
+			n.Events += pre.Events
+		}
+		lane := f.laneOf(e.Agent)
+		lane.Steps++
+		if p, ok := e.Data["agent_profile"].(map[string]any); ok && str(p, "type") != "" {
+			lane.Type = str(p, "type")
+		}
+		if args, ok := e.Data["arguments"].(map[string]any); ok && n.Tool == handoffTool {
+			n.handoffTo, n.handoffSummary = str(args, "to"), str(args, "summary")
+		}
+		f.current = n
 		if span, _ := spanOf(e.Data); span != "" && !hasStep {
 			f.bySpan[span] = n
 		} else if hasStep {
 			s := stepNo
 			n.Step = &s
 			f.byStep[stepNo] = n
+			f.openOf[e.Agent] = n
 		} else {
 			f.byAgent[e.Agent] = n
 		}
-		handoff := f.lastStep != "" && f.lastStep != e.Agent
-		f.handoffs[len(f.handoffs)-1] = handoff
+		in := edgeIn{from: -1}
+		if f.pending != nil && f.pending.info.To == e.Agent {
+			in.from, in.info = f.pending.from, f.pending.info
+			f.pending = nil
+		} else {
+			in.handoff = f.lastStep != "" && f.lastStep != e.Agent
+		}
+		f.into[len(f.into)-1] = in
 		f.lastStep = e.Agent
 		return
 	}
@@ -161,11 +204,35 @@ func (f *flow) add(e *lctl.Event) {
 		} else {
 			owner = f.byAgent[e.Agent]
 		}
+		// Crews: a step's un-numbered events (facts, the handoff, the
+		// stream) by its agent, the contract checks by the system.
+		switch {
+		case owner != nil:
+		case e.Type == lctl.TypeContractValidation:
+			owner = f.current
+		case isPrelude(e.Type):
+			owner = f.openOf[preludeLane(e)]
+		default:
+			owner = f.openOf[e.Agent]
+		}
+	}
+	if owner == nil && isPrelude(e.Type) {
+		f.addPrelude(e)
+		return
 	}
 	if owner != nil {
 		owner.attach(e)
+		if e.Type == lctl.TypeHandoff && owner.Handoff != nil {
+			f.pending = &pendingHandoff{from: owner.idx, info: owner.Handoff}
+		}
 		if e.Type == lctl.TypeStepEnd {
 			owner.open = false
+			if f.openOf[owner.Agent] == owner {
+				delete(f.openOf, owner.Agent)
+			}
+			if f.current == owner {
+				f.current = nil
+			}
 			switch {
 			case hasStep:
 				delete(f.byStep, stepNo)
@@ -181,7 +248,7 @@ func (f *flow) add(e *lctl.Event) {
 	}
 	kind := standaloneKind(e.Type)
 	if kind == kindFact || kind == kindEvent {
-		if last := f.last(); last != nil && !last.open && last.Kind == kind && last.Type == e.Type && last.Agent == e.Agent {
+		if last := f.last(); last != nil && !last.open && !last.prelude && last.Kind == kind && last.Type == e.Type && last.Agent == e.Agent {
 			last.LastSeq = e.Seq
 			last.Events++
 			last.Count++
@@ -196,6 +263,12 @@ func (f *flow) add(e *lctl.Event) {
 		n.Step = &s
 	}
 	n.Tool = str(e.Data, "tool")
+	if e.Type == lctl.TypeHandoff || e.Type == lctl.TypeContractValidation {
+		n.note(e)
+		if e.Type == lctl.TypeHandoff {
+			f.pending = &pendingHandoff{from: n.idx, info: n.Handoff}
+		}
+	}
 }
 
 func (f *flow) last() *flowNode {
@@ -209,9 +282,11 @@ func (f *flow) newNode(e *lctl.Event, kind string) *flowNode {
 	n := &flowNode{FlowNode: FlowNode{
 		ID: "n" + strconv.FormatUint(e.Seq, 10), Kind: kind, Seq: e.Seq, LastSeq: e.Seq,
 		Events: 1, Agent: e.Agent, Count: 1, Attached: []Attachment{},
-	}}
+		Routing: []Routing{}, Streams: []Stream{},
+	}, idx: len(f.nodes)}
 	f.nodes = append(f.nodes, n)
-	f.handoffs = append(f.handoffs, false)
+	f.into = append(f.into, edgeIn{from: -1})
+	n.setLane(f, e.Agent)
 	return n
 }
 
@@ -255,6 +330,14 @@ func (n *flowNode) attach(e *lctl.Event) {
 	case lctl.TypeStepEnd:
 		n.ended = true
 		n.outcome = str(e.Data, "outcome")
+	case lctl.TypeContractValidation, lctl.TypeHandoff, lctl.TypeStreamEnd:
+		n.note(e)
+	case lctl.TypeModelRouting, lctl.TypeStreamStart, lctl.TypeStreamChunk:
+		// On the node's routing and streams, not listed.
+		n.note(e)
+		return
+	case lctl.TypeFactAdded, lctl.TypeFactModified:
+		// Listed: what the step found.
 	default:
 		// Facts, streams and the like are counted, not listed.
 		return
@@ -292,7 +375,7 @@ func (n *flowNode) status() string {
 // page copies the nodes from the first whose seq is at least from, at most
 // limit of them.
 func (f *flow) page(from uint64, limit int) FlowPage {
-	p := FlowPage{Nodes: []FlowNode{}, Edges: []FlowEdge{}, TotalEvents: f.consumed, TotalNodes: len(f.nodes)}
+	p := FlowPage{Nodes: []FlowNode{}, Edges: []FlowEdge{}, TotalEvents: f.consumed, TotalNodes: len(f.nodes), Lanes: append([]Lane{}, f.lanes...)}
 	start := len(f.nodes)
 	for i, n := range f.nodes {
 		if n.Seq >= from {
@@ -304,14 +387,28 @@ func (f *flow) page(from uint64, limit int) FlowPage {
 	for i := start; i < end; i++ {
 		n := f.nodes[i].FlowNode
 		n.Attached = append([]Attachment{}, n.Attached...)
+		n.Routing = append([]Routing{}, n.Routing...)
+		n.Streams = append([]Stream{}, n.Streams...)
+		n.Handoff = n.Handoff.clone()
 		p.Nodes = append(p.Nodes, n)
-		if i > 0 {
-			kind := "next"
-			if f.handoffs[i] {
-				kind = "handoff"
-			}
-			p.Edges = append(p.Edges, FlowEdge{From: f.nodes[i-1].ID, To: n.ID, Kind: kind})
+		if i == 0 {
+			continue
 		}
+		in := f.into[i]
+		if in.info != nil && in.from >= 0 {
+			// A recorded handoff: from the step that handed over, with its
+			// contracts; the chain's order stays an edge of its own.
+			if in.from != i-1 {
+				p.Edges = append(p.Edges, FlowEdge{From: f.nodes[i-1].ID, To: n.ID, Kind: "next"})
+			}
+			p.Edges = append(p.Edges, FlowEdge{From: f.nodes[in.from].ID, To: n.ID, Kind: "handoff", Handoff: in.info.clone()})
+			continue
+		}
+		kind := "next"
+		if in.handoff {
+			kind = "handoff"
+		}
+		p.Edges = append(p.Edges, FlowEdge{From: f.nodes[i-1].ID, To: n.ID, Kind: kind})
 	}
 	if end < len(f.nodes) {
 		p.NextFrom = f.nodes[end].Seq
@@ -332,7 +429,7 @@ func standaloneKind(t string) string {
 		return kindApproval
 	case lctl.TypeFactAdded, lctl.TypeFactModified:
 		return kindFact
-	case "handoff":
+	case lctl.TypeHandoff:
 		return kindHandoff
 	}
 	return kindEvent
@@ -398,6 +495,22 @@ func describe(e *lctl.Event) (label, status string) {
 			status = statusError
 		}
 		return "run " + firstNonEmpty(s, "finished"), status
+	case lctl.TypeContractValidation:
+		s := str(d, "status")
+		status = statusOK
+		if s != "passed" {
+			status = statusError
+		}
+		return "contract " + str(d, "contract") + " " + str(d, "direction") + ": " + firstNonEmpty(s, "checked"), status
+	case lctl.TypeHandoff:
+		return "handoff " + firstNonEmpty(str(d, "from"), e.Agent) + " → " + str(d, "to") + ": " + clip(str(d, "summary"), 80), statusOK
+	case lctl.TypeStreamEnd:
+		s := firstNonEmpty(str(d, "status"), "ok")
+		status = statusOK
+		if s != "ok" {
+			status = statusError
+		}
+		return "stream " + s, status
 	case lctl.TypeRunStarted:
 		return "run started: " + clip(str(d, "goal"), 120), statusOK
 	}

@@ -22,6 +22,9 @@ type stateResponse struct {
 	Cost *float64 `json:"cost"`
 	// UnpricedModels have tokens up to seq but no price.
 	UnpricedModels []string `json:"unpriced_models"`
+	// FactStore is the facts at seq with their confidence then, who
+	// assessed them and their consensus (lanes.go); at most 200.
+	FactStore []FactAt `json:"fact_store"`
 }
 
 // stateCounts are the full lengths of the state's lists.
@@ -102,6 +105,7 @@ func (h *Handler) state(_ http.ResponseWriter, r *http.Request) (any, error) {
 		},
 		Step:           stepAt(c, pos, st),
 		UnpricedModels: []string{},
+		FactStore:      h.factsAt(c, pos, st),
 	}
 	if h.opts.Prices != nil {
 		resp.Cost, resp.UnpricedModels = h.costAt(c, pos)
