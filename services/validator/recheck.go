@@ -15,6 +15,7 @@ import (
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/catalog"
+	"github.com/xct-dev/xct/internal/crew"
 	"github.com/xct-dev/xct/lctl"
 	"github.com/xct-dev/xct/lctl/xctevent"
 )
@@ -143,16 +144,24 @@ func Recheck(policy *PolicySet, cat *catalog.Catalog, events []lctl.Event) ([]St
 			if !chain.started.IsZero() && !clock.IsZero() {
 				run.Elapsed = durationpb.New(max(clock.Sub(chain.started), 0))
 			}
-			req := &xctv1.ValidateRequest{Run: run, Step: int32(min(at.step, math.MaxInt32)), StepId: at.stepID, Proposal: ns}
+			req := &xctv1.ValidateRequest{Run: run, Step: int32(min(at.step, math.MaxInt32)), StepId: at.stepID, Proposal: ns, Crew: at.crew}
 			now := s.now()
 			v := &xctv1.Verdict{PolicyVersion: installed.version}
 			var in *Input
 			if cat != nil {
 				in = s.judge(ctx, req, installed, now, judging{count: true}, v)
 			} else {
+				tool := &xctv1.ToolDescriptor{Name: at.tool}
+				if at.crew != nil && crew.IsSystemTool(at.tool) {
+					tool = crew.SystemToolDescriptor(at.tool) // the crew's own: their effects are known
+				}
 				in = &Input{Run: run, Step: req.GetStep(), StepID: at.stepID, Proposal: ns, Args: at.args,
-					Tool: &xctv1.ToolDescriptor{Name: at.tool}, Now: now}
-				s.enforce(ctx, installed, in, v, judging{count: true})
+					Tool: tool, Now: now, Crew: at.crew}
+				if at.crew != nil && !slices.Contains(at.crew.GetTools(), at.tool) {
+					denyWith(v, reasonCrewTools, toolNotAllowed(at.crew, at.tool)) // as Validate does
+				} else {
+					s.enforce(ctx, installed, in, v, judging{count: true})
+				}
 			}
 			if len(installed.shadows) > 0 {
 				v.Shadow = s.shadowVerdicts(ctx, installed, in, v, now)
@@ -196,6 +205,7 @@ type attempt struct {
 	verdicts            []recordedVerdict
 	tokensIn, tokensOut int64
 	outcome             string
+	crew                *xctv1.CrewContext // a crew run's step: what the validator was told
 }
 
 type recordedVerdict struct {
@@ -217,6 +227,10 @@ func readChain(events []lctl.Event) (*recordedChain, error) {
 		}
 	}
 	v := xctevent.Fold(events)
+	contexts, err := crewContexts(events)
+	if err != nil {
+		return nil, err
+	}
 	c := &recordedChain{runID: v.ChainID, started: v.StartedAt}
 	if v.HasStarted {
 		if v.Started.RunID != "" {
@@ -225,7 +239,8 @@ func readChain(events []lctl.Event) (*recordedChain, error) {
 		c.principal, c.model, c.labels, c.roles = v.Started.Principal, v.Started.Model, v.Started.Labels, v.Started.Roles
 	}
 	for _, st := range v.Steps {
-		at := &attempt{seq: st.Seq, step: st.Number(), at: st.At, stepID: st.Start.StepID, tool: st.Start.Tool, goal: st.Start.Intent}
+		at := &attempt{seq: st.Seq, step: st.Number(), at: st.At, stepID: st.Start.StepID, tool: st.Start.Tool, goal: st.Start.Intent,
+			crew: contexts[st.Seq]}
 		if at.tool != "" {
 			at.args = st.Start.Arguments
 			if at.args == nil {
@@ -286,4 +301,43 @@ func checkEvent(e *lctl.Event) error {
 		}
 	}
 	return nil
+}
+
+// crewContexts rebuilds, for a crew run's chain, the crew context each
+// proposal was validated with (by step_start seq): the crew file is on
+// run_started, and the session after each step_start is what the
+// orchestrator asked the validator with. A chain that is no crew run has
+// none; a crew the chain's own events contradict is ErrBadChain.
+func crewContexts(events []lctl.Event) (map[uint64]*xctv1.CrewContext, error) {
+	if len(events) == 0 || events[0].Type != xctevent.TypeRunStarted {
+		return nil, nil
+	}
+	m, ok := events[0].DataMap()["crew"].(map[string]any)
+	if !ok {
+		return nil, nil
+	}
+	src, _ := m["source"].(string)
+	name, _ := m["name"].(string)
+	c, err := crew.Load(name+".yaml", []byte(src))
+	if err != nil {
+		return nil, fmt.Errorf("%w: event %d: the crew file on run_started: %w", ErrBadChain, events[0].Seq, err)
+	}
+	sess, err := crew.NewSession(c, events[0].ChainID, nil, crew.SessionOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadChain, err)
+	}
+	out := map[uint64]*xctv1.CrewContext{}
+	for i := range events {
+		e := &events[i]
+		if err := sess.Observe(e); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrBadChain, err)
+		}
+		if e.Type != xctevent.TypeStepStart {
+			continue
+		}
+		if x, ok := xctevent.Parse(e).(xctevent.StepStart); ok && x.Tool != "" && !x.Invalid() {
+			out[e.Seq] = sess.CrewContext(x.Tool, x.Arguments, x.Intent)
+		}
+	}
+	return out, nil
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/xct-dev/xct/examples"
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/lctl"
+	"github.com/xct-dev/xct/services/validator"
 )
 
 // TestCrewRun plays the bundled crew demo (the LCTL spec's scenario) through
@@ -124,6 +125,25 @@ func TestCrewRun(t *testing.T) {
 	}
 	if code, out := lctlRun(nil, "verify", path); code != 0 {
 		t.Errorf("verify %d:\n%s", code, out)
+	}
+	// xct policy check judges the crew's steps as the validator did: with
+	// their crew contexts rebuilt from the chain (the system tools with
+	// their own descriptors, the gate on the fixer's write).
+	policy, err := validator.LoadPolicyFiles("../../examples/policies/default.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rechecked, err := validator.Recheck(policy, nil, events)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rechecked) != 7 {
+		t.Fatalf("rechecked %d steps, want 7", len(rechecked))
+	}
+	for _, r := range rechecked {
+		if r.Changed() {
+			t.Errorf("step %d (%s) was %v, is now %v: %v", r.Step, r.Tool, r.Was, r.Now.GetDecision(), r.Now.GetReasons())
+		}
 	}
 	if code, out := lctlRun(nil, "bottleneck", path); code != 0 || !strings.Contains(out, "fix-implementer") {
 		t.Errorf("bottleneck %d:\n%s", code, out)
