@@ -295,4 +295,16 @@ func TestDevClusterSignsCheckpoints(t *testing.T) {
 	env := map[string]string{"LCTL_TRACER": tracer, "XCT_AS": "dave", "XCT_CREDENTIALS": filepath.Join(d.dataDir, "dev", "credentials.yaml")}
 	path := exportSigned(t, env, id, filepath.Join(t.TempDir(), "demo.lctl.json"))
 	verifyFile(t, env, "xct dev demo", path, pub, 0, "Chain verified and signed: it is exactly what xct-dev signed.")
+
+	// Then the crew demo plays in the same process, to its end, through
+	// the gate's approval (make run shows all of it).
+	d.proc.waitFor(t, regexp.MustCompile(`\[step 7\] approval  APPROVED by bob`), 30*time.Second)
+	d.proc.waitFor(t, regexp.MustCompile(`done: F1 \(SQL injection\) confirmed by consensus and fixed`), 30*time.Second)
+	started := regexp.MustCompile(`run (run-[0-9a-f-]+) started by dev`).FindAllStringSubmatch(d.proc.output(), -1)
+	if len(started) != 2 {
+		t.Fatalf("xct dev --demo started %d runs, want 2", len(started))
+	}
+	crewID := started[1][1]
+	crewPath := exportSigned(t, env, crewID, filepath.Join(t.TempDir(), "crew.lctl.json"))
+	verifyFile(t, env, "xct dev crew demo", crewPath, pub, 0, "Chain verified and signed: it is exactly what xct-dev signed.")
 }
