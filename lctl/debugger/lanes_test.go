@@ -181,6 +181,13 @@ func TestStateFactStoreAtSeq(t *testing.T) {
 		!near(c.Agreement, 0.9) || !near(c.ConsensusScore, 0.902) || !near(c.ConflictLevel, 0.1) {
 		t.Fatalf("at 29: %+v %+v", f, c)
 	}
+	// The fact_modified has no step number; its step is step 5, whose
+	// verdict (by the validator) is shown with it.
+	var st stateResp
+	get(t, base+"/state?seq=29").json(t, &st)
+	if st.Step == nil || st.Step.Step == nil || *st.Step.Step != 5 || st.Step.Decision != "allow" || st.Step.StartSeq != 27 || st.Step.Verdict == nil {
+		t.Fatalf("step at 29: %+v", st.Step)
+	}
 	// After the second hop.
 	f = at("44")
 	if !near(f[0].Confidence, 0.9025) || f[0].Seq != 40 || f[0].Consensus == nil {

@@ -191,10 +191,14 @@ func stepAt(c *Chain, pos int, st *lctl.State) *stepDetail {
 	}
 	first := &c.Events[start]
 	d := &stepDetail{Agent: first.Agent, StartSeq: first.Seq, Proposal: first, Rules: []string{}}
+	if m, ok := stepNumber(first.Data); ok && !numbered && span == "" {
+		// An un-numbered event of a numbered step (a crew's fact or
+		// handoff): the step's events are those of its number (the
+		// validator's verdict among them).
+		n, numbered = m, true
+	}
 	if numbered {
 		d.Step = &n
-	} else if m, ok := stepNumber(first.Data); ok {
-		d.Step = &m
 	}
 	for i := start + 1; i <= pos; i++ {
 		x := &c.Events[i]

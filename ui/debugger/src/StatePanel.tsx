@@ -2,7 +2,7 @@
 // Requests are debounced and cancelled while the user scrubs, so dragging the
 // slider over 100,000 events never queues 100,000 requests.
 import { useEffect, useState } from 'preact/hooks';
-import type { Json, LctlEvent, Obj, StateAt, StepView } from './api';
+import type { FactAt, Json, LctlEvent, Obj, StateAt, StepView } from './api';
 import { get } from './api';
 import { ErrorBox, JsonBlock, Status } from './common';
 import { band, fmtConf, fmtCost, fmtInt, fmtMs, fmtTime } from './fmt';
@@ -21,6 +21,7 @@ export const knownTypes = new Set([
   'stream_start',
   'stream_chunk',
   'stream_end',
+  'handoff',
   'run_started',
   'verdict',
   'run_finished',
@@ -289,6 +290,8 @@ export function StatePanel({ chainId, seq }: { chainId: string; seq: number }) {
   const st = at?.state;
   const step = at?.step ?? null;
   const facts = st ? Object.entries(st.facts ?? {}) : [];
+  const store = at?.fact_store ?? null;
+  const nFacts = at?.counts?.facts ?? facts.length;
   const tools = st?.tool_calls ?? [];
   const errors = st?.errors ?? [];
   const nTools = at?.counts?.tool_calls ?? tools.length;
@@ -355,9 +358,11 @@ export function StatePanel({ chainId, seq }: { chainId: string; seq: number }) {
       {step ? <StepDetail step={step} /> : null}
       {st ? (
         <>
-          <h3>Facts ({facts.length})</h3>
+          <h3>Facts ({fmtInt(nFacts)})</h3>
           {facts.length === 0 ? (
             <p>No facts yet.</p>
+          ) : store ? (
+            <FactStore facts={store} seq={at?.seq ?? seq} />
           ) : (
             <table class="facts">
               <thead>
@@ -380,7 +385,7 @@ export function StatePanel({ chainId, seq }: { chainId: string; seq: number }) {
               </tbody>
             </table>
           )}
-          {facts.length > 200 ? <p>First 200 of {facts.length} facts.</p> : null}
+          {nFacts > 200 ? <p>First 200 of {fmtInt(nFacts)} facts.</p> : null}
           <h3>Tool calls so far ({fmtInt(nTools)})</h3>
           {tools.length === 0 ? (
             <p>None yet.</p>
@@ -433,5 +438,53 @@ export function StatePanel({ chainId, seq }: { chainId: string; seq: number }) {
         </>
       ) : null}
     </section>
+  );
+}
+
+/** FactStore is the crew's fact store at the selected seq: each fact's
+ * confidence then (decay at each hop included), its band, who assessed it
+ * and the consensus recorded so far. */
+function FactStore({ facts, seq }: { facts: FactAt[]; seq: number }) {
+  return (
+    <div class="table-wrap">
+      <table class="facts fact-store">
+        <caption class="sr-only">The fact store at seq {seq}</caption>
+        <thead>
+          <tr>
+            <th scope="col">Fact</th>
+            <th scope="col">Text</th>
+            <th scope="col">Confidence</th>
+            <th scope="col">Band</th>
+            <th scope="col">Assessed by</th>
+            <th scope="col">Consensus</th>
+          </tr>
+        </thead>
+        <tbody>
+          {facts.map((f) => (
+            <tr key={f.id} data-fact={f.id}>
+              <th scope="row">{f.id}</th>
+              <td>{f.text}</td>
+              <td class="num fact-conf" title={f.seq ? `${f.kind} at seq ${f.seq}` : undefined}>
+                {fmtConf(f.confidence)}
+                {f.kind === 'hop' ? <span class="muted"> (decayed)</span> : null}
+              </td>
+              <td class={'band band-' + f.band}>
+                {f.band}
+                {f.blocked ? ' (blocked)' : ''}
+              </td>
+              <td class="fact-assessed">
+                {(f.assessments ?? []).map((a) => `${a.agent} ${fmtConf(a.confidence)}`).join(', ') || '—'}
+              </td>
+              <td class="fact-consensus">
+                {f.consensus
+                  ? `score ${fmtConf(f.consensus.consensus_score)}, agreement ${fmtConf(f.consensus.agreement)}` +
+                    ` (${(f.consensus.assessors ?? []).join(', ')}; seq ${f.consensus.seq})`
+                  : '—'}
+              </td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+    </div>
   );
 }

@@ -162,20 +162,94 @@ export interface FlowNode {
   attached_more?: number;
   count?: number;
   type?: string;
+  /** lane is the agent whose lane the node is in. */
+  lane?: string;
+  routing?: Routing[] | null;
+  streams?: StreamInfo[] | null;
+  handoff?: Handoff | null;
+}
+
+/** Routing is a model_routing decision shown on the step it led to. */
+export interface Routing {
+  seq: number;
+  decision: string;
+  model: string;
+  reason: string;
+  rule?: string;
+  step_kind?: string;
+  failed_model?: string;
+  failure_code?: string;
+  confidence: number | null;
+}
+
+export interface StreamInfo {
+  seq: number;
+  model: string;
+  chunks: number;
+  tokens: number | null;
+  status: string;
+  duration_ms: number | null;
+}
+
+export interface ContractResult {
+  seq: number;
+  contract: string;
+  direction: string;
+  status: string;
+  violations: { subject: string; message: string; rule: string }[] | null;
+}
+
+/** Handoff is a handoff a step proposed: passed, refused or checking. */
+export interface Handoff {
+  seq: number;
+  from: string;
+  to: string;
+  summary: string;
+  depth: number | null;
+  status: 'passed' | 'refused' | 'checking' | string;
+  contracts: ContractResult[] | null;
+}
+
+export interface Lane {
+  agent: string;
+  type: string;
+  steps: number;
+  nodes: number;
 }
 
 export interface FlowEdge {
   from: string;
   to: string;
   kind: 'next' | 'handoff' | string;
+  handoff?: Handoff | null;
 }
 
 export interface Flow {
   nodes: FlowNode[];
   edges: FlowEdge[];
+  lanes?: Lane[] | null;
   total_events: number;
   total_nodes?: number;
   next_from?: number;
+}
+
+/** FactAt is a fact of the store as of the selected seq. */
+export interface FactAt {
+  id: string;
+  text: string;
+  confidence: number | null;
+  band: string;
+  blocked: boolean;
+  seq: number;
+  kind: string;
+  assessments: { agent: string; confidence: number; seq: number }[] | null;
+  consensus: null | {
+    seq: number;
+    assessors: string[] | null;
+    agreement: number | null;
+    consensus_score: number | null;
+    conflict_level: number | null;
+  };
 }
 
 export interface Fact {
@@ -251,6 +325,8 @@ export interface StateAt {
    * nothing priced); unpriced_models have tokens but no price. */
   cost: number | null;
   unpriced_models: string[];
+  /** fact_store is the facts at seq: confidence then, assessors, consensus. */
+  fact_store?: FactAt[] | null;
 }
 
 export interface ConfidencePoint {
