@@ -273,6 +273,10 @@ type stepTimer struct {
 	outSteps []*openStep // out's steps, to tell nested ones at the end (nil: at the top, not a stream)
 	bySpan   map[string]*openStep
 	streams  map[string]*openStep // agent -> open stream
+	// orphans are streams that ended outside every step, by agent, with
+	// their place in out: XCT's loop calls the model before it records
+	// the step, so such a stream belongs to its agent's next numbered step.
+	orphans  map[string]orphanStream
 	order    []*openStep
 	byNumber map[int64]*openStep
 	byAgent  map[string][]*openStep
@@ -282,7 +286,7 @@ type stepTimer struct {
 
 func newStepTimer() *stepTimer {
 	return &stepTimer{byNumber: map[int64]*openStep{}, byAgent: map[string][]*openStep{}, current: map[string]*openStep{},
-		bySpan: map[string]*openStep{}, streams: map[string]*openStep{}}
+		bySpan: map[string]*openStep{}, streams: map[string]*openStep{}, orphans: map[string]orphanStream{}}
 }
 
 func (st *stepTimer) add(e *lctl.Event) {
@@ -304,6 +308,9 @@ func (st *stepTimer) add(e *lctl.Event) {
 		o.parent = st.parentOf(e, o, numbered)
 		if o.parent != nil {
 			o.timing.ParentSeq = o.parent.timing.StartSeq
+		}
+		if numbered && o.parent == nil {
+			st.adopt(e.Agent, o)
 		}
 		st.byAgent[e.Agent] = append(st.byAgent[e.Agent], o)
 		st.current[e.Agent] = o

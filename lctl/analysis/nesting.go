@@ -105,7 +105,33 @@ func (st *stepTimer) stream(e *lctl.Event, t time.Time) {
 			o.timing.DurationMS = float64(t.Sub(o.start).Microseconds()) / 1000
 		}
 		st.end(o)
+		if o.parent == nil {
+			st.orphans[e.Agent] = orphanStream{o, len(st.out) - 1}
+		}
 	}
+}
+
+// orphanStream is a stream that ended outside every step, and its index
+// in the timer's out.
+type orphanStream struct {
+	o   *openStep
+	out int
+}
+
+// adopt makes the agent's last stream outside every step part of step o,
+// the agent's next numbered (XCT) step: XCT records a step after the model
+// call that proposed it, and the step's duration and tokens include the
+// stream's. Counted on its own, the stream's time and tokens would be
+// counted twice.
+func (st *stepTimer) adopt(agent string, o *openStep) {
+	orphan, ok := st.orphans[agent]
+	if !ok {
+		return
+	}
+	delete(st.orphans, agent)
+	orphan.o.parent = o
+	o.childMS += orphan.o.timing.DurationMS
+	st.out[orphan.out].ParentSeq = o.timing.StartSeq
 }
 
 // unreportedStreamTokens sums the tokens of the streams that ended outside
