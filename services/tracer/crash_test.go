@@ -217,7 +217,7 @@ func fileEvents(t *testing.T, path string) []lctl.Event {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	var out []lctl.Event
 	sc := bufio.NewScanner(f)
 	sc.Buffer(nil, 1<<20)
@@ -395,7 +395,9 @@ func TestKilledMidIngest(t *testing.T) {
 				if _, err := f.WriteString(`{"chain_id":"` + after[0] + `","seq":`); err != nil {
 					t.Fatal(err)
 				}
-				f.Close()
+				if err := f.Close(); err != nil {
+					t.Fatal(err)
+				}
 			}
 
 			// The run goes on while no tracer runs, then the tracer is back.
