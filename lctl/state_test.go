@@ -557,7 +557,7 @@ func TestStateHashKeepsUnfoldedTypes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	file, err := lctl.DecodeFile(f, lctl.FormatJSON)
 	if err != nil {
 		t.Fatal(err)
