@@ -375,6 +375,7 @@ type chainCache struct {
 	conf    *analysis.ConfidenceReport
 	confN   int
 	costs   *analysis.CostTrack // tokens per model along the chain
+	facts   *factTrack          // facts' confidence along the chain (facttrack.go)
 }
 
 func (h *Handler) cacheOf(id string) *chainCache {

@@ -4,7 +4,6 @@ import (
 	"strconv"
 
 	"github.com/xct-dev/xct/lctl"
-	"github.com/xct-dev/xct/lctl/analysis"
 )
 
 // Crews (docs/crews.md): several agents take turns on one chain. The
@@ -343,54 +342,33 @@ type FactConsensus struct {
 // maxFactsAt bounds the facts the state endpoint lists.
 const maxFactsAt = 200
 
-// factsAt is the fact store at the event at pos, from the chain's
-// confidence report (cached per chain).
+// factsAt is the fact store at the event at pos, from the chain's fact
+// track (facttrack.go, kept per chain and fed only the events added since
+// the last request).
 func (h *Handler) factsAt(c *Chain, pos int, st *lctl.State) []FactAt {
 	out := []FactAt{}
 	if len(st.Facts) == 0 {
 		return out
 	}
-	rep := h.confidenceOf(c)
-	seq := c.Events[pos].Seq
-	for _, fc := range rep.Facts {
-		f, ok := st.Facts[fc.ID]
+	cc := h.cacheOf(c.ID)
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	if cc.facts == nil || cc.facts.n > len(c.Events) {
+		cc.facts = newFactTrack()
+	}
+	for i := cc.facts.n; i < len(c.Events); i++ {
+		cc.facts.add(&c.Events[i])
+	}
+	for _, f := range cc.facts.order {
+		s, ok := st.Facts[f.id]
 		if !ok {
 			continue
 		}
 		if len(out) == maxFactsAt {
 			break
 		}
-		fa := FactAt{ID: fc.ID, Text: f.Text, Band: analysis.BandUnknown, Assessments: []FactAssessed{}}
-		for _, p := range fc.Points {
-			if p.Seq > seq {
-				continue
-			}
-			v := p.Value
-			fa.Confidence, fa.Seq, fa.Kind, fa.Blocked = &v, p.Seq, p.Kind, p.Blocked
-			if p.Kind == "hop" {
-				continue
-			}
-			found := false
-			for i := range fa.Assessments {
-				if fa.Assessments[i].Agent == p.Agent {
-					fa.Assessments[i].Confidence, fa.Assessments[i].Seq = p.Value, p.Seq
-					found = true
-				}
-			}
-			if !found {
-				fa.Assessments = append(fa.Assessments, FactAssessed{Agent: p.Agent, Confidence: p.Value, Seq: p.Seq})
-			}
-			if p.Kind == "modified" {
-				if i := positionOf(c, p.Seq); i >= 0 {
-					if cons, ok := c.Events[i].Data["consensus"].(map[string]any); ok {
-						fa.Consensus = consensusAt(p.Seq, cons)
-					}
-				}
-			}
-		}
-		if fa.Confidence != nil {
-			fa.Band = analysis.BandOf(*fa.Confidence)
-		}
+		fa := f.at(pos)
+		fa.Text = s.Text
 		out = append(out, fa)
 	}
 	return out

@@ -69,6 +69,10 @@ func TestBrowserCrewLanes(t *testing.T) {
 	if got := b.Attr(t, `g.node[data-node="n8"]`, "aria-label"); !strings.Contains(got, "handoff to security-reviewer refused") || !strings.Contains(got, "fact F1: missing required field source") {
 		t.Fatalf("refused handoff's label: %q", got)
 	}
+	// The fixer's step, held by the crew's gate, was approved.
+	if got := b.Attr(t, `g.node[data-node="n40"]`, "data-status"); got != "approved" {
+		t.Fatalf("the fixer's step: %q", got)
+	}
 	// The fallback after the large model's rate limit is on the first step.
 	if got := svgText(t, b, `g.node[data-node="n3"] .n-route`); got != "↪ analyzer-small after RATE_LIMITED" {
 		t.Fatalf("routing line: %q", got)

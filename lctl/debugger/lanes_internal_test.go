@@ -1,10 +1,15 @@
 package debugger
 
 import (
+	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/xct-dev/xct/lctl"
+	"github.com/xct-dev/xct/lctl/analysis"
+	"github.com/xct-dev/xct/lctl/lctltest"
 )
 
 // events builds a chain from (type, agent, data) triples.
@@ -132,5 +137,71 @@ func TestFlowHandoffWithoutStepNumbers(t *testing.T) {
 	}
 	if types := p.Nodes[3].Attached; len(types) != 2 || types[0].Type != "fact_added" {
 		t.Fatalf("b's step %+v", p.Nodes[3].Attached)
+	}
+}
+
+// The fact track says what lctl confidence says of the chain cut at every
+// event: each fact's confidence (decay and blocking included), band and
+// assessments.
+func TestFactTrackAgreesWithLctl(t *testing.T) {
+	r, err := os.Open(filepath.Join("testdata", "crew-demo.lctl.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	crew, err := lctl.DecodeFile(r, lctl.FormatJSON)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chains := map[string][]lctl.Event{
+		"crew demo": crew.Events,
+		"generated": lctltest.Chain("g", 1200, lctltest.Options{Facts: 40}),
+		"workflow":  lctltest.Workflow("w", 1200, lctltest.WorkflowOptions{}),
+	}
+	for name, events := range chains {
+		tr := newFactTrack()
+		facts := 0
+		for pos := range events {
+			tr.add(&events[pos])
+			rep := analysis.Confidence("c", events[:pos+1], analysis.ConfidenceOptions{})
+			for _, fc := range rep.Facts {
+				f := tr.facts[fc.ID]
+				if f == nil {
+					t.Fatalf("%s at %d: %s not tracked", name, pos, fc.ID)
+				}
+				got := f.at(pos)
+				if (got.Confidence == nil) != (fc.Final == nil) || got.Confidence != nil && math.Abs(*got.Confidence-*fc.Final) > 1e-12 || got.Band != fc.Band {
+					t.Fatalf("%s at %d: %s %v %s, lctl %v %s", name, pos, fc.ID, got.Confidence, got.Band, fc.Final, fc.Band)
+				}
+				if fc.Consensus != nil {
+					if len(got.Assessments) != len(fc.Consensus.Assessments) {
+						t.Fatalf("%s at %d: %s assessments %+v, lctl %+v", name, pos, fc.ID, got.Assessments, fc.Consensus.Assessments)
+					}
+					for i, a := range fc.Consensus.Assessments {
+						if got.Assessments[i].Agent != a.Agent || got.Assessments[i].Confidence != a.Confidence {
+							t.Fatalf("%s at %d: %s assessment %d %+v, lctl %+v", name, pos, fc.ID, i, got.Assessments[i], a)
+						}
+					}
+				}
+			}
+			facts = max(facts, len(rep.Facts))
+		}
+		if facts == 0 {
+			t.Fatalf("%s: no facts to compare", name)
+		}
+	}
+}
+
+// BenchmarkFactTrack100k is following the facts of a 100,000-event chain
+// (500 facts, a hop at every step): what the first state request of a
+// chain with facts pays once.
+func BenchmarkFactTrack100k(b *testing.B) {
+	events := lctltest.Chain("big", 100_000, lctltest.Options{})
+	b.ResetTimer()
+	for b.Loop() {
+		t := newFactTrack()
+		for i := range events {
+			t.add(&events[i])
+		}
 	}
 }

@@ -14,8 +14,9 @@ import (
 // cluster wrote it (test/e2e TestCrewRun's run, exported with lctl's JSON
 // encoder): a routing fallback before the first step, a handoff refused by
 // the analyzer's output contract, its repair, two handoffs, consensus on F1,
-// checkpoints.
-const crewChainID = "run-20261125-195206-105b1229"
+// checkpoints, the fixer's write held by the crew's gate and approved by
+// bob.
+const crewChainID = "run-20261125-200909-62d1bbbf"
 
 func crewServer(t *testing.T) string {
 	t.Helper()
@@ -48,7 +49,7 @@ func TestFlowCrewLanes(t *testing.T) {
 		order = append(order, n.ID+":"+n.Lane)
 	}
 	// The routing decision (seq 2) is on the step it led to, not a node.
-	if got := strings.Join(order, " "); got != "n1:orchestrator n3:code-analyzer n8:code-analyzer n14:code-analyzer n19:code-analyzer n26:system n27:security-reviewer n32:security-reviewer n39:system n40:fix-implementer n44:orchestrator" {
+	if got := strings.Join(order, " "); got != "n1:orchestrator n3:code-analyzer n8:code-analyzer n14:code-analyzer n19:code-analyzer n26:system n27:security-reviewer n32:security-reviewer n39:system n40:fix-implementer n47:orchestrator" {
 		t.Fatalf("nodes %s", got)
 	}
 	first := byID["n3"]
@@ -81,6 +82,9 @@ func TestFlowCrewLanes(t *testing.T) {
 	if c := h.Contracts[1]; c.Contract != "security-reviewer" || c.Direction != "input" || c.Status != "passed" || len(c.Violations) != 0 {
 		t.Fatalf("the receiver's contract %+v", c)
 	}
+	if fix := byID["n40"]; fix.Status != "approved" || !fix.Gated || fix.Lane != "fix-implementer" {
+		t.Fatalf("the fixer's gated step %+v", fix)
+	}
 	if byID["n14"].Handoff != nil {
 		t.Fatalf("a step without a handoff has one: %+v", byID["n14"].Handoff)
 	}
@@ -105,7 +109,7 @@ func TestFlowCrewLanes(t *testing.T) {
 		"n19>n27": {"handoff", "passed code-analyzer>security-reviewer code-analyzer/output/passed security-reviewer/input/passed"},
 		"n27>n32": {"next", ""}, "n32>n39": {"next", ""}, "n39>n40": {"next", ""},
 		"n32>n40": {"handoff", "passed security-reviewer>fix-implementer security-reviewer/output/passed fix-implementer/input/passed"},
-		"n40>n44": {"next", ""},
+		"n40>n47": {"next", ""},
 	}
 	if len(edges) != len(want) {
 		t.Fatalf("%d edges, want %d: %v", len(edges), len(want), edges)
@@ -189,9 +193,9 @@ func TestStateFactStoreAtSeq(t *testing.T) {
 		t.Fatalf("step at 29: %+v", st.Step)
 	}
 	// After the second hop.
-	f = at("44")
+	f = at("47")
 	if !near(f[0].Confidence, 0.9025) || f[0].Seq != 40 || f[0].Consensus == nil {
-		t.Fatalf("at 44: %+v", f)
+		t.Fatalf("at 47: %+v", f)
 	}
 }
 
