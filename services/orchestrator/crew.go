@@ -37,11 +37,18 @@ type crewRun struct {
 // ("crew:NAME"): the crew chooses the model per step.
 const crewModelPrefix = "crew:"
 
+// MaxCrewFileBytes bounds a crew file given to StartRun: it goes on the
+// chain inside run_started, one JetStream message (1 MB by default).
+const MaxCrewFileBytes = 256 << 10
+
 // loadCrew reads a crew file given to StartRun: a problem in it is
 // InvalidArgument with every FILE:LINE problem.
 func loadCrew(name string, src []byte) (*crew.Crew, error) {
 	if name == "" {
 		name = "crew.yaml"
+	}
+	if len(src) > MaxCrewFileBytes {
+		return nil, status.Errorf(codes.InvalidArgument, "crew file %s: %d bytes, more than the %d a run can record", name, len(src), MaxCrewFileBytes)
 	}
 	c, err := crew.Load(name, src)
 	var le *crew.LoadError

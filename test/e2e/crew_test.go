@@ -231,6 +231,7 @@ func TestCrewRunRefused(t *testing.T) {
 		{"confidence 1.7", bad, "bad.yaml:13: confidence.thresholds.proceed 1.7 is not in [0, 1]"},
 		{"a tool not in the catalog", []byte(unknownTool), "db.drop"},
 		{"not YAML", []byte("crew: [unclosed"), "bad.yaml"},
+		{"too large to record", append(append([]byte{}, examples.CrewDemo...), []byte("\n# "+strings.Repeat("x", 300<<10)+"\n")...), "more than the 262144 a run can record"},
 	} {
 		_, err := c.orch.StartRun(ctx, &xctv1.StartRunRequest{Goal: "g", Crew: tc.file, CrewFile: "bad.yaml"})
 		if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), tc.want) {
