@@ -453,3 +453,32 @@ func TestSyncedAtStop(t *testing.T) {
 		t.Errorf("recorded position %d, the stream's last message %d", got, want)
 	}
 }
+
+// TestStreamMadeAnew: the recorded position belongs to the stream it was
+// recorded from. A stream deleted and made again starts its sequence over;
+// the tracer reads the new one from its start instead of skipping its first
+// messages.
+func TestStreamMadeAnew(t *testing.T) {
+	e := newEnv(t)
+	writeRun(t, e.log, "old-run", 3) // 14 events: the position is 14
+	first := e.startTracer(t)
+	first.waitFor(t, "old-run", 14)
+	first.stop()
+	if got := recordedPosition(t, e.dataDir); got != 14 {
+		t.Fatalf("recorded position %d, want 14", got)
+	}
+
+	ctx := context.Background()
+	if err := e.log.JetStream().DeleteStream(ctx, eventlog.StreamName); err != nil {
+		t.Fatal(err)
+	}
+	l, err := eventlog.Open(ctx, e.nc, eventlog.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.log = l
+	writeRun(t, e.log, "new-run", 2) // 10 events at stream seqs 1..10
+
+	second := e.startTracer(t)
+	sameAsStream(t, e, second, []string{"new-run"})
+}
