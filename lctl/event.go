@@ -158,7 +158,8 @@ func (e *Event) RangeData(fn func(key string, v any)) {
 }
 
 // DataMap returns the data as a map: Data, made from the fields (and kept
-// in Data) for a streamed event.
+// in Data) for a streamed event. Making it writes e.Data, so goroutines
+// that share a streamed event call it (or ComputeHash) under one owner.
 func (e *Event) DataMap() map[string]any {
 	if e.Data == nil && e.fields != nil {
 		m := make(map[string]any, len(e.fields))
