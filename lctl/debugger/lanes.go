@@ -1,6 +1,7 @@
 package debugger
 
 import (
+	"encoding/json"
 	"strconv"
 
 	"github.com/xct-dev/xct/lctl"
@@ -218,6 +219,10 @@ func num(d map[string]any, key string) *float64 {
 	case int64:
 		f := float64(v)
 		return &f
+	case json.Number:
+		if f, err := v.Float64(); err == nil {
+			return &f
+		}
 	}
 	return nil
 }

@@ -84,7 +84,7 @@ func TestBrowserCrewLanes(t *testing.T) {
 	// The reviewer's first step: F1 has decayed once (0.85 × 0.95).
 	b.Do(t, "click the reviewer's first step", chromedp.Click(chromedp.CSS(`g.node[data-node="n27"] rect`)))
 	tabStateAt(t, b, 27)
-	f1 := `.fact-store tr[data-fact="F1"]`
+	f1 := `.fact-store tbody[data-fact="F1"]`
 	if got := b.Text(t, f1+" .fact-conf"); got != "0.81 (decayed)" {
 		t.Fatalf("F1's confidence at 27: %q", got)
 	}

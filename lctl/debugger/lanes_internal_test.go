@@ -148,8 +148,8 @@ func TestFactTrackAgreesWithLctl(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer r.Close()
 	crew, err := lctl.DecodeFile(r, lctl.FormatJSON)
+	_ = r.Close()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -455,14 +455,14 @@ function FactStore({ facts, seq }: { facts: FactAt[]; seq: number }) {
             <th scope="col">Text</th>
             <th scope="col">Confidence</th>
             <th scope="col">Band</th>
-            <th scope="col">Assessed by</th>
-            <th scope="col">Consensus</th>
           </tr>
         </thead>
-        <tbody>
-          {facts.map((f) => (
-            <tr key={f.id} data-fact={f.id}>
-              <th scope="row">{f.id}</th>
+        {facts.map((f) => (
+          <tbody key={f.id} data-fact={f.id}>
+            <tr>
+              <th scope="row" rowSpan={2}>
+                {f.id}
+              </th>
               <td>{f.text}</td>
               <td class="num fact-conf" title={f.seq ? `${f.kind} at seq ${f.seq}` : undefined}>
                 {fmtConf(f.confidence)}
@@ -472,18 +472,22 @@ function FactStore({ facts, seq }: { facts: FactAt[]; seq: number }) {
                 {f.band}
                 {f.blocked ? ' (blocked)' : ''}
               </td>
-              <td class="fact-assessed">
-                {(f.assessments ?? []).map((a) => `${a.agent} ${fmtConf(a.confidence)}`).join(', ') || '—'}
-              </td>
-              <td class="fact-consensus">
-                {f.consensus
-                  ? `score ${fmtConf(f.consensus.consensus_score)}, agreement ${fmtConf(f.consensus.agreement)}` +
-                    ` (${(f.consensus.assessors ?? []).join(', ')}; seq ${f.consensus.seq})`
-                  : '—'}
+            </tr>
+            <tr class="fact-more">
+              <td colSpan={3}>
+                Assessed by{' '}
+                <span class="fact-assessed">{(f.assessments ?? []).map((a) => `${a.agent} ${fmtConf(a.confidence)}`).join(', ') || '—'}</span>
+                {'; consensus '}
+                <span class="fact-consensus">
+                  {f.consensus
+                    ? `score ${fmtConf(f.consensus.consensus_score)}, agreement ${fmtConf(f.consensus.agreement)}` +
+                      ` (${(f.consensus.assessors ?? []).join(', ')}; seq ${f.consensus.seq})`
+                    : '—'}
+                </span>
               </td>
             </tr>
-          ))}
-        </tbody>
+          </tbody>
+        ))}
       </table>
     </div>
   );
