@@ -107,6 +107,13 @@ func TestBrowserCrewLanes(t *testing.T) {
 		t.Fatalf("F1's consensus at 29: %q", got)
 	}
 	b.Screenshot(t, art, "debugger-crew-lanes")
+
+	// The routing decision (seq 2) selects the step it led to.
+	b.Do(t, "select seq 2", chromedp.Navigate(url+"#/chain/"+crewChainID+"?seq=2"))
+	tabStateAt(t, b, 2)
+	if got := b.Attr(t, `g.node[aria-pressed="true"]`, "data-node"); got != "n3" {
+		t.Fatalf("node selected at the routing decision: %q", got)
+	}
 	b.Clean(t)
 }
 

@@ -234,12 +234,15 @@ export function nodeAt(nodes: FlowNode[], seq: number): FlowNode | undefined {
   // Steps nest in chains from OpenTelemetry (an agent span holds a model
   // span): of the nodes whose range holds seq, the innermost (the one that
   // started last) is the seq's.
+  // A crew step also holds the routing decisions and the stream recorded
+  // before its step_start.
   let best: FlowNode | undefined;
   let inside: FlowNode | undefined;
   for (const n of nodes) {
     const end = n.last_seq ?? n.seq;
-    if (n.seq <= seq && seq <= end && (!inside || n.seq > inside.seq)) inside = n;
-    if (n.seq <= seq && (!best || n.seq > best.seq)) best = n;
+    const start = Math.min(n.seq, ...(n.routing ?? []).map((r) => r.seq), ...(n.streams ?? []).map((x) => x.seq));
+    if (start <= seq && seq <= end && (!inside || n.seq > inside.seq)) inside = n;
+    if (start <= seq && (!best || n.seq > best.seq)) best = n;
   }
   return inside ?? best;
 }
