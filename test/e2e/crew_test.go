@@ -30,21 +30,12 @@ import (
 // tools read as the scenario.
 func TestCrewRun(t *testing.T) {
 	c := startCluster(t)
-	c.writeScript(t, "crew-demo.yaml", string(examples.CrewDemoScript))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	started, err := c.orch.StartRun(ctx, &xctv1.StartRunRequest{
-		Goal: "Find and fix the SQL injection in UserController.py", Crew: examples.CrewDemo, CrewFile: "crew.yaml",
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := started.GetRun().GetRunId()
 	// The gate's approval: asked of the validator with the crew's context
 	// (without it the policy alone would allow, and the step would be
 	// refused after the decision).
-	v := c.validatorAs(t, "bob")
-	a := pending(t, v, id, 7)
+	id, v, a := startCrewDemo(t, ctx, c)
 	if a.GetProposal().GetTool() != "fs.write" {
 		t.Fatalf("approval for %v", a.GetProposal())
 	}
@@ -242,4 +233,21 @@ func TestCrewRunRefused(t *testing.T) {
 	if err != nil || len(runs.GetRuns()) != 0 {
 		t.Fatalf("runs after refused starts: %v %v", runs.GetRuns(), err)
 	}
+}
+
+// startCrewDemo starts the bundled crew demo on c and waits until its
+// fixer's step (7) waits for a human; it returns the run, a validator
+// client as the approver bob, and the pending approval.
+func startCrewDemo(t *testing.T, ctx context.Context, c *cluster) (string, xctv1.ValidatorServiceClient, *xctv1.Approval) {
+	t.Helper()
+	c.writeScript(t, "crew-demo.yaml", string(examples.CrewDemoScript))
+	started, err := c.orch.StartRun(ctx, &xctv1.StartRunRequest{
+		Goal: "Find and fix the SQL injection in UserController.py", Crew: examples.CrewDemo, CrewFile: "crew.yaml",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := started.GetRun().GetRunId()
+	v := c.validatorAs(t, "bob")
+	return id, v, pending(t, v, id, 7)
 }

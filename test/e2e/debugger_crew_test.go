@@ -9,7 +9,6 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/xct-dev/xct/examples"
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/app"
 	"github.com/xct-dev/xct/internal/testutil/browser"
@@ -25,18 +24,9 @@ func TestDebuggerDrawsALiveCrewRun(t *testing.T) {
 	c := startCluster(t, func(cfg *app.Config, _ *app.Options) {
 		cfg.Tracer.HTTPListen = "127.0.0.1:0"
 	})
-	c.writeScript(t, "crew-demo.yaml", string(examples.CrewDemoScript))
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	started, err := c.orch.StartRun(ctx, &xctv1.StartRunRequest{
-		Goal: "Find and fix the SQL injection in UserController.py", Crew: examples.CrewDemo, CrewFile: "crew.yaml",
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := started.GetRun().GetRunId()
-	v := c.validatorAs(t, "bob")
-	a := pending(t, v, id, 7)
+	id, v, a := startCrewDemo(t, ctx, c)
 
 	url := "http://" + c.app.Tracer.HTTPAddr() + "/"
 	b := browser.New(t, 3*time.Minute)
