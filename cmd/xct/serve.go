@@ -40,6 +40,7 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	defer app.TuneGC(cfg.GCPercent)()
 	a, err := app.Start(ctx, cfg, targets, log, app.Options{})
 	if err != nil {
 		return err
@@ -139,6 +140,7 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}()
 	cfg.NATSURL = ns.ClientURL()
 
+	defer app.TuneGC(cfg.GCPercent)()
 	a, err := app.Start(ctx, cfg, app.StartOrder, log, app.Options{})
 	if err != nil {
 		return err

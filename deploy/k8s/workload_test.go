@@ -121,6 +121,9 @@ func workloadProblems(w workload) []string {
 		if name, tag := splitImage(c.Image); name == "" || tag == "" || tag == "latest" {
 			in("image %q has no pinned tag", c.Image)
 		}
+		if name, _ := splitImage(c.Image); (name == "xct" || strings.HasSuffix(name, "/xct")) && !memLimitFromContainer(c) {
+			in("GOMEMLIMIT is not the container's memory limit (xct serve collects at --gc-percent 400 and needs the limit to collect sooner)")
+		}
 	}
 	return out
 }
@@ -528,3 +531,16 @@ func splitImage(image string) (name, tag string) {
 }
 
 func isTrue(b *bool) bool { return b != nil && *b }
+
+// memLimitFromContainer says whether c's GOMEMLIMIT is its own memory
+// limit (a resourceFieldRef to limits.memory of c itself).
+func memLimitFromContainer(c corev1.Container) bool {
+	for _, e := range c.Env {
+		if e.Name != "GOMEMLIMIT" || e.ValueFrom == nil || e.ValueFrom.ResourceFieldRef == nil {
+			continue
+		}
+		r := e.ValueFrom.ResourceFieldRef
+		return r.Resource == "limits.memory" && (r.ContainerName == "" || r.ContainerName == c.Name) && r.Divisor.IsZero()
+	}
+	return false
+}

@@ -81,6 +81,8 @@ type Config struct {
 	// Redact is the secret redaction of the orchestrator's events and the
 	// executor's step records (both get this one).
 	Redact redact.Config
+	// GCPercent is the collector's target for the process (TuneGC).
+	GCPercent int
 }
 
 // RegisterFlags registers the flags of every service.
@@ -91,6 +93,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.ValidatorListen, "validator-listen", DefaultValidatorAddr, "validator gRPC listen address")
 	fs.StringVar(&c.ExecutorListen, "executor-listen", DefaultExecutorAddr, "executor gRPC listen address")
 	fs.StringVar(&c.TracerListen, "tracer-listen", DefaultTracerAddr, "tracer gRPC listen address")
+	fs.IntVar(&c.GCPercent, "gc-percent", DefaultGCPercent, "garbage collector target percent for this process (0: Go's default; GOGC in the environment wins)")
 	fs.StringVar(&c.HealthListen, "health-listen", "", "plaintext gRPC listen address serving only the health service, for probes that cannot use mTLS (empty: none)")
 	c.Orchestrator.RegisterFlags(fs)
 	c.Validator.RegisterFlags(fs)

@@ -102,6 +102,8 @@ type benchOpts struct {
 
 // benchCluster starts the embedded cluster with the no-op tool.
 func benchCluster(b *testing.B, p *noopProposer, o benchOpts) *cluster {
+	// The collector as `xct dev` and `xct serve` set it.
+	b.Cleanup(app.TuneGC(app.DefaultGCPercent))
 	ns := testutil.RunJetStreamWith(b, natsembed.Config{SyncAlways: o.syncAlways})
 	return startClusterOn(b, ns, func(cfg *app.Config, opts *app.Options) {
 		if !o.withTracer {
