@@ -303,6 +303,9 @@ func Start(ctx context.Context, cfg Config, targets []string, log *slog.Logger, 
 		}
 	}()
 	for _, t := range targets {
+		// The server's call workers are started here: they take the
+		// service's profiler label.
+		pprof.SetGoroutineLabels(pprof.WithLabels(ctx, pprof.Labels(ProfileLabel, t)))
 		srv := grpcx.NewServer(t, log.With("service", t), grpcx.WithSecurity(cfg.Security), grpcx.WithAuth(authn), grpcx.WithReady(a.notReady))
 		if err := srv.Listen(cfg.listenAddr(t)); err != nil {
 			return nil, err

@@ -1,12 +1,17 @@
 package app
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
+	"strings"
 	"testing"
 	"time"
 
@@ -59,5 +64,56 @@ func TestFailedStartClosesItsListeners(t *testing.T) {
 			t.Fatalf("after the failed start (%v), %s is still bound: %v", err, addr, err)
 		}
 		_ = l.Close()
+	}
+}
+
+// The goroutines that take a server's calls (grpcx.StreamWorkers) carry
+// the profiler label of the service they serve, so the step benchmarks'
+// CPU per service counts their calls where they belong, not as
+// "nats-client" (the label Start runs under while it connects).
+func TestCallWorkersCarryTheirServiceLabel(t *testing.T) {
+	ns := testutil.RunJetStream(t)
+	creds := grpcxtest.New(t)
+	var cfg Config
+	cfg.NATSURL, cfg.Replicas = ns.ClientURL(), 1
+	cfg.ExecutorListen, cfg.ValidatorListen = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Executor.Workspace = t.TempDir()
+	cfg.Auth.TokensFile = creds.Path
+	cfg.Security = grpcx.Security{Plaintext: true, ServiceToken: creds.Token(t, grpcxtest.Service)}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	a, err := Start(ctx, cfg, []string{TargetExecutor, TargetValidator}, slog.New(slog.NewTextHandler(io.Discard, nil)), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Stop(ctx)
+
+	var buf bytes.Buffer
+	if err := pprof.Lookup("goroutine").WriteTo(&buf, 1); err != nil {
+		t.Fatal(err)
+	}
+	// debug=1: groups of identical goroutines, "N @ pcs", then "# labels:
+	// {...}" when they have labels, then their frames.
+	workers := map[string]int{}
+	for _, group := range strings.Split(buf.String(), "\n\n") {
+		if !strings.Contains(group, "grpc.(*Server).serverWorker") {
+			continue
+		}
+		// The first group follows the profile's own header line.
+		group = group[strings.LastIndex(group[:strings.Index(group, " @ ")], "\n")+1:]
+		var n int
+		if _, err := fmt.Sscanf(group, "%d @", &n); err != nil {
+			t.Fatalf("goroutine group %q: %v", group, err)
+		}
+		label := "none"
+		if i := strings.Index(group, `"`+ProfileLabel+`":"`); i >= 0 {
+			rest := group[i+len(ProfileLabel)+4:]
+			label = rest[:strings.IndexByte(rest, '"')]
+		}
+		workers[label] += n
+	}
+	want := map[string]int{TargetExecutor: grpcx.StreamWorkers, TargetValidator: grpcx.StreamWorkers}
+	if !maps.Equal(workers, want) {
+		t.Fatalf("call workers by profiler label: %v, want %v", workers, want)
 	}
 }
