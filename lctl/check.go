@@ -1,9 +1,6 @@
 package lctl
 
-import (
-	"fmt"
-	"strings"
-)
+import "fmt"
 
 // Problem is something wrong with a chain, named by the event where it
 // shows.
@@ -121,29 +118,21 @@ func seqRange(lo, hi uint64) string {
 	return fmt.Sprintf("seqs %d to %d are", lo, hi)
 }
 
-// StateHashPrefix starts every state hash: "sha256:" and 64 hex digits.
+// StateHashPrefix starts a state hash of version 1 (HashV1): "sha256:"
+// and 64 hex digits. Version 2 (Hash, written since session 5) starts with
+// StateHashV2Prefix.
 const StateHashPrefix = "sha256:"
 
-// IsStateHash reports whether h has the form State.Hash produces, so it
-// can be checked by replaying; other implementations write hashes of their
-// own state that cannot be.
-func IsStateHash(h string) bool {
-	if !strings.HasPrefix(h, StateHashPrefix) || len(h) != len(StateHashPrefix)+64 {
-		return false
-	}
-	for _, c := range h[len(StateHashPrefix):] {
-		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
-		}
-	}
-	return true
-}
+// IsStateHash reports whether h has a form State.Hash or State.HashV1
+// produces (StateHashVersion is not 0), so it can be checked by replaying;
+// other implementations write hashes of their own state that cannot be.
+func IsStateHash(h string) bool { return StateHashVersion(h) != 0 }
 
 // CheckpointData returns the payload of a checkpoint event recorded when a
-// chain is in state s: state_hash, the hash of s (the state after every
-// event before the checkpoint, so replaying to the seq before the
-// checkpoint and hashing reproduces it), and facts_snapshot, each fact's
-// text and confidence, as the spec's example has them.
+// chain is in state s: state_hash, the hash of s (State.Hash, version 2, of
+// the state after every event before the checkpoint, so replaying to the
+// seq before the checkpoint and hashing reproduces it), and facts_snapshot,
+// each fact's text and confidence, as the spec's example has them.
 func CheckpointData(s *State) (map[string]any, error) {
 	h, err := s.Hash()
 	if err != nil {

@@ -80,8 +80,9 @@ type State struct {
 	// reducer recognized those types (docs/lctl.md, "State hash"); nil
 	// (a State not built by NewState) means UnknownTypes.
 	unfolded []uint64
-	// hc is what Hash wrote before (CacheHashes, state_canonical.go).
-	// Copies of a State (Clone, snapshots) start without it.
+	// hc is what HashV1 wrote before (CacheHashes, state_canonical.go)
+	// and what Hash keeps up to date (state_hash2.go). Copies of a State
+	// (Clone, snapshots) start without it.
 	hc *hashCache
 }
 
@@ -135,14 +136,17 @@ func (s *State) touchStep(i int) {
 	if s.track != nil {
 		s.track.steps[i] = struct{}{}
 	}
-	if s.hc != nil && i < s.hc.stepsClean {
-		s.hc.stepsClean = i
+	if s.hc != nil {
+		s.hc.touchStep(i)
 	}
 }
 
 func (s *State) touchFact(id string) {
 	if s.track != nil {
 		s.track.facts[id] = struct{}{}
+	}
+	if s.hc != nil {
+		s.hc.touchFact(id)
 	}
 }
 

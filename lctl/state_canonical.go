@@ -9,11 +9,14 @@ import (
 	"strconv"
 )
 
-// Hash identifies the state: "sha256:" and the hex SHA-256 of its canonical
-// JSON (RFC 8785, exactly Canonical(s)). Two replays of the same events give
-// the same hash. The canonical form is written directly, field by field in
-// sorted key order, and streamed into the hash.
-func (s *State) Hash() (string, error) {
+// HashV1 is the state hash of version 1, what checkpoints carried until
+// session 5: "sha256:" and the hex SHA-256 of the state's canonical JSON
+// (RFC 8785, exactly Canonical(s)). Two replays of the same events give the
+// same hash. The canonical form is written directly, field by field in
+// sorted key order, and streamed into the hash. It covers the whole state,
+// so it costs time in the state's size (the chain's length) however it is
+// kept: verify checks it on old chains; new checkpoints carry Hash's form.
+func (s *State) HashV1() (string, error) {
 	h := sha256.New()
 	w := canonWriter{h: h, hc: s.hc}
 	w.buf.Grow(64 << 10)
@@ -154,30 +157,7 @@ func (w *canonWriter) state(s *State) {
 	w.key("contract_validations")
 	cachedList(w, w.hc.list(cacheContracts), s.ContractValidations, (*canonWriter).contractValidation)
 	w.key("current_step")
-	if c := s.CurrentStep; c == nil {
-		w.null()
-	} else {
-		w.open('{')
-		w.key("agent")
-		w.str(c.Agent)
-		w.key("intent")
-		w.str(c.Intent)
-		if c.Model != "" {
-			w.key("model")
-			w.str(c.Model)
-		}
-		w.key("seq")
-		w.uint(c.Seq)
-		if c.Step != nil {
-			w.key("step")
-			w.int(*c.Step)
-		}
-		if c.Tool != "" {
-			w.key("tool")
-			w.str(c.Tool)
-		}
-		w.close('}')
-	}
+	w.currentStep(s.CurrentStep)
 	w.key("duration_ms")
 	w.num(s.DurationMS)
 	w.key("errors")
@@ -185,21 +165,7 @@ func (w *canonWriter) state(s *State) {
 	w.key("event_count")
 	w.int(int64(s.EventCount))
 	w.key("event_types")
-	if s.EventTypes == nil {
-		w.null()
-	} else {
-		w.open('{')
-		for _, k := range sortedKeys(s.EventTypes) {
-			if w.comma {
-				w.buf.WriteByte(',')
-			}
-			w.comma = true
-			w.str(k)
-			w.buf.WriteByte(':')
-			w.int(int64(s.EventTypes[k]))
-		}
-		w.close('}')
-	}
+	w.eventTypes(s.EventTypes)
 	w.key("facts")
 	if s.Facts == nil {
 		w.null()
@@ -234,7 +200,65 @@ func (w *canonWriter) state(s *State) {
 	w.key("steps")
 	cachedList(w, w.hc.stepList(), s.Steps, (*canonWriter).step)
 	w.key("stream")
-	st := &s.Stream
+	w.stream(&s.Stream)
+	w.key("tokens")
+	w.tokens(&s.Tokens)
+	w.key("tool_calls")
+	cachedList(w, w.hc.list(cacheToolCalls), s.ToolCalls, (*canonWriter).toolCall)
+	// unknown_types is the seqs of the events not folded into a field, as
+	// it was before the reducer recognized handoff and XCT's extension
+	// types: checkpoints written then still verify (docs/lctl.md).
+	w.key("unknown_types")
+	cachedList(w, w.hc.list(cacheUnknown), s.hashedUnknown(), func(w *canonWriter, seq *uint64) { w.uint(*seq) })
+	w.close('}')
+}
+
+func (w *canonWriter) currentStep(c *CurrentStep) {
+	if c == nil {
+		w.null()
+		return
+	}
+	w.open('{')
+	w.key("agent")
+	w.str(c.Agent)
+	w.key("intent")
+	w.str(c.Intent)
+	if c.Model != "" {
+		w.key("model")
+		w.str(c.Model)
+	}
+	w.key("seq")
+	w.uint(c.Seq)
+	if c.Step != nil {
+		w.key("step")
+		w.int(*c.Step)
+	}
+	if c.Tool != "" {
+		w.key("tool")
+		w.str(c.Tool)
+	}
+	w.close('}')
+}
+
+func (w *canonWriter) eventTypes(m map[string]int) {
+	if m == nil {
+		w.null()
+		return
+	}
+	w.open('{')
+	for _, k := range sortedKeys(m) {
+		if w.comma {
+			w.buf.WriteByte(',')
+		}
+		w.comma = true
+		w.str(k)
+		w.buf.WriteByte(':')
+		w.int(int64(m[k]))
+	}
+	w.close('}')
+}
+
+func (w *canonWriter) stream(st *StreamStats) {
 	w.open('{')
 	w.key("active")
 	w.bool(st.Active)
@@ -250,16 +274,6 @@ func (w *canonWriter) state(s *State) {
 	w.int(st.Streams)
 	w.key("tokens")
 	w.int(st.Tokens)
-	w.close('}')
-	w.key("tokens")
-	w.tokens(&s.Tokens)
-	w.key("tool_calls")
-	cachedList(w, w.hc.list(cacheToolCalls), s.ToolCalls, (*canonWriter).toolCall)
-	// unknown_types is the seqs of the events not folded into a field, as
-	// it was before the reducer recognized handoff and XCT's extension
-	// types: checkpoints written then still verify (docs/lctl.md).
-	w.key("unknown_types")
-	cachedList(w, w.hc.list(cacheUnknown), s.hashedUnknown(), func(w *canonWriter, seq *uint64) { w.uint(*seq) })
 	w.close('}')
 }
 
@@ -496,10 +510,11 @@ func (w *canonWriter) step(st *Step) {
 	w.close('}')
 }
 
-// CacheHashes makes the state keep what Hash writes, for the next Hash
-// (see hashCache): for a state hashed at every checkpoint of a long chain
-// (verify, a session writing checkpoints). It costs memory about the size
-// of the state's JSON.
+// CacheHashes makes the state keep what HashV1 writes, for the next HashV1
+// (see hashCache): for a state hashed in the old form at every checkpoint
+// of a long chain (verify on a chain written before session 5). It costs
+// memory about the size of the state's JSON. Hash keeps what it needs
+// without being asked.
 func (s *State) CacheHashes() {
 	if s.hc == nil {
 		s.hc = &hashCache{}
@@ -523,6 +538,25 @@ type hashCache struct {
 	// hash.
 	stepsClean int
 	facts      map[string]*listCache // by fact id: an add keeps the history
+	// v2 keeps Hash's running hashes and trees (state_hash2.go).
+	v2 *stateHasher
+}
+
+// touchStep notes that Steps[i] changed in place or was appended.
+func (c *hashCache) touchStep(i int) {
+	if i < c.stepsClean {
+		c.stepsClean = i
+	}
+	if c.v2 != nil {
+		c.v2.touchStep(i)
+	}
+}
+
+// touchFact notes that the fact changed or was added.
+func (c *hashCache) touchFact(id string) {
+	if c.v2 != nil {
+		c.v2.touchFact(id)
+	}
 }
 
 // listCache is the canonical JSON of a list's first n elements, joined

@@ -74,11 +74,11 @@ func TestStateHashCache(t *testing.T) {
 			if rng.IntN(7) != 0 && i != len(events)-1 && len(events) > 40 {
 				continue
 			}
-			got, err := s.Hash()
+			got, err := s.HashV1()
 			if err != nil {
 				t.Fatal(err)
 			}
-			want, err := s.Clone().Hash() // a copy starts without the cache
+			want, err := s.Clone().HashV1() // a copy starts without the cache
 			if err != nil {
 				t.Fatal(err)
 			}

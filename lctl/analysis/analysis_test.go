@@ -439,3 +439,75 @@ func TestStreamVerifierSummary(t *testing.T) {
 		t.Fatalf("full verifier on state hashes: %d %+v", n, r)
 	}
 }
+
+// TestVerifyStateHashes: on a chain whose checkpoints carry state hashes,
+// of version 2 (what XCT writes now) and of version 1 (before session 5),
+// verify passes the chain as written and names the first checkpoint after
+// a change that the hash chain cannot show, the chain re-sealed after it:
+// a fact's source and a revision's reason (in no fact snapshot), a verdict, a step revisited, two
+// events swapped and renumbered, a tool call's duration.
+func TestVerifyStateHashes(t *testing.T) {
+	for _, version := range []int{1, 2} {
+		base := lctltest.Workflow("w", 1500, lctltest.WorkflowOptions{Seal: true, StateHashes: true, StateHashVersion: version, CheckpointEvery: 100})
+		hashes := 0
+		for i := range base {
+			if h, _ := base[i].Get("state_hash").(string); h != "" {
+				if lctl.StateHashVersion(h) != version {
+					t.Fatalf("version %d: checkpoint %d carries %q", version, base[i].Seq, h)
+				}
+				hashes++
+			}
+		}
+		if r := analysis.Verify("w", base); !r.OK || hashes < 10 || !strings.Contains(fmt.Sprint(r.Checks), fmt.Sprintf("%d checkpoints; state hashes and fact snapshots match", hashes)) {
+			t.Fatalf("version %d: intact chain (%d hashes): %+v", version, hashes, r)
+		}
+		find := func(events []lctl.Event, typ string, from int) int {
+			for i := from; i < len(events); i++ {
+				if events[i].Type == typ {
+					return i
+				}
+			}
+			t.Fatalf("no %s after %d", typ, from)
+			return 0
+		}
+		edit := func(e []lctl.Event, i int, k string, v any) int {
+			e[i].Data[k] = v
+			return i
+		}
+		tests := map[string]func([]lctl.Event) int{
+			"fact source":   func(e []lctl.Event) int { return edit(e, find(e, lctl.TypeFactModified, 420), "source", "elsewhere") },
+			"fact reason":   func(e []lctl.Event) int { return edit(e, find(e, lctl.TypeFactModified, 420), "reason", "none") },
+			"verdict":       func(e []lctl.Event) int { return edit(e, find(e, lctl.TypeVerdict, 420), "decision", "deny") },
+			"early step":    func(e []lctl.Event) int { return edit(e, find(e, lctl.TypeVerdict, 420), "step", 3.0) },
+			"tool duration": func(e []lctl.Event) int { return edit(e, find(e, lctl.TypeToolCall, 420), "duration_ms", 1.0) },
+			"swapped": func(e []lctl.Event) int {
+				i := find(e, lctl.TypeToolCall, 420)
+				e[i], e[i+1] = e[i+1], e[i]
+				e[i].Seq, e[i+1].Seq = e[i+1].Seq, e[i].Seq
+				e[i].Timestamp, e[i+1].Timestamp = e[i+1].Timestamp, e[i].Timestamp
+				return i
+			},
+		}
+		for name, mutate := range tests {
+			events := clone(base)
+			at := mutate(events)
+			prev := ""
+			for i := range events {
+				if err := events[i].Seal(prev); err != nil {
+					t.Fatal(err)
+				}
+				prev = events[i].Hash
+			}
+			next := find(events, lctl.TypeCheckpoint, at+1)
+			r := analysis.Verify("w", events)
+			if r.OK || r.First.Kind != lctl.ProblemCheckpoint || r.First.Seq != events[next].Seq || !strings.Contains(r.First.Message, "state_hash") {
+				t.Errorf("version %d, %s (event %d): first problem %+v, want the state hash of checkpoint %d", version, name, events[at].Seq, r.First, events[next].Seq)
+			}
+			for _, p := range r.Problems {
+				if p.Kind != lctl.ProblemCheckpoint {
+					t.Errorf("version %d, %s: %+v (only checkpoints should fail)", version, name, p)
+				}
+			}
+		}
+	}
+}

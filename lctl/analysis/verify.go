@@ -239,8 +239,10 @@ func checkCheckpoint(s *lctl.State, e *lctl.Event, pos int) (problems []lctl.Pro
 	}
 	d := e.DataMap()
 	if h, ok := d["state_hash"].(string); ok && h != "" {
-		if lctl.IsStateHash(h) {
-			want, err := s.Hash()
+		if v := lctl.StateHashVersion(h); v != 0 {
+			// Version 1 hashes the whole state (old chains: quadratic over
+			// a chain's checkpoints); version 2 is kept up to date.
+			want, err := s.HashVersion(v)
 			switch {
 			case err != nil:
 				add("the state before it cannot be hashed: %v", err)
@@ -250,7 +252,7 @@ func checkCheckpoint(s *lctl.State, e *lctl.Event, pos int) (problems []lctl.Pro
 				checked = true
 			}
 		} else {
-			notes = append(notes, fmt.Sprintf("%s: state_hash %q is not an LCTL state hash (sha256:…), so it cannot be recomputed", lctl.Describe(e), clip(h, 24)))
+			notes = append(notes, fmt.Sprintf("%s: state_hash %q is not an LCTL state hash (v2:sha256:… or sha256:…), so it cannot be recomputed", lctl.Describe(e), clip(h, 24)))
 		}
 	}
 	snap, ok := d["facts_snapshot"].(map[string]any)

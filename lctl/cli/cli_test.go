@@ -63,8 +63,12 @@ const (
 	// legacy was written, its checkpoints' state hashes included, by the
 	// reducer before it knew handoff and XCT's extension types (frozen:
 	// no generator rewrites it).
-	legacy  = "testdata/chains/legacy-state-hashes.lctl.json"
-	other   = "testdata/chains/other-implementation.lctl.json"
+	legacy = "testdata/chains/legacy-state-hashes.lctl.json"
+	other  = "testdata/chains/other-implementation.lctl.json"
+	// hashV1 is review-v1 as the generator wrote it before session 5,
+	// its checkpoints' state hashes of version 1 (frozen, as is
+	// bad/checkpoint-state-hash-v1: an event changed, the chain re-sealed).
+	hashV1  = "testdata/chains/state-hash-v1.lctl.json"
 	bad     = "testdata/chains/bad/"
 	spec    = "../testdata/spec/"
 	prices  = "testdata/prices.yaml"
@@ -130,6 +134,8 @@ func TestGolden(t *testing.T) {
 		{"verify-yaml", []string{"verify", v1yaml}},
 		{"verify-xct", []string{"verify", xctRun}},
 		{"verify-legacy-state-hashes", []string{"verify", legacy}},
+		{"verify-state-hash-v1", []string{"verify", hashV1}},
+		{"verify-checkpoint-state-hash-v1", []string{"verify", bad + "checkpoint-state-hash-v1.lctl.json"}},
 		{"verify-edited", []string{"verify", bad + "edited.lctl.json"}},
 		{"verify-edited-json", []string{"verify", "--json", bad + "edited.lctl.json"}},
 		{"verify-removed", []string{"verify", bad + "removed.lctl.json"}},

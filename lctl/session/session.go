@@ -211,7 +211,8 @@ func (s *Session) State() *lctl.State {
 func (s *Session) Checkpoint(ctx context.Context) (lctl.Event, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.state.CacheHashes() // the next checkpoint writes only what changed
+	// The state keeps its hash up to date from the first checkpoint on:
+	// each next one costs what changed since (lctl.State.Hash).
 	data, err := lctl.CheckpointData(s.state)
 	if err != nil {
 		return lctl.Event{}, fmt.Errorf("lctl session %s: checkpoint: %w", s.chainID, err)

@@ -20,7 +20,8 @@ func main() {
 	id := flag.String("chain", "", "chain id (default: from the file name)")
 	seal := flag.Bool("seal", true, "link the events with hashes")
 	every := flag.Int("checkpoint-every", 500, "events between checkpoints (-1: none)")
-	stateHashes := flag.Bool("state-hashes", false, "put the state's hash in every checkpoint (quadratic: for up to ~100k events)")
+	stateHashes := flag.Bool("state-hashes", false, "put the state's hash in every checkpoint")
+	hashVersion := flag.Int("state-hash-version", 2, "with -state-hashes: 2 (kept up to date, linear) or 1 (the form before session 5: quadratic, for up to ~300k events)")
 	flag.Parse()
 	if *out == "" || *n < 2 {
 		fmt.Fprintln(os.Stderr, "usage: lctlgen -n EVENTS -o FILE")
@@ -30,7 +31,11 @@ func main() {
 	if chainID == "" {
 		chainID = lctl.ChainIDForPath(*out)
 	}
-	opts := lctltest.WorkflowOptions{Seal: *seal, CheckpointEvery: *every, StateHashes: *stateHashes}
+	if *hashVersion != 1 && *hashVersion != 2 {
+		fmt.Fprintln(os.Stderr, "lctlgen: -state-hash-version is 1 or 2")
+		os.Exit(2)
+	}
+	opts := lctltest.WorkflowOptions{Seal: *seal, CheckpointEvery: *every, StateHashes: *stateHashes, StateHashVersion: *hashVersion}
 	if err := write(*out, chainID, *n, opts); err != nil {
 		fmt.Fprintln(os.Stderr, "lctlgen:", err)
 		os.Exit(1)
