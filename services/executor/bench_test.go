@@ -52,6 +52,18 @@ func BenchmarkStepOverhead(b *testing.B) {
 			}
 		}
 	})
+	b.Run("kv-put-direct", func(b *testing.B) {
+		// The same write as kv-put, as the step store makes it (kvput.go).
+		put := js.steps.(*kvStepStore).put
+		rec, _ := encodeRecord(&xctv1.StepRecord{StepId: "x", RunId: "bench", Tool: "bench.noop", ArgumentsDigest: argumentsDigest(args.AsMap()), State: statePending, Attempt: 1}, false)
+		i := 0
+		for b.Loop() {
+			i++
+			if _, err := put.write(ctx, fmt.Sprintf("kvdirect-%d", i), rec, 0); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	b.Run("step-jetstream", func(b *testing.B) {
 		i := 0
 		for b.Loop() {

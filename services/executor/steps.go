@@ -238,6 +238,9 @@ type kvStepStore struct {
 	kv       jetstream.KeyValue
 	blobs    jetstream.ObjectStore
 	maxBytes int
+	// put writes records without the generic KV client (kvput.go); nil
+	// for a bucket it cannot address (a mirror, or a JetStream domain).
+	put *kvPut
 }
 
 // StepStoreConfig configures the JetStream step store.
@@ -294,7 +297,7 @@ func OpenStepStore(ctx context.Context, nc *nats.Conn, cfg StepStoreConfig) (Ste
 	if maxBytes <= 0 {
 		maxBytes = memMaxRecordBytes
 	}
-	return &kvStepStore{kv: kv, blobs: blobs, maxBytes: maxBytes, asJSON: cfg.JSONRecords}, nil
+	return &kvStepStore{kv: kv, blobs: blobs, maxBytes: maxBytes, asJSON: cfg.JSONRecords, put: newKVPut(ctx, nc, kv)}, nil
 }
 
 func (s *kvStepStore) encode(rec *xctv1.StepRecord) ([]byte, error) {
@@ -313,7 +316,17 @@ func (s *kvStepStore) Create(ctx context.Context, rec *xctv1.StepRecord) (uint64
 	if err != nil {
 		return 0, err
 	}
-	rev, err := s.kv.Create(ctx, rec.GetStepId(), data)
+	var rev uint64
+	if s.put != nil {
+		// Created if the key has no revision at all. A key with one may be
+		// deleted (a released claim): the generic Create below tells, and
+		// creates over the delete marker.
+		rev, err = s.put.write(ctx, rec.GetStepId(), data, 0)
+		if !wrongRevision(err) {
+			return rev, err
+		}
+	}
+	rev, err = s.kv.Create(ctx, rec.GetStepId(), data)
 	if errors.Is(err, jetstream.ErrKeyExists) {
 		return 0, ErrStepExists
 	}
@@ -337,7 +350,12 @@ func (s *kvStepStore) Update(ctx context.Context, rec *xctv1.StepRecord, rev uin
 	if err != nil {
 		return 0, err
 	}
-	n, err := s.kv.Update(ctx, rec.GetStepId(), data, rev)
+	var n uint64
+	if s.put != nil {
+		n, err = s.put.write(ctx, rec.GetStepId(), data, rev)
+	} else {
+		n, err = s.kv.Update(ctx, rec.GetStepId(), data, rev)
+	}
 	if wrongRevision(err) {
 		return 0, ErrStepConflict
 	}
@@ -360,8 +378,11 @@ func wrongRevision(err error) bool {
 	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
 		return true
 	}
+	// Replicated streams answer a conditional write that lost with 10164
+	// instead of 10071.
 	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }
 
 func (s *kvStepStore) WaitChange(ctx context.Context, id string, rev uint64) error {

@@ -401,21 +401,30 @@ func TestStepStoreJetStream(t *testing.T) {
 	nc := testutil.Connect(t, testutil.RunJetStream(t))
 	kv, err := OpenStepStore(ctx, nc, StepStoreConfig{})
 	must(t, err)
-	for name, store := range map[string]StepStore{"jetstream": kv, "memory": newMemStepStore()} {
+	if kv.(*kvStepStore).put == nil {
+		t.Fatal("the XCT_STEPS bucket is written through the generic KV client, not kvPut")
+	}
+	// The same bucket written by the generic KV client (what kvPut
+	// replaces, and what a bucket it cannot address uses).
+	generic := *kv.(*kvStepStore)
+	generic.put = nil
+	stores := map[string]StepStore{"jetstream": kv, "jetstream-generic": &generic, "memory": newMemStepStore()}
+	for name, store := range stores {
 		t.Run(name, func(t *testing.T) {
-			rec := &xctv1.StepRecord{StepId: "s1", Tool: "t", State: statePending, Attempt: 1}
+			id := "s1-" + name
+			rec := &xctv1.StepRecord{StepId: id, Tool: "t", State: statePending, Attempt: 1}
 			rev, err := store.Create(ctx, rec)
 			must(t, err)
 			if _, err := store.Create(ctx, rec); !errors.Is(err, ErrStepExists) {
 				t.Fatalf("second Create = %v", err)
 			}
-			got, grev, err := store.Get(ctx, "s1")
+			got, grev, err := store.Get(ctx, id)
 			must(t, err)
 			if grev != rev || got.GetTool() != "t" {
 				t.Fatalf("Get = %v @%d", got, grev)
 			}
 			changed := make(chan error, 1)
-			go func() { changed <- store.WaitChange(ctx, "s1", rev) }()
+			go func() { changed <- store.WaitChange(ctx, id, rev) }()
 			rec.State = stateSucceeded
 			rev2, err := store.Update(ctx, rec, rev)
 			must(t, err)
@@ -423,19 +432,29 @@ func TestStepStoreJetStream(t *testing.T) {
 			if _, err := store.Update(ctx, rec, rev); !errors.Is(err, ErrStepConflict) {
 				t.Fatalf("stale Update = %v", err)
 			}
-			if err := store.Delete(ctx, "s1", rev); !errors.Is(err, ErrStepConflict) {
+			if err := store.Delete(ctx, id, rev); !errors.Is(err, ErrStepConflict) {
 				t.Fatalf("stale Delete = %v", err)
 			}
-			must(t, store.Delete(ctx, "s1", rev2))
-			if _, _, err := store.Get(ctx, "s1"); !errors.Is(err, ErrStepNotFound) {
+			must(t, store.Delete(ctx, id, rev2))
+			if _, _, err := store.Get(ctx, id); !errors.Is(err, ErrStepNotFound) {
 				t.Fatalf("Get after Delete = %v", err)
 			}
-			must(t, store.WaitChange(ctx, "s1", rev2)) // gone: returns at once
-			if _, err := store.Create(ctx, rec); err != nil {
+			must(t, store.WaitChange(ctx, id, rev2)) // gone: returns at once
+			rev3, err := store.Create(ctx, rec)
+			if err != nil {
 				t.Fatalf("Create after Delete = %v", err)
 			}
-			must(t, store.PutBlob(ctx, "s1.1.compensation", []byte("undo")))
-			if b, err := store.Blob(ctx, "s1.1.compensation"); err != nil || string(b) != "undo" {
+			if _, err := store.Create(ctx, rec); !errors.Is(err, ErrStepExists) {
+				t.Fatalf("Create over a record created after a Delete = %v", err)
+			}
+			if _, err := store.Update(ctx, rec, rev2); !errors.Is(err, ErrStepConflict) {
+				t.Fatalf("Update at the revision before the Delete = %v", err)
+			}
+			if got, grev, err := store.Get(ctx, id); err != nil || grev != rev3 || got.GetState() != stateSucceeded {
+				t.Fatalf("Get after the second Create = %v @%d, %v (want @%d)", got, grev, err, rev3)
+			}
+			must(t, store.PutBlob(ctx, id+".1.compensation", []byte("undo")))
+			if b, err := store.Blob(ctx, id+".1.compensation"); err != nil || string(b) != "undo" {
 				t.Fatalf("Blob = %q, %v", b, err)
 			}
 			if _, err := store.Blob(ctx, "none"); !errors.Is(err, ErrStepNotFound) {
