@@ -88,10 +88,27 @@ type Event struct {
 	whenSet uint8
 }
 
-// dataField is one member of an event's data.
+// dataField is one member of an event's data. A number is kept typed (n,
+// with v numberField), not boxed in an any; Get boxes it on demand, Float
+// reads it without. Every other value is v, as encoding/json gives it.
 type dataField struct {
 	key string
 	v   any
+	n   float64
+}
+
+// numberField marks a dataField whose value is n.
+var numberField any = new(struct{ typed byte })
+
+// value returns the member's value as encoding/json gives it.
+func (f *dataField) value() any {
+	if f.v == numberField {
+		if !math.Signbit(f.n) && f.n < float64(len(smallNumbers)) && f.n == math.Trunc(f.n) {
+			return smallNumbers[int(f.n)]
+		}
+		return f.n
+	}
+	return f.v
 }
 
 // Get returns the data member key (nil when there is none), whether the
@@ -101,20 +118,75 @@ func (e *Event) Get(key string) any {
 	return v
 }
 
+// field returns the last member named key (a key given twice: the last
+// one counts, as in a map decoded by encoding/json), nil when there is
+// none.
+func (e *Event) field(key string) *dataField {
+	for i := len(e.fields) - 1; i >= 0; i-- {
+		if e.fields[i].key == key {
+			return &e.fields[i]
+		}
+	}
+	return nil
+}
+
 // Lookup returns the data member key and whether the data has it.
 func (e *Event) Lookup(key string) (any, bool) {
 	if e.fields == nil || e.Data != nil {
 		v, ok := e.Data[key]
 		return v, ok
 	}
-	// A key given twice: the last one counts, as in a map decoded by
-	// encoding/json.
-	for i := len(e.fields) - 1; i >= 0; i-- {
-		if e.fields[i].key == key {
-			return e.fields[i].v, true
-		}
+	if f := e.field(key); f != nil {
+		return f.value(), true
 	}
 	return nil, false
+}
+
+// Str returns the data member key when it is a string: e.Get(key).(string)
+// without boxing a streamed value.
+func (e *Event) Str(key string) (string, bool) {
+	if e.fields == nil || e.Data != nil {
+		s, ok := e.Data[key].(string)
+		return s, ok
+	}
+	if f := e.field(key); f != nil {
+		s, ok := f.v.(string)
+		return s, ok
+	}
+	return "", false
+}
+
+// Float returns the data member key when it is a float64 (every JSON
+// number, as encoding/json decodes it) that is finite: e.Get(key).(float64)
+// without boxing a streamed value. Data set by Go code may hold other
+// number types; callers that accept those fall back to Get.
+func (e *Event) Float(key string) (float64, bool) {
+	var f float64
+	if e.fields == nil || e.Data != nil {
+		x, ok := e.Data[key].(float64)
+		if !ok {
+			return 0, false
+		}
+		f = x
+	} else {
+		m := e.field(key)
+		if m == nil {
+			return 0, false
+		}
+		if m.v == numberField {
+			f = m.n
+		} else {
+			x, ok := m.v.(float64)
+			if !ok {
+				return 0, false
+			}
+			f = x
+		}
+	}
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return 0, false
+	}
+	return f, true
 }
 
 // DataLen returns how many members the data has.
@@ -152,7 +224,7 @@ func (e *Event) RangeData(fn func(key string, v any)) {
 	}
 	for i := range e.fields {
 		if e.lastOf(i) {
-			fn(e.fields[i].key, e.fields[i].v)
+			fn(e.fields[i].key, e.fields[i].value())
 		}
 	}
 }
@@ -163,8 +235,8 @@ func (e *Event) RangeData(fn func(key string, v any)) {
 func (e *Event) DataMap() map[string]any {
 	if e.Data == nil && e.fields != nil {
 		m := make(map[string]any, len(e.fields))
-		for _, f := range e.fields {
-			m[f.key] = f.v
+		for i := range e.fields {
+			m[e.fields[i].key] = e.fields[i].value()
 		}
 		e.Data = m
 	}
@@ -185,6 +257,21 @@ func (e *Event) Own() Event {
 		c.fields = []dataField{}
 	}
 	return c
+}
+
+// OwnInto sets *dst to Own's copy of e, reusing dst's array of data
+// fields: a caller that keeps the latest of many events copies each
+// without allocating.
+func (e *Event) OwnInto(dst *Event) {
+	fields := dst.fields[:0]
+	*dst = *e
+	dst.fields = nil
+	if e.fields != nil {
+		dst.fields = append(fields, e.fields...)
+		if dst.fields == nil {
+			dst.fields = []dataField{}
+		}
+	}
 }
 
 // timeLayouts are the timestamp forms Time accepts besides RFC 3339: what

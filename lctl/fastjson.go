@@ -3,8 +3,10 @@ package lctl
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
+	"math"
 	"strconv"
 	"sync"
 	"unicode/utf8"
@@ -78,6 +80,10 @@ func newFastParser() *fastParser {
 var fastParsers = sync.Pool{New: func() any { return newFastParser() }}
 
 func (p *fastParser) ws() {
+	// Canonical JSON has no white space: one look.
+	if p.i < len(p.b) && p.b[p.i] > ' ' {
+		return
+	}
 	for p.i < len(p.b) {
 		switch p.b[p.i] {
 		case ' ', '\n', '\r', '\t':
@@ -90,11 +96,17 @@ func (p *fastParser) ws() {
 
 // fastEvent decodes one event of a file, or returns errUnsure.
 func (p *fastParser) fastEvent(raw []byte) (Event, error) {
-	p.b, p.i = raw, 0
 	var e Event
+	err := p.fastEventInto(&e, raw)
+	return e, err
+}
+
+// fastEventInto is fastEvent decoding into *e, which must be zero.
+func (p *fastParser) fastEventInto(e *Event, raw []byte) error {
+	p.b, p.i = raw, 0
 	p.ws()
 	if p.i >= len(p.b) || p.b[p.i] != '{' {
-		return e, errUnsure
+		return errUnsure
 	}
 	p.i++
 	var seen uint16
@@ -103,7 +115,7 @@ func (p *fastParser) fastEvent(raw []byte) (Event, error) {
 	for {
 		p.ws()
 		if p.i >= len(p.b) {
-			return e, errUnsure
+			return errUnsure
 		}
 		if p.b[p.i] == '}' {
 			p.i++
@@ -112,7 +124,7 @@ func (p *fastParser) fastEvent(raw []byte) (Event, error) {
 		member := p.i // the comma before the member (the brace's next byte for the first)
 		if !first {
 			if p.b[p.i] != ',' {
-				return e, errUnsure
+				return errUnsure
 			}
 			p.i++
 			p.ws()
@@ -120,11 +132,11 @@ func (p *fastParser) fastEvent(raw []byte) (Event, error) {
 		first = false
 		key, ok := p.rawString()
 		if !ok {
-			return e, errUnsure
+			return errUnsure
 		}
 		p.ws()
 		if p.i >= len(p.b) || p.b[p.i] != ':' {
-			return e, errUnsure
+			return errUnsure
 		}
 		p.i++
 		p.ws()
@@ -135,7 +147,7 @@ func (p *fastParser) fastEvent(raw []byte) (Event, error) {
 			bit = 1
 			n, ok := p.plainUint()
 			if !ok {
-				return e, errUnsure
+				return errUnsure
 			}
 			e.Seq = n
 		case "type":
@@ -153,30 +165,30 @@ func (p *fastParser) fastEvent(raw []byte) (Event, error) {
 		case "data":
 			bit = 128
 			if p.i >= len(p.b) || p.b[p.i] != '{' {
-				return e, errUnsure
+				return errUnsure
 			}
 			if p.fields {
-				if !p.dataFields(&e) {
-					return e, errUnsure
+				if !p.dataFields(e) {
+					return errUnsure
 				}
 				break
 			}
 			v, ok := p.value()
 			if !ok {
-				return e, errUnsure
+				return errUnsure
 			}
 			e.Data = v.(map[string]any)
 		default:
-			return e, errUnsure
+			return errUnsure
 		}
 		if seen&bit != 0 {
-			return e, errUnsure
+			return errUnsure
 		}
 		seen |= bit
 		if dst != nil && p.skipHashes && bit&(32|64) != 0 {
 			// Checked as the full read would, not kept.
 			if _, ok := p.strKeep(false, false); !ok {
-				return e, errUnsure
+				return errUnsure
 			}
 			dst = nil
 		}
@@ -194,7 +206,7 @@ func (p *fastParser) fastEvent(raw []byte) (Event, error) {
 			// Timestamps and hashes differ in every event: not interned.
 			s, ok := p.strIntern(bit&(4|32|64) == 0)
 			if !ok {
-				return e, errUnsure
+				return errUnsure
 			}
 			*dst = s
 		}
@@ -204,10 +216,10 @@ func (p *fastParser) fastEvent(raw []byte) (Event, error) {
 	}
 	p.ws()
 	if p.i != len(p.b) || seen&1 == 0 || e.Type == "" {
-		return e, errUnsure
+		return errUnsure
 	}
 	p.prevEventHash = e.Hash // compared byte for byte: never wrong, only unused
-	return e, nil
+	return nil
 }
 
 // dataFields reads the data object into p.slab as the event's fields:
@@ -231,11 +243,9 @@ func (p *fastParser) dataFields(e *Event) bool {
 			}
 			p.i++
 			p.ws()
-			v, ok := p.value()
-			if !ok {
+			if !p.member(k) {
 				return false
 			}
-			p.slab = append(p.slab, dataField{k, v})
 			p.ws()
 			if p.i >= len(p.b) {
 				return false
@@ -255,6 +265,29 @@ func (p *fastParser) dataFields(e *Event) bool {
 		p.slab = make([]dataField, 0, 64)
 	}
 	e.fields = p.slab[start:len(p.slab):len(p.slab)]
+	return true
+}
+
+// member reads the value of data member k onto p.slab: strings and
+// numbers typed (no any, unless the boxed value costs nothing), the other
+// kinds as value() reads them.
+func (p *fastParser) member(k string) bool {
+	if p.i >= len(p.b) {
+		return false
+	}
+	if c := p.b[p.i]; c == '-' || (c >= '0' && c <= '9') {
+		f, _, ok := p.numberF()
+		if !ok {
+			return false
+		}
+		p.slab = append(p.slab, dataField{key: k, v: numberField, n: f})
+		return true
+	}
+	v, ok := p.value()
+	if !ok {
+		return false
+	}
+	p.slab = append(p.slab, dataField{key: k, v: v})
 	return true
 }
 
@@ -288,7 +321,13 @@ func (p *fastParser) rawString() ([]byte, bool) {
 		return nil, false
 	}
 	start := p.i + 1
-	for j := start; j < len(p.b); j++ {
+	j := start
+	// Eight bytes at a time while none of them is a quote, a backslash, a
+	// control character or past ASCII.
+	for j+8 <= len(p.b) && plainWord(binary.LittleEndian.Uint64(p.b[j:])) {
+		j += 8
+	}
+	for ; j < len(p.b); j++ {
 		c := p.b[j]
 		if c == '"' {
 			p.i = j + 1
@@ -299,6 +338,31 @@ func (p *fastParser) rawString() ([]byte, bool) {
 		}
 	}
 	return nil, false
+}
+
+// Words of repeated bytes for plainWord.
+const (
+	ones  = 0x0101010101010101
+	highs = 0x8080808080808080
+)
+
+// plainWord reports whether none of the eight bytes of x is a quote, a
+// backslash, below 0x20 or past ASCII: the bytes a string goes on with.
+// (A byte that is one of those sets its high bit in m; a false alarm can
+// only follow a true one, and the caller then looks byte by byte.)
+func plainWord(x uint64) bool {
+	q := x ^ (ones * '"')
+	bs := x ^ (ones * '\\')
+	m := (x - ones*0x20) &^ x
+	m |= (q - ones) &^ q
+	m |= (bs - ones) &^ bs
+	return (m|x)&highs == 0
+}
+
+// asciiWord reports whether none of the eight bytes of x is below 0x20 or
+// past ASCII.
+func asciiWord(x uint64) bool {
+	return ((x-ones*0x20)&^x|x)&highs == 0
 }
 
 // str reads a string value, unescaping it; short ones are interned.
@@ -313,19 +377,30 @@ func (p *fastParser) strKeep(intern, keep bool) (string, bool) {
 		return "", false
 	}
 	start := p.i + 1
+	// Eight bytes at a time up to the first that is not plain ASCII: most
+	// strings (names, ids, hashes, times) end there, at their quote.
+	k := start
+	for k+8 <= len(p.b) && plainWord(binary.LittleEndian.Uint64(p.b[k:])) {
+		k += 8
+	}
 	// The closing quote, found with the vectorized search; a backslash
 	// before it means escapes (the slow way, which also handles an escaped
 	// quote).
-	end := bytes.IndexByte(p.b[start:], '"')
+	end := bytes.IndexByte(p.b[k:], '"')
 	if end < 0 {
 		return "", false
 	}
+	end += k - start
 	s := p.b[start : start+end]
-	if bytes.IndexByte(s, '\\') >= 0 {
+	if bytes.IndexByte(s[k-start:], '\\') >= 0 {
 		return p.escaped(start)
 	}
 	ascii := true
-	for _, c := range s {
+	k -= start
+	for k+8 <= len(s) && asciiWord(binary.LittleEndian.Uint64(s[k:])) {
+		k += 8
+	}
+	for _, c := range s[k:] {
 		if c < 0x20 {
 			return "", false
 		}
@@ -504,25 +579,31 @@ func (p *fastParser) strValue() (any, bool) {
 		if len(raw) > internMax {
 			return string(raw), true
 		}
-		k := slot(raw)
-		if c := &p.valueCache[k]; c.v != nil && c.s == string(raw) {
-			return c.v, true
-		}
-		if v, ok := p.values[string(raw)]; ok {
-			p.valueCache[k] = cachedValue{v.(string), v}
-			return v, true
-		}
-		var v any = string(raw)
-		if len(p.values) < internTables {
-			p.values[v.(string)] = v
-		}
-		// Cached even when the table is full: a step's id repeats in its
-		// next few events.
-		p.valueCache[k] = cachedValue{v.(string), v}
-		return v, true
+		return p.boxedShort(raw), true
 	}
 	s, ok := p.strIntern(false)
 	return s, ok
+}
+
+// boxedShort returns short bytes (at most internMax) as a string in an
+// any, the same one for the same bytes.
+func (p *fastParser) boxedShort(raw []byte) any {
+	k := slot(raw)
+	if c := &p.valueCache[k]; c.v != nil && c.s == string(raw) {
+		return c.v
+	}
+	if v, ok := p.values[string(raw)]; ok {
+		p.valueCache[k] = cachedValue{v.(string), v}
+		return v
+	}
+	var v any = string(raw)
+	if len(p.values) < internTables {
+		p.values[v.(string)] = v
+	}
+	// Cached even when the table is full: a step's id repeats in its
+	// next few events.
+	p.valueCache[k] = cachedValue{v.(string), v}
+	return v
 }
 
 // key reads an object key.
@@ -585,13 +666,34 @@ func (p *fastParser) lit(s string) bool {
 // number reads a number with JSON's grammar and parses it as encoding/json
 // does (strconv.ParseFloat, 64 bits).
 func (p *fastParser) number() (any, bool) {
+	f, small, ok := p.numberF()
+	if !ok {
+		return nil, false
+	}
+	if small {
+		return smallNumbers[int(f)], true
+	}
+	if f == math.Trunc(f) && f > 0 && f < 1<<53 {
+		// A step number repeats in the step's next few events.
+		if p.lastBox != nil && p.lastNum == f {
+			return p.lastBox, true
+		}
+		p.lastNum, p.lastBox = f, f
+		return p.lastBox, true
+	}
+	return f, true
+}
+
+// numberF reads a number as number does, as a float64; small reports a
+// whole number below len(smallNumbers).
+func (p *fastParser) numberF() (float64, bool, bool) {
 	start := p.i
 	j := p.i
 	if j < len(p.b) && p.b[j] == '-' {
 		j++
 	}
 	if j >= len(p.b) {
-		return nil, false
+		return 0, false, false
 	}
 	small, simple := 0.0, true
 	switch {
@@ -603,7 +705,7 @@ func (p *fastParser) number() (any, bool) {
 			j++
 		}
 	default:
-		return nil, false
+		return 0, false, false
 	}
 	if j < len(p.b) && p.b[j] == '.' {
 		simple = false
@@ -613,7 +715,7 @@ func (p *fastParser) number() (any, bool) {
 			j++
 		}
 		if j == d {
-			return nil, false
+			return 0, false, false
 		}
 	}
 	if j < len(p.b) && (p.b[j] == 'e' || p.b[j] == 'E') {
@@ -627,7 +729,7 @@ func (p *fastParser) number() (any, bool) {
 			j++
 		}
 		if j == d {
-			return nil, false
+			return 0, false, false
 		}
 	}
 	p.i = j
@@ -635,23 +737,15 @@ func (p *fastParser) number() (any, bool) {
 	// strconv.
 	if simple && j-start <= 15 {
 		if p.b[start] == '-' {
-			return -small, true
+			return -small, false, true
 		}
-		if small < float64(len(smallNumbers)) {
-			return smallNumbers[int(small)], true
-		}
-		// A step number repeats in the step's next few events.
-		if p.lastBox != nil && p.lastNum == small {
-			return p.lastBox, true
-		}
-		p.lastNum, p.lastBox = small, small
-		return p.lastBox, true
+		return small, small < float64(len(smallNumbers)), true
 	}
 	f, err := strconv.ParseFloat(string(p.b[start:j]), 64)
 	if err != nil {
-		return nil, false
+		return 0, false, false
 	}
-	return f, true
+	return f, false, true
 }
 
 // computedHash returns the hash of the content of the event just read

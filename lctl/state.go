@@ -3,6 +3,7 @@ package lctl
 import (
 	"encoding/json"
 	"math"
+	"slices"
 )
 
 // State is what a chain says after some prefix of its events: the reducer's
@@ -80,6 +81,10 @@ type State struct {
 	// reducer recognized those types (docs/lctl.md, "State hash"); nil
 	// (a State not built by NewState) means UnknownTypes.
 	unfolded []uint64
+	// deferTypes makes Apply count the known types in typeCounts instead
+	// of EventTypes (DeferTypeCounts), until FlushTypeCounts.
+	deferTypes bool
+	typeCounts [numKnownTypes]int
 	// hc is what HashV1 wrote before (CacheHashes, state_canonical.go)
 	// and what Hash keeps up to date (state_hash2.go). Copies of a State
 	// (Clone, snapshots) start without it.
@@ -509,6 +514,28 @@ func typeIndex(t string) int {
 	return -1
 }
 
+// DeferTypeCounts makes Apply count events of the types the reducer folds
+// in an array, not in EventTypes (a map write per event), until
+// FlushTypeCounts adds them there: for a caller that applies a whole
+// stream and reads EventTypes, or hashes the state, only after
+// FlushTypeCounts.
+func (s *State) DeferTypeCounts() { s.deferTypes = true }
+
+// FlushTypeCounts adds the counts DeferTypeCounts kept to EventTypes and
+// ends the deferral.
+func (s *State) FlushTypeCounts() {
+	if s.EventTypes == nil {
+		s.EventTypes = map[string]int{}
+	}
+	for k, c := range s.typeCounts {
+		if c > 0 {
+			s.EventTypes[knownTypes[k]] += c
+		}
+	}
+	s.typeCounts = [numKnownTypes]int{}
+	s.deferTypes = false
+}
+
 // Apply folds one event into the state. It never fails and never panics: a
 // field of the wrong type (or a number out of range) is ignored as if it were
 // absent, and the rest of the event still applies. What each type does:
@@ -569,7 +596,12 @@ func (s *State) apply(e *Event, countType bool) {
 	s.EventCount++
 	s.LastTimestamp = e.Timestamp
 	k := typeIndex(e.Type)
-	if countType || k < 0 {
+	switch {
+	case k >= 0 && s.deferTypes:
+		if countType {
+			s.typeCounts[k]++
+		}
+	case countType || k < 0:
 		s.EventTypes[e.Type]++
 	}
 	switch k {
@@ -587,7 +619,7 @@ func (s *State) apply(e *Event, countType bool) {
 		s.LastCheckpointSeq = e.Seq
 		s.LastCheckpointHash = estr(e, "state_hash")
 	case kContractValidation:
-		s.ContractValidations = append(s.ContractValidations, ContractValidation{
+		s.ContractValidations = appendDoubling(s.ContractValidations, ContractValidation{
 			Seq:       e.Seq,
 			Agent:     e.Agent,
 			Contract:  estr(e, "contract"),
@@ -603,27 +635,27 @@ func (s *State) apply(e *Event, countType bool) {
 			Reason:       estr(e, "reason"),
 			Alternatives: stringList(e.Get("alternatives_considered")),
 		}
-		if c, ok := confidence(e.Get("confidence")); ok {
+		if c, ok := econfidence(e, "confidence"); ok {
 			r.Confidence = &c
 		}
-		s.ModelRoutings = append(s.ModelRoutings, r)
+		s.ModelRoutings = appendDoubling(s.ModelRoutings, r)
 	case kStreamStart:
 		s.Stream.Streams++
 		s.Stream.Active = true
 	case kStreamChunk:
 		s.Stream.Chunks++
-		if n, ok := count(e.Get("tokens")); ok {
+		if n, ok := ecount(e, "tokens"); ok {
 			s.Stream.Tokens += n
 		}
 	case kStreamEnd:
 		s.Stream.Active = false
-		if n, ok := count(e.Get("total_chunks")); ok {
+		if n, ok := ecount(e, "total_chunks"); ok {
 			s.Stream.ReportedChunks += n
 		}
-		if n, ok := count(e.Get("total_tokens")); ok {
+		if n, ok := ecount(e, "total_tokens"); ok {
 			s.Stream.ReportedTokens += n
 		}
-		if ms, ok := duration(e.Get("duration_ms")); ok {
+		if ms, ok := eduration(e, "duration_ms"); ok {
 			s.Stream.DurationMS += ms
 		}
 	case kRunStarted:
@@ -640,9 +672,9 @@ func (s *State) apply(e *Event, countType bool) {
 	case kRunFinished:
 		s.applyRunFinished(e)
 	default:
-		s.unfolded = append(s.unfolded, e.Seq)
+		s.unfolded = appendDoubling(s.unfolded, e.Seq)
 		if !isRecognizedUnfolded(e.Type) {
-			s.UnknownTypes = append(s.UnknownTypes, e.Seq)
+			s.UnknownTypes = appendDoubling(s.UnknownTypes, e.Seq)
 		}
 	}
 }
@@ -666,10 +698,10 @@ func (s *State) applyStepStart(e *Event) {
 		Agent:  e.Agent,
 		Intent: estr(e, "intent"),
 		Tool:   estr(e, "tool"),
-		Model:  modelName(e.Get("model")),
+		Model:  emodel(e),
 	}}
 	cur := &alloc.cur
-	n, hasStep := count(e.Get("step"))
+	n, hasStep := ecount(e, "step")
 	if hasStep && s.noSteps {
 		alloc.n = n
 		cur.Step = &alloc.n
@@ -681,7 +713,7 @@ func (s *State) applyStepStart(e *Event) {
 		cur.Step = &alloc.n
 		s.idx.set(n, len(s.Steps))
 		s.touchStep(len(s.Steps))
-		s.Steps = append(s.Steps, Step{
+		s.Steps = appendDoubling(s.Steps, Step{
 			Step:     n,
 			StepID:   estr(e, "step_id"),
 			Tool:     cur.Tool,
@@ -702,7 +734,7 @@ func (s *State) applyStepEnd(e *Event) {
 		s.Tokens.Input += in
 		s.Tokens.Output += out
 	}
-	ms, hasDuration := duration(e.Get("duration_ms"))
+	ms, hasDuration := eduration(e, "duration_ms")
 	if hasDuration {
 		s.DurationMS += ms
 	}
@@ -733,13 +765,13 @@ func (s *State) applyFact(e *Event) {
 		f = nf
 		s.Facts[id] = f
 	}
-	if v, ok := e.Get("text").(string); ok {
+	if v, ok := e.Str("text"); ok {
 		f.Text = v
 	}
-	if c, ok := confidence(e.Get("confidence")); ok {
+	if c, ok := econfidence(e, "confidence"); ok {
 		f.Confidence = &c
 	}
-	if v, ok := e.Get("source").(string); ok {
+	if v, ok := e.Str("source"); ok {
 		f.Source = v
 	}
 	if _, ok := e.Lookup("tags"); ok {
@@ -750,7 +782,7 @@ func (s *State) applyFact(e *Event) {
 		c := *f.Confidence
 		change.Confidence = &c
 	}
-	f.History = append(f.History, change)
+	f.History = appendDoubling(f.History, change)
 }
 
 func (s *State) applyToolCall(e *Event) {
@@ -761,13 +793,13 @@ func (s *State) applyToolCall(e *Event) {
 		StepID: estr(e, "step_id"),
 		Status: estr(e, "status"),
 	}
-	if n, ok := count(e.Get("step")); ok {
+	if n, ok := ecount(e, "step"); ok {
 		tc.Step = &n
 	}
-	if ms, ok := duration(e.Get("duration_ms")); ok {
+	if ms, ok := eduration(e, "duration_ms"); ok {
 		tc.DurationMS = ms
 	}
-	s.ToolCalls = append(s.ToolCalls, tc)
+	s.ToolCalls = appendDoubling(s.ToolCalls, tc)
 	if st := s.stepFor(e); st != nil && tc.Status != "" {
 		st.Status = tc.Status
 	}
@@ -783,13 +815,13 @@ func (s *State) applyError(e *Event) {
 		Code:     estr(e, "code"),
 		Message:  estr(e, "message"),
 	}
-	if n, ok := count(e.Get("step")); ok {
+	if n, ok := ecount(e, "step"); ok {
 		r.Step = &n
 	}
 	if b, ok := e.Get("recoverable").(bool); ok {
 		r.Recoverable = b
 	}
-	s.Errors = append(s.Errors, r)
+	s.Errors = appendDoubling(s.Errors, r)
 	if st := s.stepFor(e); st != nil && r.Code != "" {
 		st.ErrorCode = r.Code
 	}
@@ -804,7 +836,7 @@ func (s *State) applyRunStarted(e *Event) {
 	r.StartedSeq = e.Seq
 	r.RunID = estr(e, "run_id")
 	r.Goal = estr(e, "goal")
-	r.Model = modelName(e.Get("model"))
+	r.Model = emodel(e)
 	r.Principal = estr(e, "principal")
 	if labels, ok := e.Get("labels").(map[string]any); ok {
 		r.Labels = map[string]string{}
@@ -814,7 +846,7 @@ func (s *State) applyRunStarted(e *Event) {
 			}
 		}
 	}
-	if n, ok := count(e.Get("max_steps")); ok {
+	if n, ok := ecount(e, "max_steps"); ok {
 		r.MaxSteps = n
 	}
 }
@@ -829,7 +861,7 @@ func (s *State) applyRunFinished(e *Event) {
 		r.Status = v
 	}
 	r.Message = estr(e, "message")
-	if n, ok := count(e.Get("steps")); ok {
+	if n, ok := ecount(e, "steps"); ok {
 		r.Steps = n
 	}
 	if t, ok := e.Get("tokens").(map[string]any); ok {
@@ -846,7 +878,7 @@ func (s *State) applyRunFinished(e *Event) {
 // stepFor returns the latest attempt of the step the event names, creating
 // an entry when the chain starts mid-step; nil when the event names none.
 func (s *State) stepFor(e *Event) *Step {
-	n, ok := count(e.Get("step"))
+	n, ok := ecount(e, "step")
 	if !ok || s.noSteps {
 		return nil
 	}
@@ -854,7 +886,7 @@ func (s *State) stepFor(e *Event) *Step {
 	if !ok {
 		i = len(s.Steps)
 		s.idx.set(n, i)
-		s.Steps = append(s.Steps, Step{Step: n, StartSeq: e.Seq})
+		s.Steps = appendDoubling(s.Steps, Step{Step: n, StartSeq: e.Seq})
 	}
 	s.touchStep(i)
 	st := &s.Steps[i]
@@ -905,11 +937,57 @@ func (s *State) addAgent(agent string) {
 	s.Agents = append(s.Agents, agent)
 }
 
+// appendDoubling is append, growing a full list to twice its length: a
+// list of a million elements grown by append (by a quarter once past 256)
+// is copied some twenty times over, on the goroutine that applies the
+// events in order; doubling copies it about once.
+func appendDoubling[T any](l []T, v T) []T {
+	if len(l) == cap(l) && len(l) >= 256 {
+		l = slices.Grow(l, len(l))
+	}
+	return append(l, v)
+}
+
 // estr returns the event's data member key when it is a string, ""
 // otherwise.
 func estr(e *Event, key string) string {
-	v, _ := e.Get(key).(string)
+	v, _ := e.Str(key)
 	return v
+}
+
+// enumber returns the event's data member key as number does, reading a
+// streamed number without boxing it.
+func enumber(e *Event, key string) (float64, bool) {
+	if f, ok := e.Float(key); ok {
+		return f, true
+	}
+	return number(e.Get(key))
+}
+
+// emodel is modelName of the data member model.
+func emodel(e *Event) string {
+	if v, ok := e.Str("model"); ok {
+		return v
+	}
+	return modelName(e.Get("model"))
+}
+
+// ecount is count of the data member key.
+func ecount(e *Event, key string) (int64, bool) {
+	f, ok := enumber(e, key)
+	return countOf(f, ok)
+}
+
+// eduration is duration of the data member key.
+func eduration(e *Event, key string) (float64, bool) {
+	f, ok := enumber(e, key)
+	return durationOf(f, ok)
+}
+
+// econfidence is confidence of the data member key.
+func econfidence(e *Event, key string) (float64, bool) {
+	f, ok := enumber(e, key)
+	return confidenceOf(f, ok)
 }
 
 // stringList returns the string elements of a list; nil when v is not a list.
@@ -994,8 +1072,9 @@ func number(v any) (float64, bool) {
 const maxExactInt = 1 << 53
 
 // count returns v as a non-negative integer (tokens, step numbers, totals).
-func count(v any) (int64, bool) {
-	f, ok := number(v)
+func count(v any) (int64, bool) { return countOf(number(v)) }
+
+func countOf(f float64, ok bool) (int64, bool) {
 	if !ok || f < 0 || f > maxExactInt || f != math.Trunc(f) {
 		return 0, false
 	}
@@ -1004,8 +1083,9 @@ func count(v any) (int64, bool) {
 
 // duration returns v as a non-negative number of milliseconds. Values past
 // 2^53 ms are rejected so sums stay finite and exact.
-func duration(v any) (float64, bool) {
-	f, ok := number(v)
+func duration(v any) (float64, bool) { return durationOf(number(v)) }
+
+func durationOf(f float64, ok bool) (float64, bool) {
 	if !ok || f < 0 || f > maxExactInt {
 		return 0, false
 	}
@@ -1013,8 +1093,9 @@ func duration(v any) (float64, bool) {
 }
 
 // confidence returns v when it is a number in [0, 1].
-func confidence(v any) (float64, bool) {
-	f, ok := number(v)
+func confidence(v any) (float64, bool) { return confidenceOf(number(v)) }
+
+func confidenceOf(f float64, ok bool) (float64, bool) {
 	if !ok || f < 0 || f > 1 {
 		return 0, false
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/xct-dev/xct/lctl"
+	"github.com/xct-dev/xct/lctl/lctltest"
 )
 
 // specExample is the "Event Stream Example" of LCTL v4.0 part 2, verbatim.
@@ -586,5 +587,41 @@ func TestStateHashKeepsUnfoldedTypes(t *testing.T) {
 	}
 	if checked != 4 || !reflect.DeepEqual(s.UnknownTypes, []uint64{11}) {
 		t.Errorf("checked %d checkpoints, unknown types %v", checked, s.UnknownTypes)
+	}
+}
+
+// TestDeferTypeCounts: a state that counts the folded types in an array
+// (DeferTypeCounts) and adds them at the end (FlushTypeCounts) is the
+// state Apply gives, unknown and recognized types included, and its hash
+// too; a flush with nothing deferred changes nothing.
+func TestDeferTypeCounts(t *testing.T) {
+	events := lctltest.Workflow("defer", 2000, lctltest.WorkflowOptions{Seal: true})
+	events = append(events, lctl.Event{Seq: 2001, Type: "custom_thing", Agent: "x", Data: map[string]any{}},
+		lctl.Event{Seq: 2002, Type: lctl.TypeHandoff, Agent: "x", Data: map[string]any{}})
+	want, got := lctl.NewState("defer"), lctl.NewState("defer")
+	got.DeferTypeCounts()
+	for i := range events {
+		want.Apply(&events[i])
+		got.Apply(&events[i])
+	}
+	if got.EventTypes[lctl.TypeStepStart] != 0 {
+		t.Fatalf("step_start counted in EventTypes while deferred: %d", got.EventTypes[lctl.TypeStepStart])
+	}
+	got.FlushTypeCounts()
+	got.FlushTypeCounts()
+	if !reflect.DeepEqual(got.EventTypes, want.EventTypes) {
+		t.Fatalf("EventTypes %v, want %v", got.EventTypes, want.EventTypes)
+	}
+	wh, err1 := want.Hash()
+	gh, err2 := got.Hash()
+	if err1 != nil || err2 != nil || wh != gh {
+		t.Fatalf("hash %s (%v), want %s (%v)", gh, err2, wh, err1)
+	}
+	// Applying after the flush counts in EventTypes again.
+	e := lctl.Event{Seq: 2003, Type: lctl.TypeStepStart, Agent: "x", Data: map[string]any{}}
+	got.Apply(&e)
+	want.Apply(&e)
+	if !reflect.DeepEqual(got.EventTypes, want.EventTypes) {
+		t.Fatalf("after the flush: EventTypes %v, want %v", got.EventTypes, want.EventTypes)
 	}
 }

@@ -220,7 +220,10 @@ func (b *streamBatch) decode(p *fastParser, hash bool, line func([]byte, *Event)
 	nextLine := 0
 	for i, end := range b.ends {
 		raw := b.raw[b.starts[i]:end]
-		e, err := p.fastEvent(raw)
+		se := &b.events[i]
+		*se = StreamEvent{}
+		e := &se.Event
+		err := p.fastEventInto(e, raw)
 		line := nextLine < len(b.lineSplit) && b.lineSplit[nextLine] == i
 		if line {
 			nextLine++
@@ -236,27 +239,30 @@ func (b *streamBatch) decode(p *fastParser, hash bool, line func([]byte, *Event)
 				return
 			}
 			var warns []string
-			e, warns, err = decodeFileEvent(raw)
+			*e, warns, err = decodeFileEvent(raw)
 			if err != nil || len(warns) > 0 {
 				b.err = ErrStreamUnsupported
 				return
 			}
+			err = errUnsure // the hash the full way, below
 		}
 		if p.skipHashes {
 			e.Hash, e.PrevHash = "", ""
 		}
-		b.events[i] = StreamEvent{Event: e}
 		if e.Timestamp != "" {
-			b.events[i].Time, b.events[i].TimeOK = ParseTime(e.Timestamp)
+			se.Time, se.TimeOK = ParseTime(e.Timestamp)
 		}
 		if p.fields {
-			b.events[i].setTime(b.events[i].Time, b.events[i].TimeOK)
+			e.setTime(se.Time, se.TimeOK)
 		}
 		if hash {
+			// On a copy: hashing the full way makes the data's map (DataMap),
+			// which a streamed event does not carry.
+			c := *e
 			if err == nil {
-				b.events[i].Computed, b.events[i].HashErr = p.computedHash(&e)
+				se.Computed, se.HashErr = p.computedHash(&c)
 			} else {
-				b.events[i].Computed, b.events[i].HashErr = e.ComputeHash()
+				se.Computed, se.HashErr = c.ComputeHash()
 			}
 		}
 	}

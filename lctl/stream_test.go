@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"reflect"
 	"strings"
 	"testing"
@@ -320,7 +321,9 @@ func TestStreamFields(t *testing.T) {
  {"seq": 1, "type": "fact_added", "timestamp": "2026-01-01T00:00:00Z", "agent": "a",
   "data": {"id": "F1", "text": "tab\there", "confidence": 0.85, "dup": 1, "dup": 2, "nested": {"x": [true, null, {}], "y": []}}},
  {"seq": 2, "type": "custom", "agent": "b", "data": {}},
- {"seq": 3, "type": "step_start", "timestamp": "2026-01-01T00:00:01Z", "agent": "c", "data": {"k": "\u0041\u00ff", "z": null}}
+ {"seq": 3, "type": "step_start", "timestamp": "2026-01-01T00:00:01Z", "agent": "c", "data": {"k": "\u0041\u00ff", "z": null}},
+ {"seq": 4, "type": "tool_call", "agent": "d", "data": {"z0": -0, "big": 12345678901234567890, "e": 1e3, "step": 5000, "step2": 5000,
+  "f": 0.25, "neg": -7, "small": 7, "long": "a string longer than thirty-two bytes, not interned", "t": true}}
 ]}`
 	var gen bytes.Buffer
 	if err := lctltest.WriteWorkflow(&gen, "wf", 3000, lctltest.WorkflowOptions{Seal: true, StateHashes: true}); err != nil {
@@ -357,6 +360,24 @@ func TestStreamFields(t *testing.T) {
 				if gv, ok := e.Lookup(k); !ok || !reflect.DeepEqual(gv, v) || !reflect.DeepEqual(e.Get(k), v) {
 					t.Errorf("%s: event %d: %s = %v (%v), want %v", name, i+1, k, gv, ok, v)
 				}
+			}
+			for k, v := range w.Data {
+				ws, wok := v.(string)
+				if gs, ok := e.Str(k); ok != wok || gs != ws {
+					t.Errorf("%s: event %d: Str(%s) = %q %v, want %q %v", name, i+1, k, gs, ok, ws, wok)
+				}
+				wf, fok := v.(float64)
+				if gf, ok := e.Get(k).(float64); fok && (!ok || math.Signbit(gf) != math.Signbit(wf)) {
+					t.Errorf("%s: event %d: Get(%s) = %v, want %v", name, i+1, k, e.Get(k), v)
+				}
+				if gf, ok := e.Float(k); ok != fok || gf != wf || math.Signbit(gf) != math.Signbit(wf) {
+					t.Errorf("%s: event %d: Float(%s) = %v %v, want %v %v", name, i+1, k, gf, ok, wf, fok)
+				}
+			}
+			var kept lctl.Event
+			e.OwnInto(&kept)
+			if !reflect.DeepEqual(kept.DataMap(), w.Data) || kept.Seq != w.Seq {
+				t.Errorf("%s: event %d: OwnInto gave %v", name, i+1, kept.DataMap())
 			}
 			if _, ok := e.Lookup("absent"); ok || e.Get("absent") != nil {
 				t.Errorf("%s: event %d: a member that is not there", name, i+1)

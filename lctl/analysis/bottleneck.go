@@ -173,7 +173,7 @@ func (tt *toolTimer) add(e *lctl.Event) {
 	if e.Type != lctl.TypeToolCall {
 		return
 	}
-	name, _ := e.Get("tool").(string)
+	name, _ := e.Str("tool")
 	if name == "" {
 		name = "(unnamed)"
 	}
@@ -183,7 +183,7 @@ func (tt *toolTimer) add(e *lctl.Event) {
 		tt.byTool[name] = t
 	}
 	t.Calls++
-	if ms, ok := numberOf(e.Get("duration_ms")); ok && ms > 0 {
+	if ms, ok := numberAt(e, "duration_ms"); ok && ms > 0 {
 		t.DurationMS += ms
 	}
 }
@@ -269,8 +269,8 @@ type openStep struct {
 
 // stepTimer pairs step starts and ends as the events go by.
 type stepTimer struct {
-	out      []StepTiming
-	outSteps []*openStep // out's steps, to tell nested ones at the end (nil: at the top, not a stream)
+	out      chunked[StepTiming]
+	outSteps chunked[*openStep] // out's steps, to tell nested ones at the end (nil: at the top, not a stream)
 	bySpan   map[string]*openStep
 	streams  map[string]*openStep // agent -> open stream
 	// orphans are streams that ended outside every step, by agent, with
@@ -298,9 +298,9 @@ func (st *stepTimer) add(e *lctl.Event) {
 	case lctl.TypeStepStart:
 		o := &openStep{start: t, index: len(st.order)}
 		o.timing = StepTiming{Agent: e.Agent, Step: int64(e.Seq), StartSeq: e.Seq}
-		o.timing.Intent, _ = e.Get("intent").(string)
-		o.timing.Tool, _ = e.Get("tool").(string)
-		n, numbered := intOf(e.Get("step"))
+		o.timing.Intent, _ = e.Str("intent")
+		o.timing.Tool, _ = e.Str("tool")
+		n, numbered := intAt(e, "step")
 		if numbered {
 			o.timing.Step = n
 			st.byNumber[n] = o
@@ -314,23 +314,23 @@ func (st *stepTimer) add(e *lctl.Event) {
 		}
 		st.byAgent[e.Agent] = append(st.byAgent[e.Agent], o)
 		st.current[e.Agent] = o
-		st.order = append(st.order, o)
+		st.order = appendDoubling(st.order, o)
 	case lctl.TypeToolCall:
 		var o *openStep
-		if n, ok := intOf(e.Get("step")); ok {
+		if n, ok := intAt(e, "step"); ok {
 			o = st.byNumber[n]
 		}
 		if o == nil {
 			o = st.current[e.Agent]
 		}
 		if o != nil {
-			if ms, ok := numberOf(e.Get("duration_ms")); ok && ms > 0 {
+			if ms, ok := numberAt(e, "duration_ms"); ok && ms > 0 {
 				o.timing.ToolMS += ms
 			}
 		}
 	case lctl.TypeStepEnd:
 		var o *openStep
-		if n, ok := intOf(e.Get("step")); ok {
+		if n, ok := intAt(e, "step"); ok {
 			o = st.byNumber[n]
 			delete(st.byNumber, n)
 		}
@@ -353,7 +353,7 @@ func (st *stepTimer) add(e *lctl.Event) {
 			delete(st.current, e.Agent)
 		}
 		o.timing.EndSeq = e.Seq
-		if ms, ok := numberOf(e.Get("duration_ms")); ok && ms >= 0 {
+		if ms, ok := numberAt(e, "duration_ms"); ok && ms >= 0 {
 			o.timing.DurationMS = ms
 		} else if !t.IsZero() && !o.start.IsZero() {
 			o.timing.DurationMS = float64(t.Sub(o.start).Microseconds()) / 1000
@@ -368,10 +368,16 @@ func (st *stepTimer) add(e *lctl.Event) {
 // finish returns the steps that ended, in the order they ended, then the
 // unfinished ones, timed to the last event.
 func (st *stepTimer) finish() []StepTiming {
-	out := st.out
-	for i, o := range st.outSteps {
-		out[i].nested = o != nil && o.insideEnded()
+	open := 0
+	for _, o := range st.order {
+		if o != nil {
+			open++
+		}
 	}
+	out := st.out.all(open)
+	st.outSteps.each(func(i int, o **openStep) {
+		out[i].nested = *o != nil && (*o).insideEnded()
+	})
 	for _, o := range st.order {
 		if o == nil {
 			continue

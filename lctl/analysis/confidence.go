@@ -184,14 +184,14 @@ func (b *ConfidenceBuilder) Add(e *lctl.Event) {
 					t.blocked = true
 					t.fc.BlockedSeq = e.Seq
 				}
-				t.fc.Points = append(t.fc.Points, p)
+				t.fc.Points = appendDoubling(t.fc.Points, p)
 			}
 		}
 		if e.Agent != "" {
 			b.lastAgent = e.Agent
 		}
 	case lctl.TypeFactAdded, lctl.TypeFactModified:
-		id, _ := e.Get("id").(string)
+		id, _ := e.Str("id")
 		if id == "" {
 			return
 		}
@@ -201,10 +201,10 @@ func (b *ConfidenceBuilder) Add(e *lctl.Event) {
 			b.facts[id] = t
 			b.order = append(b.order, t)
 		}
-		if text, ok := e.Get("text").(string); ok {
+		if text, ok := e.Str("text"); ok {
 			t.fc.Text = text
 		}
-		c, ok := numberOf(e.Get("confidence"))
+		c, ok := numberAt(e, "confidence")
 		if !ok || c < 0 || c > 1 {
 			return
 		}
@@ -212,7 +212,7 @@ func (b *ConfidenceBuilder) Add(e *lctl.Event) {
 		if e.Type == lctl.TypeFactModified {
 			kind = "modified"
 		}
-		reason, _ := e.Get("reason").(string)
+		reason, _ := e.Str("reason")
 		t.value = &c
 		t.decayed = false
 		t.verified = isVerification(reason) || e.Get("consensus") != nil
@@ -227,7 +227,7 @@ func (b *ConfidenceBuilder) Add(e *lctl.Event) {
 			t.blocked = false
 			t.fc.BlockedSeq = 0
 		}
-		t.fc.Points = append(t.fc.Points, p)
+		t.fc.Points = appendDoubling(t.fc.Points, p)
 		w := b.reliability[e.Agent]
 		if w == 0 {
 			w = 1

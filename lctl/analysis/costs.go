@@ -133,12 +133,12 @@ func (t *CostTrack) CostAt(pos int, prices *Prices) (cost *float64, unpriced []s
 // step_end's own model, else its step's (by XCT step number), else the
 // model of its agent's latest step_start.
 type modelResolver struct {
-	byStep  map[int64]string  // XCT step number -> model
+	byStep  *stepModels       // XCT step number -> model
 	byAgent map[string]string // agent -> model of its latest step
 }
 
 func newModelResolver() modelResolver {
-	return modelResolver{byStep: map[int64]string{}, byAgent: map[string]string{}}
+	return modelResolver{byStep: &stepModels{}, byAgent: map[string]string{}}
 }
 
 // add takes the next event; for a step_end it returns its model ("" when
@@ -147,8 +147,8 @@ func (r modelResolver) add(e *lctl.Event) (string, bool) {
 	switch e.Type {
 	case lctl.TypeStepStart:
 		m := modelOf(e)
-		if n, ok := intOf(e.Get("step")); ok {
-			r.byStep[n] = m
+		if n, ok := intAt(e, "step"); ok {
+			r.byStep.set(n, m)
 		}
 		if m != "" {
 			r.byAgent[e.Agent] = m
@@ -158,8 +158,8 @@ func (r modelResolver) add(e *lctl.Event) (string, bool) {
 	case lctl.TypeStepEnd:
 		m := modelOf(e)
 		if m == "" {
-			if n, ok := intOf(e.Get("step")); ok {
-				m = r.byStep[n]
+			if n, ok := intAt(e, "step"); ok {
+				m = r.byStep.get(n)
 			}
 		}
 		if m == "" {
@@ -168,4 +168,41 @@ func (r modelResolver) add(e *lctl.Event) (string, bool) {
 		return m, true
 	}
 	return "", false
+}
+
+// stepModels maps step numbers to models: the numbers XCT gives (1, 2, 3,
+// ...) in a slice, not a map that grows by one entry per step; others in
+// a map.
+type stepModels struct {
+	dense  []string
+	sparse map[int64]string
+}
+
+// denseStepModels bounds the step numbers kept in the slice.
+const denseStepModels = 1 << 22
+
+func (x *stepModels) set(n int64, m string) {
+	if n >= 0 && n < denseStepModels && n <= int64(2*len(x.dense)+1024) {
+		if n >= int64(len(x.dense)) {
+			x.dense = append(x.dense, make([]string, int(n)+1-len(x.dense))...)
+		}
+		x.dense[n] = m
+		if x.sparse != nil {
+			delete(x.sparse, n) // set before the slice reached n
+		}
+		return
+	}
+	if x.sparse == nil {
+		x.sparse = map[int64]string{}
+	}
+	x.sparse[n] = m
+}
+
+func (x *stepModels) get(n int64) string {
+	if n >= 0 && n < int64(len(x.dense)) {
+		if m := x.dense[n]; m != "" {
+			return m
+		}
+	}
+	return x.sparse[n]
 }

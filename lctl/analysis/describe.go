@@ -430,6 +430,24 @@ func numberOf(v any) (float64, bool) {
 	return f, true
 }
 
+// numberAt is numberOf of the event's data member key, reading a streamed
+// number without boxing it.
+func numberAt(e *lctl.Event, key string) (float64, bool) {
+	if f, ok := e.Float(key); ok {
+		return f, true
+	}
+	return numberOf(e.Get(key))
+}
+
+// intAt is intOf of the event's data member key.
+func intAt(e *lctl.Event, key string) (int64, bool) {
+	f, ok := numberAt(e, key)
+	if !ok || f != math.Trunc(f) || math.Abs(f) > 1<<53 {
+		return 0, false
+	}
+	return int64(f), true
+}
+
 // intOf returns v as a whole number.
 func intOf(v any) (int64, bool) {
 	f, ok := numberOf(v)

@@ -59,7 +59,7 @@ func (b *FactStoreBuilder) Add(e *lctl.Event) {
 	if e.Type != lctl.TypeFactAdded && e.Type != lctl.TypeFactModified {
 		return
 	}
-	id, _ := e.Get("id").(string)
+	id, _ := e.Str("id")
 	if id == "" {
 		return
 	}
@@ -74,13 +74,13 @@ func (b *FactStoreBuilder) Add(e *lctl.Event) {
 		f.AddedBy, f.AddedSeq = e.Agent, e.Seq
 	}
 	e.RangeData(func(k string, v any) { f.Fields[k] = v })
-	if v, ok := e.Get("text").(string); ok {
+	if v, ok := e.Str("text"); ok {
 		f.Text = v
 	}
-	if c, ok := numberOf(e.Get("confidence")); ok && c >= 0 && c <= 1 {
+	if c, ok := numberAt(e, "confidence"); ok && c >= 0 && c <= 1 {
 		f.Confidence = &c
 	}
-	if v, ok := e.Get("source").(string); ok {
+	if v, ok := e.Str("source"); ok {
 		f.Source = v
 	}
 	if tags, ok := e.Get("tags").([]any); ok {
@@ -90,7 +90,7 @@ func (b *FactStoreBuilder) Add(e *lctl.Event) {
 				f.Tags = append(f.Tags, s)
 			}
 		}
-	} else if tag, ok := e.Get("tag").(string); ok {
+	} else if tag, ok := e.Str("tag"); ok {
 		f.Tags = []string{tag}
 	}
 	f.UpdatedBy, f.UpdatedSeq = e.Agent, e.Seq

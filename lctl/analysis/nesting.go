@@ -47,14 +47,14 @@ func (st *stepTimer) end(o *openStep) {
 		delete(st.bySpan, o.spanID)
 	}
 	st.order[o.index] = nil
-	st.out = append(st.out, o.timing)
+	st.out.add(o.timing)
 	// Only a step inside another, or a stream, is looked at again at the
 	// end: the others (every XCT step) are not kept, so a long chain's
 	// steps are held once, as their timings.
 	if o.parent == nil && !o.timing.Stream {
 		o = nil
 	}
-	st.outSteps = append(st.outSteps, o)
+	st.outSteps.add(o)
 }
 
 // insideEnded reports whether a step that ended runs inside another that
@@ -80,11 +80,11 @@ func (st *stepTimer) stream(e *lctl.Event, t time.Time) {
 		if o.parent != nil {
 			o.timing.ParentSeq = o.parent.timing.StartSeq
 		}
-		st.order = append(st.order, o)
+		st.order = appendDoubling(st.order, o)
 		st.streams[e.Agent] = o
 	case lctl.TypeStreamChunk:
 		if o := st.streams[e.Agent]; o != nil {
-			if n, ok := intOf(e.Get("tokens")); ok && n > 0 {
+			if n, ok := intAt(e, "tokens"); ok && n > 0 {
 				o.streamed += n
 			}
 		}
@@ -96,17 +96,17 @@ func (st *stepTimer) stream(e *lctl.Event, t time.Time) {
 		delete(st.streams, e.Agent)
 		o.timing.EndSeq = e.Seq
 		o.timing.Tokens = o.streamed
-		if n, ok := intOf(e.Get("total_tokens")); ok && n >= 0 {
+		if n, ok := intAt(e, "total_tokens"); ok && n >= 0 {
 			o.timing.Tokens = n
 		}
-		if ms, ok := numberOf(e.Get("duration_ms")); ok && ms >= 0 {
+		if ms, ok := numberAt(e, "duration_ms"); ok && ms >= 0 {
 			o.timing.DurationMS = ms
 		} else if !t.IsZero() && !o.start.IsZero() {
 			o.timing.DurationMS = float64(t.Sub(o.start).Microseconds()) / 1000
 		}
 		st.end(o)
 		if o.parent == nil {
-			st.orphans[e.Agent] = orphanStream{o, len(st.out) - 1}
+			st.orphans[e.Agent] = orphanStream{o, st.out.len() - 1}
 		}
 	}
 }
@@ -131,7 +131,7 @@ func (st *stepTimer) adopt(agent string, o *openStep) {
 	delete(st.orphans, agent)
 	orphan.o.parent = o
 	o.childMS += orphan.o.timing.DurationMS
-	st.out[orphan.out].ParentSeq = o.timing.StartSeq
+	st.out.at(orphan.out).ParentSeq = o.timing.StartSeq
 }
 
 // unreportedStreamTokens sums the tokens of the streams that ended outside
@@ -139,10 +139,10 @@ func (st *stepTimer) adopt(agent string, o *openStep) {
 // reports tokens counts its stream's).
 func (st *stepTimer) unreportedStreamTokens() int64 {
 	var n int64
-	for _, o := range st.outSteps {
-		if o != nil && o.timing.Stream && (o.parent == nil || !o.parent.reportsTokens) {
+	st.outSteps.each(func(_ int, p **openStep) {
+		if o := *p; o != nil && o.timing.Stream && (o.parent == nil || !o.parent.reportsTokens) {
 			n += o.timing.Tokens
 		}
-	}
+	})
 	return n
 }

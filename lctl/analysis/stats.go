@@ -177,7 +177,9 @@ type StatsBuilder struct {
 // NewStatsBuilder returns a builder before the first event; prices may be
 // nil.
 func NewStatsBuilder(chainID string, prices *Prices) *StatsBuilder {
-	return &StatsBuilder{chainID: chainID, prices: prices, state: lctl.NewSummaryState(chainID), steps: newStepTimer(), cost: newTokenPricer(prices)}
+	s := lctl.NewSummaryState(chainID)
+	s.DeferTypeCounts() // EventTypes is read in Stats
+	return &StatsBuilder{chainID: chainID, prices: prices, state: s, steps: newStepTimer(), cost: newTokenPricer(prices)}
 }
 
 // Add takes the next event of the chain.
@@ -204,6 +206,7 @@ func (b *StatsBuilder) Add(e *lctl.Event) {
 // Stats is the summary of the events added.
 func (b *StatsBuilder) Stats() *Stats {
 	s := b.state
+	s.FlushTypeCounts()
 	st := &Stats{
 		ChainID:      b.chainID,
 		Events:       b.events,

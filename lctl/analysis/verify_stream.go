@@ -73,7 +73,7 @@ func (v *StreamVerifier) Add(e *lctl.Event, computed string, hashErr error) bool
 		v.stamped++
 	}
 	if e.Type == lctl.TypeCheckpoint {
-		if h, ok := e.Get("state_hash").(string); ok && v.summary && lctl.IsStateHash(h) {
+		if h, ok := e.Str("state_hash"); ok && v.summary && lctl.IsStateHash(h) {
 			v.NeedsState = true
 			return false
 		}

@@ -32,6 +32,7 @@ func (c *cmdContext) replayStream(o operand, toSeq uint64, showEvents, withHash 
 		} else {
 			s = lctl.NewSummaryState(id)
 		}
+		s.DeferTypeCounts() // flushed when the stream ends
 	}, func(e *lctl.StreamEvent) error {
 		if toSeq != 0 && e.Seq > toSeq {
 			return lctl.ErrStop
@@ -42,7 +43,7 @@ func (c *cmdContext) replayStream(o operand, toSeq uint64, showEvents, withHash 
 			if lastStart == nil {
 				lastStart = new(lctl.Event)
 			}
-			*lastStart = e.Own()
+			e.OwnInto(lastStart)
 		}
 		if printLines {
 			lines = appendLine(lines, e.Line)
@@ -52,6 +53,7 @@ func (c *cmdContext) replayStream(o operand, toSeq uint64, showEvents, withHash 
 	if err != nil {
 		return false, nil
 	}
+	s.FlushTypeCounts()
 	c.reportInput(sd.data())
 	if toSeq != 0 && toSeq > sd.lastSeq {
 		return true, &inputError{fmt.Errorf("--to-seq %d: %s ends at seq %d", toSeq, sd.label, sd.lastSeq)}
