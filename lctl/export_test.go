@@ -13,3 +13,6 @@ func FastEventReader() func([]byte) (Event, error) {
 
 // HashedUnknown is the list State.Hash writes as "unknown_types".
 func HashedUnknown(s *State) []uint64 { return s.hashedUnknown() }
+
+// DigestForm is the canonical JSON State.Hash hashes (version 2).
+func DigestForm(s *State) ([]byte, error) { return s.digestForm() }

@@ -337,3 +337,40 @@ func TestStateHashVersion(t *testing.T) {
 		t.Error("HashVersion(3) did not fail")
 	}
 }
+
+// TestStateHashV2Vector is the example of docs/lctl.md ("State hash,
+// version 2"): the digest form of a state after two events, and its hash.
+func TestStateHashV2Vector(t *testing.T) {
+	s := lctl.NewState("c")
+	s.Apply(&lctl.Event{Seq: 1, Type: "step_start", Agent: "a", Data: map[string]any{"step": 1.0, "tool": "fs.read"}})
+	s.Apply(&lctl.Event{Seq: 2, Type: "fact_added", Agent: "a", Data: map[string]any{"id": "F1", "text": "t", "confidence": 0.5}})
+	zero := strings.Repeat("0", 64)
+	want := `{"agents":{"n":1,"sha256":"88eddaf7c34e551cb487eadeab12f450093102c8e250cf037a2bfb74ed84a1a8"},"chain_id":"c",` +
+		`"contract_validations":{"n":0,"sha256":"` + zero + `"},"current_step":{"agent":"a","intent":"","seq":1,"step":1,"tool":"fs.read"},` +
+		`"duration_ms":0,"errors":{"n":0,"sha256":"` + zero + `"},"event_count":2,"event_types":{"fact_added":1,"step_start":1},` +
+		`"facts":{"merkle":"8a3b703a3c5facda1094d9bfd9566c16f64bf4a176912c57fa04b2cab6494585","n":1},"last_checkpoint_seq":0,"last_timestamp":"",` +
+		`"model_routings":{"n":0,"sha256":"` + zero + `"},"run":null,"seq":2,"state_hash_version":2,` +
+		`"steps":{"merkle":"6b072948b64316c3ed8f0788c5e45d7cc78e338124eb174834ca253a20c014e2","n":1},` +
+		`"stream":{"active":false,"chunks":0,"duration_ms":0,"reported_chunks":0,"reported_tokens":0,"streams":0,"tokens":0},` +
+		`"tokens":{"input":0,"output":0},"tool_calls":{"n":0,"sha256":"` + zero + `"},"unknown_types":{"n":0,"sha256":"` + zero + `"}}`
+	got, err := lctl.DigestForm(s)
+	if err != nil || string(got) != want {
+		t.Fatalf("digest form (%v):\n%s\nwant\n%s", err, got, want)
+	}
+	// The pieces, from their definitions.
+	agents := sha256.Sum256(append(make([]byte, 32), `"a"`...))
+	step := sha256.Sum256([]byte("\x00" + `{"decision":"","outcome":"","start_seq":1,"step":1,"step_id":"","tool":"fs.read"}`))
+	hist := sha256.Sum256(append(make([]byte, 32), `{"agent":"a","confidence":0.5,"reason":"","seq":2,"text":"t"}`...))
+	fact := sha256.Sum256([]byte("\x00" + `{"confidence":0.5,"history":{"n":1,"sha256":"` + hex.EncodeToString(hist[:]) + `"},"id":"F1","source":"","text":"t"}`))
+	for name, d := range map[string][32]byte{"88eddaf7": agents, "6b072948": step, "8a3b703a": fact} {
+		if !strings.HasPrefix(hex.EncodeToString(d[:]), name) {
+			t.Errorf("%s: computed %x", name, d)
+		}
+	}
+	if h := hashV2(t, s); h != "v2:sha256:2cb4b1e2a750c59520894173ac9e186f0981f82c4a428a9e28dd0b00177b6f63" {
+		t.Errorf("hash %s", h)
+	}
+	if h := hashV2(t, lctl.NewState("c")); h != "v2:sha256:bd676469bde786a04d81c1f8c636a4dc19b75694bf313f8ace05cb9fe73ee299" {
+		t.Errorf("empty state: hash %s", h)
+	}
+}

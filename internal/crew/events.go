@@ -294,7 +294,10 @@ func NewCheckpoint(chainID string, events []lctl.Event) (Checkpoint, error) {
 	return checkpointOf(chainID, lctl.Replay(chainID, events, 0))
 }
 
-// checkpointOf is the checkpoint of lctl's state s of chainID.
+// checkpointOf is the checkpoint of lctl's state s of chainID. The state
+// hash is lctl's version 2 (State.Hash): a session's state keeps it up to
+// date, so each checkpoint of a long run costs what changed since the last
+// one, not the run's length.
 func checkpointOf(chainID string, s *lctl.State) (Checkpoint, error) {
 	h, err := s.Hash()
 	if err != nil {

@@ -1,6 +1,7 @@
 package cli_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -25,10 +26,17 @@ var benchChains sync.Map // "dir/n" -> path
 // the calling benchmark's temporary directory, removed when it ends.
 func benchChain(b *testing.B, dir string, n int) string {
 	b.Helper()
+	return benchChainWith(b, dir, n, "", lctltest.WorkflowOptions{Seal: true})
+}
+
+// benchChainWith is benchChain for a chain written with opts, its file
+// name told apart by suffix.
+func benchChainWith(b *testing.B, dir string, n int, suffix string, opts lctltest.WorkflowOptions) string {
+	b.Helper()
 	if env := os.Getenv("LCTL_BENCH_DIR"); env != "" {
 		dir = env
 	}
-	key := fmt.Sprintf("%s/%d", dir, n)
+	key := fmt.Sprintf("%s/%d%s", dir, n, suffix)
 	if p, ok := benchChains.Load(key); ok {
 		if _, err := os.Stat(p.(string)); err == nil {
 			return p.(string)
@@ -37,13 +45,13 @@ func benchChain(b *testing.B, dir string, n int) string {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		b.Fatal(err)
 	}
-	path := filepath.Join(dir, fmt.Sprintf("workflow-%d.lctl.json", n))
+	path := filepath.Join(dir, fmt.Sprintf("workflow-%d%s.lctl.json", n, suffix))
 	if _, err := os.Stat(path); err != nil {
 		f, err := os.Create(path + ".tmp")
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := lctltest.WriteWorkflow(f, "workflow", n, lctltest.WorkflowOptions{Seal: true}); err != nil {
+		if err := lctltest.WriteWorkflow(f, "workflow", n, opts); err != nil {
 			b.Fatal(err)
 		}
 		if err := f.Close(); err != nil {
@@ -99,6 +107,43 @@ func BenchmarkCommand(b *testing.B) {
 					}
 				}
 				b.ReportMetric(float64(s.n)*float64(b.N)/b.Elapsed().Seconds(), "events/s")
+			})
+		}
+	}
+}
+
+// BenchmarkVerifyStateHashes is lctl verify on chains with a state hash in
+// every checkpoint (one every 500 events), of version 2 (what XCT writes
+// since session 5: kept up to date, linear) and of version 1 (chains
+// written before: the whole state hashed at each checkpoint, quadratic;
+// 1M is left out, it takes minutes). events/s stays flat when the cost is
+// linear:
+//
+//	go test ./lctl/cli/ -run XXX -bench VerifyStateHashes -benchtime 3x
+func BenchmarkVerifyStateHashes(b *testing.B) {
+	dir := b.TempDir()
+	for _, version := range []int{2, 1} {
+		for _, n := range []int{10_000, 100_000, 300_000, 1_000_000} {
+			if version == 1 && n > 300_000 {
+				continue
+			}
+			b.Run(fmt.Sprintf("v%d/%dk", version, n/1000), func(b *testing.B) {
+				path := benchChainWith(b, dir, n, fmt.Sprintf("-state-hash-v%d", version),
+					lctltest.WorkflowOptions{Seal: true, StateHashes: true, StateHashVersion: version})
+				info, err := os.Stat(path)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.SetBytes(info.Size())
+				b.ResetTimer()
+				for b.Loop() {
+					var out bytes.Buffer
+					if code := cli.Run(context.Background(), []string{"verify", path}, cli.Env{Stdout: &out, Stderr: io.Discard}); code != cli.ExitOK ||
+						!bytes.Contains(out.Bytes(), []byte("state hashes and fact snapshots match")) {
+						b.Fatalf("lctl verify %s: exit %d\n%s", path, code, out.Bytes())
+					}
+				}
+				b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "events/s")
 			})
 		}
 	}

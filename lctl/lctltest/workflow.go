@@ -53,6 +53,13 @@ func Workflow(chainID string, n int, opts WorkflowOptions) []lctl.Event {
 	return events
 }
 
+// EachWorkflowEvent calls f with each of Workflow's events in turn without
+// holding them (f must copy an event it keeps); it stops at f's first
+// error and returns it.
+func EachWorkflowEvent(chainID string, n int, opts WorkflowOptions, f func(*lctl.Event) error) error {
+	return genWorkflow(chainID, n, opts, f)
+}
+
 // WriteWorkflow writes Workflow's chain as an LCTL JSON file without holding
 // it: the file's header, then one event per line in its canonical JSON
 // (what the event stream stores), then the end of the file. Any lctl reads

@@ -536,7 +536,7 @@ type ReplayChainResponse struct {
 	State *structpb.Struct `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
 	// summary describes the state in a few numbers.
 	Summary *StateSummary `protobuf:"bytes,3,opt,name=summary,proto3" json:"summary,omitempty"`
-	// state_hash is "sha256:..." when include_hash was set.
+	// state_hash is the state hash, "v2:sha256:...", when include_hash was set.
 	StateHash string `protobuf:"bytes,4,opt,name=state_hash,json=stateHash,proto3" json:"state_hash,omitempty"`
 	// from_snapshot_seq is the seq of the snapshot the replay started from
 	// (0: the first event).

@@ -265,7 +265,7 @@ export type ReplayChainResponse = Message<"lctl.v1.ReplayChainResponse"> & {
   summary?: StateSummary | undefined;
 
   /**
-   * state_hash is "sha256:..." when include_hash was set.
+   * state_hash is the state hash, "v2:sha256:...", when include_hash was set.
    *
    * @generated from field: string state_hash = 4;
    */
