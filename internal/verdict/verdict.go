@@ -156,11 +156,13 @@ func (s *Signer) Sign(g *xctv1.VerdictGrant, now time.Time) (*xctv1.SignedVerdic
 	g.IssuedAt = timestamppb.New(now)
 	g.ExpiresAt = timestamppb.New(now.Add(s.ttl))
 	g.GrantId = hex.EncodeToString(id[:])
-	raw, err := proto.MarshalOptions{Deterministic: true}.Marshal(g)
+	// The signed message is the domain and the grant: the grant is
+	// encoded right after the domain, so both are one buffer.
+	msg, err := proto.MarshalOptions{Deterministic: true}.MarshalAppend(append(make([]byte, 0, len(domain)+proto.Size(g)), domain...), g)
 	if err != nil {
 		return nil, err
 	}
-	return &xctv1.SignedVerdict{KeyId: s.id, Grant: raw, Signature: ed25519.Sign(s.key, signed(raw))}, nil
+	return &xctv1.SignedVerdict{KeyId: s.id, Grant: msg[len(domain):], Signature: ed25519.Sign(s.key, msg)}, nil
 }
 
 func signed(raw []byte) []byte {

@@ -46,8 +46,9 @@ func signable(ctx context.Context) bool {
 // expiry. Nothing else is signed: only an allow lets a step act. A step id
 // that is not the identity of the proposal at that step of that run gets
 // no signature (no executor acts on it), and neither does anything when
-// the validator has no key.
-func (s *Service) sign(req *xctv1.ValidateRequest, v *xctv1.Verdict, now time.Time) {
+// the validator has no key. args are the proposal's arguments as the
+// policy saw them (nil: read from the proposal).
+func (s *Service) sign(req *xctv1.ValidateRequest, args map[string]any, v *xctv1.Verdict, now time.Time) {
 	v.Signed = nil
 	if v.GetDecision() != xctv1.VerdictDecision_VERDICT_DECISION_ALLOW {
 		return
@@ -61,7 +62,10 @@ func (s *Service) sign(req *xctv1.ValidateRequest, v *xctv1.Verdict, now time.Ti
 	runID := req.GetRun().GetRunId()
 	// The arguments are encoded once: the step id and the digest are both
 	// made from the same canonical form.
-	canon, err := verdict.CanonicalArguments(p.GetArguments().AsMap())
+	if args == nil {
+		args = p.GetArguments().AsMap()
+	}
+	canon, err := verdict.CanonicalArguments(args)
 	if err != nil {
 		s.log.Error("allow verdict left unsigned: arguments not canonicalizable", "run_id", runID, "err", err)
 		return

@@ -33,9 +33,13 @@ func (s *Service) Validate(ctx context.Context, req *xctv1.ValidateRequest) (*xc
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	req = withCaller(ctx, req)
-	v := s.decide(ctx, req)
+	v, in := s.decide(ctx, req)
 	if signable(ctx) {
-		s.sign(req, v, v.GetEvaluatedAt().AsTime())
+		var args map[string]any
+		if in != nil {
+			args = in.Args // the proposal's arguments, read once
+		}
+		s.sign(req, args, v, v.GetEvaluatedAt().AsTime())
 	} else {
 		v.Signed = nil
 	}
@@ -54,8 +58,9 @@ func checkRequest(req *xctv1.ValidateRequest) error {
 
 // decide runs the pipeline: catalog, schema, policy (with its rate limits
 // and approvals), then the shadow policies. The first check that fails
-// decides, with its builtin reason.
-func (s *Service) decide(ctx context.Context, req *xctv1.ValidateRequest) *xctv1.Verdict {
+// decides, with its builtin reason. It returns the policy's input too (nil
+// when a builtin check decided).
+func (s *Service) decide(ctx context.Context, req *xctv1.ValidateRequest) (*xctv1.Verdict, *Input) {
 	installed := s.policy.Load()
 	now := s.now()
 	v := &xctv1.Verdict{PolicyVersion: installed.version}
@@ -78,7 +83,7 @@ func (s *Service) decide(ctx context.Context, req *xctv1.ValidateRequest) *xctv1
 			slog.Any("reasons", reasonIDs(v.Reasons)),
 		)
 	}
-	return v
+	return v, in
 }
 
 // judging says what a judgement may do besides deciding.
