@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"math"
+	"math/bits"
 	"strconv"
 	"sync"
 	"unicode/utf8"
@@ -130,8 +131,8 @@ func (p *fastParser) fastEventInto(e *Event, raw []byte) error {
 			p.ws()
 		}
 		first = false
-		key, ok := p.rawString()
-		if !ok {
+		bit := p.topKey()
+		if bit == 0 {
 			return errUnsure
 		}
 		p.ws()
@@ -140,30 +141,27 @@ func (p *fastParser) fastEventInto(e *Event, raw []byte) error {
 		}
 		p.i++
 		p.ws()
-		var bit uint16
 		var dst *string
-		switch string(key) {
-		case "seq":
-			bit = 1
+		switch bit {
+		case 1:
 			n, ok := p.plainUint()
 			if !ok {
 				return errUnsure
 			}
 			e.Seq = n
-		case "type":
-			bit, dst = 2, &e.Type
-		case "timestamp":
-			bit, dst = 4, &e.Timestamp
-		case "agent":
-			bit, dst = 8, &e.Agent
-		case "chain_id":
-			bit, dst = 16, &e.ChainID
-		case "prev_hash":
-			bit, dst = 32, &e.PrevHash
-		case "hash":
-			bit, dst = 64, &e.Hash
-		case "data":
-			bit = 128
+		case 2:
+			dst = &e.Type
+		case 4:
+			dst = &e.Timestamp
+		case 8:
+			dst = &e.Agent
+		case 16:
+			dst = &e.ChainID
+		case 32:
+			dst = &e.PrevHash
+		case 64:
+			dst = &e.Hash
+		case 128:
 			if p.i >= len(p.b) || p.b[p.i] != '{' {
 				return errUnsure
 			}
@@ -187,8 +185,10 @@ func (p *fastParser) fastEventInto(e *Event, raw []byte) error {
 		seen |= bit
 		if dst != nil && p.skipHashes && bit&(32|64) != 0 {
 			// Checked as the full read would, not kept.
-			if _, ok := p.strKeep(false, false); !ok {
-				return errUnsure
+			if !p.skipHash() {
+				if _, ok := p.strKeep(false, false); !ok {
+					return errUnsure
+				}
 			}
 			dst = nil
 		}
@@ -220,6 +220,72 @@ func (p *fastParser) fastEventInto(e *Event, raw []byte) error {
 	}
 	p.prevEventHash = e.Hash // compared byte for byte: never wrong, only unused
 	return nil
+}
+
+// skipHash moves past a string of 64 plain ASCII characters (a hash as
+// events carry it) and reports whether there was one: eight words
+// checked at once, where reading it as a string looks for its end first.
+func (p *fastParser) skipHash() bool {
+	b := p.b[p.i:]
+	if len(b) < 66 || b[0] != '"' || b[65] != '"' {
+		return false
+	}
+	var m uint64
+	for k := 1; k < 65; k += 8 {
+		m |= special(binary.LittleEndian.Uint64(b[k:]))
+	}
+	if m != 0 {
+		return false
+	}
+	p.i += 66
+	return true
+}
+
+// Top-level keys as topKey reports them: the bits of fastEventInto's
+// seen.
+var topKeys = [...]struct {
+	quoted string
+	bit    uint16
+}{
+	{`"seq"`, 1}, {`"type"`, 2}, {`"timestamp"`, 4}, {`"agent"`, 8},
+	{`"chain_id"`, 16}, {`"prev_hash"`, 32}, {`"hash"`, 64}, {`"data"`, 128},
+}
+
+// topKey reads an event's top-level key and returns its bit (topKeys), 0
+// for another key or one that is not a plain string. The keys are matched
+// as bytes, quotes included, without reading them as strings first.
+func (p *fastParser) topKey() uint16 {
+	b := p.b[p.i:]
+	if len(b) > 2 {
+		var k int
+		switch b[1] {
+		case 's':
+			k = 0
+		case 't':
+			k = 1
+			if len(b) > 2 && b[2] == 'i' {
+				k = 2
+			}
+		case 'a':
+			k = 3
+		case 'c':
+			k = 4
+		case 'p':
+			k = 5
+		case 'h':
+			k = 6
+		case 'd':
+			k = 7
+		default:
+			return 0
+		}
+		q := topKeys[k].quoted
+		if len(b) >= len(q) && string(b[:len(q)]) == q {
+			p.i += len(q)
+			return topKeys[k].bit
+		}
+	}
+	return 0
 }
 
 // dataFields reads the data object into p.slab as the event's fields:
@@ -322,10 +388,21 @@ func (p *fastParser) rawString() ([]byte, bool) {
 	}
 	start := p.i + 1
 	j := start
-	// Eight bytes at a time while none of them is a quote, a backslash, a
-	// control character or past ASCII.
-	for j+8 <= len(p.b) && plainWord(binary.LittleEndian.Uint64(p.b[j:])) {
-		j += 8
+	// Eight bytes at a time up to the first that is a quote, a backslash,
+	// a control character or past ASCII: the string ends there if it is
+	// the quote.
+	for j+8 <= len(p.b) {
+		m := special(binary.LittleEndian.Uint64(p.b[j:]))
+		if m == 0 {
+			j += 8
+			continue
+		}
+		k := j + bits.TrailingZeros64(m)>>3
+		if p.b[k] != '"' {
+			return nil, false
+		}
+		p.i = k + 1
+		return p.b[start:k], true
 	}
 	for ; j < len(p.b); j++ {
 		c := p.b[j]
@@ -350,13 +427,19 @@ const (
 // backslash, below 0x20 or past ASCII: the bytes a string goes on with.
 // (A byte that is one of those sets its high bit in m; a false alarm can
 // only follow a true one, and the caller then looks byte by byte.)
-func plainWord(x uint64) bool {
+func plainWord(x uint64) bool { return special(x) == 0 }
+
+// special returns the high bits of the bytes of x (read little-endian)
+// that are a quote, a backslash, below 0x20 or past ASCII, and maybe of
+// bytes after the first such one (never before it): its lowest set bit
+// is the first such byte's.
+func special(x uint64) uint64 {
 	q := x ^ (ones * '"')
 	bs := x ^ (ones * '\\')
 	m := (x - ones*0x20) &^ x
 	m |= (q - ones) &^ q
 	m |= (bs - ones) &^ bs
-	return (m|x)&highs == 0
+	return (m | x) & highs
 }
 
 // asciiWord reports whether none of the eight bytes of x is below 0x20 or
@@ -380,8 +463,23 @@ func (p *fastParser) strKeep(intern, keep bool) (string, bool) {
 	// Eight bytes at a time up to the first that is not plain ASCII: most
 	// strings (names, ids, hashes, times) end there, at their quote.
 	k := start
-	for k+8 <= len(p.b) && plainWord(binary.LittleEndian.Uint64(p.b[k:])) {
-		k += 8
+	for k+8 <= len(p.b) {
+		m := special(binary.LittleEndian.Uint64(p.b[k:]))
+		if m == 0 {
+			k += 8
+			continue
+		}
+		if e := k + bits.TrailingZeros64(m)>>3; p.b[e] == '"' {
+			p.i = e + 1
+			switch {
+			case !keep:
+				return "", true
+			case !intern:
+				return string(p.b[start:e]), true
+			}
+			return p.intern(p.b[start:e]), true
+		}
+		break
 	}
 	// The closing quote, found with the vectorized search; a backslash
 	// before it means escapes (the slow way, which also handles an escaped
