@@ -126,16 +126,33 @@ func BenchmarkTimelineAppend(b *testing.B) {
 	b.ReportMetric(float64(len(events))*float64(b.N)/b.Elapsed().Seconds(), "events/s")
 }
 
-// BenchmarkStateHash hashes the state of a 100,000-event chain, what a
-// checkpoint costs to record and to verify.
+// BenchmarkStateHash hashes the state of a 100,000-event chain: v1 is
+// what each checkpoint cost to record and to verify before session 5 (the
+// whole state); v2-first is the first hash of version 2 of a state (its
+// running hashes and trees built), what `replay --hash` and the tracer's
+// ReplayChain pay once. Each next checkpoint of version 2 costs what
+// changed since (BenchmarkCrewCheckpoint in internal/crew).
 func BenchmarkStateHash(b *testing.B) {
 	s := lctl.Replay("bench", lctltest.Chain("bench", 100_000, lctltest.Options{}), 0)
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := s.Hash(); err != nil {
-			b.Fatal(err)
+	b.Run("v1", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := s.HashV1(); err != nil {
+				b.Fatal(err)
+			}
 		}
-	}
+	})
+	b.Run("v2-first", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			b.StopTimer()
+			c := s.Clone() // starts without the hasher
+			b.StartTimer()
+			if _, err := c.Hash(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
 
 // BenchmarkDecodeFile reads a 100,000-event chain file, what every lctl

@@ -161,6 +161,8 @@ type cmdContext struct {
 	client   *tracerClient
 	// signedSeen counts the signed checkpoints verify saw (signed.go).
 	signedSeen int
+	// hashVersion is replay's --hash-version.
+	hashVersion int
 }
 
 // operand is a chain named on the command line.

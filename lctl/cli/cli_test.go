@@ -89,6 +89,8 @@ func TestGolden(t *testing.T) {
 		{"replay-to-seq-events", []string{"replay", "--to-seq", "5", "--events", v1}},
 		{"replay-to-seq-json", []string{"replay", "--json", "--to-seq", "10", v1}},
 		{"replay-to-seq-hash", []string{"replay", "--to-seq", "13", "--hash", v1}},
+		{"replay-to-seq-hash-v1", []string{"replay", "--to-seq", "13", "--hash", "--hash-version", "1", hashV1}},
+		{"replay-hash-version-bad", []string{"replay", "--to-seq", "13", "--hash", "--hash-version", "3", v1}},
 		{"replay-yaml", []string{"replay", v1yaml}},
 		{"replay-xct", []string{"replay", xctRun}},
 		{"replay-legacy-state-hashes", []string{"replay", legacy}},

@@ -90,14 +90,22 @@ func runReplay(ctx context.Context, c *cmdContext) error {
 	toSeq := c.fs.Uint64("to-seq", 0, "replay up to and including this seq and show the state there")
 	showEvents := c.fs.Bool("events", false, "with --to-seq, also list the events up to it")
 	withHash := c.fs.Bool("hash", false, "with --to-seq, also print the state's hash (what a checkpoint after that seq records); costs a pass over the whole state")
+	hashVersion := c.fs.Int("hash-version", 2, "with --hash: the state hash's version, 2 or 1 (what checkpoints written before session 5 carry; chain files only)")
 	if err := c.parse(); err != nil {
 		return err
 	}
+	if *hashVersion != 1 && *hashVersion != 2 {
+		return &usageError{fmt.Sprintf("--hash-version %d: the state hash's version is 1 or 2", *hashVersion)}
+	}
+	c.hashVersion = *hashVersion
 	o, err := c.one()
 	if err != nil {
 		return err
 	}
 	if o.chain != "" && *toSeq != 0 && !*showEvents {
+		if *withHash && *hashVersion != 2 {
+			return &usageError{"--hash-version 1: a live chain's hash is version 2 (the tracer's); export the chain to a file for version 1"}
+		}
 		return c.replayLive(ctx, o.chain, *toSeq, *withHash)
 	}
 	if done, err := c.replayStream(o, *toSeq, *showEvents, *withHash); done || err != nil {
@@ -125,7 +133,7 @@ func runReplay(ctx context.Context, c *cmdContext) error {
 		res.Warnings = append(res.Warnings, w)
 	}
 	if *toSeq != 0 && *withHash {
-		if res.StateHash, err = s.Hash(); err != nil {
+		if res.StateHash, err = s.HashVersion(c.hashVersion); err != nil {
 			return err
 		}
 	}

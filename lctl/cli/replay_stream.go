@@ -69,7 +69,7 @@ func (c *cmdContext) replayStream(o operand, toSeq uint64, showEvents, withHash 
 	res := replayResult{ChainID: sd.id, ToSeq: toSeq, Events: s.EventCount, Summary: sum,
 		Facts: facts.Facts(), Warnings: append([]string{}, sd.warnings...)}
 	if toSeq != 0 && withHash {
-		if res.StateHash, err = s.Hash(); err != nil {
+		if res.StateHash, err = s.HashVersion(c.hashVersion); err != nil {
 			return true, err
 		}
 	}
