@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"sync"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // A fast reader for events as XCT and other writers store them. It turns
@@ -71,6 +72,12 @@ type fastParser struct {
 	lastBox any
 	// prevEventHash is the hash of the event this parser read last.
 	prevEventHash string
+	// times parses timestamps, reading only the fraction when the second
+	// is the last one's.
+	times secondCache
+	// arena, when set (a stream's batch), holds the batch's timestamps:
+	// one allocation for them all, not one each.
+	arena []byte
 }
 
 func newFastParser() *fastParser {
@@ -202,6 +209,11 @@ func (p *fastParser) fastEventInto(e *Event, raw []byte) error {
 				p.i = start
 			}
 		}
+		if dst != nil && bit == 4 && p.arena != nil {
+			if s, ok := p.arenaString(); ok {
+				*dst, dst = s, nil
+			}
+		}
 		if dst != nil {
 			// Timestamps and hashes differ in every event: not interned.
 			s, ok := p.strIntern(bit&(4|32|64) == 0)
@@ -220,6 +232,38 @@ func (p *fastParser) fastEventInto(e *Event, raw []byte) error {
 	}
 	p.prevEventHash = e.Hash // compared byte for byte: never wrong, only unused
 	return nil
+}
+
+// arenaString reads a string of plain ASCII into p.arena and returns it
+// (a string over the arena's bytes, which are never written again);
+// false, having read nothing, for any other string.
+func (p *fastParser) arenaString() (string, bool) {
+	if p.i >= len(p.b) || p.b[p.i] != '"' {
+		return "", false
+	}
+	start := p.i + 1
+	for k := start; k+8 <= len(p.b); k += 8 {
+		m := special(binary.LittleEndian.Uint64(p.b[k:]))
+		if m == 0 {
+			continue
+		}
+		e := k + bits.TrailingZeros64(m)>>3
+		if p.b[e] != '"' {
+			return "", false
+		}
+		if e == start {
+			p.i = e + 1
+			return "", true
+		}
+		if len(p.arena)+(e-start) > cap(p.arena) {
+			p.arena = make([]byte, 0, max(cap(p.arena), 4*(e-start)))
+		}
+		at := len(p.arena)
+		p.arena = append(p.arena, p.b[start:e]...)
+		p.i = e + 1
+		return unsafe.String(&p.arena[at], e-start), true
+	}
+	return "", false
 }
 
 // skipHash moves past a string of 64 plain ASCII characters (a hash as

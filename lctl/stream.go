@@ -217,6 +217,9 @@ func (b *streamBatch) decode(p *fastParser, hash bool, line func([]byte, *Event)
 		// shares it.
 		p.slab = make([]dataField, 0, len(b.ends)*6)
 	}
+	// The batch's timestamps in one array (not reused: an event kept
+	// past its callback keeps its timestamp).
+	p.arena = make([]byte, 0, len(b.ends)*24)
 	nextLine := 0
 	for i, end := range b.ends {
 		raw := b.raw[b.starts[i]:end]
@@ -250,7 +253,7 @@ func (b *streamBatch) decode(p *fastParser, hash bool, line func([]byte, *Event)
 			e.Hash, e.PrevHash = "", ""
 		}
 		if e.Timestamp != "" {
-			se.Time, se.TimeOK = ParseTime(e.Timestamp)
+			se.Time, se.TimeOK = p.times.parse(e.Timestamp)
 		}
 		if p.fields {
 			e.setTime(se.Time, se.TimeOK)
@@ -266,7 +269,7 @@ func (b *streamBatch) decode(p *fastParser, hash bool, line func([]byte, *Event)
 			}
 		}
 	}
-	p.slab = nil
+	p.slab, p.arena = nil, nil
 	if line != nil {
 		var out []byte
 		ends := make([]int, len(b.events))

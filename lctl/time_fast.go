@@ -8,8 +8,18 @@ import "time"
 // (another zone, a leap second, a malformed field) reports false and the
 // caller uses time.Parse, which decides.
 func parseTimeFast(s string) (time.Time, bool) {
-	if len(s) < 20 || s[len(s)-1] != 'Z' || s[4] != '-' || s[7] != '-' || s[10] != 'T' || s[13] != ':' || s[16] != ':' {
+	base, nsec, ok := parseTimeParts(s)
+	if !ok {
 		return time.Time{}, false
+	}
+	return base.Add(time.Duration(nsec)), true
+}
+
+// parseTimeParts is parseTimeFast in two parts: the whole second (from
+// s[:19]) and the nanoseconds of the fraction.
+func parseTimeParts(s string) (time.Time, int, bool) {
+	if len(s) < 20 || s[len(s)-1] != 'Z' || s[4] != '-' || s[7] != '-' || s[10] != 'T' || s[13] != ':' || s[16] != ':' {
+		return time.Time{}, 0, false
 	}
 	num := func(a, b int) (int, bool) {
 		n := 0
@@ -29,21 +39,30 @@ func parseTimeFast(s string) (time.Time, bool) {
 	minute, ok5 := num(14, 16)
 	sec, ok6 := num(17, 19)
 	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || !ok6 || month < 1 || month > 12 || day < 1 || hour > 23 || minute > 59 || sec > 59 {
-		return time.Time{}, false
+		return time.Time{}, 0, false
 	}
 	if day > daysIn(time.Month(month), year) {
-		return time.Time{}, false
+		return time.Time{}, 0, false
 	}
+	nsec, ok := timeFraction(s[19 : len(s)-1])
+	if !ok {
+		return time.Time{}, 0, false
+	}
+	return time.Date(year, time.Month(month), day, hour, minute, sec, 0, time.UTC), nsec, true
+}
+
+// timeFraction reads what follows the seconds of a timestamp before its
+// Z: nothing, or a dot and one to nine digits, as nanoseconds.
+func timeFraction(rest string) (int, bool) {
 	nsec := 0
-	rest := s[19 : len(s)-1]
 	if len(rest) > 0 {
 		if rest[0] != '.' || len(rest) < 2 || len(rest) > 10 {
-			return time.Time{}, false
+			return 0, false
 		}
 		for i := 1; i < len(rest); i++ {
 			c := rest[i]
 			if c < '0' || c > '9' {
-				return time.Time{}, false
+				return 0, false
 			}
 			nsec = nsec*10 + int(c-'0')
 		}
@@ -51,7 +70,29 @@ func parseTimeFast(s string) (time.Time, bool) {
 			nsec *= 10
 		}
 	}
-	return time.Date(year, time.Month(month), day, hour, minute, sec, nsec, time.UTC), true
+	return nsec, true
+}
+
+// secondCache remembers the whole second of the last timestamp parsed:
+// consecutive events mostly fall in the same second, and then only the
+// fraction is read (parsing the date and time costs two time.Date calls).
+type secondCache struct {
+	prefix string // the timestamp's first 19 bytes, "" for none
+	base   time.Time
+}
+
+// parse is ParseTime with the cache.
+func (c *secondCache) parse(s string) (time.Time, bool) {
+	if len(s) >= 20 && c.prefix != "" && s[len(s)-1] == 'Z' && s[:19] == c.prefix {
+		if nsec, ok := timeFraction(s[19 : len(s)-1]); ok {
+			return c.base.Add(time.Duration(nsec)), true
+		}
+	}
+	if base, nsec, ok := parseTimeParts(s); ok {
+		c.prefix, c.base = s[:19], base
+		return base.Add(time.Duration(nsec)), true
+	}
+	return ParseTime(s)
 }
 
 func daysIn(m time.Month, year int) int {

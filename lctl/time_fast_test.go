@@ -31,3 +31,23 @@ func TestParseTimeFastAgrees(t *testing.T) {
 		t.Error("ParseTime no longer reads a zone offset")
 	}
 }
+
+// TestSecondCache: parsing through the cache of the last second gives
+// what ParseTime gives, exactly (same instant, same location, same
+// representation), on a run of timestamps that share seconds, change
+// them, and mix in forms the fast path does not take.
+func TestSecondCache(t *testing.T) {
+	var c secondCache
+	for _, s := range []string{
+		"2026-11-21T09:00:00.037Z", "2026-11-21T09:00:00.074Z", "2026-11-21T09:00:00Z", "2026-11-21T09:00:00.5Z",
+		"2026-11-21T09:00:00.Z", "2026-11-21T09:00:00.1234567890Z", "2026-11-21T09:00:00.12x4Z",
+		"2026-11-21T09:00:01.000000001Z", "2026-11-21T09:00:01+02:00", "2026-11-21T09:00:01.9Z",
+		"2026-11-21 09:00:01.9Z", "2026-11-21T09:00:01.9", "2024-02-29T23:59:59.999999999Z", "2024-02-29T23:59:59.1Z", "x", "",
+	} {
+		got, ok := c.parse(s)
+		want, wok := ParseTime(s)
+		if ok != wok || got != want {
+			t.Errorf("%q: cached %v %v, ParseTime %v %v", s, got, ok, want, wok)
+		}
+	}
+}

@@ -66,7 +66,7 @@ func agentName(a string) string {
 // about (a fact id, a tool, an error code) and a short detail.
 func Summarize(e *lctl.Event) (subject, detail string) {
 	d := e
-	s := func(k string) string { v, _ := d.Get(k).(string); return v }
+	s := func(k string) string { v, _ := d.Str(k); return v }
 	var parts []string
 	add := func(format string, args ...any) { parts = append(parts, fmt.Sprintf(format, args...)) }
 	// addS is add("%s", v) without fmt: replay formats every event.
@@ -74,13 +74,13 @@ func Summarize(e *lctl.Event) (subject, detail string) {
 	switch e.Type {
 	case lctl.TypeStepStart:
 		if raw := s("raw"); raw != "" && s("intent") == "" {
-			if n, ok := intOf(d.Get("step")); ok {
+			if n, ok := intAt(d, "step"); ok {
 				return "", fmt.Sprintf("step %d, invalid model output: %s", n, clip(oneLine(raw), 60))
 			}
 			return "", "invalid model output: " + clip(oneLine(raw), 60)
 		}
 		intent := s("intent")
-		if n, ok := intOf(d.Get("step")); ok {
+		if n, ok := intAt(d, "step"); ok {
 			addS("step " + strconv.FormatInt(n, 10))
 		}
 		if tool := s("tool"); tool != "" {
@@ -102,7 +102,7 @@ func Summarize(e *lctl.Event) (subject, detail string) {
 		if o := s("outcome"); o != "" {
 			addS(o)
 		}
-		if ms, ok := numberOf(d.Get("duration_ms")); ok {
+		if ms, ok := numberAt(d, "duration_ms"); ok {
 			addS(FormatDuration(ms))
 		}
 		if t, ok := d.Get("tokens").(map[string]any); ok {
@@ -113,7 +113,7 @@ func Summarize(e *lctl.Event) (subject, detail string) {
 		}
 	case lctl.TypeFactAdded, lctl.TypeFactModified:
 		subject = s("id")
-		if c, ok := numberOf(d.Get("confidence")); ok {
+		if c, ok := numberAt(d, "confidence"); ok {
 			addS("confidence: " + strconv.FormatFloat(c, 'f', 2, 64))
 		}
 		if r := s("reason"); r != "" {
@@ -127,7 +127,7 @@ func Summarize(e *lctl.Event) (subject, detail string) {
 		}
 	case lctl.TypeToolCall:
 		subject = s("tool")
-		if ms, ok := numberOf(d.Get("duration_ms")); ok {
+		if ms, ok := numberAt(d, "duration_ms"); ok {
 			addS(FormatDuration(ms))
 		}
 		if st := s("status"); st != "" && st != "success" {
@@ -172,7 +172,7 @@ func Summarize(e *lctl.Event) (subject, detail string) {
 		if r := s("reason"); r != "" {
 			addS(r)
 		}
-		if c, ok := numberOf(d.Get("confidence")); ok {
+		if c, ok := numberAt(d, "confidence"); ok {
 			addS("confidence: " + strconv.FormatFloat(c, 'f', 2, 64))
 		}
 	case lctl.TypeStreamStart:
@@ -180,20 +180,20 @@ func Summarize(e *lctl.Event) (subject, detail string) {
 			add("expected chunks: %s", compact(v, 20))
 		}
 	case lctl.TypeStreamChunk:
-		if n, ok := intOf(d.Get("index")); ok {
+		if n, ok := intAt(d, "index"); ok {
 			add("#%d", n)
 		}
-		if n, ok := intOf(d.Get("tokens")); ok {
+		if n, ok := intAt(d, "tokens"); ok {
 			add("%d tokens", n)
 		}
 	case lctl.TypeStreamEnd:
-		if n, ok := intOf(d.Get("total_chunks")); ok {
+		if n, ok := intAt(d, "total_chunks"); ok {
 			add("%d chunks", n)
 		}
-		if n, ok := intOf(d.Get("total_tokens")); ok {
+		if n, ok := intAt(d, "total_tokens"); ok {
 			add("%d tokens", n)
 		}
-		if ms, ok := numberOf(d.Get("duration_ms")); ok {
+		if ms, ok := numberAt(d, "duration_ms"); ok {
 			addS(FormatDuration(ms))
 		}
 	case lctl.TypeRunStarted:
@@ -216,7 +216,7 @@ func Summarize(e *lctl.Event) (subject, detail string) {
 		case dec != "":
 			addS(dec)
 		}
-		if n, ok := intOf(d.Get("step")); ok {
+		if n, ok := intAt(d, "step"); ok {
 			addS("step " + strconv.FormatInt(n, 10))
 		}
 	case lctl.TypeRunFinished:
@@ -226,12 +226,12 @@ func Summarize(e *lctl.Event) (subject, detail string) {
 		} else if st != "" {
 			addS(st)
 		}
-		if n, ok := intOf(d.Get("steps")); ok {
+		if n, ok := intAt(d, "steps"); ok {
 			add("%d %s", n, plural(int(n), "step", "steps"))
 		}
 	case checkpoint.EventType:
 		// What it claims; lctl verify --key checks it.
-		if n, ok := intOf(d.Get("seq")); ok {
+		if n, ok := intAt(d, "seq"); ok {
 			add("signs seq 1 to %d", n)
 		}
 		if k := s("key"); k != "" {
@@ -303,7 +303,7 @@ func summarizeHandoff(e *lctl.Event, parts []string) (string, []string) {
 	if q, ok := d.Get("suggested_queries").([]any); ok && len(q) > 0 {
 		add("%d suggested %s", len(q), plural(len(q), "query", "queries"))
 	}
-	if n, ok := intOf(d.Get("depth")); ok && n > 0 {
+	if n, ok := intAt(d, "depth"); ok && n > 0 {
 		add("depth %d", n)
 	}
 	if subject == "" && len(parts) == 0 && d.DataLen() > 0 {
