@@ -242,26 +242,27 @@ func (m *merkleTree) update(n int, dirty []int, leaf func(i int) [32]byte) {
 
 // root is the tree's root: SHA-256 of nothing for no leaves; else the
 // perfect subtrees of n's binary decomposition, largest first, folded from
-// the right (RFC 6962, 2.1).
+// the right (RFC 6962, 2.1). The subtree of bit j of n covers the leaves
+// from n with bits 0..j cleared: at level j it is number (n>>j)-1.
 func (m *merkleTree) root() [32]byte {
 	n := m.size()
 	if n == 0 {
 		return sha256.Sum256(nil)
 	}
-	var subs [64][32]byte
-	k, pos := 0, 0
-	for j := len(m.levels) - 1; j >= 0; j-- {
-		if n&(1<<j) != 0 {
-			subs[k] = m.levels[j][pos>>j]
-			pos += 1 << j
-			k++
-		}
-	}
-	acc := subs[k-1]
+	var acc [32]byte
 	var node [65]byte
 	node[0] = 1
-	for i := k - 2; i >= 0; i-- {
-		copy(node[1:33], subs[i][:])
+	first := true
+	for j := range m.levels {
+		if n&(1<<j) == 0 {
+			continue
+		}
+		sub := m.levels[j][(n>>j)-1]
+		if first {
+			acc, first = sub, false
+			continue
+		}
+		copy(node[1:33], sub[:])
 		copy(node[33:], acc[:])
 		acc = sha256.Sum256(node[:])
 	}

@@ -150,7 +150,7 @@ func Summarize(e *lctl.Event) (subject, detail string) {
 		}
 	case lctl.TypeCheckpoint:
 		if h := s("state_hash"); h != "" {
-			add("state_hash %s", clip(h, 19))
+			add("state_hash %s", clipHash(h))
 		}
 		if fs, ok := d.Get("facts_snapshot").(map[string]any); ok {
 			add("%d %s", len(fs), plural(len(fs), "fact", "facts"))
@@ -485,6 +485,15 @@ func compact(v any, max int) string {
 
 // clip cuts s to max characters, marking the cut with "…".
 func clip(s string, n int) string { return text.TruncateRunes(s, n) }
+
+// clipHash shortens a state hash for a line: its prefix and 11 hex digits
+// ("sha256:b0dbbafad41…", "v2:sha256:742c89937c1…").
+func clipHash(h string) string {
+	if lctl.StateHashVersion(h) == 2 {
+		return clip(h, len(lctl.StateHashV2Prefix)+12)
+	}
+	return clip(h, 19)
+}
 
 func oneLine(s string) string {
 	if !strings.ContainsAny(s, "\n\r\t") {

@@ -247,7 +247,7 @@ func checkCheckpoint(s *lctl.State, e *lctl.Event, pos int) (problems []lctl.Pro
 			case err != nil:
 				add("the state before it cannot be hashed: %v", err)
 			case want != h:
-				add("state_hash %s does not match the replayed state %s (an event before it, or the checkpoint, was changed)", clip(h, 19), clip(want, 19))
+				add("state_hash %s does not match the replayed state %s (an event before it, or the checkpoint, was changed)", clipHash(h), clipHash(want))
 			default:
 				checked = true
 			}
