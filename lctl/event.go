@@ -247,9 +247,9 @@ func (e *Event) DataMap() map[string]any {
 // time only).
 func (e *Event) DropData() { e.Data, e.fields = nil, nil }
 
-// Own returns a copy of e whose data fields are its own: a streamed event
-// kept past its callback then holds its few members, not its batch's
-// array of them.
+// Own returns a copy of e whose data fields are its own: how a streamed
+// event (StreamOptions.Fields) is kept past its callback, whose batch's
+// array of fields the stream reuses.
 func (e *Event) Own() Event {
 	c := *e
 	c.fields = append([]dataField(nil), e.fields...)

@@ -49,6 +49,10 @@ type StreamOptions struct {
 	// Fields streams each event's data as fields (Event.Get, Lookup,
 	// RangeData, DataMap) instead of a map in Data, which stays nil: a
 	// caller that reads data only through those saves a map per event.
+	// The fields lie in an array the stream reuses once the callback has
+	// returned: an event kept past its callback is copied with Own or
+	// OwnInto (a plain copy would share the array), or its data dropped
+	// (DropData).
 	Fields bool
 	// Line, when set, renders each event on the decoding cores
 	// (StreamEvent.Line): the per-event work of a caller that prints
@@ -95,6 +99,7 @@ type streamBatch struct {
 	// way but a file to read in full.
 	lineSplit []int
 	events    []StreamEvent
+	slab      []dataField // the events' data fields (Fields), recycled with them
 	err       error
 	done      chan struct{}
 }
@@ -213,9 +218,8 @@ func (b *streamBatch) decode(p *fastParser, hash bool, line func([]byte, *Event)
 	b.events = getEvents(len(b.ends))
 	if p.fields {
 		// One array for the batch's data members, not one allocation per
-		// event. It is not reused: a copy of an event that a caller keeps
-		// shares it.
-		p.slab = make([]dataField, 0, len(b.ends)*6)
+		// event, reused once the caller has seen the batch (recycle).
+		p.slab = getSlab(len(b.ends) * 6)
 	}
 	// The batch's timestamps in one array (not reused: an event kept
 	// past its callback keeps its timestamp).
@@ -269,6 +273,7 @@ func (b *streamBatch) decode(p *fastParser, hash bool, line func([]byte, *Event)
 			}
 		}
 	}
+	b.slab = p.slab
 	p.slab, p.arena = nil, nil
 	if line != nil {
 		var out []byte
@@ -302,8 +307,24 @@ func getEvents(n int) []StreamEvent {
 	return (*p)[:n]
 }
 
+// The batches' arrays of data fields, reused as the event arrays are.
+var slabs = sync.Pool{New: func() any { return new([]dataField) }}
+
+func getSlab(n int) []dataField {
+	p := slabs.Get().(*[]dataField)
+	if cap(*p) < n {
+		return make([]dataField, 0, n)
+	}
+	return (*p)[:0]
+}
+
 // recycle hands the batch's arrays back for the next batches.
 func (b *streamBatch) recycle() {
+	if b.slab != nil {
+		sl := b.slab
+		slabs.Put(&sl)
+		b.slab = nil
+	}
 	if b.events != nil {
 		ev := b.events
 		eventArrays.Put(&ev)

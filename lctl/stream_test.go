@@ -44,7 +44,11 @@ func streamAllFrom(t *testing.T, r io.Reader, opts lctl.StreamOptions) (*lctl.St
 		h = sh
 		return nil
 	}, func(e *lctl.StreamEvent) error {
-		events = append(events, *e)
+		// Kept as the stream says: its data fields are copied (Own), the
+		// batch's array of them is reused.
+		c := *e
+		c.Event = e.Own()
+		events = append(events, c)
 		return nil
 	})
 	return h, events, err
@@ -326,7 +330,9 @@ func TestStreamFields(t *testing.T) {
   "f": 0.25, "neg": -7, "small": 7, "long": "a string longer than thirty-two bytes, not interned", "t": true}}
 ]}`
 	var gen bytes.Buffer
-	if err := lctltest.WriteWorkflow(&gen, "wf", 3000, lctltest.WorkflowOptions{Seal: true, StateHashes: true}); err != nil {
+	// Enough events for the stream to reuse its batches' arrays of fields
+	// while the events copied with Own are kept.
+	if err := lctltest.WriteWorkflow(&gen, "wf", 30000, lctltest.WorkflowOptions{Seal: true, StateHashes: true}); err != nil {
 		t.Fatal(err)
 	}
 	for name, file := range map[string][]byte{"unusual": []byte(raw), "generated": gen.Bytes()} {
