@@ -100,23 +100,35 @@ type stateHasher struct {
 	// hash (repeats allowed); indexes at or past the tree's size are
 	// appends, which the tree takes anyway.
 	dirtySteps []int
-	facts      factTree
-	w          canonWriter // scratch
-	dirty      []int       // scratch
+	// allSteps: more steps were marked than the tree holds (a state
+	// hashed once, then applied on for long): every leaf is recomputed
+	// at the next hash instead, and nothing more is recorded.
+	allSteps bool
+	facts    factTree
+	w        canonWriter // scratch
+	dirty    []int       // scratch
 }
 
 func (h *stateHasher) touchStep(i int) {
-	if n := len(h.dirtySteps); i >= h.steps.size() || n > 0 && h.dirtySteps[n-1] == i {
+	if n := len(h.dirtySteps); h.allSteps || i >= h.steps.size() || n > 0 && h.dirtySteps[n-1] == i {
 		return
 	}
 	h.dirtySteps = append(h.dirtySteps, i)
+	if len(h.dirtySteps) > h.steps.size()+64 {
+		h.allSteps, h.dirtySteps = true, h.dirtySteps[:0]
+	}
 }
 
 func (h *stateHasher) touchFact(id string) {
-	if n := len(h.facts.dirty); n > 0 && h.facts.dirty[n-1] == id {
+	ft := &h.facts
+	if n := len(ft.dirty); !ft.built || n > 0 && ft.dirty[n-1] == id {
 		return
 	}
-	h.facts.dirty = append(h.facts.dirty, id)
+	ft.dirty = append(ft.dirty, id)
+	if len(ft.dirty) > len(ft.ids)+64 {
+		// As for steps: the next hash rebuilds the facts' tree.
+		ft.built, ft.dirty = false, ft.dirty[:0]
+	}
 }
 
 // runHash is the running hash of a list's first n elements: r(0) is 32
@@ -415,6 +427,10 @@ func (h *stateHasher) hash(s *State) ([32]byte, error) {
 		}
 	}
 	h.dirtySteps = h.dirtySteps[:0]
+	if h.allSteps {
+		h.steps.reset()
+		dirty, h.allSteps = dirty[:0], false
+	}
 	slices.Sort(dirty)
 	dirty = slices.Compact(dirty)
 	h.steps.update(len(s.Steps), dirty, func(i int) [32]byte {

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -372,5 +373,36 @@ func TestStateHashV2Vector(t *testing.T) {
 	}
 	if h := hashV2(t, lctl.NewState("c")); h != "v2:sha256:bd676469bde786a04d81c1f8c636a4dc19b75694bf313f8ace05cb9fe73ee299" {
 		t.Errorf("empty state: hash %s", h)
+	}
+}
+
+// TestStateHashV2LongGap: a state hashed once, then changed at many more
+// places than it holds steps and facts before the next hash (the hasher
+// stops recording and rebuilds those trees), still gives the definition's
+// hash.
+func TestStateHashV2LongGap(t *testing.T) {
+	s := lctl.NewState("c")
+	seq := uint64(0)
+	apply := func(typ string, data map[string]any) {
+		seq++
+		s.Apply(&lctl.Event{Seq: seq, Type: typ, Agent: "a", Data: data})
+	}
+	for i := 1; i <= 100; i++ {
+		apply(lctl.TypeStepStart, map[string]any{"step": float64(i), "tool": "t"})
+		apply(lctl.TypeFactAdded, map[string]any{"id": fmt.Sprintf("F%d", i%10), "text": "x", "confidence": 0.5})
+	}
+	hashV2(t, s)
+	for k := 0; k < 3; k++ {
+		for i := 1; i <= 100; i++ {
+			apply(lctl.TypeVerdict, map[string]any{"step": float64(i), "decision": fmt.Sprintf("d%d", k)})
+			apply(lctl.TypeFactModified, map[string]any{"id": fmt.Sprintf("F%d", i%10), "text": fmt.Sprintf("y%d", i)})
+		}
+	}
+	if got, want := hashV2(t, s), refHashV2(t, s); got != want {
+		t.Fatalf("kept %s, definition %s", got, want)
+	}
+	apply(lctl.TypeVerdict, map[string]any{"step": 7.0, "decision": "deny"})
+	if got, want := hashV2(t, s), refHashV2(t, s); got != want {
+		t.Fatalf("after the rebuild: kept %s, definition %s", got, want)
 	}
 }
