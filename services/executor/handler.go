@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"runtime/debug"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -263,15 +265,53 @@ func (s *Service) respond(st *servedTool, o outcome) *xctv1.Response {
 			wire.Errorf(wire.CodeToolFailure, "tool %s returned a result %v (it nests %d)", name, wire.ErrTooDeep{Limit: wire.MaxDepth}, d),
 			map[string]any{"depth": d, "limit": wire.MaxDepth}))
 	}
-	var v any
-	if err := json.Unmarshal(raw, &v); err != nil {
-		return wire.ErrorResponse(wire.Errorf(wire.CodeToolFailure, "tool %s returned a result that is not JSON: %v", name, err))
+	// A result made of JSON's own values (what most tools return) is
+	// what reading its encoding back would give: it is converted as it
+	// is. Anything else (structs, integers, invalid UTF-8, which the
+	// encoding replaces) is read back from its encoding.
+	v := o.result
+	if !plainJSON(v) {
+		var dec any // not v: a pointer in v would be decoded into
+		if err := json.Unmarshal(raw, &dec); err != nil {
+			return wire.ErrorResponse(wire.Errorf(wire.CodeToolFailure, "tool %s returned a result that is not JSON: %v", name, err))
+		}
+		v = dec
 	}
 	resp, err := wire.SuccessResponse(v)
 	if err != nil {
 		return wire.ErrorResponse(wire.Errorf(wire.CodeToolFailure, "tool %s: %v", name, err))
 	}
 	return resp
+}
+
+// plainJSON reports whether v is made only of the values json.Unmarshal
+// makes (nil, bool, float64, string, []any, map[string]any) with valid
+// UTF-8 strings and keys: then decoding v's JSON encoding gives v again.
+// The caller has checked that v encodes, so its depth is bounded.
+func plainJSON(v any) bool {
+	switch v := v.(type) {
+	case nil, bool:
+		return true
+	case float64:
+		return !math.IsNaN(v) && !math.IsInf(v, 0)
+	case string:
+		return utf8.ValidString(v)
+	case []any:
+		for _, e := range v {
+			if !plainJSON(e) {
+				return false
+			}
+		}
+		return true
+	case map[string]any:
+		for k, e := range v {
+			if !utf8.ValidString(k) || !plainJSON(e) {
+				return false
+			}
+		}
+		return true
+	}
+	return false
 }
 
 func (s *Service) logStep(ctx context.Context, req *xctv1.ExecuteRequest, resp *xctv1.Response, d time.Duration, attrs ...any) {
