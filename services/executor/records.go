@@ -345,7 +345,10 @@ func (c *stepClaim) compensator() func(*Compensation) error {
 func (s *Service) finish(c *stepClaim, resp *xctv1.Response, d time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), s.recordWait())
 	defer cancel()
-	rec := cloneRecord(c.rec)
+	// The claim's record becomes the outcome's: nothing reads the pending
+	// form after the tool returned (a tool that committed was waited for,
+	// compensations included), and the claim ends here either way.
+	rec := c.rec
 	rec.State = stateSucceeded
 	if resp.GetError() != nil {
 		rec.State = stateFailed
