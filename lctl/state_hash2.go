@@ -218,7 +218,7 @@ func (m *merkleTree) update(n int, dirty []int, leaf func(i int) [32]byte) {
 	}
 	m.levels[0] = l0
 	// The indexes changed at the level below: dirty, then old..n-1.
-	cur := append(dirty, make([]int, 0, n-old)...)
+	cur := slices.Grow(dirty, n-old)
 	for i := old; i < n; i++ {
 		cur = append(cur, i)
 	}
@@ -330,13 +330,14 @@ func (ft *factTree) update(h *stateHasher, s *State) {
 			}
 			if p, ok := ft.pos[id]; ok {
 				dirty = append(dirty, p)
-			} else if !slices.Contains(added, id) {
-				added = append(added, id)
+			} else {
+				added = append(added, id) // repeats removed below
 			}
 		}
 	}
 	if !rebuild && len(added) > 0 {
 		slices.SortFunc(added, func(a, b string) int { return compareFacts(s, a, b) })
+		added = slices.Compact(added)
 		if n := len(ft.ids); n > 0 && compareFacts(s, added[0], ft.ids[n-1]) < 0 {
 			rebuild = true // a fact that sorts before one hashed already
 		}
