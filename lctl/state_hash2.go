@@ -65,7 +65,9 @@ func (s *State) HashVersion(v int) (string, error) {
 // on and brings it up to date at the next, in time proportional to what
 // the events applied in between changed; a state never hashed pays
 // nothing for it. It assumes the state changes only through Apply, as
-// every State does; copies (Clone) start afresh.
+// every State does; copies (Clone) start afresh. Hash writes what the
+// state keeps, so, like Apply, it is not to be called on one state from
+// two goroutines at once.
 func (s *State) Hash() (string, error) {
 	if s.hc == nil {
 		s.hc = &hashCache{}
