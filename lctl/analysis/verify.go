@@ -205,7 +205,7 @@ func seqSpan(lo, hi uint64) string {
 // state before it.
 func verifyCheckpoints(chainID string, events []lctl.Event) (problems []lctl.Problem, summary string, notes []string) {
 	s := lctl.NewState(chainID)
-	s.CacheHashes()
+	s.CacheHashes() // version-1 hashes (old chains) write only what changed; version 2 keeps itself
 	checked, total := 0, 0
 	for i := range events {
 		e := &events[i]

@@ -37,7 +37,7 @@ type StreamVerifier struct {
 // NewStreamVerifier returns a verifier before the first event.
 func NewStreamVerifier(chainID string) *StreamVerifier {
 	s := lctl.NewState(chainID)
-	s.CacheHashes() // hashed at every checkpoint with a state hash
+	s.CacheHashes() // version-1 hashes (old chains) write only what changed; version 2 keeps itself
 	return &StreamVerifier{chainID: chainID, state: s, started: -1, finished: -1}
 }
 
