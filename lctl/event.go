@@ -82,6 +82,10 @@ type Event struct {
 	// the event was streamed with StreamOptions.Fields (Data is nil then):
 	// no map per event. Get, Lookup, RangeData and DataMap read either.
 	fields []dataField
+	// raw holds the bytes of the data's objects and arrays (streamed with
+	// Fields): they are checked as they are read but decoded only when
+	// asked for (compositeField).
+	raw []byte
 	// when is Timestamp parsed, set by the stream (with Fields) on its
 	// decoding cores: whenSet 1 parsed, 2 does not parse, 0 not yet.
 	when    time.Time
@@ -100,13 +104,34 @@ type dataField struct {
 // numberField marks a dataField whose value is n.
 var numberField any = new(struct{ typed byte })
 
-// value returns the member's value as encoding/json gives it.
-func (f *dataField) value() any {
-	if f.v == numberField {
+// compositeField marks a dataField whose value is an object or an array
+// kept as its JSON in the event's raw bytes: n is where (rawAt).
+var compositeField any = new(struct{ composite byte })
+
+// rawSpan packs where a composite value lies in Event.raw into a
+// dataField's n (exact: below 2^53).
+func rawSpan(off, n int) float64 { return float64(off)*(1<<24) + float64(n) }
+
+// maxRawSpan bounds what rawSpan packs: a larger value is decoded at once.
+const maxRawSpan = 1 << 24
+
+// rawAt returns the JSON of a compositeField.
+func (e *Event) rawAt(f *dataField) []byte {
+	off := int(f.n / (1 << 24))
+	n := int(f.n - float64(off)*(1<<24))
+	return e.raw[off : off+n]
+}
+
+// value returns member f's value as encoding/json gives it.
+func (e *Event) value(f *dataField) any {
+	switch f.v {
+	case numberField:
 		if !math.Signbit(f.n) && f.n < float64(len(smallNumbers)) && f.n == math.Trunc(f.n) {
 			return smallNumbers[int(f.n)]
 		}
 		return f.n
+	case compositeField:
+		return decodeComposite(e.rawAt(f))
 	}
 	return f.v
 }
@@ -137,7 +162,7 @@ func (e *Event) Lookup(key string) (any, bool) {
 		return v, ok
 	}
 	if f := e.field(key); f != nil {
-		return f.value(), true
+		return e.value(f), true
 	}
 	return nil, false
 }
@@ -189,6 +214,188 @@ func (e *Event) Float(key string) (float64, bool) {
 	return f, true
 }
 
+// Object is a view of an object in an event's data (Event.Object): its
+// members read without making a map when the event was streamed.
+type Object struct {
+	m   map[string]any
+	raw []byte
+}
+
+// Object returns the data member key when it is an object.
+func (e *Event) Object(key string) (Object, bool) {
+	if e.fields == nil || e.Data != nil {
+		m, ok := e.Data[key].(map[string]any)
+		return Object{m: m}, ok
+	}
+	f := e.field(key)
+	if f == nil {
+		return Object{}, false
+	}
+	if f.v == compositeField {
+		raw := e.rawAt(f)
+		return Object{raw: raw}, raw[0] == '{'
+	}
+	m, ok := f.v.(map[string]any)
+	return Object{m: m}, ok
+}
+
+// EachObject calls fn with each element of the data member key that is
+// an object, when the member is an array.
+func (e *Event) EachObject(key string, fn func(Object)) {
+	if e.fields == nil || e.Data != nil {
+		eachObject(e.Data[key], fn)
+		return
+	}
+	f := e.field(key)
+	if f == nil {
+		return
+	}
+	if f.v != compositeField {
+		eachObject(f.v, fn)
+		return
+	}
+	raw := e.rawAt(f)
+	if raw[0] != '[' {
+		return
+	}
+	p := fastParsers.Get().(*fastParser)
+	defer fastParsers.Put(p)
+	p.b, p.i = raw, 1
+	for {
+		p.ws()
+		if p.i >= len(p.b) || p.b[p.i] == ']' {
+			return
+		}
+		if p.b[p.i] == ',' {
+			p.i++
+			p.ws()
+		}
+		start := p.i
+		if !p.skipValue() {
+			return // checked when read: cannot happen
+		}
+		if p.b[start] == '{' {
+			fn(Object{raw: p.b[start:p.i]})
+		}
+	}
+}
+
+func eachObject(v any, fn func(Object)) {
+	list, _ := v.([]any)
+	for _, x := range list {
+		if m, ok := x.(map[string]any); ok {
+			fn(Object{m: m})
+		}
+	}
+}
+
+// Get returns the object's member name (nil when there is none).
+func (o Object) Get(name string) any {
+	if o.raw == nil {
+		return o.m[name]
+	}
+	off := o.at(name)
+	if off < 0 {
+		return nil
+	}
+	p := fastParsers.Get().(*fastParser)
+	defer fastParsers.Put(p)
+	p.b, p.i = o.raw, off
+	v, _ := p.value()
+	return v
+}
+
+// Float returns the member name when it is a finite float64 (a JSON
+// number), without boxing it.
+func (o Object) Float(name string) (float64, bool) {
+	var f float64
+	if o.raw == nil {
+		x, ok := o.m[name].(float64)
+		if !ok {
+			return 0, false
+		}
+		f = x
+	} else {
+		off := o.at(name)
+		if off < 0 {
+			return 0, false
+		}
+		if c := o.raw[off]; c != '-' && (c < '0' || c > '9') {
+			return 0, false
+		}
+		p := fastParsers.Get().(*fastParser)
+		p.b, p.i = o.raw, off
+		x, _, ok := p.numberF()
+		fastParsers.Put(p)
+		if !ok {
+			return 0, false
+		}
+		f = x
+	}
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return 0, false
+	}
+	return f, true
+}
+
+// Str returns the member name when it is a string.
+func (o Object) Str(name string) (string, bool) {
+	s, ok := o.Get(name).(string)
+	return s, ok
+}
+
+// at returns where the value of member name lies in the object's JSON
+// (the last such member, as a map decoded by encoding/json keeps it), -1
+// when there is none.
+func (o Object) at(name string) int {
+	p := fastParsers.Get().(*fastParser)
+	defer fastParsers.Put(p)
+	p.b, p.i = o.raw, 1
+	found := -1
+	for {
+		p.ws()
+		if p.i >= len(p.b) || p.b[p.i] == '}' {
+			return found
+		}
+		if p.b[p.i] == ',' {
+			p.i++
+			p.ws()
+		}
+		var match bool
+		if raw, ok := p.rawString(); ok {
+			match = string(raw) == name
+		} else if k, ok := p.str(); ok {
+			match = k == name
+		} else {
+			return -1 // checked when read: cannot happen
+		}
+		p.ws()
+		p.i++ // :
+		p.ws()
+		if match {
+			found = p.i
+		}
+		if !p.skipValue() {
+			return -1
+		}
+	}
+}
+
+// decodeComposite decodes an object or array checked by the stream's
+// reader, as the reader would have (its values are encoding/json's).
+func decodeComposite(raw []byte) any {
+	p := fastParsers.Get().(*fastParser)
+	p.b, p.i = raw, 0
+	v, ok := p.value()
+	fastParsers.Put(p)
+	if !ok {
+		// Cannot happen (the bytes were checked as they were read);
+		// encoding/json decides all the same.
+		_ = json.Unmarshal(raw, &v)
+	}
+	return v
+}
+
 // DataLen returns how many members the data has.
 func (e *Event) DataLen() int {
 	if e.fields == nil || e.Data != nil {
@@ -224,7 +431,7 @@ func (e *Event) RangeData(fn func(key string, v any)) {
 	}
 	for i := range e.fields {
 		if e.lastOf(i) {
-			fn(e.fields[i].key, e.fields[i].value())
+			fn(e.fields[i].key, e.value(&e.fields[i]))
 		}
 	}
 }
@@ -236,7 +443,7 @@ func (e *Event) DataMap() map[string]any {
 	if e.Data == nil && e.fields != nil {
 		m := make(map[string]any, len(e.fields))
 		for i := range e.fields {
-			m[e.fields[i].key] = e.fields[i].value()
+			m[e.fields[i].key] = e.value(&e.fields[i])
 		}
 		e.Data = m
 	}

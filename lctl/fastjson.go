@@ -75,9 +75,12 @@ type fastParser struct {
 	// times parses timestamps, reading only the fraction when the second
 	// is the last one's.
 	times secondCache
-	// arena, when set (a stream's batch), holds the batch's timestamps:
-	// one allocation for them all, not one each.
-	arena []byte
+	// arena, when set (a stream's batch), holds the batch's timestamps
+	// and the JSON of the objects and arrays in its events' data (one
+	// allocation for them all, not one each); rawStart is where the
+	// event being read starts in it.
+	arena    []byte
+	rawStart int
 }
 
 func newFastParser() *fastParser {
@@ -337,6 +340,7 @@ func (p *fastParser) topKey() uint16 {
 func (p *fastParser) dataFields(e *Event) bool {
 	p.i++ // {
 	start := len(p.slab)
+	p.rawStart = len(p.arena)
 	p.ws()
 	if p.i < len(p.b) && p.b[p.i] == '}' {
 		p.i++
@@ -375,6 +379,9 @@ func (p *fastParser) dataFields(e *Event) bool {
 		p.slab = make([]dataField, 0, 64)
 	}
 	e.fields = p.slab[start:len(p.slab):len(p.slab)]
+	if len(p.arena) > p.rawStart {
+		e.raw = p.arena[p.rawStart:len(p.arena):len(p.arena)]
+	}
 	return true
 }
 
@@ -393,12 +400,40 @@ func (p *fastParser) member(k string) bool {
 		p.slab = append(p.slab, dataField{key: k, v: numberField, n: f})
 		return true
 	}
+	if c := p.b[p.i]; (c == '{' || c == '[') && p.arena != nil {
+		// An object or an array: checked now, kept as its JSON and
+		// decoded when asked for (most are never read, and their maps
+		// were most of what reading an event allocated).
+		start := p.i
+		if !p.skipValue() {
+			return false
+		}
+		if n := p.i - start; n < maxRawSpan && len(p.arena)-p.rawStart < maxRawSpan {
+			p.keepRaw(p.b[start:p.i])
+			off := len(p.arena) - n - p.rawStart
+			p.slab = append(p.slab, dataField{key: k, v: compositeField, n: rawSpan(off, n)})
+			return true
+		}
+		p.i = start
+	}
 	v, ok := p.value()
 	if !ok {
 		return false
 	}
 	p.slab = append(p.slab, dataField{key: k, v: v})
 	return true
+}
+
+// keepRaw appends b to the arena, keeping the event's raw bytes (from
+// rawStart) in one array.
+func (p *fastParser) keepRaw(b []byte) {
+	if len(p.arena)+len(b) > cap(p.arena) {
+		mine := p.arena[p.rawStart:]
+		grown := make([]byte, 0, max(2*cap(p.arena), 2*(len(mine)+len(b))+4096))
+		p.arena = append(grown, mine...)
+		p.rawStart = 0
+	}
+	p.arena = append(p.arena, b...)
 }
 
 // plainUint reads a seq written as a plain positive integer.
@@ -710,6 +745,70 @@ func (p *fastParser) value() (any, bool) {
 		return p.number()
 	}
 	return nil, false
+}
+
+// skipValue moves past a JSON value, accepting exactly what value
+// accepts, without making it.
+func (p *fastParser) skipValue() bool {
+	if p.i >= len(p.b) {
+		return false
+	}
+	switch c := p.b[p.i]; {
+	case c == '{' || c == '[':
+		end := byte('}')
+		if c == '[' {
+			end = ']'
+		}
+		p.i++
+		p.ws()
+		if p.i < len(p.b) && p.b[p.i] == end {
+			p.i++
+			return true
+		}
+		for {
+			p.ws()
+			if end == '}' {
+				if _, ok := p.strKeep(false, false); !ok {
+					return false
+				}
+				p.ws()
+				if p.i >= len(p.b) || p.b[p.i] != ':' {
+					return false
+				}
+				p.i++
+				p.ws()
+			}
+			if !p.skipValue() {
+				return false
+			}
+			p.ws()
+			if p.i >= len(p.b) {
+				return false
+			}
+			if p.b[p.i] == ',' {
+				p.i++
+				continue
+			}
+			if p.b[p.i] == end {
+				p.i++
+				return true
+			}
+			return false
+		}
+	case c == '"':
+		_, ok := p.strKeep(false, false)
+		return ok
+	case c == 't':
+		return p.lit("true")
+	case c == 'f':
+		return p.lit("false")
+	case c == 'n':
+		return p.lit("null")
+	case c == '-' || (c >= '0' && c <= '9'):
+		_, _, ok := p.numberF()
+		return ok
+	}
+	return false
 }
 
 // strValue reads a string value as an any. Short strings without escapes

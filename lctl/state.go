@@ -665,7 +665,7 @@ func (s *State) apply(e *Event, countType bool) {
 			if v := estr(e, "decision"); v != "" {
 				st.Decision = v
 			}
-			if rs := ruleIDs(e.Get("reasons")); len(rs) > 0 {
+			if rs := eventRuleIDs(e); len(rs) > 0 {
 				st.Reasons = rs
 			}
 		}
@@ -729,7 +729,7 @@ func (s *State) applyStepStart(e *Event) {
 
 func (s *State) applyStepEnd(e *Event) {
 	s.CurrentStep = nil
-	if t, ok := e.Get("tokens").(map[string]any); ok {
+	if t, ok := e.Object("tokens"); ok {
 		in, out := tokenCounts(t)
 		s.Tokens.Input += in
 		s.Tokens.Output += out
@@ -864,7 +864,7 @@ func (s *State) applyRunFinished(e *Event) {
 	if n, ok := ecount(e, "steps"); ok {
 		r.Steps = n
 	}
-	if t, ok := e.Get("tokens").(map[string]any); ok {
+	if t, ok := e.Object("tokens"); ok {
 		in, out := tokenCounts(t)
 		r.Tokens = &Tokens{Input: in, Output: out}
 		// The run's totals also count the model turns that are no step
@@ -909,20 +909,28 @@ func (s *State) rebuildStepIndex() {
 // tokenCounts reads a tokens object: {input, output} as the spec writes it,
 // or the {in, out}, {input_tokens, output_tokens} and {prompt_tokens,
 // completion_tokens} other implementations and model APIs use.
-func tokenCounts(t map[string]any) (in, out int64) {
+func tokenCounts(t Object) (in, out int64) {
 	for _, k := range [...]string{"input", "in", "input_tokens", "prompt_tokens"} {
-		if n, ok := count(t[k]); ok {
+		if n, ok := objectCount(t, k); ok {
 			in = n
 			break
 		}
 	}
 	for _, k := range [...]string{"output", "out", "output_tokens", "completion_tokens"} {
-		if n, ok := count(t[k]); ok {
+		if n, ok := objectCount(t, k); ok {
 			out = n
 			break
 		}
 	}
 	return in, out
+}
+
+// objectCount is count of the object's member k.
+func objectCount(t Object, k string) (int64, bool) {
+	if f, ok := t.Float(k); ok {
+		return countOf(f, true)
+	}
+	return count(t.Get(k))
 }
 
 func (s *State) addAgent(agent string) {
@@ -1005,20 +1013,15 @@ func stringList(v any) []string {
 	return out
 }
 
-// ruleIDs returns the rule_id of each {rule_id, message} reason.
-func ruleIDs(v any) []string {
-	list, ok := v.([]any)
-	if !ok {
-		return nil
-	}
+// eventRuleIDs returns the rule_id of each {rule_id, message} reason of
+// the event, read without decoding the reasons when it was streamed.
+func eventRuleIDs(e *Event) []string {
 	var out []string
-	for _, x := range list {
-		if m, ok := x.(map[string]any); ok {
-			if id, ok := m["rule_id"].(string); ok {
-				out = append(out, id)
-			}
+	e.EachObject("reasons", func(o Object) {
+		if id, ok := o.Str("rule_id"); ok {
+			out = append(out, id)
 		}
-	}
+	})
 	return out
 }
 

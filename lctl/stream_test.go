@@ -327,7 +327,9 @@ func TestStreamFields(t *testing.T) {
  {"seq": 2, "type": "custom", "agent": "b", "data": {}},
  {"seq": 3, "type": "step_start", "timestamp": "2026-01-01T00:00:01Z", "agent": "c", "data": {"k": "\u0041\u00ff", "z": null}},
  {"seq": 4, "type": "tool_call", "agent": "d", "data": {"z0": -0, "big": 12345678901234567890, "e": 1e3, "step": 5000, "step2": 5000,
-  "f": 0.25, "neg": -7, "small": 7, "long": "a string longer than thirty-two bytes, not interned", "t": true}}
+  "f": 0.25, "neg": -7, "small": 7, "long": "a string longer than thirty-two bytes, not interned", "t": true,
+  "tokens": {"input": 5, "output": 7.5, "input": 9, "s": "x", "o": {"k": [1]}, "\u0069n": 3},
+  "reasons": [{"rule_id": "a"}, 3, {"rule_id": "b\u00e9", "m": null}, [], {"rule_id": 4}], "empty": {}, "list": []}}
 ]}`
 	var gen bytes.Buffer
 	// Enough events for the stream to reuse its batches' arrays of fields
@@ -380,6 +382,51 @@ func TestStreamFields(t *testing.T) {
 					t.Errorf("%s: event %d: Float(%s) = %v %v, want %v %v", name, i+1, k, gf, ok, wf, fok)
 				}
 			}
+			for k, v := range w.Data {
+				wm, wok := v.(map[string]any)
+				o, ok := e.Object(k)
+				if ok != wok {
+					t.Errorf("%s: event %d: Object(%s) %v, want %v", name, i+1, k, ok, wok)
+				}
+				for _, m := range append([]string{"absent"}, keysOf(wm)...) {
+					if g := o.Get(m); !reflect.DeepEqual(g, wm[m]) {
+						t.Errorf("%s: event %d: %s.%s = %#v, want %#v", name, i+1, k, m, g, wm[m])
+					}
+					wf, fok := wm[m].(float64)
+					if gf, ok := o.Float(m); ok != fok || gf != wf {
+						t.Errorf("%s: event %d: %s.%s Float %v %v, want %v %v", name, i+1, k, m, gf, ok, wf, fok)
+					}
+					ws, sok := wm[m].(string)
+					if gs, ok := o.Str(m); ok != sok || gs != ws {
+						t.Errorf("%s: event %d: %s.%s Str %q %v, want %q %v", name, i+1, k, m, gs, ok, ws, sok)
+					}
+				}
+				var got, want []map[string]any
+				e.EachObject(k, func(o lctl.Object) {
+					m := map[string]any{}
+					for _, n := range []string{"rule_id", "m", "absent"} {
+						if v := o.Get(n); v != nil {
+							m[n] = v
+						}
+					}
+					got = append(got, m)
+				})
+				list, _ := v.([]any)
+				for _, x := range list {
+					if xm, ok := x.(map[string]any); ok {
+						m := map[string]any{}
+						for _, n := range []string{"rule_id", "m", "absent"} {
+							if v := xm[n]; v != nil {
+								m[n] = v
+							}
+						}
+						want = append(want, m)
+					}
+				}
+				if !reflect.DeepEqual(got, want) {
+					t.Errorf("%s: event %d: EachObject(%s) %v, want %v", name, i+1, k, got, want)
+				}
+			}
 			var kept lctl.Event
 			e.OwnInto(&kept)
 			if !reflect.DeepEqual(kept.DataMap(), w.Data) || kept.Seq != w.Seq {
@@ -399,4 +446,12 @@ func TestStreamFields(t *testing.T) {
 			}
 		}
 	}
+}
+
+func keysOf(m map[string]any) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
 }

@@ -353,7 +353,7 @@ func (c *v3conv) step(e map[string]any, i int, facts []v3Fact) error {
 		end["duration_ms"] = ms
 	}
 	if t, ok := e["tokens"].(map[string]any); ok {
-		in, out := tokenCounts(t)
+		in, out := tokenCounts(Object{m: t})
 		end["tokens"] = map[string]any{"input": float64(in), "output": float64(out)}
 	}
 	if n, ok := count(e["step"]); ok {

@@ -358,7 +358,7 @@ func (st *stepTimer) add(e *lctl.Event) {
 		} else if !t.IsZero() && !o.start.IsZero() {
 			o.timing.DurationMS = float64(t.Sub(o.start).Microseconds()) / 1000
 		}
-		_, o.reportsTokens = e.Get("tokens").(map[string]any)
+		_, o.reportsTokens = e.Object("tokens")
 		st.end(o)
 	case lctl.TypeStreamStart, lctl.TypeStreamChunk, lctl.TypeStreamEnd:
 		st.stream(e, t) // stream.go

@@ -55,7 +55,7 @@ func (t *CostTrack) Add(e *lctl.Event) {
 	if !isEnd {
 		return
 	}
-	tok, ok := e.Get("tokens").(map[string]any)
+	tok, ok := e.Object("tokens")
 	if !ok {
 		return
 	}

@@ -105,7 +105,7 @@ func Summarize(e *lctl.Event) (subject, detail string) {
 		if ms, ok := numberAt(d, "duration_ms"); ok {
 			addS(FormatDuration(ms))
 		}
-		if t, ok := d.Get("tokens").(map[string]any); ok {
+		if t, ok := d.Object("tokens"); ok {
 			in, out := tokensOf(t)
 			if in+out > 0 {
 				addS(FormatCount(in+out) + " tokens")
@@ -458,20 +458,33 @@ func intOf(v any) (int64, bool) {
 }
 
 // tokensOf reads {input, output} or the aliases other implementations use.
-func tokensOf(t map[string]any) (in, out int64) {
+func tokensOf(t lctl.Object) (in, out int64) {
 	for _, k := range [...]string{"input", "in", "input_tokens", "prompt_tokens"} {
-		if n, ok := intOf(t[k]); ok && n >= 0 {
+		if n, ok := objectInt(t, k); ok && n >= 0 {
 			in = n
 			break
 		}
 	}
 	for _, k := range [...]string{"output", "out", "output_tokens", "completion_tokens"} {
-		if n, ok := intOf(t[k]); ok && n >= 0 {
+		if n, ok := objectInt(t, k); ok && n >= 0 {
 			out = n
 			break
 		}
 	}
 	return in, out
+}
+
+// objectInt is intOf of the object's member k, reading a streamed number
+// without boxing it.
+func objectInt(t lctl.Object, k string) (int64, bool) {
+	f, ok := t.Float(k)
+	if !ok {
+		return intOf(t.Get(k))
+	}
+	if f != math.Trunc(f) || math.Abs(f) > 1<<53 {
+		return 0, false
+	}
+	return int64(f), true
 }
 
 // compact renders a JSON value on one line, cut to max characters.

@@ -303,7 +303,7 @@ func (p *tokenPricer) add(e *lctl.Event) {
 	if !isEnd {
 		return
 	}
-	t, ok := e.Get("tokens").(map[string]any)
+	t, ok := e.Object("tokens")
 	if !ok {
 		return
 	}
