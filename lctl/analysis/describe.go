@@ -209,10 +209,10 @@ func Summarize(e *lctl.Event) (subject, detail string) {
 	case lctl.TypeVerdict:
 		subject = s("tool")
 		dec := s("decision")
-		rules := ruleList(d.Get("reasons"))
+		rules := eventRules(d)
 		switch {
 		case dec != "" && len(rules) > 0:
-			add("%s by %s", dec, strings.Join(rules, ", "))
+			addS(dec + " by " + strings.Join(rules, ", "))
 		case dec != "":
 			addS(dec)
 		}
@@ -376,19 +376,19 @@ func plural(n int, one, many string) string {
 	return many
 }
 
-// ruleList returns the rule ids of an XCT verdict's reasons.
-func ruleList(v any) []string {
-	list, _ := v.([]any)
+// eventRules returns the rule ids of a verdict's reasons (rule_id of each
+// {rule_id, message}), read without decoding them when the event was
+// streamed.
+func eventRules(e *lctl.Event) []string {
 	var out []string
-	for _, x := range list {
-		if m, ok := x.(map[string]any); ok {
-			if id, ok := m["rule_id"].(string); ok && id != "" {
-				out = append(out, id)
-			}
+	e.EachObject("reasons", func(o lctl.Object) {
+		if id, ok := o.Str("rule_id"); ok && id != "" {
+			out = append(out, id)
 		}
-	}
+	})
 	return out
 }
+
 
 // modelOf reads data.model as a name or the spec's {id, role}, or
 // data.agent_profile.model.
