@@ -389,7 +389,6 @@ func eventRules(e *lctl.Event) []string {
 	return out
 }
 
-
 // modelOf reads data.model as a name or the spec's {id, role}, or
 // data.agent_profile.model.
 func modelOf(d *lctl.Event) string {
