@@ -395,7 +395,7 @@ type scanner struct {
 }
 
 // readSize is how much of the file each read asks for.
-const readSize = 4 << 20
+const readSize = 1 << 20
 
 // more reads more of the file; false at its end. Reads append to the
 // buffer; when it is full, the unread bytes move to a new one. Batches
