@@ -264,7 +264,9 @@ func (p *fastParser) arenaString() (string, bool) {
 		at := len(p.arena)
 		p.arena = append(p.arena, p.b[start:e]...)
 		p.i = e + 1
-		return unsafe.String(&p.arena[at], e-start), true
+		// The arena's bytes are never written again once appended (a
+		// full arena is replaced, not reused), so the string cannot change.
+		return unsafe.String(&p.arena[at], e-start), true //nolint:gosec // immutable bytes, see above
 	}
 	return "", false
 }

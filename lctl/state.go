@@ -1095,9 +1095,7 @@ func durationOf(f float64, ok bool) (float64, bool) {
 	return f, true
 }
 
-// confidence returns v when it is a number in [0, 1].
-func confidence(v any) (float64, bool) { return confidenceOf(number(v)) }
-
+// confidenceOf returns a number when it is in [0, 1].
 func confidenceOf(f float64, ok bool) (float64, bool) {
 	if !ok || f < 0 || f > 1 {
 		return 0, false
