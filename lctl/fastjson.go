@@ -349,9 +349,11 @@ func (p *fastParser) dataFields(e *Event) bool {
 	} else {
 		for {
 			p.ws()
-			k, ok := p.key()
+			k, ok := p.knownKey()
 			if !ok {
-				return false
+				if k, ok = p.key(); !ok {
+					return false
+				}
 			}
 			p.ws()
 			if p.i >= len(p.b) || p.b[p.i] != ':' {
@@ -385,6 +387,222 @@ func (p *fastParser) dataFields(e *Event) bool {
 		e.raw = p.arena[p.rawStart:len(p.arena):len(p.arena)]
 	}
 	return true
+}
+
+// knownKey reads a data key XCT's and the spec's events use, matched as
+// bytes with its quotes (the compiler compares constant-length slices in
+// a word or two), and returns it with no interning; ok false, having read
+// nothing, for any other key.
+func (p *fastParser) knownKey() (string, bool) {
+	b := p.b[p.i:]
+	if len(b) < 3 || b[0] != '"' {
+		return "", false
+	}
+	switch b[1] {
+	case 'a':
+		if len(b) >= 25 && string(b[1:25]) == `alternatives_considered"` {
+			p.i += 25
+			return "alternatives_considered", true
+		}
+		if len(b) >= 15 && string(b[1:15]) == `agent_profile"` {
+			p.i += 15
+			return "agent_profile", true
+		}
+	case 'c':
+		if len(b) >= 12 && string(b[1:12]) == `confidence"` {
+			p.i += 12
+			return "confidence", true
+		}
+		if len(b) >= 11 && string(b[1:11]) == `consensus"` {
+			p.i += 11
+			return "consensus", true
+		}
+		if len(b) >= 10 && string(b[1:10]) == `category"` {
+			p.i += 10
+			return "category", true
+		}
+		if len(b) >= 10 && string(b[1:10]) == `contract"` {
+			p.i += 10
+			return "contract", true
+		}
+		if len(b) >= 7 && string(b[1:7]) == `chunk"` {
+			p.i += 7
+			return "chunk", true
+		}
+		if len(b) >= 6 && string(b[1:6]) == `code"` {
+			p.i += 6
+			return "code", true
+		}
+	case 'd':
+		if len(b) >= 13 && string(b[1:13]) == `duration_ms"` {
+			p.i += 13
+			return "duration_ms", true
+		}
+		if len(b) >= 11 && string(b[1:11]) == `direction"` {
+			p.i += 11
+			return "direction", true
+		}
+		if len(b) >= 10 && string(b[1:10]) == `decision"` {
+			p.i += 10
+			return "decision", true
+		}
+		if len(b) >= 7 && string(b[1:7]) == `depth"` {
+			p.i += 7
+			return "depth", true
+		}
+	case 'f':
+		if len(b) >= 16 && string(b[1:16]) == `facts_snapshot"` {
+			p.i += 16
+			return "facts_snapshot", true
+		}
+		if len(b) >= 7 && string(b[1:7]) == `facts"` {
+			p.i += 7
+			return "facts", true
+		}
+		if len(b) >= 6 && string(b[1:6]) == `from"` {
+			p.i += 6
+			return "from", true
+		}
+	case 'g':
+		if len(b) >= 6 && string(b[1:6]) == `goal"` {
+			p.i += 6
+			return "goal", true
+		}
+	case 'i':
+		if len(b) >= 8 && string(b[1:8]) == `intent"` {
+			p.i += 8
+			return "intent", true
+		}
+		if len(b) >= 7 && string(b[1:7]) == `index"` {
+			p.i += 7
+			return "index", true
+		}
+		if len(b) >= 4 && string(b[1:4]) == `id"` {
+			p.i += 4
+			return "id", true
+		}
+	case 'l':
+		if len(b) >= 8 && string(b[1:8]) == `labels"` {
+			p.i += 8
+			return "labels", true
+		}
+	case 'm':
+		if len(b) >= 11 && string(b[1:11]) == `max_steps"` {
+			p.i += 11
+			return "max_steps", true
+		}
+		if len(b) >= 9 && string(b[1:9]) == `message"` {
+			p.i += 9
+			return "message", true
+		}
+		if len(b) >= 7 && string(b[1:7]) == `model"` {
+			p.i += 7
+			return "model", true
+		}
+	case 'o':
+		if len(b) >= 9 && string(b[1:9]) == `outcome"` {
+			p.i += 9
+			return "outcome", true
+		}
+		if len(b) >= 6 && string(b[1:6]) == `otel"` {
+			p.i += 6
+			return "otel", true
+		}
+	case 'p':
+		if len(b) >= 11 && string(b[1:11]) == `principal"` {
+			p.i += 11
+			return "principal", true
+		}
+	case 'r':
+		if len(b) >= 13 && string(b[1:13]) == `recoverable"` {
+			p.i += 13
+			return "recoverable", true
+		}
+		if len(b) >= 9 && string(b[1:9]) == `reasons"` {
+			p.i += 9
+			return "reasons", true
+		}
+		if len(b) >= 8 && string(b[1:8]) == `reason"` {
+			p.i += 8
+			return "reason", true
+		}
+		if len(b) >= 8 && string(b[1:8]) == `run_id"` {
+			p.i += 8
+			return "run_id", true
+		}
+	case 's':
+		if len(b) >= 19 && string(b[1:19]) == `suggested_queries"` {
+			p.i += 19
+			return "suggested_queries", true
+		}
+		if len(b) >= 12 && string(b[1:12]) == `state_hash"` {
+			p.i += 12
+			return "state_hash", true
+		}
+		if len(b) >= 9 && string(b[1:9]) == `step_id"` {
+			p.i += 9
+			return "step_id", true
+		}
+		if len(b) >= 9 && string(b[1:9]) == `summary"` {
+			p.i += 9
+			return "summary", true
+		}
+		if len(b) >= 8 && string(b[1:8]) == `source"` {
+			p.i += 8
+			return "source", true
+		}
+		if len(b) >= 8 && string(b[1:8]) == `status"` {
+			p.i += 8
+			return "status", true
+		}
+		if len(b) >= 7 && string(b[1:7]) == `steps"` {
+			p.i += 7
+			return "steps", true
+		}
+		if len(b) >= 6 && string(b[1:6]) == `step"` {
+			p.i += 6
+			return "step", true
+		}
+	case 't':
+		if len(b) >= 14 && string(b[1:14]) == `total_chunks"` {
+			p.i += 14
+			return "total_chunks", true
+		}
+		if len(b) >= 14 && string(b[1:14]) == `total_tokens"` {
+			p.i += 14
+			return "total_tokens", true
+		}
+		if len(b) >= 8 && string(b[1:8]) == `tokens"` {
+			p.i += 8
+			return "tokens", true
+		}
+		if len(b) >= 6 && string(b[1:6]) == `tags"` {
+			p.i += 6
+			return "tags", true
+		}
+		if len(b) >= 6 && string(b[1:6]) == `text"` {
+			p.i += 6
+			return "text", true
+		}
+		if len(b) >= 6 && string(b[1:6]) == `tool"` {
+			p.i += 6
+			return "tool", true
+		}
+		if len(b) >= 6 && string(b[1:6]) == `type"` {
+			p.i += 6
+			return "type", true
+		}
+		if len(b) >= 4 && string(b[1:4]) == `to"` {
+			p.i += 4
+			return "to", true
+		}
+	case 'w':
+		if len(b) >= 10 && string(b[1:10]) == `warnings"` {
+			p.i += 10
+			return "warnings", true
+		}
+	}
+	return "", false
 }
 
 // member reads the value of data member k onto p.slab: strings and
