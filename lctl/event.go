@@ -452,7 +452,7 @@ func (e *Event) DataMap() map[string]any {
 
 // DropData forgets the event's data (a copy kept for its seq, agent and
 // time only).
-func (e *Event) DropData() { e.Data, e.fields = nil, nil }
+func (e *Event) DropData() { e.Data, e.fields, e.raw = nil, nil, nil }
 
 // Own returns a copy of e whose data fields are its own: how a streamed
 // event (StreamOptions.Fields) is kept past its callback, whose batch's
