@@ -323,10 +323,7 @@ func (o Object) Float(name string) (float64, bool) {
 		if c := o.raw[off]; c != '-' && (c < '0' || c > '9') {
 			return 0, false
 		}
-		p := fastParsers.Get().(*fastParser)
-		p.b, p.i = o.raw, off
-		x, _, ok := p.numberF()
-		fastParsers.Put(p)
+		x, _, _, ok := scanNumber(o.raw, off)
 		if !ok {
 			return 0, false
 		}
@@ -348,6 +345,9 @@ func (o Object) Str(name string) (string, bool) {
 // (the last such member, as a map decoded by encoding/json keeps it), -1
 // when there is none.
 func (o Object) at(name string) int {
+	if off, ok := flatAt(o.raw, name); ok {
+		return off
+	}
 	p := fastParsers.Get().(*fastParser)
 	defer fastParsers.Put(p)
 	p.b, p.i = o.raw, 1
@@ -377,6 +377,58 @@ func (o Object) at(name string) int {
 		}
 		if !p.skipValue() {
 			return -1
+		}
+	}
+}
+
+// flatAt is at for an object of plain keys and scalar values (a tokens
+// object), read without a parser; ok false when the object has anything
+// else (an escape, a nested value), for at to read it the general way.
+// The bytes were checked when they were read.
+func flatAt(raw []byte, name string) (int, bool) {
+	found := -1
+	i := 1
+	for {
+		for i < len(raw) && (raw[i] == ' ' || raw[i] == '\t' || raw[i] == '\n' || raw[i] == '\r' || raw[i] == ',') {
+			i++
+		}
+		if i >= len(raw) || raw[i] == '}' {
+			return found, true
+		}
+		if raw[i] != '"' {
+			return 0, false
+		}
+		end := bytes.IndexByte(raw[i+1:], '"')
+		if end < 0 {
+			return 0, false
+		}
+		key := raw[i+1 : i+1+end]
+		if bytes.IndexByte(key, '\\') >= 0 {
+			return 0, false
+		}
+		i += end + 2
+		for i < len(raw) && (raw[i] == ' ' || raw[i] == '\t' || raw[i] == '\n' || raw[i] == '\r' || raw[i] == ':') {
+			i++
+		}
+		if i >= len(raw) {
+			return 0, false
+		}
+		if string(key) == name {
+			found = i
+		}
+		switch c := raw[i]; {
+		case c == '"':
+			e := bytes.IndexByte(raw[i+1:], '"')
+			if e < 0 || bytes.IndexByte(raw[i+1:i+1+e], '\\') >= 0 {
+				return 0, false
+			}
+			i += e + 2
+		case c == '{' || c == '[':
+			return 0, false
+		default: // a number or a literal: up to the next comma or brace
+			for i < len(raw) && raw[i] != ',' && raw[i] != '}' {
+				i++
+			}
 		}
 	}
 }

@@ -1148,65 +1148,73 @@ func (p *fastParser) number() (any, bool) {
 // numberF reads a number as number does, as a float64; small reports a
 // whole number below len(smallNumbers).
 func (p *fastParser) numberF() (float64, bool, bool) {
-	start := p.i
-	j := p.i
-	if j < len(p.b) && p.b[j] == '-' {
+	f, small, next, ok := scanNumber(p.b, p.i)
+	if ok {
+		p.i = next
+	}
+	return f, small, ok
+}
+
+// scanNumber is numberF on b from i; next is where the number ends.
+func scanNumber(b []byte, i int) (float64, bool, int, bool) {
+	start := i
+	j := i
+	if j < len(b) && b[j] == '-' {
 		j++
 	}
-	if j >= len(p.b) {
-		return 0, false, false
+	if j >= len(b) {
+		return 0, false, 0, false
 	}
 	small, simple := 0.0, true
 	switch {
-	case p.b[j] == '0':
+	case b[j] == '0':
 		j++
-	case p.b[j] >= '1' && p.b[j] <= '9':
-		for j < len(p.b) && p.b[j] >= '0' && p.b[j] <= '9' {
-			small = small*10 + float64(p.b[j]-'0')
+	case b[j] >= '1' && b[j] <= '9':
+		for j < len(b) && b[j] >= '0' && b[j] <= '9' {
+			small = small*10 + float64(b[j]-'0')
 			j++
 		}
 	default:
-		return 0, false, false
+		return 0, false, 0, false
 	}
-	if j < len(p.b) && p.b[j] == '.' {
+	if j < len(b) && b[j] == '.' {
 		simple = false
 		j++
 		d := j
-		for j < len(p.b) && p.b[j] >= '0' && p.b[j] <= '9' {
+		for j < len(b) && b[j] >= '0' && b[j] <= '9' {
 			j++
 		}
 		if j == d {
-			return 0, false, false
+			return 0, false, 0, false
 		}
 	}
-	if j < len(p.b) && (p.b[j] == 'e' || p.b[j] == 'E') {
+	if j < len(b) && (b[j] == 'e' || b[j] == 'E') {
 		simple = false
 		j++
-		if j < len(p.b) && (p.b[j] == '+' || p.b[j] == '-') {
+		if j < len(b) && (b[j] == '+' || b[j] == '-') {
 			j++
 		}
 		d := j
-		for j < len(p.b) && p.b[j] >= '0' && p.b[j] <= '9' {
+		for j < len(b) && b[j] >= '0' && b[j] <= '9' {
 			j++
 		}
 		if j == d {
-			return 0, false, false
+			return 0, false, 0, false
 		}
 	}
-	p.i = j
 	// Integers of up to 15 digits are exact in a float64: no need to ask
 	// strconv.
 	if simple && j-start <= 15 {
-		if p.b[start] == '-' {
-			return -small, false, true
+		if b[start] == '-' {
+			return -small, false, j, true
 		}
-		return small, small < float64(len(smallNumbers)), true
+		return small, small < float64(len(smallNumbers)), j, true
 	}
-	f, err := strconv.ParseFloat(string(p.b[start:j]), 64)
+	v, err := strconv.ParseFloat(string(b[start:j]), 64)
 	if err != nil {
-		return 0, false, false
+		return 0, false, 0, false
 	}
-	return f, false, true
+	return v, false, j, true
 }
 
 // computedHash returns the hash of the content of the event just read

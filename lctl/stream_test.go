@@ -329,7 +329,8 @@ func TestStreamFields(t *testing.T) {
  {"seq": 4, "type": "tool_call", "agent": "d", "data": {"z0": -0, "big": 12345678901234567890, "e": 1e3, "step": 5000, "step2": 5000,
   "f": 0.25, "neg": -7, "small": 7, "long": "a string longer than thirty-two bytes, not interned", "t": true,
   "tokens": {"input": 5, "output": 7.5, "input": 9, "s": "x", "o": {"k": [1]}, "\u0069n": 3},
-  "reasons": [{"rule_id": "a"}, 3, {"rule_id": "b\u00e9", "m": null}, [], {"rule_id": 4}], "empty": {}, "list": []}}
+  "reasons": [{"rule_id": "a"}, 3, {"rule_id": "b\u00e9", "m": null}, [], {"rule_id": 4}], "empty": {}, "list": [],
+  "flat": {"a": 1, "b": "x", "a": 2.5, "t": true, "n": null, "s": "é", "z": -0 , "é": 4}}}
 ]}`
 	var gen bytes.Buffer
 	// Enough events for the stream to reuse its batches' arrays of fields
