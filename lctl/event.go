@@ -416,14 +416,14 @@ func flatAt(raw []byte, name string) (int, bool) {
 		if string(key) == name {
 			found = i
 		}
-		switch c := raw[i]; {
-		case c == '"':
+		switch raw[i] {
+		case '"':
 			e := bytes.IndexByte(raw[i+1:], '"')
 			if e < 0 || bytes.IndexByte(raw[i+1:i+1+e], '\\') >= 0 {
 				return 0, false
 			}
 			i += e + 2
-		case c == '{' || c == '[':
+		case '{', '[':
 			return 0, false
 		default: // a number or a literal: up to the next comma or brace
 			for i < len(raw) && raw[i] != ',' && raw[i] != '}' {
