@@ -470,16 +470,43 @@ func TestStreamMadeAnew(t *testing.T) {
 	}
 
 	ctx := context.Background()
-	if err := e.log.JetStream().DeleteStream(ctx, eventlog.StreamName); err != nil {
+	js := e.log.JetStream()
+	// The tracer's durable consumer goes first, as an operator would remove
+	// it: deleted with the stream, its store is closed while the stream's
+	// directory is moved away, and the server has then refused to make the
+	// stream again (CI, once, "error creating store for stream").
+	if err := js.DeleteConsumer(ctx, eventlog.StreamName, tracer.ConsumerName); err != nil {
 		t.Fatal(err)
 	}
-	l, err := eventlog.Open(ctx, e.nc, eventlog.DefaultConfig())
-	if err != nil {
+	if err := js.DeleteStream(ctx, eventlog.StreamName); err != nil {
 		t.Fatal(err)
 	}
-	e.log = l
+	e.log = openAfterDelete(t, e.nc)
 	writeRun(t, e.log, "new-run", 2) // 10 events at stream seqs 1..10
 
 	second := e.startTracer(t)
 	sameAsStream(t, e, second, []string{"new-run"})
+}
+
+// openAfterDelete opens the event log on a stream just deleted. The server
+// removes a deleted stream's files in the background; while it does, making
+// the stream again can be refused as a store failure (JetStream error
+// 10049). That refusal is waited out, for at most ten seconds; any other
+// error, or the refusal outlasting that, fails the test.
+func openAfterDelete(t *testing.T, nc *nats.Conn) *eventlog.Log {
+	t.Helper()
+	const storeFailed = jetstream.ErrorCode(10049)
+	deadline := time.Now().Add(10 * time.Second)
+	for wait := 10 * time.Millisecond; ; wait *= 2 {
+		l, err := eventlog.Open(context.Background(), nc, eventlog.DefaultConfig())
+		if err == nil {
+			return l
+		}
+		var apiErr *jetstream.APIError
+		if !errors.As(err, &apiErr) || apiErr.ErrorCode != storeFailed || time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+		t.Logf("stream not made again yet (%v); trying again in %v", err, wait)
+		time.Sleep(wait)
+	}
 }
