@@ -2,6 +2,7 @@ package analysis
 
 import (
 	"fmt"
+	"math"
 	"sort"
 	"time"
 
@@ -112,23 +113,21 @@ func (b *BottleneckBuilder) Report(chainID string, top int) *BottleneckReport {
 		top = 5
 	}
 	r := &BottleneckReport{ChainID: chainID, Steps: []StepTiming{}, ByAgent: []AgentTime{}, ByTool: []ToolTime{}, Unfinished: []StepTiming{}}
-	all := b.steps.finish()
-	var finished []StepTiming
-	for _, t := range all {
+	// One pass over the steps in the order they ended, nothing copied but
+	// the slowest (the report lists only the top): the total and each
+	// agent's time summed in that order, as a sort of every step after a
+	// copy of them all did before.
+	agents := map[string]*AgentTime{}
+	slowest := newTopSteps(top)
+	finished := 0
+	b.steps.each(func(t *StepTiming) {
 		if t.Unfinished {
-			r.Unfinished = append(r.Unfinished, t)
-			continue
+			r.Unfinished = append(r.Unfinished, *t)
+			return
 		}
-		finished = append(finished, t)
+		finished++
 		if !t.nested {
 			r.TotalMS += t.DurationMS
-		}
-	}
-	agents := map[string]*AgentTime{}
-	for i := range finished {
-		t := &finished[i]
-		if r.TotalMS > 0 {
-			t.Share = t.SelfMS / r.TotalMS
 		}
 		a := agents[t.Agent]
 		if a == nil {
@@ -137,7 +136,8 @@ func (b *BottleneckBuilder) Report(chainID string, top int) *BottleneckReport {
 		}
 		a.DurationMS += t.SelfMS
 		a.Steps++
-	}
+		slowest.add(t)
+	})
 	for _, a := range agents {
 		if r.TotalMS > 0 {
 			a.Share = a.DurationMS / r.TotalMS
@@ -152,12 +152,28 @@ func (b *BottleneckBuilder) Report(chainID string, top int) *BottleneckReport {
 	})
 	// Slowest by own time: an agent step's model calls are listed for
 	// themselves, not again inside it.
-	sort.SliceStable(finished, func(i, j int) bool { return finished[i].SelfMS > finished[j].SelfMS })
-	r.AllSteps = len(finished)
-	if len(finished) > top {
-		r.Steps = finished[:top]
-	} else if finished != nil {
-		r.Steps = finished
+	r.AllSteps = finished
+	steps := slowest.top
+	if slowest.whole {
+		// Every finished step, sorted (each is the same the second time).
+		steps = make([]StepTiming, 0, finished)
+		b.steps.each(func(t *StepTiming) {
+			if !t.Unfinished {
+				steps = append(steps, *t)
+			}
+		})
+		sort.SliceStable(steps, func(i, j int) bool { return steps[i].SelfMS > steps[j].SelfMS })
+		if len(steps) > top {
+			steps = steps[:top]
+		}
+	}
+	if len(steps) > 0 {
+		r.Steps = steps
+	}
+	for i := range r.Steps {
+		if r.TotalMS > 0 {
+			r.Steps[i].Share = r.Steps[i].SelfMS / r.TotalMS
+		}
 	}
 	r.ByTool = b.tools.finish()
 	r.Recommendation = recommend(r)
@@ -365,18 +381,15 @@ func (st *stepTimer) add(e *lctl.Event) {
 	}
 }
 
-// finish returns the steps that ended, in the order they ended, then the
-// unfinished ones, timed to the last event.
-func (st *stepTimer) finish() []StepTiming {
-	open := 0
-	for _, o := range st.order {
-		if o != nil {
-			open++
-		}
-	}
-	out := st.out.all(open)
-	st.outSteps.each(func(i int, o **openStep) {
-		out[i].nested = *o != nil && (*o).insideEnded()
+// each calls fn with each step that ended, in the order they ended, then
+// with the unfinished ones, timed to the last event (once, at the end: it
+// marks the nested steps and times the unfinished ones in place). The
+// steps are not copied into one list.
+func (st *stepTimer) each(fn func(t *StepTiming)) {
+	st.out.each(func(i int, t *StepTiming) {
+		o := *st.outSteps.at(i)
+		t.nested = o != nil && o.insideEnded()
+		fn(t)
 	})
 	for _, o := range st.order {
 		if o == nil {
@@ -387,9 +400,48 @@ func (st *stepTimer) finish() []StepTiming {
 			o.timing.DurationMS = float64(st.lastTime.Sub(o.start).Microseconds()) / 1000
 		}
 		o.timing.SelfMS = max(0, o.timing.DurationMS-o.childMS)
-		out = append(out, o.timing)
+		fn(&o.timing)
 	}
-	return out
+}
+
+// topSteps keeps the slowest steps by own time as they go by, slowest
+// first, of two equally slow the one seen first first: exactly the first n
+// of a stable sort of them all (sort.SliceStable, SelfMS descending),
+// without sorting them all. Past topSelect, or when a NaN (which the sort
+// orders its own way) goes by, it gives up (whole): the caller sorts them
+// all as before.
+type topSteps struct {
+	n     int
+	top   []StepTiming
+	whole bool
+}
+
+// topSelect bounds the n kept by insertion.
+const topSelect = 64
+
+func newTopSteps(n int) *topSteps { return &topSteps{n: n, whole: n > topSelect} }
+
+func (s *topSteps) add(t *StepTiming) {
+	if s.whole {
+		return
+	}
+	if math.IsNaN(t.SelfMS) {
+		s.whole, s.top = true, nil
+		return
+	}
+	k := len(s.top)
+	if k == s.n && !(t.SelfMS > s.top[k-1].SelfMS) {
+		return
+	}
+	j := k
+	for j > 0 && t.SelfMS > s.top[j-1].SelfMS {
+		j--
+	}
+	if k < s.n {
+		s.top = append(s.top, StepTiming{})
+	}
+	copy(s.top[j+1:], s.top[j:])
+	s.top[j] = *t
 }
 
 // unnamedAgent names an agent in a sentence; events without one are "the

@@ -258,8 +258,7 @@ func (b *StatsBuilder) Stats() *Stats {
 		st.FirstTimestamp, st.LastTimestamp = b.first.Timestamp, b.last.Timestamp
 		st.WallClockMS = float64(b.last.Time().Sub(b.first.Time()).Microseconds()) / 1000
 	}
-	steps := b.steps.finish()
-	for _, t := range steps {
+	b.steps.each(func(t *StepTiming) {
 		if !t.Unfinished && !t.nested { // a nested step's time is in its parent's
 			st.DurationMS += t.DurationMS
 		}
@@ -268,7 +267,7 @@ func (b *StatsBuilder) Stats() *Stats {
 			st.StreamTokens += t.Tokens
 			st.StreamMS += t.DurationMS
 		}
-	}
+	})
 	// Streamed tokens no step reported are output tokens.
 	st.Tokens.Output += b.steps.unreportedStreamTokens()
 	st.TotalTokens = st.Tokens.Input + st.Tokens.Output
