@@ -3,6 +3,7 @@ package analysis
 import (
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 
 	"github.com/xct-dev/xct/lctl"
@@ -45,6 +46,11 @@ type ConfidenceOptions struct {
 	// DecayRate multiplies a fact's confidence at every hop (0 means
 	// DefaultDecayRate; 1 turns decay off).
 	DecayRate float64
+	// Rendered makes a ConfidenceBuilder's report carry each fact's
+	// points rendered (what Render shows) instead of listed: Points is
+	// nil. For text output of a long chain, whose points (a value per
+	// fact per hop) would be held twice otherwise.
+	Rendered bool
 }
 
 // ConfidenceReport is the spec's `lctl confidence`.
@@ -72,6 +78,9 @@ type FactConfidence struct {
 	// block threshold (0 if it never did or recovered).
 	BlockedSeq uint64     `json:"blocked_seq,omitempty"`
 	Consensus  *Consensus `json:"consensus,omitempty"`
+	// rendered is the points as Render shows them, when the report was
+	// made with ConfidenceOptions.Rendered (Points nil).
+	rendered []byte
 }
 
 // ConfidencePoint is one value on a fact's timeline.
@@ -126,8 +135,11 @@ func Confidence(chainID string, events []lctl.Event, opts ConfidenceOptions) *Co
 
 // confTracked is a fact as Confidence follows it.
 type confTracked struct {
-	fc        FactConfidence
-	value     *float64 // current confidence, decay included
+	fc FactConfidence
+	// points are fc.Points as kept until the report.
+	points    []confPoint
+	value     float64 // current confidence, decay included, when hasValue
+	hasValue  bool
 	verified  bool
 	decayed   bool
 	blocked   bool
@@ -137,10 +149,64 @@ type confTracked struct {
 	recorded  []string // consensus.assessors
 }
 
+// confPoint is a ConfidencePoint as the builder keeps it until the
+// report: no pointers for the collector to follow (the agent and the
+// reason are indexes into the builder's names) and less than half the
+// size. A long chain has a point per fact per hop.
+type confPoint struct {
+	seq     uint64
+	value   float64
+	agent   uint32
+	reason  uint32
+	kind    uint8
+	blocked bool
+}
+
+// pointKinds are ConfidencePoint.Kind by confPoint.kind.
+var pointKinds = [...]string{"added", "modified", "hop"}
+
+const (
+	pointAdded = iota
+	pointModified
+	pointHop
+)
+
+// names interns the agents and reasons of the points: index 0 is "".
+type names struct {
+	list  []string
+	index map[string]uint32
+}
+
+func (n *names) of(s string) uint32 {
+	if s == "" {
+		return 0
+	}
+	if i, ok := n.index[s]; ok {
+		return i
+	}
+	if n.index == nil {
+		n.index = map[string]uint32{}
+		n.list = append(n.list, "")
+	}
+	i := uint32(len(n.list))
+	n.list = append(n.list, s)
+	n.index[s] = i
+	return i
+}
+
+func (n *names) at(i uint32) string {
+	if i == 0 {
+		return ""
+	}
+	return n.list[i]
+}
+
 // ConfidenceBuilder takes a chain one event at a time (a stream) and gives
 // Confidence's report.
 type ConfidenceBuilder struct {
 	r           *ConfidenceReport
+	rendered    bool
+	names       names
 	rate        float64
 	facts       map[string]*confTracked
 	order       []*confTracked
@@ -156,7 +222,7 @@ func NewConfidenceBuilder(chainID string, opts ConfidenceOptions) *ConfidenceBui
 	}
 	return &ConfidenceBuilder{
 		r:    &ConfidenceReport{ChainID: chainID, DecayRate: rate, Facts: []FactConfidence{}, Warnings: []string{}},
-		rate: rate, facts: map[string]*confTracked{}, reliability: map[string]float64{},
+		rate: rate, facts: map[string]*confTracked{}, reliability: map[string]float64{}, rendered: opts.Rendered,
 	}
 }
 
@@ -171,20 +237,21 @@ func (b *ConfidenceBuilder) Add(e *lctl.Event) {
 		}
 		if b.lastAgent != "" && e.Agent != b.lastAgent && e.Agent != "" {
 			b.r.Hops++
+			agent := b.names.of(e.Agent)
 			for _, t := range b.order {
-				if t.value == nil || t.blocked {
+				if !t.hasValue || t.blocked {
 					continue
 				}
-				v := *t.value * b.rate
-				t.value = &v
+				v := t.value * b.rate
+				t.value = v
 				t.decayed = b.rate < 1
-				p := ConfidencePoint{Seq: e.Seq, Agent: e.Agent, Kind: "hop", Value: v}
+				p := confPoint{seq: e.Seq, agent: agent, kind: pointHop, value: v}
 				if v < ThresholdVerify {
-					p.Blocked = true
+					p.blocked = true
 					t.blocked = true
 					t.fc.BlockedSeq = e.Seq
 				}
-				t.fc.Points = appendDoubling(t.fc.Points, p)
+				t.points = appendDoubling(t.points, p)
 			}
 		}
 		if e.Agent != "" {
@@ -208,17 +275,17 @@ func (b *ConfidenceBuilder) Add(e *lctl.Event) {
 		if !ok || c < 0 || c > 1 {
 			return
 		}
-		kind := "added"
+		kind := uint8(pointAdded)
 		if e.Type == lctl.TypeFactModified {
-			kind = "modified"
+			kind = pointModified
 		}
 		reason, _ := e.Str("reason")
-		t.value = &c
+		t.value, t.hasValue = c, true
 		t.decayed = false
 		t.verified = isVerification(reason) || e.Get("consensus") != nil
-		p := ConfidencePoint{Seq: e.Seq, Agent: e.Agent, Kind: kind, Value: c, Reason: reason}
+		p := confPoint{seq: e.Seq, agent: b.names.of(e.Agent), kind: kind, value: c, reason: b.names.of(reason)}
 		if c < ThresholdVerify {
-			p.Blocked = true
+			p.blocked = true
 			if !t.blocked {
 				t.fc.BlockedSeq = e.Seq
 			}
@@ -227,7 +294,7 @@ func (b *ConfidenceBuilder) Add(e *lctl.Event) {
 			t.blocked = false
 			t.fc.BlockedSeq = 0
 		}
-		t.fc.Points = appendDoubling(t.fc.Points, p)
+		t.points = appendDoubling(t.points, p)
 		w := b.reliability[e.Agent]
 		if w == 0 {
 			w = 1
@@ -276,8 +343,27 @@ func (b *ConfidenceBuilder) Report() *ConfidenceReport {
 	r := b.r
 	for _, t := range b.order {
 		fc := t.fc
-		if t.value != nil {
-			v := *t.value
+		if b.rendered {
+			fc.Points = nil
+			for i, p := range t.points {
+				if i > 0 {
+					fc.rendered = append(fc.rendered, arrow...)
+				}
+				fc.rendered = appendPoint(fc.rendered, p.blocked, p.value)
+			}
+		} else {
+			fc.Points = make([]ConfidencePoint, len(t.points))
+			for i, p := range t.points {
+				fc.Points[i] = ConfidencePoint{Seq: p.seq, Agent: b.names.at(p.agent), Kind: pointKinds[p.kind],
+					Value: p.value, Blocked: p.blocked, Reason: b.names.at(p.reason)}
+			}
+		}
+		var lastPoint confPoint
+		if n := len(t.points); n > 0 {
+			lastPoint = t.points[n-1]
+		}
+		if t.hasValue {
+			v := t.value
 			fc.Final = &v
 			fc.Band = BandOf(v)
 		} else {
@@ -307,8 +393,8 @@ func (b *ConfidenceBuilder) Report() *ConfidenceReport {
 		case BandBlock:
 			r.Warnings = append(r.Warnings, fmt.Sprintf("Warning: %s blocked at step %d due to low confidence.", fc.ID, fc.BlockedSeq))
 		case BandVerify:
-			last := fc.Points[len(fc.Points)-1]
-			r.Warnings = append(r.Warnings, fmt.Sprintf("Warning: %s needs verification at step %d (confidence %.2f).", fc.ID, last.Seq, last.Value))
+			last := lastPoint
+			r.Warnings = append(r.Warnings, fmt.Sprintf("Warning: %s needs verification at step %d (confidence %.2f).", fc.ID, last.seq, last.value))
 		}
 		r.Facts = append(r.Facts, fc)
 	}
@@ -343,15 +429,17 @@ func consensusOf(assessors map[string]*Assessment, order []string, agreement *fl
 // "0.85 → 0.81 → 0.95 (verified)". A point below the block threshold
 // shows as BLOCKED.
 func (fc FactConfidence) Render() string {
-	var parts []string
-	for _, p := range fc.Points {
-		if p.Blocked {
-			parts = append(parts, "BLOCKED")
-		} else {
-			parts = append(parts, fmt.Sprintf("%.2f", p.Value))
-		}
+	var b []byte
+	if fc.Points == nil {
+		b = fc.rendered
 	}
-	s := strings.Join(parts, " → ")
+	for i, p := range fc.Points {
+		if i > 0 {
+			b = append(b, arrow...)
+		}
+		b = appendPoint(b, p.Blocked, p.Value)
+	}
+	s := string(b)
 	if s == "" {
 		s = "-"
 	}
@@ -359,4 +447,19 @@ func (fc FactConfidence) Render() string {
 		s += " (" + strings.Join(fc.Labels, ", ") + ")"
 	}
 	return s
+}
+
+// arrow joins the points Render shows.
+const arrow = " → "
+
+// appendPoint appends a point as Render shows it: BLOCKED, or the value
+// as fmt's %.2f writes it (strconv's 'f' with 2 digits is what it calls).
+func appendPoint(b []byte, blocked bool, v float64) []byte {
+	switch {
+	case blocked:
+		return append(b, "BLOCKED"...)
+	case math.IsInf(v, 0) || math.IsNaN(v):
+		return fmt.Appendf(b, "%.2f", v)
+	}
+	return strconv.AppendFloat(b, v, 'f', 2, 64)
 }

@@ -309,7 +309,11 @@ func runConfidence(ctx context.Context, c *cmdContext) error {
 	var r *analysis.ConfidenceReport
 	var b *analysis.ConfidenceBuilder
 	copts := analysis.ConfidenceOptions{DecayRate: *decay}
-	if sd, err := c.streamChain(o, false, nil, func(id string) { b = analysis.NewConfidenceBuilder(id, copts) },
+	// The text shows the points rendered: a long chain's points (one per
+	// fact per hop) are not listed on the way there.
+	bopts := copts
+	bopts.Rendered = !c.jsonOut
+	if sd, err := c.streamChain(o, false, nil, func(id string) { b = analysis.NewConfidenceBuilder(id, bopts) },
 		func(e *lctl.StreamEvent) error { b.Add(&e.Event); return nil }); err == nil {
 		c.reportInput(sd.data())
 		r = b.Report()
