@@ -55,10 +55,19 @@ func (h *handler) Execute(ctx context.Context, req *xctv1.ExecuteRequest) (*xctv
 }
 
 // GetStep returns a step's record; with fence, a step without one is
-// recorded as not executed first (Service.Fence).
+// recorded as not executed first (Service.Fence). Reading is open to the
+// roles the table names (operators, auditors); the fence writes a record
+// that makes the step's Execute replay "not executed", so only XCT's own
+// services (the orchestrator settling its step) may ask for it: step ids
+// can be computed from what a reader sees of a run, and a reader must not
+// be able to stop an allowed step.
 func (h *handler) GetStep(ctx context.Context, req *xctv1.GetStepRequest) (*xctv1.GetStepResponse, error) {
 	step := h.s.Step
 	if req.GetFence() {
+		if p, ok := auth.FromContext(ctx); !ok || !p.Has(auth.RoleService) {
+			return nil, status.Error(codes.PermissionDenied,
+				"only XCT's services may fence a step (GetStep with fence records it as not executed); read it without fence, or decide it with ResolveStep")
+		}
 		step = h.s.Fence
 	}
 	rec, doubt, err := step(ctx, req.GetStepId())
