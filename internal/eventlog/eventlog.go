@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -57,6 +58,7 @@ func DefaultConfig() Config { return Config{Replicas: 1, Duplicates: time.Hour} 
 type Log struct {
 	js     jetstream.JetStream
 	stream jetstream.Stream
+	pub    *Publisher
 }
 
 // Open binds to the LCTL stream, creating it with cfg if it does not exist.
@@ -90,7 +92,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Log, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open stream %s: %w", StreamName, err)
 	}
-	return &Log{js: js, stream: stream}, nil
+	return &Log{js: js, stream: stream, pub: NewPublisher(nc, StreamName)}, nil
 }
 
 // Bind binds to the LCTL stream for reading. Unlike Open it never creates
@@ -108,7 +110,7 @@ func Bind(ctx context.Context, nc *nats.Conn) (*Log, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bind stream %s: %w", StreamName, err)
 	}
-	return &Log{js: js, stream: stream}, nil
+	return &Log{js: js, stream: stream, pub: NewPublisher(nc, StreamName)}, nil
 }
 
 // JetStream returns the JetStream context the log uses.
@@ -230,11 +232,7 @@ func (w *ChainWriter) append(ctx context.Context, at time.Time, eventType, agent
 	if err != nil {
 		return lctl.Event{}, fmt.Errorf("encode event: %w", err)
 	}
-	msg := &nats.Msg{Subject: w.subject, Data: raw, Header: nats.Header{}}
-	ack, err := w.log.js.PublishMsg(ctx, msg,
-		jetstream.WithMsgID(fmt.Sprintf("%s/%d", w.chainID, e.Seq)),
-		jetstream.WithExpectLastSequencePerSubject(w.streamSeq),
-	)
+	ack, err := w.log.pub.Publish(ctx, w.subject, raw, w.chainID+"/"+strconv.FormatUint(e.Seq, 10), w.streamSeq)
 	if err != nil {
 		var apiErr *jetstream.APIError
 		// Replicated streams report the conflict with the second code.
@@ -251,12 +249,12 @@ func (w *ChainWriter) append(ctx context.Context, at time.Time, eventType, agent
 		// a replicated stream checks the id before the expected sequence,
 		// so another writer's event at this seq also comes back as a
 		// duplicate, and going on from it would fork the chain.
-		if err := w.sameAsStored(ctx, ack.Sequence, raw); err != nil {
+		if err := w.sameAsStored(ctx, ack.Seq, raw); err != nil {
 			w.failed = err
 			return lctl.Event{}, fmt.Errorf("append event %d to chain %s: %w", e.Seq, w.chainID, err)
 		}
 	}
-	w.seq, w.prevHash, w.streamSeq, w.lastAppend = e.Seq, e.Hash, ack.Sequence, e
+	w.seq, w.prevHash, w.streamSeq, w.lastAppend = e.Seq, e.Hash, ack.Seq, e
 	return e, nil
 }
 

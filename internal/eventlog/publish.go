@@ -1,0 +1,120 @@
+package eventlog
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Publisher makes the conditional writes of the step path: a publish to a
+// stream's subject that lands only if the subject's last stream sequence
+// is the one expected (Nats-Expected-Last-Subject-Sequence; 0: the subject
+// has no message), optionally with a message id the stream deduplicates
+// on, acknowledged by the stream.
+//
+// It is the request the generic JetStream client sends for PublishMsg with
+// those options, so the same conditions hold, without that client's
+// per-write costs: options and headers built per call and the
+// acknowledgement decoded by reflection. Both the chain appends and the
+// executor's step records go through it.
+type Publisher struct {
+	nc     *nats.Conn
+	stream string // the stream's name, as acknowledgements name it
+}
+
+// NewPublisher returns a Publisher for stream's subjects over nc.
+func NewPublisher(nc *nats.Conn, stream string) *Publisher {
+	return &Publisher{nc: nc, stream: stream}
+}
+
+// PubAck is what the stream acknowledged.
+type PubAck struct {
+	Seq       uint64 // the message's stream sequence
+	Duplicate bool   // the message id was stored before: Seq is that message's
+}
+
+// publishTimeout bounds a write whose context has no deadline, as the
+// generic client's default API timeout does.
+const publishTimeout = 5 * time.Second
+
+// Retries of a write nobody answered (a stream leader being elected), as
+// the generic client does.
+const (
+	publishRetryWait     = 250 * time.Millisecond
+	publishRetryAttempts = 2
+)
+
+// Publish writes data to subject if the subject's last stream sequence is
+// lastSeq, with msgID (none if empty) for deduplication. A refused write
+// fails with the stream's *jetstream.APIError (wrapped); nobody answering
+// with jetstream.ErrNoStreamResponse.
+func (p *Publisher) Publish(ctx context.Context, subject string, data []byte, msgID string, lastSeq uint64) (PubAck, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, publishTimeout)
+		defer cancel()
+	}
+	h := nats.Header{jetstream.ExpectedLastSubjSeqHeader: {strconv.FormatUint(lastSeq, 10)}}
+	if msgID != "" {
+		h[jetstream.MsgIDHeader] = []string{msgID}
+	}
+	m := &nats.Msg{Subject: subject, Data: data, Header: h}
+	resp, err := p.nc.RequestMsgWithContext(ctx, m)
+	for r := 0; errors.Is(err, nats.ErrNoResponders) && r < publishRetryAttempts; r++ {
+		t := time.NewTimer(publishRetryWait)
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+		resp, err = p.nc.RequestMsgWithContext(ctx, m)
+	}
+	if errors.Is(err, nats.ErrNoResponders) {
+		return PubAck{}, jetstream.ErrNoStreamResponse
+	}
+	if err != nil {
+		return PubAck{}, err
+	}
+	return p.ack(resp.Data)
+}
+
+// ack reads the stream's answer to a write: the sequence it was stored
+// at, or the error it reports.
+func (p *Publisher) ack(data []byte) (PubAck, error) {
+	// What the server sends for a stored write: {"stream":"<name>","seq":N}.
+	// Anything else (an error, a domain, a duplicate) is decoded in full.
+	if rest, ok := bytes.CutPrefix(data, []byte(`{"stream":"`)); ok {
+		if rest, ok = bytes.CutPrefix(rest, []byte(p.stream)); ok {
+			if rest, ok = bytes.CutPrefix(rest, []byte(`","seq":`)); ok {
+				if digits, ok := bytes.CutSuffix(rest, []byte("}")); ok {
+					if seq, err := strconv.ParseUint(string(digits), 10, 64); err == nil && seq > 0 {
+						return PubAck{Seq: seq}, nil
+					}
+				}
+			}
+		}
+	}
+	var a struct {
+		Error     *jetstream.APIError `json:"error"`
+		Stream    string              `json:"stream"`
+		Seq       uint64              `json:"seq"`
+		Duplicate bool                `json:"duplicate"`
+	}
+	if err := json.Unmarshal(data, &a); err != nil {
+		return PubAck{}, jetstream.ErrInvalidJSAck
+	}
+	switch {
+	case a.Error != nil:
+		return PubAck{}, fmt.Errorf("nats: %w", a.Error)
+	case a.Stream != p.stream || a.Seq == 0:
+		return PubAck{}, jetstream.ErrInvalidJSAck
+	}
+	return PubAck{Seq: a.Seq, Duplicate: a.Duplicate}, nil
+}
