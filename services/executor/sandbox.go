@@ -151,6 +151,9 @@ type osSandbox struct {
 	// there is none for this architecture.
 	seccomp *os.File
 	memory  int64 // effective RLIMIT_AS, 0: none
+	// readOnlyWorkspace mounts the workspace read-only: the program's
+	// effect class is read, and the sandbox keeps it to that.
+	readOnlyWorkspace bool
 
 	// err is why the sandbox cannot be used (found at setup): every call
 	// of a tool that needs it is refused with it.
@@ -293,8 +296,16 @@ func (s *osSandbox) argv(program string, args []string, dir string, env []string
 	for _, p := range s.cfg.Writable {
 		a = append(a, "--bind-try", p, p)
 	}
-	// The workspace last: nothing above may cover it.
-	a = append(a, "--bind", s.wsDir, s.wsDir)
+	// The workspace last: nothing above may cover it. A program whose
+	// effect class is read gets it read-only: whatever the program can be
+	// made to run (a configuration file the model wrote, read from the
+	// working directory) cannot change what a read was allowed to leave
+	// alone.
+	wsBind := "--bind"
+	if s.readOnlyWorkspace {
+		wsBind = "--ro-bind"
+	}
+	a = append(a, wsBind, s.wsDir, s.wsDir)
 	fd := s.firstFD
 	if s.seccomp != nil {
 		a = append(a, "--seccomp", strconv.Itoa(fd))

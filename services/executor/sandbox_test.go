@@ -499,3 +499,35 @@ func TestSandboxNestedProtectedReadOnly(t *testing.T) {
 		t.Fatalf("the depth bound is not what the documentation says: %v", err)
 	}
 }
+
+// TestSandboxReadProgramSeesReadOnlyWorkspace: a program whose effect
+// class is read reads the workspace and cannot change it, whatever it is
+// made to run (a model-written config it reads from its working
+// directory); its private /tmp stays writable. A program of another class
+// writes as before.
+func TestSandboxReadProgramSeesReadOnlyWorkspace(t *testing.T) {
+	requireSandbox(t)
+	sb := newSandbox(t)
+	must(t, os.WriteFile(filepath.Join(sb.ws, "keep.txt"), []byte("keep\n"), 0o644))
+	cfg, err := ParseToolsConfig("tools.yaml", []byte(`shell:
+  binaries:
+    - {name: sh, effect: read, any_flags: true}
+    - {name: shw, path: /bin/sh, effect: reversible, any_flags: true}
+`))
+	must(t, err)
+	s, err := New(Config{Workspace: sb.ws, Tools: cfg, MaxOutputBytes: 1 << 20}, nil, testLogger(t))
+	must(t, err)
+	t.Cleanup(func() { _ = s.Stop(context.Background()) })
+
+	res := resultAs[ShellResult](t, shell(t, s, "sh", "-c", "cat keep.txt; echo x > /tmp/t && cat /tmp/t; echo y > new.txt; rm -f keep.txt; mkdir d; ln -s /etc l"))
+	if res.Stdout != "keep\nx\n" || !strings.Contains(res.Stderr, "Read-only file system") {
+		t.Fatalf("read program: %+v", res)
+	}
+	if got := names(t, sb.ws); fmt.Sprint(got) != "[keep.txt]" {
+		t.Fatalf("a read program changed the workspace: %v", got)
+	}
+	res = resultAs[ShellResult](t, shell(t, s, "shw", "-c", "echo y > new.txt && cat new.txt"))
+	if res.Stdout != "y\n" {
+		t.Fatalf("reversible program: %+v", res)
+	}
+}

@@ -240,6 +240,8 @@ func (t *shellTool) Invoke(ctx context.Context, args map[string]any) (any, *xctv
 		// the workspace are mounted read-only over it.
 		sbx := t.sb.withProtected(t.ws.protected, 4) // fd 3 is the status pipe
 		defer sbx.closeExtra()
+		// The verdict allowed a read: the program gets to read.
+		sbx.readOnlyWorkspace = bin.Effect == EffectRead
 		sa := sbx.argv(bin.resolved, argv[1:], chdir, t.env)
 		cmd = osexec.CommandContext(ctx, sa[0], sa[1:]...) //nolint:gosec // prlimit and bwrap, resolved; the program allow-listed, argv checked above
 		cmd.Env = []string{}

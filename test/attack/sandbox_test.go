@@ -373,7 +373,7 @@ func TestAttacksAgainstTheShippedExample(t *testing.T) {
 
 	// A malicious config already in the workspace: the allowed git status
 	// runs its fsmonitor hook in the sandbox, where the outside file does
-	// not exist.
+	// not exist and the workspace is read-only (git's effect is read).
 	for _, d := range []string{".git/objects", ".git/refs/heads"} {
 		if err := os.MkdirAll(filepath.Join(c.workspace, d), 0o755); err != nil {
 			t.Fatal(err)
@@ -389,11 +389,11 @@ func TestAttacksAgainstTheShippedExample(t *testing.T) {
 	c.writeScript(t, "b.yaml", script(step("shell.exec", "{argv: [git, status]}")))
 	run = c.runToEnd(t, "alice", &xctv1.StartRunRequest{Goal: "g", Model: "scripted:b.yaml"})
 	res, _ := run.GetSteps()[0].GetResponse().GetSuccess().GetResult().AsInterface().(map[string]any)
-	if stderr, _ := res["stderr"].(string); !strings.Contains(stderr, "outside.txt: No such file or directory") {
+	if stderr, _ := res["stderr"].(string); !strings.Contains(stderr, "cannot create stolen.txt: Read-only file system") {
 		t.Fatalf("git status: %v", run.GetSteps()[0].GetResponse())
 	}
 	untouched(t, out)
-	if b, _ := os.ReadFile(filepath.Join(c.workspace, "stolen.txt")); strings.Contains(string(b), "secret") {
-		t.Fatal("the hook read the file outside the workspace")
+	if _, err := os.Stat(filepath.Join(c.workspace, "stolen.txt")); err == nil {
+		t.Fatal("the hook of a read program wrote into the workspace")
 	}
 }
