@@ -90,7 +90,7 @@ func TestFSDelete(t *testing.T) {
 			want: DeleteResult{Path: "hello.txt", Type: EntryFile, Entries: 1, Bytes: 6, Checksum: checksum([]byte("hello\n"))}, gone: []string{"hello.txt"}},
 		{name: "symlink, not its target", args: map[string]any{"path": "alias"},
 			want: DeleteResult{Path: "alias", Type: EntrySymlink, Entries: 1}, gone: []string{"alias"}, kept: []string{"hello.txt"}},
-		{name: "empty directory", args: map[string]any{"path": "emptydir/"},
+		{name: "empty directory", args: map[string]any{"path": "emptydir"},
 			want: DeleteResult{Path: "emptydir", Type: EntryDir, Entries: 1}, gone: []string{"emptydir"}},
 		{name: "tree", args: map[string]any{"path": "sub", "recursive": true},
 			want: DeleteResult{Path: "sub", Type: EntryDir, Entries: 4, Bytes: 6}, gone: []string{"sub"}, kept: []string{"hello.txt"}},

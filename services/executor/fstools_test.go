@@ -46,7 +46,9 @@ func TestFSRead(t *testing.T) {
 		wantData string // decoded content
 	}{
 		{name: "text", args: map[string]any{"path": "hello.txt"}, want: ReadResult{Path: "hello.txt", Encoding: EncodingUTF8, Size: 6}, wantData: "hello\n"},
-		{name: "cleaned path", args: map[string]any{"path": "./sub/../hello.txt"}, want: ReadResult{Path: "hello.txt", Encoding: EncodingUTF8, Size: 6}, wantData: "hello\n"},
+		// The policy judged the path as written: only its clean form is taken.
+		{name: "path not in clean form", args: map[string]any{"path": "./sub/../hello.txt"}, code: wire.CodeInvalidArgument},
+		{name: "trailing dot segment", args: map[string]any{"path": "hello.txt/."}, code: wire.CodeInvalidArgument},
 		{name: "nested", args: map[string]any{"path": "sub/dir/n.txt"}, want: ReadResult{Path: "sub/dir/n.txt", Encoding: EncodingUTF8, Size: 6}, wantData: "nested"},
 		{name: "binary is base64", args: map[string]any{"path": "bin.dat"}, want: ReadResult{Path: "bin.dat", Encoding: EncodingBase64, Size: 3}, wantData: "\xff\x00\x01"},
 		{name: "empty file", args: map[string]any{"path": "empty"}, want: ReadResult{Path: "empty", Encoding: EncodingUTF8}},
@@ -247,7 +249,8 @@ func TestFSList(t *testing.T) {
 	}{
 		{name: "default is the workspace", args: map[string]any{}, want: ListResult{Path: ".", Entries: root, Total: len(root)}},
 		{name: "dot", args: map[string]any{"path": "."}, want: ListResult{Path: ".", Entries: root, Total: len(root)}},
-		{name: "subdirectory", args: map[string]any{"path": "sub/"}, want: ListResult{Path: "sub", Entries: []ListEntry{{Name: "dir", Type: EntryDir}}, Total: 1}},
+		{name: "subdirectory", args: map[string]any{"path": "sub"}, want: ListResult{Path: "sub", Entries: []ListEntry{{Name: "dir", Type: EntryDir}}, Total: 1}},
+		{name: "trailing slash", args: map[string]any{"path": "sub/"}, code: wire.CodeInvalidArgument},
 		{name: "nested", args: map[string]any{"path": "sub/dir"}, want: ListResult{Path: "sub/dir", Entries: []ListEntry{{Name: "n.txt", Type: EntryFile, Size: 6}}, Total: 1}},
 		{name: "empty directory", args: map[string]any{"path": "emptydir"}, want: ListResult{Path: "emptydir", Entries: []ListEntry{}}},
 		{name: "file", args: map[string]any{"path": "hello.txt"}, code: wire.CodeInvalidArgument},

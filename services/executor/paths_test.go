@@ -108,22 +108,27 @@ func TestClean(t *testing.T) {
 	ws, err := openWorkspace(t.TempDir())
 	must(t, err)
 	defer func() { _ = ws.close() }()
-	for in, want := range map[string]string{
-		"a":           "a",
-		"./a":         "a",
-		"a/./b":       "a/b",
-		"a//b":        "a/b",
-		"a/b/../c":    "a/c",
-		"a/..":        ".",
-		".":           ".",
-		"..a/b":       "..a/b",
-		"a/...":       "a/...",
-		"dir/":        "dir",
-		"a/../b/../c": "c",
-	} {
+	for _, in := range []string{"a", ".", "..a/b", "a/...", "a/b.c", ".a"} {
 		got, e := ws.clean(in)
-		if e != nil || got != want {
-			t.Errorf("clean(%q) = %q, %v; want %q", in, got, e, want)
+		if e != nil || got != in {
+			t.Errorf("clean(%q) = %q, %v", in, got, e)
+		}
+	}
+	// A path the policy would read differently from the tool is refused,
+	// naming its clean form.
+	for in, want := range map[string]string{
+		"./a":          "a",
+		"a/./b":        "a/b",
+		"a//b":         "a/b",
+		"a/b/../c":     "a/c",
+		"a/..":         ".",
+		"dir/":         "dir",
+		"a/../b/../c":  "c",
+		"deploy.key/.": "deploy.key",
+	} {
+		_, e := ws.clean(in)
+		if e.GetCode() != string(wire.CodeInvalidArgument) || e.GetDetails().AsMap()["clean"] != want {
+			t.Errorf("clean(%q): %v, want INVALID_ARGUMENT naming %q", in, e, want)
 		}
 	}
 }

@@ -68,7 +68,16 @@ func (w *workspace) clean(p string) (string, *xctv1.Error) {
 	case !filepath.IsLocal(p):
 		return "", pathErr(wire.CodePermissionDenied, p, "path %q is outside the workspace", p)
 	}
-	return filepath.Clean(p), nil
+	// The policy judged the path as written: the tool acts on exactly
+	// that path, or on none. "deploy.key/." would otherwise be read as
+	// deploy.key past a rule on names ending in ".key", "./config/x" be
+	// changed past a rule on "^config/".
+	if c := filepath.Clean(p); c != p {
+		return "", wire.WithDetails(wire.Errorf(wire.CodeInvalidArgument,
+			"path %q is not in clean form: write it as %q (no \".\" or \"..\" segments, no repeated or trailing \"/\")", p, c),
+			map[string]any{"path": p, "clean": c})
+	}
+	return p, nil
 }
 
 // cleanFile is clean for a path that must name a file, not a directory.

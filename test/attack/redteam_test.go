@@ -109,3 +109,40 @@ func attackBareRepo(t *testing.T, tools bindOption, runs bool) {
 		t.Errorf("the command ran but did not meet a read-only workspace: %s", res)
 	}
 }
+
+// The policy judged one path and the tool acted on another: the shipped
+// read-only policy denies fs tools on paths ending in ".key" or ".pem",
+// and fs.read cleaned "deploy.key/." to "deploy.key" and read it. Any
+// rule on a path string had the same hole ("./x", "a//b", "x/", "a/../b"
+// for a prefix or suffix match). Now the fs tools (and shell.exec's cwd)
+// take a path only in its clean form, the form the policy saw.
+func TestAttackPolicySeesAnotherPath(t *testing.T) {
+	policy, err := os.ReadFile(filepath.Join("..", "..", "examples", "policies", "read-only.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := startBindCluster(t, withTools(t, "", string(policy)))
+	for _, f := range []string{"deploy.key", "tls.pem"} {
+		if err := os.WriteFile(filepath.Join(c.workspace, f), []byte("SECRET-KEY-MATERIAL\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.writeScript(t, "a.yaml", script(
+		step("fs.read", `{path: deploy.key}`), // the policy's own case
+		step("fs.read", `{path: deploy.key/.}`),
+		step("fs.read", `{path: tls.pem//.}`),
+		step("fs.read", `{path: ./tls.pem/}`),
+		step("fs.list", `{path: .}`), // a clean path still works
+	))
+	run := c.runToEnd(t, "alice", &xctv1.StartRunRequest{Goal: "g", Model: "scripted:a.yaml"})
+	got := stepErrors(run)
+	want := []string{"POLICY_DENIED", "INVALID_ARGUMENT", "INVALID_ARGUMENT", "INVALID_ARGUMENT", ""}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("steps %v, want %v", got, want)
+	}
+	for i, s := range run.GetSteps() {
+		if strings.Contains(fmt.Sprint(s.GetResponse()), "SECRET-KEY-MATERIAL") {
+			t.Errorf("step %d read the key: %v", i+1, s.GetResponse())
+		}
+	}
+}
