@@ -2,6 +2,7 @@ package lctl
 
 import (
 	"encoding/json"
+	"errors"
 	"math"
 	"slices"
 )
@@ -85,6 +86,11 @@ type State struct {
 	// of EventTypes (DeferTypeCounts), until FlushTypeCounts.
 	deferTypes bool
 	typeCounts [numKnownTypes]int
+	// countCalls counts tool calls in calls instead of listing them
+	// (CountToolCalls); factsOnly folds only facts (FactsOnly).
+	countCalls bool
+	calls      int
+	factsOnly  bool
 	// hc is what HashV1 wrote before (CacheHashes, state_canonical.go)
 	// and what Hash keeps up to date (state_hash2.go). Copies of a State
 	// (Clone, snapshots) start without it.
@@ -536,6 +542,28 @@ func (s *State) FlushTypeCounts() {
 	s.deferTypes = false
 }
 
+// CountToolCalls makes Apply count tool calls (ToolCallCount) instead of
+// listing them in ToolCalls, which stays as it is: for a summary of a
+// chain too long to hold every call (lctl stats, text replay on a
+// stream). Such a state is not hashed (its hash covers the list): Hash
+// and HashV1 refuse it.
+func (s *State) CountToolCalls() { s.countCalls = true }
+
+// ToolCallCount is how many tool calls the state has applied: those in
+// ToolCalls and those CountToolCalls counted.
+func (s *State) ToolCallCount() int { return len(s.ToolCalls) + s.calls }
+
+// FactsOnly makes Apply fold only facts (their text, confidence, source
+// and tags, without their History) besides Seq, EventCount,
+// LastTimestamp and EventTypes: for checking a chain's fact snapshots
+// (lctl verify on a stream). Such a state is not hashed: Hash and HashV1
+// refuse it.
+func (s *State) FactsOnly() { s.factsOnly = true }
+
+// errPartialState is what hashing a state that does not keep everything
+// says.
+var errPartialState = errors.New("the state counts tool calls or keeps only facts (CountToolCalls, FactsOnly): it has no hash")
+
 // Apply folds one event into the state. It never fails and never panics: a
 // field of the wrong type (or a number out of range) is ignored as if it were
 // absent, and the rest of the event still applies. What each type does:
@@ -603,6 +631,12 @@ func (s *State) apply(e *Event, countType bool) {
 		}
 	case countType || k < 0:
 		s.EventTypes[e.Type]++
+	}
+	if s.factsOnly {
+		if k == kFactAdded || k == kFactModified {
+			s.applyFact(e)
+		}
+		return
 	}
 	switch k {
 	case kStepStart:
@@ -777,6 +811,9 @@ func (s *State) applyFact(e *Event) {
 	if _, ok := e.Lookup("tags"); ok {
 		f.Tags = stringList(e.Get("tags"))
 	}
+	if s.factsOnly {
+		return
+	}
 	change := FactChange{Seq: e.Seq, Agent: e.Agent, Text: f.Text, Reason: estr(e, "reason")}
 	if f.Confidence != nil {
 		c := *f.Confidence
@@ -786,6 +823,15 @@ func (s *State) applyFact(e *Event) {
 }
 
 func (s *State) applyToolCall(e *Event) {
+	if s.countCalls {
+		s.calls++
+		if st := s.stepFor(e); st != nil {
+			if v := estr(e, "status"); v != "" {
+				st.Status = v
+			}
+		}
+		return
+	}
 	tc := ToolCall{
 		Seq:    e.Seq,
 		Agent:  e.Agent,
@@ -878,8 +924,11 @@ func (s *State) applyRunFinished(e *Event) {
 // stepFor returns the latest attempt of the step the event names, creating
 // an entry when the chain starts mid-step; nil when the event names none.
 func (s *State) stepFor(e *Event) *Step {
+	if s.noSteps {
+		return nil
+	}
 	n, ok := ecount(e, "step")
-	if !ok || s.noSteps {
+	if !ok {
 		return nil
 	}
 	i, ok := s.idx.get(n)

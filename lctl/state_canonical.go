@@ -17,6 +17,9 @@ import (
 // so it costs time in the state's size (the chain's length) however it is
 // kept: verify checks it on old chains; new checkpoints carry Hash's form.
 func (s *State) HashV1() (string, error) {
+	if s.countCalls || s.factsOnly {
+		return "", fmt.Errorf("hash state: %w", errPartialState)
+	}
 	h := sha256.New()
 	w := canonWriter{h: h, hc: s.hc}
 	w.buf.Grow(64 << 10)

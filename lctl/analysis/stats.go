@@ -179,6 +179,7 @@ type StatsBuilder struct {
 func NewStatsBuilder(chainID string, prices *Prices) *StatsBuilder {
 	s := lctl.NewSummaryState(chainID)
 	s.DeferTypeCounts() // EventTypes is read in Stats
+	s.CountToolCalls()  // only their number is
 	return &StatsBuilder{chainID: chainID, prices: prices, state: s, steps: newStepTimer(), cost: newTokenPricer(prices)}
 }
 
@@ -217,7 +218,7 @@ func (b *StatsBuilder) Stats() *Stats {
 		ErrorsByType: map[string]int{},
 		Facts:        len(s.Facts),
 		Steps:        s.EventTypes[lctl.TypeStepStart],
-		ToolCalls:    len(s.ToolCalls),
+		ToolCalls:    s.ToolCallCount(),
 		EventTypes:   s.EventTypes,
 		UnknownTypes: unknownTypes(s),
 		Unpriced:     []string{},

@@ -48,7 +48,9 @@ func NewStreamVerifier(chainID string) *StreamVerifier {
 // event with NewStreamVerifier. On a chain without state hashes it reports
 // what NewStreamVerifier's would, for less.
 func NewStreamVerifierSummary(chainID string) *StreamVerifier {
-	return &StreamVerifier{chainID: chainID, state: lctl.NewSummaryState(chainID), started: -1, finished: -1, summary: true}
+	s := lctl.NewSummaryState(chainID)
+	s.FactsOnly() // what a fact snapshot is checked against
+	return &StreamVerifier{chainID: chainID, state: s, started: -1, finished: -1, summary: true}
 }
 
 // Add takes the next event, with the hash of its content (ComputeHash and

@@ -49,7 +49,7 @@ type stateSummary struct {
 func summarize(s *lctl.State, events []lctl.Event) stateSummary {
 	sum := stateSummary{
 		Seq: s.Seq, Events: s.EventCount, Facts: len(s.Facts), CurrentStep: s.CurrentStep,
-		Agents: s.Agents, Errors: len(s.Errors), ToolCalls: len(s.ToolCalls), Tokens: s.Tokens,
+		Agents: s.Agents, Errors: len(s.Errors), ToolCalls: s.ToolCallCount(), Tokens: s.Tokens,
 		LastCheckpointSeq: s.LastCheckpointSeq, UnknownTypes: map[string]int{},
 	}
 	if sum.Agents == nil {

@@ -31,6 +31,7 @@ func (c *cmdContext) replayStream(o operand, toSeq uint64, showEvents, withHash 
 			s = lctl.NewState(id)
 		} else {
 			s = lctl.NewSummaryState(id)
+			s.CountToolCalls() // the text gives their number
 		}
 		s.DeferTypeCounts() // flushed when the stream ends
 	}, func(e *lctl.StreamEvent) error {

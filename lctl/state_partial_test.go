@@ -1,0 +1,77 @@
+package lctl_test
+
+import (
+	"encoding/json"
+	"reflect"
+	"testing"
+
+	"github.com/xct-dev/xct/lctl"
+	"github.com/xct-dev/xct/lctl/lctltest"
+)
+
+// TestCountToolCalls: a state that counts tool calls is the full state
+// with an empty ToolCalls and their number in ToolCallCount (the steps,
+// kept or not, get the calls' status as before), and refuses to be hashed.
+func TestCountToolCalls(t *testing.T) {
+	events := append(lctltest.Workflow("w", 5_000, lctltest.WorkflowOptions{}), lctltest.Chain("c", 2_000, lctltest.Options{})...)
+	for _, summary := range []bool{false, true} {
+		full, counted := lctl.NewState("w"), lctl.NewState("w")
+		if summary {
+			full, counted = lctl.NewSummaryState("w"), lctl.NewSummaryState("w")
+		}
+		counted.CountToolCalls()
+		for i := range events {
+			full.Apply(&events[i])
+			counted.Apply(&events[i])
+		}
+		if len(full.ToolCalls) < 1000 || counted.ToolCallCount() != len(full.ToolCalls) || full.ToolCallCount() != len(full.ToolCalls) || len(counted.ToolCalls) != 0 {
+			t.Fatalf("summary %v: %d tool calls listed, counted %d (listed %d)", summary, len(full.ToolCalls), counted.ToolCallCount(), len(counted.ToolCalls))
+		}
+		want, got := *full, *counted
+		want.ToolCalls, got.ToolCalls = nil, nil
+		wj, err1 := json.Marshal(&want)
+		gj, err2 := json.Marshal(&got)
+		if err1 != nil || err2 != nil || string(wj) != string(gj) {
+			t.Fatalf("summary %v: a state counting tool calls differs beyond them", summary)
+		}
+		if _, err := counted.Hash(); err == nil {
+			t.Fatal("a state counting tool calls was hashed")
+		}
+		if _, err := counted.HashV1(); err == nil {
+			t.Fatal("a state counting tool calls was hashed (version 1)")
+		}
+	}
+}
+
+// TestFactsOnly: a state that keeps only facts has the full state's facts
+// (text, confidence, source, tags), seq, counts and event types, no
+// history, nothing else, and refuses to be hashed.
+func TestFactsOnly(t *testing.T) {
+	events := append(lctltest.Workflow("w", 5_000, lctltest.WorkflowOptions{}), lctltest.Chain("c", 2_000, lctltest.Options{})...)
+	full, facts := lctl.NewState("w"), lctl.NewSummaryState("w")
+	facts.FactsOnly()
+	for i := range events {
+		full.Apply(&events[i])
+		facts.Apply(&events[i])
+	}
+	if len(full.Facts) < 10 || len(facts.Facts) != len(full.Facts) {
+		t.Fatalf("%d facts kept, %d in the full state", len(facts.Facts), len(full.Facts))
+	}
+	for id, f := range full.Facts {
+		g := facts.Facts[id]
+		if g == nil || g.Text != f.Text || !reflect.DeepEqual(g.Confidence, f.Confidence) || g.Source != f.Source ||
+			!reflect.DeepEqual(g.Tags, f.Tags) || len(g.History) != 0 {
+			t.Fatalf("fact %s: %+v, full %+v", id, g, f)
+		}
+	}
+	if facts.Seq != full.Seq || facts.EventCount != full.EventCount || facts.LastTimestamp != full.LastTimestamp ||
+		!reflect.DeepEqual(facts.EventTypes, full.EventTypes) {
+		t.Fatalf("seq %d/%d, events %d/%d, types %v/%v", facts.Seq, full.Seq, facts.EventCount, full.EventCount, facts.EventTypes, full.EventTypes)
+	}
+	if facts.ToolCallCount() != 0 || len(facts.Agents) != 0 || facts.Tokens != (lctl.Tokens{}) || facts.CurrentStep != nil {
+		t.Fatal("a state keeping only facts folded more than facts")
+	}
+	if _, err := facts.Hash(); err == nil {
+		t.Fatal("a state keeping only facts was hashed")
+	}
+}
