@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -15,6 +16,7 @@ import (
 	"github.com/xct-dev/xct/internal/crew"
 	"github.com/xct-dev/xct/internal/eventlog"
 	"github.com/xct-dev/xct/lctl"
+	"github.com/xct-dev/xct/lctl/otlp"
 	"github.com/xct-dev/xct/lctl/xctevent"
 )
 
@@ -45,6 +47,11 @@ func (s *Service) startRun(ctx context.Context, req *xctv1.StartRunRequest) (*ru
 		id = newRunID()
 	} else if err := lctl.ValidateChainID(id); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
+	} else if strings.HasPrefix(id, otlp.ChainPrefix) {
+		// The tracer writes the chains of OTLP traces under that prefix,
+		// resuming whatever chain has the id: a run there would share its
+		// chain with spans anyone who may export traces sends.
+		return nil, status.Errorf(codes.InvalidArgument, "run id %q: ids starting with %q are the chains of ingested OpenTelemetry traces", id, otlp.ChainPrefix)
 	}
 	// The run's principal is the authenticated caller; its roles go on
 	// the chain, so the validator's policies see them (run.roles).

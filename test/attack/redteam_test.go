@@ -12,7 +12,15 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+
+	lctlv1 "github.com/xct-dev/xct/gen/lctl/v1"
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/app"
+	"github.com/xct-dev/xct/internal/testutil"
+	"github.com/xct-dev/xct/lctl/otlp"
 )
 
 // Session 6 (red team): attacks that combine allowed actions, each first
@@ -143,6 +151,60 @@ func TestAttackPolicySeesAnotherPath(t *testing.T) {
 	for i, s := range run.GetSteps() {
 		if strings.Contains(fmt.Sprint(s.GetResponse()), "SECRET-KEY-MATERIAL") {
 			t.Errorf("step %d read the key: %v", i+1, s.GetResponse())
+		}
+	}
+}
+
+// A submitter wrote into a run's chain through the tracer: run ids are
+// the caller's to choose, and the tracer appends an OTLP trace's spans to
+// the chain "otel-<trace id>", resuming whatever chain has that id. A run
+// started as "otel-<hex>" and spans exported with that trace id put
+// events no service of the run wrote (a step, a tool call: whatever the
+// spans say) on the run's chain, its audit record, and made the
+// orchestrator a second writer of it. Now the otel- ids are the tracer's:
+// StartRun refuses them.
+func TestAttackOTLPWritesIntoARun(t *testing.T) {
+	c := startBindCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	traceID := []byte{0x5e, 0xc0, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e}
+	runID := otlp.ChainID(traceID)
+	c.writeScript(t, "a.yaml", "steps:\n  - done: true\n    message: finished\n")
+	run, err := c.orchestratorAs(t, "alice").StartRun(ctx, &xctv1.StartRunRequest{RunId: runID, Goal: "g", Model: "scripted:a.yaml"})
+	if status.Code(err) != codes.InvalidArgument {
+		t.Errorf("StartRun %s: %v %v, want INVALID_ARGUMENT", runID, run.GetRun().GetStatus(), err)
+	}
+	// The same caller's spans for that trace.
+	now := uint64(time.Now().UnixNano())
+	spans := &coltracepb.ExportTraceServiceRequest{ResourceSpans: []*tracepb.ResourceSpans{{ScopeSpans: []*tracepb.ScopeSpans{{Spans: []*tracepb.Span{{
+		TraceId: traceID, SpanId: []byte{1, 2, 3, 4, 5, 6, 7, 8}, Name: "execute_tool fs.write",
+		StartTimeUnixNano: now, EndTimeUnixNano: now + 1000,
+		Attributes: []*commonpb.KeyValue{
+			{Key: "gen_ai.operation.name", Value: &commonpb.AnyValue{Value: &commonpb.AnyValue_StringValue{StringValue: "execute_tool"}}},
+			{Key: "gen_ai.tool.name", Value: &commonpb.AnyValue{Value: &commonpb.AnyValue_StringValue{StringValue: "fs.write"}}},
+		},
+	}}}}}}}
+	if _, err := coltracepb.NewTraceServiceClient(c.creds.Dial(t, c.app.Addr(app.TargetTracer), "alice")).Export(ctx, spans); err != nil {
+		t.Fatal(err)
+	}
+	tracer := lctlv1.NewTracerServiceClient(c.creds.Dial(t, c.app.Addr(app.TargetTracer), "alice"))
+	var events []*lctlv1.Event
+	testutil.Eventually(t, 20*time.Second, func() error {
+		resp, err := tracer.GetChain(ctx, &lctlv1.GetChainRequest{ChainId: runID})
+		if err != nil {
+			return err
+		}
+		events = resp.GetEvents()
+		for _, e := range events {
+			if _, ok := e.GetData().AsMap()["otel"]; ok {
+				return nil // the spans arrived
+			}
+		}
+		return fmt.Errorf("the spans are not on %s yet (%d events)", runID, len(events))
+	})
+	for _, e := range events {
+		if e.GetType() == "run_started" {
+			t.Fatalf("the spans were written into the run's chain: %d events, the first %s", len(events), events[0].GetType())
 		}
 	}
 }
