@@ -102,6 +102,9 @@ func (t *fsDelete) Invoke(ctx context.Context, args map[string]any) (any, *xctv1
 	if e := t.ws.checkProtected(p, name); e != nil {
 		return nil, e
 	}
+	if e := t.ws.direct(p, name, false); e != nil {
+		return nil, e
+	}
 	if ctx.Err() != nil {
 		return nil, errNotCommitted()
 	}
@@ -362,6 +365,11 @@ func (t *fsMove) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.E
 	}
 	for _, c := range []struct{ p, name string }{{pf, from}, {pt, to}} {
 		if e := t.ws.checkProtected(c.p, c.name); e != nil {
+			return nil, e
+		}
+	}
+	for _, c := range []struct{ p, name string }{{pf, from}, {pt, to}} {
+		if e := t.ws.direct(c.p, c.name, false); e != nil {
 			return nil, e
 		}
 	}

@@ -142,6 +142,9 @@ func (t *fsRead) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.E
 	if e != nil {
 		return nil, e
 	}
+	if e := t.ws.direct(p, name, true); e != nil {
+		return nil, e
+	}
 	if ctx.Err() != nil {
 		return nil, errNotCommitted()
 	}
@@ -235,6 +238,9 @@ func (t *fsWrite) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.
 		return nil, e
 	}
 	if e := t.ws.checkProtected(p, name); e != nil {
+		return nil, e
+	}
+	if e := t.ws.direct(p, name, false); e != nil {
 		return nil, e
 	}
 	if ctx.Err() != nil {
@@ -421,6 +427,9 @@ func (t *fsList) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.E
 	}
 	name, e := t.ws.clean(p)
 	if e != nil {
+		return nil, e
+	}
+	if e := t.ws.direct(p, name, true); e != nil {
 		return nil, e
 	}
 	if ctx.Err() != nil {

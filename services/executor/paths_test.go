@@ -132,3 +132,41 @@ func TestClean(t *testing.T) {
 		}
 	}
 }
+
+// TestDirect: a path through a symbolic link inside the workspace is
+// refused by every tool that takes one, naming where it leads; the link
+// itself is what fs.delete and fs.move act on.
+func TestDirect(t *testing.T) {
+	sb := newSandbox(t)
+	must(t, os.MkdirAll(filepath.Join(sb.ws, "config", "sub"), 0o755))
+	must(t, os.WriteFile(filepath.Join(sb.ws, "config", "app.yaml"), []byte("a\n"), 0o644))
+	must(t, os.Symlink("config", filepath.Join(sb.ws, "settings")))
+	s := newService(t, sb.ws)
+	for _, c := range []struct {
+		tool string
+		args map[string]any
+		real string
+	}{
+		{"fs.read", map[string]any{"path": "settings/app.yaml"}, "config/app.yaml"},
+		{"fs.list", map[string]any{"path": "settings"}, "config"},
+		{"fs.list", map[string]any{"path": "settings/sub"}, "config/sub"},
+		{"fs.write", map[string]any{"path": "settings/new.txt", "content": "x"}, "config/new.txt"},
+		{"fs.delete", map[string]any{"path": "settings/app.yaml"}, "config/app.yaml"},
+		{"fs.move", map[string]any{"from": "settings/app.yaml", "to": "x.yaml"}, "config/app.yaml"},
+	} {
+		r := exec(t, s, c.tool, c.args)
+		if codeOf(r) != string(wire.CodeInvalidArgument) || r.GetError().GetDetails().AsMap()["real"] != c.real {
+			t.Errorf("%s %v: %v, want INVALID_ARGUMENT naming %s", c.tool, c.args, r, c.real)
+		}
+	}
+	// The link itself.
+	if r := exec(t, s, "fs.move", map[string]any{"from": "settings", "to": "settings2"}); codeOf(r) != "" {
+		t.Fatalf("moving the link: %v", r)
+	}
+	if r := exec(t, s, "fs.delete", map[string]any{"path": "settings2"}); codeOf(r) != "" {
+		t.Fatalf("deleting the link: %v", r)
+	}
+	if b, err := os.ReadFile(filepath.Join(sb.ws, "config", "app.yaml")); err != nil || string(b) != "a\n" {
+		t.Fatalf("config/app.yaml: %q %v", b, err)
+	}
+}

@@ -32,6 +32,9 @@ func (t *fsWrite) Preview(_ context.Context, args map[string]any) (*xctv1.Previe
 	if e != nil {
 		return nil, e
 	}
+	if e := t.ws.direct(p, name, false); e != nil {
+		return nil, e
+	}
 	oldName, old := "a/"+name, ""
 	cur, err := readFile(t.ws.root, name, t.maxBytes)
 	switch {

@@ -205,6 +205,9 @@ func (t *shellTool) Invoke(ctx context.Context, args map[string]any) (any, *xctv
 	if e != nil {
 		return nil, e
 	}
+	if e := t.ws.direct(cwd, dirName, true); e != nil {
+		return nil, e
+	}
 	// Path operands are relative to the working directory.
 	if e := t.checkArgs(bin, argv[1:], dirName); e != nil {
 		return nil, e

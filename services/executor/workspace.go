@@ -92,6 +92,45 @@ func (w *workspace) cleanFile(p string) (string, *xctv1.Error) {
 	return c, nil
 }
 
+// direct refuses a path (clean, relative; p as given) that goes through
+// a symbolic link inside the workspace: the policy judged the path as
+// written, and through a link the tool would act on another one (a link
+// settings -> config makes settings/app.yaml config/app.yaml, past a rule
+// on config/). The refusal names the path the link leads to, so the
+// model can propose that one, and the policy judge it. followLast says
+// that the tool follows a link at the path's end (fs.read, fs.list, a
+// working directory); the tools that act on a link itself (fs.delete,
+// fs.move) or refuse one (fs.write) check the parents only. A link that
+// leads out of the workspace is left to os.Root, which refuses it.
+//
+// The check runs before the tool opens the path: a link swapped in
+// between by another writer of the workspace (a program of a concurrent
+// run) is not seen; os.Root still keeps the tool inside the workspace.
+func (w *workspace) direct(p, name string, followLast bool) *xctv1.Error {
+	if name == "." {
+		return nil
+	}
+	var real string
+	var ok bool
+	if followLast {
+		real, ok = w.resolve(name)
+	} else {
+		parent := filepath.Dir(name)
+		if parent == "." {
+			return nil
+		}
+		if real, ok = w.resolve(parent); ok {
+			real = filepath.Join(real, filepath.Base(name))
+		}
+	}
+	if !ok || real == name {
+		return nil
+	}
+	return wire.WithDetails(wire.Errorf(wire.CodeInvalidArgument,
+		"%q goes through a symbolic link: it is %q; name that path (the policy judges the path as written)", p, filepath.ToSlash(real)),
+		map[string]any{"path": p, "real": filepath.ToSlash(real)})
+}
+
 // fail turns a file system error on path p into an error signal. p is the
 // path as the caller gave it; messages never show the host's directories.
 func (w *workspace) fail(p string, err error) *xctv1.Error {

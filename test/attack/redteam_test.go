@@ -208,3 +208,66 @@ func TestAttackOTLPWritesIntoARun(t *testing.T) {
 		}
 	}
 }
+
+// The policy judged one path and the tool changed another through a
+// symbolic link: the shipped config-approval policy sends changes under
+// config/ to a human, and a link settings -> config in the workspace (a
+// repository's own, or one a writing program made) let fs.write
+// settings/app.yaml change config/app.yaml with no approval; the same
+// link in front of a key let fs.read past the read-only policy's rule.
+// Now the fs tools refuse a path that goes through a link, naming the
+// path it leads to, which the policy then judges.
+func TestAttackPolicySeesTheLinkNotItsTarget(t *testing.T) {
+	t.Run("config-approval", func(t *testing.T) {
+		c := startBindCluster(t, withTools(t, "", shippedPolicy(t, "config-approval.yaml")))
+		app := filepath.Join(c.workspace, "config", "app.yaml")
+		if err := os.MkdirAll(filepath.Dir(app), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(app, []byte("mode: safe\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink("config", filepath.Join(c.workspace, "settings")); err != nil {
+			t.Fatal(err)
+		}
+		c.writeScript(t, "a.yaml", script(
+			step("fs.write", `{path: settings/app.yaml, content: "mode: pwned\n"}`),
+			step("fs.delete", `{path: settings/app.yaml}`),
+			step("fs.move", `{from: settings/app.yaml, to: app.yaml}`),
+			step("fs.move", `{from: app.yaml, to: settings/new.yaml}`),
+		))
+		run := c.runToEnd(t, "alice", &xctv1.StartRunRequest{Goal: "g", Model: "scripted:a.yaml"})
+		if got := stepErrors(run); fmt.Sprint(got) != "[INVALID_ARGUMENT INVALID_ARGUMENT INVALID_ARGUMENT INVALID_ARGUMENT]" {
+			t.Errorf("steps %v", got)
+		}
+		if b, err := os.ReadFile(app); err != nil || string(b) != "mode: safe\n" {
+			t.Errorf("config/app.yaml changed without approval: %q %v", b, err)
+		}
+		if e := run.GetSteps()[0].GetResponse().GetError(); e.GetDetails().AsMap()["real"] != "config/app.yaml" {
+			t.Errorf("the refusal does not name the real path: %v", e)
+		}
+	})
+	t.Run("read-only", func(t *testing.T) {
+		c := startBindCluster(t, withTools(t, "", shippedPolicy(t, "read-only.yaml")))
+		if err := os.WriteFile(filepath.Join(c.workspace, "deploy.key"), []byte("SECRET-KEY-MATERIAL\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink("deploy.key", filepath.Join(c.workspace, "notes.txt")); err != nil {
+			t.Fatal(err)
+		}
+		c.writeScript(t, "a.yaml", script(step("fs.read", `{path: notes.txt}`)))
+		run := c.runToEnd(t, "alice", &xctv1.StartRunRequest{Goal: "g", Model: "scripted:a.yaml"})
+		if got := stepErrors(run); fmt.Sprint(got) != "[INVALID_ARGUMENT]" || strings.Contains(fmt.Sprint(run.GetSteps()[0].GetResponse()), "SECRET-KEY") {
+			t.Errorf("steps %v: %v", got, run.GetSteps()[0].GetResponse())
+		}
+	})
+}
+
+func shippedPolicy(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "examples", "policies", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
