@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"unicode"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/wire"
@@ -59,9 +60,12 @@ func newProtectedPaths(extra []string) *protectedPaths {
 }
 
 // foldName is a name as a case-insensitive, Windows-tolerant file system
-// could see it.
+// could see it. Each letter is folded through its upper case, so the
+// letters Unicode folds onto ASCII ones (the long s onto s, the Kelvin
+// sign onto k) match the ASCII names, as a case-folding file system
+// (ext4's casefold) would have them.
 func foldName(n string) string {
-	return strings.ToLower(strings.TrimRight(n, ". "))
+	return strings.Map(func(r rune) rune { return unicode.ToLower(unicode.ToUpper(r)) }, strings.TrimRight(n, ". "))
 }
 
 // match returns the protected name that covers the workspace path name

@@ -168,6 +168,9 @@ func TestProtectedMatch(t *testing.T) {
 		".git": ".git/", ".git/config": ".git/", "a/.Git/hooks/x": ".git/", ".git.": ".git/", `a\.git\config`: ".git/",
 		".npmrc": ".npmrc", "a/b/.npmrc": ".npmrc", ".npmrc::$DATA": ".npmrc", "secrets/x": "secrets/", "SECRETS": "secrets/",
 		"a.txt": "", ".gitignore": "", "git/config": "", ".npmrc/x": "", "x.git/y": "",
+		// Unicode case folding, as a case-folding file system (ext4's
+		// casefold) does it: the long s is an s, the Kelvin sign a k.
+		".ſsh/id_rsa": ".ssh/", ".SSſ/x": "", "a/.gitattributeſ": ".gitattributes", ".huſKy/x": ".husky/",
 	} {
 		if got := p.match(name); got != want {
 			t.Errorf("match(%q) = %q, want %q", name, got, want)
