@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
+	"hash"
 	"math"
 	"math/bits"
 	"strconv"
@@ -81,6 +82,8 @@ type fastParser struct {
 	// event being read starts in it.
 	arena    []byte
 	rawStart int
+	// sha is computedHash's digest, reused.
+	sha hash.Hash
 }
 
 func newFastParser() *fastParser {
@@ -212,7 +215,9 @@ func (p *fastParser) fastEventInto(e *Event, raw []byte) error {
 				p.i = start
 			}
 		}
-		if dst != nil && bit == 4 && p.arena != nil {
+		if dst != nil && bit&(4|64) != 0 && p.arena != nil {
+			// The timestamp, and the hash when kept (verify): in the
+			// batch's arena, not an allocation each.
 			if s, ok := p.arenaString(); ok {
 				*dst, dst = s, nil
 			}
@@ -1228,11 +1233,17 @@ func scanNumber(b []byte, i int) (float64, bool, int, bool) {
 // values it encodes.
 func (p *fastParser) computedHash(e *Event) (string, error) {
 	if p.hashFrom > 0 && e.Hash != "" && len(e.Hash) == 64 && p.b[0] == '{' {
-		h := sha256.New()
+		if p.sha == nil {
+			p.sha = sha256.New()
+		}
+		h := p.sha
+		h.Reset()
 		h.Write(p.b[:p.hashFrom])
 		h.Write(p.b[p.hashTo:])
 		var sum [sha256.Size]byte
-		if hex.EncodeToString(h.Sum(sum[:0])) == e.Hash {
+		var text [2 * sha256.Size]byte
+		hex.Encode(text[:], h.Sum(sum[:0]))
+		if string(text[:]) == e.Hash {
 			return e.Hash, nil
 		}
 	}
