@@ -34,6 +34,14 @@ func Line(e *lctl.Event) string {
 // AppendLine appends Line(e) to dst: replay prints a million lines without
 // a string for each.
 func AppendLine(dst []byte, e *lctl.Event) []byte {
+	if out, ok := appendLineFast(dst, e); ok {
+		return out
+	}
+	return appendLineGeneral(dst, e)
+}
+
+// appendLineGeneral is AppendLine through Summarize.
+func appendLineGeneral(dst []byte, e *lctl.Event) []byte {
 	subject, detail := Summarize(e)
 	dst = append(dst, '[')
 	dst = strconv.AppendUint(dst, e.Seq, 10)
@@ -51,6 +59,176 @@ func AppendLine(dst []byte, e *lctl.Event) []byte {
 		dst = append(dst, ')')
 	}
 	return dst
+}
+
+// appendLineFast appends Line(e) for the events a long chain is mostly
+// made of (steps, verdicts, tool calls, facts), written straight into dst:
+// Summarize's strings, its list of parts and their join are most of what
+// rendering a line costs otherwise. It renders exactly what Summarize
+// says; ok false, having appended nothing, for anything else (another
+// type, a step with invalid model output, a profile or no tool and
+// intent, a fact with a consensus block), which the general way renders.
+func appendLineFast(dst []byte, e *lctl.Event) ([]byte, bool) {
+	s := func(k string) string { v, _ := e.Str(k); return v }
+	has := func(k string) bool { _, ok := e.Lookup(k); return ok }
+	var subject, intent, tool string
+	switch e.Type {
+	case lctl.TypeStepStart:
+		if has("raw") || has("agent_profile") {
+			return dst, false
+		}
+		intent, tool = s("intent"), s("tool")
+		if intent == "" && tool == "" {
+			return dst, false // the model may be shown
+		}
+	case lctl.TypeStepEnd:
+	case lctl.TypeToolCall, lctl.TypeVerdict:
+		subject = s("tool")
+	case lctl.TypeFactAdded, lctl.TypeFactModified:
+		if has("consensus") {
+			return dst, false
+		}
+		subject = s("id")
+	default:
+		return dst, false
+	}
+	dst = append(dst, '[')
+	dst = strconv.AppendUint(dst, e.Seq, 10)
+	dst = append(dst, "] "...)
+	dst = append(dst, agentName(e.Agent)...)
+	dst = append(dst, ": "...)
+	dst = append(dst, e.Type...)
+	if subject != "" {
+		dst = append(dst, ' ')
+		dst = append(dst, subject...)
+	}
+	w := lineParts{b: dst}
+	switch e.Type {
+	case lctl.TypeStepStart:
+		if n, ok := intAt(e, "step"); ok {
+			w.next()
+			w.b = append(w.b, "step "...)
+			w.b = strconv.AppendInt(w.b, n, 10)
+		}
+		w.next()
+		if tool != "" {
+			w.b = append(w.b, tool...)
+			if intent != "" {
+				w.b = append(w.b, ": "...)
+				w.b = append(w.b, clip(oneLine(intent), 60)...)
+			}
+		} else {
+			w.b = append(w.b, clip(oneLine(intent), 60)...)
+		}
+	case lctl.TypeStepEnd:
+		if o := s("outcome"); o != "" {
+			w.next()
+			w.b = append(w.b, o...)
+		}
+		if ms, ok := numberAt(e, "duration_ms"); ok {
+			w.next()
+			w.b = appendDuration(w.b, ms)
+		}
+		if t, ok := e.Object("tokens"); ok {
+			if in, out := tokensOf(t); in+out > 0 {
+				w.next()
+				w.b = appendCount(w.b, in+out)
+				w.b = append(w.b, " tokens"...)
+			}
+		}
+	case lctl.TypeFactAdded, lctl.TypeFactModified:
+		if c, ok := numberAt(e, "confidence"); ok {
+			w.next()
+			w.b = append(w.b, "confidence: "...)
+			w.b = strconv.AppendFloat(w.b, c, 'f', 2, 64)
+		}
+		if r := s("reason"); r != "" {
+			w.next()
+			w.b = append(w.b, "reason: "...)
+			w.b = append(w.b, clip(oneLine(r), 40)...)
+		}
+		if w.n == 0 {
+			if t := s("text"); t != "" {
+				w.next()
+				w.b = append(w.b, clip(oneLine(t), 60)...)
+			}
+		}
+	case lctl.TypeToolCall:
+		if ms, ok := numberAt(e, "duration_ms"); ok {
+			w.next()
+			w.b = appendDuration(w.b, ms)
+		}
+		if st := s("status"); st != "" && st != "success" {
+			w.next()
+			w.b = append(w.b, st...)
+		}
+	case lctl.TypeVerdict:
+		if dec := s("decision"); dec != "" {
+			w.next()
+			w.b = append(w.b, dec...)
+			if rules := eventRules(e); len(rules) > 0 {
+				w.b = append(w.b, " by "...)
+				for i, r := range rules {
+					if i > 0 {
+						w.b = append(w.b, ", "...)
+					}
+					w.b = append(w.b, r...)
+				}
+			}
+		}
+		if n, ok := intAt(e, "step"); ok {
+			w.next()
+			w.b = append(w.b, "step "...)
+			w.b = strconv.AppendInt(w.b, n, 10)
+		}
+	}
+	if w.n > 0 {
+		w.b = append(w.b, ')')
+	}
+	return w.b, true
+}
+
+// lineParts writes a line's detail: " (" before the first part, ", "
+// between parts (the caller closes it when n > 0).
+type lineParts struct {
+	b []byte
+	n int
+}
+
+func (w *lineParts) next() {
+	if w.n == 0 {
+		w.b = append(w.b, " ("...)
+	} else {
+		w.b = append(w.b, ", "...)
+	}
+	w.n++
+}
+
+// appendDuration appends FormatDuration(ms).
+func appendDuration(b []byte, ms float64) []byte {
+	switch {
+	case ms >= 0 && ms < 10:
+		return append(strconv.AppendFloat(b, math.Round(ms*100)/100, 'f', -1, 64), "ms"...)
+	case ms >= 10 && ms < 1000:
+		return append(strconv.AppendFloat(b, math.Round(ms*10)/10, 'f', -1, 64), "ms"...)
+	}
+	return append(b, FormatDuration(ms)...)
+}
+
+// appendCount appends FormatCount(n).
+func appendCount(b []byte, n int64) []byte {
+	if n < 0 {
+		return append(b, FormatCount(n)...)
+	}
+	var digits [20]byte
+	d := strconv.AppendInt(digits[:0], n, 10)
+	for i, c := range d {
+		if i > 0 && (len(d)-i)%3 == 0 {
+			b = append(b, ',')
+		}
+		b = append(b, c)
+	}
+	return b
 }
 
 // agentName is how an event's agent is shown; "-" when it has none (the
