@@ -1,15 +1,18 @@
 package executor
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,6 +20,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/testutil"
 	"github.com/xct-dev/xct/internal/wire"
 )
 
@@ -88,6 +92,13 @@ func newTestMCPServer(crash func(), release <-chan struct{}) *mcp.Server {
 			case <-release:
 				return nil, errors.New("released")
 			}
+		})
+	srv.AddTool(&mcp.Tool{Name: "logsecret", Description: "Logs its input, as servers do.", InputSchema: object},
+		func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			var in struct{ Text string }
+			_ = json.Unmarshal(req.Params.Arguments, &in)
+			fmt.Fprintf(os.Stderr, "calling upstream with %s\n", in.Text)
+			return text("logged"), nil
 		})
 	srv.AddTool(&mcp.Tool{Name: "crash", InputSchema: object},
 		func(ctx context.Context, _ *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
@@ -238,4 +249,53 @@ func TestMCPTools(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestMCPServerStderrRedacted: a stdio server's stderr goes to the
+// executor's log; a server that logs what it was given (a token in the
+// arguments, redacted everywhere else) put the secret in the log.
+func TestMCPServerStderrRedacted(t *testing.T) {
+	requireSandbox(t)
+	self, err := os.Executable()
+	must(t, err)
+	cfg, err := ParseToolsConfig("tools.yaml", []byte("mcp:\n  - {name: local, command: "+self+", args: [-test.run=^$], set_env: {"+mcpStdioEnv+": \"1\"}, timeout: 10s}\n"))
+	must(t, err)
+	var logs lockedBuffer
+	s, err := New(Config{Workspace: t.TempDir(), Tools: cfg}, nil, slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	must(t, err)
+	t.Cleanup(func() { _ = s.Stop(context.Background()) })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	must(t, s.Start(ctx))
+	token := "ghp_" + strings.Repeat("Z9", 20)
+	if r := exec(t, s, "mcp.local.logsecret", map[string]any{"text": "Authorization: Bearer " + token}); codeOf(r) != "" {
+		t.Fatalf("logsecret: %v", r)
+	}
+	testutil.Eventually(t, 10*time.Second, func() error {
+		if !strings.Contains(logs.String(), "calling upstream") {
+			return fmt.Errorf("the server's stderr is not logged yet")
+		}
+		return nil
+	})
+	if strings.Contains(logs.String(), token) {
+		t.Fatalf("the token is in the executor's log:\n%s", logs.String())
+	}
+}
+
+// lockedBuffer is a log sink written from several goroutines.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/redact"
 	"github.com/xct-dev/xct/internal/wire"
 )
 
@@ -37,6 +38,8 @@ type mcpServer struct {
 	// none); protected are mounted read-only in it.
 	sb        *osSandbox
 	protected *protectedPaths
+	// red redacts what the server writes on stderr before it is logged.
+	red *redact.Redactor
 	// started closes what the last transport's command no longer needs
 	// from the executor once it started (guarded by mu).
 	started func()
@@ -56,12 +59,13 @@ type mcpTool struct {
 	desc *xctv1.ToolDescriptor
 }
 
-func newMCPServer(cfg MCPServerConfig, wsDir string, protected *protectedPaths, log *slog.Logger) *mcpServer {
+func newMCPServer(cfg MCPServerConfig, wsDir string, protected *protectedPaths, red *redact.Redactor, log *slog.Logger) *mcpServer {
 	m := &mcpServer{
 		cfg:       cfg,
 		wsDir:     wsDir,
 		log:       log,
 		protected: protected,
+		red:       red,
 		client:    mcp.NewClient(&mcp.Implementation{Name: "xct-executor", Version: "v1"}, &mcp.ClientOptions{Logger: log}),
 	}
 	if cfg.Command != "" {
@@ -113,7 +117,7 @@ func (m *mcpServer) transport(ctx context.Context) mcp.Transport {
 		cmd.Env = env
 	}
 	cmd.Dir = m.wsDir
-	cmd.Stderr = &logWriter{log: m.log, server: m.cfg.Name}
+	cmd.Stderr = &logWriter{log: m.log, server: m.cfg.Name, red: m.red}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	return &mcp.CommandTransport{Command: cmd, TerminateDuration: time.Second}
 }
@@ -404,13 +408,20 @@ func mcpEffectFrom(o ToolOverride, narrowed bool) string {
 	return effectFromDefault
 }
 
-// logWriter logs a child's stderr, a bounded line per write.
+// logWriter logs a child's stderr, a bounded line per write, with the
+// secrets redaction's patterns find replaced: a server may log what it
+// was given (a token in its arguments), and logs never hold a secret.
 type logWriter struct {
 	log    *slog.Logger
 	server string
+	red    *redact.Redactor // nil: no redaction configured yet
 }
 
 func (w *logWriter) Write(p []byte) (int, error) {
-	w.log.Debug("MCP server stderr", "server", w.server, "text", head(strings.TrimRight(string(p), "\n"), 1024))
+	if !w.log.Enabled(context.Background(), slog.LevelDebug) {
+		return len(p), nil
+	}
+	text := w.red.Text(strings.ToValidUTF8(strings.TrimRight(string(p), "\n"), "\uFFFD"))
+	w.log.Debug("MCP server stderr", "server", w.server, "text", head(text, 1024))
 	return len(p), nil
 }

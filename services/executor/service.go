@@ -293,7 +293,7 @@ func (s *Service) connectServers(ctx context.Context) {
 		addAll("tool server", sc.Name, tools)
 	}
 	for _, mc := range s.toolsCfg.MCP {
-		m := newMCPServer(mc, s.wsDir, s.ws.protected, s.log.With("mcp_server", mc.Name))
+		m := newMCPServer(mc, s.wsDir, s.ws.protected, s.redactorOrNil(), s.log.With("mcp_server", mc.Name))
 		tools, err := m.listTools(ctx, s.cfg.DefaultTimeout, s.cfg.MaxOutputBytes)
 		if err != nil {
 			_ = m.close()
