@@ -98,13 +98,20 @@ func TestExamplePolicies(t *testing.T) {
 		},
 		"production.yaml": {
 			{name: "read", tool: "fs.read", args: map[string]any{"path": "a"}, want: allow, reasons: []string{"allow-read"}},
-			{name: "write in staging", tool: "fs.write", args: map[string]any{"path": "a", "content": "x"}, run: env("staging"), want: allow, reasons: []string{"allow-changes-outside-prod"}},
-			{name: "write in prod", tool: "fs.write", args: map[string]any{"path": "a", "content": "x"}, run: env("prod"), want: approval, code: wire.CodeApprovalRequired,
-				reasons: []string{"prod-changes-need-approval"}},
-			{name: "write without a label is prod", tool: "fs.write", args: map[string]any{"path": "a", "content": "x"}, want: approval, code: wire.CodeApprovalRequired,
-				reasons: []string{"prod-changes-need-approval"}},
+			// A label never asks for less: a submitter's "staging" is its own word.
+			{name: "a submitter's write labelled staging", tool: "fs.write", args: map[string]any{"path": "a", "content": "x"}, run: env("staging"), want: approval, code: wire.CodeApprovalRequired,
+				reasons: []string{"changes-need-approval"}},
+			{name: "a submitter's write", tool: "fs.write", args: map[string]any{"path": "a", "content": "x"}, want: approval, code: wire.CodeApprovalRequired,
+				reasons: []string{"changes-need-approval"}},
+			{name: "an operator's write", tool: "fs.write", args: map[string]any{"path": "a", "content": "x"}, run: func(r *xctv1.RunContext) {
+				r.PrincipalRoles = []string{"operator"}
+			}, want: allow, reasons: []string{"allow-changes-by-operators"}},
+			{name: "an operator's write labelled Prod", tool: "fs.write", args: map[string]any{"path": "a", "content": "x"}, run: func(r *xctv1.RunContext) {
+				env("Prod")(r)
+				r.PrincipalRoles = []string{"operator"}
+			}, want: approval, code: wire.CodeApprovalRequired, reasons: []string{"allow-changes-by-operators", "prod-changes-need-approval"}},
 			{name: "shell without the operator role", tool: "shell.exec", args: map[string]any{"command": "ls"}, run: env("staging"), want: deny, code: wire.CodePolicyDenied,
-				reasons: []string{"irreversible-needs-an-operator", "approve-irreversible"}},
+				reasons: []string{"changes-need-approval", "irreversible-needs-an-operator", "approve-irreversible"}},
 			{name: "shell by an operator", tool: "shell.exec", args: map[string]any{"command": "ls"}, run: func(r *xctv1.RunContext) {
 				env("staging")(r)
 				r.PrincipalRoles = []string{"operator"}

@@ -271,3 +271,30 @@ func shippedPolicy(t *testing.T, name string) string {
 	}
 	return string(b)
 }
+
+// A submitter skipped the approvals of the shipped production policy:
+// its rule let reversible changes run without a human when the run's
+// label env was not "prod", and labels are whatever the submitter sends
+// with StartRun ("staging", "Prod", "production"). The runs act on the
+// same executor whatever they are labelled, and a submitter must not
+// approve its own run's steps (DecideApproval refuses it): a label that
+// skips them is the same thing. Now a label may only ask for more.
+func TestAttackLabelSkipsApproval(t *testing.T) {
+	c := startBindCluster(t, withTools(t, "", shippedPolicy(t, "production.yaml")))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	val := c.validatorAs(t, "service:dev")
+	for i, env := range []string{"", "staging", "dev", "Prod", "production", "prod"} {
+		vreq, _ := proposal(t, fmt.Sprintf("label-run-%d", i), 1, "fs.write", map[string]any{"path": "app.yaml", "content": "x"})
+		if env != "" {
+			vreq.Run.Labels = map[string]string{"env": env}
+		}
+		v, err := val.Validate(ctx, vreq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := v.GetVerdict().GetDecision(); d != xctv1.VerdictDecision_VERDICT_DECISION_NEEDS_APPROVAL {
+			t.Errorf("a submitter's write labelled env=%q: %s, want a human's approval", env, d)
+		}
+	}
+}
