@@ -109,6 +109,9 @@ type otelChain struct {
 	agents    map[string]string
 	prevAgent string
 	notBefore time.Time
+	// foreign: the chain is another writer's (errForeignChain), known
+	// without reading it again.
+	foreign bool
 }
 
 func newIngester(cfg OTLPConfig, log *slog.Logger, events func() *eventlog.Log) *ingester {
@@ -141,6 +144,11 @@ func (r exportResult) message() string {
 // errIngestUnavailable marks failures an exporter should retry.
 var errIngestUnavailable = errors.New("cannot write to the event log")
 
+// errForeignChain is a chain otel-<trace id> that another writer started
+// (its first event is not a converted span): the tracer never appends to
+// it, and the trace's spans are refused, not retried.
+var errForeignChain = errors.New("its chain exists and was not written by the tracer")
+
 // export takes one export's spans: traces whose root arrived (or all, when
 // nothing is held) are written before it returns.
 func (in *ingester) export(ctx context.Context, rss []*tracepb.ResourceSpans) (exportResult, error) {
@@ -171,8 +179,9 @@ func (in *ingester) export(ctx context.Context, rss []*tracepb.ResourceSpans) (e
 	in.mu.Unlock()
 	var errs []error
 	for _, id := range now {
-		ws, err := in.flush(ctx, id)
+		ws, refused, err := in.flush(ctx, id)
 		res.warnings = append(res.warnings, ws...)
+		res.rejected += int64(refused)
 		if err != nil {
 			errs = append(errs, err)
 		}
@@ -190,8 +199,10 @@ func hasRoot(t *otlp.Trace) bool {
 }
 
 // flush writes the held spans of a chain. On failure the spans stay held
-// (an exporter's retry sends them again; repeats are skipped by span id).
-func (in *ingester) flush(ctx context.Context, chainID string) ([]string, error) {
+// (an exporter's retry sends them again; repeats are skipped by span id),
+// except for a foreign chain: its spans are dropped and counted in
+// refused, with a warning.
+func (in *ingester) flush(ctx context.Context, chainID string) (warnings []string, refused int, err error) {
 	c := in.get(chainID)
 	defer in.put(chainID, c)
 	c.mu.Lock()
@@ -204,9 +215,14 @@ func (in *ingester) flush(ctx context.Context, chainID string) ([]string, error)
 	}
 	in.mu.Unlock()
 	if h == nil {
-		return nil, nil
+		return nil, 0, nil
 	}
-	warnings, err := in.write(ctx, c, h.trace)
+	warnings, err = in.write(ctx, c, h.trace)
+	if errors.Is(err, errForeignChain) {
+		in.log.Warn("OTLP spans refused: their chain was not written by the tracer", "chain", chainID, "spans", len(h.trace.Spans))
+		return append(warnings, fmt.Sprintf("%d spans of trace %x refused: chain %s %v", len(h.trace.Spans), h.trace.TraceID, chainID, errForeignChain)),
+			len(h.trace.Spans), nil
+	}
 	if err != nil {
 		in.mu.Lock()
 		if cur := in.held[chainID]; cur != nil {
@@ -217,7 +233,7 @@ func (in *ingester) flush(ctx context.Context, chainID string) ([]string, error)
 		in.total += len(h.trace.Spans)
 		in.mu.Unlock()
 	}
-	return warnings, err
+	return warnings, 0, err
 }
 
 // write converts a trace's spans and appends them to its chain; c.mu is
@@ -227,8 +243,14 @@ func (in *ingester) write(ctx context.Context, c *otelChain, t *otlp.Trace) ([]s
 	if log == nil {
 		return nil, fmt.Errorf("%w: %w", errIngestUnavailable, ErrNotReady)
 	}
+	if c.foreign {
+		return nil, errForeignChain
+	}
 	if c.w == nil {
-		if err := in.load(ctx, log, c, t.ChainID); err != nil {
+		if err := in.load(ctx, log, c, t.ChainID); errors.Is(err, errForeignChain) {
+			c.foreign = true
+			return nil, err
+		} else if err != nil {
 			return nil, fmt.Errorf("%w: %w", errIngestUnavailable, err)
 		}
 	}
@@ -271,6 +293,13 @@ func (in *ingester) load(ctx context.Context, log *eventlog.Log, c *otelChain, c
 		events, err := log.ReadChain(ctx, chainID)
 		if err != nil {
 			return err
+		}
+		// Every event the tracer writes carries its span's reference; a
+		// chain that starts otherwise is another writer's (a run's).
+		if len(events) > 0 {
+			if _, ok := events[0].Data["otel"]; !ok {
+				return errForeignChain
+			}
 		}
 		for i := range events {
 			e := &events[i]
@@ -353,7 +382,7 @@ func (in *ingester) run(ctx context.Context) {
 		case <-tick.C:
 		}
 		for _, id := range in.due(false) {
-			if _, err := in.flush(ctx, id); err != nil && ctx.Err() == nil {
+			if _, _, err := in.flush(ctx, id); err != nil && ctx.Err() == nil {
 				in.log.Error("write held OTLP spans", "chain", id, "err", err)
 			}
 		}
@@ -363,7 +392,7 @@ func (in *ingester) run(ctx context.Context) {
 // drain writes every held trace (at shutdown).
 func (in *ingester) drain(ctx context.Context) {
 	for _, id := range in.due(true) {
-		if _, err := in.flush(ctx, id); err != nil {
+		if _, _, err := in.flush(ctx, id); err != nil {
 			in.log.Error("write held OTLP spans at shutdown; they are lost", "chain", id, "err", err)
 		}
 	}

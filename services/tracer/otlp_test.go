@@ -474,3 +474,36 @@ func TestOTLPHTTPNeedsAToken(t *testing.T) {
 		return nil
 	})
 }
+
+// TestOTLPNeverWritesAForeignChain: the tracer resumes the chain
+// otel-<trace id> to append a trace's spans; a chain of that id that it
+// did not start (another writer's: a run started under that id before
+// StartRun refused it) is not its to extend. The spans are refused, the
+// exporter told so, and the chain stays as its writer left it.
+func TestOTLPNeverWritesAForeignChain(t *testing.T) {
+	e := newEnv(t)
+	tt := startOTLPTracer(t, e, tracer.OTLPConfig{Hold: -1})
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	traceID := []byte{0xf0, 0xe1, 0xd2, 0xc3, 0xb4, 0xa5, 0x96, 0x87, 0x78, 0x69, 0x5a, 0x4b, 0x3c, 0x2d, 0x1e, 0x0f}
+	id := "otel-" + hex.EncodeToString(traceID)
+	foreign := appendGenerated(t, e, id, 3)
+	now := uint64(time.Now().UnixNano())
+	req := &coltracepb.ExportTraceServiceRequest{ResourceSpans: []*tracepb.ResourceSpans{{ScopeSpans: []*tracepb.ScopeSpans{{Spans: []*tracepb.Span{{
+		TraceId: traceID, SpanId: []byte{1, 2, 3, 4, 5, 6, 7, 8}, Name: "work", StartTimeUnixNano: now, EndTimeUnixNano: now + 1000,
+	}}}}}}}
+	resp, err := tt.otlp.Export(ctx, req)
+	if err != nil {
+		t.Fatalf("export: %v (a foreign chain is a refusal, not a failure to retry)", err)
+	}
+	if resp.GetPartialSuccess().GetRejectedSpans() != 1 || !strings.Contains(resp.GetPartialSuccess().GetErrorMessage(), "not written by the tracer") {
+		t.Fatalf("export: %v", resp)
+	}
+	events, err := e.log.ReadChain(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(events) != len(foreign) || events[len(events)-1].Hash != foreign[len(foreign)-1].Hash {
+		t.Fatalf("the foreign chain has %d events, want its writer's %d", len(events), len(foreign))
+	}
+}
