@@ -353,6 +353,12 @@ func TestAddrGuard(t *testing.T) {
 		"fe80::1%eth0":     false,
 		"ff02::1":          false,
 		"2001:db8::1":      false,
+		// IPv4-translated (SIIT), the metadata address behind it; and
+		// the IPv6 space outside global unicast (2000::/3).
+		"::ffff:0:a9fe:a9fe": false,
+		"::ffff:0:7f00:1":    false,
+		"4000::1":            false,
+		"100::1":             false,
 	} {
 		if got := g.check(netip.MustParseAddr(addr)) == nil; got != ok {
 			t.Errorf("check(%s) allowed = %v, want %v", addr, got, ok)

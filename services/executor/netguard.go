@@ -57,6 +57,9 @@ func deniedPrefixes() []netip.Prefix {
 	return out
 }
 
+// globalUnicast6 is IPv6's global unicast space.
+var globalUnicast6 = netip.MustParsePrefix("2000::/3")
+
 // metadataAddrs are cloud metadata endpoints: reachable only when the
 // configuration lists the exact address, never through a wider prefix.
 func metadataAddrs() []netip.Addr {
@@ -120,6 +123,13 @@ func (g *addrGuard) check(ip netip.Addr) error {
 		ip.IsLinkLocalMulticast() || ip.IsInterfaceLocalMulticast() || ip.IsMulticast()
 	if special {
 		return &blockedError{host: ip.String(), reason: "is not a public address"}
+	}
+	// Public IPv6 is global unicast, 2000::/3: everything else is
+	// reserved, local or a translation of an IPv4 address (mapped,
+	// compatible, SIIT's ::ffff:0:0/96, NAT64), which a translator on the
+	// way could turn into a private or metadata address.
+	if ip.Is6() && !globalUnicast6.Contains(ip) {
+		return &blockedError{host: ip.String(), reason: "is not a global unicast IPv6 address (2000::/3)"}
 	}
 	for _, d := range g.denied {
 		if d.Contains(ip) {
