@@ -284,10 +284,11 @@ func (p *fastParser) skipHash() bool {
 	if len(b) < 66 || b[0] != '"' || b[65] != '"' {
 		return false
 	}
-	var m uint64
-	for k := 1; k < 65; k += 8 {
-		m |= special(binary.LittleEndian.Uint64(b[k:]))
-	}
+	b = b[:66]
+	m := special(binary.LittleEndian.Uint64(b[1:])) | special(binary.LittleEndian.Uint64(b[9:])) |
+		special(binary.LittleEndian.Uint64(b[17:])) | special(binary.LittleEndian.Uint64(b[25:])) |
+		special(binary.LittleEndian.Uint64(b[33:])) | special(binary.LittleEndian.Uint64(b[41:])) |
+		special(binary.LittleEndian.Uint64(b[49:])) | special(binary.LittleEndian.Uint64(b[57:]))
 	if m != 0 {
 		return false
 	}
@@ -305,11 +306,58 @@ var topKeys = [...]struct {
 	{`"chain_id"`, 16}, {`"prev_hash"`, 32}, {`"hash"`, 64}, {`"data"`, 128},
 }
 
+// topKeyWords are topKeys' quoted keys as two little-endian words, with
+// the masks that keep only their bytes (every one is at most 16 bytes).
+var topKeyWords = func() (w [len(topKeys)][4]uint64) {
+	for k, t := range topKeys {
+		var b [16]byte
+		copy(b[:], t.quoted)
+		for i := range t.quoted {
+			word := i / 8
+			w[k][2*word+1] |= 0xff << (8 * (i % 8))
+		}
+		w[k][0] = binary.LittleEndian.Uint64(b[:8]) & w[k][1]
+		w[k][2] = binary.LittleEndian.Uint64(b[8:]) & w[k][3]
+	}
+	return w
+}()
+
 // topKey reads an event's top-level key and returns its bit (topKeys), 0
 // for another key or one that is not a plain string. The keys are matched
-// as bytes, quotes included, without reading them as strings first.
+// as bytes, quotes included, without reading them as strings first: as
+// two masked words when 16 bytes are there to read.
 func (p *fastParser) topKey() uint16 {
 	b := p.b[p.i:]
+	if len(b) >= 16 {
+		var k int
+		switch b[1] {
+		case 's':
+			k = 0
+		case 't':
+			k = 1
+			if b[2] == 'i' {
+				k = 2
+			}
+		case 'a':
+			k = 3
+		case 'c':
+			k = 4
+		case 'p':
+			k = 5
+		case 'h':
+			k = 6
+		case 'd':
+			k = 7
+		default:
+			return 0
+		}
+		w := &topKeyWords[k]
+		if binary.LittleEndian.Uint64(b)&w[1] != w[0] || binary.LittleEndian.Uint64(b[8:])&w[3] != w[2] {
+			return 0
+		}
+		p.i += len(topKeys[k].quoted)
+		return topKeys[k].bit
+	}
 	if len(b) > 2 {
 		var k int
 		switch b[1] {

@@ -37,3 +37,27 @@ func TestKnownKey(t *testing.T) {
 		}
 	}
 }
+
+// TestTopKey: each top-level key is read whole, with its closing quote,
+// however many bytes follow it (the word compare needs 16, the byte
+// compare fewer); a key one longer or shorter, or with a byte changed,
+// is not taken for it, and nothing is read then.
+func TestTopKey(t *testing.T) {
+	t.Parallel()
+	for _, k := range topKeys {
+		name := k.quoted[1 : len(k.quoted)-1]
+		for _, tail := range []string{`:1}`, `:"0123456789abcdefghij"}`} {
+			p := &fastParser{b: []byte(k.quoted + tail)}
+			if bit := p.topKey(); bit != k.bit || p.i != len(k.quoted) {
+				t.Errorf("%s%s: bit %d, read %d bytes", k.quoted, tail, bit, p.i)
+			}
+			others := []string{name + "x", name[:len(name)-1], "x" + name[1:], name[:len(name)-1] + "X"}
+			for _, other := range others {
+				p := &fastParser{b: []byte(`"` + other + `"` + tail)}
+				if bit := p.topKey(); bit != 0 || p.i != 0 {
+					t.Errorf("%q taken for %s (bit %d, read %d bytes)", other, k.quoted, bit, p.i)
+				}
+			}
+		}
+	}
+}
