@@ -3,7 +3,9 @@ package executor
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
+	"syscall"
 	"unicode/utf8"
 
 	"github.com/aymanbagabas/go-udiff"
@@ -34,6 +36,13 @@ func (t *fsWrite) Preview(_ context.Context, args map[string]any) (*xctv1.Previe
 	}
 	if e := t.ws.direct(p, name, false); e != nil {
 		return nil, e
+	}
+	// A file with other names may be outside the workspace (fs.read
+	// refuses it): the preview, which goes on the chain, does not show it.
+	if fi, err := t.ws.root.Lstat(name); err == nil {
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok && fi.Mode().IsRegular() && st.Nlink > 1 {
+			return &xctv1.Preview{Kind: "text", Content: fmt.Sprintf("the current file has %d hard links, so its content is not shown: it would be replaced by %s", st.Nlink, p)}, nil
+		}
 	}
 	oldName, old := "a/"+name, ""
 	cur, err := readFile(t.ws.root, name, t.maxBytes)

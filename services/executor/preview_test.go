@@ -22,6 +22,16 @@ func TestFSWritePreview(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "bin"), []byte{0xff, 0xfe, 0x00}, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// A hard link made on the host to a file outside: fs.read refuses it,
+	// and the preview (recorded on the chain, readable by every reader)
+	// must not show it either.
+	outside := filepath.Join(t.TempDir(), "outside.txt")
+	if err := os.WriteFile(outside, []byte("outside secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(outside, filepath.Join(dir, "hl.txt")); err != nil {
+		t.Fatal(err)
+	}
 	w := &fsWrite{ws: ws, maxBytes: 1 << 20}
 	tests := []struct {
 		name, path, content string
@@ -33,6 +43,7 @@ func TestFSWritePreview(t *testing.T) {
 		{"same content", "a.txt", "one\ntwo\n", "diff", "no change", ""},
 		{"binary", "bin", "text\n", "text", "binary", ""},
 		{"escape", "../outside.txt", "x", "", "", "PERMISSION_DENIED"},
+		{"hard link", "hl.txt", "x", "text", "2 hard links", ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -43,7 +54,7 @@ func TestFSWritePreview(t *testing.T) {
 				}
 				return
 			}
-			if e != nil || p.GetKind() != tc.kind || !strings.Contains(p.GetContent(), tc.want) {
+			if e != nil || p.GetKind() != tc.kind || !strings.Contains(p.GetContent(), tc.want) || strings.Contains(p.GetContent(), "outside secret") {
 				t.Fatalf("preview %v %q (error %v), want %s containing %q", p.GetKind(), p.GetContent(), e, tc.kind, tc.want)
 			}
 		})
