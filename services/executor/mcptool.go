@@ -103,6 +103,11 @@ func (m *mcpServer) transport(ctx context.Context) mcp.Transport {
 		}
 	}
 	env := scrubbedEnv(m.cfg.Env, m.cfg.SetEnv)
+	for i, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			env[i] = "PATH=" + searchPath(v, m.wsDir) // the server starts in the workspace
+		}
+	}
 	var cmd *osexec.Cmd
 	if m.sb != nil {
 		sbx := m.sb.withProtected(m.protected, 3)

@@ -114,6 +114,11 @@ func newShellTool(cfg *ShellConfig, ws *workspace, wsDir string, defTimeout time
 	for k, v := range cfg.SetEnv {
 		t.env = append(t.env, k+"="+v)
 	}
+	for i, kv := range t.env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			t.env[i] = "PATH=" + searchPath(v, wsDir)
+		}
+	}
 	if t.sb != nil && !slices.ContainsFunc(t.env, func(kv string) bool { return strings.HasPrefix(kv, "HOME=") }) {
 		// The host's home is not in the sandbox; an empty, private one is.
 		t.env = append(t.env, "HOME=/tmp")
@@ -338,6 +343,25 @@ func (t *shellTool) Invoke(ctx context.Context, args map[string]any) (any, *xctv
 		return nil, wire.Errorf(wire.CodeToolFailure, "%s: %v", argv[0], err)
 	}
 	return res, nil
+}
+
+// searchPath is a PATH for the programs shell.exec runs: only absolute
+// directories outside the workspace. An empty entry or "." is the working
+// directory, another relative entry or a workspace directory a place the
+// model writes: a program's own lookups (git running ssh or a pager, make
+// running cc) would run what the model put there.
+func searchPath(path, wsDir string) string {
+	var keep []string
+	for _, d := range filepath.SplitList(path) {
+		if !filepath.IsAbs(d) {
+			continue
+		}
+		if c := filepath.Clean(d); c == wsDir || strings.HasPrefix(c, wsDir+string(filepath.Separator)) {
+			continue
+		}
+		keep = append(keep, d)
+	}
+	return strings.Join(keep, string(filepath.ListSeparator))
 }
 
 // argv checks the argv argument: allowed program, strings without NUL.

@@ -362,3 +362,24 @@ func TestShellClassification(t *testing.T) {
 		}
 	}
 }
+
+// TestShellSearchPath: the PATH a program gets holds only absolute
+// directories outside the workspace: an empty entry, ".", a relative one
+// or the workspace would let a program's own lookups (git running ssh,
+// make running cc) run an executable the model put there.
+func TestShellSearchPath(t *testing.T) {
+	ws := t.TempDir()
+	t.Setenv("PATH", ":.:bin:"+ws+"/bin:"+ws+":/usr/bin:/bin:")
+	cfg, err := ParseToolsConfig("tools.yaml", []byte("shell:\n  sandbox: none\n  env: [PATH]\n  binaries:\n    - {name: sh, path: /bin/sh, any_flags: true}\n"))
+	must(t, err)
+	s, err := New(Config{Workspace: ws, Tools: cfg, MaxOutputBytes: 1 << 20}, nil, testLogger(t))
+	must(t, err)
+	t.Cleanup(func() { _ = s.Stop(context.Background()) })
+	res := resultAs[ShellResult](t, shell(t, s, "sh", "-c", "echo $PATH"))
+	if res.Stdout != "/usr/bin:/bin\n" {
+		t.Fatalf("PATH in the program: %q", res.Stdout)
+	}
+	if got := searchPath("/opt/x:"+ws+"/../x:"+ws+"/./bin", ws); got != "/opt/x:"+ws+"/../x" {
+		t.Fatalf("searchPath: %q", got)
+	}
+}
