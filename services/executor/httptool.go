@@ -50,6 +50,10 @@ type HTTPResult struct {
 	Size int64 `json:"size"`
 	// Redirects counts the redirects followed.
 	Redirects int `json:"redirects"`
+	// RedirectNotFollowed is the Location of a redirect to another host:
+	// the response is that redirect. The verdict (and an approver) judged
+	// the request's URL, so a request elsewhere is the model's to propose.
+	RedirectNotFollowed string `json:"redirect_not_followed,omitempty"`
 }
 
 // httpTool is the http.request tool. Every URL (the request's and every
@@ -123,7 +127,9 @@ func (t *httpTool) Descriptor() *xctv1.ToolDescriptor {
 	return &xctv1.ToolDescriptor{
 		Name: "http.request",
 		Description: "Send one HTTP request to an allowed host and return the response: status, url (after redirects), headers, " +
-			"body (text, or base64 when encoding is \"base64\"), size and redirects. Hosts and addresses are restricted by the executor's configuration.",
+			"body (text, or base64 when encoding is \"base64\"), size and redirects. Redirects are followed on the same host only; " +
+			"a redirect to another host is returned as the response, with redirect_not_followed naming where it leads. " +
+			"Hosts and addresses are restricted by the executor's configuration.",
 		InputSchema: schema,
 		// The executor cannot know what a request does on the other side,
 		// whatever its method: every request is irreversible and is never
@@ -187,11 +193,19 @@ func (t *httpTool) Invoke(ctx context.Context, args map[string]any) (any, *xctv1
 	}
 
 	redirects := 0
+	notFollowed := ""
 	client := &http.Client{
 		Transport: t.transport(),
 		CheckRedirect: func(r *http.Request, via []*http.Request) error {
 			if t.maxRedir == 0 {
 				return http.ErrUseLastResponse // the 3xx itself is the result
+			}
+			if !sameHost(r.URL, u) {
+				// The policy judged a request to u's host: one to another
+				// host (a POST re-sent by a 307, or any request through an
+				// open redirect) is not what was allowed or approved.
+				notFollowed = r.URL.Redacted()
+				return http.ErrUseLastResponse
 			}
 			if len(via) > t.maxRedir {
 				return &redirectError{limit: t.maxRedir}
@@ -229,7 +243,8 @@ func (t *httpTool) Invoke(ctx context.Context, args map[string]any) (any, *xctv1
 			"the response body of %s is larger than %d bytes; it was not read (the request was sent: status %d)", u.Redacted(), t.maxResp, resp.StatusCode),
 			map[string]any{"limit": t.maxResp, "status": resp.StatusCode, "request_sent": true})
 	}
-	res := HTTPResult{Status: resp.StatusCode, URL: resp.Request.URL.String(), Headers: map[string]string{}, Size: int64(len(data)), Redirects: redirects}
+	res := HTTPResult{Status: resp.StatusCode, URL: resp.Request.URL.String(), Headers: map[string]string{}, Size: int64(len(data)), Redirects: redirects,
+		RedirectNotFollowed: notFollowed}
 	for k, v := range resp.Header {
 		res.Headers[k] = strings.Join(v, ", ")
 	}
@@ -306,6 +321,12 @@ func (t *httpTool) transport() *http.Transport {
 		TLSHandshakeTimeout:    t.timeout,
 		ResponseHeaderTimeout:  t.timeout,
 	}
+}
+
+// sameHost reports whether a and b name the same host (the scheme and
+// port may differ: http to https; the host rules check the port).
+func sameHost(a, b *url.URL) bool {
+	return strings.EqualFold(strings.TrimSuffix(a.Hostname(), "."), strings.TrimSuffix(b.Hostname(), "."))
 }
 
 // redirectError is more redirects than allowed.

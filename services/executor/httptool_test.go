@@ -61,6 +61,9 @@ func newHTTPFixture(t *testing.T) *httpFixture {
 	mux.HandleFunc("/redirect", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, r.URL.Query().Get("to"), http.StatusFound)
 	})
+	mux.HandleFunc("/redirect307", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, r.URL.Query().Get("to"), http.StatusTemporaryRedirect)
+	})
 	mux.HandleFunc("/loop", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/loop", http.StatusFound) })
 	mux.HandleFunc("/forever", func(w http.ResponseWriter, r *http.Request) {
 		// 10 GB, if anyone read it.
@@ -161,16 +164,28 @@ func TestHTTPRedirectsAndRebinding(t *testing.T) {
 	f := newHTTPFixture(t)
 	s := f.service(t, httpHosts+"  allow_addresses: [127.0.0.1/32]\n")
 	redirect := func(to string) string { return f.url("api.test", "/redirect?to="+url.QueryEscape(to)) }
+	// A redirect to another host is not followed: the verdict judged the
+	// request's host; the redirect is the result, naming where it leads.
+	for _, to := range []string{f.url("evil.test", "/ok"), "http://169.254.169.254/latest/meta-data/", f.url("other.test", "/ok"),
+		"file:///etc/passwd", f.url("::1", "/ok"), f.url("127.0.0.1", "/ok")} {
+		res := resultAs[HTTPResult](t, exec(t, s, "http.request", map[string]any{"method": "GET", "url": redirect(to)}))
+		if res.Status != http.StatusFound || res.RedirectNotFollowed != to || res.Redirects != 0 {
+			t.Errorf("redirect to %s: %+v", to, res)
+		}
+	}
+	// An approved POST to api.test is not re-sent, body and all, to
+	// another allowed host by a 307 (an open redirect on api.test).
+	res := resultAs[HTTPResult](t, exec(t, s, "http.request", map[string]any{"method": "POST", "body": "approved for api.test",
+		"url": f.url("api.test", "/redirect307?to="+url.QueryEscape(f.url("127.0.0.1", "/echo")))}))
+	if res.Status != http.StatusTemporaryRedirect || strings.Contains(res.Body, "approved for") || res.RedirectNotFollowed == "" {
+		t.Fatalf("a POST through a 307 to another host: %+v", res)
+	}
 	cases := []struct {
 		name string
 		url  string
 		code wire.Code
 	}{
-		{"to an allowed name resolving to a denied address", redirect(f.url("evil.test", "/ok")), wire.CodePermissionDenied},
-		{"to the metadata address", redirect("http://169.254.169.254/latest/meta-data/"), wire.CodePermissionDenied},
-		{"to a host not allowed", redirect(f.url("other.test", "/ok")), wire.CodePermissionDenied},
-		{"to another scheme", redirect("file:///etc/passwd"), wire.CodePermissionDenied},
-		{"to IPv6 loopback", redirect(f.url("::1", "/ok")), wire.CodePermissionDenied},
+		{"same host, a port not allowed", redirect("http://api.test:1/ok"), wire.CodePermissionDenied},
 		{"DNS rebinding between two requests", f.url("rebind.test", "/redirect?to="+url.QueryEscape(f.url("rebind.test", "/ok"))), wire.CodePermissionDenied},
 		{"too many redirects", f.url("api.test", "/loop"), wire.CodeToolFailure},
 	}
@@ -183,8 +198,8 @@ func TestHTTPRedirectsAndRebinding(t *testing.T) {
 			t.Log(r.GetError().GetMessage())
 		})
 	}
-	// An allowed redirect is followed.
-	res := resultAs[HTTPResult](t, exec(t, s, "http.request", map[string]any{"method": "GET", "url": redirect(f.url("api.test", "/ok"))}))
+	// A redirect on the same host is followed.
+	res = resultAs[HTTPResult](t, exec(t, s, "http.request", map[string]any{"method": "GET", "url": redirect(f.url("api.test", "/ok"))}))
 	if res.Status != 200 || res.Body != "hello" || res.Redirects != 1 || !strings.HasSuffix(res.URL, "/ok") {
 		t.Fatalf("redirect: %+v", res)
 	}
