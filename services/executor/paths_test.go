@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -158,6 +159,16 @@ func TestDirect(t *testing.T) {
 		if codeOf(r) != string(wire.CodeInvalidArgument) || r.GetError().GetDetails().AsMap()["real"] != c.real {
 			t.Errorf("%s %v: %v, want INVALID_ARGUMENT naming %s", c.tool, c.args, r, c.real)
 		}
+	}
+	// shell.exec's working directory too.
+	cfg, err := ParseToolsConfig("tools.yaml", []byte("shell:\n  sandbox: none\n  binaries:\n    - {name: pwd, effect: read}\n"))
+	must(t, err)
+	sh, err := New(Config{Workspace: sb.ws, Tools: cfg}, nil, testLogger(t))
+	must(t, err)
+	t.Cleanup(func() { _ = sh.Stop(context.Background()) })
+	if r := exec(t, sh, "shell.exec", map[string]any{"argv": []any{"pwd"}, "cwd": "settings"}); codeOf(r) != string(wire.CodeInvalidArgument) ||
+		r.GetError().GetDetails().AsMap()["real"] != "config" {
+		t.Errorf("cwd through a link: %v", r)
 	}
 	// The link itself.
 	if r := exec(t, s, "fs.move", map[string]any{"from": "settings", "to": "settings2"}); codeOf(r) != "" {
