@@ -38,6 +38,7 @@ const (
 	sandboxDefaultProcesses = 256     // RLIMIT_NPROC
 	sandboxDefaultFileBytes = 1 << 30 // RLIMIT_FSIZE: the largest file written
 	sandboxDefaultOpenFiles = 1024    // RLIMIT_NOFILE
+	sandboxDefaultTmpBytes  = 1 << 30 // each of /tmp and /var/tmp (tmpfs)
 	// sandboxUID and sandboxGID are the ids a sandboxed program has inside
 	// its user namespace (mapped to the executor's own ids outside): not
 	// root, so it holds no capability even inside the namespace.
@@ -58,6 +59,7 @@ const (
 //	  max_processes: 256           # RLIMIT_NPROC (see docs/security.md for root)
 //	  max_file_bytes: 1073741824   # RLIMIT_FSIZE
 //	  max_open_files: 1024         # RLIMIT_NOFILE
+//	  max_tmp_bytes: 1073741824    # size of the private /tmp and /var/tmp (each)
 type SandboxConfig struct {
 	// Mode is SandboxBwrap (default) or SandboxNone.
 	Mode string `yaml:"mode"`
@@ -82,6 +84,10 @@ type SandboxConfig struct {
 	MaxFileBytes int64 `yaml:"max_file_bytes"`
 	// MaxOpenFiles is RLIMIT_NOFILE (default 1024).
 	MaxOpenFiles int64 `yaml:"max_open_files"`
+	// MaxTmpBytes is the size of the private /tmp and of /var/tmp, each
+	// a tmpfs (default 1 GiB): what is written there is memory, which no
+	// rlimit counts.
+	MaxTmpBytes int64 `yaml:"max_tmp_bytes"`
 }
 
 // UnmarshalYAML accepts "sandbox: none" (or "bwrap") as well as a mapping.
@@ -124,7 +130,7 @@ func (v *configCheck) checkSandbox(p []any, c *SandboxConfig) {
 			}
 		}
 	}
-	if c.MaxMemoryBytes < -1 || c.MaxProcesses < 0 || c.MaxFileBytes < 0 || c.MaxOpenFiles < 0 {
+	if c.MaxMemoryBytes < -1 || c.MaxProcesses < 0 || c.MaxFileBytes < 0 || c.MaxOpenFiles < 0 || c.MaxTmpBytes < 0 {
 		v.fail(p, "sandbox limits must not be negative (max_memory_bytes -1 means no limit)")
 	}
 }
@@ -200,6 +206,9 @@ func newOSSandbox(cfg *SandboxConfig, wsDir string, defMemory int64) *osSandbox 
 	}
 	if s.cfg.MaxOpenFiles == 0 {
 		s.cfg.MaxOpenFiles = sandboxDefaultOpenFiles
+	}
+	if s.cfg.MaxTmpBytes == 0 {
+		s.cfg.MaxTmpBytes = sandboxDefaultTmpBytes
 	}
 	var err error
 	if s.bwrap, err = resolveProgram("bwrap"); err != nil {
@@ -284,7 +293,10 @@ func (s *osSandbox) argv(program string, args []string, dir string, env []string
 	for _, f := range etc {
 		a = append(a, mountArgs(f, "--ro-bind")...)
 	}
-	a = append(a, "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--tmpfs", "/var/tmp")
+	// The tmpfs mounts are memory: bounded, or one program could fill the
+	// host's RAM with files (RLIMIT_AS and RLIMIT_FSIZE do not count them).
+	tmp := strconv.FormatInt(s.cfg.MaxTmpBytes, 10)
+	a = append(a, "--dev", "/dev", "--proc", "/proc", "--size", tmp, "--tmpfs", "/tmp", "--size", tmp, "--tmpfs", "/var/tmp")
 	// The program itself, where it lives (a system directory already holds
 	// most), and the configured extras.
 	if !underAny(program, sandboxSystemDirs) {

@@ -212,6 +212,16 @@ func TestSandboxConfinement(t *testing.T) {
 			t.Fatalf("wrote %d bytes past the 1 MiB limit", fi.Size())
 		}
 	})
+	t.Run("tmp size limit", func(t *testing.T) {
+		// Files in /tmp are memory: bounded as a whole, not per file.
+		s := permissiveShell(t, sb, 10*time.Second, `  sandbox: {max_tmp_bytes: 1048576, max_memory_bytes: -1}`)
+		for _, dir := range []string{"/tmp", "/var/tmp"} {
+			res := resultAs[ShellResult](t, shell(t, s, "sh", "-c", fmt.Sprintf("head -c 700000 /dev/zero > %[1]s/a && head -c 700000 /dev/zero > %[1]s/b && echo wrote", dir)))
+			if strings.Contains(res.Stdout, "wrote") || !strings.Contains(res.Stderr, "No space left on device") {
+				t.Errorf("1.4 MB in %s under a 1 MiB tmpfs: %+v", dir, res)
+			}
+		}
+	})
 	t.Run("memory limit", func(t *testing.T) {
 		s := permissiveShell(t, sb, 10*time.Second, `  sandbox: {max_memory_bytes: 268435456}`)
 		if res := resultAs[ShellResult](t, shell(t, s, "awk", `BEGIN { s = "x"; while (length(s) < 4194304) s = s s; print length(s) }`)); res.Stdout != "4194304\n" {
