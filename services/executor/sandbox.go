@@ -157,6 +157,9 @@ type osSandbox struct {
 	// there is none for this architecture.
 	seccomp *os.File
 	memory  int64 // effective RLIMIT_AS, 0: none
+	// tmpSized: this bwrap sizes a tmpfs (--size, bubblewrap 0.7); an
+	// older one mounts /tmp unbounded (logged).
+	tmpSized bool
 	// readOnlyWorkspace mounts the workspace read-only: the program's
 	// effect class is read, and the sandbox keeps it to that.
 	readOnlyWorkspace bool
@@ -219,9 +222,31 @@ func newOSSandbox(cfg *SandboxConfig, wsDir string, defMemory int64) *osSandbox 
 		s.err = fmt.Errorf("prlimit (util-linux) is not installed: %w", err)
 		return s
 	}
+	s.tmpSized = bwrapSizesTmpfs(s.bwrap)
 	s.err = s.probe()
 	return s
 }
+
+// bwrapSizesTmpfs reports whether the bwrap at path knows --size (0.7
+// and later), asked once per path.
+func bwrapSizesTmpfs(path string) bool {
+	bwrapSizeMu.Lock()
+	defer bwrapSizeMu.Unlock()
+	if ok, seen := bwrapSize[path]; seen {
+		return ok
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	out, _ := osexec.CommandContext(ctx, path, "--help").CombinedOutput() //nolint:gosec // bwrap, resolved
+	ok := bytes.Contains(out, []byte("--size"))
+	bwrapSize[path] = ok
+	return ok
+}
+
+var (
+	bwrapSizeMu sync.Mutex
+	bwrapSize   = map[string]bool{}
+)
 
 // SandboxAvailable reports whether bubblewrap can make a sandbox on this
 // machine, and why not: tests and `xct dev` say so up front.
@@ -295,8 +320,13 @@ func (s *osSandbox) argv(program string, args []string, dir string, env []string
 	}
 	// The tmpfs mounts are memory: bounded, or one program could fill the
 	// host's RAM with files (RLIMIT_AS and RLIMIT_FSIZE do not count them).
-	tmp := strconv.FormatInt(s.cfg.MaxTmpBytes, 10)
-	a = append(a, "--dev", "/dev", "--proc", "/proc", "--size", tmp, "--tmpfs", "/tmp", "--size", tmp, "--tmpfs", "/var/tmp")
+	a = append(a, "--dev", "/dev", "--proc", "/proc")
+	for _, d := range []string{"/tmp", "/var/tmp"} {
+		if s.tmpSized {
+			a = append(a, "--size", strconv.FormatInt(s.cfg.MaxTmpBytes, 10))
+		}
+		a = append(a, "--tmpfs", d)
+	}
 	// The program itself, where it lives (a system directory already holds
 	// most), and the configured extras.
 	if !underAny(program, sandboxSystemDirs) {

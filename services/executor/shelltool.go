@@ -89,6 +89,8 @@ func newShellTool(cfg *ShellConfig, ws *workspace, wsDir string, defTimeout time
 		t.sb = newOSSandbox(cfg.Sandbox, wsDir, sandboxDefaultMemory)
 		if t.sb.err != nil {
 			log.Error("shell.exec is refused until its sandbox can be set up", "error", t.sb.err)
+		} else if !t.sb.tmpSized {
+			log.Warn("this bubblewrap cannot size a tmpfs (--size needs 0.7 or later): the sandbox's /tmp is not bounded by max_tmp_bytes")
 		}
 	}
 	if _, err := os.Stat("/proc/self/fd"); err == nil {
