@@ -2,6 +2,7 @@ package validator
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
@@ -32,13 +33,25 @@ func (s *Service) VerdictKeyID() string {
 
 // signable reports whether a Validate call may get a signed verdict: only
 // XCT's own services (the orchestrator, which records the verdict on the
-// run's chain before it executes) get one. Anyone else who may call
-// Validate (an admin trying a policy) gets the same decision unsigned, so
-// no executor acts on it: nothing runs that is not on a chain. A call with
-// no authenticated principal is in-process (no gRPC server in front).
-func signable(ctx context.Context) bool {
+// run's chain before it executes) get one, and of them only the
+// configured callers (--verdict-callers) when there are any: another
+// service (the tracer) that was taken over must not be a way to act off
+// the chain. Anyone else who may call Validate (an admin trying a policy)
+// gets the same decision unsigned, so no executor acts on it: nothing runs
+// that is not on a chain. A call with no authenticated principal is
+// in-process (no gRPC server in front).
+func (s *Service) signable(ctx context.Context) bool {
 	p, ok := auth.FromContext(ctx)
-	return !ok || p.Service
+	if !ok {
+		return true
+	}
+	if !p.Service {
+		return false
+	}
+	if len(s.cfg.VerdictCallers) == 0 {
+		return true
+	}
+	return slices.ContainsFunc(s.cfg.VerdictCallers, p.Is)
 }
 
 // sign binds an allow verdict to exactly its step: the validator signs the

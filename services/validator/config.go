@@ -44,6 +44,11 @@ type Config struct {
 	// Signer signs allow verdicts instead of VerdictKeyFile's key; not a
 	// flag (the app's in-process key pair, tests).
 	Signer *verdict.Signer
+	// VerdictCallers are the principals whose Validate calls get signed
+	// verdicts (the orchestrators': "service:orchestrator" with the
+	// manifests' SPIFFE ids). Empty: any of XCT's services (role service),
+	// the tracer too, which parses what submitters export.
+	VerdictCallers []string
 	// Redact is the secret redaction of what ListApprovals shows to
 	// callers who may not decide an approval (set by the app from
 	// --redact-config and --redact-key-file; not a flag of its own).
@@ -64,6 +69,14 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.VerdictKeyFile, "verdict-key", c.VerdictKeyFile,
 		"PEM Ed25519 private key the validator signs allow verdicts with (executors trust its public key with --verdict-trust)")
 	fs.DurationVar(&c.VerdictTTL, "verdict-ttl", verdict.DefaultTTL, "how long a signed allow verdict may be acted on")
+	fs.Func("verdict-callers", "principals whose Validate calls get signed verdicts, comma-separated (e.g. service:orchestrator; empty: any service)", func(v string) error {
+		for _, p := range strings.Split(v, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				c.VerdictCallers = append(c.VerdictCallers, p)
+			}
+		}
+		return nil
+	})
 }
 
 // policyFlag is -policy: the first use replaces the default, later uses

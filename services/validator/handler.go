@@ -34,7 +34,7 @@ func (s *Service) Validate(ctx context.Context, req *xctv1.ValidateRequest) (*xc
 	}
 	req = withCaller(ctx, req)
 	v, in := s.decide(ctx, req)
-	if signable(ctx) {
+	if s.signable(ctx) {
 		var args map[string]any
 		if in != nil {
 			args = in.Args // the proposal's arguments, read once
