@@ -127,9 +127,13 @@ func (p *fastParser) fastEventInto(e *Event, raw []byte) error {
 	first := true
 	p.hashFrom, p.hashTo = -1, -1
 	for {
-		p.ws()
-		if p.i >= len(p.b) {
-			return errUnsure
+		// White space is skipped where what comes next is not what
+		// canonical JSON puts there (one look, not two, per member).
+		if p.i >= len(p.b) || p.b[p.i] <= ' ' {
+			p.ws()
+			if p.i >= len(p.b) {
+				return errUnsure
+			}
 		}
 		if p.b[p.i] == '}' {
 			p.i++
@@ -148,9 +152,11 @@ func (p *fastParser) fastEventInto(e *Event, raw []byte) error {
 		if bit == 0 {
 			return errUnsure
 		}
-		p.ws()
 		if p.i >= len(p.b) || p.b[p.i] != ':' {
-			return errUnsure
+			p.ws()
+			if p.i >= len(p.b) || p.b[p.i] != ':' {
+				return errUnsure
+			}
 		}
 		p.i++
 		p.ws()
@@ -408,18 +414,22 @@ func (p *fastParser) dataFields(e *Event) bool {
 					return false
 				}
 			}
-			p.ws()
 			if p.i >= len(p.b) || p.b[p.i] != ':' {
-				return false
+				p.ws()
+				if p.i >= len(p.b) || p.b[p.i] != ':' {
+					return false
+				}
 			}
 			p.i++
 			p.ws()
 			if !p.member(k) {
 				return false
 			}
-			p.ws()
-			if p.i >= len(p.b) {
-				return false
+			if p.i >= len(p.b) || p.b[p.i] <= ' ' {
+				p.ws()
+				if p.i >= len(p.b) {
+					return false
+				}
 			}
 			if p.b[p.i] == ',' {
 				p.i++
@@ -689,7 +699,13 @@ func (p *fastParser) member(k string) bool {
 		}
 		p.i = start
 	}
-	v, ok := p.value()
+	var v any
+	var ok bool
+	if p.b[p.i] == '"' {
+		v, ok = p.strValue() // what value() does for a string, called directly
+	} else {
+		v, ok = p.value()
+	}
 	if !ok {
 		return false
 	}
