@@ -393,7 +393,14 @@ type fsList struct {
 	ws         *workspace
 	maxEntries int
 	maxBytes   int64
+	// chunk is how many entries are read at a time (0: listChunk).
+	chunk int
 }
+
+// listChunk is how many directory entries fs.list reads at a time: it
+// keeps only the first maxEntries names in order, so a directory of
+// millions of entries (a program can make them) costs time, not memory.
+const listChunk = 1024
 
 const fsListSchema = `{
   "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -443,15 +450,37 @@ func (t *fsList) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.E
 	if !fi.IsDir() {
 		return nil, pathErr(wire.CodeInvalidArgument, p, "%q is not a directory: use fs.read", p)
 	}
-	des, err := f.ReadDir(-1)
-	if err != nil {
-		return nil, t.ws.fail(p, err)
+	chunk := t.chunk
+	if chunk <= 0 {
+		chunk = listChunk
 	}
-	slices.SortFunc(des, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
-	res := ListResult{Path: filepath.ToSlash(name), Total: len(des), Entries: []ListEntry{}}
+	byName := func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) }
+	var des []fs.DirEntry // the first maxEntries by name of those read
+	total := 0
+	for {
+		if ctx.Err() != nil {
+			return nil, errNotCommitted()
+		}
+		part, err := f.ReadDir(chunk)
+		total += len(part)
+		des = append(des, part...)
+		if len(des) > 2*t.maxEntries+chunk {
+			slices.SortFunc(des, byName)
+			des = slices.Clone(des[:t.maxEntries])
+		}
+		if errors.Is(err, io.EOF) || err == nil && len(part) == 0 {
+			break
+		}
+		if err != nil {
+			return nil, t.ws.fail(p, err)
+		}
+	}
+	slices.SortFunc(des, byName)
+	res := ListResult{Path: filepath.ToSlash(name), Total: total, Entries: []ListEntry{}}
 	if len(des) > t.maxEntries {
-		des, res.Truncated = des[:t.maxEntries], true
+		des = des[:t.maxEntries]
 	}
+	res.Truncated = total > t.maxEntries
 	for _, de := range des {
 		if ctx.Err() != nil {
 			return nil, errNotCommitted()

@@ -3,9 +3,11 @@ package executor
 import (
 	"context"
 	"encoding/base64"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -299,6 +301,37 @@ func TestFSListTruncated(t *testing.T) {
 	want := ListResult{Path: ".", Entries: []ListEntry{{Name: "a", Type: EntryFile}, {Name: "b", Type: EntryFile}}, Total: 4, Truncated: true}
 	if got := res.(ListResult); !equalList(got, want) {
 		t.Fatalf("got %+v, want %+v", got, want)
+	}
+}
+
+// TestFSListLargeDirectory: entries are read a chunk at a time and only
+// the first ones by name are kept; the result is the same as reading the
+// directory whole.
+func TestFSListLargeDirectory(t *testing.T) {
+	t.Parallel()
+	sb := newSandbox(t)
+	var names []string
+	for i := range 57 {
+		n := fmt.Sprintf("f%03d", (i*37)%57)
+		names = append(names, n)
+		must(t, os.WriteFile(filepath.Join(sb.ws, n), nil, 0o644))
+	}
+	slices.Sort(names)
+	ws, err := openWorkspace(sb.ws)
+	must(t, err)
+	defer func() { _ = ws.close() }()
+	for _, c := range []struct{ max, chunk int }{{3, 2}, {5, 7}, {57, 4}, {100, 1}} {
+		res, e := (&fsList{ws: ws, maxEntries: c.max, maxBytes: 1 << 20, chunk: c.chunk}).Invoke(context.Background(), map[string]any{})
+		if e != nil {
+			t.Fatal(e)
+		}
+		want := ListResult{Path: ".", Total: 57, Truncated: c.max < 57}
+		for _, n := range names[:min(c.max, 57)] {
+			want.Entries = append(want.Entries, ListEntry{Name: n, Type: EntryFile})
+		}
+		if got := res.(ListResult); !equalList(got, want) {
+			t.Fatalf("max %d, chunk %d: got %+v", c.max, c.chunk, got)
+		}
 	}
 }
 
