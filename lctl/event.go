@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"slices"
 	"time"
 	"unicode/utf8"
 )
@@ -287,6 +288,42 @@ func eachObject(v any, fn func(Object)) {
 			fn(Object{m: m})
 		}
 	}
+}
+
+// Len returns how many members the object has, a key given twice counted
+// once (as in the map Get answers from): a streamed object's keys are
+// read and its values skipped, nothing decoded.
+func (o Object) Len() int {
+	if o.raw == nil {
+		return len(o.m)
+	}
+	p := fastParsers.Get().(*fastParser)
+	defer fastParsers.Put(p)
+	p.b, p.i = o.raw, 1
+	var keys []string
+	for {
+		p.ws()
+		if p.i >= len(p.b) || p.b[p.i] == '}' {
+			break
+		}
+		if p.b[p.i] == ',' {
+			p.i++
+			p.ws()
+		}
+		k, ok := p.key()
+		if !ok {
+			break // checked when read: cannot happen
+		}
+		keys = append(keys, k)
+		p.ws()
+		p.i++ // :
+		p.ws()
+		if !p.skipValue() {
+			break // checked when read: cannot happen
+		}
+	}
+	slices.Sort(keys)
+	return len(slices.Compact(keys))
 }
 
 // Get returns the object's member name (nil when there is none).

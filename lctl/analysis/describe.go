@@ -71,7 +71,7 @@ func appendLineGeneral(dst []byte, e *lctl.Event) []byte {
 func appendLineFast(dst []byte, e *lctl.Event) ([]byte, bool) {
 	s := func(k string) string { v, _ := e.Str(k); return v }
 	has := func(k string) bool { _, ok := e.Lookup(k); return ok }
-	var subject, intent, tool string
+	var subject, intent, tool, from, to string
 	switch e.Type {
 	case lctl.TypeStepStart:
 		if has("raw") || has("agent_profile") {
@@ -89,6 +89,21 @@ func appendLineFast(dst []byte, e *lctl.Event) ([]byte, bool) {
 			return dst, false
 		}
 		subject = s("id")
+	case lctl.TypeHandoff:
+		// The shape crews and lctlgen write: from, to and a number of
+		// facts (summarizeHandoff says the rest).
+		if has("summary") || has("reason") || has("suggested_queries") || has("depth") {
+			return dst, false
+		}
+		if _, ok := e.Float("facts"); !ok && has("facts") {
+			return dst, false
+		}
+		if to = s("to"); to == "" {
+			return dst, false
+		}
+		if from = s("from"); from == "" {
+			from = e.Agent
+		}
 	default:
 		return dst, false
 	}
@@ -101,6 +116,15 @@ func appendLineFast(dst []byte, e *lctl.Event) ([]byte, bool) {
 	if subject != "" {
 		dst = append(dst, ' ')
 		dst = append(dst, subject...)
+	}
+	if to != "" { // a handoff's subject
+		dst = append(dst, ' ')
+		if from != "" {
+			dst = append(dst, from...)
+			dst = append(dst, ' ')
+		}
+		dst = append(dst, "→ "...)
+		dst = append(dst, to...)
 	}
 	w := lineParts{b: dst}
 	switch e.Type {
@@ -180,6 +204,13 @@ func appendLineFast(dst []byte, e *lctl.Event) ([]byte, bool) {
 			w.next()
 			w.b = append(w.b, "step "...)
 			w.b = strconv.AppendInt(w.b, n, 10)
+		}
+	case lctl.TypeHandoff:
+		if n, ok := intAt(e, "facts"); ok {
+			w.next()
+			w.b = strconv.AppendInt(w.b, n, 10)
+			w.b = append(w.b, ' ')
+			w.b = append(w.b, plural(int(n), "fact", "facts")...)
 		}
 	}
 	if w.n > 0 {
@@ -330,8 +361,9 @@ func Summarize(e *lctl.Event) (subject, detail string) {
 		if h := s("state_hash"); h != "" {
 			add("state_hash %s", clipHash(h))
 		}
-		if fs, ok := d.Get("facts_snapshot").(map[string]any); ok {
-			add("%d %s", len(fs), plural(len(fs), "fact", "facts"))
+		if fs, ok := d.Object("facts_snapshot"); ok { // counted, not decoded
+			n := fs.Len()
+			add("%d %s", n, plural(n, "fact", "facts"))
 		}
 	case lctl.TypeContractValidation:
 		subject = s("contract")

@@ -13,9 +13,11 @@ import (
 // Summarize's lines, byte for byte, for a generated workflow and for the
 // unusual shapes of the types it takes (long and multi-line text, every
 // duration range, counts past thousands, no rules, several rules, no
-// subject, another status); the shapes it gives to Summarize (a profile,
+// subject, another status, handoffs with and without from, one fact, a
+// fraction of facts); the shapes it gives to Summarize (a profile,
 // invalid model output, a model without tool or intent, a consensus
-// block, other types) are left to it. Each event is also read as a
+// block, a handoff with a summary, a reason, a list of facts, a depth or
+// queries, other types) are left to it. Each event is also read as a
 // stream reads it (data as fields), the form replay renders.
 func TestAppendLineFast(t *testing.T) {
 	long := strings.Repeat("é", 70)
@@ -41,14 +43,25 @@ func TestAppendLineFast(t *testing.T) {
 		{Type: "fact_modified", Agent: "f", Data: map[string]any{"id": "F1", "confidence": 0.125, "reason": long}},
 		{Type: "fact_modified", Agent: "f", Data: map[string]any{"confidence": 1.0}},
 		{Type: "fact_added", Agent: "f"},
+		{Type: "handoff", Agent: "a", Data: map[string]any{"to": "b"}},
+		{Type: "handoff", Agent: "a", Data: map[string]any{"from": "c", "to": "b", "facts": 1.0}},
+		{Type: "handoff", Agent: "", Data: map[string]any{"to": "b", "facts": 2.5}},
+		{Type: "handoff", Agent: "a", Data: map[string]any{"from": 3.0, "to": "b", "facts": 40.0}},
 	}
 	left := []lctl.Event{
 		{Type: "step_start", Agent: "a", Data: map[string]any{"raw": "{{", "step": 1.0}},
 		{Type: "step_start", Agent: "a", Data: map[string]any{"tool": "t", "agent_profile": map[string]any{"type": "reviewer"}}},
 		{Type: "step_start", Agent: "a", Data: map[string]any{"model": "m"}},
 		{Type: "fact_added", Agent: "f", Data: map[string]any{"id": "F2", "consensus": map[string]any{"agreement": 0.5}}},
-		{Type: "handoff", Agent: "a", Data: map[string]any{"to": "b"}},
+		{Type: "handoff", Agent: "a", Data: map[string]any{"from": "a"}},
+		{Type: "handoff", Agent: "a", Data: map[string]any{"to": "b", "summary": "done\nhere"}},
+		{Type: "handoff", Agent: "a", Data: map[string]any{"to": "b", "reason": "why"}},
+		{Type: "handoff", Agent: "a", Data: map[string]any{"to": "b", "facts": []any{"F1", "F2"}}},
+		{Type: "handoff", Agent: "a", Data: map[string]any{"to": "b", "facts": "many"}},
+		{Type: "handoff", Agent: "a", Data: map[string]any{"to": "b", "depth": 2.0}},
+		{Type: "handoff", Agent: "a", Data: map[string]any{"to": "b", "suggested_queries": []any{"q"}}},
 		{Type: "checkpoint", Agent: "s"},
+		{Type: "checkpoint", Agent: "s", Data: map[string]any{"facts_snapshot": map[string]any{"F1": map[string]any{"text": "x"}, "F2": 1.0}}},
 	}
 	events = append(events, odd...)
 	events = append(events, left...)
