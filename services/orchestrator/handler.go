@@ -106,7 +106,7 @@ func (s *Service) startRun(ctx context.Context, req *xctv1.StartRunRequest) (*ru
 			labels: req.GetLabels(), maxSteps: maxSteps, model: model, started: time.Now(),
 		},
 		svc: s, log: s.log, writer: writer, proposer: proposer, crew: cr,
-		ctx: rctx, cancel: rcancel, done: make(chan struct{}), release: make(chan struct{}),
+		ctx: rctx, cancel: rcancel, done: make(chan struct{}), left: make(chan struct{}), release: make(chan struct{}),
 	}
 	s.mu.Lock()
 	if s.stopping || s.active[id] != nil {

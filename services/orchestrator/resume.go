@@ -196,7 +196,7 @@ func (s *Service) resume(parent context.Context, id string, rev uint64, reason, 
 			maxSteps: maxSteps, roles: started.Roles, model: model, started: events[0].Time(),
 		},
 		svc: s, log: s.log, writer: writer, proposer: proposer, crew: cr,
-		ctx: rctx, cancel: rcancel, done: make(chan struct{}), release: make(chan struct{}),
+		ctx: rctx, cancel: rcancel, done: make(chan struct{}), left: make(chan struct{}), release: make(chan struct{}),
 	}
 	r.lease.set(rev)
 	view := xctevent.Fold(events)

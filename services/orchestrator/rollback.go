@@ -24,12 +24,21 @@ const (
 // RollbackRun implements OrchestratorService.
 func (s *Service) RollbackRun(ctx context.Context, req *xctv1.RollbackRunRequest) (*xctv1.RollbackRunResponse, error) {
 	id := req.GetRunId()
-	if s.owns(id) {
-		return nil, status.Errorf(codes.FailedPrecondition, "run %s is still running: cancel it first", id)
-	}
 	cur, err := s.lookup(ctx, id)
 	if err != nil {
 		return nil, toStatus(err)
+	}
+	if r := s.owner(id); r != nil {
+		// A run whose end is on its chain (a watcher saw it) leaves the
+		// active set a moment later: wait for that, not refuse.
+		if !ended(cur) || r.left == nil {
+			return nil, status.Errorf(codes.FailedPrecondition, "run %s is still running: cancel it first", id)
+		}
+		select {
+		case <-r.left:
+		case <-ctx.Done():
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
 	}
 	if !ended(cur) {
 		return nil, status.Errorf(codes.FailedPrecondition, "run %s has not ended (%s): it may be owned by another orchestrator", id, cur.GetStatus())

@@ -49,7 +49,10 @@ type run struct {
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
-	done   chan struct{}
+	done   chan struct{} // closed when the loop returned
+	// left is closed once a launched run (Service.launch) left the active
+	// set and gave up its owner key; nil for a rollback's.
+	left chan struct{}
 
 	// lease is the run's claim in the owners bucket (owners.go); release
 	// is closed when this process stops and wants to hand the run over at

@@ -241,6 +241,7 @@ func (s *Service) launch(r *run) {
 			s.finishLease(r)
 		}
 		r.cancel(nil)
+		close(r.left)
 	}()
 }
 

@@ -656,6 +656,60 @@ func TestEndedRunRefreshedAcrossReplicas(t *testing.T) {
 	}
 }
 
+// A rollback asked for the moment a run's end is on its chain (a watcher
+// saw run_finished) waits for the run's loop to leave the active set, not
+// refuses it as "still running"; a run still in the set whose chain has not
+// ended is refused.
+func TestRollbackWaitsForAnEndedRunToLeave(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, newGatedModel(step("test.count", 1)))
+	a, _ := f.orchestrator("orch-a", time.Minute)
+	id := f.start(a)
+	f.waitEnd(id)
+	testutil.Eventually(t, 30*time.Second, func() error {
+		if a.owns(id) {
+			return errors.New("the run is still in the active set")
+		}
+		return nil
+	})
+	operator := as(context.Background(), "oscar", auth.RoleOperator)
+	// The run's loop has returned, but it is still in the active set: as
+	// between run_finished and the end of Service.launch.
+	hold := func() *run {
+		r := &run{runSpec: runSpec{id: id}, left: make(chan struct{})}
+		a.mu.Lock()
+		a.active[id] = r
+		a.mu.Unlock()
+		return r
+	}
+	leave := func(r *run) {
+		a.mu.Lock()
+		delete(a.active, id)
+		a.mu.Unlock()
+		close(r.left)
+	}
+
+	r := hold()
+	ctx, cancel := context.WithTimeout(operator, 200*time.Millisecond)
+	_, err := a.RollbackRun(ctx, &xctv1.RollbackRunRequest{RunId: id, Principal: "oscar"})
+	cancel()
+	if status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("rollback while the ended run is still in the active set = %v, want it to wait (deadline exceeded)", err)
+	}
+	leave(r)
+
+	r = hold()
+	done := make(chan error, 1)
+	go func() {
+		_, err := a.RollbackRun(operator, &xctv1.RollbackRunRequest{RunId: id, Principal: "oscar"})
+		done <- err
+	}()
+	leave(r)
+	if err := <-done; err != nil {
+		t.Fatalf("rollback once the ended run left: %v", err)
+	}
+}
+
 // Bad configuration is refused.
 func TestLifecycleConfig(t *testing.T) {
 	t.Parallel()
