@@ -14,6 +14,7 @@ import (
 	"github.com/xct-dev/xct/internal/app"
 	"github.com/xct-dev/xct/internal/auth"
 	"github.com/xct-dev/xct/internal/devcerts"
+	"github.com/xct-dev/xct/internal/natsauth"
 	"github.com/xct-dev/xct/internal/natsembed"
 	"github.com/xct-dev/xct/internal/verdict"
 )
@@ -130,7 +131,20 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		cfg.Security.ServiceToken, _ = auth.TokenOf(creds, auth.DevServicePrincipal)
 	}
 
-	ns, err := natsembed.Start(natsembed.Config{Port: *natsPort, StoreDir: filepath.Join(abs, "nats")})
+	// NATS has no anonymous access: one user per service with only its
+	// rights, a read-only one for lctl tail and an admin, their passwords
+	// made once in the data dir (0600), beside the other dev secrets.
+	natsCredsPath := filepath.Join(abs, "dev", "nats.yaml")
+	natsUsers, err := natsauth.DevFile(natsCredsPath)
+	if err != nil {
+		return err
+	}
+	serverUsers, err := natsauth.ServerUsers(natsUsers)
+	if err != nil {
+		return fmt.Errorf("%s: %w", natsCredsPath, err)
+	}
+	cfg.NATSUsers = natsUsers
+	ns, err := natsembed.Start(natsembed.Config{Port: *natsPort, StoreDir: filepath.Join(abs, "nats"), Users: serverUsers})
 	if err != nil {
 		return err
 	}
@@ -159,6 +173,7 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	defer func() { _ = os.Remove(addrsPath) }()
 	fmt.Fprintf(stdout, "XCT embedded cluster\n")
 	fmt.Fprintf(stdout, "  nats          %s (JetStream store %s)\n", cfg.NATSURL, filepath.Join(abs, "nats"))
+	fmt.Fprintf(stdout, "  nats users    %s (a user per service; reader for lctl tail; admin)\n", natsCredsPath)
 	for _, t := range app.StartOrder {
 		fmt.Fprintf(stdout, "  %-13s %s\n", t, a.Addr(t))
 	}

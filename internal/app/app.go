@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"os"
 	"runtime/pprof"
 	"slices"
 	"strings"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/xct-dev/xct/internal/auth"
 	"github.com/xct-dev/xct/internal/grpcx"
+	"github.com/xct-dev/xct/internal/natsauth"
 	"github.com/xct-dev/xct/internal/redact"
 	"github.com/xct-dev/xct/internal/telemetry"
 	"github.com/xct-dev/xct/services/executor"
@@ -57,6 +59,13 @@ const (
 type Config struct {
 	// NATSURL is the NATS server (the embedded cluster sets it to its own).
 	NATSURL string
+	// NATSCredentialsFile holds the NATS passwords (natsauth.File): each
+	// target connects as the user named like it. XCT_NATS_PASSWORD in the
+	// environment is the other way, for a process of one target.
+	NATSCredentialsFile string
+	// NATSUsers, when set, are the passwords themselves (xct dev, tests);
+	// they win over the file.
+	NATSUsers natsauth.File
 	// Replicas is the JetStream replica count for the stream and buckets
 	// this process creates: 1 embedded, 3 in production.
 	Replicas int
@@ -87,7 +96,8 @@ type Config struct {
 
 // RegisterFlags registers the flags of every service.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.NATSURL, "nats", DefaultNATSURL, "NATS server URL")
+	fs.StringVar(&c.NATSURL, "nats", DefaultNATSURL, "NATS server URL (no credentials in it: see -nats-credentials)")
+	fs.StringVar(&c.NATSCredentialsFile, "nats-credentials", "", "file of NATS passwords (YAML, user: password, mode 0600); each service connects as the user named like it (env "+EnvNATSPassword+" instead, for one service)")
 	fs.IntVar(&c.Replicas, "replicas", 1, "JetStream replicas for the LCTL stream and buckets this process creates (3 in production)")
 	fs.StringVar(&c.OrchestratorListen, "orchestrator-listen", DefaultOrchestratorAddr, "orchestrator gRPC listen address (port 0 picks a free one)")
 	fs.StringVar(&c.ValidatorListen, "validator-listen", DefaultValidatorAddr, "validator gRPC listen address")
@@ -158,8 +168,10 @@ type module struct {
 
 // App is a running set of services.
 type App struct {
-	log     *slog.Logger
-	nc      *nats.Conn
+	log *slog.Logger
+	// conns are the NATS connections, one per target (one shared
+	// without credentials); closed by Stop.
+	conns   []*nats.Conn
 	mu      sync.Mutex // guards modules against the NATS callbacks
 	modules []*module
 	// Orchestrator is set when the orchestrator target runs.
@@ -186,19 +198,67 @@ type Options struct {
 	ExtraTools []executor.Tool
 }
 
+// Environment variables with a service's NATS credentials (Kubernetes
+// sets them from a Secret): the password, and the user when it is not
+// the target's name.
+const (
+	EnvNATSPassword = "XCT_NATS_PASSWORD" //nolint:gosec // a variable's name, not a credential
+	EnvNATSUser     = "XCT_NATS_USER"
+)
+
+// natsCredentials returns the credentials each target connects with:
+// NATSUsers, else the credentials file, else the environment (one target
+// only). Nothing given is an anonymous connection, which XCT's own NATS
+// servers refuse (an external one may allow it).
+func (c *Config) natsCredentials(targets []string, getenv func(string) string) (map[string]natsauth.Credentials, error) {
+	users := c.NATSUsers
+	if users == nil && c.NATSCredentialsFile != "" {
+		f, err := natsauth.Load(c.NATSCredentialsFile)
+		if err != nil {
+			return nil, err
+		}
+		users = f
+	}
+	out := map[string]natsauth.Credentials{}
+	if users != nil {
+		for _, t := range targets {
+			cr, err := users.For(t)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", t, err)
+			}
+			out[t] = cr
+		}
+		return out, nil
+	}
+	pw := getenv(EnvNATSPassword)
+	if pw == "" {
+		return nil, nil
+	}
+	if len(targets) != 1 {
+		return nil, fmt.Errorf("%s names one user: run one target per process, or give -nats-credentials", EnvNATSPassword)
+	}
+	user := getenv(EnvNATSUser)
+	if user == "" {
+		user = targets[0]
+	}
+	out[targets[0]] = natsauth.Credentials{User: user, Password: pw}
+	return out, nil
+}
+
 // ConnectNATS connects to NATS. A server that cannot be reached yet is
 // retried in the background, as are later disconnects, forever; appends
 // fail while it is away. It fails only for a URL that cannot be used.
-func ConnectNATS(url, name string) (*nats.Conn, error) {
-	nc, err := nats.Connect(url,
+// Extra options carry the credentials (natsauth.Credentials.Option).
+func ConnectNATS(url, name string, extra ...nats.Option) (*nats.Conn, error) {
+	nc, err := nats.Connect(url, append([]nats.Option{
 		nats.Name(name),
-		nats.Timeout(5*time.Second),
+		nats.Timeout(5 * time.Second),
 		// A server not up yet is waited for (the services report
 		// NOT_SERVING meanwhile), like one that went away later.
 		nats.RetryOnFailedConnect(true),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(time.Second),
-	)
+	}, extra...)...)
 	if err != nil {
 		return nil, fmt.Errorf("cannot reach NATS at %s: %w", url, err)
 	}
@@ -270,11 +330,36 @@ func Start(ctx context.Context, cfg Config, targets []string, log *slog.Logger, 
 	// benchmarks report it per step). The NATS connection is shared.
 	defer pprof.SetGoroutineLabels(ctx)
 	pprof.SetGoroutineLabels(pprof.WithLabels(ctx, pprof.Labels(ProfileLabel, "nats-client")))
-	nc, err := ConnectNATS(cfg.NATSURL, name)
+	creds, err := cfg.natsCredentials(targets, os.Getenv)
 	if err != nil {
 		return nil, err
 	}
-	a := &App{log: log, nc: nc, fatal: make(chan error, 1), stopped: make(chan struct{})}
+	a := &App{log: log, fatal: make(chan error, 1), stopped: make(chan struct{})}
+	// Each target connects as its own NATS user, with only its own
+	// rights (natsauth.Permissions); without credentials they share one
+	// anonymous connection.
+	conns := map[string]*nats.Conn{}
+	for _, t := range targets {
+		cr, ok := creds[t]
+		if !ok && len(a.conns) > 0 {
+			conns[t] = a.conns[0]
+			continue
+		}
+		cname := name
+		if ok {
+			cname = "xct-" + t
+		}
+		nc, err := ConnectNATS(cfg.NATSURL, cname, cr.Option())
+		if err != nil {
+			a.closeConns()
+			return nil, err
+		}
+		conns[t] = nc
+		a.conns = append(a.conns, nc)
+	}
+	if len(creds) == 0 {
+		log.Warn("connecting to NATS without credentials: only a server that allows anonymous access accepts it (-nats-credentials)")
+	}
 	defer func() {
 		if err != nil {
 			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -334,7 +419,7 @@ func Start(ctx context.Context, cfg Config, targets []string, log *slog.Logger, 
 	// NATS and JetStream must answer before a service starts. When they
 	// do not yet, every service is served at once, NOT_SERVING and
 	// refusing calls with what it waits for, and starts when they answer.
-	waitErr := jetStreamReady(ctx, nc, cfg.NATSURL)
+	waitErr := allReady(ctx, a.conns, cfg.NATSURL)
 	if waitErr != nil {
 		a.waitingFor(waitErr)
 		log.Warn("waiting for NATS: serving NOT_SERVING until it answers", "nats", cfg.NATSURL, "reason", waitErr)
@@ -343,6 +428,7 @@ func Start(ctx context.Context, cfg Config, targets []string, log *slog.Logger, 
 		pprof.SetGoroutineLabels(pprof.WithLabels(ctx, pprof.Labels(ProfileLabel, t)))
 		var svc service
 		slog := log.With("service", t)
+		nc := conns[t]
 		switch t {
 		case TargetExecutor:
 			svc, err = executor.New(cfg.Executor, nc, slog, opts.ExtraTools...)
@@ -395,24 +481,32 @@ func Start(ctx context.Context, cfg Config, targets []string, log *slog.Logger, 
 	// Without NATS no service can record or read anything: report
 	// NOT_SERVING while the connection is down, so probes and balancers
 	// move away, and SERVING again once it is back.
-	nc.SetDisconnectErrHandler(func(_ *nats.Conn, err error) {
-		if err == nil {
-			return // our own close or drain at shutdown
-		}
-		log.Error("lost NATS: reporting NOT_SERVING", "err", err)
-		a.setServing(false)
-	})
-	nc.SetReconnectHandler(func(*nats.Conn) {
-		if a.notReady() != nil {
-			return // still starting: startWhenReady reports SERVING
-		}
-		log.Info("NATS is back: reporting SERVING")
-		a.setServing(true)
-	})
+	allConns := slices.Clone(a.conns)
+	for _, nc := range allConns {
+		nc.SetDisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err == nil {
+				return // our own close or drain at shutdown
+			}
+			log.Error("lost NATS: reporting NOT_SERVING", "err", err)
+			a.setServing(false)
+		})
+		nc.SetReconnectHandler(func(*nats.Conn) {
+			if a.notReady() != nil {
+				return // still starting: startWhenReady reports SERVING
+			}
+			for _, c := range allConns {
+				if !c.IsConnected() {
+					return // SERVING once every connection is back
+				}
+			}
+			log.Info("NATS is back: reporting SERVING")
+			a.setServing(true)
+		})
+	}
 	if waitErr != nil {
 		// The start outlives Start's ctx (the caller's deadline for
 		// binding and configuring); Stop ends it.
-		go a.startWhenReady(cfg.NATSURL) //nolint:gosec // G118: bounded by Stop, not by Start's ctx
+		go a.startWhenReady(cfg.NATSURL, allConns) //nolint:gosec // G118: bounded by Stop, not by Start's ctx
 	}
 	return a, nil
 }
@@ -510,16 +604,21 @@ func (a *App) Stop(ctx context.Context) {
 		a.health.Stop()
 		a.health = nil
 	}
-	if a.nc != nil {
-		if err := a.nc.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
-			a.nc.Close()
-		}
-		a.nc = nil
-	}
+	a.closeConns()
 	if a.stopTelemetry != nil {
 		if err := a.stopTelemetry(ctx); err != nil {
 			a.log.Warn("stop telemetry", "err", err)
 		}
 		a.stopTelemetry = nil
 	}
+}
+
+// closeConns drains every NATS connection (closing one that cannot drain).
+func (a *App) closeConns() {
+	for _, nc := range a.conns {
+		if err := nc.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+			nc.Close()
+		}
+	}
+	a.conns = nil
 }

@@ -46,7 +46,7 @@ func TestFailedStartClosesItsListeners(t *testing.T) {
 		t.Fatal(err)
 	}
 	var cfg Config
-	cfg.NATSURL, cfg.Replicas = ns.ClientURL(), 1
+	cfg.NATSURL, cfg.NATSUsers, cfg.Replicas = ns.ClientURL(), testutil.NATSUsers(), 1
 	cfg.ExecutorListen, cfg.ValidatorListen = freeAddr(t), freeAddr(t)
 	cfg.Executor.Workspace = notADir // executor.New fails: the workspace is a file
 	cfg.Auth.TokensFile = creds.Path
@@ -75,7 +75,7 @@ func TestCallWorkersCarryTheirServiceLabel(t *testing.T) {
 	ns := testutil.RunJetStream(t)
 	creds := grpcxtest.New(t)
 	var cfg Config
-	cfg.NATSURL, cfg.Replicas = ns.ClientURL(), 1
+	cfg.NATSURL, cfg.NATSUsers, cfg.Replicas = ns.ClientURL(), testutil.NATSUsers(), 1
 	cfg.ExecutorListen, cfg.ValidatorListen = "127.0.0.1:0", "127.0.0.1:0"
 	cfg.Executor.Workspace = t.TempDir()
 	cfg.Auth.TokensFile = creds.Path

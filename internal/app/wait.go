@@ -82,7 +82,7 @@ func (a *App) notReady() error {
 // startWhenReady probes JetStream with backoff until it answers, then
 // starts every service in start order and reports SERVING. A start that
 // fails then ends the process (Err); so does nothing while Stop was called.
-func (a *App) startWhenReady(url string) {
+func (a *App) startWhenReady(url string, conns []*nats.Conn) {
 	wait := 250 * time.Millisecond
 	for {
 		select {
@@ -90,7 +90,7 @@ func (a *App) startWhenReady(url string) {
 			return
 		case <-time.After(wait):
 		}
-		err := jetStreamReady(context.Background(), a.nc, url)
+		err := allReady(context.Background(), conns, url)
 		if err == nil {
 			break
 		}
@@ -129,4 +129,15 @@ func (a *App) startWhenReady(url string) {
 	a.waitingFor(nil)
 	a.log.Info("NATS answers: every service started, reporting SERVING")
 	a.setServing(true)
+}
+
+// allReady is jetStreamReady for every connection of the process: each
+// target's user must be let in.
+func allReady(ctx context.Context, conns []*nats.Conn, url string) error {
+	for _, nc := range conns {
+		if err := jetStreamReady(ctx, nc, url); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -30,7 +30,7 @@ func TestServicesWaitForNATS(t *testing.T) {
 	js.Stop() // NATS is down when the services start
 	creds := grpcxtest.New(t)
 	var cfg Config
-	cfg.NATSURL, cfg.Replicas = url, 1
+	cfg.NATSURL, cfg.NATSUsers, cfg.Replicas = url, testutil.NATSUsers(), 1
 	cfg.ExecutorListen, cfg.ValidatorListen, cfg.OrchestratorListen = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
 	cfg.Executor.Workspace = t.TempDir()
 	cfg.Orchestrator.ScriptsDir = t.TempDir()

@@ -16,6 +16,7 @@ import (
 	"github.com/xct-dev/xct/internal/auth"
 	"github.com/xct-dev/xct/internal/eventlog"
 	"github.com/xct-dev/xct/internal/grpcx"
+	"github.com/xct-dev/xct/internal/natsauth"
 	"github.com/xct-dev/xct/lctl"
 	"github.com/xct-dev/xct/lctl/cli"
 )
@@ -49,8 +50,19 @@ func (Live) DialTracer(addr string, c cli.Credentials) (grpc.ClientConnInterface
 // Follow reads the LCTL stream at natsURL. It binds to the stream and
 // never creates or changes it (eventlog.Bind): a server without the
 // stream is cli.ErrNoStream.
-func (Live) Follow(ctx context.Context, natsURL, chainID string, stopAtEnd bool, fn func(lctl.Event) error) error {
-	nc, err := nats.Connect(natsURL, nats.Name("lctl tail"))
+func (Live) Follow(ctx context.Context, natsURL, natsCreds, chainID string, stopAtEnd bool, fn func(lctl.Event) error) error {
+	var cred natsauth.Credentials
+	if natsCreds != "" {
+		f, err := natsauth.Load(natsCreds)
+		if err != nil {
+			return err
+		}
+		// The read-only user: tail never needs more.
+		if cred, err = f.For(natsauth.Reader); err != nil {
+			return fmt.Errorf("%s: %w", natsCreds, err)
+		}
+	}
+	nc, err := nats.Connect(natsURL, nats.Name("lctl tail"), cred.Option())
 	if err != nil {
 		return fmt.Errorf("connect to NATS at %s: %w (--nats or NATS_URL)", natsURL, err)
 	}

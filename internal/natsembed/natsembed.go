@@ -24,6 +24,10 @@ type Config struct {
 	// acknowledged: the production durability setting ("sync: always").
 	// Off, the server syncs on an interval (its default).
 	SyncAlways bool
+	// Users may connect, each with its permissions
+	// (natsauth.ServerUsers). There is no anonymous access: a server
+	// without users is refused.
+	Users []*server.User
 }
 
 // Start runs the server and waits until it accepts connections.
@@ -34,7 +38,11 @@ func Start(cfg Config) (*server.Server, error) {
 	if cfg.StoreDir == "" {
 		return nil, fmt.Errorf("embedded nats: a store directory is required")
 	}
+	if len(cfg.Users) == 0 {
+		return nil, fmt.Errorf("embedded nats: no users: anonymous access is never allowed (natsauth.ServerUsers)")
+	}
 	opts := &server.Options{
+		Users:      cfg.Users,
 		ServerName: "xct-embedded",
 		Host:       cfg.Host,
 		Port:       cfg.Port,

@@ -134,12 +134,17 @@ func ClusterKey(ctx context.Context, js jetstream.JetStream, replicas int) ([]by
 	if replicas < 1 {
 		replicas = 1
 	}
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	// Created once, never updated: a service's NATS user may not update
+	// streams (natsauth), and an existing bucket's settings stay its own.
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      KeyBucket,
 		Description: "XCT: the HMAC key of redaction markers",
 		History:     1,
 		Replicas:    replicas,
 	})
+	if errors.Is(err, jetstream.ErrBucketExists) {
+		kv, err = js.KeyValue(ctx, KeyBucket)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("redaction key bucket: %w", err)
 	}

@@ -41,7 +41,7 @@ func (j *JetStream) Start() {
 	if j.srv != nil {
 		return
 	}
-	s, err := natsembed.Start(natsembed.Config{Port: j.port, StoreDir: j.dir})
+	s, err := natsembed.Start(natsembed.Config{Port: j.port, StoreDir: j.dir, Users: testUsers(j.tb)})
 	if err != nil {
 		j.tb.Fatalf("start jetstream: %v", err)
 	}
@@ -75,7 +75,7 @@ func (j *JetStream) URL() string {
 // ends.
 func (j *JetStream) Connect(tb testing.TB) *nats.Conn {
 	tb.Helper()
-	nc, err := nats.Connect(j.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond), nats.ReconnectBufSize(-1))
+	nc, err := nats.Connect(j.URL(), Admin(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond), nats.ReconnectBufSize(-1))
 	if err != nil {
 		tb.Fatalf("connect nats: %v", err)
 	}

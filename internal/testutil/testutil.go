@@ -3,14 +3,48 @@
 package testutil
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
+	"github.com/xct-dev/xct/internal/natsauth"
 	"github.com/xct-dev/xct/internal/natsembed"
 )
+
+// NATSUsers are the passwords of every NATS user on the test servers
+// (natsauth.Users): fixed, since tests run on loopback only. The services
+// of a test cluster connect with them (app.Config.NATSUsers), each as its
+// own user.
+func NATSUsers() natsauth.File {
+	f := natsauth.File{}
+	for _, u := range natsauth.Users {
+		f[u] = "test-" + u + "-password"
+	}
+	return f
+}
+
+// NATSAs is the connect option presenting user's test credentials.
+func NATSAs(user string) nats.Option {
+	return nats.UserInfo(user, NATSUsers()[user])
+}
+
+// Admin is NATSAs(natsauth.Admin): a test's own connection, allowed all.
+func Admin() nats.Option { return NATSAs(natsauth.Admin) }
+
+func testUsers(tb testing.TB) []*server.User {
+	tb.Helper()
+	users, err := natsauth.ServerUsers(NATSUsers())
+	if err != nil {
+		tb.Fatalf("nats users: %v", err)
+	}
+	return users
+}
 
 // RunJetStream starts an embedded JetStream server on a free loopback port
 // with its store in a temporary directory, stopped when the test ends.
@@ -24,6 +58,9 @@ func RunJetStream(tb testing.TB) *server.Server {
 func RunJetStreamWith(tb testing.TB, cfg natsembed.Config) *server.Server {
 	tb.Helper()
 	cfg.Port, cfg.StoreDir = -1, tb.TempDir()
+	if cfg.Users == nil {
+		cfg.Users = testUsers(tb)
+	}
 	s, err := natsembed.Start(cfg)
 	if err != nil {
 		tb.Fatalf("start jetstream: %v", err)
@@ -35,10 +72,11 @@ func RunJetStreamWith(tb testing.TB, cfg natsembed.Config) *server.Server {
 	return s
 }
 
-// Connect opens a NATS connection to s, closed when the test ends.
+// Connect opens a NATS connection to s as the admin user, closed when the
+// test ends.
 func Connect(tb testing.TB, s *server.Server) *nats.Conn {
 	tb.Helper()
-	nc, err := nats.Connect(s.ClientURL())
+	nc, err := nats.Connect(s.ClientURL(), Admin())
 	if err != nil {
 		tb.Fatalf("connect nats: %v", err)
 	}
@@ -65,4 +103,23 @@ func Eventually(tb testing.TB, timeout time.Duration, check func() error) {
 			wait *= 2
 		}
 	}
+}
+
+// NATSCredentialsFile writes the test passwords of users (every user when
+// none is named) to a credentials file (mode 0600) and returns its path.
+func NATSCredentialsFile(tb testing.TB, users ...string) string {
+	tb.Helper()
+	all := NATSUsers()
+	if len(users) == 0 {
+		users = natsauth.Users
+	}
+	var b strings.Builder
+	for _, u := range users {
+		fmt.Fprintf(&b, "%s: %s\n", u, all[u])
+	}
+	path := filepath.Join(tb.TempDir(), "nats.yaml")
+	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	return path
 }

@@ -178,6 +178,8 @@ func runTail(ctx context.Context, c *cmdContext) error {
 		natsURL = DefaultNATSURL
 	}
 	c.fs.StringVar(&natsURL, "nats", natsURL, "NATS server with the LCTL stream (env NATS_URL)")
+	natsCreds := c.env.getenv("NATS_CREDENTIALS")
+	c.fs.StringVar(&natsCreds, "nats-credentials", natsCreds, "file with the password of the read-only NATS user, reader (env NATS_CREDENTIALS; default "+defaultNATSCredentials+" when it exists)")
 	c.fs.Var(chainFlag{c}, "chain", "follow the chain with this id")
 	count := c.fs.Int("count", 0, "stop after this many events (0: follow until interrupted)")
 	noFollow := c.fs.Bool("no-follow", false, "print the events stored now and stop")
@@ -203,7 +205,12 @@ func runTail(ctx context.Context, c *cmdContext) error {
 	}
 	links := map[string]lctl.Event{} // per chain, the last event seen
 	seen := 0
-	err := c.env.Live.Follow(ctx, natsURL, chainID, *noFollow, func(e lctl.Event) error {
+	if natsCreds == "" {
+		if _, err := os.Stat(defaultNATSCredentials); err == nil {
+			natsCreds = defaultNATSCredentials
+		}
+	}
+	err := c.env.Live.Follow(ctx, natsURL, natsCreds, chainID, *noFollow, func(e lctl.Event) error {
 		if prev, ok := links[e.ChainID]; ok {
 			switch {
 			case e.Seq != prev.Seq+1:

@@ -25,8 +25,10 @@ type Live interface {
 	// appended, until ctx ends, fn returns an error (ErrStop ends cleanly)
 	// or, with stopAtEnd, the events stored at the start were delivered.
 	// It only reads: a stream that does not exist is ErrNoStream and is
-	// not created; a chain without events is ErrNoChain.
-	Follow(ctx context.Context, natsURL, chainID string, stopAtEnd bool, fn func(lctl.Event) error) error
+	// not created; a chain without events is ErrNoChain. natsCreds is a
+	// file with the NATS credentials of the read-only user ("" connects
+	// without).
+	Follow(ctx context.Context, natsURL, natsCreds, chainID string, stopAtEnd bool, fn func(lctl.Event) error) error
 }
 
 // Credentials are the flags that say who calls the tracer and how the

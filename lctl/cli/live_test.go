@@ -168,13 +168,20 @@ func TestTail(t *testing.T) {
 	l.record(t, "tail-1", reviewChain(t, false)[:6])
 	l.record(t, "tail-2", xctChain(t)[:3])
 	nats := "--nats=" + l.natsURL
+	creds := "--nats-credentials=" + testutil.NATSCredentialsFile(t, "reader")
 
-	code, out, errOut := run(t, nil, "tail", nats, "--chain", "tail-1", "--no-follow")
+	// Without credentials NATS refuses lctl, and lctl says so.
+	code, _, errOut := run(t, nil, "tail", nats, "--chain", "tail-1", "--no-follow")
+	if code != 2 || !strings.Contains(errOut, "Authorization Violation") {
+		t.Errorf("tail without NATS credentials: exit %d: %s", code, errOut)
+	}
+
+	code, out, errOut := run(t, nil, "tail", nats, creds, "--chain", "tail-1", "--no-follow")
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if code != 0 || len(lines) != 6 || !strings.HasPrefix(lines[1], "[2] code-analyzer: fact_added F1") || errOut != "" {
 		t.Fatalf("tail --chain: exit %d\n%s%s", code, out, errOut)
 	}
-	code, out, _ = run(t, nil, "tail", nats, "--all", "--no-follow", "--json")
+	code, out, _ = run(t, nil, "tail", nats, creds, "--all", "--no-follow", "--json")
 	lines = strings.Split(strings.TrimSpace(out), "\n")
 	if code != 0 || len(lines) != 9 {
 		t.Fatalf("tail --all --json: exit %d, %d lines\n%s", code, len(lines), out)
@@ -186,7 +193,7 @@ func TestTail(t *testing.T) {
 	// Following: events appended while tailing arrive; --count ends it.
 	done := make(chan string, 1)
 	go func() {
-		_, out, _ := run(t, nil, "tail", nats, "--chain", "tail-3", "--count", "2")
+		_, out, _ := run(t, nil, "tail", nats, creds, "--chain", "tail-3", "--count", "2")
 		done <- out
 	}()
 	ctx := context.Background()
@@ -209,7 +216,7 @@ func TestTail(t *testing.T) {
 		t.Fatal("tail --count 2 did not end")
 	}
 
-	code, _, errOut = run(t, nil, "tail", nats, "--chain", "nope", "--no-follow")
+	code, _, errOut = run(t, nil, "tail", nats, creds, "--chain", "nope", "--no-follow")
 	if code != 2 || !strings.Contains(errOut, "no events") {
 		t.Errorf("tail of an unknown chain: exit %d: %s", code, errOut)
 	}

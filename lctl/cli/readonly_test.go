@@ -20,10 +20,11 @@ func TestTailNeverCreatesTheStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	creds := "--nats-credentials=" + testutil.NATSCredentialsFile(t, "reader")
 	for _, args := range [][]string{
-		{"tail", "--nats=" + ns.ClientURL(), "--all", "--no-follow"},
-		{"tail", "--nats=" + ns.ClientURL(), "--chain", "run-1", "--no-follow"},
-		{"tail", "--nats=" + ns.ClientURL(), "--chain", "run-1", "--count", "1"},
+		{"tail", "--nats=" + ns.ClientURL(), creds, "--all", "--no-follow"},
+		{"tail", "--nats=" + ns.ClientURL(), creds, "--chain", "run-1", "--no-follow"},
+		{"tail", "--nats=" + ns.ClientURL(), creds, "--chain", "run-1", "--count", "1"},
 	} {
 		code, out, errOut := run(t, nil, args...)
 		if code != 2 || !strings.Contains(errOut, "has no LCTL event stream") || !strings.Contains(errOut, "nothing was created") {

@@ -529,6 +529,11 @@ func (v *configCheck) checkEnv(p []any, names []string) {
 		if n == "" || strings.ContainsAny(n, "=\x00") {
 			v.fail(append(p, i), "%q is not an environment variable name", n)
 		}
+		// The executor's own NATS credentials never reach a program
+		// (docs/security.md, "NATS").
+		if strings.HasPrefix(strings.ToUpper(n), "XCT_NATS_") {
+			v.fail(append(p, i), "%s is the executor's NATS credentials: never passed to a program", n)
+		}
 	}
 }
 

@@ -150,6 +150,7 @@ func TestParseToolsConfigErrors(t *testing.T) {
 		{"not executable", "shell:\n  binaries:\n    - name: passwd\n      path: /etc/passwd\n", "not an executable file"},
 		{"flag without dash", "shell:\n  binaries:\n    - name: ls\n      allow_flags: [l]\n", `tools.yaml:4: shell.binaries[0].allow_flags[0]: "l" does not start with '-'`},
 		{"bad env name", "shell:\n  env: [\"A=B\"]\n  binaries: [{name: echo}]\n", "is not an environment variable name"},
+		{"nats credentials in env", "shell:\n  env: [XCT_NATS_PASSWORD]\n  binaries: [{name: echo}]\n", "never passed to a program"},
 		{"server name reserved", "servers:\n  - name: fs\n    address: 127.0.0.1:1\n", `tools.yaml:2: servers[0].name: name "fs" is reserved`},
 		{"server name with a dot", "servers:\n  - name: a.b\n    address: 127.0.0.1:1\n", "must be one word"},
 		{"server twice", "servers:\n  - {name: a, address: \"h:1\"}\n  - {name: a, address: \"h:2\"}\n", "tools.yaml:3: servers[1].name: name \"a\" is used twice"},

@@ -85,7 +85,7 @@ func newOutcomeFixture(t *testing.T, toolTimeout time.Duration) *outcomeFixture 
 	f.charge = newCountTool("test.charge", xctv1.Effect_EFFECT_REVERSIBLE)
 	f.charge.timeout, f.charge.commit = toolTimeout, true
 	f.proxy = testutil.NewProxy(t, strings.TrimPrefix(f.ns.ClientURL(), "nats://"))
-	nc, err := nats.Connect("nats://"+f.proxy.Addr(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond), nats.ReconnectBufSize(-1))
+	nc, err := nats.Connect("nats://"+f.proxy.Addr(), testutil.Admin(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond), nats.ReconnectBufSize(-1))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -196,7 +196,7 @@ func serveGRPC(t *testing.T, creds *grpcxtest.Creds, name string, register func(
 
 func connect(t *testing.T, ns *server.Server) *nats.Conn {
 	t.Helper()
-	nc, err := nats.Connect(ns.ClientURL())
+	nc, err := nats.Connect(ns.ClientURL(), testutil.Admin())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -48,7 +48,7 @@ func TestMain(m *testing.M) {
 // when it is killed.
 func runChildTracer(url, dataDir string) int {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	nc, err := nats.Connect(url)
+	nc, err := nats.Connect(url, testutil.NATSAs("tracer"))
 	if err != nil {
 		log.Error("connect", "err", err)
 		return 1

@@ -65,7 +65,7 @@ func startBindCluster(t *testing.T, opts ...bindOption) *bindCluster {
 		t.Fatal(err)
 	}
 	var cfg app.Config
-	cfg.NATSURL = ns.ClientURL()
+	cfg.NATSURL, cfg.NATSUsers = ns.ClientURL(), testutil.NATSUsers()
 	c.natsURL = ns.ClientURL()
 	cfg.Replicas = 1
 	cfg.OrchestratorListen, cfg.ValidatorListen, cfg.ExecutorListen, cfg.TracerListen = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"

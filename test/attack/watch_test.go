@@ -56,7 +56,7 @@ func TestAttackManyWatches(t *testing.T) {
 		}
 	}
 	// One consumer for the run, whatever the number of watchers.
-	nc, err := nats.Connect(c.natsURL)
+	nc, err := nats.Connect(c.natsURL, testutil.Admin())
 	if err != nil {
 		t.Fatal(err)
 	}

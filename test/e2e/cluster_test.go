@@ -65,7 +65,7 @@ func startClusterOn(t testing.TB, ns *server.Server, opts ...clusterOption) *clu
 		}
 	}
 	var cfg app.Config
-	cfg.NATSURL = c.nats.ClientURL()
+	cfg.NATSURL, cfg.NATSUsers = c.nats.ClientURL(), testutil.NATSUsers()
 	cfg.Replicas = 1
 	cfg.OrchestratorListen, cfg.ValidatorListen, cfg.ExecutorListen, cfg.TracerListen = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
 	cfg.Orchestrator.ScriptsDir = c.scripts

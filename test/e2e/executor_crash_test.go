@@ -120,8 +120,9 @@ func TestExecutorCrash(t *testing.T) {
 	}
 	ids := map[string]string{"step-charge": reqs["step-charge"].GetStepId(), "step-put": reqs["step-put"].GetStepId()}
 	var addr string
+	natsCreds := testutil.NATSCredentialsFile(t, "executor")
 	serve := func(name string) (*proc, xctv1.ExecutorServiceClient) {
-		p := startProc(t, name, xct, "serve", "--target", "executor", "--nats", ns.ClientURL(),
+		p := startProc(t, name, xct, "serve", "--target", "executor", "--nats", ns.ClientURL(), "--nats-credentials", natsCreds,
 			"--executor-listen", "127.0.0.1:0", "--workspace", filepath.Join(base, "ws"),
 			"--tools-config", toolsFile, "--step-grace", "200ms", "--plaintext", "--auth-tokens", creds.Path, execTrust[0], execTrust[1])
 		addr = p.waitFor(t, listening, 30*time.Second)

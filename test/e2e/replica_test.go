@@ -12,6 +12,7 @@ import (
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/app"
 	"github.com/xct-dev/xct/internal/eventlog"
+	"github.com/xct-dev/xct/internal/testutil"
 )
 
 // A second orchestrator on the same stream (another replica, or this one
@@ -28,7 +29,7 @@ steps:
 	run, _ := c.runToEnd(t, &xctv1.StartRunRequest{Goal: "replicated", Model: "scripted:two.yaml", Principal: "alice"})
 
 	// A chain from another LCTL writer is not a run.
-	nc, err := nats.Connect(c.nats.ClientURL())
+	nc, err := nats.Connect(c.nats.ClientURL(), testutil.Admin())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +46,7 @@ steps:
 	}
 
 	var cfg app.Config
-	cfg.NATSURL = c.nats.ClientURL()
+	cfg.NATSURL, cfg.NATSUsers = c.nats.ClientURL(), testutil.NATSUsers()
 	cfg.OrchestratorListen = "127.0.0.1:0"
 	cfg.Orchestrator.ValidatorAddr = c.app.Addr(app.TargetValidator)
 	cfg.Orchestrator.ExecutorAddr = c.app.Addr(app.TargetExecutor)

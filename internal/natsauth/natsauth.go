@@ -1,0 +1,314 @@
+// Package natsauth is who may do what on XCT's NATS: one user per service
+// (orchestrator, validator, executor, tracer), a read-only user for lctl
+// tail and an admin, each with its subject permissions, and the credentials
+// file the services read their passwords from (docs/security.md, "NATS").
+//
+// Anonymous connections are refused by every server XCT starts
+// (internal/natsembed); the Kubernetes NATS config (deploy/k8s) carries
+// the same permissions, which its tests compare with these.
+package natsauth
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"go.yaml.in/yaml/v3"
+)
+
+// The users. A service connects as the user named like its target.
+const (
+	Orchestrator = "orchestrator"
+	Validator    = "validator"
+	Executor     = "executor"
+	Tracer       = "tracer"
+	// Reader reads the LCTL stream and nothing else (lctl tail).
+	Reader = "reader"
+	// Admin may do anything, stream updates and deletes included: for
+	// operators, never for a service.
+	Admin = "admin"
+)
+
+// Users lists every user in a fixed order.
+var Users = []string{Orchestrator, Validator, Executor, Tracer, Reader, Admin}
+
+// Subjects the permissions name. They are XCT's stream and bucket names
+// spelled out here (services/…, internal/eventlog) so that this package
+// depends on none of them; the tests check each against the real thing.
+const (
+	chains    = "lctl.chain.>"
+	toolsKV   = "$KV.XCT_TOOLS.>"
+	stepsKV   = "$KV.XCT_STEPS.>"
+	blobsObj  = "$O.XCT_STEP_BLOBS.>"
+	approvals = "$KV.XCT_APPROVALS.>"
+	owners    = "$KV.XCT_RUN_OWNERS.>"
+	redaction = "$KV.XCT_REDACTION.>"
+	// jsAPI is every JetStream API request; adminOnly below is taken out
+	// of it for every user but Admin.
+	jsAPI = "$JS.API.>"
+	// flowControl is the replies a client sends to a push consumer's
+	// flow control requests (KV watchers).
+	flowControl = "$JS.FC.>"
+	// inbox is where every reply comes: JetStream API answers, publish
+	// acknowledgements, consumer deliveries.
+	inbox = "_INBOX.>"
+)
+
+// adminOnly are the JetStream API requests that change or destroy what a
+// stream holds or how it is kept: no service needs one (every stream and
+// bucket is created once, never updated, deleted or purged by XCT).
+var adminOnly = []string{
+	"$JS.API.STREAM.UPDATE.>",
+	"$JS.API.STREAM.DELETE.>",
+	"$JS.API.STREAM.MSG.DELETE.>",
+	"$JS.API.STREAM.RESTORE.>",
+	"$JS.API.STREAM.PEER.REMOVE.>",
+	"$JS.API.STREAM.LEADER.STEPDOWN.>",
+	"$JS.API.META.>",
+	"$JS.API.SERVER.>",
+	"$JS.API.ACCOUNT.PURGE.>",
+}
+
+// purgeable are XCT's streams (KV buckets and the object store are
+// streams KV_ and OBJ_), each with the user that may purge it: the
+// orchestrator purges old delete markers of its run owners bucket
+// (KeyValue.PurgeDeletes); nobody else purges anything. A deny list of
+// names, since a deny wins over any allow: every purge but the
+// orchestrator's own is named here.
+var purgeable = map[string]string{
+	"LCTL":               "",
+	"KV_XCT_TOOLS":       "",
+	"KV_XCT_STEPS":       "",
+	"OBJ_XCT_STEP_BLOBS": "",
+	"KV_XCT_APPROVALS":   "",
+	"KV_XCT_REDACTION":   "",
+	"KV_XCT_RUN_OWNERS":  Orchestrator,
+}
+
+// denied is what user may not request of the JetStream API.
+func denied(user string) []string {
+	out := slices.Clone(adminOnly)
+	names := make([]string, 0, len(purgeable))
+	for stream := range purgeable {
+		names = append(names, stream)
+	}
+	sort.Strings(names)
+	for _, stream := range names {
+		if purgeable[stream] != user {
+			out = append(out, "$JS.API.STREAM.PURGE."+stream)
+		}
+	}
+	return out
+}
+
+// readerAPI are the JetStream API requests lctl tail makes: JetStream and
+// stream info, and an ordered consumer on LCTL (created, read, deleted).
+var readerAPI = []string{
+	"$JS.API.INFO",
+	"$JS.API.STREAM.INFO.LCTL",
+	"$JS.API.CONSUMER.CREATE.LCTL.>",
+	"$JS.API.CONSUMER.INFO.LCTL.>",
+	"$JS.API.CONSUMER.DELETE.LCTL.>",
+	"$JS.API.CONSUMER.MSG.NEXT.LCTL.>",
+	"$JS.API.STREAM.MSG.GET.LCTL",
+	"$JS.API.DIRECT.GET.LCTL.>",
+	"$JS.API.DIRECT.GET.LCTL",
+}
+
+// writes are the data subjects each service publishes to: its own
+// streams and buckets, nobody else's.
+var writes = map[string][]string{
+	// Chains: the orchestrator's runs. The redaction key: whichever of
+	// the three services starts first creates it.
+	Orchestrator: {chains, owners, redaction},
+	Validator:    {approvals, redaction},
+	// The tool catalog the validator judges with, and the step records.
+	Executor: {toolsKV, stepsKV, blobsObj, redaction},
+	// The OTLP ingest writes otel-<trace id> chains; a subject token
+	// cannot be matched by prefix, so the tracer may publish to any chain
+	// subject (it checks itself that it writes only otel- chains). Its
+	// durable consumer's acknowledgements go to $JS.ACK.LCTL.tracer.
+	Tracer: {chains, "$JS.ACK.LCTL.tracer.>"},
+}
+
+// Permissions returns the subject permissions of user (nil for Admin: all).
+// Services get every JetStream API request but the admin-only ones (a
+// deny list inside an allow: the API calls of KV watchers, ordered
+// consumers and object stores are many and change with the client
+// library, the destructive ones are few and stable) and publish rights
+// on their own data subjects only (an allow list). The reader gets an
+// allow list of the API requests lctl tail makes.
+func Permissions(user string) (*server.Permissions, error) {
+	switch user {
+	case Admin:
+		return nil, nil
+	case Reader:
+		return &server.Permissions{
+			Publish:   &server.SubjectPermission{Allow: slices.Clone(readerAPI)},
+			Subscribe: &server.SubjectPermission{Allow: []string{inbox}},
+		}, nil
+	}
+	w, ok := writes[user]
+	if !ok {
+		return nil, fmt.Errorf("nats: unknown user %q (want one of %s)", user, strings.Join(Users, ", "))
+	}
+	return &server.Permissions{
+		Publish: &server.SubjectPermission{
+			Allow: append([]string{jsAPI, flowControl}, w...),
+			Deny:  denied(user),
+		},
+		Subscribe: &server.SubjectPermission{Allow: []string{inbox}},
+	}, nil
+}
+
+// ServerUsers turns passwords (user → password) into the embedded
+// server's users with their permissions. Every user must be known.
+func ServerUsers(passwords map[string]string) ([]*server.User, error) {
+	names := make([]string, 0, len(passwords))
+	for u := range passwords {
+		names = append(names, u)
+	}
+	sort.Strings(names)
+	out := make([]*server.User, 0, len(names))
+	for _, u := range names {
+		if passwords[u] == "" {
+			return nil, fmt.Errorf("nats: user %s has no password", u)
+		}
+		p, err := Permissions(u)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, &server.User{Username: u, Password: passwords[u], Permissions: p})
+	}
+	return out, nil
+}
+
+// Credentials is one user's name and password.
+type Credentials struct {
+	User     string
+	Password string
+}
+
+// Option is the connect option that presents c (none when c is empty).
+func (c Credentials) Option() nats.Option {
+	if c.User == "" {
+		return func(*nats.Options) error { return nil }
+	}
+	return nats.UserInfo(c.User, c.Password)
+}
+
+// ErrNoUser means a credentials file has no entry for the user asked.
+var ErrNoUser = errors.New("no password for this NATS user")
+
+// File is a credentials file: YAML, one "user: password" a line, any
+// subset of Users. xct dev writes one with every user; a Kubernetes
+// Secret holds one per service with its own line.
+type File map[string]string
+
+// Load reads a credentials file. It must not be readable by others.
+func Load(path string) (File, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("nats credentials: %w", err)
+	}
+	if st.Mode().IsRegular() && st.Mode().Perm()&0o077 != 0 && !kubernetesSecret(path) {
+		return nil, fmt.Errorf("nats credentials %s: mode %v, want 0600 (it holds passwords)", path, st.Mode().Perm())
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("nats credentials: %w", err)
+	}
+	var f File
+	if err := yaml.Unmarshal(data, &f); err != nil {
+		return nil, fmt.Errorf("nats credentials %s: %w", path, err)
+	}
+	for u, p := range f {
+		if !slices.Contains(Users, u) {
+			return nil, fmt.Errorf("nats credentials %s: unknown user %q (want one of %s)", path, u, strings.Join(Users, ", "))
+		}
+		if p == "" {
+			return nil, fmt.Errorf("nats credentials %s: user %s has no password", path, u)
+		}
+	}
+	if len(f) == 0 {
+		return nil, fmt.Errorf("nats credentials %s: no user", path)
+	}
+	return f, nil
+}
+
+// kubernetesSecret reports a file projected from a Secret volume (a
+// symbolic link into ..data), whose mode the kubelet sets.
+func kubernetesSecret(path string) bool {
+	target, err := os.Readlink(path)
+	return err == nil && strings.HasPrefix(target, "..data/")
+}
+
+// For returns the credentials of user.
+func (f File) For(user string) (Credentials, error) {
+	p, ok := f[user]
+	if !ok {
+		return Credentials{}, fmt.Errorf("%w: %s", ErrNoUser, user)
+	}
+	return Credentials{User: user, Password: p}, nil
+}
+
+// NewPassword returns a random password.
+func NewPassword() (string, error) {
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("random password: %w", err)
+	}
+	return base64.RawURLEncoding.EncodeToString(b[:]), nil
+}
+
+// DevFile returns the development credentials at path, writing random
+// ones for every user (mode 0600, made once) when the file does not exist.
+func DevFile(path string) (File, error) {
+	if _, err := os.Stat(path); err == nil {
+		return Load(path)
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("nats credentials: %w", err)
+	}
+	f := File{}
+	for _, u := range Users {
+		p, err := NewPassword()
+		if err != nil {
+			return nil, err
+		}
+		f[u] = p
+	}
+	out, err := yaml.Marshal(f)
+	if err != nil {
+		return nil, fmt.Errorf("nats credentials: %w", err)
+	}
+	header := "# NATS users of `xct dev`: one password per service, reader (lctl tail)\n" +
+		"# and admin. Remove this file to get new ones. Development only.\n"
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("nats credentials: %w", err)
+	}
+	// O_EXCL: two clusters starting at once cannot overwrite each other.
+	fh, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, fs.ErrExist) {
+		return Load(path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("nats credentials: %w", err)
+	}
+	if _, err := fh.Write(append([]byte(header), out...)); err != nil {
+		_ = fh.Close()
+		return nil, fmt.Errorf("nats credentials: %w", err)
+	}
+	if err := fh.Close(); err != nil {
+		return nil, fmt.Errorf("nats credentials: %w", err)
+	}
+	return f, nil
+}

@@ -1,0 +1,365 @@
+package natsauth_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/xct-dev/xct/internal/catalog"
+	"github.com/xct-dev/xct/internal/eventlog"
+	"github.com/xct-dev/xct/internal/natsauth"
+	"github.com/xct-dev/xct/internal/natsembed"
+	"github.com/xct-dev/xct/internal/redact"
+	"github.com/xct-dev/xct/internal/testutil"
+	"github.com/xct-dev/xct/lctl"
+	"github.com/xct-dev/xct/services/executor"
+	"github.com/xct-dev/xct/services/orchestrator"
+	"github.com/xct-dev/xct/services/validator"
+)
+
+// conn is a connection as one user that collects the server's permission
+// errors.
+type conn struct {
+	nc   *nats.Conn
+	js   jetstream.JetStream
+	errs chan error
+}
+
+func connectAs(t *testing.T, url, user string) *conn {
+	t.Helper()
+	c := &conn{errs: make(chan error, 64)}
+	var err error
+	c.nc, err = nats.Connect(url, testutil.NATSAs(user), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		select {
+		case c.errs <- err:
+		default:
+		}
+	}))
+	if err != nil {
+		t.Fatalf("connect as %s: %v", user, err)
+	}
+	t.Cleanup(c.nc.Close)
+	if c.js, err = jetstream.New(c.nc); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// refused waits for the server's permissions violation naming subject.
+func (c *conn) refused(t *testing.T, what, subject string) {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case err := <-c.errs:
+			if errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), subject) {
+				return
+			}
+		case <-timeout:
+			t.Errorf("%s: no permissions violation for %s", what, subject)
+			return
+		}
+	}
+}
+
+// cluster is an embedded server with XCT's stream and buckets made by the
+// admin, as the services would make them.
+type cluster struct {
+	url   string
+	admin *conn
+	lctl  jetstream.Stream
+}
+
+func newCluster(t *testing.T) *cluster {
+	t.Helper()
+	ns := testutil.RunJetStream(t)
+	c := &cluster{url: ns.ClientURL()}
+	c.admin = connectAs(t, c.url, natsauth.Admin)
+	ctx := context.Background()
+	if _, err := eventlog.Open(ctx, c.admin.nc, eventlog.DefaultConfig()); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	if c.lctl, err = c.admin.js.Stream(ctx, eventlog.StreamName); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range []string{catalog.Bucket, executor.StepsBucket, validator.ApprovalsBucket, orchestrator.OwnersBucket} {
+		if _, err := c.admin.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: b}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c
+}
+
+func (c *cluster) count(t *testing.T, stream string) uint64 {
+	t.Helper()
+	s, err := c.admin.js.Stream(context.Background(), stream)
+	if err != nil {
+		t.Fatalf("stream %s: %v", stream, err)
+	}
+	info, err := s.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Msgs
+}
+
+// TestAnonymousAccessIsRefused: no user, a wrong password or an unknown
+// user is not let in; an embedded server without users is not started.
+func TestAnonymousAccessIsRefused(t *testing.T) {
+	ns := testutil.RunJetStream(t)
+	for name, opts := range map[string][]nats.Option{
+		"anonymous":      nil,
+		"wrong password": {nats.UserInfo(natsauth.Executor, "not-the-password")},
+		"unknown user":   {nats.UserInfo("mallory", testutil.NATSUsers()[natsauth.Admin])},
+	} {
+		nc, err := nats.Connect(ns.ClientURL(), opts...)
+		if err == nil {
+			nc.Close()
+			t.Errorf("%s: connected", name)
+		} else if !errors.Is(err, nats.ErrAuthorization) && !strings.Contains(err.Error(), "Authorization Violation") {
+			t.Errorf("%s: %v, want an authorization violation", name, err)
+		}
+	}
+	if s, err := natsembed.Start(natsembed.Config{Port: -1, StoreDir: t.TempDir()}); err == nil {
+		s.Shutdown()
+		t.Error("an embedded server without users started")
+	}
+}
+
+// TestServicesWriteOnlyTheirOwnSubjects publishes, as each user, to the
+// data subjects of the others: each is refused by the server and nothing
+// reaches the stream; its own subjects take the write.
+func TestServicesWriteOnlyTheirOwnSubjects(t *testing.T) {
+	c := newCluster(t)
+	type attempt struct{ user, subject, stream string }
+	tools, steps := "$KV."+catalog.Bucket+".fs.write", "$KV."+executor.StepsBucket+".forged"
+	chain := eventlog.Subject("x")
+	denied := []attempt{
+		{natsauth.Executor, chain, eventlog.StreamName},
+		{natsauth.Validator, chain, eventlog.StreamName},
+		{natsauth.Reader, chain, eventlog.StreamName},
+		{natsauth.Tracer, tools, "KV_" + catalog.Bucket},
+		{natsauth.Orchestrator, tools, "KV_" + catalog.Bucket},
+		{natsauth.Validator, tools, "KV_" + catalog.Bucket},
+		{natsauth.Reader, tools, "KV_" + catalog.Bucket},
+		{natsauth.Orchestrator, steps, "KV_" + executor.StepsBucket},
+		{natsauth.Tracer, steps, "KV_" + executor.StepsBucket},
+		{natsauth.Validator, steps, "KV_" + executor.StepsBucket},
+		{natsauth.Executor, "$KV." + validator.ApprovalsBucket + ".a", "KV_" + validator.ApprovalsBucket},
+		{natsauth.Tracer, "$KV." + orchestrator.OwnersBucket + ".r", "KV_" + orchestrator.OwnersBucket},
+	}
+	for _, a := range denied {
+		before := c.count(t, a.stream)
+		u := connectAs(t, c.url, a.user)
+		if err := u.nc.Publish(a.subject, []byte(`{"effect":"read"}`)); err != nil {
+			t.Fatal(err)
+		}
+		u.refused(t, a.user+" publishing to "+a.subject, a.subject)
+		// A flush after the violation: the server has handled the
+		// publish, and the stream has not stored it.
+		if err := u.nc.Flush(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+			t.Logf("flush: %v", err)
+		}
+		if after := c.count(t, a.stream); after != before {
+			t.Errorf("%s publishing to %s: stream %s went from %d to %d messages", a.user, a.subject, a.stream, before, after)
+		}
+	}
+	allowed := []attempt{
+		{natsauth.Orchestrator, chain, eventlog.StreamName},
+		{natsauth.Tracer, eventlog.Subject("otel-1"), eventlog.StreamName},
+		{natsauth.Executor, tools, "KV_" + catalog.Bucket},
+		{natsauth.Executor, steps, "KV_" + executor.StepsBucket},
+		{natsauth.Validator, "$KV." + validator.ApprovalsBucket + ".a", "KV_" + validator.ApprovalsBucket},
+		{natsauth.Orchestrator, "$KV." + orchestrator.OwnersBucket + ".r", "KV_" + orchestrator.OwnersBucket},
+	}
+	for _, a := range allowed {
+		u := connectAs(t, c.url, a.user)
+		if _, err := u.js.Publish(context.Background(), a.subject, []byte(`{}`)); err != nil {
+			t.Errorf("%s publishing to %s: %v", a.user, a.subject, err)
+		}
+	}
+}
+
+// TestOnlyTheAdminChangesStreams: no service and not the reader may
+// delete, purge or update a stream or delete a message of it; the admin
+// may (so the refusals are the permissions, not the request).
+func TestOnlyTheAdminChangesStreams(t *testing.T) {
+	c := newCluster(t)
+	if _, err := c.admin.js.Publish(context.Background(), eventlog.Subject("x"), []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	for _, user := range []string{natsauth.Orchestrator, natsauth.Validator, natsauth.Executor, natsauth.Tracer, natsauth.Reader} {
+		u := connectAs(t, c.url, user)
+		ops := map[string]func(ctx context.Context) error{
+			"$JS.API.STREAM.DELETE.LCTL": func(ctx context.Context) error { return u.js.DeleteStream(ctx, eventlog.StreamName) },
+			"$JS.API.STREAM.PURGE.KV_" + catalog.Bucket: func(ctx context.Context) error {
+				s, err := c.admin.js.Stream(ctx, "KV_"+catalog.Bucket)
+				if err != nil {
+					return err
+				}
+				// The request as the user: the admin's handle only
+				// names the stream.
+				_, err = u.nc.RequestWithContext(ctx, "$JS.API.STREAM.PURGE."+s.CachedInfo().Config.Name, nil)
+				return err
+			},
+			"$JS.API.STREAM.MSG.DELETE.LCTL": func(ctx context.Context) error {
+				_, err := u.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.DELETE.LCTL", []byte(`{"seq":1}`))
+				return err
+			},
+			"$JS.API.STREAM.UPDATE.LCTL": func(ctx context.Context) error {
+				_, err := u.js.UpdateStream(ctx, jetstream.StreamConfig{Name: eventlog.StreamName, Subjects: []string{eventlog.AllSubjects}, DenyDelete: false, DenyPurge: false})
+				return err
+			},
+		}
+		for subject, op := range ops {
+			// The server drops the request and says why; the request
+			// then waits for an answer that never comes, until cancelled.
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- op(ctx) }()
+			u.refused(t, user+" requesting "+subject, subject)
+			cancel()
+			if err := <-done; err == nil {
+				t.Errorf("%s: %s answered", user, subject)
+			}
+		}
+	}
+	info, err := c.lctl.Info(context.Background())
+	if err != nil {
+		t.Fatalf("LCTL after the attempts: %v", err)
+	}
+	if info.State.Msgs != 1 || !info.Config.DenyDelete || !info.Config.DenyPurge {
+		t.Errorf("LCTL after the attempts: %d messages, deny delete %v, deny purge %v", info.State.Msgs, info.Config.DenyDelete, info.Config.DenyPurge)
+	}
+	// The positive control: the admin's request reaches JetStream.
+	if err := c.admin.js.DeleteStream(context.Background(), "KV_"+executor.StepsBucket); err != nil {
+		t.Errorf("admin deleting a stream: %v", err)
+	}
+}
+
+// TestReaderOnlyReads: the read-only user follows the LCTL stream (lctl
+// tail) and can create no stream or bucket.
+func TestReaderOnlyReads(t *testing.T) {
+	c := newCluster(t)
+	ctx := context.Background()
+	l, err := eventlog.Open(ctx, connectAs(t, c.url, natsauth.Orchestrator).nc, eventlog.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := l.NewChainWriter("run-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if _, err := w.Append(ctx, "step_start", "orchestrator", nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := connectAs(t, c.url, natsauth.Reader)
+	log, err := eventlog.Bind(ctx, r.nc)
+	if err != nil {
+		t.Fatalf("reader binding LCTL: %v", err)
+	}
+	n := 0
+	if err := log.Follow(ctx, "run-1", eventlog.FollowOptions{StopAtEnd: true}, func(lctl.Event) error { n++; return nil }); err != nil || n != 3 {
+		t.Fatalf("reader following run-1: %d events, %v", n, err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if _, err := r.js.CreateKeyValue(cctx, jetstream.KeyValueConfig{Bucket: "READER_MADE"}); err == nil {
+		t.Error("the reader created a bucket")
+	}
+	r.refused(t, "reader creating a bucket", "$JS.API.STREAM.CREATE.KV_READER_MADE")
+}
+
+// TestPermissionsNameXCTsSubjects: the subjects the permissions name are
+// the real stream and bucket names.
+func TestPermissionsNameXCTsSubjects(t *testing.T) {
+	want := map[string][]string{
+		natsauth.Executor:     {"$KV." + catalog.Bucket + ".>", "$KV." + executor.StepsBucket + ".>", "$O." + executor.BlobsBucket + ".>", "$KV." + redact.KeyBucket + ".>"},
+		natsauth.Orchestrator: {eventlog.SubjectPrefix + ">", "$KV." + orchestrator.OwnersBucket + ".>"},
+		natsauth.Validator:    {"$KV." + validator.ApprovalsBucket + ".>"},
+		natsauth.Tracer:       {eventlog.SubjectPrefix + ">", "$JS.ACK." + eventlog.StreamName + ".tracer.>"},
+	}
+	for user, subjects := range want {
+		p, err := natsauth.Permissions(user)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range subjects {
+			if !contains(p.Publish.Allow, s) {
+				t.Errorf("%s may not publish to %s: %v", user, s, p.Publish.Allow)
+			}
+		}
+	}
+	if _, err := natsauth.Permissions("mallory"); err == nil {
+		t.Error("an unknown user has permissions")
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// TestCredentialsFiles: xct dev's file is made once with every user at
+// mode 0600; a file others can read, an unknown user or an empty
+// password is refused.
+func TestCredentialsFiles(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "dev", "nats.yaml")
+	f, err := natsauth.DevFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(path)
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("dev file: %v, mode %v", err, st.Mode().Perm())
+	}
+	for _, u := range natsauth.Users {
+		if len(f[u]) < 40 {
+			t.Errorf("user %s: password %d characters", u, len(f[u]))
+		}
+	}
+	again, err := natsauth.DevFile(path)
+	if err != nil || again[natsauth.Executor] != f[natsauth.Executor] {
+		t.Errorf("second start: %v, same password %v", err, again[natsauth.Executor] == f[natsauth.Executor])
+	}
+	bad := map[string]struct {
+		body string
+		mode os.FileMode
+		want string
+	}{
+		"readable": {"executor: x\n", 0o644, "want 0600"},
+		"unknown":  {"mallory: x\n", 0o600, "unknown user"},
+		"empty":    {"executor: \"\"\n", 0o600, "no password"},
+		"none":     {"{}\n", 0o600, "no user"},
+	}
+	for name, b := range bad {
+		p := filepath.Join(dir, name+".yaml")
+		if err := os.WriteFile(p, []byte(b.body), b.mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, b.mode); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := natsauth.Load(p); err == nil || !strings.Contains(err.Error(), b.want) {
+			t.Errorf("%s: %v, want %q", name, err, b.want)
+		}
+	}
+	if _, err := f.For("nobody"); !errors.Is(err, natsauth.ErrNoUser) {
+		t.Errorf("For(nobody): %v", err)
+	}
+}
