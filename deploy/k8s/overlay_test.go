@@ -192,11 +192,18 @@ func natsOptions(t *testing.T, m *manifests, pod string) *server.Options {
 	for _, e := range c.Env {
 		env[e.Name] = true
 	}
-	for _, v := range regexp.MustCompile(`\$([A-Za-z_][A-Za-z0-9_]*)`).FindAllStringSubmatch(cm.Data["nats.conf"], -1) {
+	// Quoted strings are literal (subjects such as "$JS.API.>"); the
+	// passwords get values of their own, which natsUsers checks.
+	unquoted := regexp.MustCompile(`"[^"]*"`).ReplaceAllString(cm.Data["nats.conf"], `""`)
+	for _, v := range regexp.MustCompile(`\$([A-Za-z_][A-Za-z0-9_]*)`).FindAllStringSubmatch(unquoted, -1) {
 		if !env[v[1]] {
 			t.Errorf("nats.conf uses $%s, which the container's env does not set", v[1])
 		}
-		t.Setenv(v[1], pod)
+		if strings.HasSuffix(v[1], "_PASSWORD") {
+			t.Setenv(v[1], "pw-"+v[1])
+		} else {
+			t.Setenv(v[1], pod)
+		}
 	}
 	opts, err := server.ProcessConfigFile(filepath.Join(dir, "nats.conf"))
 	if err != nil {

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -295,7 +297,7 @@ func TestPermissionsNameXCTsSubjects(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, s := range subjects {
-			if !contains(p.Publish.Allow, s) {
+			if !slices.Contains(p.Publish.Allow, s) {
 				t.Errorf("%s may not publish to %s: %v", user, s, p.Publish.Allow)
 			}
 		}
@@ -303,15 +305,6 @@ func TestPermissionsNameXCTsSubjects(t *testing.T) {
 	if _, err := natsauth.Permissions("mallory"); err == nil {
 		t.Error("an unknown user has permissions")
 	}
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // TestCredentialsFiles: xct dev's file is made once with every user at
@@ -361,5 +354,50 @@ func TestCredentialsFiles(t *testing.T) {
 	}
 	if _, err := f.For("nobody"); !errors.Is(err, natsauth.ErrNoUser) {
 		t.Errorf("For(nobody): %v", err)
+	}
+}
+
+// TestKubernetesNATSConfig: the NATS configuration of deploy/k8s
+// (components/nats) gives each user exactly these permissions, parsed by
+// the NATS server's own parser. Regenerate its authorization block from
+// Permissions when they change.
+func TestKubernetesNATSConfig(t *testing.T) {
+	t.Setenv("SERVER_NAME", "nats-0")
+	for _, u := range natsauth.Users {
+		t.Setenv("XCT_NATS_"+strings.ToUpper(u)+"_PASSWORD", "pw-"+u)
+	}
+	opts, err := server.ProcessConfigFile(filepath.Join("..", "..", "deploy", "k8s", "components", "nats", "nats.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(opts.Users) != len(natsauth.Users) || opts.NoAuthUser != "" {
+		t.Fatalf("deploy/k8s NATS: %d users, no_auth_user %q; want %v and none", len(opts.Users), opts.NoAuthUser, natsauth.Users)
+	}
+	norm := func(l []string) []string { l = slices.Clone(l); slices.Sort(l); return l }
+	for _, u := range opts.Users {
+		want, err := natsauth.Permissions(u.Username)
+		if err != nil {
+			t.Errorf("deploy/k8s NATS user %q: %v", u.Username, err)
+			continue
+		}
+		if u.Password != "pw-"+u.Username {
+			t.Errorf("user %s: password not from $XCT_NATS_%s_PASSWORD", u.Username, strings.ToUpper(u.Username))
+		}
+		got := u.Permissions
+		if (got == nil) != (want == nil) {
+			t.Errorf("user %s: permissions %v, want %v", u.Username, got, want)
+			continue
+		}
+		if want == nil {
+			continue
+		}
+		for _, pair := range []struct {
+			what      string
+			got, want *server.SubjectPermission
+		}{{"publish", got.Publish, want.Publish}, {"subscribe", got.Subscribe, want.Subscribe}} {
+			if pair.got == nil || !slices.Equal(norm(pair.got.Allow), norm(pair.want.Allow)) || !slices.Equal(norm(pair.got.Deny), norm(pair.want.Deny)) {
+				t.Errorf("user %s %s: deploy/k8s has %+v, natsauth %+v", u.Username, pair.what, pair.got, pair.want)
+			}
+		}
 	}
 }
