@@ -111,7 +111,7 @@ func New(t testing.TB, timeout time.Duration) *Browser {
 			switch m.Type {
 			case chromedp.ConsoleError, chromedp.ConsoleWarning, chromedp.ConsoleException:
 				b.mu.Lock()
-				b.console = append(b.console, string(m.Type)+": "+m.Text)
+				b.console = append(b.console, consoleLine(m))
 				b.mu.Unlock()
 			}
 		}
@@ -134,6 +134,17 @@ func New(t testing.TB, timeout time.Duration) *Browser {
 		wg.Wait()
 	})
 	return b
+}
+
+// consoleLine is how Console shows m: its type and text, and where it came
+// from when the browser says (a failed request's URL, without its query,
+// which may hold a token), so a failure names the request that failed.
+func consoleLine(m chromedp.ConsoleMessage) string {
+	line := string(m.Type) + ": " + m.Text
+	if where, _, _ := strings.Cut(m.URL, "?"); where != "" {
+		line += " (" + where + ")"
+	}
+	return line
 }
 
 // Dialogs lists the JavaScript dialogs (alert, confirm, prompt) the page
