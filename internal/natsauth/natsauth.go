@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -311,4 +312,34 @@ func DevFile(path string) (File, error) {
 		return nil, fmt.Errorf("nats credentials: %w", err)
 	}
 	return f, nil
+}
+
+// ServerConfig renders the NATS server configuration block that gives
+// passwords' users their permissions (the "authorization" block of a
+// nats-server configuration file; deploy/k8s has the same with the
+// passwords from variables).
+func ServerConfig(passwords File) (string, error) {
+	users, err := ServerUsers(passwords)
+	if err != nil {
+		return "", err
+	}
+	list := func(l []string) string {
+		q := make([]string, len(l))
+		for i, s := range l {
+			q[i] = strconv.Quote(s)
+		}
+		return "[" + strings.Join(q, ", ") + "]"
+	}
+	var b strings.Builder
+	b.WriteString("authorization {\n  users: [\n")
+	for _, u := range users {
+		fmt.Fprintf(&b, "    {\n      user: %s\n      password: %s\n", strconv.Quote(u.Username), strconv.Quote(u.Password))
+		if p := u.Permissions; p != nil {
+			fmt.Fprintf(&b, "      permissions: {\n        publish: {allow: %s, deny: %s}\n        subscribe: {allow: %s}\n      }\n",
+				list(p.Publish.Allow), list(p.Publish.Deny), list(p.Subscribe.Allow))
+		}
+		b.WriteString("    }\n")
+	}
+	b.WriteString("  ]\n}\n")
+	return b.String(), nil
 }

@@ -373,8 +373,41 @@ func TestKubernetesNATSConfig(t *testing.T) {
 	if len(opts.Users) != len(natsauth.Users) || opts.NoAuthUser != "" {
 		t.Fatalf("deploy/k8s NATS: %d users, no_auth_user %q; want %v and none", len(opts.Users), opts.NoAuthUser, natsauth.Users)
 	}
-	norm := func(l []string) []string { l = slices.Clone(l); slices.Sort(l); return l }
+	samePermissions(t, opts.Users)
+}
+
+// TestServerConfig: the nats-server configuration natsauth renders (the
+// separate-process tests run nats-server with it) parses to the same users,
+// passwords and permissions.
+func TestServerConfig(t *testing.T) {
+	block, err := natsauth.ServerConfig(testutil.NATSUsers())
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "nats.conf")
+	if err := os.WriteFile(path, []byte(block), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	opts, err := server.ProcessConfigFile(path)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, block)
+	}
+	if len(opts.Users) != len(natsauth.Users) {
+		t.Fatalf("%d users", len(opts.Users))
+	}
 	for _, u := range opts.Users {
+		u.Password = strings.TrimPrefix(strings.TrimSuffix(u.Password, "-password"), "test-")
+		u.Password = "pw-" + u.Password
+	}
+	samePermissions(t, opts.Users)
+}
+
+// samePermissions checks that users (passwords "pw-<user>") have
+// natsauth's permissions.
+func samePermissions(t *testing.T, users []*server.User) {
+	t.Helper()
+	norm := func(l []string) []string { l = slices.Clone(l); slices.Sort(l); return l }
+	for _, u := range users {
 		want, err := natsauth.Permissions(u.Username)
 		if err != nil {
 			t.Errorf("deploy/k8s NATS user %q: %v", u.Username, err)

@@ -123,3 +123,19 @@ func NATSCredentialsFile(tb testing.TB, users ...string) string {
 	}
 	return path
 }
+
+// NATSServerConfigFile writes a nats-server configuration file giving the
+// test users their passwords and permissions (for tests that run the
+// nats-server binary) and returns its path.
+func NATSServerConfigFile(tb testing.TB) string {
+	tb.Helper()
+	block, err := natsauth.ServerConfig(NATSUsers())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	path := filepath.Join(tb.TempDir(), "nats-auth.conf")
+	if err := os.WriteFile(path, []byte(block), 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	return path
+}

@@ -23,6 +23,8 @@ import (
 	"github.com/xct-dev/xct/internal/eventlog"
 	"github.com/xct-dev/xct/internal/grpcx"
 	"github.com/xct-dev/xct/internal/grpcx/grpcxtest"
+	"github.com/xct-dev/xct/internal/natsauth"
+	"github.com/xct-dev/xct/internal/testutil"
 	"github.com/xct-dev/xct/internal/testutil/proctest"
 	"github.com/xct-dev/xct/internal/verdict"
 )
@@ -302,6 +304,13 @@ func startCluster(t *testing.T, cfg phaseConfig) *cluster {
 		urls = append(urls, "nats://"+addrs[i].ip+":"+addrs[i].client)
 	}
 	c.natsURL = strings.Join(urls, ",")
+	// NATS as in production: a user per service with its permissions,
+	// no anonymous access.
+	authBlock, err := natsauth.ServerConfig(testutil.NATSUsers())
+	if err != nil {
+		t.Fatal(err)
+	}
+	natsCreds := testutil.NATSCredentialsFile(t)
 	for i := range n {
 		name := fmt.Sprintf("n%d", i+1)
 		conf := fmt.Sprintf("server_name: %s\nlisten: %q\njetstream { store_dir: %q }\n", name, addrs[i].ip+":"+addrs[i].client, filepath.Join(c.base, name))
@@ -314,6 +323,7 @@ func startCluster(t *testing.T, cfg phaseConfig) *cluster {
 			}
 			conf += fmt.Sprintf("cluster { name: chaos\n listen: %q\n routes: [%s]\n no_advertise: true }\n", addrs[i].ip+":"+addrs[i].route, strings.Join(routes, ", "))
 		}
+		conf += authBlock
 		file := filepath.Join(c.base, name+".conf")
 		if err := os.WriteFile(file, []byte(conf), 0o600); err != nil {
 			t.Fatal(err)
@@ -331,7 +341,7 @@ func startCluster(t *testing.T, cfg phaseConfig) *cluster {
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
 	}
-	if c.nc, err = nats.Connect(c.natsURL, nats.MaxReconnects(-1), nats.ReconnectWait(200*time.Millisecond)); err != nil {
+	if c.nc, err = nats.Connect(c.natsURL, testutil.Admin(), nats.MaxReconnects(-1), nats.ReconnectWait(200*time.Millisecond)); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.nc.Close)
@@ -406,7 +416,7 @@ func startCluster(t *testing.T, cfg phaseConfig) *cluster {
 		}
 		args := []string{"serve", "--target", target, "--nats", c.natsURL, "--" + target + "-listen", listen[name],
 			"--replicas", strconv.Itoa(replicas), "--plaintext", "--auth-tokens", c.creds.Path,
-			"--service-token", c.creds.Token(t, grpcxtest.Service), "--log-level", "warn"}
+			"--service-token", c.creds.Token(t, grpcxtest.Service), "--log-level", "warn", "--nats-credentials", natsCreds}
 		if c.lab != nil {
 			args = append(args, "--plaintext-any") // private addresses inside the lab
 		}

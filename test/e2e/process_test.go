@@ -132,16 +132,17 @@ func TestClusterAsSeparateProcesses(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	ns := startProc(t, "nats-server", natsBin, "-a", "127.0.0.1", "-p", "-1", "-js", "-sd", filepath.Join(base, "nats"))
+	ns := startProc(t, "nats-server", natsBin, "-c", testutil.NATSServerConfigFile(t), "-a", "127.0.0.1", "-p", "-1", "-js", "-sd", filepath.Join(base, "nats"))
 	natsURL := "nats://" + ns.waitFor(t, regexp.MustCompile(`Listening for client connections on (127\.0\.0\.1:\d+)`), 30*time.Second)
 
 	// Every process authenticates with the same tokens file; the
 	// services call each other with the service token (plaintext on
 	// loopback; TestClusterOverMTLS runs the same over mTLS).
 	creds := grpcxtest.New(t)
+	natsCreds := testutil.NATSCredentialsFile(t)
 	serve := func(target string, extra ...string) (*proc, string) {
 		args := append([]string{"serve", "--target", target, "--nats", natsURL, "--" + target + "-listen", "127.0.0.1:0",
-			"--plaintext", "--auth-tokens", creds.Path, "--service-token", creds.Token(t, grpcxtest.Service)}, extra...)
+			"--plaintext", "--auth-tokens", creds.Path, "--service-token", creds.Token(t, grpcxtest.Service), "--nats-credentials", natsCreds}, extra...)
 		p := startProc(t, target, xct, args...)
 		return p, p.waitFor(t, listening, 30*time.Second)
 	}

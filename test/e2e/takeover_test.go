@@ -23,6 +23,7 @@ import (
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/eventlog"
 	"github.com/xct-dev/xct/internal/grpcx/grpcxtest"
+	"github.com/xct-dev/xct/internal/testutil"
 	"github.com/xct-dev/xct/lctl"
 	"github.com/xct-dev/xct/lctl/checkpoint"
 )
@@ -127,13 +128,14 @@ func startTakeoverCluster(t *testing.T) *takeoverCluster {
 		t.Fatal(err)
 	}
 
-	ns := startProc(t, "nats-server", natsBin, "-a", "127.0.0.1", "-p", "-1", "-js", "-sd", filepath.Join(base, "nats"))
+	ns := startProc(t, "nats-server", natsBin, "-c", testutil.NATSServerConfigFile(t), "-a", "127.0.0.1", "-p", "-1", "-js", "-sd", filepath.Join(base, "nats"))
 	c.natsURL = "nats://" + ns.waitFor(t, regexp.MustCompile(`Listening for client connections on (127\.0\.0\.1:\d+)`), 30*time.Second)
 	creds := grpcxtest.New(t)
 	c.creds = creds.Path
+	natsCreds := testutil.NATSCredentialsFile(t)
 	serve := func(name, target string, extra ...string) (*proc, string) {
 		args := append([]string{"serve", "--target", target, "--nats", c.natsURL, "--" + target + "-listen", "127.0.0.1:0",
-			"--plaintext", "--auth-tokens", creds.Path, "--service-token", creds.Token(t, grpcxtest.Service)}, extra...)
+			"--plaintext", "--auth-tokens", creds.Path, "--service-token", creds.Token(t, grpcxtest.Service), "--nats-credentials", natsCreds}, extra...)
 		p := startProc(t, name, xct, args...)
 		return p, p.waitFor(t, listening, 30*time.Second)
 	}
@@ -149,7 +151,7 @@ func startTakeoverCluster(t *testing.T) *takeoverCluster {
 			"--checkpoint-key-file", cpKey, "--checkpoint-every", "5")
 	}
 	c.exec = xctv1.NewExecutorServiceClient(creds.Dial(t, execAddr, grpcxtest.Service))
-	nc, err := nats.Connect(c.natsURL)
+	nc, err := nats.Connect(c.natsURL, testutil.Admin())
 	if err != nil {
 		t.Fatal(err)
 	}
