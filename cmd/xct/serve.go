@@ -139,6 +139,11 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
+	// lctl tail's file: the read-only user's password alone.
+	natsReaderPath := filepath.Join(abs, "dev", "nats-reader.yaml")
+	if err := natsauth.WriteSubset(natsReaderPath, natsUsers, natsauth.Reader); err != nil {
+		return err
+	}
 	serverUsers, err := natsauth.ServerUsers(natsUsers)
 	if err != nil {
 		return fmt.Errorf("%s: %w", natsCredsPath, err)
@@ -173,7 +178,7 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	defer func() { _ = os.Remove(addrsPath) }()
 	fmt.Fprintf(stdout, "XCT embedded cluster\n")
 	fmt.Fprintf(stdout, "  nats          %s (JetStream store %s)\n", cfg.NATSURL, filepath.Join(abs, "nats"))
-	fmt.Fprintf(stdout, "  nats users    %s (a user per service; reader for lctl tail; admin)\n", natsCredsPath)
+	fmt.Fprintf(stdout, "  nats users    %s (a user per service, reader, admin); %s (lctl tail's)\n", natsCredsPath, natsReaderPath)
 	for _, t := range app.StartOrder {
 		fmt.Fprintf(stdout, "  %-13s %s\n", t, a.Addr(t))
 	}

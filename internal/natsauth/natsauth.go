@@ -343,3 +343,37 @@ func ServerConfig(passwords File) (string, error) {
 	b.WriteString("  ]\n}\n")
 	return b.String(), nil
 }
+
+// WriteSubset writes the entries of f for users to path (mode 0600,
+// replacing it): xct dev gives lctl tail a file with the reader's
+// password only.
+func WriteSubset(path string, f File, users ...string) error {
+	sub := File{}
+	for _, u := range users {
+		p, ok := f[u]
+		if !ok {
+			return fmt.Errorf("nats credentials: %w: %s", ErrNoUser, u)
+		}
+		sub[u] = p
+	}
+	out, err := yaml.Marshal(sub)
+	if err != nil {
+		return fmt.Errorf("nats credentials: %w", err)
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".nats-*.yaml")
+	if err != nil {
+		return fmt.Errorf("nats credentials: %w", err)
+	}
+	defer func() { _ = os.Remove(tmp.Name()) }()
+	if _, err := tmp.Write(out); err != nil {
+		_ = tmp.Close()
+		return fmt.Errorf("nats credentials: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("nats credentials: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("nats credentials: %w", err)
+	}
+	return nil
+}

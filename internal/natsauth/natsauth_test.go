@@ -355,6 +355,18 @@ func TestCredentialsFiles(t *testing.T) {
 	if _, err := f.For("nobody"); !errors.Is(err, natsauth.ErrNoUser) {
 		t.Errorf("For(nobody): %v", err)
 	}
+	// lctl tail's file: the reader's password and nothing else.
+	readerPath := filepath.Join(dir, "dev", "nats-reader.yaml")
+	if err := natsauth.WriteSubset(readerPath, f, natsauth.Reader); err != nil {
+		t.Fatal(err)
+	}
+	r, err := natsauth.Load(readerPath)
+	if err != nil || len(r) != 1 || r[natsauth.Reader] != f[natsauth.Reader] {
+		t.Errorf("reader file: %v %v", r, err)
+	}
+	if st, err := os.Stat(readerPath); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("reader file mode: %v", err)
+	}
 }
 
 // TestKubernetesNATSConfig: the NATS configuration of deploy/k8s

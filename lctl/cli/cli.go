@@ -36,9 +36,9 @@ const (
 	// defaultCredentials is where xct dev writes the credentials file (the
 	// help text names it; internal/lctllive's test checks it is XCT's).
 	defaultCredentials = ".xct/dev/credentials.yaml" //nolint:gosec // a path, not a credential
-	// defaultNATSCredentials is where xct dev writes the NATS users'
-	// passwords; lctl tail reads the read-only user's.
-	defaultNATSCredentials = ".xct/dev/nats.yaml" //nolint:gosec // a path, not a credential
+	// defaultNATSCredentials is where xct dev writes the password of the
+	// read-only NATS user, which lctl tail connects as.
+	defaultNATSCredentials = ".xct/dev/nats-reader.yaml" //nolint:gosec // a path, not a credential
 )
 
 // Env is what a command may use of the process.
