@@ -73,19 +73,21 @@ func TestNATSRequiresAuthentication(t *testing.T) {
 					!slices.ContainsFunc(p.Deny, func(s string) bool { return subjectMatches(s, subject) })
 			}
 			for subject, writers := range map[string][]string{
-				"lctl.chain.run-1":                   {"orchestrator", "tracer", "admin"},
-				"$KV.XCT_TOOLS.fs.write":             {"executor", "admin"},
-				"$KV.XCT_STEPS.step-1":               {"executor", "admin"},
-				"$O.XCT_STEP_BLOBS.C.x":              {"executor", "admin"},
-				"$KV.XCT_APPROVALS.a":                {"validator", "admin"},
-				"$JS.API.STREAM.DELETE.LCTL":         {"admin"},
-				"$JS.API.STREAM.PURGE.LCTL":          {"admin"},
-				"$JS.API.STREAM.UPDATE.LCTL":         {"admin"},
-				"$JS.API.STREAM.MSG.DELETE.LCTL":     {"admin"},
-				"$JS.API.STREAM.PURGE.KV_XCT_TOOLS":  {"admin"},
-				"$JS.API.STREAM.DELETE.KV_XCT_TOOLS": {"admin"},
-				"$JS.API.STREAM.CREATE.X":            {"orchestrator", "validator", "executor", "tracer", "admin"},
-				"$JS.API.CONSUMER.CREATE.LCTL.c":     {"orchestrator", "validator", "executor", "tracer", "reader", "admin"},
+				"lctl.chain.run-1":                        {"orchestrator", "tracer", "admin"},
+				"$KV.XCT_TOOLS.fs.write":                  {"executor", "admin"},
+				"$KV.XCT_STEPS.step-1":                    {"executor", "admin"},
+				"$O.XCT_STEP_BLOBS.C.x":                   {"executor", "admin"},
+				"$KV.XCT_APPROVALS.a":                     {"validator", "admin"},
+				"$JS.API.STREAM.DELETE.LCTL":              {"admin"},
+				"$JS.API.STREAM.PURGE.LCTL":               {"admin"},
+				"$JS.API.STREAM.UPDATE.LCTL":              {"admin"},
+				"$JS.API.STREAM.MSG.DELETE.LCTL":          {"admin"},
+				"$JS.API.STREAM.PURGE.KV_XCT_TOOLS":       {"admin"},
+				"$JS.API.STREAM.DELETE.KV_XCT_TOOLS":      {"admin"},
+				"$JS.API.STREAM.PURGE.OBJ_XCT_STEP_BLOBS": {"executor", "admin"},
+				"$JS.API.STREAM.PURGE.KV_XCT_RUN_OWNERS":  {"orchestrator", "admin"},
+				"$JS.API.STREAM.CREATE.X":                 {"orchestrator", "validator", "executor", "tracer", "admin"},
+				"$JS.API.CONSUMER.CREATE.LCTL.c":          {"orchestrator", "validator", "executor", "tracer", "reader", "admin"},
 			} {
 				for _, user := range natsUsers {
 					if got, want := may(user, subject), slices.Contains(writers, user); got != want {

@@ -82,14 +82,16 @@ var adminOnly = []string{
 // purgeable are XCT's streams (KV buckets and the object store are
 // streams KV_ and OBJ_), each with the user that may purge it: the
 // orchestrator purges old delete markers of its run owners bucket
-// (KeyValue.PurgeDeletes); nobody else purges anything. A deny list of
-// names, since a deny wins over any allow: every purge but the
-// orchestrator's own is named here.
+// (KeyValue.PurgeDeletes); the executor's object store purges an
+// object's old chunks when a blob is put again under the same name (a
+// denied request would hang the put until its deadline). Nobody else
+// purges anything. A deny list of names, since a deny wins over any
+// allow: every purge but those two is named here.
 var purgeable = map[string]string{
 	"LCTL":               "",
 	"KV_XCT_TOOLS":       "",
 	"KV_XCT_STEPS":       "",
-	"OBJ_XCT_STEP_BLOBS": "",
+	"OBJ_XCT_STEP_BLOBS": Executor,
 	"KV_XCT_APPROVALS":   "",
 	"KV_XCT_REDACTION":   "",
 	"KV_XCT_RUN_OWNERS":  Orchestrator,

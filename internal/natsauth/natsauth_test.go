@@ -247,6 +247,33 @@ func TestOnlyTheAdminChangesStreams(t *testing.T) {
 	}
 }
 
+// TestExecutorPutsABlobAgain: putting a blob again under the same name
+// purges the old chunks (the object store's own request), which the
+// executor may do on its own store only.
+func TestExecutorPutsABlobAgain(t *testing.T) {
+	c := newCluster(t)
+	ctx := context.Background()
+	ex := connectAs(t, c.url, natsauth.Executor)
+	obs, err := ex.js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: executor.BlobsBucket})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, data := range []string{"first", "second"} {
+		if _, err := obs.PutBytes(ctx, "step-1.1.response", []byte(data)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// One chunk and one meta entry: the first chunk was purged.
+	if n := c.count(t, "OBJ_"+executor.BlobsBucket); n != 2 {
+		t.Errorf("the object store holds %d messages, want 2 (the old chunk purged)", n)
+	}
+	select {
+	case err := <-ex.errs:
+		t.Errorf("the executor was refused: %v", err)
+	default:
+	}
+}
+
 // TestReaderOnlyReads: the read-only user follows the LCTL stream (lctl
 // tail) and can create no stream or bucket.
 func TestReaderOnlyReads(t *testing.T) {
