@@ -171,9 +171,13 @@ type App struct {
 	log *slog.Logger
 	// conns are the NATS connections, one per target (one shared
 	// without credentials); closed by Stop.
-	conns   []*nats.Conn
-	mu      sync.Mutex // guards modules against the NATS callbacks
-	modules []*module
+	conns []*nats.Conn
+	// natsRefusals counts the requests NATS refused one of this process's
+	// users (a permissions violation): always a bug in natsauth's
+	// permissions or in a service, never an expected answer.
+	natsRefusals atomic.Int64
+	mu           sync.Mutex // guards modules against the NATS callbacks
+	modules      []*module
 	// Orchestrator is set when the orchestrator target runs.
 	Orchestrator *orchestrator.Service
 	// Tracer is set when the tracer target runs.
@@ -483,6 +487,14 @@ func Start(ctx context.Context, cfg Config, targets []string, log *slog.Logger, 
 	// move away, and SERVING again once it is back.
 	allConns := slices.Clone(a.conns)
 	for _, nc := range allConns {
+		nc.SetErrorHandler(func(c *nats.Conn, _ *nats.Subscription, err error) {
+			if errors.Is(err, nats.ErrPermissionViolation) {
+				a.natsRefusals.Add(1)
+				log.Error("NATS refused a request of this service: its user lacks the permission (natsauth)", "connection", c.Opts.Name, "err", err)
+				return
+			}
+			log.Warn("NATS", "connection", c.Opts.Name, "err", err)
+		})
 		nc.SetDisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err == nil {
 				return // our own close or drain at shutdown
@@ -622,3 +634,7 @@ func (a *App) closeConns() {
 	}
 	a.conns = nil
 }
+
+// NATSRefusals is how many requests NATS refused this process's users
+// since Start (permissions violations; tests expect none).
+func (a *App) NATSRefusals() int64 { return a.natsRefusals.Load() }

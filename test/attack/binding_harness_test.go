@@ -89,6 +89,10 @@ func startBindCluster(t *testing.T, opts ...bindOption) *bindCluster {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
 		a.Stop(ctx)
+		// Every service's NATS user has what the service needs.
+		if n := a.NATSRefusals(); n != 0 {
+			t.Errorf("NATS refused the services %d requests (permissions violations; see natsauth)", n)
+		}
 	})
 	return c
 }

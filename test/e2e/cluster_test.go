@@ -99,6 +99,10 @@ func startClusterOn(t testing.TB, ns *server.Server, opts ...clusterOption) *clu
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
 		a.Stop(ctx)
+		// Every service's NATS user has what the service needs.
+		if n := a.NATSRefusals(); n != 0 {
+			t.Errorf("NATS refused the services %d requests (permissions violations; see natsauth)", n)
+		}
 	})
 	c.orch = c.orchAs(t, "alice")
 	if addr := a.Addr(app.TargetTracer); addr != "" {
