@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+
 	"github.com/xct-dev/xct/internal/grpcx"
 	"github.com/xct-dev/xct/internal/grpcx/grpcxtest"
 	"github.com/xct-dev/xct/internal/testutil"
@@ -116,4 +118,58 @@ func TestCallWorkersCarryTheirServiceLabel(t *testing.T) {
 	if !maps.Equal(workers, want) {
 		t.Fatalf("call workers by profiler label: %v, want %v", workers, want)
 	}
+}
+
+// TestEachTargetConnectsAsItsOwnUser: a process of two targets has two
+// NATS connections, each as the target's user with only its rights, and a
+// request NATS refuses one of them is counted (NATSRefusals).
+func TestEachTargetConnectsAsItsOwnUser(t *testing.T) {
+	t.Parallel()
+	ns := testutil.RunJetStream(t)
+	creds := grpcxtest.New(t)
+	var cfg Config
+	cfg.NATSURL, cfg.NATSUsers, cfg.Replicas = ns.ClientURL(), testutil.NATSUsers(), 1
+	cfg.ExecutorListen, cfg.ValidatorListen = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Executor.Workspace = t.TempDir()
+	cfg.Auth.TokensFile = creds.Path
+	cfg.Security = grpcx.Security{Plaintext: true, ServiceToken: creds.Token(t, grpcxtest.Service)}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	a, err := Start(ctx, cfg, []string{TargetExecutor, TargetValidator}, slog.New(slog.NewTextHandler(io.Discard, nil)), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Stop(ctx)
+	if len(a.conns) != 2 {
+		t.Fatalf("%d NATS connections, want one per target", len(a.conns))
+	}
+	users := map[string]bool{}
+	connz, err := ns.Connz(&server.ConnzOptions{Username: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range connz.Conns {
+		users[c.AuthorizedUser] = true
+	}
+	if !users["executor"] || !users["validator"] || len(users) != 2 {
+		t.Errorf("NATS users connected: %v, want executor and validator", users)
+	}
+	if a.NATSRefusals() != 0 {
+		t.Fatalf("%d refusals after start", a.NATSRefusals())
+	}
+	// The validator's connection may not write a chain: NATS refuses,
+	// and the process counts it.
+	for _, nc := range a.conns {
+		if nc.Opts.Name == "xct-validator" {
+			if err := nc.Publish("lctl.chain.x", []byte("{}")); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	testutil.Eventually(t, 10*time.Second, func() error {
+		if n := a.NATSRefusals(); n != 1 {
+			return fmt.Errorf("%d refusals counted, want 1", n)
+		}
+		return nil
+	})
 }
