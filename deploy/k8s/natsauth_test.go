@@ -86,7 +86,10 @@ func TestNATSRequiresAuthentication(t *testing.T) {
 				"$JS.API.STREAM.DELETE.KV_XCT_TOOLS":      {"admin"},
 				"$JS.API.STREAM.PURGE.OBJ_XCT_STEP_BLOBS": {"executor", "admin"},
 				"$JS.API.STREAM.PURGE.KV_XCT_RUN_OWNERS":  {"orchestrator", "admin"},
-				"$JS.API.STREAM.CREATE.X":                 {"orchestrator", "validator", "executor", "tracer", "admin"},
+				"$JS.API.STREAM.CREATE.X":                 {"admin"},
+				"$JS.API.STREAM.CREATE.LCTL":              {"orchestrator", "tracer", "admin"},
+				"$JS.API.STREAM.CREATE.KV_XCT_STEPS":      {"executor", "admin"},
+				"$JS.API.STREAM.INFO.LCTL":                {"orchestrator", "validator", "executor", "tracer", "reader", "admin"},
 				"$JS.API.CONSUMER.CREATE.LCTL.c":          {"orchestrator", "validator", "executor", "tracer", "reader", "admin"},
 			} {
 				for _, user := range natsUsers {

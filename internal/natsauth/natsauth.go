@@ -53,9 +53,6 @@ const (
 	approvals = "$KV.XCT_APPROVALS.>"
 	owners    = "$KV.XCT_RUN_OWNERS.>"
 	redaction = "$KV.XCT_REDACTION.>"
-	// jsAPI is every JetStream API request; adminOnly below is taken out
-	// of it for every user but Admin.
-	jsAPI = "$JS.API.>"
 	// flowControl is the replies a client sends to a push consumer's
 	// flow control requests (KV watchers).
 	flowControl = "$JS.FC.>"
@@ -97,6 +94,26 @@ var purgeable = map[string]string{
 	"KV_XCT_RUN_OWNERS":  Orchestrator,
 }
 
+// allowed is what user may publish: serviceAPI, its creates and purges,
+// flow control replies and its data subjects w.
+func allowed(user string, w []string) []string {
+	out := slices.Clone(serviceAPI)
+	for _, stream := range creates[user] {
+		out = append(out, "$JS.API.STREAM.CREATE."+stream)
+	}
+	names := make([]string, 0, len(purgeable))
+	for stream := range purgeable {
+		names = append(names, stream)
+	}
+	sort.Strings(names)
+	for _, stream := range names {
+		if purgeable[stream] == user {
+			out = append(out, "$JS.API.STREAM.PURGE."+stream)
+		}
+	}
+	return append(append(out, flowControl), w...)
+}
+
 // denied is what user may not request of the JetStream API.
 func denied(user string) []string {
 	out := slices.Clone(adminOnly)
@@ -127,6 +144,32 @@ var readerAPI = []string{
 	"$JS.API.DIRECT.GET.LCTL",
 }
 
+// serviceAPI are the JetStream API requests every service may make:
+// JetStream and stream info, reading messages, and consumers (KV
+// watchers, ordered consumers, the tracer's durable one). Creating a
+// stream is per service (creates); updating, deleting or purging one is
+// not here (purges lists the two exceptions), and adminOnly denies it
+// again whatever an allow says.
+var serviceAPI = []string{
+	"$JS.API.INFO",
+	"$JS.API.STREAM.INFO.*",
+	"$JS.API.STREAM.NAMES",
+	"$JS.API.STREAM.LIST",
+	"$JS.API.STREAM.MSG.GET.*",
+	"$JS.API.DIRECT.GET.>",
+	"$JS.API.CONSUMER.>",
+}
+
+// creates are the streams each service creates when they do not exist yet
+// (eventlog.Open, catalog.Watch and Publish, the KV buckets and the object
+// store of each service, the redaction key).
+var creates = map[string][]string{
+	Orchestrator: {"LCTL", "KV_XCT_RUN_OWNERS", "KV_XCT_TOOLS", "KV_XCT_REDACTION"},
+	Validator:    {"KV_XCT_APPROVALS", "KV_XCT_TOOLS", "KV_XCT_REDACTION"},
+	Executor:     {"KV_XCT_TOOLS", "KV_XCT_STEPS", "OBJ_XCT_STEP_BLOBS", "KV_XCT_REDACTION"},
+	Tracer:       {"LCTL"},
+}
+
 // writes are the data subjects each service publishes to: its own
 // streams and buckets, nobody else's.
 var writes = map[string][]string{
@@ -144,12 +187,12 @@ var writes = map[string][]string{
 }
 
 // Permissions returns the subject permissions of user (nil for Admin: all).
-// Services get every JetStream API request but the admin-only ones (a
-// deny list inside an allow: the API calls of KV watchers, ordered
-// consumers and object stores are many and change with the client
-// library, the destructive ones are few and stable) and publish rights
-// on their own data subjects only (an allow list). The reader gets an
-// allow list of the API requests lctl tail makes.
+// Everything is an allow list: the JetStream API requests of serviceAPI,
+// the creation of the service's own streams, the purge of the one it
+// must purge, and publishing to its own data subjects. The admin-only
+// requests are denied again on top (a deny wins over any allow in NATS),
+// so a too wide allow added later cannot give them. The reader gets the
+// API requests lctl tail makes.
 func Permissions(user string) (*server.Permissions, error) {
 	switch user {
 	case Admin:
@@ -166,7 +209,7 @@ func Permissions(user string) (*server.Permissions, error) {
 	}
 	return &server.Permissions{
 		Publish: &server.SubjectPermission{
-			Allow: append([]string{jsAPI, flowControl}, w...),
+			Allow: allowed(user, w),
 			Deny:  denied(user),
 		},
 		Subscribe: &server.SubjectPermission{Allow: []string{inbox}},

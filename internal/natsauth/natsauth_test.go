@@ -247,6 +247,37 @@ func TestOnlyTheAdminChangesStreams(t *testing.T) {
 	}
 }
 
+// TestServicesCreateOnlyTheirOwnStreams: a service creates the streams
+// and buckets it owns, no other (a stream of its own choosing could
+// source or republish what it reads).
+func TestServicesCreateOnlyTheirOwnStreams(t *testing.T) {
+	ns := testutil.RunJetStream(t)
+	url := ns.ClientURL()
+	ctx := context.Background()
+	for _, user := range []string{natsauth.Orchestrator, natsauth.Validator, natsauth.Executor, natsauth.Tracer, natsauth.Reader} {
+		u := connectAs(t, url, user)
+		cctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() {
+			_, err := u.js.CreateStream(cctx, jetstream.StreamConfig{Name: "MADE_BY_" + strings.ToUpper(user), Subjects: []string{"made." + user}})
+			done <- err
+		}()
+		u.refused(t, user+" creating a stream", "$JS.API.STREAM.CREATE.MADE_BY_"+strings.ToUpper(user))
+		cancel()
+		if err := <-done; err == nil {
+			t.Errorf("%s created a stream of its own choosing", user)
+		}
+	}
+	ex := connectAs(t, url, natsauth.Executor)
+	if _, err := ex.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: executor.StepsBucket}); err != nil {
+		t.Errorf("the executor creating its steps bucket: %v", err)
+	}
+	tr := connectAs(t, url, natsauth.Tracer)
+	if _, err := eventlog.Open(ctx, tr.nc, eventlog.DefaultConfig()); err != nil {
+		t.Errorf("the tracer creating LCTL: %v", err)
+	}
+}
+
 // TestExecutorPutsABlobAgain: putting a blob again under the same name
 // purges the old chunks (the object store's own request), which the
 // executor may do on its own store only.
