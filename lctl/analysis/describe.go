@@ -40,9 +40,9 @@ func AppendLine(dst []byte, e *lctl.Event) []byte {
 	return appendLineGeneral(dst, e)
 }
 
-// appendLineGeneral is AppendLine through Summarize.
-func appendLineGeneral(dst []byte, e *lctl.Event) []byte {
-	subject, detail := Summarize(e)
+// appendLineHead writes the start every line has: "[seq] agent: type",
+// and the subject after a space when there is one.
+func appendLineHead(dst []byte, e *lctl.Event, subject string) []byte {
 	dst = append(dst, '[')
 	dst = strconv.AppendUint(dst, e.Seq, 10)
 	dst = append(dst, "] "...)
@@ -53,6 +53,13 @@ func appendLineGeneral(dst []byte, e *lctl.Event) []byte {
 		dst = append(dst, ' ')
 		dst = append(dst, subject...)
 	}
+	return dst
+}
+
+// appendLineGeneral is AppendLine through Summarize.
+func appendLineGeneral(dst []byte, e *lctl.Event) []byte {
+	subject, detail := Summarize(e)
+	dst = appendLineHead(dst, e, subject)
 	if detail != "" {
 		dst = append(dst, " ("...)
 		dst = append(dst, detail...)
@@ -107,16 +114,7 @@ func appendLineFast(dst []byte, e *lctl.Event) ([]byte, bool) {
 	default:
 		return dst, false
 	}
-	dst = append(dst, '[')
-	dst = strconv.AppendUint(dst, e.Seq, 10)
-	dst = append(dst, "] "...)
-	dst = append(dst, agentName(e.Agent)...)
-	dst = append(dst, ": "...)
-	dst = append(dst, e.Type...)
-	if subject != "" {
-		dst = append(dst, ' ')
-		dst = append(dst, subject...)
-	}
+	dst = appendLineHead(dst, e, subject)
 	if to != "" { // a handoff's subject
 		dst = append(dst, ' ')
 		if from != "" {
