@@ -56,9 +56,12 @@ const (
 	// flowControl is the replies a client sends to a push consumer's
 	// flow control requests (KV watchers).
 	flowControl = "$JS.FC.>"
-	// inbox is where every reply comes: JetStream API answers, publish
-	// acknowledgements, consumer deliveries.
-	inbox = "_INBOX.>"
+	// inboxRoot is where every reply comes: JetStream API answers,
+	// publish acknowledgements, consumer deliveries. Each user has its
+	// own branch of it (InboxPrefix) and may subscribe to that one only,
+	// so no service reads the replies to another's requests or learns
+	// where they go.
+	inboxRoot = "_INBOX"
 )
 
 // adminOnly are the JetStream API requests that change or destroy what a
@@ -200,7 +203,7 @@ func Permissions(user string) (*server.Permissions, error) {
 	case Reader:
 		return &server.Permissions{
 			Publish:   &server.SubjectPermission{Allow: slices.Clone(readerAPI)},
-			Subscribe: &server.SubjectPermission{Allow: []string{inbox}},
+			Subscribe: &server.SubjectPermission{Allow: []string{InboxPrefix(user) + ".>"}},
 		}, nil
 	}
 	w, ok := writes[user]
@@ -212,9 +215,13 @@ func Permissions(user string) (*server.Permissions, error) {
 			Allow: allowed(user, w),
 			Deny:  denied(user),
 		},
-		Subscribe: &server.SubjectPermission{Allow: []string{inbox}},
+		Subscribe: &server.SubjectPermission{Allow: []string{InboxPrefix(user) + ".>"}},
 	}, nil
 }
+
+// InboxPrefix is where user's replies come: _INBOX.<user>. Option sets it
+// on the connection; a user may subscribe under its own prefix only.
+func InboxPrefix(user string) string { return inboxRoot + "." + user }
 
 // ServerUsers turns passwords (user → password) into the embedded
 // server's users with their permissions. Every user must be known.
@@ -244,12 +251,18 @@ type Credentials struct {
 	Password string
 }
 
-// Option is the connect option that presents c (none when c is empty).
+// Option is the connect option that presents c and takes its replies
+// under its own inbox prefix (none when c is empty).
 func (c Credentials) Option() nats.Option {
 	if c.User == "" {
 		return func(*nats.Options) error { return nil }
 	}
-	return nats.UserInfo(c.User, c.Password)
+	return func(o *nats.Options) error {
+		if err := nats.UserInfo(c.User, c.Password)(o); err != nil {
+			return err
+		}
+		return nats.CustomInboxPrefix(InboxPrefix(c.User))(o)
+	}
 }
 
 // ErrNoUser means a credentials file has no entry for the user asked.

@@ -504,3 +504,28 @@ func samePermissions(t *testing.T, users []*server.User) {
 		}
 	}
 }
+
+// Each user takes its replies under its own inbox prefix and may subscribe
+// there only: a service cannot listen to the replies to another's requests
+// (acknowledgements of its appends, the values it reads), nor learn where
+// they go; its own requests are answered.
+func TestInboxesArePrivate(t *testing.T) {
+	c := newCluster(t)
+	ctx := context.Background()
+	for _, user := range []string{natsauth.Orchestrator, natsauth.Validator, natsauth.Executor, natsauth.Tracer, natsauth.Reader} {
+		u := connectAs(t, c.url, user)
+		if _, err := u.js.Stream(ctx, eventlog.StreamName); err != nil {
+			t.Fatalf("%s: its own request through its inbox: %v", user, err)
+		}
+		other := natsauth.InboxPrefix(natsauth.Orchestrator) + ".>"
+		if user == natsauth.Orchestrator {
+			other = natsauth.InboxPrefix(natsauth.Executor) + ".>"
+		}
+		for _, subject := range []string{"_INBOX.>", other} {
+			if _, err := u.nc.SubscribeSync(subject); err != nil {
+				t.Fatal(err)
+			}
+			u.refused(t, user+" subscribing to "+subject, subject)
+		}
+	}
+}

@@ -31,7 +31,7 @@ func NATSUsers() natsauth.File {
 
 // NATSAs is the connect option presenting user's test credentials.
 func NATSAs(user string) nats.Option {
-	return nats.UserInfo(user, NATSUsers()[user])
+	return natsauth.Credentials{User: user, Password: NATSUsers()[user]}.Option()
 }
 
 // Admin is NATSAs(natsauth.Admin): a test's own connection, allowed all.
