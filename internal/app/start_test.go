@@ -75,20 +75,7 @@ func TestFailedStartClosesItsListeners(t *testing.T) {
 // "nats-client" (the label Start runs under while it connects).
 func TestCallWorkersCarryTheirServiceLabel(t *testing.T) {
 	ns := testutil.RunJetStream(t)
-	creds := grpcxtest.New(t)
-	var cfg Config
-	cfg.NATSURL, cfg.NATSUsers, cfg.Replicas = ns.ClientURL(), testutil.NATSUsers(), 1
-	cfg.ExecutorListen, cfg.ValidatorListen = "127.0.0.1:0", "127.0.0.1:0"
-	cfg.Executor.Workspace = t.TempDir()
-	cfg.Auth.TokensFile = creds.Path
-	cfg.Security = grpcx.Security{Plaintext: true, ServiceToken: creds.Token(t, grpcxtest.Service)}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	a, err := Start(ctx, cfg, []string{TargetExecutor, TargetValidator}, slog.New(slog.NewTextHandler(io.Discard, nil)), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Stop(ctx)
+	startExecutorAndValidator(t, ns.ClientURL())
 
 	var buf bytes.Buffer
 	if err := pprof.Lookup("goroutine").WriteTo(&buf, 1); err != nil {
@@ -126,20 +113,7 @@ func TestCallWorkersCarryTheirServiceLabel(t *testing.T) {
 func TestEachTargetConnectsAsItsOwnUser(t *testing.T) {
 	t.Parallel()
 	ns := testutil.RunJetStream(t)
-	creds := grpcxtest.New(t)
-	var cfg Config
-	cfg.NATSURL, cfg.NATSUsers, cfg.Replicas = ns.ClientURL(), testutil.NATSUsers(), 1
-	cfg.ExecutorListen, cfg.ValidatorListen = "127.0.0.1:0", "127.0.0.1:0"
-	cfg.Executor.Workspace = t.TempDir()
-	cfg.Auth.TokensFile = creds.Path
-	cfg.Security = grpcx.Security{Plaintext: true, ServiceToken: creds.Token(t, grpcxtest.Service)}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	a, err := Start(ctx, cfg, []string{TargetExecutor, TargetValidator}, slog.New(slog.NewTextHandler(io.Discard, nil)), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Stop(ctx)
+	a := startExecutorAndValidator(t, ns.ClientURL())
 	if len(a.conns) != 2 {
 		t.Fatalf("%d NATS connections, want one per target", len(a.conns))
 	}
@@ -172,4 +146,30 @@ func TestEachTargetConnectsAsItsOwnUser(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// startExecutorAndValidator starts one App with the executor and the
+// validator on NATS at url, each on a loopback port, stopped when the test
+// ends.
+func startExecutorAndValidator(t *testing.T, url string) *App {
+	t.Helper()
+	creds := grpcxtest.New(t)
+	var cfg Config
+	cfg.NATSURL, cfg.NATSUsers, cfg.Replicas = url, testutil.NATSUsers(), 1
+	cfg.ExecutorListen, cfg.ValidatorListen = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Executor.Workspace = t.TempDir()
+	cfg.Auth.TokensFile = creds.Path
+	cfg.Security = grpcx.Security{Plaintext: true, ServiceToken: creds.Token(t, grpcxtest.Service)}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	a, err := Start(ctx, cfg, []string{TargetExecutor, TargetValidator}, slog.New(slog.NewTextHandler(io.Discard, nil)), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		a.Stop(ctx)
+	})
+	return a
 }
