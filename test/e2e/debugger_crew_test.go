@@ -30,9 +30,7 @@ func TestDebuggerDrawsALiveCrewRun(t *testing.T) {
 
 	url := "http://" + c.app.Tracer.HTTPAddr() + "/"
 	b := browser.New(t, 3*time.Minute)
-	b.Do(t, "open the page", chromedp.Navigate(url))
-	browser.Eval[int](t, b, `sessionStorage.setItem('xct-debugger-token', `+strconv.Quote(c.creds.Token(t, "bob"))+`); 1`)
-	b.Do(t, "open the chain", chromedp.Navigate(url+"#/chain/"+id), chromedp.Reload())
+	b.OpenWith(t, "open the chain", url+"#/chain/"+id, signedIn(c.creds.Token(t, "bob")))
 	b.Until(t, "the live stream", `document.querySelector('#live-status')?.textContent.includes('Live:')`)
 	b.Until(t, "the fixer waiting in its lane", `!!document.querySelector('g.node[data-lane="fix-implementer"][data-status="needs_approval"]')`)
 	lanes := browser.Eval[[]string](t, b, `[...document.querySelectorAll('g.lane')].map((g) => g.dataset.lane)`)

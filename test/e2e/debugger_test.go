@@ -30,6 +30,12 @@ func typeInto(t *testing.T, b *browser.Browser, sel, text string) {
 	b.Do(t, "type into "+sel, chromedp.KeyEvent(text))
 }
 
+// signedIn is the script that stores token as the page's sign-in form does
+// (for the tab: sessionStorage), for browser.OpenWith.
+func signedIn(token string) string {
+	return `sessionStorage.setItem('xct-debugger-token', ` + strconv.Quote(token) + `)`
+}
+
 // The debugger the tracer serves, in headless Chromium against the real
 // cluster: a step that waits for a human is listed with its proposal; the
 // page refuses to let the run's own principal approve (the validator's
@@ -65,9 +71,7 @@ func TestDebuggerApprovesAndFollowsLive(t *testing.T) {
 	// The page calls with the token kept for the tab (what its sign-in
 	// form stores): first alice's, the run's principal.
 	signIn := func(who string) {
-		b.Do(t, "open the page", chromedp.Navigate(url))
-		browser.Eval[int](t, b, `sessionStorage.setItem('xct-debugger-token', `+strconv.Quote(c.creds.Token(t, who))+`); 1`)
-		b.Do(t, "signed in as "+who, chromedp.Navigate(url+"#/approvals"), chromedp.Reload())
+		b.OpenWith(t, "signed in as "+who, url+"#/approvals", signedIn(c.creds.Token(t, who)))
 	}
 	signIn("alice")
 	b.Do(t, "open the approvals", chromedp.Navigate(url+"#/approvals"))
@@ -194,9 +198,7 @@ steps:
 
 	url := "http://" + c.app.Tracer.HTTPAddr() + "/"
 	b := browser.New(t, 3*time.Minute)
-	b.Do(t, "open the page", chromedp.Navigate(url))
-	browser.Eval[int](t, b, `sessionStorage.setItem('xct-debugger-token', `+strconv.Quote(c.creds.Token(t, "bob"))+`); 1`)
-	b.Do(t, "open the approvals as bob", chromedp.Navigate(url+"#/approvals"), chromedp.Reload())
+	b.OpenWith(t, "open the approvals as bob", url+"#/approvals", signedIn(c.creds.Token(t, "bob")))
 	card := fmt.Sprintf(`article.approval[data-run=%q][data-step="1"]`, id)
 	b.Until(t, "the pending write", "document.querySelector("+strconv.Quote(card+" pre.diff-text")+")")
 

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 )
@@ -204,6 +205,23 @@ func (b *Browser) Do(t testing.TB, what string, actions ...chromedp.Action[chrom
 	if err := chromedp.Do(b.Ctx, actions...); err != nil {
 		t.Fatalf("%s: %v\nconsole: %q", what, err, b.Console())
 	}
+}
+
+// OpenWith opens url (reloading it when the tab shows it already) with
+// script run in the new document before any of the page's own, and forgets
+// the script afterwards. A sign-in stored in sessionStorage this way is there
+// for the page's first request: setting it from the page after it loaded
+// races the requests the page makes without it (a 401 in the log when the
+// answer wins).
+func (b *Browser) OpenWith(t testing.TB, what, url, script string) {
+	t.Helper()
+	added := Get(t, b, what+" (add the script)", func(ctx context.Context, tg *chromedp.Target) (page.AddScriptToEvaluateOnNewDocumentResult, error) {
+		return cdp.Call(ctx, tg, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: script})
+	})
+	b.Do(t, what, chromedp.Navigate(url), chromedp.Reload())
+	Get(t, b, what+" (forget the script)", func(ctx context.Context, tg *chromedp.Target) (cdp.Empty, error) {
+		return cdp.Call(ctx, tg, page.RemoveScriptToEvaluateOnNewDocument, page.RemoveScriptToEvaluateOnNewDocumentParams(added))
+	})
 }
 
 // Get runs one action that returns a value and fails the test on error.
