@@ -1,5 +1,7 @@
 package lctl
 
+import "fmt"
+
 // CanonicalStateJSON exposes the direct canonical encoder of State to the
 // external tests, which compare it with Canonical.
 func CanonicalStateJSON(s *State) ([]byte, error) { return s.canonicalJSON() }
@@ -16,3 +18,27 @@ func HashedUnknown(s *State) []uint64 { return s.hashedUnknown() }
 
 // DigestForm is the canonical JSON State.Hash hashes (version 2).
 func DigestForm(s *State) ([]byte, error) { return s.digestForm() }
+
+// DecodeBoth decodes raw with canonicalEvent and with loopEvent, each on
+// a parser set up as opts says, and returns both events and whether
+// canonicalEvent decided.
+func DecodeBoth(raw []byte, skipHashes, fields, arena bool, prev string) (c, l Event, ok bool, hashAt [2][2]int, err error) {
+	setup := func() *fastParser {
+		p := newFastParser()
+		p.skipHashes, p.fields = skipHashes, fields
+		if arena {
+			p.arena = make([]byte, 0, 64)
+		}
+		p.prevEventHash = prev
+		p.b, p.i = raw, 0
+		return p
+	}
+	pc := setup()
+	ok = pc.canonicalEvent(&c)
+	pl := setup()
+	err = pl.loopEvent(&l)
+	if ok && pc.prevEventHash != pl.prevEventHash {
+		err = fmt.Errorf("prev %q, loop %q", pc.prevEventHash, pl.prevEventHash)
+	}
+	return c, l, ok, [2][2]int{{pc.hashFrom, pc.hashTo}, {pl.hashFrom, pl.hashTo}}, err
+}

@@ -118,6 +118,21 @@ func (p *fastParser) fastEvent(raw []byte) (Event, error) {
 // fastEventInto is fastEvent decoding into *e, which must be zero.
 func (p *fastParser) fastEventInto(e *Event, raw []byte) error {
 	p.b, p.i = raw, 0
+	slab := len(p.slab)
+	if p.canonicalEvent(e) {
+		return nil
+	}
+	// Not laid out as canonical JSON (or not decided that way): the
+	// general reader, from the start, on a clean event.
+	*e = Event{}
+	p.slab = p.slab[:slab]
+	return p.loopEvent(e)
+}
+
+// loopEvent is fastEventInto's general reader: members in any order,
+// white space anywhere.
+func (p *fastParser) loopEvent(e *Event) error {
+	p.i = 0
 	p.ws()
 	if p.i >= len(p.b) || p.b[p.i] != '{' {
 		return errUnsure
@@ -1312,4 +1327,175 @@ func (p *fastParser) computedHash(e *Event) (string, error) {
 		}
 	}
 	return e.ComputeHash()
+}
+
+// The members of an event as canonical JSON lays them out (keys sorted,
+// no white space), each with the separator before it, as little-endian
+// words for canonicalEvent.
+var (
+	canonAgent    = wordOf(`{"agent"`)
+	canonChainID  = wordOf(`,"chain_`)
+	canonChainID2 = wordOf(`id":____`) & 0xffffffff
+	canonData     = wordOf(`,"data":`)
+	canonHash     = wordOf(`,"hash":`)
+	canonPrev     = wordOf(`,"prev_h`)
+	canonPrev2    = wordOf(`ash":___`) & 0xffffffffff
+	canonSeq      = wordOf(`,"seq":_`) & 0xffffffffffffff
+	canonTime     = wordOf(`,"timest`)
+	canonTime2    = wordOf(`amp":___`) & 0xffffffffff
+	canonType     = wordOf(`,"type":`)
+)
+
+// wordOf returns the first eight bytes of s as a little-endian word.
+func wordOf(s string) uint64 { return binary.LittleEndian.Uint64([]byte(s)[:8]) }
+
+// canonicalEvent reads an event whose members are laid out as canonical
+// JSON lays them out (what XCT writes: agent, chain_id, data, hash,
+// prev_hash when there is one, seq, timestamp, type; no white space), in
+// one straight pass that expects each key where it must be, with exactly
+// the values the general loop of fastEventInto gives. false, for anything
+// else, leaves the event to that loop (the caller resets what this
+// changed).
+func (p *fastParser) canonicalEvent(e *Event) bool {
+	b := p.b
+	// Each fixed read below checks its bounds; none so short is such an
+	// event.
+	if len(b) < 96 || binary.LittleEndian.Uint64(b) != canonAgent || b[8] != ':' {
+		return false
+	}
+	p.hashFrom, p.hashTo = -1, -1
+	p.i = 9
+	s, ok := p.strIntern(true)
+	if !ok {
+		return false
+	}
+	e.Agent = s
+	if !p.expect13(canonChainID, canonChainID2, 0xffffffff, 12) {
+		return false
+	}
+	if s, ok = p.strIntern(true); !ok {
+		return false
+	}
+	e.ChainID = s
+	if !p.expect8(canonData, 8) || p.i >= len(b) || b[p.i] != '{' {
+		return false
+	}
+	if p.fields {
+		if !p.dataFields(e) {
+			return false
+		}
+	} else {
+		v, ok := p.value()
+		if !ok {
+			return false
+		}
+		e.Data = v.(map[string]any)
+	}
+	member := p.i
+	if !p.expect8(canonHash, 8) || !p.canonHashValue(&e.Hash, false) {
+		return false
+	}
+	p.hashFrom, p.hashTo = member, p.i
+	if p.expect13(canonPrev, canonPrev2, 0xffffffffff, 13) {
+		if !p.canonHashValue(&e.PrevHash, true) {
+			return false
+		}
+	}
+	if !p.expect8m(canonSeq, 0xffffffffffffff, 7) {
+		return false
+	}
+	n, ok := p.plainUint()
+	if !ok {
+		return false
+	}
+	e.Seq = n
+	if !p.expect13(canonTime, canonTime2, 0xffffffffff, 13) {
+		return false
+	}
+	if p.arena != nil {
+		s, ok = p.arenaString()
+	} else {
+		ok = false
+	}
+	if !ok {
+		if s, ok = p.strIntern(false); !ok {
+			return false
+		}
+	}
+	e.Timestamp = s
+	if !p.expect8(canonType, 8) {
+		return false
+	}
+	if s, ok = p.strIntern(true); !ok || s == "" {
+		return false
+	}
+	e.Type = s
+	if p.i != len(b)-1 || b[p.i] != '}' {
+		return false
+	}
+	p.i++
+	p.prevEventHash = e.Hash
+	return true
+}
+
+// expect8 moves past the n bytes of w (a word of at most eight bytes,
+// the rest of it bytes already compared) when they come next.
+func (p *fastParser) expect8(w uint64, n int) bool {
+	if p.i+8 > len(p.b) || binary.LittleEndian.Uint64(p.b[p.i:]) != w {
+		return false
+	}
+	p.i += n
+	return true
+}
+
+// expect8m is expect8 for a key shorter than a word: mask keeps its bytes.
+func (p *fastParser) expect8m(w, mask uint64, n int) bool {
+	if p.i+8 > len(p.b) || binary.LittleEndian.Uint64(p.b[p.i:])&mask != w {
+		return false
+	}
+	p.i += n
+	return true
+}
+
+// expect13 is expect8 for a key of n bytes, 9 to 16: w its first word,
+// w2 (masked by mask) its second.
+func (p *fastParser) expect13(w, w2, mask uint64, n int) bool {
+	if p.i+16 > len(p.b) || binary.LittleEndian.Uint64(p.b[p.i:]) != w ||
+		binary.LittleEndian.Uint64(p.b[p.i+8:])&mask != w2 {
+		return false
+	}
+	p.i += n
+	return true
+}
+
+// canonHashValue reads the value of hash (prev false) or prev_hash into
+// *dst as fastEventInto's loop does: checked and not kept with
+// skipHashes, the previous event's own string for a prev_hash that
+// repeats it, in the arena (the hash) when there is one.
+func (p *fastParser) canonHashValue(dst *string, prev bool) bool {
+	if p.skipHashes {
+		if !p.skipHash() {
+			if _, ok := p.strKeep(false, false); !ok {
+				return false
+			}
+		}
+		return true
+	}
+	if prev && p.prevEventHash != "" {
+		start := p.i
+		if raw, ok := p.rawString(); ok && string(raw) == p.prevEventHash {
+			*dst = p.prevEventHash
+			return true
+		}
+		p.i = start
+	}
+	if !prev && p.arena != nil {
+		if s, ok := p.arenaString(); ok {
+			*dst = s
+			return true
+		}
+	}
+	s, ok := p.strIntern(false)
+	*dst = s
+	return ok
 }
