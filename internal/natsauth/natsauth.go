@@ -130,7 +130,7 @@ func denied(user string) []string {
 			out = append(out, "$JS.API.STREAM.PURGE."+stream)
 		}
 	}
-	return out
+	return append(out, othersConsumers(user)...)
 }
 
 // readerAPI are the JetStream API requests lctl tail makes: JetStream and
@@ -148,11 +148,15 @@ var readerAPI = []string{
 }
 
 // serviceAPI are the JetStream API requests every service may make:
-// JetStream and stream info, reading messages, and consumers (KV
-// watchers, ordered consumers, the tracer's durable one). Creating a
-// stream is per service (creates); updating, deleting or purging one is
-// not here (purges lists the two exceptions), and adminOnly denies it
-// again whatever an allow says.
+// JetStream and stream info, reading messages, and its consumers (KV
+// watchers, ordered consumers, the tracer's durable one): created, read,
+// pulled from and deleted, each request naming the consumer. Not listing
+// a stream's consumers (that would name the others' ephemeral ones and
+// their deliver subjects), nor pausing, unpinning or moving one; and
+// another's durable consumer not at all (owned). Creating a stream is per
+// service (creates); updating, deleting or purging one is not here
+// (purges lists the two exceptions), and adminOnly denies it again
+// whatever an allow says.
 var serviceAPI = []string{
 	"$JS.API.INFO",
 	"$JS.API.STREAM.INFO.*",
@@ -160,7 +164,41 @@ var serviceAPI = []string{
 	"$JS.API.STREAM.LIST",
 	"$JS.API.STREAM.MSG.GET.*",
 	"$JS.API.DIRECT.GET.>",
-	"$JS.API.CONSUMER.>",
+	"$JS.API.CONSUMER.CREATE.>",
+	"$JS.API.CONSUMER.INFO.*.*",
+	"$JS.API.CONSUMER.DELETE.*.*",
+	"$JS.API.CONSUMER.MSG.NEXT.*.*",
+}
+
+// owned are the durable consumers ("<stream>.<consumer>") and the user
+// each belongs to: the tracer's on LCTL (services/tracer.ConsumerName).
+// Every consumer request names its consumer in the subject
+// ($JS.API.CONSUMER.<op>.<stream>.<consumer>, CREATE with a filter
+// after it, two-token ops such as MSG.NEXT and DURABLE.CREATE before
+// it), so nobody else may delete it, update it (another filter would
+// hide chains from the tracer), pull from it or pause it.
+var owned = map[string]string{
+	"LCTL.tracer": Tracer,
+}
+
+// othersConsumers are the subjects of the requests on the durable
+// consumers user does not own.
+func othersConsumers(user string) []string {
+	names := make([]string, 0, len(owned))
+	for name, owner := range owned {
+		if owner != user {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	var out []string
+	for _, name := range names {
+		out = append(out,
+			"$JS.API.CONSUMER.*."+name,
+			"$JS.API.CONSUMER.*."+name+".>",
+			"$JS.API.CONSUMER.*.*."+name)
+	}
+	return out
 }
 
 // creates are the streams each service creates when they do not exist yet
@@ -202,7 +240,7 @@ func Permissions(user string) (*server.Permissions, error) {
 		return nil, nil
 	case Reader:
 		return &server.Permissions{
-			Publish:   &server.SubjectPermission{Allow: slices.Clone(readerAPI)},
+			Publish:   &server.SubjectPermission{Allow: slices.Clone(readerAPI), Deny: othersConsumers(user)},
 			Subscribe: &server.SubjectPermission{Allow: []string{InboxPrefix(user) + ".>"}},
 		}, nil
 	}

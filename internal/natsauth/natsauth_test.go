@@ -2,6 +2,7 @@ package natsauth_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -23,6 +24,7 @@ import (
 	"github.com/xct-dev/xct/lctl"
 	"github.com/xct-dev/xct/services/executor"
 	"github.com/xct-dev/xct/services/orchestrator"
+	"github.com/xct-dev/xct/services/tracer"
 	"github.com/xct-dev/xct/services/validator"
 )
 
@@ -527,5 +529,141 @@ func TestInboxesArePrivate(t *testing.T) {
 			}
 			u.refused(t, user+" subscribing to "+subject, subject)
 		}
+	}
+}
+
+// TestConsumersAreTheirOwners: the tracer's durable consumer on LCTL
+// (tracer.ConsumerName) is the tracer's: no other service and not the
+// reader may delete it (the tracer would read the stream again from its
+// floor), update it (another filter: the tracer would miss chains), pull
+// from it (the events would not reach the tracer until their ack wait
+// ends), pause it or move its leader; and no service may list the
+// consumers of a stream, which would name the others' ephemeral ones
+// (KV watchers, followers) and their deliver subjects. Every request
+// names the consumer in its subject, so the permissions can say it.
+func TestConsumersAreTheirOwners(t *testing.T) {
+	c := newCluster(t)
+	ctx := context.Background()
+	tr := connectAs(t, c.url, natsauth.Tracer)
+	cfg := jetstream.ConsumerConfig{
+		Durable:       tracer.ConsumerName,
+		FilterSubject: eventlog.AllSubjects,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+	}
+	if _, err := tr.js.CreateConsumer(ctx, eventlog.StreamName, cfg); err != nil {
+		t.Fatalf("the tracer creating its consumer: %v", err)
+	}
+	if _, err := c.admin.js.Publish(ctx, eventlog.Subject("x"), []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	name := eventlog.StreamName + "." + tracer.ConsumerName
+	update := `{"stream_name":"LCTL","config":{"durable_name":"tracer","name":"tracer","filter_subject":"lctl.chain.nothing","ack_policy":"explicit","deliver_policy":"all"}}`
+	requests := []struct{ subject, body string }{
+		{"$JS.API.CONSUMER.DELETE." + name, ""},
+		{"$JS.API.CONSUMER.CREATE." + name, update},
+		{"$JS.API.CONSUMER.CREATE." + name + ".lctl.chain.nothing", update},
+		{"$JS.API.CONSUMER.DURABLE.CREATE." + name, update},
+		{"$JS.API.CONSUMER.MSG.NEXT." + name, `{"batch":1,"expires":1000000000}`},
+		{"$JS.API.CONSUMER.PAUSE." + name, `{"pause_until":"2999-01-01T00:00:00Z"}`},
+		{"$JS.API.CONSUMER.LEADER.STEPDOWN." + name, ""},
+	}
+	for _, user := range []string{natsauth.Orchestrator, natsauth.Validator, natsauth.Executor, natsauth.Reader} {
+		u := connectAs(t, c.url, user)
+		reqs := slices.Clone(requests)
+		if user != natsauth.Reader {
+			reqs = append(reqs, struct{ subject, body string }{"$JS.API.CONSUMER.LIST." + eventlog.StreamName, ""},
+				struct{ subject, body string }{"$JS.API.CONSUMER.NAMES." + eventlog.StreamName, ""})
+		}
+		for _, r := range reqs {
+			cctx, cancel := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() {
+				_, err := u.nc.RequestWithContext(cctx, r.subject, []byte(r.body))
+				done <- err
+			}()
+			u.refused(t, user+" requesting "+r.subject, r.subject)
+			cancel()
+			if err := <-done; err == nil {
+				t.Errorf("%s: %s answered", user, r.subject)
+			}
+		}
+	}
+	info, err := tr.js.Consumer(ctx, eventlog.StreamName, tracer.ConsumerName)
+	if err != nil {
+		t.Fatalf("the tracer's consumer after the attempts: %v", err)
+	}
+	ci := info.CachedInfo()
+	if ci.Config.FilterSubject != eventlog.AllSubjects || ci.Delivered.Stream != 0 || ci.NumPending != 1 || ci.Paused {
+		t.Errorf("the tracer's consumer after the attempts: filter %q, delivered %d, pending %d, paused %v",
+			ci.Config.FilterSubject, ci.Delivered.Stream, ci.NumPending, ci.Paused)
+	}
+	// The positive controls: the tracer reads and deletes its own; a
+	// service still makes and deletes an ephemeral consumer of its own.
+	if msgs, err := info.Fetch(1, jetstream.FetchMaxWait(5*time.Second)); err != nil {
+		t.Fatal(err)
+	} else {
+		n := 0
+		for m := range msgs.Messages() {
+			n++
+			if err := m.Ack(); err != nil {
+				t.Errorf("the tracer acknowledging: %v", err)
+			}
+		}
+		if n != 1 {
+			t.Errorf("the tracer fetched %d messages, want 1", n)
+		}
+	}
+	if err := tr.js.DeleteConsumer(ctx, eventlog.StreamName, tracer.ConsumerName); err != nil {
+		t.Errorf("the tracer deleting its consumer: %v", err)
+	}
+	ex := connectAs(t, c.url, natsauth.Executor)
+	oc, err := ex.js.OrderedConsumer(ctx, eventlog.StreamName, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := oc.Next(jetstream.FetchMaxWait(5 * time.Second)); err != nil {
+		t.Errorf("an executor's ordered consumer on LCTL: %v", err)
+	}
+}
+
+// TestDeliveriesGoNowhere: a push consumer's deliver subject is in its
+// request's body, which subject permissions do not see, so a service may
+// aim one at a subject it may not publish to, such as the catalog's
+// fs.write key. The server delivers only where a subscription names that
+// subject exactly (a stream's wildcard one does not count), and a service
+// may subscribe in its own inbox only: the consumer stays inactive and
+// the catalog as it was. (A delivery that is made is stored by a stream
+// listening there: an operator must never subscribe to a data subject
+// exactly, docs/security.md.)
+func TestDeliveriesGoNowhere(t *testing.T) {
+	c := newCluster(t)
+	ctx := context.Background()
+	if _, err := c.admin.js.Publish(ctx, eventlog.Subject("x"), []byte(`{"effect":"read"}`)); err != nil {
+		t.Fatal(err)
+	}
+	before := c.count(t, "KV_"+catalog.Bucket)
+	tr := connectAs(t, c.url, natsauth.Tracer)
+	body := `{"stream_name":"LCTL","config":{"durable_name":"aimed","name":"aimed","deliver_subject":"$KV.` + catalog.Bucket + `.fs.write","ack_policy":"none","deliver_policy":"all"}}`
+	msg, err := tr.nc.RequestWithContext(ctx, "$JS.API.CONSUMER.CREATE.LCTL.aimed", []byte(body))
+	if err != nil {
+		t.Fatalf("the tracer creating a push consumer: %v", err)
+	}
+	var ci jetstream.ConsumerInfo
+	if err := json.Unmarshal(msg.Data, &ci); err != nil || ci.Name != "aimed" {
+		t.Fatalf("the push consumer was not made: %s (%v)", msg.Data, err)
+	}
+	m, err := c.admin.nc.RequestWithContext(ctx, "$JS.API.CONSUMER.INFO.LCTL.aimed", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ci = jetstream.ConsumerInfo{}
+	if err := json.Unmarshal(m.Data, &ci); err != nil {
+		t.Fatal(err)
+	}
+	if ci.PushBound || ci.Delivered.Stream != 0 || ci.NumPending != 1 {
+		t.Errorf("the push consumer into the catalog: active %v, delivered %d, pending %d", ci.PushBound, ci.Delivered.Stream, ci.NumPending)
+	}
+	if after := c.count(t, "KV_"+catalog.Bucket); after != before {
+		t.Errorf("the catalog went from %d to %d messages", before, after)
 	}
 }
