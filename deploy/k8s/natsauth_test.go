@@ -1,11 +1,17 @@
 package k8s
 
 import (
+	"bufio"
+	"fmt"
+	"net"
+	"net/url"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	corev1 "k8s.io/api/core/v1"
 )
 
 // natsUsers are the NATS users of components/nats (internal/natsauth's).
@@ -161,4 +167,158 @@ func keys[V any](m map[string]V) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// TestNATSRoutesRequireAuthentication: a server of the cluster accepts a
+// route only with the route user's password (from the Secret
+// xct-nats-route), and its own routes present it: a pod that reaches
+// 6222 cannot join the cluster and read or write the streams as a server.
+// One server (overlays/dev) has no cluster port at all.
+func TestNATSRoutesRequireAuthentication(t *testing.T) {
+	forEachOverlay(t, func(t *testing.T, m *manifests) {
+		if _, inCluster := m.workload("nats"); !inCluster {
+			return
+		}
+		opts := natsOptions(t, m, "nats-0")
+		if opts.Cluster.Port == 0 {
+			if len(opts.Routes) > 0 {
+				t.Errorf("routes %v without a cluster port", opts.Routes)
+			}
+			return
+		}
+		const pw = "pw-XCT_NATS_ROUTE_PASSWORD"
+		if opts.Cluster.Username != "route" || opts.Cluster.Password != pw {
+			t.Errorf("cluster authorization: user %q, password %q; want route and the value of $XCT_NATS_ROUTE_PASSWORD",
+				opts.Cluster.Username, opts.Cluster.Password)
+		}
+		if len(opts.Routes) == 0 {
+			t.Error("a cluster without routes")
+		}
+		for _, r := range opts.Routes {
+			p, _ := r.User.Password()
+			if r.User.Username() != "route" || p != pw {
+				t.Errorf("route %s does not present the route user's password", r.Redacted())
+			}
+		}
+		sts, _ := m.workload("nats")
+		found := false
+		for _, e := range sts.template.Spec.Containers[0].Env {
+			if e.Name != "XCT_NATS_ROUTE_PASSWORD" {
+				continue
+			}
+			found = true
+			if e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil || e.ValueFrom.SecretKeyRef.Name != "xct-nats-route" || e.ValueFrom.SecretKeyRef.Key != "password" {
+				t.Errorf("XCT_NATS_ROUTE_PASSWORD is not from the Secret xct-nats-route (key password): %+v", e)
+			}
+		}
+		if !found {
+			t.Error("the NATS container has no XCT_NATS_ROUTE_PASSWORD")
+		}
+	})
+}
+
+// TestNATSMonitoringIsNotServed: the monitoring port (no authentication:
+// connections, subscriptions and consumers of every user) is there for
+// the kubelet's probes only. No Service publishes it, and no pod may
+// connect to it (TestNetworkPolicyGraph has the whole graph).
+func TestNATSMonitoringIsNotServed(t *testing.T) {
+	forEachOverlay(t, func(t *testing.T, m *manifests) {
+		sts, inCluster := m.workload("nats")
+		if !inCluster {
+			return
+		}
+		for _, s := range m.Services {
+			for _, p := range s.Spec.Ports {
+				if p.Port == 8222 || p.TargetPort.String() == "monitor" || p.TargetPort.IntValue() == 8222 {
+					t.Errorf("Service %s publishes the NATS monitoring port (%s)", s.Name, p.Name)
+				}
+			}
+		}
+		var monitor corev1.ContainerPort
+		for _, p := range sts.template.Spec.Containers[0].Ports {
+			if p.Name == "monitor" {
+				monitor = p
+			}
+		}
+		nats := endpoint{}
+		for _, e := range world(m) {
+			if e.name == "nats" {
+				nats = e
+			}
+		}
+		for _, src := range world(m) {
+			if src.namespace == namespace && allowed(m.NetworkPolicies, src, nats, monitor) {
+				t.Errorf("%s may connect to the NATS monitoring port", src.name)
+			}
+		}
+	})
+}
+
+// TestNATSRoutesAuthenticateForReal: two servers with the rendered
+// configuration (loopback ports instead of the pods' names) form their
+// cluster through the route user; a connection to the cluster port
+// without the password is refused by the server.
+func TestNATSRoutesAuthenticateForReal(t *testing.T) {
+	m := mustRender(t, "overlays/prod")
+	start := func(pod string, route *url.URL) *server.Server {
+		opts := natsOptions(t, m, pod).Clone()
+		opts.Host, opts.Port, opts.HTTPPort, opts.PidFile = "127.0.0.1", -1, 0, ""
+		opts.JetStream, opts.StoreDir = false, ""
+		opts.Cluster.Host, opts.Cluster.Port = "127.0.0.1", -1
+		opts.NoLog, opts.NoSigs = true, true
+		var routes []*url.URL
+		if route != nil {
+			// The pods' names do not resolve here: the first route with
+			// its user and password, to the loopback server.
+			r := *opts.Routes[0]
+			r.Host = route.Host
+			routes = append(routes, &r)
+		}
+		opts.Routes = routes
+		s, err := server.NewServer(opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		go s.Start()
+		if !s.ReadyForConnections(10 * time.Second) {
+			t.Fatal("NATS did not start")
+		}
+		t.Cleanup(s.Shutdown)
+		return s
+	}
+	first := start("nats-0", nil)
+	addr := first.ClusterAddr()
+	start("nats-1", &url.URL{Host: addr.String()})
+	eventually(t, func() bool { return first.NumRoutes() > 0 })
+
+	conn, err := net.Dial("tcp", addr.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	r := bufio.NewReader(conn)
+	if _, err := r.ReadString('\n'); err != nil { // INFO
+		t.Fatal(err)
+	}
+	if _, err := fmt.Fprintf(conn, "CONNECT {\"verbose\":false,\"name\":\"intruder\",\"cluster\":\"xct\"}\r\nPING\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	line, err := r.ReadString('\n')
+	if err != nil || !strings.Contains(line, "Authorization Violation") {
+		t.Errorf("a route without the password: %q, %v", line, err)
+	}
+}
+
+// eventually polls cond until it holds (10 s): deploy/k8s is a module of
+// its own, without internal/testutil.
+func eventually(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for wait := time.Millisecond; !cond(); wait = min(2*wait, 100*time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met after 10s")
+		}
+		time.Sleep(wait) //nolint:forbidigo // polling a condition, as testutil.Eventually does
+
+	}
 }

@@ -2,6 +2,7 @@ package k8s
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -187,22 +188,35 @@ func natsOptions(t *testing.T, m *manifests, pod string) *server.Options {
 		}
 	}
 	// The configuration's variables come from the container's env; the
-	// server resolves them from the process environment.
-	env := map[string]bool{}
+	// server resolves them from the process environment. A Secret's
+	// value is "pw-<variable>" (natsUsers checks it), the pod's name is
+	// pod, and a literal value has its $(VAR) references expanded from
+	// the variables before it, as the kubelet does.
+	env := map[string]string{}
 	for _, e := range c.Env {
-		env[e.Name] = true
-	}
-	// Quoted strings are literal (subjects such as "$JS.API.>"); the
-	// passwords get values of their own, which natsUsers checks.
-	unquoted := regexp.MustCompile(`"[^"]*"`).ReplaceAllString(cm.Data["nats.conf"], `""`)
-	for _, v := range regexp.MustCompile(`\$([A-Za-z_][A-Za-z0-9_]*)`).FindAllStringSubmatch(unquoted, -1) {
-		if !env[v[1]] {
-			t.Errorf("nats.conf uses $%s, which the container's env does not set", v[1])
+		switch {
+		case e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil:
+			env[e.Name] = "pw-" + e.Name
+		case e.ValueFrom != nil && e.ValueFrom.FieldRef != nil:
+			env[e.Name] = pod
+		default:
+			env[e.Name] = regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_]*)\)`).ReplaceAllStringFunc(e.Value, func(ref string) string {
+				if v, ok := env[ref[2:len(ref)-1]]; ok {
+					return v
+				}
+				return ref
+			})
 		}
-		if strings.HasSuffix(v[1], "_PASSWORD") {
-			t.Setenv(v[1], "pw-"+v[1])
-		} else {
-			t.Setenv(v[1], pod)
+	}
+	// Quoted strings are literal (subjects such as "$JS.API.>").
+	for _, file := range slices.Sorted(maps.Keys(cm.Data)) {
+		unquoted := regexp.MustCompile(`"[^"]*"`).ReplaceAllString(cm.Data[file], `""`)
+		for _, v := range regexp.MustCompile(`\$([A-Za-z_][A-Za-z0-9_]*)`).FindAllStringSubmatch(unquoted, -1) {
+			val, ok := env[v[1]]
+			if !ok {
+				t.Errorf("%s uses $%s, which the container's env does not set", file, v[1])
+			}
+			t.Setenv(v[1], val)
 		}
 	}
 	opts, err := server.ProcessConfigFile(filepath.Join(dir, "nats.conf"))
