@@ -149,6 +149,9 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return fmt.Errorf("%s: %w", natsCredsPath, err)
 	}
 	cfg.NATSUsers = natsUsers
+	// Every user's password, the admin's included: out of reach of a
+	// program run without a sandbox (executor.Config.SecretFiles).
+	cfg.Executor.SecretFiles = append(cfg.Executor.SecretFiles, natsCredsPath)
 	ns, err := natsembed.Start(natsembed.Config{Port: *natsPort, StoreDir: filepath.Join(abs, "nats"), Users: serverUsers})
 	if err != nil {
 		return err

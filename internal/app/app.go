@@ -249,6 +249,19 @@ func (c *Config) natsCredentials(targets []string, getenv func(string) string) (
 	return out, nil
 }
 
+// secretFiles are the files of secrets c names: NATS credentials, keys,
+// the tokens file.
+func (c *Config) secretFiles() []string {
+	var out []string
+	for _, f := range []string{c.NATSCredentialsFile, c.Auth.TokensFile, c.Security.TLS.Key, c.Redact.KeyFile,
+		c.Validator.VerdictKeyFile, c.Orchestrator.Checkpoint.KeyFile} {
+		if f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
 // ConnectNATS connects to NATS. A server that cannot be reached yet is
 // retried in the background, as are later disconnects, forever; appends
 // fail while it is away. It fails only for a URL that cannot be used.
@@ -338,6 +351,10 @@ func Start(ctx context.Context, cfg Config, targets []string, log *slog.Logger, 
 	if err != nil {
 		return nil, err
 	}
+	// What a program the executor runs without a sandbox must not be
+	// able to read (executor.Config.SecretFiles).
+	cfg.Executor.SecretFiles = append(cfg.Executor.SecretFiles, cfg.secretFiles()...)
+	cfg.Executor.SecretsInEnv = cfg.Executor.SecretsInEnv || os.Getenv(EnvNATSPassword) != ""
 	a := &App{log: log, fatal: make(chan error, 1), stopped: make(chan struct{})}
 	// Each target connects as its own NATS user, with only its own
 	// rights (natsauth.Permissions); without credentials they share one

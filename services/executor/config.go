@@ -77,6 +77,18 @@ type Config struct {
 	// Verifier is used instead of VerdictTrust's keys; not a flag (the
 	// app's in-process key pair, tests).
 	Verifier *verdict.Verifier
+	// SecretFiles are the files of secrets this process was started with
+	// (its NATS credentials); SecretsInEnv says a secret came through the
+	// environment (XCT_NATS_PASSWORD). Set by the app, not flags. A
+	// program run with "sandbox: none" runs as the executor's user and
+	// reads what it can: the executor refuses such a tool while one of
+	// the files is readable, or while it runs as root with a secret in
+	// its environment, unless UnsandboxedReadsSecrets.
+	SecretFiles  []string
+	SecretsInEnv bool
+	// UnsandboxedReadsSecrets accepts "sandbox: none" tools although
+	// their programs can read the executor's secrets (logged).
+	UnsandboxedReadsSecrets bool
 }
 
 // RegisterFlags registers the executor's flags on fs, with their defaults.
@@ -90,6 +102,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.VerdictTrust, "verdict-trust", c.VerdictTrust, "PEM Ed25519 public keys of the validators whose signed verdicts this executor acts on: files or directories, comma-separated (none: it acts on nothing)")
 	fs.StringVar(&c.RecordFormat, "step-record-format", FormatProto, "how step records are written: proto (binary) or json (what executors before the binary form read; both are always read)")
 	fs.DurationVar(&c.StepRetention, "step-retention", DefaultStepRetention, "how long step records (idempotency keys) are kept; 0 keeps them forever")
+	fs.BoolVar(&c.UnsandboxedReadsSecrets, "unsandboxed-reads-secrets", false, "start although a tool with sandbox: none could read this process's secrets (its NATS credentials file; the environment when running as root): programs without a sandbox act as the executor")
 }
 
 // Validate reports whether c can be used. Zero durations and sizes are

@@ -105,6 +105,9 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger, extra ...Tool) (*Service, 
 	case !toolsCfg.checked:
 		return nil, fmt.Errorf("%w: build it with LoadToolsConfig or ParseToolsConfig", ErrToolsConfig)
 	}
+	if err := checkUnsandboxed(cfg, toolsCfg, log); err != nil {
+		return nil, err
+	}
 	wsDir, err := filepath.Abs(cfg.Workspace)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrWorkspace, err)

@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -64,10 +65,12 @@ func TestConfigFlags(t *testing.T) {
 		t.Fatalf("defaults: %+v", cfg)
 	}
 	must(t, fs.Parse([]string{"-workspace", "/srv/ws", "-tool-timeout", "3s", "-tool-max-output", "4096",
-		"-tool-max-undo", "100", "-tools-config", "tools.yaml", "-step-grace", "1s", "-step-retention", "0", "-step-record-format", "json"}))
+		"-tool-max-undo", "100", "-tools-config", "tools.yaml", "-step-grace", "1s", "-step-retention", "0", "-step-record-format", "json",
+		"-unsandboxed-reads-secrets"}))
 	want := Config{Workspace: "/srv/ws", DefaultTimeout: 3 * time.Second, MaxOutputBytes: 4096,
-		MaxUndoBytes: 100, ToolsConfigFile: "tools.yaml", StepGrace: time.Second, RecordFormat: FormatJSON}
-	if cfg != want {
+		MaxUndoBytes: 100, ToolsConfigFile: "tools.yaml", StepGrace: time.Second, RecordFormat: FormatJSON,
+		UnsandboxedReadsSecrets: true}
+	if !reflect.DeepEqual(cfg, want) {
 		t.Fatalf("parsed %+v, want %+v", cfg, want)
 	}
 }

@@ -524,15 +524,24 @@ func (v *configCheck) checkOverrides(p []any, tools map[string]ToolOverride) {
 	}
 }
 
+// xctSecretVariables are the variables outside XCT_ that XCT's programs
+// read secrets from: the model's key (orchestrator) and lctl's NATS
+// credentials file.
+var xctSecretVariables = []string{"OPENAI_API_KEY", "NATS_CREDENTIALS"}
+
 func (v *configCheck) checkEnv(p []any, names []string) {
 	for i, n := range names {
 		if n == "" || strings.ContainsAny(n, "=\x00") {
 			v.fail(append(p, i), "%q is not an environment variable name", n)
 		}
 		// The executor's own NATS credentials never reach a program
-		// (docs/security.md, "NATS").
-		if strings.HasPrefix(strings.ToUpper(n), "XCT_NATS_") {
+		// (docs/security.md, "NATS"), nor any of XCT's configuration
+		// and secrets (XCT_SERVICE_TOKEN, a model's key).
+		switch up := strings.ToUpper(n); {
+		case strings.HasPrefix(up, "XCT_NATS_"):
 			v.fail(append(p, i), "%s is the executor's NATS credentials: never passed to a program", n)
+		case strings.HasPrefix(up, "XCT_") || slices.Contains(xctSecretVariables, up):
+			v.fail(append(p, i), "%s is XCT's own configuration or secret: never passed to a program", n)
 		}
 	}
 }
