@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -437,6 +438,12 @@ func TestKubernetesNATSConfig(t *testing.T) {
 	t.Setenv("SERVER_NAME", "nats-0")
 	for _, u := range natsauth.Users {
 		t.Setenv("XCT_NATS_"+strings.ToUpper(u)+"_PASSWORD", "pw-"+u)
+	}
+	// The cluster's route user and routes (cluster.conf; deploy/k8s
+	// checks them).
+	t.Setenv("XCT_NATS_ROUTE_PASSWORD", "pw-route")
+	for i := range 3 {
+		t.Setenv(fmt.Sprintf("XCT_NATS_ROUTE_%d", i), fmt.Sprintf("nats://route:pw-route@nats-%d.nats-headless:6222", i))
 	}
 	opts, err := server.ProcessConfigFile(filepath.Join("..", "..", "deploy", "k8s", "components", "nats", "nats.conf"))
 	if err != nil {
