@@ -3,7 +3,6 @@ package tracer_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"runtime"
 	"syscall"
 	"testing"
@@ -40,27 +39,8 @@ func benchIngest(b *testing.B, cfg tracer.Config) {
 	b.Cleanup(app.TuneGC(app.DefaultGCPercent))
 	e := newEnv(b)
 	ctx := context.Background()
+	ids := publishBacklog(b, e, "bench", chains, perChain)
 	js := e.log.JetStream()
-	for c := range chains {
-		id := fmt.Sprintf("bench-%02d", c)
-		events := lctltest.Chain(id, perChain, lctltest.Options{Seal: true})
-		for i := range events {
-			raw, err := events[i].MarshalJSON()
-			if err != nil {
-				b.Fatal(err)
-			}
-			if _, err := js.PublishAsync(eventlog.Subject(id), raw); err != nil {
-				b.Fatal(err)
-			}
-			// A loaded machine's server falls behind: more pending
-			// publishes than the client allows stall (an error), so wait
-			// for them now and then.
-			if i%1000 == 999 {
-				<-js.PublishAsyncComplete()
-			}
-		}
-	}
-	<-js.PublishAsyncComplete()
 	b.ResetTimer()
 	var cpu time.Duration // the process's CPU time while timed: tracer and NATS server
 	var heap int64        // bytes of heap the last ingest added (collected before and after)
@@ -77,8 +57,8 @@ func benchIngest(b *testing.B, cfg tracer.Config) {
 		if cfg.MaxResidentEvents > 0 {
 			tracer.EvictWrittenChains(tr.svc)
 		}
-		for c := range chains {
-			tr.waitFor(b, fmt.Sprintf("bench-%02d", c), perChain)
+		for _, id := range ids {
+			tr.waitFor(b, id, perChain)
 		}
 		cpu += processCPU() - c0
 		b.StopTimer()
