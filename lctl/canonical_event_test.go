@@ -2,6 +2,7 @@ package lctl_test
 
 import (
 	"bytes"
+	"fmt"
 	"reflect"
 	"testing"
 
@@ -9,11 +10,20 @@ import (
 	"github.com/xct-dev/xct/lctl/lctltest"
 )
 
-// decodeBoth is lctl.DecodeBoth, failing the test when canonicalEvent
-// decided but put the hash member elsewhere than the loop.
+// pairs are the parsers of decodeBoth, one pair per setup, kept for the
+// test (so that strings come from their tables the second time).
+var pairs = map[[3]bool]func([]byte, bool, bool, bool, string) (lctl.Event, lctl.Event, bool, [2][2]int, error){}
+
+// decodeBoth is lctl.DecodePair's function for the setup, failing the
+// test when canonicalEvent decided but put the hash member elsewhere than
+// the loop.
 func decodeBoth(t *testing.T, raw []byte, skipHashes, fields, arena bool, prev string) (lctl.Event, lctl.Event, bool, error) {
 	t.Helper()
-	c, l, ok, at, err := lctl.DecodeBoth(raw, skipHashes, fields, arena, prev)
+	setup := [3]bool{skipHashes, fields, arena}
+	if pairs[setup] == nil {
+		pairs[setup] = lctl.DecodePair()
+	}
+	c, l, ok, at, err := pairs[setup](raw, skipHashes, fields, arena, prev)
 	if ok && at[0] != at[1] {
 		t.Errorf("%s: hash member at %v, loop %v", raw, at[0], at[1])
 	}
@@ -71,14 +81,52 @@ func TestCanonicalEventMatchesLoop(t *testing.T) {
 			}
 		}
 	}
-	// Decided ones with escapes and a non-ASCII byte agree too.
-	for _, raw := range []string{
-		`{"agent":"\u0061\n","chain_id":"c","data":{"k":"é"},"hash":"` + hash64 + `","seq":7,"timestamp":"t\"","type":"é"}`,
-		`{"agent":"a","chain_id":"c","data":{},"hash":"` + hash64 + `","seq":7,"timestamp":"t","type":"t"}`,
+	// Decided ones with escapes, quotes and bytes past ASCII in strings of
+	// every length around the tables' words agree too, read twice (the
+	// second time from the tables), and so do ones that differ from them
+	// only after the bytes a table compares.
+	var odd []string
+	for _, s := range []string{
+		`\u0061\n`, `é`, `a\"b`, `\"`, `\\`, `\/x`, `1234567`, `12345678`, `123456789012345`, `1234567890123456`,
+		`12345678901234567890123`, `123456789012345678901234`, `1234567\"9`, `123456789012345\"`, `12345678901234567890123\"x`,
+		`é234567`, `1234567é`, `tab\there`, ``, `s0000207`, `finding F24 rev 3`,
 	} {
+		odd = append(odd, s, s+"x", "x"+s)
+	}
+	for round := range 2 {
+		for _, s := range odd {
+			raw := `{"agent":"` + s + `","chain_id":"` + s + `","data":{"` + s + `":"` + s + `","k":"` + s + `","n":` +
+				fmt.Sprint(len(s)) + `,"z":[{"` + s + `":"` + s + `"}]},"hash":"` + hash64 + `","seq":7,"timestamp":"t` + s +
+				`","type":"` + s + `"}`
+			c, l, ok, err := decodeBoth(t, []byte(raw), false, true, true, "")
+			if err == nil && (!ok || !reflect.DeepEqual(c, l)) {
+				t.Errorf("round %d: %s: canonical %v, loop %v\ncanonical %+v\n     loop %+v", round, raw, ok, err, c, l)
+			}
+		}
+	}
+	// Numbers of every form, read in place or as the loop reads them.
+	for _, n := range []string{"0", "7", "4095", "4096", "999999999999999", "1000000000000000", "12345678901234567890",
+		"1.5", "0.68", "1e3", "1E+2", "2.5e-3", "-7", "-0", "-0.0", "0.1234567890123456789", "123456789012345.5"} {
+		raw := `{"agent":"a","chain_id":"c","data":{"n":` + n + `,"m":[` + n + `],"o":{"n":` + n + `}},"hash":"` + hash64 +
+			`","seq":7,"timestamp":"t","type":"t"}`
 		c, l, ok, err := decodeBoth(t, []byte(raw), false, true, true, "")
-		if !ok || err != nil || !reflect.DeepEqual(c, l) {
-			t.Errorf("%s: canonical %v, loop %v\ncanonical %+v\n     loop %+v", raw, ok, err, c, l)
+		if !ok || err != nil || !reflect.DeepEqual(c, l) || !reflect.DeepEqual(c.Get("n"), l.Get("n")) {
+			t.Errorf("%s: canonical %v, loop %v\ncanonical %+v\n     loop %+v", raw, ok, err, c.Get("n"), l.Get("n"))
+		}
+	}
+	for _, n := range []string{"01", "1.", ".5", "1e", "+1", "1.5.5", "--1", "1x"} {
+		raw := `{"agent":"a","chain_id":"c","data":{"n":` + n + `},"hash":"` + hash64 + `","seq":7,"timestamp":"t","type":"t"}`
+		if _, _, ok, err := decodeBoth(t, []byte(raw), false, true, true, ""); ok || err == nil {
+			t.Errorf("%s: canonical %v, loop %v; want both to refuse", raw, ok, err)
+		}
+	}
+	// Bytes that are not JSON's or not UTF-8, after a table holds the
+	// bytes before them: refused as the loop refuses them.
+	for _, s := range []string{"ab\x01", "ab\xff", "ab\x80cd", "\xc3", "ab\\q", "ab\\u12"} {
+		raw := `{"agent":"` + s + `","chain_id":"c","data":{"` + s + `":"` + s + `"},"hash":"` + hash64 + `","seq":7,"timestamp":"t","type":"` + s + `"}`
+		_, _, ok, err := decodeBoth(t, []byte(raw), false, true, true, "")
+		if ok || err == nil {
+			t.Errorf("%q: canonical %v, loop %v; want both to refuse", raw, ok, err)
 		}
 	}
 }

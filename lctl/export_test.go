@@ -19,26 +19,30 @@ func HashedUnknown(s *State) []uint64 { return s.hashedUnknown() }
 // DigestForm is the canonical JSON State.Hash hashes (version 2).
 func DigestForm(s *State) ([]byte, error) { return s.digestForm() }
 
-// DecodeBoth decodes raw with canonicalEvent and with loopEvent, each on
-// a parser set up as opts says, and returns both events and whether
-// canonicalEvent decided.
-func DecodeBoth(raw []byte, skipHashes, fields, arena bool, prev string) (c, l Event, ok bool, hashAt [2][2]int, err error) {
-	setup := func() *fastParser {
-		p := newFastParser()
-		p.skipHashes, p.fields = skipHashes, fields
-		if arena {
-			p.arena = make([]byte, 0, 64)
+// DecodePair returns a function that decodes raw with canonicalEvent and
+// with loopEvent, each on its own parser kept from call to call (so that
+// strings read before come from its tables), set up as the arguments
+// say, and returns both events, whether canonicalEvent decided, and where
+// each put the hash member.
+func DecodePair() func(raw []byte, skipHashes, fields, arena bool, prev string) (c, l Event, ok bool, hashAt [2][2]int, err error) {
+	pc, pl := newFastParser(), newFastParser()
+	return func(raw []byte, skipHashes, fields, arena bool, prev string) (c, l Event, ok bool, hashAt [2][2]int, err error) {
+		setup := func(p *fastParser) {
+			p.skipHashes, p.fields = skipHashes, fields
+			p.arena, p.slab = nil, nil
+			if arena {
+				p.arena = make([]byte, 0, 64)
+			}
+			p.prevEventHash = prev
+			p.b, p.i = raw, 0
 		}
-		p.prevEventHash = prev
-		p.b, p.i = raw, 0
-		return p
+		setup(pc)
+		ok = pc.canonicalEvent(&c)
+		setup(pl)
+		err = pl.loopEvent(&l)
+		if ok && pc.prevEventHash != pl.prevEventHash {
+			err = fmt.Errorf("prev %q, loop %q", pc.prevEventHash, pl.prevEventHash)
+		}
+		return c, l, ok, [2][2]int{{pc.hashFrom, pc.hashTo}, {pl.hashFrom, pl.hashTo}}, err
 	}
-	pc := setup()
-	ok = pc.canonicalEvent(&c)
-	pl := setup()
-	err = pl.loopEvent(&l)
-	if ok && pc.prevEventHash != pl.prevEventHash {
-		err = fmt.Errorf("prev %q, loop %q", pc.prevEventHash, pl.prevEventHash)
-	}
-	return c, l, ok, [2][2]int{{pc.hashFrom, pc.hashTo}, {pl.hashFrom, pl.hashTo}}, err
 }

@@ -84,6 +84,10 @@ type fastParser struct {
 	rawStart int
 	// sha is computedHash's digest, reused.
 	sha hash.Hash
+	// keyTab, valTab and topTab hold strings read before (rawTable): the
+	// data's keys, its short string values, and the event's agent, chain
+	// id and type.
+	keyTab, valTab, topTab rawTable
 }
 
 func newFastParser() *fastParser {
@@ -1365,7 +1369,7 @@ func (p *fastParser) canonicalEvent(e *Event) bool {
 	}
 	p.hashFrom, p.hashTo = -1, -1
 	p.i = 9
-	s, ok := p.strIntern(true)
+	s, ok := p.tableString(&p.topTab, false)
 	if !ok {
 		return false
 	}
@@ -1373,7 +1377,7 @@ func (p *fastParser) canonicalEvent(e *Event) bool {
 	if !p.expect13(canonChainID, canonChainID2, 0xffffffff, 12) {
 		return false
 	}
-	if s, ok = p.strIntern(true); !ok {
+	if s, ok = p.tableString(&p.topTab, false); !ok {
 		return false
 	}
 	e.ChainID = s
@@ -1381,7 +1385,7 @@ func (p *fastParser) canonicalEvent(e *Event) bool {
 		return false
 	}
 	if p.fields {
-		if !p.dataFields(e) {
+		if !p.canonData(e) {
 			return false
 		}
 	} else {
@@ -1426,7 +1430,7 @@ func (p *fastParser) canonicalEvent(e *Event) bool {
 	if !p.expect8(canonType, 8) {
 		return false
 	}
-	if s, ok = p.strIntern(true); !ok || s == "" {
+	if s, ok = p.tableString(&p.topTab, true); !ok || s == "" {
 		return false
 	}
 	e.Type = s

@@ -1,0 +1,244 @@
+package lctl
+
+import (
+	"encoding/binary"
+	"math/bits"
+)
+
+// Strings seen before, found by their bytes. An event's keys and most of
+// its short values (tools, outcomes, agents, a step's id in its step's
+// next events) repeat; a rawTable maps the exact bytes between a string's
+// quotes to what reading them gave, so that reading them again is two
+// word compares: no scan of each byte, no hashing, no allocation. Only
+// bytes the careful reader has accepted are put in a table, and equal
+// bytes decode to equal values, so a hit is exactly what the careful read
+// would give (escapes and all), and checks the bytes as well as it did.
+
+// rawMax is the most bytes between quotes a rawTable holds: three
+// words, less the closing quote, which must lie in them.
+const rawMax = 23
+
+// rawKey is the bytes between a string's quotes as three little-endian
+// words (zero past them) and their count (noRaw: none, see quoted).
+// noRaw is a rawKey's count when it has no bytes: its count plus one
+// is no slot's.
+const noRaw = -2
+
+type rawKey struct {
+	w0, w1, w2 uint64
+	n          int
+}
+
+// rawSlot is a rawKey (n its count plus one; 0: an empty slot) and what
+// its bytes read as.
+type rawSlot struct {
+	w0, w1, w2 uint64
+	n          int
+	s          string
+	v          any
+}
+
+// rawTable is a direct-mapped table of rawSlots.
+type rawTable [1 << rawBits]rawSlot
+
+// rawBits sets a rawTable's size: large enough that the few dozen values
+// that repeat in every few events seldom share a slot.
+const rawBits = 10
+
+// quoted returns the bytes of the string that starts at b[i] (a quote) up
+// to the next quote byte; n < 0 when there is none among the next 24, or
+// fewer than 25 bytes are left. A quote byte may be an escaped one: then
+// the careful read takes more bytes than n+2 and the bytes go in no
+// table.
+func quoted(b []byte, i int) (k rawKey) {
+	if i+25 > len(b) {
+		return rawKey{n: noRaw}
+	}
+	b = b[i+1 : i+25]
+	w0 := binary.LittleEndian.Uint64(b)
+	if m := zeroBytes(w0 ^ (ones * '"')); m != 0 {
+		n := bits.TrailingZeros64(m) >> 3
+		return rawKey{w0: w0 & (1<<(8*n) - 1), n: n}
+	}
+	w1 := binary.LittleEndian.Uint64(b[8:])
+	if m := zeroBytes(w1 ^ (ones * '"')); m != 0 {
+		n := bits.TrailingZeros64(m) >> 3
+		return rawKey{w0: w0, w1: w1 & (1<<(8*n) - 1), n: 8 + n}
+	}
+	w2 := binary.LittleEndian.Uint64(b[16:])
+	if m := zeroBytes(w2 ^ (ones * '"')); m != 0 {
+		n := bits.TrailingZeros64(m) >> 3
+		return rawKey{w0: w0, w1: w1, w2: w2 & (1<<(8*n) - 1), n: 16 + n}
+	}
+	return rawKey{n: noRaw}
+}
+
+// lastQuoted is quoted for a string that ends two bytes before the end
+// of b (the type, last in a canonical event: `"t"}`), read without
+// looking past b.
+func lastQuoted(b []byte, i int) (k rawKey) {
+	n := len(b) - 2 - (i + 1)
+	if n < 0 || n > rawMax || b[len(b)-2] != '"' {
+		k.n = noRaw
+		return k
+	}
+	var buf [24]byte
+	copy(buf[:], b[i+1:i+1+n])
+	return rawKey{w0: binary.LittleEndian.Uint64(buf[:]), w1: binary.LittleEndian.Uint64(buf[8:]),
+		w2: binary.LittleEndian.Uint64(buf[16:]), n: n}
+}
+
+// zeroBytes returns the high bits of x's zero bytes, and maybe of bytes
+// after the first (never before it): its lowest set bit is the first
+// zero byte's.
+func zeroBytes(x uint64) uint64 { return (x - ones) &^ x & highs }
+
+// slot returns k's slot.
+func (t *rawTable) slot(k *rawKey) *rawSlot {
+	return &t[((k.w0^bits.RotateLeft64(k.w1, 29)^k.w2^uint64(k.n))*0x9e3779b97f4a7c15)>>(64-rawBits)]
+}
+
+// lookup returns the slot holding k's bytes, nil when none does.
+func (t *rawTable) lookup(k *rawKey) *rawSlot {
+	s := t.slot(k)
+	if s.n != k.n+1 || s.w0 != k.w0 || s.w1 != k.w1 || s.w2 != k.w2 {
+		return nil
+	}
+	return s
+}
+
+// put remembers that k's bytes read as s (and v), when the careful read
+// took exactly them and their quotes (read, the bytes it took, is n+2).
+func (t *rawTable) put(k *rawKey, read int, s string, v any) {
+	if k.n < 0 || read != k.n+2 {
+		return
+	}
+	*t.slot(k) = rawSlot{w0: k.w0, w1: k.w1, w2: k.w2, n: k.n + 1, s: s, v: v}
+}
+
+// tableString reads a string as strIntern(true) does, through t; last
+// says it ends two bytes before the end of the bytes (lastQuoted).
+func (p *fastParser) tableString(t *rawTable, last bool) (string, bool) {
+	var k rawKey
+	if last {
+		k = lastQuoted(p.b, p.i)
+	} else {
+		k = quoted(p.b, p.i)
+	}
+	if s := t.lookup(&k); s != nil {
+		p.i += k.n + 2
+		return s.s, true
+	}
+	start := p.i
+	s, ok := p.strIntern(true)
+	if ok {
+		t.put(&k, p.i-start, s, nil)
+	}
+	return s, ok
+}
+
+// canonData reads the data object at p.i (its '{') into fields as
+// dataFields does, for data laid out as canonical JSON lays it out (no
+// white space); false for anything else, which dataFields decides.
+// Keys and short string values come from the parser's tables, whole
+// numbers are read in place, other values as member reads them.
+func (p *fastParser) canonData(e *Event) bool {
+	b := p.b
+	i := p.i + 1
+	start := len(p.slab)
+	p.rawStart = len(p.arena)
+	if p.slab == nil {
+		p.slab = make([]dataField, 0, 64)
+	}
+	if i < len(b) && b[i] == '}' {
+		i++
+	} else {
+		for {
+			if i >= len(b) || b[i] != '"' {
+				return false
+			}
+			// The key.
+			var k string
+			rk := quoted(b, i)
+			if s := p.keyTab.lookup(&rk); s != nil {
+				k = s.s
+				i += rk.n + 2
+			} else {
+				p.i = i
+				var ok bool
+				if k, ok = p.knownKey(); !ok {
+					if k, ok = p.key(); !ok {
+						return false
+					}
+				}
+				p.keyTab.put(&rk, p.i-i, k, nil)
+				i = p.i
+			}
+			if i >= len(b) || b[i] != ':' {
+				return false
+			}
+			i++
+			if i >= len(b) {
+				return false
+			}
+			// The value.
+			switch c := b[i]; {
+			case c == '"':
+				rk := quoted(b, i)
+				if s := p.valTab.lookup(&rk); s != nil {
+					p.slab = append(p.slab, dataField{key: k, v: s.v})
+					i += rk.n + 2
+					break
+				}
+				p.i = i
+				v, ok := p.strValue()
+				if !ok {
+					return false
+				}
+				if s, short := v.(string); short && len(s) <= internMax {
+					p.valTab.put(&rk, p.i-i, s, v)
+				}
+				p.slab = append(p.slab, dataField{key: k, v: v})
+				i = p.i
+			case c >= '1' && c <= '9':
+				// A whole number of up to 15 digits is exact in a float64.
+				u := uint64(c - '0')
+				j := i + 1
+				for j < len(b) && j-i < 16 && b[j]-'0' <= 9 {
+					u = u*10 + uint64(b[j]-'0')
+					j++
+				}
+				if j < len(b) && j-i < 16 && b[j] != '.' && b[j] != 'e' && b[j] != 'E' {
+					p.slab = append(p.slab, dataField{key: k, v: numberField, n: float64(u)})
+					i = j
+					break
+				}
+				fallthrough
+			default:
+				p.i = i
+				if !p.member(k) {
+					return false
+				}
+				i = p.i
+			}
+			if i >= len(b) {
+				return false
+			}
+			if b[i] == ',' {
+				i++
+				continue
+			}
+			if b[i] == '}' {
+				i++
+				break
+			}
+			return false
+		}
+	}
+	p.i = i
+	e.fields = p.slab[start:len(p.slab):len(p.slab)]
+	if len(p.arena) > p.rawStart {
+		e.raw = p.arena[p.rawStart:len(p.arena):len(p.arena)]
+	}
+	return true
+}
