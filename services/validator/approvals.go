@@ -194,6 +194,9 @@ func (s *Service) RequestApproval(ctx context.Context, req *xctv1.RequestApprova
 	if store == nil {
 		return nil, approvalStatus(ErrApprovalsUnavailable)
 	}
+	if err := s.approvalCaller(ctx); err != nil {
+		return nil, approvalStatus(err)
+	}
 	req = withCallerApproval(ctx, req)
 	run := req.GetRun()
 	switch {
@@ -213,6 +216,12 @@ func (s *Service) RequestApproval(ctx context.Context, req *xctv1.RequestApprova
 		return nil, approvalStatus(ErrStepMismatch)
 	}
 	if cur, _, err := store.get(ctx, run.GetRunId(), req.GetStepId()); err == nil {
+		// Opened before for another principal (who may then not
+		// decide it, while this run's principal could): not this
+		// run's approval.
+		if !samePrincipal(cur.GetRequestedBy(), run.GetPrincipal()) {
+			return nil, approvalStatus(fmt.Errorf("%w (%s)", ErrApprovalOtherPrincipal, cur.GetRequestedBy()))
+		}
 		return &xctv1.RequestApprovalResponse{Approval: cur}, nil
 	} else if !errors.Is(err, ErrApprovalNotFound) {
 		return nil, approvalStatus(err)
@@ -438,6 +447,14 @@ func (s *Service) consultApproval(ctx context.Context, installed *installedPolic
 		s.log.Error("stored approval is for another proposal than the one with its step id; denied", "run_id", runID, "step_id", in.StepID)
 		denyBecause(v, reasonApproval, "the approval stored under this step id is for a different proposal",
 			wire.Errorf(wire.CodePolicyDenied, "the approval stored for this step does not match the proposal, so it is denied"))
+		v.ApprovalTtl = nil
+		return
+	}
+	if !samePrincipal(a.GetRequestedBy(), in.Run.GetPrincipal()) {
+		s.log.Error("stored approval was opened for another principal than the run's; denied", "run_id", runID, "step_id", in.StepID,
+			"requested_by", a.GetRequestedBy(), "principal", in.Run.GetPrincipal())
+		denyBecause(v, reasonApproval, "the approval stored under this step id was opened for another principal than the run's",
+			wire.Errorf(wire.CodePolicyDenied, "the approval stored for this step was not opened for this run's principal, so it is denied"))
 		v.ApprovalTtl = nil
 		return
 	}

@@ -2,6 +2,7 @@ package validator
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"time"
 
@@ -52,6 +53,19 @@ func (s *Service) signable(ctx context.Context) bool {
 		return true
 	}
 	return slices.ContainsFunc(s.cfg.VerdictCallers, p.Is)
+}
+
+// approvalCaller refuses a service not among the configured verdict
+// callers (when there are any) that opens or withdraws an approval: a
+// taken-over tracer could otherwise open a step's approval before the
+// orchestrator, with a preview of its own for the human to judge, or
+// withdraw pending ones. Calls without a principal are in-process.
+func (s *Service) approvalCaller(ctx context.Context) error {
+	p, ok := auth.FromContext(ctx)
+	if !ok || len(s.cfg.VerdictCallers) == 0 || slices.ContainsFunc(s.cfg.VerdictCallers, p.Is) {
+		return nil
+	}
+	return fmt.Errorf("%w: not %s", ErrApprovalCaller, p.Name)
 }
 
 // sign binds an allow verdict to exactly its step: the validator signs the

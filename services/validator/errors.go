@@ -68,6 +68,13 @@ var (
 	// ErrNoPrincipal means an approval was requested for a run without a
 	// principal, so nobody could be kept from approving their own run.
 	ErrNoPrincipal = errors.New("run.principal is required to request an approval")
+	// ErrApprovalOtherPrincipal means the step's stored approval names
+	// another principal than the run's as who may not decide it: it was
+	// not opened for this run's principal.
+	ErrApprovalOtherPrincipal = errors.New("the approval stored for this step was opened for another principal than the run's")
+	// ErrApprovalCaller means a service not among --verdict-callers
+	// tried to open or withdraw an approval.
+	ErrApprovalCaller = errors.New("only the services of --verdict-callers open and withdraw approvals")
 	// ErrBadChain means Recheck was given events it cannot read as an XCT
 	// chain; the error names the event.
 	ErrBadChain = errors.New("not a readable XCT chain")
@@ -121,6 +128,8 @@ var approvalCodes = grpcx.Codes{
 	{Err: ErrApprovalDecided, Code: codes.FailedPrecondition},
 	{Err: ErrNoApprovalNeeded, Code: codes.FailedPrecondition},
 	{Err: ErrAmbiguousStep, Code: codes.FailedPrecondition},
+	{Err: ErrApprovalOtherPrincipal, Code: codes.FailedPrecondition},
+	{Err: ErrApprovalCaller, Code: codes.PermissionDenied},
 	{Err: ErrBadRunID, Code: codes.InvalidArgument},
 	{Err: ErrBadStepID, Code: codes.InvalidArgument},
 	{Err: ErrNoTool, Code: codes.InvalidArgument},

@@ -32,6 +32,9 @@ func (s *Service) WithdrawApproval(ctx context.Context, req *xctv1.WithdrawAppro
 	if store == nil {
 		return nil, approvalStatus(ErrApprovalsUnavailable)
 	}
+	if err := s.approvalCaller(ctx); err != nil {
+		return nil, approvalStatus(err)
+	}
 	switch {
 	case !validKeyToken(req.GetRunId()):
 		return nil, approvalStatus(ErrBadRunID)
