@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/wire"
 )
 
 func dialValidator(id *identity, addr string) (xctv1.ValidatorServiceClient, func(), error) {
@@ -65,29 +66,33 @@ func cmdApprovals(ctx context.Context, args []string, stdout, stderr io.Writer) 
 }
 
 func printApproval(w io.Writer, a *xctv1.Approval) {
+	// Every text here but the state and the times is the run's or its
+	// model's: each is printed through line (or, for the preview, a line
+	// at a time), so what the approver reads is what would run.
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	state := strings.ToLower(strings.TrimPrefix(a.GetState().String(), "APPROVAL_STATE_"))
-	fmt.Fprintf(tw, "run\t%s\n", a.GetRunId())
-	fmt.Fprintf(tw, "step\t%d (%s)\n", a.GetStep(), a.GetStepId())
+	fmt.Fprintf(tw, "run\t%s\n", line(a.GetRunId()))
+	fmt.Fprintf(tw, "step\t%d (%s)\n", a.GetStep(), line(a.GetStepId()))
 	fmt.Fprintf(tw, "state\t%s\n", state)
-	fmt.Fprintf(tw, "requested by\t%s at %s\n", a.GetRequestedBy(), a.GetRequestedAt().AsTime().Local().Format(time.DateTime))
+	fmt.Fprintf(tw, "requested by\t%s at %s\n", line(a.GetRequestedBy()), a.GetRequestedAt().AsTime().Local().Format(time.DateTime))
 	fmt.Fprintf(tw, "expires\t%s\n", a.GetExpiresAt().AsTime().Local().Format(time.DateTime))
 	args, _ := a.GetProposal().GetArguments().MarshalJSON()
-	fmt.Fprintf(tw, "proposal\t%s %s\n", a.GetProposal().GetTool(), truncate(string(args), 200))
+	fmt.Fprintf(tw, "proposal\t%s %s\n", line(a.GetProposal().GetTool()), truncate(string(args), 200))
 	if g := a.GetProposal().GetGoal(); g != "" {
-		fmt.Fprintf(tw, "goal\t%s\n", g)
+		fmt.Fprintf(tw, "goal\t%s\n", line(g))
 	}
 	for _, r := range a.GetReasons() {
-		fmt.Fprintf(tw, "why\t%s: %s\n", r.GetRuleId(), r.GetMessage())
+		fmt.Fprintf(tw, "why\t%s: %s\n", line(r.GetRuleId()), line(r.GetMessage()))
 	}
 	if a.GetDecidedBy() != "" {
-		fmt.Fprintf(tw, "decided by\t%s: %s\n", a.GetDecidedBy(), a.GetReason())
+		fmt.Fprintf(tw, "decided by\t%s: %s\n", line(a.GetDecidedBy()), line(a.GetReason()))
 	}
 	_ = tw.Flush()
 	if p := a.GetPreview(); p != nil && p.GetContent() != "" {
-		fmt.Fprintf(w, "preview (%s):\n", p.GetKind())
-		for _, line := range strings.Split(strings.TrimRight(p.GetContent(), "\n"), "\n") {
-			fmt.Fprintf(w, "  %s\n", line)
+		fmt.Fprintf(w, "preview (%s):\n", line(p.GetKind()))
+		for _, l := range strings.Split(strings.TrimRight(p.GetContent(), "\n"), "\n") {
+			v, _ := wire.Visible(l, "\t")
+			fmt.Fprintf(w, "  %s\n", v)
 		}
 	}
 }

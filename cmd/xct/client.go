@@ -17,6 +17,7 @@ import (
 	"github.com/xct-dev/xct/examples"
 	lctlv1 "github.com/xct-dev/xct/gen/lctl/v1"
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/wire"
 	"github.com/xct-dev/xct/lctl"
 	"github.com/xct-dev/xct/lctl/text"
 )
@@ -262,7 +263,7 @@ func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "RUN\tSTATUS\tEVENTS\tMODEL\tSTARTED\tGOAL")
 	for _, r := range resp.GetRuns() {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", r.GetRunId(), runStatus(r.GetStatus()), r.GetLastSeq(), r.GetModel(),
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", line(r.GetRunId()), runStatus(r.GetStatus()), r.GetLastSeq(), line(r.GetModel()),
 			r.GetCreatedAt().AsTime().Local().Format(time.DateTime), truncate(r.GetGoal(), 60))
 	}
 	return tw.Flush()
@@ -301,10 +302,10 @@ func cmdShow(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return nil
 	}
 	fmt.Fprintf(stdout, "run        %s\nstatus     %s\ngoal       %s\nmodel      %s\nprincipal  %s\nstarted    %s\ntokens     %d in / %d out\nevents     %d\n",
-		r.GetRunId(), runStatus(r.GetStatus()), r.GetGoal(), r.GetModel(), r.GetPrincipal(),
+		line(r.GetRunId()), runStatus(r.GetStatus()), line(r.GetGoal()), line(r.GetModel()), line(r.GetPrincipal()),
 		r.GetCreatedAt().AsTime().Local().Format(time.RFC3339), r.GetInputTokens(), r.GetOutputTokens(), r.GetLastSeq())
 	if r.GetMessage() != "" {
-		fmt.Fprintf(stdout, "message    %s\n", r.GetMessage())
+		fmt.Fprintf(stdout, "message    %s\n", line(r.GetMessage()))
 	}
 	fmt.Fprintln(stdout)
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
@@ -320,7 +321,7 @@ func cmdShow(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		case st.GetState() == xctv1.StepState_STEP_STATE_CANCELLED:
 			resp = "- (the run was cancelled: the step did not run)"
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", st.GetNumber(), stepState(st.GetState()), st.GetProposal().GetTool(),
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", st.GetNumber(), stepState(st.GetState()), line(st.GetProposal().GetTool()),
 			verdictName(st.GetVerdict().GetDecision()), truncate(resp, 70))
 	}
 	return tw.Flush()
@@ -342,7 +343,17 @@ func verdictName(d xctv1.VerdictDecision) string {
 }
 
 func truncate(s string, n int) string {
-	return text.TruncateRunes(strings.ReplaceAll(s, "\n", " "), n)
+	return text.TruncateRunes(line(strings.ReplaceAll(s, "\n", " ")), n)
+}
+
+// line is text a run or its model chose (a goal, a message, a path, a
+// fact), as one line a terminal prints as it is: every character that a
+// terminal would not show as itself (a carriage return, an escape
+// sequence, a bidirectional override, a newline or a tab that would make
+// a row of its own) is written as its escape (wire.Visible).
+func line(s string) string {
+	v, _ := wire.Visible(s, "")
+	return v
 }
 
 // cmdRollback undoes an ended run's steps, newest first, each as a governed

@@ -26,7 +26,7 @@ func (p *stepPrinter) print(e *lctlv1.Event) {
 	ev := &lctl.Event{Type: e.GetType(), Data: e.GetData().AsMap()}
 	switch x := xctevent.Parse(ev).(type) {
 	case xctevent.RunStarted:
-		fmt.Fprintf(p.w, "run %s started by %s\n  goal:  %s\n  model: %s\n", e.GetChainId(), x.Principal, x.Goal, x.Model)
+		fmt.Fprintf(p.w, "run %s started by %s\n  goal:  %s\n  model: %s\n", line(e.GetChainId()), line(x.Principal), line(x.Goal), line(x.Model))
 	case xctevent.StepStart:
 		if x.Raw != nil {
 			if _, isString := ev.Data["raw"].(string); isString {
@@ -36,9 +36,9 @@ func (p *stepPrinter) print(e *lctlv1.Event) {
 		}
 		by := ""
 		if _, crewStep := ev.Data["agent_profile"]; crewStep {
-			by = e.GetAgent() + ": "
+			by = line(e.GetAgent()) + ": "
 		}
-		fmt.Fprintf(p.w, "%s proposal  %s%s  (goal: %s)\n", stepTag(x.Step), by, x.InputSummary, truncate(x.Intent, 70))
+		fmt.Fprintf(p.w, "%s proposal  %s%s  (goal: %s)\n", stepTag(x.Step), by, line(x.InputSummary), truncate(x.Intent, 70))
 	case xctevent.Verdict:
 		var rules []string
 		for _, r := range x.Reasons {
@@ -53,7 +53,7 @@ func (p *stepPrinter) print(e *lctlv1.Event) {
 		out, _ := json.Marshal(x.Output)
 		fmt.Fprintf(p.w, "%s result    success %s  (%.1f ms)\n", stepTag(x.Step), truncate(string(out), 90), x.DurationMS)
 	case xctevent.Error:
-		fmt.Fprintf(p.w, "%s error     %s: %s\n", stepTag(x.Step), x.Code, truncate(x.Message, 100))
+		fmt.Fprintf(p.w, "%s error     %s: %s\n", stepTag(x.Step), line(x.Code), truncate(x.Message, 100))
 	case xctevent.ApprovalRequested:
 		fmt.Fprintf(p.w, "%s waiting   for a human: xct approve %s %d  (or xct deny …; expires %s)\n", stepTag(x.Step), e.GetChainId(), x.Step, x.ExpiresAt)
 	case xctevent.StepInDoubt:
@@ -63,14 +63,14 @@ func (p *stepPrinter) print(e *lctlv1.Event) {
 		if who == "" {
 			who = "no one"
 		}
-		fmt.Fprintf(p.w, "%s approval  %s by %s  %s\n", stepTag(x.Step), strings.ToUpper(x.Decision), who, truncate(x.Reason, 80))
+		fmt.Fprintf(p.w, "%s approval  %s by %s  %s\n", stepTag(x.Step), line(strings.ToUpper(x.Decision)), line(who), truncate(x.Reason, 80))
 	case xctevent.RunReleased:
-		fmt.Fprintf(p.w, "%s handover  %s stopped: %s\n", stepTag(x.Step), x.Instance, x.Reason)
+		fmt.Fprintf(p.w, "%s handover  %s stopped: %s\n", stepTag(x.Step), line(x.Instance), line(x.Reason))
 	case xctevent.RunResumed:
-		fmt.Fprintf(p.w, "%s resumed   by %s (%s)\n", stepTag(x.Step), x.Instance, strings.ReplaceAll(x.Reason, "_", " "))
+		fmt.Fprintf(p.w, "%s resumed   by %s (%s)\n", stepTag(x.Step), line(x.Instance), line(strings.ReplaceAll(x.Reason, "_", " ")))
 	case xctevent.RunFinished:
 		p.finalStatus = x.Status
-		fmt.Fprintf(p.w, "%s: %s\n", p.finalStatus, x.Message)
+		fmt.Fprintf(p.w, "%s: %s\n", line(p.finalStatus), line(x.Message))
 	default:
 		p.printCrew(e.GetType(), e.GetAgent(), ev.Data)
 	}
@@ -79,7 +79,8 @@ func (p *stepPrinter) print(e *lctlv1.Event) {
 // printCrew prints the events of a crew run (docs/crews.md) and of a
 // streaming model.
 func (p *stepPrinter) printCrew(typ, agent string, d map[string]any) {
-	str := func(k string) string { s, _ := d[k].(string); return s }
+	str := func(k string) string { s, _ := d[k].(string); return line(s) }
+	agent = line(agent)
 	num := func(k string) string {
 		if f, ok := d[k].(float64); ok {
 			return strconv.FormatFloat(f, 'g', 4, 64)

@@ -516,17 +516,30 @@ func validKeyToken(s string) bool {
 	return true
 }
 
-// clampPreview bounds a preview so an approval fits in a KV entry.
+// clampPreview bounds a preview so an approval fits in a KV entry, and
+// makes every character of it visible: the content is the model's (a file
+// it writes), and a carriage return, an escape sequence or a
+// bidirectional override would show the approver, in a terminal or a
+// browser, something other than what runs. Each is written as its escape
+// (wire.Visible), under a note saying how many there are.
 func clampPreview(p *xctv1.Preview) *xctv1.Preview {
 	if p == nil {
 		return nil
 	}
-	out := &xctv1.Preview{Kind: truncate(strings.ToValidUTF8(p.GetKind(), "?"), maxPreviewKindBytes), Content: strings.ToValidUTF8(p.GetContent(), "?")}
+	kind, _ := wire.Visible(p.GetKind(), "")
+	content, hidden := wire.Visible(p.GetContent(), "\n\t")
+	if hidden > 0 {
+		content = fmt.Sprintf(previewHiddenNote, hidden) + content
+	}
+	out := &xctv1.Preview{Kind: truncate(kind, maxPreviewKindBytes), Content: content}
 	if len(out.Content) > maxPreviewBytes {
 		out.Content = strings.TrimSuffix(truncate(out.Content, maxPreviewBytes-len(previewCut)), "…") + previewCut
 	}
 	return out
 }
+
+// previewHiddenNote heads a preview that had characters that do not show.
+const previewHiddenNote = "NOTE: %d characters that do not show as themselves (control, format or bidirectional characters) are written below as escapes (\\r, \\x1b, \\u202e, ...); the step writes them as they are\n"
 
 func decisionWord(d xctv1.VerdictDecision) string {
 	switch d {
