@@ -58,15 +58,20 @@ func (s *Session) Catalog(all []*xctv1.ToolDescriptor) []*xctv1.ToolDescriptor {
 	return out
 }
 
-// ReliesOn are the facts a proposal of tool with args and goal relies on,
-// for the confidence gate: the facts whose id the goal or an argument
-// names as a word ("fix F1"). The system tools rely on none: they are how
-// a low confidence is repaired (facts.update) or sent to a verifier
-// (xct.handoff), so the gate must not stop them.
+// ReliesOn are the facts a proposal of tool with args and goal, by the
+// agent in control, relies on, for the confidence gate: every fact
+// another agent has given a confidence (the agent's inputs: what it is
+// handed to work on, whether or not its proposal names them), and the
+// facts whose id the goal or an argument names as a word ("fix F1"). Which
+// facts count is not the proposing model's choice: a step that names no
+// fact still relies on what the others doubt. The system tools rely on
+// none: they are how a low confidence is repaired (facts.update) or sent
+// to a verifier (xct.handoff), so the gate must not stop them.
 func (s *Session) ReliesOn(tool string, args map[string]any, goal string) []*Fact {
 	if IsSystemTool(tool) {
 		return nil
 	}
+	agent := s.Current().Name
 	words := map[string]bool{}
 	addWords(words, goal)
 	budget := 10000 // values visited: arguments are bounded by the validator, this bounds the walk anyway
@@ -91,7 +96,7 @@ func (s *Session) ReliesOn(tool string, args map[string]any, goal string) []*Fac
 	walk(args)
 	var out []*Fact
 	for _, f := range s.store.Facts() {
-		if words[f.ID] {
+		if _, others := f.GateConfidence(agent); others || words[f.ID] {
 			out = append(out, f)
 		}
 	}
@@ -125,7 +130,8 @@ func (s *Session) CrewContext(tool string, args map[string]any, goal string) *xc
 		Verifier:   s.crew.verifierFor(a.Name),
 	}
 	for _, f := range s.ReliesOn(tool, args, goal) {
-		cc.ReliesOn = append(cc.ReliesOn, &xctv1.FactConfidence{Id: f.ID, Confidence: f.Confidence})
+		c, _ := f.GateConfidence(a.Name)
+		cc.ReliesOn = append(cc.ReliesOn, &xctv1.FactConfidence{Id: f.ID, Confidence: c})
 	}
 	return cc
 }

@@ -2,6 +2,7 @@ package crew
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"regexp"
 	"slices"
@@ -50,6 +51,39 @@ type Fact struct {
 	// is what a query's added_seq and seq see.
 	AddedSeq, UpdatedSeq uint64
 	turn                 int // the turn of the last change
+	// byOthers holds, for each agent, the fact's confidence as the other
+	// agents left it: the last confidence another agent gave it, decayed
+	// since as Confidence is. An agent absent here has no one else's word
+	// on the fact (it added it, and no one else assessed it). It is what
+	// the gate reads for that agent's steps (GateConfidence).
+	byOthers map[string]float64
+}
+
+// GateConfidence is the fact's confidence for the confidence gate of a
+// step by agent: the lowest of its confidence and the confidence the
+// other agents left it at. An agent's own assessment may lower a fact
+// for its own steps, never lift it: a step relying on a fact that
+// another agent doubts waits for what the gate asks (a verifier, a
+// human) however the proposing agent itself rates the fact. ok is false
+// when no other agent has given the fact a confidence.
+func (f *Fact) GateConfidence(agent string) (c float64, ok bool) {
+	o, ok := f.byOthers[agent]
+	if !ok {
+		return f.Confidence, false
+	}
+	return math.Min(f.Confidence, o), true
+}
+
+// setByOthers records c, given by agent, as the other agents' word on f.
+func (s *FactStore) setByOthers(f *Fact, agent string, c float64) {
+	if f.byOthers == nil {
+		f.byOthers = make(map[string]float64, len(s.reliability))
+	}
+	for a := range s.reliability {
+		if a != agent {
+			f.byOthers[a] = c
+		}
+	}
 }
 
 // Assessment is one agent's confidence in a fact.
@@ -165,6 +199,7 @@ func (s *FactStore) Add(agent string, in FactInput) (FactAdded, *Signal) {
 		f.Fields[k] = v
 	}
 	f.assess(agent, c, s.weight(agent))
+	s.setByOthers(f, agent, c)
 	f.Blocked = c < s.settings.Thresholds.Verify
 	f.History = append(f.History, FactChange{Kind: ChangeAdded, Agent: agent, Text: f.Text, Confidence: c})
 	s.facts[in.ID] = f
@@ -203,6 +238,7 @@ func (s *FactStore) Update(agent string, in FactInput) (FactModified, *Signal) {
 		f.Confidence = c
 		f.Blocked = c < s.settings.Thresholds.Verify
 		f.assess(agent, c, s.weight(agent))
+		s.setByOthers(f, agent, c)
 		if len(f.Assessments) >= s.settings.MinAssessors {
 			out.Consensus = f.consensus()
 		}
@@ -283,6 +319,13 @@ func (s *FactStore) BeginStep(agent string) bool {
 	}
 	s.hops++
 	for _, f := range s.order {
+		// The others' word decays as the fact does (a confidence below
+		// verify is blocked: it stays where it fell).
+		for a, c := range f.byOthers {
+			if c >= s.settings.Thresholds.Verify {
+				f.byOthers[a] = c * s.settings.DecayRate
+			}
+		}
 		if f.Blocked {
 			continue
 		}
@@ -344,6 +387,7 @@ func (s *FactStore) Clone() *FactStore {
 		}
 		nf.Assessments = slices.Clone(f.Assessments)
 		nf.History = slices.Clone(f.History)
+		nf.byOthers = maps.Clone(f.byOthers)
 		c.facts[nf.ID] = &nf
 		c.order = append(c.order, &nf)
 	}

@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"google.golang.org/protobuf/proto"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/lctl"
@@ -576,5 +579,63 @@ func TestSessionCatalogAndCrewContext(t *testing.T) {
 	rs := RunStartedFields(l.sess.crew)["crew"].(map[string]any)
 	if rs["name"] != "security-review" || rs["sha256"] != l.sess.crew.SHA256 || len(rs["agents"].([]any)) != 3 {
 		t.Fatalf("run_started fields %v", rs)
+	}
+}
+
+// TestGateReadsWhatTheOthersSay: the facts a step relies on are not the
+// proposing model's choice, and an agent's own assessment never lifts,
+// for its own steps, a fact the others doubt.
+func TestGateReadsWhatTheOthersSay(t *testing.T) {
+	l := newLoop(t, example(t), 0)
+	l.play(proposal{tool: ToolFactsAdd, args: map[string]any{"id": "F1", "text": "injection", "confidence": 0.85, "source": "static-analysis"}})
+	l.play(proposal{tool: ToolFactsAdd, args: map[string]any{"id": "OWN", "text": "own", "confidence": 0.55, "source": "static-analysis", "fields": map[string]any{"severity": "high"}}})
+	// Its own facts: only when named (its word, like its own confidence).
+	if got := l.sess.CrewContext("fs.read", map[string]any{"path": "a.py"}, "read").GetReliesOn(); len(got) != 0 {
+		t.Fatalf("the analyzer's step relies on %v", got)
+	}
+	l.play(proposal{tool: ToolHandoff, args: map[string]any{"to": "security-reviewer", "summary": "Review F1"}})
+	// The reviewer doubts F1 (blocked at 0.30) and hands it on.
+	l.play(proposal{tool: ToolFactsUpdate, args: map[string]any{"id": "F1", "confidence": 0.30, "reason": "sanitized upstream", "fields": map[string]any{"severity": "high"}}})
+	l.play(proposal{tool: ToolHandoff, args: map[string]any{"to": "fix-implementer", "summary": "F1 is doubtful"}})
+	relied := func(goal string) map[string]float64 {
+		out := map[string]float64{}
+		for _, f := range l.sess.CrewContext("fs.write", map[string]any{"path": "UserController.py", "content": "x"}, goal).GetReliesOn() {
+			out[f.GetId()] = f.GetConfidence()
+		}
+		return out
+	}
+	// Named or not, the fixer's write relies on F1 at 0.30 (blocked: no
+	// decay) and on OWN (the analyzer's, decayed at the one hop so far:
+	// the fixer's own step_start, the second, is not on the chain yet).
+	for _, goal := range []string{"fix F1", "use the query builder"} {
+		if got := relied(goal); len(got) != 2 || got["F1"] != 0.30 || math.Abs(got["OWN"]-0.55*0.95) > 1e-9 {
+			t.Fatalf("%q relies on %v", goal, got)
+		}
+	}
+	// The fixer assesses F1 itself at 0.99: the fact shows its word, the
+	// gate of its own steps still reads the reviewer's.
+	l.play(proposal{tool: ToolFactsUpdate, args: map[string]any{"id": "F1", "confidence": 0.99, "reason": "I checked it myself"}})
+	if f := l.sess.Facts().Fact("F1"); f.Confidence != 0.99 || f.Blocked {
+		t.Fatalf("F1 %+v", f)
+	}
+	if got := relied("use the query builder"); got["F1"] != 0.30 {
+		t.Fatalf("after its own assessment, the fixer's step relies on F1 at %v", got["F1"])
+	}
+	if g := GateOn(SpecThresholds, nil, []FactConfidence{{"F1", relied("x")["F1"]}}, ""); g.Action != GateBlock {
+		t.Fatalf("gate %+v", g)
+	}
+	// A lower word of its own counts: it only asks for more.
+	l.play(proposal{tool: ToolFactsUpdate, args: map[string]any{"id": "F1", "confidence": 0.1, "reason": "worse than thought"}})
+	if got := relied("x"); got["F1"] != 0.1 {
+		t.Fatalf("after lowering it, the fixer's step relies on F1 at %v", got["F1"])
+	}
+	// A session rebuilt from the chain tells the validator the same.
+	again, err := NewSession(example(t), chainID, l.events, SessionOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := l.sess.CrewContext("fs.write", map[string]any{"path": "p"}, "g")
+	if got := again.CrewContext("fs.write", map[string]any{"path": "p"}, "g"); !proto.Equal(got, want) {
+		t.Fatalf("rebuilt session: %v, live: %v", got, want)
 	}
 }

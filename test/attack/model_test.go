@@ -8,6 +8,8 @@ package attack
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -89,5 +91,92 @@ func TestAttackApprovalPreviewHidesALine(t *testing.T) {
 	// The arguments bound to the approval, and what runs, are unchanged.
 	if got := a.GetProposal().GetArguments().GetFields()["content"].GetStringValue(); !strings.Contains(got, "sh\r# comment") {
 		t.Errorf("the approval's arguments changed: %q", got)
+	}
+}
+
+// crewScript is the shipped demo crew's models (scripted:crew-demo.yaml)
+// up to the reviewer's handoff: code-analyzer records F1 and hands it on,
+// security-reviewer doubts it (0.30, below the crew's verify threshold:
+// blocked) and hands it to fix-implementer anyway (the contracts hold),
+// whose steps follow.
+func crewScript(fixer ...string) string {
+	s := `name: crew-demo
+steps:
+  - next_step: {tool: facts.add, arguments: {id: F1, text: SQL query built from user input in UserController.py, confidence: 0.85, source: static-analysis}, goal: Record the injection}
+  - next_step: {tool: xct.handoff, arguments: {to: security-reviewer, summary: Review F1}, goal: Hand F1 on}
+  - next_step: {tool: facts.update, arguments: {id: F1, confidence: 0.30, reason: the input looks sanitized upstream, fields: {severity: high}}, goal: Assess F1}
+  - next_step: {tool: xct.handoff, arguments: {to: fix-implementer, summary: F1 is doubtful; a human should look before any change}, goal: Hand F1 on}
+`
+	for _, f := range fixer {
+		s += "  - next_step: " + f + "\n"
+	}
+	return s + "  - done: true\n    message: fixed\n"
+}
+
+// The crew's confidence gate holds for a human any step that relies on a
+// fact below the verify threshold (spec part 3: "< 0.40: block, require
+// human review"). Which facts a step relied on was what the proposing
+// model named ("fix F1"), and a fact's confidence was whatever the last
+// agent to assess it said: under the shipped demo crew and the default
+// policy, fix-implementer, handed F1 at 0.30, changed the code without a
+// human by not naming F1, or by assessing F1 itself at 0.99 first. A step
+// now relies on every fact another agent has assessed, at the lowest of
+// its confidence and the confidence the others left it at: an agent
+// cannot lift, for its own steps, what the others doubt.
+func TestAttackCrewStepEscapesTheConfidenceGate(t *testing.T) {
+	crewFile, err := os.ReadFile(filepath.Join("..", "..", "examples", "crews", "demo", "crew.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(goal string) string {
+		return `{tool: fs.write, arguments: {path: UserController.py, content: "db.execute(query_for(user))\n"}, goal: "` + goal + `"}`
+	}
+	for name, fixer := range map[string][]string{
+		"naming the fact":     {write("Fix F1")}, // the case the gate always held
+		"not naming the fact": {write("Use the query builder in UserController.py")},
+		"assessing it itself": {
+			`{tool: facts.update, arguments: {id: F1, confidence: 0.99, reason: I checked it myself}, goal: Reassess F1}`,
+			write("Fix F1"),
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := startBindCluster(t)
+			c.writeScript(t, "crew-demo.yaml", crewScript(fixer...))
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			orch := c.orchestratorAs(t, "alice")
+			resp, err := orch.StartRun(ctx, &xctv1.StartRunRequest{Goal: "find and fix", Crew: crewFile, CrewFile: "crew.yaml"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			id := resp.GetRun().GetRunId()
+			defer func() {
+				_, _ = orch.CancelRun(context.Background(), &xctv1.CancelRunRequest{RunId: id, Reason: "done testing"})
+			}()
+			testutil.Eventually(t, 60*time.Second, func() error {
+				l, err := c.validatorAs(t, "bob").ListApprovals(ctx, &xctv1.ListApprovalsRequest{RunId: id})
+				if err != nil {
+					return err
+				}
+				if len(l.GetApprovals()) == 1 {
+					return nil
+				}
+				r, err := orch.GetRun(ctx, &xctv1.GetRunRequest{RunId: id})
+				if err != nil {
+					return err
+				}
+				if st := r.GetRun().GetStatus(); st == xctv1.RunStatus_RUN_STATUS_DONE || st == xctv1.RunStatus_RUN_STATUS_FAILED || st == xctv1.RunStatus_RUN_STATUS_CANCELLED {
+					var steps []string
+					for _, s := range r.GetRun().GetSteps() {
+						steps = append(steps, fmt.Sprintf("%d %s %s %s", s.GetNumber(), s.GetProposal().GetTool(), s.GetVerdict().GetDecision(), s.GetResponse().GetError().GetCode()))
+					}
+					t.Fatalf("the run ended %s without a human: %v (%s)", st, steps, r.GetRun().GetMessage())
+				}
+				return fmt.Errorf("no approval yet")
+			})
+			if _, ok := readWS(t, c.workspace, "UserController.py"); ok {
+				t.Error("the fixer's change is in the workspace")
+			}
+		})
 	}
 }
