@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/xct-dev/xct/lctl"
@@ -118,6 +119,25 @@ func TestCanonicalEventMatchesLoop(t *testing.T) {
 		raw := `{"agent":"a","chain_id":"c","data":{"n":` + n + `},"hash":"` + hash64 + `","seq":7,"timestamp":"t","type":"t"}`
 		if _, _, ok, err := decodeBoth(t, []byte(raw), false, true, true, ""); ok || err == nil {
 			t.Errorf("%s: canonical %v, loop %v; want both to refuse", raw, ok, err)
+		}
+	}
+	// Objects and arrays, kept as their JSON once checked.
+	deep := strings.Repeat("[", 70) + strings.Repeat("]", 70)
+	for _, v := range []string{"{}", "[]", "[{}]", "[[]]", `{"a":[]}`, `[[],[[]],{}]`, `{"a":{"b":{"c":[1,2.5,-3e2,"x",true,false,null]}}}`,
+		`[{"rule_id":"allow-fs.read"}]`, `[{"rule_id":"allow-fs.read"}]`, `{"input":301,"output":41}`, `{"a":"\u00e9\n","a":"é"}`,
+		deep, strings.Repeat(`{"k":`, 63) + "1" + strings.Repeat("}", 63), strings.Repeat(`{"k":`, 65) + "1" + strings.Repeat("}", 65),
+		`["12345678901234567890123","123456789012345678901234"]`, `{"12345678901234567890123":1}`} {
+		raw := `{"agent":"a","chain_id":"c","data":{"v":` + v + `},"hash":"` + hash64 + `","seq":7,"timestamp":"t","type":"t"}`
+		c, l, ok, err := decodeBoth(t, []byte(raw), false, true, true, "")
+		if !ok || err != nil || !reflect.DeepEqual(c, l) {
+			t.Errorf("%s: canonical %v, loop %v\ncanonical %+v\n     loop %+v", v, ok, err, c, l)
+		}
+	}
+	for _, v := range []string{"[1,]", `{"a"}`, `{"a":}`, "[1 2]", "{,}", "[}", "{]", `{"a":1,}`, "[\"\x01\"]", "[tru]", "[nul]",
+		`[1]]`, `{"a":1}}`, `{"a":1]`, `[1}`, "[01]", `[1.]`, `{1:2}`, `[["\xff"]]`, "[" + strings.Repeat("[", 70) + "]"} {
+		raw := `{"agent":"a","chain_id":"c","data":{"v":` + v + `},"hash":"` + hash64 + `","seq":7,"timestamp":"t","type":"t"}`
+		if _, _, ok, err := decodeBoth(t, []byte(raw), false, true, true, ""); ok || err == nil {
+			t.Errorf("%s: canonical %v, loop %v; want both to refuse", v, ok, err)
 		}
 	}
 	// Bytes that are not JSON's or not UTF-8, after a table holds the

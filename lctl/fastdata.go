@@ -190,10 +190,18 @@ func (p *fastParser) canonData(e *Event) bool {
 					i += rk.n + 2
 					break
 				}
+				// Not in the table: most such strings are new (a step's id,
+				// read first), so not looked for in the intern table either.
 				p.i = i
-				v, ok := p.strValue()
-				if !ok {
-					return false
+				var v any
+				if raw, ok := p.rawString(); ok {
+					v = string(raw)
+				} else {
+					s, ok := p.strIntern(false)
+					if !ok {
+						return false
+					}
+					v = s
 				}
 				if s, short := v.(string); short && len(s) <= internMax {
 					p.valTab.put(&rk, p.i-i, s, v)
@@ -241,4 +249,125 @@ func (p *fastParser) canonData(e *Event) bool {
 		e.raw = p.arena[p.rawStart:len(p.arena):len(p.arena)]
 	}
 	return true
+}
+
+// canonSkip returns where the object or array at b[i] ends, for one laid
+// out as canonical JSON lays it out (no white space, at most 64 deep),
+// accepting exactly what skipValue accepts; false for anything else,
+// which skipValue decides. Its strings are looked for in skipTab (bytes
+// the careful check took before), its numbers checked in place.
+func (p *fastParser) canonSkip(i int) (int, bool) {
+	b := p.b
+	var objects uint64 // bit d: the container at depth d is an object
+	depth := 0
+	for {
+		// A value starts at b[i].
+		if i >= len(b) {
+			return 0, false
+		}
+		switch c := b[i]; {
+		case c == '{' || c == '[':
+			end := byte(']')
+			if c == '{' {
+				end = '}'
+			}
+			if i+1 < len(b) && b[i+1] == end {
+				i += 2
+				break
+			}
+			if depth == 64 {
+				return 0, false
+			}
+			objects &^= 1 << depth
+			if c == '{' {
+				objects |= 1 << depth
+			}
+			depth++
+			i++
+			if c == '{' {
+				var ok bool
+				if i, ok = p.skipKey(i); !ok {
+					return 0, false
+				}
+			}
+			continue
+		case c == '"':
+			var ok bool
+			if i, ok = p.skipString(i); !ok {
+				return 0, false
+			}
+		case c == '-' || (c >= '0' && c <= '9'):
+			_, _, next, ok := scanNumber(b, i)
+			if !ok {
+				return 0, false
+			}
+			i = next
+		case c == 't' && i+4 <= len(b) && string(b[i:i+4]) == "true":
+			i += 4
+		case c == 'f' && i+5 <= len(b) && string(b[i:i+5]) == "false":
+			i += 5
+		case c == 'n' && i+4 <= len(b) && string(b[i:i+4]) == "null":
+			i += 4
+		default:
+			return 0, false
+		}
+		// A value has ended at b[i]: what follows it in its container.
+		for {
+			if depth == 0 {
+				return i, true
+			}
+			if i >= len(b) {
+				return 0, false
+			}
+			object := objects&(1<<(depth-1)) != 0
+			if b[i] == ',' {
+				i++
+				if object {
+					var ok bool
+					if i, ok = p.skipKey(i); !ok {
+						return 0, false
+					}
+				}
+				break
+			}
+			if (object && b[i] == '}') || (!object && b[i] == ']') {
+				depth--
+				i++
+				continue
+			}
+			return 0, false
+		}
+	}
+}
+
+// skipKey moves past an object's key at b[i] and its colon, returning
+// where its value starts.
+func (p *fastParser) skipKey(i int) (int, bool) {
+	i, ok := p.skipString(i)
+	if !ok || i >= len(p.b) || p.b[i] != ':' {
+		return 0, false
+	}
+	return i + 1, true
+}
+
+// skipString moves past the string at b[i], checked: found in skipTab,
+// or checked the careful way and then put there.
+func (p *fastParser) skipString(i int) (int, bool) {
+	if i >= len(p.b) || p.b[i] != '"' {
+		return 0, false
+	}
+	k := quoted(p.b, i)
+	if p.skipTab.lookup(&k) != nil {
+		return i + k.n + 2, true
+	}
+	save := p.i
+	p.i = i
+	_, ok := p.strKeep(false, false)
+	end := p.i
+	p.i = save
+	if !ok {
+		return 0, false
+	}
+	p.skipTab.put(&k, end-i, "", nil)
+	return end, true
 }

@@ -88,6 +88,9 @@ type fastParser struct {
 	// data's keys, its short string values, and the event's agent, chain
 	// id and type.
 	keyTab, valTab, topTab rawTable
+	// skipTab holds strings checked inside objects and arrays that are
+	// kept as their JSON (its slots' values are not used).
+	skipTab rawTable
 }
 
 func newFastParser() *fastParser {
@@ -310,6 +313,10 @@ func (p *fastParser) skipHash() bool {
 		return false
 	}
 	b = b[:66]
+	if hexLike(b[1:65]) {
+		p.i += 66
+		return true
+	}
 	m := special(binary.LittleEndian.Uint64(b[1:])) | special(binary.LittleEndian.Uint64(b[9:])) |
 		special(binary.LittleEndian.Uint64(b[17:])) | special(binary.LittleEndian.Uint64(b[25:])) |
 		special(binary.LittleEndian.Uint64(b[33:])) | special(binary.LittleEndian.Uint64(b[41:])) |
@@ -319,6 +326,25 @@ func (p *fastParser) skipHash() bool {
 	}
 	p.i += 66
 	return true
+}
+
+// hexLike reports whether each of the 64 bytes of b is in 0x30-0x3f or
+// 0x60-0x7f (bit 5 set, bit 4 or 6 set, bit 7 clear), as the digits of a
+// hash in hex are: bytes a string may hold as they are (none is a quote,
+// a backslash, a control character or past ASCII). Three words of bits
+// over the eight words, where special looks at each word on its own;
+// false says only that skipHash must look closer.
+func hexLike(b []byte) bool {
+	b = b[:64]
+	x0, x1, x2, x3 := binary.LittleEndian.Uint64(b), binary.LittleEndian.Uint64(b[8:]),
+		binary.LittleEndian.Uint64(b[16:]), binary.LittleEndian.Uint64(b[24:])
+	x4, x5, x6, x7 := binary.LittleEndian.Uint64(b[32:]), binary.LittleEndian.Uint64(b[40:]),
+		binary.LittleEndian.Uint64(b[48:]), binary.LittleEndian.Uint64(b[56:])
+	all := x0 & x1 & x2 & x3 & x4 & x5 & x6 & x7
+	any := x0 | x1 | x2 | x3 | x4 | x5 | x6 | x7
+	// Bit 4 of each byte moved to bit 6.
+	four := (x0 | x0<<2) & (x1 | x1<<2) & (x2 | x2<<2) & (x3 | x3<<2) & (x4 | x4<<2) & (x5 | x5<<2) & (x6 | x6<<2) & (x7 | x7<<2)
+	return all&(ones*0x20) == ones*0x20 && four&(ones*0x40) == ones*0x40 && any&highs == 0
 }
 
 // Top-level keys as topKey reports them: the bits of fastEventInto's
@@ -707,7 +733,9 @@ func (p *fastParser) member(k string) bool {
 		// decoded when asked for (most are never read, and their maps
 		// were most of what reading an event allocated).
 		start := p.i
-		if !p.skipValue() {
+		if end, ok := p.canonSkip(start); ok {
+			p.i = end
+		} else if !p.skipValue() {
 			return false
 		}
 		if n := p.i - start; n < maxRawSpan && len(p.arena)-p.rawStart < maxRawSpan {
@@ -1254,6 +1282,7 @@ func scanNumber(b []byte, i int) (float64, bool, int, bool) {
 		return 0, false, 0, false
 	}
 	small, simple := 0.0, true
+	digits := j
 	switch {
 	case b[j] == '0':
 		j++
@@ -1265,6 +1294,7 @@ func scanNumber(b []byte, i int) (float64, bool, int, bool) {
 	default:
 		return 0, false, 0, false
 	}
+	whole, frac := j-digits, 0
 	if j < len(b) && b[j] == '.' {
 		simple = false
 		j++
@@ -1275,9 +1305,11 @@ func scanNumber(b []byte, i int) (float64, bool, int, bool) {
 		if j == d {
 			return 0, false, 0, false
 		}
+		frac = j - d
 	}
+	exp := false
 	if j < len(b) && (b[j] == 'e' || b[j] == 'E') {
-		simple = false
+		simple, exp = false, true
 		j++
 		if j < len(b) && (b[j] == '+' || b[j] == '-') {
 			j++
@@ -1298,12 +1330,34 @@ func scanNumber(b []byte, i int) (float64, bool, int, bool) {
 		}
 		return small, small < float64(len(smallNumbers)), j, true
 	}
+	// A fraction of up to 15 digits in all and no exponent is m / 10^k with
+	// both exact in a float64 (m < 2^52, k <= 22): one division, rounded
+	// once, is the correctly rounded value, which strconv gives too (its
+	// own exact path is this division).
+	if frac > 0 && !exp && whole+frac <= 15 {
+		m := uint64(0)
+		for _, c := range b[digits : digits+whole] {
+			m = m*10 + uint64(c-'0')
+		}
+		for _, c := range b[digits+whole+1 : digits+whole+1+frac] {
+			m = m*10 + uint64(c-'0')
+		}
+		f := float64(m) / pow10[frac]
+		if b[start] == '-' {
+			f = -f
+		}
+		return f, false, j, true
+	}
 	v, err := strconv.ParseFloat(string(b[start:j]), 64)
 	if err != nil {
 		return 0, false, 0, false
 	}
 	return v, false, j, true
 }
+
+// pow10 are the powers of ten a float64 holds exactly.
+var pow10 = [...]float64{1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16,
+	1e17, 1e18, 1e19, 1e20, 1e21, 1e22}
 
 // computedHash returns the hash of the content of the event just read
 // (what ComputeHash returns), taking a shortcut when the event's bytes are

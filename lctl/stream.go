@@ -97,7 +97,7 @@ type streamBatch struct {
 	// lineSplit lists the events found as lines, not scanned: one of them
 	// that the fast reader cannot take is not an event to decode the slow
 	// way but a file to read in full.
-	lineSplit []int
+	lineSplit []int32
 	events    []StreamEvent
 	slab      []dataField // the events' data fields (Fields), recycled with them
 	err       error
@@ -153,7 +153,13 @@ func Stream(r io.Reader, opts StreamOptions, header func(*StreamHeader) error, f
 		defer close(work)
 		defer func() { sc.cur.release() }()
 		for {
-			b := &streamBatch{starts: make([]int32, 0, batchEvents), ends: make([]int32, 0, batchEvents), done: make(chan struct{})}
+			// Where the batch's events start and end, and which were found
+			// as lines: one array.
+			idx := make([]int32, 3*batchEvents)
+			b := &streamBatch{
+				starts: idx[:0:batchEvents], ends: idx[batchEvents : batchEvents : 2*batchEvents],
+				lineSplit: idx[2*batchEvents : 2*batchEvents : 3*batchEvents], done: make(chan struct{}),
+			}
 			more, err := sc.fill(b)
 			// The events before a problem are handed over first: replay
 			// --to-seq of a file cut after its seq still works.
@@ -231,7 +237,7 @@ func (b *streamBatch) decode(p *fastParser, hash bool, line func([]byte, *Event)
 		*se = StreamEvent{}
 		e := &se.Event
 		err := p.fastEventInto(e, raw)
-		line := nextLine < len(b.lineSplit) && b.lineSplit[nextLine] == i
+		line := nextLine < len(b.lineSplit) && int(b.lineSplit[nextLine]) == i
 		if line {
 			nextLine++
 		}
@@ -658,7 +664,7 @@ func (s *scanner) fill(b *streamBatch) (bool, error) {
 				}
 				b.starts = append(b.starts, int32(s.pos))
 				b.ends = append(b.ends, int32(s.pos+n))
-				b.lineSplit = append(b.lineSplit, len(b.ends)-1)
+				b.lineSplit = append(b.lineSplit, int32(len(b.ends)-1))
 				s.pos += n
 				s.unread, s.first = false, false
 				continue
