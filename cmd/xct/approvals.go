@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -76,8 +78,7 @@ func printApproval(w io.Writer, a *xctv1.Approval) {
 	fmt.Fprintf(tw, "state\t%s\n", state)
 	fmt.Fprintf(tw, "requested by\t%s at %s\n", line(a.GetRequestedBy()), a.GetRequestedAt().AsTime().Local().Format(time.DateTime))
 	fmt.Fprintf(tw, "expires\t%s\n", a.GetExpiresAt().AsTime().Local().Format(time.DateTime))
-	args, _ := a.GetProposal().GetArguments().MarshalJSON()
-	fmt.Fprintf(tw, "proposal\t%s %s\n", line(a.GetProposal().GetTool()), truncate(string(args), 200))
+	fmt.Fprintf(tw, "proposal\t%s\n", line(a.GetProposal().GetTool()))
 	if g := a.GetProposal().GetGoal(); g != "" {
 		fmt.Fprintf(tw, "goal\t%s\n", line(g))
 	}
@@ -88,6 +89,21 @@ func printApproval(w io.Writer, a *xctv1.Approval) {
 		fmt.Fprintf(tw, "decided by\t%s: %s\n", line(a.GetDecidedBy()), line(a.GetReason()))
 	}
 	_ = tw.Flush()
+	// The arguments in full: what the approval is bound to, and for a tool
+	// without a preview all the approver is shown (a first part of them
+	// left out the url of an http.request whose body came first).
+	fmt.Fprintln(w, "arguments:")
+	var args bytes.Buffer
+	enc := json.NewEncoder(&args)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(a.GetProposal().GetArguments().AsMap()); err != nil {
+		args.Reset()
+		fmt.Fprintf(&args, "(not shown: %v)\n", err)
+	}
+	for _, l := range strings.Split(strings.TrimRight(args.String(), "\n"), "\n") {
+		fmt.Fprintf(w, "  %s\n", line(l))
+	}
 	if p := a.GetPreview(); p != nil && p.GetContent() != "" {
 		fmt.Fprintf(w, "preview (%s):\n", line(p.GetKind()))
 		for _, l := range strings.Split(strings.TrimRight(p.GetContent(), "\n"), "\n") {

@@ -76,3 +76,28 @@ func TestStepPrinterShowsWhatTheModelWrote(t *testing.T) {
 		}
 	}
 }
+
+// xct approvals showed the first 200 characters of the arguments: a tool
+// without a preview (http.request) had its keys in order, and a long body
+// pushed the url, the request's destination, out of what the approver
+// read.
+func TestPrintApprovalShowsEveryArgument(t *testing.T) {
+	args, err := structpb.NewStruct(map[string]any{
+		"body":    strings.Repeat("status report, nothing to see here; ", 12),
+		"method":  "POST",
+		"url":     "https://api.github.com/repos/victim/app/hooks",
+		"headers": map[string]any{"X-Note": "a\x1b[2Kb"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	printApproval(&b, &xctv1.Approval{RunId: "run-1", Step: 3, Proposal: &xctv1.NextStep{Tool: "http.request", Arguments: args}})
+	out := b.String()
+	hiddenInOutput(t, out)
+	for _, want := range []string{`"url": "https://api.github.com/repos/victim/app/hooks"`, `"method": "POST"`, strings.Repeat("status report, nothing to see here; ", 12), `a\u001b[2Kb`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the approver does not see %s:\n%s", want, out)
+		}
+	}
+}
