@@ -9,12 +9,14 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/app"
 	"github.com/xct-dev/xct/internal/testutil"
 )
 
@@ -178,5 +180,77 @@ func TestAttackCrewStepEscapesTheConfidenceGate(t *testing.T) {
 				t.Error("the fixer's change is in the workspace")
 			}
 		})
+	}
+}
+
+// withPolicy serves a shipped policy file (examples/policies/NAME).
+func withPolicy(name string) bindOption {
+	return func(c *app.Config, _ *app.Options) {
+		c.Validator.PolicyFile = filepath.Join("..", "..", "examples", "policies", name)
+	}
+}
+
+// gitRepo makes the workspace a git repository with files committed.
+func gitRepo(t *testing.T, dir string, files map[string]string) {
+	t.Helper()
+	for name, body := range files {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, args := range [][]string{
+		{"init", "-q", "-b", "main"},
+		{"add", "-A"},
+		{"-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "init"},
+	} {
+		cmd := exec.Command("git", args...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_NOSYSTEM=1")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v %s", args, err, out)
+		}
+	}
+}
+
+// The shipped read-only.yaml: "it may look at anything in its workspace
+// except secrets" (.env, .ssh, .aws, .git, keys), and the rule saying so
+// judged the fs tools' path only. With the shipped example tools, git
+// (effect read, so allowed) printed them: git show HEAD:deploy.key, git
+// show HEAD (the patch that added it), git diff (a changed .env), git log
+// with a format of its own.
+func TestAttackReadOnlySecretsThroughAProgram(t *testing.T) {
+	requireSandbox(t)
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("git is not installed")
+	}
+	c := startBindCluster(t, withShippedExample(t), withPolicy("read-only.yaml"))
+	gitRepo(t, c.workspace, map[string]string{"deploy.key": "KEY-MATERIAL-1234\n", ".env": "TOKEN=ENV-SECRET-5678\n", "README.md": "hello\n"})
+	if err := os.WriteFile(filepath.Join(c.workspace, ".env"), []byte("TOKEN=ENV-SECRET-5678\nMORE=ENV-SECRET-9999\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c.writeScript(t, "r.yaml", script(
+		step("fs.read", "{path: deploy.key}"),
+		step("shell.exec", "{argv: [git, show, \"HEAD:deploy.key\"]}"),
+		step("shell.exec", "{argv: [git, show, HEAD]}"),
+		step("shell.exec", "{argv: [git, diff]}"),
+		step("shell.exec", "{argv: [git, --no-pager, show, \"HEAD:.env\"]}"),
+		step("shell.exec", "{argv: [git, status]}"),
+		step("fs.read", "{path: README.md}"),
+	))
+	run := c.runToEnd(t, "alice", &xctv1.StartRunRequest{Goal: "g", Model: "scripted:r.yaml"})
+	for i, s := range run.GetSteps() {
+		out := fmt.Sprint(s.GetResponse())
+		for _, secret := range []string{"KEY-MATERIAL", "ENV-SECRET"} {
+			if strings.Contains(out, secret) {
+				t.Errorf("step %d (%s %v) showed the secret: %.300s", i+1, s.GetProposal().GetTool(), s.GetProposal().GetArguments().AsMap(), out)
+			}
+		}
+	}
+	// What the agent may do still runs: git status, the README.
+	if got := stepErrors(run); len(got) != 7 || got[5] != "" || got[6] != "" {
+		t.Errorf("steps %v", got)
 	}
 }
