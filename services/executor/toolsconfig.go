@@ -501,6 +501,11 @@ func (v *configCheck) check(cfg *ToolsConfig) {
 		}
 		v.checkLimits(p, m.Timeout, m.MaxOutputBytes)
 		v.checkOverrides(append(p, "tools"), m.Tools)
+		if m.Command != "" && m.Sandbox != nil && m.Sandbox.Network {
+			for name, o := range m.Tools {
+				v.checkNetworkEffect(append(p, "tools", name, "effect"), o.Effect)
+			}
+		}
 	}
 }
 
@@ -645,6 +650,23 @@ func (v *configCheck) checkShell(s *ShellConfig) {
 		if b.MaxArgs < 0 {
 			v.fail(append(bp, "max_args"), "max_args %d is negative", b.MaxArgs)
 		}
+		if s.Sandbox != nil && s.Sandbox.Network {
+			v.checkNetworkEffect(append(bp, "effect"), b.Effect)
+		}
+	}
+}
+
+// checkNetworkEffect refuses a read or reversible effect for a tool whose
+// sandbox has the network: it sends what the model chose (a URL's query,
+// a request's body) to any host it can reach, past http.request's host
+// allow-list and address checks, and what has left cannot be undone or
+// called a read. Under the default policy a read or reversible tool runs
+// with no human, so a model could read a secret and send it out in the
+// next step.
+func (v *configCheck) checkNetworkEffect(p []any, e Effect) {
+	if e == EffectRead || e == EffectReversible {
+		v.fail(p, "%s with the network (sandbox network: true) sends what the model chose to any host it reaches: "+
+			"it cannot be %s; make it irreversible (a human approves each call under the default policy), or take the network away", e, e)
 	}
 }
 

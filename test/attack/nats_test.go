@@ -47,7 +47,7 @@ func TestAttackSandboxedProgramCannotWriteToNATS(t *testing.T) {
   timeout: 10s
   sandbox: {network: true}
   binaries:
-    - {name: bash, effect: read, any_flags: true}
+    - {name: bash, effect: irreversible, any_flags: true}
 `
 	c := startBindCluster(t, withTools(t, tools, permissivePolicy))
 	u, err := url.Parse(c.natsURL)
