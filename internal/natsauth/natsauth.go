@@ -130,7 +130,7 @@ func denied(user string) []string {
 			out = append(out, "$JS.API.STREAM.PURGE."+stream)
 		}
 	}
-	return append(out, othersConsumers(user)...)
+	return append(append(out, othersConsumers(user)...), unreadable(user)...)
 }
 
 // readerAPI are the JetStream API requests lctl tail makes: JetStream and
@@ -179,6 +179,44 @@ var serviceAPI = []string{
 // hide chains from the tracer), pull from it or pause it.
 var owned = map[string]string{
 	"LCTL.tracer": Tracer,
+}
+
+// readers are the streams that hold secrets or another service's
+// records, each with the services that read it: the approvals (raw
+// proposals, arguments unredacted) the validator keeps and the
+// orchestrator watches; the redaction key of the three that redact; the
+// executor's step records and their blobs; the orchestrator's run owners.
+// Every other service is denied their reads (a direct get, a stream get,
+// a consumer): a taken-over tracer reads none of them. LCTL and the tool
+// catalog are read by all.
+var readers = map[string][]string{
+	"KV_XCT_APPROVALS":   {Validator, Orchestrator},
+	"KV_XCT_REDACTION":   {Orchestrator, Validator, Executor},
+	"KV_XCT_STEPS":       {Executor},
+	"OBJ_XCT_STEP_BLOBS": {Executor},
+	"KV_XCT_RUN_OWNERS":  {Orchestrator},
+}
+
+// unreadable are the read requests of the streams user may not read.
+func unreadable(user string) []string {
+	names := make([]string, 0, len(readers))
+	for stream, rs := range readers {
+		if !slices.Contains(rs, user) {
+			names = append(names, stream)
+		}
+	}
+	sort.Strings(names)
+	var out []string
+	for _, stream := range names {
+		out = append(out,
+			"$JS.API.DIRECT.GET."+stream,
+			"$JS.API.DIRECT.GET."+stream+".>",
+			"$JS.API.STREAM.MSG.GET."+stream,
+			"$JS.API.CONSUMER.CREATE."+stream,
+			"$JS.API.CONSUMER.CREATE."+stream+".>",
+			"$JS.API.CONSUMER.DURABLE.CREATE."+stream+".>")
+	}
+	return out
 }
 
 // othersConsumers are the subjects of the requests on the durable

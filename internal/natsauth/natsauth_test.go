@@ -674,3 +674,75 @@ func TestDeliveriesGoNowhere(t *testing.T) {
 		t.Errorf("the catalog went from %d to %d messages", before, after)
 	}
 }
+
+// TestServicesReadOnlyWhatTheyNeed: a bucket that holds secrets or
+// another service's records is read by the services that need it only:
+// the approvals (raw proposals, arguments unredacted) by the validator
+// and the orchestrator, the redaction key by the three that redact, the
+// step records and their blobs by the executor, the run owners by the
+// orchestrator. A taken-over tracer (the OTLP parser, the debugger)
+// reads none of them: not by a direct get, a stream get or a consumer.
+func TestServicesReadOnlyWhatTheyNeed(t *testing.T) {
+	c := newCluster(t)
+	ctx := context.Background()
+	if _, err := c.admin.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: redact.KeyBucket}); err != nil {
+		t.Fatal(err)
+	}
+	buckets := map[string][]string{
+		validator.ApprovalsBucket: {natsauth.Validator, natsauth.Orchestrator},
+		redact.KeyBucket:          {natsauth.Orchestrator, natsauth.Validator, natsauth.Executor},
+		executor.StepsBucket:      {natsauth.Executor},
+		orchestrator.OwnersBucket: {natsauth.Orchestrator},
+	}
+	for bucket := range buckets {
+		kv, err := c.admin.js.KeyValue(ctx, bucket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := kv.Put(ctx, "k", []byte("secret-of-"+bucket)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, user := range []string{natsauth.Orchestrator, natsauth.Validator, natsauth.Executor, natsauth.Tracer} {
+		u := connectAs(t, c.url, user)
+		for bucket, readers := range buckets {
+			stream := "KV_" + bucket
+			may := slices.Contains(readers, user)
+			if may {
+				kv, err := u.js.KeyValue(ctx, bucket)
+				if err != nil {
+					t.Errorf("%s opening %s: %v", user, bucket, err)
+					continue
+				}
+				if e, err := kv.Get(ctx, "k"); err != nil || string(e.Value()) != "secret-of-"+bucket {
+					t.Errorf("%s reading %s: %v", user, bucket, err)
+				}
+				continue
+			}
+			for _, r := range []struct{ subject, body string }{
+				{"$JS.API.DIRECT.GET." + stream + ".$KV." + bucket + ".k", ""},
+				{"$JS.API.DIRECT.GET." + stream, `{"last_by_subj":"$KV.` + bucket + `.k"}`},
+				{"$JS.API.STREAM.MSG.GET." + stream, `{"last_by_subj":"$KV.` + bucket + `.k"}`},
+				{"$JS.API.CONSUMER.CREATE." + stream + ".peek", `{"stream_name":"` + stream + `","config":{"name":"peek","ack_policy":"none","deliver_policy":"all"}}`},
+				{"$JS.API.CONSUMER.CREATE." + stream + ".peek.$KV." + bucket + ".k", `{"stream_name":"` + stream + `","config":{"name":"peek","ack_policy":"none","deliver_policy":"all","filter_subject":"$KV.` + bucket + `.k"}}`},
+			} {
+				cctx, cancel := context.WithCancel(ctx)
+				done := make(chan error, 1)
+				go func() {
+					m, err := u.nc.RequestWithContext(cctx, r.subject, []byte(r.body))
+					if err == nil && strings.Contains(string(m.Data), "secret-of-") {
+						err = errors.New("answered with the secret")
+					} else if err == nil {
+						err = errors.New("answered: " + string(m.Data))
+					}
+					done <- err
+				}()
+				u.refused(t, user+" requesting "+r.subject, r.subject)
+				cancel()
+				if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+					t.Errorf("%s: %s: %v", user, r.subject, err)
+				}
+			}
+		}
+	}
+}
