@@ -65,6 +65,12 @@ func TestExamplePolicies(t *testing.T) {
 			{name: "ssh dir", tool: "fs.list", args: map[string]any{"path": ".ssh"}, want: deny, code: wire.CodePolicyDenied, reasons: []string{"allow-read", "no-secrets"}},
 			{name: "key", tool: "fs.read", args: map[string]any{"path": "certs/server.key"}, want: deny, code: wire.CodePolicyDenied, reasons: []string{"allow-read", "no-secrets"}},
 			{name: "env-like name", tool: "fs.read", args: map[string]any{"path": "docs/environment.md"}, want: allow, reasons: []string{"allow-read"}},
+			// Session 7: the rule matched .env only as a whole name, and in
+			// lower case: .env.production and SERVER.KEY were read.
+			{name: "env file of a stage", tool: "fs.read", args: map[string]any{"path": "app/.env.production"}, want: deny, code: wire.CodePolicyDenied, reasons: []string{"allow-read", "no-secrets"}},
+			{name: "local env file", tool: "fs.read", args: map[string]any{"path": ".env.local"}, want: deny, code: wire.CodePolicyDenied, reasons: []string{"allow-read", "no-secrets"}},
+			{name: "key in capitals", tool: "fs.read", args: map[string]any{"path": "certs/SERVER.KEY"}, want: deny, code: wire.CodePolicyDenied, reasons: []string{"allow-read", "no-secrets"}},
+			{name: "env dir in capitals", tool: "fs.list", args: map[string]any{"path": ".SSH"}, want: deny, code: wire.CodePolicyDenied, reasons: []string{"allow-read", "no-secrets"}},
 		},
 		"config-approval.yaml": {
 			{name: "read config", tool: "fs.read", args: map[string]any{"path": "config/app.yaml"}, want: allow, reasons: []string{"allow-read"}},
