@@ -102,7 +102,11 @@ func crewGate(in *Input, out Outcome) Outcome {
 		c := p.GetConfidence()
 		proposal = &c
 	}
-	g := crew.GateOn(crewThresholds(cc), proposal, facts, cc.GetVerifier())
+	th := crewThresholds(cc)
+	if f := out.ConfidenceFloor; f != nil {
+		th = crew.Thresholds{Proceed: max(th.Proceed, f.Proceed), Warn: max(th.Warn, f.Warn), Verify: max(th.Verify, f.Verify)}
+	}
+	g := crew.GateOn(th, proposal, facts, cc.GetVerifier())
 	if g.Action == crew.GateProceed {
 		return out
 	}

@@ -125,6 +125,17 @@ func TestCrewValidation(t *testing.T) {
 		{"the crew's own thresholds", with("fs.read", read, analyzer(), conf(0.85), func(c *xctv1.CrewContext) {
 			c.Thresholds = &xctv1.CrewThresholds{Proceed: 0.9, Warn: 0.7, Verify: 0.5}
 		}), allow, "", []string{"allow-read", "builtin.crew.confidence.warn"}, ""},
+		// Session 7: the crew file is the submitter's, and its thresholds
+		// replaced the policy's: a crew at 0.03/0.02/0.01 let a step at 0.3
+		// run that the policy (and any run without a crew) holds. The
+		// policy's thresholds are a floor.
+		{"a crew cannot lower the policy's thresholds", with("fs.read", read, analyzer(), conf(0.3), func(c *xctv1.CrewContext) {
+			c.Thresholds = &xctv1.CrewThresholds{Proceed: 0.03, Warn: 0.02, Verify: 0.01}
+		}), approval, wire.CodeApprovalRequired, []string{"allow-read", "builtin.crew.confidence.block"}, "gate=block"},
+		{"a crew cannot lower a fact's either", with("fs.read", read, analyzer(), nil, func(c *xctv1.CrewContext) {
+			c.Thresholds = &xctv1.CrewThresholds{Proceed: 0.03, Warn: 0.02, Verify: 0.01}
+			c.ReliesOn = []*xctv1.FactConfidence{{Id: "F1", Confidence: 0.65}}
+		}), allow, "", []string{"allow-read", "builtin.crew.confidence.warn"}, ""},
 		{"an approval stays one, with the gate's reason", with("shell.exec", map[string]any{"command": "ls"}, analyzer(), conf(0.3), func(c *xctv1.CrewContext) { c.Tools = append(c.Tools, "shell.exec") }), approval, wire.CodeApprovalRequired, []string{"approve-irreversible", "builtin.crew.confidence.block"}, "gate=block"},
 		// The policy sees the agent: its deny beats the gate.
 		{"the policy denies by agent type", with("facts.add", fact, analyzer(), conf(0.3), func(c *xctv1.CrewContext) { c.AgentType = "reviewer" }), deny, wire.CodePolicyDenied, []string{"allow-reversible", "reviewers-read-only", "builtin.crew.confidence.block"}, ""},

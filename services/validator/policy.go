@@ -5,6 +5,7 @@ import (
 	"time"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/crew"
 	"github.com/xct-dev/xct/internal/wire"
 )
 
@@ -57,6 +58,10 @@ type Outcome struct {
 	ApprovalTTL time.Duration
 	// Details are added to the error signal's details.
 	Details map[string]any
+	// ConfidenceFloor, for a crew run, is the policy's confidence
+	// thresholds: the crew's gate never uses lower ones (the crew file is
+	// the submitter's, the thresholds the operator's). nil: none.
+	ConfidenceFloor *crew.Thresholds
 }
 
 // Policy decides whether a proposal may run. Implementations must be safe

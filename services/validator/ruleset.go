@@ -8,6 +8,7 @@ import (
 	"time"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/crew"
 	"github.com/xct-dev/xct/internal/wire"
 )
 
@@ -126,6 +127,10 @@ func (rs *ruleSet) evaluate(in *Input) (Outcome, error) {
 		case gateWarn:
 			gateNote = &xctv1.Reason{RuleId: reasonConfidence, Message: msg}
 		}
+	}
+	if in.Crew != nil {
+		c := rs.settings.confidence
+		out.ConfidenceFloor = &crew.Thresholds{Proceed: c.proceed, Warn: c.warn, Verify: c.verify}
 	}
 	if confidenceReason != nil {
 		out.Reasons = append(out.Reasons, confidenceReason)
