@@ -105,6 +105,20 @@ func TestCanonicalEventMatchesLoop(t *testing.T) {
 			}
 		}
 	}
+	// Hashes in hex and other 64-byte strings, as the previous event's
+	// hash or not, kept or skipped.
+	upper := strings.ToUpper(hash64)
+	for _, h := range []string{hash64, upper, hash64[:63] + "-", hash64[:63], hash64 + "0"} {
+		for _, prev := range []string{"", hash64, upper, h} {
+			for _, skip := range []bool{false, true} {
+				raw := `{"agent":"a","chain_id":"c","data":{},"hash":"` + h + `","prev_hash":"` + h + `","seq":7,"timestamp":"t","type":"t"}`
+				c, l, ok, err := decodeBoth(t, []byte(raw), skip, true, true, prev)
+				if !ok || err != nil || !reflect.DeepEqual(c, l) {
+					t.Errorf("%s (prev %s): canonical %v, loop %v\ncanonical %+v\n     loop %+v", raw, prev, ok, err, c, l)
+				}
+			}
+		}
+	}
 	// Numbers of every form, read in place or as the loop reads them.
 	for _, n := range []string{"0", "7", "4095", "4096", "999999999999999", "1000000000000000", "12345678901234567890",
 		"1.5", "0.68", "1e3", "1E+2", "2.5e-3", "-7", "-0", "-0.0", "0.1234567890123456789", "123456789012345.5"} {

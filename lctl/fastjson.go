@@ -775,6 +775,20 @@ func (p *fastParser) keepRaw(b []byte) {
 // plainUint reads a seq written as a plain positive integer.
 func (p *fastParser) plainUint() (uint64, bool) {
 	start := p.i
+	if b := p.b[min(start, len(p.b)):]; len(b) > 16 && b[0] >= '1' && b[0] <= '9' {
+		// Up to 16 digits and the byte after them in bounds: no check of
+		// the end at each digit.
+		b = b[:17]
+		n := uint64(b[0] - '0')
+		j := 1
+		for ; j < 16 && b[j]-'0' <= 9; j++ {
+			n = n*10 + uint64(b[j]-'0')
+		}
+		if c := b[j]; c-'0' > 9 && c != '.' && c != 'e' && c != 'E' && n <= maxExactInt {
+			p.i += j
+			return n, true
+		}
+	}
 	var n uint64
 	for p.i < len(p.b) && p.b[p.i] >= '0' && p.b[p.i] <= '9' {
 		n = n*10 + uint64(p.b[p.i]-'0')
@@ -1539,15 +1553,38 @@ func (p *fastParser) canonHashValue(dst *string, prev bool) bool {
 		}
 		return true
 	}
+	// A hash in hex (hexLike, then its closing quote) is a plain string
+	// of 64 bytes: compared or copied without a look at each word.
+	b, i := p.b, p.i
+	hex := i+66 <= len(b) && b[i] == '"' && b[i+65] == '"' && hexLike(b[i+1:i+65])
 	if prev && p.prevEventHash != "" {
-		start := p.i
-		if raw, ok := p.rawString(); ok && string(raw) == p.prevEventHash {
-			*dst = p.prevEventHash
-			return true
+		if hex {
+			if string(b[i+1:i+65]) == p.prevEventHash {
+				*dst = p.prevEventHash
+				p.i += 66
+				return true
+			}
+		} else {
+			start := p.i
+			if raw, ok := p.rawString(); ok && string(raw) == p.prevEventHash {
+				*dst = p.prevEventHash
+				return true
+			}
+			p.i = start
 		}
-		p.i = start
 	}
 	if !prev && p.arena != nil {
+		if hex {
+			if len(p.arena)+64 > cap(p.arena) {
+				p.arena = make([]byte, 0, max(cap(p.arena), 4*64))
+			}
+			at := len(p.arena)
+			p.arena = append(p.arena, b[i+1:i+65]...)
+			p.i += 66
+			// The arena's bytes are never written again (arenaString).
+			*dst = unsafe.String(&p.arena[at], 64) //nolint:gosec // immutable bytes, see arenaString
+			return true
+		}
 		if s, ok := p.arenaString(); ok {
 			*dst = s
 			return true
