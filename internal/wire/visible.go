@@ -3,25 +3,14 @@ package wire
 import (
 	"strconv"
 	"strings"
-	"unicode"
 	"unicode/utf8"
+
+	"github.com/xct-dev/xct/lctl/text"
 )
 
 // Hidden reports whether r does not show as itself where a person reads
-// text (a terminal, a browser): control characters (a carriage return
-// prints the rest of a line over its start, an escape sequence erases or
-// moves lines), format characters (bidirectional overrides and isolates
-// reorder text, zero-width characters and tag characters show nothing)
-// and the Unicode line and paragraph separators.
-func Hidden(r rune) bool {
-	switch {
-	case r < 0x20 || r == 0x7f:
-		return true
-	case r < 0x80:
-		return false
-	}
-	return unicode.IsControl(r) || unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp)
-}
+// text (a terminal, a browser): lctl's text.Hidden, the one definition.
+func Hidden(r rune) bool { return text.Hidden(r) }
 
 // Visible returns s with every character that does not show as itself
 // (Hidden), other than those in keep (say "\n\t" for text read line by

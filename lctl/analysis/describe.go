@@ -34,10 +34,14 @@ func Line(e *lctl.Event) string {
 // AppendLine appends Line(e) to dst: replay prints a million lines without
 // a string for each.
 func AppendLine(dst []byte, e *lctl.Event) []byte {
+	// Much of a line is what a model wrote: every character that does
+	// not show as itself (an escape sequence, a bidirectional override)
+	// is written as its escape, so the terminal shows what is there.
+	start := len(dst)
 	if out, ok := appendLineFast(dst, e); ok {
-		return out
+		return text.EscapeHidden(out, start)
 	}
-	return appendLineGeneral(dst, e)
+	return text.EscapeHidden(appendLineGeneral(dst, e), start)
 }
 
 // appendLineHead writes the start every line has: "[seq] agent: type",

@@ -98,3 +98,39 @@ func FuzzTruncate(f *testing.F) {
 		}
 	})
 }
+
+// TestEscapeHidden: every hidden character and stray byte is escaped,
+// wherever it is in the word-at-a-time scan; shown text is unchanged.
+func TestEscapeHidden(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"", ""},
+		{"plain ascii text, longer than eight bytes ~", "plain ascii text, longer than eight bytes ~"},
+		{"réécrire … 世界", "réécrire … 世界"},
+		{"\x1b[2J", `\x1b[2J`},
+		{"0123456\x7f89", `0123456\x7f89`},
+		{"01234567\x1f", `01234567\x1f`},
+		{"abcdefgh\u202eij", `abcdefgh\u202eij`},
+		{"abcdefghijklmno\xff", `abcdefghijklmno\xff`},
+		{"a\u2028b\u0085c\u200bd\U000e0041", `a\u2028b\u0085c\u200bd\U000e0041`},
+		{"tab\there\r\n", `tab\there\r\n`},
+	} {
+		for _, prefix := range []string{"", "[12] keep: "} {
+			got := string(EscapeHidden([]byte(prefix+c.in), len(prefix)))
+			if got != prefix+c.want {
+				t.Errorf("EscapeHidden(%q) = %q, want %q", prefix+c.in, got, prefix+c.want)
+			}
+		}
+	}
+	// Every position of every byte value in a word.
+	for v := range 256 {
+		for pos := range 16 {
+			b := []byte("0123456789abcdef")
+			b[pos] = byte(v)
+			got := EscapeHidden(append([]byte(nil), b...), 0)
+			hidden := v < 0x20 || v >= 0x7f
+			if changed := string(got) != string(b); changed != hidden {
+				t.Errorf("byte %#x at %d: escaped %v (%q)", v, pos, changed, got)
+			}
+		}
+	}
+}

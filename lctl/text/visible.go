@@ -1,0 +1,78 @@
+package text
+
+import (
+	"encoding/binary"
+	"strconv"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Hidden reports whether r does not show as itself where a person reads
+// text (a terminal, a browser): control characters (a carriage return
+// prints the rest of a line over its start, an escape sequence erases or
+// moves lines), format characters (bidirectional overrides and isolates
+// reorder text, zero-width characters and tag characters show nothing)
+// and the Unicode line and paragraph separators.
+func Hidden(r rune) bool {
+	switch {
+	case r < 0x20 || r == 0x7f:
+		return true
+	case r < 0x80:
+		return false
+	}
+	return unicode.IsControl(r) || unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp)
+}
+
+// EscapeHidden rewrites b[from:] with every Hidden character and every
+// byte that is not UTF-8 written as its Go escape (\x1b, \u202e, \xff),
+// so a line printed to a terminal shows what it holds. A b[from:] of
+// printable ASCII is found so in one pass and returned as it is.
+func EscapeHidden(b []byte, from int) []byte {
+	i := from
+	// Eight bytes at a time while none is below 0x20 or above 0x7e: a
+	// borrow out of a byte below 0x20, a carry out of 0x7f or above, or
+	// a high bit set (the subtraction and addition only carry past a
+	// byte that is itself one of those).
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	for ; i+8 <= len(b); i += 8 {
+		x := binary.LittleEndian.Uint64(b[i:])
+		if ((x-0x20*ones)&^x|(x+ones)|x)&highs != 0 {
+			break
+		}
+	}
+	for ; i < len(b); i++ {
+		if c := b[i]; c < 0x20 || c >= 0x7f {
+			break
+		}
+	}
+	if i == len(b) {
+		return b
+	}
+	for j := i; j < len(b); {
+		r, size := utf8.DecodeRune(b[j:])
+		if (r == utf8.RuneError && size <= 1) || Hidden(r) {
+			break
+		}
+		j += size
+		if j == len(b) {
+			return b // UTF-8 beyond ASCII, all of it shown
+		}
+	}
+	tail := string(b[i:])
+	b = b[:i]
+	for s := tail; s != ""; {
+		r, size := utf8.DecodeRuneInString(s)
+		switch {
+		case r == utf8.RuneError && size <= 1:
+			b = append(b, `\x`...)
+			b = append(b, strconv.FormatUint(uint64(s[0])|0x100, 16)[1:]...)
+		case Hidden(r):
+			q := strconv.QuoteRuneToASCII(r)
+			b = append(b, q[1:len(q)-1]...)
+		default:
+			b = append(b, s[:size]...)
+		}
+		s = s[size:]
+	}
+	return b
+}
