@@ -240,6 +240,23 @@ func (a *Agent) MayHandTo(to string) bool { return slices.Contains(a.HandsTo, to
 // Models returns the agent's primary model then its fallbacks.
 func (a *Agent) Models() []string { return append([]string{a.Profile.Model}, a.Profile.Fallbacks...) }
 
+// ModelRefs returns every model reference a run of the crew may call: the
+// agents' models and fallbacks and the routing rules' models, sorted,
+// each once. A crew run's cost is priced at the dearest of them.
+func (c *Crew) ModelRefs() []string {
+	var out []string
+	for _, a := range c.Agents {
+		out = append(out, a.Models()...)
+	}
+	for _, r := range c.Routing.Rules {
+		if r.Model != "" {
+			out = append(out, r.Model)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
 // Band places a confidence in the thresholds' bands (analysis.Band*
 // names: proceed, warn, verify, block).
 func (t Thresholds) Band(c float64) string {

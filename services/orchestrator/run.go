@@ -103,6 +103,10 @@ type usage struct {
 
 // runContext is what the validator is told about the run at a step.
 func (r *run) runContext(step int) *xctv1.RunContext {
+	var models []string
+	if r.crew != nil {
+		models = r.crew.sess.Crew().ModelRefs() // its tokens are priced at the dearest
+	}
 	return &xctv1.RunContext{
 		RunId:             r.id,
 		Principal:         r.principal,
@@ -113,6 +117,7 @@ func (r *run) runContext(step int) *xctv1.RunContext {
 		InputTokens:       r.tokensIn,
 		OutputTokens:      r.tokensOut,
 		Model:             r.model,
+		Models:            models,
 		Elapsed:           durationpb.New(time.Since(r.started)),
 	}
 }

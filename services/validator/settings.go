@@ -266,18 +266,29 @@ func priceOf(model string, prices map[string]price) (price, bool) {
 }
 
 // runCost is what the run's tokens cost at its model's price. A run that
-// used no tokens costs nothing whatever its model; known is false when it
-// used some and the model has no price.
-func runCost(run *xctv1.RunContext, prices map[string]price) (cost float64, known bool) {
+// used no tokens costs nothing whatever its model; unpriced names the
+// model without a price when it used some (the cost is then unknown). A
+// crew run (models given) is priced at the dearest of the models it may
+// call, input and output each: its own model, "crew:NAME", is no price
+// table's, and "*" would make it as cheap as the table's cheapest.
+func runCost(run *xctv1.RunContext, prices map[string]price) (cost float64, unpriced string) {
 	in, out := run.GetInputTokens(), run.GetOutputTokens()
 	if in <= 0 && out <= 0 {
-		return 0, true
+		return 0, ""
 	}
-	p, ok := priceOf(run.GetModel(), prices)
-	if !ok {
-		return 0, false
+	models := run.GetModels()
+	if len(models) == 0 {
+		models = []string{run.GetModel()}
 	}
-	return float64(max(in, 0))/1000*p.inPer1K + float64(max(out, 0))/1000*p.outPer1K, true
+	var p price
+	for _, m := range models {
+		mp, ok := priceOf(m, prices)
+		if !ok {
+			return 0, m
+		}
+		p.inPer1K, p.outPer1K = max(p.inPer1K, mp.inPer1K), max(p.outPer1K, mp.outPer1K)
+	}
+	return float64(max(in, 0))/1000*p.inPer1K + float64(max(out, 0))/1000*p.outPer1K, ""
 }
 
 // breach is a run budget that is used up.
@@ -315,11 +326,11 @@ func (b *budgets) check(run *xctv1.RunContext, prices map[string]price) *breach 
 		}
 	}
 	if b.maxCostUSD > 0 {
-		cost, known := runCost(run, prices)
-		if !known {
+		cost, unpriced := runCost(run, prices)
+		if unpriced != "" {
 			return &breach{budget: "max_cost_usd", used: "unknown", limit: b.maxCostUSD, endsRun: true, code: wire.CodePolicyDenied,
 				message: fmt.Sprintf("the policy limits the run's cost to $%s but has no price for model %s, so the cost cannot be checked",
-					formatNumber(b.maxCostUSD), quoteName(run.GetModel()))}
+					formatNumber(b.maxCostUSD), quoteName(unpriced))}
 		}
 		if cost > b.maxCostUSD {
 			return &breach{budget: "max_cost_usd", used: roundCents(cost), limit: b.maxCostUSD, endsRun: true, code: wire.CodeBudgetExceeded,

@@ -60,6 +60,17 @@ rules:
 			"max_cost_usd", wire.CodeBudgetExceeded, true, "cost budget"},
 		{"an exact model reference is priced", run(func(r *xctv1.RunContext) { r.Model = "scripted:demo.yaml"; r.InputTokens = 10000 }), "", "", false, ""},
 		{"no price and tokens used", run(func(r *xctv1.RunContext) { r.Model = "openai:o9" }), "max_cost_usd", wire.CodePolicyDenied, true, `no price for model "openai:o9"`},
+		// Session 7: a crew run ("crew:NAME") was priced at "*" or not at all.
+		{"a crew run at the dearest of its models", run(func(r *xctv1.RunContext) {
+			r.Model, r.Models, r.InputTokens, r.OutputTokens = "crew:review", []string{"scripted:demo.yaml", "openai:gpt-4o-mini"}, 4000, 16000
+		}), "max_cost_usd", wire.CodeBudgetExceeded, true, "$0.52 of at most $0.5"},
+		{"a crew run within its budget", run(func(r *xctv1.RunContext) {
+			r.Model, r.Models = "crew:review", []string{"scripted:demo.yaml", "gpt-4o-mini"}
+		}), "", "", false, ""},
+		{"a crew model without a price", run(func(r *xctv1.RunContext) {
+			r.Model, r.Models = "crew:review", []string{"openai:o9", "scripted:demo.yaml"}
+		}),
+			"max_cost_usd", wire.CodePolicyDenied, true, `no price for model "openai:o9"`},
 		{"no price and no tokens", run(func(r *xctv1.RunContext) { r.Model = "openai:o9"; r.InputTokens, r.OutputTokens = 0, 0 }), "", "", false, ""},
 		{"consecutive errors reach the limit", run(func(r *xctv1.RunContext) { r.ConsecutiveErrors = 3 }), "max_consecutive_errors", wire.CodeBudgetExceeded, false, "3 errors in a row"},
 		{"consecutive errors after the warning", run(func(r *xctv1.RunContext) { r.ConsecutiveErrors = 4 }), "max_consecutive_errors", wire.CodeBudgetExceeded, true, "finish with done"},

@@ -254,3 +254,43 @@ func TestAttackReadOnlySecretsThroughAProgram(t *testing.T) {
 		t.Errorf("steps %v", got)
 	}
 }
+
+// A crew run's cost was priced by its recorded model, "crew:NAME", which no
+// price table names: under a policy with "*" at 0 (production.yaml's, for
+// scripted and local models) every crew run was free for max_cost_usd,
+// whatever its agents' models cost. Its tokens are now priced at the
+// dearest of the models the crew may call.
+func TestAttackCrewRunIsFree(t *testing.T) {
+	crewFile, err := os.ReadFile(filepath.Join("..", "..", "examples", "crews", "demo", "crew.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	policy := `budgets: {max_cost_usd: 0.05}
+prices:
+  "scripted:crew-demo.yaml#analyzer-large": {input_per_1k: 1, output_per_1k: 1}
+  "scripted:crew-demo.yaml#analyzer-small": {input_per_1k: 1, output_per_1k: 1}
+  "scripted:crew-demo.yaml#reviewer": {input_per_1k: 1, output_per_1k: 1}
+  "scripted:crew-demo.yaml#fixer": {input_per_1k: 1, output_per_1k: 1}
+  "*": {input_per_1k: 0, output_per_1k: 0}
+rules:
+  - {id: allow-all, effect: allow, tools: ["*"]}
+`
+	c := startBindCluster(t, withTools(t, "", policy))
+	c.writeScript(t, "crew-demo.yaml", `name: crew-demo
+steps:
+  - next_step: {tool: facts.add, arguments: {id: F1, text: an injection, confidence: 0.85, source: static-analysis}, goal: Record it}
+    tokens: {input: 20, output: 10}
+  - next_step: {tool: facts.query, arguments: {query: "SELECT *"}, goal: Look}
+    tokens: {input: 20, output: 10}
+  - next_step: {tool: facts.query, arguments: {query: "SELECT *"}, goal: Look again}
+    tokens: {input: 20, output: 10}
+  - done: true
+    message: done
+`)
+	run := c.runToEnd(t, "alice", &xctv1.StartRunRequest{Goal: "g", Crew: crewFile, CrewFile: "crew.yaml"})
+	// $1 per 1k tokens: 30 tokens a step, $0.03 after the first, $0.06
+	// with the second, past the $0.05 budget: it is refused, the run ends.
+	if got := stepErrors(run); fmt.Sprint(got) != "[ BUDGET_EXCEEDED]" {
+		t.Fatalf("steps %v (run %s: %s), want the second refused for its cost", got, run.GetStatus(), run.GetMessage())
+	}
+}

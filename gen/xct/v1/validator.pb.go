@@ -503,8 +503,12 @@ type RunContext struct {
 	Elapsed *durationpb.Duration `protobuf:"bytes,9,opt,name=elapsed,proto3" json:"elapsed,omitempty"`
 	// principal_roles are the roles of the run's principal.
 	PrincipalRoles []string `protobuf:"bytes,10,rep,name=principal_roles,json=principalRoles,proto3" json:"principal_roles,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// models, for a crew run (model "crew:NAME"), are the model references
+	// its agents may be served by (their models, fallbacks and routing
+	// rules' models): its tokens are priced at the dearest of them.
+	Models        []string `protobuf:"bytes,11,rep,name=models,proto3" json:"models,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RunContext) Reset() {
@@ -603,6 +607,13 @@ func (x *RunContext) GetElapsed() *durationpb.Duration {
 func (x *RunContext) GetPrincipalRoles() []string {
 	if x != nil {
 		return x.PrincipalRoles
+	}
+	return nil
+}
+
+func (x *RunContext) GetModels() []string {
+	if x != nil {
+		return x.Models
 	}
 	return nil
 }
@@ -1846,7 +1857,7 @@ const file_xct_v1_validator_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1e\n" +
 	"\n" +
 	"confidence\x18\x02 \x01(\x01R\n" +
-	"confidence\"\xbe\x03\n" +
+	"confidence\"\xd6\x03\n" +
 	"\n" +
 	"RunContext\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1c\n" +
@@ -1860,7 +1871,8 @@ const file_xct_v1_validator_proto_rawDesc = "" +
 	"\x05model\x18\b \x01(\tR\x05model\x123\n" +
 	"\aelapsed\x18\t \x01(\v2\x19.google.protobuf.DurationR\aelapsed\x12'\n" +
 	"\x0fprincipal_roles\x18\n" +
-	" \x03(\tR\x0eprincipalRoles\x1a9\n" +
+	" \x03(\tR\x0eprincipalRoles\x12\x16\n" +
+	"\x06models\x18\v \x03(\tR\x06models\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xaa\x03\n" +

@@ -164,7 +164,7 @@ class RequestApprovalResponse(_message.Message):
     def __init__(self, approval: _Optional[_Union[Approval, _Mapping]] = ...) -> None: ...
 
 class RunContext(_message.Message):
-    __slots__ = ["consecutive_errors", "elapsed", "input_tokens", "labels", "model", "output_tokens", "principal", "principal_roles", "run_id", "steps_used"]
+    __slots__ = ["consecutive_errors", "elapsed", "input_tokens", "labels", "model", "models", "output_tokens", "principal", "principal_roles", "run_id", "steps_used"]
     class LabelsEntry(_message.Message):
         __slots__ = ["key", "value"]
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -176,6 +176,7 @@ class RunContext(_message.Message):
     ELAPSED_FIELD_NUMBER: _ClassVar[int]
     INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
+    MODELS_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
@@ -187,12 +188,13 @@ class RunContext(_message.Message):
     input_tokens: int
     labels: _containers.ScalarMap[str, str]
     model: str
+    models: _containers.RepeatedScalarFieldContainer[str]
     output_tokens: int
     principal: str
     principal_roles: _containers.RepeatedScalarFieldContainer[str]
     run_id: str
     steps_used: int
-    def __init__(self, run_id: _Optional[str] = ..., principal: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., steps_used: _Optional[int] = ..., consecutive_errors: _Optional[int] = ..., input_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ..., model: _Optional[str] = ..., elapsed: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., principal_roles: _Optional[_Iterable[str]] = ...) -> None: ...
+    def __init__(self, run_id: _Optional[str] = ..., principal: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., steps_used: _Optional[int] = ..., consecutive_errors: _Optional[int] = ..., input_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ..., model: _Optional[str] = ..., elapsed: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., principal_roles: _Optional[_Iterable[str]] = ..., models: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ShadowVerdict(_message.Message):
     __slots__ = ["decision", "policy_version", "reasons"]
