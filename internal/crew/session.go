@@ -365,7 +365,8 @@ func (s *Session) brief(a *Agent, ctx []*Fact) string {
 	if a.MayPropose(ToolFactsQuery) {
 		b.WriteString("\nAsk the fact store with facts.query {query} (SELECT * WHERE ... ORDER BY ... LIMIT n).")
 	}
-	b.WriteString("\nName the ids of the facts a step relies on in its goal: their confidence is checked before the step runs.")
+	b.WriteString("\nBefore each of your steps runs, the confidence of every fact another agent assessed, and of any fact its goal names, is checked" +
+		" (your own assessment can lower a fact for your steps, not raise it).")
 	raw, err := json.Marshal(s.views(ctx))
 	if err != nil {
 		raw = []byte("[]")
