@@ -3,8 +3,11 @@ package analysis
 import (
 	"fmt"
 	"math"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/xct-dev/xct/lctl"
 )
@@ -341,15 +344,18 @@ func (b *ConfidenceBuilder) Add(e *lctl.Event) {
 // Report is the confidence report on the events added.
 func (b *ConfidenceBuilder) Report() *ConfidenceReport {
 	r := b.r
-	for _, t := range b.order {
+	var rendered [][]byte
+	if b.rendered {
+		rendered = b.renderPoints()
+	}
+	for k, t := range b.order {
 		fc := t.fc
 		if b.rendered {
 			fc.Points = nil
-			for i, p := range t.points {
-				if i > 0 {
-					fc.rendered = append(fc.rendered, arrow...)
-				}
-				fc.rendered = appendPoint(fc.rendered, p.blocked, p.value)
+			if fc.rendered == nil {
+				fc.rendered = rendered[k]
+			} else {
+				fc.rendered = append(fc.rendered, rendered[k]...)
 			}
 		} else {
 			fc.Points = make([]ConfidencePoint, len(t.points))
@@ -454,6 +460,39 @@ const arrow = " → "
 
 // appendPoint appends a point as Render shows it: BLOCKED, or the value
 // as fmt's %.2f writes it (strconv's 'f' with 2 digits is what it calls).
+// renderPoints renders each fact's points as Render shows them, the
+// facts shared out to every core: a long chain has millions of points,
+// and this is the report's last work, after the stream.
+func (b *ConfidenceBuilder) renderPoints() [][]byte {
+	out := make([][]byte, len(b.order))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), len(b.order)) {
+		wg.Go(func() {
+			for {
+				k := int(next.Add(1)) - 1
+				if k >= len(b.order) {
+					return
+				}
+				points := b.order[k].points
+				var r []byte
+				if len(points) > 0 {
+					r = make([]byte, 0, 8*len(points))
+				}
+				for i, p := range points {
+					if i > 0 {
+						r = append(r, arrow...)
+					}
+					r = appendPoint(r, p.blocked, p.value)
+				}
+				out[k] = r
+			}
+		})
+	}
+	wg.Wait()
+	return out
+}
+
 func appendPoint(b []byte, blocked bool, v float64) []byte {
 	switch {
 	case blocked:
