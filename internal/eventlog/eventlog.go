@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -92,7 +93,47 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Log, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open stream %s: %w", StreamName, err)
 	}
+	if err := checkStream(stream.CachedInfo().Config); err != nil {
+		return nil, err
+	}
 	return &Log{js: js, stream: stream, pub: NewPublisher(nc, StreamName)}, nil
+}
+
+// ErrStreamSettings means the LCTL stream exists with settings XCT never
+// makes: whoever creates a stream first sets them, and another service
+// allowed to create it (the tracer) could have made it republish chain
+// messages into other subjects (the tool catalog: the server's own
+// publish, past every permission), source other streams into it, or let
+// its messages be deleted, purged or rolled up.
+var ErrStreamSettings = errors.New("the LCTL stream has settings XCT never makes")
+
+// checkStream refuses a LCTL stream XCT did not make as it makes them.
+// Size limits, replicas and the duplicate window are the operator's.
+func checkStream(c jetstream.StreamConfig) error {
+	var bad []string
+	if c.RePublish != nil {
+		bad = append(bad, fmt.Sprintf("republish %s to %s", c.RePublish.Source, c.RePublish.Destination))
+	}
+	if len(c.Sources) > 0 {
+		bad = append(bad, "sources")
+	}
+	if c.Mirror != nil {
+		bad = append(bad, "a mirror")
+	}
+	if c.SubjectTransform != nil {
+		bad = append(bad, "a subject transform")
+	}
+	if !c.DenyDelete || !c.DenyPurge || c.AllowRollup {
+		bad = append(bad, fmt.Sprintf("deny delete %v, deny purge %v, rollups %v", c.DenyDelete, c.DenyPurge, c.AllowRollup))
+	}
+	if len(c.Subjects) != 1 || c.Subjects[0] != AllSubjects {
+		bad = append(bad, fmt.Sprintf("subjects %v", c.Subjects))
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("%w: %s; an operator must look at it and remove it (nats stream rm %s) before XCT uses it",
+			ErrStreamSettings, strings.Join(bad, "; "), StreamName)
+	}
+	return nil
 }
 
 // Bind binds to the LCTL stream for reading. Unlike Open it never creates

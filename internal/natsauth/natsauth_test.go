@@ -746,3 +746,54 @@ func TestServicesReadOnlyWhatTheyNeed(t *testing.T) {
 		}
 	}
 }
+
+// TestALogMadeFirstByAnotherIsRefused: the tracer may create LCTL (it may
+// start before the orchestrator), and the first creator's settings stay.
+// A tracer taken over before the first start made LCTL republishing its
+// chain messages into the tool catalog: a chain event it wrote became the
+// catalog's fs.write (effect read), which the validator judges with —
+// the stream's republish is the server's own publish, past every
+// permission. Or LCTL sourcing the approvals (raw proposals) for every
+// reader. eventlog.Open now refuses a LCTL with settings XCT never makes
+// (republish, sources, a mirror, a subject transform, rollups, deletes or
+// purges allowed, other subjects), so the orchestrator does not run on
+// it: no run, no step.
+func TestALogMadeFirstByAnotherIsRefused(t *testing.T) {
+	for name, cfg := range map[string]jetstream.StreamConfig{
+		"republish into the catalog": {RePublish: &jetstream.RePublish{Source: "lctl.chain.otel-x", Destination: "$KV." + catalog.Bucket + ".fs.write"}},
+		"sourcing the approvals":     {Sources: []*jetstream.StreamSource{{Name: "KV_" + validator.ApprovalsBucket}}},
+		"purges allowed":             {DenyDelete: true},
+		"rollups allowed":            {DenyDelete: true, DenyPurge: false, AllowRollup: true},
+		"a subject transform":        {DenyDelete: true, DenyPurge: true, SubjectTransform: &jetstream.SubjectTransformConfig{Source: "lctl.chain.*", Destination: "lctl.chain.{{wildcard(1)}}"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ns := testutil.RunJetStream(t)
+			url := ns.ClientURL()
+			admin := connectAs(t, url, natsauth.Admin)
+			ctx := context.Background()
+			for _, b := range []string{catalog.Bucket, validator.ApprovalsBucket} {
+				if _, err := admin.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: b}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			tr := connectAs(t, url, natsauth.Tracer)
+			cfg.Name, cfg.Subjects = eventlog.StreamName, []string{eventlog.AllSubjects}
+			if _, err := tr.js.CreateStream(ctx, cfg); err != nil {
+				t.Fatalf("the tracer making LCTL: %v", err)
+			}
+			orch := connectAs(t, url, natsauth.Orchestrator)
+			if _, err := eventlog.Open(ctx, orch.nc, eventlog.DefaultConfig()); !errors.Is(err, eventlog.ErrStreamSettings) {
+				t.Errorf("the orchestrator opening the tracer's LCTL (%s): %v", name, err)
+			}
+		})
+	}
+	// XCT's own LCTL opens, made by either and opened by the other.
+	ns := testutil.RunJetStream(t)
+	ctx := context.Background()
+	if _, err := eventlog.Open(ctx, connectAs(t, ns.ClientURL(), natsauth.Tracer).nc, eventlog.DefaultConfig()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eventlog.Open(ctx, connectAs(t, ns.ClientURL(), natsauth.Orchestrator).nc, eventlog.DefaultConfig()); err != nil {
+		t.Errorf("the orchestrator opening XCT's LCTL: %v", err)
+	}
+}
