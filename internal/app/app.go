@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"runtime/pprof"
 	"slices"
 	"strings"
@@ -323,7 +324,80 @@ func (c *Config) Validate(targets []string) error {
 	if err := c.checkVerdictKeys(targets); err != nil {
 		errs = append(errs, err)
 	}
+	if err := c.checkOutsideWorkspace(targets); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
+}
+
+// checkOutsideWorkspace refuses, in a process that serves the executor,
+// every file or directory the process is configured with that lies inside
+// the executor's workspace: the model changes the workspace (fs.write is
+// reversible, allowed by the default policy) and reads it, so a policy
+// file there is rewritten and reloaded (--policy-reload) as the model's
+// own policy, a tools configuration, scripts or keys become the model's,
+// and credentials become its to read.
+func (c *Config) checkOutsideWorkspace(targets []string) error {
+	if !slices.Contains(targets, TargetExecutor) || c.Executor.Workspace == "" {
+		return nil
+	}
+	ws := realPath(c.Executor.Workspace)
+	type named struct{ flag, path string }
+	var files []named
+	add := func(flag string, paths ...string) {
+		for _, p := range paths {
+			if p = strings.TrimSpace(p); p != "" {
+				files = append(files, named{flag, p})
+			}
+		}
+	}
+	add("--tools-config", c.Executor.ToolsConfigFile)
+	add("--verdict-trust", strings.Split(c.Executor.VerdictTrust, ",")...)
+	add("--nats-credentials", c.NATSCredentialsFile)
+	add("--auth-tokens", c.Auth.TokensFile)
+	add("--redact-key-file", c.Redact.KeyFile)
+	add("--tls-cert", c.Security.TLS.Cert)
+	add("--tls-key", c.Security.TLS.Key)
+	add("--tls-ca", c.Security.TLS.CA)
+	if slices.Contains(targets, TargetValidator) {
+		add("--policy", c.Validator.PolicyFiles()...)
+		add("--verdict-key", c.Validator.VerdictKeyFile)
+	}
+	if slices.Contains(targets, TargetOrchestrator) {
+		add("--scripts-dir", c.Orchestrator.ScriptsDir)
+	}
+	if slices.Contains(targets, TargetTracer) {
+		add("--tracer-data", c.Tracer.DataDir)
+	}
+	var errs []error
+	for _, f := range files {
+		rel, err := filepath.Rel(ws, realPath(f.path))
+		if err == nil && (rel == "." || !strings.HasPrefix(rel, "..")) {
+			errs = append(errs, fmt.Errorf("%s %s is inside the executor's workspace %s: the model could read and rewrite it; keep it outside",
+				f.flag, f.path, c.Executor.Workspace))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// realPath is p absolute, with the symbolic links of its longest existing
+// part resolved.
+func realPath(p string) string {
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return filepath.Clean(p)
+	}
+	rest := ""
+	for dir := abs; ; dir = filepath.Dir(dir) {
+		if real, err := filepath.EvalSymlinks(dir); err == nil {
+			return filepath.Join(real, rest)
+		}
+		if parent := filepath.Dir(dir); parent == dir {
+			return abs
+		} else {
+			rest = filepath.Join(filepath.Base(dir), rest)
+		}
+	}
 }
 
 // ProfileLabel is the CPU profiler label that names the service a

@@ -8,6 +8,8 @@ package attack
 import (
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +19,8 @@ import (
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/app"
+	"github.com/xct-dev/xct/internal/grpcx"
+	"github.com/xct-dev/xct/internal/grpcx/grpcxtest"
 	"github.com/xct-dev/xct/internal/testutil"
 )
 
@@ -292,5 +296,44 @@ steps:
 	// with the second, past the $0.05 budget: it is refused, the run ends.
 	if got := stepErrors(run); fmt.Sprint(got) != "[ BUDGET_EXCEEDED]" {
 		t.Fatalf("steps %v (run %s: %s), want the second refused for its cost", got, run.GetStatus(), run.GetMessage())
+	}
+}
+
+// The validator reads its policy files again every few seconds
+// (--policy-reload). Where a policy file lay inside the executor's
+// workspace (xct dev --workspace . --policy examples/policies/…, run from a
+// checkout), the model rewrote it with fs.write (reversible: allowed) and,
+// a reload later, every proposal of every run was judged by the model's
+// own policy. A cluster whose policy, tools configuration, scripts or
+// verdict keys lie inside its workspace no longer starts.
+func TestAttackModelRewritesThePolicy(t *testing.T) {
+	ws := t.TempDir()
+	policy := filepath.Join(ws, "policies", "no-deletes.yaml")
+	if err := os.MkdirAll(filepath.Dir(policy), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(policy, []byte(shippedPolicy(t, "no-deletes.yaml")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ns := testutil.RunJetStream(t)
+	var cfg app.Config
+	cfg.NATSURL, cfg.NATSUsers, cfg.Replicas = ns.ClientURL(), testutil.NATSUsers(), 1
+	cfg.OrchestratorListen, cfg.ValidatorListen, cfg.ExecutorListen, cfg.TracerListen = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Executor.Workspace = ws
+	cfg.Orchestrator.ScriptsDir = t.TempDir()
+	cfg.Tracer.DataDir = t.TempDir()
+	cfg.Validator.PolicyFile = policy
+	creds := grpcxtest.New(t)
+	cfg.Auth.TokensFile = creds.Path
+	cfg.Security = grpcx.Security{Plaintext: true, ServiceToken: creds.Token(t, grpcxtest.Service), RateLimit: grpcx.DefaultRateLimit, RateBurst: grpcx.DefaultRateBurst}
+	a, err := app.Start(context.Background(), cfg, app.StartOrder, slog.New(slog.NewTextHandler(io.Discard, nil)), app.Options{})
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		a.Stop(ctx)
+		t.Fatal("a cluster whose policy file is inside its workspace started: the model may rewrite the policy with fs.write")
+	}
+	if !strings.Contains(err.Error(), policy) || !strings.Contains(err.Error(), "workspace") {
+		t.Fatalf("the refusal does not name the file and the workspace: %v", err)
 	}
 }
