@@ -441,7 +441,7 @@ func (v *configCheck) check(cfg *ToolsConfig) {
 		switch {
 		case !validToolName(name) || strings.Contains(name, "."):
 			v.fail(path, "name %q must be one word of letters, digits, '_' and '-'", name)
-		case slices.Contains([]string{"fs", "http", "shell", "mcp"}, name): // built-in prefixes
+		case slices.Contains([]string{"fs", "http", "shell", "mcp", "xct", "facts"}, name): // built-in prefixes, the system's and the crews' tools
 			v.fail(path, "name %q is reserved for built-in tools", name)
 		case names[name]:
 			v.fail(path, "name %q is used twice", name)

@@ -152,6 +152,9 @@ func TestParseToolsConfigErrors(t *testing.T) {
 		{"bad env name", "shell:\n  env: [\"A=B\"]\n  binaries: [{name: echo}]\n", "is not an environment variable name"},
 		{"nats credentials in env", "shell:\n  env: [XCT_NATS_PASSWORD]\n  binaries: [{name: echo}]\n", "never passed to a program"},
 		{"server name reserved", "servers:\n  - name: fs\n    address: 127.0.0.1:1\n", `tools.yaml:2: servers[0].name: name "fs" is reserved`},
+		// Its tools would be xct.undo (the system's) or facts.add (a crew's).
+		{"server named xct", "servers:\n  - name: xct\n    address: 127.0.0.1:1\n", `servers[0].name: name "xct" is reserved`},
+		{"server named facts", "servers:\n  - name: facts\n    address: 127.0.0.1:1\n", `servers[0].name: name "facts" is reserved`},
 		{"server name with a dot", "servers:\n  - name: a.b\n    address: 127.0.0.1:1\n", "must be one word"},
 		{"server twice", "servers:\n  - {name: a, address: \"h:1\"}\n  - {name: a, address: \"h:2\"}\n", "tools.yaml:3: servers[1].name: name \"a\" is used twice"},
 		{"server address", "servers:\n  - name: a\n    address: nowhere\n", `tools.yaml:3: servers[0].address: address "nowhere" must be host:port`},
