@@ -837,3 +837,33 @@ func TestBrowserFlowchartKeyboard(t *testing.T) {
 	}
 	b.Clean(t)
 }
+
+// A model's arguments and intent hold characters a browser does not show
+// as themselves: a right-to-left override reorders what follows it, tag
+// and zero-width characters show nothing. The page writes each as its
+// escape (as xct approvals and the validator's previews do), in the JSON
+// blocks (an approval's arguments are one) and in the text around them.
+func TestBrowserShowsHiddenCharacters(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "hidden.lctl.json")
+	sealChain(t, path, "hidden-run", []lctl.Event{
+		{Type: "run_started", Agent: "orchestrator", Data: map[string]any{"run_id": "hidden-run", "goal": "g", "principal": "alice", "model": "m"}},
+		{Type: "step_start", Agent: "orchestrator", Data: map[string]any{"step": 1.0, "step_id": "s1", "tool": "fs.write", "intent": "fix\u202eexe.txt",
+			"arguments": map[string]any{"path": "config/app\u202elmay.yaml", "content": "a\u200bb\U000E0041c\u2028d"}}},
+	})
+	url := serveChainFiles(t, path)
+	b := browser.New(t, 2*time.Minute)
+	b.Do(t, "open the step", chromedp.Navigate(url+"#/chain/hidden-run?seq=2"))
+	tabStateAt(t, b, 2)
+	state := b.Text(t, "section.state")
+	for _, raw := range []string{"\u202e", "\u200b", "\U000E0041", "\u2028"} {
+		if strings.Contains(state, raw) {
+			t.Errorf("the step's panel shows %q as it is:\n%s", raw, state)
+		}
+	}
+	for _, want := range []string{`config/app\u202elmay.yaml`, `a\u200bb\U000e0041c\u2028d`} {
+		if !strings.Contains(state, want) {
+			t.Errorf("the step's panel does not show %s:\n%s", want, state)
+		}
+	}
+	b.Clean(t)
+}

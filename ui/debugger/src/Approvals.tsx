@@ -5,7 +5,7 @@ import { useEffect, useState } from 'preact/hooks';
 import type { Approval, Json, Obj } from './api';
 import { ApiError, approverName, decide, get, pick, setApproverName, setToken, token } from './api';
 import { ErrorBox, JsonBlock, Loading, Status } from './common';
-import { fmtTime } from './fmt';
+import { fmtTime, visible } from './fmt';
 import { chainHref } from './route';
 
 function str(v: Json | undefined): string {
@@ -110,7 +110,7 @@ function Card({ a, auth, onDecided }: { a: Approval; auth: boolean; onDecided: (
       </h2>
       <dl class="kv">
         <dt>Goal</dt>
-        <dd>{str(pick(proposal, 'goal')) || '—'}</dd>
+        <dd>{visible(str(pick(proposal, 'goal'))) || '—'}</dd>
         <dt>Requested by</dt>
         <dd>{str(pick(a, 'requestedBy', 'requested_by')) || '—'}</dd>
         <dt>Requested</dt>

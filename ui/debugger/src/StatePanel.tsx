@@ -5,7 +5,7 @@ import { useEffect, useState } from 'preact/hooks';
 import type { FactAt, Json, LctlEvent, Obj, StateAt, StepView } from './api';
 import { get } from './api';
 import { ErrorBox, JsonBlock, Status } from './common';
-import { band, fmtConf, fmtCost, fmtInt, fmtMs, fmtTime } from './fmt';
+import { band, fmtConf, fmtCost, fmtInt, fmtMs, fmtTime, visible } from './fmt';
 
 /** knownTypes are the event types this page knows how to describe. */
 export const knownTypes = new Set([
@@ -71,7 +71,7 @@ function StepDetail({ step }: { step: StepView }) {
               <code>{String(pd.tool ?? '—')}</code>
             </dd>
             <dt>Intent</dt>
-            <dd>{String(pd.intent ?? '') || '—'}</dd>
+            <dd>{visible(String(pd.intent ?? '')) || '—'}</dd>
             {pd.confidence != null ? (
               <>
                 <dt>Confidence</dt>
@@ -194,7 +194,7 @@ function SpanDetail({ step }: { step: StepView }) {
       </h3>
       <dl class="kv">
         <dt>Kind</dt>
-        <dd>{String(pd.intent ?? '') || '—'}</dd>
+        <dd>{visible(String(pd.intent ?? '')) || '—'}</dd>
         {model ? (
           <>
             <dt>Model</dt>

@@ -40,15 +40,36 @@ export function fmtTime(ts: string | undefined): string {
   return d.toISOString().replace('T', ' ').replace(/\.\d+Z$/, 'Z');
 }
 
+// Characters that do not show as themselves (the class of Go's
+// text.Hidden): control characters, format characters (bidirectional
+// overrides and isolates, zero-width and tag characters), the line and
+// paragraph separators. A model chose much of what the page shows (its
+// arguments, its intent): each such character is written as its escape.
+const hiddenLines = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u2028\u2029\p{Cf}]/gu;
+const hiddenAll = /[\u0000-\u001f\u007f-\u009f\u2028\u2029\p{Cf}]/gu;
+
+function escapeRune(c: string): string {
+  const r = c.codePointAt(0) ?? 0;
+  if (r < 0x80) return '\\x' + r.toString(16).padStart(2, '0');
+  if (r <= 0xffff) return '\\u' + r.toString(16).padStart(4, '0');
+  return '\\U' + r.toString(16).padStart(8, '0');
+}
+
+/** visible writes every character that does not show as itself as its
+ * escape (\x1b, \u202e, \U000e0041); keepLines keeps newlines and tabs. */
+export function visible(s: string, keepLines = false): string {
+  return s.replace(keepLines ? hiddenLines : hiddenAll, escapeRune);
+}
+
 /** pretty renders any JSON value as indented text. */
 export function pretty(v: Json | undefined): string {
   if (v === undefined) return '';
-  if (typeof v === 'string') return v;
-  return JSON.stringify(v, null, 2);
+  if (typeof v === 'string') return visible(v, true);
+  return visible(JSON.stringify(v, null, 2), true);
 }
 
 /** short renders a JSON value on one line, cut to n characters. */
 export function short(v: Json | undefined, n = 120): string {
-  const s = typeof v === 'string' ? v : JSON.stringify(v ?? null);
+  const s = visible(typeof v === 'string' ? v : JSON.stringify(v ?? null));
   return s.length > n ? s.slice(0, n - 1) + '…' : s;
 }
