@@ -42,6 +42,51 @@ const (
 // both win.
 type approvalStore struct {
 	kv jetstream.KeyValue
+	js jetstream.JetStream
+}
+
+// errStreamsUnlisted means republishedInto could not list the streams.
+var errStreamsUnlisted = errors.New("the streams could not be listed")
+
+// approvalsSubjects are the subjects of the approvals bucket.
+const approvalsSubjects = "$KV." + ApprovalsBucket + ".>"
+
+// republishedInto returns an error naming a stream that republishes into
+// the approvals bucket. Only the validator may write there (NATS
+// permissions), but a stream's republish is the server's own publish,
+// which no permission sees, and a stream's settings are its first
+// creator's: a service that made its own bucket first could have it
+// republish what it writes as approvals. Asked before an approval lets a
+// step run (a human's approval is rare; the common step path does not
+// ask).
+func (st *approvalStore) republishedInto(ctx context.Context) error {
+	streams := st.js.ListStreams(ctx)
+	for info := range streams.Info() {
+		if rp := info.Config.RePublish; rp != nil && subjectsCollide(rp.Destination, approvalsSubjects) {
+			return fmt.Errorf("stream %s republishes %s to %s, into the approvals", info.Config.Name, rp.Source, rp.Destination)
+		}
+	}
+	if err := streams.Err(); err != nil {
+		return fmt.Errorf("%w: %w", errStreamsUnlisted, err)
+	}
+	return nil
+}
+
+// subjectsCollide reports whether some subject matches both NATS subject
+// patterns a and b (with * and >).
+func subjectsCollide(a, b string) bool {
+	at, bt := strings.Split(a, "."), strings.Split(b, ".")
+	for i := 0; i < len(at) && i < len(bt); i++ {
+		x, y := at[i], bt[i]
+		switch {
+		case x == ">" || y == ">":
+			return true
+		case x == "*" || y == "*" || x == y:
+		default:
+			return false
+		}
+	}
+	return len(at) == len(bt)
 }
 
 // openApprovals creates the bucket, or binds to it when it exists.
@@ -62,7 +107,7 @@ func openApprovals(ctx context.Context, js jetstream.JetStream, replicas int) (*
 	if err != nil {
 		return nil, fmt.Errorf("approvals bucket: %w", err)
 	}
-	return &approvalStore{kv: kv}, nil
+	return &approvalStore{kv: kv, js: js}, nil
 }
 
 func approvalKey(runID, stepID string) string { return runID + "." + stepID }
@@ -460,7 +505,21 @@ func (s *Service) consultApproval(ctx context.Context, installed *installedPolic
 	}
 	expiresAt := a.GetExpiresAt().AsTime()
 	expired := !in.Now.Before(expiresAt)
+	var forgeable error
+	if a.GetState() == xctv1.ApprovalState_APPROVAL_STATE_APPROVED && !expired {
+		forgeable = store.republishedInto(ctx)
+		if errors.Is(forgeable, errStreamsUnlisted) {
+			s.log.Warn("the streams could not be listed; the step keeps waiting", "run_id", runID, "step_id", in.StepID, "err", forgeable)
+			return
+		}
+	}
 	switch st := a.GetState(); {
+	case st == xctv1.ApprovalState_APPROVAL_STATE_APPROVED && !expired && forgeable != nil:
+		err := forgeable
+		s.log.Error("an approval lets a step run only while nothing but the validator writes the approvals; denied", "run_id", runID, "step_id", in.StepID, "err", err)
+		denyBecause(v, reasonApproval, "the approvals can be written by another stream than the validator's: "+err.Error(),
+			wire.Errorf(wire.CodePolicyDenied, "this step's approval cannot be trusted (the approvals bucket is written by another stream too), so it is denied"))
+		v.ApprovalTtl = nil
 	case st == xctv1.ApprovalState_APPROVAL_STATE_APPROVED && !expired:
 		v.Reasons = append(v.Reasons, &xctv1.Reason{RuleId: reasonApproval, Message: fmt.Sprintf("approved by %s: %s", a.GetDecidedBy(), a.GetReason())})
 		v.Decision, v.Error, v.ApprovalTtl = xctv1.VerdictDecision_VERDICT_DECISION_ALLOW, nil, nil

@@ -4,7 +4,9 @@ import (
 	"context"
 	"testing"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
@@ -86,5 +88,49 @@ func TestApprovalCallers(t *testing.T) {
 	}
 	if _, err := s.WithdrawApproval(svc("service:orchestrator"), &xctv1.WithdrawApprovalRequest{RunId: "run-1", StepId: req.GetStepId(), By: "x", Reason: "y"}); err != nil {
 		t.Fatalf("the orchestrator's withdrawal: %v", err)
+	}
+}
+
+// TestApprovalRepublishedByAnotherStream: the approvals bucket is written
+// by the validator only (NATS permissions), but a stream's republish is
+// the server's own publish, which no permission sees: a stream another
+// service made first (the orchestrator makes its run owners bucket when
+// it is missing, with settings of its choosing) could republish what that
+// service writes into $KV.XCT_APPROVALS, and an "approved" approval
+// written so let Validate allow the step no human approved. Validate now
+// allows on an approval only while no stream republishes into the
+// approvals.
+func TestApprovalRepublishedByAnotherStream(t *testing.T) {
+	t.Parallel()
+	a := startApprovals(t)
+	ctx := context.Background()
+	req := configWrite(t, 1, "config/app.yaml")
+	pending := a.request(t, req, nil)
+	js, err := jetstream.New(a.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "KV_OWNERS_MADE_FIRST", Subjects: []string{"owners.>"},
+		RePublish: &jetstream.RePublish{Source: "owners.>", Destination: "$KV." + validator.ApprovalsBucket + ".>"}}); err != nil {
+		t.Fatal(err)
+	}
+	forged := proto.CloneOf(pending)
+	forged.State, forged.DecidedBy, forged.Reason = xctv1.ApprovalState_APPROVAL_STATE_APPROVED, "bob", "looks fine"
+	raw, err := protojson.Marshal(forged)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, "owners."+req.GetRun().GetRunId()+"."+req.GetStepId(), raw); err != nil {
+		t.Fatal(err)
+	}
+	if got := a.list(t, "run-1", true); len(got) != 1 || got[0].GetState() != xctv1.ApprovalState_APPROVAL_STATE_APPROVED {
+		t.Fatalf("the republished approval is not the stored one: %v", got)
+	}
+	resp, err := a.s.Validate(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := resp.GetVerdict().GetDecision(); d == xctv1.VerdictDecision_VERDICT_DECISION_ALLOW {
+		t.Errorf("the step was allowed on an approval another stream republished: %v", resp.GetVerdict())
 	}
 }
