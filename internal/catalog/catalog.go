@@ -12,12 +12,14 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/jsguard"
 )
 
 // Bucket is the KV bucket holding the catalog.
@@ -74,6 +76,8 @@ type Catalog struct {
 	tools map[string]*xctv1.ToolDescriptor
 	// version counts changes, so caches keyed on a descriptor can tell.
 	version uint64
+	// tainted: a stream republished into the catalog (taint).
+	tainted bool
 }
 
 // Get returns a tool's descriptor.
@@ -106,19 +110,33 @@ func Static(tools ...*xctv1.ToolDescriptor) *Catalog {
 	return c
 }
 
+// subjects are the catalog bucket's subjects.
+const subjects = "$KV." + Bucket + ".>"
+
 // Watch loads the catalog and keeps it current until ctx ends. It returns
 // once the entries present now are loaded.
+//
+// Only the executor may write the catalog (NATS permissions), but a
+// stream's republish is the server's own publish, which no permission
+// sees, and a stream's settings are its first creator's: a service that
+// made its own bucket first could have it republish what it writes into
+// the catalog (jsguard). Watch refuses to load while a stream does, and a
+// loaded catalog checks again before each change: if one does then, the
+// catalog drops every tool for good (an unknown tool is denied).
 func Watch(ctx context.Context, js jetstream.JetStream, replicas int) (*Catalog, error) {
 	kv, err := bucket(ctx, js, replicas)
 	if err != nil {
 		return nil, err
+	}
+	if err := jsguard.RepublishedInto(ctx, js, subjects); err != nil {
+		return nil, fmt.Errorf("tool catalog: %w", err)
 	}
 	w, err := kv.WatchAll(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("watch tool catalog: %w", err)
 	}
 	c := &Catalog{tools: map[string]*xctv1.ToolDescriptor{}}
-	loaded := make(chan struct{})
+	loaded := make(chan error, 1)
 	go func() {
 		defer func() { _ = w.Stop() }()
 		initial := true
@@ -133,25 +151,68 @@ func Watch(ctx context.Context, js jetstream.JetStream, replicas int) (*Catalog,
 				if entry == nil { // end of the initial values
 					if initial {
 						initial = false
-						close(loaded)
+						// Again, now the entries are in: a stream made
+						// meanwhile.
+						loaded <- jsguard.RepublishedInto(ctx, js, subjects)
 					}
 					continue
+				}
+				if !initial {
+					if err := republishedInto(ctx, js); err != nil {
+						c.taint()
+						continue
+					}
 				}
 				c.apply(entry)
 			}
 		}
 	}()
 	select {
-	case <-loaded:
+	case err := <-loaded:
+		if err != nil {
+			return nil, fmt.Errorf("tool catalog: %w", err)
+		}
 		return c, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
 }
 
+// republishedInto is jsguard.RepublishedInto for the catalog, asked again
+// for a while when the streams cannot be listed (NATS reconnecting), so
+// a moment's outage does not drop the catalog.
+func republishedInto(ctx context.Context, js jetstream.JetStream) error {
+	wait := 100 * time.Millisecond
+	for {
+		err := jsguard.RepublishedInto(ctx, js, subjects)
+		if !errors.Is(err, jsguard.ErrUnlisted) || wait > 5*time.Second {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+			wait *= 2
+		}
+	}
+}
+
+// taint drops every tool for good: the catalog can no longer be told
+// from what another stream republished into it.
+func (c *Catalog) taint() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.version++
+	c.tainted = true
+	c.tools = map[string]*xctv1.ToolDescriptor{}
+}
+
 func (c *Catalog) apply(entry jetstream.KeyValueEntry) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.tainted {
+		return
+	}
 	c.version++
 	if entry.Operation() != jetstream.KeyValuePut {
 		delete(c.tools, entry.Key())

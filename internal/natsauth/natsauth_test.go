@@ -15,7 +15,9 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/encoding/protojson"
 
+	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/catalog"
 	"github.com/xct-dev/xct/internal/eventlog"
 	"github.com/xct-dev/xct/internal/natsauth"
@@ -795,5 +797,63 @@ func TestALogMadeFirstByAnotherIsRefused(t *testing.T) {
 	}
 	if _, err := eventlog.Open(ctx, connectAs(t, ns.ClientURL(), natsauth.Orchestrator).nc, eventlog.DefaultConfig()); err != nil {
 		t.Errorf("the orchestrator opening XCT's LCTL: %v", err)
+	}
+}
+
+// TestCatalogRepublishedIntoIsRefused: the tool catalog is written by
+// the executor only, but a stream's republish is the server's own
+// publish: the orchestrator makes its run owners bucket when it is
+// missing, with settings of its choosing, and one republishing into
+// $KV.XCT_TOOLS turned what it wrote into the catalog's fs.write with
+// effect read, which the validator judges with. The catalog watch now
+// refuses to load while a stream republishes into it, and a catalog
+// loaded before such a stream appears drops every tool at the next
+// change (unknown tools are denied).
+func TestCatalogRepublishedIntoIsRefused(t *testing.T) {
+	ctx := context.Background()
+	write := &xctv1.ToolDescriptor{Name: "fs.write", Effect: xctv1.Effect_EFFECT_REVERSIBLE}
+	forged, err := protojson.Marshal(&xctv1.ToolDescriptor{Name: "fs.write", Effect: xctv1.Effect_EFFECT_READ})
+	if err != nil {
+		t.Fatal(err)
+	}
+	republishing := jetstream.StreamConfig{Name: "KV_" + orchestrator.OwnersBucket, Subjects: []string{"$KV." + orchestrator.OwnersBucket + ".>"},
+		RePublish: &jetstream.RePublish{Source: "$KV." + orchestrator.OwnersBucket + ".>", Destination: "$KV." + catalog.Bucket + ".>"}}
+	for _, before := range []bool{true, false} {
+		ns := testutil.RunJetStream(t)
+		url := ns.ClientURL()
+		ex := connectAs(t, url, natsauth.Executor)
+		if err := catalog.Publish(ctx, ex.js, 1, []*xctv1.ToolDescriptor{write}); err != nil {
+			t.Fatal(err)
+		}
+		orch := connectAs(t, url, natsauth.Orchestrator)
+		val := connectAs(t, url, natsauth.Validator)
+		if before {
+			if _, err := orch.js.CreateStream(ctx, republishing); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := catalog.Watch(ctx, val.js, 1); err == nil || !strings.Contains(err.Error(), "republishes") {
+				t.Errorf("the validator's catalog loaded with a stream republishing into it: %v", err)
+			}
+			continue
+		}
+		cat, err := catalog.Watch(ctx, val.js, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := orch.js.CreateStream(ctx, republishing); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := orch.js.Publish(ctx, "$KV."+orchestrator.OwnersBucket+".fs.write", forged); err != nil {
+			t.Fatal(err)
+		}
+		testutil.Eventually(t, 10*time.Second, func() error {
+			if d, ok := cat.Get("fs.write"); ok {
+				if d.GetEffect() == xctv1.Effect_EFFECT_READ {
+					return fmt.Errorf("fs.write is %s in the validator's catalog", d.GetEffect())
+				}
+				return errors.New("fs.write still there")
+			}
+			return nil
+		})
 	}
 }

@@ -18,6 +18,7 @@ import (
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/auth"
+	"github.com/xct-dev/xct/internal/jsguard"
 	"github.com/xct-dev/xct/internal/wire"
 )
 
@@ -45,48 +46,16 @@ type approvalStore struct {
 	js jetstream.JetStream
 }
 
-// errStreamsUnlisted means republishedInto could not list the streams.
-var errStreamsUnlisted = errors.New("the streams could not be listed")
-
 // approvalsSubjects are the subjects of the approvals bucket.
 const approvalsSubjects = "$KV." + ApprovalsBucket + ".>"
 
 // republishedInto returns an error naming a stream that republishes into
-// the approvals bucket. Only the validator may write there (NATS
-// permissions), but a stream's republish is the server's own publish,
-// which no permission sees, and a stream's settings are its first
-// creator's: a service that made its own bucket first could have it
-// republish what it writes as approvals. Asked before an approval lets a
-// step run (a human's approval is rare; the common step path does not
-// ask).
+// the approvals bucket (jsguard): only the validator may write there, but
+// a stream another service made first could republish what that service
+// writes as approvals. Asked before an approval lets a step run (a
+// human's approval is rare; the common step path does not ask).
 func (st *approvalStore) republishedInto(ctx context.Context) error {
-	streams := st.js.ListStreams(ctx)
-	for info := range streams.Info() {
-		if rp := info.Config.RePublish; rp != nil && subjectsCollide(rp.Destination, approvalsSubjects) {
-			return fmt.Errorf("stream %s republishes %s to %s, into the approvals", info.Config.Name, rp.Source, rp.Destination)
-		}
-	}
-	if err := streams.Err(); err != nil {
-		return fmt.Errorf("%w: %w", errStreamsUnlisted, err)
-	}
-	return nil
-}
-
-// subjectsCollide reports whether some subject matches both NATS subject
-// patterns a and b (with * and >).
-func subjectsCollide(a, b string) bool {
-	at, bt := strings.Split(a, "."), strings.Split(b, ".")
-	for i := 0; i < len(at) && i < len(bt); i++ {
-		x, y := at[i], bt[i]
-		switch {
-		case x == ">" || y == ">":
-			return true
-		case x == "*" || y == "*" || x == y:
-		default:
-			return false
-		}
-	}
-	return len(at) == len(bt)
+	return jsguard.RepublishedInto(ctx, st.js, approvalsSubjects)
 }
 
 // openApprovals creates the bucket, or binds to it when it exists.
@@ -508,7 +477,7 @@ func (s *Service) consultApproval(ctx context.Context, installed *installedPolic
 	var forgeable error
 	if a.GetState() == xctv1.ApprovalState_APPROVAL_STATE_APPROVED && !expired {
 		forgeable = store.republishedInto(ctx)
-		if errors.Is(forgeable, errStreamsUnlisted) {
+		if errors.Is(forgeable, jsguard.ErrUnlisted) {
 			s.log.Warn("the streams could not be listed; the step keeps waiting", "run_id", runID, "step_id", in.StepID, "err", forgeable)
 			return
 		}

@@ -1,8 +1,9 @@
-package validator
+package jsguard
 
 import "testing"
 
 func TestSubjectsCollide(t *testing.T) {
+	const approvals = "$KV.XCT_APPROVALS.>"
 	for _, c := range []struct {
 		a    string
 		want bool
@@ -18,8 +19,8 @@ func TestSubjectsCollide(t *testing.T) {
 		{"$KV.XCT_APPROVALSX.a", false},
 		{"*.*", false},
 	} {
-		if got := subjectsCollide(c.a, approvalsSubjects); got != c.want {
-			t.Errorf("subjectsCollide(%q, %q) = %v, want %v", c.a, approvalsSubjects, got, c.want)
+		if got := SubjectsCollide(c.a, approvals); got != c.want {
+			t.Errorf("subjectsCollide(%q, %q) = %v, want %v", c.a, approvals, got, c.want)
 		}
 	}
 }

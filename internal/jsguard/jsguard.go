@@ -1,0 +1,56 @@
+// Package jsguard finds streams that write into another's subjects past
+// NATS permissions. Permissions see who publishes to a subject, but a
+// stream's republish is the server's own publish, and a stream's settings
+// are its first creator's (they are in the request's body, which
+// permissions do not see): a service that made one of its streams first
+// could have it republish what it writes into the subjects of a bucket
+// it may not write (the tool catalog, the approvals).
+package jsguard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// ErrUnlisted means the streams could not be listed.
+var ErrUnlisted = errors.New("the streams could not be listed")
+
+// ErrRepublished means a stream republishes into the subjects asked about.
+var ErrRepublished = errors.New("a stream republishes into these subjects")
+
+// RepublishedInto returns ErrRepublished naming the first stream that
+// republishes into subjects (a pattern), ErrUnlisted if the streams could
+// not be listed, nil if none does.
+func RepublishedInto(ctx context.Context, js jetstream.JetStream, subjects string) error {
+	streams := js.ListStreams(ctx)
+	for info := range streams.Info() {
+		if rp := info.Config.RePublish; rp != nil && SubjectsCollide(rp.Destination, subjects) {
+			return fmt.Errorf("%w: stream %s republishes %s to %s", ErrRepublished, info.Config.Name, rp.Source, rp.Destination)
+		}
+	}
+	if err := streams.Err(); err != nil {
+		return fmt.Errorf("%w: %w", ErrUnlisted, err)
+	}
+	return nil
+}
+
+// SubjectsCollide reports whether some subject matches both NATS subject
+// patterns a and b (with * and >).
+func SubjectsCollide(a, b string) bool {
+	at, bt := strings.Split(a, "."), strings.Split(b, ".")
+	for i := 0; i < len(at) && i < len(bt); i++ {
+		x, y := at[i], bt[i]
+		switch {
+		case x == ">" || y == ">":
+			return true
+		case x == "*" || y == "*" || x == y:
+		default:
+			return false
+		}
+	}
+	return len(at) == len(bt)
+}
