@@ -128,7 +128,7 @@ func Watch(ctx context.Context, js jetstream.JetStream, replicas int) (*Catalog,
 	if err != nil {
 		return nil, err
 	}
-	if err := jsguard.RepublishedInto(ctx, js, subjects); err != nil {
+	if err := republishedInto(ctx, js); err != nil {
 		return nil, fmt.Errorf("tool catalog: %w", err)
 	}
 	w, err := kv.WatchAll(ctx)
@@ -153,7 +153,7 @@ func Watch(ctx context.Context, js jetstream.JetStream, replicas int) (*Catalog,
 						initial = false
 						// Again, now the entries are in: a stream made
 						// meanwhile.
-						loaded <- jsguard.RepublishedInto(ctx, js, subjects)
+						loaded <- republishedInto(ctx, js)
 					}
 					continue
 				}
