@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/jsguard"
 )
 
 // Buckets holding the step records.
@@ -235,6 +236,7 @@ func (m *memStepStore) MaxRecordBytes() int { return memMaxRecordBytes }
 // XCT_STEPS, blobs in the object store XCT_STEP_BLOBS.
 type kvStepStore struct {
 	asJSON   bool // write records as protobuf JSON
+	js       jetstream.JetStream
 	kv       jetstream.KeyValue
 	blobs    jetstream.ObjectStore
 	maxBytes int
@@ -297,7 +299,30 @@ func OpenStepStore(ctx context.Context, nc *nats.Conn, cfg StepStoreConfig) (Ste
 	if maxBytes <= 0 {
 		maxBytes = memMaxRecordBytes
 	}
-	return &kvStepStore{kv: kv, blobs: blobs, maxBytes: maxBytes, asJSON: cfg.JSONRecords, put: newKVPut(ctx, nc, kv)}, nil
+	s := &kvStepStore{js: js, kv: kv, blobs: blobs, maxBytes: maxBytes, asJSON: cfg.JSONRecords, put: newKVPut(ctx, nc, kv)}
+	if err := s.onlyOurs(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// recordSubjects are where the records and their blobs are stored.
+var recordSubjects = []string{"$KV." + StepsBucket + ".>", "$O." + BlobsBucket + ".>"}
+
+// onlyOurs fails when a stream republishes into the records or their
+// blobs. Permissions keep every other service from writing there, but a
+// stream's republish is the server's own publish, and a service makes its
+// own streams with settings of its choosing: a record planted that way
+// for a step not yet run would be replayed as its outcome. It is asked at
+// open and on each read of a record (claims that find one, GetStep,
+// resolutions; not the step's own writes).
+func (s *kvStepStore) onlyOurs(ctx context.Context) error {
+	for _, subj := range recordSubjects {
+		if err := jsguard.RepublishedInto(ctx, s.js, subj); err != nil {
+			return fmt.Errorf("step store: %w; no record is trusted while it does", err)
+		}
+	}
+	return nil
 }
 
 func (s *kvStepStore) encode(rec *xctv1.StepRecord) ([]byte, error) {
@@ -339,6 +364,9 @@ func (s *kvStepStore) Get(ctx context.Context, id string) (*xctv1.StepRecord, ui
 		return nil, 0, ErrStepNotFound
 	}
 	if err != nil {
+		return nil, 0, err
+	}
+	if err := s.onlyOurs(ctx); err != nil {
 		return nil, 0, err
 	}
 	rec, err := decodeRecord(e.Value())

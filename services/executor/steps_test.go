@@ -19,6 +19,7 @@ import (
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/grpcx"
 	"github.com/xct-dev/xct/internal/grpcx/grpcxtest"
+	"github.com/xct-dev/xct/internal/jsguard"
 	"github.com/xct-dev/xct/internal/testutil"
 	"github.com/xct-dev/xct/internal/wire"
 )
@@ -620,5 +621,46 @@ func TestStepStoreUnavailable(t *testing.T) {
 	_, err = s.execute(ctx, &xctv1.ExecuteRequest{StepId: "y", Tool: "test.once"})
 	if status.Code(err) != codes.Unavailable || tool.calls.Load() != 0 {
 		t.Fatalf("NATS closed: %v", err)
+	}
+}
+
+// TestStepRecordsRepublishedIntoAreRefused: the step records are the
+// executor's alone to write (NATS permissions), but a stream's republish
+// is the server's own publish, and a service may make its own streams
+// with the settings it likes: one republishing into $KV.XCT_STEPS could
+// plant a "succeeded" record for a step id not yet run (step ids are
+// derived from the run, step, tool and arguments), and the executor would
+// replay that made-up outcome instead of running the step. A store with
+// such a stream beside it does not open, and a record read while one
+// exists is refused, not trusted.
+func TestStepRecordsRepublishedIntoAreRefused(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	nc := testutil.Connect(t, testutil.RunJetStream(t))
+	js, err := jetstream.New(nc)
+	must(t, err)
+	store, err := OpenStepStore(ctx, nc, StepStoreConfig{})
+	must(t, err)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "ELSEWHERE", Subjects: []string{"elsewhere.>"},
+		RePublish: &jetstream.RePublish{Source: "elsewhere.>", Destination: "$KV." + StepsBucket + ".>"}}); err != nil {
+		t.Fatal(err)
+	}
+	forged, err := encodeRecord(&xctv1.StepRecord{StepId: "planted", Tool: "t", State: stateSucceeded, Attempt: 1}, false)
+	must(t, err)
+	if _, err := js.Publish(ctx, "elsewhere.planted", forged); err != nil {
+		t.Fatal(err)
+	}
+	// The planted record is in the bucket (the server republished it)...
+	testutil.Eventually(t, 10*time.Second, func() error {
+		_, err := store.(*kvStepStore).kv.Get(ctx, "planted")
+		return err
+	})
+	// ...but the store does not hand it out as a step's record.
+	if rec, _, err := store.Get(ctx, "planted"); !errors.Is(err, jsguard.ErrRepublished) {
+		t.Fatalf("Get of a planted record = %v, %v; want %v", rec, err, jsguard.ErrRepublished)
+	}
+	if _, err := OpenStepStore(ctx, nc, StepStoreConfig{}); !errors.Is(err, jsguard.ErrRepublished) {
+		t.Fatalf("OpenStepStore beside a stream republishing into the records = %v; want %v", err, jsguard.ErrRepublished)
 	}
 }
