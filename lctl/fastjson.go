@@ -379,29 +379,14 @@ var topKeyWords = func() (w [len(topKeys)][4]uint64) {
 // two masked words when 16 bytes are there to read.
 func (p *fastParser) topKey() uint16 {
 	b := p.b[p.i:]
+	if len(b) < 3 {
+		return 0
+	}
+	k := topKeyIndex(b)
+	if k < 0 {
+		return 0
+	}
 	if len(b) >= 16 {
-		var k int
-		switch b[1] {
-		case 's':
-			k = 0
-		case 't':
-			k = 1
-			if b[2] == 'i' {
-				k = 2
-			}
-		case 'a':
-			k = 3
-		case 'c':
-			k = 4
-		case 'p':
-			k = 5
-		case 'h':
-			k = 6
-		case 'd':
-			k = 7
-		default:
-			return 0
-		}
 		w := &topKeyWords[k]
 		if binary.LittleEndian.Uint64(b)&w[1] != w[0] || binary.LittleEndian.Uint64(b[8:])&w[3] != w[2] {
 			return 0
@@ -409,36 +394,38 @@ func (p *fastParser) topKey() uint16 {
 		p.i += len(topKeys[k].quoted)
 		return topKeys[k].bit
 	}
-	if len(b) > 2 {
-		var k int
-		switch b[1] {
-		case 's':
-			k = 0
-		case 't':
-			k = 1
-			if len(b) > 2 && b[2] == 'i' {
-				k = 2
-			}
-		case 'a':
-			k = 3
-		case 'c':
-			k = 4
-		case 'p':
-			k = 5
-		case 'h':
-			k = 6
-		case 'd':
-			k = 7
-		default:
-			return 0
-		}
-		q := topKeys[k].quoted
-		if len(b) >= len(q) && string(b[:len(q)]) == q {
-			p.i += len(q)
-			return topKeys[k].bit
-		}
+	q := topKeys[k].quoted
+	if len(b) >= len(q) && string(b[:len(q)]) == q {
+		p.i += len(q)
+		return topKeys[k].bit
 	}
 	return 0
+}
+
+// topKeyIndex is the index in topKeys of the one key that the quoted key
+// starting b (at least 3 bytes) can be, told by its first letters; -1 for
+// none.
+func topKeyIndex(b []byte) int {
+	switch b[1] {
+	case 's':
+		return 0
+	case 't':
+		if b[2] == 'i' {
+			return 2
+		}
+		return 1
+	case 'a':
+		return 3
+	case 'c':
+		return 4
+	case 'p':
+		return 5
+	case 'h':
+		return 6
+	case 'd':
+		return 7
+	}
+	return -1
 }
 
 // dataFields reads the data object into p.slab as the event's fields:
