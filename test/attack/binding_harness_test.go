@@ -123,17 +123,25 @@ func (c *bindCluster) writeScript(t *testing.T, name, body string) {
 }
 
 // runToEnd starts a run as principal and waits, through WatchRun, until
-// it ends; it returns the run as GetRun reads it.
+// it ends (waitRun); it returns the run as GetRun reads it.
 func (c *bindCluster) runToEnd(t *testing.T, principal string, req *xctv1.StartRunRequest) *xctv1.Run {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	orch := c.orchestratorAs(t, principal)
-	resp, err := orch.StartRun(ctx, req)
+	resp, err := c.orchestratorAs(t, principal).StartRun(ctx, req)
 	if err != nil {
 		t.Fatalf("start run: %v", err)
 	}
-	id := resp.GetRun().GetRunId()
+	return c.waitRun(t, principal, resp.GetRun().GetRunId())
+}
+
+// waitRun waits, through WatchRun, until run id ends and returns it as
+// GetRun reads it.
+func (c *bindCluster) waitRun(t *testing.T, principal, id string) *xctv1.Run {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	orch := c.orchestratorAs(t, principal)
 	stream, err := orch.WatchRun(ctx, &xctv1.WatchRunRequest{RunId: id})
 	if err != nil {
 		t.Fatal(err)

@@ -2,8 +2,6 @@ package attack
 
 import (
 	"context"
-	"errors"
-	"io"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -103,29 +101,4 @@ func (countingDeploy) Descriptor() *xctv1.ToolDescriptor { return deployTool{}.D
 func (d countingDeploy) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.Error) {
 	d.n.Add(1)
 	return deployTool{}.Invoke(ctx, args)
-}
-
-// waitRun waits, through WatchRun, until run id ends and returns it as
-// GetRun reads it.
-func (c *bindCluster) waitRun(t *testing.T, principal, id string) *xctv1.Run {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	orch := c.orchestratorAs(t, principal)
-	stream, err := orch.WatchRun(ctx, &xctv1.WatchRunRequest{RunId: id})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := stream.Recv(); errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
-			t.Fatalf("watch %s: %v", id, err)
-		}
-	}
-	got, err := orch.GetRun(ctx, &xctv1.GetRunRequest{RunId: id})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return got.GetRun()
 }
