@@ -199,15 +199,8 @@ var readers = map[string][]string{
 
 // unreadable are the read requests of the streams user may not read.
 func unreadable(user string) []string {
-	names := make([]string, 0, len(readers))
-	for stream, rs := range readers {
-		if !slices.Contains(rs, user) {
-			names = append(names, stream)
-		}
-	}
-	sort.Strings(names)
 	var out []string
-	for _, stream := range names {
+	for _, stream := range keysWhere(readers, func(rs []string) bool { return !slices.Contains(rs, user) }) {
 		out = append(out,
 			"$JS.API.DIRECT.GET."+stream,
 			"$JS.API.DIRECT.GET."+stream+".>",
@@ -219,18 +212,24 @@ func unreadable(user string) []string {
 	return out
 }
 
+// keysWhere returns the keys of m whose values keep holds, sorted (the
+// allow and deny lists come out the same at every start).
+func keysWhere[V any](m map[string]V, keep func(V) bool) []string {
+	var keys []string
+	for k, v := range m {
+		if keep(v) {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	return keys
+}
+
 // othersConsumers are the subjects of the requests on the durable
 // consumers user does not own.
 func othersConsumers(user string) []string {
-	names := make([]string, 0, len(owned))
-	for name, owner := range owned {
-		if owner != user {
-			names = append(names, name)
-		}
-	}
-	sort.Strings(names)
 	var out []string
-	for _, name := range names {
+	for _, name := range keysWhere(owned, func(owner string) bool { return owner != user }) {
 		out = append(out,
 			"$JS.API.CONSUMER.*."+name,
 			"$JS.API.CONSUMER.*."+name+".>",
