@@ -338,6 +338,12 @@ func TestServiceArgs(t *testing.T) {
 					}
 				}
 			}
+			// Only the orchestrator gets signed verdicts, and executes or
+			// previews steps: another service taken over (the tracer parses
+			// what submitters export) acts on nothing and reads no file.
+			if flag := map[string]string{"validator": "verdict-callers", "executor": "step-callers"}[name]; flag != "" && flags[flag] != "service:orchestrator" {
+				t.Errorf("%s: --%s=%q, want service:orchestrator", w, flag, flags[flag])
+			}
 		}
 	})
 }

@@ -282,3 +282,48 @@ func TestAVerdictStartsOneAttempt(t *testing.T) {
 		t.Fatalf("replay with the first verdict: %v %v", again, err)
 	}
 }
+
+// TestStepCallers: a preview reads workspace files (an fs.write's diff
+// shows the file it would replace), and any of XCT's services may call
+// the executor; with --step-callers only the services named execute or
+// preview a step, so a taken-over tracer reads nothing through it. Without
+// the flag any service may, as before.
+func TestStepCallers(t *testing.T) {
+	t.Parallel()
+	ws := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(ws, "config"), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(ws, "config", "app.yaml"), []byte("password: hunter2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	svc := func(name string) context.Context {
+		return auth.NewContext(context.Background(), auth.Principal{Name: name, Roles: []string{auth.RoleService}, Service: true})
+	}
+	args, err := structpb.NewStruct(map[string]any{"path": "config/app.yaml", "content": "password: changed\n"})
+	must(t, err)
+	preview := &xctv1.PreviewStepRequest{Tool: "fs.write", Arguments: args}
+
+	s, err := New(Config{Workspace: ws, MaxOutputBytes: 1024, StepCallers: []string{"service:orchestrator"}}, nil, nil)
+	must(t, err)
+	t.Cleanup(func() { _ = s.Stop(context.Background()) })
+	h := &handler{s: s}
+	if _, err := h.PreviewStep(svc("service:tracer"), preview); status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "service:tracer") {
+		t.Fatalf("the tracer's preview: %v, want PermissionDenied naming it", err)
+	}
+	st, err := structpb.NewStruct(map[string]any{"path": "x.txt"})
+	must(t, err)
+	if _, err := h.Execute(svc("service:tracer"), &xctv1.ExecuteRequest{RunId: "run-a", StepId: "s1", Tool: "fs.read", Arguments: st}); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("the tracer's Execute: %v, want PermissionDenied", err)
+	}
+	resp, err := h.PreviewStep(svc("service:orchestrator"), preview)
+	must(t, err)
+	if !strings.Contains(resp.GetPreview().GetContent(), "hunter2") {
+		t.Fatalf("the orchestrator's preview does not show the file it replaces: %q", resp.GetPreview().GetContent())
+	}
+
+	open := &handler{s: newService(t, ws)}
+	if _, err := open.PreviewStep(svc("service:tracer"), preview); err != nil {
+		t.Fatalf("without --step-callers a service's preview: %v", err)
+	}
+}

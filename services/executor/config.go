@@ -3,6 +3,7 @@ package executor
 import (
 	"flag"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/xct-dev/xct/internal/redact"
@@ -89,6 +90,10 @@ type Config struct {
 	// UnsandboxedReadsSecrets accepts "sandbox: none" tools although
 	// their programs can read the executor's secrets (logged).
 	UnsandboxedReadsSecrets bool
+	// StepCallers are the principals that may call Execute and
+	// PreviewStep (the orchestrators': "service:orchestrator" with the
+	// manifests' SPIFFE ids). Empty: any of XCT's services (role service).
+	StepCallers []string
 }
 
 // RegisterFlags registers the executor's flags on fs, with their defaults.
@@ -102,6 +107,14 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.VerdictTrust, "verdict-trust", c.VerdictTrust, "PEM Ed25519 public keys of the validators whose signed verdicts this executor acts on: files or directories, comma-separated (none: it acts on nothing)")
 	fs.StringVar(&c.RecordFormat, "step-record-format", FormatProto, "how step records are written: proto (binary) or json (what executors before the binary form read; both are always read)")
 	fs.DurationVar(&c.StepRetention, "step-retention", DefaultStepRetention, "how long step records (idempotency keys) are kept; 0 keeps them forever")
+	fs.Func("step-callers", "principals that may call Execute and PreviewStep, comma-separated (e.g. service:orchestrator; empty: any service)", func(v string) error {
+		for _, p := range strings.Split(v, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				c.StepCallers = append(c.StepCallers, p)
+			}
+		}
+		return nil
+	})
 	fs.BoolVar(&c.UnsandboxedReadsSecrets, "unsandboxed-reads-secrets", false, "start although a tool with sandbox: none could read this process's secrets (its NATS credentials file; the environment when running as root): programs without a sandbox act as the executor")
 }
 

@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"math"
 	"runtime/debug"
+	"slices"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -45,6 +47,9 @@ func (h *handler) Execute(ctx context.Context, req *xctv1.ExecuteRequest) (*xctv
 		return nil, status.Errorf(codes.InvalidArgument, "step_id must be 1-%d of A-Z a-z 0-9 _ -", maxStepIDBytes)
 	case req.GetTool() == "":
 		return nil, status.Error(codes.InvalidArgument, "tool is required")
+	}
+	if err := h.s.stepCaller(ctx); err != nil {
+		return nil, err
 	}
 	c := callOf(req)
 	ctx, err := h.s.checkVerdict(ctx, req, c)
@@ -363,11 +368,27 @@ func complete(e *xctv1.Error) *xctv1.Error {
 	return out
 }
 
+// stepCaller refuses a caller not among --step-callers (when there are
+// any) that asks to execute or preview a step: a preview reads workspace
+// files (an fs.write's diff shows the file it would replace), so a
+// taken-over tracer, which may call the executor as a service, must not
+// be a way to read them. Calls without a principal are in-process.
+func (s *Service) stepCaller(ctx context.Context) error {
+	p, ok := auth.FromContext(ctx)
+	if !ok || len(s.cfg.StepCallers) == 0 || slices.ContainsFunc(s.cfg.StepCallers, p.Is) {
+		return nil
+	}
+	return status.Errorf(codes.PermissionDenied, "only %s may execute or preview steps here, not %s (--step-callers)", strings.Join(s.cfg.StepCallers, ", "), p.Name)
+}
+
 // PreviewStep implements ExecutorService: a dry run for tools that offer
 // one; nothing is executed and nothing is recorded.
 func (h *handler) PreviewStep(ctx context.Context, req *xctv1.PreviewStepRequest) (*xctv1.PreviewStepResponse, error) {
 	if req.GetTool() == "" {
 		return nil, status.Error(codes.InvalidArgument, "tool is required")
+	}
+	if err := h.s.stepCaller(ctx); err != nil {
+		return nil, err
 	}
 	st, ok := h.s.tool(req.GetTool())
 	if !ok {
