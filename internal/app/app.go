@@ -372,7 +372,9 @@ func (c *Config) checkOutsideWorkspace(targets []string) error {
 	var errs []error
 	for _, f := range files {
 		rel, err := filepath.Rel(ws, realPath(f.path))
-		if err == nil && (rel == "." || !strings.HasPrefix(rel, "..")) {
+		// Outside is ".." or under "../"; a name inside may start with
+		// two dots ("..policy.yaml").
+		if err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
 			errs = append(errs, fmt.Errorf("%s %s is inside the executor's workspace %s: the model could read and rewrite it; keep it outside",
 				f.flag, f.path, c.Executor.Workspace))
 		}

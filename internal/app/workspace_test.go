@@ -36,6 +36,7 @@ func TestConfigFilesOutsideTheWorkspace(t *testing.T) {
 		{"scripts are the workspace", all, func(c *Config) { c.Orchestrator.ScriptsDir = ws }, "--scripts-dir"},
 		{"tokens inside", all, func(c *Config) { c.Auth.TokensFile = filepath.Join(ws, "not-yet", "tokens.yaml") }, "--auth-tokens"},
 		{"tls key inside", all, func(c *Config) { c.Security.TLS.Key = filepath.Join(ws, "k.pem") }, "--tls-key"},
+		{"a name inside that starts with two dots", all, func(c *Config) { c.Validator.PolicyFile = filepath.Join(ws, "..policy.yaml") }, "--policy"},
 		{"everything beside it", all, func(c *Config) {
 			c.Validator.PolicyFile, c.Orchestrator.ScriptsDir, c.Tracer.DataDir = filepath.Join(base, "p.yaml"), filepath.Join(base, "scripts"), base+"-ws"
 		}, ""},
