@@ -39,13 +39,16 @@ func RepublishedInto(ctx context.Context, js jetstream.JetStream, subjects strin
 }
 
 // SubjectsCollide reports whether some subject matches both NATS subject
-// patterns a and b (with * and >).
+// patterns a and b (with * and >). A token that is a subject mapping
+// function ({{wildcard(1)}}, {{split(1,-)}}, the older $1), which a
+// republish destination may hold, stands for whatever a message's own
+// subject makes of it, possibly several tokens: it collides as > does.
 func SubjectsCollide(a, b string) bool {
 	at, bt := strings.Split(a, "."), strings.Split(b, ".")
 	for i := 0; i < len(at) && i < len(bt); i++ {
 		x, y := at[i], bt[i]
 		switch {
-		case x == ">" || y == ">":
+		case x == ">" || y == ">" || mapped(x) || mapped(y):
 			return true
 		case x == "*" || y == "*" || x == y:
 		default:
@@ -53,4 +56,21 @@ func SubjectsCollide(a, b string) bool {
 		}
 	}
 	return len(at) == len(bt)
+}
+
+// mapped reports whether a destination token is a mapping function:
+// {{…}} or a $N placeholder.
+func mapped(token string) bool {
+	if strings.Contains(token, "{{") {
+		return true
+	}
+	if len(token) < 2 || token[0] != '$' {
+		return false
+	}
+	for _, c := range token[1:] {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }
