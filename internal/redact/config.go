@@ -13,6 +13,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/xct-dev/xct/internal/jsguard"
 )
 
 // Config is where a process finds its redaction rules and key. The zero
@@ -147,6 +149,12 @@ func ClusterKey(ctx context.Context, js jetstream.JetStream, replicas int) ([]by
 	}
 	if err != nil {
 		return nil, fmt.Errorf("redaction key bucket: %w", err)
+	}
+	// A key another stream republished into the bucket would be known to
+	// whoever planted it (a stream's republish is the server's own
+	// publish, which no permission sees).
+	if err := jsguard.RepublishedInto(ctx, js, "$KV."+KeyBucket+".>"); err != nil {
+		return nil, fmt.Errorf("redaction key: %w; no key is taken while it does", err)
 	}
 	fresh := make([]byte, 32)
 	if _, err := rand.Read(fresh); err != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/xct-dev/xct/internal/jsguard"
 	"github.com/xct-dev/xct/internal/testutil"
 )
 
@@ -330,4 +331,25 @@ func FuzzValue(f *testing.F) {
 			t.Fatalf("not idempotent: %v then %v", once, twice)
 		}
 	})
+}
+
+// TestClusterKeyRepublishedIntoIsRefused: the redaction key bucket is
+// written by the services that redact only, but a stream's republish is
+// the server's own publish: a key planted that way, known to whoever
+// planted it, would let them test guesses of secrets against the markers
+// on every chain. No service takes the key while a stream republishes into
+// its bucket.
+func TestClusterKeyRepublishedIntoIsRefused(t *testing.T) {
+	ctx := context.Background()
+	js, err := jetstream.New(testutil.Connect(t, testutil.RunJetStream(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "ELSEWHERE", Subjects: []string{"elsewhere.>"},
+		RePublish: &jetstream.RePublish{Source: "elsewhere.>", Destination: "$KV." + KeyBucket + ".>"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ClusterKey(ctx, js, 1); !errors.Is(err, jsguard.ErrRepublished) {
+		t.Fatalf("ClusterKey beside a stream republishing into its bucket = %v, want %v", err, jsguard.ErrRepublished)
+	}
 }
