@@ -79,7 +79,13 @@ func TestNATSRequiresAuthentication(t *testing.T) {
 					!slices.ContainsFunc(p.Deny, func(s string) bool { return subjectMatches(s, subject) })
 			}
 			for subject, writers := range map[string][]string{
-				"lctl.chain.run-1":                        {"orchestrator", "tracer", "admin"},
+				"lctl.chain.run-1":                        {"orchestrator", "admin"},
+				"lctl.chain.otel-1":                       {"orchestrator", "admin"},
+				"lctl.otel.1":                             {"tracer", "admin"},
+				"$JS.API.STREAM.CREATE.LCTL_OTEL":         {"orchestrator", "tracer", "admin"},
+				"$JS.API.STREAM.DELETE.LCTL_OTEL":         {"admin"},
+				"$JS.API.STREAM.PURGE.LCTL_OTEL":          {"admin"},
+				"$JS.API.CONSUMER.CREATE.LCTL_OTEL.c":     {"orchestrator", "validator", "executor", "tracer", "reader", "admin"},
 				"$KV.XCT_TOOLS.fs.write":                  {"executor", "admin"},
 				"$KV.XCT_STEPS.step-1":                    {"executor", "admin"},
 				"$O.XCT_STEP_BLOBS.C.x":                   {"executor", "admin"},

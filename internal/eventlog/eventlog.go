@@ -1,5 +1,13 @@
-// Package eventlog stores LCTL chains on the NATS JetStream stream "LCTL",
-// one subject per chain (lctl.chain.<chain_id>), as ARCHITECTURE.md decides.
+// Package eventlog stores LCTL chains on NATS JetStream, one subject per
+// chain, as docs/architecture.md decides: the chains XCT's runs write on
+// the stream "LCTL" (lctl.chain.<chain_id>), the chains the tracer makes
+// from OpenTelemetry traces (otel-<trace id>) on a stream of their own,
+// "LCTL_OTEL" (lctl.otel.<trace id>). Two streams, so that the tracer's
+// NATS user may publish to the otel subjects and no run's chain: a NATS
+// permission matches whole subject tokens, and lctl.chain.otel-* is not
+// one. Otel chains written before LCTL_OTEL existed stay where they are
+// (lctl.chain.otel-<trace id> on LCTL) and are read there; nobody appends
+// to them any more.
 //
 // A ChainWriter is the single writer of one chain: each append carries
 // Nats-Expected-Last-Subject-Sequence, so a second writer of the same chain
@@ -28,10 +36,45 @@ const (
 	StreamName    = "LCTL"
 	SubjectPrefix = "lctl.chain."
 	AllSubjects   = SubjectPrefix + "*"
+
+	// OTelStreamName is the stream of the chains made from OpenTelemetry
+	// traces; chain otel-<rest> is stored on lctl.otel.<rest>.
+	OTelStreamName    = "LCTL_OTEL"
+	OTelSubjectPrefix = "lctl.otel."
+	AllOTelSubjects   = OTelSubjectPrefix + "*"
+	// OTelChainPrefix starts every chain id made from a trace (the same
+	// as lctl/otlp.ChainPrefix).
+	OTelChainPrefix = "otel-"
 )
 
-// Subject returns the subject a chain's events are stored on.
-func Subject(chainID string) string { return SubjectPrefix + chainID }
+// IsOTel reports whether chainID names a chain made from a trace.
+func IsOTel(chainID string) bool { return strings.HasPrefix(chainID, OTelChainPrefix) }
+
+// Subject returns the subject a chain's events are written to:
+// lctl.otel.<rest> for chain otel-<rest>, lctl.chain.<chain_id> for any
+// other.
+func Subject(chainID string) string {
+	if rest, ok := strings.CutPrefix(chainID, OTelChainPrefix); ok {
+		return OTelSubjectPrefix + rest
+	}
+	return SubjectPrefix + chainID
+}
+
+// LegacySubject is where a chain's events were written before otel
+// chains had their own stream: lctl.chain.<chain_id> for every chain.
+func LegacySubject(chainID string) string { return SubjectPrefix + chainID }
+
+// ChainOf returns the chain a stream subject holds ("", false for a
+// subject of neither stream).
+func ChainOf(subject string) (string, bool) {
+	if id, ok := strings.CutPrefix(subject, SubjectPrefix); ok {
+		return id, true
+	}
+	if rest, ok := strings.CutPrefix(subject, OTelSubjectPrefix); ok {
+		return OTelChainPrefix + rest, true
+	}
+	return "", false
+}
 
 // Errors callers act on.
 var (
@@ -60,11 +103,16 @@ type Log struct {
 	js     jetstream.JetStream
 	stream jetstream.Stream
 	pub    *Publisher
+	// otel is LCTL_OTEL (nil when Bind found none: a server XCT has not
+	// run on since it was made); otelPub writes to it.
+	otel    jetstream.Stream
+	otelPub *Publisher
 }
 
-// Open binds to the LCTL stream, creating it with cfg if it does not exist.
-// An existing stream is used as it is: its settings belong to whoever
-// created it.
+// Open binds to the LCTL and LCTL_OTEL streams, creating each with cfg if
+// it does not exist. An existing stream is used as it is, its size limits,
+// replicas and duplicate window being whoever created it first; one with
+// settings XCT never makes is refused (ErrStreamSettings).
 func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Log, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -76,10 +124,23 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Log, error) {
 	if cfg.Duplicates == 0 {
 		cfg.Duplicates = time.Hour
 	}
+	stream, err := create(ctx, js, cfg, StreamName, AllSubjects, "LCTL event chains written by XCT")
+	if err != nil {
+		return nil, err
+	}
+	otel, err := create(ctx, js, cfg, OTelStreamName, AllOTelSubjects, "LCTL event chains the XCT tracer makes from OpenTelemetry traces")
+	if err != nil {
+		return nil, err
+	}
+	return &Log{js: js, stream: stream, pub: NewPublisher(nc, StreamName), otel: otel, otelPub: NewPublisher(nc, OTelStreamName)}, nil
+}
+
+// create makes the stream name on subjects, or binds to it and checks it.
+func create(ctx context.Context, js jetstream.JetStream, cfg Config, name, subjects, description string) (jetstream.Stream, error) {
 	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{
-		Name:        StreamName,
-		Description: "LCTL event chains written by XCT",
-		Subjects:    []string{AllSubjects},
+		Name:        name,
+		Description: description,
+		Subjects:    []string{subjects},
 		Storage:     jetstream.FileStorage,
 		Retention:   jetstream.LimitsPolicy,
 		Replicas:    cfg.Replicas,
@@ -88,28 +149,29 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Log, error) {
 		DenyPurge:   true,
 	})
 	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-		stream, err = js.Stream(ctx, StreamName)
+		stream, err = js.Stream(ctx, name)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("open stream %s: %w", StreamName, err)
+		return nil, fmt.Errorf("open stream %s: %w", name, err)
 	}
-	if err := checkStream(stream.CachedInfo().Config); err != nil {
+	if err := checkStream(stream.CachedInfo().Config, name, subjects); err != nil {
 		return nil, err
 	}
-	return &Log{js: js, stream: stream, pub: NewPublisher(nc, StreamName)}, nil
+	return stream, nil
 }
 
-// ErrStreamSettings means the LCTL stream exists with settings XCT never
-// makes: whoever creates a stream first sets them, and another service
-// allowed to create it (the tracer) could have made it republish chain
-// messages into other subjects (the tool catalog: the server's own
-// publish, past every permission), source other streams into it, or let
-// its messages be deleted, purged or rolled up.
-var ErrStreamSettings = errors.New("the LCTL stream has settings XCT never makes")
+// ErrStreamSettings means the LCTL (or LCTL_OTEL) stream exists with
+// settings XCT never makes: whoever creates a stream first sets them, and
+// another service allowed to create it (the tracer) could have made it
+// republish chain messages into other subjects (the tool catalog, or a
+// run's chain from LCTL_OTEL: the server's own publish, past every
+// permission), source other streams into it, or let its messages be
+// deleted, purged or rolled up.
+var ErrStreamSettings = errors.New("an LCTL stream has settings XCT never makes")
 
-// checkStream refuses a LCTL stream XCT did not make as it makes them.
+// checkStream refuses a stream name XCT did not make as it makes them.
 // Size limits, replicas and the duplicate window are the operator's.
-func checkStream(c jetstream.StreamConfig) error {
+func checkStream(c jetstream.StreamConfig, name, subjects string) error {
 	var bad []string
 	if c.RePublish != nil {
 		bad = append(bad, fmt.Sprintf("republish %s to %s", c.RePublish.Source, c.RePublish.Destination))
@@ -126,19 +188,19 @@ func checkStream(c jetstream.StreamConfig) error {
 	if !c.DenyDelete || !c.DenyPurge || c.AllowRollup {
 		bad = append(bad, fmt.Sprintf("deny delete %v, deny purge %v, rollups %v", c.DenyDelete, c.DenyPurge, c.AllowRollup))
 	}
-	if len(c.Subjects) != 1 || c.Subjects[0] != AllSubjects {
+	if len(c.Subjects) != 1 || c.Subjects[0] != subjects {
 		bad = append(bad, fmt.Sprintf("subjects %v", c.Subjects))
 	}
 	if len(bad) > 0 {
-		return fmt.Errorf("%w: %s; an operator must look at it and remove it (nats stream rm %s) before XCT uses it",
-			ErrStreamSettings, strings.Join(bad, "; "), StreamName)
+		return fmt.Errorf("%w: %s: %s; an operator must look at it and remove it (nats stream rm %s) before XCT uses it",
+			ErrStreamSettings, name, strings.Join(bad, "; "), name)
 	}
 	return nil
 }
 
-// Bind binds to the LCTL stream for reading. Unlike Open it never creates
-// or changes the stream: a server without it is ErrNoStream. Read-only
-// tools (lctl tail) use it.
+// Bind binds to the LCTL stream for reading, and to LCTL_OTEL when it
+// exists. Unlike Open it never creates or changes a stream: a server
+// without LCTL is ErrNoStream. Read-only tools (lctl tail) use it.
 func Bind(ctx context.Context, nc *nats.Conn) (*Log, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -151,7 +213,66 @@ func Bind(ctx context.Context, nc *nats.Conn) (*Log, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bind stream %s: %w", StreamName, err)
 	}
-	return &Log{js: js, stream: stream, pub: NewPublisher(nc, StreamName)}, nil
+	l := &Log{js: js, stream: stream, pub: NewPublisher(nc, StreamName), otelPub: NewPublisher(nc, OTelStreamName)}
+	otel, err := js.Stream(ctx, OTelStreamName)
+	switch {
+	case err == nil:
+		l.otel = otel
+	case !errors.Is(err, jetstream.ErrStreamNotFound):
+		return nil, fmt.Errorf("bind stream %s: %w", OTelStreamName, err)
+	}
+	return l, nil
+}
+
+// ErrLegacyChain means an otel chain was written before LCTL_OTEL existed:
+// it is read at its old subject, and nothing appends to it any more.
+var ErrLegacyChain = errors.New("the chain was written at its old subject on LCTL, before otel chains had their own stream; it is read, not appended to")
+
+// place is where a chain's events are: the stream, the subject, and the
+// last event's message (nil when the chain has none).
+type place struct {
+	stream  jetstream.Stream
+	pub     *Publisher
+	subject string
+	last    *jetstream.RawStreamMsg
+	legacy  bool // an otel chain at its old subject on LCTL
+}
+
+// locate finds chainID's events: a run's chain on LCTL; an otel chain on
+// LCTL_OTEL, or at its old subject on LCTL when only that holds it. A
+// chain with no event is placed where it would be written (last nil).
+func (l *Log) locate(ctx context.Context, chainID string) (place, error) {
+	if !IsOTel(chainID) {
+		p := place{stream: l.stream, pub: l.pub, subject: Subject(chainID)}
+		return p, l.lastOf(ctx, &p)
+	}
+	if l.otel != nil {
+		p := place{stream: l.otel, pub: l.otelPub, subject: Subject(chainID)}
+		if err := l.lastOf(ctx, &p); err != nil || p.last != nil {
+			return p, err
+		}
+	}
+	old := place{stream: l.stream, pub: l.pub, subject: LegacySubject(chainID), legacy: true}
+	if err := l.lastOf(ctx, &old); err != nil || old.last != nil {
+		return old, err
+	}
+	if l.otel == nil {
+		return old, nil
+	}
+	return place{stream: l.otel, pub: l.otelPub, subject: Subject(chainID)}, nil
+}
+
+// lastOf reads the last message on p's subject into p.last (nil if none).
+func (l *Log) lastOf(ctx context.Context, p *place) error {
+	msg, err := p.stream.GetLastMsgForSubject(ctx, p.subject)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read %s: %w", p.subject, err)
+	}
+	p.last = msg
+	return nil
 }
 
 // JetStream returns the JetStream context the log uses.
@@ -160,9 +281,10 @@ func (l *Log) JetStream() jetstream.JetStream { return l.js }
 // ChainWriter appends to one chain. It is safe for concurrent use, but a
 // chain should have one writer: that is what makes its order the truth.
 type ChainWriter struct {
-	log     *Log
 	chainID string
 	subject string
+	stream  jetstream.Stream // where the chain is
+	pub     *Publisher
 
 	mu         sync.Mutex
 	seq        uint64 // seq of the last event appended
@@ -179,22 +301,34 @@ func (l *Log) NewChainWriter(chainID string) (*ChainWriter, error) {
 	if err := lctl.ValidateChainID(chainID); err != nil {
 		return nil, err
 	}
-	return &ChainWriter{log: l, chainID: chainID, subject: Subject(chainID), now: time.Now}, nil
+	w := &ChainWriter{chainID: chainID, subject: Subject(chainID), stream: l.stream, pub: l.pub, now: time.Now}
+	if IsOTel(chainID) {
+		if l.otel == nil {
+			return nil, fmt.Errorf("chain %s: %w %s (bound, not opened)", chainID, ErrNoStream, OTelStreamName)
+		}
+		w.stream, w.pub = l.otel, l.otelPub
+	}
+	return w, nil
 }
 
 // ResumeChainWriter returns a writer that continues an existing chain after
-// its last stored event.
+// its last stored event. An otel chain at its old subject is
+// ErrLegacyChain.
 func (l *Log) ResumeChainWriter(ctx context.Context, chainID string) (*ChainWriter, error) {
 	w, err := l.NewChainWriter(chainID)
 	if err != nil {
 		return nil, err
 	}
-	msg, err := l.stream.GetLastMsgForSubject(ctx, w.subject)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return w, nil
-	}
+	p, err := l.locate(ctx, chainID)
 	if err != nil {
 		return nil, fmt.Errorf("resume chain %s: %w", chainID, err)
+	}
+	if p.legacy {
+		return nil, fmt.Errorf("resume chain %s: %w", chainID, ErrLegacyChain)
+	}
+	msg := p.last
+	if msg == nil {
+		return w, nil
 	}
 	e, err := lctl.DecodeEvent(msg.Data)
 	if err != nil {
@@ -273,7 +407,7 @@ func (w *ChainWriter) append(ctx context.Context, at time.Time, eventType, agent
 	if err != nil {
 		return lctl.Event{}, fmt.Errorf("encode event: %w", err)
 	}
-	ack, err := w.log.pub.Publish(ctx, w.subject, raw, w.chainID+"/"+strconv.FormatUint(e.Seq, 10), w.streamSeq)
+	ack, err := w.pub.Publish(ctx, w.subject, raw, w.chainID+"/"+strconv.FormatUint(e.Seq, 10), w.streamSeq)
 	if err != nil {
 		var apiErr *jetstream.APIError
 		// Replicated streams report the conflict with the second code.
@@ -304,7 +438,7 @@ func (w *ChainWriter) append(ctx context.Context, at time.Time, eventType, agent
 // of its own if the message cannot be read (the writer then stops, since
 // it cannot know what the chain holds).
 func (w *ChainWriter) sameAsStored(ctx context.Context, seq uint64, raw []byte) error {
-	stored, err := w.log.stream.GetMsg(ctx, seq)
+	stored, err := w.stream.GetMsg(ctx, seq)
 	if err != nil {
 		return fmt.Errorf("a duplicate acknowledgement for stream message %d, which cannot be read back: %w", seq, err)
 	}
@@ -343,38 +477,111 @@ var ErrStop = errors.New("stop")
 // Follow delivers a chain's events in order to fn, from the first, and then
 // new ones as they are appended, until ctx ends, fn returns an error (ErrStop
 // ends cleanly) or, with StopAtEnd, the events stored at the start were
-// delivered. chainID "" follows every chain.
+// delivered. chainID "" follows every chain: those of LCTL and those of
+// LCTL_OTEL, each stream in its order (fn is never called concurrently).
 func (l *Log) Follow(ctx context.Context, chainID string, opts FollowOptions, fn func(lctl.Event) error) error {
-	subject := AllSubjects
-	if chainID != "" {
-		if err := lctl.ValidateChainID(chainID); err != nil {
-			return err
+	if chainID == "" {
+		return l.followAll(ctx, opts, fn)
+	}
+	if err := lctl.ValidateChainID(chainID); err != nil {
+		return err
+	}
+	p := place{stream: l.stream, subject: Subject(chainID)}
+	if opts.StopAtEnd || IsOTel(chainID) {
+		var err error
+		if p, err = l.locate(ctx, chainID); err != nil {
+			return fmt.Errorf("read chain %s: %w", chainID, err)
 		}
-		subject = Subject(chainID)
 	}
 	var lastStreamSeq uint64
 	if opts.StopAtEnd {
-		if chainID != "" {
-			last, err := l.stream.GetLastMsgForSubject(ctx, subject)
-			if errors.Is(err, jetstream.ErrMsgNotFound) {
-				return fmt.Errorf("%w: %s", ErrChainNotFound, chainID)
-			}
-			if err != nil {
-				return fmt.Errorf("read chain %s: %w", chainID, err)
-			}
-			lastStreamSeq = last.Sequence
-		} else {
-			info, err := l.stream.Info(ctx)
+		if p.last == nil {
+			return fmt.Errorf("%w: %s", ErrChainNotFound, chainID)
+		}
+		lastStreamSeq = p.last.Sequence
+	}
+	return followStream(ctx, p.stream, p.subject, opts.StopAtEnd, lastStreamSeq, fn)
+}
+
+// followAll follows every chain of both streams.
+func (l *Log) followAll(ctx context.Context, opts FollowOptions, fn func(lctl.Event) error) error {
+	type source struct {
+		stream  jetstream.Stream
+		subject string
+	}
+	sources := []source{{l.stream, AllSubjects}}
+	if l.otel != nil {
+		sources = append(sources, source{l.otel, AllOTelSubjects})
+	}
+	follow := func(ctx context.Context, src source, fn func(lctl.Event) error) error {
+		var lastStreamSeq uint64
+		if opts.StopAtEnd {
+			info, err := src.stream.Info(ctx)
 			if err != nil {
 				return fmt.Errorf("read stream: %w", err)
 			}
-			lastStreamSeq = info.State.LastSeq
 			if info.State.Msgs == 0 {
 				return nil
 			}
+			lastStreamSeq = info.State.LastSeq
+		}
+		return followStream(ctx, src.stream, src.subject, opts.StopAtEnd, lastStreamSeq, fn)
+	}
+	if len(sources) == 1 {
+		return follow(ctx, sources[0], fn)
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var (
+		mu      sync.Mutex
+		stopped bool // fn returned ErrStop
+		wg      sync.WaitGroup
+		errs    = make([]error, len(sources))
+	)
+	serial := func(e lctl.Event) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return ErrStop
+		}
+		err := fn(e)
+		if errors.Is(err, ErrStop) {
+			stopped = true
+		}
+		if err != nil {
+			cancel(err)
+		}
+		return err
+	}
+	for i, src := range sources {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = follow(ctx, src, serial)
+			if errs[i] != nil {
+				cancel(errs[i])
+			}
+		}()
+	}
+	wg.Wait()
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+		if errors.Is(cause, ErrStop) {
+			return nil
+		}
+		return cause
+	}
+	for _, err := range errs {
+		if err != nil {
+			return err
 		}
 	}
-	cons, err := l.stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
+	return nil
+}
+
+// followStream delivers the events on subject of stream to fn in order;
+// with stopAtEnd, until the message at lastStreamSeq.
+func followStream(ctx context.Context, stream jetstream.Stream, subject string, stopAtEnd bool, lastStreamSeq uint64, fn func(lctl.Event) error) error {
+	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
 	if err != nil {
 		return fmt.Errorf("follow %s: %w", subject, err)
 	}
@@ -414,14 +621,15 @@ func (l *Log) Follow(ctx context.Context, chainID string, opts FollowOptions, fn
 			}
 			return err
 		}
-		if opts.StopAtEnd && meta.Sequence.Stream >= lastStreamSeq {
+		if stopAtEnd && meta.Sequence.Stream >= lastStreamSeq {
 			return nil
 		}
 	}
 }
 
-// Chains returns every chain id in the stream with its number of events.
-// It asks the server for its per-subject counts, without reading events.
+// Chains returns every chain id in both streams with its number of
+// events. It asks the server for its per-subject counts, without reading
+// events.
 func (l *Log) Chains(ctx context.Context) (map[string]uint64, error) {
 	info, err := l.stream.Info(ctx, jetstream.WithSubjectFilter(AllSubjects))
 	if err != nil {
@@ -430,6 +638,18 @@ func (l *Log) Chains(ctx context.Context) (map[string]uint64, error) {
 	out := make(map[string]uint64, len(info.State.Subjects))
 	for subject, n := range info.State.Subjects {
 		out[subject[len(SubjectPrefix):]] = n
+	}
+	if l.otel == nil {
+		return out, nil
+	}
+	info, err = l.otel.Info(ctx, jetstream.WithSubjectFilter(AllOTelSubjects))
+	if err != nil {
+		return nil, fmt.Errorf("list chains: %w", err)
+	}
+	for subject, n := range info.State.Subjects {
+		if id, ok := ChainOf(subject); ok {
+			out[id] += n
+		}
 	}
 	return out, nil
 }
@@ -440,18 +660,18 @@ func (l *Log) Ends(ctx context.Context, chainID string) (first, last lctl.Event,
 	if err := lctl.ValidateChainID(chainID); err != nil {
 		return first, last, err
 	}
-	subject := Subject(chainID)
-	fm, err := l.stream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subject))
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
+	p, err := l.locate(ctx, chainID)
+	if err != nil {
+		return first, last, fmt.Errorf("read chain %s: %w", chainID, err)
+	}
+	if p.last == nil {
 		return first, last, fmt.Errorf("%w: %s", ErrChainNotFound, chainID)
 	}
+	fm, err := p.stream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(p.subject))
 	if err != nil {
 		return first, last, fmt.Errorf("read chain %s: %w", chainID, err)
 	}
-	lm, err := l.stream.GetLastMsgForSubject(ctx, subject)
-	if err != nil {
-		return first, last, fmt.Errorf("read chain %s: %w", chainID, err)
-	}
+	lm := p.last
 	if first, err = lctl.DecodeEvent(fm.Data); err != nil {
 		return first, last, fmt.Errorf("read chain %s: first event: %w", chainID, err)
 	}
@@ -467,14 +687,14 @@ func (l *Log) LastSeq(ctx context.Context, chainID string) (uint64, error) {
 	if err := lctl.ValidateChainID(chainID); err != nil {
 		return 0, err
 	}
-	msg, err := l.stream.GetLastMsgForSubject(ctx, Subject(chainID))
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return 0, fmt.Errorf("%w: %s", ErrChainNotFound, chainID)
-	}
+	p, err := l.locate(ctx, chainID)
 	if err != nil {
 		return 0, fmt.Errorf("read chain %s: %w", chainID, err)
 	}
-	e, err := lctl.DecodeEvent(msg.Data)
+	if p.last == nil {
+		return 0, fmt.Errorf("%w: %s", ErrChainNotFound, chainID)
+	}
+	e, err := lctl.DecodeEvent(p.last.Data)
 	if err != nil {
 		return 0, fmt.Errorf("read chain %s: last event: %w", chainID, err)
 	}

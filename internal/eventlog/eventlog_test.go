@@ -11,6 +11,7 @@ import (
 	"github.com/xct-dev/xct/internal/eventlog"
 	"github.com/xct-dev/xct/internal/testutil"
 	"github.com/xct-dev/xct/lctl"
+	"github.com/xct-dev/xct/lctl/otlp"
 )
 
 func openLog(t *testing.T) *eventlog.Log {
@@ -246,5 +247,126 @@ func TestDuplicateAckOfAnotherEventIsAConflict(t *testing.T) {
 	}
 	if _, err := w.Append(ctx, "step_start", "o", nil); err == nil {
 		t.Fatal("writer went on after a conflict")
+	}
+}
+
+// TestOTelChainsHaveTheirOwnStream: an otel- chain is written on
+// LCTL_OTEL (lctl.otel.<trace id>), a run's on LCTL; an otel chain an
+// older tracer wrote on LCTL (lctl.chain.otel-<trace id>) is still read
+// on every path, and nothing appends to it any more. The events, their
+// hashes and order are those written.
+func TestOTelChainsHaveTheirOwnStream(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	l := openLog(t)
+	write := func(w *eventlog.ChainWriter, n int) []lctl.Event {
+		t.Helper()
+		var out []lctl.Event
+		for i := range n {
+			e, err := w.Append(ctx, "step_start", "a", map[string]any{"i": float64(i)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, e)
+		}
+		return out
+	}
+	run, _ := l.NewChainWriter("run-1")
+	write(run, 2)
+	otel, err := l.NewChainWriter("otel-new")
+	if err != nil {
+		t.Fatal(err)
+	}
+	newEvents := write(otel, 3)
+	// The old chain as an older tracer stored it: sealed events on its
+	// subject of LCTL.
+	var oldEvents []lctl.Event
+	prev := ""
+	for i := range 2 {
+		e := lctl.Event{ChainID: "otel-old", Seq: uint64(i + 1), Type: "step_start", Timestamp: "2026-01-01T00:00:00Z", Agent: "a", Data: map[string]any{}}
+		raw, err := e.SealEncoded(prev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.JetStream().Publish(ctx, eventlog.LegacySubject("otel-old"), raw); err != nil {
+			t.Fatal(err)
+		}
+		prev = e.Hash
+		oldEvents = append(oldEvents, e)
+	}
+	count := func(stream string) uint64 {
+		s, err := l.JetStream().Stream(ctx, stream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := s.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.State.Msgs
+	}
+	if n := count(eventlog.OTelStreamName); n != 3 {
+		t.Errorf("LCTL_OTEL holds %d messages, want otel-new's 3", n)
+	}
+	if n := count(eventlog.StreamName); n != 4 {
+		t.Errorf("LCTL holds %d messages, want run-1's 2 and otel-old's 2", n)
+	}
+	for id, want := range map[string][]lctl.Event{"otel-new": newEvents, "otel-old": oldEvents} {
+		got, err := l.ReadChain(ctx, id)
+		if err != nil {
+			t.Fatalf("read %s: %v", id, err)
+		}
+		if len(got) != len(want) || got[len(got)-1].Hash != want[len(want)-1].Hash || lctl.Verify(got) != nil {
+			t.Errorf("read %s: %d events (%v), want %d", id, len(got), lctl.Verify(got), len(want))
+		}
+		first, last, err := l.Ends(ctx, id)
+		if err != nil || first.Seq != 1 || last.Hash != want[len(want)-1].Hash {
+			t.Errorf("ends of %s: %d..%d, %v", id, first.Seq, last.Seq, err)
+		}
+		if seq, err := l.LastSeq(ctx, id); err != nil || seq != uint64(len(want)) {
+			t.Errorf("last seq of %s: %d, %v", id, seq, err)
+		}
+	}
+	chains, err := l.Chains(ctx)
+	if err != nil || len(chains) != 3 || chains["run-1"] != 2 || chains["otel-new"] != 3 || chains["otel-old"] != 2 {
+		t.Errorf("chains: %v, %v", chains, err)
+	}
+	seen := map[string]int{}
+	if err := l.Follow(ctx, "", eventlog.FollowOptions{StopAtEnd: true}, func(e lctl.Event) error { seen[e.ChainID]++; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) != 3 || seen["run-1"] != 2 || seen["otel-new"] != 3 || seen["otel-old"] != 2 {
+		t.Errorf("following every chain: %v", seen)
+	}
+	// Following every chain stops where fn says, across both streams.
+	n := 0
+	if err := l.Follow(ctx, "", eventlog.FollowOptions{}, func(lctl.Event) error {
+		if n++; n == 4 {
+			return eventlog.ErrStop
+		}
+		return nil
+	}); err != nil || n != 4 {
+		t.Errorf("following every chain until stopped: %d events, %v", n, err)
+	}
+	if _, err := l.ResumeChainWriter(ctx, "otel-old"); !errors.Is(err, eventlog.ErrLegacyChain) {
+		t.Errorf("resume otel-old: %v, want ErrLegacyChain", err)
+	}
+	w, err := l.ResumeChainWriter(ctx, "otel-new")
+	if err != nil || w.Seq() != 3 {
+		t.Fatalf("resume otel-new: %v", err)
+	}
+	if e, err := w.Append(ctx, "step_end", "a", nil); err != nil || e.PrevHash != newEvents[2].Hash {
+		t.Fatalf("append to otel-new: %v", err)
+	}
+	for subject, want := range map[string]string{"lctl.chain.run-1": "run-1", "lctl.otel.abc": "otel-abc", "lctl.chain.otel-abc": "otel-abc", "other.x": ""} {
+		if id, _ := eventlog.ChainOf(subject); id != want {
+			t.Errorf("ChainOf(%s) = %q, want %q", subject, id, want)
+		}
+	}
+	if eventlog.Subject("otel-abc") != "lctl.otel.abc" || eventlog.Subject("run-1") != "lctl.chain.run-1" {
+		t.Errorf("subjects: %s, %s", eventlog.Subject("otel-abc"), eventlog.Subject("run-1"))
+	}
+	if eventlog.OTelChainPrefix != otlp.ChainPrefix {
+		t.Errorf("eventlog's otel prefix %q is not lctl/otlp's %q", eventlog.OTelChainPrefix, otlp.ChainPrefix)
 	}
 }

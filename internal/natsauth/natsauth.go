@@ -46,13 +46,17 @@ var Users = []string{Orchestrator, Validator, Executor, Tracer, Reader, Admin}
 // spelled out here (services/…, internal/eventlog) so that this package
 // depends on none of them; the tests check each against the real thing.
 const (
-	chains    = "lctl.chain.>"
-	toolsKV   = "$KV.XCT_TOOLS.>"
-	stepsKV   = "$KV.XCT_STEPS.>"
-	blobsObj  = "$O.XCT_STEP_BLOBS.>"
-	approvals = "$KV.XCT_APPROVALS.>"
-	owners    = "$KV.XCT_RUN_OWNERS.>"
-	redaction = "$KV.XCT_REDACTION.>"
+	chains = "lctl.chain.>"
+	// otelChains are the chains the tracer makes from OpenTelemetry
+	// traces, on a stream of their own (LCTL_OTEL), so that the tracer
+	// may write them and no run's chain.
+	otelChains = "lctl.otel.>"
+	toolsKV    = "$KV.XCT_TOOLS.>"
+	stepsKV    = "$KV.XCT_STEPS.>"
+	blobsObj   = "$O.XCT_STEP_BLOBS.>"
+	approvals  = "$KV.XCT_APPROVALS.>"
+	owners     = "$KV.XCT_RUN_OWNERS.>"
+	redaction  = "$KV.XCT_REDACTION.>"
 	// flowControl is the replies a client sends to a push consumer's
 	// flow control requests (KV watchers).
 	flowControl = "$JS.FC.>"
@@ -89,6 +93,7 @@ var adminOnly = []string{
 // allow: every purge but those two is named here.
 var purgeable = map[string]string{
 	"LCTL":               "",
+	"LCTL_OTEL":          "",
 	"KV_XCT_TOOLS":       "",
 	"KV_XCT_STEPS":       "",
 	"OBJ_XCT_STEP_BLOBS": Executor,
@@ -134,17 +139,24 @@ func denied(user string) []string {
 }
 
 // readerAPI are the JetStream API requests lctl tail makes: JetStream and
-// stream info, and an ordered consumer on LCTL (created, read, deleted).
-var readerAPI = []string{
-	"$JS.API.INFO",
-	"$JS.API.STREAM.INFO.LCTL",
-	"$JS.API.CONSUMER.CREATE.LCTL.>",
-	"$JS.API.CONSUMER.INFO.LCTL.>",
-	"$JS.API.CONSUMER.DELETE.LCTL.>",
-	"$JS.API.CONSUMER.MSG.NEXT.LCTL.>",
-	"$JS.API.STREAM.MSG.GET.LCTL",
-	"$JS.API.DIRECT.GET.LCTL.>",
-	"$JS.API.DIRECT.GET.LCTL",
+// stream info, and ordered consumers on LCTL and LCTL_OTEL (created, read,
+// deleted).
+var readerAPI = readerRequests("LCTL", "LCTL_OTEL")
+
+func readerRequests(streams ...string) []string {
+	out := []string{"$JS.API.INFO"}
+	for _, s := range streams {
+		out = append(out,
+			"$JS.API.STREAM.INFO."+s,
+			"$JS.API.CONSUMER.CREATE."+s+".>",
+			"$JS.API.CONSUMER.INFO."+s+".>",
+			"$JS.API.CONSUMER.DELETE."+s+".>",
+			"$JS.API.CONSUMER.MSG.NEXT."+s+".>",
+			"$JS.API.STREAM.MSG.GET."+s,
+			"$JS.API.DIRECT.GET."+s+".>",
+			"$JS.API.DIRECT.GET."+s)
+	}
+	return out
 }
 
 // serviceAPI are the JetStream API requests every service may make:
@@ -171,14 +183,16 @@ var serviceAPI = []string{
 }
 
 // owned are the durable consumers ("<stream>.<consumer>") and the user
-// each belongs to: the tracer's on LCTL (services/tracer.ConsumerName).
+// each belongs to: the tracer's on LCTL and LCTL_OTEL
+// (services/tracer.ConsumerName).
 // Every consumer request names its consumer in the subject
 // ($JS.API.CONSUMER.<op>.<stream>.<consumer>, CREATE with a filter
 // after it, two-token ops such as MSG.NEXT and DURABLE.CREATE before
 // it), so nobody else may delete it, update it (another filter would
 // hide chains from the tracer), pull from it or pause it.
 var owned = map[string]string{
-	"LCTL.tracer": Tracer,
+	"LCTL.tracer":      Tracer,
+	"LCTL_OTEL.tracer": Tracer,
 }
 
 // readers are the streams that hold secrets or another service's
@@ -239,13 +253,14 @@ func othersConsumers(user string) []string {
 }
 
 // creates are the streams each service creates when they do not exist yet
-// (eventlog.Open, catalog.Watch and Publish, the KV buckets and the object
-// store of each service, the redaction key).
+// (eventlog.Open: both LCTL streams, whichever of the orchestrator and the
+// tracer starts first; catalog.Watch and Publish, the KV buckets and the
+// object store of each service, the redaction key).
 var creates = map[string][]string{
-	Orchestrator: {"LCTL", "KV_XCT_RUN_OWNERS", "KV_XCT_TOOLS", "KV_XCT_REDACTION"},
+	Orchestrator: {"LCTL", "LCTL_OTEL", "KV_XCT_RUN_OWNERS", "KV_XCT_TOOLS", "KV_XCT_REDACTION"},
 	Validator:    {"KV_XCT_APPROVALS", "KV_XCT_TOOLS", "KV_XCT_REDACTION"},
 	Executor:     {"KV_XCT_TOOLS", "KV_XCT_STEPS", "OBJ_XCT_STEP_BLOBS", "KV_XCT_REDACTION"},
-	Tracer:       {"LCTL"},
+	Tracer:       {"LCTL", "LCTL_OTEL"},
 }
 
 // writes are the data subjects each service publishes to: its own
@@ -257,11 +272,10 @@ var writes = map[string][]string{
 	Validator:    {approvals, redaction},
 	// The tool catalog the validator judges with, and the step records.
 	Executor: {toolsKV, stepsKV, blobsObj, redaction},
-	// The OTLP ingest writes otel-<trace id> chains; a subject token
-	// cannot be matched by prefix, so the tracer may publish to any chain
-	// subject (it checks itself that it writes only otel- chains). Its
-	// durable consumer's acknowledgements go to $JS.ACK.LCTL.tracer.
-	Tracer: {chains, "$JS.ACK.LCTL.tracer.>"},
+	// The OTLP ingest writes otel-<trace id> chains, on LCTL_OTEL's
+	// subjects only: no run's chain. Its durable consumers'
+	// acknowledgements go to $JS.ACK.<stream>.tracer.
+	Tracer: {otelChains, "$JS.ACK.LCTL.tracer.>", "$JS.ACK.LCTL_OTEL.tracer.>"},
 }
 
 // Permissions returns the subject permissions of user (nil for Admin: all).

@@ -153,6 +153,9 @@ func TestServicesWriteOnlyTheirOwnSubjects(t *testing.T) {
 		{natsauth.Executor, chain, eventlog.StreamName},
 		{natsauth.Validator, chain, eventlog.StreamName},
 		{natsauth.Reader, chain, eventlog.StreamName},
+		{natsauth.Tracer, chain, eventlog.StreamName},
+		{natsauth.Orchestrator, eventlog.Subject("otel-1"), eventlog.OTelStreamName},
+		{natsauth.Executor, eventlog.Subject("otel-1"), eventlog.OTelStreamName},
 		{natsauth.Tracer, tools, "KV_" + catalog.Bucket},
 		{natsauth.Orchestrator, tools, "KV_" + catalog.Bucket},
 		{natsauth.Validator, tools, "KV_" + catalog.Bucket},
@@ -181,7 +184,7 @@ func TestServicesWriteOnlyTheirOwnSubjects(t *testing.T) {
 	}
 	allowed := []attempt{
 		{natsauth.Orchestrator, chain, eventlog.StreamName},
-		{natsauth.Tracer, eventlog.Subject("otel-1"), eventlog.StreamName},
+		{natsauth.Tracer, eventlog.Subject("otel-1"), eventlog.OTelStreamName},
 		{natsauth.Executor, tools, "KV_" + catalog.Bucket},
 		{natsauth.Executor, steps, "KV_" + executor.StepsBucket},
 		{natsauth.Validator, "$KV." + validator.ApprovalsBucket + ".a", "KV_" + validator.ApprovalsBucket},
@@ -352,7 +355,7 @@ func TestPermissionsNameXCTsSubjects(t *testing.T) {
 		natsauth.Executor:     {"$KV." + catalog.Bucket + ".>", "$KV." + executor.StepsBucket + ".>", "$O." + executor.BlobsBucket + ".>", "$KV." + redact.KeyBucket + ".>"},
 		natsauth.Orchestrator: {eventlog.SubjectPrefix + ">", "$KV." + orchestrator.OwnersBucket + ".>"},
 		natsauth.Validator:    {"$KV." + validator.ApprovalsBucket + ".>"},
-		natsauth.Tracer:       {eventlog.SubjectPrefix + ">", "$JS.ACK." + eventlog.StreamName + ".tracer.>"},
+		natsauth.Tracer:       {eventlog.OTelSubjectPrefix + ">", "$JS.ACK." + eventlog.StreamName + ".tracer.>", "$JS.ACK." + eventlog.OTelStreamName + ".tracer.>"},
 	}
 	for user, subjects := range want {
 		p, err := natsauth.Permissions(user)
@@ -362,6 +365,18 @@ func TestPermissionsNameXCTsSubjects(t *testing.T) {
 		for _, s := range subjects {
 			if !slices.Contains(p.Publish.Allow, s) {
 				t.Errorf("%s may not publish to %s: %v", user, s, p.Publish.Allow)
+			}
+		}
+	}
+	// The runs' chains are the orchestrator's alone.
+	for _, user := range []string{natsauth.Validator, natsauth.Executor, natsauth.Tracer} {
+		p, err := natsauth.Permissions(user)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range p.Publish.Allow {
+			if strings.HasPrefix(s, "lctl.chain.") || s == "lctl.>" || s == ">" {
+				t.Errorf("%s may publish to %s", user, s)
 			}
 		}
 	}
@@ -855,5 +870,164 @@ func TestCatalogRepublishedIntoIsRefused(t *testing.T) {
 			}
 			return nil
 		})
+	}
+}
+
+// TestTracerCannotAppendToARunsChain is the attack of a taken-over
+// tracer on the audit log: with its own credentials it seals an event
+// that follows a run's last one (the right seq and prev_hash, so every
+// reader would take it for the orchestrator's) and appends it, raw and
+// through a chain writer; it also tries to start a chain in LCTL under an
+// otel- name, at the subject otel chains had before. The server refuses
+// each publish, and the run's chain is what the orchestrator wrote. The
+// tracer's own writes, the otel chains, land on LCTL_OTEL and are read
+// back through every reader's path (ReadChain, Chains, Follow of all).
+func TestTracerCannotAppendToARunsChain(t *testing.T) {
+	c := newCluster(t)
+	ctx := context.Background()
+	orch, err := eventlog.Open(ctx, connectAs(t, c.url, natsauth.Orchestrator).nc, eventlog.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := orch.NewChainWriter("run-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, typ := range []string{lctl.TypeRunStarted, lctl.TypeStepStart} {
+		if _, err := w.Append(ctx, typ, "orchestrator", nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tr := connectAs(t, c.url, natsauth.Tracer)
+	tlog, err := eventlog.Open(ctx, tr.nc, eventlog.DefaultConfig())
+	if err != nil {
+		t.Fatalf("the tracer opening the log: %v", err)
+	}
+	// The forged event, sealed after the run's last one.
+	last := w.Last()
+	forged := lctl.Event{ChainID: "run-1", Seq: last.Seq + 1, Type: lctl.TypeStepEnd, Timestamp: last.Timestamp, Agent: "orchestrator",
+		Data: map[string]any{"status": "success", "forged": true}}
+	raw, err := forged.SealEncoded(last.Hash)
+	if err != nil {
+		t.Fatal(err)
+	}
+	attempts := map[string]func(ctx context.Context) error{
+		"a raw publish of the sealed event": func(ctx context.Context) error {
+			_, err := tr.js.Publish(ctx, eventlog.LegacySubject("run-1"), raw)
+			return err
+		},
+		"an append through a chain writer": func(ctx context.Context) error {
+			fw, err := tlog.ResumeChainWriter(ctx, "run-1")
+			if err != nil {
+				return err
+			}
+			_, err = fw.Append(ctx, lctl.TypeStepEnd, "orchestrator", map[string]any{"forged": true})
+			return err
+		},
+		"a new chain at an otel chain's old subject": func(ctx context.Context) error {
+			_, err := tr.js.Publish(ctx, eventlog.LegacySubject("otel-0af7651916cd43dd8448eb211c80319c"), raw)
+			return err
+		},
+	}
+	for what, attempt := range attempts {
+		subject := eventlog.LegacySubject("run-1")
+		if strings.Contains(what, "otel") {
+			subject = eventlog.LegacySubject("otel-0af7651916cd43dd8448eb211c80319c")
+		}
+		before := c.count(t, eventlog.StreamName)
+		// The server drops the publish and says why; the publish then
+		// waits for an acknowledgement that never comes, until cancelled.
+		actx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- attempt(actx) }()
+		tr.refused(t, "the tracer: "+what, subject)
+		cancel()
+		if err := <-done; err == nil {
+			t.Errorf("the tracer: %s: acknowledged", what)
+		}
+		if after := c.count(t, eventlog.StreamName); after != before {
+			t.Errorf("the tracer: %s: LCTL went from %d to %d messages", what, before, after)
+		}
+	}
+	events, err := orch.ReadChain(ctx, "run-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(events) != 2 || lctl.Verify(events) != nil || events[1].Hash != last.Hash {
+		t.Fatalf("run-1 after the attacks: %d events (%v), want the orchestrator's 2", len(events), lctl.Verify(events))
+	}
+
+	// What the tracer may do: write its otel chains, on LCTL_OTEL.
+	const otelChain = "otel-4bf92f3577b34da6a3ce929d0e0e4736"
+	ow, err := tlog.NewChainWriter(otelChain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var written []lctl.Event
+	for _, typ := range []string{lctl.TypeStepStart, lctl.TypeStepEnd} {
+		e, err := ow.Append(ctx, typ, "agent", map[string]any{"otel": map[string]any{"span_id": typ}})
+		if err != nil {
+			t.Fatalf("the tracer writing %s: %v", otelChain, err)
+		}
+		written = append(written, e)
+	}
+	if n := c.count(t, eventlog.OTelStreamName); n != 2 {
+		t.Errorf("LCTL_OTEL holds %d messages, want the tracer's 2", n)
+	}
+	reader, err := eventlog.Bind(ctx, connectAs(t, c.url, natsauth.Reader).nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := reader.ReadChain(ctx, otelChain)
+	if err != nil || len(got) != 2 || got[1].Hash != written[1].Hash {
+		t.Fatalf("the reader reading %s: %d events, %v", otelChain, len(got), err)
+	}
+	chains, err := reader.Chains(ctx)
+	if err != nil || chains["run-1"] != 2 || chains[otelChain] != 2 || len(chains) != 2 {
+		t.Fatalf("the reader listing chains: %v, %v", chains, err)
+	}
+	seen := map[string]int{}
+	if err := reader.Follow(ctx, "", eventlog.FollowOptions{StopAtEnd: true}, func(e lctl.Event) error { seen[e.ChainID]++; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if seen["run-1"] != 2 || seen[otelChain] != 2 {
+		t.Fatalf("the reader following every chain saw %v", seen)
+	}
+}
+
+// TestAnOTelLogMadeFirstByTheTracerIsRefused: the tracer may create
+// LCTL_OTEL (it may start first), and a stream's settings are its first
+// creator's. Made to republish what the tracer writes there into
+// lctl.chain.<token>, it would put the tracer's events on a run's chain
+// past every permission (the server's own publish: shown here, the
+// forged event lands on LCTL). The orchestrator does not run on it.
+func TestAnOTelLogMadeFirstByTheTracerIsRefused(t *testing.T) {
+	ns := testutil.RunJetStream(t)
+	url := ns.ClientURL()
+	ctx := context.Background()
+	tr := connectAs(t, url, natsauth.Tracer)
+	if _, err := tr.js.CreateStream(ctx, jetstream.StreamConfig{
+		Name: eventlog.OTelStreamName, Subjects: []string{eventlog.AllOTelSubjects}, DenyDelete: true, DenyPurge: true,
+		RePublish: &jetstream.RePublish{Source: eventlog.AllOTelSubjects, Destination: eventlog.SubjectPrefix + "{{wildcard(1)}}"},
+	}); err != nil {
+		t.Fatalf("the tracer making LCTL_OTEL: %v", err)
+	}
+	admin := connectAs(t, url, natsauth.Admin)
+	lctlStream, err := admin.js.CreateStream(ctx, jetstream.StreamConfig{Name: eventlog.StreamName, Subjects: []string{eventlog.AllSubjects}, DenyDelete: true, DenyPurge: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.js.Publish(ctx, eventlog.OTelSubjectPrefix+"run-1", []byte(`{"forged":true}`)); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, func() error {
+		if _, err := lctlStream.GetLastMsgForSubject(ctx, eventlog.LegacySubject("run-1")); err != nil {
+			return fmt.Errorf("the republished event is not on run-1's subject: %w", err)
+		}
+		return nil
+	})
+	orch := connectAs(t, url, natsauth.Orchestrator)
+	if _, err := eventlog.Open(ctx, orch.nc, eventlog.DefaultConfig()); !errors.Is(err, eventlog.ErrStreamSettings) || !strings.Contains(err.Error(), eventlog.OTelStreamName) {
+		t.Errorf("the orchestrator opening the tracer's LCTL_OTEL: %v, want ErrStreamSettings naming it", err)
 	}
 }

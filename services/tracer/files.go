@@ -24,8 +24,8 @@ import (
 // what a crash cut short of the files is delivered again, what survived it
 // is recognized by its seq and skipped.
 
-// positionFile (in the chains directory) records the stream position the
-// chain files are synced to.
+// positionFile (in the chains directory) records the LCTL stream position
+// the chain files are synced to; positionFile.LCTL_OTEL the LCTL_OTEL one.
 const positionFile = ".stream-position"
 
 // DefaultSyncInterval is how often written chain files are synced.
@@ -290,10 +290,11 @@ type streamPosition struct {
 	Seq     uint64    `json:"seq"`
 }
 
-// readPosition reads the recorded position; ok is false when there is none
-// or it cannot be read (the caller then reads the stream from its start).
-func readPosition(dir string) (pos streamPosition, ok bool, err error) {
-	raw, err := os.ReadFile(filepath.Join(dir, positionFile))
+// readPosition reads the position recorded in file; ok is false when there
+// is none or it cannot be read (the caller then reads the stream from its
+// start).
+func readPosition(dir, file string) (pos streamPosition, ok bool, err error) {
+	raw, err := os.ReadFile(filepath.Join(dir, file))
 	if errors.Is(err, os.ErrNotExist) {
 		return pos, false, nil
 	}
@@ -306,14 +307,14 @@ func readPosition(dir string) (pos streamPosition, ok bool, err error) {
 	return pos, true, nil
 }
 
-// writePosition records pos durably: a temporary file, synced, renamed
-// over the old one, and the directory synced.
-func writePosition(dir string, pos streamPosition) error {
+// writePosition records pos durably in file: a temporary file, synced,
+// renamed over the old one, and the directory synced.
+func writePosition(dir, file string, pos streamPosition) error {
 	raw, err := json.Marshal(pos)
 	if err != nil {
 		return fmt.Errorf("encode stream position: %w", err)
 	}
-	tmp := filepath.Join(dir, positionFile+".tmp")
+	tmp := filepath.Join(dir, file+".tmp")
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return fmt.Errorf("write stream position: %w", err)
@@ -329,7 +330,7 @@ func writePosition(dir string, pos streamPosition) error {
 		_ = os.Remove(tmp)
 		return fmt.Errorf("write stream position: %w", err)
 	}
-	if err := os.Rename(tmp, filepath.Join(dir, positionFile)); err != nil {
+	if err := os.Rename(tmp, filepath.Join(dir, file)); err != nil {
 		return fmt.Errorf("write stream position: %w", err)
 	}
 	return syncDir(dir)

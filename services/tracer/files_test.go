@@ -107,21 +107,21 @@ func TestProgressFloor(t *testing.T) {
 // unreadable one.
 func TestStreamPositionFile(t *testing.T) {
 	dir := t.TempDir()
-	if _, ok, err := readPosition(dir); ok || err != nil {
+	if _, ok, err := readPosition(dir, positionFile); ok || err != nil {
 		t.Fatalf("no file: ok %v, err %v", ok, err)
 	}
 	want := streamPosition{Stream: "LCTL", Seq: 42}
-	if err := writePosition(dir, want); err != nil {
+	if err := writePosition(dir, positionFile, want); err != nil {
 		t.Fatal(err)
 	}
-	got, ok, err := readPosition(dir)
+	got, ok, err := readPosition(dir, positionFile)
 	if !ok || err != nil || got != want {
 		t.Fatalf("read %+v, %v, %v; wrote %+v", got, ok, err, want)
 	}
 	if err := os.WriteFile(filepath.Join(dir, positionFile), []byte("{not json"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok, err := readPosition(dir); ok || err == nil {
+	if _, ok, err := readPosition(dir, positionFile); ok || err == nil {
 		t.Fatalf("garbled file: ok %v, err %v", ok, err)
 	}
 }

@@ -18,9 +18,12 @@ import (
 )
 
 // OpenTelemetry in: the tracer accepts OTLP trace exports (gRPC and HTTP),
-// converts each trace with lctl/otlp and appends it to the LCTL event log as
+// converts each trace with lctl/otlp and appends it to the event log as
 // chain otel-<trace id>, so the chains are replayed, diffed and tailed like
-// any other. The tracer is the only writer of otel- chains.
+// any other. The tracer is the only writer of otel- chains, which are
+// stored on their own stream (LCTL_OTEL, internal/eventlog): its NATS user
+// may publish there and on no run's chain. A trace whose chain was written
+// before that stream existed (at lctl.chain.otel-<trace id>) is refused.
 //
 // Exporters send a trace in pieces: a span is exported when it ends, so an
 // agent's span arrives after the model and tool spans inside it. To write
@@ -109,9 +112,10 @@ type otelChain struct {
 	agents    map[string]string
 	prevAgent string
 	notBefore time.Time
-	// foreign: the chain is another writer's (errForeignChain), known
-	// without reading it again.
-	foreign bool
+	// refused: why the tracer never appends to the chain
+	// (errForeignChain, eventlog.ErrLegacyChain), known without reading
+	// it again.
+	refused error
 }
 
 func newIngester(cfg OTLPConfig, log *slog.Logger, events func() *eventlog.Log) *ingester {
@@ -148,6 +152,12 @@ var errIngestUnavailable = errors.New("cannot write to the event log")
 // (its first event is not a converted span): the tracer never appends to
 // it, and the trace's spans are refused, not retried.
 var errForeignChain = errors.New("its chain exists and was not written by the tracer")
+
+// refusedChain reports a chain the tracer never appends to: another
+// writer's, or an otel chain at its old subject.
+func refusedChain(err error) bool {
+	return errors.Is(err, errForeignChain) || errors.Is(err, eventlog.ErrLegacyChain)
+}
 
 // export takes one export's spans: traces whose root arrived (or all, when
 // nothing is held) are written before it returns.
@@ -218,9 +228,9 @@ func (in *ingester) flush(ctx context.Context, chainID string) (warnings []strin
 		return nil, 0, nil
 	}
 	warnings, err = in.write(ctx, c, h.trace)
-	if errors.Is(err, errForeignChain) {
-		in.log.Warn("OTLP spans refused: their chain was not written by the tracer", "chain", chainID, "spans", len(h.trace.Spans))
-		return append(warnings, fmt.Sprintf("%d spans of trace %x refused: chain %s %v", len(h.trace.Spans), h.trace.TraceID, chainID, errForeignChain)),
+	if refusedChain(err) {
+		in.log.Warn("OTLP spans refused: the tracer does not append to their chain", "chain", chainID, "spans", len(h.trace.Spans), "why", err)
+		return append(warnings, fmt.Sprintf("%d spans of trace %x refused: chain %s: %v", len(h.trace.Spans), h.trace.TraceID, chainID, err)),
 			len(h.trace.Spans), nil
 	}
 	if err != nil {
@@ -243,12 +253,12 @@ func (in *ingester) write(ctx context.Context, c *otelChain, t *otlp.Trace) ([]s
 	if log == nil {
 		return nil, fmt.Errorf("%w: %w", errIngestUnavailable, ErrNotReady)
 	}
-	if c.foreign {
-		return nil, errForeignChain
+	if c.refused != nil {
+		return nil, c.refused
 	}
 	if c.w == nil {
-		if err := in.load(ctx, log, c, t.ChainID); errors.Is(err, errForeignChain) {
-			c.foreign = true
+		if err := in.load(ctx, log, c, t.ChainID); refusedChain(err) {
+			c.refused = err
 			return nil, err
 		} else if err != nil {
 			return nil, fmt.Errorf("%w: %w", errIngestUnavailable, err)

@@ -10,12 +10,15 @@
 // ReplayChain to any seq applies at most that many events.
 //
 // Events come from a durable JetStream pull consumer ("tracer") with
-// explicit acks. The stream is where events are durable; the tracer's files
+// explicit acks on each of the two streams (LCTL, the runs' chains, and
+// LCTL_OTEL, the chains made from OpenTelemetry traces: internal/eventlog),
+// whose messages are handled together. The streams are where events are
+// durable; the tracer's files
 // are a view of it. A batch's events are appended to
 // <DataDir>/chains/<chain_id>.jsonl (one write per chain, no sync) before
 // they become visible to the RPCs and are acknowledged. Every
 // Config.SyncInterval, and at Stop, the written files are synced and the
-// stream position through which everything is on disk is recorded
+// position in each stream through which everything is on disk is recorded
 // (files.go); a tracer starting again reads the stream from there, so what
 // a crash cut short of the files is delivered again, and a redelivered
 // event (at-least-once) is recognized by its seq and skipped. When an event
@@ -37,7 +40,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -88,10 +90,10 @@ type Service struct {
 	done    chan struct{} // closed when the consumer goroutine ended
 
 	// Used by the consumer goroutine only (set up by Start).
-	files    *chainFiles
-	progress *progress
-	// stream is what the recorded stream position refers to.
-	stream streamPosition
+	files *chainFiles
+	// feeds are the streams consumed, each with its durable consumer and
+	// progress: LCTL, then LCTL_OTEL.
+	feeds []*feed
 	// damaged are chains whose files were cut at start, to read back
 	// from the stream before consuming.
 	damaged  []string
@@ -158,15 +160,18 @@ func (s *Service) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("tracer: load store: %w", err)
 	}
-	from, err := s.startPosition(ctx, events)
-	if err != nil {
-		return fmt.Errorf("tracer: %w", err)
+	feeds := newFeeds()
+	for _, f := range feeds {
+		from, err := s.startPosition(ctx, events, f)
+		if err != nil {
+			return fmt.Errorf("tracer: %w", err)
+		}
+		if f.cons, err = positionConsumer(ctx, events.JetStream(), f, from+1); err != nil {
+			return fmt.Errorf("tracer: %w", err)
+		}
+		f.progress = newProgress(from)
 	}
-	cons, err := positionConsumer(ctx, events.JetStream(), from+1)
-	if err != nil {
-		return fmt.Errorf("tracer: %w", err)
-	}
-	s.files, s.progress, s.damaged = newChainFiles(s.store.dir), newProgress(from), damaged
+	s.files, s.feeds, s.damaged = newChainFiles(s.store.dir), feeds, damaged
 	s.validIDs = map[string]struct{}{}
 	hs, err := s.startHTTP(ctx)
 	if err != nil {
@@ -175,7 +180,7 @@ func (s *Service) Start(ctx context.Context) error {
 	s.http = hs
 	runCtx, cancel := context.WithCancel(context.Background())
 	s.started, s.events, s.cancel, s.done = true, events, cancel, make(chan struct{})
-	go s.run(runCtx, cons)
+	go s.run(runCtx)
 	go s.otlp.run(runCtx)
 	s.log.Info("tracer started", "data_dir", s.cfg.DataDir)
 	return nil
@@ -238,39 +243,71 @@ func (s *Service) WaitForSeq(ctx context.Context, chainID string, seq uint64) er
 	}
 }
 
+// feed is one stream the tracer consumes: its durable consumer, the
+// messages done, and the position recorded in its file.
+type feed struct {
+	stream  string // the stream's name
+	filter  string // its chains' subjects
+	posFile string // where its position is recorded (in the chains directory)
+
+	cons     jetstream.Consumer
+	progress *progress
+	// pos is what the recorded position refers to.
+	pos streamPosition
+}
+
+// newFeeds returns the streams the tracer consumes. LCTL's position is in
+// positionFile, as before LCTL_OTEL existed.
+func newFeeds() []*feed {
+	return []*feed{
+		{stream: eventlog.StreamName, filter: eventlog.AllSubjects, posFile: positionFile},
+		{stream: eventlog.OTelStreamName, filter: eventlog.AllOTelSubjects, posFile: positionFile + "." + eventlog.OTelStreamName},
+	}
+}
+
+// feedOf returns the feed of stream (nil for none).
+func (s *Service) feedOf(stream string) *feed {
+	for _, f := range s.feeds {
+		if f.stream == stream {
+			return f
+		}
+	}
+	return nil
+}
+
 // startPosition is the stream seq through which the chain files hold every
-// event, as the last sync recorded it; 0 (read the whole stream) when
-// nothing was recorded or the record is of another stream.
-func (s *Service) startPosition(ctx context.Context, events *eventlog.Log) (uint64, error) {
-	st, err := events.JetStream().Stream(ctx, eventlog.StreamName)
+// event of f's stream, as the last sync recorded it; 0 (read the whole
+// stream) when nothing was recorded or the record is of another stream.
+func (s *Service) startPosition(ctx context.Context, events *eventlog.Log, f *feed) (uint64, error) {
+	st, err := events.JetStream().Stream(ctx, f.stream)
 	if err != nil {
-		return 0, fmt.Errorf("stream %s: %w", eventlog.StreamName, err)
+		return 0, fmt.Errorf("stream %s: %w", f.stream, err)
 	}
 	info, err := st.Info(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("stream %s: %w", eventlog.StreamName, err)
+		return 0, fmt.Errorf("stream %s: %w", f.stream, err)
 	}
-	s.stream = streamPosition{Stream: eventlog.StreamName, Created: info.Created}
-	pos, ok, err := readPosition(s.store.dir)
+	f.pos = streamPosition{Stream: f.stream, Created: info.Created}
+	pos, ok, err := readPosition(s.store.dir, f.posFile)
 	switch {
 	case err != nil:
-		s.log.Warn("reading the whole stream again", "err", err)
+		s.log.Warn("reading the whole stream again", "stream", f.stream, "err", err)
 		return 0, nil
 	case !ok:
 		return 0, nil
-	case pos.Stream != s.stream.Stream || !pos.Created.Equal(s.stream.Created):
+	case pos.Stream != f.pos.Stream || !pos.Created.Equal(f.pos.Created):
 		s.log.Warn("the chain files were made from another stream; reading the whole stream again",
-			"recorded_created", pos.Created, "stream_created", s.stream.Created)
+			"stream", f.stream, "recorded_created", pos.Created, "stream_created", f.pos.Created)
 		return 0, nil
 	}
 	return pos.Seq, nil
 }
 
-func consumerConfig(start uint64) jetstream.ConsumerConfig {
+func consumerConfig(f *feed, start uint64) jetstream.ConsumerConfig {
 	cfg := jetstream.ConsumerConfig{
 		Durable:       ConsumerName,
 		Description:   "XCT tracer: materializes LCTL chains",
-		FilterSubject: eventlog.AllSubjects,
+		FilterSubject: f.filter,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       ackWait,
@@ -282,36 +319,36 @@ func consumerConfig(start uint64) jetstream.ConsumerConfig {
 	return cfg
 }
 
-// positionConsumer sets the durable consumer up to deliver the stream from
+// positionConsumer sets f's durable consumer up to deliver its stream from
 // seq start: it is made anew, because what it acknowledged before may not
 // have reached the disk (a consumer's start cannot be moved).
-func positionConsumer(ctx context.Context, js jetstream.JetStream, start uint64) (jetstream.Consumer, error) {
-	if err := js.DeleteConsumer(ctx, eventlog.StreamName, ConsumerName); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return nil, fmt.Errorf("reset consumer %s: %w", ConsumerName, err)
+func positionConsumer(ctx context.Context, js jetstream.JetStream, f *feed, start uint64) (jetstream.Consumer, error) {
+	if err := js.DeleteConsumer(ctx, f.stream, ConsumerName); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return nil, fmt.Errorf("reset consumer %s of %s: %w", ConsumerName, f.stream, err)
 	}
-	cons, err := js.CreateConsumer(ctx, eventlog.StreamName, consumerConfig(start))
+	cons, err := js.CreateConsumer(ctx, f.stream, consumerConfig(f, start))
 	if err != nil {
-		return nil, fmt.Errorf("create consumer %s: %w", ConsumerName, err)
+		return nil, fmt.Errorf("create consumer %s of %s: %w", ConsumerName, f.stream, err)
 	}
 	return cons, nil
 }
 
-// resumeConsumer returns the durable consumer after consuming failed: the
+// resumeConsumer returns f's durable consumer after consuming failed: the
 // same one if it still exists (what it acknowledged is in the files, which
 // this process wrote), else a new one delivering from after the last
 // message done.
-func (s *Service) resumeConsumer(ctx context.Context) (jetstream.Consumer, error) {
+func (s *Service) resumeConsumer(ctx context.Context, f *feed) (jetstream.Consumer, error) {
 	js := s.events.JetStream()
-	cons, err := js.Consumer(ctx, eventlog.StreamName, ConsumerName)
+	cons, err := js.Consumer(ctx, f.stream, ConsumerName)
 	if err == nil {
 		return cons, nil
 	}
 	if !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return nil, fmt.Errorf("consumer %s: %w", ConsumerName, err)
+		return nil, fmt.Errorf("consumer %s of %s: %w", ConsumerName, f.stream, err)
 	}
-	cons, err = js.CreateConsumer(ctx, eventlog.StreamName, consumerConfig(s.progress.floor()+1))
+	cons, err = js.CreateConsumer(ctx, f.stream, consumerConfig(f, f.progress.floor()+1))
 	if err != nil {
-		return nil, fmt.Errorf("create consumer %s: %w", ConsumerName, err)
+		return nil, fmt.Errorf("create consumer %s of %s: %w", ConsumerName, f.stream, err)
 	}
 	return cons, nil
 }
@@ -319,13 +356,13 @@ func (s *Service) resumeConsumer(ctx context.Context) (jetstream.Consumer, error
 // run consumes until ctx ends, setting the consumer up again (with a
 // growing delay) whenever it fails, so a deleted consumer or a lost
 // connection does not end the tracer. At the end it syncs the files.
-func (s *Service) run(ctx context.Context, cons jetstream.Consumer) {
+func (s *Service) run(ctx context.Context) {
 	defer close(s.done)
 	defer s.closeFiles()
 	s.repairDamaged(ctx)
 	delay := 100 * time.Millisecond
 	for {
-		err := s.consume(ctx, cons)
+		err := s.consume(ctx)
 		if ctx.Err() != nil {
 			return
 		}
@@ -336,32 +373,39 @@ func (s *Service) run(ctx context.Context, cons jetstream.Consumer) {
 		case <-time.After(delay):
 		}
 		delay = min(2*delay, maxRestartDelay)
-		if c, err := s.resumeConsumer(ctx); err != nil {
-			s.log.Error("set up the stream consumer", "err", err)
-		} else {
-			cons = c
+		for _, f := range s.feeds {
+			if c, err := s.resumeConsumer(ctx, f); err != nil {
+				s.log.Error("set up the stream consumer", "stream", f.stream, "err", err)
+			} else {
+				f.cons = c
+			}
 		}
 	}
 }
 
-// syncFiles syncs the written chain files and records the stream position
-// they now hold everything through.
+// syncFiles syncs the written chain files and records the position in
+// each stream they now hold everything through.
 func (s *Service) syncFiles() {
-	floor := s.progress.floor()
+	floors := make([]uint64, len(s.feeds))
+	for i, f := range s.feeds {
+		floors[i] = f.progress.floor()
+	}
 	if err := s.files.sync(); err != nil {
 		s.log.Error("sync chain files", "err", err)
 		return
 	}
-	if floor == s.stream.Seq {
-		return
+	for i, f := range s.feeds {
+		if floors[i] == f.pos.Seq {
+			continue
+		}
+		pos := f.pos
+		pos.Seq = floors[i]
+		if err := writePosition(s.store.dir, f.posFile, pos); err != nil {
+			s.log.Error("record stream position", "stream", f.stream, "err", err)
+			continue
+		}
+		f.pos = pos
 	}
-	pos := s.stream
-	pos.Seq = floor
-	if err := writePosition(s.store.dir, pos); err != nil {
-		s.log.Error("record stream position", "err", err)
-		return
-	}
-	s.stream = pos
 }
 
 // closeFiles syncs and closes the chain files at the end.
@@ -400,34 +444,56 @@ func (s *Service) repairDamaged(ctx context.Context) {
 	s.store.broadcast()
 }
 
-// consume reads messages and handles them in batches: whatever is already
-// delivered, up to batchSize, is written once and then acked; the files
-// are synced every Config.SyncInterval.
-func (s *Service) consume(ctx context.Context, cons jetstream.Consumer) error {
-	iter, err := cons.Messages(jetstream.PullMaxMessages(batchSize))
-	if err != nil {
-		return fmt.Errorf("pull messages: %w", err)
+// consume reads the messages of every feed and handles them in batches:
+// whatever is already delivered, up to batchSize, is written once and then
+// acked; the files are synced every Config.SyncInterval. When one feed's
+// messages cannot be read, every feed stops and consume returns its error.
+func (s *Service) consume(ctx context.Context) error {
+	iters := make([]jetstream.MessagesContext, 0, len(s.feeds))
+	stopAll := func() {
+		for _, it := range iters {
+			it.Stop()
+		}
 	}
-	stopIter := context.AfterFunc(ctx, iter.Stop)
+	for _, f := range s.feeds {
+		iter, err := f.cons.Messages(jetstream.PullMaxMessages(batchSize))
+		if err != nil {
+			stopAll()
+			return fmt.Errorf("pull messages of %s: %w", f.stream, err)
+		}
+		iters = append(iters, iter)
+	}
+	stopIter := context.AfterFunc(ctx, stopAll)
 	defer stopIter()
-	defer iter.Stop()
+	defer stopAll()
 
 	msgs := make(chan jetstream.Msg, batchSize)
-	readErr := make(chan error, 1)
+	// The first error is the one that stopped the feeds; the others
+	// then say their iterator was stopped.
+	readErr := make(chan error, len(iters))
+	var readers sync.WaitGroup
+	for _, iter := range iters {
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			for {
+				m, err := iter.Next()
+				if err != nil {
+					readErr <- err
+					stopAll()
+					return
+				}
+				select {
+				case msgs <- m:
+				case <-ctx.Done():
+					s.handBack(m)
+				}
+			}
+		}()
+	}
 	go func() {
-		defer close(msgs)
-		for {
-			m, err := iter.Next()
-			if err != nil {
-				readErr <- err
-				return
-			}
-			select {
-			case msgs <- m:
-			case <-ctx.Done():
-				s.handBack(m)
-			}
-		}
+		readers.Wait()
+		close(msgs)
 	}()
 
 	tick := time.NewTicker(s.cfg.syncInterval())
@@ -469,7 +535,7 @@ func (s *Service) consume(ctx context.Context, cons jetstream.Consumer) error {
 		}
 		s.handleBatch(ctx, batch)
 	}
-	err = <-readErr
+	err := <-readErr
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
@@ -536,10 +602,12 @@ func (s *Service) handleBatch(ctx context.Context, batch []jetstream.Msg) {
 			s.log.Warn("acknowledge event", "subject", m.Subject(), "err", err)
 		}
 		if meta, merr := m.Metadata(); merr == nil {
-			if v == retry {
-				s.progress.notDone(meta.Sequence.Stream)
+			if f := s.feedOf(meta.Stream); f == nil {
+				s.log.Error("a message of a stream the tracer does not consume", "stream", meta.Stream)
+			} else if v == retry {
+				f.progress.notDone(meta.Sequence.Stream)
 			} else {
-				s.progress.done(meta.Sequence.Stream)
+				f.progress.done(meta.Sequence.Stream)
 			}
 		}
 	}
@@ -550,7 +618,11 @@ func (s *Service) handleBatch(ctx context.Context, batch []jetstream.Msg) {
 // stream any events of its chain that should have come before it. It
 // returns what to do with the message and the chain it belongs to.
 func (s *Service) handle(ctx context.Context, files *chainFiles, m jetstream.Msg, blocked map[string]bool, d *decodedMsg) (verdict, string) {
-	id := strings.TrimPrefix(m.Subject(), eventlog.SubjectPrefix)
+	id, ok := eventlog.ChainOf(m.Subject())
+	if !ok {
+		s.log.Error("event on a subject that names no chain", "subject", m.Subject())
+		return term, ""
+	}
 	if err := s.validChainID(id); err != nil {
 		s.log.Error("event on a subject that names no chain", "subject", m.Subject(), "err", err)
 		return term, ""
