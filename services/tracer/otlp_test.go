@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -16,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
@@ -31,9 +33,11 @@ import (
 
 	lctlv1 "github.com/xct-dev/xct/gen/lctl/v1"
 	"github.com/xct-dev/xct/internal/auth"
+	"github.com/xct-dev/xct/internal/eventlog"
 	"github.com/xct-dev/xct/internal/grpcx"
 	"github.com/xct-dev/xct/internal/grpcx/grpcxtest"
 	"github.com/xct-dev/xct/internal/lctllive"
+	"github.com/xct-dev/xct/internal/natsauth"
 	"github.com/xct-dev/xct/internal/testutil"
 	"github.com/xct-dev/xct/lctl"
 	"github.com/xct-dev/xct/lctl/cli"
@@ -506,4 +510,91 @@ func TestOTLPNeverWritesAForeignChain(t *testing.T) {
 	if len(events) != len(foreign) || events[len(events)-1].Hash != foreign[len(foreign)-1].Hash {
 		t.Fatalf("the foreign chain has %d events, want its writer's %d", len(events), len(foreign))
 	}
+}
+
+// TestOTLPChainsOldAndNew runs the tracer as its own NATS user (which may
+// publish to the otel chains' stream, LCTL_OTEL, and to no run's chain).
+// A chain an older tracer wrote at its old subject on LCTL
+// (lctl.chain.otel-<trace id>) is still materialized and served; spans of
+// its trace are refused (the tracer cannot append there any more, and a
+// second chain of the same id is not started), the exporter told why. A
+// new trace's chain is written on LCTL_OTEL and served.
+func TestOTLPChainsOldAndNew(t *testing.T) {
+	ns := testutil.RunJetStream(t)
+	admin := testutil.Connect(t, ns)
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	l, err := eventlog.Open(ctx, admin, eventlog.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldTrace := []byte{0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 0x99, 0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0xff, 0x01}
+	oldID := "otel-" + hex.EncodeToString(oldTrace)
+	prev := ""
+	for i := range 2 {
+		e := lctl.Event{ChainID: oldID, Seq: uint64(i + 1), Type: lctl.TypeStepStart, Timestamp: "2026-01-01T00:00:00Z", Agent: "agent",
+			Data: map[string]any{"otel": map[string]any{"span_id": fmt.Sprint(i)}}}
+		raw, err := e.SealEncoded(prev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.JetStream().Publish(ctx, eventlog.LegacySubject(oldID), raw); err != nil {
+			t.Fatal(err)
+		}
+		prev = e.Hash
+	}
+	tracerConn, err := nats.Connect(ns.ClientURL(), testutil.NATSAs(natsauth.Tracer))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tracerConn.Close)
+	tt := startOTLPTracer(t, &env{nc: tracerConn, log: l, dataDir: t.TempDir()}, tracer.OTLPConfig{Hold: -1})
+	served := func(id string, n int) {
+		t.Helper()
+		testutil.Eventually(t, waitTimeout, func() error {
+			got, err := tt.client.GetChain(ctx, &lctlv1.GetChainRequest{ChainId: id})
+			if err != nil {
+				return err
+			}
+			if len(got.GetEvents()) != n {
+				return fmt.Errorf("%s: %d events served, want %d", id, len(got.GetEvents()), n)
+			}
+			return nil
+		})
+	}
+	served(oldID, 2)
+	now := uint64(time.Now().UnixNano())
+	span := func(trace []byte) *coltracepb.ExportTraceServiceRequest {
+		return &coltracepb.ExportTraceServiceRequest{ResourceSpans: []*tracepb.ResourceSpans{{ScopeSpans: []*tracepb.ScopeSpans{{Spans: []*tracepb.Span{{
+			TraceId: trace, SpanId: []byte{1, 2, 3, 4, 5, 6, 7, 8}, Name: "work", StartTimeUnixNano: now, EndTimeUnixNano: now + 1000,
+		}}}}}}}
+	}
+	resp, err := tt.otlp.Export(ctx, span(oldTrace))
+	if err != nil {
+		t.Fatalf("export to the old chain: %v (a refusal, not a failure to retry)", err)
+	}
+	if resp.GetPartialSuccess().GetRejectedSpans() != 1 || !strings.Contains(resp.GetPartialSuccess().GetErrorMessage(), "old subject") {
+		t.Fatalf("export to the old chain: %v", resp)
+	}
+	if events, err := l.ReadChain(ctx, oldID); err != nil || len(events) != 2 || events[1].Hash != prev {
+		t.Fatalf("the old chain after the export: %d events, %v", len(events), err)
+	}
+	newTrace := []byte{0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f, 0x10}
+	newID := "otel-" + hex.EncodeToString(newTrace)
+	resp, err = tt.otlp.Export(ctx, span(newTrace))
+	if err != nil || resp.GetPartialSuccess().GetRejectedSpans() != 0 {
+		t.Fatalf("export of a new trace: %v, %v", resp, err)
+	}
+	events, err := l.ReadChain(ctx, newID)
+	if err != nil || len(events) == 0 {
+		t.Fatalf("the new chain: %d events, %v", len(events), err)
+	}
+	otelStream, err := l.JetStream().Stream(ctx, eventlog.OTelStreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := otelStream.GetLastMsgForSubject(ctx, eventlog.Subject(newID)); err != nil {
+		t.Fatalf("the new chain is not on %s: %v", eventlog.OTelStreamName, err)
+	}
+	served(newID, len(events))
 }
