@@ -41,92 +41,108 @@ func invalid(format string, args ...any) error {
 
 // ParseDecision parses one model output.
 func ParseDecision(raw []byte) (*xctv1.Decision, error) {
+	d, _, err := ParseDecisionArgs(raw)
+	return d, err
+}
+
+// ParseDecisionArgs is ParseDecision that also returns a next step's
+// arguments as JSON values (what the decision's Arguments AsMap gives: the
+// same map, without converting them back). The map is the caller's.
+func ParseDecisionArgs(raw []byte) (*xctv1.Decision, map[string]any, error) {
+	d, args, err := parseDecision(raw)
+	if err != nil {
+		return nil, nil, err
+	}
+	return d, args, nil
+}
+
+func parseDecision(raw []byte) (*xctv1.Decision, map[string]any, error) {
 	if len(raw) > MaxDecisionBytes {
-		return nil, invalid("output is %d bytes, the limit is %d", len(raw), MaxDecisionBytes)
+		return nil, nil, invalid("output is %d bytes, the limit is %d", len(raw), MaxDecisionBytes)
 	}
 	// The decision, next_step and arguments objects are three levels;
 	// the arguments may nest MaxDepth levels below their own object.
 	if d := Depth(raw); d > MaxDepth+2 {
-		return nil, invalid("the output is %v (it nests %d levels; tool arguments may nest at most %d)", ErrTooDeep{MaxDepth}, d, MaxDepth)
+		return nil, nil, invalid("the output is %v (it nests %d levels; tool arguments may nest at most %d)", ErrTooDeep{MaxDepth}, d, MaxDepth)
 	}
 	top, err := strictObject(raw)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	_, hasNext := top["next_step"]
 	_, hasDone := top["done"]
 	switch {
 	case hasNext && hasDone:
-		return nil, invalid(`exactly one of "next_step" or "done" is allowed, both were given`)
+		return nil, nil, invalid(`exactly one of "next_step" or "done" is allowed, both were given`)
 	case !hasNext && !hasDone:
-		return nil, invalid(`the object must have "next_step" or "done"`)
+		return nil, nil, invalid(`the object must have "next_step" or "done"`)
 	}
 	if hasDone {
 		for k := range top {
 			if k != "done" && k != "message" {
-				return nil, invalid("unknown key %q next to \"done\"", k)
+				return nil, nil, invalid("unknown key %q next to \"done\"", k)
 			}
 		}
 		var done bool
 		if err := json.Unmarshal(top["done"], &done); err != nil || !done {
-			return nil, invalid(`"done" must be true`)
+			return nil, nil, invalid(`"done" must be true`)
 		}
 		var msg string
 		if m, ok := top["message"]; ok {
 			if err := json.Unmarshal(m, &msg); err != nil {
-				return nil, invalid(`"message" must be a string`)
+				return nil, nil, invalid(`"message" must be a string`)
 			}
 		}
-		return &xctv1.Decision{Kind: &xctv1.Decision_Done{Done: &xctv1.Done{Message: msg}}}, nil
+		return &xctv1.Decision{Kind: &xctv1.Decision_Done{Done: &xctv1.Done{Message: msg}}}, nil, nil
 	}
 	for k := range top {
 		if k != "next_step" {
-			return nil, invalid("unknown key %q next to \"next_step\"", k)
+			return nil, nil, invalid("unknown key %q next to \"next_step\"", k)
 		}
 	}
 	step, err := strictObject(top["next_step"])
 	if err != nil {
-		return nil, invalid(`"next_step" must be an object: %s`, reasonOf(err))
+		return nil, nil, invalid(`"next_step" must be an object: %s`, reasonOf(err))
 	}
 	for k := range step {
 		if k != "tool" && k != "arguments" && k != "goal" && k != "confidence" {
-			return nil, invalid("unknown key %q in \"next_step\"", k)
+			return nil, nil, invalid("unknown key %q in \"next_step\"", k)
 		}
 	}
 	var tool string
 	if err := json.Unmarshal(step["tool"], &tool); err != nil || tool == "" {
-		return nil, invalid(`"next_step.tool" must be a non-empty string`)
+		return nil, nil, invalid(`"next_step.tool" must be a non-empty string`)
 	}
 	rawArgs, ok := step["arguments"]
 	if !ok {
-		return nil, invalid(`"next_step.arguments" is required (use {} for none)`)
+		return nil, nil, invalid(`"next_step.arguments" is required (use {} for none)`)
 	}
 	if _, err := strictObject(rawArgs); err != nil {
-		return nil, invalid(`"next_step.arguments" must be an object: %s`, reasonOf(err))
+		return nil, nil, invalid(`"next_step.arguments" must be an object: %s`, reasonOf(err))
 	}
 	var argMap map[string]any
 	if err := json.Unmarshal(rawArgs, &argMap); err != nil {
-		return nil, invalid(`"next_step.arguments": %v`, err)
+		return nil, nil, invalid(`"next_step.arguments": %v`, err)
 	}
 	args, err := structpb.NewStruct(argMap)
 	if err != nil {
-		return nil, invalid(`"next_step.arguments": %v`, err)
+		return nil, nil, invalid(`"next_step.arguments": %v`, err)
 	}
 	var goal string
 	if g, ok := step["goal"]; ok {
 		if err := json.Unmarshal(g, &goal); err != nil {
-			return nil, invalid(`"next_step.goal" must be a string`)
+			return nil, nil, invalid(`"next_step.goal" must be a string`)
 		}
 	}
 	ns := &xctv1.NextStep{Tool: tool, Arguments: args, Goal: goal}
 	if c, ok := step["confidence"]; ok {
 		var conf float64
 		if err := json.Unmarshal(c, &conf); err != nil || conf < 0 || conf > 1 {
-			return nil, invalid(`"next_step.confidence" must be a number from 0 to 1`)
+			return nil, nil, invalid(`"next_step.confidence" must be a number from 0 to 1`)
 		}
 		ns.Confidence = &conf
 	}
-	return &xctv1.Decision{Kind: &xctv1.Decision_NextStep{NextStep: ns}}, nil
+	return &xctv1.Decision{Kind: &xctv1.Decision_NextStep{NextStep: ns}}, argMap, nil
 }
 
 func reasonOf(err error) string {
@@ -139,7 +155,18 @@ func reasonOf(err error) string {
 
 // strictObject decodes a JSON object into its members, rejecting anything
 // that is not exactly one object, and duplicate keys at its top level.
+// Valid JSON that is one object without duplicate keys (every decision a
+// model gets right) is split by objectMembers; anything else goes through
+// the decoder, whose error is the one the model is told.
 func strictObject(raw []byte) (map[string]json.RawMessage, error) {
+	if out, ok := objectMembers(raw); ok {
+		return out, nil
+	}
+	return strictObjectDecoded(raw)
+}
+
+// strictObjectDecoded is strictObject by encoding/json's token decoder.
+func strictObjectDecoded(raw []byte) (map[string]json.RawMessage, error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	tok, err := dec.Token()
@@ -214,9 +241,54 @@ func EncodeDecision(d *xctv1.Decision) []byte {
 
 // EncodeNextStep renders a proposal in the spec's decision shape from its
 // fields (the orchestrator's transcript, from the recorded step_start).
+//
+// The bytes are json.Marshal's of nextStepJSON (keys in order, its
+// escaping), written around the parts json.Marshal encodes, without the
+// two maps and their sorting.
 func EncodeNextStep(tool string, args map[string]any, goal string, confidence *float64) []byte {
-	out, _ := json.Marshal(nextStepJSON(tool, args, goal, confidence))
-	return out
+	var a []byte
+	if args == nil {
+		a = []byte("{}")
+	} else {
+		var err error
+		if a, err = json.Marshal(args); err != nil {
+			return nil
+		}
+	}
+	out := make([]byte, 0, len(a)+len(tool)+len(goal)+64)
+	out = append(out, `{"next_step":{"arguments":`...)
+	out = append(out, a...)
+	if confidence != nil {
+		c, err := json.Marshal(*confidence)
+		if err != nil {
+			return nil
+		}
+		out = append(out, `,"confidence":`...)
+		out = append(out, c...)
+	}
+	out = append(out, `,"goal":`...)
+	out = appendJSONString(out, goal)
+	out = append(out, `,"tool":`...)
+	out = appendJSONString(out, tool)
+	return append(out, "}}"...)
+}
+
+// appendJSONString appends s as json.Marshal writes a string.
+func appendJSONString(out []byte, s string) []byte {
+	plain := true
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x80 || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			plain = false
+			break
+		}
+	}
+	if plain {
+		out = append(out, '"')
+		out = append(out, s...)
+		return append(out, '"')
+	}
+	q, _ := json.Marshal(s) // a string always encodes
+	return append(out, q...)
 }
 
 func nextStepJSON(tool string, args map[string]any, goal string, confidence *float64) map[string]any {
@@ -231,9 +303,16 @@ func nextStepJSON(tool string, args map[string]any, goal string, confidence *flo
 }
 
 // EncodeSuccess renders a tool's result as model-facing JSON text.
+// The bytes are json.Marshal's of successJSON, without the map.
 func EncodeSuccess(result any) []byte {
-	out, _ := json.Marshal(successJSON(result))
-	return out
+	r, err := json.Marshal(result)
+	if err != nil {
+		return nil
+	}
+	out := make([]byte, 0, len(r)+32)
+	out = append(out, `{"result":`...)
+	out = append(out, r...)
+	return append(out, `,"status":"success"}`...)
 }
 
 func successJSON(result any) map[string]any {

@@ -150,7 +150,11 @@ func (r *Run) settle() {
 }
 
 // Apply folds one event into the view.
-func (r *Run) Apply(e *lctl.Event) {
+func (r *Run) Apply(e *lctl.Event) { r.ApplyParsed(e, nil) }
+
+// ApplyParsed is Apply for an event its caller has parsed already: x is
+// Parse(e), or nil to have it parsed here.
+func (r *Run) ApplyParsed(e *lctl.Event, x Event) {
 	if e.Seq != 0 && e.Seq <= r.LastSeq {
 		return // already applied (a replay after a live append)
 	}
@@ -161,7 +165,10 @@ func (r *Run) Apply(e *lctl.Event) {
 		r.LastSeq = e.Seq
 	}
 	r.UpdatedAt = e.Time()
-	switch x := Parse(e).(type) {
+	if x == nil {
+		x = Parse(e)
+	}
+	switch x := x.(type) {
 	case RunStarted:
 		r.Started, r.HasStarted = x, true
 		r.StartedAt = e.Time()

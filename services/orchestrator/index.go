@@ -43,7 +43,11 @@ func newRunIndex() *runIndex {
 }
 
 // apply folds one event of a run into the cache (idempotent by seq).
-func (x *runIndex) apply(e *lctl.Event) {
+func (x *runIndex) apply(e *lctl.Event) { x.applyParsed(e, nil) }
+
+// applyParsed is apply with e already parsed (p is xctevent.Parse(e), or
+// nil).
+func (x *runIndex) applyParsed(e *lctl.Event, p xctevent.Event) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	c, ok := x.runs[e.ChainID]
@@ -54,7 +58,7 @@ func (x *runIndex) apply(e *lctl.Event) {
 		c = &indexed{view: &xctevent.Run{}}
 		x.runs[e.ChainID] = c
 	}
-	c.view.Apply(e)
+	c.view.ApplyParsed(e, p)
 }
 
 // put caches a run folded from its chain; the index owns v from now on.

@@ -136,8 +136,9 @@ func (r *run) record(agent string, ev xctevent.Event) error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", errLogLost, err)
 	}
-	r.transcript.apply(&e)
-	r.svc.runs.apply(&e)
+	parsed := xctevent.Parse(&e) // once, for both views
+	r.transcript.applyParsed(parsed)
+	r.svc.runs.applyParsed(&e, parsed)
 	if err := r.observe(&e); err != nil {
 		return err
 	}
@@ -359,7 +360,7 @@ func (r *run) iterate(step int) (iterationOutcome, error) {
 	r.tokensIn += resp.GetUsage().GetInputTokens()
 	r.tokensOut += resp.GetUsage().GetOutputTokens()
 
-	decision, perr := wire.ParseDecision([]byte(resp.GetOutput()))
+	decision, args, perr := wire.ParseDecisionArgs([]byte(resp.GetOutput()))
 	if perr != nil {
 		return iterationOutcome{kind: outcomeInvalid}, r.recordInvalid(step, agent, resp.GetOutput(), perr, tokens, started)
 	}
@@ -367,9 +368,9 @@ func (r *run) iterate(step int) (iterationOutcome, error) {
 		return iterationOutcome{kind: outcomeDone, message: done.GetMessage()}, nil
 	}
 	ns := decision.GetNextStep()
-	// The arguments as JSON values, once: the step id, the step_start and
-	// the tool_call are all made from this map.
-	args := ns.GetArguments().AsMap()
+	// The arguments as JSON values, once (as parsed: ns.Arguments is made
+	// from this map): the step id, the step_start and the tool_call are all
+	// made from it.
 	stepID := wire.StepIDOf(r.id, step, ns.GetTool(), args)
 	r.svc.log.Debug("step proposed", "run", r.id, "step", step, "tool", ns.GetTool())
 	proposed := xctevent.StepStart{

@@ -25,8 +25,11 @@ type transcript struct {
 	open  *xctv1.Turn // the current step's turn until its response arrives
 }
 
-func (t *transcript) apply(e *lctl.Event) {
-	switch x := xctevent.Parse(e).(type) {
+func (t *transcript) apply(e *lctl.Event) { t.applyParsed(xctevent.Parse(e)) }
+
+// applyParsed folds an event given parsed (xctevent.Parse).
+func (t *transcript) applyParsed(ev xctevent.Event) {
+	switch x := ev.(type) {
 	case xctevent.StepStart:
 		decision := ""
 		if x.Raw != nil {
