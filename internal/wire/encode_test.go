@@ -13,7 +13,7 @@ func TestEncodersAsMarshal(t *testing.T) {
 	strs := []string{"", "bench", "fs.write", `a"b\c`, "<script>&", "é ü \u2028 \u2029", "\x00\x1f\x7f", "\xff\xfe", "tab\tnew\nline"}
 	argsCases := []map[string]any{
 		nil, {}, {"i": 7.0}, {"path": "a<b>", "n": []any{1.0, "x", nil, true, map[string]any{"z": "é"}}},
-		{"f": 1e21, "g": 1e-7, "h": -0.0}, {"bad": math.NaN()}, {"fn": func() {}},
+		{"f": 1e21, "g": 1e-7, "h": math.Copysign(0, -1)}, {"bad": math.NaN()}, {"fn": func() {}},
 	}
 	for _, tool := range strs {
 		for _, goal := range strs {
