@@ -461,6 +461,31 @@ func DevFile(path string) (File, error) {
 	return f, nil
 }
 
+// MaxConsumersPerStream bounds the consumers of each stream, durable and
+// ephemeral, on every NATS server XCT configures (natsembed, the
+// nats-server configurations of the tests and the chaos suite, and
+// deploy/k8s): any service may create consumers, and which ones is in the
+// request's body, which permissions do not see, so without a bound a
+// taken-over service could make durable consumers until the server's
+// memory or disk gave out (they outlive its connection, and restarts).
+// NATS has no per-user bound; this is the per-stream one (the server's
+// default_max_consumers, which applies to every stream that sets none,
+// XCT's included). XCT's own use per stream is far below: the tracer's
+// durable consumer, one ordered consumer per WatchRun (at most
+// orchestrator.DefaultMaxWatches per principal), per lctl tail and per
+// chain read, one KV watcher per service, per run waiting for an
+// approval and per step waiting on its record. Past the bound a create is
+// refused (JetStream error 10026) and the service fails the request
+// visibly; a deployment with more runs waiting for approvals at once
+// raises it in its nats.conf.
+const MaxConsumersPerStream = 1000
+
+// JetStreamLimits is the "limits" block of a nats-server "jetstream"
+// block that sets MaxConsumersPerStream.
+func JetStreamLimits() string {
+	return fmt.Sprintf("limits { default_max_consumers: %d }", MaxConsumersPerStream)
+}
+
 // ServerConfig renders the NATS server configuration block that gives
 // passwords' users their permissions (the "authorization" block of a
 // nats-server configuration file; deploy/k8s has the same with the

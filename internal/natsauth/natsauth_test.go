@@ -470,6 +470,9 @@ func TestKubernetesNATSConfig(t *testing.T) {
 		t.Fatalf("deploy/k8s NATS: %d users, no_auth_user %q; want %v and none", len(opts.Users), opts.NoAuthUser, natsauth.Users)
 	}
 	samePermissions(t, opts.Users)
+	if got := opts.JetStreamLimits.DefaultMaxConsumers; got != natsauth.MaxConsumersPerStream {
+		t.Errorf("deploy/k8s NATS: default_max_consumers %d, want natsauth.MaxConsumersPerStream (%d)", got, natsauth.MaxConsumersPerStream)
+	}
 }
 
 // TestServerConfig: the nats-server configuration natsauth renders (the
@@ -1029,5 +1032,54 @@ func TestAnOTelLogMadeFirstByTheTracerIsRefused(t *testing.T) {
 	orch := connectAs(t, url, natsauth.Orchestrator)
 	if _, err := eventlog.Open(ctx, orch.nc, eventlog.DefaultConfig()); !errors.Is(err, eventlog.ErrStreamSettings) || !strings.Contains(err.Error(), eventlog.OTelStreamName) {
 		t.Errorf("the orchestrator opening the tracer's LCTL_OTEL: %v, want ErrStreamSettings naming it", err)
+	}
+}
+
+// TestConsumersAreBounded: any service may create consumers (which ones
+// is in the request's body), so a taken-over one could make durable
+// consumers until the server gave out; every server XCT configures bounds
+// them per stream. As the executor, durable consumers are made on LCTL up
+// to the bound; the next is refused by the server and the stream keeps
+// the bound; one deleted makes room again. The nats-server configuration
+// the tests and the chaos suite run carries the same bound.
+func TestConsumersAreBounded(t *testing.T) {
+	c := newCluster(t)
+	ctx := context.Background()
+	ex := connectAs(t, c.url, natsauth.Executor)
+	consumers := func() int {
+		info, err := c.lctl.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.State.Consumers
+	}
+	durable := func(i int) jetstream.ConsumerConfig {
+		return jetstream.ConsumerConfig{Durable: fmt.Sprintf("flood-%d", i), AckPolicy: jetstream.AckNonePolicy, MemoryStorage: true}
+	}
+	for i := consumers(); i < natsauth.MaxConsumersPerStream; i++ {
+		if _, err := ex.js.CreateConsumer(ctx, eventlog.StreamName, durable(i)); err != nil {
+			t.Fatalf("consumer %d of %d: %v", i+1, natsauth.MaxConsumersPerStream, err)
+		}
+	}
+	_, err := ex.js.CreateConsumer(ctx, eventlog.StreamName, durable(natsauth.MaxConsumersPerStream))
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) || apiErr.ErrorCode != jetstream.JSErrCodeMaximumConsumersLimit {
+		t.Fatalf("consumer %d: %v, want the maximum consumers limit", natsauth.MaxConsumersPerStream+1, err)
+	}
+	if n := consumers(); n != natsauth.MaxConsumersPerStream {
+		t.Fatalf("LCTL has %d consumers, want %d", n, natsauth.MaxConsumersPerStream)
+	}
+	if err := ex.js.DeleteConsumer(ctx, eventlog.StreamName, "flood-0"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ex.js.CreateConsumer(ctx, eventlog.StreamName, durable(natsauth.MaxConsumersPerStream)); err != nil {
+		t.Fatalf("a consumer after one was deleted: %v", err)
+	}
+	opts, err := server.ProcessConfigFile(testutil.NATSServerConfigFile(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := opts.JetStreamLimits.DefaultMaxConsumers; got != natsauth.MaxConsumersPerStream {
+		t.Errorf("the tests' nats-server configuration: default_max_consumers %d, want %d", got, natsauth.MaxConsumersPerStream)
 	}
 }

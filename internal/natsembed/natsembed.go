@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/xct-dev/xct/internal/natsauth"
 )
 
 // Config says where the embedded server listens and stores.
@@ -52,6 +54,9 @@ func Start(cfg Config) (*server.Server, error) {
 		NoLog:      true,
 		MaxPayload: 8 << 20,
 		SyncAlways: cfg.SyncAlways,
+		// Consumers per stream: bounded, as on every server XCT
+		// configures (natsauth.MaxConsumersPerStream).
+		JetStreamLimits: server.JSLimitOpts{DefaultMaxConsumers: natsauth.MaxConsumersPerStream},
 	}
 	s, err := server.NewServer(opts)
 	if err != nil {

@@ -125,14 +125,15 @@ func NATSCredentialsFile(tb testing.TB, users ...string) string {
 }
 
 // NATSServerConfigFile writes a nats-server configuration file giving the
-// test users their passwords and permissions (for tests that run the
-// nats-server binary) and returns its path.
+// test users their passwords and permissions, and JetStream XCT's limits
+// (for tests that run the nats-server binary), and returns its path.
 func NATSServerConfigFile(tb testing.TB) string {
 	tb.Helper()
 	block, err := natsauth.ServerConfig(NATSUsers())
 	if err != nil {
 		tb.Fatal(err)
 	}
+	block = "jetstream { " + natsauth.JetStreamLimits() + " }\n" + block
 	path := filepath.Join(tb.TempDir(), "nats-auth.conf")
 	if err := os.WriteFile(path, []byte(block), 0o600); err != nil {
 		tb.Fatal(err)

@@ -313,7 +313,7 @@ func startCluster(t *testing.T, cfg phaseConfig) *cluster {
 	natsCreds := testutil.NATSCredentialsFile(t)
 	for i := range n {
 		name := fmt.Sprintf("n%d", i+1)
-		conf := fmt.Sprintf("server_name: %s\nlisten: %q\njetstream { store_dir: %q }\n", name, addrs[i].ip+":"+addrs[i].client, filepath.Join(c.base, name))
+		conf := fmt.Sprintf("server_name: %s\nlisten: %q\njetstream { store_dir: %q\n %s }\n", name, addrs[i].ip+":"+addrs[i].client, filepath.Join(c.base, name), natsauth.JetStreamLimits())
 		if cfg.r3 {
 			var routes []string
 			for j := range n {
