@@ -48,8 +48,8 @@ func TestNATSRequiresAuthentication(t *testing.T) {
 				if want := "pw-XCT_NATS_" + strings.ToUpper(name) + "_PASSWORD"; u.Password != want {
 					t.Errorf("user %s: password %q, want the value of $%s", name, u.Password, strings.TrimPrefix(want, "pw-"))
 				}
-				if (u.Permissions == nil) != (name == "admin") {
-					t.Errorf("user %s: permissions %v (only the admin has none)", name, u.Permissions)
+				if u.Permissions == nil || (u.Permissions.Publish == nil) != (name == "admin") {
+					t.Errorf("user %s: permissions %v (only the admin publishes anywhere)", name, u.Permissions)
 				}
 			}
 			sts, _ := m.workload("nats")
@@ -71,7 +71,7 @@ func TestNATSRequiresAuthentication(t *testing.T) {
 				if u == nil {
 					return false
 				}
-				if u.Permissions == nil {
+				if u.Permissions == nil || u.Permissions.Publish == nil {
 					return true
 				}
 				p := u.Permissions.Publish
@@ -109,6 +109,30 @@ func TestNATSRequiresAuthentication(t *testing.T) {
 						t.Errorf("user %s may publish to %s: %v, want %v", user, subject, got, want)
 					}
 				}
+			}
+			// Nobody subscribes to a data subject, the admin included:
+			// a push consumer aimed there would deliver into it.
+			maySubscribe := func(user, subject string) bool {
+				u := users[user]
+				if u == nil {
+					return false
+				}
+				if u.Permissions == nil || u.Permissions.Subscribe == nil {
+					return true
+				}
+				p := u.Permissions.Subscribe
+				match := func(s string) bool { return subjectMatches(s, subject) }
+				return (len(p.Allow) == 0 || slices.ContainsFunc(p.Allow, match)) && !slices.ContainsFunc(p.Deny, match)
+			}
+			for _, subject := range []string{"lctl.chain.run-1", "lctl.otel.1", "$KV.XCT_TOOLS.fs.write", "$KV.XCT_STEPS.s", "$O.XCT_STEP_BLOBS.C.x", "$KV.XCT_APPROVALS.a", "$KV.XCT_RUN_OWNERS.r", "$KV.XCT_REDACTION.k"} {
+				for _, user := range natsUsers {
+					if maySubscribe(user, subject) {
+						t.Errorf("user %s may subscribe to %s", user, subject)
+					}
+				}
+			}
+			if !maySubscribe("admin", "_INBOX.admin.x") {
+				t.Error("the admin may not subscribe to its inbox")
 			}
 		})
 	}

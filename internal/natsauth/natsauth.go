@@ -278,8 +278,21 @@ var writes = map[string][]string{
 	Tracer: {otelChains, "$JS.ACK.LCTL.tracer.>", "$JS.ACK.LCTL_OTEL.tracer.>"},
 }
 
-// Permissions returns the subject permissions of user (nil for Admin: all).
-// Everything is an allow list: the JetStream API requests of serviceAPI,
+// dataSubjects are the subjects XCT's streams and buckets store, which
+// nobody may subscribe to, the admin included. Any service may make a push
+// consumer, and its deliver subject is in the request's body, which
+// permissions do not see; the server delivers only while a subscription
+// names that subject exactly, and a delivery that is made is stored by the
+// stream listening there. A consumer aimed at the catalog's fs.write key
+// or at a run's chain would write them the day an operator subscribed
+// there to look; no one can. (Reading is through consumers delivering to
+// one's own inbox, direct gets and lctl tail.)
+var dataSubjects = []string{chains, otelChains, toolsKV, stepsKV, blobsObj, approvals, owners, redaction}
+
+// Permissions returns the subject permissions of user. The admin may
+// publish anything (stream updates and deletes included) and subscribe
+// anywhere but to XCT's data subjects (dataSubjects). For the others
+// everything is an allow list: the JetStream API requests of serviceAPI,
 // the creation of the service's own streams, the purge of the one it
 // must purge, and publishing to its own data subjects. The admin-only
 // requests are denied again on top (a deny wins over any allow in NATS),
@@ -288,7 +301,7 @@ var writes = map[string][]string{
 func Permissions(user string) (*server.Permissions, error) {
 	switch user {
 	case Admin:
-		return nil, nil
+		return &server.Permissions{Subscribe: &server.SubjectPermission{Deny: slices.Clone(dataSubjects)}}, nil
 	case Reader:
 		return &server.Permissions{
 			Publish:   &server.SubjectPermission{Allow: slices.Clone(readerAPI), Deny: othersConsumers(user)},
@@ -507,8 +520,25 @@ func ServerConfig(passwords File) (string, error) {
 	for _, u := range users {
 		fmt.Fprintf(&b, "    {\n      user: %s\n      password: %s\n", strconv.Quote(u.Username), strconv.Quote(u.Password))
 		if p := u.Permissions; p != nil {
-			fmt.Fprintf(&b, "      permissions: {\n        publish: {allow: %s, deny: %s}\n        subscribe: {allow: %s}\n      }\n",
-				list(p.Publish.Allow), list(p.Publish.Deny), list(p.Subscribe.Allow))
+			// Only the lists a user has: an empty allow list would
+			// allow nothing.
+			perm := func(what string, sp *server.SubjectPermission) {
+				if sp == nil {
+					return
+				}
+				var parts []string
+				if len(sp.Allow) > 0 {
+					parts = append(parts, "allow: "+list(sp.Allow))
+				}
+				if len(sp.Deny) > 0 {
+					parts = append(parts, "deny: "+list(sp.Deny))
+				}
+				fmt.Fprintf(&b, "        %s: {%s}\n", what, strings.Join(parts, ", "))
+			}
+			b.WriteString("      permissions: {\n")
+			perm("publish", p.Publish)
+			perm("subscribe", p.Subscribe)
+			b.WriteString("      }\n")
 		}
 		b.WriteString("    }\n")
 	}

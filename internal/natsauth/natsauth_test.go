@@ -527,7 +527,10 @@ func samePermissions(t *testing.T, users []*server.User) {
 			what      string
 			got, want *server.SubjectPermission
 		}{{"publish", got.Publish, want.Publish}, {"subscribe", got.Subscribe, want.Subscribe}} {
-			if pair.got == nil || !slices.Equal(norm(pair.got.Allow), norm(pair.want.Allow)) || !slices.Equal(norm(pair.got.Deny), norm(pair.want.Deny)) {
+			if pair.got == nil && pair.want == nil {
+				continue
+			}
+			if pair.got == nil || pair.want == nil || !slices.Equal(norm(pair.got.Allow), norm(pair.want.Allow)) || !slices.Equal(norm(pair.got.Deny), norm(pair.want.Deny)) {
 				t.Errorf("user %s %s: deploy/k8s has %+v, natsauth %+v", u.Username, pair.what, pair.got, pair.want)
 			}
 		}
@@ -1081,5 +1084,76 @@ func TestConsumersAreBounded(t *testing.T) {
 	}
 	if got := opts.JetStreamLimits.DefaultMaxConsumers; got != natsauth.MaxConsumersPerStream {
 		t.Errorf("the tests' nats-server configuration: default_max_consumers %d, want %d", got, natsauth.MaxConsumersPerStream)
+	}
+}
+
+// TestNobodySubscribesToDataSubjects: a push consumer's deliver subject is
+// in the request's body, which permissions do not see, and any service may
+// make one; the server delivers only while a subscription names that
+// subject exactly, and a delivery that is made is stored by the stream
+// listening there. Aimed at the catalog's fs.write or at a run's chain,
+// it would write them the day an operator subscribed there to look
+// (`nats sub '$KV.XCT_TOOLS.fs.write'`): shown before, the catalog took
+// the chain's event as fs.write. Nobody may subscribe to a data subject
+// now, the admin included, so such a consumer never delivers.
+func TestNobodySubscribesToDataSubjects(t *testing.T) {
+	c := newCluster(t)
+	ctx := context.Background()
+	if _, err := c.admin.js.Publish(ctx, eventlog.Subject("x"), []byte(`{"effect":"read"}`)); err != nil {
+		t.Fatal(err)
+	}
+	before := c.count(t, "KV_"+catalog.Bucket)
+	tr := connectAs(t, c.url, natsauth.Tracer)
+	body := `{"stream_name":"LCTL","config":{"durable_name":"aimed","name":"aimed","deliver_subject":"$KV.` + catalog.Bucket + `.fs.write","ack_policy":"none","deliver_policy":"all"}}`
+	if _, err := tr.nc.RequestWithContext(ctx, "$JS.API.CONSUMER.CREATE.LCTL.aimed", []byte(body)); err != nil {
+		t.Fatalf("the tracer creating a push consumer: %v", err)
+	}
+	for _, subject := range []string{"$KV." + catalog.Bucket + ".fs.write", eventlog.Subject("run-1"), eventlog.Subject("otel-1"),
+		"$KV." + executor.StepsBucket + ".s", "$KV." + validator.ApprovalsBucket + ".a", "$O." + executor.BlobsBucket + ".C.x"} {
+		for _, user := range natsauth.Users {
+			u := c.admin
+			if user != natsauth.Admin {
+				u = connectAs(t, c.url, user)
+			}
+			if _, err := u.nc.SubscribeSync(subject); err != nil {
+				t.Fatal(err)
+			}
+			u.refused(t, user+" subscribing to "+subject, subject)
+		}
+	}
+	// The admin's subscription was refused: the consumer stays inactive
+	// and the catalog as it was.
+	if err := c.admin.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	m, err := c.admin.nc.RequestWithContext(ctx, "$JS.API.CONSUMER.INFO.LCTL.aimed", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ci jetstream.ConsumerInfo
+	if err := json.Unmarshal(m.Data, &ci); err != nil {
+		t.Fatal(err)
+	}
+	if ci.PushBound || ci.Delivered.Stream != 0 {
+		t.Errorf("the push consumer into the catalog: active %v, delivered %d", ci.PushBound, ci.Delivered.Stream)
+	}
+	if after := c.count(t, "KV_"+catalog.Bucket); after != before {
+		t.Errorf("the catalog went from %d to %d messages", before, after)
+	}
+	// The admin still subscribes elsewhere (its own inbox answers its
+	// requests above) and watches a bucket through a consumer.
+	kv, err := c.admin.js.KeyValue(ctx, catalog.Bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := kv.WatchAll(ctx)
+	if err != nil {
+		t.Fatalf("the admin watching the catalog: %v", err)
+	}
+	defer func() { _ = w.Stop() }()
+	select {
+	case <-w.Updates():
+	case <-time.After(10 * time.Second):
+		t.Error("the admin's catalog watch delivered nothing")
 	}
 }
