@@ -775,6 +775,82 @@ func DataOf(v any) (map[string]any, error) {
 	return m, nil
 }
 
+// DataShared is DataOf for a payload its caller hands over: what of m
+// already holds only JSON values (a map of strings, the decoded arguments
+// of a tool) is not copied but shared with the result; only the maps and
+// slices on the way to a value that must change (an int, a []string) are
+// new. The result equals DataOf(m). Neither m nor the result may be
+// changed afterwards.
+func DataShared(m map[string]any) (map[string]any, error) {
+	if n, _, ok := normalizeShared(m); ok {
+		return n.(map[string]any), nil
+	}
+	return DataOf(m)
+}
+
+// normalizeShared is normalize that returns v itself, changed false, where
+// v is already JSON values. It accepts and refuses what normalize does.
+func normalizeShared(v any) (out any, changed, ok bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		if x == nil {
+			return map[string]any{}, true, true // as normalize makes it
+		}
+		var m map[string]any
+		for k, e := range x {
+			if !utf8.ValidString(k) {
+				return nil, false, false
+			}
+			n, ch, ok := normalizeShared(e)
+			if !ok {
+				return nil, false, false
+			}
+			if !ch {
+				continue
+			}
+			if m == nil {
+				m = make(map[string]any, len(x))
+				for k2, e2 := range x {
+					m[k2] = e2
+				}
+			}
+			m[k] = n
+		}
+		if m == nil {
+			return x, false, true
+		}
+		return m, true, true
+	case []any:
+		if x == nil {
+			return []any{}, true, true // as normalize makes it
+		}
+		var l []any
+		for i, e := range x {
+			n, ch, ok := normalizeShared(e)
+			if !ok {
+				return nil, false, false
+			}
+			if !ch {
+				continue
+			}
+			if l == nil {
+				l = make([]any, len(x))
+				copy(l, x)
+			}
+			l[i] = n
+		}
+		if l == nil {
+			return x, false, true
+		}
+		return l, true, true
+	case nil, bool, string, float64:
+		n, ok := normalize(x)
+		return n, false, ok
+	}
+	n, ok := normalize(v)
+	return n, ok, ok
+}
+
 // normalize copies v into JSON types, or reports false for anything it does
 // not convert exactly as encoding/json would.
 func normalize(v any) (any, bool) {

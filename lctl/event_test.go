@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -227,5 +228,54 @@ func TestStoredEventIsCanonical(t *testing.T) {
 	}
 	if h, _ := back.ComputeHash(); h != e.Hash {
 		t.Fatal("decoded event hashes differently")
+	}
+}
+
+// DataShared gives what DataOf gives (reflect.DeepEqual, and the same
+// canonical bytes), shares what is already JSON values and copies the way
+// to anything it converts, leaving its input as it was.
+func TestDataSharedAsDataOf(t *testing.T) {
+	args := map[string]any{"path": "a", "n": []any{1.0, "x", map[string]any{"k": nil}}}
+	cases := []map[string]any{
+		nil, {}, {"step": 3, "arguments": args},
+		{"int": 3, "i64": int64(-7), "u64": uint64(9), "i32": int32(2), "f": 1.5, "s": "x<>&\u2028", "b": true, "nil": nil,
+			"labels": map[string]string{"team": "platform"}, "argv": []string{"ls", "-l"},
+			"nested": map[string]any{"list": []any{1, "two", map[string]any{"k": 3.25}}}},
+		{"nilmap": map[string]any(nil), "nillist": []any(nil), "deep": []any{[]any{map[string]any{"x": 1}}}},
+		{"p": struct{ X int }{1}}, {"nan": math.NaN()}, {"bad": "\xff"}, {"\xfe": 1.0}, {"inner": []any{math.Inf(1)}},
+	}
+	for _, in := range cases {
+		before, _ := json.Marshal(in)
+		want, werr := lctl.DataOf(in)
+		got, gerr := lctl.DataShared(in)
+		if (werr == nil) != (gerr == nil) {
+			t.Fatalf("%s: DataOf error %v, DataShared %v", before, werr, gerr)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s: DataShared %#v, DataOf %#v", before, got, want)
+		}
+		a, _ := lctl.Canonical(got)
+		b, _ := lctl.Canonical(want)
+		if !bytes.Equal(a, b) {
+			t.Fatalf("%s: canonical %s and %s", before, a, b)
+		}
+		if after, _ := json.Marshal(in); !bytes.Equal(before, after) {
+			t.Fatalf("input changed: %s -> %s", before, after)
+		}
+	}
+	// Already JSON values: nothing copied. An int beside them: a new top
+	// level, the arguments shared.
+	plain := map[string]any{"arguments": args, "tool": "t"}
+	got, _ := lctl.DataShared(plain)
+	if reflect.ValueOf(got).UnsafePointer() != reflect.ValueOf(plain).UnsafePointer() {
+		t.Fatal("a payload of JSON values was copied")
+	}
+	mixed := map[string]any{"arguments": args, "step": 1}
+	got, _ = lctl.DataShared(mixed)
+	if reflect.ValueOf(got).UnsafePointer() == reflect.ValueOf(mixed).UnsafePointer() || got["step"] != 1.0 || mixed["step"] != 1 {
+		t.Fatal("the int was not converted in a copy")
+	}
+	if reflect.ValueOf(got["arguments"]).UnsafePointer() != reflect.ValueOf(args).UnsafePointer() {
+		t.Fatal("the arguments were copied")
 	}
 }

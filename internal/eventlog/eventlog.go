@@ -359,14 +359,17 @@ func (w *ChainWriter) Seq() uint64 {
 // Append seals a new event after the last one and stores it durably. It
 // returns only after JetStream acknowledged the event. After an append fails
 // the writer refuses further appends: the caller must not act on a
-// transition it could not record.
+// transition it could not record. The returned event's data may share
+// maps and slices with data: the caller hands data over and changes
+// neither afterwards.
 func (w *ChainWriter) Append(ctx context.Context, eventType, agent string, data map[string]any) (lctl.Event, error) {
 	return w.append(ctx, time.Time{}, eventType, agent, data)
 }
 
 // AppendAt is Append with the event's timestamp given instead of the
 // current time: for events converted from a record that carries its own
-// time (an OpenTelemetry span). The caller keeps timestamps in order.
+// time (an OpenTelemetry span). The caller keeps timestamps in order and,
+// as with Append, does not change data afterwards.
 func (w *ChainWriter) AppendAt(ctx context.Context, at time.Time, eventType, agent string, data map[string]any) (lctl.Event, error) {
 	if at.IsZero() {
 		return lctl.Event{}, fmt.Errorf("append to chain %s: a zero timestamp", w.chainID)
@@ -385,8 +388,9 @@ func (w *ChainWriter) append(ctx context.Context, at time.Time, eventType, agent
 		return lctl.Event{}, fmt.Errorf("append to chain %s: writer stopped after an earlier failure: %w", w.chainID, w.failed)
 	}
 	// Normalize the payload to JSON types, so the event returned here is
-	// exactly the event a reader decodes from the stream.
-	norm, err := lctl.DataOf(data)
+	// exactly the event a reader decodes from the stream. What of data
+	// already is JSON values is shared, not copied (Append's contract).
+	norm, err := lctl.DataShared(data)
 	if err != nil {
 		return lctl.Event{}, fmt.Errorf("append to chain %s: %w", w.chainID, err)
 	}
