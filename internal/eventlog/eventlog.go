@@ -28,6 +28,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/xct-dev/xct/internal/jsguard"
 	"github.com/xct-dev/xct/lctl"
 )
 
@@ -132,6 +133,9 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Log, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := republishedInto(ctx, js); err != nil {
+		return nil, err
+	}
 	return &Log{js: js, stream: stream, pub: NewPublisher(nc, StreamName), otel: otel, otelPub: NewPublisher(nc, OTelStreamName)}, nil
 }
 
@@ -161,7 +165,8 @@ func create(ctx context.Context, js jetstream.JetStream, cfg Config, name, subje
 }
 
 // ErrStreamSettings means the LCTL (or LCTL_OTEL) stream exists with
-// settings XCT never makes: whoever creates a stream first sets them, and
+// settings XCT never makes, or another stream republishes into the
+// chains: whoever creates a stream first sets them, and
 // another service allowed to create it (the tracer) could have made it
 // republish chain messages into other subjects (the tool catalog, or a
 // run's chain from LCTL_OTEL: the server's own publish, past every
@@ -196,6 +201,34 @@ func checkStream(c jetstream.StreamConfig, name, subjects string) error {
 			ErrStreamSettings, name, strings.Join(bad, "; "), name)
 	}
 	return nil
+}
+
+// chainSubjects are both chain spaces, for the republish guard.
+const chainSubjects = "lctl.>"
+
+// republishedInto refuses a server where a stream republishes into the
+// chains' subjects (jsguard): any service may create its buckets when
+// they are missing, with the settings it likes, and a bucket made to
+// republish into lctl.chain.<key> would write on a run's chain past
+// every permission. Asked again for a while when the streams cannot be
+// listed (NATS reconnecting).
+func republishedInto(ctx context.Context, js jetstream.JetStream) error {
+	wait := 100 * time.Millisecond
+	for {
+		err := jsguard.RepublishedInto(ctx, js, chainSubjects)
+		if errors.Is(err, jsguard.ErrRepublished) {
+			return fmt.Errorf("%w: %w; an operator must look at it and remove it before XCT uses the log", ErrStreamSettings, err)
+		}
+		if err == nil || wait > 5*time.Second {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+			wait *= 2
+		}
+	}
 }
 
 // Bind binds to the LCTL stream for reading, and to LCTL_OTEL when it

@@ -1157,3 +1157,42 @@ func TestNobodySubscribesToDataSubjects(t *testing.T) {
 		t.Error("the admin's catalog watch delivered nothing")
 	}
 }
+
+// TestABucketRepublishingIntoTheChainsIsRefused: the general case of
+// TestAnOTelLogMadeFirstByTheTracerIsRefused. A service may create its
+// buckets when they are missing, with the settings it likes: the executor
+// making its step records first, republishing each put into
+// lctl.chain.<key>, would put its writes on a run's chain past every
+// permission (shown: the put lands on run-1's subject of LCTL). The
+// orchestrator does not run while a stream republishes into the chains.
+func TestABucketRepublishingIntoTheChainsIsRefused(t *testing.T) {
+	ns := testutil.RunJetStream(t)
+	url := ns.ClientURL()
+	ctx := context.Background()
+	admin := connectAs(t, url, natsauth.Admin)
+	lctlStream, err := admin.js.CreateStream(ctx, jetstream.StreamConfig{Name: eventlog.StreamName, Subjects: []string{eventlog.AllSubjects}, DenyDelete: true, DenyPurge: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex := connectAs(t, url, natsauth.Executor)
+	kv, err := ex.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: executor.StepsBucket,
+		RePublish: &jetstream.RePublish{Source: "$KV." + executor.StepsBucket + ".*", Destination: eventlog.SubjectPrefix + "{{wildcard(1)}}"}})
+	if err != nil {
+		t.Fatalf("the executor making its bucket: %v", err)
+	}
+	if _, err := kv.Put(ctx, "run-1", []byte(`{"forged":true}`)); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, func() error {
+		if _, err := lctlStream.GetLastMsgForSubject(ctx, eventlog.LegacySubject("run-1")); err != nil {
+			return fmt.Errorf("the republished put is not on run-1's subject: %w", err)
+		}
+		return nil
+	})
+	for _, user := range []string{natsauth.Orchestrator, natsauth.Tracer} {
+		u := connectAs(t, url, user)
+		if _, err := eventlog.Open(ctx, u.nc, eventlog.DefaultConfig()); !errors.Is(err, eventlog.ErrStreamSettings) || !strings.Contains(err.Error(), "KV_"+executor.StepsBucket) {
+			t.Errorf("the %s opening the log: %v, want ErrStreamSettings naming the bucket", user, err)
+		}
+	}
+}
