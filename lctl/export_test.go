@@ -46,3 +46,15 @@ func DecodePair() func(raw []byte, skipHashes, fields, arena bool, prev string) 
 		return c, l, ok, [2][2]int{{pc.hashFrom, pc.hashTo}, {pl.hashFrom, pl.hashTo}}, err
 	}
 }
+
+// SetChunks makes the stream read files in chunks of n bytes (slack more
+// read at once), after a first batch of first events, decoded in batches
+// of events; it returns what puts the sizes back.
+func SetChunks(n, slack int64, first, events int) func() {
+	b, s, f, e := chunkBytes, chunkSlack, firstBatch, chunkEvents
+	chunkBytes, chunkSlack, firstBatch, chunkEvents = n, slack, first, events
+	return func() { chunkBytes, chunkSlack, firstBatch, chunkEvents = b, s, f, e }
+}
+
+// ChunksRead counts the chunks the stream has read at offsets.
+func ChunksRead() int64 { return chunksRead.Load() }

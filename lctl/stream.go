@@ -131,15 +131,46 @@ func Stream(r io.Reader, opts StreamOptions, header func(*StreamHeader) error, f
 		return err
 	}
 
+	if pr, ok := r.(positionalReader); ok {
+		var done bool
+		sc, done, err = streamChunked(pr, sc, opts, workers, fn)
+		if done {
+			return err
+		}
+	}
+	return streamPipeline(sc, opts, workers, fn)
+}
+
+// newStreamBatch returns an empty batch for up to n events.
+func newStreamBatch(n int) *streamBatch {
+	// Where the batch's events start and end, and which were found as
+	// lines: one array.
+	idx := make([]int32, 3*n)
+	return &streamBatch{
+		starts: idx[:0:n], ends: idx[n : n : 2*n],
+		lineSplit: idx[2*n : 2*n : 3*n], done: make(chan struct{}),
+	}
+}
+
+// newStreamParser returns a decoding core's parser.
+func newStreamParser(opts StreamOptions) *fastParser {
+	p := newFastParser()
+	p.skipHashes = opts.SkipHashes && !opts.Hash
+	p.fields = opts.Fields
+	return p
+}
+
+// streamPipeline reads the rest of the file from sc: one goroutine finds
+// the events, every core decodes batches of them, the caller's goroutine
+// applies them in file order.
+func streamPipeline(sc *scanner, opts StreamOptions, workers int, fn func(*StreamEvent) error) error {
 	work := make(chan *streamBatch, workers*2)
 	ordered := make(chan *streamBatch, workers*3)
 	quit := make(chan struct{})
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() {
-			p := newFastParser()
-			p.skipHashes = opts.SkipHashes && !opts.Hash
-			p.fields = opts.Fields
+			p := newStreamParser(opts)
 			for b := range work {
 				b.decode(p, opts.Hash, opts.Line)
 				close(b.done)
@@ -153,13 +184,7 @@ func Stream(r io.Reader, opts StreamOptions, header func(*StreamHeader) error, f
 		defer close(work)
 		defer func() { sc.cur.release() }()
 		for {
-			// Where the batch's events start and end, and which were found
-			// as lines: one array.
-			idx := make([]int32, 3*batchEvents)
-			b := &streamBatch{
-				starts: idx[:0:batchEvents], ends: idx[batchEvents : batchEvents : 2*batchEvents],
-				lineSplit: idx[2*batchEvents : 2*batchEvents : 3*batchEvents], done: make(chan struct{}),
-			}
+			b := newStreamBatch(batchEvents)
 			more, err := sc.fill(b)
 			// The events before a problem are handed over first: replay
 			// --to-seq of a file cut after its seq still works.
@@ -624,7 +649,7 @@ func (s *scanner) header(opts StreamOptions) (*StreamHeader, error) {
 // rest of the file checked). A batch's events all lie in one read buffer:
 // an event that needs a refill starts the next batch.
 func (s *scanner) fill(b *streamBatch) (bool, error) {
-	for len(b.ends) < batchEvents && (len(b.ends) == 0 || int(b.ends[len(b.ends)-1]-b.starts[0]) < batchBytes) {
+	for len(b.ends) < cap(b.ends) && (len(b.ends) == 0 || int(b.ends[len(b.ends)-1]-b.starts[0]) < batchBytes) {
 		if len(b.ends) > 0 && !s.localSpace() {
 			return true, nil
 		}

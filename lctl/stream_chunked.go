@@ -1,0 +1,364 @@
+package lctl
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"math"
+	"sync"
+	"sync/atomic"
+)
+
+// Reading a file of one event per line on every core. Once the first
+// batch has shown the file to hold one event per line (the scanner's line
+// mode) and the reader can be read at offsets (a file), the rest is cut
+// into chunks of a quarter of a megabyte at fixed offsets, and each core
+// reads its chunk itself (pread), finds the lines in it and decodes them: the
+// kernel's copy of the file and the finding of lines, which one goroutine
+// did for all, are shared by every core, and a batch goes from the file
+// to the applying goroutine with one handover instead of three.
+//
+// A chunk holds the lines that start inside it (a line starts after a
+// newline); the one that runs past its end is read on. Only lines of one
+// shape are taken this way: white space, an object, white space, a comma,
+// white space, the newline (what every event but the last is in such a
+// file). The first line of another shape (the last event, the closing
+// bracket, an event over several lines) ends the chunks; the scanner
+// goes on from its start as it always did, with the comma before it read.
+// So the events handed over, and whether the file needs a full read, are
+// exactly what the scanner alone finds: each line taken is one object the
+// decoder reads whole (or the file is read in full), followed by the
+// comma the scanner would have read.
+
+// positionalReader is a reader that can also be read at offsets: a file.
+type positionalReader interface {
+	io.Reader
+	io.ReaderAt
+	io.Seeker
+}
+
+// Chunks: chunkBytes of the file each, read with chunkSlack more so the
+// line across the end is usually read at once. Variables for the tests.
+var (
+	chunkBytes  int64 = readSize/4 - chunkSlack - 1
+	chunkSlack  int64 = 4 << 10
+	firstBatch        = batchEvents // events read by the scanner before chunks
+	chunkEvents       = batchEvents // events per decoded batch of a chunk
+)
+
+// chunksRead counts the chunks read (for the tests: the path was taken).
+var chunksRead atomic.Int64
+
+// sizeOf is the size of the file r reads, when it tells.
+func sizeOf(r positionalReader) (int64, bool) {
+	switch v := r.(type) {
+	case interface{ Stat() (fs.FileInfo, error) }:
+		fi, err := v.Stat()
+		if err != nil || !fi.Mode().IsRegular() {
+			return 0, false
+		}
+		return fi.Size(), true
+	case interface{ Size() int64 }:
+		return v.Size(), true
+	}
+	return 0, false
+}
+
+// streamChunked reads the first batch with sc and, when the file is one
+// event per line, the rest in chunks on every core (above). done says the
+// stream has ended (err is its result); otherwise the caller goes on
+// reading with the scanner it returns, as Stream always did.
+func streamChunked(r positionalReader, sc *scanner, opts StreamOptions, workers int, fn func(*StreamEvent) error) (*scanner, bool, error) {
+	size, ok := sizeOf(r)
+	if !ok {
+		return sc, false, nil
+	}
+	b := newStreamBatch(firstBatch)
+	more, err := sc.fill(b)
+	if len(b.ends) > 0 {
+		b.decode(newStreamParser(opts), opts.Hash, opts.Line)
+		if b.err != nil {
+			sc.cur.release()
+			return nil, true, b.err
+		}
+		for i := range b.events {
+			if ferr := fn(&b.events[i]); ferr != nil {
+				sc.cur.release()
+				if errors.Is(ferr, ErrStop) {
+					return nil, true, nil
+				}
+				return nil, true, ferr
+			}
+		}
+		b.recycle()
+	}
+	if err != nil || !more {
+		sc.cur.release()
+		return nil, true, err
+	}
+	next, ok := sc.lineAfterEvent()
+	if !ok {
+		return sc, false, nil
+	}
+	at, err := r.Seek(0, io.SeekCurrent)
+	if err != nil {
+		return sc, false, nil //nolint:nilerr // not a file to read at offsets: the scanner goes on
+	}
+	start := at - int64(len(sc.buf)) + int64(next)
+	sc.cur.release()
+	resume, done, err := readChunks(r, start, size, opts, workers, fn)
+	if done {
+		return nil, true, err
+	}
+	// The scanner goes on at the line that ended the chunks, the comma
+	// before it read.
+	rest := &scanner{r: io.NewSectionReader(r, resume, math.MaxInt64-resume), cur: getReadBuf(readSize),
+		inEvents: true, unread: true, lineMode: true, lineChecks: linesToTrust}
+	rest.buf = rest.cur.b[:0]
+	return rest, false, nil
+}
+
+// lineAfterEvent returns where the next line starts when the scanner
+// stands right after an event that the rest of its line follows with a
+// comma (white space around it), in line mode.
+func (s *scanner) lineAfterEvent() (int, bool) {
+	if !s.lineMode || s.unread || s.first {
+		return 0, false
+	}
+	i := s.pos
+	comma := false
+	for ; i < len(s.buf); i++ {
+		switch s.buf[i] {
+		case ' ', '\t', '\r':
+		case ',':
+			if comma {
+				return 0, false
+			}
+			comma = true
+		case '\n':
+			return i + 1, comma
+		default:
+			return 0, false
+		}
+	}
+	return 0, false
+}
+
+// fileChunk is a chunk of the file and, once read, its events.
+type fileChunk struct {
+	start, end int64 // the lines starting in [start, end) are its
+	first      bool  // start is a line's start (the first chunk)
+	batches    []*streamBatch
+	// next is where the line after its last one starts; stopped says
+	// that line is not an event with a comma and ends the chunks.
+	next    int64
+	stopped bool
+	err     error
+	done    chan struct{}
+}
+
+// readChunks streams the events of the lines from start on, in chunks
+// read on every core. done says the stream has ended (err is its
+// result); otherwise the scanner goes on at resume.
+func readChunks(r io.ReaderAt, start, size int64, opts StreamOptions, workers int, fn func(*StreamEvent) error) (resume int64, done bool, err error) {
+	work := make(chan *fileChunk, workers)
+	ordered := make(chan *fileChunk, workers*3)
+	quit := make(chan struct{})
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			p := newStreamParser(opts)
+			for c := range work {
+				c.read(r, p, opts)
+				close(c.done)
+			}
+		})
+	}
+	go func() {
+		defer close(ordered)
+		defer close(work)
+		for at := start; at == start || at < size; at += chunkBytes {
+			c := &fileChunk{start: at, end: at + chunkBytes, first: at == start, done: make(chan struct{})}
+			select {
+			case ordered <- c:
+			case <-quit:
+				return
+			}
+			select {
+			case work <- c:
+			case <-quit:
+				close(c.done)
+				return
+			}
+		}
+	}()
+	stop := func() {
+		close(quit)
+		for c := range ordered {
+			<-c.done
+		}
+		wg.Wait()
+	}
+	resume = start
+	for c := range ordered {
+		<-c.done
+		for _, b := range c.batches {
+			if b.err != nil {
+				stop()
+				return 0, true, b.err
+			}
+			for i := range b.events {
+				if ferr := fn(&b.events[i]); ferr != nil {
+					stop()
+					if errors.Is(ferr, ErrStop) {
+						return 0, true, nil
+					}
+					return 0, true, ferr
+				}
+			}
+			b.recycle()
+		}
+		if c.err != nil {
+			stop()
+			return 0, true, c.err
+		}
+		resume = c.next
+		if c.stopped {
+			stop()
+			return resume, false, nil
+		}
+	}
+	wg.Wait()
+	return resume, false, nil
+}
+
+// read reads the chunk's lines and decodes their events.
+func (c *fileChunk) read(r io.ReaderAt, p *fastParser, opts StreamOptions) {
+	chunksRead.Add(1)
+	size := int(chunkBytes + chunkSlack + 1)
+	rb := getReadBuf(size)
+	defer func() { rb.release() }()
+	off := c.start // the file's offset of buf[0]
+	if !c.first {
+		off-- // the byte before: is start a line's start?
+	}
+	buf, eof, err := readAt(r, rb.b[:size], off)
+	if err != nil {
+		c.err = err
+		return
+	}
+	i := 0
+	if !c.first {
+		k := bytes.IndexByte(buf, '\n')
+		if k < 0 || off+int64(k)+1 >= c.end {
+			// No line starts in the chunk (one runs across it).
+			c.next = c.end
+			return
+		}
+		i = k + 1
+	}
+	var b *streamBatch
+	flush := func() {
+		if b != nil && len(b.ends) > 0 {
+			b.decode(p, opts.Hash, opts.Line)
+			c.batches = append(c.batches, b)
+		}
+		b = nil
+	}
+	defer flush()
+	for off+int64(i) < c.end {
+		nl := bytes.IndexByte(buf[i:], '\n')
+		if nl < 0 {
+			if eof {
+				c.next, c.stopped = off+int64(i), true
+				return
+			}
+			// The line runs past what was read: its bytes to a larger
+			// buffer, and read on.
+			flush()
+			tail := len(buf) - i
+			n := max(2*tail, size)
+			nb := getReadBuf(n)
+			copy(nb.b[:tail], buf[i:])
+			got, e, err := readAt(r, nb.b[tail:n], off+int64(len(buf)))
+			if err != nil {
+				nb.release()
+				c.err = err
+				return
+			}
+			rb.release()
+			rb = nb
+			off += int64(i)
+			buf, eof, i = nb.b[:tail+len(got)], e, 0
+			continue
+		}
+		nl += i
+		from, to, ok := eventOnLine(buf[i:nl])
+		switch {
+		case !ok:
+			c.next, c.stopped = off+int64(i), true
+			return
+		case from >= 0:
+			if b == nil {
+				b = newStreamBatch(chunkEvents)
+				b.raw = buf
+				b.hold(rb)
+			}
+			b.starts = append(b.starts, int32(i+from))
+			b.ends = append(b.ends, int32(i+to))
+			b.lineSplit = append(b.lineSplit, int32(len(b.ends)-1))
+			if len(b.ends) == cap(b.ends) {
+				flush()
+			}
+		}
+		i = nl + 1
+	}
+	c.next = off + int64(i)
+}
+
+// eventOnLine looks at a line (without its newline): an event followed
+// by a comma is at [from, to); a line of white space is from -1; ok is
+// false for a line of any other shape.
+func eventOnLine(l []byte) (from, to int, ok bool) {
+	i := 0
+	for i < len(l) && (l[i] == ' ' || l[i] == '\t' || l[i] == '\r') {
+		i++
+	}
+	if i == len(l) {
+		return -1, -1, true
+	}
+	if l[i] != '{' {
+		return 0, 0, false
+	}
+	j := len(l)
+	trim := func() {
+		for j > i && (l[j-1] == ' ' || l[j-1] == '\t' || l[j-1] == '\r') {
+			j--
+		}
+	}
+	trim()
+	if j == i || l[j-1] != ',' {
+		return 0, 0, false
+	}
+	j--
+	trim()
+	// "]}" is left to the scanner, as lineEvent leaves it.
+	if j-i < 2 || l[j-1] != '}' || l[j-2] == ']' {
+		return 0, 0, false
+	}
+	return i, j, true
+}
+
+// readAt reads into p at off until p is full or the file ends (eof).
+func readAt(r io.ReaderAt, p []byte, off int64) ([]byte, bool, error) {
+	n, err := r.ReadAt(p, off)
+	if errors.Is(err, io.EOF) {
+		return p[:n], true, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("read chain: %w", err)
+	}
+	return p[:n], false, nil
+}
