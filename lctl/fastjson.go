@@ -49,6 +49,9 @@ var errUnsure = errors.New("lctl: not decided by the fast reader")
 type fastParser struct {
 	b []byte
 	i int
+	// lineBytes is the bytes per rendered line of the last batch (Stream's
+	// Line), to size the next batch's lines.
+	lineBytes int
 	// keys interns object keys: the same few names repeat in every event.
 	keys map[string]string
 	// values holds short string values, boxed (strValue).
