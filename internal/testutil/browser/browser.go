@@ -11,6 +11,7 @@ package browser
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -20,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto"
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
@@ -240,11 +242,44 @@ func Eval[T any](t testing.TB, b *Browser, js string) T {
 	return Get(t, b, "evaluate "+js, chromedp.Evaluate[T](js))
 }
 
-// Until waits until a JavaScript condition holds on the page.
+// Until waits until a JavaScript condition holds on the page. A wait whose
+// document went away under it (the page was loading a new one: chromedp's
+// poll runs in one document's JavaScript context and does not survive it)
+// starts again in the new document, within the same bound; any other error
+// fails the test. A test that must see no reload says so itself.
 func (b *Browser) Until(t testing.TB, what, js string) {
 	t.Helper()
-	Get(t, b, "wait for "+what, chromedp.Poll[bool]("!!("+js+")",
-		chromedp.WithPollingTimeout(waitFor), chromedp.WithPollingInterval(50*time.Millisecond)))
+	deadline := time.Now().Add(waitFor)
+	for {
+		_, err := chromedp.Run(b.Ctx, chromedp.Poll[bool]("!!("+js+")",
+			chromedp.WithPollingTimeout(time.Until(deadline)), chromedp.WithPollingInterval(50*time.Millisecond)))
+		if err == nil {
+			return
+		}
+		if !documentGone(err) || time.Now().After(deadline) {
+			t.Fatalf("wait for %s: %v\nconsole: %q", what, err, b.Console())
+		}
+		// The next document's context is announced by an event the tab
+		// handles on its own goroutine: give it a moment, not a busy loop.
+		select {
+		case <-b.Ctx.Done():
+			t.Fatalf("wait for %s: %v", what, b.Ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// documentGone reports whether err is the DevTools protocol saying that the
+// JavaScript context a call ran in, or was sent to, is gone: the document
+// was replaced while the call waited, or just before it was sent.
+func documentGone(err error) bool {
+	var e *cdproto.Error
+	if !errors.As(err, &e) {
+		return false
+	}
+	return strings.Contains(e.Message, "Cannot find context with specified id") ||
+		strings.Contains(e.Message, "Execution context was destroyed") ||
+		strings.Contains(e.Message, "Inspected target navigated or closed")
 }
 
 // Text reads the rendered text of the first element matching a CSS
