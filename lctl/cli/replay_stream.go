@@ -3,6 +3,7 @@ package cli
 import (
 	"bufio"
 	"fmt"
+	"io"
 
 	"github.com/xct-dev/xct/lctl"
 	"github.com/xct-dev/xct/lctl/analysis"
@@ -84,13 +85,17 @@ func (c *cmdContext) replayStream(o operand, toSeq uint64, showEvents, withHash 
 	defer func() { c.env.Stdout = out }()
 	if toSeq == 0 {
 		c.out("Replaying %d events...\n", sd.events)
-		writeLines(w, lines)
+		if err := writeLines(w, out, lines); err != nil {
+			return true, err
+		}
 		c.out("Replay complete. Final state has %d %s.\n", len(s.Facts), plural(len(s.Facts), "fact", "facts"))
 		c.printRecap(res.Summary)
 		return true, w.Flush()
 	}
 	c.out("Replaying to event %d...\n", toSeq)
-	writeLines(w, lines)
+	if err := writeLines(w, out, lines); err != nil {
+		return true, err
+	}
 	c.printStateAt(toSeq, res.Summary, res.Facts, res.StateHash, shown)
 	return true, w.Flush()
 }
@@ -108,8 +113,23 @@ func appendLine(lines [][]byte, line []byte) [][]byte {
 	return append(lines, line)
 }
 
-func writeLines(w *bufio.Writer, lines [][]byte) {
+// writeLines writes the lines after what w holds: a batch's lines (tens
+// of KB in one array) straight to out, not copied through w (on the 1M
+// file, some 100 MB copied after the stream, on one core).
+func writeLines(w *bufio.Writer, out io.Writer, lines [][]byte) error {
 	for _, l := range lines {
-		_, _ = w.Write(l)
+		if len(l) < 4096 {
+			if _, err := w.Write(l); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := w.Flush(); err != nil {
+			return err
+		}
+		if _, err := out.Write(l); err != nil {
+			return err
+		}
 	}
+	return nil
 }

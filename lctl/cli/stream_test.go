@@ -2,6 +2,8 @@ package cli_test
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -9,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/xct-dev/xct/lctl"
+	"github.com/xct-dev/xct/lctl/cli"
 	"github.com/xct-dev/xct/lctl/lctltest"
 )
 
@@ -135,4 +138,50 @@ func clipOut(s string) string {
 		return s[:2000] + "..."
 	}
 	return s
+}
+
+// shortWriter takes n bytes, then fails every write.
+type shortWriter struct {
+	n   int
+	got bytes.Buffer
+}
+
+func (w *shortWriter) Write(p []byte) (int, error) {
+	if len(p) > w.n {
+		w.got.Write(p[:w.n])
+		k := w.n
+		w.n = 0
+		return k, errShort
+	}
+	w.n -= len(p)
+	w.got.Write(p)
+	return len(p), nil
+}
+
+var errShort = errors.New("no space left on the output")
+
+// replay's lines, written straight to the output a batch at a time (not
+// through its buffer), stop at the first write that fails, and the
+// command fails with that error, as it did when they went through the
+// buffer; what reached the output is the start of the whole output.
+func TestStreamedReplayWriteFails(t *testing.T) {
+	dir := t.TempDir()
+	path := writeChain(t, dir, "w.lctl.json", 3000, lctltest.WorkflowOptions{Seal: true}, nil)
+	code, whole, _ := run(t, nil, "replay", path)
+	if code != 0 || len(whole) < 150000 {
+		t.Fatalf("replay: exit %d, %d bytes", code, len(whole))
+	}
+	for _, n := range []int{10, 5000, 100000, len(whole) - 10} {
+		w := &shortWriter{n: n}
+		var stderr bytes.Buffer
+		code := cli.Run(context.Background(), []string{"replay", path}, cli.Env{
+			Stdout: w, Stderr: &stderr, Getenv: func(string) string { return "" },
+		})
+		if code == 0 || !strings.Contains(stderr.String(), errShort.Error()) {
+			t.Errorf("output cut at %d bytes: exit %d, stderr %q", n, code, stderr.String())
+		}
+		if w.got.String() != whole[:n] {
+			t.Errorf("output cut at %d bytes: %d bytes written, not the output's first %d", n, w.got.Len(), n)
+		}
+	}
 }
