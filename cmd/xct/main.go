@@ -22,6 +22,7 @@ Usage:
   xct dev   [flags]            embedded NATS + all four services on loopback; --demo plays the bundled demo
   xct dev certs DIR            write a development CA and mTLS certificates for the services and a client
   xct serve --target=T [flags] run services (orchestrator, validator, executor, tracer, or all) against NATS
+  xct nats provision [flags]   as the NATS admin, make XCT's streams and buckets (before the services; they only bind)
   xct run   --model M --goal G start a run, print its steps; exit 0 when the model says done
   xct runs                     list runs
   xct show  RUN                show one run and its steps
@@ -113,6 +114,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cmdTools(ctx, rest, stdout, stderr)
 	case "debug":
 		return cmdDebug(ctx, rest, stdout, stderr)
+	case "nats":
+		return cmdNATS(ctx, rest, stdout, stderr)
 	}
 	fmt.Fprint(stderr, usage)
 	return &exitError{code: 2, err: fmt.Errorf("unknown command %q", cmd)}

@@ -161,6 +161,11 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		ns.WaitForShutdown()
 	}()
 	cfg.NATSURL = ns.ClientURL()
+	// XCT's streams and buckets are made by the admin before the services
+	// start; the services only bind (internal/provision).
+	if err := devProvision(ctx, cfg.NATSURL, natsUsers, &cfg); err != nil {
+		return err
+	}
 
 	defer app.TuneGC(cfg.GCPercent)()
 	a, err := app.Start(ctx, cfg, app.StartOrder, log, app.Options{})

@@ -27,47 +27,7 @@ var flagDefiners = map[string]int{
 func serveFlags(t testing.TB) map[string]bool {
 	t.Helper()
 	flags := map[string]bool{}
-	collect := func(pattern string, funcName func(*ast.FuncDecl) bool) {
-		files, err := filepath.Glob(filepath.Join(repoRoot, pattern))
-		if err != nil || len(files) == 0 {
-			t.Fatalf("no XCT source at %s (err %v)", pattern, err)
-		}
-		for _, file := range files {
-			if filepath.Ext(file) != ".go" || len(file) > 8 && file[len(file)-8:] == "_test.go" {
-				continue
-			}
-			f, err := parser.ParseFile(token.NewFileSet(), file, nil, parser.SkipObjectResolution)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, d := range f.Decls {
-				fn, ok := d.(*ast.FuncDecl)
-				if !ok || fn.Body == nil || !funcName(fn) {
-					continue
-				}
-				ast.Inspect(fn.Body, func(n ast.Node) bool {
-					call, ok := n.(*ast.CallExpr)
-					if !ok {
-						return true
-					}
-					sel, ok := call.Fun.(*ast.SelectorExpr)
-					if !ok {
-						return true
-					}
-					i, ok := flagDefiners[sel.Sel.Name]
-					if !ok || len(call.Args) <= i {
-						return true
-					}
-					if lit, ok := call.Args[i].(*ast.BasicLit); ok && lit.Kind == token.STRING {
-						if name, err := strconv.Unquote(lit.Value); err == nil {
-							flags[name] = true
-						}
-					}
-					return true
-				})
-			}
-		}
-	}
+	collect := func(pattern string, funcName func(*ast.FuncDecl) bool) { collectFlags(t, flags, pattern, funcName) }
 	isRegisterFlags := func(fn *ast.FuncDecl) bool { return fn.Recv != nil && fn.Name.Name == "RegisterFlags" }
 	collect("cmd/xct/serve.go", func(fn *ast.FuncDecl) bool { return fn.Name.Name == "cmdServe" })
 	collect("internal/app/*.go", isRegisterFlags)
@@ -82,4 +42,62 @@ func serveFlags(t testing.TB) map[string]bool {
 		}
 	}
 	return flags
+}
+
+// provisionFlags are the flags `xct nats provision` defines.
+func provisionFlags(t testing.TB) map[string]bool {
+	t.Helper()
+	flags := map[string]bool{}
+	collectFlags(t, flags, "cmd/xct/nats.go", func(fn *ast.FuncDecl) bool { return fn.Name.Name == "cmdNATSProvision" })
+	for _, must := range []string{"nats", "replicas", "nats-credentials"} {
+		if !flags[must] {
+			t.Fatalf("found no --%s flag of xct nats provision: has the flag code moved? (found %v)", must, flags)
+		}
+	}
+	return flags
+}
+
+// collectFlags adds to flags the names of the flags defined in the
+// functions of the files at pattern that funcName picks.
+func collectFlags(t testing.TB, flags map[string]bool, pattern string, funcName func(*ast.FuncDecl) bool) {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(repoRoot, pattern))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no XCT source at %s (err %v)", pattern, err)
+	}
+	for _, file := range files {
+		if filepath.Ext(file) != ".go" || len(file) > 8 && file[len(file)-8:] == "_test.go" {
+			continue
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), file, nil, parser.SkipObjectResolution)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range f.Decls {
+			fn, ok := d.(*ast.FuncDecl)
+			if !ok || fn.Body == nil || !funcName(fn) {
+				continue
+			}
+			ast.Inspect(fn.Body, func(n ast.Node) bool {
+				call, ok := n.(*ast.CallExpr)
+				if !ok {
+					return true
+				}
+				sel, ok := call.Fun.(*ast.SelectorExpr)
+				if !ok {
+					return true
+				}
+				i, ok := flagDefiners[sel.Sel.Name]
+				if !ok || len(call.Args) <= i {
+					return true
+				}
+				if lit, ok := call.Args[i].(*ast.BasicLit); ok && lit.Kind == token.STRING {
+					if name, err := strconv.Unquote(lit.Value); err == nil {
+						flags[name] = true
+					}
+				}
+				return true
+			})
+		}
+	}
 }

@@ -42,6 +42,10 @@ func world(m *manifests) []endpoint {
 		out = append(out, endpoint{name: w.name, namespace: w.namespace, labels: w.template.Labels,
 			ip: netip.AddrFrom4([4]byte{10, 244, 0, byte(10 + i)}), ports: ports})
 	}
+	for i, j := range m.Jobs {
+		out = append(out, endpoint{name: j.Name, namespace: j.Namespace, labels: j.Spec.Template.Labels,
+			ip: netip.AddrFrom4([4]byte{10, 244, 6, byte(10 + i)})})
+	}
 	return append(out,
 		endpoint{name: "client", namespace: namespace, labels: map[string]string{"xct.dev/client": "true"},
 			ip: netip.MustParseAddr("10.244.1.1"), ports: []corev1.ContainerPort{port("http", 8080, "")}},
@@ -201,7 +205,8 @@ func TestNetworkPolicyGraph(t *testing.T) {
 			"validator -> nats:4222/TCP",
 			"executor -> nats:4222/TCP",
 			"tracer -> nats:4222/TCP",
-			"nats -> nats:6222/TCP", // cluster routes
+			"xct-nats-provision -> nats:4222/TCP", // the admin's Job
+			"nats -> nats:6222/TCP",               // cluster routes
 		}
 		if _, inCluster := m.workload("nats"); !inCluster {
 			natsEdges = []string{
@@ -209,6 +214,7 @@ func TestNetworkPolicyGraph(t *testing.T) {
 				"validator -> external-nats:4222/TCP",
 				"executor -> external-nats:4222/TCP",
 				"tracer -> external-nats:4222/TCP",
+				"xct-nats-provision -> external-nats:4222/TCP",
 			}
 		}
 		want := slices.Concat(natsEdges, []string{

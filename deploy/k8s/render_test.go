@@ -11,6 +11,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -40,6 +41,7 @@ var strictYAML = func() *kjson.Serializer {
 		policyv1.AddToScheme,
 		networkingv1.AddToScheme,
 		autoscalingv2.AddToScheme,
+		batchv1.AddToScheme,
 	} {
 		if err := add(scheme); err != nil {
 			panic(err)
@@ -62,6 +64,7 @@ type manifests struct {
 	PDBs            []*policyv1.PodDisruptionBudget
 	NetworkPolicies []*networkingv1.NetworkPolicy
 	HPAs            []*autoscalingv2.HorizontalPodAutoscaler
+	Jobs            []*batchv1.Job
 }
 
 // render builds the kustomization in dir with the kustomize API (what
@@ -119,6 +122,8 @@ func (m *manifests) add(obj runtime.Object) error {
 		m.NetworkPolicies = append(m.NetworkPolicies, o)
 	case *autoscalingv2.HorizontalPodAutoscaler:
 		m.HPAs = append(m.HPAs, o)
+	case *batchv1.Job:
+		m.Jobs = append(m.Jobs, o)
 	default:
 		return fmt.Errorf("kind %T is not checked by these tests: add it to newScheme and to the checks", obj)
 	}

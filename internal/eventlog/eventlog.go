@@ -158,7 +158,7 @@ func create(ctx context.Context, js jetstream.JetStream, cfg Config, name, subje
 	if err != nil {
 		return nil, fmt.Errorf("open stream %s: %w", name, err)
 	}
-	if err := checkStream(stream.CachedInfo().Config, name, subjects); err != nil {
+	if err := CheckStream(stream.CachedInfo().Config, name, subjects); err != nil {
 		return nil, err
 	}
 	return stream, nil
@@ -174,29 +174,11 @@ func create(ctx context.Context, js jetstream.JetStream, cfg Config, name, subje
 // deleted, purged or rolled up.
 var ErrStreamSettings = errors.New("an LCTL stream has settings XCT never makes")
 
-// checkStream refuses a stream name XCT did not make as it makes them.
+// CheckStream refuses a stream name XCT did not make as it makes them
+// (subjects: its one subject pattern).
 // Size limits, replicas and the duplicate window are the operator's.
-func checkStream(c jetstream.StreamConfig, name, subjects string) error {
-	var bad []string
-	if c.RePublish != nil {
-		bad = append(bad, fmt.Sprintf("republish %s to %s", c.RePublish.Source, c.RePublish.Destination))
-	}
-	if len(c.Sources) > 0 {
-		bad = append(bad, "sources")
-	}
-	if c.Mirror != nil {
-		bad = append(bad, "a mirror")
-	}
-	if c.SubjectTransform != nil {
-		bad = append(bad, "a subject transform")
-	}
-	if !c.DenyDelete || !c.DenyPurge || c.AllowRollup {
-		bad = append(bad, fmt.Sprintf("deny delete %v, deny purge %v, rollups %v", c.DenyDelete, c.DenyPurge, c.AllowRollup))
-	}
-	if len(c.Subjects) != 1 || c.Subjects[0] != subjects {
-		bad = append(bad, fmt.Sprintf("subjects %v", c.Subjects))
-	}
-	if len(bad) > 0 {
+func CheckStream(c jetstream.StreamConfig, name, subjects string) error {
+	if bad := jsguard.Unlike(c, []string{subjects}, true); len(bad) > 0 {
 		return fmt.Errorf("%w: %s: %s; an operator must look at it and remove it (nats stream rm %s) before XCT uses it",
 			ErrStreamSettings, name, strings.Join(bad, "; "), name)
 	}

@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -73,4 +74,55 @@ func mapped(token string) bool {
 		}
 	}
 	return true
+}
+
+// ProvisionCommand makes XCT's streams and buckets (internal/provision).
+const ProvisionCommand = "xct nats provision"
+
+// ErrMissing means a stream or bucket a service binds does not exist: the
+// deployment has not been provisioned.
+var ErrMissing = errors.New("not provisioned")
+
+// Missing is the error a service returns when name (a stream, a bucket, an
+// object store) does not exist, saying what to run. Services only bind:
+// XCT's streams are made by an administrator (internal/provision), since
+// a stream's settings are its first creator's.
+func Missing(kind, name string) error {
+	return fmt.Errorf("%w: NATS has no %s %s; XCT's streams are made by an administrator before the services start: run `%s` with the admin's NATS credentials (xct dev and the Kubernetes Job xct-nats-provision do it)",
+		ErrMissing, kind, name, ProvisionCommand)
+}
+
+// Unlike returns what in c XCT never makes on one of its streams: a
+// republish, sources, a mirror, a subject transform, subjects other than
+// subjects; with appendOnly (the chains) also deletes, purges or rollups
+// allowed. Size limits, replicas, retention and the duplicate window are
+// the operator's and not looked at. Empty: nothing.
+func Unlike(c jetstream.StreamConfig, subjects []string, appendOnly bool) []string {
+	var bad []string
+	if c.RePublish != nil {
+		bad = append(bad, fmt.Sprintf("republish %s to %s", c.RePublish.Source, c.RePublish.Destination))
+	}
+	if len(c.Sources) > 0 {
+		names := make([]string, 0, len(c.Sources))
+		for _, src := range c.Sources {
+			names = append(names, src.Name)
+		}
+		bad = append(bad, "sources "+strings.Join(names, ", "))
+	}
+	if c.Mirror != nil {
+		bad = append(bad, "a mirror of "+c.Mirror.Name)
+	}
+	if c.SubjectTransform != nil {
+		bad = append(bad, "a subject transform")
+	}
+	if appendOnly && (!c.DenyDelete || !c.DenyPurge || c.AllowRollup) {
+		bad = append(bad, fmt.Sprintf("deny delete %v, deny purge %v, rollups %v", c.DenyDelete, c.DenyPurge, c.AllowRollup))
+	}
+	have, want := slices.Clone(c.Subjects), slices.Clone(subjects)
+	slices.Sort(have)
+	slices.Sort(want)
+	if !slices.Equal(have, want) {
+		bad = append(bad, fmt.Sprintf("subjects %v", c.Subjects))
+	}
+	return bad
 }

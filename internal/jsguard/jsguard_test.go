@@ -1,4 +1,4 @@
-package jsguard
+package jsguard_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/xct-dev/xct/internal/jsguard"
 	"github.com/xct-dev/xct/internal/testutil"
 )
 
@@ -37,7 +38,7 @@ func TestSubjectsCollide(t *testing.T) {
 		{"{{split(1,-)}}", true},
 		{"other.{{wildcard(1)}}", false},
 	} {
-		if got := SubjectsCollide(c.a, approvals); got != c.want {
+		if got := jsguard.SubjectsCollide(c.a, approvals); got != c.want {
 			t.Errorf("subjectsCollide(%q, %q) = %v, want %v", c.a, approvals, got, c.want)
 		}
 	}
@@ -51,7 +52,7 @@ func TestSubjectsCollide(t *testing.T) {
 func TestMappedDestinationIsSeen(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	js, err := jetstream.New(testutil.Connect(t, testutil.RunJetStream(t)))
+	js, err := jetstream.New(testutil.Connect(t, testutil.RunBareJetStream(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +71,7 @@ func TestMappedDestinationIsSeen(t *testing.T) {
 		_, err := kv.Get(ctx, "fs.write")
 		return err
 	})
-	if err := RepublishedInto(ctx, js, "$KV.XCT_TOOLS.>"); !errors.Is(err, ErrRepublished) || !strings.Contains(err.Error(), "OWN") {
-		t.Fatalf("RepublishedInto = %v, want %v naming OWN", err, ErrRepublished)
+	if err := jsguard.RepublishedInto(ctx, js, "$KV.XCT_TOOLS.>"); !errors.Is(err, jsguard.ErrRepublished) || !strings.Contains(err.Error(), "OWN") {
+		t.Fatalf("RepublishedInto = %v, want %v naming OWN", err, jsguard.ErrRepublished)
 	}
 }

@@ -86,7 +86,7 @@ type cluster struct {
 
 func newCluster(t *testing.T) *cluster {
 	t.Helper()
-	ns := testutil.RunJetStream(t)
+	ns := testutil.RunBareJetStream(t)
 	c := &cluster{url: ns.ClientURL()}
 	c.admin = connectAs(t, c.url, natsauth.Admin)
 	ctx := context.Background()
@@ -121,7 +121,7 @@ func (c *cluster) count(t *testing.T, stream string) uint64 {
 // TestAnonymousAccessIsRefused: no user, a wrong password or an unknown
 // user is not let in; an embedded server without users is not started.
 func TestAnonymousAccessIsRefused(t *testing.T) {
-	ns := testutil.RunJetStream(t)
+	ns := testutil.RunBareJetStream(t)
 	for name, opts := range map[string][]nats.Option{
 		"anonymous":      nil,
 		"wrong password": {nats.UserInfo(natsauth.Executor, "not-the-password")},
@@ -259,7 +259,7 @@ func TestOnlyTheAdminChangesStreams(t *testing.T) {
 // and buckets it owns, no other (a stream of its own choosing could
 // source or republish what it reads).
 func TestServicesCreateOnlyTheirOwnStreams(t *testing.T) {
-	ns := testutil.RunJetStream(t)
+	ns := testutil.RunBareJetStream(t)
 	url := ns.ClientURL()
 	ctx := context.Background()
 	for _, user := range []string{natsauth.Orchestrator, natsauth.Validator, natsauth.Executor, natsauth.Tracer, natsauth.Reader} {
@@ -790,7 +790,7 @@ func TestALogMadeFirstByAnotherIsRefused(t *testing.T) {
 		"a subject transform":        {DenyDelete: true, DenyPurge: true, SubjectTransform: &jetstream.SubjectTransformConfig{Source: "lctl.chain.*", Destination: "lctl.chain.{{wildcard(1)}}"}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			ns := testutil.RunJetStream(t)
+			ns := testutil.RunBareJetStream(t)
 			url := ns.ClientURL()
 			admin := connectAs(t, url, natsauth.Admin)
 			ctx := context.Background()
@@ -811,7 +811,7 @@ func TestALogMadeFirstByAnotherIsRefused(t *testing.T) {
 		})
 	}
 	// XCT's own LCTL opens, made by either and opened by the other.
-	ns := testutil.RunJetStream(t)
+	ns := testutil.RunBareJetStream(t)
 	ctx := context.Background()
 	if _, err := eventlog.Open(ctx, connectAs(t, ns.ClientURL(), natsauth.Tracer).nc, eventlog.DefaultConfig()); err != nil {
 		t.Fatal(err)
@@ -840,7 +840,7 @@ func TestCatalogRepublishedIntoIsRefused(t *testing.T) {
 	republishing := jetstream.StreamConfig{Name: "KV_" + orchestrator.OwnersBucket, Subjects: []string{"$KV." + orchestrator.OwnersBucket + ".>"},
 		RePublish: &jetstream.RePublish{Source: "$KV." + orchestrator.OwnersBucket + ".>", Destination: "$KV." + catalog.Bucket + ".>"}}
 	for _, before := range []bool{true, false} {
-		ns := testutil.RunJetStream(t)
+		ns := testutil.RunBareJetStream(t)
 		url := ns.ClientURL()
 		ex := connectAs(t, url, natsauth.Executor)
 		if err := catalog.Publish(ctx, ex.js, 1, []*xctv1.ToolDescriptor{write}); err != nil {
@@ -1008,7 +1008,7 @@ func TestTracerCannotAppendToARunsChain(t *testing.T) {
 // past every permission (the server's own publish: shown here, the
 // forged event lands on LCTL). The orchestrator does not run on it.
 func TestAnOTelLogMadeFirstByTheTracerIsRefused(t *testing.T) {
-	ns := testutil.RunJetStream(t)
+	ns := testutil.RunBareJetStream(t)
 	url := ns.ClientURL()
 	ctx := context.Background()
 	tr := connectAs(t, url, natsauth.Tracer)
@@ -1166,7 +1166,7 @@ func TestNobodySubscribesToDataSubjects(t *testing.T) {
 // permission (shown: the put lands on run-1's subject of LCTL). The
 // orchestrator does not run while a stream republishes into the chains.
 func TestABucketRepublishingIntoTheChainsIsRefused(t *testing.T) {
-	ns := testutil.RunJetStream(t)
+	ns := testutil.RunBareJetStream(t)
 	url := ns.ClientURL()
 	ctx := context.Background()
 	admin := connectAs(t, url, natsauth.Admin)

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/xct-dev/xct/internal/natsembed"
+	"github.com/xct-dev/xct/internal/provision"
 )
 
 // JetStream is an embedded JetStream server that a test can stop and start
@@ -24,7 +25,7 @@ type JetStream struct {
 }
 
 // RestartableJetStream starts a JetStream server that Stop and Start move
-// down and up; it is stopped when the test ends.
+// down and up, provisioned once (RunJetStream); it is stopped when the test ends.
 func RestartableJetStream(tb testing.TB) *JetStream {
 	tb.Helper()
 	j := &JetStream{tb: tb, dir: tb.TempDir(), port: -1}
@@ -46,8 +47,12 @@ func (j *JetStream) Start() {
 		j.tb.Fatalf("start jetstream: %v", err)
 	}
 	j.srv = s
+	first := j.port == -1
 	if a, ok := s.Addr().(*net.TCPAddr); ok {
 		j.port = a.Port
+	}
+	if first {
+		Provision(j.tb, s.ClientURL(), provision.Defaults())
 	}
 }
 

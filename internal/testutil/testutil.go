@@ -3,6 +3,7 @@
 package testutil
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,9 +13,11 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/xct-dev/xct/internal/natsauth"
 	"github.com/xct-dev/xct/internal/natsembed"
+	"github.com/xct-dev/xct/internal/provision"
 )
 
 // NATSUsers are the passwords of every NATS user on the test servers
@@ -47,7 +50,10 @@ func testUsers(tb testing.TB) []*server.User {
 }
 
 // RunJetStream starts an embedded JetStream server on a free loopback port
-// with its store in a temporary directory, stopped when the test ends.
+// with its store in a temporary directory, stopped when the test ends,
+// and provisions XCT's streams and buckets on it as the admin (the
+// defaults of provision.Defaults), as xct dev does before the services
+// start.
 func RunJetStream(tb testing.TB) *server.Server {
 	tb.Helper()
 	return RunJetStreamWith(tb, natsembed.Config{})
@@ -56,6 +62,44 @@ func RunJetStream(tb testing.TB) *server.Server {
 // RunJetStreamWith is RunJetStream with the embedded server's settings
 // (port and store directory are the test's own whatever cfg says).
 func RunJetStreamWith(tb testing.TB, cfg natsembed.Config) *server.Server {
+	tb.Helper()
+	s := RunBareJetStreamWith(tb, cfg)
+	Provision(tb, s.ClientURL(), provision.Defaults())
+	return s
+}
+
+// RunBareJetStream is RunJetStream without XCT's streams: for tests of
+// what happens before provisioning, or of provisioning itself.
+func RunBareJetStream(tb testing.TB) *server.Server {
+	tb.Helper()
+	return RunBareJetStreamWith(tb, natsembed.Config{})
+}
+
+// Provision makes XCT's streams and buckets with s on the server at url,
+// as the admin (provision.Run), failing the test on an error.
+func Provision(tb testing.TB, url string, s provision.Settings) []provision.Result {
+	tb.Helper()
+	nc, err := nats.Connect(url, Admin())
+	if err != nil {
+		tb.Fatalf("provision: connect nats: %v", err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		tb.Fatalf("provision: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	res, err := provision.Run(ctx, js, s)
+	if err != nil {
+		tb.Fatalf("provision: %v", err)
+	}
+	return res
+}
+
+// RunBareJetStreamWith is RunBareJetStream with the embedded server's
+// settings.
+func RunBareJetStreamWith(tb testing.TB, cfg natsembed.Config) *server.Server {
 	tb.Helper()
 	cfg.Port, cfg.StoreDir = -1, tb.TempDir()
 	if cfg.Users == nil {

@@ -14,7 +14,7 @@ import (
 // TestTailNeverCreatesTheStream: a read-only command against a NATS
 // server without the LCTL stream says so and leaves the stream absent.
 func TestTailNeverCreatesTheStream(t *testing.T) {
-	ns := testutil.RunJetStream(t)
+	ns := testutil.RunBareJetStream(t)
 	nc := testutil.Connect(t, ns)
 	js, err := jetstream.New(nc)
 	if err != nil {

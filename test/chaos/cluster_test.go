@@ -24,6 +24,7 @@ import (
 	"github.com/xct-dev/xct/internal/grpcx"
 	"github.com/xct-dev/xct/internal/grpcx/grpcxtest"
 	"github.com/xct-dev/xct/internal/natsauth"
+	"github.com/xct-dev/xct/internal/provision"
 	"github.com/xct-dev/xct/internal/testutil"
 	"github.com/xct-dev/xct/internal/testutil/proctest"
 	"github.com/xct-dev/xct/internal/verdict"
@@ -351,11 +352,12 @@ func startCluster(t *testing.T, cfg phaseConfig) *cluster {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	// The stream exists before the services start (a fresh R3 cluster
-	// elects its meta leader first; Open waits for it through retries).
+	// The streams exist before the services start, made by the admin as a
+	// deployment does (a fresh R3 cluster elects its meta leader first;
+	// asked again until it answers).
 	for {
 		actx, acancel := context.WithTimeout(ctx, 5*time.Second) // a fresh cluster may drop the first request
-		c.log, err = eventlog.Open(actx, c.nc, eventlog.Config{Replicas: replicas})
+		c.log, err = provisionAndOpen(actx, c.nc, replicas)
 		acancel()
 		if err == nil {
 			break
@@ -538,4 +540,19 @@ func (c *cluster) stopAll(t *testing.T) {
 	if c.lab != nil {
 		c.lab.Close()
 	}
+}
+
+// provisionAndOpen makes XCT's streams as the admin (provision.Run, what
+// `xct nats provision` does) and opens the log on them.
+func provisionAndOpen(ctx context.Context, nc *nats.Conn, replicas int) (*eventlog.Log, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	s := provision.Defaults()
+	s.Replicas = replicas
+	if _, err := provision.Run(ctx, js, s); err != nil {
+		return nil, err
+	}
+	return eventlog.Open(ctx, nc, eventlog.Config{Replicas: replicas})
 }

@@ -16,6 +16,7 @@ import (
 
 	lctlv1 "github.com/xct-dev/xct/gen/lctl/v1"
 	"github.com/xct-dev/xct/internal/grpcx/grpcxtest"
+	"github.com/xct-dev/xct/internal/natsauth"
 	"github.com/xct-dev/xct/internal/testutil"
 	"github.com/xct-dev/xct/internal/testutil/proctest"
 	"github.com/xct-dev/xct/lctl"
@@ -134,6 +135,7 @@ func TestClusterAsSeparateProcesses(t *testing.T) {
 
 	ns := startProc(t, "nats-server", natsBin, "-c", testutil.NATSServerConfigFile(t), "-a", "127.0.0.1", "-p", "-1", "-js", "-sd", filepath.Join(base, "nats"))
 	natsURL := "nats://" + ns.waitFor(t, regexp.MustCompile(`Listening for client connections on (127\.0\.0\.1:\d+)`), 30*time.Second)
+	provisionNATS(t, xct, natsURL) // the admin makes the streams; the services only bind
 
 	// Every process authenticates with the same tokens file; the
 	// services call each other with the service token (plaintext on
@@ -283,4 +285,15 @@ func TestProcessErrors(t *testing.T) {
 			t.Fatalf("exit %d after SIGTERM while waiting for NATS; output:\n%s", code, out)
 		}
 	})
+}
+
+// provisionNATS runs `xct nats provision` as the NATS admin against the
+// server at url, as a deployment does before the services start.
+func provisionNATS(t *testing.T, xct, url string) {
+	t.Helper()
+	p := startProc(t, "xct nats provision", xct, "nats", "provision", "--nats", url,
+		"--nats-credentials", testutil.NATSCredentialsFile(t, natsauth.Admin))
+	if code, out := p.wait(t, 60*time.Second); code != 0 {
+		t.Fatalf("xct nats provision exited %d:\n%s", code, out)
+	}
 }

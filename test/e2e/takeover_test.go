@@ -130,6 +130,7 @@ func startTakeoverCluster(t *testing.T) *takeoverCluster {
 
 	ns := startProc(t, "nats-server", natsBin, "-c", testutil.NATSServerConfigFile(t), "-a", "127.0.0.1", "-p", "-1", "-js", "-sd", filepath.Join(base, "nats"))
 	c.natsURL = "nats://" + ns.waitFor(t, regexp.MustCompile(`Listening for client connections on (127\.0\.0\.1:\d+)`), 30*time.Second)
+	provisionNATS(t, xct, c.natsURL) // the admin makes the streams; the services only bind
 	creds := grpcxtest.New(t)
 	c.creds = creds.Path
 	natsCreds := testutil.NATSCredentialsFile(t)

@@ -1,0 +1,317 @@
+// Package provision is every JetStream stream and bucket XCT uses, with
+// the settings XCT makes it with, and their making: an administrator's
+// step at deployment (`xct nats provision`, run by `xct dev` before the
+// services start, by the Kubernetes Job xct-nats-provision, by the test
+// harnesses), after which the services only bind.
+//
+// Why: a stream's settings are its first creator's, and they are in the
+// request's body, which NATS permissions do not see. A service allowed
+// to create a stream could make it (or another) with a republish into a
+// bucket it may not write, or with sources copying another service's
+// records into one it reads (docs/security.md, "Streams made by the
+// admin").
+package provision
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/xct-dev/xct/internal/jsguard"
+)
+
+// The names, spelled out here so that this package depends on none of
+// the packages that use them (internal/testutil provisions every test
+// server, and those packages' tests use it); the tests check each against
+// the user's constant.
+const (
+	ChainStream     = "LCTL"           // eventlog.StreamName
+	ChainSubjects   = "lctl.chain.*"   // eventlog.AllSubjects
+	OTelStream      = "LCTL_OTEL"      // eventlog.OTelStreamName
+	OTelSubjects    = "lctl.otel.*"    // eventlog.AllOTelSubjects
+	ToolsBucket     = "XCT_TOOLS"      // catalog.Bucket
+	RedactionBucket = "XCT_REDACTION"  // redact.KeyBucket
+	StepsBucket     = "XCT_STEPS"      // executor.StepsBucket
+	BlobsBucket     = "XCT_STEP_BLOBS" // executor.BlobsBucket
+	ApprovalsBucket = "XCT_APPROVALS"  // validator and orchestrator
+	OwnersBucket    = "XCT_RUN_OWNERS" // orchestrator.OwnersBucket
+	// ApprovalHistory is the approvals bucket's history (validator).
+	ApprovalHistory = 8
+)
+
+// Command is what an operator runs to make the streams; the services'
+// errors name it.
+const Command = jsguard.ProvisionCommand
+
+// Settings are the deployment's choices among XCT's settings.
+type Settings struct {
+	// Replicas of every stream and bucket: 1 embedded, 3 in production.
+	Replicas int
+	// Duplicates is the chains' deduplication window (default 1 h).
+	Duplicates time.Duration
+	// StepRetention is how long step records and their blobs are kept (0:
+	// forever; the executor's --step-retention, default 30 days).
+	StepRetention time.Duration
+}
+
+// DefaultStepRetention is the executor's default (executor.DefaultStepRetention).
+const DefaultStepRetention = 30 * 24 * time.Hour
+
+// Defaults are the embedded (single node) settings.
+func Defaults() Settings {
+	return Settings{Replicas: 1, Duplicates: time.Hour, StepRetention: DefaultStepRetention}
+}
+
+func (s Settings) normal() Settings {
+	if s.Replicas < 1 {
+		s.Replicas = 1
+	}
+	if s.Duplicates <= 0 {
+		s.Duplicates = time.Hour
+	}
+	return s
+}
+
+// Kind is what a stream is to its users.
+type Kind string
+
+// The kinds.
+const (
+	KindStream      Kind = "stream"
+	KindKeyValue    Kind = "bucket"
+	KindObjectStore Kind = "object store"
+)
+
+// Spec is one stream or bucket XCT needs.
+type Spec struct {
+	// Stream is the JetStream stream's name (KV_<bucket>, OBJ_<bucket>).
+	Stream string
+	// Name is what XCT calls it (the bucket's name; the stream's own for
+	// a plain stream).
+	Name string
+	Kind Kind
+	// Subjects are the stream's subjects, exactly.
+	Subjects []string
+	// Users are the services that bind it.
+	Users []string
+
+	stream *jetstream.StreamConfig
+	kv     *jetstream.KeyValueConfig
+	obj    *jetstream.ObjectStoreConfig
+}
+
+// Specs are every stream and bucket XCT needs, with s's settings: exactly
+// what the services created when they were missing before provisioning
+// existed.
+func Specs(s Settings) []Spec {
+	s = s.normal()
+	chain := func(name, subjects, description string) Spec {
+		return Spec{Stream: name, Name: name, Kind: KindStream, Subjects: []string{subjects},
+			Users: []string{"orchestrator", "tracer"},
+			stream: &jetstream.StreamConfig{
+				Name:        name,
+				Description: description,
+				Subjects:    []string{subjects},
+				Storage:     jetstream.FileStorage,
+				Retention:   jetstream.LimitsPolicy,
+				Replicas:    s.Replicas,
+				Duplicates:  s.Duplicates,
+				DenyDelete:  true,
+				DenyPurge:   true,
+			}}
+	}
+	kv := func(cfg jetstream.KeyValueConfig, users ...string) Spec {
+		return Spec{Stream: "KV_" + cfg.Bucket, Name: cfg.Bucket, Kind: KindKeyValue,
+			Subjects: []string{"$KV." + cfg.Bucket + ".>"}, Users: users, kv: &cfg}
+	}
+	obj := func(cfg jetstream.ObjectStoreConfig, users ...string) Spec {
+		return Spec{Stream: "OBJ_" + cfg.Bucket, Name: cfg.Bucket, Kind: KindObjectStore,
+			Subjects: []string{"$O." + cfg.Bucket + ".C.>", "$O." + cfg.Bucket + ".M.>"}, Users: users, obj: &cfg}
+	}
+	return []Spec{
+		chain(ChainStream, ChainSubjects, "LCTL event chains written by XCT"),
+		chain(OTelStream, OTelSubjects, "LCTL event chains the XCT tracer makes from OpenTelemetry traces"),
+		kv(jetstream.KeyValueConfig{
+			Bucket:      ToolsBucket,
+			Description: "XCT tool catalog, published by executors",
+			History:     1,
+			Storage:     jetstream.FileStorage,
+			Replicas:    s.Replicas,
+		}, "executor", "validator", "orchestrator"),
+		kv(jetstream.KeyValueConfig{
+			Bucket:      StepsBucket,
+			Description: "XCT step records: the executor's idempotency keys and outcomes",
+			History:     16, // every transition of a step stays readable
+			TTL:         s.StepRetention,
+			Storage:     jetstream.FileStorage,
+			Replicas:    s.Replicas,
+		}, "executor"),
+		obj(jetstream.ObjectStoreConfig{
+			Bucket:      BlobsBucket,
+			Description: "XCT step compensations and large step responses",
+			TTL:         s.StepRetention,
+			Storage:     jetstream.FileStorage,
+			Replicas:    s.Replicas,
+		}, "executor"),
+		kv(jetstream.KeyValueConfig{
+			Bucket:      ApprovalsBucket,
+			Description: "XCT step approvals, kept by validators",
+			History:     ApprovalHistory,
+			Storage:     jetstream.FileStorage,
+			Replicas:    s.Replicas,
+		}, "validator", "orchestrator"),
+		kv(jetstream.KeyValueConfig{
+			Bucket:      OwnersBucket,
+			Description: "owner instance of every unfinished XCT run",
+			History:     1,
+			Storage:     jetstream.FileStorage,
+			Replicas:    s.Replicas,
+		}, "orchestrator"),
+		kv(jetstream.KeyValueConfig{
+			Bucket:      RedactionBucket,
+			Description: "XCT: the HMAC key of redaction markers",
+			History:     1,
+			Replicas:    s.Replicas,
+		}, "orchestrator", "validator", "executor"),
+	}
+}
+
+// Result is what Run did with one stream.
+type Result struct {
+	Spec    Spec
+	Created bool // false: it existed, with settings XCT makes
+}
+
+// ErrSettings means a stream XCT uses exists with settings XCT never makes,
+// or another stream reaches into XCT's (a republish into its subjects,
+// sources or a mirror of one of its streams). An operator looks at it and
+// removes it; nothing is changed by Run.
+var ErrSettings = errors.New("a JetStream stream has settings XCT never makes")
+
+// Run makes every stream and bucket of Specs(s) that does not exist and
+// checks the ones that do, then checks every other stream on the server.
+// It is idempotent: run again on a provisioned server it creates nothing
+// and reports each as existing. js must be an administrator's (services
+// may not create streams). An existing stream whose size limits, replicas,
+// retention or duplicate window differ is kept as it is (those are the
+// operator's); one with settings XCT never makes is ErrSettings, as is a
+// stream of another name that republishes into XCT's subjects or copies
+// one of XCT's streams (sources, mirror).
+func Run(ctx context.Context, js jetstream.JetStream, s Settings) ([]Result, error) {
+	specs := Specs(s)
+	out := make([]Result, 0, len(specs))
+	var bad []error
+	for _, sp := range specs {
+		created, err := make1(ctx, js, sp)
+		if errors.Is(err, ErrSettings) {
+			bad = append(bad, err)
+			continue
+		}
+		if err != nil {
+			return out, err
+		}
+		out = append(out, Result{Spec: sp, Created: created})
+	}
+	if err := others(ctx, js, specs); err != nil {
+		bad = append(bad, err)
+	}
+	if len(bad) > 0 {
+		return out, errors.Join(bad...)
+	}
+	return out, nil
+}
+
+// make1 creates sp, or finds it and checks it; created reports which.
+func make1(ctx context.Context, js jetstream.JetStream, sp Spec) (bool, error) {
+	if _, err := js.Stream(ctx, sp.Stream); err == nil {
+		return false, check(ctx, js, sp)
+	} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return false, fmt.Errorf("provision %s %s: %w", sp.Kind, sp.Name, err)
+	}
+	var err error
+	switch {
+	case sp.stream != nil:
+		_, err = js.CreateStream(ctx, *sp.stream)
+	case sp.kv != nil:
+		_, err = js.CreateKeyValue(ctx, *sp.kv)
+	default:
+		_, err = js.CreateObjectStore(ctx, *sp.obj)
+	}
+	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) || errors.Is(err, jetstream.ErrBucketExists) {
+		// Made meanwhile by someone else: check what it is.
+		return false, check(ctx, js, sp)
+	}
+	if err != nil {
+		return false, fmt.Errorf("provision %s %s: %w", sp.Kind, sp.Name, err)
+	}
+	return true, check(ctx, js, sp)
+}
+
+// check refuses sp's stream when its settings are not XCT's kind.
+func check(ctx context.Context, js jetstream.JetStream, sp Spec) error {
+	st, err := js.Stream(ctx, sp.Stream)
+	if err != nil {
+		return fmt.Errorf("provision %s %s: %w", sp.Kind, sp.Name, err)
+	}
+	return CheckStream(st.CachedInfo().Config, sp)
+}
+
+// CheckStream refuses a stream that is sp's but with settings XCT never
+// makes: a republish, sources, a mirror, a subject transform, other
+// subjects; for the chains (eventlog's own check) also deletes, purges or
+// rollups allowed. Size limits, replicas, retention and the duplicate
+// window are the operator's and not looked at.
+func CheckStream(c jetstream.StreamConfig, sp Spec) error {
+	if bad := jsguard.Unlike(c, sp.Subjects, sp.Kind == KindStream); len(bad) > 0 {
+		return fmt.Errorf("%w: %s %s (stream %s): %s; an operator must look at it and remove it (nats stream rm %s), then run %s again",
+			ErrSettings, sp.Kind, sp.Name, sp.Stream, strings.Join(bad, "; "), sp.Stream, Command)
+	}
+	return nil
+}
+
+// others refuses a stream not XCT's that reaches into XCT's: a republish
+// into their subjects (the server's own publish, past every permission),
+// or sources or a mirror of one of them (a copy its creator may read).
+func others(ctx context.Context, js jetstream.JetStream, specs []Spec) error {
+	ours := map[string]bool{}
+	var subjects []string
+	for _, sp := range specs {
+		ours[sp.Stream] = true
+		subjects = append(subjects, sp.Subjects...)
+	}
+	var bad []string
+	streams := js.ListStreams(ctx)
+	for info := range streams.Info() {
+		c := info.Config
+		if rp := c.RePublish; rp != nil {
+			for _, subj := range subjects {
+				if jsguard.SubjectsCollide(rp.Destination, subj) {
+					bad = append(bad, fmt.Sprintf("stream %s republishes %s to %s, into XCT's %s", c.Name, rp.Source, rp.Destination, subj))
+					break
+				}
+			}
+		}
+		if ours[c.Name] {
+			continue // checked as XCT's above
+		}
+		for _, src := range c.Sources {
+			if ours[src.Name] {
+				bad = append(bad, fmt.Sprintf("stream %s sources XCT's %s", c.Name, src.Name))
+			}
+		}
+		if c.Mirror != nil && ours[c.Mirror.Name] {
+			bad = append(bad, fmt.Sprintf("stream %s mirrors XCT's %s", c.Name, c.Mirror.Name))
+		}
+	}
+	if err := streams.Err(); err != nil {
+		return fmt.Errorf("provision: list streams: %w", err)
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("%w: %s; an operator must look at each and remove it", ErrSettings, strings.Join(bad, "; "))
+	}
+	return nil
+}

@@ -1,0 +1,174 @@
+package provision_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/xct-dev/xct/internal/catalog"
+	"github.com/xct-dev/xct/internal/eventlog"
+	"github.com/xct-dev/xct/internal/provision"
+	"github.com/xct-dev/xct/internal/redact"
+	"github.com/xct-dev/xct/internal/testutil"
+	"github.com/xct-dev/xct/services/executor"
+	"github.com/xct-dev/xct/services/orchestrator"
+	"github.com/xct-dev/xct/services/validator"
+)
+
+// TestNamesAreTheServices: the names spelled out in provision are the
+// ones the services and packages bind.
+func TestNamesAreTheServices(t *testing.T) {
+	for got, want := range map[string]string{
+		provision.ChainStream:     eventlog.StreamName,
+		provision.ChainSubjects:   eventlog.AllSubjects,
+		provision.OTelStream:      eventlog.OTelStreamName,
+		provision.OTelSubjects:    eventlog.AllOTelSubjects,
+		provision.ToolsBucket:     catalog.Bucket,
+		provision.RedactionBucket: redact.KeyBucket,
+		provision.StepsBucket:     executor.StepsBucket,
+		provision.BlobsBucket:     executor.BlobsBucket,
+		provision.ApprovalsBucket: validator.ApprovalsBucket,
+		provision.OwnersBucket:    orchestrator.OwnersBucket,
+	} {
+		if got != want {
+			t.Errorf("provision has %q, the user %q", got, want)
+		}
+	}
+	if orchestrator.ApprovalsBucket != validator.ApprovalsBucket {
+		t.Errorf("approvals: orchestrator %q, validator %q", orchestrator.ApprovalsBucket, validator.ApprovalsBucket)
+	}
+	if provision.DefaultStepRetention != executor.DefaultStepRetention {
+		t.Errorf("step retention: %v, executor's %v", provision.DefaultStepRetention, executor.DefaultStepRetention)
+	}
+}
+
+// TestProvisionTwiceIsANoOp: the first run creates every stream and
+// bucket, the second creates nothing and changes nothing.
+func TestProvisionTwiceIsANoOp(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	js, err := jetstream.New(testutil.Connect(t, testutil.RunBareJetStream(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := provision.Defaults()
+	first, err := provision.Run(ctx, js, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	specs := provision.Specs(s)
+	if len(first) != len(specs) || len(specs) != 8 {
+		t.Fatalf("first run: %d results, %d specs, want 8", len(first), len(specs))
+	}
+	before := map[string]*jetstream.StreamInfo{}
+	for _, r := range first {
+		if !r.Created {
+			t.Errorf("first run: %s not created", r.Spec.Stream)
+		}
+		st, err := js.Stream(ctx, r.Spec.Stream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before[r.Spec.Stream] = st.CachedInfo()
+	}
+	second, err := provision.Run(ctx, js, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range second {
+		if r.Created {
+			t.Errorf("second run created %s", r.Spec.Stream)
+		}
+		st, err := js.Stream(ctx, r.Spec.Stream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info := st.CachedInfo()
+		if !info.Created.Equal(before[r.Spec.Stream].Created) || info.Config.Description != before[r.Spec.Stream].Config.Description {
+			t.Errorf("%s changed by the second run", r.Spec.Stream)
+		}
+	}
+	if len(second) != len(specs) {
+		t.Errorf("second run: %d results", len(second))
+	}
+	// What the services rely on: the step records keep 16 revisions and
+	// expire after the retention, the chains deny deletes and purges.
+	steps, err := js.Stream(ctx, "KV_"+provision.StepsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := steps.CachedInfo().Config; c.MaxMsgsPerSubject != 16 || c.MaxAge != s.StepRetention || c.Replicas != 1 {
+		t.Errorf("steps bucket: history %d, max age %v, replicas %d", c.MaxMsgsPerSubject, c.MaxAge, c.Replicas)
+	}
+	lctl, err := js.Stream(ctx, provision.ChainStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := lctl.CachedInfo().Config; !c.DenyDelete || !c.DenyPurge || c.Duplicates != time.Hour {
+		t.Errorf("LCTL: %+v", c)
+	}
+}
+
+// TestProvisionRefusesWhatXCTNeverMakes: a bucket of XCT's made first with
+// sources copying the step records, another stream sourcing them, one
+// republishing into the chains: each is named, nothing is changed.
+func TestProvisionRefusesWhatXCTNeverMakes(t *testing.T) {
+	for name, plant := range map[string]func(context.Context, jetstream.JetStream) error{
+		"XCT's bucket with sources": func(ctx context.Context, js jetstream.JetStream) error {
+			if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: provision.StepsBucket}); err != nil {
+				return err
+			}
+			_, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: provision.OwnersBucket,
+				Sources: []*jetstream.StreamSource{{Name: "KV_" + provision.StepsBucket}}})
+			return err
+		},
+		"another stream sourcing the step records": func(ctx context.Context, js jetstream.JetStream) error {
+			if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: provision.StepsBucket}); err != nil {
+				return err
+			}
+			_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "COPY", Sources: []*jetstream.StreamSource{{Name: "KV_" + provision.StepsBucket}}})
+			return err
+		},
+		"a republish into the chains": func(ctx context.Context, js jetstream.JetStream) error {
+			_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "OWN", Subjects: []string{"own.*"},
+				RePublish: &jetstream.RePublish{Source: "own.*", Destination: "lctl.chain.{{wildcard(1)}}"}})
+			return err
+		},
+		"LCTL allowing purges": func(ctx context.Context, js jetstream.JetStream) error {
+			_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: provision.ChainStream, Subjects: []string{provision.ChainSubjects}})
+			return err
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			js, err := jetstream.New(testutil.Connect(t, testutil.RunBareJetStream(t)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := plant(ctx, js); err != nil {
+				t.Fatal(err)
+			}
+			for range 2 {
+				_, err = provision.Run(ctx, js, provision.Defaults())
+				if !errors.Is(err, provision.ErrSettings) {
+					t.Fatalf("Run = %v, want %v", err, provision.ErrSettings)
+				}
+			}
+			for _, want := range map[string][]string{
+				"XCT's bucket with sources":                {"KV_XCT_RUN_OWNERS", "sources KV_XCT_STEPS"},
+				"another stream sourcing the step records": {"COPY", "sources XCT's KV_XCT_STEPS"},
+				"a republish into the chains":              {"OWN", "lctl.chain.{{wildcard(1)}}"},
+				"LCTL allowing purges":                     {"LCTL", "deny purge false"},
+			}[name] {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error lacks %q: %v", want, err)
+				}
+			}
+		})
+	}
+}
