@@ -151,8 +151,9 @@ type fileChunk struct {
 	start, end int64 // the lines starting in [start, end) are its
 	first      bool  // start is a line's start (the first chunk)
 	batches    []*streamBatch
-	// next is where the line after its last one starts; stopped says
-	// that line is not an event with a comma and ends the chunks.
+	// next is where the line after its last one starts (-1: no line
+	// starts in it); stopped says that line is not an event with a comma
+	// and ends the chunks.
 	next    int64
 	stopped bool
 	err     error
@@ -224,7 +225,9 @@ func readChunks(r io.ReaderAt, start, size int64, opts StreamOptions, workers in
 			stop()
 			return 0, true, c.err
 		}
-		resume = c.next
+		if c.next >= 0 {
+			resume = c.next
+		}
 		if c.stopped {
 			stop()
 			return resume, false, nil
@@ -253,8 +256,9 @@ func (c *fileChunk) read(r io.ReaderAt, p *fastParser, opts StreamOptions) {
 	if !c.first {
 		k := bytes.IndexByte(buf, '\n')
 		if k < 0 || off+int64(k)+1 >= c.end {
-			// No line starts in the chunk (one runs across it).
-			c.next = c.end
+			// No line starts in the chunk (one runs across it): where
+			// the next line starts is the chunk before's to say.
+			c.next = -1
 			return
 		}
 		i = k + 1

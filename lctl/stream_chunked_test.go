@@ -144,6 +144,12 @@ func TestStreamChunksMatchScanner(t *testing.T) {
 			}
 			return l
 		}),
+		"a long line before the last": body(func(i int, l string) string {
+			if i == len(lines)-3 {
+				return strings.Replace(l, `"data":{`, `"data":{"note":"`+long+long+`",`, 1)
+			}
+			return l
+		}),
 		"array last": body(func(i int, l string) string {
 			if i == 350 {
 				return strings.TrimSuffix(l, "},") + `,"zz":[1,"\ud83d\ude00"]},`
