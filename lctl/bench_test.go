@@ -272,3 +272,20 @@ func BenchmarkStream(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkAppendEncode is what the chain writer does per append in our
+// code: the payload handed over (DataShared), sealed and encoded once
+// (SealEncoded).
+func BenchmarkAppendEncode(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		data, err := lctl.DataShared(stepStartData())
+		if err != nil {
+			b.Fatal(err)
+		}
+		e := lctl.Event{ChainID: "run-1", Seq: 7, Type: "step_start", Timestamp: "2026-11-21T13:42:23.401233911Z", Agent: "demo-agent", Data: data}
+		if _, err := e.SealEncoded("9f0c6a4b2d1e0f3a5b7c9d8e6f4a2b1c0d9e8f7a6b5c4d3e2f1a0b9c8d7e6f5a"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -54,7 +54,8 @@ func appendCanonical(buf *bytes.Buffer, v any) error {
 		}
 		return writeNumber(buf, f)
 	case map[string]any:
-		keys := make([]string, 0, len(x))
+		var small [16]string // the keys of most payloads' maps, without an allocation
+		keys := small[:0]
 		for k := range x {
 			keys = append(keys, k)
 		}

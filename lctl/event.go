@@ -10,6 +10,7 @@ import (
 	"math"
 	"regexp"
 	"slices"
+	"sync"
 	"time"
 	"unicode/utf8"
 )
@@ -653,36 +654,52 @@ func (e *Event) canonical(withHash bool) ([]byte, error) {
 func (e *Event) canonicalAt(withHash bool) ([]byte, int, error) {
 	var buf bytes.Buffer
 	buf.Grow(512)
+	at, err := e.canonicalInto(&buf, withHash)
+	if err != nil {
+		return nil, 0, err
+	}
+	return buf.Bytes(), at, nil
+}
+
+// canonicalInto is canonicalAt writing into buf.
+func (e *Event) canonicalInto(buf *bytes.Buffer, withHash bool) (int, error) {
 	buf.WriteString(`{"agent":`)
-	writeString(&buf, e.Agent)
+	writeString(buf, e.Agent)
 	if e.ChainID != "" {
 		buf.WriteString(`,"chain_id":`)
-		writeString(&buf, e.ChainID)
+		writeString(buf, e.ChainID)
 	}
 	buf.WriteString(`,"data":`)
-	if err := appendCanonical(&buf, dataOrEmpty(e.DataMap())); err != nil {
-		return nil, 0, err
+	if err := appendCanonical(buf, dataOrEmpty(e.DataMap())); err != nil {
+		return 0, err
 	}
 	hashAt := buf.Len()
 	if withHash && e.Hash != "" {
 		buf.WriteString(`,"hash":`)
-		writeString(&buf, e.Hash)
+		writeString(buf, e.Hash)
 	}
 	if e.PrevHash != "" {
 		buf.WriteString(`,"prev_hash":`)
-		writeString(&buf, e.PrevHash)
+		writeString(buf, e.PrevHash)
 	}
 	buf.WriteString(`,"seq":`)
-	if err := writeNumber(&buf, float64(e.Seq)); err != nil {
-		return nil, 0, err
+	if err := writeNumber(buf, float64(e.Seq)); err != nil {
+		return 0, err
 	}
 	buf.WriteString(`,"timestamp":`)
-	writeString(&buf, e.Timestamp)
+	writeString(buf, e.Timestamp)
 	buf.WriteString(`,"type":`)
-	writeString(&buf, e.Type)
+	writeString(buf, e.Type)
 	buf.WriteByte('}')
-	return buf.Bytes(), hashAt, nil
+	return hashAt, nil
 }
+
+// sealBuffers hold the canonical forms SealEncoded hashes; one larger
+// than maxPooledSealBuffer (an event with a large payload) is left to the
+// collector rather than kept.
+var sealBuffers = sync.Pool{New: func() any { b := new(bytes.Buffer); b.Grow(1024); return b }}
+
+const maxPooledSealBuffer = 64 << 10
 
 // SealEncoded seals e after prevHash (as Seal) and returns its canonical
 // JSON with the hash (as MarshalJSON), encoding the event once: the hash
@@ -696,10 +713,21 @@ func (e *Event) SealEncoded(prevHash string) ([]byte, error) {
 		return e.canonical(true)
 	}
 	e.PrevHash, e.Hash = prevHash, ""
-	c, at, err := e.canonicalAt(false)
+	// The form hashed is scratch: encoded into a pooled buffer, it is
+	// copied once into the body with the hash.
+	buf := sealBuffers.Get().(*bytes.Buffer)
+	defer func() {
+		if buf.Cap() <= maxPooledSealBuffer {
+			buf.Reset()
+			sealBuffers.Put(buf)
+		}
+	}()
+	buf.Reset()
+	at, err := e.canonicalInto(buf, false)
 	if err != nil {
 		return nil, fmt.Errorf("hash event %d: %w", e.Seq, err)
 	}
+	c := buf.Bytes()
 	sum := sha256.Sum256(c)
 	e.Hash = hex.EncodeToString(sum[:])
 	const field = `,"hash":"`
