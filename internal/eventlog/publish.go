@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -61,11 +62,9 @@ func (p *Publisher) Publish(ctx context.Context, subject string, data []byte, ms
 		ctx, cancel = context.WithTimeout(ctx, publishTimeout)
 		defer cancel()
 	}
-	h := nats.Header{jetstream.ExpectedLastSubjSeqHeader: {strconv.FormatUint(lastSeq, 10)}}
-	if msgID != "" {
-		h[jetstream.MsgIDHeader] = []string{msgID}
-	}
-	m := &nats.Msg{Subject: subject, Data: data, Header: h}
+	pm := pubMsgs.Get().(*pubMsg)
+	defer pm.put()
+	m := pm.fill(subject, data, msgID, lastSeq)
 	resp, err := p.nc.RequestMsgWithContext(ctx, m)
 	for r := 0; errors.Is(err, nats.ErrNoResponders) && r < publishRetryAttempts; r++ {
 		t := time.NewTimer(publishRetryWait)
@@ -83,6 +82,38 @@ func (p *Publisher) Publish(ctx context.Context, subject string, data []byte, ms
 		return PubAck{}, err
 	}
 	return p.ack(resp.Data)
+}
+
+// pubMsg is a write's request, kept for the next write: the client reads
+// a request's headers into bytes when it sends it and keeps nothing of the
+// message after the call returns, so its header map and values need not
+// be made anew per write.
+type pubMsg struct {
+	m       nats.Msg
+	lastSeq [1]string
+	msgID   [1]string
+}
+
+var pubMsgs = sync.Pool{New: func() any { return &pubMsg{m: nats.Msg{Header: make(nats.Header, 2)}} }}
+
+// fill makes pm the request for one write.
+func (pm *pubMsg) fill(subject string, data []byte, msgID string, lastSeq uint64) *nats.Msg {
+	pm.lastSeq[0] = strconv.FormatUint(lastSeq, 10)
+	pm.m.Header[jetstream.ExpectedLastSubjSeqHeader] = pm.lastSeq[:]
+	if msgID != "" {
+		pm.msgID[0] = msgID
+		pm.m.Header[jetstream.MsgIDHeader] = pm.msgID[:]
+	} else {
+		delete(pm.m.Header, jetstream.MsgIDHeader)
+	}
+	pm.m.Subject, pm.m.Data = subject, data
+	return &pm.m
+}
+
+// put returns pm to the pool holding nothing of its write.
+func (pm *pubMsg) put() {
+	pm.m.Subject, pm.m.Data, pm.lastSeq[0], pm.msgID[0] = "", nil, "", ""
+	pubMsgs.Put(pm)
 }
 
 // ack reads the stream's answer to a write: the sequence it was stored
