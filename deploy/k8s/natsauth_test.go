@@ -82,7 +82,7 @@ func TestNATSRequiresAuthentication(t *testing.T) {
 				"lctl.chain.run-1":                        {"orchestrator", "admin"},
 				"lctl.chain.otel-1":                       {"orchestrator", "admin"},
 				"lctl.otel.1":                             {"tracer", "admin"},
-				"$JS.API.STREAM.CREATE.LCTL_OTEL":         {"orchestrator", "tracer", "admin"},
+				"$JS.API.STREAM.CREATE.LCTL_OTEL":         {"admin"}, // the Job xct-nats-provision
 				"$JS.API.STREAM.DELETE.LCTL_OTEL":         {"admin"},
 				"$JS.API.STREAM.PURGE.LCTL_OTEL":          {"admin"},
 				"$JS.API.CONSUMER.CREATE.LCTL_OTEL.c":     {"orchestrator", "validator", "executor", "tracer", "reader", "admin"},
@@ -99,8 +99,10 @@ func TestNATSRequiresAuthentication(t *testing.T) {
 				"$JS.API.STREAM.PURGE.OBJ_XCT_STEP_BLOBS": {"executor", "admin"},
 				"$JS.API.STREAM.PURGE.KV_XCT_RUN_OWNERS":  {"orchestrator", "admin"},
 				"$JS.API.STREAM.CREATE.X":                 {"admin"},
-				"$JS.API.STREAM.CREATE.LCTL":              {"orchestrator", "tracer", "admin"},
-				"$JS.API.STREAM.CREATE.KV_XCT_STEPS":      {"executor", "admin"},
+				"$JS.API.STREAM.CREATE.LCTL":              {"admin"},
+				"$JS.API.STREAM.CREATE.KV_XCT_STEPS":      {"admin"},
+				"$JS.API.STREAM.CREATE.KV_XCT_RUN_OWNERS": {"admin"},
+				"$JS.API.STREAM.CREATE.KV_XCT_TOOLS":      {"admin"},
 				"$JS.API.STREAM.INFO.LCTL":                {"orchestrator", "validator", "executor", "tracer", "reader", "admin"},
 				"$JS.API.CONSUMER.CREATE.LCTL.c":          {"orchestrator", "validator", "executor", "tracer", "reader", "admin"},
 			} {

@@ -193,6 +193,8 @@ type App struct {
 	fatal    chan error
 	stopped  chan struct{}
 	starting sync.Mutex // held while startWhenReady starts services
+	// byTarget is each target's NATS connection (for provisioned).
+	byTarget map[string]*nats.Conn
 }
 
 // Options customize Start.
@@ -516,7 +518,8 @@ func Start(ctx context.Context, cfg Config, targets []string, log *slog.Logger, 
 	// NATS and JetStream must answer before a service starts. When they
 	// do not yet, every service is served at once, NOT_SERVING and
 	// refusing calls with what it waits for, and starts when they answer.
-	waitErr := allReady(ctx, a.conns, cfg.NATSURL)
+	a.byTarget = conns
+	waitErr := a.ready(ctx, a.conns, cfg.NATSURL)
 	if waitErr != nil {
 		a.waitingFor(waitErr)
 		log.Warn("waiting for NATS: serving NOT_SERVING until it answers", "nats", cfg.NATSURL, "reason", waitErr)

@@ -4,10 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/xct-dev/xct/internal/jsguard"
+	"github.com/xct-dev/xct/internal/provision"
 )
 
 // Services that wait instead of dying (issue 12): a process started while
@@ -90,12 +94,15 @@ func (a *App) startWhenReady(url string, conns []*nats.Conn) {
 			return
 		case <-time.After(wait):
 		}
-		err := allReady(context.Background(), conns, url)
+		err := a.ready(context.Background(), conns, url)
 		if err == nil {
 			break
 		}
 		if p := a.waiting.Load(); p == nil || (*p).Error() != err.Error() {
 			a.log.Warn("still waiting for NATS", "reason", err)
+			if errors.Is(err, jsguard.ErrMissing) {
+				a.log.Error("XCT's streams are not there: waiting for an administrator to run "+jsguard.ProvisionCommand, "reason", err)
+			}
 		}
 		a.waitingFor(err)
 		wait = min(wait*2, 5*time.Second)
@@ -137,6 +144,48 @@ func allReady(ctx context.Context, conns []*nats.Conn, url string) error {
 	for _, nc := range conns {
 		if err := jetStreamReady(ctx, nc, url); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// ready is allReady, then provisioned: every target's streams are there.
+func (a *App) ready(ctx context.Context, conns []*nats.Conn, url string) error {
+	if err := allReady(ctx, conns, url); err != nil {
+		return err
+	}
+	return provisioned(ctx, a.byTarget)
+}
+
+// provisioned reports the first stream or bucket a target binds that does
+// not exist (jsguard.ErrMissing, naming what to run): the services only
+// bind, the admin makes them (internal/provision). A process started
+// before `xct nats provision` ran (a Kubernetes Job beside it) waits,
+// NOT_SERVING with that reason, instead of dying and restarting.
+func provisioned(ctx context.Context, conns map[string]*nats.Conn) error {
+	targets := make([]string, 0, len(conns))
+	for t := range conns {
+		targets = append(targets, t)
+	}
+	slices.Sort(targets)
+	for _, t := range targets {
+		js, err := jetstream.New(conns[t])
+		if err != nil {
+			return fmt.Errorf("waiting for NATS JetStream: %w", err)
+		}
+		for _, sp := range provision.Specs(provision.Defaults()) {
+			if !slices.Contains(sp.Users, t) {
+				continue
+			}
+			pctx, cancel := context.WithTimeout(ctx, jetStreamProbe)
+			_, err := js.Stream(pctx, sp.Stream)
+			cancel()
+			if errors.Is(err, jetstream.ErrStreamNotFound) {
+				return fmt.Errorf("%s: %w", t, jsguard.Missing(string(sp.Kind), sp.Name))
+			}
+			if err != nil {
+				return fmt.Errorf("waiting for NATS JetStream (%s)", jetStreamReason(err))
+			}
 		}
 	}
 	return nil

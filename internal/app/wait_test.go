@@ -16,6 +16,7 @@ import (
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/grpcx"
 	"github.com/xct-dev/xct/internal/grpcx/grpcxtest"
+	"github.com/xct-dev/xct/internal/provision"
 	"github.com/xct-dev/xct/internal/testutil"
 )
 
@@ -79,6 +80,70 @@ func TestServicesWaitForNATS(t *testing.T) {
 	// The orchestrator started too: it reads the log (no such run).
 	if _, err := orch.GetRun(ctx, &xctv1.GetRunRequest{RunId: "run-none"}); status.Code(err) != codes.NotFound {
 		t.Fatalf("GetRun once NATS answers: %v", err)
+	}
+	select {
+	case err := <-a.Err():
+		t.Fatalf("the app failed: %v", err)
+	default:
+	}
+}
+
+// TestServicesWaitForProvisioning: the services may not create their
+// streams (natsauth; the admin makes them: `xct nats provision`). Started
+// against a server nobody provisioned, they serve NOT_SERVING, a call is
+// refused as UNAVAILABLE saying which stream is missing and what to run,
+// and they start once the admin has made the streams (a Kubernetes Job
+// beside them), with no request refused by NATS on the way.
+func TestServicesWaitForProvisioning(t *testing.T) {
+	t.Parallel()
+	ns := testutil.RunBareJetStream(t)
+	creds := grpcxtest.New(t)
+	var cfg Config
+	cfg.NATSURL, cfg.NATSUsers, cfg.Replicas = ns.ClientURL(), testutil.NATSUsers(), 1
+	cfg.ExecutorListen, cfg.ValidatorListen, cfg.OrchestratorListen = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Executor.Workspace = t.TempDir()
+	cfg.Orchestrator.ScriptsDir = t.TempDir()
+	cfg.Auth.TokensFile = creds.Path
+	cfg.Security = grpcx.Security{Plaintext: true, ServiceToken: creds.Token(t, grpcxtest.Service)}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	a, err := Start(ctx, cfg, []string{TargetExecutor, TargetValidator, TargetOrchestrator}, slog.New(slog.NewTextHandler(io.Discard, nil)), Options{})
+	if err != nil {
+		t.Fatalf("start on an unprovisioned server: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		a.Stop(ctx)
+	})
+	conn := creds.Dial(t, a.Addr(TargetExecutor), grpcxtest.Service)
+	health := healthpb.NewHealthClient(conn)
+	exec := xctv1.NewExecutorServiceClient(conn)
+	h, err := health.Check(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil || h.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Fatalf("health on an unprovisioned server: %v, %v", h, err)
+	}
+	_, err = exec.ListTools(ctx, &xctv1.ListToolsRequest{})
+	if st := status.Convert(err); st.Code() != codes.Unavailable || !strings.Contains(st.Message(), "xct nats provision") || !strings.Contains(st.Message(), "not provisioned") {
+		t.Fatalf("a call on an unprovisioned server: %v", err)
+	}
+
+	testutil.Provision(t, ns.ClientURL(), provision.Defaults())
+	testutil.Eventually(t, 30*time.Second, func() error {
+		h, err := health.Check(ctx, &healthpb.HealthCheckRequest{})
+		if err != nil {
+			return err
+		}
+		if h.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			return fmt.Errorf("health %s", h.GetStatus())
+		}
+		return nil
+	})
+	if tools, err := exec.ListTools(ctx, &xctv1.ListToolsRequest{}); err != nil || len(tools.GetTools()) == 0 {
+		t.Fatalf("ListTools once provisioned: %v, %v", tools, err)
+	}
+	if n := a.NATSRefusals(); n != 0 {
+		t.Errorf("NATS refused %d requests of the services", n)
 	}
 	select {
 	case err := <-a.Err():

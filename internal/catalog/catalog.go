@@ -25,19 +25,12 @@ import (
 // Bucket is the KV bucket holding the catalog.
 const Bucket = "XCT_TOOLS"
 
-func bucket(ctx context.Context, js jetstream.JetStream, replicas int) (jetstream.KeyValue, error) {
-	if replicas == 0 {
-		replicas = 1
-	}
-	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      Bucket,
-		Description: "XCT tool catalog, published by executors",
-		History:     1,
-		Storage:     jetstream.FileStorage,
-		Replicas:    replicas,
-	})
-	if errors.Is(err, jetstream.ErrBucketExists) {
-		kv, err = js.KeyValue(ctx, Bucket)
+// bucket binds to the catalog's bucket, which the admin made
+// (internal/provision); replicas is provisioning's.
+func bucket(ctx context.Context, js jetstream.JetStream, _ int) (jetstream.KeyValue, error) {
+	kv, err := js.KeyValue(ctx, Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, fmt.Errorf("tool catalog: %w", jsguard.Missing("bucket", Bucket))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("tool catalog bucket: %w", err)

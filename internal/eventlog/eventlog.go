@@ -88,7 +88,9 @@ var (
 	ErrNoStream = errors.New("no LCTL stream")
 )
 
-// Config is the stream's configuration, applied by whoever creates it first.
+// Config was the streams' configuration when the services created them;
+// the admin makes them now (internal/provision), with the same settings,
+// and Open only binds. Kept for the callers that still pass it.
 type Config struct {
 	// Replicas of the stream: 1 embedded, 3 in production.
 	Replicas int
@@ -110,26 +112,22 @@ type Log struct {
 	otelPub *Publisher
 }
 
-// Open binds to the LCTL and LCTL_OTEL streams, creating each with cfg if
-// it does not exist. An existing stream is used as it is, its size limits,
-// replicas and duplicate window being whoever created it first; one with
-// settings XCT never makes is refused (ErrStreamSettings).
-func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Log, error) {
+// Open binds to the LCTL and LCTL_OTEL streams, which the admin made
+// (internal/provision, `xct nats provision`): a missing one is
+// jsguard.ErrMissing, saying what to run. An existing stream is used as it
+// is, its size limits, replicas and duplicate window being the operator's;
+// one with settings XCT never makes is refused (ErrStreamSettings). cfg is
+// not used: the streams' settings are provisioning's.
+func Open(ctx context.Context, nc *nats.Conn, _ Config) (*Log, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
-	if cfg.Replicas == 0 {
-		cfg.Replicas = 1
-	}
-	if cfg.Duplicates == 0 {
-		cfg.Duplicates = time.Hour
-	}
-	stream, err := create(ctx, js, cfg, StreamName, AllSubjects, "LCTL event chains written by XCT")
+	stream, err := bindChecked(ctx, js, StreamName, AllSubjects)
 	if err != nil {
 		return nil, err
 	}
-	otel, err := create(ctx, js, cfg, OTelStreamName, AllOTelSubjects, "LCTL event chains the XCT tracer makes from OpenTelemetry traces")
+	otel, err := bindChecked(ctx, js, OTelStreamName, AllOTelSubjects)
 	if err != nil {
 		return nil, err
 	}
@@ -139,21 +137,11 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Log, error) {
 	return &Log{js: js, stream: stream, pub: NewPublisher(nc, StreamName), otel: otel, otelPub: NewPublisher(nc, OTelStreamName)}, nil
 }
 
-// create makes the stream name on subjects, or binds to it and checks it.
-func create(ctx context.Context, js jetstream.JetStream, cfg Config, name, subjects, description string) (jetstream.Stream, error) {
-	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{
-		Name:        name,
-		Description: description,
-		Subjects:    []string{subjects},
-		Storage:     jetstream.FileStorage,
-		Retention:   jetstream.LimitsPolicy,
-		Replicas:    cfg.Replicas,
-		Duplicates:  cfg.Duplicates,
-		DenyDelete:  true,
-		DenyPurge:   true,
-	})
-	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-		stream, err = js.Stream(ctx, name)
+// bindChecked binds to the stream name on subjects and checks it.
+func bindChecked(ctx context.Context, js jetstream.JetStream, name, subjects string) (jetstream.Stream, error) {
+	stream, err := js.Stream(ctx, name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, jsguard.Missing("stream", name)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("open stream %s: %w", name, err)

@@ -68,10 +68,15 @@ const (
 	inboxRoot = "_INBOX"
 )
 
-// adminOnly are the JetStream API requests that change or destroy what a
-// stream holds or how it is kept: no service needs one (every stream and
-// bucket is created once, never updated, deleted or purged by XCT).
+// adminOnly are the JetStream API requests that make, change or destroy a
+// stream or what it holds: no service needs one. Every stream and bucket
+// is made by the admin at deployment (internal/provision, `xct nats
+// provision`) and only bound by the services: a stream's settings are its
+// first creator's, in the request's body, which permissions do not see, so
+// a service allowed to create one could give it a republish into another's
+// bucket or sources copying another's records.
 var adminOnly = []string{
+	"$JS.API.STREAM.CREATE.>",
 	"$JS.API.STREAM.UPDATE.>",
 	"$JS.API.STREAM.DELETE.>",
 	"$JS.API.STREAM.MSG.DELETE.>",
@@ -102,13 +107,10 @@ var purgeable = map[string]string{
 	"KV_XCT_RUN_OWNERS":  Orchestrator,
 }
 
-// allowed is what user may publish: serviceAPI, its creates and purges,
-// flow control replies and its data subjects w.
+// allowed is what user may publish: serviceAPI, its purges, flow control
+// replies and its data subjects w.
 func allowed(user string, w []string) []string {
 	out := slices.Clone(serviceAPI)
-	for _, stream := range creates[user] {
-		out = append(out, "$JS.API.STREAM.CREATE."+stream)
-	}
 	names := make([]string, 0, len(purgeable))
 	for stream := range purgeable {
 		names = append(names, stream)
@@ -165,10 +167,9 @@ func readerRequests(streams ...string) []string {
 // pulled from and deleted, each request naming the consumer. Not listing
 // a stream's consumers (that would name the others' ephemeral ones and
 // their deliver subjects), nor pausing, unpinning or moving one; and
-// another's durable consumer not at all (owned). Creating a stream is per
-// service (creates); updating, deleting or purging one is not here
-// (purges lists the two exceptions), and adminOnly denies it again
-// whatever an allow says.
+// another's durable consumer not at all (owned). Creating, updating,
+// deleting or purging a stream is not here (purgeable names the two
+// purges that are), and adminOnly denies it again whatever an allow says.
 var serviceAPI = []string{
 	"$JS.API.INFO",
 	"$JS.API.STREAM.INFO.*",
@@ -252,22 +253,11 @@ func othersConsumers(user string) []string {
 	return out
 }
 
-// creates are the streams each service creates when they do not exist yet
-// (eventlog.Open: both LCTL streams, whichever of the orchestrator and the
-// tracer starts first; catalog.Watch and Publish, the KV buckets and the
-// object store of each service, the redaction key).
-var creates = map[string][]string{
-	Orchestrator: {"LCTL", "LCTL_OTEL", "KV_XCT_RUN_OWNERS", "KV_XCT_TOOLS", "KV_XCT_REDACTION"},
-	Validator:    {"KV_XCT_APPROVALS", "KV_XCT_TOOLS", "KV_XCT_REDACTION"},
-	Executor:     {"KV_XCT_TOOLS", "KV_XCT_STEPS", "OBJ_XCT_STEP_BLOBS", "KV_XCT_REDACTION"},
-	Tracer:       {"LCTL", "LCTL_OTEL"},
-}
-
 // writes are the data subjects each service publishes to: its own
 // streams and buckets, nobody else's.
 var writes = map[string][]string{
 	// Chains: the orchestrator's runs. The redaction key: whichever of
-	// the three services starts first creates it.
+	// the three services starts first writes it.
 	Orchestrator: {chains, owners, redaction},
 	Validator:    {approvals, redaction},
 	// The tool catalog the validator judges with, and the step records.
@@ -293,8 +283,8 @@ var dataSubjects = []string{chains, otelChains, toolsKV, stepsKV, blobsObj, appr
 // publish anything (stream updates and deletes included) and subscribe
 // anywhere but to XCT's data subjects (dataSubjects). For the others
 // everything is an allow list: the JetStream API requests of serviceAPI,
-// the creation of the service's own streams, the purge of the one it
-// must purge, and publishing to its own data subjects. The admin-only
+// the purge of the one it must purge, and publishing to its own data
+// subjects; no service creates a stream (provision). The admin-only
 // requests are denied again on top (a deny wins over any allow in NATS),
 // so a too wide allow added later cannot give them. The reader gets the
 // API requests lctl tail makes.

@@ -20,6 +20,7 @@ import (
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/catalog"
 	"github.com/xct-dev/xct/internal/eventlog"
+	"github.com/xct-dev/xct/internal/jsguard"
 	"github.com/xct-dev/xct/internal/natsauth"
 	"github.com/xct-dev/xct/internal/natsembed"
 	"github.com/xct-dev/xct/internal/redact"
@@ -86,7 +87,7 @@ type cluster struct {
 
 func newCluster(t *testing.T) *cluster {
 	t.Helper()
-	ns := testutil.RunBareJetStream(t)
+	ns := testutil.RunJetStream(t) // provisioned, as a deployment is
 	c := &cluster{url: ns.ClientURL()}
 	c.admin = connectAs(t, c.url, natsauth.Admin)
 	ctx := context.Background()
@@ -98,7 +99,7 @@ func newCluster(t *testing.T) *cluster {
 		t.Fatal(err)
 	}
 	for _, b := range []string{catalog.Bucket, executor.StepsBucket, validator.ApprovalsBucket, orchestrator.OwnersBucket} {
-		if _, err := c.admin.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: b}); err != nil {
+		if _, err := c.admin.js.KeyValue(ctx, b); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -255,34 +256,85 @@ func TestOnlyTheAdminChangesStreams(t *testing.T) {
 	}
 }
 
-// TestServicesCreateOnlyTheirOwnStreams: a service creates the streams
-// and buckets it owns, no other (a stream of its own choosing could
-// source or republish what it reads).
-func TestServicesCreateOnlyTheirOwnStreams(t *testing.T) {
-	ns := testutil.RunBareJetStream(t)
-	url := ns.ClientURL()
+// TestNoServiceCreatesAStream: a stream's settings are its first
+// creator's, in the request's body, which permissions do not see. A
+// service that could create streams could make one with sources copying
+// another's records into one it reads (the step records, the approvals),
+// or a republish into another's subjects (a run's chain), made after the
+// others started, which their start-time checks never see. Only the admin
+// creates streams now (provision, `xct nats provision`); as each service
+// and the reader, each such stream is refused by the server and does not
+// exist, on a provisioned server and on a bare one (XCT's own names
+// included); the services bind what the admin made, and on a bare server
+// say what to run.
+func TestNoServiceCreatesAStream(t *testing.T) {
 	ctx := context.Background()
+	ns := testutil.RunJetStream(t)
+	url := ns.ClientURL()
+	admin := connectAs(t, url, natsauth.Admin)
+	attempts := map[string]jetstream.StreamConfig{
+		"a copy of the step records": {Name: "COPY_STEPS", Sources: []*jetstream.StreamSource{{Name: "KV_" + executor.StepsBucket}}},
+		"a copy of the approvals":    {Name: "COPY_APPROVALS", Sources: []*jetstream.StreamSource{{Name: "KV_" + validator.ApprovalsBucket}}},
+		"a republish into the chains": {Name: "INTO_CHAINS", Subjects: []string{"mine.*"},
+			RePublish: &jetstream.RePublish{Source: "mine.*", Destination: eventlog.SubjectPrefix + "{{wildcard(1)}}"}},
+		"a stream of its choosing": {Name: "MINE", Subjects: []string{"mine.>"}},
+	}
 	for _, user := range []string{natsauth.Orchestrator, natsauth.Validator, natsauth.Executor, natsauth.Tracer, natsauth.Reader} {
 		u := connectAs(t, url, user)
-		cctx, cancel := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() {
-			_, err := u.js.CreateStream(cctx, jetstream.StreamConfig{Name: "MADE_BY_" + strings.ToUpper(user), Subjects: []string{"made." + user}})
-			done <- err
-		}()
-		u.refused(t, user+" creating a stream", "$JS.API.STREAM.CREATE.MADE_BY_"+strings.ToUpper(user))
-		cancel()
-		if err := <-done; err == nil {
-			t.Errorf("%s created a stream of its own choosing", user)
+		for what, cfg := range attempts {
+			cfg.Name += "_" + strings.ToUpper(user)
+			cctx, cancel := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() {
+				_, err := u.js.CreateStream(cctx, cfg)
+				done <- err
+			}()
+			u.refused(t, user+" creating "+what, "$JS.API.STREAM.CREATE."+cfg.Name)
+			cancel()
+			if err := <-done; err == nil {
+				t.Errorf("%s created %s", user, what)
+			}
+			if _, err := admin.js.Stream(ctx, cfg.Name); !errors.Is(err, jetstream.ErrStreamNotFound) {
+				t.Errorf("after %s creating %s, the stream: %v", user, what, err)
+			}
 		}
 	}
-	ex := connectAs(t, url, natsauth.Executor)
-	if _, err := ex.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: executor.StepsBucket}); err != nil {
-		t.Errorf("the executor creating its steps bucket: %v", err)
+	// The services bind what the admin made.
+	if _, err := eventlog.Open(ctx, connectAs(t, url, natsauth.Tracer).nc, eventlog.DefaultConfig()); err != nil {
+		t.Errorf("the tracer binding LCTL: %v", err)
 	}
-	tr := connectAs(t, url, natsauth.Tracer)
-	if _, err := eventlog.Open(ctx, tr.nc, eventlog.DefaultConfig()); err != nil {
-		t.Errorf("the tracer creating LCTL: %v", err)
+	if _, err := executor.OpenStepStore(ctx, connectAs(t, url, natsauth.Executor).nc, executor.StepStoreConfig{}); err != nil {
+		t.Errorf("the executor binding its step store: %v", err)
+	}
+
+	// A bare server: XCT's own names are refused too, and each service
+	// says what to run.
+	bare := testutil.RunBareJetStream(t).ClientURL()
+	for user, open := range map[string]func(*conn) error{
+		natsauth.Orchestrator: func(c *conn) error { _, err := eventlog.Open(ctx, c.nc, eventlog.DefaultConfig()); return err },
+		natsauth.Tracer:       func(c *conn) error { _, err := eventlog.Open(ctx, c.nc, eventlog.DefaultConfig()); return err },
+		natsauth.Executor: func(c *conn) error {
+			_, err := executor.OpenStepStore(ctx, c.nc, executor.StepStoreConfig{})
+			return err
+		},
+		natsauth.Validator: func(c *conn) error { _, err := catalog.Watch(ctx, c.js, 1); return err },
+	} {
+		u := connectAs(t, bare, user)
+		if err := open(u); !errors.Is(err, jsguard.ErrMissing) || !strings.Contains(err.Error(), "xct nats provision") {
+			t.Errorf("%s on an unprovisioned server: %v, want %v naming the command", user, err, jsguard.ErrMissing)
+		}
+	}
+	ex := connectAs(t, bare, natsauth.Executor)
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := ex.js.CreateKeyValue(cctx, jetstream.KeyValueConfig{Bucket: executor.StepsBucket})
+		done <- err
+	}()
+	ex.refused(t, "the executor creating its own bucket", "$JS.API.STREAM.CREATE.KV_"+executor.StepsBucket)
+	cancel()
+	if err := <-done; err == nil {
+		t.Error("the executor created its steps bucket")
 	}
 }
 
@@ -293,7 +345,7 @@ func TestExecutorPutsABlobAgain(t *testing.T) {
 	c := newCluster(t)
 	ctx := context.Background()
 	ex := connectAs(t, c.url, natsauth.Executor)
-	obs, err := ex.js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: executor.BlobsBucket})
+	obs, err := ex.js.ObjectStore(ctx, executor.BlobsBucket)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -706,11 +758,8 @@ func TestDeliveriesGoNowhere(t *testing.T) {
 // orchestrator. A taken-over tracer (the OTLP parser, the debugger)
 // reads none of them: not by a direct get, a stream get or a consumer.
 func TestServicesReadOnlyWhatTheyNeed(t *testing.T) {
-	c := newCluster(t)
+	c := newCluster(t) // every bucket provisioned
 	ctx := context.Background()
-	if _, err := c.admin.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: redact.KeyBucket}); err != nil {
-		t.Fatal(err)
-	}
 	buckets := map[string][]string{
 		validator.ApprovalsBucket: {natsauth.Validator, natsauth.Orchestrator},
 		redact.KeyBucket:          {natsauth.Orchestrator, natsauth.Validator, natsauth.Executor},
@@ -770,8 +819,11 @@ func TestServicesReadOnlyWhatTheyNeed(t *testing.T) {
 	}
 }
 
-// TestALogMadeFirstByAnotherIsRefused: the tracer may create LCTL (it may
-// start before the orchestrator), and the first creator's settings stay.
+// TestALogMadeFirstByAnotherIsRefused: the tracer could create LCTL (it
+// may start before the orchestrator) until session 8, and the first
+// creator's settings stay; now only the admin creates streams
+// (TestNoServiceCreatesAStream), and this check stays for an operator's
+// mistake: the streams are made here as the admin.
 // A tracer taken over before the first start made LCTL republishing its
 // chain messages into the tool catalog: a chain event it wrote became the
 // catalog's fs.write (effect read), which the validator judges with —
@@ -799,10 +851,9 @@ func TestALogMadeFirstByAnotherIsRefused(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			tr := connectAs(t, url, natsauth.Tracer)
 			cfg.Name, cfg.Subjects = eventlog.StreamName, []string{eventlog.AllSubjects}
-			if _, err := tr.js.CreateStream(ctx, cfg); err != nil {
-				t.Fatalf("the tracer making LCTL: %v", err)
+			if _, err := admin.js.CreateStream(ctx, cfg); err != nil {
+				t.Fatalf("making LCTL: %v", err)
 			}
 			orch := connectAs(t, url, natsauth.Orchestrator)
 			if _, err := eventlog.Open(ctx, orch.nc, eventlog.DefaultConfig()); !errors.Is(err, eventlog.ErrStreamSettings) {
@@ -810,11 +861,11 @@ func TestALogMadeFirstByAnotherIsRefused(t *testing.T) {
 			}
 		})
 	}
-	// XCT's own LCTL opens, made by either and opened by the other.
-	ns := testutil.RunBareJetStream(t)
+	// XCT's own LCTL opens, made by the admin, for both.
+	ns := testutil.RunJetStream(t)
 	ctx := context.Background()
 	if _, err := eventlog.Open(ctx, connectAs(t, ns.ClientURL(), natsauth.Tracer).nc, eventlog.DefaultConfig()); err != nil {
-		t.Fatal(err)
+		t.Errorf("the tracer opening XCT's LCTL: %v", err)
 	}
 	if _, err := eventlog.Open(ctx, connectAs(t, ns.ClientURL(), natsauth.Orchestrator).nc, eventlog.DefaultConfig()); err != nil {
 		t.Errorf("the orchestrator opening XCT's LCTL: %v", err)
@@ -842,6 +893,13 @@ func TestCatalogRepublishedIntoIsRefused(t *testing.T) {
 	for _, before := range []bool{true, false} {
 		ns := testutil.RunBareJetStream(t)
 		url := ns.ClientURL()
+		// Made as the admin: no service may create a stream now
+		// (TestNoServiceCreatesAStream); the check stays for an
+		// operator's mistake.
+		admin := connectAs(t, url, natsauth.Admin)
+		if _, err := admin.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: catalog.Bucket}); err != nil {
+			t.Fatal(err)
+		}
 		ex := connectAs(t, url, natsauth.Executor)
 		if err := catalog.Publish(ctx, ex.js, 1, []*xctv1.ToolDescriptor{write}); err != nil {
 			t.Fatal(err)
@@ -849,7 +907,7 @@ func TestCatalogRepublishedIntoIsRefused(t *testing.T) {
 		orch := connectAs(t, url, natsauth.Orchestrator)
 		val := connectAs(t, url, natsauth.Validator)
 		if before {
-			if _, err := orch.js.CreateStream(ctx, republishing); err != nil {
+			if _, err := admin.js.CreateStream(ctx, republishing); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := catalog.Watch(ctx, val.js, 1); err == nil || !strings.Contains(err.Error(), "republishes") {
@@ -861,7 +919,7 @@ func TestCatalogRepublishedIntoIsRefused(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := orch.js.CreateStream(ctx, republishing); err != nil {
+		if _, err := admin.js.CreateStream(ctx, republishing); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := orch.js.Publish(ctx, "$KV."+orchestrator.OwnersBucket+".fs.write", forged); err != nil {
@@ -1012,13 +1070,24 @@ func TestAnOTelLogMadeFirstByTheTracerIsRefused(t *testing.T) {
 	url := ns.ClientURL()
 	ctx := context.Background()
 	tr := connectAs(t, url, natsauth.Tracer)
-	if _, err := tr.js.CreateStream(ctx, jetstream.StreamConfig{
+	planted := jetstream.StreamConfig{
 		Name: eventlog.OTelStreamName, Subjects: []string{eventlog.AllOTelSubjects}, DenyDelete: true, DenyPurge: true,
 		RePublish: &jetstream.RePublish{Source: eventlog.AllOTelSubjects, Destination: eventlog.SubjectPrefix + "{{wildcard(1)}}"},
-	}); err != nil {
-		t.Fatalf("the tracer making LCTL_OTEL: %v", err)
+	}
+	// The tracer may not make it any more (session 8, provision8); an
+	// operator's mistake could, and the check stays for that.
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { _, err := tr.js.CreateStream(cctx, planted); done <- err }()
+	tr.refused(t, "the tracer making LCTL_OTEL", "$JS.API.STREAM.CREATE."+eventlog.OTelStreamName)
+	cancel()
+	if err := <-done; err == nil {
+		t.Fatal("the tracer made LCTL_OTEL")
 	}
 	admin := connectAs(t, url, natsauth.Admin)
+	if _, err := admin.js.CreateStream(ctx, planted); err != nil {
+		t.Fatal(err)
+	}
 	lctlStream, err := admin.js.CreateStream(ctx, jetstream.StreamConfig{Name: eventlog.StreamName, Subjects: []string{eventlog.AllSubjects}, DenyDelete: true, DenyPurge: true})
 	if err != nil {
 		t.Fatal(err)
@@ -1174,11 +1243,28 @@ func TestABucketRepublishingIntoTheChainsIsRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if _, err := admin.js.CreateStream(ctx, jetstream.StreamConfig{Name: eventlog.OTelStreamName, Subjects: []string{eventlog.AllOTelSubjects}, DenyDelete: true, DenyPurge: true}); err != nil {
+		t.Fatal(err)
+	}
 	ex := connectAs(t, url, natsauth.Executor)
-	kv, err := ex.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: executor.StepsBucket,
-		RePublish: &jetstream.RePublish{Source: "$KV." + executor.StepsBucket + ".*", Destination: eventlog.SubjectPrefix + "{{wildcard(1)}}"}})
+	planted := jetstream.KeyValueConfig{Bucket: executor.StepsBucket,
+		RePublish: &jetstream.RePublish{Source: "$KV." + executor.StepsBucket + ".*", Destination: eventlog.SubjectPrefix + "{{wildcard(1)}}"}}
+	// The executor may not make it any more (session 8, provision8); an
+	// operator's mistake could, and the check stays for that.
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { _, err := ex.js.CreateKeyValue(cctx, planted); done <- err }()
+	ex.refused(t, "the executor making its bucket", "$JS.API.STREAM.CREATE.KV_"+executor.StepsBucket)
+	cancel()
+	if err := <-done; err == nil {
+		t.Fatal("the executor made its bucket")
+	}
+	if _, err := admin.js.CreateKeyValue(ctx, planted); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := ex.js.KeyValue(ctx, executor.StepsBucket)
 	if err != nil {
-		t.Fatalf("the executor making its bucket: %v", err)
+		t.Fatal(err)
 	}
 	if _, err := kv.Put(ctx, "run-1", []byte(`{"forged":true}`)); err != nil {
 		t.Fatal(err)

@@ -132,20 +132,12 @@ const keyName = "hmac-key"
 // when no service has yet: every service of one cluster gets the same
 // key, so equal secrets give equal markers in the orchestrator's events
 // and the executor's records alike.
-func ClusterKey(ctx context.Context, js jetstream.JetStream, replicas int) ([]byte, error) {
-	if replicas < 1 {
-		replicas = 1
-	}
-	// Created once, never updated: a service's NATS user may not update
-	// streams (natsauth), and an existing bucket's settings stay its own.
-	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      KeyBucket,
-		Description: "XCT: the HMAC key of redaction markers",
-		History:     1,
-		Replicas:    replicas,
-	})
-	if errors.Is(err, jetstream.ErrBucketExists) {
-		kv, err = js.KeyValue(ctx, KeyBucket)
+func ClusterKey(ctx context.Context, js jetstream.JetStream, _ int) ([]byte, error) {
+	// The bucket is the admin's (internal/provision); the key in it is
+	// the first service's.
+	kv, err := js.KeyValue(ctx, KeyBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, fmt.Errorf("redaction key: %w", jsguard.Missing("bucket", KeyBucket))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("redaction key bucket: %w", err)

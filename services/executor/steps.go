@@ -257,39 +257,28 @@ type StepStoreConfig struct {
 	JSONRecords bool
 }
 
-// OpenStepStore creates (or opens) the XCT_STEPS bucket and the
-// XCT_STEP_BLOBS object store on nc's JetStream.
+// OpenStepStore binds to the XCT_STEPS bucket and the XCT_STEP_BLOBS
+// object store on nc's JetStream, which the admin made
+// (internal/provision); a missing one is jsguard.ErrMissing. cfg's
+// Replicas and Retention are provisioning's (the executor's
+// --step-retention must match what `xct nats provision` was given).
 func OpenStepStore(ctx context.Context, nc *nats.Conn, cfg StepStoreConfig) (StepStore, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("step store: jetstream: %w", err)
 	}
-	if cfg.Replicas == 0 {
-		cfg.Replicas = 1
-	}
-	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      StepsBucket,
-		Description: "XCT step records: the executor's idempotency keys and outcomes",
-		History:     16, // every transition of a step stays readable
-		TTL:         cfg.Retention,
-		Storage:     jetstream.FileStorage,
-		Replicas:    cfg.Replicas,
-	})
-	if errors.Is(err, jetstream.ErrBucketExists) {
-		kv, err = js.KeyValue(ctx, StepsBucket)
+	// Both made by the admin (internal/provision, with the retention of
+	// --step-retention); the executor binds them.
+	kv, err := js.KeyValue(ctx, StepsBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, fmt.Errorf("step store: %w", jsguard.Missing("bucket", StepsBucket))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("step store: bucket %s: %w", StepsBucket, err)
 	}
-	blobs, err := js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{
-		Bucket:      BlobsBucket,
-		Description: "XCT step compensations and large step responses",
-		TTL:         cfg.Retention,
-		Storage:     jetstream.FileStorage,
-		Replicas:    cfg.Replicas,
-	})
-	if errors.Is(err, jetstream.ErrBucketExists) {
-		blobs, err = js.ObjectStore(ctx, BlobsBucket)
+	blobs, err := js.ObjectStore(ctx, BlobsBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, fmt.Errorf("step store: %w", jsguard.Missing("object store", BlobsBucket))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("step store: object store %s: %w", BlobsBucket, err)

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/xct-dev/xct/internal/jsguard"
 )
 
 // Run ownership (docs/lifecycle.md). Every unfinished run has one key in
@@ -96,19 +98,14 @@ func (l *lease) set(rev uint64) {
 	l.rev = rev
 }
 
-// openOwners binds to the owners bucket, creating it if needed, and drops
-// delete markers of runs that ended more than an hour ago.
+// openOwners binds to the owners bucket, which the admin made
+// (internal/provision), and drops delete markers of runs that ended more
+// than an hour ago.
 func (s *Service) openOwners(ctx context.Context) error {
 	js := s.events.JetStream()
-	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      OwnersBucket,
-		Description: "owner instance of every unfinished XCT run",
-		History:     1,
-		Storage:     jetstream.FileStorage,
-		Replicas:    max(s.cfg.Replicas, 1),
-	})
-	if errors.Is(err, jetstream.ErrBucketExists) {
-		kv, err = js.KeyValue(ctx, OwnersBucket)
+	kv, err := js.KeyValue(ctx, OwnersBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return jsguard.Missing("bucket", OwnersBucket)
 	}
 	if err != nil {
 		return fmt.Errorf("open bucket %s: %w", OwnersBucket, err)

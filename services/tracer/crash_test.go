@@ -22,6 +22,7 @@ import (
 
 	lctlv1 "github.com/xct-dev/xct/gen/lctl/v1"
 	"github.com/xct-dev/xct/internal/eventlog"
+	"github.com/xct-dev/xct/internal/provision"
 	"github.com/xct-dev/xct/internal/testutil"
 	"github.com/xct-dev/xct/lctl"
 	"github.com/xct-dev/xct/lctl/lctltest"
@@ -499,7 +500,8 @@ func TestStreamMadeAnew(t *testing.T) {
 	sameAsStream(t, e, second, []string{"new-run"})
 }
 
-// openAfterDelete opens the event log on a stream just deleted. The server
+// openAfterDelete makes the streams again (provision, as the admin) and
+// opens the event log on a stream just deleted. The server
 // removes a deleted stream's files in the background; while it does, making
 // the stream again can be refused as a store failure (JetStream error
 // 10049). That refusal is waited out, for at most ten seconds; any other
@@ -509,8 +511,14 @@ func openAfterDelete(t *testing.T, nc *nats.Conn) *eventlog.Log {
 	const storeFailed = jetstream.ErrorCode(10049)
 	var l *eventlog.Log
 	testutil.Eventually(t, 10*time.Second, func() error {
-		var err error
-		l, err = eventlog.Open(context.Background(), nc, eventlog.DefaultConfig())
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The admin makes it again, as `xct nats provision` does.
+		if _, err = provision.Run(context.Background(), js, provision.Defaults()); err == nil {
+			l, err = eventlog.Open(context.Background(), nc, eventlog.DefaultConfig())
+		}
 		var apiErr *jetstream.APIError
 		if err != nil && (!errors.As(err, &apiErr) || apiErr.ErrorCode != storeFailed) {
 			t.Fatal(err)

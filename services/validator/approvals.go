@@ -58,20 +58,12 @@ func (st *approvalStore) republishedInto(ctx context.Context) error {
 	return jsguard.RepublishedInto(ctx, st.js, approvalsSubjects)
 }
 
-// openApprovals creates the bucket, or binds to it when it exists.
-func openApprovals(ctx context.Context, js jetstream.JetStream, replicas int) (*approvalStore, error) {
-	if replicas == 0 {
-		replicas = 1
-	}
-	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      ApprovalsBucket,
-		Description: "XCT step approvals, kept by validators",
-		History:     approvalHistory,
-		Storage:     jetstream.FileStorage,
-		Replicas:    replicas,
-	})
-	if errors.Is(err, jetstream.ErrBucketExists) {
-		kv, err = js.KeyValue(ctx, ApprovalsBucket)
+// openApprovals binds to the bucket, which the admin made
+// (internal/provision, with approvalHistory).
+func openApprovals(ctx context.Context, js jetstream.JetStream, _ int) (*approvalStore, error) {
+	kv, err := js.KeyValue(ctx, ApprovalsBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, fmt.Errorf("approvals bucket: %w", jsguard.Missing("bucket", ApprovalsBucket))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("approvals bucket: %w", err)
