@@ -67,8 +67,9 @@ type Config struct {
 	// NATSUsers, when set, are the passwords themselves (xct dev, tests);
 	// they win over the file.
 	NATSUsers natsauth.File
-	// Replicas is the JetStream replica count for the stream and buckets
-	// this process creates: 1 embedded, 3 in production.
+	// Replicas is the deployment's JetStream replica count: 1 embedded, 3
+	// in production. The streams and buckets are made with it by the
+	// admin (internal/provision); the services only bind them.
 	Replicas int
 	// gRPC listen addresses of each target.
 	OrchestratorListen string
@@ -99,7 +100,7 @@ type Config struct {
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.NATSURL, "nats", DefaultNATSURL, "NATS server URL (no credentials in it: see -nats-credentials)")
 	fs.StringVar(&c.NATSCredentialsFile, "nats-credentials", "", "file of NATS passwords (YAML, user: password, mode 0600); each service connects as the user named like it (env "+EnvNATSPassword+" instead, for one service)")
-	fs.IntVar(&c.Replicas, "replicas", 1, "JetStream replicas for the LCTL stream and buckets this process creates (3 in production)")
+	fs.IntVar(&c.Replicas, "replicas", 1, "JetStream replicas of the deployment (3 in production): give xct nats provision the same, which makes the streams and buckets the services bind")
 	fs.StringVar(&c.OrchestratorListen, "orchestrator-listen", DefaultOrchestratorAddr, "orchestrator gRPC listen address (port 0 picks a free one)")
 	fs.StringVar(&c.ValidatorListen, "validator-listen", DefaultValidatorAddr, "validator gRPC listen address")
 	fs.StringVar(&c.ExecutorListen, "executor-listen", DefaultExecutorAddr, "executor gRPC listen address")

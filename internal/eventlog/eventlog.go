@@ -177,10 +177,11 @@ func CheckStream(c jetstream.StreamConfig, name, subjects string) error {
 const chainSubjects = "lctl.>"
 
 // republishedInto refuses a server where a stream republishes into the
-// chains' subjects (jsguard): any service may create its buckets when
-// they are missing, with the settings it likes, and a bucket made to
-// republish into lctl.chain.<key> would write on a run's chain past
-// every permission. Asked again for a while when the streams cannot be
+// chains' subjects (jsguard): a bucket made to republish into
+// lctl.chain.<key> would write on a run's chain past every permission.
+// Services could make their buckets until session 8; the admin alone does
+// now (internal/provision, which refuses such a stream too), and this
+// stays for an operator's mistake. Asked again for a while when the streams cannot be
 // listed (NATS reconnecting).
 func republishedInto(ctx context.Context, js jetstream.JetStream) error {
 	wait := 100 * time.Millisecond

@@ -336,6 +336,27 @@ func TestNoServiceCreatesAStream(t *testing.T) {
 	if err := <-done; err == nil {
 		t.Error("the executor created its steps bucket")
 	}
+	// The attack itself: the orchestrator making its own run owners
+	// bucket first, with sources copying the step records (which it may
+	// not read) into it.
+	if _, err := connectAs(t, bare, natsauth.Admin).js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: executor.StepsBucket}); err != nil {
+		t.Fatal(err)
+	}
+	orch := connectAs(t, bare, natsauth.Orchestrator)
+	cctx, cancel = context.WithCancel(ctx)
+	go func() {
+		_, err := orch.js.CreateKeyValue(cctx, jetstream.KeyValueConfig{Bucket: orchestrator.OwnersBucket,
+			Sources: []*jetstream.StreamSource{{Name: "KV_" + executor.StepsBucket}}})
+		done <- err
+	}()
+	orch.refused(t, "the orchestrator making its bucket with sources", "$JS.API.STREAM.CREATE.KV_"+orchestrator.OwnersBucket)
+	cancel()
+	if err := <-done; err == nil {
+		t.Error("the orchestrator made its bucket with the step records as sources")
+	}
+	if _, err := orch.js.KeyValue(ctx, orchestrator.OwnersBucket); !errors.Is(err, jetstream.ErrBucketNotFound) {
+		t.Errorf("the orchestrator's bucket after its refused create: %v", err)
+	}
 }
 
 // TestExecutorPutsABlobAgain: putting a blob again under the same name

@@ -47,8 +47,9 @@ type Config struct {
 	AllowGRPCProposers []string
 	// OpenAI configures openai:MODEL models.
 	OpenAI OpenAIConfig
-	// Replicas is the JetStream replica count for the stream, when this
-	// service creates it (set by the app).
+	// Replicas is the deployment's JetStream replica count (set by the
+	// app). The streams are the admin's (internal/provision), made with
+	// it; the service only binds them.
 	Replicas int
 	// Redact says where the rules and key of secret redaction are (set by
 	// the app from --redact-config and --redact-key-file).

@@ -16,8 +16,9 @@ type Config struct {
 	// DataDir is where materialized chains are stored, one JSON-lines file
 	// per chain under DataDir/chains. It is created if missing.
 	DataDir string
-	// Replicas of the LCTL stream if the tracer is the one that creates it
-	// (0 means 1). Set by the application, not by a flag.
+	// Replicas is the deployment's JetStream replica count (0 means 1),
+	// set by the application, not by a flag. The streams are the admin's
+	// (internal/provision); the tracer only binds them.
 	Replicas int
 	// SnapshotEvery is how many events of a chain the tracer applies
 	// between two snapshots of its state, so replaying to any seq costs at
