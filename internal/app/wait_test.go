@@ -123,9 +123,18 @@ func TestServicesWaitForProvisioning(t *testing.T) {
 	if err != nil || h.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING {
 		t.Fatalf("health on an unprovisioned server: %v, %v", h, err)
 	}
-	_, err = exec.ListTools(ctx, &xctv1.ListToolsRequest{})
-	if st := status.Convert(err); st.Code() != codes.Unavailable || !strings.Contains(st.Message(), "xct nats provision") || !strings.Contains(st.Message(), "not provisioned") {
-		t.Fatalf("a call on an unprovisioned server: %v", err)
+	// The reason is the missing stream; a probe that timed out on a
+	// loaded machine says "JetStream did not answer" first, so the reason
+	// is waited for (it is asked again with backoff).
+	testutil.Eventually(t, 30*time.Second, func() error {
+		_, err := exec.ListTools(ctx, &xctv1.ListToolsRequest{})
+		if st := status.Convert(err); st.Code() != codes.Unavailable || !strings.Contains(st.Message(), "xct nats provision") || !strings.Contains(st.Message(), "not provisioned") {
+			return fmt.Errorf("a call on an unprovisioned server: %v", err)
+		}
+		return nil
+	})
+	if h, err := health.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil || h.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Fatalf("health while not provisioned: %v, %v", h, err)
 	}
 
 	testutil.Provision(t, ns.ClientURL(), provision.Defaults())

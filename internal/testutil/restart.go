@@ -53,6 +53,7 @@ func (j *JetStream) Start() {
 	}
 	if first {
 		Provision(j.tb, s.ClientURL(), provision.Defaults())
+		gone(j.tb, s)
 	}
 }
 

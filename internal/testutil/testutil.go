@@ -65,7 +65,21 @@ func RunJetStreamWith(tb testing.TB, cfg natsembed.Config) *server.Server {
 	tb.Helper()
 	s := RunBareJetStreamWith(tb, cfg)
 	Provision(tb, s.ClientURL(), provision.Defaults())
+	gone(tb, s)
 	return s
+}
+
+// gone waits until the server no longer lists the provisioning's
+// connection (closed, but removed by the server a moment later), so a
+// test that looks at who is connected sees its own connections only.
+func gone(tb testing.TB, s *server.Server) {
+	tb.Helper()
+	Eventually(tb, 10*time.Second, func() error {
+		if n := s.NumClients(); n != 0 {
+			return fmt.Errorf("%d connections left after provisioning", n)
+		}
+		return nil
+	})
 }
 
 // RunBareJetStream is RunJetStream without XCT's streams: for tests of
