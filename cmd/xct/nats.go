@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -56,7 +57,12 @@ func cmdNATSProvision(ctx context.Context, args []string, stdout, stderr io.Writ
 		if r.Created {
 			what = "created"
 		}
-		fmt.Fprintf(stdout, "%-8s %s %s (stream %s)\n", what, r.Spec.Kind, r.Spec.Name, r.Spec.Stream)
+		fmt.Fprintf(stdout, "%-8s %s %s (stream %s)", what, r.Spec.Kind, r.Spec.Name, r.Spec.Stream)
+		if len(r.Differs) > 0 {
+			// The operator's: kept, said.
+			fmt.Fprintf(stdout, "; kept as it is: %s", strings.Join(r.Differs, ", "))
+		}
+		fmt.Fprintln(stdout)
 	}
 	if err != nil {
 		return err

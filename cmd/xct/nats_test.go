@@ -38,8 +38,12 @@ func TestNATSProvision(t *testing.T) {
 	if err != nil {
 		t.Fatalf("second run: %v\n%s", err, out)
 	}
-	if n := strings.Count(out, "exists "); n != 8 || strings.Contains(out, "created ") {
-		t.Errorf("second run: %d exist, want 8 and none created:\n%s", n, out)
+	if n := strings.Count(out, "exists "); n != 8 || strings.Contains(out, "created ") || strings.Contains(out, "kept as it is") {
+		t.Errorf("second run: %d exist, want 8, none created, none different:\n%s", n, out)
+	}
+	out, err = provisionCmd(admin, "--step-retention", "1h")
+	if err != nil || strings.Count(out, "kept as it is: retention 720h0m0s (asked 1h0m0s)") != 2 {
+		t.Errorf("another retention: %v, want the two step buckets kept and said:\n%s", err, out)
 	}
 
 	// Another server where the orchestrator's bucket was made with

@@ -39,7 +39,8 @@ func TestNATSProvisionJob(t *testing.T) {
 				t.Errorf("%s: xct nats provision has no flag --%s", j.Name, f)
 			}
 		}
-		// The streams' replicas and the NATS the services use.
+		// The streams' replicas and the NATS the services use; the
+		// step records' retention the executor's.
 		for _, name := range xctServices {
 			w, ok := m.workload(name)
 			if !ok {
@@ -53,7 +54,14 @@ func TestNATSProvisionJob(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, f := range []string{"nats", "replicas"} {
+			same := []string{"nats", "replicas"}
+			if name == "executor" {
+				same = append(same, "step-retention")
+				if flags["step-retention"] == "" {
+					t.Errorf("%s: no --step-retention: the bucket would be made with the default whatever the executor says", j.Name)
+				}
+			}
+			for _, f := range same {
 				if flags[f] != sflags[f] {
 					t.Errorf("%s: --%s=%q, but %s has %q", j.Name, f, flags[f], name, sflags[f])
 				}

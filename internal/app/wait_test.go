@@ -129,7 +129,7 @@ func TestServicesWaitForProvisioning(t *testing.T) {
 	testutil.Eventually(t, 30*time.Second, func() error {
 		_, err := exec.ListTools(ctx, &xctv1.ListToolsRequest{})
 		if st := status.Convert(err); st.Code() != codes.Unavailable || !strings.Contains(st.Message(), "xct nats provision") || !strings.Contains(st.Message(), "not provisioned") {
-			return fmt.Errorf("a call on an unprovisioned server: %v", err)
+			return fmt.Errorf("a call on an unprovisioned server: %w", err)
 		}
 		return nil
 	})

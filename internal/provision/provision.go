@@ -184,6 +184,10 @@ func Specs(s Settings) []Spec {
 type Result struct {
 	Spec    Spec
 	Created bool // false: it existed, with settings XCT makes
+	// Differs lists the operator's settings of an existing stream that
+	// are not what Run was given (replicas, retention, history, the
+	// duplicate window): kept as they are, reported.
+	Differs []string
 }
 
 // ErrSettings means a stream XCT uses exists with settings XCT never makes,
@@ -206,7 +210,7 @@ func Run(ctx context.Context, js jetstream.JetStream, s Settings) ([]Result, err
 	out := make([]Result, 0, len(specs))
 	var bad []error
 	for _, sp := range specs {
-		created, err := make1(ctx, js, sp)
+		created, differs, err := make1(ctx, js, sp)
 		if errors.Is(err, ErrSettings) {
 			bad = append(bad, err)
 			continue
@@ -214,7 +218,7 @@ func Run(ctx context.Context, js jetstream.JetStream, s Settings) ([]Result, err
 		if err != nil {
 			return out, err
 		}
-		out = append(out, Result{Spec: sp, Created: created})
+		out = append(out, Result{Spec: sp, Created: created, Differs: differs})
 	}
 	if err := others(ctx, js, specs); err != nil {
 		bad = append(bad, err)
@@ -225,14 +229,16 @@ func Run(ctx context.Context, js jetstream.JetStream, s Settings) ([]Result, err
 	return out, nil
 }
 
-// make1 creates sp, or finds it and checks it; created reports which.
-func make1(ctx context.Context, js jetstream.JetStream, sp Spec) (bool, error) {
+// make1 creates sp, or finds it and checks it; created reports which,
+// differs what an existing one has of the operator's settings other than
+// sp's.
+func make1(ctx context.Context, js jetstream.JetStream, sp Spec) (created bool, differs []string, err error) {
 	if _, err := js.Stream(ctx, sp.Stream); err == nil {
-		return false, check(ctx, js, sp)
+		differs, err := check(ctx, js, sp)
+		return false, differs, err
 	} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
-		return false, fmt.Errorf("provision %s %s: %w", sp.Kind, sp.Name, err)
+		return false, nil, fmt.Errorf("provision %s %s: %w", sp.Kind, sp.Name, err)
 	}
-	var err error
 	switch {
 	case sp.stream != nil:
 		_, err = js.CreateStream(ctx, *sp.stream)
@@ -243,21 +249,58 @@ func make1(ctx context.Context, js jetstream.JetStream, sp Spec) (bool, error) {
 	}
 	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) || errors.Is(err, jetstream.ErrBucketExists) {
 		// Made meanwhile by someone else: check what it is.
-		return false, check(ctx, js, sp)
+		differs, err := check(ctx, js, sp)
+		return false, differs, err
 	}
 	if err != nil {
-		return false, fmt.Errorf("provision %s %s: %w", sp.Kind, sp.Name, err)
+		return false, nil, fmt.Errorf("provision %s %s: %w", sp.Kind, sp.Name, err)
 	}
-	return true, check(ctx, js, sp)
+	_, err = check(ctx, js, sp)
+	return true, nil, err
 }
 
-// check refuses sp's stream when its settings are not XCT's kind.
-func check(ctx context.Context, js jetstream.JetStream, sp Spec) error {
+// check refuses sp's stream when its settings are not XCT's kind, and
+// says which of the operator's settings differ from sp's.
+func check(ctx context.Context, js jetstream.JetStream, sp Spec) ([]string, error) {
 	st, err := js.Stream(ctx, sp.Stream)
 	if err != nil {
-		return fmt.Errorf("provision %s %s: %w", sp.Kind, sp.Name, err)
+		return nil, fmt.Errorf("provision %s %s: %w", sp.Kind, sp.Name, err)
 	}
-	return CheckStream(st.CachedInfo().Config, sp)
+	c := st.CachedInfo().Config
+	if err := CheckStream(c, sp); err != nil {
+		return nil, err
+	}
+	return drift(c, sp), nil
+}
+
+// drift lists the settings of c that are not sp's, among those Run
+// leaves to the operator.
+func drift(c jetstream.StreamConfig, sp Spec) []string {
+	var replicas int
+	var maxAge, dup time.Duration
+	var history int64
+	switch {
+	case sp.stream != nil:
+		replicas, dup = sp.stream.Replicas, sp.stream.Duplicates
+	case sp.kv != nil:
+		replicas, maxAge, history = sp.kv.Replicas, sp.kv.TTL, int64(sp.kv.History)
+	default:
+		replicas, maxAge = sp.obj.Replicas, sp.obj.TTL
+	}
+	var out []string
+	if c.Replicas != replicas {
+		out = append(out, fmt.Sprintf("replicas %d (asked %d)", c.Replicas, replicas))
+	}
+	if sp.stream == nil && c.MaxAge != maxAge {
+		out = append(out, fmt.Sprintf("retention %v (asked %v)", c.MaxAge, maxAge))
+	}
+	if sp.kv != nil && c.MaxMsgsPerSubject != history {
+		out = append(out, fmt.Sprintf("history %d (asked %d)", c.MaxMsgsPerSubject, history))
+	}
+	if sp.stream != nil && c.Duplicates != dup {
+		out = append(out, fmt.Sprintf("duplicate window %v (asked %v)", c.Duplicates, dup))
+	}
+	return out
 }
 
 // CheckStream refuses a stream that is sp's but with settings XCT never

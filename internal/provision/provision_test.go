@@ -83,6 +83,9 @@ func TestProvisionTwiceIsANoOp(t *testing.T) {
 		if r.Created {
 			t.Errorf("second run created %s", r.Spec.Stream)
 		}
+		if len(r.Differs) > 0 {
+			t.Errorf("second run, same settings: %s differs: %v", r.Spec.Stream, r.Differs)
+		}
 		st, err := js.Stream(ctx, r.Spec.Stream)
 		if err != nil {
 			t.Fatal(err)
@@ -94,6 +97,23 @@ func TestProvisionTwiceIsANoOp(t *testing.T) {
 	}
 	if len(second) != len(specs) {
 		t.Errorf("second run: %d results", len(second))
+	}
+	// Asked for another retention: the existing buckets are kept and
+	// the difference said.
+	other := s
+	other.StepRetention = time.Hour
+	third, err := provision.Run(ctx, js, other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range third {
+		want := r.Spec.Name == provision.StepsBucket || r.Spec.Name == provision.BlobsBucket
+		if got := len(r.Differs) == 1 && strings.Contains(r.Differs[0], "retention 720h0m0s (asked 1h0m0s)"); got != want || r.Created {
+			t.Errorf("third run, another retention: %s created %v, differs %v", r.Spec.Stream, r.Created, r.Differs)
+		}
+	}
+	if st, err := js.Stream(ctx, "KV_"+provision.StepsBucket); err != nil || st.CachedInfo().Config.MaxAge != s.StepRetention {
+		t.Errorf("the steps bucket's retention changed: %v", err)
 	}
 	// What the services rely on: the step records keep 16 revisions and
 	// expire after the retention, the chains deny deletes and purges.
