@@ -134,13 +134,39 @@ func Run(ctx context.Context, args []string, env Env) int {
 		if cmd.name != name {
 			continue
 		}
+		out := &outputWriter{w: env.Stdout}
+		env.Stdout = out
 		c := &cmdContext{env: env, name: name, cmd: cmd}
 		err := cmd.run(ctx, c.withArgs(args[1:]))
+		if err == nil && out.err != nil {
+			err = fmt.Errorf("write the output: %w", out.err)
+		}
 		return c.finish(err)
 	}
 	fmt.Fprintf(env.Stderr, "lctl: unknown command %q\n\n", name)
 	usage(env.Stderr)
 	return ExitUsage
+}
+
+// outputWriter is a command's standard output: it keeps the first error a
+// write met, and writes nothing after it, so that a command whose output
+// was lost (a full disk, a closed file) fails instead of exiting 0 with
+// half a report, however it printed (most lines are printed without
+// looking at the error).
+type outputWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (o *outputWriter) Write(p []byte) (int, error) {
+	if o.err != nil {
+		return 0, o.err
+	}
+	n, err := o.w.Write(p)
+	if err != nil {
+		o.err = err
+	}
+	return n, err
 }
 
 // cmdContext is what a command runs with: its flags, operands and output.

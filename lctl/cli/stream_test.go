@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -182,6 +183,40 @@ func TestStreamedReplayWriteFails(t *testing.T) {
 		}
 		if w.got.String() != whole[:n] {
 			t.Errorf("output cut at %d bytes: %d bytes written, not the output's first %d", n, w.got.Len(), n)
+		}
+	}
+}
+
+// Every command whose output could not be written says so and does not
+// exit 0, whichever way it read its input: streamed from a file, read
+// whole (stdin), or printed as JSON. Output cut short and a success exit
+// would let a script take half a report for the whole.
+func TestOutputThatFailsIsAnError(t *testing.T) {
+	dir := t.TempDir()
+	path := writeChain(t, dir, "w.lctl.json", 2000, lctltest.WorkflowOptions{Seal: true}, nil)
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"replay", path}, {"replay", "-"}, {"replay", "--json", path}, {"replay", "--to-seq", "100", "-"},
+		{"stats", path}, {"stats", "-"}, {"bottleneck", path}, {"confidence", path},
+		{"verify", path}, {"verify", "-"}, {"query", "SELECT *", path}, {"query", "SELECT *", "-"},
+	} {
+		runTo := func(w io.Writer) (int, string) {
+			var stderr bytes.Buffer
+			code := cli.Run(context.Background(), args, cli.Env{
+				Stdout: w, Stderr: &stderr, Stdin: bytes.NewReader(raw), Getenv: func(string) string { return "" },
+			})
+			return code, stderr.String()
+		}
+		var whole bytes.Buffer
+		if code, stderr := runTo(&whole); code != 0 || whole.Len() < 20 {
+			t.Fatalf("%q: exit %d, %d bytes, stderr %q", args, code, whole.Len(), stderr)
+		}
+		code, stderr := runTo(&shortWriter{n: 10})
+		if code == 0 || !strings.Contains(stderr, errShort.Error()) {
+			t.Errorf("%q with its output cut at 10 bytes: exit %d, stderr %q", args, code, stderr)
 		}
 	}
 }
