@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"sort"
 	"sync"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -171,23 +170,11 @@ func Watch(ctx context.Context, js jetstream.JetStream, replicas int) (*Catalog,
 	}
 }
 
-// republishedInto is jsguard.RepublishedInto for the catalog, asked again
-// for a while when the streams cannot be listed (NATS reconnecting), so
-// a moment's outage does not drop the catalog.
+// republishedInto is jsguard's guard for the catalog's subjects, asked
+// again while the streams cannot be listed, so a moment's outage does not
+// drop the catalog.
 func republishedInto(ctx context.Context, js jetstream.JetStream) error {
-	wait := 100 * time.Millisecond
-	for {
-		err := jsguard.RepublishedInto(ctx, js, subjects)
-		if !errors.Is(err, jsguard.ErrUnlisted) || wait > 5*time.Second {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(wait):
-			wait *= 2
-		}
-	}
+	return jsguard.RepublishedIntoPatiently(ctx, js, subjects)
 }
 
 // taint drops every tool for good: the catalog can no longer be told

@@ -181,25 +181,14 @@ const chainSubjects = "lctl.>"
 // lctl.chain.<key> would write on a run's chain past every permission.
 // Services could make their buckets until session 8; the admin alone does
 // now (internal/provision, which refuses such a stream too), and this
-// stays for an operator's mistake. Asked again for a while when the streams cannot be
-// listed (NATS reconnecting).
+// stays for an operator's mistake. Asked again for a while when the
+// streams cannot be listed (NATS reconnecting).
 func republishedInto(ctx context.Context, js jetstream.JetStream) error {
-	wait := 100 * time.Millisecond
-	for {
-		err := jsguard.RepublishedInto(ctx, js, chainSubjects)
-		if errors.Is(err, jsguard.ErrRepublished) {
-			return fmt.Errorf("%w: %w; an operator must look at it and remove it before XCT uses the log", ErrStreamSettings, err)
-		}
-		if err == nil || wait > 5*time.Second {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(wait):
-			wait *= 2
-		}
+	err := jsguard.RepublishedIntoPatiently(ctx, js, chainSubjects)
+	if errors.Is(err, jsguard.ErrRepublished) {
+		return fmt.Errorf("%w: %w; an operator must look at it and remove it before XCT uses the log", ErrStreamSettings, err)
 	}
+	return err
 }
 
 // Bind binds to the LCTL stream for reading, and to LCTL_OTEL when it

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -37,6 +38,26 @@ func RepublishedInto(ctx context.Context, js jetstream.JetStream, subjects strin
 		return fmt.Errorf("%w: %w", ErrUnlisted, err)
 	}
 	return nil
+}
+
+// RepublishedIntoPatiently is RepublishedInto asked again for a while
+// (about six seconds, backing off) while the streams cannot be listed,
+// NATS reconnecting, so that a moment's outage is not taken for an
+// answer. It returns as RepublishedInto does, or ctx's end.
+func RepublishedIntoPatiently(ctx context.Context, js jetstream.JetStream, subjects string) error {
+	wait := 100 * time.Millisecond
+	for {
+		err := RepublishedInto(ctx, js, subjects)
+		if !errors.Is(err, ErrUnlisted) || wait > 5*time.Second {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+			wait *= 2
+		}
+	}
 }
 
 // SubjectsCollide reports whether some subject matches both NATS subject
