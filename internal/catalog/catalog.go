@@ -25,8 +25,8 @@ import (
 const Bucket = "XCT_TOOLS"
 
 // bucket binds to the catalog's bucket, which the admin made
-// (internal/provision); replicas is provisioning's.
-func bucket(ctx context.Context, js jetstream.JetStream, _ int) (jetstream.KeyValue, error) {
+// (internal/provision).
+func bucket(ctx context.Context, js jetstream.JetStream) (jetstream.KeyValue, error) {
 	kv, err := js.KeyValue(ctx, Bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil, fmt.Errorf("tool catalog: %w", jsguard.Missing("bucket", Bucket))
@@ -39,8 +39,8 @@ func bucket(ctx context.Context, js jetstream.JetStream, _ int) (jetstream.KeyVa
 
 // Publish writes tools to the catalog. Entries that did not change are left
 // alone, so restarting an executor does not churn watchers.
-func Publish(ctx context.Context, js jetstream.JetStream, replicas int, tools []*xctv1.ToolDescriptor) error {
-	kv, err := bucket(ctx, js, replicas)
+func Publish(ctx context.Context, js jetstream.JetStream, tools []*xctv1.ToolDescriptor) error {
+	kv, err := bucket(ctx, js)
 	if err != nil {
 		return err
 	}
@@ -115,8 +115,8 @@ const subjects = "$KV." + Bucket + ".>"
 // the catalog (jsguard). Watch refuses to load while a stream does, and a
 // loaded catalog checks again before each change: if one does then, the
 // catalog drops every tool for good (an unknown tool is denied).
-func Watch(ctx context.Context, js jetstream.JetStream, replicas int) (*Catalog, error) {
-	kv, err := bucket(ctx, js, replicas)
+func Watch(ctx context.Context, js jetstream.JetStream) (*Catalog, error) {
+	kv, err := bucket(ctx, js)
 	if err != nil {
 		return nil, err
 	}

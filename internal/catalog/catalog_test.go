@@ -23,10 +23,10 @@ func TestPublishAndWatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	read := &xctv1.ToolDescriptor{Name: "fs.read", Effect: xctv1.Effect_EFFECT_READ, InputSchema: `{"type":"object"}`}
-	if err := catalog.Publish(ctx, js, 1, []*xctv1.ToolDescriptor{read}); err != nil {
+	if err := catalog.Publish(ctx, js, []*xctv1.ToolDescriptor{read}); err != nil {
 		t.Fatal(err)
 	}
-	c, err := catalog.Watch(ctx, js, 1)
+	c, err := catalog.Watch(ctx, js)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +39,7 @@ func TestPublishAndWatch(t *testing.T) {
 	}
 	// A tool published later shows up in the live view.
 	write := &xctv1.ToolDescriptor{Name: "fs.write", Effect: xctv1.Effect_EFFECT_REVERSIBLE}
-	if err := catalog.Publish(ctx, js, 1, []*xctv1.ToolDescriptor{write}); err != nil {
+	if err := catalog.Publish(ctx, js, []*xctv1.ToolDescriptor{write}); err != nil {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, 5*time.Second, func() error {

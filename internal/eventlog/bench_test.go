@@ -17,7 +17,7 @@ func BenchmarkAppend(b *testing.B) {
 	for _, chains := range []int{1, 64} {
 		b.Run(fmt.Sprintf("chains-%d", chains), func(b *testing.B) {
 			s := testutil.RunJetStream(b)
-			l, err := eventlog.Open(context.Background(), testutil.Connect(b, s), eventlog.DefaultConfig())
+			l, err := eventlog.Open(context.Background(), testutil.Connect(b, s))
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -16,7 +16,7 @@ func TestSameAsStored(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	nc := testutil.Connect(t, testutil.RunJetStream(t))
-	l, err := Open(ctx, nc, DefaultConfig())
+	l, err := Open(ctx, nc)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -88,19 +88,6 @@ var (
 	ErrNoStream = errors.New("no LCTL stream")
 )
 
-// Config was the streams' configuration when the services created them;
-// the admin makes them now (internal/provision), with the same settings,
-// and Open only binds. Kept for the callers that still pass it.
-type Config struct {
-	// Replicas of the stream: 1 embedded, 3 in production.
-	Replicas int
-	// Duplicates is the window in which a retried append is deduplicated.
-	Duplicates time.Duration
-}
-
-// DefaultConfig is the embedded (single node) configuration.
-func DefaultConfig() Config { return Config{Replicas: 1, Duplicates: time.Hour} }
-
 // Log is the event log on one NATS connection.
 type Log struct {
 	js     jetstream.JetStream
@@ -116,9 +103,9 @@ type Log struct {
 // (internal/provision, `xct nats provision`): a missing one is
 // jsguard.ErrMissing, saying what to run. An existing stream is used as it
 // is, its size limits, replicas and duplicate window being the operator's;
-// one with settings XCT never makes is refused (ErrStreamSettings). cfg is
-// not used: the streams' settings are provisioning's.
-func Open(ctx context.Context, nc *nats.Conn, _ Config) (*Log, error) {
+// one with settings XCT never makes is refused (ErrStreamSettings). The
+// streams' settings are provisioning's.
+func Open(ctx context.Context, nc *nats.Conn) (*Log, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)

@@ -18,7 +18,7 @@ func openLog(t *testing.T) *eventlog.Log {
 	t.Helper()
 	s := testutil.RunJetStream(t)
 	nc := testutil.Connect(t, s)
-	l, err := eventlog.Open(context.Background(), nc, eventlog.DefaultConfig())
+	l, err := eventlog.Open(context.Background(), nc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +176,7 @@ func TestAppendFailsWhenNATSIsGone(t *testing.T) {
 	defer cancel()
 	s := testutil.RunJetStream(t)
 	nc := testutil.Connect(t, s)
-	l, err := eventlog.Open(ctx, nc, eventlog.DefaultConfig())
+	l, err := eventlog.Open(ctx, nc)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,7 @@ func NewSession(ctx context.Context, nc *nats.Conn, chainID string, opts session
 	if err := lctl.ValidateChainID(chainID); err != nil {
 		return nil, err
 	}
-	log, err := eventlog.Open(ctx, nc, eventlog.DefaultConfig())
+	log, err := eventlog.Open(ctx, nc)
 	if err != nil {
 		return nil, fmt.Errorf("lctl session: %w", err)
 	}

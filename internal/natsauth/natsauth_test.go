@@ -91,7 +91,7 @@ func newCluster(t *testing.T) *cluster {
 	c := &cluster{url: ns.ClientURL()}
 	c.admin = connectAs(t, c.url, natsauth.Admin)
 	ctx := context.Background()
-	if _, err := eventlog.Open(ctx, c.admin.nc, eventlog.DefaultConfig()); err != nil {
+	if _, err := eventlog.Open(ctx, c.admin.nc); err != nil {
 		t.Fatal(err)
 	}
 	var err error
@@ -300,7 +300,7 @@ func TestNoServiceCreatesAStream(t *testing.T) {
 		}
 	}
 	// The services bind what the admin made.
-	if _, err := eventlog.Open(ctx, connectAs(t, url, natsauth.Tracer).nc, eventlog.DefaultConfig()); err != nil {
+	if _, err := eventlog.Open(ctx, connectAs(t, url, natsauth.Tracer).nc); err != nil {
 		t.Errorf("the tracer binding LCTL: %v", err)
 	}
 	if _, err := executor.OpenStepStore(ctx, connectAs(t, url, natsauth.Executor).nc, executor.StepStoreConfig{}); err != nil {
@@ -311,13 +311,13 @@ func TestNoServiceCreatesAStream(t *testing.T) {
 	// says what to run.
 	bare := testutil.RunBareJetStream(t).ClientURL()
 	for user, open := range map[string]func(*conn) error{
-		natsauth.Orchestrator: func(c *conn) error { _, err := eventlog.Open(ctx, c.nc, eventlog.DefaultConfig()); return err },
-		natsauth.Tracer:       func(c *conn) error { _, err := eventlog.Open(ctx, c.nc, eventlog.DefaultConfig()); return err },
+		natsauth.Orchestrator: func(c *conn) error { _, err := eventlog.Open(ctx, c.nc); return err },
+		natsauth.Tracer:       func(c *conn) error { _, err := eventlog.Open(ctx, c.nc); return err },
 		natsauth.Executor: func(c *conn) error {
 			_, err := executor.OpenStepStore(ctx, c.nc, executor.StepStoreConfig{})
 			return err
 		},
-		natsauth.Validator: func(c *conn) error { _, err := catalog.Watch(ctx, c.js, 1); return err },
+		natsauth.Validator: func(c *conn) error { _, err := catalog.Watch(ctx, c.js); return err },
 	} {
 		u := connectAs(t, bare, user)
 		if err := open(u); !errors.Is(err, jsguard.ErrMissing) || !strings.Contains(err.Error(), "xct nats provision") {
@@ -391,7 +391,7 @@ func TestExecutorPutsABlobAgain(t *testing.T) {
 func TestReaderOnlyReads(t *testing.T) {
 	c := newCluster(t)
 	ctx := context.Background()
-	l, err := eventlog.Open(ctx, connectAs(t, c.url, natsauth.Orchestrator).nc, eventlog.DefaultConfig())
+	l, err := eventlog.Open(ctx, connectAs(t, c.url, natsauth.Orchestrator).nc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -877,7 +877,7 @@ func TestALogMadeFirstByAnotherIsRefused(t *testing.T) {
 				t.Fatalf("making LCTL: %v", err)
 			}
 			orch := connectAs(t, url, natsauth.Orchestrator)
-			if _, err := eventlog.Open(ctx, orch.nc, eventlog.DefaultConfig()); !errors.Is(err, eventlog.ErrStreamSettings) {
+			if _, err := eventlog.Open(ctx, orch.nc); !errors.Is(err, eventlog.ErrStreamSettings) {
 				t.Errorf("the orchestrator opening the tracer's LCTL (%s): %v", name, err)
 			}
 		})
@@ -885,10 +885,10 @@ func TestALogMadeFirstByAnotherIsRefused(t *testing.T) {
 	// XCT's own LCTL opens, made by the admin, for both.
 	ns := testutil.RunJetStream(t)
 	ctx := context.Background()
-	if _, err := eventlog.Open(ctx, connectAs(t, ns.ClientURL(), natsauth.Tracer).nc, eventlog.DefaultConfig()); err != nil {
+	if _, err := eventlog.Open(ctx, connectAs(t, ns.ClientURL(), natsauth.Tracer).nc); err != nil {
 		t.Errorf("the tracer opening XCT's LCTL: %v", err)
 	}
-	if _, err := eventlog.Open(ctx, connectAs(t, ns.ClientURL(), natsauth.Orchestrator).nc, eventlog.DefaultConfig()); err != nil {
+	if _, err := eventlog.Open(ctx, connectAs(t, ns.ClientURL(), natsauth.Orchestrator).nc); err != nil {
 		t.Errorf("the orchestrator opening XCT's LCTL: %v", err)
 	}
 }
@@ -922,7 +922,7 @@ func TestCatalogRepublishedIntoIsRefused(t *testing.T) {
 			t.Fatal(err)
 		}
 		ex := connectAs(t, url, natsauth.Executor)
-		if err := catalog.Publish(ctx, ex.js, 1, []*xctv1.ToolDescriptor{write}); err != nil {
+		if err := catalog.Publish(ctx, ex.js, []*xctv1.ToolDescriptor{write}); err != nil {
 			t.Fatal(err)
 		}
 		orch := connectAs(t, url, natsauth.Orchestrator)
@@ -931,12 +931,12 @@ func TestCatalogRepublishedIntoIsRefused(t *testing.T) {
 			if _, err := admin.js.CreateStream(ctx, republishing); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := catalog.Watch(ctx, val.js, 1); err == nil || !strings.Contains(err.Error(), "republishes") {
+			if _, err := catalog.Watch(ctx, val.js); err == nil || !strings.Contains(err.Error(), "republishes") {
 				t.Errorf("the validator's catalog loaded with a stream republishing into it: %v", err)
 			}
 			continue
 		}
-		cat, err := catalog.Watch(ctx, val.js, 1)
+		cat, err := catalog.Watch(ctx, val.js)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -970,7 +970,7 @@ func TestCatalogRepublishedIntoIsRefused(t *testing.T) {
 func TestTracerCannotAppendToARunsChain(t *testing.T) {
 	c := newCluster(t)
 	ctx := context.Background()
-	orch, err := eventlog.Open(ctx, connectAs(t, c.url, natsauth.Orchestrator).nc, eventlog.DefaultConfig())
+	orch, err := eventlog.Open(ctx, connectAs(t, c.url, natsauth.Orchestrator).nc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -984,7 +984,7 @@ func TestTracerCannotAppendToARunsChain(t *testing.T) {
 		}
 	}
 	tr := connectAs(t, c.url, natsauth.Tracer)
-	tlog, err := eventlog.Open(ctx, tr.nc, eventlog.DefaultConfig())
+	tlog, err := eventlog.Open(ctx, tr.nc)
 	if err != nil {
 		t.Fatalf("the tracer opening the log: %v", err)
 	}
@@ -1123,7 +1123,7 @@ func TestAnOTelLogMadeFirstByTheTracerIsRefused(t *testing.T) {
 		return nil
 	})
 	orch := connectAs(t, url, natsauth.Orchestrator)
-	if _, err := eventlog.Open(ctx, orch.nc, eventlog.DefaultConfig()); !errors.Is(err, eventlog.ErrStreamSettings) || !strings.Contains(err.Error(), eventlog.OTelStreamName) {
+	if _, err := eventlog.Open(ctx, orch.nc); !errors.Is(err, eventlog.ErrStreamSettings) || !strings.Contains(err.Error(), eventlog.OTelStreamName) {
 		t.Errorf("the orchestrator opening the tracer's LCTL_OTEL: %v, want ErrStreamSettings naming it", err)
 	}
 }
@@ -1298,7 +1298,7 @@ func TestABucketRepublishingIntoTheChainsIsRefused(t *testing.T) {
 	})
 	for _, user := range []string{natsauth.Orchestrator, natsauth.Tracer} {
 		u := connectAs(t, url, user)
-		if _, err := eventlog.Open(ctx, u.nc, eventlog.DefaultConfig()); !errors.Is(err, eventlog.ErrStreamSettings) || !strings.Contains(err.Error(), "KV_"+executor.StepsBucket) {
+		if _, err := eventlog.Open(ctx, u.nc); !errors.Is(err, eventlog.ErrStreamSettings) || !strings.Contains(err.Error(), "KV_"+executor.StepsBucket) {
 			t.Errorf("the %s opening the log: %v, want ErrStreamSettings naming the bucket", user, err)
 		}
 	}

@@ -84,7 +84,7 @@ func (c Config) Validate() error {
 // Build makes the Redactor of a service: the rules, and the key from
 // KeyFile, else the cluster's bucket through js, else (js nil) a random
 // key of this process, whose markers agree only within it.
-func (c Config) Build(ctx context.Context, js jetstream.JetStream, replicas int) (*Redactor, error) {
+func (c Config) Build(ctx context.Context, js jetstream.JetStream) (*Redactor, error) {
 	rules, err := c.Rules()
 	if err != nil {
 		return nil, err
@@ -104,7 +104,7 @@ func (c Config) Build(ctx context.Context, js jetstream.JetStream, replicas int)
 			return nil, fmt.Errorf("redaction key: %w", err)
 		}
 	default:
-		if key, err = ClusterKey(ctx, js, replicas); err != nil {
+		if key, err = ClusterKey(ctx, js); err != nil {
 			return nil, err
 		}
 	}
@@ -132,7 +132,7 @@ const keyName = "hmac-key"
 // when no service has yet: every service of one cluster gets the same
 // key, so equal secrets give equal markers in the orchestrator's events
 // and the executor's records alike.
-func ClusterKey(ctx context.Context, js jetstream.JetStream, _ int) ([]byte, error) {
+func ClusterKey(ctx context.Context, js jetstream.JetStream) ([]byte, error) {
 	// The bucket is the admin's (internal/provision); the key in it is
 	// the first service's.
 	kv, err := js.KeyValue(ctx, KeyBucket)

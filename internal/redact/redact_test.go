@@ -236,11 +236,11 @@ func TestBadConfig(t *testing.T) {
 	if err := (Config{File: filepath.Join(dir, "missing.yaml")}).Validate(); !errors.Is(err, ErrBadConfig) {
 		t.Fatalf("missing rules file: %v", err)
 	}
-	a, err := (Config{}).Build(context.Background(), nil, 1)
+	a, err := (Config{}).Build(context.Background(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := (Config{}).Build(context.Background(), nil, 1)
+	b, err := (Config{}).Build(context.Background(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -256,7 +256,7 @@ func TestKeyFile(t *testing.T) {
 	if err := os.WriteFile(keyFile, append(testKey, '\n'), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	r, err := Config{KeyFile: keyFile}.Build(context.Background(), nil, 1)
+	r, err := Config{KeyFile: keyFile}.Build(context.Background(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,7 +275,7 @@ func TestClusterKeyIsSharedAndKept(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r, err := Config{}.Build(ctx, js, 1)
+		r, err := Config{}.Build(ctx, js)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -289,7 +289,7 @@ func TestClusterKeyIsSharedAndKept(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := Config{}.Build(ctx, js, 1)
+	r, err := Config{}.Build(ctx, js)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -349,7 +349,7 @@ func TestClusterKeyRepublishedIntoIsRefused(t *testing.T) {
 		RePublish: &jetstream.RePublish{Source: "elsewhere.>", Destination: "$KV." + KeyBucket + ".>"}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ClusterKey(ctx, js, 1); !errors.Is(err, jsguard.ErrRepublished) {
+	if _, err := ClusterKey(ctx, js); !errors.Is(err, jsguard.ErrRepublished) {
 		t.Fatalf("ClusterKey beside a stream republishing into its bucket = %v, want %v", err, jsguard.ErrRepublished)
 	}
 }

@@ -148,7 +148,7 @@ func TestNATSSession(t *testing.T) {
 		t.Fatal(err)
 	}
 	steps(t, s)
-	log, err := eventlog.Open(ctx, nc, eventlog.DefaultConfig())
+	log, err := eventlog.Open(ctx, nc)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,9 +32,9 @@ type Config struct {
 	// Workspace is the directory the built-in tools are confined to. It is
 	// created if missing.
 	Workspace string
-	// Replicas is the JetStream replica count of the catalog bucket and the
-	// step record buckets. The application sets it from its NATS settings;
-	// it is not a flag.
+	// Replicas is the deployment's JetStream replica count, set by the
+	// application, not a flag. The buckets are the admin's, made with it
+	// (internal/provision); the service only binds them and checks this.
 	Replicas int
 	// DefaultTimeout bounds a tool that declares no timeout (default 10s).
 	DefaultTimeout time.Duration

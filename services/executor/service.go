@@ -235,7 +235,7 @@ func (s *Service) Start(ctx context.Context) error {
 				return fmt.Errorf("executor: jetstream: %w", err)
 			}
 		}
-		red, err := s.cfg.Redact.Build(ctx, js, s.cfg.Replicas)
+		red, err := s.cfg.Redact.Build(ctx, js)
 		if err != nil {
 			return fmt.Errorf("executor: %w", err)
 		}
@@ -243,7 +243,7 @@ func (s *Service) Start(ctx context.Context) error {
 		s.redactor = red
 		s.state.Unlock()
 		if s.nc != nil {
-			steps, err := OpenStepStore(ctx, s.nc, StepStoreConfig{Replicas: s.cfg.Replicas, Retention: s.cfg.StepRetention, JSONRecords: s.cfg.RecordFormat == FormatJSON})
+			steps, err := OpenStepStore(ctx, s.nc, StepStoreConfig{Retention: s.cfg.StepRetention, JSONRecords: s.cfg.RecordFormat == FormatJSON})
 			if err != nil {
 				return fmt.Errorf("executor: %w", err)
 			}
@@ -262,7 +262,7 @@ func (s *Service) Start(ctx context.Context) error {
 		return fmt.Errorf("executor: jetstream: %w", err)
 	}
 	tools := s.Tools()
-	if err := catalog.Publish(ctx, js, s.cfg.Replicas, tools); err != nil {
+	if err := catalog.Publish(ctx, js, tools); err != nil {
 		return fmt.Errorf("executor: %w", err)
 	}
 	s.log.InfoContext(ctx, "tool catalog published", "tools", len(tools), "workspace", s.cfg.Workspace)

@@ -417,7 +417,7 @@ func TestCatalogPublished(t *testing.T) {
 	defer func() { _ = s.Stop(ctx) }()
 	js, err := jetstream.New(nc)
 	must(t, err)
-	c, err := catalog.Watch(ctx, js, 1)
+	c, err := catalog.Watch(ctx, js)
 	must(t, err)
 	for _, want := range s.Tools() {
 		got, ok := c.Get(want.GetName())

@@ -247,8 +247,6 @@ type kvStepStore struct {
 
 // StepStoreConfig configures the JetStream step store.
 type StepStoreConfig struct {
-	// Replicas is the replica count of both buckets (default 1).
-	Replicas int
 	// Retention is how long records and blobs are kept; 0 keeps them
 	// forever. A step asked again after its record expired runs again.
 	Retention time.Duration
@@ -260,8 +258,8 @@ type StepStoreConfig struct {
 // OpenStepStore binds to the XCT_STEPS bucket and the XCT_STEP_BLOBS
 // object store on nc's JetStream, which the admin made
 // (internal/provision); a missing one is jsguard.ErrMissing. cfg's
-// Replicas and Retention are provisioning's (the executor's
-// --step-retention must match what `xct nats provision` was given).
+// Retention is provisioning's (the executor's --step-retention must match
+// what `xct nats provision` was given).
 func OpenStepStore(ctx context.Context, nc *nats.Conn, cfg StepStoreConfig) (StepStore, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {

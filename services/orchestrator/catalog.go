@@ -21,7 +21,7 @@ import (
 // only the executor is asked.
 func (s *Service) watchCatalog(ctx context.Context) {
 	go func() {
-		c, err := catalog.Watch(ctx, s.events.JetStream(), max(s.cfg.Replicas, 1))
+		c, err := catalog.Watch(ctx, s.events.JetStream())
 		if err != nil {
 			if ctx.Err() == nil {
 				s.log.Warn("no cached tool catalog: starts and takeovers need the executor's ListTools", "err", err)

@@ -138,12 +138,12 @@ func (s *Service) Instance() string { return s.instance }
 // reads no chain: unfinished runs are found through their owner keys, so
 // starting costs the same with a log of any size.
 func (s *Service) Start(ctx context.Context) error {
-	log, err := eventlog.Open(ctx, s.nc, eventlog.Config{Replicas: s.cfg.Replicas})
+	log, err := eventlog.Open(ctx, s.nc)
 	if err != nil {
 		return err
 	}
 	s.events = log
-	if s.redactor, err = s.cfg.Redact.Build(ctx, log.JetStream(), s.cfg.Replicas); err != nil {
+	if s.redactor, err = s.cfg.Redact.Build(ctx, log.JetStream()); err != nil {
 		return fmt.Errorf("orchestrator: %w", err)
 	}
 	if err := s.openOwners(ctx); err != nil {

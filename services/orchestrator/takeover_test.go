@@ -242,7 +242,7 @@ func newFixture(t *testing.T, model *gatedModel) *fixture {
 	f.valAddr = serveGRPC(t, f.creds, "validator", func(s *grpcx.Server) { va.Register(s.GRPC) })
 
 	nc := connect(t, f.ns)
-	if f.events, err = eventlog.Open(ctx, nc, eventlog.DefaultConfig()); err != nil {
+	if f.events, err = eventlog.Open(ctx, nc); err != nil {
 		t.Fatal(err)
 	}
 	return f

@@ -334,7 +334,7 @@ func TestKilledMidIngest(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ns := testutil.RunJetStream(t)
 			nc := testutil.Connect(t, ns)
-			l, err := eventlog.Open(context.Background(), nc, eventlog.DefaultConfig())
+			l, err := eventlog.Open(context.Background(), nc)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -517,7 +517,7 @@ func openAfterDelete(t *testing.T, nc *nats.Conn) *eventlog.Log {
 		}
 		// The admin makes it again, as `xct nats provision` does.
 		if _, err = provision.Run(context.Background(), js, provision.Defaults()); err == nil {
-			l, err = eventlog.Open(context.Background(), nc, eventlog.DefaultConfig())
+			l, err = eventlog.Open(context.Background(), nc)
 		}
 		var apiErr *jetstream.APIError
 		if err != nil && (!errors.As(err, &apiErr) || apiErr.ErrorCode != storeFailed) {

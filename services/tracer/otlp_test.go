@@ -524,7 +524,7 @@ func TestOTLPChainsOldAndNew(t *testing.T) {
 	admin := testutil.Connect(t, ns)
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
-	l, err := eventlog.Open(ctx, admin, eventlog.DefaultConfig())
+	l, err := eventlog.Open(ctx, admin)
 	if err != nil {
 		t.Fatal(err)
 	}

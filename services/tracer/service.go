@@ -140,8 +140,8 @@ func (s *Service) Register(g *grpc.Server) {
 	coltracepb.RegisterTraceServiceServer(g, &otlpGRPC{in: s.otlp})
 }
 
-// Start opens the LCTL stream (creating it with cfg.Replicas if it does not
-// exist), loads the chains stored under DataDir, and starts consuming. ctx
+// Start binds the chain streams (the admin made them: internal/provision),
+// loads the chains stored under DataDir, and starts consuming. ctx
 // bounds the start only; consuming goes on until Stop.
 func (s *Service) Start(ctx context.Context) error {
 	s.mu.Lock()
@@ -152,7 +152,7 @@ func (s *Service) Start(ctx context.Context) error {
 	if s.started {
 		return ErrAlreadyStarted
 	}
-	events, err := eventlog.Open(ctx, s.nc, eventlog.Config{Replicas: s.cfg.Replicas})
+	events, err := eventlog.Open(ctx, s.nc)
 	if err != nil {
 		return fmt.Errorf("tracer: %w", err)
 	}

@@ -44,7 +44,7 @@ func newEnv(t testing.TB) *env {
 	t.Helper()
 	ns := testutil.RunJetStream(t)
 	nc := testutil.Connect(t, ns)
-	l, err := eventlog.Open(context.Background(), nc, eventlog.DefaultConfig())
+	l, err := eventlog.Open(context.Background(), nc)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -60,7 +60,7 @@ func (st *approvalStore) republishedInto(ctx context.Context) error {
 
 // openApprovals binds to the bucket, which the admin made
 // (internal/provision, with approvalHistory).
-func openApprovals(ctx context.Context, js jetstream.JetStream, _ int) (*approvalStore, error) {
+func openApprovals(ctx context.Context, js jetstream.JetStream) (*approvalStore, error) {
 	kv, err := js.KeyValue(ctx, ApprovalsBucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil, fmt.Errorf("approvals bucket: %w", jsguard.Missing("bucket", ApprovalsBucket))

@@ -53,7 +53,7 @@ func startApprovals(tb testing.TB) *approvals {
 		tb.Fatal(err)
 	}
 	ctx := context.Background()
-	if err := catalog.Publish(ctx, js, 1, testTools()); err != nil {
+	if err := catalog.Publish(ctx, js, testTools()); err != nil {
 		tb.Fatal(err)
 	}
 	a := &approvals{nc: nc, clock: newFakeClock(), path: writeFile(tb, "policy.yaml", approvalPolicy)}

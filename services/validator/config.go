@@ -31,9 +31,9 @@ type Config struct {
 	// and a broken change is refused (the last good policy stays). Zero
 	// turns reloading off.
 	PolicyReload time.Duration
-	// Replicas is the JetStream replica count of the buckets the validator
-	// creates (tool catalog, approvals). The application sets it from its
-	// NATS settings; it is not a flag. Zero means 1.
+	// Replicas is the deployment's JetStream replica count, set by the
+	// application, not a flag. The buckets are the admin's, made with it
+	// (internal/provision); the service only binds them and checks this.
 	Replicas int
 	// VerdictKeyFile is the PEM (PKCS#8) Ed25519 private key the validator
 	// signs its allow verdicts with; executors trust its public key.

@@ -192,7 +192,7 @@ func (s *Service) Start(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("validator: jetstream: %w", err)
 		}
-		store, err := openApprovals(ctx, js, s.cfg.Replicas)
+		store, err := openApprovals(ctx, js)
 		if err != nil {
 			return fmt.Errorf("validator: %w", err)
 		}
@@ -200,13 +200,13 @@ func (s *Service) Start(ctx context.Context) error {
 		// Stop; ctx only cancels the initial load.
 		watchCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		stopAfter := context.AfterFunc(ctx, cancel)
-		cat, err := catalog.Watch(watchCtx, js, s.cfg.Replicas)
+		cat, err := catalog.Watch(watchCtx, js)
 		stopAfter()
 		if err != nil {
 			cancel()
 			return fmt.Errorf("validator: load tool catalog: %w", err)
 		}
-		red, err := s.cfg.Redact.Build(ctx, js, s.cfg.Replicas)
+		red, err := s.cfg.Redact.Build(ctx, js)
 		if err != nil {
 			cancel()
 			return fmt.Errorf("validator: %w", err)

@@ -505,7 +505,7 @@ func TestStartWithJetStream(t *testing.T) {
 	checkVerdict(t, validate(t, s, request(t, "fs.read", readArgs)), deny, wire.CodeUnknownTool, "builtin.catalog")
 
 	tool := &xctv1.ToolDescriptor{Name: "fs.read", InputSchema: fsReadSchema, Effect: read}
-	if err := catalog.Publish(ctx, js, 1, []*xctv1.ToolDescriptor{tool}); err != nil {
+	if err := catalog.Publish(ctx, js, []*xctv1.ToolDescriptor{tool}); err != nil {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, 10*time.Second, func() error {
@@ -518,7 +518,7 @@ func TestStartWithJetStream(t *testing.T) {
 	// A changed schema is recompiled: the old arguments no longer fit.
 	changed := &xctv1.ToolDescriptor{Name: "fs.read", Effect: read,
 		InputSchema: `{"type":"object","properties":{"file":{"type":"string"}},"required":["file"],"additionalProperties":false}`}
-	if err := catalog.Publish(ctx, js, 1, []*xctv1.ToolDescriptor{changed}); err != nil {
+	if err := catalog.Publish(ctx, js, []*xctv1.ToolDescriptor{changed}); err != nil {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, 10*time.Second, func() error {

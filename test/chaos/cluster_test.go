@@ -554,5 +554,5 @@ func provisionAndOpen(ctx context.Context, nc *nats.Conn, replicas int) (*eventl
 	if _, err := provision.Run(ctx, js, s); err != nil {
 		return nil, err
 	}
-	return eventlog.Open(ctx, nc, eventlog.Config{Replicas: replicas})
+	return eventlog.Open(ctx, nc)
 }

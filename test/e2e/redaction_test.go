@@ -128,7 +128,7 @@ func TestSecretsAreRedactedEverywhere(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	key, err := redact.ClusterKey(ctx, js, 1)
+	key, err := redact.ClusterKey(ctx, js)
 	if err != nil {
 		t.Fatal(err)
 	}

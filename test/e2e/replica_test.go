@@ -36,7 +36,7 @@ steps:
 	defer nc.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	log, err := eventlog.Open(ctx, nc, eventlog.DefaultConfig())
+	log, err := eventlog.Open(ctx, nc)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -159,7 +159,7 @@ func startTakeoverCluster(t *testing.T) *takeoverCluster {
 	t.Cleanup(nc.Close)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if c.events, err = eventlog.Open(ctx, nc, eventlog.DefaultConfig()); err != nil {
+	if c.events, err = eventlog.Open(ctx, nc); err != nil {
 		t.Fatal(err)
 	}
 	return c
