@@ -140,13 +140,20 @@ func parseFlagsEnv(fs *flag.FlagSet, args []string, lookup func(string) (string,
 	// Flags may come before, between or after positional arguments
 	// (xct approve RUN 2 --as bob): parse, set the first positional aside,
 	// parse the rest, until nothing is left.
+	// A bad flag is reported with a hint, not with every flag's
+	// description (xct serve has over seventy): those are for -h.
+	out := fs.Output()
+	fs.SetOutput(io.Discard)
+	defer fs.SetOutput(out)
 	var positional []string
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
+				fs.SetOutput(out)
+				fs.Usage()
 				return err
 			}
-			return &exitError{code: 2, err: err}
+			return &exitError{code: 2, err: fmt.Errorf("%w (%s -h for flags)", err, fs.Name())}
 		}
 		if fs.NArg() == 0 {
 			break

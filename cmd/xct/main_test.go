@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"io"
@@ -55,5 +56,34 @@ func TestFlagsAfterPositionalArguments(t *testing.T) {
 	}
 	if *as != "bob" || *reason != "looks right" || fs.NArg() != 2 || fs.Arg(0) != "run-1" || fs.Arg(1) != "2" {
 		t.Fatalf("as %q reason %q args %v", *as, *reason, fs.Args())
+	}
+}
+
+// A bad flag is one line that names it and says where the flags are
+// listed; -h lists them.
+func TestBadFlagIsOneLine(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{"dev", "--bogus"}, {"serve", "--max-steps", "many"}, {"approve", "--as"}} {
+		var stdout, stderr strings.Builder
+		err := run(context.Background(), args, &stdout, &stderr)
+		var ee *exitError
+		if !errors.As(err, &ee) || ee.code != 2 {
+			t.Errorf("xct %v: err %v, want exit 2", args, err)
+			continue
+		}
+		want := "xct " + args[0] + " -h for flags"
+		if !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), strings.TrimLeft(args[1], "-")) {
+			t.Errorf("xct %v: %q does not name the flag and %q", args, err, want)
+		}
+		if stderr.Len() != 0 || stdout.Len() != 0 {
+			t.Errorf("xct %v printed more than the error: stdout %q, stderr %d bytes", args, stdout.String(), stderr.Len())
+		}
+	}
+	var stderr strings.Builder
+	if err := run(context.Background(), []string{"dev", "-h"}, io.Discard, &stderr); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("xct dev -h: %v", err)
+	}
+	if !strings.Contains(stderr.String(), "-max-steps") {
+		t.Errorf("xct dev -h does not list the flags: %q", stderr.String())
 	}
 }

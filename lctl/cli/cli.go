@@ -210,12 +210,20 @@ func (o operand) String() string {
 func (c *cmdContext) withArgs(args []string) *cmdContext {
 	c.args = args
 	c.fs = flag.NewFlagSet("lctl "+c.name, flag.ContinueOnError)
-	c.fs.SetOutput(c.env.Stderr)
-	c.fs.Usage = func() {
-		fmt.Fprintf(c.env.Stderr, "Usage: lctl %s %s\n  %s\n\nFlags:\n", c.name, c.cmd.args, c.cmd.summary)
-		c.fs.PrintDefaults()
-	}
+	// The flag package prints a bad flag and every flag's description;
+	// parse prints the problem and one line of usage instead, and the
+	// whole list only for -h.
+	c.fs.SetOutput(io.Discard)
+	c.fs.Usage = func() {}
 	return c
+}
+
+// printHelp prints the command's usage and every flag (lctl CMD -h).
+func (c *cmdContext) printHelp() {
+	fmt.Fprintf(c.env.Stderr, "Usage: lctl %s %s\n  %s\n\nFlags:\n", c.name, c.cmd.args, c.cmd.summary)
+	c.fs.SetOutput(c.env.Stderr)
+	c.fs.PrintDefaults()
+	c.fs.SetOutput(io.Discard)
 }
 
 // chainFlag collects --chain values into the operands, in order.
@@ -280,9 +288,10 @@ func (c *cmdContext) parse() error {
 	for {
 		if err := c.fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
+				c.printHelp()
 				return err
 			}
-			return &usageError{""} // the flag package printed the problem
+			return &usageError{err.Error()}
 		}
 		rest := c.fs.Args()
 		if len(rest) == 0 {

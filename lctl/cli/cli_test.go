@@ -272,3 +272,19 @@ func FuzzCommands(f *testing.F) {
 func runEnv(args []string, stdout, stderr io.Writer) int {
 	return cli.Run(context.Background(), args, cli.Env{Stdout: stdout, Stderr: stderr})
 }
+
+// A bad flag is the problem and one line of usage; -h lists the flags.
+func TestBadFlagIsShort(t *testing.T) {
+	for _, args := range [][]string{{"replay", "--to-seq", "abc", "x.json"}, {"stats", "--nope", "x.json"}, {"query", "--to-seq"}} {
+		code, stdout, stderr := run(t, nil, args...)
+		lines := strings.Split(strings.TrimSpace(stderr), "\n")
+		if code != cli.ExitUsage || len(lines) != 2 || !strings.HasPrefix(lines[0], "lctl "+args[0]+": ") ||
+			!strings.Contains(lines[1], "lctl "+args[0]+" -h for flags") || stdout != "" {
+			t.Errorf("lctl %v: exit %d, stdout %q, stderr %q; want 2 and two lines: the problem, the usage", args, code, stdout, stderr)
+		}
+	}
+	code, _, stderr := run(t, nil, "replay", "-h")
+	if code != cli.ExitOK || !strings.Contains(stderr, "-to-seq") || !strings.Contains(stderr, "Flags:") {
+		t.Errorf("lctl replay -h: exit %d, stderr %q", code, stderr)
+	}
+}
