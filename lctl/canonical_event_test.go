@@ -35,7 +35,10 @@ func decodeBoth(t *testing.T, raw []byte, skipHashes, fields, arena bool, prev s
 // JSON, gives exactly what the general loop gives, decides every event
 // XCT writes, and leaves every other layout to the loop.
 func TestCanonicalEventMatchesLoop(t *testing.T) {
+	// Sealed, and unsealed as other writers write events (no hash, no
+	// prev_hash): both decided by the straight reader.
 	events := lctltest.Workflow("wf", 2000, lctltest.WorkflowOptions{Seal: true, StateHashes: true})
+	events = append(events, lctltest.Workflow("wf", 2000, lctltest.WorkflowOptions{})...)
 	prev := ""
 	for i := range events {
 		raw, err := events[i].MarshalJSON()
@@ -59,6 +62,20 @@ func TestCanonicalEventMatchesLoop(t *testing.T) {
 		`","seq":7,"timestamp":"2026-01-01T00:00:00Z","type":"t"}`
 	if _, _, ok, err := decodeBoth(t, []byte(canonical), false, true, true, ""); !ok || err != nil {
 		t.Fatalf("canonical: %v %v", ok, err)
+	}
+	// Without a hash, without a prev_hash, with neither: decided, and the
+	// same as the loop's.
+	for _, raw := range []string{
+		`{"agent":"a","chain_id":"c","data":{"k":"v"},"prev_hash":"` + hash64 + `","seq":7,"timestamp":"2026-01-01T00:00:00Z","type":"t"}`,
+		`{"agent":"a","chain_id":"c","data":{"k":"v"},"hash":"` + hash64 + `","seq":7,"timestamp":"2026-01-01T00:00:00Z","type":"t"}`,
+		`{"agent":"a","chain_id":"c","data":{"k":"v","n":1},"seq":7,"timestamp":"2026-01-01T00:00:00Z","type":"t"}`,
+	} {
+		for _, skip := range []bool{false, true} {
+			c, l, ok, err := decodeBoth(t, []byte(raw), skip, true, true, hash64)
+			if !ok || err != nil || !reflect.DeepEqual(c, l) {
+				t.Errorf("%s: canonical %v, loop %v\ncanonical %+v\n     loop %+v", raw, ok, err, c, l)
+			}
+		}
 	}
 	for _, raw := range []string{
 		// Other layouts: the loop decides (and may refuse).

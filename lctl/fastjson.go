@@ -1412,8 +1412,8 @@ var (
 func wordOf(s string) uint64 { return binary.LittleEndian.Uint64([]byte(s)[:8]) }
 
 // canonicalEvent reads an event whose members are laid out as canonical
-// JSON lays them out (what XCT writes: agent, chain_id, data, hash,
-// prev_hash when there is one, seq, timestamp, type; no white space), in
+// JSON lays them out (what XCT writes: agent, chain_id, data, hash and
+// prev_hash when there are, seq, timestamp, type; no white space), in
 // one straight pass that expects each key where it must be, with exactly
 // the values the general loop of fastEventInto gives. false, for anything
 // else, leaves the event to that loop (the caller resets what this
@@ -1453,11 +1453,15 @@ func (p *fastParser) canonicalEvent(e *Event) bool {
 		}
 		e.Data = v.(map[string]any)
 	}
-	member := p.i
-	if !p.expect8(canonHash, 8) || !p.canonHashValue(&e.Hash, false) {
-		return false
+	// An unsealed event (what other writers and the spec's examples
+	// carry) has neither hash nor prev_hash: both are optional here, as
+	// in the general loop.
+	if member := p.i; p.expect8(canonHash, 8) {
+		if !p.canonHashValue(&e.Hash, false) {
+			return false
+		}
+		p.hashFrom, p.hashTo = member, p.i
 	}
-	p.hashFrom, p.hashTo = member, p.i
 	if p.expect13(canonPrev, canonPrev2, 0xffffffffff, 13) {
 		if !p.canonHashValue(&e.PrevHash, true) {
 			return false
