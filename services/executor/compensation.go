@@ -80,6 +80,12 @@ func (w *workspace) undoOne(a UndoAction) error {
 	if e != nil || name == "." {
 		return fmt.Errorf("%w: bad path %q", ErrUndoConflict, a.Path)
 	}
+	// The paths are checked again as the fs tools check them: a directory
+	// on the path may have become a link since the step (to .git, say),
+	// and the undo would act where it leads, which no policy judged.
+	if err := w.undoable(a.Path, name); err != nil {
+		return err
+	}
 	root := w.root
 	switch a.Op {
 	case UndoRemove:
@@ -121,6 +127,12 @@ func (w *workspace) undoOne(a UndoAction) error {
 		if e != nil || from == "." {
 			return fmt.Errorf("%w: bad path %q", ErrUndoConflict, a.From)
 		}
+		if err := w.undoable(a.From, from); err != nil {
+			return err
+		}
+		if e := w.treeProtected(a.From, from); e != nil {
+			return fmt.Errorf("%w: %s", ErrUndoConflict, e.GetMessage())
+		}
 		if _, err := root.Lstat(name); !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("%w: %s exists", ErrUndoConflict, a.Path)
 		}
@@ -136,6 +148,19 @@ func (w *workspace) undoOne(a UndoAction) error {
 		return root.Rename(from, name)
 	}
 	return fmt.Errorf("%w: unknown operation %q", ErrUndoConflict, a.Op)
+}
+
+// undoable refuses an undo action on the workspace path name (p as the
+// compensation names it) that the fs tools would refuse: a protected path,
+// itself or where the links on it lead, or a path through a link.
+func (w *workspace) undoable(p, name string) error {
+	if e := w.checkProtected(p, name); e != nil {
+		return fmt.Errorf("%w: %s", ErrUndoConflict, e.GetMessage())
+	}
+	if e := w.direct(p, name, false); e != nil {
+		return fmt.Errorf("%w: %s", ErrUndoConflict, e.GetMessage())
+	}
+	return nil
 }
 
 // restore creates e at name (replacing a file there atomically).
