@@ -73,7 +73,8 @@ type StreamHeader struct {
 type StreamEvent struct {
 	Event
 	// Computed is the hash of the event's content (ComputeHash), when
-	// StreamOptions.Hash asked for it; HashErr says why it could not be.
+	// StreamOptions.Hash asked for it and the event carries a hash;
+	// HashErr says why it could not be.
 	Computed string
 	HashErr  error
 	// Time is the parsed timestamp (ParseTime), TimeOK whether it parsed;
@@ -293,7 +294,9 @@ func (b *streamBatch) decode(p *fastParser, hash bool, line func([]byte, *Event)
 		if p.fields {
 			e.setTime(se.Time, se.TimeOK)
 		}
-		if hash {
+		if hash && e.Hash != "" {
+			// Only an event that carries a hash has it checked (an
+			// unsealed one's would be computed the full way, for nothing).
 			// On a copy: hashing the full way makes the data's map (DataMap),
 			// which a streamed event does not carry.
 			c := *e

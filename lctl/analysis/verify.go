@@ -114,6 +114,9 @@ func sortProblems(ps []lctl.Problem) {
 	}
 }
 
+// noHashMessage is the problem of a chain of which no event has a hash.
+const noHashMessage = "no event carries a hash: the chain was written without a hash chain, so edits cannot be detected"
+
 // verifyHashes checks every hash and link, naming the event that was
 // edited, removed, reordered or re-sealed.
 func verifyHashes(events []lctl.Event) ([]lctl.Problem, string) {
@@ -129,8 +132,7 @@ func verifyHashes(events []lctl.Event) ([]lctl.Problem, string) {
 	}
 	if hashed == 0 {
 		e := &events[0]
-		return []lctl.Problem{{Seq: e.Seq, Position: 1, Kind: lctl.ProblemNoHash,
-			Message: "no event carries a hash: the chain was written without a hash chain, so edits cannot be detected"}}, ""
+		return []lctl.Problem{{Seq: e.Seq, Position: 1, Kind: lctl.ProblemNoHash, Message: noHashMessage}}, ""
 	}
 	// Where each stored hash is, to tell a reordered link from a removed one.
 	at := make(map[string]int, len(events))

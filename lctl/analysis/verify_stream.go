@@ -15,6 +15,14 @@ import (
 // caller verifies the whole chain with Verify, whose report on a broken
 // chain needs all of it (where a reordered event went, which event was
 // re-sealed).
+//
+// A chain without hashes (what other implementations write) streams too:
+// its report is the full one's, one problem for the whole chain. So does a
+// chain of which only some events carry a hash: each that does not is a
+// problem. When events without a hash come before the first that has one,
+// Add stops with NeedsNoHash set, and the caller verifies again from the
+// first event with KeepNoHash (the first pass cannot know that it must
+// keep a problem for each).
 type StreamVerifier struct {
 	chainID           string
 	n                 int
@@ -32,7 +40,19 @@ type StreamVerifier struct {
 	// whole state; Add then stops with NeedsState set.
 	summary    bool
 	NeedsState bool
+	// hashed and unhashed count the events with and without a hash;
+	// noHash are the problems of those without (kept once an event with
+	// a hash was seen, or from the start with keepNoHash).
+	hashed, unhashed int
+	noHash           []lctl.Problem
+	keepNoHash       bool
+	NeedsNoHash      bool
 }
+
+// KeepNoHash makes v keep a problem for each event without a hash from
+// the first event: for a verification again after Add stopped with
+// NeedsNoHash. Call it before the first Add.
+func (v *StreamVerifier) KeepNoHash() { v.keepNoHash = true }
 
 // NewStreamVerifier returns a verifier before the first event.
 func NewStreamVerifier(chainID string) *StreamVerifier {
@@ -60,11 +80,27 @@ func NewStreamVerifierSummary(chainID string) *StreamVerifier {
 // chain: use Verify.
 func (v *StreamVerifier) Add(e *lctl.Event, computed string, hashErr error) bool {
 	pos := v.n + 1
-	if e.Hash == "" || hashErr != nil || computed != e.Hash {
-		return false
-	}
-	if v.n == 0 && e.PrevHash != "" || v.n > 0 && e.PrevHash != v.prevHash {
-		return false
+	if e.Hash == "" {
+		// Not linked: its prev_hash is not looked at, nor the next
+		// event's link to it (as Verify does).
+		if v.hashed > 0 || v.keepNoHash {
+			v.noHash = append(v.noHash, lctl.Problem{Seq: e.Seq, Position: pos, Kind: lctl.ProblemNoHash,
+				Message: lctl.Describe(e) + " has no hash"})
+		}
+		v.unhashed++
+	} else {
+		if hashErr != nil || computed != e.Hash {
+			return false
+		}
+		if v.hashed == 0 && v.unhashed > 0 && !v.keepNoHash {
+			// The events before were each a problem after all.
+			v.NeedsNoHash = true
+			return false
+		}
+		if v.n == 0 && e.PrevHash != "" || v.n > 0 && v.prevHash != "" && e.PrevHash != v.prevHash {
+			return false
+		}
+		v.hashed++
 	}
 	v.prevHash = e.Hash
 	if v.n == 0 {
@@ -120,10 +156,16 @@ func (v *StreamVerifier) Report() *VerifyReport {
 	}
 	r.add("timestamps", timeSummary, []lctl.Problem{})
 	hashSummary := "no events"
-	if v.n > 0 {
+	var hashProblems []lctl.Problem
+	switch {
+	case v.n > 0 && v.hashed == 0:
+		hashSummary = ""
+		hashProblems = []lctl.Problem{{Seq: v.firstSeq, Position: 1, Kind: lctl.ProblemNoHash, Message: noHashMessage}}
+	case v.n > 0:
 		hashSummary = fmt.Sprintf("%d events linked, every hash matches its event", v.n)
+		hashProblems = v.noHash
 	}
-	r.add("hash_chain", hashSummary, nil)
+	r.add("hash_chain", hashSummary, hashProblems)
 	var cpSummary string
 	switch {
 	case v.total == 0:

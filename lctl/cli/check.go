@@ -35,14 +35,20 @@ func runVerify(ctx context.Context, c *cmdContext) error {
 		return err
 	}
 	// First without the state's steps; a chain with state hashes in its
-	// checkpoints is read again with them from its first event.
+	// checkpoints is read again with them from its first event, and one
+	// with events without a hash before the first with one is read again
+	// keeping a problem for each.
 	var sd *streamed
-	for _, summary := range []bool{true, false} {
+	summary, keepNoHash := true, false
+	for range 3 {
 		sd, _ = c.streamChain(o, true, nil, func(id string) {
 			if summary {
 				v = analysis.NewStreamVerifierSummary(id)
 			} else {
 				v = analysis.NewStreamVerifier(id)
+			}
+			if keepNoHash {
+				v.KeepNoHash()
 			}
 			if trusted != nil {
 				sv = checkpoint.NewStreamVerifier(id, trusted, keys.options())
@@ -57,7 +63,14 @@ func runVerify(ctx context.Context, c *cmdContext) error {
 			}
 			return nil
 		})
-		if sd != nil || v == nil || !v.NeedsState {
+		if sd != nil || v == nil {
+			break
+		}
+		if v.NeedsState && summary {
+			summary = false
+		} else if v.NeedsNoHash && !keepNoHash {
+			keepNoHash = true
+		} else {
 			break
 		}
 	}

@@ -371,6 +371,7 @@ func (c *cmdContext) warn(format string, args ...any) {
 
 // readFile reads a named file or stdin ("-").
 func (c *cmdContext) readFile(path string) ([]byte, error) {
+	fullReads.Add(1)
 	r := c.env.Stdin
 	if path != "-" {
 		f, err := os.Open(path)

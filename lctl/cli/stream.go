@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/xct-dev/xct/lctl"
@@ -55,6 +56,7 @@ func (c *cmdContext) streamChain(o operand, hash bool, line func([]byte, *lctl.E
 		return nil, errNoStream // the full read reports it
 	}
 	defer func() { _ = f.Close() }()
+	streamReads.Add(1)
 	if c.env.TuneGC && os.Getenv("GOGC") == "" && os.Getenv("GOMEMLIMIT") == "" {
 		defer tuneGC()()
 	}
@@ -92,6 +94,10 @@ func (c *cmdContext) streamChain(o operand, hash bool, line func([]byte, *lctl.E
 	}
 	return st, nil
 }
+
+// streamReads and fullReads count the files read as a stream and in full
+// (readFile): the tests' way to tell which read a command took.
+var streamReads, fullReads atomic.Int64
 
 // streamMemory is the memory a streamed command lets the heap grow to
 // before it collects: what it keeps (the state, the aggregates) is a

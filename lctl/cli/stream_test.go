@@ -69,6 +69,8 @@ func TestStreamedCommandsMatchFullRead(t *testing.T) {
 			return es
 		}),
 		writeChain(t, dir, "unsealed.lctl.json", 500, lctltest.WorkflowOptions{}, nil),
+		writeChain(t, dir, "sealed-then-not.lctl.json", 600, opts, unsealFrom(400)),
+		writeChain(t, dir, "not-then-sealed.lctl.json", 600, lctltest.WorkflowOptions{StateHashes: true, CheckpointEvery: 150}, sealFrom(250)),
 		writeChain(t, dir, "bad-checkpoint.lctl.json", 500, opts, func(es []lctl.Event) []lctl.Event {
 			for i := range es {
 				if es[i].Type == lctl.TypeCheckpoint {
@@ -129,6 +131,79 @@ func TestStreamedCommandsMatchFullRead(t *testing.T) {
 			if code != fcode || stdout != fstdout || stderr != fstderr {
 				t.Errorf("lctl %s: the stream and the full read differ:\nstream: exit %d\n%s\n%s\nfull: exit %d\n%s\n%s",
 					strings.Join(args, " "), code, clipOut(stdout), stderr, fcode, clipOut(fstdout), fstderr)
+			}
+		}
+	}
+}
+
+// unsealFrom takes the hashes off the events from the k-th on.
+func unsealFrom(k int) func([]lctl.Event) []lctl.Event {
+	return func(es []lctl.Event) []lctl.Event {
+		for i := k; i < len(es); i++ {
+			es[i].Hash, es[i].PrevHash = "", ""
+		}
+		return es
+	}
+}
+
+// sealFrom links the events from the k-th on with hashes (the first of
+// them links to nothing).
+func sealFrom(k int) func([]lctl.Event) []lctl.Event {
+	return func(es []lctl.Event) []lctl.Event {
+		prev := ""
+		for i := k; i < len(es); i++ {
+			_ = es[i].Seal(prev)
+			prev = es[i].Hash
+		}
+		return es
+	}
+}
+
+// verify streams a chain without hashes, or with hashes on some of its
+// events only (what other implementations write, and a chain extended by
+// one): never the full read, with its report and exit code, in one pass,
+// or two when events without a hash come before the first with one (the
+// first pass cannot know it must keep a problem for each). A chain that
+// is broken where it has hashes is still read in full.
+func TestVerifyStreamsChainsWithoutHashes(t *testing.T) {
+	dir := t.TempDir()
+	opts := lctltest.WorkflowOptions{StateHashes: true, CheckpointEvery: 150}
+	sealed := opts
+	sealed.Seal = true
+	for _, c := range []struct {
+		path         string
+		passes, full int64
+		problems     string
+	}{
+		{writeChain(t, dir, "unsealed.lctl.json", 700, lctltest.WorkflowOptions{}, nil), 1, 0, "FAILED: no event carries a hash"},
+		{writeChain(t, dir, "unsealed-state.lctl.json", 700, opts, nil), 2, 0, "FAILED: no event carries a hash"},
+		{writeChain(t, dir, "tail.lctl.json", 700, sealed, unsealFrom(650)), 2, 0, "50 problems"},
+		{writeChain(t, dir, "head.lctl.json", 700, lctltest.WorkflowOptions{}, sealFrom(30)), 2, 0, "30 problems"},
+		{writeChain(t, dir, "head-state.lctl.json", 700, opts, sealFrom(30)), 3, 0, "30 problems"},
+		{writeChain(t, dir, "middle.lctl.json", 700, lctltest.WorkflowOptions{Seal: true}, unsealFrom(300)), 1, 0, "400 problems"},
+		{writeChain(t, dir, "head-broken.lctl.json", 700, lctltest.WorkflowOptions{}, func(es []lctl.Event) []lctl.Event {
+			es = sealFrom(30)(es)
+			es[500].Data["text"] = "edited"
+			return es
+		}), 2, 1, "31 problems"},
+	} {
+		for _, args := range [][]string{{"verify", c.path}, {"verify", "--json", c.path}} {
+			s0, f0 := cli.Reads()
+			code, stdout, stderr := run(t, nil, args...)
+			s1, f1 := cli.Reads()
+			fcode, fstdout, fstderr := run(t, map[string]string{"LCTL_NO_STREAM": "1"}, args...)
+			if code != fcode || stdout != fstdout || stderr != fstderr {
+				t.Errorf("lctl %s: the stream and the full read differ:\nstream: exit %d\n%s\n%s\nfull: exit %d\n%s\n%s",
+					strings.Join(args, " "), code, clipOut(stdout), stderr, fcode, clipOut(fstdout), fstderr)
+			}
+			if s1-s0 != c.passes || f1-f0 != c.full {
+				t.Errorf("lctl %s: %d streamed and %d full reads, want %d and %d", strings.Join(args, " "), s1-s0, f1-f0, c.passes, c.full)
+			}
+			if code != 1 {
+				t.Errorf("lctl %s: exit %d, want 1 (a chain without hashes cannot be verified)", strings.Join(args, " "), code)
+			}
+			if len(args) == 2 && !strings.Contains(stdout, c.problems) {
+				t.Errorf("lctl %s: no %q in\n%s", strings.Join(args, " "), c.problems, clipOut(stdout))
 			}
 		}
 	}
