@@ -39,7 +39,12 @@ func (t *fsWrite) Preview(_ context.Context, args map[string]any) (*xctv1.Previe
 	}
 	// A file with other names may be outside the workspace (fs.read
 	// refuses it): the preview, which goes on the chain, does not show it.
+	// Nor one behind a symbolic link: fs.read refuses the link (the policy
+	// judges where it leads) and fs.write will not write through it.
 	if fi, err := t.ws.root.Lstat(name); err == nil {
+		if fi.Mode()&fs.ModeSymlink != 0 {
+			return &xctv1.Preview{Kind: "text", Content: fmt.Sprintf("%s is a symbolic link, so what it leads to is not shown: fs.write refuses to write through a link, and this step will fail", name)}, nil
+		}
 		if st, ok := fi.Sys().(*syscall.Stat_t); ok && fi.Mode().IsRegular() && st.Nlink > 1 {
 			return &xctv1.Preview{Kind: "text", Content: fmt.Sprintf("the current file has %d hard links, so its content is not shown: it would be replaced by %s", st.Nlink, p)}, nil
 		}

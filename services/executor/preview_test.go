@@ -32,6 +32,12 @@ func TestFSWritePreview(t *testing.T) {
 	if err := os.Link(outside, filepath.Join(dir, "hl.txt")); err != nil {
 		t.Fatal(err)
 	}
+	// Links to both: the preview shows neither file through them.
+	for link, to := range map[string]string{"la.txt": "a.txt", "lhl.txt": "hl.txt"} {
+		if err := os.Symlink(to, filepath.Join(dir, link)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	w := &fsWrite{ws: ws, maxBytes: 1 << 20}
 	tests := []struct {
 		name, path, content string
@@ -44,6 +50,8 @@ func TestFSWritePreview(t *testing.T) {
 		{"binary", "bin", "text\n", "text", "binary", ""},
 		{"escape", "../outside.txt", "x", "", "", "PERMISSION_DENIED"},
 		{"hard link", "hl.txt", "x", "text", "2 hard links", ""},
+		{"symbolic link", "la.txt", "x", "text", "la.txt is a symbolic link", ""},
+		{"symbolic link to a hard link", "lhl.txt", "x", "text", "lhl.txt is a symbolic link", ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -54,7 +62,8 @@ func TestFSWritePreview(t *testing.T) {
 				}
 				return
 			}
-			if e != nil || p.GetKind() != tc.kind || !strings.Contains(p.GetContent(), tc.want) || strings.Contains(p.GetContent(), "outside secret") {
+			if e != nil || p.GetKind() != tc.kind || !strings.Contains(p.GetContent(), tc.want) || strings.Contains(p.GetContent(), "outside secret") ||
+				strings.Contains(p.GetContent(), "two") && tc.name != "change" && tc.name != "same content" {
 				t.Fatalf("preview %v %q (error %v), want %s containing %q", p.GetKind(), p.GetContent(), e, tc.kind, tc.want)
 			}
 		})

@@ -87,3 +87,98 @@ func TestAttackRollbackThroughALinkMadeAfterTheStep(t *testing.T) {
 		})
 	}
 }
+
+// An approver's preview showed a file no read of which was allowed: the
+// fs.write preview, which goes into the approval and on the chain (read
+// by every reader), read the file through a symbolic link at the path
+// written, where fs.read refuses a link (naming where it leads, for the
+// policy to judge) and fs.write refuses to write through one. Under a
+// policy that keeps keys secret and asks a human for writes, the model's
+// fs.write of notes.txt (a link to deploy.key) put the key in the
+// approval; under the shipped config-approval.yaml, a link under config/
+// to a file with another name outside the workspace (a hard link made on
+// the host: fs.read and the preview refuse those by their link count)
+// put that outside file there. The preview now refuses a link as
+// fs.write does and shows no content through it.
+func TestAttackPreviewReadsThroughALink(t *testing.T) {
+	const secretPolicy = `rules:
+  - {id: allow-read, effect: allow, effects: [read]}
+  - id: no-secrets
+    effect: deny
+    tools: ["fs.*"]
+    when: 'has(args.path) && args.path.lowerAscii().matches("\\.key$")'
+  - {id: writes-need-a-human, effect: require_approval, effects: [reversible, irreversible]}
+`
+	for _, tc := range []struct {
+		name, policy, link, to, secret string
+		outside                        bool
+	}{
+		{"a key no policy lets it read", secretPolicy, "notes.txt", "deploy.key", "KEY-MATERIAL-7f3a91", false},
+		{"a file outside the workspace", shippedPolicy(t, "config-approval.yaml"), "config/app.yaml", "../hl.txt", "OUTSIDE-SECRET-5c2e08", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := startBindCluster(t, withTools(t, "", tc.policy))
+			secret := filepath.Join(c.workspace, "deploy.key")
+			if tc.outside {
+				secret = filepath.Join(filepath.Dir(c.workspace), "outside.txt")
+			}
+			if err := os.WriteFile(secret, []byte(tc.secret+"\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if tc.outside {
+				if err := os.Link(secret, filepath.Join(c.workspace, "hl.txt")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			link := filepath.Join(c.workspace, tc.link)
+			if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(tc.to, link); err != nil {
+				t.Fatal(err)
+			}
+			c.writeScript(t, "a.yaml", script(
+				step("fs.read", fmt.Sprintf(`{path: %s}`, tc.link)),
+				step("fs.write", fmt.Sprintf(`{path: %s, content: "x\n"}`, tc.link)),
+			))
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			resp, err := c.orchestratorAs(t, "alice").StartRun(ctx, &xctv1.StartRunRequest{Goal: "g", Model: "scripted:a.yaml"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			id := resp.GetRun().GetRunId()
+			defer func() {
+				_, _ = c.orchestratorAs(t, "alice").CancelRun(context.Background(), &xctv1.CancelRunRequest{RunId: id, Reason: "done testing"})
+			}()
+			a := waitApproval(t, c, "bob", id)
+			if pv := a.GetPreview().GetContent(); strings.Contains(pv, tc.secret) || !strings.Contains(pv, "symbolic link") {
+				t.Errorf("the approver's preview: %q", pv)
+			}
+			// The chain, which every reader reads, holds it nowhere.
+			run, err := c.orchestratorAs(t, "dave").GetRun(ctx, &xctv1.GetRunRequest{RunId: id})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if e := run.GetRun().GetSteps()[0].GetResponse().GetError(); e.GetCode() != "INVALID_ARGUMENT" && e.GetCode() != "PERMISSION_DENIED" {
+				t.Errorf("fs.read through the link: %v", run.GetRun().GetSteps()[0].GetResponse())
+			}
+			stream, err := c.orchestratorAs(t, "dave").WatchRun(ctx, &xctv1.WatchRunRequest{RunId: id})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for {
+				ev, err := stream.Recv()
+				if err != nil {
+					t.Fatalf("watch: %v", err)
+				}
+				if strings.Contains(ev.String(), tc.secret) {
+					t.Fatalf("the chain holds the secret: %s event %d", ev.GetEvent().GetType(), ev.GetEvent().GetSeq())
+				}
+				if strings.Contains(ev.GetEvent().GetType(), "approval_requested") {
+					break
+				}
+			}
+		})
+	}
+}
