@@ -115,6 +115,13 @@ func lintRules(rules []rule) []Finding {
 					Msg: "its condition is always true; leave `when` out"})
 			}
 		}
+		if r.action == actionAllow && r.when != nil {
+			if words := submitterWords(r.when); len(words) > 0 {
+				out = append(out, Finding{File: r.file, Line: r.line, RuleID: r.id, Severity: SeverityWarning,
+					Msg: fmt.Sprintf("allows on what the run's submitter writes (%s): a submitter can write whatever this rule allows on; "+
+						"use it to ask for more (require_approval, deny), never to allow", strings.Join(words, ", "))})
+			}
+		}
 		for i := range rules {
 			d := &rules[i]
 			if i == j || (d.when != nil && d.when.constant == -1) || !covers(d, r) {
@@ -133,6 +140,27 @@ func lintRules(rules []rule) []Finding {
 			}
 		}
 	}
+	return out
+}
+
+// submitterVars are the variables whose values the run's submitter writes
+// and nothing checks: its labels and run id (StartRun), its goal, and the
+// crew file's names (the crew is the submitter's file). Roles and the
+// principal are authenticated; the arguments are what the verdict binds.
+var submitterVars = []string{varRunLabels, varRunID, varGoal, varCrewName, varCrewAgent, varCrewAgentType}
+
+// submitterWords lists the submitterVars a condition reads, sorted.
+func submitterWords(c *condition) []string {
+	if c.ast == nil {
+		return nil
+	}
+	var out []string
+	for _, ref := range c.ast.NativeRep().ReferenceMap() {
+		if ref != nil && slices.Contains(submitterVars, ref.Name) && !slices.Contains(out, ref.Name) {
+			out = append(out, ref.Name)
+		}
+	}
+	slices.Sort(out)
 	return out
 }
 

@@ -64,6 +64,22 @@ rules:
     effect: deny
     tools: ["shell.exec"]
     when: 'run.step > 3'
+  - id: allow-on-a-label
+    effect: allow
+    effects: [reversible]
+    when: '!has(run.labels.env) || run.labels.env != "prod"'
+  - id: allow-on-the-crew
+    effect: allow
+    tools: ["fs.read"]
+    when: 'crew.agent == "fixer" && crew.name == "release" && goal != ""'
+  - id: ask-on-a-label
+    effect: require_approval
+    effects: [reversible]
+    when: 'has(run.labels.env) && run.labels.env == "prod"'
+  - id: allow-on-the-roles
+    effect: allow
+    effects: [reversible]
+    when: '"operator" in run.roles && run.principal != "" && args.path != "x"'
 `
 	path := writeFile(t, "policy.yaml", policy)
 	findings, err := validator.LintFiles(catalog.Static(testTools()...), path)
@@ -82,6 +98,10 @@ rules:
 		`:42: error: rule "typo-in-condition": the condition compares tool with "shell.exe", which is not in the catalog; did you mean "shell.exec"?`,
 		`:45: warning: rule "approve-irreversible": never decides: rule "no-shell"`,
 		`:49: warning: rule "deny-shell-when": adds nothing: rule "no-shell"`,
+		// What the submitter writes (labels, the crew file's names, the
+		// goal) may ask for more, never allow: roles and arguments may.
+		`:53: warning: rule "allow-on-a-label": allows on what the run's submitter writes (run.labels): a submitter can write whatever this rule allows on`,
+		`:57: warning: rule "allow-on-the-crew": allows on what the run's submitter writes (crew.agent, crew.name, goal)`,
 		`:4: error: rule "no-deletes": tools pattern "fs.delete" matches no tool in the catalog; did you mean "fs.read" or "fs.write"?`,
 		`:2: error: rate limit tool pattern "http.*" matches no tool in the catalog`,
 	}
