@@ -9,10 +9,12 @@
 // last one and a snapshot of the state every Config.SnapshotEvery events, so
 // ReplayChain to any seq applies at most that many events.
 //
-// Events come from a durable JetStream pull consumer ("tracer") with
-// explicit acks on each of the two streams (LCTL, the runs' chains, and
-// LCTL_OTEL, the chains made from OpenTelemetry traces: internal/eventlog),
-// whose messages are handled together. The streams are where events are
+// Events come from a durable JetStream pull consumer ("tracer") on each of
+// the two streams (LCTL, the runs' chains, and LCTL_OTEL, the chains made
+// from OpenTelemetry traces: internal/eventlog), whose messages are handled
+// together. The consumers acknowledge cumulatively (AckAllPolicy): after a
+// batch, one ack per stream covers every message through the highest one
+// below which all are done (acker). The streams are where events are
 // durable; the tracer's files
 // are a view of it. A batch's events are appended to
 // <DataDir>/chains/<chain_id>.jsonl (one write per chain, no sync) before
@@ -98,6 +100,7 @@ type Service struct {
 	// from the stream before consuming.
 	damaged  []string
 	decoded  []decodedMsg        // reused between batches
+	dones    []doneMsg           // reused between batches
 	validIDs map[string]struct{} // chain ids that passed lctl.ValidateChainID
 	http     *httpServer         // nil when Config.HTTPListen is empty
 	// otlp ingests OpenTelemetry traces (otlp_ingest.go).
@@ -254,6 +257,8 @@ type feed struct {
 	progress *progress
 	// pos is what the recorded position refers to.
 	pos streamPosition
+	// acks acknowledges the messages done (consume resets it).
+	acks acker
 }
 
 // newFeeds returns the streams the tracer consumes. LCTL's position is in
@@ -309,7 +314,7 @@ func consumerConfig(f *feed, start uint64) jetstream.ConsumerConfig {
 		Description:   "XCT tracer: materializes LCTL chains",
 		FilterSubject: f.filter,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
-		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckPolicy:     jetstream.AckAllPolicy,
 		AckWait:       ackWait,
 		MaxAckPending: maxAckPending,
 	}
@@ -321,7 +326,10 @@ func consumerConfig(f *feed, start uint64) jetstream.ConsumerConfig {
 
 // positionConsumer sets f's durable consumer up to deliver its stream from
 // seq start: it is made anew, because what it acknowledged before may not
-// have reached the disk (a consumer's start cannot be moved).
+// have reached the disk (a consumer's start cannot be moved). Made anew, it
+// also has the ack policy of consumerConfig whatever the one before had
+// (a consumer's ack policy cannot be changed; tracers before session 9
+// made theirs with explicit acks).
 func positionConsumer(ctx context.Context, js jetstream.JetStream, f *feed, start uint64) (jetstream.Consumer, error) {
 	if err := js.DeleteConsumer(ctx, f.stream, ConsumerName); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return nil, fmt.Errorf("reset consumer %s of %s: %w", ConsumerName, f.stream, err)
@@ -334,16 +342,21 @@ func positionConsumer(ctx context.Context, js jetstream.JetStream, f *feed, star
 }
 
 // resumeConsumer returns f's durable consumer after consuming failed: the
-// same one if it still exists (what it acknowledged is in the files, which
-// this process wrote), else a new one delivering from after the last
-// message done.
+// same one if it still exists with the tracer's ack policy (what it
+// acknowledged is in the files, which this process wrote), else a new one
+// delivering from after the last message done.
 func (s *Service) resumeConsumer(ctx context.Context, f *feed) (jetstream.Consumer, error) {
 	js := s.events.JetStream()
 	cons, err := js.Consumer(ctx, f.stream, ConsumerName)
-	if err == nil {
+	switch {
+	case err == nil && cons.CachedInfo().Config.AckPolicy == jetstream.AckAllPolicy:
 		return cons, nil
-	}
-	if !errors.Is(err, jetstream.ErrConsumerNotFound) {
+	case err == nil:
+		// Not one this tracer made: its acks would not be understood.
+		if err := js.DeleteConsumer(ctx, f.stream, ConsumerName); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return nil, fmt.Errorf("reset consumer %s of %s: %w", ConsumerName, f.stream, err)
+		}
+	case !errors.Is(err, jetstream.ErrConsumerNotFound):
 		return nil, fmt.Errorf("consumer %s of %s: %w", ConsumerName, f.stream, err)
 	}
 	cons, err = js.CreateConsumer(ctx, f.stream, consumerConfig(f, f.progress.floor()+1))
@@ -449,6 +462,12 @@ func (s *Service) repairDamaged(ctx context.Context) {
 // acked; the files are synced every Config.SyncInterval. When one feed's
 // messages cannot be read, every feed stops and consume returns its error.
 func (s *Service) consume(ctx context.Context) error {
+	for _, f := range s.feeds {
+		// Messages of an earlier consume that were done but not
+		// acknowledged are delivered again (after the ack wait) and
+		// acknowledged then.
+		f.acks = acker{}
+	}
 	iters := make([]jetstream.MessagesContext, 0, len(s.feeds))
 	stopAll := func() {
 		for _, it := range iters {
@@ -564,7 +583,8 @@ const (
 // in-memory chains (so readers never see an event that is not in the
 // files), acknowledged, and waiters woken. A chain whose events could not
 // be written has them (and its later events in the batch) redelivered, so
-// each chain stays in order.
+// each chain stays in order; no acknowledgement covers them until they are
+// stored (acker).
 func (s *Service) handleBatch(ctx context.Context, batch []jetstream.Msg) {
 	files := s.files
 	files.begin()
@@ -584,34 +604,120 @@ func (s *Service) handleBatch(ctx context.Context, batch []jetstream.Msg) {
 	}
 	s.store.addBatch(files.pending, failed)
 	s.store.evict()
+	s.dones = s.dones[:0]
 	for i, m := range batch {
 		v := verdicts[i]
 		if v == ack && failed[chains[i]] {
 			v = retry
 		}
-		var err error
-		switch v {
-		case ack:
-			err = m.Ack()
-		case retry:
-			err = m.NakWithDelay(retryDelay)
-		case term:
-			err = m.Term()
-		}
+		stream, seq, err := streamSeq(m)
 		if err != nil {
-			s.log.Warn("acknowledge event", "subject", m.Subject(), "err", err)
+			// Not a message of a JetStream consumer: nothing to track.
+			s.log.Error("a message without its stream position", "subject", m.Subject(), "err", err)
+			continue
 		}
-		if meta, merr := m.Metadata(); merr == nil {
-			if f := s.feedOf(meta.Stream); f == nil {
-				s.log.Error("a message of a stream the tracer does not consume", "stream", meta.Stream)
-			} else if v == retry {
-				f.progress.notDone(meta.Sequence.Stream)
-			} else {
-				f.progress.done(meta.Sequence.Stream)
+		f := s.feedOf(stream)
+		if f == nil {
+			s.log.Error("a message of a stream the tracer does not consume", "stream", stream)
+			continue
+		}
+		if v == retry {
+			// (A nak, unlike a term, acknowledges nothing else.)
+			if err := m.NakWithDelay(retryDelay); err != nil {
+				s.log.Warn("hand an event back for redelivery", "subject", m.Subject(), "err", err)
 			}
+			f.progress.notDone(seq)
+			continue
+		}
+		// Done: stored, or never storable (term). Its acknowledgement
+		// is the cumulative one below, which a term would be too.
+		f.progress.done(seq)
+		f.acks.done(m, seq)
+		s.dones = append(s.dones, doneMsg{m, f, seq})
+	}
+	for _, f := range s.feeds {
+		if err := f.acks.ack(f.progress.floor(), s.dones, f); err != nil {
+			s.log.Warn("acknowledge events", "stream", f.stream, "err", err)
 		}
 	}
+	clear(s.dones) // drop the messages' references
 	s.store.broadcast()
+}
+
+// doneMsg is a message of the batch that is done, with its feed and
+// stream seq.
+type doneMsg struct {
+	m   jetstream.Msg
+	f   *feed
+	seq uint64
+}
+
+// acker acknowledges one feed's messages cumulatively: with AckAllPolicy
+// the ack of a message acknowledges every message of the consumer at or
+// below its stream seq, including ones handed back for redelivery, so it is
+// sent only for a message at or below the feed's progress floor (every
+// message through it done). After each batch that is the highest done
+// message once the floor reaches it (one ack for the batch), else the
+// batch's highest done message at or below the floor: while a message
+// waits to be redelivered, the ones done after it wait with it
+// (unacknowledged, which JetStream counts against MaxAckPending; a
+// redelivery is served whatever the count).
+//
+// The server ignores an ack whose consumer delivery seq is not above the
+// last one it took: messages are handled in delivery order, so the highest
+// done message was delivered after every one acknowledged before it, or
+// is a redelivery (newer still). An ack that is lost, or ignored (a
+// redelivery of acknowledged messages, after a lost ack, acknowledged
+// while an event waited), leaves its messages pending: they are delivered
+// again after the ack wait, skipped as duplicates, and acknowledged.
+type acker struct {
+	last  jetstream.Msg // the highest done message, nil for none
+	seq   uint64        // its stream seq
+	acked bool          // last's ack was sent
+	// through is the stream seq of the last ack sent.
+	through uint64
+}
+
+// done records that m, at stream seq seq, is done.
+func (a *acker) done(m jetstream.Msg, seq uint64) {
+	if a.last == nil || seq >= a.seq {
+		// Equal: m is a redelivery of last (an ack lost), with a newer
+		// delivery seq.
+		a.last, a.seq, a.acked = m, seq, false
+	}
+}
+
+// ack sends the ack of the highest done message if floor reaches it, else
+// of the highest message of f done in the batch at or below floor.
+func (a *acker) ack(floor uint64, batch []doneMsg, f *feed) error {
+	if a.last == nil || a.acked {
+		return nil
+	}
+	if a.seq <= floor {
+		a.acked, a.through = true, a.seq
+		return a.last.Ack()
+	}
+	var below *doneMsg
+	for i := range batch {
+		if d := &batch[i]; d.f == f && d.seq <= floor && d.seq > a.through && (below == nil || d.seq > below.seq) {
+			below = d
+		}
+	}
+	if below == nil {
+		return nil
+	}
+	a.through = below.seq
+	return below.m.Ack()
+}
+
+// streamSeq returns the stream a consumer's message is from and its seq
+// there.
+func streamSeq(m jetstream.Msg) (string, uint64, error) {
+	meta, err := m.Metadata()
+	if err != nil {
+		return "", 0, err
+	}
+	return meta.Stream, meta.Sequence.Stream, nil
 }
 
 // handle stores one message's event in the batch, reading back from the

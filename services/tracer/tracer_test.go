@@ -638,7 +638,7 @@ func TestConsumerIsDurable(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := info.CachedInfo().Config
-	if cfg.Durable != "tracer" || cfg.AckPolicy != jetstream.AckExplicitPolicy || cfg.FilterSubject != "lctl.chain.*" {
+	if cfg.Durable != "tracer" || cfg.AckPolicy != jetstream.AckAllPolicy || cfg.FilterSubject != "lctl.chain.*" {
 		t.Errorf("consumer config = %+v", cfg)
 	}
 }
