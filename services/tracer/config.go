@@ -60,7 +60,7 @@ type Config struct {
 	// (OTLPAuthorizer builds one from an authenticator); an error wrapping
 	// auth.ErrUnauthenticated answers 401, any other 403. Set by the
 	// application; nil leaves ingestion open.
-	OTLPAuthorize func(r *http.Request) error
+	OTLPAuthorize func(r *http.Request) (string, error)
 	// ValidatorDial are the options ValidatorAddr is dialled with (the
 	// process's TLS; set by the application). They carry no token: the
 	// debugger forwards its caller's.

@@ -7,6 +7,8 @@ import (
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/xct-dev/xct/internal/auth"
 )
 
 // otlpGRPC is the OTLP TraceService (opentelemetry.proto.collector.trace.v1)
@@ -22,7 +24,11 @@ type otlpGRPC struct {
 // rejected spans, as OTLP allows. A failure to write is UNAVAILABLE, which
 // exporters retry.
 func (g *otlpGRPC) Export(ctx context.Context, req *coltracepb.ExportTraceServiceRequest) (*coltracepb.ExportTraceServiceResponse, error) {
-	res, err := g.in.export(ctx, req.GetResourceSpans())
+	var exporter string
+	if p, ok := auth.FromContext(ctx); ok {
+		exporter = p.Name
+	}
+	res, err := g.in.export(ctx, exporter, req.GetResourceSpans())
 	if err != nil {
 		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 			return nil, status.FromContextError(err).Err()

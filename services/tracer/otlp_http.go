@@ -38,8 +38,9 @@ func (s *Service) mountOTLP(mux *http.ServeMux) {
 type otlpHTTP struct {
 	in      *ingester
 	maxBody int64
-	// authorize, when set, is asked before the body is read (401/403).
-	authorize func(*http.Request) error
+	// authorize, when set, is asked before the body is read (401/403);
+	// it names the exporter.
+	authorize func(*http.Request) (string, error)
 }
 
 const (
@@ -58,8 +59,10 @@ func (h *otlpHTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("OTLP/HTTP: Content-Type must be %s or %s, got %q", ctProto, ctJSON, r.Header.Get("Content-Type")), http.StatusUnsupportedMediaType)
 		return
 	}
+	var exporter string
 	if h.authorize != nil {
-		if err := h.authorize(r); err != nil {
+		var err error
+		if exporter, err = h.authorize(r); err != nil {
 			code := http.StatusForbidden
 			if errors.Is(err, auth.ErrUnauthenticated) {
 				code = http.StatusUnauthorized
@@ -84,7 +87,7 @@ func (h *otlpHTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, ct, http.StatusBadRequest, err.Error())
 		return
 	}
-	res, err := h.in.export(r.Context(), req.GetResourceSpans())
+	res, err := h.in.export(r.Context(), exporter, req.GetResourceSpans())
 	if err != nil {
 		if errors.Is(err, context.Canceled) {
 			return

@@ -100,6 +100,9 @@ type ingester struct {
 type heldTrace struct {
 	trace *otlp.Trace
 	last  time.Time // when a span of it last arrived
+	// exporter is the principal who exported them ("" without
+	// authentication): the held spans of a trace are one exporter's.
+	exporter string
 }
 
 // otelChain is what the tracer knows of a chain it writes. mu serializes
@@ -116,6 +119,11 @@ type otelChain struct {
 	// (errForeignChain, eventlog.ErrLegacyChain), known without reading
 	// it again.
 	refused error
+	// exporter is the principal whose spans the chain holds, as its first
+	// event names it (otel.exporter); only that principal's spans are
+	// appended. A chain written before exporters were recorded names none
+	// and takes anyone's, as it did.
+	exporter string
 }
 
 func newIngester(cfg OTLPConfig, log *slog.Logger, events func() *eventlog.Log) *ingester {
@@ -153,15 +161,22 @@ var errIngestUnavailable = errors.New("cannot write to the event log")
 // it, and the trace's spans are refused, not retried.
 var errForeignChain = errors.New("its chain exists and was not written by the tracer")
 
-// refusedChain reports a chain the tracer never appends to: another
-// writer's, or an otel chain at its old subject.
+// errOtherExporter is a trace whose chain holds another principal's spans:
+// one submitter never appends to another's trace (its trace id is listed
+// to every reader). The spans are refused, not retried.
+var errOtherExporter = errors.New("its chain holds the spans of another exporter")
+
+// refusedChain reports spans the tracer never appends to their chain:
+// another writer's chain, an otel chain at its old subject, or another
+// exporter's trace.
 func refusedChain(err error) bool {
-	return errors.Is(err, errForeignChain) || errors.Is(err, eventlog.ErrLegacyChain)
+	return errors.Is(err, errForeignChain) || errors.Is(err, eventlog.ErrLegacyChain) || errors.Is(err, errOtherExporter)
 }
 
-// export takes one export's spans: traces whose root arrived (or all, when
-// nothing is held) are written before it returns.
-func (in *ingester) export(ctx context.Context, rss []*tracepb.ResourceSpans) (exportResult, error) {
+// export takes one export's spans, by exporter (the authenticated
+// principal; "" without authentication): traces whose root arrived (or
+// all, when nothing is held) are written before it returns.
+func (in *ingester) export(ctx context.Context, exporter string, rss []*tracepb.ResourceSpans) (exportResult, error) {
 	var res exportResult
 	if in.events() == nil {
 		return res, fmt.Errorf("%w: %w", errIngestUnavailable, ErrNotReady)
@@ -174,22 +189,23 @@ func (in *ingester) export(ctx context.Context, rss []*tracepb.ResourceSpans) (e
 	var now []string
 	in.mu.Lock()
 	for _, t := range traces {
-		h := in.held[t.ChainID]
+		key := heldKey(t.ChainID, exporter)
+		h := in.held[key]
 		if h == nil {
-			h = &heldTrace{trace: &otlp.Trace{TraceID: t.TraceID, ChainID: t.ChainID}}
-			in.held[t.ChainID] = h
+			h = &heldTrace{trace: &otlp.Trace{TraceID: t.TraceID, ChainID: t.ChainID}, exporter: exporter}
+			in.held[key] = h
 		}
 		h.trace.Spans = append(h.trace.Spans, t.Spans...)
 		h.last = time.Now()
 		in.total += len(t.Spans)
 		if in.hold < 0 || hasRoot(t) || len(h.trace.Spans) >= maxHeldSpans || in.total >= maxHeldTotal {
-			now = append(now, t.ChainID)
+			now = append(now, key)
 		}
 	}
 	in.mu.Unlock()
 	var errs []error
-	for _, id := range now {
-		ws, refused, err := in.flush(ctx, id)
+	for _, key := range now {
+		ws, refused, err := in.flush(ctx, key)
 		res.warnings = append(res.warnings, ws...)
 		res.rejected += int64(refused)
 		if err != nil {
@@ -208,26 +224,32 @@ func hasRoot(t *otlp.Trace) bool {
 	return false
 }
 
-// flush writes the held spans of a chain. On failure the spans stay held
-// (an exporter's retry sends them again; repeats are skipped by span id),
-// except for a foreign chain: its spans are dropped and counted in
-// refused, with a warning.
-func (in *ingester) flush(ctx context.Context, chainID string) (warnings []string, refused int, err error) {
+// heldKey is the key of a trace's spans held for one exporter: the chain
+// id, then the exporter. Each exporter's spans are held and written on
+// their own, so one cannot hold back or mix into another's.
+func heldKey(chainID, exporter string) string { return chainID + "\x00" + exporter }
+
+// flush writes the held spans of one exporter's trace (key: heldKey). On
+// failure the spans stay held (an exporter's retry sends them again;
+// repeats are skipped by span id), except for a chain they are never
+// appended to: they are dropped and counted in refused, with a warning.
+func (in *ingester) flush(ctx context.Context, key string) (warnings []string, refused int, err error) {
+	chainID, _, _ := strings.Cut(key, "\x00")
 	c := in.get(chainID)
 	defer in.put(chainID, c)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	in.mu.Lock()
-	h := in.held[chainID]
+	h := in.held[key]
 	if h != nil {
-		delete(in.held, chainID)
+		delete(in.held, key)
 		in.total -= len(h.trace.Spans)
 	}
 	in.mu.Unlock()
 	if h == nil {
 		return nil, 0, nil
 	}
-	warnings, err = in.write(ctx, c, h.trace)
+	warnings, err = in.write(ctx, c, h.trace, h.exporter)
 	if refusedChain(err) {
 		in.log.Warn("OTLP spans refused: the tracer does not append to their chain", "chain", chainID, "spans", len(h.trace.Spans), "why", err)
 		return append(warnings, fmt.Sprintf("%d spans of trace %x refused: chain %s: %v", len(h.trace.Spans), h.trace.TraceID, chainID, err)),
@@ -235,10 +257,10 @@ func (in *ingester) flush(ctx context.Context, chainID string) (warnings []strin
 	}
 	if err != nil {
 		in.mu.Lock()
-		if cur := in.held[chainID]; cur != nil {
+		if cur := in.held[key]; cur != nil {
 			cur.trace.Spans = append(h.trace.Spans, cur.trace.Spans...)
 		} else {
-			in.held[chainID] = h
+			in.held[key] = h
 		}
 		in.total += len(h.trace.Spans)
 		in.mu.Unlock()
@@ -246,9 +268,9 @@ func (in *ingester) flush(ctx context.Context, chainID string) (warnings []strin
 	return warnings, 0, err
 }
 
-// write converts a trace's spans and appends them to its chain; c.mu is
-// held.
-func (in *ingester) write(ctx context.Context, c *otelChain, t *otlp.Trace) ([]string, error) {
+// write converts a trace's spans, exported by exporter, and appends them to
+// its chain; c.mu is held.
+func (in *ingester) write(ctx context.Context, c *otelChain, t *otlp.Trace, exporter string) ([]string, error) {
 	log := in.events()
 	if log == nil {
 		return nil, fmt.Errorf("%w: %w", errIngestUnavailable, ErrNotReady)
@@ -264,6 +286,10 @@ func (in *ingester) write(ctx context.Context, c *otelChain, t *otlp.Trace) ([]s
 			return nil, fmt.Errorf("%w: %w", errIngestUnavailable, err)
 		}
 	}
+	first := c.w.Seq() == 0
+	if !first && c.exporter != "" && c.exporter != exporter {
+		return nil, errOtherExporter
+	}
 	r := otlp.ConvertTrace(t, otlp.Options{NotBefore: c.notBefore, PrevAgent: c.prevAgent, Agents: c.agents, Seen: c.seen})
 	warnings := make([]string, 0, len(r.Warnings))
 	for _, w := range r.Warnings {
@@ -272,7 +298,13 @@ func (in *ingester) write(ctx context.Context, c *otelChain, t *otlp.Trace) ([]s
 	if len(warnings) > 0 {
 		in.log.Warn("OTLP spans converted with warnings", "chain", t.ChainID, "warnings", len(warnings), "first", warnings[0])
 	}
-	for _, d := range r.Events {
+	if first && len(r.Events) > 0 && exporter != "" {
+		// The chain's first event names who exported it.
+		if ref, ok := r.Events[0].Data["otel"].(map[string]any); ok {
+			ref["exporter"] = exporter
+		}
+	}
+	for i, d := range r.Events {
 		if _, err := c.w.AppendAt(ctx, d.Time, d.Type, d.Agent, d.Data); err != nil {
 			// The writer refuses further appends; read the chain back
 			// next time.
@@ -280,6 +312,9 @@ func (in *ingester) write(ctx context.Context, c *otelChain, t *otlp.Trace) ([]s
 			return warnings, fmt.Errorf("%w: %w", errIngestUnavailable, err)
 		}
 		c.notBefore = d.Time
+		if i == 0 && first {
+			c.exporter = exporter
+		}
 	}
 	for _, id := range r.Spans {
 		c.seen[id] = true
@@ -298,7 +333,7 @@ func (in *ingester) load(ctx context.Context, log *eventlog.Log, c *otelChain, c
 	if err != nil {
 		return err
 	}
-	c.seen, c.agents, c.prevAgent, c.notBefore = map[string]bool{}, map[string]string{}, "", time.Time{}
+	c.seen, c.agents, c.prevAgent, c.notBefore, c.exporter = map[string]bool{}, map[string]string{}, "", time.Time{}, ""
 	if w.Seq() > 0 {
 		events, err := log.ReadChain(ctx, chainID)
 		if err != nil {
@@ -307,8 +342,12 @@ func (in *ingester) load(ctx context.Context, log *eventlog.Log, c *otelChain, c
 		// Every event the tracer writes carries its span's reference; a
 		// chain that starts otherwise is another writer's (a run's).
 		if len(events) > 0 {
-			if _, ok := events[0].Data["otel"]; !ok {
+			ref, ok := events[0].Data["otel"]
+			if !ok {
 				return errForeignChain
+			}
+			if m, ok := ref.(map[string]any); ok {
+				c.exporter, _ = m["exporter"].(string)
 			}
 		}
 		for i := range events {
@@ -364,8 +403,8 @@ func (in *ingester) put(chainID string, c *otelChain) {
 	}
 }
 
-// due returns the chains whose held spans waited long enough (all of them
-// when all is set).
+// due returns the keys (heldKey) of the held spans that waited long enough
+// (all of them when all is set).
 func (in *ingester) due(all bool) []string {
 	in.mu.Lock()
 	defer in.mu.Unlock()
@@ -391,9 +430,10 @@ func (in *ingester) run(ctx context.Context) {
 			return
 		case <-tick.C:
 		}
-		for _, id := range in.due(false) {
-			if _, _, err := in.flush(ctx, id); err != nil && ctx.Err() == nil {
-				in.log.Error("write held OTLP spans", "chain", id, "err", err)
+		for _, key := range in.due(false) {
+			if _, _, err := in.flush(ctx, key); err != nil && ctx.Err() == nil {
+				chain, exporter, _ := strings.Cut(key, "\x00")
+				in.log.Error("write held OTLP spans", "chain", chain, "exporter", exporter, "err", err)
 			}
 		}
 	}
@@ -401,9 +441,10 @@ func (in *ingester) run(ctx context.Context) {
 
 // drain writes every held trace (at shutdown).
 func (in *ingester) drain(ctx context.Context) {
-	for _, id := range in.due(true) {
-		if _, _, err := in.flush(ctx, id); err != nil {
-			in.log.Error("write held OTLP spans at shutdown; they are lost", "chain", id, "err", err)
+	for _, key := range in.due(true) {
+		if _, _, err := in.flush(ctx, key); err != nil {
+			chain, exporter, _ := strings.Cut(key, "\x00")
+			in.log.Error("write held OTLP spans at shutdown; they are lost", "chain", chain, "exporter", exporter, "err", err)
 		}
 	}
 }

@@ -53,6 +53,8 @@ type otlpTracer struct {
 	// token is a submitter's: it may export spans and read chains.
 	token   string
 	httpURL string
+	// creds are the principals' credentials (alice's is token).
+	creds *grpcxtest.Creds
 }
 
 func startOTLPTracer(t *testing.T, e *env, cfg tracer.OTLPConfig) *otlpTracer {
@@ -94,6 +96,7 @@ func startOTLPTracer(t *testing.T, e *env, cfg tracer.OTLPConfig) *otlpTracer {
 	return &otlpTracer{
 		svc: svc, client: lctlv1.NewTracerServiceClient(conn), otlp: coltracepb.NewTraceServiceClient(conn),
 		grpcAddr: srv.Addr(), token: creds.Token(t, "alice"), httpURL: "http://" + svc.HTTPAddr() + tracer.OTLPTracesPath,
+		creds: creds,
 	}
 }
 
@@ -477,6 +480,83 @@ func TestOTLPHTTPNeedsAToken(t *testing.T) {
 		}
 		return nil
 	})
+	// The chain's first event names its exporter, the token's principal.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*waitTimeout)
+	defer cancel()
+	list, err := r.client.ListChains(ctx, &lctlv1.ListChainsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, waitTimeout, func() error {
+		got, err := r.client.GetChain(ctx, &lctlv1.GetChainRequest{ChainId: list.GetChains()[0].GetChainId()})
+		if err != nil || len(got.GetEvents()) == 0 {
+			return fmt.Errorf("chain: %v", err)
+		}
+		if ref, _ := got.GetEvents()[0].GetData().AsMap()["otel"].(map[string]any); ref["exporter"] != "agent" {
+			return fmt.Errorf("the first event's otel reference: %v", ref)
+		}
+		return nil
+	})
+}
+
+// TestOTLPTraceIsItsExportersOwn: the chain of a trace takes the spans of
+// the principal who exported its first ones, and no other's: another
+// submitter knows the trace id (ListChains shows it) and must not add to
+// that trace. Spans are held per exporter, so the other's spans held for
+// the same trace neither mix into the first one's nor hold them back.
+func TestOTLPTraceIsItsExportersOwn(t *testing.T) {
+	e := newEnv(t)
+	tt := startOTLPTracer(t, e, tracer.OTLPConfig{Hold: time.Hour})
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	traceID := []byte{0x0e, 0x11, 0xd2, 0xc3, 0xb4, 0xa5, 0x96, 0x87, 0x78, 0x69, 0x5a, 0x4b, 0x3c, 0x2d, 0x1e, 0x0f}
+	id := "otel-" + hex.EncodeToString(traceID)
+	dev := coltracepb.NewTraceServiceClient(tt.creds.Dial(t, tt.grpcAddr, "dev"))
+	root := func(b byte) []byte { return []byte{b, b, b, b, b, b, b, b} }
+	export := func(c coltracepb.TraceServiceClient, span, parent []byte) *coltracepb.ExportTraceServiceResponse {
+		t.Helper()
+		now := uint64(time.Now().UnixNano())
+		resp, err := c.Export(ctx, &coltracepb.ExportTraceServiceRequest{ResourceSpans: []*tracepb.ResourceSpans{{ScopeSpans: []*tracepb.ScopeSpans{{Spans: []*tracepb.Span{{
+			TraceId: traceID, SpanId: span, ParentSpanId: parent, Name: "work", StartTimeUnixNano: now, EndTimeUnixNano: now + 1000,
+		}}}}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	// alice's child span and dev's are held, each for its exporter.
+	if r := export(tt.otlp, root(2), root(1)); r.GetPartialSuccess().GetRejectedSpans() != 0 {
+		t.Fatalf("alice's child span: %v", r)
+	}
+	if r := export(dev, root(9), root(1)); r.GetPartialSuccess().GetRejectedSpans() != 0 {
+		t.Fatalf("dev's child span: %v", r)
+	}
+	// alice's root writes her trace: her two spans, not dev's.
+	if r := export(tt.otlp, root(1), nil); r.GetPartialSuccess().GetRejectedSpans() != 0 {
+		t.Fatalf("alice's root span: %v", r)
+	}
+	// dev's root: dev's spans are refused, not retried.
+	r := export(dev, root(8), nil)
+	if r.GetPartialSuccess().GetRejectedSpans() != 2 || !strings.Contains(r.GetPartialSuccess().GetErrorMessage(), "another exporter") {
+		t.Fatalf("dev's spans for alice's trace: %v", r)
+	}
+	events, err := e.log.ReadChain(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var spans []string
+	for _, ev := range events {
+		if ref, ok := ev.Data["otel"].(map[string]any); ok {
+			spans = append(spans, fmt.Sprint(ref["span_id"]))
+		}
+	}
+	slices.Sort(spans)
+	if fmt.Sprint(spans) != "[0101010101010101 0202020202020202]" {
+		t.Fatalf("the trace's chain holds spans %v, want alice's two", spans)
+	}
+	if ref, _ := events[0].Data["otel"].(map[string]any); ref["exporter"] != "alice" {
+		t.Errorf("the first event's otel reference: %v", ref)
+	}
 }
 
 // TestOTLPNeverWritesAForeignChain: the tracer resumes the chain

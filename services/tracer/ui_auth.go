@@ -38,16 +38,18 @@ var ErrOTLPForbidden = errors.New("permission denied")
 // OTLPAuthorizer is the OTLP/HTTP ingestion's check over an authenticator
 // (set it as Config.OTLPAuthorize when authentication is on): an exporter
 // names itself with "Authorization: Bearer" (OTEL_EXPORTER_OTLP_HEADERS)
-// and needs the submitter role, the same rule as the OTLP gRPC Export.
-func OTLPAuthorizer(a *auth.Authenticator) func(*http.Request) error {
-	return func(r *http.Request) error {
+// and needs the submitter role, the same rule as the OTLP gRPC Export. It
+// returns the exporter's name: a trace's chain takes only its exporter's
+// spans.
+func OTLPAuthorizer(a *auth.Authenticator) func(*http.Request) (string, error) {
+	return func(r *http.Request) (string, error) {
 		p, err := a.AuthenticateHTTP(r)
 		if err != nil {
-			return fmt.Errorf("%w: a valid bearer token is required to export traces", auth.ErrUnauthenticated)
+			return "", fmt.Errorf("%w: a valid bearer token is required to export traces", auth.ErrUnauthenticated)
 		}
 		if !p.Has(auth.RoleSubmitter) && !p.Has(auth.RoleService) {
-			return fmt.Errorf("%w: %s may not export traces (needs the submitter role)", ErrOTLPForbidden, p.Name)
+			return "", fmt.Errorf("%w: %s may not export traces (needs the submitter role)", ErrOTLPForbidden, p.Name)
 		}
-		return nil
+		return p.Name, nil
 	}
 }

@@ -9,7 +9,15 @@ import (
 	"testing"
 	"time"
 
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+
+	lctlv1 "github.com/xct-dev/xct/gen/lctl/v1"
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/app"
+	"github.com/xct-dev/xct/internal/testutil"
+	"github.com/xct-dev/xct/lctl/otlp"
 )
 
 // Session 9 (trust9): attacks that combine allowed actions, each first
@@ -180,5 +188,91 @@ func TestAttackPreviewReadsThroughALink(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// exportSpan exports one span of trace as principal over OTLP gRPC and
+// returns the spans the tracer rejected.
+func exportSpan(t *testing.T, c *bindCluster, principal string, trace, span, parent []byte, name, tool string) int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	now := uint64(time.Now().UnixNano())
+	str := func(s string) *commonpb.AnyValue {
+		return &commonpb.AnyValue{Value: &commonpb.AnyValue_StringValue{StringValue: s}}
+	}
+	attrs := []*commonpb.KeyValue{{Key: "gen_ai.operation.name", Value: str(strings.Fields(name)[0])}}
+	if tool != "" {
+		attrs = append(attrs, &commonpb.KeyValue{Key: "gen_ai.tool.name", Value: str(tool)})
+	}
+	req := &coltracepb.ExportTraceServiceRequest{ResourceSpans: []*tracepb.ResourceSpans{{ScopeSpans: []*tracepb.ScopeSpans{{Spans: []*tracepb.Span{{
+		TraceId: trace, SpanId: span, ParentSpanId: parent, Name: name,
+		StartTimeUnixNano: now, EndTimeUnixNano: now + 1000, Attributes: attrs,
+	}}}}}}}
+	resp, err := coltracepb.NewTraceServiceClient(c.creds.Dial(t, c.app.Addr(app.TargetTracer), principal)).Export(ctx, req)
+	if err != nil {
+		t.Fatalf("export as %s: %v", principal, err)
+	}
+	return resp.GetPartialSuccess().GetRejectedSpans()
+}
+
+// A submitter wrote into another submitter's trace: the tracer appends
+// every exported span to chain otel-<trace id>, whoever exports it, and
+// ListChains shows every reader the chains' ids. dev exported a span
+// "execute_tool fs.delete" with the trace id of alice's chain, and it was
+// appended to alice's trace, her agent's audit record, as if her agent
+// had done it. Now the chain's first event names its exporter and the
+// tracer appends only that principal's spans to it; another's are
+// refused (rejected in partial_success, not retried).
+func TestAttackOTLPSpanIntoAnotherSubmittersTrace(t *testing.T) {
+	c := startBindCluster(t, func(cfg *app.Config, _ *app.Options) { cfg.Tracer.OTLP.Hold = -1 })
+	trace := []byte{0x7a, 0x11, 0xce, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}
+	root := []byte{1, 1, 1, 1, 1, 1, 1, 1}
+	chain := otlp.ChainID(trace)
+	if n := exportSpan(t, c, "alice", trace, root, nil, "invoke_agent planner", ""); n != 0 {
+		t.Fatalf("alice's own span rejected: %d", n)
+	}
+	tracer := lctlv1.NewTracerServiceClient(c.creds.Dial(t, c.app.Addr(app.TargetTracer), "dave"))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	events := func() []*lctlv1.Event {
+		resp, err := tracer.GetChain(ctx, &lctlv1.GetChainRequest{ChainId: chain})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.GetEvents()
+	}
+	var before int
+	testutil.Eventually(t, 20*time.Second, func() error {
+		resp, err := tracer.GetChain(ctx, &lctlv1.GetChainRequest{ChainId: chain})
+		if err != nil {
+			return err
+		}
+		before = len(resp.GetEvents())
+		return nil
+	})
+	if n := exportSpan(t, c, "dev", trace, []byte{2, 2, 2, 2, 2, 2, 2, 2}, root, "execute_tool fs.delete", "fs.delete"); n != 1 {
+		t.Errorf("dev's span in alice's trace: %d rejected, want 1", n)
+	}
+	// Alice's own later spans still go on.
+	if n := exportSpan(t, c, "alice", trace, []byte{3, 3, 3, 3, 3, 3, 3, 3}, root, "execute_tool fs.read", "fs.read"); n != 0 {
+		t.Errorf("alice's later span rejected: %d", n)
+	}
+	testutil.Eventually(t, 20*time.Second, func() error {
+		if got := events(); len(got) <= before {
+			return fmt.Errorf("alice's later span is not on her chain: %d events", len(got))
+		}
+		return nil
+	})
+	// The chain is read in order: dev's span, had it been appended, is
+	// there before alice's later one.
+	got := events()
+	for _, e := range got {
+		if ref, _ := e.GetData().AsMap()["otel"].(map[string]any); ref["span_id"] == "0202020202020202" {
+			t.Errorf("dev's span was appended to alice's trace: %s %v", e.GetType(), e.GetData().AsMap())
+		}
+	}
+	if first, _ := got[0].GetData().AsMap()["otel"].(map[string]any); first["exporter"] != "alice" {
+		t.Errorf("the chain's first event does not name its exporter: %v", first)
 	}
 }
