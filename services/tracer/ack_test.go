@@ -3,6 +3,7 @@ package tracer_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -31,45 +32,65 @@ func consumerState(e *env, stream string) (*jetstream.ConsumerInfo, error) {
 // acknowledged the stream's last message and has nothing pending.
 func allAcked(t *testing.T, e *env) {
 	t.Helper()
-	js := e.log.JetStream()
-	testutil.Eventually(t, waitTimeout, func() error {
-		for _, stream := range []string{eventlog.StreamName, eventlog.OTelStreamName} {
-			st, err := js.Stream(context.Background(), stream)
-			if err != nil {
-				return err
-			}
-			last := st.CachedInfo().State.LastSeq
-			ci, err := consumerState(e, stream)
-			if err != nil {
-				return err
-			}
-			if ci.AckFloor.Stream != last || ci.NumAckPending != 0 {
-				return fmt.Errorf("consumer of %s: acknowledged through %d with %d pending; the stream ends at %d",
-					stream, ci.AckFloor.Stream, ci.NumAckPending, last)
-			}
-		}
-		return nil
-	})
+	testutil.Eventually(t, waitTimeout, func() error { return ackedAll(e) })
 }
 
-// TestAckNeverPassesAnEventNotStored: the tracer acknowledges a stream's
-// messages cumulatively (one ack covers every message through it), so an
-// event it could not store must hold back the acknowledgement of the
-// events after it, which it did store. A chain on each stream cannot be
-// written (a directory where its file goes) while the chains after it are
-// stored: each consumer's acknowledgements stop just before the blocked
-// chain's first event, and the recorded position too. The tracer is then
-// restarted cleanly, or killed, with those events written and not
-// acknowledged; once the obstacle is gone the next tracer serves every
-// chain as the stream has it, each event once in its file, and everything
-// ends acknowledged.
-func TestAckNeverPassesAnEventNotStored(t *testing.T) {
-	for _, kill := range []bool{false, true} {
-		name := "restarted"
-		if kill {
-			name = "killed"
+// ackedAll tells whether the tracer's consumer of each stream has
+// acknowledged the stream's last message and has nothing pending.
+func ackedAll(e *env) error {
+	js := e.log.JetStream()
+	for _, stream := range []string{eventlog.StreamName, eventlog.OTelStreamName} {
+		st, err := js.Stream(context.Background(), stream)
+		if err != nil {
+			return err
 		}
-		t.Run(name, func(t *testing.T) {
+		last := st.CachedInfo().State.LastSeq
+		ci, err := consumerState(e, stream)
+		if err != nil {
+			return err
+		}
+		if ci.AckFloor.Stream != last || ci.NumAckPending != 0 {
+			return fmt.Errorf("consumer of %s: acknowledged through %d with %d pending; the stream ends at %d",
+				stream, ci.AckFloor.Stream, ci.NumAckPending, last)
+		}
+	}
+	return nil
+}
+
+// positionIn reads the stream position recorded in a position file of the
+// data dir (0 when there is none yet).
+func positionIn(t *testing.T, dataDir, file string) uint64 {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(dataDir, "chains", file))
+	if errors.Is(err, os.ErrNotExist) {
+		return 0
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pos struct{ Seq uint64 }
+	if err := json.Unmarshal(raw, &pos); err != nil {
+		t.Fatalf("position file %s %q: %v", file, raw, err)
+	}
+	return pos.Seq
+}
+
+// TestEventNotStoredIsReadBack: the tracer acknowledges a stream's messages
+// cumulatively, one ack per batch covering every message through it, the
+// events it could not store too: their chains fall behind and the tracer
+// reads them back from the stream until it can store them, while the
+// recorded position stays before them. A chain on each stream cannot be
+// written (a directory where its file goes) while the chains after it,
+// more events than the consumer lets wait for an ack, are stored and
+// everything is acknowledged; the position stops before the blocked
+// chain's first event. Then the obstacle goes while the tracer runs (it
+// reads the chains back), or the tracer is restarted cleanly, or killed,
+// with the blocked events acknowledged and not stored and the later ones
+// written and not synced; the tracer afterwards serves every chain as the
+// stream has it, each event once in its file.
+func TestEventNotStoredIsReadBack(t *testing.T) {
+	for _, how := range []string{"read back while running", "restarted", "killed"} {
+		t.Run(how, func(t *testing.T) {
 			ns := testutil.RunJetStream(t)
 			nc := testutil.Connect(t, ns)
 			l, err := eventlog.Open(context.Background(), nc)
@@ -85,64 +106,82 @@ func TestAckNeverPassesAnEventNotStored(t *testing.T) {
 				}
 			}
 			// LCTL: before at stream seqs 1-14, blocked 15-20, after
-			// 21-30. LCTL_OTEL: otel-blocked 1-6, otel-after 7-16.
+			// 21-30, bulk-00 31-5030 (more than MaxAckPending).
+			// LCTL_OTEL: otel-blocked 1-6, otel-after 7-16.
 			writeRun(t, l, "before", 3)
 			writeRun(t, l, "blocked", 1)
 			writeRun(t, l, "after", 2)
+			bulk := publishBacklog(t, e, "bulk", 1, 5000)
 			writeRun(t, l, "otel-blocked", 1)
 			writeRun(t, l, "otel-after", 2)
-			ids := []string{"before", "blocked", "after", "otel-blocked", "otel-after"}
+			ids := append([]string{"before", "blocked", "after", "otel-blocked", "otel-after"}, bulk...)
 
 			// held checks that the tracer stored the chains after the
-			// blocked ones, tried the blocked ones again, and acknowledged
-			// nothing from the blocked ones on.
-			held := func() error {
-				for _, c := range []struct {
-					stream string
-					floor  uint64
-				}{{eventlog.StreamName, 14}, {eventlog.OTelStreamName, 0}} {
-					ci, err := consumerState(e, c.stream)
-					if err != nil {
+			// blocked ones and acknowledged everything, and (in process)
+			// that the position it recorded stops before the blocked
+			// chain.
+			held := func(position bool) func() error {
+				return func() error {
+					if err := ackedAll(e); err != nil {
 						return err
 					}
-					if ci.AckFloor.Stream > c.floor {
-						t.Fatalf("consumer of %s acknowledged through %d, past the events not stored from %d on",
-							c.stream, ci.AckFloor.Stream, c.floor+1)
+					for id, n := range map[string]int{"after": 10, "otel-after": 10, bulk[0]: 5000} {
+						if got := linesIn(t, filepath.Join(chainsDir, id+".jsonl")); got != n {
+							return fmt.Errorf("chain file %s holds %d events, want %d", id, got, n)
+						}
 					}
-					if ci.AckFloor.Stream != c.floor || ci.NumRedelivered == 0 {
-						return fmt.Errorf("consumer of %s: acknowledged through %d, %d redelivered", c.stream, ci.AckFloor.Stream, ci.NumRedelivered)
+					if !position {
+						return nil
 					}
+					if got := positionIn(t, e.dataDir, ".stream-position.LCTL_OTEL"); got != 0 {
+						t.Fatalf("recorded LCTL_OTEL position %d, past the events not stored from 1 on", got)
+					}
+					switch got := positionIn(t, e.dataDir, ".stream-position"); {
+					case got > 14:
+						t.Fatalf("recorded LCTL position %d, past the events not stored from 15 on", got)
+					case got < 14:
+						return fmt.Errorf("recorded LCTL position %d", got)
+					}
+					return nil
 				}
-				for id, n := range map[string]int{"after": 10, "otel-after": 10} {
-					if got := linesIn(t, filepath.Join(chainsDir, id+".jsonl")); got != n {
-						return fmt.Errorf("chain file %s holds %d events, want %d", id, got, n)
-					}
-				}
-				return nil
 			}
-			if kill {
+			unblock := func() {
+				for _, id := range blocked {
+					if err := os.Remove(filepath.Join(chainsDir, id+".jsonl")); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			switch how {
+			case "killed":
 				child := e.startChildTracer(t, ns.ClientURL())
-				testutil.Eventually(t, waitTimeout, held)
+				testutil.Eventually(t, waitTimeout, held(false))
 				if err := child.Process.Signal(syscall.SIGKILL); err != nil {
 					t.Fatal(err)
 				}
 				_ = child.Wait()
-			} else {
+				unblock()
+			case "restarted":
 				first := e.startTracer(t)
-				first.waitFor(t, "before", 14)
-				first.waitFor(t, "after", 10)
-				first.waitFor(t, "otel-after", 10)
-				testutil.Eventually(t, waitTimeout, held)
+				testutil.Eventually(t, waitTimeout, held(true))
 				first.stop()
-				if got := recordedPosition(t, e.dataDir); got != 14 {
+				if got := positionIn(t, e.dataDir, ".stream-position"); got != 14 {
 					t.Fatalf("recorded position %d after a stop, want 14 (the event before the blocked chain's)", got)
 				}
-			}
-
-			for _, id := range blocked {
-				if err := os.Remove(filepath.Join(chainsDir, id+".jsonl")); err != nil {
-					t.Fatal(err)
+				unblock()
+			default:
+				tr := e.startTracer(t)
+				testutil.Eventually(t, waitTimeout, held(true))
+				unblock()
+				sameAsStream(t, e, tr, ids)
+				tr.stop()
+				if got := positionIn(t, e.dataDir, ".stream-position"); got != 5030 {
+					t.Fatalf("recorded LCTL position %d after the chains were read back and a stop, want 5030", got)
 				}
+				if got := positionIn(t, e.dataDir, ".stream-position.LCTL_OTEL"); got != 16 {
+					t.Fatalf("recorded LCTL_OTEL position %d after the chains were read back and a stop, want 16", got)
+				}
+				return
 			}
 			tr := e.startTracer(t)
 			sameAsStream(t, e, tr, ids)

@@ -13,8 +13,11 @@
 // the two streams (LCTL, the runs' chains, and LCTL_OTEL, the chains made
 // from OpenTelemetry traces: internal/eventlog), whose messages are handled
 // together. The consumers acknowledge cumulatively (AckAllPolicy): after a
-// batch, one ack per stream covers every message through the highest one
-// below which all are done (acker). The streams are where events are
+// batch, one ack per stream covers every message through the batch's
+// highest (acker). An event that could not be stored is acknowledged too:
+// its chain falls behind, and the tracer reads the chain back from the
+// stream until it is stored (retryBehind), holding the recorded position
+// back meanwhile. The streams are where events are
 // durable; the tracer's files
 // are a view of it. A batch's events are appended to
 // <DataDir>/chains/<chain_id>.jsonl (one write per chain, no sync) before
@@ -66,8 +69,11 @@ const (
 	maxAckPending = 4 * batchSize
 	// ackWait is how long JetStream waits for an ack before redelivering.
 	ackWait = 30 * time.Second
-	// retryDelay is how long a failed event waits before redelivery.
-	retryDelay = time.Second
+	// retryDelay is how long a chain whose events could not be stored
+	// waits before it is read back from the stream; it doubles with each
+	// failure, up to maxRetryDelay.
+	retryDelay    = time.Second
+	maxRetryDelay = 30 * time.Second
 	// repairTimeout bounds reading a chain back from the stream.
 	repairTimeout = 30 * time.Second
 	// maxRestartDelay bounds the wait before the consumer is set up again
@@ -98,9 +104,10 @@ type Service struct {
 	feeds []*feed
 	// damaged are chains whose files were cut at start, to read back
 	// from the stream before consuming.
-	damaged  []string
-	decoded  []decodedMsg        // reused between batches
-	dones    []doneMsg           // reused between batches
+	damaged []string
+	decoded []decodedMsg // reused between batches
+	// behind are the chains whose events could not be stored.
+	behind   map[string]*behindChain
 	validIDs map[string]struct{} // chain ids that passed lctl.ValidateChainID
 	http     *httpServer         // nil when Config.HTTPListen is empty
 	// otlp ingests OpenTelemetry traces (otlp_ingest.go).
@@ -176,6 +183,7 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	s.files, s.feeds, s.damaged = newChainFiles(s.store.dir), feeds, damaged
 	s.validIDs = map[string]struct{}{}
+	s.behind = map[string]*behindChain{}
 	hs, err := s.startHTTP(ctx)
 	if err != nil {
 		return fmt.Errorf("tracer: %w", err)
@@ -343,8 +351,9 @@ func positionConsumer(ctx context.Context, js jetstream.JetStream, f *feed, star
 
 // resumeConsumer returns f's durable consumer after consuming failed: the
 // same one if it still exists with the tracer's ack policy (what it
-// acknowledged is in the files, which this process wrote), else a new one
-// delivering from after the last message done.
+// acknowledged is in the files this process wrote, or in a chain that fell
+// behind, which this process reads back), else a new one delivering from
+// after the last message done.
 func (s *Service) resumeConsumer(ctx context.Context, f *feed) (jetstream.Consumer, error) {
 	js := s.events.JetStream()
 	cons, err := js.Consumer(ctx, f.stream, ConsumerName)
@@ -517,6 +526,8 @@ func (s *Service) consume(ctx context.Context) error {
 
 	tick := time.NewTicker(s.cfg.syncInterval())
 	defer tick.Stop()
+	retryTick := time.NewTicker(retryDelay)
+	defer retryTick.Stop()
 	batch := make([]jetstream.Msg, 0, batchSize)
 	for {
 		var (
@@ -528,6 +539,11 @@ func (s *Service) consume(ctx context.Context) error {
 		case <-tick.C:
 			s.syncFiles()
 			s.store.evict() // readers warm chains too
+			continue
+		case <-retryTick.C:
+			if len(s.behind) > 0 && ctx.Err() == nil {
+				s.retryBehind(ctx)
+			}
 			continue
 		}
 		if !ok {
@@ -573,18 +589,18 @@ func (s *Service) handBack(m jetstream.Msg) {
 type verdict int
 
 const (
-	ack   verdict = iota // stored (or already stored): acknowledge
-	retry                // could not store now: redeliver later
-	term                 // can never be stored: do not redeliver
+	ack   verdict = iota // stored (or already stored)
+	retry                // could not store now: its chain falls behind
+	term                 // can never be stored
 )
 
 // handleBatch stores a batch of events: each chain's new events are written
 // to its file in one write, and only then are the events added to the
 // in-memory chains (so readers never see an event that is not in the
 // files), acknowledged, and waiters woken. A chain whose events could not
-// be written has them (and its later events in the batch) redelivered, so
-// each chain stays in order; no acknowledgement covers them until they are
-// stored (acker).
+// be written falls behind with them (and its later events), so each chain
+// stays in order: they are read back from the stream (retryBehind), and
+// the recorded position stays before them until then.
 func (s *Service) handleBatch(ctx context.Context, batch []jetstream.Msg) {
 	files := s.files
 	files.begin()
@@ -598,13 +614,12 @@ func (s *Service) handleBatch(ctx context.Context, batch []jetstream.Msg) {
 	clear(s.decoded) // drop the events' references until the next batch
 	failed, err := files.write()
 	if err != nil {
-		// The events of the failed chains are not stored; they are
-		// redelivered.
+		// The events of the failed chains are not stored: the chains
+		// fall behind, to be read back from the stream.
 		s.log.Error("store chain files", "err", err)
 	}
 	s.store.addBatch(files.pending, failed)
 	s.store.evict()
-	s.dones = s.dones[:0]
 	for i, m := range batch {
 		v := verdicts[i]
 		if v == ack && failed[chains[i]] {
@@ -622,64 +637,125 @@ func (s *Service) handleBatch(ctx context.Context, batch []jetstream.Msg) {
 			continue
 		}
 		if v == retry {
-			// (A nak, unlike a term, acknowledges nothing else.)
-			if err := m.NakWithDelay(retryDelay); err != nil {
-				s.log.Warn("hand an event back for redelivery", "subject", m.Subject(), "err", err)
-			}
-			f.progress.notDone(seq)
-			continue
+			s.fallBehind(chains[i], f, seq)
+		} else {
+			// Stored, or never storable (term).
+			f.progress.done(seq)
 		}
-		// Done: stored, or never storable (term). Its acknowledgement
-		// is the cumulative one below, which a term would be too.
-		f.progress.done(seq)
-		f.acks.done(m, seq)
-		s.dones = append(s.dones, doneMsg{m, f, seq})
+		// Every message handled is acknowledged (the cumulative ack
+		// below, which a term would be too): an event not stored is
+		// the tracer's to read back.
+		f.acks.handled(m, seq)
 	}
 	for _, f := range s.feeds {
-		if err := f.acks.ack(f.progress.floor(), s.dones, f); err != nil {
+		if err := f.acks.ack(); err != nil {
 			s.log.Warn("acknowledge events", "stream", f.stream, "err", err)
 		}
 	}
-	clear(s.dones) // drop the messages' references
 	s.store.broadcast()
 }
 
-// doneMsg is a message of the batch that is done, with its feed and
-// stream seq.
-type doneMsg struct {
-	m   jetstream.Msg
+// behindChain is a chain some of whose events could not be stored: the
+// stream messages not done, and when it is read back next.
+type behindChain struct {
+	refs  []streamRef
+	delay time.Duration
+	next  time.Time
+}
+
+// streamRef is a message of a feed's stream.
+type streamRef struct {
 	f   *feed
 	seq uint64
 }
 
-// acker acknowledges one feed's messages cumulatively: with AckAllPolicy
-// the ack of a message acknowledges every message of the consumer at or
-// below its stream seq, including ones handed back for redelivery, so it is
-// sent only for a message at or below the feed's progress floor (every
-// message through it done). After each batch that is the highest done
-// message once the floor reaches it (one ack for the batch), else the
-// batch's highest done message at or below the floor: while a message
-// waits to be redelivered, the ones done after it wait with it
-// (unacknowledged, which JetStream counts against MaxAckPending; a
-// redelivery is served whatever the count).
-//
-// The server ignores an ack whose consumer delivery seq is not above the
-// last one it took: messages are handled in delivery order, so the highest
-// done message was delivered after every one acknowledged before it, or
-// is a redelivery (newer still). An ack that is lost, or ignored (a
-// redelivery of acknowledged messages, after a lost ack, acknowledged
-// while an event waited), leaves its messages pending: they are delivered
-// again after the ack wait, skipped as duplicates, and acknowledged.
-type acker struct {
-	last  jetstream.Msg // the highest done message, nil for none
-	seq   uint64        // its stream seq
-	acked bool          // last's ack was sent
-	// through is the stream seq of the last ack sent.
-	through uint64
+// fallBehind records that the event at seq of f's stream, of chain id, is
+// not stored: the chain is read back from the stream until it is, and the
+// recorded position stays before seq.
+func (s *Service) fallBehind(id string, f *feed, seq uint64) {
+	f.progress.notDone(seq)
+	b := s.behind[id]
+	if b == nil {
+		b = &behindChain{delay: retryDelay, next: time.Now().Add(retryDelay)}
+		s.behind[id] = b
+	}
+	b.refs = append(b.refs, streamRef{f, seq})
 }
 
-// done records that m, at stream seq seq, is done.
-func (a *acker) done(m jetstream.Msg, seq uint64) {
+// retryBehind reads back from the stream the chains that fell behind and
+// are due, storing them as a batch. A chain whose events are then all
+// stored has its messages done; the others are tried again later, each
+// failure doubling the wait (up to maxRetryDelay).
+func (s *Service) retryBehind(ctx context.Context) {
+	now := time.Now()
+	files := s.files
+	files.begin()
+	var tried []string
+	for id, b := range s.behind {
+		if now.Before(b.next) {
+			continue
+		}
+		if s.store.isCold(id) {
+			if _, err := s.store.warm(id); err != nil {
+				s.log.Error("read a cold chain back from its file", "chain_id", id, "err", err)
+			}
+		}
+		if err := s.repair(ctx, files, id, s.lastSeq(files, id), ^uint64(0)); err != nil {
+			s.log.Warn("read a chain's events not stored back from the stream", "chain_id", id, "err", err)
+			b.later(now)
+			continue
+		}
+		tried = append(tried, id)
+	}
+	failed, err := files.write()
+	if err != nil {
+		s.log.Error("store chain files", "err", err)
+	}
+	s.store.addBatch(files.pending, failed)
+	for _, id := range tried {
+		b := s.behind[id]
+		if failed[id] {
+			b.later(now)
+			continue
+		}
+		for _, r := range b.refs {
+			r.f.progress.done(r.seq)
+		}
+		delete(s.behind, id)
+	}
+	s.store.evict()
+	s.store.broadcast()
+}
+
+// later schedules the chain's next read-back after a failure.
+func (b *behindChain) later(now time.Time) {
+	b.delay = min(2*b.delay, maxRetryDelay)
+	b.next = now.Add(b.delay)
+}
+
+// acker acknowledges one feed's messages cumulatively: with AckAllPolicy
+// the ack of a message acknowledges every message of the consumer at or
+// below its stream seq. After each batch it acknowledges the highest
+// message handled: every message below it was delivered before it (a
+// consumer delivers in stream order; a redelivery is of a message already
+// handled) and handled, stored or fallen behind (the tracer's to read
+// back). What the acknowledgements do not promise is that the files hold
+// the events: the recorded position does (files.go).
+//
+// The server ignores an ack whose consumer delivery seq is not above the
+// last one it took: messages are handled in delivery order, and the
+// message acknowledged is new in its batch (a redelivery of the highest
+// handled message replaces it). An ack that is lost leaves its messages
+// pending: they are delivered again after the ack wait, skipped as
+// duplicates, and acknowledged then.
+type acker struct {
+	last  jetstream.Msg // the highest message handled, nil for none
+	seq   uint64        // its stream seq
+	acked bool          // last's ack was sent
+}
+
+// handled records that m, at stream seq seq, is handled.
+func (a *acker) handled(m jetstream.Msg, seq uint64) {
 	if a.last == nil || seq >= a.seq {
 		// Equal: m is a redelivery of last (an ack lost), with a newer
 		// delivery seq.
@@ -687,27 +763,13 @@ func (a *acker) done(m jetstream.Msg, seq uint64) {
 	}
 }
 
-// ack sends the ack of the highest done message if floor reaches it, else
-// of the highest message of f done in the batch at or below floor.
-func (a *acker) ack(floor uint64, batch []doneMsg, f *feed) error {
+// ack sends the ack of the highest message handled, once.
+func (a *acker) ack() error {
 	if a.last == nil || a.acked {
 		return nil
 	}
-	if a.seq <= floor {
-		a.acked, a.through = true, a.seq
-		return a.last.Ack()
-	}
-	var below *doneMsg
-	for i := range batch {
-		if d := &batch[i]; d.f == f && d.seq <= floor && d.seq > a.through && (below == nil || d.seq > below.seq) {
-			below = d
-		}
-	}
-	if below == nil {
-		return nil
-	}
-	a.through = below.seq
-	return below.m.Ack()
+	a.acked = true
+	return a.last.Ack()
 }
 
 // streamSeq returns the stream a consumer's message is from and its seq
@@ -733,7 +795,8 @@ func (s *Service) handle(ctx context.Context, files *chainFiles, m jetstream.Msg
 		s.log.Error("event on a subject that names no chain", "subject", m.Subject(), "err", err)
 		return term, ""
 	}
-	if blocked[id] {
+	if blocked[id] || s.behind[id] != nil {
+		// Its earlier events are not stored: this one waits with them.
 		return retry, id
 	}
 	if s.store.isCold(id) {
