@@ -2,6 +2,7 @@ package lctl_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"reflect"
 	"strings"
@@ -183,3 +184,157 @@ func TestCanonicalEventMatchesLoop(t *testing.T) {
 }
 
 var hash64 = string(bytes.Repeat([]byte("0a"), 32))
+
+// pySpaces puts a space after every ':' and ',' outside strings, as
+// Python's json.dumps separates members.
+func pySpaces(b []byte) []byte {
+	out := make([]byte, 0, len(b)+len(b)/8)
+	in := false
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		out = append(out, c)
+		switch {
+		case in && c == '\\' && i+1 < len(b):
+			i++
+			out = append(out, b[i])
+		case c == '"':
+			in = !in
+		case !in && (c == ':' || c == ','):
+			out = append(out, ' ')
+		}
+	}
+	return out
+}
+
+// specOrder is e in the spec's key order (seq, type, timestamp, agent,
+// data), without chain_id and hashes.
+func specOrder(t *testing.T, e *lctl.Event) []byte {
+	t.Helper()
+	data, err := lctl.Canonical(e.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := func(s string) string { b, _ := lctl.Canonical(s); return string(b) }
+	return fmt.Appendf(nil, `{"seq":%d,"type":%s,"timestamp":%s,"agent":%s,"data":%s}`, e.Seq, q(e.Type), q(e.Timestamp), q(e.Agent), data)
+}
+
+// The general loop reads data through the tables (canonData) and the
+// event's strings through its table whatever the key order and the white
+// space: what it gives is exactly what it gives without them, on events
+// in the spec's order, with Python's separators, indented as json.dump
+// indents, with white space anywhere JSON allows it; and it refuses what
+// the general way refuses.
+func TestLoopTablesMatchGeneral(t *testing.T) {
+	pair := lctl.LoopPair()
+	layouts := map[string]func([]byte) []byte{
+		"compact": func(b []byte) []byte { return b },
+		"python":  pySpaces,
+		"indent": func(b []byte) []byte {
+			var buf bytes.Buffer
+			if json.Indent(&buf, b, "    ", "  ") != nil {
+				return pySpaces(b)
+			}
+			return buf.Bytes()
+		},
+		"tabs": func(b []byte) []byte {
+			// White space of every kind before and after every token.
+			var out []byte
+			in := false
+			for i := 0; i < len(b); i++ {
+				c := b[i]
+				if !in && strings.IndexByte("{}[]:,", c) >= 0 {
+					out = append(out, " \t\r\n"[i%4], c, "\n \t\r"[i%4])
+					continue
+				}
+				out = append(out, c)
+				if in && c == '\\' && i+1 < len(b) {
+					i++
+					out = append(out, b[i])
+				} else if c == '"' {
+					in = !in
+				}
+			}
+			return out
+		},
+	}
+	// check decodes raw in every layout both ways; wantOK says both must
+	// decide it, spec that the straight reader of the spec's order does.
+	check := func(name string, raw []byte, wantOK, spec bool) {
+		t.Helper()
+		for layout, f := range layouts {
+			r := f(raw)
+			if wantOK && spec != lctl.SpecEventDecides(r) {
+				t.Fatalf("%s %s: %s: in the spec's order %v, the straight reader decides %v", name, layout, r, spec, !spec)
+			}
+			for range 2 { // the second time from the tables
+				tab, gen, errT, errG := pair(r)
+				if (errT == nil) != (errG == nil) || errT == nil && !reflect.DeepEqual(tab, gen) {
+					t.Fatalf("%s %s: %s\ntables %v %+v\ngeneral %v %+v", name, layout, r, errT, tab, errG, gen)
+				}
+				if wantOK && errT != nil {
+					t.Fatalf("%s %s: %s: not decided: %v", name, layout, r, errT)
+				}
+			}
+		}
+	}
+	for _, opts := range []lctltest.WorkflowOptions{{StateHashes: true}, {Seal: true}} {
+		events := lctltest.Workflow("wf", 1500, opts)
+		for i := range events {
+			check(fmt.Sprint("spec ", i+1), specOrder(t, &events[i]), true, true)
+			raw, err := events[i].MarshalJSON()
+			if err != nil {
+				t.Fatal(err)
+			}
+			check(fmt.Sprint("canonical ", i+1), raw, true, false)
+		}
+	}
+	ev := func(data string) []byte {
+		return []byte(`{"seq":7,"type":"t","timestamp":"2026-01-01T00:00:00Z","agent":"a","data":` + data + `}`)
+	}
+	// Other members, or the spec's in another order: the loop decides.
+	for _, raw := range []string{
+		`{"seq":7,"type":"t","timestamp":"x","agent":"a","data":{},"hash":"` + hash64 + `"}`,
+		`{"seq":7,"type":"t","timestamp":"x","agent":"a","chain_id":"c","data":{}}`,
+		`{"seq":7,"timestamp":"x","type":"t","agent":"a","data":{}}`,
+		`{"type":"t","seq":7,"timestamp":"x","agent":"a","data":{}}`,
+		`{"seq":7,"type":"t","timestamp":"x","data":{},"agent":"a"}`,
+	} {
+		check("order "+raw, []byte(raw), true, false)
+	}
+	for _, raw := range []string{
+		`{"seq":07,"type":"t","timestamp":"x","agent":"a","data":{}}`,
+		`{"seq":7,"type":"","timestamp":"x","agent":"a","data":{}}`,
+		`{"seq":7,"type":"t","timestamp":"x","agent":"a","data":[]}`,
+		`{"seq":7,"type":"t","timestamp":"x","agent":"a","data":{}}}`,
+		`{"seq":7,"type":"t","timestamp":"x","agent":"a","data":{},}`,
+		`{"seq":7,"type":"t","timestamp":"x","agent":"a","data":{}} x`,
+		`{"seq":7,"type":"t","timestamp":"x","agent":"a","data":{"a":1},"data":{}}`,
+		`{"seq":7.5,"type":"t","timestamp":"x","agent":"a","data":{}}`,
+		`{"seq":7,"type":"t","timestamp":"x","agent":"\ud800","data":{}}`,
+		`{"seq":7,"type":"t","timestamp":"x","agent":"a\x","data":{}}`,
+	} {
+		check("refused "+raw, []byte(raw), false, false)
+		if _, _, errT, _ := pair([]byte(raw)); errT == nil {
+			t.Errorf("%s: decided", raw)
+		}
+	}
+	for _, s := range []string{`\u0061\n`, `é`, `a\"b`, `\"`, `\\`, `\/x`, `12345678`, `12345678901234567890123`,
+		`123456789012345678901234`, `1234567\"9`, `12345678901234567890123\"x`, `é234567`, `tab\there`, ``, `a b: c, d`} {
+		check("string "+s, []byte(`{"agent":"`+s+`","type":"`+s+`x","seq":7,"data":{"`+s+`":"`+s+`","k":["`+s+`",{"`+s+`":"`+s+`"}]}}`), true, false)
+		check("spec string "+s, []byte(`{"seq":7,"type":"`+s+`x","timestamp":"`+s+`","agent":"`+s+`","data":{"`+s+`":"`+s+`","k":["`+s+`",{"`+s+`":"`+s+`"}]}}`), true, true)
+	}
+	for _, n := range []string{"0", "7", "4096", "999999999999999", "1000000000000000", "12345678901234567890", "1.5", "1e3", "-7", "-0.0"} {
+		check("number "+n, ev(`{"n":`+n+`,"m":[`+n+`,`+n+`],"o":{"n":`+n+`}}`), true, true)
+	}
+	for _, v := range []string{"{}", "[]", "[{}]", "[[]]", `{"a":[]}`, `[[],[[]],{}]`, `{"a":{"b":{"c":[1,2.5,-3e2,"x",true,false,null]}}}`,
+		strings.Repeat(`{"k":`, 63) + "1" + strings.Repeat("}", 63), strings.Repeat(`{"k":`, 65) + "1" + strings.Repeat("}", 65)} {
+		check("composite "+v, ev(`{"v":`+v+`,"w":1}`), true, true)
+	}
+	for _, v := range []string{"[1,]", `{"a"}`, `{"a":}`, "[1 2]", "{,}", "[}", "{]", `{"a":1,}`, "[\"\x01\"]", "[tru]",
+		`[1]]`, `{"a":1}}`, `[1}`, "[01]", `{1:2}`, `[["\xff"]]`, "[\x01]", "{\x01}", `{"a" 1}`} {
+		check("bad "+v, ev(`{"v":`+v+`}`), false, false)
+		if _, _, errT, _ := pair(ev(`{"v":` + v + `}`)); errT == nil {
+			t.Errorf("%s: decided", v)
+		}
+	}
+}

@@ -26,6 +26,7 @@ func DigestForm(s *State) ([]byte, error) { return s.digestForm() }
 // each put the hash member.
 func DecodePair() func(raw []byte, skipHashes, fields, arena bool, prev string) (c, l Event, ok bool, hashAt [2][2]int, err error) {
 	pc, pl := newFastParser(), newFastParser()
+	pl.generalData = true
 	return func(raw []byte, skipHashes, fields, arena bool, prev string) (c, l Event, ok bool, hashAt [2][2]int, err error) {
 		setup := func(p *fastParser) {
 			p.skipHashes, p.fields = skipHashes, fields
@@ -58,3 +59,32 @@ func SetChunks(n, slack int64, first, events int) func() {
 
 // ChunksRead counts the chunks the stream has read at offsets.
 func ChunksRead() int64 { return chunksRead.Load() }
+
+// LoopPair returns a function that decodes raw twice, on parsers kept
+// from call to call: as a stream does (fastEventInto: canonicalEvent,
+// specEvent, loopEvent, through the tables) and the general way
+// (loopEvent without the tables: dataFields, strIntern, skipValue), with
+// fields in a batch's arena.
+func LoopPair() func(raw []byte) (tables, general Event, errT, errG error) {
+	pt, pg := newFastParser(), newFastParser()
+	pg.generalData = true
+	return func(raw []byte) (tables, general Event, errT, errG error) {
+		for _, p := range []*fastParser{pt, pg} {
+			p.fields, p.arena, p.slab = true, make([]byte, 0, 64), nil
+			p.b, p.i = raw, 0
+		}
+		errT = pt.fastEventInto(&tables, raw)
+		errG = pg.loopEvent(&general)
+		return tables, general, errT, errG
+	}
+}
+
+// SpecEventDecides reports whether specEvent decides raw (on a parser of
+// its own, with fields in an arena).
+func SpecEventDecides(raw []byte) bool {
+	p := newFastParser()
+	p.fields, p.arena = true, make([]byte, 0, 64)
+	p.b, p.i = raw, 0
+	var e Event
+	return p.specEvent(&e)
+}

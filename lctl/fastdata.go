@@ -46,28 +46,44 @@ type rawTable [1 << rawBits]rawSlot
 const rawBits = 10
 
 // quoted returns the bytes of the string that starts at b[i] (a quote) up
-// to the next quote byte; n < 0 when there is none among the next 24, or
-// fewer than 25 bytes are left. A quote byte may be an escaped one: then
-// the careful read takes more bytes than n+2 and the bytes go in no
-// table.
+// to the next quote byte; n < 0 when there is none among the next 24 or
+// in b. Fewer than 25 bytes left in b (a string near the end of an event
+// whose data comes last, as in the spec's order) are read as 24 from the
+// array beyond b when it has them (the next events' bytes, never
+// written while they are read), the quote still in b. A quote byte may be
+// an escaped one: then the careful read takes more bytes than n+2 and the
+// bytes go in no table.
 func quoted(b []byte, i int) (k rawKey) {
-	if i+25 > len(b) {
-		return rawKey{n: noRaw}
+	left := len(b) - i - 1 // bytes after the opening quote
+	if left < 24 {
+		if i+25 > cap(b) {
+			return rawKey{n: noRaw}
+		}
+		b = b[:i+25]
 	}
 	b = b[i+1 : i+25]
 	w0 := binary.LittleEndian.Uint64(b)
 	if m := zeroBytes(w0 ^ (ones * '"')); m != 0 {
 		n := bits.TrailingZeros64(m) >> 3
+		if n >= left {
+			return rawKey{n: noRaw}
+		}
 		return rawKey{w0: w0 & (1<<(8*n) - 1), n: n}
 	}
 	w1 := binary.LittleEndian.Uint64(b[8:])
 	if m := zeroBytes(w1 ^ (ones * '"')); m != 0 {
 		n := bits.TrailingZeros64(m) >> 3
+		if 8+n >= left {
+			return rawKey{n: noRaw}
+		}
 		return rawKey{w0: w0, w1: w1 & (1<<(8*n) - 1), n: 8 + n}
 	}
 	w2 := binary.LittleEndian.Uint64(b[16:])
 	if m := zeroBytes(w2 ^ (ones * '"')); m != 0 {
 		n := bits.TrailingZeros64(m) >> 3
+		if 16+n >= left {
+			return rawKey{n: noRaw}
+		}
 		return rawKey{w0: w0, w1: w1, w2: w2 & (1<<(8*n) - 1), n: 16 + n}
 	}
 	return rawKey{n: noRaw}
@@ -138,8 +154,10 @@ func (p *fastParser) tableString(t *rawTable, last bool) (string, bool) {
 }
 
 // canonData reads the data object at p.i (its '{') into fields as
-// dataFields does, for data laid out as canonical JSON lays it out (no
-// white space); false for anything else, which dataFields decides.
+// dataFields does: for data laid out as canonical JSON lays it out, and
+// for data with white space between its tokens (Python's separators, its
+// indent), which costs a look at one byte where canonical JSON has none;
+// false for anything it does not decide, which dataFields decides.
 // Keys and short string values come from the parser's tables, whole
 // numbers are read in place, other values as member reads them.
 func (p *fastParser) canonData(e *Event) bool {
@@ -150,12 +168,17 @@ func (p *fastParser) canonData(e *Event) bool {
 	if p.slab == nil {
 		p.slab = make([]dataField, 0, 64)
 	}
+	i = skipAt(b, i)
 	if i < len(b) && b[i] == '}' {
 		i++
 	} else {
 		for {
 			if i >= len(b) || b[i] != '"' {
-				return false
+				// White space where canonical JSON has none is looked
+				// for only where the byte it has is not there.
+				if i = skipWS(b, i); i >= len(b) || b[i] != '"' {
+					return false
+				}
 			}
 			// The key.
 			var k string
@@ -175,9 +198,12 @@ func (p *fastParser) canonData(e *Event) bool {
 				i = p.i
 			}
 			if i >= len(b) || b[i] != ':' {
-				return false
+				if i = skipWS(b, i); i >= len(b) || b[i] != ':' {
+					return false
+				}
 			}
 			i++
+			i = skipAt(b, i)
 			if i >= len(b) {
 				return false
 			}
@@ -240,6 +266,14 @@ func (p *fastParser) canonData(e *Event) bool {
 				i++
 				break
 			}
+			if i = skipWS(b, i); i < len(b) && b[i] == ',' {
+				i++
+				continue
+			}
+			if i < len(b) && b[i] == '}' {
+				i++
+				break
+			}
 			return false
 		}
 	}
@@ -251,10 +285,10 @@ func (p *fastParser) canonData(e *Event) bool {
 	return true
 }
 
-// canonSkip returns where the object or array at b[i] ends, for one laid
-// out as canonical JSON lays it out (no white space, at most 64 deep),
-// accepting exactly what skipValue accepts; false for anything else,
-// which skipValue decides. Its strings are looked for in skipTab (bytes
+// canonSkip returns where the object or array at b[i] ends, for one at
+// most 64 deep (laid out as canonical JSON lays it out, or with white
+// space between its tokens), accepting exactly what skipValue accepts;
+// false for anything else, which skipValue decides. Its strings are looked for in skipTab (bytes
 // the careful check took before), its numbers checked in place.
 func (p *fastParser) canonSkip(i int) (int, bool) {
 	b := p.b
@@ -262,6 +296,7 @@ func (p *fastParser) canonSkip(i int) (int, bool) {
 	depth := 0
 	for {
 		// A value starts at b[i].
+		i = skipAt(b, i)
 		if i >= len(b) {
 			return 0, false
 		}
@@ -271,8 +306,8 @@ func (p *fastParser) canonSkip(i int) (int, bool) {
 			if c == '{' {
 				end = '}'
 			}
-			if i+1 < len(b) && b[i+1] == end {
-				i += 2
+			if j := i + 1; j < len(b) && (b[j] == end || b[j] <= ' ' && skipWS(b, j) < len(b) && b[skipWS(b, j)] == end) {
+				i = skipWS(b, j) + 1
 				break
 			}
 			if depth == 64 {
@@ -335,6 +370,12 @@ func (p *fastParser) canonSkip(i int) (int, bool) {
 				i++
 				continue
 			}
+			if j := skipWS(b, i); j > i {
+				// White space, looked for only where canonical JSON's
+				// byte is not.
+				i = j
+				continue
+			}
 			return 0, false
 		}
 	}
@@ -343,12 +384,49 @@ func (p *fastParser) canonSkip(i int) (int, bool) {
 // skipKey moves past an object's key at b[i] and its colon, returning
 // where its value starts.
 func (p *fastParser) skipKey(i int) (int, bool) {
-	i, ok := p.skipString(i)
-	if !ok || i >= len(p.b) || p.b[i] != ':' {
+	j, ok := p.skipString(i)
+	if !ok || j >= len(p.b) || p.b[j] != ':' {
+		return p.skipKeyWS(i)
+	}
+	return j + 1, true
+}
+
+// skipKeyWS is skipKey with white space before the key and before its
+// colon.
+func (p *fastParser) skipKeyWS(i int) (int, bool) {
+	i, ok := p.skipString(skipWS(p.b, i))
+	if !ok {
+		return 0, false
+	}
+	if i = skipWS(p.b, i); i >= len(p.b) || p.b[i] != ':' {
 		return 0, false
 	}
 	return i + 1, true
 }
+
+// skipAt is skipWS with one look where there is no white space (as in
+// canonical JSON): inlined where skipWS is not.
+func skipAt(b []byte, i int) int {
+	if i < len(b) && b[i] <= ' ' {
+		return skipWS(b, i)
+	}
+	return i
+}
+
+// skipWS returns where the white space JSON allows that starts at b[i]
+// ends.
+func skipWS(b []byte, i int) int {
+	for i < len(b) {
+		if c := b[i]; c > ' ' || wsBits>>c&1 == 0 {
+			return i
+		}
+		i++
+	}
+	return i
+}
+
+// wsBits has bit c set for each byte c that is JSON's white space.
+const wsBits = 1<<' ' | 1<<'\n' | 1<<'\r' | 1<<'\t'
 
 // skipString moves past the string at b[i], checked: found in skipTab,
 // or checked the careful way and then put there.
@@ -370,4 +448,130 @@ func (p *fastParser) skipString(i int) (int, bool) {
 	}
 	p.skipTab.put(&k, end-i, "", nil)
 	return end, true
+}
+
+// specEvent reads an event whose members come in the spec's order (seq,
+// type, timestamp, agent, data; what the reference implementation
+// writes: no chain_id, no hashes), with or without white space between
+// its tokens (Python's separators, its indent), in one straight pass
+// with exactly the values the general loop gives; false, for anything
+// else, leaves the event to that loop (the caller resets what this
+// changed).
+func (p *fastParser) specEvent(e *Event) bool {
+	b := p.b
+	i := skipAt(b, 0)
+	if i+8 > len(b) || b[i] != '{' {
+		return false
+	}
+	p.hashFrom, p.hashTo = -1, -1
+	// "seq": a plain whole number.
+	if i = skipAt(b, i+1); i+6 > len(b) || string(b[i:i+5]) != `"seq"` {
+		return false
+	}
+	if i = skipAt(b, i+5); i >= len(b) || b[i] != ':' {
+		return false
+	}
+	p.i = skipAt(b, i+1)
+	n, ok := p.plainUint()
+	if !ok {
+		return false
+	}
+	e.Seq = n
+	// "type"
+	if !p.specKey(specType) {
+		return false
+	}
+	s, ok := p.tableString(&p.topTab, false)
+	if !ok || s == "" {
+		return false
+	}
+	e.Type = s
+	// "timestamp"
+	if !p.specKey(specTimestamp) {
+		return false
+	}
+	if p.arena != nil {
+		s, ok = p.arenaString()
+	} else {
+		ok = false
+	}
+	if !ok {
+		if s, ok = p.strIntern(false); !ok {
+			return false
+		}
+	}
+	e.Timestamp = s
+	// "agent"
+	if !p.specKey(specAgent) {
+		return false
+	}
+	if e.Agent, ok = p.tableString(&p.topTab, false); !ok {
+		return false
+	}
+	// "data"
+	if !p.specKey(specData) || p.i >= len(b) || b[p.i] != '{' {
+		return false
+	}
+	if p.fields {
+		if !p.canonData(e) {
+			return false
+		}
+	} else {
+		v, ok := p.value()
+		if !ok {
+			return false
+		}
+		e.Data = v.(map[string]any)
+	}
+	if i = skipAt(b, p.i); i >= len(b) || b[i] != '}' || skipAt(b, i+1) != len(b) {
+		return false
+	}
+	p.i = len(b)
+	p.prevEventHash = ""
+	return true
+}
+
+// The keys after seq in the spec's order, quoted, for specKey.
+const (
+	specType = iota
+	specTimestamp
+	specAgent
+	specData
+)
+
+// specKeyWords are the quoted keys as two little-endian words and the
+// masks that keep their bytes (topKeyWords' layout), and their lengths.
+var specKeyWords, specKeyLens = func() (w [4][4]uint64, n [4]int) {
+	for k, q := range [...]string{`"type"`, `"timestamp"`, `"agent"`, `"data"`} {
+		var b [16]byte
+		copy(b[:], q)
+		for i := range q {
+			w[k][2*(i/8)+1] |= 0xff << (8 * (i % 8))
+		}
+		w[k][0] = binary.LittleEndian.Uint64(b[:8]) & w[k][1]
+		w[k][2] = binary.LittleEndian.Uint64(b[8:]) & w[k][3]
+		n[k] = len(q)
+	}
+	return w, n
+}()
+
+// specKey moves past the comma before a member, its key k (quoted, as
+// it must be written) and the colon after it, with white space anywhere
+// between them, to its value.
+func (p *fastParser) specKey(k int) bool {
+	b := p.b
+	i := skipAt(b, p.i)
+	if i >= len(b) || b[i] != ',' {
+		return false
+	}
+	i = skipAt(b, i+1)
+	w := &specKeyWords[k]
+	if i+16 > len(b) || binary.LittleEndian.Uint64(b[i:])&w[1] != w[0] || binary.LittleEndian.Uint64(b[i+8:])&w[3] != w[2] {
+		return false
+	}
+	if i = skipAt(b, i+specKeyLens[k]); i >= len(b) || b[i] != ':' {
+		return false
+	}
+	p.i = skipAt(b, i+1)
+	return true
 }

@@ -95,6 +95,12 @@ func TestStreamedCommandsMatchFullRead(t *testing.T) {
 			return es
 		}),
 		"testdata/chains/review-v1.lctl.json", "testdata/chains/xct-run.lctl.json", "testdata/chains/other-implementation.lctl.json",
+		// What the reference implementation writes: the spec's key order,
+		// no hashes, Python's separators, indented or on one line.
+		writeShaped(t, dir, "spec-lines.lctl.json", 600, opts, lctltest.Shape{Spec: true}),
+		writeShaped(t, dir, "spec-indent.lctl.json", 600, opts, lctltest.Shape{Spec: true, Layout: lctltest.LayoutIndent}),
+		writeShaped(t, dir, "spec-oneline.lctl.json", 600, opts, lctltest.Shape{Spec: true, Layout: lctltest.LayoutOneLine}),
+		writeShaped(t, dir, "sealed-indent.lctl.json", 600, opts, lctltest.Shape{Layout: lctltest.LayoutIndent}),
 	}
 	// A chain whose seq is a string (a warning) and one cut short.
 	raw, err := os.ReadFile(files[0])
@@ -134,6 +140,20 @@ func TestStreamedCommandsMatchFullRead(t *testing.T) {
 			}
 		}
 	}
+}
+
+// writeShaped writes lctltest's chain in shape.
+func writeShaped(t *testing.T, dir, name string, n int, opts lctltest.WorkflowOptions, shape lctltest.Shape) string {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := lctltest.WriteWorkflowShaped(&buf, "wf", n, opts, shape); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // unsealFrom takes the hashes off the events from the k-th on.

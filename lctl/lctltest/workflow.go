@@ -2,6 +2,8 @@ package lctltest
 
 import (
 	"bufio"
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"sort"
@@ -259,4 +261,135 @@ func genWorkflow(chainID string, n int, opts WorkflowOptions, emit func(*lctl.Ev
 		err = fmt.Errorf("generated %d of %d events", seq, n)
 	}
 	return err
+}
+
+// Layouts of a chain file for WriteWorkflowShaped.
+const (
+	// LayoutLines writes one event per line (WriteWorkflow's layout).
+	LayoutLines = "lines"
+	// LayoutIndent writes the file as Python's json.dump(indent=2) does:
+	// every member on a line of its own, indented by two spaces a level.
+	LayoutIndent = "indent"
+	// LayoutOneLine writes the whole file on one line, as Python's
+	// json.dump writes it without indent (", " and ": " between members).
+	LayoutOneLine = "oneline"
+)
+
+// Shape is how WriteWorkflowShaped lays out a chain file.
+type Shape struct {
+	// Spec writes events as the spec shows them and its reference
+	// implementation writes them: the keys in the spec's order (seq, type,
+	// timestamp, agent, data), no chain_id, no hash chain (the options'
+	// Seal is ignored), "lctl": "4.1", and Python's separators (", " and
+	// ": "). The data's keys stay sorted (deterministic). Without it,
+	// events are their canonical JSON (what XCT writes).
+	Spec bool
+	// Layout is LayoutLines (the default), LayoutIndent or LayoutOneLine.
+	Layout string
+}
+
+// WriteWorkflowShaped writes Workflow's chain as shape says, without
+// holding it: the shapes other implementations write, for measuring what
+// reading each costs. The zero Shape writes what WriteWorkflow writes.
+func WriteWorkflowShaped(w io.Writer, chainID string, n int, opts WorkflowOptions, shape Shape) error {
+	if shape.Spec {
+		opts.Seal = false
+	}
+	bw := bufio.NewWriterSize(w, 1<<20)
+	version := lctl.Version
+	if shape.Spec {
+		version = "4.1"
+	}
+	head := fmt.Sprintf("{\"lctl\":%q,\"chain\":{\"id\":%q},\"events\":[", version, chainID)
+	sep, first, end := ",\n", "\n", "\n]}\n"
+	switch shape.Layout {
+	case "", LayoutLines:
+		if shape.Spec {
+			head = pySpaces([]byte(head))
+		}
+	case LayoutIndent:
+		head = fmt.Sprintf("{\n  \"lctl\": %q,\n  \"chain\": {\n    \"id\": %q\n  },\n  \"events\": [", version, chainID)
+		sep, first, end = ",\n    ", "\n    ", "\n  ]\n}"
+	case LayoutOneLine:
+		head = pySpaces([]byte(head))
+		sep, first, end = ", ", "", "]}"
+	default:
+		return fmt.Errorf("layout %q: want %s, %s or %s", shape.Layout, LayoutLines, LayoutIndent, LayoutOneLine)
+	}
+	if _, err := bw.WriteString(head); err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	count := 0
+	err := genWorkflow(chainID, n, opts, func(e *lctl.Event) error {
+		raw, err := e.MarshalJSON()
+		if err != nil {
+			return err
+		}
+		if shape.Spec {
+			data, err := lctl.Canonical(e.Data)
+			if err != nil {
+				return err
+			}
+			raw = fmt.Appendf(raw[:0], `{"seq":%d,"type":%s,"timestamp":%s,"agent":%s,"data":%s}`,
+				e.Seq, quote(e.Type), quote(e.Timestamp), quote(e.Agent), data)
+		}
+		switch {
+		case shape.Layout == LayoutIndent:
+			buf.Reset()
+			if err := json.Indent(&buf, raw, "    ", "  "); err != nil {
+				return err
+			}
+			raw = buf.Bytes()
+		case shape.Spec:
+			raw = []byte(pySpaces(raw))
+		}
+		s := sep
+		if count == 0 {
+			s = first
+		}
+		count++
+		if _, err := bw.WriteString(s); err != nil {
+			return err
+		}
+		_, err = bw.Write(raw)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if _, err := bw.WriteString(end); err != nil {
+		return err
+	}
+	return bw.Flush()
+}
+
+// quote is a string as canonical JSON writes it.
+func quote(s string) []byte {
+	b, err := lctl.Canonical(s)
+	if err != nil {
+		panic(err) // a string always encodes
+	}
+	return b
+}
+
+// pySpaces puts a space after every ':' and ',' outside strings of
+// compact JSON: Python's json.dumps separators.
+func pySpaces(b []byte) string {
+	out := make([]byte, 0, len(b)+len(b)/8)
+	in := false
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		out = append(out, c)
+		switch {
+		case in && c == '\\':
+			i++
+			out = append(out, b[i])
+		case c == '"':
+			in = !in
+		case !in && (c == ':' || c == ','):
+			out = append(out, ' ')
+		}
+	}
+	return string(out)
 }

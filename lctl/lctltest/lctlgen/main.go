@@ -3,6 +3,10 @@
 // of realistic size.
 //
 //	go run ./lctl/lctltest/lctlgen -n 1000000 -o /tmp/run-1m.lctl.json
+//
+// -shape spec and -layout write the shapes other implementations write:
+// the spec's key order without a hash chain, Python's json.dump with and
+// without indent.
 package main
 
 import (
@@ -22,6 +26,8 @@ func main() {
 	every := flag.Int("checkpoint-every", 500, "events between checkpoints (-1: none)")
 	stateHashes := flag.Bool("state-hashes", false, "put the state's hash in every checkpoint")
 	hashVersion := flag.Int("state-hash-version", 2, "with -state-hashes: 2 (kept up to date, linear) or 1 (the form before session 5: quadratic, for up to ~300k events)")
+	shape := flag.String("shape", "canonical", "events as XCT writes them (canonical: sorted keys, chain_id, hashes) or as the spec and its reference implementation do (spec: seq, type, timestamp, agent, data; no chain_id, no hashes, \"lctl\": \"4.1\", Python's separators)")
+	layout := flag.String("layout", lctltest.LayoutLines, "lines (one event per line), indent (Python's json.dump indent=2) or oneline (the whole file on one line)")
 	flag.Parse()
 	if *out == "" || *n < 2 {
 		fmt.Fprintln(os.Stderr, "usage: lctlgen -n EVENTS -o FILE")
@@ -35,14 +41,18 @@ func main() {
 		fmt.Fprintln(os.Stderr, "lctlgen: -state-hash-version is 1 or 2")
 		os.Exit(2)
 	}
+	if *shape != "canonical" && *shape != "spec" {
+		fmt.Fprintln(os.Stderr, "lctlgen: -shape is canonical or spec")
+		os.Exit(2)
+	}
 	opts := lctltest.WorkflowOptions{Seal: *seal, CheckpointEvery: *every, StateHashes: *stateHashes, StateHashVersion: *hashVersion}
-	if err := write(*out, chainID, *n, opts); err != nil {
+	if err := write(*out, chainID, *n, opts, lctltest.Shape{Spec: *shape == "spec", Layout: *layout}); err != nil {
 		fmt.Fprintln(os.Stderr, "lctlgen:", err)
 		os.Exit(1)
 	}
 }
 
-func write(path, chainID string, n int, opts lctltest.WorkflowOptions) error {
+func write(path, chainID string, n int, opts lctltest.WorkflowOptions, shape lctltest.Shape) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return err
@@ -50,7 +60,7 @@ func write(path, chainID string, n int, opts lctltest.WorkflowOptions) error {
 	if lctl.FormatForPath(path) == lctl.FormatYAML {
 		err = lctl.NewFile(chainID, lctltest.Workflow(chainID, n, opts)).Encode(f, lctl.FormatYAML)
 	} else {
-		err = lctltest.WriteWorkflow(f, chainID, n, opts)
+		err = lctltest.WriteWorkflowShaped(f, chainID, n, opts, shape)
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
