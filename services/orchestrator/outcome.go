@@ -64,11 +64,18 @@ const (
 )
 
 // readRecord asks the executor for the step's record, fencing a step
-// without one (it is then provably not executed).
-func (r *run) readRecord(stepID string) (recordedOutcome, *xctv1.GetStepResponse, error) {
+// without one (it is then provably not executed) when fence is set. A
+// record read once and missing later proves nothing (it outlived the
+// executor's --step-retention while the step waited, or was deleted): the
+// step may have acted, so it is not fenced then, and stays unknown.
+func (r *run) readRecord(stepID string, fence bool) (recordedOutcome, *xctv1.GetStepResponse, error) {
 	ctx, cancel := context.WithTimeout(r.traceCtx(context.Background()), r.svc.cfg.TakeoverTimeout)
 	defer cancel()
-	resp, err := r.svc.executor.GetStep(ctx, &xctv1.GetStepRequest{StepId: stepID, Fence: true})
+	resp, err := r.svc.executor.GetStep(ctx, &xctv1.GetStepRequest{StepId: stepID, Fence: fence})
+	if !fence && status.Code(err) == codes.NotFound {
+		return outcomeUnknown, nil, status.Errorf(codes.NotFound, "the executor's record of step %s is gone since it was read "+
+			"(past the step retention, or deleted): the step may have acted, and only a human's decision (xct resolve) settles it", stepID)
+	}
 	if err != nil {
 		return outcomeUnknown, nil, err
 	}
@@ -104,8 +111,10 @@ func (r *run) settleStep(st *openStep, v *xctv1.Verdict, doubt *xctv1.Error) (*x
 	wait := 50 * time.Millisecond
 	quiet := time.Now().Add(r.svc.cfg.SettleTimeout) // until then, the run is not yet IN_DOUBT
 	rerun := false
+	seen := false // a record of the step was read: its absence later is no proof
 	for {
-		state, resp, err := r.readRecord(st.stepID)
+		state, resp, err := r.readRecord(st.stepID, !seen)
+		seen = seen || state == outcomeRunning || state == outcomeDoubtful || state == outcomeRetry
 		switch state {
 		case outcomeFinal:
 			rec := resp.GetStep()
