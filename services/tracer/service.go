@@ -45,6 +45,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
 
@@ -773,13 +774,59 @@ func (a *acker) ack() error {
 }
 
 // streamSeq returns the stream a consumer's message is from and its seq
-// there.
+// there, read from the message's reply subject (ackPosition) without the
+// allocations of Metadata, which it falls back to for a subject of another
+// form.
 func streamSeq(m jetstream.Msg) (string, uint64, error) {
+	if stream, seq, ok := ackPosition(m.Reply()); ok {
+		return stream, seq, nil
+	}
 	meta, err := m.Metadata()
 	if err != nil {
 		return "", 0, err
 	}
 	return meta.Stream, meta.Sequence.Stream, nil
+}
+
+// ackPosition reads the stream and the stream seq from a JetStream
+// message's reply subject, which is
+// $JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<time>.<pending>
+// (9 tokens) or, from servers that name the domain and the account,
+// $JS.ACK.<domain>.<account hash>.<stream>.<consumer>.<delivered>.<stream seq>.…
+// (11 tokens or more). ok is false for anything else.
+func ackPosition(reply string) (stream string, seq uint64, ok bool) {
+	const maxTokens = 16
+	var starts [maxTokens + 1]int // where each token starts; one past the end last
+	n := 1
+	for i := 0; i < len(reply); i++ {
+		if reply[i] == '.' {
+			if n == maxTokens {
+				return "", 0, false
+			}
+			starts[n] = i + 1
+			n++
+		}
+	}
+	starts[n] = len(reply) + 1
+	token := func(i int) string { return reply[starts[i] : starts[i+1]-1] }
+	if token(0) != "$JS" || token(1) != "ACK" {
+		return "", 0, false
+	}
+	var streamAt int
+	switch {
+	case n == 9:
+		streamAt = 2
+	case n >= 11:
+		streamAt = 4
+	default:
+		return "", 0, false
+	}
+	stream = token(streamAt)
+	seq, err := strconv.ParseUint(token(streamAt+3), 10, 64)
+	if stream == "" || err != nil {
+		return "", 0, false
+	}
+	return stream, seq, true
 }
 
 // handle stores one message's event in the batch, reading back from the
