@@ -6,7 +6,8 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"path/filepath"
+
+	"golang.org/x/sys/unix"
 )
 
 // Compensation says how to undo the effect of one step of a reversible
@@ -86,10 +87,17 @@ func (w *workspace) undoOne(a UndoAction) error {
 	if err := w.undoable(a.Path, name); err != nil {
 		return err
 	}
-	root := w.root
+	// The actions act by name in the directory that holds the entry,
+	// reached without following a symbolic link: a link swapped in after
+	// the check above makes the action fail, never reach where it leads.
+	pd, base, err := w.openParent(name)
+	if err != nil {
+		return undoRefused(a.Path, err)
+	}
+	defer pd.close()
 	switch a.Op {
 	case UndoRemove:
-		fi, err := root.Lstat(name)
+		fi, err := pd.lstat(base)
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil // already gone
 		}
@@ -97,11 +105,14 @@ func (w *workspace) undoOne(a UndoAction) error {
 			return err
 		}
 		if fi.Mode().IsRegular() && a.Checksum != "" {
-			if sum, err := fileChecksum(root, name); err != nil || sum != a.Checksum {
+			if sum, err := entryChecksum(pd, base, fi); err != nil || sum != a.Checksum {
 				return fmt.Errorf("%w: %s changed since the step", ErrUndoConflict, a.Path)
 			}
 		}
-		if err := root.Remove(name); err != nil {
+		if now, err := pd.lstat(base); err != nil || !sameEntry(fi, now) {
+			return fmt.Errorf("%w: %s changed while it was being undone", ErrUndoConflict, a.Path)
+		}
+		if err := pd.remove(base, fi.IsDir()); err != nil {
 			return fmt.Errorf("%w: %w", ErrUndoConflict, err)
 		}
 		return nil
@@ -109,7 +120,7 @@ func (w *workspace) undoOne(a UndoAction) error {
 		if a.Entry == nil {
 			return fmt.Errorf("%w: nothing saved for %s", ErrUndoConflict, a.Path)
 		}
-		fi, err := root.Lstat(name)
+		fi, err := pd.lstat(base)
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
 		case err != nil:
@@ -117,11 +128,11 @@ func (w *workspace) undoOne(a UndoAction) error {
 		case a.Checksum == "" || !fi.Mode().IsRegular():
 			return fmt.Errorf("%w: %s exists", ErrUndoConflict, a.Path)
 		default:
-			if sum, err := fileChecksum(root, name); err != nil || sum != a.Checksum {
+			if sum, err := entryChecksum(pd, base, fi); err != nil || sum != a.Checksum {
 				return fmt.Errorf("%w: %s changed since the step", ErrUndoConflict, a.Path)
 			}
 		}
-		return w.restore(name, a.Entry)
+		return restore(pd, base, a.Entry)
 	case UndoRename:
 		from, e := w.clean(a.From)
 		if e != nil || from == "." {
@@ -130,24 +141,46 @@ func (w *workspace) undoOne(a UndoAction) error {
 		if err := w.undoable(a.From, from); err != nil {
 			return err
 		}
-		if e := w.treeProtected(a.From, from); e != nil {
-			return fmt.Errorf("%w: %s", ErrUndoConflict, e.GetMessage())
+		fpd, fbase, err := w.openParent(from)
+		if err != nil {
+			return undoRefused(a.From, err)
 		}
-		if _, err := root.Lstat(name); !errors.Is(err, fs.ErrNotExist) {
+		defer fpd.close()
+		if _, err := pd.lstat(base); !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("%w: %s exists", ErrUndoConflict, a.Path)
 		}
-		fi, err := root.Lstat(from)
+		fi, err := fpd.lstat(fbase)
 		if err != nil {
 			return fmt.Errorf("%w: %w", ErrUndoConflict, err)
 		}
+		if fi.IsDir() {
+			if e := w.treeProtected(a.From, from, fpd, fbase, fi); e != nil {
+				return fmt.Errorf("%w: %s", ErrUndoConflict, e.GetMessage())
+			}
+		}
 		if fi.Mode().IsRegular() && a.Checksum != "" {
-			if sum, err := fileChecksum(root, from); err != nil || sum != a.Checksum {
+			if sum, err := entryChecksum(fpd, fbase, fi); err != nil || sum != a.Checksum {
 				return fmt.Errorf("%w: %s changed since the step", ErrUndoConflict, a.From)
 			}
 		}
-		return root.Rename(from, name)
+		if now, err := fpd.lstat(fbase); err != nil || !sameEntry(fi, now) {
+			return fmt.Errorf("%w: %s changed while it was being undone", ErrUndoConflict, a.From)
+		}
+		if err := fpd.rename(fbase, pd, base, true); err != nil {
+			return fmt.Errorf("%w: %w", ErrUndoConflict, err)
+		}
+		return nil
 	}
 	return fmt.Errorf("%w: unknown operation %q", ErrUndoConflict, a.Op)
+}
+
+// undoRefused is the error of an undo action whose directory could not
+// be reached without following a link (one swapped in after the check).
+func undoRefused(p string, err error) error {
+	if errors.Is(err, errThroughLink) {
+		return fmt.Errorf("%w: %s goes through a symbolic link; nothing was done", ErrUndoConflict, p)
+	}
+	return err
 }
 
 // undoable refuses an undo action on the workspace path name (p as the
@@ -163,24 +196,29 @@ func (w *workspace) undoable(p, name string) error {
 	return nil
 }
 
-// restore creates e at name (replacing a file there atomically).
-func (w *workspace) restore(name string, e *SavedEntry) error {
-	root := w.root
+// restore creates e as the entry base of d (replacing a file there
+// atomically), never through a link.
+func restore(d *wsDir, base string, e *SavedEntry) error {
 	perm := fs.FileMode(e.Mode).Perm()
 	switch e.Type {
 	case EntryDir:
-		if err := root.Mkdir(name, perm); err != nil {
+		if err := d.mkdir(base, perm); err != nil {
 			return err
 		}
-		return root.Chmod(name, perm)
-	case EntrySymlink:
-		return root.Symlink(e.Target, name)
-	case EntryFile:
-		tmp, err := tempName(filepath.Dir(name))
+		sub, err := d.sub(base)
 		if err != nil {
 			return err
 		}
-		f, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
+		defer sub.close()
+		return unix.Fchmod(sub.fd, uint32(perm))
+	case EntrySymlink:
+		return d.symlink(e.Target, base)
+	case EntryFile:
+		tmp, err := tempName(".")
+		if err != nil {
+			return err
+		}
+		f, err := d.openFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
 		if err != nil {
 			return err
 		}
@@ -195,10 +233,10 @@ func (w *workspace) restore(name string, e *SavedEntry) error {
 			werr = cerr
 		}
 		if werr == nil {
-			werr = root.Rename(tmp, name)
+			werr = d.rename(tmp, d, base, false)
 		}
 		if werr != nil {
-			_ = root.Remove(tmp)
+			_ = d.remove(tmp, false)
 		}
 		return werr
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -108,10 +109,17 @@ func (t *fsDelete) Invoke(ctx context.Context, args map[string]any) (any, *xctv1
 	if ctx.Err() != nil {
 		return nil, errNotCommitted()
 	}
-	root := t.ws.root
-	fi, err := root.Lstat(name)
+	// The entry is deleted by its name in its directory, which is reached
+	// without following a symbolic link: one swapped in on the path after
+	// the checks above makes the delete fail, never reach where it leads.
+	pd, base, err := t.ws.openParent(name)
 	if err != nil {
-		return nil, t.ws.fail(p, err)
+		return nil, t.ws.refuse(p, name, false, err)
+	}
+	defer pd.close()
+	fi, err := pd.lstat(base)
+	if err != nil {
+		return nil, t.ws.failIn(p, name, pd, err)
 	}
 	res := DeleteResult{Path: filepath.ToSlash(name)}
 	comp := &Compensation{Tool: "fs.delete"}
@@ -122,22 +130,27 @@ func (t *fsDelete) Invoke(ctx context.Context, args map[string]any) (any, *xctv1
 	}
 	switch mode := fi.Mode(); {
 	case mode&fs.ModeSymlink != 0:
-		target, err := root.Readlink(name)
+		target, err := pd.readlink(base)
 		if err != nil {
 			return nil, t.ws.fail(p, err)
 		}
 		res.Type = EntrySymlink
 		save(res.Path, &SavedEntry{Type: EntrySymlink, Mode: uint32(mode.Perm()), Target: target})
 	case mode.IsRegular():
-		data, e := t.saveFile(p, name, fi)
-		if e != nil {
-			return nil, e
+		data, err := readEntry(pd, base, fi, t.maxUndo)
+		switch {
+		case errors.Is(err, errUndoTooLarge):
+			return nil, t.tooLarge(p)
+		case errors.Is(err, errChanged), errors.Is(err, errThroughLink):
+			return nil, pathErr(wire.CodeToolFailure, p, "%q changed while it was being deleted; nothing was deleted", p)
+		case err != nil:
+			return nil, t.ws.fail(p, err)
 		}
 		res.Type, res.Checksum = EntryFile, checksum(data)
 		save(res.Path, &SavedEntry{Type: EntryFile, Mode: uint32(mode.Perm()), Content: data})
 	case mode.IsDir():
 		res.Type = EntryDir
-		if e := t.saveTree(ctx, p, name, recursive, save); e != nil {
+		if e := t.saveTree(ctx, p, name, pd, base, fi, recursive, save); e != nil {
 			return nil, e
 		}
 	default:
@@ -152,57 +165,52 @@ func (t *fsDelete) Invoke(ctx context.Context, args map[string]any) (any, *xctv1
 	}
 	// The entry must still be the one that was saved; a swap in between is
 	// refused rather than deleting something that was not saved.
-	now, err := root.Lstat(name)
+	now, err := pd.lstat(base)
 	if err != nil {
-		return nil, t.ws.fail(p, err)
+		return nil, t.ws.failIn(p, name, pd, err)
 	}
-	if !os.SameFile(fi, now) || now.Size() != fi.Size() || !now.ModTime().Equal(fi.ModTime()) {
+	if !sameEntry(fi, now) || now.Size() != fi.Size() || !now.ModTime().Equal(fi.ModTime()) {
 		return nil, pathErr(wire.CodeToolFailure, p, "%q changed while it was being deleted; nothing was deleted", p)
 	}
 	if res.Type == EntryDir && recursive {
-		err = root.RemoveAll(name)
+		err = pd.removeAll(base)
 	} else {
-		err = root.Remove(name)
+		err = pd.remove(base, res.Type == EntryDir)
 	}
 	if err != nil {
-		return nil, t.ws.fail(p, err)
+		return nil, t.ws.failIn(p, name, pd, err)
 	}
-	syncDir(root, filepath.Dir(name))
+	pd.sync()
 	return res, nil
 }
 
-// saveFile reads a regular file for its compensation, through the same
-// open file it checks against fi.
-func (t *fsDelete) saveFile(p, name string, fi fs.FileInfo) ([]byte, *xctv1.Error) {
-	f, err := t.ws.root.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+// saveTree saves the directory base of pd (the workspace path name, fi
+// its lstat) and, when recursive, everything in it, parents before
+// children. The walk is confined to that directory, opened without
+// following a link: a link swapped in below it leads nowhere else.
+func (t *fsDelete) saveTree(ctx context.Context, p, name string, pd *wsDir, base string, fi fs.FileInfo, recursive bool, save func(string, *SavedEntry)) *xctv1.Error {
+	td, err := pd.sub(base)
 	if err != nil {
-		return nil, t.ws.fail(p, err)
+		return pathErr(wire.CodeToolFailure, p, "%q changed while it was being deleted; nothing was deleted", p)
 	}
-	defer func() { _ = f.Close() }()
-	if ofi, err := f.Stat(); err != nil || !os.SameFile(fi, ofi) {
-		return nil, pathErr(wire.CodeToolFailure, p, "%q changed while it was being deleted; nothing was deleted", p)
+	defer td.close()
+	if tfi, err := td.lstat("."); err != nil || !sameEntry(fi, tfi) {
+		return pathErr(wire.CodeToolFailure, p, "%q changed while it was being deleted; nothing was deleted", p)
 	}
-	data, err := readSaved(f, t.maxUndo)
-	if errors.Is(err, errUndoTooLarge) {
-		return nil, t.tooLarge(p)
-	}
+	root, err := td.root()
 	if err != nil {
-		return nil, t.ws.fail(p, err)
+		return t.ws.fail(p, err)
 	}
-	return data, nil
-}
-
-// saveTree saves the directory name and, when recursive, everything in it,
-// parents before children.
-func (t *fsDelete) saveTree(ctx context.Context, p, name string, recursive bool, save func(string, *SavedEntry)) *xctv1.Error {
-	root := t.ws.root
+	defer func() { _ = root.Close() }()
+	top := filepath.ToSlash(name)
 	var total int64
 	var count int
 	var walkErr *xctv1.Error
-	err := fs.WalkDir(root.FS(), filepath.ToSlash(name), func(rel string, de fs.DirEntry, err error) error {
+	err = fs.WalkDir(root.FS(), ".", func(local string, de fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
+		rel := path.Join(top, local)
 		if ctx.Err() != nil {
 			walkErr = errNotCommitted()
 			return fs.SkipAll
@@ -221,10 +229,9 @@ func (t *fsDelete) saveTree(ctx context.Context, p, name string, recursive bool,
 		if err != nil {
 			return err
 		}
-		local := filepath.FromSlash(rel)
 		switch mode := info.Mode(); {
 		case mode.IsDir():
-			if rel == filepath.ToSlash(name) && !recursive {
+			if local == "." && !recursive {
 				empty, err := isEmptyDir(root, local)
 				if err != nil {
 					return err
@@ -242,10 +249,11 @@ func (t *fsDelete) saveTree(ctx context.Context, p, name string, recursive bool,
 			}
 			save(rel, &SavedEntry{Type: EntrySymlink, Mode: uint32(mode.Perm()), Target: target})
 		case mode.IsRegular():
-			f, err := root.OpenFile(local, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+			fd, err := openat2(td.fd, local, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 			if err != nil {
 				return err
 			}
+			f := os.NewFile(uintptr(fd), local)
 			data, err := readSaved(f, t.maxUndo-total)
 			_ = f.Close()
 			if errors.Is(err, errUndoTooLarge) {
@@ -265,6 +273,9 @@ func (t *fsDelete) saveTree(ctx context.Context, p, name string, recursive bool,
 	})
 	if walkErr != nil {
 		return walkErr
+	}
+	if errors.Is(err, errThroughLink) {
+		return pathErr(wire.CodeToolFailure, p, "%q changed while it was being deleted; nothing was deleted", p)
 	}
 	if err != nil {
 		return t.ws.fail(p, err)
@@ -289,14 +300,6 @@ func isEmptyDir(root *os.Root, name string) (bool, error) {
 		return true, nil
 	}
 	return false, err
-}
-
-// syncDir makes a directory's changes durable; failures do not undo them.
-func syncDir(root *os.Root, dir string) {
-	if d, err := root.Open(dir); err == nil {
-		_ = d.Sync()
-		_ = d.Close()
-	}
 }
 
 // fsMove is the fs.move tool. It never replaces an existing entry, so
@@ -373,31 +376,40 @@ func (t *fsMove) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.E
 			return nil, e
 		}
 	}
-	if e := t.ws.treeProtected(pf, from); e != nil {
-		return nil, e
-	}
 	if ctx.Err() != nil {
 		return nil, errNotCommitted()
 	}
-	root := t.ws.root
-	fi, err := root.Lstat(from)
+	// Both entries are named in their directories, which are reached
+	// without following a symbolic link: one swapped in on either path
+	// after the checks above makes the move fail, never reach where it
+	// leads.
+	fpd, fbase, err := t.ws.openParent(from)
 	if err != nil {
-		return nil, t.ws.fail(pf, err)
+		return nil, t.ws.refuse(pf, from, false, err)
 	}
-	switch _, err := root.Lstat(to); {
+	defer fpd.close()
+	fi, err := fpd.lstat(fbase)
+	if err != nil {
+		return nil, t.ws.failIn(pf, from, fpd, err)
+	}
+	tpd, tbase, err := t.ws.openParent(to)
+	switch {
+	case errors.Is(err, syscall.ENOTDIR):
+		return nil, pathErr(wire.CodeInvalidArgument, pt, "a parent of %q is not a directory", pt)
+	case err != nil:
+		return nil, t.ws.refuse(pt, to, false, err)
+	}
+	defer tpd.close()
+	if fi.IsDir() {
+		if e := t.ws.treeProtected(pf, from, fpd, fbase, fi); e != nil {
+			return nil, e
+		}
+	}
+	switch _, err := tpd.lstat(tbase); {
 	case err == nil:
 		return nil, pathErr(wire.CodeInvalidArgument, pt, "%q exists: fs.move does not replace anything", pt)
 	case !errors.Is(err, fs.ErrNotExist):
 		return nil, t.ws.fail(pt, err)
-	}
-	if dir := filepath.Dir(to); dir != "." {
-		di, err := root.Stat(dir)
-		if err != nil {
-			return nil, t.ws.fail(pt, err)
-		}
-		if !di.IsDir() {
-			return nil, pathErr(wire.CodeInvalidArgument, pt, "a parent of %q is not a directory", pt)
-		}
 	}
 	res := MoveResult{From: filepath.ToSlash(from), To: filepath.ToSlash(to)}
 	switch mode := fi.Mode(); {
@@ -407,7 +419,10 @@ func (t *fsMove) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.E
 		res.Type = EntryDir
 	case mode.IsRegular():
 		res.Type = EntryFile
-		sum, err := fileChecksum(root, from)
+		sum, err := entryChecksum(fpd, fbase, fi)
+		if errors.Is(err, errChanged) || errors.Is(err, errThroughLink) {
+			return nil, pathErr(wire.CodeToolFailure, pf, "%q changed while it was being moved; nothing was moved", pf)
+		}
 		if err != nil {
 			return nil, t.ws.fail(pf, err)
 		}
@@ -422,20 +437,29 @@ func (t *fsMove) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.E
 	if t.hook != nil {
 		t.hook()
 	}
-	if now, err := root.Lstat(from); err != nil || !os.SameFile(fi, now) {
+	if !t.ws.stillAt(fpd) {
+		return nil, t.ws.failIn(pf, from, fpd, fs.ErrNotExist)
+	}
+	if !t.ws.stillAt(tpd) {
+		return nil, t.ws.failIn(pt, to, tpd, fs.ErrNotExist)
+	}
+	if now, err := fpd.lstat(fbase); err != nil || !sameEntry(fi, now) {
 		return nil, pathErr(wire.CodeToolFailure, pf, "%q changed while it was being moved; nothing was moved", pf)
 	}
-	// os.Root resolves both paths inside the workspace at the moment of the
-	// rename, so a symbolic link swapped in meanwhile cannot lead out.
-	if err := root.Rename(from, to); err != nil {
-		if errors.Is(err, syscall.EINVAL) {
+	// Renamed by name within the two directories held open; never over an
+	// entry that appeared at to meanwhile.
+	if err := fpd.rename(fbase, tpd, tbase, true); err != nil {
+		switch {
+		case errors.Is(err, fs.ErrExist):
+			return nil, pathErr(wire.CodeInvalidArgument, pt, "%q exists: fs.move does not replace anything", pt)
+		case errors.Is(err, syscall.EINVAL):
 			return nil, pathErr(wire.CodeInvalidArgument, pf, "%q cannot be moved to %q", pf, pt)
 		}
-		return nil, t.ws.fail(pt, err)
+		return nil, t.ws.failIn(pt, to, tpd, err)
 	}
-	syncDir(root, filepath.Dir(to))
-	if d := filepath.Dir(from); d != filepath.Dir(to) {
-		syncDir(root, d)
+	tpd.sync()
+	if filepath.Dir(from) != filepath.Dir(to) {
+		fpd.sync()
 	}
 	return res, nil
 }

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"unicode/utf8"
 
+	"golang.org/x/sys/unix"
+
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/wire"
 )
@@ -246,36 +248,39 @@ func (t *fsWrite) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.
 	if ctx.Err() != nil {
 		return nil, errNotCommitted()
 	}
-	root := t.ws.root
 	dir := filepath.Dir(name)
+	// The directory is reached without following a symbolic link, and the
+	// file is written relative to it: a link swapped in on the path after
+	// the checks above makes the write fail, never land where it leads.
+	var pd *wsDir
 	var createdDirs []string // deepest first
-	switch {
-	case dir == ".":
-	case createDirs:
-		createdDirs = missingDirs(root, dir)
-		if err := root.MkdirAll(dir, 0o755); err != nil {
-			if errors.Is(err, fs.ErrExist) { // a file where a directory should be
+	if createDirs {
+		var err error
+		if pd, createdDirs, err = t.ws.mkdirAll(dir); err != nil {
+			if errors.Is(err, fs.ErrExist) || errors.Is(err, syscall.ENOTDIR) { // a file where a directory should be
 				return nil, pathErr(wire.CodeInvalidArgument, p, "a parent of %q is not a directory", p)
 			}
-			return nil, t.ws.fail(p, err)
+			return nil, t.ws.refuse(p, name, false, err)
 		}
-	default:
-		fi, err := root.Stat(dir)
-		if errors.Is(err, fs.ErrNotExist) {
+	} else {
+		var err error
+		pd, err = t.ws.openDir(dir)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
 			return nil, pathErr(wire.CodeNotFound, p, "the directory of %q does not exist: set create_dirs to create it", p)
-		}
-		if err != nil {
-			return nil, t.ws.fail(p, err)
-		}
-		if !fi.IsDir() {
+		case errors.Is(err, syscall.ENOTDIR):
 			return nil, pathErr(wire.CodeInvalidArgument, p, "a parent of %q is not a directory", p)
+		case err != nil:
+			return nil, t.ws.refuse(p, name, false, err)
 		}
 	}
+	defer pd.close()
+	base := filepath.Base(name)
 
 	res := WriteResult{Path: filepath.ToSlash(name), BytesWritten: int64(len(content)), Checksum: checksum([]byte(content))}
 	perm := fs.FileMode(0o644)
 	comp := &Compensation{Tool: "fs.write"}
-	switch fi, err := root.Lstat(name); {
+	switch fi, err := pd.lstat(base); {
 	case errors.Is(err, fs.ErrNotExist):
 		res.Created = true
 		comp.Undo = append(comp.Undo, UndoAction{Op: UndoRemove, Path: res.Path, Checksum: res.Checksum})
@@ -284,7 +289,7 @@ func (t *fsWrite) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.
 	case fi.Mode()&fs.ModeSymlink != 0:
 		// Rename would replace the link, not its target; refuse instead of
 		// guessing. A link that leads out is reported as such.
-		if _, err := root.Stat(name); t.ws.escapes(err) {
+		if _, err := t.ws.root.Stat(name); t.ws.escapes(err) {
 			return nil, t.ws.fail(p, err)
 		}
 		return nil, pathErr(wire.CodeInvalidArgument, p, "%q is a symbolic link: write to the file it points to", p)
@@ -292,14 +297,17 @@ func (t *fsWrite) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.
 		if e := regularFile(p, fi, ""); e != nil {
 			return nil, e
 		}
-		prevContent, err := readFile(root, name, t.maxUndo)
+		prevContent, err := readEntry(pd, base, fi, t.maxUndo)
 		if errors.Is(err, errUndoTooLarge) {
 			return nil, wire.WithDetails(wire.Errorf(wire.CodeInvalidArgument,
 				"%q is %d bytes: too large to replace reversibly, the limit is %d", p, fi.Size(), t.maxUndo),
 				map[string]any{"path": p, "size": fi.Size(), "limit": t.maxUndo})
 		}
+		if errors.Is(err, errChanged) {
+			return nil, pathErr(wire.CodeToolFailure, p, "%q changed while it was being written; nothing was written", p)
+		}
 		if err != nil {
-			return nil, t.ws.fail(p, err)
+			return nil, t.ws.refuse(p, name, false, err)
 		}
 		prev := checksum(prevContent)
 		res.PreviousChecksum = prev
@@ -314,19 +322,19 @@ func (t *fsWrite) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.
 		comp.Undo = append(comp.Undo, UndoAction{Op: UndoRemove, Path: filepath.ToSlash(d)})
 	}
 
-	tmp, err := tempName(dir)
+	tmp, err := tempName(".")
 	if err != nil {
 		return nil, pathErr(wire.CodeToolFailure, p, "temporary name: %v", err)
 	}
-	f, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
+	f, err := pd.openFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
 	if err != nil {
-		return nil, t.ws.fail(p, err)
+		return nil, t.ws.failIn(p, name, pd, err)
 	}
 	renamed := false
 	defer func() {
 		if !renamed {
 			_ = f.Close()
-			_ = root.Remove(tmp)
+			_ = pd.remove(tmp, false)
 		}
 	}()
 	if _, err := io.WriteString(f, content); err != nil {
@@ -344,40 +352,67 @@ func (t *fsWrite) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.
 	if e := CommitCompensated(ctx, comp); e != nil {
 		return nil, e
 	}
-	if err := root.Rename(tmp, name); err != nil {
-		return nil, t.ws.fail(p, err)
+	// The rename replaces the entry at name itself: a link put there
+	// meanwhile is replaced, never written through.
+	if err := pd.rename(tmp, pd, base, false); err != nil {
+		return nil, t.ws.failIn(p, name, pd, err)
 	}
 	renamed = true
 	// Make the rename durable; a failure here does not undo the write.
-	if d, err := root.Open(dir); err == nil {
-		_ = d.Sync()
-		_ = d.Close()
-	}
+	pd.sync()
 	return res, nil
 }
 
-// missingDirs lists the directories on the way to dir that do not exist,
-// deepest first: those MkdirAll is about to create.
-func missingDirs(root *os.Root, dir string) []string {
-	var out []string
-	for d := dir; d != "." && d != string(filepath.Separator); d = filepath.Dir(d) {
-		if _, err := root.Lstat(d); !errors.Is(err, fs.ErrNotExist) {
-			break
-		}
-		out = append(out, d)
+// mkdirAll opens the workspace directory dir, creating the missing
+// directories on the way, one at a time relative to the one before and
+// never through a symbolic link. It returns the directory and the paths
+// of those it created, deepest first.
+func (w *workspace) mkdirAll(dir string) (*wsDir, []string, error) {
+	d, err := w.openDir(".")
+	if err != nil {
+		return nil, nil, err
 	}
-	return out
+	var created []string
+	if dir == "." {
+		return d, nil, nil
+	}
+	for _, part := range strings.Split(filepath.ToSlash(dir), "/") {
+		next, err := d.sub(part)
+		if errors.Is(err, fs.ErrNotExist) {
+			if err = d.mkdir(part, 0o755); err == nil || errors.Is(err, fs.ErrExist) {
+				if err == nil {
+					created = append(created, filepath.Join(d.name, part))
+				}
+				next, err = d.sub(part)
+			}
+		}
+		d.close()
+		if err != nil {
+			return nil, nil, err
+		}
+		d = next
+	}
+	slices.Reverse(created)
+	return d, created, nil
 }
 
-// readFile reads name, at most limit bytes (errUndoTooLarge past that).
-func readFile(root *os.Root, name string, limit int64) ([]byte, error) {
-	f, err := root.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+// readEntry reads the regular file base of d (fi: its lstat), at most
+// limit bytes, through a descriptor opened without following a link;
+// errChanged if it is no longer the entry fi describes.
+func readEntry(d *wsDir, base string, fi fs.FileInfo, limit int64) ([]byte, error) {
+	f, err := d.openFile(base, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = f.Close() }()
+	if ofi, err := f.Stat(); err != nil || !sameEntry(fi, ofi) {
+		return nil, errChanged
+	}
 	return readSaved(f, limit)
 }
+
+// errChanged: an entry changed between its stat and its open.
+var errChanged = errors.New("changed while the tool ran")
 
 // tempName is a fresh hidden file name in dir for an atomic write.
 func tempName(dir string) (string, error) {
@@ -493,8 +528,10 @@ func (t *fsList) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.E
 			e.Type = EntryDir
 		case typ.IsRegular():
 			e.Type = EntryFile
-			if info, err := de.Info(); err == nil {
-				e.Size = info.Size()
+			// Relative to the directory held open, not by its path.
+			var st unix.Stat_t
+			if unix.Fstatat(int(f.Fd()), de.Name(), &st, unix.AT_SYMLINK_NOFOLLOW) == nil {
+				e.Size = st.Size
 			}
 		}
 		res.Entries = append(res.Entries, e)
@@ -536,12 +573,18 @@ func checksum(data []byte) string {
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
-func fileChecksum(root *os.Root, name string) (string, error) {
-	f, err := root.Open(name)
+// entryChecksum is the checksum of the regular file base of d (fi: its
+// lstat), read without following a link; errChanged if it is no longer
+// that entry.
+func entryChecksum(d *wsDir, base string, fi fs.FileInfo) (string, error) {
+	f, err := d.openFile(base, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return "", err
 	}
 	defer func() { _ = f.Close() }()
+	if ofi, err := f.Stat(); err != nil || !sameEntry(fi, ofi) {
+		return "", errChanged
+	}
 	h := sha256.New()
 	if _, err := io.Copy(h, f); err != nil {
 		return "", err

@@ -11,6 +11,7 @@ import (
 	"github.com/aymanbagabas/go-udiff"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/wire"
 )
 
 // MaxPreviewBytes bounds a preview: an approver reads it.
@@ -37,30 +38,52 @@ func (t *fsWrite) Preview(_ context.Context, args map[string]any) (*xctv1.Previe
 	if e := t.ws.direct(p, name, false); e != nil {
 		return nil, e
 	}
+	// The current file is read by its name in its directory, reached
+	// without following a symbolic link: a link swapped in after the
+	// check above makes the preview fail, never show where it leads.
+	pd, base, err := t.ws.openParent(name)
+	if errors.Is(err, fs.ErrNotExist) {
+		return t.diff(name, "/dev/null", "", content), nil // a new file in a new directory
+	}
+	if err != nil {
+		return nil, t.ws.refuse(p, name, false, err)
+	}
+	defer pd.close()
 	// A file with other names may be outside the workspace (fs.read
 	// refuses it): the preview, which goes on the chain, does not show it.
 	// Nor one behind a symbolic link: fs.read refuses the link (the policy
 	// judges where it leads) and fs.write will not write through it.
-	if fi, err := t.ws.root.Lstat(name); err == nil {
-		if fi.Mode()&fs.ModeSymlink != 0 {
-			return &xctv1.Preview{Kind: "text", Content: fmt.Sprintf("%s is a symbolic link, so what it leads to is not shown: fs.write refuses to write through a link, and this step will fail", name)}, nil
-		}
-		if st, ok := fi.Sys().(*syscall.Stat_t); ok && fi.Mode().IsRegular() && st.Nlink > 1 {
-			return &xctv1.Preview{Kind: "text", Content: fmt.Sprintf("the current file has %d hard links, so its content is not shown: it would be replaced by %s", st.Nlink, p)}, nil
-		}
+	fi, err := pd.lstat(base)
+	if errors.Is(err, fs.ErrNotExist) {
+		return t.diff(name, "/dev/null", "", content), nil // a new file
 	}
-	oldName, old := "a/"+name, ""
-	cur, err := readFile(t.ws.root, name, t.maxBytes)
+	if err != nil {
+		return nil, t.ws.fail(p, err)
+	}
+	if fi.Mode()&fs.ModeSymlink != 0 {
+		return &xctv1.Preview{Kind: "text", Content: fmt.Sprintf("%s is a symbolic link, so what it leads to is not shown: fs.write refuses to write through a link, and this step will fail", name)}, nil
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && fi.Mode().IsRegular() && st.Nlink > 1 {
+		return &xctv1.Preview{Kind: "text", Content: fmt.Sprintf("the current file has %d hard links, so its content is not shown: it would be replaced by %s", st.Nlink, p)}, nil
+	}
+	if e := regularFile(p, fi, ""); e != nil {
+		return nil, e
+	}
+	cur, err := readEntry(pd, base, fi, t.maxBytes)
 	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		oldName = "/dev/null" // a new file
+	case errors.Is(err, errChanged), errors.Is(err, errThroughLink):
+		return nil, pathErr(wire.CodeToolFailure, p, "%q changed while it was being read for the preview", p)
 	case err != nil:
 		return nil, t.ws.fail(p, err)
 	case !utf8.Valid(cur):
 		return &xctv1.Preview{Kind: "text", Content: "the current file is binary: it would be replaced by " + p}, nil
-	default:
-		old = string(cur)
 	}
+	return t.diff(name, "a/"+name, string(cur), content), nil
+}
+
+// diff is the preview of replacing old (named oldName in the diff) at
+// name with content.
+func (t *fsWrite) diff(name, oldName, old, content string) *xctv1.Preview {
 	diff := udiff.Unified(oldName, "b/"+name, old, content)
 	if diff == "" {
 		diff = "no change: the file already has this content\n"
@@ -68,5 +91,5 @@ func (t *fsWrite) Preview(_ context.Context, args map[string]any) (*xctv1.Previe
 	if len(diff) > MaxPreviewBytes {
 		diff = diff[:MaxPreviewBytes] + "\n… (preview truncated)\n"
 	}
-	return &xctv1.Preview{Kind: "diff", Content: diff}, nil
+	return &xctv1.Preview{Kind: "diff", Content: diff}
 }

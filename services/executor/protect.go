@@ -3,6 +3,7 @@ package executor
 import (
 	"errors"
 	"io/fs"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -164,18 +165,31 @@ func (w *workspace) resolve(name string) (string, bool) {
 }
 
 // treeProtected refuses to move a directory that holds a protected path
-// (moving "sub" moves "sub/.git/config" too).
-func (w *workspace) treeProtected(p, name string) *xctv1.Error {
-	fi, err := w.root.Lstat(name)
-	if err != nil || !fi.IsDir() {
-		return nil // fs.move reports a missing source itself
+// (moving "sub" moves "sub/.git/config" too): the directory base of pd,
+// the workspace path name (p as given), fi its lstat. The walk is
+// confined to that directory, opened without following a link.
+func (w *workspace) treeProtected(p, name string, pd *wsDir, base string, fi fs.FileInfo) *xctv1.Error {
+	td, err := pd.sub(base)
+	if err != nil {
+		return w.refuse(p, name, false, err)
 	}
+	defer td.close()
+	if tfi, err := td.lstat("."); err != nil || !sameEntry(fi, tfi) {
+		return pathErr(wire.CodeToolFailure, p, "%q changed while it was being checked; nothing was done", p)
+	}
+	root, err := td.root()
+	if err != nil {
+		return w.fail(p, err)
+	}
+	defer func() { _ = root.Close() }()
+	top := filepath.ToSlash(name)
 	var found *xctv1.Error
 	count := 0
-	err = fs.WalkDir(w.root.FS(), filepath.ToSlash(name), func(rel string, _ fs.DirEntry, err error) error {
+	err = fs.WalkDir(root.FS(), ".", func(local string, _ fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
+		rel := path.Join(top, local)
 		if count++; count > maxDeleteEntries {
 			found = wire.WithDetails(wire.Errorf(wire.CodeInvalidArgument,
 				"%q holds more than %d entries: too many to check for protected paths", p, maxDeleteEntries),

@@ -230,12 +230,14 @@ func (t *shellTool) Invoke(ctx context.Context, args map[string]any) (any, *xctv
 	if ctx.Err() != nil {
 		return nil, errNotCommitted()
 	}
-	// The directory is opened through the workspace root, and the program
-	// starts in that very directory (/proc/self/fd/N), so a symbolic link
-	// swapped in after the check cannot move it out of the workspace.
-	dir, err := t.ws.root.Open(dirName)
+	// The directory is opened without following a symbolic link on the
+	// way (a link swapped in after the check above makes the call fail),
+	// and without a sandbox the program starts in that very directory
+	// (/proc/self/fd/N). In the sandbox, bubblewrap changes to it by its
+	// path (--chdir): see docs/status.md, Issue 11, Session 9 (race9).
+	dir, err := t.ws.open(dirName)
 	if err != nil {
-		return nil, t.ws.fail(cwd, err)
+		return nil, t.ws.refuse(cwd, dirName, true, err)
 	}
 	defer func() { _ = dir.Close() }()
 	if fi, err := dir.Stat(); err != nil || !fi.IsDir() {

@@ -24,6 +24,9 @@ const maxPathBytes = 4096
 // them, and the workspace should not be shared with untrusted writers.)
 type workspace struct {
 	root *os.Root
+	// dir is the workspace directory itself, where every path a tool
+	// acts on is resolved from without following links (beneath.go).
+	dir *os.File
 	// escape is the error os.Root reports for a path that leaves it. The
 	// standard library does not export it, so it is probed when opening.
 	escape error
@@ -40,7 +43,17 @@ func openWorkspace(dir string) (*workspace, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrWorkspace, err)
 	}
-	w := &workspace{root: root, protected: newProtectedPaths(nil)}
+	d, err := os.Open(dir)
+	if err != nil {
+		_ = root.Close()
+		return nil, fmt.Errorf("%w: %w", ErrWorkspace, err)
+	}
+	if err := probeBeneath(d); err != nil {
+		_ = root.Close()
+		_ = d.Close()
+		return nil, fmt.Errorf("%w: %w", ErrWorkspace, err)
+	}
+	w := &workspace{root: root, dir: d, protected: newProtectedPaths(nil)}
 	var pe *fs.PathError
 	if _, err := root.Lstat(".."); errors.As(err, &pe) {
 		w.escape = pe.Err
@@ -48,7 +61,7 @@ func openWorkspace(dir string) (*workspace, error) {
 	return w, nil
 }
 
-func (w *workspace) close() error { return w.root.Close() }
+func (w *workspace) close() error { return errors.Join(w.root.Close(), w.dir.Close()) }
 
 // clean checks a path argument and returns it in clean form, relative to
 // the workspace. It rejects lexically what can be rejected without touching
@@ -103,9 +116,11 @@ func (w *workspace) cleanFile(p string) (string, *xctv1.Error) {
 // fs.move) or refuse one (fs.write) check the parents only. A link that
 // leads out of the workspace is left to os.Root, which refuses it.
 //
-// The check runs before the tool opens the path: a link swapped in
-// between by another writer of the workspace (a program of a concurrent
-// run) is not seen; os.Root still keeps the tool inside the workspace.
+// The check runs before the tool acts and gives the refusal its detail;
+// what enforces it is the act itself, which resolves the path without
+// following any link (beneath.go): a link swapped in between by another
+// writer of the workspace (a program of a concurrent run) makes the act
+// fail, and the tool does nothing.
 func (w *workspace) direct(p, name string, followLast bool) *xctv1.Error {
 	if name == "." {
 		return nil
@@ -170,13 +185,14 @@ func pathErr(code wire.Code, p, format string, args ...any) *xctv1.Error {
 	return wire.WithDetails(wire.Errorf(code, format, args...), map[string]any{"path": p})
 }
 
-// openStat opens name for reading and stats it. O_NONBLOCK: opening a FIFO
+// openStat opens name for reading and stats it, following no symbolic
+// link on the way or at its end. O_NONBLOCK: opening a FIFO
 // must not hang; regular files and directories ignore it. p is the path as
 // the model gave it, for error messages.
 func (w *workspace) openStat(name, p string) (*os.File, fs.FileInfo, *xctv1.Error) {
-	f, err := w.root.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	f, err := w.open(name)
 	if err != nil {
-		return nil, nil, w.fail(p, err)
+		return nil, nil, w.refuse(p, name, true, err)
 	}
 	fi, err := f.Stat()
 	if err != nil {
