@@ -103,6 +103,11 @@ type streamBatch struct {
 	slab      []dataField // the events' data fields (Fields), recycled with them
 	err       error
 	done      chan struct{}
+	// records says its events were cut as records of lines
+	// (readRecords), the first starting at the file's offset recordAt:
+	// an error decoding them is the scanner's to decide from there.
+	records  bool
+	recordAt int64
 }
 
 // batchEvents is how many events a batch carries; batchBytes bounds its

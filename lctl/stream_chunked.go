@@ -98,9 +98,14 @@ func streamChunked(r positionalReader, sc *scanner, opts StreamOptions, workers 
 		sc.cur.release()
 		return nil, true, err
 	}
-	next, ok := sc.lineAfterEvent()
+	// An indented file (json.dump's indent) ends its events with a line
+	// of their own, which checkLines takes for one event per line: looked
+	// at first.
+	next, indent, ok := sc.recordAfterEvent()
 	if !ok {
-		return sc, false, nil
+		if next, ok = sc.lineAfterEvent(); !ok {
+			return sc, false, nil
+		}
 	}
 	at, err := r.Seek(0, io.SeekCurrent)
 	if err != nil {
@@ -108,14 +113,14 @@ func streamChunked(r positionalReader, sc *scanner, opts StreamOptions, workers 
 	}
 	start := at - int64(len(sc.buf)) + int64(next)
 	sc.cur.release()
-	resume, done, err := readChunks(r, start, size, opts, workers, fn)
+	resume, done, err := readChunks(r, start, size, opts, workers, indent, fn)
 	if done {
 		return nil, true, err
 	}
 	// The scanner goes on at the line that ended the chunks, the comma
 	// before it read.
 	rest := &scanner{r: io.NewSectionReader(r, resume, math.MaxInt64-resume), cur: getReadBuf(readSize),
-		inEvents: true, unread: true, lineMode: true, lineChecks: linesToTrust}
+		inEvents: true, unread: true, lineMode: indent == nil, lineChecks: linesToTrust}
 	rest.buf = rest.cur.b[:0]
 	return rest, false, nil
 }
@@ -146,11 +151,63 @@ func (s *scanner) lineAfterEvent() (int, bool) {
 	return 0, false
 }
 
+// recordAfterEvent is lineAfterEvent for a file indented as Python's
+// json.dump(indent=N) writes it: the event before the scanner ended with a
+// line of its indent and "}", a comma ends that line, and the next line is
+// the indent and "{" alone. It returns where that line starts and the
+// indent.
+func (s *scanner) recordAfterEvent() (int, []byte, bool) {
+	if s.unread || s.first || s.pos < 1 || s.pos > len(s.buf) || s.buf[s.pos-1] != '}' {
+		return 0, nil, false
+	}
+	b := s.buf
+	nl := bytes.LastIndexByte(b[:s.pos-1], '\n')
+	if nl < 0 {
+		return 0, nil, false
+	}
+	indent := b[nl+1 : s.pos-1]
+	if len(bytes.Trim(indent, " \t")) != 0 {
+		return 0, nil, false
+	}
+	i := s.pos
+	if i >= len(b) || b[i] != ',' {
+		return 0, nil, false
+	}
+	i = lineEnd(b, i+1)
+	if i < 0 {
+		return 0, nil, false
+	}
+	if !startLine(b[i:], indent) {
+		return 0, nil, false
+	}
+	return i, bytes.Clone(indent), true
+}
+
+// lineEnd returns where the line after b[i:] starts when what is left of
+// the line at i is its end ("\n" or "\r\n"); -1 otherwise.
+func lineEnd(b []byte, i int) int {
+	if i < len(b) && b[i] == '\r' {
+		i++
+	}
+	if i < len(b) && b[i] == '\n' {
+		return i + 1
+	}
+	return -1
+}
+
+// startLine says whether l starts with a record's first line: the indent,
+// "{", the line's end.
+func startLine(l, indent []byte) bool {
+	return len(l) > len(indent) && bytes.HasPrefix(l, indent) && l[len(indent)] == '{' && lineEnd(l, len(indent)+1) >= 0
+}
+
 // fileChunk is a chunk of the file and, once read, its events.
 type fileChunk struct {
 	start, end int64 // the lines starting in [start, end) are its
 	first      bool  // start is a line's start (the first chunk)
-	batches    []*streamBatch
+	// begin is where its first record starts (records; -1: none).
+	begin   int64
+	batches []*streamBatch
 	// next is where the line after its last one starts (-1: no line
 	// starts in it); stopped says that line is not an event with a comma
 	// and ends the chunks.
@@ -163,7 +220,7 @@ type fileChunk struct {
 // readChunks streams the events of the lines from start on, in chunks
 // read on every core. done says the stream has ended (err is its
 // result); otherwise the scanner goes on at resume.
-func readChunks(r io.ReaderAt, start, size int64, opts StreamOptions, workers int, fn func(*StreamEvent) error) (resume int64, done bool, err error) {
+func readChunks(r io.ReaderAt, start, size int64, opts StreamOptions, workers int, indent []byte, fn func(*StreamEvent) error) (resume int64, done bool, err error) {
 	work := make(chan *fileChunk, workers)
 	ordered := make(chan *fileChunk, workers*3)
 	quit := make(chan struct{})
@@ -172,7 +229,11 @@ func readChunks(r io.ReaderAt, start, size int64, opts StreamOptions, workers in
 		wg.Go(func() {
 			p := newStreamParser(opts)
 			for c := range work {
-				c.read(r, p, opts)
+				if indent != nil {
+					c.readRecords(r, p, opts, indent)
+				} else {
+					c.read(r, p, opts)
+				}
 				close(c.done)
 			}
 		})
@@ -205,7 +266,23 @@ func readChunks(r io.ReaderAt, start, size int64, opts StreamOptions, workers in
 	resume = start
 	for c := range ordered {
 		<-c.done
+		if indent != nil && c.begin >= 0 && c.begin != resume {
+			// Its first record does not start where the chunk before's
+			// last ended (a line like a record's first inside an event
+			// indented unlike the others): the scanner goes on from
+			// there.
+			stop()
+			return resume, false, nil
+		}
 		for _, b := range c.batches {
+			if b.err != nil && b.records {
+				// A record the decoder does not take (an event cut
+				// wrongly, or one to read the careful way): the scanner
+				// reads on from the batch's first record, as it would
+				// have alone.
+				stop()
+				return b.recordAt, false, nil
+			}
 			if b.err != nil {
 				stop()
 				return 0, true, b.err
@@ -318,6 +395,128 @@ func (c *fileChunk) read(r io.ReaderAt, p *fastParser, opts StreamOptions) {
 			}
 		}
 		i = nl + 1
+	}
+	c.next = off + int64(i)
+}
+
+// readRecords is read for a file indented as json.dump indents it
+// (recordAfterEvent): an event is a record of lines, from its first (the
+// indent and "{") to the first line after it that is the indent and "}",
+// followed by a comma and the next record's first line. Newlines lie
+// outside strings in JSON, so such lines are found by looking for them
+// (bytes.Index), not by scanning the event's strings and brackets. A
+// record cut wrongly (an event whose lines are indented otherwise) is
+// not one object: the decoder refuses it, and the scanner reads on from
+// the first record of its batch. The chunk's first record is
+// the first such line after its start; readChunks checks that it starts
+// where the chunk before's last record ended. Its first line that is not
+// a record ends the chunks, as read's does.
+func (c *fileChunk) readRecords(r io.ReaderAt, p *fastParser, opts StreamOptions, indent []byte) {
+	chunksRead.Add(1)
+	c.begin = -1
+	size := int(chunkBytes + chunkSlack + 1)
+	rb := getReadBuf(size)
+	defer func() { rb.release() }()
+	off := c.start // the file's offset of buf[0]
+	if !c.first {
+		off-- // the byte before: is start a line's start?
+	}
+	buf, eof, err := readAt(r, rb.b[:size], off)
+	if err != nil {
+		c.err = err
+		return
+	}
+	open := append(append([]byte{'\n'}, indent...), '{')
+	closing := append(append([]byte{'\n'}, indent...), '}')
+	i := 0
+	if !c.first {
+		for k := 0; ; {
+			n := bytes.Index(buf[k:], open)
+			if n < 0 || off+int64(k+n)+1 >= c.end {
+				// No record starts in the chunk: where the next one
+				// starts is the chunk before's to say.
+				c.next = -1
+				return
+			}
+			k += n + 1
+			if lineEnd(buf, k+len(indent)+1) >= 0 {
+				i = k
+				break
+			}
+		}
+	}
+	c.begin = off + int64(i)
+	var b *streamBatch
+	flush := func() {
+		if b != nil && len(b.ends) > 0 {
+			b.decode(p, opts.Hash, opts.Line)
+			c.batches = append(c.batches, b)
+		}
+		b = nil
+	}
+	defer flush()
+	for off+int64(i) < c.end {
+		// A record starts at i; its end, the comma and the next record's
+		// first line must be in buf.
+		e := bytes.Index(buf[i:], closing)
+		next := -1
+		if e >= 0 {
+			e += i + len(closing) // after the "}"
+			if e+2 < len(buf) {
+				next = lineEnd(buf, e+1)
+				if buf[e] != ',' || next < 0 {
+					// The last event, or another shape: the scanner's.
+					c.next, c.stopped = off+int64(i), true
+					return
+				}
+				if len(buf)-next <= len(indent)+2 {
+					next = -1 // the next line's start not read yet
+				}
+			}
+		}
+		if next < 0 {
+			if eof {
+				c.next, c.stopped = off+int64(i), true
+				return
+			}
+			// The record runs past what was read: its bytes to a larger
+			// buffer, and read on.
+			flush()
+			tail := len(buf) - i
+			n := max(2*tail, size)
+			nb := getReadBuf(n)
+			copy(nb.b[:tail], buf[i:])
+			got, eofNow, err := readAt(r, nb.b[tail:n], off+int64(len(buf)))
+			if err != nil {
+				nb.release()
+				c.err = err
+				return
+			}
+			rb.release()
+			rb = nb
+			off += int64(i)
+			buf, eof, i = nb.b[:tail+len(got)], eofNow, 0
+			continue
+		}
+		if b == nil {
+			b = newStreamBatch(chunkEvents)
+			b.raw = buf
+			b.hold(rb)
+			b.records, b.recordAt = true, off+int64(i)
+		}
+		b.starts = append(b.starts, int32(i+len(indent)))
+		b.ends = append(b.ends, int32(e))
+		b.lineSplit = append(b.lineSplit, int32(len(b.ends)-1))
+		if len(b.ends) == cap(b.ends) {
+			flush()
+		}
+		i = next
+		if !startLine(buf[i:], indent) {
+			// Not a record's first line: the chunks end here, the comma
+			// before it read.
+			c.next, c.stopped = off+int64(i), true
+			return
+		}
 	}
 	c.next = off + int64(i)
 }

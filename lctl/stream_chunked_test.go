@@ -190,3 +190,76 @@ func TestStreamChunksMatchScanner(t *testing.T) {
 		t.Fatal("no file was read in chunks")
 	}
 }
+
+// A file indented as Python's json.dump(indent=2) writes it, read in
+// chunks of records of lines on every core, gives what the scanner alone
+// gives, whatever the chunks' size: as written (the spec's order and
+// XCT's), with CRLF, with events whose lines are indented unlike the
+// others (a nested object whose lines look like an event's first and
+// last, an event whose last line is indented otherwise: cut wrongly, the
+// scanner reads on from there), an event on one line among them, a
+// long event, garbage, cut short, stopped early.
+func TestStreamRecordsMatchScanner(t *testing.T) {
+	write := func(shape lctltest.Shape) string {
+		var b bytes.Buffer
+		if err := lctltest.WriteWorkflowShaped(&b, "wf", 600, lctltest.WorkflowOptions{Seal: true}, shape); err != nil {
+			t.Fatal(err)
+		}
+		return b.String()
+	}
+	spec := write(lctltest.Shape{Spec: true, Layout: lctltest.LayoutIndent})
+	sealed := write(lctltest.Shape{Layout: lctltest.LayoutIndent})
+	// nth replaces the n-th occurrence of old in s.
+	nth := func(s, old, repl string, n int) string {
+		at := 0
+		for range n {
+			k := strings.Index(s[at:], old)
+			if k < 0 {
+				t.Fatalf("no %d-th %q", n, old)
+			}
+			at += k + len(old)
+		}
+		return s[:at-len(old)] + repl + s[at:]
+	}
+	long := strings.Repeat("é long text ", 700)
+	files := map[string]string{
+		"spec":                          spec,
+		"sealed":                        sealed,
+		"crlf":                          strings.ReplaceAll(spec, "\n", "\r\n"),
+		"a nested object like an event": nth(spec, "      \"data\": {\n", "      \"data\": {\n        \"x\":\n    {\n    \"seq\": 1,\n    \"type\": \"t\"\n    },\n", 300),
+		"an event's last line indented otherwise": nth(spec, "\n    },\n    {\n", "\n      },\n    {\n", 200),
+		"an event on one line":                    nth(spec, "\n    },\n    {\n", "},\n    {\"seq\": 0, \"type\": \"x\"},\n    {\n", 250),
+		"a long event":                            nth(spec, "      \"data\": {\n", "      \"data\": {\n        \"note\": \""+long+long+"\",\n", 320),
+		"garbage":                                 nth(spec, "\n    },\n    {\n", "\n    },\n    xyz\n    {\n", 350),
+		"cut":                                     spec[:len(spec)*2/3],
+	}
+	type setting struct {
+		n, slack     int64
+		first, batch int
+	}
+	settings := []setting{{97, 0, 4, 5}, {1000, 16, 4, 3}, {20000, 2000, 100, 512}}
+	before := lctl.ChunksRead()
+	for name, raw := range files {
+		for _, opts := range []lctl.StreamOptions{{Workers: 3, Fields: true, SkipHashes: true}, {Workers: 1, Hash: true, Line: func(dst []byte, e *lctl.Event) []byte {
+			return fmt.Appendf(dst, "%d %s %s", e.Seq, e.Type, e.Agent)
+		}}} {
+			want := streamKeep(plainReader{strings.NewReader(raw)}, opts, 0)
+			if (name == "spec" || name == "sealed" || name == "crlf") && (want.err != nil || len(want.events) != 600) {
+				t.Fatalf("%s: the workflow streams %d events, %v", name, len(want.events), want.err)
+			}
+			for _, s := range settings {
+				restore := lctl.SetChunks(s.n, s.slack, s.first, s.batch)
+				label := fmt.Sprintf("%s, chunks of %d+%d after %d, workers %d", name, s.n, s.slack, s.first, opts.Workers)
+				sameStream(t, label, streamKeep(strings.NewReader(raw), opts, 0), want, false)
+				for _, stop := range []int{3, 330} {
+					w := streamKeep(plainReader{strings.NewReader(raw)}, opts, stop)
+					sameStream(t, fmt.Sprintf("%s, stopped at %d", label, stop), streamKeep(strings.NewReader(raw), opts, stop), w, want.err != nil)
+				}
+				restore()
+			}
+		}
+	}
+	if lctl.ChunksRead() == before {
+		t.Fatal("no file was read in chunks")
+	}
+}
