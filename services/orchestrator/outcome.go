@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/provision"
 	"github.com/xct-dev/xct/internal/wire"
 	"github.com/xct-dev/xct/lctl/xctevent"
 )
@@ -92,6 +93,27 @@ func (r *run) readRecord(stepID string, fence bool) (recordedOutcome, *xctv1.Get
 	return outcomeUnknown, resp, fmt.Errorf("step %s has a record in state %s", stepID, resp.GetStep().GetState())
 }
 
+// fenceable reports whether a step may be fenced (a missing record
+// recorded as not executed): only while no record of it can have expired,
+// that is while the step is younger than the executor's records are kept
+// (the steps bucket's age limit, --step-retention; a minute's margin for
+// clocks). An older step without a record may have acted: it is unknown.
+func (r *run) fenceable(st *openStep) bool {
+	ctx, cancel := context.WithTimeout(r.traceCtx(context.Background()), r.svc.cfg.TakeoverTimeout)
+	defer cancel()
+	s, err := r.svc.events.JetStream().Stream(ctx, "KV_"+provision.StepsBucket)
+	if err != nil {
+		r.log.Warn("the step records' retention cannot be read; a step without a record is not taken for not executed", "run", r.id, "step", st.step, "err", err)
+		return false
+	}
+	since := st.started
+	if !st.at.IsZero() {
+		since = st.at
+	}
+	keep := s.CachedInfo().Config.MaxAge
+	return keep <= 0 || time.Since(since) < keep-time.Minute
+}
+
 // replay is the answer a final record gives.
 func replay(rec *xctv1.StepRecord) *xctv1.ExecuteResponse {
 	return &xctv1.ExecuteResponse{Response: rec.GetResponse(), Duration: rec.GetDuration(), Replayed: true, Attempt: rec.GetAttempt()}
@@ -113,7 +135,7 @@ func (r *run) settleStep(st *openStep, v *xctv1.Verdict, doubt *xctv1.Error) (*x
 	rerun := false
 	seen := false // a record of the step was read: its absence later is no proof
 	for {
-		state, resp, err := r.readRecord(st.stepID, !seen)
+		state, resp, err := r.readRecord(st.stepID, !seen && r.fenceable(st))
 		seen = seen || state == outcomeRunning || state == outcomeDoubtful || state == outcomeRetry
 		switch state {
 		case outcomeFinal:

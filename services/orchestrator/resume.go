@@ -72,7 +72,7 @@ func resumeFrom(runID string, v *xctevent.Run) *resumeState {
 
 // openStepOf is a step the chain leaves open, as the loop continues it.
 func openStepOf(runID string, s *xctevent.Step) *openStep {
-	st := &openStep{step: s.Number(), stepID: s.Start.StepID, agent: s.Agent, started: time.Now(), resumed: true}
+	st := &openStep{step: s.Number(), stepID: s.Start.StepID, agent: s.Agent, started: time.Now(), at: s.At, resumed: true}
 	if s.Start.Invalid() {
 		st.invalid = true
 		st.errorRecorded = s.Error != nil
@@ -264,8 +264,12 @@ func (r *run) handOver(why string) {
 func (r *run) recoverStep(st *openStep) (*xctv1.ExecuteResponse, *xctv1.Error) {
 	ctx, cancel := context.WithTimeout(r.traceCtx(context.Background()), r.svc.cfg.CallTimeout)
 	defer cancel()
-	resp, err := r.svc.executor.GetStep(ctx, &xctv1.GetStepRequest{StepId: st.stepID, Fence: true})
+	fence := r.fenceable(st)
+	resp, err := r.svc.executor.GetStep(ctx, &xctv1.GetStepRequest{StepId: st.stepID, Fence: fence})
 	switch {
+	case !fence && status.Code(err) == codes.NotFound:
+		return nil, wire.WithDetails(wire.Errorf(wire.CodeInDoubt, "step %d (%s) has no record and is older than the records are kept: it may have acted, and its arguments are redacted on the chain", st.step, st.stepID),
+			map[string]any{"step_id": st.stepID, "outcome_unknown": true, "resolve": "xct resolve " + r.id + " " + st.stepID + " --outcome succeeded|failed|retry"})
 	case status.Code(err) == codes.NotFound:
 		return nil, wire.Errorf(wire.CodeToolFailure, "step %d was not executed: its arguments are redacted on the chain, so the orchestrator that took the run over cannot run it; propose it again", st.step)
 	case err != nil:

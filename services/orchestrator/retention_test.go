@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
@@ -67,13 +68,13 @@ func (s *stepReads) GetStep(ctx context.Context, req *xctv1.GetStepRequest) (*xc
 // again, and it acted twice. A record the orchestrator has read once and
 // misses later is now no proof of anything: the step stays in doubt until
 // a human's decision, which is recorded as for a step with no record.
-// (Left: an orchestrator that takes the run over after the record expired
-// never read it, and still fences it.)
+// TestInDoubtRecordExpiredUnreadIsNotNotExecuted is the same for an
+// orchestrator that never read the record (one that took the run over).
 func TestInDoubtRecordPastItsRetentionIsNotNotExecuted(t *testing.T) {
 	t.Parallel()
 	f := newOutcomeFixture(t, 300*time.Millisecond)
 	gate := f.charge.gate(1)
-	a, _ := f.orch("orch-a", retryModel{newGatedModel()})
+	a, _ := f.orchLease("orch-a", retryModel{newGatedModel()})
 	id := f.startWith(a)
 	entered(t, f.charge.entered)
 	f.proxy.Cut() // the executor "dies" mid-charge: its outcome is never recorded
@@ -127,30 +128,13 @@ func TestInDoubtRecordPastItsRetentionIsNotNotExecuted(t *testing.T) {
 	// The records' retention passes: the admin shortens the bucket's age
 	// limit (as a short --step-retention would have it), and JetStream
 	// removes the record.
-	js, err := jetstream.New(connect(t, f.ns))
-	if err != nil {
-		t.Fatal(err)
-	}
-	setAge := func(age time.Duration) {
-		t.Helper()
-		st, err := js.Stream(ctx, "KV_"+executor.StepsBucket)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg := st.CachedInfo().Config
-		cfg.MaxAge, cfg.Duplicates = age, min(age, 2*time.Minute)
-		if _, err := js.UpdateStream(ctx, cfg); err != nil {
-			t.Fatal(err)
-		}
-	}
-	setAge(time.Second)
+	setStepsAge(t, f, time.Second)
 	testutil.Eventually(t, 30*time.Second, func() error {
 		if _, _, err := ex2.Step(ctx, stepID); !errors.Is(err, executor.ErrStepNotFound) {
 			return fmt.Errorf("the record has not expired yet: %v", err)
 		}
 		return nil
 	})
-	setAge(0)
 	// The orchestrator reads the step twice more; a fence at the first
 	// read would have recorded it not executed (and the model would have
 	// charged again).
@@ -171,11 +155,121 @@ func TestInDoubtRecordPastItsRetentionIsNotNotExecuted(t *testing.T) {
 	if n := f.charge.count(1); n != 1 {
 		t.Fatalf("the charge acted %d times", n)
 	}
-	// A human's decision settles it, recorded as for a step with no record.
+	// A human's decision settles it, recorded as for a step with no record
+	// (and kept).
 	if _, err := ex2.ResolveStep(ctx, stepID, executor.Resolution{Decision: xctv1.StepDecision_STEP_DECISION_SUCCEEDED,
 		ResolvedBy: "carol", Reason: "seen in the ledger", Result: map[string]any{"n": 1.0}}); err != nil {
 		t.Fatal(err)
 	}
+	setStepsAge(t, f, 0)
+	f.es.ex = ex2
+	f.agree(id, f.waitEnd(id))
+}
+
+// orchLease is f.orch with a run lease that a loaded machine (the race
+// detector, other packages' tests) does not lose while the test waits.
+func (f *outcomeFixture) orchLease(name string, model Proposer) (*Service, *nats.Conn) {
+	f.t.Helper()
+	return f.launch(Config{RunLease: 10 * time.Second, DrainTimeout: 5 * time.Second, Instance: name, CallTimeout: time.Minute,
+		TakeoverTimeout: 2 * time.Second, SettleTimeout: 500 * time.Millisecond, SettlePoll: 200 * time.Millisecond}, model)
+}
+
+// setStepsAge sets the age limit of the executor's step records (the
+// bucket's MaxAge, as `xct nats provision --step-retention` or an
+// operator's `nats stream edit` sets it; 0: kept for ever).
+func setStepsAge(t *testing.T, f *outcomeFixture, age time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	js, err := jetstream.New(connect(t, f.ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(ctx, "KV_"+executor.StepsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := st.CachedInfo().Config
+	cfg.MaxAge, cfg.Duplicates = age, 2*time.Minute
+	if age > 0 {
+		cfg.Duplicates = min(age, 2*time.Minute)
+	}
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A step in doubt whose record expired before this orchestrator ever read
+// it (it took the run over, or the executor was out of its reach until
+// then): a step older than the records are kept and without one may have
+// acted, so it is not fenced either. Before, the first read fenced it
+// "not executed" and the charge acted twice.
+func TestInDoubtRecordExpiredUnreadIsNotNotExecuted(t *testing.T) {
+	t.Parallel()
+	f := newOutcomeFixture(t, 300*time.Millisecond)
+	setStepsAge(t, f, 3*time.Second)
+	gate := f.charge.gate(1)
+	a, _ := f.orchLease("orch-a", retryModel{newGatedModel()})
+	id := f.startWith(a)
+	entered(t, f.charge.entered)
+	f.proxy.Cut()
+	f.es.kill() // the orchestrator cannot reach an executor until the forwarder serves
+	close(gate)
+	nc := connect(t, f.ns)
+	ex2, err := executor.New(executor.Config{Workspace: t.TempDir(), StepGrace: 200 * time.Millisecond, RecordTimeout: time.Second, Verifier: f.verifier}, nc, testLogger(), f.charge)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := ex2.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ex2.Stop(context.Background()) })
+	stepID := stepIDOf(t, f, id)
+	testutil.Eventually(t, 30*time.Second, func() error {
+		if _, _, err := ex2.Step(ctx, stepID); !errors.Is(err, executor.ErrStepNotFound) {
+			return fmt.Errorf("the record has not expired yet: %v", err)
+		}
+		return nil
+	})
+	f.runStatus(a, id, xctv1.RunStatus_RUN_STATUS_IN_DOUBT)
+
+	conn, err := grpcx.Dial(serveGRPC(t, f.creds, "executor", func(s *grpcx.Server) { ex2.Register(s.GRPC) }),
+		grpcx.WithToken(f.creds.Token(t, grpcxtest.Service)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	sr := &stepReads{to: xctv1.NewExecutorServiceClient(conn), n: map[string]int{}}
+	srv := grpcx.NewServer("executor", testLogger(), f.creds.ServerOptions()...)
+	if err := srv.Listen(f.es.addr); err != nil {
+		t.Fatal(err)
+	}
+	xctv1.RegisterExecutorServiceServer(srv.GRPC, sr)
+	go func() { _ = srv.Serve() }()
+	t.Cleanup(func() { srv.GRPC.Stop() })
+	testutil.Eventually(t, 30*time.Second, func() error {
+		if _, _, err := ex2.Step(ctx, stepID); !errors.Is(err, executor.ErrStepNotFound) {
+			return nil // a record again: checked below
+		}
+		if n := sr.reads(stepID); n < 2 {
+			return fmt.Errorf("the orchestrator read the step %d times", n)
+		}
+		return nil
+	})
+	if rec, _, err := ex2.Step(ctx, stepID); !errors.Is(err, executor.ErrStepNotFound) {
+		t.Fatalf("the step in doubt was recorded %v (%v) although its record may have expired: %v", rec.GetState(), rec.GetResponse(), err)
+	}
+	f.runStatus(a, id, xctv1.RunStatus_RUN_STATUS_IN_DOUBT)
+	if n := f.charge.count(1); n != 1 {
+		t.Fatalf("the charge acted %d times", n)
+	}
+	if _, err := ex2.ResolveStep(ctx, stepID, executor.Resolution{Decision: xctv1.StepDecision_STEP_DECISION_SUCCEEDED,
+		ResolvedBy: "carol", Reason: "seen in the ledger", Result: map[string]any{"n": 1.0}}); err != nil {
+		t.Fatal(err)
+	}
+	setStepsAge(t, f, 0) // the decision is kept
 	f.es.ex = ex2
 	f.agree(id, f.waitEnd(id))
 }

@@ -419,6 +419,7 @@ type openStep struct {
 	agent   string
 	tokens  xctevent.Tokens
 	started time.Time
+	at      time.Time // a resumed step's step_start time on the chain (started is the resume's)
 
 	invalid           bool           // the model's output was not a decision
 	argsRedacted      bool           // the chain's arguments are not the proposal's (redacted)
