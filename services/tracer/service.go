@@ -915,21 +915,20 @@ func (s *Service) lastSeq(files *chainFiles, id string) uint64 {
 
 // repair stores the events between after and before (exclusive) that the
 // stream holds for the chain. Events the stream lacks stay missing, and
-// storing the next event records the gap.
+// storing the next event records the gap. The chain is read as it streams
+// by: only the events stored are kept (a long chain read back for a few
+// events would otherwise be held whole).
 func (s *Service) repair(ctx context.Context, files *chainFiles, id string, after, before uint64) error {
 	ctx, cancel := context.WithTimeout(ctx, repairTimeout)
 	defer cancel()
-	events, err := s.events.ReadChain(ctx, id)
-	if err != nil {
-		return fmt.Errorf("read chain %s: %w", id, err)
-	}
-	for _, e := range events {
+	err := s.events.Follow(ctx, id, eventlog.FollowOptions{StopAtEnd: true}, func(e lctl.Event) error {
 		if e.Seq <= after || e.Seq >= before || e.Seq <= s.lastSeq(files, id) {
-			continue
+			return nil
 		}
-		if err := s.persist(files, id, &e, nil, ""); err != nil {
-			return err
-		}
+		return s.persist(files, id, &e, nil, "")
+	})
+	if err != nil {
+		return fmt.Errorf("read chain %s back: %w", id, err)
 	}
 	return nil
 }
