@@ -87,3 +87,49 @@ func TestStreamSeqAgreesWithMetadata(t *testing.T) {
 		t.Fatalf("%d messages, %v", n, err)
 	}
 }
+
+// TestFallBehindKeepsOneMessageOpen: a chain behind keeps the position
+// before its first message not stored, whatever comes after it, with one
+// message open per chain and stream however many fall behind; an earlier
+// message redelivered moves that one back.
+func TestFallBehindKeepsOneMessageOpen(t *testing.T) {
+	lctl, otel := &feed{progress: newProgress(10)}, &feed{progress: newProgress(0)}
+	s := &Service{behind: map[string]*behindChain{}}
+	lctl.progress.done(11)
+	s.fallBehind("a", lctl, 12)
+	lctl.progress.done(13)
+	for seq := uint64(14); seq < 1000; seq++ {
+		s.fallBehind("a", lctl, seq)
+	}
+	otel.progress.done(1)
+	otel.progress.done(2)
+	s.fallBehind("otel-b", otel, 3)
+	otel.progress.done(4)
+	if got := lctl.progress.floor(); got != 11 {
+		t.Errorf("LCTL floor %d with chain a behind from 12, want 11", got)
+	}
+	if got := otel.progress.floor(); got != 2 {
+		t.Errorf("LCTL_OTEL floor %d with chain otel-b behind from 3, want 2", got)
+	}
+	if n := len(lctl.progress.open); n != 1 {
+		t.Errorf("%d LCTL messages open, want 1", n)
+	}
+	s.fallBehind("a", lctl, 12) // the same again
+	s.fallBehind("a", lctl, 9)  // an earlier one, redelivered
+	if got := lctl.progress.floor(); got != 8 {
+		t.Errorf("LCTL floor %d after message 9 fell behind, want 8", got)
+	}
+	if n := len(lctl.progress.open); n != 1 {
+		t.Errorf("%d LCTL messages open, want 1", n)
+	}
+	// Read back: its first message done, the floor is the highest seen.
+	for _, r := range s.behind["a"].firsts {
+		r.f.progress.done(r.seq)
+	}
+	if got := lctl.progress.floor(); got != 999 {
+		t.Errorf("LCTL floor %d once chain a is read back, want 999", got)
+	}
+	if got := otel.progress.floor(); got != 2 {
+		t.Errorf("LCTL_OTEL floor %d, want 2 (otel-b is still behind)", got)
+	}
+}

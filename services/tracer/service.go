@@ -657,11 +657,12 @@ func (s *Service) handleBatch(ctx context.Context, batch []jetstream.Msg) {
 }
 
 // behindChain is a chain some of whose events could not be stored: the
-// stream messages not done, and when it is read back next.
+// first of its stream messages not done (one per stream; a chain's events
+// are on one), and when it is read back next.
 type behindChain struct {
-	refs  []streamRef
-	delay time.Duration
-	next  time.Time
+	firsts []streamRef
+	delay  time.Duration
+	next   time.Time
 }
 
 // streamRef is a message of a feed's stream.
@@ -672,15 +673,33 @@ type streamRef struct {
 
 // fallBehind records that the event at seq of f's stream, of chain id, is
 // not stored: the chain is read back from the stream until it is, and the
-// recorded position stays before seq.
+// recorded position stays before the chain's first message not stored.
+// Only that one is kept open in the progress (the chain's later messages
+// are done once it is, since reading it back reads them too), so a chain
+// behind for long holds no memory per message.
 func (s *Service) fallBehind(id string, f *feed, seq uint64) {
-	f.progress.notDone(seq)
 	b := s.behind[id]
 	if b == nil {
 		b = &behindChain{delay: retryDelay, next: time.Now().Add(retryDelay)}
 		s.behind[id] = b
 	}
-	b.refs = append(b.refs, streamRef{f, seq})
+	for i := range b.firsts {
+		r := &b.firsts[i]
+		if r.f != f {
+			continue
+		}
+		switch {
+		case seq > r.seq:
+			f.progress.done(seq)
+		case seq < r.seq: // a redelivery of an earlier message
+			f.progress.notDone(seq)
+			f.progress.done(r.seq)
+			r.seq = seq
+		}
+		return
+	}
+	f.progress.notDone(seq)
+	b.firsts = append(b.firsts, streamRef{f, seq})
 }
 
 // retryBehind reads back from the stream the chains that fell behind and
@@ -719,7 +738,7 @@ func (s *Service) retryBehind(ctx context.Context) {
 			b.later(now)
 			continue
 		}
-		for _, r := range b.refs {
+		for _, r := range b.firsts {
 			r.f.progress.done(r.seq)
 		}
 		delete(s.behind, id)
