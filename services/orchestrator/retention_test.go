@@ -131,7 +131,7 @@ func TestInDoubtRecordPastItsRetentionIsNotNotExecuted(t *testing.T) {
 	setStepsAge(t, f, time.Second)
 	testutil.Eventually(t, 30*time.Second, func() error {
 		if _, _, err := ex2.Step(ctx, stepID); !errors.Is(err, executor.ErrStepNotFound) {
-			return fmt.Errorf("the record has not expired yet: %v", err)
+			return fmt.Errorf("the record has not expired yet: %w", err)
 		}
 		return nil
 	})
@@ -229,7 +229,7 @@ func TestInDoubtRecordExpiredUnreadIsNotNotExecuted(t *testing.T) {
 	stepID := stepIDOf(t, f, id)
 	testutil.Eventually(t, 30*time.Second, func() error {
 		if _, _, err := ex2.Step(ctx, stepID); !errors.Is(err, executor.ErrStepNotFound) {
-			return fmt.Errorf("the record has not expired yet: %v", err)
+			return fmt.Errorf("the record has not expired yet: %w", err)
 		}
 		return nil
 	})

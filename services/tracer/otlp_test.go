@@ -490,7 +490,7 @@ func TestOTLPHTTPNeedsAToken(t *testing.T) {
 	testutil.Eventually(t, waitTimeout, func() error {
 		got, err := r.client.GetChain(ctx, &lctlv1.GetChainRequest{ChainId: list.GetChains()[0].GetChainId()})
 		if err != nil || len(got.GetEvents()) == 0 {
-			return fmt.Errorf("chain: %v", err)
+			return fmt.Errorf("chain: %w", err)
 		}
 		if ref, _ := got.GetEvents()[0].GetData().AsMap()["otel"].(map[string]any); ref["exporter"] != "agent" {
 			return fmt.Errorf("the first event's otel reference: %v", ref)
