@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"maps"
 	"strings"
 	"sync"
 	"time"
@@ -300,8 +301,12 @@ func (in *ingester) write(ctx context.Context, c *otelChain, t *otlp.Trace, expo
 	}
 	if first && len(r.Events) > 0 && exporter != "" {
 		// The chain's first event names who exported it.
+		// (A copy: conversion shares a span's reference between the
+		// events it makes, and only the first names the exporter.)
 		if ref, ok := r.Events[0].Data["otel"].(map[string]any); ok {
+			ref = maps.Clone(ref)
 			ref["exporter"] = exporter
+			r.Events[0].Data["otel"] = ref
 		}
 	}
 	for i, d := range r.Events {

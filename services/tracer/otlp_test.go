@@ -557,6 +557,11 @@ func TestOTLPTraceIsItsExportersOwn(t *testing.T) {
 	if ref, _ := events[0].Data["otel"].(map[string]any); ref["exporter"] != "alice" {
 		t.Errorf("the first event's otel reference: %v", ref)
 	}
+	for _, ev := range events[1:] {
+		if ref, _ := ev.Data["otel"].(map[string]any); ref["exporter"] != nil {
+			t.Errorf("event %d (%s) names the exporter too: %v", ev.Seq, ev.Type, ref)
+		}
+	}
 }
 
 // TestOTLPNeverWritesAForeignChain: the tracer resumes the chain
