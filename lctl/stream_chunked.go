@@ -101,7 +101,7 @@ func streamChunked(r positionalReader, sc *scanner, opts StreamOptions, workers 
 	// An indented file (json.dump's indent) ends its events with a line
 	// of their own, which checkLines takes for one event per line: looked
 	// at first.
-	next, indent, ok := sc.recordAfterEvent()
+	next, layout, ok := sc.recordAfterEvent()
 	if !ok {
 		if next, ok = sc.lineAfterEvent(); !ok {
 			return sc, false, nil
@@ -113,14 +113,14 @@ func streamChunked(r positionalReader, sc *scanner, opts StreamOptions, workers 
 	}
 	start := at - int64(len(sc.buf)) + int64(next)
 	sc.cur.release()
-	resume, done, err := readChunks(r, start, size, opts, workers, indent, fn)
+	resume, done, err := readChunks(r, start, size, opts, workers, layout, fn)
 	if done {
 		return nil, true, err
 	}
 	// The scanner goes on at the line that ended the chunks, the comma
 	// before it read.
 	rest := &scanner{r: io.NewSectionReader(r, resume, math.MaxInt64-resume), cur: getReadBuf(readSize),
-		inEvents: true, unread: true, lineMode: indent == nil, lineChecks: linesToTrust}
+		inEvents: true, unread: true, lineMode: layout == nil, lineChecks: linesToTrust}
 	rest.buf = rest.cur.b[:0]
 	return rest, false, nil
 }
@@ -156,31 +156,51 @@ func (s *scanner) lineAfterEvent() (int, bool) {
 // line of its indent and "}", a comma ends that line, and the next line is
 // the indent and "{" alone. It returns where that line starts and the
 // indent.
-func (s *scanner) recordAfterEvent() (int, []byte, bool) {
+func (s *scanner) recordAfterEvent() (int, *recordLayout, bool) {
 	if s.unread || s.first || s.pos < 1 || s.pos > len(s.buf) || s.buf[s.pos-1] != '}' {
 		return 0, nil, false
 	}
 	b := s.buf
-	nl := bytes.LastIndexByte(b[:s.pos-1], '\n')
-	if nl < 0 {
-		return 0, nil, false
+	if nl := bytes.LastIndexByte(b[:s.pos-1], '\n'); nl >= 0 {
+		indent := b[nl+1 : s.pos-1]
+		if len(bytes.Trim(indent, " \t")) != 0 {
+			return s.jointAfterEvent()
+		}
+		i := s.pos
+		if i >= len(b) || b[i] != ',' {
+			return 0, nil, false
+		}
+		i = lineEnd(b, i+1)
+		if i < 0 || !startLine(b[i:], indent) {
+			return 0, nil, false
+		}
+		return i, newIndentLayout(bytes.Clone(indent)), true
 	}
-	indent := b[nl+1 : s.pos-1]
-	if len(bytes.Trim(indent, " \t")) != 0 {
-		return 0, nil, false
-	}
+	return s.jointAfterEvent()
+}
+
+// jointAfterEvent is recordAfterEvent for events on one line, as
+// json.dump writes them without indent: after the event before the
+// scanner, white space, one comma, white space (the joint) and the next
+// event, whose first bytes every event is taken to start with.
+func (s *scanner) jointAfterEvent() (int, *recordLayout, bool) {
+	b := s.buf
 	i := s.pos
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t') {
+		i++
+	}
 	if i >= len(b) || b[i] != ',' {
 		return 0, nil, false
 	}
-	i = lineEnd(b, i+1)
-	if i < 0 {
+	i++
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t') {
+		i++
+	}
+	const firstBytes = 7 // `{"seq":`, `{"agent`
+	if i+firstBytes > len(b) || b[i] != '{' || b[i+1] != '"' || bytes.ContainsAny(b[i:i+firstBytes], "\n\r\\") {
 		return 0, nil, false
 	}
-	if !startLine(b[i:], indent) {
-		return 0, nil, false
-	}
-	return i, bytes.Clone(indent), true
+	return i, newJointLayout(bytes.Clone(b[s.pos:i]), bytes.Clone(b[i:i+firstBytes])), true
 }
 
 // lineEnd returns where the line after b[i:] starts when what is left of
@@ -220,7 +240,7 @@ type fileChunk struct {
 // readChunks streams the events of the lines from start on, in chunks
 // read on every core. done says the stream has ended (err is its
 // result); otherwise the scanner goes on at resume.
-func readChunks(r io.ReaderAt, start, size int64, opts StreamOptions, workers int, indent []byte, fn func(*StreamEvent) error) (resume int64, done bool, err error) {
+func readChunks(r io.ReaderAt, start, size int64, opts StreamOptions, workers int, layout *recordLayout, fn func(*StreamEvent) error) (resume int64, done bool, err error) {
 	work := make(chan *fileChunk, workers)
 	ordered := make(chan *fileChunk, workers*3)
 	quit := make(chan struct{})
@@ -229,8 +249,8 @@ func readChunks(r io.ReaderAt, start, size int64, opts StreamOptions, workers in
 		wg.Go(func() {
 			p := newStreamParser(opts)
 			for c := range work {
-				if indent != nil {
-					c.readRecords(r, p, opts, indent)
+				if layout != nil {
+					c.readRecords(r, p, opts, layout)
 				} else {
 					c.read(r, p, opts)
 				}
@@ -266,7 +286,7 @@ func readChunks(r io.ReaderAt, start, size int64, opts StreamOptions, workers in
 	resume = start
 	for c := range ordered {
 		<-c.done
-		if indent != nil && c.begin >= 0 && c.begin != resume {
+		if layout != nil && c.begin >= 0 && c.begin != resume {
 			// Its first record does not start where the chunk before's
 			// last ended (a line like a record's first inside an event
 			// indented unlike the others): the scanner goes on from
@@ -399,50 +419,134 @@ func (c *fileChunk) read(r io.ReaderAt, p *fastParser, opts StreamOptions) {
 	c.next = off + int64(i)
 }
 
-// readRecords is read for a file indented as json.dump indents it
-// (recordAfterEvent): an event is a record of lines, from its first (the
-// indent and "{") to the first line after it that is the indent and "}",
-// followed by a comma and the next record's first line. Newlines lie
-// outside strings in JSON, so such lines are found by looking for them
-// (bytes.Index), not by scanning the event's strings and brackets. A
-// record cut wrongly (an event whose lines are indented otherwise) is
-// not one object: the decoder refuses it, and the scanner reads on from
-// the first record of its batch. The chunk's first record is
-// the first such line after its start; readChunks checks that it starts
-// where the chunk before's last record ended. Its first line that is not
-// a record ends the chunks, as read's does.
-func (c *fileChunk) readRecords(r io.ReaderAt, p *fastParser, opts StreamOptions, indent []byte) {
+// recordLayout is how the events of a file that is not one event per
+// line lie, for readRecords: indented as json.dump(indent=N) writes them
+// (indent: an event from a line of the indent and "{" to the first line
+// after it of the indent and "}", a comma ending that line), or all on
+// one line as json.dump writes them without indent (joint: the bytes
+// between one event's "}" and the next one's "{", a comma among them;
+// first: how each event starts, its "{" and first key).
+type recordLayout struct {
+	indent       []byte
+	joint, first []byte
+	// open and closing are what readRecords looks for: a record's
+	// start, and its end with what follows it.
+	open, closing []byte
+}
+
+func newIndentLayout(indent []byte) *recordLayout {
+	return &recordLayout{indent: indent, open: append(append([]byte{'\n'}, indent...), '{'),
+		closing: append(append([]byte{'\n'}, indent...), '}')}
+}
+
+func newJointLayout(joint, first []byte) *recordLayout {
+	p := append(append([]byte{'}'}, joint...), first...)
+	return &recordLayout{joint: joint, first: first, open: p, closing: p}
+}
+
+// maxRecord bounds the bytes readRecords reads on for one record: an
+// event larger than this is the scanner's.
+const maxRecord = 16 << 20
+
+// Results of recordLayout.record.
+const (
+	recordOK   = iota
+	recordMore // its end is not in buf yet
+	recordStop // not a record of the layout: the scanner's
+)
+
+// firstRecord returns where the first record that starts in buf starts
+// (buf[0] is the byte before the chunk), -1 for none.
+func (l *recordLayout) firstRecord(buf []byte) int {
+	for k := 0; ; {
+		n := bytes.Index(buf[k:], l.open)
+		if n < 0 {
+			return -1
+		}
+		k += n
+		if l.indent == nil {
+			return k + 1 + len(l.joint)
+		}
+		if lineEnd(buf, k+len(l.open)) >= 0 {
+			return k + 1
+		}
+		k++
+	}
+}
+
+// record finds the record that starts at buf[i]: its event at
+// [from, to), the next record's start.
+func (l *recordLayout) record(buf []byte, i int) (from, to, next, st int) {
+	if l.indent == nil {
+		// buf[i:] starts with first (looked for with the "}" before it).
+		m := bytes.Index(buf[i+1:], l.closing)
+		if m < 0 {
+			return 0, 0, 0, recordMore
+		}
+		to = i + 1 + m + 1
+		return i, to, to + len(l.joint), recordOK
+	}
+	e := bytes.Index(buf[i:], l.closing)
+	if e < 0 {
+		return 0, 0, 0, recordMore
+	}
+	e += i + len(l.closing) // after the "}"
+	if e+2 >= len(buf) {
+		return 0, 0, 0, recordMore
+	}
+	next = lineEnd(buf, e+1)
+	if buf[e] != ',' || next < 0 {
+		// The last event, or another shape.
+		return 0, 0, 0, recordStop
+	}
+	if len(buf)-next <= len(l.indent)+2 {
+		return 0, 0, 0, recordMore // the next line's start not read yet
+	}
+	if !startLine(buf[next:], l.indent) {
+		// The event is one, but what follows is not a record's first
+		// line: taken, and the chunks end there.
+		return i + len(l.indent), e, next, recordStop
+	}
+	return i + len(l.indent), e, next, recordOK
+}
+
+// readRecords is read for a file of a recordLayout. Newlines lie outside
+// strings in JSON, so a record of lines is found by looking for its last
+// line (bytes.Index), not by scanning the event's strings and brackets;
+// on one line, an event's end is the next "}", joint and first. A record
+// cut wrongly (an event whose lines are indented otherwise, a string or
+// an object in an event's data that holds the joint and first) is not one
+// object: the decoder refuses it, and the scanner reads on from the first
+// record of its batch. The chunk's first record is the first that starts
+// after its start; readChunks checks that it starts where the chunk
+// before's last ended. Its first bytes that are not a record end the
+// chunks, as read's first line of another shape does.
+func (c *fileChunk) readRecords(r io.ReaderAt, p *fastParser, opts StreamOptions, l *recordLayout) {
 	chunksRead.Add(1)
 	c.begin = -1
-	size := int(chunkBytes + chunkSlack + 1)
+	// The chunk, the bytes before it that tell whether a record starts at
+	// its start (the newline; the "}" and the joint), and after it what
+	// tells whether one starts at its last byte.
+	back := 1 + len(l.joint)
+	size := int(chunkBytes+chunkSlack) + back + len(l.open) + 2
 	rb := getReadBuf(size)
 	defer func() { rb.release() }()
 	off := c.start // the file's offset of buf[0]
 	if !c.first {
-		off-- // the byte before: is start a line's start?
+		off -= int64(back)
 	}
 	buf, eof, err := readAt(r, rb.b[:size], off)
 	if err != nil {
 		c.err = err
 		return
 	}
-	open := append(append([]byte{'\n'}, indent...), '{')
-	closing := append(append([]byte{'\n'}, indent...), '}')
 	i := 0
 	if !c.first {
-		for k := 0; ; {
-			n := bytes.Index(buf[k:], open)
-			if n < 0 || off+int64(k+n)+1 >= c.end {
-				// No record starts in the chunk: where the next one
-				// starts is the chunk before's to say.
-				c.next = -1
-				return
-			}
-			k += n + 1
-			if lineEnd(buf, k+len(indent)+1) >= 0 {
-				i = k
-				break
-			}
+		if i = l.firstRecord(buf); i < 0 || off+int64(i) >= c.end {
+			// No record starts in the chunk: where the next one
+			// starts is the chunk before's to say.
+			c.next = -1
+			return
 		}
 	}
 	c.begin = off + int64(i)
@@ -456,29 +560,18 @@ func (c *fileChunk) readRecords(r io.ReaderAt, p *fastParser, opts StreamOptions
 	}
 	defer flush()
 	for off+int64(i) < c.end {
-		// A record starts at i; its end, the comma and the next record's
-		// first line must be in buf.
-		e := bytes.Index(buf[i:], closing)
-		next := -1
-		if e >= 0 {
-			e += i + len(closing) // after the "}"
-			if e+2 < len(buf) {
-				next = lineEnd(buf, e+1)
-				if buf[e] != ',' || next < 0 {
-					// The last event, or another shape: the scanner's.
-					c.next, c.stopped = off+int64(i), true
-					return
-				}
-				if len(buf)-next <= len(indent)+2 {
-					next = -1 // the next line's start not read yet
-				}
-			}
+		from, to, next, st := l.record(buf, i)
+		if st == recordStop && next == 0 || st == recordMore && eof {
+			c.next, c.stopped = off+int64(i), true
+			return
 		}
-		if next < 0 {
-			if eof {
-				c.next, c.stopped = off+int64(i), true
-				return
-			}
+		if st == recordMore && len(buf)-i > maxRecord {
+			// Not a record of the layout after all (its end would be
+			// far off): the scanner's, without holding the rest.
+			c.next, c.stopped = off+int64(i), true
+			return
+		}
+		if st == recordMore {
 			// The record runs past what was read: its bytes to a larger
 			// buffer, and read on.
 			flush()
@@ -504,15 +597,15 @@ func (c *fileChunk) readRecords(r io.ReaderAt, p *fastParser, opts StreamOptions
 			b.hold(rb)
 			b.records, b.recordAt = true, off+int64(i)
 		}
-		b.starts = append(b.starts, int32(i+len(indent)))
-		b.ends = append(b.ends, int32(e))
+		b.starts = append(b.starts, int32(from))
+		b.ends = append(b.ends, int32(to))
 		b.lineSplit = append(b.lineSplit, int32(len(b.ends)-1))
 		if len(b.ends) == cap(b.ends) {
 			flush()
 		}
 		i = next
-		if !startLine(buf[i:], indent) {
-			// Not a record's first line: the chunks end here, the comma
+		if st == recordStop {
+			// Not a record's start: the chunks end here, the comma
 			// before it read.
 			c.next, c.stopped = off+int64(i), true
 			return

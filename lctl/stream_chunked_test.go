@@ -191,14 +191,16 @@ func TestStreamChunksMatchScanner(t *testing.T) {
 	}
 }
 
-// A file indented as Python's json.dump(indent=2) writes it, read in
-// chunks of records of lines on every core, gives what the scanner alone
-// gives, whatever the chunks' size: as written (the spec's order and
-// XCT's), with CRLF, with events whose lines are indented unlike the
-// others (a nested object whose lines look like an event's first and
-// last, an event whose last line is indented otherwise: cut wrongly, the
-// scanner reads on from there), an event on one line among them, a
-// long event, garbage, cut short, stopped early.
+// A file indented as Python's json.dump(indent=2) writes it, or all on
+// one line as json.dump writes it without indent, read in chunks of
+// records on every core, gives what the scanner alone gives, whatever the
+// chunks' size: as written (the spec's order and XCT's), with CRLF, with
+// events whose lines are indented unlike the others (a nested object
+// whose lines look like an event's first and last, an event whose last
+// line is indented otherwise: cut wrongly, the scanner reads on from
+// there), an event on one line among them; on one line, a string or an
+// object in the data that holds what lies between events, another joint;
+// a long event, garbage, cut short, stopped early.
 func TestStreamRecordsMatchScanner(t *testing.T) {
 	write := func(shape lctltest.Shape) string {
 		var b bytes.Buffer
@@ -222,6 +224,7 @@ func TestStreamRecordsMatchScanner(t *testing.T) {
 		return s[:at-len(old)] + repl + s[at:]
 	}
 	long := strings.Repeat("é long text ", 700)
+	oneline := write(lctltest.Shape{Spec: true, Layout: lctltest.LayoutOneLine})
 	files := map[string]string{
 		"spec":                          spec,
 		"sealed":                        sealed,
@@ -232,7 +235,18 @@ func TestStreamRecordsMatchScanner(t *testing.T) {
 		"a long event":                            nth(spec, "      \"data\": {\n", "      \"data\": {\n        \"note\": \""+long+long+"\",\n", 320),
 		"garbage":                                 nth(spec, "\n    },\n    {\n", "\n    },\n    xyz\n    {\n", 350),
 		"cut":                                     spec[:len(spec)*2/3],
+		// The whole file on one line, as json.dump writes it without
+		// indent.
+		"one line":        oneline,
+		"one line sealed": write(lctltest.Shape{Layout: lctltest.LayoutOneLine}),
+		"one line, a string that holds the joint":              nth(oneline, `"text": "`, `"text": "a}, {\"seq\": 7, `, 100),
+		"one line, an object in data that starts as events do": nth(oneline, `"data": {`, `"data": {"x": [{"seq": 1}, {"seq": 2}], `, 280),
+		"one line, another joint":                              nth(oneline, `}}, {"seq": `, `}},{"seq": `, 260),
+		"one line, a long event":                               nth(oneline, `"data": {`, `"data": {"note": "`+long+long+`", `, 240),
+		"one line, garbage":                                    nth(oneline, `}}, {"seq": `, `}}, x, {"seq": `, 350),
+		"one line, cut":                                        oneline[:len(oneline)*2/3],
 	}
+	wellFormed := map[string]bool{"spec": true, "sealed": true, "crlf": true, "one line": true, "one line sealed": true}
 	type setting struct {
 		n, slack     int64
 		first, batch int
@@ -244,13 +258,19 @@ func TestStreamRecordsMatchScanner(t *testing.T) {
 			return fmt.Appendf(dst, "%d %s %s", e.Seq, e.Type, e.Agent)
 		}}} {
 			want := streamKeep(plainReader{strings.NewReader(raw)}, opts, 0)
-			if (name == "spec" || name == "sealed" || name == "crlf") && (want.err != nil || len(want.events) != 600) {
+			if (name == "spec" || name == "sealed" || name == "crlf" || name == "one line") && (want.err != nil || len(want.events) != 600) {
 				t.Fatalf("%s: the workflow streams %d events, %v", name, len(want.events), want.err)
 			}
 			for _, s := range settings {
 				restore := lctl.SetChunks(s.n, s.slack, s.first, s.batch)
 				label := fmt.Sprintf("%s, chunks of %d+%d after %d, workers %d", name, s.n, s.slack, s.first, opts.Workers)
+				chunks := lctl.ChunksRead()
 				sameStream(t, label, streamKeep(strings.NewReader(raw), opts, 0), want, false)
+				if whole := int64(len(raw)) / s.n; wellFormed[name] && lctl.ChunksRead()-chunks < whole*9/10 {
+					// Chunks that ended early still give the scanner's
+					// events: count them.
+					t.Errorf("%s: %d chunks read, want some %d", label, lctl.ChunksRead()-chunks, whole)
+				}
 				for _, stop := range []int{3, 330} {
 					w := streamKeep(plainReader{strings.NewReader(raw)}, opts, stop)
 					sameStream(t, fmt.Sprintf("%s, stopped at %d", label, stop), streamKeep(strings.NewReader(raw), opts, stop), w, want.err != nil)
