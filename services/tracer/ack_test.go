@@ -297,3 +297,58 @@ func TestConsumerReplacedWhileRunning(t *testing.T) {
 	sameAsStream(t, e, tr, []string{"first", "second"})
 	allAcked(t, e)
 }
+
+// TestLostDeliveryIsReadAgain: a delivery of the tracer's consumer that
+// never reaches the tracer (here a pull of the test's own on the tracer's
+// consumer takes it; a lost connection loses one alike) must not be
+// acknowledged unread by the cumulative ack of a later one. The tracer
+// sees the consumer's delivery numbers skip, makes the consumer anew from
+// its position and reads the message again. Each chain is one event, so a
+// message skipped would leave its chain missing (no later event of it to
+// read it back for).
+func TestLostDeliveryIsReadAgain(t *testing.T) {
+	e := newEnv(t)
+	tr := e.startTracer(t)
+	ctx := context.Background()
+	cons, err := e.log.JetStream().Consumer(ctx, eventlog.StreamName, tracer.ConsumerName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	taken := make(chan string, 1)
+	go func() {
+		defer close(taken)
+		batch, err := cons.Fetch(1, jetstream.FetchMaxWait(waitTimeout))
+		if err != nil {
+			t.Errorf("the test's pull: %v", err)
+			return
+		}
+		for m := range batch.Messages() {
+			taken <- m.Subject()
+		}
+	}()
+	var ids []string
+	var stolen string
+	for len(ids) < 100 && stolen == "" {
+		id := fmt.Sprintf("one-%03d", len(ids))
+		publishRaw(t, e, sealed(t, id, 1, "", map[string]any{"step": 1.0}))
+		ids = append(ids, id)
+		select {
+		case subject, ok := <-taken:
+			if !ok {
+				t.Fatal("the test's pull ended without a message")
+			}
+			stolen = subject
+		default:
+		}
+	}
+	if stolen == "" {
+		t.Fatalf("the test's pull took none of %d messages", len(ids))
+	}
+	t.Logf("the test's pull took the delivery of %s", stolen)
+	for _, id := range []string{"after-a", "after-b"} {
+		publishRaw(t, e, sealed(t, id, 1, "", map[string]any{"step": 1.0}))
+		ids = append(ids, id)
+	}
+	sameAsStream(t, e, tr, ids)
+	allAcked(t, e)
+}

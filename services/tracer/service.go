@@ -107,6 +107,7 @@ type Service struct {
 	// from the stream before consuming.
 	damaged []string
 	decoded []decodedMsg // reused between batches
+	pos     []msgPos     // reused between batches
 	// behind are the chains whose events could not be stored.
 	behind   map[string]*behindChain
 	validIDs map[string]struct{} // chain ids that passed lctl.ValidateChainID
@@ -268,6 +269,9 @@ type feed struct {
 	pos streamPosition
 	// acks acknowledges the messages done (consume resets it).
 	acks acker
+	// delivered is the consumer delivery seq of the last message received
+	// from cons (consume resets it: its consumer is new).
+	delivered uint64
 }
 
 // newFeeds returns the streams the tracer consumes. LCTL's position is in
@@ -350,30 +354,13 @@ func positionConsumer(ctx context.Context, js jetstream.JetStream, f *feed, star
 	return cons, nil
 }
 
-// resumeConsumer returns f's durable consumer after consuming failed: the
-// same one if it still exists with the tracer's ack policy (what it
-// acknowledged is in the files this process wrote, or in a chain that fell
-// behind, which this process reads back), else a new one delivering from
-// after the last message done.
+// resumeConsumer sets f's durable consumer up again after consuming
+// failed: made anew, delivering from after the last message done. The old
+// one may have delivered messages that never reached the tracer (in the
+// stopped iterator's buffer, or lost with a connection): acknowledgements
+// are cumulative, so the next ack on it would acknowledge them unread.
 func (s *Service) resumeConsumer(ctx context.Context, f *feed) (jetstream.Consumer, error) {
-	js := s.events.JetStream()
-	cons, err := js.Consumer(ctx, f.stream, ConsumerName)
-	switch {
-	case err == nil && cons.CachedInfo().Config.AckPolicy == jetstream.AckAllPolicy:
-		return cons, nil
-	case err == nil:
-		// Not one this tracer made: its acks would not be understood.
-		if err := js.DeleteConsumer(ctx, f.stream, ConsumerName); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-			return nil, fmt.Errorf("reset consumer %s of %s: %w", ConsumerName, f.stream, err)
-		}
-	case !errors.Is(err, jetstream.ErrConsumerNotFound):
-		return nil, fmt.Errorf("consumer %s of %s: %w", ConsumerName, f.stream, err)
-	}
-	cons, err = js.CreateConsumer(ctx, f.stream, consumerConfig(f, f.progress.floor()+1))
-	if err != nil {
-		return nil, fmt.Errorf("create consumer %s of %s: %w", ConsumerName, f.stream, err)
-	}
-	return cons, nil
+	return positionConsumer(ctx, s.events.JetStream(), f, f.progress.floor()+1)
 }
 
 // run consumes until ctx ends, setting the consumer up again (with a
@@ -473,10 +460,9 @@ func (s *Service) repairDamaged(ctx context.Context) {
 // messages cannot be read, every feed stops and consume returns its error.
 func (s *Service) consume(ctx context.Context) error {
 	for _, f := range s.feeds {
-		// Messages of an earlier consume that were done but not
-		// acknowledged are delivered again (after the ack wait) and
-		// acknowledged then.
-		f.acks = acker{}
+		// The consumer is new (Start, resumeConsumer): its deliveries
+		// count from 1.
+		f.acks, f.delivered = acker{}, 0
 	}
 	iters := make([]jetstream.MessagesContext, 0, len(s.feeds))
 	stopAll := func() {
@@ -530,6 +516,9 @@ func (s *Service) consume(ctx context.Context) error {
 	retryTick := time.NewTicker(retryDelay)
 	defer retryTick.Stop()
 	batch := make([]jetstream.Msg, 0, batchSize)
+	// lost is set when a delivery did not reach the tracer: from then on
+	// nothing is handled or acknowledged, and consume ends.
+	var lost error
 	for {
 		var (
 			m  jetstream.Msg
@@ -569,13 +558,59 @@ func (s *Service) consume(ctx context.Context) error {
 			}
 			continue
 		}
-		s.handleBatch(ctx, batch)
+		if lost != nil {
+			continue // the consumer is made anew (resumeConsumer)
+		}
+		pos, err := s.positions(batch)
+		if err != nil {
+			lost = err
+			s.log.Error("a delivery did not reach the tracer; setting the consumer up again", "err", err)
+			stopAll()
+		}
+		s.handleBatch(ctx, batch[:len(pos)], pos)
 	}
 	err := <-readErr
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
+	if lost != nil {
+		return lost
+	}
 	return fmt.Errorf("next message: %w", err)
+}
+
+// msgPos is where a message of a batch is: its feed, its stream seq.
+type msgPos struct {
+	f   *feed
+	seq uint64
+}
+
+// positions returns the feed and stream seq of the batch's messages, up to
+// the first that shows a delivery was lost: the consumer numbers its
+// deliveries (redeliveries too) from 1, and one not numbered the last
+// one's + 1 means some never reached the tracer (a connection lost, a pull
+// of someone else's) or the consumer is not the one the tracer set up.
+// Acknowledgements being cumulative, the next one would acknowledge the
+// missing ones unread; the error says the consumer must be made anew.
+// A message without its position (not a consumer's) is treated alike.
+func (s *Service) positions(batch []jetstream.Msg) ([]msgPos, error) {
+	s.pos = s.pos[:0]
+	for _, m := range batch {
+		stream, seq, delivered, err := position(m)
+		if err != nil {
+			return s.pos, fmt.Errorf("a message without its stream position (subject %s): %w", m.Subject(), err)
+		}
+		f := s.feedOf(stream)
+		if f == nil {
+			return s.pos, fmt.Errorf("a message of stream %s, which the tracer does not consume", stream)
+		}
+		if delivered != f.delivered+1 {
+			return s.pos, fmt.Errorf("stream %s: consumer delivery %d after %d (stream seq %d)", stream, delivered, f.delivered, seq)
+		}
+		f.delivered = delivered
+		s.pos = append(s.pos, msgPos{f, seq})
+	}
+	return s.pos, nil
 }
 
 // handBack returns an unprocessed message to the stream for prompt
@@ -602,7 +637,10 @@ const (
 // be written falls behind with them (and its later events), so each chain
 // stays in order: they are read back from the stream (retryBehind), and
 // the recorded position stays before them until then.
-func (s *Service) handleBatch(ctx context.Context, batch []jetstream.Msg) {
+func (s *Service) handleBatch(ctx context.Context, batch []jetstream.Msg, pos []msgPos) {
+	if len(batch) == 0 {
+		return
+	}
 	files := s.files
 	files.begin()
 	verdicts := make([]verdict, len(batch))
@@ -626,17 +664,7 @@ func (s *Service) handleBatch(ctx context.Context, batch []jetstream.Msg) {
 		if v == ack && failed[chains[i]] {
 			v = retry
 		}
-		stream, seq, err := streamSeq(m)
-		if err != nil {
-			// Not a message of a JetStream consumer: nothing to track.
-			s.log.Error("a message without its stream position", "subject", m.Subject(), "err", err)
-			continue
-		}
-		f := s.feedOf(stream)
-		if f == nil {
-			s.log.Error("a message of a stream the tracer does not consume", "stream", stream)
-			continue
-		}
+		f, seq := pos[i].f, pos[i].seq
 		if v == retry {
 			s.fallBehind(chains[i], f, seq)
 		} else {
@@ -792,35 +820,35 @@ func (a *acker) ack() error {
 	return a.last.Ack()
 }
 
-// streamSeq returns the stream a consumer's message is from and its seq
-// there, read from the message's reply subject (ackPosition) without the
-// allocations of Metadata, which it falls back to for a subject of another
-// form.
-func streamSeq(m jetstream.Msg) (string, uint64, error) {
-	if stream, seq, ok := ackPosition(m.Reply()); ok {
-		return stream, seq, nil
+// position returns the stream a consumer's message is from, its seq there
+// and the consumer's delivery seq, read from the message's reply subject
+// (ackPosition) without the allocations of Metadata, which it falls back to
+// for a subject of another form.
+func position(m jetstream.Msg) (stream string, seq, delivered uint64, err error) {
+	if stream, seq, delivered, ok := ackPosition(m.Reply()); ok {
+		return stream, seq, delivered, nil
 	}
 	meta, err := m.Metadata()
 	if err != nil {
-		return "", 0, err
+		return "", 0, 0, err
 	}
-	return meta.Stream, meta.Sequence.Stream, nil
+	return meta.Stream, meta.Sequence.Stream, meta.Sequence.Consumer, nil
 }
 
-// ackPosition reads the stream and the stream seq from a JetStream
-// message's reply subject, which is
-// $JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<time>.<pending>
+// ackPosition reads the stream, the stream seq and the consumer's delivery
+// seq from a JetStream message's reply subject, which is
+// $JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<delivery seq>.<time>.<pending>
 // (9 tokens) or, from servers that name the domain and the account,
-// $JS.ACK.<domain>.<account hash>.<stream>.<consumer>.<delivered>.<stream seq>.…
+// $JS.ACK.<domain>.<account hash>.<stream>.<consumer>.<delivered>.<stream seq>.<delivery seq>.…
 // (11 tokens or more). ok is false for anything else.
-func ackPosition(reply string) (stream string, seq uint64, ok bool) {
+func ackPosition(reply string) (stream string, seq, delivered uint64, ok bool) {
 	const maxTokens = 16
 	var starts [maxTokens + 1]int // where each token starts; one past the end last
 	n := 1
 	for i := 0; i < len(reply); i++ {
 		if reply[i] == '.' {
 			if n == maxTokens {
-				return "", 0, false
+				return "", 0, 0, false
 			}
 			starts[n] = i + 1
 			n++
@@ -829,7 +857,7 @@ func ackPosition(reply string) (stream string, seq uint64, ok bool) {
 	starts[n] = len(reply) + 1
 	token := func(i int) string { return reply[starts[i] : starts[i+1]-1] }
 	if token(0) != "$JS" || token(1) != "ACK" {
-		return "", 0, false
+		return "", 0, 0, false
 	}
 	var streamAt int
 	switch {
@@ -838,14 +866,18 @@ func ackPosition(reply string) (stream string, seq uint64, ok bool) {
 	case n >= 11:
 		streamAt = 4
 	default:
-		return "", 0, false
+		return "", 0, 0, false
 	}
 	stream = token(streamAt)
 	seq, err := strconv.ParseUint(token(streamAt+3), 10, 64)
-	if stream == "" || err != nil {
-		return "", 0, false
+	if err != nil {
+		return "", 0, 0, false
 	}
-	return stream, seq, true
+	delivered, err = strconv.ParseUint(token(streamAt+4), 10, 64)
+	if stream == "" || err != nil {
+		return "", 0, 0, false
+	}
+	return stream, seq, delivered, true
 }
 
 // handle stores one message's event in the batch, reading back from the
