@@ -245,6 +245,10 @@ func (s *Service) RequestApproval(ctx context.Context, req *xctv1.RequestApprova
 	if ttl <= 0 {
 		ttl = DefaultApprovalTTL
 	}
+	preview := req.GetPreview()
+	if why := s.unreadablePreview(ctx, req, installed, now); preview != nil && why != "" {
+		preview = &xctv1.Preview{Kind: "text", Content: why}
+	}
 	a := &xctv1.Approval{
 		RunId:         run.GetRunId(),
 		Step:          req.GetStep(),
@@ -253,7 +257,7 @@ func (s *Service) RequestApproval(ctx context.Context, req *xctv1.RequestApprova
 		RequestedBy:   strings.TrimSpace(run.GetPrincipal()),
 		Reasons:       v.GetReasons(),
 		PolicyVersion: v.GetPolicyVersion(),
-		Preview:       clampPreview(req.GetPreview()),
+		Preview:       clampPreview(preview),
 		State:         xctv1.ApprovalState_APPROVAL_STATE_PENDING,
 		RequestedAt:   timestamppb.New(now),
 		ExpiresAt:     timestamppb.New(now.Add(ttl)),
@@ -267,6 +271,34 @@ func (s *Service) RequestApproval(ctx context.Context, req *xctv1.RequestApprova
 			"tool", truncate(p.GetTool(), maxToolNameInMsg), "requested_by", a.GetRequestedBy(), "expires_at", a.GetExpiresAt().AsTime())
 	}
 	return &xctv1.RequestApprovalResponse{Approval: stored}, nil
+}
+
+// unreadablePreview says why the preview of a step may not show the file
+// it would change, or "" when it may. fs.write's preview is a diff against
+// the file as it is, and it goes into the approval and on the run's chain,
+// which every reader reads: it shows the file only when the run could read
+// it itself, that is when the policy allows fs.read of the same path for
+// this run (and this agent, in a crew). A key the model was refused to
+// read is not shown because it proposed to overwrite it.
+func (s *Service) unreadablePreview(ctx context.Context, req *xctv1.RequestApprovalRequest, installed *installedPolicy, now time.Time) string {
+	p := req.GetProposal()
+	path, ok := p.GetArguments().AsMap()["path"].(string)
+	if p.GetTool() != "fs.write" || !ok {
+		return ""
+	}
+	args, err := structpb.NewStruct(map[string]any{"path": path})
+	if err != nil {
+		return "the current content is not shown: " + err.Error()
+	}
+	v := &xctv1.Verdict{PolicyVersion: installed.version}
+	read := &xctv1.ValidateRequest{Run: req.GetRun(), Step: req.GetStep(), StepId: req.GetStepId(),
+		Proposal: &xctv1.NextStep{Tool: "fs.read", Arguments: args}, Crew: req.GetCrew()}
+	s.judge(ctx, read, installed, now, judging{}, v)
+	if v.GetDecision() == xctv1.VerdictDecision_VERDICT_DECISION_ALLOW {
+		return ""
+	}
+	return fmt.Sprintf("the current content of %s is not shown: this run may not read it (the policy decides %s for fs.read of it: %s); "+
+		"what the step would write is in its arguments", path, decisionWord(v.GetDecision()), strings.Join(reasonIDs(v.GetReasons()), ", "))
 }
 
 // ListApprovals lists approvals, oldest first: pending ones, or all of

@@ -276,3 +276,67 @@ func TestAttackOTLPSpanIntoAnotherSubmittersTrace(t *testing.T) {
 		t.Errorf("the chain's first event does not name its exporter: %v", first)
 	}
 }
+
+// An approver's preview showed a file the run may not read: under a
+// policy that keeps keys from being read and asks a human for writes,
+// the model's fs.write of deploy.key waited for an approval whose preview
+// (a diff against the file as it is, on the chain for every reader) held
+// the key it was refused to read a step before. The validator now shows
+// a preview's current content only when the run could read the file: it
+// asks the policy about fs.read of the same path, and otherwise says why
+// the content is not shown.
+func TestAttackPreviewShowsAFileTheRunMayNotRead(t *testing.T) {
+	const policy = `rules:
+  - {id: allow-read, effect: allow, effects: [read]}
+  - id: keys-are-not-read
+    effect: deny
+    tools: ["fs.read"]
+    when: 'args.path.lowerAscii().endsWith(".key")'
+  - {id: writes-need-a-human, effect: require_approval, effects: [reversible, irreversible]}
+`
+	const secret = "KEY-MATERIAL-a4d9e2"
+	c := startBindCluster(t, withTools(t, "", policy))
+	if err := os.WriteFile(filepath.Join(c.workspace, "deploy.key"), []byte(secret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(c.workspace, "notes.txt"), []byte("old notes\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ path, shows, hides string }{
+		{"deploy.key", "not shown", secret},
+		{"notes.txt", "-old notes", ""}, // a file it may read: the diff as before
+	} {
+		c.writeScript(t, "a.yaml", script(
+			step("fs.read", fmt.Sprintf(`{path: %s}`, tc.path)),
+			step("fs.write", fmt.Sprintf(`{path: %s, content: "rotated\n"}`, tc.path)),
+		))
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		resp, err := c.orchestratorAs(t, "alice").StartRun(ctx, &xctv1.StartRunRequest{Goal: "g", Model: "scripted:a.yaml"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := resp.GetRun().GetRunId()
+		a := waitApproval(t, c, "bob", id)
+		if pv := a.GetPreview().GetContent(); !strings.Contains(pv, tc.shows) || tc.hides != "" && strings.Contains(pv, tc.hides) {
+			t.Errorf("%s: the approver's preview: %q", tc.path, pv)
+		}
+		stream, err := c.orchestratorAs(t, "dave").WatchRun(ctx, &xctv1.WatchRunRequest{RunId: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for {
+			ev, err := stream.Recv()
+			if err != nil {
+				t.Fatalf("watch: %v", err)
+			}
+			if tc.hides != "" && strings.Contains(ev.String(), tc.hides) {
+				t.Errorf("%s: the chain holds the key: %s event %d", tc.path, ev.GetEvent().GetType(), ev.GetEvent().GetSeq())
+			}
+			if strings.Contains(ev.GetEvent().GetType(), "approval_requested") {
+				break
+			}
+		}
+		_, _ = c.orchestratorAs(t, "alice").CancelRun(context.Background(), &xctv1.CancelRunRequest{RunId: id, Reason: "done testing"})
+		cancel()
+	}
+}
