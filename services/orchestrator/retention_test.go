@@ -128,7 +128,7 @@ func TestInDoubtRecordPastItsRetentionIsNotNotExecuted(t *testing.T) {
 	// The records' retention passes: the admin shortens the bucket's age
 	// limit (as a short --step-retention would have it), and JetStream
 	// removes the record.
-	setStepsAge(t, f, time.Second)
+	setStepsAge(t, f, 2*time.Second)
 	testutil.Eventually(t, 30*time.Second, func() error {
 		if _, _, err := ex2.Step(ctx, stepID); !errors.Is(err, executor.ErrStepNotFound) {
 			return fmt.Errorf("the record has not expired yet: %w", err)
