@@ -74,8 +74,8 @@ func (r *run) readRecord(stepID string, fence bool) (recordedOutcome, *xctv1.Get
 	defer cancel()
 	resp, err := r.svc.executor.GetStep(ctx, &xctv1.GetStepRequest{StepId: stepID, Fence: fence})
 	if !fence && status.Code(err) == codes.NotFound {
-		return outcomeUnknown, nil, status.Errorf(codes.NotFound, "the executor's record of step %s is gone since it was read "+
-			"(past the step retention, or deleted): the step may have acted, and only a human's decision (xct resolve) settles it", stepID)
+		return outcomeUnknown, nil, status.Errorf(codes.NotFound, "the executor has no record of step %s, which proves nothing now "+
+			"(a record read before is gone, or one could have outlived the step retention): the step may have acted, and only a human's decision (xct resolve) settles it", stepID)
 	}
 	if err != nil {
 		return outcomeUnknown, nil, err
