@@ -486,11 +486,23 @@ func (l *recordLayout) record(buf []byte, i int) (from, to, next, st int) {
 		to = i + 1 + m + 1
 		return i, to, to + len(l.joint), recordOK
 	}
-	e := bytes.Index(buf[i:], l.closing)
+	// The closing line: a "}" after a newline and the indent, looked for
+	// by its "}" (a few an event) rather than its newline (one a member).
+	e := -1
+	for k := i + len(l.closing) - 1; k < len(buf); k++ {
+		n := bytes.IndexByte(buf[k:], '}')
+		if n < 0 {
+			break
+		}
+		k += n
+		if bytes.Equal(buf[k+1-len(l.closing):k], l.closing[:len(l.closing)-1]) {
+			e = k + 1 // after the "}"
+			break
+		}
+	}
 	if e < 0 {
 		return 0, 0, 0, recordMore
 	}
-	e += i + len(l.closing) // after the "}"
 	if e+2 >= len(buf) {
 		return 0, 0, 0, recordMore
 	}
