@@ -184,6 +184,11 @@ func (s *scanner) recordAfterEvent() (int, *recordLayout, bool) {
 // scanner, white space, one comma, white space (the joint) and the next
 // event, whose first bytes every event is taken to start with.
 func (s *scanner) jointAfterEvent() (int, *recordLayout, bool) {
+	if s.lineMode {
+		// Events on lines of their own, two of them on this one: the
+		// lines' chunks, not records that would not end.
+		return 0, nil, false
+	}
 	b := s.buf
 	i := s.pos
 	for i < len(b) && (b[i] == ' ' || b[i] == '\t') {

@@ -132,6 +132,15 @@ func TestStreamChunksMatchScanner(t *testing.T) {
 			}
 			return l
 		}),
+		"two on a line where the first batch ends": body(func(i int, l string) string {
+			if i == 3 {
+				return l + " " + lines[4]
+			}
+			if i == 4 {
+				return ""
+			}
+			return l
+		}),
 		"garbage line": body(func(i int, l string) string { return map[bool]string{true: "xyz,", false: l}[i == 450] }),
 		"not UTF-8": body(func(i int, l string) string {
 			return map[bool]string{true: strings.Replace(l, `"agent":"`, "\"agent\":\"\xff", 1), false: l}[i == 500]
