@@ -147,7 +147,7 @@ func TestExecuteActsOnlyOnItsVerdict(t *testing.T) {
 	tampered.Verdict.Grant = append(append([]byte{}, good.Verdict.Grant...), 0x50, 0x01) // an extra field
 	refused("tampered grant", tampered, codes.PermissionDenied, "does not verify")
 
-	undo := b.requestAt(t, "run-a", 3, UndoToolName, map[string]any{"step_id": good.GetStepId()}, false)
+	undo := b.requestAt(t, "run-a", 3, UndoToolName, undoArgs(t, s, good.GetStepId()), false)
 	refused("system tool without a system grant", undo, codes.PermissionDenied, "system tool")
 
 	if n := calls.Load(); n != 0 {
@@ -190,7 +190,7 @@ func TestUndoOnlyWithinItsRun(t *testing.T) {
 	if resp, err := h.Execute(ctx, write); err != nil || resp.GetResponse().GetError() != nil {
 		t.Fatalf("write: %v %v", resp, err)
 	}
-	undoB := b.requestAt(t, "run-b", 1, UndoToolName, map[string]any{"step_id": write.GetStepId()}, true)
+	undoB := b.requestAt(t, "run-b", 1, UndoToolName, undoArgs(t, s, write.GetStepId()), true)
 	resp, err := h.Execute(ctx, undoB)
 	must(t, err)
 	if codeOf(resp.GetResponse()) != string(wire.CodePermissionDenied) || !strings.Contains(resp.GetResponse().GetError().GetMessage(), "another run") {
@@ -199,7 +199,7 @@ func TestUndoOnlyWithinItsRun(t *testing.T) {
 	if got := wsFile(t, ws, "a.txt"); got != "mine" {
 		t.Fatalf("a.txt = %q after a refused undo", got)
 	}
-	undoA := b.requestAt(t, "run-a", 2, UndoToolName, map[string]any{"step_id": write.GetStepId()}, true)
+	undoA := b.requestAt(t, "run-a", 2, UndoToolName, undoArgs(t, s, write.GetStepId()), true)
 	resp, err = h.Execute(ctx, undoA)
 	must(t, err)
 	if resp.GetResponse().GetError() != nil {

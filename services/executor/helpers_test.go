@@ -183,3 +183,15 @@ func (w tbWriter) Write(p []byte) (int, error) {
 	w.tb.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
 }
+
+// undoArgs are the arguments of an xct.undo of step id as the orchestrator
+// makes them: the step id and the actions the tool's preview lists (none
+// when it lists nothing, so the undo's own refusal shows).
+func undoArgs(tb testing.TB, s *Service, id string) map[string]any {
+	tb.Helper()
+	actions := []any{}
+	if p, e := (&undoTool{s: s}).Preview(context.Background(), map[string]any{"step_id": id}); e == nil {
+		must(tb, json.Unmarshal([]byte(p.GetContent()), &actions))
+	}
+	return map[string]any{"step_id": id, "actions": actions}
+}

@@ -45,8 +45,11 @@ func TestSchemas(t *testing.T) {
 			invalid: []string{`{"from":"a"}`, `{"to":"b"}`, `{"from":"","to":"b"}`, `{"from":"a","to":1}`, `{"from":"a","to":"b","overwrite":true}`},
 		},
 		"xct.undo": {
-			valid:   []string{`{"step_id":"39a8925527f36a20f6b1e5f92e242703"}`},
-			invalid: []string{`{}`, `{"step_id":""}`, `{"step_id":"../x"}`, `{"step_id":"a","force":true}`},
+			valid: []string{`{"step_id":"39a8925527f36a20f6b1e5f92e242703","actions":[]}`,
+				`{"step_id":"a","actions":[{"op":"remove","path":"x"},{"op":"rename","path":"y","from":"z"}]}`},
+			invalid: []string{`{}`, `{"step_id":"a"}`, `{"step_id":"","actions":[]}`, `{"step_id":"../x","actions":[]}`,
+				`{"step_id":"a","actions":[],"force":true}`, `{"step_id":"a","actions":[{"op":"chmod","path":"x"}]}`,
+				`{"step_id":"a","actions":[{"op":"remove"}]}`, `{"step_id":"a","actions":[{"op":"remove","path":"x","mode":1}]}`},
 		},
 		"fs.list": {
 			valid:   []string{`{}`, `{"path":"."}`, `{"path":"sub"}`},

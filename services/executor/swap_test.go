@@ -249,7 +249,7 @@ func TestSwapRace(t *testing.T) {
 			}
 		},
 		call: func(tb testing.TB, s *Service, i int) *xctv1.Response {
-			return exec(tb, s, UndoToolName, map[string]any{"step_id": fmt.Sprintf("w%d", i)})
+			return exec(tb, s, UndoToolName, undoArgs(tb, s, fmt.Sprintf("w%d", i)))
 		},
 		count: missing(".git", "obj", swapCalls),
 	}, swapCase{
@@ -266,7 +266,7 @@ func TestSwapRace(t *testing.T) {
 			}
 		},
 		call: func(tb testing.TB, s *Service, i int) *xctv1.Response {
-			return exec(tb, s, UndoToolName, map[string]any{"step_id": fmt.Sprintf("del%d", i)})
+			return exec(tb, s, UndoToolName, undoArgs(tb, s, fmt.Sprintf("del%d", i)))
 		},
 		count: countPrefix(".git", "obj"),
 	}, swapCase{

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"reflect"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/wire"
@@ -18,15 +19,36 @@ const UndoToolName = "xct.undo"
 // stored before it acted. It refuses when the step has none (an
 // irreversible tool), did not succeed, or the workspace changed since the
 // step (the compensation checks what it restores over).
+//
+// The undo names the compensation's actions in its arguments ("actions":
+// each op, path and, for a rename, from; UndoActions), which the
+// orchestrator learns from the tool's preview: the validator judges each
+// as the fs tool it amounts to, and the allow verdict's argument digest
+// covers them. The undo refuses a step whose compensation is not exactly
+// those actions, so it never does what was not judged.
 type undoTool struct{ s *Service }
 
 const undoSchema = `{
   "$schema": "https://json-schema.org/draft/2020-12/schema",
   "type": "object",
   "properties": {
-    "step_id": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,128}$", "description": "The id of the succeeded step to undo."}
+    "step_id": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,128}$", "description": "The id of the succeeded step to undo."},
+    "actions": {
+      "type": "array",
+      "description": "The compensation's actions, as the tool's preview lists them: the undo refuses a step whose compensation differs.",
+      "items": {
+        "type": "object",
+        "properties": {
+          "op": {"enum": ["remove", "restore", "rename"]},
+          "path": {"type": "string"},
+          "from": {"type": "string"}
+        },
+        "required": ["op", "path"],
+        "additionalProperties": false
+      }
+    }
   },
-  "required": ["step_id"],
+  "required": ["step_id", "actions"],
   "additionalProperties": false
 }`
 
@@ -47,34 +69,103 @@ type UndoResult struct {
 }
 
 func (t *undoTool) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.Error) {
-	if e := onlyArgs(args, "step_id"); e != nil {
+	if e := onlyArgs(args, "step_id", "actions"); e != nil {
 		return nil, e
 	}
 	id, e := stringArg(args, "step_id", nil)
 	if e != nil {
 		return nil, e
 	}
-	if !validStepID(id) {
-		return nil, wire.Errorf(wire.CodeInvalidArgument, "step_id %q is not a step id", id)
+	judged, ok := args["actions"].([]any)
+	if !ok {
+		return nil, wire.Errorf(wire.CodeInvalidArgument, "actions is required: the list of the compensation's actions the undo was judged on")
 	}
-	store, err := t.s.store()
-	if err != nil {
-		return nil, wire.Errorf(wire.CodeToolFailure, "step records unavailable: %v", err)
-	}
-	rec, _, err := store.Get(ctx, id)
-	if errors.Is(err, ErrStepNotFound) {
-		return nil, wire.Errorf(wire.CodeNotFound, "no record of step %s", id)
-	}
-	if err != nil {
-		return nil, wire.Errorf(wire.CodeToolFailure, "read step %s: %v", id, err)
+	rec, c, e := t.compensation(ctx, id)
+	if e != nil {
+		return nil, e
 	}
 	// A rollback undoes only steps of the run being rolled back: the undo
 	// step's own run must be the target's.
 	if g, ok := ctx.Value(gateKey{}).(*gate); !ok || g.runID == "" || g.runID != rec.GetRunId() {
 		return nil, wire.Errorf(wire.CodePermissionDenied, "step %s belongs to another run: a rollback undoes only the steps of the run it rolls back", id)
 	}
+	// The verdict covers the actions named in the arguments: act only if
+	// they are the compensation's.
+	if !reflect.DeepEqual(judged, UndoActions(c)) {
+		return nil, wire.Errorf(wire.CodePermissionDenied, "step %s was not undone: its compensation is not the actions the undo was judged on", id)
+	}
+	if e := Commit(ctx); e != nil {
+		return nil, e
+	}
+	if err := t.s.ws.undo(c); err != nil {
+		if errors.Is(err, ErrUndoConflict) {
+			return nil, wire.Errorf(wire.CodeToolFailure, "step %s was not undone: the workspace changed since it ran (%v)", id, err)
+		}
+		return nil, wire.Errorf(wire.CodeToolFailure, "undo step %s: %v", id, err)
+	}
+	return UndoResult{StepID: id, Tool: rec.GetTool(), Actions: len(c.Undo)}, nil
+}
+
+// Preview lists the actions of the step's compensation (UndoActions, as
+// JSON, kind "undo"): what the undo would change, for the orchestrator to
+// name in the undo's arguments and for an approver. Paths and operations
+// only; no saved content.
+func (t *undoTool) Preview(ctx context.Context, args map[string]any) (*xctv1.Preview, *xctv1.Error) {
+	if e := onlyArgs(args, "step_id", "actions"); e != nil {
+		return nil, e
+	}
+	id, e := stringArg(args, "step_id", nil)
+	if e != nil {
+		return nil, e
+	}
+	_, c, e := t.compensation(ctx, id)
+	if e != nil {
+		return nil, e
+	}
+	out, err := json.Marshal(UndoActions(c))
+	if err != nil {
+		return nil, wire.Errorf(wire.CodeToolFailure, "list the compensation of step %s: %v", id, err)
+	}
+	return &xctv1.Preview{Kind: UndoPreviewKind, Content: string(out)}, nil
+}
+
+// UndoPreviewKind is the kind of xct.undo's preview: a JSON array of the
+// actions (UndoActions).
+const UndoPreviewKind = "undo"
+
+// UndoActions are c's actions as the undo's arguments name them: op and
+// path, and from for a rename, as JSON values.
+func UndoActions(c *Compensation) []any {
+	out := make([]any, 0, len(c.Undo))
+	for _, a := range c.Undo {
+		m := map[string]any{"op": a.Op, "path": a.Path}
+		if a.From != "" {
+			m["from"] = a.From
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// compensation reads the record of the succeeded step id and the
+// compensation of its last attempt.
+func (t *undoTool) compensation(ctx context.Context, id string) (*xctv1.StepRecord, *Compensation, *xctv1.Error) {
+	if !validStepID(id) {
+		return nil, nil, wire.Errorf(wire.CodeInvalidArgument, "step_id %q is not a step id", id)
+	}
+	store, err := t.s.store()
+	if err != nil {
+		return nil, nil, wire.Errorf(wire.CodeToolFailure, "step records unavailable: %v", err)
+	}
+	rec, _, err := store.Get(ctx, id)
+	if errors.Is(err, ErrStepNotFound) {
+		return nil, nil, wire.Errorf(wire.CodeNotFound, "no record of step %s", id)
+	}
+	if err != nil {
+		return nil, nil, wire.Errorf(wire.CodeToolFailure, "read step %s: %v", id, err)
+	}
 	if rec.GetState() != xctv1.StepRecordState_STEP_RECORD_STATE_SUCCEEDED {
-		return nil, wire.Errorf(wire.CodeInvalidArgument, "step %s (%s) did not succeed (%s): there is nothing to undo", id, rec.GetTool(), rec.GetState())
+		return nil, nil, wire.Errorf(wire.CodeInvalidArgument, "step %s (%s) did not succeed (%s): there is nothing to undo", id, rec.GetTool(), rec.GetState())
 	}
 	var comp *xctv1.StepCompensation
 	for _, c := range rec.GetCompensations() {
@@ -83,27 +174,18 @@ func (t *undoTool) Invoke(ctx context.Context, args map[string]any) (any, *xctv1
 		}
 	}
 	if comp == nil {
-		return nil, wire.Errorf(wire.CodeInvalidArgument, "step %s (%s) left no compensation: it cannot be undone", id, rec.GetTool())
+		return nil, nil, wire.Errorf(wire.CodeInvalidArgument, "step %s (%s) left no compensation: it cannot be undone", id, rec.GetTool())
 	}
 	blob, err := store.Blob(ctx, comp.GetBlob())
 	if err != nil {
-		return nil, wire.Errorf(wire.CodeToolFailure, "read the compensation of step %s: %v", id, err)
+		return nil, nil, wire.Errorf(wire.CodeToolFailure, "read the compensation of step %s: %v", id, err)
 	}
 	if checksum(blob) != comp.GetChecksum() {
-		return nil, wire.Errorf(wire.CodeToolFailure, "the compensation of step %s does not match its checksum", id)
+		return nil, nil, wire.Errorf(wire.CodeToolFailure, "the compensation of step %s does not match its checksum", id)
 	}
 	var c Compensation
 	if err := json.Unmarshal(blob, &c); err != nil {
-		return nil, wire.Errorf(wire.CodeToolFailure, "the compensation of step %s is unreadable: %v", id, err)
+		return nil, nil, wire.Errorf(wire.CodeToolFailure, "the compensation of step %s is unreadable: %v", id, err)
 	}
-	if e := Commit(ctx); e != nil {
-		return nil, e
-	}
-	if err := t.s.ws.undo(&c); err != nil {
-		if errors.Is(err, ErrUndoConflict) {
-			return nil, wire.Errorf(wire.CodeToolFailure, "step %s was not undone: the workspace changed since it ran (%v)", id, err)
-		}
-		return nil, wire.Errorf(wire.CodeToolFailure, "undo step %s: %v", id, err)
-	}
-	return UndoResult{StepID: id, Tool: rec.GetTool(), Actions: len(c.Undo)}, nil
+	return rec, &c, nil
 }

@@ -2,6 +2,8 @@ package orchestrator
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -13,6 +15,7 @@ import (
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/wire"
+	"github.com/xct-dev/xct/lctl"
 	"github.com/xct-dev/xct/lctl/xctevent"
 )
 
@@ -149,8 +152,14 @@ func (s *Service) RollbackRun(ctx context.Context, req *xctv1.RollbackRunRequest
 // undoStep runs one governed undo step. It returns a message when the undo
 // was refused or failed (the rollback stops there), an error when the log
 // could not be written.
+//
+// The undo names the actions of the target's compensation (as the
+// executor's preview of xct.undo lists them): the validator judges each as
+// the fs tool it amounts to (a restore under config/ as a write there),
+// and the executor acts only on a compensation that is those actions. An
+// undo that needs a human waits for one, as a step of the run would.
 func (r *run) undoStep(step int, target *xctv1.Step) (string, error) {
-	args, err := structpb.NewStruct(map[string]any{"step_id": target.GetStepId()})
+	args, err := structpb.NewStruct(map[string]any{"step_id": target.GetStepId(), "actions": r.undoActions(target.GetStepId())})
 	if err != nil {
 		return "", err
 	}
@@ -168,6 +177,11 @@ func (r *run) undoStep(step int, target *xctv1.Step) (string, error) {
 	verdict, agent := r.validateSystem(step, stepID, ns)
 	if err := r.record(agent, verdictEvent(step, stepID, undoTool, verdict)); err != nil {
 		return "", err
+	}
+	if verdict.GetDecision() == xctv1.VerdictDecision_VERDICT_DECISION_NEEDS_APPROVAL {
+		if verdict, agent, err = r.awaitUndoApproval(&openStep{step: step, stepID: stepID, ns: ns}, verdict); err != nil {
+			return "", err
+		}
 	}
 	end := func(outcome, summary string) error {
 		r.stepResult(outcome, summary)
@@ -201,4 +215,67 @@ func (r *run) undoStep(step int, target *xctv1.Step) (string, error) {
 		return "", err
 	}
 	return "", end(xctevent.OutcomeSuccess, "ok")
+}
+
+// undoActions are the actions of the compensation of step id, as the
+// executor's preview of xct.undo lists them. None when it lists none or
+// cannot be asked: the validator then judges no action, and the executor
+// refuses the undo unless the step's compensation has none either (its
+// refusal says why: no record, no compensation, ...).
+func (r *run) undoActions(id string) []any {
+	args, err := structpb.NewStruct(map[string]any{"step_id": id})
+	if err != nil {
+		return []any{}
+	}
+	ctx, cancel := context.WithTimeout(r.traceCtx(context.Background()), r.svc.cfg.CallTimeout)
+	defer cancel()
+	resp, err := r.svc.executor.PreviewStep(ctx, &xctv1.PreviewStepRequest{Tool: undoTool, Arguments: args})
+	var actions []any
+	if err == nil && resp.GetPreview().GetKind() == undoPreviewKind {
+		err = json.Unmarshal([]byte(resp.GetPreview().GetContent()), &actions)
+	}
+	if err != nil || actions == nil {
+		r.log.Warn("the undo's actions could not be listed", "run", r.id, "step_id", id, "err", err)
+		return []any{}
+	}
+	return actions
+}
+
+// undoPreviewKind is the kind of xct.undo's preview (the executor's
+// UndoPreviewKind): a JSON array of the compensation's actions.
+const undoPreviewKind = "undo"
+
+// awaitUndoApproval waits for the human an undo needs (as awaitApproval
+// does for a step of the run) and asks the validator again, as for a
+// system step. A rollback cancelled while it waits ends the undo denied.
+func (r *run) awaitUndoApproval(st *openStep, v *xctv1.Verdict) (*xctv1.Verdict, string, error) {
+	deny := func(rule, msg string, code wire.Code) (*xctv1.Verdict, string, error) {
+		final := &xctv1.Verdict{
+			Decision:      xctv1.VerdictDecision_VERDICT_DECISION_DENY,
+			Reasons:       []*xctv1.Reason{{RuleId: rule, Message: msg}},
+			PolicyVersion: v.GetPolicyVersion(),
+			EvaluatedAt:   nowpb(),
+			Error:         wire.Errorf(code, "%s", msg),
+		}
+		return final, agentOrchestrator, r.record(agentOrchestrator, verdictEvent(st.step, st.stepID, undoTool, final))
+	}
+	var unavailable errApprovalUnavailable
+	err := r.waitApproval(st, v)
+	switch {
+	case errors.As(err, &unavailable):
+		f := failClosed(unavailable.reason)
+		return f, agentOrchestrator, r.record(agentOrchestrator, verdictEvent(st.step, st.stepID, undoTool, f))
+	case err != nil && context.Cause(r.ctx) != nil:
+		return deny("orchestrator.cancelled", fmt.Sprintf("the rollback was cancelled while the undo waited for a human: %v", context.Cause(r.ctx)), wire.CodeApprovalRequired)
+	case err != nil:
+		return nil, "", err
+	case st.decided == xctevent.ApprovalExpired:
+		return deny("approval", "the undo needed a human approval and none was given before "+lctl.FormatTime(st.approvalExpires), wire.CodeApprovalExpired)
+	}
+	final, agent := r.validateSystem(st.step, st.stepID, st.ns)
+	if final.GetDecision() == xctv1.VerdictDecision_VERDICT_DECISION_NEEDS_APPROVAL {
+		final.Decision = xctv1.VerdictDecision_VERDICT_DECISION_DENY
+		final.Error = wire.Errorf(wire.CodeApprovalRequired, "the undo still needs an approval after a decision was recorded")
+	}
+	return final, agent, r.record(agent, verdictEvent(st.step, st.stepID, undoTool, final))
 }

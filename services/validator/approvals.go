@@ -236,7 +236,11 @@ func (s *Service) RequestApproval(ctx context.Context, req *xctv1.RequestApprova
 	installed := s.policy.Load()
 	now := s.now()
 	v := &xctv1.Verdict{PolicyVersion: installed.version}
-	vreq := &xctv1.ValidateRequest{Run: run, Step: req.GetStep(), StepId: req.GetStepId(), Proposal: p, Crew: req.GetCrew()}
+	// A rollback's undo is a system step (RollbackRun's, whose undo may
+	// need a human as the change it makes would): as Validate judges it
+	// when the orchestrator asks.
+	vreq := &xctv1.ValidateRequest{Run: run, Step: req.GetStep(), StepId: req.GetStepId(), Proposal: p, Crew: req.GetCrew(),
+		SystemStep: wire.IsSystemTool(p.GetTool()) && serviceCaller(ctx)}
 	if in := s.judge(ctx, vreq, installed, now, judging{}, v); in == nil || v.GetDecision() != xctv1.VerdictDecision_VERDICT_DECISION_NEEDS_APPROVAL {
 		return nil, approvalStatus(fmt.Errorf("%w: it decides %s (%s)", ErrNoApprovalNeeded,
 			decisionWord(v.GetDecision()), strings.Join(reasonIDs(v.GetReasons()), ", ")))

@@ -177,6 +177,9 @@ func (s *Service) enforce(ctx context.Context, installed *installedPolicy, in *I
 		denyWith(v, reasonPolicy, wire.Errorf(wire.CodePolicyDenied, "the policy could not evaluate this proposal, so it is denied"))
 		return
 	}
+	if isUndo(in) {
+		out = s.judgeUndo(ctx, installed.policy, in, out) // undo.go
+	}
 	if in.Crew != nil {
 		out = crewGate(in, out)
 	}

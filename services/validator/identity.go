@@ -53,3 +53,10 @@ func withCallerApproval(ctx context.Context, req *xctv1.RequestApprovalRequest) 
 	req.Run = run
 	return req
 }
+
+// serviceCaller says whether the caller is one of XCT's services (or the
+// call is in-process), which may name a system step.
+func serviceCaller(ctx context.Context) bool {
+	caller, ok := auth.FromContext(ctx)
+	return !ok || caller.Service
+}
