@@ -240,7 +240,10 @@ func attackUndoOfAnotherRunsStep(t *testing.T, policy bindOption) {
 	target := victim.GetSteps()[0].GetStepId()
 
 	svc := c.validatorAs(t, "service:dev")
-	vreq, ereq := proposal(t, "other-run", 1, "xct.undo", map[string]any{"step_id": target})
+	// The undo names the target's actions as they are (the executor
+	// lists them): what refuses it is the run, not what it would do.
+	actions := []any{map[string]any{"op": "remove", "path": "bob.txt"}}
+	vreq, ereq := proposal(t, "other-run", 1, "xct.undo", map[string]any{"step_id": target, "actions": actions})
 	v, err := svc.Validate(ctx, vreq)
 	if err != nil {
 		t.Fatal(err)
