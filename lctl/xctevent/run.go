@@ -145,7 +145,17 @@ func Fold(events []lctl.Event) *Run {
 // outcome is on the chain.
 func (r *Run) settle() {
 	if r.Status == StatusInDoubt {
-		r.Status = StatusRunning
+		r.setLive(StatusRunning)
+	}
+}
+
+// setLive sets a status of a run that has not ended (running, waiting for
+// a human, in doubt), unless run_finished is on the chain: the steps of a
+// rollback come after it, and an undo that waits for a human does not
+// make the ended run live again.
+func (r *Run) setLive(status string) {
+	if r.Finished == nil {
+		r.Status = status
 	}
 }
 
@@ -191,17 +201,17 @@ func (r *Run) ApplyParsed(e *lctl.Event, x Event) {
 		if st := r.step(x.Step); st != nil {
 			st.Requested = &x
 		}
-		r.Status = StatusWaitingApproval
+		r.setLive(StatusWaitingApproval)
 	case ApprovalDecided:
 		if st := r.step(x.Step); st != nil {
 			st.Decided = &x
 		}
-		r.Status = StatusRunning
+		r.setLive(StatusRunning)
 	case StepInDoubt:
 		if st := r.step(x.Step); st != nil {
 			st.InDoubt = true
 		}
-		r.Status = StatusInDoubt
+		r.setLive(StatusInDoubt)
 	case ToolCall:
 		st := r.step(x.Step)
 		if st != nil {

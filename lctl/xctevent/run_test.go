@@ -2,6 +2,7 @@ package xctevent
 
 import (
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -100,6 +101,7 @@ func TestRunFoldStatus(t *testing.T) {
 		StepStart{Step: 1, StepID: "s1", Tool: "t", Arguments: map[string]any{}},
 		Verdict{Step: 1, StepID: "s1", Decision: DecisionAllow},
 	}
+	done := []Event{ToolCall{Step: 1}, StepEnd{Step: 1, Outcome: OutcomeSuccess}, RunFinished{Status: StatusDone, Tokens: Tokens{Input: 7}}}
 	for _, tc := range []struct {
 		name string
 		more []Event
@@ -113,6 +115,17 @@ func TestRunFoldStatus(t *testing.T) {
 		{"done", []Event{ToolCall{Step: 1}, StepEnd{Step: 1, Outcome: OutcomeSuccess}, RunFinished{Status: StatusDone, Tokens: Tokens{Input: 7}}}, StatusDone, false},
 		{"cancelled", []Event{StepEnd{Step: 1, Outcome: OutcomeCancelled}, RunFinished{Status: StatusCancelled}}, StatusCancelled, false},
 		{"an unknown end is a failure", []Event{StepEnd{Step: 1, Outcome: OutcomeError}, RunFinished{Status: "exploded"}}, StatusFailed, false},
+		// A rollback's undo that waits for a human, or is in doubt, after
+		// the run ended: the run stays ended (not live, not taken over).
+		{"a rollback's undo waits for a human", append(slices.Clone(done), RollbackStarted{Steps: []int{1}},
+			StepStart{Step: 2, StepID: "s2", Tool: "xct.undo", Arguments: map[string]any{}},
+			Verdict{Step: 2, StepID: "s2", Decision: DecisionNeedsApproval}, ApprovalRequested{Step: 2}), StatusDone, true},
+		{"a rollback's undo approved and done", append(slices.Clone(done), RollbackStarted{Steps: []int{1}},
+			StepStart{Step: 2, StepID: "s2", Tool: "xct.undo", Arguments: map[string]any{}}, ApprovalRequested{Step: 2},
+			ApprovalDecided{Step: 2, Decision: ApprovalApproved}, ToolCall{Step: 2}, StepEnd{Step: 2, Outcome: OutcomeSuccess},
+			RollbackFinished{Status: StatusDone, Undone: []int{1}}), StatusDone, false},
+		{"a rollback's undo in doubt", append(slices.Clone(done), RollbackStarted{Steps: []int{1}},
+			StepStart{Step: 2, StepID: "s2", Tool: "xct.undo", Arguments: map[string]any{}}, StepInDoubt{Step: 2}), StatusDone, true},
 	} {
 		v := Fold(chainOf(t, append(append([]Event{}, start...), tc.more...)...))
 		if v.Status != tc.want || (v.Open() != nil) != tc.open {

@@ -108,6 +108,12 @@ func TestAttackRollbackRevertsAnApprovedChange(t *testing.T) {
 				t.Fatal(err)
 			}
 			err = <-done
+			// The run stays ended: an undo's approval on its chain does not
+			// make it live again (for a takeover to resume, or a second
+			// rollback to refuse as running).
+			if r, gerr := c.orchestratorAs(t, "dev").GetRun(ctx, &xctv1.GetRunRequest{RunId: id}); gerr != nil || r.GetRun().GetStatus() != xctv1.RunStatus_RUN_STATUS_DONE {
+				t.Errorf("the run after its rollback: %v %v", r.GetRun().GetStatus(), gerr)
+			}
 			got, _ := readWS(t, c.workspace, "config/app.yaml")
 			if approve {
 				if err != nil || got != "mode: safe\n" {
