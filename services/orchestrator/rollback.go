@@ -266,6 +266,23 @@ func (r *run) awaitUndoApproval(st *openStep, v *xctv1.Verdict) (*xctv1.Verdict,
 		f := failClosed(unavailable.reason)
 		return f, agentOrchestrator, r.record(agentOrchestrator, verdictEvent(st.step, st.stepID, undoTool, f))
 	case err != nil && context.Cause(r.ctx) != nil:
+		// Cancelled (CancelRun): the approval is withdrawn, as a cancelled
+		// run's is, so no one decides an undo that will not run.
+		var c errCancelled
+		if errors.As(context.Cause(r.ctx), &c) && st.approvalRequested {
+			ctx, cancel := context.WithTimeout(r.traceCtx(context.Background()), r.svc.cfg.CallTimeout)
+			if _, werr := r.svc.validator.WithdrawApproval(ctx, &xctv1.WithdrawApprovalRequest{
+				RunId: r.id, StepId: st.stepID, By: c.by, Reason: c.reason,
+			}); werr != nil {
+				r.log.Warn("approval of a cancelled rollback's undo could not be withdrawn at the validator", "run", r.id, "step", st.step, "err", werr)
+			}
+			cancel()
+			if rerr := r.record(agentOrchestrator, xctevent.ApprovalDecided{
+				Step: st.step, StepID: st.stepID, Decision: xctevent.ApprovalWithdrawn, By: c.by, Reason: c.reason,
+			}); rerr != nil {
+				return nil, "", rerr
+			}
+		}
 		return deny("orchestrator.cancelled", fmt.Sprintf("the rollback was cancelled while the undo waited for a human: %v", context.Cause(r.ctx)), wire.CodeApprovalRequired)
 	case err != nil:
 		return nil, "", err

@@ -45,8 +45,8 @@ func rollbackAsync(t *testing.T, c *bindCluster, principal, id string) <-chan er
 // of the rollback (removing notes.txt, which the run created: fs.delete,
 // allowed) is done without one.
 func TestAttackRollbackRevertsAnApprovedChange(t *testing.T) {
-	for _, approve := range []bool{true, false} {
-		t.Run(fmt.Sprintf("approve=%v", approve), func(t *testing.T) {
+	for _, decision := range []string{"approve", "deny", "cancel"} {
+		t.Run(decision, func(t *testing.T) {
 			c := startBindCluster(t, withTools(t, "", shippedPolicy(t, "config-approval.yaml")))
 			if err := os.MkdirAll(filepath.Join(c.workspace, "config"), 0o755); err != nil {
 				t.Fatal(err)
@@ -102,8 +102,14 @@ func TestAttackRollbackRevertsAnApprovedChange(t *testing.T) {
 			if _, err := c.validatorAs(t, "dev").DecideApproval(ctx, &xctv1.DecideApprovalRequest{RunId: id, Step: fmt.Sprint(a.GetStep()), Approve: true}); err == nil {
 				t.Fatal("dev approved its own undo")
 			}
-			if _, err := c.validatorAs(t, "bob").DecideApproval(ctx, &xctv1.DecideApprovalRequest{
-				RunId: id, Step: fmt.Sprint(a.GetStep()), Approve: approve, Reason: "checked",
+			if decision == "cancel" {
+				// The rollback is cancelled while it waits: the undo ends
+				// denied and its approval is withdrawn.
+				if _, err := c.orchestratorAs(t, "dev").CancelRun(ctx, &xctv1.CancelRunRequest{RunId: id, Reason: "not now"}); err != nil {
+					t.Fatal(err)
+				}
+			} else if _, err := c.validatorAs(t, "bob").DecideApproval(ctx, &xctv1.DecideApprovalRequest{
+				RunId: id, Step: fmt.Sprint(a.GetStep()), Approve: decision == "approve", Reason: "checked",
 			}); err != nil {
 				t.Fatal(err)
 			}
@@ -115,17 +121,25 @@ func TestAttackRollbackRevertsAnApprovedChange(t *testing.T) {
 				t.Errorf("the run after its rollback: %v %v", r.GetRun().GetStatus(), gerr)
 			}
 			got, _ := readWS(t, c.workspace, "config/app.yaml")
-			if approve {
+			if decision == "approve" {
 				if err != nil || got != "mode: safe\n" {
 					t.Fatalf("after bob approved the undo: %v; config/app.yaml %q", err, got)
 				}
 				return
 			}
-			if err == nil || !strings.Contains(err.Error(), "failed") || !strings.Contains(err.Error(), "APPROVAL_DENIED") {
-				t.Errorf("a rollback whose undo bob denied: %v", err)
+			want := map[string]string{"deny": "APPROVAL_DENIED", "cancel": "cancelled while the undo waited"}[decision]
+			if err == nil || !strings.Contains(err.Error(), "failed") || !strings.Contains(err.Error(), want) {
+				t.Errorf("a rollback whose undo was not approved (%s): %v", decision, err)
 			}
 			if got != "mode: fast\n" {
-				t.Errorf("config/app.yaml after bob denied the undo: %q", got)
+				t.Errorf("config/app.yaml after the undo was not approved (%s): %q", decision, got)
+			}
+			if decision == "cancel" {
+				if _, err := c.validatorAs(t, "bob").DecideApproval(ctx, &xctv1.DecideApprovalRequest{
+					RunId: id, Step: fmt.Sprint(a.GetStep()), Approve: true,
+				}); err == nil {
+					t.Error("bob approved the undo of a cancelled rollback: its approval was not withdrawn")
+				}
 			}
 		})
 	}
