@@ -2,6 +2,7 @@ package validator_test
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -24,7 +25,10 @@ func TestUndoIsJudgedAsItsActions(t *testing.T) {
 		&xctv1.ToolDescriptor{Name: "xct.undo", InputSchema: `{"type": "object"}`, Effect: xctv1.Effect_EFFECT_REVERSIBLE},
 	)
 	service := func(policy string) *validator.Service {
-		s, err := validator.NewWithCatalog(validator.Config{PolicyFile: filepath.Join("..", "..", "examples", "policies", policy)}, catalog.Static(tools...), nil)
+		if !filepath.IsAbs(policy) {
+			policy = filepath.Join("..", "..", "examples", "policies", policy)
+		}
+		s, err := validator.NewWithCatalog(validator.Config{PolicyFile: policy}, catalog.Static(tools...), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -42,6 +46,13 @@ func TestUndoIsJudgedAsItsActions(t *testing.T) {
 		ask   = xctv1.VerdictDecision_VERDICT_DECISION_NEEDS_APPROVAL
 		deny  = xctv1.VerdictDecision_VERDICT_DECISION_DENY
 	)
+	contentRule := filepath.Join(t.TempDir(), "content.yaml")
+	if err := os.WriteFile(contentRule, []byte(`rules:
+  - {id: allow-reversible, effect: allow, effects: [reversible]}
+  - {id: no-truncating-writes, effect: deny, tools: ["fs.write"], when: 'args.content == ""'}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name, policy string
 		args         map[string]any
@@ -61,9 +72,12 @@ func TestUndoIsJudgedAsItsActions(t *testing.T) {
 		{"remove under no-deletes", "no-deletes.yaml", map[string]any{"step_id": "s", "actions": []any{act("remove", "notes.txt")}},
 			deny, "no-deletes", "deletes are not allowed"},
 		// The content a restore writes is not known to the validator: a
-		// deny rule on it cannot evaluate, and denies (fail closed).
-		{"restore under a rule on the content", "no-deletes.yaml", map[string]any{"step_id": "s", "actions": []any{act("restore", "notes.txt")}},
+		// deny rule on it cannot evaluate, and denies (fail closed)...
+		{"restore under a rule on the content", contentRule, map[string]any{"step_id": "s", "actions": []any{act("restore", "notes.txt")}},
 			deny, "no-truncating-writes", ""},
+		// ...unless it asks first whether there is content, as the
+		// shipped no-deletes.yaml does.
+		{"restore under no-deletes", "no-deletes.yaml", map[string]any{"step_id": "s", "actions": []any{act("restore", "notes.txt")}}, allow, "", ""},
 		{"protected path", "default.yaml", map[string]any{"step_id": "s", "actions": []any{act("restore", ".git/HEAD")}},
 			deny, "protected-paths", ""},
 		{"no actions named", "default.yaml", map[string]any{"step_id": "s"}, deny, "undo", "names no actions"},
