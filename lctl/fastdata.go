@@ -490,17 +490,9 @@ func (p *fastParser) specEvent(e *Event) bool {
 	if !p.specKey(specTimestamp) {
 		return false
 	}
-	if p.arena != nil {
-		s, ok = p.arenaString()
-	} else {
-		ok = false
+	if e.Timestamp, ok = p.timestampString(); !ok {
+		return false
 	}
-	if !ok {
-		if s, ok = p.strIntern(false); !ok {
-			return false
-		}
-	}
-	e.Timestamp = s
 	// "agent"
 	if !p.specKey(specAgent) {
 		return false

@@ -1439,6 +1439,18 @@ var (
 // wordOf returns the first eight bytes of s as a little-endian word.
 func wordOf(s string) uint64 { return binary.LittleEndian.Uint64([]byte(s)[:8]) }
 
+// timestampString reads an event's timestamp, a string value: into the
+// arena when there is one and the string is plain ASCII (arenaString), else
+// interned.
+func (p *fastParser) timestampString() (string, bool) {
+	if p.arena != nil {
+		if s, ok := p.arenaString(); ok {
+			return s, true
+		}
+	}
+	return p.strIntern(false)
+}
+
 // canonicalEvent reads an event whose members are laid out as canonical
 // JSON lays them out (what XCT writes: agent, chain_id, data, hash and
 // prev_hash when there are, seq, timestamp, type; no white space), in
@@ -1506,17 +1518,9 @@ func (p *fastParser) canonicalEvent(e *Event) bool {
 	if !p.expect13(canonTime, canonTime2, 0xffffffffff, 13) {
 		return false
 	}
-	if p.arena != nil {
-		s, ok = p.arenaString()
-	} else {
-		ok = false
+	if e.Timestamp, ok = p.timestampString(); !ok {
+		return false
 	}
-	if !ok {
-		if s, ok = p.strIntern(false); !ok {
-			return false
-		}
-	}
-	e.Timestamp = s
 	if !p.expect8(canonType, 8) {
 		return false
 	}

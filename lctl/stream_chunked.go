@@ -384,20 +384,13 @@ func (c *fileChunk) read(r io.ReaderAt, p *fastParser, opts StreamOptions) {
 			// The line runs past what was read: its bytes to a larger
 			// buffer, and read on.
 			flush()
-			tail := len(buf) - i
-			n := max(2*tail, size)
-			nb := getReadBuf(n)
-			copy(nb.b[:tail], buf[i:])
-			got, e, err := readAt(r, nb.b[tail:n], off+int64(len(buf)))
-			if err != nil {
-				nb.release()
+			var err error
+			if rb, buf, eof, err = readOn(r, rb, buf, i, off, size); err != nil {
 				c.err = err
 				return
 			}
-			rb.release()
-			rb = nb
 			off += int64(i)
-			buf, eof, i = nb.b[:tail+len(got)], e, 0
+			i = 0
 			continue
 		}
 		nl += i
@@ -592,20 +585,13 @@ func (c *fileChunk) readRecords(r io.ReaderAt, p *fastParser, opts StreamOptions
 			// The record runs past what was read: its bytes to a larger
 			// buffer, and read on.
 			flush()
-			tail := len(buf) - i
-			n := max(2*tail, size)
-			nb := getReadBuf(n)
-			copy(nb.b[:tail], buf[i:])
-			got, eofNow, err := readAt(r, nb.b[tail:n], off+int64(len(buf)))
-			if err != nil {
-				nb.release()
+			var err error
+			if rb, buf, eof, err = readOn(r, rb, buf, i, off, size); err != nil {
 				c.err = err
 				return
 			}
-			rb.release()
-			rb = nb
 			off += int64(i)
-			buf, eof, i = nb.b[:tail+len(got)], eofNow, 0
+			i = 0
 			continue
 		}
 		if b == nil {
@@ -662,6 +648,26 @@ func eventOnLine(l []byte) (from, to int, ok bool) {
 		return 0, 0, false
 	}
 	return i, j, true
+}
+
+// readOn carries on reading past the end of buf, the bytes read at file
+// offset off into rb: the bytes from buf[i] on go to the start of a larger
+// buffer (twice their length, at least size), which is filled from the
+// file after them. It returns that buffer (rb is released), its bytes, and
+// whether the file ended; the new bytes start at file offset off+i. On an
+// error rb is kept.
+func readOn(r io.ReaderAt, rb *readBuf, buf []byte, i int, off int64, size int) (*readBuf, []byte, bool, error) {
+	tail := len(buf) - i
+	n := max(2*tail, size)
+	nb := getReadBuf(n)
+	copy(nb.b[:tail], buf[i:])
+	got, eof, err := readAt(r, nb.b[tail:n], off+int64(len(buf)))
+	if err != nil {
+		nb.release()
+		return rb, buf, false, err
+	}
+	rb.release()
+	return nb, nb.b[:tail+len(got)], eof, nil
 }
 
 // readAt reads into p at off until p is full or the file ends (eof).
