@@ -50,7 +50,8 @@ type HTTPResult struct {
 	Size int64 `json:"size"`
 	// Redirects counts the redirects followed.
 	Redirects int `json:"redirects"`
-	// RedirectNotFollowed is the Location of a redirect to another host:
+	// RedirectNotFollowed is the Location of a redirect not followed (to
+	// another host, or one that would send the method and body again):
 	// the response is that redirect. The verdict (and an approver) judged
 	// the request's URL, so a request elsewhere is the model's to propose.
 	RedirectNotFollowed string `json:"redirect_not_followed,omitempty"`
@@ -127,8 +128,8 @@ func (t *httpTool) Descriptor() *xctv1.ToolDescriptor {
 	return &xctv1.ToolDescriptor{
 		Name: "http.request",
 		Description: "Send one HTTP request to an allowed host and return the response: status, url (after redirects), headers, " +
-			"body (text, or base64 when encoding is \"base64\"), size and redirects. Redirects are followed on the same host only; " +
-			"a redirect to another host is returned as the response, with redirect_not_followed naming where it leads. " +
+			"body (text, or base64 when encoding is \"base64\"), size and redirects. Redirects are followed on the same host only, and never one that sends the method and body again (a 307 or 308 of a POST); " +
+			"a redirect not followed is returned as the response, with redirect_not_followed naming where it leads. " +
 			"Hosts and addresses are restricted by the executor's configuration.",
 		InputSchema: schema,
 		// The executor cannot know what a request does on the other side,
@@ -204,6 +205,15 @@ func (t *httpTool) Invoke(ctx context.Context, args map[string]any) (any, *xctv1
 				// The policy judged a request to u's host: one to another
 				// host (a POST re-sent by a 307, or any request through an
 				// open redirect) is not what was allowed or approved.
+				notFollowed = r.URL.Redacted()
+				return http.ErrUseLastResponse
+			}
+			if r.Method != http.MethodGet && r.Method != http.MethodHead {
+				// A 307 or 308 sends the method again, body and all, to
+				// another URL: the policy and an approver judged it on
+				// the first one, and an open redirect on the same host
+				// would take an approved POST to a path no one judged.
+				// (A 301-303 turns it into a GET without the body.)
 				notFollowed = r.URL.Redacted()
 				return http.ErrUseLastResponse
 			}

@@ -211,6 +211,35 @@ func TestHTTPRedirectsAndRebinding(t *testing.T) {
 	}
 }
 
+// TestHTTPRedirectResendsNoRequest: a redirect on the allowed host that
+// would send the request again with its method (a 307 or 308 of a POST,
+// PUT, PATCH or DELETE, body and all) is not followed: the policy and the
+// approver judged that method on that URL, and an open redirect on the
+// same host would re-send the approved body to a path no one judged
+// (session 9, trust9b). A GET's redirect on the same host is still
+// followed, and a 303 turns a POST into a GET without its body.
+func TestHTTPRedirectResendsNoRequest(t *testing.T) {
+	f := newHTTPFixture(t)
+	s := f.service(t, httpHosts+"  allow_addresses: [127.0.0.1/32]\n")
+	to := f.url("api.test", "/echo")
+	for _, method := range []string{"POST", "PUT", "PATCH", "DELETE"} {
+		body := "approved for /public/comments"
+		if method == "DELETE" {
+			body = ""
+		}
+		res := resultAs[HTTPResult](t, exec(t, s, "http.request", map[string]any{"method": method, "body": body,
+			"url": f.url("api.test", "/redirect307?to="+url.QueryEscape(to))}))
+		if res.Status != http.StatusTemporaryRedirect || res.Redirects != 0 || res.RedirectNotFollowed != to || strings.Contains(res.Body, `"method"`) {
+			t.Errorf("%s through a 307 to another path of the same host was re-sent: %+v", method, res)
+		}
+	}
+	res := resultAs[HTTPResult](t, exec(t, s, "http.request", map[string]any{"method": "GET",
+		"url": f.url("api.test", "/redirect307?to="+url.QueryEscape(to))}))
+	if res.Status != 200 || res.Redirects != 1 || !strings.Contains(res.Body, `"method":"GET"`) {
+		t.Fatalf("a GET's 307 on the same host: %+v", res)
+	}
+}
+
 // TestHTTPRequest: the positive paths, with loopback explicitly allowed.
 func TestHTTPRequest(t *testing.T) {
 	f := newHTTPFixture(t)
