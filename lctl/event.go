@@ -260,24 +260,81 @@ func (e *Event) EachObject(key string, fn func(Object)) {
 	if raw[0] != '[' {
 		return
 	}
-	p := fastParsers.Get().(*fastParser)
-	defer fastParsers.Put(p)
-	p.b, p.i = raw, 1
+	// The array was checked when it was read: its elements are found
+	// without a parser (checkedEnd).
+	i := 1
 	for {
-		p.ws()
-		if p.i >= len(p.b) || p.b[p.i] == ']' {
+		i = skipWS(raw, i)
+		if i < len(raw) && raw[i] == ',' {
+			i = skipWS(raw, i+1)
+		}
+		if i >= len(raw) || raw[i] == ']' {
 			return
 		}
-		if p.b[p.i] == ',' {
-			p.i++
-			p.ws()
+		end := checkedEnd(raw, i)
+		if raw[i] == '{' {
+			fn(Object{raw: raw[i:end]})
 		}
-		start := p.i
-		if !p.skipValue() {
-			return // checked when read: cannot happen
+		i = end
+	}
+}
+
+// checkedEnd returns where the JSON value that starts at b[i] ends, for
+// bytes checked as JSON when they were read (a stream's composite data):
+// strings, with their escapes, are stepped over as a whole, brackets
+// counted, a number or literal ends at the next delimiter.
+func checkedEnd(b []byte, i int) int {
+	switch b[i] {
+	case '"':
+		return checkedStringEnd(b, i)
+	case '{', '[':
+		depth := 0
+		for i < len(b) {
+			switch b[i] {
+			case '"':
+				i = checkedStringEnd(b, i)
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return i + 1
+				}
+			}
+			i++
 		}
-		if p.b[start] == '{' {
-			fn(Object{raw: p.b[start:p.i]})
+		return i
+	}
+	for i < len(b) {
+		switch b[i] {
+		case ',', '}', ']', ' ', '\t', '\n', '\r':
+			return i
+		}
+		i++
+	}
+	return i
+}
+
+// checkedStringEnd returns where the checked JSON string at b[i] ends
+// (after its closing quote).
+func checkedStringEnd(b []byte, i int) int {
+	i++
+	for {
+		k := bytes.IndexByte(b[i:], '"')
+		if k < 0 {
+			return len(b)
+		}
+		i += k
+		// The quote closes the string unless an odd number of
+		// backslashes stands before it.
+		n := 0
+		for j := i - 1; j >= 0 && b[j] == '\\'; j-- {
+			n++
+		}
+		i++
+		if n%2 == 0 {
+			return i
 		}
 	}
 }
@@ -375,6 +432,18 @@ func (o Object) Float(name string) (float64, bool) {
 
 // Str returns the member name when it is a string.
 func (o Object) Str(name string) (string, bool) {
+	if o.raw != nil {
+		// A string without escapes (checked when read) is its bytes.
+		off := o.at(name)
+		if off < 0 || o.raw[off] != '"' {
+			return "", false
+		}
+		if end := bytes.IndexByte(o.raw[off+1:], '"'); end >= 0 {
+			if v := o.raw[off+1 : off+1+end]; bytes.IndexByte(v, '\\') < 0 {
+				return string(v), true
+			}
+		}
+	}
 	s, ok := o.Get(name).(string)
 	return s, ok
 }

@@ -91,6 +91,8 @@ type State struct {
 	countCalls bool
 	calls      int
 	factsOnly  bool
+	// noHistory keeps facts without their History (NoFactHistory).
+	noHistory bool
 	// hc is what HashV1 wrote before (CacheHashes, state_canonical.go)
 	// and what Hash keeps up to date (state_hash2.go). Copies of a State
 	// (Clone, snapshots) start without it.
@@ -560,9 +562,16 @@ func (s *State) ToolCallCount() int { return len(s.ToolCalls) + s.calls }
 // refuse it.
 func (s *State) FactsOnly() { s.factsOnly = true }
 
+// NoFactHistory makes Apply keep facts as they stand (text, confidence,
+// source, tags) without their History, which stays empty: for a summary
+// that gives only the facts' number and confidences (lctl stats, text
+// replay on a stream). Such a state is not hashed: Hash and HashV1 refuse
+// it.
+func (s *State) NoFactHistory() { s.noHistory = true }
+
 // errPartialState is what hashing a state that does not keep everything
 // says.
-var errPartialState = errors.New("the state counts tool calls or keeps only facts (CountToolCalls, FactsOnly): it has no hash")
+var errPartialState = errors.New("the state counts tool calls, keeps only facts or keeps no fact history (CountToolCalls, FactsOnly, NoFactHistory): it has no hash")
 
 // Apply folds one event into the state. It never fails and never panics: a
 // field of the wrong type (or a number out of range) is ignored as if it were
@@ -811,7 +820,7 @@ func (s *State) applyFact(e *Event) {
 	if _, ok := e.Lookup("tags"); ok {
 		f.Tags = stringList(e.Get("tags"))
 	}
-	if s.factsOnly {
+	if s.factsOnly || s.noHistory {
 		return
 	}
 	change := FactChange{Seq: e.Seq, Agent: e.Agent, Text: f.Text, Reason: estr(e, "reason")}

@@ -75,3 +75,44 @@ func TestFactsOnly(t *testing.T) {
 		t.Fatal("a state keeping only facts was hashed")
 	}
 }
+
+// TestNoFactHistory: a state without fact histories is the full state
+// with every fact's History empty (the facts themselves, the steps, kept
+// or not, and everything else as before), and refuses to be hashed.
+func TestNoFactHistory(t *testing.T) {
+	events := append(lctltest.Workflow("w", 5_000, lctltest.WorkflowOptions{}), lctltest.Chain("c", 2_000, lctltest.Options{})...)
+	for _, summary := range []bool{false, true} {
+		full, short := lctl.NewState("w"), lctl.NewState("w")
+		if summary {
+			full, short = lctl.NewSummaryState("w"), lctl.NewSummaryState("w")
+		}
+		short.NoFactHistory()
+		for i := range events {
+			full.Apply(&events[i])
+			short.Apply(&events[i])
+		}
+		changes := 0
+		for id, f := range full.Facts {
+			g := short.Facts[id]
+			if g == nil || len(g.History) != 0 {
+				t.Fatalf("summary %v: fact %s: %+v", summary, id, g)
+			}
+			changes += len(f.History)
+			f.History = []lctl.FactChange{}
+		}
+		if len(full.Facts) < 10 || changes < 500 {
+			t.Fatalf("summary %v: %d facts, %d changes: the test reads too few", summary, len(full.Facts), changes)
+		}
+		wj, err1 := json.Marshal(full)
+		gj, err2 := json.Marshal(short)
+		if err1 != nil || err2 != nil || string(wj) != string(gj) {
+			t.Fatalf("summary %v: a state without fact histories differs beyond them", summary)
+		}
+		if _, err := short.Hash(); err == nil {
+			t.Fatal("a state without fact histories was hashed")
+		}
+		if _, err := short.HashV1(); err == nil {
+			t.Fatal("a state without fact histories was hashed (version 1)")
+		}
+	}
+}

@@ -3,6 +3,7 @@ package analysis
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"time"
 
@@ -281,6 +282,10 @@ type openStep struct {
 	// the step's step_end reports tokens.
 	streamed      int64
 	reportsTokens bool
+	// numbered is set for a step with an XCT step number (in byNumber);
+	// parentOfSome once a step or stream was put inside it.
+	numbered     bool
+	parentOfSome bool
 }
 
 // stepTimer pairs step starts and ends as the events go by.
@@ -298,6 +303,12 @@ type stepTimer struct {
 	byAgent  map[string][]*openStep
 	lastTime time.Time
 	current  map[string]*openStep // agent -> innermost open step, for tool time
+	// free holds ended steps nothing refers to any more (reuse), for the
+	// next steps to start in: one allocation per step otherwise.
+	free []*openStep
+	// noReuse and reused are for the test that reuse changes nothing.
+	noReuse bool
+	reused  int
 }
 
 func newStepTimer() *stepTimer {
@@ -312,18 +323,21 @@ func (st *stepTimer) add(e *lctl.Event) {
 	}
 	switch e.Type {
 	case lctl.TypeStepStart:
-		o := &openStep{start: t, index: len(st.order)}
+		o := st.newStep()
+		*o = openStep{start: t, index: len(st.order)}
 		o.timing = StepTiming{Agent: e.Agent, Step: int64(e.Seq), StartSeq: e.Seq}
 		o.timing.Intent, _ = e.Str("intent")
 		o.timing.Tool, _ = e.Str("tool")
 		n, numbered := intAt(e, "step")
 		if numbered {
 			o.timing.Step = n
+			o.numbered = true
 			st.byNumber[n] = o
 		}
 		o.parent = st.parentOf(e, o, numbered)
 		if o.parent != nil {
 			o.timing.ParentSeq = o.parent.timing.StartSeq
+			o.parent.parentOfSome = true
 		}
 		if numbered && o.parent == nil {
 			st.adopt(e.Agent, o)
@@ -359,7 +373,7 @@ func (st *stepTimer) add(e *lctl.Event) {
 		}
 		for k := len(stack) - 1; k >= 0; k-- {
 			if stack[k] == o {
-				st.byAgent[e.Agent] = append(stack[:k:k], stack[k+1:]...)
+				st.byAgent[e.Agent] = slices.Delete(stack, k, k+1)
 				break
 			}
 		}
@@ -376,9 +390,35 @@ func (st *stepTimer) add(e *lctl.Event) {
 		}
 		_, o.reportsTokens = e.Object("tokens")
 		st.end(o)
+		st.reuse(o, e.Agent)
 	case lctl.TypeStreamStart, lctl.TypeStreamChunk, lctl.TypeStreamEnd:
 		st.stream(e, t) // stream.go
 	}
+}
+
+// newStep returns a step to start: one that ended and that nothing refers
+// to, else a new one.
+func (st *stepTimer) newStep() *openStep {
+	if k := len(st.free); k > 0 {
+		o := st.free[k-1]
+		st.free = st.free[:k-1]
+		st.reused++
+		return o
+	}
+	return &openStep{}
+}
+
+// reuse keeps o, a step that just ended at its agent's step_end, for the
+// next step to start in when nothing refers to it any more: not kept for
+// the end (outermost, not a stream), no step or stream was put inside it,
+// it left its agent's stack and current step (its step_end was its
+// agent's) and the number index.
+func (st *stepTimer) reuse(o *openStep, agent string) {
+	if o.parent != nil || o.timing.Stream || o.parentOfSome || agent != o.timing.Agent ||
+		(o.numbered && st.byNumber[o.timing.Step] == o) || st.current[agent] == o || len(st.free) >= 64 || st.noReuse {
+		return
+	}
+	st.free = append(st.free, o)
 }
 
 // each calls fn with each step that ended, in the order they ended, then

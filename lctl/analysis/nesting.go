@@ -79,6 +79,7 @@ func (st *stepTimer) stream(e *lctl.Event, t time.Time) {
 		o.parent = st.current[e.Agent]
 		if o.parent != nil {
 			o.timing.ParentSeq = o.parent.timing.StartSeq
+			o.parent.parentOfSome = true
 		}
 		st.order = appendDoubling(st.order, o)
 		st.streams[e.Agent] = o
@@ -130,6 +131,7 @@ func (st *stepTimer) adopt(agent string, o *openStep) {
 	}
 	delete(st.orphans, agent)
 	orphan.o.parent = o
+	o.parentOfSome = true
 	o.childMS += orphan.o.timing.DurationMS
 	st.out.at(orphan.out).ParentSeq = o.timing.StartSeq
 }

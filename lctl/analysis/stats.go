@@ -180,6 +180,7 @@ func NewStatsBuilder(chainID string, prices *Prices) *StatsBuilder {
 	s := lctl.NewSummaryState(chainID)
 	s.DeferTypeCounts() // EventTypes is read in Stats
 	s.CountToolCalls()  // only their number is
+	s.NoFactHistory()   // facts: their number and confidences
 	return &StatsBuilder{chainID: chainID, prices: prices, state: s, steps: newStepTimer(), cost: newTokenPricer(prices)}
 }
 

@@ -33,6 +33,7 @@ func (c *cmdContext) replayStream(o operand, toSeq uint64, showEvents, withHash 
 		} else {
 			s = lctl.NewSummaryState(id)
 			s.CountToolCalls() // the text gives their number
+			s.NoFactHistory()  // and the facts' (from facts below)
 		}
 		s.DeferTypeCounts() // flushed when the stream ends
 	}, func(e *lctl.StreamEvent) error {
