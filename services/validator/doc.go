@@ -161,7 +161,7 @@
 // max_tokens, their cost > max_cost_usd. Each denies with BUDGET_EXCEEDED
 // and ends the run (Verdict.ends_run). The cost is priced by the run's
 // model: the exact reference ("openai:gpt-4o-mini"), else the name after
-// the adapter prefix ("gpt-4o-mini"), else "*"; a run that used tokens with
+// the adapter prefix ("gpt-4o-mini"), else the adapter's "scripted:*", else "*"; a run that used tokens with
 // an unpriced model is denied (POLICY_DENIED, ends_run) while a cost
 // budget is set: its cost cannot be checked. Consecutive errors are used up
 // when they reach max_consecutive_errors: the step is denied and the model

@@ -130,6 +130,20 @@ func TestExamplePolicies(t *testing.T) {
 			{name: "scripted models cost nothing", tool: "fs.read", args: map[string]any{"path": "a"}, run: func(r *xctv1.RunContext) {
 				r.Model, r.InputTokens = "scripted:demo.yaml", 150000
 			}, want: allow, reasons: []string{"allow-read"}},
+			// Session 9 (trust9b): "*" at 0 priced every model the table
+			// does not name, so a submitter who named a model of its
+			// choosing (a dated snapshot of a listed one, a dearer one)
+			// ran free of max_cost_usd. Only scripted models are free now;
+			// another model without a price is refused once it used tokens.
+			{name: "an unlisted model is not free", tool: "fs.read", args: map[string]any{"path": "a"}, run: func(r *xctv1.RunContext) {
+				r.Model, r.InputTokens, r.OutputTokens = "openai:o1", 150000, 40000
+			}, want: deny, code: wire.CodePolicyDenied, reasons: []string{"builtin.budget"}},
+			{name: "a dated snapshot of a listed model is not free", tool: "fs.read", args: map[string]any{"path": "a"}, run: func(r *xctv1.RunContext) {
+				r.Model, r.InputTokens = "openai:gpt-4o-2024-08-06", 150000
+			}, want: deny, code: wire.CodePolicyDenied, reasons: []string{"builtin.budget"}},
+			{name: "a crew of scripted agents costs nothing", tool: "fs.read", args: map[string]any{"path": "a"}, run: func(r *xctv1.RunContext) {
+				r.Model, r.Models, r.InputTokens = "crew:review", []string{"scripted:crew-demo.yaml#fixer", "scripted:crew-demo.yaml#reviewer"}, 150000
+			}, want: allow, reasons: []string{"allow-read"}},
 			{name: "out of time", tool: "fs.read", args: map[string]any{"path": "a"}, run: func(r *xctv1.RunContext) {
 				r.Elapsed = durationpb.New(31 * 60e9)
 			}, want: deny, code: wire.CodeBudgetExceeded, reasons: []string{"builtin.budget"}},

@@ -251,13 +251,17 @@ func minLimit[T int64 | float64 | time.Duration](a, b T) T {
 
 // priceOf finds the price of a model reference: the exact reference
 // ("openai:gpt-4o-mini"), then the name after the adapter prefix
-// ("gpt-4o-mini"), then "*".
+// ("gpt-4o-mini"), then the adapter's every model ("scripted:*"), then
+// "*".
 func priceOf(model string, prices map[string]price) (price, bool) {
 	if p, ok := prices[model]; ok {
 		return p, true
 	}
-	if _, name, ok := strings.Cut(model, ":"); ok {
+	if adapter, name, ok := strings.Cut(model, ":"); ok {
 		if p, ok := prices[name]; ok {
+			return p, true
+		}
+		if p, ok := prices[adapter+":*"]; ok {
 			return p, true
 		}
 	}

@@ -30,6 +30,7 @@ budgets:
 prices:
   gpt-4o-mini: {input_per_1k: 0.01, output_per_1k: 0.03}
   "scripted:demo.yaml": {input_per_1k: 0, output_per_1k: 0}
+  "grpc:*": {input_per_1k: 1, output_per_1k: 1}
 rules:
   - id: allow-all
     effect: allow
@@ -60,6 +61,7 @@ rules:
 			"max_cost_usd", wire.CodeBudgetExceeded, true, "cost budget"},
 		{"an exact model reference is priced", run(func(r *xctv1.RunContext) { r.Model = "scripted:demo.yaml"; r.InputTokens = 10000 }), "", "", false, ""},
 		{"no price and tokens used", run(func(r *xctv1.RunContext) { r.Model = "openai:o9" }), "max_cost_usd", wire.CodePolicyDenied, true, `no price for model "openai:o9"`},
+		{"an adapter's every model", run(func(r *xctv1.RunContext) { r.Model = "grpc:127.0.0.1:9000" }), "max_cost_usd", wire.CodeBudgetExceeded, true, "$15 of at most $0.5"},
 		// Session 7: a crew run ("crew:NAME") was priced at "*" or not at all.
 		{"a crew run at the dearest of its models", run(func(r *xctv1.RunContext) {
 			r.Model, r.Models, r.InputTokens, r.OutputTokens = "crew:review", []string{"scripted:demo.yaml", "openai:gpt-4o-mini"}, 4000, 16000

@@ -260,7 +260,7 @@ func TestAttackReadOnlySecretsThroughAProgram(t *testing.T) {
 }
 
 // A crew run's cost was priced by its recorded model, "crew:NAME", which no
-// price table names: under a policy with "*" at 0 (production.yaml's, for
+// price table names: under a policy with "*" at 0 (production.yaml's until session 9, for
 // scripted and local models) every crew run was free for max_cost_usd,
 // whatever its agents' models cost. Its tokens are now priced at the
 // dearest of the models the crew may call.
