@@ -389,7 +389,12 @@ func (o Object) Get(name string) any {
 	if o.raw == nil {
 		return o.m[name]
 	}
-	off := o.at(name)
+	return o.getAt(o.at(name))
+}
+
+// getAt is Get of the member whose value starts at off (-1: none) in a
+// streamed object.
+func (o Object) getAt(off int) any {
 	if off < 0 {
 		return nil
 	}
@@ -411,20 +416,25 @@ func (o Object) Float(name string) (float64, bool) {
 		}
 		f = x
 	} else {
-		off := o.at(name)
-		if off < 0 {
-			return 0, false
-		}
-		if c := o.raw[off]; c != '-' && (c < '0' || c > '9') {
-			return 0, false
-		}
-		x, _, _, ok := scanNumber(o.raw, off)
-		if !ok {
-			return 0, false
-		}
-		f = x
+		return o.floatAt(o.at(name))
 	}
 	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return 0, false
+	}
+	return f, true
+}
+
+// floatAt is Float of the member whose value starts at off (-1: none) in
+// a streamed object.
+func (o Object) floatAt(off int) (float64, bool) {
+	if off < 0 {
+		return 0, false
+	}
+	if c := o.raw[off]; c != '-' && (c < '0' || c > '9') {
+		return 0, false
+	}
+	f, _, _, ok := scanNumber(o.raw, off)
+	if !ok || math.IsNaN(f) || math.IsInf(f, 0) {
 		return 0, false
 	}
 	return f, true
@@ -484,6 +494,111 @@ func (o Object) at(name string) int {
 		}
 		if !p.skipValue() {
 			return -1
+		}
+	}
+}
+
+// Members is an object with the places of some of its members found in
+// one pass over its JSON, for a caller that reads several (a tokens
+// object's names for input and output): Float(i) and Get(i) are the
+// object's Float(names[i]) and Get(names[i]).
+type Members struct {
+	o     Object
+	names []string
+	// at[i] is o.at(names[i]); flat is false when the one pass could not
+	// find them (o.at is asked then).
+	at   [maxMembers]int
+	flat bool
+}
+
+// maxMembers bounds the names Members looks for at once.
+const maxMembers = 8
+
+// Members finds the members names (at most 8) of a streamed object in one
+// pass; for a decoded object it only keeps them.
+func (o Object) Members(names []string) Members {
+	m := Members{o: o, names: names}
+	if o.raw != nil && len(names) <= maxMembers {
+		m.flat = flatAtAll(o.raw, names, m.at[:len(names)])
+	}
+	return m
+}
+
+// off is o.at(names[i]).
+func (m *Members) off(i int) int {
+	if m.flat {
+		return m.at[i]
+	}
+	return m.o.at(m.names[i])
+}
+
+// Float is the object's Float(names[i]).
+func (m *Members) Float(i int) (float64, bool) {
+	if m.o.raw == nil {
+		return m.o.Float(m.names[i])
+	}
+	return m.o.floatAt(m.off(i))
+}
+
+// Get is the object's Get(names[i]).
+func (m *Members) Get(i int) any {
+	if m.o.raw == nil {
+		return m.o.m[m.names[i]]
+	}
+	return m.o.getAt(m.off(i))
+}
+
+// flatAtAll is flatAt for several names at once: at[i] is where the value
+// of the last member names[i] starts, -1 for none; false when the object
+// is not flat (flatAt's false).
+func flatAtAll(raw []byte, names []string, at []int) bool {
+	for k := range at {
+		at[k] = -1
+	}
+	i := 1
+	for {
+		for i < len(raw) && (raw[i] == ' ' || raw[i] == '\t' || raw[i] == '\n' || raw[i] == '\r' || raw[i] == ',') {
+			i++
+		}
+		if i >= len(raw) || raw[i] == '}' {
+			return true
+		}
+		if raw[i] != '"' {
+			return false
+		}
+		end := bytes.IndexByte(raw[i+1:], '"')
+		if end < 0 {
+			return false
+		}
+		key := raw[i+1 : i+1+end]
+		if bytes.IndexByte(key, '\\') >= 0 {
+			return false
+		}
+		i += end + 2
+		for i < len(raw) && (raw[i] == ' ' || raw[i] == '\t' || raw[i] == '\n' || raw[i] == '\r' || raw[i] == ':') {
+			i++
+		}
+		if i >= len(raw) {
+			return false
+		}
+		for k, name := range names {
+			if len(name) == len(key) && string(key) == name {
+				at[k] = i
+			}
+		}
+		switch raw[i] {
+		case '"':
+			e := bytes.IndexByte(raw[i+1:], '"')
+			if e < 0 || bytes.IndexByte(raw[i+1:i+1+e], '\\') >= 0 {
+				return false
+			}
+			i += e + 2
+		case '{', '[':
+			return false
+		default: // a number or a literal: up to the next comma or brace
+			for i < len(raw) && raw[i] != ',' && raw[i] != '}' {
+				i++
+			}
 		}
 	}
 }

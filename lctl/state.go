@@ -968,14 +968,15 @@ func (s *State) rebuildStepIndex() {
 // or the {in, out}, {input_tokens, output_tokens} and {prompt_tokens,
 // completion_tokens} other implementations and model APIs use.
 func tokenCounts(t Object) (in, out int64) {
-	for _, k := range [...]string{"input", "in", "input_tokens", "prompt_tokens"} {
-		if n, ok := objectCount(t, k); ok {
+	m := t.Members(tokenNames[:])
+	for i := range 4 {
+		if n, ok := memberCount(&m, i); ok {
 			in = n
 			break
 		}
 	}
-	for _, k := range [...]string{"output", "out", "output_tokens", "completion_tokens"} {
-		if n, ok := objectCount(t, k); ok {
+	for i := 4; i < 8; i++ {
+		if n, ok := memberCount(&m, i); ok {
 			out = n
 			break
 		}
@@ -983,12 +984,17 @@ func tokenCounts(t Object) (in, out int64) {
 	return in, out
 }
 
-// objectCount is count of the object's member k.
-func objectCount(t Object, k string) (int64, bool) {
-	if f, ok := t.Float(k); ok {
+// tokenNames are the names a tokens object gives its counts by: input's
+// first (XCT's and the spec's, then the aliases other writers use), then
+// output's, each group in the order they are looked for.
+var tokenNames = [8]string{"input", "in", "input_tokens", "prompt_tokens", "output", "out", "output_tokens", "completion_tokens"}
+
+// memberCount is count of the object's member names[i].
+func memberCount(m *Members, i int) (int64, bool) {
+	if f, ok := m.Float(i); ok {
 		return countOf(f, true)
 	}
-	return count(t.Get(k))
+	return count(m.Get(i))
 }
 
 func (s *State) addAgent(agent string) {

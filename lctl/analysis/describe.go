@@ -670,14 +670,15 @@ func intOf(v any) (int64, bool) {
 
 // tokensOf reads {input, output} or the aliases other implementations use.
 func tokensOf(t lctl.Object) (in, out int64) {
-	for _, k := range [...]string{"input", "in", "input_tokens", "prompt_tokens"} {
-		if n, ok := objectInt(t, k); ok && n >= 0 {
+	m := t.Members(tokenNames[:]) // the names in one pass
+	for i := range 4 {
+		if n, ok := memberInt(&m, i); ok && n >= 0 {
 			in = n
 			break
 		}
 	}
-	for _, k := range [...]string{"output", "out", "output_tokens", "completion_tokens"} {
-		if n, ok := objectInt(t, k); ok && n >= 0 {
+	for i := 4; i < 8; i++ {
+		if n, ok := memberInt(&m, i); ok && n >= 0 {
 			out = n
 			break
 		}
@@ -685,12 +686,16 @@ func tokensOf(t lctl.Object) (in, out int64) {
 	return in, out
 }
 
-// objectInt is intOf of the object's member k, reading a streamed number
-// without boxing it.
-func objectInt(t lctl.Object, k string) (int64, bool) {
-	f, ok := t.Float(k)
+// tokenNames are the names a tokens object gives its counts by, input's
+// then output's, each group in the order they are looked for.
+var tokenNames = [8]string{"input", "in", "input_tokens", "prompt_tokens", "output", "out", "output_tokens", "completion_tokens"}
+
+// memberInt is intOf of the object's member names[i], reading a streamed
+// number without boxing it.
+func memberInt(m *lctl.Members, i int) (int64, bool) {
+	f, ok := m.Float(i)
 	if !ok {
-		return intOf(t.Get(k))
+		return intOf(m.Get(i))
 	}
 	if f != math.Trunc(f) || math.Abs(f) > 1<<53 {
 		return 0, false
