@@ -339,7 +339,8 @@ func (c *Config) Validate(targets []string) error {
 // reversible, allowed by the default policy) and reads it, so a policy
 // file there is rewritten and reloaded (--policy-reload) as the model's
 // own policy, a tools configuration, scripts or keys become the model's,
-// and credentials become its to read.
+// a JWKS file signs in whoever holds the key the model wrote there, and
+// credentials become its to read.
 func (c *Config) checkOutsideWorkspace(targets []string) error {
 	if !slices.Contains(targets, TargetExecutor) || c.Executor.Workspace == "" {
 		return nil
@@ -359,6 +360,12 @@ func (c *Config) checkOutsideWorkspace(targets []string) error {
 	add("--nats-credentials", c.NATSCredentialsFile)
 	add("--auth-tokens", c.Auth.TokensFile)
 	add("--redact-key-file", c.Redact.KeyFile)
+	add("--redact-config", c.Redact.File)
+	if !strings.Contains(c.Auth.OIDCJWKS, "://") {
+		// A JWKS file is read again when it changes: keys written there
+		// sign tokens with any roles.
+		add("--oidc-jwks", c.Auth.OIDCJWKS)
+	}
 	add("--tls-cert", c.Security.TLS.Cert)
 	add("--tls-key", c.Security.TLS.Key)
 	add("--tls-ca", c.Security.TLS.CA)
@@ -368,6 +375,7 @@ func (c *Config) checkOutsideWorkspace(targets []string) error {
 	}
 	if slices.Contains(targets, TargetOrchestrator) {
 		add("--scripts-dir", c.Orchestrator.ScriptsDir)
+		add("--checkpoint-key-file", c.Orchestrator.Checkpoint.KeyFile)
 	}
 	if slices.Contains(targets, TargetTracer) {
 		add("--tracer-data", c.Tracer.DataDir)

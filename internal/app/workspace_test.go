@@ -36,6 +36,15 @@ func TestConfigFilesOutsideTheWorkspace(t *testing.T) {
 		{"scripts are the workspace", all, func(c *Config) { c.Orchestrator.ScriptsDir = ws }, "--scripts-dir"},
 		{"tokens inside", all, func(c *Config) { c.Auth.TokensFile = filepath.Join(ws, "not-yet", "tokens.yaml") }, "--auth-tokens"},
 		{"tls key inside", all, func(c *Config) { c.Security.TLS.Key = filepath.Join(ws, "k.pem") }, "--tls-key"},
+		// Session 9 (trust9b): three were not looked at. A JWKS file is
+		// read again when it changes: the model's fs.write of its own key
+		// there let whoever holds that key sign in with any roles. The
+		// checkpoint key (also re-read) signs the chains' checkpoints; the
+		// redaction rules decide what the chains hide.
+		{"oidc jwks file inside", all, func(c *Config) { c.Auth.OIDCJWKS = filepath.Join(ws, "jwks.json") }, "--oidc-jwks"},
+		{"oidc jwks URL", all, func(c *Config) { c.Auth.OIDCJWKS = "https://issuer.invalid/jwks" }, ""},
+		{"checkpoint key inside", all, func(c *Config) { c.Orchestrator.Checkpoint.KeyFile = filepath.Join(ws, "cp.key") }, "--checkpoint-key-file"},
+		{"redaction rules inside", all, func(c *Config) { c.Redact.File = filepath.Join(ws, "redact.yaml") }, "--redact-config"},
 		{"a name inside that starts with two dots", all, func(c *Config) { c.Validator.PolicyFile = filepath.Join(ws, "..policy.yaml") }, "--policy"},
 		{"everything beside it", all, func(c *Config) {
 			c.Validator.PolicyFile, c.Orchestrator.ScriptsDir, c.Tracer.DataDir = filepath.Join(base, "p.yaml"), filepath.Join(base, "scripts"), base+"-ws"
