@@ -192,15 +192,15 @@ func appendLineFast(dst []byte, e *lctl.Event) ([]byte, bool) {
 		if dec := s("decision"); dec != "" {
 			w.next()
 			w.b = append(w.b, dec...)
-			if rules := eventRules(e); len(rules) > 0 {
-				w.b = append(w.b, " by "...)
-				for i, r := range rules {
-					if i > 0 {
-						w.b = append(w.b, ", "...)
-					}
-					w.b = append(w.b, r...)
+			// eventRules' ids, written as they are found (no list).
+			sep := " by "
+			e.EachObject("reasons", func(o lctl.Object) {
+				if id, ok := o.Str("rule_id"); ok && id != "" {
+					w.b = append(w.b, sep...)
+					w.b = append(w.b, id...)
+					sep = ", "
 				}
-			}
+			})
 		}
 		if n, ok := intAt(e, "step"); ok {
 			w.next()
