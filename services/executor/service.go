@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -111,6 +112,9 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger, extra ...Tool) (*Service, 
 	wsDir, err := filepath.Abs(cfg.Workspace)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrWorkspace, err)
+	}
+	if err := programsOutside(toolsCfg, wsDir); err != nil {
+		return nil, err
 	}
 	ws, err := openWorkspace(cfg.Workspace)
 	if err != nil {
@@ -398,4 +402,35 @@ func (s *Service) begin() bool {
 // id: A-Z a-z 0-9 _ -.
 func wordRune(r rune) bool {
 	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-'
+}
+
+// programsOutside refuses a shell program or a stdio MCP server whose
+// file (resolved at load, links followed) lies inside the workspace: the
+// model rewrites workspace files with fs.write, which keeps their mode,
+// and the allowed program's next call would run the model's code.
+func programsOutside(cfg *ToolsConfig, wsDir string) error {
+	root := wsDir
+	if real, err := filepath.EvalSymlinks(wsDir); err == nil {
+		root = real
+	}
+	inside := func(p string) bool {
+		rel, err := filepath.Rel(root, p)
+		return p != "" && err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
+	}
+	var errs []error
+	if cfg.Shell != nil {
+		for _, b := range cfg.Shell.Binaries {
+			if inside(b.resolved) {
+				errs = append(errs, fmt.Errorf("%w: shell program %s is %s, inside the workspace %s: the model could rewrite it; install it outside",
+					ErrToolsConfig, b.Name, b.resolved, wsDir))
+			}
+		}
+	}
+	for _, m := range cfg.MCP {
+		if inside(m.resolved) {
+			errs = append(errs, fmt.Errorf("%w: MCP server %s's command is %s, inside the workspace %s: the model could rewrite it; install it outside",
+				ErrToolsConfig, m.Name, m.resolved, wsDir))
+		}
+	}
+	return errors.Join(errs...)
 }

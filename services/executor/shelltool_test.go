@@ -3,6 +3,7 @@ package executor
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -382,4 +383,43 @@ func TestShellSearchPath(t *testing.T) {
 	if got := searchPath("/opt/x:"+ws+"/../x:"+ws+"/./bin", ws); got != "/opt/x:"+ws+"/../x" {
 		t.Fatalf("searchPath: %q", got)
 	}
+}
+
+// TestProgramsOutsideTheWorkspace (session 9, trust9b): a program resolved
+// to a file inside the workspace (an absolute path there, or a name found
+// in a workspace directory of the executor's PATH at load) is the model's
+// to rewrite with fs.write, which keeps the file's mode: the next call of
+// the allowed program ran the model's code under the program's effect
+// class. The executor refuses to start with one, shell program or stdio
+// MCP server.
+func TestProgramsOutsideTheWorkspace(t *testing.T) {
+	ws := t.TempDir()
+	must(t, os.MkdirAll(filepath.Join(ws, "bin"), 0o755))
+	must(t, os.WriteFile(filepath.Join(ws, "bin", "lint"), []byte("#!/bin/sh\necho fine\n"), 0o755))
+	t.Setenv("PATH", filepath.Join(ws, "bin")+":/usr/bin:/bin")
+	for name, tools := range map[string]string{
+		"an absolute path":    "shell:\n  sandbox: none\n  binaries:\n    - {name: lint, path: " + filepath.Join(ws, "bin", "lint") + "}\n",
+		"found in PATH":       "shell:\n  sandbox: none\n  binaries:\n    - {name: lint}\n",
+		"a stdio MCP command": "mcp:\n  - {name: m, command: lint, sandbox: none}\n",
+	} {
+		cfg, err := ParseToolsConfig("tools.yaml", []byte(tools))
+		must(t, err)
+		s, err := New(Config{Workspace: ws, Tools: cfg, MaxOutputBytes: 1 << 20}, nil, testLogger(t))
+		if err == nil {
+			_ = s.Stop(context.Background())
+			t.Errorf("%s: an executor serving a program inside its workspace started", name)
+			continue
+		}
+		if !errors.Is(err, ErrToolsConfig) || !strings.Contains(err.Error(), "inside the workspace") {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	// Outside it, the same program is served.
+	out := t.TempDir()
+	must(t, os.WriteFile(filepath.Join(out, "lint"), []byte("#!/bin/sh\necho fine\n"), 0o755))
+	cfg, err := ParseToolsConfig("tools.yaml", []byte("shell:\n  sandbox: none\n  binaries:\n    - {name: lint, path: "+filepath.Join(out, "lint")+"}\n"))
+	must(t, err)
+	s, err := New(Config{Workspace: ws, Tools: cfg, MaxOutputBytes: 1 << 20}, nil, testLogger(t))
+	must(t, err)
+	_ = s.Stop(context.Background())
 }
