@@ -91,8 +91,10 @@ type State struct {
 	countCalls bool
 	calls      int
 	factsOnly  bool
-	// noHistory keeps facts without their History (NoFactHistory).
+	// noHistory keeps facts without their History (NoFactHistory);
+	// noCurrent leaves CurrentStep nil (NoCurrentStep).
 	noHistory bool
+	noCurrent bool
 	// hc is what HashV1 wrote before (CacheHashes, state_canonical.go)
 	// and what Hash keeps up to date (state_hash2.go). Copies of a State
 	// (Clone, snapshots) start without it.
@@ -569,9 +571,14 @@ func (s *State) FactsOnly() { s.factsOnly = true }
 // it.
 func (s *State) NoFactHistory() { s.noHistory = true }
 
+// NoCurrentStep makes Apply leave CurrentStep nil: for a summary that
+// never shows the step in progress (lctl stats). Such a state is not
+// hashed: Hash and HashV1 refuse it.
+func (s *State) NoCurrentStep() { s.noCurrent = true }
+
 // errPartialState is what hashing a state that does not keep everything
 // says.
-var errPartialState = errors.New("the state counts tool calls, keeps only facts or keeps no fact history (CountToolCalls, FactsOnly, NoFactHistory): it has no hash")
+var errPartialState = errors.New("the state counts tool calls, keeps only facts, keeps no fact history or no current step (CountToolCalls, FactsOnly, NoFactHistory, NoCurrentStep): it has no hash")
 
 // Apply folds one event into the state. It never fails and never panics: a
 // field of the wrong type (or a number out of range) is ignored as if it were
@@ -732,6 +739,13 @@ func (s *State) hashedUnknown() []uint64 {
 
 func (s *State) applyStepStart(e *Event) {
 	s.addAgent(e.Agent)
+	if s.noCurrent && s.noSteps {
+		// Only the run's number of steps is left to fold.
+		if n, ok := ecount(e, "step"); ok && s.Run != nil && n > s.Run.Steps {
+			s.Run.Steps = n
+		}
+		return
+	}
 	// The current step and its number are allocated together.
 	alloc := &struct {
 		cur CurrentStep
@@ -767,7 +781,9 @@ func (s *State) applyStepStart(e *Event) {
 			s.Run.Steps = n
 		}
 	}
-	s.CurrentStep = cur
+	if !s.noCurrent {
+		s.CurrentStep = cur
+	}
 }
 
 func (s *State) applyStepEnd(e *Event) {

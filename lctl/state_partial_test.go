@@ -116,3 +116,55 @@ func TestNoFactHistory(t *testing.T) {
 		}
 	}
 }
+
+// TestNoCurrentStep: a state without the current step is the full state
+// with CurrentStep nil (the steps, kept or not, the agents and the run's
+// steps as before), and refuses to be hashed.
+func TestNoCurrentStep(t *testing.T) {
+	workflow := lctltest.Workflow("w", 5_000, lctltest.WorkflowOptions{})
+	// The run without its end, so that its number of steps is the steps'
+	// (run_finished would set it).
+	var run []lctl.Event
+	for _, e := range workflow {
+		if e.Type != lctl.TypeRunFinished {
+			run = append(run, e)
+		}
+	}
+	for k, summary := range []bool{false, true, false, true} {
+		events := append(workflow, lctltest.Chain("c", 2_000, lctltest.Options{})...)
+		if k >= 2 {
+			events = run
+		}
+		full, short := lctl.NewState("w"), lctl.NewState("w")
+		if summary {
+			full, short = lctl.NewSummaryState("w"), lctl.NewSummaryState("w")
+		}
+		short.NoCurrentStep()
+		sawCurrent := 0
+		for i := range events {
+			full.Apply(&events[i])
+			short.Apply(&events[i])
+			if short.CurrentStep != nil {
+				t.Fatalf("summary %v: event %d: a current step kept", summary, i)
+			}
+			if full.CurrentStep != nil {
+				sawCurrent++
+			}
+		}
+		if sawCurrent < 1000 || len(full.Agents) == 0 || (k >= 2 && (full.Run == nil || full.Run.Steps < 100 || full.Run.Status != "running")) {
+			t.Fatalf("summary %v: %d events with a current step, %d agents, run %+v: the test reads too few", summary, sawCurrent, len(full.Agents), full.Run)
+		}
+		full.CurrentStep = nil
+		wj, err1 := json.Marshal(full)
+		gj, err2 := json.Marshal(short)
+		if err1 != nil || err2 != nil || string(wj) != string(gj) {
+			t.Fatalf("summary %v: a state without the current step differs beyond it", summary)
+		}
+		if _, err := short.Hash(); err == nil {
+			t.Fatal("a state without the current step was hashed")
+		}
+		if _, err := short.HashV1(); err == nil {
+			t.Fatal("a state without the current step was hashed (version 1)")
+		}
+	}
+}

@@ -181,6 +181,7 @@ func NewStatsBuilder(chainID string, prices *Prices) *StatsBuilder {
 	s.DeferTypeCounts() // EventTypes is read in Stats
 	s.CountToolCalls()  // only their number is
 	s.NoFactHistory()   // facts: their number and confidences
+	s.NoCurrentStep()   // never shown
 	return &StatsBuilder{chainID: chainID, prices: prices, state: s, steps: newStepTimer(), cost: newTokenPricer(prices)}
 }
 
