@@ -11,6 +11,7 @@ import (
 	"net/http/httptrace"
 	"net/textproto"
 	"net/url"
+	"path"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -279,6 +280,14 @@ func (t *httpTool) parseURL(raw string) (*url.URL, *xctv1.Error) {
 		return nil, argErr("url", "url %q is not absolute", raw)
 	}
 	u.Fragment, u.RawFragment = "", ""
+	if clean, ok := dotSegments(u); ok {
+		// A policy reads the URL as written ("/public/../admin" starts
+		// with "/public/"); the server resolves it. Only the path the
+		// server will act on is taken, as the fs tools take clean paths.
+		return nil, wire.WithDetails(wire.Errorf(wire.CodeInvalidArgument,
+			"the path of url %q has \".\" or \"..\" segments (or a backslash), which the server may resolve to another path than the one judged; propose %q",
+			u.Redacted(), clean), map[string]any{"argument": "url", "clean": clean})
+	}
 	if err := t.urls.check(u); err != nil {
 		return nil, wire.WithDetails(wire.Errorf(wire.CodePermissionDenied, "url %q is not allowed: %v", u.Redacted(), err),
 			map[string]any{"url": u.Redacted()})
@@ -384,4 +393,40 @@ func (t *httpTool) fail(ctx context.Context, u *url.URL, err error, connected bo
 // argErr is INVALID_ARGUMENT about one argument.
 func argErr(arg, format string, args ...any) *xctv1.Error {
 	return wire.WithDetails(wire.Errorf(wire.CodeInvalidArgument, format, args...), map[string]any{"argument": arg})
+}
+
+// dotSegments reports whether u's path has a "." or ".." segment (also
+// percent-encoded, or with ";" parameters, or between backslashes, which
+// some servers take for slashes), and the URL with its path resolved.
+func dotSegments(u *url.URL) (string, bool) {
+	raw := u.EscapedPath()
+	dec, err := url.PathUnescape(raw)
+	if err != nil {
+		dec = raw
+	}
+	found := false
+	for _, p := range []string{raw, dec} {
+		for _, seg := range strings.Split(strings.ReplaceAll(p, "\\", "/"), "/") {
+			seg, _, _ = strings.Cut(seg, ";")
+			if seg == "." || seg == ".." {
+				found = true
+			}
+		}
+		if strings.ContainsRune(p, '\\') {
+			found = true
+		}
+	}
+	if !found {
+		return "", false
+	}
+	segs := strings.Split(strings.ReplaceAll(dec, "\\", "/"), "/")
+	for i, seg := range segs {
+		if base, _, _ := strings.Cut(seg, ";"); base == "." || base == ".." {
+			segs[i] = base
+		}
+	}
+	c := *u
+	c.Path = path.Clean("/" + strings.Join(segs, "/"))
+	c.RawPath = ""
+	return c.Redacted(), true
 }

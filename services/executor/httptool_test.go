@@ -416,3 +416,37 @@ func TestAddrGuard(t *testing.T) {
 		}
 	}
 }
+
+// TestHTTPDotSegments: a URL whose path the server would resolve to
+// another one (dot segments, encoded or not, ";" parameters, backslashes)
+// is refused before anything is sent, naming the resolved URL; dots
+// inside names are not segments (session 9, trust9b).
+func TestHTTPDotSegments(t *testing.T) {
+	for raw, want := range map[string]string{
+		"https://h.test/public/../admin":       "https://h.test/admin",
+		"https://h.test/public/./x":            "https://h.test/public/x",
+		"https://h.test/public/%2e%2E/admin":   "https://h.test/admin",
+		"https://h.test/public/..;x=1/admin":   "https://h.test/admin",
+		"https://h.test/public/..%5cadmin":     "https://h.test/admin",
+		"https://h.test/public\\..\\admin?q=1": "https://h.test/admin?q=1",
+		"https://h.test/v1.2/file..txt":        "",
+		"https://h.test/.well-known/x":         "",
+		"https://h.test/a/...":                 "",
+		"https://h.test":                       "",
+	} {
+		u, err := url.Parse(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		clean, ok := dotSegments(u)
+		if ok != (want != "") || clean != want {
+			t.Errorf("%s: %q %v, want %q", raw, clean, ok, want)
+		}
+	}
+	f := newHTTPFixture(t)
+	s := f.service(t, httpHosts+"  allow_addresses: [127.0.0.1/32]\n")
+	r := exec(t, s, "http.request", map[string]any{"method": "POST", "url": f.url("api.test", "/public/../echo"), "body": "x"})
+	if codeOf(r) != string(wire.CodeInvalidArgument) || r.GetError().GetDetails().AsMap()["clean"] != f.url("api.test", "/echo") {
+		t.Fatalf("dot segments: %v", r)
+	}
+}

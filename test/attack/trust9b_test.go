@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"path"
 	"strings"
 	"sync"
 	"testing"
@@ -36,7 +37,13 @@ func TestAttackRedirectResendsAnAllowedPostElsewhere(t *testing.T) {
 		mu.Unlock()
 		fmt.Fprint(w, "done")
 	})
-	srv := httptest.NewServer(mux)
+	// Like a front proxy that normalizes paths before routing (nginx
+	// merges and resolves dot segments; some servers take "\\" for "/").
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r.URL.Path = path.Clean("/" + strings.ReplaceAll(r.URL.Path, "\\", "/"))
+		r.URL.RawPath = ""
+		mux.ServeHTTP(w, r)
+	}))
 	t.Cleanup(srv.Close)
 	u, err := url.Parse(srv.URL)
 	if err != nil {
@@ -70,6 +77,23 @@ func TestAttackRedirectResendsAnAllowedPostElsewhere(t *testing.T) {
 	}
 	if run.GetStatus() != xctv1.RunStatus_RUN_STATUS_DONE || len(run.GetSteps()) != 1 {
 		t.Fatalf("run %s: %s, %d steps", run.GetStatus(), run.GetMessage(), len(run.GetSteps()))
+	}
+	// The same policy's prefix, passed by dot segments that the server
+	// resolves: the policy reads /public/..., the server /admin/delete.
+	c.writeScript(t, "b.yaml", script(
+		step("http.request", fmt.Sprintf("{method: POST, url: %q, body: \"id=43\"}", base+"/public/../admin/delete")),
+		step("http.request", fmt.Sprintf("{method: POST, url: %q, body: \"id=44\"}", base+"/public/%2e%2E/admin/delete")),
+		step("http.request", fmt.Sprintf("{method: POST, url: %q, body: \"id=45\"}", base+"/public/..%5cadmin/delete")),
+	))
+	dots := c.runToEnd(t, "alice", &xctv1.StartRunRequest{Goal: "g", Model: "scripted:b.yaml"})
+	mu.Lock()
+	got = append([]string(nil), admin...)
+	mu.Unlock()
+	if len(got) != 0 {
+		t.Fatalf("an allowed POST reached a path the policy keeps for a human through dot segments: %v", got)
+	}
+	if errs := stepErrors(dots); fmt.Sprint(errs) != "[INVALID_ARGUMENT INVALID_ARGUMENT INVALID_ARGUMENT]" {
+		t.Fatalf("dot segments: %v", errs)
 	}
 	res := run.GetSteps()[0].GetResponse().GetSuccess().GetResult().AsInterface()
 	m, _ := res.(map[string]any)
