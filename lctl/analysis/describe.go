@@ -241,11 +241,21 @@ func (w *lineParts) next() {
 func appendDuration(b []byte, ms float64) []byte {
 	switch {
 	case ms >= 0 && ms < 10:
-		return append(strconv.AppendFloat(b, math.Round(ms*100)/100, 'f', -1, 64), "ms"...)
+		return append(appendShortest(b, math.Round(ms*100)/100), "ms"...)
 	case ms >= 10 && ms < 1000:
-		return append(strconv.AppendFloat(b, math.Round(ms*10)/10, 'f', -1, 64), "ms"...)
+		return append(appendShortest(b, math.Round(ms*10)/10), "ms"...)
 	}
 	return append(b, FormatDuration(ms)...)
+}
+
+// appendShortest is strconv.AppendFloat(b, x, 'f', -1, 64) for x in
+// [0, 1000): a whole number (most durations are whole milliseconds) as
+// its digits, without the shortest-digits search.
+func appendShortest(b []byte, x float64) []byte {
+	if x >= 1 && x < 1000 && x == math.Trunc(x) {
+		return strconv.AppendInt(b, int64(x), 10)
+	}
+	return strconv.AppendFloat(b, x, 'f', -1, 64)
 }
 
 // appendCount appends FormatCount(n).
