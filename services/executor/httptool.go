@@ -288,6 +288,13 @@ func (t *httpTool) parseURL(raw string) (*url.URL, *xctv1.Error) {
 			"the path of url %q has \".\" or \"..\" segments (or a backslash), which the server may resolve to another path than the one judged; propose %q",
 			u.Redacted(), clean), map[string]any{"argument": "url", "clean": clean})
 	}
+	if clean, ok := plainOrigin(raw, u); !ok {
+		// A policy reads "https://API.example.org." or ":443" as written;
+		// the executor connects to the host they name.
+		return nil, wire.WithDetails(wire.Errorf(wire.CodeInvalidArgument,
+			"the scheme, host or port of url %q is not written in its plain form (lower case, no trailing dot, no default port), which a policy may read as another host; propose %q",
+			u.Redacted(), clean), map[string]any{"argument": "url", "clean": clean})
+	}
 	if err := t.urls.check(u); err != nil {
 		return nil, wire.WithDetails(wire.Errorf(wire.CodePermissionDenied, "url %q is not allowed: %v", u.Redacted(), err),
 			map[string]any{"url": u.Redacted()})
@@ -429,4 +436,31 @@ func dotSegments(u *url.URL) (string, bool) {
 	c.Path = path.Clean("/" + strings.Join(segs, "/"))
 	c.RawPath = ""
 	return c.Redacted(), true
+}
+
+// plainOrigin reports whether raw begins with u's scheme, host and port in
+// their plain form: lower case, the host without a trailing dot, no port
+// that is the scheme's default. Otherwise it returns raw with that
+// beginning made plain.
+func plainOrigin(raw string, u *url.URL) (string, bool) {
+	scheme, rest, ok := strings.Cut(raw, "://")
+	if !ok || u.Host == "" || u.User != nil {
+		return raw, true // no authority, or credentials in it: the guards refuse it
+	}
+	end := strings.IndexAny(rest, "/?#")
+	if end < 0 {
+		end = len(rest)
+	}
+	host := strings.TrimSuffix(strings.ToLower(u.Hostname()), ".")
+	if strings.Contains(host, ":") {
+		host = "[" + host + "]"
+	}
+	if port := u.Port(); port != "" && !(u.Scheme == "http" && port == "80") && !(u.Scheme == "https" && port == "443") {
+		host += ":" + port
+	}
+	plain := u.Scheme + "://" + host
+	if scheme+"://"+rest[:end] == plain {
+		return raw, true
+	}
+	return plain + rest[end:], false
 }

@@ -450,3 +450,33 @@ func TestHTTPDotSegments(t *testing.T) {
 		t.Fatalf("dot segments: %v", r)
 	}
 }
+
+// TestHTTPPlainOrigin: a URL whose scheme, host or port is not written
+// plainly (upper case, a trailing dot, the scheme's default port) is
+// refused before anything is sent, naming the plain URL: a policy's rule
+// on the URL as written would read it as another host (session 9,
+// trust9b).
+func TestHTTPPlainOrigin(t *testing.T) {
+	for raw, want := range map[string]string{
+		"HTTPS://api.test/x":        "https://api.test/x",
+		"https://API.test/x?q=A":    "https://api.test/x?q=A",
+		"https://api.test./x":       "https://api.test/x",
+		"https://api.test:443/x":    "https://api.test/x",
+		"http://api.test:80":        "http://api.test",
+		"https://api.test/x":        "",
+		"https://api.test:8443/x":   "",
+		"http://[::1]:8080/x":       "",
+		"https://api.test?q=HOST.":  "",
+		"https://api.test#Fragment": "",
+	} {
+		u, err := url.Parse(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		u.Fragment = ""
+		clean, ok := plainOrigin(raw, u)
+		if ok != (want == "") || (!ok && clean != want) {
+			t.Errorf("%s: %q %v, want %q", raw, clean, ok, want)
+		}
+	}
+}

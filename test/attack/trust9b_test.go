@@ -95,6 +95,33 @@ func TestAttackRedirectResendsAnAllowedPostElsewhere(t *testing.T) {
 	if errs := stepErrors(dots); fmt.Sprint(errs) != "[INVALID_ARGUMENT INVALID_ARGUMENT INVALID_ARGUMENT]" {
 		t.Fatalf("dot segments: %v", errs)
 	}
+	// A deny rule on the host as written, passed by writing it otherwise.
+	denyPolicy := fmt.Sprintf(`rules:
+  - id: allow-http
+    effect: allow
+    tools: [http.request]
+  - id: not-the-admin-host
+    effect: deny
+    tools: [http.request]
+    when: 'args.url.startsWith("http://localhost:%s/")'
+    message: the admin host is off limits
+`, u.Port())
+	c2 := startBindCluster(t, withTools(t, fmt.Sprintf("http:\n  allow_hosts: [\"localhost:%s\"]\n  allow_addresses: [127.0.0.1/32, \"::1/128\"]\n  timeout: 5s\n", u.Port()), denyPolicy))
+	c2.writeScript(t, "c.yaml", script(
+		step("http.request", fmt.Sprintf("{method: POST, url: %q, body: \"id=46\"}", "http://LOCALHOST:"+u.Port()+"/admin/delete")),
+		step("http.request", fmt.Sprintf("{method: POST, url: %q, body: \"id=47\"}", "http://localhost.:"+u.Port()+"/admin/delete")),
+		step("http.request", fmt.Sprintf("{method: POST, url: %q, body: \"id=48\"}", "http://localhost:"+u.Port()+"/admin/delete")),
+	))
+	hosts := c2.runToEnd(t, "alice", &xctv1.StartRunRequest{Goal: "g", Model: "scripted:c.yaml"})
+	mu.Lock()
+	got = append([]string(nil), admin...)
+	mu.Unlock()
+	if len(got) != 0 {
+		t.Fatalf("a POST reached the host a deny rule keeps off limits: %v", got)
+	}
+	if errs := stepErrors(hosts); fmt.Sprint(errs) != "[INVALID_ARGUMENT INVALID_ARGUMENT POLICY_DENIED]" {
+		t.Fatalf("the host written otherwise: %v", errs)
+	}
 	res := run.GetSteps()[0].GetResponse().GetSuccess().GetResult().AsInterface()
 	m, _ := res.(map[string]any)
 	if m["status"] != float64(http.StatusTemporaryRedirect) || !strings.HasSuffix(fmt.Sprint(m["redirect_not_followed"]), "/admin/delete?all=1") {
