@@ -309,6 +309,9 @@ type stepTimer struct {
 	// noReuse and reused are for the test that reuse changes nothing.
 	noReuse bool
 	reused  int
+	// untitled leaves the steps' Intent and Tool empty (stats sums the
+	// steps and never names one).
+	untitled bool
 }
 
 func newStepTimer() *stepTimer {
@@ -326,8 +329,10 @@ func (st *stepTimer) add(e *lctl.Event) {
 		o := st.newStep()
 		*o = openStep{start: t, index: len(st.order)}
 		o.timing = StepTiming{Agent: e.Agent, Step: int64(e.Seq), StartSeq: e.Seq}
-		o.timing.Intent, _ = e.Str("intent")
-		o.timing.Tool, _ = e.Str("tool")
+		if !st.untitled {
+			o.timing.Intent, _ = e.Str("intent")
+			o.timing.Tool, _ = e.Str("tool")
+		}
 		n, numbered := intAt(e, "step")
 		if numbered {
 			o.timing.Step = n

@@ -182,7 +182,9 @@ func NewStatsBuilder(chainID string, prices *Prices) *StatsBuilder {
 	s.CountToolCalls()  // only their number is
 	s.NoFactHistory()   // facts: their number and confidences
 	s.NoCurrentStep()   // never shown
-	return &StatsBuilder{chainID: chainID, prices: prices, state: s, steps: newStepTimer(), cost: newTokenPricer(prices)}
+	steps := newStepTimer()
+	steps.untitled = true // Stats reads the steps' times, not their names
+	return &StatsBuilder{chainID: chainID, prices: prices, state: s, steps: steps, cost: newTokenPricer(prices)}
 }
 
 // Add takes the next event of the chain.

@@ -110,3 +110,43 @@ func randomSteps(r *rand.Rand, n int) []lctl.Event {
 	}
 	return events
 }
+
+// TestStepTimerUntitled: a step timer that leaves the steps' intent and
+// tool empty (stats') gives the timings of one that reads them, but for
+// those two, on the same chains as above.
+func TestStepTimerUntitled(t *testing.T) {
+	chains := [][]lctl.Event{lctltest.Workflow("w", 20_000, lctltest.WorkflowOptions{})}
+	r := rand.New(rand.NewPCG(9, 16))
+	for range 300 {
+		chains = append(chains, randomSteps(r, 1+r.IntN(400)))
+	}
+	named := 0
+	for c, events := range chains {
+		a, b := newStepTimer(), newStepTimer()
+		a.untitled = true
+		for i := range events {
+			a.add(&events[i])
+			b.add(&events[i])
+		}
+		var got, want []StepTiming
+		a.each(func(t *StepTiming) { got = append(got, *t) })
+		b.each(func(t *StepTiming) {
+			if !t.Stream {
+				if t.Intent != "" || t.Tool != "" {
+					named++
+				}
+				t.Intent, t.Tool = "", ""
+			}
+			want = append(want, *t)
+		})
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("chain %d: timings differ beyond intent and tool", c)
+		}
+		if x, y := a.unreportedStreamTokens(), b.unreportedStreamTokens(); x != y {
+			t.Fatalf("chain %d: unreported stream tokens %d, want %d", c, x, y)
+		}
+	}
+	if named < 5_000 {
+		t.Fatalf("%d named steps: the test does not read them", named)
+	}
+}
