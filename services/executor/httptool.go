@@ -455,7 +455,8 @@ func plainOrigin(raw string, u *url.URL) (string, bool) {
 	if strings.Contains(host, ":") {
 		host = "[" + host + "]"
 	}
-	if port := u.Port(); port != "" && !(u.Scheme == "http" && port == "80") && !(u.Scheme == "https" && port == "443") {
+	defaultPort := map[string]string{"http": "80", "https": "443"}[u.Scheme]
+	if port := u.Port(); port != "" && port != defaultPort {
 		host += ":" + port
 	}
 	plain := u.Scheme + "://" + host
