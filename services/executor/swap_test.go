@@ -22,6 +22,10 @@ import (
 // link in 2 to 186 of them), 300 under the race detector (make test).
 var swapCalls = map[bool]int{false: 2000, true: 300}[raceDetector]
 
+// raceCallsMax bounds the calls of a race test, in swapCalls, while its
+// calls have not yet met both states of the swap.
+const raceCallsMax = 20
+
 // flipper swaps the directory ws/d (it must exist) with a symbolic link
 // to target (a path inside the workspace) over and over, with
 // RENAME_EXCHANGE: at every instant d is either the real directory or the
@@ -88,6 +92,9 @@ type swapCase struct {
 	// prepare runs steps before the flipper starts.
 	service func(tb testing.TB, ws string) *Service
 	prepare func(tb testing.TB, s *Service)
+	// perCall: the i-th call uses up an entry made for it (setup or
+	// prepare make swapCalls of them), so there are no more calls.
+	perCall bool
 }
 
 // TestSwapRace: a directory on a tool's path is swapped for a symbolic
@@ -173,14 +180,14 @@ func TestSwapRace(t *testing.T) {
 			},
 		},
 		{
-			name: "fs.delete", target: ".git", setup: both(".git", "obj", "x", swapCalls),
+			name: "fs.delete", perCall: true, target: ".git", setup: both(".git", "obj", "x", swapCalls),
 			call: func(tb testing.TB, s *Service, i int) *xctv1.Response {
 				return exec(tb, s, "fs.delete", map[string]any{"path": fmt.Sprintf("d/obj%d", i)})
 			},
 			count: missing(".git", "obj", swapCalls),
 		},
 		{
-			name: "fs.delete recursive", target: ".git",
+			name: "fs.delete recursive", perCall: true, target: ".git",
 			setup: func(tb testing.TB, ws string) {
 				for i := range swapCalls {
 					must(tb, os.MkdirAll(filepath.Join(ws, ".git", fmt.Sprintf("ref%d", i)), 0o755))
@@ -193,14 +200,14 @@ func TestSwapRace(t *testing.T) {
 			count: missing(".git", "ref", swapCalls),
 		},
 		{
-			name: "fs.move from", target: ".git", setup: both(".git", "obj", "x", swapCalls),
+			name: "fs.move from", perCall: true, target: ".git", setup: both(".git", "obj", "x", swapCalls),
 			call: func(tb testing.TB, s *Service, i int) *xctv1.Response {
 				return exec(tb, s, "fs.move", map[string]any{"from": fmt.Sprintf("d/obj%d", i), "to": fmt.Sprintf("moved%d", i)})
 			},
 			count: missing(".git", "obj", swapCalls),
 		},
 		{
-			name: "fs.move to", target: ".git",
+			name: "fs.move to", perCall: true, target: ".git",
 			setup: func(tb testing.TB, ws string) {
 				must(tb, os.MkdirAll(filepath.Join(ws, ".git"), 0o755))
 				for i := range swapCalls {
@@ -232,7 +239,7 @@ func TestSwapRace(t *testing.T) {
 	// xct.undo of steps made while d was a directory: removing a file a
 	// write created, restoring one a delete removed.
 	cases = append(cases, swapCase{
-		name: "xct.undo remove", target: ".git",
+		name: "xct.undo remove", perCall: true, target: ".git",
 		setup: func(tb testing.TB, ws string) {
 			// In .git, files such as the steps created in d: the undo's
 			// checksum matches there too.
@@ -253,7 +260,7 @@ func TestSwapRace(t *testing.T) {
 		},
 		count: missing(".git", "obj", swapCalls),
 	}, swapCase{
-		name: "xct.undo restore", target: ".git", setup: both(".git", "other", "x", 0),
+		name: "xct.undo restore", perCall: true, target: ".git", setup: both(".git", "other", "x", 0),
 		prepare: func(tb testing.TB, s *Service) {
 			for i := range swapCalls {
 				path := fmt.Sprintf("d/obj%d", i)
@@ -302,9 +309,17 @@ func TestSwapRace(t *testing.T) {
 				c.prepare(t, s)
 			}
 			stop := flipper(t, ws, c.target)
-			hits, ok := 0, 0
+			hits, ok, calls := 0, 0, 0
 			errs := map[string]int{}
-			for i := range swapCalls {
+			// swapCalls calls, and more while they have not yet both
+			// found the directory and met the link (a busy machine can
+			// starve the flipper for a while), up to raceCallsMax.
+			maxCalls := raceCallsMax * swapCalls
+			if c.perCall {
+				maxCalls = swapCalls
+			}
+			for i := 0; i < swapCalls || (ok == 0 || ok == i) && i < maxCalls; i++ {
+				calls++
 				r := c.call(t, s, i)
 				if c.hit != nil && c.hit(r) {
 					hits++
@@ -319,15 +334,15 @@ func TestSwapRace(t *testing.T) {
 			if c.count != nil {
 				hits = c.count(t, ws)
 			}
-			t.Logf("%s: %d of %d calls reached %s through the link (%d succeeded, %d swaps)", c.name, hits, swapCalls, c.target, ok, swaps)
+			t.Logf("%s: %d of %d calls reached %s through the link (%d succeeded, %d swaps)", c.name, hits, calls, c.target, ok, swaps)
 			t.Logf("errors: %v", errs)
 			// The swap was raced: some calls found the directory, some
 			// the link.
-			if ok == 0 || ok == swapCalls || swaps == 0 {
-				t.Errorf("%s: %d of %d calls succeeded with %d swaps: the calls did not race the swap", c.name, ok, swapCalls, swaps)
+			if ok == 0 || ok == calls || swaps == 0 {
+				t.Errorf("%s: %d of %d calls succeeded with %d swaps: the calls did not race the swap", c.name, ok, calls, swaps)
 			}
 			if hits != 0 {
-				t.Errorf("%s acted on %s through a swapped-in link in %d of %d calls", c.name, c.target, hits, swapCalls)
+				t.Errorf("%s acted on %s through a swapped-in link in %d of %d calls", c.name, c.target, hits, calls)
 			}
 		})
 	}
