@@ -9,10 +9,12 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"net/netip"
 	"net/textproto"
 	"net/url"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -52,7 +54,8 @@ type HTTPResult struct {
 	// Redirects counts the redirects followed.
 	Redirects int `json:"redirects"`
 	// RedirectNotFollowed is the Location of a redirect not followed (to
-	// another host, or one that would send the method and body again):
+	// another host, path or query, or one that would send the method and
+	// body again):
 	// the response is that redirect. The verdict (and an approver) judged
 	// the request's URL, so a request elsewhere is the model's to propose.
 	RedirectNotFollowed string `json:"redirect_not_followed,omitempty"`
@@ -129,8 +132,8 @@ func (t *httpTool) Descriptor() *xctv1.ToolDescriptor {
 	return &xctv1.ToolDescriptor{
 		Name: "http.request",
 		Description: "Send one HTTP request to an allowed host and return the response: status, url (after redirects), headers, " +
-			"body (text, or base64 when encoding is \"base64\"), size and redirects. Redirects are followed on the same host only, and never one that sends the method and body again (a 307 or 308 of a POST); " +
-			"a redirect not followed is returned as the response, with redirect_not_followed naming where it leads. " +
+			"body (text, or base64 when encoding is \"base64\"), size and redirects. Redirects are followed only to the same URL (over https, or with a \"/\" added to its path), and never one that sends the method and body again (a 307 or 308 of a POST); " +
+			"any other redirect is returned as the response, with redirect_not_followed naming where it leads: propose that URL as its own request. " +
 			"Hosts and addresses are restricted by the executor's configuration.",
 		InputSchema: schema,
 		// The executor cannot know what a request does on the other side,
@@ -202,10 +205,13 @@ func (t *httpTool) Invoke(ctx context.Context, args map[string]any) (any, *xctv1
 			if t.maxRedir == 0 {
 				return http.ErrUseLastResponse // the 3xx itself is the result
 			}
-			if !sameHost(r.URL, u) {
-				// The policy judged a request to u's host: one to another
-				// host (a POST re-sent by a 307, or any request through an
-				// open redirect) is not what was allowed or approved.
+			if !sameResource(r.URL, u) {
+				// The policy judged a request to u: one to another host,
+				// or to another path or query of the same host (an open
+				// redirect under an allowed prefix taking a GET to a
+				// path the policy keeps for a human), is not what was
+				// allowed or approved. Only the same URL over https, or
+				// with a "/" added to its path, is followed.
 				notFollowed = r.URL.Redacted()
 				return http.ErrUseLastResponse
 			}
@@ -288,6 +294,13 @@ func (t *httpTool) parseURL(raw string) (*url.URL, *xctv1.Error) {
 			"the path of url %q has \".\" or \"..\" segments (or a backslash), which the server may resolve to another path than the one judged; propose %q",
 			u.Redacted(), clean), map[string]any{"argument": "url", "clean": clean})
 	}
+	if clean, ok := plainPath(u); !ok {
+		// A rule on "/admin" does not read "/%61dmin" or "//admin"; a
+		// server decodes the one and merges the slashes of the other.
+		return nil, wire.WithDetails(wire.Errorf(wire.CodeInvalidArgument,
+			"the path of url %q is not written in its plain form (a percent-encoded letter, digit or \"-._~\", lower-case hex, or repeated \"/\"), which a server may read as another path than the one judged; propose %q",
+			u.Redacted(), clean), map[string]any{"argument": "url", "clean": clean})
+	}
 	if clean, ok := plainOrigin(raw, u); !ok {
 		// A policy reads "https://API.example.org." or ":443" as written;
 		// the executor connects to the host they name.
@@ -349,10 +362,35 @@ func (t *httpTool) transport() *http.Transport {
 	}
 }
 
-// sameHost reports whether a and b name the same host (the scheme and
-// port may differ: http to https; the host rules check the port).
-func sameHost(a, b *url.URL) bool {
-	return strings.EqualFold(strings.TrimSuffix(a.Hostname(), "."), strings.TrimSuffix(b.Hostname(), "."))
+// sameResource reports whether the redirect target to names the resource
+// the request from named: the same host, path and query, with at most an
+// upgrade from http on port 80 to https on port 443 and a "/" added to
+// the path (a server's own spelling of the same URL). Everything else is
+// another request, for the model to propose and the policy to judge.
+func sameResource(to, from *url.URL) bool {
+	if to.User != nil || to.Opaque != "" || !strings.EqualFold(to.Hostname(), from.Hostname()) || to.RawQuery != from.RawQuery {
+		return false
+	}
+	port := func(u *url.URL) string {
+		if p := u.Port(); p != "" {
+			return p
+		}
+		return map[string]string{"http": "80", "https": "443"}[u.Scheme]
+	}
+	switch tp, fp := port(to), port(from); {
+	case to.Scheme == from.Scheme && tp == fp:
+	case from.Scheme == "http" && fp == "80" && to.Scheme == "https" && tp == "443":
+	default:
+		return false
+	}
+	tpath, fpath := to.EscapedPath(), from.EscapedPath()
+	if fpath == "" {
+		fpath = "/"
+	}
+	if tpath == "" {
+		tpath = "/"
+	}
+	return tpath == fpath || tpath == fpath+"/"
 }
 
 // redirectError is more redirects than allowed.
@@ -439,8 +477,9 @@ func dotSegments(u *url.URL) (string, bool) {
 }
 
 // plainOrigin reports whether raw begins with u's scheme, host and port in
-// their plain form: lower case, the host without a trailing dot, no port
-// that is the scheme's default. Otherwise it returns raw with that
+// their plain form: lower case, the host without a trailing dot, an IP
+// address in its one canonical spelling, a port without leading zeros and
+// not the scheme's default. Otherwise it returns raw with that
 // beginning made plain.
 func plainOrigin(raw string, u *url.URL) (string, bool) {
 	scheme, rest, ok := strings.Cut(raw, "://")
@@ -452,11 +491,19 @@ func plainOrigin(raw string, u *url.URL) (string, bool) {
 		end = len(rest)
 	}
 	host := strings.TrimSuffix(strings.ToLower(u.Hostname()), ".")
+	if ip, err := netip.ParseAddr(host); err == nil {
+		// One spelling of an address: "[0:0::1]" is "[::1]".
+		host = strings.ReplaceAll(ip.String(), "%", "%25")
+	}
 	if strings.Contains(host, ":") {
 		host = "[" + host + "]"
 	}
 	defaultPort := map[string]string{"http": "80", "https": "443"}[u.Scheme]
-	if port := u.Port(); port != "" && port != defaultPort {
+	port := u.Port()
+	if n, err := strconv.ParseUint(port, 10, 16); err == nil {
+		port = strconv.FormatUint(n, 10) // ":080" is ":80"
+	}
+	if port != "" && port != defaultPort {
 		host += ":" + port
 	}
 	plain := u.Scheme + "://" + host
@@ -464,4 +511,75 @@ func plainOrigin(raw string, u *url.URL) (string, bool) {
 		return raw, true
 	}
 	return plain + rest[end:], false
+}
+
+// plainPath reports whether u's path is written in the one form a rule on
+// it can rely on (RFC 3986's normalisation, 6.2.2): no percent-encoded
+// unreserved character ("%61" is "a"), upper-case hex in the encodings
+// that stay, and no empty segment ("//admin", also through "%2F", which
+// servers merge). Otherwise it returns the URL with its path so written.
+// "%2F" itself is kept: APIs use it inside a segment.
+func plainPath(u *url.URL) (string, bool) {
+	raw := u.EscapedPath()
+	var b strings.Builder
+	changed := false
+	for i := 0; i < len(raw); i++ {
+		c := raw[i]
+		if c == '%' && i+2 < len(raw) && ishex(raw[i+1]) && ishex(raw[i+2]) {
+			v := unhex(raw[i+1])<<4 | unhex(raw[i+2])
+			if unreserved(v) {
+				b.WriteByte(v)
+				changed = true
+			} else {
+				enc := "%" + strings.ToUpper(raw[i+1:i+3])
+				changed = changed || enc != raw[i:i+3]
+				b.WriteString(enc)
+			}
+			i += 2
+			continue
+		}
+		b.WriteByte(c)
+	}
+	p := b.String()
+	dec, err := url.PathUnescape(p)
+	if err != nil {
+		dec = p
+	}
+	if strings.Contains(p, "//") || strings.Contains(dec, "//") {
+		for strings.Contains(p, "//") {
+			p = strings.ReplaceAll(p, "//", "/")
+		}
+		for strings.Contains(p, "/%2F") || strings.Contains(p, "%2F/") || strings.Contains(p, "%2F%2F") {
+			p = strings.NewReplacer("/%2F", "/", "%2F/", "/", "%2F%2F", "%2F").Replace(p)
+		}
+		changed = true
+	}
+	if !changed {
+		return "", true
+	}
+	c := *u
+	if c.Path, err = url.PathUnescape(p); err != nil {
+		c.Path = p
+	}
+	c.RawPath = p
+	return c.Redacted(), false
+}
+
+func ishex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+func unhex(c byte) byte {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0'
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10
+	}
+	return c - 'A' + 10
+}
+
+// unreserved is RFC 3986's unreserved set: never needs percent-encoding.
+func unreserved(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '.' || c == '_' || c == '~'
 }

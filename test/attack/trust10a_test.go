@@ -1,0 +1,164 @@
+package attack
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"path"
+	"strings"
+	"sync"
+	"testing"
+
+	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+)
+
+// adminHost is a loopback server with a public part and an admin part
+// (/admin/export answers with the admin data, every /admin/ request is
+// counted), an open redirect under /public/go?to=, and routing like a
+// front proxy's: percent-encodings decoded (Go's server does), repeated
+// slashes merged, dot segments resolved.
+type adminHost struct {
+	srv   *httptest.Server
+	base  string // http://127.0.0.1:PORT
+	port  string
+	mu    sync.Mutex
+	admin []string
+}
+
+func newAdminHost(t *testing.T) *adminHost {
+	t.Helper()
+	h := &adminHost{}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/public/go", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, r.URL.Query().Get("to"), http.StatusFound)
+	})
+	mux.HandleFunc("/public/hello", func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "hello") })
+	mux.HandleFunc("/admin/", func(w http.ResponseWriter, r *http.Request) {
+		h.mu.Lock()
+		h.admin = append(h.admin, r.Method+" "+r.URL.Path)
+		h.mu.Unlock()
+		fmt.Fprint(w, "ADMIN DATA: every customer's card")
+	})
+	h.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r.URL.Path = path.Clean("/" + r.URL.Path)
+		r.URL.RawPath = ""
+		mux.ServeHTTP(w, r)
+	}))
+	t.Cleanup(h.srv.Close)
+	u, err := url.Parse(h.srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.base, h.port = "http://"+u.Host, u.Port()
+	return h
+}
+
+func (h *adminHost) reached() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]string(nil), h.admin...)
+}
+
+// TestAttackGetRedirectedToAPathNoOneJudged (session 10, trust10a): a
+// policy lets a run GET anything under http://HOST/public/ with no human
+// and keeps the rest of the host for one. The host has an open redirect
+// under /public/; the model's allowed GET to it was answered 302 to
+// /admin/export, and the executor, which followed every GET's redirect on
+// the same host, fetched the admin data and gave it to the model: a read
+// (and, for a GET with side effects, an act) no policy allowed and no
+// human approved. Now only a redirect to the same URL (over https, or
+// with a "/" added) is followed; any other is the step's result, naming
+// where it leads.
+func TestAttackGetRedirectedToAPathNoOneJudged(t *testing.T) {
+	h := newAdminHost(t)
+	policy := fmt.Sprintf(`rules:
+  - id: public-reads
+    effect: allow
+    tools: [http.request]
+    when: 'args.url.startsWith("%s/public/")'
+  - id: the-rest-needs-a-human
+    effect: require_approval
+    tools: [http.request]
+    when: '!args.url.startsWith("%s/public/")'
+`, h.base, h.base)
+	tools := fmt.Sprintf("http:\n  allow_hosts: [%q]\n  allow_addresses: [127.0.0.1/32]\n  timeout: 5s\n", strings.TrimPrefix(h.base, "http://"))
+	c := startBindCluster(t, withTools(t, tools, policy))
+	c.writeScript(t, "a.yaml", script(
+		step("http.request", fmt.Sprintf("{method: GET, url: %q}", h.base+"/public/go?to="+url.QueryEscape("/admin/export"))),
+		step("http.request", fmt.Sprintf("{method: GET, url: %q}", h.base+"/public/hello")),
+	))
+	run := c.runToEnd(t, "alice", &xctv1.StartRunRequest{Goal: "g", Model: "scripted:a.yaml"})
+	if got := h.reached(); len(got) != 0 {
+		t.Fatalf("the allowed GET reached a path the policy keeps for a human: %v", got)
+	}
+	if run.GetStatus() != xctv1.RunStatus_RUN_STATUS_DONE || len(run.GetSteps()) != 2 {
+		t.Fatalf("run %s: %s, %d steps", run.GetStatus(), run.GetMessage(), len(run.GetSteps()))
+	}
+	res, _ := run.GetSteps()[0].GetResponse().GetSuccess().GetResult().AsInterface().(map[string]any)
+	if res["status"] != float64(http.StatusFound) || !strings.HasSuffix(fmt.Sprint(res["redirect_not_followed"]), "/admin/export") ||
+		strings.Contains(fmt.Sprint(res["body"]), "ADMIN DATA") {
+		t.Fatalf("the redirected step's result: %v (%v)", res, run.GetSteps()[0].GetResponse().GetError())
+	}
+	if res, _ := run.GetSteps()[1].GetResponse().GetSuccess().GetResult().AsInterface().(map[string]any); res["body"] != "hello" {
+		t.Fatalf("a plain allowed GET: %v", run.GetSteps()[1].GetResponse())
+	}
+}
+
+// TestAttackURLSpelledPastADenyRule (session 10, trust10a): a policy
+// allows http.request and denies the admin part of the host by the URL's
+// prefix. The model wrote the same URL so the rule did not read it: a
+// percent-encoded letter (/%61dmin), repeated slashes (//admin), another
+// spelling of the loopback IPv6 address ([0:0::1]); the server decoded,
+// merged and connected them to /admin on the same host. Now each is
+// refused before anything is sent, naming the plain URL.
+func TestAttackURLSpelledPastADenyRule(t *testing.T) {
+	h := newAdminHost(t)
+	policy := fmt.Sprintf(`rules:
+  - id: allow-http
+    effect: allow
+    tools: [http.request]
+  - id: not-the-admin-part
+    effect: deny
+    tools: [http.request]
+    when: 'args.url.startsWith("%s/admin") || args.url.startsWith("http://[::1]:%s/admin")'
+    message: the admin part is off limits
+`, h.base, h.port)
+	tools := fmt.Sprintf("http:\n  allow_hosts: [%q, \"[::1]:%s\"]\n  allow_addresses: [127.0.0.1/32, \"::1/128\"]\n  timeout: 5s\n",
+		strings.TrimPrefix(h.base, "http://"), h.port)
+	// The IPv6 spelling needs the server on ::1 too.
+	v6 := httptest.NewUnstartedServer(h.srv.Config.Handler)
+	if l, err := listenV6(h.port); err == nil {
+		v6.Listener = l
+		v6.Start()
+		t.Cleanup(v6.Close)
+	} else {
+		t.Logf("no IPv6 loopback here (%v): the [0:0::1] step is refused before it is sent either way", err)
+	}
+	c := startBindCluster(t, withTools(t, tools, policy))
+	c.writeScript(t, "a.yaml", script(
+		step("http.request", fmt.Sprintf("{method: POST, url: %q, body: x}", h.base+"/%61dmin/delete")),
+		step("http.request", fmt.Sprintf("{method: POST, url: %q, body: x}", h.base+"//admin/delete")),
+		step("http.request", fmt.Sprintf("{method: POST, url: %q, body: x}", h.base+"/%2Fadmin/delete")),
+		step("http.request", fmt.Sprintf("{method: POST, url: %q, body: x}", "http://[0:0::1]:"+h.port+"/admin/delete")),
+		step("http.request", fmt.Sprintf("{method: POST, url: %q, body: x}", h.base+"/admin/delete")),
+		step("http.request", fmt.Sprintf("{method: GET, url: %q}", h.base+"/public/hello")),
+	))
+	run := c.runToEnd(t, "alice", &xctv1.StartRunRequest{Goal: "g", Model: "scripted:a.yaml"})
+	if got := h.reached(); len(got) != 0 {
+		t.Fatalf("a request reached the part a deny rule keeps off limits: %v", got)
+	}
+	if errs := stepErrors(run); fmt.Sprint(errs) != "[INVALID_ARGUMENT INVALID_ARGUMENT INVALID_ARGUMENT INVALID_ARGUMENT POLICY_DENIED ]" {
+		t.Fatalf("steps: %v", errs)
+	}
+	clean := run.GetSteps()[0].GetResponse().GetError().GetDetails().AsMap()["clean"]
+	if clean != h.base+"/admin/delete" {
+		t.Fatalf("the refusal names %v", clean)
+	}
+}
+
+// listenV6 listens on [::1]:port.
+func listenV6(port string) (net.Listener, error) {
+	return net.Listen("tcp6", "[::1]:"+port)
+}
