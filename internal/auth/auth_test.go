@@ -22,7 +22,9 @@ import (
 	"github.com/coreos/go-oidc/v3/oidc"
 	jose "github.com/go-jose/go-jose/v4"
 	"github.com/go-jose/go-jose/v4/jwt"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
@@ -53,6 +55,10 @@ func TestParseTokensRejectsMistakes(t *testing.T) {
 		{"no token", "- {principal: a, roles: [admin]}", "token or token_sha256 is required"},
 		{"same token twice", "- {principal: a, roles: [admin], token: 0123456789abcdefX}\n- {principal: b, roles: [admin], token_sha256: " + TokenSHA256("0123456789abcdefX") + "}", `same token as "a"`},
 		{"same principal twice", "- {principal: a, roles: [admin], token: 0123456789abcdefX}\n- {principal: A, roles: [admin], token: 0123456789abcdefY}", "listed twice"},
+		{"long s for s", "- {principal: sam, roles: [admin], token: 0123456789abcdefX}\n- {principal: \"ſam\", roles: [submitter], token: 0123456789abcdefY}", "listed twice"},
+		{"full-width", "- {principal: sam, roles: [admin], token: 0123456789abcdefX}\n- {principal: \"ｓａｍ\", roles: [submitter], token: 0123456789abcdefY}", "listed twice"},
+		{"trailing dot", "- {principal: sam, roles: [admin], token: 0123456789abcdefX}\n- {principal: \"sam.\", roles: [submitter], token: 0123456789abcdefY}", "listed twice"},
+		{"zero-width space", "- {principal: sam, roles: [admin], token: 0123456789abcdefX}\n- {principal: \"s\\u200bam\", roles: [submitter], token: 0123456789abcdefY}", "listed twice"},
 		{"not a list", "principal: a", "cannot unmarshal"},
 	}
 	for _, tc := range tests {
@@ -482,5 +488,50 @@ func TestDevCredentialsAndClientToken(t *testing.T) {
 	}
 	if _, err := ClientToken("", "", filepath.Join(dir, "missing.yaml")); !errors.Is(err, ErrNoCredentials) {
 		t.Fatalf("missing file: %v", err)
+	}
+}
+
+// TestPrincipalNames: a name grants only itself (SamePrincipal, Is), and
+// refuses what looks like it (LookAlike).
+func TestPrincipalNames(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		a, b       string
+		same, like bool
+	}{
+		{"alice", "alice", true, true},
+		{" alice ", "alice", true, true},
+		{"alice", "Alice", false, true},
+		{"sam", "ſam", false, true},
+		{"kate", "\u212aate", false, true}, // Kelvin sign
+		{"alice", "ａｌｉｃｅ", false, true},
+		{"alice", "alice.", false, true},
+		{"alice", "al\u200bice", false, true},
+		{"alice", "alice\u00ad", false, true},
+		{"jose\u0301", "jos\u00e9", false, true}, // NFD and NFC
+		{"alice", "alicia", false, false},
+		{"alice", "alice2", false, false},
+		{"a.lice", "alice", false, false},
+	} {
+		if got := SamePrincipal(tc.a, tc.b); got != tc.same {
+			t.Errorf("SamePrincipal(%q, %q) = %v, want %v", tc.a, tc.b, got, tc.same)
+		}
+		if got := LookAlike(tc.a, tc.b); got != tc.like {
+			t.Errorf("LookAlike(%q, %q) = %v, want %v", tc.a, tc.b, got, tc.like)
+		}
+	}
+	ctx := NewContext(context.Background(), Principal{Name: "sam", Roles: []string{RoleSubmitter}})
+	if p, err := ActingAs(ctx, "sam"); err != nil || p.Name != "sam" {
+		t.Fatalf("ActingAs its own name: %v %v", p, err)
+	}
+	// A look-alike of the caller's own name acts as the caller, as its
+	// token names it; any other name is refused.
+	for _, alias := range []string{"SAM", "ſam", "sam."} {
+		if p, err := ActingAs(ctx, alias); err != nil || p.Name != "sam" {
+			t.Errorf("ActingAs(%q) from sam: %v %v, want sam", alias, p, err)
+		}
+	}
+	if _, err := ActingAs(ctx, "samuel"); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("ActingAs(samuel) from sam: %v, want PERMISSION_DENIED", err)
 	}
 }

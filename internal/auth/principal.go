@@ -10,6 +10,10 @@ import (
 	"context"
 	"slices"
 	"strings"
+	"unicode"
+
+	"golang.org/x/text/cases"
+	"golang.org/x/text/unicode/norm"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -61,15 +65,50 @@ func (p Principal) Has(r string) bool {
 	return r != RoleService && slices.Contains(p.Roles, RoleAdmin)
 }
 
-// Is reports whether the principal is the one named: names compare the
-// way people type them (case and surrounding space ignored).
+// Is reports whether the principal is the one named (SamePrincipal): what
+// a name grants (a submitter cancelling its own run) holds for that very
+// name only.
 func (p Principal) Is(name string) bool {
 	return SamePrincipal(p.Name, name)
 }
 
-// SamePrincipal compares two principal names the way people type them.
+// SamePrincipal reports whether two names are one principal: the same
+// string once surrounding space is trimmed. Names are the identity
+// provider's, and a provider may hold "sam", "SAM" and "ſam" (long s) as
+// three users, so a name that only looks like another grants nothing of
+// the other's. Where a likeness must refuse instead (the two-person rule:
+// no approving a run of one's own under a look-alike name), use LookAlike.
 func SamePrincipal(a, b string) bool {
-	return strings.EqualFold(strings.TrimSpace(a), strings.TrimSpace(b))
+	return strings.TrimSpace(a) == strings.TrimSpace(b)
+}
+
+// LookAlike reports whether two names may be read as the same person's:
+// equal once each is NameKey'd ("Alice", "alice", "ａｌｉｃｅ" in full-width
+// letters, "alice." with a trailing dot, "al\u200bice" with a zero-width
+// space). It refuses (an approver deciding a step of a run its
+// look-alike started; a tokens file naming two such principals); it never
+// grants.
+func LookAlike(a, b string) bool {
+	return NameKey(a) == NameKey(b)
+}
+
+// NameKey is the form LookAlike compares: compatibility-normalized (NFKC:
+// full-width and other compatibility letters become plain ones), case
+// folded (the Kelvin sign is k, ſ is s), without format characters
+// (zero-width spaces and joiners, soft hyphens, bidi marks) or variation
+// selectors, normalized again, and without surrounding space or trailing
+// dots.
+func NameKey(s string) string {
+	s = norm.NFKC.String(s)
+	s = cases.Fold().String(s) // a Caser is not safe for concurrent use: one per call
+	s = strings.Map(func(r rune) rune {
+		if unicode.Is(unicode.Cf, r) || unicode.Is(unicode.Variation_Selector, r) {
+			return -1
+		}
+		return r
+	}, s)
+	s = norm.NFKC.String(s)
+	return strings.TrimRight(strings.TrimSpace(s), ". \t")
 }
 
 // String is the principal's name.
@@ -112,8 +151,11 @@ func ActingAs(ctx context.Context, requested string) (Principal, error) {
 	if !ok {
 		return Principal{}, status.Error(codes.Unauthenticated, "no authenticated caller")
 	}
+	// A name that looks like the caller's acts as the caller (as written
+	// by its token): it grants nothing, as anything else but a service's
+	// request is refused.
 	requested = strings.TrimSpace(requested)
-	if requested == "" || caller.Is(requested) {
+	if requested == "" || LookAlike(caller.Name, requested) {
 		return caller, nil
 	}
 	if caller.Service {

@@ -40,16 +40,19 @@ func ParseTokens(data []byte) ([]TokenEntry, error) {
 		return nil, fmt.Errorf("tokens file: %w", err)
 	}
 	seen := map[[sha256.Size]byte]string{}
-	names := map[string]bool{}
+	names := map[string]string{}
 	for i, e := range entries {
 		where := fmt.Sprintf("tokens file entry %d (%q)", i+1, e.Principal)
 		if strings.TrimSpace(e.Principal) == "" {
 			return nil, fmt.Errorf("tokens file entry %d: principal is required", i+1)
 		}
-		if names[strings.ToLower(e.Principal)] {
-			return nil, fmt.Errorf("%s: principal listed twice", where)
+		// Two names one could take for the other (case, full-width
+		// letters, a trailing dot: LookAlike) are one principal listed
+		// twice: each would pass for the other before a reader.
+		if other, dup := names[NameKey(e.Principal)]; dup {
+			return nil, fmt.Errorf("%s: principal listed twice (as %q: names that differ only in case, width, invisible characters or a trailing dot are one)", where, other)
 		}
-		names[strings.ToLower(e.Principal)] = true
+		names[NameKey(e.Principal)] = e.Principal
 		if len(e.Roles) == 0 {
 			return nil, fmt.Errorf("%s: roles are required", where)
 		}

@@ -50,6 +50,12 @@ func TestActingPrincipal(t *testing.T) {
 	if err := mayCancel(as(ctx, "alice", auth.RoleSubmitter), "bob"); status.Code(err) != codes.PermissionDenied {
 		t.Fatalf("a submitter cancels another's run: %v", err)
 	}
+	// Another user whose name folds to alice's is not alice.
+	for _, other := range []string{"Alice", "ALICE", "ａｌｉｃｅ", "alice."} {
+		if err := mayCancel(as(ctx, other, auth.RoleSubmitter), "alice"); status.Code(err) != codes.PermissionDenied {
+			t.Fatalf("%q cancels alice's run: %v", other, err)
+		}
+	}
 	if err := mayCancel(as(ctx, "carol", auth.RoleOperator), "bob"); err != nil {
 		t.Fatalf("an operator cancels: %v", err)
 	}

@@ -225,7 +225,7 @@ func (s *Service) RequestApproval(ctx context.Context, req *xctv1.RequestApprova
 		// Opened before for another principal (who may then not
 		// decide it, while this run's principal could): not this
 		// run's approval.
-		if !samePrincipal(cur.GetRequestedBy(), run.GetPrincipal()) {
+		if !auth.SamePrincipal(cur.GetRequestedBy(), run.GetPrincipal()) {
 			return nil, approvalStatus(fmt.Errorf("%w (%s)", ErrApprovalOtherPrincipal, cur.GetRequestedBy()))
 		}
 		return &xctv1.RequestApprovalResponse{Approval: cur}, nil
@@ -379,7 +379,7 @@ func (s *Service) DecideApproval(ctx context.Context, req *xctv1.DecideApprovalR
 		return nil, approvalStatus(err)
 	}
 	a := sa.a
-	if samePrincipal(approver, a.GetRequestedBy()) {
+	if auth.LookAlike(approver, a.GetRequestedBy()) {
 		return nil, approvalStatus(ErrSelfApproval)
 	}
 	if err := decidable(a); err != nil {
@@ -492,7 +492,7 @@ func (s *Service) consultApproval(ctx context.Context, installed *installedPolic
 		v.ApprovalTtl = nil
 		return
 	}
-	if !samePrincipal(a.GetRequestedBy(), in.Run.GetPrincipal()) {
+	if !auth.SamePrincipal(a.GetRequestedBy(), in.Run.GetPrincipal()) {
 		s.log.Error("stored approval was opened for another principal than the run's; denied", "run_id", runID, "step_id", in.StepID,
 			"requested_by", a.GetRequestedBy(), "principal", in.Run.GetPrincipal())
 		denyBecause(v, reasonApproval, "the approval stored under this step id was opened for another principal than the run's",
@@ -549,11 +549,6 @@ func argsOrEmpty(p *xctv1.NextStep) *structpb.Struct {
 		return a
 	}
 	return &structpb.Struct{}
-}
-
-// samePrincipal compares identities the way people type them.
-func samePrincipal(a, b string) bool {
-	return strings.EqualFold(strings.TrimSpace(a), strings.TrimSpace(b))
 }
 
 // validKeyToken reports whether s can be one token of a KV key: 1 to 128

@@ -39,7 +39,7 @@ func (s *Service) approvalsFor(ctx context.Context, list []*xctv1.Approval) []*x
 // mayDecide reports whether caller may decide a: DecideApproval's rule
 // (role approver, not the principal who started the run).
 func mayDecide(caller auth.Principal, a *xctv1.Approval) bool {
-	return caller.Has(auth.RoleApprover) && !samePrincipal(caller.Name, a.GetRequestedBy())
+	return caller.Has(auth.RoleApprover) && !auth.LookAlike(caller.Name, a.GetRequestedBy())
 }
 
 // redactApproval is a with its proposal's arguments and goal, its

@@ -49,7 +49,8 @@ func TestVerdictCallers(t *testing.T) {
 		signed bool
 	}{
 		{s, svc("service:orchestrator"), true},
-		{s, svc("Service:Orchestrator-B"), true},
+		{s, svc("service:orchestrator-b"), true},
+		{s, svc("Service:Orchestrator-B"), false}, // a name grants only itself (auth.SamePrincipal)
 		{s, svc("service:tracer"), false},
 		{s, auth.Principal{Name: "admin", Roles: []string{auth.RoleAdmin}}, false},
 		{open, svc("service:tracer"), true}, // without the list: any service

@@ -46,7 +46,7 @@ var (
 	ErrApprovalExpired = errors.New("the approval expired")
 	// ErrSelfApproval means the approver is the principal who started the
 	// run.
-	ErrSelfApproval = errors.New("the principal who started the run cannot decide its approvals")
+	ErrSelfApproval = errors.New("the principal who started the run cannot decide its approvals (nor a name that differs from it only in case, width, invisible characters or a trailing dot)")
 	// ErrNoApprover means a decision names no approver.
 	ErrNoApprover = errors.New("an approver is required")
 	// ErrNoDenyReason means a denial gives no reason; the model is told it.
