@@ -111,6 +111,31 @@ func StepIDOf(runID string, step int, tool string, canonical []byte) (string, er
 	return hex.EncodeToString(h.Sum(sum[:0])[:16]), nil
 }
 
+// ToolDigest is "sha256:" and the hex SHA-256 of the canonical JSON of
+// what a tool is judged by: its descriptor's name, input schema, effect
+// class, idempotency, source and effect_from. The validator signs the
+// digest of the descriptor it judged (VerdictGrant.tool_digest), and the
+// executor acts only on a grant whose digest is that of the tool it
+// serves: a verdict judged on one effect class or schema is no licence
+// for a tool that now has another. The description, timeout and output
+// cap are not in it: no policy decides by them.
+func ToolDigest(d *xctv1.ToolDescriptor) string {
+	c, err := lctl.Canonical(map[string]any{
+		"name":         d.GetName(),
+		"input_schema": d.GetInputSchema(),
+		"effect":       d.GetEffect().String(),
+		"idempotent":   d.GetIdempotent(),
+		"source":       d.GetSource(),
+		"effect_from":  d.GetEffectFrom(),
+	})
+	if err != nil {
+		// Only invalid UTF-8 fails to encode; such a descriptor matches
+		// no digest but its own bytes'.
+		c = []byte(fmt.Sprintf("%q %v", []string{d.GetName(), d.GetInputSchema(), d.GetEffect().String(), d.GetSource(), d.GetEffectFrom()}, d.GetIdempotent()))
+	}
+	return DigestOf(c)
+}
+
 // StructDigest is ArgumentsDigest of a protobuf Struct.
 func StructDigest(args *structpb.Struct) (string, error) {
 	if args == nil {

@@ -4,9 +4,12 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
@@ -141,5 +144,37 @@ func TestStepIDOfCanonicalArguments(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestToolDigest: the digest of a tool changes with what a policy judges
+// it by (name, schema, effect class, idempotency, origin), not with its
+// description, timeout or output cap (session 10, trust10a).
+func TestToolDigest(t *testing.T) {
+	t.Parallel()
+	base := &xctv1.ToolDescriptor{Name: "shell.exec", InputSchema: `{"type":"object"}`, Effect: xctv1.Effect_EFFECT_READ,
+		Idempotent: true, Source: "builtin", EffectFrom: "builtin", Description: "runs a program"}
+	d0 := ToolDigest(base)
+	if !strings.HasPrefix(d0, "sha256:") || len(d0) != len("sha256:")+64 {
+		t.Fatalf("digest %q", d0)
+	}
+	for name, change := range map[string]func(d *xctv1.ToolDescriptor){
+		"name":        func(d *xctv1.ToolDescriptor) { d.Name = "shell.exec2" },
+		"schema":      func(d *xctv1.ToolDescriptor) { d.InputSchema = `{"type":"object","properties":{}}` },
+		"effect":      func(d *xctv1.ToolDescriptor) { d.Effect = xctv1.Effect_EFFECT_REVERSIBLE },
+		"idempotent":  func(d *xctv1.ToolDescriptor) { d.Idempotent = false },
+		"source":      func(d *xctv1.ToolDescriptor) { d.Source = "mcp:x" },
+		"effect_from": func(d *xctv1.ToolDescriptor) { d.EffectFrom = "config" },
+	} {
+		d := proto.CloneOf(base)
+		change(d)
+		if ToolDigest(d) == d0 {
+			t.Errorf("a change of %s keeps the digest", name)
+		}
+	}
+	d := proto.CloneOf(base)
+	d.Description, d.MaxOutputBytes, d.Timeout = "another text", 99, durationpb.New(time.Hour)
+	if ToolDigest(d) != d0 {
+		t.Error("the description, output cap or timeout changed the digest")
 	}
 }

@@ -42,11 +42,13 @@ func BenchmarkExecuteHandler(b *testing.B) {
 			must(b, err)
 			digest, err := verdict.StructDigest(args)
 			must(b, err)
+			st, _ := s.tool("bench.noop")
+			toolDigest := verdict.ToolDigest(st.desc)
 			reqs := make([]*xctv1.ExecuteRequest, b.N)
 			for i := range reqs {
 				run := fmt.Sprintf("bench-%d", i)
 				id := wire.StepID(run, 1, "bench.noop", args)
-				sv, err := signer.Sign(&xctv1.VerdictGrant{RunId: run, Step: 1, StepId: id, Tool: "bench.noop", ArgumentsDigest: digest}, time.Now())
+				sv, err := signer.Sign(&xctv1.VerdictGrant{RunId: run, Step: 1, StepId: id, Tool: "bench.noop", ArgumentsDigest: digest, ToolDigest: toolDigest}, time.Now())
 				must(b, err)
 				reqs[i] = &xctv1.ExecuteRequest{RunId: run, StepId: id, Tool: "bench.noop", Arguments: args, Verdict: sv}
 			}

@@ -52,6 +52,16 @@ func (s *Service) checkVerdict(ctx context.Context, req *xctv1.ExecuteRequest, c
 		err = fmt.Errorf("%w: %s is a system tool and the verdict is not for a system step", verdict.ErrMismatch, req.GetTool())
 	}
 	if err == nil {
+		// The validator judged the tool by its descriptor (effect class,
+		// schema): the tool served here must be the one it judged. (An
+		// unknown tool acts on nothing; executeCall says so.)
+		if st, ok := s.tool(req.GetTool()); ok && g.GetToolDigest() != st.digest {
+			err = fmt.Errorf("%w: the verdict judged tool %s as described by %s, and this executor serves it as described by %s "+
+				"(its effect class, schema or origin changed: the validator must judge it again)",
+				verdict.ErrMismatch, req.GetTool(), orNone(g.GetToolDigest()), st.digest)
+		}
+	}
+	if err == nil {
 		s.log.DebugContext(ctx, "verdict verified", "run_id", req.GetRunId(), "step_id", req.GetStepId(), "grant", g.GetGrantId(), "key", req.GetVerdict().GetKeyId())
 		return context.WithValue(ctx, grantKey{}, g.GetGrantId()), nil
 	}
@@ -98,4 +108,11 @@ func grantSpent(rec *xctv1.StepRecord) error {
 	return status.Errorf(codes.FailedPrecondition,
 		"step %s: this verdict already started attempt %d; another attempt needs a new verdict from the validator; nothing was executed",
 		rec.GetStepId(), rec.GetAttempt())
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "nothing (a verdict that names no tool digest)"
+	}
+	return s
 }

@@ -28,6 +28,7 @@ type binder struct {
 	key    ed25519.PrivateKey
 	signer *verdict.Signer
 	step   atomic.Int32
+	svc    *Service // the service that trusts b (trust)
 }
 
 func newBinder(tb testing.TB) *binder {
@@ -45,6 +46,19 @@ func (b *binder) trust(tb testing.TB, s *Service) {
 	v, err := verdict.NewVerifier(b.signer.Public())
 	must(tb, err)
 	s.verifier = v
+	b.svc = s
+}
+
+// toolDigest is the digest of tool as the trusted service serves it: what
+// a validator judging its catalog signs ("" before trust).
+func (b *binder) toolDigest(tool string) string {
+	if b.svc == nil {
+		return ""
+	}
+	if st, ok := b.svc.tool(tool); ok {
+		return verdict.ToolDigest(st.desc)
+	}
+	return ""
 }
 
 // request is an ExecuteRequest for the next step of runID with its real
@@ -61,7 +75,7 @@ func (b *binder) requestAt(tb testing.TB, runID string, step int, tool string, a
 	id := wire.StepID(runID, step, tool, st)
 	digest, err := verdict.StructDigest(st)
 	must(tb, err)
-	sv, err := b.signer.Sign(&xctv1.VerdictGrant{RunId: runID, Step: int32(step), StepId: id, Tool: tool, ArgumentsDigest: digest, SystemStep: system}, time.Now())
+	sv, err := b.signer.Sign(&xctv1.VerdictGrant{RunId: runID, Step: int32(step), StepId: id, Tool: tool, ArgumentsDigest: digest, SystemStep: system, ToolDigest: b.toolDigest(tool)}, time.Now())
 	must(tb, err)
 	return &xctv1.ExecuteRequest{RunId: runID, StepId: id, Tool: tool, Arguments: st, Verdict: sv}
 }
@@ -91,6 +105,7 @@ func TestExecuteActsOnlyOnItsVerdict(t *testing.T) {
 	ctx := auth.NewContext(context.Background(), auth.Principal{Name: "admin", Roles: []string{auth.RoleAdmin}})
 	args := map[string]any{"x": "a"}
 
+	b.svc = s // the grants name the tool as s serves it
 	good := b.requestAt(t, "run-a", 1, "test.count", args, false)
 	refused := func(name string, req *xctv1.ExecuteRequest, want codes.Code, msg string) {
 		t.Helper()
@@ -149,6 +164,18 @@ func TestExecuteActsOnlyOnItsVerdict(t *testing.T) {
 
 	undo := b.requestAt(t, "run-a", 3, UndoToolName, undoArgs(t, s, good.GetStepId()), false)
 	refused("system tool without a system grant", undo, codes.PermissionDenied, "system tool")
+
+	// The grant binds the tool as the validator judged it (session 10,
+	// trust10a): a grant for another description of the tool (another
+	// effect class, schema, origin), or for none, does not act.
+	for name, digest := range map[string]string{"tool judged otherwise": verdict.ToolDigest(&xctv1.ToolDescriptor{Name: "test.count", InputSchema: "{}", Effect: xctv1.Effect_EFFECT_READ}),
+		"no tool digest": ""} {
+		g := testGrant(t, good)
+		g.ToolDigest = digest
+		other := proto.CloneOf(good)
+		other.Verdict = b.resign(t, g)
+		refused(name, other, codes.PermissionDenied, "described by")
+	}
 
 	if n := calls.Load(); n != 0 {
 		t.Fatalf("the tool ran %d times on refused verdicts", n)

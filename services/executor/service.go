@@ -68,6 +68,9 @@ type servedTool struct {
 	desc     *xctv1.ToolDescriptor
 	timeout  time.Duration
 	maxBytes int64
+	// digest is verdict.ToolDigest(desc): a verdict acts on this tool
+	// only if the validator judged a descriptor with this digest.
+	digest string
 }
 
 // classify returns the effect class and idempotency of one call.
@@ -164,6 +167,7 @@ func (s *Service) add(t Tool) error {
 		return err
 	}
 	withOrigin(st.desc)
+	st.digest = verdict.ToolDigest(st.desc)
 	name := st.desc.GetName()
 	if _, dup := s.tools[name]; dup {
 		return fmt.Errorf("%w: %q", ErrDuplicateTool, name)

@@ -74,8 +74,10 @@ func (s *Service) approvalCaller(ctx context.Context) error {
 // that is not the identity of the proposal at that step of that run gets
 // no signature (no executor acts on it), and neither does anything when
 // the validator has no key. args are the proposal's arguments as the
-// policy saw them (nil: read from the proposal).
-func (s *Service) sign(req *xctv1.ValidateRequest, args map[string]any, v *xctv1.Verdict, now time.Time) {
+// policy saw them (nil: read from the proposal); tool is the catalog's
+// descriptor the policy judged the step by, whose digest the grant binds
+// (nil: no verdict is signed, for the executor would act on none).
+func (s *Service) sign(req *xctv1.ValidateRequest, args map[string]any, tool *xctv1.ToolDescriptor, v *xctv1.Verdict, now time.Time) {
 	v.Signed = nil
 	if v.GetDecision() != xctv1.VerdictDecision_VERDICT_DECISION_ALLOW {
 		return
@@ -87,6 +89,10 @@ func (s *Service) sign(req *xctv1.ValidateRequest, args map[string]any, v *xctv1
 	}
 	p := req.GetProposal()
 	runID := req.GetRun().GetRunId()
+	if tool == nil || tool.GetName() != p.GetTool() {
+		s.log.Error("allow verdict left unsigned: no catalog descriptor of the tool was judged", "run_id", runID, "tool", p.GetTool())
+		return
+	}
 	// The arguments are encoded once: the step id and the digest are both
 	// made from the same canonical form.
 	if args == nil {
@@ -111,6 +117,7 @@ func (s *Service) sign(req *xctv1.ValidateRequest, args map[string]any, v *xctv1
 		ArgumentsDigest: digest,
 		PolicyVersion:   v.GetPolicyVersion(),
 		SystemStep:      req.GetSystemStep() && wire.IsSystemTool(p.GetTool()),
+		ToolDigest:      verdict.ToolDigest(tool),
 	}, now)
 	if err != nil {
 		s.log.Error("allow verdict left unsigned", "run_id", runID, "err", err)

@@ -42,7 +42,8 @@
 // Verdict.shadow; it is never enforced.
 //
 // An allow answered to one of XCT's services is signed (binding.go): a
-// VerdictGrant naming the run, step, step id, tool and canonical arguments
+// VerdictGrant naming the run, step, step id, tool, the digest of the tool's
+// descriptor it was judged by (verdict.ToolDigest) and canonical arguments
 // digest, Ed25519-signed with the validator's key, which the executor
 // verifies before it acts. Other callers get the decision unsigned.
 //

@@ -36,10 +36,12 @@ func (s *Service) Validate(ctx context.Context, req *xctv1.ValidateRequest) (*xc
 	v, in := s.decide(ctx, req)
 	if s.signable(ctx) {
 		var args map[string]any
+		var tool *xctv1.ToolDescriptor
 		if in != nil {
 			args = in.Args // the proposal's arguments, read once
+			tool = in.Tool // the descriptor the policy judged
 		}
-		s.sign(req, args, v, v.GetEvaluatedAt().AsTime())
+		s.sign(req, args, tool, v, v.GetEvaluatedAt().AsTime())
 	} else {
 		v.Signed = nil
 	}

@@ -1,7 +1,10 @@
 package attack
 
 import (
+	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -10,8 +13,16 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/verdict"
+	"github.com/xct-dev/xct/services/executor"
 )
 
 // adminHost is a loopback server with a public part and an admin part
@@ -161,4 +172,89 @@ func TestAttackURLSpelledPastADenyRule(t *testing.T) {
 // listenV6 listens on [::1]:port.
 func listenV6(port string) (net.Listener, error) {
 	return net.Listen("tcp6", "[::1]:"+port)
+}
+
+// TestAttackVerdictForAToolThatChanged (session 10, trust10a): the
+// validator judges a step by the tool's catalog descriptor (its effect
+// class above all), and the grant it signed named the tool, not what the
+// tool was. Under a policy that lets read-only programs run with no human,
+// `tee` configured as a read program (the sandbox mounts the workspace
+// read-only for it) was allowed; an executor restarted within the
+// verdict's lifetime with `tee` as a write program (or a replica
+// configured so) acted on that verdict and wrote the file: an act judged
+// as a read. Now the grant binds the digest of the descriptor judged, and
+// an executor whose tool differs refuses the verdict (nothing done).
+func TestAttackVerdictForAToolThatChanged(t *testing.T) {
+	requireSandbox(t)
+	policy := `rules:
+  - id: reads-need-no-human
+    effect: allow
+    tools: [shell.exec]
+    effects: [read]
+  - id: the-rest-needs-a-human
+    effect: require_approval
+    tools: ["*"]
+    effects: [reversible, irreversible]
+`
+	const readTee = "shell:\n  binaries:\n    - {name: tee, effect: read, idempotent: true, path_args: true}\n"
+	c := startBindCluster(t, withTools(t, readTee, policy))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	args := map[string]any{"argv": []any{"tee", "owned.txt"}, "stdin": "written by a read"}
+	vreq, ereq := proposal(t, "attack-run", 1, "shell.exec", args)
+	v, err := c.validatorAs(t, "service:dev").Validate(ctx, vreq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.GetVerdict().GetDecision() != xctv1.VerdictDecision_VERDICT_DECISION_ALLOW || v.GetVerdict().GetSigned() == nil {
+		t.Fatalf("the validator's verdict on a read program: %v", v.GetVerdict())
+	}
+	ereq.Verdict = v.GetVerdict().GetSigned()
+
+	// The same executor acts on it, as a read: the sandbox keeps the
+	// workspace read-only, tee cannot write.
+	resp, err := c.executorAs(t, "service:dev").Execute(ctx, ereq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := readWS(t, c.workspace, "owned.txt"); ok {
+		t.Fatalf("a read program wrote the workspace: %v", resp)
+	}
+
+	// Another executor over the same workspace, trusting the same key,
+	// with tee now a write program: the verdict judged a read.
+	tools, err := executor.ParseToolsConfig("tools.yaml", []byte(strings.Replace(readTee, "effect: read", "effect: reversible", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	trust, err := verdict.NewVerifier(c.key.Public())
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := executor.New(executor.Config{Workspace: c.workspace, Tools: tools, Verifier: trust, DefaultTimeout: 10 * time.Second},
+		nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = other.Stop(context.Background()) })
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	other.Register(g)
+	go func() { _ = g.Serve(lis) }()
+	t.Cleanup(g.Stop)
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	resp, err = xctv1.NewExecutorServiceClient(conn).Execute(ctx, ereq)
+	if got, ok := readWS(t, c.workspace, "owned.txt"); ok {
+		t.Fatalf("an executor whose tool changed acted on a verdict judged on the old one: owned.txt = %q (%v)", got, resp)
+	}
+	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "described by") {
+		t.Fatalf("the changed executor's answer: %v %v", resp, err)
+	}
 }

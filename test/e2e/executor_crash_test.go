@@ -115,8 +115,8 @@ func TestExecutorCrash(t *testing.T) {
 	// The orchestrator's requests: each step with the validator's signed
 	// verdict for it.
 	reqs := map[string]*xctv1.ExecuteRequest{
-		"step-charge": signedRequest(t, keys, "run-crash", 1, "ledger.charge", nil),
-		"step-put":    signedRequest(t, keys, "run-crash", 2, "ledger.put", nil),
+		"step-charge": signedRequest(t, keys, "run-crash", 1, "ledger.charge", nil, ""),
+		"step-put":    signedRequest(t, keys, "run-crash", 2, "ledger.put", nil, ""),
 	}
 	ids := map[string]string{"step-charge": reqs["step-charge"].GetStepId(), "step-put": reqs["step-put"].GetStepId()}
 	var addr string
@@ -140,7 +140,7 @@ func TestExecutorCrash(t *testing.T) {
 		// takes the run over asks the validator again: a verdict starts at
 		// most one attempt.
 		n := map[string]int{"step-charge": 1, "step-put": 2}[step]
-		return c.Execute(ctx, signedRequest(t, keys, "run-crash", n, tool, nil))
+		return c.Execute(ctx, signedRequest(t, keys, "run-crash", n, tool, nil, servedDigest(ctx, t, c, tool)))
 	}
 
 	// First executor: both tools act, then the process is killed.

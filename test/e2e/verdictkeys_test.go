@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -25,7 +26,9 @@ func verdictKeys(t testing.TB) (kf verdict.KeyFiles, validatorFlags, executorFla
 
 // signedRequest is the ExecuteRequest the orchestrator would send for
 // step n of runID, with a verdict signed by the validator's key.
-func signedRequest(t testing.TB, kf verdict.KeyFiles, runID string, n int, tool string, args *structpb.Struct) *xctv1.ExecuteRequest {
+// toolDigest is the digest of the tool as the executor serves it, as the
+// validator signs it (verdict.ToolDigest of the catalog's descriptor).
+func signedRequest(t testing.TB, kf verdict.KeyFiles, runID string, n int, tool string, args *structpb.Struct, toolDigest string) *xctv1.ExecuteRequest {
 	t.Helper()
 	s, err := verdict.LoadSigner(kf.Private, 0)
 	if err != nil {
@@ -39,9 +42,26 @@ func signedRequest(t testing.TB, kf verdict.KeyFiles, runID string, n int, tool 
 	if err != nil {
 		t.Fatal(err)
 	}
-	sv, err := s.Sign(&xctv1.VerdictGrant{RunId: runID, Step: int32(n), StepId: id, Tool: tool, ArgumentsDigest: digest}, time.Now())
+	sv, err := s.Sign(&xctv1.VerdictGrant{RunId: runID, Step: int32(n), StepId: id, Tool: tool, ArgumentsDigest: digest, ToolDigest: toolDigest}, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
 	return &xctv1.ExecuteRequest{RunId: runID, StepId: id, Tool: tool, Arguments: args, Verdict: sv}
+}
+
+// servedDigest is verdict.ToolDigest of tool as c's executor serves it.
+func servedDigest(ctx context.Context, t testing.TB, c xctv1.ExecutorServiceClient, tool string) string {
+	t.Helper()
+	resp, err := c.ListTools(ctx, &xctv1.ListToolsRequest{})
+	if err != nil {
+		t.Error(err)
+		return ""
+	}
+	for _, d := range resp.GetTools() {
+		if d.GetName() == tool {
+			return verdict.ToolDigest(d)
+		}
+	}
+	t.Errorf("the executor serves no %s", tool)
+	return ""
 }

@@ -768,7 +768,16 @@ type VerdictGrant struct {
 	GrantId string `protobuf:"bytes,9,opt,name=grant_id,json=grantId,proto3" json:"grant_id,omitempty"`
 	// system_step: the allowed step is a system step (see ValidateRequest);
 	// an executor runs a system tool only with a grant that says so.
-	SystemStep    bool `protobuf:"varint,10,opt,name=system_step,json=systemStep,proto3" json:"system_step,omitempty"`
+	SystemStep bool `protobuf:"varint,10,opt,name=system_step,json=systemStep,proto3" json:"system_step,omitempty"`
+	// tool_digest is "sha256:" and the hex SHA-256 of the canonical JSON of
+	// what the validator judged the tool by: its catalog descriptor's name,
+	// input schema, effect class, idempotency, source and effect_from
+	// (verdict.ToolDigest). The executor acts only when its own descriptor
+	// of the tool has the same digest: a tool whose effect class or schema
+	// changed since (an executor restarted with another configuration, a
+	// replica configured otherwise) does not act on a verdict judged on the
+	// old one.
+	ToolDigest    string `protobuf:"bytes,11,opt,name=tool_digest,json=toolDigest,proto3" json:"tool_digest,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -871,6 +880,13 @@ func (x *VerdictGrant) GetSystemStep() bool {
 		return x.SystemStep
 	}
 	return false
+}
+
+func (x *VerdictGrant) GetToolDigest() string {
+	if x != nil {
+		return x.ToolDigest
+	}
+	return ""
 }
 
 // SignedVerdict is a VerdictGrant with the validator's Ed25519 signature.
@@ -1885,7 +1901,7 @@ const file_xct_v1_validator_proto_rawDesc = "" +
 	"\x06shadow\x18\x06 \x03(\v2\x15.xct.v1.ShadowVerdictR\x06shadow\x12\x19\n" +
 	"\bends_run\x18\a \x01(\bR\aendsRun\x12<\n" +
 	"\fapproval_ttl\x18\b \x01(\v2\x19.google.protobuf.DurationR\vapprovalTtl\x12-\n" +
-	"\x06signed\x18\t \x01(\v2\x15.xct.v1.SignedVerdictR\x06signed\"\xe8\x02\n" +
+	"\x06signed\x18\t \x01(\v2\x15.xct.v1.SignedVerdictR\x06signed\"\x89\x03\n" +
 	"\fVerdictGrant\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\x05R\x04step\x12\x17\n" +
@@ -1899,7 +1915,9 @@ const file_xct_v1_validator_proto_rawDesc = "" +
 	"\bgrant_id\x18\t \x01(\tR\agrantId\x12\x1f\n" +
 	"\vsystem_step\x18\n" +
 	" \x01(\bR\n" +
-	"systemStep\"Z\n" +
+	"systemStep\x12\x1f\n" +
+	"\vtool_digest\x18\v \x01(\tR\n" +
+	"toolDigest\"Z\n" +
 	"\rSignedVerdict\x12\x15\n" +
 	"\x06key_id\x18\x01 \x01(\tR\x05keyId\x12\x14\n" +
 	"\x05grant\x18\x02 \x01(\fR\x05grant\x12\x1c\n" +

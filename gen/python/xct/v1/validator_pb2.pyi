@@ -261,7 +261,7 @@ class Verdict(_message.Message):
     def __init__(self, decision: _Optional[_Union[VerdictDecision, str]] = ..., reasons: _Optional[_Iterable[_Union[Reason, _Mapping]]] = ..., policy_version: _Optional[str] = ..., evaluated_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., error: _Optional[_Union[_decision_pb2.Error, _Mapping]] = ..., shadow: _Optional[_Iterable[_Union[ShadowVerdict, _Mapping]]] = ..., ends_run: bool = ..., approval_ttl: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., signed: _Optional[_Union[SignedVerdict, _Mapping]] = ...) -> None: ...
 
 class VerdictGrant(_message.Message):
-    __slots__ = ["arguments_digest", "expires_at", "grant_id", "issued_at", "policy_version", "run_id", "step", "step_id", "system_step", "tool"]
+    __slots__ = ["arguments_digest", "expires_at", "grant_id", "issued_at", "policy_version", "run_id", "step", "step_id", "system_step", "tool", "tool_digest"]
     ARGUMENTS_DIGEST_FIELD_NUMBER: _ClassVar[int]
     EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
     GRANT_ID_FIELD_NUMBER: _ClassVar[int]
@@ -271,6 +271,7 @@ class VerdictGrant(_message.Message):
     STEP_FIELD_NUMBER: _ClassVar[int]
     STEP_ID_FIELD_NUMBER: _ClassVar[int]
     SYSTEM_STEP_FIELD_NUMBER: _ClassVar[int]
+    TOOL_DIGEST_FIELD_NUMBER: _ClassVar[int]
     TOOL_FIELD_NUMBER: _ClassVar[int]
     arguments_digest: str
     expires_at: _timestamp_pb2.Timestamp
@@ -282,7 +283,8 @@ class VerdictGrant(_message.Message):
     step_id: str
     system_step: bool
     tool: str
-    def __init__(self, run_id: _Optional[str] = ..., step: _Optional[int] = ..., step_id: _Optional[str] = ..., tool: _Optional[str] = ..., arguments_digest: _Optional[str] = ..., policy_version: _Optional[str] = ..., issued_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., grant_id: _Optional[str] = ..., system_step: bool = ...) -> None: ...
+    tool_digest: str
+    def __init__(self, run_id: _Optional[str] = ..., step: _Optional[int] = ..., step_id: _Optional[str] = ..., tool: _Optional[str] = ..., arguments_digest: _Optional[str] = ..., policy_version: _Optional[str] = ..., issued_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., grant_id: _Optional[str] = ..., system_step: bool = ..., tool_digest: _Optional[str] = ...) -> None: ...
 
 class WithdrawApprovalRequest(_message.Message):
     __slots__ = ["by", "reason", "run_id", "step_id"]
