@@ -82,7 +82,7 @@ func cmdDebug(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("debugger %s: unexpected answer %q", *base, raw)
 	}
 	fmt.Fprintln(stdout, strings.TrimSuffix(u.String(), "/")+link.Path)
-	fmt.Fprintf(stderr, "the link opens run %s once, until %s; the browser then holds a session cookie for 30 minutes\n", fs.Arg(0), link.ExpiresAt)
+	fmt.Fprintf(stderr, "the link opens run %s once, until %s: its page names whom it signs in as, and Continue signs the browser in for 30 minutes; never open a link someone else made\n", fs.Arg(0), link.ExpiresAt)
 	return nil
 }
 

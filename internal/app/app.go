@@ -547,6 +547,7 @@ func Start(ctx context.Context, cfg Config, targets []string, log *slog.Logger, 
 			var tr *tracer.Service
 			tcfg := cfg.Tracer
 			tcfg.UIAuthorize = tracer.DebuggerAuthorizer(authn)
+			tcfg.UIIdentify = tracer.DebuggerIdentifier(authn)
 			tcfg.OTLPAuthorize = tracer.OTLPAuthorizer(authn)
 			tcfg.ValidatorDial = []grpcx.DialOption{grpcx.WithTLS(cfg.Security.TLS)}
 			tr, err = tracer.New(tcfg, nc, slog)

@@ -56,6 +56,10 @@ type Config struct {
 	// the debugger open, which is why the HTTP listener defaults to
 	// loopback.
 	UIAuthorize func(r *http.Request, action string) error
+	// UIIdentify names the principal of a request's bearer token ("" when
+	// it cannot), for the page a debugger link shows before it signs a
+	// browser in (DebuggerIdentifier builds one). Set by the application.
+	UIIdentify func(r *http.Request) string
 	// OTLPAuthorize, when set, is asked before every OTLP/HTTP export
 	// (OTLPAuthorizer builds one from an authenticator); an error wrapping
 	// auth.ErrUnauthenticated answers 401, any other 403. Set by the

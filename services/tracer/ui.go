@@ -46,7 +46,7 @@ func (s *Service) mountUI(mux *http.ServeMux) error {
 	s.ui = h
 	if s.cfg.UIAuthorize != nil {
 		// One-time links (ui_session.go): only where callers authenticate.
-		mux.Handle("/", newUISessions().mount(mux, s.cfg.UIAuthorize, h))
+		mux.Handle("/", newUISessions(s.cfg.UIIdentify).mount(mux, s.cfg.UIAuthorize, h))
 		return nil
 	}
 	mux.Handle("/", h)

@@ -32,6 +32,18 @@ func DebuggerAuthorizer(a *auth.Authenticator) func(*http.Request, string) error
 	}
 }
 
+// DebuggerIdentifier names the principal of a request's bearer token ("" if
+// it names none), for the debugger's sign-in page (Config.UIIdentify).
+func DebuggerIdentifier(a *auth.Authenticator) func(*http.Request) string {
+	return func(r *http.Request) string {
+		p, err := a.AuthenticateHTTP(r)
+		if err != nil {
+			return ""
+		}
+		return p.Name
+	}
+}
+
 // ErrOTLPForbidden means an OTLP exporter's principal may not write traces.
 var ErrOTLPForbidden = errors.New("permission denied")
 

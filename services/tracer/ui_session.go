@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"html/template"
 	"net/http"
 	"net/url"
 	"strings"
@@ -17,16 +18,32 @@ import (
 
 // One-time links into the debugger (`xct debug RUN`): a caller with a
 // bearer token asks for a link; the link carries a one-time code, not the
-// token; opening it exchanges the code for a session cookie (HttpOnly,
-// SameSite=Strict, short-lived) and lands on the chain. A code works once
-// and only for a minute; the session ends after sessionTTL. Requests that
-// carry the session cookie (and no Authorization header) call the
-// debugger's API as the principal whose token asked for the link.
+// token. Opening it shows a page that names the principal the link signs
+// in as (and the one this browser is signed in as, if any); its Continue
+// button (a same-origin POST) exchanges the code for a session cookie
+// (HttpOnly, SameSite=Strict, short-lived, __Host- over TLS) and lands on
+// the chain. A code works once and only for a minute; the session ends
+// after sessionTTL. Requests that carry the session cookie (and no
+// Authorization header) call the debugger's API as the principal whose
+// token asked for the link.
+//
+// Opening a link never signs a browser in by itself: a link anyone made
+// (shared in a chat, or opened by another site's page) would otherwise
+// sign whoever opens it in as its maker, silently replacing their own
+// session, and what they then approve or cancel would be done in the
+// maker's name (login CSRF). The POST must come from the page itself
+// (Sec-Fetch-Site same-origin, or an Origin of this host): another site's
+// form cannot sign a browser in.
 
 const (
-	loginCodeTTL   = time.Minute
-	sessionTTL     = 30 * time.Minute
-	sessionCookie  = "xct_debugger_session"
+	loginCodeTTL  = time.Minute
+	sessionTTL    = 30 * time.Minute
+	sessionCookie = "xct_debugger_session"
+	// hostCookie is the session cookie's name over TLS: a __Host- cookie
+	// is Secure, host-only and Path=/, so a sibling domain cannot plant
+	// one (its own session, to sign a browser in as itself).
+	hostCookie     = "__Host-" + sessionCookie
+	maxLoginForm   = 4096
 	maxLoginCodes  = 1024 // outstanding codes; the oldest go first
 	maxSessions    = 4096
 	loginLinksPath = "/api/login-links"
@@ -36,6 +53,7 @@ const (
 // uiGrant is a code's or a session's credential.
 type uiGrant struct {
 	token   string // the caller's bearer token ("Bearer ..." header value)
+	who     string // the principal's name, shown before signing in
 	chain   string // where a code lands ("" for a session)
 	expires time.Time
 }
@@ -47,10 +65,24 @@ type uiSessions struct {
 	codes    map[string]uiGrant
 	sessions map[string]uiGrant
 	now      func() time.Time
+	// identify names the principal of a request's bearer token ("" when
+	// unknown), for the sign-in page.
+	identify func(*http.Request) string
 }
 
-func newUISessions() *uiSessions {
-	return &uiSessions{codes: map[string]uiGrant{}, sessions: map[string]uiGrant{}, now: time.Now}
+func newUISessions(identify func(*http.Request) string) *uiSessions {
+	if identify == nil {
+		identify = func(*http.Request) string { return "" }
+	}
+	return &uiSessions{codes: map[string]uiGrant{}, sessions: map[string]uiGrant{}, now: time.Now, identify: identify}
+}
+
+// cookieName is the session cookie's name for a request: __Host- over TLS.
+func cookieName(r *http.Request) string {
+	if r.TLS != nil {
+		return hostCookie
+	}
+	return sessionCookie
 }
 
 // randomID is 32 random bytes, URL-safe.
@@ -96,6 +128,17 @@ func (s *uiSessions) take(code string) (uiGrant, bool) {
 	return g, true
 }
 
+// peek returns the code's grant without using it up.
+func (s *uiSessions) peek(code string) (uiGrant, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	g, ok := s.codes[code]
+	if !ok || !s.now().Before(g.expires) {
+		return uiGrant{}, false
+	}
+	return g, true
+}
+
 // session returns the live session's grant.
 func (s *uiSessions) session(id string) (uiGrant, bool) {
 	s.mu.Lock()
@@ -116,7 +159,7 @@ func (s *uiSessions) mount(mux *http.ServeMux, authorize func(*http.Request, str
 	mux.HandleFunc(loginPath, s.login)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Authorization") == "" {
-			if c, err := r.Cookie(sessionCookie); err == nil {
+			if c, err := r.Cookie(cookieName(r)); err == nil {
 				if g, ok := s.session(c.Value); ok {
 					r = r.Clone(r.Context())
 					r.Header.Set("Authorization", g.token)
@@ -176,7 +219,7 @@ func (s *uiSessions) newLink(w http.ResponseWriter, r *http.Request, authorize f
 		}
 	}
 	now := s.now()
-	g := uiGrant{token: bearer, chain: req.Chain, expires: now.Add(loginCodeTTL)}
+	g := uiGrant{token: bearer, who: s.identify(r), chain: req.Chain, expires: now.Add(loginCodeTTL)}
 	s.mu.Lock()
 	code, err := put(s.codes, g, maxLoginCodes, now)
 	s.mu.Unlock()
@@ -190,37 +233,115 @@ func (s *uiSessions) newLink(w http.ResponseWriter, r *http.Request, authorize f
 	})
 }
 
-// login answers GET /login?code=: the code is used up, a session cookie
-// set, and the browser sent to the chain.
+// login answers /login: GET shows the sign-in page of a code, POST (its
+// Continue button) signs the browser in.
 func (s *uiSessions) login(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("Content-Security-Policy", debugger.ContentSecurityPolicy)
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		w.Header().Set("Allow", "GET, HEAD")
+	w.Header().Set("Referrer-Policy", "no-referrer")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	switch r.Method {
+	case http.MethodGet, http.MethodHead:
+		s.confirm(w, r)
+	case http.MethodPost:
+		s.signIn(w, r)
+	default:
+		w.Header().Set("Allow", "GET, HEAD, POST")
 		http.Error(w, "use GET", http.StatusMethodNotAllowed)
+	}
+}
+
+const linkUsedUp = "This link was already used or has expired (a link works once, for a minute). Run `xct debug RUN` again for a new one."
+
+// signInPage names whom a link signs in as before anything changes.
+var signInPage = template.Must(template.New("login").Parse(`<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta name="referrer" content="no-referrer"><title>Sign in to the XCT debugger</title></head>
+<body>
+<h1>Sign in to the XCT debugger</h1>
+<p id="who">This link signs this browser in as <strong>{{if .Who}}{{.Who}}{{else}}the principal whose token made it{{end}}</strong> for {{.Minutes}} minutes: what you approve, deny or cancel in the debugger is then done in that name.</p>
+{{if .Current}}<p id="current">This browser is signed in as <strong>{{.Current}}</strong> now; continuing signs it out.</p>{{end}}
+<p>Continue only if you made this link yourself (<code>xct debug</code>). A link someone else made signs you in as them.</p>
+<form method="post" action="{{.Action}}"><input type="hidden" name="code" value="{{.Code}}"><button id="continue" type="submit">Continue{{if .Who}} as {{.Who}}{{end}}</button></form>
+</body></html>
+`))
+
+// confirm answers GET /login?code=: the page naming the link's principal,
+// with the button that signs in. The code is not used up.
+func (s *uiSessions) confirm(w http.ResponseWriter, r *http.Request) {
+	code := r.URL.Query().Get("code")
+	g, ok := uiGrant{}, false
+	if code != "" {
+		g, ok = s.peek(code)
+	}
+	if !ok {
+		http.Error(w, linkUsedUp, http.StatusUnauthorized)
 		return
 	}
-	code := r.URL.Query().Get("code")
+	current := ""
+	if c, err := r.Cookie(cookieName(r)); err == nil {
+		if sess, ok := s.session(c.Value); ok {
+			current = sess.who
+			if current == "" {
+				current = "another principal"
+			}
+		}
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("X-Frame-Options", "DENY")
+	_ = signInPage.Execute(w, map[string]any{
+		"Who": g.who, "Current": current, "Code": code, "Action": loginPath, "Minutes": int(sessionTTL / time.Minute),
+	})
+}
+
+// fromThisPage reports whether a POST comes from a page of this server:
+// a browser says so in Sec-Fetch-Site, or (an older one) in Origin. A
+// request that says neither is refused: it is no browser's click on the
+// sign-in page.
+func fromThisPage(r *http.Request) bool {
+	if site := r.Header.Get("Sec-Fetch-Site"); site != "" {
+		return site == "same-origin"
+	}
+	u, err := url.Parse(r.Header.Get("Origin"))
+	return err == nil && u.Host != "" && u.Host == r.Host
+}
+
+// signIn answers POST /login (code=): the code is used up, the browser's
+// old session ended, a session cookie set, and the browser sent to the
+// chain.
+func (s *uiSessions) signIn(w http.ResponseWriter, r *http.Request) {
+	if !fromThisPage(r) {
+		http.Error(w, "A sign-in must come from the link's own page: open the link and press Continue.", http.StatusForbidden)
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, maxLoginForm)
+	if err := r.ParseForm(); err != nil {
+		http.Error(w, "bad sign-in form: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	code := r.PostForm.Get("code")
 	g, ok := uiGrant{}, false
 	if code != "" {
 		g, ok = s.take(code)
 	}
 	if !ok {
-		http.Error(w, "This link was already used or has expired (a link works once, for a minute). Run `xct debug RUN` again for a new one.", http.StatusUnauthorized)
+		http.Error(w, linkUsedUp, http.StatusUnauthorized)
 		return
 	}
 	now := s.now()
-	sess := uiGrant{token: g.token, expires: now.Add(sessionTTL)}
+	sess := uiGrant{token: g.token, who: g.who, expires: now.Add(sessionTTL)}
 	s.mu.Lock()
+	if c, err := r.Cookie(cookieName(r)); err == nil {
+		delete(s.sessions, c.Value)
+	}
 	id, err := put(s.sessions, sess, maxSessions, now)
 	s.mu.Unlock()
 	if err != nil {
 		http.Error(w, "no session: "+err.Error(), http.StatusInternalServerError)
 		return
 	}
-	//nolint:gosec // G124: HttpOnly and SameSite=Strict always; Secure whenever the debugger is served over TLS (plaintext is for loopback only)
+	//nolint:gosec // G124: HttpOnly and SameSite=Strict always; Secure (and __Host-) whenever the debugger is served over TLS (plaintext is for loopback only)
 	http.SetCookie(w, &http.Cookie{
-		Name: sessionCookie, Value: id, Path: "/", MaxAge: int(sessionTTL / time.Second),
+		Name: cookieName(r), Value: id, Path: "/", MaxAge: int(sessionTTL / time.Second),
 		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil,
 	})
 	to := "/"

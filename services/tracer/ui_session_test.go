@@ -4,6 +4,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -22,15 +23,17 @@ func (c *clock) now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return 
 func (c *clock) add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
 
 // linkServer serves the link routes over a handler that echoes the
-// Authorization header it was called with; "Bearer good" is the only
-// valid token.
-func linkServer(t *testing.T) (*httptest.Server, *clock) {
+// Authorization header it was called with; "Bearer good" (alice) and
+// "Bearer other" (mallory) are the valid tokens. With tls the server is
+// an httptest TLS server.
+func linkServer(t *testing.T, tls ...bool) (*httptest.Server, *clock) {
 	t.Helper()
 	c := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	s := newUISessions()
+	names := map[string]string{"Bearer good": "alice", "Bearer other": "mallory"}
+	s := newUISessions(func(r *http.Request) string { return names[r.Header.Get("Authorization")] })
 	s.now = c.now
 	authorize := func(r *http.Request, _ string) error {
-		if r.Header.Get("Authorization") != "Bearer good" {
+		if names[r.Header.Get("Authorization")] == "" {
 			return debugger.ErrUnauthenticated
 		}
 		return nil
@@ -40,12 +43,22 @@ func linkServer(t *testing.T) (*httptest.Server, *clock) {
 		_, _ = w.Write([]byte("as:" + r.Header.Get("Authorization")))
 	})
 	mux.Handle("/", s.mount(mux, authorize, echo))
-	srv := httptest.NewServer(mux)
+	var srv *httptest.Server
+	if len(tls) > 0 && tls[0] {
+		srv = httptest.NewTLSServer(mux)
+	} else {
+		srv = httptest.NewServer(mux)
+	}
 	t.Cleanup(srv.Close)
 	return srv, c
 }
 
-var noRedirect = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+// client is a client of srv that follows no redirect.
+func client(srv *httptest.Server) *http.Client {
+	c := *srv.Client()
+	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	return &c
+}
 
 func newLink(t *testing.T, srv *httptest.Server, token, csrf string) (*http.Response, string) {
 	t.Helper()
@@ -56,7 +69,12 @@ func newLink(t *testing.T, srv *httptest.Server, token, csrf string) (*http.Resp
 	if csrf != "" {
 		req.Header.Set("X-XCT-CSRF", csrf)
 	}
-	resp, err := noRedirect.Do(req)
+	return do(t, srv, req)
+}
+
+func do(t *testing.T, srv *httptest.Server, req *http.Request) (*http.Response, string) {
+	t.Helper()
+	resp, err := client(srv).Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,19 +83,47 @@ func newLink(t *testing.T, srv *httptest.Server, token, csrf string) (*http.Resp
 	return resp, string(b)
 }
 
-func get(t *testing.T, url string, cookie *http.Cookie) (*http.Response, string) {
+func get(t *testing.T, srv *httptest.Server, url string, cookie *http.Cookie) (*http.Response, string) {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodGet, url, nil)
 	if cookie != nil {
 		req.AddCookie(cookie)
 	}
-	resp, err := noRedirect.Do(req)
+	return do(t, srv, req)
+}
+
+// signIn posts a link's code as its page's Continue button would, with
+// headers (name, value pairs) saying where the post came from.
+func signIn(t *testing.T, srv *httptest.Server, link string, cookie *http.Cookie, headers ...string) (*http.Response, string) {
+	t.Helper()
+	u, err := url.Parse(link)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = resp.Body.Close() }()
-	b, _ := io.ReadAll(resp.Body)
-	return resp, string(b)
+	form := url.Values{"code": {u.Query().Get("code")}}
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+loginPath, strings.NewReader(form.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	if cookie != nil {
+		req.AddCookie(cookie)
+	}
+	return do(t, srv, req)
+}
+
+// sameOrigin are the headers a browser sends with the page's own post.
+func sameOrigin(srv *httptest.Server) []string {
+	return []string{"Sec-Fetch-Site", "same-origin", "Origin", srv.URL}
+}
+
+func sessionOf(resp *http.Response, name string) *http.Cookie {
+	for _, ck := range resp.Cookies() {
+		if ck.Name == name {
+			return ck
+		}
+	}
+	return nil
 }
 
 func linkPath(t *testing.T, body string) string {
@@ -88,6 +134,15 @@ func linkPath(t *testing.T, body string) string {
 	}
 	rest := body[i+len(`"path":"`):]
 	return rest[:strings.Index(rest, `"`)]
+}
+
+func makeLink(t *testing.T, srv *httptest.Server, token string) string {
+	t.Helper()
+	resp, body := newLink(t, srv, token, "1")
+	if resp.StatusCode != http.StatusOK || strings.Contains(body, token) {
+		t.Fatalf("link: %s %s (the token must not be in it)", resp.Status, body)
+	}
+	return srv.URL + linkPath(t, body)
 }
 
 func TestOneTimeLink(t *testing.T) {
@@ -103,51 +158,139 @@ func TestOneTimeLink(t *testing.T) {
 	if resp, body := newLink(t, srv, "good", ""); resp.StatusCode != http.StatusForbidden {
 		t.Fatalf("no CSRF header: %s %s", resp.Status, body)
 	}
-	resp, body := newLink(t, srv, "good", "1")
-	if resp.StatusCode != http.StatusOK || strings.Contains(body, "good") {
-		t.Fatalf("link: %s %s (the token must not be in it)", resp.Status, body)
-	}
-	link := srv.URL + linkPath(t, body)
+	link := makeLink(t, srv, "good")
 
-	// First use: a session cookie (HttpOnly, SameSite=Strict, short) and
-	// the way to the chain.
-	resp, _ = get(t, link, nil)
-	var cookie *http.Cookie
-	for _, ck := range resp.Cookies() {
-		if ck.Name == sessionCookie {
-			cookie = ck
+	// Opening it names the principal and signs nothing in; it can be
+	// opened again until it is used.
+	for range 2 {
+		resp, body := get(t, srv, link, nil)
+		if resp.StatusCode != http.StatusOK || len(resp.Cookies()) != 0 || !strings.Contains(body, "signs this browser in as <strong>alice</strong>") ||
+			!strings.Contains(resp.Header.Get("Content-Security-Policy"), "frame-ancestors 'none'") {
+			t.Fatalf("open: %s cookies %v\n%s", resp.Status, resp.Cookies(), body)
 		}
 	}
+
+	// Continue: a session cookie (HttpOnly, SameSite=Strict, short) and
+	// the way to the chain.
+	resp, _ := signIn(t, srv, link, nil, sameOrigin(srv)...)
+	cookie := sessionOf(resp, sessionCookie)
 	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/#/chain/run-1" || cookie == nil ||
 		!cookie.HttpOnly || cookie.SameSite != http.SameSiteStrictMode || cookie.MaxAge != int(sessionTTL/time.Second) {
-		t.Fatalf("login: %s location %q cookie %+v", resp.Status, resp.Header.Get("Location"), cookie)
+		t.Fatalf("sign in: %s location %q cookie %+v", resp.Status, resp.Header.Get("Location"), cookie)
 	}
 	// The cookie calls as the token that asked for the link.
-	if _, body := get(t, srv.URL+"/api/chains", cookie); body != "as:Bearer good" {
+	if _, body := get(t, srv, srv.URL+"/api/chains", cookie); body != "as:Bearer good" {
 		t.Fatalf("with the session: %q", body)
 	}
-	if _, body := get(t, srv.URL+"/api/chains", nil); body != "as:" {
+	if _, body := get(t, srv, srv.URL+"/api/chains", nil); body != "as:" {
 		t.Fatalf("without it: %q", body)
 	}
-	// Second use: refused.
-	if resp, body := get(t, link, nil); resp.StatusCode != http.StatusUnauthorized || !strings.Contains(body, "already used or has expired") {
+	// Second use: refused, opened or posted.
+	if resp, body := get(t, srv, link, nil); resp.StatusCode != http.StatusUnauthorized || !strings.Contains(body, "already used or has expired") {
+		t.Fatalf("second open: %s %s", resp.Status, body)
+	}
+	if resp, body := signIn(t, srv, link, nil, sameOrigin(srv)...); resp.StatusCode != http.StatusUnauthorized || sessionOf(resp, sessionCookie) != nil {
 		t.Fatalf("second use: %s %s", resp.Status, body)
 	}
 	// An unknown code: refused.
-	if resp, _ := get(t, srv.URL+loginPath+"?code=made-up", nil); resp.StatusCode != http.StatusUnauthorized {
+	if resp, _ := get(t, srv, srv.URL+loginPath+"?code=made-up", nil); resp.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("made-up code: %s", resp.Status)
 	}
 
 	// An expired code: refused.
-	_, body = newLink(t, srv, "good", "1")
-	late := srv.URL + linkPath(t, body)
+	late := makeLink(t, srv, "good")
 	c.add(loginCodeTTL + time.Second)
-	if resp, _ := get(t, late, nil); resp.StatusCode != http.StatusUnauthorized {
+	if resp, _ := get(t, srv, late, nil); resp.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("expired code: %s", resp.Status)
+	}
+	if resp, _ := signIn(t, srv, late, nil, sameOrigin(srv)...); resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("expired code posted: %s", resp.Status)
 	}
 	// An expired session no longer authenticates.
 	c.add(sessionTTL)
-	if _, body := get(t, srv.URL+"/api/chains", cookie); body != "as:" {
+	if _, body := get(t, srv, srv.URL+"/api/chains", cookie); body != "as:" {
 		t.Fatalf("expired session: %q", body)
+	}
+}
+
+// TestLinkSignsInOnlyFromItsPage: a link made by mallory, posted by
+// another site's page (a form that submits itself, or a script) or by
+// something that says nowhere where it comes from, signs no one in and
+// leaves the code unused; opened in a browser signed in as alice, the
+// page says both names, and only its own Continue replaces alice's
+// session (which then no longer authenticates).
+func TestLinkSignsInOnlyFromItsPage(t *testing.T) {
+	srv, _ := linkServer(t)
+	resp, _ := signIn(t, srv, makeLink(t, srv, "good"), nil, sameOrigin(srv)...)
+	alice := sessionOf(resp, sessionCookie)
+	if alice == nil {
+		t.Fatalf("alice signs in: %s", resp.Status)
+	}
+	link := makeLink(t, srv, "other")
+	for _, from := range [][]string{
+		{"Sec-Fetch-Site", "cross-site", "Origin", "http://localhost:1"},
+		{"Sec-Fetch-Site", "same-site", "Origin", "http://127.0.0.1:1"},
+		{"Sec-Fetch-Site", "none"},
+		{"Origin", "http://localhost:1"},
+		{"Origin", "null"},
+		{},
+	} {
+		resp, body := signIn(t, srv, link, alice, from...)
+		if resp.StatusCode != http.StatusForbidden || sessionOf(resp, sessionCookie) != nil {
+			t.Fatalf("post with %q: %s %s", from, resp.Status, body)
+		}
+	}
+	if _, body := get(t, srv, srv.URL+"/api/chains", alice); body != "as:Bearer good" {
+		t.Fatalf("alice's session after the refused posts: %q", body)
+	}
+	resp, body := get(t, srv, link, alice)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(body, "signs this browser in as <strong>mallory</strong>") ||
+		!strings.Contains(body, "signed in as <strong>alice</strong> now") {
+		t.Fatalf("the page of mallory's link in alice's browser: %s\n%s", resp.Status, body)
+	}
+	// An older browser: no Sec-Fetch-Site, its Origin this host.
+	resp, _ = signIn(t, srv, link, alice, "Origin", srv.URL)
+	mallory := sessionOf(resp, sessionCookie)
+	if resp.StatusCode != http.StatusSeeOther || mallory == nil {
+		t.Fatalf("Continue on the page: %s", resp.Status)
+	}
+	if _, body := get(t, srv, srv.URL+"/api/chains", mallory); body != "as:Bearer other" {
+		t.Fatalf("mallory's session: %q", body)
+	}
+	if _, body := get(t, srv, srv.URL+"/api/chains", alice); body != "as:" {
+		t.Fatalf("alice's replaced session still authenticates: %q", body)
+	}
+}
+
+// TestSessionMintsNoLink: a session cookie alone cannot ask for a link
+// (which would extend the session past its 30 minutes by script).
+func TestSessionMintsNoLink(t *testing.T) {
+	srv, _ := linkServer(t)
+	resp, _ := signIn(t, srv, makeLink(t, srv, "good"), nil, sameOrigin(srv)...)
+	cookie := sessionOf(resp, sessionCookie)
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+loginLinksPath, strings.NewReader(`{"chain":"run-1"}`))
+	req.Header.Set("X-XCT-CSRF", "1")
+	req.AddCookie(cookie)
+	if resp, body := do(t, srv, req); resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("a link asked for with the session cookie: %s %s", resp.Status, body)
+	}
+}
+
+// TestSessionCookieOverTLS: over TLS the cookie is __Host- and Secure, and
+// a cookie of the plain name (one a sibling domain could plant) is not
+// read.
+func TestSessionCookieOverTLS(t *testing.T) {
+	srv, _ := linkServer(t, true)
+	resp, _ := signIn(t, srv, makeLink(t, srv, "good"), nil, sameOrigin(srv)...)
+	cookie := sessionOf(resp, hostCookie)
+	if cookie == nil || !cookie.Secure || !cookie.HttpOnly || cookie.Path != "/" || cookie.Domain != "" {
+		t.Fatalf("cookie over TLS: %+v (all: %v)", cookie, resp.Cookies())
+	}
+	if _, body := get(t, srv, srv.URL+"/api/chains", cookie); body != "as:Bearer good" {
+		t.Fatalf("with the session: %q", body)
+	}
+	planted := &http.Cookie{Name: sessionCookie, Value: cookie.Value}
+	if _, body := get(t, srv, srv.URL+"/api/chains", planted); body != "as:" {
+		t.Fatalf("a plain-named cookie over TLS: %q", body)
 	}
 }

@@ -7,12 +7,17 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	jose "github.com/go-jose/go-jose/v4"
 	"github.com/go-jose/go-jose/v4/jwt"
 	"google.golang.org/grpc"
@@ -23,6 +28,7 @@ import (
 	"github.com/xct-dev/xct/internal/app"
 	"github.com/xct-dev/xct/internal/grpcx"
 	"github.com/xct-dev/xct/internal/testutil"
+	"github.com/xct-dev/xct/internal/testutil/browser"
 	"github.com/xct-dev/xct/services/executor"
 )
 
@@ -189,6 +195,127 @@ func TestAttackLookAlikeNameApprovesItsOwnRun(t *testing.T) {
 	}
 	if _, err := bob.DecideApproval(ctx, &xctv1.DecideApprovalRequest{RunId: runID, Step: "1", Approve: true, Reason: "reviewed"}); err != nil {
 		t.Fatalf("bob approves: %v", err)
+	}
+	run := c.waitRun(t, "bob", runID)
+	if n := deployed.Load(); n != 1 || run.GetStatus() != xctv1.RunStatus_RUN_STATUS_DONE {
+		t.Fatalf("after bob's approval: %d deploys, run %s (%s)", n, run.GetStatus(), run.GetMessage())
+	}
+}
+
+// debuggerLink asks the tracer's debugger for a one-time link with token
+// and returns it (absolute) and its code.
+func debuggerLink(t *testing.T, ctx context.Context, base, token, chain string) (string, string) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/api/login-links", strings.NewReader(`{"chain":"`+chain+`"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("X-XCT-CSRF", "1")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	var out struct {
+		Path string `json:"path"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("link: %s %v", resp.Status, err)
+	}
+	u, err := url.Parse(base + out.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u.String(), u.Query().Get("code")
+}
+
+// TestAttackDebuggerLinkSignsInTheOpener: bob (approver) has the debugger
+// open in his browser, signed in through his own link. mallory (another
+// approver) makes a link for herself and gets bob's browser to it from a
+// page of another site: by sending him there (a link in a chat, or the
+// page's script), and by a form that posts her code to /login by itself.
+// Opening a link signed the browser in at once, silently replacing bob's
+// session, so the approval bob then gave in the debugger was recorded as
+// mallory's (decided_by mallory on main). Now opening a link only shows
+// whom it would sign in as, another site's post is refused, and bob's
+// decision is his.
+func TestAttackDebuggerLinkSignsInTheOpener(t *testing.T) {
+	gate := make(chan struct{})
+	close(gate)
+	var deployed atomic.Int64
+	p := newIDP(t)
+	c := startBindCluster(t, p.option(), withProposer("gate", gateModel{gate: gate}), func(cfg *app.Config, o *app.Options) {
+		o.ExtraTools = []executor.Tool{countingDeploy{n: &deployed}}
+		cfg.Tracer.HTTPListen = "127.0.0.1:0"
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	const runID = "run-for-bob"
+	if _, err := c.orchestratorAs(t, "alice").StartRun(ctx, &xctv1.StartRunRequest{RunId: runID, Goal: "deploy", Model: "func:gate"}); err != nil {
+		t.Fatal(err)
+	}
+	bob := c.validatorAs(t, "bob")
+	testutil.Eventually(t, 30*time.Second, func() error {
+		l, err := bob.ListApprovals(ctx, &xctv1.ListApprovalsRequest{RunId: runID})
+		if err != nil {
+			return err
+		}
+		if len(l.GetApprovals()) != 1 {
+			return fmt.Errorf("%d pending approvals", len(l.GetApprovals()))
+		}
+		return nil
+	})
+	tracerHost := c.app.Tracer.HTTPAddr()
+	base := "http://" + tracerHost
+
+	b := browser.New(t, 2*time.Minute)
+	// bob signs in with his own link.
+	own, _ := debuggerLink(t, ctx, base, c.creds.Token(t, "bob"), runID)
+	b.Do(t, "bob opens his link", chromedp.Navigate(own))
+	b.Until(t, "bob's sign-in", `location.hash === '#/chain/`+runID+`' || !!document.querySelector('#continue')`)
+	if browser.Eval[bool](t, b, `!!document.querySelector('#continue')`) {
+		b.Do(t, "bob continues", chromedp.Click(chromedp.CSS("#continue")))
+	}
+	b.Until(t, "bob on the chain", `location.hash === '#/chain/`+runID+`'`)
+
+	// mallory's page, on another site (localhost, not 127.0.0.1).
+	token := p.token(t, "mallory", "approver")
+	sent, _ := debuggerLink(t, ctx, base, token, runID)
+	_, posted := debuggerLink(t, ctx, base, token, runID)
+	mux := http.NewServeMux()
+	mux.HandleFunc("/go", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		_, _ = fmt.Fprintf(w, `<!doctype html><script>location.href = %q</script>`, sent)
+	})
+	mux.HandleFunc("/post", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		_, _ = fmt.Fprintf(w, `<!doctype html><form id="f" method="post" action="%s/login"><input type="hidden" name="code" value="%s"></form>`+
+			`<script>document.getElementById('f').submit()</script>`, base, posted)
+	})
+	evil := httptest.NewServer(mux)
+	defer evil.Close()
+	evilURL := strings.Replace(evil.URL, "127.0.0.1", "localhost", 1)
+	for _, page := range []string{"/go", "/post"} {
+		b.Do(t, "bob's browser on mallory's page "+page, chromedp.Navigate(evilURL+page))
+		b.Until(t, "the tracer's answer to "+page, `location.host === '`+tracerHost+`' && document.readyState === 'complete'`)
+	}
+
+	// bob approves in the debugger (its own API, as the page's button does).
+	b.Do(t, "back to the debugger", chromedp.Navigate(base+"/#/approvals"))
+	b.Until(t, "the debugger", `location.host === '`+tracerHost+`' && document.readyState === 'complete'`)
+	browser.Eval[any](t, b, `window.__decided = null; fetch('/api/approvals/decide', {method: 'POST',
+		headers: {'Content-Type': 'application/json', 'X-XCT-CSRF': '1'},
+		body: JSON.stringify({run_id: '`+runID+`', step: 1, approve: true, reason: 'reviewed'})})
+		.then(r => r.text()).then(t => { window.__decided = t; }); null`)
+	b.Until(t, "the decision", `window.__decided !== null`)
+	l, err := bob.ListApprovals(ctx, &xctv1.ListApprovalsRequest{RunId: runID, All: true})
+	if err != nil || len(l.GetApprovals()) != 1 {
+		t.Fatalf("approvals: %v %v", l, err)
+	}
+	if a := l.GetApprovals()[0]; a.GetState() != xctv1.ApprovalState_APPROVAL_STATE_APPROVED || a.GetDecidedBy() != "bob" {
+		t.Fatalf("bob's approval in his browser: %s by %q (%s), want approved by bob", a.GetState(), a.GetDecidedBy(),
+			browser.Eval[string](t, b, `window.__decided`))
 	}
 	run := c.waitRun(t, "bob", runID)
 	if n := deployed.Load(); n != 1 || run.GetStatus() != xctv1.RunStatus_RUN_STATUS_DONE {

@@ -373,6 +373,8 @@ steps:
 
 	b := browser.New(t, 2*time.Minute)
 	b.Do(t, "open the link", chromedp.Navigate(link))
+	b.Until(t, "the page naming dave", `document.querySelector('#who')?.innerText.includes('as dave')`)
+	b.Do(t, "continue", chromedp.Click(chromedp.CSS("#continue")))
 	b.Until(t, "the chain's flowchart", `location.hash === '#/chain/`+runID+`' && document.querySelectorAll('g.node').length > 0`)
 	if stored := browser.Eval[string](t, b, `sessionStorage.getItem('xct-debugger-token') ?? ''`); stored != "" {
 		t.Fatalf("a token in the page's storage: %q", stored)
@@ -415,12 +417,15 @@ steps:
 	b := browser.New(t, 2*time.Minute)
 
 	b.Do(t, "open the chain as dave", chromedp.Navigate(link("dave")))
+	b.Do(t, "continue as dave", chromedp.Click(chromedp.CSS("#continue")))
 	b.Until(t, "the chain as dave", `!!document.querySelector('#chain-id') && document.querySelectorAll('g.node').length > 0`)
 	if n := browser.Eval[int](t, b, `document.querySelectorAll('#cancel-run').length`); n != 0 {
 		t.Fatal("an auditor is offered Cancel")
 	}
 
 	b.Do(t, "open the chain as carol", chromedp.Navigate(link("carol")))
+	b.Until(t, "the page naming both", `document.querySelector('#current')?.innerText.includes('signed in as dave')`)
+	b.Do(t, "continue as carol", chromedp.Click(chromedp.CSS("#continue")))
 	b.Until(t, "the Cancel button", `!!document.querySelector('#cancel-run')`)
 	b.Do(t, "cancel", chromedp.Click(chromedp.CSS("#cancel-run")))
 	typeInto(t, b, "#cancel-reason", "wrong ticket")
