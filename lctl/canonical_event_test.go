@@ -236,6 +236,11 @@ func TestLoopTablesMatchGeneral(t *testing.T) {
 			}
 			return buf.Bytes()
 		},
+		"two spaces": func(b []byte) []byte {
+			// Python's separators with a space more (one space is
+			// stepped over inline, more by the loop).
+			return bytes.ReplaceAll(bytes.ReplaceAll(pySpaces(b), []byte(", \""), []byte(",  \"")), []byte("\": "), []byte("\":  "))
+		},
 		"tabs": func(b []byte) []byte {
 			// White space of every kind before and after every token.
 			var out []byte

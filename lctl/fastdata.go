@@ -176,7 +176,7 @@ func (p *fastParser) canonData(e *Event) bool {
 			if i >= len(b) || b[i] != '"' {
 				// White space where canonical JSON has none is looked
 				// for only where the byte it has is not there.
-				if i = skipWS(b, i); i >= len(b) || b[i] != '"' {
+				if i = skipAt(b, i); i >= len(b) || b[i] != '"' {
 					return false
 				}
 			}
@@ -198,7 +198,7 @@ func (p *fastParser) canonData(e *Event) bool {
 				i = p.i
 			}
 			if i >= len(b) || b[i] != ':' {
-				if i = skipWS(b, i); i >= len(b) || b[i] != ':' {
+				if i = skipAt(b, i); i >= len(b) || b[i] != ':' {
 					return false
 				}
 			}
@@ -408,9 +408,18 @@ func (p *fastParser) skipKeyWS(i int) (int, bool) {
 // canonical JSON): inlined where skipWS is not.
 func skipAt(b []byte, i int) int {
 	if i < len(b) && b[i] <= ' ' {
-		return skipWS(b, i)
+		return skip1(b, i)
 	}
 	return i
+}
+
+// skip1 is skipWS at white space, with the one space of Python's
+// separators (", ", ": ") stepped over without a call.
+func skip1(b []byte, i int) int {
+	if b[i] == ' ' && i+1 < len(b) && b[i+1] > ' ' {
+		return i + 1
+	}
+	return skipWS(b, i)
 }
 
 // skipWS returns where the white space JSON allows that starts at b[i]
@@ -547,11 +556,37 @@ var specKeyWords, specKeyLens = func() (w [4][4]uint64, n [4]int) {
 	return w, n
 }()
 
+// specPyWords are the keys as Python's separators write them with the
+// comma before them and the colon after (`, "type": `), in specKeyWords'
+// layout, and their lengths (at most 16: `, "timestamp": ` is 15).
+var specPyWords, specPyLens = func() (w [4][4]uint64, n [4]int) {
+	for k, q := range [...]string{`, "type": `, `, "timestamp": `, `, "agent": `, `, "data": `} {
+		var b [16]byte
+		copy(b[:], q)
+		for i := range q {
+			w[k][2*(i/8)+1] |= 0xff << (8 * (i % 8))
+		}
+		w[k][0] = binary.LittleEndian.Uint64(b[:8]) & w[k][1]
+		w[k][2] = binary.LittleEndian.Uint64(b[8:]) & w[k][3]
+		n[k] = len(q)
+	}
+	return w, n
+}()
+
 // specKey moves past the comma before a member, its key k (quoted, as
 // it must be written) and the colon after it, with white space anywhere
 // between them, to its value.
 func (p *fastParser) specKey(k int) bool {
 	b := p.b
+	if i := p.i; i+16 <= len(b) {
+		// `, "type": ` and the like, as Python's separators write them,
+		// in two words.
+		w := &specPyWords[k]
+		if binary.LittleEndian.Uint64(b[i:])&w[1] == w[0] && binary.LittleEndian.Uint64(b[i+8:])&w[3] == w[2] {
+			p.i = skipAt(b, i+specPyLens[k])
+			return true
+		}
+	}
 	i := skipAt(b, p.i)
 	if i >= len(b) || b[i] != ',' {
 		return false

@@ -14,6 +14,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"math/bits"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -48,7 +50,7 @@ func AppendLine(dst []byte, e *lctl.Event) []byte {
 // and the subject after a space when there is one.
 func appendLineHead(dst []byte, e *lctl.Event, subject string) []byte {
 	dst = append(dst, '[')
-	dst = strconv.AppendUint(dst, e.Seq, 10)
+	dst = appendUint(dst, e.Seq)
 	dst = append(dst, "] "...)
 	dst = append(dst, agentName(e.Agent)...)
 	dst = append(dst, ": "...)
@@ -134,7 +136,7 @@ func appendLineFast(dst []byte, e *lctl.Event) ([]byte, bool) {
 		if n, ok := intAt(e, "step"); ok {
 			w.next()
 			w.b = append(w.b, "step "...)
-			w.b = strconv.AppendInt(w.b, n, 10)
+			w.b = appendInt(w.b, n)
 		}
 		w.next()
 		if tool != "" {
@@ -205,12 +207,12 @@ func appendLineFast(dst []byte, e *lctl.Event) ([]byte, bool) {
 		if n, ok := intAt(e, "step"); ok {
 			w.next()
 			w.b = append(w.b, "step "...)
-			w.b = strconv.AppendInt(w.b, n, 10)
+			w.b = appendInt(w.b, n)
 		}
 	case lctl.TypeHandoff:
 		if n, ok := intAt(e, "facts"); ok {
 			w.next()
-			w.b = strconv.AppendInt(w.b, n, 10)
+			w.b = appendInt(w.b, n)
 			w.b = append(w.b, ' ')
 			w.b = append(w.b, plural(int(n), "fact", "facts")...)
 		}
@@ -253,7 +255,7 @@ func appendDuration(b []byte, ms float64) []byte {
 // its digits, without the shortest-digits search.
 func appendShortest(b []byte, x float64) []byte {
 	if x >= 1 && x < 1000 && x == math.Trunc(x) {
-		return strconv.AppendInt(b, int64(x), 10)
+		return appendUint(b, uint64(x))
 	}
 	return strconv.AppendFloat(b, x, 'f', -1, 64)
 }
@@ -263,16 +265,81 @@ func appendCount(b []byte, n int64) []byte {
 	if n < 0 {
 		return append(b, FormatCount(n)...)
 	}
+	if n < 1000 {
+		return appendUint(b, uint64(n))
+	}
 	var digits [20]byte
-	d := strconv.AppendInt(digits[:0], n, 10)
-	for i, c := range d {
-		if i > 0 && (len(d)-i)%3 == 0 {
-			b = append(b, ',')
-		}
-		b = append(b, c)
+	d := appendUint(digits[:0], uint64(n))
+	// The digits before the first comma, then three at a time.
+	head := len(d) % 3
+	if head == 0 {
+		head = 3
+	}
+	b = append(b, d[:head]...)
+	for i := head; i < len(d); i += 3 {
+		b = append(b, ',', d[i], d[i+1], d[i+2])
 	}
 	return b
 }
+
+// appendInt is strconv.AppendInt(b, n, 10).
+func appendInt(b []byte, n int64) []byte {
+	if n < 0 {
+		return strconv.AppendInt(b, n, 10)
+	}
+	return appendUint(b, uint64(n))
+}
+
+// decimalPairs holds "00" to "99".
+const decimalPairs = "0001020304050607080910111213141516171819" +
+	"2021222324252627282930313233343536373839" +
+	"4041424344454647484950515253545556575859" +
+	"6061626364656667686970717273747576777879" +
+	"8081828384858687888990919293949596979899"
+
+// appendUint is strconv.AppendUint(b, u, 10) written in place: a line's
+// seq, step and counts (a million lines, each with a number or two),
+// without the copy from strconv's buffer.
+func appendUint(b []byte, u uint64) []byte {
+	if u < 10 {
+		return append(b, byte('0'+u))
+	}
+	// The number of digits: from the bits, one more when u reaches the
+	// next power of ten.
+	n := (bits.Len64(u) * 1233) >> 12
+	if u >= pow10[n] {
+		n++
+	}
+	at := len(b)
+	if cap(b)-at < n {
+		b = slices.Grow(b, n)
+	}
+	b = b[:at+n]
+	d := b[at:]
+	i := n
+	for u >= 100 {
+		q := u / 100
+		r := (u - q*100) * 2
+		i -= 2
+		d[i], d[i+1] = decimalPairs[r], decimalPairs[r+1]
+		u = q
+	}
+	if u >= 10 {
+		d[0], d[1] = decimalPairs[2*u], decimalPairs[2*u+1]
+	} else {
+		d[0] = byte('0' + u)
+	}
+	return b
+}
+
+// pow10[i] is ten to the i (up to 10^19, the last a uint64 holds).
+var pow10 = func() (p [20]uint64) {
+	p[0] = 1
+	for i := 1; i < len(p); i++ {
+		p[i] = p[i-1] * 10
+	}
+	return p
+}()
 
 // agentName is how an event's agent is shown; "-" when it has none (the
 // spec's streaming events do not name one).
@@ -735,10 +802,20 @@ func clipHash(h string) string {
 }
 
 func oneLine(s string) string {
-	if !strings.ContainsAny(s, "\n\r\t") {
+	if !hasLineBreakOrTab(s) {
 		return s
 	}
 	return strings.Join(strings.Fields(s), " ")
+}
+
+// hasLineBreakOrTab is strings.ContainsAny(s, "\n\r\t").
+func hasLineBreakOrTab(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c <= '\r' && (c == '\n' || c == '\r' || c == '\t') {
+			return true
+		}
+	}
+	return false
 }
 
 // FormatDuration renders milliseconds for people: "50ms", "12.6ms",

@@ -29,7 +29,7 @@ func Truncate(s string, n int) string {
 // below 1 counts as 1 (the Ellipsis alone).
 func TruncateRunes(s string, n int) string {
 	n = max(n, 1)
-	if utf8.RuneCountInString(s) <= n {
+	if len(s) <= n || utf8.RuneCountInString(s) <= n {
 		return s
 	}
 	i, kept := 0, 0

@@ -1,8 +1,12 @@
 package text
 
 import (
+	"fmt"
+	"math/rand/v2"
+	"strconv"
 	"strings"
 	"testing"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -130,6 +134,56 @@ func TestEscapeHidden(t *testing.T) {
 			hidden := v < 0x20 || v >= 0x7f
 			if changed := string(got) != string(b); changed != hidden {
 				t.Errorf("byte %#x at %d: escaped %v (%q)", v, pos, changed, got)
+			}
+		}
+	}
+}
+
+// TestHiddenRanges: Hidden, with its shortcut for the range of arrows
+// and CJK, is its definition for every rune.
+func TestHiddenRanges(t *testing.T) {
+	for r := rune(0); r <= unicode.MaxRune; r++ {
+		want := r < 0x20 || r == 0x7f || unicode.IsControl(r) || unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp)
+		if got := Hidden(r); got != want {
+			t.Fatalf("Hidden(%U) = %v, want %v", r, got, want)
+		}
+	}
+}
+
+// TestEscapeHiddenAfterShown: after a shown character beyond ASCII (an
+// arrow, an accent) the scan goes on word by word; what it writes is the
+// escape of each hidden character and stray byte, whatever is before
+// and after it, as a rune-by-rune rewrite gives.
+func TestEscapeHiddenAfterShown(t *testing.T) {
+	ref := func(s string) string {
+		var b strings.Builder
+		for len(s) > 0 {
+			r, size := utf8.DecodeRuneInString(s)
+			switch {
+			case r == utf8.RuneError && size <= 1:
+				fmt.Fprintf(&b, `\x%02x`, s[0])
+			case Hidden(r):
+				q := strconv.QuoteRuneToASCII(r)
+				b.WriteString(q[1 : len(q)-1])
+			default:
+				b.WriteString(s[:size])
+			}
+			s = s[size:]
+		}
+		return b.String()
+	}
+	pieces := []string{"a", "plain words ", "→", "é", "世界", "\u202e", "\x1b", "\xff", "\xe2\x86", "\u200b", "\t", "\x7f", "12345678", "\U0001f600", "\ufeff", "\u2069"}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 20000 {
+		var s strings.Builder
+		for range rng.IntN(12) {
+			s.WriteString(pieces[rng.IntN(len(pieces))])
+		}
+		in := s.String()
+		for _, prefix := range []string{"", "[12] keep → "} {
+			got := string(EscapeHidden([]byte(prefix+in), len(prefix)))
+			if want := prefix + ref(in); got != want {
+				t.Fatalf("EscapeHidden(%q) = %q, want %q", prefix+in, got, want)
 			}
 		}
 	}

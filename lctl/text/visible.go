@@ -19,8 +19,21 @@ func Hidden(r rune) bool {
 		return true
 	case r < 0x80:
 		return false
+	case r >= 0x2070 && r < 0xfeff:
+		// No control, format or separator character lies here (arrows,
+		// CJK, most symbols): TestHiddenRanges checks every rune.
+		return false
 	}
 	return unicode.IsControl(r) || unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp)
+}
+
+// shownWord says no byte of x is below 0x20 or above 0x7e: a borrow out
+// of a byte below 0x20, a carry out of 0x7f or above, or a high bit set
+// (the subtraction and addition only carry past a byte that is itself
+// one of those).
+func shownWord(x uint64) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	return ((x-0x20*ones)&^x|(x+ones)|x)&highs == 0
 }
 
 // EscapeHidden rewrites b[from:] with every Hidden character and every
@@ -29,34 +42,34 @@ func Hidden(r rune) bool {
 // printable ASCII is found so in one pass and returned as it is.
 func EscapeHidden(b []byte, from int) []byte {
 	i := from
-	// Eight bytes at a time while none is below 0x20 or above 0x7e: a
-	// borrow out of a byte below 0x20, a carry out of 0x7f or above, or
-	// a high bit set (the subtraction and addition only carry past a
-	// byte that is itself one of those).
-	const ones, highs = 0x0101010101010101, 0x8080808080808080
-	for ; i+8 <= len(b); i += 8 {
-		x := binary.LittleEndian.Uint64(b[i:])
-		if ((x-0x20*ones)&^x|(x+ones)|x)&highs != 0 {
-			break
+	for {
+		// Eight bytes at a time while all of them show (shownWord).
+		for ; i+8 <= len(b); i += 8 {
+			if !shownWord(binary.LittleEndian.Uint64(b[i:])) {
+				break
+			}
 		}
-	}
-	for ; i < len(b); i++ {
-		if c := b[i]; c < 0x20 || c >= 0x7f {
-			break
+		if i+8 > len(b) && i < len(b) && len(b)-8 >= from && shownWord(binary.LittleEndian.Uint64(b[len(b)-8:])) {
+			return b // the last bytes, read as the word that ends there
 		}
-	}
-	if i == len(b) {
-		return b
-	}
-	for j := i; j < len(b); {
-		r, size := utf8.DecodeRune(b[j:])
+		for ; i < len(b); i++ {
+			if c := b[i]; c < 0x20 || c >= 0x7f {
+				break
+			}
+		}
+		if i == len(b) {
+			return b // all of it shown
+		}
+		if b[i] < utf8.RuneSelf {
+			break // a control character
+		}
+		// A character beyond ASCII (a handoff's arrow): stepped over when
+		// it shows, and the bytes after it read as fast again.
+		r, size := utf8.DecodeRune(b[i:])
 		if (r == utf8.RuneError && size <= 1) || Hidden(r) {
 			break
 		}
-		j += size
-		if j == len(b) {
-			return b // UTF-8 beyond ASCII, all of it shown
-		}
+		i += size
 	}
 	tail := string(b[i:])
 	b = b[:i]
