@@ -440,18 +440,36 @@ func (t *shellTool) checkArgs(b *BinaryConfig, args []string, cwd string) *xctv1
 // localPath checks an operand of a path_args program: a relative path
 // inside the workspace, written so and also after following the symbolic
 // links on it from the working directory cwd (an in-workspace link to
-// /etc is outside).
+// /etc is outside). As the fs tools take a path, it takes one only in
+// clean form ("./" may begin it, to name a file "./-x"), and not through
+// a symbolic link: a policy judged the operand as written, and the kernel
+// reads "pub/../secret/key" or "pub/l/key" (l -> ../secret) as another
+// path, "l/../x" (l -> /etc/ssl) as one outside the workspace.
 func (t *shellTool) localPath(b *BinaryConfig, i int, cwd, a string) *xctv1.Error {
+	details := map[string]any{"argument": "argv", "index": i + 1, "value": a}
 	outside := func() *xctv1.Error {
 		return wire.WithDetails(wire.Errorf(wire.CodePermissionDenied,
-			"argument %q of %s must be a path inside the workspace", a, b.Name),
-			map[string]any{"argument": "argv", "index": i + 1, "value": a})
+			"argument %q of %s must be a path inside the workspace", a, b.Name), details)
 	}
 	if a == "" || filepath.IsAbs(a) || !filepath.IsLocal(a) {
 		return outside()
 	}
-	if _, ok := t.ws.resolve(filepath.Join(cwd, a)); !ok {
+	w := strings.TrimPrefix(a, "./")
+	if c := filepath.Clean(w); c != w {
+		details["clean"] = c
+		return wire.WithDetails(wire.Errorf(wire.CodeInvalidArgument,
+			"argument %q of %s is not a path in clean form: write it as %q (no \".\" or \"..\" segments, no repeated or trailing \"/\")", a, b.Name, c), details)
+	}
+	name := filepath.Join(cwd, w)
+	real, ok := t.ws.resolve(name)
+	if !ok {
 		return outside()
+	}
+	if real != name {
+		details["real"] = filepath.ToSlash(real)
+		return wire.WithDetails(wire.Errorf(wire.CodeInvalidArgument,
+			"argument %q of %s goes through a symbolic link: it is %q in the workspace; name that path (the policy judges the path as written)",
+			a, b.Name, filepath.ToSlash(real)), details)
 	}
 	return nil
 }

@@ -180,6 +180,14 @@ func testShellExec(t *testing.T, sandboxed bool) {
 		{"operand through up", map[string]any{"argv": []any{"ls", "up"}}, wire.CodePermissionDenied},
 		{"operand through a link in the working directory", map[string]any{"argv": []any{"cat", "out-rel"}, "cwd": "sub"}, wire.CodePermissionDenied},
 		{"operand outside: parent", map[string]any{"argv": []any{"cat", "../outside.txt"}}, wire.CodePermissionDenied},
+		// Session 10 (trust10a): an operand is taken in clean form, not
+		// through a link: the kernel reads "dirlink-abs/.." as the
+		// parent of the link's target (outside), "sub/../x" past a rule
+		// on "sub/", "alias" as hello.txt past a rule on hello.txt.
+		{"operand with .. after a link out", map[string]any{"argv": []any{"cat", "dirlink-abs/../outside.txt"}}, wire.CodeInvalidArgument},
+		{"operand not in clean form", map[string]any{"argv": []any{"cat", "sub/../hello.txt"}}, wire.CodeInvalidArgument},
+		{"operand with a trailing slash", map[string]any{"argv": []any{"ls", "sub/"}}, wire.CodeInvalidArgument},
+		{"operand through a link inside", map[string]any{"argv": []any{"cat", "alias"}}, wire.CodeInvalidArgument},
 		{"operand outside: absolute", map[string]any{"argv": []any{"cat", "/etc/passwd"}}, wire.CodePermissionDenied},
 		{"too many arguments", map[string]any{"argv": []any{"ls", "-l", "a", "b", "c"}}, wire.CodeInvalidArgument},
 		{"NUL in an argument", map[string]any{"argv": []any{"echo", "a\x00b"}}, wire.CodeInvalidArgument},
@@ -211,6 +219,10 @@ func testShellExec(t *testing.T, sandboxed bool) {
 		// name starts with "-" is named "./-x".
 		if res := resultAs[ShellResult](t, shell(t, s, "true", "--", "./-x")); res.ExitCode != 0 {
 			t.Fatalf("true -- ./-x: %+v", res)
+		}
+		// Clean operands, and the file a link leads to named as itself.
+		if res := resultAs[ShellResult](t, shell(t, s, "cat", "./hello.txt", "sub/dir/n.txt")); res.Stdout != "hello\nnested" {
+			t.Fatalf("cat of clean operands: %+v", res)
 		}
 	})
 }

@@ -166,8 +166,8 @@ type BinaryConfig struct {
 	// AnyFlags allows every argument starting with "-".
 	AnyFlags bool `yaml:"any_flags"`
 	// PathArgs requires every other argument to be a relative path that
-	// stays inside the workspace (no "..", not absolute), also after
-	// following the symbolic links on it.
+	// stays inside the workspace (no "..", not absolute), in clean form
+	// ("./" may begin it) and not through a symbolic link.
 	PathArgs bool `yaml:"path_args"`
 	// Subcommands, when set, are the only values the first argument that
 	// is not an option may take ("git status", not "git config").

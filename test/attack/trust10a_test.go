@@ -9,7 +9,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"path"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -256,5 +258,56 @@ func TestAttackVerdictForAToolThatChanged(t *testing.T) {
 	}
 	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "described by") {
 		t.Fatalf("the changed executor's answer: %v %v", resp, err)
+	}
+}
+
+// TestAttackShellOperandSpelledPastAPathRule (session 10, trust10a): a
+// policy lets `cat` read files under public/ with no human. shell.exec
+// checked a path_args operand only for staying inside the workspace, so
+// `cat public/../secret/key.txt` (the rule reads "public/...", the kernel
+// secret/key.txt) and `cat public/l/key.txt` through a link already in
+// the workspace (public/l -> ../secret, as a cloned repository may hold)
+// read the secret. Now an operand is taken only in clean form and not
+// through a link, as the fs tools take a path; the refusal names the
+// path, for the model to propose and the policy to judge.
+func TestAttackShellOperandSpelledPastAPathRule(t *testing.T) {
+	requireSandbox(t)
+	policy := `rules:
+  - id: cat-public
+    effect: allow
+    tools: [shell.exec]
+    when: 'args.argv.size() == 2 && args.argv[0] == "cat" && args.argv[1].startsWith("public/")'
+`
+	c := startBindCluster(t, withTools(t, "shell:\n  binaries:\n    - {name: cat, effect: read, idempotent: true, path_args: true}\n", policy))
+	for name, content := range map[string]string{"public/readme.txt": "hello", "secret/key.txt": "TOPSECRET"} {
+		p := filepath.Join(c.workspace, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("../secret", filepath.Join(c.workspace, "public", "l")); err != nil {
+		t.Fatal(err)
+	}
+	c.writeScript(t, "a.yaml", script(
+		step("shell.exec", "{argv: [cat, public/../secret/key.txt]}"),
+		step("shell.exec", "{argv: [cat, public/l/key.txt]}"),
+		step("shell.exec", "{argv: [cat, secret/key.txt]}"),
+		step("shell.exec", "{argv: [cat, public/readme.txt]}"),
+	))
+	run := c.runToEnd(t, "alice", &xctv1.StartRunRequest{Goal: "g", Model: "scripted:a.yaml"})
+	for i, s := range run.GetSteps() {
+		if strings.Contains(fmt.Sprint(s.GetResponse()), "TOPSECRET") {
+			t.Errorf("step %d read the secret past the rule on public/: %v", i+1, s.GetResponse().GetSuccess())
+		}
+	}
+	if errs := stepErrors(run); fmt.Sprint(errs) != "[INVALID_ARGUMENT INVALID_ARGUMENT POLICY_DENIED ]" {
+		t.Fatalf("steps: %v", errs)
+	}
+	d := run.GetSteps()[1].GetResponse().GetError().GetDetails().AsMap()
+	if d["real"] != "secret/key.txt" {
+		t.Fatalf("the refusal of the link names %v", d)
 	}
 }
