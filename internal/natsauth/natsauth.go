@@ -477,7 +477,8 @@ func DevFile(path string) (File, error) {
 // durable consumer, one ordered consumer per WatchRun (at most
 // orchestrator.DefaultMaxWatches per principal), per lctl tail and per
 // chain read, one KV watcher per service, per run waiting for an
-// approval and per step waiting on its record. Past the bound a create is
+// approval (at most orchestrator.DefaultMaxRuns runs per principal) and
+// per step waiting on its record. Past the bound a create is
 // refused (JetStream error 10026) and the service fails the request
 // visibly; a deployment with more runs waiting for approvals at once
 // raises it in its nats.conf.

@@ -30,6 +30,9 @@ type Config struct {
 	// (natsauth.ServerUsers). There is no anonymous access: a server
 	// without users is refused.
 	Users []*server.User
+	// MaxConsumersPerStream bounds each stream's consumers (0:
+	// natsauth.MaxConsumersPerStream); tests lower it to reach the bound.
+	MaxConsumersPerStream int
 }
 
 // Start runs the server and waits until it accepts connections.
@@ -42,6 +45,10 @@ func Start(cfg Config) (*server.Server, error) {
 	}
 	if len(cfg.Users) == 0 {
 		return nil, fmt.Errorf("embedded nats: no users: anonymous access is never allowed (natsauth.ServerUsers)")
+	}
+	maxConsumers := cfg.MaxConsumersPerStream
+	if maxConsumers <= 0 {
+		maxConsumers = natsauth.MaxConsumersPerStream
 	}
 	opts := &server.Options{
 		Users:      cfg.Users,
@@ -56,7 +63,7 @@ func Start(cfg Config) (*server.Server, error) {
 		SyncAlways: cfg.SyncAlways,
 		// Consumers per stream: bounded, as on every server XCT
 		// configures (natsauth.MaxConsumersPerStream).
-		JetStreamLimits: server.JSLimitOpts{DefaultMaxConsumers: natsauth.MaxConsumersPerStream},
+		JetStreamLimits: server.JSLimitOpts{DefaultMaxConsumers: maxConsumers},
 	}
 	s, err := server.NewServer(opts)
 	if err != nil {

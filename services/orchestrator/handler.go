@@ -119,6 +119,13 @@ func (s *Service) startRun(ctx context.Context, req *xctv1.StartRunRequest) (*ru
 		}
 		return nil, fmt.Errorf("%w: %s", ErrRunExists, id)
 	}
+	if n := s.runsOfLocked(principal); n >= s.cfg.MaxRuns {
+		s.mu.Unlock()
+		rcancel(nil)
+		closeProposer(proposer)
+		return nil, status.Errorf(codes.ResourceExhausted,
+			"%s already has %d runs in progress on this orchestrator, the limit per principal (--max-runs): wait for one to end, or cancel one", principal, n)
+	}
 	s.active[id] = r
 	s.mu.Unlock()
 	rev, err := s.claimStart(ctx, id)
@@ -154,6 +161,27 @@ func (s *Service) startRun(ctx context.Context, req *xctv1.StartRunRequest) (*ru
 	r.startRunSpan(ctx)
 	s.launch(r)
 	return r, nil
+}
+
+// DefaultMaxRuns is how many runs one principal may have in progress on
+// one orchestrator at once. Each run may hold JetStream consumers while it
+// waits (for an approval: one on the approvals' stream, whose consumers
+// are bounded for everyone by natsauth.MaxConsumersPerStream; for a step's
+// record) and a model and tool call in flight: without a bound one
+// principal's runs could take them all, and every other principal's
+// approval waits would fail.
+const DefaultMaxRuns = 128
+
+// runsOfLocked counts the runs of principal this orchestrator has in
+// progress (started, taken over or rolling back here); s.mu is held.
+func (s *Service) runsOfLocked(principal string) int {
+	n := 0
+	for _, r := range s.active {
+		if r.principal == principal {
+			n++
+		}
+	}
+	return n
 }
 
 // GetRun implements OrchestratorService.

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
@@ -43,7 +44,13 @@ type bindOption func(*app.Config, *app.Options)
 
 func startBindCluster(t *testing.T, opts ...bindOption) *bindCluster {
 	t.Helper()
-	ns := testutil.RunJetStream(t)
+	return startBindClusterOn(t, testutil.RunJetStream(t), opts...)
+}
+
+// startBindClusterOn is startBindCluster on a JetStream server of the
+// test's (provisioned, with testutil's users).
+func startBindClusterOn(t *testing.T, ns *server.Server, opts ...bindOption) *bindCluster {
+	t.Helper()
 	c := &bindCluster{creds: grpcxtest.New(t)}
 	base := t.TempDir()
 	c.workspace, c.scripts = filepath.Join(base, "workspace"), filepath.Join(base, "scripts")

@@ -27,6 +27,7 @@ import (
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/app"
 	"github.com/xct-dev/xct/internal/grpcx"
+	"github.com/xct-dev/xct/internal/natsembed"
 	"github.com/xct-dev/xct/internal/testutil"
 	"github.com/xct-dev/xct/internal/testutil/browser"
 	"github.com/xct-dev/xct/services/executor"
@@ -321,4 +322,75 @@ func TestAttackDebuggerLinkSignsInTheOpener(t *testing.T) {
 	if n := deployed.Load(); n != 1 || run.GetStatus() != xctv1.RunStatus_RUN_STATUS_DONE {
 		t.Fatalf("after bob's approval: %d deploys, run %s (%s)", n, run.GetStatus(), run.GetMessage())
 	}
+}
+
+// TestAttackOnePrincipalsRunsHoldEveryApprovalWait: a run waiting for an
+// approval holds a consumer on the approvals' stream, and a stream's
+// consumers are bounded for everyone (natsauth.MaxConsumersPerStream; 12
+// on this test's server, to reach it with few runs). alice started runs
+// whose steps need a human until the bound was reached; then dev's run,
+// whose deploy needed bob's approval, could not wait for it and failed,
+// and bob had nothing to approve (so on main, and with --max-runs set
+// past the stream's bound). Now alice's runs past --max-runs are refused
+// with RESOURCE_EXHAUSTED naming the limit, dev's run waits and deploys
+// on bob's approval, and alice may start again once one of hers ends.
+func TestAttackOnePrincipalsRunsHoldEveryApprovalWait(t *testing.T) {
+	const bound = 4
+	ns := testutil.RunJetStreamWith(t, natsembed.Config{MaxConsumersPerStream: 12})
+	gate := make(chan struct{})
+	close(gate)
+	var deployed atomic.Int64
+	c := startBindClusterOn(t, ns, withProposer("gate", gateModel{gate: gate}), func(cfg *app.Config, o *app.Options) {
+		o.ExtraTools = []executor.Tool{countingDeploy{n: &deployed}}
+		cfg.Orchestrator.MaxRuns = bound
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	alice, bob := c.orchestratorAs(t, "alice"), c.validatorAs(t, "bob")
+	pending := func(run string) error {
+		l, err := bob.ListApprovals(ctx, &xctv1.ListApprovalsRequest{RunId: run})
+		if err != nil {
+			return err
+		}
+		if len(l.GetApprovals()) != 1 {
+			return fmt.Errorf("run %s: %d pending approvals", run, len(l.GetApprovals()))
+		}
+		return nil
+	}
+	var refused error
+	started := 0
+	for i := range 20 {
+		id := fmt.Sprintf("alice-%d", i)
+		if _, refused = alice.StartRun(ctx, &xctv1.StartRunRequest{RunId: id, Goal: "deploy", Model: "func:gate"}); refused != nil {
+			break
+		}
+		started++
+		testutil.Eventually(t, 30*time.Second, func() error { return pending(id) })
+	}
+	if started != bound || status.Code(refused) != codes.ResourceExhausted || !strings.Contains(refused.Error(), "--max-runs") {
+		t.Fatalf("alice started %d runs, then: %v; want %d, then RESOURCE_EXHAUSTED naming --max-runs", started, refused, bound)
+	}
+
+	// dev's run still gets its approval.
+	const devRun = "dev-run"
+	if _, err := c.orchestratorAs(t, "dev").StartRun(ctx, &xctv1.StartRunRequest{RunId: devRun, Goal: "deploy", Model: "func:gate"}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 30*time.Second, func() error { return pending(devRun) })
+	if _, err := bob.DecideApproval(ctx, &xctv1.DecideApprovalRequest{RunId: devRun, Step: "1", Approve: true, Reason: "reviewed"}); err != nil {
+		t.Fatalf("bob approves dev's step: %v", err)
+	}
+	if run := c.waitRun(t, "dev", devRun); run.GetStatus() != xctv1.RunStatus_RUN_STATUS_DONE || deployed.Load() != 1 {
+		t.Fatalf("dev's run: %s (%s), %d deploys", run.GetStatus(), run.GetMessage(), deployed.Load())
+	}
+
+	// One of alice's runs ends: she may start another.
+	if _, err := alice.CancelRun(ctx, &xctv1.CancelRunRequest{RunId: "alice-0", Reason: "done"}); err != nil {
+		t.Fatal(err)
+	}
+	c.waitRun(t, "alice", "alice-0")
+	testutil.Eventually(t, 30*time.Second, func() error {
+		_, err := alice.StartRun(ctx, &xctv1.StartRunRequest{RunId: "alice-again", Goal: "deploy", Model: "func:gate"})
+		return err
+	})
 }

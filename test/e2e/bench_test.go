@@ -111,8 +111,10 @@ func benchCluster(b *testing.B, p *noopProposer, o benchOpts) *cluster {
 		}
 		// 256 runs start at once: one client is many agents here.
 		cfg.Security.RateLimit = 0
-		// A run takes as many steps as the benchmark needs.
+		// A run takes as many steps as the benchmark needs, and its one
+		// principal has all of the runs.
 		cfg.Orchestrator.MaxStepsLimit = 1 << 30
+		cfg.Orchestrator.MaxRuns = 1 << 20
 		opts.ExtraTools = []executor.Tool{noopTool{}}
 		opts.Orchestrator = append(opts.Orchestrator, orchestrator.WithProposer("noop", p))
 	})
