@@ -16,6 +16,7 @@ import (
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/catalog"
 	"github.com/xct-dev/xct/internal/crew"
+	"github.com/xct-dev/xct/internal/wire"
 	"github.com/xct-dev/xct/lctl"
 	"github.com/xct-dev/xct/lctl/xctevent"
 )
@@ -104,6 +105,7 @@ func Recheck(policy *PolicySet, cat *catalog.Catalog, events []lctl.Event) ([]St
 	s := &Service{
 		log: slog.New(slog.DiscardHandler), now: func() time.Time { return clock },
 		schemas: newSchemaCache(), limits: newRateLimiter(), shadowLimits: newRateLimiter(),
+		bareTools: cat == nil,
 	}
 	if cat != nil {
 		s.catalog.Store(cat)
@@ -144,7 +146,15 @@ func Recheck(policy *PolicySet, cat *catalog.Catalog, events []lctl.Event) ([]St
 			if !chain.started.IsZero() && !clock.IsZero() {
 				run.Elapsed = durationpb.New(max(clock.Sub(chain.started), 0))
 			}
-			req := &xctv1.ValidateRequest{Run: run, Step: int32(min(at.step, math.MaxInt32)), StepId: at.stepID, Proposal: ns, Crew: at.crew}
+			// A rollback's undo is a system step, asked for by whoever
+			// rolled back: as RollbackRun has the validator judge it
+			// (their roles are not on the chain: none).
+			system := at.rollbackBy != "" && wire.IsSystemTool(at.tool)
+			if system {
+				run.Principal, run.PrincipalRoles = at.rollbackBy, nil
+			}
+			req := &xctv1.ValidateRequest{Run: run, Step: int32(min(at.step, math.MaxInt32)), StepId: at.stepID, Proposal: ns, Crew: at.crew,
+				SystemStep: system}
 			now := s.now()
 			v := &xctv1.Verdict{PolicyVersion: installed.version}
 			var in *Input
@@ -206,6 +216,7 @@ type attempt struct {
 	tokensIn, tokensOut int64
 	outcome             string
 	crew                *xctv1.CrewContext // a crew run's step: what the validator was told
+	rollbackBy          string             // a step of a rollback: the principal who rolled back
 }
 
 type recordedVerdict struct {
@@ -231,6 +242,7 @@ func readChain(events []lctl.Event) (*recordedChain, error) {
 	if err != nil {
 		return nil, err
 	}
+	rollbackBy := rollbackSteps(events)
 	c := &recordedChain{runID: v.ChainID, started: v.StartedAt}
 	if v.HasStarted {
 		if v.Started.RunID != "" {
@@ -240,7 +252,7 @@ func readChain(events []lctl.Event) (*recordedChain, error) {
 	}
 	for _, st := range v.Steps {
 		at := &attempt{seq: st.Seq, step: st.Number(), at: st.At, stepID: st.Start.StepID, tool: st.Start.Tool, goal: st.Start.Intent,
-			crew: contexts[st.Seq]}
+			crew: contexts[st.Seq], rollbackBy: rollbackBy[st.Seq]}
 		if at.tool != "" {
 			at.args = st.Start.Arguments
 			if at.args == nil {
@@ -264,6 +276,29 @@ func readChain(events []lctl.Event) (*recordedChain, error) {
 		c.attempts = append(c.attempts, at)
 	}
 	return c, nil
+}
+
+// rollbackSteps maps the seq of each step_start between a
+// rollback_started and its rollback_finished (a rollback's undo steps) to
+// the principal the rollback_started names. events are in seq order.
+func rollbackSteps(events []lctl.Event) map[uint64]string {
+	out := map[uint64]string{}
+	by := ""
+	for i := range events {
+		switch e := &events[i]; e.Type {
+		case xctevent.TypeRollbackStarted:
+			if x, ok := xctevent.Parse(e).(xctevent.RollbackStarted); ok {
+				by = x.Principal
+			}
+		case xctevent.TypeRollbackFinished:
+			by = ""
+		case xctevent.TypeStepStart:
+			if by != "" {
+				out[e.Seq] = by
+			}
+		}
+	}
+	return out
 }
 
 // decisions are the verdict decisions a chain may record.

@@ -245,3 +245,80 @@ func TestRecheckBadChain(t *testing.T) {
 		t.Errorf("no events: %v, %v", got, err)
 	}
 }
+
+// TestRecheckUndo: a rollback's undo steps are judged as RollbackRun has
+// them judged (a system step, as the changes it makes, in the name of who
+// rolled back), not as a model's proposal of a system tool, which is
+// always denied: a policy's judgement of undos was hidden behind a
+// "stricter" on every one. A model's own xct.undo in the run is still
+// denied.
+func TestRecheckUndo(t *testing.T) {
+	t.Parallel()
+	tools := append(testTools(),
+		&xctv1.ToolDescriptor{Name: "fs.delete", InputSchema: `{"type": "object"}`, Effect: xctv1.Effect_EFFECT_REVERSIBLE},
+		&xctv1.ToolDescriptor{Name: "xct.undo", InputSchema: `{"type": "object"}`, Effect: xctv1.Effect_EFFECT_REVERSIBLE},
+	)
+	const policy = `rules:
+  - id: allow-reversible
+    effect: allow
+    effects: [reversible]
+  - id: config-changes-need-approval
+    effect: require_approval
+    tools: ["fs.write", "fs.delete"]
+    when: 'args.path.startsWith("config/")'
+  - id: undo-by-operators
+    effect: deny
+    tools: ["xct.undo"]
+    when: 'run.principal != "carol"'
+`
+	c := newChain(t, "run-undone")
+	c.step(1, "fs.write", map[string]any{"path": "config/app.yaml", "content": "x: 2\n"}, nil, "success", 100, "needs_approval", "allow")
+	c.step(2, "fs.write", map[string]any{"path": "notes.txt", "content": "n"}, nil, "success", 100, "allow")
+	c.step(3, "xct.undo", map[string]any{"step_id": "x", "actions": []any{}}, nil, "denied", 100, "deny") // the model's
+	c.add(lctl.TypeRunFinished, "orchestrator", map[string]any{"status": "completed"})
+	c.add(lctl.TypeRollbackStarted, "carol", map[string]any{"principal": "carol", "to_step": 0.0, "steps": []any{2.0, 1.0}})
+	c.step(4, "xct.undo", map[string]any{"step_id": "s2", "actions": []any{map[string]any{"op": "remove", "path": "notes.txt"}}}, nil, "success", 0, "allow")
+	c.step(5, "xct.undo", map[string]any{"step_id": "s1", "actions": []any{map[string]any{"op": "restore", "path": "config/app.yaml"}}}, nil, "success", 0, "needs_approval", "allow")
+	c.add(lctl.TypeRollbackFinished, "carol", map[string]any{"status": "completed", "undone": []any{2.0, 1.0}})
+
+	set, err := validator.NewPolicySet(mustParse(t, policy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := validator.Recheck(set, catalog.Static(tools...), c.events)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[int]xctv1.VerdictDecision{1: approval, 2: allow, 3: deny, 4: allow, 5: approval}
+	if len(got) != len(want) {
+		t.Fatalf("%d steps rechecked: %+v", len(got), got)
+	}
+	for _, g := range got {
+		if g.Now.GetDecision() != want[g.Step] || g.Changed() {
+			t.Errorf("step %d (%s): was %v, now %v %v; want %v, unchanged", g.Step, g.Tool, g.Was, g.Now.GetDecision(), g.Now.GetReasons(), want[g.Step])
+		}
+	}
+
+	// Without a catalog, an undo and its actions are judged as tools
+	// declaring no effect class, as the other steps are (the policy's
+	// default deny here, as for the model's fs.write); nothing is refused
+	// for a missing catalog, as a system tool, or as another principal's.
+	got, err = validator.Recheck(set, nil, c.events)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range got {
+		if g.Step < 4 {
+			continue
+		}
+		for _, r := range g.Now.GetReasons() {
+			if r.GetRuleId() == "undo" || strings.HasPrefix(r.GetRuleId(), "builtin.") || r.GetRuleId() == "undo-by-operators" {
+				t.Errorf("step %d without a catalog: %v %v", g.Step, g.Now.GetDecision(), g.Now.GetReasons())
+			}
+		}
+	}
+	if a, b := got[1], got[len(got)-1]; a.Now.GetDecision() != b.Now.GetDecision() {
+		t.Errorf("without a catalog, the model's fs.write %v %v and the undo %v %v: one rule for tools of no effect class",
+			a.Now.GetDecision(), a.Now.GetReasons(), b.Now.GetDecision(), b.Now.GetReasons())
+	}
+}

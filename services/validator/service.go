@@ -25,11 +25,15 @@ import (
 type Service struct {
 	xctv1.UnimplementedValidatorServiceServer
 
-	cfg     Config
-	log     *slog.Logger
-	nc      *nats.Conn // nil when the catalog was given to NewWithCatalog
-	now     func() time.Time
-	schemas *schemaCache
+	cfg Config
+	log *slog.Logger
+	// bareTools is a recheck without a catalog (Recheck): a tool an undo
+	// amounts to is judged as declaring no effect class, as its other
+	// steps are, where a service without its catalog denies.
+	bareTools bool
+	nc        *nats.Conn // nil when the catalog was given to NewWithCatalog
+	now       func() time.Time
+	schemas   *schemaCache
 
 	catalog   atomic.Pointer[catalog.Catalog] // nil until Start with NATS
 	policy    atomic.Pointer[installedPolicy]

@@ -50,7 +50,7 @@ func (s *Service) judgeUndo(ctx context.Context, p Policy, in *Input, out Outcom
 		return deny("the undo names no actions, so what it would change cannot be judged")
 	}
 	cat := s.catalog.Load()
-	if cat == nil {
+	if cat == nil && !s.bareTools {
 		return deny("the tool catalog is not loaded, so the undo's actions cannot be judged")
 	}
 	judged := out
@@ -69,7 +69,10 @@ func (s *Service) judgeUndo(ctx context.Context, p Policy, in *Input, out Outcom
 			args = map[string]any{"from": from, "to": path}
 			what = fmt.Sprintf("undo action %d (rename %s back to %s) is judged as fs.move from %s to %s", i+1, from, path, from, path)
 		}
-		desc, ok := cat.Get(tool)
+		desc, ok := &xctv1.ToolDescriptor{Name: tool}, true // a recheck without a catalog: no effect class, as its other steps
+		if cat != nil {
+			desc, ok = cat.Get(tool)
+		}
 		if !ok {
 			return deny(what + ", which is not in the catalog, so it is denied")
 		}
