@@ -52,6 +52,12 @@ type fastParser struct {
 	// lineBytes is the bytes per rendered line of the last batch (Stream's
 	// Line), to size the next batch's lines.
 	lineBytes int
+	// lineEnds is where each of a batch's lines ends, reused batch to batch.
+	lineEnds []int
+	// arenaFull counts the bytes of the batch's arenas that were full and
+	// replaced; arenaBytes is the arena bytes per event of the last batch,
+	// to size the next one's arena.
+	arenaFull, arenaBytes int
 	// keys interns object keys: the same few names repeat in every event.
 	keys map[string]string
 	// values holds short string values, boxed (strValue).
@@ -323,6 +329,7 @@ func (p *fastParser) arenaString() (string, bool) {
 			return "", true
 		}
 		if len(p.arena)+(e-start) > cap(p.arena) {
+			p.arenaFull += len(p.arena)
 			p.arena = make([]byte, 0, max(cap(p.arena), 4*(e-start)))
 		}
 		at := len(p.arena)
@@ -783,6 +790,7 @@ func (p *fastParser) member(k string) bool {
 func (p *fastParser) keepRaw(b []byte) {
 	if len(p.arena)+len(b) > cap(p.arena) {
 		mine := p.arena[p.rawStart:]
+		p.arenaFull += p.rawStart
 		grown := make([]byte, 0, max(2*cap(p.arena), 2*(len(mine)+len(b))+4096))
 		p.arena = append(grown, mine...)
 		p.rawStart = 0
@@ -1602,6 +1610,7 @@ func (p *fastParser) canonHashValue(dst *string, prev bool) bool {
 	if !prev && p.arena != nil {
 		if hex {
 			if len(p.arena)+64 > cap(p.arena) {
+				p.arenaFull += len(p.arena)
 				p.arena = make([]byte, 0, max(cap(p.arena), 4*64))
 			}
 			at := len(p.arena)

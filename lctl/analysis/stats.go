@@ -8,6 +8,7 @@ import (
 	"math"
 	"sort"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
@@ -164,14 +165,18 @@ func ComputeStats(chainID string, events []lctl.Event, prices *Prices) *Stats {
 // StatsBuilder takes a chain one event at a time (a stream, never held)
 // and gives ComputeStats' result.
 type StatsBuilder struct {
-	chainID     string
-	prices      *Prices
-	state       *lctl.State
-	events      int
-	first, last *lctl.Event // the first and the last event with a time
-	steps       *stepTimer
-	cost        *tokenPricer
-	profiles    profileTracker
+	chainID string
+	prices  *Prices
+	state   *lctl.State
+	events  int
+	// The first and the last event with a time: their timestamps as
+	// written and as parsed (not a copy of each event).
+	timed                 bool
+	firstStamp, lastStamp string
+	firstTime, lastTime   time.Time
+	steps                 *stepTimer
+	cost                  *tokenPricer
+	profiles              profileTracker
 }
 
 // NewStatsBuilder returns a builder before the first event; prices may be
@@ -191,17 +196,11 @@ func NewStatsBuilder(chainID string, prices *Prices) *StatsBuilder {
 func (b *StatsBuilder) Add(e *lctl.Event) {
 	b.events++
 	b.state.Apply(e)
-	if _, ok := e.ParsedTime(); ok {
-		if b.first == nil {
-			f := *e
-			f.DropData()
-			b.first = &f
+	if t, ok := e.ParsedTime(); ok {
+		if !b.timed {
+			b.timed, b.firstStamp, b.firstTime = true, e.Timestamp, t
 		}
-		if b.last == nil {
-			b.last = &lctl.Event{}
-		}
-		*b.last = *e
-		b.last.DropData()
+		b.lastStamp, b.lastTime = e.Timestamp, t
 	}
 	b.steps.add(e)
 	b.cost.add(e)
@@ -259,9 +258,9 @@ func (b *StatsBuilder) Stats() *Stats {
 		avg := sum / float64(n)
 		st.AvgConfidence = &avg
 	}
-	if b.first != nil {
-		st.FirstTimestamp, st.LastTimestamp = b.first.Timestamp, b.last.Timestamp
-		st.WallClockMS = float64(b.last.Time().Sub(b.first.Time()).Microseconds()) / 1000
+	if b.timed {
+		st.FirstTimestamp, st.LastTimestamp = b.firstStamp, b.lastStamp
+		st.WallClockMS = float64(b.lastTime.Sub(b.firstTime).Microseconds()) / 1000
 	}
 	b.steps.each(func(t *StepTiming) {
 		if !t.Unfinished && !t.nested { // a nested step's time is in its parent's
