@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/xct-dev/xct/internal/sandboxenter"
 )
 
 // Sandbox modes of the tools configuration.
@@ -163,6 +165,10 @@ type osSandbox struct {
 	// readOnlyWorkspace mounts the workspace read-only: the program's
 	// effect class is read, and the sandbox keeps it to that.
 	readOnlyWorkspace bool
+	// enter, when set, starts the program through the executor's own
+	// binary (internal/sandboxenter), which checks that the working
+	// directory is the one the executor checked before it executes it.
+	enter *sandboxEnter
 
 	// err is why the sandbox cannot be used (found at setup): every call
 	// of a tool that needs it is refused with it.
@@ -356,13 +362,82 @@ func (s *osSandbox) argv(program string, args []string, dir string, env []string
 	for i, m := range s.extra {
 		a = append(a, "--ro-bind-fd", strconv.Itoa(fd+i), m.dest)
 	}
+	fd += len(s.extra)
+	if s.enter != nil {
+		a = append(a, "--ro-bind-fd", strconv.Itoa(fd), sandboxenter.Path)
+	}
 	a = append(a, "--chdir", dir)
 	for _, kv := range env {
 		k, v, _ := strings.Cut(kv, "=")
 		a = append(a, "--setenv", k, v)
 	}
-	a = append(a, "--json-status-fd", "3", "--", program)
+	a = append(a, "--json-status-fd", "3", "--")
+	if s.enter != nil {
+		a = append(a, sandboxenter.Path, strconv.Itoa(fd+1), s.enter.dir)
+	}
+	a = append(a, program)
 	return append(a, args...)
+}
+
+// sandboxEnter is the check a program's start goes through in the
+// sandbox: the executor's binary (exe, mounted at sandboxenter.Path)
+// executes the program only in the directory dir (sandboxenter.DirID),
+// and writes on report why it did not.
+type sandboxEnter struct {
+	exe    *os.File
+	report *os.File
+	dir    string
+}
+
+// newSandboxEnter prepares the check of a program's start in the
+// directory dir (opened, checked): the executor's own binary, opened
+// through /proc/self/exe (the program that is running, even if its file
+// was replaced since), and the report pipe, whose reading end it returns
+// already being read. The caller closes both ends.
+func newSandboxEnter(dir *os.File) (*sandboxEnter, *enterReport, error) {
+	var st syscall.Stat_t
+	if err := syscall.Fstat(int(dir.Fd()), &st); err != nil {
+		return nil, nil, err
+	}
+	exe, err := os.Open("/proc/self/exe")
+	if err != nil {
+		return nil, nil, fmt.Errorf("the executor's own binary: %w", err)
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		_ = exe.Close()
+		return nil, nil, err
+	}
+	rep := &enterReport{done: make(chan struct{}), r: r}
+	go func() {
+		defer close(rep.done)
+		b, _ := io.ReadAll(io.LimitReader(r, 4096))
+		rep.text = string(b)
+	}()
+	return &sandboxEnter{exe: exe, report: w, dir: sandboxenter.DirID(uint64(st.Dev), uint64(st.Ino))}, rep, nil //nolint:unconvert // Dev is not uint64 everywhere
+}
+
+// enterReport is what the check of a program's start wrote: nothing when
+// the program was started.
+type enterReport struct {
+	done chan struct{}
+	r    *os.File
+	text string
+}
+
+// wait returns the report once every writer closed it (the sandbox
+// exited), waiting at most d.
+func (e *enterReport) wait(d time.Duration) string {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-e.done:
+		return e.text
+	case <-t.C:
+		_ = e.r.Close()
+		<-e.done
+		return e.text
+	}
 }
 
 // withoutStatusFD drops --json-status-fd from a sandbox command line, for
@@ -526,6 +601,9 @@ func (s *osSandbox) extraFiles() []*os.File {
 	for _, m := range s.extra {
 		out = append(out, m.file)
 	}
+	if s.enter != nil {
+		out = append(out, s.enter.exe, s.enter.report)
+	}
 	return out
 }
 
@@ -536,6 +614,10 @@ func (s *osSandbox) closeExtra() {
 	}
 	for _, m := range s.extra {
 		_ = m.file.Close()
+	}
+	if s.enter != nil {
+		_ = s.enter.exe.Close()
+		_ = s.enter.report.Close()
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/sandboxenter"
 	"github.com/xct-dev/xct/internal/wire"
 )
 
@@ -234,7 +235,8 @@ func (t *shellTool) Invoke(ctx context.Context, args map[string]any) (any, *xctv
 	// way (a link swapped in after the check above makes the call fail),
 	// and without a sandbox the program starts in that very directory
 	// (/proc/self/fd/N). In the sandbox, bubblewrap changes to it by its
-	// path (--chdir): see docs/status.md, Issue 11, Session 9 (race9).
+	// path (--chdir), and the program is started by the executor's own
+	// binary only if that is this directory (internal/sandboxenter).
 	dir, err := t.ws.open(dirName)
 	if err != nil {
 		return nil, t.ws.refuse(cwd, dirName, true, err)
@@ -246,6 +248,7 @@ func (t *shellTool) Invoke(ctx context.Context, args map[string]any) (any, *xctv
 	chdir := filepath.Join(t.wsDir, dirName)
 	var cmd *osexec.Cmd
 	var status *sandboxStatus
+	var enter *enterReport
 	if t.sb != nil {
 		// The sandbox's own root holds only the workspace: the directory
 		// is named by its path there, and protected paths at the top of
@@ -254,6 +257,18 @@ func (t *shellTool) Invoke(ctx context.Context, args map[string]any) (any, *xctv
 		defer sbx.closeExtra()
 		// The verdict allowed a read: the program gets to read.
 		sbx.readOnlyWorkspace = bin.Effect == EffectRead
+		if dirName != "." {
+			// bubblewrap changes to the directory by its path: the
+			// program starts through a check that it is the directory
+			// opened above (internal/sandboxenter). The workspace itself
+			// is not the model's to swap.
+			var err error
+			if sbx.enter, enter, err = newSandboxEnter(dir); err != nil {
+				return nil, wire.WithDetails(wire.Errorf(wire.CodeToolFailure, "the sandbox of %s could not be prepared: %v; nothing was run", argv[0], err),
+					map[string]any{"program": argv[0], "sandbox": SandboxBwrap, "outcome_unknown": false})
+			}
+			defer func() { _ = enter.r.Close() }()
+		}
 		sa := sbx.argv(bin.resolved, argv[1:], chdir, t.env)
 		cmd = osexec.CommandContext(ctx, sa[0], sa[1:]...) //nolint:gosec // prlimit and bwrap, resolved; the program allow-listed, argv checked above
 		cmd.Env = []string{}
@@ -320,6 +335,19 @@ func (t *shellTool) Invoke(ctx context.Context, args map[string]any) (any, *xctv
 	res.Stderr, res.StderrEncoding, res.StderrTruncated = stderr.text()
 	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 		res.Signal = ws.Signal().String()
+	}
+	if enter != nil {
+		switch rep := enter.wait(shellWaitDelay); {
+		case strings.HasPrefix(rep, sandboxenter.Moved):
+			// Another writer put a link or another directory on the
+			// path after the check: the program did not start.
+			return nil, wire.WithDetails(wire.Errorf(wire.CodeInvalidArgument,
+				"cwd %q is no longer the directory that was checked (a symbolic link or another directory was put on its path meanwhile); nothing was run", cwd),
+				map[string]any{"argument": "cwd", "path": cwd, "program": argv[0], "outcome_unknown": false})
+		case rep != "":
+			return nil, wire.WithDetails(wire.Errorf(wire.CodeToolFailure, "%s could not be started in the sandbox (%s); nothing was run", argv[0], head(rep, 512)),
+				map[string]any{"program": argv[0], "sandbox": SandboxBwrap, "outcome_unknown": false})
+		}
 	}
 	if status != nil && ctx.Err() == nil {
 		ran, code := status.wait(shellWaitDelay)
