@@ -34,6 +34,7 @@ type Session struct {
 	seq   uint64 // the last event observed
 
 	started     bool   // a crew agent's step_start is on the chain
+	stepModel   string // the model reference that proposed the last crew step (its agent_profile.model)
 	stepsInTurn int    // step_starts of the agent in control since it received control
 	lastOutcome string // the last step_end's outcome
 	// failures and routing are this step's model failures and its last
@@ -144,6 +145,10 @@ func (s *Session) fold(e *lctl.Event) error {
 			s.verifier = ""
 		}
 		s.started = true
+		s.stepModel = ""
+		if p, ok := d["agent_profile"].(map[string]any); ok {
+			s.stepModel, _ = p["model"].(string)
+		}
 		s.stepsInTurn++
 		s.failures, s.routing = nil, nil
 	case lctl.TypeStepEnd:
@@ -384,6 +389,13 @@ func (s *Session) StepStartFields(model string) map[string]any {
 	st := a.StepStartFor("", "", model)
 	return map[string]any{"agent_profile": jsonValue(st.AgentProfile), "model_role": a.Profile.Type}
 }
+
+// StepModel is the model reference that proposed the crew's last step,
+// as its step_start's agent_profile names it (the agent's model, or the
+// fallback that served it); "" before the first. The validator sees it as
+// run.model: a policy's rule on a model holds for that model's steps in a
+// crew too.
+func (s *Session) StepModel() string { return s.stepModel }
 
 // Merge is ev with fields added (fields ev has are kept as ev has them).
 func Merge(ev interface {

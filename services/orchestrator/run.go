@@ -104,8 +104,12 @@ type usage struct {
 // runContext is what the validator is told about the run at a step.
 func (r *run) runContext(step int) *xctv1.RunContext {
 	var models []string
+	model := r.model
 	if r.crew != nil {
 		models = r.crew.sess.Crew().ModelRefs() // its tokens are priced at the dearest
+		if m := r.crew.sess.StepModel(); m != "" {
+			model = m // run.model: the model that proposed the step, not "crew:NAME"
+		}
 	}
 	return &xctv1.RunContext{
 		RunId:             r.id,
@@ -116,7 +120,7 @@ func (r *run) runContext(step int) *xctv1.RunContext {
 		ConsecutiveErrors: int32(r.consecutiveErrors),
 		InputTokens:       r.tokensIn,
 		OutputTokens:      r.tokensOut,
-		Model:             r.model,
+		Model:             model,
 		Models:            models,
 		Elapsed:           durationpb.New(time.Since(r.started)),
 	}

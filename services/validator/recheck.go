@@ -142,6 +142,10 @@ func Recheck(policy *PolicySet, cat *catalog.Catalog, events []lctl.Event) ([]St
 				InputTokens:       tokensIn,
 				OutputTokens:      tokensOut,
 				Model:             chain.model,
+				Models:            chain.crewModels,
+			}
+			if at.model != "" {
+				run.Model = at.model // as the orchestrator tells the validator (crew.Session.StepModel)
 			}
 			if !chain.started.IsZero() && !clock.IsZero() {
 				run.Elapsed = durationpb.New(max(clock.Sub(chain.started), 0))
@@ -151,7 +155,7 @@ func Recheck(policy *PolicySet, cat *catalog.Catalog, events []lctl.Event) ([]St
 			// (their roles are not on the chain: none).
 			system := at.rollbackBy != "" && wire.IsSystemTool(at.tool)
 			if system {
-				run.Principal, run.PrincipalRoles = at.rollbackBy, nil
+				run.Principal, run.PrincipalRoles, run.Models = at.rollbackBy, nil, nil
 			}
 			req := &xctv1.ValidateRequest{Run: run, Step: int32(min(at.step, math.MaxInt32)), StepId: at.stepID, Proposal: ns, Crew: at.crew,
 				SystemStep: system}
@@ -200,6 +204,7 @@ type recordedChain struct {
 	runID, principal, model string
 	labels                  map[string]string
 	roles                   []string
+	crewModels              []string // a crew run's: every model it may call (priced at the dearest)
 	started                 time.Time
 	attempts                []*attempt
 }
@@ -217,6 +222,7 @@ type attempt struct {
 	outcome             string
 	crew                *xctv1.CrewContext // a crew run's step: what the validator was told
 	rollbackBy          string             // a step of a rollback: the principal who rolled back
+	model               string             // a crew run's step: the model that proposed it
 }
 
 type recordedVerdict struct {
@@ -238,12 +244,12 @@ func readChain(events []lctl.Event) (*recordedChain, error) {
 		}
 	}
 	v := xctevent.Fold(events)
-	contexts, err := crewContexts(events)
+	contexts, crewModels, err := crewContexts(events)
 	if err != nil {
 		return nil, err
 	}
 	rollbackBy := rollbackSteps(events)
-	c := &recordedChain{runID: v.ChainID, started: v.StartedAt}
+	c := &recordedChain{runID: v.ChainID, started: v.StartedAt, crewModels: crewModels}
 	if v.HasStarted {
 		if v.Started.RunID != "" {
 			c.runID = v.Started.RunID
@@ -252,7 +258,10 @@ func readChain(events []lctl.Event) (*recordedChain, error) {
 	}
 	for _, st := range v.Steps {
 		at := &attempt{seq: st.Seq, step: st.Number(), at: st.At, stepID: st.Start.StepID, tool: st.Start.Tool, goal: st.Start.Intent,
-			crew: contexts[st.Seq], rollbackBy: rollbackBy[st.Seq]}
+			rollbackBy: rollbackBy[st.Seq]}
+		if at.rollbackBy == "" { // a rollback's step is no crew agent's (RollbackRun asks with no crew)
+			at.crew, at.model = contexts[st.Seq].ctx, contexts[st.Seq].model
+		}
 		if at.tool != "" {
 			at.args = st.Start.Arguments
 			if at.args == nil {
@@ -338,41 +347,48 @@ func checkEvent(e *lctl.Event) error {
 	return nil
 }
 
+// crewStep is what the validator was told of a crew run's step: its crew
+// context, and the model that proposed it (run.model).
+type crewStep struct {
+	ctx   *xctv1.CrewContext
+	model string
+}
+
 // crewContexts rebuilds, for a crew run's chain, the crew context each
 // proposal was validated with (by step_start seq): the crew file is on
 // run_started, and the session after each step_start is what the
 // orchestrator asked the validator with. A chain that is no crew run has
 // none; a crew the chain's own events contradict is ErrBadChain.
-func crewContexts(events []lctl.Event) (map[uint64]*xctv1.CrewContext, error) {
+func crewContexts(events []lctl.Event) (map[uint64]crewStep, []string, error) {
 	if len(events) == 0 || events[0].Type != xctevent.TypeRunStarted {
-		return nil, nil
+		return nil, nil, nil
 	}
 	m, ok := events[0].DataMap()["crew"].(map[string]any)
 	if !ok {
-		return nil, nil
+		return nil, nil, nil
 	}
 	src, _ := m["source"].(string)
 	name, _ := m["name"].(string)
 	c, err := crew.Load(name+".yaml", []byte(src))
 	if err != nil {
-		return nil, fmt.Errorf("%w: event %d: the crew file on run_started: %w", ErrBadChain, events[0].Seq, err)
+		return nil, nil, fmt.Errorf("%w: event %d: the crew file on run_started: %w", ErrBadChain, events[0].Seq, err)
 	}
 	sess, err := crew.NewSession(c, events[0].ChainID, nil, crew.SessionOptions{})
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrBadChain, err)
+		return nil, nil, fmt.Errorf("%w: %w", ErrBadChain, err)
 	}
-	out := map[uint64]*xctv1.CrewContext{}
+	out := map[uint64]crewStep{}
 	for i := range events {
 		e := &events[i]
 		if err := sess.Observe(e); err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrBadChain, err)
+			return nil, nil, fmt.Errorf("%w: %w", ErrBadChain, err)
 		}
 		if e.Type != xctevent.TypeStepStart {
 			continue
 		}
 		if x, ok := xctevent.Parse(e).(xctevent.StepStart); ok && x.Tool != "" && !x.Invalid() {
-			out[e.Seq] = sess.CrewContext(x.Tool, x.Arguments, x.Intent)
+			out[e.Seq] = crewStep{ctx: sess.CrewContext(x.Tool, x.Arguments, x.Intent), model: sess.StepModel()}
 		}
 	}
-	return out, nil
+	return out, c.ModelRefs(), nil
 }

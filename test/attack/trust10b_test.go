@@ -24,13 +24,17 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	lctlv1 "github.com/xct-dev/xct/gen/lctl/v1"
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/app"
 	"github.com/xct-dev/xct/internal/grpcx"
 	"github.com/xct-dev/xct/internal/natsembed"
 	"github.com/xct-dev/xct/internal/testutil"
 	"github.com/xct-dev/xct/internal/testutil/browser"
+	"github.com/xct-dev/xct/lctl"
+	"github.com/xct-dev/xct/lctl/lctlpb"
 	"github.com/xct-dev/xct/services/executor"
+	"github.com/xct-dev/xct/services/validator"
 )
 
 // idp is an OIDC provider of the test's own: its key and JWKS file. Its
@@ -393,4 +397,86 @@ func TestAttackOnePrincipalsRunsHoldEveryApprovalWait(t *testing.T) {
 		_, err := alice.StartRun(ctx, &xctv1.StartRunRequest{RunId: "alice-again", Goal: "deploy", Model: "func:gate"})
 		return err
 	})
+}
+
+// TestAttackCrewRunEscapesARuleOnItsModel: the policy denies writes by one
+// model (run.model names it). A run on that model is denied; the same
+// model as a crew's agent wrote the file, since a crew run's run.model was
+// "crew:NAME" for every step, whichever model proposed it (on main the
+// crew's write succeeded). Now run.model in a crew run is the model that
+// proposed the step, and the write is denied as in a plain run.
+func TestAttackCrewRunEscapesARuleOnItsModel(t *testing.T) {
+	policy := `rules:
+  - {id: allow-all, effect: allow, tools: ["*"]}
+  - id: no-writes-by-big
+    effect: deny
+    tools: ["fs.write"]
+    when: 'run.model.startsWith("scripted:big.yaml")'
+`
+	crewFile := `crew: one-writer
+agents:
+  - name: writer
+    description: writes
+    profile:
+      type: executor
+      capabilities: [file_access]
+      model: scripted:big.yaml#writer
+      reliability_score: 0.9
+    tools: [fs.write]
+handoffs:
+  entry: writer
+`
+	c := startBindCluster(t, withTools(t, "", policy))
+	c.writeScript(t, "big.yaml", `name: big
+steps:
+  - next_step: {tool: fs.write, arguments: {path: notes.txt, content: "by big"}, goal: write}
+  - done: true
+    message: done
+`)
+	plain := c.runToEnd(t, "alice", &xctv1.StartRunRequest{Goal: "g", Model: "scripted:big.yaml"})
+	if got := stepErrors(plain); fmt.Sprint(got) != "[POLICY_DENIED]" {
+		t.Fatalf("the plain run's steps: %v (%s: %s)", got, plain.GetStatus(), plain.GetMessage())
+	}
+	crewRun := c.runToEnd(t, "alice", &xctv1.StartRunRequest{Goal: "g", Crew: []byte(crewFile), CrewFile: "crew.yaml"})
+	if got := stepErrors(crewRun); fmt.Sprint(got) != "[POLICY_DENIED]" {
+		t.Errorf("the crew run's steps: %v (%s: %s), want the write denied as in the plain run", got, crewRun.GetStatus(), crewRun.GetMessage())
+	}
+	if body, ok := readWS(t, c.workspace, "notes.txt"); ok {
+		t.Errorf("notes.txt written by the crew's agent on the denied model: %q", body)
+	}
+
+	// xct policy check judges the crew's chain as the validator did.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tracer := lctlv1.NewTracerServiceClient(c.creds.Dial(t, c.app.Addr(app.TargetTracer), "alice"))
+	var events []lctl.Event
+	testutil.Eventually(t, 20*time.Second, func() error {
+		resp, err := tracer.GetChain(ctx, &lctlv1.GetChainRequest{ChainId: crewRun.GetRunId()})
+		if err != nil {
+			return err
+		}
+		events = events[:0]
+		for _, e := range resp.GetEvents() {
+			events = append(events, lctlpb.FromProto(e))
+		}
+		if n := len(events); n == 0 || events[n-1].Type != lctl.TypeRunFinished {
+			return fmt.Errorf("%d events, the run's end not among them yet", n)
+		}
+		return nil
+	})
+	path := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(path, []byte(policy), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	set, err := validator.LoadPolicyFiles(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rechecked, err := validator.Recheck(set, nil, events)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rechecked) != 1 || rechecked[0].Changed() || rechecked[0].Now.GetDecision() != xctv1.VerdictDecision_VERDICT_DECISION_DENY {
+		t.Errorf("rechecked: %+v", rechecked)
+	}
 }
