@@ -64,7 +64,11 @@ func runDebug(ctx context.Context, c *cmdContext) error {
 	if err != nil {
 		return &inputError{fmt.Errorf("listen on %s: %w", *addr, err)}
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10}
+	var handler http.Handler = h
+	if loopbackListener(lis.Addr()) {
+		handler = loopbackNamesOnly(h)
+	}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10}
 	srv.RegisterOnShutdown(h.Close)
 	url := "http://" + lis.Addr().String() + "/"
 
@@ -82,10 +86,8 @@ func runDebug(ctx context.Context, c *cmdContext) error {
 	for _, le := range loadErrs {
 		fmt.Fprintf(c.env.Stderr, "lctl debug: %s: %s (the page shows this error)\n", le.File, le.Message)
 	}
-	if host, _, err := net.SplitHostPort(lis.Addr().String()); err == nil {
-		if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
-			c.warn("serving on %s: anyone who can reach it sees the chains", lis.Addr())
-		}
+	if !loopbackListener(lis.Addr()) {
+		c.warn("serving on %s: anyone who can reach it sees the chains", lis.Addr())
 	}
 	c.out("Press Ctrl-C to stop.\n")
 	if *open {
@@ -114,6 +116,35 @@ func runDebug(ctx context.Context, c *cmdContext) error {
 		return errReported // unreadable input: exit 2, already printed
 	}
 	return nil
+}
+
+// loopbackListener reports whether addr is a loopback address.
+func loopbackListener(addr net.Addr) bool {
+	host, _, err := net.SplitHostPort(addr.String())
+	ip := net.ParseIP(host)
+	return err == nil && ip != nil && ip.IsLoopback()
+}
+
+// loopbackNamesOnly serves only requests addressed to a loopback name (a
+// loopback IP literal or localhost, any port). The debugger on loopback
+// has no authentication: a web page of any site the user visits, whose
+// name its owner then points at 127.0.0.1 (DNS rebinding), is same-origin
+// with it under that name and would read every chain served; its requests
+// carry that name as their Host, and are refused (421).
+func loopbackNamesOnly(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host := r.Host
+		if h, _, err := net.SplitHostPort(host); err == nil {
+			host = h
+		}
+		host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+		if ip := net.ParseIP(host); (ip != nil && ip.IsLoopback()) || strings.EqualFold(host, "localhost") {
+			next.ServeHTTP(w, r)
+			return
+		}
+		http.Error(w, "lctl debug on a loopback address answers requests to 127.0.0.1, [::1] or localhost only, not to "+r.Host,
+			http.StatusMisdirectedRequest)
+	})
 }
 
 // openBrowser asks the desktop to open url, when there is one. The URL is

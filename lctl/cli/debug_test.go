@@ -148,3 +148,43 @@ func TestDebugBadUsage(t *testing.T) {
 		}
 	}
 }
+
+// TestDebugAnswersOnlyLoopbackNames: lctl debug on loopback has no
+// authentication, so a page of another site whose name was pointed at
+// 127.0.0.1 (DNS rebinding) could read every chain, same-origin under its
+// own name. A request whose Host is not a loopback name is refused (421),
+// the page and the API alike; loopback names are served.
+func TestDebugAnswersOnlyLoopbackNames(t *testing.T) {
+	url, _, stderr, stop := startDebug(t, filepath.Join(chainsDir, "review-v1.lctl.json"))
+	port := url[strings.LastIndex(url, ":")+1 : len(url)-1]
+	ask := func(host, path string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, url+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = host
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = resp.Body.Close() }()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	for _, host := range []string{"evil.test:" + port, "evil.test", "127.0.0.1.evil.test:" + port, "localhost.evil.test:" + port} {
+		for _, path := range []string{"api/chains", "api/chains/security-review-001/events", ""} {
+			if code, body := ask(host, path); code != http.StatusMisdirectedRequest || strings.Contains(body, "security-review-001") {
+				t.Errorf("Host %s, /%s: %d %.80q", host, path, code, body)
+			}
+		}
+	}
+	for _, host := range []string{"127.0.0.1:" + port, "localhost:" + port, "LOCALHOST:" + port, "127.0.0.2:" + port} {
+		if code, body := ask(host, "api/chains"); code != http.StatusOK || !strings.Contains(body, "security-review-001") {
+			t.Errorf("Host %s: %d %.80q", host, code, body)
+		}
+	}
+	if code := stop(); code != 0 {
+		t.Fatalf("exit %d\n%s", code, stderr)
+	}
+}
