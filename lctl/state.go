@@ -746,28 +746,12 @@ func (s *State) applyStepStart(e *Event) {
 		}
 		return
 	}
-	// The current step and its number are allocated together.
-	alloc := &struct {
-		cur CurrentStep
-		n   int64
-	}{cur: CurrentStep{
-		Seq:    e.Seq,
-		Agent:  e.Agent,
-		Intent: estr(e, "intent"),
-		Tool:   estr(e, "tool"),
-		Model:  emodel(e),
-	}}
-	cur := &alloc.cur
-	n, hasStep := ecount(e, "step")
+	cur, n, hasStep := newCurrentStep(e)
 	if hasStep && s.noSteps {
-		alloc.n = n
-		cur.Step = &alloc.n
 		if s.Run != nil && n > s.Run.Steps {
 			s.Run.Steps = n
 		}
 	} else if hasStep {
-		alloc.n = n
-		cur.Step = &alloc.n
 		s.idx.set(n, len(s.Steps))
 		s.touchStep(len(s.Steps))
 		s.Steps = appendDoubling(s.Steps, Step{
@@ -784,6 +768,41 @@ func (s *State) applyStepStart(e *Event) {
 	if !s.noCurrent {
 		s.CurrentStep = cur
 	}
+}
+
+// newCurrentStep returns the step in progress the step_start e begins,
+// and its number.
+func newCurrentStep(e *Event) (cur *CurrentStep, n int64, hasStep bool) {
+	// The current step and its number are allocated together.
+	alloc := &struct {
+		cur CurrentStep
+		n   int64
+	}{cur: CurrentStep{
+		Seq:    e.Seq,
+		Agent:  e.Agent,
+		Intent: estr(e, "intent"),
+		Tool:   estr(e, "tool"),
+		Model:  emodel(e),
+	}}
+	n, hasStep = ecount(e, "step")
+	if hasStep {
+		alloc.n = n
+		alloc.cur.Step = &alloc.n
+	}
+	return &alloc.cur, n, hasStep
+}
+
+// SetCurrentStep sets CurrentStep to the step the step_start e begins, as
+// Apply sets it, or to nil for a nil e: for a state that keeps no current
+// step as it goes (NoCurrentStep), once its events are applied, with the
+// last step_start applied when no step_end came after it. It stays a state
+// that is not hashed.
+func (s *State) SetCurrentStep(e *Event) {
+	if e == nil {
+		s.CurrentStep = nil
+		return
+	}
+	s.CurrentStep, _, _ = newCurrentStep(e)
 }
 
 func (s *State) applyStepEnd(e *Event) {

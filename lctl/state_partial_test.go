@@ -168,3 +168,48 @@ func TestNoCurrentStep(t *testing.T) {
 		}
 	}
 }
+
+// TestSetCurrentStep: a state kept without its current step, given the
+// last step_start applied when no step_end followed it (SetCurrentStep),
+// has the current step the full state has, after every event of a
+// workflow and of chains with steps without a number, an intent, a tool
+// or a model.
+func TestSetCurrentStep(t *testing.T) {
+	events := lctltest.Workflow("w", 3_000, lctltest.WorkflowOptions{})
+	events = append(events,
+		lctl.Event{Type: lctl.TypeStepStart, Agent: "a", Data: map[string]any{"model": "m"}},
+		lctl.Event{Type: lctl.TypeStepStart, Agent: "b", Data: map[string]any{"step": 2.5, "intent": "x"}},
+		lctl.Event{Type: lctl.TypeStepEnd, Agent: "c"},
+		lctl.Event{Type: lctl.TypeStepStart, Agent: "d", Data: map[string]any{"step": 7.0, "tool": "t", "model": map[string]any{"name": "n"}}},
+		lctl.Event{Type: "note", Agent: "d"},
+	)
+	events = append(events, lctltest.Chain("c", 500, lctltest.Options{})...)
+	full, short := lctl.NewSummaryState("w"), lctl.NewSummaryState("w")
+	short.NoCurrentStep()
+	var last *lctl.Event
+	open, set := false, 0
+	for i := range events {
+		e := &events[i]
+		e.Seq = uint64(i + 1)
+		full.Apply(e)
+		short.Apply(e)
+		switch e.Type {
+		case lctl.TypeStepStart:
+			last, open = e, true
+		case lctl.TypeStepEnd:
+			open = false
+		}
+		if open {
+			short.SetCurrentStep(last)
+			set++
+		} else {
+			short.SetCurrentStep(nil)
+		}
+		if !reflect.DeepEqual(full.CurrentStep, short.CurrentStep) {
+			t.Fatalf("event %d (%s): current step %+v, want %+v", i, e.Type, short.CurrentStep, full.CurrentStep)
+		}
+	}
+	if set < 1000 {
+		t.Fatalf("%d events with a step in progress: the test reads too few", set)
+	}
+}

@@ -1,6 +1,7 @@
 package analysis
 
 import (
+	"slices"
 	"sort"
 
 	"github.com/xct-dev/xct/lctl"
@@ -184,7 +185,12 @@ const denseStepModels = 1 << 22
 func (x *stepModels) set(n int64, m string) {
 	if n >= 0 && n < denseStepModels && n <= int64(2*len(x.dense)+1024) {
 		if n >= int64(len(x.dense)) {
-			x.dense = append(x.dense, make([]string, int(n)+1-len(x.dense))...)
+			// Doubling, not append's quarter more per growth past a few
+			// hundred (five times the array's final size allocated).
+			if need := int(n) + 1; need > cap(x.dense) {
+				x.dense = slices.Grow(x.dense, max(need, 2*cap(x.dense))-len(x.dense))
+			}
+			x.dense = x.dense[:int(n)+1]
 		}
 		x.dense[n] = m
 		if x.sparse != nil {

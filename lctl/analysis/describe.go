@@ -85,8 +85,19 @@ func appendLineFast(dst []byte, e *lctl.Event) ([]byte, bool) {
 	s := func(k string) string { v, _ := e.Str(k); return v }
 	has := func(k string) bool { _, ok := e.Lookup(k); return ok }
 	var subject, intent, tool, from, to string
+	// The type once, as a small number for the second switch below.
+	var kind int
+	const (
+		stepStart = iota + 1
+		stepEnd
+		toolCall
+		verdict
+		fact
+		handoff
+	)
 	switch e.Type {
 	case lctl.TypeStepStart:
+		kind = stepStart
 		if has("raw") || has("agent_profile") {
 			return dst, false
 		}
@@ -95,14 +106,19 @@ func appendLineFast(dst []byte, e *lctl.Event) ([]byte, bool) {
 			return dst, false // the model may be shown
 		}
 	case lctl.TypeStepEnd:
-	case lctl.TypeToolCall, lctl.TypeVerdict:
-		subject = s("tool")
+		kind = stepEnd
+	case lctl.TypeToolCall:
+		kind, subject = toolCall, s("tool")
+	case lctl.TypeVerdict:
+		kind, subject = verdict, s("tool")
 	case lctl.TypeFactAdded, lctl.TypeFactModified:
+		kind = fact
 		if has("consensus") {
 			return dst, false
 		}
 		subject = s("id")
 	case lctl.TypeHandoff:
+		kind = handoff
 		// The shape crews and lctlgen write: from, to and a number of
 		// facts (summarizeHandoff says the rest).
 		if has("summary") || has("reason") || has("suggested_queries") || has("depth") {
@@ -131,8 +147,8 @@ func appendLineFast(dst []byte, e *lctl.Event) ([]byte, bool) {
 		dst = append(dst, to...)
 	}
 	w := lineParts{b: dst}
-	switch e.Type {
-	case lctl.TypeStepStart:
+	switch kind {
+	case stepStart:
 		if n, ok := intAt(e, "step"); ok {
 			w.next()
 			w.b = append(w.b, "step "...)
@@ -148,7 +164,7 @@ func appendLineFast(dst []byte, e *lctl.Event) ([]byte, bool) {
 		} else {
 			w.b = append(w.b, clip(oneLine(intent), 60)...)
 		}
-	case lctl.TypeStepEnd:
+	case stepEnd:
 		if o := s("outcome"); o != "" {
 			w.next()
 			w.b = append(w.b, o...)
@@ -164,7 +180,7 @@ func appendLineFast(dst []byte, e *lctl.Event) ([]byte, bool) {
 				w.b = append(w.b, " tokens"...)
 			}
 		}
-	case lctl.TypeFactAdded, lctl.TypeFactModified:
+	case fact:
 		if c, ok := numberAt(e, "confidence"); ok {
 			w.next()
 			w.b = append(w.b, "confidence: "...)
@@ -181,7 +197,7 @@ func appendLineFast(dst []byte, e *lctl.Event) ([]byte, bool) {
 				w.b = append(w.b, clip(oneLine(t), 60)...)
 			}
 		}
-	case lctl.TypeToolCall:
+	case toolCall:
 		if ms, ok := numberAt(e, "duration_ms"); ok {
 			w.next()
 			w.b = appendDuration(w.b, ms)
@@ -190,7 +206,7 @@ func appendLineFast(dst []byte, e *lctl.Event) ([]byte, bool) {
 			w.next()
 			w.b = append(w.b, st...)
 		}
-	case lctl.TypeVerdict:
+	case verdict:
 		if dec := s("decision"); dec != "" {
 			w.next()
 			w.b = append(w.b, dec...)
@@ -209,7 +225,7 @@ func appendLineFast(dst []byte, e *lctl.Event) ([]byte, bool) {
 			w.b = append(w.b, "step "...)
 			w.b = appendInt(w.b, n)
 		}
-	case lctl.TypeHandoff:
+	case handoff:
 		if n, ok := intAt(e, "facts"); ok {
 			w.next()
 			w.b = appendInt(w.b, n)

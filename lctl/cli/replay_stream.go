@@ -16,6 +16,11 @@ func (c *cmdContext) replayStream(o operand, toSeq uint64, showEvents, withHash 
 	var s *lctl.State
 	facts := analysis.NewFactStoreBuilder()
 	var lastStart *lctl.Event // the latest step_start applied
+	// stepOpen says no step_end came after it: the text's state keeps no
+	// current step as it goes (an allocation and three reads a step),
+	// but sets it from lastStart at the end, as Apply would have.
+	stepOpen := false
+	noCurrent := false
 	printLines := !c.jsonOut && (toSeq == 0 || showEvents)
 	// The lines are kept until the chain has been read: the full read,
 	// should the stream give way to it, prints them itself. They are the
@@ -34,6 +39,8 @@ func (c *cmdContext) replayStream(o operand, toSeq uint64, showEvents, withHash 
 			s = lctl.NewSummaryState(id)
 			s.CountToolCalls() // the text gives their number
 			s.NoFactHistory()  // and the facts' (from facts below)
+			s.NoCurrentStep()  // set at the end (stepOpen)
+			noCurrent = true
 		}
 		s.DeferTypeCounts() // flushed when the stream ends
 	}, func(e *lctl.StreamEvent) error {
@@ -42,11 +49,15 @@ func (c *cmdContext) replayStream(o operand, toSeq uint64, showEvents, withHash 
 		}
 		s.Apply(&e.Event)
 		facts.Add(&e.Event)
-		if e.Type == lctl.TypeStepStart {
+		switch e.Type {
+		case lctl.TypeStepStart:
 			if lastStart == nil {
 				lastStart = new(lctl.Event)
 			}
 			e.OwnInto(lastStart)
+			stepOpen = true
+		case lctl.TypeStepEnd:
+			stepOpen = false
 		}
 		if printLines {
 			lines = appendLine(lines, e.Line)
@@ -57,6 +68,9 @@ func (c *cmdContext) replayStream(o operand, toSeq uint64, showEvents, withHash 
 		return false, nil
 	}
 	s.FlushTypeCounts()
+	if noCurrent && stepOpen {
+		s.SetCurrentStep(lastStart)
+	}
 	c.reportInput(sd.data())
 	if toSeq != 0 && toSeq > sd.lastSeq {
 		return true, &inputError{fmt.Errorf("--to-seq %d: %s ends at seq %d", toSeq, sd.label, sd.lastSeq)}

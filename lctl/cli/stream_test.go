@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -312,6 +313,61 @@ func TestOutputThatFailsIsAnError(t *testing.T) {
 		code, stderr := runTo(&shortWriter{n: 10})
 		if code == 0 || !strings.Contains(stderr, errShort.Error()) {
 			t.Errorf("%q with its output cut at 10 bytes: exit %d, stderr %q", args, code, stderr)
+		}
+	}
+}
+
+// TestReplayCurrentStepAtEverySeq: text replay's streamed state keeps no
+// current step as it goes and sets it from the last step_start at the
+// end; at every seq of chains with steps that end, steps that never end,
+// steps without a number, intent or tool, and step_ends of other agents,
+// replay --to-seq prints what the full read prints. Both reads are
+// counted, so the stream did take the path.
+func TestReplayCurrentStepAtEverySeq(t *testing.T) {
+	dir := t.TempDir()
+	odd := func(es []lctl.Event) []lctl.Event {
+		var out []lctl.Event
+		for i, e := range es {
+			switch {
+			case e.Type == lctl.TypeStepEnd && i%3 == 0:
+				continue // a step that never ends
+			case e.Type == lctl.TypeStepStart && i%4 == 1:
+				e.Data = map[string]any{"model": "m-" + e.Agent} // no number, intent or tool
+			case e.Type == lctl.TypeStepEnd && i%5 == 2:
+				e.Agent = "someone-else"
+			}
+			e.Seq = uint64(len(out) + 1)
+			out = append(out, e)
+		}
+		return out
+	}
+	files := []string{
+		writeChain(t, dir, "plain.lctl.json", 160, lctltest.WorkflowOptions{}, nil),
+		writeChain(t, dir, "odd.lctl.json", 200, lctltest.WorkflowOptions{}, odd),
+		writeShaped(t, dir, "spec.lctl.json", 160, lctltest.WorkflowOptions{}, lctltest.Shape{Spec: true}),
+	}
+	for _, f := range files {
+		streams, fulls := cli.Reads()
+		n := 0
+		for seq := 1; ; seq++ {
+			args := []string{"replay", "--to-seq", fmt.Sprint(seq), f}
+			code, stdout, stderr := run(t, nil, args...)
+			if code != 0 {
+				if !strings.Contains(stderr, "ends at seq") {
+					t.Fatalf("lctl %s: exit %d: %s", strings.Join(args, " "), code, stderr)
+				}
+				break
+			}
+			fcode, fstdout, fstderr := run(t, map[string]string{"LCTL_NO_STREAM": "1"}, args...)
+			if code != fcode || stdout != fstdout || stderr != fstderr {
+				t.Fatalf("lctl %s: the stream and the full read differ:\nstream: exit %d\n%s\n%s\nfull: exit %d\n%s\n%s",
+					strings.Join(args, " "), code, stdout, stderr, fcode, fstdout, fstderr)
+			}
+			n++
+		}
+		s, fl := cli.Reads()
+		if n < 150 || s-streams != int64(n+1) || fl-fulls != int64(n) {
+			t.Fatalf("%s: %d seqs, %d streamed and %d full reads", f, n, s-streams, fl-fulls)
 		}
 	}
 }

@@ -31,9 +31,13 @@ func Hidden(r rune) bool {
 // of a byte below 0x20, a carry out of 0x7f or above, or a high bit set
 // (the subtraction and addition only carry past a byte that is itself
 // one of those).
-func shownWord(x uint64) bool {
+func shownWord(x uint64) bool { return hiddenBits(x) == 0 }
+
+// hiddenBits is not zero when some byte of x is below 0x20 or above 0x7e
+// (shownWord).
+func hiddenBits(x uint64) uint64 {
 	const ones, highs = 0x0101010101010101, 0x8080808080808080
-	return ((x-0x20*ones)&^x|(x+ones)|x)&highs == 0
+	return ((x-0x20*ones)&^x | (x + ones) | x) & highs
 }
 
 // EscapeHidden rewrites b[from:] with every Hidden character and every
@@ -43,7 +47,13 @@ func shownWord(x uint64) bool {
 func EscapeHidden(b []byte, from int) []byte {
 	i := from
 	for {
-		// Eight bytes at a time while all of them show (shownWord).
+		// Sixteen, then eight bytes at a time while all of them show
+		// (shownWord).
+		for ; i+16 <= len(b); i += 16 {
+			if hiddenBits(binary.LittleEndian.Uint64(b[i:]))|hiddenBits(binary.LittleEndian.Uint64(b[i+8:])) != 0 {
+				break
+			}
+		}
 		for ; i+8 <= len(b); i += 8 {
 			if !shownWord(binary.LittleEndian.Uint64(b[i:])) {
 				break
