@@ -1029,7 +1029,7 @@ func normalizeShared(v any) (out any, changed, ok bool) {
 			m[k] = n
 		}
 		if m == nil {
-			return x, false, true
+			return v, false, true
 		}
 		return m, true, true
 	case []any:
@@ -1052,12 +1052,15 @@ func normalizeShared(v any) (out any, changed, ok bool) {
 			l[i] = n
 		}
 		if l == nil {
-			return x, false, true
+			return v, false, true // v itself: x as an any would be a new interface value
 		}
 		return l, true, true
-	case nil, bool, string, float64:
-		n, ok := normalize(x)
-		return n, false, ok
+	case nil, bool:
+		return v, false, true
+	case string: // v itself: x as an any would be a new interface value (an allocation)
+		return v, false, utf8.ValidString(x)
+	case float64:
+		return v, false, !math.IsNaN(x) && !math.IsInf(x, 0)
 	}
 	n, ok := normalize(v)
 	return n, ok, ok
@@ -1068,11 +1071,11 @@ func normalizeShared(v any) (out any, changed, ok bool) {
 func normalize(v any) (any, bool) {
 	switch x := v.(type) {
 	case nil, bool:
-		return x, true
-	case string:
-		return x, utf8.ValidString(x)
+		return v, true
+	case string: // v itself: x as an any would be a new interface value (an allocation)
+		return v, utf8.ValidString(x)
 	case float64:
-		return x, !math.IsNaN(x) && !math.IsInf(x, 0)
+		return v, !math.IsNaN(x) && !math.IsInf(x, 0)
 	case int:
 		return float64(x), true
 	case int32:

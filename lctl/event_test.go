@@ -278,4 +278,14 @@ func TestDataSharedAsDataOf(t *testing.T) {
 	if reflect.ValueOf(got["arguments"]).UnsafePointer() != reflect.ValueOf(args).UnsafePointer() {
 		t.Fatal("the arguments were copied")
 	}
+	// Sharing a payload of JSON values allocates nothing: not even the
+	// interface values of its strings and numbers.
+	allJSON := map[string]any{"s": "x", "f": 2.5, "b": true, "nil": nil, "list": []any{"a", 1.0, false}, "arguments": args}
+	if n := testing.AllocsPerRun(50, func() {
+		if _, err := lctl.DataShared(allJSON); err != nil {
+			t.Fatal(err)
+		}
+	}); n != 0 {
+		t.Fatalf("DataShared of JSON values made %v allocations", n)
+	}
 }

@@ -265,7 +265,7 @@ func (s *Scope) value(v any) (any, bool) {
 			out[i] = ne
 		}
 		if out == nil {
-			return x, false
+			return v, false // v itself: x as an any would be a new interface value
 		}
 		return out, true
 	}

@@ -353,3 +353,18 @@ func TestClusterKeyRepublishedIntoIsRefused(t *testing.T) {
 		t.Fatalf("ClusterKey beside a stream republishing into its bucket = %v, want %v", err, jsguard.ErrRepublished)
 	}
 }
+
+// An event with nothing to redact is returned as it is, without a copy and
+// without allocating: the step's events go through this on every append.
+func TestNothingToRedactAllocatesNothing(t *testing.T) {
+	r := newTest(t, Rules{})
+	ev := map[string]any{"step": 3.0, "tool": "fs.read", "reasons": []any{map[string]any{"rule_id": "r", "message": "allowed"}},
+		"arguments": map[string]any{"path": "a", "n": []any{1.0, "x"}}}
+	sc := r.Scope()
+	if got := sc.Map(ev); reflect.ValueOf(got).UnsafePointer() != reflect.ValueOf(ev).UnsafePointer() {
+		t.Fatal("an event with nothing to redact was copied")
+	}
+	if n := testing.AllocsPerRun(50, func() { sc.Map(ev) }); n != 0 {
+		t.Fatalf("redacting an event with nothing to redact made %v allocations", n)
+	}
+}

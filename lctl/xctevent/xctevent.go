@@ -101,7 +101,9 @@ type Tokens struct {
 	Input, Output int64
 }
 
-func (t Tokens) data() map[string]any { return map[string]any{"input": t.Input, "output": t.Output} }
+func (t Tokens) data() map[string]any {
+	return map[string]any{"input": float64(t.Input), "output": float64(t.Output)}
+}
 
 // RunStarted opens a run's chain.
 type RunStarted struct {
@@ -287,10 +289,10 @@ func (e RunStarted) Data() map[string]any {
 // Data implements Event.
 func (e StepStart) Data() map[string]any {
 	if e.Raw != nil {
-		return map[string]any{"step": e.Step, "intent": e.Intent, "input_summary": e.InputSummary, "raw": *e.Raw}
+		return map[string]any{"step": float64(e.Step), "intent": e.Intent, "input_summary": e.InputSummary, "raw": *e.Raw}
 	}
 	d := map[string]any{
-		"step": e.Step, "step_id": e.StepID, "intent": e.Intent, "input_summary": e.InputSummary,
+		"step": float64(e.Step), "step_id": e.StepID, "intent": e.Intent, "input_summary": e.InputSummary,
 		"tool": e.Tool, "arguments": e.Arguments,
 	}
 	if e.Model != "" || !strings.HasPrefix(e.Tool, systemToolPrefix) {
@@ -313,7 +315,7 @@ func reasonsData(rs []Reason) []any {
 // Data implements Event.
 func (e Verdict) Data() map[string]any {
 	d := map[string]any{
-		"step": e.Step, "step_id": e.StepID, "tool": e.Tool, "decision": e.Decision,
+		"step": float64(e.Step), "step_id": e.StepID, "tool": e.Tool, "decision": e.Decision,
 		"reasons": reasonsData(e.Reasons), "policy_version": e.PolicyVersion, "evaluated_at": e.EvaluatedAt,
 	}
 	if e.Code != "" {
@@ -349,7 +351,7 @@ func (e ApprovalDecided) Data() map[string]any {
 // Data implements Event.
 func (e ToolCall) Data() map[string]any {
 	return map[string]any{
-		"step": e.Step, "step_id": e.StepID, "tool": e.Tool, "input": e.Input, "output": e.Output,
+		"step": float64(e.Step), "step_id": e.StepID, "tool": e.Tool, "input": e.Input, "output": e.Output,
 		"duration_ms": e.DurationMS, "status": e.Status,
 	}
 }
@@ -357,7 +359,7 @@ func (e ToolCall) Data() map[string]any {
 // Data implements Event.
 func (e Error) Data() map[string]any {
 	d := map[string]any{
-		"step": e.Step, "step_id": e.StepID, "code": e.Code, "category": e.Category, "type": e.ErrType,
+		"step": float64(e.Step), "step_id": e.StepID, "code": e.Code, "category": e.Category, "type": e.ErrType,
 		"message": e.Message, "recoverable": e.Recoverable, "suggested_action": e.SuggestedAction,
 	}
 	if e.Details != nil {
@@ -368,7 +370,7 @@ func (e Error) Data() map[string]any {
 
 // Data implements Event.
 func (e StepEnd) Data() map[string]any {
-	d := map[string]any{"step": e.Step, "outcome": e.Outcome, "output_summary": e.OutputSummary, "duration_ms": e.DurationMS}
+	d := map[string]any{"step": float64(e.Step), "outcome": e.Outcome, "output_summary": e.OutputSummary, "duration_ms": e.DurationMS}
 	if e.StepID != "" {
 		d["step_id"] = e.StepID
 	}

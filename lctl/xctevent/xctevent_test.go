@@ -88,3 +88,62 @@ func TestParseUnknownAndLenient(t *testing.T) {
 		t.Error("Extension misclassifies")
 	}
 }
+
+// The events of every step (step_start, verdict, tool_call, error,
+// step_end) give their numbers as the float64 they are on the chain, so an
+// append shares their payload as it is (lctl.DataShared copies a map that
+// holds an int, to change it), and they are encoded as before: the same
+// canonical bytes as the same payload with ints.
+func TestStepEventsAreChainValues(t *testing.T) {
+	t.Parallel()
+	same := func(a, b map[string]any) bool {
+		return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
+	}
+	conf := 0.5
+	raw := "x"
+	cases := []struct {
+		ev     Event
+		asInts map[string]any // the payload as it was written with ints
+	}{
+		{StepStart{Step: 7, StepID: "s", Intent: "i", InputSummary: "t", Tool: "t", Arguments: map[string]any{"p": "a"}, Model: "m", Confidence: &conf},
+			map[string]any{"step": 7, "step_id": "s", "intent": "i", "input_summary": "t", "tool": "t", "arguments": map[string]any{"p": "a"}, "model": "m", "confidence": 0.5}},
+		{StepStart{Step: 8, InputSummary: "invalid model output", Raw: &raw},
+			map[string]any{"step": 8, "intent": "", "input_summary": "invalid model output", "raw": "x"}},
+		{Verdict{Step: 7, StepID: "s", Tool: "t", Decision: DecisionAllow, Reasons: []Reason{{RuleID: "r", Message: "m"}}, PolicyVersion: "v", EvaluatedAt: "2026-01-01T00:00:00Z"},
+			map[string]any{"step": 7, "step_id": "s", "tool": "t", "decision": DecisionAllow, "reasons": []any{map[string]any{"rule_id": "r", "message": "m"}}, "policy_version": "v", "evaluated_at": "2026-01-01T00:00:00Z"}},
+		{ToolCall{Step: 7, StepID: "s", Tool: "t", Input: map[string]any{"p": "a"}, Output: map[string]any{"ok": true}, DurationMS: 0.25, Status: ToolCallSuccess},
+			map[string]any{"step": 7, "step_id": "s", "tool": "t", "input": map[string]any{"p": "a"}, "output": map[string]any{"ok": true}, "duration_ms": 0.25, "status": ToolCallSuccess}},
+		{Error{Step: 7, StepID: "s", Code: "C", Message: "m", Details: map[string]any{"k": "v"}},
+			map[string]any{"step": 7, "step_id": "s", "code": "C", "category": "", "type": "", "message": "m", "recoverable": false, "suggested_action": "", "details": map[string]any{"k": "v"}}},
+		{StepEnd{Step: 7, StepID: "s", Outcome: OutcomeSuccess, OutputSummary: "ok", DurationMS: 1.5, Tokens: &Tokens{Input: 1 << 40, Output: 3}},
+			map[string]any{"step": 7, "step_id": "s", "outcome": OutcomeSuccess, "output_summary": "ok", "duration_ms": 1.5, "tokens": map[string]any{"input": int64(1 << 40), "output": int64(3)}}},
+	}
+	for _, c := range cases {
+		d := c.ev.Data()
+		shared, err := lctl.DataShared(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !same(shared, d) {
+			t.Errorf("%s: the append copies its payload (a value is not a JSON value): %#v", c.ev.Type(), d)
+		}
+		if tok, ok := d["tokens"].(map[string]any); ok && !same(shared["tokens"].(map[string]any), tok) {
+			t.Errorf("%s: the append copies its tokens", c.ev.Type())
+		}
+		old, err := lctl.DataOf(c.asInts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := lctl.Canonical(old)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := lctl.Canonical(shared)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != string(want) {
+			t.Errorf("%s: encoded\n%s\nwas\n%s", c.ev.Type(), got, want)
+		}
+	}
+}
