@@ -104,6 +104,16 @@ func (p *idp) dial(t *testing.T, addr, sub string, roles ...string) *grpc.Client
 	return conn
 }
 
+// runStatusOf is run id's status as GetRun reads it (as alice).
+func (c *bindCluster) runStatusOf(t *testing.T, ctx context.Context, id string) xctv1.RunStatus {
+	t.Helper()
+	r, err := c.orchestratorAs(t, "alice").GetRun(ctx, &xctv1.GetRunRequest{RunId: id})
+	if err != nil {
+		t.Fatalf("get run %s: %v", id, err)
+	}
+	return r.GetRun().GetStatus()
+}
+
 // TestAttackLookAlikeNameCancelsAnothersRun: the identity provider holds
 // "sam" and, as other users, "SAM" and "ſam" (a long s; a provider that
 // compares names as written keeps them apart). The orchestrator compared
@@ -244,7 +254,10 @@ func debuggerLink(t *testing.T, ctx context.Context, base, token, chain string) 
 // session, so the approval bob then gave in the debugger was recorded as
 // mallory's (decided_by mallory on main). Now opening a link only shows
 // whom it would sign in as, another site's post is refused, and bob's
-// decision is his.
+// decision is his. Pages of another site, and of another origin of the
+// same site, that try to decide or cancel with bob's session themselves
+// (fetch with and without the CSRF header, a text/plain form) change
+// nothing (held before too; tested now).
 func TestAttackDebuggerLinkSignsInTheOpener(t *testing.T) {
 	gate := make(chan struct{})
 	close(gate)
@@ -298,12 +311,45 @@ func TestAttackDebuggerLinkSignsInTheOpener(t *testing.T) {
 		_, _ = fmt.Fprintf(w, `<!doctype html><form id="f" method="post" action="%s/login"><input type="hidden" name="code" value="%s"></form>`+
 			`<script>document.getElementById('f').submit()</script>`, base, posted)
 	})
+	// Pages that try to decide or cancel with bob's session themselves: a
+	// script's fetch with the CSRF header (a preflight the debugger does
+	// not answer), one without it, and a form posting JSON as text/plain.
+	body := `{"run_id": "` + runID + `", "step": 1, "approve": false, "reason": "csrf"}`
+	mux.HandleFunc("/fetch", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		_, _ = fmt.Fprintf(w, `<!doctype html><script>
+const b = %q;
+Promise.allSettled([
+  fetch(%q, {method: 'POST', credentials: 'include', headers: {'Content-Type': 'application/json', 'X-XCT-CSRF': '1'}, body: b}),
+  fetch(%q, {method: 'POST', mode: 'no-cors', credentials: 'include', headers: {'Content-Type': 'text/plain'}, body: b}),
+  fetch(%q, {method: 'POST', mode: 'no-cors', credentials: 'include', headers: {'Content-Type': 'text/plain'}, body: '{"run_id": "`+runID+`", "reason": "csrf"}'}),
+]).then(() => { document.title = 'done'; });
+</script>`, body, base+"/api/approvals/decide", base+"/api/approvals/decide", base+"/api/runs/cancel")
+	})
+	mux.HandleFunc("/form", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		_, _ = fmt.Fprintf(w, `<!doctype html><form id="f" method="post" enctype="text/plain" action="%s/api/approvals/decide">`+
+			`<input type="hidden" name='{"run_id": "%s", "step": 1, "approve": false, "reason": "csrf", "x": "' value='"}'></form>`+
+			`<script>document.getElementById('f').submit()</script>`, base, runID)
+	})
 	evil := httptest.NewServer(mux)
 	defer evil.Close()
-	evilURL := strings.Replace(evil.URL, "127.0.0.1", "localhost", 1)
-	for _, page := range []string{"/go", "/post"} {
-		b.Do(t, "bob's browser on mallory's page "+page, chromedp.Navigate(evilURL+page))
-		b.Until(t, "the tracer's answer to "+page, `location.host === '`+tracerHost+`' && document.readyState === 'complete'`)
+	// Another site (localhost), and another origin of the same site
+	// (127.0.0.1 on another port: SameSite cookies go there too).
+	for _, evilURL := range []string{strings.Replace(evil.URL, "127.0.0.1", "localhost", 1), evil.URL} {
+		for _, page := range []string{"/go", "/post", "/form"} {
+			b.Do(t, "bob's browser on mallory's page "+evilURL+page, chromedp.Navigate(evilURL+page))
+			b.Until(t, "the tracer's answer to "+page, `location.host === '`+tracerHost+`' && document.readyState === 'complete'`)
+		}
+		b.Do(t, "bob's browser on "+evilURL+"/fetch", chromedp.Navigate(evilURL+"/fetch"))
+		b.Until(t, "the page's requests", `document.title === 'done'`)
+	}
+	l, err := bob.ListApprovals(ctx, &xctv1.ListApprovalsRequest{RunId: runID})
+	if err != nil || len(l.GetApprovals()) != 1 {
+		t.Fatalf("after the pages, the approval is no longer pending: %v %v", l, err)
+	}
+	if st := c.runStatusOf(t, ctx, runID); st != xctv1.RunStatus_RUN_STATUS_WAITING_APPROVAL {
+		t.Fatalf("after the pages, the run is %s", st)
 	}
 
 	// bob approves in the debugger (its own API, as the page's button does).
@@ -314,7 +360,7 @@ func TestAttackDebuggerLinkSignsInTheOpener(t *testing.T) {
 		body: JSON.stringify({run_id: '`+runID+`', step: 1, approve: true, reason: 'reviewed'})})
 		.then(r => r.text()).then(t => { window.__decided = t; }); null`)
 	b.Until(t, "the decision", `window.__decided !== null`)
-	l, err := bob.ListApprovals(ctx, &xctv1.ListApprovalsRequest{RunId: runID, All: true})
+	l, err = bob.ListApprovals(ctx, &xctv1.ListApprovalsRequest{RunId: runID, All: true})
 	if err != nil || len(l.GetApprovals()) != 1 {
 		t.Fatalf("approvals: %v %v", l, err)
 	}
