@@ -123,7 +123,7 @@ func (t *httpTool) Descriptor() *xctv1.ToolDescriptor {
   "properties": {
     "method": {"enum": [` + methods + `], "description": "HTTP method."},
     "url": {"type": "string", "minLength": 1, "maxLength": 8192, "description": "Absolute http or https URL of an allowed host."},
-    "headers": {"type": "object", "maxProperties": 64, "additionalProperties": {"type": "string"}, "description": "Request headers (Host, Connection, Content-Length, Transfer-Encoding and Proxy-* are refused)."},
+    "headers": {"type": "object", "maxProperties": 64, "additionalProperties": {"type": "string"}, "description": "Request headers (Host, Connection, Content-Length, Transfer-Encoding, Proxy-*, X-Forwarded-*, Forwarded, method and URL overrides such as X-HTTP-Method-Override and X-Original-URL are refused)."},
     "body": {"type": "string", "description": "Request body, as text."}
   },
   "required": ["method", "url"],
@@ -147,13 +147,22 @@ func (t *httpTool) Descriptor() *xctv1.ToolDescriptor {
 }
 
 // forbiddenHeader reports request headers the caller may not set: they
-// would redirect the request, smuggle another one, or use a proxy.
+// would redirect the request, smuggle another one, or use a proxy; or
+// they make a server act on another method or URL than the request's,
+// which is what a policy judged (a GET with X-HTTP-Method-Override:
+// DELETE, or X-Original-URL: /admin on a request to /public), or speak
+// for a proxy in front of the server (X-Forwarded-For: 127.0.0.1 past an
+// address rule of the server's).
 func forbiddenHeader(name string) bool {
 	switch textproto.CanonicalMIMEHeaderKey(name) {
-	case "Host", "Connection", "Content-Length", "Transfer-Encoding", "Te", "Trailer", "Upgrade", "Keep-Alive", "Expect":
+	case "Host", "Connection", "Content-Length", "Transfer-Encoding", "Te", "Trailer", "Upgrade", "Keep-Alive", "Expect",
+		"X-Http-Method-Override", "X-Http-Method", "X-Method-Override", "X-Original-Method",
+		"X-Original-Url", "X-Rewrite-Url", "X-Override-Url",
+		"Forwarded", "X-Real-Ip", "X-Client-Ip", "True-Client-Ip", "X-Originating-Ip", "X-Remote-Addr", "X-Remote-Ip", "X-Cluster-Client-Ip":
 		return true
 	}
-	return strings.HasPrefix(strings.ToLower(name), "proxy-")
+	n := strings.ToLower(name)
+	return strings.HasPrefix(n, "proxy-") || strings.HasPrefix(n, "x-forwarded-")
 }
 
 func (t *httpTool) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.Error) {

@@ -276,6 +276,9 @@ func TestHTTPRequest(t *testing.T) {
 	}{
 		{"Host header", map[string]any{"method": "GET", "url": f.url("api.test", "/ok"), "headers": map[string]any{"Host": "169.254.169.254"}}, wire.CodeInvalidArgument},
 		{"proxy header", map[string]any{"method": "GET", "url": f.url("api.test", "/ok"), "headers": map[string]any{"Proxy-Authorization": "x"}}, wire.CodeInvalidArgument},
+		{"method override header", map[string]any{"method": "POST", "url": f.url("api.test", "/ok"), "headers": map[string]any{"X-HTTP-Method-Override": "DELETE"}}, wire.CodeInvalidArgument},
+		{"URL override header", map[string]any{"method": "GET", "url": f.url("api.test", "/ok"), "headers": map[string]any{"x-original-url": "/admin"}}, wire.CodeInvalidArgument},
+		{"forwarding header", map[string]any{"method": "GET", "url": f.url("api.test", "/ok"), "headers": map[string]any{"X-Forwarded-Host": "admin.test"}}, wire.CodeInvalidArgument},
 		{"transfer-encoding header", map[string]any{"method": "POST", "url": f.url("api.test", "/ok"), "headers": map[string]any{"transfer-encoding": "chunked"}}, wire.CodeInvalidArgument},
 		{"header injection", map[string]any{"method": "GET", "url": f.url("api.test", "/ok"), "headers": map[string]any{"X-A": "1\r\nX-B: 2"}}, wire.CodeInvalidArgument},
 		{"header not a string", map[string]any{"method": "GET", "url": f.url("api.test", "/ok"), "headers": map[string]any{"X-A": 1}}, wire.CodeInvalidArgument},
