@@ -46,6 +46,7 @@ const (
 	maxLoginForm   = 4096
 	maxLoginCodes  = 1024 // outstanding codes; the oldest go first
 	maxSessions    = 4096
+	maxPerToken    = 16 // outstanding codes, and sessions, of one bearer token
 	loginLinksPath = "/api/login-links"
 	loginPath      = "/login"
 )
@@ -94,18 +95,33 @@ func randomID() (string, error) {
 	return base64.RawURLEncoding.EncodeToString(b[:]), nil
 }
 
-// put stores g under a new id in m, dropping expired entries, and the
-// one expiring first when m is full.
-func put(m map[string]uiGrant, g uiGrant, limit int, now time.Time) (string, error) {
-	var oldest string
+// put stores g under a new id in m, dropping expired entries. One
+// principal (one bearer token) holds at most perToken entries: past that
+// its own oldest goes, so no principal can push another's out by making
+// links or sessions in a loop. When m is full, the entry expiring first
+// goes.
+func put(m map[string]uiGrant, g uiGrant, limit, perToken int, now time.Time) (string, error) {
+	var oldest, oldestOwn string
+	own := 0
 	for k, v := range m {
-		if !now.Before(v.expires) {
+		switch {
+		case !now.Before(v.expires):
 			delete(m, k)
-		} else if oldest == "" || v.expires.Before(m[oldest].expires) {
+			continue
+		case oldest == "" || v.expires.Before(m[oldest].expires):
 			oldest = k
 		}
+		if v.token == g.token {
+			own++
+			if oldestOwn == "" || v.expires.Before(m[oldestOwn].expires) {
+				oldestOwn = k
+			}
+		}
 	}
-	if len(m) >= limit && oldest != "" {
+	switch {
+	case own >= perToken && oldestOwn != "":
+		delete(m, oldestOwn)
+	case len(m) >= limit && oldest != "":
 		delete(m, oldest)
 	}
 	id, err := randomID()
@@ -221,7 +237,7 @@ func (s *uiSessions) newLink(w http.ResponseWriter, r *http.Request, authorize f
 	now := s.now()
 	g := uiGrant{token: bearer, who: s.identify(r), chain: req.Chain, expires: now.Add(loginCodeTTL)}
 	s.mu.Lock()
-	code, err := put(s.codes, g, maxLoginCodes, now)
+	code, err := put(s.codes, g, maxLoginCodes, maxPerToken, now)
 	s.mu.Unlock()
 	if err != nil {
 		jsonError(w, http.StatusInternalServerError, "internal", "no random code: "+err.Error())
@@ -333,7 +349,7 @@ func (s *uiSessions) signIn(w http.ResponseWriter, r *http.Request) {
 	if c, err := r.Cookie(cookieName(r)); err == nil {
 		delete(s.sessions, c.Value)
 	}
-	id, err := put(s.sessions, sess, maxSessions, now)
+	id, err := put(s.sessions, sess, maxSessions, maxPerToken, now)
 	s.mu.Unlock()
 	if err != nil {
 		http.Error(w, "no session: "+err.Error(), http.StatusInternalServerError)

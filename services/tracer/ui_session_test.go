@@ -294,3 +294,35 @@ func TestSessionCookieOverTLS(t *testing.T) {
 		t.Fatalf("a plain-named cookie over TLS: %q", body)
 	}
 }
+
+// TestLinksOfOnePrincipalPushOutNoOther: mallory makes more links, and
+// signs in more often, than the tracer keeps for everyone (1024 codes,
+// 4096 sessions): alice's link made before still works, and her session
+// still authenticates; mallory keeps her own last ones only.
+func TestLinksOfOnePrincipalPushOutNoOther(t *testing.T) {
+	srv, c := linkServer(t)
+	alicesLink := makeLink(t, srv, "good")
+	resp, _ := signIn(t, srv, makeLink(t, srv, "good"), nil, sameOrigin(srv)...)
+	alice := sessionOf(resp, sessionCookie)
+	var last string
+	for range maxLoginCodes + 1 {
+		c.add(time.Millisecond) // alice's are the oldest
+		last = makeLink(t, srv, "other")
+	}
+	for range maxSessions + 1 {
+		c.add(time.Millisecond)
+		resp, _ := signIn(t, srv, makeLink(t, srv, "other"), nil, sameOrigin(srv)...)
+		if resp.StatusCode != http.StatusSeeOther {
+			t.Fatalf("mallory signs in: %s", resp.Status)
+		}
+	}
+	if _, body := get(t, srv, srv.URL+"/api/chains", alice); body != "as:Bearer good" {
+		t.Fatalf("alice's session after mallory's: %q", body)
+	}
+	if resp, body := signIn(t, srv, alicesLink, nil, sameOrigin(srv)...); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("alice's link after mallory's %d: %s %s", maxLoginCodes+1, resp.Status, body)
+	}
+	if resp, _ := get(t, srv, last, nil); resp.StatusCode != http.StatusOK {
+		t.Fatalf("mallory's last link: %s", resp.Status)
+	}
+}
