@@ -293,16 +293,10 @@ type stepTimer struct {
 	out      chunked[StepTiming]
 	outSteps chunked[*openStep] // out's steps, to tell nested ones at the end (nil: at the top, not a stream)
 	bySpan   map[string]*openStep
-	streams  map[string]*openStep // agent -> open stream
-	// orphans are streams that ended outside every step, by agent, with
-	// their place in out: XCT's loop calls the model before it records
-	// the step, so such a stream belongs to its agent's next numbered step.
-	orphans  map[string]orphanStream
+	agents   agentSlots // each agent's open steps, stream and orphan
 	order    []*openStep
-	byNumber map[int64]*openStep
-	byAgent  map[string][]*openStep
+	byNumber stepIndex
 	lastTime time.Time
-	current  map[string]*openStep // agent -> innermost open step, for tool time
 	// free holds ended steps nothing refers to any more (reuse), for the
 	// next steps to start in: one allocation per step otherwise.
 	free []*openStep
@@ -315,8 +309,115 @@ type stepTimer struct {
 }
 
 func newStepTimer() *stepTimer {
-	return &stepTimer{byNumber: map[int64]*openStep{}, byAgent: map[string][]*openStep{}, current: map[string]*openStep{},
-		bySpan: map[string]*openStep{}, streams: map[string]*openStep{}, orphans: map[string]orphanStream{}}
+	return &stepTimer{bySpan: map[string]*openStep{}}
+}
+
+// agentSlot is what the step timer keeps of an agent.
+type agentSlot struct {
+	name  string
+	stack []*openStep // its open steps, outermost first
+	// current is its innermost open step, for tool time; stream its open
+	// stream.
+	current, stream *openStep
+	// orphan is a stream that ended outside every step, with its place in
+	// out (hasOrphan): XCT's loop calls the model before it records the
+	// step, so such a stream belongs to the agent's next numbered step.
+	orphan    orphanStream
+	hasOrphan bool
+}
+
+// agentSlots finds an agent's slot: a chain has a handful of agents, and
+// a look along a short list (equal names are mostly the same string)
+// costs less than the four maps by agent a step went through.
+type agentSlots struct {
+	list   []*agentSlot
+	byName map[string]*agentSlot // past agentList agents
+}
+
+const agentList = 16
+
+func (a *agentSlots) of(name string) *agentSlot {
+	for _, s := range a.list {
+		if s.name == name {
+			return s
+		}
+	}
+	if a.byName != nil {
+		if s := a.byName[name]; s != nil {
+			return s
+		}
+	}
+	s := &agentSlot{name: name}
+	if len(a.list) < agentList {
+		a.list = append(a.list, s)
+		return s
+	}
+	if a.byName == nil {
+		a.byName = map[string]*agentSlot{}
+	}
+	a.byName[name] = s
+	return s
+}
+
+// stepIndex maps XCT step numbers to their open steps: a short list (a
+// few steps are open at once), a map once more are.
+type stepIndex struct {
+	nums  []int64
+	steps []*openStep
+	m     map[int64]*openStep
+}
+
+const stepIndexList = 16
+
+func (x *stepIndex) get(n int64) *openStep {
+	if x.m != nil {
+		return x.m[n]
+	}
+	for i, k := range x.nums {
+		if k == n {
+			return x.steps[i]
+		}
+	}
+	return nil
+}
+
+func (x *stepIndex) set(n int64, o *openStep) {
+	if x.m != nil {
+		x.m[n] = o
+		return
+	}
+	for i, k := range x.nums {
+		if k == n {
+			x.steps[i] = o
+			return
+		}
+	}
+	if len(x.nums) < stepIndexList {
+		x.nums, x.steps = append(x.nums, n), append(x.steps, o)
+		return
+	}
+	x.m = make(map[int64]*openStep, 2*stepIndexList)
+	for i, k := range x.nums {
+		x.m[k] = x.steps[i]
+	}
+	x.m[n] = o
+	x.nums, x.steps = nil, nil
+}
+
+func (x *stepIndex) del(n int64) {
+	if x.m != nil {
+		delete(x.m, n)
+		return
+	}
+	for i, k := range x.nums {
+		if k == n {
+			last := len(x.nums) - 1
+			x.nums[i], x.steps[i] = x.nums[last], x.steps[last]
+			x.steps[last] = nil
+			x.nums, x.steps = x.nums[:last], x.steps[:last]
+			return
+		}
+	}
 }
 
 func (st *stepTimer) add(e *lctl.Event) {
@@ -337,7 +438,7 @@ func (st *stepTimer) add(e *lctl.Event) {
 		if numbered {
 			o.timing.Step = n
 			o.numbered = true
-			st.byNumber[n] = o
+			st.byNumber.set(n, o)
 		}
 		o.parent = st.parentOf(e, o, numbered)
 		if o.parent != nil {
@@ -347,16 +448,17 @@ func (st *stepTimer) add(e *lctl.Event) {
 		if numbered && o.parent == nil {
 			st.adopt(e.Agent, o)
 		}
-		st.byAgent[e.Agent] = append(st.byAgent[e.Agent], o)
-		st.current[e.Agent] = o
+		a := st.agents.of(e.Agent)
+		a.stack = append(a.stack, o)
+		a.current = o
 		st.order = appendDoubling(st.order, o)
 	case lctl.TypeToolCall:
 		var o *openStep
 		if n, ok := intAt(e, "step"); ok {
-			o = st.byNumber[n]
+			o = st.byNumber.get(n)
 		}
 		if o == nil {
-			o = st.current[e.Agent]
+			o = st.agents.of(e.Agent).current
 		}
 		if o != nil {
 			if ms, ok := numberAt(e, "duration_ms"); ok && ms > 0 {
@@ -366,10 +468,11 @@ func (st *stepTimer) add(e *lctl.Event) {
 	case lctl.TypeStepEnd:
 		var o *openStep
 		if n, ok := intAt(e, "step"); ok {
-			o = st.byNumber[n]
-			delete(st.byNumber, n)
+			o = st.byNumber.get(n)
+			st.byNumber.del(n)
 		}
-		stack := st.byAgent[e.Agent]
+		a := st.agents.of(e.Agent)
+		stack := a.stack
 		if o == nil && len(stack) > 0 {
 			o = stack[len(stack)-1]
 		}
@@ -378,14 +481,14 @@ func (st *stepTimer) add(e *lctl.Event) {
 		}
 		for k := len(stack) - 1; k >= 0; k-- {
 			if stack[k] == o {
-				st.byAgent[e.Agent] = slices.Delete(stack, k, k+1)
+				a.stack = slices.Delete(stack, k, k+1)
 				break
 			}
 		}
-		if s := st.byAgent[e.Agent]; len(s) > 0 {
-			st.current[e.Agent] = s[len(s)-1]
+		if s := a.stack; len(s) > 0 {
+			a.current = s[len(s)-1]
 		} else {
-			delete(st.current, e.Agent)
+			a.current = nil
 		}
 		o.timing.EndSeq = e.Seq
 		if ms, ok := numberAt(e, "duration_ms"); ok && ms >= 0 {
@@ -420,7 +523,7 @@ func (st *stepTimer) newStep() *openStep {
 // agent's) and the number index.
 func (st *stepTimer) reuse(o *openStep, agent string) {
 	if o.parent != nil || o.timing.Stream || o.parentOfSome || agent != o.timing.Agent ||
-		(o.numbered && st.byNumber[o.timing.Step] == o) || st.current[agent] == o || len(st.free) >= 64 || st.noReuse {
+		(o.numbered && st.byNumber.get(o.timing.Step) == o) || st.agents.of(agent).current == o || len(st.free) >= 64 || st.noReuse {
 		return
 	}
 	st.free = append(st.free, o)

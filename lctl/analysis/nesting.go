@@ -28,7 +28,7 @@ func (st *stepTimer) parentOf(e *lctl.Event, o *openStep, numbered bool) *openSt
 		}
 	}
 	if parent == nil && !numbered {
-		parent = st.current[e.Agent]
+		parent = st.agents.of(e.Agent).current
 	}
 	if parent == o {
 		return nil
@@ -76,25 +76,27 @@ func (st *stepTimer) stream(e *lctl.Event, t time.Time) {
 	case lctl.TypeStreamStart:
 		o := &openStep{start: t, index: len(st.order)}
 		o.timing = StepTiming{Agent: e.Agent, Step: int64(e.Seq), StartSeq: e.Seq, Intent: "stream", Stream: true}
-		o.parent = st.current[e.Agent]
+		a := st.agents.of(e.Agent)
+		o.parent = a.current
 		if o.parent != nil {
 			o.timing.ParentSeq = o.parent.timing.StartSeq
 			o.parent.parentOfSome = true
 		}
 		st.order = appendDoubling(st.order, o)
-		st.streams[e.Agent] = o
+		a.stream = o
 	case lctl.TypeStreamChunk:
-		if o := st.streams[e.Agent]; o != nil {
+		if o := st.agents.of(e.Agent).stream; o != nil {
 			if n, ok := intAt(e, "tokens"); ok && n > 0 {
 				o.streamed += n
 			}
 		}
 	case lctl.TypeStreamEnd:
-		o := st.streams[e.Agent]
+		a := st.agents.of(e.Agent)
+		o := a.stream
 		if o == nil {
 			return
 		}
-		delete(st.streams, e.Agent)
+		a.stream = nil
 		o.timing.EndSeq = e.Seq
 		o.timing.Tokens = o.streamed
 		if n, ok := intAt(e, "total_tokens"); ok && n >= 0 {
@@ -107,7 +109,7 @@ func (st *stepTimer) stream(e *lctl.Event, t time.Time) {
 		}
 		st.end(o)
 		if o.parent == nil {
-			st.orphans[e.Agent] = orphanStream{o, st.out.len() - 1}
+			a.orphan, a.hasOrphan = orphanStream{o, st.out.len() - 1}, true
 		}
 	}
 }
@@ -125,11 +127,12 @@ type orphanStream struct {
 // stream's. Counted on its own, the stream's time and tokens would be
 // counted twice.
 func (st *stepTimer) adopt(agent string, o *openStep) {
-	orphan, ok := st.orphans[agent]
-	if !ok {
+	a := st.agents.of(agent)
+	if !a.hasOrphan {
 		return
 	}
-	delete(st.orphans, agent)
+	orphan := a.orphan
+	a.orphan, a.hasOrphan = orphanStream{}, false
 	orphan.o.parent = o
 	o.parentOfSome = true
 	o.childMS += orphan.o.timing.DurationMS
