@@ -307,7 +307,7 @@ func (t *httpTool) parseURL(raw string) (*url.URL, *xctv1.Error) {
 		// A rule on "/admin" does not read "/%61dmin" or "//admin"; a
 		// server decodes the one and merges the slashes of the other.
 		return nil, wire.WithDetails(wire.Errorf(wire.CodeInvalidArgument,
-			"the path of url %q is not written in its plain form (a percent-encoded letter, digit or \"-._~\", lower-case hex, or repeated \"/\"), which a server may read as another path than the one judged; propose %q",
+			"the path of url %q is not written in its plain form (a percent-encoded letter, digit or \"-._~\", lower-case hex, repeated \"/\", or \";\" parameters), which a server may read as another path than the one judged; propose %q",
 			u.Redacted(), clean), map[string]any{"argument": "url", "clean": clean})
 	}
 	if clean, ok := plainOrigin(raw, u); !ok {
@@ -525,8 +525,8 @@ func plainOrigin(raw string, u *url.URL) (string, bool) {
 // plainPath reports whether u's path is written in the one form a rule on
 // it can rely on (RFC 3986's normalisation, 6.2.2): no percent-encoded
 // unreserved character ("%61" is "a"), upper-case hex in the encodings
-// that stay, and no empty segment ("//admin", also through "%2F", which
-// servers merge). Otherwise it returns the URL with its path so written.
+// that stay, no empty segment ("//admin", also through "%2F", which
+// servers merge), and no ";" parameters, which servers drop. Otherwise it returns the URL with its path so written.
 // "%2F" itself is kept: APIs use it inside a segment.
 func plainPath(u *url.URL) (string, bool) {
 	raw := u.EscapedPath()
@@ -550,6 +550,15 @@ func plainPath(u *url.URL) (string, bool) {
 		b.WriteByte(c)
 	}
 	p := b.String()
+	if strings.Contains(p, ";") {
+		// Path parameters: Tomcat and Spring drop them before routing
+		// ("/admin;x/delete" is "/admin/delete").
+		segs := strings.Split(p, "/")
+		for i, seg := range segs {
+			segs[i], _, _ = strings.Cut(seg, ";")
+		}
+		p, changed = strings.Join(segs, "/"), true
+	}
 	dec, err := url.PathUnescape(p)
 	if err != nil {
 		dec = p

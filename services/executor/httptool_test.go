@@ -511,6 +511,8 @@ func TestHTTPPlainPath(t *testing.T) {
 		"https://h.test/%2Fadmin":         "https://h.test/admin",
 		"https://h.test/a%2fb":            "https://h.test/a%2Fb",
 		"https://h.test/caf%c3%a9?q=%61":  "https://h.test/caf%C3%A9?q=%61",
+		"https://h.test/admin;x/delete":   "https://h.test/admin/delete",
+		"https://h.test/a;jsessionid=1":   "https://h.test/a",
 		"https://h.test/repo/a%2Fb/issue": "",
 		"https://h.test/caf%C3%A9":        "",
 		"https://h.test/a%20b/":           "",
