@@ -23,6 +23,12 @@ const (
 	// MaxLabels and MaxLabelBytes bound a run's labels.
 	MaxLabels     = 64
 	MaxLabelBytes = 1024
+	// MaxModelBytes bounds the model reference a run names (and a crew
+	// file's name), recorded on run_started.
+	MaxModelBytes = 1024
+	// MaxReasonBytes bounds a cancel's reason, recorded on the run's end
+	// (and every reader's GetRun and ListRuns): a decision's bound.
+	MaxReasonBytes = 4096
 )
 
 // parseRoleLimits parses ROLE=N[,ROLE=N...] into MaxStepsLimitByRole.
@@ -95,6 +101,10 @@ func (s *Service) stepBudget(req *xctv1.StartRunRequest, roles []string) (int, e
 	if len(req.GetGoal()) > MaxGoalBytes || !utf8.ValidString(req.GetGoal()) {
 		return 0, status.Errorf(codes.InvalidArgument, "goal must be valid UTF-8 of at most %d bytes (it has %d)", MaxGoalBytes, len(req.GetGoal()))
 	}
+	if len(req.GetModel()) > MaxModelBytes || len(req.GetCrewFile()) > MaxModelBytes {
+		return 0, status.Errorf(codes.InvalidArgument, "the model reference and the crew file's name must be at most %d bytes (they have %d and %d)",
+			MaxModelBytes, len(req.GetModel()), len(req.GetCrewFile()))
+	}
 	if len(req.GetLabels()) > MaxLabels {
 		return 0, status.Errorf(codes.InvalidArgument, "at most %d labels, got %d", MaxLabels, len(req.GetLabels()))
 	}
@@ -112,4 +122,13 @@ func (s *Service) stepBudget(req *xctv1.StartRunRequest, roles []string) (int, e
 		n = min(s.cfg.MaxSteps, limit)
 	}
 	return n, nil
+}
+
+// checkReason refuses a cancel's reason that is not valid UTF-8 of at most
+// MaxReasonBytes.
+func checkReason(reason string) error {
+	if len(reason) > MaxReasonBytes || !utf8.ValidString(reason) {
+		return status.Errorf(codes.InvalidArgument, "the reason must be valid UTF-8 of at most %d bytes (it has %d)", MaxReasonBytes, len(reason))
+	}
+	return nil
 }

@@ -298,6 +298,9 @@ func (s *Service) ListRuns(ctx context.Context, req *xctv1.ListRunsRequest) (*xc
 
 // CancelRun implements OrchestratorService.
 func (s *Service) CancelRun(ctx context.Context, req *xctv1.CancelRunRequest) (*xctv1.CancelRunResponse, error) {
+	if err := checkReason(req.GetReason()); err != nil {
+		return nil, err
+	}
 	cur, err := s.lookup(ctx, req.GetRunId())
 	if err != nil {
 		return nil, toStatus(err)

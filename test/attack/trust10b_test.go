@@ -526,3 +526,51 @@ steps:
 		t.Errorf("rechecked: %+v", rechecked)
 	}
 }
+
+// TestAttackCancelReasonsBreakEveryonesListRuns: a cancel's reason went on
+// the run's end as it was, unbounded (gRPC takes 16 MiB): alice cancelled
+// three runs of her own with 6 MiB reasons, and every reader's ListRuns
+// (dave's, an auditor) failed, its answer larger than a gRPC message (on
+// main). Now a reason is valid UTF-8 of at most 4 KiB (INVALID_ARGUMENT
+// otherwise, nothing cancelled), as a decision's; the model a run names is
+// bounded too (and not echoed whole in the refusal).
+func TestAttackCancelReasonsBreakEveryonesListRuns(t *testing.T) {
+	gate := make(chan struct{})
+	c := startBindCluster(t, withProposer("gate", gateModel{gate: gate}))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	alice := c.orchestratorAs(t, "alice")
+	huge := strings.Repeat("x", 6<<20)
+	for i := range 3 {
+		id := fmt.Sprintf("long-reason-%d", i)
+		if _, err := alice.StartRun(ctx, &xctv1.StartRunRequest{RunId: id, Goal: "g", Model: "func:gate"}); err != nil {
+			t.Fatal(err)
+		}
+		_, err := alice.CancelRun(ctx, &xctv1.CancelRunRequest{RunId: id, Reason: huge})
+		if status.Code(err) != codes.InvalidArgument || len(err.Error()) > 1024 {
+			t.Errorf("cancel with a 6 MiB reason: %.200v, want INVALID_ARGUMENT (short)", err)
+		}
+	}
+	for _, bad := range []string{strings.Repeat("é", 2049)} {
+		if _, err := alice.CancelRun(ctx, &xctv1.CancelRunRequest{RunId: "long-reason-0", Reason: bad}); status.Code(err) != codes.InvalidArgument {
+			t.Errorf("cancel with reason %.20q…: %v, want INVALID_ARGUMENT", bad, err)
+		}
+	}
+	l, err := c.orchestratorAs(t, "dave").ListRuns(ctx, &xctv1.ListRunsRequest{})
+	if err != nil || len(l.GetRuns()) != 3 {
+		t.Fatalf("dave's ListRuns: %d runs, %v", len(l.GetRuns()), err)
+	}
+	for _, r := range l.GetRuns() {
+		if r.GetStatus() != xctv1.RunStatus_RUN_STATUS_RUNNING {
+			t.Errorf("run %s after a refused cancel: %s", r.GetRunId(), r.GetStatus())
+		}
+	}
+	if _, err := alice.CancelRun(ctx, &xctv1.CancelRunRequest{RunId: "long-reason-0", Reason: strings.Repeat("y", 4096)}); err != nil {
+		t.Fatalf("cancel with a 4 KiB reason: %v", err)
+	}
+	_, err = alice.StartRun(ctx, &xctv1.StartRunRequest{Goal: "g", Model: "openai:" + strings.Repeat("m", 1<<20)})
+	if status.Code(err) != codes.InvalidArgument || len(err.Error()) > 1024 {
+		t.Errorf("a run on a 1 MiB model name: %.200v, want INVALID_ARGUMENT (short)", err)
+	}
+	close(gate)
+}
