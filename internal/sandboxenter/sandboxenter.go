@@ -40,23 +40,32 @@ const (
 )
 
 func init() {
-	if len(os.Args) < 4 || os.Args[0] != Path {
+	if len(os.Args) < 5 || os.Args[0] != Path {
 		return
 	}
 	os.Exit(Enter(os.Args[1:], os.Environ()))
 }
 
 // Enter is what the binary does when started as Path, with arguments
-// REPORT-FD DEV:INO PROGRAM ARGS...: the program is executed in the
+// REPORT-FD DEV:INO MAX-AS PROGRAM ARGS...: the program is executed in the
 // working directory if that is the directory DEV:INO (it does not return
-// then); otherwise the refusal is written on REPORT-FD and the exit status
-// returned.
+// then), with its address space limited to MAX-AS bytes (0: not limited
+// here); otherwise the refusal is written on REPORT-FD and the exit status
+// returned. The address space limit is set here, not before: the Go
+// runtime reserves more address space at its start than a program may be
+// given.
 func Enter(args []string, env []string) int {
 	fd, err := strconv.Atoi(args[0])
-	if err != nil || fd < 3 {
-		_, _ = os.Stderr.WriteString("xct sandbox: bad report descriptor\n")
+	if err != nil || fd < 3 || len(args) < 4 {
+		_, _ = os.Stderr.WriteString("xct sandbox: bad arguments\n")
 		return 125
 	}
+	maxAS, err := strconv.ParseUint(args[2], 10, 64)
+	if err != nil {
+		_, _ = os.Stderr.WriteString("xct sandbox: bad address space limit\n")
+		return 125
+	}
+	args = append(args[:2:2], args[3:]...)
 	report := func(what string) int {
 		_, _ = syscall.Write(fd, []byte(what))
 		return 125
@@ -64,6 +73,11 @@ func Enter(args []string, env []string) int {
 	var st syscall.Stat_t
 	if err := syscall.Stat(".", &st); err != nil || DirID(st.Dev, st.Ino) != args[1] {
 		return report(Moved)
+	}
+	if maxAS > 0 {
+		if err := syscall.Setrlimit(syscall.RLIMIT_AS, &syscall.Rlimit{Cur: maxAS, Max: maxAS}); err != nil {
+			return report(NotStarted + ": address space limit: " + err.Error())
+		}
 	}
 	// The program never holds the report descriptor.
 	syscall.CloseOnExec(fd)

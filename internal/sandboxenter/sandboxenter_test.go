@@ -17,7 +17,7 @@ func enter(t *testing.T, dirID, program string) (int, string) {
 		t.Fatal(err)
 	}
 	defer func() { _ = r.Close() }()
-	code := Enter([]string{strconv.Itoa(int(w.Fd())), dirID, program}, nil)
+	code := Enter([]string{strconv.Itoa(int(w.Fd())), dirID, "0", program}, nil)
 	_ = w.Close()
 	b, err := io.ReadAll(r)
 	if err != nil {
@@ -44,7 +44,10 @@ func TestEnterRefuses(t *testing.T) {
 	if code, rep := enter(t, here, "/nonexistent/program"); code != 125 || !strings.HasPrefix(rep, NotStarted+": ") {
 		t.Fatalf("a program that cannot be executed: %d %q", code, rep)
 	}
-	if code := Enter([]string{"x", here, "/bin/true"}, nil); code != 125 {
+	if code := Enter([]string{"x", here, "0", "/bin/true"}, nil); code != 125 {
 		t.Fatalf("a bad descriptor: %d", code)
+	}
+	if code := Enter([]string{"9", here, "lots", "/bin/true"}, nil); code != 125 {
+		t.Fatalf("a bad address space limit: %d", code)
 	}
 }

@@ -303,7 +303,10 @@ func (s *osSandbox) argv(program string, args []string, dir string, env []string
 		"--nproc=" + strconv.FormatInt(s.cfg.MaxProcesses, 10),
 		"--fsize=" + strconv.FormatInt(s.cfg.MaxFileBytes, 10),
 		"--nofile=" + strconv.FormatInt(s.cfg.MaxOpenFiles, 10)}
-	if s.memory > 0 {
+	if s.memory > 0 && s.enter == nil {
+		// With the check of the working directory, the check sets it:
+		// the Go runtime needs more address space to start than a
+		// program may be given.
 		a = append(a, "--as="+strconv.FormatInt(s.memory, 10))
 	}
 	a = append(a, "--", s.bwrap,
@@ -373,7 +376,7 @@ func (s *osSandbox) argv(program string, args []string, dir string, env []string
 	}
 	a = append(a, "--json-status-fd", "3", "--")
 	if s.enter != nil {
-		a = append(a, sandboxenter.Path, strconv.Itoa(fd+1), s.enter.dir)
+		a = append(a, sandboxenter.Path, strconv.Itoa(fd+1), s.enter.dir, strconv.FormatInt(s.memory, 10))
 	}
 	a = append(a, program)
 	return append(a, args...)

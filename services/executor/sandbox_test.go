@@ -231,6 +231,19 @@ func TestSandboxConfinement(t *testing.T) {
 		if res.ExitCode == 0 || strings.Contains(res.Stdout, "536870912") {
 			t.Fatalf("allocated 400 MB under a 256 MiB limit: %+v", res)
 		}
+		// With a working directory the program starts through the
+		// executor's check (internal/sandboxenter), which sets the limit
+		// itself: the Go runtime could not start under it.
+		must(t, os.MkdirAll(filepath.Join(sb.ws, "memsub"), 0o755))
+		inSub := func(script string) ShellResult {
+			return resultAs[ShellResult](t, exec(t, s, "shell.exec", map[string]any{"argv": []any{"awk", script}, "cwd": "memsub"}))
+		}
+		if res := inSub(`BEGIN { s = "x"; while (length(s) < 4194304) s = s s; print length(s) }`); res.Stdout != "4194304\n" {
+			t.Fatalf("4 MB under a 256 MiB limit, in a working directory: %+v", res)
+		}
+		if res := inSub(`BEGIN { s = "x"; while (length(s) < 536870912) s = s s; print length(s) }`); res.ExitCode == 0 || strings.Contains(res.Stdout, "536870912") {
+			t.Fatalf("allocated 400 MB under a 256 MiB limit, in a working directory: %+v", res)
+		}
 	})
 }
 
