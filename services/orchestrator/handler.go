@@ -7,10 +7,12 @@ import (
 	"sort"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/crew"
@@ -256,6 +258,7 @@ func (s *Service) ListRuns(ctx context.Context, req *xctv1.ListRunsRequest) (*xc
 	if limit <= 0 {
 		limit = 100
 	}
+	limit = min(limit, MaxListRuns)
 	chains, err := s.events.Chains(ctx)
 	if err != nil {
 		return nil, status.Error(codes.Unavailable, err.Error())
@@ -293,7 +296,53 @@ func (s *Service) ListRuns(ctx context.Context, req *xctv1.ListRunsRequest) (*xc
 	if len(runs) > limit {
 		runs = runs[:limit]
 	}
+	for i, r := range runs {
+		runs[i] = listEntry(r)
+	}
 	return &xctv1.ListRunsResponse{Runs: runs}, nil
+}
+
+// Bounds of a ListRuns answer: a list is a summary of each run, so that
+// however long the runs' goals, labels and end messages (64 KiB, 64 of
+// 1 KiB, a model's done message of up to 256 KiB), MaxListRuns of them fit
+// in one gRPC message. GetRun has each whole.
+const (
+	MaxListRuns       = 1000
+	maxListEntryText  = 1024 // bytes of a goal or message in a list
+	maxListEntryLabel = 1024 // bytes of all of a run's labels in a list
+)
+
+// listEntry is r as a list shows it: its goal and message cut at
+// maxListEntryText bytes (on a rune boundary, "…" added), its labels left
+// out when they are longer than maxListEntryLabel in all. r is not changed
+// (it may be the cache's).
+func listEntry(r *xctv1.Run) *xctv1.Run {
+	labels := 0
+	for k, v := range r.GetLabels() {
+		labels += len(k) + len(v)
+	}
+	if len(r.GetGoal()) <= maxListEntryText && len(r.GetMessage()) <= maxListEntryText && labels <= maxListEntryLabel {
+		return r
+	}
+	out := proto.CloneOf(r)
+	out.Goal, out.Message = cutText(out.GetGoal(), maxListEntryText), cutText(out.GetMessage(), maxListEntryText)
+	if labels > maxListEntryLabel {
+		out.Labels = nil
+	}
+	return out
+}
+
+// cutText is s cut to at most n bytes on a rune boundary, with "…" when
+// it was cut.
+func cutText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	i := n
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + "…"
 }
 
 // CancelRun implements OrchestratorService.

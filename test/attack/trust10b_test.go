@@ -31,6 +31,7 @@ import (
 	"github.com/xct-dev/xct/internal/natsembed"
 	"github.com/xct-dev/xct/internal/testutil"
 	"github.com/xct-dev/xct/internal/testutil/browser"
+	"github.com/xct-dev/xct/internal/wire"
 	"github.com/xct-dev/xct/lctl"
 	"github.com/xct-dev/xct/lctl/lctlpb"
 	"github.com/xct-dev/xct/services/executor"
@@ -573,4 +574,61 @@ func TestAttackCancelReasonsBreakEveryonesListRuns(t *testing.T) {
 		t.Errorf("a run on a 1 MiB model name: %.200v, want INVALID_ARGUMENT (short)", err)
 	}
 	close(gate)
+}
+
+// wordyModel finishes every run at once with a done message as long as a
+// decision may be (wire.MaxDecisionBytes, less the JSON around it).
+type wordyModel struct{}
+
+func (wordyModel) Name() string { return "wordy" }
+func (wordyModel) Close() error { return nil }
+func (wordyModel) Propose(context.Context, *xctv1.ProposeRequest) (*xctv1.ProposeResponse, error) {
+	out, err := json.Marshal(map[string]any{"done": true, "message": strings.Repeat("w", wire.MaxDecisionBytes-64)})
+	return &xctv1.ProposeResponse{Output: string(out)}, err
+}
+
+// TestAttackLongRunsBreakEveryonesListRuns: ListRuns gave each run whole:
+// its goal (64 KiB), labels (64 of 1 KiB) and its end's message (the
+// model's done message, up to 256 KiB). 48 such runs of alice's (a
+// hostile model's words, and her own) made every reader's ListRuns of the
+// default 100 larger than a gRPC message, and it failed (dave's, on main).
+// A list is a summary now: its goal and message are cut at 1 KiB, labels
+// longer than 1 KiB in all are left out (GetRun has them whole), and a
+// limit above 1000 is 1000.
+func TestAttackLongRunsBreakEveryonesListRuns(t *testing.T) {
+	c := startBindCluster(t, withProposer("wordy", wordyModel{}))
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	alice := c.orchestratorAs(t, "alice")
+	labels := map[string]string{}
+	for i := range 64 {
+		labels[fmt.Sprintf("l%02d", i)] = strings.Repeat("v", 1000)
+	}
+	goal := strings.Repeat("g", 64<<10)
+	const runs = 48
+	for i := range runs {
+		if _, err := alice.StartRun(ctx, &xctv1.StartRunRequest{RunId: fmt.Sprintf("wordy-%02d", i), Goal: goal, Labels: labels, Model: "func:wordy"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range runs {
+		c.waitRun(t, "alice", fmt.Sprintf("wordy-%02d", i))
+	}
+	dave := c.orchestratorAs(t, "dave")
+	l, err := dave.ListRuns(ctx, &xctv1.ListRunsRequest{})
+	if err != nil || len(l.GetRuns()) != runs {
+		t.Fatalf("dave's ListRuns: %d runs, %.200v", len(l.GetRuns()), err)
+	}
+	for _, r := range l.GetRuns() {
+		if len(r.GetGoal()) > 1100 || len(r.GetMessage()) > 1100 || len(r.GetLabels()) != 0 || !strings.HasPrefix(r.GetGoal(), "ggg") {
+			t.Fatalf("run %s in the list: goal %d bytes, message %d, %d labels", r.GetRunId(), len(r.GetGoal()), len(r.GetMessage()), len(r.GetLabels()))
+		}
+	}
+	if l, err := dave.ListRuns(ctx, &xctv1.ListRunsRequest{Limit: 1 << 30}); err != nil || len(l.GetRuns()) != runs {
+		t.Fatalf("dave's ListRuns of all: %d runs, %.200v", len(l.GetRuns()), err)
+	}
+	got, err := dave.GetRun(ctx, &xctv1.GetRunRequest{RunId: "wordy-00"})
+	if err != nil || got.GetRun().GetGoal() != goal || len(got.GetRun().GetLabels()) != 64 || len(got.GetRun().GetMessage()) < 200<<10 {
+		t.Fatalf("GetRun: goal %d bytes, %d labels, message %d, %v", len(got.GetRun().GetGoal()), len(got.GetRun().GetLabels()), len(got.GetRun().GetMessage()), err)
+	}
 }
