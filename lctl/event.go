@@ -3,11 +3,13 @@ package lctl
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 	"regexp"
 	"slices"
 	"sync"
@@ -465,9 +467,14 @@ func (o Object) at(name string) int {
 	if off, ok := flatAt(o.raw, name); ok {
 		return off
 	}
+	return parsedAt(o.raw, name)
+}
+
+// parsedAt is at read with the parser: for any object.
+func parsedAt(raw []byte, name string) int {
 	p := fastParsers.Get().(*fastParser)
 	defer fastParsers.Put(p)
-	p.b, p.i = o.raw, 1
+	p.b, p.i = raw, 1
 	found := -1
 	for {
 		p.ws()
@@ -557,7 +564,7 @@ func flatAtAll(raw []byte, names []string, at []int) bool {
 	}
 	i := 1
 	for {
-		for i < len(raw) && (raw[i] == ' ' || raw[i] == '\t' || raw[i] == '\n' || raw[i] == '\r' || raw[i] == ',') {
+		for i < len(raw) && (raw[i] == ',' || raw[i] <= ' ' && wsBits>>raw[i]&1 != 0) {
 			i++
 		}
 		if i >= len(raw) || raw[i] == '}' {
@@ -566,16 +573,13 @@ func flatAtAll(raw []byte, names []string, at []int) bool {
 		if raw[i] != '"' {
 			return false
 		}
-		end := bytes.IndexByte(raw[i+1:], '"')
-		if end < 0 {
+		end, ok := plainStringEnd(raw, i+1)
+		if !ok {
 			return false
 		}
-		key := raw[i+1 : i+1+end]
-		if bytes.IndexByte(key, '\\') >= 0 {
-			return false
-		}
-		i += end + 2
-		for i < len(raw) && (raw[i] == ' ' || raw[i] == '\t' || raw[i] == '\n' || raw[i] == '\r' || raw[i] == ':') {
+		key := raw[i+1 : end]
+		i = end + 1
+		for i < len(raw) && (raw[i] == ':' || raw[i] <= ' ' && wsBits>>raw[i]&1 != 0) {
 			i++
 		}
 		if i >= len(raw) {
@@ -588,11 +592,10 @@ func flatAtAll(raw []byte, names []string, at []int) bool {
 		}
 		switch raw[i] {
 		case '"':
-			e := bytes.IndexByte(raw[i+1:], '"')
-			if e < 0 || bytes.IndexByte(raw[i+1:i+1+e], '\\') >= 0 {
+			if i, ok = plainStringEnd(raw, i+1); !ok {
 				return false
 			}
-			i += e + 2
+			i++
 		case '{', '[':
 			return false
 		default: // a number or a literal: up to the next comma or brace
@@ -603,6 +606,38 @@ func flatAtAll(raw []byte, names []string, at []int) bool {
 	}
 }
 
+// plainStringEnd returns where the string whose bytes start at raw[i]
+// (after its opening quote) ends (its closing quote); false when it holds
+// an escape or does not end. Eight bytes at a time (special), stepping
+// over bytes past ASCII.
+func plainStringEnd(raw []byte, i int) (int, bool) {
+	k := i
+	for k+8 <= len(raw) {
+		m := special(binary.LittleEndian.Uint64(raw[k:]))
+		if m == 0 {
+			k += 8
+			continue
+		}
+		e := k + bits.TrailingZeros64(m)>>3
+		switch raw[e] {
+		case '"':
+			return e, true
+		case '\\':
+			return 0, false
+		}
+		k = e + 1 // a byte past ASCII (or below 0x20): read on after it
+	}
+	for ; k < len(raw); k++ {
+		switch raw[k] {
+		case '"':
+			return k, true
+		case '\\':
+			return 0, false
+		}
+	}
+	return 0, false
+}
+
 // flatAt is at for an object of plain keys and scalar values (a tokens
 // object), read without a parser; ok false when the object has anything
 // else (an escape, a nested value), for at to read it the general way.
@@ -611,7 +646,7 @@ func flatAt(raw []byte, name string) (int, bool) {
 	found := -1
 	i := 1
 	for {
-		for i < len(raw) && (raw[i] == ' ' || raw[i] == '\t' || raw[i] == '\n' || raw[i] == '\r' || raw[i] == ',') {
+		for i < len(raw) && (raw[i] == ',' || raw[i] <= ' ' && wsBits>>raw[i]&1 != 0) {
 			i++
 		}
 		if i >= len(raw) || raw[i] == '}' {
@@ -620,31 +655,27 @@ func flatAt(raw []byte, name string) (int, bool) {
 		if raw[i] != '"' {
 			return 0, false
 		}
-		end := bytes.IndexByte(raw[i+1:], '"')
-		if end < 0 {
+		end, ok := plainStringEnd(raw, i+1)
+		if !ok {
 			return 0, false
 		}
-		key := raw[i+1 : i+1+end]
-		if bytes.IndexByte(key, '\\') >= 0 {
-			return 0, false
-		}
-		i += end + 2
-		for i < len(raw) && (raw[i] == ' ' || raw[i] == '\t' || raw[i] == '\n' || raw[i] == '\r' || raw[i] == ':') {
+		key := raw[i+1 : end]
+		i = end + 1
+		for i < len(raw) && (raw[i] == ':' || raw[i] <= ' ' && wsBits>>raw[i]&1 != 0) {
 			i++
 		}
 		if i >= len(raw) {
 			return 0, false
 		}
-		if string(key) == name {
+		if len(key) == len(name) && string(key) == name {
 			found = i
 		}
 		switch raw[i] {
 		case '"':
-			e := bytes.IndexByte(raw[i+1:], '"')
-			if e < 0 || bytes.IndexByte(raw[i+1:i+1+e], '\\') >= 0 {
+			if i, ok = plainStringEnd(raw, i+1); !ok {
 				return 0, false
 			}
-			i += e + 2
+			i++
 		case '{', '[':
 			return 0, false
 		default: // a number or a literal: up to the next comma or brace

@@ -34,6 +34,14 @@ func TestMembersMatchPerName(t *testing.T) {
 			t.Fatalf("round %d: the test's object is not JSON: %s", round, raw)
 		}
 		o := Object{raw: raw}
+		// Where the flat reader finds a member (when it reads the object)
+		// is where the parser does (whose skipValue does not step over a
+		// number out of float64's range: such objects are left out here).
+		for _, name := range keys {
+			if off, ok := flatAt(raw, name); ok && !strings.Contains(b.String(), "1e400") && off != parsedAt(raw, name) {
+				t.Fatalf("%s: member %s at %d, the parser finds it at %d", raw, name, off, parsedAt(raw, name))
+			}
+		}
 		m := o.Members(names)
 		if m.flat {
 			flat++
