@@ -472,7 +472,8 @@ func (t *shellTool) checkArgs(b *BinaryConfig, args []string, cwd string) *xctv1
 // clean form ("./" may begin it, to name a file "./-x"), and not through
 // a symbolic link: a policy judged the operand as written, and the kernel
 // reads "pub/../secret/key" or "pub/l/key" (l -> ../secret) as another
-// path, "l/../x" (l -> /etc/ssl) as one outside the workspace.
+// path, "l/../x" (l -> /etc/ssl) as one outside the workspace. Nor a
+// file with other hard links.
 func (t *shellTool) localPath(b *BinaryConfig, i int, cwd, a string) *xctv1.Error {
 	details := map[string]any{"argument": "argv", "index": i + 1, "value": a}
 	outside := func() *xctv1.Error {
@@ -498,6 +499,14 @@ func (t *shellTool) localPath(b *BinaryConfig, i int, cwd, a string) *xctv1.Erro
 		return wire.WithDetails(wire.Errorf(wire.CodeInvalidArgument,
 			"argument %q of %s goes through a symbolic link: it is %q in the workspace; name that path (the policy judges the path as written)",
 			a, b.Name, filepath.ToSlash(real)), details)
+	}
+	// A file with other names is another path's file too (a hard link
+	// public/h to secret/key.txt): refused as fs.read refuses it.
+	if fi, err := t.ws.root.Lstat(name); err == nil {
+		if e := notHardLinked(a, fi); e != nil {
+			return wire.WithDetails(wire.Errorf(wire.CodePermissionDenied,
+				"argument %q of %s is a file with other hard links, which may be paths the policy judges otherwise; it is not used", a, b.Name), details)
+		}
 	}
 	return nil
 }

@@ -89,6 +89,7 @@ func testShellExec(t *testing.T, sandboxed bool) {
 	sb.links(t)
 	// Links below the top, relative to their own directory.
 	must(t, os.Symlink("../../outside.txt", filepath.Join(sb.ws, "sub", "out-rel")))
+	must(t, os.Link(filepath.Join(sb.ws, "empty"), filepath.Join(sb.ws, "hard")))
 	t.Setenv("XCT_TEST_SECRET", "s3cret")
 	var s *Service
 	if sandboxed {
@@ -188,6 +189,7 @@ func testShellExec(t *testing.T, sandboxed bool) {
 		{"operand not in clean form", map[string]any{"argv": []any{"cat", "sub/../hello.txt"}}, wire.CodeInvalidArgument},
 		{"operand with a trailing slash", map[string]any{"argv": []any{"ls", "sub/"}}, wire.CodeInvalidArgument},
 		{"operand through a link inside", map[string]any{"argv": []any{"cat", "alias"}}, wire.CodeInvalidArgument},
+		{"operand with another hard link", map[string]any{"argv": []any{"cat", "hard"}}, wire.CodePermissionDenied},
 		{"operand outside: absolute", map[string]any{"argv": []any{"cat", "/etc/passwd"}}, wire.CodePermissionDenied},
 		{"too many arguments", map[string]any{"argv": []any{"ls", "-l", "a", "b", "c"}}, wire.CodeInvalidArgument},
 		{"NUL in an argument", map[string]any{"argv": []any{"echo", "a\x00b"}}, wire.CodeInvalidArgument},

@@ -273,9 +273,11 @@ func TestAttackVerdictForAToolThatChanged(t *testing.T) {
 // `cat public/../secret/key.txt` (the rule reads "public/...", the kernel
 // secret/key.txt) and `cat public/l/key.txt` through a link already in
 // the workspace (public/l -> ../secret, as a cloned repository may hold)
-// read the secret. Now an operand is taken only in clean form and not
-// through a link, as the fs tools take a path; the refusal names the
-// path, for the model to propose and the policy to judge.
+// read the secret, and so did `cat public/h`, a hard link to it. Now an
+// operand is taken only in clean form and not through a link, as the fs
+// tools take a path (the refusal names the path, for the model to
+// propose and the policy to judge), and not a file with other hard links,
+// as fs.read refuses one.
 func TestAttackShellOperandSpelledPastAPathRule(t *testing.T) {
 	requireSandbox(t)
 	policy := `rules:
@@ -297,9 +299,13 @@ func TestAttackShellOperandSpelledPastAPathRule(t *testing.T) {
 	if err := os.Symlink("../secret", filepath.Join(c.workspace, "public", "l")); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.Link(filepath.Join(c.workspace, "secret", "key.txt"), filepath.Join(c.workspace, "public", "h")); err != nil {
+		t.Fatal(err)
+	}
 	c.writeScript(t, "a.yaml", script(
 		step("shell.exec", "{argv: [cat, public/../secret/key.txt]}"),
 		step("shell.exec", "{argv: [cat, public/l/key.txt]}"),
+		step("shell.exec", "{argv: [cat, public/h]}"),
 		step("shell.exec", "{argv: [cat, secret/key.txt]}"),
 		step("shell.exec", "{argv: [cat, public/readme.txt]}"),
 	))
@@ -309,7 +315,7 @@ func TestAttackShellOperandSpelledPastAPathRule(t *testing.T) {
 			t.Errorf("step %d read the secret past the rule on public/: %v", i+1, s.GetResponse().GetSuccess())
 		}
 	}
-	if errs := stepErrors(run); fmt.Sprint(errs) != "[INVALID_ARGUMENT INVALID_ARGUMENT POLICY_DENIED ]" {
+	if errs := stepErrors(run); fmt.Sprint(errs) != "[INVALID_ARGUMENT INVALID_ARGUMENT PERMISSION_DENIED POLICY_DENIED ]" {
 		t.Fatalf("steps: %v", errs)
 	}
 	d := run.GetSteps()[1].GetResponse().GetError().GetDetails().AsMap()
