@@ -270,7 +270,8 @@ func printTable(sync bool, reps int, floor, ours map[int][]sample) {
 		return
 	}
 	slices.Sort(services)
-	fmt.Println("\nXCT CPU per step by service, µs (medians; \"other\" is the Go runtime, GC and the benchmark's client)")
+	fmt.Println("\nXCT CPU per step by service, µs (medians; \"nats-store\" is the embedded server's stream loops, which store each append,")
+	fmt.Println("\"gc\" the collector's background workers, \"other\" the scheduler and the benchmark's client)")
 	w = tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(w, "runs\t"+strings.Join(services, "\t")+"\t")
 	for _, l := range levels {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"runtime/pprof"
 	"sort"
+	"strings"
 	"testing"
 
 	"github.com/google/pprof/profile"
@@ -28,6 +29,31 @@ func startCPUShares() *cpuShares {
 	s := &cpuShares{}
 	s.running = pprof.StartCPUProfile(&s.buf) == nil
 	return s
+}
+
+// shareOf names whose CPU a sample is: the service its goroutine is
+// labelled with; else "nats-store" for the embedded NATS server's own
+// goroutines that no label reaches (a stream's internal loop, which
+// stores every append, is started from whichever goroutine created the
+// stream: the provisioning's, unlabelled), "gc" for the collector's
+// background workers, and "other" for the rest (the scheduler, the
+// benchmark's own client and proposer).
+func shareOf(smp *profile.Sample) string {
+	if l := smp.Label[app.ProfileLabel]; len(l) > 0 {
+		return l[0]
+	}
+	// The outermost frame says which goroutine it is.
+	if n := len(smp.Location); n > 0 {
+		if lines := smp.Location[n-1].Line; len(lines) > 0 && lines[len(lines)-1].Function != nil {
+			switch fn := lines[len(lines)-1].Function.Name; {
+			case strings.HasPrefix(fn, "github.com/nats-io/nats-server/"):
+				return "nats-store"
+			case fn == "runtime.gcBgMarkWorker" || fn == "runtime.bgsweep" || fn == "runtime.bgscavenge":
+				return "gc"
+			}
+		}
+	}
+	return "other"
 }
 
 // report stops the profile and reports "<service>-cpu-us/step" for each
@@ -58,10 +84,7 @@ func (s *cpuShares) report(b *testing.B, steps int) {
 	byLabel := map[string]int64{}
 	var total int64
 	for _, smp := range p.Sample {
-		who := "other"
-		if l := smp.Label[app.ProfileLabel]; len(l) > 0 {
-			who = l[0]
-		}
+		who := shareOf(smp)
 		byLabel[who] += smp.Value[cpu]
 		total += smp.Value[cpu]
 	}
@@ -75,4 +98,37 @@ func (s *cpuShares) report(b *testing.B, steps int) {
 		b.ReportMetric(perStep(byLabel[n]), n+"-cpu-us/step")
 	}
 	b.ReportMetric(perStep(total), "cpu-us/step")
+}
+
+// TestShareOf: a labelled sample is its service's; an unlabelled one is
+// the NATS server's store when its goroutine is the server's, the
+// collector's when it is a GC worker, and "other" otherwise.
+func TestShareOf(t *testing.T) {
+	t.Parallel()
+	sample := func(label string, funcs ...string) *profile.Sample {
+		s := &profile.Sample{}
+		if label != "" {
+			s.Label = map[string][]string{app.ProfileLabel: {label}}
+		}
+		for _, f := range funcs { // innermost first, as in a profile
+			s.Location = append(s.Location, &profile.Location{Line: []profile.Line{{Function: &profile.Function{Name: f}}}})
+		}
+		return s
+	}
+	for _, c := range []struct {
+		s    *profile.Sample
+		want string
+	}{
+		{sample("executor", "crypto/ed25519.Verify", "github.com/nats-io/nats-server/v2/server.(*client).readLoop"), "executor"},
+		{sample("", "github.com/nats-io/nats-server/v2/server.(*msgBlock).writeMsgRecordLocked", "github.com/nats-io/nats-server/v2/server.(*stream).internalLoop"), "nats-store"},
+		{sample("", "runtime.scanobject", "runtime.gcBgMarkWorker"), "gc"},
+		{sample("", "runtime.sweepone", "runtime.bgsweep"), "gc"},
+		{sample("", "runtime.findRunnable", "runtime.mcall"), "other"},
+		{sample("", "github.com/nats-io/nats-server/v2/server.(*stream).internalLoop", "github.com/xct-dev/xct/test/e2e.benchSteps.func1"), "other"},
+		{sample(""), "other"},
+	} {
+		if got := shareOf(c.s); got != c.want {
+			t.Errorf("%v: %s, want %s", c.s.Location, got, c.want)
+		}
+	}
 }
