@@ -357,6 +357,9 @@ func (o Object) Len() int {
 	if o.raw == nil {
 		return len(o.m)
 	}
+	if n, ok := sortedLen(o.raw); ok {
+		return n
+	}
 	p := fastParsers.Get().(*fastParser)
 	defer fastParsers.Put(p)
 	p.b, p.i = o.raw, 1
@@ -384,6 +387,46 @@ func (o Object) Len() int {
 	}
 	slices.Sort(keys)
 	return len(slices.Compact(keys))
+}
+
+// sortedLen counts the members of an object whose keys have no escapes
+// and come in increasing order of their bytes (as canonical JSON and
+// Python's sort_keys write them: a checkpoint's facts_snapshot), so that
+// none is given twice: its keys found without a parser, its values
+// stepped over (checkedEnd: the bytes were checked when they were read).
+// false for any other object, which Len reads the general way.
+func sortedLen(raw []byte) (int, bool) {
+	n := 0
+	var prev []byte
+	i := 1
+	for {
+		for i < len(raw) && (raw[i] == ',' || raw[i] <= ' ' && wsBits>>raw[i]&1 != 0) {
+			i++
+		}
+		if i >= len(raw) || raw[i] == '}' {
+			return n, true
+		}
+		if raw[i] != '"' {
+			return 0, false
+		}
+		end, ok := plainStringEnd(raw, i+1)
+		if !ok {
+			return 0, false
+		}
+		key := raw[i+1 : end]
+		if n > 0 && bytes.Compare(prev, key) >= 0 {
+			return 0, false
+		}
+		prev, n = key, n+1
+		i = end + 1
+		for i < len(raw) && (raw[i] == ':' || raw[i] <= ' ' && wsBits>>raw[i]&1 != 0) {
+			i++
+		}
+		if i >= len(raw) {
+			return 0, false
+		}
+		i = checkedEnd(raw, i)
+	}
 }
 
 // Get returns the object's member name (nil when there is none).
@@ -458,6 +501,23 @@ func (o Object) Str(name string) (string, bool) {
 	}
 	s, ok := o.Get(name).(string)
 	return s, ok
+}
+
+// AppendStr appends the member name to dst when it is a string, and says
+// whether it is: Str without making the string (a verdict's rule ids,
+// written into replay's lines).
+func (o Object) AppendStr(dst []byte, name string) ([]byte, bool) {
+	if o.raw != nil {
+		off := o.at(name)
+		if off < 0 || o.raw[off] != '"' {
+			return dst, false
+		}
+		if end, ok := plainStringEnd(o.raw, off+1); ok {
+			return append(dst, o.raw[off+1:end]...), true
+		}
+	}
+	s, ok := o.Str(name)
+	return append(dst, s...), ok
 }
 
 // at returns where the value of member name lies in the object's JSON

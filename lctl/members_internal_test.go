@@ -42,6 +42,14 @@ func TestMembersMatchPerName(t *testing.T) {
 				t.Fatalf("%s: member %s at %d, the parser finds it at %d", raw, name, off, parsedAt(raw, name))
 			}
 		}
+		// AppendStr writes what Str gives.
+		for _, name := range keys {
+			got, ok := o.AppendStr([]byte("x"), name)
+			want, wok := o.Str(name)
+			if ok != wok || string(got) != "x"+want {
+				t.Fatalf("%s: AppendStr(%s) = %q %v, Str %q %v", raw, name, got, ok, want, wok)
+			}
+		}
 		m := o.Members(names)
 		if m.flat {
 			flat++

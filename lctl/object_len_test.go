@@ -19,6 +19,14 @@ func TestObjectLen(t *testing.T) {
 		`{"a":1,"b":2,"a":3}`:                                               2,
 		`{"ab":1,"a\u0062":2,"c":[],"d":{}}`:                                3,
 		`{"F1":{"confidence":0.5,"text":"t"},"F10":{"text":"u"},"F2":null}`: 3,
+		// Sorted keys (counted without a parser), as Python writes them,
+		// with strings and nested values holding the separators.
+		`{"F1": {"text": "a, \"b\": }"}, "F2": [1, {"c": "}"}], "F3": "x,y", "F4": -1.5e3, "F5": true}`: 5,
+		`{"a":1,"a":2}`:                 1,
+		`{"b":1,"a":2}`:                 2,
+		`{"a":1,"b":2,"b":3}`:           2,
+		`{"a":1,"b\u0061":2}`:           2,
+		"{\n  \"a\": 1,\n  \"é\": 2\n}": 2,
 	}
 	var file strings.Builder
 	file.WriteString(`{"lctl":"4.0","chain":{"id":"c"},"events":[`)

@@ -213,10 +213,12 @@ func appendLineFast(dst []byte, e *lctl.Event) ([]byte, bool) {
 			// eventRules' ids, written as they are found (no list).
 			sep := " by "
 			e.EachObject("reasons", func(o lctl.Object) {
-				if id, ok := o.Str("rule_id"); ok && id != "" {
-					w.b = append(w.b, sep...)
-					w.b = append(w.b, id...)
-					sep = ", "
+				n := len(w.b)
+				with := append(w.b, sep...)
+				if b, ok := o.AppendStr(with, "rule_id"); ok && len(b) > len(with) {
+					w.b, sep = b, ", "
+				} else {
+					w.b = with[:n]
 				}
 			})
 		}
