@@ -339,7 +339,72 @@ func (s *Service) ListApprovals(ctx context.Context, req *xctv1.ListApprovalsReq
 		}
 		return int(a.GetStep()) - int(b.GetStep())
 	})
-	return &xctv1.ListApprovalsResponse{Approvals: s.approvalsFor(ctx, out)}, nil
+	return &xctv1.ListApprovalsResponse{Approvals: fitList(s.approvalsFor(ctx, out))}, nil
+}
+
+// maxListBytes bounds a ListApprovals answer (a gRPC message is at most
+// 16 MiB): a proposal's arguments and preview may be 256 KiB each, and
+// one principal's runs may wait for many approvals at once.
+const maxListBytes = 8 << 20
+
+// fitList is list, with the arguments, preview and long goal of its
+// largest approvals left out, decided ones first, until it is at most
+// maxListBytes: each left-out value says how large the proposal was and to
+// list its run's approvals (a run waits for one at a time) to see it
+// whole. An approval is never cut to look whole: what is left out says so.
+func fitList(list []*xctv1.Approval) []*xctv1.Approval {
+	sizes := make([]int, len(list))
+	total := 0
+	for i, a := range list {
+		sizes[i] = proto.Size(a)
+		total += sizes[i]
+	}
+	if total <= maxListBytes {
+		return list
+	}
+	order := make([]int, len(list))
+	for i := range order {
+		order[i] = i
+	}
+	pending := func(i int) bool { return list[i].GetState() == xctv1.ApprovalState_APPROVAL_STATE_PENDING }
+	slices.SortStableFunc(order, func(i, j int) int {
+		if pi, pj := pending(i), pending(j); pi != pj {
+			if pi {
+				return 1
+			}
+			return -1
+		}
+		return sizes[j] - sizes[i]
+	})
+	for _, i := range order {
+		if total <= maxListBytes {
+			break
+		}
+		slim := leftOut(list[i], sizes[i])
+		total += proto.Size(slim) - sizes[i]
+		list[i] = slim
+	}
+	return list
+}
+
+// leftOut is a with its proposal's arguments (each value), its preview and
+// a goal longer than 1 KiB replaced by a note.
+func leftOut(a *xctv1.Approval, size int) *xctv1.Approval {
+	out := proto.CloneOf(a)
+	note := fmt.Sprintf("[left out of this list of every run's approvals: the approval is %d bytes; list run %s's approvals to see it whole]",
+		size, a.GetRunId())
+	if p := out.GetProposal(); p != nil {
+		for k := range p.GetArguments().GetFields() {
+			p.Arguments.Fields[k] = structpb.NewStringValue(note)
+		}
+		if len(p.GetGoal()) > 1024 {
+			p.Goal = note
+		}
+	}
+	if out.GetPreview() != nil {
+		out.Preview.Content = note
+	}
+	return out
 }
 
 // DecideApproval approves or denies a pending approval, named by its run

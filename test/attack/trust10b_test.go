@@ -632,3 +632,84 @@ func TestAttackLongRunsBreakEveryonesListRuns(t *testing.T) {
 		t.Fatalf("GetRun: goal %d bytes, %d labels, message %d, %v", len(got.GetRun().GetGoal()), len(got.GetRun().GetLabels()), len(got.GetRun().GetMessage()), err)
 	}
 }
+
+// bulkyModel proposes one deploy whose target is ~250 KiB, then stops.
+type bulkyModel struct{}
+
+func (bulkyModel) Name() string { return "bulky" }
+func (bulkyModel) Close() error { return nil }
+func (bulkyModel) Propose(_ context.Context, req *xctv1.ProposeRequest) (*xctv1.ProposeResponse, error) {
+	if len(req.GetHistory()) > 0 {
+		return &xctv1.ProposeResponse{Output: `{"done": true, "message": "stop"}`}, nil
+	}
+	out, err := json.Marshal(map[string]any{"next_step": map[string]any{"tool": "test.deploy", "arguments": map[string]any{
+		"target": strings.Repeat("t", 250<<10)}}})
+	return &xctv1.ProposeResponse{Output: string(out)}, err
+}
+
+// TestAttackBulkyApprovalsBreakEveryonesApprovalList: alice's runs (within
+// --max-runs) each wait for an approval of a deploy with ~250 KiB of
+// arguments (the model's words). 70 of them made every unfiltered
+// ListApprovals larger than a gRPC message: bob, the approver, could not
+// list what waits for him, nor could the debugger's approvals page (on
+// main). Now a list that would pass 8 MiB leaves the largest proposals'
+// arguments out, decided ones first, each replaced by a note naming its
+// size and saying to list the run's approvals; a run's own list has its
+// pending approval whole, and bob decides it as before.
+func TestAttackBulkyApprovalsBreakEveryonesApprovalList(t *testing.T) {
+	var deployed atomic.Int64
+	c := startBindCluster(t, withProposer("bulky", bulkyModel{}), func(_ *app.Config, o *app.Options) {
+		o.ExtraTools = []executor.Tool{countingDeploy{n: &deployed}}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	alice, bob := c.orchestratorAs(t, "alice"), c.validatorAs(t, "bob")
+	const runs = 70
+	for i := range runs {
+		if _, err := alice.StartRun(ctx, &xctv1.StartRunRequest{RunId: fmt.Sprintf("bulky-%02d", i), Goal: "deploy", Model: "func:bulky"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testutil.Eventually(t, 60*time.Second, func() error {
+		l, err := bob.ListApprovals(ctx, &xctv1.ListApprovalsRequest{RunId: fmt.Sprintf("bulky-%02d", runs-1)})
+		if err != nil || len(l.GetApprovals()) != 1 {
+			return fmt.Errorf("the last run's approval: %d, %v", len(l.GetApprovals()), err)
+		}
+		return nil
+	})
+	var list []*xctv1.Approval
+	testutil.Eventually(t, 60*time.Second, func() error {
+		l, err := bob.ListApprovals(ctx, &xctv1.ListApprovalsRequest{})
+		if err != nil {
+			return fmt.Errorf("bob's list of every pending approval: %.200v", err)
+		}
+		if list = l.GetApprovals(); len(list) != runs {
+			return fmt.Errorf("%d pending approvals listed, want %d", len(list), runs)
+		}
+		return nil
+	})
+	left := 0
+	for _, a := range list {
+		target := a.GetProposal().GetArguments().GetFields()["target"].GetStringValue()
+		switch {
+		case len(target) == 250<<10:
+		case strings.Contains(target, "list run "+a.GetRunId()+"'s approvals"):
+			left++
+		default:
+			t.Fatalf("%s in the list: target %.100q", a.GetRunId(), target)
+		}
+	}
+	if left == 0 || left == runs {
+		t.Fatalf("%d of %d approvals' arguments left out of the list", left, runs)
+	}
+	one, err := bob.ListApprovals(ctx, &xctv1.ListApprovalsRequest{RunId: "bulky-00"})
+	if err != nil || len(one.GetApprovals()) != 1 || len(one.GetApprovals()[0].GetProposal().GetArguments().GetFields()["target"].GetStringValue()) != 250<<10 {
+		t.Fatalf("bulky-00's own list: %v", err)
+	}
+	if _, err := bob.DecideApproval(ctx, &xctv1.DecideApprovalRequest{RunId: "bulky-00", Step: "1", Approve: true, Reason: "reviewed"}); err != nil {
+		t.Fatal(err)
+	}
+	if r := c.waitRun(t, "bob", "bulky-00"); r.GetStatus() != xctv1.RunStatus_RUN_STATUS_DONE || deployed.Load() != 1 {
+		t.Fatalf("bulky-00: %s, %d deploys", r.GetStatus(), deployed.Load())
+	}
+}
