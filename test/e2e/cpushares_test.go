@@ -32,12 +32,12 @@ func startCPUShares() *cpuShares {
 }
 
 // shareOf names whose CPU a sample is: the service its goroutine is
-// labelled with; else "nats-store" for the embedded NATS server's own
-// goroutines that no label reaches (a stream's internal loop, which
-// stores every append, is started from whichever goroutine created the
-// stream: the provisioning's, unlabelled), "gc" for the collector's
-// background workers, and "other" for the rest (the scheduler, the
-// benchmark's own client and proposer).
+// labelled with; else "nats-store" for the embedded NATS server's stream
+// and consumer goroutines (a stream's internal loop stores every append;
+// the server sets its own profiler labels on them, account, stream and
+// consumer, which replace the xct.service label they inherited), "gc" for
+// the collector's background workers, and "other" for the rest (the
+// scheduler, the benchmark's own client and proposer).
 func shareOf(smp *profile.Sample) string {
 	if l := smp.Label[app.ProfileLabel]; len(l) > 0 {
 		return l[0]
