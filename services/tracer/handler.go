@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"unicode/utf8"
 
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -38,9 +39,40 @@ func (h *handler) ListChains(ctx context.Context, req *lctlv1.ListChainsRequest)
 	}
 	resp := &lctlv1.ListChainsResponse{Chains: make([]*lctlv1.ChainSummary, 0, len(sums))}
 	for _, sum := range sums {
-		resp.Chains = append(resp.Chains, summaryProto(sum))
+		resp.Chains = append(resp.Chains, listSummary(summaryProto(sum)))
 	}
 	return resp, nil
+}
+
+// Bounds of a chain's summary in a list: a chain may have any number of
+// agents (an OTLP exporter names them), so a list names the first
+// maxListAgents, each cut at maxListAgentBytes, and 100 summaries fit one
+// gRPC message whatever the chains; GetChain's summary names them all.
+const (
+	maxListAgents     = 64
+	maxListAgentBytes = 256
+)
+
+// listSummary is s as a list shows it (its agents a new slice: s's may be
+// the store's).
+func listSummary(s *lctlv1.ChainSummary) *lctlv1.ChainSummary {
+	agents := make([]string, 0, min(len(s.Agents), maxListAgents))
+	for _, a := range s.Agents[:min(len(s.Agents), maxListAgents)] {
+		agents = append(agents, truncateUTF8(a, maxListAgentBytes))
+	}
+	s.Agents = agents
+	return s
+}
+
+// truncateUTF8 is s cut to at most n bytes on a rune boundary.
+func truncateUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 // GetChain returns a chain's summary and its events: all of them, or the

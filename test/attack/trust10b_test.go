@@ -3,6 +3,7 @@ package attack
 import (
 	"context"
 	"crypto/ecdsa"
+	"encoding/binary"
 	"crypto/elliptic"
 	"crypto/rand"
 	"encoding/json"
@@ -20,6 +21,9 @@ import (
 	"github.com/chromedp/chromedp"
 	jose "github.com/go-jose/go-jose/v4"
 	"github.com/go-jose/go-jose/v4/jwt"
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -711,5 +715,67 @@ func TestAttackBulkyApprovalsBreakEveryonesApprovalList(t *testing.T) {
 	}
 	if r := c.waitRun(t, "bob", "bulky-00"); r.GetStatus() != xctv1.RunStatus_RUN_STATUS_DONE || deployed.Load() != 1 {
 		t.Fatalf("bulky-00: %s, %d deploys", r.GetStatus(), deployed.Load())
+	}
+}
+
+func strAttr(k, v string) *commonpb.KeyValue {
+	return &commonpb.KeyValue{Key: k, Value: &commonpb.AnyValue{Value: &commonpb.AnyValue_StringValue{StringValue: v}}}
+}
+
+// TestAttackOTLPAgentsBreakEveryonesChainList: alice (a submitter, who may
+// export traces) exported four traces of 5000 agent spans each, every
+// agent named anew with 1 KiB: each chain's summary listed its 5000
+// agents, and every reader's ListChains of the default 100 was larger than
+// a gRPC message (dave's failed on main). A list's summary now names at
+// most 64 agents of at most 256 bytes; GetChain's names them all.
+func TestAttackOTLPAgentsBreakEveryonesChainList(t *testing.T) {
+	c := startBindCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	exporter := coltracepb.NewTraceServiceClient(c.creds.Dial(t, c.app.Addr(app.TargetTracer), "alice"))
+	const traces, agents = 4, 5000
+	for tr := range traces {
+		traceID := []byte{0x5e, 0xc0, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d, byte(tr)}
+		now := uint64(time.Now().UnixNano())
+		spans := make([]*tracepb.Span, agents)
+		for i := range spans {
+			id := make([]byte, 8)
+			binary.BigEndian.PutUint64(id, uint64(i+1))
+			spans[i] = &tracepb.Span{TraceId: traceID, SpanId: id, Name: "invoke_agent",
+				StartTimeUnixNano: now + uint64(i), EndTimeUnixNano: now + uint64(i) + 10,
+				Attributes: []*commonpb.KeyValue{strAttr("gen_ai.operation.name", "invoke_agent"),
+					strAttr("gen_ai.agent.name", fmt.Sprintf("%06d%s", i, strings.Repeat("a", 1018)))}}
+		}
+		if _, err := exporter.Export(ctx, &coltracepb.ExportTraceServiceRequest{ResourceSpans: []*tracepb.ResourceSpans{{
+			ScopeSpans: []*tracepb.ScopeSpans{{Spans: spans}}}}}); err != nil {
+			t.Fatalf("export %d: %v", tr, err)
+		}
+	}
+	tracer := lctlv1.NewTracerServiceClient(c.creds.Dial(t, c.app.Addr(app.TargetTracer), "dave"))
+	var first string
+	testutil.Eventually(t, 60*time.Second, func() error {
+		l, err := tracer.ListChains(ctx, &lctlv1.ListChainsRequest{})
+		if err != nil {
+			return fmt.Errorf("dave's ListChains: %.200v", err)
+		}
+		if len(l.GetChains()) != traces {
+			return fmt.Errorf("%d chains listed, want %d", len(l.GetChains()), traces)
+		}
+		for _, ch := range l.GetChains() {
+			if n := len(ch.GetAgents()); n != 64 {
+				return fmt.Errorf("chain %s lists %d agents, want 64 of its %d", ch.GetChainId(), n, agents)
+			}
+			for _, a := range ch.GetAgents() {
+				if len(a) > 256 {
+					t.Fatalf("an agent of %d bytes in the list", len(a))
+				}
+			}
+		}
+		first = l.GetChains()[0].GetChainId()
+		return nil
+	})
+	got, err := tracer.GetChain(ctx, &lctlv1.GetChainRequest{ChainId: first, PageSize: 1})
+	if err != nil || len(got.GetSummary().GetAgents()) != agents {
+		t.Fatalf("GetChain %s: %d agents, %v", first, len(got.GetSummary().GetAgents()), err)
 	}
 }
