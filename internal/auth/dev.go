@@ -85,10 +85,12 @@ func DevCredentials(path string) ([]TokenEntry, error) {
 	return entries, nil
 }
 
-// TokenOf returns the plaintext token of a principal in entries.
+// TokenOf returns the plaintext token of a principal in entries (a client
+// choosing among the tokens of its own file: `--as Bob` finds bob's, as a
+// tokens file holds no two look-alike names).
 func TokenOf(entries []TokenEntry, principal string) (string, bool) {
 	for _, e := range entries {
-		if SamePrincipal(e.Principal, principal) && e.Token != "" {
+		if LookAlike(e.Principal, principal) && e.Token != "" {
 			return e.Token, true
 		}
 	}
