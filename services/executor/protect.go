@@ -2,6 +2,7 @@ package executor
 
 import (
 	"errors"
+	"io"
 	"io/fs"
 	"path"
 	"path/filepath"
@@ -91,6 +92,32 @@ func (p *protectedPaths) match(name string) string {
 		}
 	}
 	return ""
+}
+
+// topProtected returns the names at the top of the workspace that are
+// protected (read whole: a directory of millions of names costs time),
+// and whether it read them all.
+func (w *workspace) topProtected() (map[string]bool, bool) {
+	out := map[string]bool{}
+	f, err := w.root.Open(".")
+	if err != nil {
+		return out, false
+	}
+	defer func() { _ = f.Close() }()
+	for {
+		names, err := f.Readdirnames(1024)
+		for _, n := range names {
+			if w.protected.match(n) != "" {
+				out[n] = true
+			}
+		}
+		switch {
+		case errors.Is(err, io.EOF) || err == nil && len(names) == 0:
+			return out, true
+		case err != nil:
+			return out, false
+		}
+	}
 }
 
 // checkProtected refuses a change of the workspace path name (clean,

@@ -52,6 +52,12 @@ type ShellResult struct {
 	Stderr          string `json:"stderr"`
 	StderrEncoding  string `json:"stderr_encoding"`
 	StderrTruncated bool   `json:"stderr_truncated"`
+	// ProtectedMoved are protected paths at the top of the workspace that
+	// appeared while the program ran (they were not there before): no
+	// tool may make one (a .git, .husky or .pre-commit-config.yaml would
+	// run code for whoever uses the workspace next), so the executor
+	// renamed each aside, to the name given, where nothing reads it.
+	ProtectedMoved map[string]string `json:"protected_moved,omitempty"`
 }
 
 // shellTool is the shell.exec tool. It runs only allow-listed programs,
@@ -308,6 +314,15 @@ func (t *shellTool) Invoke(ctx context.Context, args map[string]any) (any, *xctv
 	}
 	defer pipes.close()
 
+	// A program that may write could make a protected path that is not
+	// there yet (the sandbox mounts read-only only those it finds): those
+	// at the top of the workspace are looked for after it ran.
+	var protectedBefore map[string]bool
+	if bin.Effect != EffectRead {
+		if before, ok := t.ws.topProtected(); ok {
+			protectedBefore = before
+		}
+	}
 	if e := Commit(ctx); e != nil {
 		return nil, e
 	}
@@ -331,6 +346,9 @@ func (t *shellTool) Invoke(ctx context.Context, args map[string]any) (any, *xctv
 	pipes.drain(shellWaitDelay)
 
 	res := ShellResult{ExitCode: cmd.ProcessState.ExitCode()}
+	if protectedBefore != nil {
+		res.ProtectedMoved = t.moveNewProtected(ctx, protectedBefore, argv[0])
+	}
 	res.Stdout, res.StdoutEncoding, res.StdoutTruncated = stdout.text()
 	res.Stderr, res.StderrEncoding, res.StderrTruncated = stderr.text()
 	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
@@ -375,6 +393,36 @@ func (t *shellTool) Invoke(ctx context.Context, args map[string]any) (any, *xctv
 		return nil, wire.Errorf(wire.CodeToolFailure, "%s: %v", argv[0], err)
 	}
 	return res, nil
+}
+
+// moveNewProtected renames aside the protected entries at the top of the
+// workspace that are not in before (the entry itself, a link included:
+// nothing is followed or deleted), and returns where each went. Renamed,
+// not removed: one made meanwhile by someone else than the program (a
+// human's git init in the same workspace) loses nothing.
+func (t *shellTool) moveNewProtected(ctx context.Context, before map[string]bool, program string) map[string]string {
+	after, _ := t.ws.topProtected()
+	var moved map[string]string
+	for name := range after {
+		if before[name] {
+			continue
+		}
+		aside, err := tempName(".")
+		if err == nil {
+			aside = strings.TrimSuffix(aside, ".tmp") + "-protected-" + strings.TrimLeft(name, ".")
+			err = t.ws.root.Rename(name, aside)
+		}
+		if err != nil {
+			t.log.ErrorContext(ctx, "a program made a protected path that could not be moved aside", "program", program, "path", name, "error", err)
+			continue
+		}
+		t.log.WarnContext(ctx, "a program made a protected path; it was moved aside", "program", program, "path", name, "to", aside)
+		if moved == nil {
+			moved = map[string]string{}
+		}
+		moved[name] = aside
+	}
+	return moved
 }
 
 // searchPath is a PATH for the programs shell.exec runs: only absolute

