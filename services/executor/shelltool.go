@@ -550,6 +550,9 @@ func (t *shellTool) localPath(b *BinaryConfig, i int, cwd, a string) *xctv1.Erro
 	}
 	// A file with other names is another path's file too (a hard link
 	// public/h to secret/key.txt): refused as fs.read refuses it.
+	if name == "." {
+		return nil // the workspace itself
+	}
 	if fi, err := t.ws.root.Lstat(name); err == nil {
 		if e := notHardLinked(a, fi); e != nil {
 			return wire.WithDetails(wire.Errorf(wire.CodePermissionDenied,
