@@ -444,9 +444,14 @@ func TestSandboxPlantedProtectedLink(t *testing.T) {
 	requireSandbox(t)
 	sb := newSandbox(t)
 	s := permissiveShell(t, sb, 10*time.Second, "")
-	if res := resultAs[ShellResult](t, shell(t, s, "sh", "-c", "ln -s / .git && ln -s "+sb.outside+" .npmrc && echo planted")); res.Stdout != "planted\n" {
+	if res := resultAs[ShellResult](t, shell(t, s, "sh", "-c", "ln -s / .git && ln -s "+sb.outside+" .npmrc && echo planted")); res.Stdout != "planted\n" ||
+		len(res.ProtectedMoved) != 2 {
 		t.Fatalf("%+v", res)
 	}
+	// A program made them, so they were moved aside (session 10,
+	// trust10a); planted so where the scan meets them:
+	must(t, os.Symlink("/", filepath.Join(sb.ws, ".git")))
+	must(t, os.Symlink(sb.outside, filepath.Join(sb.ws, ".npmrc")))
 	res := resultAs[ShellResult](t, shell(t, s, "sh", "-c", "cat .git"+sb.outside+"; cat .npmrc"))
 	if strings.Contains(res.Stdout, secret) || !strings.Contains(res.Stderr, "No such file") {
 		t.Fatalf("the host's files appeared in the sandbox: %+v", res)
