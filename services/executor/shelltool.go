@@ -550,6 +550,14 @@ func (t *shellTool) localPath(b *BinaryConfig, i int, cwd, a string) *xctv1.Erro
 	}
 	// A file with other names is another path's file too (a hard link
 	// public/h to secret/key.txt): refused as fs.read refuses it.
+	// A program that may write does not get a protected path to write
+	// (the sandbox mounts read-only only those that exist, at the top and
+	// three levels down): touch sub/.envrc, mkdir lib/.git.
+	if b.Effect != EffectRead {
+		if e := t.ws.checkProtected(a, name); e != nil {
+			return e
+		}
+	}
 	if name == "." {
 		return nil // the workspace itself
 	}

@@ -44,6 +44,9 @@ const shellConfig = `shell:
       any_flags: true
     - name: "true"
       allow_flags: ["--"]
+    - name: touch
+      effect: reversible
+      path_args: true
 SANDBOX`
 
 // shellService is an executor with shell.exec over the workspace of sb,
@@ -190,6 +193,8 @@ func testShellExec(t *testing.T, sandboxed bool) {
 		{"operand with a trailing slash", map[string]any{"argv": []any{"ls", "sub/"}}, wire.CodeInvalidArgument},
 		{"operand through a link inside", map[string]any{"argv": []any{"cat", "alias"}}, wire.CodeInvalidArgument},
 		{"operand with another hard link", map[string]any{"argv": []any{"cat", "hard"}}, wire.CodePermissionDenied},
+		{"a protected operand of a program that may write", map[string]any{"argv": []any{"touch", "sub/.envrc"}}, wire.CodePermissionDenied},
+		{"a protected directory operand of a program that may write", map[string]any{"argv": []any{"touch", "sub/dir/.git"}}, wire.CodePermissionDenied},
 		{"operand outside: absolute", map[string]any{"argv": []any{"cat", "/etc/passwd"}}, wire.CodePermissionDenied},
 		{"too many arguments", map[string]any{"argv": []any{"ls", "-l", "a", "b", "c"}}, wire.CodeInvalidArgument},
 		{"NUL in an argument", map[string]any{"argv": []any{"echo", "a\x00b"}}, wire.CodeInvalidArgument},
