@@ -30,3 +30,25 @@ func BenchmarkSignAndCheck(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkToolDigest: a validator's digest of the descriptor it judged,
+// made anew at every call or remembered (ToolDigests).
+func BenchmarkToolDigest(b *testing.B) {
+	d := &xctv1.ToolDescriptor{Name: "fs.write", Effect: xctv1.Effect_EFFECT_REVERSIBLE, Source: "builtin", EffectFrom: "builtin",
+		InputSchema: `{"type":"object","properties":{"path":{"type":"string","description":"file path, relative to the workspace"},` +
+			`"content":{"type":"string","description":"the whole new content"},"mode":{"type":"string","enum":["create","overwrite"]}},` +
+			`"required":["path","content"],"additionalProperties":false}`}
+	b.Run("anew", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = ToolDigest(d)
+		}
+	})
+	b.Run("remembered", func(b *testing.B) {
+		var c ToolDigests
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = c.Of(d)
+		}
+	})
+}

@@ -20,6 +20,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -134,6 +135,46 @@ func ToolDigest(d *xctv1.ToolDescriptor) string {
 		c = []byte(fmt.Sprintf("%q %v", []string{d.GetName(), d.GetInputSchema(), d.GetEffect().String(), d.GetSource(), d.GetEffectFrom()}, d.GetIdempotent()))
 	}
 	return DigestOf(c)
+}
+
+// ToolDigests remembers ToolDigest per tool name with the fields it was
+// made from: a descriptor whose digested fields are those remembered gets
+// the remembered digest, any other is digested anew (and remembered), so
+// it never answers for a descriptor that changed. A validator digests the
+// same few descriptors at every call (~6 µs each: the canonical form of
+// the schema, SHA-256). The zero value is ready; safe for concurrent use.
+type ToolDigests struct {
+	m sync.Map // tool name → *toolDigest
+}
+
+// toolDigest is a digest and the descriptor fields it was made from.
+type toolDigest struct {
+	fields *xctv1.ToolDescriptor // only the digested fields, a copy
+	digest string
+}
+
+// digestedFields is d's fields that ToolDigest reads, copied.
+func digestedFields(d *xctv1.ToolDescriptor) *xctv1.ToolDescriptor {
+	return &xctv1.ToolDescriptor{
+		Name: d.GetName(), InputSchema: d.GetInputSchema(), Effect: d.GetEffect(),
+		Idempotent: d.GetIdempotent(), Source: d.GetSource(), EffectFrom: d.GetEffectFrom(),
+	}
+}
+
+// Of is ToolDigest(d).
+func (c *ToolDigests) Of(d *xctv1.ToolDescriptor) string {
+	if v, ok := c.m.Load(d.GetName()); ok {
+		e := v.(*toolDigest)
+		f := e.fields
+		if f.GetInputSchema() == d.GetInputSchema() && f.GetEffect() == d.GetEffect() &&
+			f.GetIdempotent() == d.GetIdempotent() && f.GetSource() == d.GetSource() && f.GetEffectFrom() == d.GetEffectFrom() {
+			return e.digest
+		}
+	}
+	f := digestedFields(d)
+	e := &toolDigest{fields: f, digest: ToolDigest(f)}
+	c.m.Store(f.GetName(), e)
+	return e.digest
 }
 
 // StructDigest is ArgumentsDigest of a protobuf Struct.

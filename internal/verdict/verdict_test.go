@@ -178,3 +178,50 @@ func TestToolDigest(t *testing.T) {
 		t.Error("the description, output cap or timeout changed the digest")
 	}
 }
+
+// ToolDigests gives ToolDigest's answer: for a descriptor seen before,
+// for each digested field changed in a copy or in place in the very
+// descriptor it remembered, and again for the original; and the fields it
+// keeps are all ToolDigest reads (a descriptor with every field set
+// digests as its copy).
+func TestToolDigestsAsToolDigest(t *testing.T) {
+	t.Parallel()
+	base := &xctv1.ToolDescriptor{Name: "shell.exec", InputSchema: `{"type":"object"}`, Effect: xctv1.Effect_EFFECT_READ,
+		Idempotent: true, Source: "builtin", EffectFrom: "builtin", Description: "runs a program", MaxOutputBytes: 7,
+		Timeout: durationpb.New(time.Second)}
+	if ToolDigest(digestedFields(base)) != ToolDigest(base) {
+		t.Fatal("ToolDigest reads a field that ToolDigests does not keep")
+	}
+	var c ToolDigests
+	changes := map[string]func(d *xctv1.ToolDescriptor){
+		"schema":      func(d *xctv1.ToolDescriptor) { d.InputSchema = `{"type":"object","properties":{}}` },
+		"effect":      func(d *xctv1.ToolDescriptor) { d.Effect = xctv1.Effect_EFFECT_REVERSIBLE },
+		"idempotent":  func(d *xctv1.ToolDescriptor) { d.Idempotent = false },
+		"source":      func(d *xctv1.ToolDescriptor) { d.Source = "mcp:x" },
+		"effect_from": func(d *xctv1.ToolDescriptor) { d.EffectFrom = "config" },
+	}
+	for name, change := range changes {
+		if c.Of(base) != ToolDigest(base) || c.Of(base) != ToolDigest(base) {
+			t.Fatal("the remembered digest is not ToolDigest's")
+		}
+		d := proto.CloneOf(base)
+		change(d)
+		if got, want := c.Of(d), ToolDigest(d); got != want || got == ToolDigest(base) {
+			t.Errorf("%s changed in a copy: %s, want %s", name, got, want)
+		}
+		// In place, in a descriptor it remembered.
+		mut := proto.CloneOf(base)
+		if c.Of(mut) != ToolDigest(base) {
+			t.Fatal("the remembered digest is not ToolDigest's")
+		}
+		change(mut)
+		if got, want := c.Of(mut), ToolDigest(mut); got != want {
+			t.Errorf("%s changed in place: %s, want %s", name, got, want)
+		}
+	}
+	other := proto.CloneOf(base)
+	other.Name = "fs.read"
+	if c.Of(other) != ToolDigest(other) || c.Of(base) != ToolDigest(base) {
+		t.Error("two tools' digests mixed up")
+	}
+}

@@ -117,7 +117,7 @@ func (s *Service) sign(req *xctv1.ValidateRequest, args map[string]any, tool *xc
 		ArgumentsDigest: digest,
 		PolicyVersion:   v.GetPolicyVersion(),
 		SystemStep:      req.GetSystemStep() && wire.IsSystemTool(p.GetTool()),
-		ToolDigest:      verdict.ToolDigest(tool),
+		ToolDigest:      s.toolDigests.Of(tool),
 	}, now)
 	if err != nil {
 		s.log.Error("allow verdict left unsigned", "run_id", runID, "err", err)

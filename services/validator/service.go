@@ -44,6 +44,9 @@ type Service struct {
 	limits, shadowLimits *rateLimiter
 	// signer signs allow verdicts (nil: they go unsigned; binding.go).
 	signer *verdict.Signer
+	// toolDigests are the digests of the descriptors judged, kept while
+	// the descriptor does not change (binding.go).
+	toolDigests verdict.ToolDigests
 	// redactor hides approval arguments from callers who may not decide
 	// them (nil until Start with NATS; approvalview.go).
 	redactor atomic.Pointer[redact.Redactor]
