@@ -38,6 +38,9 @@ type mcpServer struct {
 	// none); protected are mounted read-only in it.
 	sb        *osSandbox
 	protected *protectedPaths
+	// ws is the workspace, where a stdio server runs (nil in tests that
+	// make a server alone).
+	ws *workspace
 	// red redacts what the server writes on stderr before it is logged.
 	red *redact.Redactor
 	// started closes what the last transport's command no longer needs
@@ -326,7 +329,38 @@ func (m *mcpServer) listTools(ctx context.Context, defTimeout time.Duration, def
 
 func (t *mcpTool) Descriptor() *xctv1.ToolDescriptor { return t.desc }
 
+// Invoke calls the tool. A stdio server runs in the workspace, in a
+// sandbox that mounts read-only the protected paths there when it
+// started: one a tool that may write makes at the top (.husky/pre-commit)
+// is moved aside after the call, as after a shell.exec program's, and
+// named in protected_moved.
 func (t *mcpTool) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.Error) {
+	m := t.srv
+	if m.cfg.Command == "" || m.ws == nil || t.desc.GetEffect() == xctv1.Effect_EFFECT_READ {
+		return t.invoke(ctx, args)
+	}
+	before, ok := m.ws.topProtected()
+	res, e := t.invoke(ctx, args)
+	if !ok {
+		return res, e
+	}
+	if moved := m.ws.moveNewProtected(context.WithoutCancel(ctx), m.log, before, "MCP tool "+t.desc.GetName()); len(moved) > 0 {
+		list := map[string]any{}
+		for k, v := range moved {
+			list[k] = v
+		}
+		if e != nil {
+			d := e.GetDetails().AsMap()
+			d["protected_moved"] = list
+			e = wire.WithDetails(e, d)
+		} else if out, isMap := res.(map[string]any); isMap {
+			out["protected_moved"] = list
+		}
+	}
+	return res, e
+}
+
+func (t *mcpTool) invoke(ctx context.Context, args map[string]any) (any, *xctv1.Error) {
 	name := t.srv.cfg.Name
 	if t.srv.cfg.Command != "" && t.srv.sb == nil {
 		t.srv.log.WarnContext(ctx, "SECURITY: MCP server runs WITHOUT a sandbox (sandbox: none)", "server", name, "tool", t.name)

@@ -1,9 +1,11 @@
 package executor
 
 import (
+	"context"
 	"errors"
 	"io"
 	"io/fs"
+	"log/slog"
 	"path"
 	"path/filepath"
 	"slices"
@@ -118,6 +120,37 @@ func (w *workspace) topProtected() (map[string]bool, bool) {
 			return out, false
 		}
 	}
+}
+
+// moveNewProtected renames aside the protected entries at the top of the
+// workspace that are not in before (the entry itself, a link included:
+// nothing is followed or deleted), and returns where each went. Renamed,
+// not removed: one made meanwhile by someone else than the program (a
+// human's git init in the same workspace) loses nothing. who names what
+// ran, for the log.
+func (w *workspace) moveNewProtected(ctx context.Context, log *slog.Logger, before map[string]bool, who string) map[string]string {
+	after, _ := w.topProtected()
+	var moved map[string]string
+	for name := range after {
+		if before[name] {
+			continue
+		}
+		aside, err := tempName(".")
+		if err == nil {
+			aside = strings.TrimSuffix(aside, ".tmp") + "-protected-" + strings.TrimLeft(name, ".")
+			err = w.root.Rename(name, aside)
+		}
+		if err != nil {
+			log.ErrorContext(ctx, "a protected path was made that could not be moved aside", "by", who, "path", name, "error", err)
+			continue
+		}
+		log.WarnContext(ctx, "a protected path was made; it was moved aside", "by", who, "path", name, "to", aside)
+		if moved == nil {
+			moved = map[string]string{}
+		}
+		moved[name] = aside
+	}
+	return moved
 }
 
 // checkProtected refuses a change of the workspace path name (clean,

@@ -305,6 +305,7 @@ func (s *Service) connectServers(ctx context.Context) {
 	}
 	for _, mc := range s.toolsCfg.MCP {
 		m := newMCPServer(mc, s.wsDir, s.ws.protected, s.redactorOrNil(), s.log.With("mcp_server", mc.Name))
+		m.ws = s.ws
 		tools, err := m.listTools(ctx, s.cfg.DefaultTimeout, s.cfg.MaxOutputBytes)
 		if err != nil {
 			_ = m.close()

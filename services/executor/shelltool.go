@@ -347,7 +347,7 @@ func (t *shellTool) Invoke(ctx context.Context, args map[string]any) (any, *xctv
 
 	res := ShellResult{ExitCode: cmd.ProcessState.ExitCode()}
 	if protectedBefore != nil {
-		res.ProtectedMoved = t.moveNewProtected(ctx, protectedBefore, argv[0])
+		res.ProtectedMoved = t.ws.moveNewProtected(ctx, t.log, protectedBefore, "program "+argv[0])
 	}
 	res.Stdout, res.StdoutEncoding, res.StdoutTruncated = stdout.text()
 	res.Stderr, res.StderrEncoding, res.StderrTruncated = stderr.text()
@@ -393,36 +393,6 @@ func (t *shellTool) Invoke(ctx context.Context, args map[string]any) (any, *xctv
 		return nil, wire.Errorf(wire.CodeToolFailure, "%s: %v", argv[0], err)
 	}
 	return res, nil
-}
-
-// moveNewProtected renames aside the protected entries at the top of the
-// workspace that are not in before (the entry itself, a link included:
-// nothing is followed or deleted), and returns where each went. Renamed,
-// not removed: one made meanwhile by someone else than the program (a
-// human's git init in the same workspace) loses nothing.
-func (t *shellTool) moveNewProtected(ctx context.Context, before map[string]bool, program string) map[string]string {
-	after, _ := t.ws.topProtected()
-	var moved map[string]string
-	for name := range after {
-		if before[name] {
-			continue
-		}
-		aside, err := tempName(".")
-		if err == nil {
-			aside = strings.TrimSuffix(aside, ".tmp") + "-protected-" + strings.TrimLeft(name, ".")
-			err = t.ws.root.Rename(name, aside)
-		}
-		if err != nil {
-			t.log.ErrorContext(ctx, "a program made a protected path that could not be moved aside", "program", program, "path", name, "error", err)
-			continue
-		}
-		t.log.WarnContext(ctx, "a program made a protected path; it was moved aside", "program", program, "path", name, "to", aside)
-		if moved == nil {
-			moved = map[string]string{}
-		}
-		moved[name] = aside
-	}
-	return moved
 }
 
 // searchPath is a PATH for the programs shell.exec runs: only absolute
