@@ -106,11 +106,32 @@ type dataField struct {
 }
 
 // numberField marks a dataField whose value is n.
-var numberField any = new(struct{ typed byte })
+var numberField any = new(numberMark)
 
 // compositeField marks a dataField whose value is an object or an array
 // kept as its JSON in the event's raw bytes: n is where (rawAt).
-var compositeField any = new(struct{ composite byte })
+var compositeField any = new(compositeMark)
+
+// The marks' types: each has one value, the mark, so that a field is
+// told to be one by its type alone (a type assertion, where comparing
+// two interfaces calls the runtime).
+type (
+	numberMark    struct{ typed byte }
+	compositeMark struct{ composite byte }
+)
+
+// isNumber says f's value is n (numberField).
+func (f *dataField) isNumber() bool {
+	_, ok := f.v.(*numberMark)
+	return ok
+}
+
+// isComposite says f's value is JSON in the event's raw bytes
+// (compositeField).
+func (f *dataField) isComposite() bool {
+	_, ok := f.v.(*compositeMark)
+	return ok
+}
 
 // rawSpan packs where a composite value lies in Event.raw into a
 // dataField's n (exact: below 2^53).
@@ -128,13 +149,13 @@ func (e *Event) rawAt(f *dataField) []byte {
 
 // value returns member f's value as encoding/json gives it.
 func (e *Event) value(f *dataField) any {
-	switch f.v {
-	case numberField:
+	switch {
+	case f.isNumber():
 		if !math.Signbit(f.n) && f.n < float64(len(smallNumbers)) && f.n == math.Trunc(f.n) {
 			return smallNumbers[int(f.n)]
 		}
 		return f.n
-	case compositeField:
+	case f.isComposite():
 		return decodeComposite(e.rawAt(f))
 	}
 	return f.v
@@ -202,7 +223,7 @@ func (e *Event) Float(key string) (float64, bool) {
 		if m == nil {
 			return 0, false
 		}
-		if m.v == numberField {
+		if m.isNumber() {
 			f = m.n
 		} else {
 			x, ok := m.v.(float64)
@@ -235,7 +256,7 @@ func (e *Event) Object(key string) (Object, bool) {
 	if f == nil {
 		return Object{}, false
 	}
-	if f.v == compositeField {
+	if f.isComposite() {
 		raw := e.rawAt(f)
 		return Object{raw: raw}, raw[0] == '{'
 	}
@@ -254,7 +275,7 @@ func (e *Event) EachObject(key string, fn func(Object)) {
 	if f == nil {
 		return
 	}
-	if f.v != compositeField {
+	if !f.isComposite() {
 		eachObject(f.v, fn)
 		return
 	}
