@@ -201,7 +201,8 @@ func TestToolDigestsAsToolDigest(t *testing.T) {
 		"effect_from": func(d *xctv1.ToolDescriptor) { d.EffectFrom = "config" },
 	}
 	for name, change := range changes {
-		if c.Of(base) != ToolDigest(base) || c.Of(base) != ToolDigest(base) {
+		first, again := c.Of(base), c.Of(base) // made, then remembered
+		if first != ToolDigest(base) || again != first {
 			t.Fatal("the remembered digest is not ToolDigest's")
 		}
 		d := proto.CloneOf(base)
