@@ -518,8 +518,6 @@ func (t *shellTool) localPath(b *BinaryConfig, i int, cwd, a string) *xctv1.Erro
 			"argument %q of %s goes through a symbolic link: it is %q in the workspace; name that path (the policy judges the path as written)",
 			a, b.Name, filepath.ToSlash(real)), details)
 	}
-	// A file with other names is another path's file too (a hard link
-	// public/h to secret/key.txt): refused as fs.read refuses it.
 	// A program that may write does not get a protected path to write
 	// (the sandbox mounts read-only only those that exist, at the top and
 	// three levels down): touch sub/.envrc, mkdir lib/.git.
@@ -531,6 +529,8 @@ func (t *shellTool) localPath(b *BinaryConfig, i int, cwd, a string) *xctv1.Erro
 	if name == "." {
 		return nil // the workspace itself
 	}
+	// A file with other names is another path's file too (a hard link
+	// public/h to secret/key.txt): refused as fs.read refuses it.
 	if fi, err := t.ws.root.Lstat(name); err == nil {
 		if e := notHardLinked(a, fi); e != nil {
 			return wire.WithDetails(wire.Errorf(wire.CodePermissionDenied,
