@@ -41,6 +41,27 @@ func newKey(t testing.TB, name string) key {
 // picks the key for the checkpoint covering a seq (rotation).
 func chain(t testing.TB, id string, n, every int, signerAt func(seq uint64) note.Signer) []lctl.Event {
 	t.Helper()
+	types := make([]string, n)
+	for i := range types {
+		types[i] = lctl.TypeToolCall
+	}
+	return chainOf(t, id, types, every, signerAt)
+}
+
+// runChain is chain with a run's start before the work and its end after.
+func runChain(t testing.TB, id string, n, every int, signerAt func(seq uint64) note.Signer) []lctl.Event {
+	t.Helper()
+	types := []string{lctl.TypeRunStarted}
+	for range n {
+		types = append(types, lctl.TypeToolCall)
+	}
+	return chainOf(t, id, append(types, lctl.TypeRunFinished), every, signerAt)
+}
+
+// chainOf is chain with an event of each of types.
+func chainOf(t testing.TB, id string, types []string, every int, signerAt func(seq uint64) note.Signer) []lctl.Event {
+	t.Helper()
+	n := len(types)
 	var events []lctl.Event
 	add := func(typ string, data map[string]any) *lctl.Event {
 		prev := ""
@@ -64,7 +85,7 @@ func chain(t testing.TB, id string, n, every int, signerAt func(seq uint64) note
 		add(checkpoint.EventType, d)
 	}
 	for i := 0; i < n; i++ {
-		e := add(lctl.TypeToolCall, map[string]any{"tool": "fs.read", "step": float64(i + 1), "output": fmt.Sprintf("result %d", i)})
+		e := add(types[i], map[string]any{"tool": "fs.read", "step": float64(i + 1), "output": fmt.Sprintf("result %d", i)})
 		if every > 0 && e.Seq%uint64(every) == 0 {
 			sign()
 		}
@@ -259,6 +280,77 @@ func wantFirst(t *testing.T, r *checkpoint.Report, seq uint64, text string) {
 	}
 	if r.First.Seq != seq || !strings.Contains(r.First.Message, text) {
 		t.Fatalf("first problem %+v\nwant seq %d containing %q", *r.First, seq, text)
+	}
+}
+
+// TestCutAfterACheckpoint: a run's chain cut right after a checkpoint in
+// its middle has nothing unsigned, every event left being what was signed;
+// its end and what came before the end (a denied step, an error) are gone.
+// Verify must fail it, naming the cut, and accept it only as a chain still
+// being written (--allow-unsigned-tail), with a note. A whole run, and a
+// chain that is no run's, pass as before.
+func TestCutAfterACheckpoint(t *testing.T) {
+	k := newKey(t, "xct-test")
+	keys := note.VerifierList(k.verifier)
+	whole := runChain(t, "run-1", 25, 10, func(uint64) note.Signer { return k.signer })
+	if r := checkpoint.Verify("run-1", whole, keys, checkpoint.Options{}); !r.OK || r.SignedThrough != 29 {
+		t.Fatalf("whole run: %+v", r)
+	}
+	// Events 1..10, the checkpoint covering 10 at seq 11: cut there.
+	if whole[10].Type != checkpoint.EventType {
+		t.Fatalf("event 11 is %s", whole[10].Type)
+	}
+	cut := clone(whole[:11])
+	for _, stream := range []bool{false, true} {
+		verify := func(opts checkpoint.Options) *checkpoint.Report {
+			if !stream {
+				return checkpoint.Verify("run-1", cut, keys, opts)
+			}
+			v := checkpoint.NewStreamVerifier("run-1", keys, opts)
+			for i := range cut {
+				if !v.Add(&cut[i]) {
+					t.Fatalf("event %d refused", i+1)
+				}
+			}
+			return v.Report()
+		}
+		r := verify(checkpoint.Options{})
+		wantFirst(t, r, 10, "the signed events end at seq 10, which is not the run's end")
+		if r.First.Kind != checkpoint.ProblemNoEnd || len(r.Unsigned) != 0 || r.SignedThrough != 10 {
+			t.Fatalf("stream %v: %+v", stream, r)
+		}
+		r = verify(checkpoint.Options{AllowUnsignedTail: true})
+		if !r.OK || len(r.Notes) != 1 || !strings.Contains(r.Notes[0], "events after it may have been cut off") {
+			t.Fatalf("stream %v, tail allowed: %+v", stream, r)
+		}
+	}
+	// A rollback after the run ends with its own signed end.
+	rolled := runChain(t, "run-1", 5, 10, func(uint64) note.Signer { return k.signer })
+	more := chainOf(t, "x", []string{lctl.TypeRollbackStarted, lctl.TypeRollbackFinished}, 0, nil)
+	for _, e := range more {
+		prev := rolled[len(rolled)-1]
+		e.Seq = prev.Seq + 1
+		if err := e.Seal(prev.Hash); err != nil {
+			t.Fatal(err)
+		}
+		rolled = append(rolled, e)
+	}
+	head := rolled[len(rolled)-1]
+	d, err := checkpoint.Sign(k.signer, checkpoint.Origin("test", "run-1"), &head)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp := lctl.Event{Seq: head.Seq + 1, Type: checkpoint.EventType, Agent: "agent", Timestamp: head.Timestamp, Data: d}
+	if err := cp.Seal(head.Hash); err != nil {
+		t.Fatal(err)
+	}
+	rolled = append(rolled, cp)
+	if r := checkpoint.Verify("run-1", rolled, keys, checkpoint.Options{}); !r.OK {
+		t.Fatalf("rolled back: %+v", r)
+	}
+	// Cut before the rollback: the run's end is the last event signed.
+	if r := checkpoint.Verify("run-1", rolled[:len(rolled)-3], keys, checkpoint.Options{}); !r.OK {
+		t.Fatalf("rolled back, cut before the rollback: %+v", r)
 	}
 }
 

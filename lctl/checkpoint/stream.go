@@ -27,7 +27,7 @@ type StreamVerifier struct {
 	// pending are the seqs since the last verified checkpoint's cover,
 	// in order: unsigned unless a later checkpoint covers them.
 	pending []uint64
-	ends    []uint64
+	ends    ends
 }
 
 // NewStreamVerifier returns a verifier before the first event.
@@ -49,9 +49,7 @@ func (v *StreamVerifier) Add(e *lctl.Event) bool {
 	v.ck.intact = uint64(v.n)
 	slot := &v.ring[e.Seq%ringSize]
 	slot.seq, slot.hash = e.Seq, e.Hash
-	if e.Type == lctl.TypeRunFinished {
-		v.ends = append(v.ends, e.Seq)
-	}
+	v.ends.add(e)
 	if e.Type != EventType {
 		v.pending = append(v.pending, e.Seq)
 		return true

@@ -3,6 +3,7 @@ package checkpoint
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"golang.org/x/mod/sumdb/note"
@@ -23,12 +24,19 @@ const (
 	ProblemRehashed = "rehashed"
 	// ProblemUnsigned: events no trusted checkpoint covers.
 	ProblemUnsigned = "unsigned"
+	// ProblemNoEnd: a run's chain whose signed events do not end with
+	// the run's end (run_finished, or rollback_finished after it): cut
+	// after a checkpoint, or exported while still being written. A
+	// signature proves what came before it, never that nothing came
+	// after; only a signed end tells a whole run from a cut one.
+	ProblemNoEnd = "no_signed_end"
 )
 
 // Options tune Verify.
 type Options struct {
-	// AllowUnsignedTail accepts events after the last signed checkpoint
-	// (a chain still being written); they are reported either way.
+	// AllowUnsignedTail accepts events after the last signed checkpoint,
+	// and a run's chain whose signed events do not end with the run's end
+	// (a chain still being written); both are reported either way.
 	AllowUnsignedTail bool
 }
 
@@ -125,7 +133,7 @@ func Verify(chainID string, events []lctl.Event, keys note.Verifiers, opts Optio
 			r.Unsigned = append(r.Unsigned, events[i].Seq)
 		}
 	}
-	r.finish(opts, func(seq uint64) int { return positionOf(events, seq) }, runEnds(events))
+	r.finish(opts, func(seq uint64) int { return positionOf(events, seq) }, endsOf(events))
 	return r
 }
 
@@ -218,8 +226,30 @@ func (ck *checker) check(e *lctl.Event, pos int, headAt func(seq uint64) (string
 	return true
 }
 
+// ends is what Verify needs to know of a chain's runs: whether one was
+// started, and the seqs of the events that end it (run_finished, and
+// rollback_finished after a rollback).
+type ends struct {
+	started bool
+	// finished are the run_finished seqs; closing those and the
+	// rollback_finished ones.
+	finished, closing []uint64
+}
+
+func (en *ends) add(e *lctl.Event) {
+	switch e.Type {
+	case lctl.TypeRunStarted:
+		en.started = true
+	case lctl.TypeRunFinished:
+		en.finished = append(en.finished, e.Seq)
+		en.closing = append(en.closing, e.Seq)
+	case lctl.TypeRollbackFinished:
+		en.closing = append(en.closing, e.Seq)
+	}
+}
+
 // finish adds the problems of what is unsigned, the notes, and the verdict.
-func (r *Report) finish(opts Options, positionOf func(seq uint64) int, runEnds []uint64) {
+func (r *Report) finish(opts Options, positionOf func(seq uint64) int, en ends) {
 	switch {
 	case len(r.Checkpoints) == 0 && r.Events > 0:
 		r.Problems = append(r.Problems, lctl.Problem{Seq: r.firstSeq, Position: 1, Kind: ProblemUnsigned,
@@ -229,9 +259,22 @@ func (r *Report) finish(opts Options, positionOf func(seq uint64) int, runEnds [
 		r.Problems = append(r.Problems, lctl.Problem{Seq: first, Position: positionOf(first), Kind: ProblemUnsigned,
 			Message: fmt.Sprintf("%s come after the last signed checkpoint: nothing proves who wrote them (--allow-unsigned-tail accepts a chain still being written)", describeSeqs(r.Unsigned))})
 	}
-	for _, s := range runEnds {
+	for _, s := range en.finished {
 		if s > r.Covered {
 			r.Notes = append(r.Notes, fmt.Sprintf("the run's end (run_finished, seq %d) is not covered by a signed checkpoint", s))
+		}
+	}
+	// A run's chain cut right after a checkpoint has nothing unsigned:
+	// every event left is what was signed. What tells it from a whole run
+	// is whether the last event proven ends the run.
+	if en.started && r.SignedThrough > 0 && !slices.Contains(en.closing, r.SignedThrough) {
+		const why = "which is not the run's end (run_finished or rollback_finished): events after it may have been cut off, with the checkpoints that signed them, or the run had not ended when the chain was exported; a signature proves what came before it, never that nothing came after"
+		switch {
+		case opts.AllowUnsignedTail:
+			r.Notes = append(r.Notes, fmt.Sprintf("the signed events end at seq %d, %s", r.SignedThrough, why))
+		case len(r.Problems) == 0:
+			r.Problems = append(r.Problems, lctl.Problem{Seq: r.SignedThrough, Position: positionOf(r.SignedThrough), Kind: ProblemNoEnd,
+				Message: fmt.Sprintf("the signed events end at seq %d, %s (--allow-unsigned-tail accepts a chain still being written)", r.SignedThrough, why)})
 		}
 	}
 	sortProblems(r.Problems)
@@ -242,14 +285,12 @@ func (r *Report) finish(opts Options, positionOf func(seq uint64) int, runEnds [
 	r.OK = len(r.Problems) == 0
 }
 
-func runEnds(events []lctl.Event) []uint64 {
-	var out []uint64
+func endsOf(events []lctl.Event) ends {
+	var en ends
 	for i := range events {
-		if events[i].Type == lctl.TypeRunFinished {
-			out = append(out, events[i].Seq)
-		}
+		en.add(&events[i])
 	}
-	return out
+	return en
 }
 
 // describeSeqs names a list of seqs: "event 7", "events 7 to 9",

@@ -129,6 +129,15 @@ func TestSignedCheckpoints(t *testing.T) {
 	sw[3], sw[4] = sw[4], sw[3]
 	verify("swapped", sw, 1, "FAILED: event 5 (", "out of order")
 
+	// Cut right after the first checkpoint, in the middle of the run:
+	// every event left is signed, so nothing is unsigned; but the run's
+	// end and all that came after it (a denied step, an error) are gone,
+	// and verify must not call that "exactly what was signed".
+	cut := clone(f.Events[:cps[0]])
+	verify("cut after a checkpoint", cut, 1, "FAILED: the signed events end at seq "+itoa(cps[0]-1)+", which is not the run's end", "cut off")
+	verifyFileCode(t, env, "cut, still being written", filepath.Join(dir, "cut after a checkpoint.lctl.json"), pub, 0, []string{"--allow-unsigned-tail"},
+		"note: the signed events end at seq "+itoa(cps[0]-1)+", which is not the run's end")
+
 	// An allow turned into a deny and every hash recomputed: the hash
 	// chain checks out, the signature does not.
 	forged := clone(f.Events)
@@ -239,7 +248,13 @@ func decode(t *testing.T, path string) *lctl.File {
 
 func verifyFile(t *testing.T, env map[string]string, name, path, pub string, wantCode int, want ...string) {
 	t.Helper()
-	code, out := lctlRun(env, "verify", "--key", pub, path)
+	verifyFileCode(t, env, name, path, pub, wantCode, nil, want...)
+}
+
+// verifyFileCode is verifyFile with more flags.
+func verifyFileCode(t *testing.T, env map[string]string, name, path, pub string, wantCode int, flags []string, want ...string) {
+	t.Helper()
+	code, out := lctlRun(env, append(append([]string{"verify", "--key", pub}, flags...), path)...)
 	t.Logf("%s: lctl verify --key %s\n%s", name, filepath.Base(pub), out)
 	if code != wantCode {
 		t.Fatalf("%s: lctl verify exit %d, want %d\n%s", name, code, wantCode, out)
