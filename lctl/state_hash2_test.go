@@ -180,7 +180,7 @@ func TestStateHashV2MatchesDefinition(t *testing.T) {
 // order, fact ids added out of seq order).
 func TestStateHashV2Incremental(t *testing.T) {
 	chains := map[string][]lctl.Event{
-		"workflow": lctltest.Workflow("w", 6000, lctltest.WorkflowOptions{CheckpointEvery: 150}),
+		"workflow": lctltest.Workflow("w", 3000, lctltest.WorkflowOptions{CheckpointEvery: 75}),
 		"xct":      xctChain(t),
 	}
 	for seed := uint64(1); seed <= 40; seed++ {
