@@ -116,8 +116,8 @@ var compositeField any = new(compositeMark)
 // told to be one by its type alone (a type assertion, where comparing
 // two interfaces calls the runtime).
 type (
-	numberMark    struct{ typed byte }
-	compositeMark struct{ composite byte }
+	numberMark    struct{ _ byte }
+	compositeMark struct{ _ byte }
 )
 
 // isNumber says f's value is n (numberField).
