@@ -339,12 +339,9 @@ func (t *mcpTool) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.
 	if m.cfg.Command == "" || m.ws == nil || t.desc.GetEffect() == xctv1.Effect_EFFECT_READ {
 		return t.invoke(ctx, args)
 	}
-	before, ok := m.ws.topProtected()
+	before, complete := m.ws.protectedNames()
 	res, e := t.invoke(ctx, args)
-	if !ok {
-		return res, e
-	}
-	if moved := m.ws.moveNewProtected(context.WithoutCancel(ctx), m.log, before, "MCP tool "+t.desc.GetName()); len(moved) > 0 {
+	if moved := m.ws.moveNewProtected(context.WithoutCancel(ctx), m.log, before, complete, "MCP tool "+t.desc.GetName()); len(moved) > 0 {
 		list := map[string]any{}
 		for k, v := range moved {
 			list[k] = v

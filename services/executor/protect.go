@@ -6,10 +6,12 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"os"
 	"path"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"unicode"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
@@ -96,50 +98,94 @@ func (p *protectedPaths) match(name string) string {
 	return ""
 }
 
-// topProtected returns the names at the top of the workspace that are
-// protected (read whole: a directory of millions of names costs time),
-// and whether it read them all.
-func (w *workspace) topProtected() (map[string]bool, bool) {
-	out := map[string]bool{}
-	f, err := w.root.Open(".")
+// protectedNames returns the protected entries of the workspace (clean
+// relative paths, links included): those at its top, read whole, and
+// those below it that the sandbox's scan reaches (protectScanDepth
+// directories down, within protectScanEntries names in all, by name
+// order, never through a link); and whether that scan read everything in
+// its reach. It returns nil when the top could not be read whole: then
+// nothing is known, and nothing may be taken for new.
+func (w *workspace) protectedNames() (map[string]bool, bool) {
+	top, err := w.open(".")
 	if err != nil {
-		return out, false
+		return nil, false
 	}
-	defer func() { _ = f.Close() }()
-	for {
-		names, err := f.Readdirnames(1024)
-		for _, n := range names {
-			if w.protected.match(n) != "" {
-				out[n] = true
-			}
-		}
-		switch {
-		case errors.Is(err, io.EOF) || err == nil && len(names) == 0:
-			return out, true
-		case err != nil:
-			return out, false
-		}
+	defer func() { _ = top.Close() }()
+	out := map[string]bool{}
+	budget := protectScanEntries
+	complete, topRead := w.protected.scanNames(top, "", 0, &budget, out)
+	if !topRead {
+		return nil, false
 	}
+	return out, complete
 }
 
-// moveNewProtected renames aside the protected entries at the top of the
-// workspace that are not in before (the entry itself, a link included:
-// nothing is followed or deleted), and returns where each went. Renamed,
-// not removed: one made meanwhile by someone else than the program (a
-// human's git init in the same workspace) loses nothing. who names what
-// ran, for the log.
-func (w *workspace) moveNewProtected(ctx context.Context, log *slog.Logger, before map[string]bool, who string) map[string]string {
-	after, _ := w.topProtected()
-	var moved map[string]string
-	for name := range after {
-		if before[name] {
+// scanNames adds the protected entries of dir (the workspace path rel)
+// and below it to out; complete is false when the budget ran out (or a
+// directory could not be read) before all was read, read whether dir's
+// own names were.
+func (p *protectedPaths) scanNames(dir *os.File, rel string, depth int, budget *int, out map[string]bool) (complete, read bool) {
+	n := *budget
+	if depth == 0 {
+		n = -1 // the top is read whole
+	} else if n <= 0 {
+		return false, false
+	}
+	names, err := dir.Readdirnames(n)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return false, false
+	}
+	complete = true
+	if n > 0 && len(names) == n {
+		if more, _ := dir.Readdirnames(1); len(more) > 0 {
+			complete = false
+		}
+	}
+	*budget -= len(names)
+	slices.Sort(names)
+	for _, name := range names {
+		r := path.Join(rel, name)
+		if p.match(r) != "" {
+			out[r] = true
 			continue
 		}
-		aside, err := tempName(".")
-		if err == nil {
-			aside = strings.TrimSuffix(aside, ".tmp") + "-protected-" + strings.TrimLeft(name, ".")
-			err = w.root.Rename(name, aside)
+		if depth >= protectScanDepth {
+			continue
 		}
+		fd, err := syscall.Openat(int(dir.Fd()), name, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+		if err != nil {
+			continue // not a directory, or a link
+		}
+		sub := os.NewFile(uintptr(fd), name)
+		if *budget <= 0 {
+			complete = false
+		} else if c, _ := p.scanNames(sub, r, depth+1, budget, out); !c {
+			complete = false
+		}
+		_ = sub.Close()
+	}
+	return complete, true
+}
+
+// moveNewProtected renames aside the protected entries in the scan's
+// reach (protectedNames) that are not in before (the entry itself, a link
+// included: nothing is followed or deleted), and returns where each went.
+// Below the top, only when the scan before read everything in its reach
+// (beforeComplete): otherwise one that was there but not reached before
+// would look new. Renamed, not removed: one made meanwhile by someone else
+// than the program (a human's git init in the same workspace) loses
+// nothing. who names what ran, for the log.
+func (w *workspace) moveNewProtected(ctx context.Context, log *slog.Logger, before map[string]bool, beforeComplete bool, who string) map[string]string {
+	if before == nil {
+		return nil // nothing known of before
+	}
+	after, _ := w.protectedNames()
+	var moved map[string]string
+	for name := range after {
+		if before[name] || (strings.Contains(name, "/") && !beforeComplete) {
+			continue
+		}
+		aside, err := w.moveAside(name)
 		if err != nil {
 			log.ErrorContext(ctx, "a protected path was made that could not be moved aside", "by", who, "path", name, "error", err)
 			continue
@@ -151,6 +197,26 @@ func (w *workspace) moveNewProtected(ctx context.Context, log *slog.Logger, befo
 		moved[name] = aside
 	}
 	return moved
+}
+
+// moveAside renames the workspace entry name, in its directory reached
+// without following a link, to a fresh name nothing reads, and returns
+// its path.
+func (w *workspace) moveAside(name string) (string, error) {
+	tmp, err := tempName(".")
+	if err != nil {
+		return "", err
+	}
+	pd, base, err := w.openParent(name)
+	if err != nil {
+		return "", err
+	}
+	defer pd.close()
+	aside := strings.TrimSuffix(tmp, ".tmp") + "-protected-" + strings.TrimLeft(base, ".")
+	if err := pd.rename(base, pd, aside, true); err != nil {
+		return "", err
+	}
+	return path.Join(filepath.ToSlash(filepath.Dir(name)), aside), nil
 }
 
 // checkProtected refuses a change of the workspace path name (clean,

