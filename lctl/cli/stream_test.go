@@ -117,6 +117,34 @@ func TestStreamedCommandsMatchFullRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	files = append(files, warn, cut)
+	// The reference's shape going bad midway: two events out of order,
+	// an event that is not JSON, a file cut inside an event.
+	specLines := files[slices.IndexFunc(files, func(f string) bool { return strings.HasSuffix(f, "spec-lines.lctl.json") })]
+	specRaw, err := os.ReadFile(specLines)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := bytes.Split(specRaw, []byte("\n"))
+	swapped := slices.Clone(lines)
+	swapped[500], swapped[501] = swapped[501], swapped[500]
+	broken := slices.Clone(lines)
+	broken[520] = bytes.Replace(broken[520], []byte(`"data": {`), []byte(`"data": {"`), 1)
+	// Each file that goes bad after seq 450 and the one it was made from:
+	// --to-seq stops reading at its seq, so up to it such a file replays
+	// as the whole file does (problems after it are verify's to report).
+	cleanOf := map[string]string{cut: files[0]}
+	for name, b := range map[string][]byte{
+		"spec-reordered.lctl.json": bytes.Join(swapped, []byte("\n")),
+		"spec-broken.lctl.json":    bytes.Join(broken, []byte("\n")),
+		"spec-cut.lctl.json":       specRaw[:len(specRaw)*8/10],
+	} {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, path)
+		cleanOf[path] = specLines
+	}
 	commands := [][]string{
 		{"replay"}, {"replay", "--to-seq", "300"}, {"replay", "--to-seq", "250", "--events", "--hash"}, {"replay", "--to-seq", "99999"},
 		{"replay", "--json"}, {"replay", "--to-seq", "450", "--json"},
@@ -129,10 +157,8 @@ func TestStreamedCommandsMatchFullRead(t *testing.T) {
 			args := append(append([]string{}, cmd...), f)
 			code, stdout, stderr := run(t, nil, args...)
 			full := args
-			if f == cut && (cmd[0] == "replay" || cmd[0] == "query") && slices.ContainsFunc(cmd, func(a string) bool { return a == "300" || a == "250" || a == "200" || a == "450" }) {
-				// --to-seq stops reading at its seq: a file cut after it
-				// replays as the whole file does.
-				full = append(append([]string{}, cmd...), files[0])
+			if clean, ok := cleanOf[f]; ok && (cmd[0] == "replay" || cmd[0] == "query") && slices.ContainsFunc(cmd, func(a string) bool { return a == "300" || a == "250" || a == "200" || a == "450" }) {
+				full = append(append([]string{}, cmd...), clean)
 			}
 			fcode, fstdout, fstderr := run(t, map[string]string{"LCTL_NO_STREAM": "1"}, full...)
 			if code != fcode || stdout != fstdout || stderr != fstderr {
