@@ -240,10 +240,20 @@ func keysWhere[V any](m map[string]V, keep func(V) bool) []string {
 	return keys
 }
 
+// unnamedCreate is the short consumer create request,
+// $JS.API.CONSUMER.CREATE.<stream>, which names the consumer in its body
+// (config.name) where permissions do not look: given an existing
+// consumer's name, the server takes it as an update of that consumer (its
+// filter, its inactive threshold), whoever owns it. XCT's clients name
+// every consumer in the subject (an ephemeral one too), so nobody but the
+// admin makes that request.
+const unnamedCreate = "$JS.API.CONSUMER.CREATE.*"
+
 // othersConsumers are the subjects of the requests on the durable
-// consumers user does not own.
+// consumers user does not own, and the request that does not name its
+// consumer (unnamedCreate).
 func othersConsumers(user string) []string {
-	var out []string
+	out := []string{unnamedCreate}
 	for _, name := range keysWhere(owned, func(owner string) bool { return owner != user }) {
 		out = append(out,
 			"$JS.API.CONSUMER.*."+name,

@@ -1303,3 +1303,76 @@ func TestABucketRepublishingIntoTheChainsIsRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestConsumerNamedInTheBodyIsTheOwners (session 10, trust10c): a
+// consumer may also be made by the five-token request
+// $JS.API.CONSUMER.CREATE.<stream>, which names the consumer in its body
+// (config.name), where permissions do not look. Given the name of the
+// tracer's durable consumer, the server took such a request from any
+// service as an update of that consumer: another filter (the tracer then
+// misses every run's chain: a hidden record) or an inactive threshold (the
+// server deletes it). No service makes a consumer that way (the clients
+// name it in the subject), so the short form is denied to all but the
+// admin; the tracer's consumer stays as it was, and a service's own
+// ephemeral and ordered consumers still work.
+func TestConsumerNamedInTheBodyIsTheOwners(t *testing.T) {
+	c := newCluster(t)
+	ctx := context.Background()
+	tr := connectAs(t, c.url, natsauth.Tracer)
+	cfg := jetstream.ConsumerConfig{
+		Durable:       tracer.ConsumerName,
+		FilterSubject: eventlog.AllSubjects,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+	}
+	if _, err := tr.js.CreateConsumer(ctx, eventlog.StreamName, cfg); err != nil {
+		t.Fatalf("the tracer creating its consumer: %v", err)
+	}
+	subject := "$JS.API.CONSUMER.CREATE." + eventlog.StreamName
+	bodies := []string{
+		`{"stream_name":"LCTL","config":{"name":"tracer","filter_subject":"lctl.chain.nothing","ack_policy":"explicit","deliver_policy":"all"}}`,
+		`{"stream_name":"LCTL","config":{"name":"tracer","filter_subject":"lctl.chain.>","ack_policy":"explicit","deliver_policy":"all","inactive_threshold":1000000}}`,
+	}
+	for _, user := range []string{natsauth.Orchestrator, natsauth.Validator, natsauth.Executor, natsauth.Tracer, natsauth.Reader} {
+		u := connectAs(t, c.url, user)
+		for _, body := range bodies {
+			cctx, cancel := context.WithCancel(ctx)
+			done := make(chan *nats.Msg, 1)
+			go func() {
+				msg, _ := u.nc.RequestWithContext(cctx, subject, []byte(body))
+				done <- msg
+			}()
+			u.refused(t, user+" requesting "+subject, subject)
+			cancel()
+			if msg := <-done; msg != nil {
+				t.Errorf("%s: %s answered %s", user, subject, msg.Data)
+			}
+		}
+	}
+	info, err := tr.js.Consumer(ctx, eventlog.StreamName, tracer.ConsumerName)
+	if err != nil {
+		t.Fatalf("the tracer's consumer after the attempts: %v", err)
+	}
+	if ci := info.CachedInfo(); ci.Config.FilterSubject != eventlog.AllSubjects || ci.Config.InactiveThreshold != 0 {
+		t.Errorf("the tracer's consumer after the attempts: filter %q, inactive threshold %v", ci.Config.FilterSubject, ci.Config.InactiveThreshold)
+	}
+	// The positive controls: a service's own consumers, named in the
+	// subject as the clients name them.
+	ex := connectAs(t, c.url, natsauth.Executor)
+	if _, err := c.admin.js.Publish(ctx, eventlog.Subject("x"), []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	oc, err := ex.js.OrderedConsumer(ctx, eventlog.StreamName, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := oc.Next(jetstream.FetchMaxWait(5 * time.Second)); err != nil {
+		t.Errorf("an executor's ordered consumer on LCTL: %v", err)
+	}
+	eph, err := ex.js.CreateConsumer(ctx, eventlog.StreamName, jetstream.ConsumerConfig{AckPolicy: jetstream.AckNonePolicy})
+	if err != nil {
+		t.Fatalf("an executor's ephemeral consumer on LCTL: %v", err)
+	}
+	if err := ex.js.DeleteConsumer(ctx, eventlog.StreamName, eph.CachedInfo().Name); err != nil {
+		t.Errorf("the executor deleting its ephemeral consumer: %v", err)
+	}
+}
