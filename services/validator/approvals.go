@@ -477,7 +477,7 @@ func (s *Service) DecideApproval(ctx context.Context, req *xctv1.DecideApprovalR
 		return nil, approvalStatus(err)
 	}
 	s.log.Info("approval decided", "run_id", a.GetRunId(), "step", a.GetStep(), "step_id", a.GetStepId(),
-		"decision", decisionWordOf(decided.GetState()), "by", approver, "reason", reason)
+		"decision", decisionWordOf(decided.GetState()), "by", approver, "reason", s.redactor.Load().Text(reason))
 	return &xctv1.DecideApprovalResponse{Approval: decided}, nil
 }
 

@@ -63,7 +63,7 @@ func (s *Service) WithdrawApproval(ctx context.Context, req *xctv1.WithdrawAppro
 		if err != nil {
 			return nil, approvalStatus(err)
 		}
-		s.log.Info("approval withdrawn", "run_id", a.GetRunId(), "step", a.GetStep(), "step_id", a.GetStepId(), "by", by, "reason", reason)
+		s.log.Info("approval withdrawn", "run_id", a.GetRunId(), "step", a.GetStep(), "step_id", a.GetStepId(), "by", by, "reason", s.redactor.Load().Text(reason))
 		return &xctv1.WithdrawApprovalResponse{Approval: w}, nil
 	}
 	return nil, approvalStatus(fmt.Errorf("%w: it kept changing while it was withdrawn", ErrApprovalDecided))
