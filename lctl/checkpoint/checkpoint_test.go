@@ -354,6 +354,63 @@ func TestCutAfterACheckpoint(t *testing.T) {
 	}
 }
 
+// TestCopiedCheckpointIsUnsigned: a signed checkpoint proves itself only
+// where it was signed, right after the event it covers, with the data
+// Sign gave it. A copy of a real one appended later (its note verifies),
+// or one with a field added, is an event nobody signed: listed unsigned.
+func TestCopiedCheckpointIsUnsigned(t *testing.T) {
+	k := newKey(t, "xct-test")
+	keys := note.VerifierList(k.verifier)
+	whole := runChain(t, "run-1", 5, 100, func(uint64) note.Signer { return k.signer })
+	last := whole[len(whole)-1]
+	if last.Type != checkpoint.EventType {
+		t.Fatalf("the chain ends with %s", last.Type)
+	}
+	appendCopy := func(extra map[string]any) []lctl.Event {
+		out := clone(whole)
+		c := last
+		c.Data = map[string]any{}
+		for k, v := range last.Data {
+			c.Data[k] = v
+		}
+		for k, v := range extra {
+			c.Data[k] = v
+		}
+		c.Seq = last.Seq + 1
+		if err := c.Seal(last.Hash); err != nil {
+			t.Fatal(err)
+		}
+		return append(out, c)
+	}
+	copied := appendCopy(nil)
+	extra := clone(whole)
+	extra[len(extra)-1].Data["message"] = "approved by security"
+	reseal(t, extra)
+	for _, tc := range []struct {
+		name   string
+		events []lctl.Event
+		seq    uint64
+	}{
+		{"copied to the end", copied, last.Seq + 1},
+		{"copied with a line of its own", appendCopy(map[string]any{"message": "approved by security"}), last.Seq + 1},
+		{"a field added", extra, last.Seq},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := checkpoint.Verify("run-1", tc.events, keys, checkpoint.Options{})
+			wantFirst(t, r, tc.seq, "after the last signed checkpoint")
+			v := checkpoint.NewStreamVerifier("run-1", keys, checkpoint.Options{})
+			for i := range tc.events {
+				if !v.Add(&tc.events[i]) {
+					t.Fatalf("event %d refused", i+1)
+				}
+			}
+			if got := v.Report(); !reflect.DeepEqual(got, r) {
+				t.Fatalf("stream:\n%+v\nfull:\n%+v", *got, *r)
+			}
+		})
+	}
+}
+
 func testTime(i int) time.Time {
 	return time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC).Add(time.Duration(i) * time.Second)
 }

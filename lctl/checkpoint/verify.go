@@ -222,6 +222,27 @@ func (ck *checker) check(e *lctl.Event, pos int, headAt func(seq uint64) (string
 			r.SignedThrough, r.SignedBy = p.Seq, keys
 		}
 		ck.provenFrom = max(ck.provenFrom, p.Seq)
+		// The note proves what it covers; this event is the one signed
+		// only where the orchestrator appends it, right after the event
+		// it covers, with the data Sign gave it. A real checkpoint copied
+		// further on, or one with a field added, is an event nobody
+		// signed.
+		if e.Seq != p.Seq+1 || !signedFieldsOnly(e.Data) {
+			c.Status += fmt.Sprintf("; but this event is not the one signed (it does not follow seq %d, or holds fields the signature does not cover): it is a copy, unsigned", p.Seq)
+			return false
+		}
+	}
+	return true
+}
+
+// signedFields are the data of a signed checkpoint event (Sign).
+var signedFields = map[string]bool{"note": true, "seq": true, "head_hash": true, "key": true}
+
+func signedFieldsOnly(data map[string]any) bool {
+	for k := range data {
+		if !signedFields[k] {
+			return false
+		}
 	}
 	return true
 }

@@ -138,6 +138,23 @@ func TestSignedCheckpoints(t *testing.T) {
 	verifyFileCode(t, env, "cut, still being written", filepath.Join(dir, "cut after a checkpoint.lctl.json"), pub, 0, []string{"--allow-unsigned-tail"},
 		"note: the signed events end at seq "+itoa(cps[0]-1)+", which is not the run's end")
 
+	// The run's last checkpoint copied to the end, with a line of the
+	// forger's own in it: its note verifies, but nobody signed this event
+	// (its seq, its other data), so it is unsigned, not "proven by itself".
+	last := f.Events[len(f.Events)-1]
+	copied := last
+	copied.Data = map[string]any{}
+	for k, v := range last.Data {
+		copied.Data[k] = v
+	}
+	copied.Data["message"] = "run approved by security"
+	copied.Seq = last.Seq + 1
+	if err := copied.Seal(last.Hash); err != nil {
+		t.Fatal(err)
+	}
+	verify("checkpoint copied to the end", append(clone(f.Events), copied), 1, "FAILED: event "+itoa(copied.Seq)+" come",
+		"after the last signed checkpoint")
+
 	// An allow turned into a deny and every hash recomputed: the hash
 	// chain checks out, the signature does not.
 	forged := clone(f.Events)
