@@ -411,6 +411,37 @@ func TestCopiedCheckpointIsUnsigned(t *testing.T) {
 	}
 }
 
+// TestOriginPrefix: two clusters sharing a key each sign their run-1
+// (origins a/lctl/run-1 and b/lctl/run-1). Without a prefix either
+// verifies as run-1; with the cluster's prefix (--origin) the other's is
+// refused, by Verify and the streaming verifier alike.
+func TestOriginPrefix(t *testing.T) {
+	k := newKey(t, "shared")
+	keys := note.VerifierList(k.verifier)
+	other := runChain(t, "run-1", 5, 100, func(uint64) note.Signer { return k.signer })
+	if r := checkpoint.Verify("run-1", other, keys, checkpoint.Options{}); !r.OK {
+		t.Fatalf("no prefix: %+v", r)
+	}
+	for _, prefix := range []string{"test", "prod"} {
+		want := prefix == "test" // runChain signs with origin test/lctl/run-1
+		opts := checkpoint.Options{OriginPrefix: prefix}
+		r := checkpoint.Verify("run-1", other, keys, opts)
+		v := checkpoint.NewStreamVerifier("run-1", keys, opts)
+		for i := range other {
+			v.Add(&other[i])
+		}
+		if got := v.Report(); !reflect.DeepEqual(got, r) {
+			t.Fatalf("%s: stream:\n%+v\nfull:\n%+v", prefix, *got, *r)
+		}
+		if r.OK != want {
+			t.Fatalf("origin prefix %s: ok %v: %+v", prefix, r.OK, r)
+		}
+		if !want {
+			wantFirst(t, r, other[len(other)-1].Seq, `it signs origin "test/lctl/run-1", not "prod/lctl/run-1" (--origin)`)
+		}
+	}
+}
+
 func testTime(i int) time.Time {
 	return time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC).Add(time.Duration(i) * time.Second)
 }

@@ -33,7 +33,7 @@ type StreamVerifier struct {
 // NewStreamVerifier returns a verifier before the first event.
 func NewStreamVerifier(chainID string, keys note.Verifiers, opts Options) *StreamVerifier {
 	v := &StreamVerifier{opts: opts, r: newReport(chainID)}
-	v.ck = checker{r: v.r, keys: keys, wantOrigin: OriginSeparator + chainID}
+	v.ck = opts.newChecker(v.r, keys, chainID)
 	return v
 }
 

@@ -38,6 +38,21 @@ type Options struct {
 	// and a run's chain whose signed events do not end with the run's end
 	// (a chain still being written); both are reported either way.
 	AllowUnsignedTail bool
+	// OriginPrefix, when set, is the cluster whose checkpoints are
+	// trusted (the orchestrator's --checkpoint-origin): a checkpoint must
+	// name exactly OriginPrefix/lctl/<chain id>. Unset, any cluster's
+	// checkpoint of a chain of this id is taken, which only matters when
+	// clusters share a key.
+	OriginPrefix string
+}
+
+// newChecker is the checker of chainID's checkpoints under o.
+func (o Options) newChecker(r *Report, keys note.Verifiers, chainID string) checker {
+	ck := checker{r: r, keys: keys, wantOrigin: OriginSeparator + chainID}
+	if o.OriginPrefix != "" {
+		ck.exactOrigin = Origin(o.OriginPrefix, chainID)
+	}
+	return ck
 }
 
 // Report is what Verify proved about a chain.
@@ -119,7 +134,8 @@ func Verify(chainID string, events []lctl.Event, keys note.Verifiers, opts Optio
 			r.Problems = append(r.Problems, lctl.Problem{Kind: lctl.ProblemEdited, Message: err.Error()})
 		}
 	}
-	ck := checker{r: r, keys: keys, wantOrigin: OriginSeparator + chainID, intact: uint64(intact)}
+	ck := opts.newChecker(r, keys, chainID)
+	ck.intact = uint64(intact)
 	signedCheckpoint := map[int]bool{}
 	for i := range events {
 		e := &events[i]
@@ -142,6 +158,8 @@ type checker struct {
 	r          *Report
 	keys       note.Verifiers
 	wantOrigin string
+	// exactOrigin, when set, is the whole origin wanted (--origin).
+	exactOrigin string
 	// intact is the number of events from the first that link up.
 	intact uint64
 	// provenFrom is the last seq a checkpoint proved.
@@ -194,6 +212,9 @@ func (ck *checker) check(e *lctl.Event, pos int, headAt func(seq uint64) (string
 		return false
 	case !strings.HasSuffix(p.Origin, ck.wantOrigin):
 		fail(ProblemSignature, "it signs origin %q, not this chain (%q): it was copied from another chain", p.Origin, "…"+ck.wantOrigin)
+		return false
+	case ck.exactOrigin != "" && p.Origin != ck.exactOrigin:
+		fail(ProblemSignature, "it signs origin %q, not %q (--origin): it is another cluster's chain of the same id", p.Origin, ck.exactOrigin)
 		return false
 	}
 	c.Covers = p.Seq

@@ -18,6 +18,7 @@ import (
 type keyFlags struct {
 	files       []string
 	allowUnsign bool
+	origin      string
 }
 
 type listFlag struct{ l *[]string }
@@ -36,6 +37,7 @@ func (c *cmdContext) signatureFlags() *keyFlags {
 	c.fs.Var(listFlag{&k.files}, "key", "verifier key file (NAME+HASH+KEY, the .pub lctl keygen writes): also prove the chain is what that key signed (repeatable)")
 	c.fs.Var(listFlag{&k.files}, "trusted-keys", "file of verifier keys, one per line (# comments): the current key and the ones rotated out (repeatable)")
 	c.fs.BoolVar(&k.allowUnsign, "allow-unsigned-tail", false, "with --key: accept events after the last signed checkpoint (a chain still being written); they are listed either way")
+	c.fs.StringVar(&k.origin, "origin", "", "with --key: the cluster whose checkpoints to trust (the orchestrator's --checkpoint-origin): a checkpoint must name ORIGIN/lctl/CHAIN_ID, so another cluster's chain of the same id signed by a shared key is refused")
 	return k
 }
 
@@ -52,7 +54,13 @@ func (k *keyFlags) load() (note.Verifiers, error) {
 		if k.allowUnsign {
 			return nil, usagef("--allow-unsigned-tail goes with --key FILE")
 		}
+		if k.origin != "" {
+			return nil, usagef("--origin goes with --key FILE")
+		}
 		return nil, nil
+	}
+	if k.origin != "" && !checkpoint.ValidOriginPrefix(k.origin) {
+		return nil, usagef("--origin %q: printable ASCII without spaces, as the orchestrator's --checkpoint-origin", k.origin)
 	}
 	keys, _, err := checkpoint.LoadVerifiers(k.files...)
 	if err != nil {
@@ -62,7 +70,7 @@ func (k *keyFlags) load() (note.Verifiers, error) {
 }
 
 func (k *keyFlags) options() checkpoint.Options {
-	return checkpoint.Options{AllowUnsignedTail: k.allowUnsign}
+	return checkpoint.Options{AllowUnsignedTail: k.allowUnsign, OriginPrefix: k.origin}
 }
 
 // printSignatures prints what the signatures prove, after the chain checks.

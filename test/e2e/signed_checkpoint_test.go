@@ -99,6 +99,11 @@ func TestSignedCheckpoints(t *testing.T) {
 	verifyFile(t, env, "untouched", exported, pub, 0, "✓ signatures: events 1 to "+itoa(f.Events[len(f.Events)-2].Seq)+" are exactly what xct-e2e-a signed",
 		"Chain verified and signed: it is exactly what xct-e2e-a signed.")
 
+	// The cluster's origin (the default, xct) is what it signed; another
+	// cluster's name is refused.
+	verifyFileCode(t, env, "its own origin", exported, pub, 0, []string{"--origin", "xct"}, "Chain verified and signed")
+	verifyFileCode(t, env, "another cluster's origin", exported, pub, 1, []string{"--origin", "prod-eu"}, `not "prod-eu/lctl/`+id+`" (--origin)`)
+
 	// The live chain, read from the tracer, proves the same.
 	if code, out := lctlRun(env, "verify", "--key", pub, "--chain", id); code != 0 || !strings.Contains(out, "Chain verified and signed: it is exactly what xct-e2e-a signed.") {
 		t.Fatalf("verify --key --chain %s: exit %d\n%s", id, code, out)
