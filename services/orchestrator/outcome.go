@@ -279,7 +279,7 @@ func (r *run) recordInDoubt(st *openStep, doubt *xctv1.Error, resp *xctv1.GetSte
 		return err
 	}
 	st.doubtRecorded = true
-	r.log.Error("step in doubt: the run waits for its outcome", "run", r.id, "step", st.step, "step_id", st.stepID, "reason", doubt.GetMessage(),
+	r.log.Error("step in doubt: the run waits for its outcome", "run", r.id, "step", st.step, "step_id", st.stepID, "reason", r.redactText(doubt.GetMessage()),
 		"resolve", data.Resolve)
 	return nil
 }

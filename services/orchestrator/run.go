@@ -544,7 +544,7 @@ func (r *run) finishErr(status, message string) error {
 		Tokens: xctevent.Tokens{Input: r.tokensIn, Output: r.tokensOut},
 	})
 	if err != nil {
-		r.log.Error("run ended but its end could not be recorded", "run", r.id, "status", status, "message", message, "err", err)
+		r.log.Error("run ended but its end could not be recorded", "run", r.id, "status", status, "message", r.redactText(message), "err", err)
 	}
 	return err
 }
