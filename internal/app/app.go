@@ -523,6 +523,7 @@ func Start(ctx context.Context, cfg Config, targets []string, log *slog.Logger, 
 	cfg.Orchestrator.Replicas, cfg.Validator.Replicas = cfg.Replicas, cfg.Replicas
 	cfg.Executor.Replicas, cfg.Tracer.Replicas = cfg.Replicas, cfg.Replicas
 	cfg.Orchestrator.Redact, cfg.Executor.Redact, cfg.Validator.Redact = cfg.Redact, cfg.Redact, cfg.Redact
+	cfg.Tracer.RedactRules = cfg.Redact.File // the rules only: the tracer never holds the cluster's key (tracer.Config.RedactRules)
 
 	// NATS and JetStream must answer before a service starts. When they
 	// do not yet, every service is served at once, NOT_SERVING and

@@ -43,6 +43,13 @@ type Config struct {
 	HTTPListen string
 	// OTLP configures OpenTelemetry trace ingestion (otlp_ingest.go).
 	OTLP OTLPConfig
+	// RedactRules is the YAML file of secret redaction rules applied to
+	// the spans received over OTLP before they go on a chain ("": the
+	// built-in rules). Only the rules: the markers are made with a key of
+	// this process, never the cluster's, so a tracer holds nothing that
+	// could test guesses against the markers on runs' chains (and OTLP
+	// markers are comparable only within one tracer's life).
+	RedactRules string
 	// ValidatorAddr is the validator's gRPC address, used only by the
 	// visual debugger to list and decide approvals ("": no approvals in
 	// the UI).

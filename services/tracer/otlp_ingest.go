@@ -14,6 +14,7 @@ import (
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 
 	"github.com/xct-dev/xct/internal/eventlog"
+	"github.com/xct-dev/xct/internal/redact"
 	"github.com/xct-dev/xct/lctl"
 	"github.com/xct-dev/xct/lctl/otlp"
 )
@@ -90,6 +91,11 @@ type ingester struct {
 	hold time.Duration
 	// events returns the event log, nil before the tracer started.
 	events func() *eventlog.Log
+	// redactor replaces secrets in what the spans carry (attributes,
+	// status and error messages) before they go on a chain: an exporter's
+	// token in a span attribute would otherwise stay on a chain every
+	// reader reads and nothing purges.
+	redactor *redact.Redactor
 
 	mu     sync.Mutex
 	held   map[string]*heldTrace // by chain id
@@ -127,8 +133,8 @@ type otelChain struct {
 	exporter string
 }
 
-func newIngester(cfg OTLPConfig, log *slog.Logger, events func() *eventlog.Log) *ingester {
-	return &ingester{log: log, hold: cfg.hold(), events: events, held: map[string]*heldTrace{}, chains: map[string]*otelChain{}}
+func newIngester(cfg OTLPConfig, log *slog.Logger, events func() *eventlog.Log, red *redact.Redactor) *ingester {
+	return &ingester{log: log, hold: cfg.hold(), events: events, redactor: red, held: map[string]*heldTrace{}, chains: map[string]*otelChain{}}
 }
 
 // exportResult is what an export did: spans rejected and the warnings to
@@ -309,8 +315,9 @@ func (in *ingester) write(ctx context.Context, c *otelChain, t *otlp.Trace, expo
 			r.Events[0].Data["otel"] = ref
 		}
 	}
+	scope := in.redactor.Scope() // one trace's write: a secret found by its key is also replaced where it recurs
 	for i, d := range r.Events {
-		if _, err := c.w.AppendAt(ctx, d.Time, d.Type, d.Agent, d.Data); err != nil {
+		if _, err := c.w.AppendAt(ctx, d.Time, d.Type, d.Agent, scope.Map(d.Data)); err != nil {
 			// The writer refuses further appends; read the chain back
 			// next time.
 			c.w = nil

@@ -26,6 +26,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -38,6 +39,7 @@ import (
 	"github.com/xct-dev/xct/internal/grpcx/grpcxtest"
 	"github.com/xct-dev/xct/internal/lctllive"
 	"github.com/xct-dev/xct/internal/natsauth"
+	"github.com/xct-dev/xct/internal/redact"
 	"github.com/xct-dev/xct/internal/testutil"
 	"github.com/xct-dev/xct/lctl"
 	"github.com/xct-dev/xct/lctl/cli"
@@ -682,4 +684,55 @@ func TestOTLPChainsOldAndNew(t *testing.T) {
 		t.Fatalf("the new chain is not on %s: %v", eventlog.OTelStreamName, err)
 	}
 	served(newID, len(events))
+}
+
+// TestOTLPSpansRedacted (session 10, lead; trust10c found it): a secret in
+// what an exporter's spans carry — an attribute stored under a secret's
+// key, a token's shape inside another attribute, a status message — is
+// replaced by a marker before the span goes on its chain, which every
+// reader reads and nothing purges. Before, the chain held them as sent.
+func TestOTLPSpansRedacted(t *testing.T) {
+	e := newEnv(t)
+	tt := startOTLPTracer(t, e, tracer.OTLPConfig{Hold: -1})
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+
+	const token = "ghp_0123456789abcdefghijABCDEFGHIJ012345"
+	const password = "hunter2-correct-horse"
+	traceID, _ := hex.DecodeString("bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb")
+	now := uint64(time.Now().UnixNano())
+	str := func(k, v string) *commonpb.KeyValue {
+		return &commonpb.KeyValue{Key: k, Value: &commonpb.AnyValue{Value: &commonpb.AnyValue_StringValue{StringValue: v}}}
+	}
+	req := &coltracepb.ExportTraceServiceRequest{ResourceSpans: []*tracepb.ResourceSpans{{ScopeSpans: []*tracepb.ScopeSpans{{Spans: []*tracepb.Span{{
+		TraceId: traceID, SpanId: []byte("01234567"), Name: "execute_tool http.request",
+		StartTimeUnixNano: now, EndTimeUnixNano: now + 1000,
+		Attributes: []*commonpb.KeyValue{
+			str("gen_ai.operation.name", "execute_tool"),
+			str("gen_ai.tool.name", "http.request"),
+			str("gen_ai.tool.call.arguments", `{"url": "https://api.test/x", "headers": {"Authorization": "Bearer `+token+`"}}`),
+			str("db.password", password),
+		},
+		Status: &tracepb.Status{Code: tracepb.Status_STATUS_CODE_ERROR, Message: "401 for token " + token},
+	}}}}}}}
+	if _, err := tt.otlp.Export(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	const chainID = "otel-bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+	if err := tt.svc.WaitForSeq(ctx, chainID, 1); err != nil {
+		t.Fatal(err)
+	}
+	got, err := tt.client.GetChain(ctx, &lctlv1.GetChainRequest{ChainId: chainID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	chain := string(must(protojson.Marshal(got)))
+	for _, secret := range []string{token, token[4:], password} {
+		if strings.Contains(chain, secret) {
+			t.Errorf("the chain holds %q:\n%s", secret, chain)
+		}
+	}
+	if !strings.Contains(chain, redact.MarkerPrefix) || !strings.Contains(chain, "http.request") || !strings.Contains(chain, "api.test") {
+		t.Errorf("the span is not on the chain with its secrets marked:\n%s", chain)
+	}
 }

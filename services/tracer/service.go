@@ -56,6 +56,7 @@ import (
 
 	lctlv1 "github.com/xct-dev/xct/gen/lctl/v1"
 	"github.com/xct-dev/xct/internal/eventlog"
+	"github.com/xct-dev/xct/internal/redact"
 	"github.com/xct-dev/xct/lctl"
 	"github.com/xct-dev/xct/lctl/debugger"
 )
@@ -141,7 +142,11 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger) (*Service, error) {
 		return nil, fmt.Errorf("tracer: create data directory: %w", err)
 	}
 	s := &Service{cfg: cfg, nc: nc, log: log, store: newStore(dir, log, cfg.snapshotEvery(), cfg.maxResidentEvents())}
-	s.otlp = newIngester(cfg.OTLP, log, s.eventLog)
+	red, err := redact.Config{File: cfg.RedactRules}.Build(context.Background(), nil) // nil: a key of this process (RedactRules)
+	if err != nil {
+		return nil, fmt.Errorf("tracer: OTLP redaction: %w", err)
+	}
+	s.otlp = newIngester(cfg.OTLP, log, s.eventLog, red)
 	return s, nil
 }
 
