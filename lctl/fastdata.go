@@ -292,6 +292,9 @@ func (p *fastParser) canonData(e *Event) bool {
 // the careful check took before), its numbers checked in place.
 func (p *fastParser) canonSkip(i int) (int, bool) {
 	b := p.b
+	if end, ok := flatSkip(b, i); ok {
+		return end, true
+	}
 	var objects uint64 // bit d: the container at depth d is an object
 	depth := 0
 	for {
@@ -601,4 +604,112 @@ func (p *fastParser) specKey(k int) bool {
 	}
 	p.i = skipAt(b, i+1)
 	return true
+}
+
+// flatSkip returns where the value at b[i] ends when it is a flat object
+// (a tokens object: keys and string values of ASCII without escapes,
+// values whole numbers without sign) or an array of them (a verdict's
+// reasons), with white space anywhere JSON allows it: valid JSON, so its
+// end is the one skipValue finds. False for anything else, which
+// canonSkip reads on its own (it looks no further than the first member
+// that is not flat).
+func flatSkip(b []byte, i int) (int, bool) {
+	if i >= len(b) || b[i] != '[' {
+		return flatObject(b, i)
+	}
+	if i = skipWS(b, i+1); i < len(b) && b[i] == ']' {
+		return i + 1, true
+	}
+	for {
+		j, ok := flatObject(b, i)
+		if !ok {
+			return 0, false
+		}
+		if i = skipWS(b, j); i >= len(b) {
+			return 0, false
+		}
+		switch b[i] {
+		case ']':
+			return i + 1, true
+		case ',':
+			i = skipWS(b, i+1)
+		default:
+			return 0, false
+		}
+	}
+}
+
+// flatObject is flatSkip for an object.
+func flatObject(b []byte, i int) (int, bool) {
+	if i >= len(b) || b[i] != '{' {
+		return 0, false
+	}
+	if i = skipWS(b, i+1); i < len(b) && b[i] == '}' {
+		return i + 1, true
+	}
+	for {
+		if i >= len(b) || b[i] != '"' {
+			return 0, false
+		}
+		j, ok := asciiEnd(b, i+1)
+		if !ok {
+			return 0, false
+		}
+		if i = skipWS(b, j+1); i >= len(b) || b[i] != ':' {
+			return 0, false
+		}
+		if i = skipWS(b, i+1); i >= len(b) {
+			return 0, false
+		}
+		switch c := b[i]; {
+		case c == '"':
+			if j, ok = asciiEnd(b, i+1); !ok {
+				return 0, false
+			}
+			i = j + 1
+		case c >= '1' && c <= '9':
+			i++
+			for i < len(b) && b[i]-'0' <= 9 {
+				i++
+			}
+		case c == '0':
+			i++
+		default:
+			return 0, false
+		}
+		// A number followed by a fraction, an exponent or more digits
+		// after a 0 stops here: no comma or brace after it.
+		if i = skipWS(b, i); i >= len(b) {
+			return 0, false
+		}
+		switch b[i] {
+		case ',':
+			i = skipWS(b, i+1)
+		case '}':
+			return i + 1, true
+		default:
+			return 0, false
+		}
+	}
+}
+
+// asciiEnd returns where the string whose bytes start at b[i] ends (its
+// closing quote) when they are ASCII from 0x20 on without a backslash;
+// false for anything else.
+func asciiEnd(b []byte, i int) (int, bool) {
+	for ; i+8 <= len(b); i += 8 {
+		if m := special(binary.LittleEndian.Uint64(b[i:])); m != 0 {
+			e := i + bits.TrailingZeros64(m)>>3
+			return e, b[e] == '"'
+		}
+	}
+	for ; i < len(b); i++ {
+		switch c := b[i]; {
+		case c == '"':
+			return i, true
+		case c == '\\' || c < 0x20 || c >= 0x80:
+			return 0, false
+		}
+	}
+	return 0, false
 }
