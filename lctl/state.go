@@ -86,6 +86,9 @@ type State struct {
 	// of EventTypes (DeferTypeCounts), until FlushTypeCounts.
 	deferTypes bool
 	typeCounts [numKnownTypes]int
+	// tokens, when set (KeepTokens), is the last step_end's tokens
+	// object with its members found.
+	tokens *Members
 	// countCalls counts tool calls in calls instead of listing them
 	// (CountToolCalls); factsOnly folds only facts (FactsOnly).
 	countCalls bool
@@ -531,6 +534,24 @@ func typeIndex(t string) int {
 // FlushTypeCounts.
 func (s *State) DeferTypeCounts() { s.deferTypes = true }
 
+// KeepTokens makes Apply keep the last step_end's tokens object with its
+// members found, for TokenMembers: a caller that reads the same object
+// right after Apply (stats' pricer) does not walk it again.
+func (s *State) KeepTokens() { s.tokens = new(Members) }
+
+// TokenMembers is t.Members(names), from what Apply kept (KeepTokens)
+// when t is the very object Apply read last (the same bytes: a streamed
+// object's are never written again) and names are the same names.
+func (s *State) TokenMembers(t Object, names []string) Members {
+	if k := s.tokens; k != nil && len(t.raw) > 0 && len(k.o.raw) == len(t.raw) && &k.o.raw[0] == &t.raw[0] &&
+		slices.Equal(k.names, names) {
+		m := *k
+		m.names = names
+		return m
+	}
+	return t.Members(names)
+}
+
 // FlushTypeCounts adds the counts DeferTypeCounts kept to EventTypes and
 // ends the deferral.
 func (s *State) FlushTypeCounts() {
@@ -808,7 +829,13 @@ func (s *State) SetCurrentStep(e *Event) {
 func (s *State) applyStepEnd(e *Event) {
 	s.CurrentStep = nil
 	if t, ok := e.Object("tokens"); ok {
-		in, out := tokenCounts(t)
+		var in, out int64
+		if s.tokens != nil {
+			*s.tokens = t.Members(tokenNames[:])
+			in, out = memberCounts(s.tokens)
+		} else {
+			in, out = tokenCounts(t)
+		}
 		s.Tokens.Input += in
 		s.Tokens.Output += out
 	}
@@ -1012,6 +1039,24 @@ func tokenCounts(t Object) (in, out int64) {
 	}
 	for i := 4; i < 8; i++ {
 		if n, ok := memberCount(&m, i); ok {
+			out = n
+			break
+		}
+	}
+	return in, out
+}
+
+// memberCounts is tokenCounts of the members found (tokenCounts has its
+// loops itself: a call more costs every other reader of the state).
+func memberCounts(m *Members) (in, out int64) {
+	for i := range 4 {
+		if n, ok := memberCount(m, i); ok {
+			in = n
+			break
+		}
+	}
+	for i := 4; i < 8; i++ {
+		if n, ok := memberCount(m, i); ok {
 			out = n
 			break
 		}

@@ -781,6 +781,24 @@ func tokensOf(t lctl.Object) (in, out int64) {
 	return in, out
 }
 
+// memberTokens is tokensOf of the members found (tokensOf has its loops
+// itself: a call more per line costs replay more than the copy).
+func memberTokens(m *lctl.Members) (in, out int64) {
+	for i := range 4 {
+		if n, ok := memberInt(m, i); ok && n >= 0 {
+			in = n
+			break
+		}
+	}
+	for i := 4; i < 8; i++ {
+		if n, ok := memberInt(m, i); ok && n >= 0 {
+			out = n
+			break
+		}
+	}
+	return in, out
+}
+
 // tokenNames are the names a tokens object gives its counts by, input's
 // then output's, each group in the order they are looked for.
 var tokenNames = [8]string{"input", "in", "input_tokens", "prompt_tokens", "output", "out", "output_tokens", "completion_tokens"}

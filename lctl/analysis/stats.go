@@ -189,7 +189,10 @@ func NewStatsBuilder(chainID string, prices *Prices) *StatsBuilder {
 	s.NoCurrentStep()   // never shown
 	steps := newStepTimer()
 	steps.untitled = true // Stats reads the steps' times, not their names
-	return &StatsBuilder{chainID: chainID, prices: prices, state: s, steps: steps, cost: newTokenPricer(prices)}
+	cost := newTokenPricer(prices)
+	s.KeepTokens()
+	cost.state = s
+	return &StatsBuilder{chainID: chainID, prices: prices, state: s, steps: steps, cost: cost}
 }
 
 // Add takes the next event of the chain.
@@ -295,6 +298,9 @@ type tokenPricer struct {
 	byAgent map[string]*AgentCost
 	agents  []string
 	models  modelResolver
+	// state, when set, is the state that has applied each event just
+	// before (lctl.State.TokenMembers).
+	state *lctl.State
 }
 
 func newTokenPricer(prices *Prices) *tokenPricer {
@@ -310,7 +316,14 @@ func (p *tokenPricer) add(e *lctl.Event) {
 	if !ok {
 		return
 	}
-	in, out := tokensOf(t)
+	// The object State.Apply has just read (stats): its members found.
+	var in, out int64
+	if p.state != nil {
+		m := p.state.TokenMembers(t, tokenNames[:])
+		in, out = memberTokens(&m)
+	} else {
+		in, out = tokensOf(t)
+	}
 	if in+out == 0 {
 		return
 	}
