@@ -719,7 +719,7 @@ func TestOTLPSpansRedacted(t *testing.T) {
 		t.Fatal(err)
 	}
 	const chainID = "otel-bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
-	if err := tt.svc.WaitForSeq(ctx, chainID, 2) // the span is two events: its error and its tool call; err != nil {
+	if err := tt.svc.WaitForSeq(ctx, chainID, 2); err != nil { // the span is two events: its error and its tool call
 		t.Fatal(err)
 	}
 	got, err := tt.client.GetChain(ctx, &lctlv1.GetChainRequest{ChainId: chainID})
