@@ -547,14 +547,7 @@ const (
 // masks that keep their bytes (topKeyWords' layout), and their lengths.
 var specKeyWords, specKeyLens = func() (w [4][4]uint64, n [4]int) {
 	for k, q := range [...]string{`"type"`, `"timestamp"`, `"agent"`, `"data"`} {
-		var b [16]byte
-		copy(b[:], q)
-		for i := range q {
-			w[k][2*(i/8)+1] |= 0xff << (8 * (i % 8))
-		}
-		w[k][0] = binary.LittleEndian.Uint64(b[:8]) & w[k][1]
-		w[k][2] = binary.LittleEndian.Uint64(b[8:]) & w[k][3]
-		n[k] = len(q)
+		w[k], n[k] = keyWords(q), len(q)
 	}
 	return w, n
 }()
@@ -564,14 +557,7 @@ var specKeyWords, specKeyLens = func() (w [4][4]uint64, n [4]int) {
 // layout, and their lengths (at most 16: `, "timestamp": ` is 15).
 var specPyWords, specPyLens = func() (w [4][4]uint64, n [4]int) {
 	for k, q := range [...]string{`, "type": `, `, "timestamp": `, `, "agent": `, `, "data": `} {
-		var b [16]byte
-		copy(b[:], q)
-		for i := range q {
-			w[k][2*(i/8)+1] |= 0xff << (8 * (i % 8))
-		}
-		w[k][0] = binary.LittleEndian.Uint64(b[:8]) & w[k][1]
-		w[k][2] = binary.LittleEndian.Uint64(b[8:]) & w[k][3]
-		n[k] = len(q)
+		w[k], n[k] = keyWords(q), len(q)
 	}
 	return w, n
 }()

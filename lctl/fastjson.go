@@ -399,17 +399,24 @@ var topKeys = [...]struct {
 // the masks that keep only their bytes (every one is at most 16 bytes).
 var topKeyWords = func() (w [len(topKeys)][4]uint64) {
 	for k, t := range topKeys {
-		var b [16]byte
-		copy(b[:], t.quoted)
-		for i := range t.quoted {
-			word := i / 8
-			w[k][2*word+1] |= 0xff << (8 * (i % 8))
-		}
-		w[k][0] = binary.LittleEndian.Uint64(b[:8]) & w[k][1]
-		w[k][2] = binary.LittleEndian.Uint64(b[8:]) & w[k][3]
+		w[k] = keyWords(t.quoted)
 	}
 	return w
 }()
+
+// keyWords is s (at most 16 bytes) as two little-endian words, each
+// followed by the mask that keeps only s's bytes of it: the layout the
+// key matchers compare eight bytes at a time.
+func keyWords(s string) (w [4]uint64) {
+	var b [16]byte
+	copy(b[:], s)
+	for i := range s {
+		w[2*(i/8)+1] |= 0xff << (8 * (i % 8))
+	}
+	w[0] = binary.LittleEndian.Uint64(b[:8]) & w[1]
+	w[2] = binary.LittleEndian.Uint64(b[8:]) & w[3]
+	return w
+}
 
 // topKey reads an event's top-level key and returns its bit (topKeys), 0
 // for another key or one that is not a plain string. The keys are matched
