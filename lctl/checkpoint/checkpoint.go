@@ -37,6 +37,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/mod/sumdb/note"
 
@@ -186,50 +187,155 @@ func ParseSigner(raw []byte, path string) (note.Signer, error) {
 	return s, nil
 }
 
-// LoadVerifiers reads trusted verifier keys: one "name+hash+key" per line;
-// blank lines and lines starting with # are skipped. Several keys (the
-// current and the ones rotated out) may be listed.
-func LoadVerifiers(paths ...string) (note.Verifiers, []note.Verifier, error) {
-	var list []note.Verifier
+// Revocation says a verifier key is no longer trusted: outright (Since
+// zero: nothing it signed proves anything, e.g. a key that leaked), or
+// since a time (a key retired in a rotation: a checkpoint it signed over
+// events dated at or after Since is refused; one over older events still
+// proves them, with a note that the date is the signer's own claim).
+type Revocation struct {
+	// Name and Hash identify the key, as a signed note's signature line
+	// names it.
+	Name string
+	Hash uint32
+	// Since is zero for an outright revocation.
+	Since time.Time
+}
+
+// Key is the key's "name+hash" form, as reports print it.
+func (r Revocation) Key() string { return fmt.Sprintf("%s+%08x", r.Name, r.Hash) }
+
+// TrustedKeys is what a trusted-keys file says: the verifier keys, and
+// which of them are revoked. Verifiers holds the revoked keys too, so that
+// their signatures are checked and reported as revoked rather than as an
+// unknown key's; Revoked goes into Options.
+type TrustedKeys struct {
+	Verifiers note.Verifiers
+	List      []note.Verifier
+	Revoked   []Revocation
+}
+
+// LoadVerifiers reads trusted verifier keys (ParseTrustedKeys) from
+// files; a key listed twice is taken once, and a key revoked in any file
+// is revoked (the earliest Since wins; outright over any time).
+func LoadVerifiers(paths ...string) (*TrustedKeys, error) {
+	var raws [][]byte
 	for _, path := range paths {
 		raw, err := readSmall(path)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
-		vs, err := ParseVerifiers(raw, path)
+		raws = append(raws, raw)
+	}
+	return mergeTrusted(paths, raws)
+}
+
+func mergeTrusted(paths []string, raws [][]byte) (*TrustedKeys, error) {
+	tk := &TrustedKeys{}
+	seen := map[string]bool{}
+	revoked := map[string]int{}
+	for i, raw := range raws {
+		keys, revs, err := parseTrusted(raw, paths[i])
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
-		list = append(list, vs...)
+		for _, k := range keys {
+			if seen[k.text] {
+				continue
+			}
+			seen[k.text] = true
+			tk.List = append(tk.List, k.v)
+		}
+		for _, r := range revs {
+			j, ok := revoked[r.Key()]
+			switch {
+			case !ok:
+				revoked[r.Key()] = len(tk.Revoked)
+				tk.Revoked = append(tk.Revoked, r)
+			case r.Since.IsZero() || (!tk.Revoked[j].Since.IsZero() && r.Since.Before(tk.Revoked[j].Since)):
+				tk.Revoked[j].Since = r.Since
+			}
+		}
 	}
-	if len(list) == 0 {
-		return nil, nil, errors.New("no verifier keys")
+	if len(tk.List) == 0 {
+		return nil, errors.New("no verifier keys")
 	}
-	return note.VerifierList(list...), list, nil
+	tk.Verifiers = note.VerifierList(tk.List...)
+	return tk, nil
+}
+
+// ParseTrustedKeys reads a trusted-keys file; path names it in errors. One
+// entry a line; blank lines and lines starting with # are skipped:
+//
+//	NAME+HASH+KEY                          trusted
+//	revoked NAME+HASH+KEY                  revoked outright
+//	revoked since=RFC3339 NAME+HASH+KEY    revoked since that time
+func ParseTrustedKeys(raw []byte, path string) (*TrustedKeys, error) {
+	return mergeTrusted([]string{path}, [][]byte{raw})
 }
 
 // ParseVerifiers reads verifier keys, one per line; path names the file in
-// errors.
+// errors. A revocation line is an error here (ParseTrustedKeys reads them).
 func ParseVerifiers(raw []byte, path string) ([]note.Verifier, error) {
-	var out []note.Verifier
+	keys, revs, err := parseTrusted(raw, path)
+	if err != nil {
+		return nil, err
+	}
+	if len(revs) > 0 {
+		return nil, fmt.Errorf("%s revokes keys: read it as a trusted-keys file", path)
+	}
+	out := make([]note.Verifier, len(keys))
+	for i, k := range keys {
+		out[i] = k.v
+	}
+	return out, nil
+}
+
+type parsedKey struct {
+	text string
+	v    note.Verifier
+}
+
+func parseTrusted(raw []byte, path string) ([]parsedKey, []Revocation, error) {
+	var out []parsedKey
+	var revs []Revocation
 	for i, line := range strings.Split(string(raw), "\n") {
 		line = strings.TrimSpace(line)
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue
 		}
-		if strings.HasPrefix(line, "PRIVATE+KEY+") {
-			return nil, fmt.Errorf("%s line %d is a private signing key: give the verifier key (the .pub file lctl keygen writes), and keep the signing key secret", path, i+1)
+		if strings.HasPrefix(line, "PRIVATE+KEY+") || strings.Contains(line, " PRIVATE+KEY+") {
+			return nil, nil, fmt.Errorf("%s line %d is a private signing key: give the verifier key (the .pub file lctl keygen writes), and keep the signing key secret", path, i+1)
 		}
-		v, err := note.NewVerifier(line)
+		fields := strings.Fields(line)
+		revoke := fields[0] == "revoked"
+		var since time.Time
+		if revoke {
+			fields = fields[1:]
+			if len(fields) > 0 && strings.HasPrefix(fields[0], "since=") {
+				t, err := time.Parse(time.RFC3339, strings.TrimPrefix(fields[0], "since="))
+				if err != nil {
+					return nil, nil, fmt.Errorf("%s line %d: %q is not a time (want since=RFC3339, e.g. since=2026-11-01T00:00:00Z)", path, i+1, fields[0])
+				}
+				since = t
+				fields = fields[1:]
+			}
+		}
+		if len(fields) != 1 {
+			return nil, nil, fmt.Errorf("%s line %d: want NAME+HASH+KEY, \"revoked NAME+HASH+KEY\" or \"revoked since=RFC3339 NAME+HASH+KEY\"", path, i+1)
+		}
+		v, err := note.NewVerifier(fields[0])
 		if err != nil {
-			return nil, fmt.Errorf("%s line %d: not a verifier key (want NAME+HASH+KEY): %w", path, i+1, err)
+			return nil, nil, fmt.Errorf("%s line %d: not a verifier key (want NAME+HASH+KEY): %w", path, i+1, err)
 		}
-		out = append(out, v)
+		out = append(out, parsedKey{fields[0], v})
+		if revoke {
+			revs = append(revs, Revocation{Name: v.Name(), Hash: v.KeyHash(), Since: since})
+		}
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("%s has no verifier key", path)
+		return nil, nil, fmt.Errorf("%s has no verifier key", path)
 	}
-	return out, nil
+	return out, revs, nil
 }
 
 func readSmall(path string) ([]byte, error) {

@@ -2,6 +2,7 @@ package checkpoint_test
 
 import (
 	"fmt"
+	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -482,5 +483,92 @@ func TestStreamVerifierAgrees(t *testing.T) {
 				t.Fatalf("stream:\n%+v\nfull:\n%+v", *got, *want)
 			}
 		})
+	}
+}
+
+// TestRevokedKeys: a trusted-keys file says a key is revoked, outright or
+// since a time, and what it alone signed is refused accordingly; a key
+// revoked in one file and listed plainly in another is revoked; a key
+// listed twice is one key. Before, a revoked key had to be removed (and a
+// key given by --key and in a trusted-keys file made every checkpoint it
+// signed "ambiguous").
+func TestRevokedKeys(t *testing.T) {
+	old, cur := newKey(t, "xct-2026a"), newKey(t, "xct-2026b")
+	// Checkpoint at seq 11 covers seq 10 (dated 10:00:09), signed by old;
+	// the later ones by cur (the next at seq 21, covering seq 20, dated
+	// 10:00:19).
+	ev := runChain(t, "run-r", 30, 10, func(seq uint64) note.Signer {
+		if seq <= 10 {
+			return old.signer
+		}
+		return cur.signer
+	})
+	dir := t.TempDir()
+	write := func(name, text string) string {
+		p := dir + "/" + name
+		if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	verify := func(files ...string) *checkpoint.Report {
+		t.Helper()
+		tk, err := checkpoint.LoadVerifiers(files...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts := checkpoint.Options{Revoked: tk.Revoked}
+		r := checkpoint.Verify("run-r", ev, tk.Verifiers, opts)
+		sv := checkpoint.NewStreamVerifier("run-r", tk.Verifiers, opts)
+		for i := range ev {
+			if !sv.Add(&ev[i]) {
+				t.Fatal("stream verifier gave up")
+			}
+		}
+		if s := sv.Report(); s.OK != r.OK || !reflect.DeepEqual(s.Problems, r.Problems) || !reflect.DeepEqual(s.Notes, r.Notes) {
+			t.Fatalf("stream %+v\nwhole %+v", s, r)
+		}
+		return r
+	}
+	both := write("both", old.vkey+"\n"+cur.vkey+"\n")
+	if r := verify(both); !r.OK {
+		t.Fatalf("both trusted: %+v", r)
+	}
+	r := verify(write("outright", "# leaked on 2026-11-20\nrevoked "+old.vkey+"\n"+cur.vkey+"\n"))
+	wantFirst(t, r, 11, "xct-2026a+")
+	if r.First.Kind != checkpoint.ProblemRevoked || !strings.Contains(r.First.Message, "(revoked)") {
+		t.Fatalf("%+v", r.First)
+	}
+	r = verify(write("retired", "revoked since=2026-11-25T10:00:10Z "+old.vkey+"\n"+cur.vkey+"\n"))
+	if !r.OK || len(r.Notes) != 1 || !strings.Contains(r.Notes[0], "revoked since 2026-11-25T10:00:10Z") || !strings.Contains(r.Notes[0], "signer's own claim") {
+		t.Fatalf("retired after what it signed: %+v", r)
+	}
+	r = verify(write("early", "revoked since=2026-11-25T10:00:05Z "+old.vkey+"\n"+cur.vkey+"\n"))
+	wantFirst(t, r, 11, "revoked since 2026-11-25T10:00:05Z")
+	r = verify(write("cur-since", old.vkey+"\nrevoked since=2026-11-25T10:00:15Z "+cur.vkey+"\n"))
+	wantFirst(t, r, 21, "xct-2026b+")
+	// Revoked in one file, listed in another: revoked.
+	r = verify(both, write("revokes", "revoked "+old.vkey+"\n"))
+	wantFirst(t, r, 11, "(revoked)")
+	// Outright in one, since a time in another: outright.
+	r = verify(write("a", "revoked since=2026-11-25T10:00:10Z "+old.vkey+"\n"+cur.vkey+"\n"), write("b", "revoked "+old.vkey+"\n"))
+	wantFirst(t, r, 11, "(revoked)")
+	// A key given twice (--key and a trusted-keys file) is one key.
+	if r := verify(write("cur.pub", cur.vkey+"\n"), both); !r.OK {
+		t.Fatalf("a key listed twice: %+v", r)
+	}
+	for _, bad := range []string{
+		"revoked since=yesterday " + old.vkey,
+		"revoked",
+		"revoked since=2026-11-25T10:00:10Z",
+		"revoke " + old.vkey,
+		old.vkey + " " + cur.vkey,
+	} {
+		if _, err := checkpoint.ParseTrustedKeys([]byte(bad+"\n"+cur.vkey+"\n"), "keys"); err == nil || !strings.Contains(err.Error(), "keys line 1") {
+			t.Errorf("%q: %v", bad, err)
+		}
+	}
+	if _, err := checkpoint.ParseVerifiers([]byte("revoked "+old.vkey+"\n"), "keys"); err == nil {
+		t.Error("ParseVerifiers took a revocation")
 	}
 }

@@ -23,6 +23,7 @@ type StreamVerifier struct {
 	ring [ringSize]struct {
 		seq  uint64
 		hash string
+		ts   string
 	}
 	// pending are the seqs since the last verified checkpoint's cover,
 	// in order: unsigned unless a later checkpoint covers them.
@@ -48,20 +49,20 @@ func (v *StreamVerifier) Add(e *lctl.Event) bool {
 	}
 	v.ck.intact = uint64(v.n)
 	slot := &v.ring[e.Seq%ringSize]
-	slot.seq, slot.hash = e.Seq, e.Hash
+	slot.seq, slot.hash, slot.ts = e.Seq, e.Hash, e.Timestamp
 	v.ends.add(e)
 	if e.Type != EventType {
 		v.pending = append(v.pending, e.Seq)
 		return true
 	}
 	far := false
-	signed := v.ck.check(e, v.n, func(seq uint64) (string, bool) {
+	signed := v.ck.check(e, v.n, func(seq uint64) (string, string, bool) {
 		s := v.ring[seq%ringSize]
 		if s.seq != seq {
 			far = true
-			return "", false
+			return "", "", false
 		}
-		return s.hash, true
+		return s.hash, s.ts, true
 	})
 	if far {
 		return false

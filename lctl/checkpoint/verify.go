@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"golang.org/x/mod/sumdb/note"
 
@@ -30,6 +31,9 @@ const (
 	// signature proves what came before it, never that nothing came
 	// after; only a signed end tells a whole run from a cut one.
 	ProblemNoEnd = "no_signed_end"
+	// ProblemRevoked: a checkpoint signed only by keys the trusted-keys
+	// file revokes (outright, or since a time its events are not before).
+	ProblemRevoked = "revoked_key"
 )
 
 // Options tune Verify.
@@ -44,11 +48,21 @@ type Options struct {
 	// checkpoint of a chain of this id is taken, which only matters when
 	// clusters share a key.
 	OriginPrefix string
+	// Revoked are the revoked keys (TrustedKeys.Revoked): a checkpoint
+	// they alone sign proves nothing, outright, or over events dated at or
+	// after the revocation's Since.
+	Revoked []Revocation
 }
 
 // newChecker is the checker of chainID's checkpoints under o.
 func (o Options) newChecker(r *Report, keys note.Verifiers, chainID string) checker {
 	ck := checker{r: r, keys: keys, wantOrigin: OriginSeparator + chainID}
+	if len(o.Revoked) > 0 {
+		ck.revoked = map[string]Revocation{}
+		for _, rv := range o.Revoked {
+			ck.revoked[rv.Key()] = rv
+		}
+	}
 	if o.OriginPrefix != "" {
 		ck.exactOrigin = Origin(o.OriginPrefix, chainID)
 	}
@@ -142,7 +156,9 @@ func Verify(chainID string, events []lctl.Event, keys note.Verifiers, opts Optio
 		if e.Type != EventType {
 			continue
 		}
-		signedCheckpoint[i] = ck.check(e, i+1, func(seq uint64) (string, bool) { return events[seq-1].Hash, true })
+		signedCheckpoint[i] = ck.check(e, i+1, func(seq uint64) (string, string, bool) {
+			return events[seq-1].Hash, events[seq-1].Timestamp, true
+		})
 	}
 	for i := range events {
 		if events[i].Seq > r.Covered && !signedCheckpoint[i] {
@@ -164,13 +180,15 @@ type checker struct {
 	intact uint64
 	// provenFrom is the last seq a checkpoint proved.
 	provenFrom uint64
+	// revoked are the revoked keys by "name+hash".
+	revoked map[string]Revocation
 }
 
 // check checks the signed checkpoint e at position pos; headAt gives the
-// hash of the event of a seq (false: not known). It reports whether e's
+// hash and timestamp of the event of a seq (false: not known). It reports whether e's
 // note verified with a trusted key and names this chain (e proves itself
 // then).
-func (ck *checker) check(e *lctl.Event, pos int, headAt func(seq uint64) (string, bool)) bool {
+func (ck *checker) check(e *lctl.Event, pos int, headAt func(seq uint64) (hash, ts string, ok bool)) bool {
 	r := ck.r
 	c := Checked{Seq: e.Seq}
 	defer func() { r.Checkpoints = append(r.Checkpoints, c) }()
@@ -202,9 +220,6 @@ func (ck *checker) check(e *lctl.Event, pos int, headAt func(seq uint64) (string
 		fail(ProblemSignature, "its note is not a signed note: %v", err)
 		return false
 	}
-	for _, s := range n.Sigs {
-		c.Keys = append(c.Keys, s.Name)
-	}
 	p, err := ParseBody(n.Text)
 	switch {
 	case err != nil:
@@ -215,6 +230,41 @@ func (ck *checker) check(e *lctl.Event, pos int, headAt func(seq uint64) (string
 		return false
 	case ck.exactOrigin != "" && p.Origin != ck.exactOrigin:
 		fail(ProblemSignature, "it signs origin %q, not %q (--origin): it is another cluster's chain of the same id", p.Origin, ck.exactOrigin)
+		return false
+	}
+	// Revoked keys' signatures verified (their keys are listed so that
+	// they do); they count only where the revocation allows. The time a
+	// revocation since a time is judged by is the covered event's, which
+	// the signature binds through its hash; it is still the signer's own
+	// claim.
+	var refused []string
+	var revokedSince []Revocation
+	coveredTS := ""
+	if len(ck.revoked) > 0 && p.Seq < e.Seq && p.Seq <= ck.intact {
+		if h, ts, ok := headAt(p.Seq); ok && h == p.HeadHash {
+			coveredTS = ts
+		}
+	}
+	for _, s := range n.Sigs {
+		rv, ok := ck.revoked[fmt.Sprintf("%s+%08x", s.Name, s.Hash)]
+		if !ok {
+			c.Keys = append(c.Keys, s.Name)
+			continue
+		}
+		if rv.Since.IsZero() {
+			refused = append(refused, rv.Key()+" (revoked)")
+			continue
+		}
+		at, parsed := lctl.ParseTime(coveredTS)
+		if coveredTS == "" || !parsed || !at.Before(rv.Since) {
+			refused = append(refused, fmt.Sprintf("%s (revoked since %s; the events it covers are dated %s)", rv.Key(), rv.Since.UTC().Format(time.RFC3339), orUnknown(coveredTS)))
+			continue
+		}
+		c.Keys = append(c.Keys, s.Name)
+		revokedSince = append(revokedSince, rv)
+	}
+	if len(c.Keys) == 0 && len(refused) > 0 {
+		fail(ProblemRevoked, "signed only by %s: a revoked key proves nothing", strings.Join(refused, ", "))
 		return false
 	}
 	c.Covers = p.Seq
@@ -231,7 +281,7 @@ func (ck *checker) check(e *lctl.Event, pos int, headAt func(seq uint64) (string
 	case p.Seq > ck.intact:
 		c.Status = fmt.Sprintf("covers seq 1 to %d, but the chain breaks before that (see the first problem)", p.Seq)
 	default:
-		got, _ := headAt(p.Seq)
+		got, _, _ := headAt(p.Seq)
 		if got != p.HeadHash {
 			fail(ProblemRehashed, "signed by %s, it says the chain's head at seq %d was %s; this chain's is %s: one or more of events %d to %d were changed and the hashes after them recomputed",
 				keys, p.Seq, clip(p.HeadHash), clip(got), ck.provenFrom+1, p.Seq)
@@ -239,6 +289,11 @@ func (ck *checker) check(e *lctl.Event, pos int, headAt func(seq uint64) (string
 		}
 		c.OK = true
 		c.Status = fmt.Sprintf("signed by %s: events 1 to %d are exactly what was signed", keys, p.Seq)
+		for _, rv := range revokedSince {
+			if len(c.Keys) == 1 {
+				r.Notes = append(r.Notes, fmt.Sprintf("the checkpoint at seq %d is signed by %s, revoked since %s; its events are dated before that, but the date is the signer's own claim: if the key leaked rather than retired, revoke it outright", e.Seq, rv.Key(), rv.Since.UTC().Format(time.RFC3339)))
+			}
+		}
 		if p.Seq > r.SignedThrough {
 			r.SignedThrough, r.SignedBy = p.Seq, keys
 		}
@@ -368,6 +423,13 @@ func sortProblems(ps []lctl.Problem) {
 			ps[j], ps[j-1] = ps[j-1], ps[j]
 		}
 	}
+}
+
+func orUnknown(ts string) string {
+	if ts == "" {
+		return "unknown"
+	}
+	return ts
 }
 
 func clip(h string) string {

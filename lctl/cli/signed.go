@@ -19,6 +19,7 @@ type keyFlags struct {
 	files       []string
 	allowUnsign bool
 	origin      string
+	revoked     []checkpoint.Revocation
 }
 
 type listFlag struct{ l *[]string }
@@ -35,7 +36,7 @@ func (f listFlag) Set(v string) error {
 func (c *cmdContext) signatureFlags() *keyFlags {
 	k := &keyFlags{}
 	c.fs.Var(listFlag{&k.files}, "key", "verifier key file (NAME+HASH+KEY, the .pub lctl keygen writes): also prove the chain is what that key signed (repeatable)")
-	c.fs.Var(listFlag{&k.files}, "trusted-keys", "file of verifier keys, one per line (# comments): the current key and the ones rotated out (repeatable)")
+	c.fs.Var(listFlag{&k.files}, "trusted-keys", "file of verifier keys, one per line (# comments): the current key and the ones rotated out; \"revoked KEY\" or \"revoked since=RFC3339 KEY\" refuses what a key signed (outright, or over events dated from then) (repeatable)")
 	c.fs.BoolVar(&k.allowUnsign, "allow-unsigned-tail", false, "with --key: accept events after the last signed checkpoint (a chain still being written); they are listed either way")
 	c.fs.StringVar(&k.origin, "origin", "", "with --key: the cluster whose checkpoints to trust (the orchestrator's --checkpoint-origin): a checkpoint must name ORIGIN/lctl/CHAIN_ID, so another cluster's chain of the same id signed by a shared key is refused")
 	return k
@@ -62,15 +63,16 @@ func (k *keyFlags) load() (note.Verifiers, error) {
 	if k.origin != "" && !checkpoint.ValidOriginPrefix(k.origin) {
 		return nil, usagef("--origin %q: printable ASCII without spaces, as the orchestrator's --checkpoint-origin", k.origin)
 	}
-	keys, _, err := checkpoint.LoadVerifiers(k.files...)
+	tk, err := checkpoint.LoadVerifiers(k.files...)
 	if err != nil {
 		return nil, &inputError{err}
 	}
-	return keys, nil
+	k.revoked = tk.Revoked
+	return tk.Verifiers, nil
 }
 
 func (k *keyFlags) options() checkpoint.Options {
-	return checkpoint.Options{AllowUnsignedTail: k.allowUnsign, OriginPrefix: k.origin}
+	return checkpoint.Options{AllowUnsignedTail: k.allowUnsign, OriginPrefix: k.origin, Revoked: k.revoked}
 }
 
 // printSignatures prints what the signatures prove, after the chain checks.

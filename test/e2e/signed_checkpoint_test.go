@@ -235,6 +235,23 @@ func TestSignedCheckpoints(t *testing.T) {
 		if code, out := lctlRun(env, "verify", "--trusted-keys", trusted, p); code != 0 {
 			t.Fatalf("trusted keys, %s: exit %d\n%s", p, code, out)
 		}
+		// The current key given again with --key is the same key (it
+		// made every checkpoint it signed "ambiguous" before).
+		if code, out := lctlRun(env, "verify", "--key", newPub, "--trusted-keys", trusted, p); code != 0 {
+			t.Fatalf("a key given twice, %s: exit %d\n%s", p, code, out)
+		}
+	}
+	// The old key leaked: revoked outright, what it alone signed is
+	// refused, though its .pub is still listed; the new key's run verifies.
+	revoked := filepath.Join(dir, "revoked.keys")
+	if err := os.WriteFile(revoked, append(append([]byte("# xct-e2e-a leaked\nrevoked "), a...), b...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, out := lctlRun(env, "verify", "--trusted-keys", trusted, "--trusted-keys", revoked, exported); code != 1 || !strings.Contains(out, "signed only by xct-e2e-a+") || !strings.Contains(out, "(revoked): a revoked key proves nothing") {
+		t.Fatalf("a revoked key's chain: exit %d\n%s", code, out)
+	}
+	if code, out := lctlRun(env, "verify", "--trusted-keys", revoked, exported2); code != 0 {
+		t.Fatalf("the new key's chain beside a revoked key: exit %d\n%s", code, out)
 	}
 }
 
