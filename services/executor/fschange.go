@@ -137,8 +137,13 @@ func (t *fsDelete) Invoke(ctx context.Context, args map[string]any) (any, *xctv1
 		res.Type = EntrySymlink
 		save(res.Path, &SavedEntry{Type: EntrySymlink, Mode: uint32(mode.Perm()), Target: target})
 	case mode.IsRegular():
+		if e := notHardLinked(p, fi); e != nil {
+			return nil, e
+		}
 		data, err := readEntry(pd, base, fi, t.maxUndo)
 		switch {
+		case errors.Is(err, errHardLinked):
+			return nil, hardLinkedErr(p, 2)
 		case errors.Is(err, errUndoTooLarge):
 			return nil, t.tooLarge(p)
 		case errors.Is(err, errChanged), errors.Is(err, errThroughLink):
@@ -254,8 +259,24 @@ func (t *fsDelete) saveTree(ctx context.Context, p, name string, pd *wsDir, base
 				return err
 			}
 			f := os.NewFile(uintptr(fd), local)
-			data, err := readSaved(f, t.maxUndo-total)
+			var data []byte
+			ofi, err := f.Stat()
+			switch {
+			case err != nil:
+			case !ofi.Mode().IsRegular():
+				err = errChanged
+			case hardLinks(ofi) > 1:
+				_ = f.Close()
+				walkErr = hardLinkedErr(rel, hardLinks(ofi))
+				return fs.SkipAll
+			default:
+				data, err = readSaved(f, t.maxUndo-total)
+			}
 			_ = f.Close()
+			if errors.Is(err, errChanged) {
+				walkErr = pathErr(wire.CodeToolFailure, p, "%q changed while it was being deleted; nothing was deleted", p)
+				return fs.SkipAll
+			}
 			if errors.Is(err, errUndoTooLarge) {
 				walkErr = t.tooLarge(p)
 				return fs.SkipAll
@@ -419,7 +440,13 @@ func (t *fsMove) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.E
 		res.Type = EntryDir
 	case mode.IsRegular():
 		res.Type = EntryFile
-		sum, err := entryChecksum(fpd, fbase, fi)
+		if e := notHardLinked(pf, fi); e != nil {
+			return nil, e
+		}
+		sum, err := fileChecksum(fpd, fbase, fi, true)
+		if errors.Is(err, errHardLinked) {
+			return nil, hardLinkedErr(pf, 2)
+		}
 		if errors.Is(err, errChanged) || errors.Is(err, errThroughLink) {
 			return nil, pathErr(wire.CodeToolFailure, pf, "%q changed while it was being moved; nothing was moved", pf)
 		}

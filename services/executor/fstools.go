@@ -297,7 +297,13 @@ func (t *fsWrite) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.
 		if e := regularFile(p, fi, ""); e != nil {
 			return nil, e
 		}
+		if e := notHardLinked(p, fi); e != nil {
+			return nil, e
+		}
 		prevContent, err := readEntry(pd, base, fi, t.maxUndo)
+		if errors.Is(err, errHardLinked) {
+			return nil, hardLinkedErr(p, 2)
+		}
 		if errors.Is(err, errUndoTooLarge) {
 			return nil, wire.WithDetails(wire.Errorf(wire.CodeInvalidArgument,
 				"%q is %d bytes: too large to replace reversibly, the limit is %d", p, fi.Size(), t.maxUndo),
@@ -405,14 +411,24 @@ func readEntry(d *wsDir, base string, fi fs.FileInfo, limit int64) ([]byte, erro
 		return nil, err
 	}
 	defer func() { _ = f.Close() }()
-	if ofi, err := f.Stat(); err != nil || !sameEntry(fi, ofi) {
+	ofi, err := f.Stat()
+	if err != nil || !sameEntry(fi, ofi) {
 		return nil, errChanged
+	}
+	// Checked on the descriptor read: a link made after the lstat counts.
+	if hardLinks(ofi) > 1 {
+		return nil, errHardLinked
 	}
 	return readSaved(f, limit)
 }
 
 // errChanged: an entry changed between its stat and its open.
 var errChanged = errors.New("changed while the tool ran")
+
+// errHardLinked: a regular file has other names, one of which may be
+// outside the workspace; its content is not read (into a result, a
+// preview or a compensation a rollback would put back as a plain file).
+var errHardLinked = errors.New("has other hard links")
 
 // tempName is a fresh hidden file name in dir for an atomic write.
 func tempName(dir string) (string, error) {
@@ -555,12 +571,30 @@ func regularFile(p string, fi fs.FileInfo, dirHint string) *xctv1.Error {
 // them may be outside the workspace (a hard link made on the host), and
 // the workspace must not be a way to read it.
 func notHardLinked(p string, fi fs.FileInfo) *xctv1.Error {
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok && fi.Mode().IsRegular() && st.Nlink > 1 {
-		return wire.WithDetails(wire.Errorf(wire.CodePermissionDenied,
-			"%q has %d hard links: a file with other names may be outside the workspace, so it is not read", p, st.Nlink),
-			map[string]any{"path": p, "links": st.Nlink})
+	if n := hardLinks(fi); n > 1 {
+		return hardLinkedErr(p, n)
 	}
 	return nil
+}
+
+// hardLinks is the number of names of the regular file fi, 0 for
+// anything else.
+func hardLinks(fi fs.FileInfo) uint64 {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && fi.Mode().IsRegular() {
+		return uint64(st.Nlink)
+	}
+	return 0
+}
+
+// hardLinkedErr refuses the regular file p, which has n names. The
+// mutating tools refuse it too: they would read it into the step's
+// compensation (and fs.write into its previous_checksum, fs.move into
+// its checksum), and a rollback would restore that content as a file
+// with one name, which fs.read then reads.
+func hardLinkedErr(p string, n uint64) *xctv1.Error {
+	return wire.WithDetails(wire.Errorf(wire.CodePermissionDenied,
+		"%q has %d hard links: a file with other names may be outside the workspace, so it is not read, changed or moved by the fs tools", p, n),
+		map[string]any{"path": p, "links": n})
 }
 
 func tooLarge(p string, size, limit int64) *xctv1.Error {
@@ -577,13 +611,23 @@ func checksum(data []byte) string {
 // lstat), read without following a link; errChanged if it is no longer
 // that entry.
 func entryChecksum(d *wsDir, base string, fi fs.FileInfo) (string, error) {
+	return fileChecksum(d, base, fi, false)
+}
+
+// fileChecksum is entryChecksum, and with single errHardLinked for a
+// file with other names (checked on the descriptor it reads).
+func fileChecksum(d *wsDir, base string, fi fs.FileInfo, single bool) (string, error) {
 	f, err := d.openFile(base, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return "", err
 	}
 	defer func() { _ = f.Close() }()
-	if ofi, err := f.Stat(); err != nil || !sameEntry(fi, ofi) {
+	ofi, err := f.Stat()
+	if err != nil || !sameEntry(fi, ofi) {
 		return "", errChanged
+	}
+	if single && hardLinks(ofi) > 1 {
+		return "", errHardLinked
 	}
 	h := sha256.New()
 	if _, err := io.Copy(h, f); err != nil {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"syscall"
 	"unicode/utf8"
 
 	"github.com/aymanbagabas/go-udiff"
@@ -63,15 +62,15 @@ func (t *fsWrite) Preview(_ context.Context, args map[string]any) (*xctv1.Previe
 	if fi.Mode()&fs.ModeSymlink != 0 {
 		return &xctv1.Preview{Kind: "text", Content: fmt.Sprintf("%s is a symbolic link, so what it leads to is not shown: fs.write refuses to write through a link, and this step will fail", name)}, nil
 	}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok && fi.Mode().IsRegular() && st.Nlink > 1 {
-		return &xctv1.Preview{Kind: "text", Content: fmt.Sprintf("the current file has %d hard links, so its content is not shown: it would be replaced by %s", st.Nlink, p)}, nil
+	if n := hardLinks(fi); n > 1 {
+		return &xctv1.Preview{Kind: "text", Content: fmt.Sprintf("the current file has %d hard links, so its content is not shown, and fs.write refuses to replace it: this step will fail", n)}, nil
 	}
 	if e := regularFile(p, fi, ""); e != nil {
 		return nil, e
 	}
 	cur, err := readEntry(pd, base, fi, t.maxBytes)
 	switch {
-	case errors.Is(err, errChanged), errors.Is(err, errThroughLink):
+	case errors.Is(err, errChanged), errors.Is(err, errThroughLink), errors.Is(err, errHardLinked):
 		return nil, pathErr(wire.CodeToolFailure, p, "%q changed while it was being read for the preview", p)
 	case err != nil:
 		return nil, t.ws.fail(p, err)

@@ -161,6 +161,56 @@ func TestReadHardLinkRefused(t *testing.T) {
 	}
 }
 
+// TestChangeHardLinkRefused (session 11, trust11a): fs.write, fs.delete
+// (of the file or of a tree holding it) and fs.move read the file they
+// change into the step's compensation (and fs.write into
+// previous_checksum, fs.move into checksum); a rollback then restored a
+// file with other names, one of them outside, as a plain file fs.read
+// reads. Each now refuses such a file, changes nothing and records no
+// compensation.
+func TestChangeHardLinkRefused(t *testing.T) {
+	t.Parallel()
+	sb := newSandbox(t)
+	must(t, os.MkdirAll(filepath.Join(sb.ws, "tree", "sub"), 0o755))
+	must(t, os.WriteFile(filepath.Join(sb.ws, "tree", "a.txt"), []byte("a\n"), 0o644))
+	must(t, os.Link(sb.outside, filepath.Join(sb.ws, "hl.txt")))
+	must(t, os.Link(sb.outside, filepath.Join(sb.ws, "tree", "sub", "hl.txt")))
+	s := newService(t, sb.ws)
+	for _, c := range []struct {
+		tool string
+		args map[string]any
+	}{
+		{"fs.write", map[string]any{"path": "hl.txt", "content": "x"}},
+		{"fs.write", map[string]any{"path": "hl.txt", "content": secret}}, // previous_checksum equal to checksum told the content
+		{"fs.delete", map[string]any{"path": "hl.txt"}},
+		{"fs.delete", map[string]any{"path": "tree", "recursive": true}},
+		{"fs.move", map[string]any{"from": "hl.txt", "to": "moved.txt"}},
+	} {
+		r := exec(t, s, c.tool, c.args)
+		if codeOf(r) != string(wire.CodePermissionDenied) || !strings.Contains(r.String(), "hard links") {
+			t.Errorf("%s %v: %v", c.tool, c.args, r)
+		}
+		if strings.Contains(r.String(), "sha256:") {
+			t.Errorf("%s %v told a checksum: %v", c.tool, c.args, r)
+		}
+	}
+	for _, p := range []string{"hl.txt", "tree/a.txt", "tree/sub/hl.txt"} {
+		if _, err := os.Lstat(filepath.Join(sb.ws, p)); err != nil {
+			t.Errorf("%s: %v", p, err)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(sb.ws, "moved.txt")); err == nil {
+		t.Error("moved.txt exists")
+	}
+	if b, err := os.ReadFile(sb.outside); err != nil || string(b) != secret {
+		t.Errorf("the outside file: %q %v", b, err)
+	}
+	// A file with one name is changed as before.
+	if r := exec(t, s, "fs.write", map[string]any{"path": "tree/a.txt", "content": "b\n"}); codeOf(r) != "" {
+		t.Errorf("fs.write of a plain file: %v", r)
+	}
+}
+
 func TestProtectedMatch(t *testing.T) {
 	t.Parallel()
 	p := newProtectedPaths([]string{"secrets/"})
