@@ -581,7 +581,7 @@ func notHardLinked(p string, fi fs.FileInfo) *xctv1.Error {
 // anything else.
 func hardLinks(fi fs.FileInfo) uint64 {
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok && fi.Mode().IsRegular() {
-		return uint64(st.Nlink)
+		return st.Nlink
 	}
 	return 0
 }
