@@ -192,7 +192,7 @@ func (s *Service) GetRun(ctx context.Context, req *xctv1.GetRunRequest) (*xctv1.
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return &xctv1.GetRunResponse{Run: r}, nil
+	return &xctv1.GetRunResponse{Run: fitRun(r)}, nil
 }
 
 // lookup returns a run: from the cache when this process writes it or it
@@ -367,7 +367,7 @@ func (s *Service) CancelRun(ctx context.Context, req *xctv1.CancelRunRequest) (*
 		return nil, status.Errorf(codes.FailedPrecondition, "run %s is owned by another orchestrator", cur.GetRunId())
 	}
 	r.cancel(cancelCause(ctx, req.GetReason()))
-	return &xctv1.CancelRunResponse{Run: cur}, nil
+	return &xctv1.CancelRunResponse{Run: fitRun(cur)}, nil
 }
 
 // WatchRun implements OrchestratorService.
