@@ -17,17 +17,21 @@ import (
 // step id (a step that already ran is replayed, never run again), and
 // otherwise the validator is asked again and its new verdict recorded. A
 // validator that no longer allows the step refuses it.
-func (r *run) signedVerdict(step int, stepID string, ns *xctv1.NextStep, v *xctv1.Verdict) (*xctv1.SignedVerdict, *xctv1.ExecuteResponse, *xctv1.Error) {
+func (r *run) signedVerdict(st *openStep, v *xctv1.Verdict) (*xctv1.SignedVerdict, *xctv1.ExecuteResponse, *xctv1.Error) {
 	if sv := v.GetSigned(); sv != nil {
 		return sv, nil, nil
 	}
+	step, stepID, ns := st.step, st.stepID, st.ns
 	ctx, cancel := context.WithTimeout(r.traceCtx(context.Background()), r.svc.cfg.CallTimeout)
 	resp, err := r.svc.executor.GetStep(ctx, &xctv1.GetStepRequest{StepId: stepID})
 	cancel()
 	// earlier says an attempt of this step may already have acted (its
 	// record is pending or in doubt): then no fresh verdict means no new
-	// attempt, not "not executed".
-	earlier := ""
+	// attempt, not "not executed". unseen says the executor had no record
+	// of the step when asked, which proves nothing about a call made
+	// before the takeover that is still on its way (its sender paused,
+	// a slow network): it may arrive after a refusal here, and act.
+	earlier, unseen := "", false
 	switch {
 	case err == nil:
 		rec := resp.GetStep()
@@ -42,20 +46,63 @@ func (r *run) signedVerdict(step int, stepID string, ns *xctv1.NextStep, v *xctv
 	case status.Code(err) != codes.NotFound:
 		return nil, nil, wire.WithDetails(wire.Errorf(wire.CodeExecutorUnavailable, "the executor could not say what became of step %d: %s", step, status.Convert(err).Message()),
 			map[string]any{"outcome_unknown": true})
+	default:
+		unseen = true
+	}
+	refuse := func(e *xctv1.Error) (*xctv1.SignedVerdict, *xctv1.ExecuteResponse, *xctv1.Error) {
+		if unseen {
+			res, e := r.fenceRefused(st, e)
+			return nil, res, e
+		}
+		return nil, nil, stillInDoubt(step, earlier, e)
 	}
 	fresh, agent := r.validate(step, stepID, ns)
 	if rerr := r.record(agent, verdictEvent(step, stepID, ns.GetTool(), fresh)); rerr != nil {
 		r.log.Warn("fresh verdict not recorded; the step is not executed", "run", r.id, "step", step, "err", rerr)
-		return nil, nil, stillInDoubt(step, earlier, wire.Errorf(wire.CodeExecutorUnavailable, "step %d was not executed: its new verdict could not be recorded", step))
+		return refuse(wire.Errorf(wire.CodeExecutorUnavailable, "step %d was not executed: its new verdict could not be recorded", step))
 	}
 	if fresh.GetDecision() != xctv1.VerdictDecision_VERDICT_DECISION_ALLOW || fresh.GetSigned() == nil {
 		e := fresh.GetError()
 		if e == nil {
 			e = wire.Errorf(wire.CodePolicyDenied, "the validator gave no signed allow for step %d, so it was not executed", step)
 		}
-		return nil, nil, stillInDoubt(step, earlier, e)
+		return refuse(e)
 	}
 	return fresh.GetSigned(), nil, nil
+}
+
+// fenceRefused is the outcome of a step refused a new attempt (e says
+// why) whose executor had no record of it when asked: e holds only once
+// no earlier call can act any more, which the fence proves (GetStep with
+// fence records the step as not executed, so a call still on its way
+// replays that instead of acting). If a record appeared meanwhile, the
+// step's outcome is the record's: its result when final, still in doubt
+// otherwise (the settle loop reads it again). A step too old to be fenced
+// (its record could have expired) stays in doubt.
+func (r *run) fenceRefused(st *openStep, e *xctv1.Error) (*xctv1.ExecuteResponse, *xctv1.Error) {
+	if !r.fenceable(st) {
+		return nil, stillInDoubt(st.step, "unknown (none now, and one could have outlived the step retention)", e)
+	}
+	state, resp, err := r.readRecord(st.stepID, true)
+	switch {
+	case state == outcomeFinal && recordNotExecuted(resp.GetStep()):
+		return nil, e // proven: nothing acted, and nothing will
+	case state == outcomeFinal:
+		return replay(resp.GetStep()), nil
+	case err != nil:
+		return nil, stillInDoubt(st.step, "unknown (not readable: "+status.Convert(err).Message()+")", e)
+	}
+	return nil, stillInDoubt(st.step, recordState(resp), e)
+}
+
+// recordNotExecuted reports whether a record proves its step did not act:
+// a fence, or a resolution that said so (the executor's NotExecuted).
+func recordNotExecuted(rec *xctv1.StepRecord) bool {
+	if rec.GetState() != xctv1.StepRecordState_STEP_RECORD_STATE_FAILED {
+		return false
+	}
+	v, _ := rec.GetResponse().GetError().GetDetails().AsMap()["not_executed"].(bool)
+	return v
 }
 
 // stillInDoubt is why a new attempt of a step did not start (e), said

@@ -211,7 +211,7 @@ func (r *run) call(st *openStep, v *xctv1.Verdict) (*xctv1.ExecuteResponse, *xct
 	} else {
 		// A verdict starts one attempt: another attempt needs a fresh one
 		// (binding.go asks the validator again and records it).
-		res, execErr = r.execute(st.step, st.stepID, st.ns, unsigned(v))
+		res, execErr = r.execute(st, unsigned(v))
 	}
 	if execErr == nil {
 		execErr = res.GetResponse().GetError()

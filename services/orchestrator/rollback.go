@@ -200,7 +200,7 @@ func (r *run) undoStep(step int, target *xctv1.Step) (string, error) {
 		}
 		return msg, end(xctevent.OutcomeDenied, msg)
 	}
-	res, execErr := r.execute(step, stepID, ns, verdict)
+	res, execErr := r.execute(&openStep{step: step, stepID: stepID, ns: ns, started: started}, verdict)
 	if execErr == nil && res.GetResponse().GetError() != nil {
 		execErr = res.GetResponse().GetError()
 	}

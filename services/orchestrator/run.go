@@ -517,8 +517,9 @@ func (r *run) validate(step int, stepID string, ns *xctv1.NextStep) (*xctv1.Verd
 // execute asks the executor to run an allowed step, with the validator's
 // signed verdict for it (binding.go). Cancelling the run does not
 // interrupt it: a step that started is recorded as it ended.
-func (r *run) execute(step int, stepID string, ns *xctv1.NextStep, v *xctv1.Verdict) (*xctv1.ExecuteResponse, *xctv1.Error) {
-	signed, replay, refused := r.signedVerdict(step, stepID, ns, v)
+func (r *run) execute(st *openStep, v *xctv1.Verdict) (*xctv1.ExecuteResponse, *xctv1.Error) {
+	stepID, ns := st.stepID, st.ns
+	signed, replay, refused := r.signedVerdict(st, v)
 	if replay != nil || refused != nil {
 		return replay, refused
 	}

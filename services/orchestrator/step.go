@@ -84,7 +84,7 @@ func (r *run) actOnStep(st *openStep, verdict *xctv1.Verdict) (stepOutcome, erro
 	if st.argsRedacted {
 		res, execErr = r.recoverStep(st)
 	} else {
-		res, execErr = r.execute(st.step, st.stepID, st.ns, verdict)
+		res, execErr = r.execute(st, verdict)
 	}
 	if execErr == nil {
 		execErr = res.GetResponse().GetError() // the tool's own error signal
