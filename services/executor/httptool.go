@@ -3,6 +3,7 @@ package executor
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 	"net/textproto"
 	"net/url"
 	"path"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -68,6 +70,7 @@ type HTTPResult struct {
 // proxy from the environment and never reads more of a body than its cap.
 type httpTool struct {
 	urls       urlGuard
+	folded     []hostRule // hosts whose paths are case-insensitive
 	addrs      *addrGuard
 	resolver   Resolver
 	timeout    time.Duration
@@ -81,6 +84,7 @@ type httpTool struct {
 func newHTTPTool(cfg *HTTPConfig, defTimeout time.Duration, maxOutput int64) *httpTool {
 	t := &httpTool{
 		urls:       urlGuard{hosts: cfg.hosts, httpsOnly: cfg.HTTPSOnly},
+		folded:     cfg.foldedHosts,
 		addrs:      newAddrGuard(cfg.addrs),
 		resolver:   cfg.Resolver,
 		timeout:    cfg.Timeout,
@@ -194,6 +198,12 @@ func (t *httpTool) Invoke(ctx context.Context, args map[string]any) (any, *xctv1
 	u, e := t.parseURL(raw)
 	if e != nil {
 		return nil, e
+	}
+	if k := overrideInBody(body); k != "" {
+		// Rails, Laravel, Symfony and Express's method-override act on a
+		// POST whose form or JSON carries "_method: DELETE" as a DELETE: a
+		// policy judged the POST.
+		return nil, argErr("body", "the body has a method override field %q, which a server may act on as another method than %s, the one judged: propose that method instead", k, method)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, u.String(), strings.NewReader(body))
 	if err != nil {
@@ -310,6 +320,18 @@ func (t *httpTool) parseURL(raw string) (*url.URL, *xctv1.Error) {
 			"the path of url %q is not written in its plain form (a percent-encoded letter, digit or \"-._~\", lower-case hex, repeated \"/\", or \";\" parameters), which a server may read as another path than the one judged; propose %q",
 			u.Redacted(), clean), map[string]any{"argument": "url", "clean": clean})
 	}
+	if clean, ok := plainQuery(u); !ok {
+		// As for the path: a rule on "force=true" does not read
+		// "force=%74rue", which the server decodes.
+		return nil, wire.WithDetails(wire.Errorf(wire.CodeInvalidArgument,
+			"the query of url %q is not written in its plain form (a percent-encoded letter, digit or \"-._~\", or lower-case hex), which a server may read as another query than the one judged; propose %q",
+			u.Redacted(), clean), map[string]any{"argument": "url", "clean": clean})
+	}
+	if k := overrideInQuery(u.RawQuery); k != "" {
+		return nil, wire.WithDetails(wire.Errorf(wire.CodeInvalidArgument,
+			"the query of url %q has a method override parameter %q, which a server may act on as another method than the one judged: propose that method instead",
+			u.Redacted(), k), map[string]any{"argument": "url", "parameter": k})
+	}
 	if clean, ok := plainOrigin(raw, u); !ok {
 		// A policy reads "https://API.example.org." or ":443" as written;
 		// the executor connects to the host they name.
@@ -321,8 +343,162 @@ func (t *httpTool) parseURL(raw string) (*url.URL, *xctv1.Error) {
 		return nil, wire.WithDetails(wire.Errorf(wire.CodePermissionDenied, "url %q is not allowed: %v", u.Redacted(), err),
 			map[string]any{"url": u.Redacted()})
 	}
+	if clean, ok := lowerPath(u); !ok && matchHost(t.folded, u) {
+		// The server reads "/ADMIN" as "/admin"; a rule on "/admin" does
+		// not.
+		return nil, wire.WithDetails(wire.Errorf(wire.CodeInvalidArgument,
+			"the path of url %q has upper-case letters, and the host's paths are case-insensitive (case_insensitive_paths): propose %q",
+			u.Redacted(), clean), map[string]any{"argument": "url", "clean": clean})
+	}
 	return u, nil
 }
+
+// lowerPath reports whether u's path has no upper-case ASCII letter
+// (percent-encodings' hex digits aside), and the URL with it lower-cased.
+func lowerPath(u *url.URL) (string, bool) {
+	raw := u.EscapedPath()
+	b := []byte(raw)
+	upper := false
+	for i := 0; i < len(b); i++ {
+		if b[i] == '%' {
+			i += 2
+			continue
+		}
+		if 'A' <= b[i] && b[i] <= 'Z' {
+			b[i] += 'a' - 'A'
+			upper = true
+		}
+	}
+	if !upper {
+		return "", true
+	}
+	c := *u
+	c.RawPath = string(b)
+	if p, err := url.PathUnescape(c.RawPath); err == nil {
+		c.Path = p
+	}
+	return c.Redacted(), false
+}
+
+// plainQuery reports whether u's query is written as plainPath wants a
+// path (RFC 3986 6.2.2): no percent-encoded unreserved character and
+// upper-case hex in the encodings that stay. Otherwise it returns the URL
+// with its query so written.
+func plainQuery(u *url.URL) (string, bool) {
+	q, changed := plainEncodings(u.RawQuery)
+	if !changed {
+		return "", true
+	}
+	c := *u
+	c.RawQuery = q
+	return c.Redacted(), false
+}
+
+// plainEncodings decodes s's percent-encoded unreserved characters and
+// upper-cases the hex of the other encodings; changed says whether that
+// changed s.
+func plainEncodings(s string) (string, bool) {
+	var b strings.Builder
+	changed := false
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c == '%' && i+2 < len(s) && ishex(s[i+1]) && ishex(s[i+2]) {
+			v := unhex(s[i+1])<<4 | unhex(s[i+2])
+			if unreserved(v) {
+				b.WriteByte(v)
+				changed = true
+			} else {
+				enc := "%" + strings.ToUpper(s[i+1:i+3])
+				changed = changed || enc != s[i:i+3]
+				b.WriteString(enc)
+			}
+			i += 2
+			continue
+		}
+		b.WriteByte(c)
+	}
+	return b.String(), changed
+}
+
+// methodOverrides are the names of a form field, JSON key or query
+// parameter that frameworks read as the request's method ("_method":
+// Rails, Laravel, Symfony, Sinatra, Express's method-override;
+// "_HttpMethod": Salesforce), or that some gateways take as the header of
+// that name. Compared in lower case.
+var methodOverrides = []string{"_method", "_httpmethod", "x-http-method-override", "x-http-method", "x-method-override"}
+
+func isOverride(k string) bool {
+	return slices.Contains(methodOverrides, strings.ToLower(strings.TrimSpace(k)))
+}
+
+// overrideInQuery is the first method override parameter of the raw
+// query (or form body) q, decoded; "" when there is none. Pairs are
+// split on "&" and ";" (some servers split on both).
+func overrideInQuery(q string) string {
+	for _, pair := range strings.FieldsFunc(q, func(r rune) bool { return r == '&' || r == ';' }) {
+		k, _, _ := strings.Cut(pair, "=")
+		if dk, err := url.QueryUnescape(k); err == nil {
+			k = dk
+		}
+		if isOverride(k) {
+			return k
+		}
+	}
+	return ""
+}
+
+// overrideInBody is the first method override field of a request body,
+// whatever its declared type (a server may parse it as a form, JSON or
+// multipart regardless): a form key, a JSON object's key at any depth, or
+// a multipart part's name; "" when there is none.
+func overrideInBody(body string) string {
+	if body == "" {
+		return ""
+	}
+	if k := overrideInQuery(strings.TrimSpace(body)); k != "" {
+		return k
+	}
+	if m := multipartOverride.FindStringSubmatch(body); m != nil {
+		return m[1]
+	}
+	dec := json.NewDecoder(strings.NewReader(body))
+	// A key is the string token at an even position inside an object.
+	type level struct {
+		object bool
+		n      int
+	}
+	var stack []level
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return "" // not JSON (any more): what was read had none
+		}
+		switch v := tok.(type) {
+		case json.Delim:
+			switch v {
+			case '{', '[':
+				if len(stack) > 0 {
+					stack[len(stack)-1].n++
+				}
+				stack = append(stack, level{object: v == '{'})
+			default:
+				stack = stack[:len(stack)-1]
+			}
+			continue
+		case string:
+			if len(stack) > 0 && stack[len(stack)-1].object && stack[len(stack)-1].n%2 == 0 && isOverride(v) {
+				return v
+			}
+		}
+		if len(stack) > 0 {
+			stack[len(stack)-1].n++
+		}
+	}
+}
+
+// multipartOverride finds a multipart part (or any header-like
+// parameter) named as a method override.
+var multipartOverride = regexp.MustCompile(`(?i)\bname\s*=\s*"?\s*(_method|_httpmethod|x-http-method-override|x-http-method|x-method-override)\s*"?(?:[\s;]|$)`)
 
 // headers sets the caller's request headers.
 func (t *httpTool) headers(req *http.Request, v any) *xctv1.Error {
@@ -529,27 +705,7 @@ func plainOrigin(raw string, u *url.URL) (string, bool) {
 // servers merge), and no ";" parameters, which servers drop. Otherwise it returns the URL with its path so written.
 // "%2F" itself is kept: APIs use it inside a segment.
 func plainPath(u *url.URL) (string, bool) {
-	raw := u.EscapedPath()
-	var b strings.Builder
-	changed := false
-	for i := 0; i < len(raw); i++ {
-		c := raw[i]
-		if c == '%' && i+2 < len(raw) && ishex(raw[i+1]) && ishex(raw[i+2]) {
-			v := unhex(raw[i+1])<<4 | unhex(raw[i+2])
-			if unreserved(v) {
-				b.WriteByte(v)
-				changed = true
-			} else {
-				enc := "%" + strings.ToUpper(raw[i+1:i+3])
-				changed = changed || enc != raw[i:i+3]
-				b.WriteString(enc)
-			}
-			i += 2
-			continue
-		}
-		b.WriteByte(c)
-	}
-	p := b.String()
+	p, changed := plainEncodings(u.EscapedPath())
 	if strings.Contains(p, ";") {
 		// Path parameters: Tomcat and Spring drop them before routing
 		// ("/admin;x/delete" is "/admin/delete").

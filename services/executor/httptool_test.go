@@ -535,3 +535,91 @@ func TestHTTPPlainPath(t *testing.T) {
 		t.Fatalf("an encoded letter: %v", r)
 	}
 }
+
+// TestHTTPPlainQuery (session 11, trust11a): the query is taken only in
+// its plain form, as the path is: a rule on "force=true" reads what the
+// server decodes.
+func TestHTTPPlainQuery(t *testing.T) {
+	for raw, want := range map[string]string{
+		"https://h.test/a?force=%74rue":     "https://h.test/a?force=true",
+		"https://h.test/a?%66orce=true":     "https://h.test/a?force=true",
+		"https://h.test/a?q=caf%c3%a9":      "https://h.test/a?q=caf%C3%A9",
+		"https://h.test/a?q=%7e":            "https://h.test/a?q=~",
+		"https://h.test/a?q=caf%C3%A9&x=1":  "",
+		"https://h.test/a?q=a+b&r=a%20b%26": "",
+		"https://h.test/a?":                 "",
+		"https://h.test/a":                  "",
+	} {
+		u, err := url.Parse(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		clean, ok := plainQuery(u)
+		if ok != (want == "") || clean != want {
+			t.Errorf("%s: %q %v, want %q", raw, clean, ok, want)
+		}
+	}
+}
+
+// TestHTTPMethodOverride (session 11, trust11a): a method override field
+// in the query or the body (form, JSON at any depth, multipart) is
+// refused, nothing sent; the same words as values, or in other fields'
+// names, are not.
+func TestHTTPMethodOverride(t *testing.T) {
+	for q, want := range map[string]string{
+		"_method=DELETE": "_method", "a=1&_METHOD=put": "_METHOD", "a=1;_method=put": "_method",
+		"%5Fmethod=x": "_method", "_HttpMethod=PATCH": "_HttpMethod", "x-http-method-override=DELETE": "x-http-method-override",
+		"method=DELETE": "", "a=_method": "", "my_method=x": "", "": "",
+	} {
+		if got := overrideInQuery(q); got != want {
+			t.Errorf("query %q: %q, want %q", q, got, want)
+		}
+	}
+	for body, want := range map[string]string{
+		"note=hi&_method=DELETE":                "_method",
+		"  _method=DELETE\n":                    "_method",
+		`{"note": "hi", "_method": "DELETE"}`:   "_method",
+		`{"a": [1, {"b": {"_Method": "PUT"}}]}`: "_Method",
+		`[{"_method": "x"}]`:                    "_method",
+		"--b\r\nContent-Disposition: form-data; name=\"_method\"\r\n\r\nDELETE\r\n--b--": "_method",
+		"--b\r\nContent-Disposition: form-data; name=_method\r\n\r\nDELETE\r\n--b--":     "_method",
+		`{"note": "_method", "list": ["_method"]}`:                                       "",
+		`{"my_method": "x", "nested": {"method": "DELETE"}}`:                             "",
+		"name=\"_methods\"": "",
+		"hello world":       "",
+		"":                  "",
+	} {
+		if got := overrideInBody(body); got != want {
+			t.Errorf("body %q: %q, want %q", body, got, want)
+		}
+	}
+	f := newHTTPFixture(t)
+	var hits sync.Map
+	f.srv.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Store(r.URL.RequestURI(), true) })
+	s := f.service(t, httpHosts+"  allow_addresses: [127.0.0.1/32]\n  case_insensitive_paths: [\"api.test:PORT\"]\n")
+	for _, args := range []map[string]any{
+		{"method": "POST", "url": f.url("api.test", "/echo?_method=DELETE"), "body": "x"},
+		{"method": "POST", "url": f.url("api.test", "/echo"), "body": `{"_method": "DELETE"}`},
+		{"method": "GET", "url": f.url("api.test", "/echo?q=%61")},
+		{"method": "GET", "url": f.url("api.test", "/Echo")},
+	} {
+		r := exec(t, s, "http.request", args)
+		if codeOf(r) != string(wire.CodeInvalidArgument) {
+			t.Errorf("%v: %v", args, r)
+		}
+	}
+	hits.Range(func(k, _ any) bool {
+		t.Errorf("a refused request reached the server: %v", k)
+		return true
+	})
+	// Not a case-insensitive host: sent as written.
+	if r := exec(t, s, "http.request", map[string]any{"method": "GET", "url": f.url("127.0.0.1", "/Echo")}); codeOf(r) != "" {
+		t.Errorf("an upper-case path on another host: %v", r)
+	}
+	if _, ok := hits.Load("/Echo"); !ok {
+		t.Error("the upper-case path on another host was not sent")
+	}
+	if _, err := ParseToolsConfig("tools.yaml", []byte("http:\n  allow_hosts: [a.test]\n  case_insensitive_paths: [\"a/b\"]\n")); err == nil {
+		t.Error("a bad case_insensitive_paths entry was accepted")
+	}
+}

@@ -251,6 +251,29 @@ type urlGuard struct {
 	httpsOnly bool
 }
 
+// matchHost reports whether u's host and port are one of rules'.
+func matchHost(rules []hostRule, u *url.URL) bool {
+	host := strings.TrimSuffix(strings.ToLower(u.Hostname()), ".")
+	if ip, err := netip.ParseAddr(host); err == nil {
+		host = ip.String()
+	}
+	port := u.Port()
+	if port == "" {
+		port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
+	}
+	defPort := (u.Scheme == "http" && port == "80") || (u.Scheme == "https" && port == "443")
+	for _, r := range rules {
+		match := host == r.host
+		if r.wildcard {
+			match = strings.HasSuffix(host, "."+r.host)
+		}
+		if match && (r.port == port || r.port == "" && defPort) {
+			return true
+		}
+	}
+	return false
+}
+
 // check returns the reason u may not be requested, or nil.
 func (g *urlGuard) check(u *url.URL) error {
 	switch {
@@ -263,10 +286,6 @@ func (g *urlGuard) check(u *url.URL) error {
 	case u.User != nil:
 		return &blockedError{host: u.Host, reason: "credentials in the URL are not allowed"}
 	}
-	host := strings.TrimSuffix(strings.ToLower(u.Hostname()), ".")
-	if ip, err := netip.ParseAddr(host); err == nil {
-		host = ip.String()
-	}
 	port := u.Port()
 	if port == "" {
 		port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
@@ -274,15 +293,8 @@ func (g *urlGuard) check(u *url.URL) error {
 	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
 		return &blockedError{host: u.Host, reason: "bad port"}
 	}
-	defPort := (u.Scheme == "http" && port == "80") || (u.Scheme == "https" && port == "443")
-	for _, r := range g.hosts {
-		match := host == r.host
-		if r.wildcard {
-			match = strings.HasSuffix(host, "."+r.host)
-		}
-		if match && (r.port == port || r.port == "" && defPort) {
-			return nil
-		}
+	if matchHost(g.hosts, u) {
+		return nil
 	}
 	return &blockedError{host: u.Host, reason: "is not in the allowed hosts"}
 }

@@ -101,6 +101,12 @@ type HTTPConfig struct {
 	AllowAddresses []string `yaml:"allow_addresses"`
 	// HTTPSOnly refuses plain http URLs.
 	HTTPSOnly bool `yaml:"https_only"`
+	// CaseInsensitivePaths are hosts (as in AllowHosts) whose server reads
+	// a URL's path without regard to case (IIS, ASP.NET, a static server
+	// on a case-folding file system): a request to one with an upper-case
+	// letter in its path is refused, naming the path in lower case, so a
+	// rule on "/admin" also holds against "/ADMIN".
+	CaseInsensitivePaths []string `yaml:"case_insensitive_paths"`
 	// MaxRedirects caps the redirects followed (default 5; more is an
 	// error). -1 follows none: a 3xx response is the result.
 	MaxRedirects int `yaml:"max_redirects"`
@@ -116,8 +122,9 @@ type HTTPConfig struct {
 	// the file: tests set it.
 	Resolver Resolver `yaml:"-"`
 
-	hosts []hostRule
-	addrs []netip.Prefix
+	hosts       []hostRule
+	foldedHosts []hostRule
+	addrs       []netip.Prefix
 }
 
 // Resolver resolves a host name to IP addresses; *net.Resolver is one.
@@ -563,6 +570,14 @@ func (v *configCheck) checkHTTP(h *HTTPConfig) {
 			continue
 		}
 		h.hosts = append(h.hosts, r)
+	}
+	for i, s := range h.CaseInsensitivePaths {
+		r, err := parseHostRule(s)
+		if err != nil {
+			v.fail(append(p, "case_insensitive_paths", i), "%v", err)
+			continue
+		}
+		h.foldedHosts = append(h.foldedHosts, r)
 	}
 	for i, s := range h.AllowAddresses {
 		pfx, err := netip.ParsePrefix(s)

@@ -2,10 +2,16 @@ package attack
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -62,5 +68,92 @@ func TestAttackRollbackRestoresAHardLinkedFile(t *testing.T) {
 	untouched(t, out)
 	if _, ok := readWS(t, c.workspace, "notes.txt"); ok {
 		t.Error("notes.txt, the run's plain write, was not undone")
+	}
+}
+
+// TestAttackRequestActsAsAnotherMethodOrPath: a policy allows
+// http.request and denies the admin part of the host, DELETEs, and a
+// "force=true" in the URL. The host routes like many frameworks: paths
+// without regard to case (IIS, ASP.NET; configured so for the executor
+// with case_insensitive_paths), the query decoded, and a POST whose query,
+// form or JSON carries "_method" acted on as that method (Rails, Laravel,
+// Symfony). On main each of POST /ADMIN/delete, POST ?_method=DELETE, a
+// form and a JSON body with _method=DELETE and POST ?force=%74rue reached
+// the server as what the rules deny. Now each is refused before anything
+// is sent (INVALID_ARGUMENT naming what to propose); the plain spellings
+// meet the policy.
+func TestAttackRequestActsAsAnotherMethodOrPath(t *testing.T) {
+	var mu sync.Mutex
+	var acted []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		method, p := r.Method, strings.ToLower(r.URL.Path)
+		body, _ := io.ReadAll(r.Body)
+		if m := r.URL.Query().Get("_method"); m != "" && method == http.MethodPost {
+			method = m
+		}
+		if form, err := url.ParseQuery(string(body)); err == nil && form.Get("_method") != "" && method == http.MethodPost {
+			method = form.Get("_method")
+		}
+		var js map[string]any
+		if json.Unmarshal(body, &js) == nil && js["_method"] != nil && method == http.MethodPost {
+			method = fmt.Sprint(js["_method"])
+		}
+		if method != http.MethodGet && method != http.MethodPost || strings.HasPrefix(p, "/admin") || r.URL.Query().Get("force") == "true" {
+			mu.Lock()
+			acted = append(acted, method+" "+r.URL.RequestURI())
+			mu.Unlock()
+		}
+		fmt.Fprint(w, "hello")
+	}))
+	t.Cleanup(srv.Close)
+	base := srv.URL
+	host := strings.TrimPrefix(base, "http://")
+	policy := fmt.Sprintf(`rules:
+  - id: allow-http
+    effect: allow
+    tools: [http.request]
+  - id: not-the-admin-part
+    effect: deny
+    tools: [http.request]
+    when: 'args.url.startsWith("%s/admin")'
+  - id: no-deletes
+    effect: deny
+    tools: [http.request]
+    when: 'args.method == "DELETE"'
+  - id: no-force
+    effect: deny
+    tools: [http.request]
+    when: 'args.url.contains("force=true")'
+`, base)
+	tools := fmt.Sprintf("http:\n  allow_hosts: [%q]\n  allow_addresses: [127.0.0.1/32]\n  case_insensitive_paths: [%q]\n  timeout: 5s\n", host, host)
+	c := startBindCluster(t, withTools(t, tools, policy))
+	post := func(u, headers, body string) string {
+		return step("http.request", fmt.Sprintf("{method: POST, url: %q, headers: {%s}, body: %q}", u, headers, body))
+	}
+	form, js := `"Content-Type": "application/x-www-form-urlencoded"`, `"Content-Type": "application/json"`
+	c.writeScript(t, "a.yaml", script(
+		post(base+"/ADMIN/delete", "", "x"),
+		post(base+"/public/hello?_method=DELETE", "", "x"),
+		post(base+"/public/hello", form, "note=hi&_method=DELETE"),
+		post(base+"/public/hello", js, `{"note": "hi", "_method": "DELETE"}`),
+		post(base+"/public/hello?force=%74rue", "", "x"),
+		post(base+"/admin/delete", "", "x"),
+		step("http.request", fmt.Sprintf("{method: DELETE, url: %q}", base+"/public/hello")),
+		post(base+"/public/hello", form, "note=hi&method=fast"),
+	))
+	run := c.runToEnd(t, "alice", &xctv1.StartRunRequest{Goal: "g", Model: "scripted:a.yaml"})
+	mu.Lock()
+	got := append([]string(nil), acted...)
+	mu.Unlock()
+	if len(got) != 0 {
+		t.Errorf("requests reached the server as what the policy denies: %v", got)
+	}
+	if errs := stepErrors(run); fmt.Sprint(errs) != "[INVALID_ARGUMENT INVALID_ARGUMENT INVALID_ARGUMENT INVALID_ARGUMENT INVALID_ARGUMENT POLICY_DENIED POLICY_DENIED ]" {
+		t.Fatalf("steps: %v", errs)
+	}
+	for i, want := range map[int]string{0: base + "/admin/delete", 4: base + "/public/hello?force=true"} {
+		if clean := run.GetSteps()[i].GetResponse().GetError().GetDetails().AsMap()["clean"]; clean != want {
+			t.Errorf("step %d's refusal names %v, want %s", i+1, clean, want)
+		}
 	}
 }
