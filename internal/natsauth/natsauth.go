@@ -56,7 +56,10 @@ const (
 	blobsObj   = "$O.XCT_STEP_BLOBS.>"
 	approvals  = "$KV.XCT_APPROVALS.>"
 	owners     = "$KV.XCT_RUN_OWNERS.>"
-	redaction  = "$KV.XCT_REDACTION.>"
+	// quota is each principal's runs in progress (--max-runs across
+	// the cluster), the orchestrator's.
+	quota     = "$KV.XCT_RUN_QUOTA.>"
+	redaction = "$KV.XCT_REDACTION.>"
 	// flowControl is the replies a client sends to a push consumer's
 	// flow control requests (KV watchers).
 	flowControl = "$JS.FC.>"
@@ -105,6 +108,7 @@ var purgeable = map[string]string{
 	"KV_XCT_APPROVALS":   "",
 	"KV_XCT_REDACTION":   "",
 	"KV_XCT_RUN_OWNERS":  Orchestrator,
+	"KV_XCT_RUN_QUOTA":   "",
 }
 
 // allowed is what user may publish: serviceAPI, its purges, flow control
@@ -200,7 +204,8 @@ var owned = map[string]string{
 // records, each with the services that read it: the approvals (raw
 // proposals, arguments unredacted) the validator keeps and the
 // orchestrator watches; the redaction key of the three that redact; the
-// executor's step records and their blobs; the orchestrator's run owners.
+// executor's step records and their blobs; the orchestrator's run owners
+// and runs counted per principal.
 // Every other service is denied their reads (a direct get, a stream get,
 // a consumer): a taken-over tracer reads none of them. LCTL and the tool
 // catalog are read by all.
@@ -210,6 +215,7 @@ var readers = map[string][]string{
 	"KV_XCT_STEPS":       {Executor},
 	"OBJ_XCT_STEP_BLOBS": {Executor},
 	"KV_XCT_RUN_OWNERS":  {Orchestrator},
+	"KV_XCT_RUN_QUOTA":   {Orchestrator},
 }
 
 // unreadable are the read requests of the streams user may not read.
@@ -268,7 +274,7 @@ func othersConsumers(user string) []string {
 var writes = map[string][]string{
 	// Chains: the orchestrator's runs. The redaction key: whichever of
 	// the three services starts first writes it.
-	Orchestrator: {chains, owners, redaction},
+	Orchestrator: {chains, owners, quota, redaction},
 	Validator:    {approvals, redaction},
 	// The tool catalog the validator judges with, and the step records.
 	Executor: {toolsKV, stepsKV, blobsObj, redaction},
@@ -287,7 +293,7 @@ var writes = map[string][]string{
 // or at a run's chain would write them the day an operator subscribed
 // there to look; no one can. (Reading is through consumers delivering to
 // one's own inbox, direct gets and lctl tail.)
-var dataSubjects = []string{chains, otelChains, toolsKV, stepsKV, blobsObj, approvals, owners, redaction}
+var dataSubjects = []string{chains, otelChains, toolsKV, stepsKV, blobsObj, approvals, owners, quota, redaction}
 
 // Permissions returns the subject permissions of user. The admin may
 // publish anything (stream updates and deletes included) and subscribe

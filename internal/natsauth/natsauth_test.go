@@ -166,6 +166,9 @@ func TestServicesWriteOnlyTheirOwnSubjects(t *testing.T) {
 		{natsauth.Validator, steps, "KV_" + executor.StepsBucket},
 		{natsauth.Executor, "$KV." + validator.ApprovalsBucket + ".a", "KV_" + validator.ApprovalsBucket},
 		{natsauth.Tracer, "$KV." + orchestrator.OwnersBucket + ".r", "KV_" + orchestrator.OwnersBucket},
+		{natsauth.Validator, "$KV." + orchestrator.QuotaBucket + ".p", "KV_" + orchestrator.QuotaBucket},
+		{natsauth.Executor, "$KV." + orchestrator.QuotaBucket + ".p", "KV_" + orchestrator.QuotaBucket},
+		{natsauth.Tracer, "$KV." + orchestrator.QuotaBucket + ".p", "KV_" + orchestrator.QuotaBucket},
 	}
 	for _, a := range denied {
 		before := c.count(t, a.stream)
@@ -190,6 +193,7 @@ func TestServicesWriteOnlyTheirOwnSubjects(t *testing.T) {
 		{natsauth.Executor, steps, "KV_" + executor.StepsBucket},
 		{natsauth.Validator, "$KV." + validator.ApprovalsBucket + ".a", "KV_" + validator.ApprovalsBucket},
 		{natsauth.Orchestrator, "$KV." + orchestrator.OwnersBucket + ".r", "KV_" + orchestrator.OwnersBucket},
+		{natsauth.Orchestrator, "$KV." + orchestrator.QuotaBucket + ".p", "KV_" + orchestrator.QuotaBucket},
 	}
 	for _, a := range allowed {
 		u := connectAs(t, c.url, a.user)
@@ -426,7 +430,7 @@ func TestReaderOnlyReads(t *testing.T) {
 func TestPermissionsNameXCTsSubjects(t *testing.T) {
 	want := map[string][]string{
 		natsauth.Executor:     {"$KV." + catalog.Bucket + ".>", "$KV." + executor.StepsBucket + ".>", "$O." + executor.BlobsBucket + ".>", "$KV." + redact.KeyBucket + ".>"},
-		natsauth.Orchestrator: {eventlog.SubjectPrefix + ">", "$KV." + orchestrator.OwnersBucket + ".>"},
+		natsauth.Orchestrator: {eventlog.SubjectPrefix + ">", "$KV." + orchestrator.OwnersBucket + ".>", "$KV." + orchestrator.QuotaBucket + ".>"},
 		natsauth.Validator:    {"$KV." + validator.ApprovalsBucket + ".>"},
 		natsauth.Tracer:       {eventlog.OTelSubjectPrefix + ">", "$JS.ACK." + eventlog.StreamName + ".tracer.>", "$JS.ACK." + eventlog.OTelStreamName + ".tracer.>"},
 	}
@@ -786,6 +790,7 @@ func TestServicesReadOnlyWhatTheyNeed(t *testing.T) {
 		redact.KeyBucket:          {natsauth.Orchestrator, natsauth.Validator, natsauth.Executor},
 		executor.StepsBucket:      {natsauth.Executor},
 		orchestrator.OwnersBucket: {natsauth.Orchestrator},
+		orchestrator.QuotaBucket:  {natsauth.Orchestrator},
 	}
 	for bucket := range buckets {
 		kv, err := c.admin.js.KeyValue(ctx, bucket)

@@ -39,6 +39,7 @@ const (
 	BlobsBucket     = "XCT_STEP_BLOBS" // executor.BlobsBucket
 	ApprovalsBucket = "XCT_APPROVALS"  // validator and orchestrator
 	OwnersBucket    = "XCT_RUN_OWNERS" // orchestrator.OwnersBucket
+	QuotaBucket     = "XCT_RUN_QUOTA"  // orchestrator.QuotaBucket
 	// ApprovalHistory is the approvals bucket's history (validator).
 	ApprovalHistory = 8
 )
@@ -167,6 +168,13 @@ func Specs(s Settings) []Spec {
 		kv(jetstream.KeyValueConfig{
 			Bucket:      OwnersBucket,
 			Description: "owner instance of every unfinished XCT run",
+			History:     1,
+			Storage:     jetstream.FileStorage,
+			Replicas:    s.Replicas,
+		}, "orchestrator"),
+		kv(jetstream.KeyValueConfig{
+			Bucket:      QuotaBucket,
+			Description: "XCT: the runs each principal has in progress (--max-runs)",
 			History:     1,
 			Storage:     jetstream.FileStorage,
 			Replicas:    s.Replicas,

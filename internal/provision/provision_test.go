@@ -33,6 +33,7 @@ func TestNamesAreTheServices(t *testing.T) {
 		provision.BlobsBucket:     executor.BlobsBucket,
 		provision.ApprovalsBucket: validator.ApprovalsBucket,
 		provision.OwnersBucket:    orchestrator.OwnersBucket,
+		provision.QuotaBucket:     orchestrator.QuotaBucket,
 	} {
 		if got != want {
 			t.Errorf("provision has %q, the user %q", got, want)
@@ -61,8 +62,8 @@ func TestProvisionTwiceIsANoOp(t *testing.T) {
 		t.Fatal(err)
 	}
 	specs := provision.Specs(s)
-	if len(first) != len(specs) || len(specs) != 8 {
-		t.Fatalf("first run: %d results, %d specs, want 8", len(first), len(specs))
+	if len(first) != len(specs) || len(specs) != 9 {
+		t.Fatalf("first run: %d results, %d specs, want 9", len(first), len(specs))
 	}
 	before := map[string]*jetstream.StreamInfo{}
 	for _, r := range first {

@@ -140,6 +140,18 @@ func (s *Service) startRun(ctx context.Context, req *xctv1.StartRunRequest) (*ru
 		return nil, err
 	}
 	r.lease.set(rev)
+	// The limit per principal holds across the cluster: counted once the
+	// run's owner key exists (quota.go drops the runs whose key is gone).
+	counted, err := s.takeQuota(ctx, principal, id, s.cfg.MaxRuns)
+	if err != nil {
+		s.mu.Lock()
+		delete(s.active, id)
+		s.mu.Unlock()
+		rcancel(nil)
+		closeProposer(proposer)
+		s.abandonStart(r)
+		return nil, err
+	}
 	var started xctevent.Event = xctevent.RunStarted{
 		RunID: id, Goal: req.GetGoal(), Model: model, Principal: principal,
 		Roles: roles, Labels: req.GetLabels(), MaxSteps: maxSteps,
@@ -154,6 +166,9 @@ func (s *Service) startRun(ctx context.Context, req *xctv1.StartRunRequest) (*ru
 		rcancel(nil)
 		r.closeProposers()
 		s.abandonStart(r)
+		if counted {
+			s.giveQuota(principal, id)
+		}
 		if errors.Is(err, eventlog.ErrConflict) {
 			return nil, fmt.Errorf("%w: %s", ErrRunExists, id)
 		}
@@ -165,8 +180,8 @@ func (s *Service) startRun(ctx context.Context, req *xctv1.StartRunRequest) (*ru
 	return r, nil
 }
 
-// DefaultMaxRuns is how many runs one principal may have in progress on
-// one orchestrator at once. Each run may hold JetStream consumers while it
+// DefaultMaxRuns is how many runs one principal may have in progress at
+// once in the cluster. Each run may hold JetStream consumers while it
 // waits (for an approval: one on the approvals' stream, whose consumers
 // are bounded for everyone by natsauth.MaxConsumersPerStream; for a step's
 // record) and a model and tool call in flight: without a bound one

@@ -57,6 +57,10 @@ type Service struct {
 	// process's name in it.
 	owners   jetstream.KeyValue
 	instance string
+	// quota is the bucket of each principal's runs in progress across
+	// the cluster (quota.go).
+	quota      jetstream.KeyValue
+	quotaLocks quotaLocks
 
 	mu       sync.Mutex
 	active   map[string]*run
@@ -149,6 +153,9 @@ func (s *Service) Start(ctx context.Context) error {
 	if err := s.openOwners(ctx); err != nil {
 		return err
 	}
+	if err := s.openQuota(ctx); err != nil {
+		return err
+	}
 	cctx, ccancel := context.WithCancel(context.Background())
 	s.stopCatalog = ccancel
 	s.watchCatalog(cctx)
@@ -239,6 +246,7 @@ func (s *Service) launch(r *run) {
 		s.mu.Unlock()
 		if r.ended {
 			s.finishLease(r)
+			s.giveQuota(r.principal, r.id)
 		}
 		r.cancel(nil)
 		close(r.left)

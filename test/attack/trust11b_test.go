@@ -2,6 +2,8 @@ package attack
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,10 +15,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/app"
 	"github.com/xct-dev/xct/internal/testutil"
 	"github.com/xct-dev/xct/services/executor"
+	"github.com/xct-dev/xct/services/orchestrator"
 )
 
 // readerModel reads big.txt steps times, then asks for a deploy (which
@@ -151,5 +159,110 @@ func TestAttackGetRunPastAMessage(t *testing.T) {
 		if !strings.Contains(fmt.Sprint(s.GetResponse().GetSuccess().GetResult().AsInterface()), big) {
 			t.Fatalf("a small run's step %d is not whole", s.GetNumber())
 		}
+	}
+}
+
+// TestAttackMaxRunsPerReplica: --max-runs bounded one principal's runs in
+// progress per orchestrator, so with two replicas alice held twice the
+// limit of runs waiting for approvals (each holding a consumer on the
+// approvals' stream that everyone's waits share): on main, with a limit
+// of 3, alice started 3 runs on each of two orchestrators sharing one
+// NATS. Now the count is the cluster's (a KV record per principal, every
+// change a compare-and-set): 3 in all, concurrent starts on both
+// replicas included; a run that ends (cancelled on one replica) frees its
+// place on the other; another principal is not counted with her.
+func TestAttackMaxRunsPerReplica(t *testing.T) {
+	const limit = 3
+	ns := testutil.RunJetStream(t)
+	gate := make(chan struct{})
+	close(gate)
+	opts := func(cfg *app.Config, o *app.Options) {
+		o.ExtraTools = []executor.Tool{countingDeploy{n: new(atomic.Int64)}}
+		cfg.Orchestrator.MaxRuns = limit
+	}
+	a := startBindClusterOn(t, ns, withProposer("gate", gateModel{gate: gate}), opts)
+	b := startBindClusterOn(t, ns, withProposer("gate", gateModel{gate: gate}), opts)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	aliceA, aliceB := a.orchestratorAs(t, "alice"), b.orchestratorAs(t, "alice")
+	start := func(orch xctv1.OrchestratorServiceClient, id string) error {
+		_, err := orch.StartRun(ctx, &xctv1.StartRunRequest{RunId: id, Goal: "deploy", Model: "func:gate"})
+		return err
+	}
+	refused := func(err error, what string) {
+		t.Helper()
+		if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "in this cluster") || !strings.Contains(err.Error(), "--max-runs") {
+			t.Fatalf("%s: %v; want RESOURCE_EXHAUSTED, alice's runs in this cluster past --max-runs", what, err)
+		}
+	}
+	// A crash left alice counted for three runs that are gone (no owner
+	// key): they are dropped when she reaches the limit.
+	admin, err := nats.Connect(a.natsURL, testutil.Admin())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	ajs, err := jetstream.New(admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	quota, err := ajs.KeyValue(ctx, orchestrator.QuotaBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256([]byte("alice"))
+	stale := `{"principal": "alice", "runs": {"gone-1": "2026-11-26T00:00:00Z", "gone-2": "2026-11-26T00:00:00Z", "gone-3": "2026-11-26T00:00:00Z"}}`
+	if _, err := quota.Put(ctx, "p."+hex.EncodeToString(sum[:20]), []byte(stale)); err != nil {
+		t.Fatal(err)
+	}
+
+	// Two on one replica, one on the other: the limit is reached on both.
+	for _, r := range []struct {
+		orch xctv1.OrchestratorServiceClient
+		id   string
+	}{{aliceA, "alice-a1"}, {aliceA, "alice-a2"}, {aliceB, "alice-b1"}} {
+		if err := start(r.orch, r.id); err != nil {
+			t.Fatalf("start %s: %v", r.id, err)
+		}
+	}
+	refused(start(aliceB, "alice-b2"), "a second run on the replica with one")
+	refused(start(aliceA, "alice-a3"), "a third run on the replica with two")
+
+	// One of alice's ends (cancelled where it runs): the other replica
+	// takes a new one, and then no more.
+	if _, err := aliceA.CancelRun(ctx, &xctv1.CancelRunRequest{RunId: "alice-a1", Reason: "enough"}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 30*time.Second, func() error { return start(aliceB, "alice-b3") })
+	refused(start(aliceA, "alice-a4"), "past the limit again")
+
+	// Four starts of dev's on each replica at once: exactly three are
+	// taken (dev is counted alone, not with alice).
+	devA, devB := a.orchestratorAs(t, "dev"), b.orchestratorAs(t, "dev")
+	type result struct {
+		id  string
+		err error
+	}
+	results := make(chan result, 8)
+	for i := range 8 {
+		orch := devA
+		if i%2 == 1 {
+			orch = devB
+		}
+		id := fmt.Sprintf("dev-%d", i)
+		go func() { results <- result{id, start(orch, id)} }()
+	}
+	var started []string
+	for range 8 {
+		r := <-results
+		switch {
+		case r.err == nil:
+			started = append(started, r.id)
+		case status.Code(r.err) != codes.ResourceExhausted || !strings.Contains(r.err.Error(), "--max-runs"):
+			t.Fatalf("start %s: %v; want RESOURCE_EXHAUSTED naming --max-runs", r.id, r.err)
+		}
+	}
+	if len(started) != limit {
+		t.Fatalf("dev started %d runs at once across two replicas (%v), want %d", len(started), started, limit)
 	}
 }
