@@ -63,7 +63,7 @@ func (l *quotaLocks) lock(key string) func() {
 // quotaBackoff waits a little, more after each lost race, so that
 // replicas racing for one record do not race again in step.
 func quotaBackoff(ctx context.Context, try int) {
-	d := time.Duration(rand.Int64N(int64(time.Millisecond) << min(try, 6)))
+	d := time.Duration(rand.Int64N(int64(time.Millisecond) << min(try, 6))) //nolint:gosec // jitter, not a secret
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
