@@ -94,6 +94,9 @@ type Event struct {
 	// decoding cores: whenSet 1 parsed, 2 does not parse, 0 not yet.
 	when    time.Time
 	whenSet uint8
+	// skipped says the stream checked the event's data but did not
+	// decode it (StreamOptions.Data): reading it is a caller's mistake.
+	skipped bool
 }
 
 // dataField is one member of an event's data. A number is kept typed (n,
@@ -147,6 +150,16 @@ func (e *Event) rawAt(f *dataField) []byte {
 	return e.raw[off : off+n]
 }
 
+// noData panics when e's data was checked but not decoded: the caller
+// told the stream (StreamOptions.Data) that it reads no data of events of
+// e's type, and reads it. It is called where data is read from Data, which
+// such an event has none of (its fields are nil too).
+func (e *Event) noData() {
+	if e.skipped {
+		panic("lctl: the data of a " + e.Type + " event was read, but the stream was told it is not (StreamOptions.Data)")
+	}
+}
+
 // value returns member f's value as encoding/json gives it.
 func (e *Event) value(f *dataField) any {
 	switch {
@@ -183,6 +196,7 @@ func (e *Event) field(key string) *dataField {
 // Lookup returns the data member key and whether the data has it.
 func (e *Event) Lookup(key string) (any, bool) {
 	if e.fields == nil || e.Data != nil {
+		e.noData()
 		v, ok := e.Data[key]
 		return v, ok
 	}
@@ -196,6 +210,7 @@ func (e *Event) Lookup(key string) (any, bool) {
 // without boxing a streamed value.
 func (e *Event) Str(key string) (string, bool) {
 	if e.fields == nil || e.Data != nil {
+		e.noData()
 		s, ok := e.Data[key].(string)
 		return s, ok
 	}
@@ -213,6 +228,7 @@ func (e *Event) Str(key string) (string, bool) {
 func (e *Event) Float(key string) (float64, bool) {
 	var f float64
 	if e.fields == nil || e.Data != nil {
+		e.noData()
 		x, ok := e.Data[key].(float64)
 		if !ok {
 			return 0, false
@@ -249,6 +265,7 @@ type Object struct {
 // Object returns the data member key when it is an object.
 func (e *Event) Object(key string) (Object, bool) {
 	if e.fields == nil || e.Data != nil {
+		e.noData()
 		m, ok := e.Data[key].(map[string]any)
 		return Object{m: m}, ok
 	}
@@ -268,6 +285,7 @@ func (e *Event) Object(key string) (Object, bool) {
 // an object, when the member is an array.
 func (e *Event) EachObject(key string, fn func(Object)) {
 	if e.fields == nil || e.Data != nil {
+		e.noData()
 		eachObject(e.Data[key], fn)
 		return
 	}
@@ -785,6 +803,7 @@ func decodeComposite(raw []byte) any {
 // DataLen returns how many members the data has.
 func (e *Event) DataLen() int {
 	if e.fields == nil || e.Data != nil {
+		e.noData()
 		return len(e.Data)
 	}
 	n := 0
@@ -810,6 +829,7 @@ func (e *Event) lastOf(i int) bool {
 // its value as Get gives it), in no particular order.
 func (e *Event) RangeData(fn func(key string, v any)) {
 	if e.fields == nil || e.Data != nil {
+		e.noData()
 		for k, v := range e.Data {
 			fn(k, v)
 		}
@@ -826,6 +846,9 @@ func (e *Event) RangeData(fn func(key string, v any)) {
 // in Data) for a streamed event. Making it writes e.Data, so goroutines
 // that share a streamed event call it (or ComputeHash) under one owner.
 func (e *Event) DataMap() map[string]any {
+	if e.fields == nil {
+		e.noData()
+	}
 	if e.Data == nil && e.fields != nil {
 		m := make(map[string]any, len(e.fields))
 		for i := range e.fields {

@@ -1,6 +1,7 @@
 package lctl
 
 import (
+	"bytes"
 	"encoding/binary"
 	"math/bits"
 )
@@ -517,7 +518,11 @@ func (p *fastParser) specEvent(e *Event) bool {
 		return false
 	}
 	if p.fields {
-		if !p.canonData(e) {
+		if p.dataFor != nil && !p.dataFor(e.Type) {
+			if !p.skipData(e) {
+				return false
+			}
+		} else if !p.canonData(e) {
 			return false
 		}
 	} else {
@@ -698,4 +703,133 @@ func asciiEnd(b []byte, i int) (int, bool) {
 		}
 	}
 	return 0, false
+}
+
+// skipData moves past the data object at p.i, checked as member checks an
+// object it keeps as its JSON (canonSkip, else skipValue: what the
+// decoding of the data accepts, each value read by the same checks), and
+// marks the event's data as not decoded (StreamOptions.Data).
+func (p *fastParser) skipData(e *Event) bool {
+	if end, ok := p.dataSkip(p.i); ok {
+		p.i = end
+	} else if end, ok := p.canonSkip(p.i); ok {
+		p.i = end
+	} else if !p.skipValue() {
+		return false
+	}
+	e.skipped = true
+	return true
+}
+
+// dataSkip returns where the data object at b[i] ends, checked member by
+// member with the cheapest check that decides each: a string of plain
+// ASCII (asciiEnd) or else skipString, a whole number of up to 15 digits
+// in place or else scanNumber, an object or array by canonSkip, a literal;
+// so it accepts exactly what skipValue accepts. False for anything it
+// does not decide, which canonSkip and skipValue decide.
+func (p *fastParser) dataSkip(i int) (int, bool) {
+	b := p.b
+	if i >= len(b) || b[i] != '{' {
+		return 0, false
+	}
+	if i = skipAt(b, i+1); i < len(b) && b[i] == '}' {
+		return i + 1, true
+	}
+	for {
+		// The key.
+		if i >= len(b) || b[i] != '"' {
+			return 0, false
+		}
+		if j, ok := asciiEnd(b, i+1); ok {
+			i = j + 1
+		} else if i, ok = p.skipString(i); !ok {
+			return 0, false
+		}
+		if i = skipAt(b, i); i >= len(b) || b[i] != ':' {
+			return 0, false
+		}
+		if i = skipAt(b, i+1); i >= len(b) {
+			return 0, false
+		}
+		// The value.
+		switch c := b[i]; {
+		case c == '"':
+			if j, ok := asciiEnd(b, i+1); ok {
+				i = j + 1
+			} else if i, ok = p.skipString(i); !ok {
+				return 0, false
+			}
+		case c >= '1' && c <= '9':
+			j := i + 1
+			for j < len(b) && j-i < 16 && b[j]-'0' <= 9 {
+				j++
+			}
+			if j < len(b) && j-i < 16 && (b[j] == ',' || b[j] == '}' || b[j] == ' ') {
+				i = j
+				break
+			}
+			_, _, next, ok := scanNumber(b, i)
+			if !ok {
+				return 0, false
+			}
+			i = next
+		case c == '-' || c == '0':
+			_, _, next, ok := scanNumber(b, i)
+			if !ok {
+				return 0, false
+			}
+			i = next
+		case c == '{' || c == '[':
+			j, ok := p.canonSkip(i)
+			if !ok {
+				return 0, false
+			}
+			i = j
+		case c == 't' && i+4 <= len(b) && string(b[i:i+4]) == "true":
+			i += 4
+		case c == 'f' && i+5 <= len(b) && string(b[i:i+5]) == "false":
+			i += 5
+		case c == 'n' && i+4 <= len(b) && string(b[i:i+4]) == "null":
+			i += 4
+		default:
+			return 0, false
+		}
+		if i = skipAt(b, i); i >= len(b) {
+			return 0, false
+		}
+		switch b[i] {
+		case ',':
+			i = skipAt(b, i+1)
+		case '}':
+			return i + 1, true
+		default:
+			return 0, false
+		}
+	}
+}
+
+// peekType is the type of the canonical event in p.b, read from its end
+// (`,"type":"T"}`, after the data) through the table of types read
+// before; false when it is not there or not in the table. Only a guess
+// for choosing whether to decode the data: the event's type, read where
+// it lies, must equal it.
+func (p *fastParser) peekType() (string, bool) {
+	b := p.b
+	n := len(b)
+	if n < 12 || b[n-1] != '}' || b[n-2] != '"' {
+		return "", false
+	}
+	q := bytes.LastIndexByte(b[max(0, n-3-rawMax):n-2], '"')
+	if q < 0 {
+		return "", false
+	}
+	q += max(0, n-3-rawMax)
+	if q < 8 || binary.LittleEndian.Uint64(b[q-8:]) != canonType {
+		return "", false
+	}
+	k := lastQuoted(b, q)
+	if s := p.topTab.lookup(&k); s != nil {
+		return s.s, true
+	}
+	return "", false
 }

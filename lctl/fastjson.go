@@ -76,6 +76,10 @@ type fastParser struct {
 	// of a map per event.
 	fields bool
 	slab   []dataField
+	// dataFor, when set (StreamOptions.Data, with fields), says which
+	// types' data to decode; any other event's data is only checked
+	// (skipData).
+	dataFor func(typ string) bool
 	// lastNum is the last integer past smallNumbers read, lastBox it in
 	// an any.
 	lastNum float64
@@ -1497,8 +1501,17 @@ func (p *fastParser) canonicalEvent(e *Event) bool {
 	if !p.expect8(canonData, 8) || p.i >= len(b) || b[p.i] != '{' {
 		return false
 	}
+	skipped := ""
 	if p.fields {
-		if !p.canonData(e) {
+		if p.dataFor != nil {
+			if t, ok := p.peekType(); ok && !p.dataFor(t) {
+				if !p.skipData(e) {
+					return false
+				}
+				skipped = t
+			}
+		}
+		if skipped == "" && !p.canonData(e) {
 			return false
 		}
 	} else {
@@ -1543,7 +1556,7 @@ func (p *fastParser) canonicalEvent(e *Event) bool {
 		return false
 	}
 	e.Type = s
-	if p.i != len(b)-1 || b[p.i] != '}' {
+	if p.i != len(b)-1 || b[p.i] != '}' || (e.skipped && s != skipped) {
 		return false
 	}
 	p.i++

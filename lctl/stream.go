@@ -58,6 +58,14 @@ type StreamOptions struct {
 	// (StreamEvent.Line): the per-event work of a caller that prints
 	// every event, done in parallel. It must only read the event.
 	Line func(dst []byte, e *Event) []byte
+	// Data, when set, says which events' data the caller reads, by type:
+	// the data of an event of any other type is checked as it would be
+	// decoded (so what the stream accepts and gives way on is the same)
+	// but not decoded, and reading it panics (Get, Str, RangeData, ...:
+	// the caller was wrong about what it reads). Not with Hash, whose
+	// hashes need the data. A command that reads a few types saves most
+	// of the decoding of the others.
+	Data func(typ string) bool
 }
 
 // StreamHeader is what a file says before its events.
@@ -169,6 +177,9 @@ func newStreamParser(opts StreamOptions) *fastParser {
 	p := newFastParser()
 	p.skipHashes = opts.SkipHashes && !opts.Hash
 	p.fields = opts.Fields
+	if opts.Fields && !opts.Hash {
+		p.dataFor = opts.Data
+	}
 	return p
 }
 

@@ -229,7 +229,15 @@ func NewConfidenceBuilder(chainID string, opts ConfidenceOptions) *ConfidenceBui
 	}
 }
 
-// Add takes the next event of the chain.
+// ConfidenceData says whether Add reads the data of an event of type typ:
+// a stream need not decode any other's (lctl.StreamOptions.Data). Add
+// reads a step_start's agent profile and a fact event's members.
+func ConfidenceData(typ string) bool {
+	return typ == lctl.TypeStepStart || typ == lctl.TypeFactAdded || typ == lctl.TypeFactModified
+}
+
+// Add takes the next event of the chain. It reads the data of the types
+// ConfidenceData names and of no other.
 func (b *ConfidenceBuilder) Add(e *lctl.Event) {
 	switch e.Type {
 	case lctl.TypeStepStart:

@@ -54,7 +54,14 @@ func NewFactStoreBuilder() *FactStoreBuilder {
 	return &FactStoreBuilder{byID: map[string]*FactRecord{}}
 }
 
-// Add applies the next event of the chain.
+// FactStoreData says whether Add reads the data of an event of type typ:
+// a stream need not decode any other's (lctl.StreamOptions.Data).
+func FactStoreData(typ string) bool {
+	return typ == lctl.TypeFactAdded || typ == lctl.TypeFactModified
+}
+
+// Add applies the next event of the chain. It reads the data of the types
+// FactStoreData names and of no other.
 func (b *FactStoreBuilder) Add(e *lctl.Event) {
 	if e.Type != lctl.TypeFactAdded && e.Type != lctl.TypeFactModified {
 		return

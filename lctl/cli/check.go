@@ -41,7 +41,7 @@ func runVerify(ctx context.Context, c *cmdContext) error {
 	var sd *streamed
 	summary, keepNoHash := true, false
 	for range 3 {
-		sd, _ = c.streamChain(o, true, nil, func(id string) {
+		sd, _ = c.streamChain(o, true, nil, nil, func(id string) {
 			if summary {
 				v = analysis.NewStreamVerifierSummary(id)
 			} else {
@@ -314,7 +314,7 @@ func runQuery(ctx context.Context, c *cmdContext) error {
 	var facts []*analysis.FactRecord
 	var chainID string
 	fb := analysis.NewFactStoreBuilder()
-	if sd, err := c.streamChain(o, false, nil, func(string) {}, func(e *lctl.StreamEvent) error {
+	if sd, err := c.streamChain(o, false, nil, analysis.FactStoreData, func(string) {}, func(e *lctl.StreamEvent) error {
 		if *toSeq != 0 && e.Seq > *toSeq {
 			return lctl.ErrStop
 		}

@@ -30,7 +30,7 @@ func (c *cmdContext) replayStream(o operand, toSeq uint64, showEvents, withHash 
 	if printLines {
 		render = analysis.AppendLine // on the decoding cores
 	}
-	sd, err := c.streamChain(o, false, render, func(id string) {
+	sd, err := c.streamChain(o, false, render, nil, func(id string) {
 		// The text shows a summary of the state: without the steps, which
 		// are most of it on a long chain. --json and --hash need them.
 		if c.jsonOut || withHash {

@@ -42,7 +42,10 @@ func (s *streamed) data() *chainData {
 // chain's id before the first event, fn with each event in order (ErrStop
 // ends the stream). hash computes each event's hash on the decoding cores;
 // line, when set, renders each event there (StreamEvent.Line).
-func (c *cmdContext) streamChain(o operand, hash bool, line func([]byte, *lctl.Event) []byte, header func(id string), fn func(e *lctl.StreamEvent) error) (*streamed, error) {
+//
+// data, when set, names the types whose data fn reads
+// (lctl.StreamOptions.Data); fn must read no other event's data.
+func (c *cmdContext) streamChain(o operand, hash bool, line func([]byte, *lctl.Event) []byte, data func(typ string) bool, header func(id string), fn func(e *lctl.StreamEvent) error) (*streamed, error) {
 	path := o.file
 	if o.chain != "" || path == "" || path == "-" || c.env.getenv("LCTL_NO_STREAM") != "" {
 		return nil, errNoStream
@@ -64,7 +67,7 @@ func (c *cmdContext) streamChain(o operand, hash bool, line func([]byte, *lctl.E
 	st := &streamed{label: path}
 	var prev time.Time
 	hasPrev := false
-	err = lctl.Stream(f, lctl.StreamOptions{ChainID: id, Hash: hash, SkipHashes: !hash, Fields: true, Line: line}, func(h *lctl.StreamHeader) error {
+	err = lctl.Stream(f, lctl.StreamOptions{ChainID: id, Hash: hash, SkipHashes: !hash, Fields: true, Line: line, Data: data}, func(h *lctl.StreamHeader) error {
 		st.id, st.warnings = h.ChainID, h.Warnings
 		header(h.ChainID)
 		return nil
