@@ -86,6 +86,10 @@ var (
 	// ErrNoStream means the server has no LCTL stream (Bind does not
 	// create it).
 	ErrNoStream = errors.New("no LCTL stream")
+	// ErrNotSent means an append failed before its write was sent (its
+	// deadline had passed): it was certainly not stored. Any other
+	// failure but a refusal by the stream may have been stored unseen.
+	ErrNotSent = errors.New("the write was not sent")
 )
 
 // Log is the event log on one NATS connection.

@@ -62,6 +62,9 @@ func (p *Publisher) Publish(ctx context.Context, subject string, data []byte, ms
 		ctx, cancel = context.WithTimeout(ctx, publishTimeout)
 		defer cancel()
 	}
+	if err := ctx.Err(); err != nil {
+		return PubAck{}, fmt.Errorf("%w: %w", ErrNotSent, err)
+	}
 	pm := pubMsgs.Get().(*pubMsg)
 	defer pm.put()
 	m := pm.fill(subject, data, msgID, lastSeq)

@@ -165,6 +165,16 @@ func (s *Service) startRun(ctx context.Context, req *xctv1.StartRunRequest) (*ru
 		s.mu.Unlock()
 		rcancel(nil)
 		r.closeProposers()
+		if appendMayHaveLanded(err) {
+			// The chain may have begun: the owner key stays, so a
+			// takeover resumes the run within a lease (or, finding no
+			// chain, deletes the key). Deleting it would leave a run
+			// that exists and that no orchestrator ever runs.
+			s.log.Warn("run start not confirmed by the event log; it may have been recorded: its claim is left for a takeover", "run", id, "err", err)
+			return nil, status.Errorf(codes.Unavailable,
+				"run %s: its start may have been recorded although the event log did not confirm it (%v); retry with the same run id: ALREADY_EXISTS then says it was, and the run goes on within %v",
+				id, err, s.cfg.RunLease)
+		}
 		s.abandonStart(r)
 		if counted {
 			s.giveQuota(principal, id)

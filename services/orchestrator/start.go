@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -86,4 +87,20 @@ func (s *Service) abandonStart(r *run) {
 		s.log.Warn("run not started but its owner key stays (a retry takes it over)", "run", r.id, "err", err)
 	}
 	r.lease.rev = 0
+}
+
+// appendMayHaveLanded reports whether a failed append may have been
+// stored all the same: the stream did not answer in time, or the
+// connection broke after the write was sent. It was not when the stream
+// refused it (another writer's event at its place, an error the stream
+// answered with), when no stream received it (no responders), or when it
+// was never sent (its deadline had passed).
+func appendMayHaveLanded(err error) bool {
+	var apiErr *jetstream.APIError
+	switch {
+	case errors.Is(err, eventlog.ErrConflict), errors.Is(err, eventlog.ErrNotSent), errors.As(err, &apiErr),
+		errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, nats.ErrNoResponders):
+		return false
+	}
+	return true
 }

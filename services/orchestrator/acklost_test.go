@@ -1,0 +1,107 @@
+package orchestrator
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/auth"
+	"github.com/xct-dev/xct/internal/grpcx"
+	"github.com/xct-dev/xct/internal/grpcx/grpcxtest"
+	"github.com/xct-dev/xct/internal/testutil"
+	"github.com/xct-dev/xct/lctl"
+)
+
+// Issue 12, session 11: JetStream writes that time out but were stored
+// (a stream leader change, a connection dropped after the write). The
+// orchestrator's NATS connection goes through testutil.AckLoser, which
+// loses the acknowledgement of one chosen write.
+
+// launchLossy starts an orchestrator whose NATS connection goes through
+// an AckLoser, with short append and lease bounds.
+func (f *fixture) launchLossy(name string, model Proposer) (*Service, *testutil.AckLoser) {
+	f.t.Helper()
+	loser := testutil.NewAckLoser(f.t, strings.TrimPrefix(f.ns.ClientURL(), "nats://"))
+	nc, err := nats.Connect(loser.URL(), testutil.Admin())
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(nc.Close)
+	cfg := Config{RunLease: time.Second, DrainTimeout: 5 * time.Second, Instance: name, CallTimeout: time.Minute,
+		AppendTimeout: 500 * time.Millisecond, TakeoverTimeout: 2 * time.Second, ValidatorAddr: f.valAddr, ExecutorAddr: f.execAddr}
+	s, err := New(cfg, nc, testLogger().With("instance", name), WithProposer("tester", model),
+		WithDialOptions(grpcx.WithToken(f.creds.Token(f.t, grpcxtest.Service))))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.Start(ctx); err != nil {
+		f.t.Fatal(err)
+	}
+	if f.owners == nil {
+		if f.owners, err = f.events.JetStream().KeyValue(ctx, OwnersBucket); err != nil {
+			f.t.Fatal(err)
+		}
+	}
+	f.t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = s.Stop(ctx)
+	})
+	return s, loser
+}
+
+// StartRun's run_started is stored but its acknowledgement is lost: the
+// append times out and StartRun fails (UNAVAILABLE). The client retries
+// with the same run id, as told. Before the fix, the failed start deleted
+// the run's owner key although its chain had begun: the retry was told the
+// run exists (ALREADY_EXISTS), and no orchestrator ever ran it (no key, no
+// takeover): a run RUNNING forever with nothing running it. Now the key of
+// a start whose append may have landed is left to expire, and a takeover
+// finds the chain and runs the run to its end.
+func TestStartRunWhoseStartLandedUnseenRuns(t *testing.T) {
+	t.Parallel()
+	model := newGatedModel(step("test.count", 1))
+	f := newFixture(t, model)
+	s, loser := f.launchLossy("orch-a", model)
+	loser.LoseNext(func(subject string, body []byte) bool {
+		return strings.HasPrefix(subject, "lctl.chain.") && bytes.Contains(body, []byte(`"type":"`+lctl.TypeRunStarted+`"`))
+	})
+	const id = "run-acklost-start"
+	req := &xctv1.StartRunRequest{RunId: id, Goal: "count", Model: "func:tester", Principal: "alice"}
+	start := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, err := s.StartRun(as(ctx, "alice", auth.RoleSubmitter), req)
+		return err
+	}
+	err := start()
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("StartRun with its append's answer lost: %v, want UNAVAILABLE", err)
+	}
+	select {
+	case <-loser.Lost:
+	default:
+		t.Fatal("no answer was lost")
+	}
+	// The client retries as told: the run exists, or it starts now.
+	if err := start(); err != nil && status.Code(err) != codes.AlreadyExists {
+		t.Fatalf("retried StartRun: %v", err)
+	}
+	events := f.waitEnd(id)
+	f.checkChain(id, events, 1)
+	if n := len(only(events, lctl.TypeRunStarted)); n != 1 {
+		t.Fatalf("%d run_started:\n%s", n, describe(events))
+	}
+	if f.count.count(1) != 1 {
+		t.Fatalf("step 1 acted %d times", f.count.count(1))
+	}
+}
