@@ -173,6 +173,9 @@ func (s *Service) claim(ctx context.Context, req *xctv1.ExecuteRequest, st *serv
 			return &stepClaim{store: store, rec: rec, rev: rev}, nil, nil
 		}
 		if !errors.Is(err, ErrStepExists) {
+			if s.unclaim(sctx, store, rec, nil) {
+				continue // this claim landed unseen and is released: claim again
+			}
 			return nil, nil, storeErr(ctx, req.GetStepId(), err)
 		}
 		cur, rev, err := store.Get(sctx, req.GetStepId())
@@ -207,7 +210,7 @@ func (s *Service) claim(ctx context.Context, req *xctv1.ExecuteRequest, st *serv
 			next.Tool, next.ArgumentsDigest = req.GetTool(), digest
 			if rev, err := store.Update(sctx, next, rev); err == nil {
 				return &stepClaim{store: store, rec: next, rev: rev, prev: cur}, nil, nil
-			} else if !errors.Is(err, ErrStepConflict) {
+			} else if !errors.Is(err, ErrStepConflict) && !s.unclaim(sctx, store, next, cur) {
 				return nil, nil, storeErr(ctx, req.GetStepId(), err)
 			}
 		case statePending:
@@ -237,7 +240,7 @@ func (s *Service) claim(ctx context.Context, req *xctv1.ExecuteRequest, st *serv
 				if rev, err := store.Update(sctx, next, rev); err == nil {
 					s.log.WarnContext(ctx, "step in doubt re-run (idempotent)", "step_id", cur.GetStepId(), "tool", cur.GetTool(), "attempt", next.GetAttempt())
 					return &stepClaim{store: store, rec: next, rev: rev, prev: cur}, nil, nil
-				} else if !errors.Is(err, ErrStepConflict) {
+				} else if !errors.Is(err, ErrStepConflict) && !s.unclaim(sctx, store, next, cur) {
 					return nil, nil, storeErr(ctx, req.GetStepId(), err)
 				}
 				continue
@@ -254,6 +257,32 @@ func (s *Service) claim(ctx context.Context, req *xctv1.ExecuteRequest, st *serv
 			return nil, nil, status.Errorf(codes.DataLoss, "step %s has a record in an unknown state %v; nothing was executed", req.GetStepId(), cur.GetState())
 		}
 	}
+}
+
+// unclaim undoes a claim whose write failed but may have been stored
+// unseen (its acknowledgement lost: a timeout, a stream leader change): if
+// the step's record is now exactly the claim this call wrote (wrote), it
+// did land, and no tool acted for it, so it is released (removed, or put
+// back to prev for a later attempt) and the caller claims again; a claim
+// left pending would be in doubt at its deadline although nothing acted.
+// It reports whether the claim was released; false (the record is not
+// this call's, or cannot be read or changed) leaves the outcome to the
+// caller's store error.
+func (s *Service) unclaim(ctx context.Context, store StepStore, wrote, prev *xctv1.StepRecord) bool {
+	cur, rev, err := store.Get(ctx, wrote.GetStepId())
+	if err != nil || !proto.Equal(cur, wrote) {
+		return false
+	}
+	if prev == nil {
+		err = store.Delete(ctx, wrote.GetStepId(), rev)
+	} else {
+		_, err = store.Update(ctx, prev, rev)
+	}
+	if err != nil {
+		return false
+	}
+	s.log.WarnContext(ctx, "step claim stored unseen (its write timed out) and released; claiming again", "step_id", wrote.GetStepId(), "attempt", wrote.GetAttempt())
+	return true
 }
 
 // rerun is the record of a new attempt of cur, keeping its history.
