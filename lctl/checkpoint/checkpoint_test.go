@@ -353,6 +353,48 @@ func TestCutAfterACheckpoint(t *testing.T) {
 	if r := checkpoint.Verify("run-1", rolled[:len(rolled)-3], keys, checkpoint.Options{}); !r.OK {
 		t.Fatalf("rolled back, cut before the rollback: %+v", r)
 	}
+	// Against the cluster's latest signed head (the live chain's tail),
+	// the cut shows.
+	tail := rolled[len(rolled)-6:]
+	h, ok := checkpoint.LatestHead("run-1", tail, keys, checkpoint.Options{})
+	if !ok || h.Seq != head.Seq || h.Hash != head.Hash {
+		t.Fatalf("latest head %+v %v, want seq %d", h, ok, head.Seq)
+	}
+	h.Source = "the tracer at 127.0.0.1:7704"
+	both := func(events []lctl.Event, opts checkpoint.Options) *checkpoint.Report {
+		t.Helper()
+		r := checkpoint.Verify("run-1", events, keys, opts)
+		sv := checkpoint.NewStreamVerifier("run-1", keys, opts)
+		for i := range events {
+			sv.Add(&events[i])
+		}
+		if s := sv.Report(); s.OK != r.OK || !reflect.DeepEqual(s.Problems, r.Problems) || !reflect.DeepEqual(s.Notes, r.Notes) {
+			t.Fatalf("stream %+v\nwhole %+v", s, r)
+		}
+		return r
+	}
+	r := both(rolled[:len(rolled)-3], checkpoint.Options{Against: &h})
+	wantFirst(t, r, head.Seq-2, "covering seq "+fmt.Sprint(head.Seq)+"; this chain ends at seq "+fmt.Sprint(head.Seq-2))
+	if r.First.Kind != checkpoint.ProblemBehind || !strings.Contains(r.First.Message, "127.0.0.1:7704") {
+		t.Fatalf("%+v", r.First)
+	}
+	if r := both(rolled, checkpoint.Options{Against: &h}); !r.OK || !strings.Contains(strings.Join(r.Notes, "\n"), "latest signed head the tracer at 127.0.0.1:7704 has (seq "+fmt.Sprint(head.Seq)) {
+		t.Fatalf("whole, against its head: %+v", r)
+	}
+	// Another chain at that seq (a fork): refused.
+	forked := h
+	forked.Hash = strings.Repeat("0", 64)
+	wantFirst(t, both(rolled, checkpoint.Options{Against: &forked}), head.Seq, "it is not the chain the cluster signed")
+	// An untrusted key's or another chain's checkpoint is no head.
+	if _, ok := checkpoint.LatestHead("run-1", tail, note.VerifierList(newKey(t, "other").verifier), checkpoint.Options{}); ok {
+		t.Fatal("an untrusted key's checkpoint gave a head")
+	}
+	if _, ok := checkpoint.LatestHead("run-2", tail, keys, checkpoint.Options{}); ok {
+		t.Fatal("another chain's checkpoint gave a head")
+	}
+	if _, ok := checkpoint.LatestHead("run-1", tail[len(tail)-1:], keys, checkpoint.Options{}); ok {
+		t.Fatal("a checkpoint without the event it covers gave a head")
+	}
 }
 
 // TestCopiedCheckpointIsUnsigned: a signed checkpoint proves itself only

@@ -29,11 +29,12 @@ type StreamVerifier struct {
 	// in order: unsigned unless a later checkpoint covers them.
 	pending []uint64
 	ends    ends
+	against against
 }
 
 // NewStreamVerifier returns a verifier before the first event.
 func NewStreamVerifier(chainID string, keys note.Verifiers, opts Options) *StreamVerifier {
-	v := &StreamVerifier{opts: opts, r: newReport(chainID)}
+	v := &StreamVerifier{opts: opts, r: newReport(chainID), against: against{head: opts.Against}}
 	v.ck = opts.newChecker(v.r, keys, chainID)
 	return v
 }
@@ -51,6 +52,7 @@ func (v *StreamVerifier) Add(e *lctl.Event) bool {
 	slot := &v.ring[e.Seq%ringSize]
 	slot.seq, slot.hash, slot.ts = e.Seq, e.Hash, e.Timestamp
 	v.ends.add(e)
+	v.against.add(e)
 	if e.Type != EventType {
 		v.pending = append(v.pending, e.Seq)
 		return true
@@ -88,6 +90,8 @@ func (v *StreamVerifier) Report() *Report {
 			r.Unsigned = append(r.Unsigned, s)
 		}
 	}
-	r.finish(v.opts, func(seq uint64) int { return int(seq) }, v.ends)
+	pos := func(seq uint64) int { return int(seq) }
+	v.against.finish(r, pos)
+	r.finish(v.opts, pos, v.ends)
 	return r
 }

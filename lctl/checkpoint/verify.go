@@ -52,6 +52,11 @@ type Options struct {
 	// they alone sign proves nothing, outright, or over events dated at or
 	// after the revocation's Since.
 	Revoked []Revocation
+	// Against, when set, is the chain's latest signed head as another
+	// source has it (LatestHead of the tracer's live chain): the chain
+	// must hold that event, or it was cut after a signed end
+	// (ProblemBehind).
+	Against *Head
 }
 
 // newChecker is the checker of chainID's checkpoints under o.
@@ -160,12 +165,16 @@ func Verify(chainID string, events []lctl.Event, keys note.Verifiers, opts Optio
 			return events[seq-1].Hash, events[seq-1].Timestamp, true
 		})
 	}
+	ag := against{head: opts.Against}
 	for i := range events {
 		if events[i].Seq > r.Covered && !signedCheckpoint[i] {
 			r.Unsigned = append(r.Unsigned, events[i].Seq)
 		}
+		ag.add(&events[i])
 	}
-	r.finish(opts, func(seq uint64) int { return positionOf(events, seq) }, endsOf(events))
+	pos := func(seq uint64) int { return positionOf(events, seq) }
+	ag.finish(r, pos)
+	r.finish(opts, pos, endsOf(events))
 	return r
 }
 

@@ -39,6 +39,7 @@ func runVerify(ctx context.Context, c *cmdContext) error {
 	// with events without a hash before the first with one is read again
 	// keeping a problem for each.
 	var sd *streamed
+	var headErr error // --against-tracer's read of the signed head
 	summary, keepNoHash := true, false
 	for range 3 {
 		sd, _ = c.streamChain(o, true, nil, nil, func(id string) {
@@ -51,6 +52,9 @@ func runVerify(ctx context.Context, c *cmdContext) error {
 				v.KeepNoHash()
 			}
 			if trusted != nil {
+				if keys.againstTracer && keys.against == nil && headErr == nil {
+					keys.against, headErr = c.signedHead(ctx, id, trusted, keys.options())
+				}
 				sv = checkpoint.NewStreamVerifier(id, trusted, keys.options())
 			}
 			c.signedSeen = 0
@@ -74,6 +78,9 @@ func runVerify(ctx context.Context, c *cmdContext) error {
 			break
 		}
 	}
+	if headErr != nil {
+		return headErr
+	}
 	if sd != nil {
 		for _, w := range sd.warnings {
 			c.warn("%s: %s", sd.label, w)
@@ -91,6 +98,11 @@ func runVerify(ctx context.Context, c *cmdContext) error {
 			c.warn("%s: %s", d.label, w)
 		}
 		if trusted != nil {
+			if keys.againstTracer && keys.against == nil {
+				if keys.against, err = c.signedHead(ctx, d.id, trusted, keys.options()); err != nil {
+					return err
+				}
+			}
 			sigs = checkpoint.Verify(d.id, d.events, trusted, keys.options())
 		}
 		c.signedSeen = 0

@@ -9,8 +9,11 @@ import (
 
 	"golang.org/x/mod/sumdb/note"
 
+	lctlv1 "github.com/xct-dev/xct/gen/lctl/v1"
+	"github.com/xct-dev/xct/lctl"
 	"github.com/xct-dev/xct/lctl/analysis"
 	"github.com/xct-dev/xct/lctl/checkpoint"
+	"github.com/xct-dev/xct/lctl/lctlpb"
 )
 
 // keyFlags are verify's signature flags: --key / --trusted-keys (both
@@ -20,6 +23,9 @@ type keyFlags struct {
 	allowUnsign bool
 	origin      string
 	revoked     []checkpoint.Revocation
+	// againstTracer: compare with the live chain's latest signed head.
+	againstTracer bool
+	against       *checkpoint.Head
 }
 
 type listFlag struct{ l *[]string }
@@ -38,6 +44,7 @@ func (c *cmdContext) signatureFlags() *keyFlags {
 	c.fs.Var(listFlag{&k.files}, "key", "verifier key file (NAME+HASH+KEY, the .pub lctl keygen writes): also prove the chain is what that key signed (repeatable)")
 	c.fs.Var(listFlag{&k.files}, "trusted-keys", "file of verifier keys, one per line (# comments): the current key and the ones rotated out; \"revoked KEY\" or \"revoked since=RFC3339 KEY\" refuses what a key signed (outright, or over events dated from then) (repeatable)")
 	c.fs.BoolVar(&k.allowUnsign, "allow-unsigned-tail", false, "with --key: accept events after the last signed checkpoint (a chain still being written); they are listed either way")
+	c.fs.BoolVar(&k.againstTracer, "against-tracer", false, "with --key: also read the chain's latest checkpoint from the tracer (--tracer) and fail when the chain lacks what it signs: a chain cut after a signed end (hiding a later rollback) proves itself otherwise")
 	c.fs.StringVar(&k.origin, "origin", "", "with --key: the cluster whose checkpoints to trust (the orchestrator's --checkpoint-origin): a checkpoint must name ORIGIN/lctl/CHAIN_ID, so another cluster's chain of the same id signed by a shared key is refused")
 	return k
 }
@@ -58,6 +65,9 @@ func (k *keyFlags) load() (note.Verifiers, error) {
 		if k.origin != "" {
 			return nil, usagef("--origin goes with --key FILE")
 		}
+		if k.againstTracer {
+			return nil, usagef("--against-tracer goes with --key FILE")
+		}
 		return nil, nil
 	}
 	if k.origin != "" && !checkpoint.ValidOriginPrefix(k.origin) {
@@ -72,7 +82,59 @@ func (k *keyFlags) load() (note.Verifiers, error) {
 }
 
 func (k *keyFlags) options() checkpoint.Options {
-	return checkpoint.Options{AllowUnsignedTail: k.allowUnsign, OriginPrefix: k.origin, Revoked: k.revoked}
+	return checkpoint.Options{AllowUnsignedTail: k.allowUnsign, OriginPrefix: k.origin, Revoked: k.revoked, Against: k.against}
+}
+
+// headPage is how many events signedHead reads at a time from the end of
+// the live chain, and headPages how many pages back it looks: the
+// orchestrator signs every --checkpoint-every events (default 100) and at
+// a run's end.
+const (
+	headPage  = 128
+	headPages = 16
+)
+
+// signedHead reads chain id's latest signed head from the tracer: the
+// last checkpoint of the live chain that a trusted key signed.
+func (c *cmdContext) signedHead(ctx context.Context, id string, keys note.Verifiers, opts checkpoint.Options) (*checkpoint.Head, error) {
+	t, err := c.tracerAPI()
+	if err != nil {
+		return nil, err
+	}
+	cctx, cancel := c.callCtx(ctx)
+	first, err := t.api.GetChain(cctx, &lctlv1.GetChainRequest{ChainId: id, PageSize: 1})
+	cancel()
+	if err != nil {
+		return nil, c.rpcError(id, err)
+	}
+	end := first.GetSummary().GetEvents()
+	for page := uint64(0); page < headPages && end > 0; page++ {
+		from := uint64(1)
+		if end > headPage {
+			from = end - headPage + 1
+		}
+		cctx, cancel := c.callCtx(ctx)
+		resp, err := t.api.GetChain(cctx, &lctlv1.GetChainRequest{ChainId: id, FromSeq: from, PageSize: uint32(end - from + 1)})
+		cancel()
+		if err != nil {
+			return nil, c.rpcError(id, err)
+		}
+		tail := make([]lctl.Event, 0, len(resp.GetEvents()))
+		for _, pe := range resp.GetEvents() {
+			tail = append(tail, lctlpb.FromProto(pe))
+		}
+		if h, ok := checkpoint.LatestHead(id, tail, keys, opts); ok {
+			h.Source = "the tracer at " + c.tracer
+			return &h, nil
+		}
+		if from == 1 {
+			break
+		}
+		// The next page overlaps by one: a checkpoint at its start needs
+		// the event it covers.
+		end = from
+	}
+	return nil, &inputError{fmt.Errorf("chain %s: the tracer at %s has no checkpoint a trusted key signed in the chain's last %d events: nothing to compare with (--against-tracer)", id, c.tracer, headPage*headPages)}
 }
 
 // printSignatures prints what the signatures prove, after the chain checks.

@@ -362,3 +362,65 @@ func TestDevClusterSignsCheckpoints(t *testing.T) {
 	crewPath := exportSigned(t, env, crewID, filepath.Join(t.TempDir(), "crew.lctl.json"))
 	verifyFile(t, env, "xct dev crew demo", crewPath, pub, 0, "Chain verified and signed: it is exactly what xct-dev signed.")
 }
+
+// TestCutAfterTheEndHidesARollback: a run's export ends with its signed
+// end; the run is then rolled back (the rollback's end signed in turn).
+// The old export, or the new one cut back to the run's end, proves itself:
+// every event is what the cluster signed and the last ends the run, so
+// lctl verify --key says ✓ and the rollback is hidden. With
+// --against-tracer, verify reads the live chain's latest signed head from
+// the tracer and fails the cut copy, naming what it lacks; the whole
+// export passes with a note.
+func TestCutAfterTheEndHidesARollback(t *testing.T) {
+	keys := t.TempDir()
+	keyFile, pub := writeKey(t, keys, "xct-e2e-cut")
+	c := startCluster(t, func(cfg *app.Config, _ *app.Options) {
+		cfg.Orchestrator.Checkpoint = orchestrator.CheckpointConfig{KeyFile: keyFile, Every: 10}
+	})
+	c.writeScript(t, "write.yaml", `
+steps:
+  - next_step: {tool: fs.write, arguments: {path: rolled.txt, content: "hello"}, goal: write}
+  - done: true
+    message: written
+`)
+	env := map[string]string{"LCTL_TOKEN": c.creds.Token(t, "dave"), "LCTL_TRACER": c.app.Addr(app.TargetTracer)}
+	dir := t.TempDir()
+	run, _ := c.runToEnd(t, &xctv1.StartRunRequest{Goal: "g", Model: "scripted:write.yaml", Principal: "alice"})
+	id := run.GetRunId()
+	before := exportSigned(t, env, id, filepath.Join(dir, "before.lctl.json"))
+	verifyFile(t, env, "before the rollback", before, pub, 0, "Chain verified and signed")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if rb, err := c.orchAs(t, "carol").RollbackRun(ctx, &xctv1.RollbackRunRequest{RunId: id}); err != nil || rb.GetStatus() != "done" {
+		t.Fatalf("rollback %v: %v", rb, err)
+	}
+	after := filepath.Join(dir, "after.lctl.json")
+	testutil.Eventually(t, 20*time.Second, func() error {
+		if code, out := lctlRun(env, "export", "--chain", id, "-o", after); code != 0 {
+			return fmt.Errorf("export: exit %d: %s", code, out)
+		}
+		f := decode(t, after)
+		if n := len(f.Events); n < 2 || f.Events[n-1].Type != checkpoint.EventType || f.Events[n-2].Type != lctl.TypeRollbackFinished {
+			return fmt.Errorf("the export of %s does not end with the rollback's signed end yet", id)
+		}
+		return nil
+	})
+	// The hole: the copy from before the rollback proves itself.
+	verifyFile(t, env, "cut after the end, alone", before, pub, 0, "Chain verified and signed")
+	verifyFileCode(t, env, "cut after the end, against the tracer", before, pub, 1, []string{"--against-tracer"},
+		"FAILED", "the tracer at "+c.app.Addr(app.TargetTracer)+" has a checkpoint signed by xct-e2e-cut covering seq", "were cut off")
+	verifyFileCode(t, env, "whole, against the tracer", after, pub, 0, []string{"--against-tracer"},
+		"latest signed head", "Chain verified and signed")
+	if code, out := lctlRun(env, "verify", "--key", pub, "--against-tracer", "--chain", id); code != 0 || !strings.Contains(out, "latest signed head") {
+		t.Fatalf("the live chain, against the tracer: exit %d\n%s", code, out)
+	}
+	// Against a key that signed none of it: nothing to compare with.
+	_, otherPub := writeKey(t, keys, "xct-e2e-other")
+	if code, out := lctlRun(env, "verify", "--key", otherPub, "--against-tracer", after); code != 2 || !strings.Contains(out, "no checkpoint a trusted key signed") {
+		t.Fatalf("another key, against the tracer: exit %d\n%s", code, out)
+	}
+	if code, out := lctlRun(env, "verify", "--against-tracer", after); code != 2 || !strings.Contains(out, "--against-tracer goes with --key") {
+		t.Fatalf("without a key: exit %d\n%s", code, out)
+	}
+}
