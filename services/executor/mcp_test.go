@@ -343,4 +343,23 @@ func TestMCPProtectedMadeByATool(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(s.wsDir, "notes", "todo.txt")); err != nil {
 		t.Fatal(err)
 	}
+	// At any depth (session 11, trust11a: the scan stopped 3 directories
+	// down, and a/b/c/d/.npmrc stayed).
+	r = exec(t, s, "mcp.local.mkfile", map[string]any{"text": "a/b/c/d/.npmrc"})
+	if res, _ := r.GetSuccess().GetResult().AsInterface().(map[string]any); r.GetError() != nil || res["protected_moved"] == nil {
+		t.Fatalf("a deep .npmrc: %v", r)
+	}
+	if _, err := os.Lstat(filepath.Join(s.wsDir, "a/b/c/d/.npmrc")); !os.IsNotExist(err) {
+		t.Fatalf("a/b/c/d/.npmrc is still there: %v", err)
+	}
+	// A workspace the scan cannot read whole: a tool that may write is
+	// refused, nothing sent to the server.
+	must(t, os.MkdirAll(filepath.Join(s.wsDir, strings.Repeat("d/", protectScanDepth+1)), 0o755))
+	r = exec(t, s, "mcp.local.mkfile", map[string]any{"text": "refused.txt"})
+	if codeOf(r) != string(wire.CodePermissionDenied) || r.GetError().GetDetails().AsMap()["outcome_unknown"] != false {
+		t.Fatalf("a tool that may write in a workspace the scan cannot read whole: %v", r)
+	}
+	if _, err := os.Lstat(filepath.Join(s.wsDir, "refused.txt")); err == nil {
+		t.Fatal("the refused call reached the server")
+	}
 }

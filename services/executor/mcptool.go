@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"os"
 	osexec "os/exec"
@@ -113,7 +114,12 @@ func (m *mcpServer) transport(ctx context.Context) mcp.Transport {
 	}
 	var cmd *osexec.Cmd
 	if m.sb != nil {
-		sbx := m.sb.withProtected(m.protected, 3)
+		sbx, _, cut := m.sb.withProtected(m.protected, 3)
+		if cut != "" {
+			// Its tools that may write are refused while the workspace
+			// cannot be scanned whole (mcpTool.Invoke).
+			m.log.ErrorContext(ctx, "SECURITY: the MCP server starts with the protected paths the scan found read-only, not all", "server", m.cfg.Name, "reason", cut)
+		}
 		argv := withoutStatusFD(sbx.argv(m.cfg.resolved, m.cfg.Args, m.wsDir, env))
 		cmd = osexec.CommandContext(context.WithoutCancel(ctx), argv[0], argv[1:]...) //nolint:gosec // prlimit and bwrap, resolved; the operator's command
 		cmd.Env = []string{}
@@ -339,19 +345,31 @@ func (t *mcpTool) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.
 	if m.cfg.Command == "" || m.ws == nil || t.desc.GetEffect() == xctv1.Effect_EFFECT_READ {
 		return t.invoke(ctx, args)
 	}
-	before, complete := m.ws.protectedNames()
+	budget := m.ws.protected.scanBudget()
+	before, cut := m.ws.protectedNames(budget)
+	if cut != "" {
+		return nil, scanRefused("MCP tool "+t.desc.GetName(), cut, budget)
+	}
 	res, e := t.invoke(ctx, args)
-	if moved := m.ws.moveNewProtected(context.WithoutCancel(ctx), m.log, before, complete, "MCP tool "+t.desc.GetName()); len(moved) > 0 {
-		list := map[string]any{}
-		for k, v := range moved {
-			list[k] = v
+	moved, cut := m.ws.moveNewProtected(context.WithoutCancel(ctx), m.log, before, "MCP tool "+t.desc.GetName())
+	if len(moved) > 0 || cut != "" {
+		add := map[string]any{}
+		if len(moved) > 0 {
+			list := map[string]any{}
+			for k, v := range moved {
+				list[k] = v
+			}
+			add["protected_moved"] = list
+		}
+		if cut != "" {
+			add["protected_unchecked"] = cut
 		}
 		if e != nil {
 			d := e.GetDetails().AsMap()
-			d["protected_moved"] = list
+			maps.Copy(d, add)
 			e = wire.WithDetails(e, d)
 		} else if out, isMap := res.(map[string]any); isMap {
-			out["protected_moved"] = list
+			maps.Copy(out, add)
 		}
 	}
 	return res, e

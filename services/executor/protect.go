@@ -3,6 +3,7 @@ package executor
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -47,6 +48,8 @@ type protectedPaths struct {
 	dirs  []string // folded names
 	files []string
 	all   []string // as configured, for messages
+	// scanEntries is fs.protected_scan_entries (0: the default).
+	scanEntries int
 }
 
 func newProtectedPaths(extra []string) *protectedPaths {
@@ -98,91 +101,153 @@ func (p *protectedPaths) match(name string) string {
 	return ""
 }
 
+// Bounds of the scan for protected entries.
+const (
+	// protectScanEntries is the default of fs.protected_scan_entries:
+	// the names the scan before a program that may write reads at most.
+	// A workspace with more is not scanned whole, and such a program is
+	// not run (errScanIncomplete).
+	protectScanEntries = 65536
+	// protectScanDepth bounds how deep below the top any scan goes.
+	protectScanDepth = 256
+	// protectMaxMounts bounds the protected entries a sandbox mounts
+	// read-only (one descriptor and one mount each).
+	protectMaxMounts = 512
+	// protectReadChunk is how many names are read from a directory at a
+	// time: the scan holds no directory's whole list.
+	protectReadChunk = 1024
+)
+
+// scanBudget is the scan's bound of names: fs.protected_scan_entries, or
+// its default.
+func (p *protectedPaths) scanBudget() int {
+	if p == nil || p.scanEntries <= 0 {
+		return protectScanEntries
+	}
+	return p.scanEntries
+}
+
 // protectedNames returns the protected entries of the workspace (clean
-// relative paths, links included): those at its top, read whole, and
-// those below it that the sandbox's scan reaches (protectScanDepth
-// directories down, within protectScanEntries names in all, by name
-// order, never through a link); and whether that scan read everything in
-// its reach. It returns nil when the top could not be read whole: then
-// nothing is known, and nothing may be taken for new.
-func (w *workspace) protectedNames() (map[string]bool, bool) {
+// relative paths, links included), found by a scan of the whole
+// workspace (never through a link) that reads at most budget names (-1:
+// no bound), and "" when it read everything, otherwise why not. When the
+// top itself cannot be read, it returns nil.
+func (w *workspace) protectedNames(budget int) (map[string]bool, string) {
 	top, err := w.open(".")
 	if err != nil {
-		return nil, false
+		return nil, workspaceUnreadable + err.Error()
 	}
 	defer func() { _ = top.Close() }()
 	out := map[string]bool{}
-	budget := protectScanEntries
-	complete, topRead := w.protected.scanNames(top, "", 0, &budget, out)
-	if !topRead {
-		return nil, false
-	}
-	return out, complete
+	cut := w.protected.walk(top, "", 0, &budget, func(_ *os.File, _, rel string) bool {
+		out[rel] = true
+		return true
+	})
+	return out, cut
 }
 
-// scanNames adds the protected entries of dir (the workspace path rel)
-// and below it to out; complete is false when the budget ran out (or a
-// directory could not be read) before all was read, read whether dir's
-// own names were.
-func (p *protectedPaths) scanNames(dir *os.File, rel string, depth int, budget *int, out map[string]bool) (complete, read bool) {
-	n := *budget
-	if depth == 0 {
-		n = -1 // the top is read whole
-	} else if n <= 0 {
-		return false, false
-	}
-	names, err := dir.Readdirnames(n)
-	if err != nil && !errors.Is(err, io.EOF) {
-		return false, false
-	}
-	complete = true
-	if n > 0 && len(names) == n {
-		if more, _ := dir.Readdirnames(1); len(more) > 0 {
-			complete = false
+// walk calls found for every protected entry in dir (the workspace path
+// rel, depth directories below the top) and below it, never through a
+// symbolic link: with the directory that holds it, its name and its
+// workspace path (found returns false to stop the walk). It reads at most
+// *budget names (a negative budget: no bound) and goes at most
+// protectScanDepth directories down; it returns "" when it read
+// everything, otherwise why it did not.
+func (p *protectedPaths) walk(dir *os.File, rel string, depth int, budget *int, found func(dir *os.File, name, rel string) bool) string {
+	for {
+		// Entries with their types (from the directory itself on most
+		// file systems): only directories are opened.
+		des, err := dir.ReadDir(protectReadChunk)
+		if len(des) == 0 {
+			if err == nil || errors.Is(err, io.EOF) {
+				return ""
+			}
+			return "directory " + displayRel(rel) + " could not be read: " + err.Error()
+		}
+		if *budget >= 0 {
+			if *budget -= len(des); *budget < 0 {
+				return "the workspace holds more entries than the scan reads"
+			}
+		}
+		for _, de := range des {
+			name := de.Name()
+			// The directories above were not protected (or the walk
+			// would not be here): the name alone decides.
+			if p.matchName(name) {
+				if !found(dir, name, path.Join(rel, name)) {
+					return "stopped"
+				}
+				continue
+			}
+			if !de.IsDir() {
+				continue // a file, or a link: not followed
+			}
+			r := path.Join(rel, name)
+			fd, err := syscall.Openat(int(dir.Fd()), name, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC|syscall.O_NONBLOCK, 0)
+			switch {
+			case errors.Is(err, syscall.ENOTDIR) || errors.Is(err, syscall.ELOOP) || errors.Is(err, syscall.ENOENT):
+				continue // replaced meanwhile by a file or a link, or gone
+			case err != nil:
+				return "directory " + displayRel(r) + " could not be opened: " + err.Error()
+			case depth+1 > protectScanDepth:
+				_ = syscall.Close(fd)
+				return fmt.Sprintf("directories are nested more than %d deep", protectScanDepth)
+			}
+			sub := os.NewFile(uintptr(fd), name)
+			cut := p.walk(sub, r, depth+1, budget, found)
+			_ = sub.Close()
+			if cut != "" {
+				return cut
+			}
 		}
 	}
-	*budget -= len(names)
-	slices.Sort(names)
-	for _, name := range names {
-		r := path.Join(rel, name)
-		if p.match(r) != "" {
-			out[r] = true
-			continue
-		}
-		if depth >= protectScanDepth {
-			continue
-		}
-		fd, err := syscall.Openat(int(dir.Fd()), name, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
-		if err != nil {
-			continue // not a directory, or a link
-		}
-		sub := os.NewFile(uintptr(fd), name)
-		if *budget <= 0 {
-			complete = false
-		} else if c, _ := p.scanNames(sub, r, depth+1, budget, out); !c {
-			complete = false
-		}
-		_ = sub.Close()
-	}
-	return complete, true
 }
 
-// moveNewProtected renames aside the protected entries in the scan's
-// reach (protectedNames) that are not in before (the entry itself, a link
-// included: nothing is followed or deleted), and returns where each went.
-// Below the top, only when the scan before read everything in its reach
-// (beforeComplete): otherwise one that was there but not reached before
-// would look new. Renamed, not removed: one made meanwhile by someone else
-// than the program (a human's git init in the same workspace) loses
-// nothing. who names what ran, for the log.
-func (w *workspace) moveNewProtected(ctx context.Context, log *slog.Logger, before map[string]bool, beforeComplete bool, who string) map[string]string {
+// matchName reports whether an entry named name is protected, its
+// directories being none: match for a path of one component.
+func (p *protectedPaths) matchName(name string) bool {
+	if strings.ContainsRune(name, '\\') {
+		return p.match(name) != "" // a Windows-style path in one name, as the fs tools take it
+	}
+	f := foldName(name)
+	if j := strings.IndexByte(f, ':'); j > 0 {
+		f = f[:j]
+	}
+	return slices.Contains(p.dirs, f) || slices.Contains(p.files, f)
+}
+
+// workspaceUnreadable begins the reason of a scan that could not open
+// the workspace itself.
+const workspaceUnreadable = "the workspace cannot be read: "
+
+func displayRel(rel string) string {
+	if rel == "" {
+		return "."
+	}
+	return rel
+}
+
+// moveNewProtected renames aside the protected entries of the workspace
+// that are not in before (the whole workspace's, as protectedNames found
+// them before the program ran; the entry itself, a link included:
+// nothing is followed or deleted), and returns where each went, and ""
+// or why the scan after could not read everything (then one may remain:
+// flagged to the caller and logged). Renamed, not removed: one made
+// meanwhile by someone else than the program (a human's git init in the
+// same workspace) loses nothing. who names what ran, for the log.
+func (w *workspace) moveNewProtected(ctx context.Context, log *slog.Logger, before map[string]bool, who string) (map[string]string, string) {
 	if before == nil {
-		return nil // nothing known of before
+		return nil, "nothing is known of the workspace before" // never called so
 	}
-	after, _ := w.protectedNames()
+	// Unbounded: what the program made is found wherever it is, at a
+	// cost proportional to what it made within its deadline and limits.
+	after, cut := w.protectedNames(-1)
+	if cut != "" {
+		log.ErrorContext(ctx, "SECURITY: the workspace could not be scanned whole for protected paths after a program ran; one it made may remain", "by", who, "reason", cut)
+	}
 	var moved map[string]string
 	for name := range after {
-		if before[name] || (strings.Contains(name, "/") && !beforeComplete) {
+		if before[name] {
 			continue
 		}
 		aside, err := w.moveAside(name)
@@ -196,7 +261,7 @@ func (w *workspace) moveNewProtected(ctx context.Context, log *slog.Logger, befo
 		}
 		moved[name] = aside
 	}
-	return moved
+	return moved, cut
 }
 
 // moveAside renames the workspace entry name, in its directory reached

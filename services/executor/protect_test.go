@@ -225,5 +225,10 @@ func TestProtectedMatch(t *testing.T) {
 		if got := p.match(name); got != want {
 			t.Errorf("match(%q) = %q, want %q", name, got, want)
 		}
+		// The scan's match of one name (its directories were not
+		// protected) agrees.
+		if !strings.Contains(name, "/") && p.matchName(name) != (want != "") {
+			t.Errorf("matchName(%q) = %v, want %q", name, p.matchName(name), want)
+		}
 	}
 }

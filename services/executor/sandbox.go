@@ -9,7 +9,6 @@ import (
 	"io"
 	"os"
 	osexec "os/exec"
-	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -265,7 +264,7 @@ func SandboxAvailable() error {
 func (s *osSandbox) probe() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	sbx := s.withProtected(nil, 4) // the seccomp filter too; fd 3 is the status
+	sbx, _, _ := s.withProtected(nil, 4) // the seccomp filter too; fd 3 is the status
 	defer sbx.closeExtra()
 	argv := sbx.argv(s.bwrap, []string{"--version"}, s.wsDir, nil)
 	cmd := osexec.CommandContext(ctx, argv[0], argv[1:]...) //nolint:gosec // bwrap and prlimit, resolved
@@ -491,88 +490,62 @@ type protectedMount struct {
 	dest string
 }
 
-// Bounds of the scan for protected paths below the workspace's top.
-const (
-	protectScanDepth   = 3    // directories below the top
-	protectScanEntries = 4096 // entries read in all
-)
-
 // withProtected returns a copy of the sandbox that also mounts, read-only
-// over the workspace, the protected paths it finds there: at the top and
-// up to protectScanDepth directories down, within protectScanEntries
-// entries (deeper or later ones stay protected from the fs tools only). A
-// program cannot change .git/config or a hook even through an allowed
-// tool. Each is opened with O_PATH|O_NOFOLLOW, through directories opened
-// with O_NOFOLLOW, and mounted through its descriptor (--ro-bind-fd): a
-// symbolic link planted there (".git -> /") is not followed on the host,
-// and cannot be swapped in after the check. The seccomp filter comes
-// first: the files start at descriptor firstFD in the child; close them
-// with closeExtra once the child started.
-func (s *osSandbox) withProtected(protected *protectedPaths, firstFD int) *osSandbox {
+// over the workspace, the protected entries it finds anywhere in it (a
+// scan of the whole workspace that reads at most fs.protected_scan_entries
+// names): a program cannot change .git/config or a hook even through an
+// allowed tool. Each is opened with O_PATH|O_NOFOLLOW, through
+// directories opened with O_NOFOLLOW, and mounted through its descriptor
+// (--ro-bind-fd): a symbolic link planted there (".git -> /") is not
+// followed on the host, and cannot be swapped in after the check. It
+// also returns the protected entries found (links included, which are
+// not mounted: a link inside the sandbox resolves inside it), and "" when
+// the scan read the whole workspace and every entry is mounted, otherwise
+// why not: then some may be writable, and a program that may write must
+// not run. The seccomp filter comes first: the files start at descriptor
+// firstFD in the child; close them with closeExtra once the child
+// started. With protected nil nothing is scanned.
+func (s *osSandbox) withProtected(protected *protectedPaths, firstFD int) (*osSandbox, map[string]bool, string) {
 	c := *s
 	c.extra, c.firstFD, c.seccomp = nil, firstFD, nil
 	if f, err := seccompFile(); err == nil {
 		c.seccomp = f
 	}
 	if protected == nil {
-		return &c
+		return &c, nil, ""
 	}
 	dir, err := os.Open(s.wsDir)
 	if err != nil {
-		return &c
+		return &c, nil, workspaceUnreadable + err.Error()
 	}
-	budget := protectScanEntries
-	c.scanProtected(dir, "", 0, &budget, protected)
-	_ = dir.Close()
-	return &c
-}
-
-// scanProtected looks for protected entries in dir (the workspace path
-// rel), and below it.
-func (s *osSandbox) scanProtected(dir *os.File, rel string, depth int, budget *int, protected *protectedPaths) {
-	// The top is read whole (it was before the scan went deeper); below,
-	// at most what is left of the budget.
-	n := *budget
-	if depth == 0 {
-		n = -1
-	} else if n <= 0 {
-		return
-	}
-	names, err := dir.Readdirnames(n)
-	if err != nil && len(names) == 0 {
-		return
-	}
-	slices.Sort(names)
-	*budget -= len(names)
-	for _, name := range names {
-		p := path.Join(rel, name)
-		if protected.match(p) != "" {
-			fd, err := syscall.Openat(int(dir.Fd()), name, oPath|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
-			if err != nil {
-				continue
-			}
-			f := os.NewFile(uintptr(fd), name)
-			var st syscall.Stat_t
-			if syscall.Fstat(fd, &st) != nil || st.Mode&syscall.S_IFMT == syscall.S_IFLNK {
-				// A link inside the sandbox resolves inside it: nothing
-				// of the host to protect, and never to mount.
-				_ = f.Close()
-				continue
-			}
-			s.extra = append(s.extra, protectedMount{file: f, dest: filepath.Join(s.wsDir, filepath.FromSlash(p))})
-			continue
-		}
-		if depth >= protectScanDepth || *budget <= 0 {
-			continue
-		}
-		fd, err := syscall.Openat(int(dir.Fd()), name, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	defer func() { _ = dir.Close() }()
+	names := map[string]bool{}
+	budget := protected.scanBudget()
+	cut := protected.walk(dir, "", 0, &budget, func(d *os.File, name, rel string) bool {
+		names[rel] = true
+		fd, err := syscall.Openat(int(d.Fd()), name, oPath|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
 		if err != nil {
-			continue // not a directory, or a link
+			return true // gone
 		}
-		sub := os.NewFile(uintptr(fd), name)
-		s.scanProtected(sub, p, depth+1, budget, protected)
-		_ = sub.Close()
+		f := os.NewFile(uintptr(fd), name)
+		var st syscall.Stat_t
+		if syscall.Fstat(fd, &st) != nil || st.Mode&syscall.S_IFMT == syscall.S_IFLNK {
+			// A link inside the sandbox resolves inside it: nothing of
+			// the host to protect, and never to mount.
+			_ = f.Close()
+			return true
+		}
+		if len(c.extra) >= protectMaxMounts {
+			_ = f.Close()
+			return false
+		}
+		c.extra = append(c.extra, protectedMount{file: f, dest: filepath.Join(s.wsDir, filepath.FromSlash(rel))})
+		return true
+	})
+	if cut == "stopped" {
+		cut = fmt.Sprintf("the workspace holds more than %d protected entries to mount read-only", protectMaxMounts)
 	}
+	return &c, names, cut
 }
 
 // closeOnExecInherited marks every descriptor of the executor above 2

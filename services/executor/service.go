@@ -125,6 +125,7 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger, extra ...Tool) (*Service, 
 	}
 	if toolsCfg.FS != nil {
 		ws.protected = newProtectedPaths(toolsCfg.FS.ProtectedPaths)
+		ws.protected.scanEntries = toolsCfg.FS.ProtectedScanEntries
 	}
 	s := &Service{cfg: cfg, nc: nc, log: log, ws: ws, wsDir: wsDir, toolsCfg: toolsCfg, instance: instanceID(), tools: map[string]*servedTool{}, quit: make(chan struct{})}
 	if s.verifier, err = cfg.verifier(); err != nil {

@@ -58,6 +58,12 @@ type ShellResult struct {
 	// run code for whoever uses the workspace next), so the executor
 	// renamed each aside, to the name given, where nothing reads it.
 	ProtectedMoved map[string]string `json:"protected_moved,omitempty"`
+	// ProtectedUnchecked says why the workspace could not be scanned
+	// whole for protected paths after the program ran (it made more
+	// entries, or deeper, than a scan can read): one it made may remain.
+	// Logged as a security error; the next program that may write is
+	// refused until the workspace is scannable again.
+	ProtectedUnchecked string `json:"protected_unchecked,omitempty"`
 }
 
 // shellTool is the shell.exec tool. It runs only allow-listed programs,
@@ -255,14 +261,36 @@ func (t *shellTool) Invoke(ctx context.Context, args map[string]any) (any, *xctv
 	var cmd *osexec.Cmd
 	var status *sandboxStatus
 	var enter *enterReport
+	// A program that may write could make a protected path that is not
+	// there yet, or change one the scan did not find (the sandbox mounts
+	// read-only those it finds): the whole workspace is scanned before
+	// (a program is not run in one the scan cannot read whole) and after.
+	var protectedBefore map[string]bool
+	if t.sb == nil && bin.Effect != EffectRead {
+		var cut string
+		if protectedBefore, cut = t.ws.protectedNames(t.ws.protected.scanBudget()); cut != "" {
+			return nil, scanRefused(argv[0], cut, t.ws.protected.scanBudget())
+		}
+	}
 	if t.sb != nil {
 		// The sandbox's own root holds only the workspace: the directory
 		// is named by its path there, and protected paths at the top of
 		// the workspace are mounted read-only over it.
-		sbx := t.sb.withProtected(t.ws.protected, 4) // fd 3 is the status pipe
+		var sbx *osSandbox
+		if bin.Effect == EffectRead {
+			// The verdict allowed a read: the program gets to read, the
+			// whole workspace read-only (nothing to look for).
+			sbx, _, _ = t.sb.withProtected(nil, 4) // fd 3 is the status pipe
+			sbx.readOnlyWorkspace = true
+		} else {
+			var cut string
+			sbx, protectedBefore, cut = t.sb.withProtected(t.ws.protected, 4)
+			if cut != "" {
+				sbx.closeExtra()
+				return nil, scanRefused(argv[0], cut, t.ws.protected.scanBudget())
+			}
+		}
 		defer sbx.closeExtra()
-		// The verdict allowed a read: the program gets to read.
-		sbx.readOnlyWorkspace = bin.Effect == EffectRead
 		if dirName != "." {
 			// bubblewrap changes to the directory by its path: the
 			// program starts through a check that it is the directory
@@ -314,14 +342,6 @@ func (t *shellTool) Invoke(ctx context.Context, args map[string]any) (any, *xctv
 	}
 	defer pipes.close()
 
-	// A program that may write could make a protected path that is not
-	// there yet (the sandbox mounts read-only only those it finds): those
-	// in the reach of the sandbox's scan are looked for after it ran.
-	var protectedBefore map[string]bool
-	var beforeComplete bool
-	if bin.Effect != EffectRead {
-		protectedBefore, beforeComplete = t.ws.protectedNames()
-	}
 	if e := Commit(ctx); e != nil {
 		return nil, e
 	}
@@ -346,7 +366,9 @@ func (t *shellTool) Invoke(ctx context.Context, args map[string]any) (any, *xctv
 
 	res := ShellResult{ExitCode: cmd.ProcessState.ExitCode()}
 	if bin.Effect != EffectRead {
-		res.ProtectedMoved = t.ws.moveNewProtected(ctx, t.log, protectedBefore, beforeComplete, "program "+argv[0])
+		var cut string
+		res.ProtectedMoved, cut = t.ws.moveNewProtected(ctx, t.log, protectedBefore, "program "+argv[0])
+		res.ProtectedUnchecked = cut
 	}
 	res.Stdout, res.StdoutEncoding, res.StdoutTruncated = stdout.text()
 	res.Stderr, res.StderrEncoding, res.StderrTruncated = stderr.text()
@@ -662,4 +684,19 @@ func toAny(ss []string) []any {
 		out[i] = s
 	}
 	return out
+}
+
+// scanRefused is the refusal of a program that may write in a workspace
+// the scan for protected paths cannot read whole (why: cut): a protected
+// entry it did not find would be writable in the sandbox, and one the
+// program made there would stay. Nothing was run.
+func scanRefused(program, cut string, budget int) *xctv1.Error {
+	if strings.HasPrefix(cut, workspaceUnreadable) {
+		return wire.WithDetails(wire.Errorf(wire.CodeToolFailure, "the sandbox of %s could not be set up; nothing was run: %s", program, cut),
+			map[string]any{"program": program, "outcome_unknown": false})
+	}
+	return wire.WithDetails(wire.Errorf(wire.CodePermissionDenied,
+		"%s may write, and the workspace cannot be scanned whole for protected paths (%s; the scan reads at most %d names, fs.protected_scan_entries): "+
+			"one it did not find would be writable, so the program was not run; nothing was run", program, cut, budget),
+		map[string]any{"program": program, "reason": cut, "limit": budget, "outcome_unknown": false})
 }

@@ -503,3 +503,82 @@ func testShellProtectedMade(t *testing.T, sandboxed bool) {
 		t.Fatalf("a read program: %+v", res)
 	}
 }
+
+// TestShellProtectedBeyondTheScan (session 11, trust11a): the scan for
+// protected paths stopped 3 directories below the top and after 4096
+// names (by name order), so a program that may write changed an existing
+// vendor/x/y/z/.git/config (sandboxed: it was not mounted read-only) and
+// left deep/1/2/3/4/.husky/pre-commit and, behind 4200 names in aaa/,
+// zzz/.npmrc in the workspace. Now the scan reads the whole workspace:
+// before a program that may write (one is not run in a workspace with
+// more names than fs.protected_scan_entries: a protected entry the scan
+// did not find would be writable), and after it, unbounded, to move
+// aside what it made; a scan cut short after (directories nested deeper
+// than it goes) is named in protected_unchecked.
+func TestShellProtectedBeyondTheScan(t *testing.T) {
+	t.Run("sandboxed", func(t *testing.T) { testShellProtectedBeyondTheScan(t, true) })
+	t.Run("sandbox none", func(t *testing.T) { testShellProtectedBeyondTheScan(t, false) })
+}
+
+func testShellProtectedBeyondTheScan(t *testing.T, sandboxed bool) {
+	sb := newSandbox(t)
+	must(t, os.MkdirAll(filepath.Join(sb.ws, "aaa"), 0o755))
+	for i := range 4200 {
+		must(t, os.WriteFile(filepath.Join(sb.ws, "aaa", fmt.Sprintf("f%04d", i)), nil, 0o644))
+	}
+	conf := filepath.Join(sb.ws, "vendor", "x", "y", "z", ".git", "config")
+	must(t, os.MkdirAll(filepath.Dir(conf), 0o755))
+	must(t, os.WriteFile(conf, []byte("[core]\n"), 0o644))
+	line := "fs:\n  protected_scan_entries: 10000\n"
+	if !sandboxed {
+		line = "  sandbox: none\n" + line
+	} else {
+		requireSandbox(t)
+	}
+	s := shellServiceWith(t, sb, 30*time.Second, line)
+	res := resultAs[ShellResult](t, shell(t, s, "sh", "-c",
+		"echo '[core] fsmonitor = evil' >> vendor/x/y/z/.git/config; "+
+			"mkdir -p deep/1/2/3/4/.husky && echo evil > deep/1/2/3/4/.husky/pre-commit; mkdir zzz && echo node-options=x > zzz/.npmrc; echo done"))
+	if !strings.Contains(res.Stdout, "done") {
+		t.Fatalf("the program: %+v", res)
+	}
+	if b, _ := os.ReadFile(conf); sandboxed && string(b) != "[core]\n" {
+		t.Errorf("the existing vendor/x/y/z/.git/config was changed: %q", b)
+	}
+	for _, name := range []string{"deep/1/2/3/4/.husky", "zzz/.npmrc"} {
+		if _, err := os.Lstat(filepath.Join(sb.ws, name)); !os.IsNotExist(err) {
+			t.Errorf("%s is still there (%v)", name, err)
+		}
+		if _, ok := res.ProtectedMoved[name]; !ok {
+			t.Errorf("%s is not named as moved: %v", name, res.ProtectedMoved)
+		}
+	}
+	if res.ProtectedUnchecked != "" {
+		t.Errorf("protected_unchecked: %s", res.ProtectedUnchecked)
+	}
+	// The program fills the workspace past the scan's bound: it ran (the
+	// scan before read everything), the next program that may write is
+	// refused, nothing run; a read program still runs.
+	res = resultAs[ShellResult](t, shell(t, s, "sh", "-c", "mkdir bbb && cd bbb && for i in $(seq 6000); do : > f$i; done; echo made"))
+	if res.Stdout != "made\n" || res.ProtectedUnchecked != "" {
+		t.Fatalf("filling the workspace: %+v", res)
+	}
+	r := shell(t, s, "sh", "-c", "touch ran")
+	if codeOf(r) != string(wire.CodePermissionDenied) || !strings.Contains(r.GetError().GetMessage(), "protected_scan_entries") ||
+		r.GetError().GetDetails().AsMap()["outcome_unknown"] != false {
+		t.Fatalf("a program that may write in a workspace past the scan's bound: %v", r)
+	}
+	if _, err := os.Lstat(filepath.Join(sb.ws, "ran")); err == nil {
+		t.Fatal("the refused program ran")
+	}
+	if res := resultAs[ShellResult](t, shell(t, s, "ls", "zzz")); res.ExitCode != 0 {
+		t.Fatalf("a read program: %+v", res)
+	}
+	// Directories nested deeper than any scan goes, made by a program
+	// the scan before let run: flagged, not silently passed.
+	must(t, os.RemoveAll(filepath.Join(sb.ws, "bbb")))
+	res = resultAs[ShellResult](t, shell(t, s, "sh", "-c", fmt.Sprintf("mkdir -p %s.git && echo made", strings.Repeat("d/", protectScanDepth+1))))
+	if res.Stdout != "made\n" || !strings.Contains(res.ProtectedUnchecked, "nested more than") {
+		t.Fatalf("a tree deeper than the scan: %+v", res)
+	}
+}

@@ -85,6 +85,13 @@ type FSConfig struct {
 	// (which always apply): "name/" protects a directory of that name
 	// anywhere in the workspace, "name" a file of that name anywhere.
 	ProtectedPaths []string `yaml:"protected_paths"`
+	// ProtectedScanEntries bounds the names the scan for protected paths
+	// reads before a program (or MCP tool) that may write runs (default
+	// 65536): one that is not a read program is refused in a workspace
+	// with more, since a protected entry the scan did not find would be
+	// writable to it. The scan costs about 0.5 µs a name, before and
+	// after each such call.
+	ProtectedScanEntries int `yaml:"protected_scan_entries"`
 }
 
 // HTTPConfig configures http.request.
@@ -435,6 +442,9 @@ func (v *configCheck) check(cfg *ToolsConfig) {
 			if base == "" || strings.ContainsAny(base, "/\\\x00") || base == "." || base == ".." {
 				v.fail([]any{"fs", "protected_paths", i}, "%q must be a file name, or a directory name ending in /", n)
 			}
+		}
+		if f.ProtectedScanEntries < 0 {
+			v.fail([]any{"fs", "protected_scan_entries"}, "protected_scan_entries must not be negative (0: the default, %d)", protectScanEntries)
 		}
 	}
 	if h := cfg.HTTP; h != nil {

@@ -157,3 +157,51 @@ func TestAttackRequestActsAsAnotherMethodOrPath(t *testing.T) {
 		}
 	}
 }
+
+// TestAttackProtectedPathBeyondTheScan: the sandbox mounted read-only the
+// protected paths its scan found, 3 directories below the top and within
+// 4096 names by name order, and the same scan looked for those a program
+// made. Under a permissive policy, with a cloned dependency's
+// vendor/x/y/z/.git (4 down) and 4200 files in aaa/ (a build's output
+// sorted first), the model's allowed write program (sh) added an
+// fsmonitor to vendor/x/y/z/.git/config and left deep/1/2/3/4/.husky and
+// zzz/.npmrc: code for whoever runs git, commits or runs npm there next.
+// On main all three stayed. Now the scan reads the whole workspace (a
+// program that may write is refused where it cannot), the config is
+// read-only to the program, and what it made is moved aside.
+func TestAttackProtectedPathBeyondTheScan(t *testing.T) {
+	requireSandbox(t)
+	c := startBindCluster(t, withTools(t, "shell:\n  binaries:\n    - {name: sh, effect: reversible, any_flags: true}\n", permissivePolicy))
+	if err := os.MkdirAll(filepath.Join(c.workspace, "aaa"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4200 {
+		if err := os.WriteFile(filepath.Join(c.workspace, "aaa", fmt.Sprintf("f%04d", i)), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conf := filepath.Join(c.workspace, "vendor", "x", "y", "z", ".git", "config")
+	if err := os.MkdirAll(filepath.Dir(conf), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(conf, []byte("[core]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c.writeScript(t, "a.yaml", script(step("shell.exec", `{argv: [sh, -c, "echo '[core] fsmonitor = evil' >> vendor/x/y/z/.git/config; mkdir -p deep/1/2/3/4/.husky && echo evil > deep/1/2/3/4/.husky/pre-commit; mkdir zzz && echo node-options=x > zzz/.npmrc"]}`)))
+	run := c.runToEnd(t, "alice", &xctv1.StartRunRequest{Goal: "g", Model: "scripted:a.yaml"})
+	if got := stepErrors(run); fmt.Sprint(got) != "[]" {
+		t.Fatalf("the run's steps: %v", got)
+	}
+	if b, _ := os.ReadFile(conf); string(b) != "[core]\n" {
+		t.Errorf("the program changed vendor/x/y/z/.git/config: %q", b)
+	}
+	for _, name := range []string{"deep/1/2/3/4/.husky", "zzz/.npmrc"} {
+		if _, err := os.Lstat(filepath.Join(c.workspace, name)); !os.IsNotExist(err) {
+			t.Errorf("the program left %s (%v)", name, err)
+		}
+	}
+	res, _ := run.GetSteps()[0].GetResponse().GetSuccess().GetResult().AsInterface().(map[string]any)
+	if moved, _ := res["protected_moved"].(map[string]any); len(moved) != 2 {
+		t.Errorf("protected_moved: %v", res["protected_moved"])
+	}
+}
