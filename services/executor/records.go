@@ -303,11 +303,22 @@ func (s *Service) answer(e *xctv1.Error, rec *xctv1.StepRecord, replayed bool) *
 	return &xctv1.ExecuteResponse{Response: wire.ErrorResponse(e), Duration: durationpb.New(0), Replayed: replayed, Attempt: rec.GetAttempt()}
 }
 
+// toolUnsure reports whether a tool's error says it cannot tell whether
+// it acted (outcome_unknown: its call was sent and the answer lost).
+func toolUnsure(e *xctv1.Error) bool {
+	v, _ := e.GetDetails().AsMap()["outcome_unknown"].(bool)
+	return v
+}
+
 // inDoubtError is the IN_DOUBT signal for a step.
 func inDoubtError(rec *xctv1.StepRecord) *xctv1.Error {
+	why := "its executor stopped before recording the outcome"
+	if e := rec.GetResponse().GetError(); toolUnsure(e) {
+		why = "the tool could not tell (" + e.GetMessage() + ")"
+	}
 	return wire.WithDetails(wire.Errorf(wire.CodeInDoubt,
-		"step %s (%s) may or may not have acted: its executor stopped before recording the outcome, and the tool is not idempotent. "+
-			"The run must stop until a human checks and resolves the step", rec.GetStepId(), rec.GetTool()),
+		"step %s (%s) may or may not have acted: %s, and the tool is not idempotent. "+
+			"The run must stop until a human checks and resolves the step", rec.GetStepId(), rec.GetTool(), why),
 		map[string]any{
 			"step_id":    rec.GetStepId(),
 			"run_id":     rec.GetRunId(),
@@ -379,8 +390,14 @@ func (s *Service) finish(c *stepClaim, resp *xctv1.Response, d time.Duration) er
 	// compensations included), and the claim ends here either way.
 	rec := c.rec
 	rec.State = stateSucceeded
-	if resp.GetError() != nil {
+	if e := resp.GetError(); e != nil {
 		rec.State = stateFailed
+		if toolUnsure(e) && rec.GetEffect() != xctv1.Effect_EFFECT_READ && !rec.GetIdempotent() {
+			// The tool cannot tell whether it acted (its call was sent,
+			// its answer lost): not a failure, a step in doubt, which
+			// a human settles (ResolveStep) and no call runs again.
+			rec.State = stateInDoubt
+		}
 	}
 	rec.Response = resp
 	rec.FinishedAt = timestamppb.Now()
