@@ -59,38 +59,6 @@ func (s *Service) RollbackRun(ctx context.Context, req *xctv1.RollbackRunRequest
 		effects[t.GetName()] = t.GetEffect()
 	}
 
-	// What to undo: succeeded steps after to_step that changed something and
-	// were not undone by an earlier rollback, newest first.
-	undone := map[string]bool{}
-	for _, st := range cur.GetSteps() {
-		if st.GetProposal().GetTool() == undoTool && st.GetState() == xctv1.StepState_STEP_STATE_SUCCEEDED {
-			if sid, ok := st.GetProposal().GetArguments().AsMap()["step_id"].(string); ok {
-				undone[sid] = true
-			}
-		}
-	}
-	var targets []*xctv1.Step
-	var irreversible []string
-	for _, st := range cur.GetSteps() {
-		tool := st.GetProposal().GetTool()
-		if st.GetNumber() <= req.GetToStep() || st.GetState() != xctv1.StepState_STEP_STATE_SUCCEEDED || tool == undoTool || undone[st.GetStepId()] {
-			continue
-		}
-		switch effects[tool] {
-		case xctv1.Effect_EFFECT_READ:
-			continue // nothing to undo
-		case xctv1.Effect_EFFECT_REVERSIBLE:
-			targets = append(targets, st)
-		default:
-			irreversible = append(irreversible, fmt.Sprintf("step %d (%s)", st.GetNumber(), tool))
-		}
-	}
-	if len(irreversible) > 0 {
-		return nil, status.Errorf(codes.FailedPrecondition, "run %s cannot be rolled back past %s: irreversible; nothing was undone (use --to-step to roll back only the steps after it)",
-			id, strings.Join(irreversible, ", "))
-	}
-	slices.Reverse(targets)
-
 	writer, err := s.events.ResumeChainWriter(ctx, id)
 	if err != nil {
 		return nil, toStatus(err)
@@ -114,6 +82,55 @@ func (s *Service) RollbackRun(ctx context.Context, req *xctv1.RollbackRunRequest
 		s.mu.Unlock()
 	}()
 
+	// Undo steps of an earlier rollback whose outcome the chain does not
+	// hold, or holds as unknown: their records say what they did.
+	settled, fresh, err := r.settleUndos(ctx)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	cur = fresh // the chain as it is now (a cached view may lag another replica's rollback)
+	// What to undo: succeeded steps after to_step that changed something and
+	// were not undone by an earlier rollback, newest first.
+	undone := map[string]bool{}
+	for _, st := range cur.GetSteps() {
+		if st.GetProposal().GetTool() == undoTool && st.GetState() == xctv1.StepState_STEP_STATE_SUCCEEDED {
+			if sid, ok := st.GetProposal().GetArguments().AsMap()["step_id"].(string); ok {
+				undone[sid] = true
+			}
+		}
+	}
+	var undoneBefore []int32 // targets an undo settled above had undone
+	for _, st := range cur.GetSteps() {
+		if settled[st.GetStepId()] && !undone[st.GetStepId()] && st.GetNumber() > req.GetToStep() {
+			undoneBefore = append(undoneBefore, st.GetNumber())
+		}
+		if settled[st.GetStepId()] {
+			undone[st.GetStepId()] = true
+		}
+	}
+	slices.Reverse(undoneBefore)
+	var targets []*xctv1.Step
+	var irreversible []string
+	for _, st := range cur.GetSteps() {
+		tool := st.GetProposal().GetTool()
+		if st.GetNumber() <= req.GetToStep() || st.GetState() != xctv1.StepState_STEP_STATE_SUCCEEDED || tool == undoTool || undone[st.GetStepId()] {
+			continue
+		}
+		switch effects[tool] {
+		case xctv1.Effect_EFFECT_READ:
+			continue // nothing to undo
+		case xctv1.Effect_EFFECT_REVERSIBLE:
+			targets = append(targets, st)
+		default:
+			irreversible = append(irreversible, fmt.Sprintf("step %d (%s)", st.GetNumber(), tool))
+		}
+	}
+	if len(irreversible) > 0 {
+		return nil, status.Errorf(codes.FailedPrecondition, "run %s cannot be rolled back past %s: irreversible; nothing was undone (use --to-step to roll back only the steps after it)",
+			id, strings.Join(irreversible, ", "))
+	}
+	slices.Reverse(targets)
+
 	numbers := make([]int, 0, len(targets))
 	for _, st := range targets {
 		numbers = append(numbers, int(st.GetNumber()))
@@ -121,7 +138,7 @@ func (s *Service) RollbackRun(ctx context.Context, req *xctv1.RollbackRunRequest
 	if err := r.record(principal, xctevent.RollbackStarted{Principal: principal, ToStep: int(req.GetToStep()), Steps: numbers}); err != nil {
 		return nil, toStatus(err)
 	}
-	resp := &xctv1.RollbackRunResponse{Status: xctevent.StatusDone}
+	resp := &xctv1.RollbackRunResponse{Status: xctevent.StatusDone, Undone: undoneBefore}
 	r.startRollbackSpan()
 	defer func() { r.endRunSpan(resp.GetStatus(), resp.GetMessage()) }()
 	next := 1 // undo steps continue the run's step numbers
@@ -200,9 +217,18 @@ func (r *run) undoStep(step int, target *xctv1.Step) (string, error) {
 		}
 		return msg, end(xctevent.OutcomeDenied, msg)
 	}
-	res, execErr := r.execute(&openStep{step: step, stepID: stepID, ns: ns, started: started}, verdict)
+	ost := &openStep{step: step, stepID: stepID, ns: ns, started: started}
+	res, execErr := r.execute(ost, verdict)
 	if execErr == nil && res.GetResponse().GetError() != nil {
 		execErr = res.GetResponse().GetError()
+	}
+	if execErr != nil && unknownOutcome(execErr) {
+		// The undo may have acted: its record says, if it can yet (else
+		// the error stays unknown on the chain, and the next rollback
+		// settles it before undoing anything: settleUndos).
+		if state, resp, _ := r.readRecord(stepID, r.fenceable(ost)); state == outcomeFinal {
+			res, execErr = replay(resp.GetStep()), resp.GetStep().GetResponse().GetError()
+		}
 	}
 	if execErr != nil {
 		msg := fmt.Sprintf("undo of step %d failed: %s: %s", target.GetNumber(), execErr.GetCode(), execErr.GetMessage())
@@ -295,4 +321,73 @@ func (r *run) awaitUndoApproval(st *openStep, v *xctv1.Verdict) (*xctv1.Verdict,
 		final.Error = wire.Errorf(wire.CodeApprovalRequired, "the undo still needs an approval after a decision was recorded")
 	}
 	return final, agent, r.record(agent, verdictEvent(st.step, st.stepID, undoTool, final))
+}
+
+// settleUndos reads the run's chain as it is now and settles the undo
+// steps of earlier rollbacks that may have acted without the chain saying
+// so: an undo step with no outcome (its orchestrator stopped or lost the
+// event log after, or before, calling the executor) and one whose error
+// left its outcome unknown (its call failed in flight). The executor's
+// record of each says what became of it; a fence proves that an undo
+// which never reached the executor did not act, and never will. An open
+// undo step gets its outcome and step_end on the chain. It returns the
+// step ids of the targets a settled undo had undone, and the run as its
+// chain was read (before those events). An undo whose record does not say
+// yet (still running, in doubt, unreadable) refuses the rollback: undoing
+// its target again could act twice, or fail on what the first undo did.
+func (r *run) settleUndos(ctx context.Context) (map[string]bool, *xctv1.Run, error) {
+	events, err := r.svc.events.ReadChain(ctx, r.id)
+	if err != nil {
+		return nil, nil, err
+	}
+	if uint64(len(events)) != r.writer.Seq() {
+		return nil, nil, status.Errorf(codes.Aborted, "run %s changed while it was read (%d events, last seq %d); retry the rollback", r.id, len(events), r.writer.Seq())
+	}
+	view := xctevent.Fold(events)
+	fresh := runRecord(view)
+	settled := map[string]bool{}
+	for _, st := range view.Steps {
+		if st.Start.Tool != undoTool || !st.Allowed() || st.Result != nil {
+			continue
+		}
+		open := st.Error == nil
+		if !open && !unknownOutcome(errorSignal(*st.Error)) {
+			continue
+		}
+		target, _ := st.Start.Arguments["step_id"].(string)
+		ost := &openStep{step: st.Number(), stepID: st.Start.StepID, started: st.At}
+		state, resp, rerr := r.readRecord(ost.stepID, r.fenceable(ost))
+		if state != outcomeFinal {
+			why := recordState(resp)
+			if rerr != nil {
+				why = "unreadable: " + status.Convert(rerr).Message()
+			}
+			return nil, nil, status.Errorf(codes.FailedPrecondition,
+				"undo step %d of an earlier rollback (of step %s) may have acted, and its record does not say yet (%s): nothing was undone now; "+
+					"retry once the record has the undo's outcome, or settle it with xct resolve %s %d", st.Number(), target, why, r.id, st.Number())
+		}
+		res := replay(resp.GetStep())
+		if resp.GetStep().GetState() == xctv1.StepRecordState_STEP_RECORD_STATE_SUCCEEDED {
+			settled[target] = true
+		}
+		if !open {
+			continue // its error is on the chain; the record's outcome counts above
+		}
+		outcome, summary := xctevent.OutcomeSuccess, "ok"
+		if e := res.GetResponse().GetError(); e != nil {
+			outcome, summary = xctevent.OutcomeError, e.GetCode()+": "+e.GetMessage()
+			err = r.record(agentExecutor, errorEvent(st.Number(), ost.stepID, e))
+		} else {
+			err = r.record(agentExecutor, toolCallEvent(st.Number(), ost.stepID, undoTool, st.Start.Arguments, res))
+		}
+		if err == nil {
+			err = r.record(r.principal, xctevent.StepEnd{Step: st.Number(), StepID: ost.stepID, Outcome: outcome, OutputSummary: summary,
+				DurationMS: durationMS(time.Since(st.At))})
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		r.log.Info("undo of an earlier rollback settled from its record", "run", r.id, "step", st.Number(), "outcome", outcome)
+	}
+	return settled, fresh, nil
 }
