@@ -139,8 +139,13 @@ func Confidence(chainID string, events []lctl.Event, opts ConfidenceOptions) *Co
 // confTracked is a fact as Confidence follows it.
 type confTracked struct {
 	fc FactConfidence
-	// points are fc.Points as kept until the report.
+	// points are fc.Points as kept until the report. A builder whose
+	// report is rendered keeps only what Render shows of each (values,
+	// with blocked the ones it shows as BLOCKED: a quarter of the
+	// memory, never copied as it grows) and the last point.
 	points    []confPoint
+	values    chunked[float64]
+	last      confPoint
 	value     float64 // current confidence, decay included, when hasValue
 	hasValue  bool
 	verified  bool
@@ -217,6 +222,28 @@ type ConfidenceBuilder struct {
 	lastAgent   string
 }
 
+// blockedValue is a rendered builder's value of a point shown as BLOCKED:
+// a NaN no point's value is (they are numbers from 0 to 1 and their decay),
+// told by its bits.
+var blockedValue = math.Float64frombits(0x7ff8_0000_b10c_ced0)
+
+// isBlockedValue says v is blockedValue.
+func isBlockedValue(v float64) bool { return math.Float64bits(v) == math.Float64bits(blockedValue) }
+
+// addPoint adds p to t's points.
+func (b *ConfidenceBuilder) addPoint(t *confTracked, p confPoint) {
+	if !b.rendered {
+		t.points = appendDoubling(t.points, p)
+		return
+	}
+	v := p.value
+	if p.blocked {
+		v = blockedValue
+	}
+	t.values.add(v)
+	t.last = p
+}
+
 // NewConfidenceBuilder returns a builder before the first event.
 func NewConfidenceBuilder(chainID string, opts ConfidenceOptions) *ConfidenceBuilder {
 	rate := opts.DecayRate
@@ -262,7 +289,7 @@ func (b *ConfidenceBuilder) Add(e *lctl.Event) {
 					t.blocked = true
 					t.fc.BlockedSeq = e.Seq
 				}
-				t.points = appendDoubling(t.points, p)
+				b.addPoint(t, p)
 			}
 		}
 		if e.Agent != "" {
@@ -305,7 +332,7 @@ func (b *ConfidenceBuilder) Add(e *lctl.Event) {
 			t.blocked = false
 			t.fc.BlockedSeq = 0
 		}
-		t.points = appendDoubling(t.points, p)
+		b.addPoint(t, p)
 		w := b.reliability[e.Agent]
 		if w == 0 {
 			w = 1
@@ -372,7 +399,7 @@ func (b *ConfidenceBuilder) Report() *ConfidenceReport {
 					Value: p.value, Blocked: p.blocked, Reason: b.names.at(p.reason)}
 			}
 		}
-		var lastPoint confPoint
+		lastPoint := t.last
 		if n := len(t.points); n > 0 {
 			lastPoint = t.points[n-1]
 		}
@@ -482,17 +509,17 @@ func (b *ConfidenceBuilder) renderPoints() [][]byte {
 				if k >= len(b.order) {
 					return
 				}
-				points := b.order[k].points
+				values := &b.order[k].values
 				var r []byte
-				if len(points) > 0 {
-					r = make([]byte, 0, 8*len(points))
+				if values.len() > 0 {
+					r = make([]byte, 0, 8*values.len())
 				}
-				for i, p := range points {
+				values.each(func(i int, v *float64) {
 					if i > 0 {
 						r = append(r, arrow...)
 					}
-					r = appendPoint(r, p.blocked, p.value)
-				}
+					r = appendPoint(r, isBlockedValue(*v), *v)
+				})
 				out[k] = r
 			}
 		})
