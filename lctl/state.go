@@ -642,6 +642,28 @@ var errPartialState = errors.New("the state counts tool calls, keeps only facts,
 //   - any other type: its seq is appended to UnknownTypes.
 func (s *State) Apply(e *Event) { s.apply(e, true) }
 
+// ReadsData says whether Apply reads the data of an event of type typ,
+// with the state's options: a stream need not decode any other's
+// (StreamOptions.Data). Kept in step with apply: every type it folds
+// reads its data, but for a verdict, and a tool call it counts, in a
+// state without steps (stepFor gives nil before reading anything);
+// the types it does not fold read none.
+func (s *State) ReadsData(typ string) bool {
+	k := typeIndex(typ)
+	if s.factsOnly {
+		return k == kFactAdded || k == kFactModified
+	}
+	switch k {
+	case kVerdict:
+		return !s.noSteps
+	case kToolCall:
+		return !s.noSteps || !s.countCalls
+	case -1:
+		return false
+	}
+	return true
+}
+
 // apply is Apply; countType false leaves EventTypes to the caller (Replay
 // counts known types in bulk).
 func (s *State) apply(e *Event, countType bool) {

@@ -102,7 +102,19 @@ func NewBottleneckBuilder() *BottleneckBuilder {
 	return &BottleneckBuilder{steps: newStepTimer(), tools: newToolTimer()}
 }
 
-// Add takes the next event of the chain.
+// BottleneckData says whether Add reads the data of an event of type typ:
+// a stream need not decode any other's (lctl.StreamOptions.Data). Add
+// reads steps, tool calls and streams.
+func BottleneckData(typ string) bool {
+	switch typ {
+	case lctl.TypeStepStart, lctl.TypeStepEnd, lctl.TypeToolCall, lctl.TypeStreamStart, lctl.TypeStreamChunk, lctl.TypeStreamEnd:
+		return true
+	}
+	return false
+}
+
+// Add takes the next event of the chain. It reads the data of the types
+// BottleneckData names and of no other.
 func (b *BottleneckBuilder) Add(e *lctl.Event) {
 	b.steps.add(e)
 	b.tools.add(e)

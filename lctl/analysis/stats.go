@@ -195,7 +195,16 @@ func NewStatsBuilder(chainID string, prices *Prices) *StatsBuilder {
 	return &StatsBuilder{chainID: chainID, prices: prices, state: s, steps: steps, cost: cost}
 }
 
-// Add takes the next event of the chain.
+// ReadsData says whether Add reads the data of an event of type typ: a
+// stream need not decode any other's (lctl.StreamOptions.Data). Add reads
+// what its state folds (State.ReadsData), steps, tool calls and streams
+// (the step timer, the pricer, the profiles).
+func (b *StatsBuilder) ReadsData(typ string) bool {
+	return BottleneckData(typ) || b.state.ReadsData(typ)
+}
+
+// Add takes the next event of the chain. It reads the data of the types
+// ReadsData names and of no other.
 func (b *StatsBuilder) Add(e *lctl.Event) {
 	b.events++
 	b.state.Apply(e)

@@ -157,7 +157,7 @@ func runStats(ctx context.Context, c *cmdContext) error {
 	}
 	var st *analysis.Stats
 	var b *analysis.StatsBuilder
-	if sd, err := c.streamChain(o, false, nil, nil, func(id string) { b = analysis.NewStatsBuilder(id, table) },
+	if sd, err := c.streamChain(o, false, nil, func(typ string) bool { return b.ReadsData(typ) }, func(id string) { b = analysis.NewStatsBuilder(id, table) },
 		func(e *lctl.StreamEvent) error { b.Add(&e.Event); return nil }); err == nil {
 		c.reportInput(sd.data())
 		st = b.Stats()
@@ -250,7 +250,7 @@ func runBottleneck(ctx context.Context, c *cmdContext) error {
 	}
 	var r *analysis.BottleneckReport
 	b := analysis.NewBottleneckBuilder()
-	if sd, err := c.streamChain(o, false, nil, nil, func(string) {}, func(e *lctl.StreamEvent) error { b.Add(&e.Event); return nil }); err == nil {
+	if sd, err := c.streamChain(o, false, nil, analysis.BottleneckData, func(string) {}, func(e *lctl.StreamEvent) error { b.Add(&e.Event); return nil }); err == nil {
 		c.reportInput(sd.data())
 		r = b.Report(sd.id, *top)
 	} else {

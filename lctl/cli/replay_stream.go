@@ -30,7 +30,15 @@ func (c *cmdContext) replayStream(o operand, toSeq uint64, showEvents, withHash 
 	if printLines {
 		render = analysis.AppendLine // on the decoding cores
 	}
-	sd, err := c.streamChain(o, false, render, nil, func(id string) {
+	// Without lines, the data read is the state's, the facts' and the
+	// step in progress's (lastStart): the rest is checked, not decoded.
+	var data func(string) bool
+	if !printLines {
+		data = func(typ string) bool {
+			return typ == lctl.TypeStepStart || analysis.FactStoreData(typ) || s.ReadsData(typ)
+		}
+	}
+	sd, err := c.streamChain(o, false, render, data, func(id string) {
 		// The text shows a summary of the state: without the steps, which
 		// are most of it on a long chain. --json and --hash need them.
 		if c.jsonOut || withHash {
