@@ -208,6 +208,44 @@ func TestWorkflowShape(t *testing.T) {
 	}
 }
 
+// WorkflowOptions.Detail adds its words to each step's intent and each
+// fact's text, deterministically, and changes nothing else.
+func TestWorkflowDetail(t *testing.T) {
+	plain := lctltest.Workflow("wf", 3000, lctltest.WorkflowOptions{})
+	long := lctltest.Workflow("wf", 3000, lctltest.WorkflowOptions{Detail: 12})
+	if !reflect.DeepEqual(long, lctltest.Workflow("wf", 3000, lctltest.WorkflowOptions{Detail: 12})) || len(long) != len(plain) {
+		t.Fatal("not deterministic, or not as many events")
+	}
+	changed := 0
+	for i := range plain {
+		p, l := plain[i], long[i]
+		key := map[string]string{lctl.TypeStepStart: "intent", lctl.TypeFactAdded: "text", lctl.TypeFactModified: "text"}[p.Type]
+		for k, v := range p.Data {
+			lv := l.Data[k]
+			if k == key {
+				ps, ls := v.(string), lv.(string)
+				if !strings.HasPrefix(ls, ps+" ") || len(strings.Fields(ls)) != len(strings.Fields(ps))+12 {
+					t.Fatalf("event %d: %s %q, without detail %q", i+1, k, ls, ps)
+				}
+				changed++
+				continue
+			}
+			if p.Type == lctl.TypeCheckpoint {
+				continue // its snapshot holds the facts' texts
+			}
+			if !reflect.DeepEqual(v, lv) {
+				t.Fatalf("event %d: %s %v, without detail %v", i+1, k, lv, v)
+			}
+		}
+		if p.Seq != l.Seq || p.Type != l.Type || p.Agent != l.Agent || p.Timestamp != l.Timestamp || len(p.Data) != len(l.Data) {
+			t.Fatalf("event %d differs: %+v / %+v", i+1, l, p)
+		}
+	}
+	if changed < 800 {
+		t.Errorf("%d intents and texts changed", changed)
+	}
+}
+
 // DecodeEvent takes the fast reader for what the stream stores and gives
 // what it always gave, for those events and for the rest.
 func TestDecodeEventFastPath(t *testing.T) {

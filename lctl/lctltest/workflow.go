@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/xct-dev/xct/lctl"
@@ -32,6 +33,26 @@ type WorkflowOptions struct {
 	// Facts is how many distinct fact ids the run cycles through (default
 	// 40).
 	Facts int
+	// Detail adds that many words to each step's intent and each fact's
+	// text (chosen from a fixed list by the step): a run whose intents
+	// and findings are sentences, not labels. 0 writes the labels alone.
+	Detail int
+}
+
+// detailWords are the words Detail adds.
+var detailWords = [...]string{"the", "billing", "service", "client", "request", "timeout", "retries", "schema",
+	"migration", "endpoint", "returns", "invoice", "totals", "after", "reading", "config", "and", "checking",
+	"handler", "tests", "for", "rounding", "currency", "legacy", "response", "fields", "customer", "account",
+	"mapping", "version", "error", "path"}
+
+// detail returns n words for step, each after a space.
+func detail(step, n int) string {
+	var b strings.Builder
+	for k := range n {
+		b.WriteByte(' ')
+		b.WriteString(detailWords[(step*7+k*13+k*k)%len(detailWords)])
+	}
+	return b.String()
 }
 
 // workflowAgents are the agents of the generated run: a planner hands work
@@ -215,7 +236,7 @@ func genWorkflow(chainID string, n int, opts WorkflowOptions, emit func(*lctl.Ev
 		}
 		prevAgent = agent
 		checkpoint()
-		add(lctl.TypeStepStart, agent, map[string]any{"step": s, "step_id": id, "intent": "work on part " + fmt.Sprint(step%17),
+		add(lctl.TypeStepStart, agent, map[string]any{"step": s, "step_id": id, "intent": "work on part " + fmt.Sprint(step%17) + detail(step, opts.Detail),
 			"tool": tool, "model": "model-" + agent})
 		checkpoint()
 		add(lctl.TypeVerdict, "validator", map[string]any{"step": s, "step_id": id, "tool": tool, "decision": "allow",
@@ -235,7 +256,7 @@ func genWorkflow(chainID string, n int, opts WorkflowOptions, emit func(*lctl.Ev
 			if _, ok := facts[fid]; ok {
 				typ = lctl.TypeFactModified
 			}
-			add(typ, agent, map[string]any{"id": fid, "text": "finding " + fid + " rev " + fmt.Sprint(step%5),
+			add(typ, agent, map[string]any{"id": fid, "text": "finding " + fid + " rev " + fmt.Sprint(step%5) + detail(step, opts.Detail),
 				"confidence": float64(60+step%40) / 100, "source": agent, "reason": "observed"})
 			checkpoint()
 		}

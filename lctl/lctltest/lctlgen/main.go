@@ -27,9 +27,10 @@ func main() {
 	stateHashes := flag.Bool("state-hashes", false, "put the state's hash in every checkpoint")
 	hashVersion := flag.Int("state-hash-version", 2, "with -state-hashes: 2 (kept up to date, linear) or 1 (the form before session 5: quadratic, for up to ~300k events)")
 	shape := flag.String("shape", "canonical", "events as XCT writes them (canonical: sorted keys, chain_id, hashes) or as the spec and its reference implementation do (spec: seq, type, timestamp, agent, data; no chain_id, no hashes, \"lctl\": \"4.1\", Python's separators)")
+	detail := flag.Int("detail", 0, "words added to each step's intent and each fact's text (a run whose intents and findings are sentences; -detail 12 with -shape spec gives the issue's ~255 MB per million events)")
 	layout := flag.String("layout", lctltest.LayoutLines, "lines (one event per line), indent (Python's json.dump indent=2) or oneline (the whole file on one line)")
 	flag.Parse()
-	if *out == "" || *n < 2 {
+	if *out == "" || *n < 2 || *detail < 0 {
 		fmt.Fprintln(os.Stderr, "usage: lctlgen -n EVENTS -o FILE")
 		os.Exit(2)
 	}
@@ -45,7 +46,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "lctlgen: -shape is canonical or spec")
 		os.Exit(2)
 	}
-	opts := lctltest.WorkflowOptions{Seal: *seal, CheckpointEvery: *every, StateHashes: *stateHashes, StateHashVersion: *hashVersion}
+	opts := lctltest.WorkflowOptions{Seal: *seal, CheckpointEvery: *every, StateHashes: *stateHashes, StateHashVersion: *hashVersion, Detail: *detail}
 	if err := write(*out, chainID, *n, opts, lctltest.Shape{Spec: *shape == "spec", Layout: *layout}); err != nil {
 		fmt.Fprintln(os.Stderr, "lctlgen:", err)
 		os.Exit(1)
