@@ -27,6 +27,17 @@ import (
 // Authorization header) call the debugger's API as the principal whose
 // token asked for the link.
 //
+// On plaintext (loopback) the session cookie is scoped to a path of its
+// own, /s/<random>/, where the debugger is served for that session, and
+// is accepted nowhere else: cookies do not separate ports, so a cookie of
+// Path=/ went with every request the browser made to any server on
+// 127.0.0.1, another user's or another program's on another port
+// included, which then held the session. A second cookie of Path=/ (the
+// sign-in hint) carries only a random name for the session, which the
+// sign-in page uses to say who is signed in and to end that session; it
+// authenticates nothing. Over TLS the cookie is __Host- (Path=/), as a
+// host name's other ports are its operator's.
+//
 // Opening a link never signs a browser in by itself: a link anyone made
 // (shared in a chat, or opened by another site's page) would otherwise
 // sign whoever opens it in as its maker, silently replacing their own
@@ -49,6 +60,10 @@ const (
 	maxPerToken    = 16 // outstanding codes, and sessions, of one bearer token
 	loginLinksPath = "/api/login-links"
 	loginPath      = "/login"
+	// hintCookie names the session for the sign-in page (plaintext only).
+	hintCookie = "xct_debugger_signed_in"
+	// sessionPathPrefix starts a session's own path (plaintext only).
+	sessionPathPrefix = "/s/"
 )
 
 // uiGrant is a code's or a session's credential.
@@ -57,6 +72,10 @@ type uiGrant struct {
 	who     string // the principal's name, shown before signing in
 	chain   string // where a code lands ("" for a session)
 	expires time.Time
+	// path is a plaintext session's own path segment (/s/<path>/), the
+	// only place its cookie is accepted; "" over TLS. hint is the value
+	// of its sign-in hint cookie.
+	path, hint string
 }
 
 // uiSessions holds the outstanding codes and the sessions. Nothing in it
@@ -155,6 +174,53 @@ func (s *uiSessions) peek(code string) (uiGrant, bool) {
 	return g, true
 }
 
+// byHint returns the id and grant of the live session whose hint is hint.
+func (s *uiSessions) byHint(hint string) (string, uiGrant, bool) {
+	if hint == "" {
+		return "", uiGrant{}, false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	for id, g := range s.sessions {
+		if g.hint == hint && now.Before(g.expires) {
+			return id, g, true
+		}
+	}
+	return "", uiGrant{}, false
+}
+
+// current is the session a sign-in page's request says this browser has:
+// by its hint cookie on plaintext, by its session cookie over TLS.
+func (s *uiSessions) current(r *http.Request) (string, uiGrant, bool) {
+	if r.TLS == nil {
+		if c, err := r.Cookie(hintCookie); err == nil {
+			return s.byHint(c.Value)
+		}
+		return "", uiGrant{}, false
+	}
+	if c, err := r.Cookie(hostCookie); err == nil {
+		if g, ok := s.session(c.Value); ok {
+			return c.Value, g, true
+		}
+	}
+	return "", uiGrant{}, false
+}
+
+// sessionPath splits a request path under /s/: the session's path
+// segment and the rest (from its "/"). ok is false for any other path.
+func sessionPath(p string) (seg, rest string, ok bool) {
+	tail, found := strings.CutPrefix(p, sessionPathPrefix)
+	if !found {
+		return "", "", false
+	}
+	seg, rest, found = strings.Cut(tail, "/")
+	if !found || seg == "" {
+		return seg, "", true
+	}
+	return seg, "/" + rest, true
+}
+
 // session returns the live session's grant.
 func (s *uiSessions) session(id string) (uiGrant, bool) {
 	s.mu.Lock()
@@ -174,16 +240,49 @@ func (s *uiSessions) mount(mux *http.ServeMux, authorize func(*http.Request, str
 	mux.HandleFunc(loginLinksPath, func(w http.ResponseWriter, r *http.Request) { s.newLink(w, r, authorize) })
 	mux.HandleFunc(loginPath, s.login)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seg, rest, scoped := sessionPath(r.URL.Path)
+		if scoped {
+			if rest == "" {
+				// /s/<seg> without its slash: the page's relative
+				// addresses need it.
+				http.Redirect(w, r, sessionPathPrefix+url.PathEscape(seg)+"/", http.StatusMovedPermanently)
+				return
+			}
+			r = r.Clone(r.Context())
+			r.URL.Path, r.URL.RawPath = rest, ""
+		}
 		if r.Header.Get("Authorization") == "" {
-			if c, err := r.Cookie(cookieName(r)); err == nil {
-				if g, ok := s.session(c.Value); ok {
+			if g, ok := s.sessionOf(r, seg, scoped); ok {
+				if !scoped {
 					r = r.Clone(r.Context())
-					r.Header.Set("Authorization", g.token)
 				}
+				r.Header.Set("Authorization", g.token)
 			}
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// sessionOf is the session a request's cookies give it: over TLS the
+// __Host- cookie; on plaintext only under the session's own path (seg),
+// whichever of the cookies of that name the browser sent (one planted
+// with another path may come too).
+func (s *uiSessions) sessionOf(r *http.Request, seg string, scoped bool) (uiGrant, bool) {
+	if r.TLS != nil {
+		if c, err := r.Cookie(hostCookie); err == nil {
+			return s.session(c.Value)
+		}
+		return uiGrant{}, false
+	}
+	if !scoped {
+		return uiGrant{}, false
+	}
+	for _, c := range r.CookiesNamed(sessionCookie) {
+		if g, ok := s.session(c.Value); ok && g.path == seg {
+			return g, true
+		}
+	}
+	return uiGrant{}, false
 }
 
 type loginLinkRequest struct {
@@ -294,12 +393,10 @@ func (s *uiSessions) confirm(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	current := ""
-	if c, err := r.Cookie(cookieName(r)); err == nil {
-		if sess, ok := s.session(c.Value); ok {
-			current = sess.who
-			if current == "" {
-				current = "another principal"
-			}
+	if _, sess, ok := s.current(r); ok {
+		current = sess.who
+		if current == "" {
+			current = "another principal"
 		}
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
@@ -345,9 +442,21 @@ func (s *uiSessions) signIn(w http.ResponseWriter, r *http.Request) {
 	}
 	now := s.now()
 	sess := uiGrant{token: g.token, who: g.who, expires: now.Add(sessionTTL)}
+	base := "/"
+	if r.TLS == nil {
+		seg, err1 := randomID()
+		hint, err2 := randomID()
+		if err := errors.Join(err1, err2); err != nil {
+			http.Error(w, "no session: "+err.Error(), http.StatusInternalServerError)
+			return
+		}
+		sess.path, sess.hint = seg, hint
+		base = sessionPathPrefix + seg + "/"
+	}
+	old, _, hadOld := s.current(r)
 	s.mu.Lock()
-	if c, err := r.Cookie(cookieName(r)); err == nil {
-		delete(s.sessions, c.Value)
+	if hadOld {
+		delete(s.sessions, old)
 	}
 	id, err := put(s.sessions, sess, maxSessions, maxPerToken, now)
 	s.mu.Unlock()
@@ -355,14 +464,22 @@ func (s *uiSessions) signIn(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "no session: "+err.Error(), http.StatusInternalServerError)
 		return
 	}
+	maxAge := int(sessionTTL / time.Second)
 	//nolint:gosec // G124: HttpOnly and SameSite=Strict always; Secure (and __Host-) whenever the debugger is served over TLS (plaintext is for loopback only)
 	http.SetCookie(w, &http.Cookie{
-		Name: cookieName(r), Value: id, Path: "/", MaxAge: int(sessionTTL / time.Second),
+		Name: cookieName(r), Value: id, Path: base, MaxAge: maxAge,
 		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil,
 	})
-	to := "/"
+	if r.TLS == nil {
+		//nolint:gosec // G124: plaintext is for loopback only; the hint authenticates nothing
+		http.SetCookie(w, &http.Cookie{
+			Name: hintCookie, Value: sess.hint, Path: "/", MaxAge: maxAge,
+			HttpOnly: true, SameSite: http.SameSiteStrictMode,
+		})
+	}
+	to := base
 	if g.chain != "" {
-		to = "/#/chain/" + url.PathEscape(g.chain)
+		to += "#/chain/" + url.PathEscape(g.chain)
 	}
 	http.Redirect(w, r, to, http.StatusSeeOther)
 }

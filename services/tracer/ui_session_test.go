@@ -126,6 +126,13 @@ func sessionOf(resp *http.Response, name string) *http.Cookie {
 	return nil
 }
 
+// base is where a sign-in sent the browser, without the fragment: the
+// session's own path on plaintext.
+func base(resp *http.Response) string {
+	b, _, _ := strings.Cut(resp.Header.Get("Location"), "#")
+	return b
+}
+
 func linkPath(t *testing.T, body string) string {
 	t.Helper()
 	i := strings.Index(body, `"path":"`)
@@ -173,17 +180,32 @@ func TestOneTimeLink(t *testing.T) {
 	// Continue: a session cookie (HttpOnly, SameSite=Strict, short) and
 	// the way to the chain.
 	resp, _ := signIn(t, srv, link, nil, sameOrigin(srv)...)
-	cookie := sessionOf(resp, sessionCookie)
-	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/#/chain/run-1" || cookie == nil ||
-		!cookie.HttpOnly || cookie.SameSite != http.SameSiteStrictMode || cookie.MaxAge != int(sessionTTL/time.Second) {
+	cookie, hint, home := sessionOf(resp, sessionCookie), sessionOf(resp, hintCookie), base(resp)
+	if resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(home, "/s/") || resp.Header.Get("Location") != home+"#/chain/run-1" || cookie == nil ||
+		!cookie.HttpOnly || cookie.SameSite != http.SameSiteStrictMode || cookie.MaxAge != int(sessionTTL/time.Second) || cookie.Path != home {
 		t.Fatalf("sign in: %s location %q cookie %+v", resp.Status, resp.Header.Get("Location"), cookie)
 	}
-	// The cookie calls as the token that asked for the link.
-	if _, body := get(t, srv, srv.URL+"/api/chains", cookie); body != "as:Bearer good" {
+	if hint == nil || hint.Path != "/" || !hint.HttpOnly || hint.SameSite != http.SameSiteStrictMode || hint.Value == cookie.Value {
+		t.Fatalf("sign-in hint %+v", hint)
+	}
+	// The cookie calls as the token that asked for the link, under the
+	// session's own path only.
+	if _, body := get(t, srv, srv.URL+home+"api/chains", cookie); body != "as:Bearer good" {
 		t.Fatalf("with the session: %q", body)
 	}
-	if _, body := get(t, srv, srv.URL+"/api/chains", nil); body != "as:" {
+	if _, body := get(t, srv, srv.URL+home+"api/chains", nil); body != "as:" {
 		t.Fatalf("without it: %q", body)
+	}
+	for _, where := range []string{"/api/chains", "/s/another/api/chains", "/s/" + cookie.Value + "/api/chains"} {
+		if _, body := get(t, srv, srv.URL+where, cookie); body != "as:" {
+			t.Fatalf("the session cookie at %s: %q", where, body)
+		}
+	}
+	if _, body := get(t, srv, srv.URL+home+"api/chains", hint); body != "as:" {
+		t.Fatalf("the sign-in hint as a session: %q", body)
+	}
+	if resp, _ := get(t, srv, srv.URL+strings.TrimSuffix(home, "/"), cookie); resp.StatusCode != http.StatusMovedPermanently || resp.Header.Get("Location") != home {
+		t.Fatalf("the session's path without its slash: %s %q", resp.Status, resp.Header.Get("Location"))
 	}
 	// Second use: refused, opened or posted.
 	if resp, body := get(t, srv, link, nil); resp.StatusCode != http.StatusUnauthorized || !strings.Contains(body, "already used or has expired") {
@@ -208,7 +230,7 @@ func TestOneTimeLink(t *testing.T) {
 	}
 	// An expired session no longer authenticates.
 	c.add(sessionTTL)
-	if _, body := get(t, srv, srv.URL+"/api/chains", cookie); body != "as:" {
+	if _, body := get(t, srv, srv.URL+home+"api/chains", cookie); body != "as:" {
 		t.Fatalf("expired session: %q", body)
 	}
 }
@@ -222,8 +244,8 @@ func TestOneTimeLink(t *testing.T) {
 func TestLinkSignsInOnlyFromItsPage(t *testing.T) {
 	srv, _ := linkServer(t)
 	resp, _ := signIn(t, srv, makeLink(t, srv, "good"), nil, sameOrigin(srv)...)
-	alice := sessionOf(resp, sessionCookie)
-	if alice == nil {
+	alice, aliceHint, aliceHome := sessionOf(resp, sessionCookie), sessionOf(resp, hintCookie), base(resp)
+	if alice == nil || aliceHint == nil {
 		t.Fatalf("alice signs in: %s", resp.Status)
 	}
 	link := makeLink(t, srv, "other")
@@ -235,29 +257,29 @@ func TestLinkSignsInOnlyFromItsPage(t *testing.T) {
 		{"Origin", "null"},
 		{},
 	} {
-		resp, body := signIn(t, srv, link, alice, from...)
+		resp, body := signIn(t, srv, link, aliceHint, from...)
 		if resp.StatusCode != http.StatusForbidden || sessionOf(resp, sessionCookie) != nil {
 			t.Fatalf("post with %q: %s %s", from, resp.Status, body)
 		}
 	}
-	if _, body := get(t, srv, srv.URL+"/api/chains", alice); body != "as:Bearer good" {
+	if _, body := get(t, srv, srv.URL+aliceHome+"api/chains", alice); body != "as:Bearer good" {
 		t.Fatalf("alice's session after the refused posts: %q", body)
 	}
-	resp, body := get(t, srv, link, alice)
+	resp, body := get(t, srv, link, aliceHint)
 	if resp.StatusCode != http.StatusOK || !strings.Contains(body, "signs this browser in as <strong>mallory</strong>") ||
 		!strings.Contains(body, "signed in as <strong>alice</strong> now") {
 		t.Fatalf("the page of mallory's link in alice's browser: %s\n%s", resp.Status, body)
 	}
 	// An older browser: no Sec-Fetch-Site, its Origin this host.
-	resp, _ = signIn(t, srv, link, alice, "Origin", srv.URL)
+	resp, _ = signIn(t, srv, link, aliceHint, "Origin", srv.URL)
 	mallory := sessionOf(resp, sessionCookie)
 	if resp.StatusCode != http.StatusSeeOther || mallory == nil {
 		t.Fatalf("Continue on the page: %s", resp.Status)
 	}
-	if _, body := get(t, srv, srv.URL+"/api/chains", mallory); body != "as:Bearer other" {
+	if _, body := get(t, srv, srv.URL+base(resp)+"api/chains", mallory); body != "as:Bearer other" {
 		t.Fatalf("mallory's session: %q", body)
 	}
-	if _, body := get(t, srv, srv.URL+"/api/chains", alice); body != "as:" {
+	if _, body := get(t, srv, srv.URL+aliceHome+"api/chains", alice); body != "as:" {
 		t.Fatalf("alice's replaced session still authenticates: %q", body)
 	}
 }
@@ -303,7 +325,7 @@ func TestLinksOfOnePrincipalPushOutNoOther(t *testing.T) {
 	srv, c := linkServer(t)
 	alicesLink := makeLink(t, srv, "good")
 	resp, _ := signIn(t, srv, makeLink(t, srv, "good"), nil, sameOrigin(srv)...)
-	alice := sessionOf(resp, sessionCookie)
+	alice, aliceHome := sessionOf(resp, sessionCookie), base(resp)
 	var last string
 	for range maxLoginCodes + 1 {
 		c.add(time.Millisecond) // alice's are the oldest
@@ -316,7 +338,7 @@ func TestLinksOfOnePrincipalPushOutNoOther(t *testing.T) {
 			t.Fatalf("mallory signs in: %s", resp.Status)
 		}
 	}
-	if _, body := get(t, srv, srv.URL+"/api/chains", alice); body != "as:Bearer good" {
+	if _, body := get(t, srv, srv.URL+aliceHome+"api/chains", alice); body != "as:Bearer good" {
 		t.Fatalf("alice's session after mallory's: %q", body)
 	}
 	if resp, body := signIn(t, srv, alicesLink, nil, sameOrigin(srv)...); resp.StatusCode != http.StatusSeeOther {

@@ -301,6 +301,7 @@ func TestAttackDebuggerLinkSignsInTheOpener(t *testing.T) {
 		b.Do(t, "bob continues", chromedp.Click(chromedp.CSS("#continue")))
 	}
 	b.Until(t, "bob on the chain", `location.hash === '#/chain/`+runID+`'`)
+	home := browser.Eval[string](t, b, `location.pathname`) // the session's own path
 
 	// mallory's page, on another site (localhost, not 127.0.0.1).
 	token := p.token(t, "mallory", "approver")
@@ -358,9 +359,9 @@ Promise.allSettled([
 	}
 
 	// bob approves in the debugger (its own API, as the page's button does).
-	b.Do(t, "back to the debugger", chromedp.Navigate(base+"/#/approvals"))
+	b.Do(t, "back to the debugger", chromedp.Navigate(base+home+"#/approvals"))
 	b.Until(t, "the debugger", `location.host === '`+tracerHost+`' && document.readyState === 'complete'`)
-	browser.Eval[any](t, b, `window.__decided = null; fetch('/api/approvals/decide', {method: 'POST',
+	browser.Eval[any](t, b, `window.__decided = null; fetch('api/approvals/decide', {method: 'POST',
 		headers: {'Content-Type': 'application/json', 'X-XCT-CSRF': '1'},
 		body: JSON.stringify({run_id: '`+runID+`', step: 1, approve: true, reason: 'reviewed'})})
 		.then(r => r.text()).then(t => { window.__decided = t; }); null`)

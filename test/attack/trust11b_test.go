@@ -8,13 +8,18 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/grpc/codes"
@@ -23,6 +28,7 @@ import (
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/app"
 	"github.com/xct-dev/xct/internal/testutil"
+	"github.com/xct-dev/xct/internal/testutil/browser"
 	"github.com/xct-dev/xct/services/executor"
 	"github.com/xct-dev/xct/services/orchestrator"
 )
@@ -264,5 +270,126 @@ func TestAttackMaxRunsPerReplica(t *testing.T) {
 	}
 	if len(started) != limit {
 		t.Fatalf("dev started %d runs at once across two replicas (%v), want %d", len(started), started, limit)
+	}
+}
+
+// TestAttackDebuggerSessionGoesToAnotherPort: bob signs in to the
+// debugger (plaintext, on 127.0.0.1) with his own link and later opens a
+// page of another server on 127.0.0.1 (another user's, or a local dev
+// server's; any program may listen on a loopback port). Cookies do not
+// separate ports and SameSite sees one site: on main his browser sent the
+// session cookie (Path=/) with that request, and the other server used it
+// to approve alice's deploy as bob. Now the session cookie has a path of
+// its own (/s/<random>/, where the debugger is served for the session)
+// and is accepted nowhere else; what reaches the other port (the sign-in
+// hint) authenticates nothing, and bob's own approval in the debugger
+// still works.
+func TestAttackDebuggerSessionGoesToAnotherPort(t *testing.T) {
+	gate := make(chan struct{})
+	close(gate)
+	var deployed atomic.Int64
+	c := startBindCluster(t, withProposer("gate", gateModel{gate: gate}), func(cfg *app.Config, o *app.Options) {
+		o.ExtraTools = []executor.Tool{countingDeploy{n: &deployed}}
+		cfg.Tracer.HTTPListen = "127.0.0.1:0"
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	const runID = "run-for-bob"
+	if _, err := c.orchestratorAs(t, "alice").StartRun(ctx, &xctv1.StartRunRequest{RunId: runID, Goal: "deploy", Model: "func:gate"}); err != nil {
+		t.Fatal(err)
+	}
+	bob := c.validatorAs(t, "bob")
+	pending := func() int {
+		l, err := bob.ListApprovals(ctx, &xctv1.ListApprovalsRequest{RunId: runID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(l.GetApprovals())
+	}
+	testutil.Eventually(t, 30*time.Second, func() error {
+		if n := pending(); n != 1 {
+			return fmt.Errorf("%d pending approvals", n)
+		}
+		return nil
+	})
+	tracerHost := c.app.Tracer.HTTPAddr()
+	base := "http://" + tracerHost
+
+	b := browser.New(t, 2*time.Minute)
+	own, _ := debuggerLink(t, ctx, base, c.creds.Token(t, "bob"), runID)
+	b.Do(t, "bob opens his link", chromedp.Navigate(own))
+	b.Until(t, "the sign-in page", `!!document.querySelector('#continue')`)
+	b.Do(t, "bob continues", chromedp.Click(chromedp.CSS("#continue")))
+	b.Until(t, "bob on the chain", `location.hash === '#/chain/`+runID+`' && document.readyState === 'complete'`)
+	home := browser.Eval[string](t, b, `location.pathname`)
+
+	// The other server on 127.0.0.1 keeps what the browser sends it.
+	var mu sync.Mutex
+	var got []*http.Cookie
+	evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got = append(got, r.Cookies()...)
+		mu.Unlock()
+		w.Header().Set("Content-Type", "text/html")
+		_, _ = w.Write([]byte(`<!doctype html><title>done</title>`))
+	}))
+	defer evil.Close()
+	if !strings.HasPrefix(evil.URL, "http://127.0.0.1:") {
+		t.Fatalf("the other server is at %s", evil.URL)
+	}
+	b.Do(t, "bob's browser on the other port", chromedp.Navigate(evil.URL+"/"))
+	b.Until(t, "the other page", `document.title === 'done'`)
+
+	// It tries what it got on the debugger's API, at the paths it may
+	// guess, as the debugger's own page would call it.
+	mu.Lock()
+	stolen := slices.Clone(got)
+	mu.Unlock()
+	decide := `{"run_id": "` + runID + `", "step": 1, "approve": true, "reason": "stolen"}`
+	for _, path := range []string{"/api/approvals/decide", "/s/x/api/approvals/decide"} {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+path, strings.NewReader(decide))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-XCT-CSRF", "1")
+		for _, ck := range stolen {
+			req.AddCookie(ck)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			t.Errorf("the cookies bob's browser sent another port (%d) decided with %s: %s", len(stolen), path, resp.Status)
+		}
+	}
+	if n := pending(); n != 1 {
+		t.Fatalf("after the other server's tries, %d approvals are pending: the one bob never gave was decided", n)
+	}
+	for _, ck := range stolen {
+		if ck.Name == "xct_debugger_session" {
+			t.Errorf("bob's session cookie went to another port (path %s)", home)
+		}
+	}
+
+	// bob's own approval, from his page, as its button calls the API.
+	b.Do(t, "back to bob's debugger", chromedp.Navigate(base+home+"#/approvals"))
+	b.Until(t, "the debugger", `location.host === '`+tracerHost+`' && document.readyState === 'complete'`)
+	browser.Eval[any](t, b, `window.__decided = null; fetch('api/approvals/decide', {method: 'POST',
+		headers: {'Content-Type': 'application/json', 'X-XCT-CSRF': '1'},
+		body: JSON.stringify({run_id: '`+runID+`', step: 1, approve: true, reason: 'reviewed'})})
+		.then(r => r.text()).then(t => { window.__decided = t; }); null`)
+	b.Until(t, "the decision", `window.__decided !== null`)
+	l, err := bob.ListApprovals(ctx, &xctv1.ListApprovalsRequest{RunId: runID, All: true})
+	if err != nil || len(l.GetApprovals()) != 1 {
+		t.Fatalf("approvals: %v %v", l, err)
+	}
+	if a := l.GetApprovals()[0]; a.GetState() != xctv1.ApprovalState_APPROVAL_STATE_APPROVED || a.GetDecidedBy() != "bob" || a.GetReason() != "reviewed" {
+		t.Fatalf("bob's approval in his browser: %s by %q (%q; %s)", a.GetState(), a.GetDecidedBy(), a.GetReason(), browser.Eval[string](t, b, `window.__decided`))
+	}
+	if run := c.waitRun(t, "bob", runID); deployed.Load() != 1 || run.GetStatus() != xctv1.RunStatus_RUN_STATUS_DONE {
+		t.Fatalf("after bob's approval: %d deploys, run %s", deployed.Load(), run.GetStatus())
 	}
 }
