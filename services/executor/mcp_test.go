@@ -32,6 +32,9 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 2 && os.Args[1] == sandboxProbeArg {
 		os.Exit(sandboxProbe(os.Args[2:]))
 	}
+	if code, ok := multicall(os.Args); ok {
+		os.Exit(code)
+	}
 	if os.Getenv(mcpStdioEnv) == "1" {
 		srv := newTestMCPServer(func() { os.Exit(3) }, nil)
 		if err := srv.Run(context.Background(), &mcp.StdioTransport{}); err != nil {

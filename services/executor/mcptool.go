@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	osexec "os/exec"
+	"path"
 	"strings"
 	"sync"
 	"syscall"
@@ -120,7 +121,7 @@ func (m *mcpServer) transport(ctx context.Context) mcp.Transport {
 			// cannot be scanned whole (mcpTool.Invoke).
 			m.log.ErrorContext(ctx, "SECURITY: the MCP server starts with the protected paths the scan found read-only, not all", "server", m.cfg.Name, "reason", cut)
 		}
-		argv := withoutStatusFD(sbx.argv(m.cfg.resolved, m.cfg.Args, m.wsDir, env))
+		argv := withoutStatusFD(sbx.argv(m.cfg.resolved, path.Base(m.cfg.Command), m.cfg.Args, m.wsDir, env))
 		cmd = osexec.CommandContext(context.WithoutCancel(ctx), argv[0], argv[1:]...) //nolint:gosec // prlimit and bwrap, resolved; the operator's command
 		cmd.Env = []string{}
 		cmd.ExtraFiles = sbx.extraFiles()

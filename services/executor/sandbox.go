@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	osexec "os/exec"
+	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -266,7 +267,7 @@ func (s *osSandbox) probe() error {
 	defer cancel()
 	sbx, _, _ := s.withProtected(nil, 4) // the seccomp filter too; fd 3 is the status
 	defer sbx.closeExtra()
-	argv := sbx.argv(s.bwrap, []string{"--version"}, s.wsDir, nil)
+	argv := sbx.argv(s.bwrap, "bwrap", []string{"--version"}, s.wsDir, nil)
 	cmd := osexec.CommandContext(ctx, argv[0], argv[1:]...) //nolint:gosec // bwrap and prlimit, resolved
 	cmd.Env = []string{}
 	cmd.WaitDelay = time.Second
@@ -294,10 +295,20 @@ func (s *osSandbox) probe() error {
 	return nil
 }
 
-// argv is the command line that runs program with args inside the
-// sandbox, in directory dir (a host path inside the workspace), with the
-// environment env ("K=V"). The status of bwrap goes to file descriptor 3.
-func (s *osSandbox) argv(program string, args []string, dir string, env []string) []string {
+// sandboxBin holds, in the sandbox, a link named as the configuration
+// names each program to the file it resolved to: the program is started
+// through it, so its argv[0] is its configured name.
+const sandboxBin = "/.xct/bin"
+
+// argv is the command line that runs program (the resolved file of the
+// program configured as name) with args inside the sandbox, in directory
+// dir (a host path inside the workspace), with the environment env
+// ("K=V"). The status of bwrap goes to file descriptor 3. The program is
+// started as sandboxBin/name, a link to it: a program that acts by the
+// name it is started as (busybox, xz as unxz) does what its configured
+// name says, not what the file it resolved to is called (busybox, given
+// its own name, takes the first argument for the program to be).
+func (s *osSandbox) argv(program, name string, args []string, dir string, env []string) []string {
 	a := []string{s.prlim, "--core=0",
 		"--nproc=" + strconv.FormatInt(s.cfg.MaxProcesses, 10),
 		"--fsize=" + strconv.FormatInt(s.cfg.MaxFileBytes, 10),
@@ -368,6 +379,8 @@ func (s *osSandbox) argv(program string, args []string, dir string, env []string
 	if s.enter != nil {
 		a = append(a, "--ro-bind-fd", strconv.Itoa(fd), sandboxenter.Path)
 	}
+	started := path.Join(sandboxBin, name)
+	a = append(a, "--symlink", program, started)
 	a = append(a, "--chdir", dir)
 	for _, kv := range env {
 		k, v, _ := strings.Cut(kv, "=")
@@ -377,7 +390,7 @@ func (s *osSandbox) argv(program string, args []string, dir string, env []string
 	if s.enter != nil {
 		a = append(a, sandboxenter.Path, strconv.Itoa(fd+1), s.enter.dir, strconv.FormatInt(s.memory, 10))
 	}
-	a = append(a, program)
+	a = append(a, started)
 	return append(a, args...)
 }
 

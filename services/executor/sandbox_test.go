@@ -565,3 +565,57 @@ func TestSandboxReadProgramSeesReadOnlyWorkspace(t *testing.T) {
 		t.Fatalf("reversible program: %+v", res)
 	}
 }
+
+// Names of the multi-call program the test binary plays (multicall), as
+// busybox does: started as multicallLs it lists; started by its own file
+// name it runs the program its first argument names.
+const (
+	multicallLs    = "xct-applet-ls"
+	multicallShell = "xct-applet-sh"
+)
+
+func multicall(args []string) (int, bool) {
+	switch {
+	case filepath.Base(args[0]) == multicallLs:
+		fmt.Println("the ls applet ran")
+		return 0, true
+	case len(args) > 1 && args[1] == multicallShell:
+		fmt.Println("the shell applet ran")
+		return 0, true
+	}
+	return 0, false
+}
+
+// TestSandboxProgramStartedByItsName (session 11, trust11a): the sandbox
+// started a program by the file it resolved to (links followed when the
+// configuration is loaded), so a multi-call program saw another argv[0]
+// than its configured name: busybox, given its own name, takes the first
+// argument for the program to run. With ls configured as a link to such a
+// program and a file named like a shell in the workspace (fs.write made
+// it), "ls <that file>" ran the shell on main. Now the program is started
+// through a link named as configured (its argv[0]), as without a sandbox.
+func TestSandboxProgramStartedByItsName(t *testing.T) {
+	self, err := os.Executable()
+	must(t, err)
+	link := filepath.Join(t.TempDir(), multicallLs)
+	must(t, os.Symlink(self, link))
+	for _, sandbox := range []string{"{max_memory_bytes: -1}", "none"} {
+		t.Run(sandbox, func(t *testing.T) {
+			if sandbox != "none" {
+				requireSandbox(t)
+			}
+			sb := newSandbox(t)
+			must(t, os.WriteFile(filepath.Join(sb.ws, multicallShell), []byte("x\n"), 0o644))
+			cfg, err := ParseToolsConfig("tools.yaml", []byte(fmt.Sprintf(
+				"shell:\n  sandbox: %s\n  binaries:\n    - {name: %s, path: %s, effect: read, path_args: true, max_args: 1}\n", sandbox, multicallLs, link)))
+			must(t, err)
+			s, err := New(Config{Workspace: sb.ws, Tools: cfg, MaxOutputBytes: 1 << 20}, nil, testLogger(t))
+			must(t, err)
+			t.Cleanup(func() { _ = s.Stop(context.Background()) })
+			res := resultAs[ShellResult](t, shell(t, s, multicallLs, multicallShell))
+			if res.Stdout != "the ls applet ran\n" {
+				t.Fatalf("ls %s: %+v", multicallShell, res)
+			}
+		})
+	}
+}

@@ -303,7 +303,7 @@ func (t *shellTool) Invoke(ctx context.Context, args map[string]any) (any, *xctv
 			}
 			defer func() { _ = enter.r.Close() }()
 		}
-		sa := sbx.argv(bin.resolved, argv[1:], chdir, t.env)
+		sa := sbx.argv(bin.resolved, argv[0], argv[1:], chdir, t.env)
 		cmd = osexec.CommandContext(ctx, sa[0], sa[1:]...) //nolint:gosec // prlimit and bwrap, resolved; the program allow-listed, argv checked above
 		cmd.Env = []string{}
 		cmd.Dir = "/"
