@@ -159,10 +159,10 @@ func appendLineFast(dst []byte, e *lctl.Event) ([]byte, bool) {
 			w.b = append(w.b, tool...)
 			if intent != "" {
 				w.b = append(w.b, ": "...)
-				w.b = append(w.b, clip(oneLine(intent), 60)...)
+				w.b = appendClip(w.b, intent, 60)
 			}
 		} else {
-			w.b = append(w.b, clip(oneLine(intent), 60)...)
+			w.b = appendClip(w.b, intent, 60)
 		}
 	case stepEnd:
 		if o := s("outcome"); o != "" {
@@ -189,12 +189,12 @@ func appendLineFast(dst []byte, e *lctl.Event) ([]byte, bool) {
 		if r := s("reason"); r != "" {
 			w.next()
 			w.b = append(w.b, "reason: "...)
-			w.b = append(w.b, clip(oneLine(r), 40)...)
+			w.b = appendClip(w.b, r, 40)
 		}
 		if w.n == 0 {
 			if t := s("text"); t != "" {
 				w.next()
-				w.b = append(w.b, clip(oneLine(t), 60)...)
+				w.b = appendClip(w.b, t, 60)
 			}
 		}
 	case toolCall:
@@ -827,6 +827,43 @@ func compact(v any, max int) string {
 
 // clip cuts s to max characters, marking the cut with "…".
 func clip(s string, n int) string { return text.TruncateRunes(s, n) }
+
+// appendClip appends clip(oneLine(s), n) without making a string for it
+// when s is on one line: the characters are counted as they are copied.
+func appendClip(dst []byte, s string, n int) []byte {
+	n = max(n, 1)
+	if len(s) <= n {
+		if !hasLineBreakOrTab(s) {
+			return append(dst, s...)
+		}
+		return append(dst, clip(oneLine(s), n)...)
+	}
+	if hasLineBreakOrTab(s) {
+		return append(dst, clip(oneLine(s), n)...)
+	}
+	// cut is where the first n-1 characters end; more than n characters
+	// are cut there, n or fewer kept whole.
+	i, cut := 0, 0
+	for kept := 0; kept < n; kept++ {
+		if i == len(s) {
+			return append(dst, s...)
+		}
+		if kept == n-1 {
+			cut = i
+		}
+		if s[i] < utf8.RuneSelf {
+			i++
+		} else {
+			_, size := utf8.DecodeRuneInString(s[i:])
+			i += size
+		}
+	}
+	if i == len(s) {
+		return append(dst, s...)
+	}
+	dst = append(dst, s[:cut]...)
+	return append(dst, text.Ellipsis...)
+}
 
 // clipHash shortens a state hash for a line: its prefix and 11 hex digits
 // ("sha256:b0dbbafad41…", "v2:sha256:742c89937c1…").
