@@ -9,6 +9,9 @@ import (
 	"path/filepath"
 	"strings"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	lctlv1 "github.com/xct-dev/xct/gen/lctl/v1"
 	"github.com/xct-dev/xct/lctl"
 	"github.com/xct-dev/xct/lctl/analysis"
@@ -155,17 +158,31 @@ func runExport(ctx context.Context, c *cmdContext) error {
 	cctx, cancel := c.callCtx(ctx)
 	defer cancel()
 	resp, err := t.api.ExportChain(cctx, &lctlv1.ExportChainRequest{ChainId: id, Format: pf})
+	content := resp.GetContent()
+	if status.Code(err) == codes.ResourceExhausted {
+		// Past what one answer carries: read the events by pages and
+		// write the file here, as the tracer would have.
+		d, lerr := c.loadLive(ctx, id)
+		if lerr != nil {
+			return lerr
+		}
+		var buf bytes.Buffer
+		if err := lctl.NewFile(id, d.events).Encode(&buf, format); err != nil {
+			return &inputError{fmt.Errorf("chain %s: %w", id, err)}
+		}
+		content, err = buf.Bytes(), nil
+	}
 	if err != nil {
 		return c.rpcError(id, err)
 	}
 	if *out == "" || *out == "-" {
-		_, err := c.env.Stdout.Write(resp.GetContent())
+		_, err := c.env.Stdout.Write(content)
 		return err
 	}
-	if err := writeFile(*out, resp.GetContent()); err != nil {
+	if err := writeFile(*out, content); err != nil {
 		return err
 	}
-	c.out("Wrote %s (%d bytes) from the tracer at %s.\n", *out, len(resp.GetContent()), c.tracer)
+	c.out("Wrote %s (%d bytes) from the tracer at %s.\n", *out, len(content), c.tracer)
 	return nil
 }
 

@@ -8,6 +8,9 @@ import (
 	"sort"
 	"unicode/utf8"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	lctlv1 "github.com/xct-dev/xct/gen/lctl/v1"
@@ -88,24 +91,45 @@ func (h *handler) GetChain(ctx context.Context, req *lctlv1.GetChainRequest) (*l
 		events = events[i:]
 	}
 	var next uint64
-	if n := int(req.GetPageSize()); n > 0 && len(events) > n {
+	paged := req.GetPageSize() > 0
+	if n := int(req.GetPageSize()); paged && len(events) > n {
 		next = events[n].Seq
 		events = events[:n]
 	}
 	resp := &lctlv1.GetChainResponse{
 		Summary: summaryProto(view.summary),
 		Events:  make([]*lctlv1.Event, 0, len(events)),
-		NextSeq: next,
 	}
+	size := 0
 	for i := range events {
 		pe, err := lctlpb.ToProto(&events[i])
 		if err != nil {
 			return nil, h.status(ctx, err)
 		}
+		size += proto.Size(pe)
+		if size > maxAnswerBytes && len(resp.Events) > 0 {
+			if !paged {
+				return nil, status.Errorf(codes.ResourceExhausted,
+					"chain %s is more than %d bytes, past what one answer carries: ask for it by pages (page_size, then next_seq)", req.GetChainId(), maxAnswerBytes)
+			}
+			// A page ends where the next event would pass the bound; each
+			// event is bounded by the stream's message size.
+			next = events[i].Seq
+			break
+		}
 		resp.Events = append(resp.Events, pe)
 	}
+	resp.NextSeq = next
 	return resp, nil
 }
+
+// maxAnswerBytes bounds the events of one GetChain answer and one
+// ExportChain file (a gRPC message is at most 16 MiB): a run's events are
+// each bounded, their sum is not.
+const maxAnswerBytes = 8 << 20
+
+// maxExportBytes bounds an ExportChain file: 1 MiB under a gRPC message.
+const maxExportBytes = 15 << 20
 
 // ReplayChain returns the state of a chain after to_seq (0: all of it),
 // rebuilt from the chain's nearest snapshot: at most Config.SnapshotEvery
@@ -207,6 +231,10 @@ func (h *handler) ExportChain(ctx context.Context, req *lctlv1.ExportChainReques
 	var buf bytes.Buffer
 	if err := lctl.NewFile(req.GetChainId(), view.events).Encode(&buf, format); err != nil {
 		return nil, h.status(ctx, fmt.Errorf("export chain %s: %w", req.GetChainId(), err))
+	}
+	if buf.Len() > maxExportBytes {
+		return nil, status.Errorf(codes.ResourceExhausted,
+			"the export of chain %s is %d bytes, past what one answer carries: read its events by pages (GetChain with page_size; lctl export does)", req.GetChainId(), buf.Len())
 	}
 	return &lctlv1.ExportChainResponse{Content: buf.Bytes(), ContentType: contentType}, nil
 }

@@ -1,6 +1,7 @@
 package attack
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -25,10 +26,14 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	lctlv1 "github.com/xct-dev/xct/gen/lctl/v1"
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/app"
+	"github.com/xct-dev/xct/internal/lctllive"
 	"github.com/xct-dev/xct/internal/testutil"
 	"github.com/xct-dev/xct/internal/testutil/browser"
+	"github.com/xct-dev/xct/lctl"
+	"github.com/xct-dev/xct/lctl/cli"
 	"github.com/xct-dev/xct/services/executor"
 	"github.com/xct-dev/xct/services/orchestrator"
 )
@@ -151,6 +156,47 @@ func TestAttackGetRunPastAMessage(t *testing.T) {
 	check(got.GetRun(), steps+1)
 	if deployed.Load() != 0 {
 		t.Fatal("deployed without an approval")
+	}
+
+	// Its chain, where the note sends the reader: lctl export (which asked
+	// the tracer for the whole file in one answer, and failed past a gRPC
+	// message on main) and lctl verify --chain (which pages, by events).
+	last := uint64(0)
+	tracer := lctlv1.NewTracerServiceClient(c.creds.Dial(t, c.app.Addr(app.TargetTracer), "dave"))
+	testutil.Eventually(t, 30*time.Second, func() error {
+		page, err := tracer.GetChain(ctx, &lctlv1.GetChainRequest{ChainId: "reader-1", PageSize: 1})
+		if err != nil {
+			return err
+		}
+		if last = page.GetSummary().GetEvents(); last < got.GetRun().GetLastSeq() {
+			return fmt.Errorf("the tracer has %d events of %d", last, got.GetRun().GetLastSeq())
+		}
+		return nil
+	})
+	env := map[string]string{"LCTL_TOKEN": c.creds.Token(t, "dave"), "LCTL_TRACER": c.app.Addr(app.TargetTracer)}
+	lctlRun := func(args ...string) (int, string) {
+		var out bytes.Buffer
+		code := cli.Run(ctx, args, cli.Env{Stdout: &out, Stderr: &out, Getenv: func(k string) string { return env[k] }, Live: lctllive.Live{}})
+		return code, out.String()
+	}
+	file := filepath.Join(t.TempDir(), "reader-1.lctl.json")
+	if code, out := lctlRun("export", "--chain", "reader-1", "-o", file); code != 0 {
+		t.Fatalf("lctl export of a %d-event chain past a message: exit %d\n%.500s", last, code, out)
+	}
+	raw, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := lctl.DecodeFile(bytes.NewReader(raw), lctl.FormatJSON)
+	if err != nil || uint64(len(f.Events)) != last || lctl.Verify(f.Events) != nil {
+		t.Fatalf("the export: %d events of %d, %v", len(f.Events), last, err)
+	}
+	if code, out := lctlRun("verify", "--chain", "reader-1"); code != 0 || !strings.Contains(out, "hash chain: "+fmt.Sprint(last)+" events linked") {
+		t.Fatalf("lctl verify --chain: exit %d\n%.500s", code, out)
+	}
+	// Asked for all of it in one answer, the tracer says how to page.
+	if _, err := tracer.GetChain(ctx, &lctlv1.GetChainRequest{ChainId: "reader-1"}); status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "page_size") {
+		t.Fatalf("GetChain of all of it: %v", err)
 	}
 	// Small runs are answered whole as before.
 	if _, err := alice.StartRun(ctx, &xctv1.StartRunRequest{RunId: "reader-2", Goal: "read", Model: "func:reader", MaxSteps: 3}); err != nil {
