@@ -105,3 +105,44 @@ func TestStartRunWhoseStartLandedUnseenRuns(t *testing.T) {
 		t.Fatalf("step 1 acted %d times", f.count.count(1))
 	}
 }
+
+// An event of a step is stored but its append's acknowledgement is lost:
+// the run stops there (it cannot know what its chain holds), its owner key
+// expires, and a takeover (here by the same orchestrator) reads the chain
+// and goes on from what is stored. Whichever event it was, every step acts
+// once, its outcome is on the chain once, and the run ends done.
+func TestAppendLandedUnseenMidStep(t *testing.T) {
+	t.Parallel()
+	for _, typ := range []string{lctl.TypeStepStart, lctl.TypeVerdict, lctl.TypeToolCall, lctl.TypeStepEnd} {
+		t.Run(typ, func(t *testing.T) {
+			t.Parallel()
+			model := newGatedModel(step("test.count", 1), step("test.count", 2))
+			f := newFixture(t, model)
+			s, loser := f.launchLossy("orch-a", model)
+			seen := 0
+			loser.LoseNext(func(subject string, body []byte) bool {
+				if !strings.HasPrefix(subject, "lctl.chain.") || !bytes.Contains(body, []byte(`"type":"`+typ+`"`)) {
+					return false
+				}
+				seen++
+				return seen == 2 // step 2's
+			})
+			id := f.start(s)
+			events := f.waitEnd(id)
+			select {
+			case <-loser.Lost:
+			default:
+				t.Fatalf("no acknowledgement was lost:\n%s", describe(events))
+			}
+			if len(only(events, TypeRunResumed)) == 0 {
+				t.Fatalf("no takeover after the lost acknowledgement:\n%s", describe(events))
+			}
+			f.checkChain(id, events, 2)
+			for n := 1; n <= 2; n++ {
+				if c := f.count.count(float64(n)); c != 1 {
+					t.Fatalf("step %d acted %d times:\n%s", n, c, describe(events))
+				}
+			}
+		})
+	}
+}
