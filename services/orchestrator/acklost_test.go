@@ -146,3 +146,53 @@ func TestAppendLandedUnseenMidStep(t *testing.T) {
 		})
 	}
 }
+
+// A client times out and retries StartRun on the same orchestrator while
+// the first call is still running: its claim of the run's owner key was
+// stored, but the acknowledgement is lost, so the first call waits and
+// then fails (it removes its claim: no run). Before the fix the retry was
+// told ALREADY_EXISTS (the run id was in the active set) for a run that
+// never started: a client that took that for "started" waited for a run
+// that did not exist. Now the retry is told UNAVAILABLE while a start is
+// in progress here, and a client retrying as told gets the run started.
+func TestStartRunRetriedWhileTheFirstIsStillRunning(t *testing.T) {
+	t.Parallel()
+	model := newGatedModel(step("test.count", 1))
+	f := newFixture(t, model)
+	s, loser := f.launchLossy("orch-a", model)
+	const id = "run-retried-while-starting"
+	loser.LoseNext(func(subject string, _ []byte) bool { return subject == "$KV."+OwnersBucket+"."+id })
+	req := &xctv1.StartRunRequest{RunId: id, Goal: "count", Model: "func:tester", Principal: "alice"}
+	start := func(timeout time.Duration) error {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		_, err := s.StartRun(as(ctx, "alice", auth.RoleSubmitter), req)
+		return err
+	}
+	first := make(chan error, 1)
+	go func() { first <- start(2 * time.Second) }()
+	select {
+	case <-loser.Lost: // the first call's claim is stored, its answer lost
+	case <-time.After(30 * time.Second):
+		t.Fatal("the claim was not sent")
+	}
+	retry := start(30 * time.Second) // the client gave up on the first call
+	if err := <-first; err == nil {
+		t.Fatal("the first StartRun succeeded without its claim's answer")
+	}
+	if status.Code(retry) == codes.AlreadyExists {
+		if _, err := f.events.LastSeq(context.Background(), id); err != nil {
+			t.Fatalf("the retry was told the run exists (%v), but it has no chain: %v", retry, err)
+		}
+	}
+	// The client goes on retrying as told until the run exists.
+	testutil.Eventually(t, 30*time.Second, func() error {
+		err := start(30 * time.Second)
+		if err != nil && status.Code(err) != codes.AlreadyExists {
+			return err
+		}
+		return nil
+	})
+	events := f.waitEnd(id)
+	f.checkChain(id, events, 1)
+}

@@ -111,13 +111,19 @@ func (s *Service) startRun(ctx context.Context, req *xctv1.StartRunRequest) (*ru
 		ctx: rctx, cancel: rcancel, done: make(chan struct{}), left: make(chan struct{}), release: make(chan struct{}),
 	}
 	s.mu.Lock()
-	if s.stopping || s.active[id] != nil {
-		stopping := s.stopping
+	if prev := s.active[id]; s.stopping || prev != nil {
+		stopping, starting := s.stopping, prev != nil && prev.starting
 		s.mu.Unlock()
 		rcancel(nil)
 		closeProposer(proposer)
-		if stopping {
+		switch {
+		case stopping:
 			return nil, ErrStopping
+		case starting:
+			// Another call (a client's retry of this one, say) is still
+			// starting the run: whether it exists is not known until its
+			// run_started is recorded.
+			return nil, status.Errorf(codes.Unavailable, "run %s is being started by another call on this orchestrator and its start is not recorded yet; retry: ALREADY_EXISTS then says it started", id)
 		}
 		return nil, fmt.Errorf("%w: %s", ErrRunExists, id)
 	}
@@ -128,6 +134,7 @@ func (s *Service) startRun(ctx context.Context, req *xctv1.StartRunRequest) (*ru
 		return nil, status.Errorf(codes.ResourceExhausted,
 			"%s already has %d runs in progress on this orchestrator, the limit per principal (--max-runs): wait for one to end, or cancel one", principal, n)
 	}
+	r.starting = true
 	s.active[id] = r
 	s.mu.Unlock()
 	rev, err := s.claimStart(ctx, id)
@@ -184,6 +191,9 @@ func (s *Service) startRun(ctx context.Context, req *xctv1.StartRunRequest) (*ru
 		}
 		return nil, err
 	}
+	s.mu.Lock()
+	r.starting = false
+	s.mu.Unlock()
 	s.log.Info("run started", "run", id, "model", model, "principal", principal)
 	r.startRunSpan(ctx)
 	s.launch(r)

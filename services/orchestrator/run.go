@@ -70,6 +70,9 @@ type run struct {
 
 	at    int  // the step the loop is at
 	ended bool // run_finished is on the chain
+	// starting is set (under svc.mu) while StartRun has not recorded the
+	// run's run_started yet.
+	starting bool
 
 	transcript transcript
 
