@@ -194,6 +194,11 @@ func TestAttackGetRunPastAMessage(t *testing.T) {
 	if code, out := lctlRun("verify", "--chain", "reader-1"); code != 0 || !strings.Contains(out, "hash chain: "+fmt.Sprint(last)+" events linked") {
 		t.Fatalf("lctl verify --chain: exit %d\n%.500s", code, out)
 	}
+	for _, args := range [][]string{{"stats"}, {"replay"}, {"replay", "--to-seq", "100"}, {"bottleneck"}, {"diff", "--chain", "reader-1"}} {
+		if code, out := lctlRun(append(args, "--chain", "reader-1")...); code != 0 {
+			t.Errorf("lctl %v --chain: exit %d\n%.500s", args, code, out)
+		}
+	}
 	// Asked for all of it in one answer, the tracer says how to page.
 	if _, err := tracer.GetChain(ctx, &lctlv1.GetChainRequest{ChainId: "reader-1"}); status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "page_size") {
 		t.Fatalf("GetChain of all of it: %v", err)
