@@ -157,7 +157,12 @@ func (t *httpTool) Descriptor() *xctv1.ToolDescriptor {
 // DELETE, or X-Original-URL: /admin on a request to /public), or speak
 // for a proxy in front of the server (X-Forwarded-For: 127.0.0.1 past an
 // address rule of the server's).
+//
+// A "_" is taken for a "-": CGI, PHP and WSGI servers name a header
+// HTTP_X_HTTP_METHOD_OVERRIDE whether it was sent with dashes or
+// underscores, so X_HTTP_Method_Override is the same header there.
 func forbiddenHeader(name string) bool {
+	name = strings.ReplaceAll(name, "_", "-")
 	switch textproto.CanonicalMIMEHeaderKey(name) {
 	case "Host", "Connection", "Content-Length", "Transfer-Encoding", "Te", "Trailer", "Upgrade", "Keep-Alive", "Expect",
 		"X-Http-Method-Override", "X-Http-Method", "X-Method-Override", "X-Original-Method",

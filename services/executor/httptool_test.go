@@ -279,6 +279,8 @@ func TestHTTPRequest(t *testing.T) {
 		{"method override header", map[string]any{"method": "POST", "url": f.url("api.test", "/ok"), "headers": map[string]any{"X-HTTP-Method-Override": "DELETE"}}, wire.CodeInvalidArgument},
 		{"URL override header", map[string]any{"method": "GET", "url": f.url("api.test", "/ok"), "headers": map[string]any{"x-original-url": "/admin"}}, wire.CodeInvalidArgument},
 		{"forwarding header", map[string]any{"method": "GET", "url": f.url("api.test", "/ok"), "headers": map[string]any{"X-Forwarded-Host": "admin.test"}}, wire.CodeInvalidArgument},
+		{"override header with underscores", map[string]any{"method": "POST", "url": f.url("api.test", "/ok"), "headers": map[string]any{"X_HTTP_Method_Override": "DELETE"}}, wire.CodeInvalidArgument},
+		{"forwarding header with underscores", map[string]any{"method": "GET", "url": f.url("api.test", "/ok"), "headers": map[string]any{"x_forwarded_for": "127.0.0.1"}}, wire.CodeInvalidArgument},
 		{"transfer-encoding header", map[string]any{"method": "POST", "url": f.url("api.test", "/ok"), "headers": map[string]any{"transfer-encoding": "chunked"}}, wire.CodeInvalidArgument},
 		{"header injection", map[string]any{"method": "GET", "url": f.url("api.test", "/ok"), "headers": map[string]any{"X-A": "1\r\nX-B: 2"}}, wire.CodeInvalidArgument},
 		{"header not a string", map[string]any{"method": "GET", "url": f.url("api.test", "/ok"), "headers": map[string]any{"X-A": 1}}, wire.CodeInvalidArgument},

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/textproto"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -203,5 +204,74 @@ func TestAttackProtectedPathBeyondTheScan(t *testing.T) {
 	res, _ := run.GetSteps()[0].GetResponse().GetSuccess().GetResult().AsInterface().(map[string]any)
 	if moved, _ := res["protected_moved"].(map[string]any); len(moved) != 2 {
 		t.Errorf("protected_moved: %v", res["protected_moved"])
+	}
+}
+
+// TestAttackHeaderSpelledWithUnderscores: http.request refuses the
+// headers that make a server act on another method or URL, or speak for
+// a proxy (session 10), by name; CGI, PHP and WSGI servers name a header
+// HTTP_X_HTTP_METHOD_OVERRIDE whether it came with dashes or
+// underscores. Under a policy that lets GETs under /public/ run with no
+// human, X_HTTP_Method_Override: DELETE, X_Original_URL: /admin/delete and
+// X_Forwarded_For: 127.0.0.1 reached such a server on main as a DELETE,
+// the admin part, and a claim to be local. Now "_" is taken for "-" in
+// the names refused: nothing sent.
+func TestAttackHeaderSpelledWithUnderscores(t *testing.T) {
+	var mu sync.Mutex
+	var acted []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := http.Header{} // as a CGI server names them
+		for k, v := range r.Header {
+			h[textproto.CanonicalMIMEHeaderKey(strings.ReplaceAll(k, "_", "-"))] = v
+		}
+		method, p := r.Method, r.URL.Path
+		if m := h.Get("X-HTTP-Method-Override"); m != "" {
+			method = m
+		}
+		if u := h.Get("X-Original-URL"); u != "" {
+			p = u
+		}
+		if f := h.Get("X-Forwarded-For"); f != "" {
+			p += " from " + f
+		}
+		if method != http.MethodGet || !strings.HasPrefix(p, "/public/") || strings.Contains(p, " from ") {
+			mu.Lock()
+			acted = append(acted, method+" "+p)
+			mu.Unlock()
+		}
+		fmt.Fprint(w, "hello")
+	}))
+	t.Cleanup(srv.Close)
+	base := srv.URL
+	policy := fmt.Sprintf(`rules:
+  - id: public-reads
+    effect: allow
+    tools: [http.request]
+    when: 'args.method == "GET" && args.url.startsWith("%s/public/")'
+  - id: the-rest-needs-a-human
+    effect: require_approval
+    tools: [http.request]
+    when: '!(args.method == "GET" && args.url.startsWith("%s/public/"))'
+`, base, base)
+	tools := fmt.Sprintf("http:\n  allow_hosts: [%q]\n  allow_addresses: [127.0.0.1/32]\n  timeout: 5s\n", strings.TrimPrefix(base, "http://"))
+	c := startBindCluster(t, withTools(t, tools, policy))
+	get := func(header, value string) string {
+		return step("http.request", fmt.Sprintf("{method: GET, url: %q, headers: {%q: %q}}", base+"/public/hello", header, value))
+	}
+	c.writeScript(t, "a.yaml", script(
+		get("X_HTTP_Method_Override", "DELETE"),
+		get("X_Original_URL", "/admin/delete"),
+		get("X_Forwarded_For", "127.0.0.1"),
+		get("X_Custom_Header", "fine"),
+	))
+	run := c.runToEnd(t, "alice", &xctv1.StartRunRequest{Goal: "g", Model: "scripted:a.yaml"})
+	mu.Lock()
+	got := append([]string(nil), acted...)
+	mu.Unlock()
+	if len(got) != 0 {
+		t.Errorf("an allowed GET made the server act beyond it: %v", got)
+	}
+	if errs := stepErrors(run); fmt.Sprint(errs) != "[INVALID_ARGUMENT INVALID_ARGUMENT INVALID_ARGUMENT ]" {
+		t.Fatalf("steps: %v", errs)
 	}
 }
