@@ -29,8 +29,9 @@ type Compensation struct {
 
 // Undo operations of UndoAction.Op.
 const (
-	// UndoRemove removes Path, which the step created: a file only if it
-	// still has Checksum, a directory only if it is empty.
+	// UndoRemove removes Path, which the step created: a file (Checksum
+	// set) only if it is still a file with Checksum, a directory (no
+	// Checksum) only if it is still an empty directory.
 	UndoRemove = "remove"
 	// UndoRestore puts Entry back at Path, which the step removed or
 	// replaced. Path must be absent, or a file that still has Checksum
@@ -104,7 +105,12 @@ func (w *workspace) undoOne(a UndoAction) error {
 		if err != nil {
 			return err
 		}
-		if fi.Mode().IsRegular() && a.Checksum != "" {
+		// What the step created: a file (with its checksum) or a
+		// directory (none). Anything else there now is a later change.
+		switch {
+		case a.Checksum != "" && !fi.Mode().IsRegular(), a.Checksum == "" && !fi.IsDir():
+			return fmt.Errorf("%w: %s changed since the step (it is another kind of entry now)", ErrUndoConflict, a.Path)
+		case a.Checksum != "":
 			if sum, err := entryChecksum(pd, base, fi); err != nil || sum != a.Checksum {
 				return fmt.Errorf("%w: %s changed since the step", ErrUndoConflict, a.Path)
 			}
@@ -158,7 +164,10 @@ func (w *workspace) undoOne(a UndoAction) error {
 				return fmt.Errorf("%w: %s", ErrUndoConflict, e.GetMessage())
 			}
 		}
-		if fi.Mode().IsRegular() && a.Checksum != "" {
+		if a.Checksum != "" { // a file was moved: it must still be one, unchanged
+			if !fi.Mode().IsRegular() {
+				return fmt.Errorf("%w: %s changed since the step (it is another kind of entry now)", ErrUndoConflict, a.From)
+			}
 			if sum, err := entryChecksum(fpd, fbase, fi); err != nil || sum != a.Checksum {
 				return fmt.Errorf("%w: %s changed since the step", ErrUndoConflict, a.From)
 			}

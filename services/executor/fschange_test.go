@@ -251,6 +251,48 @@ func TestFSWriteCompensation(t *testing.T) {
 			t.Fatalf("undo overwrote a later change: %q", b)
 		}
 	})
+	// Session 11 (trust11a): the removal of a file the step created
+	// checked the checksum of a regular file only; one replaced since by
+	// a link, a FIFO or an empty directory was removed, a later change
+	// lost.
+	t.Run("created file replaced since by another kind: undo refuses", func(t *testing.T) {
+		for kind, make := range map[string]func(string) error{
+			"link": func(p string) error { return os.Symlink("hello.txt", p) },
+			"fifo": func(p string) error { return syscall.Mkfifo(p, 0o644) },
+			"dir":  func(p string) error { return os.Mkdir(p, 0o755) },
+		} {
+			sb, s := changeFixture(t)
+			_, e, comp := invokeCompensated(t, s, "fs.write", map[string]any{"path": "new.txt", "content": "new"})
+			if e != nil || comp == nil || comp.Undo[0].Op != UndoRemove {
+				t.Fatalf("write: %v, %+v", e, comp)
+			}
+			p := filepath.Join(sb.ws, "new.txt")
+			must(t, os.Remove(p))
+			must(t, make(p))
+			if err := s.ws.undo(comp); !errors.Is(err, ErrUndoConflict) {
+				t.Errorf("%s: undo = %v", kind, err)
+			}
+			if _, err := os.Lstat(p); err != nil {
+				t.Errorf("%s: the undo removed the later entry: %v", kind, err)
+			}
+		}
+	})
+	t.Run("moved file replaced since by a link: undo refuses", func(t *testing.T) {
+		sb, s := changeFixture(t)
+		_, e, comp := invokeCompensated(t, s, "fs.move", map[string]any{"from": "hello.txt", "to": "moved.txt"})
+		if e != nil || comp == nil || comp.Undo[0].Op != UndoRename {
+			t.Fatalf("move: %v, %+v", e, comp)
+		}
+		p := filepath.Join(sb.ws, "moved.txt")
+		must(t, os.Remove(p))
+		must(t, os.Symlink("elsewhere", p))
+		if err := s.ws.undo(comp); !errors.Is(err, ErrUndoConflict) {
+			t.Errorf("undo = %v", err)
+		}
+		if _, err := os.Lstat(filepath.Join(sb.ws, "hello.txt")); err == nil {
+			t.Error("the undo moved the later link back")
+		}
+	})
 	t.Run("unchanged content: nothing to undo", func(t *testing.T) {
 		_, s := changeFixture(t)
 		_, e, comp := invokeCompensated(t, s, "fs.write", map[string]any{"path": "hello.txt", "content": "hello\n"})
