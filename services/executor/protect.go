@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"unicode"
 
+	"golang.org/x/sys/unix"
+
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/wire"
 )
@@ -132,18 +134,54 @@ func (p *protectedPaths) scanBudget() int {
 // workspace (never through a link) that reads at most budget names (-1:
 // no bound), and "" when it read everything, otherwise why not. When the
 // top itself cannot be read, it returns nil.
-func (w *workspace) protectedNames(budget int) (map[string]bool, string) {
+func (w *workspace) protectedNames(budget int) (protectedSet, string) {
 	top, err := w.open(".")
 	if err != nil {
 		return nil, workspaceUnreadable + err.Error()
 	}
 	defer func() { _ = top.Close() }()
-	out := map[string]bool{}
-	cut := w.protected.walk(top, "", 0, &budget, func(_ *os.File, _, rel string) bool {
-		out[rel] = true
+	out := protectedSet{}
+	cut := w.protected.walk(top, "", 0, &budget, func(d *os.File, name, rel string) bool {
+		out.add(d, name, rel)
 		return true
 	})
 	return out, cut
+}
+
+// entryID is a file system entry's identity: its device and inode.
+type entryID struct{ dev, ino uint64 }
+
+// protectedSet is the protected entries of the workspace, by workspace
+// path, with their identities: a program that renames a protected
+// entry's parent and makes a new one under the old name leaves the name,
+// not the entry.
+type protectedSet map[string]entryID
+
+// add records the entry name of d (the workspace path rel), not
+// following a link; one that is gone is left out.
+func (s protectedSet) add(d *os.File, name, rel string) {
+	var st unix.Stat_t
+	if unix.Fstatat(int(d.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil {
+		s[rel] = entryID{dev: uint64(st.Dev), ino: st.Ino} //nolint:unconvert // Dev is not uint64 everywhere
+	}
+}
+
+// newSince reports whether the entry name (identity id) of s, the
+// entries after a program ran, is new since before: not there before
+// under that name, and not an entry of before that the program moved
+// (a directory renamed with its parent: the same entry, its old name
+// gone). A second name of an entry whose first is still there (a hard
+// link) is new.
+func (s protectedSet) newSince(before protectedSet, byID map[entryID]string, name string, id entryID) bool {
+	if was, ok := before[name]; ok && was == id {
+		return false
+	}
+	if old, ok := byID[id]; ok && old != name {
+		if now, still := s[old]; !still || now != id {
+			return false // moved
+		}
+	}
+	return true
 }
 
 // walk calls found for every protected entry in dir (the workspace path
@@ -228,14 +266,15 @@ func displayRel(rel string) string {
 }
 
 // moveNewProtected renames aside the protected entries of the workspace
-// that are not in before (the whole workspace's, as protectedNames found
-// them before the program ran; the entry itself, a link included:
+// that are new since before (the whole workspace's, as protectedNames
+// found them before the program ran; by name and identity,
+// protectedSet.newSince; the entry itself, a link included:
 // nothing is followed or deleted), and returns where each went, and ""
 // or why the scan after could not read everything (then one may remain:
 // flagged to the caller and logged). Renamed, not removed: one made
 // meanwhile by someone else than the program (a human's git init in the
 // same workspace) loses nothing. who names what ran, for the log.
-func (w *workspace) moveNewProtected(ctx context.Context, log *slog.Logger, before map[string]bool, who string) (map[string]string, string) {
+func (w *workspace) moveNewProtected(ctx context.Context, log *slog.Logger, before protectedSet, who string) (map[string]string, string) {
 	if before == nil {
 		return nil, "nothing is known of the workspace before" // never called so
 	}
@@ -245,9 +284,13 @@ func (w *workspace) moveNewProtected(ctx context.Context, log *slog.Logger, befo
 	if cut != "" {
 		log.ErrorContext(ctx, "SECURITY: the workspace could not be scanned whole for protected paths after a program ran; one it made may remain", "by", who, "reason", cut)
 	}
+	byID := make(map[entryID]string, len(before))
+	for name, id := range before {
+		byID[id] = name
+	}
 	var moved map[string]string
-	for name := range after {
-		if before[name] {
+	for name, id := range after {
+		if !after.newSince(before, byID, name, id) {
 			continue
 		}
 		aside, err := w.moveAside(name)

@@ -518,7 +518,7 @@ type protectedMount struct {
 // not run. The seccomp filter comes first: the files start at descriptor
 // firstFD in the child; close them with closeExtra once the child
 // started. With protected nil nothing is scanned.
-func (s *osSandbox) withProtected(protected *protectedPaths, firstFD int) (*osSandbox, map[string]bool, string) {
+func (s *osSandbox) withProtected(protected *protectedPaths, firstFD int) (*osSandbox, protectedSet, string) {
 	c := *s
 	c.extra, c.firstFD, c.seccomp = nil, firstFD, nil
 	if f, err := seccompFile(); err == nil {
@@ -532,10 +532,10 @@ func (s *osSandbox) withProtected(protected *protectedPaths, firstFD int) (*osSa
 		return &c, nil, workspaceUnreadable + err.Error()
 	}
 	defer func() { _ = dir.Close() }()
-	names := map[string]bool{}
+	names := protectedSet{}
 	budget := protected.scanBudget()
 	cut := protected.walk(dir, "", 0, &budget, func(d *os.File, name, rel string) bool {
-		names[rel] = true
+		names.add(d, name, rel)
 		fd, err := syscall.Openat(int(d.Fd()), name, oPath|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
 		if err != nil {
 			return true // gone

@@ -265,7 +265,7 @@ func (t *shellTool) Invoke(ctx context.Context, args map[string]any) (any, *xctv
 	// there yet, or change one the scan did not find (the sandbox mounts
 	// read-only those it finds): the whole workspace is scanned before
 	// (a program is not run in one the scan cannot read whole) and after.
-	var protectedBefore map[string]bool
+	var protectedBefore protectedSet
 	if t.sb == nil && bin.Effect != EffectRead {
 		var cut string
 		if protectedBefore, cut = t.ws.protectedNames(t.ws.protected.scanBudget()); cut != "" {

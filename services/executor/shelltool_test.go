@@ -582,3 +582,57 @@ func testShellProtectedBeyondTheScan(t *testing.T, sandboxed bool) {
 		t.Fatalf("a tree deeper than the scan: %+v", res)
 	}
 }
+
+// TestShellProtectedReplacedUnderItsName (session 11, trust11a): the
+// protected entries before and after a program were compared by name. A
+// nested repository's .git is mounted read-only, but its parent is not: a
+// program renamed vendor/lib to vendor/lib2 and made a new
+// vendor/lib/.git with an fsmonitor. The name was there before, so on
+// main the new .git stayed (and the real one, under its new name, was
+// moved aside). Now entries are compared by name and identity (device
+// and inode): the new one is moved aside, the real one, moved by the
+// program with its parent, stays where the program put it.
+func TestShellProtectedReplacedUnderItsName(t *testing.T) {
+	t.Run("sandboxed", func(t *testing.T) { testShellProtectedReplaced(t, true) })
+	t.Run("sandbox none", func(t *testing.T) { testShellProtectedReplaced(t, false) })
+}
+
+func testShellProtectedReplaced(t *testing.T, sandboxed bool) {
+	sb := newSandbox(t)
+	conf := filepath.Join(sb.ws, "vendor", "lib", ".git", "config")
+	must(t, os.MkdirAll(filepath.Dir(conf), 0o755))
+	must(t, os.WriteFile(conf, []byte("[core]\n"), 0o644))
+	must(t, os.WriteFile(filepath.Join(sb.ws, ".npmrc"), []byte("registry=x\n"), 0o644))
+	var s *Service
+	if sandboxed {
+		s = shellService(t, sb, 10*time.Second)
+	} else {
+		s = shellServiceUnsandboxed(t, sb, 10*time.Second)
+	}
+	script := "mv vendor/lib vendor/lib2 && mkdir -p vendor/lib/.git && echo '[core] fsmonitor = evil' > vendor/lib/.git/config && echo done"
+	if !sandboxed {
+		// Without a sandbox a hard link is a new name of the same file.
+		script += " && mkdir pkg && ln .npmrc pkg/.npmrc"
+	}
+	res := resultAs[ShellResult](t, shell(t, s, "sh", "-c", script))
+	if !strings.HasPrefix(res.Stdout, "done") {
+		t.Fatalf("the program: %+v", res)
+	}
+	if b, err := os.ReadFile(conf); err == nil {
+		t.Errorf("the program's vendor/lib/.git/config stayed: %q", b)
+	}
+	if _, ok := res.ProtectedMoved["vendor/lib/.git"]; !ok {
+		t.Errorf("vendor/lib/.git is not named as moved: %v", res.ProtectedMoved)
+	}
+	if b, err := os.ReadFile(filepath.Join(sb.ws, "vendor", "lib2", ".git", "config")); err != nil || string(b) != "[core]\n" {
+		t.Errorf("the real repository, moved with its parent: %q %v", b, err)
+	}
+	if !sandboxed {
+		if _, err := os.Lstat(filepath.Join(sb.ws, "pkg", ".npmrc")); !os.IsNotExist(err) {
+			t.Errorf("the hard link pkg/.npmrc stayed: %v", err)
+		}
+		if _, err := os.Stat(filepath.Join(sb.ws, ".npmrc")); err != nil {
+			t.Errorf("the .npmrc that was there: %v", err)
+		}
+	}
+}

@@ -275,3 +275,34 @@ func TestAttackHeaderSpelledWithUnderscores(t *testing.T) {
 		t.Fatalf("steps: %v", errs)
 	}
 }
+
+// TestAttackProtectedReplacedUnderItsName: the sandbox mounts a nested
+// repository's .git read-only, and after a write program the protected
+// entries were compared with those before by name. Under a permissive
+// policy the model's sh renamed vendor/lib (whose .git is a mount point,
+// its parent is not) and made a new vendor/lib/.git with an fsmonitor:
+// the name was there before, so on main it stayed, for whoever runs git
+// there next. Now the entries are compared by identity too: it is moved
+// aside, and the real repository stays where the program moved it.
+func TestAttackProtectedReplacedUnderItsName(t *testing.T) {
+	requireSandbox(t)
+	c := startBindCluster(t, withTools(t, "shell:\n  binaries:\n    - {name: sh, effect: reversible, any_flags: true}\n", permissivePolicy))
+	conf := filepath.Join(c.workspace, "vendor", "lib", ".git", "config")
+	if err := os.MkdirAll(filepath.Dir(conf), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(conf, []byte("[core]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c.writeScript(t, "a.yaml", script(step("shell.exec", `{argv: [sh, -c, "mv vendor/lib vendor/lib2 && mkdir -p vendor/lib/.git && echo '[core] fsmonitor = evil' > vendor/lib/.git/config"]}`)))
+	run := c.runToEnd(t, "alice", &xctv1.StartRunRequest{Goal: "g", Model: "scripted:a.yaml"})
+	if got := stepErrors(run); fmt.Sprint(got) != "[]" {
+		t.Fatalf("the run's steps: %v", got)
+	}
+	if b, err := os.ReadFile(conf); err == nil {
+		t.Errorf("the program's vendor/lib/.git/config stayed: %q", b)
+	}
+	if b, err := os.ReadFile(filepath.Join(c.workspace, "vendor", "lib2", ".git", "config")); err != nil || string(b) != "[core]\n" {
+		t.Errorf("the real repository: %q %v", b, err)
+	}
+}
