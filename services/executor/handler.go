@@ -172,6 +172,7 @@ func (s *Service) executeCall(ctx context.Context, req *xctv1.ExecuteRequest, ca
 		s.log.WarnContext(ctx, "step abandoned", "run_id", req.GetRunId(), "step_id", req.GetStepId(), "tool", req.GetTool(), "error", err, "duration", d)
 		return nil, err
 	}
+	resp = settleUnsure(resp, c.rec)
 	if err := s.finish(c, s.redactResponse(args, resp), d); err != nil {
 		// The tool acted but its record still says pending: an outcome
 		// told now would not be the record's. The caller reads the step

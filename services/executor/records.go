@@ -303,6 +303,27 @@ func (s *Service) answer(e *xctv1.Error, rec *xctv1.StepRecord, replayed bool) *
 	return &xctv1.ExecuteResponse{Response: wire.ErrorResponse(e), Duration: durationpb.New(0), Replayed: replayed, Attempt: rec.GetAttempt()}
 }
 
+// settleUnsure applies the rule for a tool that cannot tell whether it
+// acted (outcome_unknown) to the call rec records: for a read-only or
+// idempotent call the failure is definite (running it again changes
+// nothing more, so proposing it again is safe: outcome_unknown false,
+// repeatable true, as the orchestrator says for such a tool); any other
+// call's step is in doubt, which finish records.
+func settleUnsure(resp *xctv1.Response, rec *xctv1.StepRecord) *xctv1.Response {
+	e := resp.GetError()
+	if !toolUnsure(e) || (rec.GetEffect() != xctv1.Effect_EFFECT_READ && !rec.GetIdempotent()) {
+		return resp
+	}
+	out := proto.CloneOf(e)
+	details := e.GetDetails().AsMap()
+	details["outcome_unknown"], details["repeatable"] = false, true
+	if st, err := structpb.NewStruct(details); err == nil {
+		out.Details = st
+	}
+	out.Message = e.GetMessage() + " (the call is read-only or idempotent: nothing is in doubt, and proposing it again is safe)"
+	return wire.ErrorResponse(out)
+}
+
 // toolUnsure reports whether a tool's error says it cannot tell whether
 // it acted (outcome_unknown: its call was sent and the answer lost).
 func toolUnsure(e *xctv1.Error) bool {

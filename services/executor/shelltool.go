@@ -404,10 +404,13 @@ func (t *shellTool) Invoke(ctx context.Context, args map[string]any) (any, *xctv
 		}
 	}
 	if ctx.Err() != nil {
+		// It ran until it was killed: what it did by then is unknown
+		// (the executor makes that a plain error for a read-only or
+		// idempotent call, a step in doubt for any other).
 		return nil, wire.WithDetails(wire.Errorf(wire.CodeTimeout,
-			"%s did not finish within %v; its process group was killed", argv[0], t.timeout),
+			"%s did not finish within %v; its process group was killed, and what it did before is unknown", argv[0], t.timeout),
 			map[string]any{"program": argv[0], "timeout_ms": t.timeout.Milliseconds(), "pgid": pgid,
-				"stdout": head(res.Stdout, 4096), "stderr": head(res.Stderr, 4096)})
+				"stdout": head(res.Stdout, 4096), "stderr": head(res.Stderr, 4096), "outcome_unknown": true})
 	}
 	var ee *osexec.ExitError
 	if err != nil && !errors.As(err, &ee) {
