@@ -648,6 +648,9 @@ func (s *State) Apply(e *Event) { s.apply(e, true) }
 // reads its data, but for a verdict, and a tool call it counts, in a
 // state without steps (stepFor gives nil before reading anything);
 // the types it does not fold read none.
+//
+// A stream asks on its decoding cores while Apply changes the state on
+// another: it takes DataTypes, which reads nothing of the state.
 func (s *State) ReadsData(typ string) bool {
 	k := typeIndex(typ)
 	if s.factsOnly {
@@ -662,6 +665,16 @@ func (s *State) ReadsData(typ string) bool {
 		return false
 	}
 	return true
+}
+
+// DataTypes is ReadsData with the state's options as they are now, in a
+// function that reads nothing of the state: the decoding cores call it
+// for every event, and reading the state's options there would share its
+// memory with the goroutine applying events to it (every event's Seq,
+// EventCount and LastTimestamp written beside them).
+func (s *State) DataTypes() func(typ string) bool {
+	c := &State{factsOnly: s.factsOnly, noSteps: s.noSteps, countCalls: s.countCalls}
+	return c.ReadsData
 }
 
 // apply is Apply; countType false leaves EventTypes to the caller (Replay

@@ -8,7 +8,7 @@ import "testing"
 // ReadsData says is not read is applied with its data not decoded (a read
 // of it panics), after steps, facts and tool calls that give every folding
 // rule something to find; and the types it folds with data are said to be
-// read.
+// read. DataTypes (ReadsData's copy for the decoding cores) says the same.
 func TestStateReadsData(t *testing.T) {
 	t.Parallel()
 	types := []string{TypeStepStart, TypeStepEnd, TypeFactAdded, TypeFactModified, TypeToolCall, TypeError,
@@ -56,6 +56,9 @@ func TestStateReadsData(t *testing.T) {
 			e := next(typ, nil)
 			e.skipped = true
 			reads := s.ReadsData(typ)
+			if s.DataTypes()(typ) != reads {
+				t.Errorf("%s: DataTypes says %s's data is read: %v, ReadsData %v", name, typ, !reads, reads)
+			}
 			func() {
 				defer func() {
 					if r := recover(); r != nil && !reads {

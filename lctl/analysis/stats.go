@@ -203,6 +203,13 @@ func (b *StatsBuilder) ReadsData(typ string) bool {
 	return BottleneckData(typ) || b.state.ReadsData(typ)
 }
 
+// DataTypes is ReadsData in a function that reads nothing of the builder
+// (State.DataTypes): what a stream calls on its decoding cores.
+func (b *StatsBuilder) DataTypes() func(typ string) bool {
+	state := b.state.DataTypes()
+	return func(typ string) bool { return BottleneckData(typ) || state(typ) }
+}
+
 // Add takes the next event of the chain. It reads the data of the types
 // ReadsData names and of no other.
 func (b *StatsBuilder) Add(e *lctl.Event) {

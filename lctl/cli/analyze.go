@@ -157,7 +157,9 @@ func runStats(ctx context.Context, c *cmdContext) error {
 	}
 	var st *analysis.Stats
 	var b *analysis.StatsBuilder
-	if sd, err := c.streamChain(o, false, nil, func(typ string) bool { return b.ReadsData(typ) }, func(id string) { b = analysis.NewStatsBuilder(id, table) },
+	// The types whose data b reads, set with b before any event is decoded.
+	var reads func(typ string) bool
+	if sd, err := c.streamChain(o, false, nil, func(typ string) bool { return reads(typ) }, func(id string) { b = analysis.NewStatsBuilder(id, table); reads = b.DataTypes() },
 		func(e *lctl.StreamEvent) error { b.Add(&e.Event); return nil }); err == nil {
 		c.reportInput(sd.data())
 		st = b.Stats()

@@ -32,10 +32,12 @@ func (c *cmdContext) replayStream(o operand, toSeq uint64, showEvents, withHash 
 	}
 	// Without lines, the data read is the state's, the facts' and the
 	// step in progress's (lastStart): the rest is checked, not decoded.
-	var data func(string) bool
+	// (The state's types are taken once it is made, in a function that
+	// reads nothing of it: State.DataTypes.)
+	var data, stateReads func(string) bool
 	if !printLines {
 		data = func(typ string) bool {
-			return typ == lctl.TypeStepStart || analysis.FactStoreData(typ) || s.ReadsData(typ)
+			return typ == lctl.TypeStepStart || analysis.FactStoreData(typ) || stateReads(typ)
 		}
 	}
 	sd, err := c.streamChain(o, false, render, data, func(id string) {
@@ -51,6 +53,7 @@ func (c *cmdContext) replayStream(o operand, toSeq uint64, showEvents, withHash 
 			noCurrent = true
 		}
 		s.DeferTypeCounts() // flushed when the stream ends
+		stateReads = s.DataTypes()
 	}, func(e *lctl.StreamEvent) error {
 		if toSeq != 0 && e.Seq > toSeq {
 			return lctl.ErrStop
