@@ -29,6 +29,10 @@ type AckLoser struct {
 	mu    sync.Mutex
 	match func(subject string, body []byte) bool // the publish whose answer to lose; nil: none
 	lost  map[string]bool                        // reply subjects whose answer is to be lost
+	hold  func(subject string, body []byte) bool // the publish to hold back; nil: none
+	held  chan struct{}                          // closed when the held publish arrived
+	let   chan struct{}                          // closed to let it (and what follows) through
+	letFn func()                                 // closes let once
 	conns map[net.Conn]struct{}
 	wg    sync.WaitGroup
 
@@ -63,9 +67,39 @@ func (p *AckLoser) LoseNext(match func(subject string, body []byte) bool) {
 	p.match = match
 }
 
+// HoldNext holds back the next publish whose subject and body match, and
+// everything its client sends after it, until let is called: the client
+// as a paused process sees it (its writes go nowhere, it hears what the
+// server sends). held is closed once the publish arrived.
+func (p *AckLoser) HoldNext(match func(subject string, body []byte) bool) (held <-chan struct{}, let func()) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.hold, p.held, p.let = match, make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	letCh := p.let
+	p.letFn = func() { once.Do(func() { close(letCh) }) }
+	return p.held, p.letFn
+}
+
+// holding returns the channel to wait on before forwarding a publish that
+// matches the hold (nil when it does not).
+func (p *AckLoser) holding(subject string, body []byte) chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.hold == nil || !p.hold(subject, body) {
+		return nil
+	}
+	p.hold = nil
+	close(p.held)
+	return p.let
+}
+
 func (p *AckLoser) close() {
 	_ = p.ln.Close()
 	p.mu.Lock()
+	if p.letFn != nil {
+		p.letFn()
+	}
 	for c := range p.conns {
 		_ = c.Close()
 	}
@@ -135,6 +169,9 @@ func (p *AckLoser) clientToServer(dst io.Writer, src io.Reader) error {
 				}
 				if len(args) == nameless+1 {
 					p.watch(string(args[0]), string(args[1]), payload[hdr:size])
+				}
+				if wait := p.holding(string(args[0]), payload[hdr:size]); wait != nil {
+					<-wait
 				}
 			}
 		}

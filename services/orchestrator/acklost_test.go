@@ -3,11 +3,14 @@ package orchestrator
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -17,6 +20,7 @@ import (
 	"github.com/xct-dev/xct/internal/grpcx/grpcxtest"
 	"github.com/xct-dev/xct/internal/testutil"
 	"github.com/xct-dev/xct/lctl"
+	"github.com/xct-dev/xct/lctl/xctevent"
 )
 
 // Issue 12, session 11: JetStream writes that time out but were stored
@@ -26,7 +30,7 @@ import (
 
 // launchLossy starts an orchestrator whose NATS connection goes through
 // an AckLoser, with short append and lease bounds.
-func (f *fixture) launchLossy(name string, model Proposer) (*Service, *testutil.AckLoser) {
+func (f *fixture) launchLossy(name string, model Proposer, tune ...func(*Config)) (*Service, *testutil.AckLoser) {
 	f.t.Helper()
 	loser := testutil.NewAckLoser(f.t, strings.TrimPrefix(f.ns.ClientURL(), "nats://"))
 	nc, err := nats.Connect(loser.URL(), testutil.Admin())
@@ -36,6 +40,9 @@ func (f *fixture) launchLossy(name string, model Proposer) (*Service, *testutil.
 	f.t.Cleanup(nc.Close)
 	cfg := Config{RunLease: time.Second, DrainTimeout: 5 * time.Second, Instance: name, CallTimeout: time.Minute,
 		AppendTimeout: 500 * time.Millisecond, TakeoverTimeout: 2 * time.Second, ValidatorAddr: f.valAddr, ExecutorAddr: f.execAddr}
+	for _, t := range tune {
+		t(&cfg)
+	}
 	s, err := New(cfg, nc, testLogger().With("instance", name), WithProposer("tester", model),
 		WithDialOptions(grpcx.WithToken(f.creds.Token(f.t, grpcxtest.Service))))
 	if err != nil {
@@ -193,6 +200,97 @@ func TestStartRunRetriedWhileTheFirstIsStillRunning(t *testing.T) {
 		}
 		return nil
 	})
+	events := f.waitEnd(id)
+	f.checkChain(id, events, 1)
+}
+
+// The orchestrator that starts a run is paused (its writes held back, as a
+// SIGSTOPped process's are) after it claimed the run and while its
+// run_started is on its way. Another replica sees the claim unrenewed for
+// a lease, takes it over, finds no chain (a start that failed) and deletes
+// the key. Then the paused one goes on: its run_started lands, StartRun
+// answers the run started, and its loop runs. Before the fix its next
+// renewal found the key gone, took that for a takeover by another replica,
+// and stopped the loop: a run that started, with no owner key, that no
+// orchestrator would ever run. Now a run whose key was deleted while its
+// loop ran here claims it again.
+func TestStartRunPausedPastATakeoverStillRuns(t *testing.T) {
+	t.Parallel()
+	model := newGatedModel(step("test.count", 1))
+	proposing := model.gate(0)
+	f := newFixture(t, model)
+	a, loser := f.launchLossy("orch-a", model, func(c *Config) { c.AppendTimeout = time.Minute })
+	f.orchestrator("orch-b", time.Second)
+	const id = "run-paused-start"
+	held, let := loser.HoldNext(func(subject string, body []byte) bool {
+		return strings.HasPrefix(subject, "lctl.chain.") && bytes.Contains(body, []byte(`"type":"`+lctl.TypeRunStarted+`"`))
+	})
+	started := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_, err := a.StartRun(as(ctx, "alice", auth.RoleSubmitter), &xctv1.StartRunRequest{RunId: id, Goal: "count", Model: "func:tester", Principal: "alice"})
+		started <- err
+	}()
+	<-held
+	// B takes the unrenewed claim over and, finding no chain, deletes it.
+	testutil.Eventually(t, 30*time.Second, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if _, err := f.owners.Get(ctx, id); !errors.Is(err, jetstream.ErrKeyNotFound) {
+			return fmt.Errorf("owner key still there: %w", err)
+		}
+		return nil
+	})
+	let() // A goes on: its run_started lands
+	if err := <-started; err != nil {
+		t.Fatalf("StartRun: %v", err)
+	}
+	// The run that started must have an owner: A claims it again.
+	testutil.Eventually(t, 30*time.Second, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		e, err := f.owners.Get(ctx, id)
+		if err != nil {
+			return fmt.Errorf("a started run without an owner key: %w", err)
+		}
+		if rec, _ := decodeOwner(e.Value()); rec.Owner == "" {
+			return fmt.Errorf("owner record %s", e.Value())
+		}
+		return nil
+	})
+	close(proposing)
+	events := f.waitEnd(id)
+	f.checkChain(id, events, 1)
+}
+
+// A run_started that landed after its writer gave up (a publish held in a
+// client's reconnect buffer is sent when it reconnects, past the append's
+// deadline) and after a takeover had deleted the unrenewed claim: a run on
+// the chain with no owner key. Before the fix, the client's StartRun
+// retry claimed the key, found the chain, answered ALREADY_EXISTS and
+// deleted the key again: the run stayed started and unowned. Now the
+// retry, which holds the key, resumes the run.
+func TestStartRunRetryResumesAnUnownedRun(t *testing.T) {
+	t.Parallel()
+	model := newGatedModel(step("test.count", 1))
+	f := newFixture(t, model)
+	a, _ := f.orchestrator("orch-a", time.Second)
+	const id = "run-unowned"
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	w, err := f.events.NewChainWriter(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := xctevent.RunStarted{RunID: id, Goal: "count", Model: "func:tester", Principal: "alice", Roles: []string{auth.RoleSubmitter}, MaxSteps: 10}
+	if _, err := w.Append(ctx, started.Type(), agentOrchestrator, started.Data()); err != nil {
+		t.Fatal(err)
+	}
+	_, err = a.StartRun(as(ctx, "alice", auth.RoleSubmitter), &xctv1.StartRunRequest{RunId: id, Goal: "count", Model: "func:tester", Principal: "alice"})
+	if status.Code(err) != codes.AlreadyExists {
+		t.Fatalf("StartRun of a run on the chain: %v, want ALREADY_EXISTS", err)
+	}
 	events := f.waitEnd(id)
 	f.checkChain(id, events, 1)
 }

@@ -182,13 +182,18 @@ func (s *Service) startRun(ctx context.Context, req *xctv1.StartRunRequest) (*ru
 				"run %s: its start may have been recorded although the event log did not confirm it (%v); retry with the same run id: ALREADY_EXISTS then says it was, and the run goes on within %v",
 				id, err, s.cfg.RunLease)
 		}
-		s.abandonStart(r)
 		if counted {
 			s.giveQuota(principal, id)
 		}
 		if errors.Is(err, eventlog.ErrConflict) {
+			// The run's chain exists, and this call holds its owner key:
+			// no orchestrator runs it (an ended run, or one whose start
+			// landed after its claim was cleared). It is resumed here,
+			// which only deletes the key of an ended run.
+			s.resumeUnowned(ctx, r)
 			return nil, fmt.Errorf("%w: %s", ErrRunExists, id)
 		}
+		s.abandonStart(r)
 		return nil, err
 	}
 	s.mu.Lock()

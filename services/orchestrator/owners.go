@@ -146,6 +146,18 @@ func (s *Service) renew(r *run) (ok bool, err error) {
 	rev, err := s.owners.Update(ctx, r.id, encodeOwner(ownerRecord{Owner: s.instance}), r.lease.rev)
 	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyNotFound) {
 		r.lease.rev = 0
+		// A key another replica holds is a takeover. A key that is gone
+		// was deleted by a takeover that found no chain yet: this run's
+		// start was late (its process paused between claim and
+		// run_started). Nobody else owns the run: claim it again, or
+		// it would stay started with no owner, run by no one.
+		if _, gerr := s.owners.Get(ctx, r.id); errors.Is(gerr, jetstream.ErrKeyNotFound) || errors.Is(gerr, jetstream.ErrKeyDeleted) {
+			if rev, cerr := s.owners.Create(ctx, r.id, encodeOwner(ownerRecord{Owner: s.instance})); cerr == nil {
+				s.log.Warn("the run's owner key was deleted while its loop ran here (a takeover found no chain yet): claimed again", "run", r.id)
+				r.lease.rev = rev
+				return true, nil
+			}
+		}
 		return false, nil
 	}
 	if err != nil {

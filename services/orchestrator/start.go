@@ -104,3 +104,20 @@ func appendMayHaveLanded(err error) bool {
 	}
 	return true
 }
+
+// resumeUnowned resumes the run whose chain r's start found, with the
+// owner key r's claim holds: an ended run's key is deleted, a started one
+// goes on here (a takeover, reason "unowned"). If it cannot be resumed
+// now, the key is left to expire and a takeover tries again.
+func (s *Service) resumeUnowned(ctx context.Context, r *run) {
+	r.lease.mu.Lock()
+	rev := r.lease.rev
+	r.lease.rev = 0
+	r.lease.mu.Unlock()
+	if rev == 0 {
+		return
+	}
+	if err := s.resumeRetried(context.WithoutCancel(ctx), r.id, rev, "unowned", ""); err != nil {
+		s.log.Warn("a run found on the chain without an owner could not be resumed now; its claim is left for a takeover", "run", r.id, "err", err)
+	}
+}
