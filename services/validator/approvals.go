@@ -448,6 +448,11 @@ func (s *Service) DecideApproval(ctx context.Context, req *xctv1.DecideApprovalR
 		return nil, approvalStatus(ErrSelfApproval)
 	}
 	if err := decidable(a); err != nil {
+		if resent(a, req.GetApprove(), approver, reason) {
+			// This very decision, sent again (its first answer lost):
+			// it stands, and nothing is written.
+			return &xctv1.DecideApprovalResponse{Approval: a}, nil
+		}
 		return nil, approvalStatus(err)
 	}
 	now := s.now()
@@ -469,6 +474,9 @@ func (s *Service) DecideApproval(ctx context.Context, req *xctv1.DecideApprovalR
 		if errors.Is(err, errApprovalConflict) {
 			if cur, _, gerr := store.get(ctx, a.GetRunId(), a.GetStepId()); gerr == nil {
 				if derr := decidable(cur); derr != nil {
+					if resent(cur, req.GetApprove(), approver, reason) {
+						return &xctv1.DecideApprovalResponse{Approval: cur}, nil
+					}
 					return nil, approvalStatus(derr)
 				}
 			}
@@ -519,6 +527,18 @@ func (s *Service) findApproval(ctx context.Context, store *approvalStore, runID,
 }
 
 // decidable says why an approval cannot be decided any more, or nil.
+// resent reports whether a decided approval holds exactly the decision
+// asked for now (the same way, by the same approver, for the same reason):
+// a client that sends its decision again after losing the first answer is
+// told the decision it made, not that the approval was decided.
+func resent(a *xctv1.Approval, approve bool, approver, reason string) bool {
+	want := xctv1.ApprovalState_APPROVAL_STATE_DENIED
+	if approve {
+		want = xctv1.ApprovalState_APPROVAL_STATE_APPROVED
+	}
+	return a.GetState() == want && a.GetDecidedBy() == approver && a.GetReason() == reason
+}
+
 func decidable(a *xctv1.Approval) error {
 	switch a.GetState() {
 	case xctv1.ApprovalState_APPROVAL_STATE_PENDING:

@@ -2,6 +2,7 @@ package validator_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -272,7 +273,9 @@ func TestApprovalConcurrentDecisions(t *testing.T) {
 	for i := range deciders {
 		wg.Go(func() {
 			approver := []string{"bob", "carol", "dave", "erin"}[i%4]
-			got, err := a.decide("run-1", req.GetStepId(), i%2 == 0, approver, "reason "+approver)
+			// Each decider sends its own decision (a reason of its own): the
+			// same decision sent twice is one decision (TestApprovalDecisionResent).
+			got, err := a.decide("run-1", req.GetStepId(), i%2 == 0, approver, fmt.Sprintf("reason %d of %s", i, approver))
 			if err != nil {
 				if status.Code(err) != codes.FailedPrecondition {
 					t.Errorf("decider %d: %v", i, err)
