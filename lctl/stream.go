@@ -63,8 +63,9 @@ type StreamOptions struct {
 	// decoded (so what the stream accepts and gives way on is the same)
 	// but not decoded, and reading it panics (Get, Str, RangeData, ...:
 	// the caller was wrong about what it reads). Not with Hash, whose
-	// hashes need the data. A command that reads a few types saves most
-	// of the decoding of the others.
+	// hashes need the data, nor with Line, which may read any event's.
+	// A command that reads a few types saves most of the decoding of the
+	// others.
 	Data func(typ string) bool
 }
 
@@ -177,7 +178,7 @@ func newStreamParser(opts StreamOptions) *fastParser {
 	p := newFastParser()
 	p.skipHashes = opts.SkipHashes && !opts.Hash
 	p.fields = opts.Fields
-	if opts.Fields && !opts.Hash {
+	if opts.Fields && !opts.Hash && opts.Line == nil {
 		p.dataFor = opts.Data
 	}
 	return p

@@ -29,8 +29,8 @@ func panics(fn func()) (p bool) {
 // command wrong about what it reads fails loudly in the tests that
 // compare it with the full read. (A canonical event's data is skipped
 // once an event of its type was read: its type comes after its data.)
-// With Hash, every event's data is
-// decoded (the hashes need it).
+// With Hash or Line, every event's data is decoded (the hashes and the
+// lines may need it).
 func TestStreamDataSkipped(t *testing.T) {
 	t.Parallel()
 	files := map[string][]byte{}
@@ -90,11 +90,21 @@ func TestStreamDataSkipped(t *testing.T) {
 		if skipped < 2000 {
 			t.Errorf("%s: %d events skipped", name, skipped)
 		}
-		// With Hash, nothing is skipped.
-		hashed := streamKeep(bytes.NewReader(raw), lctl.StreamOptions{Fields: true, Workers: 2, Hash: true, Data: factsOnly}, 0)
-		for i := range hashed.events {
-			if e := &hashed.events[i]; !reflect.DeepEqual(e.DataMap(), want.events[i].DataMap()) {
-				t.Fatalf("%s, with Hash: event %d's data %v", name, i+1, e.DataMap())
+		// With Hash or Line, nothing is skipped.
+		for what, opts := range map[string]lctl.StreamOptions{
+			"Hash": {Fields: true, Workers: 2, Hash: true, Data: factsOnly},
+			"Line": {Fields: true, Workers: 2, Data: factsOnly, Line: func(dst []byte, e *lctl.Event) []byte {
+				return fmt.Appendf(dst, "%d %v", e.Seq, e.DataLen())
+			}},
+		} {
+			all := streamKeep(bytes.NewReader(raw), opts, 0)
+			if all.err != nil || len(all.events) != len(want.events) {
+				t.Fatalf("%s, with %s: %d events, %v", name, what, len(all.events), all.err)
+			}
+			for i := range all.events {
+				if e := &all.events[i]; !reflect.DeepEqual(e.DataMap(), want.events[i].DataMap()) {
+					t.Fatalf("%s, with %s: event %d's data %v", name, what, i+1, e.DataMap())
+				}
 			}
 		}
 	}
