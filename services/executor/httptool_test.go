@@ -595,6 +595,11 @@ func TestHTTPMethodOverride(t *testing.T) {
 			t.Errorf("body %q: %q, want %q", body, got, want)
 		}
 	}
+	// Nested 10,000 deep: a token walk, no recursion.
+	deep := strings.Repeat("[", 10000) + `{"_method": "DELETE"}` + strings.Repeat("]", 10000)
+	if got := overrideInBody(deep); got != "_method" {
+		t.Errorf("a deep body: %q", got)
+	}
 	f := newHTTPFixture(t)
 	var hits sync.Map
 	f.srv.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Store(r.URL.RequestURI(), true) })
