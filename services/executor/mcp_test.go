@@ -366,3 +366,36 @@ func TestMCPProtectedMadeByATool(t *testing.T) {
 		t.Fatal("the refused call reached the server")
 	}
 }
+
+// TestMCPReadServerSeesReadOnlyWorkspace (session 11, trust11a): a stdio
+// MCP server is untrusted code that runs between calls too, and the check
+// for protected paths runs only around calls of tools that may write. A
+// server whose every tool is configured read ran with the workspace
+// writable: on main its "read" mkfile tool wrote .husky/pre-commit, and
+// nothing moved it aside. Now such a server gets the workspace read-only,
+// as a read program does (and every server does until its tools are
+// listed); one with a tool that may write is started again writable.
+func TestMCPReadServerSeesReadOnlyWorkspace(t *testing.T) {
+	requireSandbox(t)
+	self, err := os.Executable()
+	must(t, err)
+	// Every tool configured read (the server's destructiveHint would
+	// narrow one to irreversible: its hints are ignored here).
+	var reads strings.Builder
+	for _, n := range []string{"echo", "write", "put", "wipe", "readfile", "fail", "slow", "logsecret", "mkfile", "crash"} {
+		reads.WriteString("\n  " + n + ": {effect: read}")
+	}
+	s := mcpService(t, "name: local\ncommand: "+self+"\nargs: [-test.run=^$]\nset_env: {"+mcpStdioEnv+": \"1\"}\ntimeout: 10s\nignore_annotations: true\ntools:"+reads.String())
+	must(t, os.WriteFile(filepath.Join(s.wsDir, "notes.txt"), []byte("hello"), 0o644))
+	r := exec(t, s, "mcp.local.mkfile", map[string]any{"text": ".husky/pre-commit"})
+	if r.GetError() == nil || !strings.Contains(r.GetError().GetMessage(), "read-only file system") {
+		t.Errorf("a read server's mkfile: %v", r)
+	}
+	if _, err := os.Lstat(filepath.Join(s.wsDir, ".husky")); !os.IsNotExist(err) {
+		t.Fatalf("a read server wrote .husky: %v", err)
+	}
+	// It still reads.
+	if r := exec(t, s, "mcp.local.readfile", map[string]any{"text": "notes.txt"}); r.GetError() != nil || !strings.Contains(r.String(), "hello") {
+		t.Errorf("a read server's readfile: %v", r)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"os"
 	osexec "os/exec"
 	"path"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -52,6 +53,12 @@ type mcpServer struct {
 	mu      sync.Mutex
 	session *mcp.ClientSession
 	closed  bool
+	// writable says that a stdio server gets the workspace writable: it
+	// serves a tool that is not a read tool. Until its tools are listed
+	// (and for good when every one is a read tool) it runs with the
+	// workspace read-only, as a read program does: it is untrusted code
+	// that runs between calls too, when nothing checks what it writes.
+	writable bool
 	// watchers are the goroutines that notice sessions ending; close
 	// waits for them, so none outlives the executor.
 	watchers sync.WaitGroup
@@ -115,11 +122,18 @@ func (m *mcpServer) transport(ctx context.Context) mcp.Transport {
 	}
 	var cmd *osexec.Cmd
 	if m.sb != nil {
-		sbx, _, cut := m.sb.withProtected(m.protected, 3)
-		if cut != "" {
-			// Its tools that may write are refused while the workspace
-			// cannot be scanned whole (mcpTool.Invoke).
-			m.log.ErrorContext(ctx, "SECURITY: the MCP server starts with the protected paths the scan found read-only, not all", "server", m.cfg.Name, "reason", cut)
+		var sbx *osSandbox
+		if !m.writable {
+			sbx, _, _ = m.sb.withProtected(nil, 3)
+			sbx.readOnlyWorkspace = true
+		} else {
+			var cut string
+			sbx, _, cut = m.sb.withProtected(m.protected, 3)
+			if cut != "" {
+				// Its tools that may write are refused while the
+				// workspace cannot be scanned whole (mcpTool.Invoke).
+				m.log.ErrorContext(ctx, "SECURITY: the MCP server starts with the protected paths the scan found read-only, not all", "server", m.cfg.Name, "reason", cut)
+			}
 		}
 		argv := withoutStatusFD(sbx.argv(m.cfg.resolved, path.Base(m.cfg.Command), m.cfg.Args, m.wsDir, env))
 		cmd = osexec.CommandContext(context.WithoutCancel(ctx), argv[0], argv[1:]...) //nolint:gosec // prlimit and bwrap, resolved; the operator's command
@@ -330,6 +344,15 @@ func (m *mcpServer) listTools(ctx context.Context, defTimeout time.Duration, def
 		if !seen[name] {
 			m.log.WarnContext(ctx, "tools config names a tool the MCP server does not offer", "server", m.cfg.Name, "tool", name)
 		}
+	}
+	if m.sb != nil && slices.ContainsFunc(tools, func(t Tool) bool { return t.Descriptor().GetEffect() != xctv1.Effect_EFFECT_READ }) {
+		// A tool may write: the next session (started at its first
+		// call) gets the workspace writable, its protected paths
+		// read-only, and each such call is checked.
+		m.mu.Lock()
+		m.writable = true
+		m.mu.Unlock()
+		m.drop(s)
 	}
 	return tools, nil
 }
