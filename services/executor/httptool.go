@@ -85,7 +85,7 @@ func newHTTPTool(cfg *HTTPConfig, defTimeout time.Duration, maxOutput int64) *ht
 	t := &httpTool{
 		urls:       urlGuard{hosts: cfg.hosts, httpsOnly: cfg.HTTPSOnly},
 		folded:     cfg.foldedHosts,
-		addrs:      newAddrGuard(cfg.addrs),
+		addrs:      newAddrGuard(cfg.addrs, cfg.hostAddrs...),
 		resolver:   cfg.Resolver,
 		timeout:    cfg.Timeout,
 		maxReq:     cfg.MaxRequestBytes,

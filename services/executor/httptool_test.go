@@ -630,3 +630,32 @@ func TestHTTPMethodOverride(t *testing.T) {
 		t.Error("a bad case_insensitive_paths entry was accepted")
 	}
 }
+
+// TestHTTPHostAddresses (session 11, trust11a): allow_addresses lets
+// every allowed host reach the addresses it lists; a name under an
+// allowed wildcard whose DNS someone else controls (a dangling CNAME)
+// then reached the internal service it was meant for. host_addresses
+// allows them to one host only.
+func TestHTTPHostAddresses(t *testing.T) {
+	f := newHTTPFixture(t)
+	f.resolver.answers["taken.example.test"] = []string{"127.0.0.1"}
+	f.resolver.answers["status.internal"] = []string{"127.0.0.1"}
+	s := f.service(t, `http:
+  allow_hosts: ["status.internal:PORT", "*.example.test:PORT"]
+  host_addresses:
+    "status.internal:PORT": [127.0.0.1/32]
+  timeout: 2s
+`)
+	if r := exec(t, s, "http.request", map[string]any{"method": "GET", "url": f.url("status.internal", "/ok")}); codeOf(r) != "" {
+		t.Fatalf("the host the addresses are for: %v", r)
+	}
+	r := exec(t, s, "http.request", map[string]any{"method": "GET", "url": f.url("taken.example.test", "/ok")})
+	if codeOf(r) != string(wire.CodePermissionDenied) || r.GetError().GetDetails().AsMap()["outcome_unknown"] == true {
+		t.Fatalf("another allowed host resolving to them: %v", r)
+	}
+	for _, bad := range []string{"http:\n  allow_hosts: [a.test]\n  host_addresses: {\"a/b\": [10.0.0.0/8]}\n", "http:\n  allow_hosts: [a.test]\n  host_addresses: {a.test: [nonsense]}\n"} {
+		if _, err := ParseToolsConfig("tools.yaml", []byte(bad)); err == nil {
+			t.Errorf("accepted: %s", bad)
+		}
+	}
+}

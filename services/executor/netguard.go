@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -75,10 +76,42 @@ type addrGuard struct {
 	denied   []netip.Prefix
 	metadata []netip.Addr
 	allowed  []netip.Prefix
+	// perHost are addresses allowed only for connections to one host.
+	perHost []hostAddrs
 }
 
-func newAddrGuard(allowed []netip.Prefix) *addrGuard {
-	return &addrGuard{denied: deniedPrefixes(), metadata: metadataAddrs(), allowed: allowed}
+// hostAddrs is a host_addresses entry: prefixes of the denied ranges a
+// connection to the host (and port) of rule may reach.
+type hostAddrs struct {
+	rule     hostRule
+	prefixes []netip.Prefix
+}
+
+func newAddrGuard(allowed []netip.Prefix, perHost ...hostAddrs) *addrGuard {
+	return &addrGuard{denied: deniedPrefixes(), metadata: metadataAddrs(), allowed: allowed, perHost: perHost}
+}
+
+// forHost is the guard of a connection to host (as in the URL, lower
+// case) on port: the addresses allowed for every host and those allowed
+// for it.
+func (g *addrGuard) forHost(host, port string) *addrGuard {
+	host = strings.TrimSuffix(strings.ToLower(host), ".")
+	if ip, err := netip.ParseAddr(host); err == nil {
+		host = ip.String()
+	}
+	c := *g
+	c.perHost = nil
+	for _, h := range g.perHost {
+		r := h.rule
+		match := host == r.host
+		if r.wildcard {
+			match = strings.HasSuffix(host, "."+r.host)
+		}
+		if match && (r.port == port || r.port == "" && (port == "80" || port == "443")) {
+			c.allowed = append(slices.Clip(c.allowed), h.prefixes...)
+		}
+	}
+	return &c
 }
 
 // blockedError is a connection the guard refused.
@@ -153,12 +186,16 @@ func (g *addrGuard) control(_, address string, _ syscall.RawConn) error {
 // allows, and connects to those addresses (not to the name, which could
 // resolve differently a moment later: DNS rebinding).
 func (g *addrGuard) dialContext(resolver Resolver, timeout time.Duration) func(ctx context.Context, network, addr string) (net.Conn, error) {
-	d := &net.Dialer{Timeout: timeout, Control: g.control}
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		host, port, err := net.SplitHostPort(addr)
 		if err != nil {
 			return nil, err
 		}
+		// An address allowed for one host is not for another: a name
+		// under an allowed wildcard whose DNS someone else controls
+		// (a dangling CNAME) must not reach an internal service.
+		hg := g.forHost(host, port)
+		d := &net.Dialer{Timeout: timeout, Control: hg.control}
 		var ips []netip.Addr
 		if ip, err := netip.ParseAddr(host); err == nil {
 			ips = []netip.Addr{ip}
@@ -171,7 +208,7 @@ func (g *addrGuard) dialContext(resolver Resolver, timeout time.Duration) func(c
 		var allowed []netip.Addr
 		var first error
 		for _, ip := range ips {
-			if err := g.check(ip); err != nil {
+			if err := hg.check(ip); err != nil {
 				if first == nil {
 					first = err
 				}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/netip"
 	"net/url"
@@ -106,6 +107,12 @@ type HTTPConfig struct {
 	// loopback, link-local, CGNAT, unique-local, ...). A cloud metadata
 	// address is reachable only when listed as a single address.
 	AllowAddresses []string `yaml:"allow_addresses"`
+	// HostAddresses allow addresses of the denied ranges to connections
+	// to one host only (a key as in AllowHosts): "status.internal:8443":
+	// ["10.20.0.0/16"]. Prefer it to AllowAddresses, which lets every
+	// allowed host reach them: a name under an allowed wildcard whose DNS
+	// someone else controls (a dangling CNAME) would.
+	HostAddresses map[string][]string `yaml:"host_addresses"`
 	// HTTPSOnly refuses plain http URLs.
 	HTTPSOnly bool `yaml:"https_only"`
 	// CaseInsensitivePaths are hosts (as in AllowHosts) whose server reads
@@ -132,6 +139,7 @@ type HTTPConfig struct {
 	hosts       []hostRule
 	foldedHosts []hostRule
 	addrs       []netip.Prefix
+	hostAddrs   []hostAddrs
 }
 
 // Resolver resolves a host name to IP addresses; *net.Resolver is one.
@@ -590,19 +598,29 @@ func (v *configCheck) checkHTTP(h *HTTPConfig) {
 		h.foldedHosts = append(h.foldedHosts, r)
 	}
 	for i, s := range h.AllowAddresses {
-		pfx, err := netip.ParsePrefix(s)
+		pfx, ok := parseAddrPrefix(s)
+		if !ok {
+			v.fail(append(p, "allow_addresses", i), "%q is not an IP prefix or address", s)
+			continue
+		}
+		h.addrs = append(h.addrs, pfx)
+	}
+	for _, host := range slices.Sorted(maps.Keys(h.HostAddresses)) {
+		r, err := parseHostRule(host)
 		if err != nil {
-			addr, aerr := netip.ParseAddr(s)
-			if aerr != nil {
-				v.fail(append(p, "allow_addresses", i), "%q is not an IP prefix or address", s)
+			v.fail(append(p, "host_addresses", host), "%v", err)
+			continue
+		}
+		ha := hostAddrs{rule: r}
+		for i, s := range h.HostAddresses[host] {
+			pfx, ok := parseAddrPrefix(s)
+			if !ok {
+				v.fail(append(p, "host_addresses", host, i), "%q is not an IP prefix or address", s)
 				continue
 			}
-			pfx = netip.PrefixFrom(addr.Unmap(), addr.Unmap().BitLen())
+			ha.prefixes = append(ha.prefixes, pfx)
 		}
-		if pfx.Addr().Is4In6() {
-			pfx = netip.PrefixFrom(pfx.Addr().Unmap(), max(pfx.Bits()-96, 0))
-		}
-		h.addrs = append(h.addrs, pfx.Masked())
+		h.hostAddrs = append(h.hostAddrs, ha)
 	}
 	if h.MaxRedirects < -1 {
 		v.fail(append(p, "max_redirects"), "max_redirects %d: use -1 to follow none", h.MaxRedirects)
@@ -726,4 +744,21 @@ func resolveProgram(prog string) (string, error) {
 		return "", fmt.Errorf("%q is not an executable file", prog)
 	}
 	return real, nil
+}
+
+// parseAddrPrefix parses an IP prefix or a single address (an IPv4-mapped
+// one as the IPv4 one), masked.
+func parseAddrPrefix(s string) (netip.Prefix, bool) {
+	pfx, err := netip.ParsePrefix(s)
+	if err != nil {
+		addr, aerr := netip.ParseAddr(s)
+		if aerr != nil {
+			return netip.Prefix{}, false
+		}
+		pfx = netip.PrefixFrom(addr.Unmap(), addr.Unmap().BitLen())
+	}
+	if pfx.Addr().Is4In6() {
+		pfx = netip.PrefixFrom(pfx.Addr().Unmap(), max(pfx.Bits()-96, 0))
+	}
+	return pfx.Masked(), true
 }
