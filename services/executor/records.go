@@ -327,8 +327,7 @@ func settleUnsure(resp *xctv1.Response, rec *xctv1.StepRecord) *xctv1.Response {
 // toolUnsure reports whether a tool's error says it cannot tell whether
 // it acted (outcome_unknown: its call was sent and the answer lost).
 func toolUnsure(e *xctv1.Error) bool {
-	v, _ := e.GetDetails().AsMap()["outcome_unknown"].(bool)
-	return v
+	return e.GetDetails().GetFields()["outcome_unknown"].GetBoolValue()
 }
 
 // inDoubtError is the IN_DOUBT signal for a step.
