@@ -81,6 +81,22 @@ func (s *Service) RollbackRun(ctx context.Context, req *xctv1.RollbackRunRequest
 		delete(s.active, id)
 		s.mu.Unlock()
 	}()
+	// One rollback of a run at a time in the cluster: it holds the run's
+	// owner key while it runs (renewed by the heartbeat, as a run's; a
+	// crashed rollback's key is taken over after a lease and, the run
+	// having ended, deleted). The check above sees this process's runs
+	// only: another replica's rollback of the same run, waiting for an
+	// undo's approval, was joined by a second one beside it.
+	rev, err := s.claimNew(ctx, id)
+	if errors.Is(err, ErrRunExists) {
+		return nil, status.Errorf(codes.FailedPrecondition,
+			"run %s is being rolled back by another orchestrator (or its owner key outlived its end, cleared within %v): try again when that is done", id, s.cfg.RunLease)
+	}
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	r.lease.set(rev)
+	defer s.finishLease(r)
 
 	// Undo steps of an earlier rollback whose outcome the chain does not
 	// hold, or holds as unknown: their records say what they did.

@@ -3,11 +3,16 @@ package orchestrator
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/auth"
+	"github.com/xct-dev/xct/internal/testutil"
 	"github.com/xct-dev/xct/lctl"
 	"github.com/xct-dev/xct/lctl/xctevent"
 )
@@ -63,10 +68,20 @@ func TestRollbackRetriedAfterTheUndoActedUnseen(t *testing.T) {
 		t.Fatal("the rollback whose outcome could not be recorded answered success")
 	}
 
-	resp, err := rollback(b) // the operator retries elsewhere
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The operator retries elsewhere: refused (FAILED_PRECONDITION) while
+	// A's claim on the run lasts, taken once it expired (a lease).
+	var resp *xctv1.RollbackRunResponse
+	testutil.Eventually(t, 30*time.Second, func() error {
+		var err error
+		resp, err = rollback(b)
+		if status.Code(err) == codes.FailedPrecondition && strings.Contains(err.Error(), "another orchestrator") {
+			return err
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return nil
+	})
 	events := f.waitFor(id, "rollback_finished", func(e lctl.Event) bool { return e.Type == TypeRollbackFinished })
 	if resp.GetStatus() != "done" || fmt.Sprint(resp.GetUndone()) != "[2]" {
 		t.Fatalf("retried rollback: %s %v %q\n%s", resp.GetStatus(), resp.GetUndone(), resp.GetMessage(), describe(events))

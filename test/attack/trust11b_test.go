@@ -444,3 +444,124 @@ func TestAttackDebuggerSessionGoesToAnotherPort(t *testing.T) {
 		t.Fatalf("after bob's approval: %d deploys, run %s", deployed.Load(), run.GetStatus())
 	}
 }
+
+// TestAttackConcurrentRollbacksOnTwoReplicas: a rollback waits for a
+// human to approve an undo (config-approval.yaml: restoring config/ is a
+// write there) on one orchestrator; meanwhile an operator asks another
+// replica, sharing the NATS and the workspace, to roll the same run back.
+// One rollback of a run at a time was a check of one process's runs only:
+// the second replica started its own rollback of the same steps beside
+// the first (on main). Now a rollback holds the run's owner key while it
+// runs, as a run does; the second is refused with FAILED_PRECONDITION
+// and records nothing, and once the first is done a rollback on the other
+// replica is taken.
+func TestAttackConcurrentRollbacksOnTwoReplicas(t *testing.T) {
+	ns := testutil.RunJetStream(t)
+	policy := withTools(t, "", shippedPolicy(t, "config-approval.yaml"))
+	a := startBindClusterOn(t, ns, policy)
+	b := startBindClusterOn(t, ns, policy, func(cfg *app.Config, _ *app.Options) { cfg.Executor.Workspace = a.workspace })
+	if err := os.MkdirAll(filepath.Join(a.workspace, "config"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(a.workspace, "config", "app.yaml"), []byte("mode: safe\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a.writeScript(t, "a.yaml", script(
+		step("fs.write", `{path: config/app.yaml, content: "mode: fast\n"}`),
+		step("fs.write", `{path: notes.txt, content: "switched to fast\n"}`),
+	))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	resp, err := a.orchestratorAs(t, "dev").StartRun(ctx, &xctv1.StartRunRequest{Goal: "g", Model: "scripted:a.yaml"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := resp.GetRun().GetRunId()
+	waitApproval(t, a, "bob", id)
+	if _, err := a.validatorAs(t, "bob").DecideApproval(ctx, &xctv1.DecideApprovalRequest{RunId: id, Step: "1", Approve: true}); err != nil {
+		t.Fatal(err)
+	}
+	a.waitRun(t, "dev", id)
+
+	done := rollbackAsync(t, a, "dev", id)
+	undo := waitApproval(t, a, "bob", id)
+	if undo.GetProposal().GetTool() != "xct.undo" {
+		t.Fatalf("the undo's approval: %v", undo)
+	}
+	tracer := lctlv1.NewTracerServiceClient(a.creds.Dial(t, a.app.Addr(app.TargetTracer), "dave"))
+	rollbacks := func() int {
+		t.Helper()
+		r, err := b.orchestratorAs(t, "dave").GetRun(ctx, &xctv1.GetRunRequest{RunId: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		testutil.Eventually(t, 20*time.Second, func() error {
+			c, err := tracer.GetChain(ctx, &lctlv1.GetChainRequest{ChainId: id})
+			if err != nil {
+				return err
+			}
+			if got := uint64(len(c.GetEvents())); got < r.GetRun().GetLastSeq() {
+				return fmt.Errorf("the tracer has %d events of %d", got, r.GetRun().GetLastSeq())
+			}
+			n = 0
+			for _, e := range c.GetEvents() {
+				if e.GetType() == "rollback_started" {
+					n++
+				}
+			}
+			return nil
+		})
+		return n
+	}
+	// Whatever happens, the first rollback's undo is decided before the
+	// cluster stops (a rollback waiting for a human outlives its caller).
+	decided := false
+	decide := func() {
+		if decided {
+			return
+		}
+		decided = true
+		if _, err := a.validatorAs(t, "bob").DecideApproval(ctx, &xctv1.DecideApprovalRequest{RunId: id, Step: fmt.Sprint(undo.GetStep()), Approve: true, Reason: "ok"}); err != nil {
+			t.Error(err)
+		}
+	}
+	defer decide()
+	// And any other undo waiting for a human (a second rollback's, on
+	// main) is denied, so that the clusters stop.
+	t.Cleanup(func() {
+		cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer ccancel()
+		bob := a.validatorAs(t, "bob")
+		l, err := bob.ListApprovals(cctx, &xctv1.ListApprovalsRequest{RunId: id})
+		if err != nil {
+			return
+		}
+		for _, ap := range l.GetApprovals() {
+			_, _ = bob.DecideApproval(cctx, &xctv1.DecideApprovalRequest{RunId: id, Step: fmt.Sprint(ap.GetStep()), Approve: false, Reason: "test cleanup"})
+		}
+	})
+	// The other replica, while the first rollback waits.
+	rctx, rcancel := context.WithTimeout(ctx, 20*time.Second)
+	_, err = b.orchestratorAs(t, "carol").RollbackRun(rctx, &xctv1.RollbackRunRequest{RunId: id})
+	rcancel()
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "another orchestrator") {
+		t.Errorf("a second rollback on the other replica while the first runs: %v", err)
+	}
+	if n := rollbacks(); n != 1 {
+		t.Errorf("the chain has %d rollbacks started, want the first only", n)
+	}
+	// The first goes on and ends.
+	decide()
+	if err := <-done; err != nil {
+		t.Fatalf("the first rollback: %v", err)
+	}
+	if got, _ := readWS(t, a.workspace, "config/app.yaml"); got != "mode: safe\n" {
+		t.Fatalf("config/app.yaml after the rollback: %q", got)
+	}
+	// Then the other replica may roll back (nothing is left to undo).
+	testutil.Eventually(t, 20*time.Second, func() error {
+		_, err := b.orchestratorAs(t, "carol").RollbackRun(ctx, &xctv1.RollbackRunRequest{RunId: id})
+		return err
+	})
+}
