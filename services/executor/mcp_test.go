@@ -399,3 +399,31 @@ func TestMCPReadServerSeesReadOnlyWorkspace(t *testing.T) {
 		t.Errorf("a read server's readfile: %v", r)
 	}
 }
+
+// TestMCPProtectedMadeAfterTheServerStarted (session 11, trust11a): a
+// stdio server's sandbox mounts read-only the protected entries there
+// when it started; one a human made later (git init) was writable to the
+// running server: on main its tool wrote .git/config (and the check
+// around the call saw no new entry: .git was there before the call). Now
+// a call of a tool that may write first restarts a server whose sandbox
+// does not mount every protected entry of the workspace.
+func TestMCPProtectedMadeAfterTheServerStarted(t *testing.T) {
+	requireSandbox(t)
+	self, err := os.Executable()
+	must(t, err)
+	s := mcpService(t, "name: local\ncommand: "+self+"\nargs: [-test.run=^$]\nset_env: {"+mcpStdioEnv+": \"1\"}\ntimeout: 10s\ntools:\n  mkfile: {effect: reversible}")
+	if r := exec(t, s, "mcp.local.mkfile", map[string]any{"text": "notes/a.txt"}); r.GetError() != nil {
+		t.Fatalf("a plain file: %v", r)
+	}
+	must(t, os.Mkdir(filepath.Join(s.wsDir, ".git"), 0o755)) // a human's git init, the server running
+	r := exec(t, s, "mcp.local.mkfile", map[string]any{"text": ".git/config"})
+	if r.GetError() == nil || !strings.Contains(r.GetError().GetMessage(), "read-only file system") {
+		t.Errorf("the server's write into .git: %v", r)
+	}
+	if _, err := os.Lstat(filepath.Join(s.wsDir, ".git", "config")); !os.IsNotExist(err) {
+		t.Fatalf("the server wrote .git/config: %v", err)
+	}
+	if r := exec(t, s, "mcp.local.mkfile", map[string]any{"text": "notes/b.txt"}); r.GetError() != nil {
+		t.Fatalf("a plain file after the restart: %v", r)
+	}
+}

@@ -59,6 +59,9 @@ type mcpServer struct {
 	// workspace read-only, as a read program does: it is untrusted code
 	// that runs between calls too, when nothing checks what it writes.
 	writable bool
+	// mounted are the protected entries the running session's sandbox
+	// mounts read-only (nil: none, or no sandbox).
+	mounted protectedSet
 	// watchers are the goroutines that notice sessions ending; close
 	// waits for them, so none outlives the executor.
 	watchers sync.WaitGroup
@@ -128,7 +131,7 @@ func (m *mcpServer) transport(ctx context.Context) mcp.Transport {
 			sbx.readOnlyWorkspace = true
 		} else {
 			var cut string
-			sbx, _, cut = m.sb.withProtected(m.protected, 3)
+			sbx, m.mounted, cut = m.sb.withProtected(m.protected, 3)
 			if cut != "" {
 				// Its tools that may write are refused while the
 				// workspace cannot be scanned whole (mcpTool.Invoke).
@@ -374,6 +377,7 @@ func (t *mcpTool) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.
 	if cut != "" {
 		return nil, scanRefused("MCP tool "+t.desc.GetName(), cut, budget)
 	}
+	m.restartIfUnmounted(before)
 	res, e := t.invoke(ctx, args)
 	moved, cut := m.ws.moveNewProtected(context.WithoutCancel(ctx), m.log, before, "MCP tool "+t.desc.GetName())
 	if len(moved) > 0 || cut != "" {
@@ -397,6 +401,34 @@ func (t *mcpTool) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.
 		}
 	}
 	return res, e
+}
+
+// restartIfUnmounted ends a sandboxed session whose sandbox does not
+// mount read-only every protected entry of now (one made since it
+// started: a human's git init), so the call starts a new one that does.
+// Connecting is not acting: nothing of the call was sent.
+func (m *mcpServer) restartIfUnmounted(now protectedSet) {
+	m.mu.Lock()
+	s := m.session
+	stale := false
+	if s != nil && m.sb != nil && m.writable {
+		for name, id := range now {
+			if was, ok := m.mounted[name]; !ok || was != id {
+				stale = true
+				break
+			}
+		}
+	}
+	if stale {
+		m.session = nil
+	}
+	m.mu.Unlock()
+	if stale {
+		// Ended before the call starts another: the old server, whose
+		// sandbox has the entry writable, is gone first.
+		m.log.Info("MCP server restarted: a protected path appeared since it started", "server", m.cfg.Name)
+		_ = s.Close()
+	}
 }
 
 func (t *mcpTool) invoke(ctx context.Context, args map[string]any) (any, *xctv1.Error) {
