@@ -319,6 +319,45 @@ func (p *fastParser) arenaString() (string, bool) {
 		return "", false
 	}
 	start := p.i + 1
+	if start+32 <= len(p.b) && len(p.arena)+32 <= cap(p.arena) {
+		// A string of up to 31 bytes (a timestamp) with its quote in the
+		// next four words, which are copied into the arena's room as
+		// words and the arena cut after the string.
+		b := p.b[start : start+32]
+		w0, w1 := binary.LittleEndian.Uint64(b), binary.LittleEndian.Uint64(b[8:])
+		w2, w3 := binary.LittleEndian.Uint64(b[16:]), binary.LittleEndian.Uint64(b[24:])
+		e := -1
+		switch {
+		case special(w0) != 0:
+			e = bits.TrailingZeros64(special(w0)) >> 3
+		case special(w1) != 0:
+			e = 8 + bits.TrailingZeros64(special(w1))>>3
+		case special(w2) != 0:
+			e = 16 + bits.TrailingZeros64(special(w2))>>3
+		case special(w3) != 0:
+			e = 24 + bits.TrailingZeros64(special(w3))>>3
+		}
+		if e >= 0 {
+			if b[e] != '"' {
+				return "", false
+			}
+			if e == 0 {
+				p.i = start + 1
+				return "", true
+			}
+			at := len(p.arena)
+			room := p.arena[at : at+32]
+			binary.LittleEndian.PutUint64(room, w0)
+			binary.LittleEndian.PutUint64(room[8:], w1)
+			binary.LittleEndian.PutUint64(room[16:], w2)
+			binary.LittleEndian.PutUint64(room[24:], w3)
+			p.arena = p.arena[:at+e]
+			p.i = start + e + 1
+			// Bytes past the arena's length are its room, written here
+			// before they are appended; once appended, never again.
+			return unsafe.String(&p.arena[at], e), true //nolint:gosec // immutable bytes, see above
+		}
+	}
 	for k := start; k+8 <= len(p.b); k += 8 {
 		m := special(binary.LittleEndian.Uint64(p.b[k:]))
 		if m == 0 {

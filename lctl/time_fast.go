@@ -66,12 +66,13 @@ func timeFraction(rest string) (int, bool) {
 			}
 			nsec = nsec*10 + int(c-'0')
 		}
-		for i := len(rest) - 1; i < 9; i++ {
-			nsec *= 10
-		}
+		nsec *= fractionScale[len(rest)-1]
 	}
 	return nsec, true
 }
+
+// fractionScale[n] turns n digits of a fraction into nanoseconds.
+var fractionScale = [...]int{1e9, 1e8, 1e7, 1e6, 1e5, 1e4, 1e3, 1e2, 1e1, 1}
 
 // secondCache remembers the whole second of the last timestamp parsed:
 // consecutive events mostly fall in the same second, and then only the

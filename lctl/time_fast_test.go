@@ -51,3 +51,18 @@ func TestSecondCache(t *testing.T) {
 		}
 	}
 }
+
+// TestTimeFractionEveryLength: a fraction of one to nine digits reads as
+// time.Parse reads it.
+func TestTimeFractionEveryLength(t *testing.T) {
+	for n := 1; n <= 9; n++ {
+		for _, d := range []string{"987654321", "000000001", "100000000", "050505050"} {
+			s := "2026-11-21T09:00:00." + d[:n] + "Z"
+			got, ok := parseTimeFast(s)
+			want, err := time.Parse(time.RFC3339Nano, s)
+			if !ok || err != nil || !got.Equal(want) {
+				t.Errorf("%s: fast %v %v, time.Parse %v %v", s, got, ok, want, err)
+			}
+		}
+	}
+}
