@@ -2,8 +2,13 @@ package executor
 
 import (
 	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -56,5 +61,49 @@ func TestKilledAtItsDeadlineIsInDoubt(t *testing.T) {
 	must(t, err)
 	if doubt || rec.GetState() != stateFailed {
 		t.Fatalf("record of the read %s (in doubt %v), want failed", stateName(rec.GetState()), doubt)
+	}
+}
+
+// The same with a real http.request: the server takes the POST (its
+// effect happens) and the connection drops before any answer. The step is
+// in doubt (http.request is neither read-only nor idempotent), and asked
+// again it replays that instead of posting a second time.
+func TestHTTPAnswerLostIsInDoubt(t *testing.T) {
+	t.Parallel()
+	f := newHTTPFixture(t)
+	var posts atomic.Int32
+	lost := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body)
+		posts.Add(1)
+		hj, ok := w.(http.Hijacker)
+		if !ok {
+			t.Error("no hijacker")
+			return
+		}
+		conn, _, err := hj.Hijack()
+		if err == nil {
+			_ = conn.Close() // acted; the answer is lost
+		}
+	}))
+	t.Cleanup(lost.Close)
+	_, f.port, _ = net.SplitHostPort(lost.Listener.Addr().String())
+	s := f.service(t, `http:
+  allow_hosts: ["api.test:PORT"]
+  allow_addresses: [127.0.0.1/32]
+  timeout: 5s
+`)
+	args := map[string]any{"method": "POST", "url": f.url("api.test", "/charge"), "body": `{"amount": 5}`}
+	r := execStep(t, s, "post-1", "http.request", args)
+	if e := r.GetResponse().GetError(); e.GetDetails().AsMap()["outcome_unknown"] != true {
+		t.Fatalf("a POST whose answer was lost: %v", e)
+	}
+	rec, doubt, err := s.Step(context.Background(), "post-1")
+	must(t, err)
+	if !doubt || rec.GetState() != stateInDoubt {
+		t.Fatalf("record %s (in doubt %v), want in doubt", stateName(rec.GetState()), doubt)
+	}
+	again := execStep(t, s, "post-1", "http.request", args)
+	if c := again.GetResponse().GetError().GetCode(); c != string(wire.CodeInDoubt) || posts.Load() != 1 {
+		t.Fatalf("asked again: %v; the server took %d posts", again, posts.Load())
 	}
 }
