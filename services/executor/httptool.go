@@ -352,33 +352,51 @@ func (t *httpTool) parseURL(raw string) (*url.URL, *xctv1.Error) {
 		// The server reads "/ADMIN" as "/admin"; a rule on "/admin" does
 		// not.
 		return nil, wire.WithDetails(wire.Errorf(wire.CodeInvalidArgument,
-			"the path of url %q has upper-case letters, and the host's paths are case-insensitive (case_insensitive_paths): propose %q",
+			"the path of url %q has upper-case letters or a segment ending in \".\" or a space, and the host reads paths as Windows names them (case_insensitive_paths): propose %q",
 			u.Redacted(), clean), map[string]any{"argument": "url", "clean": clean})
 	}
 	return u, nil
 }
 
-// lowerPath reports whether u's path has no upper-case ASCII letter
-// (percent-encodings' hex digits aside), and the URL with it lower-cased.
+// lowerPath reports whether u's path is written as a server that reads
+// paths as Windows names them (case-insensitive: IIS, ASP.NET) cannot
+// read as another: no upper-case ASCII letter (percent-encodings' hex
+// digits aside), and no segment ending in "." or a space ("/admin./x" is
+// "/admin/x" there); and the URL so written.
 func lowerPath(u *url.URL) (string, bool) {
-	raw := u.EscapedPath()
-	b := []byte(raw)
-	upper := false
-	for i := 0; i < len(b); i++ {
-		if b[i] == '%' {
-			i += 2
-			continue
+	segs := strings.Split(u.EscapedPath(), "/")
+	changed := false
+	for i, seg := range segs {
+		b := []byte(seg)
+		for j := 0; j < len(b); j++ {
+			if b[j] == '%' {
+				j += 2
+				continue
+			}
+			if 'A' <= b[j] && b[j] <= 'Z' {
+				b[j] += 'a' - 'A'
+				changed = true
+			}
 		}
-		if 'A' <= b[i] && b[i] <= 'Z' {
-			b[i] += 'a' - 'A'
-			upper = true
+		seg = string(b)
+		trimmed := seg
+		for {
+			t := strings.TrimSuffix(strings.TrimSuffix(trimmed, "."), "%20")
+			if t == trimmed {
+				break
+			}
+			trimmed = t
 		}
+		if trimmed != seg && trimmed != "" {
+			seg, changed = trimmed, true
+		}
+		segs[i] = seg
 	}
-	if !upper {
+	if !changed {
 		return "", true
 	}
 	c := *u
-	c.RawPath = string(b)
+	c.RawPath = strings.Join(segs, "/")
 	if p, err := url.PathUnescape(c.RawPath); err == nil {
 		c.Path = p
 	}

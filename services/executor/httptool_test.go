@@ -538,6 +538,29 @@ func TestHTTPPlainPath(t *testing.T) {
 	}
 }
 
+// TestHTTPLowerPath: the path a case-insensitive (Windows) host reads
+// as written.
+func TestHTTPLowerPath(t *testing.T) {
+	for raw, want := range map[string]string{
+		"https://h.test/ADMIN/x":       "https://h.test/admin/x",
+		"https://h.test/admin./x":      "https://h.test/admin/x",
+		"https://h.test/admin%20/x":    "https://h.test/admin/x",
+		"https://h.test/Admin.%20./x":  "https://h.test/admin/x",
+		"https://h.test/caf%C3%A9/x":   "",
+		"https://h.test/a.b/x":         "",
+		"https://h.test/admin/x?Q=Big": "",
+	} {
+		u, err := url.Parse(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		clean, ok := lowerPath(u)
+		if ok != (want == "") || clean != want {
+			t.Errorf("%s: %q %v, want %q", raw, clean, ok, want)
+		}
+	}
+}
+
 // TestHTTPPlainQuery (session 11, trust11a): the query is taken only in
 // its plain form, as the path is: a rule on "force=true" reads what the
 // server decodes.
@@ -609,6 +632,8 @@ func TestHTTPMethodOverride(t *testing.T) {
 		{"method": "POST", "url": f.url("api.test", "/echo"), "body": `{"_method": "DELETE"}`},
 		{"method": "GET", "url": f.url("api.test", "/echo?q=%61")},
 		{"method": "GET", "url": f.url("api.test", "/Echo")},
+		{"method": "GET", "url": f.url("api.test", "/echo./x")},
+		{"method": "GET", "url": f.url("api.test", "/echo%20/x")},
 	} {
 		r := exec(t, s, "http.request", args)
 		if codeOf(r) != string(wire.CodeInvalidArgument) {

@@ -78,7 +78,8 @@ func TestAttackRollbackRestoresAHardLinkedFile(t *testing.T) {
 // without regard to case (IIS, ASP.NET; configured so for the executor
 // with case_insensitive_paths), the query decoded, and a POST whose query,
 // form or JSON carries "_method" acted on as that method (Rails, Laravel,
-// Symfony). On main each of POST /ADMIN/delete, POST ?_method=DELETE, a
+// Symfony). On main each of POST /ADMIN/delete (and /admin./delete, which
+// IIS reads as /admin/delete), POST ?_method=DELETE, a
 // form and a JSON body with _method=DELETE and POST ?force=%74rue reached
 // the server as what the rules deny. Now each is refused before anything
 // is sent (INVALID_ARGUMENT naming what to propose); the plain spellings
@@ -87,7 +88,13 @@ func TestAttackRequestActsAsAnotherMethodOrPath(t *testing.T) {
 	var mu sync.Mutex
 	var acted []string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		method, p := r.Method, strings.ToLower(r.URL.Path)
+		// Paths as Windows names them (IIS): without regard to case, a
+		// segment's trailing dots and spaces dropped.
+		segs := strings.Split(strings.ToLower(r.URL.Path), "/")
+		for i, seg := range segs {
+			segs[i] = strings.TrimRight(seg, ". ")
+		}
+		method, p := r.Method, strings.Join(segs, "/")
 		body, _ := io.ReadAll(r.Body)
 		if m := r.URL.Query().Get("_method"); m != "" && method == http.MethodPost {
 			method = m
@@ -116,7 +123,7 @@ func TestAttackRequestActsAsAnotherMethodOrPath(t *testing.T) {
   - id: not-the-admin-part
     effect: deny
     tools: [http.request]
-    when: 'args.url.startsWith("%s/admin")'
+    when: 'args.url.startsWith("%s/admin/")'
   - id: no-deletes
     effect: deny
     tools: [http.request]
@@ -134,6 +141,7 @@ func TestAttackRequestActsAsAnotherMethodOrPath(t *testing.T) {
 	form, js := `"Content-Type": "application/x-www-form-urlencoded"`, `"Content-Type": "application/json"`
 	c.writeScript(t, "a.yaml", script(
 		post(base+"/ADMIN/delete", "", "x"),
+		post(base+"/admin./delete", "", "x"),
 		post(base+"/public/hello?_method=DELETE", "", "x"),
 		post(base+"/public/hello", form, "note=hi&_method=DELETE"),
 		post(base+"/public/hello", js, `{"note": "hi", "_method": "DELETE"}`),
@@ -149,10 +157,10 @@ func TestAttackRequestActsAsAnotherMethodOrPath(t *testing.T) {
 	if len(got) != 0 {
 		t.Errorf("requests reached the server as what the policy denies: %v", got)
 	}
-	if errs := stepErrors(run); fmt.Sprint(errs) != "[INVALID_ARGUMENT INVALID_ARGUMENT INVALID_ARGUMENT INVALID_ARGUMENT INVALID_ARGUMENT POLICY_DENIED POLICY_DENIED ]" {
+	if errs := stepErrors(run); fmt.Sprint(errs) != "[INVALID_ARGUMENT INVALID_ARGUMENT INVALID_ARGUMENT INVALID_ARGUMENT INVALID_ARGUMENT INVALID_ARGUMENT POLICY_DENIED POLICY_DENIED ]" {
 		t.Fatalf("steps: %v", errs)
 	}
-	for i, want := range map[int]string{0: base + "/admin/delete", 4: base + "/public/hello?force=true"} {
+	for i, want := range map[int]string{0: base + "/admin/delete", 1: base + "/admin/delete", 5: base + "/public/hello?force=true"} {
 		if clean := run.GetSteps()[i].GetResponse().GetError().GetDetails().AsMap()["clean"]; clean != want {
 			t.Errorf("step %d's refusal names %v, want %s", i+1, clean, want)
 		}
