@@ -114,9 +114,10 @@ func (s *Service) resumeUnowned(ctx context.Context, r *run) {
 	rev := r.lease.rev
 	r.lease.rev = 0
 	r.lease.mu.Unlock()
-	if rev == 0 {
-		return
+	if rev == 0 || !s.beginClaim(r.id) {
+		return // a takeover here is at it already
 	}
+	defer s.endClaim(r.id)
 	if err := s.resumeRetried(context.WithoutCancel(ctx), r.id, rev, "unowned", ""); err != nil {
 		s.log.Warn("a run found on the chain without an owner could not be resumed now; its claim is left for a takeover", "run", r.id, "err", err)
 	}
