@@ -296,18 +296,20 @@ func (s *osSandbox) probe() error {
 }
 
 // sandboxBin holds, in the sandbox, a link named as the configuration
-// names each program to the file it resolved to: the program is started
+// names a binary to the file it resolved to: the binary is started
 // through it, so its argv[0] is its configured name.
 const sandboxBin = "/.xct/bin"
 
 // argv is the command line that runs program (the resolved file of the
 // program configured as name) with args inside the sandbox, in directory
 // dir (a host path inside the workspace), with the environment env
-// ("K=V"). The status of bwrap goes to file descriptor 3. The program is
-// started as sandboxBin/name, a link to it: a program that acts by the
-// name it is started as (busybox, xz as unxz) does what its configured
-// name says, not what the file it resolved to is called (busybox, given
-// its own name, takes the first argument for the program to be).
+// ("K=V"). The status of bwrap goes to file descriptor 3. A binary whose
+// file is named otherwise is started as sandboxBin/name, a link to it: a
+// program that acts by the name it is started as (busybox, xz as unxz)
+// does what its configured name says, not what its file is called
+// (busybox, given its own name, takes the first argument for the program
+// to be). A script is started by its file's path, as before: it finds
+// what lies beside it by $0.
 func (s *osSandbox) argv(program, name string, args []string, dir string, env []string) []string {
 	a := []string{s.prlim, "--core=0",
 		"--nproc=" + strconv.FormatInt(s.cfg.MaxProcesses, 10),
@@ -379,8 +381,11 @@ func (s *osSandbox) argv(program, name string, args []string, dir string, env []
 	if s.enter != nil {
 		a = append(a, "--ro-bind-fd", strconv.Itoa(fd), sandboxenter.Path)
 	}
-	started := path.Join(sandboxBin, name)
-	a = append(a, "--symlink", program, started)
+	started := program
+	if name != path.Base(program) && isELF(program) {
+		started = path.Join(sandboxBin, name)
+		a = append(a, "--symlink", program, started)
+	}
 	a = append(a, "--chdir", dir)
 	for _, kv := range env {
 		k, v, _ := strings.Cut(kv, "=")
@@ -651,4 +656,17 @@ func (st *sandboxStatus) wait(d time.Duration) (exited bool, code int) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	return st.exited, st.exitCode
+}
+
+// isELF reports whether the file at p is an ELF binary (a script is
+// not: the kernel starts its interpreter, with the path as given).
+func isELF(p string) bool {
+	f, err := os.Open(p) //nolint:gosec // a configured program, resolved at load
+	if err != nil {
+		return false
+	}
+	defer func() { _ = f.Close() }()
+	var magic [4]byte
+	_, err = io.ReadFull(f, magic[:])
+	return err == nil && string(magic[:]) == "\x7fELF"
 }

@@ -619,3 +619,23 @@ func TestSandboxProgramStartedByItsName(t *testing.T) {
 		})
 	}
 }
+
+// TestSandboxScriptStartedByItsPath: a configured script (here under
+// another name than its file's) is started by its file's path, so it
+// finds what lies beside it by $0, as before session 11.
+func TestSandboxScriptStartedByItsPath(t *testing.T) {
+	requireSandbox(t)
+	dir := t.TempDir()
+	must(t, os.WriteFile(filepath.Join(dir, "tool.sh"), []byte("#!/bin/sh\ncat \"$(dirname \"$0\")/data.txt\"\n"), 0o755))
+	must(t, os.WriteFile(filepath.Join(dir, "data.txt"), []byte("beside\n"), 0o644))
+	must(t, os.Symlink(filepath.Join(dir, "tool.sh"), filepath.Join(dir, "tool")))
+	sb := newSandbox(t)
+	cfg, err := ParseToolsConfig("tools.yaml", []byte(fmt.Sprintf("shell:\n  sandbox: {read_only: [%s]}\n  binaries:\n    - {name: tool, path: %s, effect: read}\n", dir, filepath.Join(dir, "tool"))))
+	must(t, err)
+	s, err := New(Config{Workspace: sb.ws, Tools: cfg, MaxOutputBytes: 1 << 20}, nil, testLogger(t))
+	must(t, err)
+	t.Cleanup(func() { _ = s.Stop(context.Background()) })
+	if res := resultAs[ShellResult](t, shell(t, s, "tool")); res.Stdout != "beside\n" {
+		t.Fatalf("the script: %+v", res)
+	}
+}
