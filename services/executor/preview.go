@@ -34,6 +34,12 @@ func (t *fsWrite) Preview(_ context.Context, args map[string]any) (*xctv1.Previe
 	if e != nil {
 		return nil, e
 	}
+	// A protected path is never written: its content (a .netrc's
+	// password, an .npmrc's token, a .git/config's remote with its
+	// credentials) is not shown for a write that will be refused.
+	if e := t.ws.checkProtected(p, name); e != nil {
+		return &xctv1.Preview{Kind: "text", Content: e.GetMessage() + ": this step will fail, and the file's content is not shown"}, nil
+	}
 	if e := t.ws.direct(p, name, false); e != nil {
 		return nil, e
 	}

@@ -22,6 +22,9 @@ func TestFSWritePreview(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "bin"), []byte{0xff, 0xfe, 0x00}, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.WriteFile(filepath.Join(dir, ".npmrc"), []byte("//registry/:_authToken=npm_SECRETTOKEN\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	// A hard link made on the host to a file outside: fs.read refuses it,
 	// and the preview (recorded on the chain, readable by every reader)
 	// must not show it either.
@@ -52,6 +55,9 @@ func TestFSWritePreview(t *testing.T) {
 		{"hard link", "hl.txt", "x", "text", "2 hard links", ""},
 		{"symbolic link", "la.txt", "x", "text", "la.txt is a symbolic link", ""},
 		{"symbolic link to a hard link", "lhl.txt", "x", "text", "lhl.txt is a symbolic link", ""},
+		// Session 11 (trust11a): the diff showed a protected file's
+		// content (its token) for a write the executor refuses.
+		{"protected", ".npmrc", "x", "text", "protected path", ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -62,7 +68,7 @@ func TestFSWritePreview(t *testing.T) {
 				}
 				return
 			}
-			if e != nil || p.GetKind() != tc.kind || !strings.Contains(p.GetContent(), tc.want) || strings.Contains(p.GetContent(), "outside secret") ||
+			if e != nil || p.GetKind() != tc.kind || !strings.Contains(p.GetContent(), tc.want) || strings.Contains(p.GetContent(), "outside secret") || strings.Contains(p.GetContent(), "SECRETTOKEN") ||
 				strings.Contains(p.GetContent(), "two") && tc.name != "change" && tc.name != "same content" {
 				t.Fatalf("preview %v %q (error %v), want %s containing %q", p.GetKind(), p.GetContent(), e, tc.kind, tc.want)
 			}
