@@ -49,7 +49,12 @@
 // TOOL_FAILURE, UNKNOWN_TOOL, IN_DOUBT) with the LCTL taxonomy, never gRPC
 // errors; a panicking or misbehaving tool is a TOOL_FAILURE and the executor
 // keeps serving. A gRPC error means nothing was executed: a malformed
-// request, an unusable record store, or a stopping executor.
+// request, an unusable record store, or a stopping executor. A tool that
+// returned a result succeeded, whatever the result: one the executor
+// cannot keep (over the tool's max_output_bytes, not JSON, nested past
+// wire.MaxDepth) is replaced by {"result_not_kept": true, "reason", ...}
+// (notKept), never turned into a failure a model would answer by running
+// the step again.
 //
 // # At most once
 //

@@ -46,6 +46,7 @@ func TestFSRead(t *testing.T) {
 		code     wire.Code
 		want     ReadResult
 		wantData string // decoded content
+		notKept  string // read, but its result was not kept, and why
 	}{
 		{name: "text", args: map[string]any{"path": "hello.txt"}, want: ReadResult{Path: "hello.txt", Encoding: EncodingUTF8, Size: 6}, wantData: "hello\n"},
 		// The policy judged the path as written: only its clean form is taken.
@@ -65,7 +66,9 @@ func TestFSRead(t *testing.T) {
 		{name: "file as parent", args: map[string]any{"path": "hello.txt/x"}, code: wire.CodeInvalidArgument},
 		{name: "fifo", args: map[string]any{"path": "fifo"}, code: wire.CodeInvalidArgument},
 		{name: "file over the cap", args: map[string]any{"path": "big"}, code: wire.CodeOutputTooLarge},
-		{name: "JSON over the cap", args: map[string]any{"path": "escapey"}, code: wire.CodeOutputTooLarge},
+		// Read, but its JSON encoding is over the cap: a success that
+		// says its result was not kept.
+		{name: "JSON over the cap", args: map[string]any{"path": "escapey"}, notKept: NotKeptTooLarge},
 		{name: "no path", args: map[string]any{}, code: wire.CodeInvalidArgument},
 		{name: "path not a string", args: map[string]any{"path": 7}, code: wire.CodeInvalidArgument},
 		{name: "unknown argument", args: map[string]any{"path": "hello.txt", "offset": 1}, code: wire.CodeInvalidArgument},
@@ -76,7 +79,10 @@ func TestFSRead(t *testing.T) {
 			if got := codeOf(r); got != string(tt.code) {
 				t.Fatalf("code = %q (%s), want %q", got, r.GetError().GetMessage(), tt.code)
 			}
-			if tt.code != "" {
+			if got := notKeptOf(r); got != tt.notKept {
+				t.Fatalf("result not kept for %q, want %q", got, tt.notKept)
+			}
+			if tt.code != "" || tt.notKept != "" {
 				return
 			}
 			got := resultAs[ReadResult](t, r)

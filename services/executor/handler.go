@@ -261,6 +261,13 @@ func (s *Service) call(ctx context.Context, st *servedTool, args map[string]any)
 
 // respond turns an outcome into a Response, enforcing the output cap on the
 // result's JSON encoding.
+//
+// A tool that returned a result, not an error, succeeded: it may have
+// acted. A result the executor cannot keep (over the tool's output cap,
+// not JSON, nested deeper than wire.MaxDepth) is therefore not turned into
+// a failure, which a model would answer by proposing the step again: the
+// step succeeds with a result that says the tool's own was not kept (see
+// notKept).
 func (s *Service) respond(st *servedTool, o outcome) *xctv1.Response {
 	name := st.desc.GetName()
 	if o.err != nil {
@@ -268,17 +275,17 @@ func (s *Service) respond(st *servedTool, o outcome) *xctv1.Response {
 	}
 	raw, err := json.Marshal(o.result)
 	if err != nil {
-		return wire.ErrorResponse(wire.Errorf(wire.CodeToolFailure, "tool %s returned a result that is not JSON: %v", name, err))
+		return notKept(name, NotKeptNotJSON, fmt.Sprintf("tool %s succeeded, but its result is not JSON (%v): it was not kept", name, err), nil)
 	}
 	if int64(len(raw)) > st.maxBytes {
-		return wire.ErrorResponse(wire.WithDetails(
-			wire.Errorf(wire.CodeOutputTooLarge, "tool %s returned %d bytes, the limit is %d", name, len(raw), st.maxBytes),
-			map[string]any{"size": len(raw), "limit": st.maxBytes}))
+		return notKept(name, NotKeptTooLarge,
+			fmt.Sprintf("tool %s succeeded, but its result is %d bytes, over the tool's limit of %d: it was not kept", name, len(raw), st.maxBytes),
+			map[string]any{"bytes": len(raw), "limit": st.maxBytes})
 	}
 	if d := wire.Depth(raw); d > wire.MaxDepth {
-		return wire.ErrorResponse(wire.WithDetails(
-			wire.Errorf(wire.CodeToolFailure, "tool %s returned a result %v (it nests %d)", name, wire.ErrTooDeep{Limit: wire.MaxDepth}, d),
-			map[string]any{"depth": d, "limit": wire.MaxDepth}))
+		return notKept(name, NotKeptTooDeep,
+			fmt.Sprintf("tool %s succeeded, but its result nests %d levels, over the limit of %d: it was not kept", name, d, wire.MaxDepth),
+			map[string]any{"bytes": len(raw), "depth": d, "limit": wire.MaxDepth})
 	}
 	// A result made of JSON's own values (what most tools return) is
 	// what reading its encoding back would give: it is converted as it
@@ -288,13 +295,39 @@ func (s *Service) respond(st *servedTool, o outcome) *xctv1.Response {
 	if !plainJSON(v) {
 		var dec any // not v: a pointer in v would be decoded into
 		if err := json.Unmarshal(raw, &dec); err != nil {
-			return wire.ErrorResponse(wire.Errorf(wire.CodeToolFailure, "tool %s returned a result that is not JSON: %v", name, err))
+			return notKept(name, NotKeptNotJSON, fmt.Sprintf("tool %s succeeded, but its result is not JSON (%v): it was not kept", name, err), nil)
 		}
 		v = dec
 	}
 	resp, err := wire.SuccessResponse(v)
 	if err != nil {
-		return wire.ErrorResponse(wire.Errorf(wire.CodeToolFailure, "tool %s: %v", name, err))
+		return notKept(name, NotKeptNotJSON, fmt.Sprintf("tool %s succeeded, but its result cannot be kept (%v)", name, err), nil)
+	}
+	return resp
+}
+
+// Why a tool's result was not kept (notKept's reason).
+const (
+	NotKeptTooLarge = "OUTPUT_TOO_LARGE" // its JSON encoding is over the tool's max_output_bytes
+	NotKeptNotJSON  = "NOT_JSON"         // it has no JSON encoding (NaN, a channel, a failing MarshalJSON)
+	NotKeptTooDeep  = "TOO_DEEP"         // it nests deeper than wire.MaxDepth
+)
+
+// notKept is the success of a tool whose result the executor cannot keep:
+// {"result_not_kept": true, "reason", "message", "tool", and what is known
+// of the result (bytes, limit, depth)}. Nothing of the result itself is
+// kept: a prefix could cut a secret in half, past redaction.
+func notKept(tool, reason, message string, known map[string]any) *xctv1.Response {
+	r := map[string]any{"result_not_kept": true, "reason": reason, "message": message, "tool": tool}
+	for k, v := range known {
+		r[k] = v
+	}
+	resp, err := wire.SuccessResponse(r)
+	if err != nil {
+		// Made of strings and integers: it always converts. Were it not
+		// to, the tool still acted: its outcome is not known here.
+		return wire.ErrorResponse(wire.WithDetails(wire.Errorf(wire.CodeToolFailure, "%s", message),
+			map[string]any{"outcome_unknown": true, "result_not_kept": true, "reason": reason}))
 	}
 	return resp
 }

@@ -143,6 +143,17 @@ func newStepID() string {
 // codeOf is a response's error code, "" for success.
 func codeOf(r *xctv1.Response) string { return r.GetError().GetCode() }
 
+// notKeptOf is the reason a successful response gives for not keeping its
+// tool's result ("" when it kept it, or is not a success).
+func notKeptOf(r *xctv1.Response) string {
+	m, _ := r.GetSuccess().GetResult().AsInterface().(map[string]any)
+	if m["result_not_kept"] != true {
+		return ""
+	}
+	reason, _ := m["reason"].(string)
+	return reason
+}
+
 // resultAs decodes a successful response's result into T.
 func resultAs[T any](tb testing.TB, r *xctv1.Response) T {
 	tb.Helper()

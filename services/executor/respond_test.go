@@ -79,23 +79,30 @@ func TestRespondSameAsEncodedAndDecoded(t *testing.T) {
 			}
 		})
 	}
-	// What cannot be encoded is refused either way.
+	// What cannot be encoded is not kept either way (the tool succeeded:
+	// a success that says so).
 	for _, bad := range []any{math.NaN(), math.Inf(1), map[string]any{"x": math.Inf(-1)}, func() {}} {
-		if e := s.respond(st, outcome{result: bad}).GetError(); e.GetCode() != string(wire.CodeToolFailure) {
-			t.Errorf("respond(%T) = %v, want TOOL_FAILURE", bad, e)
+		if r := s.respond(st, outcome{result: bad}); notKeptOf(r) != NotKeptNotJSON {
+			t.Errorf("respond(%T) = %v, want a result not kept (NOT_JSON)", bad, r)
 		}
 	}
 	// The limits still hold for plain results.
 	small := &servedTool{desc: &xctv1.ToolDescriptor{Name: "t"}, maxBytes: 16}
-	if e := s.respond(small, outcome{result: strings.Repeat("x", 32)}).GetError(); e.GetCode() != string(wire.CodeOutputTooLarge) {
-		t.Errorf("a plain result over the limit = %v, want OUTPUT_TOO_LARGE", e)
+	r := s.respond(small, outcome{result: strings.Repeat("x", 32)})
+	if m, _ := r.GetSuccess().GetResult().AsInterface().(map[string]any); notKeptOf(r) != NotKeptTooLarge || m["bytes"] != 34.0 || m["limit"] != 16.0 {
+		t.Errorf("a plain result over the limit = %v, want a result not kept (OUTPUT_TOO_LARGE, 34 bytes, limit 16)", r)
 	}
 	var deep any = "leaf"
 	for range wire.MaxDepth + 1 {
 		deep = []any{deep}
 	}
-	if e := s.respond(st, outcome{result: deep}).GetError(); e.GetCode() != string(wire.CodeToolFailure) {
-		t.Errorf("a plain result nested past the limit = %v, want TOOL_FAILURE", e)
+	r = s.respond(st, outcome{result: deep})
+	if m, _ := r.GetSuccess().GetResult().AsInterface().(map[string]any); notKeptOf(r) != NotKeptTooDeep || m["depth"] != float64(wire.MaxDepth+1) {
+		t.Errorf("a plain result nested past the limit = %v, want a result not kept (TOO_DEEP, depth %d)", r, wire.MaxDepth+1)
+	}
+	// An error is an error: nothing to keep.
+	if r := s.respond(small, outcome{err: wire.Errorf(wire.CodeNotFound, "gone")}); r.GetError().GetCode() != string(wire.CodeNotFound) {
+		t.Errorf("an error = %v", r)
 	}
 }
 

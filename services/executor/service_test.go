@@ -248,21 +248,27 @@ func TestExecute(t *testing.T) {
 	cases := []struct {
 		name, tool string
 		code       wire.Code
+		notKept    string // a success whose result was not kept, and why
 	}{
-		{"unknown tool", "no.such", wire.CodeUnknownTool},
-		{"timeout", "test.block", wire.CodeTimeout},
-		{"output too large", "test.big", wire.CodeOutputTooLarge},
-		{"output at the cap", "test.fits", ""},
-		{"panic", "test.panic", wire.CodeToolFailure},
-		{"result not JSON", "test.nan", wire.CodeToolFailure},
-		{"tool error", "test.fail", wire.CodeNotFound},
-		{"tool error without code", "test.nocode", wire.CodeToolFailure},
+		{"unknown tool", "no.such", wire.CodeUnknownTool, ""},
+		{"timeout", "test.block", wire.CodeTimeout, ""},
+		// The tool succeeded: its result was not kept, the step is no
+		// failure (a model told "failed" would run it again).
+		{"output too large", "test.big", "", NotKeptTooLarge},
+		{"output at the cap", "test.fits", "", ""},
+		{"panic", "test.panic", wire.CodeToolFailure, ""},
+		{"result not JSON", "test.nan", "", NotKeptNotJSON},
+		{"tool error", "test.fail", wire.CodeNotFound, ""},
+		{"tool error without code", "test.nocode", wire.CodeToolFailure, ""},
 	}
 	for _, tt := range cases {
 		t.Run(tt.name, func(t *testing.T) {
 			r := exec(t, s, tt.tool, nil)
 			if got := codeOf(r); got != string(tt.code) {
 				t.Fatalf("code = %q (%s), want %q", got, r.GetError().GetMessage(), tt.code)
+			}
+			if got := notKeptOf(r); got != tt.notKept {
+				t.Fatalf("result not kept for %q (%v), want %q", got, r.GetSuccess(), tt.notKept)
 			}
 			if e := r.GetError(); e != nil && (e.GetMessage() == "" || e.GetCategory() == "") {
 				t.Fatalf("error lacks message or taxonomy: %v", e)
