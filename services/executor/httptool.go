@@ -280,9 +280,14 @@ func (t *httpTool) Invoke(ctx context.Context, args map[string]any) (any, *xctv1
 		return nil, t.fail(ctx, u, err, true)
 	}
 	if int64(len(data)) > t.maxResp {
-		return nil, wire.WithDetails(wire.Errorf(wire.CodeOutputTooLarge,
-			"the response body of %s is larger than %d bytes; it was not read (the request was sent: status %d)", u.Redacted(), t.maxResp, resp.StatusCode),
-			map[string]any{"limit": t.maxResp, "status": resp.StatusCode, "request_sent": true})
+		// The request was sent and answered: an error would tell the
+		// model it failed, and it would send it again. What is known is
+		// the status; the body was not read (docs/events.md, "A result
+		// not kept").
+		return map[string]any{"result_not_kept": true, "reason": NotKeptTooLarge, "tool": "http.request",
+			"status": resp.StatusCode, "url": resp.Request.URL.Redacted(), "limit": t.maxResp, "body_not_read": true,
+			"message": fmt.Sprintf("the request was sent and answered with status %d, but the response body of %s is larger than %d bytes: it was not read",
+				resp.StatusCode, u.Redacted(), t.maxResp)}, nil
 	}
 	res := HTTPResult{Status: resp.StatusCode, URL: resp.Request.URL.String(), Headers: map[string]string{}, Size: int64(len(data)), Redirects: redirects,
 		RedirectNotFollowed: notFollowed}
