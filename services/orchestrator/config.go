@@ -82,6 +82,10 @@ type Config struct {
 	// from its record quietly before the run shows IN_DOUBT;
 	// SettlePoll is the longest wait between two reads of the record.
 	SettleTimeout, SettlePoll time.Duration
+	// OrphanScan is how often the chains are searched for runs started
+	// and not ended that have no owner key (orphans.go): 0 picks four
+	// run leases, a negative value turns the search off.
+	OrphanScan time.Duration
 }
 
 // RegisterFlags registers the orchestrator's flags with their defaults.
@@ -102,6 +106,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.TakeoverTimeout, "takeover-timeout", 10*time.Second, "deadline of each call of a takeover and of each read of a step record (retried)")
 	fs.DurationVar(&c.SettleTimeout, "settle-timeout", 30*time.Second, "how long a step whose outcome is unknown is settled from the executor's record before the run shows IN_DOUBT")
 	fs.DurationVar(&c.SettlePoll, "settle-poll", 5*time.Second, "longest wait between two reads of the record of a step in doubt")
+	fs.DurationVar(&c.OrphanScan, "orphan-scan", 0, "how often the event log is searched for runs started and not ended that no orchestrator owns (0: four run leases; negative: never)")
 	fs.StringVar(&c.Instance, "instance", "", "name of this orchestrator in the run owners bucket (default: host name and a random suffix)")
 	fs.StringVar(&c.ScriptsDir, "scripts-dir", ".", "directory scripted:FILE models are read from")
 	fs.Func("allow-grpc-proposer", "address a grpc:ADDR model may use (repeatable, comma-separated; * for any)", func(v string) error {
@@ -182,6 +187,9 @@ func (c *Config) Validate() error {
 	}
 	if c.SettlePoll == 0 {
 		c.SettlePoll = 5 * time.Second
+	}
+	if c.OrphanScan == 0 {
+		c.OrphanScan = 4 * c.RunLease
 	}
 	if c.Instance != "" && !validInstance(c.Instance) {
 		errs = append(errs, fmt.Errorf("-instance %q: use 1-64 of A-Z a-z 0-9 . _ -", c.Instance))

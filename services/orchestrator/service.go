@@ -140,7 +140,8 @@ func (s *Service) Instance() string { return s.instance }
 // Start opens the event log and the run owners bucket, then renews the
 // claims of the runs it will own and watches for runs to take over. It
 // reads no chain: unfinished runs are found through their owner keys, so
-// starting costs the same with a log of any size.
+// starting costs the same with a log of any size. Runs without a key are
+// searched for every OrphanScan, not at start (orphans.go).
 func (s *Service) Start(ctx context.Context) error {
 	log, err := eventlog.Open(ctx, s.nc)
 	if err != nil {
@@ -162,7 +163,7 @@ func (s *Service) Start(ctx context.Context) error {
 	hctx, hcancel := context.WithCancel(context.Background())
 	wctx, wcancel := context.WithCancel(context.Background())
 	s.stopHeartbeat, s.stopWatch = hcancel, wcancel
-	s.background.Add(2)
+	s.background.Add(3)
 	go func() {
 		defer s.background.Done()
 		s.heartbeat(hctx)
@@ -170,6 +171,10 @@ func (s *Service) Start(ctx context.Context) error {
 	go func() {
 		defer s.background.Done()
 		s.watchOwners(wctx)
+	}()
+	go func() {
+		defer s.background.Done()
+		s.scanOrphans(wctx)
 	}()
 	s.log.Info("orchestrator instance", "instance", s.instance, "run_lease", s.cfg.RunLease, "drain_timeout", s.cfg.DrainTimeout)
 	return nil
