@@ -52,14 +52,18 @@ func (s *Service) scanOrphans(ctx context.Context) {
 }
 
 // findOrphans is one search: chains seen unowned for a lease are claimed.
+// Every read has its own deadline and the reads are made one after the
+// other: a log of many chains costs time, not a burst.
 func (s *Service) findOrphans(ctx context.Context, seen map[string]orphanSeen, notRuns map[string]bool) error {
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.TakeoverTimeout)
-	defer cancel()
 	chains, err := s.events.Chains(cctx)
+	cancel()
 	if err != nil {
 		return err
 	}
 	owned := map[string]bool{}
+	cctx, cancel = context.WithTimeout(ctx, s.cfg.TakeoverTimeout)
+	defer cancel()
 	keys, err := s.owners.ListKeys(cctx)
 	if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
 		return err
@@ -71,39 +75,18 @@ func (s *Service) findOrphans(ctx context.Context, seen map[string]orphanSeen, n
 	}
 	candidates := map[string]bool{}
 	for id := range chains {
+		if ctx.Err() != nil {
+			return nil
+		}
 		if owned[id] || notRuns[id] || s.owns(id) {
 			continue
 		}
 		if r, ok := s.runs.summary(id); ok && ended(r) {
 			continue
 		}
-		first, last, err := s.events.Ends(cctx, id)
-		if err != nil {
-			continue // gone, or unreadable now: the next search
+		if s.maybeOrphan(ctx, id, seen, notRuns) {
+			candidates[id] = true
 		}
-		if first.Type != lctl.TypeRunStarted {
-			notRuns[id] = true
-			continue
-		}
-		view := &xctevent.Run{}
-		view.Apply(&first)
-		view.Apply(&last)
-		if r := runRecord(view); ended(r) {
-			s.runs.putSummary(r)
-			continue
-		}
-		candidates[id] = true
-		o, ok := seen[id]
-		if !ok || o.seq != last.Seq {
-			seen[id] = orphanSeen{seq: last.Seq, since: time.Now()}
-			continue
-		}
-		if time.Since(o.since) < s.cfg.RunLease {
-			continue
-		}
-		delete(seen, id)
-		delete(candidates, id)
-		go s.adoptOrphan(ctx, id)
 	}
 	for id := range seen {
 		if !candidates[id] {
@@ -113,25 +96,58 @@ func (s *Service) findOrphans(ctx context.Context, seen map[string]orphanSeen, n
 	return nil
 }
 
+// maybeOrphan looks at one chain without an owner key: whether it is still
+// a candidate (a run, started, not ended, not claimed now).
+func (s *Service) maybeOrphan(ctx context.Context, id string, seen map[string]orphanSeen, notRuns map[string]bool) bool {
+	cctx, cancel := context.WithTimeout(ctx, s.cfg.TakeoverTimeout)
+	defer cancel()
+	first, last, err := s.events.Ends(cctx, id)
+	if err != nil {
+		return false // gone, or unreadable now: the next search
+	}
+	if first.Type != lctl.TypeRunStarted {
+		notRuns[id] = true
+		return false
+	}
+	view := &xctevent.Run{}
+	view.Apply(&first)
+	view.Apply(&last)
+	if r := runRecord(view); ended(r) {
+		s.runs.putSummary(r)
+		return false
+	}
+	o, ok := seen[id]
+	if !ok || o.seq != last.Seq {
+		seen[id] = orphanSeen{seq: last.Seq, since: time.Now()}
+		return true
+	}
+	if time.Since(o.since) < s.cfg.RunLease {
+		return true
+	}
+	// Seen unowned for a lease. Its ends may hide its end (a signed
+	// checkpoint after run_finished, a rollback's events): read it whole.
+	events, err := s.events.ReadChain(cctx, id)
+	if err != nil || len(events) == 0 {
+		return true
+	}
+	if r := runRecord(xctevent.Fold(events)); ended(r) {
+		s.runs.putSummary(r)
+		return false
+	}
+	delete(seen, id)
+	go s.adoptOrphan(ctx, id)
+	return false
+}
+
 // adoptOrphan claims a run found started, unended and unowned, and resumes
-// it here. A run whose chain has ended after all (a rollback's events are
-// last) is only remembered as ended.
+// it here (resume reads its chain again, under the claim: a run that ended
+// meanwhile only loses the key).
 func (s *Service) adoptOrphan(ctx context.Context, id string) {
 	if !s.beginClaim(id) {
 		return
 	}
 	defer s.endClaim(id)
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.TakeoverTimeout)
-	events, err := s.events.ReadChain(cctx, id)
-	cancel()
-	if err != nil || len(events) == 0 {
-		return
-	}
-	if r := runRecord(xctevent.Fold(events)); ended(r) {
-		s.runs.putSummary(r)
-		return
-	}
-	cctx, cancel = context.WithTimeout(ctx, s.cfg.TakeoverTimeout)
 	rev, err := s.owners.Create(cctx, id, encodeOwner(ownerRecord{Owner: s.instance}))
 	cancel()
 	if err != nil {

@@ -2,10 +2,15 @@ package orchestrator
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/xct-dev/xct/internal/auth"
+	"github.com/xct-dev/xct/internal/testutil"
 	"github.com/xct-dev/xct/lctl/xctevent"
 )
 
@@ -42,5 +47,47 @@ func TestUnownedRunWithoutARetryIsFound(t *testing.T) {
 	resumed := only(events, TypeRunResumed)
 	if len(resumed) != 1 || str(resumed[0].Data, "reason") != "unowned" {
 		t.Fatalf("want one run_resumed (unowned):\n%s", describe(events))
+	}
+}
+
+// A run that ended, whose chain's last event hides it (a signed checkpoint
+// after run_finished), has no owner key either: the search reads it whole,
+// remembers it ended, and writes nothing.
+func TestEndedRunWithoutAKeyIsLeftAlone(t *testing.T) {
+	t.Parallel()
+	model := newGatedModel(step("test.count", 1))
+	f := newFixture(t, model)
+	const id = "run-ended-checkpointed"
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	w, err := f.events.NewChainWriter(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := xctevent.RunStarted{RunID: id, Goal: "count", Model: "func:tester", Principal: "alice", Roles: []string{auth.RoleSubmitter}, MaxSteps: 10}
+	finished := xctevent.RunFinished{Status: "done", Message: "finished"}
+	for _, e := range []xctevent.Event{started, finished} {
+		if _, err := w.Append(ctx, e.Type(), agentOrchestrator, e.Data()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cp := xctevent.SignedCheckpoint{Note: "a note", Seq: 2, HeadHash: w.Last().Hash, Key: "test"}
+	if _, err := w.Append(ctx, cp.Type(), agentOrchestrator, cp.Data()); err != nil {
+		t.Fatal(err)
+	}
+	a, _ := f.launch(Config{RunLease: 200 * time.Millisecond, DrainTimeout: 5 * time.Second, Instance: "orch-a", CallTimeout: time.Minute,
+		OrphanScan: 50 * time.Millisecond}, model)
+	testutil.Eventually(t, 30*time.Second, func() error {
+		if r, ok := a.runs.summary(id); !ok || !ended(r) {
+			return fmt.Errorf("the search has not found the run ended: %v", r)
+		}
+		return nil
+	})
+	events, err := f.events.ReadChain(ctx, id)
+	if err != nil || len(events) != 3 {
+		t.Fatalf("chain %v, %v", describe(events), err)
+	}
+	if _, err := f.owners.Get(ctx, id); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatalf("an ended run got an owner key: %v", err)
 	}
 }
