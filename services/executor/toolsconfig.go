@@ -127,7 +127,9 @@ type HTTPConfig struct {
 	// MaxRequestBytes caps the request body (default 1 MiB).
 	MaxRequestBytes int64 `yaml:"max_request_bytes"`
 	// MaxResponseBytes caps the response body (default 1 MiB); a larger
-	// body is not read and the step fails with OUTPUT_TOO_LARGE.
+	// body is not read: the request was sent and answered, so the step
+	// succeeds with a result that says so (status, body_not_read,
+	// result_not_kept; docs/events.md, "A result not kept").
 	MaxResponseBytes int64 `yaml:"max_response_bytes"`
 	// Timeout bounds one request, redirects and body included (default:
 	// the executor's tool timeout).

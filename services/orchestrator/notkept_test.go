@@ -16,6 +16,7 @@ import (
 	"github.com/xct-dev/xct/internal/grpcx"
 	"github.com/xct-dev/xct/internal/wire"
 	"github.com/xct-dev/xct/lctl"
+	"github.com/xct-dev/xct/lctl/xctevent"
 	"github.com/xct-dev/xct/services/executor"
 )
 
@@ -128,6 +129,9 @@ func TestUnkeptResultIsASuccessNotActedAgain(t *testing.T) {
 			if onChain["result_not_kept"] != true || onChain["reason"] != c.reason {
 				t.Fatalf("the chain's result %v does not say it was not kept (%s):\n%s", calls[0].Data["output"], c.reason, describe(events))
 			}
+			if ends := only(events, lctl.TypeStepEnd); len(ends) != 1 || str(ends[0].Data, "output_summary") != "ok, result not kept: "+c.reason {
+				t.Fatalf("step_end does not say the result was not kept:\n%s", describe(events))
+			}
 			rec, doubt, err := ex.Step(ctx, str(calls[0].Data, "step_id"))
 			if err != nil || doubt || rec.GetState() != xctv1.StepRecordState_STEP_RECORD_STATE_SUCCEEDED {
 				t.Fatalf("record %v (in doubt %v), %v", rec, doubt, err)
@@ -151,4 +155,24 @@ func sameJSON(a, b any) bool {
 	x, err1 := json.Marshal(a)
 	y, err2 := json.Marshal(b)
 	return err1 == nil && err2 == nil && string(x) == string(y)
+}
+
+// A step whose tool_call is on the chain and whose step_end is not (its
+// owner stopped between them) is ended by the next owner with the same
+// summary.
+func TestResumedStepSaysItsResultWasNotKept(t *testing.T) {
+	for _, c := range []struct {
+		out  any
+		want string
+	}{
+		{map[string]any{"result_not_kept": true, "reason": "TOO_DEEP"}, "ok, result not kept: TOO_DEEP"},
+		{map[string]any{"n": 1.0}, "ok"},
+		{"plain", "ok"},
+	} {
+		s := &xctevent.Step{Start: xctevent.StepStart{Step: 1, StepID: "s1", Tool: "test.charge", Arguments: map[string]any{}},
+			Result: &xctevent.ToolCall{Step: 1, StepID: "s1", Tool: "test.charge", Output: c.out}}
+		if got := openStepOf("run-1", s).summary; got != c.want {
+			t.Errorf("output %v: summary %q, want %q", c.out, got, c.want)
+		}
+	}
 }

@@ -94,7 +94,10 @@ func openStepOf(runID string, s *xctevent.Step) *openStep {
 	st.doubtRecorded = s.InDoubt
 	switch {
 	case s.Result != nil:
-		st.outcome, st.summary = xctevent.OutcomeSuccess, "ok"
+		out, _ := s.Result.Output.(map[string]any)
+		notKept, _ := out["result_not_kept"].(bool)
+		reason, _ := out["reason"].(string)
+		st.outcome, st.summary = xctevent.OutcomeSuccess, successSummary(notKept, reason)
 	case s.Error != nil:
 		ee := errorSignal(*s.Error)
 		if s.Allowed() {

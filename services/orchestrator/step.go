@@ -102,7 +102,8 @@ func (r *run) actOnStep(st *openStep, verdict *xctv1.Verdict) (stepOutcome, erro
 		}
 	}
 	if execErr == nil {
-		return stepOutcome{outcome: xctevent.OutcomeSuccess, summary: "ok"},
+		f := res.GetResponse().GetSuccess().GetResult().GetStructValue().GetFields()
+		return stepOutcome{outcome: xctevent.OutcomeSuccess, summary: successSummary(f["result_not_kept"].GetBoolValue(), f["reason"].GetStringValue())},
 			r.record(agentExecutor, toolCallEvent(st.step, st.stepID, st.ns.GetTool(), st.args, res))
 	}
 	execErr = r.settleRepeatable(st.ns.GetTool(), execErr) // repeatable.go
@@ -144,4 +145,14 @@ func (r *run) endStepRecord(st *openStep, verdict *xctv1.Verdict, res stepOutcom
 		return iterationOutcome{}, errors.New(inDoubtMessage(r.id, st.step, st.stepID, res.inDoubt))
 	}
 	return iterationOutcome{kind: outcomeStep, message: res.outcome}, nil
+}
+
+// successSummary is a step_end's output_summary for a tool that succeeded:
+// "ok", or, when the executor could not keep its result (docs/events.md,
+// "A result not kept"), that it succeeded and why its result is not there.
+func successSummary(notKept bool, reason string) string {
+	if notKept {
+		return "ok, result not kept: " + reason
+	}
+	return "ok"
 }
