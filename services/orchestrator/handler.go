@@ -290,9 +290,41 @@ func (s *Service) owner(id string) *run {
 // owns reports whether this process runs the loop of a run.
 func (s *Service) owns(id string) bool { return s.owner(id) != nil }
 
+// chainSummary is a run's summary (without its steps) from its chain's
+// first and last events, or from the whole chain when its last event may
+// follow the run's end and says no status itself (a signed checkpoint, a
+// rollback's start or end): the two ends alone said RUNNING for every run
+// ended by a cluster that signs checkpoints. nil when the chain is not a
+// run's (another LCTL writer's).
+func (s *Service) chainSummary(ctx context.Context, id string) (*xctv1.Run, error) {
+	first, last, err := s.events.Ends(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if first.Type != lctl.TypeRunStarted {
+		return nil, nil
+	}
+	view := &xctevent.Run{}
+	view.Apply(&first)
+	view.Apply(&last)
+	r := runRecord(view)
+	switch last.Type {
+	case lctl.TypeSignedCheckpoint, lctl.TypeRollbackStarted, lctl.TypeRollbackFinished:
+		if !ended(r) {
+			events, err := s.events.ReadChain(ctx, id)
+			if err != nil {
+				return nil, err
+			}
+			r = runRecord(xctevent.Fold(events))
+		}
+	}
+	r.Steps = nil
+	return r, nil
+}
+
 // ListRuns implements OrchestratorService. It lists every chain in the
-// stream and summarizes each from its first and last events; summaries of
-// ended runs are cached.
+// stream and summarizes each (chainSummary); summaries of ended runs are
+// cached.
 func (s *Service) ListRuns(ctx context.Context, req *xctv1.ListRunsRequest) (*xctv1.ListRunsResponse, error) {
 	limit := int(req.GetLimit())
 	if limit <= 0 {
@@ -309,18 +341,13 @@ func (s *Service) ListRuns(ctx context.Context, req *xctv1.ListRunsRequest) (*xc
 			runs = append(runs, r)
 			continue
 		}
-		first, last, err := s.events.Ends(ctx, id)
+		r, err := s.chainSummary(ctx, id)
 		if err != nil {
 			return nil, toStatus(err)
 		}
-		if first.Type != lctl.TypeRunStarted {
+		if r == nil {
 			continue // another LCTL writer's chain, not a run
 		}
-		view := &xctevent.Run{}
-		view.Apply(&first)
-		view.Apply(&last)
-		r := runRecord(view)
-		r.Steps = nil
 		if ended(r) {
 			s.runs.putSummary(r)
 		}

@@ -7,7 +7,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/xct-dev/xct/lctl"
 	"github.com/xct-dev/xct/lctl/xctevent"
 )
 
@@ -101,24 +100,21 @@ func (s *Service) findOrphans(ctx context.Context, seen map[string]orphanSeen, n
 func (s *Service) maybeOrphan(ctx context.Context, id string, seen map[string]orphanSeen, notRuns map[string]bool) bool {
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.TakeoverTimeout)
 	defer cancel()
-	first, last, err := s.events.Ends(cctx, id)
+	r, err := s.chainSummary(cctx, id)
 	if err != nil {
 		return false // gone, or unreadable now: the next search
 	}
-	if first.Type != lctl.TypeRunStarted {
+	if r == nil {
 		notRuns[id] = true
 		return false
 	}
-	view := &xctevent.Run{}
-	view.Apply(&first)
-	view.Apply(&last)
-	if r := runRecord(view); ended(r) {
+	if ended(r) {
 		s.runs.putSummary(r)
 		return false
 	}
 	o, ok := seen[id]
-	if !ok || o.seq != last.Seq {
-		seen[id] = orphanSeen{seq: last.Seq, since: time.Now()}
+	if !ok || o.seq != r.GetLastSeq() {
+		seen[id] = orphanSeen{seq: r.GetLastSeq(), since: time.Now()}
 		return true
 	}
 	if time.Since(o.since) < s.cfg.RunLease {

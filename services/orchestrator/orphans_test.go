@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/auth"
 	"github.com/xct-dev/xct/internal/testutil"
 	"github.com/xct-dev/xct/lctl/xctevent"
@@ -89,5 +90,45 @@ func TestEndedRunWithoutAKeyIsLeftAlone(t *testing.T) {
 	}
 	if _, err := f.owners.Get(ctx, id); !errors.Is(err, jetstream.ErrKeyNotFound) {
 		t.Fatalf("an ended run got an owner key: %v", err)
+	}
+}
+
+// A run that ended with a signed checkpoint after its run_finished (what
+// every run of a cluster that signs checkpoints ends with) is listed as
+// ended by a replica that did not run it: its summary is not made from
+// its first event and the checkpoint, which carries no status (it was
+// listed RUNNING by every orchestrator but its owner, and after a restart
+// by all of them).
+func TestListRunsSeesTheEndBeforeACheckpoint(t *testing.T) {
+	t.Parallel()
+	model := newGatedModel(step("test.count", 1))
+	f := newFixture(t, model)
+	const id = "run-ended-listed"
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	w, err := f.events.NewChainWriter(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := xctevent.RunStarted{RunID: id, Goal: "count", Model: "func:tester", Principal: "alice", Roles: []string{auth.RoleSubmitter}, MaxSteps: 10}
+	finished := xctevent.RunFinished{Status: "done", Message: "finished"}
+	for _, e := range []xctevent.Event{started, finished} {
+		if _, err := w.Append(ctx, e.Type(), agentOrchestrator, e.Data()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cp := xctevent.SignedCheckpoint{Note: "a note", Seq: 2, HeadHash: w.Last().Hash, Key: "test"}
+	if _, err := w.Append(ctx, cp.Type(), agentOrchestrator, cp.Data()); err != nil {
+		t.Fatal(err)
+	}
+	a, _ := f.launch(Config{RunLease: time.Second, DrainTimeout: 5 * time.Second, Instance: "orch-a", CallTimeout: time.Minute, OrphanScan: -1}, model)
+	for range 2 { // the second answer comes from the summary the first kept
+		list, err := a.ListRuns(ctx, &xctv1.ListRunsRequest{})
+		if err != nil || len(list.GetRuns()) != 1 {
+			t.Fatalf("list: %v, %v", list, err)
+		}
+		if r := list.GetRuns()[0]; r.GetStatus() != xctv1.RunStatus_RUN_STATUS_DONE || r.GetLastSeq() != 3 {
+			t.Fatalf("listed as %s at seq %d, want DONE at 3", r.GetStatus(), r.GetLastSeq())
+		}
 	}
 }
