@@ -27,7 +27,14 @@ import (
 // core.fsmonitor there runs a command), XCT's own state, and the
 // configuration files through which the programs the executor can run
 // (git, npm, yarn, pip, direnv, shells, ssh, curl, wget, pre-commit,
-// husky) would run commands or send credentials elsewhere.
+// husky) would run commands or send credentials elsewhere; and the
+// files that run code, or change what runs, for the next human or tool
+// that opens or enters the workspace: an editor's tasks, launch
+// configurations and settings (.vscode/, .idea/: a VS Code task with
+// "runOn": "folderOpen"), a dev container's commands (.devcontainer/,
+// .devcontainer.json: postCreateCommand), mise's tasks, hooks and tool
+// versions (run on cd), bun's preload scripts (bunfig.toml), vim's and
+// neovim's local start-up files, lefthook's git hooks.
 //
 // A name ending in "/" is a directory: a path with a component of that
 // name, or under it, is protected ("sub/.git/config" too). Any other name
@@ -43,6 +50,12 @@ var DefaultProtectedPaths = []string{
 	".bashrc", ".bash_profile", ".bash_login", ".profile", ".zshrc", ".zshenv", ".zprofile", ".inputrc",
 	".netrc", ".curlrc", ".wgetrc", "pip.conf", ".pypirc",
 	".pre-commit-config.yaml",
+	".vscode/", ".idea/", ".devcontainer/", ".mise/",
+	".devcontainer.json",
+	"mise.toml", ".mise.toml", "mise.local.toml", ".mise.local.toml", ".tool-versions",
+	"bunfig.toml", ".bunfig.toml",
+	".exrc", ".nvimrc", ".nvim.lua",
+	"lefthook.yml", ".lefthook.yml",
 }
 
 // protectedPaths matches workspace paths against protected names.
@@ -345,7 +358,7 @@ func (w *workspace) checkProtected(p, name string) *xctv1.Error {
 
 func protectedErr(p, hit string) *xctv1.Error {
 	return wire.WithDetails(wire.Errorf(wire.CodePermissionDenied,
-		"%q is a protected path (%s): the fs tools never change version control metadata, XCT's state, or the configuration files of the programs the executor can run", p, hit),
+		"%q is a protected path (%s): the fs tools never change version control metadata, XCT's state, the configuration files of the programs the executor can run, or the files that run code for whoever opens the workspace next", p, hit),
 		map[string]any{"path": p, "protected": hit})
 }
 

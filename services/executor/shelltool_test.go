@@ -504,6 +504,60 @@ func testShellProtectedMade(t *testing.T, sandboxed bool) {
 	}
 }
 
+// TestShellProtectedRunOnOpenMade (session 11, trust11c): a program that
+// may write makes the files that run code for whoever opens the workspace
+// next (runOnOpenFiles: .vscode/tasks.json, .devcontainer/, mise.toml,
+// bunfig.toml, ...); each is moved aside once it ended.
+func TestShellProtectedRunOnOpenMade(t *testing.T) {
+	t.Run("sandboxed", func(t *testing.T) { testShellProtectedRunOnOpenMade(t, true) })
+	t.Run("sandbox none", func(t *testing.T) { testShellProtectedRunOnOpenMade(t, false) })
+}
+
+func testShellProtectedRunOnOpenMade(t *testing.T, sandboxed bool) {
+	sb := newSandbox(t)
+	var s *Service
+	if sandboxed {
+		s = shellService(t, sb, 10*time.Second)
+	} else {
+		s = shellServiceUnsandboxed(t, sb, 10*time.Second)
+	}
+	script := "set -e"
+	for _, name := range runOnOpenFiles {
+		script += " && mkdir -p " + path.Dir(name) + " && echo evil > " + name
+	}
+	script += " && echo ok > notes.txt"
+	res := resultAs[ShellResult](t, shell(t, s, "sh", "-c", script))
+	if res.ExitCode != 0 {
+		t.Fatalf("the program: %+v", res)
+	}
+	for _, name := range runOnOpenFiles {
+		if _, err := os.Lstat(filepath.Join(sb.ws, name)); !os.IsNotExist(err) {
+			t.Errorf("%s is still there (%v)", name, err)
+		}
+	}
+	// The protected entry itself is moved: a directory with what the
+	// program put in it.
+	want := []string{".vscode", "app/.vscode", ".idea", ".devcontainer", ".devcontainer.json", "svc/.devcontainer",
+		"mise.toml", ".mise.toml", "mise.local.toml", ".mise.local.toml", ".mise", ".tool-versions", "sub/mise.toml",
+		"bunfig.toml", ".bunfig.toml", ".exrc", ".nvimrc", ".nvim.lua", "lefthook.yml", ".lefthook.yml"}
+	if len(res.ProtectedMoved) != len(want) {
+		t.Errorf("moved aside %d: %v, want %v", len(res.ProtectedMoved), res.ProtectedMoved, want)
+	}
+	for _, name := range want {
+		aside, ok := res.ProtectedMoved[name]
+		if !ok {
+			t.Errorf("%s was not moved aside", name)
+			continue
+		}
+		if _, err := os.Lstat(filepath.Join(sb.ws, aside)); err != nil || !strings.HasPrefix(path.Base(aside), ".xct-") || path.Dir(aside) != path.Dir(name) {
+			t.Errorf("%s was not moved aside to %q: %v", name, aside, err)
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(sb.ws, "notes.txt")); err != nil || string(b) != "ok\n" {
+		t.Errorf("the program's other file: %q %v", b, err)
+	}
+}
+
 // TestShellProtectedBeyondTheScan (session 11, trust11a): the scan for
 // protected paths stopped 3 directories below the top and after 4096
 // names (by name order), so a program that may write changed an existing

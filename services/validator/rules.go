@@ -43,13 +43,13 @@ rules:
     effects: [irreversible]
   - id: protected-paths
     effect: deny
-    message: version control metadata, XCT's state and the configuration files of the programs the executor runs are protected (the executor refuses to change them too)
+    message: version control metadata, XCT's state, the configuration files of the programs the executor runs and the files that run code for whoever opens the workspace next are protected (the executor refuses to change them too)
     tools: ["fs.*"]
     effects: [reversible]
     when: >-
       [has(args.path) ? string(args.path) : "", has(args.from) ? string(args.from) : "", has(args.to) ? string(args.to) : ""].exists(p,
-      p.lowerAscii().matches(r'(^|[/\\])\.(git|xct|hg|svn|husky|ssh|gnupg|direnv)[. ]*([/\\]|$)') ||
-      p.lowerAscii().matches(r'(^|[/\\])(\.gitconfig|\.gitmodules|\.gitattributes|\.npmrc|\.yarnrc|\.yarnrc\.yml|\.pnpmfile\.cjs|\.envrc|\.bashrc|\.bash_profile|\.bash_login|\.profile|\.zshrc|\.zshenv|\.zprofile|\.inputrc|\.netrc|\.curlrc|\.wgetrc|pip\.conf|\.pypirc|\.pre-commit-config\.yaml)[. ]*$'))
+      p.lowerAscii().matches(r'(^|[/\\])\.(git|xct|hg|svn|husky|ssh|gnupg|direnv|vscode|idea|devcontainer|mise)[. ]*([/\\]|$)') ||
+      p.lowerAscii().matches(r'(^|[/\\])(\.gitconfig|\.gitmodules|\.gitattributes|\.npmrc|\.yarnrc|\.yarnrc\.yml|\.pnpmfile\.cjs|\.envrc|\.bashrc|\.bash_profile|\.bash_login|\.profile|\.zshrc|\.zshenv|\.zprofile|\.inputrc|\.netrc|\.curlrc|\.wgetrc|pip\.conf|\.pypirc|\.pre-commit-config\.yaml|\.devcontainer\.json|mise\.toml|\.mise\.toml|mise\.local\.toml|\.mise\.local\.toml|\.tool-versions|bunfig\.toml|\.bunfig\.toml|\.exrc|\.nvimrc|\.nvim\.lua|lefthook\.yml|\.lefthook\.yml)[. ]*$'))
 `
 
 // DefaultPolicyFile is the name the built-in policy reports in errors and logs.
