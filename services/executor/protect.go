@@ -54,7 +54,7 @@ var DefaultProtectedPaths = []string{
 	".devcontainer.json",
 	"mise.toml", ".mise.toml", "mise.local.toml", ".mise.local.toml", ".tool-versions",
 	"bunfig.toml", ".bunfig.toml",
-	".exrc", ".nvimrc", ".nvim.lua",
+	".exrc", ".vimrc", ".nvimrc", ".nvim.lua",
 	"lefthook.yml", ".lefthook.yml",
 }
 

@@ -243,7 +243,7 @@ var runOnOpenFiles = []string{
 	".vscode/tasks.json", ".vscode/settings.json", "app/.vscode/launch.json", ".idea/workspace.xml",
 	".devcontainer/devcontainer.json", ".devcontainer.json", "svc/.devcontainer/Dockerfile",
 	"mise.toml", ".mise.toml", "mise.local.toml", ".mise.local.toml", ".mise/config.toml", ".tool-versions", "sub/mise.toml",
-	"bunfig.toml", ".bunfig.toml", ".exrc", ".nvimrc", ".nvim.lua", "lefthook.yml", ".lefthook.yml",
+	"bunfig.toml", ".bunfig.toml", ".exrc", ".vimrc", ".nvimrc", ".nvim.lua", "lefthook.yml", ".lefthook.yml",
 }
 
 // TestProtectedRunOnOpen: the fs tools refuse to write the files that run

@@ -539,7 +539,7 @@ func testShellProtectedRunOnOpenMade(t *testing.T, sandboxed bool) {
 	// program put in it.
 	want := []string{".vscode", "app/.vscode", ".idea", ".devcontainer", ".devcontainer.json", "svc/.devcontainer",
 		"mise.toml", ".mise.toml", "mise.local.toml", ".mise.local.toml", ".mise", ".tool-versions", "sub/mise.toml",
-		"bunfig.toml", ".bunfig.toml", ".exrc", ".nvimrc", ".nvim.lua", "lefthook.yml", ".lefthook.yml"}
+		"bunfig.toml", ".bunfig.toml", ".exrc", ".vimrc", ".nvimrc", ".nvim.lua", "lefthook.yml", ".lefthook.yml"}
 	if len(res.ProtectedMoved) != len(want) {
 		t.Errorf("moved aside %d: %v, want %v", len(res.ProtectedMoved), res.ProtectedMoved, want)
 	}
