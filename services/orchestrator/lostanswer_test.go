@@ -51,17 +51,9 @@ func TestLostAnswerWaitsForAHuman(t *testing.T) {
 	model := newGatedModel(`{"next_step": {"tool": "test.post", "arguments": {"amount": 5}, "goal": "post"}}`)
 	f := newFixture(t, model)
 	tool := &lostAnswerTool{}
-	ex, err := executor.New(executor.Config{Workspace: t.TempDir(), Verifier: f.verifier}, connect(t, f.ns), testLogger(), tool)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ex := f.serveExecutor("executor-post", tool)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := ex.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ex.Stop(context.Background()) })
-	f.execAddr = serveGRPC(t, f.creds, "executor-post", func(s *grpcx.Server) { ex.Register(s.GRPC) })
 	a, _ := (&outcomeFixture{fixture: f}).orch("orch-a", model)
 	id := f.start(a)
 
@@ -94,4 +86,23 @@ func TestLostAnswerWaitsForAHuman(t *testing.T) {
 	if n := tool.calls.Load(); n != 1 {
 		t.Fatalf("the tool acted %d times", n)
 	}
+}
+
+// serveExecutor starts an executor of the given tools alone, served over
+// gRPC as name, and makes it the fixture's executor for the orchestrators
+// launched after.
+func (f *fixture) serveExecutor(name string, tools ...executor.Tool) *executor.Service {
+	f.t.Helper()
+	ex, err := executor.New(executor.Config{Workspace: f.t.TempDir(), Verifier: f.verifier}, connect(f.t, f.ns), testLogger(), tools...)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := ex.Start(ctx); err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(func() { _ = ex.Stop(context.Background()) })
+	f.execAddr = serveGRPC(f.t, f.creds, name, func(s *grpcx.Server) { ex.Register(s.GRPC) })
+	return ex
 }

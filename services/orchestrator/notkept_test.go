@@ -13,7 +13,6 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
-	"github.com/xct-dev/xct/internal/grpcx"
 	"github.com/xct-dev/xct/internal/wire"
 	"github.com/xct-dev/xct/lctl"
 	"github.com/xct-dev/xct/lctl/xctevent"
@@ -97,17 +96,9 @@ func TestUnkeptResultIsASuccessNotActedAgain(t *testing.T) {
 			model := &chargeModel{}
 			f := newFixture(t, newGatedModel())
 			tool := &unkeptTool{mode: c.mode}
-			ex, err := executor.New(executor.Config{Workspace: t.TempDir(), Verifier: f.verifier}, connect(t, f.ns), testLogger(), tool)
-			if err != nil {
-				t.Fatal(err)
-			}
+			ex := f.serveExecutor("executor-unkept", tool)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			if err := ex.Start(ctx); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = ex.Stop(context.Background()) })
-			f.execAddr = serveGRPC(t, f.creds, "executor-unkept", func(s *grpcx.Server) { ex.Register(s.GRPC) })
 			a, _ := (&outcomeFixture{fixture: f}).orch("orch-a", model)
 			id := f.start(a)
 

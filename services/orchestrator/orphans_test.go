@@ -11,6 +11,7 @@ import (
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/auth"
+	"github.com/xct-dev/xct/internal/eventlog"
 	"github.com/xct-dev/xct/internal/testutil"
 	"github.com/xct-dev/xct/lctl/xctevent"
 )
@@ -30,14 +31,7 @@ func TestUnownedRunWithoutARetryIsFound(t *testing.T) {
 	const id = "run-orphan"
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	w, err := f.events.NewChainWriter(id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	started := xctevent.RunStarted{RunID: id, Goal: "count", Model: "func:tester", Principal: "alice", Roles: []string{auth.RoleSubmitter}, MaxSteps: 10}
-	if _, err := w.Append(ctx, started.Type(), agentOrchestrator, started.Data()); err != nil {
-		t.Fatal(err)
-	}
+	writeChain(ctx, f, id)
 	f.launch(Config{RunLease: time.Second, DrainTimeout: 5 * time.Second, Instance: "orch-a", CallTimeout: time.Minute,
 		OrphanScan: 200 * time.Millisecond}, model)
 	f.launch(Config{RunLease: time.Second, DrainTimeout: 5 * time.Second, Instance: "orch-b", CallTimeout: time.Minute,
@@ -61,21 +55,7 @@ func TestEndedRunWithoutAKeyIsLeftAlone(t *testing.T) {
 	const id = "run-ended-checkpointed"
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	w, err := f.events.NewChainWriter(id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	started := xctevent.RunStarted{RunID: id, Goal: "count", Model: "func:tester", Principal: "alice", Roles: []string{auth.RoleSubmitter}, MaxSteps: 10}
-	finished := xctevent.RunFinished{Status: "done", Message: "finished"}
-	for _, e := range []xctevent.Event{started, finished} {
-		if _, err := w.Append(ctx, e.Type(), agentOrchestrator, e.Data()); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cp := xctevent.SignedCheckpoint{Note: "a note", Seq: 2, HeadHash: w.Last().Hash, Key: "test"}
-	if _, err := w.Append(ctx, cp.Type(), agentOrchestrator, cp.Data()); err != nil {
-		t.Fatal(err)
-	}
+	writeEndedCheckpointed(ctx, f, id)
 	a, _ := f.launch(Config{RunLease: 200 * time.Millisecond, DrainTimeout: 5 * time.Second, Instance: "orch-a", CallTimeout: time.Minute,
 		OrphanScan: 50 * time.Millisecond}, model)
 	testutil.Eventually(t, 30*time.Second, func() error {
@@ -106,21 +86,7 @@ func TestListRunsSeesTheEndBeforeACheckpoint(t *testing.T) {
 	const id = "run-ended-listed"
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	w, err := f.events.NewChainWriter(id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	started := xctevent.RunStarted{RunID: id, Goal: "count", Model: "func:tester", Principal: "alice", Roles: []string{auth.RoleSubmitter}, MaxSteps: 10}
-	finished := xctevent.RunFinished{Status: "done", Message: "finished"}
-	for _, e := range []xctevent.Event{started, finished} {
-		if _, err := w.Append(ctx, e.Type(), agentOrchestrator, e.Data()); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cp := xctevent.SignedCheckpoint{Note: "a note", Seq: 2, HeadHash: w.Last().Hash, Key: "test"}
-	if _, err := w.Append(ctx, cp.Type(), agentOrchestrator, cp.Data()); err != nil {
-		t.Fatal(err)
-	}
+	writeEndedCheckpointed(ctx, f, id)
 	a, _ := f.launch(Config{RunLease: time.Second, DrainTimeout: 5 * time.Second, Instance: "orch-a", CallTimeout: time.Minute, OrphanScan: -1}, model)
 	for range 2 { // the second answer comes from the summary the first kept
 		list, err := a.ListRuns(ctx, &xctv1.ListRunsRequest{})
@@ -130,5 +96,34 @@ func TestListRunsSeesTheEndBeforeACheckpoint(t *testing.T) {
 		if r := list.GetRuns()[0]; r.GetStatus() != xctv1.RunStatus_RUN_STATUS_DONE || r.GetLastSeq() != 3 {
 			t.Fatalf("listed as %s at seq %d, want DONE at 3", r.GetStatus(), r.GetLastSeq())
 		}
+	}
+}
+
+// writeChain writes a run's chain by hand, as an orchestrator would have:
+// its run_started, then events (none: a run started and not ended).
+func writeChain(ctx context.Context, f *fixture, id string, events ...xctevent.Event) *eventlog.ChainWriter {
+	f.t.Helper()
+	w, err := f.events.NewChainWriter(id)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	started := xctevent.RunStarted{RunID: id, Goal: "count", Model: "func:tester", Principal: "alice", Roles: []string{auth.RoleSubmitter}, MaxSteps: 10}
+	for _, e := range append([]xctevent.Event{started}, events...) {
+		if _, err := w.Append(ctx, e.Type(), agentOrchestrator, e.Data()); err != nil {
+			f.t.Fatal(err)
+		}
+	}
+	return w
+}
+
+// writeEndedCheckpointed writes a run's chain that ended done, with a
+// signed checkpoint after its run_finished (a cluster that signs
+// checkpoints ends every run so).
+func writeEndedCheckpointed(ctx context.Context, f *fixture, id string) {
+	f.t.Helper()
+	w := writeChain(ctx, f, id, xctevent.RunFinished{Status: "done", Message: "finished"})
+	cp := xctevent.SignedCheckpoint{Note: "a note", Seq: 2, HeadHash: w.Last().Hash, Key: "test"}
+	if _, err := w.Append(ctx, cp.Type(), agentOrchestrator, cp.Data()); err != nil {
+		f.t.Fatal(err)
 	}
 }
