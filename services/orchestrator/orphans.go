@@ -153,17 +153,5 @@ func (s *Service) adoptOrphan(ctx context.Context, id string) {
 		return // owned again meanwhile, or tried at the next search
 	}
 	s.log.Warn("found a run started and not ended that no orchestrator owned: taking it over", "run", id)
-	err = s.resumeRetried(ctx, id, rev, "unowned", "")
-	if errIsStopping(err) {
-		gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), kvTimeout)
-		_, err = s.owners.Update(gctx, id, encodeOwner(ownerRecord{ReleasedBy: s.instance}), rev)
-		cancel()
-		if err != nil {
-			s.log.Warn("could not give back a claim while stopping; it will expire", "run", id, "err", err)
-		}
-		return
-	}
-	if err != nil {
-		s.log.Error("claimed a run found without an owner but could not resume it; the claim will expire", "run", id, "err", err)
-	}
+	s.resumeClaimed(ctx, id, rev, "unowned", "")
 }

@@ -329,20 +329,7 @@ func (s *Service) takeOver(ctx context.Context, id string, rev uint64, reason, p
 		s.log.Warn("could not claim a run", "run", id, "err", err)
 		return
 	}
-	err = s.resumeRetried(ctx, id, newRev, reason, previous)
-	if errIsStopping(err) {
-		// Nothing was recorded: give the claim straight back.
-		gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), kvTimeout)
-		_, err = s.owners.Update(gctx, id, encodeOwner(ownerRecord{ReleasedBy: s.instance}), newRev)
-		cancel()
-		if err != nil {
-			s.log.Warn("could not give back a claim while stopping; it will expire", "run", id, "err", err)
-		}
-		return
-	}
-	if err != nil {
-		s.log.Error("claimed a run but could not resume it; the claim will expire", "run", id, "reason", reason, "err", err)
-	}
+	s.resumeClaimed(ctx, id, newRev, reason, previous)
 }
 
 // takeoverAttempts bounds the tries of one takeover; each is bounded by
@@ -402,4 +389,23 @@ func (s *Service) endClaim(id string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.claiming, id)
+}
+
+// resumeClaimed resumes a run this process has just claimed (its owner key
+// at rev). Stopping meanwhile records nothing, so the claim is given
+// straight back; any other failure leaves the claim to expire.
+func (s *Service) resumeClaimed(ctx context.Context, id string, rev uint64, reason, previous string) {
+	err := s.resumeRetried(ctx, id, rev, reason, previous)
+	if errIsStopping(err) {
+		gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), kvTimeout)
+		_, err = s.owners.Update(gctx, id, encodeOwner(ownerRecord{ReleasedBy: s.instance}), rev)
+		cancel()
+		if err != nil {
+			s.log.Warn("could not give back a claim while stopping; it will expire", "run", id, "err", err)
+		}
+		return
+	}
+	if err != nil {
+		s.log.Error("claimed a run but could not resume it; the claim will expire", "run", id, "reason", reason, "err", err)
+	}
 }
