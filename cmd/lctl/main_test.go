@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"testing"
@@ -114,5 +115,27 @@ func TestDebugStopsOnSIGTERM(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("lctl debug did not stop on SIGTERM")
+	}
+}
+
+// lctl reaches NATS as a client only (tail, through internal/lctllive):
+// linking the NATS server's packages too ran their initialisation, about
+// a millisecond of serial start-up, before every command (docs/performance.md,
+// "Session 12 (lctl12)").
+func TestNATSServerNotLinked(t *testing.T) {
+	t.Parallel()
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		t.Fatal("no build information in the test binary")
+	}
+	client := false
+	for _, d := range info.Deps {
+		if strings.HasPrefix(d.Path, "github.com/nats-io/nats-server") {
+			t.Errorf("lctl links %s %s", d.Path, d.Version)
+		}
+		client = client || d.Path == "github.com/nats-io/nats.go"
+	}
+	if !client {
+		t.Error("lctl does not link the NATS client: the check above would hold for any binary without NATS")
 	}
 }

@@ -16,7 +16,7 @@ import (
 	"github.com/xct-dev/xct/internal/auth"
 	"github.com/xct-dev/xct/internal/eventlog"
 	"github.com/xct-dev/xct/internal/grpcx"
-	"github.com/xct-dev/xct/internal/natsauth"
+	"github.com/xct-dev/xct/internal/natsauth/natscred"
 	"github.com/xct-dev/xct/lctl"
 	"github.com/xct-dev/xct/lctl/cli"
 )
@@ -51,14 +51,14 @@ func (Live) DialTracer(addr string, c cli.Credentials) (grpc.ClientConnInterface
 // never creates or changes it (eventlog.Bind): a server without the
 // stream is cli.ErrNoStream.
 func (Live) Follow(ctx context.Context, natsURL, natsCreds, chainID string, stopAtEnd bool, fn func(lctl.Event) error) error {
-	var cred natsauth.Credentials
+	var cred natscred.Credentials
 	if natsCreds != "" {
-		f, err := natsauth.Load(natsCreds)
+		f, err := natscred.Load(natsCreds)
 		if err != nil {
 			return err
 		}
 		// The read-only user: tail never needs more.
-		if cred, err = f.For(natsauth.Reader); err != nil {
+		if cred, err = f.For(natscred.Reader); err != nil {
 			return fmt.Errorf("%s: %w", natsCreds, err)
 		}
 	}

@@ -22,25 +22,28 @@ import (
 	"strings"
 
 	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/xct-dev/xct/internal/natsauth/natscred"
 )
 
-// The users. A service connects as the user named like its target.
+// The users. A service connects as the user named like its target
+// (natscred holds them, with the credentials file, for clients that need
+// nothing else).
 const (
-	Orchestrator = "orchestrator"
-	Validator    = "validator"
-	Executor     = "executor"
-	Tracer       = "tracer"
+	Orchestrator = natscred.Orchestrator
+	Validator    = natscred.Validator
+	Executor     = natscred.Executor
+	Tracer       = natscred.Tracer
 	// Reader reads the LCTL stream and nothing else (lctl tail).
-	Reader = "reader"
+	Reader = natscred.Reader
 	// Admin may do anything, stream updates and deletes included: for
 	// operators, never for a service.
-	Admin = "admin"
+	Admin = natscred.Admin
 )
 
 // Users lists every user in a fixed order.
-var Users = []string{Orchestrator, Validator, Executor, Tracer, Reader, Admin}
+var Users = natscred.Users
 
 // Subjects the permissions name. They are XCT's stream and bucket names
 // spelled out here (services/…, internal/eventlog) so that this package
@@ -63,12 +66,6 @@ const (
 	// flowControl is the replies a client sends to a push consumer's
 	// flow control requests (KV watchers).
 	flowControl = "$JS.FC.>"
-	// inboxRoot is where every reply comes: JetStream API answers,
-	// publish acknowledgements, consumer deliveries. Each user has its
-	// own branch of it (InboxPrefix) and may subscribe to that one only,
-	// so no service reads the replies to another's requests or learns
-	// where they go.
-	inboxRoot = "_INBOX"
 )
 
 // adminOnly are the JetStream API requests that make, change or destroy a
@@ -329,7 +326,7 @@ func Permissions(user string) (*server.Permissions, error) {
 
 // InboxPrefix is where user's replies come: _INBOX.<user>. Option sets it
 // on the connection; a user may subscribe under its own prefix only.
-func InboxPrefix(user string) string { return inboxRoot + "." + user }
+func InboxPrefix(user string) string { return natscred.InboxPrefix(user) }
 
 // ServerUsers turns passwords (user → password) into the embedded
 // server's users with their permissions. Every user must be known.
@@ -353,80 +350,20 @@ func ServerUsers(passwords map[string]string) ([]*server.User, error) {
 	return out, nil
 }
 
-// Credentials is one user's name and password.
-type Credentials struct {
-	User     string
-	Password string
-}
-
-// Option is the connect option that presents c and takes its replies
-// under its own inbox prefix (none when c is empty).
-func (c Credentials) Option() nats.Option {
-	if c.User == "" {
-		return func(*nats.Options) error { return nil }
-	}
-	return func(o *nats.Options) error {
-		if err := nats.UserInfo(c.User, c.Password)(o); err != nil {
-			return err
-		}
-		return nats.CustomInboxPrefix(InboxPrefix(c.User))(o)
-	}
-}
+// Credentials is one user's name and password (natscred.Credentials;
+// Option presents them).
+type Credentials = natscred.Credentials
 
 // ErrNoUser means a credentials file has no entry for the user asked.
-var ErrNoUser = errors.New("no password for this NATS user")
+var ErrNoUser = natscred.ErrNoUser
 
-// File is a credentials file: YAML, one "user: password" a line, any
-// subset of Users. xct dev writes one with every user; a Kubernetes
-// Secret holds one per service with its own line.
-type File map[string]string
+// File is a credentials file (natscred.File): YAML, one "user: password"
+// a line, any subset of Users. xct dev writes one with every user; a
+// Kubernetes Secret holds one per service with its own line.
+type File = natscred.File
 
 // Load reads a credentials file. It must not be readable by others.
-func Load(path string) (File, error) {
-	st, err := os.Stat(path)
-	if err != nil {
-		return nil, fmt.Errorf("nats credentials: %w", err)
-	}
-	if st.Mode().IsRegular() && st.Mode().Perm()&0o077 != 0 && !kubernetesSecret(path) {
-		return nil, fmt.Errorf("nats credentials %s: mode %v, want 0600 (it holds passwords)", path, st.Mode().Perm())
-	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("nats credentials: %w", err)
-	}
-	var f File
-	if err := yaml.Unmarshal(data, &f); err != nil {
-		return nil, fmt.Errorf("nats credentials %s: %w", path, err)
-	}
-	for u, p := range f {
-		if !slices.Contains(Users, u) {
-			return nil, fmt.Errorf("nats credentials %s: unknown user %q (want one of %s)", path, u, strings.Join(Users, ", "))
-		}
-		if p == "" {
-			return nil, fmt.Errorf("nats credentials %s: user %s has no password", path, u)
-		}
-	}
-	if len(f) == 0 {
-		return nil, fmt.Errorf("nats credentials %s: no user", path)
-	}
-	return f, nil
-}
-
-// kubernetesSecret reports a file projected from a Secret volume (a
-// symbolic link into ..data), whose mode the kubelet sets.
-func kubernetesSecret(path string) bool {
-	target, err := os.Readlink(path)
-	return err == nil && strings.HasPrefix(target, "..data/")
-}
-
-// For returns the credentials of user.
-func (f File) For(user string) (Credentials, error) {
-	p, ok := f[user]
-	if !ok {
-		return Credentials{}, fmt.Errorf("%w: %s", ErrNoUser, user)
-	}
-	return Credentials{User: user, Password: p}, nil
-}
+func Load(path string) (File, error) { return natscred.Load(path) }
 
 // NewPassword returns a random password.
 func NewPassword() (string, error) {
