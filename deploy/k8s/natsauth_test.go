@@ -100,6 +100,8 @@ func TestNATSRequiresAuthentication(t *testing.T) {
 				"$JS.API.STREAM.PURGE.KV_XCT_RUN_OWNERS":  {"orchestrator", "admin"},
 				"$JS.API.STREAM.PURGE.KV_XCT_RUN_QUOTA":   {"admin"},
 				"$KV.XCT_RUN_QUOTA.p":                     {"orchestrator", "admin"},
+				"$JS.API.STREAM.PURGE.KV_XCT_RATE_LIMITS": {"admin"},
+				"$KV.XCT_RATE_LIMITS.g":                   {"validator", "admin"},
 				"$JS.API.STREAM.CREATE.X":                 {"admin"},
 				"$JS.API.STREAM.CREATE.LCTL":              {"admin"},
 				"$JS.API.STREAM.CREATE.KV_XCT_STEPS":      {"admin"},
@@ -128,7 +130,7 @@ func TestNATSRequiresAuthentication(t *testing.T) {
 				match := func(s string) bool { return subjectMatches(s, subject) }
 				return (len(p.Allow) == 0 || slices.ContainsFunc(p.Allow, match)) && !slices.ContainsFunc(p.Deny, match)
 			}
-			for _, subject := range []string{"lctl.chain.run-1", "lctl.otel.1", "$KV.XCT_TOOLS.fs.write", "$KV.XCT_STEPS.s", "$O.XCT_STEP_BLOBS.C.x", "$KV.XCT_APPROVALS.a", "$KV.XCT_RUN_OWNERS.r", "$KV.XCT_RUN_QUOTA.p", "$KV.XCT_REDACTION.k"} {
+			for _, subject := range []string{"lctl.chain.run-1", "lctl.otel.1", "$KV.XCT_TOOLS.fs.write", "$KV.XCT_STEPS.s", "$O.XCT_STEP_BLOBS.C.x", "$KV.XCT_APPROVALS.a", "$KV.XCT_RUN_OWNERS.r", "$KV.XCT_RUN_QUOTA.p", "$KV.XCT_RATE_LIMITS.g", "$KV.XCT_REDACTION.k"} {
 				for _, user := range natsUsers {
 					if maySubscribe(user, subject) {
 						t.Errorf("user %s may subscribe to %s", user, subject)

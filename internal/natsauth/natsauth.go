@@ -61,7 +61,10 @@ const (
 	owners     = "$KV.XCT_RUN_OWNERS.>"
 	// quota is each principal's runs in progress (--max-runs across
 	// the cluster), the orchestrator's.
-	quota     = "$KV.XCT_RUN_QUOTA.>"
+	quota = "$KV.XCT_RUN_QUOTA.>"
+	// rates are the calls counted under the policies' rate limits,
+	// shared by the validators.
+	rates     = "$KV.XCT_RATE_LIMITS.>"
 	redaction = "$KV.XCT_REDACTION.>"
 	// flowControl is the replies a client sends to a push consumer's
 	// flow control requests (KV watchers).
@@ -106,6 +109,7 @@ var purgeable = map[string]string{
 	"KV_XCT_REDACTION":   "",
 	"KV_XCT_RUN_OWNERS":  Orchestrator,
 	"KV_XCT_RUN_QUOTA":   "",
+	"KV_XCT_RATE_LIMITS": "",
 }
 
 // allowed is what user may publish: serviceAPI, its purges, flow control
@@ -202,7 +206,7 @@ var owned = map[string]string{
 // proposals, arguments unredacted) the validator keeps and the
 // orchestrator watches; the redaction key of the three that redact; the
 // executor's step records and their blobs; the orchestrator's run owners
-// and runs counted per principal.
+// and runs counted per principal; the validator's rate limit counts.
 // Every other service is denied their reads (a direct get, a stream get,
 // a consumer): a taken-over tracer reads none of them. LCTL and the tool
 // catalog are read by all.
@@ -213,6 +217,7 @@ var readers = map[string][]string{
 	"OBJ_XCT_STEP_BLOBS": {Executor},
 	"KV_XCT_RUN_OWNERS":  {Orchestrator},
 	"KV_XCT_RUN_QUOTA":   {Orchestrator},
+	"KV_XCT_RATE_LIMITS": {Validator},
 }
 
 // unreadable are the read requests of the streams user may not read.
@@ -272,7 +277,7 @@ var writes = map[string][]string{
 	// Chains: the orchestrator's runs. The redaction key: whichever of
 	// the three services starts first writes it.
 	Orchestrator: {chains, owners, quota, redaction},
-	Validator:    {approvals, redaction},
+	Validator:    {approvals, rates, redaction},
 	// The tool catalog the validator judges with, and the step records.
 	Executor: {toolsKV, stepsKV, blobsObj, redaction},
 	// The OTLP ingest writes otel-<trace id> chains, on LCTL_OTEL's
@@ -290,7 +295,7 @@ var writes = map[string][]string{
 // or at a run's chain would write them the day an operator subscribed
 // there to look; no one can. (Reading is through consumers delivering to
 // one's own inbox, direct gets and lctl tail.)
-var dataSubjects = []string{chains, otelChains, toolsKV, stepsKV, blobsObj, approvals, owners, quota, redaction}
+var dataSubjects = []string{chains, otelChains, toolsKV, stepsKV, blobsObj, approvals, owners, quota, rates, redaction}
 
 // Permissions returns the subject permissions of user. The admin may
 // publish anything (stream updates and deletes included) and subscribe

@@ -169,6 +169,9 @@ func TestServicesWriteOnlyTheirOwnSubjects(t *testing.T) {
 		{natsauth.Validator, "$KV." + orchestrator.QuotaBucket + ".p", "KV_" + orchestrator.QuotaBucket},
 		{natsauth.Executor, "$KV." + orchestrator.QuotaBucket + ".p", "KV_" + orchestrator.QuotaBucket},
 		{natsauth.Tracer, "$KV." + orchestrator.QuotaBucket + ".p", "KV_" + orchestrator.QuotaBucket},
+		{natsauth.Orchestrator, "$KV." + validator.RateBucket + ".g", "KV_" + validator.RateBucket},
+		{natsauth.Executor, "$KV." + validator.RateBucket + ".g", "KV_" + validator.RateBucket},
+		{natsauth.Tracer, "$KV." + validator.RateBucket + ".g", "KV_" + validator.RateBucket},
 	}
 	for _, a := range denied {
 		before := c.count(t, a.stream)
@@ -194,6 +197,7 @@ func TestServicesWriteOnlyTheirOwnSubjects(t *testing.T) {
 		{natsauth.Validator, "$KV." + validator.ApprovalsBucket + ".a", "KV_" + validator.ApprovalsBucket},
 		{natsauth.Orchestrator, "$KV." + orchestrator.OwnersBucket + ".r", "KV_" + orchestrator.OwnersBucket},
 		{natsauth.Orchestrator, "$KV." + orchestrator.QuotaBucket + ".p", "KV_" + orchestrator.QuotaBucket},
+		{natsauth.Validator, "$KV." + validator.RateBucket + ".g", "KV_" + validator.RateBucket},
 	}
 	for _, a := range allowed {
 		u := connectAs(t, c.url, a.user)
@@ -431,7 +435,7 @@ func TestPermissionsNameXCTsSubjects(t *testing.T) {
 	want := map[string][]string{
 		natsauth.Executor:     {"$KV." + catalog.Bucket + ".>", "$KV." + executor.StepsBucket + ".>", "$O." + executor.BlobsBucket + ".>", "$KV." + redact.KeyBucket + ".>"},
 		natsauth.Orchestrator: {eventlog.SubjectPrefix + ">", "$KV." + orchestrator.OwnersBucket + ".>", "$KV." + orchestrator.QuotaBucket + ".>"},
-		natsauth.Validator:    {"$KV." + validator.ApprovalsBucket + ".>"},
+		natsauth.Validator:    {"$KV." + validator.ApprovalsBucket + ".>", "$KV." + validator.RateBucket + ".>"},
 		natsauth.Tracer:       {eventlog.OTelSubjectPrefix + ">", "$JS.ACK." + eventlog.StreamName + ".tracer.>", "$JS.ACK." + eventlog.OTelStreamName + ".tracer.>"},
 	}
 	for user, subjects := range want {
@@ -791,6 +795,7 @@ func TestServicesReadOnlyWhatTheyNeed(t *testing.T) {
 		executor.StepsBucket:      {natsauth.Executor},
 		orchestrator.OwnersBucket: {natsauth.Orchestrator},
 		orchestrator.QuotaBucket:  {natsauth.Orchestrator},
+		validator.RateBucket:      {natsauth.Validator},
 	}
 	for bucket := range buckets {
 		kv, err := c.admin.js.KeyValue(ctx, bucket)

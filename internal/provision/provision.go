@@ -29,17 +29,21 @@ import (
 // server, and those packages' tests use it); the tests check each against
 // the user's constant.
 const (
-	ChainStream     = "LCTL"           // eventlog.StreamName
-	ChainSubjects   = "lctl.chain.*"   // eventlog.AllSubjects
-	OTelStream      = "LCTL_OTEL"      // eventlog.OTelStreamName
-	OTelSubjects    = "lctl.otel.*"    // eventlog.AllOTelSubjects
-	ToolsBucket     = "XCT_TOOLS"      // catalog.Bucket
-	RedactionBucket = "XCT_REDACTION"  // redact.KeyBucket
-	StepsBucket     = "XCT_STEPS"      // executor.StepsBucket
-	BlobsBucket     = "XCT_STEP_BLOBS" // executor.BlobsBucket
-	ApprovalsBucket = "XCT_APPROVALS"  // validator and orchestrator
-	OwnersBucket    = "XCT_RUN_OWNERS" // orchestrator.OwnersBucket
-	QuotaBucket     = "XCT_RUN_QUOTA"  // orchestrator.QuotaBucket
+	ChainStream     = "LCTL"            // eventlog.StreamName
+	ChainSubjects   = "lctl.chain.*"    // eventlog.AllSubjects
+	OTelStream      = "LCTL_OTEL"       // eventlog.OTelStreamName
+	OTelSubjects    = "lctl.otel.*"     // eventlog.AllOTelSubjects
+	ToolsBucket     = "XCT_TOOLS"       // catalog.Bucket
+	RedactionBucket = "XCT_REDACTION"   // redact.KeyBucket
+	StepsBucket     = "XCT_STEPS"       // executor.StepsBucket
+	BlobsBucket     = "XCT_STEP_BLOBS"  // executor.BlobsBucket
+	ApprovalsBucket = "XCT_APPROVALS"   // validator and orchestrator
+	OwnersBucket    = "XCT_RUN_OWNERS"  // orchestrator.OwnersBucket
+	QuotaBucket     = "XCT_RUN_QUOTA"   // orchestrator.QuotaBucket
+	RateBucket      = "XCT_RATE_LIMITS" // validator.RateBucket
+	// RateTTL is how long a rate limit's count outlives its last call
+	// (validator: the longest window, 24 h, and an hour).
+	RateTTL = 25 * time.Hour
 	// ApprovalHistory is the approvals bucket's history (validator).
 	ApprovalHistory = 8
 )
@@ -179,6 +183,14 @@ func Specs(s Settings) []Spec {
 			Storage:     jetstream.FileStorage,
 			Replicas:    s.Replicas,
 		}, "orchestrator"),
+		kv(jetstream.KeyValueConfig{
+			Bucket:      RateBucket,
+			Description: "XCT: the calls counted under the policies' rate limits, shared by the validators",
+			History:     1,
+			TTL:         RateTTL,
+			Storage:     jetstream.FileStorage,
+			Replicas:    s.Replicas,
+		}, "validator"),
 		kv(jetstream.KeyValueConfig{
 			Bucket:      RedactionBucket,
 			Description: "XCT: the HMAC key of redaction markers",

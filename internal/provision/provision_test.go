@@ -34,10 +34,14 @@ func TestNamesAreTheServices(t *testing.T) {
 		provision.ApprovalsBucket: validator.ApprovalsBucket,
 		provision.OwnersBucket:    orchestrator.OwnersBucket,
 		provision.QuotaBucket:     orchestrator.QuotaBucket,
+		provision.RateBucket:      validator.RateBucket,
 	} {
 		if got != want {
 			t.Errorf("provision has %q, the user %q", got, want)
 		}
+	}
+	if provision.RateTTL != validator.RateBucketTTL {
+		t.Errorf("rate limits' TTL: provision %v, validator %v", provision.RateTTL, validator.RateBucketTTL)
 	}
 	if orchestrator.ApprovalsBucket != validator.ApprovalsBucket {
 		t.Errorf("approvals: orchestrator %q, validator %q", orchestrator.ApprovalsBucket, validator.ApprovalsBucket)
@@ -62,8 +66,8 @@ func TestProvisionTwiceIsANoOp(t *testing.T) {
 		t.Fatal(err)
 	}
 	specs := provision.Specs(s)
-	if len(first) != len(specs) || len(specs) != 9 {
-		t.Fatalf("first run: %d results, %d specs, want 9", len(first), len(specs))
+	if len(first) != len(specs) || len(specs) != 10 {
+		t.Fatalf("first run: %d results, %d specs, want 10", len(first), len(specs))
 	}
 	before := map[string]*jetstream.StreamInfo{}
 	for _, r := range first {

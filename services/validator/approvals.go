@@ -605,7 +605,7 @@ func (s *Service) consultApproval(ctx context.Context, installed *installedPolic
 	case st == xctv1.ApprovalState_APPROVAL_STATE_APPROVED && !expired:
 		v.Reasons = append(v.Reasons, &xctv1.Reason{RuleId: reasonApproval, Message: fmt.Sprintf("approved by %s: %s", a.GetDecidedBy(), a.GetReason())})
 		v.Decision, v.Error, v.ApprovalTtl = xctv1.VerdictDecision_VERDICT_DECISION_ALLOW, nil, nil
-		s.rateRefused(s.limits, "", installed.limits, in, j.count, v)
+		s.rateRefused(ctx, s.limits, "", installed.limits, in, j.count, v)
 	case st == xctv1.ApprovalState_APPROVAL_STATE_DENIED:
 		msg := fmt.Sprintf("a human (%s) denied this step: %s", a.GetDecidedBy(), a.GetReason())
 		denyBecause(v, reasonApproval, fmt.Sprintf("denied by %s: %s", a.GetDecidedBy(), a.GetReason()),

@@ -192,9 +192,12 @@
 //
 // A rate limit applies to the tools its glob matches: per_run "N/DURATION"
 // allows N allowed steps per sliding window in each run, global across all
-// runs (of this validator process: each replica counts on its own). A step
-// is counted once, when it is allowed; asking again about the same step
-// id does not count it twice. Counts survive policy reloads.
+// runs. On NATS the calls are counted in the KV bucket XCT_RATE_LIMITS,
+// shared by every replica, each count a compare-and-set (ratestore.go): a
+// limit is the cluster's and outlives restarts, and a call whose count
+// cannot be kept is denied (VALIDATOR_UNAVAILABLE). A step is counted
+// once, when it is allowed; asking again about the same step id (on any
+// replica) does not count it twice. Counts survive policy reloads.
 //
 // # Approvals
 //

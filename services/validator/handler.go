@@ -190,14 +190,14 @@ func (s *Service) enforce(ctx context.Context, installed *installedPolicy, in *I
 	v.Reasons = slices.Clip(out.Reasons)
 	switch out.Decision {
 	case xctv1.VerdictDecision_VERDICT_DECISION_ALLOW:
-		if s.rateRefused(s.limits, "", installed.limits, in, j.count, v) {
+		if s.rateRefused(ctx, s.limits, "", installed.limits, in, j.count, v) {
 			return
 		}
 		v.Decision = out.Decision
 	case xctv1.VerdictDecision_VERDICT_DECISION_NEEDS_APPROVAL:
 		// A call the rate limit would refuse is refused now, before a human
 		// is asked to look at it.
-		if s.rateRefused(s.limits, "", installed.limits, in, false, v) {
+		if s.rateRefused(ctx, s.limits, "", installed.limits, in, false, v) {
 			return
 		}
 		msg := out.Message
@@ -241,14 +241,25 @@ func (s *Service) enforce(ctx context.Context, installed *installedPolicy, in *I
 }
 
 // rateRefused applies rate limits to a proposal. When take is set the call
-// is counted if it fits. A refusal turns v into a RATE_LIMITED deny.
-func (s *Service) rateRefused(l *rateLimiter, prefix string, limits []rateLimit, in *Input, take bool, v *xctv1.Verdict) bool {
+// is counted if it fits. A refusal turns v into a RATE_LIMITED deny; a
+// count that cannot be read or kept, into a VALIDATOR_UNAVAILABLE deny
+// (never a call allowed uncounted).
+func (s *Service) rateRefused(ctx context.Context, l counter, prefix string, limits []rateLimit, in *Input, take bool, v *xctv1.Verdict) bool {
 	if len(limits) == 0 {
 		return false
 	}
 	name := in.Tool.GetName()
 	checks := rateChecks(prefix, limits, name, in.Run.GetRunId())
-	refused, retry := l.allow(in.Now, in.StepID, checks, take)
+	if len(checks) == 0 {
+		return false
+	}
+	refused, retry, err := l.allow(ctx, in.Now, in.StepID, checks, take)
+	if err != nil {
+		s.log.Warn("rate limit could not be counted; proposal denied", "tool", truncate(name, maxToolNameInMsg), "step_id", in.StepID, "limit", refused.rl.pattern, "err", err)
+		v.ApprovalTtl = nil
+		denyBecause(v, reasonRateLimit, truncate(rateUncountedReason(refused, err), maxReasonMsgBytes), rateUncounted(name, refused))
+		return true
+	}
 	if refused == nil {
 		return false
 	}
@@ -277,7 +288,7 @@ func (s *Service) shadowVerdicts(ctx context.Context, installed *installedPolicy
 		// The shadow's own rate limits, counted apart from the enforced ones.
 		switch w.Decision {
 		case xctv1.VerdictDecision_VERDICT_DECISION_ALLOW, xctv1.VerdictDecision_VERDICT_DECISION_NEEDS_APPROVAL:
-			s.rateRefused(s.shadowLimits, sh.Version(), sh.rs.settings.rateLimits, &shadowIn,
+			s.rateRefused(ctx, s.shadowLimits, sh.Version(), sh.rs.settings.rateLimits, &shadowIn,
 				w.Decision == xctv1.VerdictDecision_VERDICT_DECISION_ALLOW, &w)
 		}
 		sv.Decision, sv.Reasons = w.Decision, w.Reasons

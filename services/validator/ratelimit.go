@@ -12,12 +12,14 @@ import (
 // sweepEvery is how many takes pass between sweeps of idle windows.
 const sweepEvery = 1024
 
-// rateLimiter counts allowed calls in sliding windows: one per global limit
-// and one per run for per-run limits. It lives in the Service, so counts
+// rateLimiter counts allowed calls in sliding windows in this process: one
+// per global limit and one per run for per-run limits. It is the counter of
+// a validator without NATS (NewWithCatalog: tests, and policy checks); a
+// validator on NATS counts in the cluster's bucket (rateStore), so that
+// every replica shares the count. It lives in the Service, so counts
 // survive a policy reload (a limit that did not change keeps its window).
 // A step is counted once: asking again about an allowed step id does not
-// count it twice. Counts are per validator process; with several replicas
-// a global limit applies to each.
+// count it twice.
 type rateLimiter struct {
 	mu      sync.Mutex
 	windows map[string]*window
@@ -80,11 +82,8 @@ func rateChecks(prefix string, limits []rateLimit, tool, runID string) []rateChe
 	return out
 }
 
-// allow reports whether a call fits in every window of checks at now, and
-// counts it in all of them when take is set (all or none). A step already
-// counted fits. When it does not fit, it returns the limit that refused and
-// how long until a call leaves its window.
-func (l *rateLimiter) allow(now time.Time, stepID string, checks []rateCheck, take bool) (refused *rateCheck, retryAfter time.Duration) {
+// allowLocal is counter.allow in this process.
+func (l *rateLimiter) allowLocal(now time.Time, stepID string, checks []rateCheck, take bool) (refused *rateCheck, retryAfter time.Duration) {
 	if len(checks) == 0 {
 		return nil, 0
 	}
@@ -159,6 +158,27 @@ func rateLimited(tool string, c *rateCheck, retryAfter time.Duration) *xctv1.Err
 		"retry_after_ms": float64(retryAfter.Milliseconds()),
 		"rule_ids":       []any{reasonRateLimit},
 	})
+}
+
+// rateUncounted is the signal for a call that could not be counted: the
+// count store (NATS) is unreachable. Retryable; nothing ran.
+func rateUncounted(tool string, c *rateCheck) *xctv1.Error {
+	e := wire.Errorf(wire.CodeValidatorUnavailable,
+		"tool %s has a rate limit (on %q, %s:%d) and this call could not be counted (the validator cannot reach its count store), so it is not allowed; try again later",
+		quoteName(tool), c.rl.pattern, c.rl.file, c.rl.line)
+	return wire.WithDetails(e, map[string]any{
+		"tool":     truncate(tool, maxToolNameInMsg),
+		"scope":    c.scope,
+		"limit":    float64(c.limit.n),
+		"window":   c.limit.window.String(),
+		"rule_ids": []any{reasonRateLimit},
+	})
+}
+
+// rateUncountedReason is the verdict reason for a call that could not be
+// counted.
+func rateUncountedReason(c *rateCheck, err error) string {
+	return fmt.Sprintf("%s limit %s on %q could not be counted: %v", c.scope, c.limit, c.rl.pattern, err)
 }
 
 // rateReason is the verdict reason for a refused call.

@@ -40,8 +40,11 @@ type Service struct {
 	approvals atomic.Pointer[approvalStore] // nil until Start with NATS
 
 	// limits counts calls for the enforced policy's rate limits, shadows
-	// for the shadow policies' (which must not use up enforced calls).
-	limits, shadowLimits *rateLimiter
+	// for the shadow policies' (which must not use up enforced calls; their
+	// windows' names start with the shadow's version). On NATS both are
+	// rateStore, the cluster's count (bound at Start).
+	limits, shadowLimits counter
+	rates                *rateStore // nil without NATS
 	// signer signs allow verdicts (nil: they go unsigned; binding.go).
 	signer *verdict.Signer
 	// toolDigests are the digests of the descriptors judged, kept while
@@ -117,6 +120,8 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger, opts ...Option) (*Service,
 		return nil, err
 	}
 	s.nc = nc
+	s.rates = &rateStore{}
+	s.limits, s.shadowLimits = s.rates, s.rates
 	return s, nil
 }
 
@@ -212,6 +217,10 @@ func (s *Service) Start(ctx context.Context) error {
 		if err != nil {
 			cancel()
 			return fmt.Errorf("validator: load tool catalog: %w", err)
+		}
+		if err := s.rates.bind(ctx, js, s.nc.MaxPayload()); err != nil {
+			cancel()
+			return fmt.Errorf("validator: %w", err)
 		}
 		red, err := s.cfg.Redact.Build(ctx, js)
 		if err != nil {
