@@ -1,7 +1,10 @@
 package tracer
 
 import (
+	"bytes"
 	"crypto/rand"
+	"crypto/subtle"
+	_ "embed"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -23,20 +26,32 @@ import (
 // button (a same-origin POST) exchanges the code for a session cookie
 // (HttpOnly, SameSite=Strict, short-lived, __Host- over TLS) and lands on
 // the chain. A code works once and only for a minute; the session ends
-// after sessionTTL. Requests that carry the session cookie (and no
-// Authorization header) call the debugger's API as the principal whose
-// token asked for the link.
+// after sessionTTL. Requests that carry the session cookie and the
+// session's key (and no Authorization header) call the debugger's API as
+// the principal whose token asked for the link.
 //
 // On plaintext (loopback) the session cookie is scoped to a path of its
 // own, /s/<random>/, where the debugger is served for that session, and
 // is accepted nowhere else: cookies do not separate ports, so a cookie of
 // Path=/ went with every request the browser made to any server on
 // 127.0.0.1, another user's or another program's on another port
-// included, which then held the session. A second cookie of Path=/ (the
-// sign-in hint) carries only a random name for the session, which the
-// sign-in page uses to say who is signed in and to end that session; it
-// authenticates nothing. Over TLS the cookie is __Host- (Path=/), as a
-// host name's other ports are its operator's.
+// included, which then held the session. Over TLS the cookie is __Host-
+// (Path=/).
+//
+// A cookie alone authenticates nothing: another origin can plant one
+// (a server on another port of 127.0.0.1 sets a cookie of its own
+// principal's session for that session's path and sends the browser
+// there: login CSRF). So each session also has a key, handed to the
+// page only in the answer to the sign-in's same-origin POST, which its
+// script (login.js) keeps in the origin's localStorage; the page sends
+// it with every API call (X-XCT-Session-Key; on the live stream, which
+// EventSource opens without headers, ?session_key=), and a request
+// whose key is missing or not its session's (compared in constant time)
+// is refused. Origins separate ports: no other server's page can read
+// the key or write one into the debugger's storage, and no URL or
+// cookie carries one. Ending a session (a new sign-in in the same
+// browser) takes its handle and key, which only the debugger's page
+// holds: no cookie names the session to the sign-in page any more.
 //
 // Opening a link never signs a browser in by itself: a link anyone made
 // (shared in a chat, or opened by another site's page) would otherwise
@@ -60,11 +75,21 @@ const (
 	maxPerToken    = 16 // outstanding codes, and sessions, of one bearer token
 	loginLinksPath = "/api/login-links"
 	loginPath      = "/login"
-	// hintCookie names the session for the sign-in page (plaintext only).
-	hintCookie = "xct_debugger_signed_in"
 	// sessionPathPrefix starts a session's own path (plaintext only).
 	sessionPathPrefix = "/s/"
+	// sessionKeyHeader carries a session's key on API calls; on the live
+	// stream the key may come as the query parameter sessionKeyParam.
+	sessionKeyHeader = "X-XCT-Session-Key"
+	sessionKeyParam  = "session_key"
+	// loginScriptPath serves login.js, the sign-in pages' script.
+	loginScriptPath = "/login.js"
 )
+
+// loginScript keeps a new session's key in the page's storage and offers
+// the browser's current session (if any) to be ended: see login.js.
+//
+//go:embed login.js
+var loginScript []byte
 
 // uiGrant is a code's or a session's credential.
 type uiGrant struct {
@@ -73,9 +98,10 @@ type uiGrant struct {
 	chain   string // where a code lands ("" for a session)
 	expires time.Time
 	// path is a plaintext session's own path segment (/s/<path>/), the
-	// only place its cookie is accepted; "" over TLS. hint is the value
-	// of its sign-in hint cookie.
-	path, hint string
+	// only place its cookie is accepted; "" over TLS. key must come with
+	// every request the session authenticates; handle names the session
+	// to end it (with its key).
+	path, key, handle string
 }
 
 // uiSessions holds the outstanding codes and the sessions. Nothing in it
@@ -174,39 +200,6 @@ func (s *uiSessions) peek(code string) (uiGrant, bool) {
 	return g, true
 }
 
-// byHint returns the id and grant of the live session whose hint is hint.
-func (s *uiSessions) byHint(hint string) (string, uiGrant, bool) {
-	if hint == "" {
-		return "", uiGrant{}, false
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := s.now()
-	for id, g := range s.sessions {
-		if g.hint == hint && now.Before(g.expires) {
-			return id, g, true
-		}
-	}
-	return "", uiGrant{}, false
-}
-
-// current is the session a sign-in page's request says this browser has:
-// by its hint cookie on plaintext, by its session cookie over TLS.
-func (s *uiSessions) current(r *http.Request) (string, uiGrant, bool) {
-	if r.TLS == nil {
-		if c, err := r.Cookie(hintCookie); err == nil {
-			return s.byHint(c.Value)
-		}
-		return "", uiGrant{}, false
-	}
-	if c, err := r.Cookie(hostCookie); err == nil {
-		if g, ok := s.session(c.Value); ok {
-			return c.Value, g, true
-		}
-	}
-	return "", uiGrant{}, false
-}
-
 // sessionPath splits a request path under /s/: the session's path
 // segment and the rest (from its "/"). ok is false for any other path.
 func sessionPath(p string) (seg, rest string, ok bool) {
@@ -234,11 +227,13 @@ func (s *uiSessions) session(id string) (uiGrant, bool) {
 }
 
 // mount registers the link routes on mux and returns next wrapped so a
-// session cookie authenticates its requests. authorize is the debugger's
-// Authorize hook: it checks the bearer token that asks for a link.
+// session (its cookie and its key) authenticates its requests. authorize
+// is the debugger's Authorize hook: it checks the bearer token that asks
+// for a link.
 func (s *uiSessions) mount(mux *http.ServeMux, authorize func(*http.Request, string) error, next http.Handler) http.Handler {
 	mux.HandleFunc(loginLinksPath, func(w http.ResponseWriter, r *http.Request) { s.newLink(w, r, authorize) })
 	mux.HandleFunc(loginPath, s.login)
+	mux.HandleFunc(loginScriptPath, serveLoginScript)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		seg, rest, scoped := sessionPath(r.URL.Path)
 		if scoped {
@@ -252,21 +247,36 @@ func (s *uiSessions) mount(mux *http.ServeMux, authorize func(*http.Request, str
 			r.URL.Path, r.URL.RawPath = rest, ""
 		}
 		if r.Header.Get("Authorization") == "" {
-			if g, ok := s.sessionOf(r, seg, scoped); ok {
-				if !scoped {
+			g, found := s.sessionOf(r, seg, scoped)
+			key, r2 := sessionKeyOf(r, scoped)
+			switch {
+			case found && validKey(key, g.key):
+				switch {
+				case r2 != nil:
+					r = r2
+				case !scoped:
 					r = r.Clone(r.Context())
 				}
 				r.Header.Set("Authorization", g.token)
+			case found && strings.HasPrefix(r.URL.Path, "/api/"):
+				// A cookie without its key: planted from another
+				// origin, or a page of another browser tab's storage.
+				securityHeaders(w)
+				w.Header().Set("Cache-Control", "no-store")
+				jsonError(w, http.StatusUnauthorized, "UNAUTHENTICATED",
+					"this debugger session's key is missing or wrong: a session works only in the page it was signed in from "+
+						"(run `xct debug RUN` for a new link), or give a bearer token")
+				return
 			}
 		}
 		next.ServeHTTP(w, r)
 	})
 }
 
-// sessionOf is the session a request's cookies give it: over TLS the
+// sessionOf is the session a request's cookies name: over TLS the
 // __Host- cookie; on plaintext only under the session's own path (seg),
 // whichever of the cookies of that name the browser sent (one planted
-// with another path may come too).
+// with another path may come too). The session's key is checked apart.
 func (s *uiSessions) sessionOf(r *http.Request, seg string, scoped bool) (uiGrant, bool) {
 	if r.TLS != nil {
 		if c, err := r.Cookie(hostCookie); err == nil {
@@ -283,6 +293,62 @@ func (s *uiSessions) sessionOf(r *http.Request, seg string, scoped bool) (uiGran
 		}
 	}
 	return uiGrant{}, false
+}
+
+// sessionKeyOf is the session key a request carries: its
+// X-XCT-Session-Key header, or on the live stream the session_key query
+// parameter (EventSource sends no headers). r2 is the request without
+// that parameter (nil when there was none to take out), so the key goes
+// no further.
+func sessionKeyOf(r *http.Request, scoped bool) (key string, r2 *http.Request) {
+	if k := r.Header.Get(sessionKeyHeader); k != "" {
+		return k, nil
+	}
+	if !strings.HasPrefix(r.URL.Path, "/api/chains/") || !strings.HasSuffix(r.URL.Path, "/live") {
+		return "", nil
+	}
+	q := r.URL.Query()
+	k := q.Get(sessionKeyParam)
+	if k == "" {
+		return "", nil
+	}
+	q.Del(sessionKeyParam)
+	if !scoped {
+		r = r.Clone(r.Context())
+	}
+	r.URL.RawQuery = q.Encode()
+	return k, r
+}
+
+// validKey reports whether got is want, in constant time; an empty key
+// is never valid.
+func validKey(got, want string) bool {
+	return got != "" && want != "" && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
+}
+
+// securityHeaders are the debugger's own (lctl/debugger), for the
+// answers this file writes itself.
+func securityHeaders(w http.ResponseWriter) {
+	h := w.Header()
+	h.Set("Content-Security-Policy", debugger.ContentSecurityPolicy)
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("Cross-Origin-Opener-Policy", "same-origin")
+	h.Set("Cross-Origin-Resource-Policy", "same-origin")
+}
+
+// serveLoginScript answers GET /login.js.
+func serveLoginScript(w http.ResponseWriter, r *http.Request) {
+	securityHeaders(w)
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		http.Error(w, "use GET", http.StatusMethodNotAllowed)
+		return
+	}
+	w.Header().Set("Content-Type", "text/javascript; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-cache")
+	http.ServeContent(w, r, "login.js", time.Time{}, bytes.NewReader(loginScript))
 }
 
 type loginLinkRequest struct {
@@ -351,10 +417,8 @@ func (s *uiSessions) newLink(w http.ResponseWriter, r *http.Request, authorize f
 // login answers /login: GET shows the sign-in page of a code, POST (its
 // Continue button) signs the browser in.
 func (s *uiSessions) login(w http.ResponseWriter, r *http.Request) {
+	securityHeaders(w)
 	w.Header().Set("Cache-Control", "no-store")
-	w.Header().Set("Content-Security-Policy", debugger.ContentSecurityPolicy)
-	w.Header().Set("Referrer-Policy", "no-referrer")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
 	switch r.Method {
 	case http.MethodGet, http.MethodHead:
 		s.confirm(w, r)
@@ -368,15 +432,32 @@ func (s *uiSessions) login(w http.ResponseWriter, r *http.Request) {
 
 const linkUsedUp = "This link was already used or has expired (a link works once, for a minute). Run `xct debug RUN` again for a new one."
 
-// signInPage names whom a link signs in as before anything changes.
+// signInPage names whom a link signs in as before anything changes. Its
+// script (login.js) says who this browser is signed in as now, from the
+// page's storage, and adds that session's handle and key to the form so
+// Continue ends it.
 var signInPage = template.Must(template.New("login").Parse(`<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="referrer" content="no-referrer"><title>Sign in to the XCT debugger</title></head>
 <body>
 <h1>Sign in to the XCT debugger</h1>
 <p id="who">This link signs this browser in as <strong>{{if .Who}}{{.Who}}{{else}}the principal whose token made it{{end}}</strong> for {{.Minutes}} minutes: what you approve, deny or cancel in the debugger is then done in that name.</p>
-{{if .Current}}<p id="current">This browser is signed in as <strong>{{.Current}}</strong> now; continuing signs it out.</p>{{end}}
+<p id="current" hidden>This browser is signed in as <strong></strong> now; continuing signs it out.</p>
 <p>Continue only if you made this link yourself (<code>xct debug</code>). A link someone else made signs you in as them.</p>
-<form method="post" action="{{.Action}}"><input type="hidden" name="code" value="{{.Code}}"><button id="continue" type="submit">Continue{{if .Who}} as {{.Who}}{{end}}</button></form>
+<form id="sign-in" method="post" action="{{.Action}}"><input type="hidden" name="code" value="{{.Code}}"><button id="continue" type="submit">Continue{{if .Who}} as {{.Who}}{{end}}</button></form>
+<script src="{{.Script}}"></script>
+</body></html>
+`))
+
+// signedInPage is the answer to a sign-in: its script (login.js) keeps
+// the session's key in the origin's storage and goes on to the chain.
+var signedInPage = template.Must(template.New("signed-in").Parse(`<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta name="referrer" content="no-referrer"><title>Signed in to the XCT debugger</title></head>
+<body>
+<main id="signed-in" data-key="{{.Key}}" data-handle="{{.Handle}}" data-who="{{.Who}}" data-base="{{.Base}}" data-ttl="{{.TTL}}" data-to="{{.To}}">
+<p>Signed in{{if .Who}} as <strong>{{.Who}}</strong>{{end}}. <a id="next" href="{{.To}}">Open the debugger</a>.</p>
+<p id="no-storage" hidden>This browser keeps no storage for this page, where the session's key must be kept: the debugger cannot use this session. Allow site data for it, or give the debugger a bearer token.</p>
+</main>
+<script src="{{.Script}}"></script>
 </body></html>
 `))
 
@@ -392,17 +473,9 @@ func (s *uiSessions) confirm(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, linkUsedUp, http.StatusUnauthorized)
 		return
 	}
-	current := ""
-	if _, sess, ok := s.current(r); ok {
-		current = sess.who
-		if current == "" {
-			current = "another principal"
-		}
-	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	w.Header().Set("X-Frame-Options", "DENY")
 	_ = signInPage.Execute(w, map[string]any{
-		"Who": g.who, "Current": current, "Code": code, "Action": loginPath, "Minutes": int(sessionTTL / time.Minute),
+		"Who": g.who, "Code": code, "Action": loginPath, "Script": loginScriptPath, "Minutes": int(sessionTTL / time.Minute),
 	})
 }
 
@@ -418,9 +491,29 @@ func fromThisPage(r *http.Request) bool {
 	return err == nil && u.Host != "" && u.Host == r.Host
 }
 
-// signIn answers POST /login (code=): the code is used up, the browser's
-// old session ended, a session cookie set, and the browser sent to the
-// chain.
+// end ends the live session whose handle and key a sign-in form
+// carries (the browser's previous one, from its page's storage): only a
+// page holding the key can end a session.
+func (s *uiSessions) end(handle, key string) {
+	if handle == "" || key == "" {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, g := range s.sessions {
+		if g.handle == handle {
+			if validKey(key, g.key) {
+				delete(s.sessions, id)
+			}
+			return
+		}
+	}
+}
+
+// signIn answers POST /login (code=, and end=, end_key= naming the
+// browser's previous session): the code is used up, the previous session
+// ended, a session cookie set, and the page that keeps the session's key
+// sent on to the chain.
 func (s *uiSessions) signIn(w http.ResponseWriter, r *http.Request) {
 	if !fromThisPage(r) {
 		http.Error(w, "A sign-in must come from the link's own page: open the link and press Continue.", http.StatusForbidden)
@@ -442,22 +535,21 @@ func (s *uiSessions) signIn(w http.ResponseWriter, r *http.Request) {
 	}
 	now := s.now()
 	sess := uiGrant{token: g.token, who: g.who, expires: now.Add(sessionTTL)}
+	key, err1 := randomID()
+	handle, err2 := randomID()
+	seg, err3 := randomID()
+	if err := errors.Join(err1, err2, err3); err != nil {
+		http.Error(w, "no session: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	sess.key, sess.handle = key, handle
 	base := "/"
 	if r.TLS == nil {
-		seg, err1 := randomID()
-		hint, err2 := randomID()
-		if err := errors.Join(err1, err2); err != nil {
-			http.Error(w, "no session: "+err.Error(), http.StatusInternalServerError)
-			return
-		}
-		sess.path, sess.hint = seg, hint
+		sess.path = seg
 		base = sessionPathPrefix + seg + "/"
 	}
-	old, _, hadOld := s.current(r)
+	s.end(r.PostForm.Get("end"), r.PostForm.Get("end_key"))
 	s.mu.Lock()
-	if hadOld {
-		delete(s.sessions, old)
-	}
 	id, err := put(s.sessions, sess, maxSessions, maxPerToken, now)
 	s.mu.Unlock()
 	if err != nil {
@@ -470,18 +562,14 @@ func (s *uiSessions) signIn(w http.ResponseWriter, r *http.Request) {
 		Name: cookieName(r), Value: id, Path: base, MaxAge: maxAge,
 		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil,
 	})
-	if r.TLS == nil {
-		//nolint:gosec // G124: plaintext is for loopback only; the hint authenticates nothing
-		http.SetCookie(w, &http.Cookie{
-			Name: hintCookie, Value: sess.hint, Path: "/", MaxAge: maxAge,
-			HttpOnly: true, SameSite: http.SameSiteStrictMode,
-		})
-	}
 	to := base
 	if g.chain != "" {
 		to += "#/chain/" + url.PathEscape(g.chain)
 	}
-	http.Redirect(w, r, to, http.StatusSeeOther)
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	_ = signedInPage.Execute(w, map[string]any{
+		"Key": key, "Handle": handle, "Who": g.who, "Base": base, "TTL": maxAge, "To": to, "Script": loginScriptPath,
+	})
 }
 
 func jsonError(w http.ResponseWriter, status int, code, msg string) {

@@ -358,21 +358,17 @@ Promise.allSettled([
 		t.Fatalf("after the pages, the run is %s", st)
 	}
 
-	// bob approves in the debugger (its own API, as the page's button does).
+	// bob approves in the debugger, with the page's own Approve button.
 	b.Do(t, "back to the debugger", chromedp.Navigate(base+home+"#/approvals"))
 	b.Until(t, "the debugger", `location.host === '`+tracerHost+`' && document.readyState === 'complete'`)
-	browser.Eval[any](t, b, `window.__decided = null; fetch('api/approvals/decide', {method: 'POST',
-		headers: {'Content-Type': 'application/json', 'X-XCT-CSRF': '1'},
-		body: JSON.stringify({run_id: '`+runID+`', step: 1, approve: true, reason: 'reviewed'})})
-		.then(r => r.text()).then(t => { window.__decided = t; }); null`)
-	b.Until(t, "the decision", `window.__decided !== null`)
+	approveInPage(t, b, runID, "reviewed")
 	l, err = bob.ListApprovals(ctx, &xctv1.ListApprovalsRequest{RunId: runID, All: true})
 	if err != nil || len(l.GetApprovals()) != 1 {
 		t.Fatalf("approvals: %v %v", l, err)
 	}
 	if a := l.GetApprovals()[0]; a.GetState() != xctv1.ApprovalState_APPROVAL_STATE_APPROVED || a.GetDecidedBy() != "bob" {
 		t.Fatalf("bob's approval in his browser: %s by %q (%s), want approved by bob", a.GetState(), a.GetDecidedBy(),
-			browser.Eval[string](t, b, `window.__decided`))
+			browser.Eval[string](t, b, `document.body.innerText`))
 	}
 	run := c.waitRun(t, "bob", runID)
 	if n := deployed.Load(); n != 1 || run.GetStatus() != xctv1.RunStatus_RUN_STATUS_DONE {

@@ -425,20 +425,16 @@ func TestAttackDebuggerSessionGoesToAnotherPort(t *testing.T) {
 		}
 	}
 
-	// bob's own approval, from his page, as its button calls the API.
+	// bob's own approval, with his page's Approve button.
 	b.Do(t, "back to bob's debugger", chromedp.Navigate(base+home+"#/approvals"))
 	b.Until(t, "the debugger", `location.host === '`+tracerHost+`' && document.readyState === 'complete'`)
-	browser.Eval[any](t, b, `window.__decided = null; fetch('api/approvals/decide', {method: 'POST',
-		headers: {'Content-Type': 'application/json', 'X-XCT-CSRF': '1'},
-		body: JSON.stringify({run_id: '`+runID+`', step: 1, approve: true, reason: 'reviewed'})})
-		.then(r => r.text()).then(t => { window.__decided = t; }); null`)
-	b.Until(t, "the decision", `window.__decided !== null`)
+	approveInPage(t, b, runID, "reviewed")
 	l, err := bob.ListApprovals(ctx, &xctv1.ListApprovalsRequest{RunId: runID, All: true})
 	if err != nil || len(l.GetApprovals()) != 1 {
 		t.Fatalf("approvals: %v %v", l, err)
 	}
 	if a := l.GetApprovals()[0]; a.GetState() != xctv1.ApprovalState_APPROVAL_STATE_APPROVED || a.GetDecidedBy() != "bob" || a.GetReason() != "reviewed" {
-		t.Fatalf("bob's approval in his browser: %s by %q (%q; %s)", a.GetState(), a.GetDecidedBy(), a.GetReason(), browser.Eval[string](t, b, `window.__decided`))
+		t.Fatalf("bob's approval in his browser: %s by %q (%q; %s)", a.GetState(), a.GetDecidedBy(), a.GetReason(), browser.Eval[string](t, b, `document.body.innerText`))
 	}
 	if run := c.waitRun(t, "bob", runID); deployed.Load() != 1 || run.GetStatus() != xctv1.RunStatus_RUN_STATUS_DONE {
 		t.Fatalf("after bob's approval: %d deploys, run %s", deployed.Load(), run.GetStatus())

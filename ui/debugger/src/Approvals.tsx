@@ -3,7 +3,7 @@
 // server with the user's own bearer token.
 import { useEffect, useState } from 'preact/hooks';
 import type { Approval, Json, Obj } from './api';
-import { ApiError, approverName, decide, get, pick, setApproverName, setToken, token } from './api';
+import { ApiError, approverName, decide, get, pick, sessionKey, setApproverName, setToken, token } from './api';
 import { ErrorBox, JsonBlock, Loading, Status } from './common';
 import { fmtTime, visible } from './fmt';
 import { chainHref } from './route';
@@ -72,7 +72,9 @@ function Card({ a, auth, onDecided }: { a: Approval; auth: boolean; onDecided: (
   const [ask, setAsk] = useState<null | { approve: boolean; why: string }>(null);
 
   const send = async (approve: boolean) => {
-    if (auth && !token()) {
+    // Signed in by a one-time link, the page decides as that session's
+    // principal (its key names it); else it needs the user's token.
+    if (auth && !token() && !sessionKey()) {
       setAsk({ approve, why: 'Deciding needs your identity: paste your bearer token once for this tab.' });
       return;
     }

@@ -3,7 +3,7 @@
 // live chain follows the server's event stream.
 import { useCallback, useEffect, useRef, useState } from 'preact/hooks';
 import type { ChainDetail, LctlEvent } from './api';
-import { ApiError, get, token } from './api';
+import { ApiError, get, sessionKey, token } from './api';
 import { ErrorBox, Loading, Status } from './common';
 import { EventList } from './EventList';
 import { FlowChart } from './Flow';
@@ -114,10 +114,12 @@ export function ChainView({ id, seq: wanted, canCancel }: { id: string; seq?: nu
     const connect = () => {
       if (stopped) return;
       setLive('connecting');
-      // EventSource cannot send headers: the token, when there is one,
-      // goes in the query (the server accepts it on /live only).
+      // EventSource cannot send headers: the token and the session's
+      // key, when there are, go in the query (the server accepts them on
+      // /live only).
       const q = new URLSearchParams({ from: String(lastSeq.current) });
       if (token()) q.set('access_token', token());
+      if (sessionKey()) q.set('session_key', sessionKey());
       es = new EventSource(`api/chains/${encodeURIComponent(id)}/live?${q}`);
       es.addEventListener('open', () => {
         delay = 1000;

@@ -431,10 +431,7 @@ export async function get<T>(path: string, params?: Record<string, string | numb
   const url = 'api/' + path + (q.toString() ? '?' + q.toString() : '');
   let res: Response;
   try {
-    const headers: Record<string, string> = { Accept: 'application/json' };
-    const t = token();
-    if (t) headers['Authorization'] = 'Bearer ' + t;
-    res = await fetch(url, { signal, headers, credentials: 'same-origin' });
+    res = await fetch(url, { signal, headers: authHeaders({ Accept: 'application/json' }), credentials: 'same-origin' });
   } catch (e) {
     if ((e as Error).name === 'AbortError') throw e;
     throw new ApiError(0, 'UNAVAILABLE', 'cannot reach the debugger server');
@@ -463,6 +460,34 @@ export function setToken(t: string): void {
   }
 }
 
+const sessionKeyStore = 'xct-debugger-session';
+
+/** sessionKey is the key of the debugger session this browser signed in
+ * with through a one-time link (docs/debugger.md), when this page is that
+ * session's (its path is under the session's base): '' otherwise. The
+ * tracer's sign-in answer keeps it in this origin's localStorage
+ * (services/tracer/login.js); the session's cookie authenticates nothing
+ * without it, so a cookie another origin planted cannot sign the page in. */
+export function sessionKey(): string {
+  try {
+    const s = JSON.parse(localStorage.getItem(sessionKeyStore) ?? 'null') as { base?: unknown; key?: unknown } | null;
+    if (s && typeof s.key === 'string' && typeof s.base === 'string' && location.pathname.startsWith(s.base)) return s.key;
+  } catch {
+    // storage disabled, or not ours
+  }
+  return '';
+}
+
+/** authHeaders adds what names the caller: the bearer token the user gave
+ * this tab, and the session's key. */
+export function authHeaders(h: Record<string, string>): Record<string, string> {
+  const t = token();
+  if (t) h['Authorization'] = 'Bearer ' + t;
+  const k = sessionKey();
+  if (k) h['X-XCT-Session-Key'] = k;
+  return h;
+}
+
 const approverKey = 'xct-debugger-approver';
 
 /** approverName is the name the user decides under when the server has no
@@ -485,13 +510,11 @@ export function setApproverName(n: string): void {
 
 /** decide approves or denies a pending step through the server. */
 export async function decide(runId: string, step: number, approve: boolean, reason: string, approver: string): Promise<{ approval: Approval }> {
-  const headers: Record<string, string> = {
+  const headers = authHeaders({
     'Content-Type': 'application/json',
     Accept: 'application/json',
     'X-XCT-CSRF': '1',
-  };
-  const t = token();
-  if (t) headers['Authorization'] = 'Bearer ' + t;
+  });
   let res: Response;
   try {
     res = await fetch('api/approvals/decide', {
@@ -508,13 +531,11 @@ export async function decide(runId: string, step: number, approve: boolean, reas
 
 /** cancelRun cancels a running run through the server, as the caller. */
 export async function cancelRun(runId: string, reason: string): Promise<{ run_id: string; cancelled: boolean }> {
-  const headers: Record<string, string> = {
+  const headers = authHeaders({
     'Content-Type': 'application/json',
     Accept: 'application/json',
     'X-XCT-CSRF': '1',
-  };
-  const t = token();
-  if (t) headers['Authorization'] = 'Bearer ' + t;
+  });
   let res: Response;
   try {
     res = await fetch('api/runs/cancel', {

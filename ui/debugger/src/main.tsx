@@ -30,7 +30,7 @@ function LoadError({ e }: { e: NonNullable<Info['load_error']> }) {
 }
 
 /** SignIn asks for a bearer token when the server wants one to read. */
-function SignIn({ onDone, refused }: { onDone: () => void; refused: boolean }) {
+function SignIn({ onDone, refused, why }: { onDone: () => void; refused: boolean; why: string }) {
   const [t, setT] = useState('');
   return (
     <main id="main" tabIndex={-1}>
@@ -45,6 +45,11 @@ function SignIn({ onDone, refused }: { onDone: () => void; refused: boolean }) {
         }}
       >
         <p>{refused ? 'The server did not accept that token.' : 'This debugger needs a bearer token.'}</p>
+        {why ? (
+          <p id="signin-why" class="hint">
+            {why}
+          </p>
+        ) : null}
         <label>
           Bearer token{' '}
           <input id="signin-token" type="password" autocomplete="off" value={t} onInput={(ev) => setT((ev.target as HTMLInputElement).value)} />
@@ -92,7 +97,7 @@ function App() {
 
   let body;
   if (err instanceof ApiError && err.status === 401) {
-    body = <SignIn refused={tries > 0} onDone={() => setTries((n) => n + 1)} />;
+    body = <SignIn refused={tries > 0} why={err.message} onDone={() => setTries((n) => n + 1)} />;
   } else if (err) {
     body = (
       <main id="main" tabIndex={-1}>
