@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // Version is the LCTL specification version this package reads and writes.
@@ -115,12 +116,19 @@ var numberField any = new(numberMark)
 // kept as its JSON in the event's raw bytes: n is where (rawAt).
 var compositeField any = new(compositeMark)
 
+// textField marks a dataField whose value is a string of plain ASCII
+// (no escape) longer than internMax, kept in the event's raw bytes: n is
+// where (rawAt). Intents, findings and messages are read once if at all;
+// as a string in an any each was two allocations (the bytes, the header).
+var textField any = new(textMark)
+
 // The marks' types: each has one value, the mark, so that a field is
 // told to be one by its type alone (a type assertion, where comparing
 // two interfaces calls the runtime).
 type (
 	numberMark    struct{ _ byte }
 	compositeMark struct{ _ byte }
+	textMark      struct{ _ byte }
 )
 
 // isNumber says f's value is n (numberField).
@@ -134,6 +142,20 @@ func (f *dataField) isNumber() bool {
 func (f *dataField) isComposite() bool {
 	_, ok := f.v.(*compositeMark)
 	return ok
+}
+
+// isText says f's value is a string in the event's raw bytes
+// (textField).
+func (f *dataField) isText() bool {
+	_, ok := f.v.(*textMark)
+	return ok
+}
+
+// text returns the string of a textField: over the event's raw bytes,
+// which are never written again once kept (keepRaw).
+func (e *Event) text(f *dataField) string {
+	b := e.rawAt(f)
+	return unsafe.String(unsafe.SliceData(b), len(b)) //nolint:gosec // immutable bytes, see above
 }
 
 // rawSpan packs where a composite value lies in Event.raw into a
@@ -170,6 +192,8 @@ func (e *Event) value(f *dataField) any {
 		return f.n
 	case f.isComposite():
 		return decodeComposite(e.rawAt(f))
+	case f.isText():
+		return e.text(f)
 	}
 	return f.v
 }
@@ -216,6 +240,9 @@ func (e *Event) Str(key string) (string, bool) {
 	}
 	if f := e.field(key); f != nil {
 		s, ok := f.v.(string)
+		if !ok && f.isText() {
+			return e.text(f), true
+		}
 		return s, ok
 	}
 	return "", false

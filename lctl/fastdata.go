@@ -222,6 +222,10 @@ func (p *fastParser) canonData(e *Event) bool {
 				p.i = i
 				var v any
 				if raw, ok := p.rawString(); ok {
+					if len(raw) > internMax && p.keepText(k, raw) {
+						i = p.i
+						break
+					}
 					v = string(raw)
 				} else {
 					s, ok := p.strIntern(false)

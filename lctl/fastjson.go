@@ -824,6 +824,13 @@ func (p *fastParser) member(k string) bool {
 	var v any
 	var ok bool
 	if p.b[p.i] == '"' {
+		if p.arena != nil {
+			start := p.i
+			if raw, ok := p.rawString(); ok && len(raw) > internMax && p.keepText(k, raw) {
+				return true
+			}
+			p.i = start
+		}
 		v, ok = p.strValue() // what value() does for a string, called directly
 	} else {
 		v, ok = p.value()
@@ -832,6 +839,20 @@ func (p *fastParser) member(k string) bool {
 		return false
 	}
 	p.slab = append(p.slab, dataField{key: k, v: v})
+	return true
+}
+
+// keepText keeps raw, a long string of plain ASCII just read, in the
+// arena as member k's value (textField); false when the event's raw bytes
+// would be too many to say where it lies.
+func (p *fastParser) keepText(k string, raw []byte) bool {
+	n := len(raw)
+	if p.arena == nil || n >= maxRawSpan || len(p.arena)-p.rawStart >= maxRawSpan-n {
+		return false
+	}
+	p.keepRaw(raw)
+	off := len(p.arena) - n - p.rawStart
+	p.slab = append(p.slab, dataField{key: k, v: textField, n: rawSpan(off, n)})
 	return true
 }
 
