@@ -34,7 +34,10 @@
 //     scrubbed environment. Its effect and idempotency are the program's.
 //   - "<server>.<tool>": the tools of external ToolService servers.
 //   - "mcp.<server>.<tool>": the tools of MCP servers (stdio, in the same
-//     sandbox, or streamable HTTP); the configuration says each tool's
+//     sandbox: the instance that lives between calls sees the workspace
+//     read-only, and each call of a tool that may write runs in an
+//     instance of its own, killed with its PID namespace before the call
+//     returns; or streamable HTTP); the configuration says each tool's
 //     effect and idempotency, a tool it does not name is irreversible and
 //     not idempotent, and the server's annotations only narrow that.
 //

@@ -35,8 +35,17 @@ func TestMain(m *testing.M) {
 	if code, ok := multicall(os.Args); ok {
 		os.Exit(code)
 	}
+	if stage := os.Getenv(mcpDaemonEnv); stage != "" {
+		os.Exit(mcpDaemon(stage, os.Args[1:]))
+	}
 	if os.Getenv(mcpStdioEnv) == "1" {
 		srv := newTestMCPServer(func() { os.Exit(3) }, nil)
+		if os.Getenv(mcpHostileEnv) == "1" {
+			addHostileTools(srv)
+		}
+		if fifo := os.Getenv(mcpLurkEnv); fifo != "" {
+			startLurking(fifo)
+		}
 		if err := srv.Run(context.Background(), &mcp.StdioTransport{}); err != nil {
 			os.Exit(1)
 		}
@@ -406,7 +415,9 @@ func TestMCPReadServerSeesReadOnlyWorkspace(t *testing.T) {
 // running server: on main its tool wrote .git/config (and the check
 // around the call saw no new entry: .git was there before the call). Now
 // a call of a tool that may write first restarts a server whose sandbox
-// does not mount every protected entry of the workspace.
+// does not mount every protected entry of the workspace (since session
+// 12, mcp12, every such call runs in an instance of its own, whose
+// sandbox mounts what is there when the call starts).
 func TestMCPProtectedMadeAfterTheServerStarted(t *testing.T) {
 	requireSandbox(t)
 	self, err := os.Executable()

@@ -38,7 +38,8 @@ type mcpServer struct {
 	log    *slog.Logger
 	client *mcp.Client
 	// sb is the OS sandbox of a stdio server (nil: a URL, or sandbox:
-	// none); protected are mounted read-only in it.
+	// none); protected are mounted read-only in an instance that may
+	// write.
 	sb        *osSandbox
 	protected *protectedPaths
 	// ws is the workspace, where a stdio server runs (nil in tests that
@@ -46,22 +47,21 @@ type mcpServer struct {
 	ws *workspace
 	// red redacts what the server writes on stderr before it is logged.
 	red *redact.Redactor
-	// started closes what the last transport's command no longer needs
-	// from the executor once it started (guarded by mu).
-	started func()
 
 	mu      sync.Mutex
 	session *mcp.ClientSession
-	closed  bool
-	// writable says that a stdio server gets the workspace writable: it
-	// serves a tool that is not a read tool. Until its tools are listed
-	// (and for good when every one is a read tool) it runs with the
-	// workspace read-only, as a read program does: it is untrusted code
-	// that runs between calls too, when nothing checks what it writes.
-	writable bool
-	// mounted are the protected entries the running session's sandbox
-	// mounts read-only (nil: none, or no sandbox).
-	mounted protectedSet
+	// proc is the sandbox the session's server runs in (nil: a URL, or
+	// sandbox: none). A sandboxed server's session, the instance that
+	// lives between calls, always sees the workspace read-only and
+	// serves the read tools (a server without one has none once its
+	// tools are listed); each call of a tool that may write runs in an
+	// instance of the server of its own, started for the call with the
+	// workspace writable and killed with its whole PID namespace before
+	// the call's result is returned (mcpTool.callAlone).
+	proc   *sandboxProc
+	closed bool
+	// calls are the per-call instances running (close kills them).
+	calls map[*sandboxProc]struct{}
 	// watchers are the goroutines that notice sessions ending; close
 	// waits for them, so none outlives the executor.
 	watchers sync.WaitGroup
@@ -100,8 +100,10 @@ func newMCPServer(cfg MCPServerConfig, wsDir string, protected *protectedPaths, 
 }
 
 // transport is a fresh transport to the server. A stdio server's process
-// outlives ctx: it is stopped by closing the session.
-func (m *mcpServer) transport(ctx context.Context) mcp.Transport {
+// outlives ctx: it is stopped by closing the session (sandboxed: by
+// killing its sandbox, proc). A sandboxed server runs in sbx (made by
+// withProtected; proc closes its descriptors once started).
+func (m *mcpServer) transport(ctx context.Context, sbx *osSandbox) (mcp.Transport, *sandboxProc, error) {
 	if m.cfg.URL != "" {
 		return &mcp.StreamableClientTransport{
 			Endpoint: m.cfg.URL,
@@ -115,7 +117,7 @@ func (m *mcpServer) transport(ctx context.Context) mcp.Transport {
 			},
 			MaxRetries:           -1, // a lost stream fails the call; nothing is resent
 			DisableStandaloneSSE: true,
-		}
+		}, nil, nil
 	}
 	env := scrubbedEnv(m.cfg.Env, m.cfg.SetEnv)
 	for i, kv := range env {
@@ -124,25 +126,16 @@ func (m *mcpServer) transport(ctx context.Context) mcp.Transport {
 		}
 	}
 	var cmd *osexec.Cmd
-	if m.sb != nil {
-		var sbx *osSandbox
-		if !m.writable {
-			sbx, _, _ = m.sb.withProtected(nil, 3)
-			sbx.readOnlyWorkspace = true
-		} else {
-			var cut string
-			sbx, m.mounted, cut = m.sb.withProtected(m.protected, 3)
-			if cut != "" {
-				// Its tools that may write are refused while the
-				// workspace cannot be scanned whole (mcpTool.Invoke).
-				m.log.ErrorContext(ctx, "SECURITY: the MCP server starts with the protected paths the scan found read-only, not all", "server", m.cfg.Name, "reason", cut)
-			}
-		}
-		argv := withoutStatusFD(sbx.argv(m.cfg.resolved, path.Base(m.cfg.Command), m.cfg.Args, m.wsDir, env))
+	var proc *sandboxProc
+	if sbx != nil {
+		argv := sbx.argv(m.cfg.resolved, path.Base(m.cfg.Command), m.cfg.Args, m.wsDir, env)
 		cmd = osexec.CommandContext(context.WithoutCancel(ctx), argv[0], argv[1:]...) //nolint:gosec // prlimit and bwrap, resolved; the operator's command
 		cmd.Env = []string{}
-		cmd.ExtraFiles = sbx.extraFiles()
-		m.started = sbx.closeExtra
+		var err error
+		if proc, err = startableSandboxProc(cmd, sbx); err != nil {
+			sbx.closeExtra()
+			return nil, nil, err
+		}
 	} else {
 		cmd = osexec.CommandContext(context.WithoutCancel(ctx), m.cfg.resolved, m.cfg.Args...) //nolint:gosec // the operator's configured command, resolved at load
 		cmd.Args[0] = m.cfg.Command
@@ -151,7 +144,69 @@ func (m *mcpServer) transport(ctx context.Context) mcp.Transport {
 	cmd.Dir = m.wsDir
 	cmd.Stderr = &logWriter{log: m.log, server: m.cfg.Name, red: m.red}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	return &mcp.CommandTransport{Command: cmd, TerminateDuration: time.Second}
+	return &mcp.CommandTransport{Command: cmd, TerminateDuration: time.Second}, proc, nil
+}
+
+// readOnlySandbox is the sandbox of the instance that lives between
+// calls: the workspace read-only, no protected paths to look for, and no
+// Unix socket, so no descriptor can be handed to it (seccompProgram).
+func (m *mcpServer) readOnlySandbox() *osSandbox {
+	ro := *m.sb
+	ro.readOnlyWorkspace = true
+	ro.noUnixSockets = true
+	sbx, _, _ := ro.withProtected(nil, 4) // fd 3 is the status pipe
+	return sbx
+}
+
+// start starts an instance of the server (in sbx when sandboxed) and
+// connects to it; with a sandbox, its init is held from the moment bwrap
+// made it (heldTransport): proc.kill stops the instance for good, also
+// when start failed.
+func (m *mcpServer) start(ctx context.Context, sbx *osSandbox) (*mcp.ClientSession, *sandboxProc, error) {
+	if m.cfg.Command != "" {
+		closeOnExecInherited()
+	}
+	tr, proc, err := m.transport(ctx, sbx)
+	if err != nil {
+		return nil, nil, err
+	}
+	if proc != nil {
+		tr = &heldTransport{Transport: tr, proc: proc}
+	}
+	s, err := m.client.Connect(ctx, tr, nil)
+	if err != nil && proc != nil {
+		if !proc.kill() && proc.ran() {
+			m.log.ErrorContext(ctx, "SECURITY: an MCP server that failed to start could not be confirmed gone", "server", m.cfg.Name, "error", err)
+		}
+	}
+	return s, proc, err
+}
+
+// heldTransport is the transport of a sandboxed server: once bwrap
+// started, before a byte is sent, it holds the sandbox's init by a pidfd
+// (sandboxProc.hold), so that no later failure leaves a process of the
+// sandbox unaccounted for.
+type heldTransport struct {
+	mcp.Transport
+	proc *sandboxProc
+}
+
+func (t *heldTransport) Connect(ctx context.Context) (mcp.Connection, error) {
+	c, err := t.Transport.Connect(ctx)
+	t.proc.started()
+	if err != nil {
+		return nil, err // bwrap did not start
+	}
+	// bwrap names its init right after making it: a bounded wait, even
+	// past the call's deadline, so the init is held whatever happens.
+	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sandboxKillWait)
+	defer cancel()
+	if err := t.proc.hold(hctx); err != nil {
+		t.proc.kill()
+		_ = c.Close()
+		return nil, err
+	}
+	return c, nil
 }
 
 // scrubbedEnv is the environment of a child process: the named variables
@@ -177,7 +232,8 @@ func scrubbedEnv(names []string, set map[string]string) []string {
 // failure, not an answer from the server, so the session is dropped.
 const codeRejectedByTransport = -32005
 
-// connect returns the live session, starting one if needed.
+// connect returns the live session, starting one if needed: for a
+// sandboxed server, in the read-only sandbox.
 func (m *mcpServer) connect(ctx context.Context) (*mcp.ClientSession, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -190,18 +246,15 @@ func (m *mcpServer) connect(ctx context.Context) (*mcp.ClientSession, error) {
 	if m.sb != nil && m.sb.err != nil {
 		return nil, fmt.Errorf("its sandbox cannot be set up: %w", m.sb.err)
 	}
-	if m.cfg.Command != "" {
-		closeOnExecInherited()
+	var sbx *osSandbox
+	if m.sb != nil {
+		sbx = m.readOnlySandbox()
 	}
-	s, err := m.client.Connect(ctx, m.transport(ctx), nil)
-	if m.started != nil {
-		m.started()
-		m.started = nil
-	}
+	s, proc, err := m.start(ctx, sbx)
 	if err != nil {
 		return nil, err
 	}
-	m.session = s
+	m.session, m.proc = s, proc
 	m.watchers.Add(1)
 	go func() {
 		defer m.watchers.Done()
@@ -210,10 +263,13 @@ func (m *mcpServer) connect(ctx context.Context) (*mcp.ClientSession, error) {
 		_ = s.Wait()
 		m.mu.Lock()
 		if m.session == s {
-			m.session = nil
+			m.session, m.proc = nil, nil
 		}
 		closed := m.closed
 		m.mu.Unlock()
+		if proc != nil {
+			proc.kill() // whatever it left behind
+		}
 		if !closed {
 			m.log.Warn("MCP server session ended", "server", m.cfg.Name)
 		}
@@ -221,23 +277,38 @@ func (m *mcpServer) connect(ctx context.Context) (*mcp.ClientSession, error) {
 	return s, nil
 }
 
-// drop forgets a session that failed, and closes it.
+// drop forgets a session that failed, and stops it.
 func (m *mcpServer) drop(s *mcp.ClientSession) {
 	m.mu.Lock()
+	var proc *sandboxProc
 	if m.session == s {
-		m.session = nil
+		m.session, proc = nil, m.proc
+		m.proc = nil
 	}
 	m.mu.Unlock()
-	go func() { _ = s.Close() }()
+	go func() {
+		if proc != nil {
+			proc.kill()
+		}
+		_ = s.Close()
+	}()
 }
 
-// close ends the session for good.
+// close ends the session for good, and the per-call instances running.
 func (m *mcpServer) close() error {
 	m.mu.Lock()
-	s := m.session
-	m.session, m.closed = nil, true
+	s, proc := m.session, m.proc
+	m.session, m.proc, m.closed = nil, nil, true
+	calls := m.calls
+	m.calls = nil
 	m.mu.Unlock()
+	for c := range calls {
+		c.kill()
+	}
 	var err error
+	if proc != nil {
+		proc.kill()
+	}
 	if s != nil {
 		err = s.Close()
 	}
@@ -349,36 +420,47 @@ func (m *mcpServer) listTools(ctx context.Context, defTimeout time.Duration, def
 		}
 	}
 	if m.sb != nil && slices.ContainsFunc(tools, func(t Tool) bool { return t.Descriptor().GetEffect() != xctv1.Effect_EFFECT_READ }) {
-		// A tool may write: the next session (started at its first
-		// call) gets the workspace writable, its protected paths
-		// read-only, and each such call is checked.
-		m.mu.Lock()
-		m.writable = true
-		m.mu.Unlock()
-		m.drop(s)
+		// A tool may write: each of its calls runs in an instance of its
+		// own (mcpTool.callAlone). The read-only instance stays for the
+		// read tools, if there are any.
+		if !slices.ContainsFunc(tools, func(t Tool) bool { return t.Descriptor().GetEffect() == xctv1.Effect_EFFECT_READ }) {
+			m.drop(s)
+		}
 	}
 	return tools, nil
 }
 
 func (t *mcpTool) Descriptor() *xctv1.ToolDescriptor { return t.desc }
 
-// Invoke calls the tool. A stdio server runs in the workspace, in a
-// sandbox that mounts read-only the protected paths there when it
-// started: one a tool that may write makes at the top (.husky/pre-commit)
-// is moved aside after the call, as after a shell.exec program's, and
-// named in protected_moved.
+// Invoke calls the tool. A sandboxed stdio server runs in the workspace:
+// a call of a tool that may write gets an instance of the server of its
+// own (callAlone), the others go to the instance that lives between calls,
+// which sees the workspace read-only. Without a sandbox (sandbox: none)
+// every call goes to the one instance, which can change anything at any
+// time (logged loudly); protected entries it makes are moved aside after
+// a call of a tool that may write.
 func (t *mcpTool) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.Error) {
 	m := t.srv
 	if m.cfg.Command == "" || m.ws == nil || t.desc.GetEffect() == xctv1.Effect_EFFECT_READ {
 		return t.invoke(ctx, args)
+	}
+	if m.sb != nil {
+		return t.callAlone(ctx, args)
 	}
 	budget := m.ws.protected.scanBudget()
 	before, cut := m.ws.protectedNames(budget)
 	if cut != "" {
 		return nil, scanRefused("MCP tool "+t.desc.GetName(), cut, budget)
 	}
-	m.restartIfUnmounted(before)
 	res, e := t.invoke(ctx, args)
+	return t.afterWrite(ctx, before, res, e)
+}
+
+// afterWrite moves aside the protected entries new since before (a
+// .husky/pre-commit the call made: code for whoever commits next), and
+// names them in the result (protected_moved).
+func (t *mcpTool) afterWrite(ctx context.Context, before protectedSet, res any, e *xctv1.Error) (any, *xctv1.Error) {
+	m := t.srv
 	moved, cut := m.ws.moveNewProtected(context.WithoutCancel(ctx), m.log, before, "MCP tool "+t.desc.GetName())
 	if len(moved) > 0 || cut != "" {
 		add := map[string]any{}
@@ -403,34 +485,73 @@ func (t *mcpTool) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.
 	return res, e
 }
 
-// restartIfUnmounted ends a sandboxed session whose sandbox does not
-// mount read-only every protected entry of now (one made since it
-// started: a human's git init), so the call starts a new one that does.
-// Connecting is not acting: nothing of the call was sent.
-func (m *mcpServer) restartIfUnmounted(now protectedSet) {
-	m.mu.Lock()
-	s := m.session
-	stale := false
-	if s != nil && m.sb != nil && m.writable {
-		for name, id := range now {
-			if was, ok := m.mounted[name]; !ok || was != id {
-				stale = true
-				break
-			}
-		}
+// callAlone calls a tool that may write of a sandboxed stdio server in an
+// instance of the server of its own: started for the call (after it is
+// committed: the server's own start-up may write too), in a sandbox
+// that mounts read-only every protected entry the workspace holds then,
+// and killed with its whole PID namespace once the server answered (or
+// failed, or the deadline passed), before anything is checked or
+// returned. A server is untrusted code: it may leave a daemon behind
+// (setsid, a double fork, signals ignored) or hold a descriptor of the
+// workspace to write through later; none of that outlives the call, so
+// every change it makes is this call's effect.
+func (t *mcpTool) callAlone(ctx context.Context, args map[string]any) (any, *xctv1.Error) {
+	m := t.srv
+	name := m.cfg.Name
+	if m.sb.err != nil {
+		return nil, wire.WithDetails(wire.Errorf(wire.CodeToolFailure, "MCP server %s is unavailable: its sandbox cannot be set up: %v; nothing was sent", name, m.sb.err),
+			map[string]any{"server": name, "outcome_unknown": false})
 	}
-	if stale {
-		m.session = nil
+	sbx, before, cut := m.sb.withProtected(m.protected, 4) // fd 3 is the status pipe
+	if cut != "" {
+		sbx.closeExtra()
+		return nil, scanRefused("MCP tool "+t.desc.GetName(), cut, m.protected.scanBudget())
+	}
+	if e := Commit(ctx); e != nil {
+		sbx.closeExtra()
+		return nil, e
+	}
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		sbx.closeExtra()
+		return nil, wire.WithDetails(wire.Errorf(wire.CodeToolFailure, "MCP server %s is stopping; nothing was sent", name),
+			map[string]any{"server": name, "outcome_unknown": false})
 	}
 	m.mu.Unlock()
-	if stale {
-		// Ended before the call starts another: the old server, whose
-		// sandbox has the entry writable, is gone first.
-		m.log.Info("MCP server restarted: a protected path appeared since it started", "server", m.cfg.Name)
-		_ = s.Close()
+	s, proc, err := m.start(ctx, sbx)
+	if err != nil {
+		// It may have run, with the workspace writable, before it
+		// failed: unless bwrap ended before making the sandbox.
+		ran := proc != nil && proc.ran()
+		res, e := t.afterWrite(ctx, before, nil, wire.WithDetails(
+			wire.Errorf(wire.CodeToolFailure, "MCP server %s could not be started for the call: %v", name, err),
+			map[string]any{"server": name, "outcome_unknown": ran}))
+		return res, e
 	}
+	m.mu.Lock()
+	if m.calls == nil {
+		m.calls = map[*sandboxProc]struct{}{}
+	}
+	m.calls[proc] = struct{}{}
+	m.mu.Unlock()
+	res, e, _ := t.call(ctx, s, args)
+	gone := proc.kill()
+	m.mu.Lock()
+	delete(m.calls, proc)
+	m.mu.Unlock()
+	_ = s.Close()
+	if !gone {
+		m.log.ErrorContext(ctx, "SECURITY: an MCP server's instance for a call did not end when killed; it may still change the workspace", "server", name, "tool", t.name)
+		if e == nil {
+			e = wire.WithDetails(wire.Errorf(wire.CodeToolFailure, "MCP server %s: its instance for the call did not end when killed, and may still act", name),
+				map[string]any{"server": name, "outcome_unknown": true})
+		}
+	}
+	return t.afterWrite(ctx, before, res, e)
 }
 
+// invoke calls the tool on the instance that lives between calls.
 func (t *mcpTool) invoke(ctx context.Context, args map[string]any) (any, *xctv1.Error) {
 	name := t.srv.cfg.Name
 	if t.srv.cfg.Command != "" && t.srv.sb == nil {
@@ -449,6 +570,19 @@ func (t *mcpTool) invoke(ctx context.Context, args map[string]any) (any, *xctv1.
 	if e := Commit(ctx); e != nil {
 		return nil, e
 	}
+	res, e, gone := t.call(ctx, s, args)
+	if gone {
+		// The transport failed (the server crashed, the connection
+		// dropped): the next call starts a new session.
+		t.srv.drop(s)
+	}
+	return res, e
+}
+
+// call sends the call on session s, committed, and maps the answer;
+// gone says that the session failed (the server went away).
+func (t *mcpTool) call(ctx context.Context, s *mcp.ClientSession, args map[string]any) (_ any, _ *xctv1.Error, gone bool) {
+	name := t.srv.cfg.Name
 	res, err := s.CallTool(ctx, &mcp.CallToolParams{
 		Meta:      mcp.Meta{"io.xct/step_id": StepID(ctx)},
 		Name:      t.name,
@@ -459,15 +593,12 @@ func (t *mcpTool) invoke(ctx context.Context, args map[string]any) (any, *xctv1.
 		var rpcErr *jsonrpc.Error
 		switch {
 		case ctx.Err() != nil:
-			return nil, wire.WithDetails(wire.Errorf(wire.CodeTimeout, "MCP server %s did not answer within the step's deadline", name), details)
+			return nil, wire.WithDetails(wire.Errorf(wire.CodeTimeout, "MCP server %s did not answer within the step's deadline", name), details), false
 		case errors.As(err, &rpcErr) && rpcErr.Code != codeRejectedByTransport:
 			// The server answered with a JSON-RPC error: it is alive.
-			return nil, wire.WithDetails(wire.Errorf(wire.CodeToolFailure, "MCP server %s: %s", name, rpcErr.Message), details)
+			return nil, wire.WithDetails(wire.Errorf(wire.CodeToolFailure, "MCP server %s: %s", name, rpcErr.Message), details), false
 		}
-		// The transport failed (the server crashed, the connection
-		// dropped): the next call starts a new session.
-		t.srv.drop(s)
-		return nil, wire.WithDetails(wire.Errorf(wire.CodeToolFailure, "MCP server %s went away during the call: %v", name, err), details)
+		return nil, wire.WithDetails(wire.Errorf(wire.CodeToolFailure, "MCP server %s went away during the call: %v", name, err), details), true
 	}
 	content := make([]any, 0, len(res.Content))
 	for _, c := range res.Content {
@@ -492,7 +623,7 @@ func (t *mcpTool) invoke(ctx context.Context, args map[string]any) (any, *xctv1.
 			msg = "the tool reported an error without a message"
 		}
 		return nil, wire.WithDetails(wire.Errorf(wire.CodeToolFailure, "%s", head(msg, 4096)),
-			map[string]any{"server": name, "content": content})
+			map[string]any{"server": name, "content": content}), false
 	}
 	out := map[string]any{"content": content}
 	if res.StructuredContent != nil {
@@ -502,7 +633,7 @@ func (t *mcpTool) invoke(ctx context.Context, args map[string]any) (any, *xctv1.
 			out["structured_content"] = v
 		}
 	}
-	return out, nil
+	return out, nil, false
 }
 
 // mcpEffectFrom says where an MCP tool's effect class comes from: the

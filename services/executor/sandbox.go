@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+	"golang.org/x/sys/unix"
 
 	"github.com/xct-dev/xct/internal/sandboxenter"
 )
@@ -165,6 +167,9 @@ type osSandbox struct {
 	// readOnlyWorkspace mounts the workspace read-only: the program's
 	// effect class is read, and the sandbox keeps it to that.
 	readOnlyWorkspace bool
+	// noUnixSockets refuses socket(AF_UNIX) (seccompProgram): for a
+	// sandbox that lives between calls.
+	noUnixSockets bool
 	// enter, when set, starts the program through the executor's own
 	// binary (internal/sandboxenter), which checks that the working
 	// directory is the one the executor checked before it executes it.
@@ -460,17 +465,6 @@ func (e *enterReport) wait(d time.Duration) string {
 	}
 }
 
-// withoutStatusFD drops --json-status-fd from a sandbox command line, for
-// a long-running server whose status nobody reads (bwrap hangs on a
-// status descriptor that is not open).
-func withoutStatusFD(argv []string) []string {
-	i := slices.Index(argv, "--json-status-fd")
-	if i < 0 {
-		return argv
-	}
-	return append(slices.Clone(argv[:i]), argv[i+2:]...)
-}
-
 // mountArgs mounts a host path at the same place: a symbolic link is
 // recreated (merged /usr), a missing path is skipped.
 func mountArgs(p, bind string) []string {
@@ -526,7 +520,7 @@ type protectedMount struct {
 func (s *osSandbox) withProtected(protected *protectedPaths, firstFD int) (*osSandbox, protectedSet, string) {
 	c := *s
 	c.extra, c.firstFD, c.seccomp = nil, firstFD, nil
-	if f, err := seccompFile(); err == nil {
+	if f, err := seccompFile(s.noUnixSockets); err == nil {
 		c.seccomp = f
 	}
 	if protected == nil {
@@ -615,30 +609,45 @@ func (s *osSandbox) closeExtra() {
 	}
 }
 
-// sandboxStatus reads bwrap's JSON status lines: it says whether the
-// program was started at all (the exit-code line is written only for a
-// program that ran).
+// sandboxStatus reads bwrap's JSON status lines: the first names the
+// sandbox's init (its host pid), and the exit-code line, written only for
+// a program that ran, says whether the program was started at all.
 type sandboxStatus struct {
 	mu       sync.Mutex
 	exited   bool
 	exitCode int
-	done     chan struct{}
+	childPID int
+	// known is closed once the init's pid is read, or the pipe ended.
+	known chan struct{}
+	done  chan struct{}
 }
 
 func readSandboxStatus(r io.ReadCloser) *sandboxStatus {
-	st := &sandboxStatus{done: make(chan struct{})}
+	st := &sandboxStatus{known: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(st.done)
 		defer func() { _ = r.Close() }()
+		var once sync.Once
+		defer once.Do(func() { close(st.known) })
 		sc := bufio.NewScanner(io.LimitReader(r, 64<<10))
 		for sc.Scan() {
 			var line struct {
 				ExitCode *int `json:"exit-code"`
+				ChildPID *int `json:"child-pid"`
 			}
-			if json.Unmarshal(sc.Bytes(), &line) == nil && line.ExitCode != nil {
-				st.mu.Lock()
+			if json.Unmarshal(sc.Bytes(), &line) != nil {
+				continue
+			}
+			st.mu.Lock()
+			if line.ExitCode != nil {
 				st.exited, st.exitCode = true, *line.ExitCode
-				st.mu.Unlock()
+			}
+			if line.ChildPID != nil && st.childPID == 0 {
+				st.childPID = *line.ChildPID
+			}
+			st.mu.Unlock()
+			if line.ChildPID != nil {
+				once.Do(func() { close(st.known) })
 			}
 		}
 	}()
@@ -656,6 +665,195 @@ func (st *sandboxStatus) wait(d time.Duration) (exited bool, code int) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	return st.exited, st.exitCode
+}
+
+// initPID is the host pid of the sandbox's init (PID 1 of its PID
+// namespace), once bwrap said it; 0 if bwrap ended without making one.
+func (st *sandboxStatus) initPID(ctx context.Context) (int, error) {
+	select {
+	case <-st.known:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.childPID, nil
+}
+
+// sandboxProc is a long-running program in a sandbox: bwrap as the
+// executor started it, and the sandbox's init (PID 1 of its PID
+// namespace) held by a pidfd. Killing the init kills every process of the
+// namespace, however it detached itself (setsid, a double fork, signals
+// ignored: SIGKILL from outside cannot be), and the init's exit completes
+// only once every other process of the namespace is gone (the kernel
+// reaps them first): when kill returns, nothing the program started runs,
+// and no descriptor it held is open.
+type sandboxProc struct {
+	cmd    *osexec.Cmd
+	status *sandboxStatus
+	// sbx holds the descriptors the child inherits, statusW the writing
+	// end of the status pipe: the parent's copies are closed once it
+	// started.
+	sbx     *osSandbox
+	statusW *os.File
+
+	mu    sync.Mutex
+	pidfd int // -1: not held (not yet, or gone)
+	// exitedEarly: the init had exited when hold looked for it.
+	exitedEarly bool
+	// killOnce makes kill act once; gone is what it found.
+	killOnce sync.Once
+	gone     bool
+}
+
+// startableSandboxProc prepares cmd (bwrap, from sbx.argv, with --json-status-fd 3) to
+// run with the status pipe and sbx's descriptors.
+func startableSandboxProc(cmd *osexec.Cmd, sbx *osSandbox) (*sandboxProc, error) {
+	sr, sw, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd.ExtraFiles = append([]*os.File{sw}, sbx.extraFiles()...) // fd 3: bwrap's --json-status-fd
+	return &sandboxProc{cmd: cmd, status: readSandboxStatus(sr), sbx: sbx, statusW: sw, pidfd: -1}, nil
+}
+
+// started closes the parent's copies of what the child inherited (call
+// it once the child started, or failed to).
+func (p *sandboxProc) started() {
+	_ = p.statusW.Close()
+	p.sbx.closeExtra()
+}
+
+// ran says whether bwrap made the sandbox's init (the program may have
+// run), false when it ended before (a mount it could not make): then
+// nothing of the program ran.
+func (p *sandboxProc) ran() bool {
+	select {
+	case <-p.status.known:
+	default:
+		return true // not said yet: assume the worst
+	}
+	p.status.mu.Lock()
+	defer p.status.mu.Unlock()
+	return p.status.childPID > 0
+}
+
+// hold opens a pidfd of the sandbox's init, which bwrap named on its
+// status pipe, and checks that it is the child of the bwrap the executor
+// started (not reaped yet, so its pid is not reused): the pidfd names
+// that very process, whatever pid is reused later.
+func (p *sandboxProc) hold(ctx context.Context) error {
+	pid, err := p.status.initPID(ctx)
+	if err != nil {
+		return err
+	}
+	// bwrap (not waited for yet) keeps its pid: an init that is not its
+	// child, or not there, has exited, and every process of its
+	// namespace with it.
+	if pid <= 0 {
+		p.initGone()
+		return errors.New("bubblewrap ended without starting the sandbox")
+	}
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		p.initGone()
+		return fmt.Errorf("the sandbox's init (pid %d) is gone: %w", pid, err)
+	}
+	if ppid, err := parentPID(pid); err != nil || ppid != p.cmd.Process.Pid {
+		_ = unix.Close(fd)
+		p.initGone()
+		if err == nil {
+			err = fmt.Errorf("pid %d is now a child of %d", pid, ppid)
+		}
+		return fmt.Errorf("the sandbox's init (pid %d) is gone: %w", pid, err)
+	}
+	p.mu.Lock()
+	p.pidfd = fd
+	p.mu.Unlock()
+	return nil
+}
+
+// sandboxKillWait bounds how long kill waits for a PID namespace to be
+// gone: only a process stuck in the kernel (a hung file system) takes
+// longer, and it dies as soon as it leaves it.
+const sandboxKillWait = 10 * time.Second
+
+// initGone records that the sandbox's init exited before it was held:
+// kill has nothing left to wait for.
+func (p *sandboxProc) initGone() {
+	p.mu.Lock()
+	p.exitedEarly = true
+	p.mu.Unlock()
+}
+
+// kill kills the sandbox's init, and so every process of its PID
+// namespace, and reports whether they are all gone (it waits for that,
+// at most sandboxKillWait). Without a held init it kills bwrap, and the
+// init dies with it (--die-with-parent), shortly after: that is not
+// waited for, and it reports false. It acts once; a later call returns
+// what the first found, once it is known.
+func (p *sandboxProc) kill() bool {
+	p.killOnce.Do(func() {
+		p.mu.Lock()
+		fd, early := p.pidfd, p.exitedEarly
+		p.pidfd = -1
+		p.mu.Unlock()
+		if fd < 0 {
+			p.gone = early
+			// os.Process signals through a pidfd: never another
+			// process that got bwrap's pid after it was waited for.
+			if p.cmd.Process != nil {
+				_ = p.cmd.Process.Kill()
+			}
+			return
+		}
+		defer func() { _ = unix.Close(fd) }()
+		if err := unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {
+			_ = p.cmd.Process.Kill() // cannot happen: the executor's own child's child
+		}
+		p.gone = waitPidfd(fd, sandboxKillWait)
+	})
+	return p.gone
+}
+
+// waitPidfd waits, at most d, for the process of a pidfd to exit. A
+// pidfd is readable once its process exited; for a PID namespace's init
+// that is after the kernel killed and reaped every other process of the
+// namespace.
+func waitPidfd(fd int, d time.Duration) bool {
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}} //nolint:gosec // a descriptor number
+	deadline := time.Now().Add(d)
+	for {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return false
+		}
+		n, err := unix.Poll(fds, int(left.Milliseconds())+1)
+		switch {
+		case err == nil && n > 0:
+			return true
+		case err != nil && !errors.Is(err, unix.EINTR):
+			return false
+		}
+	}
+}
+
+// parentPID is the parent's pid of process pid, from /proc.
+func parentPID(pid int) (int, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	// pid (comm) state ppid ...: comm may hold anything but the last ')'.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, errors.New("unreadable /proc stat")
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 2 {
+		return 0, errors.New("unreadable /proc stat")
+	}
+	return strconv.Atoi(f[1])
 }
 
 // isELF reports whether the file at p is an ELF binary (a script is

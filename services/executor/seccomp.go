@@ -54,6 +54,13 @@ var seccompDenied = map[string][]uint32{
 	},
 }
 
+// seccompSocket is socket(2)'s number, by architecture: a sandbox that
+// lives between calls may not make a Unix socket (noUnixSockets).
+var seccompSocket = map[string]uint32{"amd64": 41, "arm64": 198}
+
+// afUnix is AF_UNIX.
+const afUnix = 1
+
 // auditArch is the AUDIT_ARCH value of the executor's architecture.
 var auditArch = map[string]uint32{"amd64": 0xc000003e, "arm64": 0xc00000b7}
 
@@ -78,8 +85,13 @@ type sockFilter struct {
 
 // seccompProgram is the filter for this architecture, as the bytes bwrap
 // reads (an array of struct sock_filter); nil where there is none (then
-// the sandbox runs without it, see docs/security.md).
-func seccompProgram() []byte {
+// the sandbox runs without it, see docs/security.md). With noUnix it
+// also refuses socket(AF_UNIX, ...): a process that outlives calls (a
+// stdio MCP server's read-only instance) cannot connect to a socket
+// another sandbox made in the workspace, and so cannot be handed a
+// descriptor (SCM_RIGHTS) it could write the workspace through later.
+// socketpair stays: its sockets connect only the process's own.
+func seccompProgram(noUnix bool) []byte {
 	denied, ok := seccompDenied[runtime.GOARCH]
 	if !ok {
 		return nil
@@ -96,6 +108,15 @@ func seccompProgram() []byte {
 		prog = append(prog,
 			sockFilter{code: bpfJgeK, jt: 0, jf: 1, k: x32SyscallBit},
 			sockFilter{code: bpfRetK, k: seccompErrno | eperm},
+		)
+	}
+	if noUnix {
+		prog = append(prog,
+			sockFilter{code: bpfJeqK, jt: 0, jf: 4, k: seccompSocket[runtime.GOARCH]},
+			sockFilter{code: bpfLdWAbs, k: 16}, // args[0], its low half: the domain, an int
+			sockFilter{code: bpfJeqK, jt: 0, jf: 1, k: afUnix},
+			sockFilter{code: bpfRetK, k: seccompErrno | eperm},
+			sockFilter{code: bpfRetK, k: seccompAllow}, // another socket: not in the list below
 		)
 	}
 	for i, nr := range denied {
@@ -118,8 +139,8 @@ func seccompProgram() []byte {
 }
 
 // seccompFile is a pipe holding the filter, for bwrap to read to its end.
-func seccompFile() (*os.File, error) {
-	prog := seccompProgram()
+func seccompFile(noUnix bool) (*os.File, error) {
+	prog := seccompProgram(noUnix)
 	if prog == nil {
 		return nil, nil
 	}
