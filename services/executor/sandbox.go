@@ -755,9 +755,14 @@ func (p *sandboxProc) hold(ctx context.Context) error {
 		return errors.New("bubblewrap ended without starting the sandbox")
 	}
 	fd, err := unix.PidfdOpen(pid, 0)
-	if err != nil {
+	switch {
+	case errors.Is(err, unix.ESRCH):
 		p.initGone()
 		return fmt.Errorf("the sandbox's init (pid %d) is gone: %w", pid, err)
+	case err != nil:
+		// ENOSYS before Linux 5.3, EPERM under a seccomp profile that
+		// refuses it: without it no instance can be stopped for sure.
+		return fmt.Errorf("pidfd_open of the sandbox's init: %w (the executor needs pidfd_open and pidfd_send_signal, Linux 5.3)", err)
 	}
 	if ppid, err := parentPID(pid); err != nil || ppid != p.cmd.Process.Pid {
 		_ = unix.Close(fd)
