@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -71,6 +72,49 @@ const (
 type rateStore struct {
 	bucket atomic.Pointer[rateBucket] // nil until Start
 	locks  [64]sync.Mutex
+
+	// seen is the last record this validator read or wrote of each key,
+	// with its revision: a take first tries its compare-and-set on it,
+	// which succeeds only if the record is still that one, and reads the
+	// key when it fails (another replica wrote meanwhile). A take that
+	// the cached record would refuse, or find counted, reads first: only
+	// an allow proven by the compare-and-set is decided on it.
+	seenMu sync.Mutex
+	seen   map[string]seenRecord
+}
+
+// seenRecord is a key's record at a revision.
+type seenRecord struct {
+	rev uint64
+	es  []rateEntry
+}
+
+// maxSeen bounds the records kept in seen (one per window: a per-run
+// limit has one per run); past it they are all dropped.
+const maxSeen = 4096
+
+func (st *rateStore) lastSeen(key string) (seenRecord, bool) {
+	st.seenMu.Lock()
+	defer st.seenMu.Unlock()
+	r, ok := st.seen[key]
+	return r, ok
+}
+
+// see records a key's record at rev (es is kept: the caller must not
+// change it afterwards).
+func (st *rateStore) see(key string, rev uint64, es []rateEntry) {
+	st.seenMu.Lock()
+	defer st.seenMu.Unlock()
+	if st.seen == nil || len(st.seen) >= maxSeen {
+		st.seen = make(map[string]seenRecord)
+	}
+	st.seen[key] = seenRecord{rev: rev, es: es}
+}
+
+func (st *rateStore) forget(key string) {
+	st.seenMu.Lock()
+	defer st.seenMu.Unlock()
+	delete(st.seen, key)
 }
 
 // rateBucket is the bound bucket and how many calls one record may hold
@@ -187,22 +231,23 @@ func (b *rateBucket) read(ctx context.Context, key string) ([]rateEntry, uint64,
 	return es, entry.Revision(), err
 }
 
-// write stores a key's calls if it is still at revision rev; a lost race
-// is errRateRace.
-func (b *rateBucket) write(ctx context.Context, key string, es []rateEntry, rev uint64) error {
+// write stores a key's calls if it is still at revision rev, and returns
+// the new revision; a lost race is errRateRace.
+func (b *rateBucket) write(ctx context.Context, key string, es []rateEntry, rev uint64) (uint64, error) {
 	var err error
+	var next uint64
 	if rev == 0 {
-		_, err = b.kv.Create(ctx, key, encodeRate(es))
+		next, err = b.kv.Create(ctx, key, encodeRate(es))
 	} else {
-		_, err = b.kv.Update(ctx, key, encodeRate(es), rev)
+		next, err = b.kv.Update(ctx, key, encodeRate(es), rev)
 	}
 	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-		return errRateRace
+		return 0, errRateRace
 	}
 	if err != nil {
-		return fmt.Errorf("%w: write: %w", errRateStore, err)
+		return 0, fmt.Errorf("%w: write: %w", errRateStore, err)
 	}
-	return nil
+	return next, nil
 }
 
 var errRateRace = errors.New("the count changed meanwhile")
@@ -268,6 +313,21 @@ func (st *rateStore) allow(ctx context.Context, now time.Time, stepID string, ch
 func (st *rateStore) take(ctx context.Context, b *rateBucket, c *rateCheck, now time.Time, step uint64) (took bool, retryAfter time.Duration, err error) {
 	key := rateKey(c)
 	defer st.lock(key)()
+	entry := rateEntry{at: now.UnixNano(), step: step}
+	// First on the record last seen: one round trip when no other
+	// validator wrote the key since.
+	if seen, ok := st.lastSeen(key); ok {
+		es, counted, _ := live(slices.Clone(seen.es), now, c.limit.window, step)
+		if !counted && len(es) < c.limit.n && len(es) < b.maxCalls {
+			es = append(es, entry)
+			if rev, err := b.write(ctx, key, es, seen.rev); err == nil {
+				st.see(key, rev, es)
+				return true, 0, nil
+			}
+			// Another wrote it meanwhile (or the write failed): read it.
+			st.forget(key)
+		}
+	}
 	for try := range rateTries {
 		es, rev, err := b.read(ctx, key)
 		if err != nil {
@@ -275,17 +335,20 @@ func (st *rateStore) take(ctx context.Context, b *rateBucket, c *rateCheck, now 
 		}
 		es, counted, oldest := live(es, now, c.limit.window, step)
 		if counted {
+			st.see(key, rev, es)
 			return false, 0, nil
 		}
 		if len(es) >= c.limit.n {
+			st.see(key, rev, es)
 			return false, max(time.Unix(0, oldest).Add(c.limit.window).Sub(now), time.Nanosecond), nil
 		}
 		if len(es) >= b.maxCalls {
 			return false, 0, fmt.Errorf("%w: one record holds at most %d calls (the NATS server's max_payload), and this limit counts %d", errRateStore, b.maxCalls, c.limit.n)
 		}
-		es = append(es, rateEntry{at: now.UnixNano(), step: step})
-		err = b.write(ctx, key, es, rev)
+		es = append(es, entry)
+		next, err := b.write(ctx, key, es, rev)
 		if err == nil {
+			st.see(key, next, es)
 			return true, 0, nil
 		}
 		if !errors.Is(err, errRateRace) {
@@ -307,6 +370,7 @@ func (st *rateStore) giveBack(ctx context.Context, b *rateBucket, checks []*rate
 		key := rateKey(c)
 		func() {
 			defer st.lock(key)()
+			st.forget(key)
 			for try := range rateTries {
 				es, rev, err := b.read(ctx, key)
 				if err != nil || rev == 0 {
@@ -320,7 +384,7 @@ func (st *rateStore) giveBack(ctx context.Context, b *rateBucket, checks []*rate
 					return
 				}
 				es = append(es[:i], es[i+1:]...)
-				if err := b.write(ctx, key, es, rev); !errors.Is(err, errRateRace) {
+				if _, err := b.write(ctx, key, es, rev); !errors.Is(err, errRateRace) {
 					return
 				}
 				rateBackoff(ctx, try)

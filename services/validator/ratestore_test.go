@@ -2,6 +2,7 @@ package validator_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"strings"
 	"sync"
@@ -330,4 +331,94 @@ rules:
 	}
 	checkVerdict(t, callValidate(t, a, shell(6)), deny, wire.CodeRateLimited, "approve-shell", "builtin.rate_limit")
 	checkVerdict(t, callValidate(t, b, write(t, "run-a", 7)), deny, wire.CodeRateLimited, "allow-fs", "builtin.rate_limit")
+}
+
+// TestRateLimitGivesBack: a call two limits match, taken by the first
+// (per run) and refused by the second (global), is given back to the
+// first: the run's next call, once the global window has room, is
+// allowed on the other replica.
+func TestRateLimitGivesBack(t *testing.T) {
+	t.Parallel()
+	ns := testutil.RunJetStream(t)
+	c := newRateCluster(t, ns.ClientURL(), `
+rate_limits:
+  - {tool: "fs.write", per_run: 1/2h, global: 2/1h}
+rules:
+  - id: allow-all
+    effect: allow
+    tools: ["fs.*"]
+`)
+	a, _ := c.replica(t)
+	b, _ := c.replica(t)
+	checkVerdict(t, callValidate(t, a, write(t, "run-a", 1)), allow, "", "allow-all")
+	checkVerdict(t, callValidate(t, b, write(t, "run-b", 1)), allow, "", "allow-all")
+	c.clock.Advance(time.Second)
+	v := callValidate(t, a, write(t, "run-c", 1))
+	checkVerdict(t, v, deny, wire.CodeRateLimited, "allow-all", "builtin.rate_limit")
+	if d := v.GetError().GetDetails().AsMap(); d["scope"] != "global" {
+		t.Errorf("details = %v, want the global limit", d)
+	}
+	c.clock.Advance(time.Hour)
+	checkVerdict(t, callValidate(t, b, write(t, "run-c", 2)), allow, "", "allow-all")
+	checkVerdict(t, callValidate(t, a, write(t, "run-c", 3)), deny, wire.CodeRateLimited, "allow-all", "builtin.rate_limit")
+}
+
+// BenchmarkValidateRateLimitedStore measures a validation on NATS whose
+// tool two limits match (a per-run and a global window, counted in the
+// XCT_RATE_LIMITS bucket: a read and a compare-and-set each), the clock
+// moving 100 ms a call so that the global window holds about 600 calls
+// and none is refused. The /unlimited case is the same validator with a
+// tool no limit matches (the store is not asked).
+func BenchmarkValidateRateLimitedStore(b *testing.B) {
+	ns := testutil.RunJetStream(b)
+	c := newRateCluster(b, ns.ClientURL(), `
+rate_limits:
+  - {tool: "fs.write", per_run: 100/1m, global: 1000/1m}
+rules:
+  - id: allow-fs
+    effect: allow
+    tools: ["fs.*"]
+`)
+	nc, err := nats.Connect(c.url, testutil.NATSAs(natsauth.Validator))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer nc.Close()
+	s, err := validator.New(validator.Config{PolicyFile: c.policy, Replicas: 1}, nc, nil, validator.WithClock(c.clock.Now))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := s.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = s.Stop(ctx) }()
+	for _, tool := range []string{"fs.write", "fs.read"} {
+		name := "limited"
+		if tool == "fs.read" {
+			name = "unlimited"
+		}
+		b.Run(name, func(b *testing.B) {
+			reqs := make([]*xctv1.ValidateRequest, 512)
+			for i := range reqs {
+				a := map[string]any{"path": fmt.Sprintf("f%d", i), "content": "x"}
+				if tool == "fs.read" {
+					delete(a, "content")
+				}
+				reqs[i] = stepRequest(b, fmt.Sprintf("run-%d", i%50), i+1, tool, a)
+			}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				c.clock.Advance(100 * time.Millisecond)
+				req := reqs[i%len(reqs)]
+				req.StepId = fmt.Sprintf("%s-%d", tool, i) // a new step each time
+				resp, err := s.Validate(ctx, req)
+				if err != nil || resp.GetVerdict().GetDecision() != allow {
+					b.Fatalf("Validate: %v, %v", resp.GetVerdict(), err)
+				}
+				i++
+			}
+		})
+	}
 }
