@@ -159,6 +159,21 @@ func (s *Service) startRun(ctx context.Context, req *xctv1.StartRunRequest) (*ru
 		s.abandonStart(r)
 		return nil, err
 	}
+	// The run is indexed as live before its run_started can land: once
+	// on the chain without an owner key, only the index finds it
+	// (orphans.go).
+	if err := s.list(ctx, id); err != nil {
+		s.mu.Lock()
+		delete(s.active, id)
+		s.mu.Unlock()
+		rcancel(nil)
+		closeProposer(proposer)
+		if counted {
+			s.giveQuota(principal, id)
+		}
+		s.abandonStart(r)
+		return nil, status.Errorf(codes.Unavailable, "run %s not started: %v; retry", id, err)
+	}
 	var started xctevent.Event = xctevent.RunStarted{
 		RunID: id, Goal: req.GetGoal(), Model: model, Principal: principal,
 		Roles: roles, Labels: req.GetLabels(), MaxSteps: maxSteps,
@@ -194,6 +209,7 @@ func (s *Service) startRun(ctx context.Context, req *xctv1.StartRunRequest) (*ru
 			return nil, fmt.Errorf("%w: %s", ErrRunExists, id)
 		}
 		s.abandonStart(r)
+		s.unlist(id) // its run_started was refused: it never started
 		return nil, err
 	}
 	s.mu.Lock()

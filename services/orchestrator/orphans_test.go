@@ -31,6 +31,7 @@ func TestUnownedRunWithoutARetryIsFound(t *testing.T) {
 	const id = "run-orphan"
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	indexLive(ctx, f, id) // as its StartRun did before run_started
 	writeChain(ctx, f, id)
 	f.launch(Config{RunLease: time.Second, DrainTimeout: 5 * time.Second, Instance: "orch-a", CallTimeout: time.Minute,
 		OrphanScan: 200 * time.Millisecond}, model)
@@ -45,22 +46,28 @@ func TestUnownedRunWithoutARetryIsFound(t *testing.T) {
 	}
 }
 
-// A run that ended, whose chain's last event hides it (a signed checkpoint
-// after run_finished), has no owner key either: the search reads it whole,
-// remembers it ended, and writes nothing.
-func TestEndedRunWithoutAKeyIsLeftAlone(t *testing.T) {
+// A run that ended, whose writer died between its end and the removal of
+// its live index entry, and whose chain's last event hides the end (a
+// signed checkpoint after run_finished): the stale entry costs one check.
+// The search reads the chain whole, remembers the run ended, removes the
+// entry and writes nothing.
+func TestStaleLiveEntryOfAnEndedRunIsRemoved(t *testing.T) {
 	t.Parallel()
 	model := newGatedModel(step("test.count", 1))
 	f := newFixture(t, model)
 	const id = "run-ended-checkpointed"
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	writeEndedCheckpointed(ctx, f, id)
+	indexLive(ctx, f, id)
+	writeEndedCheckpointed(ctx, f, id) // then the writer died
 	a, _ := f.launch(Config{RunLease: 200 * time.Millisecond, DrainTimeout: 5 * time.Second, Instance: "orch-a", CallTimeout: time.Minute,
 		OrphanScan: 50 * time.Millisecond}, model)
 	testutil.Eventually(t, 30*time.Second, func() error {
 		if r, ok := a.runs.summary(id); !ok || !ended(r) {
 			return fmt.Errorf("the search has not found the run ended: %v", r)
+		}
+		if _, err := f.owners.Get(ctx, livePrefix+id); !errors.Is(err, jetstream.ErrKeyNotFound) {
+			return fmt.Errorf("the stale live entry stays: %w", err)
 		}
 		return nil
 	})
@@ -96,6 +103,19 @@ func TestListRunsSeesTheEndBeforeACheckpoint(t *testing.T) {
 		if r := list.GetRuns()[0]; r.GetStatus() != xctv1.RunStatus_RUN_STATUS_DONE || r.GetLastSeq() != 3 {
 			t.Fatalf("listed as %s at seq %d, want DONE at 3", r.GetStatus(), r.GetLastSeq())
 		}
+	}
+}
+
+// indexLive writes a run's live index entry, as StartRun does before the
+// run's run_started.
+func indexLive(ctx context.Context, f *fixture, id string) {
+	f.t.Helper()
+	kv, err := f.events.JetStream().KeyValue(ctx, OwnersBucket)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, livePrefix+id, []byte("orch-gone")); err != nil {
+		f.t.Fatal(err)
 	}
 }
 

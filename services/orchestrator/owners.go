@@ -278,6 +278,9 @@ func (s *Service) watchOwners(ctx context.Context) {
 			if e == nil {
 				continue // every current key was delivered
 			}
+			if strings.HasPrefix(e.Key(), livePrefix) {
+				continue // an index entry of the orphan search, not an owner
+			}
 			if e.Operation() != jetstream.KeyValuePut {
 				delete(seen, e.Key())
 				continue

@@ -152,7 +152,14 @@ func (s *Service) resume(parent context.Context, id string, rev uint64, reason, 
 		return err
 	}
 	if writer.Seq() == 0 {
-		return s.disown(id, rev) // claimed, then its owner stopped before run_started
+		// Claimed, then its owner stopped before run_started, which may
+		// still land: once the key is gone only the live index
+		// (orphans.go) can find the run then. Written here too, not only
+		// by StartRun, so a start that wrote none is covered.
+		if err := s.list(ctx, id); err != nil {
+			return err
+		}
+		return s.disown(id, rev)
 	}
 	events, err := s.events.ReadChain(ctx, id)
 	if err != nil {
@@ -166,6 +173,7 @@ func (s *Service) resume(parent context.Context, id string, rev uint64, reason, 
 	}
 	for i := range events {
 		if events[i].Type == lctl.TypeRunFinished {
+			s.unlist(id) // a stale index entry, if its writer left one
 			return s.disown(id, rev)
 		}
 	}

@@ -57,6 +57,10 @@ type Service struct {
 	// process's name in it.
 	owners   jetstream.KeyValue
 	instance string
+	// ownersStreamH is the owners bucket's stream (orphans.go unlist),
+	// looked up once.
+	ownersStreamMu sync.Mutex
+	ownersStreamH  jetstream.Stream
 	// quota is the bucket of each principal's runs in progress across
 	// the cluster (quota.go).
 	quota      jetstream.KeyValue
@@ -251,6 +255,7 @@ func (s *Service) launch(r *run) {
 		s.mu.Unlock()
 		if r.ended {
 			s.finishLease(r)
+			s.unlist(r.id) // the run's end is on its chain (orphans.go)
 			s.giveQuota(r.principal, r.id)
 		}
 		r.cancel(nil)
