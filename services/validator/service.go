@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -233,6 +234,7 @@ func (s *Service) Start(ctx context.Context) error {
 		s.stopWatch = cancel
 		s.log.Info("validator started", "tools", len(cat.List()))
 		s.warnUnknownTools(s.policy.Load())
+		s.warnRateCapacity(s.policy.Load())
 	}
 	if files := s.cfg.PolicyFiles(); len(files) > 0 && s.cfg.PolicyReload > 0 {
 		s.reload = s.startReload(files, s.cfg.PolicyReload)
@@ -275,6 +277,7 @@ func (s *Service) SetPolicy(p Policy) error {
 	s.policy.Store(inst)
 	s.log.Info("validator policy installed", "version", inst.version)
 	s.warnUnknownTools(inst)
+	s.warnRateCapacity(inst)
 	return nil
 }
 
@@ -292,5 +295,29 @@ func (s *Service) warnUnknownTools(inst *installedPolicy) {
 	}
 	for _, f := range unknownToolFindings(inst.set, cat) {
 		s.log.Warn("policy names a tool the catalog does not have", "file", f.File, "line", f.Line, "rule", f.RuleID, "problem", f.Msg)
+	}
+}
+
+// warnRateCapacity logs the rate limits of a policy that count more calls
+// than one record of the count store holds (the NATS server's
+// max_payload): once a window holds that many, its calls are refused
+// (ratestore.go).
+func (s *Service) warnRateCapacity(inst *installedPolicy) {
+	if s.rates == nil {
+		return
+	}
+	b := s.rates.bucket.Load()
+	if b == nil {
+		return
+	}
+	limits := slices.Clone(inst.limits)
+	for _, sh := range inst.shadows {
+		limits = append(limits, sh.rs.settings.rateLimits...)
+	}
+	for _, l := range limits {
+		if n := max(l.perRun.n, l.global.n); n > b.maxCalls {
+			s.log.Warn("a rate limit counts more calls than one record of its count store holds (the NATS server's max_payload); once its window holds that many, its calls are refused",
+				"file", l.file, "line", l.line, "tool", l.pattern, "limit", n, "record_holds", b.maxCalls)
+		}
 	}
 }
