@@ -1,6 +1,7 @@
 package analysis
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"reflect"
 	"slices"
@@ -46,12 +47,18 @@ func TestChunked(t *testing.T) {
 // TestStepModels: the step-number-to-model index answers as a map does,
 // for numbers in order, out of order, far apart, negative and set again
 // (also to "" once the slice has grown past a number first kept in the
-// map).
+// map), with a few models and with more than are looked for one by one
+// (fewModels), each name made anew at every set (equal by its bytes).
 func TestStepModels(t *testing.T) {
-	r := rand.New(rand.NewPCG(3, 4))
+	for _, count := range []int{3, 3 * fewModels} {
+		testStepModels(t, count)
+	}
+}
+
+func testStepModels(t *testing.T, count int) {
+	r := rand.New(rand.NewPCG(3, uint64(count)))
 	x := &stepModels{}
 	want := map[int64]string{}
-	models := []string{"", "a", "b", "c"}
 	for i := range 50_000 {
 		var n int64
 		switch r.IntN(4) {
@@ -64,7 +71,10 @@ func TestStepModels(t *testing.T) {
 		default:
 			n = r.Int64N(5000)
 		}
-		m := models[r.IntN(len(models))]
+		m := ""
+		if k := r.IntN(count + 1); k > 0 {
+			m = fmt.Sprintf("model-%d", k)
+		}
 		x.set(n, m)
 		want[n] = m
 		probe := r.Int64N(1<<23) - 100
@@ -76,5 +86,8 @@ func TestStepModels(t *testing.T) {
 		if got := x.get(n); got != m {
 			t.Fatalf("get(%d) = %q, want %q", n, got, m)
 		}
+	}
+	if len(x.names) != count || (count > fewModels) != (x.named != nil) {
+		t.Fatalf("%d models: %d names, map %v", count, len(x.names), x.named != nil)
 	}
 }

@@ -173,14 +173,51 @@ func (r modelResolver) add(e *lctl.Event) (string, bool) {
 
 // stepModels maps step numbers to models: the numbers XCT gives (1, 2, 3,
 // ...) in a slice, not a map that grows by one entry per step; others in
-// a map.
+// a map. The slice holds each model as its number in names (plus one; 0
+// is ""): four bytes a step without a pointer, where a string was sixteen
+// bytes the collector scanned at every cycle (a million-event chain has
+// some 200,000 steps and a few models).
 type stepModels struct {
-	dense  []string
+	dense  []uint32
 	sparse map[int64]string
+	names  []string
+	// named finds a name's number once names has more than a few.
+	named map[string]uint32
 }
 
 // denseStepModels bounds the step numbers kept in the slice.
 const denseStepModels = 1 << 22
+
+// fewModels is how many names are looked for one by one before named.
+const fewModels = 16
+
+// number returns m's number (0 for "").
+func (x *stepModels) number(m string) uint32 {
+	if m == "" {
+		return 0
+	}
+	if x.named == nil {
+		for i, n := range x.names {
+			if n == m {
+				return uint32(i + 1)
+			}
+		}
+		if len(x.names) < fewModels {
+			x.names = append(x.names, m)
+			return uint32(len(x.names))
+		}
+		x.named = make(map[string]uint32, 2*fewModels)
+		for i, n := range x.names {
+			x.named[n] = uint32(i + 1)
+		}
+	}
+	if k, ok := x.named[m]; ok {
+		return k
+	}
+	x.names = append(x.names, m)
+	x.named[m] = uint32(len(x.names))
+	return uint32(len(x.names))
+}
 
 func (x *stepModels) set(n int64, m string) {
 	if n >= 0 && n < denseStepModels && n <= int64(2*len(x.dense)+1024) {
@@ -192,7 +229,7 @@ func (x *stepModels) set(n int64, m string) {
 			}
 			x.dense = x.dense[:int(n)+1]
 		}
-		x.dense[n] = m
+		x.dense[n] = x.number(m)
 		if x.sparse != nil {
 			delete(x.sparse, n) // set before the slice reached n
 		}
@@ -206,8 +243,8 @@ func (x *stepModels) set(n int64, m string) {
 
 func (x *stepModels) get(n int64) string {
 	if n >= 0 && n < int64(len(x.dense)) {
-		if m := x.dense[n]; m != "" {
-			return m
+		if k := x.dense[n]; k != 0 {
+			return x.names[k-1]
 		}
 	}
 	return x.sparse[n]
