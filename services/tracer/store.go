@@ -65,6 +65,9 @@ type chain struct {
 	written time.Time
 	n       int      // events stored
 	agents  []string // every agent seen, in order of first appearance
+	// agentSet holds agents' names once there are more than a short list
+	// searches cheaply: an OTLP trace may name thousands of agents.
+	agentSet map[string]struct{}
 	// lastSeq, lastHash and lastTimestamp are the last stored event's
 	// (when n > 0).
 	lastSeq       uint64
@@ -529,8 +532,8 @@ func (c *chain) add(log *slog.Logger, e lctl.Event, computed string) {
 	}
 	c.n++
 	c.lastSeq, c.lastHash, c.lastTimestamp = e.Seq, e.Hash, e.Timestamp
-	if e.Agent != "" && !contains(c.agents, e.Agent) {
-		c.agents = append(c.agents, e.Agent)
+	if e.Agent != "" {
+		c.addAgent(e.Agent)
 	}
 	if t := e.Time(); !t.IsZero() {
 		c.lastTime = t
@@ -558,11 +561,31 @@ func (c *chain) fail(log *slog.Logger, problem string) {
 	}
 }
 
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
+// addAgent appends an agent the chain has not named yet. A short list is
+// searched; past agentListMax names a set answers, so a chain of n agents
+// costs O(n), not O(n²), to build.
+func (c *chain) addAgent(a string) {
+	if c.agentSet != nil {
+		if _, ok := c.agentSet[a]; ok {
+			return
+		}
+		c.agentSet[a] = struct{}{}
+		c.agents = append(c.agents, a)
+		return
+	}
+	for _, x := range c.agents {
+		if x == a {
+			return
 		}
 	}
-	return false
+	c.agents = append(c.agents, a)
+	if len(c.agents) > agentListMax {
+		c.agentSet = make(map[string]struct{}, 2*len(c.agents))
+		for _, x := range c.agents {
+			c.agentSet[x] = struct{}{}
+		}
+	}
 }
+
+// agentListMax is the number of agents searched as a list.
+const agentListMax = 16
