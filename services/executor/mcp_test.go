@@ -46,6 +46,10 @@ func TestMain(m *testing.M) {
 		if fifo := os.Getenv(mcpLurkEnv); fifo != "" {
 			startLurking(fifo)
 		}
+		if spec := os.Getenv(mcpDgramEnv); spec != "" {
+			addDgramTool(srv, spec)
+			startDgramLurking(spec)
+		}
 		if err := srv.Run(context.Background(), &mcp.StdioTransport{}); err != nil {
 			os.Exit(1)
 		}

@@ -54,12 +54,24 @@ var seccompDenied = map[string][]uint32{
 	},
 }
 
-// seccompSocket is socket(2)'s number, by architecture: a sandbox that
-// lives between calls may not make a Unix socket (noUnixSockets).
-var seccompSocket = map[string]uint32{"amd64": 41, "arm64": 198}
+// seccompSocket and seccompSocketpair are socket(2)'s and
+// socketpair(2)'s numbers, by architecture: a sandbox that lives between
+// calls may make no Unix socket but a stream or seqpacket pair
+// (noUnixSockets).
+var (
+	seccompSocket     = map[string]uint32{"amd64": 41, "arm64": 198}
+	seccompSocketpair = map[string]uint32{"amd64": 53, "arm64": 199}
+)
 
-// afUnix is AF_UNIX.
-const afUnix = 1
+// afUnix is AF_UNIX; sockStream, sockSeqpacket and sockTypeMask are
+// SOCK_STREAM, SOCK_SEQPACKET and the bits of a socket type that are not
+// flags (SOCK_CLOEXEC, SOCK_NONBLOCK).
+const (
+	afUnix        = 1
+	sockStream    = 1
+	sockSeqpacket = 5
+	sockTypeMask  = 0xf
+)
 
 // auditArch is the AUDIT_ARCH value of the executor's architecture.
 var auditArch = map[string]uint32{"amd64": 0xc000003e, "arm64": 0xc00000b7}
@@ -69,6 +81,7 @@ const (
 	bpfLdWAbs       = 0x20 // BPF_LD | BPF_W | BPF_ABS
 	bpfJeqK         = 0x15 // BPF_JMP | BPF_JEQ | BPF_K
 	bpfJgeK         = 0x35 // BPF_JMP | BPF_JGE | BPF_K
+	bpfAndK         = 0x54 // BPF_ALU | BPF_AND | BPF_K
 	bpfRetK         = 0x06 // BPF_RET | BPF_K
 	seccompAllow    = 0x7fff0000
 	seccompErrno    = 0x00050000
@@ -90,7 +103,14 @@ type sockFilter struct {
 // stdio MCP server's read-only instance) cannot connect to a socket
 // another sandbox made in the workspace, and so cannot be handed a
 // descriptor (SCM_RIGHTS) it could write the workspace through later.
-// socketpair stays: its sockets connect only the process's own.
+// For the same reason it refuses socketpair(AF_UNIX, ...) but of stream
+// and seqpacket sockets: a datagram socket of a pair can be disconnected
+// from its peer (connect to AF_UNSPEC) and bound to an address (a path
+// in a writable directory the write calls' instances share, an abstract
+// one in a shared network namespace), where any process can send it
+// descriptors. A stream or seqpacket pair (Python's asyncio and libuv
+// make them) connects only the process's own: it can neither be
+// disconnected nor listen.
 func seccompProgram(noUnix bool) []byte {
 	denied, ok := seccompDenied[runtime.GOARCH]
 	if !ok {
@@ -117,6 +137,16 @@ func seccompProgram(noUnix bool) []byte {
 			sockFilter{code: bpfJeqK, jt: 0, jf: 1, k: afUnix},
 			sockFilter{code: bpfRetK, k: seccompErrno | eperm},
 			sockFilter{code: bpfRetK, k: seccompAllow}, // another socket: not in the list below
+			sockFilter{code: bpfJeqK, jt: 0, jf: 9, k: seccompSocketpair[runtime.GOARCH]},
+			sockFilter{code: bpfLdWAbs, k: 16}, // args[0]: the domain
+			sockFilter{code: bpfJeqK, jt: 1, jf: 0, k: afUnix},
+			sockFilter{code: bpfRetK, k: seccompAllow}, // another domain's pair
+			sockFilter{code: bpfLdWAbs, k: 24},         // args[1], its low half: the type and its flags
+			sockFilter{code: bpfAndK, k: sockTypeMask},
+			sockFilter{code: bpfJeqK, jt: 2, jf: 0, k: sockStream},
+			sockFilter{code: bpfJeqK, jt: 1, jf: 0, k: sockSeqpacket},
+			sockFilter{code: bpfRetK, k: seccompErrno | eperm},
+			sockFilter{code: bpfRetK, k: seccompAllow},
 		)
 	}
 	for i, nr := range denied {
