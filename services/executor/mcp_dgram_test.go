@@ -73,10 +73,16 @@ func startDgramLurking(spec string) {
 	}()
 }
 
-// addDgramTool adds handdgram: it sends the workspace, opened, to the
-// abstract Unix address of mcpDgramEnv.
-func addDgramTool(srv *mcp.Server, spec string) {
+// addDgramTools adds handdgram, which sends the workspace, opened, to
+// the Unix address of mcpDgramEnv, and filtered, which says what
+// io_uring_setup (refused by every sandbox's seccomp filter) answers.
+func addDgramTools(srv *mcp.Server, spec string) {
 	name, _, _ := strings.Cut(spec, ":")
+	srv.AddTool(&mcp.Tool{Name: "filtered", Description: "Tries a filtered system call.", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			_, _, errno := syscall.Syscall(425, 0, 0, 0) // io_uring_setup(0, NULL): EFAULT or EINVAL unfiltered
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "io_uring_setup: " + errno.Error()}}}, nil
+		})
 	srv.AddTool(&mcp.Tool{Name: "handdgram", Description: "Shares the workspace.", InputSchema: json.RawMessage(`{"type":"object"}`)},
 		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			fail := func(err error) (*mcp.CallToolResult, error) {
@@ -140,5 +146,37 @@ func TestMCPNoDatagramHandOffToTheReadInstance(t *testing.T) {
 	}
 	if r.GetError() == nil || !strings.Contains(r.String(), "no such file or directory") {
 		t.Fatalf("handdgram: %v (want: nobody at the address)", r)
+	}
+}
+
+// TestSandboxWithoutItsFilterRunsNothing (session 12, attack12): a
+// sandbox's seccomp filter is a pipe made for each start; when it could
+// not be made (the executor out of descriptors) the sandbox was started
+// without it, silently: a stdio MCP server's read-only instance then
+// made Unix sockets again, and any sandboxed program reached ptrace,
+// io_uring and the rest. Now that start is refused. The pipe is made to
+// fail here (seccompPipe); before the fix a write call's instance ran
+// and io_uring_setup answered it (EFAULT: "bad address") instead of EPERM.
+func TestSandboxWithoutItsFilterRunsNothing(t *testing.T) {
+	requireSandbox(t)
+	if seccompProgram(false) == nil {
+		t.Skip("no seccomp filter for this architecture")
+	}
+	self, err := os.Executable()
+	must(t, err)
+	ws := t.TempDir()
+	s := mcpServiceIn(t, ws, "name: local\ncommand: "+self+"\nargs: [-test.run=^$]\nset_env: {"+mcpStdioEnv+": \"1\", "+mcpDgramEnv+": \"none:none\"}\n"+
+		"timeout: 10s\ntools:\n  filtered: {effect: reversible}\n  echo: {effect: read}")
+	if r := exec(t, s, "mcp.local.filtered", nil); r.GetError() != nil || !strings.Contains(r.String(), "operation not permitted") {
+		t.Fatalf("with its filter: %v", r)
+	}
+	seccompPipe = func() (*os.File, *os.File, error) { return nil, nil, syscall.EMFILE }
+	defer func() { seccompPipe = os.Pipe }()
+	r := exec(t, s, "mcp.local.filtered", nil)
+	if r.GetError() == nil {
+		t.Fatalf("a write call ran in a sandbox without its seccomp filter: %v", r)
+	}
+	if !strings.Contains(r.GetError().GetMessage(), "seccomp filter could not be made") || r.GetError().GetDetails().AsMap()["outcome_unknown"] != false {
+		t.Fatalf("refused otherwise than expected: %v", r)
 	}
 }

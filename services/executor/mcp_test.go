@@ -47,7 +47,7 @@ func TestMain(m *testing.M) {
 			startLurking(fifo)
 		}
 		if spec := os.Getenv(mcpDgramEnv); spec != "" {
-			addDgramTool(srv, spec)
+			addDgramTools(srv, spec)
 			startDgramLurking(spec)
 		}
 		if err := srv.Run(context.Background(), &mcp.StdioTransport{}); err != nil {

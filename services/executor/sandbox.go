@@ -520,9 +520,14 @@ type protectedMount struct {
 func (s *osSandbox) withProtected(protected *protectedPaths, firstFD int) (*osSandbox, protectedSet, string) {
 	c := *s
 	c.extra, c.firstFD, c.seccomp = nil, firstFD, nil
-	if f, err := seccompFile(s.noUnixSockets); err == nil {
-		c.seccomp = f
+	f, err := seccompFile(s.noUnixSockets)
+	if err != nil {
+		// Never run without the filter it should have (for a stdio MCP
+		// server's read-only instance, the one that keeps Unix sockets
+		// away): every start of this sandbox is refused.
+		c.err = fmt.Errorf("its seccomp filter could not be made: %w", err)
 	}
+	c.seccomp = f
 	if protected == nil {
 		return &c, nil, ""
 	}
@@ -709,6 +714,9 @@ type sandboxProc struct {
 // startableSandboxProc prepares cmd (bwrap, from sbx.argv, with --json-status-fd 3) to
 // run with the status pipe and sbx's descriptors.
 func startableSandboxProc(cmd *osexec.Cmd, sbx *osSandbox) (*sandboxProc, error) {
+	if sbx.err != nil {
+		return nil, sbx.err
+	}
 	sr, sw, err := os.Pipe()
 	if err != nil {
 		return nil, err

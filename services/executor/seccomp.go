@@ -168,13 +168,17 @@ func seccompProgram(noUnix bool) []byte {
 	return out
 }
 
+// seccompPipe makes the pipe of seccompFile (a variable: a test makes it
+// fail, as running out of descriptors would).
+var seccompPipe = os.Pipe
+
 // seccompFile is a pipe holding the filter, for bwrap to read to its end.
 func seccompFile(noUnix bool) (*os.File, error) {
 	prog := seccompProgram(noUnix)
 	if prog == nil {
 		return nil, nil
 	}
-	r, w, err := os.Pipe()
+	r, w, err := seccompPipe()
 	if err != nil {
 		return nil, err
 	}

@@ -303,6 +303,10 @@ func (t *shellTool) Invoke(ctx context.Context, args map[string]any) (any, *xctv
 			}
 			defer func() { _ = enter.r.Close() }()
 		}
+		if sbx.err != nil {
+			return nil, wire.WithDetails(wire.Errorf(wire.CodeToolFailure, "the sandbox of %s could not be prepared: %v; nothing was run", argv[0], sbx.err),
+				map[string]any{"program": argv[0], "sandbox": SandboxBwrap, "outcome_unknown": false})
+		}
 		sa := sbx.argv(bin.resolved, argv[0], argv[1:], chdir, t.env)
 		cmd = osexec.CommandContext(ctx, sa[0], sa[1:]...) //nolint:gosec // prlimit and bwrap, resolved; the program allow-listed, argv checked above
 		cmd.Env = []string{}
