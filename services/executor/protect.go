@@ -3,16 +3,12 @@ package executor
 import (
 	"context"
 	"errors"
-	"fmt"
-	"io"
 	"io/fs"
 	"log/slog"
-	"os"
 	"path"
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"unicode"
 
 	"golang.org/x/sys/unix"
@@ -63,12 +59,16 @@ type protectedPaths struct {
 	dirs  []string // folded names
 	files []string
 	all   []string // as configured, for messages
+	// folded is dirs and files, for matchNameBytes.
+	folded map[string]bool
 	// scanEntries is fs.protected_scan_entries (0: the default).
 	scanEntries int
+	// cache is what the scans read of the workspace's directories.
+	cache scanCache
 }
 
 func newProtectedPaths(extra []string) *protectedPaths {
-	p := &protectedPaths{}
+	p := &protectedPaths{folded: map[string]bool{}}
 	for _, n := range append(slices.Clone(DefaultProtectedPaths), extra...) {
 		if slices.Contains(p.all, n) {
 			continue
@@ -76,8 +76,10 @@ func newProtectedPaths(extra []string) *protectedPaths {
 		p.all = append(p.all, n)
 		if d, ok := strings.CutSuffix(n, "/"); ok {
 			p.dirs = append(p.dirs, foldName(d))
+			p.folded[foldName(d)] = true
 		} else {
 			p.files = append(p.files, foldName(n))
+			p.folded[foldName(n)] = true
 		}
 	}
 	return p
@@ -119,18 +121,16 @@ func (p *protectedPaths) match(name string) string {
 // Bounds of the scan for protected entries.
 const (
 	// protectScanEntries is the default of fs.protected_scan_entries:
-	// the names the scan before a program that may write reads at most.
-	// A workspace with more is not scanned whole, and such a program is
-	// not run (errScanIncomplete).
-	protectScanEntries = 65536
+	// the names the scan before a program that may write reads at most
+	// (or takes from its cache of listings, scanCache). A workspace with
+	// more is not scanned whole, and such a program is not run
+	// (errScanIncomplete).
+	protectScanEntries = 1 << 21
 	// protectScanDepth bounds how deep below the top any scan goes.
 	protectScanDepth = 256
 	// protectMaxMounts bounds the protected entries a sandbox mounts
 	// read-only (one descriptor and one mount each).
 	protectMaxMounts = 512
-	// protectReadChunk is how many names are read from a directory at a
-	// time: the scan holds no directory's whole list.
-	protectReadChunk = 1024
 )
 
 // scanBudget is the scan's bound of names: fs.protected_scan_entries, or
@@ -154,7 +154,7 @@ func (w *workspace) protectedNames(budget int) (protectedSet, string) {
 	}
 	defer func() { _ = top.Close() }()
 	out := protectedSet{}
-	cut := w.protected.walk(top, "", 0, &budget, func(d *os.File, name, rel string) bool {
+	cut := w.protected.walk(top, "", 0, &budget, func(d int, name, rel string) bool {
 		out.add(d, name, rel)
 		return true
 	})
@@ -172,9 +172,9 @@ type protectedSet map[string]entryID
 
 // add records the entry name of d (the workspace path rel), not
 // following a link; one that is gone is left out.
-func (s protectedSet) add(d *os.File, name, rel string) {
+func (s protectedSet) add(d int, name, rel string) {
 	var st unix.Stat_t
-	if unix.Fstatat(int(d.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil {
+	if unix.Fstatat(d, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil {
 		s[rel] = entryID{dev: uint64(st.Dev), ino: st.Ino} //nolint:unconvert // Dev is not uint64 everywhere
 	}
 }
@@ -195,63 +195,6 @@ func (s protectedSet) newSince(before protectedSet, byID map[entryID]string, nam
 		}
 	}
 	return true
-}
-
-// walk calls found for every protected entry in dir (the workspace path
-// rel, depth directories below the top) and below it, never through a
-// symbolic link: with the directory that holds it, its name and its
-// workspace path (found returns false to stop the walk). It reads at most
-// *budget names (a negative budget: no bound) and goes at most
-// protectScanDepth directories down; it returns "" when it read
-// everything, otherwise why it did not.
-func (p *protectedPaths) walk(dir *os.File, rel string, depth int, budget *int, found func(dir *os.File, name, rel string) bool) string {
-	for {
-		// Entries with their types (from the directory itself on most
-		// file systems): only directories are opened.
-		des, err := dir.ReadDir(protectReadChunk)
-		if len(des) == 0 {
-			if err == nil || errors.Is(err, io.EOF) {
-				return ""
-			}
-			return "directory " + displayRel(rel) + " could not be read: " + err.Error()
-		}
-		if *budget >= 0 {
-			if *budget -= len(des); *budget < 0 {
-				return "the workspace holds more entries than the scan reads"
-			}
-		}
-		for _, de := range des {
-			name := de.Name()
-			// The directories above were not protected (or the walk
-			// would not be here): the name alone decides.
-			if p.matchName(name) {
-				if !found(dir, name, path.Join(rel, name)) {
-					return "stopped"
-				}
-				continue
-			}
-			if !de.IsDir() {
-				continue // a file, or a link: not followed
-			}
-			r := path.Join(rel, name)
-			fd, err := syscall.Openat(int(dir.Fd()), name, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC|syscall.O_NONBLOCK, 0)
-			switch {
-			case errors.Is(err, syscall.ENOTDIR) || errors.Is(err, syscall.ELOOP) || errors.Is(err, syscall.ENOENT):
-				continue // replaced meanwhile by a file or a link, or gone
-			case err != nil:
-				return "directory " + displayRel(r) + " could not be opened: " + err.Error()
-			case depth+1 > protectScanDepth:
-				_ = syscall.Close(fd)
-				return fmt.Sprintf("directories are nested more than %d deep", protectScanDepth)
-			}
-			sub := os.NewFile(uintptr(fd), name)
-			cut := p.walk(sub, r, depth+1, budget, found)
-			_ = sub.Close()
-			if cut != "" {
-				return cut
-			}
-		}
-	}
 }
 
 // matchName reports whether an entry named name is protected, its

@@ -538,9 +538,9 @@ func (s *osSandbox) withProtected(protected *protectedPaths, firstFD int) (*osSa
 	defer func() { _ = dir.Close() }()
 	names := protectedSet{}
 	budget := protected.scanBudget()
-	cut := protected.walk(dir, "", 0, &budget, func(d *os.File, name, rel string) bool {
+	cut := protected.walk(dir, "", 0, &budget, func(d int, name, rel string) bool {
 		names.add(d, name, rel)
-		fd, err := syscall.Openat(int(d.Fd()), name, oPath|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+		fd, err := syscall.Openat(d, name, oPath|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
 		if err != nil {
 			return true // gone
 		}

@@ -87,11 +87,12 @@ type FSConfig struct {
 	// anywhere in the workspace, "name" a file of that name anywhere.
 	ProtectedPaths []string `yaml:"protected_paths"`
 	// ProtectedScanEntries bounds the names the scan for protected paths
-	// reads before a program (or MCP tool) that may write runs (default
-	// 65536): one that is not a read program is refused in a workspace
-	// with more, since a protected entry the scan did not find would be
-	// writable to it. The scan costs about 0.5 µs a name, before and
-	// after each such call.
+	// counts before a program (or MCP tool) that may write runs (default
+	// 2,097,152): one that is not a read program is refused in a
+	// workspace with more, since a protected entry the scan did not find
+	// would be writable to it. A rescan reads again only the directories
+	// that changed (scanCache); it stats every one, a few µs each, before
+	// and after each such call.
 	ProtectedScanEntries int `yaml:"protected_scan_entries"`
 }
 

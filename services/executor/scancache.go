@@ -1,0 +1,296 @@
+package executor
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// scanCache keeps, for the scan for protected entries, what it read of
+// each directory of the workspace, keyed by the directory's identity
+// (device, inode) and checked against its change time: a directory's
+// ctime changes whenever an entry is added to it, removed from it or
+// renamed in or out of it, and no unprivileged process can set it. A
+// rescan opens and fstats every directory (it must: a change deep down
+// does not change its parents) but re-reads only those whose ctime
+// changed, or that it does not know (a directory moved in from
+// elsewhere, a reused inode: its ctime is its making's).
+//
+// A listing is kept only when it can be trusted: its directory's ctime
+// is older, by scanTrustMargin, than the start of the scan that read it
+// (a change within the same timestamp tick as the read, or within the
+// file system's granularity, would leave the ctime as it was: such a
+// directory is read again every time until its last change is old), and
+// only on file systems whose directory ctimes are kept by the kernel
+// that runs the executor (scanCacheFS; not a network file system whose
+// server keeps its own clock, not overlayfs, not FUSE).
+type scanCache struct {
+	mu   sync.Mutex
+	dirs map[entryID]*dirListing
+	gen  uint32
+	// reads counts the directories read (not taken from the cache), for
+	// tests and benchmarks.
+	reads int
+	// margin, when not 0, is the trust margin instead of
+	// scanTrustMargin (tests: a negative one trusts every listing).
+	margin time.Duration
+}
+
+// dirListing is what the scan needs of one directory.
+type dirListing struct {
+	ctime   unix.Timespec
+	entries int
+	// subdirs are the names of the subdirectories that are not
+	// protected, each followed by a NUL (no name holds one).
+	subdirs   string
+	protected []string
+	gen       uint32
+}
+
+// scanTrustMargin is how much older than the scan that read it a
+// directory's ctime must be for its listing to be kept: more than a
+// timestamp tick and the coarsest granularity of scanCacheFS (ext4 with
+// 128-byte inodes keeps seconds).
+var scanTrustMargin = 3 * time.Second
+
+// scanCacheFS are the file systems on which listings are kept: local
+// ones, their timestamps the running kernel's.
+var scanCacheFS = map[int64]bool{
+	unix.EXT4_SUPER_MAGIC:  true, // ext2, ext3 too
+	unix.XFS_SUPER_MAGIC:   true,
+	unix.BTRFS_SUPER_MAGIC: true,
+	unix.TMPFS_MAGIC:       true,
+	unix.F2FS_SUPER_MAGIC:  true,
+}
+
+// scanCacheDirs bounds the listings kept (a few tens of bytes each, and
+// the names of the subdirectories): past it, directories are read every
+// time.
+const scanCacheDirs = 1 << 19
+
+// scanReadBuffer is the buffer of one getdents call: a few hundred names
+// a call.
+const scanReadBuffer = 64 << 10
+
+// scanWalk is one scan.
+type scanWalk struct {
+	p      *protectedPaths
+	c      *scanCache
+	budget *int
+	found  func(dirfd int, name, rel string) bool
+	buf    []byte
+	// trustBefore: a listing whose ctime is before it is kept.
+	trustBefore time.Time
+	devOK       map[uint64]bool
+}
+
+// walk calls found for every protected entry in dir (the workspace path
+// rel, depth directories below the top) and below it, never through a
+// symbolic link: with the directory that holds it, its name and its
+// workspace path (found returns false to stop the walk). It reads at most
+// *budget names (a negative budget: no bound) and goes at most
+// protectScanDepth directories down; it returns "" when it read
+// everything, otherwise why it did not. Scans of the same protectedPaths
+// run one at a time (they share the cache).
+func (p *protectedPaths) walk(dir *os.File, rel string, depth int, budget *int, found func(dirfd int, name, rel string) bool) string {
+	c := &p.cache
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.dirs == nil {
+		c.dirs = map[entryID]*dirListing{}
+	}
+	c.gen++
+	w := scanWalk{
+		p: p, c: c, budget: budget, found: found,
+		buf:         make([]byte, scanReadBuffer),
+		trustBefore: time.Now().Add(-c.trustMargin()),
+		devOK:       map[uint64]bool{},
+	}
+	cut := w.dir(int(dir.Fd()), rel, depth)
+	if cut == "" {
+		// What the scan did not meet is gone (or moved out): forgotten.
+		for id, l := range c.dirs {
+			if l.gen != c.gen {
+				delete(c.dirs, id)
+			}
+		}
+	}
+	return cut
+}
+
+func (c *scanCache) trustMargin() time.Duration {
+	if c.margin != 0 {
+		return c.margin
+	}
+	return scanTrustMargin
+}
+
+func (w *scanWalk) dir(fd int, rel string, depth int) string {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return "directory " + displayRel(rel) + " could not be read: " + err.Error()
+	}
+	id := entryID{dev: uint64(st.Dev), ino: st.Ino} //nolint:unconvert // Dev is not uint64 everywhere
+	l := w.c.dirs[id]
+	if l == nil || l.ctime != st.Ctim {
+		var cut string
+		if l, cut = w.read(fd, rel); cut != "" {
+			return cut
+		}
+		l.ctime = st.Ctim
+		if time.Unix(st.Ctim.Unix()).Before(w.trustBefore) && w.cacheable(fd, id.dev) && (len(w.c.dirs) < scanCacheDirs || w.c.dirs[id] != nil) {
+			w.c.dirs[id] = l
+		} else {
+			delete(w.c.dirs, id)
+		}
+	}
+	l.gen = w.c.gen
+	if *w.budget >= 0 {
+		if *w.budget -= l.entries; *w.budget < 0 {
+			return "the workspace holds more entries than the scan reads"
+		}
+	}
+	for _, name := range l.protected {
+		// The directories above were not protected (or the walk would
+		// not be here): the name alone decided.
+		if !w.found(fd, name, path.Join(rel, name)) {
+			return "stopped"
+		}
+	}
+	for rest := l.subdirs; rest != ""; {
+		var name string
+		name, rest, _ = strings.Cut(rest, "\x00")
+		r := path.Join(rel, name)
+		sub, err := unix.Openat(fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+		switch {
+		case errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOENT):
+			continue // replaced meanwhile by a file or a link, or gone
+		case err != nil:
+			return "directory " + displayRel(r) + " could not be opened: " + err.Error()
+		case depth+1 > protectScanDepth:
+			_ = unix.Close(sub)
+			return fmt.Sprintf("directories are nested more than %d deep", protectScanDepth)
+		}
+		cut := w.dir(sub, r, depth+1)
+		_ = unix.Close(sub)
+		if cut != "" {
+			return cut
+		}
+	}
+	return ""
+}
+
+// cacheable reports whether listings of the device dev (the directory
+// fd is on it) are kept.
+func (w *scanWalk) cacheable(fd int, dev uint64) bool {
+	ok, known := w.devOK[dev]
+	if !known {
+		var sfs unix.Statfs_t
+		ok = unix.Fstatfs(fd, &sfs) == nil && scanCacheFS[int64(sfs.Type)] //nolint:unconvert // Type is not int64 everywhere
+		w.devOK[dev] = ok
+	}
+	return ok
+}
+
+// read reads the directory fd (the workspace path rel) whole with
+// getdents, a large buffer at a time: only names whose type the
+// directory does not hold are stat'ed.
+func (w *scanWalk) read(fd int, rel string) (*dirListing, string) {
+	l := &dirListing{}
+	var subdirs []byte
+	if _, err := unix.Seek(fd, 0, 0); err != nil {
+		return nil, "directory " + displayRel(rel) + " could not be read: " + err.Error()
+	}
+	c := w.c
+	c.reads++
+	for {
+		n, err := unix.Getdents(fd, w.buf)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return nil, "directory " + displayRel(rel) + " could not be read: " + err.Error()
+		}
+		if n <= 0 {
+			break
+		}
+		for off := 0; off+19 <= n; {
+			// struct linux_dirent64: ino 8, off 8, reclen 2, type 1, name.
+			reclen := int(binary.NativeEndian.Uint16(w.buf[off+16:]))
+			if reclen < 19 || off+reclen > n {
+				return nil, "directory " + displayRel(rel) + " could not be read: a malformed entry"
+			}
+			typ := w.buf[off+18]
+			name := w.buf[off+19 : off+reclen]
+			off += reclen
+			for i, b := range name {
+				if b == 0 {
+					name = name[:i]
+					break
+				}
+			}
+			if string(name) == "." || string(name) == ".." {
+				continue
+			}
+			l.entries++
+			if *w.budget >= 0 && l.entries > *w.budget {
+				return nil, "the workspace holds more entries than the scan reads"
+			}
+			if w.p.matchNameBytes(name) {
+				l.protected = append(l.protected, string(name))
+				continue
+			}
+			if typ == unix.DT_UNKNOWN {
+				var st unix.Stat_t
+				if unix.Fstatat(fd, string(name), &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
+					continue // gone
+				}
+				if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+					typ = unix.DT_DIR
+				}
+			}
+			if typ == unix.DT_DIR {
+				subdirs = append(subdirs, name...)
+				subdirs = append(subdirs, 0)
+			}
+		}
+	}
+	l.subdirs = string(subdirs)
+	return l, ""
+}
+
+// matchNameBytes is matchName, without allocating for a short ASCII
+// name (nearly every name).
+func (p *protectedPaths) matchNameBytes(name []byte) bool {
+	var tmp [64]byte
+	if len(name) > len(tmp) {
+		return p.matchName(string(name))
+	}
+	f := tmp[:len(name)]
+	for i, b := range name {
+		switch {
+		case b >= 0x80 || b == '\\':
+			return p.matchName(string(name))
+		case 'A' <= b && b <= 'Z':
+			b += 'a' - 'A'
+		}
+		f[i] = b
+	}
+	for len(f) > 0 && (f[len(f)-1] == '.' || f[len(f)-1] == ' ') {
+		f = f[:len(f)-1]
+	}
+	for i, b := range f {
+		if b == ':' && i > 0 {
+			f = f[:i]
+			break
+		}
+	}
+	return p.folded[string(f)]
+}
