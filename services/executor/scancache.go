@@ -151,11 +151,8 @@ func (w *scanWalk) dir(fd int, rel string, depth int) string {
 			delete(w.c.dirs, id)
 		}
 	}
-	l.gen = w.c.gen
-	if *w.budget >= 0 {
-		if *w.budget -= l.entries; *w.budget < 0 {
-			return "the workspace holds more entries than the scan reads"
-		}
+	if cut := w.take(l); cut != "" {
+		return cut
 	}
 	for _, name := range l.protected {
 		// The directories above were not protected (or the walk would
@@ -167,6 +164,12 @@ func (w *scanWalk) dir(fd int, rel string, depth int) string {
 	for rest := l.subdirs; rest != ""; {
 		var name string
 		name, rest, _ = strings.Cut(rest, "\x00")
+		if done, cut := w.leaf(fd, name, depth); done || cut != "" {
+			if cut != "" {
+				return cut
+			}
+			continue
+		}
 		r := path.Join(rel, name)
 		sub, err := unix.Openat(fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 		switch {
@@ -185,6 +188,43 @@ func (w *scanWalk) dir(fd int, rel string, depth int) string {
 		}
 	}
 	return ""
+}
+
+// take counts the listing l in the scan, and marks it met.
+func (w *scanWalk) take(l *dirListing) string {
+	l.gen = w.c.gen
+	if *w.budget >= 0 {
+		if *w.budget -= l.entries; *w.budget < 0 {
+			return "the workspace holds more entries than the scan reads"
+		}
+	}
+	return ""
+}
+
+// leaf takes from the cache, with a single fstatat and without opening
+// it, the subdirectory name of the directory fd (depth below the top)
+// when its listing is known, unchanged, and holds neither a
+// subdirectory nor a protected entry (most directories of a package
+// tree): done reports whether it did, or name is gone, or is no longer
+// a directory (a link is never followed).
+func (w *scanWalk) leaf(fd int, name string, depth int) (done bool, cut string) {
+	var st unix.Stat_t
+	switch err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); {
+	case errors.Is(err, unix.ENOENT):
+		return true, ""
+	case err != nil:
+		return false, "" // opening it tells why
+	case st.Mode&unix.S_IFMT != unix.S_IFDIR:
+		return true, "" // replaced meanwhile by a file or a link
+	}
+	l := w.c.dirs[entryID{dev: uint64(st.Dev), ino: st.Ino}] //nolint:unconvert // Dev is not uint64 everywhere
+	if l == nil || l.ctime != st.Ctim || l.subdirs != "" || len(l.protected) != 0 {
+		return false, ""
+	}
+	if depth+1 > protectScanDepth {
+		return false, "" // opening it tells
+	}
+	return true, w.take(l)
 }
 
 // cacheable reports whether listings of the device dev (the directory
