@@ -66,7 +66,13 @@ func (s *Service) decide(ctx context.Context, req *xctv1.ValidateRequest) (*xctv
 	installed := s.policy.Load()
 	now := s.now()
 	v := &xctv1.Verdict{PolicyVersion: installed.version}
-	in := s.judge(ctx, req, installed, now, judging{consult: true, count: true}, v)
+	// Only a caller whose verdicts are signed (the orchestrator, with
+	// --verdict-callers) takes a place under the rate limits: anyone
+	// else's verdict runs nothing, and its calls would use up the calls
+	// of every run the limits count (a taken-over tracer refusing the
+	// orchestrator's steps RATE_LIMITED). They are still told whether
+	// the call fits.
+	in := s.judge(ctx, req, installed, now, judging{consult: true, count: s.signable(ctx)}, v)
 	if v.Decision == xctv1.VerdictDecision_VERDICT_DECISION_UNSPECIFIED {
 		// judge always sets a decision; this keeps the promise if it ever
 		// does not.

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/auth"
 	"github.com/xct-dev/xct/internal/catalog"
 	"github.com/xct-dev/xct/internal/natsauth"
 	"github.com/xct-dev/xct/internal/testutil"
@@ -420,5 +421,62 @@ rules:
 				i++
 			}
 		})
+	}
+}
+
+// TestRateLimitCountsOnlyVerdictCallers (session 12, attack12): every
+// Validate call took a place under the rate limits, in the count every
+// replica now shares, also a service's whose verdicts are not signed
+// (--verdict-callers names the orchestrator): a taken-over tracer,
+// asking about fs.write steps of a run of its own making, used up the
+// global limit, and the orchestrator's next steps were refused
+// RATE_LIMITED (on main the tracer's 4th and 5th calls were refused, and
+// so were all of the orchestrator's). Now only a caller whose verdicts
+// are signed is counted; the others are told whether the call fits.
+func TestRateLimitCountsOnlyVerdictCallers(t *testing.T) {
+	t.Parallel()
+	ns := testutil.RunJetStream(t)
+	c := newRateCluster(t, ns.ClientURL(), rateStorePolicy) // fs.write: global 3/1h
+	nc, err := nats.Connect(c.url, testutil.NATSAs(natsauth.Validator))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	s, err := validator.New(validator.Config{PolicyFile: c.policy, Replicas: 1, VerdictCallers: []string{"service:orchestrator"}},
+		nc, nil, validator.WithClock(c.clock.Now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Stop(context.Background()) })
+	as := func(name string) context.Context {
+		return auth.NewContext(ctx, auth.Principal{Name: name, Roles: []string{auth.RoleService}, Service: true})
+	}
+	validate := func(caller string, req *xctv1.ValidateRequest) *xctv1.Verdict {
+		t.Helper()
+		resp, err := s.Validate(as(caller), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.GetVerdict()
+	}
+	for i := 1; i <= 5; i++ {
+		v := validate("service:tracer", write(t, "run-t", i))
+		if v.GetDecision() != allow || v.GetSigned() != nil {
+			t.Fatalf("the tracer's call %d: %v (want allowed, unsigned, and not counted)", i, v)
+		}
+	}
+	for i := 1; i <= 3; i++ {
+		checkVerdict(t, validate("service:orchestrator", write(t, "run-o", i)), allow, "", "allow-all")
+	}
+	v := validate("service:orchestrator", write(t, "run-o", 4))
+	checkVerdict(t, v, deny, wire.CodeRateLimited, "allow-all", "builtin.rate_limit")
+	// Told, not counted: once the limit is used up, the tracer is told so.
+	if v := validate("service:tracer", write(t, "run-t", 6)); v.GetError().GetCode() != string(wire.CodeRateLimited) {
+		t.Errorf("the tracer once the limit is used up: %v", v)
 	}
 }
