@@ -38,6 +38,12 @@ type scanCache struct {
 	// reads counts the directories read (not taken from the cache), for
 	// tests and benchmarks.
 	reads int
+	// lastWall and lastMono are the wall clock and the monotonic one at
+	// the start of the last scan: a wall clock stepped back since (an
+	// operator's date, NTP's step) could give a change the very ctime a
+	// kept listing has, so every listing is then forgotten.
+	lastWall int64
+	lastMono time.Duration
 	// margin, when not 0, is the trust margin instead of
 	// scanTrustMargin (tests: a negative one trusts every listing).
 	margin time.Duration
@@ -59,6 +65,9 @@ type dirListing struct {
 // timestamp tick and the coarsest granularity of scanCacheFS (ext4 with
 // 128-byte inodes keeps seconds).
 var scanTrustMargin = 3 * time.Second
+
+// monoBase is a start for the monotonic clock's readings.
+var monoBase = time.Now()
 
 // scanCacheFS are the file systems on which listings are kept: local
 // ones, their timestamps the running kernel's.
@@ -107,10 +116,16 @@ func (p *protectedPaths) walk(dir *os.File, rel string, depth int, budget *int, 
 		c.dirs = map[entryID]*dirListing{}
 	}
 	c.gen++
+	now := time.Now()
+	wall, mono := now.UnixNano(), now.Sub(monoBase)
+	if c.lastWall != 0 && time.Duration(wall-c.lastWall) < mono-c.lastMono-time.Second {
+		clear(c.dirs)
+	}
+	c.lastWall, c.lastMono = wall, mono
 	w := scanWalk{
 		p: p, c: c, budget: budget, found: found,
 		buf:         make([]byte, scanReadBuffer),
-		trustBefore: time.Now().Add(-c.trustMargin()),
+		trustBefore: now.Add(-c.trustMargin()),
 		devOK:       map[uint64]bool{},
 	}
 	cut := w.dir(int(dir.Fd()), rel, depth)

@@ -229,3 +229,25 @@ func TestSandboxScanCacheWarm(t *testing.T) {
 		t.Fatalf("a/b/e/f/.husky not moved aside: %+v", res)
 	}
 }
+
+// TestScanCacheClockStepped: after the wall clock went back (against the
+// monotonic one) since the last scan, a change could get the ctime a kept
+// listing has (on a file system of seconds): every listing is forgotten
+// and read again.
+func TestScanCacheClockStepped(t *testing.T) {
+	t.Parallel()
+	w, dir := scanWS(t, true)
+	mkdirs(t, dir, "a/b", "c")
+	scanFinds(t, w)
+	if _, n := scanFinds(t, w); n != 0 {
+		t.Fatalf("the warm rescan read %d", n)
+	}
+	// As if the last scan had run with the wall clock 10 s ahead.
+	w.protected.cache.lastWall += int64(10 * time.Second)
+	if _, n := scanFinds(t, w); n != 4 {
+		t.Fatalf("after a step back of the clock, %d directories read, not all 4", n)
+	}
+	if _, n := scanFinds(t, w); n != 0 {
+		t.Fatalf("the next rescan read %d", n)
+	}
+}
