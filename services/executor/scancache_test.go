@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -249,5 +250,32 @@ func TestScanCacheClockStepped(t *testing.T) {
 	}
 	if _, n := scanFinds(t, w); n != 0 {
 		t.Fatalf("the next rescan read %d", n)
+	}
+}
+
+// TestSandboxWriteInLargeWorkspace: a program that may write runs in a
+// workspace of more names than the scan's old bound (65,536: refused
+// before session 12), twice (the second time from the cache), a
+// protected entry there read-only to it and one it makes moved aside.
+func TestSandboxWriteInLargeWorkspace(t *testing.T) {
+	requireSandbox(t)
+	sb := newSandbox(t)
+	for d := range 70 {
+		dir := filepath.Join(sb.ws, "node_modules", fmt.Sprintf("p%02d", d))
+		must(t, os.MkdirAll(dir, 0o755))
+		for i := range 1000 {
+			must(t, os.WriteFile(filepath.Join(dir, fmt.Sprintf("f%d.js", i)), nil, 0o644))
+		}
+	}
+	mkdirs(t, sb.ws, "node_modules/p42/.git")
+	s := permissiveShell(t, sb, 30*time.Second, "")
+	for i := range 2 {
+		res := resultAs[ShellResult](t, shell(t, s, "sh", "-c", fmt.Sprintf("touch node_modules/p42/.git/x 2>&1; mkdir -p node_modules/p07/d%d/.husky; echo done", i)))
+		if !strings.Contains(res.Stdout, "Read-only file system") || !strings.Contains(res.Stdout, "done") {
+			t.Fatalf("call %d: %+v", i, res)
+		}
+		if _, ok := res.ProtectedMoved[fmt.Sprintf("node_modules/p07/d%d/.husky", i)]; !ok {
+			t.Fatalf("call %d: the .husky made is not moved aside: %+v", i, res)
+		}
 	}
 }
