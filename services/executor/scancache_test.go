@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // scanWS is a workspace of the scan's own, its listings trusted however
@@ -16,7 +18,7 @@ func scanWS(tb testing.TB, trustAll bool) (*workspace, string) {
 	dir := tb.TempDir()
 	w, err := openWorkspace(dir)
 	must(tb, err)
-	w.protected = newProtectedPaths(nil)
+	tb.Cleanup(func() { _ = w.close() })
 	if trustAll {
 		w.protected.cache.margin = -time.Hour
 	}
@@ -100,6 +102,9 @@ func TestScanCacheAttacks(t *testing.T) {
 			must(t, os.Rename(filepath.Join(dir, "a/q"), filepath.Join(dir, "a/p")))
 			must(t, os.Rename(filepath.Join(dir, "a/t"), filepath.Join(dir, "a/q")))
 		}, "a/p/.git"},
+		{"two cached directories exchanged in one rename (RENAME_EXCHANGE)", []string{"a/p", "b/q/.git"}, func(t *testing.T, dir, _ string) {
+			must(t, unix.Renameat2(unix.AT_FDCWD, filepath.Join(dir, "a/p"), unix.AT_FDCWD, filepath.Join(dir, "b/q"), unix.RENAME_EXCHANGE))
+		}, "a/p/.git"},
 		{"a cached leaf directory replaced by a link to a repository", []string{"a/leaf"}, func(t *testing.T, dir, outside string) {
 			mkdirs(t, outside, "o/.git")
 			must(t, os.Remove(filepath.Join(dir, "a/leaf")))
@@ -110,45 +115,73 @@ func TestScanCacheAttacks(t *testing.T) {
 			mkdirs(t, dir, "a/l/.ssh")
 		}, "a/l/.ssh"},
 	}
-	for _, a := range attacks {
-		t.Run(a.name, func(t *testing.T) {
-			t.Parallel()
-			w, dir := scanWS(t, true)
-			outside := t.TempDir()
-			for _, d := range a.setup {
-				switch filepath.Base(d) {
-				case "lib":
-					mkdirs(t, dir, filepath.Dir(d))
-					must(t, os.WriteFile(filepath.Join(dir, d), nil, 0o644))
-				case "l":
-					mkdirs(t, dir, filepath.Dir(d))
-					must(t, os.Symlink("/", filepath.Join(dir, d)))
-				default:
-					mkdirs(t, dir, d)
-				}
-			}
-			before, _ := scanFinds(t, w)
-			if _, n := scanFinds(t, w); n != 0 {
-				t.Fatalf("the warm rescan read %d directories", n)
-			}
-			a.do(t, dir, outside)
-			after, _ := scanFinds(t, w)
-			if _, ok := after[a.want]; !ok && a.want != "" {
-				t.Fatalf("%s not found after: %v (before %v)", a.want, after, before)
-			}
-			// What a cold scan finds, the warm one finds.
-			cold, _ := openWorkspace(dir)
-			cold.protected = newProtectedPaths(nil)
-			want, _ := scanFinds(t, cold)
-			if len(want) != len(after) {
-				t.Fatalf("warm %v, cold %v", after, want)
-			}
-			for k, v := range want {
-				if after[k] != v {
-					t.Fatalf("warm %v, cold %v", after, want)
-				}
-			}
-		})
+	// On the test's temporary directory's file system, and on tmpfs.
+	roots := []string{""}
+	if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() && unix.Access("/dev/shm", unix.W_OK) == nil {
+		roots = append(roots, "/dev/shm")
+	}
+	for _, root := range roots {
+		for _, a := range attacks {
+			t.Run(root+"/"+a.name, func(t *testing.T) {
+				t.Parallel()
+				testScanCacheAttack(t, root, a.setup, a.do, a.want)
+			})
+		}
+	}
+}
+
+// testScanCacheAttack runs one attack of TestScanCacheAttacks in a
+// workspace under root ("": the test's temporary directory).
+func testScanCacheAttack(t *testing.T, root string, setup []string, do func(t *testing.T, dir, outside string), want string) {
+	var w *workspace
+	var dir, outside string
+	if root == "" {
+		w, dir = scanWS(t, true)
+		outside = t.TempDir()
+	} else {
+		base, err := os.MkdirTemp(root, "xct-scan-test-")
+		must(t, err)
+		t.Cleanup(func() { _ = os.RemoveAll(base) })
+		dir, outside = filepath.Join(base, "ws"), filepath.Join(base, "outside")
+		mkdirs(t, base, "ws", "outside")
+		w, err = openWorkspace(dir)
+		must(t, err)
+		t.Cleanup(func() { _ = w.close() })
+		w.protected.cache.margin = -time.Hour
+	}
+	for _, d := range setup {
+		switch filepath.Base(d) {
+		case "lib":
+			mkdirs(t, dir, filepath.Dir(d))
+			must(t, os.WriteFile(filepath.Join(dir, d), nil, 0o644))
+		case "l":
+			mkdirs(t, dir, filepath.Dir(d))
+			must(t, os.Symlink("/", filepath.Join(dir, d)))
+		default:
+			mkdirs(t, dir, d)
+		}
+	}
+	before, _ := scanFinds(t, w)
+	if _, n := scanFinds(t, w); n != 0 {
+		t.Fatalf("the warm rescan read %d directories", n)
+	}
+	do(t, dir, outside)
+	after, _ := scanFinds(t, w)
+	if _, ok := after[want]; !ok && want != "" {
+		t.Fatalf("%s not found after: %v (before %v)", want, after, before)
+	}
+	// What a cold scan finds, the warm one finds.
+	cold, err := openWorkspace(dir)
+	must(t, err)
+	t.Cleanup(func() { _ = cold.close() })
+	fresh, _ := scanFinds(t, cold)
+	if len(fresh) != len(after) {
+		t.Fatalf("warm %v, cold %v", after, fresh)
+	}
+	for k, v := range fresh {
+		if after[k] != v {
+			t.Fatalf("warm %v, cold %v", after, fresh)
+		}
 	}
 }
 
