@@ -343,6 +343,12 @@ func TestStepCallers(t *testing.T) {
 	if _, err := h.Execute(svc("service:tracer"), &xctv1.ExecuteRequest{RunId: "run-a", StepId: "s1", Tool: "fs.read", Arguments: st}); status.Code(err) != codes.PermissionDenied {
 		t.Fatalf("the tracer's Execute: %v, want PermissionDenied", err)
 	}
+	if _, err := h.GetStep(svc("service:tracer"), &xctv1.GetStepRequest{StepId: "s1", Fence: true}); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("the tracer's fence: %v, want PermissionDenied", err)
+	}
+	if _, err := h.GetStep(svc("service:tracer"), &xctv1.GetStepRequest{StepId: "s1"}); status.Code(err) != codes.NotFound {
+		t.Fatalf("the tracer reading a step: %v, want NotFound", err)
+	}
 	resp, err := h.PreviewStep(svc("service:orchestrator"), preview)
 	must(t, err)
 	if !strings.Contains(resp.GetPreview().GetContent(), "hunter2") {

@@ -91,8 +91,9 @@ type Config struct {
 	// their programs can read the executor's secrets (logged).
 	UnsandboxedReadsSecrets bool
 	// StepCallers are the principals that may call Execute and
-	// PreviewStep (the orchestrators': "service:orchestrator" with the
-	// manifests' SPIFFE ids). Empty: any of XCT's services (role service).
+	// PreviewStep, and fence a step with GetStep (the orchestrators':
+	// "service:orchestrator" with the manifests' SPIFFE ids). Empty: any
+	// of XCT's services (role service).
 	StepCallers []string
 }
 
@@ -107,7 +108,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.VerdictTrust, "verdict-trust", c.VerdictTrust, "PEM Ed25519 public keys of the validators whose signed verdicts this executor acts on: files or directories, comma-separated (none: it acts on nothing)")
 	fs.StringVar(&c.RecordFormat, "step-record-format", FormatProto, "how step records are written: proto (binary) or json (what executors before the binary form read; both are always read)")
 	fs.DurationVar(&c.StepRetention, "step-retention", DefaultStepRetention, "how long step records (idempotency keys) are kept; 0 keeps them forever")
-	fs.Func("step-callers", "principals that may call Execute and PreviewStep, comma-separated (e.g. service:orchestrator; empty: any service)", func(v string) error {
+	fs.Func("step-callers", "principals that may call Execute and PreviewStep and fence steps (GetStep with fence), comma-separated (e.g. service:orchestrator; empty: any service)", func(v string) error {
 		for _, p := range strings.Split(v, ",") {
 			if p = strings.TrimSpace(p); p != "" {
 				c.StepCallers = append(c.StepCallers, p)

@@ -73,6 +73,13 @@ func (h *handler) GetStep(ctx context.Context, req *xctv1.GetStepRequest) (*xctv
 			return nil, status.Error(codes.PermissionDenied,
 				"only XCT's services may fence a step (GetStep with fence records it as not executed); read it without fence, or decide it with ResolveStep")
 		}
+		// A fence writes a step's record: it is the orchestrator's, as
+		// Execute is. Another service (a taken-over tracer, which reads
+		// every step id on the chains) fenced each step before its
+		// Execute, and no approved or allowed step ever ran.
+		if err := h.s.stepCaller(ctx); err != nil {
+			return nil, err
+		}
 		step = h.s.Fence
 	}
 	rec, doubt, err := step(ctx, req.GetStepId())
@@ -403,16 +410,17 @@ func complete(e *xctv1.Error) *xctv1.Error {
 }
 
 // stepCaller refuses a caller not among --step-callers (when there are
-// any) that asks to execute or preview a step: a preview reads workspace
-// files (an fs.write's diff shows the file it would replace), so a
-// taken-over tracer, which may call the executor as a service, must not
-// be a way to read them. Calls without a principal are in-process.
+// any) that asks to execute, preview or fence a step: a preview reads
+// workspace files (an fs.write's diff shows the file it would replace),
+// and a fence records a step as not executed, so a taken-over tracer,
+// which may call the executor as a service, must not be a way to read
+// them or to stop steps. Calls without a principal are in-process.
 func (s *Service) stepCaller(ctx context.Context) error {
 	p, ok := auth.FromContext(ctx)
 	if !ok || len(s.cfg.StepCallers) == 0 || slices.ContainsFunc(s.cfg.StepCallers, p.Is) {
 		return nil
 	}
-	return status.Errorf(codes.PermissionDenied, "only %s may execute or preview steps here, not %s (--step-callers)", strings.Join(s.cfg.StepCallers, ", "), p.Name)
+	return status.Errorf(codes.PermissionDenied, "only %s may execute, preview or fence steps here, not %s (--step-callers)", strings.Join(s.cfg.StepCallers, ", "), p.Name)
 }
 
 // PreviewStep implements ExecutorService: a dry run for tools that offer
