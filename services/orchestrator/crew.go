@@ -31,6 +31,70 @@ type crewRun struct {
 	// proposers are the models the crew's agents were served by, one per
 	// model reference (closed with the run).
 	proposers map[string]Proposer
+	// carried is, for a run resumed with a step open, what that step's
+	// system tool had recorded of its carry before the takeover (nil when
+	// nothing): see carryOf.
+	carried *carriedStep
+}
+
+// carriedStep is the part of a system tool's carry that is on the chain
+// of a step left open: the events its carry recorded (a handoff's
+// contract validations and the handoff, a fact_added, a fact_modified)
+// without the step's tool_call or error, and the session as it stood
+// before the first of them, from which the carry is made again.
+type carriedStep struct {
+	stepID  string
+	onChain []lctl.Event
+	before  *crew.Session
+}
+
+// carryEvent reports whether an event of type typ is one a system tool's
+// carry records (crew.Session.Carry's events).
+func carryEvent(typ string) bool {
+	switch typ {
+	case lctl.TypeHandoff, lctl.TypeFactAdded, lctl.TypeFactModified, lctl.TypeContractValidation:
+		return true
+	}
+	return false
+}
+
+// carriedOf finds, in a run's chain, the carry events of the step left
+// open (the last step_start without its step_end): nil when the chain
+// holds none, else those events and the session rebuilt from the events
+// before the first of them.
+func carriedOf(c *crew.Crew, id string, events []lctl.Event, opts crew.SessionOptions) (*carriedStep, error) {
+	start := -1
+	for i := len(events) - 1; i >= 0; i-- {
+		if events[i].Type == lctl.TypeStepEnd {
+			return nil, nil
+		}
+		if events[i].Type == lctl.TypeStepStart {
+			start = i
+			break
+		}
+	}
+	if start < 0 {
+		return nil, nil
+	}
+	first := -1
+	var onChain []lctl.Event
+	for i := start + 1; i < len(events); i++ {
+		if carryEvent(events[i].Type) {
+			if first < 0 {
+				first = i
+			}
+			onChain = append(onChain, events[i])
+		}
+	}
+	if first < 0 {
+		return nil, nil
+	}
+	before, err := crew.NewSession(c, id, events[:first], opts)
+	if err != nil {
+		return nil, err
+	}
+	stepID, _ := events[start].Data["step_id"].(string)
+	return &carriedStep{stepID: stepID, onChain: onChain, before: before}, nil
 }
 
 // crewModelPrefix starts the model a crew run records on run_started
@@ -94,11 +158,16 @@ func (s *Service) crewOfChain(id string, events []lctl.Event) (*crewRun, error) 
 	if err != nil {
 		return nil, fmt.Errorf("run %s: crew file on the chain: %w", id, err)
 	}
-	sess, err := crew.NewSession(c, id, events, crew.SessionOptions{CheckpointEvery: s.cfg.CrewCheckpointEvery})
+	opts := crew.SessionOptions{CheckpointEvery: s.cfg.CrewCheckpointEvery}
+	sess, err := crew.NewSession(c, id, events, opts)
 	if err != nil {
 		return nil, fmt.Errorf("run %s: %w", id, err)
 	}
-	return &crewRun{sess: sess, proposers: map[string]Proposer{}}, nil
+	carried, err := carriedOf(c, id, events, opts)
+	if err != nil {
+		return nil, fmt.Errorf("run %s: %w", id, err)
+	}
+	return &crewRun{sess: sess, proposers: map[string]Proposer{}, carried: carried}, nil
 }
 
 // proposer is the proposer of model reference ref, made once per run.
@@ -179,6 +248,28 @@ func (r *run) crewPropose(step int) (*xctv1.ProposeResponse, string, string, err
 	}
 }
 
+// carry is the session's carry of a system tool for step stepID, and how
+// many of its events the chain already holds (recorded before a takeover;
+// -1: the chain holds carry events of the step that the carry does not
+// make).
+func (c *crewRun) carry(agent, stepID, tool string, args map[string]any) (crew.Outcome, int) {
+	cs := c.carried
+	if cs == nil || cs.stepID != stepID {
+		return c.sess.Carry(agent, tool, args), 0
+	}
+	c.carried = nil
+	out := cs.before.Carry(agent, tool, args)
+	if len(cs.onChain) > len(out.Events) {
+		return out, -1
+	}
+	for i, e := range cs.onChain {
+		if want := out.Events[i]; e.Type != want.Payload.EventType() || e.Agent != want.Agent {
+			return out, -1
+		}
+	}
+	return out, len(cs.onChain)
+}
+
 // crewContext is what the validator is told of a crew run's proposal: the
 // agent, its tools and the facts the proposal relies on; nil outside a
 // crew run.
@@ -193,9 +284,23 @@ func (r *run) crewContext(ns *xctv1.NextStep) *xctv1.CrewContext {
 // system tools (facts.*, xct.handoff): the session's events are recorded,
 // then the result is staged as the step's tool_call, or the signal as its
 // error. The executor never sees these tools.
+//
+// A system tool acts by its events: once a handoff or a fact_added is on
+// the chain, it happened. So a step resumed after a takeover whose chain
+// already holds some of its carry's events is not carried out again by the
+// session that applied them (the handoff would be refused NOT_IN_CONTROL,
+// the fact refused as existing: a step that acted recorded as failed, and
+// the model told to do it again): the carry is made again from the session
+// as it stood before them, and only what the chain lacks is recorded.
 func (r *run) carrySystemTool(st *openStep) (stepOutcome, error) {
-	out := r.crew.sess.Carry(st.agent, st.ns.GetTool(), st.args)
-	for _, e := range out.Events {
+	out, done := r.crew.carry(st.agent, st.stepID, st.ns.GetTool(), st.args)
+	if done < 0 {
+		e := wire.WithDetails(wire.Errorf(wire.CodeInDoubt, "step %d (%s): the chain holds events of its %s the crew's session does not make again; what the step did is on the chain, read it (lctl) before going on",
+			st.step, st.stepID, st.ns.GetTool()), map[string]any{"step_id": st.stepID, "outcome_unknown": true})
+		return stepOutcome{outcome: xctevent.OutcomeError, summary: e.GetCode() + ": " + e.GetMessage(), inDoubt: e},
+			r.record(st.agent, errorEvent(st.step, st.stepID, e))
+	}
+	for _, e := range out.Events[done:] {
 		if err := r.record(e.Agent, e); err != nil {
 			return stepOutcome{}, err
 		}
