@@ -149,6 +149,12 @@ func (p *protectedPaths) scanBudget() int {
 // top itself cannot be read, it returns nil.
 func (w *workspace) protectedNames(budget int) (protectedSet, string) {
 	top, err := w.open(".")
+	if errors.Is(err, unix.EACCES) {
+		// A program took the executor's own permissions away (modes.go).
+		if _, changed, cerr := giveBack(w.fd(), modeScan); cerr == nil && changed {
+			top, err = w.open(".")
+		}
+	}
 	if err != nil {
 		return nil, workspaceUnreadable + err.Error()
 	}
@@ -277,7 +283,17 @@ func (w *workspace) moveAside(name string) (string, error) {
 	}
 	defer pd.close()
 	aside := strings.TrimSuffix(tmp, ".tmp") + "-protected-" + strings.TrimLeft(base, ".")
-	if err := pd.rename(base, pd, aside, true); err != nil {
+	err = pd.rename(base, pd, aside, true)
+	if errors.Is(err, unix.EACCES) {
+		// A program took the executor's write permission on the
+		// directory away (modes.go): given for the rename, then its
+		// mode as it was.
+		if mode, changed, cerr := giveBack(pd.fd, modeRename); cerr == nil && changed {
+			err = pd.rename(base, pd, aside, true)
+			_ = setMode(pd.fd, mode)
+		}
+	}
+	if err != nil {
 		return "", err
 	}
 	return path.Join(filepath.ToSlash(filepath.Dir(name)), aside), nil

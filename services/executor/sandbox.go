@@ -531,7 +531,7 @@ func (s *osSandbox) withProtected(protected *protectedPaths, firstFD int) (*osSa
 	if protected == nil {
 		return &c, nil, ""
 	}
-	dir, err := os.Open(s.wsDir)
+	dir, err := openScanTop(s.wsDir)
 	if err != nil {
 		return &c, nil, workspaceUnreadable + err.Error()
 	}

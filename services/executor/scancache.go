@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -152,6 +153,16 @@ func (w *scanWalk) dir(fd int, rel string, depth int) string {
 	if err := unix.Fstat(fd, &st); err != nil {
 		return "directory " + displayRel(rel) + " could not be read: " + err.Error()
 	}
+	if st.Mode&modeScan != modeScan && int(st.Uid) == executorUID && executorUID != 0 {
+		// Opened, so readable; not searchable: its entries could
+		// neither be stat'ed nor opened (modes.go).
+		if _, changed, err := giveBack(fd, modeScan); err != nil || !changed {
+			return "directory " + displayRel(rel) + " cannot be searched (mode " + strconv.FormatUint(uint64(st.Mode&0o7777), 8) + ")"
+		}
+		if err := unix.Fstat(fd, &st); err != nil {
+			return "directory " + displayRel(rel) + " could not be read: " + err.Error()
+		}
+	}
 	id := entryID{dev: uint64(st.Dev), ino: st.Ino} //nolint:unconvert // Dev is not uint64 everywhere
 	l := w.c.dirs[id]
 	if l == nil || l.ctime != st.Ctim {
@@ -186,7 +197,7 @@ func (w *scanWalk) dir(fd int, rel string, depth int) string {
 			continue
 		}
 		r := path.Join(rel, name)
-		sub, err := unix.Openat(fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+		sub, err := openScanDir(fd, name)
 		switch {
 		case errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOENT):
 			continue // replaced meanwhile by a file or a link, or gone
