@@ -631,6 +631,69 @@ func parsedAt(raw []byte, name string) int {
 	}
 }
 
+// TokenPair reads a streamed tokens object of the shape nearly every
+// step_end carries, `{"input": 301, "output": 41}` (no space, or one after
+// each colon and comma, as canonical JSON and Python's separators write
+// it), each count a whole number of up to 15 digits: its two counts, what
+// every reader of a tokens object finds in it (input and output are the
+// first names each looks for, and no other member is there). ok is false
+// for any other object or layout, which the caller reads its own way
+// (Members): on a step_end this saves the walk over the object and the
+// look at eight names per member, twice an event for replay and stats.
+func (o Object) TokenPair() (in, out int64, ok bool) {
+	b := o.raw
+	// `{"input":` then, after the first count, `,"output":`; each may
+	// have a space after its last byte.
+	const inKey, outKey = `{"input":`, `"output":`
+	if len(b) < len(inKey)+len(outKey)+4 || string(b[:len(inKey)]) != inKey {
+		return 0, 0, false
+	}
+	i := len(inKey)
+	if b[i] == ' ' {
+		i++
+	}
+	if in, i, ok = pairCount(b, i); !ok || i+1+len(outKey) >= len(b) || b[i] != ',' {
+		return 0, 0, false
+	}
+	if i++; b[i] == ' ' {
+		i++
+	}
+	if i+len(outKey) >= len(b) || string(b[i:i+len(outKey)]) != outKey {
+		return 0, 0, false
+	}
+	if i += len(outKey); b[i] == ' ' {
+		i++
+	}
+	if out, i, ok = pairCount(b, i); !ok || i != len(b)-1 || b[i] != '}' {
+		return 0, 0, false
+	}
+	return in, out, true
+}
+
+// pairCount reads the whole number of up to 15 digits at b[i] (0, or no
+// leading zero), which a byte other than a digit, '.', 'e' or 'E' must
+// follow; it returns the number and where that byte is.
+func pairCount(b []byte, i int) (int64, int, bool) {
+	if i >= len(b) || b[i]-'0' > 9 {
+		return 0, 0, false
+	}
+	if b[i] == '0' {
+		if i+1 < len(b) && (b[i+1]-'0' <= 9 || b[i+1] == '.' || b[i+1] == 'e' || b[i+1] == 'E') {
+			return 0, 0, false
+		}
+		return 0, i + 1, true
+	}
+	var n int64
+	j := i
+	for ; j < len(b) && j-i < 16 && b[j]-'0' <= 9; j++ {
+		n = n*10 + int64(b[j]-'0')
+	}
+	if j-i > 15 || j >= len(b) || b[j] == '.' || b[j] == 'e' || b[j] == 'E' {
+		return 0, 0, false
+	}
+	return n, j, true
+}
+
 // Members is an object with the places of some of its members found in
 // one pass over its JSON, for a caller that reads several (a tokens
 // object's names for input and output): Float(i) and Get(i) are the

@@ -864,11 +864,18 @@ func (s *State) SetCurrentStep(e *Event) {
 func (s *State) applyStepEnd(e *Event) {
 	s.CurrentStep = nil
 	if t, ok := e.Object("tokens"); ok {
-		var in, out int64
-		if s.tokens != nil {
+		in, out, pair := t.TokenPair()
+		switch {
+		case pair:
+			if s.tokens != nil {
+				// Not found: TokenMembers walks the object, if asked (the
+				// pricer reads the pair too).
+				*s.tokens = Members{}
+			}
+		case s.tokens != nil:
 			*s.tokens = t.Members(tokenNames[:])
 			in, out = memberCounts(s.tokens)
-		} else {
+		default:
 			in, out = tokenCounts(t)
 		}
 		s.Tokens.Input += in

@@ -765,6 +765,9 @@ func intOf(v any) (int64, bool) {
 
 // tokensOf reads {input, output} or the aliases other implementations use.
 func tokensOf(t lctl.Object) (in, out int64) {
+	if in, out, ok := t.TokenPair(); ok {
+		return in, out
+	}
 	m := t.Members(tokenNames[:]) // the names in one pass
 	for i := range 4 {
 		if n, ok := memberInt(&m, i); ok && n >= 0 {

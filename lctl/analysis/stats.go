@@ -333,11 +333,13 @@ func (p *tokenPricer) add(e *lctl.Event) {
 		return
 	}
 	// The object State.Apply has just read (stats): its members found.
-	var in, out int64
-	if p.state != nil {
+	in, out, pair := t.TokenPair()
+	switch {
+	case pair:
+	case p.state != nil:
 		m := p.state.TokenMembers(t, tokenNames[:])
 		in, out = memberTokens(&m)
-	} else {
+	default:
 		in, out = tokensOf(t)
 	}
 	if in+out == 0 {
