@@ -14,7 +14,12 @@ import (
 // in full (see streamChain); its output is the full read's.
 func (c *cmdContext) replayStream(o operand, toSeq uint64, showEvents, withHash bool) (bool, error) {
 	var s *lctl.State
-	facts := analysis.NewFactStoreBuilder()
+	// The facts as they stand are shown by --to-seq and --json; the text
+	// of the whole chain gives only their number, which is the state's.
+	var facts *analysis.FactStoreBuilder
+	if c.jsonOut || toSeq != 0 {
+		facts = analysis.NewFactStoreBuilder()
+	}
 	var lastStart *lctl.Event // the latest step_start applied
 	// stepOpen says no step_end came after it: the text's state keeps no
 	// current step as it goes (an allocation and three reads a step),
@@ -59,7 +64,9 @@ func (c *cmdContext) replayStream(o operand, toSeq uint64, showEvents, withHash 
 			return lctl.ErrStop
 		}
 		s.Apply(&e.Event)
-		facts.Add(&e.Event)
+		if facts != nil {
+			facts.Add(&e.Event)
+		}
 		switch e.Type {
 		case lctl.TypeStepStart:
 			if lastStart == nil {
@@ -95,7 +102,10 @@ func (c *cmdContext) replayStream(o operand, toSeq uint64, showEvents, withHash 
 		sum.Agent = lastStart.Agent
 	}
 	res := replayResult{ChainID: sd.id, ToSeq: toSeq, Events: s.EventCount, Summary: sum,
-		Facts: facts.Facts(), Warnings: append([]string{}, sd.warnings...)}
+		Warnings: append([]string{}, sd.warnings...)}
+	if facts != nil {
+		res.Facts = facts.Facts()
+	}
 	if toSeq != 0 && withHash {
 		if res.StateHash, err = s.HashVersion(c.hashVersion); err != nil {
 			return true, err
