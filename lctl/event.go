@@ -210,8 +210,16 @@ func (e *Event) Get(key string) any {
 // none.
 func (e *Event) field(key string) *dataField {
 	for i := len(e.fields) - 1; i >= 0; i-- {
-		if e.fields[i].key == key {
-			return &e.fields[i]
+		f := &e.fields[i]
+		if len(f.key) != len(key) {
+			continue
+		}
+		// A known key is the very string a caller names it by (knownKey
+		// returns the literal, and the linker keeps one copy of each):
+		// equal without comparing bytes. Keys of one length mostly
+		// differ in their first byte (step and tool, intent and tokens).
+		if unsafe.StringData(f.key) == unsafe.StringData(key) || len(key) == 0 || f.key[0] == key[0] && f.key == key { //nolint:gosec // two addresses compared, nothing read through them
+			return f
 		}
 	}
 	return nil
