@@ -25,6 +25,7 @@ import (
 	"testing"
 	"time"
 
+	lctlv1 "github.com/xct-dev/xct/gen/lctl/v1"
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 )
 
@@ -69,6 +70,7 @@ func runPhase(t *testing.T, cfg phaseConfig) *report {
 			xctv1.NewOrchestratorServiceClient(c.dial(t, c.orch[1], "alice")),
 		},
 		executor:  c.executor(t),
+		tracer:    lctlv1.NewTracerServiceClient(c.dial(t, c.tracer, "alice")),
 		modelAddr: c.modelAddr,
 	}
 	in := newInjector(c, cfg.seed)
@@ -164,7 +166,7 @@ func TestChaosLong(t *testing.T) {
 		seed = time.Now().UnixNano() % 1_000_000
 	}
 	process := []faultKind{faultKill, faultKill, faultTerm, faultTerm, faultStop, faultStop}
-	network := []faultKind{faultPartition, faultPartition, faultSlow}
+	network := []faultKind{faultPartition, faultPartition, faultSlow, faultDiskFull}
 	leader := []faultKind{faultLeaderKill, faultLeaderKill, faultLeaderStop, faultLeaderPartition, faultLeaderPartition}
 	all := []phaseConfig{
 		{name: "single", netns: true, kinds: append(append([]faultKind(nil), process...), network...)},

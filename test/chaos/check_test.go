@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	lctlv1 "github.com/xct-dev/xct/gen/lctl/v1"
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/eventlog"
 	"github.com/xct-dev/xct/internal/wire"
@@ -170,6 +171,9 @@ func (c *cluster) check(ctx context.Context, d *driver, in *injector, rep *repor
 	}
 	rep.effects = len(ledger)
 	steps := map[string]*stepFacts{}
+	// copies: each run's last event read, which the tracer's copy of the
+	// chain must hold too (checkTracer).
+	copies := map[string]lctl.Event{}
 	settleBy := time.Now().Add(60 * time.Second)
 	// Every chain in one pass over the stream (one consumer: creating one
 	// per run costs a JetStream cluster round of its own).
@@ -227,6 +231,7 @@ func (c *cluster) check(ctx context.Context, d *driver, in *injector, rep *repor
 			}
 			continue
 		}
+		copies[r.id] = chain[len(chain)-1]
 		if err := lctl.Verify(chain); err != nil {
 			rep.unverified++
 			rep.findf("unverified: run %s: %v", r.id, err)
@@ -408,6 +413,54 @@ func (c *cluster) check(ctx context.Context, d *driver, in *injector, rep *repor
 		sort.Strings(parts)
 		rep.findf("duplicate: operation %s acted under %d step ids: %s; faults within 3s of the first effect (%s): %s", op, len(keys), strings.Join(parts, "; "),
 			first.UTC().Format("15:04:05.000"), in.near(first, 3*time.Second))
+	}
+	return c.checkTracer(ctx, d.tracer, copies, rep)
+}
+
+// tracerCatchUp bounds how long the tracer may take, after the runs were
+// read, to hold every event read.
+const tracerCatchUp = 60 * time.Second
+
+// checkTracer checks the tracer's copy of every run's chain (its files,
+// through killed processes and full disks): it must come to hold the
+// chain as read from the stream, up to its last event read (more may
+// follow: a signed checkpoint, a run that went on), with the same hash.
+// A copy that does not within tracerCatchUp has lost events: counted as
+// lost.
+func (c *cluster) checkTracer(ctx context.Context, tracer lctlv1.TracerServiceClient, copies map[string]lctl.Event, rep *report) error {
+	ids := make([]string, 0, len(copies))
+	for id := range copies {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	by := time.Now().Add(tracerCatchUp)
+	for _, id := range ids {
+		want := copies[id]
+		why := ""
+		for attempt := 0; ; attempt++ {
+			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			got, err := tracer.GetChain(cctx, &lctlv1.GetChainRequest{ChainId: id, FromSeq: want.Seq, PageSize: 1})
+			cancel()
+			switch {
+			case err != nil:
+				why = "GetChain: " + status.Convert(err).Message()
+			case len(got.GetEvents()) == 0 || got.GetEvents()[0].GetSeq() != want.Seq:
+				why = fmt.Sprintf("it has %d events, the stream %d", got.GetSummary().GetEvents(), want.Seq)
+			case got.GetEvents()[0].GetHash() != want.Hash:
+				why = fmt.Sprintf("its event %d has hash %.12s, the stream's %.12s", want.Seq, got.GetEvents()[0].GetHash(), want.Hash)
+			case !got.GetSummary().GetVerified():
+				why = "its copy does not verify: " + got.GetSummary().GetVerifyError()
+			default:
+				why = ""
+			}
+			if why == "" || time.Now().After(by) || !backoff(ctx, attempt) {
+				break
+			}
+		}
+		if why != "" {
+			rep.lost++
+			rep.findf("lost: the tracer's copy of run %s: %s", id, why)
+		}
 	}
 	return nil
 }

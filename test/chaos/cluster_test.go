@@ -192,12 +192,16 @@ type cluster struct {
 	natsURL string // the services' and the test's NATS URLs
 	orch    [2]string
 	exec    string
+	tracer  string
 	// modelAddr is where the test serves the model (ProposerService).
 	modelAddr string
 	modelLis  net.Listener
 
 	nc  *nats.Conn
 	log *eventlog.Log
+	// disks are the stores on file systems of their own, for the
+	// disk-full fault (disk_test.go): every node's and the tracer's.
+	disks []disk
 }
 
 func (c *cluster) members() []*member {
@@ -312,6 +316,17 @@ func startCluster(t *testing.T, cfg phaseConfig) *cluster {
 		t.Fatal(err)
 	}
 	natsCreds := testutil.NATSCredentialsFile(t)
+	if cfg.hasKind(faultDiskFull) {
+		for i := range n {
+			c.disks = append(c.disks, disk{dir: filepath.Join(c.base, fmt.Sprintf("n%d", i+1))})
+		}
+		c.disks = append(c.disks, disk{dir: filepath.Join(c.base, "tracer")})
+		for _, d := range c.disks {
+			if err := mountDisk(d.dir); err != nil {
+				t.Fatalf("%s: %v", cfg.name, err)
+			}
+		}
+	}
 	for i := range n {
 		name := fmt.Sprintf("n%d", i+1)
 		conf := fmt.Sprintf("server_name: %s\nlisten: %q\njetstream { store_dir: %q\n %s }\n", name, addrs[i].ip+":"+addrs[i].client, filepath.Join(c.base, name), natsauth.JetStreamLimits())
@@ -330,6 +345,9 @@ func startCluster(t *testing.T, cfg phaseConfig) *cluster {
 			t.Fatal(err)
 		}
 		c.nodes = append(c.nodes, &member{name: name, kind: "nats", host: hosts[i], bin: natsBin, args: []string{"-c", file}, ready: natsReady})
+		if len(c.disks) > 0 {
+			c.disks[i].m = c.nodes[i]
+		}
 	}
 	// A cluster forms only with its peers up: start the nodes together.
 	var wg sync.WaitGroup
@@ -410,7 +428,7 @@ func startCluster(t *testing.T, cfg phaseConfig) *cluster {
 			listen[name] = "127.0.0.1:" + freePort(t)
 		}
 	}
-	c.exec, c.orch = listen["executor"], [2]string{listen["orch-a"], listen["orch-b"]}
+	c.exec, c.tracer, c.orch = listen["executor"], listen["tracer"], [2]string{listen["orch-a"], listen["orch-b"]}
 	for _, name := range []string{"executor", "validator", "tracer", "orch-a", "orch-b"} {
 		target := name
 		if strings.HasPrefix(name, "orch-") {
@@ -436,6 +454,9 @@ func startCluster(t *testing.T, cfg phaseConfig) *cluster {
 		}
 		m := &member{name: name, kind: "service", host: svcHosts[name], bin: xct, args: args, ready: serviceReady}
 		c.svcs = append(c.svcs, m)
+		if target == "tracer" && len(c.disks) > 0 {
+			c.disks[len(c.disks)-1].m = m
+		}
 		if err := m.start(60 * time.Second); err != nil {
 			t.Fatal(err)
 		}
@@ -522,6 +543,7 @@ func (c *cluster) stopAll(t *testing.T) {
 	for _, m := range c.nodes {
 		m.stop()
 	}
+	c.unmountDisks()
 	if t.Failed() || os.Getenv("XCT_CHAOS_LOGS") != "" {
 		dir := os.Getenv("XCT_CHAOS_LOGS")
 		if dir == "" {

@@ -24,6 +24,7 @@ const (
 	faultLeaderPartition faultKind = "leader-partition" // cut the stream leader off the NATS net (R3, netns)
 	faultPartition       faultKind = "partition"        // cut a service off NATS (netns)
 	faultSlow            faultKind = "latency"          // slow a service's link to NATS (netns)
+	faultDiskFull        faultKind = "disk-full"        // fill a NATS node's store or the tracer's files (disk_test.go)
 )
 
 // processKinds need only processes; the others need R3 or namespaces.
@@ -138,6 +139,8 @@ func (in *injector) one(ctx context.Context, i int) error {
 		target = leader
 	case faultPartition, faultSlow:
 		target = c.svcs[in.rng.IntN(len(c.svcs))]
+	case faultDiskFull:
+		target = c.disks[in.rng.IntN(len(c.disks))].m
 	}
 	ev.target, ev.from = target.name, time.Now()
 	var err error
@@ -161,6 +164,12 @@ func (in *injector) one(ctx context.Context, i int) error {
 		if err = c.lab.partition(target.host, true); err == nil {
 			pause(ctx, hold)
 			err = c.lab.partition(target.host, false)
+		}
+	case faultDiskFull:
+		for _, d := range c.disks {
+			if d.m == target {
+				err = in.diskFull(ctx, d, hold, &ev)
+			}
 		}
 	case faultSlow:
 		ev.note = c.lab.slowKind()

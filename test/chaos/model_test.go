@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	lctlv1 "github.com/xct-dev/xct/gen/lctl/v1"
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/lctl"
 )
@@ -141,6 +142,7 @@ type runRecord struct {
 type driver struct {
 	orch      [2]xctv1.OrchestratorServiceClient
 	executor  xctv1.ExecutorServiceClient
+	tracer    lctlv1.TracerServiceClient
 	modelAddr string
 
 	mu   sync.Mutex
