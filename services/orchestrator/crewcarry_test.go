@@ -103,3 +103,71 @@ func TestCrewSystemToolLandedUnseen(t *testing.T) {
 		})
 	}
 }
+
+// The same for a handoff whose contracts are checked: its carry records
+// the two contract_validation events, then the handoff. The first
+// validation is stored unseen; the takeover records only what the chain
+// lacks (before the fix the carry ran again from the start: the output
+// contract's validation was on the chain twice).
+func TestCrewHandoffValidationLandedUnseen(t *testing.T) {
+	t.Parallel()
+	crewFile := handoverCrew + `contracts:
+  finder:
+    outputs:
+      - type: fact
+        required_fields: [id, text]
+        confidence_min: 0.5
+  checker:
+    inputs:
+      - type: fact
+        confidence_min: 0.5
+`
+	model := newGatedModel(
+		`{"next_step": {"tool": "facts.add", "arguments": {"id": "F1", "text": "a finding", "confidence": 0.9, "source": "scan"}, "goal": "record it"}}`,
+		`{"next_step": {"tool": "xct.handoff", "arguments": {"to": "checker", "summary": "check F1"}, "goal": "hand over"}}`,
+		step("test.count", 1),
+	)
+	f := newFixture(t, model)
+	s, loser := f.launchLossy("orch-a", model)
+	loser.LoseNext(func(subject string, body []byte) bool {
+		return strings.HasPrefix(subject, "lctl.chain.") && bytes.Contains(body, []byte(`"type":"`+lctl.TypeContractValidation+`"`))
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := s.StartRun(as(ctx, "alice", auth.RoleSubmitter), &xctv1.StartRunRequest{Goal: "find and check", Crew: []byte(crewFile), CrewFile: "pair.yaml"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := resp.GetRun().GetRunId()
+	events := f.waitEnd(id)
+	select {
+	case <-loser.Lost:
+	default:
+		t.Fatalf("no acknowledgement was lost:\n%s", describe(events))
+	}
+	if len(only(events, TypeRunResumed)) == 0 {
+		t.Fatalf("no takeover after the lost acknowledgement:\n%s", describe(events))
+	}
+	if err := lctl.Verify(events); err != nil {
+		t.Fatalf("chain does not verify: %v", err)
+	}
+	if last := events[len(events)-1]; last.Type != lctl.TypeRunFinished || last.Data["status"] != "done" {
+		t.Fatalf("run ended %v:\n%s", last.Data, describe(events))
+	}
+	if errs := only(events, lctl.TypeError); len(errs) != 0 {
+		t.Fatalf("a step that acted was recorded as an error: %v\n%s", errs[0].Data, describe(events))
+	}
+	var dirs []string
+	for _, e := range only(events, lctl.TypeContractValidation) {
+		dirs = append(dirs, str(e.Data, "direction")+":"+str(e.Data, "status"))
+	}
+	if strings.Join(dirs, ",") != "output:passed,input:passed" {
+		t.Fatalf("contract validations %v, want the output's then the input's, once each:\n%s", dirs, describe(events))
+	}
+	if n := len(only(events, lctl.TypeHandoff)); n != 1 {
+		t.Fatalf("%d handoffs:\n%s", n, describe(events))
+	}
+	if n := len(only(events, lctl.TypeToolCall)); n != 3 {
+		t.Fatalf("%d tool_call events, want 3:\n%s", n, describe(events))
+	}
+}
