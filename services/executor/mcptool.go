@@ -444,6 +444,9 @@ func (t *mcpTool) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.
 	if m.cfg.Command == "" || m.ws == nil || t.desc.GetEffect() == xctv1.Effect_EFFECT_READ {
 		return t.invoke(ctx, args)
 	}
+	if why := m.ws.retryUnmoved(ctx, m.log); why != "" {
+		return nil, unmovedRefused("MCP tool "+t.desc.GetName(), why)
+	}
 	if m.sb != nil {
 		return t.callAlone(ctx, args)
 	}

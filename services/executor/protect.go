@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"unicode"
 
 	"golang.org/x/sys/unix"
@@ -257,7 +258,17 @@ func (w *workspace) moveNewProtected(ctx context.Context, log *slog.Logger, befo
 		}
 		aside, err := w.moveAside(name)
 		if err != nil {
-			log.ErrorContext(ctx, "a protected path was made that could not be moved aside", "by", who, "path", name, "error", err)
+			// Left so, the next scan before a program would take it for
+			// one that was there: remembered, and no program that may
+			// write runs until it is moved (retryUnmoved).
+			log.ErrorContext(ctx, "SECURITY: a protected path was made that could not be moved aside; programs that may write are refused until it is", "by", who, "path", name, "error", err)
+			w.unmoved.add(name, id)
+			why := "protected entry " + name + " could not be moved aside: " + err.Error()
+			if cut == "" {
+				cut = why
+			} else {
+				cut += "; " + why
+			}
 			continue
 		}
 		log.WarnContext(ctx, "a protected path was made; it was moved aside", "by", who, "path", name, "to", aside)
@@ -273,6 +284,11 @@ func (w *workspace) moveNewProtected(ctx context.Context, log *slog.Logger, befo
 // without following a link, to a fresh name nothing reads, and returns
 // its path.
 func (w *workspace) moveAside(name string) (string, error) {
+	if moveAsideFault != nil {
+		if err := moveAsideFault(name); err != nil {
+			return "", err
+		}
+	}
 	tmp, err := tempName(".")
 	if err != nil {
 		return "", err
@@ -283,6 +299,11 @@ func (w *workspace) moveAside(name string) (string, error) {
 	}
 	defer pd.close()
 	aside := strings.TrimSuffix(tmp, ".tmp") + "-protected-" + strings.TrimLeft(base, ".")
+	if len(aside) > maxNameBytes {
+		// A long protected name (fs.protected_paths, or a folded one:
+		// trailing spaces) must not make the rename fail.
+		aside = strings.ToValidUTF8(aside[:maxNameBytes], "")
+	}
 	err = pd.rename(base, pd, aside, true)
 	if errors.Is(err, unix.EACCES) {
 		// A program took the executor's write permission on the
@@ -415,4 +436,83 @@ func (w *workspace) treeProtected(p, name string, pd *wsDir, base string, fi fs.
 		return w.fail(p, err)
 	}
 	return nil
+}
+
+// moveAsideFault, set by tests only, makes moving aside name fail as a
+// full disk does (the name aside is longer: ext4 may need a new
+// directory block for it).
+var moveAsideFault func(name string) error
+
+// maxNameBytes is the longest name of one entry (NAME_MAX).
+const maxNameBytes = 255
+
+// unmovedProtected are the protected entries a program made that could
+// not be moved aside after it ran (a full disk: the longer name needs a
+// new directory block), by workspace path with their identities.
+type unmovedProtected struct {
+	mu  sync.Mutex
+	set protectedSet
+}
+
+func (u *unmovedProtected) add(name string, id entryID) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.set == nil {
+		u.set = protectedSet{}
+	}
+	u.set[name] = id
+}
+
+// retryUnmoved moves aside, once more, the protected entries a program
+// made that could not be moved aside after it (each still there under
+// its name with its identity; one gone or replaced is forgotten), and
+// returns "" when none is left, otherwise why not: then a program or MCP
+// tool that may write must not run, since the scan before it would take
+// such an entry for one that was there, and leave it to whoever opens the
+// workspace next (session 13, TestProtectedUnmovedIsRemembered). Kept in
+// memory: an executor restarted meanwhile has forgotten them (logged
+// each as a security error when they were made).
+func (w *workspace) retryUnmoved(ctx context.Context, log *slog.Logger) string {
+	u := &w.unmoved
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	var left []string
+	for name, id := range u.set {
+		pd, base, err := w.openParent(name)
+		if err == nil {
+			var st unix.Stat_t
+			err = unix.Fstatat(pd.fd, base, &st, unix.AT_SYMLINK_NOFOLLOW)
+			pd.close()
+			if err == nil && (entryID{dev: uint64(st.Dev), ino: st.Ino}) != id { //nolint:unconvert // Dev is not uint64 everywhere
+				err = unix.ENOENT // replaced: not the entry the program made
+			}
+		}
+		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, errThroughLink) {
+			delete(u.set, name)
+			continue
+		}
+		if err == nil {
+			var aside string
+			if aside, err = w.moveAside(name); err == nil {
+				log.WarnContext(ctx, "a protected path a program made was moved aside at last", "path", name, "to", aside)
+				delete(u.set, name)
+				continue
+			}
+		}
+		left = append(left, name+" ("+err.Error()+")")
+	}
+	if len(left) == 0 {
+		return ""
+	}
+	slices.Sort(left)
+	return "protected entries a program made could not be moved aside: " + strings.Join(left, ", ")
+}
+
+// unmovedRefused is the refusal of a program (or MCP tool) that may write
+// while a protected entry an earlier one made is still in place (why:
+// reason). Nothing was run.
+func unmovedRefused(program, reason string) *xctv1.Error {
+	return wire.WithDetails(wire.Errorf(wire.CodePermissionDenied,
+		"%s may write, and %s: the scan before it would take them for entries that were there, so the program was not run; nothing was run (free space, or move them, and try again)", program, reason),
+		map[string]any{"program": program, "reason": reason, "outcome_unknown": false})
 }

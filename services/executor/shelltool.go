@@ -266,6 +266,11 @@ func (t *shellTool) Invoke(ctx context.Context, args map[string]any) (any, *xctv
 	// read-only those it finds): the whole workspace is scanned before
 	// (a program is not run in one the scan cannot read whole) and after.
 	var protectedBefore protectedSet
+	if bin.Effect != EffectRead {
+		if why := t.ws.retryUnmoved(ctx, t.log); why != "" {
+			return nil, unmovedRefused(argv[0], why)
+		}
+	}
 	if t.sb == nil && bin.Effect != EffectRead {
 		var cut string
 		if protectedBefore, cut = t.ws.protectedNames(t.ws.protected.scanBudget()); cut != "" {

@@ -32,6 +32,9 @@ type workspace struct {
 	escape error
 	// protected are the paths the fs tools never change.
 	protected *protectedPaths
+	// unmoved are the protected entries a program made that could not be
+	// moved aside after it (protect.go, retryUnmoved).
+	unmoved unmovedProtected
 }
 
 // openWorkspace creates dir if needed and opens it as a root.
