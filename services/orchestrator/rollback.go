@@ -97,6 +97,22 @@ func (s *Service) RollbackRun(ctx context.Context, req *xctv1.RollbackRunRequest
 	}
 	r.lease.set(rev)
 	defer s.finishLease(r)
+	// A rollback is among its principal's runs in progress (--max-runs,
+	// across the cluster) until it returns: an undo waiting for a human
+	// holds a consumer on the approvals' stream, whose bound everyone's
+	// waits share, as a run waiting for one does. Counted under the run's
+	// id, whose owner key the rollback holds (a crashed rollback's count
+	// is dropped once its key is gone, as a run's).
+	counted, err := s.takeQuota(ctx, principal, id, s.cfg.MaxRuns)
+	if err != nil {
+		if status.Code(err) == codes.ResourceExhausted {
+			return nil, status.Errorf(codes.ResourceExhausted, "%s (rollbacks count among them); nothing was undone", status.Convert(err).Message())
+		}
+		return nil, toStatus(err)
+	}
+	if counted {
+		defer s.giveQuota(principal, id)
+	}
 
 	// Undo steps of an earlier rollback whose outcome the chain does not
 	// hold, or holds as unknown: their records say what they did.
