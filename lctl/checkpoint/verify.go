@@ -383,6 +383,15 @@ func (r *Report) finish(opts Options, positionOf func(seq uint64) int, en ends) 
 				Message: fmt.Sprintf("the signed events end at seq %d, %s (--allow-unsigned-tail accepts a chain still being written)", r.SignedThrough, why)})
 		}
 	}
+	// A run's chain whose signed events end at the run's end proves
+	// everything before it and nothing after: a rollback later appends
+	// its events and its own signed end, and a copy cut back to here
+	// cannot be told from a run never rolled back by the file alone. Said
+	// where it applies, so that whoever reads "verified" knows what it
+	// does not cover, unless the chain was compared with another copy.
+	if en.started && opts.Against == nil && len(r.Problems) == 0 && r.SignedThrough > 0 && slices.Contains(en.closing, r.SignedThrough) {
+		r.Notes = append(r.Notes, fmt.Sprintf("the signed events end at the run's end (seq %d): what came after it (a later rollback, with its own signed end) would not be in this file, and no signature can show it is missing; --against-tracer compares the file with the cluster's latest signed head", r.SignedThrough))
+	}
 	sortProblems(r.Problems)
 	if len(r.Problems) > 0 {
 		first := r.Problems[0]
