@@ -72,6 +72,7 @@ func runPhase(t *testing.T, cfg phaseConfig) *report {
 		executor:  c.executor(t),
 		tracer:    lctlv1.NewTracerServiceClient(c.dial(t, c.tracer, "alice")),
 		modelAddr: c.modelAddr,
+		seed:      cfg.seed,
 	}
 	in := newInjector(c, cfg.seed)
 	runCtx, cancelRuns := context.WithCancel(context.Background())

@@ -119,6 +119,8 @@ type stepFacts struct {
 	run      string
 	step     int
 	op       string
+	tool     string
+	carried  int      // a crew tool's events on the chain (its effect: fact_added, handoff)
 	outcomes []string // success, replayed, failed:CODE, not_executed, in_doubt, repeatable:CODE, refused:CODE
 	ended    bool     // the run's chain ends with run_finished
 }
@@ -278,8 +280,29 @@ func (c *cluster) check(ctx context.Context, d *driver, in *injector, rep *repor
 			rep.inDoubt++
 			rep.doubts = append(rep.doubts, r.id+": "+doubt)
 		}
+		open := "" // the step the chain is in: a crew tool's event is its
+		acts := map[string]int{}
 		for _, e := range chain {
+			if e.Type == lctl.TypeFactAdded || e.Type == lctl.TypeHandoff {
+				// Per operation: the crew run adds one fact and hands
+				// over once, whatever its steps.
+				if acts[e.Type]++; acts[e.Type] == 2 {
+					rep.duplicates++
+					rep.findf("duplicate: run %s: a second %s (seq %d)", r.id, e.Type, e.Seq)
+				}
+			}
 			id, _ := e.Data["step_id"].(string)
+			switch e.Type {
+			case lctl.TypeFactAdded, lctl.TypeFactModified, lctl.TypeHandoff:
+				if s := steps[open]; s != nil {
+					s.carried++
+				} else {
+					rep.disagree++
+					rep.findf("disagree: run %s: %s (seq %d) outside any step", r.id, e.Type, e.Seq)
+				}
+			case lctl.TypeStepEnd:
+				open = ""
+			}
 			if id == "" {
 				continue
 			}
@@ -291,8 +314,10 @@ func (c *cluster) check(ctx context.Context, d *driver, in *injector, rep *repor
 			s.ended = ended
 			switch e.Type {
 			case lctl.TypeStepStart:
+				open = id
 				n, _ := e.Data["step"].(float64)
 				s.step = int(n)
+				s.tool, _ = e.Data["tool"].(string)
 				args, _ := e.Data["arguments"].(map[string]any)
 				s.op, _ = args["op"].(string)
 			case lctl.TypeToolCall:
@@ -350,7 +375,9 @@ func (c *cluster) check(ctx context.Context, d *driver, in *injector, rep *repor
 	rep.outcomes = map[string]int{}
 	for id := range ids {
 		s, rec, n := steps[id], records[id], len(byKey[id])
-		if s != nil {
+		if s != nil && (s.tool == crewOps[2] || s.tool == crewOps[3]) {
+			rep.outcomes["crew:"+s.outcome()]++ // a crew tool's step
+		} else if s != nil {
 			rep.outcomes[s.outcome()]++
 		}
 		if s == nil {
@@ -359,6 +386,27 @@ func (c *cluster) check(ctx context.Context, d *driver, in *injector, rep *repor
 			continue
 		}
 		o := s.outcome()
+		if crewOps[2] == s.tool || crewOps[3] == s.tool {
+			// A crew tool: carried out by the orchestrator, its effect
+			// is its event on the chain; the executor never sees it.
+			switch {
+			case s.carried > 1: // counted per run above
+				rep.findf("duplicate: the crew's %s acted %d times: %s", s.tool, s.carried, describe(id))
+			case s.carried == 1 && !sameOutcomes(settled(s.outcomes)):
+				rep.disagree++
+				rep.findf("disagree: the chain records more than one outcome: %s", describe(id))
+			case s.carried == 1 && o != "success" && !(o == "none" && !s.ended):
+				rep.disagree++
+				rep.findf("disagree: the crew's %s acted (its event is on the chain), the chain says %s: %s", s.tool, o, describe(id))
+			case s.carried == 0 && o == "success":
+				rep.disagree++
+				rep.findf("disagree: the chain says the crew's %s succeeded, its event is not there: %s", s.tool, describe(id))
+			case n > 0 || rec != "absent":
+				rep.disagree++
+				rep.findf("disagree: the executor knows a crew tool's step: %s", describe(id))
+			}
+			continue
+		}
 		var bad string
 		switch {
 		case !sameOutcomes(settled(s.outcomes)):

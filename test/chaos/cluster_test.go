@@ -244,6 +244,10 @@ const policy = `rules:
     effect: allow
     message: the chaos suite's ledger tools may run
     tools: [ledger.charge, ledger.put]
+  - id: allow-crew
+    effect: allow
+    message: the crew runs' own tools may run
+    tools: [facts.add, facts.update, xct.handoff]
 `
 
 // startCluster starts NATS (one node or three), the ledger tool and the

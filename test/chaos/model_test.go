@@ -43,11 +43,48 @@ const maxAttempts = 20
 
 var retryActions = map[string]bool{"retry_later": true, "wait_and_retry_later": true, "reply_with_one_valid_decision": true}
 
+// A crew run (one run in crewEvery) is a crew of two agents served by the
+// same model: the entry agent performs operation 1 on the ledger, records
+// a fact (facts.add, operation 2) and hands over (xct.handoff, operation
+// 3); the other performs operation 4 on the ledger. The crew's tools act
+// by their event on the chain (fact_added, handoff), so a fault between
+// that event and the step's outcome is a fault between an effect and its
+// record, checked as the ledger's effects are.
+const crewEvery = 4
+
+// crewOps are a crew run's operations; the ledger's are the others.
+var crewOps = map[int]string{2: "facts.add", 3: "xct.handoff"}
+
+// crewFile is the crew of a crew run, its agents served by the model at
+// modelAddr.
+func crewFile(modelAddr string) []byte {
+	return []byte(fmt.Sprintf(`crew: chaos
+agents:
+  - name: finder
+    profile: {type: analyzer, capabilities: [charging], model: "grpc:%[1]s", reliability_score: 0.9}
+    tools: [ledger.charge, ledger.put, facts.add, xct.handoff]
+    hands_to: [checker]
+  - name: checker
+    profile: {type: reviewer, capabilities: [charging], model: "grpc:%[1]s", reliability_score: 0.9}
+    tools: [ledger.charge, ledger.put]
+handoffs: {entry: finder, max_depth: 2, cycles: forbid}
+`, modelAddr))
+}
+
+// isCrewRun reports whether run id is one of the crew runs.
+func isCrewRun(seed int64, id string) bool { return hash(seed, id, "crew")%crewEvery == 0 }
+
 func (m *model) Propose(ctx context.Context, req *xctv1.ProposeRequest) (*xctv1.ProposeResponse, error) {
+	crew := isCrewRun(m.seed, req.GetRunId())
+	ops := m.ops
+	if crew {
+		ops = 4
+	}
 	op, attempts := 1, 0
 	for _, turn := range req.GetHistory() {
 		var d struct {
 			NextStep *struct {
+				Tool      string         `json:"tool"`
 				Arguments map[string]any `json:"arguments"`
 			} `json:"next_step"`
 		}
@@ -62,6 +99,11 @@ func (m *model) Propose(ctx context.Context, req *xctv1.ProposeRequest) (*xctv1.
 		}
 		_ = json.Unmarshal([]byte(turn.GetResponse()), &r)
 		k := opNumber(d.NextStep.Arguments["op"])
+		for n, tool := range crewOps {
+			if crew && d.NextStep.Tool == tool {
+				k = n
+			}
+		}
 		if k != op {
 			continue
 		}
@@ -76,8 +118,8 @@ func (m *model) Propose(ctx context.Context, req *xctv1.ProposeRequest) (*xctv1.
 			op, attempts = op+1, 0
 		}
 	}
-	if op > m.ops {
-		return done(fmt.Sprintf("%d operations done", m.ops)), nil
+	if op > ops {
+		return done(fmt.Sprintf("%d operations done", ops)), nil
 	}
 	if attempts >= maxAttempts {
 		return done(fmt.Sprintf("gave up on operation %d", op)), nil
@@ -86,6 +128,14 @@ func (m *model) Propose(ctx context.Context, req *xctv1.ProposeRequest) (*xctv1.
 		// "retry_later": the model waits before it proposes the operation
 		// again (longer after each failure, at most 2 s).
 		backoff(ctx, attempts)
+	}
+	if tool := crewOps[op]; crew && tool != "" {
+		args := map[string]any{"id": "F1", "text": "charged " + req.GetRunId(), "confidence": 0.9, "source": "ledger"}
+		if tool == "xct.handoff" {
+			args = map[string]any{"to": "checker", "summary": "check the charge"}
+		}
+		out, _ := json.Marshal(map[string]any{"next_step": map[string]any{"tool": tool, "arguments": args, "goal": fmt.Sprintf("operation %d", op)}})
+		return &xctv1.ProposeResponse{Output: string(out), Model: "chaos-model"}, nil
 	}
 	// The operation decides the tool (a retry is the same operation); the
 	// attempt only how long the tool takes.
@@ -144,6 +194,7 @@ type driver struct {
 	executor  xctv1.ExecutorServiceClient
 	tracer    lctlv1.TracerServiceClient
 	modelAddr string
+	seed      int64 // which runs are crew runs (isCrewRun)
 
 	mu   sync.Mutex
 	runs []*runRecord
@@ -176,7 +227,11 @@ func (d *driver) run(ctx context.Context, id string) {
 	defer d.record(r)
 	for attempt := 0; ; attempt++ {
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		resp, err := d.orch[attempt%2].StartRun(cctx, &xctv1.StartRunRequest{RunId: id, Goal: "chaos", Model: "grpc:" + d.modelAddr, MaxSteps: 60})
+		req := &xctv1.StartRunRequest{RunId: id, Goal: "chaos", Model: "grpc:" + d.modelAddr, MaxSteps: 60}
+		if isCrewRun(d.seed, id) {
+			req.Model, req.Crew, req.CrewFile = "", crewFile(d.modelAddr), "chaos.yaml"
+		}
+		resp, err := d.orch[attempt%2].StartRun(cctx, req)
 		cancel()
 		if err == nil {
 			r.started, r.startSeq = true, resp.GetRun().GetLastSeq()
