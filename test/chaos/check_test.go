@@ -395,7 +395,7 @@ func (c *cluster) check(ctx context.Context, d *driver, in *injector, rep *repor
 			case s.carried == 1 && !sameOutcomes(settled(s.outcomes)):
 				rep.disagree++
 				rep.findf("disagree: the chain records more than one outcome: %s", describe(id))
-			case s.carried == 1 && o != "success" && !(o == "none" && !s.ended):
+			case s.carried == 1 && o != "success" && (o != "none" || s.ended):
 				rep.disagree++
 				rep.findf("disagree: the crew's %s acted (its event is on the chain), the chain says %s: %s", s.tool, o, describe(id))
 			case s.carried == 0 && o == "success":
