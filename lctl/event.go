@@ -122,6 +122,10 @@ var compositeField any = new(compositeMark)
 // as a string in an any each was two allocations (the bytes, the header).
 var textField any = new(textMark)
 
+// unreadField marks a dataField whose value the stream checked but did
+// not keep (StreamOptions.Unread): reading it panics.
+var unreadField any = new(unreadMark)
+
 // The marks' types: each has one value, the mark, so that a field is
 // told to be one by its type alone (a type assertion, where comparing
 // two interfaces calls the runtime).
@@ -129,7 +133,15 @@ type (
 	numberMark    struct{ _ byte }
 	compositeMark struct{ _ byte }
 	textMark      struct{ _ byte }
+	unreadMark    struct{ _ byte }
 )
+
+// notUnread panics when f is a member the stream was told is not read.
+func (e *Event) notUnread(f *dataField) {
+	if _, ok := f.v.(*unreadMark); ok {
+		panic("lctl: the " + f.key + " of a " + e.Type + " event was read, but the stream was told it is not (StreamOptions.Unread)")
+	}
+}
 
 // isNumber says f's value is n (numberField).
 func (f *dataField) isNumber() bool {
@@ -195,6 +207,7 @@ func (e *Event) value(f *dataField) any {
 	case f.isText():
 		return e.text(f)
 	}
+	e.notUnread(f)
 	return f.v
 }
 
@@ -248,8 +261,11 @@ func (e *Event) Str(key string) (string, bool) {
 	}
 	if f := e.field(key); f != nil {
 		s, ok := f.v.(string)
-		if !ok && f.isText() {
-			return e.text(f), true
+		if !ok {
+			if f.isText() {
+				return e.text(f), true
+			}
+			e.notUnread(f)
 		}
 		return s, ok
 	}
@@ -279,6 +295,7 @@ func (e *Event) Float(key string) (float64, bool) {
 		} else {
 			x, ok := m.v.(float64)
 			if !ok {
+				e.notUnread(m)
 				return 0, false
 			}
 			f = x
@@ -313,6 +330,9 @@ func (e *Event) Object(key string) (Object, bool) {
 		return Object{raw: raw}, raw[0] == '{'
 	}
 	m, ok := f.v.(map[string]any)
+	if !ok {
+		e.notUnread(f)
+	}
 	return Object{m: m}, ok
 }
 
@@ -329,6 +349,7 @@ func (e *Event) EachObject(key string, fn func(Object)) {
 		return
 	}
 	if !f.isComposite() {
+		e.notUnread(f)
 		eachObject(f.v, fn)
 		return
 	}

@@ -166,6 +166,7 @@ func (p *fastParser) canonData(e *Event) bool {
 	i := p.i + 1
 	start := len(p.slab)
 	p.rawStart = len(p.arena)
+	p.unreadMade = false
 	if p.slab == nil {
 		p.slab = make([]dataField, 0, 64)
 	}
@@ -209,56 +210,65 @@ func (p *fastParser) canonData(e *Event) bool {
 				return false
 			}
 			// The value.
-			switch c := b[i]; {
-			case c == '"':
-				rk := quoted(b, i)
-				if s := p.valTab.lookup(&rk); s != nil {
-					p.slab = append(p.slab, dataField{key: k, v: s.v})
-					i += rk.n + 2
-					break
-				}
-				// Not in the table: most such strings are new (a step's id,
-				// read first), so not looked for in the intern table either.
-				p.i = i
-				var v any
-				if raw, ok := p.rawString(); ok {
-					if len(raw) > internMax && p.keepText(k, raw) {
-						i = p.i
-						break
-					}
-					v = string(raw)
-				} else {
-					s, ok := p.strIntern(false)
-					if !ok {
-						return false
-					}
-					v = s
-				}
-				if s, short := v.(string); short && len(s) <= internMax {
-					p.valTab.put(&rk, p.i-i, s, v)
-				}
-				p.slab = append(p.slab, dataField{key: k, v: v})
-				i = p.i
-			case c >= '1' && c <= '9':
-				// A whole number of up to 15 digits is exact in a float64.
-				u := uint64(c - '0')
-				j := i + 1
-				for j < len(b) && j-i < 16 && b[j]-'0' <= 9 {
-					u = u*10 + uint64(b[j]-'0')
-					j++
-				}
-				if j < len(b) && j-i < 16 && b[j] != '.' && b[j] != 'e' && b[j] != 'E' {
-					p.slab = append(p.slab, dataField{key: k, v: numberField, n: float64(u)})
-					i = j
-					break
-				}
-				fallthrough
-			default:
-				p.i = i
-				if !p.member(k) {
+			if len(p.unreadKey) != 0 && k == p.unreadKey && (b[i] == '"' || b[i] == '{' || b[i] == '[') {
+				var ok bool
+				if i, ok = p.unreadValue(i); !ok {
 					return false
 				}
-				i = p.i
+				p.slab = append(p.slab, dataField{key: k, v: unreadField})
+				p.unreadMade = true
+			} else {
+				switch c := b[i]; {
+				case c == '"':
+					rk := quoted(b, i)
+					if s := p.valTab.lookup(&rk); s != nil {
+						p.slab = append(p.slab, dataField{key: k, v: s.v})
+						i += rk.n + 2
+						break
+					}
+					// Not in the table: most such strings are new (a step's id,
+					// read first), so not looked for in the intern table either.
+					p.i = i
+					var v any
+					if raw, ok := p.rawString(); ok {
+						if len(raw) > internMax && p.keepText(k, raw) {
+							i = p.i
+							break
+						}
+						v = string(raw)
+					} else {
+						s, ok := p.strIntern(false)
+						if !ok {
+							return false
+						}
+						v = s
+					}
+					if s, short := v.(string); short && len(s) <= internMax {
+						p.valTab.put(&rk, p.i-i, s, v)
+					}
+					p.slab = append(p.slab, dataField{key: k, v: v})
+					i = p.i
+				case c >= '1' && c <= '9':
+					// A whole number of up to 15 digits is exact in a float64.
+					u := uint64(c - '0')
+					j := i + 1
+					for j < len(b) && j-i < 16 && b[j]-'0' <= 9 {
+						u = u*10 + uint64(b[j]-'0')
+						j++
+					}
+					if j < len(b) && j-i < 16 && b[j] != '.' && b[j] != 'e' && b[j] != 'E' {
+						p.slab = append(p.slab, dataField{key: k, v: numberField, n: float64(u)})
+						i = j
+						break
+					}
+					fallthrough
+				default:
+					p.i = i
+					if !p.member(k) {
+						return false
+					}
+					i = p.i
+				}
 			}
 			if i >= len(b) {
 				return false
@@ -288,6 +298,31 @@ func (p *fastParser) canonData(e *Event) bool {
 		e.raw = p.arena[p.rawStart:len(p.arena):len(p.arena)]
 	}
 	return true
+}
+
+// unreadValue checks the string, object or array at b[i] as decoding it
+// would (a string of plain ASCII, else the careful read; an object or an
+// array as member checks one it keeps) and returns where it ends.
+func (p *fastParser) unreadValue(i int) (int, bool) {
+	b := p.b
+	if b[i] == '"' {
+		if j, ok := asciiEnd(b, i+1); ok {
+			return j + 1, true
+		}
+		p.i = i
+		if _, ok := p.strKeep(false, false); !ok {
+			return 0, false
+		}
+		return p.i, true
+	}
+	if end, ok := p.canonSkip(i); ok {
+		return end, true
+	}
+	p.i = i
+	if !p.skipValue() {
+		return 0, false
+	}
+	return p.i, true
 }
 
 // canonSkip returns where the object or array at b[i] ends, for one at
@@ -526,8 +561,14 @@ func (p *fastParser) specEvent(e *Event) bool {
 			if !p.skipData(e) {
 				return false
 			}
-		} else if !p.canonData(e) {
-			return false
+		} else {
+			p.unreadKey = ""
+			if p.unreadFor != nil {
+				p.unreadKey = p.unreadFor(e.Type)
+			}
+			if !p.canonData(e) {
+				return false
+			}
 		}
 	} else {
 		v, ok := p.value()

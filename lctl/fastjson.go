@@ -80,6 +80,12 @@ type fastParser struct {
 	// types' data to decode; any other event's data is only checked
 	// (skipData).
 	dataFor func(typ string) bool
+	// unreadFor (StreamOptions.Unread) names a type's member that is
+	// checked, not kept; unreadKey is the event's (set before canonData,
+	// "" for none), and unreadMade says canonData left one unread.
+	unreadFor  func(typ string) string
+	unreadKey  string
+	unreadMade bool
 	// lastNum is the last integer past smallNumbers read, lastBox it in
 	// an any.
 	lastNum float64
@@ -236,6 +242,7 @@ func (p *fastParser) loopEvent(e *Event) error {
 				// Through the tables (canonData) whatever the layout: the
 				// spec's key order and Python's white space come here.
 				at, slab := p.i, len(p.slab)
+				p.unreadKey = ""
 				if p.generalData || !p.canonData(e) {
 					p.i, p.slab = at, p.slab[:slab]
 					if !p.dataFields(e) {
@@ -1563,16 +1570,30 @@ func (p *fastParser) canonicalEvent(e *Event) bool {
 	}
 	skipped := ""
 	if p.fields {
+		peeked := ""
 		if p.dataFor != nil {
-			if t, ok := p.peekType(); ok && !p.dataFor(t) {
-				if !p.skipData(e) {
-					return false
+			if t, ok := p.peekType(); ok {
+				peeked = t
+				if !p.dataFor(t) {
+					if !p.skipData(e) {
+						return false
+					}
+					skipped = t
 				}
-				skipped = t
 			}
 		}
-		if skipped == "" && !p.canonData(e) {
-			return false
+		if skipped == "" {
+			p.unreadKey = ""
+			if p.unreadFor != nil && peeked != "" {
+				p.unreadKey = p.unreadFor(peeked)
+			}
+			if !p.canonData(e) {
+				return false
+			}
+			if p.unreadMade {
+				// Left unread as the peeked type's: the type must be it.
+				skipped = peeked
+			}
 		}
 	} else {
 		v, ok := p.value()
@@ -1616,7 +1637,7 @@ func (p *fastParser) canonicalEvent(e *Event) bool {
 		return false
 	}
 	e.Type = s
-	if p.i != len(b)-1 || b[p.i] != '}' || (e.skipped && s != skipped) {
+	if p.i != len(b)-1 || b[p.i] != '}' || (skipped != "" && s != skipped) {
 		return false
 	}
 	p.i++

@@ -98,6 +98,8 @@ type State struct {
 	// noCurrent leaves CurrentStep nil (NoCurrentStep).
 	noHistory bool
 	noCurrent bool
+	// noFactText leaves facts' Text empty (NoFactText).
+	noFactText bool
 	// hc is what HashV1 wrote before (CacheHashes, state_canonical.go)
 	// and what Hash keeps up to date (state_hash2.go). Copies of a State
 	// (Clone, snapshots) start without it.
@@ -592,6 +594,12 @@ func (s *State) FactsOnly() { s.factsOnly = true }
 // it.
 func (s *State) NoFactHistory() { s.noHistory = true }
 
+// NoFactText makes Apply keep facts without their Text (with
+// NoFactHistory: a summary that gives only their number and confidences,
+// lctl stats), so that a stream need not keep the texts
+// (StreamOptions.Unread). Such a state is not hashed.
+func (s *State) NoFactText() { s.noFactText = true }
+
 // NoCurrentStep makes Apply leave CurrentStep nil: for a summary that
 // never shows the step in progress (lctl stats). Such a state is not
 // hashed: Hash and HashV1 refuse it.
@@ -912,8 +920,10 @@ func (s *State) applyFact(e *Event) {
 		f = nf
 		s.Facts[id] = f
 	}
-	if v, ok := e.Str("text"); ok {
-		f.Text = v
+	if !s.noFactText { // else not read: the stream may have left it unread
+		if v, ok := e.Str("text"); ok {
+			f.Text = v
+		}
 	}
 	if c, ok := econfidence(e, "confidence"); ok {
 		f.Confidence = &c

@@ -17,7 +17,7 @@ import (
 // so it costs time in the state's size (the chain's length) however it is
 // kept: verify checks it on old chains; new checkpoints carry Hash's form.
 func (s *State) HashV1() (string, error) {
-	if s.countCalls || s.factsOnly || s.noHistory || s.noCurrent {
+	if s.countCalls || s.factsOnly || s.noHistory || s.noCurrent || s.noFactText {
 		return "", fmt.Errorf("hash state: %w", errPartialState)
 	}
 	h := sha256.New()

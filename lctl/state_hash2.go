@@ -69,7 +69,7 @@ func (s *State) HashVersion(v int) (string, error) {
 // state keeps, so, like Apply, it is not to be called on one state from
 // two goroutines at once.
 func (s *State) Hash() (string, error) {
-	if s.countCalls || s.factsOnly || s.noHistory || s.noCurrent {
+	if s.countCalls || s.factsOnly || s.noHistory || s.noCurrent || s.noFactText {
 		return "", fmt.Errorf("hash state: %w", errPartialState)
 	}
 	if s.hc == nil {

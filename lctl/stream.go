@@ -67,6 +67,12 @@ type StreamOptions struct {
 	// A command that reads a few types saves most of the decoding of the
 	// others.
 	Data func(typ string) bool
+	// Unread, when set with Data (and like it, not with Hash or Line),
+	// names per type the one member of the data the caller never reads
+	// ("" for none): a string, object or array value of it is checked
+	// as it would be decoded but not kept (a step's intent is most of
+	// a step_start's bytes), and reading the member panics.
+	Unread func(typ string) string
 }
 
 // StreamHeader is what a file says before its events.
@@ -180,6 +186,7 @@ func newStreamParser(opts StreamOptions) *fastParser {
 	p.fields = opts.Fields
 	if opts.Fields && !opts.Hash && opts.Line == nil {
 		p.dataFor = opts.Data
+		p.unreadFor = opts.Unread
 	}
 	return p
 }

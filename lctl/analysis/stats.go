@@ -187,6 +187,7 @@ func NewStatsBuilder(chainID string, prices *Prices) *StatsBuilder {
 	s.CountToolCalls()  // only their number is
 	s.NoFactHistory()   // facts: their number and confidences
 	s.NoCurrentStep()   // never shown
+	s.NoFactText()      // nor the facts' texts
 	steps := newStepTimer()
 	steps.untitled = true // Stats reads the steps' times, not their names
 	cost := newTokenPricer(prices)
@@ -208,6 +209,23 @@ func (b *StatsBuilder) ReadsData(typ string) bool {
 func (b *StatsBuilder) DataTypes() func(typ string) bool {
 	state := b.state.DataTypes()
 	return func(typ string) bool { return BottleneckData(typ) || state(typ) }
+}
+
+// StatsUnread names, per type, the member of the data a StatsBuilder
+// never reads of those a stream would keep at length
+// (lctl.StreamOptions.Unread): a step's intent, a fact's text (its state
+// keeps none: NoFactText), a checkpoint's facts_snapshot (the state reads
+// its state_hash only).
+func StatsUnread(typ string) string {
+	switch typ {
+	case lctl.TypeStepStart:
+		return "intent"
+	case lctl.TypeFactAdded, lctl.TypeFactModified:
+		return "text"
+	case lctl.TypeCheckpoint:
+		return "facts_snapshot"
+	}
+	return ""
 }
 
 // Add takes the next event of the chain. It reads the data of the types

@@ -159,6 +159,7 @@ func runStats(ctx context.Context, c *cmdContext) error {
 	var b *analysis.StatsBuilder
 	// The types whose data b reads, set with b before any event is decoded.
 	var reads func(typ string) bool
+	c.unread = analysis.StatsUnread
 	if sd, err := c.streamChain(o, false, nil, func(typ string) bool { return reads(typ) }, func(id string) { b = analysis.NewStatsBuilder(id, table); reads = b.DataTypes() },
 		func(e *lctl.StreamEvent) error { b.Add(&e.Event); return nil }); err == nil {
 		c.reportInput(sd.data())

@@ -179,6 +179,9 @@ type cmdContext struct {
 
 	jsonOut bool
 	tracer  string
+	// unread, set by a command before it streams a chain, names per type
+	// the member of the data it never reads (lctl.StreamOptions.Unread).
+	unread func(typ string) string
 	// cred picks the bearer token sent to the tracer and secures the
 	// connection (mTLS) when its CA is set.
 	cred    Credentials

@@ -1,0 +1,180 @@
+package lctl_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/xct-dev/xct/lctl"
+	"github.com/xct-dev/xct/lctl/lctltest"
+)
+
+// allData reads every type's data.
+func allData(string) bool { return true }
+
+// unreadText leaves a step's intent, a fact's text and a checkpoint's
+// snapshot unread.
+func unreadText(typ string) string {
+	switch typ {
+	case lctl.TypeStepStart:
+		return "intent"
+	case lctl.TypeFactAdded, lctl.TypeFactModified:
+		return "text"
+	case lctl.TypeCheckpoint:
+		return "facts_snapshot"
+	}
+	return ""
+}
+
+// With StreamOptions.Unread, the stream gives the same events in every
+// layout and shape, each member but the one named for its type as
+// without it, and that one present but not kept: reading it panics (Str,
+// Get, Lookup, Float, Object, EachObject, RangeData, DataMap), so a
+// command wrong about what it reads fails in the tests that compare it
+// with the full read. With Hash or Line nothing is left unread.
+func TestStreamUnread(t *testing.T) {
+	t.Parallel()
+	for _, sh := range []lctltest.Shape{{Spec: true}, {Spec: true, Layout: lctltest.LayoutIndent}, {Spec: true, Layout: lctltest.LayoutOneLine}, {}} {
+		var b bytes.Buffer
+		if err := lctltest.WriteWorkflowShaped(&b, "wf", 3000, lctltest.WorkflowOptions{Seal: !sh.Spec, CheckpointEvery: 500, Detail: 12}, sh); err != nil {
+			t.Fatal(err)
+		}
+		name := fmt.Sprintf("spec=%v layout=%q", sh.Spec, sh.Layout)
+		raw := b.Bytes()
+		want := streamKeep(bytes.NewReader(raw), lctl.StreamOptions{Fields: true, Workers: 2}, 0)
+		got := streamKeep(bytes.NewReader(raw), lctl.StreamOptions{Fields: true, Workers: 2, Data: allData, Unread: unreadText}, 0)
+		if want.err != nil || got.err != nil || len(got.events) != len(want.events) || len(want.events) != 3000 {
+			t.Fatalf("%s: %d events (%v), without Unread %d (%v)", name, len(got.events), got.err, len(want.events), want.err)
+		}
+		unread := map[string]int{}
+		for i := range got.events {
+			g, w := &got.events[i], &want.events[i]
+			if g.Seq != w.Seq || g.Type != w.Type || g.Timestamp != w.Timestamp || g.Agent != w.Agent || g.ChainID != w.ChainID || g.Hash != w.Hash {
+				t.Fatalf("%s: event %d differs:\n%+v\n%+v", name, i+1, g.Event, w.Event)
+			}
+			key := unreadText(g.Type)
+			wm := w.DataMap()
+			if _, has := wm[key]; key == "" || !has {
+				if !reflect.DeepEqual(g.DataMap(), wm) {
+					t.Fatalf("%s: event %d's data %v, without Unread %v", name, i+1, g.DataMap(), wm)
+				}
+				continue
+			}
+			e := &g.Event
+			if !panics(func() { e.Get(key) }) {
+				// Kept all the same (a canonical event's type is known
+				// before its data only once one of its type was read).
+				if !reflect.DeepEqual(g.DataMap(), wm) {
+					t.Fatalf("%s: event %d's data %v, without Unread %v", name, i+1, g.DataMap(), wm)
+				}
+				continue
+			}
+			unread[g.Type]++
+			for k, v := range wm {
+				if k == key {
+					continue
+				}
+				if got := e.Get(k); !reflect.DeepEqual(got, v) {
+					t.Fatalf("%s: event %d's %s %v, without Unread %v", name, i+1, k, got, v)
+				}
+			}
+			if e.DataLen() != len(wm) {
+				t.Fatalf("%s: event %d: %d members, without Unread %d", name, i+1, e.DataLen(), len(wm))
+			}
+			for what, read := range map[string]func(){
+				"Str":        func() { e.Str(key) },
+				"Get":        func() { e.Get(key) },
+				"Lookup":     func() { e.Lookup(key) },
+				"Float":      func() { e.Float(key) },
+				"Object":     func() { e.Object(key) },
+				"EachObject": func() { e.EachObject(key, func(lctl.Object) {}) },
+				"RangeData":  func() { e.RangeData(func(string, any) {}) },
+				"DataMap":    func() { e.DataMap() },
+			} {
+				if !panics(read) {
+					t.Fatalf("%s: event %d (%s): %s of its unread %s did not panic", name, i+1, g.Type, what, key)
+				}
+			}
+		}
+		// Five checkpoints: in canonical events the first each decoding
+		// core reads is not known for one before its data.
+		for typ, least := range map[string]int{lctl.TypeStepStart: 400, lctl.TypeFactAdded: 4, lctl.TypeCheckpoint: 1} {
+			if unread[typ] < least {
+				t.Errorf("%s: %d %s events with their member unread", name, unread[typ], typ)
+			}
+		}
+		for what, opts := range map[string]lctl.StreamOptions{
+			"Hash": {Fields: true, Workers: 2, Hash: true, Data: allData, Unread: unreadText},
+			"Line": {Fields: true, Workers: 2, Data: allData, Unread: unreadText, Line: func(dst []byte, e *lctl.Event) []byte {
+				return fmt.Appendf(dst, "%d %v", e.Seq, e.DataLen())
+			}},
+		} {
+			all := streamKeep(bytes.NewReader(raw), opts, 0)
+			if all.err != nil || len(all.events) != len(want.events) {
+				t.Fatalf("%s, with %s: %d events, %v", name, what, len(all.events), all.err)
+			}
+			for i := range all.events {
+				if e := &all.events[i]; !reflect.DeepEqual(e.DataMap(), want.events[i].DataMap()) {
+					t.Fatalf("%s, with %s: event %d's data %v", name, what, i+1, e.DataMap())
+				}
+			}
+		}
+	}
+}
+
+// What the stream accepts and gives way on is the same with Unread as
+// without: an unread member's value that is unusual but valid (escapes,
+// characters beyond ASCII, an object, an array, a number, a literal) is
+// taken, one that is not valid JSON makes the stream give way, in the
+// spec's order and in canonical events.
+func TestStreamUnreadChecksValues(t *testing.T) {
+	t.Parallel()
+	good := []string{
+		`""`, `"plain words of an intent that runs on past thirty-two bytes"`, `"tab\there \ud83d\ude00 é \/ \\"`,
+		`"é"`, `{"a": [1, {"b": null}]}`, `[]`, `[1, "x", {}]`, `{}`, `12`, `-1.5e3`, `true`, `null`, `"\u0041\u00ff"`,
+	}
+	bad := []string{
+		`"\q"`, "\"x\x01\"", "\"\xff\"", `"x\u12"`, `"\ud800"x`, `{"a": 1,}`, `[1,]`, `{"a": tru}`, `[1 2]`, `{"a" 1}`,
+		`"unterminated`, `tru`, `01`, `{"a": {"b": [}}}`,
+	}
+	files := func(v string) map[string]string {
+		spec := `{"lctl": "4.1", "chain": {"id": "c"}, "events": [
+{"seq": 1, "type": "step_start", "timestamp": "2026-01-01T00:00:00Z", "agent": "a", "data": {"intent": ` + v + `, "step": 1}},
+{"seq": 2, "type": "step_end", "timestamp": "2026-01-01T00:00:01Z", "agent": "a", "data": {"step": 1}},
+{"seq": 3, "type": "step_start", "timestamp": "2026-01-01T00:00:02Z", "agent": "a", "data": {"step": 2, "intent": ` + v + `}}
+]}`
+		canon := `{"lctl":"4.0","chain":{"id":"c"},"events":[
+{"agent":"a","chain_id":"c","data":{"intent":"x","step":1},"seq":1,"timestamp":"2026-01-01T00:00:00Z","type":"step_start"},
+{"agent":"a","chain_id":"c","data":{"intent":` + v + `,"step":2},"seq":2,"timestamp":"2026-01-01T00:00:01Z","type":"step_start"},
+{"agent":"a","chain_id":"c","data":{"step":2},"seq":3,"timestamp":"2026-01-01T00:00:02Z","type":"step_end"}
+]}`
+		return map[string]string{"spec": spec, "canonical": canon}
+	}
+	opts := lctl.StreamOptions{Fields: true, Data: allData, Unread: unreadText}
+	for _, v := range append(append([]string{}, good...), bad...) {
+		for name, raw := range files(v) {
+			want := streamKeep(strings.NewReader(raw), lctl.StreamOptions{Fields: true}, 0)
+			got := streamKeep(strings.NewReader(raw), opts, 0)
+			if !errors.Is(got.err, want.err) || (got.err == nil) != (want.err == nil) || len(got.events) != len(want.events) {
+				t.Errorf("%s intent %q: %d events, %v; without Unread %d events, %v", name, v, len(got.events), got.err, len(want.events), want.err)
+			}
+		}
+	}
+	for _, v := range good {
+		for name, raw := range files(v) {
+			if got := streamKeep(strings.NewReader(raw), opts, 0); got.err != nil || len(got.events) != 3 {
+				t.Errorf("%s intent %q: %d events, %v", name, v, len(got.events), got.err)
+			}
+		}
+	}
+	for _, v := range bad {
+		for name, raw := range files(v) {
+			if got := streamKeep(strings.NewReader(raw), opts, 0); !errors.Is(got.err, lctl.ErrStreamUnsupported) {
+				t.Errorf("%s intent %q: %v, want ErrStreamUnsupported", name, v, got.err)
+			}
+		}
+	}
+}
