@@ -1386,3 +1386,52 @@ func TestConsumerNamedInTheBodyIsTheOwners(t *testing.T) {
 		t.Errorf("the executor deleting its ephemeral consumer: %v", err)
 	}
 }
+
+// TestDeliveriesIntoTheAPIGoNowhere (session 13): a push consumer's
+// deliver subject is its creator's choice, in the request's body; the
+// JetStream API listens on $JS.API.> inside the account, so a delivery
+// there would be a request made with no user's permissions. The tracer
+// aims consumers of LCTL at the purge of LCTL and the delete of the tool
+// catalog's stream: the server (2.15) counts no delivery interest on
+// those subjects, the consumers stay inactive and nothing is purged or
+// deleted. Nothing of XCT's makes this hold: the test is there to say so
+// if a server upgrade changes it.
+func TestDeliveriesIntoTheAPIGoNowhere(t *testing.T) {
+	c := newCluster(t)
+	ctx := context.Background()
+	for range 3 {
+		if _, err := c.admin.js.Publish(ctx, eventlog.Subject("x"), []byte(`{"effect":"read"}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := c.count(t, eventlog.StreamName)
+	tr := connectAs(t, c.url, natsauth.Tracer)
+	for name, target := range map[string]string{"purge": "$JS.API.STREAM.PURGE." + eventlog.StreamName, "delete": "$JS.API.STREAM.DELETE.KV_" + catalog.Bucket} {
+		body := `{"stream_name":"LCTL","config":{"name":"` + name + `","deliver_subject":"` + target + `","ack_policy":"none","deliver_policy":"all"}}`
+		msg, err := tr.nc.RequestWithContext(ctx, "$JS.API.CONSUMER.CREATE.LCTL."+name, []byte(body))
+		if err != nil {
+			t.Fatalf("the tracer creating a push consumer into %s: %v", target, err)
+		}
+		var ci jetstream.ConsumerInfo
+		if err := json.Unmarshal(msg.Data, &ci); err != nil || ci.Name != name {
+			t.Fatalf("the push consumer into %s was not made: %s (%v)", target, msg.Data, err)
+		}
+		m, err := c.admin.nc.RequestWithContext(ctx, "$JS.API.CONSUMER.INFO.LCTL."+name, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ci = jetstream.ConsumerInfo{}
+		if err := json.Unmarshal(m.Data, &ci); err != nil {
+			t.Fatal(err)
+		}
+		if ci.PushBound || ci.Delivered.Stream != 0 || ci.NumPending != before {
+			t.Errorf("the push consumer into %s: active %v, delivered %d, pending %d", target, ci.PushBound, ci.Delivered.Stream, ci.NumPending)
+		}
+	}
+	if after := c.count(t, eventlog.StreamName); after != before {
+		t.Errorf("LCTL went from %d to %d messages", before, after)
+	}
+	if _, err := c.admin.js.Stream(ctx, "KV_"+catalog.Bucket); err != nil {
+		t.Errorf("the catalog's stream: %v", err)
+	}
+}
