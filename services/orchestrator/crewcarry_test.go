@@ -23,10 +23,12 @@ import (
 // is not in control (checker is)") and the fact's as a refusal (it
 // exists), so the chain said a step that acted had failed, and the model
 // was told to do it again. Now the step's outcome is the effect on the
-// chain, recorded once.
+// chain, recorded once. The step's other events (step_start, verdict,
+// tool_call, step_end) and the crew's checkpoint after the handoff's
+// step, each stored unseen, are guards: they passed before the fix too.
 func TestCrewSystemToolLandedUnseen(t *testing.T) {
 	t.Parallel()
-	for _, typ := range []string{lctl.TypeFactAdded, lctl.TypeHandoff, lctl.TypeFactModified} {
+	for _, typ := range []string{lctl.TypeFactAdded, lctl.TypeHandoff, lctl.TypeFactModified, lctl.TypeStepStart, lctl.TypeVerdict, lctl.TypeToolCall, lctl.TypeStepEnd, lctl.TypeCheckpoint} {
 		t.Run(typ, func(t *testing.T) {
 			t.Parallel()
 			model := newGatedModel(
