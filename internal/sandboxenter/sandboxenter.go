@@ -21,6 +21,7 @@
 package sandboxenter
 
 import (
+	"encoding/binary"
 	"os"
 	"strconv"
 	"syscall"
@@ -37,7 +38,26 @@ const (
 	Moved = "moved"
 	// NotStarted: the program could not be executed.
 	NotStarted = "not-started"
+	// Unprotected: a protected entry is not the read-only mount it
+	// should be at its place.
+	Unprotected = "unprotected"
 )
+
+// CheckPrefix begins an argument naming a protected entry to check
+// (Check), between MAX-AS and PROGRAM: a program's path begins with "/".
+const CheckPrefix = "="
+
+// Check is the argument that has Enter check, before the program runs,
+// that the protected entry at path dest (absolute, in the sandbox) is
+// still the entry the executor found there, in the directory parent
+// (DirID), with inode ino, and is read-only. bubblewrap mounts it by that
+// path, after the executor found it: another program of the workspace
+// renaming its directory (or it) in between had the mount land on a new
+// entry of that name, and the real one, under its new name, stayed
+// writable (session 13, attack13).
+func Check(parent string, ino uint64, dest string) string {
+	return CheckPrefix + parent + ":" + strconv.FormatUint(ino, 10) + ":" + dest
+}
 
 func init() {
 	if len(os.Args) < 5 || os.Args[0] != Path {
@@ -65,14 +85,24 @@ func Enter(args []string, env []string) int {
 		_, _ = os.Stderr.WriteString("xct sandbox: bad address space limit\n")
 		return 125
 	}
-	args = append(args[:2:2], args[3:]...)
 	report := func(what string) int {
 		_, _ = syscall.Write(fd, []byte(what))
 		return 125
 	}
+	var checks []string
+	for len(args) > 4 && len(args[3]) > 0 && args[3][:1] == CheckPrefix {
+		checks = append(checks, args[3][1:])
+		args = append(args[:3:3], args[4:]...)
+	}
+	args = append(args[:2:2], args[3:]...)
 	var st syscall.Stat_t
 	if err := syscall.Stat(".", &st); err != nil || DirID(st.Dev, st.Ino) != args[1] {
 		return report(Moved)
+	}
+	for _, c := range checks {
+		if why := checkProtected(c); why != "" {
+			return report(Unprotected + ": " + why)
+		}
 	}
 	if maxAS > 0 {
 		if err := syscall.Setrlimit(syscall.RLIMIT_AS, &syscall.Rlimit{Cur: maxAS, Max: maxAS}); err != nil {
@@ -83,6 +113,91 @@ func Enter(args []string, env []string) int {
 	syscall.CloseOnExec(fd)
 	err = syscall.Exec(args[2], args[2:], env) //nolint:gosec // the executor names the program (allow-listed, resolved at load) and its checked arguments
 	return report(NotStarted + ": " + err.Error())
+}
+
+// checkProtected checks one Check argument (without its prefix):
+// PDEV:PINO:INO:DEST. It returns "" or why not.
+func checkProtected(c string) string {
+	var f [3]uint64
+	for i := range f {
+		j := 0
+		for j < len(c) && c[j] != ':' {
+			j++
+		}
+		n, err := strconv.ParseUint(c[:j], 10, 64)
+		if err != nil || j == len(c) {
+			return "bad check"
+		}
+		f[i], c = n, c[j+1:]
+	}
+	dest := c
+	k := len(dest) - 1
+	for k > 0 && dest[k] != '/' {
+		k--
+	}
+	if k <= 0 || k == len(dest)-1 {
+		return "bad check"
+	}
+	parent, base := dest[:k], dest[k+1:]
+	// Its directory is the one the executor found it in.
+	var st syscall.Stat_t
+	if err := syscall.Stat(parent, &st); err != nil || DirID(st.Dev, st.Ino) != DirID(f[0], f[1]) {
+		return dest + ": its directory was moved or replaced"
+	}
+	// The entry of that name there is the one found (the inode under
+	// any mount: what the directory itself lists).
+	ino, err := direntIno(parent, base)
+	if err != nil || ino != f[2] {
+		return dest + ": it was moved or replaced"
+	}
+	// And it is on a read-only mount (its own: the workspace's is not).
+	var sfs syscall.Statfs_t
+	if err := syscall.Statfs(dest, &sfs); err != nil || sfs.Flags&stRdonly == 0 {
+		return dest + ": it is not read-only"
+	}
+	return ""
+}
+
+// stRdonly is ST_RDONLY of statfs(2)'s f_flags: the mount is read-only.
+const stRdonly = 1
+
+// direntIno returns the inode the directory dir lists for name: that of
+// the entry itself, not of what is mounted over it.
+func direntIno(dir, name string) (uint64, error) {
+	fd, err := syscall.Open(dir, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = syscall.Close(fd) }()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := syscall.ReadDirent(fd, buf)
+		if err != nil {
+			return 0, err
+		}
+		if n <= 0 {
+			return 0, syscall.ENOENT
+		}
+		for off := 0; off+19 <= n; {
+			// struct linux_dirent64: ino 8, off 8, reclen 2, type 1, name.
+			ino := binary.NativeEndian.Uint64(buf[off:])
+			reclen := int(binary.NativeEndian.Uint16(buf[off+16:]))
+			if reclen < 19 || off+reclen > n {
+				return 0, syscall.EINVAL
+			}
+			nm := buf[off+19 : off+reclen]
+			for i, b := range nm {
+				if b == 0 {
+					nm = nm[:i]
+					break
+				}
+			}
+			if string(nm) == name {
+				return ino, nil
+			}
+			off += reclen
+		}
+	}
 }
 
 // DirID names a directory by its device and inode.

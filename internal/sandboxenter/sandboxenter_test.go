@@ -51,3 +51,47 @@ func TestEnterRefuses(t *testing.T) {
 		t.Fatalf("a bad address space limit: %d", code)
 	}
 }
+
+// TestCheckProtected: each way a protected entry's check fails is named
+// (its directory another, the entry another, not on a read-only mount),
+// and Enter reports it, running nothing. The read-only case passes in
+// the executor's sandbox tests (TestShellProtectedMountRace and every
+// write program with a protected entry).
+func TestCheckProtected(t *testing.T) {
+	dir := t.TempDir()
+	dest := dir + "/.git"
+	if err := os.Mkdir(dest, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var pst, st syscall.Stat_t
+	if syscall.Stat(dir, &pst) != nil || syscall.Stat(dest, &st) != nil {
+		t.Fatal("stat")
+	}
+	parent := DirID(uint64(pst.Dev), uint64(pst.Ino)) //nolint:unconvert // Dev is not uint64 everywhere
+	for _, c := range []struct{ check, want string }{
+		{Check(parent, st.Ino, dest)[1:], "not read-only"},
+		{Check(DirID(uint64(pst.Dev), uint64(pst.Ino)+1), st.Ino, dest)[1:], "its directory was moved or replaced"}, //nolint:unconvert // as above
+		{Check(parent, st.Ino+1, dest)[1:], "it was moved or replaced"},
+		{Check(parent, st.Ino, dir+"/gone")[1:], "it was moved or replaced"},
+		{"1:2:x", "bad check"},
+	} {
+		if got := checkProtected(c.check); !strings.Contains(got, c.want) {
+			t.Errorf("%q: %q, want %q", c.check, got, c.want)
+		}
+	}
+	var cwd syscall.Stat_t
+	if err := syscall.Stat(".", &cwd); err != nil {
+		t.Fatal(err)
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = r.Close() }()
+	code := Enter([]string{strconv.Itoa(int(w.Fd())), DirID(uint64(cwd.Dev), uint64(cwd.Ino)), "0", Check(parent, st.Ino, dest), "/bin/true"}, nil) //nolint:unconvert // as above
+	_ = w.Close()
+	b, _ := io.ReadAll(r)
+	if code != 125 || !strings.HasPrefix(string(b), Unprotected+": ") {
+		t.Fatalf("Enter with a failing check: %d %q", code, b)
+	}
+}

@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/wire"
 )
 
@@ -237,5 +238,50 @@ func TestProtectedUnmovedIsRemembered(t *testing.T) {
 		if b, err := os.ReadFile(filepath.Join(sb.ws, "ran.txt")); err != nil || string(b) != "ran\n" {
 			t.Errorf("sandboxed %v: the program once allowed: %q %v", sandboxed, b, err)
 		}
+	}
+}
+
+// TestShellProtectedMountRace (session 13, attack13): bubblewrap mounts
+// each protected entry read-only by its path, after the executor found
+// it. Another run's write program renaming a nested repository's
+// directory back and forth (sub <-> sub2; the .git itself is a mount
+// point in its sandbox, its parent is not) made the mount of a program
+// started meanwhile land on a new, empty sub/.git that bubblewrap made,
+// and the real .git, then at sub2/.git, was writable to it: on main its
+// fsmonitor reached the repository's config (2 runs of 2). Now the
+// program starts through a check in the sandbox that each protected
+// entry is the one found, in the directory it was found in, on a
+// read-only mount; otherwise nothing is run.
+func TestShellProtectedMountRace(t *testing.T) {
+	sb := newSandbox(t)
+	must(t, os.MkdirAll(filepath.Join(sb.ws, "sub", ".git"), 0o755))
+	must(t, os.WriteFile(filepath.Join(sb.ws, "sub", ".git", "config"), []byte("[core]\n"), 0o644))
+	s := shellService(t, sb, 20*time.Second)
+	done := make(chan *xctv1.Response)
+	go func() {
+		done <- exec(t, s, "shell.exec", map[string]any{"argv": []any{"sh", "-c",
+			"end=$(($(date +%s)+6)); while [ $(date +%s) -lt $end ]; do mv -T sub sub2; mv -T sub2 sub; done 2>/dev/null; true"}})
+	}()
+	refused, ran := 0, 0
+	for range 200 {
+		resp := shell(t, s, "sh", "-c", "for p in sub sub2; do echo 'fsmonitor = evil' >> $p/.git/config; done 2>/dev/null; true")
+		switch e := resp.GetError(); {
+		case e == nil:
+			ran++
+		case strings.Contains(e.GetMessage(), "not where it was found"):
+			refused++
+		}
+	}
+	if r := <-done; r.GetError() != nil {
+		t.Fatalf("the renaming program: %v", r.GetError())
+	}
+	t.Logf("%d programs ran, %d were refused", ran, refused)
+	for _, p := range []string{"sub", "sub2"} {
+		if b, err := os.ReadFile(filepath.Join(sb.ws, p, ".git", "config")); err == nil && strings.Contains(string(b), "evil") {
+			t.Errorf("the nested repository's config was written: %s/.git/config: %q", p, b)
+		}
+	}
+	if ran == 0 {
+		t.Errorf("no program ran at all")
 	}
 }

@@ -399,6 +399,9 @@ func (s *osSandbox) argv(program, name string, args []string, dir string, env []
 	a = append(a, "--json-status-fd", "3", "--")
 	if s.enter != nil {
 		a = append(a, sandboxenter.Path, strconv.Itoa(fd+1), s.enter.dir, strconv.FormatInt(s.memory, 10))
+		for _, m := range s.extra {
+			a = append(a, sandboxenter.Check(m.parent, m.ino, m.dest))
+		}
 	}
 	a = append(a, started)
 	return append(a, args...)
@@ -500,6 +503,11 @@ const oPath = 0x200000
 type protectedMount struct {
 	file *os.File
 	dest string
+	// parent and ino are the directory it was found in (DirID) and its
+	// inode: checked in the sandbox before the program runs
+	// (sandboxenter.Check).
+	parent string
+	ino    uint64
 }
 
 // withProtected returns a copy of the sandbox that also mounts, read-only
@@ -556,7 +564,13 @@ func (s *osSandbox) withProtected(protected *protectedPaths, firstFD int) (*osSa
 			_ = f.Close()
 			return false
 		}
-		c.extra = append(c.extra, protectedMount{file: f, dest: filepath.Join(s.wsDir, filepath.FromSlash(rel))})
+		var pst syscall.Stat_t
+		if syscall.Fstat(d, &pst) != nil {
+			_ = f.Close()
+			return true // gone
+		}
+		c.extra = append(c.extra, protectedMount{file: f, dest: filepath.Join(s.wsDir, filepath.FromSlash(rel)),
+			parent: sandboxenter.DirID(uint64(pst.Dev), pst.Ino), ino: st.Ino}) //nolint:unconvert // Dev is not uint64 everywhere
 		return true
 	})
 	if cut == "stopped" {

@@ -404,7 +404,7 @@ func TestSandboxConfigErrors(t *testing.T) {
 // BenchmarkShellSandbox is what the sandbox costs a program: true, run
 // with and without it.
 func BenchmarkShellSandbox(b *testing.B) {
-	for _, mode := range []string{"bwrap", "none", "bwrap-4k-files", "bwrap-60k-files"} {
+	for _, mode := range []string{"bwrap", "none", "bwrap-4k-files", "bwrap-60k-files", "bwrap-git"} {
 		b.Run(mode, func(b *testing.B) {
 			if mode != "none" {
 				requireSandbox(b)
@@ -424,6 +424,13 @@ func BenchmarkShellSandbox(b *testing.B) {
 						must(b, os.WriteFile(filepath.Join(dir, fmt.Sprintf("f%03d", f)), nil, 0o644))
 					}
 				}
+				sandbox = "bwrap"
+			}
+			if mode == "bwrap-git" {
+				// A protected entry to mount (the usual workspace): the
+				// program starts through the check of its mount (session
+				// 13, attack13).
+				must(b, os.Mkdir(filepath.Join(sb.ws, ".git"), 0o755))
 				sandbox = "bwrap"
 			}
 			cfg, err := ParseToolsConfig("tools.yaml", []byte("shell:\n  sandbox: "+sandbox+"\n  binaries: [{name: \"true\"}]\n"))

@@ -296,11 +296,15 @@ func (t *shellTool) Invoke(ctx context.Context, args map[string]any) (any, *xctv
 			}
 		}
 		defer sbx.closeExtra()
-		if dirName != "." {
+		if dirName != "." || len(sbx.extra) > 0 {
 			// bubblewrap changes to the directory by its path: the
 			// program starts through a check that it is the directory
 			// opened above (internal/sandboxenter). The workspace itself
-			// is not the model's to swap.
+			// is not the model's to swap. It mounts the protected entries
+			// by their paths too: the check also sees that each is the
+			// entry found, read-only, where it was found (another
+			// program renaming its directory meanwhile left the real one
+			// writable: session 13, attack13).
 			var err error
 			if sbx.enter, enter, err = newSandboxEnter(dir); err != nil {
 				return nil, wire.WithDetails(wire.Errorf(wire.CodeToolFailure, "the sandbox of %s could not be prepared: %v; nothing was run", argv[0], err),
@@ -386,6 +390,10 @@ func (t *shellTool) Invoke(ctx context.Context, args map[string]any) (any, *xctv
 	}
 	if enter != nil {
 		switch rep := enter.wait(shellWaitDelay); {
+		case strings.HasPrefix(rep, sandboxenter.Unprotected):
+			return nil, wire.WithDetails(wire.Errorf(wire.CodePermissionDenied,
+				"a protected entry was not where it was found when %s's sandbox was set up (%s: another program renamed it or its directory meanwhile); nothing was run", argv[0], head(strings.TrimPrefix(rep, sandboxenter.Unprotected+": "), 512)),
+				map[string]any{"program": argv[0], "sandbox": SandboxBwrap, "outcome_unknown": false})
 		case strings.HasPrefix(rep, sandboxenter.Moved):
 			// Another writer put a link or another directory on the
 			// path after the check: the program did not start.
