@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -28,6 +29,10 @@ import (
 // running tests: the executor starts it as a child process.
 const mcpStdioEnv = "XCT_TEST_MCP_STDIO"
 
+// mcpMuteEnv names a file (in the working directory): a server instance
+// started while it exists never answers, not even the initialization.
+const mcpMuteEnv = "XCT_TEST_MCP_MUTE"
+
 func TestMain(m *testing.M) {
 	if len(os.Args) > 2 && os.Args[1] == sandboxProbeArg {
 		os.Exit(sandboxProbe(os.Args[2:]))
@@ -39,6 +44,14 @@ func TestMain(m *testing.M) {
 		os.Exit(mcpDaemon(stage, os.Args[1:]))
 	}
 	if os.Getenv(mcpStdioEnv) == "1" {
+		if f := os.Getenv(mcpMuteEnv); f != "" {
+			if _, err := os.Stat(f); err == nil {
+				// Never answers: it reads what it is sent until its
+				// input is closed (or it is killed).
+				_, _ = io.Copy(io.Discard, os.Stdin)
+				os.Exit(0)
+			}
+		}
 		srv := newTestMCPServer(func() { os.Exit(3) }, nil)
 		if os.Getenv(mcpHostileEnv) == "1" {
 			addHostileTools(srv)
@@ -440,5 +453,30 @@ func TestMCPProtectedMadeAfterTheServerStarted(t *testing.T) {
 	}
 	if r := exec(t, s, "mcp.local.mkfile", map[string]any{"text": "notes/b.txt"}); r.GetError() != nil {
 		t.Fatalf("a plain file after the restart: %v", r)
+	}
+}
+
+// TestMCPCallTimesOutWhileItsServerStarts: a sandboxed server's tool that
+// may write runs in an instance started for the call, within the step's
+// deadline. When the deadline passes before the instance answers its
+// initialization, the step timed out (TIMEOUT, outcome unknown: the
+// instance ran), as when it passes during the call. Before, it was
+// TOOL_FAILURE "could not be started for the call: context deadline
+// exceeded", and TestMCPTools' 300 ms "slow" call failed so under load.
+func TestMCPCallTimesOutWhileItsServerStarts(t *testing.T) {
+	t.Parallel()
+	requireSandbox(t)
+	self, err := os.Executable()
+	must(t, err)
+	ws := t.TempDir()
+	s := mcpServiceIn(t, ws, "name: local\ncommand: "+self+"\nargs: [-test.run=^$]\nset_env: {"+mcpStdioEnv+": \"1\", "+mcpMuteEnv+": mute}\ntimeout: 10s\ntools:\n  write: {effect: reversible, timeout: 300ms}")
+	// From now on every instance started is mute.
+	must(t, os.WriteFile(filepath.Join(ws, "mute"), nil, 0o600))
+	e := exec(t, s, "mcp.local.write", map[string]any{"text": "x"}).GetError()
+	if e.GetCode() != string(wire.CodeTimeout) || e.GetDetails().AsMap()["outcome_unknown"] != true {
+		t.Fatalf("a call whose server did not start within its deadline: %v, want TIMEOUT with the outcome unknown", e)
+	}
+	if r := exec(t, s, "fs.list", nil); codeOf(r) != "" {
+		t.Fatalf("the executor stopped serving: %v", r.GetError())
 	}
 }

@@ -527,9 +527,17 @@ func (t *mcpTool) callAlone(ctx context.Context, args map[string]any) (any, *xct
 		// It may have run, with the workspace writable, before it
 		// failed: unless bwrap ended before making the sandbox.
 		ran := proc != nil && proc.ran()
+		details := map[string]any{"server": name, "outcome_unknown": ran}
+		if ctx.Err() != nil {
+			// The step's deadline passed while the server started: the
+			// step timed out, as it does when the deadline passes during
+			// the call itself.
+			res, e := t.afterWrite(ctx, before, nil, wire.WithDetails(
+				wire.Errorf(wire.CodeTimeout, "MCP server %s did not start for the call within the step's deadline", name), details))
+			return res, e
+		}
 		res, e := t.afterWrite(ctx, before, nil, wire.WithDetails(
-			wire.Errorf(wire.CodeToolFailure, "MCP server %s could not be started for the call: %v", name, err),
-			map[string]any{"server": name, "outcome_unknown": ran}))
+			wire.Errorf(wire.CodeToolFailure, "MCP server %s could not be started for the call: %v", name, err), details))
 		return res, e
 	}
 	m.mu.Lock()
