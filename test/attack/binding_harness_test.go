@@ -133,20 +133,36 @@ func (c *bindCluster) writeScript(t *testing.T, name, body string) {
 // it ends (waitRun); it returns the run as GetRun reads it.
 func (c *bindCluster) runToEnd(t *testing.T, principal string, req *xctv1.StartRunRequest) *xctv1.Run {
 	t.Helper()
+	return c.runToEndWithin(t, principal, req, runWait)
+}
+
+// runWait bounds the wait for a run of a few steps to end.
+const runWait = 60 * time.Second
+
+// runToEndWithin is runToEnd for a run that may take up to wait: a run of
+// hundreds of steps takes minutes under -race on a loaded machine.
+func (c *bindCluster) runToEndWithin(t *testing.T, principal string, req *xctv1.StartRunRequest, wait time.Duration) *xctv1.Run {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	resp, err := c.orchestratorAs(t, principal).StartRun(ctx, req)
 	if err != nil {
 		t.Fatalf("start run: %v", err)
 	}
-	return c.waitRun(t, principal, resp.GetRun().GetRunId())
+	return c.waitRunWithin(t, principal, resp.GetRun().GetRunId(), wait)
 }
 
 // waitRun waits, through WatchRun, until run id ends and returns it as
 // GetRun reads it.
 func (c *bindCluster) waitRun(t *testing.T, principal, id string) *xctv1.Run {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	return c.waitRunWithin(t, principal, id, runWait)
+}
+
+// waitRunWithin is waitRun waiting up to wait.
+func (c *bindCluster) waitRunWithin(t *testing.T, principal, id string, wait time.Duration) *xctv1.Run {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	orch := c.orchestratorAs(t, principal)
 	stream, err := orch.WatchRun(ctx, &xctv1.WatchRunRequest{RunId: id})

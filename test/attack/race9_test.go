@@ -67,7 +67,8 @@ until (-e "stop" || time - $t > 100) { syscall(%d, -100, $d, -100, $l, 2) == 0 o
 		steps = append(steps, step("fs.write", fmt.Sprintf(`{path: d/hook%d, content: "#!/bin/sh\n"}`, i)))
 	}
 	c.writeScript(t, "a.yaml", script(steps...))
-	a := c.runToEnd(t, "alice", &xctv1.StartRunRequest{Goal: "g", Model: "scripted:a.yaml", MaxSteps: writes + 10})
+	// 900 steps beside a busy loop: over 60 s under -race at load ~20.
+	a := c.runToEndWithin(t, "alice", &xctv1.StartRunRequest{Goal: "g", Model: "scripted:a.yaml", MaxSteps: writes + 10}, 5*time.Minute)
 	if err := os.WriteFile(filepath.Join(c.workspace, "stop"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
