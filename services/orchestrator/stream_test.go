@@ -64,6 +64,26 @@ func (r *recorder) sink(ev xctevent.Event) error {
 	return nil
 }
 
+// expiring is a context whose deadline passes when expire is called.
+type expiring struct {
+	context.Context // Background: no deadline of its own, no values
+	done            chan struct{}
+	once            sync.Once
+}
+
+func (e *expiring) Done() <-chan struct{} { return e.done }
+
+func (e *expiring) Err() error {
+	select {
+	case <-e.done:
+		return context.DeadlineExceeded
+	default:
+		return nil
+	}
+}
+
+func (e *expiring) expire() { e.once.Do(func() { close(e.done) }) }
+
 func (r *recorder) types() string {
 	var out []string
 	for _, e := range r.events {
@@ -301,11 +321,16 @@ func TestStreamDeadlineAndSink(t *testing.T) {
 		flush(delta("{\"done\""))
 		<-r.Context().Done()
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-	defer cancel()
+	// The deadline passes once the stream has started: a fixed 200ms one
+	// could pass before the answer's headers arrived (a loaded machine),
+	// leaving no stream to cut.
+	ctx := &expiring{Context: context.Background(), done: make(chan struct{})}
 	rec := &recorder{}
-	_, err := streamer(t, url, nil).ProposeStream(ctx, &xctv1.ProposeRequest{}, rec.sink)
-	if FailureCode(err) != "TIMEOUT" || rec.last()["status"] != "cut" {
+	_, err := streamer(t, url, nil).ProposeStream(ctx, &xctv1.ProposeRequest{}, func(ev xctevent.Event) error {
+		defer ctx.expire()
+		return rec.sink(ev)
+	})
+	if FailureCode(err) != "TIMEOUT" || len(rec.events) == 0 || rec.last()["status"] != "cut" {
 		t.Fatalf("deadline: %v; events %s %v", err, rec.types(), rec.last())
 	}
 
