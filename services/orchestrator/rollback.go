@@ -24,6 +24,17 @@ const (
 	undoTool = "xct.undo"
 )
 
+// errRollbackStopped is how a stopping orchestrator ends its rollbacks
+// (Service.Stop): an undo waiting for a human ends as a cancelled one
+// does, an undo executing finishes and is recorded, no further undo
+// starts, and the caller is answered UNAVAILABLE, to roll back again on
+// another replica.
+var errRollbackStopped = errors.New("the orchestrator stopped: roll back again")
+
+// rollbackStopped reports whether the orchestrator running the rollback
+// stopped it.
+func (r *run) rollbackStopped() bool { return errors.Is(context.Cause(r.ctx), errRollbackStopped) }
+
 // RollbackRun implements OrchestratorService.
 func (s *Service) RollbackRun(ctx context.Context, req *xctv1.RollbackRunRequest) (*xctv1.RollbackRunResponse, error) {
 	id := req.GetRunId()
@@ -70,7 +81,11 @@ func (s *Service) RollbackRun(ctx context.Context, req *xctv1.RollbackRunRequest
 		svc:     s, log: s.log, writer: writer, ctx: rctx, cancel: rcancel, done: make(chan struct{}),
 	}
 	s.mu.Lock()
-	if _, busy := s.active[id]; busy || s.stopping {
+	if s.stopping {
+		s.mu.Unlock()
+		return nil, status.Errorf(codes.Unavailable, "the orchestrator is stopping: nothing was undone; roll back again (another replica takes it)")
+	}
+	if _, busy := s.active[id]; busy {
 		s.mu.Unlock()
 		return nil, status.Errorf(codes.FailedPrecondition, "run %s is busy", id)
 	}
@@ -80,6 +95,7 @@ func (s *Service) RollbackRun(ctx context.Context, req *xctv1.RollbackRunRequest
 		s.mu.Lock()
 		delete(s.active, id)
 		s.mu.Unlock()
+		close(r.done) // a stopping orchestrator waits for it (Stop)
 	}()
 	// One rollback of a run at a time in the cluster: it holds the run's
 	// owner key while it runs (renewed by the heartbeat, as a run's; a
@@ -163,6 +179,9 @@ func (s *Service) RollbackRun(ctx context.Context, req *xctv1.RollbackRunRequest
 	}
 	slices.Reverse(targets)
 
+	if r.rollbackStopped() {
+		return nil, status.Errorf(codes.Unavailable, "the orchestrator stopped before run %s's rollback started: nothing was undone; roll back again", id)
+	}
 	numbers := make([]int, 0, len(targets))
 	for _, st := range targets {
 		numbers = append(numbers, int(st.GetNumber()))
@@ -177,10 +196,18 @@ func (s *Service) RollbackRun(ctx context.Context, req *xctv1.RollbackRunRequest
 	if n := len(cur.GetSteps()); n > 0 {
 		next = int(cur.GetSteps()[n-1].GetNumber()) + 1
 	}
+	stopped := false // the rollback ended because the orchestrator stopped
 	for _, st := range targets {
+		if r.rollbackStopped() {
+			// An undo that finished is recorded; none starts now.
+			stopped = true
+			resp.Status, resp.Message = xctevent.StatusFailed, fmt.Sprintf("the orchestrator stopped before the undo of step %d: roll back again", st.GetNumber())
+			break
+		}
 		if msg, err := r.undoStep(next, st); err != nil {
 			return nil, toStatus(err)
 		} else if msg != "" {
+			stopped = r.rollbackStopped()
 			resp.Status, resp.Message = xctevent.StatusFailed, msg
 			break
 		}
@@ -195,6 +222,11 @@ func (s *Service) RollbackRun(ctx context.Context, req *xctv1.RollbackRunRequest
 		return nil, toStatus(err)
 	}
 	s.log.Info("rollback", "run", id, "principal", principal, "status", resp.GetStatus(), "undone", len(resp.GetUndone()))
+	if stopped {
+		// Its end is on the chain: the caller may retry on another
+		// replica, which undoes what is left.
+		return nil, status.Errorf(codes.Unavailable, "run %s: %s (undone before it stopped: %v)", id, resp.GetMessage(), resp.GetUndone())
+	}
 	return resp, nil
 }
 
@@ -324,15 +356,23 @@ func (r *run) awaitUndoApproval(st *openStep, v *xctv1.Verdict) (*xctv1.Verdict,
 		f := failClosed(unavailable.reason)
 		return f, agentOrchestrator, r.record(agentOrchestrator, verdictEvent(st.step, st.stepID, undoTool, f))
 	case err != nil && context.Cause(r.ctx) != nil:
-		// Cancelled (CancelRun): the approval is withdrawn, as a cancelled
-		// run's is, so no one decides an undo that will not run.
+		// Cancelled (CancelRun), or its orchestrator stopping (Stop): the
+		// approval is withdrawn, as a cancelled run's is, so no one
+		// decides an undo that will not run.
+		cause := context.Cause(r.ctx)
+		rule, why := "orchestrator.cancelled", fmt.Sprintf("the rollback was cancelled while the undo waited for a human: %v", cause)
 		var c errCancelled
-		if errors.As(context.Cause(r.ctx), &c) && st.approvalRequested {
+		withdraw := errors.As(cause, &c)
+		if errors.Is(cause, errRollbackStopped) {
+			withdraw, c = true, errCancelled{by: agentOrchestrator, reason: cause.Error()}
+			rule, why = "orchestrator.stopped", "the orchestrator stopped while the undo waited for a human: roll back again"
+		}
+		if withdraw && st.approvalRequested {
 			ctx, cancel := context.WithTimeout(r.traceCtx(context.Background()), r.svc.cfg.CallTimeout)
 			if _, werr := r.svc.validator.WithdrawApproval(ctx, &xctv1.WithdrawApprovalRequest{
 				RunId: r.id, StepId: st.stepID, By: c.by, Reason: c.reason,
 			}); werr != nil {
-				r.log.Warn("approval of a cancelled rollback's undo could not be withdrawn at the validator", "run", r.id, "step", st.step, "err", werr)
+				r.log.Warn("approval of a cancelled or stopped rollback's undo could not be withdrawn at the validator", "run", r.id, "step", st.step, "err", werr)
 			}
 			cancel()
 			if rerr := r.record(agentOrchestrator, xctevent.ApprovalDecided{
@@ -341,7 +381,7 @@ func (r *run) awaitUndoApproval(st *openStep, v *xctv1.Verdict) (*xctv1.Verdict,
 				return nil, "", rerr
 			}
 		}
-		return deny("orchestrator.cancelled", fmt.Sprintf("the rollback was cancelled while the undo waited for a human: %v", context.Cause(r.ctx)), wire.CodeApprovalRequired)
+		return deny(rule, why, wire.CodeApprovalRequired)
 	case err != nil:
 		return nil, "", err
 	case st.decided == xctevent.ApprovalExpired:

@@ -189,7 +189,10 @@ func (s *Service) Start(ctx context.Context) error {
 // and records the hand-over at that step boundary (at once for a run
 // waiting for a human), within the drain timeout (and ctx). Past 90% of
 // it, model calls in flight are interrupted; a run still inside a tool
-// call at the deadline is left to its claim's expiry. Then claims stop
+// call at the deadline is left to its claim's expiry. A rollback ends at
+// once if its undo waits for a human (the approval withdrawn, the undo
+// not done), after its undo if one is executing, with rollback_finished
+// "failed" and UNAVAILABLE to its caller (rollback.go). Then claims stop
 // being renewed, open WatchRun streams end with UNAVAILABLE, and
 // connections close.
 func (s *Service) Stop(ctx context.Context) error {
@@ -199,14 +202,20 @@ func (s *Service) Stop(ctx context.Context) error {
 	if s.stopWatch != nil {
 		s.stopWatch()
 	}
-	var runs []*run
+	var runs, rollbacks []*run
 	for _, r := range s.activeRuns() {
-		if r.release != nil { // rollbacks finish on their own
-			runs = append(runs, r)
-			r.requestRelease()
+		if r.release == nil {
+			// A rollback: an undo waiting for a human ends now (its
+			// approval withdrawn), one executing finishes and is
+			// recorded, and it ends there (rollback.go).
+			rollbacks = append(rollbacks, r)
+			r.cancel(errRollbackStopped)
+			continue
 		}
+		runs = append(runs, r)
+		r.requestRelease()
 	}
-	s.log.Info("stopping: handing runs over at their next step boundary", "runs", len(runs), "drain_timeout", s.cfg.DrainTimeout)
+	s.log.Info("stopping: handing runs over at their next step boundary", "runs", len(runs), "rollbacks", len(rollbacks), "drain_timeout", s.cfg.DrainTimeout)
 	drain, cancel := context.WithTimeout(ctx, s.cfg.DrainTimeout)
 	defer cancel()
 	interrupt, cancelInterrupt := context.WithTimeout(drain, s.cfg.DrainTimeout*9/10)
@@ -217,6 +226,9 @@ func (s *Service) Stop(ctx context.Context) error {
 	}
 	if left := waitRuns(drain, runs); left > 0 {
 		s.log.Warn("drain timeout: runs still inside a tool call are left to their claims' expiry", "runs", left)
+	}
+	if left := waitRuns(drain, rollbacks); left > 0 {
+		s.log.Warn("drain timeout: rollbacks still inside an undo are left to their claims' expiry", "rollbacks", left)
 	}
 	if s.stopHeartbeat != nil {
 		s.stopHeartbeat()

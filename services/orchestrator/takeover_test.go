@@ -169,6 +169,8 @@ type fixture struct {
 	owners   jetstream.KeyValue
 	creds    *grpcxtest.Creds
 	verifier *verdict.Verifier // the executors' trust in the validator's verdicts
+	signer   *verdict.Signer   // the validator's key, for another validator (a policy of the test's)
+	ws       string            // the executor's workspace
 }
 
 func testLogger() *slog.Logger {
@@ -216,8 +218,8 @@ func newFixture(t *testing.T, model *gatedModel) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.verifier = verifier
-	ecfg := executor.Config{Workspace: t.TempDir(), Verifier: verifier}
+	f.verifier, f.signer, f.ws = verifier, signer, t.TempDir()
+	ecfg := executor.Config{Workspace: f.ws, Verifier: verifier}
 	ex, err := executor.New(ecfg, connect(t, f.ns), testLogger(), f.count, f.deploy)
 	if err != nil {
 		t.Fatal(err)
