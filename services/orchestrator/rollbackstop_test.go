@@ -2,6 +2,7 @@ package orchestrator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/auth"
 	"github.com/xct-dev/xct/internal/grpcx"
+	"github.com/xct-dev/xct/internal/testutil"
 	"github.com/xct-dev/xct/lctl"
 	"github.com/xct-dev/xct/lctl/xctevent"
 	"github.com/xct-dev/xct/services/validator"
@@ -184,5 +186,96 @@ func TestStopEndsARollbackWaitingForAHuman(t *testing.T) {
 		if st.End == nil {
 			t.Fatalf("step %d has no end:\n%s", st.Number(), describe(events))
 		}
+	}
+}
+
+// A rollback whose undo is executing when its orchestrator stops finishes
+// that undo and records it (never an effect the chain does not hold),
+// starts no other, ends failed because the orchestrator stopped, and
+// answers UNAVAILABLE; the rollback retried on another replica undoes
+// what is left.
+func TestStopLetsTheUndoInFlightFinish(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, newGatedModel(writeFile("one\n"), writeFile("two\n"), writeFile("three\n")))
+	b, _ := f.orchestrator("orch-b", time.Minute)
+	id := f.start(b)
+	if events := f.waitEnd(id); events[len(events)-1].Data["status"] != "done" {
+		t.Fatalf("run:\n%s", describe(events))
+	}
+	relay, relayAddr := newHeldExecutor(t, f, f.execAddr)
+	realExec := f.execAddr
+	f.execAddr = relayAddr
+	a, _ := f.orchestrator("orch-a", time.Minute)
+	f.execAddr = realExec
+	srv := f.serveOrchestrator(a)
+	carol := xctv1.NewOrchestratorServiceClient(f.creds.Dial(t, srv.Addr(), "carol"))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	first := make(chan error, 1)
+	go func() {
+		_, err := carol.RollbackRun(ctx, &xctv1.RollbackRunRequest{RunId: id, ToStep: 1})
+		first <- err
+	}()
+	entered(t, relay.entered) // the undo of step 3 is on its way to the executor
+	stopped := make(chan error, 1)
+	go func() {
+		sctx, scancel := context.WithTimeout(context.Background(), time.Minute)
+		defer scancel()
+		err := a.Stop(sctx)
+		srv.GRPC.GracefulStop()
+		stopped <- err
+	}()
+	testutil.Eventually(t, 30*time.Second, func() error {
+		for _, r := range a.activeRuns() {
+			if r.rollbackStopped() {
+				return nil
+			}
+		}
+		return errors.New("the rollback is not told to stop yet")
+	})
+	relay.let()
+	select {
+	case err := <-stopped:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(90 * time.Second):
+		t.Fatal("the orchestrator's stop did not return")
+	}
+	select {
+	case err := <-relay.done:
+		if err != nil {
+			t.Fatalf("the undo's call: %v", err)
+		}
+	default:
+		t.Fatal("the orchestrator stopped before the undo in flight finished")
+	}
+	if err := <-first; status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "stopped") {
+		t.Fatalf("the rollback at a stopping orchestrator answered %v, want UNAVAILABLE saying it stopped", err)
+	}
+	events := f.waitFor(id, "rollback_finished", func(e lctl.Event) bool { return e.Type == TypeRollbackFinished })
+	if err := lctl.Verify(events); err != nil {
+		t.Fatal(err)
+	}
+	end := events[len(events)-1]
+	if str(end.Data, "status") != xctevent.StatusFailed || !strings.Contains(str(end.Data, "message"), "orchestrator stopped") || fmt.Sprint(end.Data["undone"]) != "[3]" {
+		t.Fatalf("rollback_finished %v, want failed because the orchestrator stopped, step 3 undone:\n%s", end.Data, describe(events))
+	}
+	view := xctevent.Fold(events)
+	undo := view.Steps[len(view.Steps)-1]
+	if undo.Start.Tool != undoTool || undo.Number() != 4 || undo.End == nil || undo.End.Outcome != xctevent.OutcomeSuccess || undo.Result == nil {
+		t.Fatalf("the undo in flight (step 4) is not recorded done, or another undo started:\n%s", describe(events))
+	}
+	if got, err := os.ReadFile(filepath.Join(f.ws, "notes.txt")); err != nil || string(got) != "two\n" {
+		t.Fatalf("notes.txt after the stopped rollback: %q, %v", got, err)
+	}
+
+	resp, err := b.RollbackRun(as(ctx, "carol", auth.RoleOperator), &xctv1.RollbackRunRequest{RunId: id, ToStep: 1, Principal: "carol"})
+	if err != nil || resp.GetStatus() != xctevent.StatusDone || fmt.Sprint(resp.GetUndone()) != "[2]" {
+		t.Fatalf("retried rollback: %v %v", resp, err)
+	}
+	if got, err := os.ReadFile(filepath.Join(f.ws, "notes.txt")); err != nil || string(got) != "one\n" {
+		t.Fatalf("notes.txt after the retried rollback: %q, %v", got, err)
 	}
 }
