@@ -115,7 +115,7 @@ func TestAttackDebuggerSessionPlantedFromAnotherPort(t *testing.T) {
 	b.Do(t, "bob opens his link", chromedp.Navigate(own))
 	b.Until(t, "the sign-in page", `!!document.querySelector('#continue')`)
 	b.Do(t, "bob continues", chromedp.Click(chromedp.CSS("#continue")))
-	b.Until(t, "bob on the chain", `location.hash === '#/chain/`+runID+`' && document.querySelectorAll('g.node').length > 0`)
+	b.Until(t, "bob on the chain", `location.hash.split('?')[0] === '#/chain/`+runID+`' && document.querySelectorAll('g.node').length > 0`)
 	home := browser.Eval[string](t, b, `location.pathname`)
 	// The live stream (EventSource: the key in its query) is bob's too.
 	b.Until(t, "the live stream open", `!!document.querySelector('#live-status.live-open')`)

@@ -371,7 +371,7 @@ func TestAttackDebuggerSessionGoesToAnotherPort(t *testing.T) {
 	b.Do(t, "bob opens his link", chromedp.Navigate(own))
 	b.Until(t, "the sign-in page", `!!document.querySelector('#continue')`)
 	b.Do(t, "bob continues", chromedp.Click(chromedp.CSS("#continue")))
-	b.Until(t, "bob on the chain", `location.hash === '#/chain/`+runID+`' && document.readyState === 'complete'`)
+	b.Until(t, "bob on the chain", `location.hash.split('?')[0] === '#/chain/`+runID+`' && document.readyState === 'complete'`)
 	home := browser.Eval[string](t, b, `location.pathname`)
 
 	// The other server on 127.0.0.1 keeps what the browser sends it.

@@ -375,7 +375,7 @@ steps:
 	b.Do(t, "open the link", chromedp.Navigate(link))
 	b.Until(t, "the page naming dave", `document.querySelector('#who')?.innerText.includes('as dave')`)
 	b.Do(t, "continue", chromedp.Click(chromedp.CSS("#continue")))
-	b.Until(t, "the chain's flowchart", `location.hash === '#/chain/`+runID+`' && document.querySelectorAll('g.node').length > 0`)
+	b.Until(t, "the chain's flowchart", `location.hash.split('?')[0] === '#/chain/`+runID+`' && document.querySelectorAll('g.node').length > 0`)
 	if stored := browser.Eval[string](t, b, `sessionStorage.getItem('xct-debugger-token') ?? ''`); stored != "" {
 		t.Fatalf("a token in the page's storage: %q", stored)
 	}
