@@ -84,6 +84,11 @@ func TestBrowserOTLPChainShowsWhatItHas(t *testing.T) {
 	if len(nodes) != 4 {
 		t.Fatalf("%d nodes, want the 4 steps (agent, chain, 2 model calls):\n%s", len(nodes), joined)
 	}
+	// The page names its selection in the URL 300 ms after the chain loads
+	// (ChainView's replaceSeq, history.replaceState): wait for that before
+	// navigating, or the rewrite to the first seq can land between our
+	// navigation and its hashchange, which then selects the first seq.
+	b.Until(t, "the URL naming the selected seq", `location.hash.includes('?seq=')`)
 	b.Do(t, "select the first model call's end", chromedp.Navigate(url+"#/chain/"+id+"?seq=4"))
 	b.Until(t, "the step", `document.querySelector('#state-step-title')?.textContent.includes('gpt-4o-mini')`)
 	step := b.Text(t, "#state-step")
