@@ -51,6 +51,22 @@ func startBindCluster(t *testing.T, opts ...bindOption) *bindCluster {
 // test's (provisioned, with testutil's users).
 func startBindClusterOn(t *testing.T, ns *server.Server, opts ...bindOption) *bindCluster {
 	t.Helper()
+	return startBindTargets(t, ns, app.StartOrder, opts...)
+}
+
+// startReplicaOn starts another replica of the cluster of ns: every
+// service but the tracer. There is exactly one tracer per stream
+// (docs/kubernetes.md). Two would share the durable consumer "tracer", each
+// deleting the other's as it sets its own up: a start that met that
+// deletion failed ("create consumer tracer of LCTL: ... consumer closed"),
+// and each tracer saw only part of every chain.
+func startReplicaOn(t *testing.T, ns *server.Server, opts ...bindOption) *bindCluster {
+	t.Helper()
+	return startBindTargets(t, ns, []string{app.TargetExecutor, app.TargetValidator, app.TargetOrchestrator}, opts...)
+}
+
+func startBindTargets(t *testing.T, ns *server.Server, targets []string, opts ...bindOption) *bindCluster {
+	t.Helper()
 	c := &bindCluster{creds: grpcxtest.New(t)}
 	base := t.TempDir()
 	c.workspace, c.scripts = filepath.Join(base, "workspace"), filepath.Join(base, "scripts")
@@ -87,7 +103,7 @@ func startBindClusterOn(t *testing.T, ns *server.Server, opts ...bindOption) *bi
 	for _, opt := range opts {
 		opt(&cfg, &o)
 	}
-	a, err := app.Start(context.Background(), cfg, app.StartOrder, slog.New(slog.NewTextHandler(io.Discard, nil)), o)
+	a, err := app.Start(context.Background(), cfg, targets, slog.New(slog.NewTextHandler(io.Discard, nil)), o)
 	if err != nil {
 		t.Fatalf("start cluster: %v", err)
 	}

@@ -60,7 +60,7 @@ rules:
 		cfg.Validator.PolicyFile = policy
 	}
 	a := startBindClusterOn(t, ns, withProposer("deploy-n", deployNModel{n: 3}), opts)
-	b := startBindClusterOn(t, ns, withProposer("deploy-n", deployNModel{n: 3}), opts)
+	b := startReplicaOn(t, ns, withProposer("deploy-n", deployNModel{n: 3}), opts)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	var wg sync.WaitGroup

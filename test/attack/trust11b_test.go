@@ -238,7 +238,7 @@ func TestAttackMaxRunsPerReplica(t *testing.T) {
 		cfg.Orchestrator.MaxRuns = limit
 	}
 	a := startBindClusterOn(t, ns, withProposer("gate", gateModel{gate: gate}), opts)
-	b := startBindClusterOn(t, ns, withProposer("gate", gateModel{gate: gate}), opts)
+	b := startReplicaOn(t, ns, withProposer("gate", gateModel{gate: gate}), opts)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	aliceA, aliceB := a.orchestratorAs(t, "alice"), b.orchestratorAs(t, "alice")
@@ -455,7 +455,7 @@ func TestAttackConcurrentRollbacksOnTwoReplicas(t *testing.T) {
 	ns := testutil.RunJetStream(t)
 	policy := withTools(t, "", shippedPolicy(t, "config-approval.yaml"))
 	a := startBindClusterOn(t, ns, policy)
-	b := startBindClusterOn(t, ns, policy, func(cfg *app.Config, _ *app.Options) { cfg.Executor.Workspace = a.workspace })
+	b := startReplicaOn(t, ns, policy, func(cfg *app.Config, _ *app.Options) { cfg.Executor.Workspace = a.workspace })
 	if err := os.MkdirAll(filepath.Join(a.workspace, "config"), 0o755); err != nil {
 		t.Fatal(err)
 	}
