@@ -242,13 +242,13 @@ func TestMCPTools(t *testing.T) {
 			}
 			// The server crashes mid-call: a structured error, and the
 			// executor keeps serving, the MCP server's tools included.
-			start := time.Now()
+			// The crash is seen as the server going away (its transport
+			// ends), not waited out: a hang would end at the tool's 10 s
+			// timeout with TIMEOUT and "did not answer".
 			e := exec(t, s, name+"crash", nil).GetError()
-			if e.GetCode() != string(wire.CodeToolFailure) && e.GetCode() != string(wire.CodeTimeout) {
-				t.Fatalf("crash: %v", e)
-			}
-			if e.GetDetails().AsMap()["outcome_unknown"] != true || time.Since(start) > 5*time.Second {
-				t.Fatalf("crash: %v after %v", e, time.Since(start))
+			if e.GetCode() != string(wire.CodeToolFailure) || !strings.Contains(e.GetMessage(), "went away during the call") ||
+				e.GetDetails().AsMap()["outcome_unknown"] != true {
+				t.Fatalf("crash: %v; want TOOL_FAILURE, the server went away during the call, outcome unknown", e)
 			}
 			if r := exec(t, s, "fs.list", nil); codeOf(r) != "" {
 				t.Fatalf("fs.list after the crash: %v", r)
