@@ -3,6 +3,7 @@ package app
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -11,7 +12,9 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/pprof"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -22,7 +25,9 @@ import (
 	"github.com/xct-dev/xct/internal/testutil"
 )
 
-// freeAddr is a loopback address with a port nobody listens on now.
+// freeAddr is a loopback address with a port nobody listened on when it
+// was picked. Another test may take it before it is bound again: callers
+// that bind it retry on EADDRINUSE.
 func freeAddr(t *testing.T) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -34,6 +39,42 @@ func freeAddr(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return addr
+}
+
+// listenersOf returns the loopback TCP ports this process listens on
+// (its own sockets only, read from /proc: a port another process or test
+// took says nothing of ours).
+func listenersOf(t *testing.T) map[int]bool {
+	t.Helper()
+	inodes := map[string]bool{}
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fd := range fds {
+		if target, err := os.Readlink(filepath.Join("/proc/self/fd", fd.Name())); err == nil && strings.HasPrefix(target, "socket:[") {
+			inodes[strings.TrimSuffix(strings.TrimPrefix(target, "socket:["), "]")] = true
+		}
+	}
+	table, err := os.ReadFile("/proc/self/net/tcp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ports := map[int]bool{}
+	for _, line := range strings.Split(string(table), "\n")[1:] {
+		// sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
+		f := strings.Fields(line)
+		if len(f) < 10 || f[3] != "0A" || !inodes[f[9]] { // 0A: LISTEN
+			continue
+		}
+		_, hexPort, _ := strings.Cut(f[1], ":")
+		port, err := strconv.ParseInt(hexPort, 16, 32)
+		if err != nil {
+			t.Fatalf("/proc/self/net/tcp: %q: %v", line, err)
+		}
+		ports[int(port)] = true
+	}
+	return ports
 }
 
 // A Start that fails after binding its listeners closes every one of them:
@@ -49,23 +90,37 @@ func TestFailedStartClosesItsListeners(t *testing.T) {
 	}
 	var cfg Config
 	cfg.NATSURL, cfg.NATSUsers, cfg.Replicas = ns.ClientURL(), testutil.NATSUsers(), 1
-	cfg.ExecutorListen, cfg.ValidatorListen = freeAddr(t), freeAddr(t)
 	cfg.Executor.Workspace = notADir // executor.New fails: the workspace is a file
 	cfg.Auth.TokensFile = creds.Path
 	cfg.Security = grpcx.Security{Plaintext: true, ServiceToken: creds.Token(t, grpcxtest.Service)}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	a, err := Start(ctx, cfg, []string{TargetExecutor, TargetValidator}, slog.New(slog.NewTextHandler(io.Discard, nil)), Options{})
-	if err == nil {
-		a.Stop(ctx)
-		t.Fatal("Start with a workspace that is a file succeeded")
-	}
-	for _, addr := range []string{cfg.ExecutorListen, cfg.ValidatorListen} {
-		l, err := net.Listen("tcp", addr)
-		if err != nil {
-			t.Fatalf("after the failed start (%v), %s is still bound: %v", err, addr, err)
+	// The addresses are fixed before Start (a port of 0 would leave
+	// nothing to look for after a failed Start). A port taken by another
+	// parallel test in between fails Start before it binds both: pick
+	// others.
+	var err error
+	for range 10 {
+		cfg.ExecutorListen, cfg.ValidatorListen = freeAddr(t), freeAddr(t)
+		var a *App
+		a, err = Start(ctx, cfg, []string{TargetExecutor, TargetValidator}, slog.New(slog.NewTextHandler(io.Discard, nil)), Options{})
+		if err == nil {
+			a.Stop(ctx)
+			t.Fatal("Start with a workspace that is a file succeeded")
 		}
-		_ = l.Close()
+		if !errors.Is(err, syscall.EADDRINUSE) {
+			break
+		}
+	}
+	if !strings.Contains(err.Error(), "executor") || !strings.Contains(err.Error(), notADir) {
+		t.Fatalf("Start failed with %v, want the executor's workspace refused", err)
+	}
+	open := listenersOf(t)
+	for _, addr := range []string{cfg.ExecutorListen, cfg.ValidatorListen} {
+		_, port, _ := net.SplitHostPort(addr)
+		if p, _ := strconv.Atoi(port); open[p] {
+			t.Fatalf("after the failed start (%v), this process still listens on %s", err, addr)
+		}
 	}
 }
 
