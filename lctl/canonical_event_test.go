@@ -282,8 +282,15 @@ func TestLoopTablesMatchGeneral(t *testing.T) {
 			}
 		}
 	}
+	// Every event of a workflow is checked in five layouts, twice each;
+	// under the race detector (one goroutine: it finds nothing here, and
+	// this test was one of the package's longest there) a fifth of them.
+	n := 1500
+	if lctl.RaceDetector {
+		n = 300
+	}
 	for _, opts := range []lctltest.WorkflowOptions{{StateHashes: true}, {Seal: true}} {
-		events := lctltest.Workflow("wf", 1500, opts)
+		events := lctltest.Workflow("wf", n, opts)
 		for i := range events {
 			check(fmt.Sprint("spec ", i+1), specOrder(t, &events[i]), true, true)
 			raw, err := events[i].MarshalJSON()

@@ -88,3 +88,7 @@ func SpecEventDecides(raw []byte) bool {
 	var e Event
 	return p.specEvent(&e)
 }
+
+// RaceDetector: the test binary runs under the race detector (the
+// equivalence tests over long chains check fewer events there).
+const RaceDetector = raceDetector

@@ -75,8 +75,16 @@ func sameStream(t *testing.T, name string, got, want streamResult, bad bool) {
 // lines, two on a line, garbage, bytes that are not UTF-8) before, at
 // and after the chunks' start; cut short; stopped early.
 func TestStreamChunksMatchScanner(t *testing.T) {
+	// n events; the edits below fall at the same fractions of them
+	// whatever n is. Under the race detector a quarter: each file is
+	// streamed 30 times, most of them in tiny chunks, and the workers'
+	// sharing of the chunks is as much exercised by 150 events as by 600.
+	n := 600
+	if lctl.RaceDetector {
+		n = 150
+	}
 	var gen bytes.Buffer
-	if err := lctltest.WriteWorkflow(&gen, "wf", 600, lctltest.WorkflowOptions{Seal: true}); err != nil {
+	if err := lctltest.WriteWorkflow(&gen, "wf", n, lctltest.WorkflowOptions{Seal: true}); err != nil {
 		t.Fatal(err)
 	}
 	base := gen.String()
@@ -112,7 +120,7 @@ func TestStreamChunksMatchScanner(t *testing.T) {
 			return l
 		}),
 		"an event over lines in the middle": body(func(i int, l string) string {
-			if i == 300 {
+			if i == n/2 {
 				return strings.Replace(l, `,"data":`, ",\n\"data\":\n", 1)
 			}
 			return l
@@ -124,10 +132,10 @@ func TestStreamChunksMatchScanner(t *testing.T) {
 			return l
 		}),
 		"two on a line": body(func(i int, l string) string {
-			if i == 400 {
-				return l + " " + lines[401]
+			if i == n*2/3 {
+				return l + " " + lines[n*2/3+1]
 			}
-			if i == 401 {
+			if i == n*2/3+1 {
 				return ""
 			}
 			return l
@@ -141,9 +149,9 @@ func TestStreamChunksMatchScanner(t *testing.T) {
 			}
 			return l
 		}),
-		"garbage line": body(func(i int, l string) string { return map[bool]string{true: "xyz,", false: l}[i == 450] }),
+		"garbage line": body(func(i int, l string) string { return map[bool]string{true: "xyz,", false: l}[i == n*3/4] }),
 		"not UTF-8": body(func(i int, l string) string {
-			return map[bool]string{true: strings.Replace(l, `"agent":"`, "\"agent\":\"\xff", 1), false: l}[i == 500]
+			return map[bool]string{true: strings.Replace(l, `"agent":"`, "\"agent\":\"\xff", 1), false: l}[i == n*5/6]
 		}),
 		"comma at end":        body(func(i int, l string) string { return map[bool]string{true: l + ",", false: l}[i == len(lines)-2] }),
 		"bracket on its line": strings.Replace(base, "}]}", "}\n]}", 1),
@@ -160,7 +168,7 @@ func TestStreamChunksMatchScanner(t *testing.T) {
 			return l
 		}),
 		"array last": body(func(i int, l string) string {
-			if i == 350 {
+			if i == n*7/12 {
 				return strings.TrimSuffix(l, "},") + `,"zz":[1,"\ud83d\ude00"]},`
 			}
 			return l
@@ -184,13 +192,13 @@ func TestStreamChunksMatchScanner(t *testing.T) {
 				restore := lctl.SetChunks(s.n, s.slack, s.first, s.batch)
 				label := fmt.Sprintf("%s, chunks of %d+%d after %d, workers %d", name, s.n, s.slack, s.first, opts.Workers)
 				sameStream(t, label, streamKeep(strings.NewReader(raw), opts, 0), want, false)
-				for _, stop := range []int{3, 330} {
+				for _, stop := range []int{3, n * 11 / 20} {
 					w := streamKeep(plainReader{strings.NewReader(raw)}, opts, stop)
 					sameStream(t, fmt.Sprintf("%s, stopped at %d", label, stop), streamKeep(strings.NewReader(raw), opts, stop), w, want.err != nil)
 				}
 				restore()
 			}
-			if name == "as written" && (want.err != nil || len(want.events) != 600) {
+			if name == "as written" && (want.err != nil || len(want.events) != n) {
 				t.Fatalf("the workflow streams %d events, %v", len(want.events), want.err)
 			}
 		}

@@ -152,8 +152,15 @@ func TestStreamedCommandsMatchFullRead(t *testing.T) {
 		{"confidence"}, {"confidence", "--json"}, {"verify"}, {"verify", "--json"},
 		{"query", "SELECT * WHERE confidence >= 0.8"}, {"query", "SELECT id, text", "--to-seq", "200", "--json"},
 	}
-	for _, f := range files {
-		for _, cmd := range commands {
+	// Under the race detector each file runs a third of the commands, in
+	// turn, so that each command still runs on a third of the files: the
+	// stream's goroutines are the same for every pair, and all 700 runs
+	// took six minutes there at load 25.
+	for i, f := range files {
+		for j, cmd := range commands {
+			if raceDetector && (i+j)%3 != 0 {
+				continue
+			}
 			args := append(append([]string{}, cmd...), f)
 			code, stdout, stderr := run(t, nil, args...)
 			full := args
