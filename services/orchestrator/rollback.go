@@ -198,10 +198,14 @@ func (s *Service) RollbackRun(ctx context.Context, req *xctv1.RollbackRunRequest
 	}
 	stopped := false // the rollback ended because the orchestrator stopped
 	for _, st := range targets {
-		if r.rollbackStopped() {
-			// An undo that finished is recorded; none starts now.
-			stopped = true
-			resp.Status, resp.Message = xctevent.StatusFailed, fmt.Sprintf("the orchestrator stopped before the undo of step %d: roll back again", st.GetNumber())
+		if cause := context.Cause(r.ctx); cause != nil {
+			// Stopped (Stop) or cancelled (CancelRun): an undo that
+			// finished is recorded; none starts now.
+			stopped = r.rollbackStopped()
+			resp.Status, resp.Message = xctevent.StatusFailed, fmt.Sprintf("the rollback was %v (before the undo of step %d)", cause, st.GetNumber())
+			if stopped {
+				resp.Message = fmt.Sprintf("the orchestrator stopped before the undo of step %d: roll back again", st.GetNumber())
+			}
 			break
 		}
 		if msg, err := r.undoStep(next, st); err != nil {
