@@ -38,28 +38,64 @@ func (r *run) stopWaiting(st *openStep, err error) error {
 	if !errors.As(err, &c) || st.decided != "" {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(r.traceCtx(context.Background()), r.svc.cfg.CallTimeout)
-	_, werr := r.svc.validator.WithdrawApproval(ctx, &xctv1.WithdrawApprovalRequest{
-		RunId: r.id, StepId: st.stepID, By: c.by, Reason: c.reason,
-	})
-	cancel()
-	if werr != nil {
-		// The chain still says it is withdrawn, and the run is over: an
-		// approval granted now allows nothing (no one asks for the step).
-		r.log.Warn("approval of a cancelled run could not be withdrawn at the validator", "run", r.id, "step", st.step, "err", werr)
-	}
-	if rerr := r.record(agentOrchestrator, xctevent.ApprovalDecided{
-		Step: st.step, StepID: st.stepID, Decision: xctevent.ApprovalWithdrawn, By: c.by, Reason: c.reason,
-	}); rerr != nil {
+	decided, agent := r.withdraw(st, c)
+	if rerr := r.record(agent, decided); rerr != nil {
 		return rerr
 	}
-	st.decided = xctevent.ApprovalWithdrawn
+	st.decided = decided.Decision
 	summary := c.Error()
+	if decided.Decision != xctevent.ApprovalWithdrawn {
+		summary += fmt.Sprintf(" (the approval was %s by %s before it could be withdrawn; the step did not run)", decided.Decision, decided.By)
+	}
 	r.stepResult(outcomeCancelled, summary)
 	if rerr := r.record(st.agent, st.end(outcomeCancelled, summary)); rerr != nil {
 		return rerr
 	}
 	return err
+}
+
+// withdraw withdraws the pending approval of a step that will not run
+// (its run or rollback cancelled, or its orchestrator stopping, c says
+// by whom) and returns the approval_decided to record, with its agent:
+// withdrawn, or what the validator holds instead. The validator
+// withdraws only a pending approval (a revision-checked write), so a
+// human's decision stored first stands, and the chain records that
+// decision, as the validator's entry says it, never a withdrawal the
+// validator did not make. A validator that cannot be reached leaves the
+// entry pending: the chain says withdrawn, and an approval granted later
+// allows nothing (no one asks for the step again).
+func (r *run) withdraw(st *openStep, c errCancelled) (xctevent.ApprovalDecided, string) {
+	ev := xctevent.ApprovalDecided{Step: st.step, StepID: st.stepID, Decision: xctevent.ApprovalWithdrawn, By: c.by, Reason: c.reason}
+	ctx, cancel := context.WithTimeout(r.traceCtx(context.Background()), r.svc.cfg.CallTimeout)
+	resp, err := r.svc.validator.WithdrawApproval(ctx, &xctv1.WithdrawApprovalRequest{
+		RunId: r.id, StepId: st.stepID, By: c.by, Reason: c.reason,
+	})
+	cancel()
+	if err != nil {
+		r.log.Warn("approval of a step that will not run could not be withdrawn at the validator", "run", r.id, "step", st.step, "err", err)
+		return ev, agentOrchestrator
+	}
+	a := resp.GetApproval()
+	decision := map[xctv1.ApprovalState]string{
+		xctv1.ApprovalState_APPROVAL_STATE_APPROVED: xctevent.ApprovalApproved,
+		xctv1.ApprovalState_APPROVAL_STATE_DENIED:   xctevent.ApprovalDenied,
+		xctv1.ApprovalState_APPROVAL_STATE_EXPIRED:  xctevent.ApprovalExpired,
+	}[a.GetState()]
+	switch {
+	case decision != "":
+		// Decided before the withdrawal reached it: recorded as
+		// decideApproval records a decision.
+		ev.Decision, ev.By, ev.Reason = decision, a.GetDecidedBy(), a.GetReason()
+		r.log.Info("approval decided before it could be withdrawn", "run", r.id, "step", st.step, "decision", decision, "by", a.GetDecidedBy())
+		if ev.By != "" {
+			return ev, ev.By
+		}
+		return ev, agentOrchestrator
+	case a.GetState() == xctv1.ApprovalState_APPROVAL_STATE_WITHDRAWN && a.GetDecidedBy() != "":
+		// Withdrawn already (an earlier attempt's answer lost): as stored.
+		ev.By, ev.Reason = a.GetDecidedBy(), a.GetReason()
+	}
+	return ev, agentOrchestrator
 }
 
 // Error is how a cancelled run ends: "cancelled by carol: REASON".

@@ -372,17 +372,12 @@ func (r *run) awaitUndoApproval(st *openStep, v *xctv1.Verdict) (*xctv1.Verdict,
 			rule, why = "orchestrator.stopped", "the orchestrator stopped while the undo waited for a human: roll back again"
 		}
 		if withdraw && st.approvalRequested {
-			ctx, cancel := context.WithTimeout(r.traceCtx(context.Background()), r.svc.cfg.CallTimeout)
-			if _, werr := r.svc.validator.WithdrawApproval(ctx, &xctv1.WithdrawApprovalRequest{
-				RunId: r.id, StepId: st.stepID, By: c.by, Reason: c.reason,
-			}); werr != nil {
-				r.log.Warn("approval of a cancelled or stopped rollback's undo could not be withdrawn at the validator", "run", r.id, "step", st.step, "err", werr)
-			}
-			cancel()
-			if rerr := r.record(agentOrchestrator, xctevent.ApprovalDecided{
-				Step: st.step, StepID: st.stepID, Decision: xctevent.ApprovalWithdrawn, By: c.by, Reason: c.reason,
-			}); rerr != nil {
+			decided, agent := r.withdraw(st, c) // cancel.go
+			if rerr := r.record(agent, decided); rerr != nil {
 				return nil, "", rerr
+			}
+			if decided.Decision != xctevent.ApprovalWithdrawn {
+				why += fmt.Sprintf(" (the approval was %s by %s before it could be withdrawn; the undo did not run)", decided.Decision, decided.By)
 			}
 		}
 		return deny(rule, why, wire.CodeApprovalRequired)
