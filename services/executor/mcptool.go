@@ -224,6 +224,28 @@ func scrubbedEnv(names []string, set map[string]string) []string {
 	for k, v := range set {
 		env = append(env, k+"="+v)
 	}
+	return withInterpreterDefaults(env)
+}
+
+// interpreterDefaults are variables every child process gets unless its
+// configuration names them: the settings that keep an interpreter from
+// loading code from its working directory, which for a stdio MCP server
+// and a shell.exec program is the workspace (the model's to write).
+// PYTHONSAFEPATH: `python -m pkg` (how Python MCP servers are documented
+// to run) and `python -c` put the working directory first on sys.path, so
+// a pkg.py the model wrote there ran instead of the server (Python 3.11
+// and later honor it; older ones do not: docs/security.md).
+var interpreterDefaults = []string{"PYTHONSAFEPATH=1"}
+
+// withInterpreterDefaults is env ("K=V") with each of interpreterDefaults
+// it does not set.
+func withInterpreterDefaults(env []string) []string {
+	for _, kv := range interpreterDefaults {
+		k, _, _ := strings.Cut(kv, "=")
+		if !slices.ContainsFunc(env, func(e string) bool { return strings.HasPrefix(e, k+"=") }) {
+			env = append(env, kv)
+		}
+	}
 	return env
 }
 

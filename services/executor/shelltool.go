@@ -138,6 +138,7 @@ func newShellTool(cfg *ShellConfig, ws *workspace, wsDir string, defTimeout time
 		// The host's home is not in the sandbox; an empty, private one is.
 		t.env = append(t.env, "HOME=/tmp")
 	}
+	t.env = withInterpreterDefaults(t.env)
 	slices.Sort(t.env)
 	if t.timeout == 0 {
 		t.timeout = defTimeout

@@ -140,10 +140,14 @@ func testShellExec(t *testing.T, sandboxed bool) {
 		if strings.Contains(res.Stdout, "XCT_TEST_SECRET") || !strings.Contains(res.Stdout, "LC_ALL=C\n") || !strings.Contains(res.Stdout, "PATH=") {
 			t.Fatalf("environment:\n%s", res.Stdout)
 		}
-		// In the sandbox, bwrap adds PWD, and HOME is a private /tmp.
-		want := 2
+		// PYTHONSAFEPATH (withInterpreterDefaults) in both modes; in the
+		// sandbox, bwrap adds PWD, and HOME is a private /tmp.
+		if !strings.Contains(res.Stdout, "PYTHONSAFEPATH=1\n") {
+			t.Fatalf("no PYTHONSAFEPATH:\n%s", res.Stdout)
+		}
+		want := 3
 		if sandboxed {
-			want = 4
+			want = 5
 			if !strings.Contains(res.Stdout, "HOME=/tmp\n") {
 				t.Fatalf("HOME is not the sandbox's:\n%s", res.Stdout)
 			}
