@@ -368,7 +368,8 @@ func runQuery(ctx context.Context, c *cmdContext) error {
 	for _, f := range rows {
 		cells := make([]string, len(cols))
 		for i, col := range cols {
-			cells[i] = cell(f, col)
+			// A tab or newline of a fact's own would move the columns.
+			cells[i] = visible(cell(f, col))
 		}
 		fmt.Fprintln(tw, strings.Join(cells, "\t"))
 	}

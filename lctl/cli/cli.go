@@ -17,9 +17,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/xct-dev/xct/lctl/text"
 )
 
 // Exit codes.
@@ -328,14 +331,14 @@ func (c *cmdContext) finish(err error) int {
 		return ExitUsage
 	case errors.As(err, &ue):
 		if ue.msg != "" {
-			fmt.Fprintf(c.env.Stderr, "lctl %s: %s\n", c.name, ue.msg)
+			fmt.Fprintf(c.env.Stderr, "lctl %s: %s\n", c.name, visible(ue.msg))
 		}
 		fmt.Fprintf(c.env.Stderr, "Usage: lctl %s %s (lctl %s -h for flags)\n", c.name, c.cmd.args, c.name)
 		return ExitUsage
 	case errors.Is(err, context.Canceled):
 		return ExitOK
 	}
-	fmt.Fprintf(c.env.Stderr, "lctl %s: %v\n", c.name, err)
+	fmt.Fprintf(c.env.Stderr, "lctl %s: %s\n", c.name, visible(err.Error()))
 	return ExitUsage
 }
 
@@ -364,12 +367,58 @@ func (c *cmdContext) printJSON(v any) error {
 	return enc.Encode(v)
 }
 
+// out prints a line (or part of one) of a command's text output. The
+// format is lctl's; the arguments are what chains hold (a model's goal
+// and end message, a fact's text, agents' names): each string among them
+// is printed with its hidden characters escaped (text.EscapeHidden), so
+// an escape sequence or a newline in a chain cannot rewrite or forge the
+// operator's terminal lines, as replay's event lines already do.
 func (c *cmdContext) out(format string, args ...any) {
-	fmt.Fprintf(c.env.Stdout, format, args...)
+	fmt.Fprintf(c.env.Stdout, format, visibleArgs(args)...)
 }
 
 func (c *cmdContext) warn(format string, args ...any) {
-	fmt.Fprintf(c.env.Stderr, "warning: "+format+"\n", args...)
+	fmt.Fprintf(c.env.Stderr, "warning: "+format+"\n", visibleArgs(args)...)
+}
+
+// visibleArgs is args with every string, error and list of strings
+// written as it shows (text.EscapeHidden); other values as they are.
+func visibleArgs(args []any) []any {
+	var out []any
+	for i, a := range args {
+		var v any
+		switch x := a.(type) {
+		case string:
+			v = visible(x)
+		case []string:
+			vs := make([]string, len(x))
+			for j, s := range x {
+				vs[j] = visible(s)
+			}
+			v = vs
+		case error:
+			v = visible(x.Error())
+		default:
+			continue
+		}
+		if out == nil {
+			out = slices.Clone(args)
+		}
+		out[i] = v
+	}
+	if out == nil {
+		return args
+	}
+	return out
+}
+
+// visible is s with its hidden characters escaped.
+func visible(s string) string {
+	b := text.EscapeHidden([]byte(s), 0)
+	if len(b) == len(s) {
+		return s
+	}
+	return string(b)
 }
 
 // readFile reads a named file or stdin ("-").
