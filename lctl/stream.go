@@ -63,11 +63,16 @@ type StreamOptions struct {
 	// decoded (so what the stream accepts and gives way on is the same)
 	// but not decoded, and reading it panics (Get, Str, RangeData, ...:
 	// the caller was wrong about what it reads). Not with Hash, whose
-	// hashes need the data, nor with Line, which may read any event's.
+	// Not with Line, which may read any event's. With Hash, whose hashes
+	// need the data, it holds until a decoding core meets an event that
+	// carries a hash: that event is decoded again in full, and that core
+	// decodes every event's data from then on (a chain either carries
+	// hashes or not; verify of a chain without them reads a few types).
 	// A command that reads a few types saves most of the decoding of the
 	// others.
 	Data func(typ string) bool
-	// Unread, when set with Data (and like it, not with Hash or Line),
+	// Unread, when set with Data (and unlike it, not with Hash; not with
+	// Line),
 	// names per type the one member of the data the caller never reads
 	// ("" for none): a string, object or array value of it is checked
 	// as it would be decoded but not kept (a step's intent is most of
@@ -184,9 +189,11 @@ func newStreamParser(opts StreamOptions) *fastParser {
 	p := newFastParser()
 	p.skipHashes = opts.SkipHashes && !opts.Hash
 	p.fields = opts.Fields
-	if opts.Fields && !opts.Hash && opts.Line == nil {
+	if opts.Fields && opts.Line == nil {
 		p.dataFor = opts.Data
-		p.unreadFor = opts.Unread
+		if !opts.Hash {
+			p.unreadFor = opts.Unread
+		}
 	}
 	return p
 }
@@ -298,6 +305,13 @@ func (b *streamBatch) decode(p *fastParser, hash bool, line func([]byte, *Event)
 		*se = StreamEvent{}
 		e := &se.Event
 		err := p.fastEventInto(e, raw)
+		if hash && err == nil && p.dataFor != nil && e.Hash != "" {
+			// Its hash needs its data, which may have been skipped: read
+			// again in full, as every event from here on (Data says).
+			p.dataFor = nil
+			*e = Event{}
+			err = p.fastEventInto(e, raw)
+		}
 		line := nextLine < len(b.lineSplit) && int(b.lineSplit[nextLine]) == i
 		if line {
 			nextLine++

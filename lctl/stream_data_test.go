@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -29,8 +30,10 @@ func panics(fn func()) (p bool) {
 // command wrong about what it reads fails loudly in the tests that
 // compare it with the full read. (A canonical event's data is skipped
 // once an event of its type was read: its type comes after its data.)
-// With Hash or Line, every event's data is decoded (the hashes and the
-// lines may need it).
+// With Line, every event's data is decoded (a line may read any). With
+// Hash, an event that carries a hash has its data and the hash computed
+// without Data, and so has every event after it on its decoding core; an
+// event without a hash before it is skipped as without Hash.
 func TestStreamDataSkipped(t *testing.T) {
 	t.Parallel()
 	files := map[string][]byte{}
@@ -41,6 +44,13 @@ func TestStreamDataSkipped(t *testing.T) {
 		}
 		files[fmt.Sprintf("spec=%v layout=%q", sh.Spec, sh.Layout)] = b.Bytes()
 	}
+	// The sealed file with the hashes taken off its first half's events.
+	lines := bytes.SplitAfter(files[`spec=false layout=""`], []byte("\n"))
+	unhash := regexp.MustCompile(`,"hash":"[0-9a-f]{64}"(,"prev_hash":"[0-9a-f]{64}")?`)
+	for i := range lines[1:1501] {
+		lines[i+1] = unhash.ReplaceAll(lines[i+1], nil)
+	}
+	files["half sealed"] = bytes.Join(lines, nil)
 	for name, raw := range files {
 		want := streamKeep(bytes.NewReader(raw), lctl.StreamOptions{Fields: true, Workers: 2}, 0)
 		got := streamKeep(bytes.NewReader(raw), lctl.StreamOptions{Fields: true, Workers: 2, Data: factsOnly}, 0)
@@ -87,24 +97,58 @@ func TestStreamDataSkipped(t *testing.T) {
 				}
 			}
 		}
-		if skipped < 2000 {
+		if skipped < 2000 && name != "half sealed" || skipped < 1000 {
 			t.Errorf("%s: %d events skipped", name, skipped)
 		}
-		// With Hash or Line, nothing is skipped.
-		for what, opts := range map[string]lctl.StreamOptions{
-			"Hash": {Fields: true, Workers: 2, Hash: true, Data: factsOnly},
-			"Line": {Fields: true, Workers: 2, Data: factsOnly, Line: func(dst []byte, e *lctl.Event) []byte {
-				return fmt.Appendf(dst, "%d %v", e.Seq, e.DataLen())
-			}},
-		} {
-			all := streamKeep(bytes.NewReader(raw), opts, 0)
-			if all.err != nil || len(all.events) != len(want.events) {
-				t.Fatalf("%s, with %s: %d events, %v", name, what, len(all.events), all.err)
+		// With Line, nothing is skipped.
+		all := streamKeep(bytes.NewReader(raw), lctl.StreamOptions{Fields: true, Workers: 2, Data: factsOnly, Line: func(dst []byte, e *lctl.Event) []byte {
+			return fmt.Appendf(dst, "%d %v", e.Seq, e.DataLen())
+		}}, 0)
+		if all.err != nil || len(all.events) != len(want.events) {
+			t.Fatalf("%s, with Line: %d events, %v", name, len(all.events), all.err)
+		}
+		for i := range all.events {
+			if e := &all.events[i]; !reflect.DeepEqual(e.DataMap(), want.events[i].DataMap()) {
+				t.Fatalf("%s, with Line: event %d's data %v", name, i+1, e.DataMap())
 			}
-			for i := range all.events {
-				if e := &all.events[i]; !reflect.DeepEqual(e.DataMap(), want.events[i].DataMap()) {
-					t.Fatalf("%s, with %s: event %d's data %v", name, what, i+1, e.DataMap())
+		}
+		// With Hash: the hashes computed without Data; an event with a
+		// hash has its data, one without is skipped as without Hash
+		// until its core has met a hash.
+		for _, workers := range []int{1, 2, 3} {
+			hashed := streamKeep(bytes.NewReader(raw), lctl.StreamOptions{Fields: true, Workers: workers, Hash: true}, 0)
+			got := streamKeep(bytes.NewReader(raw), lctl.StreamOptions{Fields: true, Workers: workers, Hash: true, Data: factsOnly}, 0)
+			if hashed.err != nil || got.err != nil || len(got.events) != len(want.events) || len(hashed.events) != len(want.events) {
+				t.Fatalf("%s, with Hash: %d events (%v), without Data %d (%v)", name, len(got.events), got.err, len(hashed.events), hashed.err)
+			}
+			skippedHash, computed := 0, 0
+			for i := range got.events {
+				g, h := &got.events[i], &hashed.events[i]
+				if g.Computed != h.Computed || (g.HashErr == nil) != (h.HashErr == nil) || g.Hash != h.Hash || g.PrevHash != h.PrevHash {
+					t.Fatalf("%s, with Hash, %d workers: event %d: hash %q %v, without Data %q %v", name, workers, i+1, g.Computed, g.HashErr, h.Computed, h.HashErr)
 				}
+				if g.Computed != "" {
+					computed++
+				}
+				e := &g.Event
+				if panics(func() { e.DataMap() }) {
+					if g.Hash != "" || factsOnly(g.Type) {
+						t.Fatalf("%s, with Hash, %d workers: event %d (%s, hash %q): data not decoded", name, workers, i+1, g.Type, g.Hash)
+					}
+					skippedHash++
+					continue
+				}
+				if !reflect.DeepEqual(e.DataMap(), h.DataMap()) {
+					t.Fatalf("%s, with Hash, %d workers: event %d's data %v, without Data %v", name, workers, i+1, e.DataMap(), h.DataMap())
+				}
+			}
+			switch {
+			case strings.HasPrefix(name, "spec=true") && (skippedHash != skipped || computed != 0):
+				t.Errorf("%s, with Hash, %d workers: %d skipped (%d without Hash), %d hashes", name, workers, skippedHash, skipped, computed)
+			case name == `spec=false layout=""` && (skippedHash != 0 || computed != 3000):
+				t.Errorf("%s, with Hash, %d workers: %d skipped, %d hashes", name, workers, skippedHash, computed)
+			case name == "half sealed" && (skippedHash < 1000 || computed != 1500):
+				t.Errorf("%s, with Hash, %d workers: %d skipped, %d hashes", name, workers, skippedHash, computed)
 			}
 		}
 	}

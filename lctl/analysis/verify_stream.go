@@ -73,6 +73,14 @@ func NewStreamVerifierSummary(chainID string) *StreamVerifier {
 	return &StreamVerifier{chainID: chainID, state: s, started: -1, finished: -1, summary: true}
 }
 
+// DataTypes says which events' data Add reads, by type
+// (lctl.StreamOptions.Data): what its state reads, and checkpoints. It
+// reads nothing of v, so the decoding cores may call it.
+func (v *StreamVerifier) DataTypes() func(typ string) bool {
+	state := v.state.DataTypes()
+	return func(typ string) bool { return typ == lctl.TypeCheckpoint || state(typ) }
+}
+
 // Add takes the next event, with the hash of its content (ComputeHash and
 // its error). The caller has checked its seq (one more than the event
 // before, starting at 1), its chain id and its timestamp (parses, not

@@ -41,13 +41,21 @@ func runVerify(ctx context.Context, c *cmdContext) error {
 	var sd *streamed
 	var headErr error // --against-tracer's read of the signed head
 	summary, keepNoHash := true, false
+	// The verifier reads the data of a few types (its state's, and
+	// checkpoints'); the signatures' verifier is not asked.
+	var reads func(string) bool
+	data := func(typ string) bool { return reads(typ) }
+	if trusted != nil {
+		data = nil
+	}
 	for range 3 {
-		sd, _ = c.streamChain(o, true, nil, nil, func(id string) {
+		sd, _ = c.streamChain(o, true, nil, data, func(id string) {
 			if summary {
 				v = analysis.NewStreamVerifierSummary(id)
 			} else {
 				v = analysis.NewStreamVerifier(id)
 			}
+			reads = v.DataTypes()
 			if keepNoHash {
 				v.KeepNoHash()
 			}
