@@ -160,13 +160,27 @@ func (w *workspace) protectedNames(budget int) (protectedSet, string) {
 		return nil, workspaceUnreadable + err.Error()
 	}
 	defer func() { _ = top.Close() }()
-	out := protectedSet{}
-	cut := w.protected.walk(top, "", 0, &budget, func(d int, name, rel string) bool {
-		out.add(d, name, rel)
-		return true
-	})
+	var out protectedSet
+	var cut string
+	for range scanAttempts {
+		out = protectedSet{}
+		b := budget
+		cut = w.protected.walk(top, "", 0, &b, func(d int, name, rel string) bool {
+			out.add(d, name, rel)
+			return true
+		})
+		if !strings.HasPrefix(cut, scanChanged) {
+			break
+		}
+	}
 	return out, cut
 }
+
+// scanAttempts is how many times a scan that met a change of the
+// workspace (scanChanged: another program renaming directories) is done
+// before it is given up: then a program that may write is not run, and
+// after one the change is flagged and remembered (unmovedProtected).
+const scanAttempts = 4
 
 // entryID is a file system entry's identity: its device and inode.
 type entryID struct{ dev, ino uint64 }
@@ -241,17 +255,37 @@ func (w *workspace) moveNewProtected(ctx context.Context, log *slog.Logger, befo
 	if before == nil {
 		return nil, "nothing is known of the workspace before" // never called so
 	}
+	moved, unmoved, scanCut, cut := w.moveNew(ctx, log, before, who)
+	for name, id := range unmoved {
+		w.unmoved.add(name, id)
+	}
+	if scanCut != "" {
+		// What the program made may be where the scan did not look (a
+		// directory renamed while it ran): the next scan before a
+		// program would take it for one that was there. Remembered:
+		// until a scan reads the whole workspace, and what is new since
+		// before is moved aside, no program that may write runs.
+		w.unmoved.since(before)
+	}
+	return moved, cut
+}
+
+// moveNew moves aside what is new since before (moveNewProtected): it
+// returns where each went, the entries that could not be moved, why the
+// scan could not read everything (scanCut), and the whole reason to
+// flag (cut: scanCut and each entry not moved).
+func (w *workspace) moveNew(ctx context.Context, log *slog.Logger, before protectedSet, who string) (moved map[string]string, unmoved protectedSet, scanCut, cut string) {
 	// Unbounded: what the program made is found wherever it is, at a
 	// cost proportional to what it made within its deadline and limits.
-	after, cut := w.protectedNames(-1)
-	if cut != "" {
-		log.ErrorContext(ctx, "SECURITY: the workspace could not be scanned whole for protected paths after a program ran; one it made may remain", "by", who, "reason", cut)
+	after, scanCut := w.protectedNames(-1)
+	if scanCut != "" {
+		log.ErrorContext(ctx, "SECURITY: the workspace could not be scanned whole for protected paths after a program ran; one it made may remain; programs that may write are refused until it is", "by", who, "reason", scanCut)
 	}
+	cut = scanCut
 	byID := make(map[entryID]string, len(before))
 	for name, id := range before {
 		byID[id] = name
 	}
-	var moved map[string]string
 	for name, id := range after {
 		if !after.newSince(before, byID, name, id) {
 			continue
@@ -262,7 +296,10 @@ func (w *workspace) moveNewProtected(ctx context.Context, log *slog.Logger, befo
 			// one that was there: remembered, and no program that may
 			// write runs until it is moved (retryUnmoved).
 			log.ErrorContext(ctx, "SECURITY: a protected path was made that could not be moved aside; programs that may write are refused until it is", "by", who, "path", name, "error", err)
-			w.unmoved.add(name, id)
+			if unmoved == nil {
+				unmoved = protectedSet{}
+			}
+			unmoved[name] = id
 			why := "protected entry " + name + " could not be moved aside: " + err.Error()
 			if cut == "" {
 				cut = why
@@ -277,7 +314,7 @@ func (w *workspace) moveNewProtected(ctx context.Context, log *slog.Logger, befo
 		}
 		moved[name] = aside
 	}
-	return moved, cut
+	return moved, unmoved, scanCut, cut
 }
 
 // moveAside renames the workspace entry name, in its directory reached
@@ -452,6 +489,22 @@ const maxNameBytes = 255
 type unmovedProtected struct {
 	mu  sync.Mutex
 	set protectedSet
+	// before, when not nil, is what a scan found before a program whose
+	// scan after it could not read the whole workspace (a directory
+	// renamed meanwhile, one it could not read): what is new since is
+	// moved aside once a scan reads everything (retryUnmoved).
+	before protectedSet
+}
+
+// since remembers before, the protected entries before a program whose
+// scan after could not read everything; the earliest is kept (what is
+// new since it is all that the later programs made, too).
+func (u *unmovedProtected) since(before protectedSet) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.before == nil {
+		u.before = before
+	}
 }
 
 func (u *unmovedProtected) add(name string, id entryID) {
@@ -501,11 +554,29 @@ func (w *workspace) retryUnmoved(ctx context.Context, log *slog.Logger) string {
 		}
 		left = append(left, name+" ("+err.Error()+")")
 	}
+	if u.before != nil {
+		moved, unmoved, scanCut, _ := w.moveNew(ctx, log, u.before, "the scan after a program, done again")
+		for name, id := range unmoved {
+			if u.set == nil {
+				u.set = protectedSet{}
+			}
+			u.set[name] = id
+			left = append(left, name+" (could not be moved aside)")
+		}
+		if scanCut == "" {
+			u.before = nil
+			if len(moved) > 0 {
+				log.WarnContext(ctx, "protected paths made while the workspace could not be scanned whole were moved aside", "moved", len(moved))
+			}
+		} else {
+			left = append(left, "the workspace cannot be scanned whole since a program ran ("+scanCut+")")
+		}
+	}
 	if len(left) == 0 {
 		return ""
 	}
 	slices.Sort(left)
-	return "protected entries a program made could not be moved aside: " + strings.Join(left, ", ")
+	return "protected entries a program made could not be moved aside, or looked for: " + strings.Join(left, ", ")
 }
 
 // unmovedRefused is the refusal of a program (or MCP tool) that may write

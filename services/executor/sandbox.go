@@ -544,6 +544,27 @@ func (s *osSandbox) withProtected(protected *protectedPaths, firstFD int) (*osSa
 		return &c, nil, workspaceUnreadable + err.Error()
 	}
 	defer func() { _ = dir.Close() }()
+	var names protectedSet
+	var cut string
+	for range scanAttempts {
+		for _, m := range c.extra {
+			_ = m.file.Close()
+		}
+		c.extra = nil
+		if names, cut = c.scanProtected(protected, dir); !strings.HasPrefix(cut, scanChanged) {
+			break
+		}
+	}
+	if cut == "stopped" {
+		cut = fmt.Sprintf("the workspace holds more than %d protected entries to mount read-only", protectMaxMounts)
+	}
+	return &c, names, cut
+}
+
+// scanProtected scans the workspace dir for the protected entries, and
+// adds each to the mounts of s.
+func (s *osSandbox) scanProtected(protected *protectedPaths, dir *os.File) (protectedSet, string) {
+	c := s
 	names := protectedSet{}
 	budget := protected.scanBudget()
 	cut := protected.walk(dir, "", 0, &budget, func(d int, name, rel string) bool {
@@ -573,10 +594,7 @@ func (s *osSandbox) withProtected(protected *protectedPaths, firstFD int) (*osSa
 			parent: sandboxenter.DirID(uint64(pst.Dev), pst.Ino), ino: st.Ino}) //nolint:unconvert // Dev is not uint64 everywhere
 		return true
 	})
-	if cut == "stopped" {
-		cut = fmt.Sprintf("the workspace holds more than %d protected entries to mount read-only", protectMaxMounts)
-	}
-	return &c, names, cut
+	return names, cut
 }
 
 // closeOnExecInherited marks every descriptor of the executor above 2

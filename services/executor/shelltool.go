@@ -716,6 +716,11 @@ func scanRefused(program, cut string, budget int) *xctv1.Error {
 		return wire.WithDetails(wire.Errorf(wire.CodeToolFailure, "the sandbox of %s could not be set up; nothing was run: %s", program, cut),
 			map[string]any{"program": program, "outcome_unknown": false})
 	}
+	if strings.HasPrefix(cut, scanChanged) {
+		return wire.WithDetails(wire.Errorf(wire.CodeToolFailure,
+			"%s may write, and %s, %d times in a row (another program is renaming or moving its directories): a protected entry it moved would be missed, and writable, so the program was not run; nothing was run (try again once the other is done)", program, cut, scanAttempts),
+			map[string]any{"program": program, "reason": cut, "outcome_unknown": false})
+	}
 	return wire.WithDetails(wire.Errorf(wire.CodePermissionDenied,
 		"%s may write, and the workspace cannot be scanned whole for protected paths (%s; the scan reads at most %d names, fs.protected_scan_entries): "+
 			"one it did not find would be writable, so the program was not run; nothing was run", program, cut, budget),

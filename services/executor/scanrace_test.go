@@ -1,0 +1,166 @@
+package executor
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// renamer renames dir a to b and back in the workspace ws, as another
+// run's program can while a write program's scan runs, until stopped
+// (or a bound of renames): it returns the stop function, which reports
+// how many renames were done. With a marker, it starts once that file
+// of the workspace exists (polled, or it stops first).
+func renamer(t *testing.T, ws, a, b, marker string) (stop func() int) {
+	t.Helper()
+	var done atomic.Bool
+	count := make(chan int, 1)
+	go func() {
+		n := 0
+		pa, pb := filepath.Join(ws, a), filepath.Join(ws, b)
+		for marker != "" && !done.Load() {
+			if _, err := os.Lstat(filepath.Join(ws, marker)); err == nil {
+				break
+			}
+		}
+		for ; n < 20_000_000 && !done.Load(); n += 2 {
+			e1, e2 := os.Rename(pa, pb), os.Rename(pb, pa)
+			if e1 != nil && e2 != nil {
+				// Both names are taken: bwrap made the missing
+				// destination of a mount (a directory and an empty
+				// .git) while the other was renamed away. The empty
+				// one goes (os.Remove removes no directory that holds
+				// anything), and the renaming goes on.
+				for _, p := range []string{pa, pb} {
+					if os.Remove(filepath.Join(p, ".git")) == nil {
+						_ = os.Remove(p)
+					}
+				}
+			}
+		}
+		count <- n
+	}()
+	var once atomic.Bool
+	var n int
+	stop = func() int {
+		if once.CompareAndSwap(false, true) {
+			done.Store(true)
+			n = <-count
+		}
+		return n
+	}
+	t.Cleanup(func() { stop() })
+	return stop
+}
+
+// readAt reads the file name of the directory dir (an open descriptor:
+// the directory wherever it was moved since).
+func readAt(t *testing.T, dir *os.File, name string) string {
+	t.Helper()
+	fd, err := unix.Openat(int(dir.Fd()), name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	must(t, err)
+	f := os.NewFile(uintptr(fd), name)
+	defer func() { _ = f.Close() }()
+	b := make([]byte, 4096)
+	n, _ := f.Read(b)
+	return string(b[:n])
+}
+
+// TestScanRaceRenamer: the scan for protected entries before a write
+// program is not fooled by a directory renamed while it runs. On main a
+// directory renamed between its parent's read and its own open was
+// skipped ("gone"), and one moved from a directory not yet read into
+// one already read was never listed: the nested repository's .git in it
+// was then not mounted read-only, and the program wrote its config
+// (session 13, attack13). Now a scan checks every directory it read
+// once more after reading all (identity and change time) and refuses
+// to be taken as the workspace's state when one changed: it is done
+// again a few times, then the program is refused.
+func TestScanRaceRenamer(t *testing.T) {
+	sb := newSandbox(t)
+	must(t, os.MkdirAll(filepath.Join(sb.ws, "sub", ".git"), 0o755))
+	must(t, os.WriteFile(filepath.Join(sb.ws, "sub", ".git", "config"), []byte("[core]\n"), 0o644))
+	git, err := os.Open(filepath.Join(sb.ws, "sub", ".git"))
+	must(t, err)
+	defer func() { _ = git.Close() }()
+	s := shellService(t, sb, 20*time.Second)
+	stop := renamer(t, sb.ws, "sub", "sub2", "")
+	ran, refused := 0, 0
+	for range 48 {
+		resp := shell(t, s, "sh", "-c", "for p in sub sub2; do echo 'fsmonitor = evil' >> $p/.git/config; done 2>/dev/null; true")
+		if resp.GetError() == nil {
+			ran++
+		} else {
+			// Refused (the scan met the renaming, the check in the
+			// sandbox found a mount mislanded, or bwrap could not mount
+			// on a path renamed away): nothing ran.
+			refused++
+			if resp.GetError().GetDetails().AsMap()["outcome_unknown"] != false {
+				t.Errorf("a refusal that does not say nothing ran: %v", resp.GetError())
+			}
+		}
+		if strings.Contains(readAt(t, git, "config"), "evil") {
+			break
+		}
+	}
+	n := stop()
+	t.Logf("%d programs ran, %d were refused, %d renames", ran, refused, n)
+	if c := readAt(t, git, "config"); strings.Contains(c, "evil") {
+		t.Fatalf("the nested repository's config was written while its directory was being renamed: %q", c)
+	}
+	// Once nothing renames, write programs run again, the .git read-only
+	// to them, and it is where it was.
+	resp := shell(t, s, "sh", "-c", "echo 'fsmonitor = evil' >> sub/.git/config 2>/dev/null; true")
+	if resp.GetError() != nil {
+		t.Fatalf("a write program after the renaming stopped: %v", resp.GetError())
+	}
+	if c := readAt(t, git, "config"); c != "[core]\n" {
+		t.Errorf("the config: %q", c)
+	}
+	if _, err := os.Stat(filepath.Join(sb.ws, "sub", ".git", "config")); err != nil {
+		t.Errorf("the .git is no longer at sub/.git: %v", err)
+	}
+}
+
+// TestScanRaceRenamerAfter: a protected entry a write program made is
+// not left in place because a directory was renamed while the scan after
+// it ran. On main, such a scan could skip the directory holding it (a
+// .husky/pre-commit: code for whoever commits next); the next scan took
+// it for one that was there. Now the scan after is done again a few
+// times, then the program's result flags it (protected_unchecked) and it
+// is remembered: the next program that may write is run only once a scan
+// reads the whole workspace and what is new since is moved aside.
+func TestScanRaceRenamerAfter(t *testing.T) {
+	sb := newSandbox(t)
+	must(t, os.Mkdir(filepath.Join(sb.ws, "sub"), 0o755))
+	s := shellService(t, sb, 20*time.Second)
+	flagged := 0
+	for i := range 40 {
+		stop := renamer(t, sb.ws, "sub", "sub2", "go")
+		resp := shell(t, s, "sh", "-c", "mkdir -p sub/.husky && echo evil > sub/.husky/pre-commit && touch go; i=0; while [ $i -lt 3000 ]; do i=$((i+1)); done")
+		n := stop()
+		must(t, os.Remove(filepath.Join(sb.ws, "go")))
+		if e := resp.GetError(); e != nil {
+			t.Fatalf("round %d (%d renames): %v", i, n, e)
+		}
+		if strings.Contains(resultAs[ShellResult](t, resp).ProtectedUnchecked, "changed while it was scanned") {
+			flagged++
+		}
+		// The next program that may write: the scan before it must not
+		// take a .husky the last one made for one that was there.
+		if resp := shell(t, s, "true"); resp.GetError() != nil {
+			t.Fatalf("round %d: a write program once nothing renames: %v", i, resp.GetError())
+		}
+		for _, p := range []string{"sub", "sub2"} {
+			if _, err := os.Lstat(filepath.Join(sb.ws, p, ".husky")); err == nil {
+				t.Fatalf("round %d (%d renames): %s/.husky, made by a program while its directory was renamed, is still in place", i, n, p)
+			}
+		}
+	}
+	t.Logf("%d of 40 scans after a program were flagged", flagged)
+}
