@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -295,11 +296,15 @@ func (r *run) crewContext(ns *xctv1.NextStep) *xctv1.CrewContext {
 func (r *run) carrySystemTool(st *openStep) (stepOutcome, error) {
 	out, done := r.crew.carry(st.agent, st.stepID, st.ns.GetTool(), st.args)
 	if done < 0 {
-		e := wire.WithDetails(wire.Errorf(wire.CodeInDoubt, "step %d (%s): the chain holds events of its %s the crew's session does not make again; what the step did is on the chain, read it (lctl) before going on",
-			st.step, st.stepID, st.ns.GetTool()), map[string]any{"step_id": st.stepID, "outcome_unknown": true})
-		return stepOutcome{outcome: xctevent.OutcomeError, summary: e.GetCode() + ": " + e.GetMessage(), inDoubt: e},
-			r.record(st.agent, errorEvent(st.step, st.stepID, e))
+		return r.settleCarry(st)
 	}
+	return r.recordCarry(st, out, done)
+}
+
+// recordCarry records the events of a system tool's carry the chain does
+// not hold yet (from the done-th on), then its result as the step's
+// tool_call, or its signal as the step's error.
+func (r *run) recordCarry(st *openStep, out crew.Outcome, done int) (stepOutcome, error) {
 	for _, e := range out.Events[done:] {
 		if err := r.record(e.Agent, e); err != nil {
 			return stepOutcome{}, err
@@ -320,6 +325,64 @@ func (r *run) carrySystemTool(st *openStep) (stepOutcome, error) {
 		tc.Input = map[string]any{}
 	}
 	return stepOutcome{outcome: xctevent.OutcomeSuccess, summary: "ok"}, r.record(st.agent, tc)
+}
+
+// settleCarry settles a system tool's step whose chain holds carry events
+// the crew's session does not make again (written by another version of
+// the carry, say): what the step did is on the chain, and whether it
+// counts as done is a human's call, made as for any step in doubt. The
+// run is IN_DOUBT (step_in_doubt, with the xct resolve command) until the
+// step has a record at the executor: xct resolve writes the decision as
+// the record of a step the executor never saw. Succeeded records the
+// human's result as the step's tool_call, failed the human's error; the
+// crew's state is its chain's either way (the carry events on it were
+// folded into the session as they were read, and stay). Retry is refused
+// as a failure: a system tool is not carried out again in place (its
+// events would be on the chain twice); the model may propose it again.
+func (r *run) settleCarry(st *openStep) (stepOutcome, error) {
+	tool := st.ns.GetTool()
+	if !st.doubtRecorded {
+		data := xctevent.StepInDoubt{
+			Step: st.step, StepID: st.stepID, Tool: tool,
+			Reason:      fmt.Sprintf("the chain holds events of this %s that the crew's session does not make again: what the step did is on the chain (read it with lctl); decide whether it counts as done", tool),
+			RecordState: "none (a crew's system tool never reaches the executor; the decision becomes its record)",
+			Resolve:     fmt.Sprintf("xct resolve %s %d --outcome succeeded|failed", r.id, st.step),
+		}
+		if err := r.record(agentOrchestrator, data); err != nil {
+			return stepOutcome{}, err
+		}
+		st.doubtRecorded = true
+		r.log.Error("crew system tool in doubt: the run waits for a human", "run", r.id, "step", st.step, "step_id", st.stepID, "tool", tool, "resolve", data.Resolve)
+	}
+	wait := 50 * time.Millisecond
+	for {
+		state, resp, err := r.readRecord(st.stepID, false)
+		switch state {
+		case outcomeFinal:
+			res := replay(resp.GetStep())
+			r.log.Info("crew system tool in doubt settled by a human", "run", r.id, "step", st.step, "state", resp.GetStep().GetState().String())
+			if e := res.GetResponse().GetError(); e != nil {
+				return stepOutcome{outcome: xctevent.OutcomeError, summary: e.GetCode() + ": " + e.GetMessage()},
+					r.record(st.agent, errorEvent(st.step, st.stepID, e))
+			}
+			return stepOutcome{outcome: xctevent.OutcomeSuccess, summary: "ok"},
+				r.record(st.agent, toolCallEvent(st.step, st.stepID, tool, st.args, res))
+		case outcomeRetry:
+			by := resp.GetStep().GetResolution().GetResolvedBy()
+			e := wire.WithDetails(wire.Errorf(wire.CodeToolFailure, "%s asked to run step %d (%s) again; a crew's system tool is not carried out again in place (its events are on the chain): recorded as not done, propose it again",
+				by, st.step, tool), map[string]any{"step_id": st.stepID, "resolved_by": by})
+			return stepOutcome{outcome: xctevent.OutcomeError, summary: e.GetCode() + ": " + e.GetMessage()},
+				r.record(st.agent, errorEvent(st.step, st.stepID, e))
+		case outcomeUnknown:
+			if err != nil && status.Code(err) != codes.NotFound {
+				r.log.Warn("cannot read the record of a crew step in doubt; asking again", "run", r.id, "step", st.step, "err", err)
+			}
+		}
+		if err := r.pause(wait); err != nil {
+			return stepOutcome{}, err
+		}
+		wait = min(wait*2, r.svc.cfg.SettlePoll)
+	}
 }
 
 // crewCheckpoint records the crew's checkpoint when one is due: after a
