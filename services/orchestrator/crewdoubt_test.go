@@ -229,8 +229,6 @@ func TestCrewSystemToolInDoubtIsResolved(t *testing.T) {
 			defer let()
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			b, _ := f.launch(Config{RunLease: time.Second, DrainTimeout: 5 * time.Second, Instance: "orch-b", CallTimeout: time.Minute,
-				TakeoverTimeout: 2 * time.Second, SettleTimeout: 500 * time.Millisecond, SettlePoll: 200 * time.Millisecond}, model)
 			resp, err := a.StartRun(as(ctx, "alice", auth.RoleSubmitter), &xctv1.StartRunRequest{Goal: "find and check", Crew: []byte(handoverCrew), CrewFile: "pair.yaml"})
 			if err != nil {
 				t.Fatal(err)
@@ -253,6 +251,10 @@ func TestCrewSystemToolInDoubtIsResolved(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
+			// Only now another orchestrator: it takes the run over once A's
+			// key has been silent for a lease, from the chain as it is.
+			b, _ := f.launch(Config{RunLease: time.Second, DrainTimeout: 5 * time.Second, Instance: "orch-b", CallTimeout: time.Minute,
+				TakeoverTimeout: 2 * time.Second, SettleTimeout: 500 * time.Millisecond, SettlePoll: 200 * time.Millisecond}, model)
 			events := f.waitFor(id, "step_in_doubt or the run's end", func(e lctl.Event) bool {
 				return e.Type == TypeStepInDoubt || e.Type == lctl.TypeRunFinished
 			})
