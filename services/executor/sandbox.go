@@ -63,7 +63,7 @@ const (
 //	  max_processes: 256           # RLIMIT_NPROC (see docs/security.md for root)
 //	  max_file_bytes: 1073741824   # RLIMIT_FSIZE
 //	  max_open_files: 1024         # RLIMIT_NOFILE
-//	  max_tmp_bytes: 1073741824    # size of the private /tmp and /var/tmp (each)
+//	  max_tmp_bytes: 1073741824    # size of the private /tmp, /var/tmp and /dev/shm (each)
 type SandboxConfig struct {
 	// Mode is SandboxBwrap (default) or SandboxNone.
 	Mode string `yaml:"mode"`
@@ -88,9 +88,9 @@ type SandboxConfig struct {
 	MaxFileBytes int64 `yaml:"max_file_bytes"`
 	// MaxOpenFiles is RLIMIT_NOFILE (default 1024).
 	MaxOpenFiles int64 `yaml:"max_open_files"`
-	// MaxTmpBytes is the size of the private /tmp and of /var/tmp, each
-	// a tmpfs (default 1 GiB): what is written there is memory, which no
-	// rlimit counts.
+	// MaxTmpBytes is the size of the private /tmp, /var/tmp and /dev/shm,
+	// each a tmpfs (default 1 GiB): what is written there is memory,
+	// which no rlimit counts. The rest of /dev is read-only.
 	MaxTmpBytes int64 `yaml:"max_tmp_bytes"`
 }
 
@@ -346,13 +346,17 @@ func (s *osSandbox) argv(program, name string, args []string, dir string, env []
 	}
 	// The tmpfs mounts are memory: bounded, or one program could fill the
 	// host's RAM with files (RLIMIT_AS and RLIMIT_FSIZE do not count them).
+	// bwrap's /dev is such a tmpfs too (half the host's memory): its
+	// shared memory directory is sized as /tmp is, and the rest is made
+	// read-only (its device nodes still work).
 	a = append(a, "--dev", "/dev", "--proc", "/proc")
-	for _, d := range []string{"/tmp", "/var/tmp"} {
+	for _, d := range []string{"/tmp", "/var/tmp", "/dev/shm"} {
 		if s.tmpSized {
 			a = append(a, "--size", strconv.FormatInt(s.cfg.MaxTmpBytes, 10))
 		}
 		a = append(a, "--tmpfs", d)
 	}
+	a = append(a, "--remount-ro", "/dev")
 	// The program itself, where it lives (a system directory already holds
 	// most), and the configured extras.
 	if !underAny(program, sandboxSystemDirs) {
