@@ -28,10 +28,17 @@ import (
 // the approval as principal (who may decide it) lists it.
 func waitApproval(t *testing.T, c *bindCluster, principal, runID string) *xctv1.Approval {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	return waitApprovalWithin(t, c, principal, runID, 60*time.Second)
+}
+
+// waitApprovalWithin is waitApproval for a run whose steps before the
+// approval take longer than a few steps do.
+func waitApprovalWithin(t *testing.T, c *bindCluster, principal, runID string, wait time.Duration) *xctv1.Approval {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	var got *xctv1.Approval
-	testutil.Eventually(t, 60*time.Second, func() error {
+	testutil.Eventually(t, wait, func() error {
 		l, err := c.validatorAs(t, principal).ListApprovals(ctx, &xctv1.ListApprovalsRequest{RunId: runID})
 		if err != nil {
 			return err

@@ -730,11 +730,14 @@ func strAttr(k, v string) *commonpb.KeyValue {
 // most 64 agents of at most 256 bytes; GetChain's names them all.
 //
 // The deadline covers the 20,000 spans' ingest under -race on a loaded
-// two-core machine: at load ~12 the test took 113 s once and ran out of
-// the 120 s it had before once (session 12).
+// two-core machine. The tracer appends a trace's events one at a time:
+// at load ~12 the test took 113 s once and ran out of the 120 s it had
+// before once (session 12); at load ~15 each export took about 50 s
+// (3m22s in all, session 14), and at load ~25 the 5 minutes it had then
+// ran out in the second export (session 13).
 func TestAttackOTLPAgentsBreakEveryonesChainList(t *testing.T) {
 	c := startBindCluster(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	exporter := coltracepb.NewTraceServiceClient(c.creds.Dial(t, c.app.Addr(app.TargetTracer), "alice"))
 	const traces, agents = 4, 5000

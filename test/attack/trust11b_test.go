@@ -88,7 +88,7 @@ func TestAttackGetRunPastAMessage(t *testing.T) {
 	c := startBindCluster(t, withProposer("reader", readerModel{steps: steps}), func(_ *app.Config, o *app.Options) {
 		o.ExtraTools = []executor.Tool{countingDeploy{n: &deployed}}
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	big := strings.Repeat("0123456789abcdef", 15<<10) // 240 KiB
 	if err := os.WriteFile(filepath.Join(c.workspace, "big.txt"), []byte(big), 0o644); err != nil {
@@ -126,7 +126,14 @@ func TestAttackGetRunPastAMessage(t *testing.T) {
 			t.Fatalf("%d steps whole, %d left out", whole, left)
 		}
 	}
-	// While the run waits for the deploy's approval: GetRun.
+	// While the run waits for the deploy's approval: GetRun. The 72
+	// reads take about half a minute under -race at load ~15 (each
+	// proposal carries the history, so the run's work grows with the
+	// square of its steps): wait for the approval on the validator, a
+	// light call, rather than by asking for the run's 8 MiB every 50 ms,
+	// which slowed the run it waited for (a minute did not do at load
+	// ~25). Then GetRun, once the orchestrator has the run waiting.
+	waitApprovalWithin(t, c, "bob", "reader-1", 5*time.Minute)
 	testutil.Eventually(t, 60*time.Second, func() error {
 		got, err := dave.GetRun(ctx, &xctv1.GetRunRequest{RunId: "reader-1"})
 		if err != nil {
