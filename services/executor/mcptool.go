@@ -23,6 +23,7 @@ import (
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/redact"
+	"github.com/xct-dev/xct/internal/sandboxenter"
 	"github.com/xct-dev/xct/internal/wire"
 )
 
@@ -510,6 +511,11 @@ func (t *mcpTool) afterWrite(ctx context.Context, before protectedSet, res any, 
 	return res, e
 }
 
+// sandboxStartHook, set by tests only, runs in callAlone between the scan
+// for protected entries and the start of the instance (another program
+// renaming a directory then).
+var sandboxStartHook func()
+
 // callAlone calls a tool that may write of a sandboxed stdio server in an
 // instance of the server of its own: started for the call (after it is
 // committed: the server's own start-up may write too), in a sandbox
@@ -532,6 +538,29 @@ func (t *mcpTool) callAlone(ctx context.Context, args map[string]any) (any, *xct
 		sbx.closeExtra()
 		return nil, scanRefused("MCP tool "+t.desc.GetName(), cut, m.protected.scanBudget())
 	}
+	var enter *enterReport
+	if len(sbx.extra) > 0 {
+		// bubblewrap mounts the protected entries by their paths: the
+		// server starts through the check that each is the entry found,
+		// read-only, where it was found (a directory renamed meanwhile
+		// by another run's program left the real one writable: session
+		// 13, attack13), in the workspace (its top is not the model's
+		// to swap).
+		top, err := openScanTop(m.wsDir)
+		if err == nil {
+			sbx.enter, enter, err = newSandboxEnter(top)
+			_ = top.Close()
+		}
+		if err != nil {
+			sbx.closeExtra()
+			return nil, wire.WithDetails(wire.Errorf(wire.CodeToolFailure, "MCP server %s: the sandbox of the call could not be prepared: %v; nothing was sent", name, err),
+				map[string]any{"server": name, "outcome_unknown": false})
+		}
+		defer func() { _ = enter.r.Close() }()
+	}
+	if sandboxStartHook != nil {
+		sandboxStartHook()
+	}
 	if e := Commit(ctx); e != nil {
 		sbx.closeExtra()
 		return nil, e
@@ -545,6 +574,16 @@ func (t *mcpTool) callAlone(ctx context.Context, args map[string]any) (any, *xct
 	}
 	m.mu.Unlock()
 	s, proc, err := m.start(ctx, sbx)
+	if err != nil && enter != nil {
+		if rep := enter.wait(shellWaitDelay); strings.HasPrefix(rep, sandboxenter.Unprotected) {
+			// The check refused: the server was not started. What
+			// bwrap made for its mounts (an empty .git where the
+			// directory was) is moved aside.
+			return t.afterWrite(ctx, before, nil, wire.WithDetails(wire.Errorf(wire.CodePermissionDenied,
+				"MCP server %s: a protected entry was not where it was found when the call's sandbox was set up (%s: another program renamed it or its directory meanwhile); nothing was sent", name, head(strings.TrimPrefix(rep, sandboxenter.Unprotected+": "), 512)),
+				map[string]any{"server": name, "sandbox": SandboxBwrap, "outcome_unknown": false}))
+		}
+	}
 	if err != nil {
 		// It may have run, with the workspace writable, before it
 		// failed: unless bwrap ended before making the sandbox.

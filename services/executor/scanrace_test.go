@@ -178,3 +178,51 @@ func TestScanRaceRenamerAfter(t *testing.T) {
 	}
 	t.Logf("%d of 40 scans after a program were flagged", flagged)
 }
+
+// TestMCPProtectedMountMislanded: a stdio MCP server's instance for a
+// call of a tool that may write mounts the protected entries read-only by
+// their paths; a directory renamed between the scan that found them and
+// the mounts (another run's program: here, deterministically, the
+// sandboxStartHook) made the mount land on a new, empty .git bwrap made,
+// the real one writable. On main the call wrote the nested repository's
+// config; its instance did not start through the check in the sandbox
+// that shell.exec's programs do (session 13, attack13). Now it does, and
+// the call is refused, nothing sent.
+func TestMCPProtectedMountMislanded(t *testing.T) {
+	requireSandbox(t)
+	self, err := os.Executable()
+	must(t, err)
+	ws := t.TempDir()
+	must(t, os.MkdirAll(filepath.Join(ws, "sub", ".git"), 0o755))
+	must(t, os.WriteFile(filepath.Join(ws, "sub", ".git", "config"), []byte("[core]\n"), 0o644))
+	git, err := os.Open(filepath.Join(ws, "sub", ".git"))
+	must(t, err)
+	defer func() { _ = git.Close() }()
+	s := mcpServiceIn(t, ws, "name: local\ncommand: "+self+"\nargs: [-test.run=^$]\nset_env: {"+mcpStdioEnv+": \"1\"}\ntimeout: 10s\ntools:\n  mkfile: {effect: reversible}")
+	sandboxStartHook = func() { must(t, os.Rename(filepath.Join(ws, "sub"), filepath.Join(ws, "sub2"))) }
+	r := exec(t, s, "mcp.local.mkfile", map[string]any{"text": "sub2/.git/config"})
+	sandboxStartHook = nil
+	if c := readAt(t, git, "config"); c != "[core]\n" {
+		t.Fatalf("the nested repository's config was written through a mislanded mount: %q (the call: %v)", c, r)
+	}
+	if e := r.GetError(); e == nil || !strings.Contains(e.GetMessage(), "not where it was found") || e.GetDetails().AsMap()["outcome_unknown"] != false {
+		t.Errorf("the call: %v", r)
+	}
+	// The real one is at sub2, not moved aside; sub is what bwrap made
+	// for the mount (its empty .git moved aside). Put back, the next
+	// call runs, the .git read-only to it.
+	var gst, st unix.Stat_t
+	must(t, unix.Fstat(int(git.Fd()), &gst))
+	if err := unix.Lstat(filepath.Join(ws, "sub2", ".git"), &st); err != nil || st.Ino != gst.Ino {
+		t.Fatalf("the .git is no longer at sub2/.git (%v)", err)
+	}
+	must(t, os.RemoveAll(filepath.Join(ws, "sub")))
+	must(t, os.Rename(filepath.Join(ws, "sub2"), filepath.Join(ws, "sub")))
+	r = exec(t, s, "mcp.local.mkfile", map[string]any{"text": "sub/.git/config"})
+	if c := readAt(t, git, "config"); c != "[core]\n" {
+		t.Fatalf("the config was written: %q (the call: %v)", c, r)
+	}
+	if r = exec(t, s, "mcp.local.mkfile", map[string]any{"text": "sub/notes.txt"}); r.GetError() != nil {
+		t.Errorf("a call once nothing renames: %v", r)
+	}
+}
