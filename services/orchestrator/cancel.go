@@ -4,6 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/auth"
@@ -61,15 +65,26 @@ func (r *run) stopWaiting(st *openStep, err error) error {
 // withdraws only a pending approval (a revision-checked write), so a
 // human's decision stored first stands, and the chain records that
 // decision, as the validator's entry says it, never a withdrawal the
-// validator did not make. A validator that cannot be reached leaves the
-// entry pending: the chain says withdrawn, and an approval granted later
-// allows nothing (no one asks for the step again).
+// validator did not make. A validator that cannot be reached is asked
+// again, briefly (withdrawing is idempotent); one still unreachable
+// leaves the entry pending: the chain says withdrawn, and an approval
+// granted later allows nothing (no one asks for the step again).
 func (r *run) withdraw(st *openStep, c errCancelled) (xctevent.ApprovalDecided, string) {
 	ev := xctevent.ApprovalDecided{Step: st.step, StepID: st.stepID, Decision: xctevent.ApprovalWithdrawn, By: c.by, Reason: c.reason}
 	ctx, cancel := context.WithTimeout(r.traceCtx(context.Background()), r.svc.cfg.CallTimeout)
-	resp, err := r.svc.validator.WithdrawApproval(ctx, &xctv1.WithdrawApprovalRequest{
-		RunId: r.id, StepId: st.stepID, By: c.by, Reason: c.reason,
-	})
+	var resp *xctv1.WithdrawApprovalResponse
+	var err error
+	// Withdrawing is idempotent at the validator: a validator that is not
+	// reachable (restarting, say) is asked again, briefly, so its entry
+	// is not left pending for an approver while the chain says withdrawn.
+	for wait := withdrawRetry; ; wait *= 2 {
+		resp, err = r.svc.validator.WithdrawApproval(ctx, &xctv1.WithdrawApprovalRequest{
+			RunId: r.id, StepId: st.stepID, By: c.by, Reason: c.reason,
+		})
+		if status.Code(err) != codes.Unavailable || wait >= 8*withdrawRetry || sleepCtx(ctx, wait) != nil {
+			break
+		}
+	}
 	cancel()
 	if err != nil {
 		r.log.Warn("approval of a step that will not run could not be withdrawn at the validator", "run", r.id, "step", st.step, "err", err)
@@ -96,6 +111,23 @@ func (r *run) withdraw(st *openStep, c errCancelled) (xctevent.ApprovalDecided, 
 		ev.By, ev.Reason = a.GetDecidedBy(), a.GetReason()
 	}
 	return ev, agentOrchestrator
+}
+
+// withdrawRetry is the first pause before a withdrawal the validator
+// could not take is tried again (doubling; four tries in all, within the
+// call timeout).
+const withdrawRetry = 100 * time.Millisecond
+
+// sleepCtx waits d, or until ctx is done.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // Error is how a cancelled run ends: "cancelled by carol: REASON".

@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/auth"
 	"github.com/xct-dev/xct/internal/grpcx"
@@ -28,6 +31,9 @@ type heldWithdraw struct {
 	entered  chan struct{}
 	release  chan struct{}
 	released sync.Once
+	// failFirst makes the first WithdrawApproval fail UNAVAILABLE without
+	// reaching the validator (a validator restarting), instead of holding it.
+	failFirst bool
 }
 
 func newHeldWithdraw(t *testing.T, f *fixture, valAddr string) (*heldWithdraw, string) {
@@ -58,6 +64,9 @@ func (h *heldWithdraw) WithdrawApproval(ctx context.Context, req *xctv1.Withdraw
 	h.once.Do(func() { first = true })
 	if first {
 		close(h.entered)
+		if h.failFirst {
+			return nil, status.Error(codes.Unavailable, "the validator is restarting")
+		}
 		<-h.release
 	}
 	return h.to.WithdrawApproval(ctx, req)
@@ -221,5 +230,52 @@ func TestWithdrawOfACancelledRunLosingToAnApproval(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(f.ws, "notes.txt")); !os.IsNotExist(err) {
 		t.Fatalf("notes.txt was written by a cancelled run: %v", err)
+	}
+}
+
+// A run cancelled while its step waits for a human, and the validator
+// cannot be reached at the first try of the withdrawal (it restarts).
+// Before the fix the chain said withdrawn and the validator's entry stayed
+// pending: listed to approvers, and bob's approval taken (allowing
+// nothing). The withdrawal is idempotent at the validator, so it is tried
+// again: the entry is withdrawn as the chain says, and bob's decision is
+// refused.
+func TestWithdrawTriedAgainWhenTheValidatorIsUnavailable(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, newGatedModel(writeFile("one\n")))
+	pv := f.withPolicy(rollbackWaitsPolicy) // carol's writes wait for a human
+	relay, relayAddr := newHeldWithdraw(t, f, f.valAddr)
+	relay.failFirst = true
+	realVal := f.valAddr
+	f.valAddr = relayAddr
+	a, _ := f.orchestrator("orch-a", time.Minute)
+	f.valAddr = realVal
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	resp, err := a.StartRun(as(ctx, "carol", auth.RoleOperator), &xctv1.StartRunRequest{Goal: "write", Model: "func:tester", Principal: "carol"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := resp.GetRun().GetRunId()
+	events := f.waitFor(id, "approval_requested", func(e lctl.Event) bool { return e.Type == TypeApprovalRequested })
+	stepID := str(events[len(events)-1].Data, "step_id")
+	if _, err := a.CancelRun(as(ctx, "carol", auth.RoleOperator), &xctv1.CancelRunRequest{RunId: id, Reason: "not now"}); err != nil {
+		t.Fatal(err)
+	}
+	events = f.waitEnd(id)
+	select {
+	case <-relay.entered:
+	default:
+		t.Fatal("no withdrawal was asked for")
+	}
+	entry := f.approvalEntry(id, stepID)
+	if entry.GetState() != xctv1.ApprovalState_APPROVAL_STATE_WITHDRAWN || entry.GetDecidedBy() != "carol" {
+		t.Fatalf("the validator's entry after the cancel is %s by %q, want withdrawn by carol", entry.GetState(), entry.GetDecidedBy())
+	}
+	f.decidedAgrees(events, 1, entry)
+	bob := as(ctx, "bob", auth.RoleApprover)
+	if _, err := pv.DecideApproval(bob, &xctv1.DecideApprovalRequest{RunId: id, Step: "1", Approve: true, Approver: "bob", Reason: "fine"}); err == nil {
+		t.Fatal("bob approved the step of a cancelled run")
 	}
 }
