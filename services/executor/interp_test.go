@@ -98,3 +98,56 @@ func TestShellPythonLoadsNoModuleFromTheWorkspace(t *testing.T) {
 		t.Errorf("the model's module ran: %v in the writable directory", marks)
 	}
 }
+
+// TestSearchListsLeaveOutTheWorkspace (session 14, attack14): PATH has
+// been stripped of relative and workspace entries since session 6; the
+// other search lists were passed as configured. An empty entry (a
+// trailing ":" from "$LD_LIBRARY_PATH:/opt/lib" with nothing before it)
+// is the working directory, the workspace: on main the dynamic loader
+// of every program (here the example's read program ls) took the
+// model's libc.so.6 from there, and Python imported the model's module
+// through PYTHONPATH (PYTHONSAFEPATH does not cover its entries). Now
+// LD_LIBRARY_PATH, PYTHONPATH, NODE_PATH, PERL5LIB, PERLLIB, RUBYLIB,
+// GEM_PATH and CLASSPATH keep only absolute entries outside the
+// workspace, as PATH does, for shell.exec programs and MCP servers.
+func TestSearchListsLeaveOutTheWorkspace(t *testing.T) {
+	for _, sandboxed := range []bool{true, false} {
+		t.Run(map[bool]string{true: "sandboxed", false: "sandbox none"}[sandboxed], func(t *testing.T) {
+			sandboxLine := "  sandbox: none\n"
+			if sandboxed {
+				requireSandbox(t)
+				sandboxLine = ""
+			}
+			ws := t.TempDir()
+			cfg, err := ParseToolsConfig("tools.yaml", []byte("shell:\n"+sandboxLine+
+				"  set_env: {LD_LIBRARY_PATH: \"/opt/xct-none:\", PYTHONPATH: \":/opt/xct-none:lib:"+ws+"/py\"}\n"+
+				"  binaries:\n    - {name: ls, effect: read}\n    - {name: python3, path: /usr/bin/python3, effect: read, allow_flags: [-c]}\n"))
+			must(t, err)
+			s, err := New(Config{Workspace: ws, Tools: cfg}, nil, testLogger(t))
+			must(t, err)
+			t.Cleanup(func() { _ = s.Stop(t.Context()) })
+			// The model's files: not a library at all, and modules.
+			for p, content := range map[string]string{
+				"libc.so.6":       "not a library",
+				"xct_tool.py":     "print('the model\\'s code')",
+				"lib/xct_tool.py": "print('the model\\'s code')",
+				"py/xct_tool.py":  "print('the model\\'s code')",
+			} {
+				if r := exec(t, s, "fs.write", map[string]any{"path": p, "content": content}); r.GetError() != nil {
+					t.Fatalf("fs.write %s: %v", p, r)
+				}
+			}
+			r := exec(t, s, "shell.exec", map[string]any{"argv": []any{"ls"}})
+			if res := resultAs[ShellResult](t, r); res.ExitCode != 0 || strings.Contains(res.Stderr, "libc.so.6") {
+				t.Errorf("ls loaded the workspace's libc.so.6: %+v", res)
+			}
+			if _, err := os.Stat("/usr/bin/python3"); err != nil {
+				return
+			}
+			r = exec(t, s, "shell.exec", map[string]any{"argv": []any{"python3", "-c", "import xct_tool"}})
+			if res := resultAs[ShellResult](t, r); strings.Contains(res.Stdout, "the model's code") || !strings.Contains(res.Stderr, "No module named 'xct_tool'") {
+				t.Errorf("python3 imported the workspace's module: %+v", res)
+			}
+		})
+	}
+}

@@ -121,11 +121,7 @@ func (m *mcpServer) transport(ctx context.Context, sbx *osSandbox) (mcp.Transpor
 		}, nil, nil
 	}
 	env := scrubbedEnv(m.cfg.Env, m.cfg.SetEnv)
-	for i, kv := range env {
-		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
-			env[i] = "PATH=" + searchPath(v, m.wsDir) // the server starts in the workspace
-		}
-	}
+	searchLists(env, m.wsDir) // the server starts in the workspace
 	var cmd *osexec.Cmd
 	var proc *sandboxProc
 	if sbx != nil {

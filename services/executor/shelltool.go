@@ -129,11 +129,7 @@ func newShellTool(cfg *ShellConfig, ws *workspace, wsDir string, defTimeout time
 	for k, v := range cfg.SetEnv {
 		t.env = append(t.env, k+"="+v)
 	}
-	for i, kv := range t.env {
-		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
-			t.env[i] = "PATH=" + searchPath(v, wsDir)
-		}
-	}
+	searchLists(t.env, wsDir)
 	if t.sb != nil && !slices.ContainsFunc(t.env, func(kv string) bool { return strings.HasPrefix(kv, "HOME=") }) {
 		// The host's home is not in the sandbox; an empty, private one is.
 		t.env = append(t.env, "HOME=/tmp")
@@ -435,6 +431,24 @@ func (t *shellTool) Invoke(ctx context.Context, args map[string]any) (any, *xctv
 		return nil, wire.Errorf(wire.CodeToolFailure, "%s: %v", argv[0], err)
 	}
 	return res, nil
+}
+
+// searchListVars are the environment variables that list where a
+// program, its loader or its interpreter looks for code: PATH, the
+// dynamic loader's libraries, Python's, Node's, Perl's, Ruby's and Java's
+// modules. An empty entry in most of them is the working directory.
+var searchListVars = []string{"PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "NODE_PATH", "PERL5LIB", "PERLLIB", "RUBYLIB", "GEM_PATH", "CLASSPATH"}
+
+// searchLists rewrites in env ("K=V", in place) each of searchListVars
+// through searchPath: a child process started in the workspace looks for
+// code only outside it.
+func searchLists(env []string, wsDir string) {
+	for i, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		if slices.Contains(searchListVars, k) {
+			env[i] = k + "=" + searchPath(v, wsDir)
+		}
+	}
 }
 
 // searchPath is a PATH for the programs shell.exec runs: only absolute
