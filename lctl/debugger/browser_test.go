@@ -171,6 +171,69 @@ func TestBrowserChainFlowStateAndScrubber(t *testing.T) {
 	b.Clean(t)
 }
 
+// holdHashchange, run before the page's own script, holds the next
+// hashchange event once the test arms it (window.holdNextHashchange())
+// until a 300 ms timer of the page (ChainView's write of the selected seq
+// into the URL) has run after the arming: the order a loaded machine may
+// give them, made certain. window.hashchangeReleased() says it went on.
+const holdHashchange = `(() => {
+  let armed = false, timerRan = false, held = null, released = false;
+  const setTimeoutOf = window.setTimeout;
+  window.setTimeout = function (fn, ms, ...rest) {
+    if (ms === 300 && typeof fn === 'function') {
+      const inner = fn;
+      fn = function (...args) {
+        try {
+          return inner.apply(this, args);
+        } finally {
+          if (armed) {
+            timerRan = true;
+            if (held) { const e = held; held = null; released = true; dispatchEvent(e); }
+          }
+        }
+      };
+    }
+    return setTimeoutOf.call(window, fn, ms, ...rest);
+  };
+  addEventListener('hashchange', (e) => {
+    if (!armed || !e.isTrusted) return;
+    if (timerRan) { released = true; return; }
+    e.stopImmediatePropagation();
+    held = new HashChangeEvent('hashchange', { oldURL: e.oldURL, newURL: e.newURL });
+  }, true);
+  window.holdNextHashchange = () => { armed = true; };
+  window.hashchangeReleased = () => released;
+})();`
+
+// A link followed just after the selection changed selects what it names.
+// The page writes the selected seq into the URL 300 ms after a change
+// (replaceState). When that write ran after a link changed the URL but
+// before the link's hashchange reached the page, it wrote over the link,
+// and the page selected the old seq (on main: seq 2 here, not 4). The
+// write now leaves a URL it did not expect alone.
+func TestBrowserLinkBeatsTheSeqWrite(t *testing.T) {
+	url := serveChainFiles(t, testdataChain("xct-run.lctl.json"))
+	b := browser.New(t, 3*time.Minute)
+	b.OpenWith(t, "open the chain", url+"#/chain/"+xctRun, holdHashchange)
+	b.Until(t, "the flowchart", `document.querySelectorAll('g.node').length === 7`)
+	b.Until(t, "the URL naming the first seq", `location.hash.endsWith('?seq=1')`)
+	tabStateAt(t, b, 1)
+	// One step right (a write of seq 2 due in 300 ms), then a link to 4.
+	browser.Eval[bool](t, b, `(() => {
+  holdNextHashchange();
+  dispatchEvent(new KeyboardEvent('keydown', { key: 'ArrowRight' }));
+  location.hash = '#/chain/`+xctRun+`?seq=4';
+  return true;
+})()`)
+	b.Until(t, "the link's hashchange to reach the page", `hashchangeReleased()`)
+	b.Until(t, "the page to show the seq its URL names", `!document.querySelector('section.state.busy') &&
+  document.querySelector('#state-seq')?.textContent === new URLSearchParams(location.hash.split('?')[1] || '').get('seq')`)
+	if got, hash := b.Text(t, "#state-seq"), browser.Eval[string](t, b, `location.hash`); got != "4" || !strings.HasSuffix(hash, "?seq=4") {
+		t.Fatalf("after the link to seq 4: seq %s selected, URL %s", got, hash)
+	}
+	b.Clean(t)
+}
+
 func TestBrowserDiffView(t *testing.T) {
 	url := serveChainFiles(t, testdataChain("review-v1.lctl.json"), testdataChain("review-v2.lctl.json"))
 	var rep struct {

@@ -85,9 +85,10 @@ func TestBrowserOTLPChainShowsWhatItHas(t *testing.T) {
 		t.Fatalf("%d nodes, want the 4 steps (agent, chain, 2 model calls):\n%s", len(nodes), joined)
 	}
 	// The page names its selection in the URL 300 ms after the chain loads
-	// (ChainView's replaceSeq, history.replaceState): wait for that before
-	// navigating, or the rewrite to the first seq can land between our
-	// navigation and its hashchange, which then selects the first seq.
+	// (ChainView's replaceSeq, history.replaceState). Before session 14
+	// that rewrite could land between our navigation and its hashchange,
+	// which then selected the first seq (TestBrowserLinkBeatsTheSeqWrite);
+	// waiting for it keeps this test about what it checks.
 	b.Until(t, "the URL naming the selected seq", `location.hash.includes('?seq=')`)
 	b.Do(t, "select the first model call's end", chromedp.Navigate(url+"#/chain/"+id+"?seq=4"))
 	b.Until(t, "the step", `document.querySelector('#state-step-title')?.textContent.includes('gpt-4o-mini')`)

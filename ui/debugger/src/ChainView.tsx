@@ -10,7 +10,7 @@ import { FlowChart } from './Flow';
 import { fmtCost, fmtInt, fmtMs } from './fmt';
 import { ConfidenceView, PerfView } from './Insights';
 import { CancelRun } from './CancelRun';
-import { replaceSeq } from './route';
+import { parseRoute, replaceSeq } from './route';
 import { StatePanel } from './StatePanel';
 
 type LiveState = 'off' | 'connecting' | 'open' | 'lost' | 'gone';
@@ -63,15 +63,27 @@ export function ChainView({ id, seq: wanted, canCancel }: { id: string; seq?: nu
     [detail],
   );
 
+  // The seq the URL names as this view last knew it: the route's, then
+  // each one the view wrote.
+  const named = useRef(wanted);
+
   // A link (or the back button) naming another seq of this chain selects it.
   useEffect(() => {
+    named.current = wanted;
     if (wanted != null && detail) setSeq(wanted);
   }, [wanted]);
 
-  // The URL names the selected seq, so a link shows the same point.
+  // The URL names the selected seq, so a link shows the same point. Not
+  // when the URL changed since (a link followed whose hashchange has not
+  // reached the view yet): writing over it would lose where the user went.
   useEffect(() => {
     if (!detail || !seq) return;
-    const t = setTimeout(() => replaceSeq(id, seq), 300);
+    const t = setTimeout(() => {
+      const r = parseRoute(location.hash);
+      if (r.name !== 'chain' || r.id !== id || r.seq !== named.current) return;
+      replaceSeq(id, seq);
+      named.current = seq;
+    }, 300);
     return () => clearTimeout(t);
   }, [id, seq, detail]);
 
