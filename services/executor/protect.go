@@ -2,7 +2,9 @@ package executor
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"log/slog"
 	"path"
@@ -494,6 +496,105 @@ type unmovedProtected struct {
 	// renamed meanwhile, one it could not read): what is new since is
 	// moved aside once a scan reads everything (retryUnmoved).
 	before protectedSet
+	// store, once the executor has its step store, keeps the memory
+	// where a restarted executor finds it (keep, restore); log says when
+	// it could not be written.
+	store StepStore
+	log   *slog.Logger
+	top   uint64 // the workspace top's inode
+}
+
+// unmovedBlob is the name, in the step store's blobs, of what
+// unmovedProtected remembers (no step's blob: those end in
+// ".<attempt>.response" or ".<attempt>.compensation").
+const unmovedBlob = "xct-executor.protected-unmoved"
+
+// unmovedRecord is what is kept of unmovedProtected: paths and inodes
+// (a device number is not kept: the volume may be mounted with another
+// after a restart; the workspace's is taken then).
+type unmovedRecord struct {
+	// Workspace is the inode of the workspace's top: a record of
+	// another workspace (the volume replaced) is not taken.
+	Workspace uint64             `json:"workspace"`
+	Unmoved   map[string]uint64  `json:"unmoved,omitempty"`
+	Before    *map[string]uint64 `json:"before,omitempty"`
+}
+
+// keep writes what is remembered to the store (nothing without one); u.mu
+// is held.
+func (u *unmovedProtected) keep() {
+	if u.store == nil {
+		return
+	}
+	inodes := func(s protectedSet) map[string]uint64 {
+		m := make(map[string]uint64, len(s))
+		for name, id := range s {
+			m[name] = id.ino
+		}
+		return m
+	}
+	rec := unmovedRecord{Workspace: u.top, Unmoved: inodes(u.set)}
+	if u.before != nil {
+		b := inodes(u.before)
+		rec.Before = &b
+	}
+	data, err := json.Marshal(rec)
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), recordTimeout)
+		defer cancel()
+		err = u.store.PutBlob(ctx, unmovedBlob, data)
+	}
+	if err != nil && u.log != nil {
+		u.log.Error("SECURITY: the protected entries that could not be moved aside could not be kept in the step store; an executor restarted now would forget them", "error", err)
+	}
+}
+
+// restore takes what an executor before this one remembered (in store;
+// dev is the workspace's device), keeps it with what this one does, and
+// from now on keeps every change in store. An executor restarted while a
+// protected entry a program made could not be moved aside (or while the
+// workspace could not be scanned whole after one) still refuses programs
+// that may write until it is.
+func (u *unmovedProtected) restore(ctx context.Context, store StepStore, dev, top uint64, log *slog.Logger) error {
+	data, err := store.Blob(ctx, unmovedBlob)
+	if err != nil && !errors.Is(err, ErrStepNotFound) {
+		return fmt.Errorf("protected entries not moved aside: %w", err)
+	}
+	var rec unmovedRecord
+	if len(data) > 0 {
+		if err := json.Unmarshal(data, &rec); err != nil {
+			return fmt.Errorf("protected entries not moved aside: %w", err)
+		}
+		if rec.Workspace != top {
+			log.WarnContext(ctx, "the protected entries an executor before this one could not move aside were in another workspace (its volume was replaced): not taken", "entries", len(rec.Unmoved))
+			rec = unmovedRecord{}
+		}
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.top = top
+	for name, ino := range rec.Unmoved {
+		if u.set == nil {
+			u.set = protectedSet{}
+		}
+		if _, known := u.set[name]; !known {
+			u.set[name] = entryID{dev: dev, ino: ino}
+		}
+	}
+	if rec.Before != nil && u.before == nil {
+		u.before = protectedSet{}
+		for name, ino := range *rec.Before {
+			u.before[name] = entryID{dev: dev, ino: ino}
+		}
+	}
+	if len(u.set) > 0 || u.before != nil {
+		log.WarnContext(ctx, "SECURITY: protected entries a program made are not known to be moved aside (remembered from before a restart, or since): programs that may write are refused until they are", "entries", len(u.set), "scan_pending", u.before != nil)
+	}
+	u.store, u.log = store, log
+	if len(data) > 0 || len(u.set) > 0 || u.before != nil {
+		u.keep() // written again: the store's retention counts from now
+	}
+	return nil
 }
 
 // since remembers before, the protected entries before a program whose
@@ -504,6 +605,7 @@ func (u *unmovedProtected) since(before protectedSet) {
 	defer u.mu.Unlock()
 	if u.before == nil {
 		u.before = before
+		u.keep()
 	}
 }
 
@@ -514,6 +616,7 @@ func (u *unmovedProtected) add(name string, id entryID) {
 		u.set = protectedSet{}
 	}
 	u.set[name] = id
+	u.keep()
 }
 
 // retryUnmoved moves aside, once more, the protected entries a program
@@ -529,6 +632,11 @@ func (w *workspace) retryUnmoved(ctx context.Context, log *slog.Logger) string {
 	u := &w.unmoved
 	u.mu.Lock()
 	defer u.mu.Unlock()
+	if len(u.set) == 0 && u.before == nil {
+		return ""
+	}
+	// Kept again whatever happens (what changed, and the retention).
+	defer u.keep()
 	var left []string
 	for name, id := range u.set {
 		pd, base, err := w.openParent(name)

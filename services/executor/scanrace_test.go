@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,6 +10,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/xct-dev/xct/internal/testutil"
+	"github.com/xct-dev/xct/internal/wire"
 )
 
 // renamer renames dir a to b and back in the workspace ws, as another
@@ -224,5 +228,66 @@ func TestMCPProtectedMountMislanded(t *testing.T) {
 	}
 	if r = exec(t, s, "mcp.local.mkfile", map[string]any{"text": "sub/notes.txt"}); r.GetError() != nil {
 		t.Errorf("a call once nothing renames: %v", r)
+	}
+}
+
+// TestProtectedUnmovedSurvivesRestart: what the executor remembers of a
+// protected entry a program made and that could not be moved aside (a
+// full disk) survives its restart. On main it was the process's only: a
+// restarted executor ran the next write program, whose scan took the
+// .husky for one that was there, and it stayed, code for whoever commits
+// next. Now it is kept in the step store (NATS, as the step records):
+// the restarted executor refuses write programs while it cannot be
+// moved, and moves it aside once it can.
+func TestProtectedUnmovedSurvivesRestart(t *testing.T) {
+	requireSandbox(t)
+	sb := newSandbox(t)
+	nc := testutil.Connect(t, testutil.RunJetStream(t))
+	text := strings.Replace(strings.Replace(shellConfig, "TIMEOUT", "10s", 1), "SANDBOX", "", 1)
+	cfg, err := ParseToolsConfig("tools.yaml", []byte(text))
+	must(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	start := func() *Service {
+		s, err := New(Config{Workspace: sb.ws, Tools: cfg, MaxOutputBytes: 1 << 20}, nc, testLogger(t))
+		must(t, err)
+		must(t, s.Start(ctx))
+		t.Cleanup(func() { _ = s.Stop(context.Background()) })
+		return s
+	}
+	s := start()
+	moveAsideFault = func(string) error { return unix.ENOSPC }
+	t.Cleanup(func() { moveAsideFault = nil })
+	res := resultAs[ShellResult](t, shell(t, s, "sh", "-c", "mkdir .husky && echo evil > .husky/pre-commit"))
+	if !strings.Contains(res.ProtectedUnchecked, ".husky could not be moved aside") {
+		t.Fatalf("the result says nothing of .husky: %+v", res)
+	}
+	must(t, s.Stop(ctx))
+
+	// Restarted, the disk still full: refused.
+	s = start()
+	resp := shell(t, s, "sh", "-c", "echo ran > ran.txt")
+	if e := resp.GetError(); e.GetCode() != string(wire.CodePermissionDenied) || !strings.Contains(e.GetMessage(), ".husky") {
+		t.Errorf("after a restart, a write program with .husky still there: %v", resp)
+	}
+	if _, err := os.Stat(filepath.Join(sb.ws, "ran.txt")); !os.IsNotExist(err) {
+		t.Errorf("the refused program ran: %v", err)
+	}
+	must(t, s.Stop(ctx))
+
+	// Restarted again, the disk freed: moved aside, then the program runs.
+	moveAsideFault = nil
+	s = start()
+	if resp := shell(t, s, "sh", "-c", "echo ran > ran.txt"); resp.GetError() != nil {
+		t.Errorf("once it can be moved: %v", resp.GetError())
+	}
+	if _, err := os.Lstat(filepath.Join(sb.ws, ".husky")); !os.IsNotExist(err) {
+		t.Errorf(".husky is still in place after a restart: %v", err)
+	}
+	// Forgotten once moved: a later restart does not refuse.
+	must(t, s.Stop(ctx))
+	s = start()
+	if resp := shell(t, s, "sh", "-c", "echo again >> ran.txt"); resp.GetError() != nil {
+		t.Errorf("a write program after the entry was moved and the executor restarted: %v", resp.GetError())
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -259,6 +260,13 @@ func (s *Service) Start(ctx context.Context) error {
 			s.state.Lock()
 			s.steps = steps
 			s.state.Unlock()
+			var st unix.Stat_t
+			if err := unix.Fstat(s.ws.fd(), &st); err != nil {
+				return fmt.Errorf("executor: workspace: %w", err)
+			}
+			if err := s.ws.unmoved.restore(ctx, steps, uint64(st.Dev), st.Ino, s.log); err != nil { //nolint:unconvert // Dev is not uint64 everywhere
+				return fmt.Errorf("executor: %w", err)
+			}
 		}
 		s.connectServers(ctx)
 	}
