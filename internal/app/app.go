@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
@@ -27,6 +28,7 @@ import (
 	"github.com/xct-dev/xct/internal/grpcx"
 	"github.com/xct-dev/xct/internal/natsauth"
 	"github.com/xct-dev/xct/internal/redact"
+	"github.com/xct-dev/xct/internal/storehealth"
 	"github.com/xct-dev/xct/internal/telemetry"
 	"github.com/xct-dev/xct/services/executor"
 	"github.com/xct-dev/xct/services/orchestrator"
@@ -196,6 +198,12 @@ type App struct {
 	starting sync.Mutex // held while startWhenReady starts services
 	// byTarget is each target's NATS connection (for provisioned).
 	byTarget map[string]*nats.Conn
+	// store holds the streams that refused a write for want of room:
+	// while one does, the process reports NOT_SERVING.
+	store *storehealth.Monitor
+	// natsConns are the connections, for the health checks (conns is
+	// emptied by Stop).
+	natsConns []*nats.Conn
 }
 
 // Options customize Start.
@@ -524,6 +532,18 @@ func Start(ctx context.Context, cfg Config, targets []string, log *slog.Logger, 
 	cfg.Executor.Replicas, cfg.Tracer.Replicas = cfg.Replicas, cfg.Replicas
 	cfg.Orchestrator.Redact, cfg.Executor.Redact, cfg.Validator.Redact = cfg.Redact, cfg.Redact, cfg.Redact
 	cfg.Tracer.RedactRules = cfg.Redact.File // the rules only: the tracer never holds the cluster's key (tracer.Config.RedactRules)
+	// Every service tells one monitor whether its writes stored: a
+	// stream that cannot store (full) makes the process NOT_SERVING.
+	a.natsConns = slices.Clone(a.conns)
+	var probeJS jetstream.JetStream
+	if len(a.conns) > 0 {
+		if probeJS, err = jetstream.New(a.conns[0]); err != nil {
+			return nil, fmt.Errorf("jetstream: %w", err)
+		}
+	}
+	a.store = storehealth.New(log, probeJS, a.storeChanged)
+	cfg.Orchestrator.StoreHealth, cfg.Executor.StoreHealth = a.store, a.store
+	cfg.Validator.StoreHealth, cfg.Tracer.StoreHealth = a.store, a.store
 
 	// NATS and JetStream must answer before a service starts. When they
 	// do not yet, every service is served at once, NOT_SERVING and
@@ -618,6 +638,11 @@ func Start(ctx context.Context, cfg Config, targets []string, log *slog.Logger, 
 					return // SERVING once every connection is back
 				}
 			}
+			if err := a.store.Err(); err != nil {
+				log.Info("NATS is back; still NOT_SERVING: a stream cannot store", "reason", err)
+				a.setServing(false)
+				return
+			}
 			log.Info("NATS is back: reporting SERVING")
 			a.setServing(true)
 		})
@@ -628,6 +653,20 @@ func Start(ctx context.Context, cfg Config, targets []string, log *slog.Logger, 
 		go a.startWhenReady(cfg.NATSURL, allConns) //nolint:gosec // G118: bounded by Stop, not by Start's ctx
 	}
 	return a, nil
+}
+
+// storeChanged reports a stream filling (NOT_SERVING) or storing again
+// (SERVING, if the services have started and every connection is up).
+func (a *App) storeChanged() {
+	if a.notReady() != nil {
+		return // still starting: startWhenReady reports the status
+	}
+	for _, c := range a.natsConns {
+		if !c.IsConnected() {
+			return // the reconnect handler reports it
+		}
+	}
+	a.setServing(a.store.Err() == nil)
 }
 
 // setServing sets the health of every service this process serves.
@@ -723,6 +762,7 @@ func (a *App) Stop(ctx context.Context) {
 		a.health.Stop()
 		a.health = nil
 	}
+	a.store.Close()
 	a.closeConns()
 	if a.stopTelemetry != nil {
 		if err := a.stopTelemetry(ctx); err != nil {

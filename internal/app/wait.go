@@ -134,6 +134,11 @@ func (a *App) startWhenReady(url string, conns []*nats.Conn) {
 		a.log.Info("started", "service", m.target)
 	}
 	a.waitingFor(nil)
+	if err := a.store.Err(); err != nil {
+		a.log.Info("NATS answers: every service started; NOT_SERVING while a stream cannot store", "reason", err)
+		a.setServing(false)
+		return
+	}
 	a.log.Info("NATS answers: every service started, reporting SERVING")
 	a.setServing(true)
 }

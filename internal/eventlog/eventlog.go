@@ -29,6 +29,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/xct-dev/xct/internal/jsguard"
+	"github.com/xct-dev/xct/internal/storehealth"
 	"github.com/xct-dev/xct/lctl"
 )
 
@@ -206,6 +207,12 @@ func Bind(ctx context.Context, nc *nats.Conn) (*Log, error) {
 		return nil, fmt.Errorf("bind stream %s: %w", OTelStreamName, err)
 	}
 	return l, nil
+}
+
+// ReportTo tells m the outcome of every later append (internal/storehealth).
+func (l *Log) ReportTo(m *storehealth.Monitor) {
+	l.pub.ReportTo(m)
+	l.otelPub.ReportTo(m)
 }
 
 // ErrLegacyChain means an otel chain was written before LCTL_OTEL existed:

@@ -12,6 +12,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/xct-dev/xct/internal/storehealth"
 )
 
 // Publisher makes the conditional writes of the step path: a publish to a
@@ -28,7 +30,13 @@ import (
 type Publisher struct {
 	nc     *nats.Conn
 	stream string // the stream's name, as acknowledgements name it
+	// health is told each write's outcome (ReportTo; nil: nobody).
+	health *storehealth.Monitor
 }
+
+// ReportTo tells m the outcome of every later write (a stream that cannot
+// store makes the process report NOT_SERVING: internal/storehealth).
+func (p *Publisher) ReportTo(m *storehealth.Monitor) { p.health = m }
 
 // NewPublisher returns a Publisher for stream's subjects over nc.
 func NewPublisher(nc *nats.Conn, stream string) *Publisher {
@@ -57,6 +65,12 @@ const (
 // fails with the stream's *jetstream.APIError (wrapped); nobody answering
 // with jetstream.ErrNoStreamResponse.
 func (p *Publisher) Publish(ctx context.Context, subject string, data []byte, msgID string, lastSeq uint64) (PubAck, error) {
+	ack, err := p.publish(ctx, subject, data, msgID, lastSeq)
+	p.health.Wrote(p.stream, err)
+	return ack, err
+}
+
+func (p *Publisher) publish(ctx context.Context, subject string, data []byte, msgID string, lastSeq uint64) (PubAck, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, publishTimeout)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/xct-dev/xct/internal/redact"
+	"github.com/xct-dev/xct/internal/storehealth"
 	"github.com/xct-dev/xct/internal/verdict"
 )
 
@@ -70,6 +71,9 @@ type Config struct {
 	// records keep results redacted (set by the app from --redact-config
 	// and --redact-key-file; not a flag of its own).
 	Redact redact.Config
+	// StoreHealth is told the outcome of the step records' writes (set by
+	// the app; nil: nobody; internal/storehealth).
+	StoreHealth *storehealth.Monitor
 	// VerdictTrust lists the PEM Ed25519 public keys (files, or directories
 	// of *.pub / *.pem files), comma-separated, whose signed verdicts this
 	// executor acts on. Several keys may be trusted at once (rotation).

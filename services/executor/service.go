@@ -253,7 +253,7 @@ func (s *Service) Start(ctx context.Context) error {
 		s.redactor = red
 		s.state.Unlock()
 		if s.nc != nil {
-			steps, err := OpenStepStore(ctx, s.nc, StepStoreConfig{Retention: s.cfg.StepRetention, JSONRecords: s.cfg.RecordFormat == FormatJSON})
+			steps, err := OpenStepStore(ctx, s.nc, StepStoreConfig{Retention: s.cfg.StepRetention, JSONRecords: s.cfg.RecordFormat == FormatJSON, Health: s.cfg.StoreHealth})
 			if err != nil {
 				return fmt.Errorf("executor: %w", err)
 			}

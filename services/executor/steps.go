@@ -14,6 +14,7 @@ import (
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/jsguard"
+	"github.com/xct-dev/xct/internal/storehealth"
 )
 
 // Buckets holding the step records.
@@ -247,6 +248,9 @@ type kvStepStore struct {
 
 // StepStoreConfig configures the JetStream step store.
 type StepStoreConfig struct {
+	// Health is told the outcome of every write of a record (nil:
+	// nobody; internal/storehealth).
+	Health *storehealth.Monitor
 	// Retention is how long records and blobs are kept; 0 keeps them
 	// forever. A step asked again after its record expired runs again.
 	Retention time.Duration
@@ -286,7 +290,11 @@ func OpenStepStore(ctx context.Context, nc *nats.Conn, cfg StepStoreConfig) (Ste
 	if maxBytes <= 0 {
 		maxBytes = memMaxRecordBytes
 	}
-	s := &kvStepStore{js: js, kv: kv, blobs: blobs, maxBytes: maxBytes, asJSON: cfg.JSONRecords, put: newKVPut(ctx, nc, kv)}
+	put := newKVPut(ctx, nc, kv)
+	if put != nil {
+		put.pub.ReportTo(cfg.Health)
+	}
+	s := &kvStepStore{js: js, kv: cfg.Health.KeyValue(kv), blobs: blobs, maxBytes: maxBytes, asJSON: cfg.JSONRecords, put: put}
 	if err := s.onlyOurs(ctx); err != nil {
 		return nil, err
 	}

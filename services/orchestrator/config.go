@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/xct-dev/xct/internal/redact"
+	"github.com/xct-dev/xct/internal/storehealth"
 )
 
 // Config configures the orchestrator.
@@ -59,6 +60,10 @@ type Config struct {
 	// Redact says where the rules and key of secret redaction are (set by
 	// the app from --redact-config and --redact-key-file).
 	Redact redact.Config
+	// StoreHealth is told the outcome of the writes to the chains and
+	// buckets (set by the app; nil: nobody): a stream that cannot store
+	// makes the process report NOT_SERVING (internal/storehealth).
+	StoreHealth *storehealth.Monitor
 	// RunLease is how long the owner of a run may go without renewing its
 	// claim (docs/lifecycle.md) before another replica takes the run over.
 	RunLease time.Duration

@@ -110,7 +110,7 @@ func (s *Service) openOwners(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("open bucket %s: %w", OwnersBucket, err)
 	}
-	s.owners = kv
+	s.owners = s.cfg.StoreHealth.KeyValue(kv)
 	if err := kv.PurgeDeletes(ctx, jetstream.DeleteMarkersOlderThan(time.Hour)); err != nil {
 		s.log.Warn("could not purge old delete markers", "bucket", OwnersBucket, "err", err)
 	}

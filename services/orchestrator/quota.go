@@ -80,7 +80,7 @@ func (s *Service) openQuota(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("open bucket %s: %w", QuotaBucket, err)
 	}
-	s.quota = kv
+	s.quota = s.cfg.StoreHealth.KeyValue(kv)
 	return nil
 }
 

@@ -151,6 +151,7 @@ func (s *Service) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	log.ReportTo(s.cfg.StoreHealth)
 	s.events = log
 	if s.redactor, err = s.cfg.Redact.Build(ctx, log.JetStream()); err != nil {
 		return fmt.Errorf("orchestrator: %w", err)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/xct-dev/xct/internal/grpcx"
+	"github.com/xct-dev/xct/internal/storehealth"
 	"github.com/xct-dev/xct/lctl"
 )
 
@@ -50,6 +51,9 @@ type Config struct {
 	// could test guesses against the markers on runs' chains (and OTLP
 	// markers are comparable only within one tracer's life).
 	RedactRules string
+	// StoreHealth is told the outcome of the OTLP chains' appends (set by
+	// the app; nil: nobody; internal/storehealth).
+	StoreHealth *storehealth.Monitor
 	// ValidatorAddr is the validator's gRPC address, used only by the
 	// visual debugger to list and decide approvals ("": no approvals in
 	// the UI).

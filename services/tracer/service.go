@@ -173,6 +173,7 @@ func (s *Service) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("tracer: %w", err)
 	}
+	events.ReportTo(s.cfg.StoreHealth)
 	damaged, err := s.store.load()
 	if err != nil {
 		return fmt.Errorf("tracer: load store: %w", err)

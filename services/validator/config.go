@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/xct-dev/xct/internal/redact"
+	"github.com/xct-dev/xct/internal/storehealth"
 	"github.com/xct-dev/xct/internal/verdict"
 )
 
@@ -53,6 +54,9 @@ type Config struct {
 	// callers who may not decide an approval (set by the app from
 	// --redact-config and --redact-key-file; not a flag of its own).
 	Redact redact.Config
+	// StoreHealth is told the outcome of the approvals' and rate counts'
+	// writes (set by the app; nil: nobody; internal/storehealth).
+	StoreHealth *storehealth.Monitor
 }
 
 // RegisterFlags registers the validator's flags, with their defaults.

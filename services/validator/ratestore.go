@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/xct-dev/xct/internal/jsguard"
+	"github.com/xct-dev/xct/internal/storehealth"
 )
 
 // RateBucket is the JetStream KV bucket where the validators count the
@@ -81,6 +82,10 @@ type rateStore struct {
 	// an allow proven by the compare-and-set is decided on it.
 	seenMu sync.Mutex
 	seen   map[string]seenRecord
+
+	// health is told the outcome of the counts' writes (set before bind;
+	// nil: nobody).
+	health *storehealth.Monitor
 }
 
 // seenRecord is a key's record at a revision.
@@ -136,7 +141,7 @@ func (st *rateStore) bind(ctx context.Context, js jetstream.JetStream, maxPayloa
 	if err != nil {
 		return fmt.Errorf("rate limits bucket: %w", err)
 	}
-	st.bucket.Store(&rateBucket{kv: kv, maxCalls: int(max(maxPayload-1024, rateEntryBytes)/rateEntryBytes) - 1})
+	st.bucket.Store(&rateBucket{kv: st.health.KeyValue(kv), maxCalls: int(max(maxPayload-1024, rateEntryBytes)/rateEntryBytes) - 1})
 	return nil
 }
 

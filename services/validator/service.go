@@ -209,6 +209,7 @@ func (s *Service) Start(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("validator: %w", err)
 		}
+		store.kv = s.cfg.StoreHealth.KeyValue(store.kv)
 		// The watch outlives ctx (a start-up deadline, typically) and ends at
 		// Stop; ctx only cancels the initial load.
 		watchCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -219,6 +220,7 @@ func (s *Service) Start(ctx context.Context) error {
 			cancel()
 			return fmt.Errorf("validator: load tool catalog: %w", err)
 		}
+		s.rates.health = s.cfg.StoreHealth
 		if err := s.rates.bind(ctx, js, s.nc.MaxPayload()); err != nil {
 			cancel()
 			return fmt.Errorf("validator: %w", err)

@@ -1,0 +1,119 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/grpcx"
+	"github.com/xct-dev/xct/internal/grpcx/grpcxtest"
+	"github.com/xct-dev/xct/internal/testutil"
+)
+
+// TestHealthIsNotServingWhileAStreamCannotStore: a JetStream stream that
+// refuses writes for want of room (here LCTL at its max_bytes with discard
+// new, as a disk or a server store that filled) fails every run, so the
+// services report NOT_SERVING (probes and balancers move away, the
+// operator sees why in one log line naming the stream and the cause), and
+// SERVING again once the stream has room, without a write to tell them
+// (a NOT_SERVING service gets no calls). On main health said SERVING
+// throughout.
+func TestHealthIsNotServingWhileAStreamCannotStore(t *testing.T) {
+	t.Parallel()
+	ns := testutil.RunJetStream(t)
+	admin, err := jetstream.New(testutil.Connect(t, ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds := grpcxtest.New(t)
+	var cfg Config
+	cfg.NATSURL, cfg.NATSUsers, cfg.Replicas = ns.ClientURL(), testutil.NATSUsers(), 1
+	cfg.ExecutorListen, cfg.ValidatorListen, cfg.OrchestratorListen = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Executor.Workspace = t.TempDir()
+	cfg.Orchestrator.ScriptsDir = t.TempDir()
+	if err := os.WriteFile(filepath.Join(cfg.Orchestrator.ScriptsDir, "done.yaml"), []byte("steps:\n  - done: true\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Auth.TokensFile = creds.Path
+	cfg.Security = grpcx.Security{Plaintext: true, ServiceToken: creds.Token(t, grpcxtest.Service)}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	var logs testutil.Buffer
+	a, err := Start(ctx, cfg, []string{TargetExecutor, TargetValidator, TargetOrchestrator}, slog.New(slog.NewTextHandler(&logs, nil)), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		a.Stop(ctx)
+	})
+	health := healthpb.NewHealthClient(creds.Dial(t, a.Addr(TargetExecutor), grpcxtest.Service))
+	orch := xctv1.NewOrchestratorServiceClient(creds.Dial(t, a.Addr(TargetOrchestrator), "alice"))
+	waitHealth := func(want healthpb.HealthCheckResponse_ServingStatus) {
+		t.Helper()
+		testutil.Eventually(t, 30*time.Second, func() error {
+			h, err := health.Check(ctx, &healthpb.HealthCheckRequest{})
+			if err != nil {
+				return err
+			}
+			if h.GetStatus() != want {
+				return fmt.Errorf("health %s, want %s", h.GetStatus(), want)
+			}
+			return nil
+		})
+	}
+	waitHealth(healthpb.HealthCheckResponse_SERVING)
+
+	// The stream is full: no room for one more event.
+	setLimit := func(maxBytes int64) {
+		t.Helper()
+		st, err := admin.Stream(ctx, "LCTL")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := st.CachedInfo().Config
+		c.MaxBytes, c.Discard = maxBytes, jetstream.DiscardNew
+		if _, err := admin.UpdateStream(ctx, c); err != nil {
+			t.Fatalf("update LCTL: %v", err)
+		}
+	}
+	setLimit(64)
+	for i := range 3 {
+		if _, err := orch.StartRun(ctx, &xctv1.StartRunRequest{RunId: fmt.Sprintf("run-full-%d", i), Goal: "g", Model: "scripted:done.yaml"}); err == nil {
+			t.Fatalf("run %d started on a full stream", i)
+		}
+	}
+	waitHealth(healthpb.HealthCheckResponse_NOT_SERVING)
+	// One line for the stream, whatever the number of failed writes,
+	// naming it and the cause.
+	if n := strings.Count(logs.String(), "cannot store in stream LCTL"); n != 1 {
+		t.Errorf("%d log lines say LCTL cannot store, want 1:\n%s", n, logs.String())
+	}
+	if !strings.Contains(logs.String(), "maximum bytes exceeded") {
+		t.Errorf("the log does not say why:\n%s", logs.String())
+	}
+
+	// Room again (the operator raised the limit): SERVING with no write
+	// needed, and runs start.
+	setLimit(-1)
+	waitHealth(healthpb.HealthCheckResponse_SERVING)
+	if !strings.Contains(logs.String(), "stores in stream LCTL again") {
+		t.Errorf("the log does not say the stream stores again:\n%s", logs.String())
+	}
+	if _, err := orch.StartRun(ctx, &xctv1.StartRunRequest{RunId: "run-room", Goal: "g", Model: "scripted:done.yaml"}); err != nil {
+		t.Fatalf("StartRun once the stream has room: %v", err)
+	}
+	if n := a.NATSRefusals(); n != 0 {
+		t.Errorf("NATS refused %d requests of the services", n)
+	}
+}
