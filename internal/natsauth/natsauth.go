@@ -126,7 +126,69 @@ func allowed(user string, w []string) []string {
 			out = append(out, "$JS.API.STREAM.PURGE."+stream)
 		}
 	}
+	out = append(out, consumerCreates(user)...)
 	return append(append(out, flowControl), w...)
+}
+
+// consumes are the streams each service makes consumers on, each with
+// the filters of its consumers: since nats-server 2.9 a consumer create
+// request names its stream, its consumer and its one filter in the
+// subject ($JS.API.CONSUMER.CREATE.<stream>.<consumer>.<filter>; the
+// server refuses a body whose name or filter differs), so permissions
+// can say which. NATS bounds consumers per stream, for everyone at once
+// (MaxConsumersPerStream), never per user: a service that may make
+// consumers on a stream may fill its bound for every other reader. So
+// each may make them only where it reads with them:
+//
+//   - the orchestrator: one run's chain (GetRun, WatchRun, resume), one
+//     step's approval, the tool catalog and its run owners (watches);
+//   - the validator: the approvals (watch, lists) and the tool catalog;
+//   - the executor: one step's record (a wait on it) and one blob's
+//     chunks; never the chains or the catalog, which it writes;
+//   - the tracer: the chains, run and OTel (its durable consumers and
+//     chain reads).
+//
+// A filter's own wildcard is a token of the request's subject, which a
+// permission's * matches too: the orchestrator's "lctl.chain.*" (one
+// chain) lets "lctl.chain.>" through as well; a filter says which
+// stream's subjects, not how many chains.
+//
+// A taken-over executor or validator can no longer fill LCTL's bound
+// (lctl tail, WatchRun and the tracer's reads fail then), nor the
+// catalog's. What remains shared: the orchestrator, the tracer and the
+// reader on LCTL, the orchestrator and the validator on the approvals
+// and the catalog (docs/security.md, "NATS").
+var consumes = map[string]map[string][]string{
+	Orchestrator: {
+		"LCTL":              {"lctl.chain.*"},
+		"KV_XCT_APPROVALS":  {"$KV.XCT_APPROVALS.>"},
+		"KV_XCT_TOOLS":      {"$KV.XCT_TOOLS.>"},
+		"KV_XCT_RUN_OWNERS": {"$KV.XCT_RUN_OWNERS.>"},
+	},
+	Validator: {
+		"KV_XCT_APPROVALS": {"$KV.XCT_APPROVALS.>"},
+		"KV_XCT_TOOLS":     {"$KV.XCT_TOOLS.>"},
+	},
+	Executor: {
+		"KV_XCT_STEPS":       {"$KV.XCT_STEPS.*"},
+		"OBJ_XCT_STEP_BLOBS": {"$O.XCT_STEP_BLOBS.C.*"},
+	},
+	Tracer: {
+		"LCTL":      {"lctl.chain.>"},
+		"LCTL_OTEL": {"lctl.otel.>"},
+	},
+}
+
+// consumerCreates are the consumer create requests user may make
+// (consumes), each naming its consumer and filter.
+func consumerCreates(user string) []string {
+	var out []string
+	for _, stream := range keysWhere(consumes[user], func([]string) bool { return true }) {
+		for _, filter := range consumes[user][stream] {
+			out = append(out, "$JS.API.CONSUMER.CREATE."+stream+".*."+filter)
+		}
+	}
+	return out
 }
 
 // denied is what user may not request of the JetStream API.
@@ -168,8 +230,9 @@ func readerRequests(streams ...string) []string {
 
 // serviceAPI are the JetStream API requests every service may make:
 // JetStream and stream info, reading messages, and its consumers (KV
-// watchers, ordered consumers, the tracer's durable one): created, read,
-// pulled from and deleted, each request naming the consumer. Not listing
+// watchers, ordered consumers, the tracer's durable one): read, pulled
+// from and deleted, each request naming the consumer; created only on the
+// streams and with the filters of consumes. Not listing
 // a stream's consumers (that would name the others' ephemeral ones and
 // their deliver subjects), nor pausing, unpinning or moving one; and
 // another's durable consumer not at all (owned). Creating, updating,
@@ -182,7 +245,6 @@ var serviceAPI = []string{
 	"$JS.API.STREAM.LIST",
 	"$JS.API.STREAM.MSG.GET.*",
 	"$JS.API.DIRECT.GET.>",
-	"$JS.API.CONSUMER.CREATE.>",
 	"$JS.API.CONSUMER.INFO.*.*",
 	"$JS.API.CONSUMER.DELETE.*.*",
 	"$JS.API.CONSUMER.MSG.NEXT.*.*",

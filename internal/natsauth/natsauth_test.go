@@ -727,13 +727,13 @@ func TestConsumersAreTheirOwners(t *testing.T) {
 	if err := tr.js.DeleteConsumer(ctx, eventlog.StreamName, tracer.ConsumerName); err != nil {
 		t.Errorf("the tracer deleting its consumer: %v", err)
 	}
-	ex := connectAs(t, c.url, natsauth.Executor)
-	oc, err := ex.js.OrderedConsumer(ctx, eventlog.StreamName, jetstream.OrderedConsumerConfig{})
+	or := connectAs(t, c.url, natsauth.Orchestrator)
+	oc, err := or.js.OrderedConsumer(ctx, eventlog.StreamName, jetstream.OrderedConsumerConfig{FilterSubjects: []string{eventlog.Subject("x")}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := oc.Next(jetstream.FetchMaxWait(5 * time.Second)); err != nil {
-		t.Errorf("an executor's ordered consumer on LCTL: %v", err)
+		t.Errorf("an orchestrator's ordered consumer on a chain: %v", err)
 	}
 }
 
@@ -754,8 +754,8 @@ func TestDeliveriesGoNowhere(t *testing.T) {
 	}
 	before := c.count(t, "KV_"+catalog.Bucket)
 	tr := connectAs(t, c.url, natsauth.Tracer)
-	body := `{"stream_name":"LCTL","config":{"durable_name":"aimed","name":"aimed","deliver_subject":"$KV.` + catalog.Bucket + `.fs.write","ack_policy":"none","deliver_policy":"all"}}`
-	msg, err := tr.nc.RequestWithContext(ctx, "$JS.API.CONSUMER.CREATE.LCTL.aimed", []byte(body))
+	body := `{"stream_name":"LCTL","config":{"durable_name":"aimed","name":"aimed","filter_subject":"lctl.chain.>","deliver_subject":"$KV.` + catalog.Bucket + `.fs.write","ack_policy":"none","deliver_policy":"all"}}`
+	msg, err := tr.nc.RequestWithContext(ctx, "$JS.API.CONSUMER.CREATE.LCTL.aimed.lctl.chain.>", []byte(body))
 	if err != nil {
 		t.Fatalf("the tracer creating a push consumer: %v", err)
 	}
@@ -1148,7 +1148,7 @@ func TestAnOTelLogMadeFirstByTheTracerIsRefused(t *testing.T) {
 func TestConsumersAreBounded(t *testing.T) {
 	c := newCluster(t)
 	ctx := context.Background()
-	ex := connectAs(t, c.url, natsauth.Executor)
+	ex := connectAs(t, c.url, natsauth.Tracer) // it reads the chains with consumers (consumes)
 	consumers := func() int {
 		info, err := c.lctl.Info(ctx)
 		if err != nil {
@@ -1157,7 +1157,7 @@ func TestConsumersAreBounded(t *testing.T) {
 		return info.State.Consumers
 	}
 	durable := func(i int) jetstream.ConsumerConfig {
-		return jetstream.ConsumerConfig{Durable: fmt.Sprintf("flood-%d", i), AckPolicy: jetstream.AckNonePolicy, MemoryStorage: true}
+		return jetstream.ConsumerConfig{Durable: fmt.Sprintf("flood-%d", i), FilterSubject: eventlog.AllSubjects, AckPolicy: jetstream.AckNonePolicy, MemoryStorage: true}
 	}
 	for i := consumers(); i < natsauth.MaxConsumersPerStream; i++ {
 		if _, err := ex.js.CreateConsumer(ctx, eventlog.StreamName, durable(i)); err != nil {
@@ -1204,8 +1204,8 @@ func TestNobodySubscribesToDataSubjects(t *testing.T) {
 	}
 	before := c.count(t, "KV_"+catalog.Bucket)
 	tr := connectAs(t, c.url, natsauth.Tracer)
-	body := `{"stream_name":"LCTL","config":{"durable_name":"aimed","name":"aimed","deliver_subject":"$KV.` + catalog.Bucket + `.fs.write","ack_policy":"none","deliver_policy":"all"}}`
-	if _, err := tr.nc.RequestWithContext(ctx, "$JS.API.CONSUMER.CREATE.LCTL.aimed", []byte(body)); err != nil {
+	body := `{"stream_name":"LCTL","config":{"durable_name":"aimed","name":"aimed","filter_subject":"lctl.chain.>","deliver_subject":"$KV.` + catalog.Bucket + `.fs.write","ack_policy":"none","deliver_policy":"all"}}`
+	if _, err := tr.nc.RequestWithContext(ctx, "$JS.API.CONSUMER.CREATE.LCTL.aimed.lctl.chain.>", []byte(body)); err != nil {
 		t.Fatalf("the tracer creating a push consumer: %v", err)
 	}
 	for _, subject := range []string{"$KV." + catalog.Bucket + ".fs.write", eventlog.Subject("run-1"), eventlog.Subject("otel-1"),
@@ -1367,23 +1367,24 @@ func TestConsumerNamedInTheBodyIsTheOwners(t *testing.T) {
 	}
 	// The positive controls: a service's own consumers, named in the
 	// subject as the clients name them.
-	ex := connectAs(t, c.url, natsauth.Executor)
+	or := connectAs(t, c.url, natsauth.Orchestrator)
 	if _, err := c.admin.js.Publish(ctx, eventlog.Subject("x"), []byte(`{}`)); err != nil {
 		t.Fatal(err)
 	}
-	oc, err := ex.js.OrderedConsumer(ctx, eventlog.StreamName, jetstream.OrderedConsumerConfig{})
+	chain := jetstream.OrderedConsumerConfig{FilterSubjects: []string{eventlog.Subject("x")}}
+	oc, err := or.js.OrderedConsumer(ctx, eventlog.StreamName, chain)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := oc.Next(jetstream.FetchMaxWait(5 * time.Second)); err != nil {
-		t.Errorf("an executor's ordered consumer on LCTL: %v", err)
+		t.Errorf("an orchestrator's ordered consumer on a chain: %v", err)
 	}
-	eph, err := ex.js.CreateConsumer(ctx, eventlog.StreamName, jetstream.ConsumerConfig{AckPolicy: jetstream.AckNonePolicy})
+	eph, err := or.js.CreateConsumer(ctx, eventlog.StreamName, jetstream.ConsumerConfig{AckPolicy: jetstream.AckNonePolicy, FilterSubject: eventlog.Subject("x")})
 	if err != nil {
-		t.Fatalf("an executor's ephemeral consumer on LCTL: %v", err)
+		t.Fatalf("an orchestrator's ephemeral consumer on a chain: %v", err)
 	}
-	if err := ex.js.DeleteConsumer(ctx, eventlog.StreamName, eph.CachedInfo().Name); err != nil {
-		t.Errorf("the executor deleting its ephemeral consumer: %v", err)
+	if err := or.js.DeleteConsumer(ctx, eventlog.StreamName, eph.CachedInfo().Name); err != nil {
+		t.Errorf("the orchestrator deleting its ephemeral consumer: %v", err)
 	}
 }
 
@@ -1407,8 +1408,8 @@ func TestDeliveriesIntoTheAPIGoNowhere(t *testing.T) {
 	before := c.count(t, eventlog.StreamName)
 	tr := connectAs(t, c.url, natsauth.Tracer)
 	for name, target := range map[string]string{"purge": "$JS.API.STREAM.PURGE." + eventlog.StreamName, "delete": "$JS.API.STREAM.DELETE.KV_" + catalog.Bucket} {
-		body := `{"stream_name":"LCTL","config":{"name":"` + name + `","deliver_subject":"` + target + `","ack_policy":"none","deliver_policy":"all"}}`
-		msg, err := tr.nc.RequestWithContext(ctx, "$JS.API.CONSUMER.CREATE.LCTL."+name, []byte(body))
+		body := `{"stream_name":"LCTL","config":{"name":"` + name + `","filter_subject":"lctl.chain.>","deliver_subject":"` + target + `","ack_policy":"none","deliver_policy":"all"}}`
+		msg, err := tr.nc.RequestWithContext(ctx, "$JS.API.CONSUMER.CREATE.LCTL."+name+".lctl.chain.>", []byte(body))
 		if err != nil {
 			t.Fatalf("the tracer creating a push consumer into %s: %v", target, err)
 		}

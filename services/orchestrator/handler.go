@@ -257,6 +257,12 @@ func (s *Service) lookup(ctx context.Context, id string) (*xctv1.Run, error) {
 	if err := lctl.ValidateChainID(id); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
+	if strings.HasPrefix(id, otlp.ChainPrefix) {
+		// No run has such an id (StartRun refuses it): the chain is an
+		// OTLP trace's, on a stream the orchestrator does not read
+		// (natsauth: it makes consumers on the runs' chains only).
+		return nil, fmt.Errorf("%w: %s", ErrRunNotFound, id)
+	}
 	if owner := s.owner(id); owner != nil {
 		// Wait for an append in flight: the caller may have seen it on the log.
 		owner.recording.Lock()
