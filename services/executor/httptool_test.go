@@ -309,16 +309,19 @@ func TestHTTPRequest(t *testing.T) {
 func TestHTTPLimits(t *testing.T) {
 	f := newHTTPFixture(t)
 	s := f.service(t, strings.Replace(httpHosts, "timeout: 2s", "timeout: 1s", 1)+"  allow_addresses: [127.0.0.1/32]\n")
-	start := time.Now()
 	r := exec(t, s, "http.request", map[string]any{"method": "GET", "url": f.url("api.test", "/forever")})
 	// The request was sent and answered: a success that says what is
 	// known (the status), not a failure a model would send again.
 	if m, _ := r.GetSuccess().GetResult().AsInterface().(map[string]any); notKeptOf(r) != NotKeptTooLarge || m["status"] != 200.0 || m["body_not_read"] != true {
 		t.Fatalf("endless body: %v", r)
 	}
-	<-f.forever // the server saw the connection dropped
-	if d := time.Since(start); d > 5*time.Second {
-		t.Fatalf("endless body took %v", d)
+	// The server sees the connection dropped (a generous bound for a
+	// loaded machine, not a measure: the call ended before its 1 s
+	// timeout, or it would be TIMEOUT, not this success).
+	select {
+	case <-f.forever:
+	case <-time.After(time.Minute):
+		t.Fatal("the endless body's connection is still open a minute after the call ended")
 	}
 	if r := exec(t, s, "http.request", map[string]any{"method": "GET", "url": f.url("api.test", "/slow")}); codeOf(r) != string(wire.CodeTimeout) {
 		t.Fatalf("slow server: %v", r)

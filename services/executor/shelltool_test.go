@@ -248,7 +248,6 @@ func testShellExec(t *testing.T, sandboxed bool) {
 func TestShellDeadline(t *testing.T) {
 	sb := newSandbox(t)
 	s := shellServiceUnsandboxed(t, sb, time.Second)
-	start := time.Now()
 	r := shell(t, s, "sleep", "1000")
 	pgid, ok := r.GetError().GetDetails().AsMap()["pgid"].(float64)
 	if codeOf(r) != string(wire.CodeTimeout) || !ok {
@@ -279,7 +278,9 @@ wait`
 	noSurvivors(t, leader)
 
 	// A program that exits at once but leaves a background child: the
-	// child is killed too, and waiting does not hang on its open output.
+	// child is killed too, and waiting does not hang on its open output
+	// (a wait that did would end at the 2 s deadline: TIMEOUT, not this
+	// success).
 	r = shell(t, s, "sh", "-c", "sleep 1000 & echo $! > child.pid; echo done")
 	if res := resultAs[ShellResult](t, r); res.Stdout != "done\n" {
 		t.Fatalf("background child: %+v", res)
@@ -293,9 +294,6 @@ wait`
 		}
 		return nil
 	})
-	if d := time.Since(start); d > 10*time.Second {
-		t.Fatalf("took %v", d)
-	}
 	// The executor keeps serving.
 	if res := resultAs[ShellResult](t, shell(t, s, "echo", "still here")); res.Stdout != "still here\n" {
 		t.Fatal(res)
