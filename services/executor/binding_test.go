@@ -3,6 +3,8 @@ package executor
 import (
 	"context"
 	"crypto/ed25519"
+	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -358,5 +360,47 @@ func TestStepCallers(t *testing.T) {
 	open := &handler{s: newService(t, ws)}
 	if _, err := open.PreviewStep(svc("service:tracer"), preview); err != nil {
 		t.Fatalf("without --step-callers a service's preview: %v", err)
+	}
+}
+
+// TestExecuteActsOnWhatItsVerdictDigests: a verdict's arguments digest is
+// of their canonical JSON (RFC 8785), which writes -0 as 0, so a verdict
+// for {"n": 0} also verifies for {"n": -0}, a different structpb value
+// that a tool is handed as is (a remote tool or an MCP server gets
+// "-0"; fmt prints "-0"). A caller holding the verdict for one (a
+// taken-over orchestrator) could have the tool act on the other. The
+// executor acts on the arguments as digested: every -0 is 0.
+func TestExecuteActsOnWhatItsVerdictDigests(t *testing.T) {
+	t.Parallel()
+	var seen atomic.Value
+	tool := testTool("test.echo", 0, 0, func(_ context.Context, args map[string]any) (any, *xctv1.Error) {
+		seen.Store(fmt.Sprint(args))
+		return map[string]any{"ok": true}, nil
+	})
+	s := newService(t, t.TempDir(), tool)
+	b := newBinder(t)
+	b.trust(t, s)
+	h := &handler{s: s}
+	ctx := auth.NewContext(context.Background(), auth.Principal{Name: "service:orchestrator", Roles: []string{auth.RoleService}})
+
+	negZero := math.Copysign(0, -1)
+	req := b.requestAt(t, "run-z", 1, "test.echo",
+		map[string]any{"n": 0.0, "list": []any{0.0}, "obj": map[string]any{"m": 0.0}}, false)
+	// The same verdict and step id, the arguments holding -0 instead.
+	st, err := structpb.NewStruct(map[string]any{"n": negZero, "list": []any{negZero}, "obj": map[string]any{"m": negZero}})
+	must(t, err)
+	req.Arguments = st
+	resp, err := h.Execute(ctx, req)
+	if err != nil {
+		// Refusing it would hold too.
+		t.Logf("refused: %v", err)
+		return
+	}
+	if resp.GetResponse().GetError() != nil {
+		t.Fatalf("execute: %v", resp.GetResponse().GetError())
+	}
+	got, _ := seen.Load().(string)
+	if strings.Contains(got, "-0") {
+		t.Errorf("the tool acted on %s under a verdict for zeros: the executor must act on the arguments its verdict digests", got)
 	}
 }

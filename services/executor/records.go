@@ -95,8 +95,36 @@ func callOf(req *xctv1.ExecuteRequest) call {
 	var args map[string]any
 	if req.GetArguments() != nil {
 		args = req.GetArguments().AsMap()
+		unsignZeros(args)
 	}
 	return readCall(args)
+}
+
+// unsignZeros makes every -0 in v 0, in place. The canonical form that
+// verdicts and step ids digest writes -0 as 0 (RFC 8785), so a verdict
+// for {"n": 0} verifies for {"n": -0}: the tool must act on the value the
+// verdict digests, not on the other spelling (a remote tool or an MCP
+// server is sent "-0").
+func unsignZeros(v any) {
+	switch v := v.(type) {
+	case map[string]any:
+		for k, e := range v {
+			v[k] = unsignZero(e)
+		}
+	case []any:
+		for i, e := range v {
+			v[i] = unsignZero(e)
+		}
+	}
+}
+
+// unsignZero is e with -0 made 0, its members so made in place.
+func unsignZero(e any) any {
+	if f, ok := e.(float64); ok && f == 0 {
+		return 0.0
+	}
+	unsignZeros(e)
+	return e
 }
 
 // legacyArgumentsDigest is the digest records written before canonical
