@@ -258,13 +258,13 @@ func (w *scanWalk) dir(fd int, rel string, depth int) string {
 	for rest := l.subdirs; rest != ""; {
 		var name string
 		name, rest, _ = strings.Cut(rest, "\x00")
-		r := path.Join(rel, name)
-		if done, cut := w.leaf(fd, name, r, depth); done || cut != "" {
+		if done, cut := w.leaf(fd, name, rel, depth); done || cut != "" {
 			if cut != "" {
 				return cut
 			}
 			continue
 		}
+		r := path.Join(rel, name)
 		sub, err := openScanDir(fd, name)
 		switch {
 		case errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOENT):
@@ -307,11 +307,11 @@ func (w *scanWalk) leaf(fd int, name, rel string, depth int) (done bool, cut str
 	var st unix.Stat_t
 	switch err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); {
 	case errors.Is(err, unix.ENOENT):
-		return true, scanChangedAt(rel) // gone: renamed perhaps
+		return true, scanChangedAt(path.Join(rel, name)) // gone: renamed perhaps
 	case err != nil:
 		return false, "" // opening it tells why
 	case st.Mode&unix.S_IFMT != unix.S_IFDIR:
-		return true, scanChangedAt(rel) // replaced meanwhile by a file or a link
+		return true, scanChangedAt(path.Join(rel, name)) // replaced meanwhile by a file or a link
 	}
 	id := entryID{dev: uint64(st.Dev), ino: st.Ino} //nolint:unconvert // Dev is not uint64 everywhere
 	l := w.c.dirs[id]
@@ -570,16 +570,16 @@ func (w *scanWalk) verify(fd int, rel string) string {
 	for rest := v.l.subdirs; rest != ""; {
 		var name string
 		name, rest, _ = strings.Cut(rest, "\x00")
-		r := path.Join(rel, name)
 		if w.next < len(w.visits) && w.visits[w.next].leaf {
 			lv := &w.visits[w.next]
 			w.next++
 			if unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR ||
 				(entryID{dev: uint64(st.Dev), ino: st.Ino}) != lv.id || st.Ctim != lv.ctime { //nolint:unconvert // Dev is not uint64 everywhere
-				return scanChangedAt(r)
+				return scanChangedAt(path.Join(rel, name))
 			}
 			continue
 		}
+		r := path.Join(rel, name)
 		sub, err := openScanDir(fd, name)
 		if err != nil {
 			return scanChangedAt(r)
