@@ -337,7 +337,7 @@ func runConfidence(ctx context.Context, c *cmdContext) error {
 	}
 	c.out("Fact confidence timeline:\n")
 	for _, f := range r.Facts {
-		c.out("%s: %s\n", f.ID, f.Render())
+		c.out("%s: %s\n", f.ID, shown(f.Render()))
 		if cs := f.Consensus; cs != nil {
 			var parts []string
 			for _, a := range cs.Assessments {
