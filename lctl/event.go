@@ -3,13 +3,11 @@ package lctl
 import (
 	"bytes"
 	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
-	"math/bits"
 	"regexp"
 	"slices"
 	"sync"
@@ -829,14 +827,11 @@ func flatAtAll(raw []byte, names []string, at []int) bool {
 // an escape or does not end. Eight bytes at a time (special), stepping
 // over bytes past ASCII.
 func plainStringEnd(raw []byte, i int) (int, bool) {
-	k := i
-	for k+8 <= len(raw) {
-		m := special(binary.LittleEndian.Uint64(raw[k:]))
-		if m == 0 {
-			k += 8
-			continue
+	for k := i; k < len(raw); {
+		e := k + specialIndex(raw[k:])
+		if e == len(raw) {
+			break
 		}
-		e := k + bits.TrailingZeros64(m)>>3
 		switch raw[e] {
 		case '"':
 			return e, true
@@ -844,14 +839,6 @@ func plainStringEnd(raw []byte, i int) (int, bool) {
 			return 0, false
 		}
 		k = e + 1 // a byte past ASCII (or below 0x20): read on after it
-	}
-	for ; k < len(raw); k++ {
-		switch raw[k] {
-		case '"':
-			return k, true
-		case '\\':
-			return 0, false
-		}
 	}
 	return 0, false
 }

@@ -733,21 +733,14 @@ func flatObject(b []byte, i int) (int, bool) {
 // closing quote) when they are ASCII from 0x20 on without a backslash;
 // false for anything else.
 func asciiEnd(b []byte, i int) (int, bool) {
-	for ; i+8 <= len(b); i += 8 {
-		if m := special(binary.LittleEndian.Uint64(b[i:])); m != 0 {
-			e := i + bits.TrailingZeros64(m)>>3
-			return e, b[e] == '"'
-		}
+	if i >= len(b) {
+		return 0, false
 	}
-	for ; i < len(b); i++ {
-		switch c := b[i]; {
-		case c == '"':
-			return i, true
-		case c == '\\' || c < 0x20 || c >= 0x80:
-			return 0, false
-		}
+	e := i + specialIndex(b[i:])
+	if e == len(b) {
+		return 0, false
 	}
-	return 0, false
+	return e, b[e] == '"'
 }
 
 // skipData moves past the data object at p.i, checked as member checks an

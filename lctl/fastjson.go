@@ -920,34 +920,14 @@ func (p *fastParser) rawString() ([]byte, bool) {
 		return nil, false
 	}
 	start := p.i + 1
-	j := start
-	// Eight bytes at a time up to the first that is a quote, a backslash,
-	// a control character or past ASCII: the string ends there if it is
-	// the quote.
-	for j+8 <= len(p.b) {
-		m := special(binary.LittleEndian.Uint64(p.b[j:]))
-		if m == 0 {
-			j += 8
-			continue
-		}
-		k := j + bits.TrailingZeros64(m)>>3
-		if p.b[k] != '"' {
-			return nil, false
-		}
-		p.i = k + 1
-		return p.b[start:k], true
+	// Up to the first byte that is a quote, a backslash, a control
+	// character or past ASCII: the string ends there if it is the quote.
+	k := start + specialIndex(p.b[start:])
+	if k == len(p.b) || p.b[k] != '"' {
+		return nil, false
 	}
-	for ; j < len(p.b); j++ {
-		c := p.b[j]
-		if c == '"' {
-			p.i = j + 1
-			return p.b[start:j], true
-		}
-		if c == '\\' || c < 0x20 || c >= utf8.RuneSelf {
-			return nil, false
-		}
-	}
-	return nil, false
+	p.i = k + 1
+	return p.b[start:k], true
 }
 
 // Words of repeated bytes for plainWord.
@@ -993,26 +973,18 @@ func (p *fastParser) strKeep(intern, keep bool) (string, bool) {
 		return "", false
 	}
 	start := p.i + 1
-	// Eight bytes at a time up to the first that is not plain ASCII: most
-	// strings (names, ids, hashes, times) end there, at their quote.
-	k := start
-	for k+8 <= len(p.b) {
-		m := special(binary.LittleEndian.Uint64(p.b[k:]))
-		if m == 0 {
-			k += 8
-			continue
+	// Up to the first byte that is not plain ASCII: most strings (names,
+	// ids, hashes, times) end there, at their quote.
+	k := start + specialIndex(p.b[start:])
+	if k < len(p.b) && p.b[k] == '"' {
+		p.i = k + 1
+		switch {
+		case !keep:
+			return "", true
+		case !intern:
+			return string(p.b[start:k]), true
 		}
-		if e := k + bits.TrailingZeros64(m)>>3; p.b[e] == '"' {
-			p.i = e + 1
-			switch {
-			case !keep:
-				return "", true
-			case !intern:
-				return string(p.b[start:e]), true
-			}
-			return p.intern(p.b[start:e]), true
-		}
-		break
+		return p.intern(p.b[start:k]), true
 	}
 	// The closing quote, found with the vectorized search; a backslash
 	// before it means escapes (the slow way, which also handles an escaped

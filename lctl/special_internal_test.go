@@ -1,0 +1,73 @@
+package lctl
+
+import (
+	"math/rand/v2"
+	"testing"
+)
+
+// specialIndexRef is specialIndex one byte at a time.
+func specialIndexRef(b []byte) int {
+	for i, c := range b {
+		if c == '"' || c == '\\' || c < 0x20 || c >= 0x80 {
+			return i
+		}
+	}
+	return len(b)
+}
+
+// TestSpecialIndex: specialIndex (assembly on amd64) and
+// specialIndexWords (Go, elsewhere) find the first special byte of plain ASCII with each byte
+// value at each place, in slices of every length to 70 read from every
+// alignment, and with two special bytes (the first one found); random
+// slices; nothing special (the length).
+func TestSpecialIndex(t *testing.T) {
+	for name, specialIndex := range map[string]func([]byte) int{"specialIndex": specialIndex, "specialIndexWords": specialIndexWords} {
+		t.Run(name, func(t *testing.T) { testSpecialIndex(t, specialIndex) })
+	}
+}
+
+func testSpecialIndex(t *testing.T, specialIndex func([]byte) int) {
+	buf := make([]byte, 128)
+	for off := range 16 {
+		for n := 0; n <= 70; n++ {
+			b := buf[off : off+n]
+			for i := range b {
+				b[i] = 'a' + byte(i%26)
+			}
+			if got := specialIndex(b); got != n {
+				t.Fatalf("plain, %d bytes at %d: %d", n, off, got)
+			}
+			for at := range n {
+				for v := range 256 {
+					b[at] = byte(v)
+					if got, want := specialIndex(b), specialIndexRef(b); got != want {
+						t.Fatalf("%d bytes at %d, byte %#x at %d: %d, want %d", n, off, v, at, got, want)
+					}
+				}
+				b[at] = '"'
+				if at+3 < n {
+					b[at+3] = '\\'
+					if got := specialIndex(b); got != at {
+						t.Fatalf("%d bytes at %d, quote at %d and a backslash after: %d", n, off, at, got)
+					}
+					b[at+3] = 'a' + byte((at+3)%26)
+				}
+				b[at] = 'a' + byte(at%26)
+			}
+		}
+	}
+	r := rand.New(rand.NewPCG(3, 7))
+	for range 20000 {
+		n := r.IntN(100)
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte(0x20 + r.IntN(0x5f))
+			if r.IntN(60) == 0 {
+				b[i] = byte(r.IntN(256))
+			}
+		}
+		if got, want := specialIndex(b), specialIndexRef(b); got != want {
+			t.Fatalf("%q: %d, want %d", b, got, want)
+		}
+	}
+}
