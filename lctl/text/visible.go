@@ -1,7 +1,6 @@
 package text
 
 import (
-	"encoding/binary"
 	"strconv"
 	"unicode"
 	"unicode/utf8"
@@ -47,27 +46,9 @@ func hiddenBits(x uint64) uint64 {
 func EscapeHidden(b []byte, from int) []byte {
 	i := from
 	for {
-		// Sixteen, then eight bytes at a time while all of them show
-		// (shownWord).
-		for ; i+16 <= len(b); i += 16 {
-			if hiddenBits(binary.LittleEndian.Uint64(b[i:]))|hiddenBits(binary.LittleEndian.Uint64(b[i+8:])) != 0 {
-				break
-			}
-		}
-		for ; i+8 <= len(b); i += 8 {
-			if !shownWord(binary.LittleEndian.Uint64(b[i:])) {
-				break
-			}
-		}
-		if i+8 > len(b) && i < len(b) && len(b)-8 >= from && shownWord(binary.LittleEndian.Uint64(b[len(b)-8:])) {
-			return b // the last bytes, read as the word that ends there
-		}
-		for ; i < len(b); i++ {
-			if c := b[i]; c < 0x20 || c >= 0x7f {
-				break
-			}
-		}
-		if i == len(b) {
+		// Up to the first byte that is not printable ASCII (sixteen at a
+		// time: hiddenIndex).
+		if i += hiddenIndex(b[i:]); i == len(b) {
 			return b // all of it shown
 		}
 		if b[i] < utf8.RuneSelf {
