@@ -395,7 +395,10 @@ func (s *osSandbox) argv(program, name string, args []string, dir string, env []
 		started = path.Join(sandboxBin, name)
 		a = append(a, "--symlink", program, started)
 	}
-	a = append(a, "--chdir", dir)
+	// bwrap's root is a tmpfs of half the host's memory, writable to
+	// the program (the workspace's parent directories are made there):
+	// read-only once every mount above is made.
+	a = append(a, "--remount-ro", "/", "--chdir", dir)
 	for _, kv := range env {
 		k, v, _ := strings.Cut(kv, "=")
 		a = append(a, "--setenv", k, v)

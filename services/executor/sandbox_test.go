@@ -214,11 +214,12 @@ func TestSandboxConfinement(t *testing.T) {
 	})
 	t.Run("tmp size limit", func(t *testing.T) {
 		// Files in /tmp are memory: bounded as a whole, not per file.
-		// Session 14 (attack14): bwrap's /dev is a tmpfs too, half the
-		// host's memory, and on main a program wrote files there and in
-		// /dev/shm, each up to RLIMIT_FSIZE, as many as it liked (an MCP
-		// server's read-only instance keeps them between calls). Now
-		// /dev/shm is sized as /tmp is and /dev is read-only.
+		// Session 14 (attack14): bwrap's /dev and its root are tmpfs
+		// too, half the host's memory each, and on main a program wrote
+		// files there and in /dev/shm, each up to RLIMIT_FSIZE, as many
+		// as it liked (an MCP server's read-only instance keeps them
+		// between calls). Now /dev/shm is sized as /tmp is, and /dev and
+		// the root are read-only.
 		s := permissiveShell(t, sb, 10*time.Second, `  sandbox: {max_tmp_bytes: 1048576, max_memory_bytes: -1}`)
 		for _, dir := range []string{"/tmp", "/var/tmp", "/dev/shm"} {
 			res := resultAs[ShellResult](t, shell(t, s, "sh", "-c", fmt.Sprintf("head -c 700000 /dev/zero > %[1]s/a && head -c 700000 /dev/zero > %[1]s/b && echo wrote", dir)))
@@ -229,6 +230,13 @@ func TestSandboxConfinement(t *testing.T) {
 		res := resultAs[ShellResult](t, shell(t, s, "sh", "-c", "echo x > /dev/shm/small && head -c 4 /dev/urandom > /dev/null && echo ok; head -c 700000 /dev/zero > /dev/a && echo wrote"))
 		if res.Stdout != "ok\n" || !strings.Contains(res.Stderr, "Read-only file system") {
 			t.Errorf("/dev: %+v", res)
+		}
+		// So was the sandbox's root, where bwrap makes the workspace's
+		// parent directories (outside /tmp): now read-only once the
+		// mounts are made.
+		res = resultAs[ShellResult](t, shell(t, s, "sh", "-c", "head -c 700000 /dev/zero > /xct-a && echo wrote"))
+		if strings.Contains(res.Stdout, "wrote") || !strings.Contains(res.Stderr, "Read-only file system") {
+			t.Errorf("a file in /: %+v", res)
 		}
 	})
 	t.Run("memory limit", func(t *testing.T) {
