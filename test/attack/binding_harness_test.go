@@ -11,20 +11,25 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/app"
+	"github.com/xct-dev/xct/internal/eventlog"
 	"github.com/xct-dev/xct/internal/grpcx"
 	"github.com/xct-dev/xct/internal/grpcx/grpcxtest"
 	"github.com/xct-dev/xct/internal/testutil"
 	"github.com/xct-dev/xct/internal/verdict"
 	"github.com/xct-dev/xct/internal/wire"
 	"github.com/xct-dev/xct/services/orchestrator"
+	"github.com/xct-dev/xct/services/tracer"
 )
 
 // bindCluster is the embedded cluster of one binding attack: every
@@ -67,6 +72,9 @@ func startReplicaOn(t *testing.T, ns *server.Server, opts ...bindOption) *bindCl
 
 func startBindTargets(t *testing.T, ns *server.Server, targets []string, opts ...bindOption) *bindCluster {
 	t.Helper()
+	if slices.Contains(targets, app.TargetTracer) {
+		noTracerYet(t, ns)
+	}
 	c := &bindCluster{creds: grpcxtest.New(t)}
 	base := t.TempDir()
 	c.workspace, c.scripts = filepath.Join(base, "workspace"), filepath.Join(base, "scripts")
@@ -242,4 +250,28 @@ func eachPolicy(t *testing.T, attack func(t *testing.T, policy bindOption)) {
 		}
 		attack(t, func(cfg *app.Config, _ *app.Options) { cfg.Validator.PolicyFile = path })
 	})
+}
+
+// noTracerYet fails the test when ns already has a tracer's consumer: the
+// cluster about to start would be a second tracer on the stream (use
+// startReplicaOn).
+func noTracerYet(t *testing.T, ns *server.Server) {
+	t.Helper()
+	nc, err := nats.Connect(ns.ClientURL(), testutil.Admin())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	switch _, err := js.Consumer(ctx, eventlog.StreamName, tracer.ConsumerName); {
+	case err == nil:
+		t.Fatalf("this JetStream server has a tracer already: a second would fight it for the consumer %q (start the other replica with startReplicaOn)", tracer.ConsumerName)
+	case !errors.Is(err, jetstream.ErrStreamNotFound) && !errors.Is(err, jetstream.ErrConsumerNotFound):
+		t.Fatalf("look for a tracer's consumer: %v", err)
+	}
 }
