@@ -155,6 +155,15 @@ func (s *Service) judge(ctx context.Context, req *xctv1.ValidateRequest, install
 			map[string]any{"tool": truncate(name, maxToolNameInMsg), "max_depth": wire.MaxDepth}))
 		return nil
 	}
+	if a, b, clash := wire.KeyClash(args); clash {
+		// One action written two ways: the policy reads one member, a
+		// tool's server may read the other (encoding/json into a struct).
+		denyWith(v, reasonSchema, wire.WithDetails(wire.Errorf(wire.CodeSchemaInvalid,
+			"the arguments of tool %s name %q and %q, which differ only in case, width or invisible characters: a tool may read either; give each argument once, named as the tool's schema names it",
+			quoteName(name), truncate(a, maxToolNameInMsg), truncate(b, maxToolNameInMsg)),
+			map[string]any{"tool": truncate(name, maxToolNameInMsg)}))
+		return nil
+	}
 	if err := compiled.schema.Validate(args); err != nil {
 		denyWith(v, reasonSchema, s.schemaInvalid(name, err))
 		return nil

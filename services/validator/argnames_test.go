@@ -1,0 +1,73 @@
+package validator_test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/wire"
+)
+
+// The same action written two ways: an argument named twice, once as the
+// policy reads it ("sql") and once in a spelling a tool's server may take
+// for the same name. Go's encoding/json (Go MCP servers and tool servers
+// decoding arguments into a struct) matches names without regard to case,
+// folding the Kelvin sign to k and the long s to s, and the last member
+// wins; the executor sends an MCP server the arguments as encoding/json
+// writes a map, keys in byte order, so "ſql" (0xC5...) comes after "sql".
+// On main the policy judged args.sql == "SELECT 1" and allowed; the server
+// ran "DROP TABLE users". .NET's web defaults (the C# MCP SDK's) read
+// names without regard to case too. Now a proposal whose arguments hold,
+// in one object at any depth, two names that differ only in case, width,
+// or invisible characters is denied (SCHEMA_INVALID), naming both.
+func TestValidateArgumentNamesAToolMayTakeForOne(t *testing.T) {
+	t.Parallel()
+	tool := &xctv1.ToolDescriptor{
+		Name: "db.query", Effect: read,
+		// As an MCP server's schema often is: no additionalProperties.
+		InputSchema: `{"type":"object","properties":{"sql":{"type":"string"},"opts":{"type":"object"}},"required":["sql"]}`,
+	}
+	s := newService(t, `rules:
+  - id: selects-only
+    effect: allow
+    tools: ["db.query"]
+    when: 'args.sql.startsWith("SELECT ")'
+`, tool)
+
+	// What such a server runs for each proposal below.
+	served := func(a map[string]any) string {
+		raw, err := json.Marshal(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var q struct {
+			SQL  string `json:"sql"`
+			Opts struct {
+				Kind string `json:"kind"`
+			} `json:"opts"`
+		}
+		if err := json.Unmarshal(raw, &q); err != nil {
+			t.Fatal(err)
+		}
+		return q.SQL + "|" + q.Opts.Kind
+	}
+	for _, a := range []map[string]any{
+		{"sql": "SELECT 1", "ſql": "DROP TABLE users"},                               // long s
+		{"sql": "SELECT 1", "SQL": "DROP TABLE users"},                               // case (sorted first: the judged one wins in Go, not in every reader)
+		{"sql": "SELECT 1", "ｓｑｌ": "DROP TABLE users"},                               // full width (NFKC)
+		{"sql": "SELECT 1", "s\u200bql": "DROP TABLE users"},                         // a zero-width space
+		{"sql": "SELECT 1", "opts": map[string]any{"kind": "ro", "\u212Aind": "rw"}}, // nested, Kelvin sign
+	} {
+		v := validate(t, s, request(t, "db.query", a))
+		if v.GetDecision() != deny || v.GetError().GetCode() != string(wire.CodeSchemaInvalid) {
+			t.Errorf("%q (a Go server runs %q): %v %v, want a SCHEMA_INVALID deny", a, served(a), v.GetDecision(), v.GetError())
+			continue
+		}
+		if msg := v.GetError().GetMessage(); !strings.Contains(msg, "differ only in") {
+			t.Errorf("%q: message %q, want it to name the names", a, msg)
+		}
+	}
+	// Distinct names, and the same name in two objects, are fine.
+	checkVerdict(t, validate(t, s, request(t, "db.query", map[string]any{"sql": "SELECT 1", "opts": map[string]any{"sql": "x", "kind": "ro"}})), allow, "", "selects-only")
+}
