@@ -75,6 +75,18 @@ func workloadProblems(w workload) []string {
 			if hasNamedPort(c, "grpc") && p.GRPC == nil {
 				in("%s probe is not a gRPC probe although the container serves gRPC", kind)
 			}
+			// Liveness asks whether the process is alive (grpcx's
+			// "liveness"), the others whether it can work (""): a
+			// full NATS store or a lost NATS must not restart it.
+			if p.GRPC != nil {
+				want := ""
+				if kind == "liveness" {
+					want = "liveness"
+				}
+				if got := ptrValue(p.GRPC.Service); got != want {
+					in("%s probe asks for health service %q, want %q", kind, got, want)
+				}
+			}
 		}
 		for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
 			if q, ok := c.Resources.Requests[r]; !ok || q.IsZero() {
@@ -549,4 +561,12 @@ func memLimitFromContainer(c corev1.Container) bool {
 		return r.Resource == "limits.memory" && (r.ContainerName == "" || r.ContainerName == c.Name) && r.Divisor.IsZero()
 	}
 	return false
+}
+
+// ptrValue is *p, or "" when p is nil.
+func ptrValue(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
 }

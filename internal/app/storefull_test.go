@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
@@ -45,6 +47,7 @@ func TestHealthIsNotServingWhileAStreamCannotStore(t *testing.T) {
 	}
 	cfg.Auth.TokensFile = creds.Path
 	cfg.Security = grpcx.Security{Plaintext: true, ServiceToken: creds.Token(t, grpcxtest.Service)}
+	cfg.HealthListen = "127.0.0.1:0" // the kubelet's probe port
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	var logs testutil.Buffer
@@ -94,6 +97,22 @@ func TestHealthIsNotServingWhileAStreamCannotStore(t *testing.T) {
 		}
 	}
 	waitHealth(healthpb.HealthCheckResponse_NOT_SERVING)
+	// The probes' port says the same for readiness (""), and the process
+	// is still alive for the liveness probe: restarting it frees nothing.
+	probe, err := grpc.NewClient(a.HealthAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = probe.Close() }()
+	probes := healthpb.NewHealthClient(probe)
+	for service, want := range map[string]healthpb.HealthCheckResponse_ServingStatus{
+		"":                    healthpb.HealthCheckResponse_NOT_SERVING,
+		grpcx.LivenessService: healthpb.HealthCheckResponse_SERVING,
+	} {
+		if h, err := probes.Check(ctx, &healthpb.HealthCheckRequest{Service: service}); err != nil || h.GetStatus() != want {
+			t.Errorf("the probe port's health of %q while LCTL is full: %v, %v; want %s", service, h, err, want)
+		}
+	}
 	// One line for the stream, whatever the number of failed writes,
 	// naming it and the cause.
 	if n := strings.Count(logs.String(), "cannot store in stream LCTL"); n != 1 {

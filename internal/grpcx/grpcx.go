@@ -216,6 +216,15 @@ func (s *Server) CheckTable() error {
 	return nil
 }
 
+// LivenessService is the health service name that says the process is
+// alive and serves gRPC: SERVING from Serve until Stop, whatever its
+// services wait for, whether NATS is reachable or a stream can store.
+// Kubernetes' liveness probe asks it: a restart reconnects nothing the
+// NATS client does not and frees no store. The readiness and startup
+// probes ask "" (the process can do its work), which goes NOT_SERVING
+// for those (internal/app).
+const LivenessService = "liveness"
+
 // Serve marks every registered service SERVING and serves until Stop. A
 // server with a method the authorization table does not name refuses to
 // start.
@@ -231,6 +240,7 @@ func (s *Server) Serve() error {
 		s.Health.SetServingStatus(svc, st)
 	}
 	s.Health.SetServingStatus("", st)
+	s.Health.SetServingStatus(LivenessService, healthpb.HealthCheckResponse_SERVING)
 	if err := s.GRPC.Serve(s.lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 		return fmt.Errorf("%s: serve: %w", s.name, err)
 	}
