@@ -46,7 +46,7 @@ func TestPlainASCII(t *testing.T) {
 			for c := 0; c < 256; c++ {
 				b := append([]byte(nil), base[:n]...)
 				b[at] = byte(c)
-				want := c >= 0x20 && c < 0x80
+				want := c >= 0x20 && c < 0x7f
 				if got := plainASCII(string(b)); got != want {
 					t.Fatalf("%q: %v", b, got)
 				}

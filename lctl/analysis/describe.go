@@ -892,26 +892,10 @@ func oneLine(s string) string {
 	return strings.Join(strings.Fields(s), " ")
 }
 
-// plainASCII says every byte of s is from 0x20 to 0x7f, eight at a time:
-// x-0x20 in a byte borrows (its high bit set) below 0x20, x's own high bit
-// is set from 0x80 (a borrow may also mark a later byte: then the bytes
-// are looked at one by one).
-func plainASCII(s string) bool {
-	i := 0
-	for ; i+8 <= len(s); i += 8 {
-		x := uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
-			uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
-		if ((x-0x2020202020202020)|x)&0x8080808080808080 != 0 {
-			break
-		}
-	}
-	for ; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c >= 0x80 {
-			return false
-		}
-	}
-	return true
-}
+// plainASCII says every byte of s is from 0x20 to 0x7e (text.ShownASCII:
+// sixteen bytes at a time). A DEL (0x7f) goes the general way, which
+// clips it as one character too.
+func plainASCII(s string) bool { return text.ShownASCII(s) }
 
 // hasLineBreakOrTab is strings.ContainsAny(s, "\n\r\t").
 func hasLineBreakOrTab(s string) bool {

@@ -1,6 +1,9 @@
 package text
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+	"unsafe"
+)
 
 // hiddenIndexWords is hiddenIndex sixteen, then eight bytes at a time,
 // in Go: what other architectures than amd64 use.
@@ -22,4 +25,10 @@ func hiddenIndexWords(b []byte) int {
 		}
 	}
 	return len(b)
+}
+
+// ShownASCII reports whether every byte of s is printable ASCII (0x20 to
+// 0x7e): a string that shows as it is, a character a byte.
+func ShownASCII(s string) bool {
+	return hiddenIndex(unsafe.Slice(unsafe.StringData(s), len(s))) == len(s) //nolint:gosec // read only
 }
