@@ -42,7 +42,7 @@ func TestPublishAndWatch(t *testing.T) {
 	if err := catalog.Publish(ctx, js, []*xctv1.ToolDescriptor{write}); err != nil {
 		t.Fatal(err)
 	}
-	testutil.Eventually(t, 5*time.Second, func() error {
+	testutil.Eventually(t, 30*time.Second, func() error {
 		if _, ok := c.Get("fs.write"); !ok {
 			return fmt.Errorf("fs.write not seen yet")
 		}

@@ -126,7 +126,7 @@ func TestStepConcurrentCalls(t *testing.T) {
 	for range n {
 		wg.Go(func() { results <- execStep(t, s, "same", "test.slow", nil) })
 	}
-	testutil.Eventually(t, 5*time.Second, func() error {
+	testutil.Eventually(t, 30*time.Second, func() error {
 		if calls.Load() == 0 {
 			return errors.New("not started")
 		}

@@ -234,7 +234,7 @@ func TestAttackShellAllowListIsNotTheOnlyWall(t *testing.T) {
 		t.Fatal("find -exec read the file outside the workspace")
 	}
 	// Nothing of the timed-out step survives, the setsid child included.
-	testutil.Eventually(t, 5*time.Second, func() error {
+	testutil.Eventually(t, 30*time.Second, func() error {
 		des, _ := os.ReadDir("/proc")
 		for _, de := range des {
 			b, err := os.ReadFile("/proc/" + de.Name() + "/cmdline")
