@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -223,6 +224,28 @@ func (s *Service) claim(ctx context.Context, req *xctv1.ExecuteRequest, st *serv
 		}
 		switch cur.GetState() {
 		case stateSucceeded, stateFailed:
+			if resolvedBeforeAllowed(cur, called, grantIssued(ctx)) {
+				// A human's decision about a step that had no record, made
+				// before the validator allowed this call: it settled no
+				// doubt (the step had yet to run), so it does not stand for
+				// the call. On main an operator resolved a step waiting for
+				// its approval "succeeded" with a result of their own, and
+				// the approved call replayed it.
+				r := cur.GetResolution()
+				reason := fmt.Sprintf("resolved %s by %s at %s, before the validator allowed the step: a resolution settles a step in doubt, not one yet to run",
+					strings.ToLower(strings.TrimPrefix(r.GetDecision().String(), "STEP_DECISION_")), r.GetResolvedBy(), r.GetResolvedAt().AsTime().UTC().Format(time.RFC3339))
+				next := withGrant(rerun(cur, fresh(1), reason), grantOf(ctx))
+				next.Tool, next.ArgumentsDigest, next.Effect, next.Idempotent = req.GetTool(), digest, effect, idem
+				next.Resolution = nil
+				if rev, err := store.Update(sctx, next, rev); err == nil {
+					s.log.WarnContext(ctx, "a step resolved before it was allowed runs under its verdict", "step_id", cur.GetStepId(),
+						"resolved_by", r.GetResolvedBy(), "decision", r.GetDecision().String())
+					return &stepClaim{store: store, rec: next, rev: rev, prev: cur}, nil, nil
+				} else if !errors.Is(err, ErrStepConflict) && !s.unclaim(sctx, store, next, cur) {
+					return nil, nil, storeErr(ctx, req.GetStepId(), err)
+				}
+				continue
+			}
 			resp, err := s.recordedResponse(sctx, store, cur)
 			if err != nil {
 				return nil, nil, storeErr(ctx, req.GetStepId(), err)
@@ -285,6 +308,18 @@ func (s *Service) claim(ctx context.Context, req *xctv1.ExecuteRequest, st *serv
 			return nil, nil, status.Errorf(codes.DataLoss, "step %s has a record in an unknown state %v; nothing was executed", req.GetStepId(), cur.GetState())
 		}
 	}
+}
+
+// resolvedBeforeAllowed reports whether rec is a human's resolution of a
+// step that had no record (no call, no state before it) made before the
+// verdict of the call now asking was issued. A step in doubt is resolved
+// after the verdict its call carried; a call whose verdict came later was
+// allowed after the decision, which then settled nothing. A fence (the
+// orchestrator's "not executed") carries no resolution and still holds.
+func resolvedBeforeAllowed(rec *xctv1.StepRecord, called bool, issued time.Time) bool {
+	r := rec.GetResolution()
+	return !called && r != nil && r.GetPreviousState() == xctv1.StepRecordState_STEP_RECORD_STATE_UNSPECIFIED &&
+		rec.GetAttempt() == 0 && !issued.IsZero() && r.GetResolvedAt().AsTime().Before(issued)
 }
 
 // unclaim undoes a claim whose write failed but may have been stored

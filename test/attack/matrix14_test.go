@@ -411,3 +411,55 @@ func TestAttackAuthorizationMatrix(t *testing.T) {
 		t.Errorf("config/app.yaml: %q", got)
 	}
 }
+
+// An operator forged the outcome of a step that had not run: a step
+// without a record takes a human's resolution as its record (a step in
+// doubt whose record outlived --step-retention is resolved so), and a
+// record without a call holds for whatever call carries its step id.
+// Under config-approval.yaml alice's write of config/app.yaml waited for
+// bob; carol (operator) read its step id from ListApprovals and resolved
+// it "succeeded" with a result of her own; bob approved, and on main the
+// run ended DONE with carol's result as the write's, the file unchanged.
+// A resolution made before the validator allowed the step settled no
+// doubt: the executor now runs the step under the verdict issued after
+// it, and the resolution is kept in the record's reruns.
+func TestAttackOperatorResolvesAStepBeforeItRuns(t *testing.T) {
+	c := startBindCluster(t, withTools(t, "", shippedPolicy(t, "config-approval.yaml")))
+	if err := os.MkdirAll(filepath.Join(c.workspace, "config"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(c.workspace, "config", "app.yaml"), []byte("mode: safe\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c.writeScript(t, "a.yaml", script(step("fs.write", `{path: config/app.yaml, content: "mode: fast\n"}`)))
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	resp, err := c.orchestratorAs(t, "alice").StartRun(ctx, &xctv1.StartRunRequest{Goal: "g", Model: "scripted:a.yaml"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := resp.GetRun().GetRunId()
+	a := waitApproval(t, c, "bob", id)
+	forged, err := structpb.NewValue(map[string]any{"forged": "by carol"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.executorAs(t, "carol").ResolveStep(ctx, &xctv1.ResolveStepRequest{
+		StepId: a.GetStepId(), Decision: xctv1.StepDecision_STEP_DECISION_SUCCEEDED, Reason: "done already", Result: forged,
+	}); err != nil {
+		// Refusing the resolution would hold too.
+		t.Logf("carol's resolution: %v", err)
+	}
+	if _, err := c.validatorAs(t, "bob").DecideApproval(ctx, &xctv1.DecideApprovalRequest{RunId: id, Step: a.GetStepId(), Approve: true}); err != nil {
+		t.Fatal(err)
+	}
+	run := c.waitRun(t, "alice", id)
+	for _, s := range run.GetSteps() {
+		if strings.Contains(fmt.Sprint(s.GetResponse()), "forged") {
+			t.Errorf("the run took carol's result for the approved write: %v", s.GetResponse())
+		}
+	}
+	if got, _ := readWS(t, c.workspace, "config/app.yaml"); got != "mode: fast\n" {
+		t.Errorf("config/app.yaml after bob approved: %q, want the write done", got)
+	}
+}
