@@ -29,6 +29,7 @@ func BenchmarkMCPCall(b *testing.B) {
 	entry := "name: local\ncommand: " + self + "\nargs: [-test.run=^$]\nset_env: {" + mcpStdioEnv + ": \"1\"}\ntimeout: 10s\ntools:\n  echo: {effect: read}\n  write: {effect: reversible}"
 	cfg, err := ParseToolsConfig("tools.yaml", []byte("mcp:\n  - "+strings.ReplaceAll(entry, "\n", "\n    ")+"\n"))
 	must(b, err)
+	givenWorkspace(cfg, ws)
 	s, err := New(Config{Workspace: ws, Tools: cfg}, nil, nil)
 	must(b, err)
 	b.Cleanup(func() { _ = s.Stop(context.Background()) })

@@ -258,6 +258,7 @@ func mcpServiceIn(t *testing.T, ws, entry string) *Service {
 	t.Helper()
 	cfg, err := ParseToolsConfig("tools.yaml", []byte("mcp:\n  - "+strings.ReplaceAll(entry, "\n", "\n    ")+"\n"))
 	must(t, err)
+	givenWorkspace(cfg, ws)
 	s, err := New(Config{Workspace: ws, Tools: cfg}, nil, testLogger(t))
 	must(t, err)
 	t.Cleanup(func() { _ = s.Stop(context.Background()) })

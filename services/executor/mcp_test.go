@@ -29,6 +29,11 @@ import (
 // running tests: the executor starts it as a child process.
 const mcpStdioEnv = "XCT_TEST_MCP_STDIO"
 
+// mcpWorkspaceEnv gives the test server the workspace, which it changes
+// to before anything else (it starts in a directory of its own): as an
+// operator gives a server the workspace's path in its arguments.
+const mcpWorkspaceEnv = "XCT_TEST_MCP_WORKSPACE"
+
 // mcpMuteEnv names a file (in the working directory): a server instance
 // started while it exists never answers, not even the initialization.
 const mcpMuteEnv = "XCT_TEST_MCP_MUTE"
@@ -44,6 +49,11 @@ func TestMain(m *testing.M) {
 		os.Exit(mcpDaemon(stage, os.Args[1:]))
 	}
 	if os.Getenv(mcpStdioEnv) == "1" {
+		if ws := os.Getenv(mcpWorkspaceEnv); ws != "" {
+			if err := os.Chdir(ws); err != nil {
+				os.Exit(4)
+			}
+		}
 		if f := os.Getenv(mcpMuteEnv); f != "" {
 			if _, err := os.Stat(f); err == nil {
 				// Never answers: it reads what it is sent until its
@@ -155,13 +165,33 @@ func mcpService(t *testing.T, entry string) *Service {
 	t.Helper()
 	cfg, err := ParseToolsConfig("tools.yaml", []byte("mcp:\n  - "+strings.ReplaceAll(entry, "\n", "\n    ")+"\n"))
 	must(t, err)
-	s, err := New(Config{Workspace: t.TempDir(), Tools: cfg}, nil, testLogger(t))
+	ws := t.TempDir()
+	givenWorkspace(cfg, ws)
+	s, err := New(Config{Workspace: ws, Tools: cfg}, nil, testLogger(t))
 	must(t, err)
 	t.Cleanup(func() { _ = s.Stop(context.Background()) })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	must(t, s.Start(ctx))
 	return s
+}
+
+// givenWorkspace gives each stdio server of cfg the workspace ws
+// (mcpWorkspaceEnv), unless it sets that itself.
+func givenWorkspace(cfg *ToolsConfig, ws string) {
+	for i := range cfg.MCP {
+		m := &cfg.MCP[i]
+		if m.Command == "" {
+			continue
+		}
+		if _, ok := m.SetEnv[mcpWorkspaceEnv]; ok {
+			continue
+		}
+		if m.SetEnv == nil {
+			m.SetEnv = map[string]string{}
+		}
+		m.SetEnv[mcpWorkspaceEnv] = ws
+	}
 }
 
 func TestMCPTools(t *testing.T) {

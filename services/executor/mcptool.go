@@ -48,6 +48,17 @@ type mcpServer struct {
 	ws *workspace
 	// red redacts what the server writes on stderr before it is logged.
 	red *redact.Redactor
+	// dir is where a stdio server starts: an empty directory of its own,
+	// made read-only by newMCPServer outside the workspace and removed by
+	// close (ownDir), or the workspace when its configuration says cwd:
+	// workspace. Launchers resolve what they run from their working
+	// directory (npx runs a node_modules/.bin/<name> found there, deno
+	// reads deno.json, python -m imports from it): in the workspace,
+	// that was the model's code, run with the server's network and
+	// writable directories (session 14, attack14).
+	dir    string
+	ownDir bool
+	dirErr error
 
 	mu      sync.Mutex
 	session *mcp.ClientSession
@@ -85,6 +96,14 @@ func newMCPServer(cfg MCPServerConfig, wsDir string, protected *protectedPaths, 
 		client:    mcp.NewClient(&mcp.Implementation{Name: "xct-executor", Version: "v1"}, &mcp.ClientOptions{Logger: log}),
 	}
 	if cfg.Command != "" {
+		m.dir = wsDir
+		if cfg.Cwd != MCPCwdWorkspace {
+			m.dir, m.dirErr = emptyDir(wsDir)
+			m.ownDir = m.dirErr == nil
+			if m.dirErr != nil {
+				log.Error("MCP server not started: its working directory cannot be made", "server", cfg.Name, "error", m.dirErr)
+			}
+		}
 		if cfg.Sandbox.disabled() {
 			log.Error("SECURITY: MCP server runs WITHOUT a sandbox (sandbox: none in the tools configuration): "+
 				"it can read and change everything the executor's user can, and reach the network", "server", cfg.Name)
@@ -92,12 +111,34 @@ func newMCPServer(cfg MCPServerConfig, wsDir string, protected *protectedPaths, 
 			// No address space limit unless configured: servers are
 			// often runtimes that reserve much more than they use.
 			m.sb = newOSSandbox(cfg.Sandbox, wsDir, 0)
+			if m.ownDir {
+				m.sb.ownDir = m.dir
+			}
 			if m.sb.err != nil {
 				log.Error("MCP server not started: its sandbox cannot be set up", "server", cfg.Name, "error", m.sb.err)
 			}
 		}
 	}
 	return m
+}
+
+// emptyDir makes an empty directory for a stdio MCP server to start in,
+// read-only, in the executor's temporary directory (not in the workspace
+// wsDir).
+func emptyDir(wsDir string) (string, error) {
+	d, err := os.MkdirTemp("", "xct-mcp-")
+	if err != nil {
+		return "", err
+	}
+	if d == wsDir || strings.HasPrefix(d, wsDir+string(os.PathSeparator)) {
+		_ = os.Remove(d)
+		return "", fmt.Errorf("the temporary directory %s is in the workspace", d)
+	}
+	if err := os.Chmod(d, 0o500); err != nil { //nolint:gosec // a directory: its owner may enter it, nobody may write in it
+		_ = os.Remove(d)
+		return "", err
+	}
+	return d, nil
 }
 
 // transport is a fresh transport to the server. A stdio server's process
@@ -121,11 +162,14 @@ func (m *mcpServer) transport(ctx context.Context, sbx *osSandbox) (mcp.Transpor
 		}, nil, nil
 	}
 	env := scrubbedEnv(m.cfg.Env, m.cfg.SetEnv)
-	searchLists(env, m.wsDir) // the server starts in the workspace
+	if m.dirErr != nil {
+		return nil, nil, fmt.Errorf("its working directory cannot be made: %w", m.dirErr)
+	}
+	searchLists(env, m.wsDir) // the workspace is the model's, wherever the server starts
 	var cmd *osexec.Cmd
 	var proc *sandboxProc
 	if sbx != nil {
-		argv := sbx.argv(m.cfg.resolved, path.Base(m.cfg.Command), m.cfg.Args, m.wsDir, env)
+		argv := sbx.argv(m.cfg.resolved, path.Base(m.cfg.Command), m.cfg.Args, m.dir, env)
 		cmd = osexec.CommandContext(context.WithoutCancel(ctx), argv[0], argv[1:]...) //nolint:gosec // prlimit and bwrap, resolved; the operator's command
 		cmd.Env = []string{}
 		var err error
@@ -138,7 +182,7 @@ func (m *mcpServer) transport(ctx context.Context, sbx *osSandbox) (mcp.Transpor
 		cmd.Args[0] = m.cfg.Command
 		cmd.Env = env
 	}
-	cmd.Dir = m.wsDir
+	cmd.Dir = m.dir
 	cmd.Stderr = &logWriter{log: m.log, server: m.cfg.Name, red: m.red}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	return &mcp.CommandTransport{Command: cmd, TerminateDuration: time.Second}, proc, nil
@@ -332,6 +376,11 @@ func (m *mcpServer) close() error {
 		err = s.Close()
 	}
 	m.watchers.Wait()
+	if m.ownDir {
+		// Empty and read-only: made writable again to be removed.
+		_ = os.Chmod(m.dir, 0o700) //nolint:gosec // a directory, its owner's alone
+		_ = os.Remove(m.dir)
+	}
 	return err
 }
 
@@ -540,9 +589,9 @@ func (t *mcpTool) callAlone(ctx context.Context, args map[string]any) (any, *xct
 		// server starts through the check that each is the entry found,
 		// read-only, where it was found (a directory renamed meanwhile
 		// by another run's program left the real one writable: session
-		// 13, attack13), in the workspace (its top is not the model's
-		// to swap).
-		top, err := openScanTop(m.wsDir)
+		// 13, attack13), in the server's own directory (or the
+		// workspace's top, with cwd: workspace: not the model's to swap).
+		top, err := openScanTop(m.dir)
 		if err == nil {
 			sbx.enter, enter, err = newSandboxEnter(top)
 			_ = top.Close()

@@ -170,6 +170,11 @@ type osSandbox struct {
 	// noUnixSockets refuses socket(AF_UNIX) (seccompProgram): for a
 	// sandbox that lives between calls.
 	noUnixSockets bool
+	// ownDir, when set, is an empty directory outside the workspace
+	// (a stdio MCP server's: mcpServer.dir), mounted read-only at its
+	// path after everything else: the program starts there, where the
+	// model has put nothing for a launcher to find.
+	ownDir string
 	// enter, when set, starts the program through the executor's own
 	// binary (internal/sandboxenter), which checks that the working
 	// directory is the one the executor checked before it executes it.
@@ -307,7 +312,7 @@ const sandboxBin = "/.xct/bin"
 
 // argv is the command line that runs program (the resolved file of the
 // program configured as name) with args inside the sandbox, in directory
-// dir (a host path inside the workspace), with the environment env
+// dir (a host path inside the workspace, or ownDir), with the environment env
 // ("K=V"). The status of bwrap goes to file descriptor 3. A binary whose
 // file is named otherwise is started as sandboxBin/name, a link to it: a
 // program that acts by the name it is started as (busybox, xz as unxz)
@@ -378,6 +383,9 @@ func (s *osSandbox) argv(program, name string, args []string, dir string, env []
 		wsBind = "--ro-bind"
 	}
 	a = append(a, wsBind, s.wsDir, s.wsDir)
+	if s.ownDir != "" {
+		a = append(a, "--ro-bind", s.ownDir, s.ownDir)
+	}
 	fd := s.firstFD
 	if s.seccomp != nil {
 		a = append(a, "--seccomp", strconv.Itoa(fd))

@@ -265,9 +265,20 @@ type MCPServerConfig struct {
 	// Sandbox is the OS sandbox of a stdio server (default: bwrap with no
 	// network and no memory limit); "sandbox: none" runs it unconfined.
 	Sandbox *SandboxConfig `yaml:"sandbox"`
+	// Cwd is where a stdio server starts: empty (the default), an empty
+	// read-only directory of its own; "workspace" (MCPCwdWorkspace), the
+	// workspace, which the model writes: a launcher that resolves what it
+	// runs from its working directory (npx, deno, python -m) then runs
+	// the model's code. The workspace is at its path either way: give it
+	// to the server in its args.
+	Cwd string `yaml:"cwd"`
 
 	resolved string
 }
+
+// MCPCwdWorkspace is the cwd of a stdio server that starts in the
+// workspace (MCPServerConfig.Cwd).
+const MCPCwdWorkspace = "workspace"
 
 // ToolOverride replaces what a server says about one of its tools.
 type ToolOverride struct {
@@ -526,6 +537,12 @@ func (v *configCheck) check(cfg *ToolsConfig) {
 		v.checkSandbox(append(p, "sandbox"), m.Sandbox)
 		if m.Sandbox != nil && m.URL != "" {
 			v.fail(append(p, "sandbox"), "a sandbox applies to a command, not to a url")
+		}
+		switch {
+		case m.Cwd != "" && m.Cwd != MCPCwdWorkspace:
+			v.fail(append(p, "cwd"), "cwd %q must be empty (a directory of the server's own) or %q", m.Cwd, MCPCwdWorkspace)
+		case m.Cwd != "" && m.URL != "":
+			v.fail(append(p, "cwd"), "cwd applies to a command, not to a url")
 		}
 		v.checkLimits(p, m.Timeout, m.MaxOutputBytes)
 		v.checkOverrides(append(p, "tools"), m.Tools)

@@ -164,6 +164,8 @@ func TestParseToolsConfigErrors(t *testing.T) {
 		{"mcp bad url", "mcp:\n  - name: m\n    url: ftp://h/mcp\n", `tools.yaml:3: mcp[0].url: url "ftp://h/mcp"`},
 		{"mcp url with args", "mcp:\n  - name: m\n    url: http://h/mcp\n    args: [x]\n", "apply to a command"},
 		{"mcp command missing", "mcp:\n  - name: m\n    command: no-such-program-xct\n", "not found in PATH"},
+		{"mcp bad cwd", "mcp:\n  - name: m\n    command: cat\n    cwd: /srv\n", `mcp[0].cwd: cwd "/srv" must be empty`},
+		{"mcp url with cwd", "mcp:\n  - name: m\n    url: http://h/mcp\n    cwd: workspace\n", "cwd applies to a command"},
 		{"mcp bad tool override", "mcp:\n  - name: m\n    command: cat\n    tools:\n      \"a b\": {effect: read}\n", `tool name "a b"`},
 	}
 	for _, tt := range tests {
