@@ -10,13 +10,11 @@ import (
 	"context"
 	"slices"
 	"strings"
-	"unicode"
-
-	"golang.org/x/text/cases"
-	"golang.org/x/text/unicode/norm"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/xct-dev/xct/internal/namefold"
 )
 
 // Roles.
@@ -99,16 +97,7 @@ func LookAlike(a, b string) bool {
 // selectors, normalized again, and without surrounding space or trailing
 // dots.
 func NameKey(s string) string {
-	s = norm.NFKC.String(s)
-	s = cases.Fold().String(s) // a Caser is not safe for concurrent use: one per call
-	s = strings.Map(func(r rune) rune {
-		if unicode.Is(unicode.Cf, r) || unicode.Is(unicode.Variation_Selector, r) {
-			return -1
-		}
-		return r
-	}, s)
-	s = norm.NFKC.String(s)
-	return strings.TrimRight(strings.TrimSpace(s), ". \t")
+	return strings.TrimRight(strings.TrimSpace(namefold.Fold(s)), ". \t")
 }
 
 // String is the principal's name.

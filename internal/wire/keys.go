@@ -2,12 +2,9 @@ package wire
 
 import (
 	"slices"
-	"strings"
-	"unicode"
 	"unicode/utf8"
 
-	"golang.org/x/text/cases"
-	"golang.org/x/text/unicode/norm"
+	"github.com/xct-dev/xct/internal/namefold"
 )
 
 // KeyClash finds, in one object of v (JSON values: maps, slices,
@@ -84,13 +81,5 @@ func memberKey(s string) string {
 	if lowerASCII(s) {
 		return s
 	}
-	s = norm.NFKC.String(s)
-	s = cases.Fold().String(s) // a Caser is not safe for concurrent use: one per call
-	s = strings.Map(func(r rune) rune {
-		if unicode.Is(unicode.Cf, r) || unicode.Is(unicode.Variation_Selector, r) {
-			return -1
-		}
-		return r
-	}, s)
-	return norm.NFKC.String(s)
+	return namefold.Fold(s)
 }
