@@ -26,15 +26,9 @@ func TestCancelEndsARollbackBeforeItsNextUndo(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, newGatedModel(writeFile("one\n"), writeFile("two\n"), writeFile("three\n")))
 	b, _ := f.orchestrator("orch-b", time.Minute)
-	id := f.start(b)
-	if events := f.waitEnd(id); events[len(events)-1].Data["status"] != "done" {
-		t.Fatalf("run:\n%s", describe(events))
-	}
+	id := f.startDone(b)
 	relay, relayAddr := newHeldExecutor(t, f, f.execAddr)
-	realExec := f.execAddr
-	f.execAddr = relayAddr
-	a, _ := f.orchestrator("orch-a", time.Minute)
-	f.execAddr = realExec
+	a, _ := f.orchestratorVia("orch-a", time.Minute, relayAddr, "")
 	srv := f.serveOrchestrator(a)
 	carol := xctv1.NewOrchestratorServiceClient(f.creds.Dial(t, srv.Addr(), "carol"))
 

@@ -36,16 +36,10 @@ func TestRollbackRetriedAfterTheUndoActedUnseen(t *testing.T) {
 	model := newGatedModel(write("one\n"), write("two\n"))
 	f := newFixture(t, model)
 	b, _ := f.orchestrator("orch-b", time.Second)
-	id := f.start(b)
-	if events := f.waitEnd(id); events[len(events)-1].Data["status"] != "done" {
-		t.Fatalf("run:\n%s", describe(events))
-	}
+	id := f.startDone(b)
 
 	relay, relayAddr := newHeldExecutor(t, f, f.execAddr)
-	realExec := f.execAddr
-	f.execAddr = relayAddr
-	a, anc := f.orchestrator("orch-a", time.Second)
-	f.execAddr = realExec
+	a, anc := f.orchestratorVia("orch-a", time.Second, relayAddr, "")
 
 	operator := as(context.Background(), "oscar", auth.RoleOperator)
 	rollback := func(s *Service) (*xctv1.RollbackRunResponse, error) {

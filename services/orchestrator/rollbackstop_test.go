@@ -87,10 +87,7 @@ func TestStopEndsARollbackWaitingForAHuman(t *testing.T) {
 	f := newFixture(t, newGatedModel(writeFile("one\n"), writeFile("two\n")))
 	pv := f.withPolicy(rollbackWaitsPolicy)
 	b, _ := f.orchestrator("orch-b", time.Minute)
-	id := f.start(b)
-	if events := f.waitEnd(id); events[len(events)-1].Data["status"] != "done" {
-		t.Fatalf("run:\n%s", describe(events))
-	}
+	id := f.startDone(b)
 	a, _ := f.orchestrator("orch-a", time.Minute)
 	srv := f.serveOrchestrator(a)
 	carol := xctv1.NewOrchestratorServiceClient(f.creds.Dial(t, srv.Addr(), "carol"))
@@ -198,15 +195,9 @@ func TestStopLetsTheUndoInFlightFinish(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, newGatedModel(writeFile("one\n"), writeFile("two\n"), writeFile("three\n")))
 	b, _ := f.orchestrator("orch-b", time.Minute)
-	id := f.start(b)
-	if events := f.waitEnd(id); events[len(events)-1].Data["status"] != "done" {
-		t.Fatalf("run:\n%s", describe(events))
-	}
+	id := f.startDone(b)
 	relay, relayAddr := newHeldExecutor(t, f, f.execAddr)
-	realExec := f.execAddr
-	f.execAddr = relayAddr
-	a, _ := f.orchestrator("orch-a", time.Minute)
-	f.execAddr = realExec
+	a, _ := f.orchestratorVia("orch-a", time.Minute, relayAddr, "")
 	srv := f.serveOrchestrator(a)
 	carol := xctv1.NewOrchestratorServiceClient(f.creds.Dial(t, srv.Addr(), "carol"))
 

@@ -257,6 +257,31 @@ func (f *fixture) orchestrator(name string, lease time.Duration) (*Service, *nat
 	return f.launch(Config{RunLease: lease, DrainTimeout: 20 * time.Second, Instance: name, CallTimeout: time.Minute}, f.model)
 }
 
+// orchestratorVia is f.orchestrator calling its executor at exec and its
+// validator at val (a test's relay; "" keeps the fixture's).
+func (f *fixture) orchestratorVia(name string, lease time.Duration, exec, val string) (*Service, *nats.Conn) {
+	f.t.Helper()
+	realExec, realVal := f.execAddr, f.valAddr
+	defer func() { f.execAddr, f.valAddr = realExec, realVal }()
+	if exec != "" {
+		f.execAddr = exec
+	}
+	if val != "" {
+		f.valAddr = val
+	}
+	return f.orchestrator(name, lease)
+}
+
+// startDone starts a run on s and waits for it to end done.
+func (f *fixture) startDone(s *Service) string {
+	f.t.Helper()
+	id := f.start(s)
+	if events := f.waitEnd(id); events[len(events)-1].Data["status"] != "done" {
+		f.t.Fatalf("run:\n%s", describe(events))
+	}
+	return id
+}
+
 // launch starts an orchestrator with cfg (the fixture's validator and
 // executor filled in) on its own NATS connection, as the service
 // principal, stopped when the test ends.

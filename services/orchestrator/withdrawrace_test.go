@@ -125,15 +125,9 @@ func TestWithdrawLosingToAnApprovalIsRecordedAsTheApproval(t *testing.T) {
 	f := newFixture(t, newGatedModel(writeFile("one\n"), writeFile("two\n")))
 	pv := f.withPolicy(rollbackWaitsPolicy)
 	b, _ := f.orchestrator("orch-b", time.Minute)
-	id := f.start(b)
-	if events := f.waitEnd(id); events[len(events)-1].Data["status"] != "done" {
-		t.Fatalf("run:\n%s", describe(events))
-	}
+	id := f.startDone(b)
 	relay, relayAddr := newHeldWithdraw(t, f, f.valAddr)
-	realVal := f.valAddr
-	f.valAddr = relayAddr
-	a, _ := f.orchestrator("orch-a", time.Minute)
-	f.valAddr = realVal
+	a, _ := f.orchestratorVia("orch-a", time.Minute, "", relayAddr)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -189,10 +183,7 @@ func TestWithdrawOfACancelledRunLosingToAnApproval(t *testing.T) {
 	f := newFixture(t, newGatedModel(writeFile("one\n")))
 	pv := f.withPolicy(rollbackWaitsPolicy) // carol's writes wait for a human
 	relay, relayAddr := newHeldWithdraw(t, f, f.valAddr)
-	realVal := f.valAddr
-	f.valAddr = relayAddr
-	a, _ := f.orchestrator("orch-a", time.Minute)
-	f.valAddr = realVal
+	a, _ := f.orchestratorVia("orch-a", time.Minute, "", relayAddr)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -246,10 +237,7 @@ func TestWithdrawTriedAgainWhenTheValidatorIsUnavailable(t *testing.T) {
 	pv := f.withPolicy(rollbackWaitsPolicy) // carol's writes wait for a human
 	relay, relayAddr := newHeldWithdraw(t, f, f.valAddr)
 	relay.failFirst = true
-	realVal := f.valAddr
-	f.valAddr = relayAddr
-	a, _ := f.orchestrator("orch-a", time.Minute)
-	f.valAddr = realVal
+	a, _ := f.orchestratorVia("orch-a", time.Minute, "", relayAddr)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
