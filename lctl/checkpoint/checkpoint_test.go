@@ -69,7 +69,11 @@ func chainOf(t testing.TB, id string, types []string, every int, signerAt func(s
 		if len(events) > 0 {
 			prev = events[len(events)-1].Hash
 		}
-		e := lctl.Event{ChainID: id, Seq: uint64(len(events) + 1), Type: typ, Agent: "agent",
+		agent := "agent"
+		if typ == checkpoint.EventType {
+			agent = checkpoint.SignerAgent
+		}
+		e := lctl.Event{ChainID: id, Seq: uint64(len(events) + 1), Type: typ, Agent: agent,
 			Timestamp: lctl.FormatTime(testTime(len(events))), Data: data}
 		if err := e.Seal(prev); err != nil {
 			t.Fatal(err)
@@ -341,7 +345,7 @@ func TestCutAfterACheckpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cp := lctl.Event{Seq: head.Seq + 1, Type: checkpoint.EventType, Agent: "agent", Timestamp: head.Timestamp, Data: d}
+	cp := lctl.Event{Seq: head.Seq + 1, Type: checkpoint.EventType, Agent: checkpoint.SignerAgent, Timestamp: head.Timestamp, Data: d}
 	if err := cp.Seal(head.Hash); err != nil {
 		t.Fatal(err)
 	}

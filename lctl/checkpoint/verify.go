@@ -234,6 +234,11 @@ func (ck *checker) check(e *lctl.Event, pos int, headAt func(seq uint64) (hash, 
 	case err != nil:
 		fail(ProblemSignature, "its signed note is not a checkpoint: %v", err)
 		return false
+	case p.Seq == 0:
+		// Seqs start at 1: a tree size of 0 covers no event (and there is
+		// no event 0 to compare its head with).
+		fail(ProblemSignature, "its signed note covers no event (tree size 0)")
+		return false
 	case !strings.HasSuffix(p.Origin, ck.wantOrigin):
 		fail(ProblemSignature, "it signs origin %q, not this chain (%q): it was copied from another chain", p.Origin, "…"+ck.wantOrigin)
 		return false
@@ -280,13 +285,14 @@ func (ck *checker) check(e *lctl.Event, pos int, headAt func(seq uint64) (hash, 
 	r.Covered = max(r.Covered, p.Seq)
 	head, _ := e.Get("head_hash").(string)
 	seq, _ := e.Get("seq").(float64)
+	key, _ := e.Get("key").(string)
 	keys := strings.Join(c.Keys, ", ")
 	switch {
 	case p.Seq >= e.Seq:
 		fail(ProblemRehashed, "signed by %s, it covers the chain up to seq %d but is itself at seq %d: events before it were removed and the hashes recomputed (one or more of events %d to %d differ)",
 			keys, p.Seq, e.Seq, ck.provenFrom+1, e.Seq-1)
-	case head != p.HeadHash || uint64(seq) != p.Seq:
-		fail(ProblemSignature, "its seq or head_hash was changed: they do not match the signed note (seq %d, head %s)", p.Seq, clip(p.HeadHash))
+	case head != p.HeadHash || seq != float64(p.Seq) || !signedBy(n, key):
+		fail(ProblemSignature, "its seq, head_hash or key was changed: they do not match the signed note (seq %d, head %s, signed by %s)", p.Seq, clip(p.HeadHash), sigNames(n))
 	case p.Seq > ck.intact:
 		c.Status = fmt.Sprintf("covers seq 1 to %d, but the chain breaks before that (see the first problem)", p.Seq)
 	default:
@@ -312,8 +318,8 @@ func (ck *checker) check(e *lctl.Event, pos int, headAt func(seq uint64) (hash, 
 		// it covers, with the data Sign gave it. A real checkpoint copied
 		// further on, or one with a field added, is an event nobody
 		// signed.
-		if e.Seq != p.Seq+1 || !signedFieldsOnly(e.Data) {
-			c.Status += fmt.Sprintf("; but this event is not the one signed (it does not follow seq %d, or holds fields the signature does not cover): it is a copy, unsigned", p.Seq)
+		if why := notAsSigned(e, p.Seq); why != "" {
+			c.Status += fmt.Sprintf("; but this event is not the one signed (%s): it is a copy, unsigned", why)
 			return false
 		}
 	}
@@ -323,13 +329,57 @@ func (ck *checker) check(e *lctl.Event, pos int, headAt func(seq uint64) (hash, 
 // signedFields are the data of a signed checkpoint event (Sign).
 var signedFields = map[string]bool{"note": true, "seq": true, "head_hash": true, "key": true}
 
-func signedFieldsOnly(data map[string]any) bool {
-	for k := range data {
-		if !signedFields[k] {
-			return false
+// SignerAgent is the agent of a signed checkpoint event: the orchestrator,
+// the only writer of a run's chain, appends it.
+const SignerAgent = "orchestrator"
+
+// notAsSigned says why e, a checkpoint whose note verified and covers
+// seq, is not the event the orchestrator appended ("" when it is). The
+// note signs the events before e, not e itself, so e proves itself only
+// as exactly what the orchestrator writes: right after the event it
+// covers, by the orchestrator, with the four fields Sign gives it and
+// nothing beside them. Anything else (a copy further on, an agent or a
+// field of someone else's) is an event nobody signed. Its timestamp is
+// the one part left to the writer: the chain's check keeps it in order.
+func notAsSigned(e *lctl.Event, seq uint64) string {
+	switch {
+	case e.Seq != seq+1:
+		return fmt.Sprintf("it does not follow seq %d", seq)
+	case e.Agent != SignerAgent:
+		return fmt.Sprintf("its agent is %q, not the %s that signs", e.Agent, SignerAgent)
+	case len(e.Extra) > 0 || !signedFieldsOnly(e):
+		return "it holds fields the signature does not cover"
+	}
+	return ""
+}
+
+// signedBy reports whether name is the name of a key whose signature of n
+// verified.
+func signedBy(n *note.Note, name string) bool {
+	for _, s := range n.Sigs {
+		if s.Name == name {
+			return true
 		}
 	}
-	return true
+	return false
+}
+
+func sigNames(n *note.Note) string {
+	names := make([]string, len(n.Sigs))
+	for i, s := range n.Sigs {
+		names[i] = s.Name
+	}
+	return strings.Join(names, ", ")
+}
+
+func signedFieldsOnly(e *lctl.Event) bool {
+	only := true
+	e.RangeData(func(k string, _ any) {
+		if !signedFields[k] {
+			only = false
+		}
+	})
+	return only
 }
 
 // ends is what Verify needs to know of a chain's runs: whether one was

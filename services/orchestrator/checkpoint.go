@@ -136,7 +136,7 @@ func (r *run) checkpointAfter(e *lctl.Event) {
 			ctx, cancel := context.WithTimeout(context.Background(), r.svc.cfg.AppendTimeout)
 			defer cancel()
 			var cp lctl.Event
-			if cp, err = r.writer.Append(ctx, checkpoint.EventType, agentOrchestrator, data); err == nil {
+			if cp, err = r.writer.Append(ctx, checkpoint.EventType, checkpoint.SignerAgent, data); err == nil {
 				r.svc.runs.apply(&cp)
 				if err := r.observe(&cp); err != nil {
 					r.log.Warn("crew session refused a signed checkpoint", "run", r.id, "err", err)

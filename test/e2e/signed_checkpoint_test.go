@@ -160,6 +160,27 @@ func TestSignedCheckpoints(t *testing.T) {
 	verify("checkpoint copied to the end", append(clone(f.Events), copied), 1, "FAILED: event "+itoa(copied.Seq)+" come",
 		"after the last signed checkpoint")
 
+	// The run's last checkpoint edited in place and re-hashed alone (no
+	// event links to it): its note still verifies, but the event is not
+	// what the orchestrator appended (session 15: each passed as signed).
+	for name, edit := range map[string]func(e *lctl.Event){
+		"checkpoint by another agent":   func(e *lctl.Event) { e.Agent = "security-team" },
+		"checkpoint with a field added": func(e *lctl.Event) { e.Extra = map[string]any{"approved_by": "security"} },
+		"checkpoint with a data field":  func(e *lctl.Event) { e.Data["message"] = "run approved by security" },
+	} {
+		ev := clone(f.Events)
+		e := &ev[len(ev)-1]
+		e.Data = map[string]any{}
+		for k, v := range last.Data {
+			e.Data[k] = v
+		}
+		edit(e)
+		if err := e.Seal(ev[len(ev)-2].Hash); err != nil {
+			t.Fatal(err)
+		}
+		verify(name, ev, 1, "FAILED: event "+itoa(last.Seq)+" come", "after the last signed checkpoint")
+	}
+
 	// An allow turned into a deny and every hash recomputed: the hash
 	// chain checks out, the signature does not.
 	forged := clone(f.Events)
