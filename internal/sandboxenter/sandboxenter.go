@@ -23,8 +23,10 @@ package sandboxenter
 import (
 	"encoding/binary"
 	"os"
+	"runtime"
 	"strconv"
 	"syscall"
+	"unsafe"
 )
 
 // Path is where the executor's binary is mounted in the sandbox, and the
@@ -47,6 +49,17 @@ const (
 // (Check), between MAX-AS and PROGRAM: a program's path begins with "/".
 const CheckPrefix = "="
 
+// ScopeAbstractUnix is the argument, between MAX-AS and PROGRAM, that has
+// Enter put the program in a Landlock domain scoped for abstract Unix
+// sockets (LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET, Landlock ABI 6, Linux
+// 6.12): it and everything it starts can connect to no abstract socket
+// made outside the domain (the host's, when the sandbox shares the
+// host's network namespace: an X server's @/tmp/.X11-unix/X0, a session
+// bus), only to those made within it. The executor passes it only when
+// LandlockABI says the kernel has the scope; Enter then refuses to start
+// the program without it.
+const ScopeAbstractUnix = "+scope-abstract-unix"
+
 // Check is the argument that has Enter check, before the program runs,
 // that the protected entry at path dest (absolute, in the sandbox) is
 // still the entry the executor found there, in the directory parent
@@ -67,11 +80,12 @@ func init() {
 }
 
 // Enter is what the binary does when started as Path, with arguments
-// REPORT-FD DEV:INO MAX-AS PROGRAM ARGS...: the program is executed in the
-// working directory if that is the directory DEV:INO (it does not return
-// then), with its address space limited to MAX-AS bytes (0: not limited
-// here); otherwise the refusal is written on REPORT-FD and the exit status
-// returned. The address space limit is set here, not before: the Go
+// REPORT-FD DEV:INO MAX-AS [CHECK... ScopeAbstractUnix] PROGRAM ARGS...:
+// the program is executed in the working directory if that is the
+// directory DEV:INO and every Check holds (it does not return then), with
+// its address space limited to MAX-AS bytes (0: not limited here), in the
+// Landlock scope of abstract Unix sockets when asked; otherwise the
+// refusal is written on REPORT-FD and the exit status returned. The address space limit is set here, not before: the Go
 // runtime reserves more address space at its start than a program may be
 // given.
 func Enter(args []string, env []string) int {
@@ -90,8 +104,13 @@ func Enter(args []string, env []string) int {
 		return 125
 	}
 	var checks []string
-	for len(args) > 4 && len(args[3]) > 0 && args[3][:1] == CheckPrefix {
-		checks = append(checks, args[3][1:])
+	scope := false
+	for len(args) > 4 && len(args[3]) > 0 && (args[3][:1] == CheckPrefix || args[3] == ScopeAbstractUnix) {
+		if args[3] == ScopeAbstractUnix {
+			scope = true
+		} else {
+			checks = append(checks, args[3][1:])
+		}
 		args = append(args[:3:3], args[4:]...)
 	}
 	args = append(args[:2:2], args[3:]...)
@@ -109,10 +128,62 @@ func Enter(args []string, env []string) int {
 			return report(NotStarted + ": address space limit: " + err.Error())
 		}
 	}
+	if scope {
+		// The domain is the calling thread's, and execve keeps the
+		// calling thread's: the same thread from here to the exec.
+		runtime.LockOSThread()
+		if err := scopeAbstractUnix(); err != nil {
+			return report(NotStarted + ": Landlock scope of abstract Unix sockets: " + err.Error())
+		}
+	}
 	// The program never holds the report descriptor.
 	syscall.CloseOnExec(fd)
 	err = syscall.Exec(args[2], args[2:], env) //nolint:gosec // the executor names the program (allow-listed, resolved at load) and its checked arguments
 	return report(NotStarted + ": " + err.Error())
+}
+
+// Landlock's system calls (the same numbers on every architecture) and
+// constants (linux/landlock.h).
+const (
+	sysLandlockCreateRuleset = 444
+	sysLandlockRestrictSelf  = 446
+	landlockCreateVersion    = 1 << 0 // LANDLOCK_CREATE_RULESET_VERSION
+	landlockScopeAbstract    = 1 << 0 // LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET
+	prSetNoNewPrivs          = 38     // PR_SET_NO_NEW_PRIVS
+	// LandlockScopeABI is the first Landlock ABI with scopes.
+	LandlockScopeABI = 6
+)
+
+// LandlockABI is the kernel's Landlock ABI version: 0 where it has none
+// (before Linux 5.13, or Landlock not enabled at boot).
+func LandlockABI() int {
+	v, _, errno := syscall.Syscall(sysLandlockCreateRuleset, 0, 0, landlockCreateVersion)
+	if errno != 0 {
+		return 0
+	}
+	return int(v)
+}
+
+// scopeAbstractUnix restricts the calling thread (and what it executes)
+// to a Landlock domain that handles no file system or network access
+// and scopes abstract Unix sockets.
+func scopeAbstractUnix() error {
+	// struct landlock_ruleset_attr: handled_access_fs, handled_access_net, scoped.
+	attr := [3]uint64{0, 0, landlockScopeAbstract}
+	rfd, _, errno := syscall.Syscall(sysLandlockCreateRuleset, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr), 0) //nolint:gosec // the kernel reads the struct during the call
+	if errno != 0 {
+		return errno
+	}
+	defer func() { _ = syscall.Close(int(rfd)) }()
+	// bubblewrap sets it already (its seccomp filter needs it); without
+	// it an unprivileged process may not restrict itself.
+	if _, _, errno := syscall.RawSyscall6(syscall.SYS_PRCTL, prSetNoNewPrivs, 1, 0, 0, 0, 0); errno != 0 {
+		return errno
+	}
+	if _, _, errno := syscall.RawSyscall(sysLandlockRestrictSelf, rfd, 0, 0); errno != 0 {
+		return errno
+	}
+	return nil
 }
 
 // checkProtected checks one Check argument (without its prefix):

@@ -10,14 +10,14 @@ import (
 )
 
 // enter runs Enter with a report pipe and returns its status and report.
-func enter(t *testing.T, dirID, program string) (int, string) {
+func enter(t *testing.T, dirID string, program ...string) (int, string) {
 	t.Helper()
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = r.Close() }()
-	code := Enter([]string{strconv.Itoa(int(w.Fd())), dirID, "0", program}, nil)
+	code := Enter(append([]string{strconv.Itoa(int(w.Fd())), dirID, "0"}, program...), nil)
 	_ = w.Close()
 	b, err := io.ReadAll(r)
 	if err != nil {
@@ -43,6 +43,17 @@ func TestEnterRefuses(t *testing.T) {
 	}
 	if code, rep := enter(t, here, "/nonexistent/program"); code != 125 || !strings.HasPrefix(rep, NotStarted+": ") {
 		t.Fatalf("a program that cannot be executed: %d %q", code, rep)
+	}
+	// The scope's argument is an option, not the program (and nothing is
+	// scoped before the checks pass: this process stays as it was).
+	if code, rep := enter(t, other, ScopeAbstractUnix, "/bin/true"); code != 125 || rep != Moved {
+		t.Fatalf("the scope's argument as the program: %d %q", code, rep)
+	}
+	if code, rep := enter(t, here, ScopeAbstractUnix); code != 125 || !strings.HasPrefix(rep, NotStarted+": ") {
+		t.Fatalf("the scope's argument and no program: %d %q", code, rep)
+	}
+	if LandlockABI() < 0 {
+		t.Fatal("a negative Landlock ABI")
 	}
 	if code := Enter([]string{"x", here, "0", "/bin/true"}, nil); code != 125 {
 		t.Fatalf("a bad descriptor: %d", code)

@@ -66,6 +66,9 @@ func TestMain(m *testing.M) {
 		if os.Getenv(mcpHostileEnv) == "1" {
 			addHostileTools(srv)
 		}
+		if os.Getenv(mcpUnixEnv) == "1" {
+			addUnixTools(srv)
+		}
 		if fifo := os.Getenv(mcpLurkEnv); fifo != "" {
 			startLurking(fifo)
 		}

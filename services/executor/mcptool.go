@@ -117,6 +117,7 @@ func newMCPServer(cfg MCPServerConfig, wsDir string, protected *protectedPaths, 
 			if m.sb.err != nil {
 				log.Error("MCP server not started: its sandbox cannot be set up", "server", cfg.Name, "error", m.sb.err)
 			}
+			m.sb.logScope(log.With("server", cfg.Name), "MCP server "+cfg.Name+"'s sandbox")
 		}
 	}
 	return m
@@ -312,6 +313,29 @@ func (m *mcpServer) connect(ctx context.Context) (*mcp.ClientSession, error) {
 	var sbx *osSandbox
 	if m.sb != nil {
 		sbx = m.readOnlySandbox()
+		if sbx.needsEnter() {
+			// The host's network: the instance starts through the
+			// Landlock scope of abstract Unix sockets (in its own
+			// directory, which is not the model's to swap).
+			top, err := openScanTop(m.dir)
+			var enter *enterReport
+			if err == nil {
+				sbx.enter, enter, err = newSandboxEnter(top)
+				_ = top.Close()
+			}
+			if err != nil {
+				sbx.closeExtra()
+				return nil, fmt.Errorf("its sandbox could not be prepared: %w", err)
+			}
+			go func() {
+				// The report ends when the program starts (or the
+				// sandbox ends): only a refusal writes one.
+				if rep := enter.wait(sandboxKillWait); rep != "" {
+					m.log.Error("MCP server's read-only instance not started in its sandbox", "server", m.cfg.Name, "report", head(rep, 512))
+				}
+				_ = enter.r.Close()
+			}()
+		}
 	}
 	s, proc, err := m.start(ctx, sbx)
 	if err != nil {
@@ -584,13 +608,15 @@ func (t *mcpTool) callAlone(ctx context.Context, args map[string]any) (any, *xct
 		return nil, scanRefused("MCP tool "+t.desc.GetName(), cut, m.protected.scanBudget())
 	}
 	var enter *enterReport
-	if len(sbx.extra) > 0 {
+	if len(sbx.extra) > 0 || sbx.needsEnter() {
 		// bubblewrap mounts the protected entries by their paths: the
 		// server starts through the check that each is the entry found,
 		// read-only, where it was found (a directory renamed meanwhile
 		// by another run's program left the real one writable: session
 		// 13, attack13), in the server's own directory (or the
 		// workspace's top, with cwd: workspace: not the model's to swap).
+		// A sandbox with the host's network starts through it for the
+		// Landlock scope of abstract Unix sockets.
 		top, err := openScanTop(m.dir)
 		if err == nil {
 			sbx.enter, enter, err = newSandboxEnter(top)

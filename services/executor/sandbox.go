@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	osexec "os/exec"
 	"path"
@@ -76,7 +77,10 @@ type SandboxConfig struct {
 	// (libraries or data outside /usr a program needs).
 	ReadOnly []string `yaml:"read_only"`
 	// Writable are host paths mounted writable at the same place: every
-	// such path widens what a program can change; keep it empty.
+	// such path widens what a program can change; keep it empty. A
+	// shell.exec program whose effect class is read gets them read-only
+	// (they outlive the step: what it left there a later program would
+	// trust).
 	Writable []string `yaml:"writable"`
 	// MaxMemoryBytes is the address space limit (RLIMIT_AS); 0 is the
 	// default (2 GiB for shell.exec, none for MCP servers), -1 none.
@@ -167,6 +171,12 @@ type osSandbox struct {
 	// readOnlyWorkspace mounts the workspace read-only: the program's
 	// effect class is read, and the sandbox keeps it to that.
 	readOnlyWorkspace bool
+	// readOnlyWritable mounts the configured writable directories
+	// read-only too: a shell.exec program whose effect class is read
+	// leaves nothing behind for a later program to trust (a cache it
+	// poisoned). A stdio MCP server's read-only instance keeps them
+	// writable: its launcher needs its cache to start at all.
+	readOnlyWritable bool
 	// noUnixSockets refuses socket(AF_UNIX) (seccompProgram): for a
 	// sandbox that lives between calls.
 	noUnixSockets bool
@@ -179,6 +189,14 @@ type osSandbox struct {
 	// binary (internal/sandboxenter), which checks that the working
 	// directory is the one the executor checked before it executes it.
 	enter *sandboxEnter
+	// scopeAbstract: the sandbox shares the host's network namespace,
+	// and with it the host's abstract Unix sockets, and the kernel can
+	// scope them away (Landlock ABI 6): every start goes through enter,
+	// which puts the program in a Landlock domain that reaches only the
+	// abstract sockets made within it (sandboxenter.ScopeAbstractUnix).
+	scopeAbstract bool
+	// landlockABI is the kernel's Landlock ABI, read at setup.
+	landlockABI int
 
 	// err is why the sandbox cannot be used (found at setup): every call
 	// of a tool that needs it is refused with it.
@@ -239,9 +257,33 @@ func newOSSandbox(cfg *SandboxConfig, wsDir string, defMemory int64) *osSandbox 
 		return s
 	}
 	s.tmpSized = bwrapSizesTmpfs(s.bwrap)
+	if s.cfg.Network {
+		s.landlockABI = sandboxenter.LandlockABI()
+		s.scopeAbstract = s.landlockABI >= sandboxenter.LandlockScopeABI
+	}
 	s.err = s.probe()
 	return s
 }
+
+// logScope says, once for the sandbox (at setup), when it shares the
+// host's network namespace and the kernel cannot keep the host's
+// abstract Unix sockets from its programs.
+func (s *osSandbox) logScope(log *slog.Logger, what string) {
+	if s.err != nil || !s.cfg.Network || s.scopeAbstract {
+		return
+	}
+	log.Warn("SECURITY: "+what+" shares the host's network and this kernel's Landlock (ABI "+strconv.Itoa(s.landlockABI)+
+		") cannot scope abstract Unix sockets (ABI 6, Linux 6.12): its programs can connect to the host's abstract sockets (an X server, a session bus)",
+		"landlock_abi", s.landlockABI)
+}
+
+// needsEnter says whether a start of this sandbox must go through
+// enter (set it before argv).
+func (s *osSandbox) needsEnter() bool { return s.scopeAbstract }
+
+// errNoEnter refuses a start that should go through enter and does not
+// (a caller that forgot it): never start without the scope.
+var errNoEnter = errors.New("the sandbox shares the host's network and must start its program through the Landlock scope of abstract Unix sockets, which was not prepared")
 
 // bwrapSizesTmpfs reports whether the bwrap at path knows --size (0.7
 // and later), asked once per path.
@@ -371,7 +413,11 @@ func (s *osSandbox) argv(program, name string, args []string, dir string, env []
 		a = append(a, "--ro-bind-try", p, p)
 	}
 	for _, p := range s.cfg.Writable {
-		a = append(a, "--bind-try", p, p)
+		if s.readOnlyWritable {
+			a = append(a, "--ro-bind-try", p, p)
+		} else {
+			a = append(a, "--bind-try", p, p)
+		}
 	}
 	// The workspace last: nothing above may cover it. A program whose
 	// effect class is read gets it read-only: whatever the program can be
@@ -416,6 +462,9 @@ func (s *osSandbox) argv(program, name string, args []string, dir string, env []
 		a = append(a, sandboxenter.Path, strconv.Itoa(fd+1), s.enter.dir, strconv.FormatInt(s.memory, 10))
 		for _, m := range s.extra {
 			a = append(a, sandboxenter.Check(m.parent, m.ino, m.dest))
+		}
+		if s.scopeAbstract {
+			a = append(a, sandboxenter.ScopeAbstractUnix)
 		}
 	}
 	a = append(a, started)
@@ -763,6 +812,9 @@ type sandboxProc struct {
 func startableSandboxProc(cmd *osexec.Cmd, sbx *osSandbox) (*sandboxProc, error) {
 	if sbx.err != nil {
 		return nil, sbx.err
+	}
+	if sbx.needsEnter() && sbx.enter == nil {
+		return nil, errNoEnter
 	}
 	sr, sw, err := os.Pipe()
 	if err != nil {

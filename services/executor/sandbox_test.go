@@ -56,6 +56,27 @@ func sandboxProbe(args []string) int {
 		_, _, errno := syscall.Syscall6(nr, a1, 0, 0, 0, 0, 0)
 		fmt.Println(args[1], int(errno))
 		return 0
+	case "dialunix":
+		// An abstract Unix socket ("@name"): the host's, or with "self"
+		// one this process listens on itself.
+		name := args[1]
+		if name == "self" {
+			name = fmt.Sprintf("@xct-probe-self-%d", os.Getpid())
+			l, err := net.Listen("unix", name)
+			if err != nil {
+				fmt.Println("listen failed:", err)
+				return 1
+			}
+			defer func() { _ = l.Close() }()
+		}
+		c, err := net.DialTimeout("unix", name, 2*time.Second)
+		if err != nil {
+			fmt.Println("dial failed:", err)
+			return 1
+		}
+		_ = c.Close()
+		fmt.Println("connected")
+		return 0
 	case "read":
 		b, err := os.ReadFile(args[1])
 		if err != nil {
@@ -586,6 +607,47 @@ func TestSandboxReadProgramSeesReadOnlyWorkspace(t *testing.T) {
 	}
 	res = resultAs[ShellResult](t, shell(t, s, "shw", "-c", "echo y > new.txt && cat new.txt"))
 	if res.Stdout != "y\n" {
+		t.Fatalf("reversible program: %+v", res)
+	}
+}
+
+// TestSandboxReadProgramLeavesWritableDirsAlone (session 15, attack15a):
+// a sandbox's writable: directories outlive the step and the run, and a
+// program trusts what it finds there later (a build cache, a tool's
+// state). A read program, whatever the model's files made it run (a
+// configuration it honors from the workspace: attack14's python -c
+// "import tool"), wrote there on main: poison left by a step the default
+// policy runs with no human, outside the workspace (no record, no undo).
+// Now a read program gets them read-only, and reads them; a program of
+// another class writes there as before.
+func TestSandboxReadProgramLeavesWritableDirsAlone(t *testing.T) {
+	requireSandbox(t)
+	sb := newSandbox(t)
+	cache := t.TempDir()
+	must(t, os.WriteFile(filepath.Join(cache, "entry"), []byte("good\n"), 0o644))
+	cfg, err := ParseToolsConfig("tools.yaml", []byte(fmt.Sprintf(`shell:
+  binaries:
+    - {name: sh, effect: read, any_flags: true}
+    - {name: shw, path: /bin/sh, effect: reversible, any_flags: true}
+  sandbox: {writable: [%s]}
+`, cache)))
+	must(t, err)
+	s, err := New(Config{Workspace: sb.ws, Tools: cfg, MaxOutputBytes: 1 << 20}, nil, testLogger(t))
+	must(t, err)
+	t.Cleanup(func() { _ = s.Stop(context.Background()) })
+
+	res := resultAs[ShellResult](t, shell(t, s, "sh", "-c", "cat "+cache+"/entry; echo poison > "+cache+"/entry; echo poison > "+cache+"/new"))
+	if res.Stdout != "good\n" || !strings.Contains(res.Stderr, "Read-only file system") {
+		t.Fatalf("read program: %+v", res)
+	}
+	if b, _ := os.ReadFile(filepath.Join(cache, "entry")); string(b) != "good\n" {
+		t.Fatalf("a read program changed its writable directory: entry is %q", b)
+	}
+	if got := names(t, cache); fmt.Sprint(got) != "[entry]" {
+		t.Fatalf("a read program wrote in its writable directory: %v", got)
+	}
+	res = resultAs[ShellResult](t, shell(t, s, "shw", "-c", "echo new > "+cache+"/entry && cat "+cache+"/entry"))
+	if res.Stdout != "new\n" {
 		t.Fatalf("reversible program: %+v", res)
 	}
 }

@@ -105,6 +105,7 @@ func newShellTool(cfg *ShellConfig, ws *workspace, wsDir string, defTimeout time
 		} else if !t.sb.tmpSized {
 			log.Warn("this bubblewrap cannot size a tmpfs (--size needs 0.7 or later): the sandbox's /tmp is not bounded by max_tmp_bytes")
 		}
+		t.sb.logScope(log, "shell.exec's sandbox")
 	}
 	if _, err := os.Stat("/proc/self/fd"); err == nil {
 		t.procFD = true
@@ -281,9 +282,12 @@ func (t *shellTool) Invoke(ctx context.Context, args map[string]any) (any, *xctv
 		var sbx *osSandbox
 		if bin.Effect == EffectRead {
 			// The verdict allowed a read: the program gets to read, the
-			// whole workspace read-only (nothing to look for).
+			// whole workspace read-only (nothing to look for), and its
+			// writable: directories: they outlive the step (and the
+			// run), and another program trusts what is there later (a
+			// cache, a tool's state), while a read leaves nothing.
 			sbx, _, _ = t.sb.withProtected(nil, 4) // fd 3 is the status pipe
-			sbx.readOnlyWorkspace = true
+			sbx.readOnlyWorkspace, sbx.readOnlyWritable = true, true
 		} else {
 			var cut string
 			sbx, protectedBefore, cut = t.sb.withProtected(t.ws.protected, 4)
@@ -293,7 +297,7 @@ func (t *shellTool) Invoke(ctx context.Context, args map[string]any) (any, *xctv
 			}
 		}
 		defer sbx.closeExtra()
-		if dirName != "." || len(sbx.extra) > 0 {
+		if dirName != "." || len(sbx.extra) > 0 || sbx.needsEnter() {
 			// bubblewrap changes to the directory by its path: the
 			// program starts through a check that it is the directory
 			// opened above (internal/sandboxenter). The workspace itself
@@ -301,7 +305,9 @@ func (t *shellTool) Invoke(ctx context.Context, args map[string]any) (any, *xctv
 			// by their paths too: the check also sees that each is the
 			// entry found, read-only, where it was found (another
 			// program renaming its directory meanwhile left the real one
-			// writable: session 13, attack13).
+			// writable: session 13, attack13). A sandbox with the host's
+			// network starts through it for the Landlock scope of
+			// abstract Unix sockets.
 			var err error
 			if sbx.enter, enter, err = newSandboxEnter(dir); err != nil {
 				return nil, wire.WithDetails(wire.Errorf(wire.CodeToolFailure, "the sandbox of %s could not be prepared: %v; nothing was run", argv[0], err),
