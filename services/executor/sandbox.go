@@ -78,9 +78,9 @@ type SandboxConfig struct {
 	ReadOnly []string `yaml:"read_only"`
 	// Writable are host paths mounted writable at the same place: every
 	// such path widens what a program can change; keep it empty. A
-	// shell.exec program whose effect class is read gets them read-only
-	// (they outlive the step: what it left there a later program would
-	// trust).
+	// shell.exec program whose effect class is read or reversible gets
+	// them read-only (they outlive the step: what it left there a later
+	// program would trust, and no undo covers it).
 	Writable []string `yaml:"writable"`
 	// MaxMemoryBytes is the address space limit (RLIMIT_AS); 0 is the
 	// default (2 GiB for shell.exec, none for MCP servers), -1 none.
@@ -172,10 +172,12 @@ type osSandbox struct {
 	// effect class is read, and the sandbox keeps it to that.
 	readOnlyWorkspace bool
 	// readOnlyWritable mounts the configured writable directories
-	// read-only too: a shell.exec program whose effect class is read
-	// leaves nothing behind for a later program to trust (a cache it
-	// poisoned). A stdio MCP server's read-only instance keeps them
-	// writable: its launcher needs its cache to start at all.
+	// read-only too: a shell.exec program whose effect class is read or
+	// reversible (the default policy runs both with no human) leaves
+	// nothing outside the workspace for a later program to trust (a
+	// cache it poisoned), and no effect no undo covers. A stdio MCP
+	// server's instances keep them writable: its launcher needs its
+	// cache to start at all.
 	readOnlyWritable bool
 	// noUnixSockets refuses socket(AF_UNIX) (seccompProgram): for a
 	// sandbox that lives between calls.

@@ -618,8 +618,11 @@ func TestSandboxReadProgramSeesReadOnlyWorkspace(t *testing.T) {
 // configuration it honors from the workspace: attack14's python -c
 // "import tool"), wrote there on main: poison left by a step the default
 // policy runs with no human, outside the workspace (no record, no undo).
-// Now a read program gets them read-only, and reads them; a program of
-// another class writes there as before.
+// Now a read program gets them read-only, and reads them; so does a
+// reversible one (also run with no human, and no undo covers what it
+// leaves outside the workspace: it wrote there on main too); an
+// irreversible program (a human approves each call under the default
+// policy) writes there as before.
 func TestSandboxReadProgramLeavesWritableDirsAlone(t *testing.T) {
 	requireSandbox(t)
 	sb := newSandbox(t)
@@ -629,6 +632,7 @@ func TestSandboxReadProgramLeavesWritableDirsAlone(t *testing.T) {
   binaries:
     - {name: sh, effect: read, any_flags: true}
     - {name: shw, path: /bin/sh, effect: reversible, any_flags: true}
+    - {name: shx, path: /bin/sh, effect: irreversible, any_flags: true}
   sandbox: {writable: [%s]}
 `, cache)))
 	must(t, err)
@@ -646,9 +650,19 @@ func TestSandboxReadProgramLeavesWritableDirsAlone(t *testing.T) {
 	if got := names(t, cache); fmt.Sprint(got) != "[entry]" {
 		t.Fatalf("a read program wrote in its writable directory: %v", got)
 	}
-	res = resultAs[ShellResult](t, shell(t, s, "shw", "-c", "echo new > "+cache+"/entry && cat "+cache+"/entry"))
-	if res.Stdout != "new\n" {
+	res = resultAs[ShellResult](t, shell(t, s, "shw", "-c", "echo ws > ws.txt; cat "+cache+"/entry; echo poison > "+cache+"/entry"))
+	if res.Stdout != "good\n" || !strings.Contains(res.Stderr, "Read-only file system") {
 		t.Fatalf("reversible program: %+v", res)
+	}
+	if b, _ := os.ReadFile(filepath.Join(sb.ws, "ws.txt")); string(b) != "ws\n" {
+		t.Fatalf("the reversible program did not write the workspace: %q", b)
+	}
+	if b, _ := os.ReadFile(filepath.Join(cache, "entry")); string(b) != "good\n" {
+		t.Fatalf("a reversible program changed its writable directory: entry is %q", b)
+	}
+	res = resultAs[ShellResult](t, shell(t, s, "shx", "-c", "echo new > "+cache+"/entry && cat "+cache+"/entry"))
+	if res.Stdout != "new\n" {
+		t.Fatalf("irreversible program: %+v", res)
 	}
 }
 

@@ -295,6 +295,10 @@ func (t *shellTool) Invoke(ctx context.Context, args map[string]any) (any, *xctv
 				sbx.closeExtra()
 				return nil, scanRefused(argv[0], cut, t.ws.protected.scanBudget())
 			}
+			// A reversible program's effect is the workspace: what it
+			// would leave in a writable: directory no undo covers, and
+			// the default policy runs it with no human.
+			sbx.readOnlyWritable = bin.Effect == EffectReversible
 		}
 		defer sbx.closeExtra()
 		if dirName != "." || len(sbx.extra) > 0 || sbx.needsEnter() {
