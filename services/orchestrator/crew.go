@@ -213,8 +213,16 @@ func (r *run) crewPropose(step int) (*xctv1.ProposeResponse, string, string, err
 		History: r.transcript.history(), Instructions: instructions + "\n\n" + plan.Brief,
 	}
 	var lastErr error
+	// spent is what the step's failed calls used: the model read its
+	// prompt before it failed, and the fallback's call reads it again.
+	// It is counted with the call that answers (the step's tokens, so a
+	// run resumed from its chain counts it too), or with the run when
+	// none does.
+	spent := &xctv1.Usage{}
 	for {
 		if plan.Signal != nil {
+			r.tokensIn += spent.GetInputTokens()
+			r.tokensOut += spent.GetOutputTokens()
 			e := plan.Signal.Proto()
 			if lastErr != nil {
 				e = wire.Errorf(wire.Code(FailureCode(lastErr)), "%s did not answer (%v), and the crew has no model to fall back on: %s",
@@ -238,9 +246,20 @@ func (r *run) crewPropose(step int) (*xctv1.ProposeResponse, string, string, err
 			err = &ModelError{Model: plan.Model, Code: wire.CodeGenerationFailed, Msg: err.Error(), Err: err}
 		}
 		if err == nil {
+			if spent.GetInputTokens() > 0 || spent.GetOutputTokens() > 0 {
+				u := resp.GetUsage()
+				resp.Usage = &xctv1.Usage{InputTokens: u.GetInputTokens() + spent.GetInputTokens(), OutputTokens: u.GetOutputTokens() + spent.GetOutputTokens()}
+			}
 			return resp, agent, plan.Model, nil
 		}
+		var me *ModelError
+		if errors.As(err, &me) && me.Usage != nil {
+			spent.InputTokens += me.Usage.GetInputTokens()
+			spent.OutputTokens += me.Usage.GetOutputTokens()
+		}
 		if cause := context.Cause(r.ctx); cause != nil {
+			r.tokensIn += spent.GetInputTokens()
+			r.tokensOut += spent.GetOutputTokens()
 			return nil, agent, "", cause
 		}
 		r.log.Info("crew model call failed", "run", r.id, "agent", agent, "model", plan.Model, "code", FailureCode(err))

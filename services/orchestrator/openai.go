@@ -202,7 +202,8 @@ func (p *openAIProposer) completion(resp *http.Response) (*xctv1.ProposeResponse
 		return nil, &ModelError{Model: p.model, Code: wire.CodeGenerationFailed, Msg: "response is not a chat completion: " + err.Error(), Err: err}
 	}
 	if len(cr.Choices) == 0 {
-		return nil, &ModelError{Model: p.model, Code: wire.CodeGenerationFailed, Msg: "response has no choices"}
+		return nil, &ModelError{Model: p.model, Code: wire.CodeGenerationFailed, Msg: "response has no choices",
+			Usage: &xctv1.Usage{InputTokens: cr.Usage.PromptTokens, OutputTokens: cr.Usage.CompletionTokens}}
 	}
 	model := cr.Model
 	if model == "" {

@@ -78,6 +78,10 @@ type ModelError struct {
 	Msg    string
 	// Err is the cause, when there is one (errMalformedSSE, ...).
 	Err error
+	// Usage is what the failed call used, when the endpoint said so (or,
+	// streaming without a usage chunk, the deltas it sent): a crew's
+	// fallback counts it against the run's budgets.
+	Usage *xctv1.Usage
 }
 
 func (e *ModelError) Error() string { return fmt.Sprintf("model %s: %s", e.Model, e.Msg) }
@@ -298,6 +302,12 @@ func (p *openAIProposer) ProposeStream(ctx context.Context, req *xctv1.ProposeRe
 	}
 	if fail != nil {
 		end.Error, end.Code = fail.Error(), FailureCode(fail)
+		if me := (*ModelError)(nil); errors.As(fail, &me) {
+			me.Usage = &xctv1.Usage{OutputTokens: end.TotalTokens}
+			if usage != nil {
+				me.Usage = usage
+			}
+		}
 	}
 	if err := sink(end); err != nil {
 		return nil, err
