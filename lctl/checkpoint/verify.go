@@ -318,7 +318,7 @@ func (ck *checker) check(e *lctl.Event, pos int, headAt func(seq uint64) (hash, 
 		// it covers, with the data Sign gave it. A real checkpoint copied
 		// further on, or one with a field added, is an event nobody
 		// signed.
-		if why := notAsSigned(e, p.Seq); why != "" {
+		if why := notAsSigned(e, p.Seq, msg, n); why != "" {
 			c.Status += fmt.Sprintf("; but this event is not the one signed (%s): it is a copy, unsigned", why)
 			return false
 		}
@@ -333,15 +333,17 @@ var signedFields = map[string]bool{"note": true, "seq": true, "head_hash": true,
 // the only writer of a run's chain, appends it.
 const SignerAgent = "orchestrator"
 
-// notAsSigned says why e, a checkpoint whose note verified and covers
-// seq, is not the event the orchestrator appended ("" when it is). The
-// note signs the events before e, not e itself, so e proves itself only
-// as exactly what the orchestrator writes: right after the event it
-// covers, by the orchestrator, with the four fields Sign gives it and
-// nothing beside them. Anything else (a copy further on, an agent or a
-// field of someone else's) is an event nobody signed. Its timestamp is
-// the one part left to the writer: the chain's check keeps it in order.
-func notAsSigned(e *lctl.Event, seq uint64) string {
+// notAsSigned says why e, a checkpoint whose note msg verified (n) and
+// covers seq, is not the event the orchestrator appended ("" when it
+// is). The note signs the events before e, not e itself, so e proves
+// itself only as exactly what the orchestrator writes: right after the
+// event it covers, by the orchestrator, with the four fields Sign gives
+// it and nothing beside them, its note as Sign writes it (one signature,
+// the only line after the text). Anything else (a copy further on, an
+// agent or a field of someone else's, a signature line added to the
+// note or given twice) is an event nobody signed. Its timestamp is the
+// one part left to the writer: the chain's check keeps it in order.
+func notAsSigned(e *lctl.Event, seq uint64, msg string, n *note.Note) string {
 	switch {
 	case e.Seq != seq+1:
 		return fmt.Sprintf("it does not follow seq %d", seq)
@@ -349,6 +351,8 @@ func notAsSigned(e *lctl.Event, seq uint64) string {
 		return fmt.Sprintf("its agent is %q, not the %s that signs", e.Agent, SignerAgent)
 	case len(e.Extra) > 0 || !signedFieldsOnly(e):
 		return "it holds fields the signature does not cover"
+	case len(n.Sigs) != 1 || len(n.UnverifiedSigs) != 0 || msg != n.Text+"\n— "+n.Sigs[0].Name+" "+n.Sigs[0].Base64+"\n":
+		return "its note holds more than the one signature the orchestrator writes"
 	}
 	return ""
 }

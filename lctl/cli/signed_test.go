@@ -73,8 +73,9 @@ func writeSigned(t *testing.T, dir, name, id string, events []lctl.Event) string
 // signs the events before it, not the event that carries it. The run's
 // last checkpoint (nothing after it links to its hash) was taken as
 // proving itself whatever its agent, its fields beside the data, its key
-// field, or (read as a stream, the way lctl verify reads a file) its data
-// beside the four Sign gives it: a forger edited it, re-hashed it alone,
+// field, a signature line added to its note (an untrusted key's, or its
+// own twice: the note still verifies), or (read as a stream, the way
+// lctl verify reads a file) its data beside the four Sign gives it: a forger edited it, re-hashed it alone,
 // and lctl verify --key said "exactly what KEY signed". Each such edit is
 // an event nobody signed now, named by its seq.
 func TestVerifyKeyTheCheckpointEventIsAsSigned(t *testing.T) {
@@ -113,6 +114,25 @@ func TestVerifyKeyTheCheckpointEventIsAsSigned(t *testing.T) {
 		return ev
 	}
 	seq := good[last].Seq
+	// The note with a second signature line, by a key nobody trusts, and
+	// with its own signature line twice: note readers take both notes.
+	oskey, _, err := checkpoint.GenerateKey("release-approved")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := checkpoint.ParseSigner([]byte(oskey), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := good[last-1]
+	d, err := checkpoint.Sign(other, checkpoint.Origin("", id), &head)
+	if err != nil {
+		t.Fatal(err)
+	}
+	signed := good[last].Data["note"].(string)
+	otherNote := d["note"].(string)
+	cosigned := signed + otherNote[strings.Index(otherNote, "\n\n")+2:]
+	ownLine := signed[strings.Index(signed, "\n\n")+2:]
 	for _, tc := range []struct {
 		name string
 		fn   func(e *lctl.Event)
@@ -123,6 +143,8 @@ func TestVerifyKeyTheCheckpointEventIsAsSigned(t *testing.T) {
 		{"a data field", func(e *lctl.Event) { e.Data["message"] = "run approved by security" }, fmt.Sprintf("FAILED: event %d come after", seq)},
 		{"another key named", func(e *lctl.Event) { e.Data["key"] = "xct-prod-root" }, "its seq, head_hash or key was changed"},
 		{"a fraction of a seq", func(e *lctl.Event) { e.Data["seq"] = e.Data["seq"].(float64) + 0.5 }, "its seq, head_hash or key was changed"},
+		{"a signature line added", func(e *lctl.Event) { e.Data["note"] = cosigned }, fmt.Sprintf("FAILED: event %d come after", seq)},
+		{"its signature line twice", func(e *lctl.Event) { e.Data["note"] = signed + ownLine }, fmt.Sprintf("FAILED: event %d come after", seq)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := writeSigned(t, dir, strings.ReplaceAll(tc.name, " ", "-"), id, edit(tc.fn))
