@@ -102,6 +102,9 @@ type Report struct {
 	Notes []string `json:"notes"`
 
 	firstSeq uint64
+	// notSigned says, by seq, why a checkpoint event whose note verified
+	// is not the event the orchestrator appended (notAsSigned).
+	notSigned map[uint64]string
 }
 
 // Checked is one signed checkpoint event and what became of it.
@@ -320,6 +323,10 @@ func (ck *checker) check(e *lctl.Event, pos int, headAt func(seq uint64) (hash, 
 		// signed.
 		if why := notAsSigned(e, p.Seq, msg, n); why != "" {
 			c.Status += fmt.Sprintf("; but this event is not the one signed (%s): it is a copy, unsigned", why)
+			if r.notSigned == nil {
+				r.notSigned = map[uint64]string{}
+			}
+			r.notSigned[e.Seq] = why
 			return false
 		}
 	}
@@ -416,8 +423,18 @@ func (r *Report) finish(opts Options, positionOf func(seq uint64) int, en ends) 
 			Message: "the chain has no signed checkpoint: nothing proves who wrote it (was the orchestrator given --checkpoint-key-file?)"})
 	case len(r.Unsigned) > 0 && !opts.AllowUnsignedTail && len(r.Problems) == 0:
 		first := r.Unsigned[0]
+		verb, them := "come", "them"
+		if len(r.Unsigned) == 1 {
+			verb, them = "comes", "it"
+		}
+		msg := fmt.Sprintf("%s %s after the last signed checkpoint: nothing proves who wrote %s", describeSeqs(r.Unsigned), verb, them)
+		if why, ok := r.notSigned[first]; ok {
+			// The first is a checkpoint whose note verified: say what
+			// differs from the event the orchestrator appended.
+			msg += fmt.Sprintf("; event %d is a signed checkpoint whose note verifies, but not the event the orchestrator appended: %s", first, why)
+		}
 		r.Problems = append(r.Problems, lctl.Problem{Seq: first, Position: positionOf(first), Kind: ProblemUnsigned,
-			Message: fmt.Sprintf("%s come after the last signed checkpoint: nothing proves who wrote them (--allow-unsigned-tail accepts a chain still being written)", describeSeqs(r.Unsigned))})
+			Message: msg + " (--allow-unsigned-tail accepts a chain still being written)"})
 	}
 	for _, s := range en.finished {
 		if s > r.Covered {

@@ -137,20 +137,21 @@ func TestVerifyKeyTheCheckpointEventIsAsSigned(t *testing.T) {
 		name string
 		fn   func(e *lctl.Event)
 		want string
+		why  string
 	}{
-		{"another agent", func(e *lctl.Event) { e.Agent = "security-team" }, fmt.Sprintf("FAILED: event %d come after the last signed checkpoint", seq)},
-		{"a field beside the data", func(e *lctl.Event) { e.Extra = map[string]any{"approved_by": "security"} }, fmt.Sprintf("FAILED: event %d come after", seq)},
-		{"a data field", func(e *lctl.Event) { e.Data["message"] = "run approved by security" }, fmt.Sprintf("FAILED: event %d come after", seq)},
-		{"another key named", func(e *lctl.Event) { e.Data["key"] = "xct-prod-root" }, "its seq, head_hash or key was changed"},
-		{"a fraction of a seq", func(e *lctl.Event) { e.Data["seq"] = e.Data["seq"].(float64) + 0.5 }, "its seq, head_hash or key was changed"},
-		{"a signature line added", func(e *lctl.Event) { e.Data["note"] = cosigned }, fmt.Sprintf("FAILED: event %d come after", seq)},
-		{"its signature line twice", func(e *lctl.Event) { e.Data["note"] = signed + ownLine }, fmt.Sprintf("FAILED: event %d come after", seq)},
+		{"another agent", func(e *lctl.Event) { e.Agent = "security-team" }, fmt.Sprintf("FAILED: event %d comes after the last signed checkpoint", seq), `its agent is "security-team", not the orchestrator`},
+		{"a field beside the data", func(e *lctl.Event) { e.Extra = map[string]any{"approved_by": "security"} }, fmt.Sprintf("FAILED: event %d comes after", seq), "fields the signature does not cover"},
+		{"a data field", func(e *lctl.Event) { e.Data["message"] = "run approved by security" }, fmt.Sprintf("FAILED: event %d comes after", seq), "fields the signature does not cover"},
+		{"another key named", func(e *lctl.Event) { e.Data["key"] = "xct-prod-root" }, "its seq, head_hash or key was changed", "signed by xct-cli"},
+		{"a fraction of a seq", func(e *lctl.Event) { e.Data["seq"] = e.Data["seq"].(float64) + 0.5 }, "its seq, head_hash or key was changed", "signed by xct-cli"},
+		{"a signature line added", func(e *lctl.Event) { e.Data["note"] = cosigned }, fmt.Sprintf("FAILED: event %d comes after", seq), "more than the one signature"},
+		{"its signature line twice", func(e *lctl.Event) { e.Data["note"] = signed + ownLine }, fmt.Sprintf("FAILED: event %d comes after", seq), "more than the one signature"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := writeSigned(t, dir, strings.ReplaceAll(tc.name, " ", "-"), id, edit(tc.fn))
 			code, out, errOut := run(t, nil, "verify", "--key", pub, path)
-			if code != 1 || !strings.Contains(out, tc.want) || strings.Contains(out, "Chain verified and signed") {
-				t.Fatalf("exit %d, want 1 with %q\n%s%s", code, tc.want, out, errOut)
+			if code != 1 || !strings.Contains(out, tc.want) || !strings.Contains(out, tc.why) || strings.Contains(out, "Chain verified and signed") {
+				t.Fatalf("exit %d, want 1 with %q and %q\n%s%s", code, tc.want, tc.why, out, errOut)
 			}
 		})
 	}

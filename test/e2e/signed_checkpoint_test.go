@@ -157,7 +157,7 @@ func TestSignedCheckpoints(t *testing.T) {
 	if err := copied.Seal(last.Hash); err != nil {
 		t.Fatal(err)
 	}
-	verify("checkpoint copied to the end", append(clone(f.Events), copied), 1, "FAILED: event "+itoa(copied.Seq)+" come",
+	verify("checkpoint copied to the end", append(clone(f.Events), copied), 1, "FAILED: event "+itoa(copied.Seq)+" comes",
 		"after the last signed checkpoint")
 
 	// The run's last checkpoint edited in place and re-hashed alone (no
@@ -178,7 +178,7 @@ func TestSignedCheckpoints(t *testing.T) {
 		if err := e.Seal(ev[len(ev)-2].Hash); err != nil {
 			t.Fatal(err)
 		}
-		verify(name, ev, 1, "FAILED: event "+itoa(last.Seq)+" come", "after the last signed checkpoint")
+		verify(name, ev, 1, "FAILED: event "+itoa(last.Seq)+" comes", "after the last signed checkpoint", "not the event the orchestrator appended")
 	}
 
 	// An allow turned into a deny and every hash recomputed: the hash
