@@ -33,7 +33,9 @@ import (
 // "runOn": "folderOpen"), a dev container's commands (.devcontainer/,
 // .devcontainer.json: postCreateCommand), mise's tasks, hooks and tool
 // versions (run on cd), bun's preload scripts (bunfig.toml), vim's and
-// neovim's local start-up files, lefthook's git hooks.
+// neovim's local start-up files, lefthook's git hooks; and cargo's
+// configuration (.cargo/config.toml: a rustc wrapper that cargo metadata,
+// cargo tree and cargo fetch run too, another registry, a proxy).
 //
 // A name ending in "/" is a directory: a path with a component of that
 // name, or under it, is protected ("sub/.git/config" too). Any other name
@@ -50,6 +52,7 @@ var DefaultProtectedPaths = []string{
 	".netrc", ".curlrc", ".wgetrc", "pip.conf", ".pypirc",
 	".pre-commit-config.yaml",
 	".vscode/", ".idea/", ".devcontainer/", ".mise/",
+	".cargo/",
 	".devcontainer.json",
 	"mise.toml", ".mise.toml", "mise.local.toml", ".mise.local.toml", ".tool-versions",
 	"bunfig.toml", ".bunfig.toml",

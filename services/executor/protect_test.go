@@ -269,3 +269,35 @@ func TestProtectedRunOnOpen(t *testing.T) {
 		}
 	}
 }
+
+// TestProtectedCargoConfig (session 15, attack15a): cargo reads
+// .cargo/config.toml (and .cargo/config) from its working directory and
+// every directory above, and commands that build nothing run what it
+// names: `cargo metadata --offline` and `cargo tree` start its
+// build.rustc-wrapper or build.rustc (checked with cargo 1.x: the
+// wrapper ran for `rustc -vV` and the target query), and `cargo fetch`
+// takes its [source] replacement (another registry) and [http] proxy and
+// cainfo. A model's fs.write of it (allowed, reversible, no human) made
+// a human's approval of `cargo fetch` or `cargo metadata` (with the
+// network) run the model's program, or fetch its crates for every later
+// build. It was writable on main; now .cargo/ is protected anywhere, as
+// .npmrc and pip.conf are.
+func TestProtectedCargoConfig(t *testing.T) {
+	t.Parallel()
+	sb, s := protectedFixture(t)
+	before := treeHash(t, sb.ws)
+	for _, p := range []string{".cargo/config.toml", ".cargo/config", "crates/app/.cargo/config.toml", ".CARGO/config.toml"} {
+		r := exec(t, s, "fs.write", map[string]any{"path": p, "content": "[build]\nrustc-wrapper = \"scripts/x.sh\"\n"})
+		if codeOf(r) != string(wire.CodePermissionDenied) || !strings.Contains(r.GetError().GetMessage(), "protected path") {
+			t.Errorf("fs.write %s: %v, want PERMISSION_DENIED (a protected path)", p, r)
+		}
+	}
+	if treeHash(t, sb.ws) != before {
+		t.Fatal("the workspace changed")
+	}
+	for _, p := range []string{"cargo/config.toml", "Cargo.toml", ".cargo.toml.txt"} {
+		if r := exec(t, s, "fs.write", map[string]any{"path": p, "content": "x"}); codeOf(r) != "" {
+			t.Errorf("fs.write %s: %v", p, r)
+		}
+	}
+}

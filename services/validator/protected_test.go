@@ -22,7 +22,9 @@ func TestDefaultPolicyProtectedPaths(t *testing.T) {
 		// Session 11 (trust11c): what runs code for whoever opens the
 		// workspace next.
 		".vscode/tasks.json", ".VSCode/settings.json", "app/.devcontainer/devcontainer.json", ".devcontainer.json", ".idea/workspace.xml",
-		"mise.toml", ".mise.toml", "mise.local.toml", ".mise/config.toml", ".tool-versions", "bunfig.toml", ".exrc", ".nvim.lua", "lefthook.yml"} {
+		"mise.toml", ".mise.toml", "mise.local.toml", ".mise/config.toml", ".tool-versions", "bunfig.toml", ".exrc", ".nvim.lua", "lefthook.yml",
+		// Session 15 (attack15a): cargo's configuration, read by commands that build nothing.
+		".cargo/config.toml", "crates/a/.cargo/config"} {
 		v := validate(t, s, request(t, "fs.write", map[string]any{"path": path, "content": "x"}))
 		checkVerdict(t, v, deny, wire.CodePolicyDenied, "allow-reversible", "protected-paths")
 	}
