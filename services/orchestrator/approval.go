@@ -171,8 +171,15 @@ func (r *run) waitForDecision(a *xctv1.Approval) (*xctv1.Approval, error) {
 		return nil, r.cancelledOr(fmt.Errorf("%w: watch approval: %w", errLogLost, err))
 	}
 	defer func() { _ = watcher.Stop() }()
+	// expires_at is the validator's clock, which may be behind this
+	// orchestrator's: at this one's deadline the validator is asked (see
+	// expiredAtValidator), and the wait goes on while it still holds the
+	// approval pending. Recording "expired" by this clock alone told the
+	// chain the step was denied while the validator went on taking the
+	// approver's decision.
 	expiry := time.NewTimer(time.Until(a.GetExpiresAt().AsTime()))
 	defer expiry.Stop()
+	again := 250 * time.Millisecond
 	for {
 		select {
 		case <-r.ctx.Done():
@@ -181,17 +188,11 @@ func (r *run) waitForDecision(a *xctv1.Approval) (*xctv1.Approval, error) {
 			// Handed over: the next owner waits for the same approval.
 			return nil, errReleased
 		case <-expiry.C:
-			// A decision stored just before the deadline still counts.
-			ctx, cancel := context.WithTimeout(context.Background(), r.svc.cfg.CallTimeout)
-			entry, err := kv.Get(ctx, key)
-			cancel()
-			if err == nil {
-				if cur, ok := decodeApproval(entry.Value()); ok && decidedState(cur.GetState()) {
-					return cur, nil
-				}
+			if cur, ok := r.expiredAtValidator(a); ok {
+				return cur, nil
 			}
-			expired := &xctv1.Approval{State: xctv1.ApprovalState_APPROVAL_STATE_EXPIRED}
-			return expired, nil
+			expiry.Reset(again)
+			again = min(2*again, r.svc.cfg.SettlePoll)
 		case entry, ok := <-watcher.Updates():
 			if !ok {
 				return nil, fmt.Errorf("%w: approval watch ended", errLogLost)
@@ -204,6 +205,33 @@ func (r *run) waitForDecision(a *xctv1.Approval) (*xctv1.Approval, error) {
 			}
 		}
 	}
+}
+
+// expiredAtValidator asks the validator for the approval a once this
+// orchestrator's clock is past its expires_at: the validator marks an
+// approval whose time has passed by its own clock EXPIRED when it lists
+// it, so the answer is decided (a decision stored just before the
+// deadline, or the expiry) or still pending (the validator's clock is
+// behind this one). ok is false while it is pending or the validator
+// cannot be asked: the caller waits and asks again, since the approver
+// may still be told yes.
+func (r *run) expiredAtValidator(a *xctv1.Approval) (*xctv1.Approval, bool) {
+	ctx, cancel := context.WithTimeout(r.traceCtx(context.Background()), r.svc.cfg.CallTimeout)
+	defer cancel()
+	resp, err := r.svc.validator.ListApprovals(ctx, &xctv1.ListApprovalsRequest{RunId: a.GetRunId(), All: true})
+	if err != nil {
+		r.log.Warn("the approval's time is past on this clock, and the validator cannot say whether it expired; asking again",
+			"run", r.id, "step_id", a.GetStepId(), "expires_at", a.GetExpiresAt().AsTime(), "err", err)
+		return nil, false
+	}
+	for _, cur := range resp.GetApprovals() {
+		if cur.GetStepId() == a.GetStepId() && decidedState(cur.GetState()) {
+			return cur, true
+		}
+	}
+	r.log.Info("the approval's time is past on this clock, not yet on the validator's: waiting on",
+		"run", r.id, "step_id", a.GetStepId(), "expires_at", a.GetExpiresAt().AsTime())
+	return nil, false
 }
 
 // cancelledOr returns the run's cancellation when it was cancelled (a call

@@ -36,13 +36,20 @@ const rollbackWaitsPolicy = `rules:
 // approvals' bucket) with policy, for the orchestrators launched after.
 func (f *fixture) withPolicy(policy string) *validator.Service {
 	f.t.Helper()
+	return f.withPolicyClock(policy, nil)
+}
+
+// withPolicyClock is withPolicy for a validator whose wall clock is now
+// (nil: the machine's): a validator whose clock is not the orchestrator's.
+func (f *fixture) withPolicyClock(policy string, now func() time.Time) *validator.Service {
+	f.t.Helper()
 	file := filepath.Join(f.t.TempDir(), "policy.yaml")
 	if err := os.WriteFile(file, []byte(policy), 0o600); err != nil {
 		f.t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	va, err := validator.New(validator.Config{Signer: f.signer, PolicyFile: file}, connect(f.t, f.ns), testLogger())
+	va, err := validator.New(validator.Config{Signer: f.signer, PolicyFile: file}, connect(f.t, f.ns), testLogger(), validator.WithClock(now))
 	if err != nil {
 		f.t.Fatal(err)
 	}
