@@ -169,10 +169,11 @@ func TestChaosLong(t *testing.T) {
 	process := []faultKind{faultKill, faultKill, faultTerm, faultTerm, faultStop, faultStop}
 	network := []faultKind{faultPartition, faultPartition, faultSlow, faultDiskFull}
 	leader := []faultKind{faultLeaderKill, faultLeaderKill, faultLeaderStop, faultLeaderPartition, faultLeaderPartition}
+	r3traps := append(append([]faultKind(nil), trapKinds...), faultStepsStepdown)
 	all := []phaseConfig{
-		{name: "single", netns: true, kinds: append(append([]faultKind(nil), process...), network...)},
-		{name: "r3", netns: true, r3: true, kinds: append(append(append([]faultKind(nil), process...), network...), leader...)},
-		{name: "loopback", kinds: process},
+		{name: "single", netns: true, kinds: slices.Concat(process, network, trapKinds)},
+		{name: "r3", netns: true, r3: true, kinds: slices.Concat(process, network, leader, r3traps)},
+		{name: "loopback", kinds: slices.Concat(process, trapKinds)},
 	}
 	var phases []phaseConfig
 	for _, p := range all {

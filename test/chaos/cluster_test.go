@@ -189,6 +189,7 @@ type cluster struct {
 	svcs    []*member // executor, validator, tracer, orch-a, orch-b
 	tool    *member
 	ledger  string
+	trapDir string // the ledger tool's traps (traps_test.go)
 	natsURL string // the services' and the test's NATS URLs
 	orch    [2]string
 	exec    string
@@ -256,6 +257,10 @@ func startCluster(t *testing.T, cfg phaseConfig) *cluster {
 	xct, natsBin, toolBin := binaries(t)
 	c := &cluster{cfg: cfg, base: t.TempDir(), creds: grpcxtest.New(t)}
 	c.ledger = filepath.Join(c.base, "ledger.jsonl")
+	c.trapDir = filepath.Join(c.base, "trap")
+	if err := os.MkdirAll(c.trapDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { c.stopAll(t) })
 
 	hostIdx := 10
@@ -397,7 +402,7 @@ func startCluster(t *testing.T, cfg phaseConfig) *cluster {
 	if toolHost != nil {
 		toolListen = toolHost.rpcIP + ":7800"
 	}
-	c.tool = &member{name: "ledgertool", kind: "tool", host: toolHost, bin: toolBin, args: []string{"-listen", toolListen, "-ledger", c.ledger}, ready: toolReady}
+	c.tool = &member{name: "ledgertool", kind: "tool", host: toolHost, bin: toolBin, args: []string{"-listen", toolListen, "-ledger", c.ledger, "-trap", c.trapDir}, ready: toolReady}
 	if err := c.tool.start(30 * time.Second); err != nil {
 		t.Fatal(err)
 	}

@@ -141,6 +141,8 @@ func (in *injector) one(ctx context.Context, i int) error {
 		target = c.svcs[in.rng.IntN(len(c.svcs))]
 	case faultDiskFull:
 		target = c.disks[in.rng.IntN(len(c.disks))].m
+	case faultExecKillBefore, faultExecKillAfter, faultOwnerStop, faultStepsLeaderKill, faultStepsStepdown:
+		target = &member{name: "trap:"} // the process is chosen when the trap fires
 	}
 	ev.target, ev.from = target.name, time.Now()
 	var err error
@@ -171,6 +173,8 @@ func (in *injector) one(ctx context.Context, i int) error {
 				err = in.diskFull(ctx, d, hold, &ev)
 			}
 		}
+	case faultExecKillBefore, faultExecKillAfter, faultOwnerStop, faultStepsLeaderKill, faultStepsStepdown:
+		err = in.trapFault(ctx, kind, hold, &ev)
 	case faultSlow:
 		ev.note = c.lab.slowKind()
 		hold = in.dur(2*time.Second, 4*time.Second)

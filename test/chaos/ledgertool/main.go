@@ -15,6 +15,15 @@
 // before it answers, so a fault can land between the effect and the answer:
 // the window in which a caller cannot know whether the tool acted.
 //
+// With -trap DIR the suite can stop the world at the worst instants of one
+// invocation (test/chaos traps_test.go): it arms a trap by writing DIR/arm
+// ("before" or "after"); the next invocation takes it (a rename: one
+// invocation only) and, before its effect or right after the effect is
+// fsynced, writes DIR/fired (the op) and waits for DIR/release while the
+// suite kills or pauses a process. An invocation trapped "before" whose
+// caller went away meanwhile does not act, as a tool whose call was never
+// started would not.
+//
 // It is a test tool: plaintext gRPC, on the address it is told (loopback or
 // a private address inside the suite's network namespaces; nothing leaves
 // the machine).
@@ -30,6 +39,8 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -55,6 +66,51 @@ type server struct {
 	mu   sync.Mutex
 	f    *os.File
 	seen map[string]bool // put: ops already written
+	trap string          // the trap directory ("" without -trap)
+}
+
+// armed takes the trap armed in the trap directory, if any: its point
+// ("before" or "after"). The rename makes one invocation take it.
+func (s *server) armed() string {
+	if s.trap == "" {
+		return ""
+	}
+	taken := filepath.Join(s.trap, fmt.Sprintf("taken.%d", os.Getpid()))
+	if err := os.Rename(filepath.Join(s.trap, "arm"), taken); err != nil {
+		return ""
+	}
+	b, err := os.ReadFile(taken) //nolint:gosec // G304: the suite's directory
+	_ = os.Remove(taken)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// rearm puts back a trap this invocation took but did not reach.
+func (s *server) rearm(point string) {
+	tmp := filepath.Join(s.trap, fmt.Sprintf("arm.%d", os.Getpid()))
+	if os.WriteFile(tmp, []byte(point), 0o600) == nil {
+		_ = os.Rename(tmp, filepath.Join(s.trap, "arm"))
+	}
+}
+
+// spring tells the suite the trap fired at op and waits (at most 30 s)
+// until it says to go on.
+func (s *server) spring(op string) {
+	release := filepath.Join(s.trap, "release")
+	tmp := filepath.Join(s.trap, "fired.tmp")
+	if os.WriteFile(tmp, []byte(op), 0o600) != nil || os.Rename(tmp, filepath.Join(s.trap, "fired")) != nil {
+		return
+	}
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for end := time.Now().Add(30 * time.Second); time.Now().Before(end); {
+		if os.Remove(release) == nil {
+			return
+		}
+		<-tick.C
+	}
 }
 
 const schema = `{"type":"object","properties":{"op":{"type":"string","minLength":1},"work_ms":{"type":"integer","minimum":0,"maximum":5000}},"required":["op"],"additionalProperties":false}`
@@ -80,9 +136,19 @@ func (s *server) Invoke(ctx context.Context, req *xctv1.InvokeRequest) (*xctv1.I
 	if req.GetTool() != "charge" && req.GetTool() != "put" {
 		return failure("NOT_FOUND", fmt.Sprintf("no tool %q", req.GetTool())), nil
 	}
+	trap := s.armed()
+	if trap == "before" {
+		s.spring(op)
+		if ctx.Err() != nil {
+			return nil, ctx.Err() // the caller is gone: never started
+		}
+	}
 	s.mu.Lock()
 	if req.GetTool() == "put" && s.seen[op] {
 		s.mu.Unlock()
+		if trap == "after" {
+			s.rearm(trap) // no effect here: the next invocation's
+		}
 		return success(op, false), nil
 	}
 	line, _ := json.Marshal(Entry{Key: key, Op: op, Tool: req.GetTool(), PID: os.Getpid(), At: time.Now().UnixMilli()})
@@ -97,6 +163,9 @@ func (s *server) Invoke(ctx context.Context, req *xctv1.InvokeRequest) (*xctv1.I
 	if err != nil {
 		// The effect may be half-written: say so, never "nothing happened".
 		return nil, fmt.Errorf("ledger write: %w", err)
+	}
+	if trap == "after" {
+		s.spring(op)
 	}
 	wait := time.Duration(args["work_ms"].GetNumberValue()) * time.Millisecond
 	select {
@@ -142,6 +211,7 @@ func readSeen(path string) (map[string]bool, error) {
 func main() {
 	listen := flag.String("listen", "127.0.0.1:0", "gRPC listen address")
 	ledger := flag.String("ledger", "", "ledger file effects are appended to (required)")
+	trap := flag.String("trap", "", "directory of the suite's traps (optional)")
 	flag.Parse()
 	if *ledger == "" {
 		fmt.Fprintln(os.Stderr, "ledgertool: -ledger is required")
@@ -164,7 +234,7 @@ func main() {
 		os.Exit(1)
 	}
 	g := grpc.NewServer()
-	xctv1.RegisterToolServiceServer(g, &server{f: f, seen: seen})
+	xctv1.RegisterToolServiceServer(g, &server{f: f, seen: seen, trap: *trap})
 	fmt.Printf("ledgertool listening on %s\n", lis.Addr())
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
