@@ -337,7 +337,8 @@ func ServiceDial(s Security) []DialOption {
 // an unreachable peer shows up as UNAVAILABLE on the first call. The name is
 // resolved through DNS and calls are spread round-robin over every address
 // it resolves to, so a headless Kubernetes Service balances across replicas.
-// Without WithTLS the connection is plaintext. Every call gets a deadline
+// Without WithTLS the connection is plaintext. A call is one attempt: no
+// service config is taken from the resolver and none retries. Every call gets a deadline
 // (DefaultCallTimeout, DefaultStreamTimeout for streams) when the caller's
 // context has none, and the connection sends keepalive pings.
 func Dial(addr string, options ...DialOption) (*grpc.ClientConn, error) {
@@ -356,6 +357,12 @@ func Dial(addr string, options ...DialOption) (*grpc.ClientConn, error) {
 	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig": [{"round_robin": {}}]}`),
+		// That service config only: none from the resolver (a TXT record
+		// _grpc_config.NAME in DNS), whose retry policy would run a call
+		// that reached the server again (an Execute, a Validate, a tool's
+		// Invoke), and no retry of such a call at all. gRPC still retries,
+		// transparently, a call that never reached the server's handlers.
+		grpc.WithDisableServiceConfig(), grpc.WithDisableRetry(),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageBytes), grpc.MaxCallSendMsgSize(MaxMessageBytes)),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: ClientPingInterval, Timeout: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.WithChainUnaryInterceptor(defaultDeadlineUnary),

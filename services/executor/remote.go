@@ -52,6 +52,12 @@ func dialToolServer(cfg ServerConfig) (*grpc.ClientConn, error) {
 	return grpc.NewClient(cfg.Address,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16<<20), grpc.MaxCallSendMsgSize(16<<20)),
+		// One attempt of a step is one invocation: no service config from
+		// the server's DNS (a retry policy there re-invoked a tool that
+		// acted and whose answer was UNAVAILABLE), no retry of a call that
+		// reached the server. gRPC still retries, transparently, a call
+		// that never reached the server's handlers.
+		grpc.WithDisableServiceConfig(), grpc.WithDisableRetry(),
 	)
 }
 
