@@ -58,6 +58,9 @@ func cmdNATSProvision(ctx context.Context, args []string, stdout, stderr io.Writ
 			what = "created"
 		}
 		fmt.Fprintf(stdout, "%-8s %s %s (stream %s)", what, r.Spec.Kind, r.Spec.Name, r.Spec.Stream)
+		if len(r.Updated) > 0 {
+			fmt.Fprintf(stdout, "; %s", strings.Join(r.Updated, ", "))
+		}
 		if len(r.Differs) > 0 {
 			// The operator's: kept, said.
 			fmt.Fprintf(stdout, "; kept as it is: %s", strings.Join(r.Differs, ", "))

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/xct-dev/xct/internal/eventlog"
 	"github.com/xct-dev/xct/internal/testutil"
@@ -44,5 +45,46 @@ func BenchmarkAppend(b *testing.B) {
 			}
 			wg.Wait()
 		})
+	}
+}
+
+// BenchmarkAppendBatch appends writes of n events with AppendBatch, on
+// LCTL_OTEL (atomic batches, as provisioned) and on LCTL (which does not
+// allow them: one acknowledged append per event), on the embedded
+// server: where a batch, whose staging costs a file store of its own on
+// a one-replica file-stored stream, pays for itself.
+func BenchmarkAppendBatch(b *testing.B) {
+	for _, n := range []int{4, 16, 64, 1000} {
+		for _, stream := range []string{"atomic", "one-at-a-time"} {
+			b.Run(fmt.Sprintf("events=%d/%s", n, stream), func(b *testing.B) {
+				s := testutil.RunJetStream(b)
+				l, err := eventlog.Open(context.Background(), testutil.Connect(b, s))
+				if err != nil {
+					b.Fatal(err)
+				}
+				id := "otel-0123456789abcdef0123456789abcdef"
+				if stream != "atomic" {
+					id = "bench-batch"
+				}
+				w, err := l.NewChainWriter(id)
+				if err != nil {
+					b.Fatal(err)
+				}
+				at := time.Now()
+				written := 0
+				for b.Loop() {
+					d := make([]eventlog.Draft, n)
+					for i := range d {
+						d[i] = eventlog.Draft{Time: at, Type: "tool_call", Agent: "agent",
+							Data: map[string]any{"tool": "fs.read", "otel": map[string]any{"span_id": "0123456789abcdef"}, "status": "success"}}
+					}
+					if _, err := w.AppendBatch(context.Background(), d); err != nil {
+						b.Fatal(err)
+					}
+					written += n
+				}
+				b.ReportMetric(float64(written)/b.Elapsed().Seconds(), "events/s")
+			})
+		}
 	}
 }

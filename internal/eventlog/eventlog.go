@@ -277,11 +277,14 @@ type ChainWriter struct {
 	stream  jetstream.Stream // where the chain is
 	pub     *Publisher
 
-	mu         sync.Mutex
-	seq        uint64 // seq of the last event appended
-	prevHash   string // hash of the last event appended
-	streamSeq  uint64 // stream sequence of the last event appended
-	failed     error  // set once an append failed in an unknown way
+	mu        sync.Mutex
+	seq       uint64 // seq of the last event appended
+	prevHash  string // hash of the last event appended
+	streamSeq uint64 // stream sequence of the last event appended
+	failed    error  // set once an append failed in an unknown way
+	// minBatch is the fewest events AppendBatch sends as an atomic
+	// batch (0: the stream does not allow atomic publish).
+	minBatch   int
 	now        func() time.Time
 	lastAppend lctl.Event
 }
@@ -298,6 +301,12 @@ func (l *Log) NewChainWriter(chainID string) (*ChainWriter, error) {
 			return nil, fmt.Errorf("chain %s: %w %s (bound, not opened)", chainID, ErrNoStream, OTelStreamName)
 		}
 		w.stream, w.pub = l.otel, l.otelPub
+	}
+	if info := w.stream.CachedInfo(); info != nil && info.Config.AllowAtomicPublish {
+		w.minBatch = 2
+		if info.Config.Replicas <= 1 && info.Config.Storage == jetstream.FileStorage {
+			w.minBatch = MinDiskBatch
+		}
 	}
 	return w, nil
 }
@@ -372,44 +381,21 @@ func (w *ChainWriter) AppendAt(ctx context.Context, at time.Time, eventType, age
 func (w *ChainWriter) append(ctx context.Context, at time.Time, eventType, agent string, data map[string]any) (lctl.Event, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if at.IsZero() {
-		at = w.now()
-	}
+	return w.appendLocked(ctx, at, eventType, agent, data)
+}
+
+// appendLocked is append with w.mu held.
+func (w *ChainWriter) appendLocked(ctx context.Context, at time.Time, eventType, agent string, data map[string]any) (lctl.Event, error) {
 	if w.failed != nil {
 		return lctl.Event{}, fmt.Errorf("append to chain %s: writer stopped after an earlier failure: %w", w.chainID, w.failed)
 	}
-	// Normalize the payload to JSON types, so the event returned here is
-	// exactly the event a reader decodes from the stream. What of data
-	// already is JSON values is shared, not copied (Append's contract).
-	norm, err := lctl.DataShared(data)
+	e, raw, err := w.seal(at, eventType, agent, data, w.seq+1, w.prevHash)
 	if err != nil {
-		return lctl.Event{}, fmt.Errorf("append to chain %s: %w", w.chainID, err)
+		return lctl.Event{}, err
 	}
-	if norm == nil {
-		norm = map[string]any{}
-	}
-	e := lctl.Event{
-		ChainID:   w.chainID,
-		Seq:       w.seq + 1,
-		Type:      eventType,
-		Timestamp: lctl.FormatTime(at),
-		Agent:     agent,
-		Data:      norm,
-	}
-	// The stored body is the event's canonical JSON with its hash, encoded
-	// once for the hash and the body.
-	raw, err := e.SealEncoded(w.prevHash)
+	ack, err := w.pub.Publish(ctx, w.subject, raw, w.msgID(e.Seq), w.streamSeq)
 	if err != nil {
-		return lctl.Event{}, fmt.Errorf("encode event: %w", err)
-	}
-	ack, err := w.pub.Publish(ctx, w.subject, raw, w.chainID+"/"+strconv.FormatUint(e.Seq, 10), w.streamSeq)
-	if err != nil {
-		var apiErr *jetstream.APIError
-		// Replicated streams report the conflict with the second code.
-		if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-			apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
-			err = fmt.Errorf("%w: %w", ErrConflict, err)
-		}
+		err = conflictOf(err)
 		w.failed = err
 		return lctl.Event{}, fmt.Errorf("append event %d to chain %s: %w", e.Seq, w.chainID, err)
 	}
@@ -426,6 +412,55 @@ func (w *ChainWriter) append(ctx context.Context, at time.Time, eventType, agent
 	}
 	w.seq, w.prevHash, w.streamSeq, w.lastAppend = e.Seq, e.Hash, ack.Seq, e
 	return e, nil
+}
+
+// seal makes the event seq of the chain after the event whose hash is
+// prevHash, at time at (zero: now), and its stored body.
+func (w *ChainWriter) seal(at time.Time, eventType, agent string, data map[string]any, seq uint64, prevHash string) (lctl.Event, []byte, error) {
+	if at.IsZero() {
+		at = w.now()
+	}
+	// Normalize the payload to JSON types, so the event returned here is
+	// exactly the event a reader decodes from the stream. What of data
+	// already is JSON values is shared, not copied (Append's contract).
+	norm, err := lctl.DataShared(data)
+	if err != nil {
+		return lctl.Event{}, nil, fmt.Errorf("append to chain %s: %w", w.chainID, err)
+	}
+	if norm == nil {
+		norm = map[string]any{}
+	}
+	e := lctl.Event{
+		ChainID:   w.chainID,
+		Seq:       seq,
+		Type:      eventType,
+		Timestamp: lctl.FormatTime(at),
+		Agent:     agent,
+		Data:      norm,
+	}
+	// The stored body is the event's canonical JSON with its hash, encoded
+	// once for the hash and the body.
+	raw, err := e.SealEncoded(prevHash)
+	if err != nil {
+		return lctl.Event{}, nil, fmt.Errorf("encode event: %w", err)
+	}
+	return e, raw, nil
+}
+
+// msgID is the message id of the chain's event seq: the stream stores
+// one message per id within its duplicate window.
+func (w *ChainWriter) msgID(seq uint64) string { return w.chainID + "/" + strconv.FormatUint(seq, 10) }
+
+// conflictOf marks err as ErrConflict when the stream refused a write
+// because the chain's last event was not the one expected (replicated
+// streams report it with the second code).
+func conflictOf(err error) error {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+		return fmt.Errorf("%w: %w", ErrConflict, err)
+	}
+	return err
 }
 
 // sameAsStored checks that the stream's message at seq is raw on this

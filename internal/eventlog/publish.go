@@ -32,6 +32,8 @@ type Publisher struct {
 	stream string // the stream's name, as acknowledgements name it
 	// health is told each write's outcome (ReportTo; nil: nobody).
 	health *storehealth.Monitor
+	// batches holds a place for each atomic batch open (PublishBatch).
+	batches chan struct{}
 }
 
 // ReportTo tells m the outcome of every later write (a stream that cannot
@@ -40,7 +42,7 @@ func (p *Publisher) ReportTo(m *storehealth.Monitor) { p.health = m }
 
 // NewPublisher returns a Publisher for stream's subjects over nc.
 func NewPublisher(nc *nats.Conn, stream string) *Publisher {
-	return &Publisher{nc: nc, stream: stream}
+	return &Publisher{nc: nc, stream: stream, batches: make(chan struct{}, maxBatchesInFlight)}
 }
 
 // PubAck is what the stream acknowledged.

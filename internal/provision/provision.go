@@ -114,7 +114,7 @@ type Spec struct {
 // existed.
 func Specs(s Settings) []Spec {
 	s = s.normal()
-	chain := func(name, subjects, description string) Spec {
+	chain := func(name, subjects, description string, atomic bool) Spec {
 		return Spec{Stream: name, Name: name, Kind: KindStream, Subjects: []string{subjects},
 			Users: []string{"orchestrator", "tracer"},
 			stream: &jetstream.StreamConfig{
@@ -127,6 +127,10 @@ func Specs(s Settings) []Spec {
 				Duplicates:  s.Duplicates,
 				DenyDelete:  true,
 				DenyPurge:   true,
+				// The tracer writes a converted trace's events in
+				// atomic batches (eventlog.AppendBatch): all or none,
+				// without a round trip per event.
+				AllowAtomicPublish: atomic,
 			}}
 	}
 	kv := func(cfg jetstream.KeyValueConfig, users ...string) Spec {
@@ -138,8 +142,8 @@ func Specs(s Settings) []Spec {
 			Subjects: []string{"$O." + cfg.Bucket + ".C.>", "$O." + cfg.Bucket + ".M.>"}, Users: users, obj: &cfg}
 	}
 	return []Spec{
-		chain(ChainStream, ChainSubjects, "LCTL event chains written by XCT"),
-		chain(OTelStream, OTelSubjects, "LCTL event chains the XCT tracer makes from OpenTelemetry traces"),
+		chain(ChainStream, ChainSubjects, "LCTL event chains written by XCT", false),
+		chain(OTelStream, OTelSubjects, "LCTL event chains the XCT tracer makes from OpenTelemetry traces", true),
 		kv(jetstream.KeyValueConfig{
 			Bucket:      ToolsBucket,
 			Description: "XCT tool catalog, published by executors",
@@ -208,6 +212,9 @@ type Result struct {
 	// are not what Run was given (replicas, retention, history, the
 	// duplicate window): kept as they are, reported.
 	Differs []string
+	// Updated lists what Run turned on in an existing stream that a
+	// later XCT needs (atomic batch publish on LCTL_OTEL).
+	Updated []string
 }
 
 // ErrSettings means a stream XCT uses exists with settings XCT never makes,
@@ -238,7 +245,13 @@ func Run(ctx context.Context, js jetstream.JetStream, s Settings) ([]Result, err
 		if err != nil {
 			return out, err
 		}
-		out = append(out, Result{Spec: sp, Created: created, Differs: differs})
+		var updated []string
+		if !created {
+			if updated, err = turnOn(ctx, js, sp); err != nil {
+				return out, err
+			}
+		}
+		out = append(out, Result{Spec: sp, Created: created, Differs: differs, Updated: updated})
 	}
 	if err := others(ctx, js, specs); err != nil {
 		bad = append(bad, err)
@@ -277,6 +290,28 @@ func make1(ctx context.Context, js jetstream.JetStream, sp Spec) (created bool, 
 	}
 	_, err = check(ctx, js, sp)
 	return true, nil, err
+}
+
+// turnOn turns on in sp's existing stream what XCT makes it with and a
+// stream made by an earlier XCT lacks: atomic batch publish on a chain
+// stream that asks for it. Nothing else of the stream changes.
+func turnOn(ctx context.Context, js jetstream.JetStream, sp Spec) ([]string, error) {
+	if sp.stream == nil || !sp.stream.AllowAtomicPublish {
+		return nil, nil
+	}
+	st, err := js.Stream(ctx, sp.Stream)
+	if err != nil {
+		return nil, fmt.Errorf("provision %s %s: %w", sp.Kind, sp.Name, err)
+	}
+	c := st.CachedInfo().Config
+	if c.AllowAtomicPublish {
+		return nil, nil
+	}
+	c.AllowAtomicPublish = true
+	if _, err := js.UpdateStream(ctx, c); err != nil {
+		return nil, fmt.Errorf("provision %s %s: turn on atomic batch publish: %w", sp.Kind, sp.Name, err)
+	}
+	return []string{"atomic batch publish turned on"}, nil
 }
 
 // check refuses sp's stream when its settings are not XCT's kind, and

@@ -197,3 +197,61 @@ func TestProvisionRefusesWhatXCTNeverMakes(t *testing.T) {
 		})
 	}
 }
+
+// TestProvisionTurnsOnAtomicPublish: LCTL_OTEL made by an earlier XCT
+// (without atomic batch publish, which the tracer's batched writes use)
+// gets it turned on by the next run, said in the result; nothing else of
+// the stream changes, and a run after that changes nothing. LCTL is not
+// given it (nobody writes it in batches).
+func TestProvisionTurnsOnAtomicPublish(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	js, err := jetstream.New(testutil.Connect(t, testutil.RunBareJetStream(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := jetstream.StreamConfig{Name: provision.OTelStream, Subjects: []string{provision.OTelSubjects}, Storage: jetstream.FileStorage,
+		Duplicates: time.Hour, DenyDelete: true, DenyPurge: true, MaxBytes: 1 << 30}
+	if _, err := js.CreateStream(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	updated := func(res []provision.Result) map[string][]string {
+		out := map[string][]string{}
+		for _, r := range res {
+			if len(r.Updated) > 0 {
+				out[r.Spec.Stream] = r.Updated
+			}
+		}
+		return out
+	}
+	first, err := provision.Run(ctx, js, provision.Defaults())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u := updated(first); len(u) != 1 || len(u[provision.OTelStream]) != 1 || !strings.Contains(u[provision.OTelStream][0], "atomic batch publish") {
+		t.Fatalf("first run's updates: %v, want LCTL_OTEL's atomic publish", u)
+	}
+	for name, want := range map[string]bool{provision.OTelStream: true, provision.ChainStream: false} {
+		st, err := js.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c := st.CachedInfo().Config; c.AllowAtomicPublish != want {
+			t.Errorf("%s: atomic publish %v, want %v", name, c.AllowAtomicPublish, want)
+		}
+	}
+	st, err := js.Stream(ctx, provision.OTelStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := st.CachedInfo().Config; c.MaxBytes != old.MaxBytes || !c.DenyDelete || !c.DenyPurge {
+		t.Errorf("LCTL_OTEL's other settings changed: %+v", c)
+	}
+	second, err := provision.Run(ctx, js, provision.Defaults())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u := updated(second); len(u) != 0 {
+		t.Fatalf("second run's updates: %v, want none", u)
+	}
+}

@@ -316,17 +316,32 @@ func (in *ingester) write(ctx context.Context, c *otelChain, t *otlp.Trace, expo
 		}
 	}
 	scope := in.redactor.Scope() // one trace's write: a secret found by its key is also replaced where it recurs
+	drafts := make([]eventlog.Draft, len(r.Events))
 	for i, d := range r.Events {
-		if _, err := c.w.AppendAt(ctx, d.Time, d.Type, d.Agent, scope.Map(d.Data)); err != nil {
-			// The writer refuses further appends; read the chain back
-			// next time.
-			c.w = nil
-			return warnings, fmt.Errorf("%w: %w", errIngestUnavailable, err)
+		drafts[i] = eventlog.Draft{Time: d.Time, Type: d.Type, Agent: d.Agent, Data: scope.Map(d.Data)}
+	}
+	// One write of the trace's events: atomic batches of up to
+	// eventlog.MaxBatch events, each all or nothing.
+	stored, err := c.w.AppendBatch(ctx, drafts)
+	if len(stored) > 0 && first {
+		c.exporter = exporter
+	}
+	if err != nil {
+		// The writer refuses further appends; read the chain back next
+		// time. Spans already on the chain are then skipped by their
+		// ids: say so when a write stopped between two batches, since
+		// a span whose first event was stored and its last was not
+		// stays so.
+		c.w = nil
+		var partial *eventlog.PartialError
+		if errors.As(err, &partial) {
+			in.log.Error("OTLP spans partly written: the trace's chain holds the events of the batches before the failure", "chain", t.ChainID,
+				"stored", partial.Stored, "events", partial.Total, "err", partial.Err)
 		}
-		c.notBefore = d.Time
-		if i == 0 && first {
-			c.exporter = exporter
-		}
+		return warnings, fmt.Errorf("%w: %w", errIngestUnavailable, err)
+	}
+	if len(drafts) > 0 {
+		c.notBefore = drafts[len(drafts)-1].Time
 	}
 	for _, id := range r.Spans {
 		c.seen[id] = true

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
@@ -29,6 +30,8 @@ import (
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
+	grpccodes "google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
@@ -59,7 +62,7 @@ type otlpTracer struct {
 	creds *grpcxtest.Creds
 }
 
-func startOTLPTracer(t *testing.T, e *env, cfg tracer.OTLPConfig) *otlpTracer {
+func startOTLPTracer(t testing.TB, e *env, cfg tracer.OTLPConfig) *otlpTracer {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelError}))
 	svc, err := tracer.New(tracer.Config{DataDir: e.dataDir, Replicas: 1, HTTPListen: "127.0.0.1:0", OTLP: cfg}, e.nc, log)
@@ -684,6 +687,16 @@ func TestOTLPChainsOldAndNew(t *testing.T) {
 		t.Fatalf("the new chain is not on %s: %v", eventlog.OTelStreamName, err)
 	}
 	served(newID, len(events))
+	// A trace big enough to be written in atomic batches: the tracer's
+	// user may (a batch is publishes to the chain's subject and a
+	// request committing it).
+	big, bigID := otlpTrace(3, eventlog.MinDiskBatch+44)
+	if resp, err := tt.otlp.Export(ctx, big); err != nil || resp.GetPartialSuccess().GetRejectedSpans() != 0 {
+		t.Fatalf("export of a %d-span trace: %v, %v", eventlog.MinDiskBatch+44, resp, err)
+	}
+	if n, err := l.LastSeq(ctx, bigID); err != nil || n != eventlog.MinDiskBatch+45 {
+		t.Fatalf("the big trace's chain: %d events, %v; want %d", n, err, eventlog.MinDiskBatch+45)
+	}
 }
 
 // TestOTLPSpansRedacted (session 10, lead; trust10c found it): a secret in
@@ -734,5 +747,74 @@ func TestOTLPSpansRedacted(t *testing.T) {
 	}
 	if !strings.Contains(chain, redact.MarkerPrefix) || !strings.Contains(chain, "http.request") || !strings.Contains(chain, "api.test") {
 		t.Errorf("the span is not on the chain with its secrets marked:\n%s", chain)
+	}
+}
+
+// TestOTLPTraceWrittenWholeOrNotAtAll (session 15, ops15): the tracer
+// writes a trace's events in atomic batches (on this one-replica stream,
+// a write of eventlog.MinDiskBatch events or more). With its stream
+// (LCTL_OTEL) refusing past a few messages, an export of a 300-span
+// trace failed with Unavailable, so the exporter retries, and left
+// nothing of the trace on its chain; before, the tracer appended one
+// event at a time and left the events that fit (a chain whose agent span
+// had started and never ended, its spans marked converted, so a retry
+// never finished it). The retry after the limit is lifted writes the
+// whole trace, its hashes intact.
+func TestOTLPTraceWrittenWholeOrNotAtAll(t *testing.T) {
+	e := newEnv(t)
+	tt := startOTLPTracer(t, e, tracer.OTLPConfig{Hold: -1})
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	js := e.log.JetStream()
+	otel, err := js.Stream(ctx, eventlog.OTelStreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	setLimit := func(maxMsgs int64) {
+		t.Helper()
+		c := otel.CachedInfo().Config
+		c.MaxMsgs, c.Discard = maxMsgs, jetstream.DiscardNew
+		if _, err := js.UpdateStream(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setLimit(10)
+	const spans = 300
+	req, chainID := otlpTrace(1, spans)
+	if _, err := tt.otlp.Export(ctx, req); status.Code(err) != grpccodes.Unavailable {
+		t.Fatalf("export past the stream's limit: %v, want Unavailable (the exporter retries)", err)
+	}
+	if _, err := e.log.LastSeq(ctx, chainID); !errors.Is(err, eventlog.ErrChainNotFound) {
+		t.Fatalf("after the refused export the chain %s exists (%v): part of the trace was written", chainID, err)
+	}
+	info, err := otel.Info(ctx)
+	if err != nil || info.State.Msgs != 0 {
+		t.Fatalf("%s holds %d messages after the refused export (%v), want 0", eventlog.OTelStreamName, info.State.Msgs, err)
+	}
+	setLimit(-1)
+	resp, err := tt.otlp.Export(ctx, req)
+	if err != nil || resp.GetPartialSuccess().GetRejectedSpans() != 0 {
+		t.Fatalf("the exporter's retry: %v, %v", resp, err)
+	}
+	events, err := e.log.ReadChain(ctx, chainID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lctl.Verify(events); err != nil {
+		t.Fatal(err)
+	}
+	var starts, ends, tools int
+	for _, ev := range events {
+		switch ev.Type {
+		case lctl.TypeStepStart:
+			starts++
+		case lctl.TypeStepEnd:
+			ends++
+		case lctl.TypeToolCall:
+			tools++
+		}
+	}
+	if starts != 1 || ends != 1 || tools != spans-1 || events[len(events)-1].Type != lctl.TypeStepEnd {
+		t.Fatalf("the trace's chain: %d events, %d step starts, %d ends, %d tool calls; want the agent's step around %d tool calls", len(events), starts, ends, tools, spans-1)
 	}
 }
