@@ -446,5 +446,65 @@ func programsOutside(cfg *ToolsConfig, wsDir string) error {
 				ErrToolsConfig, m.Name, m.resolved, wsDir))
 		}
 	}
+	// The directories programs take configuration, caches and code from
+	// (HOME's dotfiles, git's global config, Python's user site, Go's
+	// build cache): in the workspace they are the model's to write with
+	// fs.write, and only some of their names are protected.
+	homes := func(what string, names []string, set map[string]string) {
+		for _, kv := range scrubbedEnv(names, set) {
+			k, v, _ := strings.Cut(kv, "=")
+			if !slices.Contains(configHomeVars, k) {
+				continue
+			}
+			for p := range strings.SplitSeq(v, ":") {
+				if p == "" {
+					continue
+				}
+				// A relative one is the working directory's: the workspace.
+				if !filepath.IsAbs(p) || inside(realOrSelf(p)) || under(wsDir, filepath.Clean(p)) {
+					errs = append(errs, fmt.Errorf("%w: %s's %s is %s, in the workspace %s: programs read configuration and code from it, which the model could write; name a directory outside (HOME is the sandbox's private /tmp when unset)",
+						ErrToolsConfig, what, k, p, wsDir))
+					break
+				}
+			}
+		}
+	}
+	if cfg.Shell != nil {
+		names := cfg.Shell.Env
+		if names == nil {
+			names = []string{"PATH"}
+		}
+		homes("shell.exec", names, cfg.Shell.SetEnv)
+	}
+	for _, m := range cfg.MCP {
+		if m.Command != "" {
+			homes("MCP server "+m.Name, m.Env, m.SetEnv)
+		}
+	}
 	return errors.Join(errs...)
+}
+
+// configHomeVars name the directories (or lists of them) where programs
+// look for their configuration, caches and code: HOME (dotfiles, git's
+// and Python's user directories), the XDG base directories, git's config
+// files, and the toolchains' homes and caches.
+var configHomeVars = []string{
+	"HOME", "XDG_CONFIG_HOME", "XDG_CONFIG_DIRS", "XDG_DATA_HOME", "XDG_DATA_DIRS", "XDG_CACHE_HOME", "XDG_STATE_HOME",
+	"GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM", "GNUPGHOME",
+	"PYTHONUSERBASE", "PYTHONPYCACHEPREFIX", "PIP_CONFIG_FILE",
+	"CARGO_HOME", "RUSTUP_HOME", "GOPATH", "GOMODCACHE", "GOCACHE", "GOENV",
+	"NPM_CONFIG_USERCONFIG", "npm_config_userconfig", "NPM_CONFIG_CACHE", "npm_config_cache",
+}
+
+// under reports whether p is dir or below it (both clean).
+func under(dir, p string) bool {
+	return p == dir || strings.HasPrefix(p, dir+string(filepath.Separator))
+}
+
+// realOrSelf is p with its symbolic links resolved, or p.
+func realOrSelf(p string) string {
+	if real, err := filepath.EvalSymlinks(p); err == nil {
+		return real
+	}
+	return p
 }

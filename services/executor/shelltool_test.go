@@ -692,3 +692,53 @@ func testShellProtectedReplaced(t *testing.T, sandboxed bool) {
 		}
 	}
 }
+
+// TestConfigHomesOutsideTheWorkspace (session 15, attack15a): a program
+// takes configuration and code from its HOME and the like: with HOME the
+// workspace (set_env, or env: [HOME] from an executor whose home it is),
+// the model's fs.write of .config/git/config (not a protected name: only
+// .gitconfig is) gave every git its core.fsmonitor, and one of
+// .local/lib/python3.X/site-packages/x.pth ran in every python3
+// (checked by hand); GOCACHE or GOMODCACHE there are a build cache the
+// model writes. On main the executor started with such an environment;
+// now it refuses to, as it refuses a program inside the workspace. A
+// relative directory is the working directory's, the workspace's.
+func TestConfigHomesOutsideTheWorkspace(t *testing.T) {
+	ws := t.TempDir()
+	t.Setenv("XCT_TEST_HOME_IN_WS", ws)
+	for name, tools := range map[string]string{
+		"HOME set":                 "shell:\n  set_env: {HOME: " + ws + "}\n  binaries: [{name: git}]\n",
+		"HOME passed":              "shell:\n  env: [PATH, XCT_TEST_HOME_IN_WS]\n  binaries: [{name: git}]\n",
+		"XDG_CONFIG_HOME below":    "shell:\n  set_env: {XDG_CONFIG_HOME: " + filepath.Join(ws, ".config") + "}\n  binaries: [{name: git}]\n",
+		"relative":                 "shell:\n  set_env: {GOCACHE: .cache/go}\n  binaries: [{name: git}]\n",
+		"a list":                   "shell:\n  set_env: {XDG_DATA_DIRS: /usr/share:" + ws + "/share}\n  binaries: [{name: git}]\n",
+		"a stdio MCP server's":     "mcp:\n  - {name: m, command: git, set_env: {PYTHONUSERBASE: " + filepath.Join(ws, ".local") + "}}\n",
+		"the workspace's own path": "shell:\n  set_env: {GIT_CONFIG_GLOBAL: " + filepath.Join(ws, "sub", "..", "gitconfig") + "}\n  binaries: [{name: git}]\n",
+	} {
+		text := strings.ReplaceAll(tools, "XCT_TEST_HOME_IN_WS", "HOME")
+		if name == "HOME passed" {
+			t.Setenv("HOME", ws)
+		}
+		cfg, err := ParseToolsConfig("tools.yaml", []byte(text))
+		must(t, err)
+		s, err := New(Config{Workspace: ws, Tools: cfg, MaxOutputBytes: 1 << 20}, nil, testLogger(t))
+		if name == "HOME passed" {
+			t.Setenv("HOME", "/nonexistent-home")
+		}
+		if err == nil {
+			_ = s.Stop(context.Background())
+			t.Errorf("%s: an executor whose programs' configuration home is in its workspace started", name)
+			continue
+		}
+		if !errors.Is(err, ErrToolsConfig) || !strings.Contains(err.Error(), "in the workspace") {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	// Outside it (a sibling whose name begins like it too), it starts.
+	out := ws + "-home"
+	cfg, err := ParseToolsConfig("tools.yaml", []byte("shell:\n  set_env: {HOME: "+out+", XDG_DATA_DIRS: /usr/share}\n  binaries: [{name: git}]\n"))
+	must(t, err)
+	s, err := New(Config{Workspace: ws, Tools: cfg, MaxOutputBytes: 1 << 20}, nil, testLogger(t))
+	must(t, err)
+	_ = s.Stop(context.Background())
+}
