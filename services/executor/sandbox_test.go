@@ -442,7 +442,7 @@ func TestSandboxConfigErrors(t *testing.T) {
 // BenchmarkShellSandbox is what the sandbox costs a program: true, run
 // with and without it.
 func BenchmarkShellSandbox(b *testing.B) {
-	for _, mode := range []string{"bwrap", "none", "bwrap-4k-files", "bwrap-60k-files", "bwrap-git"} {
+	for _, mode := range []string{"bwrap", "none", "bwrap-4k-files", "bwrap-60k-files", "bwrap-git", "bwrap-network"} {
 		b.Run(mode, func(b *testing.B) {
 			if mode != "none" {
 				requireSandbox(b)
@@ -470,6 +470,12 @@ func BenchmarkShellSandbox(b *testing.B) {
 				// 13, attack13).
 				must(b, os.Mkdir(filepath.Join(sb.ws, ".git"), 0o755))
 				sandbox = "bwrap"
+			}
+			if mode == "bwrap-network" {
+				// The host's network: the program starts through the
+				// Landlock scope of abstract Unix sockets where the
+				// kernel has it (session 15, attack15a).
+				sandbox = "{network: true}"
 			}
 			cfg, err := ParseToolsConfig("tools.yaml", []byte("shell:\n  sandbox: "+sandbox+"\n  binaries: [{name: \"true\"}]\n"))
 			must(b, err)
