@@ -174,38 +174,44 @@ func cmdResolve(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		return &exitError{code: 2, err: errors.New(msg)}
 	}
-	stepID := fs.Arg(1)
-	if n, err := strconv.Atoi(stepID); err == nil {
-		client, closeConn, err := dialOrchestrator(&id, *orchAddr)
-		if err != nil {
-			return err
-		}
-		defer closeConn()
-		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		resp, err := client.GetRun(cctx, &xctv1.GetRunRequest{RunId: fs.Arg(0)})
-		cancel()
-		if err != nil {
-			return rpcError("get run", *orchAddr, err)
-		}
-		stepID = ""
-		for _, st := range resp.GetRun().GetSteps() {
-			if int(st.GetNumber()) == n {
-				stepID = st.GetStepId()
-			}
-		}
-		if stepID == "" {
-			return fmt.Errorf("run %s has no executed step %d", fs.Arg(0), n)
+	// The decision names the step's id and the step_in_doubt it settles,
+	// as the run's chain holds them now: sent again later, it cannot
+	// settle another attempt's doubt.
+	client, closeConn, err := dialOrchestrator(&id, *orchAddr)
+	if err != nil {
+		return err
+	}
+	defer closeConn()
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	run, err := client.GetRun(cctx, &xctv1.GetRunRequest{RunId: fs.Arg(0)})
+	cancel()
+	if err != nil {
+		return rpcError("get run", *orchAddr, err)
+	}
+	var step *xctv1.Step
+	n, byNumber := strconv.Atoi(fs.Arg(1))
+	for _, st := range run.GetRun().GetSteps() {
+		if (byNumber == nil && int(st.GetNumber()) == n) || st.GetStepId() == fs.Arg(1) {
+			step = st
 		}
 	}
+	switch {
+	case step == nil || step.GetStepId() == "":
+		return fmt.Errorf("run %s has no executed step %s", fs.Arg(0), fs.Arg(1))
+	case step.GetInDoubtSeq() == 0:
+		return fmt.Errorf("step %d (%s) of run %s is not in doubt on its chain (%s): a decision settles a step in doubt only",
+			step.GetNumber(), step.GetStepId(), fs.Arg(0), strings.ToLower(strings.TrimPrefix(step.GetState().String(), "STEP_STATE_")))
+	}
+	stepID := step.GetStepId()
 	conn, err := id.dial(*execAddr)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = conn.Close() }()
-	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	cctx, cancel = context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	resp, err := xctv1.NewExecutorServiceClient(conn).ResolveStep(cctx, &xctv1.ResolveStepRequest{
-		StepId: stepID, Decision: decision, Reason: *reason,
+		StepId: stepID, Decision: decision, Reason: *reason, RunId: fs.Arg(0), InDoubtSeq: step.GetInDoubtSeq(),
 	})
 	if err != nil {
 		st := status.Convert(err)

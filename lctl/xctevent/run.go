@@ -79,6 +79,10 @@ type Step struct {
 	// InDoubt reports a step_in_doubt on the chain: the step's outcome was
 	// not known then (Result or Error, when there, came after it).
 	InDoubt bool
+	// DoubtSeq is the seq of the step's step_in_doubt while nothing of the
+	// step followed it (no verdict for another attempt, no outcome, no
+	// step_end): the doubt a human's decision settles now. 0 otherwise.
+	DoubtSeq uint64
 	// Result is the successful execution; Error the step's error signal.
 	Result *ToolCall
 	Error  *Error
@@ -196,6 +200,7 @@ func (r *Run) ApplyParsed(e *lctl.Event, x Event) {
 		if st := r.step(x.Step); st != nil {
 			st.Verdicts = append(st.Verdicts, x)
 			st.VerdictAgent = e.Agent
+			st.DoubtSeq = 0 // another attempt's verdict
 		}
 	case ApprovalRequested:
 		if st := r.step(x.Step); st != nil {
@@ -210,12 +215,15 @@ func (r *Run) ApplyParsed(e *lctl.Event, x Event) {
 	case StepInDoubt:
 		if st := r.step(x.Step); st != nil {
 			st.InDoubt = true
+			if x.StepID == st.Start.StepID {
+				st.DoubtSeq = e.Seq
+			}
 		}
 		r.setLive(StatusInDoubt)
 	case ToolCall:
 		st := r.step(x.Step)
 		if st != nil {
-			st.Result = &x
+			st.Result, st.DoubtSeq = &x, 0
 		}
 		r.settle()
 	case Error:
@@ -226,7 +234,7 @@ func (r *Run) ApplyParsed(e *lctl.Event, x Event) {
 		if st == nil || st.Ended() {
 			r.After = &x // outside a step: a budget or the model's endpoint
 		} else {
-			st.Error = &x
+			st.Error, st.DoubtSeq = &x, 0
 		}
 		r.settle()
 	case StepEnd:
@@ -234,7 +242,7 @@ func (r *Run) ApplyParsed(e *lctl.Event, x Event) {
 		if st == nil {
 			return
 		}
-		st.End = &x
+		st.End, st.DoubtSeq = &x, 0
 		if x.Tokens != nil {
 			r.Tokens.Input += x.Tokens.Input
 			r.Tokens.Output += x.Tokens.Output

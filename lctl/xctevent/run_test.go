@@ -141,3 +141,26 @@ func TestRunFoldStatus(t *testing.T) {
 		t.Errorf("foreign step_start folded as a step: %+v", v.Steps)
 	}
 }
+
+// DoubtSeq is the step_in_doubt a human's decision settles: the latest,
+// while nothing of the step followed it (another attempt's verdict, an
+// outcome, the step's end).
+func TestRunFoldDoubtSeq(t *testing.T) {
+	events := chainOf(t,
+		StepStart{Step: 1, StepID: "s1", Tool: "t", Arguments: map[string]any{}}, // 1
+		Verdict{Step: 1, StepID: "s1", Tool: "t", Decision: DecisionAllow},       // 2
+		StepInDoubt{Step: 1, StepID: "s1"},                                       // 3
+		Verdict{Step: 1, StepID: "s1", Tool: "t", Decision: DecisionAllow},       // 4: a retry
+		StepInDoubt{Step: 1, StepID: "s1"},                                       // 5
+		StepInDoubt{Step: 1, StepID: "other"},                                    // 6: not this step's
+		ToolCall{Step: 1, StepID: "s1", Tool: "t"},                               // 7
+	)
+	for _, c := range []struct {
+		upto int
+		want uint64
+	}{{2, 0}, {3, 3}, {4, 0}, {5, 5}, {6, 5}, {7, 0}} {
+		if got := Fold(events[:c.upto]).Steps[0].DoubtSeq; got != c.want {
+			t.Errorf("after %d events: DoubtSeq %d, want %d", c.upto, got, c.want)
+		}
+	}
+}

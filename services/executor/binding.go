@@ -63,7 +63,7 @@ func (s *Service) checkVerdict(ctx context.Context, req *xctv1.ExecuteRequest, c
 	}
 	if err == nil {
 		s.log.DebugContext(ctx, "verdict verified", "run_id", req.GetRunId(), "step_id", req.GetStepId(), "grant", g.GetGrantId(), "key", req.GetVerdict().GetKeyId())
-		return context.WithValue(ctx, grantKey{}, grantSeen{id: g.GetGrantId(), issued: g.GetIssuedAt().AsTime()}), nil
+		return context.WithValue(ctx, grantKey{}, grantSeen{id: g.GetGrantId()}), nil
 	}
 	who := "unknown"
 	if p, ok := auth.FromContext(ctx); ok {
@@ -78,13 +78,12 @@ func (s *Service) checkVerdict(ctx context.Context, req *xctv1.ExecuteRequest, c
 	return ctx, status.Errorf(code, "%v; nothing was executed", err)
 }
 
-// grantKey carries the verified grant's id and issue time from
-// checkVerdict to the step record: a verdict starts at most one attempt.
+// grantKey carries the verified grant's id from checkVerdict to the step
+// record: a verdict starts at most one attempt.
 type grantKey struct{}
 
 type grantSeen struct {
-	id     string
-	issued time.Time
+	id string
 }
 
 // grantOf is the id of the verdict that let this call in ("" for calls
@@ -92,13 +91,6 @@ type grantSeen struct {
 func grantOf(ctx context.Context) string {
 	g, _ := ctx.Value(grantKey{}).(grantSeen)
 	return g.id
-}
-
-// grantIssued is when the validator issued the verdict that let this call
-// in (zero for calls no verdict checked).
-func grantIssued(ctx context.Context) time.Time {
-	g, _ := ctx.Value(grantKey{}).(grantSeen)
-	return g.issued
 }
 
 // grantUsed reports whether the verdict of this call already started an

@@ -45,6 +45,9 @@ var (
 	// ErrNotInDoubt means a resolution was asked for a step that is not in
 	// doubt (for RETRY: neither in doubt nor failed).
 	ErrNotInDoubt = errors.New("executor: step is not in doubt")
+	// ErrChainUnreadable means the run's chain, which must show a step in
+	// doubt before a decision about it is taken, could not be read.
+	ErrChainUnreadable = errors.New("executor: the run's chain cannot be read")
 	// ErrBadResolution means a resolution lacks its decision or its author.
 	ErrBadResolution = errors.New("executor: invalid resolution")
 	// ErrBadStepID means a step id is not 1-128 of A-Z a-z 0-9 _ -.
@@ -76,6 +79,7 @@ var stepCodes = grpcx.Codes{
 	{Err: ErrBadStepID, Code: codes.InvalidArgument},
 	{Err: ErrStepNotFound, Code: codes.NotFound},
 	{Err: ErrNotInDoubt, Code: codes.FailedPrecondition},
+	{Err: ErrChainUnreadable, Code: codes.Unavailable},
 	{Err: ErrStepConflict, Code: codes.Aborted},
 	{Err: ErrStepCorrupt, Code: codes.DataLoss},
 	{Err: errOutcomeUnknown, Code: codes.Unavailable},

@@ -99,11 +99,19 @@ func (h *handler) ResolveStep(ctx context.Context, req *xctv1.ResolveStepRequest
 	if r := req.GetResult(); r != nil && wire.ValueDepthExceeds(r.AsInterface(), wire.MaxDepth) {
 		return nil, status.Errorf(codes.InvalidArgument, "result is %v", wire.ErrTooDeep{Limit: wire.MaxDepth})
 	}
+	if req.GetInDoubtSeq() == 0 && h.s.nc != nil {
+		// A decision names the doubt it settles, so that sent again it
+		// cannot settle a later attempt's.
+		return nil, status.Errorf(codes.InvalidArgument, "in_doubt_seq is required: the seq of the step_in_doubt event on the run's chain this decision settles "+
+			"(GetRun shows it as the step's in_doubt_seq; xct resolve RUN STEP sends it)")
+	}
 	rec, err := h.s.ResolveStep(ctx, req.GetStepId(), Resolution{
 		Decision:   req.GetDecision(),
 		ResolvedBy: by.Name,
 		Reason:     req.GetReason(),
 		Result:     resultValue(req.GetResult()),
+		RunID:      req.GetRunId(),
+		InDoubtSeq: req.GetInDoubtSeq(),
 	})
 	if err != nil {
 		return nil, stepStatus(err)

@@ -21,6 +21,7 @@ import (
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/verdict"
 	"github.com/xct-dev/xct/internal/wire"
+	"github.com/xct-dev/xct/lctl"
 )
 
 // recordTimeout bounds the writes that record a step's outcome: they run
@@ -224,15 +225,15 @@ func (s *Service) claim(ctx context.Context, req *xctv1.ExecuteRequest, st *serv
 		}
 		switch cur.GetState() {
 		case stateSucceeded, stateFailed:
-			if resolvedBeforeAllowed(cur, called, grantIssued(ctx)) {
-				// A human's decision about a step that had no record, made
-				// before the validator allowed this call: it settled no
-				// doubt (the step had yet to run), so it does not stand for
-				// the call. On main an operator resolved a step waiting for
-				// its approval "succeeded" with a result of their own, and
-				// the approved call replayed it.
+			if unboundResolution(cur, called) {
+				// A human's decision about a step that had no record, not
+				// bound to a doubt on the run's chain: it settled no doubt
+				// (the step may have had yet to run), so it does not stand
+				// for the call. (Session 14: an operator resolved a step
+				// waiting for its approval "succeeded" with a result of
+				// their own, and the approved call replayed it.)
 				r := cur.GetResolution()
-				reason := fmt.Sprintf("resolved %s by %s at %s, before the validator allowed the step: a resolution settles a step in doubt, not one yet to run",
+				reason := fmt.Sprintf("resolved %s by %s at %s, bound to no doubt on the run's chain: a resolution settles a step in doubt, not one yet to run",
 					strings.ToLower(strings.TrimPrefix(r.GetDecision().String(), "STEP_DECISION_")), r.GetResolvedBy(), r.GetResolvedAt().AsTime().UTC().Format(time.RFC3339))
 				next := withGrant(rerun(cur, fresh(1), reason), grantOf(ctx))
 				next.Tool, next.ArgumentsDigest, next.Effect, next.Idempotent = req.GetTool(), digest, effect, idem
@@ -310,16 +311,17 @@ func (s *Service) claim(ctx context.Context, req *xctv1.ExecuteRequest, st *serv
 	}
 }
 
-// resolvedBeforeAllowed reports whether rec is a human's resolution of a
-// step that had no record (no call, no state before it) made before the
-// verdict of the call now asking was issued. A step in doubt is resolved
-// after the verdict its call carried; a call whose verdict came later was
-// allowed after the decision, which then settled nothing. A fence (the
-// orchestrator's "not executed") carries no resolution and still holds.
-func resolvedBeforeAllowed(rec *xctv1.StepRecord, called bool, issued time.Time) bool {
+// unboundResolution reports whether rec is a human's resolution of a step
+// that had no record (no call, no state before it) that no step_in_doubt
+// on the run's chain bound: ResolveStep binds every decision it takes with
+// chains, so this is one written without (an executor without NATS, or
+// before decisions were bound). It does not stand for a call. A fence (the
+// orchestrator's "not executed") carries no resolution and still holds; no
+// clock is compared.
+func unboundResolution(rec *xctv1.StepRecord, called bool) bool {
 	r := rec.GetResolution()
 	return !called && r != nil && r.GetPreviousState() == xctv1.StepRecordState_STEP_RECORD_STATE_UNSPECIFIED &&
-		rec.GetAttempt() == 0 && !issued.IsZero() && r.GetResolvedAt().AsTime().Before(issued)
+		rec.GetAttempt() == 0 && r.GetInDoubtSeq() == 0
 }
 
 // unclaim undoes a claim whose write failed but may have been stored
@@ -692,17 +694,29 @@ type Resolution struct {
 	// Result, for a step resolved as succeeded, is the JSON result to
 	// record (what the human observed); nil records a short statement.
 	Result any
+	// RunID is the run of the step, whose chain must show it in doubt;
+	// needed when the executor has no record of the step (else the
+	// record's, which it must match).
+	RunID string
+	// InDoubtSeq is the seq of the step_in_doubt on the run's chain this
+	// decision settles; it must be the step's current doubt. 0 takes the
+	// current one (the ResolveStep RPC requires it).
+	InDoubtSeq uint64
 }
 
 // ResolveStep records a human decision about a step in doubt: it
 // succeeded (the recorded result is r.Result), it failed, or it may be
 // executed once more (retry: the next Execute with the step id acts
-// again; allowed for a failed step too, as the explicit retry path). The
-// record keeps who decided, when and why. It returns ErrNotInDoubt for a
-// step that is not in doubt, ErrStepNotFound, ErrStepConflict when the
-// record changed meanwhile (ask again), ErrBadResolution for an empty
-// decision or author, ErrBadStepID. The CLI (xct resolve) calls it through the
-// ResolveStep RPC.
+// again). The step must be in doubt on its run's chain (doubt.go): the
+// decision is bound to that step_in_doubt (r.InDoubtSeq, when given, must
+// name it), so it settles nothing else. The record keeps who decided,
+// when, why and which doubt. It returns ErrNotInDoubt for a step that is
+// not in doubt (on its chain, or by its record), ErrChainUnreadable,
+// ErrStepNotFound, ErrStepConflict when the record changed meanwhile (ask
+// again), ErrBadResolution for an empty decision or author or a run that
+// is not the step's, ErrBadStepID. The CLI (xct resolve) calls it through
+// the ResolveStep RPC. An executor without NATS (unit tests) has no
+// chains and checks the record only (a failed step may then be retried).
 func (s *Service) ResolveStep(ctx context.Context, stepID string, r Resolution) (*xctv1.StepRecord, error) {
 	switch {
 	case !validStepID(stepID):
@@ -725,8 +739,9 @@ func (s *Service) ResolveStep(ctx context.Context, stepID string, r Resolution) 
 	} else if err != nil {
 		return nil, err
 	}
-	// A step in doubt takes any decision; a failed step may be retried.
-	retryFailed := r.Decision == xctv1.StepDecision_STEP_DECISION_RETRY && cur.GetState() == stateFailed && !NotExecuted(cur)
+	// A step in doubt takes any decision; without chains (no NATS), a
+	// failed step may be retried.
+	retryFailed := s.nc == nil && r.Decision == xctv1.StepDecision_STEP_DECISION_RETRY && cur.GetState() == stateFailed && !NotExecuted(cur)
 	if rev != 0 && !inDoubt(cur, time.Now()) && !retryFailed {
 		if same := decided(cur.GetState()) == r.Decision; same {
 			// Already so: the record's outcome stands and the run goes on
@@ -739,9 +754,19 @@ func (s *Service) ResolveStep(ctx context.Context, stepID string, r Resolution) 
 		}
 		return nil, fmt.Errorf("%w: step %s is %s (recorded by %s); a recorded outcome is not overwritten", ErrNotInDoubt, stepID, stateName(cur.GetState()), recordedBy(cur))
 	}
+	// In doubt by its record (or without one): its run's chain must say
+	// so too, and the decision is bound to that doubt.
+	runID, doubtSeq, err := s.doubtOnChain(ctx, stepID, cur, r)
+	if err != nil {
+		return nil, err
+	}
 	now := timestamppb.Now()
 	rec := cloneRecord(cur)
-	rec.Resolution = &xctv1.StepResolution{Decision: r.Decision, ResolvedBy: r.ResolvedBy, Reason: r.Reason, ResolvedAt: now, PreviousState: cur.GetState()}
+	rec.Resolution = &xctv1.StepResolution{Decision: r.Decision, ResolvedBy: r.ResolvedBy, Reason: r.Reason, ResolvedAt: now, PreviousState: cur.GetState(),
+		InDoubtSeq: doubtSeq}
+	if rec.GetRunId() == "" {
+		rec.RunId = runID
+	}
 	switch r.Decision {
 	case xctv1.StepDecision_STEP_DECISION_SUCCEEDED:
 		result := s.redactorOrNil().Value(r.Result)
@@ -772,8 +797,42 @@ func (s *Service) ResolveStep(ctx context.Context, stepID string, r Resolution) 
 	if err != nil {
 		return nil, err
 	}
-	s.log.InfoContext(ctx, "step resolved", "step_id", stepID, "decision", r.Decision.String(), "resolved_by", r.ResolvedBy, "previous_state", cur.GetState().String())
+	s.log.InfoContext(ctx, "step resolved", "step_id", stepID, "decision", r.Decision.String(), "resolved_by", r.ResolvedBy, "previous_state", cur.GetState().String(),
+		"run_id", runID, "in_doubt_seq", doubtSeq)
 	return proto.CloneOf(rec), nil
+}
+
+// doubtOnChain checks that the run's chain shows step stepID in doubt now
+// (cur is its record, empty when it has none) and returns the run and the
+// seq of that step_in_doubt. An executor without chains (no NATS) returns
+// seq 0 and checks nothing.
+func (s *Service) doubtOnChain(ctx context.Context, stepID string, cur *xctv1.StepRecord, r Resolution) (string, uint64, error) {
+	runID := cur.GetRunId()
+	switch {
+	case runID != "" && r.RunID != "" && r.RunID != runID:
+		return "", 0, fmt.Errorf("%w: step %s is of run %s, not %s", ErrBadResolution, stepID, runID, r.RunID)
+	case runID == "":
+		runID = r.RunID
+	}
+	chains, err := s.chainReader(ctx)
+	if err != nil || chains == nil {
+		return runID, 0, err
+	}
+	if runID == "" {
+		return "", 0, fmt.Errorf("%w: the executor has no record of step %s: name its run (run_id), whose chain must show it in doubt", ErrBadResolution, stepID)
+	}
+	if err := lctl.ValidateChainID(runID); err != nil {
+		return "", 0, fmt.Errorf("%w: run id: %w", ErrBadResolution, err)
+	}
+	seq, err := chainDoubt(ctx, chains, runID, stepID)
+	if err != nil {
+		return "", 0, err
+	}
+	if r.InDoubtSeq != 0 && r.InDoubtSeq != seq {
+		return "", 0, fmt.Errorf("%w: the decision settles the doubt of step %s recorded at event %d of run %s, and the step's doubt now is the one at event %d "+
+			"(a later attempt's): look at the step again and decide about this doubt", ErrNotInDoubt, stepID, r.InDoubtSeq, runID, seq)
+	}
+	return runID, seq, nil
 }
 
 // decided is the decision that leaves a record in state st (UNSPECIFIED

@@ -51,8 +51,11 @@ type Service struct {
 	redactor *redact.Redactor
 	// verifier checks the signed verdict of every Execute (binding.go).
 	verifier *verdict.Verifier
-	remotes  []*remoteServer
-	mcps     []*mcpServer
+	// chains reads runs' chains: a decision about a step needs its chain
+	// to show the step in doubt (doubt.go).
+	chains  chains
+	remotes []*remoteServer
+	mcps    []*mcpServer
 
 	mu       sync.Mutex
 	stopping bool

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -17,11 +18,14 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/eventlog"
 	"github.com/xct-dev/xct/internal/grpcx"
 	"github.com/xct-dev/xct/internal/grpcx/grpcxtest"
 	"github.com/xct-dev/xct/internal/jsguard"
 	"github.com/xct-dev/xct/internal/testutil"
 	"github.com/xct-dev/xct/internal/wire"
+	"github.com/xct-dev/xct/lctl"
+	"github.com/xct-dev/xct/lctl/xctevent"
 )
 
 // counted is a test tool that counts its invocations.
@@ -568,16 +572,27 @@ func TestStepsOnJetStream(t *testing.T) {
 	if _, err := carol.ResolveStep(ctx, &xctv1.ResolveStepRequest{StepId: orphanReq.GetStepId(), Decision: xctv1.StepDecision_STEP_DECISION_SUCCEEDED, ResolvedBy: "mallory"}); status.Code(err) != codes.PermissionDenied {
 		t.Fatalf("ResolveStep in another's name: %v", err)
 	}
-	res, err := carol.ResolveStep(ctx, &xctv1.ResolveStepRequest{StepId: orphanReq.GetStepId(), Decision: xctv1.StepDecision_STEP_DECISION_SUCCEEDED, Reason: "seen in the ledger"})
+	// A decision names the doubt on the run's chain it settles, and the
+	// chain must show it (written here as the orchestrator would).
+	resolve := &xctv1.ResolveStepRequest{StepId: orphanReq.GetStepId(), Decision: xctv1.StepDecision_STEP_DECISION_SUCCEEDED, Reason: "seen in the ledger"}
+	if _, err := carol.ResolveStep(ctx, resolve); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("ResolveStep naming no doubt: %v", err)
+	}
+	resolve.InDoubtSeq = 1
+	if _, err := carol.ResolveStep(ctx, resolve); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("ResolveStep of a step its chain does not show in doubt: %v", err)
+	}
+	resolve.InDoubtSeq = chainInDoubt(ctx, t, nc, "run", 1, orphanReq.GetStepId(), "test.once")
+	res, err := carol.ResolveStep(ctx, resolve)
 	must(t, err)
-	if res.GetStep().GetState() != stateSucceeded || res.GetStep().GetResolution().GetResolvedBy() != "carol" {
+	if res.GetStep().GetState() != stateSucceeded || res.GetStep().GetResolution().GetResolvedBy() != "carol" || res.GetStep().GetResolution().GetInDoubtSeq() != resolve.InDoubtSeq {
 		t.Fatalf("ResolveStep: %v", res)
 	}
 	for _, c := range []struct {
 		req  *xctv1.ResolveStepRequest
 		code codes.Code
 	}{
-		{&xctv1.ResolveStepRequest{StepId: orphanReq.GetStepId(), Decision: xctv1.StepDecision_STEP_DECISION_FAILED, ResolvedBy: "carol"}, codes.FailedPrecondition},
+		{&xctv1.ResolveStepRequest{StepId: orphanReq.GetStepId(), Decision: xctv1.StepDecision_STEP_DECISION_FAILED, ResolvedBy: "carol", InDoubtSeq: resolve.InDoubtSeq}, codes.FailedPrecondition},
 		{&xctv1.ResolveStepRequest{StepId: orphanReq.GetStepId()}, codes.InvalidArgument}, // no decision
 	} {
 		if _, err := carol.ResolveStep(ctx, c.req); status.Code(err) != c.code {
@@ -585,14 +600,24 @@ func TestStepsOnJetStream(t *testing.T) {
 		}
 	}
 	// The same decision again is no error: the record already says so.
-	if res, err := carol.ResolveStep(ctx, &xctv1.ResolveStepRequest{StepId: orphanReq.GetStepId(), Decision: xctv1.StepDecision_STEP_DECISION_SUCCEEDED}); err != nil || res.GetStep().GetState() != stateSucceeded {
+	if res, err := carol.ResolveStep(ctx, &xctv1.ResolveStepRequest{StepId: orphanReq.GetStepId(), Decision: xctv1.StepDecision_STEP_DECISION_SUCCEEDED, InDoubtSeq: resolve.InDoubtSeq}); err != nil || res.GetStep().GetState() != stateSucceeded {
 		t.Errorf("ResolveStep(orphan, succeeded) again = %v, %v", res, err)
 	}
 	if _, err := client.GetStep(ctx, &xctv1.GetStepRequest{StepId: "nope"}); status.Code(err) != codes.NotFound {
 		t.Errorf("GetStep(nope) = %v", err)
 	}
-	// A step without a record takes the decision as its record.
-	res, err = carol.ResolveStep(ctx, &xctv1.ResolveStepRequest{StepId: "nope", Decision: xctv1.StepDecision_STEP_DECISION_FAILED, Reason: "never ran"})
+	// A step without a record takes the decision as its record, once its
+	// run (named) shows it in doubt.
+	nope := &xctv1.ResolveStepRequest{StepId: "nope", Decision: xctv1.StepDecision_STEP_DECISION_FAILED, Reason: "never ran", InDoubtSeq: 1}
+	if _, err := carol.ResolveStep(ctx, nope); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("ResolveStep(nope) naming no run = %v", err)
+	}
+	nope.RunId = "run-nope"
+	if _, err := carol.ResolveStep(ctx, nope); status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("ResolveStep(nope) of a run with no chain = %v", err)
+	}
+	nope.InDoubtSeq = chainInDoubt(ctx, t, nc, "run-nope", 1, "nope", "test.once")
+	res, err = carol.ResolveStep(ctx, nope)
 	if err != nil || res.GetStep().GetState() != stateFailed || res.GetStep().GetResolution().GetPreviousState() != xctv1.StepRecordState_STEP_RECORD_STATE_UNSPECIFIED {
 		t.Errorf("ResolveStep(nope) = %v, %v", res, err)
 	}
@@ -663,4 +688,25 @@ func TestStepRecordsRepublishedIntoAreRefused(t *testing.T) {
 	if _, err := OpenStepStore(ctx, nc, StepStoreConfig{}); !errors.Is(err, jsguard.ErrRepublished) {
 		t.Fatalf("OpenStepStore beside a stream republishing into the records = %v; want %v", err, jsguard.ErrRepublished)
 	}
+}
+
+// chainInDoubt writes run runID's chain as the orchestrator leaves it
+// when step (stepID, tool) is in doubt, and returns its step_in_doubt's
+// seq.
+func chainInDoubt(ctx context.Context, tb testing.TB, nc *nats.Conn, runID string, step int, stepID, tool string) uint64 {
+	tb.Helper()
+	log, err := eventlog.Open(ctx, nc)
+	must(tb, err)
+	w, err := log.NewChainWriter(runID)
+	must(tb, err)
+	var last lctl.Event
+	for _, ev := range []xctevent.Event{
+		xctevent.StepStart{Step: step, StepID: stepID, Tool: tool, Arguments: map[string]any{}, Intent: "test"},
+		xctevent.Verdict{Step: step, StepID: stepID, Tool: tool, Decision: xctevent.DecisionAllow},
+		xctevent.StepInDoubt{Step: step, StepID: stepID, Tool: tool, Reason: "its executor died mid-call"},
+	} {
+		last, err = w.Append(ctx, ev.Type(), "orchestrator", ev.Data())
+		must(tb, err)
+	}
+	return last.Seq
 }

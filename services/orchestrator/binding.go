@@ -61,6 +61,12 @@ func (r *run) signedVerdict(st *openStep, v *xctv1.Verdict) (*xctv1.SignedVerdic
 		r.log.Warn("fresh verdict not recorded; the step is not executed", "run", r.id, "step", step, "err", rerr)
 		return refuse(wire.Errorf(wire.CodeExecutorUnavailable, "step %d was not executed: its new verdict could not be recorded", step))
 	}
+	// A doubt recorded before this verdict is not the step's doubt any
+	// more (a decision names the step_in_doubt it settles, and this
+	// verdict starts another attempt, a human's retry or the step's
+	// resumption): if this attempt leaves it in doubt, that is recorded
+	// anew.
+	st.doubtRecorded = false
 	if fresh.GetDecision() != xctv1.VerdictDecision_VERDICT_DECISION_ALLOW || fresh.GetSigned() == nil {
 		e := fresh.GetError()
 		if e == nil {

@@ -171,23 +171,28 @@ func resolveByNumber(t *testing.T, s *Service, ex *executor.Service, id string, 
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	resp, err := s.GetRun(ctx, &xctv1.GetRunRequest{RunId: id})
-	if err != nil {
-		t.Fatal(err)
-	}
 	stepID := ""
-	for _, st := range resp.GetRun().GetSteps() {
-		if int(st.GetNumber()) == n {
-			stepID = st.GetStepId()
-		}
-	}
-	if stepID == "" {
-		t.Fatalf("run %s has no step %d: %v", id, n, resp.GetRun().GetSteps())
-	}
 	testutil.Eventually(t, 30*time.Second, func() error {
-		_, err := ex.ResolveStep(ctx, stepID, executor.Resolution{Decision: decision, ResolvedBy: "carol", Reason: "read the ledger"})
-		if errors.Is(err, executor.ErrNotInDoubt) && strings.Contains(err.Error(), "still executing") || errors.Is(err, executor.ErrStepConflict) {
-			return err // its deadline has not passed yet, or its record changed meanwhile: ask again, as a human would
+		resp, err := s.GetRun(ctx, &xctv1.GetRunRequest{RunId: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var seq uint64
+		for _, st := range resp.GetRun().GetSteps() {
+			if int(st.GetNumber()) == n {
+				stepID, seq = st.GetStepId(), st.GetInDoubtSeq()
+			}
+		}
+		if stepID == "" {
+			t.Fatalf("run %s has no step %d: %v", id, n, resp.GetRun().GetSteps())
+		}
+		if seq == 0 {
+			return fmt.Errorf("step %d is not in doubt on the chain yet", n) // a takeover's new attempt, say
+		}
+		_, err = ex.ResolveStep(ctx, stepID, executor.Resolution{Decision: decision, ResolvedBy: "carol", Reason: "read the ledger", RunID: id, InDoubtSeq: seq})
+		if errors.Is(err, executor.ErrNotInDoubt) && (strings.Contains(err.Error(), "still executing") || strings.Contains(err.Error(), "later attempt")) ||
+			errors.Is(err, executor.ErrStepConflict) {
+			return err // its deadline has not passed yet, or its record or chain changed meanwhile: ask again, as a human would
 		}
 		if err != nil {
 			t.Fatal(err)

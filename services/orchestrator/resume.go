@@ -91,7 +91,9 @@ func openStepOf(runID string, s *xctevent.Step) *openStep {
 	if s.Decided != nil {
 		st.decided = s.Decided.Decision
 	}
-	st.doubtRecorded = s.InDoubt
+	// A step_in_doubt followed by another attempt's verdict is not the
+	// step's doubt any more: that attempt's doubt is recorded anew.
+	st.doubtRecorded = s.DoubtSeq != 0
 	switch {
 	case s.Result != nil:
 		out, _ := s.Result.Output.(map[string]any)

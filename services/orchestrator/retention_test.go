@@ -158,7 +158,7 @@ func TestInDoubtRecordPastItsRetentionIsNotNotExecuted(t *testing.T) {
 	// A human's decision settles it, recorded as for a step with no record
 	// (and kept).
 	if _, err := ex2.ResolveStep(ctx, stepID, executor.Resolution{Decision: xctv1.StepDecision_STEP_DECISION_SUCCEEDED,
-		ResolvedBy: "carol", Reason: "seen in the ledger", Result: map[string]any{"n": 1.0}}); err != nil {
+		ResolvedBy: "carol", Reason: "seen in the ledger", Result: map[string]any{"n": 1.0}, RunID: id}); err != nil {
 		t.Fatal(err)
 	}
 	setStepsAge(t, f, 0)
@@ -266,7 +266,7 @@ func TestInDoubtRecordExpiredUnreadIsNotNotExecuted(t *testing.T) {
 		t.Fatalf("the charge acted %d times", n)
 	}
 	if _, err := ex2.ResolveStep(ctx, stepID, executor.Resolution{Decision: xctv1.StepDecision_STEP_DECISION_SUCCEEDED,
-		ResolvedBy: "carol", Reason: "seen in the ledger", Result: map[string]any{"n": 1.0}}); err != nil {
+		ResolvedBy: "carol", Reason: "seen in the ledger", Result: map[string]any{"n": 1.0}, RunID: id}); err != nil {
 		t.Fatal(err)
 	}
 	setStepsAge(t, f, 0) // the decision is kept

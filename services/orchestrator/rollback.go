@@ -433,6 +433,15 @@ func (r *run) settleUndos(ctx context.Context) (map[string]bool, *xctv1.Run, err
 			if rerr != nil {
 				why = "unreadable: " + status.Convert(rerr).Message()
 			}
+			if st.DoubtSeq == 0 && (state == outcomeDoubtful || status.Code(rerr) == codes.NotFound) {
+				// Only a human can settle it: the chain says so, which
+				// is what xct resolve's decision is bound to.
+				ost.ns = &xctv1.NextStep{Tool: undoTool}
+				doubt := wire.Errorf(wire.CodeInDoubt, "undo step %d (of step %s) may have acted, and its record is %s", st.Number(), target, why)
+				if err := r.recordInDoubt(ost, doubt, resp); err != nil {
+					return nil, nil, err
+				}
+			}
 			return nil, nil, status.Errorf(codes.FailedPrecondition,
 				"undo step %d of an earlier rollback (of step %s) may have acted, and its record does not say yet (%s): nothing was undone now; "+
 					"retry once the record has the undo's outcome, or settle it with xct resolve %s %d", st.Number(), target, why, r.id, st.Number())

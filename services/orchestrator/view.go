@@ -100,7 +100,7 @@ func runRecord(v *xctevent.Run) *xctv1.Run {
 
 // stepRecord is one step of the run record.
 func stepRecord(st *xctevent.Step) *xctv1.Step {
-	out := &xctv1.Step{Number: int32(st.Number()), StepId: st.Start.StepID, State: xctv1.StepState_STEP_STATE_PROPOSED}
+	out := &xctv1.Step{Number: int32(st.Number()), StepId: st.Start.StepID, State: xctv1.StepState_STEP_STATE_PROPOSED, InDoubtSeq: st.DoubtSeq}
 	if st.Start.Invalid() {
 		out.State = xctv1.StepState_STEP_STATE_INVALID
 	} else {

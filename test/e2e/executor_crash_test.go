@@ -16,10 +16,15 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/nats-io/nats.go"
+
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/eventlog"
 	"github.com/xct-dev/xct/internal/grpcx/grpcxtest"
 	"github.com/xct-dev/xct/internal/testutil"
 	"github.com/xct-dev/xct/internal/wire"
+	"github.com/xct-dev/xct/lctl"
+	"github.com/xct-dev/xct/lctl/xctevent"
 )
 
 // ledgerServer is a ToolService with side effects the test can count: a
@@ -205,11 +210,23 @@ func TestExecutorCrash(t *testing.T) {
 	if again, err := execute(client, "step-charge", "ledger.charge"); err != nil || again.GetResponse().GetError().GetCode() != string(wire.CodeInDoubt) {
 		t.Fatalf("charge again: %v, %v", again, err)
 	}
-	// A human checks the ledger and resolves the charge as done.
+	// A human checks the ledger and resolves the charge as done: a
+	// decision settles a step its run's chain shows in doubt, which the
+	// orchestrator records (written here as it would, the test being the
+	// orchestrator); the executor reads the chain with its own NATS
+	// rights (no consumers on the event log).
 	carol := xctv1.NewExecutorServiceClient(creds.Dial(t, addr, "carol"))
-	res, err := carol.ResolveStep(ctx, &xctv1.ResolveStepRequest{StepId: ids["step-charge"], Decision: xctv1.StepDecision_STEP_DECISION_SUCCEEDED,
-		Reason: "the ledger holds the charge"}) // as carol, an operator
-	if err != nil || res.GetStep().GetResolution().GetResolvedBy() != "carol" {
+	resolve := &xctv1.ResolveStepRequest{StepId: ids["step-charge"], Decision: xctv1.StepDecision_STEP_DECISION_SUCCEEDED,
+		Reason: "the ledger holds the charge", RunId: "run-crash", InDoubtSeq: 3} // as carol, an operator
+	if _, err := carol.ResolveStep(ctx, resolve); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("resolve before the chain shows the step in doubt: %v, want FAILED_PRECONDITION", err)
+	}
+	doubt := inDoubtChain(ctx, t, ns.ClientURL(), "run-crash", ids["step-charge"], "ledger.charge")
+	if doubt != resolve.InDoubtSeq {
+		t.Fatalf("step_in_doubt at seq %d, want %d", doubt, resolve.InDoubtSeq)
+	}
+	res, err := carol.ResolveStep(ctx, resolve)
+	if err != nil || res.GetStep().GetResolution().GetResolvedBy() != "carol" || res.GetStep().GetResolution().GetInDoubtSeq() != doubt {
 		t.Fatalf("resolve: %v, %v", res, err)
 	}
 	if after, err := execute(client, "step-charge", "ledger.charge"); err != nil || after.GetResponse().GetError() != nil || !after.GetReplayed() {
@@ -221,4 +238,34 @@ func TestExecutorCrash(t *testing.T) {
 	if len(entries) != 2 || invokes["charge"] != 1 || invokes["put"] != 2 {
 		t.Fatalf("after the restart: ledger %v, invokes %v", entries, invokes)
 	}
+}
+
+// inDoubtChain writes run runID's chain as an orchestrator leaves it when
+// step 1 (stepID, tool) is in doubt, and returns its step_in_doubt's seq.
+func inDoubtChain(ctx context.Context, t *testing.T, url, runID, stepID, tool string) uint64 {
+	t.Helper()
+	nc, err := nats.Connect(url, testutil.Admin())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	log, err := eventlog.Open(ctx, nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := log.NewChainWriter(runID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last lctl.Event
+	for _, ev := range []xctevent.Event{
+		xctevent.StepStart{Step: 1, StepID: stepID, Tool: tool, Arguments: map[string]any{}, Intent: "charge"},
+		xctevent.Verdict{Step: 1, StepID: stepID, Tool: tool, Decision: xctevent.DecisionAllow},
+		xctevent.StepInDoubt{Step: 1, StepID: stepID, Tool: tool, Reason: "its executor was killed mid-call"},
+	} {
+		if last, err = w.Append(ctx, ev.Type(), "orchestrator", ev.Data()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return last.Seq
 }

@@ -869,6 +869,12 @@ type StepResolution struct {
 	ResolvedAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=resolved_at,json=resolvedAt,proto3" json:"resolved_at,omitempty"`
 	// previous_state is the state the step was in.
 	PreviousState StepRecordState `protobuf:"varint,5,opt,name=previous_state,json=previousState,proto3,enum=xct.v1.StepRecordState" json:"previous_state,omitempty"`
+	// in_doubt_seq is the seq, on the run's chain, of the step_in_doubt
+	// event this decision settled: a decision holds for that doubt only,
+	// never for a later attempt of the step. 0 in records written before
+	// decisions were bound to the chain (and by an executor without an
+	// event log: unit tests).
+	InDoubtSeq    uint64 `protobuf:"varint,6,opt,name=in_doubt_seq,json=inDoubtSeq,proto3" json:"in_doubt_seq,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -936,6 +942,13 @@ func (x *StepResolution) GetPreviousState() StepRecordState {
 		return x.PreviousState
 	}
 	return StepRecordState_STEP_RECORD_STATE_UNSPECIFIED
+}
+
+func (x *StepResolution) GetInDoubtSeq() uint64 {
+	if x != nil {
+		return x.InDoubtSeq
+	}
+	return 0
 }
 
 // GetStepRequest asks for one step's record.
@@ -1067,7 +1080,15 @@ type ResolveStepRequest struct {
 	Reason string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
 	// result is, for SUCCEEDED, the result to record for the step (what the
 	// human observed); null when absent.
-	Result        *structpb.Value `protobuf:"bytes,5,opt,name=result,proto3" json:"result,omitempty"`
+	Result *structpb.Value `protobuf:"bytes,5,opt,name=result,proto3" json:"result,omitempty"`
+	// run_id is the run the step belongs to: its chain must show the step
+	// in doubt. Required when the executor has no record of the step.
+	RunId string `protobuf:"bytes,6,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// in_doubt_seq is the seq of the step_in_doubt event on the run's chain
+	// that this decision settles (GetRun's Step.in_doubt_seq; xct resolve
+	// finds it); required. A decision naming another doubt than the step's
+	// current one (an earlier attempt's, sent again) is refused.
+	InDoubtSeq    uint64 `protobuf:"varint,7,opt,name=in_doubt_seq,json=inDoubtSeq,proto3" json:"in_doubt_seq,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1135,6 +1156,20 @@ func (x *ResolveStepRequest) GetResult() *structpb.Value {
 		return x.Result
 	}
 	return nil
+}
+
+func (x *ResolveStepRequest) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *ResolveStepRequest) GetInDoubtSeq() uint64 {
+	if x != nil {
+		return x.InDoubtSeq
+	}
+	return 0
 }
 
 // ResolveStepResponse is the step's record after the decision.
@@ -1244,7 +1279,7 @@ const file_xct_v1_executor_proto_rawDesc = "" +
 	"\aattempt\x18\x01 \x01(\x05R\aattempt\x12\x12\n" +
 	"\x04blob\x18\x02 \x01(\tR\x04blob\x12\x12\n" +
 	"\x04size\x18\x03 \x01(\x03R\x04size\x12\x1a\n" +
-	"\bchecksum\x18\x04 \x01(\tR\bchecksum\"\xf8\x01\n" +
+	"\bchecksum\x18\x04 \x01(\tR\bchecksum\"\x9a\x02\n" +
 	"\x0eStepResolution\x120\n" +
 	"\bdecision\x18\x01 \x01(\x0e2\x14.xct.v1.StepDecisionR\bdecision\x12\x1f\n" +
 	"\vresolved_by\x18\x02 \x01(\tR\n" +
@@ -1252,20 +1287,25 @@ const file_xct_v1_executor_proto_rawDesc = "" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12;\n" +
 	"\vresolved_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"resolvedAt\x12>\n" +
-	"\x0eprevious_state\x18\x05 \x01(\x0e2\x17.xct.v1.StepRecordStateR\rpreviousState\"?\n" +
+	"\x0eprevious_state\x18\x05 \x01(\x0e2\x17.xct.v1.StepRecordStateR\rpreviousState\x12 \n" +
+	"\fin_doubt_seq\x18\x06 \x01(\x04R\n" +
+	"inDoubtSeq\"?\n" +
 	"\x0eGetStepRequest\x12\x17\n" +
 	"\astep_id\x18\x01 \x01(\tR\x06stepId\x12\x14\n" +
 	"\x05fence\x18\x02 \x01(\bR\x05fence\"T\n" +
 	"\x0fGetStepResponse\x12&\n" +
 	"\x04step\x18\x01 \x01(\v2\x12.xct.v1.StepRecordR\x04step\x12\x19\n" +
-	"\bin_doubt\x18\x02 \x01(\bR\ainDoubt\"\xc8\x01\n" +
+	"\bin_doubt\x18\x02 \x01(\bR\ainDoubt\"\x81\x02\n" +
 	"\x12ResolveStepRequest\x12\x17\n" +
 	"\astep_id\x18\x01 \x01(\tR\x06stepId\x120\n" +
 	"\bdecision\x18\x02 \x01(\x0e2\x14.xct.v1.StepDecisionR\bdecision\x12\x1f\n" +
 	"\vresolved_by\x18\x03 \x01(\tR\n" +
 	"resolvedBy\x12\x16\n" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x12.\n" +
-	"\x06result\x18\x05 \x01(\v2\x16.google.protobuf.ValueR\x06result\"=\n" +
+	"\x06result\x18\x05 \x01(\v2\x16.google.protobuf.ValueR\x06result\x12\x15\n" +
+	"\x06run_id\x18\x06 \x01(\tR\x05runId\x12 \n" +
+	"\fin_doubt_seq\x18\a \x01(\x04R\n" +
+	"inDoubtSeq\"=\n" +
 	"\x13ResolveStepResponse\x12&\n" +
 	"\x04step\x18\x01 \x01(\v2\x12.xct.v1.StepRecordR\x04step*\xcf\x01\n" +
 	"\x0fStepRecordState\x12!\n" +

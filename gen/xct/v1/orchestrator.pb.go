@@ -474,7 +474,10 @@ type Step struct {
 	// verdict is the validator's decision, once made.
 	Verdict *Verdict `protobuf:"bytes,5,opt,name=verdict,proto3" json:"verdict,omitempty"`
 	// response is what went back to the model.
-	Response      *Response `protobuf:"bytes,6,opt,name=response,proto3" json:"response,omitempty"`
+	Response *Response `protobuf:"bytes,6,opt,name=response,proto3" json:"response,omitempty"`
+	// in_doubt_seq is the seq of the step's step_in_doubt event while the
+	// step waits in doubt for a human (0 otherwise): ResolveStep names it.
+	InDoubtSeq    uint64 `protobuf:"varint,7,opt,name=in_doubt_seq,json=inDoubtSeq,proto3" json:"in_doubt_seq,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -549,6 +552,13 @@ func (x *Step) GetResponse() *Response {
 		return x.Response
 	}
 	return nil
+}
+
+func (x *Step) GetInDoubtSeq() uint64 {
+	if x != nil {
+		return x.InDoubtSeq
+	}
+	return 0
 }
 
 // StartRunRequest starts a run.
@@ -1130,14 +1140,16 @@ const file_xct_v1_orchestrator_proto_rawDesc = "" +
 	"\routput_tokens\x18\r \x01(\x03R\foutputTokens\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe7\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x89\x02\n" +
 	"\x04Step\x12\x16\n" +
 	"\x06number\x18\x01 \x01(\x05R\x06number\x12\x17\n" +
 	"\astep_id\x18\x02 \x01(\tR\x06stepId\x12'\n" +
 	"\x05state\x18\x03 \x01(\x0e2\x11.xct.v1.StepStateR\x05state\x12,\n" +
 	"\bproposal\x18\x04 \x01(\v2\x10.xct.v1.NextStepR\bproposal\x12)\n" +
 	"\averdict\x18\x05 \x01(\v2\x0f.xct.v1.VerdictR\averdict\x12,\n" +
-	"\bresponse\x18\x06 \x01(\v2\x10.xct.v1.ResponseR\bresponse\"\xb6\x02\n" +
+	"\bresponse\x18\x06 \x01(\v2\x10.xct.v1.ResponseR\bresponse\x12 \n" +
+	"\fin_doubt_seq\x18\a \x01(\x04R\n" +
+	"inDoubtSeq\"\xb6\x02\n" +
 	"\x0fStartRunRequest\x12\x12\n" +
 	"\x04goal\x18\x01 \x01(\tR\x04goal\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12;\n" +

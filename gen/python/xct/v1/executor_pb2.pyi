@@ -89,18 +89,22 @@ class PreviewStepResponse(_message.Message):
     def __init__(self, preview: _Optional[_Union[_validator_pb2.Preview, _Mapping]] = ...) -> None: ...
 
 class ResolveStepRequest(_message.Message):
-    __slots__ = ["decision", "reason", "resolved_by", "result", "step_id"]
+    __slots__ = ["decision", "in_doubt_seq", "reason", "resolved_by", "result", "run_id", "step_id"]
     DECISION_FIELD_NUMBER: _ClassVar[int]
+    IN_DOUBT_SEQ_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     RESOLVED_BY_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
     STEP_ID_FIELD_NUMBER: _ClassVar[int]
     decision: StepDecision
+    in_doubt_seq: int
     reason: str
     resolved_by: str
     result: _struct_pb2.Value
+    run_id: str
     step_id: str
-    def __init__(self, step_id: _Optional[str] = ..., decision: _Optional[_Union[StepDecision, str]] = ..., resolved_by: _Optional[str] = ..., reason: _Optional[str] = ..., result: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ...) -> None: ...
+    def __init__(self, step_id: _Optional[str] = ..., decision: _Optional[_Union[StepDecision, str]] = ..., resolved_by: _Optional[str] = ..., reason: _Optional[str] = ..., result: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., run_id: _Optional[str] = ..., in_doubt_seq: _Optional[int] = ...) -> None: ...
 
 class ResolveStepResponse(_message.Message):
     __slots__ = ["step"]
@@ -175,18 +179,20 @@ class StepRerun(_message.Message):
     def __init__(self, attempt: _Optional[int] = ..., at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., reason: _Optional[str] = ..., executor: _Optional[str] = ...) -> None: ...
 
 class StepResolution(_message.Message):
-    __slots__ = ["decision", "previous_state", "reason", "resolved_at", "resolved_by"]
+    __slots__ = ["decision", "in_doubt_seq", "previous_state", "reason", "resolved_at", "resolved_by"]
     DECISION_FIELD_NUMBER: _ClassVar[int]
+    IN_DOUBT_SEQ_FIELD_NUMBER: _ClassVar[int]
     PREVIOUS_STATE_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     RESOLVED_AT_FIELD_NUMBER: _ClassVar[int]
     RESOLVED_BY_FIELD_NUMBER: _ClassVar[int]
     decision: StepDecision
+    in_doubt_seq: int
     previous_state: StepRecordState
     reason: str
     resolved_at: _timestamp_pb2.Timestamp
     resolved_by: str
-    def __init__(self, decision: _Optional[_Union[StepDecision, str]] = ..., resolved_by: _Optional[str] = ..., reason: _Optional[str] = ..., resolved_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., previous_state: _Optional[_Union[StepRecordState, str]] = ...) -> None: ...
+    def __init__(self, decision: _Optional[_Union[StepDecision, str]] = ..., resolved_by: _Optional[str] = ..., reason: _Optional[str] = ..., resolved_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., previous_state: _Optional[_Union[StepRecordState, str]] = ..., in_doubt_seq: _Optional[int] = ...) -> None: ...
 
 class StepRecordState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []

@@ -17,7 +17,7 @@ from xct.v1 import decision_pb2 as xct_dot_v1_dot_decision__pb2
 from xct.v1 import validator_pb2 as xct_dot_v1_dot_validator__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19xct/v1/orchestrator.proto\x12\x06xct.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13lctl/v1/event.proto\x1a\x15xct/v1/decision.proto\x1a\x16xct/v1/validator.proto\"b\n\x12RollbackRunRequest\x12\x15\n\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x17\n\x07to_step\x18\x02 \x01(\x05R\x06toStep\x12\x1c\n\tprincipal\x18\x03 \x01(\tR\tprincipal\"_\n\x13RollbackRunResponse\x12\x16\n\x06undone\x18\x01 \x03(\x05R\x06undone\x12\x16\n\x06status\x18\x02 \x01(\tR\x06status\x12\x18\n\x07message\x18\x03 \x01(\tR\x07message\"\x92\x04\n\x03Run\x12\x15\n\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x12\n\x04goal\x18\x02 \x01(\tR\x04goal\x12\x14\n\x05model\x18\x03 \x01(\tR\x05model\x12\x1c\n\tprincipal\x18\x04 \x01(\tR\tprincipal\x12/\n\x06labels\x18\x05 \x03(\x0b\x32\x17.xct.v1.Run.LabelsEntryR\x06labels\x12)\n\x06status\x18\x06 \x01(\x0e\x32\x11.xct.v1.RunStatusR\x06status\x12\x18\n\x07message\x18\x07 \x01(\tR\x07message\x12\"\n\x05steps\x18\x08 \x03(\x0b\x32\x0c.xct.v1.StepR\x05steps\x12\x39\n\ncreated_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x39\n\nupdated_at\x18\n \x01(\x0b\x32\x1a.google.protobuf.TimestampR\tupdatedAt\x12\x19\n\x08last_seq\x18\x0b \x01(\x04R\x07lastSeq\x12!\n\x0cinput_tokens\x18\x0c \x01(\x03R\x0binputTokens\x12#\n\routput_tokens\x18\r \x01(\x03R\x0coutputTokens\x1a\x39\n\x0bLabelsEntry\x12\x10\n\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n\x05value\x18\x02 \x01(\tR\x05value:\x02\x38\x01\"\xe7\x01\n\x04Step\x12\x16\n\x06number\x18\x01 \x01(\x05R\x06number\x12\x17\n\x07step_id\x18\x02 \x01(\tR\x06stepId\x12\'\n\x05state\x18\x03 \x01(\x0e\x32\x11.xct.v1.StepStateR\x05state\x12,\n\x08proposal\x18\x04 \x01(\x0b\x32\x10.xct.v1.NextStepR\x08proposal\x12)\n\x07verdict\x18\x05 \x01(\x0b\x32\x0f.xct.v1.VerdictR\x07verdict\x12,\n\x08response\x18\x06 \x01(\x0b\x32\x10.xct.v1.ResponseR\x08response\"\xb6\x02\n\x0fStartRunRequest\x12\x12\n\x04goal\x18\x01 \x01(\tR\x04goal\x12\x14\n\x05model\x18\x02 \x01(\tR\x05model\x12;\n\x06labels\x18\x03 \x03(\x0b\x32#.xct.v1.StartRunRequest.LabelsEntryR\x06labels\x12\x15\n\x06run_id\x18\x04 \x01(\tR\x05runId\x12\x1b\n\tmax_steps\x18\x05 \x01(\x05R\x08maxSteps\x12\x1c\n\tprincipal\x18\x06 \x01(\tR\tprincipal\x12\x12\n\x04\x63rew\x18\x07 \x01(\x0cR\x04\x63rew\x12\x1b\n\tcrew_file\x18\x08 \x01(\tR\x08\x63rewFile\x1a\x39\n\x0bLabelsEntry\x12\x10\n\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n\x05value\x18\x02 \x01(\tR\x05value:\x02\x38\x01\"1\n\x10StartRunResponse\x12\x1d\n\x03run\x18\x01 \x01(\x0b\x32\x0b.xct.v1.RunR\x03run\"C\n\x0fWatchRunRequest\x12\x15\n\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x19\n\x08\x66rom_seq\x18\x02 \x01(\x04R\x07\x66romSeq\"8\n\x10WatchRunResponse\x12$\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x0e.lctl.v1.EventR\x05\x65vent\"&\n\rGetRunRequest\x12\x15\n\x06run_id\x18\x01 \x01(\tR\x05runId\"/\n\x0eGetRunResponse\x12\x1d\n\x03run\x18\x01 \x01(\x0b\x32\x0b.xct.v1.RunR\x03run\"\'\n\x0fListRunsRequest\x12\x14\n\x05limit\x18\x01 \x01(\x05R\x05limit\"3\n\x10ListRunsResponse\x12\x1f\n\x04runs\x18\x01 \x03(\x0b\x32\x0b.xct.v1.RunR\x04runs\"A\n\x10\x43\x61ncelRunRequest\x12\x15\n\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x16\n\x06reason\x18\x02 \x01(\tR\x06reason\"2\n\x11\x43\x61ncelRunResponse\x12\x1d\n\x03run\x18\x01 \x01(\x0b\x32\x0b.xct.v1.RunR\x03run*\xbf\x01\n\tRunStatus\x12\x1a\n\x16RUN_STATUS_UNSPECIFIED\x10\x00\x12\x16\n\x12RUN_STATUS_RUNNING\x10\x01\x12\x13\n\x0fRUN_STATUS_DONE\x10\x02\x12\x15\n\x11RUN_STATUS_FAILED\x10\x03\x12\x18\n\x14RUN_STATUS_CANCELLED\x10\x04\x12\x1f\n\x1bRUN_STATUS_WAITING_APPROVAL\x10\x05\x12\x17\n\x13RUN_STATUS_IN_DOUBT\x10\x06*\x8a\x02\n\tStepState\x12\x1a\n\x16STEP_STATE_UNSPECIFIED\x10\x00\x12\x17\n\x13STEP_STATE_PROPOSED\x10\x01\x12\x15\n\x11STEP_STATE_DENIED\x10\x02\x12\x1d\n\x19STEP_STATE_NEEDS_APPROVAL\x10\x03\x12\x16\n\x12STEP_STATE_ALLOWED\x10\x04\x12\x18\n\x14STEP_STATE_SUCCEEDED\x10\x05\x12\x15\n\x11STEP_STATE_FAILED\x10\x06\x12\x16\n\x12STEP_STATE_INVALID\x10\x07\x12\x18\n\x14STEP_STATE_CANCELLED\x10\x08\x12\x17\n\x13STEP_STATE_IN_DOUBT\x10\t2\x97\x03\n\x13OrchestratorService\x12=\n\x08StartRun\x12\x17.xct.v1.StartRunRequest\x1a\x18.xct.v1.StartRunResponse\x12?\n\x08WatchRun\x12\x17.xct.v1.WatchRunRequest\x1a\x18.xct.v1.WatchRunResponse0\x01\x12\x37\n\x06GetRun\x12\x15.xct.v1.GetRunRequest\x1a\x16.xct.v1.GetRunResponse\x12=\n\x08ListRuns\x12\x17.xct.v1.ListRunsRequest\x1a\x18.xct.v1.ListRunsResponse\x12@\n\tCancelRun\x12\x18.xct.v1.CancelRunRequest\x1a\x19.xct.v1.CancelRunResponse\x12\x46\n\x0bRollbackRun\x12\x1a.xct.v1.RollbackRunRequest\x1a\x1b.xct.v1.RollbackRunResponseB\x81\x01\n\ncom.xct.v1B\x11OrchestratorProtoP\x01Z\'github.com/xct-dev/xct/gen/xct/v1;xctv1\xa2\x02\x03XXX\xaa\x02\x06Xct.V1\xca\x02\x06Xct\\V1\xe2\x02\x12Xct\\V1\\GPBMetadata\xea\x02\x07Xct::V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19xct/v1/orchestrator.proto\x12\x06xct.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13lctl/v1/event.proto\x1a\x15xct/v1/decision.proto\x1a\x16xct/v1/validator.proto\"b\n\x12RollbackRunRequest\x12\x15\n\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x17\n\x07to_step\x18\x02 \x01(\x05R\x06toStep\x12\x1c\n\tprincipal\x18\x03 \x01(\tR\tprincipal\"_\n\x13RollbackRunResponse\x12\x16\n\x06undone\x18\x01 \x03(\x05R\x06undone\x12\x16\n\x06status\x18\x02 \x01(\tR\x06status\x12\x18\n\x07message\x18\x03 \x01(\tR\x07message\"\x92\x04\n\x03Run\x12\x15\n\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x12\n\x04goal\x18\x02 \x01(\tR\x04goal\x12\x14\n\x05model\x18\x03 \x01(\tR\x05model\x12\x1c\n\tprincipal\x18\x04 \x01(\tR\tprincipal\x12/\n\x06labels\x18\x05 \x03(\x0b\x32\x17.xct.v1.Run.LabelsEntryR\x06labels\x12)\n\x06status\x18\x06 \x01(\x0e\x32\x11.xct.v1.RunStatusR\x06status\x12\x18\n\x07message\x18\x07 \x01(\tR\x07message\x12\"\n\x05steps\x18\x08 \x03(\x0b\x32\x0c.xct.v1.StepR\x05steps\x12\x39\n\ncreated_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x39\n\nupdated_at\x18\n \x01(\x0b\x32\x1a.google.protobuf.TimestampR\tupdatedAt\x12\x19\n\x08last_seq\x18\x0b \x01(\x04R\x07lastSeq\x12!\n\x0cinput_tokens\x18\x0c \x01(\x03R\x0binputTokens\x12#\n\routput_tokens\x18\r \x01(\x03R\x0coutputTokens\x1a\x39\n\x0bLabelsEntry\x12\x10\n\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n\x05value\x18\x02 \x01(\tR\x05value:\x02\x38\x01\"\x89\x02\n\x04Step\x12\x16\n\x06number\x18\x01 \x01(\x05R\x06number\x12\x17\n\x07step_id\x18\x02 \x01(\tR\x06stepId\x12\'\n\x05state\x18\x03 \x01(\x0e\x32\x11.xct.v1.StepStateR\x05state\x12,\n\x08proposal\x18\x04 \x01(\x0b\x32\x10.xct.v1.NextStepR\x08proposal\x12)\n\x07verdict\x18\x05 \x01(\x0b\x32\x0f.xct.v1.VerdictR\x07verdict\x12,\n\x08response\x18\x06 \x01(\x0b\x32\x10.xct.v1.ResponseR\x08response\x12 \n\x0cin_doubt_seq\x18\x07 \x01(\x04R\ninDoubtSeq\"\xb6\x02\n\x0fStartRunRequest\x12\x12\n\x04goal\x18\x01 \x01(\tR\x04goal\x12\x14\n\x05model\x18\x02 \x01(\tR\x05model\x12;\n\x06labels\x18\x03 \x03(\x0b\x32#.xct.v1.StartRunRequest.LabelsEntryR\x06labels\x12\x15\n\x06run_id\x18\x04 \x01(\tR\x05runId\x12\x1b\n\tmax_steps\x18\x05 \x01(\x05R\x08maxSteps\x12\x1c\n\tprincipal\x18\x06 \x01(\tR\tprincipal\x12\x12\n\x04\x63rew\x18\x07 \x01(\x0cR\x04\x63rew\x12\x1b\n\tcrew_file\x18\x08 \x01(\tR\x08\x63rewFile\x1a\x39\n\x0bLabelsEntry\x12\x10\n\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n\x05value\x18\x02 \x01(\tR\x05value:\x02\x38\x01\"1\n\x10StartRunResponse\x12\x1d\n\x03run\x18\x01 \x01(\x0b\x32\x0b.xct.v1.RunR\x03run\"C\n\x0fWatchRunRequest\x12\x15\n\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x19\n\x08\x66rom_seq\x18\x02 \x01(\x04R\x07\x66romSeq\"8\n\x10WatchRunResponse\x12$\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x0e.lctl.v1.EventR\x05\x65vent\"&\n\rGetRunRequest\x12\x15\n\x06run_id\x18\x01 \x01(\tR\x05runId\"/\n\x0eGetRunResponse\x12\x1d\n\x03run\x18\x01 \x01(\x0b\x32\x0b.xct.v1.RunR\x03run\"\'\n\x0fListRunsRequest\x12\x14\n\x05limit\x18\x01 \x01(\x05R\x05limit\"3\n\x10ListRunsResponse\x12\x1f\n\x04runs\x18\x01 \x03(\x0b\x32\x0b.xct.v1.RunR\x04runs\"A\n\x10\x43\x61ncelRunRequest\x12\x15\n\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x16\n\x06reason\x18\x02 \x01(\tR\x06reason\"2\n\x11\x43\x61ncelRunResponse\x12\x1d\n\x03run\x18\x01 \x01(\x0b\x32\x0b.xct.v1.RunR\x03run*\xbf\x01\n\tRunStatus\x12\x1a\n\x16RUN_STATUS_UNSPECIFIED\x10\x00\x12\x16\n\x12RUN_STATUS_RUNNING\x10\x01\x12\x13\n\x0fRUN_STATUS_DONE\x10\x02\x12\x15\n\x11RUN_STATUS_FAILED\x10\x03\x12\x18\n\x14RUN_STATUS_CANCELLED\x10\x04\x12\x1f\n\x1bRUN_STATUS_WAITING_APPROVAL\x10\x05\x12\x17\n\x13RUN_STATUS_IN_DOUBT\x10\x06*\x8a\x02\n\tStepState\x12\x1a\n\x16STEP_STATE_UNSPECIFIED\x10\x00\x12\x17\n\x13STEP_STATE_PROPOSED\x10\x01\x12\x15\n\x11STEP_STATE_DENIED\x10\x02\x12\x1d\n\x19STEP_STATE_NEEDS_APPROVAL\x10\x03\x12\x16\n\x12STEP_STATE_ALLOWED\x10\x04\x12\x18\n\x14STEP_STATE_SUCCEEDED\x10\x05\x12\x15\n\x11STEP_STATE_FAILED\x10\x06\x12\x16\n\x12STEP_STATE_INVALID\x10\x07\x12\x18\n\x14STEP_STATE_CANCELLED\x10\x08\x12\x17\n\x13STEP_STATE_IN_DOUBT\x10\t2\x97\x03\n\x13OrchestratorService\x12=\n\x08StartRun\x12\x17.xct.v1.StartRunRequest\x1a\x18.xct.v1.StartRunResponse\x12?\n\x08WatchRun\x12\x17.xct.v1.WatchRunRequest\x1a\x18.xct.v1.WatchRunResponse0\x01\x12\x37\n\x06GetRun\x12\x15.xct.v1.GetRunRequest\x1a\x16.xct.v1.GetRunResponse\x12=\n\x08ListRuns\x12\x17.xct.v1.ListRunsRequest\x1a\x18.xct.v1.ListRunsResponse\x12@\n\tCancelRun\x12\x18.xct.v1.CancelRunRequest\x1a\x19.xct.v1.CancelRunResponse\x12\x46\n\x0bRollbackRun\x12\x1a.xct.v1.RollbackRunRequest\x1a\x1b.xct.v1.RollbackRunResponseB\x81\x01\n\ncom.xct.v1B\x11OrchestratorProtoP\x01Z\'github.com/xct-dev/xct/gen/xct/v1;xctv1\xa2\x02\x03XXX\xaa\x02\x06Xct.V1\xca\x02\x06Xct\\V1\xe2\x02\x12Xct\\V1\\GPBMetadata\xea\x02\x07Xct::V1b\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'xct.v1.orchestrator_pb2', globals())
@@ -29,10 +29,10 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   _RUN_LABELSENTRY._serialized_options = b'8\001'
   _STARTRUNREQUEST_LABELSENTRY._options = None
   _STARTRUNREQUEST_LABELSENTRY._serialized_options = b'8\001'
-  _RUNSTATUS._serialized_start=1896
-  _RUNSTATUS._serialized_end=2087
-  _STEPSTATE._serialized_start=2090
-  _STEPSTATE._serialized_end=2356
+  _RUNSTATUS._serialized_start=1930
+  _RUNSTATUS._serialized_end=2121
+  _STEPSTATE._serialized_start=2124
+  _STEPSTATE._serialized_end=2390
   _ROLLBACKRUNREQUEST._serialized_start=138
   _ROLLBACKRUNREQUEST._serialized_end=236
   _ROLLBACKRUNRESPONSE._serialized_start=238
@@ -42,29 +42,29 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   _RUN_LABELSENTRY._serialized_start=809
   _RUN_LABELSENTRY._serialized_end=866
   _STEP._serialized_start=869
-  _STEP._serialized_end=1100
-  _STARTRUNREQUEST._serialized_start=1103
-  _STARTRUNREQUEST._serialized_end=1413
+  _STEP._serialized_end=1134
+  _STARTRUNREQUEST._serialized_start=1137
+  _STARTRUNREQUEST._serialized_end=1447
   _STARTRUNREQUEST_LABELSENTRY._serialized_start=809
   _STARTRUNREQUEST_LABELSENTRY._serialized_end=866
-  _STARTRUNRESPONSE._serialized_start=1415
-  _STARTRUNRESPONSE._serialized_end=1464
-  _WATCHRUNREQUEST._serialized_start=1466
-  _WATCHRUNREQUEST._serialized_end=1533
-  _WATCHRUNRESPONSE._serialized_start=1535
-  _WATCHRUNRESPONSE._serialized_end=1591
-  _GETRUNREQUEST._serialized_start=1593
-  _GETRUNREQUEST._serialized_end=1631
-  _GETRUNRESPONSE._serialized_start=1633
-  _GETRUNRESPONSE._serialized_end=1680
-  _LISTRUNSREQUEST._serialized_start=1682
-  _LISTRUNSREQUEST._serialized_end=1721
-  _LISTRUNSRESPONSE._serialized_start=1723
-  _LISTRUNSRESPONSE._serialized_end=1774
-  _CANCELRUNREQUEST._serialized_start=1776
-  _CANCELRUNREQUEST._serialized_end=1841
-  _CANCELRUNRESPONSE._serialized_start=1843
-  _CANCELRUNRESPONSE._serialized_end=1893
-  _ORCHESTRATORSERVICE._serialized_start=2359
-  _ORCHESTRATORSERVICE._serialized_end=2766
+  _STARTRUNRESPONSE._serialized_start=1449
+  _STARTRUNRESPONSE._serialized_end=1498
+  _WATCHRUNREQUEST._serialized_start=1500
+  _WATCHRUNREQUEST._serialized_end=1567
+  _WATCHRUNRESPONSE._serialized_start=1569
+  _WATCHRUNRESPONSE._serialized_end=1625
+  _GETRUNREQUEST._serialized_start=1627
+  _GETRUNREQUEST._serialized_end=1665
+  _GETRUNRESPONSE._serialized_start=1667
+  _GETRUNRESPONSE._serialized_end=1714
+  _LISTRUNSREQUEST._serialized_start=1716
+  _LISTRUNSREQUEST._serialized_end=1755
+  _LISTRUNSRESPONSE._serialized_start=1757
+  _LISTRUNSRESPONSE._serialized_end=1808
+  _CANCELRUNREQUEST._serialized_start=1810
+  _CANCELRUNREQUEST._serialized_end=1875
+  _CANCELRUNRESPONSE._serialized_start=1877
+  _CANCELRUNRESPONSE._serialized_end=1927
+  _ORCHESTRATORSERVICE._serialized_start=2393
+  _ORCHESTRATORSERVICE._serialized_end=2800
 # @@protoc_insertion_point(module_scope)

@@ -156,20 +156,22 @@ class StartRunResponse(_message.Message):
     def __init__(self, run: _Optional[_Union[Run, _Mapping]] = ...) -> None: ...
 
 class Step(_message.Message):
-    __slots__ = ["number", "proposal", "response", "state", "step_id", "verdict"]
+    __slots__ = ["in_doubt_seq", "number", "proposal", "response", "state", "step_id", "verdict"]
+    IN_DOUBT_SEQ_FIELD_NUMBER: _ClassVar[int]
     NUMBER_FIELD_NUMBER: _ClassVar[int]
     PROPOSAL_FIELD_NUMBER: _ClassVar[int]
     RESPONSE_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     STEP_ID_FIELD_NUMBER: _ClassVar[int]
     VERDICT_FIELD_NUMBER: _ClassVar[int]
+    in_doubt_seq: int
     number: int
     proposal: _decision_pb2.NextStep
     response: _decision_pb2.Response
     state: StepState
     step_id: str
     verdict: _validator_pb2.Verdict
-    def __init__(self, number: _Optional[int] = ..., step_id: _Optional[str] = ..., state: _Optional[_Union[StepState, str]] = ..., proposal: _Optional[_Union[_decision_pb2.NextStep, _Mapping]] = ..., verdict: _Optional[_Union[_validator_pb2.Verdict, _Mapping]] = ..., response: _Optional[_Union[_decision_pb2.Response, _Mapping]] = ...) -> None: ...
+    def __init__(self, number: _Optional[int] = ..., step_id: _Optional[str] = ..., state: _Optional[_Union[StepState, str]] = ..., proposal: _Optional[_Union[_decision_pb2.NextStep, _Mapping]] = ..., verdict: _Optional[_Union[_validator_pb2.Verdict, _Mapping]] = ..., response: _Optional[_Union[_decision_pb2.Response, _Mapping]] = ..., in_doubt_seq: _Optional[int] = ...) -> None: ...
 
 class WatchRunRequest(_message.Message):
     __slots__ = ["from_seq", "run_id"]

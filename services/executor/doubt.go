@@ -1,0 +1,94 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/xct-dev/xct/internal/eventlog"
+	"github.com/xct-dev/xct/lctl"
+	"github.com/xct-dev/xct/lctl/xctevent"
+)
+
+// A human's decision about a step (ResolveStep) settles a doubt the run's
+// chain shows: the orchestrator, the chain's one writer, records
+// step_in_doubt when it cannot learn a step's outcome and waits for a
+// decision. A step waiting for its approval, executing, or settled is not
+// in doubt on its chain, so no decision is taken for it, whatever the
+// executor's record or anyone's clock says; and a decision names the
+// step_in_doubt it settles, so it cannot stand for a later attempt's
+// doubt (a new step_in_doubt after the attempt's verdict).
+
+// chainReader reads a run's chain (eventlog.Log.ReadChainByGets: the
+// executor may not make consumers on the event log).
+type chainReader interface {
+	ReadChainByGets(ctx context.Context, chainID string) ([]lctl.Event, error)
+}
+
+// chains is the event log the executor reads runs' chains from, bound on
+// first use (the stream may be made after the executor starts).
+type chains struct {
+	mu  sync.Mutex
+	log chainReader
+}
+
+// reader returns the event log, or nil for an executor without NATS
+// (unit tests: step records in memory, no chains).
+func (s *Service) chainReader(ctx context.Context) (chainReader, error) {
+	s.chains.mu.Lock()
+	defer s.chains.mu.Unlock()
+	if s.chains.log != nil || s.nc == nil {
+		return s.chains.log, nil
+	}
+	l, err := eventlog.Bind(ctx, s.nc)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrChainUnreadable, err)
+	}
+	s.chains.log = l
+	return l, nil
+}
+
+// chainDoubt is the seq of the step_in_doubt of step stepID that run
+// runID's chain leaves unsettled: ErrNotInDoubt when the chain does not
+// show the step in doubt now.
+func chainDoubt(ctx context.Context, chains chainReader, runID, stepID string) (uint64, error) {
+	events, err := chains.ReadChainByGets(ctx, runID)
+	if errors.Is(err, eventlog.ErrChainNotFound) {
+		return 0, fmt.Errorf("%w: there is no run %s", ErrNotInDoubt, runID)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrChainUnreadable, err)
+	}
+	if err := lctl.Verify(events); err != nil {
+		return 0, fmt.Errorf("%w: run %s's chain does not verify: %w", ErrChainUnreadable, runID, err)
+	}
+	view := xctevent.Fold(events)
+	for i := len(view.Steps) - 1; i >= 0; i-- {
+		st := view.Steps[i]
+		if st.Start.StepID != stepID {
+			continue
+		}
+		if st.DoubtSeq == 0 {
+			return 0, fmt.Errorf("%w: run %s's chain does not show step %d (%s) in doubt now (%s): a decision settles a step in doubt, "+
+				"not one waiting for its verdict or approval, executing, or settled", ErrNotInDoubt, runID, st.Number(), stepID, chainState(st))
+		}
+		return st.DoubtSeq, nil
+	}
+	return 0, fmt.Errorf("%w: run %s's chain has no step %s", ErrNotInDoubt, runID, stepID)
+}
+
+// chainState says where a step not in doubt is, as its chain tells.
+func chainState(st *xctevent.Step) string {
+	switch {
+	case st.Ended():
+		return "ended " + st.End.Outcome
+	case st.Result != nil || st.Error != nil:
+		return "its outcome recorded"
+	case st.Requested != nil && st.Decided == nil:
+		return "waiting for its approval"
+	case st.Allowed():
+		return "allowed, executing"
+	}
+	return "not yet allowed"
+}
