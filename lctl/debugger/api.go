@@ -363,13 +363,30 @@ func (h *Handler) flow(_ http.ResponseWriter, r *http.Request) (any, error) {
 func (h *Handler) flowPage(c *Chain, from uint64, limit int) FlowPage {
 	cc := h.cacheOf(c.ID)
 	cc.mu.Lock()
-	if cc.flow == nil || cc.flow.consumed > len(c.Events) {
+	if cc.flow == nil {
 		cc.flow = newFlow()
 	}
 	f := cc.flow
 	cc.mu.Unlock()
+	// f.consumed is f's, read and written under f.mu only: a request
+	// building the flow writes it while others look up the cache.
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.consumed > len(c.Events) {
+		// The cached flow was built from more of the chain than this view
+		// has (a file read again after it was cut): this view gets a flow
+		// of its own, which replaces the cached one unless another request
+		// replaced it first.
+		nf := newFlow()
+		nf.mu.Lock()
+		defer nf.mu.Unlock()
+		cc.mu.Lock()
+		if cc.flow == f {
+			cc.flow = nf
+		}
+		cc.mu.Unlock()
+		f = nf
+	}
 	f.update(c.Events)
 	return f.page(from, limit)
 }

@@ -3,9 +3,13 @@ package debugger_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -173,5 +177,90 @@ func TestLiveHeartbeatGoneAndClose(t *testing.T) {
 	}
 	if !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
 		t.Fatalf("live after Close: %s", resp.Header.Get("Content-Type"))
+	}
+}
+
+// TestFlowOfAChainThatChangesUnderConcurrentReads: readers ask for a
+// chain's flowchart while the chain grows and is cut back. The flow
+// cached per chain is built under its own lock; every page must be the
+// page of the chain as that request saw it (the one a fresh handler
+// draws for that many events), never a flow built from another version
+// of the chain or one that applied events twice. The race detector
+// checks the cache's own fields.
+func TestFlowOfAChainThatChangesUnderConcurrentReads(t *testing.T) {
+	events := runChain("grow")
+	lengths := []int{len(events), 9, len(events) - 4, 3, len(events)}
+	want := map[int]string{}
+	for _, n := range lengths {
+		h, err := debugger.New(debugger.Options{Source: newGrowingSource(events[:n])})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := httptest.NewServer(h)
+		want[n] = string(get(t, srv.URL+"/api/chains/grow/flow").body)
+		srv.Close()
+		h.Close()
+	}
+	src := newGrowingSource(events)
+	h, err := debugger.New(debugger.Options{Source: src})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	defer h.Close()
+
+	const readers, reads = 4, 60
+	errs := make(chan error, readers)
+	var wg sync.WaitGroup
+	for range readers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range reads {
+				resp, err := http.Get(srv.URL + "/api/chains/grow/flow")
+				if err != nil {
+					errs <- err
+					return
+				}
+				body, err := io.ReadAll(resp.Body)
+				_ = resp.Body.Close()
+				if err != nil {
+					errs <- err
+					return
+				}
+				var p debugger.FlowPage
+				if err := json.Unmarshal(body, &p); err != nil {
+					errs <- fmt.Errorf("%w: %s", err, body)
+					return
+				}
+				if w, ok := want[p.TotalEvents]; !ok || string(body) != w {
+					var wp debugger.FlowPage
+					_ = json.Unmarshal([]byte(w), &wp)
+					errs <- fmt.Errorf("a flow of %d events has %d nodes, edges %v; a fresh handler's: %d nodes, edges %v",
+						p.TotalEvents, p.TotalNodes, p.Edges, wp.TotalNodes, wp.Edges)
+					return
+				}
+			}
+		}()
+	}
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	for i := 0; ; i++ {
+		select {
+		case <-done:
+			close(errs)
+			for err := range errs {
+				t.Error(err)
+			}
+			return
+		default:
+		}
+		n := lengths[i%len(lengths)]
+		src.change(func() { src.events = events[:n] })
+		runtime.Gosched()
 	}
 }
