@@ -195,7 +195,7 @@ func TestEachTargetConnectsAsItsOwnUser(t *testing.T) {
 			}
 		}
 	}
-	testutil.Eventually(t, 10*time.Second, func() error {
+	testutil.Eventually(t, time.Minute, func() error {
 		if n := a.NATSRefusals(); n != 1 {
 			return fmt.Errorf("%d refusals counted, want 1", n)
 		}

@@ -67,7 +67,7 @@ func TestMappedDestinationIsSeen(t *testing.T) {
 	if _, err := js.Publish(ctx, "own.$KV.XCT_TOOLS.fs.write", []byte("forged")); err != nil {
 		t.Fatal(err)
 	}
-	testutil.Eventually(t, 10*time.Second, func() error {
+	testutil.Eventually(t, time.Minute, func() error {
 		_, err := kv.Get(ctx, "fs.write")
 		return err
 	})

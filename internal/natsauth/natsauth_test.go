@@ -956,7 +956,7 @@ func TestCatalogRepublishedIntoIsRefused(t *testing.T) {
 		if _, err := orch.js.Publish(ctx, "$KV."+orchestrator.OwnersBucket+".fs.write", forged); err != nil {
 			t.Fatal(err)
 		}
-		testutil.Eventually(t, 10*time.Second, func() error {
+		testutil.Eventually(t, time.Minute, func() error {
 			if d, ok := cat.Get("fs.write"); ok {
 				if d.GetEffect() == xctv1.Effect_EFFECT_READ {
 					return fmt.Errorf("fs.write is %s in the validator's catalog", d.GetEffect())
@@ -1126,7 +1126,7 @@ func TestAnOTelLogMadeFirstByTheTracerIsRefused(t *testing.T) {
 	if _, err := tr.js.Publish(ctx, eventlog.OTelSubjectPrefix+"run-1", []byte(`{"forged":true}`)); err != nil {
 		t.Fatal(err)
 	}
-	testutil.Eventually(t, 10*time.Second, func() error {
+	testutil.Eventually(t, time.Minute, func() error {
 		if _, err := lctlStream.GetLastMsgForSubject(ctx, eventlog.LegacySubject("run-1")); err != nil {
 			return fmt.Errorf("the republished event is not on run-1's subject: %w", err)
 		}
@@ -1300,7 +1300,7 @@ func TestABucketRepublishingIntoTheChainsIsRefused(t *testing.T) {
 	if _, err := kv.Put(ctx, "run-1", []byte(`{"forged":true}`)); err != nil {
 		t.Fatal(err)
 	}
-	testutil.Eventually(t, 10*time.Second, func() error {
+	testutil.Eventually(t, time.Minute, func() error {
 		if _, err := lctlStream.GetLastMsgForSubject(ctx, eventlog.LegacySubject("run-1")); err != nil {
 			return fmt.Errorf("the republished put is not on run-1's subject: %w", err)
 		}

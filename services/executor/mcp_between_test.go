@@ -350,7 +350,7 @@ func TestMCPServerCannotWriteBetweenCalls(t *testing.T) {
 		t.Fatal("no instance holds the FIFO (the read instance should)")
 	}
 	var state string
-	testutil.Eventually(t, 10*time.Second, func() error {
+	testutil.Eventually(t, time.Minute, func() error {
 		r := exec(t, s, "mcp.local.lurkstate", nil)
 		if r.GetError() != nil {
 			return fmt.Errorf("lurkstate: %v", r)
@@ -394,7 +394,7 @@ func TestMCPNoDescriptorHandedToTheReadInstance(t *testing.T) {
 		done <- answer{resp, err}
 	}()
 	sock := filepath.Join(ws, mcpHandoffSocket)
-	testutil.Eventually(t, 10*time.Second, func() error {
+	testutil.Eventually(t, time.Minute, func() error {
 		_, err := os.Lstat(sock)
 		return err
 	})

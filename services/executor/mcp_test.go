@@ -345,7 +345,7 @@ func TestMCPServerStderrRedacted(t *testing.T) {
 	if r := exec(t, s, "mcp.local.logsecret", map[string]any{"text": "Authorization: Bearer " + token}); codeOf(r) != "" {
 		t.Fatalf("logsecret: %v", r)
 	}
-	testutil.Eventually(t, 10*time.Second, func() error {
+	testutil.Eventually(t, time.Minute, func() error {
 		if !strings.Contains(logs.String(), "calling upstream") {
 			return fmt.Errorf("the server's stderr is not logged yet")
 		}

@@ -242,7 +242,7 @@ func TestExternalTools(t *testing.T) {
 	if e := exec(t, s, "ext.echo", nil).GetError(); e.GetCode() != string(wire.CodeToolFailure) {
 		t.Fatalf("server gone: %v", e)
 	}
-	testutil.Eventually(t, 10*time.Second, func() error {
+	testutil.Eventually(t, time.Minute, func() error {
 		e := exec(t, s, "ext.echo", nil).GetError()
 		if e.GetCode() != string(wire.CodeToolFailure) || e.GetDetails().AsMap()["outcome_unknown"] != false || !strings.Contains(e.GetMessage(), "not sent") {
 			return fmt.Errorf("server gone: %v", e)

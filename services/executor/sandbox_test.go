@@ -288,7 +288,7 @@ func TestSandboxConfinement(t *testing.T) {
 // noProcess waits until no host process has marker in its command line.
 func noProcess(tb testing.TB, marker string) {
 	tb.Helper()
-	testutil.Eventually(tb, 5*time.Second, func() error {
+	testutil.Eventually(tb, 30*time.Second, func() error {
 		des, _ := os.ReadDir("/proc")
 		for _, de := range des {
 			cmdline, err := os.ReadFile("/proc/" + de.Name() + "/cmdline")

@@ -288,7 +288,7 @@ wait`
 	raw, err = os.ReadFile(filepath.Join(sb.ws, "child.pid"))
 	must(t, err)
 	child, _ := strconv.Atoi(strings.TrimSpace(string(raw)))
-	testutil.Eventually(t, 5*time.Second, func() error {
+	testutil.Eventually(t, 30*time.Second, func() error {
 		if alive(child) {
 			return fmt.Errorf("background child %d alive", child)
 		}
@@ -303,7 +303,7 @@ wait`
 // noSurvivors waits until no live process is in process group pgid.
 func noSurvivors(tb testing.TB, pgid int) {
 	tb.Helper()
-	testutil.Eventually(tb, 5*time.Second, func() error {
+	testutil.Eventually(tb, 30*time.Second, func() error {
 		if live := groupMembers(pgid); len(live) > 0 {
 			return fmt.Errorf("process group %d still has %v", pgid, live)
 		}

@@ -677,7 +677,7 @@ func TestStepRecordsRepublishedIntoAreRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The planted record is in the bucket (the server republished it)...
-	testutil.Eventually(t, 10*time.Second, func() error {
+	testutil.Eventually(t, time.Minute, func() error {
 		_, err := store.(*kvStepStore).kv.Get(ctx, "planted")
 		return err
 	})

@@ -145,7 +145,7 @@ func TestFailedFollowerIsNotShared(t *testing.T) {
 		t.Fatal(err)
 	}
 	close(fail)
-	testutil.Eventually(t, 10*time.Second, func() error {
+	testutil.Eventually(t, time.Minute, func() error {
 		if !first.failed() {
 			return errors.New("not failed yet")
 		}
@@ -158,7 +158,7 @@ func TestFailedFollowerIsNotShared(t *testing.T) {
 	if second == first {
 		t.Fatal("a new watcher shares the failed feed")
 	}
-	testutil.Eventually(t, 10*time.Second, func() error {
+	testutil.Eventually(t, time.Minute, func() error {
 		if n := calls.Load(); n != 2 {
 			return fmt.Errorf("%d follow calls", n)
 		}

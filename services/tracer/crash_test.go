@@ -504,13 +504,13 @@ func TestStreamMadeAnew(t *testing.T) {
 // opens the event log on a stream just deleted. The server
 // removes a deleted stream's files in the background; while it does, making
 // the stream again can be refused as a store failure (JetStream error
-// 10049). That refusal is waited out, for at most ten seconds; any other
+// 10049). That refusal is waited out, for at most a minute; any other
 // error fails the test at once.
 func openAfterDelete(t *testing.T, nc *nats.Conn) *eventlog.Log {
 	t.Helper()
 	const storeFailed = jetstream.ErrorCode(10049)
 	var l *eventlog.Log
-	testutil.Eventually(t, 10*time.Second, func() error {
+	testutil.Eventually(t, time.Minute, func() error {
 		js, err := jetstream.New(nc)
 		if err != nil {
 			t.Fatal(err)

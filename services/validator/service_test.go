@@ -508,7 +508,7 @@ func TestStartWithJetStream(t *testing.T) {
 	if err := catalog.Publish(ctx, js, []*xctv1.ToolDescriptor{tool}); err != nil {
 		t.Fatal(err)
 	}
-	testutil.Eventually(t, 10*time.Second, func() error {
+	testutil.Eventually(t, time.Minute, func() error {
 		if d := validate(t, s, request(t, "fs.read", readArgs)).GetDecision(); d != allow {
 			return fmt.Errorf("decision is %v", d)
 		}
@@ -521,7 +521,7 @@ func TestStartWithJetStream(t *testing.T) {
 	if err := catalog.Publish(ctx, js, []*xctv1.ToolDescriptor{changed}); err != nil {
 		t.Fatal(err)
 	}
-	testutil.Eventually(t, 10*time.Second, func() error {
+	testutil.Eventually(t, time.Minute, func() error {
 		if d := validate(t, s, request(t, "fs.read", readArgs)).GetDecision(); d != deny {
 			return fmt.Errorf("decision is %v", d)
 		}

@@ -31,7 +31,7 @@ func TestHealthFollowsNATS(t *testing.T) {
 	c.nats.Shutdown()
 	c.nats.WaitForShutdown()
 	for target, hc := range clients {
-		testutil.Eventually(t, 10*time.Second, func() error {
+		testutil.Eventually(t, time.Minute, func() error {
 			resp, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: "grpc.health.v1.Health"})
 			if err != nil {
 				return err

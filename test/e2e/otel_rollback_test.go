@@ -44,7 +44,7 @@ steps:
 	}
 	c.app.Stop(ctx) // flushes the spans
 
-	testutil.Eventually(t, 10*time.Second, func() error {
+	testutil.Eventually(t, time.Minute, func() error {
 		spans := rcv.snapshot()
 		byID := map[string]*tracepb.Span{}
 		var root, undo *tracepb.Span

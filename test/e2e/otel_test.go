@@ -104,7 +104,7 @@ steps:
 	defer cancel()
 	c.app.Stop(ctx)
 
-	testutil.Eventually(t, 10*time.Second, func() error {
+	testutil.Eventually(t, time.Minute, func() error {
 		spans := rcv.snapshot()
 		var root *tracepb.Span
 		for _, s := range spans {

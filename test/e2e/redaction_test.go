@@ -237,7 +237,7 @@ func TestSecretsAreRedactedEverywhere(t *testing.T) {
 	defer scancel()
 	c.app.Stop(sctx)
 	var spans string
-	testutil.Eventually(t, 10*time.Second, func() error {
+	testutil.Eventually(t, time.Minute, func() error {
 		var b strings.Builder
 		failedStep := false
 		for _, s := range rcv.snapshot() {
