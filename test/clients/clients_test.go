@@ -470,10 +470,15 @@ func TestClientsRefused(t *testing.T) {
 	c := needCluster(t)
 	tsMain := buildTS(t)
 	orch, withAuth := c.orchestratorClient(t, "admin")
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+	// Each call gets its own deadline: the ten cases' client processes
+	// together took 74 s at load ~38, past a deadline shared by them all.
+	call := func() context.Context {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		t.Cleanup(cancel)
+		return withAuth(ctx)
+	}
 	runs := func() int {
-		list, err := orch.ListRuns(withAuth(ctx), &xctv1.ListRunsRequest{Limit: 1000})
+		list, err := orch.ListRuns(call(), &xctv1.ListRunsRequest{Limit: 1000})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -534,7 +539,7 @@ func TestClientsRefused(t *testing.T) {
 					return
 				}
 				id := runID(t, r.stdout)
-				got, err := orch.GetRun(withAuth(ctx), &xctv1.GetRunRequest{RunId: id})
+				got, err := orch.GetRun(call(), &xctv1.GetRunRequest{RunId: id})
 				if err != nil {
 					t.Fatal(err)
 				}
