@@ -421,10 +421,16 @@ func (t *fsMove) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.E
 		return nil, t.ws.refuse(pt, to, false, err)
 	}
 	defer tpd.close()
+	depth := pathDepth(filepath.Dir(to)) // the deepest directory once moved
 	if fi.IsDir() {
-		if e := t.ws.treeProtected(pf, from, fpd, fbase, fi); e != nil {
+		height, e := t.ws.treeProtectedHeight(pf, from, fpd, fbase, fi)
+		if e != nil {
 			return nil, e
 		}
+		depth = pathDepth(to) + height
+	}
+	if e := nestedTooDeep(pt, depth); e != nil {
+		return nil, e
 	}
 	switch _, err := tpd.lstat(tbase); {
 	case err == nil:

@@ -242,6 +242,9 @@ func (t *fsWrite) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.
 	if e := t.ws.checkProtected(p, name); e != nil {
 		return nil, e
 	}
+	if e := nestedTooDeep(p, pathDepth(filepath.Dir(name))); e != nil {
+		return nil, e
+	}
 	if e := t.ws.direct(p, name, false); e != nil {
 		return nil, e
 	}

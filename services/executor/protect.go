@@ -438,25 +438,35 @@ func (w *workspace) resolve(name string) (string, bool) {
 // the workspace path name (p as given), fi its lstat. The walk is
 // confined to that directory, opened without following a link.
 func (w *workspace) treeProtected(p, name string, pd *wsDir, base string, fi fs.FileInfo) *xctv1.Error {
+	_, e := w.treeProtectedHeight(p, name, pd, base, fi)
+	return e
+}
+
+// treeProtectedHeight is treeProtected, and also returns how many
+// directories deep the tree goes below its top (0: none below it).
+func (w *workspace) treeProtectedHeight(p, name string, pd *wsDir, base string, fi fs.FileInfo) (int, *xctv1.Error) {
 	td, err := pd.sub(base)
 	if err != nil {
-		return w.refuse(p, name, false, err)
+		return 0, w.refuse(p, name, false, err)
 	}
 	defer td.close()
 	if tfi, err := td.lstat("."); err != nil || !sameEntry(fi, tfi) {
-		return pathErr(wire.CodeToolFailure, p, "%q changed while it was being checked; nothing was done", p)
+		return 0, pathErr(wire.CodeToolFailure, p, "%q changed while it was being checked; nothing was done", p)
 	}
 	root, err := td.root()
 	if err != nil {
-		return w.fail(p, err)
+		return 0, w.fail(p, err)
 	}
 	defer func() { _ = root.Close() }()
 	top := filepath.ToSlash(name)
 	var found *xctv1.Error
-	count := 0
-	err = fs.WalkDir(root.FS(), ".", func(local string, _ fs.DirEntry, err error) error {
+	count, height := 0, 0
+	err = fs.WalkDir(root.FS(), ".", func(local string, de fs.DirEntry, err error) error {
 		if err != nil {
 			return err
+		}
+		if de.IsDir() && local != "." {
+			height = max(height, strings.Count(local, "/")+1)
 		}
 		rel := path.Join(top, local)
 		if count++; count > maxDeleteEntries {
@@ -472,12 +482,36 @@ func (w *workspace) treeProtected(p, name string, pd *wsDir, base string, fi fs.
 		return nil
 	})
 	if found != nil {
-		return found
+		return 0, found
 	}
 	if err != nil {
-		return w.fail(p, err)
+		return 0, w.fail(p, err)
 	}
-	return nil
+	return height, nil
+}
+
+// nestedTooDeep refuses an fs tool's change that would put a directory
+// deeper than the protected-path scan reads (protectScanDepth): the
+// workspace could no longer be scanned whole, and every program or MCP
+// tool that may write, of every run, would be refused until it is
+// undone. depth is how deep the deepest directory would be (components
+// of its workspace path).
+func nestedTooDeep(p string, depth int) *xctv1.Error {
+	if depth <= protectScanDepth {
+		return nil
+	}
+	return wire.WithDetails(wire.Errorf(wire.CodeInvalidArgument,
+		"%q would nest directories %d deep, more than the %d the scan for protected paths reads: programs that may write would be refused in the workspace", p, depth, protectScanDepth),
+		map[string]any{"path": p, "depth": depth, "limit": protectScanDepth})
+}
+
+// pathDepth is the number of components of the clean workspace path
+// name ("." has none).
+func pathDepth(name string) int {
+	if name == "." || name == "" {
+		return 0
+	}
+	return strings.Count(filepath.ToSlash(name), "/") + 1
 }
 
 // moveAsideFault, set by tests only, makes moving aside name fail as a

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/xct-dev/xct/internal/wire"
 )
@@ -299,5 +300,47 @@ func TestProtectedCargoConfig(t *testing.T) {
 		if r := exec(t, s, "fs.write", map[string]any{"path": p, "content": "x"}); codeOf(r) != "" {
 			t.Errorf("fs.write %s: %v", p, r)
 		}
+	}
+}
+
+// TestFSDoesNotNestPastTheScan (session 15, attack15a): the scan for
+// protected paths goes 256 directories deep, and a workspace it cannot
+// read whole refuses every program and MCP tool that may write, of every
+// run (fail closed). On main one fs.write of a file 300 directories deep
+// (reversible, no human) did that to the whole workspace until the step
+// was undone; an fs.move of a deep tree under a deep directory too. Now
+// the fs tools refuse to nest directories past the scan; up to it they
+// write and move as before, and a write program still runs.
+func TestFSDoesNotNestPastTheScan(t *testing.T) {
+	requireSandbox(t)
+	sb := newSandbox(t)
+	s := shellService(t, sb, 20*time.Second)
+	deep := func(n int) string { return strings.Repeat("d/", n) }
+	if r := exec(t, s, "fs.write", map[string]any{"path": deep(300) + "x", "content": "x"}); codeOf(r) != string(wire.CodeInvalidArgument) {
+		t.Fatalf("fs.write 300 directories deep: %v", r)
+	}
+	if r := exec(t, s, "fs.write", map[string]any{"path": deep(protectScanDepth+1) + "x", "content": "x"}); codeOf(r) != string(wire.CodeInvalidArgument) {
+		t.Fatalf("fs.write %d directories deep: %v", protectScanDepth+1, r)
+	}
+	// At the limit: written, and the workspace is still scanned whole.
+	if r := exec(t, s, "fs.write", map[string]any{"path": deep(protectScanDepth) + "x", "content": "x"}); codeOf(r) != "" {
+		t.Fatalf("fs.write %d directories deep: %v", protectScanDepth, r)
+	}
+	if r := exec(t, s, "fs.write", map[string]any{"path": "t/" + deep(100) + "x", "content": "x"}); codeOf(r) != "" {
+		t.Fatalf("fs.write of a tree 101 deep: %v", r)
+	}
+	// A tree 101 deep (t, and 100 below it) moved under 200 directories.
+	must(t, os.MkdirAll(filepath.Join(sb.ws, filepath.FromSlash(deep(200))), 0o755))
+	if r := exec(t, s, "fs.move", map[string]any{"from": "t", "to": deep(200) + "t"}); codeOf(r) != string(wire.CodeInvalidArgument) {
+		t.Fatalf("fs.move of a tree 101 deep under 200 directories: %v", r)
+	}
+	// Under 100 it fits (101 + 100 + 1 = 202 at its deepest).
+	if r := exec(t, s, "fs.move", map[string]any{"from": "t", "to": deep(100) + "t"}); codeOf(r) != "" {
+		t.Fatalf("fs.move of a tree 101 deep under 100 directories: %v", r)
+	}
+	// A file moved to where its directory would be too deep: there is none
+	// (fs.move makes no directory), so only a tree can deepen the workspace.
+	if r := shell(t, s, "sh", "-c", "echo ran > ran.txt"); r.GetError() != nil {
+		t.Fatalf("a write program after the fs tools: %v", r.GetError())
 	}
 }
