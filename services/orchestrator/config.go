@@ -28,7 +28,8 @@ type Config struct {
 	MaxStepsLimit       int
 	MaxStepsLimitByRole map[string]int
 	// MaxWatches is how many WatchRun streams one principal may hold open
-	// on this orchestrator (default 64; watch.go).
+	// in the cluster, counted across replicas (default 64; watch.go,
+	// watchcount.go).
 	MaxWatches int
 	// MaxRuns is how many runs one principal may have in progress at once,
 	// in the cluster (quota.go) and on this orchestrator (default
@@ -100,7 +101,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxSteps, "max-steps", 50, "default step budget of a run")
 	fs.IntVar(&c.MaxStepsLimit, "max-steps-limit", DefaultMaxStepsLimit, "largest max_steps a run may ask for (see also --max-steps-limit-role)")
 	fs.Func("max-steps-limit-role", "ROLE=N: the largest max_steps for principals holding ROLE (repeatable, comma-separated)", c.parseRoleLimits)
-	fs.IntVar(&c.MaxWatches, "max-watches", DefaultMaxWatches, "WatchRun streams one principal may hold open on this orchestrator")
+	fs.IntVar(&c.MaxWatches, "max-watches", DefaultMaxWatches, "WatchRun streams one principal may hold open in the cluster (counted across orchestrator replicas)")
 	fs.IntVar(&c.MaxRuns, "max-runs", DefaultMaxRuns, "runs one principal may have in progress at once, across the cluster (counted in the XCT_RUN_QUOTA bucket)")
 	fs.IntVar(&c.RepairBudget, "repair-budget", 3, "invalid model outputs in a row that end a run")
 	fs.DurationVar(&c.ProposeTimeout, "propose-timeout", 2*time.Minute, "deadline of one model call")

@@ -81,6 +81,8 @@ type Service struct {
 
 	// watches share one follower per watched run (watch.go).
 	watches *watches
+	// watchLeaseForTest shortens watchLease (watchcount.go) in tests.
+	watchLeaseForTest time.Duration
 }
 
 // Option customizes a Service.
@@ -168,10 +170,14 @@ func (s *Service) Start(ctx context.Context) error {
 	hctx, hcancel := context.WithCancel(context.Background())
 	wctx, wcancel := context.WithCancel(context.Background())
 	s.stopHeartbeat, s.stopWatch = hcancel, wcancel
-	s.background.Add(3)
+	s.background.Add(4)
 	go func() {
 		defer s.background.Done()
 		s.heartbeat(hctx)
+	}()
+	go func() {
+		defer s.background.Done()
+		s.watchHeartbeats(hctx)
 	}()
 	go func() {
 		defer s.background.Done()

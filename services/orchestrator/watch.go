@@ -17,15 +17,16 @@ import (
 )
 
 // DefaultMaxWatches is how many WatchRun streams one principal may hold
-// open on one orchestrator when the configuration does not say.
+// open in the cluster when the configuration does not say.
 const DefaultMaxWatches = 64
 
 // WatchRun does not spend a JetStream consumer per client: the watchers of
 // one run share one follower (an ordered consumer of the run's subject)
 // that buffers the run's events in memory and wakes them as events
 // arrive; the follower stops when its last watcher goes. Each principal
-// holds at most MaxWatches open streams (RESOURCE_EXHAUSTED past that),
-// so the consumers a principal can make the server hold are bounded too.
+// holds at most MaxWatches open streams across the cluster
+// (RESOURCE_EXHAUSTED past that; watchcount.go), so the consumers a
+// principal can make the server hold are bounded too.
 
 // watchHub is the shared follower of one run.
 type watchHub struct {
@@ -46,10 +47,31 @@ type watches struct {
 	hubs   map[string]*watchHub
 	open   map[string]int
 	follow func(ctx context.Context, runID string, fn func(lctl.Event) error) error
+	// serving are the ids of the watches this instance counts in the
+	// cluster's records (watchcount.go) and serves.
+	serving map[string]bool
 }
 
 func newWatches(follow func(ctx context.Context, runID string, fn func(lctl.Event) error) error) *watches {
-	return &watches{hubs: map[string]*watchHub{}, open: map[string]int{}, follow: follow}
+	return &watches{hubs: map[string]*watchHub{}, open: map[string]int{}, follow: follow, serving: map[string]bool{}}
+}
+
+// serve marks watch id served here (true) or no longer (false).
+func (w *watches) serve(id string, on bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if on {
+		w.serving[id] = true
+	} else {
+		delete(w.serving, id)
+	}
+}
+
+// isServing reports whether watch id is served here.
+func (w *watches) isServing(id string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.serving[id]
 }
 
 // acquire counts one more stream for principal, refused past limit, and
@@ -158,6 +180,16 @@ func (s *Service) watchRun(req *xctv1.WatchRunRequest, stream grpc.ServerStreami
 	if p, ok := auth.FromContext(ctx); ok {
 		principal = p.Name
 	}
+	// Counted across the cluster first (served here before it is
+	// counted, so that a prune here does not take it for a leftover),
+	// then on this orchestrator, which shares the run's follower.
+	id := newWatchID()
+	s.watches.serve(id, true)
+	defer s.watches.serve(id, false)
+	if err := s.takeWatch(ctx, principal, id, s.cfg.MaxWatches); err != nil {
+		return err
+	}
+	defer s.giveWatch(principal, id)
 	h, err := s.watches.acquire(principal, req.GetRunId(), s.cfg.MaxWatches)
 	if err != nil {
 		return err
