@@ -182,7 +182,7 @@ func Specs(s Settings) []Spec {
 		}, "orchestrator"),
 		kv(jetstream.KeyValueConfig{
 			Bucket:      QuotaBucket,
-			Description: "XCT: the runs each principal has in progress (--max-runs)",
+			Description: "XCT: the runs each principal has in progress (--max-runs) and its open watches (--max-watches)",
 			History:     1,
 			Storage:     jetstream.FileStorage,
 			Replicas:    s.Replicas,

@@ -22,7 +22,8 @@ import (
 
 // QuotaBucket is the KV bucket of the runs each principal has in progress
 // across the cluster (--max-runs): one key per principal, a digest of its
-// name, whose value lists its runs. Every change is a compare-and-set on
+// name, whose value lists its runs. It also holds each principal's open
+// watches and the orchestrators' heartbeats (watchcount.go). Every change is a compare-and-set on
 // the key's revision, so two orchestrators starting runs of one principal
 // at once cannot both take its last place.
 const QuotaBucket = "XCT_RUN_QUOTA"
