@@ -214,7 +214,8 @@ func (r *run) waitForDecision(a *xctv1.Approval) (*xctv1.Approval, error) {
 // deadline, or the expiry) or still pending (the validator's clock is
 // behind this one). ok is false while it is pending or the validator
 // cannot be asked: the caller waits and asks again, since the approver
-// may still be told yes.
+// may still be told yes. An approval no decision can come to any more
+// (withdrawn, or gone from the validator) ends the wait as not given.
 func (r *run) expiredAtValidator(a *xctv1.Approval) (*xctv1.Approval, bool) {
 	ctx, cancel := context.WithTimeout(r.traceCtx(context.Background()), r.svc.cfg.CallTimeout)
 	defer cancel()
@@ -225,13 +226,21 @@ func (r *run) expiredAtValidator(a *xctv1.Approval) (*xctv1.Approval, bool) {
 		return nil, false
 	}
 	for _, cur := range resp.GetApprovals() {
-		if cur.GetStepId() == a.GetStepId() && decidedState(cur.GetState()) {
-			return cur, true
+		if cur.GetStepId() != a.GetStepId() {
+			continue
 		}
+		if cur.GetState() == xctv1.ApprovalState_APPROVAL_STATE_PENDING {
+			r.log.Info("the approval's time is past on this clock, not yet on the validator's: waiting on",
+				"run", r.id, "step_id", a.GetStepId(), "expires_at", a.GetExpiresAt().AsTime())
+			return nil, false
+		}
+		if decidedState(cur.GetState()) {
+			return cur, true // decided, or expired by the validator's clock
+		}
+		break // withdrawn: no decision will come
 	}
-	r.log.Info("the approval's time is past on this clock, not yet on the validator's: waiting on",
-		"run", r.id, "step_id", a.GetStepId(), "expires_at", a.GetExpiresAt().AsTime())
-	return nil, false
+	// Withdrawn, or gone from the validator: no decision can come to it.
+	return &xctv1.Approval{State: xctv1.ApprovalState_APPROVAL_STATE_EXPIRED}, true
 }
 
 // cancelledOr returns the run's cancellation when it was cancelled (a call

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -62,5 +63,40 @@ func TestApprovalExpiryIsTheValidatorsNotTheOrchestratorsClock(t *testing.T) {
 	f.decidedAgrees(events, 1, entry)
 	if got, err := os.ReadFile(filepath.Join(f.ws, "notes.txt")); err != nil || string(got) != "one\n" {
 		t.Fatalf("bob approved the write, and notes.txt is %q, %v:\n%s", got, err, describe(events))
+	}
+}
+
+// The other side of asking the validator at the local deadline: an
+// approval the validator will never decide (withdrawn by another replica
+// while this one waited) ends the wait there, recorded as not given, as
+// before; the wait does not poll the validator until the run is cancelled.
+func TestApprovalWithdrawnElsewhereEndsTheWaitAtItsDeadline(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, newGatedModel(writeFile("one\n")))
+	pv := f.withPolicy(strings.Replace(approvalSkewPolicy, "approval_ttl: 1m", "approval_ttl: 2s", 1))
+	a, _ := f.orchestrator("orch-a", time.Minute)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	resp, err := a.StartRun(as(ctx, "carol", auth.RoleOperator), &xctv1.StartRunRequest{Goal: "write", Model: "func:tester", Principal: "carol"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := resp.GetRun().GetRunId()
+	events := f.waitFor(id, "approval_requested", func(e lctl.Event) bool { return e.Type == TypeApprovalRequested })
+	stepID := str(events[len(events)-1].Data, "step_id")
+	if _, err := pv.WithdrawApproval(as(ctx, "orch-b", auth.RoleService), &xctv1.WithdrawApprovalRequest{RunId: id, StepId: stepID, By: "orch-b", Reason: "gone"}); err != nil {
+		t.Fatal(err)
+	}
+	events = f.waitEnd(id)
+	if err := lctl.Verify(events); err != nil {
+		t.Fatal(err)
+	}
+	decided := only(events, TypeApprovalDecided)
+	if len(decided) != 1 || str(decided[0].Data, "decision") != "expired" || decided[0].Agent != agentOrchestrator {
+		t.Fatalf("the withdrawn approval's wait ended:\n%s", describe(events))
+	}
+	if _, err := os.Stat(filepath.Join(f.ws, "notes.txt")); !os.IsNotExist(err) {
+		t.Fatalf("notes.txt was written without an approval: %v", err)
 	}
 }
