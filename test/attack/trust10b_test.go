@@ -729,18 +729,21 @@ func strAttr(k, v string) *commonpb.KeyValue {
 // a gRPC message (dave's failed on main). A list's summary now names at
 // most 64 agents of at most 256 bytes; GetChain's names them all.
 //
-// The deadline covers the 20,000 spans' ingest under -race on a loaded
+// Here the traces carry 2500 agents each, named with 2 KiB (the most a
+// span's attribute keeps, lctl/otlp's maxValue): the same 19 MiB of names
+// in the four summaries, past the 16 MiB message, from half the spans.
+// The deadline covers the 10,000 spans' ingest under -race on a loaded
 // two-core machine. The tracer appends a trace's events one at a time:
-// at load ~12 the test took 113 s once and ran out of the 120 s it had
-// before once (session 12); at load ~15 each export took about 50 s
-// (3m22s in all, session 14), and at load ~25 the 5 minutes it had then
-// ran out in the second export (session 13).
+// at load ~12 the test (then 20,000 spans) took 113 s once and ran out of
+// the 120 s it had before once (session 12); at load ~15 each export took
+// about 50 s (3m22s in all, session 14), and at load ~25 the 5 minutes it
+// had then ran out in the second export (session 13).
 func TestAttackOTLPAgentsBreakEveryonesChainList(t *testing.T) {
 	c := startBindCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	exporter := coltracepb.NewTraceServiceClient(c.creds.Dial(t, c.app.Addr(app.TargetTracer), "alice"))
-	const traces, agents = 4, 5000
+	const traces, agents, nameBytes = 4, 2500, 2000
 	for tr := range traces {
 		traceID := []byte{0x5e, 0xc0, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d, byte(tr)}
 		now := uint64(time.Now().UnixNano())
@@ -751,7 +754,7 @@ func TestAttackOTLPAgentsBreakEveryonesChainList(t *testing.T) {
 			spans[i] = &tracepb.Span{TraceId: traceID, SpanId: id, Name: "invoke_agent",
 				StartTimeUnixNano: now + uint64(i), EndTimeUnixNano: now + uint64(i) + 10,
 				Attributes: []*commonpb.KeyValue{strAttr("gen_ai.operation.name", "invoke_agent"),
-					strAttr("gen_ai.agent.name", fmt.Sprintf("%06d%s", i, strings.Repeat("a", 1018)))}}
+					strAttr("gen_ai.agent.name", fmt.Sprintf("%06d%s", i, strings.Repeat("a", nameBytes)))}}
 		}
 		if _, err := exporter.Export(ctx, &coltracepb.ExportTraceServiceRequest{ResourceSpans: []*tracepb.ResourceSpans{{
 			ScopeSpans: []*tracepb.ScopeSpans{{Spans: spans}}}}}); err != nil {
