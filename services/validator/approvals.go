@@ -455,6 +455,13 @@ func (s *Service) DecideApproval(ctx context.Context, req *xctv1.DecideApprovalR
 		}
 		return nil, approvalStatus(err)
 	}
+	// The run's chain may say the approval was withdrawn while the
+	// validator could not be told (it was down): then it is.
+	if d, err := s.withdrawnOnChain(ctx, a); err != nil {
+		return nil, approvalStatus(err)
+	} else if d != nil {
+		return nil, approvalStatus(s.withdrawAsChained(ctx, store, sa, d))
+	}
 	now := s.now()
 	if !now.Before(a.GetExpiresAt().AsTime()) {
 		if _, err := store.expire(ctx, sa, now); err != nil {

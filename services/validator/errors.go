@@ -121,6 +121,7 @@ func (e *PolicyError) Unwrap() error { return ErrInvalidPolicy }
 // correlation id).
 var approvalCodes = grpcx.Codes{
 	{Err: ErrApprovalsUnavailable, Code: codes.Unavailable},
+	{Err: ErrChainUnreadable, Code: codes.Unavailable},
 	{Err: ErrApprovalNotFound, Code: codes.NotFound},
 	{Err: ErrSelfApproval, Code: codes.PermissionDenied},
 	{Err: ErrNoApprover, Code: codes.PermissionDenied},

@@ -54,6 +54,8 @@ type Service struct {
 	// redactor hides approval arguments from callers who may not decide
 	// them (nil until Start with NATS; approvalview.go).
 	redactor atomic.Pointer[redact.Redactor]
+	// chains reads a run's chain before a decision (withdraw.go).
+	chains chainLog
 
 	mu         sync.Mutex // guards started, stopWatch and reload
 	started    bool

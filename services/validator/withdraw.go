@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/eventlog"
+	"github.com/xct-dev/xct/lctl/xctevent"
 )
 
 // ErrApprovalWithdrawn means the approval's run was cancelled while it
@@ -67,4 +70,82 @@ func (s *Service) WithdrawApproval(ctx context.Context, req *xctv1.WithdrawAppro
 		return &xctv1.WithdrawApprovalResponse{Approval: w}, nil
 	}
 	return nil, approvalStatus(fmt.Errorf("%w: it kept changing while it was withdrawn", ErrApprovalDecided))
+}
+
+// ErrChainUnreadable means the run's chain, read before a human's
+// decision is taken, could not be read: the decision is not taken.
+var ErrChainUnreadable = errors.New("the run's chain cannot be read")
+
+// chainLog is the event log a decision reads the run's chain from, bound
+// on first use (eventlog.Log.ReadChainByGets: the validator may not make
+// consumers on the event log).
+type chainLog struct {
+	mu  sync.Mutex
+	log *eventlog.Log
+}
+
+// withdrawnOnChain reports how the run's chain says the approval of
+// step a was withdrawn, or nil when it does not (no chain: a validator
+// without NATS, or approvals opened without a run). The orchestrator
+// records the withdrawal of a cancelled run's approval on the chain, and
+// asks the validator to withdraw it too; a validator down longer than the
+// orchestrator tries leaves its entry pending, which a decision would
+// then take while the chain says withdrawn. So a decision looks at the
+// chain first.
+func (s *Service) withdrawnOnChain(ctx context.Context, a *xctv1.Approval) (*xctevent.ApprovalDecided, error) {
+	if s.nc == nil {
+		return nil, nil
+	}
+	s.chains.mu.Lock()
+	if s.chains.log == nil {
+		l, err := eventlog.Bind(ctx, s.nc)
+		if err != nil {
+			s.chains.mu.Unlock()
+			return nil, fmt.Errorf("%w: %w", ErrChainUnreadable, err)
+		}
+		s.chains.log = l
+	}
+	log := s.chains.log
+	s.chains.mu.Unlock()
+	events, err := log.ReadChainByGets(ctx, a.GetRunId())
+	if errors.Is(err, eventlog.ErrChainNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrChainUnreadable, err)
+	}
+	view := xctevent.Fold(events)
+	for i := len(view.Steps) - 1; i >= 0; i-- {
+		st := view.Steps[i]
+		if st.Start.StepID == a.GetStepId() && st.Decided != nil && st.Decided.StepID == a.GetStepId() && st.Decided.Decision == xctevent.ApprovalWithdrawn {
+			return st.Decided, nil
+		}
+	}
+	return nil, nil
+}
+
+// withdrawAsChained makes a pending approval that the run's chain shows
+// withdrawn withdrawn at the validator too (who and why as the chain
+// says), and returns why it cannot be decided. A conflict (the entry
+// changed meanwhile) answers the entry as it is now.
+func (s *Service) withdrawAsChained(ctx context.Context, store *approvalStore, sa storedApproval, d *xctevent.ApprovalDecided) error {
+	w := proto.CloneOf(sa.a)
+	w.State = xctv1.ApprovalState_APPROVAL_STATE_WITHDRAWN
+	w.DecidedAt = timestamppb.New(s.now())
+	w.DecidedBy = truncate(strings.TrimSpace(d.By), maxApproverBytes)
+	w.Reason = truncate(strings.TrimSpace(d.Reason), maxDecisionReason)
+	if err := store.update(ctx, w, sa.rev); err != nil {
+		if errors.Is(err, errApprovalConflict) {
+			if cur, _, gerr := store.get(ctx, w.GetRunId(), w.GetStepId()); gerr == nil {
+				if derr := decidable(cur); derr != nil {
+					return derr
+				}
+			}
+			return fmt.Errorf("%w: it changed while this decision was made; look again", ErrApprovalDecided)
+		}
+		return err
+	}
+	s.log.Warn("approval withdrawn as the run's chain says (the orchestrator's withdrawal did not reach the validator)", "run_id", w.GetRunId(),
+		"step", w.GetStep(), "step_id", w.GetStepId(), "by", w.GetDecidedBy())
+	return withdrawnError(w)
 }
