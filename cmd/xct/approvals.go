@@ -137,14 +137,43 @@ func cmdDecide(ctx context.Context, approve bool, args []string, stdout, stderr 
 	defer closeConn()
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
+	// The decision names the step id: a number is turned into the id of
+	// the one approval of that number, and refused when the run has had
+	// several (the one read may not be the one pending now).
+	step := fs.Arg(1)
+	if n, err := strconv.Atoi(step); err == nil {
+		list, err := client.ListApprovals(cctx, &xctv1.ListApprovalsRequest{RunId: fs.Arg(0), All: true})
+		if err != nil {
+			return validatorError(name, *addr, err)
+		}
+		var ids []string
+		for _, a := range list.GetApprovals() {
+			if int(a.GetStep()) == n {
+				ids = append(ids, a.GetStepId())
+			}
+		}
+		switch len(ids) {
+		case 0:
+			return fmt.Errorf("run %s has no approval for step %d (xct approvals --run %s --all)", fs.Arg(0), n, fs.Arg(0))
+		case 1:
+			step = ids[0]
+		default:
+			return fmt.Errorf("step %d of run %s has had %d approvals (%s): name the one you read by its step id (xct approvals --run %s --all)",
+				n, fs.Arg(0), len(ids), strings.Join(ids, ", "), fs.Arg(0))
+		}
+	}
 	resp, err := client.DecideApproval(cctx, &xctv1.DecideApprovalRequest{
-		RunId: fs.Arg(0), Step: fs.Arg(1), Approve: approve, Reason: *reason,
+		RunId: fs.Arg(0), Step: step, Approve: approve, Reason: *reason,
 	})
 	if err != nil {
 		return validatorError(name, *addr, err)
 	}
 	a := resp.GetApproval()
-	fmt.Fprintf(stdout, "step %d of %s %s by %s\n", a.GetStep(), a.GetRunId(), map[bool]string{true: "approved", false: "denied"}[approve], a.GetDecidedBy())
+	fmt.Fprintf(stdout, "step %d (%s) of %s %s by %s\n", a.GetStep(), a.GetStepId(), a.GetRunId(), map[bool]string{true: "approved", false: "denied"}[approve], a.GetDecidedBy())
+	if v := a.GetDecidedPolicyVersion(); approve && v != "" && v != a.GetPolicyVersion() {
+		fmt.Fprintf(stdout, "note: the approval was asked under policy %s and the policy is now %s: it does not count, and the step is refused (the model may propose it again under this policy)\n",
+			a.GetPolicyVersion(), v)
+	}
 	return nil
 }
 

@@ -477,6 +477,7 @@ func (s *Service) DecideApproval(ctx context.Context, req *xctv1.DecideApprovalR
 	decided.DecidedAt = timestamppb.New(now)
 	decided.DecidedBy = approver
 	decided.Reason = reason
+	decided.DecidedPolicyVersion = s.policy.Load().version
 	if err := store.update(ctx, decided, sa.rev); err != nil {
 		if errors.Is(err, errApprovalConflict) {
 			if cur, _, gerr := store.get(ctx, a.GetRunId(), a.GetStepId()); gerr == nil {
@@ -496,9 +497,12 @@ func (s *Service) DecideApproval(ctx context.Context, req *xctv1.DecideApprovalR
 	return &xctv1.DecideApprovalResponse{Approval: decided}, nil
 }
 
-// findApproval finds a run's approval by step id or step number. Several
-// approvals for one step number (a step proposed again after a restart)
-// resolve to the pending one.
+// findApproval finds a run's approval by step id or step number. A number
+// names an approval only when it is the one approval ever opened for that
+// number in the run: with several (a step proposed again after a
+// takeover, an undo asked again after a withdrawal) the approver may have
+// read another than the one pending now, so the decision must name the
+// step id (ErrAmbiguousStep lists them).
 func (s *Service) findApproval(ctx context.Context, store *approvalStore, runID, step string) (storedApproval, error) {
 	n, err := strconv.Atoi(step)
 	if err != nil {
@@ -512,25 +516,23 @@ func (s *Service) findApproval(ctx context.Context, store *approvalStore, runID,
 	if err != nil {
 		return storedApproval{}, err
 	}
-	var match, pending []storedApproval
+	var match []storedApproval
 	for _, sa := range items {
-		if int(sa.a.GetStep()) != n {
-			continue
-		}
-		match = append(match, sa)
-		if sa.a.GetState() == xctv1.ApprovalState_APPROVAL_STATE_PENDING {
-			pending = append(pending, sa)
+		if int(sa.a.GetStep()) == n {
+			match = append(match, sa)
 		}
 	}
-	switch {
-	case len(match) == 0:
+	switch len(match) {
+	case 0:
 		return storedApproval{}, ErrApprovalNotFound
-	case len(match) == 1:
+	case 1:
 		return match[0], nil
-	case len(pending) == 1:
-		return pending[0], nil
 	}
-	return storedApproval{}, ErrAmbiguousStep
+	var ids []string
+	for _, sa := range match {
+		ids = append(ids, fmt.Sprintf("%s (%s, %s)", sa.a.GetStepId(), decisionWordOf(sa.a.GetState()), truncate(sa.a.GetProposal().GetTool(), maxToolNameInMsg)))
+	}
+	return storedApproval{}, fmt.Errorf("%w: step %d of run %s has %d: %s", ErrAmbiguousStep, n, runID, len(match), strings.Join(ids, ", "))
 }
 
 // decidable says why an approval cannot be decided any more, or nil.
@@ -602,7 +604,19 @@ func (s *Service) consultApproval(ctx context.Context, installed *installedPolic
 			return
 		}
 	}
+	underOther := a.GetPolicyVersion() != installed.version || (a.GetDecidedPolicyVersion() != "" && a.GetDecidedPolicyVersion() != installed.version)
 	switch st := a.GetState(); {
+	case st == xctv1.ApprovalState_APPROVAL_STATE_APPROVED && !expired && underOther:
+		// Given for what another policy asked: the policy in force asks
+		// its own human (the model may propose the step again).
+		s.log.Warn("an approval given under another policy than the one in force is not counted; denied", "run_id", runID, "step_id", in.StepID,
+			"asked_under", a.GetPolicyVersion(), "decided_under", a.GetDecidedPolicyVersion(), "policy", installed.version)
+		msg := fmt.Sprintf("this step's approval was asked under policy %s (%s) and decided under %s; the policy in force is %s, so it does not count: propose the step again to ask under this policy",
+			a.GetPolicyVersion(), strings.Join(reasonIDs(a.GetReasons()), ", "), orUnrecorded(a.GetDecidedPolicyVersion()), installed.version)
+		denyBecause(v, reasonApproval, "the approval was given under another policy than the one in force",
+			wire.WithDetails(wire.Errorf(wire.CodePolicyDenied, "%s", msg), map[string]any{
+				"asked_under": a.GetPolicyVersion(), "decided_under": a.GetDecidedPolicyVersion(), "policy_version": installed.version}))
+		v.ApprovalTtl = nil
 	case st == xctv1.ApprovalState_APPROVAL_STATE_APPROVED && !expired && forgeable != nil:
 		err := forgeable
 		s.log.Error("an approval lets a step run only while nothing but the validator writes the approvals; denied", "run_id", runID, "step_id", in.StepID, "err", err)
@@ -696,4 +710,13 @@ func decisionWord(d xctv1.VerdictDecision) string {
 
 func decisionWordOf(s xctv1.ApprovalState) string {
 	return strings.ToLower(strings.TrimPrefix(s.String(), "APPROVAL_STATE_"))
+}
+
+// orUnrecorded is a policy version for messages ("not recorded" for an
+// approval decided before decisions recorded theirs).
+func orUnrecorded(version string) string {
+	if version == "" {
+		return "a policy not recorded"
+	}
+	return version
 }

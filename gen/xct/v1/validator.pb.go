@@ -1153,9 +1153,15 @@ type Approval struct {
 	// decided_by is the approver's principal.
 	DecidedBy string `protobuf:"bytes,13,opt,name=decided_by,json=decidedBy,proto3" json:"decided_by,omitempty"`
 	// reason is the approver's explanation.
-	Reason        string `protobuf:"bytes,14,opt,name=reason,proto3" json:"reason,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Reason string `protobuf:"bytes,14,opt,name=reason,proto3" json:"reason,omitempty"`
+	// decided_policy_version is the policy in force when the human decided.
+	// An approval allows its step only while the policy that asked for it
+	// (policy_version, with its reasons), the one it was decided under and
+	// the one in force are one: a policy changed meanwhile asks its own
+	// human.
+	DecidedPolicyVersion string `protobuf:"bytes,15,opt,name=decided_policy_version,json=decidedPolicyVersion,proto3" json:"decided_policy_version,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *Approval) Reset() {
@@ -1282,6 +1288,13 @@ func (x *Approval) GetDecidedBy() string {
 func (x *Approval) GetReason() string {
 	if x != nil {
 		return x.Reason
+	}
+	return ""
+}
+
+func (x *Approval) GetDecidedPolicyVersion() string {
+	if x != nil {
+		return x.DecidedPolicyVersion
 	}
 	return ""
 }
@@ -1930,7 +1943,7 @@ const file_xct_v1_validator_proto_rawDesc = "" +
 	"\arule_id\x18\x01 \x01(\tR\x06ruleId\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\"=\n" +
 	"\x10ValidateResponse\x12)\n" +
-	"\averdict\x18\x01 \x01(\v2\x0f.xct.v1.VerdictR\averdict\"\xb4\x04\n" +
+	"\averdict\x18\x01 \x01(\v2\x0f.xct.v1.VerdictR\averdict\"\xea\x04\n" +
 	"\bApproval\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\x05R\x04step\x12\x17\n" +
@@ -1949,7 +1962,8 @@ const file_xct_v1_validator_proto_rawDesc = "" +
 	"decided_at\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\tdecidedAt\x12\x1d\n" +
 	"\n" +
 	"decided_by\x18\r \x01(\tR\tdecidedBy\x12\x16\n" +
-	"\x06reason\x18\x0e \x01(\tR\x06reason\"7\n" +
+	"\x06reason\x18\x0e \x01(\tR\x06reason\x124\n" +
+	"\x16decided_policy_version\x18\x0f \x01(\tR\x14decidedPolicyVersion\"7\n" +
 	"\aPreview\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x18\n" +
 	"\acontent\x18\x02 \x01(\tR\acontent\"\x98\x02\n" +

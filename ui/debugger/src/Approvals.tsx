@@ -61,6 +61,10 @@ function TokenForm({ onDone, why }: { onDone: () => void; why: string }) {
 function Card({ a, auth, onDecided }: { a: Approval; auth: boolean; onDecided: (text: string) => void }) {
   const runId = str(pick(a, 'runId', 'run_id'));
   const step = Number(pick(a, 'step') ?? 0);
+  // The decision names the step id of the approval shown, not its number:
+  // another approval of the same number (an undo asked again after a
+  // withdrawal) is not decided by a click on this one.
+  const stepId = str(pick(a, 'stepId', 'step_id'));
   const proposal = (pick(a, 'proposal') ?? {}) as Obj;
   const reasons = (pick(a, 'reasons') ?? []) as Obj[];
   const preview = pick(a, 'preview') as Obj | undefined;
@@ -89,7 +93,7 @@ function Card({ a, auth, onDecided }: { a: Approval; auth: boolean; onDecided: (
     setBusy(true);
     setMsg(null);
     try {
-      const r = await decide(runId, step, approve, reason, auth ? '' : approver.trim());
+      const r = await decide(runId, stepId, approve, reason, auth ? '' : approver.trim());
       const s = stateOf(r.approval ?? {});
       onDecided(`Run ${runId} step ${step}: ${s} (${approve ? 'approved' : 'denied'} by you).`);
     } catch (e) {

@@ -508,8 +508,10 @@ export function setApproverName(n: string): void {
   }
 }
 
-/** decide approves or denies a pending step through the server. */
-export async function decide(runId: string, step: number, approve: boolean, reason: string, approver: string): Promise<{ approval: Approval }> {
+/** decide approves or denies a pending step through the server: the
+ * approval of stepId (its step id, never its number: the approval shown is
+ * the one decided). */
+export async function decide(runId: string, stepId: string, approve: boolean, reason: string, approver: string): Promise<{ approval: Approval }> {
   const headers = authHeaders({
     'Content-Type': 'application/json',
     Accept: 'application/json',
@@ -521,7 +523,7 @@ export async function decide(runId: string, step: number, approve: boolean, reas
       method: 'POST',
       headers,
       credentials: 'same-origin',
-      body: JSON.stringify(approver ? { run_id: runId, step, approve, reason, approver } : { run_id: runId, step, approve, reason }),
+      body: JSON.stringify(approver ? { run_id: runId, step: stepId, approve, reason, approver } : { run_id: runId, step: stepId, approve, reason }),
     });
   } catch {
     throw new ApiError(0, 'UNAVAILABLE', 'cannot reach the debugger server');
