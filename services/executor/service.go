@@ -116,6 +116,9 @@ func New(cfg Config, nc *nats.Conn, log *slog.Logger, extra ...Tool) (*Service, 
 	if err := checkUnsandboxed(cfg, toolsCfg, log); err != nil {
 		return nil, err
 	}
+	if err := checkSandboxMounts(cfg, toolsCfg); err != nil {
+		return nil, err
+	}
 	wsDir, err := filepath.Abs(cfg.Workspace)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrWorkspace, err)

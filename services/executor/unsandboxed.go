@@ -1,9 +1,11 @@
 package executor
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 )
@@ -75,4 +77,54 @@ func nonDumpable() error {
 		return errno
 	}
 	return nil
+}
+
+// checkSandboxMounts refuses a sandbox whose read_only or writable host
+// paths hold a file of the executor's secrets (cfg.SecretFiles): every
+// program of that sandbox would read it (xct dev keeps the NATS
+// passwords beside the workspace, so a parent of the workspace mounted
+// for a toolchain under it brought them in). Paths are compared with
+// their symbolic links resolved.
+func checkSandboxMounts(cfg Config, tc *ToolsConfig) error {
+	var secrets []string
+	for _, p := range cfg.SecretFiles {
+		if p == "" {
+			continue
+		}
+		if abs, err := filepath.Abs(p); err == nil {
+			secrets = append(secrets, realOrSelf(abs))
+		}
+	}
+	if len(secrets) == 0 {
+		return nil
+	}
+	var errs []error
+	check := func(what string, sc *SandboxConfig) {
+		if sc == nil || sc.disabled() {
+			return
+		}
+		for _, list := range []struct {
+			key   string
+			paths []string
+		}{{"read_only", sc.ReadOnly}, {"writable", sc.Writable}} {
+			for _, p := range list.paths {
+				dir := realOrSelf(p)
+				for _, s := range secrets {
+					if under(dir, s) {
+						errs = append(errs, fmt.Errorf("%w: %s's sandbox mounts %s (%s), which holds the executor's secret %s: every program there could read it; name a narrower path",
+							ErrToolsConfig, what, p, list.key, s))
+					}
+				}
+			}
+		}
+	}
+	if tc.Shell != nil {
+		check("shell.exec", tc.Shell.Sandbox)
+	}
+	for _, m := range tc.MCP {
+		if m.Command != "" {
+			check("MCP server "+m.Name, m.Sandbox)
+		}
+	}
+	return errors.Join(errs...)
 }

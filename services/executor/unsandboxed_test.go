@@ -97,3 +97,42 @@ func TestUnsandboxedRefusedWhileSecretsReadable(t *testing.T) {
 		t.Errorf("sandbox none with a secret in the environment (root: %v): %v", root, err)
 	}
 }
+
+// TestSandboxMountsNoSecret (session 15, attack15a): a sandbox's
+// read_only or writable host path that holds a file of the executor's
+// secrets gives it to every program there. xct dev keeps the NATS
+// passwords beside the workspace: read_only naming the workspace's
+// parent (for a toolchain under it) brought them in, and a program with
+// the network had what it needed to write the tool catalog. On main the
+// executor started with such a mount; now it refuses to, for shell.exec
+// and stdio MCP servers. A path beside the secret's is fine.
+func TestSandboxMountsNoSecret(t *testing.T) {
+	parent := t.TempDir()
+	ws := filepath.Join(parent, "ws")
+	must(t, os.MkdirAll(filepath.Join(parent, "dev"), 0o700))
+	must(t, os.MkdirAll(filepath.Join(parent, "tools"), 0o755))
+	must(t, os.Mkdir(ws, 0o755))
+	creds := filepath.Join(parent, "dev", "nats.yaml")
+	must(t, os.WriteFile(creds, []byte("executor: pw\n"), 0o600))
+	start := func(text string) error {
+		tc, err := ParseToolsConfig("tools.yaml", []byte(text))
+		must(t, err)
+		s, err := New(Config{Workspace: ws, Tools: tc, SecretFiles: []string{creds}}, nil, testLogger(t))
+		if err == nil {
+			_ = s.Stop(context.Background())
+		}
+		return err
+	}
+	for name, text := range map[string]string{
+		"shell read_only parent": "shell:\n  sandbox: {read_only: [" + parent + "]}\n  binaries: [{name: echo}]\n",
+		"shell writable dir":     "shell:\n  sandbox: {writable: [" + filepath.Join(parent, "dev") + "]}\n  binaries: [{name: echo}]\n",
+		"mcp read_only parent":   "mcp:\n  - {name: m, command: /bin/cat, sandbox: {read_only: [" + parent + "]}}\n",
+	} {
+		if err := start(text); !errors.Is(err, ErrToolsConfig) || !strings.Contains(err.Error(), creds) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	if err := start("shell:\n  sandbox: {read_only: [" + filepath.Join(parent, "tools") + "]}\n  binaries: [{name: echo}]\n"); err != nil {
+		t.Errorf("a read_only path beside the secrets: %v", err)
+	}
+}
