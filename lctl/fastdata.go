@@ -37,6 +37,9 @@ type rawSlot struct {
 	n          int
 	s          string
 	v          any
+	// shape is, in topTab, the data's shape of events of the type the
+	// slot's bytes name (see dataShape); nil when none is known.
+	shape *dataShape
 }
 
 // rawTable is a direct-mapped table of rawSlots.
@@ -125,17 +128,27 @@ func (t *rawTable) lookup(k *rawKey) *rawSlot {
 }
 
 // put remembers that k's bytes read as s (and v), when the careful read
-// took exactly them and their quotes (read, the bytes it took, is n+2).
-func (t *rawTable) put(k *rawKey, read int, s string, v any) {
+// took exactly them and their quotes (read, the bytes it took, is n+2),
+// and returns its slot (nil when it did not).
+func (t *rawTable) put(k *rawKey, read int, s string, v any) *rawSlot {
 	if k.n < 0 || read != k.n+2 {
-		return
+		return nil
 	}
-	*t.slot(k) = rawSlot{w0: k.w0, w1: k.w1, w2: k.w2, n: k.n + 1, s: s, v: v}
+	sl := t.slot(k)
+	*sl = rawSlot{w0: k.w0, w1: k.w1, w2: k.w2, n: k.n + 1, s: s, v: v}
+	return sl
 }
 
 // tableString reads a string as strIntern(true) does, through t; last
 // says it ends two bytes before the end of the bytes (lastQuoted).
 func (p *fastParser) tableString(t *rawTable, last bool) (string, bool) {
+	s, _, ok := p.tableSlot(t, last)
+	return s, ok
+}
+
+// tableSlot is tableString that also returns the string's slot in t (nil
+// when it is in none).
+func (p *fastParser) tableSlot(t *rawTable, last bool) (string, *rawSlot, bool) {
 	var k rawKey
 	if last {
 		k = lastQuoted(p.b, p.i)
@@ -144,14 +157,106 @@ func (p *fastParser) tableString(t *rawTable, last bool) (string, bool) {
 	}
 	if s := t.lookup(&k); s != nil {
 		p.i += k.n + 2
-		return s.s, true
+		return s.s, s, true
 	}
 	start := p.i
 	s, ok := p.strIntern(true)
+	var sl *rawSlot
 	if ok {
-		t.put(&k, p.i-start, s, nil)
+		sl = t.put(&k, p.i-start, s, nil)
 	}
-	return s, ok
+	return s, sl, ok
+}
+
+// Events of a type mostly carry the same keys in the same order, and
+// many of them the same short values (a tool, a decision, a status): a
+// dataShape holds, per type (in its slot of topTab), the strings that
+// were at each place of the data the last time, and canonData compares
+// the bytes there with them (two masked words) before it looks for them
+// in its tables (a search for the closing quote, a hash, four compares).
+
+// shapeMembers is how many members of a type's data its shape holds.
+const shapeMembers = 8
+
+// shapeMax is the most bytes between quotes a strGuess holds: with the
+// closing quote, two words.
+const shapeMax = 14
+
+// dataShape is the keys and string values of a type's data as they were
+// the last time, member by member.
+type dataShape struct {
+	keys, vals [shapeMembers]strGuess
+	// agent is the agent of the type's last event; next, the type of the
+	// event after it (with its shape).
+	agent, next strGuess
+}
+
+// strGuess is a string expected at a place: its bytes between the quotes
+// and the closing quote as two little-endian words (w0, w1) with masks
+// that keep just them (m0, m1; m0 is 0 when there is no guess), their
+// count, and what they read as (a key's string, a value's value).
+// misses counts the misses since the last hit: a place whose string is
+// new each time (a step's id) is guessed anew only now and then (miss).
+type strGuess struct {
+	w0, w1, m0, m1 uint64
+	n              int
+	s              string
+	v              any
+	misses         uint32
+	// shape is, for a type's guess (dataShape.next), its type's shape.
+	shape *dataShape
+}
+
+// miss records that g's guess was wrong and the string there is in sl
+// (nil: in no table), and makes it the guess on the first two misses
+// after a hit and every sixteenth after them.
+func (g *strGuess) miss(sl *rawSlot) bool {
+	g.misses++
+	if g.misses <= 2 || g.misses%16 == 0 {
+		g.set(sl)
+		return true
+	}
+	return false
+}
+
+// set makes g a guess of the string in sl (from keyTab or valTab: its
+// bytes are those of a string the careful read took, up to its quote),
+// or no guess when it is longer than shapeMax or sl is nil.
+func (g *strGuess) set(sl *rawSlot) {
+	if sl == nil || sl.n-1 > shapeMax {
+		g.m0 = 0
+		return
+	}
+	n := sl.n - 1
+	w0, w1 := sl.w0, sl.w1
+	if n < 8 {
+		w0 |= '"' << (8 * n)
+	} else {
+		w1 |= '"' << (8 * (n - 8))
+	}
+	m0, m1 := ^uint64(0), uint64(0)
+	if n < 7 {
+		m0 = 1<<(8*(n+1)) - 1
+	} else if n > 7 {
+		m1 = 1<<(8*(n-7)) - 1
+	}
+	g.w0, g.w1, g.m0, g.m1, g.n, g.s, g.v = w0, w1, m0, m1, n, sl.s, sl.v
+}
+
+// at says whether the string at b[i] (a quote) is g's: its bytes and a
+// quote after them, within b (read as quoted reads: sixteen bytes, from
+// the array beyond b when b ends sooner; false when the array ends
+// sooner). g's bytes hold no quote and went into a table only when the
+// careful read took exactly them and their quotes: the careful read of
+// the string at b[i] takes them again and gives what it gave then, which
+// is g's (and quoted, where it takes bytes, takes them: the table would
+// give the same).
+func (g *strGuess) at(b []byte, i int) bool {
+	if g.m0 == 0 || i+17 > cap(b) || i+1+g.n >= len(b) {
+		return false
+	}
+	w := b[i+1 : i+17]
+	return binary.LittleEndian.Uint64(w)&g.m0 == g.w0 && binary.LittleEndian.Uint64(w[8:])&g.m1 == g.w1
 }
 
 // canonData reads the data object at p.i (its '{') into fields as
@@ -161,9 +266,10 @@ func (p *fastParser) tableString(t *rawTable, last bool) (string, bool) {
 // false for anything it does not decide, which dataFields decides.
 // Keys and short string values come from the parser's tables, whole
 // numbers are read in place, other values as member reads them.
-func (p *fastParser) canonData(e *Event) bool {
+func (p *fastParser) canonData(e *Event, shape *dataShape) bool {
 	b := p.b
 	i := p.i + 1
+	member := 0 // the member's place, for shape
 	start := len(p.slab)
 	p.rawStart = len(p.arena)
 	p.unreadMade = false
@@ -182,22 +288,39 @@ func (p *fastParser) canonData(e *Event) bool {
 					return false
 				}
 			}
-			// The key.
+			// The key: the shape's, else from the table.
 			var k string
-			rk := quoted(b, i)
-			if s := p.keyTab.lookup(&rk); s != nil {
-				k = s.s
-				i += rk.n + 2
+			var kg, vg *strGuess // the member's guesses
+			if shape != nil && member < shapeMembers {
+				kg, vg = &shape.keys[member], &shape.vals[member]
+			}
+			member++
+			if kg != nil && kg.at(b, i) {
+				k = kg.s
+				i += kg.n + 2
+				kg.misses = 0
 			} else {
-				p.i = i
-				var ok bool
-				if k, ok = p.knownKey(); !ok {
-					if k, ok = p.key(); !ok {
-						return false
+				rk := quoted(b, i)
+				if s := p.keyTab.lookup(&rk); s != nil {
+					k = s.s
+					i += rk.n + 2
+					if kg != nil {
+						kg.miss(s)
 					}
+				} else {
+					p.i = i
+					var ok bool
+					if k, ok = p.knownKey(); !ok {
+						if k, ok = p.key(); !ok {
+							return false
+						}
+					}
+					s := p.keyTab.put(&rk, p.i-i, k, nil)
+					if kg != nil {
+						kg.miss(s)
+					}
+					i = p.i
 				}
-				p.keyTab.put(&rk, p.i-i, k, nil)
-				i = p.i
 			}
 			if i >= len(b) || b[i] != ':' {
 				if i = skipAt(b, i); i >= len(b) || b[i] != ':' {
@@ -220,10 +343,19 @@ func (p *fastParser) canonData(e *Event) bool {
 			} else {
 				switch c := b[i]; {
 				case c == '"':
+					if vg != nil && vg.at(b, i) {
+						p.slab = append(p.slab, dataField{key: k, v: vg.v})
+						i += vg.n + 2
+						vg.misses = 0
+						break
+					}
 					rk := quoted(b, i)
 					if s := p.valTab.lookup(&rk); s != nil {
 						p.slab = append(p.slab, dataField{key: k, v: s.v})
 						i += rk.n + 2
+						if vg != nil {
+							vg.miss(s)
+						}
 						break
 					}
 					// Not in the table: most such strings are new (a step's id,
@@ -244,7 +376,10 @@ func (p *fastParser) canonData(e *Event) bool {
 						v = s
 					}
 					if s, short := v.(string); short && len(s) <= internMax {
-						p.valTab.put(&rk, p.i-i, s, v)
+						sl := p.valTab.put(&rk, p.i-i, s, v)
+						if vg != nil {
+							vg.miss(sl)
+						}
 					}
 					p.slab = append(p.slab, dataField{key: k, v: v})
 					i = p.i
@@ -533,8 +668,35 @@ func (p *fastParser) specEvent(e *Event) bool {
 	if !p.specKey(specType) {
 		return false
 	}
-	s, ok := p.tableString(&p.topTab, false)
-	if !ok || s == "" {
+	// First the type that followed the last event's, with its shape.
+	var shape *dataShape
+	tg := &p.firstType
+	if p.lastShape != nil {
+		tg = &p.lastShape.next
+	}
+	var s string
+	if tg.at(b, p.i) {
+		s, shape = tg.s, tg.shape
+		p.i += tg.n + 2
+		tg.misses = 0
+	} else {
+		var ts *rawSlot
+		if s, ts, ok = p.tableSlot(&p.topTab, false); !ok {
+			return false
+		}
+		// The shape of the type's data (none without a slot).
+		if ts != nil {
+			if ts.shape == nil {
+				ts.shape = new(dataShape)
+			}
+			shape = ts.shape
+		}
+		if tg.miss(ts) {
+			tg.shape = shape
+		}
+	}
+	p.lastShape = shape
+	if s == "" {
 		return false
 	}
 	e.Type = s
@@ -549,8 +711,18 @@ func (p *fastParser) specEvent(e *Event) bool {
 	if !p.specKey(specAgent) {
 		return false
 	}
-	if e.Agent, ok = p.tableString(&p.topTab, false); !ok {
-		return false
+	if shape != nil && shape.agent.at(b, p.i) {
+		e.Agent = shape.agent.s
+		p.i += shape.agent.n + 2
+		shape.agent.misses = 0
+	} else {
+		var as *rawSlot
+		if e.Agent, as, ok = p.tableSlot(&p.topTab, false); !ok {
+			return false
+		}
+		if shape != nil {
+			shape.agent.miss(as)
+		}
 	}
 	// "data"
 	if !p.specKey(specData) || p.i >= len(b) || b[p.i] != '{' {
@@ -566,7 +738,7 @@ func (p *fastParser) specEvent(e *Event) bool {
 			if p.unreadFor != nil {
 				p.unreadKey = p.unreadFor(e.Type)
 			}
-			if !p.canonData(e) {
+			if !p.canonData(e, shape) {
 				return false
 			}
 		}

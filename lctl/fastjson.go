@@ -107,6 +107,10 @@ type fastParser struct {
 	// data's keys, its short string values, and the event's agent, chain
 	// id and type.
 	keyTab, valTab, topTab rawTable
+	// firstType guesses the type of an event read by specEvent when the
+	// one before has no shape; lastShape is that one's.
+	firstType strGuess
+	lastShape *dataShape
 	// skipTab holds strings checked inside objects and arrays that are
 	// kept as their JSON (its slots' values are not used).
 	skipTab rawTable
@@ -243,7 +247,7 @@ func (p *fastParser) loopEvent(e *Event) error {
 				// spec's key order and Python's white space come here.
 				at, slab := p.i, len(p.slab)
 				p.unreadKey = ""
-				if p.generalData || !p.canonData(e) {
+				if p.generalData || !p.canonData(e, nil) {
 					p.i, p.slab = at, p.slab[:slab]
 					if !p.dataFields(e) {
 						return errUnsure
@@ -1559,7 +1563,7 @@ func (p *fastParser) canonicalEvent(e *Event) bool {
 			if p.unreadFor != nil && peeked != "" {
 				p.unreadKey = p.unreadFor(peeked)
 			}
-			if !p.canonData(e) {
+			if !p.canonData(e, nil) {
 				return false
 			}
 			if p.unreadMade {
