@@ -54,6 +54,14 @@ func parseTimeParts(s string) (time.Time, int, bool) {
 // timeFraction reads what follows the seconds of a timestamp before its
 // Z: nothing, or a dot and one to nine digits, as nanoseconds.
 func timeFraction(rest string) (int, bool) {
+	if len(rest) == 4 && rest[0] == '.' {
+		// Milliseconds, what most writers give: the loop below, unrolled.
+		a, b, c := rest[1]-'0', rest[2]-'0', rest[3]-'0'
+		if a > 9 || b > 9 || c > 9 {
+			return 0, false
+		}
+		return (int(a)*100 + int(b)*10 + int(c)) * 1e6, true
+	}
 	nsec := 0
 	if len(rest) > 0 {
 		if rest[0] != '.' || len(rest) < 2 || len(rest) > 10 {
@@ -80,17 +88,20 @@ var fractionScale = [...]int{1e9, 1e8, 1e7, 1e6, 1e5, 1e4, 1e3, 1e2, 1e1, 1}
 type secondCache struct {
 	prefix string // the timestamp's first 19 bytes, "" for none
 	base   time.Time
+	unix   int64 // base's Unix seconds
 }
 
 // parse is ParseTime with the cache.
 func (c *secondCache) parse(s string) (time.Time, bool) {
 	if len(s) >= 20 && c.prefix != "" && s[len(s)-1] == 'Z' && s[:19] == c.prefix {
 		if nsec, ok := timeFraction(s[19 : len(s)-1]); ok {
-			return c.base.Add(time.Duration(nsec)), true
+			// base.Add(nsec), made directly: a time in UTC (no location)
+			// without a monotonic reading, as time.Date makes base.
+			return time.Unix(c.unix, int64(nsec)).UTC(), true
 		}
 	}
 	if base, nsec, ok := parseTimeParts(s); ok {
-		c.prefix, c.base = s[:19], base
+		c.prefix, c.base, c.unix = s[:19], base, base.Unix()
 		return base.Add(time.Duration(nsec)), true
 	}
 	return ParseTime(s)

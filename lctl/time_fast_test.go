@@ -1,6 +1,7 @@
 package lctl
 
 import (
+	"fmt"
 	"testing"
 	"time"
 )
@@ -43,11 +44,31 @@ func TestSecondCache(t *testing.T) {
 		"2026-11-21T09:00:00.Z", "2026-11-21T09:00:00.1234567890Z", "2026-11-21T09:00:00.12x4Z",
 		"2026-11-21T09:00:01.000000001Z", "2026-11-21T09:00:01+02:00", "2026-11-21T09:00:01.9Z",
 		"2026-11-21 09:00:01.9Z", "2026-11-21T09:00:01.9", "2024-02-29T23:59:59.999999999Z", "2024-02-29T23:59:59.1Z", "x", "",
+		"2024-02-29T23:59:59.0x4Z", "2024-02-29T23:59:59./00Z", "2024-02-29T23:59:59.:00Z", "2024-02-29T23:59:59.00/Z",
+		"2024-02-29T23:59:59.999Z", "2024-02-29T23:59:59.000Z", "2024-02-29T23:59:59.0000Z", "1969-12-31T23:59:59.123Z",
+		"1969-12-31T23:59:59.5Z", "0001-01-01T00:00:00.001Z", "0001-01-01T00:00:00.002Z",
 	} {
 		got, ok := c.parse(s)
 		want, wok := ParseTime(s)
 		if ok != wok || got != want {
 			t.Errorf("%q: cached %v %v, ParseTime %v %v", s, got, ok, want, wok)
+		}
+	}
+}
+
+// TestSecondCacheMilliseconds: every millisecond of a cached second (the
+// unrolled three digits) reads as time.Parse reads it, to the
+// representation.
+func TestSecondCacheMilliseconds(t *testing.T) {
+	var c secondCache
+	for _, sec := range []string{"2026-11-21T09:00:00", "1969-12-31T23:59:59", "2024-02-29T23:59:59"} {
+		for ms := range 1000 {
+			s := fmt.Sprintf("%s.%03dZ", sec, ms)
+			got, ok := c.parse(s)
+			want, err := time.Parse(time.RFC3339Nano, s)
+			if !ok || err != nil || got != want {
+				t.Fatalf("%q: cached %v %v, time.Parse %v %v", s, got, ok, want, err)
+			}
 		}
 	}
 }
