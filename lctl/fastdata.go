@@ -665,7 +665,9 @@ func (p *fastParser) specEvent(e *Event) bool {
 	}
 	e.Seq = n
 	// "type"
-	if !p.specKey(specType) {
+	if j := pyKey(b, p.i, pyType0, pyType1, pyTypeM, pyTypeN); j >= 0 {
+		p.i = j
+	} else if !p.specKey(specType) {
 		return false
 	}
 	// First the type that followed the last event's, with its shape.
@@ -701,14 +703,18 @@ func (p *fastParser) specEvent(e *Event) bool {
 	}
 	e.Type = s
 	// "timestamp"
-	if !p.specKey(specTimestamp) {
+	if j := pyKey(b, p.i, pyTimestamp0, pyTimestamp1, pyTimestampM, pyTimestampN); j >= 0 {
+		p.i = j
+	} else if !p.specKey(specTimestamp) {
 		return false
 	}
 	if e.Timestamp, ok = p.timestampString(); !ok {
 		return false
 	}
 	// "agent"
-	if !p.specKey(specAgent) {
+	if j := pyKey(b, p.i, pyAgent0, pyAgent1, pyAgentM, pyAgentN); j >= 0 {
+		p.i = j
+	} else if !p.specKey(specAgent) {
 		return false
 	}
 	if shape != nil && shape.agent.at(b, p.i) {
@@ -725,7 +731,12 @@ func (p *fastParser) specEvent(e *Event) bool {
 		}
 	}
 	// "data"
-	if !p.specKey(specData) || p.i >= len(b) || b[p.i] != '{' {
+	if j := pyKey(b, p.i, pyData0, pyData1, pyDataM, pyDataN); j >= 0 {
+		p.i = j
+	} else if !p.specKey(specData) {
+		return false
+	}
+	if p.i >= len(b) || b[p.i] != '{' {
 		return false
 	}
 	if p.fields {
@@ -783,6 +794,32 @@ var specPyWords, specPyLens = func() (w [4][4]uint64, n [4]int) {
 	}
 	return w, n
 }()
+
+// The py constants hold specPyWords as constants, per key its first word (all of
+// it the key's), second word, the second's mask and the length
+// (TestSpecPyConstants checks them against specPyWords): specKeyPy
+// compares with them inline, without specKey's call and loads.
+const (
+	pyType0, pyType1, pyTypeM, pyTypeN                     = 0x226570797422202c, 0x203a, 0xffff, 10
+	pyTimestamp0, pyTimestamp1, pyTimestampM, pyTimestampN = 0x73656d697422202c, 0x203a22706d6174, 0xffffffffffffff, 15
+	pyAgent0, pyAgent1, pyAgentM, pyAgentN                 = 0x746e65676122202c, 0x203a22, 0xffffff, 11
+	pyData0, pyData1, pyDataM, pyDataN                     = 0x226174616422202c, 0x203a, 0xffff, 10
+)
+
+// pyKey returns where the value after the key at b[i] starts when the
+// key comes as Python's separators write it (w0, w1 masked by m, n
+// bytes: the py constants) and no more white space follows it; -1
+// otherwise, for specKey to decide. Small enough to be inlined, which
+// saves specKey's call and loads on every member of a spec-ordered
+// event (specEvent calls specKey when it says -1).
+func pyKey(b []byte, i int, w0, w1, m uint64, n int) int {
+	if i+16 <= len(b) {
+		if w := b[i : i+16]; binary.LittleEndian.Uint64(w) == w0 && binary.LittleEndian.Uint64(w[8:])&m == w1 && w[n] > ' ' {
+			return i + n
+		}
+	}
+	return -1
+}
 
 // specKey moves past the comma before a member, its key k (quoted, as
 // it must be written) and the colon after it, with white space anywhere

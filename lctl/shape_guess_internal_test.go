@@ -1,7 +1,9 @@
 package lctl
 
 import (
+	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 )
 
@@ -97,5 +99,69 @@ func TestStrGuessAt(t *testing.T) {
 	}
 	if held < tried/10 || held == tried {
 		t.Fatalf("%d of %d held: the cases do not test both ways", held, tried)
+	}
+}
+
+// TestSpecPyConstants: the constants specEvent compares the keys with
+// inline are specPyWords'.
+func TestSpecPyConstants(t *testing.T) {
+	t.Parallel()
+	for k, c := range [][4]uint64{
+		specType:      {pyType0, pyType1, pyTypeM, pyTypeN},
+		specTimestamp: {pyTimestamp0, pyTimestamp1, pyTimestampM, pyTimestampN},
+		specAgent:     {pyAgent0, pyAgent1, pyAgentM, pyAgentN},
+		specData:      {pyData0, pyData1, pyDataM, pyDataN},
+	} {
+		w := specPyWords[k]
+		if w[1] != ^uint64(0) || c[0] != w[0] || c[1] != w[2] || c[2] != w[3] || int(c[3]) != specPyLens[k] {
+			t.Errorf("key %d: constants %#x, words %#x, length %d", k, c, w, specPyLens[k])
+		}
+	}
+}
+
+// TestPyKeyMatchesSpecKey: where pyKey takes a key, specKey takes it to
+// the same place; pyKey takes the keys as Python's separators write them
+// (value next), and no other bytes: every cut of them and of the key in
+// other layouts, other keys, more white space.
+func TestPyKeyMatchesSpecKey(t *testing.T) {
+	t.Parallel()
+	names := [...]string{specType: "type", specTimestamp: "timestamp", specAgent: "agent", specData: "data"}
+	consts := [...][4]uint64{
+		specType:      {pyType0, pyType1, pyTypeM, pyTypeN},
+		specTimestamp: {pyTimestamp0, pyTimestamp1, pyTimestampM, pyTimestampN},
+		specAgent:     {pyAgent0, pyAgent1, pyAgentM, pyAgentN},
+		specData:      {pyData0, pyData1, pyDataM, pyDataN},
+	}
+	taken := 0
+	p := new(fastParser) // its tables are large: one for all
+	for k, name := range names {
+		c := consts[k]
+		for _, form := range []string{`, "%s": "v", "x": 1}`, `,"%s":"v","x":1}`, `, "%s":  "v", "x": 1}`, `, "%s":` + "\t" + `"v", "x": 1}`,
+			`,  "%s": "v", "x": 1}`, `, "%sx": "v", "x": 1}`, `, "%s" : "v", "x": 1}`, `, "%s": {"x": 1}}`, `, "%s": 7, "x": 1}`, `; "%s": "v", "x": 1}`} {
+			for _, key := range []string{name, "type", "agent", "data", "timestamp", "Type", name[:len(name)-1]} {
+				full := fmt.Sprintf(form, key)
+				for cut := 0; cut <= len(full); cut++ {
+					for _, lead := range []int{0, 3} {
+						b := append([]byte(strings.Repeat("x", lead)), full[:cut]...)
+						j := pyKey(b, lead, c[0], c[1], c[2], int(c[3]))
+						p.b, p.i = b, lead
+						ok := p.specKey(k)
+						if j >= 0 && (!ok || p.i != j) {
+							t.Fatalf("%q from %d: pyKey %d, specKey %v at %d", b, lead, j, ok, p.i)
+						}
+						if j >= 0 {
+							taken++
+						}
+						python := form == `, "%s": "v", "x": 1}` || form == `, "%s": {"x": 1}}` || form == `, "%s": 7, "x": 1}`
+						if python && key == name && cut == len(full) && j < 0 {
+							t.Fatalf("%q: pyKey did not take it", b)
+						}
+					}
+				}
+			}
+		}
+	}
+	if taken == 0 {
+		t.Fatal("pyKey took nothing")
 	}
 }
