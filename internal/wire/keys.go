@@ -83,3 +83,14 @@ func memberKey(s string) string {
 	}
 	return namefold.Fold(s)
 }
+
+// SameMember reports whether a and b are two spellings of one member name
+// as KeyClash compares them: different, but equal once normalized,
+// case-folded and rid of format characters ("PATH" for "path", "ſql" for
+// "sql").
+func SameMember(a, b string) bool {
+	if a == b || (lowerASCII(a) && lowerASCII(b)) {
+		return false
+	}
+	return memberKey(a) == memberKey(b)
+}

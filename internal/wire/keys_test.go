@@ -38,3 +38,22 @@ func BenchmarkKeyClashPlain(b *testing.B) {
 		}
 	}
 }
+
+func TestSameMember(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		a, b string
+		want bool
+	}{
+		{"path", "PATH", true},
+		{"sql", "ſql", true},
+		{"Kind", "kind", true},
+		{"path", "path", false},
+		{"path", "paths", false},
+		{"a", "b", false},
+	} {
+		if got := SameMember(c.a, c.b); got != c.want {
+			t.Errorf("SameMember(%q, %q) = %v, want %v", c.a, c.b, got, c.want)
+		}
+	}
+}

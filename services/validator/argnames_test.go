@@ -71,3 +71,46 @@ func TestValidateArgumentNamesAToolMayTakeForOne(t *testing.T) {
 	// Distinct names, and the same name in two objects, are fine.
 	checkVerdict(t, validate(t, s, request(t, "db.query", map[string]any{"sql": "SELECT 1", "opts": map[string]any{"sql": "x", "kind": "ro"}})), allow, "", "selects-only")
 }
+
+// One argument alone, named otherwise than the schema names it: "PATH"
+// where the schema names "path". A deny rule guarded by has(args.path)
+// does not read it, and a Go server decoding into a struct does
+// (test/attack TestAttackArgumentNamedUnlikeItsSchema). The schema's
+// names are found through references, combinators and array items.
+func TestValidateArgumentNamedUnlikeItsSchema(t *testing.T) {
+	t.Parallel()
+	tool := &xctv1.ToolDescriptor{
+		Name: "db.query", Effect: read,
+		InputSchema: `{"type":"object",
+  "$defs": {"target": {"type":"object","properties":{"table":{"type":"string"}}}},
+  "properties": {"sql": {"type":"string"}, "target": {"$ref": "#/$defs/target"},
+    "steps": {"type":"array","items":{"allOf":[{"properties":{"Kind":{"type":"string"}}}]}}},
+  "anyOf": [{"properties": {"dryRun": {"type":"boolean"}}}]}`,
+	}
+	s := newService(t, `rules:
+  - {id: allow-read, effect: allow, effects: [read]}
+  - id: no-drops
+    effect: deny
+    tools: ["db.query"]
+    when: 'has(args.sql) && args.sql.contains("DROP")'
+`, tool)
+	for _, a := range []map[string]any{
+		{"SQL": "DROP TABLE users"},
+		{"ſql": "DROP TABLE users"},
+		{"sql": "SELECT 1", "target": map[string]any{"TABLE": "users"}},               // through $ref
+		{"sql": "SELECT 1", "steps": []any{map[string]any{"kind": "drop"}}},           // the schema's name is "Kind"
+		{"sql": "SELECT 1", "dryrun": false},                                          // through anyOf
+		{"sql": "SELECT 1", "steps": []any{map[string]any{"Kind": "a", "KIND": "b"}}}, // KeyClash's case
+	} {
+		v := validate(t, s, request(t, "db.query", a))
+		if v.GetDecision() != deny || v.GetError().GetCode() != string(wire.CodeSchemaInvalid) {
+			t.Errorf("%q: %v %v, want a SCHEMA_INVALID deny", a, v.GetDecision(), v.GetError())
+		}
+	}
+	for _, a := range []map[string]any{
+		{"sql": "SELECT 1", "target": map[string]any{"table": "users"}, "steps": []any{map[string]any{"Kind": "x"}}, "dryRun": true},
+		{"sql": "SELECT 1", "other": map[string]any{"SQL": "x"}}, // undeclared, in no spelling
+	} {
+		checkVerdict(t, validate(t, s, request(t, "db.query", a)), allow, "", "allow-read")
+	}
+}

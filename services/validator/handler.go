@@ -164,6 +164,15 @@ func (s *Service) judge(ctx context.Context, req *xctv1.ValidateRequest, install
 			map[string]any{"tool": truncate(name, maxToolNameInMsg)}))
 		return nil
 	}
+	if given, named, clash := schemaNameClash(compiled.schema, args); clash {
+		// One argument, named so that the policy does not read it as the
+		// schema's (has(args.path) is false) while a tool's server does.
+		denyWith(v, reasonSchema, wire.WithDetails(wire.Errorf(wire.CodeSchemaInvalid,
+			"the arguments of tool %s name %q where its schema names %q: a tool may read it as that argument; name it as the schema does",
+			quoteName(name), truncate(given, maxToolNameInMsg), truncate(named, maxToolNameInMsg)),
+			map[string]any{"tool": truncate(name, maxToolNameInMsg), "argument": truncate(given, maxToolNameInMsg), "schema_names": truncate(named, maxToolNameInMsg)}))
+		return nil
+	}
 	if err := compiled.schema.Validate(args); err != nil {
 		denyWith(v, reasonSchema, s.schemaInvalid(name, err))
 		return nil

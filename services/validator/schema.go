@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 
@@ -11,6 +12,8 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6/kind"
 	"golang.org/x/text/language"
 	"golang.org/x/text/message"
+
+	"github.com/xct-dev/xct/internal/wire"
 )
 
 // maxViolations bounds the schema violations reported for one proposal.
@@ -144,4 +147,112 @@ func pointer(tokens []string) string {
 		b.WriteString(strings.ReplaceAll(t, "/", "~1"))
 	}
 	return b.String()
+}
+
+// schemaNameClash finds, in args, a member name the schema does not name
+// but names in another spelling a tool's server may take for it ("PATH"
+// where the schema names "path"): KeyClash's case for one member alone.
+// A deny rule reads args.path, guarded by has(args.path) as the policy
+// documentation advises, and the schema lets an undeclared "PATH" through
+// (no additionalProperties: false, as many servers' schemas have it);
+// a Go server decoding into a struct reads it as path. The walk follows
+// the schema into nested objects and arrays through properties, items,
+// references and the combinators (allOf, anyOf, oneOf, if/then/else,
+// dependentSchemas). It returns the name given and the one the schema
+// names.
+func schemaNameClash(s *jsonschema.Schema, v any) (given, named string, found bool) {
+	return nameClashIn([]*jsonschema.Schema{s}, v)
+}
+
+func nameClashIn(schemas []*jsonschema.Schema, v any) (given, named string, found bool) {
+	if len(schemas) == 0 {
+		return "", "", false
+	}
+	switch v := v.(type) {
+	case map[string]any:
+		all := reachable(schemas)
+		for k, e := range v {
+			var sub []*jsonschema.Schema
+			declared := false
+			for _, s := range all {
+				if p, ok := s.Properties[k]; ok {
+					declared = true
+					sub = append(sub, p)
+				}
+			}
+			if !declared {
+				for _, s := range all {
+					for n := range s.Properties {
+						if wire.SameMember(k, n) {
+							return k, n, true
+						}
+					}
+				}
+			}
+			if given, named, found = nameClashIn(sub, e); found {
+				return given, named, true
+			}
+		}
+	case []any:
+		all := reachable(schemas)
+		for i, e := range v {
+			var sub []*jsonschema.Schema
+			for _, s := range all {
+				if i < len(s.PrefixItems) {
+					sub = append(sub, s.PrefixItems[i])
+				} else if s.Items2020 != nil {
+					sub = append(sub, s.Items2020)
+				}
+				switch it := s.Items.(type) {
+				case *jsonschema.Schema:
+					sub = append(sub, it)
+				case []*jsonschema.Schema:
+					if i < len(it) {
+						sub = append(sub, it[i])
+					}
+				}
+			}
+			if given, named, found = nameClashIn(sub, e); found {
+				return given, named, true
+			}
+		}
+	}
+	return "", "", false
+}
+
+// maxReachable bounds the schemas one value is compared against (a schema
+// of many combinators, or references that loop).
+const maxReachable = 256
+
+// reachable is schemas and every schema that applies to the same value
+// through a reference or a combinator, each once.
+func reachable(schemas []*jsonschema.Schema) []*jsonschema.Schema {
+	out := make([]*jsonschema.Schema, 0, len(schemas))
+	var add func(s *jsonschema.Schema)
+	add = func(s *jsonschema.Schema) {
+		if s == nil || len(out) >= maxReachable || slices.Contains(out, s) {
+			return
+		}
+		out = append(out, s)
+		add(s.Ref)
+		add(s.RecursiveRef)
+		if s.DynamicRef != nil {
+			add(s.DynamicRef.Ref)
+		}
+		for _, list := range [][]*jsonschema.Schema{s.AllOf, s.AnyOf, s.OneOf} {
+			for _, c := range list {
+				add(c)
+			}
+		}
+		add(s.If)
+		add(s.Then)
+		add(s.Else)
+		for _, d := range s.DependentSchemas {
+			add(d)
+		}
+	}
+	for _, s := range schemas {
+		add(s)
+	}
+	return out
 }
