@@ -127,7 +127,7 @@ func (t *httpTool) Descriptor() *xctv1.ToolDescriptor {
   "properties": {
     "method": {"enum": [` + methods + `], "description": "HTTP method."},
     "url": {"type": "string", "minLength": 1, "maxLength": 8192, "description": "Absolute http or https URL of an allowed host."},
-    "headers": {"type": "object", "maxProperties": 64, "additionalProperties": {"type": "string"}, "description": "Request headers (Host, Connection, Content-Length, Transfer-Encoding, Proxy-*, X-Forwarded-*, Forwarded, method and URL overrides such as X-HTTP-Method-Override and X-Original-URL are refused)."},
+    "headers": {"type": "object", "maxProperties": 64, "additionalProperties": {"type": "string"}, "description": "Request headers, each name written with its words capitalized (Content-Type, X-Api-Key) (Host, Connection, Content-Length, Transfer-Encoding, Proxy-*, X-Forwarded-*, Forwarded, method and URL overrides such as X-HTTP-Method-Override and X-Original-URL are refused)."},
     "body": {"type": "string", "description": "Request body, as text."}
   },
   "required": ["method", "url"],
@@ -552,6 +552,11 @@ func (t *httpTool) headers(req *http.Request, v any) *xctv1.Error {
 		if k == "" || strings.ContainsAny(k, " \t\r\n:\x00") || strings.ContainsAny(s, "\r\n\x00") {
 			return argErr("headers", "header %q is malformed", k)
 		}
+		if p := plainHeaderName(k); p != k {
+			return wire.WithDetails(wire.Errorf(wire.CodeInvalidArgument,
+				"header %q is not written plainly: write it as %q (a policy reads the name as written, a server in any case)", k, p),
+				map[string]any{"argument": "headers", "header": k, "plain": p})
+		}
 		total += len(k) + len(s)
 		req.Header.Set(k, s)
 	}
@@ -559,6 +564,31 @@ func (t *httpTool) headers(req *http.Request, v any) *xctv1.Error {
 		return argErr("headers", "headers are %d bytes, the limit is %d", total, httpMaxHeaderBytes)
 	}
 	return nil
+}
+
+// plainHeaderName is the one spelling of a header name that http.request
+// takes: each word's first letter upper case and the rest lower case
+// ("Authorization", "X-Api-Key"), words separated by "-" or "_" (CGI,
+// PHP and WSGI servers read "_" as "-"). A server reads a header's name
+// in any case, a policy reads args.headers as written: a rule on
+// "Authorization" in args.headers judged {"authorization": ...} as no
+// credentials, and the server got them.
+func plainHeaderName(k string) string {
+	b := []byte(k)
+	start := true
+	for i, c := range b {
+		switch {
+		case c == '-' || c == '_':
+			start = true
+			continue
+		case start && 'a' <= c && c <= 'z':
+			b[i] = c - 'a' + 'A'
+		case !start && 'A' <= c && c <= 'Z':
+			b[i] = c - 'A' + 'a'
+		}
+		start = false
+	}
+	return string(b)
 }
 
 // transport is a fresh transport for one request: no proxy, no connection

@@ -3,9 +3,13 @@ package attack
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -134,5 +138,59 @@ func TestAttackArgumentNamedUnlikeItsSchema(t *testing.T) {
 	vreq, _ = proposal(t, "argname-run", 20, "test.read", map[string]any{"list": []any{map[string]any{"PATH": ".env"}}, "path": "README"})
 	if v, err := val.Validate(ctx, vreq); err != nil || v.GetVerdict().GetDecision() != xctv1.VerdictDecision_VERDICT_DECISION_ALLOW {
 		t.Errorf("an undeclared member: %v %v, want allowed", v, err)
+	}
+}
+
+// A header named in another case than the rule names it. HTTP header
+// names are case-insensitive, and http.request sent {"authorization":
+// ...} as Authorization, while a rule reading `"Authorization" in
+// args.headers` (no credentials from the agent) did not see it: on main
+// the server got the agent's bearer token. Now a header name is taken
+// only in its canonical form (Go's, with "_" separating words as "-"
+// does, which CGI servers read as one): "authorization" is refused,
+// naming "Authorization", before anything is sent.
+func TestAttackHeaderNamedInAnotherCase(t *testing.T) {
+	var mu sync.Mutex
+	var got []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got = append(got, r.Header.Get("Authorization")+r.Header.Get("Cookie"))
+		mu.Unlock()
+		fmt.Fprint(w, "hello")
+	}))
+	t.Cleanup(srv.Close)
+	base := srv.URL
+	policy := `rules:
+  - {id: gets, effect: allow, tools: [http.request], when: 'args.method == "GET"'}
+  - id: no-credentials
+    effect: deny
+    tools: [http.request]
+    when: 'has(args.headers) && ("Authorization" in args.headers || "Cookie" in args.headers)'
+`
+	tools := fmt.Sprintf("http:\n  allow_hosts: [%q]\n  allow_addresses: [127.0.0.1/32]\n  timeout: 5s\n", strings.TrimPrefix(base, "http://"))
+	c := startBindCluster(t, withTools(t, tools, policy))
+	get := func(header, value string) string {
+		return step("http.request", fmt.Sprintf("{method: GET, url: %q, headers: {%q: %q}}", base+"/x", header, value))
+	}
+	c.writeScript(t, "h.yaml", script(
+		get("Authorization", "Bearer stolen"), // the rule's spelling: denied
+		get("authorization", "Bearer stolen"),
+		get("AUTHORIZATION", "Bearer stolen"),
+		get("cookie", "session=stolen"),
+		get("X-Request-Id", "fine"),
+		get("X_Custom_Header", "fine"),
+	))
+	run := c.runToEnd(t, "alice", &xctv1.StartRunRequest{Goal: "g", Model: "scripted:h.yaml"})
+	mu.Lock()
+	sent := append([]string(nil), got...)
+	mu.Unlock()
+	if fmt.Sprint(sent) != "[ ]" {
+		t.Errorf("the server got %q, want two requests without credentials", sent)
+	}
+	if errs := stepErrors(run); fmt.Sprint(errs) != "[POLICY_DENIED INVALID_ARGUMENT INVALID_ARGUMENT INVALID_ARGUMENT  ]" {
+		t.Fatalf("steps: %v", errs)
+	}
+	if msg := run.GetSteps()[1].GetResponse().GetError().GetMessage(); !strings.Contains(msg, `"Authorization"`) {
+		t.Errorf("the refusal %q does not name the canonical form", msg)
 	}
 }
