@@ -172,12 +172,11 @@ func nameClashIn(schemas []*jsonschema.Schema, v any) (given, named string, foun
 	case map[string]any:
 		all := reachable(schemas)
 		for k, e := range v {
-			var sub []*jsonschema.Schema
 			declared := false
 			for _, s := range all {
-				if p, ok := s.Properties[k]; ok {
+				if _, ok := s.Properties[k]; ok {
 					declared = true
-					sub = append(sub, p)
+					break
 				}
 			}
 			if !declared {
@@ -188,6 +187,16 @@ func nameClashIn(schemas []*jsonschema.Schema, v any) (given, named string, foun
 						}
 					}
 				}
+				continue
+			}
+			if !container(e) {
+				continue
+			}
+			var sub []*jsonschema.Schema
+			for _, s := range all {
+				if p, ok := s.Properties[k]; ok {
+					sub = append(sub, p)
+				}
 			}
 			if given, named, found = nameClashIn(sub, e); found {
 				return given, named, true
@@ -196,6 +205,9 @@ func nameClashIn(schemas []*jsonschema.Schema, v any) (given, named string, foun
 	case []any:
 		all := reachable(schemas)
 		for i, e := range v {
+			if !container(e) {
+				continue
+			}
 			var sub []*jsonschema.Schema
 			for _, s := range all {
 				if i < len(s.PrefixItems) {
@@ -224,9 +236,22 @@ func nameClashIn(schemas []*jsonschema.Schema, v any) (given, named string, foun
 // of many combinators, or references that loop).
 const maxReachable = 256
 
+// container reports whether v is an object or an array: only those
+// hold names.
+func container(v any) bool {
+	switch v.(type) {
+	case map[string]any, []any:
+		return true
+	}
+	return false
+}
+
 // reachable is schemas and every schema that applies to the same value
 // through a reference or a combinator, each once.
 func reachable(schemas []*jsonschema.Schema) []*jsonschema.Schema {
+	if len(schemas) == 1 && !combined(schemas[0]) {
+		return schemas // the usual case: nothing to follow, nothing to allocate
+	}
 	out := make([]*jsonschema.Schema, 0, len(schemas))
 	var add func(s *jsonschema.Schema)
 	add = func(s *jsonschema.Schema) {
@@ -255,4 +280,12 @@ func reachable(schemas []*jsonschema.Schema) []*jsonschema.Schema {
 		add(s)
 	}
 	return out
+}
+
+// combined reports whether another schema applies to s's value through a
+// reference or a combinator.
+func combined(s *jsonschema.Schema) bool {
+	return s.Ref != nil || s.RecursiveRef != nil || s.DynamicRef != nil ||
+		len(s.AllOf)+len(s.AnyOf)+len(s.OneOf)+len(s.DependentSchemas) > 0 ||
+		s.If != nil || s.Then != nil || s.Else != nil
 }
