@@ -1055,28 +1055,25 @@ func (p *fastParser) dataSkip(i int) (int, bool) {
 	}
 }
 
-// peekType is the type of the canonical event in p.b, read from its end
-// (`,"type":"T"}`, after the data) through the table of types read
-// before; false when it is not there or not in the table. Only a guess
-// for choosing whether to decode the data: the event's type, read where
-// it lies, must equal it.
-func (p *fastParser) peekType() (string, bool) {
+// peekSlot is the slot of topTab that holds the type of the canonical
+// event in p.b, read from its end (`,"type":"T"}`, after the data); nil
+// when it is not there or not in the table. Only a guess, for choosing
+// whether to decode the data (the event's type, read where it lies, must
+// equal it) and the shape canonData guesses from (any would do).
+func (p *fastParser) peekSlot() *rawSlot {
 	b := p.b
 	n := len(b)
 	if n < 12 || b[n-1] != '}' || b[n-2] != '"' {
-		return "", false
+		return nil
 	}
 	q := bytes.LastIndexByte(b[max(0, n-3-rawMax):n-2], '"')
 	if q < 0 {
-		return "", false
+		return nil
 	}
 	q += max(0, n-3-rawMax)
 	if q < 8 || binary.LittleEndian.Uint64(b[q-8:]) != canonType {
-		return "", false
+		return nil
 	}
 	k := lastQuoted(b, q)
-	if s := p.topTab.lookup(&k); s != nil {
-		return s.s, true
-	}
-	return "", false
+	return p.topTab.lookup(&k)
 }

@@ -1546,9 +1546,21 @@ func (p *fastParser) canonicalEvent(e *Event) bool {
 	}
 	skipped := ""
 	if p.fields {
+		// The type, peeked from the event's end: whether its data is
+		// read, and the shape whose guesses canonData tries (any shape
+		// would do: a guess is taken only where the bytes are its).
 		peeked := ""
+		var shape *dataShape
+		ts := p.peekSlot()
+		if ts != nil {
+			if ts.shape == nil {
+				ts.shape = new(dataShape)
+			}
+			shape = ts.shape
+		}
 		if p.dataFor != nil {
-			if t, ok := p.peekType(); ok {
+			if ts != nil {
+				t := ts.s
 				peeked = t
 				if !p.dataFor(t) {
 					if !p.skipData(e) {
@@ -1563,7 +1575,7 @@ func (p *fastParser) canonicalEvent(e *Event) bool {
 			if p.unreadFor != nil && peeked != "" {
 				p.unreadKey = p.unreadFor(peeked)
 			}
-			if !p.canonData(e, nil) {
+			if !p.canonData(e, shape) {
 				return false
 			}
 			if p.unreadMade {

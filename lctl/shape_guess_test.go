@@ -11,7 +11,9 @@ import (
 )
 
 // The spec-ordered reader guesses each type's keys, string values, agent
-// and the next event's type from the last events (dataShape): what it
+// and the next event's type from the last events (dataShape), the
+// canonical reader the data's keys and values from the type it peeks at
+// the event's end: what it
 // reads is exactly what the general way reads, whether a guess holds, is
 // a prefix of the bytes there or has them as its prefix, is followed by
 // an escaped quote, or would hold only with the bytes after the event
@@ -30,9 +32,15 @@ func TestShapeGuessesMatchGeneral(t *testing.T) {
 	types := []string{"t", "ty", "step_start", "step_startx", "verdict", `t\"`, "abcdefghijklmn", "abcdefghijklmno"}
 	agents := []string{"a", "ab", "planner", "validator", "executor", "abcdefghijklmn", "abcdefghijklmno", `a\\`}
 	pick := func(s []string) string { return s[rng.IntN(len(s))] }
-	event := func(seq int, typ string, stable map[string]string) []byte {
+	// event is in the spec's order or, canonical, in XCT's (agent,
+	// chain_id, data, seq, timestamp, type: the type peeked from the end).
+	event := func(seq int, typ string, stable map[string]string, canonical bool) []byte {
 		var b strings.Builder
-		fmt.Fprintf(&b, `{"seq":%d,"type":"%s","timestamp":"2026-01-01T00:00:00.%03dZ","agent":"%s","data":{`, seq, typ, seq%1000, pick(agents))
+		if canonical {
+			fmt.Fprintf(&b, `{"agent":"%s","chain_id":"c","data":{`, pick(agents))
+		} else {
+			fmt.Fprintf(&b, `{"seq":%d,"type":"%s","timestamp":"2026-01-01T00:00:00.%03dZ","agent":"%s","data":{`, seq, typ, seq%1000, pick(agents))
+		}
 		n := rng.IntN(7)
 		for j := range n {
 			if j > 0 {
@@ -55,7 +63,11 @@ func TestShapeGuessesMatchGeneral(t *testing.T) {
 				fmt.Fprintf(&b, `"%s":"%s"`, k, v)
 			}
 		}
-		b.WriteString("}}")
+		b.WriteString("}")
+		if canonical {
+			fmt.Fprintf(&b, `,"seq":%d,"timestamp":"2026-01-01T00:00:00.%03dZ","type":"%s"`, seq, seq%1000, typ)
+		}
+		b.WriteString("}")
 		return []byte(b.String())
 	}
 	// Keys and values mostly the same per type and place, as in a run.
@@ -85,8 +97,9 @@ func TestShapeGuessesMatchGeneral(t *testing.T) {
 		if rng.IntN(3) > 0 {
 			typ = pick(types)
 		}
-		raw := event(seq, typ, stable)
-		if rng.IntN(2) == 0 {
+		canonical := rng.IntN(3) == 0
+		raw := event(seq, typ, stable, canonical)
+		if !canonical && rng.IntN(2) == 0 {
 			raw = pySpaces(raw)
 		}
 		check(fmt.Sprint("event ", seq), raw, true)
