@@ -124,7 +124,12 @@ type StepStart struct {
 	Arguments    map[string]any
 	Model        string   // the proposing model; a system step (tool "xct.…", an undo) has none and omits it
 	Confidence   *float64 // when the model gave one
-	Raw          *string  // invalid output: only step, intent, input_summary and raw are written
+	Raw          *string  // invalid output: only step, intent, input_summary, raw and tokens are written
+	// Tokens are what the model call that proposed the step (or produced
+	// the invalid output) used, so a run taken over before the step's
+	// step_end still counts them; omitted when nil (a system step, and
+	// chains written before session 15: read as none).
+	Tokens *Tokens
 }
 
 // Invalid reports whether the step records output that is not a decision.
@@ -289,7 +294,11 @@ func (e RunStarted) Data() map[string]any {
 // Data implements Event.
 func (e StepStart) Data() map[string]any {
 	if e.Raw != nil {
-		return map[string]any{"step": float64(e.Step), "intent": e.Intent, "input_summary": e.InputSummary, "raw": *e.Raw}
+		d := map[string]any{"step": float64(e.Step), "intent": e.Intent, "input_summary": e.InputSummary, "raw": *e.Raw}
+		if e.Tokens != nil {
+			d["tokens"] = e.Tokens.data()
+		}
+		return d
 	}
 	d := map[string]any{
 		"step": float64(e.Step), "step_id": e.StepID, "intent": e.Intent, "input_summary": e.InputSummary,
@@ -300,6 +309,9 @@ func (e StepStart) Data() map[string]any {
 	}
 	if e.Confidence != nil {
 		d["confidence"] = *e.Confidence
+	}
+	if e.Tokens != nil {
+		d["tokens"] = e.Tokens.data()
 	}
 	return d
 }
@@ -445,6 +457,9 @@ func Parse(e *lctl.Event) Event {
 		return r
 	case TypeStepStart:
 		s := StepStart{Step: int(Int(d, "step")), StepID: Str(d, "step_id"), Intent: Str(d, "intent"), InputSummary: Str(d, "input_summary")}
+		if t, ok := d["tokens"].(map[string]any); ok {
+			s.Tokens = &Tokens{Input: Int(t, "input"), Output: Int(t, "output")}
+		}
 		if raw, ok := d["raw"]; ok {
 			r, _ := raw.(string)
 			s.Raw = &r

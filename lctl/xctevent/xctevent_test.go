@@ -17,6 +17,8 @@ func TestDataParseRoundTrip(t *testing.T) {
 		RunStarted{RunID: "r1", Goal: "g", Model: "m", Principal: "p", Roles: []string{"dev"}, Labels: map[string]string{"team": "a"}, MaxSteps: 5},
 		StepStart{Step: 1, StepID: "s1", Intent: "i", InputSummary: "fs.read path=a", Tool: "fs.read", Arguments: map[string]any{"path": "a"}, Model: "m", Confidence: &conf},
 		StepStart{Step: 2, InputSummary: "invalid model output", Raw: &raw},
+		StepStart{Step: 3, StepID: "s3", Tool: "fs.read", Arguments: map[string]any{}, Model: "m", Tokens: &Tokens{Input: 5, Output: 1}},
+		StepStart{Step: 4, InputSummary: "invalid model output", Raw: &raw, Tokens: &Tokens{Input: 2, Output: 3}},
 		Verdict{Step: 1, StepID: "s1", Tool: "fs.read", Decision: DecisionDeny, Reasons: []Reason{{RuleID: "r", Message: "no"}}, PolicyVersion: "v1", EvaluatedAt: "2026-01-01T00:00:00Z", Code: "POLICY_DENIED", EndsRun: true,
 			Shadow: []ShadowVerdict{{PolicyVersion: "v2", Decision: DecisionAllow, Reasons: []Reason{{RuleID: "s", Message: "ok"}}}}},
 		ApprovalRequested{Step: 1, StepID: "s1", Tool: "t", RequestedBy: "p", ExpiresAt: "2026-01-01T00:00:00Z", Preview: &Preview{Kind: "diff", Content: "+a"}},
@@ -71,6 +73,9 @@ func TestDataOmissions(t *testing.T) {
 	}
 	if keys := len((StepStart{Raw: new(string)}).Data()); keys != 4 {
 		t.Errorf("invalid step_start has %d keys, want 4", keys)
+	}
+	if _, ok := (StepStart{Step: 1, Tool: "xct.undo"}).Data()["tokens"]; ok {
+		t.Error("a step_start without tokens (an undo) writes tokens")
 	}
 }
 

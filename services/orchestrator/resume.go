@@ -56,6 +56,11 @@ func resumeFrom(runID string, v *xctevent.Run) *resumeState {
 	}
 	if open := v.Open(); open != nil {
 		rs.open = openStepOf(runID, open)
+		// The fold counts a step's tokens from its step_end: the open
+		// step's model call is counted from its step_start (none on a
+		// chain written before step_start carried them).
+		rs.tokensIn += rs.open.tokens.Input
+		rs.tokensOut += rs.open.tokens.Output
 		return rs
 	}
 	switch last := v.Last(); {
@@ -73,6 +78,9 @@ func resumeFrom(runID string, v *xctevent.Run) *resumeState {
 // openStepOf is a step the chain leaves open, as the loop continues it.
 func openStepOf(runID string, s *xctevent.Step) *openStep {
 	st := &openStep{step: s.Number(), stepID: s.Start.StepID, agent: s.Agent, started: time.Now(), at: s.At, resumed: true}
+	if s.Start.Tokens != nil {
+		st.tokens = *s.Start.Tokens // its step_end records them, as the proposing orchestrator's would have
+	}
 	if s.Start.Invalid() {
 		st.invalid = true
 		st.errorRecorded = s.Error != nil

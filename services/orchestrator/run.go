@@ -383,6 +383,7 @@ func (r *run) iterate(step int) (iterationOutcome, error) {
 	proposed := xctevent.StepStart{
 		Step: step, StepID: stepID, Intent: ns.GetGoal(), InputSummary: summarizeProposal(ns.GetTool(), args),
 		Tool: ns.GetTool(), Arguments: args, Model: resp.GetModel(), Confidence: ns.Confidence,
+		Tokens: &tokens, // so a run taken over before the step_end counts them (resume.go)
 	}
 	var ev xctevent.Event = proposed
 	if r.crew != nil {
@@ -482,7 +483,7 @@ func (r *run) recordInvalid(step int, agent, raw string, perr error, tokens xcte
 		// Cut on a character boundary: the text goes on the chain.
 		shown = text.Truncate(shown, keep) + "(truncated)"
 	}
-	if err := r.record(agent, xctevent.StepStart{Step: step, InputSummary: "invalid model output", Raw: &shown}); err != nil {
+	if err := r.record(agent, xctevent.StepStart{Step: step, InputSummary: "invalid model output", Raw: &shown, Tokens: &tokens}); err != nil {
 		return err
 	}
 	e := wire.Errorf(wire.CodeGenerationFailed, "%v", perr)
