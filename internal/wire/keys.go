@@ -76,21 +76,15 @@ func lowerASCII(s string) bool {
 	return true
 }
 
+// MemberKey is the form of a member name that KeyClash compares (and the
+// validator, against a schema's names): two names a reader may take for
+// one have the same key.
+func MemberKey(s string) string { return memberKey(s) }
+
 // memberKey is the form of a member name that KeyClash compares.
 func memberKey(s string) string {
 	if lowerASCII(s) {
 		return s
 	}
 	return namefold.Fold(s)
-}
-
-// SameMember reports whether a and b are two spellings of one member name
-// as KeyClash compares them: different, but equal once normalized,
-// case-folded and rid of format characters ("PATH" for "path", "ſql" for
-// "sql").
-func SameMember(a, b string) bool {
-	if a == b || (lowerASCII(a) && lowerASCII(b)) {
-		return false
-	}
-	return memberKey(a) == memberKey(b)
 }

@@ -164,3 +164,24 @@ func BenchmarkValidateSigned(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkValidateUndeclaredNames is the most names a model's decision
+// can hold (256 KiB): 20,000 upper-case members the schema does not
+// name, each compared with the schema's names (folded once) and with each
+// other (KeyClash), before the schema refuses them.
+func BenchmarkValidateUndeclaredNames(b *testing.B) {
+	s := newService(b, "")
+	a := map[string]any{"path": "a", "content": "b"}
+	for i := range 20000 {
+		a[fmt.Sprintf("K%05d", i)] = ""
+	}
+	req := request(b, "fs.write", a)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		resp, err := s.Validate(ctx, req)
+		if err != nil || resp.GetVerdict().GetDecision() != xctv1.VerdictDecision_VERDICT_DECISION_DENY {
+			b.Fatalf("Validate: %v, %v", resp, err)
+		}
+	}
+}

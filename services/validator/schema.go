@@ -180,12 +180,8 @@ func nameClashIn(schemas []*jsonschema.Schema, v any) (given, named string, foun
 				}
 			}
 			if !declared {
-				for _, s := range all {
-					for n := range s.Properties {
-						if wire.SameMember(k, n) {
-							return k, n, true
-						}
-					}
+				if n, ok := namedAs(all, k); ok {
+					return k, n, true
 				}
 				continue
 			}
@@ -288,4 +284,43 @@ func combined(s *jsonschema.Schema) bool {
 	return s.Ref != nil || s.RecursiveRef != nil || s.DynamicRef != nil ||
 		len(s.AllOf)+len(s.AnyOf)+len(s.OneOf)+len(s.DependentSchemas) > 0 ||
 		s.If != nil || s.Then != nil || s.Else != nil
+}
+
+// namedAs finds the name the schemas give member k in another spelling.
+// Two ASCII names are one when they are equal but for case (NFKC and
+// case folding make nothing else of ASCII, which has no format
+// characters), compared without folding; otherwise k is folded once,
+// however many names the schemas have.
+func namedAs(schemas []*jsonschema.Schema, k string) (string, bool) {
+	ascii := isASCII(k)
+	key := ""
+	for _, s := range schemas {
+		for n := range s.Properties {
+			if n == k {
+				continue
+			}
+			if ascii && isASCII(n) {
+				if strings.EqualFold(n, k) {
+					return n, true
+				}
+				continue
+			}
+			if key == "" {
+				key = wire.MemberKey(k)
+			}
+			if wire.MemberKey(n) == key {
+				return n, true
+			}
+		}
+	}
+	return "", false
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
 }
