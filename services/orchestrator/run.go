@@ -351,6 +351,13 @@ func (r *run) iterate(step int) (iterationOutcome, error) {
 			Instructions: instructions,
 		})
 		if err != nil {
+			// What the failed call used counts against the run, as a crew's
+			// fallback does (crewPropose): run_finished says so.
+			var me *ModelError
+			if errors.As(err, &me) && me.Usage != nil {
+				r.tokensIn += me.Usage.GetInputTokens()
+				r.tokensOut += me.Usage.GetOutputTokens()
+			}
 			if cause := context.Cause(r.ctx); cause != nil {
 				return iterationOutcome{}, cause
 			}

@@ -89,3 +89,26 @@ routing: {fallback_on: [GENERATION_FAILED]}
 			got, run.GetStatus(), run.GetMessage(), used, calls)
 	}
 }
+
+// TestAttackFailedModelCallOffTheRunsTokens: a single-model run whose
+// model fails after reading its prompt ends the run (no fallbacks), and
+// what that call used, on the chain in its stream_end, was missing from
+// run_finished's tokens (0 counted for a call that read 5000). Session 15
+// (tokens15): the run's tokens count it, as a crew's fallback does.
+func TestAttackFailedModelCallOffTheRunsTokens(t *testing.T) {
+	model := &failingThenAnswering{calls: map[string]int{}}
+	srv := httptest.NewServer(model)
+	t.Cleanup(srv.Close)
+	policy := `rules:
+  - {id: allow-all, effect: allow, tools: ["*"]}
+`
+	c := startBindCluster(t, withTools(t, "", policy), func(cfg *app.Config, _ *app.Options) {
+		cfg.Orchestrator.OpenAI.BaseURL = srv.URL + "/v1"
+		cfg.Orchestrator.OpenAI.Stream = true
+	})
+	run := c.runToEnd(t, "alice", &xctv1.StartRunRequest{Goal: "look", Model: "openai:big"})
+	if run.GetStatus() != xctv1.RunStatus_RUN_STATUS_FAILED || run.GetInputTokens() != 5000 || run.GetOutputTokens() != 10 {
+		t.Fatalf("run %s (%s), tokens %d in %d out; want failed, with the failed call's 5000 in 10 out",
+			run.GetStatus(), run.GetMessage(), run.GetInputTokens(), run.GetOutputTokens())
+	}
+}
