@@ -37,9 +37,11 @@ type quotaRecord struct {
 
 // quotaKey is the key of principal's record: names are any text, keys
 // are not.
-func quotaKey(principal string) string {
-	sum := sha256.Sum256([]byte(principal))
-	return "p." + hex.EncodeToString(sum[:20])
+func quotaKey(principal string) string { return digestKey("p.", principal) }
+
+func digestKey(prefix, name string) string {
+	sum := sha256.Sum256([]byte(name))
+	return prefix + hex.EncodeToString(sum[:20])
 }
 
 // quotaTries bounds the compare-and-set attempts of one change: each lost
@@ -85,44 +87,91 @@ func (s *Service) openQuota(ctx context.Context) error {
 	return nil
 }
 
-// readQuota reads principal's record and its revision (0: none yet).
-func (s *Service) readQuota(ctx context.Context, key, principal string) (quotaRecord, uint64, error) {
-	rec := quotaRecord{Principal: principal, Runs: map[string]time.Time{}}
-	entry, err := s.quota.Get(ctx, key)
+// bucketRecord is a principal's record in the quota bucket: its runs or
+// its watches, under its name (a digest collision reads as no record).
+type bucketRecord interface {
+	owner() string
+	// fresh makes the record empty and principal's.
+	fresh(principal string)
+	// made gives a record read without its map one.
+	made()
+}
+
+func (r *quotaRecord) owner() string { return r.Principal }
+func (r *quotaRecord) fresh(principal string) {
+	*r = quotaRecord{Principal: principal, Runs: map[string]time.Time{}}
+}
+func (r *quotaRecord) made() {
+	if r.Runs == nil {
+		r.Runs = map[string]time.Time{}
+	}
+}
+
+// getRecord reads principal's record at key and its revision (0: none
+// yet). An unreadable record, or another's, is counted afresh.
+func getRecord[R any, P interface {
+	*R
+	bucketRecord
+}](ctx context.Context, kv jetstream.KeyValue, key, principal string) (R, uint64, error) {
+	var rec R
+	P(&rec).fresh(principal)
+	entry, err := kv.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return rec, 0, nil
 	}
 	if err != nil {
 		return rec, 0, err
 	}
-	if err := json.Unmarshal(entry.Value(), &rec); err != nil || rec.Principal != principal {
-		// Unreadable, or (a digest collision) another's: counted afresh.
-		rec = quotaRecord{Principal: principal, Runs: map[string]time.Time{}}
+	if err := json.Unmarshal(entry.Value(), &rec); err != nil || P(&rec).owner() != principal {
+		P(&rec).fresh(principal)
 	}
-	if rec.Runs == nil {
-		rec.Runs = map[string]time.Time{}
-	}
+	P(&rec).made()
 	return rec, entry.Revision(), nil
 }
 
-func (s *Service) writeQuota(ctx context.Context, key string, rec quotaRecord, rev uint64) error {
+// putRecord writes rec at key if the key is still at revision rev (0: not
+// there yet); a lost compare-and-set is errQuotaRace.
+func putRecord(ctx context.Context, kv jetstream.KeyValue, key string, rec any, rev uint64) error {
 	b, err := json.Marshal(rec)
 	if err != nil {
 		return err
 	}
 	if rev == 0 {
-		_, err = s.quota.Create(ctx, key, b)
+		_, err = kv.Create(ctx, key, b)
 	} else {
-		_, err = s.quota.Update(ctx, key, b, rev)
+		_, err = kv.Update(ctx, key, b, rev)
+	}
+	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		return errQuotaRace
 	}
 	return err
 }
 
-// errQuotaRace is a compare-and-set lost to another writer.
-var errQuotaRace = errors.New("the record changed meanwhile")
+var (
+	// errQuotaRace is a compare-and-set lost to another writer.
+	errQuotaRace = errors.New("the record changed meanwhile")
+	// errQuotaBusy is quotaTries of them in a row.
+	errQuotaBusy = errors.New("too many concurrent changes")
+)
 
-func quotaConflict(err error) bool {
-	return errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch)
+// changeRecord runs attempt, one read and compare-and-set of the record at
+// key with kvTimeout, until it does not lose a race (errQuotaRace), at
+// most quotaTries times (then errQuotaBusy). This orchestrator's changes of
+// one key take turns.
+func (s *Service) changeRecord(ctx context.Context, key string, attempt func(ctx context.Context) error) error {
+	defer s.quotaLocks.lock(key)()
+	for try := range quotaTries {
+		err := func() error {
+			kctx, cancel := context.WithTimeout(ctx, kvTimeout)
+			defer cancel()
+			return attempt(kctx)
+		}()
+		if !errors.Is(err, errQuotaRace) {
+			return err
+		}
+		quotaBackoff(ctx, try)
+	}
+	return errQuotaBusy
 }
 
 // takeQuota counts run id among principal's runs in progress across the
@@ -137,42 +186,36 @@ func (s *Service) takeQuota(ctx context.Context, principal, id string, limit int
 		return false, nil
 	}
 	key := quotaKey(principal)
-	defer s.quotaLocks.lock(key)()
-	for try := range quotaTries {
-		added := false
-		err := func() error {
-			kctx, cancel := context.WithTimeout(ctx, kvTimeout)
-			defer cancel()
-			rec, rev, err := s.readQuota(kctx, key, principal)
-			if err != nil {
-				return fmt.Errorf("%w: read the runs of %s in progress: %w", errLogLost, principal, err)
-			}
-			if _, ok := rec.Runs[id]; ok {
-				return nil
-			}
-			if len(rec.Runs) >= limit {
-				s.pruneQuota(kctx, &rec)
-			}
-			if n := len(rec.Runs); n >= limit {
-				return status.Errorf(codes.ResourceExhausted,
-					"%s already has %d runs in progress in this cluster, the limit per principal (--max-runs): wait for one to end, or cancel one", principal, n)
-			}
-			rec.Runs[id] = time.Now().UTC()
-			if err := s.writeQuota(kctx, key, rec, rev); err != nil {
-				if quotaConflict(err) {
-					return errQuotaRace
-				}
-				return fmt.Errorf("%w: count the runs of %s in progress: %w", errLogLost, principal, err)
-			}
-			added = true
-			return nil
-		}()
-		if !errors.Is(err, errQuotaRace) {
-			return added, err
+	added := false
+	err := s.changeRecord(ctx, key, func(ctx context.Context) error {
+		rec, rev, err := getRecord[quotaRecord](ctx, s.quota, key, principal)
+		if err != nil {
+			return fmt.Errorf("%w: read the runs of %s in progress: %w", errLogLost, principal, err)
 		}
-		quotaBackoff(ctx, try)
+		if _, ok := rec.Runs[id]; ok {
+			return nil
+		}
+		if len(rec.Runs) >= limit {
+			s.pruneQuota(ctx, &rec)
+		}
+		if n := len(rec.Runs); n >= limit {
+			return status.Errorf(codes.ResourceExhausted,
+				"%s already has %d runs in progress in this cluster, the limit per principal (--max-runs): wait for one to end, or cancel one", principal, n)
+		}
+		rec.Runs[id] = time.Now().UTC()
+		if err := putRecord(ctx, s.quota, key, rec, rev); err != nil {
+			if errors.Is(err, errQuotaRace) {
+				return err
+			}
+			return fmt.Errorf("%w: count the runs of %s in progress: %w", errLogLost, principal, err)
+		}
+		added = true
+		return nil
+	})
+	if errors.Is(err, errQuotaBusy) {
+		return false, status.Errorf(codes.Unavailable, "the runs of %s in progress changed too often to count; retry", principal)
 	}
-	return false, status.Errorf(codes.Unavailable, "the runs of %s in progress changed too often to count; retry", principal)
+	return added, err
 }
 
 // pruneQuota drops from rec the runs whose owner key is gone: ended, or
@@ -198,35 +241,18 @@ func (s *Service) giveQuota(principal, id string) {
 		return
 	}
 	key := quotaKey(principal)
-	defer s.quotaLocks.lock(key)()
-	for try := range quotaTries {
-		err := func() error {
-			ctx, cancel := context.WithTimeout(context.Background(), kvTimeout)
-			defer cancel()
-			rec, rev, err := s.readQuota(ctx, key, principal)
-			if err != nil {
-				return err
-			}
-			if _, ok := rec.Runs[id]; !ok || rev == 0 {
-				return nil
-			}
-			delete(rec.Runs, id)
-			if err := s.writeQuota(ctx, key, rec, rev); err != nil {
-				if quotaConflict(err) {
-					return errQuotaRace
-				}
-				return err
-			}
+	err := s.changeRecord(context.Background(), key, func(ctx context.Context) error {
+		rec, rev, err := getRecord[quotaRecord](ctx, s.quota, key, principal)
+		if err != nil {
+			return err
+		}
+		if _, ok := rec.Runs[id]; !ok || rev == 0 {
 			return nil
-		}()
-		if err == nil {
-			return
 		}
-		if !errors.Is(err, errQuotaRace) {
-			s.log.Warn("run ended but stays counted against its principal's --max-runs until the limit is next reached", "run", id, "err", err)
-			return
-		}
-		quotaBackoff(context.Background(), try)
+		delete(rec.Runs, id)
+		return putRecord(ctx, s.quota, key, rec, rev)
+	})
+	if err != nil {
+		s.log.Warn("run ended but stays counted against its principal's --max-runs until the limit is next reached", "run", id, "err", err)
 	}
-	s.log.Warn("run ended but stays counted against its principal's --max-runs until the limit is next reached", "run", id, "err", "too many concurrent changes")
 }

@@ -3,9 +3,7 @@ package orchestrator
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"slices"
 	"time"
@@ -47,11 +45,6 @@ type watchRecord struct {
 	Watches map[string]string `json:"watches"`
 }
 
-func digestKey(prefix, name string) string {
-	sum := sha256.Sum256([]byte(name))
-	return prefix + hex.EncodeToString(sum[:20])
-}
-
 // watchKey is the key of principal's record; instanceKey of an
 // instance's heartbeat.
 func watchKey(principal string) string   { return digestKey("w.", principal) }
@@ -64,36 +57,14 @@ func newWatchID() string {
 	return hex.EncodeToString(b[:])
 }
 
-func (s *Service) readWatches(ctx context.Context, key, principal string) (watchRecord, uint64, error) {
-	rec := watchRecord{Principal: principal, Watches: map[string]string{}}
-	entry, err := s.quota.Get(ctx, key)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return rec, 0, nil
-	}
-	if err != nil {
-		return rec, 0, err
-	}
-	if err := json.Unmarshal(entry.Value(), &rec); err != nil || rec.Principal != principal {
-		// Unreadable, or (a digest collision) another's: counted afresh.
-		rec = watchRecord{Principal: principal, Watches: map[string]string{}}
-	}
-	if rec.Watches == nil {
-		rec.Watches = map[string]string{}
-	}
-	return rec, entry.Revision(), nil
+func (r *watchRecord) owner() string { return r.Principal }
+func (r *watchRecord) fresh(principal string) {
+	*r = watchRecord{Principal: principal, Watches: map[string]string{}}
 }
-
-func (s *Service) writeWatches(ctx context.Context, key string, rec watchRecord, rev uint64) error {
-	b, err := json.Marshal(rec)
-	if err != nil {
-		return err
+func (r *watchRecord) made() {
+	if r.Watches == nil {
+		r.Watches = map[string]string{}
 	}
-	if rev == 0 {
-		_, err = s.quota.Create(ctx, key, b)
-	} else {
-		_, err = s.quota.Update(ctx, key, b, rev)
-	}
-	return err
 }
 
 // takeWatch counts watch id among principal's open watches across the
@@ -106,39 +77,36 @@ func (s *Service) takeWatch(ctx context.Context, principal, id string, limit int
 		return nil
 	}
 	key := watchKey(principal)
-	defer s.quotaLocks.lock(key)()
-	for try := range quotaTries {
-		err := func() error {
-			kctx, cancel := context.WithTimeout(ctx, kvTimeout)
-			defer cancel()
-			rec, rev, err := s.readWatches(kctx, key, principal)
-			if err != nil {
-				return status.Errorf(codes.Unavailable, "the open watches of %s could not be counted (%v); try again", principalName(principal), err)
-			}
-			if len(rec.Watches) >= limit {
-				if err := s.pruneWatches(kctx, &rec); err != nil {
-					return status.Errorf(codes.Unavailable, "the open watches of %s could not be counted (%v); try again", principalName(principal), err)
-				}
-			}
-			if n := len(rec.Watches); n >= limit {
-				return status.Errorf(codes.ResourceExhausted,
-					"%s already has %d runs watched in this cluster, the limit per principal (--max-watches): close a watch first", principalName(principal), n)
-			}
-			rec.Watches[id] = s.instance
-			if err := s.writeWatches(kctx, key, rec, rev); err != nil {
-				if quotaConflict(err) {
-					return errQuotaRace
-				}
-				return status.Errorf(codes.Unavailable, "the open watches of %s could not be counted (%v); try again", principalName(principal), err)
-			}
-			return nil
-		}()
-		if !errors.Is(err, errQuotaRace) {
-			return err
-		}
-		quotaBackoff(ctx, try)
+	uncounted := func(err error) error {
+		return status.Errorf(codes.Unavailable, "the open watches of %s could not be counted (%v); try again", principalName(principal), err)
 	}
-	return status.Errorf(codes.Unavailable, "the open watches of %s changed too often to count; try again", principalName(principal))
+	err := s.changeRecord(ctx, key, func(ctx context.Context) error {
+		rec, rev, err := getRecord[watchRecord](ctx, s.quota, key, principal)
+		if err != nil {
+			return uncounted(err)
+		}
+		if len(rec.Watches) >= limit {
+			if err := s.pruneWatches(ctx, &rec); err != nil {
+				return uncounted(err)
+			}
+		}
+		if n := len(rec.Watches); n >= limit {
+			return status.Errorf(codes.ResourceExhausted,
+				"%s already has %d runs watched in this cluster, the limit per principal (--max-watches): close a watch first", principalName(principal), n)
+		}
+		rec.Watches[id] = s.instance
+		if err := putRecord(ctx, s.quota, key, rec, rev); err != nil {
+			if errors.Is(err, errQuotaRace) {
+				return err
+			}
+			return uncounted(err)
+		}
+		return nil
+	})
+	if errors.Is(err, errQuotaBusy) {
+		return status.Errorf(codes.Unavailable, "the open watches of %s changed too often to count; try again", principalName(principal))
+	}
+	return err
 }
 
 // giveWatch removes watch id from principal's open watches. A failure is
@@ -149,37 +117,20 @@ func (s *Service) giveWatch(principal, id string) {
 		return
 	}
 	key := watchKey(principal)
-	defer s.quotaLocks.lock(key)()
-	for try := range quotaTries {
-		err := func() error {
-			ctx, cancel := context.WithTimeout(context.Background(), kvTimeout)
-			defer cancel()
-			rec, rev, err := s.readWatches(ctx, key, principal)
-			if err != nil {
-				return err
-			}
-			if _, ok := rec.Watches[id]; !ok || rev == 0 {
-				return nil
-			}
-			delete(rec.Watches, id)
-			if err := s.writeWatches(ctx, key, rec, rev); err != nil {
-				if quotaConflict(err) {
-					return errQuotaRace
-				}
-				return err
-			}
+	err := s.changeRecord(context.Background(), key, func(ctx context.Context) error {
+		rec, rev, err := getRecord[watchRecord](ctx, s.quota, key, principal)
+		if err != nil {
+			return err
+		}
+		if _, ok := rec.Watches[id]; !ok || rev == 0 {
 			return nil
-		}()
-		if err == nil {
-			return
 		}
-		if !errors.Is(err, errQuotaRace) {
-			s.log.Warn("watch ended but stays counted against its principal's --max-watches until the limit is next reached", "principal", principal, "err", err)
-			return
-		}
-		quotaBackoff(context.Background(), try)
+		delete(rec.Watches, id)
+		return putRecord(ctx, s.quota, key, rec, rev)
+	})
+	if err != nil {
+		s.log.Warn("watch ended but stays counted against its principal's --max-watches until the limit is next reached", "principal", principal, "err", err)
 	}
-	s.log.Warn("watch ended but stays counted against its principal's --max-watches until the limit is next reached", "principal", principal, "err", "too many concurrent changes")
 }
 
 // pruneWatches drops from rec the watches of dead instances and this

@@ -88,7 +88,7 @@ func TestWatchPlacesOfDeadReplicasComeBack(t *testing.T) {
 	}
 	count := func() int {
 		t.Helper()
-		rec, _, err := a.s.readWatches(context.Background(), watchKey("dave"), "dave")
+		rec, _, err := getRecord[watchRecord](context.Background(), a.s.quota, watchKey("dave"), "dave")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -132,7 +132,7 @@ func TestWatchPlacesOfDeadReplicasComeBack(t *testing.T) {
 	}
 
 	// A's own place whose removal failed: A no longer serves it.
-	rec, _, err := a.s.readWatches(context.Background(), watchKey("dave"), "dave")
+	rec, _, err := getRecord[watchRecord](context.Background(), a.s.quota, watchKey("dave"), "dave")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +147,7 @@ func TestWatchPlacesOfDeadReplicasComeBack(t *testing.T) {
 		t.Fatalf("dave counted for %d watches, want 2", n)
 	}
 	// Given back normally.
-	rec, _, _ = a.s.readWatches(context.Background(), watchKey("dave"), "dave")
+	rec, _, _ = getRecord[watchRecord](context.Background(), a.s.quota, watchKey("dave"), "dave")
 	for id := range rec.Watches {
 		a.s.giveWatch("dave", id)
 	}
