@@ -41,18 +41,12 @@ func TestApprovalExpiryIsTheValidatorsNotTheOrchestratorsClock(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	resp, err := a.StartRun(as(ctx, "carol", auth.RoleOperator), &xctv1.StartRunRequest{Goal: "write", Model: "func:tester", Principal: "carol"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := resp.GetRun().GetRunId()
-	events := f.waitFor(id, "approval_requested", func(e lctl.Event) bool { return e.Type == TypeApprovalRequested })
-	stepID := str(events[len(events)-1].Data, "step_id")
+	id, stepID := f.startWaiting(ctx, a)
 	bob := as(ctx, "bob", auth.RoleApprover)
 	if _, err := pv.DecideApproval(bob, &xctv1.DecideApprovalRequest{RunId: id, Step: "1", Approve: true, Approver: "bob", Reason: "fine"}); err != nil {
 		t.Fatalf("bob's approval, within the validator's minute: %v", err)
 	}
-	events = f.waitEnd(id)
+	events := f.waitEnd(id)
 	if err := lctl.Verify(events); err != nil {
 		t.Fatal(err)
 	}
@@ -78,17 +72,11 @@ func TestApprovalWithdrawnElsewhereEndsTheWaitAtItsDeadline(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	resp, err := a.StartRun(as(ctx, "carol", auth.RoleOperator), &xctv1.StartRunRequest{Goal: "write", Model: "func:tester", Principal: "carol"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := resp.GetRun().GetRunId()
-	events := f.waitFor(id, "approval_requested", func(e lctl.Event) bool { return e.Type == TypeApprovalRequested })
-	stepID := str(events[len(events)-1].Data, "step_id")
+	id, stepID := f.startWaiting(ctx, a)
 	if _, err := pv.WithdrawApproval(as(ctx, "orch-b", auth.RoleService), &xctv1.WithdrawApprovalRequest{RunId: id, StepId: stepID, By: "orch-b", Reason: "gone"}); err != nil {
 		t.Fatal(err)
 	}
-	events = f.waitEnd(id)
+	events := f.waitEnd(id)
 	if err := lctl.Verify(events); err != nil {
 		t.Fatal(err)
 	}

@@ -323,6 +323,19 @@ func (f *fixture) start(s *Service) string {
 	return resp.GetRun().GetRunId()
 }
 
+// startWaiting starts carol's write run on s and waits until its step
+// asks a human: the run's id and the waiting step's.
+func (f *fixture) startWaiting(ctx context.Context, s *Service) (id, stepID string) {
+	f.t.Helper()
+	resp, err := s.StartRun(as(ctx, "carol", auth.RoleOperator), &xctv1.StartRunRequest{Goal: "write", Model: "func:tester", Principal: "carol"})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	id = resp.GetRun().GetRunId()
+	events := f.waitFor(id, "approval_requested", func(e lctl.Event) bool { return e.Type == TypeApprovalRequested })
+	return id, str(events[len(events)-1].Data, "step_id")
+}
+
 // waitFor follows a chain until an event satisfies ok, and returns the
 // events up to it.
 func (f *fixture) waitFor(id string, what string, ok func(lctl.Event) bool) []lctl.Event {

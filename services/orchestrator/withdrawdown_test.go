@@ -14,7 +14,6 @@ import (
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/auth"
 	"github.com/xct-dev/xct/internal/grpcx"
-	"github.com/xct-dev/xct/lctl"
 	"github.com/xct-dev/xct/services/validator"
 )
 
@@ -95,24 +94,18 @@ func TestWithdrawalWhileTheValidatorIsDownHolds(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	resp, err := a.StartRun(as(ctx, "carol", auth.RoleOperator), &xctv1.StartRunRequest{Goal: "write", Model: "func:tester", Principal: "carol"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := resp.GetRun().GetRunId()
-	events := f.waitFor(id, "approval_requested", func(e lctl.Event) bool { return e.Type == TypeApprovalRequested })
-	stepID := str(events[len(events)-1].Data, "step_id")
+	id, stepID := f.startWaiting(ctx, a)
 	vp.stop()
 	if _, err := a.CancelRun(as(ctx, "carol", auth.RoleOperator), &xctv1.CancelRunRequest{RunId: id, Reason: "not now"}); err != nil {
 		t.Fatal(err)
 	}
-	events = f.waitEnd(id)
+	events := f.waitEnd(id)
 	if entry := f.approvalEntry(id, stepID); entry.GetState() != xctv1.ApprovalState_APPROVAL_STATE_PENDING {
 		t.Fatalf("the validator's entry while it was down: %s, want pending (the withdrawal could not reach it)", entry.GetState())
 	}
 	vp.start()
 	bob := xctv1.NewValidatorServiceClient(f.creds.Dial(t, vp.addr, "bob"))
-	_, err = bob.DecideApproval(ctx, &xctv1.DecideApprovalRequest{RunId: id, Step: stepID, Approve: true, Reason: "fine"})
+	_, err := bob.DecideApproval(ctx, &xctv1.DecideApprovalRequest{RunId: id, Step: stepID, Approve: true, Reason: "fine"})
 	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(status.Convert(err).Message(), "withdrawn") {
 		t.Fatalf("bob's approval of the cancelled run's step: %v; want FAILED_PRECONDITION, withdrawn", err)
 	}

@@ -187,13 +187,7 @@ func TestWithdrawOfACancelledRunLosingToAnApproval(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	resp, err := a.StartRun(as(ctx, "carol", auth.RoleOperator), &xctv1.StartRunRequest{Goal: "write", Model: "func:tester", Principal: "carol"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := resp.GetRun().GetRunId()
-	events := f.waitFor(id, "approval_requested", func(e lctl.Event) bool { return e.Type == TypeApprovalRequested })
-	stepID := str(events[len(events)-1].Data, "step_id")
+	id, stepID := f.startWaiting(ctx, a)
 	if _, err := a.CancelRun(as(ctx, "carol", auth.RoleOperator), &xctv1.CancelRunRequest{RunId: id, Reason: "not now"}); err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +197,7 @@ func TestWithdrawOfACancelledRunLosingToAnApproval(t *testing.T) {
 		t.Fatal(err)
 	}
 	relay.let()
-	events = f.waitEnd(id)
+	events := f.waitEnd(id)
 	if err := lctl.Verify(events); err != nil {
 		t.Fatal(err)
 	}
@@ -241,17 +235,11 @@ func TestWithdrawTriedAgainWhenTheValidatorIsUnavailable(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	resp, err := a.StartRun(as(ctx, "carol", auth.RoleOperator), &xctv1.StartRunRequest{Goal: "write", Model: "func:tester", Principal: "carol"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := resp.GetRun().GetRunId()
-	events := f.waitFor(id, "approval_requested", func(e lctl.Event) bool { return e.Type == TypeApprovalRequested })
-	stepID := str(events[len(events)-1].Data, "step_id")
+	id, stepID := f.startWaiting(ctx, a)
 	if _, err := a.CancelRun(as(ctx, "carol", auth.RoleOperator), &xctv1.CancelRunRequest{RunId: id, Reason: "not now"}); err != nil {
 		t.Fatal(err)
 	}
-	events = f.waitEnd(id)
+	events := f.waitEnd(id)
 	select {
 	case <-relay.entered:
 	default:
