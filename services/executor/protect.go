@@ -657,8 +657,8 @@ func (u *unmovedProtected) add(name string, id entryID) {
 }
 
 // retryUnmoved moves aside, once more, the protected entries a program
-// made that could not be moved aside after it (each still there under
-// its name with its identity; one gone or replaced is forgotten), and
+// made that could not be moved aside after it (each under its name with
+// its identity, or found by its identity under another: retryMissing), and
 // returns "" when none is left, otherwise why not: then a program or MCP
 // tool that may write must not run, since the scan before it would take
 // such an entry for one that was there, and leave it to whoever opens the
@@ -675,6 +675,7 @@ func (w *workspace) retryUnmoved(ctx context.Context, log *slog.Logger) string {
 	// Kept again whatever happens (what changed, and the retention).
 	defer u.keep()
 	var left []string
+	missing := map[entryID]string{}
 	for name, id := range u.set {
 		pd, base, err := w.openParent(name)
 		if err == nil {
@@ -686,7 +687,9 @@ func (w *workspace) retryUnmoved(ctx context.Context, log *slog.Logger) string {
 			}
 		}
 		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, errThroughLink) {
-			delete(u.set, name)
+			// Not under its name: gone, or a directory above it renamed
+			// (another program's, still renaming): looked for below.
+			missing[id] = name
 			continue
 		}
 		if err == nil {
@@ -699,6 +702,7 @@ func (w *workspace) retryUnmoved(ctx context.Context, log *slog.Logger) string {
 		}
 		left = append(left, name+" ("+err.Error()+")")
 	}
+	left = append(left, w.retryMissing(ctx, log, missing)...)
 	if u.before != nil {
 		moved, unmoved, scanCut, _ := w.moveNew(ctx, log, u.before, "the scan after a program, done again")
 		for name, id := range unmoved {
@@ -722,6 +726,50 @@ func (w *workspace) retryUnmoved(ctx context.Context, log *slog.Logger) string {
 	}
 	slices.Sort(left)
 	return "protected entries a program made could not be moved aside, or looked for: " + strings.Join(left, ", ")
+}
+
+// retryMissing looks for the remembered entries missing (identity to the
+// name they had) that are not under their names: a directory above one
+// renamed since (TestScanRaceRenamerAfter: sub/.husky remembered as
+// sub2/.husky once the renamer put sub2 back) leaves the entry in place
+// under another name. A scan of the whole workspace finds each by its
+// identity and moves it aside; one a whole scan does not find among the
+// protected entries is gone (or no longer protected by its name) and
+// forgotten. While the workspace cannot be scanned whole they stay
+// remembered, and why is returned, one reason each. Called with u.mu held.
+func (w *workspace) retryMissing(ctx context.Context, log *slog.Logger, missing map[entryID]string) []string {
+	if len(missing) == 0 {
+		return nil
+	}
+	u := &w.unmoved
+	now, cut := w.protectedNames(-1)
+	if cut != "" {
+		left := make([]string, 0, len(missing))
+		for _, name := range missing {
+			left = append(left, name+" (not under its name, and the workspace cannot be scanned whole: "+cut+")")
+		}
+		return left
+	}
+	var left []string
+	for name, id := range now {
+		was, ok := missing[id]
+		if !ok {
+			continue
+		}
+		delete(missing, id)
+		delete(u.set, was)
+		aside, err := w.moveAside(name)
+		if err != nil {
+			u.set[name] = id
+			left = append(left, name+" ("+err.Error()+")")
+			continue
+		}
+		log.WarnContext(ctx, "a protected path a program made was moved aside at last", "path", name, "was", was, "to", aside)
+	}
+	for _, was := range missing {
+		delete(u.set, was)
+	}
+	return left
 }
 
 // unmovedRefused is the refusal of a program (or MCP tool) that may write

@@ -298,3 +298,38 @@ func TestProtectedUnmovedSurvivesRestart(t *testing.T) {
 		t.Errorf("a write program after the entry was moved and the executor restarted: %v", resp.GetError())
 	}
 }
+
+// TestUnmovedFoundUnderAnotherName: a protected entry a program made that
+// could not be moved aside is remembered by name and identity. When a
+// directory above it was renamed since (another program's renaming, put
+// back meanwhile), it is not under its name: it is looked for by its
+// identity and moved aside where it is, not forgotten. On main it was
+// forgotten, and the next program that may write ran with it in place
+// (TestScanRaceRenamerAfter, round 19 of a clean-clone CI run: sub/.husky
+// remembered as sub2/.husky). One that a whole scan does not find is gone
+// and forgotten.
+func TestUnmovedFoundUnderAnotherName(t *testing.T) {
+	dir := t.TempDir()
+	w, err := openWorkspace(dir)
+	must(t, err)
+	defer func() { _ = w.close() }()
+	must(t, os.MkdirAll(filepath.Join(dir, "sub", ".husky"), 0o755))
+	must(t, os.WriteFile(filepath.Join(dir, "sub", ".husky", "pre-commit"), []byte("evil\n"), 0o755))
+	var st unix.Stat_t
+	must(t, unix.Lstat(filepath.Join(dir, "sub", ".husky"), &st))
+	w.unmoved.add("sub2/.husky", entryID{dev: uint64(st.Dev), ino: st.Ino}) //nolint:unconvert // Dev is not uint64 everywhere
+	w.unmoved.add("gone/.husky", entryID{dev: uint64(st.Dev), ino: st.Ino + 1_000_000})
+	if why := w.retryUnmoved(context.Background(), testLogger(t)); why != "" {
+		t.Fatalf("retry: %s", why)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "sub", ".husky")); err == nil {
+		t.Fatal("sub/.husky, remembered as sub2/.husky, is still in place")
+	}
+	aside, err := filepath.Glob(filepath.Join(dir, "sub", ".xct-*-protected-husky"))
+	if err != nil || len(aside) != 1 {
+		t.Fatalf("moved aside: %q, %v", aside, err)
+	}
+	if n := len(w.unmoved.set); n != 0 {
+		t.Errorf("still remembered: %v", w.unmoved.set)
+	}
+}
