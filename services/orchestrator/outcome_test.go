@@ -85,25 +85,7 @@ func newOutcomeFixture(t *testing.T, toolTimeout time.Duration) *outcomeFixture 
 	f.charge = newCountTool("test.charge", xctv1.Effect_EFFECT_REVERSIBLE)
 	f.charge.timeout, f.charge.commit = toolTimeout, true
 	f.proxy = testutil.NewProxy(t, strings.TrimPrefix(f.ns.ClientURL(), "nats://"))
-	nc, err := nats.Connect("nats://"+f.proxy.Addr(), testutil.Admin(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond), nats.ReconnectBufSize(-1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	ex, err := executor.New(executor.Config{Workspace: t.TempDir(), StepGrace: 200 * time.Millisecond, RecordTimeout: time.Second, Verifier: f.verifier}, nc, testLogger(), f.charge)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := ex.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_ = ex.Stop(ctx)
-	})
+	ex := f.executorOn(t, "nats://"+f.proxy.Addr(), f.charge) // its records go through the proxy
 	f.es = &execServer{t: t, ex: ex, cr: f.creds}
 	f.es.start()
 	t.Cleanup(func() { f.es.kill() })
@@ -241,17 +223,9 @@ func TestInDoubtWaitsForResolve(t *testing.T) {
 	f.es.kill()
 	close(gate)
 	// Another executor process on the same address and records.
-	nc := connect(t, f.ns)
-	ex2, err := executor.New(executor.Config{Workspace: t.TempDir(), StepGrace: 200 * time.Millisecond, RecordTimeout: time.Second, Verifier: f.verifier}, nc, testLogger(), f.charge)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ex2 := f.executorOn(t, f.ns.ClientURL(), f.charge)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := ex2.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ex2.Stop(context.Background()) })
 	f.es.ex = ex2
 	f.es.start()
 	events := f.waitFor(id, "step_in_doubt", func(e lctl.Event) bool { return e.Type == TypeStepInDoubt })

@@ -80,17 +80,9 @@ func TestInDoubtRecordPastItsRetentionIsNotNotExecuted(t *testing.T) {
 	f.proxy.Cut() // the executor "dies" mid-charge: its outcome is never recorded
 	f.es.kill()
 	close(gate)
-	nc := connect(t, f.ns)
-	ex2, err := executor.New(executor.Config{Workspace: t.TempDir(), StepGrace: 200 * time.Millisecond, RecordTimeout: time.Second, Verifier: f.verifier}, nc, testLogger(), f.charge)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ex2 := f.executorOn(t, f.ns.ClientURL(), f.charge)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if err := ex2.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ex2.Stop(context.Background()) })
 	// The orchestrator's executor address serves ex2 through stepReads.
 	conn, err := grpcx.Dial(serveGRPC(t, f.creds, "executor", func(s *grpcx.Server) { ex2.Register(s.GRPC) }),
 		grpcx.WithToken(f.creds.Token(t, grpcxtest.Service)))
@@ -215,17 +207,9 @@ func TestInDoubtRecordExpiredUnreadIsNotNotExecuted(t *testing.T) {
 	f.proxy.Cut()
 	f.es.kill() // the orchestrator cannot reach an executor until the forwarder serves
 	close(gate)
-	nc := connect(t, f.ns)
-	ex2, err := executor.New(executor.Config{Workspace: t.TempDir(), StepGrace: 200 * time.Millisecond, RecordTimeout: time.Second, Verifier: f.verifier}, nc, testLogger(), f.charge)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ex2 := f.executorOn(t, f.ns.ClientURL(), f.charge)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if err := ex2.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ex2.Stop(context.Background()) })
 	stepID := stepIDOf(t, f, id)
 	testutil.Eventually(t, 30*time.Second, func() error {
 		if _, _, err := ex2.Step(ctx, stepID); !errors.Is(err, executor.ErrStepNotFound) {
