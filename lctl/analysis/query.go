@@ -31,6 +31,19 @@ import (
 // words found in the fact's text, 0..1. A missing field is NULL: it
 // matches no comparison, as in SQL.
 
+// MaxQueryBytes bounds a query's text, and MaxQueryDepth how deeply its
+// conditions nest (each parenthesis and each NOT is a level): a query
+// comes from whoever may read a chain (the tracer's QueryFacts), a crew
+// file and a model's facts.query, and the parser and the evaluator
+// recurse once per level, so a query of a few million parentheses took
+// Go's stack past its limit, a fatal error that no recover catches (the
+// whole process, the services sharing it included). Written queries nest
+// a few levels and fit in a line.
+const (
+	MaxQueryBytes = 64 << 10
+	MaxQueryDepth = 64
+)
+
 // QueryError is a query that does not parse or cannot run, with the
 // position (1-based character) where the problem is.
 type QueryError struct {
@@ -214,6 +227,9 @@ type parser struct {
 	q    string
 	toks []token
 	i    int
+	// depth is how many parentheses and NOTs enclose the condition being
+	// read (MaxQueryDepth).
+	depth int
 }
 
 func (p *parser) peek() token { return p.toks[p.i] }
@@ -251,6 +267,9 @@ func (p *parser) errorf(t token, format string, args ...any) *QueryError {
 // ParseQuery parses a fact-store query. Errors are *QueryError, naming the
 // position of the problem.
 func ParseQuery(q string) (*Query, error) {
+	if len(q) > MaxQueryBytes {
+		return nil, &QueryError{Query: q[:64] + "...", Pos: 1, Msg: fmt.Sprintf("the query is %d bytes long, more than the %d a query may be", len(q), MaxQueryBytes)}
+	}
 	toks, err := lex(q)
 	if err != nil {
 		return nil, err
@@ -428,6 +447,13 @@ func (p *parser) andExpr() (expr, error) {
 }
 
 func (p *parser) notExpr() (expr, error) {
+	if t := p.peek(); t.kind == tLParen || p.isKeyword(t, "NOT") {
+		if p.depth >= MaxQueryDepth {
+			return nil, p.errorf(t, "conditions nest more than %d deep (parentheses and NOT)", MaxQueryDepth)
+		}
+		p.depth++
+		defer func() { p.depth-- }()
+	}
 	if p.acceptKeyword("NOT") {
 		e, err := p.notExpr()
 		if err != nil {

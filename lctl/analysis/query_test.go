@@ -131,6 +131,44 @@ func TestQueryErrors(t *testing.T) {
 	}
 }
 
+// A query is bounded in length and in nesting: the parser and the
+// evaluator recurse once per parenthesis or NOT, and a query comes from
+// any reader of a chain (the tracer's QueryFacts). The deepest allowed
+// query parses and runs; one level more is refused where it goes too
+// deep; a query past the length is refused before it is read.
+func TestQueryBounds(t *testing.T) {
+	n := analysis.MaxQueryDepth
+	for _, q := range []string{
+		"SELECT * WHERE " + strings.Repeat("(", n) + "id = 'a'" + strings.Repeat(")", n),
+		"SELECT * WHERE " + strings.Repeat("NOT ", n-1) + "(id != 'a')",
+	} {
+		parsed, err := analysis.ParseQuery(q)
+		if err != nil {
+			t.Fatalf("%d levels: %v", n, err)
+		}
+		rows, err := parsed.Run([]*analysis.FactRecord{{ID: "a", Text: "x"}, {ID: "b", Text: "y"}})
+		if err != nil || len(rows) != 1 || rows[0].ID != "a" {
+			t.Fatalf("%d levels: rows %v, %v", n, rows, err)
+		}
+	}
+	for _, tc := range []struct {
+		q   string
+		pos int
+		msg string
+	}{
+		{"SELECT * WHERE " + strings.Repeat("(", n+1) + "id = 'a'" + strings.Repeat(")", n+1), 16 + n, "nest more than 64 deep"},
+		{"SELECT * WHERE " + strings.Repeat("NOT ", n) + "(id = 'a')", 16 + 4*n, "nest more than 64 deep"},
+		{"SELECT * WHERE " + strings.Repeat("(", analysis.MaxQueryBytes-20), 16 + n, "nest more than 64 deep"},
+		{"SELECT * WHERE id IN (" + strings.Repeat("'a',", analysis.MaxQueryBytes/4) + "'b')", 1, "more than the 65536 a query may be"},
+	} {
+		_, err := analysis.ParseQuery(tc.q)
+		var qe *analysis.QueryError
+		if !errors.As(err, &qe) || qe.Pos != tc.pos || !strings.Contains(qe.Msg, tc.msg) || len(qe.Query) > analysis.MaxQueryBytes {
+			t.Fatalf("a %d-byte query: %v, want position %d %q", len(tc.q), err, tc.pos, tc.msg)
+		}
+	}
+}
+
 func TestQueryUnknownField(t *testing.T) {
 	q, err := analysis.ParseQuery("SELECT * WHERE confidnce >= 0.8")
 	if err != nil {
