@@ -60,6 +60,18 @@ const CheckPrefix = "="
 // the program without it.
 const ScopeAbstractUnix = "+scope-abstract-unix"
 
+// RefuseTCPBind is the argument, between MAX-AS and PROGRAM, that has
+// Enter put the program in a Landlock domain handling TCP binds
+// (LANDLOCK_ACCESS_NET_BIND_TCP, Landlock ABI 4, Linux 6.7) with one
+// rule, port 0: it and everything it starts can bind no TCP port by
+// number, only one the kernel picks. A program of a sandbox that shares
+// the host's network namespace could otherwise listen on a loopback port
+// another program dials (a restarting service's, a tool server's) and
+// answer it: be sent its password, its call. Connections out are not
+// handled. The executor passes it only when LandlockABI says the kernel
+// has network rules; Enter then refuses to start the program without it.
+const RefuseTCPBind = "+refuse-tcp-bind"
+
 // Check is the argument that has Enter check, before the program runs,
 // that the protected entry at path dest (absolute, in the sandbox) is
 // still the entry the executor found there, in the directory parent
@@ -80,11 +92,12 @@ func init() {
 }
 
 // Enter is what the binary does when started as Path, with arguments
-// REPORT-FD DEV:INO MAX-AS [CHECK... ScopeAbstractUnix] PROGRAM ARGS...:
+// REPORT-FD DEV:INO MAX-AS [CHECK... ScopeAbstractUnix RefuseTCPBind] PROGRAM ARGS...:
 // the program is executed in the working directory if that is the
 // directory DEV:INO and every Check holds (it does not return then), with
 // its address space limited to MAX-AS bytes (0: not limited here), in the
-// Landlock scope of abstract Unix sockets when asked; otherwise the
+// Landlock scope of abstract Unix sockets and with TCP binds refused
+// when asked; otherwise the
 // refusal is written on REPORT-FD and the exit status returned. The address space limit is set here, not before: the Go
 // runtime reserves more address space at its start than a program may be
 // given.
@@ -104,11 +117,14 @@ func Enter(args []string, env []string) int {
 		return 125
 	}
 	var checks []string
-	scope := false
-	for len(args) > 4 && len(args[3]) > 0 && (args[3][:1] == CheckPrefix || args[3] == ScopeAbstractUnix) {
-		if args[3] == ScopeAbstractUnix {
+	scope, noBind := false, false
+	for len(args) > 4 && len(args[3]) > 0 && (args[3][:1] == CheckPrefix || args[3] == ScopeAbstractUnix || args[3] == RefuseTCPBind) {
+		switch args[3] {
+		case ScopeAbstractUnix:
 			scope = true
-		} else {
+		case RefuseTCPBind:
+			noBind = true
+		default:
 			checks = append(checks, args[3][1:])
 		}
 		args = append(args[:3:3], args[4:]...)
@@ -128,12 +144,13 @@ func Enter(args []string, env []string) int {
 			return report(NotStarted + ": address space limit: " + err.Error())
 		}
 	}
-	if scope {
+	if scope || noBind {
 		// The domain is the calling thread's, and execve keeps the
 		// calling thread's: the same thread from here to the exec.
 		runtime.LockOSThread()
-		if err := scopeAbstractUnix(); err != nil {
-			return report(NotStarted + ": Landlock scope of abstract Unix sockets: " + err.Error())
+		if err := restrict(scope, noBind); err != nil {
+			return report(NotStarted + ": Landlock domain (abstract Unix sockets scoped " + strconv.FormatBool(scope) +
+				", TCP binds refused " + strconv.FormatBool(noBind) + "): " + err.Error())
 		}
 	}
 	// The program never holds the report descriptor.
@@ -146,10 +163,15 @@ func Enter(args []string, env []string) int {
 // constants (linux/landlock.h).
 const (
 	sysLandlockCreateRuleset = 444
+	sysLandlockAddRule       = 445
 	sysLandlockRestrictSelf  = 446
 	landlockCreateVersion    = 1 << 0 // LANDLOCK_CREATE_RULESET_VERSION
 	landlockScopeAbstract    = 1 << 0 // LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET
+	landlockNetBindTCP       = 1 << 0 // LANDLOCK_ACCESS_NET_BIND_TCP
+	landlockRuleNetPort      = 2      // LANDLOCK_RULE_NET_PORT
 	prSetNoNewPrivs          = 38     // PR_SET_NO_NEW_PRIVS
+	// LandlockNetABI is the first Landlock ABI with network rules.
+	LandlockNetABI = 4
 	// LandlockScopeABI is the first Landlock ABI with scopes.
 	LandlockScopeABI = 6
 )
@@ -164,17 +186,35 @@ func LandlockABI() int {
 	return int(v)
 }
 
-// scopeAbstractUnix restricts the calling thread (and what it executes)
-// to a Landlock domain that handles no file system or network access
-// and scopes abstract Unix sockets.
-func scopeAbstractUnix() error {
-	// struct landlock_ruleset_attr: handled_access_fs, handled_access_net, scoped.
-	attr := [3]uint64{0, 0, landlockScopeAbstract}
+// restrict restricts the calling thread (and what it executes) to a
+// Landlock domain that handles no file system access, scopes abstract
+// Unix sockets when scope, and refuses TCP binds but to port 0 when
+// noBind.
+func restrict(scope, noBind bool) error {
+	// struct landlock_ruleset_attr: handled_access_fs, handled_access_net,
+	// scoped. A kernel of ABI 4 or 5 knows only the first two fields and
+	// takes the larger struct when the rest is zero.
+	var attr [3]uint64
+	if scope {
+		attr[2] = landlockScopeAbstract
+	}
+	if noBind {
+		attr[1] = landlockNetBindTCP
+	}
 	rfd, _, errno := syscall.Syscall(sysLandlockCreateRuleset, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr), 0) //nolint:gosec // the kernel reads the struct during the call
 	if errno != 0 {
 		return errno
 	}
 	defer func() { _ = syscall.Close(int(rfd)) }()
+	if noBind {
+		// struct landlock_net_port_attr: allowed_access, port. Port 0
+		// is a bind to a port the kernel picks (a client's own, a
+		// browser's debugging port), never one a client waits on.
+		rule := [2]uint64{landlockNetBindTCP, 0}
+		if _, _, errno := syscall.Syscall6(sysLandlockAddRule, rfd, landlockRuleNetPort, uintptr(unsafe.Pointer(&rule)), 0, 0, 0); errno != 0 { //nolint:gosec // the kernel reads the struct during the call
+			return errno
+		}
+	}
 	// bubblewrap sets it already (its seccomp filter needs it); without
 	// it an unprivileged process may not restrict itself.
 	if _, _, errno := syscall.RawSyscall6(syscall.SYS_PRCTL, prSetNoNewPrivs, 1, 0, 0, 0, 0); errno != 0 {

@@ -197,6 +197,13 @@ type osSandbox struct {
 	// which puts the program in a Landlock domain that reaches only the
 	// abstract sockets made within it (sandboxenter.ScopeAbstractUnix).
 	scopeAbstract bool
+	// refuseBind: the sandbox shares the host's network namespace, and
+	// with it the host's loopback ports, and the kernel can refuse TCP
+	// binds (Landlock ABI 4): every start goes through enter, which puts
+	// the program in a Landlock domain where it binds no TCP port but one
+	// the kernel picks (sandboxenter.RefuseTCPBind): it cannot listen on
+	// a port another program dials.
+	refuseBind bool
 	// landlockABI is the kernel's Landlock ABI, read at setup.
 	landlockABI int
 
@@ -262,6 +269,7 @@ func newOSSandbox(cfg *SandboxConfig, wsDir string, defMemory int64) *osSandbox 
 	if s.cfg.Network {
 		s.landlockABI = sandboxenter.LandlockABI()
 		s.scopeAbstract = s.landlockABI >= sandboxenter.LandlockScopeABI
+		s.refuseBind = s.landlockABI >= sandboxenter.LandlockNetABI
 	}
 	s.err = s.probe()
 	return s
@@ -271,7 +279,15 @@ func newOSSandbox(cfg *SandboxConfig, wsDir string, defMemory int64) *osSandbox 
 // host's network namespace and the kernel cannot keep the host's
 // abstract Unix sockets from its programs.
 func (s *osSandbox) logScope(log *slog.Logger, what string) {
-	if s.err != nil || !s.cfg.Network || s.scopeAbstract {
+	if s.err != nil || !s.cfg.Network {
+		return
+	}
+	if !s.refuseBind {
+		log.Warn("SECURITY: "+what+" shares the host's network and this kernel's Landlock (ABI "+strconv.Itoa(s.landlockABI)+
+			") cannot refuse TCP binds (ABI 4, Linux 6.7): its programs can listen on a loopback port another program dials",
+			"landlock_abi", s.landlockABI)
+	}
+	if s.scopeAbstract {
 		return
 	}
 	log.Warn("SECURITY: "+what+" shares the host's network and this kernel's Landlock (ABI "+strconv.Itoa(s.landlockABI)+
@@ -281,11 +297,11 @@ func (s *osSandbox) logScope(log *slog.Logger, what string) {
 
 // needsEnter says whether a start of this sandbox must go through
 // enter (set it before argv).
-func (s *osSandbox) needsEnter() bool { return s.scopeAbstract }
+func (s *osSandbox) needsEnter() bool { return s.scopeAbstract || s.refuseBind }
 
 // errNoEnter refuses a start that should go through enter and does not
 // (a caller that forgot it): never start without the scope.
-var errNoEnter = errors.New("the sandbox shares the host's network and must start its program through the Landlock scope of abstract Unix sockets, which was not prepared")
+var errNoEnter = errors.New("the sandbox shares the host's network and must start its program through its Landlock domain (abstract Unix sockets scoped, TCP binds refused), which was not prepared")
 
 // bwrapSizesTmpfs reports whether the bwrap at path knows --size (0.7
 // and later), asked once per path.
@@ -467,6 +483,9 @@ func (s *osSandbox) argv(program, name string, args []string, dir string, env []
 		}
 		if s.scopeAbstract {
 			a = append(a, sandboxenter.ScopeAbstractUnix)
+		}
+		if s.refuseBind {
+			a = append(a, sandboxenter.RefuseTCPBind)
 		}
 	}
 	a = append(a, started)

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -76,6 +77,37 @@ func sandboxProbe(args []string) int {
 		}
 		_ = c.Close()
 		fmt.Println("connected")
+		return 0
+	case "listen":
+		// Binds a TCP address (a port another program connects to) and
+		// says whether it could.
+		l, err := net.Listen("tcp", args[1])
+		if err != nil {
+			fmt.Println("listen failed:", err)
+			return 1
+		}
+		_ = l.Close()
+		fmt.Println("listening")
+		return 0
+	case "listenmptcp":
+		// The same through an MPTCP socket (an IPv4 loopback port), which
+		// TCP clients reach too.
+		host, port, _ := net.SplitHostPort(args[1])
+		p, _ := strconv.Atoi(port)
+		fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 262) // IPPROTO_MPTCP
+		if err == nil {
+			defer func() { _ = syscall.Close(fd) }()
+			sa := &syscall.SockaddrInet4{Port: p}
+			copy(sa.Addr[:], net.ParseIP(host).To4())
+			if err = syscall.Bind(fd, sa); err == nil {
+				err = syscall.Listen(fd, 1)
+			}
+		}
+		if err != nil {
+			fmt.Println("listen failed:", err)
+			return 1
+		}
+		fmt.Println("listening")
 		return 0
 	case "read":
 		b, err := os.ReadFile(args[1])

@@ -87,6 +87,8 @@ const (
 	seccompErrno    = 0x00050000
 	seccompKillProc = 0x80000000
 	eperm           = 1
+	eprotonosupport = 93  // EPROTONOSUPPORT
+	ipprotoMPTCP    = 262 // IPPROTO_MPTCP
 	x32SyscallBit   = 0x40000000
 )
 
@@ -130,6 +132,18 @@ func seccompProgram(noUnix bool) []byte {
 			sockFilter{code: bpfRetK, k: seccompErrno | eperm},
 		)
 	}
+	// MPTCP sockets, refused as a kernel without MPTCP refuses them (the
+	// caller falls back to TCP: Go's listeners, curl): Landlock's TCP
+	// rules do not apply to them (Linux 6.18), so a program that may not
+	// bind a TCP port (sandboxenter.RefuseTCPBind) bound it, and listened
+	// for TCP clients there, through an MPTCP socket.
+	prog = append(prog,
+		sockFilter{code: bpfJeqK, jt: 0, jf: 4, k: seccompSocket[runtime.GOARCH]},
+		sockFilter{code: bpfLdWAbs, k: 32}, // args[2], its low half: the protocol
+		sockFilter{code: bpfJeqK, jt: 0, jf: 1, k: ipprotoMPTCP},
+		sockFilter{code: bpfRetK, k: seccompErrno | eprotonosupport},
+		sockFilter{code: bpfLdWAbs, k: 0}, // the system call number again
+	)
 	if noUnix {
 		prog = append(prog,
 			sockFilter{code: bpfJeqK, jt: 0, jf: 4, k: seccompSocket[runtime.GOARCH]},
