@@ -1397,11 +1397,21 @@ func (e *VerifyError) Error() string {
 // returns a *VerifyError naming the first event that was edited, removed,
 // inserted or reordered. Events without hashes (files from implementations
 // that do not hash) fail with a reason that says so.
-func Verify(events []Event) error {
+func Verify(events []Event) error { return VerifyFrom(events, 1) }
+
+// VerifyFrom checks a piece of a chain that starts at event seq from: seqs
+// increase by one from it, each event's hash matches its content and each
+// prev_hash after the first links to the previous hash. The first event's
+// prev_hash is checked only at seq 1 (empty): the events before the piece
+// are not there to check it against.
+func VerifyFrom(events []Event, from uint64) error {
+	if from == 0 {
+		from = 1
+	}
 	prev := ""
 	for i := range events {
 		e := &events[i]
-		want := uint64(i + 1)
+		want := from + uint64(i)
 		if e.Seq != want {
 			reason := fmt.Sprintf("seq %d where %d was expected (an event was removed, inserted or reordered)", e.Seq, want)
 			return &VerifyError{Seq: e.Seq, Index: i, Reason: reason}
@@ -1409,7 +1419,7 @@ func Verify(events []Event) error {
 		if e.Hash == "" {
 			return &VerifyError{Seq: e.Seq, Index: i, Reason: "event has no hash"}
 		}
-		if e.PrevHash != prev {
+		if e.PrevHash != prev && (i > 0 || from == 1) {
 			return &VerifyError{Seq: e.Seq, Index: i, Reason: "prev_hash does not match the previous event's hash (an event before it was changed, removed or reordered)"}
 		}
 		h, err := e.ComputeHash()

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/xct-dev/xct/internal/eventlog"
 	"github.com/xct-dev/xct/internal/testutil"
 )
@@ -84,6 +86,43 @@ func BenchmarkAppendBatch(b *testing.B) {
 					written += n
 				}
 				b.ReportMetric(float64(written)/b.Elapsed().Seconds(), "events/s")
+			})
+		}
+	}
+}
+
+// BenchmarkReadChainFrom reads a run's chain whose events are spread among
+// another chain's (each written in turn), as a decision about a step does
+// (the executor's ResolveStep, the validator's DecideApproval): whole, one
+// get per event (ReadChainByGets, what both did before session 16), or
+// from an event near its end (ReadChainFrom: a few gets to find it, then
+// one per event after it).
+func BenchmarkReadChainFrom(b *testing.B) {
+	for _, n := range []int{1000, 20000} {
+		s := testutil.RunJetStream(b)
+		nc := testutil.Connect(b, s)
+		l, err := eventlog.Open(context.Background(), nc)
+		if err != nil {
+			b.Fatal(err)
+		}
+		js, err := jetstream.New(nc)
+		if err != nil {
+			b.Fatal(err)
+		}
+		writeChains(b, js, n, "run-a", "run-b")
+		for _, mode := range []string{"whole", "last-4"} {
+			b.Run(fmt.Sprintf("events=%d/%s", n, mode), func(b *testing.B) {
+				from, want := uint64(1), n
+				if mode != "whole" {
+					from, want = uint64(n-3), 4
+				}
+				b.ReportAllocs()
+				for b.Loop() {
+					got, err := l.ReadChainFrom(context.Background(), "run-a", from)
+					if err != nil || len(got) != want {
+						b.Fatalf("%d events, %v", len(got), err)
+					}
+				}
 			})
 		}
 	}

@@ -495,35 +495,13 @@ func (l *Log) ReadChain(ctx context.Context, chainID string) ([]lctl.Event, erro
 }
 
 // ReadChainByGets is ReadChain for a reader that may not make consumers
-// on the stream (the executor: internal/natsauth): it gets the chain's
-// messages one by one, each the first on the chain's subject at or after
-// a stream sequence. One request per event: for reads as rare as a human
-// decision, not for following.
+// on the stream (the executor and the validator: internal/natsauth): the
+// whole chain by message gets, one request per event, checked whole
+// (ReadChainFrom from its first event). For reads as rare as a human's
+// decision, not for following; a reader that knows where the events it
+// needs begin reads from there (ReadChainFrom).
 func (l *Log) ReadChainByGets(ctx context.Context, chainID string) ([]lctl.Event, error) {
-	if err := lctl.ValidateChainID(chainID); err != nil {
-		return nil, err
-	}
-	p, err := l.locate(ctx, chainID)
-	if err != nil {
-		return nil, fmt.Errorf("read chain %s: %w", chainID, err)
-	}
-	if p.last == nil {
-		return nil, fmt.Errorf("%w: %s", ErrChainNotFound, chainID)
-	}
-	var events []lctl.Event
-	for next := uint64(1); next <= p.last.Sequence; {
-		msg, err := p.stream.GetMsg(ctx, next, jetstream.WithGetMsgSubject(p.subject))
-		if err != nil {
-			return nil, fmt.Errorf("read chain %s: stream seq %d: %w", chainID, next, err)
-		}
-		e, err := lctl.DecodeEvent(msg.Data)
-		if err != nil {
-			return nil, fmt.Errorf("read chain %s: stream seq %d: %w", chainID, msg.Sequence, err)
-		}
-		events = append(events, e)
-		next = msg.Sequence + 1
-	}
-	return events, nil
+	return l.ReadChainFrom(ctx, chainID, 1)
 }
 
 // FollowOptions tune Follow.

@@ -20,10 +20,11 @@ import (
 // step_in_doubt it settles, so it cannot stand for a later attempt's
 // doubt (a new step_in_doubt after the attempt's verdict).
 
-// chainReader reads a run's chain (eventlog.Log.ReadChainByGets: the
-// executor may not make consumers on the event log).
+// chainReader reads a run's chain (eventlog.Log: by message gets, since
+// the executor may not make consumers on the event log).
 type chainReader interface {
 	ReadChainByGets(ctx context.Context, chainID string) ([]lctl.Event, error)
+	ReadChainFrom(ctx context.Context, chainID string, from uint64) ([]lctl.Event, error)
 }
 
 // chains is the event log the executor reads runs' chains from, bound on
@@ -51,19 +52,18 @@ func (s *Service) chainReader(ctx context.Context) (chainReader, error) {
 
 // chainDoubt is the seq of the step_in_doubt of step stepID that run
 // runID's chain leaves unsettled: ErrNotInDoubt when the chain does not
-// show the step in doubt now.
-func chainDoubt(ctx context.Context, chains chainReader, runID, stepID string) (uint64, error) {
-	events, err := chains.ReadChainByGets(ctx, runID)
-	if errors.Is(err, eventlog.ErrChainNotFound) {
-		return 0, fmt.Errorf("%w: there is no run %s", ErrNotInDoubt, runID)
-	}
+// show the step in doubt now. named is the step_in_doubt the decision
+// names (0: none named): the chain is read from it on, not whole, since
+// what settles or supersedes that doubt can only come after it (a
+// verdict for another attempt, the step's outcome or end, another
+// step_in_doubt); a decision about a step of a long run reads the few
+// events after its doubt, not the run. A decision naming another event
+// reads the chain whole, to say where the step is.
+func chainDoubt(ctx context.Context, chains chainReader, runID, stepID string, named uint64) (uint64, error) {
+	view, err := chainView(ctx, chains, runID, stepID, named)
 	if err != nil {
-		return 0, fmt.Errorf("%w: %w", ErrChainUnreadable, err)
+		return 0, err
 	}
-	if err := lctl.Verify(events); err != nil {
-		return 0, fmt.Errorf("%w: run %s's chain does not verify: %w", ErrChainUnreadable, runID, err)
-	}
-	view := xctevent.Fold(events)
 	for i := len(view.Steps) - 1; i >= 0; i-- {
 		st := view.Steps[i]
 		if st.Start.StepID != stepID {
@@ -76,6 +76,46 @@ func chainDoubt(ctx context.Context, chains chainReader, runID, stepID string) (
 		return st.DoubtSeq, nil
 	}
 	return 0, fmt.Errorf("%w: run %s's chain has no step %s", ErrNotInDoubt, runID, stepID)
+}
+
+// chainView folds what run runID's chain says of step stepID: from the
+// step_in_doubt named on, when it is the step's (the step it is about
+// stands for the step_start before it, which is not read: the
+// orchestrator, the chain's one writer, records a step_in_doubt with the
+// number and id of its step); else, or with none named, the whole chain,
+// whose fold says where the step is for the refusal.
+func chainView(ctx context.Context, chains chainReader, runID, stepID string, named uint64) (*xctevent.Run, error) {
+	if named != 0 {
+		events, err := chains.ReadChainFrom(ctx, runID, named)
+		if err == nil {
+			if x, ok := xctevent.Parse(&events[0]).(xctevent.StepInDoubt); ok && x.StepID == stepID {
+				view := &xctevent.Run{Steps: []*xctevent.Step{{Start: xctevent.StepStart{Step: x.Step, StepID: x.StepID}}}}
+				for i := range events {
+					view.Apply(&events[i])
+				}
+				return view, nil
+			}
+		} else if !errors.Is(err, eventlog.ErrEventNotFound) {
+			return nil, chainError(runID, err)
+		}
+	}
+	events, err := chains.ReadChainByGets(ctx, runID)
+	if err != nil {
+		return nil, chainError(runID, err)
+	}
+	return xctevent.Fold(events), nil
+}
+
+// chainError is why a run's chain could not be read for a decision.
+func chainError(runID string, err error) error {
+	var bad *lctl.VerifyError
+	switch {
+	case errors.Is(err, eventlog.ErrChainNotFound):
+		return fmt.Errorf("%w: there is no run %s", ErrNotInDoubt, runID)
+	case errors.As(err, &bad):
+		return fmt.Errorf("%w: run %s's chain does not verify: %w", ErrChainUnreadable, runID, err)
+	}
+	return fmt.Errorf("%w: %w", ErrChainUnreadable, err)
 }
 
 // chainState says where a step not in doubt is, as its chain tells.

@@ -824,7 +824,7 @@ func (s *Service) doubtOnChain(ctx context.Context, stepID string, cur *xctv1.St
 	if err := lctl.ValidateChainID(runID); err != nil {
 		return "", 0, fmt.Errorf("%w: run id: %w", ErrBadResolution, err)
 	}
-	seq, err := chainDoubt(ctx, chains, runID, stepID)
+	seq, err := chainDoubt(ctx, chains, runID, stepID, r.InDoubtSeq)
 	if err != nil {
 		return "", 0, err
 	}
