@@ -265,6 +265,7 @@ func (s *Service) RequestApproval(ctx context.Context, req *xctv1.RequestApprova
 		State:         xctv1.ApprovalState_APPROVAL_STATE_PENDING,
 		RequestedAt:   timestamppb.New(now),
 		ExpiresAt:     timestamppb.New(now.Add(ttl)),
+		OpenedAtSeq:   s.chainSeqNow(ctx, run.GetRunId()),
 	}
 	stored, created, err := store.create(ctx, a)
 	if err != nil {
@@ -326,6 +327,7 @@ func (s *Service) ListApprovals(ctx context.Context, req *xctv1.ListApprovalsReq
 		if sa, err = store.expire(ctx, sa, now); err != nil {
 			return nil, approvalStatus(err)
 		}
+		sa.a = s.asChained(ctx, store, sa)
 		if req.GetAll() || sa.a.GetState() == xctv1.ApprovalState_APPROVAL_STATE_PENDING {
 			out = append(out, sa.a)
 		}
@@ -340,6 +342,35 @@ func (s *Service) ListApprovals(ctx context.Context, req *xctv1.ListApprovalsReq
 		return int(a.GetStep()) - int(b.GetStep())
 	})
 	return &xctv1.ListApprovalsResponse{Approvals: fitList(s.approvalsFor(ctx, out))}, nil
+}
+
+// asChained is a pending approval as the run's chain says it is: one the
+// chain shows withdrawn (the orchestrator's withdrawal did not reach the
+// validator, which was down) is withdrawn at the validator too, and listed
+// so, not as pending for an approver to read. A chain that cannot be read
+// leaves the approval as stored (its decision reads the chain again, and
+// is refused while it cannot).
+func (s *Service) asChained(ctx context.Context, store *approvalStore, sa storedApproval) *xctv1.Approval {
+	if sa.a.GetState() != xctv1.ApprovalState_APPROVAL_STATE_PENDING {
+		return sa.a
+	}
+	d, err := s.withdrawnOnChain(ctx, sa.a)
+	if err != nil {
+		s.log.Warn("the run's chain could not be read to list its approval; listed as stored", "run_id", sa.a.GetRunId(), "step_id", sa.a.GetStepId(), "err", err)
+		return sa.a
+	}
+	if d == nil {
+		return sa.a
+	}
+	cur, err := s.withdrawChained(ctx, store, sa, d)
+	if err != nil {
+		s.log.Warn("an approval its run's chain shows withdrawn could not be withdrawn at the validator; listed as the chain says", "run_id", sa.a.GetRunId(),
+			"step_id", sa.a.GetStepId(), "err", err)
+		w := proto.CloneOf(sa.a)
+		w.State, w.DecidedBy, w.Reason = xctv1.ApprovalState_APPROVAL_STATE_WITHDRAWN, d.By, d.Reason
+		return w
+	}
+	return cur
 }
 
 // maxListBytes bounds a ListApprovals answer (a gRPC message is at most

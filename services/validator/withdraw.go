@@ -77,11 +77,47 @@ func (s *Service) WithdrawApproval(ctx context.Context, req *xctv1.WithdrawAppro
 var ErrChainUnreadable = errors.New("the run's chain cannot be read")
 
 // chainLog is the event log a decision reads the run's chain from, bound
-// on first use (eventlog.Log.ReadChainByGets: the validator may not make
-// consumers on the event log).
+// on first use (by message gets, eventlog.Log.ReadChainFrom: the
+// validator may not make consumers on the event log).
 type chainLog struct {
 	mu  sync.Mutex
 	log *eventlog.Log
+}
+
+// chainLog returns the event log, nil for a validator without NATS.
+func (s *Service) chainLog(ctx context.Context) (*eventlog.Log, error) {
+	if s.nc == nil {
+		return nil, nil
+	}
+	s.chains.mu.Lock()
+	defer s.chains.mu.Unlock()
+	if s.chains.log == nil {
+		l, err := eventlog.Bind(ctx, s.nc)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrChainUnreadable, err)
+		}
+		s.chains.log = l
+	}
+	return s.chains.log, nil
+}
+
+// chainSeqNow is the seq of the last event of run runID's chain now, which
+// an approval opened now records (opened_at_seq): whatever decides it is
+// recorded after it. 0 when the run has no chain or it cannot be read
+// (the approval's decision then reads the chain whole).
+func (s *Service) chainSeqNow(ctx context.Context, runID string) uint64 {
+	log, err := s.chainLog(ctx)
+	if log == nil || err != nil {
+		return 0
+	}
+	seq, err := log.LastSeq(ctx, runID)
+	if err != nil {
+		if !errors.Is(err, eventlog.ErrChainNotFound) {
+			s.log.Warn("the run's chain could not be read when its approval was opened; deciding it will read the chain whole", "run_id", runID, "err", err)
+		}
+		return 0
+	}
+	return seq
 }
 
 // withdrawnOnChain reports how the run's chain says the approval of
@@ -91,44 +127,52 @@ type chainLog struct {
 // asks the validator to withdraw it too; a validator down longer than the
 // orchestrator tries leaves its entry pending, which a decision would
 // then take while the chain says withdrawn. So a decision looks at the
-// chain first.
+// chain first, read from the event the approval was opened after
+// (opened_at_seq): the withdrawal is recorded after the orchestrator
+// opened the approval and waited for it. The chain is read from JetStream
+// each time, never from a copy a reader of the chain could have fed.
 func (s *Service) withdrawnOnChain(ctx context.Context, a *xctv1.Approval) (*xctevent.ApprovalDecided, error) {
-	if s.nc == nil {
-		return nil, nil
+	log, err := s.chainLog(ctx)
+	if log == nil || err != nil {
+		return nil, err
 	}
-	s.chains.mu.Lock()
-	if s.chains.log == nil {
-		l, err := eventlog.Bind(ctx, s.nc)
-		if err != nil {
-			s.chains.mu.Unlock()
-			return nil, fmt.Errorf("%w: %w", ErrChainUnreadable, err)
-		}
-		s.chains.log = l
-	}
-	log := s.chains.log
-	s.chains.mu.Unlock()
-	events, err := log.ReadChainByGets(ctx, a.GetRunId())
-	if errors.Is(err, eventlog.ErrChainNotFound) {
+	events, err := log.ReadChainFrom(ctx, a.GetRunId(), a.GetOpenedAtSeq())
+	if errors.Is(err, eventlog.ErrChainNotFound) && a.GetOpenedAtSeq() == 0 {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrChainUnreadable, err)
 	}
-	view := xctevent.Fold(events)
-	for i := len(view.Steps) - 1; i >= 0; i-- {
-		st := view.Steps[i]
-		if st.Start.StepID == a.GetStepId() && st.Decided != nil && st.Decided.StepID == a.GetStepId() && st.Decided.Decision == xctevent.ApprovalWithdrawn {
-			return st.Decided, nil
+	var withdrawn *xctevent.ApprovalDecided
+	for i := range events {
+		if events[i].Type != xctevent.TypeApprovalDecided {
+			continue
+		}
+		if d, ok := xctevent.Parse(&events[i]).(xctevent.ApprovalDecided); ok && d.StepID == a.GetStepId() && d.Decision == xctevent.ApprovalWithdrawn {
+			withdrawn = &d
 		}
 	}
-	return nil, nil
+	return withdrawn, nil
 }
 
 // withdrawAsChained makes a pending approval that the run's chain shows
 // withdrawn withdrawn at the validator too (who and why as the chain
-// says), and returns why it cannot be decided. A conflict (the entry
-// changed meanwhile) answers the entry as it is now.
+// says), and returns why it cannot be decided.
 func (s *Service) withdrawAsChained(ctx context.Context, store *approvalStore, sa storedApproval, d *xctevent.ApprovalDecided) error {
+	cur, err := s.withdrawChained(ctx, store, sa, d)
+	if err != nil {
+		return err
+	}
+	if derr := decidable(cur); derr != nil {
+		return derr
+	}
+	return fmt.Errorf("%w: it changed while this decision was made; look again", ErrApprovalDecided)
+}
+
+// withdrawChained stores a pending approval as withdrawn as the run's
+// chain says (d) and returns it. A conflict (the entry changed meanwhile)
+// returns the entry as it is now.
+func (s *Service) withdrawChained(ctx context.Context, store *approvalStore, sa storedApproval, d *xctevent.ApprovalDecided) (*xctv1.Approval, error) {
 	w := proto.CloneOf(sa.a)
 	w.State = xctv1.ApprovalState_APPROVAL_STATE_WITHDRAWN
 	w.DecidedAt = timestamppb.New(s.now())
@@ -136,16 +180,12 @@ func (s *Service) withdrawAsChained(ctx context.Context, store *approvalStore, s
 	w.Reason = truncate(strings.TrimSpace(d.Reason), maxDecisionReason)
 	if err := store.update(ctx, w, sa.rev); err != nil {
 		if errors.Is(err, errApprovalConflict) {
-			if cur, _, gerr := store.get(ctx, w.GetRunId(), w.GetStepId()); gerr == nil {
-				if derr := decidable(cur); derr != nil {
-					return derr
-				}
-			}
-			return fmt.Errorf("%w: it changed while this decision was made; look again", ErrApprovalDecided)
+			cur, _, gerr := store.get(ctx, w.GetRunId(), w.GetStepId())
+			return cur, gerr
 		}
-		return err
+		return nil, err
 	}
 	s.log.Warn("approval withdrawn as the run's chain says (the orchestrator's withdrawal did not reach the validator)", "run_id", w.GetRunId(),
 		"step", w.GetStep(), "step_id", w.GetStepId(), "by", w.GetDecidedBy())
-	return withdrawnError(w)
+	return w, nil
 }

@@ -1160,8 +1160,14 @@ type Approval struct {
 	// the one in force are one: a policy changed meanwhile asks its own
 	// human.
 	DecidedPolicyVersion string `protobuf:"bytes,15,opt,name=decided_policy_version,json=decidedPolicyVersion,proto3" json:"decided_policy_version,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// opened_at_seq is the seq of the last event of the run's chain when the
+	// approval was opened (0: the chain had none, or it could not be read).
+	// Whatever decides the approval comes after it on the chain, so the
+	// validator reads the chain from there (not whole) before a decision,
+	// and before listing the approval as pending.
+	OpenedAtSeq   uint64 `protobuf:"varint,16,opt,name=opened_at_seq,json=openedAtSeq,proto3" json:"opened_at_seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Approval) Reset() {
@@ -1297,6 +1303,13 @@ func (x *Approval) GetDecidedPolicyVersion() string {
 		return x.DecidedPolicyVersion
 	}
 	return ""
+}
+
+func (x *Approval) GetOpenedAtSeq() uint64 {
+	if x != nil {
+		return x.OpenedAtSeq
+	}
+	return 0
 }
 
 // Preview is a tool's dry run of a step.
@@ -1943,7 +1956,7 @@ const file_xct_v1_validator_proto_rawDesc = "" +
 	"\arule_id\x18\x01 \x01(\tR\x06ruleId\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\"=\n" +
 	"\x10ValidateResponse\x12)\n" +
-	"\averdict\x18\x01 \x01(\v2\x0f.xct.v1.VerdictR\averdict\"\xea\x04\n" +
+	"\averdict\x18\x01 \x01(\v2\x0f.xct.v1.VerdictR\averdict\"\x8e\x05\n" +
 	"\bApproval\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\x05R\x04step\x12\x17\n" +
@@ -1963,7 +1976,8 @@ const file_xct_v1_validator_proto_rawDesc = "" +
 	"\n" +
 	"decided_by\x18\r \x01(\tR\tdecidedBy\x12\x16\n" +
 	"\x06reason\x18\x0e \x01(\tR\x06reason\x124\n" +
-	"\x16decided_policy_version\x18\x0f \x01(\tR\x14decidedPolicyVersion\"7\n" +
+	"\x16decided_policy_version\x18\x0f \x01(\tR\x14decidedPolicyVersion\x12\"\n" +
+	"\ropened_at_seq\x18\x10 \x01(\x04R\vopenedAtSeq\"7\n" +
 	"\aPreview\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x18\n" +
 	"\acontent\x18\x02 \x01(\tR\acontent\"\x98\x02\n" +
