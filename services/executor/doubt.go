@@ -127,7 +127,7 @@ func chainState(st *xctevent.Step) string {
 		return "its outcome recorded"
 	case st.Requested != nil && st.Decided == nil:
 		return "waiting for its approval"
-	case st.Allowed():
+	case st.Attempted():
 		return "allowed, executing"
 	}
 	return "not yet allowed"

@@ -67,10 +67,12 @@ func resumeFrom(runID string, v *xctevent.Run) *resumeState {
 	case v.After != nil:
 		rs.endMessage = v.After.Message // a budget or the model's endpoint ended the run
 	case last == nil:
-	case last.Verdict() != nil && last.Verdict().EndsRun:
-		rs.endMessage = refusal(last).GetError().GetMessage()
-	case last.Allowed() && last.Error != nil && unknownOutcome(errorSignal(*last.Error)):
+	case last.Attempted() && last.Error != nil && unknownOutcome(errorSignal(*last.Error)):
 		rs.endMessage = inDoubtMessage(runID, last.Number(), last.Start.StepID, errorSignal(*last.Error))
+	case !last.Attempted() && last.Verdict() != nil && last.Verdict().EndsRun:
+		// (a budget's refusal of a new attempt, after an allowed one, is
+		// not the step's verdict: the attempt's outcome is)
+		rs.endMessage = refusal(last).GetError().GetMessage()
 	}
 	return rs
 }
@@ -91,6 +93,15 @@ func openStepOf(runID string, s *xctevent.Step) *openStep {
 	st.argsRedacted = wire.StepID(runID, st.step, st.ns.GetTool(), st.ns.GetArguments()) != st.stepID
 	if s.Verdict() != nil {
 		st.verdict, st.verdictAgent = refusal(s), s.VerdictAgent
+		if allow := s.LastAllow(); allow != nil && !s.Allowed() {
+			// A verdict after the allow refused a new attempt (a re-run,
+			// or a takeover's): the allowed attempt may have acted, so
+			// the step goes on from that allow, and the executor's record
+			// says what became of it (binding.go asks for a fresh verdict
+			// again before any new attempt). Ending it with the refusal
+			// would say "not executed" of a step that may have executed.
+			st.verdict, st.verdictAgent = recordedVerdict(*allow), agentValidator
+		}
 	}
 	if s.Requested != nil {
 		st.approvalRequested = true
@@ -110,7 +121,7 @@ func openStepOf(runID string, s *xctevent.Step) *openStep {
 		st.outcome, st.summary = xctevent.OutcomeSuccess, successSummary(notKept, reason)
 	case s.Error != nil:
 		ee := errorSignal(*s.Error)
-		if s.Allowed() {
+		if s.Attempted() {
 			st.outcome, st.summary = xctevent.OutcomeError, ee.GetCode()+": "+ee.GetMessage()
 			if unknownOutcome(ee) {
 				st.inDoubt = ee
@@ -127,7 +138,7 @@ func openStepOf(runID string, s *xctevent.Step) *openStep {
 // event when it is on the chain).
 func refusal(s *xctevent.Step) *xctv1.Verdict {
 	v := recordedVerdict(*s.Verdict())
-	if s.Error != nil && !s.Allowed() {
+	if s.Error != nil && !s.Attempted() {
 		v.Error = errorSignal(*s.Error)
 	}
 	return v

@@ -418,7 +418,7 @@ func (r *run) settleUndos(ctx context.Context) (map[string]bool, *xctv1.Run, err
 	fresh := runRecord(view)
 	settled := map[string]bool{}
 	for _, st := range view.Steps {
-		if st.Start.Tool != undoTool || !st.Allowed() || st.Result != nil {
+		if st.Start.Tool != undoTool || !st.Attempted() || st.Result != nil {
 			continue
 		}
 		open := st.Error == nil

@@ -112,10 +112,12 @@ func stepRecord(st *xctevent.Step) *xctv1.Step {
 	}
 	if v := st.Verdict(); v != nil {
 		out.Verdict = verdictOf(*v)
-		switch out.Verdict.GetDecision() {
-		case xctv1.VerdictDecision_VERDICT_DECISION_ALLOW:
+		switch {
+		case st.Attempted():
+			// (a later verdict that refused a new attempt does not undo
+			// the allowed one: it may have acted)
 			out.State = xctv1.StepState_STEP_STATE_ALLOWED
-		case xctv1.VerdictDecision_VERDICT_DECISION_NEEDS_APPROVAL:
+		case out.Verdict.GetDecision() == xctv1.VerdictDecision_VERDICT_DECISION_NEEDS_APPROVAL:
 			out.State = xctv1.StepState_STEP_STATE_NEEDS_APPROVAL
 		default:
 			out.State = xctv1.StepState_STEP_STATE_DENIED
@@ -127,7 +129,7 @@ func stepRecord(st *xctevent.Step) *xctv1.Step {
 		out.Response, _ = wire.SuccessResponse(st.Result.Output)
 	case st.Error != nil:
 		out.Response = wire.ErrorResponse(errorSignal(*st.Error))
-		if st.Allowed() {
+		if st.Attempted() {
 			out.State = xctv1.StepState_STEP_STATE_FAILED
 		}
 	case st.InDoubt:
