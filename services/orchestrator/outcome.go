@@ -157,6 +157,7 @@ func (r *run) settleStep(st *openStep, v *xctv1.Verdict, doubt *xctv1.Error) (*x
 				rerun = true
 				r.log.Warn("step in doubt re-run (idempotent tool)", "run", r.id, "step", st.step, "step_id", st.stepID)
 				res, execErr := r.call(st, v)
+				execErr = notStartedAgain(st.step, recordState(resp), res, execErr)
 				if execErr == nil || !unknownOutcome(execErr) {
 					return res, execErr, nil
 				}
@@ -220,6 +221,20 @@ func (r *run) call(st *openStep, v *xctv1.Verdict) (*xctv1.ExecuteResponse, *xct
 		return nil, execErr
 	}
 	return res, execErr
+}
+
+// notStartedAgain is the answer to a re-run of a step an earlier attempt
+// of which may have acted (its record is earlier), said truthfully: a
+// call that proves only that the re-run did not act (never sent, or
+// refused before the claim: failedCall's not_executed) says nothing of the
+// earlier attempt, so the step is still in doubt and no new attempt
+// started (the settle loop tries again). A replayed record (res) is the
+// step's own outcome and stands.
+func notStartedAgain(step int, earlier string, res *xctv1.ExecuteResponse, e *xctv1.Error) *xctv1.Error {
+	if notExec, _ := e.GetDetails().AsMap()["not_executed"].(bool); res != nil || !notExec {
+		return e
+	}
+	return stillInDoubt(step, earlier, e)
 }
 
 // notStarted reports whether e says a new attempt of a step never started

@@ -81,9 +81,15 @@ type outcomeFixture struct {
 
 func newOutcomeFixture(t *testing.T, toolTimeout time.Duration) *outcomeFixture {
 	t.Helper()
-	f := &outcomeFixture{fixture: newFixture(t, newGatedModel())}
-	f.charge = newCountTool("test.charge", xctv1.Effect_EFFECT_REVERSIBLE)
-	f.charge.timeout, f.charge.commit = toolTimeout, true
+	charge := newCountTool("test.charge", xctv1.Effect_EFFECT_REVERSIBLE)
+	charge.timeout, charge.commit = toolTimeout, true
+	return newOutcomeFixtureOf(t, charge)
+}
+
+// newOutcomeFixtureOf is newOutcomeFixture with its charge tool.
+func newOutcomeFixtureOf(t *testing.T, charge *countTool) *outcomeFixture {
+	t.Helper()
+	f := &outcomeFixture{fixture: newFixture(t, newGatedModel()), charge: charge}
 	f.proxy = testutil.NewProxy(t, strings.TrimPrefix(f.ns.ClientURL(), "nats://"))
 	ex := f.executorOn(t, "nats://"+f.proxy.Addr(), f.charge) // its records go through the proxy
 	f.es = &execServer{t: t, ex: ex, cr: f.creds}

@@ -3,10 +3,14 @@ package orchestrator
 import (
 	"context"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/grpcx"
+	"github.com/xct-dev/xct/internal/grpcx/grpcxtest"
 	"github.com/xct-dev/xct/lctl"
 	"github.com/xct-dev/xct/lctl/xctevent"
 	"github.com/xct-dev/xct/services/executor"
@@ -139,5 +143,87 @@ func TestResumeAfterARefusedReattempt(t *testing.T) {
 	refused.Verdicts = []xctevent.Verdict{deny}
 	if st := openStepOf("run", &refused); st.verdict.GetDecision() != xctv1.VerdictDecision_VERDICT_DECISION_DENY {
 		t.Errorf("a step never allowed: verdict %v; want its refusal", st.verdict.GetDecision())
+	}
+}
+
+// heldValidator relays ValidatorService's Validate to the real validator
+// over gRPC and holds the n-th call until released (the network is slow
+// for it). Every call is answered by the real validator.
+type heldValidator struct {
+	xctv1.UnimplementedValidatorServiceServer
+	to xctv1.ValidatorServiceClient
+
+	n       int32
+	calls   atomic.Int32
+	entered chan struct{}
+	release chan struct{}
+	let     sync.Once
+}
+
+// letGo releases the held call.
+func (h *heldValidator) letGo() { h.let.Do(func() { close(h.release) }) }
+
+func newHeldValidator(t *testing.T, f *fixture, n int32) (*heldValidator, string) {
+	t.Helper()
+	conn, err := grpcx.Dial(f.valAddr, grpcx.WithToken(f.creds.Token(t, grpcxtest.Service)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	h := &heldValidator{to: xctv1.NewValidatorServiceClient(conn), n: n, entered: make(chan struct{}), release: make(chan struct{})}
+	t.Cleanup(h.letGo)
+	addr := serveGRPC(t, f.creds, "validator-relay", func(s *grpcx.Server) { xctv1.RegisterValidatorServiceServer(s.GRPC, h) })
+	return h, addr
+}
+
+func (h *heldValidator) Validate(ctx context.Context, req *xctv1.ValidateRequest) (*xctv1.ValidateResponse, error) {
+	if h.calls.Add(1) == h.n {
+		close(h.entered)
+		<-h.release
+	}
+	return h.to.Validate(ctx, req)
+}
+
+// The same hole in one orchestrator: an idempotent step's first attempt
+// acted and its executor died before the outcome record, so the record is
+// in doubt and the step is re-run once. The re-run's fresh verdict came,
+// but its Execute never reached the executor (down again: the call was
+// refused before any stream opened), which proves only that the re-run
+// did not act. On main that "not executed" became the step's outcome
+// (EXECUTOR_UNAVAILABLE, not_executed) while the first attempt had acted.
+func TestReRunNotSentIsNotNotExecuted(t *testing.T) {
+	t.Parallel()
+	put := newCountTool("test.charge", xctv1.Effect_EFFECT_REVERSIBLE)
+	put.timeout, put.commit, put.idem = 300*time.Millisecond, true, true
+	f := newOutcomeFixtureOf(t, put)
+	held, relay := newHeldValidator(t, f.fixture, 2) // the first verdict passes, the re-run's is held
+	f.valAddr = relay
+	gate := put.gate(1)
+	// Settling waits long enough for the record to go in doubt (its
+	// deadline passes) with the executor back, not for the run's end.
+	a, _ := f.launch(Config{RunLease: time.Second, DrainTimeout: 5 * time.Second, Instance: "orch-a", CallTimeout: time.Minute,
+		TakeoverTimeout: 2 * time.Second, SettleTimeout: 10 * time.Second, SettlePoll: 200 * time.Millisecond}, retryModel{newGatedModel()})
+	id := f.startWith(a)
+	entered(t, put.entered) // the first attempt acted (committed) and waits
+	f.proxy.Cut()           // its executor "dies" before the outcome record
+	f.es.kill()
+	close(gate)
+	f.es.ex = f.executorOn(t, f.ns.ClientURL(), put) // restarted: the record goes in doubt, the step is re-run
+	f.es.start()
+	entered(t, held.entered) // the re-run asks for its fresh verdict
+	f.es.kill()              // and its executor is down when the re-run is sent
+	held.letGo()
+	events := f.waitFor(id, "step 1's outcome", func(e lctl.Event) bool {
+		return e.Type == lctl.TypeError && num(e.Data, "step") == 1
+	})
+	e := events[len(events)-1]
+	details, _ := e.Data["details"].(map[string]any)
+	inDoubt := e.Data["code"] == "IN_DOUBT" || details["outcome_unknown"] == true
+	if notExec, _ := details["not_executed"].(bool); notExec || !inDoubt {
+		t.Fatalf("the re-run was not sent, and step 1 ended %v while its first attempt acted (%d call(s)); want it in doubt:\n%s",
+			e.Data, put.count(1), describe(events))
+	}
+	if put.count(1) != 1 {
+		t.Fatalf("the step acted %d times", put.count(1))
 	}
 }

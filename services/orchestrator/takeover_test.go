@@ -47,6 +47,7 @@ type countTool struct {
 	effect  xctv1.Effect
 	timeout time.Duration // default a minute
 	commit  bool          // commit the effect before waiting at a gate (executor.Commit)
+	idem    bool          // the descriptor says idempotent
 
 	mu      sync.Mutex
 	calls   map[float64]int
@@ -64,7 +65,7 @@ func (c *countTool) Descriptor() *xctv1.ToolDescriptor {
 		timeout = time.Minute
 	}
 	return &xctv1.ToolDescriptor{Name: c.name, Description: "counts its calls", InputSchema: `{"type":"object"}`,
-		Effect: c.effect, Timeout: durationpb.New(timeout)}
+		Effect: c.effect, Timeout: durationpb.New(timeout), Idempotent: c.idem}
 }
 
 func (c *countTool) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.Error) {
