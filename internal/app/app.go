@@ -196,6 +196,8 @@ type App struct {
 	fatal    chan error
 	stopped  chan struct{}
 	starting sync.Mutex // held while startWhenReady starts services
+	// startLimit bounds one start after NATS came (0: startLimit).
+	startLimit time.Duration
 	// byTarget is each target's NATS connection (for provisioned).
 	byTarget map[string]*nats.Conn
 	// store holds the streams that refused a write for want of room:
@@ -591,9 +593,18 @@ func Start(ctx context.Context, cfg Config, targets []string, log *slog.Logger, 
 		m := &module{target: t, svc: svc, srv: servers[t], errc: make(chan error, 1)}
 		if waitErr == nil {
 			if err := svc.Start(ctx); err != nil {
-				return nil, fmt.Errorf("start %s: %w", t, dependencyErr(err, cfg.NATSURL))
+				err = fmt.Errorf("start %s: %w", t, dependencyErr(err, cfg.NATSURL))
+				if !restartable[t] || !dependencyFailure(err) {
+					return nil, err
+				}
+				// NATS answered the probe, then not this start (a leader
+				// election, say): wait, as when it did not answer at all.
+				waitErr = err
+				a.waitingFor(waitErr)
+				log.Warn("waiting for NATS: serving NOT_SERVING until a start succeeds", "service", t, "reason", waitErr)
+			} else {
+				m.started = true
 			}
-			m.started = true
 		}
 		svc.Register(m.srv.GRPC)
 		a.modules = append(a.modules, m)

@@ -83,9 +83,42 @@ func (a *App) notReady() error {
 	return nil
 }
 
+// startLimit bounds one start of a service after NATS came.
+const startLimit = time.Minute
+
+// startTimeout is startLimit, or the App's own (tests).
+func (a *App) startTimeout() time.Duration {
+	if a.startLimit > 0 {
+		return a.startLimit
+	}
+	return startLimit
+}
+
+// restartable are the targets whose Start may be called again after it
+// failed (a failed Start keeps nothing of its attempt, and sets started
+// only once it succeeded). The others' Start is one attempt: a failure
+// ends the process, and its supervisor starts it again.
+var restartable = map[string]bool{TargetTracer: true}
+
+// dependencyFailure reports whether a start failed on NATS or JetStream
+// (no answer in time, no responders, the connection gone, a stream not
+// there yet), not on the service's own configuration or files: such a
+// start is worth trying again once NATS answers.
+func dependencyFailure(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) ||
+		errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrDisconnected) || errors.Is(err, nats.ErrConnectionReconnecting) ||
+		errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, jsguard.ErrMissing) ||
+		(errors.As(err, &apiErr) && apiErr.Code >= 500)
+}
+
 // startWhenReady probes JetStream with backoff until it answers, then
-// starts every service in start order and reports SERVING. A start that
-// fails then ends the process (Err); so does nothing while Stop was called.
+// starts every service not started yet in start order and reports
+// SERVING. A restartable service whose start failed on NATS (a leader
+// election that left a request unanswered, say) is started again, with
+// backoff, NOT_SERVING with the reason meanwhile: the process does not
+// exit after it said it listens. Any other failed start ends the process
+// (Err); so does nothing while Stop was called.
 func (a *App) startWhenReady(url string, conns []*nats.Conn) {
 	wait := 250 * time.Millisecond
 	for {
@@ -117,21 +150,41 @@ func (a *App) startWhenReady(url string, conns []*nats.Conn) {
 	a.mu.Lock()
 	modules := a.modules
 	a.mu.Unlock()
-	for _, m := range modules {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	wait = 250 * time.Millisecond
+	for i := 0; i < len(modules); {
+		m := modules[i]
+		a.mu.Lock()
+		started := m.started
+		a.mu.Unlock()
+		if started {
+			i++
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), a.startTimeout())
 		err := m.svc.Start(ctx)
 		cancel()
 		if err != nil {
 			err = fmt.Errorf("start %s: %w", m.target, dependencyErr(err, url))
-			a.log.Error("could not start after NATS came", "service", m.target, "err", err)
 			a.waitingFor(err)
-			a.fatal <- err
-			return
+			if !restartable[m.target] || !dependencyFailure(err) {
+				a.log.Error("could not start after NATS came", "service", m.target, "err", err)
+				a.fatal <- err
+				return
+			}
+			a.log.Warn("could not start after NATS came; starting it again", "service", m.target, "err", err, "delay", wait)
+			select {
+			case <-a.stopped:
+				return
+			case <-time.After(wait):
+			}
+			wait = min(wait*2, 5*time.Second)
+			continue
 		}
 		a.mu.Lock()
 		m.started = true
 		a.mu.Unlock()
 		a.log.Info("started", "service", m.target)
+		i++
 	}
 	a.waitingFor(nil)
 	if err := a.store.Err(); err != nil {

@@ -462,7 +462,7 @@ func (c *cluster) check(ctx context.Context, d *driver, in *injector, rep *repor
 		rep.findf("duplicate: operation %s acted under %d step ids: %s; faults within 3s of the first effect (%s): %s", op, len(keys), strings.Join(parts, "; "),
 			first.UTC().Format("15:04:05.000"), in.near(first, 3*time.Second))
 	}
-	return c.checkTracer(ctx, d.tracer, copies, rep)
+	return c.checkTracer(ctx, d.tracer, copies, in, rep)
 }
 
 // tracerCatchUp bounds how long the tracer may take, after the runs were
@@ -475,7 +475,7 @@ const tracerCatchUp = 60 * time.Second
 // follow: a signed checkpoint, a run that went on), with the same hash.
 // A copy that does not within tracerCatchUp has lost events: counted as
 // lost.
-func (c *cluster) checkTracer(ctx context.Context, tracer lctlv1.TracerServiceClient, copies map[string]lctl.Event, rep *report) error {
+func (c *cluster) checkTracer(ctx context.Context, tracer lctlv1.TracerServiceClient, copies map[string]lctl.Event, in *injector, rep *report) error {
 	ids := make([]string, 0, len(copies))
 	for id := range copies {
 		ids = append(ids, id)
@@ -503,6 +503,12 @@ func (c *cluster) checkTracer(ctx context.Context, tracer lctlv1.TracerServiceCl
 			}
 			if why == "" || time.Now().After(by) || !backoff(ctx, attempt) {
 				break
+			}
+			// A tracer that exited during the check is a crash, and is
+			// started again: what it lost is then counted, not its
+			// absence.
+			if err := in.revive("during the check of the tracer's copies"); err != nil {
+				return err
 			}
 		}
 		if why != "" {

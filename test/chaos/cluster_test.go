@@ -203,6 +203,9 @@ type cluster struct {
 	// disks are the stores on file systems of their own, for the
 	// disk-full fault (disk_test.go): every node's and the tracer's.
 	disks []disk
+	// keepLogs: write the processes' output at the end (stopAll), the
+	// phase's checks having failed.
+	keepLogs bool
 }
 
 func (c *cluster) members() []*member {
@@ -553,7 +556,7 @@ func (c *cluster) stopAll(t *testing.T) {
 		m.stop()
 	}
 	c.unmountDisks()
-	if t.Failed() || os.Getenv("XCT_CHAOS_LOGS") != "" {
+	if t.Failed() || c.keepLogs || os.Getenv("XCT_CHAOS_LOGS") != "" {
 		dir := os.Getenv("XCT_CHAOS_LOGS")
 		if dir == "" {
 			dir, _ = os.MkdirTemp("", "xct-chaos-logs-")

@@ -96,20 +96,27 @@ func (in *injector) run(ctx context.Context, n int) error {
 	return in.c.heal()
 }
 
-// one injects fault number i and undoes it after its hold.
-func (in *injector) one(ctx context.Context, i int) error {
-	c := in.c
-	// A process that died on its own since the last fault is a finding:
-	// it is noted and started again before the next fault.
-	for _, m := range c.members() {
+// revive notes every process that died on its own (a finding: when says
+// when it was seen) and starts it again.
+func (in *injector) revive(when string) error {
+	for _, m := range in.c.members() {
 		if !m.alive() {
 			in.mu.Lock()
-			in.crashes = append(in.crashes, fmt.Sprintf("%s exited on its own before fault #%d: %s", m.name, i, lastLines(m.current().Output(), 3)))
+			in.crashes = append(in.crashes, fmt.Sprintf("%s exited on its own %s: %s", m.name, when, lastLines(m.current().Output(), 3)))
 			in.mu.Unlock()
 			if err := m.start(120 * time.Second); err != nil {
 				return err
 			}
 		}
+	}
+	return nil
+}
+
+// one injects fault number i and undoes it after its hold.
+func (in *injector) one(ctx context.Context, i int) error {
+	c := in.c
+	if err := in.revive(fmt.Sprintf("before fault #%d", i)); err != nil {
+		return err
 	}
 	kind := c.cfg.kinds[in.rng.IntN(len(c.cfg.kinds))]
 	hold := in.dur(200*time.Millisecond, 2500*time.Millisecond)
