@@ -372,7 +372,7 @@ func Dial(addr string, options ...DialOption) (*grpc.ClientConn, error) {
 		if !cfg.tls.Enabled() && !cfg.plaintextAny && !isLoopback(targetHost(addr)) {
 			return nil, fmt.Errorf("dial %s: refusing to send a bearer token without TLS to a non-loopback address (set --tls-ca, or --plaintext-any)", addr)
 		}
-		opts = append(opts, grpc.WithPerRPCCredentials(bearerCreds{token: cfg.token, secure: cfg.tls.Enabled()}))
+		opts = append(opts, grpc.WithPerRPCCredentials(newBearerCreds(cfg.token, cfg.tls.Enabled())))
 	}
 	if telemetry.Enabled() {
 		opts = append(opts, grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithFilter(notHealth))))

@@ -392,7 +392,7 @@ func TestDeadlineRequired(t *testing.T) {
 	tok, _ := auth.TokenOf(creds, "alice")
 	// A raw client, without grpcx's default deadline.
 	conn, err := grpc.NewClient(srv.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithPerRPCCredentials(bearerCreds{token: tok}))
+		grpc.WithPerRPCCredentials(newBearerCreds(tok, false)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -553,5 +553,39 @@ func TestDevCertsAreUsable(t *testing.T) {
 	}
 	if fi, err := os.Stat(files("validator").Key); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("key mode %v %v", fi.Mode(), err)
+	}
+}
+
+// TestBearerMetadataKept: the bearer token's metadata is made once and
+// handed to gRPC at every call, which is only right while gRPC copies it
+// and changes nothing in it. Calls, each authenticated by it, leave it as
+// it was.
+func TestBearerMetadataKept(t *testing.T) {
+	t.Parallel()
+	a, creds := tokensFile(t)
+	srv, ps := serve(t, WithSecurity(Security{Plaintext: true}), WithAuth(a))
+	tok, _ := auth.TokenOf(creds, "alice")
+	b := newBearerCreds(tok, false)
+	conn, err := grpc.NewClient(srv.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithPerRPCCredentials(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close() }()
+	for i := range 3 {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		out := &wrapperspb.StringValue{}
+		err := conn.Invoke(ctx, "/test.Ping/Ping", &emptypb.Empty{}, out)
+		cancel()
+		if err != nil || out.GetValue() != "alice" {
+			t.Fatalf("call %d: %q, %v", i, out.GetValue(), err)
+		}
+	}
+	if ps.calls.Load() != 3 {
+		t.Fatalf("%d calls reached the handler, want 3", ps.calls.Load())
+	}
+	md, err := b.GetRequestMetadata(context.Background())
+	if err != nil || len(md) != 1 || md["authorization"] != "Bearer "+tok {
+		t.Fatalf("the metadata changed: %v, %v", md, err)
 	}
 }

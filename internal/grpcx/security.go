@@ -248,14 +248,21 @@ func (l *limiter) allow(principal string) bool {
 	return b.lim.AllowN(now, 1)
 }
 
-// bearerCreds sends a bearer token with every call.
+// bearerCreds sends a bearer token with every call. The metadata is made
+// once: gRPC copies what GetRequestMetadata returns into the call's
+// headers and does not change the map (TestBearerMetadataKept), so each
+// call need not allocate its own map and header value.
 type bearerCreds struct {
-	token  string
+	md     map[string]string
 	secure bool
 }
 
+func newBearerCreds(token string, secure bool) bearerCreds {
+	return bearerCreds{md: map[string]string{"authorization": "Bearer " + token}, secure: secure}
+}
+
 func (b bearerCreds) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
-	return map[string]string{"authorization": "Bearer " + b.token}, nil
+	return b.md, nil
 }
 
 func (b bearerCreds) RequireTransportSecurity() bool { return b.secure }
@@ -264,7 +271,7 @@ func (b bearerCreds) RequireTransportSecurity() bool { return b.secure }
 // caller's identity, e.g. the tracer's HTTP API calling the validator).
 // The connection must not carry a token of its own.
 func TokenCallOption(token string) grpc.CallOption {
-	return grpc.PerRPCCredentials(bearerCreds{token: token})
+	return grpc.PerRPCCredentials(newBearerCreds(token, false))
 }
 
 // HealthServer is a plaintext gRPC server that serves only the health
