@@ -28,6 +28,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/wire"
 	"github.com/xct-dev/xct/lctl"
 	"github.com/xct-dev/xct/lctl/text"
 )
@@ -92,24 +93,17 @@ func CanonicalArguments(args map[string]any) ([]byte, error) {
 // DigestOf is ArgumentsDigest of arguments already in canonical form.
 func DigestOf(canonical []byte) string {
 	sum := sha256.Sum256(canonical)
-	return "sha256:" + hex.EncodeToString(sum[:])
+	const prefix = "sha256:"
+	var out [len(prefix) + 2*sha256.Size]byte
+	copy(out[:], prefix)
+	hex.Encode(out[len(prefix):], sum[:])
+	return string(out[:])
 }
 
-// StepIDOf is wire.StepIDOf from arguments already in canonical form: the
-// canonical JSON of [run, step, tool, arguments] is that of each element,
-// comma-separated, in brackets, so the arguments are not encoded again.
+// StepIDOf is wire.StepIDOf from arguments already in canonical form
+// (wire.StepIDOfCanonical).
 func StepIDOf(runID string, step int, tool string, canonical []byte) (string, error) {
-	head, err := lctl.Canonical([]any{runID, float64(step), tool})
-	if err != nil {
-		return "", err
-	}
-	h := sha256.New()
-	h.Write(head[:len(head)-1]) // without its closing bracket
-	h.Write([]byte{','})
-	h.Write(canonical)
-	h.Write([]byte{']'})
-	var sum [sha256.Size]byte
-	return hex.EncodeToString(h.Sum(sum[:0])[:16]), nil
+	return wire.StepIDOfCanonical(runID, step, tool, canonical)
 }
 
 // ToolDigest is "sha256:" and the hex SHA-256 of the canonical JSON of

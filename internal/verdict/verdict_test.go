@@ -1,6 +1,8 @@
 package verdict
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"math"
 	"os"
 	"path/filepath"
@@ -114,19 +116,20 @@ func TestStepIDOfCanonicalArguments(t *testing.T) {
 		{"\u2028": "line\nsep\t\"q\"\\", "big": 1e21, "tiny": 5e-324, "neg": math.Copysign(0, -1), "emoji": "\U0001F600", "ctl": "\x01\x1f"},
 		{"b": []any{}, "a": map[string]any{}, "aa": []any{[]any{[]any{1.0}}}},
 	}
-	runs := []string{"run", "", "ru\"n\\", "\u00e9t\u00e9", "\x7f<>&"}
+	runs := []string{"run", "", "ru\"n\\", "\u00e9t\u00e9", "\x7f<>&", "~ !", "a\x00b", "bad\xffutf8", "tab\there"}
 	for _, args := range argsCases {
 		canon, err := CanonicalArguments(args)
 		if err != nil {
 			t.Fatal(err)
 		}
 		want, err := ArgumentsDigest(args)
-		if err != nil || DigestOf(canon) != want {
+		sum := sha256.Sum256(canon)
+		if err != nil || DigestOf(canon) != want || want != "sha256:"+hex.EncodeToString(sum[:]) {
 			t.Fatalf("%v: DigestOf %s, ArgumentsDigest %s (%v)", args, DigestOf(canon), want, err)
 		}
 		for _, run := range runs {
-			for _, step := range []int{0, 1, 3, 1 << 40} {
-				for _, tool := range []string{"fs.write", "", "t\u00f6\"ol"} {
+			for _, step := range []int{0, 1, 3, -7, 1 << 40, 1<<53 - 1, 1 << 53, 1<<53 + 1, -1 << 53, math.MaxInt64, math.MinInt64} {
+				for _, tool := range []string{"fs.write", "", "t\u00f6\"ol", "x\u2028y", "nul\x00"} {
 					got, err := StepIDOf(run, step, tool, canon)
 					if err != nil {
 						t.Fatal(err)

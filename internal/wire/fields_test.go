@@ -1,12 +1,16 @@
 package wire_test
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"math"
 	"testing"
 
 	"google.golang.org/protobuf/types/known/structpb"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/wire"
+	"github.com/xct-dev/xct/lctl"
 )
 
 // The encoders over recorded fields give the model exactly the bytes the
@@ -71,5 +75,37 @@ func TestStepIDOfMatchesStepID(t *testing.T) {
 	}
 	if wire.StepIDOf("run-1", 3, "fs.write", m) == wire.StepIDOf("run-1", 3, "fs.write", map[string]any{"path": "b"}) {
 		t.Error("different arguments, same id")
+	}
+}
+
+// The step id is the SHA-256 of the canonical JSON of the whole tuple: the
+// head written without boxing (plain strings in quotes, the step's digits)
+// gives the same bytes as encoding [chain, float64(step), tool, args] in
+// one go, for ids and tools that need escaping and steps past 2^53 too.
+func TestStepIDOfIsTheTupleHash(t *testing.T) {
+	t.Parallel()
+	args := []map[string]any{nil, {}, {"a": "\u2028\"x\\", "n": 1e21, "z": []any{nil, true}}}
+	chains := []string{"run-1", "", "q\"q", "r\"u\\n", "\u00e9t\u00e9", "\x7f~ !", "a\x00b", "bad\xffutf8", "tab\there", "x\u2028y"}
+	steps := []int{0, 1, -7, 1<<53 - 1, 1 << 53, 1<<53 + 1, -1 << 53, math.MaxInt64, math.MinInt64}
+	for _, a := range args {
+		m := a
+		if m == nil {
+			m = map[string]any{}
+		}
+		for _, chain := range chains {
+			for _, step := range steps {
+				for _, tool := range chains {
+					full, err := lctl.Canonical([]any{chain, float64(step), tool, m})
+					if err != nil {
+						t.Fatal(err)
+					}
+					sum := sha256.Sum256(full)
+					want := hex.EncodeToString(sum[:16])
+					if got := wire.StepIDOf(chain, step, tool, a); got != want {
+						t.Fatalf("StepIDOf(%q, %d, %q, %v) = %s, the tuple's hash is %s", chain, step, tool, a, got, want)
+					}
+				}
+			}
+		}
 	}
 }

@@ -395,13 +395,72 @@ func StepIDOf(chainID string, step int, tool string, args map[string]any) string
 	if args == nil {
 		args = map[string]any{}
 	}
-	c, err := lctl.Canonical([]any{chainID, float64(step), tool, args})
+	c, err := lctl.Canonical(args)
 	if err != nil {
 		// structpb values are always JSON; this cannot happen.
 		panic(fmt.Sprintf("step id: %v", err))
 	}
-	sum := sha256.Sum256(c)
-	return hex.EncodeToString(sum[:16])
+	id, err := StepIDOfCanonical(chainID, step, tool, c)
+	if err != nil {
+		panic(fmt.Sprintf("step id: %v", err))
+	}
+	return id
+}
+
+// StepIDOfCanonical is StepIDOf from arguments already in canonical form:
+// the canonical JSON of [chain, step, tool, arguments] is that of each
+// element, comma-separated, in brackets, so the arguments are not encoded
+// again, and the head is written without boxing its three values.
+func StepIDOfCanonical(chainID string, step int, tool string, canonical []byte) (string, error) {
+	var scratch [128]byte
+	head := append(scratch[:0], '[')
+	head, err := appendCanonicalString(head, chainID)
+	if err != nil {
+		return "", err
+	}
+	head = append(head, ',')
+	if head, err = appendCanonicalStep(head, step); err != nil {
+		return "", err
+	}
+	head = append(head, ',')
+	if head, err = appendCanonicalString(head, tool); err != nil {
+		return "", err
+	}
+	head = append(head, ',')
+	h := sha256.New()
+	h.Write(head)
+	h.Write(canonical)
+	h.Write([]byte{']'})
+	var sum [sha256.Size]byte
+	var id [32]byte
+	hex.Encode(id[:], h.Sum(sum[:0])[:16])
+	return string(id[:]), nil
+}
+
+// appendCanonicalString appends the canonical JSON of s: itself in quotes
+// when it has only printable ASCII other than the quote and the backslash
+// (what a run id and a tool name are), lctl.Canonical's form otherwise.
+func appendCanonicalString(b []byte, s string) ([]byte, error) {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
+			enc, err := lctl.Canonical(s)
+			return append(b, enc...), err
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"'), nil
+}
+
+// appendCanonicalStep appends the canonical JSON of float64(step): its
+// decimal digits while the float is the integer exactly, lctl.Canonical's
+// form otherwise.
+func appendCanonicalStep(b []byte, step int) ([]byte, error) {
+	if step > -1<<53 && step < 1<<53 {
+		return strconv.AppendInt(b, int64(step), 10), nil
+	}
+	enc, err := lctl.Canonical(float64(step))
+	return append(b, enc...), err
 }
 
 // SystemToolPrefix starts the names of the system's own tools (xct.undo):
