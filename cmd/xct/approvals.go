@@ -171,8 +171,8 @@ func cmdDecide(ctx context.Context, approve bool, args []string, stdout, stderr 
 	a := resp.GetApproval()
 	fmt.Fprintf(stdout, "step %d (%s) of %s %s by %s\n", a.GetStep(), a.GetStepId(), a.GetRunId(), map[bool]string{true: "approved", false: "denied"}[approve], a.GetDecidedBy())
 	if v := a.GetDecidedPolicyVersion(); approve && v != "" && v != a.GetPolicyVersion() {
-		fmt.Fprintf(stdout, "note: the approval was asked under policy %s and the policy is now %s: it does not count, and the step is refused (the model may propose it again under this policy)\n",
-			a.GetPolicyVersion(), v)
+		fmt.Fprintf(stdout, "note: the approval was asked under policy %s and the policy is now %s: it counts only while the policy in force asks a human about the step for the same rules (%s); otherwise the step is refused (the model may propose it again under this policy)\n",
+			a.GetPolicyVersion(), v, strings.Join(ruleIDs(a.GetReasons()), ", "))
 	}
 	return nil
 }
@@ -249,4 +249,13 @@ func cmdResolve(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fmt.Fprintf(stdout, "step %s resolved as %s by %s (state %s)\n", stepID, *outcome, resp.GetStep().GetResolution().GetResolvedBy(),
 		strings.ToLower(strings.TrimPrefix(resp.GetStep().GetState().String(), "STEP_RECORD_STATE_")))
 	return nil
+}
+
+// ruleIDs are the rule ids of reasons.
+func ruleIDs(reasons []*xctv1.Reason) []string {
+	out := make([]string, 0, len(reasons))
+	for _, r := range reasons {
+		out = append(out, r.GetRuleId())
+	}
+	return out
 }

@@ -2,6 +2,7 @@ package validator_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"strings"
@@ -130,5 +131,73 @@ func TestApprovalUnderAnotherPolicyIsRefused(t *testing.T) {
 	if v.GetDecision() != xctv1.VerdictDecision_VERDICT_DECISION_DENY || v.GetError().GetCode() != string(wire.CodePolicyDenied) ||
 		!strings.Contains(v.GetError().GetMessage(), "policy") {
 		t.Fatalf("verdict after bob approved under another policy: %v", v)
+	}
+}
+
+// Session 16 (ops16), issue 12: a policy reload that does not change what
+// the policy asks a human about a step does not undo the human's approval
+// of it; one that changes it does. On main any reload (a new version)
+// made every approval given before it, and not yet used, deny its step,
+// and a pending one too once decided: an operator who added an unrelated
+// rule made every waiting approver's work void. Now an approval counts
+// while the policy in force asks a human about the step for the rules and
+// messages the approver was shown (TestApprovalUnderAnotherPolicyIsRefused:
+// a rule renamed asks for another; it still denies). A reload that denies
+// the step denies it, approved or not; one that allows it needs no human.
+func TestApprovalAcrossAPolicyReload(t *testing.T) {
+	t.Parallel()
+	unrelated := approvalPolicy + `  - id: no-shell-in-config
+    effect: deny
+    tools: ["shell.exec"]
+    when: 'args.command.contains("config/")'
+`
+	denies := strings.Replace(approvalPolicy, "effect: require_approval", "effect: deny", 1)
+	message := strings.Replace(approvalPolicy, "writes under config/ need a human", "writes under config/ need two humans", 1)
+	for _, tc := range []struct {
+		name   string
+		policy string
+		// decided: bob decides before the reload (else after it).
+		decidedBefore bool
+		want          xctv1.VerdictDecision
+		code          wire.Code
+	}{
+		{"unrelated rule added; approved before", unrelated, true, xctv1.VerdictDecision_VERDICT_DECISION_ALLOW, ""},
+		{"unrelated rule added; approved after", unrelated, false, xctv1.VerdictDecision_VERDICT_DECISION_ALLOW, ""},
+		{"step now denied; approved before", denies, true, xctv1.VerdictDecision_VERDICT_DECISION_DENY, wire.CodePolicyDenied},
+		{"step now denied; approved after", denies, false, xctv1.VerdictDecision_VERDICT_DECISION_DENY, wire.CodePolicyDenied},
+		{"the asking rule says another thing", message, true, xctv1.VerdictDecision_VERDICT_DECISION_DENY, wire.CodePolicyDenied},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			a := startApprovals(t)
+			req := configWrite(t, 1, "config/app.yaml")
+			asked := a.request(t, req, nil)
+			decide := func() {
+				t.Helper()
+				if _, err := a.decide("run-1", asked.GetStepId(), true, "bob", "fine"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tc.decidedBefore {
+				decide()
+			}
+			before := a.s.PolicyVersion()
+			if err := os.WriteFile(a.path, []byte(tc.policy), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := a.s.ReloadPolicy(); err != nil || a.s.PolicyVersion() == before {
+				t.Fatalf("reload: %v (version %s)", err, a.s.PolicyVersion())
+			}
+			if !tc.decidedBefore {
+				decide()
+			}
+			v := validate(t, a.s, req)
+			if v.GetDecision() != tc.want || (tc.code != "" && v.GetError().GetCode() != string(tc.code)) {
+				t.Fatalf("verdict: %v; want %v %s", v, tc.want, tc.code)
+			}
+			if tc.want == xctv1.VerdictDecision_VERDICT_DECISION_ALLOW && !strings.Contains(fmt.Sprint(v.GetReasons()), "approved by bob") {
+				t.Errorf("allowed without saying bob approved it: %v", v.GetReasons())
+			}
+		})
 	}
 }

@@ -635,15 +635,21 @@ func (s *Service) consultApproval(ctx context.Context, installed *installedPolic
 			return
 		}
 	}
-	underOther := a.GetPolicyVersion() != installed.version || (a.GetDecidedPolicyVersion() != "" && a.GetDecidedPolicyVersion() != installed.version)
+	// The approval counts while the policy in force asks a human about
+	// this step for what the human was shown: the rules and messages that
+	// asked (its reasons), whatever else a reload changed. v holds the
+	// policy in force's needs-approval verdict for the step.
+	underOther := !sameReasons(a.GetReasons(), v.GetReasons())
 	switch st := a.GetState(); {
 	case st == xctv1.ApprovalState_APPROVAL_STATE_APPROVED && !expired && underOther:
 		// Given for what another policy asked: the policy in force asks
 		// its own human (the model may propose the step again).
-		s.log.Warn("an approval given under another policy than the one in force is not counted; denied", "run_id", runID, "step_id", in.StepID,
-			"asked_under", a.GetPolicyVersion(), "decided_under", a.GetDecidedPolicyVersion(), "policy", installed.version)
-		msg := fmt.Sprintf("this step's approval was asked under policy %s (%s) and decided under %s; the policy in force is %s, so it does not count: propose the step again to ask under this policy",
-			a.GetPolicyVersion(), strings.Join(reasonIDs(a.GetReasons()), ", "), orUnrecorded(a.GetDecidedPolicyVersion()), installed.version)
+		s.log.Warn("an approval given for other rules than the policy in force asks about the step is not counted; denied", "run_id", runID, "step_id", in.StepID,
+			"asked_under", a.GetPolicyVersion(), "decided_under", a.GetDecidedPolicyVersion(), "policy", installed.version,
+			"asked_for", strings.Join(reasonIDs(a.GetReasons()), ","), "policy_asks_for", strings.Join(reasonIDs(v.GetReasons()), ","))
+		msg := fmt.Sprintf("this step's approval was asked under policy %s (%s) and decided under %s; the policy in force, %s, asks a human about it for other rules (%s), so it does not count: propose the step again to ask under this policy",
+			a.GetPolicyVersion(), strings.Join(reasonIDs(a.GetReasons()), ", "), orUnrecorded(a.GetDecidedPolicyVersion()), installed.version,
+			strings.Join(reasonIDs(v.GetReasons()), ", "))
 		denyBecause(v, reasonApproval, "the approval was given under another policy than the one in force",
 			wire.WithDetails(wire.Errorf(wire.CodePolicyDenied, "%s", msg), map[string]any{
 				"asked_under": a.GetPolicyVersion(), "decided_under": a.GetDecidedPolicyVersion(), "policy_version": installed.version}))
@@ -671,6 +677,14 @@ func (s *Service) consultApproval(ctx context.Context, installed *installedPolic
 				map[string]any{"tool": truncate(in.Tool.GetName(), maxToolNameInMsg), "expires_at": at}))
 		v.ApprovalTtl = nil
 	}
+}
+
+// sameReasons reports whether an approval's reasons (what asked for a
+// human when it was opened, shown to the approver) are the ones the policy
+// in force gives for the step now: the same rules with the same messages,
+// in the same order.
+func sameReasons(asked, now []*xctv1.Reason) bool {
+	return slices.EqualFunc(asked, now, func(a, b *xctv1.Reason) bool { return proto.Equal(a, b) })
 }
 
 // sameProposal reports whether a stored approval is for exactly this
