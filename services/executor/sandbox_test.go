@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/xct-dev/xct/internal/testutil"
 	"github.com/xct-dev/xct/internal/wire"
@@ -109,6 +110,25 @@ func sandboxProbe(args []string) int {
 		}
 		fmt.Println("listening")
 		return 0
+	case "memfd":
+		// Fills memory files (memfd_create: shared memory, counted by no
+		// tmpfs size and not by RLIMIT_AS) with the number of bytes
+		// given, 1 MiB each, holding them open.
+		n, _ := strconv.Atoi(args[1])
+		chunk := make([]byte, 1<<20)
+		for held := 0; held < n; held += len(chunk) {
+			fd, _, errno := syscall.Syscall(probeSyscalls[runtime.GOARCH]["memfd_create"], uintptr(unsafe.Pointer(&[]byte("xct\x00")[0])), 0, 0) //nolint:gosec // a NUL-terminated name the kernel reads during the call
+			if errno != 0 {
+				fmt.Println("memfd_create failed:", errno)
+				return 1
+			}
+			if _, err := syscall.Write(int(fd), chunk); err != nil {
+				fmt.Println("write failed:", err)
+				return 1
+			}
+		}
+		fmt.Println("held", n)
+		return 0
 	case "read":
 		b, err := os.ReadFile(args[1])
 		if err != nil {
@@ -123,8 +143,8 @@ func sandboxProbe(args []string) int {
 
 // probeSyscalls are system call numbers the probe tries.
 var probeSyscalls = map[string]map[string]uintptr{
-	"amd64": {"ptrace": 101, "keyctl": 250, "bpf": 321, "userfaultfd": 323, "io_uring_setup": 425, "perf_event_open": 298},
-	"arm64": {"ptrace": 117, "keyctl": 219, "bpf": 280, "userfaultfd": 282, "io_uring_setup": 425, "perf_event_open": 241},
+	"amd64": {"ptrace": 101, "keyctl": 250, "bpf": 321, "userfaultfd": 323, "io_uring_setup": 425, "perf_event_open": 298, "memfd_create": 319},
+	"arm64": {"ptrace": 117, "keyctl": 219, "bpf": 280, "userfaultfd": 282, "io_uring_setup": 425, "perf_event_open": 241, "memfd_create": 279},
 }
 
 // TestSandboxSeccomp: inside the sandbox the kernel's riskier doors answer
@@ -283,6 +303,16 @@ func TestSandboxConfinement(t *testing.T) {
 		res := resultAs[ShellResult](t, shell(t, s, "sh", "-c", "echo x > /dev/shm/small && head -c 4 /dev/urandom > /dev/null && echo ok; head -c 700000 /dev/zero > /dev/a && echo wrote"))
 		if res.Stdout != "ok\n" || !strings.Contains(res.Stderr, "Read-only file system") {
 			t.Errorf("/dev: %+v", res)
+		}
+		// Memory files (memfd_create) are shared memory no tmpfs size
+		// bounds: on main a program held 16 MiB of them under a 1 MiB
+		// max_tmp_bytes (as many as RLIMIT_NOFILE, each up to
+		// RLIMIT_FSIZE). Now memfd_create is refused as a kernel
+		// without it refuses it (ENOSYS): callers fall back to
+		// /dev/shm, which is sized.
+		res = resultAs[ShellResult](t, shell(t, s, "probe", sandboxProbeArg, "memfd", "16777216"))
+		if res.Stdout != fmt.Sprintf("memfd_create failed: %v\n", syscall.ENOSYS) {
+			t.Errorf("memory files past max_tmp_bytes: %+v", res)
 		}
 		// So was the sandbox's root, where bwrap makes the workspace's
 		// parent directories (outside /tmp): now read-only once the

@@ -59,8 +59,9 @@ var seccompDenied = map[string][]uint32{
 // calls may make no Unix socket but a stream or seqpacket pair
 // (noUnixSockets).
 var (
-	seccompSocket     = map[string]uint32{"amd64": 41, "arm64": 198}
-	seccompSocketpair = map[string]uint32{"amd64": 53, "arm64": 199}
+	seccompMemfdCreate = map[string]uint32{"amd64": 319, "arm64": 279}
+	seccompSocket      = map[string]uint32{"amd64": 41, "arm64": 198}
+	seccompSocketpair  = map[string]uint32{"amd64": 53, "arm64": 199}
 )
 
 // afUnix is AF_UNIX; sockStream, sockSeqpacket and sockTypeMask are
@@ -87,6 +88,7 @@ const (
 	seccompErrno    = 0x00050000
 	seccompKillProc = 0x80000000
 	eperm           = 1
+	enosys          = 38  // ENOSYS
 	eprotonosupport = 93  // EPROTONOSUPPORT
 	ipprotoMPTCP    = 262 // IPPROTO_MPTCP
 	x32SyscallBit   = 0x40000000
@@ -143,6 +145,16 @@ func seccompProgram(noUnix bool) []byte {
 		sockFilter{code: bpfJeqK, jt: 0, jf: 1, k: ipprotoMPTCP},
 		sockFilter{code: bpfRetK, k: seccompErrno | eprotonosupport},
 		sockFilter{code: bpfLdWAbs, k: 0}, // the system call number again
+	)
+	// Memory files (memfd_create): shared memory that no tmpfs size
+	// bounds and RLIMIT_AS does not count while unmapped, so a program
+	// held RLIMIT_NOFILE of them, each up to RLIMIT_FSIZE (a terabyte
+	// with the defaults). Refused as a kernel without them refuses
+	// them (ENOSYS): glibc's callers, Chromium and systemd's tools fall
+	// back to /dev/shm, which is sized (max_tmp_bytes).
+	prog = append(prog,
+		sockFilter{code: bpfJeqK, jt: 0, jf: 1, k: seccompMemfdCreate[runtime.GOARCH]},
+		sockFilter{code: bpfRetK, k: seccompErrno | enosys},
 	)
 	if noUnix {
 		prog = append(prog,
