@@ -7,11 +7,14 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"os"
 	"path"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
+	"time"
 	"unicode"
 
 	"golang.org/x/sys/unix"
@@ -178,7 +181,163 @@ func (w *workspace) protectedNames(budget int) (protectedSet, string) {
 			break
 		}
 	}
+	targets := w.protected.linkTargets(w.root, w.abs, out)
+	for target := range targets {
+		out.addPath(w.root, target)
+	}
+	if cut == "" {
+		w.targets.set(targets)
+	}
 	return out, cut
+}
+
+// Links out of protected entries. A protected entry that is a symbolic
+// link (.envrc -> tools/envrc), or a link inside a protected directory
+// (.git/hooks/pre-commit -> ../../scripts/pre-commit, as hook managers
+// and many projects install them), runs or configures what it leads to,
+// an ordinary file of the workspace: on main fs.write of that file
+// (reversible, no human) changed what the next human's commit ran. So
+// what such a link leads to inside the workspace is protected too: the
+// fs tools refuse to change it (or a directory holding it), a sandbox
+// mounts it read-only, and one made or replaced by a program is moved
+// aside after it, as a protected entry is. Links are looked for in each
+// protected directory at most linkScanDepth directories down and
+// linkScanEntries names in, never in a repository's objects, references
+// or logs.
+const (
+	linkScanEntries = 4096
+	linkScanDepth   = 4
+	// linkTargetsFresh is how long the fs tools take the link targets
+	// of the last scan for the workspace's: links into the workspace
+	// are made by a human (a program's new protected entry, a link
+	// included, is moved aside after it).
+	linkTargetsFresh = 2 * time.Second
+)
+
+// linkScanSkip are the directories of a repository the look for links
+// does not enter: its objects, references and their logs (many names,
+// never a link a program follows).
+var linkScanSkip = map[string]bool{"objects": true, "refs": true, "logs": true, "lfs": true}
+
+// linkTargets returns where the protected entries of set lead through
+// symbolic links inside the workspace (root: its top; abs: its absolute
+// path, for links written absolute): each target's clean workspace path
+// (whether it exists or not) and the link that leads there. A target
+// that is protected itself, outside the workspace or the workspace
+// itself is left out.
+func (p *protectedPaths) linkTargets(root *os.Root, abs string, set protectedSet) map[string]string {
+	var out map[string]string
+	add := func(link string) {
+		target, err := root.Readlink(link)
+		if err != nil {
+			return
+		}
+		target = filepath.ToSlash(target)
+		if path.IsAbs(target) {
+			r, err := filepath.Rel(abs, filepath.FromSlash(target))
+			if abs == "" || err != nil {
+				return
+			}
+			target = filepath.ToSlash(r)
+		} else {
+			target = path.Join(path.Dir(link), target)
+		}
+		target = path.Clean(target)
+		if target == "." || target == ".." || strings.HasPrefix(target, "../") {
+			return
+		}
+		real, ok := resolveIn(root, target)
+		if !ok || real == "." || p.match(real) != "" {
+			return
+		}
+		if out == nil {
+			out = map[string]string{}
+		}
+		out[filepath.ToSlash(real)] = link
+	}
+	for rel := range set {
+		fi, err := root.Lstat(rel)
+		switch {
+		case err != nil:
+		case fi.Mode()&fs.ModeSymlink != 0:
+			add(rel)
+		case fi.IsDir():
+			n := 0
+			_ = fs.WalkDir(root.FS(), rel, func(local string, de fs.DirEntry, err error) error {
+				if err != nil {
+					return nil //nolint:nilerr // an unreadable directory is skipped
+				}
+				if n++; n > linkScanEntries {
+					return fs.SkipAll
+				}
+				if de.IsDir() {
+					if local != rel && (strings.Count(local[len(rel):], "/") > linkScanDepth || linkScanSkip[de.Name()]) {
+						return fs.SkipDir
+					}
+					return nil
+				}
+				if de.Type()&fs.ModeSymlink != 0 {
+					add(local)
+				}
+				return nil
+			})
+		}
+	}
+	return out
+}
+
+// addPath records the entry at the workspace path rel (root: the top),
+// not following a link; one that is not there is left out.
+func (s protectedSet) addPath(root *os.Root, rel string) {
+	if fi, err := root.Lstat(rel); err == nil {
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			s[rel] = entryID{dev: uint64(st.Dev), ino: st.Ino} //nolint:unconvert // Dev is not uint64 everywhere
+		}
+	}
+}
+
+// linkTargetCache is the link targets of the workspace's last whole
+// scan (linkTargets), for the fs tools.
+type linkTargetCache struct {
+	mu      sync.Mutex
+	at      time.Time
+	targets map[string]string
+}
+
+func (c *linkTargetCache) set(targets map[string]string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.at, c.targets = time.Now(), targets
+}
+
+// linkTargets returns where the protected entries of the workspace lead
+// through symbolic links (target -> link), from a scan at most
+// linkTargetsFresh old.
+func (w *workspace) linkTargets() map[string]string {
+	w.targets.mu.Lock()
+	if !w.targets.at.IsZero() && time.Since(w.targets.at) < linkTargetsFresh {
+		t := w.targets.targets
+		w.targets.mu.Unlock()
+		return t
+	}
+	w.targets.mu.Unlock()
+	set, _ := w.protectedNames(w.protected.scanBudget())
+	targets := w.protected.linkTargets(w.root, w.abs, set)
+	w.targets.set(targets)
+	return targets
+}
+
+// linkTargetOf returns the protected link whose target is the workspace
+// path real or lies under it (a directory holding it), or that leads to
+// a directory holding real; "" when none.
+func (w *workspace) linkTargetOf(real string) (target, link string) {
+	real = filepath.ToSlash(real)
+	for t, l := range w.linkTargets() {
+		if real == t || strings.HasPrefix(real, t+"/") || strings.HasPrefix(t, real+"/") {
+			return t, l
+		}
+	}
+	return "", ""
 }
 
 // scanAttempts is how many times a scan that met a change of the
@@ -367,12 +526,33 @@ func (w *workspace) moveAside(name string) (string, error) {
 // following symbolic links inside the workspace, it lands on a protected
 // path.
 func (w *workspace) checkProtected(p, name string) *xctv1.Error {
+	return w.checkProtectedAs(p, name, true)
+}
+
+// checkProtectedAs is checkProtected; with targets false it does not
+// refuse where protected links lead (a program's operand: the sandbox
+// mounts those read-only).
+func (w *workspace) checkProtectedAs(p, name string, targets bool) *xctv1.Error {
 	if hit := w.protected.match(name); hit != "" {
 		return protectedErr(p, hit)
 	}
-	if real, ok := w.resolve(name); ok && real != name {
+	real, ok := w.resolve(name)
+	if ok && real != name {
 		if hit := w.protected.match(real); hit != "" {
 			return protectedErr(p, hit)
+		}
+	}
+	if !targets {
+		return nil
+	}
+	if !ok {
+		real = name
+	}
+	for _, n := range []string{name, real} {
+		if target, link := w.linkTargetOf(n); target != "" {
+			return wire.WithDetails(wire.Errorf(wire.CodePermissionDenied,
+				"%q is where the protected link %q leads (%s): what a protected entry runs or reads is protected as it is", p, link, target),
+				map[string]any{"path": p, "protected": link, "target": target})
 		}
 	}
 	return nil
@@ -388,7 +568,10 @@ func protectedErr(p, hit string) *xctv1.Error {
 // the workspace, and returns where it really leads (relative, clean). A
 // missing tail is kept as written; ok is false when a link leads out or
 // there are too many.
-func (w *workspace) resolve(name string) (string, bool) {
+func (w *workspace) resolve(name string) (string, bool) { return resolveIn(w.root, name) }
+
+// resolveIn is resolve in the workspace whose top is root.
+func resolveIn(root *os.Root, name string) (string, bool) {
 	parts := strings.Split(filepath.ToSlash(filepath.Clean(name)), "/")
 	var done []string
 	for hops := 0; len(parts) > 0; {
@@ -405,7 +588,7 @@ func (w *workspace) resolve(name string) (string, bool) {
 			continue
 		}
 		cur := strings.Join(append(slices.Clone(done), part), "/")
-		fi, err := w.root.Lstat(cur)
+		fi, err := root.Lstat(cur)
 		if errors.Is(err, fs.ErrNotExist) {
 			done = append(done, part)
 			done = append(done, parts...)
@@ -421,7 +604,7 @@ func (w *workspace) resolve(name string) (string, bool) {
 		if hops++; hops > 40 {
 			return "", false
 		}
-		target, err := w.root.Readlink(cur)
+		target, err := root.Readlink(cur)
 		if err != nil || filepath.IsAbs(target) {
 			return "", false
 		}

@@ -679,7 +679,54 @@ func (s *osSandbox) scanProtected(protected *protectedPaths, dir *os.File) (prot
 			parent: sandboxenter.DirID(uint64(pst.Dev), pst.Ino), ino: st.Ino}) //nolint:unconvert // Dev is not uint64 everywhere
 		return true
 	})
+	if cut != "" {
+		return names, cut
+	}
+	// What the protected links lead to in the workspace (a hook linked
+	// to scripts/pre-commit) is mounted read-only too, and known by its
+	// identity: one the program makes or replaces there is new after it.
+	root, err := rootAt(int(dir.Fd()))
+	if err != nil {
+		return names, workspaceUnreadable + err.Error()
+	}
+	defer func() { _ = root.Close() }()
+	for target := range protected.linkTargets(root, s.wsDir, names) {
+		if len(c.extra) >= protectMaxMounts {
+			return names, "stopped"
+		}
+		if m, id, ok := openTarget(int(dir.Fd()), target); ok {
+			names[target] = id
+			m.dest = filepath.Join(s.wsDir, filepath.FromSlash(target))
+			c.extra = append(c.extra, m)
+		}
+	}
 	return names, cut
+}
+
+// openTarget opens the workspace entry rel (top: the workspace's
+// descriptor) for a read-only mount, reached without following a link;
+// ok is false when it is not there or is a link.
+func openTarget(top int, rel string) (protectedMount, entryID, bool) {
+	dir, base := path.Split(rel)
+	if dir == "" {
+		dir = "."
+	}
+	pfd, err := openat2(top, dir, unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return protectedMount{}, entryID{}, false
+	}
+	defer func() { _ = unix.Close(pfd) }()
+	var pst, st unix.Stat_t
+	fd, err := unix.Openat(pfd, base, oPath|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return protectedMount{}, entryID{}, false
+	}
+	if unix.Fstat(pfd, &pst) != nil || unix.Fstat(fd, &st) != nil || st.Mode&unix.S_IFMT == unix.S_IFLNK {
+		_ = unix.Close(fd)
+		return protectedMount{}, entryID{}, false
+	}
+	return protectedMount{file: os.NewFile(uintptr(fd), base), parent: sandboxenter.DirID(uint64(pst.Dev), pst.Ino), ino: st.Ino}, //nolint:unconvert // Dev is not uint64 everywhere
+		entryID{dev: uint64(st.Dev), ino: st.Ino}, true //nolint:unconvert // Dev is not uint64 everywhere
 }
 
 // closeOnExecInherited marks every descriptor of the executor above 2

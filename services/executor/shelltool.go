@@ -588,7 +588,7 @@ func (t *shellTool) localPath(b *BinaryConfig, i int, cwd, a string) *xctv1.Erro
 	// (the sandbox mounts read-only only those that exist, at the top and
 	// three levels down): touch sub/.envrc, mkdir lib/.git.
 	if b.Effect != EffectRead {
-		if e := t.ws.checkProtected(a, name); e != nil {
+		if e := t.ws.checkProtectedAs(a, name, false); e != nil {
 			return e
 		}
 	}

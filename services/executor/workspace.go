@@ -35,6 +35,10 @@ type workspace struct {
 	// unmoved are the protected entries a program made that could not be
 	// moved aside after it (protect.go, retryUnmoved).
 	unmoved unmovedProtected
+	// abs is the workspace's absolute path (links written absolute).
+	abs string
+	// targets are where the protected links lead (protect.go).
+	targets linkTargetCache
 }
 
 // openWorkspace creates dir if needed and opens it as a root.
@@ -56,7 +60,8 @@ func openWorkspace(dir string) (*workspace, error) {
 		_ = d.Close()
 		return nil, fmt.Errorf("%w: %w", ErrWorkspace, err)
 	}
-	w := &workspace{root: root, dir: d, protected: newProtectedPaths(nil)}
+	abs, _ := filepath.Abs(dir)
+	w := &workspace{root: root, dir: d, protected: newProtectedPaths(nil), abs: abs}
 	var pe *fs.PathError
 	if _, err := root.Lstat(".."); errors.As(err, &pe) {
 		w.escape = pe.Err
