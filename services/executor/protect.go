@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -227,20 +228,25 @@ var linkScanSkip = map[string]bool{"objects": true, "refs": true, "logs": true, 
 // itself is left out.
 func (p *protectedPaths) linkTargets(root *os.Root, abs string, set protectedSet) map[string]string {
 	var out map[string]string
+	var addRef func(target, link string)
 	add := func(link string) {
 		target, err := root.Readlink(link)
 		if err != nil {
 			return
 		}
 		target = filepath.ToSlash(target)
+		if !path.IsAbs(target) {
+			target = path.Join(path.Dir(link), target)
+		}
+		addRef(target, link)
+	}
+	addRef = func(target, link string) {
 		if path.IsAbs(target) {
 			r, err := filepath.Rel(abs, filepath.FromSlash(target))
 			if abs == "" || err != nil {
 				return
 			}
 			target = filepath.ToSlash(r)
-		} else {
-			target = path.Join(path.Dir(link), target)
 		}
 		target = path.Clean(target)
 		if target == "." || target == ".." || strings.HasPrefix(target, "../") {
@@ -262,6 +268,14 @@ func (p *protectedPaths) linkTargets(root *os.Root, abs string, set protectedSet
 		case fi.Mode()&fs.ModeSymlink != 0:
 			add(rel)
 		case fi.IsDir():
+			if foldName(path.Base(rel)) == ".git" {
+				// A repository's configuration names files of the
+				// workspace git runs or reads: core.hooksPath (often
+				// .githooks), include.path: protected as links are.
+				for _, ref := range gitConfigRefs(root, rel) {
+					addRef(ref, rel+"/config")
+				}
+			}
 			n := 0
 			_ = fs.WalkDir(root.FS(), rel, func(local string, de fs.DirEntry, err error) error {
 				if err != nil {
@@ -281,6 +295,74 @@ func (p *protectedPaths) linkTargets(root *os.Root, abs string, set protectedSet
 				}
 				return nil
 			})
+		}
+	}
+	return out
+}
+
+// gitConfigRefs returns the workspace paths the configuration of the
+// repository dir (a .git directory) names for git to run or read: its
+// core.hooksPath (relative to the working tree) and include and
+// includeIf paths (relative to the configuration's directory). Paths
+// under a home directory (~) are not the workspace's.
+func gitConfigRefs(root *os.Root, dir string) []string {
+	f, err := root.Open(path.Join(dir, "config"))
+	if err != nil {
+		return nil
+	}
+	defer func() { _ = f.Close() }()
+	b, err := io.ReadAll(io.LimitReader(f, 1<<20))
+	if err != nil {
+		return nil
+	}
+	var out []string
+	section := ""
+	for _, rawLine := range strings.Split(string(b), "\n") {
+		rawLine = strings.TrimSpace(rawLine)
+		line := rawLine
+		if strings.HasPrefix(line, "[") {
+			end := strings.IndexAny(line, " \t\"]")
+			if end < 0 {
+				end = len(line)
+			}
+			section = strings.ToLower(line[1:end])
+			// A key may follow the header on its line.
+			line = ""
+			closing := "]"
+			if strings.Contains(rawLine, "\"") {
+				closing = "\"]" // [includeIf "gitdir:..."]
+			}
+			if j := strings.Index(rawLine, closing); j >= 0 {
+				line = strings.TrimSpace(rawLine[j+len(closing):])
+			}
+		}
+		key, value, ok := strings.Cut(line, "=")
+		if !ok {
+			continue
+		}
+		key = strings.ToLower(strings.TrimSpace(key))
+		value = strings.TrimSpace(value)
+		if strings.HasPrefix(value, "\"") {
+			if j := strings.IndexByte(value[1:], '"'); j >= 0 {
+				value = value[1 : j+1]
+			}
+		} else if j := strings.IndexAny(value, "#;"); j >= 0 {
+			value = strings.TrimSpace(value[:j])
+		}
+		if value == "" || strings.HasPrefix(value, "~") {
+			continue
+		}
+		switch {
+		case section == "core" && key == "hookspath":
+			if !path.IsAbs(value) {
+				value = path.Join(path.Dir(dir), value)
+			}
+			out = append(out, value)
+		case (section == "include" || section == "includeif") && key == "path":
+			if !path.IsAbs(value) {
+				value = path.Join(dir, value)
+			}
+			out = append(out, value)
 		}
 	}
 	return out
