@@ -306,11 +306,16 @@ func (p *protectedPaths) linkTargets(root *os.Root, abs string, set protectedSet
 // includeIf paths (relative to the configuration's directory). Paths
 // under a home directory (~) are not the workspace's.
 func gitConfigRefs(root *os.Root, dir string) []string {
-	f, err := root.Open(path.Join(dir, "config"))
+	// Never blocking on a FIFO a program made there (sub/.git/config),
+	// nor reading anything but a file.
+	f, err := root.OpenFile(path.Join(dir, "config"), os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil
 	}
 	defer func() { _ = f.Close() }()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return nil
+	}
 	b, err := io.ReadAll(io.LimitReader(f, 1<<20))
 	if err != nil {
 		return nil

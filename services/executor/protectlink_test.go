@@ -4,9 +4,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/wire"
 )
 
@@ -143,8 +145,8 @@ func TestProtectedLinkTargetsShell(t *testing.T) {
 func TestProtectedGitConfigRefs(t *testing.T) {
 	sb := newSandbox(t)
 	for name, content := range map[string]string{
-		".git/HEAD":   "ref: refs/heads/main\n",
-		".git/config": "[core]\n\trepositoryformatversion = 0\n\thooksPath = .githooks # the team's hooks\n[include]\n\tpath = \"../config/git.inc\"\n[includeIf \"gitdir:/nowhere/\"] path = ../config/other.inc\n",
+		".git/HEAD":        "ref: refs/heads/main\n",
+		".git/config":      "[core]\n\trepositoryformatversion = 0\n\thooksPath = .githooks # the team's hooks\n[include]\n\tpath = \"../config/git.inc\"\n[includeIf \"gitdir:/nowhere/\"] path = ../config/other.inc\n",
 		"config/git.inc":   "[user]\n\tname = x\n",
 		"config/other.inc": "[user]\n\tname = y\n",
 		"src/main.go":      "package main\n",
@@ -181,5 +183,37 @@ func TestProtectedGitConfigRefs(t *testing.T) {
 	}
 	if _, err := os.Lstat(filepath.Join(sb.ws, ".githooks")); !os.IsNotExist(err) {
 		t.Fatalf(".githooks is still there (%v)", err)
+	}
+}
+
+// TestProtectedGitConfigFIFO: the scan after a program reads each
+// repository's configuration; one the program made a FIFO (nothing ever
+// writes it) must not hang the step, nor the fs tools.
+func TestProtectedGitConfigFIFO(t *testing.T) {
+	sb := newSandbox(t)
+	s := shellService(t, sb, 20*time.Second)
+	done := make(chan ShellResult, 1)
+	go func() {
+		done <- resultAs[ShellResult](t, shell(t, s, "sh", "-c", "mkdir -p sub/.git && mkfifo sub/.git/config && echo made"))
+	}()
+	select {
+	case res := <-done:
+		if res.Stdout != "made\n" || len(res.ProtectedMoved) != 1 {
+			t.Fatalf("the program: %+v", res)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the step hangs after a program made a FIFO for a repository's config")
+	}
+	must(t, os.MkdirAll(filepath.Join(sb.ws, "sub2", ".git"), 0o755))
+	must(t, syscall.Mkfifo(filepath.Join(sb.ws, "sub2", ".git", "config"), 0o644))
+	fsDone := make(chan *xctv1.Response, 1)
+	go func() { fsDone <- exec(t, s, "fs.write", map[string]any{"path": "notes.txt", "content": "x"}) }()
+	select {
+	case r := <-fsDone:
+		if codeOf(r) != "" {
+			t.Fatalf("fs.write: %v", r)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("fs.write hangs on a repository whose config is a FIFO")
 	}
 }

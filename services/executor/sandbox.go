@@ -690,15 +690,21 @@ func (s *osSandbox) scanProtected(protected *protectedPaths, dir *os.File) (prot
 		return names, workspaceUnreadable + err.Error()
 	}
 	defer func() { _ = root.Close() }()
-	for target := range protected.linkTargets(root, s.wsDir, names) {
+	for target, link := range protected.linkTargets(root, s.wsDir, names) {
 		if len(c.extra) >= protectMaxMounts {
 			return names, "stopped"
 		}
-		if m, id, ok := openTarget(int(dir.Fd()), target); ok {
-			names[target] = id
-			m.dest = filepath.Join(s.wsDir, filepath.FromSlash(target))
-			c.extra = append(c.extra, m)
+		m, id, ok := openTarget(int(dir.Fd()), target)
+		if !ok {
+			if fi, err := root.Lstat(target); err == nil && fi.Mode()&os.ModeSymlink == 0 {
+				// There, and not to be mounted: never writable.
+				return names, "the target " + target + " of the protected link " + link + " could not be opened"
+			}
+			continue // not there: one the program makes is moved aside after it
 		}
+		names[target] = id
+		m.dest = filepath.Join(s.wsDir, filepath.FromSlash(target))
+		c.extra = append(c.extra, m)
 	}
 	return names, cut
 }
