@@ -377,6 +377,16 @@ func (w *ChainWriter) AppendAt(ctx context.Context, at time.Time, eventType, age
 	return w.append(ctx, at, eventType, agent, data)
 }
 
+// AppendWithin is Append bounded by timeout instead of by a context
+// (Publisher.PublishWithin): the same event, checks and failures, without
+// a context and timer made per append by a caller that has only a
+// duration to bound it with.
+func (w *ChainWriter) AppendWithin(timeout time.Duration, eventType, agent string, data map[string]any) (lctl.Event, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.appendBounded(bound{within: timeout}, time.Time{}, eventType, agent, data)
+}
+
 // append is Append at time at (zero: now).
 func (w *ChainWriter) append(ctx context.Context, at time.Time, eventType, agent string, data map[string]any) (lctl.Event, error) {
 	w.mu.Lock()
@@ -386,6 +396,18 @@ func (w *ChainWriter) append(ctx context.Context, at time.Time, eventType, agent
 
 // appendLocked is append with w.mu held.
 func (w *ChainWriter) appendLocked(ctx context.Context, at time.Time, eventType, agent string, data map[string]any) (lctl.Event, error) {
+	return w.appendBounded(bound{ctx: ctx}, at, eventType, agent, data)
+}
+
+// bound is what limits an append: a context, or when there is none a
+// duration (AppendWithin).
+type bound struct {
+	ctx    context.Context
+	within time.Duration
+}
+
+// appendBounded is appendLocked bounded by b.
+func (w *ChainWriter) appendBounded(b bound, at time.Time, eventType, agent string, data map[string]any) (lctl.Event, error) {
 	if w.failed != nil {
 		return lctl.Event{}, fmt.Errorf("append to chain %s: writer stopped after an earlier failure: %w", w.chainID, w.failed)
 	}
@@ -393,7 +415,12 @@ func (w *ChainWriter) appendLocked(ctx context.Context, at time.Time, eventType,
 	if err != nil {
 		return lctl.Event{}, err
 	}
-	ack, err := w.pub.Publish(ctx, w.subject, raw, w.msgID(e.Seq), w.streamSeq)
+	var ack PubAck
+	if b.ctx == nil {
+		ack, err = w.pub.PublishWithin(b.within, w.subject, raw, w.msgID(e.Seq), w.streamSeq)
+	} else {
+		ack, err = w.pub.Publish(b.ctx, w.subject, raw, w.msgID(e.Seq), w.streamSeq)
+	}
 	if err != nil {
 		err = conflictOf(err)
 		w.failed = err
@@ -405,6 +432,12 @@ func (w *ChainWriter) appendLocked(ctx context.Context, at time.Time, eventType,
 		// a replicated stream checks the id before the expected sequence,
 		// so another writer's event at this seq also comes back as a
 		// duplicate, and going on from it would fork the chain.
+		ctx := b.ctx
+		if ctx == nil {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(context.Background(), b.within)
+			defer cancel()
+		}
 		if err := w.sameAsStored(ctx, ack.Seq, raw); err != nil {
 			w.failed = err
 			return lctl.Event{}, fmt.Errorf("append event %d to chain %s: %w", e.Seq, w.chainID, err)

@@ -103,6 +103,49 @@ func (p *Publisher) publish(ctx context.Context, subject string, data []byte, ms
 	return p.ack(resp.Data)
 }
 
+// PublishWithin is Publish bounded by timeout instead of by a context:
+// the request waits on the NATS client's pooled timer, so a caller whose
+// only bound is a duration (the orchestrator's appends) makes no context,
+// timer and callback of its own per write. Nobody answering in time fails
+// with context.DeadlineExceeded (wrapping the client's own error), as
+// Publish under a deadline does; nobody listening is retried as Publish
+// retries it, within the same timeout.
+func (p *Publisher) PublishWithin(timeout time.Duration, subject string, data []byte, msgID string, lastSeq uint64) (PubAck, error) {
+	ack, err := p.publishWithin(timeout, subject, data, msgID, lastSeq)
+	p.health.Wrote(p.stream, err)
+	return ack, err
+}
+
+func (p *Publisher) publishWithin(timeout time.Duration, subject string, data []byte, msgID string, lastSeq uint64) (PubAck, error) {
+	if timeout <= 0 {
+		return PubAck{}, fmt.Errorf("%w: %w", ErrNotSent, context.DeadlineExceeded)
+	}
+	deadline := time.Now().Add(timeout)
+	pm := pubMsgs.Get().(*pubMsg)
+	defer pm.put()
+	m := pm.fill(subject, data, msgID, lastSeq)
+	resp, err := p.nc.RequestMsg(m, timeout)
+	for r := 0; errors.Is(err, nats.ErrNoResponders) && r < publishRetryAttempts; r++ {
+		t := time.NewTimer(min(publishRetryWait, time.Until(deadline)))
+		<-t.C
+		left := time.Until(deadline)
+		if left <= 0 {
+			err = context.DeadlineExceeded
+			break
+		}
+		resp, err = p.nc.RequestMsg(m, left)
+	}
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		return PubAck{}, jetstream.ErrNoStreamResponse
+	case errors.Is(err, nats.ErrTimeout):
+		return PubAck{}, fmt.Errorf("%w: %w", context.DeadlineExceeded, err)
+	case err != nil:
+		return PubAck{}, err
+	}
+	return p.ack(resp.Data)
+}
+
 // pubMsg is a write's request, kept for the next write: the client reads
 // a request's headers into bytes when it sends it and keeps nothing of the
 // message after the call returns, so its header map and values need not
