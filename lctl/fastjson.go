@@ -42,6 +42,14 @@ type cachedValue struct {
 	v any
 }
 
+// MaxJSONDepth is how deeply objects and arrays may nest in a value the
+// fast reader reads: encoding/json's own limit, so a deeper one is given
+// up (errUnsure) and refused the careful way ("exceeded max depth"). The
+// reader recursed once per level: a file of a few million brackets took
+// lctl past Go's stack limit, a fatal error (`lctl replay` of a crafted
+// chain file).
+const MaxJSONDepth = 10000
+
 // errUnsure says the fast reader did not decide: decode the careful way.
 var errUnsure = errors.New("lctl: not decided by the fast reader")
 
@@ -49,6 +57,9 @@ var errUnsure = errors.New("lctl: not decided by the fast reader")
 type fastParser struct {
 	b []byte
 	i int
+	// depth is how many objects and arrays enclose the value being read
+	// (value, skipValue): at most MaxJSONDepth.
+	depth int
 	// lineBytes is the bytes per rendered line of the last batch (Stream's
 	// Line), to size the next batch's lines.
 	lineBytes int
@@ -1088,8 +1099,40 @@ func (p *fastParser) value() (any, bool) {
 	if p.i >= len(p.b) {
 		return nil, false
 	}
+	if c := p.b[p.i]; c == '{' || c == '[' {
+		if p.depth >= MaxJSONDepth {
+			return nil, false
+		}
+		p.depth++
+		v, ok := p.container(c)
+		p.depth--
+		return v, ok
+	}
 	switch c := p.b[p.i]; {
-	case c == '{':
+	case c == '"':
+		return p.strValue()
+	case c == 't':
+		if p.lit("true") {
+			return true, true
+		}
+	case c == 'f':
+		if p.lit("false") {
+			return false, true
+		}
+	case c == 'n':
+		if p.lit("null") {
+			return nil, true
+		}
+	case c == '-' || (c >= '0' && c <= '9'):
+		return p.number()
+	}
+	return nil, false
+}
+
+// container reads the object or array at p.b[p.i] (c is its first byte).
+func (p *fastParser) container(c byte) (any, bool) {
+	switch c {
+	case '{':
 		p.i++
 		m := make(map[string]any)
 		p.ws()
@@ -1128,7 +1171,7 @@ func (p *fastParser) value() (any, bool) {
 			}
 			return nil, false
 		}
-	case c == '[':
+	case '[':
 		p.i++
 		l := make([]any, 0, 4)
 		p.ws()
@@ -1157,22 +1200,6 @@ func (p *fastParser) value() (any, bool) {
 			}
 			return nil, false
 		}
-	case c == '"':
-		return p.strValue()
-	case c == 't':
-		if p.lit("true") {
-			return true, true
-		}
-	case c == 'f':
-		if p.lit("false") {
-			return false, true
-		}
-	case c == 'n':
-		if p.lit("null") {
-			return nil, true
-		}
-	case c == '-' || (c >= '0' && c <= '9'):
-		return p.number()
 	}
 	return nil, false
 }
@@ -1183,8 +1210,36 @@ func (p *fastParser) skipValue() bool {
 	if p.i >= len(p.b) {
 		return false
 	}
+	if c := p.b[p.i]; c == '{' || c == '[' {
+		if p.depth >= MaxJSONDepth {
+			return false
+		}
+		p.depth++
+		ok := p.skipContainer(c)
+		p.depth--
+		return ok
+	}
 	switch c := p.b[p.i]; {
-	case c == '{' || c == '[':
+	case c == '"':
+		_, ok := p.strKeep(false, false)
+		return ok
+	case c == 't':
+		return p.lit("true")
+	case c == 'f':
+		return p.lit("false")
+	case c == 'n':
+		return p.lit("null")
+	case c == '-' || (c >= '0' && c <= '9'):
+		_, _, ok := p.numberF()
+		return ok
+	}
+	return false
+}
+
+// skipContainer moves past the object or array at p.b[p.i] (c is its
+// first byte), accepting exactly what container accepts.
+func (p *fastParser) skipContainer(c byte) bool {
+	{
 		end := byte('}')
 		if c == '[' {
 			end = ']'
@@ -1225,20 +1280,7 @@ func (p *fastParser) skipValue() bool {
 			}
 			return false
 		}
-	case c == '"':
-		_, ok := p.strKeep(false, false)
-		return ok
-	case c == 't':
-		return p.lit("true")
-	case c == 'f':
-		return p.lit("false")
-	case c == 'n':
-		return p.lit("null")
-	case c == '-' || (c >= '0' && c <= '9'):
-		_, _, ok := p.numberF()
-		return ok
 	}
-	return false
 }
 
 // strValue reads a string value as an any. Short strings without escapes

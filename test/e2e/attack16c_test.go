@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -68,6 +70,38 @@ func TestAttackDeepQueryKillsTheCluster(t *testing.T) {
 	// refusal of the query).
 	if _, err := tracer.QueryFacts(ctx, &lctlv1.QueryFactsRequest{ChainId: "no-such-run", Query: "SELECT * WHERE ((id = 'a') OR NOT (confidence < 0.5))"}); status.Code(err) != codes.NotFound {
 		t.Fatalf("a plain query: %v, want NotFound", err)
+	}
+}
+
+// A chain file is what people hand each other to look at a run; lctl reads
+// whatever it is given. One event's data nested three million arrays (or
+// objects) deep: on main lctl's event reader, and the canonical JSON it
+// hashes, recursed once per level, and lctl replay died with "fatal error:
+// stack overflow". Now the reader gives up past lctl.MaxJSONDepth (10,000,
+// encoding/json's limit) and the careful reader refuses the file, naming
+// the event: every command exits with "exceeded max depth" (and no
+// goroutine dump: a fatal error's exit code is 2 too).
+func TestAttackDeepChainFileKillsLctl(t *testing.T) {
+	lctl := lctlBinary(t)
+	dir := t.TempDir()
+	const n = 3 << 20
+	for name, data := range map[string]string{
+		"arrays":  strings.Repeat("[", n) + strings.Repeat("]", n),
+		"objects": strings.Repeat(`{"a":`, n/2) + "1" + strings.Repeat("}", n/2),
+	} {
+		file := filepath.Join(dir, name+".lctl.json")
+		body := `{"lctl":"4.0","chain":{"id":"deep"},"events":[` +
+			`{"seq":1,"type":"note","timestamp":"2026-01-01T00:00:00Z","agent":"a","data":{"x":` + data + `}}]}`
+		if err := os.WriteFile(file, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		for _, args := range [][]string{{"replay", file}, {"stats", file}, {"verify", file}, {"bottleneck", file}, {"confidence", file}} {
+			p := startProc(t, "lctl "+args[0], lctl, args...)
+			code, out := p.wait(t, 120*time.Second)
+			if code == 0 || !strings.Contains(out, "exceeded max depth") || strings.Contains(out, "fatal error") {
+				t.Fatalf("lctl %s of %s nested %d deep: exit %d, want a refusal saying \"exceeded max depth\":\n%s", args[0], name, n, code, tail(out, 2000))
+			}
+		}
 	}
 }
 
