@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
+	"mime"
 	"net/http"
 	"os"
 	osexec "os/exec"
@@ -153,7 +155,7 @@ func (m *mcpServer) transport(ctx context.Context, sbx *osSandbox) (mcp.Transpor
 			// The operator chose this URL: no proxy from the environment,
 			// no redirects elsewhere.
 			HTTPClient: &http.Client{
-				Transport: &http.Transport{Proxy: nil, MaxResponseHeaderBytes: 64 << 10},
+				Transport: boundedBodies{&http.Transport{Proxy: nil, MaxResponseHeaderBytes: 64 << 10}},
 				CheckRedirect: func(*http.Request, []*http.Request) error {
 					return http.ErrUseLastResponse
 				},
@@ -187,6 +189,57 @@ func (m *mcpServer) transport(ctx context.Context, sbx *osSandbox) (mcp.Transpor
 	cmd.Stderr = &logWriter{log: m.log, server: m.cfg.Name, red: m.red}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	return &mcp.CommandTransport{Command: cmd, TerminateDuration: time.Second}, proc, nil
+}
+
+// mcpMaxResponseBytes bounds an HTTP MCP server's answer that is not a
+// stream of events: the SDK reads a JSON-RPC response, or the body of an
+// error status, whole (io.ReadAll) before it decodes it, and bounds only
+// a stream's events (mcp.DefaultMaxEventSize each) and a stdio server's
+// lines (mcp.DefaultMaxLineLength). A server answering a call with
+// gigabytes of JSON (a fetch relaying what the model asked for) took the
+// executor's memory with it before any max_output_bytes was looked at
+// (session 16, attack16c). The same bound as an event's.
+const mcpMaxResponseBytes = mcp.DefaultMaxEventSize
+
+// errMCPResponseTooLarge ends the read of an answer past mcpMaxResponseBytes.
+var errMCPResponseTooLarge = fmt.Errorf("the MCP server's answer is over %d bytes", mcpMaxResponseBytes)
+
+// boundedBodies gives every answer that is not an event stream a body
+// that fails past mcpMaxResponseBytes (the connection is then closed,
+// not read to its end).
+type boundedBodies struct{ http.RoundTripper }
+
+func (b boundedBodies) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := b.RoundTripper.RoundTrip(r)
+	if err != nil || resp.Body == nil {
+		return resp, err
+	}
+	if ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); ct == "text/event-stream" {
+		return resp, nil
+	}
+	resp.Body = &boundedBody{ReadCloser: resp.Body}
+	return resp, nil
+}
+
+// boundedBody is a body read up to mcpMaxResponseBytes.
+type boundedBody struct {
+	io.ReadCloser
+	n int64 // bytes read so far
+}
+
+func (b *boundedBody) Read(p []byte) (int, error) {
+	if b.n > mcpMaxResponseBytes {
+		return 0, errMCPResponseTooLarge
+	}
+	if room := mcpMaxResponseBytes + 1 - b.n; int64(len(p)) > room {
+		p = p[:room]
+	}
+	n, err := b.ReadCloser.Read(p)
+	b.n += int64(n)
+	if b.n > mcpMaxResponseBytes {
+		return n - int(b.n-mcpMaxResponseBytes), errMCPResponseTooLarge
+	}
+	return n, err
 }
 
 // readOnlySandbox is the sandbox of the instance that lives between
