@@ -3,7 +3,6 @@ package analysis
 import (
 	"fmt"
 	"math"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -479,7 +478,7 @@ func (p *parser) notExpr() (expr, error) {
 // operand is a field or relevance('words').
 type operand struct {
 	field string // lower-cased
-	words []string
+	words *wordSet
 	isRel bool
 	pos   int
 }
@@ -518,7 +517,7 @@ func (p *parser) operand() (operand, error) {
 	if len(words) == 0 {
 		return operand{}, p.errorf(arg, "relevance needs at least one word")
 	}
-	return operand{words: words, isRel: true, pos: t.pos}, nil
+	return operand{words: newWordSet(words), isRel: true, pos: t.pos}, nil
 }
 
 func (o operand) name() string {
@@ -964,17 +963,60 @@ func splitWords(s string) []string {
 	return strings.FieldsFunc(strings.ToLower(s), func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsDigit(r) })
 }
 
-// relevance is the share of the words that occur in text, 0..1.
-func relevance(text string, words []string) float64 {
-	have := splitWords(text)
-	found := 0
-	for _, w := range words {
-		if slices.Contains(have, w) {
-			found++
-		}
-	}
-	return float64(found) / float64(len(words))
+// wordSet is relevance's words: each word once, with how often the query
+// names it.
+type wordSet struct {
+	index map[string]int // word -> its place in count
+	count []int
+	total int // the words, repeats included
 }
+
+func newWordSet(words []string) *wordSet {
+	ws := &wordSet{index: map[string]int{}, total: len(words)}
+	for _, w := range words {
+		i, ok := ws.index[w]
+		if !ok {
+			i = len(ws.count)
+			ws.index[w] = i
+			ws.count = append(ws.count, 0)
+		}
+		ws.count[i]++
+	}
+	return ws
+}
+
+// relevance is the share of the words that occur in text, 0..1. The
+// text's words are each looked up once in the query's: before session 16
+// every word of the query was compared with every word of the text.
+func relevance(text string, ws *wordSet) float64 {
+	seen := make([]bool, len(ws.count))
+	found := 0
+	text = strings.ToLower(text)
+	for i := 0; i < len(text); {
+		r, size := utf8.DecodeRuneInString(text[i:])
+		if !isWordRune(r) {
+			i += size
+			continue
+		}
+		j := i + size
+		for j < len(text) {
+			r, size := utf8.DecodeRuneInString(text[j:])
+			if !isWordRune(r) {
+				break
+			}
+			j += size
+		}
+		if k, ok := ws.index[text[i:j]]; ok && !seen[k] {
+			seen[k] = true
+			found += ws.count[k]
+		}
+		i = j
+	}
+	return float64(found) / float64(ws.total)
+}
+
+// isWordRune says r is part of a word (splitWords).
+func isWordRune(r rune) bool { return unicode.IsLetter(r) || unicode.IsDigit(r) }
 
 // builtinFields are the fields every fact has.
 var builtinFields = []string{"id", "text", "confidence", "source", "tags", "tag", "agent", "updated_by", "added_by", "seq", "updated_seq", "added_seq", "changes"}
@@ -1017,29 +1059,16 @@ func (q *Query) Run(facts []*FactRecord) ([]*FactRecord, error) {
 		}
 	}
 	if len(q.order) > 0 {
-		sort.SliceStable(out, func(i, j int) bool {
-			for _, k := range q.order {
-				a, b := k.operand.value(out[i]), k.operand.value(out[j])
-				// NULLs last, whatever the direction.
-				if a == nil || b == nil {
-					if (a == nil) != (b == nil) {
-						return b == nil
-					}
-					continue
-				}
-				c := compare(a, b)
-				if c == incomparable {
-					c = strings.Compare(fmt.Sprint(a), fmt.Sprint(b))
-				}
-				if c != 0 {
-					if k.desc {
-						return c > 0
-					}
-					return c < 0
-				}
+		// Each row's keys once: a key may cost a walk of the fact's text
+		// (relevance), and a sort compares a row about log n times.
+		rows := orderedRows{rows: out, keys: make([][]any, len(out)), order: q.order}
+		for i, f := range out {
+			rows.keys[i] = make([]any, len(q.order))
+			for k, o := range q.order {
+				rows.keys[i][k] = o.operand.value(f)
 			}
-			return false
-		})
+		}
+		sort.Stable(rows)
 	}
 	if q.limit >= 0 && len(out) > q.limit {
 		out = out[:q.limit]
@@ -1050,6 +1079,46 @@ func (q *Query) Run(facts []*FactRecord) ([]*FactRecord, error) {
 type usedField struct {
 	field string
 	pos   int
+}
+
+// orderedRows sorts rows by their keys (one per ORDER BY term, made
+// once): NULLs last whatever the direction, values of different kinds by
+// their text.
+type orderedRows struct {
+	rows  []*FactRecord
+	keys  [][]any
+	order []orderKey
+}
+
+func (r orderedRows) Len() int { return len(r.rows) }
+
+func (r orderedRows) Swap(i, j int) {
+	r.rows[i], r.rows[j] = r.rows[j], r.rows[i]
+	r.keys[i], r.keys[j] = r.keys[j], r.keys[i]
+}
+
+func (r orderedRows) Less(i, j int) bool {
+	for n, k := range r.order {
+		a, b := r.keys[i][n], r.keys[j][n]
+		// NULLs last, whatever the direction.
+		if a == nil || b == nil {
+			if (a == nil) != (b == nil) {
+				return b == nil
+			}
+			continue
+		}
+		c := compare(a, b)
+		if c == incomparable {
+			c = strings.Compare(fmt.Sprint(a), fmt.Sprint(b))
+		}
+		if c != 0 {
+			if k.desc {
+				return c > 0
+			}
+			return c < 0
+		}
+	}
+	return false
 }
 
 // usedFields lists the fields the query names, with their positions.

@@ -2,6 +2,7 @@ package analysis_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -250,5 +251,41 @@ func BenchmarkQueryLike2000(b *testing.B) {
 		if rows, err := q.Run(facts); err != nil || len(rows) != 0 {
 			b.Fatal(rows, err)
 		}
+	}
+}
+
+// ORDER BY computes each row's keys once, and relevance looks each word
+// up in the set of the text's words: a crew model's facts.query (2000
+// characters, ORDER BY relevance of 300 words) over 100 facts of 8 KiB
+// took 1.1 s before session 16, the text split again and every query word
+// compared with every text word at each of the sort's comparisons (the
+// allocations of the splits show it: 3,535 for 100 rows, 2.4 s under
+// this test); now each row's text is read once.
+func TestQueryOrderComputesKeysOnce(t *testing.T) {
+	var text, words []string
+	for i := range 1200 {
+		text = append(text, fmt.Sprintf("w%d", i))
+	}
+	for i := range 300 {
+		words = append(words, fmt.Sprintf("x%d", i))
+	}
+	words[0] = "w7"
+	facts := make([]*analysis.FactRecord, 100)
+	for i := range facts {
+		facts[i] = &analysis.FactRecord{ID: fmt.Sprint(i), Text: strings.Join(text[:(i%7+1)*100], " ")}
+	}
+	q, err := analysis.ParseQuery("SELECT id ORDER BY relevance('" + strings.Join(words, " ") + "') DESC, id LIMIT 5")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []*analysis.FactRecord
+	allocs := testing.AllocsPerRun(2, func() {
+		rows, err = q.Run(facts)
+	})
+	if err != nil || len(rows) != 5 || rows[0].ID != "0" || rows[1].ID != "1" {
+		t.Fatalf("rows %v, %v", rows, err)
+	}
+	if allocs > 10*float64(len(facts)) {
+		t.Fatalf("%v allocations to order %d facts", allocs, len(facts))
 	}
 }
