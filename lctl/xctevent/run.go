@@ -250,6 +250,11 @@ func (r *Run) ApplyParsed(e *lctl.Event, x Event) {
 		}
 		if st == nil || st.Ended() {
 			r.After = &x // outside a step: a budget or the model's endpoint
+			if x.Tokens != nil {
+				// a failed model call's (run_finished's totals replace them)
+				r.Tokens.Input += x.Tokens.Input
+				r.Tokens.Output += x.Tokens.Output
+			}
 		} else {
 			st.Error, st.DoubtSeq = &x, 0
 		}

@@ -202,6 +202,10 @@ type Error struct {
 	Recoverable     bool
 	SuggestedAction string
 	Details         map[string]any // omitted when nil
+	// Tokens are what a failed model call used, on the error that ends
+	// the run outside a step (the model's endpoint failed): counted by a
+	// run resumed before its run_finished. Omitted when nil.
+	Tokens *Tokens
 }
 
 // StepEnd closes a step.
@@ -377,6 +381,9 @@ func (e Error) Data() map[string]any {
 	if e.Details != nil {
 		d["details"] = e.Details
 	}
+	if e.Tokens != nil {
+		d["tokens"] = e.Tokens.data()
+	}
 	return d
 }
 
@@ -506,6 +513,9 @@ func Parse(e *lctl.Event) Event {
 		}
 		x.Recoverable, _ = d["recoverable"].(bool)
 		x.Details, _ = d["details"].(map[string]any)
+		if t, ok := d["tokens"].(map[string]any); ok {
+			x.Tokens = &Tokens{Input: Int(t, "input"), Output: Int(t, "output")}
+		}
 		return x
 	case TypeStepEnd:
 		s := StepEnd{Step: int(Int(d, "step")), StepID: Str(d, "step_id"), Outcome: Str(d, "outcome"), OutputSummary: Str(d, "output_summary"), DurationMS: Float(d, "duration_ms")}

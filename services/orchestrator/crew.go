@@ -228,7 +228,11 @@ func (r *run) crewPropose(step int) (*xctv1.ProposeResponse, string, string, err
 				e = wire.Errorf(wire.Code(FailureCode(lastErr)), "%s did not answer (%v), and the crew has no model to fall back on: %s",
 					agent, lastErr, plan.Signal.Message)
 			}
-			if err := r.record(agent, errorEvent(step, "", e)); err != nil {
+			ev := errorEvent(step, "", e)
+			if spent.GetInputTokens() > 0 || spent.GetOutputTokens() > 0 {
+				ev.Tokens = &xctevent.Tokens{Input: spent.GetInputTokens(), Output: spent.GetOutputTokens()} // (a takeover before run_finished counts them)
+			}
+			if err := r.record(agent, ev); err != nil {
 				return nil, agent, "", err
 			}
 			return nil, agent, "", errors.New(e.GetMessage())

@@ -354,17 +354,22 @@ func (r *run) iterate(step int) (iterationOutcome, error) {
 			// What the failed call used counts against the run, as a crew's
 			// fallback does (crewPropose): run_finished says so.
 			var me *ModelError
+			var spent *xctevent.Tokens
 			if errors.As(err, &me) && me.Usage != nil {
 				r.tokensIn += me.Usage.GetInputTokens()
 				r.tokensOut += me.Usage.GetOutputTokens()
+				spent = &xctevent.Tokens{Input: me.Usage.GetInputTokens(), Output: me.Usage.GetOutputTokens()}
 			}
 			if cause := context.Cause(r.ctx); cause != nil {
 				return iterationOutcome{}, cause
 			}
 			// The model endpoint failed: that is not model output, and there are
-			// no implicit retries. Record it and end the run.
+			// no implicit retries. Record it (with what the call used, so a run
+			// taken over before its run_finished counts it) and end the run.
 			e := wire.Errorf(wire.CodeGenerationFailed, "model %s did not answer: %v", agent, err)
-			if rerr := r.record(agent, errorEvent(step, "", e)); rerr != nil {
+			ev := errorEvent(step, "", e)
+			ev.Tokens = spent
+			if rerr := r.record(agent, ev); rerr != nil {
 				return iterationOutcome{}, rerr
 			}
 			return iterationOutcome{}, fmt.Errorf("model %s did not answer: %w", agent, err)
