@@ -64,8 +64,11 @@ const (
 	quota = "$KV.XCT_RUN_QUOTA.>"
 	// rates are the calls counted under the policies' rate limits,
 	// shared by the validators.
-	rates     = "$KV.XCT_RATE_LIMITS.>"
-	redaction = "$KV.XCT_REDACTION.>"
+	rates = "$KV.XCT_RATE_LIMITS.>"
+	// policyEpochs are the validators' signed policy epochs, which
+	// executors read (verdict.PolicyBucket).
+	policyEpochs = "$KV.XCT_POLICY.>"
+	redaction    = "$KV.XCT_REDACTION.>"
 	// flowControl is the replies a client sends to a push consumer's
 	// flow control requests (KV watchers).
 	flowControl = "$JS.FC.>"
@@ -110,6 +113,7 @@ var purgeable = map[string]string{
 	"KV_XCT_RUN_OWNERS":  Orchestrator,
 	"KV_XCT_RUN_QUOTA":   "",
 	"KV_XCT_RATE_LIMITS": "",
+	"KV_XCT_POLICY":      "",
 }
 
 // allowed is what user may publish: serviceAPI, its purges, flow control
@@ -339,7 +343,7 @@ var writes = map[string][]string{
 	// Chains: the orchestrator's runs. The redaction key: whichever of
 	// the three services starts first writes it.
 	Orchestrator: {chains, owners, quota, redaction},
-	Validator:    {approvals, rates, redaction},
+	Validator:    {approvals, rates, policyEpochs, redaction},
 	// The tool catalog the validator judges with, and the step records.
 	Executor: {toolsKV, stepsKV, blobsObj, redaction},
 	// The OTLP ingest writes otel-<trace id> chains, on LCTL_OTEL's
@@ -357,7 +361,7 @@ var writes = map[string][]string{
 // or at a run's chain would write them the day an operator subscribed
 // there to look; no one can. (Reading is through consumers delivering to
 // one's own inbox, direct gets and lctl tail.)
-var dataSubjects = []string{chains, otelChains, toolsKV, stepsKV, blobsObj, approvals, owners, quota, rates, redaction}
+var dataSubjects = []string{chains, otelChains, toolsKV, stepsKV, blobsObj, approvals, owners, quota, rates, policyEpochs, redaction}
 
 // Permissions returns the subject permissions of user. The admin may
 // publish anything (stream updates and deletes included) and subscribe

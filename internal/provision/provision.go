@@ -41,6 +41,7 @@ const (
 	OwnersBucket    = "XCT_RUN_OWNERS"  // orchestrator.OwnersBucket
 	QuotaBucket     = "XCT_RUN_QUOTA"   // orchestrator.QuotaBucket
 	RateBucket      = "XCT_RATE_LIMITS" // validator.RateBucket
+	PolicyBucket    = "XCT_POLICY"      // verdict.PolicyBucket
 	// RateTTL is how long a rate limit's count outlives its last call
 	// (validator: the longest window, 24 h, and an hour).
 	RateTTL = 25 * time.Hour
@@ -195,6 +196,13 @@ func Specs(s Settings) []Spec {
 			Storage:     jetstream.FileStorage,
 			Replicas:    s.Replicas,
 		}, "validator"),
+		kv(jetstream.KeyValueConfig{
+			Bucket:      PolicyBucket,
+			Description: "XCT: the policy each validator key signs under, and since when (signed epochs; executors refuse verdicts they replace)",
+			History:     1,
+			Storage:     jetstream.FileStorage,
+			Replicas:    s.Replicas,
+		}, "validator", "executor"),
 		kv(jetstream.KeyValueConfig{
 			Bucket:      RedactionBucket,
 			Description: "XCT: the HMAC key of redaction markers",

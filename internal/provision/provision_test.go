@@ -14,6 +14,7 @@ import (
 	"github.com/xct-dev/xct/internal/provision"
 	"github.com/xct-dev/xct/internal/redact"
 	"github.com/xct-dev/xct/internal/testutil"
+	"github.com/xct-dev/xct/internal/verdict"
 	"github.com/xct-dev/xct/services/executor"
 	"github.com/xct-dev/xct/services/orchestrator"
 	"github.com/xct-dev/xct/services/validator"
@@ -35,6 +36,7 @@ func TestNamesAreTheServices(t *testing.T) {
 		provision.OwnersBucket:    orchestrator.OwnersBucket,
 		provision.QuotaBucket:     orchestrator.QuotaBucket,
 		provision.RateBucket:      validator.RateBucket,
+		provision.PolicyBucket:    verdict.PolicyBucket,
 	} {
 		if got != want {
 			t.Errorf("provision has %q, the user %q", got, want)
@@ -66,8 +68,8 @@ func TestProvisionTwiceIsANoOp(t *testing.T) {
 		t.Fatal(err)
 	}
 	specs := provision.Specs(s)
-	if len(first) != len(specs) || len(specs) != 10 {
-		t.Fatalf("first run: %d results, %d specs, want 10", len(first), len(specs))
+	if len(first) != len(specs) || len(specs) != 11 {
+		t.Fatalf("first run: %d results, %d specs, want 11", len(first), len(specs))
 	}
 	before := map[string]*jetstream.StreamInfo{}
 	for _, r := range first {

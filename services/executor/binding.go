@@ -68,7 +68,7 @@ func (s *Service) checkVerdict(ctx context.Context, req *xctv1.ExecuteRequest, c
 		if s.log.Enabled(ctx, slog.LevelDebug) {
 			s.log.DebugContext(ctx, "verdict verified", "run_id", req.GetRunId(), "step_id", req.GetStepId(), "grant", g.GetGrantId(), "key", req.GetVerdict().GetKeyId())
 		}
-		return context.WithValue(ctx, grantKey{}, grantSeen{id: g.GetGrantId()}), nil
+		return context.WithValue(ctx, grantKey{}, grantSeen{id: g.GetGrantId(), keyID: req.GetVerdict().GetKeyId(), grant: g}), nil
 	}
 	who := "unknown"
 	if p, ok := auth.FromContext(ctx); ok {
@@ -89,6 +89,11 @@ type grantKey struct{}
 
 type grantSeen struct {
 	id string
+	// keyID and grant are the verified verdict's: whether a new attempt
+	// may start on it depends on its policy still being in force when the
+	// attempt would start (epoch.go), not when it was verified.
+	keyID string
+	grant *xctv1.VerdictGrant
 }
 
 // grantOf is the id of the verdict that let this call in ("" for calls

@@ -193,23 +193,32 @@ func (s *Service) claim(ctx context.Context, req *xctv1.ExecuteRequest, st *serv
 	// halfway could land unseen and leave a pending record nobody acts on.
 	// (Each JetStream request is bounded by the client's own timeout.)
 	sctx := context.WithoutCancel(ctx)
+	// noStart refuses every new attempt on this call's verdict (its
+	// policy was replaced, epoch.go); a recorded outcome is still
+	// answered, so the record is read instead of created.
+	noStart := s.startRefusal(ctx, req.GetStepId())
 	for {
 		if err := ctx.Err(); err != nil {
 			return nil, nil, status.FromContextError(err).Err()
 		}
-		rec := withGrant(fresh(1), grantOf(ctx))
-		rev, err := store.Create(sctx, rec)
-		if err == nil {
-			return &stepClaim{store: store, rec: rec, rev: rev}, nil, nil
-		}
-		if !errors.Is(err, ErrStepExists) {
-			if s.unclaim(sctx, store, rec, nil) {
-				continue // this claim landed unseen and is released: claim again
+		if noStart == nil {
+			rec := withGrant(fresh(1), grantOf(ctx))
+			rev, err := store.Create(sctx, rec)
+			if err == nil {
+				return &stepClaim{store: store, rec: rec, rev: rev}, nil, nil
 			}
-			return nil, nil, storeErr(ctx, req.GetStepId(), err)
+			if !errors.Is(err, ErrStepExists) {
+				if s.unclaim(sctx, store, rec, nil) {
+					continue // this claim landed unseen and is released: claim again
+				}
+				return nil, nil, storeErr(ctx, req.GetStepId(), err)
+			}
 		}
 		cur, rev, err := store.Get(sctx, req.GetStepId())
 		if errors.Is(err, ErrStepNotFound) {
+			if noStart != nil {
+				return nil, nil, noStart
+			}
 			continue // removed meanwhile: try to create it again
 		}
 		if err != nil {
@@ -226,6 +235,9 @@ func (s *Service) claim(ctx context.Context, req *xctv1.ExecuteRequest, st *serv
 		switch cur.GetState() {
 		case stateSucceeded, stateFailed:
 			if unboundResolution(cur, called) {
+				if noStart != nil {
+					return nil, nil, noStart
+				}
 				// A human's decision about a step that had no record, not
 				// bound to a doubt on the run's chain: it settled no doubt
 				// (the step may have had yet to run), so it does not stand
@@ -258,6 +270,9 @@ func (s *Service) claim(ctx context.Context, req *xctv1.ExecuteRequest, st *serv
 			if grantUsed(cur, grantOf(ctx)) {
 				return nil, nil, grantSpent(cur)
 			}
+			if noStart != nil {
+				return nil, nil, noStart
+			}
 			next := withGrant(rerun(cur, fresh(cur.GetAttempt()+1), "retry allowed by "+cur.GetResolution().GetResolvedBy()), grantOf(ctx))
 			next.Tool, next.ArgumentsDigest = req.GetTool(), digest
 			if rev, err := store.Update(sctx, next, rev); err == nil {
@@ -286,6 +301,9 @@ func (s *Service) claim(ctx context.Context, req *xctv1.ExecuteRequest, st *serv
 			if cur.GetIdempotent() {
 				if grantUsed(cur, grantOf(ctx)) {
 					return nil, nil, grantSpent(cur)
+				}
+				if noStart != nil {
+					return nil, nil, noStart
 				}
 				reason := fmt.Sprintf("in doubt: attempt %d by %s was not recorded by its deadline; the call is idempotent", cur.GetAttempt(), cur.GetExecutor())
 				next := withGrant(rerun(cur, fresh(cur.GetAttempt()+1), reason), grantOf(ctx))

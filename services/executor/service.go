@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -51,6 +52,10 @@ type Service struct {
 	redactor *redact.Redactor
 	// verifier checks the signed verdict of every Execute (binding.go).
 	verifier *verdict.Verifier
+	// epochKV is the validators' policy epochs bucket (nil until Start
+	// with NATS), epochs the newest epoch seen per key (epoch.go).
+	epochKV atomic.Pointer[jetstream.KeyValue]
+	epochs  verdict.Epochs
 	// chains reads runs' chains: a decision about a step needs its chain
 	// to show the step in doubt (doubt.go).
 	chains  chains
@@ -266,6 +271,9 @@ func (s *Service) Start(ctx context.Context) error {
 			s.state.Lock()
 			s.steps = steps
 			s.state.Unlock()
+			if err := s.bindEpochs(ctx, js); err != nil {
+				return fmt.Errorf("executor: %w", err)
+			}
 			var st unix.Stat_t
 			if err := unix.Fstat(s.ws.fd(), &st); err != nil {
 				return fmt.Errorf("executor: workspace: %w", err)

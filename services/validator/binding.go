@@ -89,6 +89,15 @@ func (s *Service) sign(req *xctv1.ValidateRequest, args map[string]any, tool *xc
 	}
 	p := req.GetProposal()
 	runID := req.GetRun().GetRunId()
+	if cur := s.policy.Load().version; cur != v.GetPolicyVersion() {
+		// The policy was replaced while the step was judged: its epoch,
+		// read after the replacement, would not revoke a grant signed
+		// now under the old one. Unsigned, the orchestrator asks again
+		// (under the new policy) before anything acts.
+		s.log.Warn("allow verdict left unsigned: the policy it was judged by was replaced meanwhile",
+			"run_id", runID, "step_id", req.GetStepId(), "judged_by", v.GetPolicyVersion(), "in_force", cur)
+		return
+	}
 	if tool == nil || tool.GetName() != p.GetTool() {
 		s.log.Error("allow verdict left unsigned: no catalog descriptor of the tool was judged", "run_id", runID, "tool", p.GetTool())
 		return

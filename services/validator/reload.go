@@ -81,6 +81,7 @@ func (s *Service) reloadOnce(files []string) error {
 	}
 	inst := s.policy.Load()
 	if inst.set != nil && sameFiles(inst.set, files, contents) {
+		s.retryEpoch()
 		s.reloadRecovered(inst.version, false)
 		return nil
 	}

@@ -63,6 +63,12 @@ type Service struct {
 	reload     *reloader
 	lastReload reloadState // guarded by reloadMu
 	reloadMu   sync.Mutex
+
+	// epochKV is the policy epochs bucket (nil until Start with NATS and
+	// a verdict key); epochPending says the last write failed (epoch.go).
+	epochMu      sync.Mutex
+	epochKV      jetstream.KeyValue
+	epochPending bool
 }
 
 // installedPolicy is the policy in force, with what the service needs of it
@@ -232,6 +238,10 @@ func (s *Service) Start(ctx context.Context) error {
 			cancel()
 			return fmt.Errorf("validator: %w", err)
 		}
+		if err := s.bindEpochs(ctx, js); err != nil {
+			cancel()
+			return fmt.Errorf("validator: %w", err)
+		}
 		s.redactor.Store(red)
 		s.approvals.Store(store)
 		s.catalog.Store(cat)
@@ -280,6 +290,9 @@ func (s *Service) SetPolicy(p Policy) error {
 	}
 	s.policy.Store(inst)
 	s.log.Info("validator policy installed", "version", inst.version)
+	// Verdicts in flight signed under the previous policy stop here
+	// (epoch.go); a failed write is logged and tried again.
+	_ = s.publishEpoch(context.Background())
 	s.warnUnknownTools(inst)
 	s.warnRateCapacity(inst)
 	return nil

@@ -1,0 +1,84 @@
+package verdict_test
+
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/verdict"
+)
+
+// TestEpochReplaces: an epoch is read only when a trusted key signed it,
+// whole; it replaces a grant of its key signed under another policy at or
+// before its installation, and nothing else; Epochs keeps the newest.
+func TestEpochReplaces(t *testing.T) {
+	s, v, err := verdict.NewPair(time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, _, err := verdict.NewPair(time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Unix(1_800_000_000, 5)
+	raw, err := s.SignEpoch("sha256:new", at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := v.VerifyEpoch(raw)
+	if err != nil || e.PolicyVersion != "sha256:new" || !e.InstalledAt.Equal(at) || e.KeyID != s.KeyID() {
+		t.Fatalf("epoch %+v, %v", e, err)
+	}
+	// Changed in any field, or signed by a key not trusted: refused.
+	var rec map[string]any
+	if err := json.Unmarshal(raw, &rec); err != nil {
+		t.Fatal(err)
+	}
+	for field, val := range map[string]any{"policy_version": "sha256:old", "installed_at_unix_nano": float64(at.UnixNano() + 1), "key_id": other.KeyID()} {
+		m := map[string]any{}
+		for k, x := range rec {
+			m[k] = x
+		}
+		m[field] = val
+		b, _ := json.Marshal(m)
+		if _, err := v.VerifyEpoch(b); err == nil {
+			t.Errorf("an epoch with %s changed verified", field)
+		}
+	}
+	foreign, _ := other.SignEpoch("sha256:new", at)
+	if _, err := v.VerifyEpoch(foreign); !errors.Is(err, verdict.ErrUnknownKey) {
+		t.Errorf("an epoch of an untrusted key: %v", err)
+	}
+	grant := func(version string, issued time.Time) *xctv1.VerdictGrant {
+		return &xctv1.VerdictGrant{PolicyVersion: version, IssuedAt: timestamppb.New(issued)}
+	}
+	for _, c := range []struct {
+		name  string
+		key   string
+		g     *xctv1.VerdictGrant
+		wants bool
+	}{
+		{"old policy, before", s.KeyID(), grant("sha256:old", at.Add(-time.Second)), true},
+		{"old policy, same instant", s.KeyID(), grant("sha256:old", at), true},
+		{"old policy, after (a replica not reloaded yet)", s.KeyID(), grant("sha256:old", at.Add(time.Nanosecond)), false},
+		{"the epoch's policy, before", s.KeyID(), grant("sha256:new", at.Add(-time.Hour)), false},
+		{"another key's grant", other.KeyID(), grant("sha256:old", at.Add(-time.Second)), false},
+	} {
+		if got := e.Replaces(c.key, c.g); got != c.wants {
+			t.Errorf("%s: replaces %v, want %v", c.name, got, c.wants)
+		}
+	}
+	var seen verdict.Epochs
+	seen.Observe(e)
+	older := verdict.Epoch{KeyID: s.KeyID(), PolicyVersion: "sha256:old", InstalledAt: at.Add(-time.Minute)}
+	if got := seen.Observe(older); got.PolicyVersion != "sha256:new" {
+		t.Errorf("an older epoch read later brought back %s", got.PolicyVersion)
+	}
+	if got, ok := seen.Newest(s.KeyID()); !ok || got.PolicyVersion != "sha256:new" {
+		t.Errorf("newest %+v %v", got, ok)
+	}
+}
