@@ -2,6 +2,7 @@ package validator
 
 import (
 	"fmt"
+	"path"
 	"strings"
 	"time"
 
@@ -96,6 +97,16 @@ func newCELEnv() (*cel.Env, error) {
 		cel.Variable(varCrewAgentType, cel.StringType),
 		cel.OptionalTypes(),
 		ext.Strings(),
+		cel.Function("touches",
+			cel.MemberOverload("string_touches_string", []*cel.Type{cel.StringType, cel.StringType}, cel.BoolType,
+				cel.BinaryBinding(func(p, dir ref.Val) ref.Val {
+					ps, ok1 := p.(types.String)
+					ds, ok2 := dir.(types.String)
+					if !ok1 || !ok2 {
+						return types.MaybeNoSuchOverloadErr(p)
+					}
+					return types.Bool(pathTouches(string(ps), string(ds)))
+				}))),
 		cel.CrossTypeNumericComparisons(true),
 		cel.ParserExpressionSizeLimit(maxWhenBytes),
 	)
@@ -103,6 +114,30 @@ func newCELEnv() (*cel.Env, error) {
 		return nil, fmt.Errorf("validator: CEL environment: %w", err)
 	}
 	return env, nil
+}
+
+// pathTouches is CEL's p.touches(dir): whether a tool acting on the
+// workspace path p, a tree included (fs.delete with recursive, fs.move of
+// a directory), acts on dir or anything in it: p is dir, inside it, or
+// holds it. A rule on a directory written as a prefix check
+// (args.from.matches("^deploy/prod(/|$)")) misses a move or delete of
+// one of its parents (fs.move deploy → old, write old/prod/…, move it
+// back): each step is allowed and the tree changed. Both are compared in
+// clean form (path.Clean), so a path the executor would refuse as not
+// clean is judged as the path it names (the safe side); "" touches
+// nothing (a missing argument read as ""), "." everything.
+func pathTouches(p, dir string) bool {
+	if p == "" || dir == "" {
+		return false
+	}
+	p, dir = path.Clean(p), path.Clean(dir)
+	switch {
+	case p == "." || dir == "." || p == dir:
+		return true
+	case strings.HasPrefix(p, dir+"/"), strings.HasPrefix(dir, p+"/"):
+		return true
+	}
+	return false
 }
 
 // celEnv builds the CEL environment when a policy first needs it, once
