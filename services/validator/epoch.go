@@ -40,21 +40,27 @@ func (s *Service) bindEpochs(ctx context.Context, js jetstream.JetStream) error 
 	s.epochMu.Lock()
 	s.epochKV = kv
 	s.epochMu.Unlock()
-	return s.publishEpoch(ctx)
+	return s.publishEpoch(ctx, s.policy.Load())
 }
 
-// publishEpoch records the policy in force now as this validator's
-// newest epoch. The time is read after the policy was installed, so
-// every verdict signed under the previous one was signed before it (sign
-// refuses to sign a verdict judged by a policy no longer in force).
-// Writes are one at a time, so the bucket keeps the newest.
-func (s *Service) publishEpoch(ctx context.Context) error {
+// publishEpoch records inst, the policy in force, as this validator's
+// newest epoch, and then lets its verdicts be answered (awaitEpoch): a
+// caller that sees the new policy's decision finds the epoch written, so
+// an old verdict it holds is refused from then on. The time is read after
+// the policy was installed, so every verdict signed under the previous
+// one was signed before it (sign refuses to sign a verdict judged by a
+// policy no longer in force). Writes are one at a time, so the bucket
+// keeps the newest.
+func (s *Service) publishEpoch(ctx context.Context, inst *installedPolicy) error {
 	s.epochMu.Lock()
 	defer s.epochMu.Unlock()
-	if s.epochKV == nil || s.signer == nil {
+	defer inst.epochRecorded()
+	if s.epochKV == nil || s.signer == nil || s.policy.Load() != inst {
+		// No epochs; or a newer policy was installed meanwhile, whose
+		// own write follows (this one's would come after it, older).
 		return nil
 	}
-	version := s.policy.Load().version
+	version := inst.version
 	rec, err := s.signer.SignEpoch(version, s.now())
 	if err == nil {
 		ctx, cancel := context.WithTimeout(ctx, epochTimeout)
@@ -80,6 +86,6 @@ func (s *Service) retryEpoch() {
 	pending := s.epochPending
 	s.epochMu.Unlock()
 	if pending {
-		_ = s.publishEpoch(context.Background())
+		_ = s.publishEpoch(context.Background(), s.policy.Load())
 	}
 }

@@ -33,7 +33,11 @@ func (s *Service) Validate(ctx context.Context, req *xctv1.ValidateRequest) (*xc
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	req = withCaller(ctx, req)
-	v, in := s.decide(ctx, req)
+	v, in, installed := s.decide(ctx, req)
+	// A verdict of a policy is answered once that policy's epoch is
+	// recorded (epoch.go): whoever sees the new policy's decision cannot
+	// get an old verdict acted on before executors can know it replaced.
+	installed.awaitEpoch(ctx)
 	if s.signable(ctx) {
 		var args map[string]any
 		var tool *xctv1.ToolDescriptor
@@ -62,7 +66,7 @@ func checkRequest(req *xctv1.ValidateRequest) error {
 // and approvals), then the shadow policies. The first check that fails
 // decides, with its builtin reason. It returns the policy's input too (nil
 // when a builtin check decided).
-func (s *Service) decide(ctx context.Context, req *xctv1.ValidateRequest) (*xctv1.Verdict, *Input) {
+func (s *Service) decide(ctx context.Context, req *xctv1.ValidateRequest) (*xctv1.Verdict, *Input, *installedPolicy) {
 	installed := s.policy.Load()
 	now := s.now()
 	v := &xctv1.Verdict{PolicyVersion: installed.version}
@@ -91,7 +95,7 @@ func (s *Service) decide(ctx context.Context, req *xctv1.ValidateRequest) (*xctv
 			slog.Any("reasons", reasonIDs(v.Reasons)),
 		)
 	}
-	return v, in
+	return v, in, installed
 }
 
 // judging says what a judgement may do besides deciding.

@@ -79,6 +79,23 @@ type installedPolicy struct {
 	limits  []rateLimit
 	shadows []*RulesPolicy
 	set     *PolicySet // nil for a policy of another kind
+	// recorded is closed once the policy's epoch was written, or its
+	// write failed, or there is none to write (epoch.go).
+	recorded     chan struct{}
+	recordedOnce sync.Once
+}
+
+// epochRecorded closes recorded (once).
+func (p *installedPolicy) epochRecorded() {
+	p.recordedOnce.Do(func() { close(p.recorded) })
+}
+
+// awaitEpoch waits until the policy's epoch is recorded, or ctx ends.
+func (p *installedPolicy) awaitEpoch(ctx context.Context) {
+	select {
+	case <-p.recorded:
+	case <-ctx.Done():
+	}
 }
 
 // installable turns a policy into what the service installs. A lone rules
@@ -94,7 +111,7 @@ func installable(p Policy) (*installedPolicy, error) {
 		}
 		p = set
 	}
-	inst := &installedPolicy{policy: p, version: p.Version()}
+	inst := &installedPolicy{policy: p, version: p.Version(), recorded: make(chan struct{})}
 	if set, ok := p.(*PolicySet); ok {
 		inst.set = set
 		inst.limits = set.enforced.settings.rateLimits
@@ -175,6 +192,9 @@ func newService(cfg Config, log *slog.Logger, opts []Option) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("validator: %w", err)
 	}
+	// Validate answers nothing before Start, which records this policy's
+	// epoch; a service without NATS records none.
+	inst.epochRecorded()
 	s.policy.Store(inst)
 	s.logPolicy("validator policy loaded", set)
 	return s, nil
@@ -292,7 +312,7 @@ func (s *Service) SetPolicy(p Policy) error {
 	s.log.Info("validator policy installed", "version", inst.version)
 	// Verdicts in flight signed under the previous policy stop here
 	// (epoch.go); a failed write is logged and tried again.
-	_ = s.publishEpoch(context.Background())
+	_ = s.publishEpoch(context.Background(), inst)
 	s.warnUnknownTools(inst)
 	s.warnRateCapacity(inst)
 	return nil
