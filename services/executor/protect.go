@@ -18,6 +18,7 @@ import (
 	"time"
 	"unicode"
 
+	"go.yaml.in/yaml/v3"
 	"golang.org/x/sys/unix"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
@@ -267,6 +268,21 @@ func (p *protectedPaths) linkTargets(root *os.Root, abs string, set protectedSet
 		case err != nil:
 		case fi.Mode()&fs.ModeSymlink != 0:
 			add(rel)
+		case fi.Mode().IsRegular():
+			switch foldName(path.Base(rel)) {
+			case ".git":
+				// "gitdir: X": the repository is X (its config and
+				// hooks), wherever in the workspace it is.
+				if b := readSmallFile(root, rel, 4<<10); b != nil {
+					if dir, ok := strings.CutPrefix(strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0]), "gitdir:"); ok {
+						addRef(joinRef(path.Dir(rel), strings.TrimSpace(dir)), rel)
+					}
+				}
+			case ".pre-commit-config.yaml":
+				for _, ref := range preCommitRefs(root, rel) {
+					addRef(ref, rel)
+				}
+			}
 		case fi.IsDir():
 			if foldName(path.Base(rel)) == ".git" {
 				// A repository's configuration names files of the
@@ -306,18 +322,8 @@ func (p *protectedPaths) linkTargets(root *os.Root, abs string, set protectedSet
 // includeIf paths (relative to the configuration's directory). Paths
 // under a home directory (~) are not the workspace's.
 func gitConfigRefs(root *os.Root, dir string) []string {
-	// Never blocking on a FIFO a program made there (sub/.git/config),
-	// nor reading anything but a file.
-	f, err := root.OpenFile(path.Join(dir, "config"), os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return nil
-	}
-	defer func() { _ = f.Close() }()
-	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
-		return nil
-	}
-	b, err := io.ReadAll(io.LimitReader(f, 1<<20))
-	if err != nil {
+	b := readSmallFile(root, path.Join(dir, "config"), 1<<20)
+	if b == nil {
 		return nil
 	}
 	var out []string
@@ -368,6 +374,88 @@ func gitConfigRefs(root *os.Root, dir string) []string {
 				value = path.Join(dir, value)
 			}
 			out = append(out, value)
+		}
+	}
+	return out
+}
+
+// readSmallFile reads at most limit bytes of the workspace file rel:
+// never blocking on a FIFO a program made there (sub/.git/config), nor
+// reading anything but a regular file (nil then).
+func readSmallFile(root *os.Root, rel string, limit int64) []byte {
+	f, err := root.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil
+	}
+	defer func() { _ = f.Close() }()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return nil
+	}
+	b, err := io.ReadAll(io.LimitReader(f, limit))
+	if err != nil {
+		return nil
+	}
+	return b
+}
+
+// joinRef is the workspace path ref names from the directory dir: ref
+// itself when absolute (linkTargets takes it from the workspace's path).
+func joinRef(dir, ref string) string {
+	if path.IsAbs(ref) {
+		return ref
+	}
+	return path.Join(dir, ref)
+}
+
+// preCommitRefs returns the workspace paths the pre-commit configuration
+// rel runs: the entry of a local hook whose language is script (a path
+// from the repository's top, the configuration's directory), and the
+// words of other local entries that name a file there now ("python
+// scripts/check.py", "./lint.sh"). A configuration that does not parse
+// names none.
+func preCommitRefs(root *os.Root, rel string) []string {
+	b := readSmallFile(root, rel, 256<<10)
+	if b == nil {
+		return nil
+	}
+	var cfg struct {
+		Repos []struct {
+			Repo  string `yaml:"repo"`
+			Hooks []struct {
+				Entry    string `yaml:"entry"`
+				Language string `yaml:"language"`
+			} `yaml:"hooks"`
+		} `yaml:"repos"`
+	}
+	if yaml.Unmarshal(b, &cfg) != nil {
+		return nil
+	}
+	top := path.Dir(rel)
+	var out []string
+	for _, r := range cfg.Repos {
+		if r.Repo != "local" {
+			continue
+		}
+		for _, h := range r.Hooks {
+			words := strings.Fields(h.Entry)
+			if len(words) == 0 {
+				continue
+			}
+			if h.Language == "script" {
+				out = append(out, joinRef(top, words[0]))
+				continue
+			}
+			for _, w := range words {
+				if strings.HasPrefix(w, "-") || !strings.Contains(w, "/") {
+					continue
+				}
+				p := joinRef(top, w)
+				if path.IsAbs(p) {
+					out = append(out, p)
+				} else if _, err := root.Lstat(p); err == nil {
+					out = append(out, p)
+				}
+			}
 		}
 	}
 	return out
