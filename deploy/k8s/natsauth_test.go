@@ -90,6 +90,7 @@ func TestNATSRequiresAuthentication(t *testing.T) {
 				"$KV.XCT_STEPS.step-1":                            {"executor", "admin"},
 				"$O.XCT_STEP_BLOBS.C.x":                           {"executor", "admin"},
 				"$KV.XCT_APPROVALS.a":                             {"validator", "admin"},
+				"$KV.XCT_REDACTION.hmac-key":                      {"admin"}, // xct nats provision makes it
 				"$JS.API.STREAM.DELETE.LCTL":                      {"admin"},
 				"$JS.API.STREAM.PURGE.LCTL":                       {"admin"},
 				"$JS.API.STREAM.UPDATE.LCTL":                      {"admin"},

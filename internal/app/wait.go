@@ -244,7 +244,30 @@ func provisioned(ctx context.Context, conns map[string]*nats.Conn) error {
 			if err != nil {
 				return fmt.Errorf("waiting for NATS JetStream (%s)", jetStreamReason(err))
 			}
+			if sp.Name == provision.RedactionBucket {
+				if err := redactionKeyMade(ctx, js); err != nil {
+					return fmt.Errorf("%s: %w", t, err)
+				}
+			}
 		}
+	}
+	return nil
+}
+
+// redactionKeyMade reports the redaction key missing from its bucket: the
+// admin makes it with the bucket (xct nats provision), a moment after it.
+func redactionKeyMade(ctx context.Context, js jetstream.JetStream) error {
+	pctx, cancel := context.WithTimeout(ctx, jetStreamProbe)
+	defer cancel()
+	kv, err := js.KeyValue(pctx, provision.RedactionBucket)
+	if err == nil {
+		_, err = kv.Get(pctx, provision.RedactionKey)
+	}
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return jsguard.Missing("redaction key in bucket", provision.RedactionBucket)
+	}
+	if err != nil {
+		return fmt.Errorf("waiting for NATS JetStream (%s)", jetStreamReason(err))
 	}
 	return nil
 }

@@ -340,12 +340,14 @@ func othersConsumers(user string) []string {
 // writes are the data subjects each service publishes to: its own
 // streams and buckets, nobody else's.
 var writes = map[string][]string{
-	// Chains: the orchestrator's runs. The redaction key: whichever of
-	// the three services starts first writes it.
-	Orchestrator: {chains, owners, quota, redaction},
-	Validator:    {approvals, rates, policyEpochs, redaction},
+	// Chains: the orchestrator's runs. The redaction key is the admin's
+	// (xct nats provision makes it): the three services that redact read
+	// it (readers) and none writes it, so none can replace the key the
+	// others start with.
+	Orchestrator: {chains, owners, quota},
+	Validator:    {approvals, rates, policyEpochs},
 	// The tool catalog the validator judges with, and the step records.
-	Executor: {toolsKV, stepsKV, blobsObj, redaction},
+	Executor: {toolsKV, stepsKV, blobsObj},
 	// The OTLP ingest writes otel-<trace id> chains, on LCTL_OTEL's
 	// subjects only: no run's chain. Its durable consumers'
 	// acknowledgements go to $JS.ACK.<stream>.tracer.

@@ -1,6 +1,7 @@
 package natsauth_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -433,7 +434,7 @@ func TestReaderOnlyReads(t *testing.T) {
 // the real stream and bucket names.
 func TestPermissionsNameXCTsSubjects(t *testing.T) {
 	want := map[string][]string{
-		natsauth.Executor:     {"$KV." + catalog.Bucket + ".>", "$KV." + executor.StepsBucket + ".>", "$O." + executor.BlobsBucket + ".>", "$KV." + redact.KeyBucket + ".>"},
+		natsauth.Executor:     {"$KV." + catalog.Bucket + ".>", "$KV." + executor.StepsBucket + ".>", "$O." + executor.BlobsBucket + ".>"},
 		natsauth.Orchestrator: {eventlog.SubjectPrefix + ">", "$KV." + orchestrator.OwnersBucket + ".>", "$KV." + orchestrator.QuotaBucket + ".>"},
 		natsauth.Validator:    {"$KV." + validator.ApprovalsBucket + ".>", "$KV." + validator.RateBucket + ".>"},
 		natsauth.Tracer:       {eventlog.OTelSubjectPrefix + ">", "$JS.ACK." + eventlog.StreamName + ".tracer.>", "$JS.ACK." + eventlog.OTelStreamName + ".tracer.>"},
@@ -776,6 +777,44 @@ func TestDeliveriesGoNowhere(t *testing.T) {
 	}
 	if after := c.count(t, "KV_"+catalog.Bucket); after != before {
 		t.Errorf("the catalog went from %d to %d messages", before, after)
+	}
+}
+
+// Session 16 (ops16), issue 11: the redaction key is the admin's. The
+// three services that redact could each write it (NATS cannot allow
+// "create only"): on main a taken-over executor replaced the key, and
+// every service started after it marked secrets with a key the attacker
+// chose (equal secrets no longer gave equal markers across the cluster,
+// and a guess of a low-entropy secret could be tested against markers by
+// whoever knew the key without reading it). Now xct nats provision makes
+// it and no service may write, update or delete it; each still reads it.
+func TestNoServiceWritesTheRedactionKey(t *testing.T) {
+	c := newCluster(t) // provisioned: the key is there
+	ctx := context.Background()
+	adminKV, err := c.admin.js.KeyValue(ctx, redact.KeyBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	made, err := adminKV.Get(ctx, redact.KeyName)
+	if err != nil || len(made.Value()) != 32 {
+		t.Fatalf("the provisioned key: %v", err)
+	}
+	for _, user := range []string{natsauth.Orchestrator, natsauth.Validator, natsauth.Executor, natsauth.Tracer} {
+		u := connectAs(t, c.url, user)
+		if user != natsauth.Tracer {
+			key, err := redact.ClusterKey(ctx, u.js)
+			if err != nil || !bytes.Equal(key, made.Value()) {
+				t.Errorf("%s reading the key: %v", user, err)
+			}
+		}
+		subject := "$KV." + redact.KeyBucket + "." + redact.KeyName
+		if err := u.nc.Publish(subject, []byte("0123456789abcdef0123456789abcdef")); err != nil {
+			t.Fatal(err)
+		}
+		u.refused(t, user+" writing the redaction key", subject)
+	}
+	if now, err := adminKV.Get(ctx, redact.KeyName); err != nil || !bytes.Equal(now.Value(), made.Value()) || now.Revision() != made.Revision() {
+		t.Fatalf("the key after the services' writes: %v (revision %d, was %d)", err, now.Revision(), made.Revision())
 	}
 }
 

@@ -14,6 +14,7 @@ package provision
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"strings"
@@ -35,6 +36,7 @@ const (
 	OTelSubjects    = "lctl.otel.*"     // eventlog.AllOTelSubjects
 	ToolsBucket     = "XCT_TOOLS"       // catalog.Bucket
 	RedactionBucket = "XCT_REDACTION"   // redact.KeyBucket
+	RedactionKey    = "hmac-key"        // redact.KeyName
 	StepsBucket     = "XCT_STEPS"       // executor.StepsBucket
 	BlobsBucket     = "XCT_STEP_BLOBS"  // executor.BlobsBucket
 	ApprovalsBucket = "XCT_APPROVALS"   // validator and orchestrator
@@ -259,6 +261,15 @@ func Run(ctx context.Context, js jetstream.JetStream, s Settings) ([]Result, err
 				return out, err
 			}
 		}
+		if sp.Name == RedactionBucket {
+			made, err := redactionKey(ctx, js)
+			if err != nil {
+				return out, err
+			}
+			if made {
+				updated = append(updated, "redaction key made")
+			}
+		}
 		out = append(out, Result{Spec: sp, Created: created, Differs: differs, Updated: updated})
 	}
 	if err := others(ctx, js, specs); err != nil {
@@ -268,6 +279,29 @@ func Run(ctx context.Context, js jetstream.JetStream, s Settings) ([]Result, err
 		return out, errors.Join(bad...)
 	}
 	return out, nil
+}
+
+// redactionKey makes the cluster's redaction key (32 random bytes) in its
+// bucket unless one is there, which is kept: the services read it, none
+// writes it (internal/natsauth), so a taken-over service cannot replace
+// the key the others start with. made reports whether it was made now.
+func redactionKey(ctx context.Context, js jetstream.JetStream) (made bool, err error) {
+	kv, err := js.KeyValue(ctx, RedactionBucket)
+	if err != nil {
+		return false, fmt.Errorf("provision the redaction key: %w", err)
+	}
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return false, fmt.Errorf("provision the redaction key: %w", err)
+	}
+	_, err = kv.Create(ctx, RedactionKey, key)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, jetstream.ErrKeyExists):
+		return false, nil
+	}
+	return false, fmt.Errorf("provision the redaction key: %w", err)
 }
 
 // make1 creates sp, or finds it and checks it; created reports which,

@@ -1,8 +1,10 @@
 package provision_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -30,6 +32,7 @@ func TestNamesAreTheServices(t *testing.T) {
 		provision.OTelSubjects:    eventlog.AllOTelSubjects,
 		provision.ToolsBucket:     catalog.Bucket,
 		provision.RedactionBucket: redact.KeyBucket,
+		provision.RedactionKey:    redact.KeyName,
 		provision.StepsBucket:     executor.StepsBucket,
 		provision.BlobsBucket:     executor.BlobsBucket,
 		provision.ApprovalsBucket: validator.ApprovalsBucket,
@@ -230,8 +233,9 @@ func TestProvisionTurnsOnAtomicPublish(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if u := updated(first); len(u) != 1 || len(u[provision.OTelStream]) != 1 || !strings.Contains(u[provision.OTelStream][0], "atomic batch publish") {
-		t.Fatalf("first run's updates: %v, want LCTL_OTEL's atomic publish", u)
+	if u := updated(first); len(u) != 2 || len(u[provision.OTelStream]) != 1 || !strings.Contains(u[provision.OTelStream][0], "atomic batch publish") ||
+		!slices.Equal(u["KV_"+provision.RedactionBucket], []string{"redaction key made"}) {
+		t.Fatalf("first run's updates: %v, want LCTL_OTEL's atomic publish and the redaction key", u)
 	}
 	for name, want := range map[string]bool{provision.OTelStream: true, provision.ChainStream: false} {
 		st, err := js.Stream(ctx, name)
@@ -255,5 +259,51 @@ func TestProvisionTurnsOnAtomicPublish(t *testing.T) {
 	}
 	if u := updated(second); len(u) != 0 {
 		t.Fatalf("second run's updates: %v, want none", u)
+	}
+}
+
+// Session 16 (ops16), issue 11: the redaction key is the admin's. Each
+// service that redacts could write it (NATS cannot allow "create only"),
+// so a taken-over one could replace it with a key of its choosing for the
+// services started after. Provisioning makes it (32 random bytes), once:
+// a second run keeps it, and says nothing; a key already made by an
+// earlier XCT's first service is kept too.
+func TestProvisionMakesTheRedactionKeyOnce(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	js, err := jetstream.New(testutil.Connect(t, testutil.RunBareJetStream(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := func() []byte {
+		t.Helper()
+		kv, err := js.KeyValue(ctx, provision.RedactionBucket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := kv.Get(ctx, provision.RedactionKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e.Value()
+	}
+	if _, err := provision.Run(ctx, js, provision.Defaults()); err != nil {
+		t.Fatal(err)
+	}
+	first := key()
+	if len(first) != 32 || bytes.Equal(first, make([]byte, 32)) {
+		t.Fatalf("redaction key %x", first)
+	}
+	again, err := provision.Run(ctx, js, provision.Defaults())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range again {
+		if len(r.Updated) > 0 {
+			t.Errorf("second run updated %s: %v", r.Spec.Name, r.Updated)
+		}
+	}
+	if !bytes.Equal(key(), first) {
+		t.Fatal("the second run replaced the redaction key")
 	}
 }

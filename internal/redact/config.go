@@ -126,15 +126,20 @@ func readKey(path string) ([]byte, error) {
 // KeyBucket is the KV bucket that keeps the cluster's redaction key.
 const KeyBucket = "XCT_REDACTION"
 
-const keyName = "hmac-key"
+// KeyName is the key of the cluster's redaction key in KeyBucket.
+const KeyName = "hmac-key"
 
-// ClusterKey returns the cluster's redaction key, creating it at random
-// when no service has yet: every service of one cluster gets the same
-// key, so equal secrets give equal markers in the orchestrator's events
-// and the executor's records alike.
+// ErrNoKey means the cluster's bucket holds no redaction key: the admin
+// makes it (xct nats provision), no service does.
+var ErrNoKey = errors.New("the cluster has no redaction key")
+
+// ClusterKey returns the cluster's redaction key: every service of one
+// cluster reads the same key, so equal secrets give equal markers in the
+// orchestrator's events and the executor's records alike. The admin makes
+// it at random when provisioning (internal/provision); the services only
+// read it (internal/natsauth gives none of them a write to the bucket, so
+// a taken-over service cannot replace the key the others start with).
 func ClusterKey(ctx context.Context, js jetstream.JetStream) ([]byte, error) {
-	// The bucket is the admin's (internal/provision); the key in it is
-	// the first service's.
 	kv, err := js.KeyValue(ctx, KeyBucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil, fmt.Errorf("redaction key: %w", jsguard.Missing("bucket", KeyBucket))
@@ -148,16 +153,10 @@ func ClusterKey(ctx context.Context, js jetstream.JetStream) ([]byte, error) {
 	if err := jsguard.RepublishedInto(ctx, js, "$KV."+KeyBucket+".>"); err != nil {
 		return nil, fmt.Errorf("redaction key: %w; no key is taken while it does", err)
 	}
-	fresh := make([]byte, 32)
-	if _, err := rand.Read(fresh); err != nil {
-		return nil, fmt.Errorf("redaction key: %w", err)
+	entry, err := kv.Get(ctx, KeyName)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, fmt.Errorf("%w: %w", ErrNoKey, jsguard.Missing("redaction key in bucket", KeyBucket))
 	}
-	if _, err := kv.Create(ctx, keyName, fresh); err == nil {
-		return fresh, nil
-	} else if !errors.Is(err, jetstream.ErrKeyExists) {
-		return nil, fmt.Errorf("redaction key: %w", err)
-	}
-	entry, err := kv.Get(ctx, keyName)
 	if err != nil {
 		return nil, fmt.Errorf("redaction key: %w", err)
 	}
