@@ -248,6 +248,14 @@ func TestDecodeJSONErrors(t *testing.T) {
 			t.Errorf("DecodeJSON(%s) = %v, want %q", tt.in, err, tt.want)
 		}
 	}
+	// A bad id 3000 levels down is named by the start and the end of its
+	// path, not by a path of the whole depth.
+	deep := `{"resourceSpans":[],"x":` + strings.Repeat(`{"key":[`, 3000) + `{"spanId":"q"}` + strings.Repeat("]}", 3000) + "}"
+	if _, err := otlp.DecodeJSON([]byte(deep)); err == nil || len(err.Error()) > 600 ||
+		!strings.Contains(err.Error(), `$.x.key[0].key[0]`) || !strings.Contains(err.Error(), "…") ||
+		!strings.Contains(err.Error(), `key[0].spanId: "q" is not a hex id`) {
+		t.Errorf("DecodeJSON of a bad id 3000 levels deep: %v", err)
+	}
 	if _, err := otlp.ReadJSONFile(strings.NewReader("{\"resourceSpans\":[]}\n{bad\n")); err == nil || !strings.Contains(err.Error(), "line 2:") {
 		t.Errorf("ReadJSONFile: %v, want an error naming line 2", err)
 	}

@@ -9,11 +9,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/xct-dev/xct/lctl/text"
 )
 
 // DecodeProto reads an ExportTraceServiceRequest in the protobuf encoding
@@ -67,32 +71,71 @@ var idFields = map[string]bool{
 }
 
 // hexIDsToBase64 rewrites, anywhere in the tree, the values of id fields
-// from hex to the base64 protojson expects. path names where a bad id is.
+// from hex to the base64 protojson expects. path names the tree; an error
+// names where in it a bad id is.
 func hexIDsToBase64(v any, path string) error {
+	bad := hexIDs(v)
+	if bad == nil {
+		return nil
+	}
+	var b strings.Builder
+	b.WriteString(path)
+	for i := len(bad.where) - 1; i >= 0; i-- {
+		b.WriteString(bad.where[i])
+	}
+	return fmt.Errorf("%s: %q is not a hex id", cutMiddle(b.String(), 512), truncate(bad.value, 64))
+}
+
+// badID is an id that is not hex: its value and the steps to it, the
+// innermost first. The path is made only for the error: made for every
+// member walked, each level's alive while the levels below were walked,
+// it cost the square of the depth times the keys' length (half a
+// gigabyte for 512 KiB of nested objects under 256-byte keys, session 16).
+type badID struct {
+	where []string
+	value string
+}
+
+func hexIDs(v any) *badID {
 	switch x := v.(type) {
 	case map[string]any:
 		for k, e := range x {
-			p := path + "." + k
 			if s, ok := e.(string); ok && idFields[k] {
 				b, err := hex.DecodeString(s)
 				if err != nil {
-					return fmt.Errorf("%s: %q is not a hex id", p, truncate(s, 64))
+					return &badID{where: []string{"." + k}, value: s}
 				}
 				x[k] = base64.StdEncoding.EncodeToString(b)
 				continue
 			}
-			if err := hexIDsToBase64(e, p); err != nil {
-				return err
+			if bad := hexIDs(e); bad != nil {
+				bad.where = append(bad.where, "."+k)
+				return bad
 			}
 		}
 	case []any:
 		for i, e := range x {
-			if err := hexIDsToBase64(e, fmt.Sprintf("%s[%d]", path, i)); err != nil {
-				return err
+			if bad := hexIDs(e); bad != nil {
+				bad.where = append(bad.where, "["+strconv.Itoa(i)+"]")
+				return bad
 			}
 		}
 	}
 	return nil
+}
+
+// cutMiddle keeps the start and the end of s, about n bytes, with an
+// ellipsis between them (a path through thousands of levels names the
+// bad id by its end).
+func cutMiddle(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	end := len(s) - n/2
+	for end < len(s) && !utf8.RuneStart(s[end]) {
+		end++
+	}
+	return text.Truncate(s, n/2) + s[end:]
 }
 
 // maxLine bounds one line of an OTLP JSON lines file.

@@ -8,6 +8,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,6 +17,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/app"
 	"github.com/xct-dev/xct/internal/testutil"
 )
 
@@ -89,4 +92,60 @@ func TestAttackMCPAnswerTakesTheExecutorsMemory(t *testing.T) {
 		t.Fatalf("a call whose answer was not read succeeded: %v", resp.GetResponse())
 	}
 	t.Logf("server wrote %d MiB; the call: %v %v", written.Load()>>20, resp.GetResponse().GetError(), err)
+}
+
+// TestAttackOTLPJSONPathsTakeTheTracersMemory (session 16, attack16c): a
+// submitter (alice, who may export traces) posts 512 KiB of OTLP/JSON whose
+// one unknown member nests 2000 objects deep, each under a 256-byte key.
+// The decoder rewrote hex ids anywhere in the tree and built, for every
+// member it walked, the path to it ("$.x.kkk….kkk…"), each level's path
+// alive while the levels below were walked: 2000²/2 × 256 bytes, half a
+// gigabyte for half a megabyte posted (the 16 MiB the endpoint takes, at
+// the 10,000 levels encoding/json allows, would be some 80 GB: the
+// tracer, and xct dev with it, gone). Now the path is made only for the
+// error that names it; the request costs about its size.
+func TestAttackOTLPJSONPathsTakeTheTracersMemory(t *testing.T) {
+	c := startBindCluster(t, func(cfg *app.Config, _ *app.Options) { cfg.Tracer.HTTPListen = "127.0.0.1:0" })
+	const depth, keyLen = 2000, 256
+	key := strings.Repeat("k", keyLen)
+	var b strings.Builder
+	b.WriteString(`{"resourceSpans":[],"x":`)
+	for range depth {
+		b.WriteString(`{"` + key + `":`)
+	}
+	b.WriteString("1")
+	b.WriteString(strings.Repeat("}", depth))
+	b.WriteString("}")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	post := func(body string) (int, string) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+c.app.Tracer.HTTPAddr()+"/v1/traces", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+c.creds.Token(t, "alice"))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = resp.Body.Close() }()
+		out, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(out)
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	code, out := post(b.String())
+	runtime.ReadMemStats(&after)
+	if code != http.StatusOK {
+		t.Fatalf("the deep export: %d %s", code, out)
+	}
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > 128<<20 {
+		t.Fatalf("a %d KiB export made the process allocate %d MiB", b.Len()>>10, grew>>20)
+	}
+	// A bad id is still named by its path.
+	code, out = post(`{"resourceSpans":[{"scopeSpans":[{"spans":[{"traceId":"zz"}]}]}]}`)
+	if code != http.StatusBadRequest || !strings.Contains(out, `$.resourceSpans[0].scopeSpans[0].spans[0].traceId: \"zz\" is not a hex id`) {
+		t.Fatalf("a bad id: %d %s", code, out)
+	}
 }
