@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"regexp"
 	"slices"
 	"sync"
 	"time"
@@ -1367,18 +1366,33 @@ func normalize(v any) (any, bool) {
 	return nil, false
 }
 
-var chainIDPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
-
 // ErrInvalidChainID is returned for chain ids that are not safe as a NATS
 // subject token.
 var ErrInvalidChainID = errors.New("chain id must be 1-128 characters of A-Z a-z 0-9 _ -")
 
 // ValidateChainID checks that id is safe in a subject token and a file name.
 func ValidateChainID(id string) error {
-	if !chainIDPattern.MatchString(id) {
+	if !validChainID(id) {
 		return fmt.Errorf("%w: %q", ErrInvalidChainID, id)
 	}
 	return nil
+}
+
+// validChainID says id matches ^[A-Za-z0-9_-]{1,128}$. A loop, not that
+// regexp: compiling it (the bound unrolls into 128 states) was ~5 M of
+// the ~8 M instructions lctl ran before reading its first byte.
+func validChainID(id string) bool {
+	if len(id) == 0 || len(id) > 128 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		switch c := id[i]; {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '_', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // VerifyError names the first event at which a chain stops checking out.
