@@ -211,16 +211,7 @@ func appendLineFast(dst []byte, e *lctl.Event) ([]byte, bool) {
 			w.next()
 			w.b = append(w.b, dec...)
 			// eventRules' ids, written as they are found (no list).
-			sep := " by "
-			e.EachObject("reasons", func(o lctl.Object) {
-				n := len(w.b)
-				with := append(w.b, sep...)
-				if b, ok := o.AppendStr(with, "rule_id"); ok && len(b) > len(with) {
-					w.b, sep = b, ", "
-				} else {
-					w.b = with[:n]
-				}
-			})
+			w.b, _ = e.AppendStrs(w.b, "reasons", "rule_id", " by ", ", ")
 		}
 		if n, ok := intAt(e, "step"); ok {
 			w.next()
