@@ -219,8 +219,12 @@ func (e *Event) Get(key string) any {
 // one counts, as in a map decoded by encoding/json), nil when there is
 // none.
 func (e *Event) field(key string) *dataField {
-	for i := len(e.fields) - 1; i >= 0; i-- {
-		f := &e.fields[i]
+	// The slice in a local: read through e, its length and address were
+	// loaded again at every member (the compiler cannot tell that nothing
+	// in the loop writes e), with a bounds check each.
+	fs := e.fields
+	for i := len(fs) - 1; i >= 0; i-- {
+		f := &fs[i]
 		if len(f.key) != len(key) {
 			continue
 		}
