@@ -189,6 +189,51 @@ type dataShape struct {
 	// agent is the agent of the type's last event; next, the type of the
 	// event after it (with its shape).
 	agent, next strGuess
+	// asked says wants and unread hold what the parser's dataFor and
+	// unreadFor say of the type (wantsData, unreadOf).
+	asked  bool
+	wants  bool
+	unread string
+}
+
+// wantsData is p.dataFor(t) (set), asked once per type: t's shape, when
+// there is one, keeps the answer. A command's function went through two
+// or three closures and a switch on the type's name: ~170 instructions an
+// event on the decoding cores.
+func (p *fastParser) wantsData(t string, shape *dataShape) bool {
+	if shape == nil {
+		return p.dataFor(t)
+	}
+	if !shape.asked {
+		p.askShape(t, shape)
+	}
+	return shape.wants
+}
+
+// unreadOf is p.unreadFor(t) ("" when not set), kept as wantsData keeps
+// its answer.
+func (p *fastParser) unreadOf(t string, shape *dataShape) string {
+	if p.unreadFor == nil {
+		return ""
+	}
+	if shape == nil {
+		return p.unreadFor(t)
+	}
+	if !shape.asked {
+		p.askShape(t, shape)
+	}
+	return shape.unread
+}
+
+// askShape asks dataFor and unreadFor of t, shape's type. They are the
+// stream's options, the same for the parser's life (dataFor may be set
+// to nil, which the callers look at first).
+func (p *fastParser) askShape(t string, shape *dataShape) {
+	shape.asked = true
+	shape.wants = p.dataFor == nil || p.dataFor(t)
+	if p.unreadFor != nil {
+		shape.unread = p.unreadFor(t)
+	}
 }
 
 // strGuess is a string expected at a place: its bytes between the quotes
@@ -740,15 +785,12 @@ func (p *fastParser) specEvent(e *Event) bool {
 		return false
 	}
 	if p.fields {
-		if p.dataFor != nil && !p.dataFor(e.Type) {
+		if p.dataFor != nil && !p.wantsData(e.Type, shape) {
 			if !p.skipData(e) {
 				return false
 			}
 		} else {
-			p.unreadKey = ""
-			if p.unreadFor != nil {
-				p.unreadKey = p.unreadFor(e.Type)
-			}
+			p.unreadKey = p.unreadOf(e.Type, shape)
 			if !p.canonData(e, shape) {
 				return false
 			}

@@ -1604,7 +1604,7 @@ func (p *fastParser) canonicalEvent(e *Event) bool {
 			if ts != nil {
 				t := ts.s
 				peeked = t
-				if !p.dataFor(t) {
+				if !p.wantsData(t, shape) {
 					if !p.skipData(e) {
 						return false
 					}
@@ -1614,8 +1614,8 @@ func (p *fastParser) canonicalEvent(e *Event) bool {
 		}
 		if skipped == "" {
 			p.unreadKey = ""
-			if p.unreadFor != nil && peeked != "" {
-				p.unreadKey = p.unreadFor(peeked)
+			if peeked != "" {
+				p.unreadKey = p.unreadOf(peeked, shape)
 			}
 			if !p.canonData(e, shape) {
 				return false
