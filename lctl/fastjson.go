@@ -11,6 +11,7 @@ import (
 	"math/bits"
 	"strconv"
 	"sync"
+	"time"
 	"unicode/utf8"
 	"unsafe"
 )
@@ -112,6 +113,11 @@ type fastParser struct {
 	// event being read starts in it.
 	arena    []byte
 	rawStart int
+	// stamp is where in the arena the last timestamp read by
+	// stampOfSecond lies, stampTime its time: the stream takes it for an
+	// event whose Timestamp is those bytes instead of parsing it again.
+	stamp     *byte
+	stampTime time.Time
 	// sha is computedHash's digest, reused.
 	sha hash.Hash
 	// keyTab, valTab and topTab hold strings read before (rawTable): the
@@ -1548,6 +1554,9 @@ func wordOf(s string) uint64 { return binary.LittleEndian.Uint64([]byte(s)[:8]) 
 // interned.
 func (p *fastParser) timestampString() (string, bool) {
 	if p.arena != nil {
+		if s, ok := p.stampOfSecond(); ok {
+			return s, true
+		}
 		if s, ok := p.arenaString(); ok {
 			return s, true
 		}

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // Streaming: a chain file read one event at a time, for files too large to
@@ -338,8 +339,13 @@ func (b *streamBatch) decode(p *fastParser, hash bool, line func([]byte, *Event)
 			e.Hash, e.PrevHash = "", ""
 		}
 		if e.Timestamp != "" {
-			se.Time, se.TimeOK = p.times.parse(e.Timestamp)
+			if p.stamp != nil && unsafe.StringData(e.Timestamp) == p.stamp { //nolint:gosec // two addresses compared, nothing read through them
+				se.Time, se.TimeOK = p.stampTime, true // stampOfSecond's
+			} else {
+				se.Time, se.TimeOK = p.times.parse(e.Timestamp)
+			}
 		}
+		p.stamp = nil
 		if p.fields {
 			e.setTime(se.Time, se.TimeOK)
 		}

@@ -1,6 +1,10 @@
 package lctl
 
-import "time"
+import (
+	"encoding/binary"
+	"time"
+	"unsafe"
+)
 
 // parseTimeFast parses the form events carry almost always, RFC 3339 in
 // UTC with an optional fraction ("2026-11-21T09:00:00.037Z"), without the
@@ -89,6 +93,9 @@ type secondCache struct {
 	prefix string // the timestamp's first 19 bytes, "" for none
 	base   time.Time
 	unix   int64 // base's Unix seconds
+	// w0, w1, w2 are prefix as little-endian words (w2: its last three
+	// bytes), for fastParser.stampOfSecond.
+	w0, w1, w2 uint64
 }
 
 // parse is ParseTime with the cache.
@@ -102,6 +109,9 @@ func (c *secondCache) parse(s string) (time.Time, bool) {
 	}
 	if base, nsec, ok := parseTimeParts(s); ok {
 		c.prefix, c.base, c.unix = s[:19], base, base.Unix()
+		c.w0 = binary.LittleEndian.Uint64([]byte(s[:8]))
+		c.w1 = binary.LittleEndian.Uint64([]byte(s[8:16]))
+		c.w2 = uint64(s[16]) | uint64(s[17])<<8 | uint64(s[18])<<16
 		return base.Add(time.Duration(nsec)), true
 	}
 	return ParseTime(s)
@@ -109,4 +119,43 @@ func (c *secondCache) parse(s string) (time.Time, bool) {
 
 func daysIn(m time.Month, year int) int {
 	return time.Date(year, m+1, 0, 0, 0, 0, 0, time.UTC).Day()
+}
+
+// stampOfSecond reads, at p.i, a timestamp in the second of the last one
+// parsed (p.times) with a fraction of three digits, as nearly every
+// event's is ("2026-11-21T09:00:00.037Z"): its 24 bytes compared with the
+// second as three words, copied into the arena as three words, and its
+// time made from the second and the digits, kept for the stream
+// (p.stamp, p.stampTime). It is what arenaString and secondCache.parse
+// give for those bytes (a string of plain ASCII up to its quote; the
+// cached second's time and the three-digit fraction) at ~40 instructions
+// where they took ~300. false, having read nothing, for anything else.
+func (p *fastParser) stampOfSecond() (string, bool) {
+	c := &p.times
+	b, i := p.b, p.i
+	if c.prefix == "" || i+26 > len(b) || len(p.arena)+24 > cap(p.arena) || b[i] != '"' {
+		return "", false
+	}
+	w := b[i+1 : i+26] // the 24 bytes and the closing quote
+	w0 := binary.LittleEndian.Uint64(w)
+	w1 := binary.LittleEndian.Uint64(w[8:])
+	w2 := binary.LittleEndian.Uint64(w[16:])
+	if w0 != c.w0 || w1 != c.w1 || w2&0xffffff != c.w2 || w[19] != '.' || w[23] != 'Z' || w[24] != '"' {
+		return "", false
+	}
+	d0, d1, d2 := w[20]-'0', w[21]-'0', w[22]-'0'
+	if d0 > 9 || d1 > 9 || d2 > 9 {
+		return "", false
+	}
+	at := len(p.arena)
+	room := p.arena[at : at+24]
+	binary.LittleEndian.PutUint64(room, w0)
+	binary.LittleEndian.PutUint64(room[8:], w1)
+	binary.LittleEndian.PutUint64(room[16:], w2)
+	p.arena = p.arena[:at+24]
+	p.i = i + 26
+	p.stamp = &p.arena[at]
+	p.stampTime = time.Unix(c.unix, int64((int(d0)*100+int(d1)*10+int(d2))*1e6)).UTC()
+	// The arena's bytes are never written again (arenaString).
+	return unsafe.String(&p.arena[at], 24), true //nolint:gosec // immutable bytes, see arenaString
 }
