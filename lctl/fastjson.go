@@ -901,6 +901,23 @@ func (p *fastParser) keepRaw(b []byte) {
 func (p *fastParser) plainUint() (uint64, bool) {
 	start := p.i
 	if b := p.b[min(start, len(p.b)):]; len(b) > 16 && b[0] >= '1' && b[0] <= '9' {
+		// Up to seven digits (a seq below ten million) in one word: the
+		// first byte that is not a digit found from the word's bytes less
+		// '0' (below it, it wraps past 0x7f; above '9', adding 0x76 takes
+		// it there; the digits before it neither borrow nor carry), the
+		// digits combined in three multiplications.
+		t := binary.LittleEndian.Uint64(b) - 0x3030303030303030
+		if m := (t | (t + 0x7676767676767676)) & 0x8080808080808080; m != 0 {
+			n := bits.TrailingZeros64(m) >> 3 // at least 1: b[0] is a digit
+			if c := b[n]; c != '.' && c != 'e' && c != 'E' {
+				v := t << (64 - 8*n) // the digits, the first most significant
+				v = (v & 0x0F0F0F0F0F0F0F0F) * 2561 >> 8
+				v = (v & 0x00FF00FF00FF00FF) * 6553601 >> 16
+				v = (v & 0x0000FFFF0000FFFF) * 42949672960001 >> 32
+				p.i += n
+				return v, true
+			}
+		}
 		// Up to 16 digits and the byte after them in bounds: no check of
 		// the end at each digit.
 		b = b[:17]
