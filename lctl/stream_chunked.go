@@ -621,6 +621,16 @@ func (c *fileChunk) readRecords(r io.ReaderAt, p *fastParser, opts StreamOptions
 // by a comma is at [from, to); a line of white space is from -1; ok is
 // false for a line of any other shape.
 func eventOnLine(l []byte) (from, to int, ok bool) {
+	if n := len(l); n >= 3 && l[0] == '{' && l[n-1] == ',' && l[n-2] == '}' && l[n-3] != ']' {
+		// The line as nearly every one is, without white space at its
+		// ends: what the loops below find, at a fifth of their cost.
+		return 0, n - 1, true
+	}
+	return eventOnLineGeneral(l)
+}
+
+// eventOnLineGeneral is eventOnLine for any line.
+func eventOnLineGeneral(l []byte) (from, to int, ok bool) {
 	i := 0
 	for i < len(l) && (l[i] == ' ' || l[i] == '\t' || l[i] == '\r') {
 		i++
