@@ -181,6 +181,17 @@ func (s *Service) judge(ctx context.Context, req *xctv1.ValidateRequest, install
 		denyWith(v, reasonSchema, s.schemaInvalid(name, err))
 		return nil
 	}
+	if tool.GetSource() != "" {
+		if at, ok := nulArgument(args, ""); ok {
+			// A server in C reads the string up to the NUL, the policy
+			// reads it whole (nul.go).
+			denyWith(v, reasonSchema, wire.WithDetails(wire.Errorf(wire.CodeSchemaInvalid,
+				"argument %q of tool %s holds a NUL character, which a tool server may take for the end of the text: the policy would judge one value and the tool act on another; leave it out",
+				truncate(at, maxToolNameInMsg), quoteName(name)),
+				map[string]any{"tool": truncate(name, maxToolNameInMsg), "argument": truncate(at, maxToolNameInMsg)}))
+			return nil
+		}
+	}
 
 	in := &Input{
 		Run:      req.GetRun(),
