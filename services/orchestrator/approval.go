@@ -195,7 +195,10 @@ func (r *run) waitForDecision(a *xctv1.Approval) (*xctv1.Approval, error) {
 			again = min(2*again, r.svc.cfg.SettlePoll)
 		case entry, ok := <-watcher.Updates():
 			if !ok {
-				return nil, fmt.Errorf("%w: approval watch ended", errLogLost)
+				// The watch ends when the run's context does (it was
+				// made with it): a cancel can close it before the
+				// select sees the context done.
+				return nil, r.cancelledOr(fmt.Errorf("%w: approval watch ended", errLogLost))
 			}
 			if entry == nil || entry.Operation() != jetstream.KeyValuePut {
 				continue
