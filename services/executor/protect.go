@@ -625,9 +625,23 @@ func (w *workspace) moveNew(ctx context.Context, log *slog.Logger, before protec
 	for name, id := range before {
 		byID[id] = name
 	}
+	var links map[string]string
 	for name, id := range after {
 		if !after.newSince(before, byID, name, id) {
 			continue
+		}
+		if w.protected.match(name) == "" {
+			// What a protected link leads to (linkTargets), made or
+			// replaced: moved aside only when the link was there
+			// before. A link the program made is moved aside itself,
+			// and where it led stays the program's own file (or a
+			// program could have any entry of the workspace moved).
+			if links == nil {
+				links = w.protected.linkTargets(w.root, w.abs, after)
+			}
+			if !linkWasThere(before, after, links[name]) {
+				continue
+			}
 		}
 		aside, err := w.moveAside(name)
 		if err != nil {
@@ -654,6 +668,19 @@ func (w *workspace) moveNew(ctx context.Context, log *slog.Logger, before protec
 		moved[name] = aside
 	}
 	return moved, unmoved, scanCut, cut
+}
+
+// linkWasThere reports whether the protected entry that makes a link
+// target protected (link: the link itself, or what holds it: the .git of
+// a hook or of a repository's config) is the same entry after a program
+// as before.
+func linkWasThere(before, after protectedSet, link string) bool {
+	for n := link; n != "." && n != "/" && n != ""; n = path.Dir(n) {
+		if was, ok := before[n]; ok {
+			return after[n] == was
+		}
+	}
+	return false
 }
 
 // moveAside renames the workspace entry name, in its directory reached

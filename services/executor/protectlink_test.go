@@ -254,3 +254,25 @@ func TestProtectedConfigRefs(t *testing.T) {
 		t.Fatalf("another file: %v", r)
 	}
 }
+
+// TestProtectedLinkMadeByAProgramMovesOnlyTheLink: a link a program
+// makes under a protected name (.envrc -> src) is moved aside after it;
+// where it led is the program's own business and stays (otherwise a
+// program could have the executor move any entry of the workspace
+// aside: src, another run's files).
+func TestProtectedLinkMadeByAProgramMovesOnlyTheLink(t *testing.T) {
+	sb := newSandbox(t)
+	must(t, os.MkdirAll(filepath.Join(sb.ws, "src"), 0o755))
+	must(t, os.WriteFile(filepath.Join(sb.ws, "src", "main.go"), []byte("package main\n"), 0o644))
+	s := shellService(t, sb, 20*time.Second)
+	res := resultAs[ShellResult](t, shell(t, s, "sh", "-c", "ln -s src .envrc && mkdir -p .githooks2 && ln -s ../src/main.go .githooks2/x && echo made"))
+	if res.Stdout != "made\n" {
+		t.Fatalf("the program: %+v", res)
+	}
+	if _, ok := res.ProtectedMoved[".envrc"]; !ok || len(res.ProtectedMoved) != 1 {
+		t.Fatalf("moved aside: %v, want .envrc only", res.ProtectedMoved)
+	}
+	if b, err := os.ReadFile(filepath.Join(sb.ws, "src", "main.go")); err != nil || string(b) != "package main\n" {
+		t.Fatalf("src/main.go: %q %v", b, err)
+	}
+}
