@@ -377,14 +377,16 @@ func (w *ChainWriter) AppendAt(ctx context.Context, at time.Time, eventType, age
 	return w.append(ctx, at, eventType, agent, data)
 }
 
-// AppendWithin is Append bounded by timeout instead of by a context
-// (Publisher.PublishWithin): the same event, checks and failures, without
-// a context and timer made per append by a caller that has only a
-// duration to bound it with.
+// AppendWithin is Append bounded by timeout, counted from the call,
+// instead of by a context (Publisher.PublishUntil): the same event, checks
+// and failures (an append whose time is up before it is sent is not sent:
+// ErrNotSent), without a context and timer made per append by a caller
+// that has only a duration to bound it with.
 func (w *ChainWriter) AppendWithin(timeout time.Duration, eventType, agent string, data map[string]any) (lctl.Event, error) {
+	deadline := time.Now().Add(timeout)
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.appendBounded(bound{within: timeout}, time.Time{}, eventType, agent, data)
+	return w.appendBounded(bound{deadline: deadline}, time.Time{}, eventType, agent, data)
 }
 
 // append is Append at time at (zero: now).
@@ -400,10 +402,10 @@ func (w *ChainWriter) appendLocked(ctx context.Context, at time.Time, eventType,
 }
 
 // bound is what limits an append: a context, or when there is none a
-// duration (AppendWithin).
+// deadline (AppendWithin).
 type bound struct {
-	ctx    context.Context
-	within time.Duration
+	ctx      context.Context
+	deadline time.Time
 }
 
 // appendBounded is appendLocked bounded by b.
@@ -417,7 +419,7 @@ func (w *ChainWriter) appendBounded(b bound, at time.Time, eventType, agent stri
 	}
 	var ack PubAck
 	if b.ctx == nil {
-		ack, err = w.pub.PublishWithin(b.within, w.subject, raw, w.msgID(e.Seq), w.streamSeq)
+		ack, err = w.pub.PublishUntil(b.deadline, w.subject, raw, w.msgID(e.Seq), w.streamSeq)
 	} else {
 		ack, err = w.pub.Publish(b.ctx, w.subject, raw, w.msgID(e.Seq), w.streamSeq)
 	}
@@ -435,7 +437,7 @@ func (w *ChainWriter) appendBounded(b bound, at time.Time, eventType, agent stri
 		ctx := b.ctx
 		if ctx == nil {
 			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeout(context.Background(), b.within)
+			ctx, cancel = context.WithDeadline(context.Background(), b.deadline)
 			defer cancel()
 		}
 		if err := w.sameAsStored(ctx, ack.Seq, raw); err != nil {

@@ -106,30 +106,35 @@ func (p *Publisher) publish(ctx context.Context, subject string, data []byte, ms
 // PublishWithin is Publish bounded by timeout instead of by a context:
 // the request waits on the NATS client's pooled timer, so a caller whose
 // only bound is a duration (the orchestrator's appends) makes no context,
-// timer and callback of its own per write. Nobody answering in time fails
-// with context.DeadlineExceeded (wrapping the client's own error), as
-// Publish under a deadline does; nobody listening is retried as Publish
-// retries it, within the same timeout.
+// timer and callback of its own per write. As under a context's deadline,
+// a write whose time is up before it is sent is not sent (ErrNotSent),
+// one nobody answers in time fails with context.DeadlineExceeded
+// (wrapping the client's own error), and one nobody listens to is retried
+// within the same bound.
 func (p *Publisher) PublishWithin(timeout time.Duration, subject string, data []byte, msgID string, lastSeq uint64) (PubAck, error) {
-	ack, err := p.publishWithin(timeout, subject, data, msgID, lastSeq)
+	return p.PublishUntil(time.Now().Add(timeout), subject, data, msgID, lastSeq)
+}
+
+// PublishUntil is PublishWithin with the bound given as a time.
+func (p *Publisher) PublishUntil(deadline time.Time, subject string, data []byte, msgID string, lastSeq uint64) (PubAck, error) {
+	ack, err := p.publishUntil(deadline, subject, data, msgID, lastSeq)
 	p.health.Wrote(p.stream, err)
 	return ack, err
 }
 
-func (p *Publisher) publishWithin(timeout time.Duration, subject string, data []byte, msgID string, lastSeq uint64) (PubAck, error) {
-	if timeout <= 0 {
+func (p *Publisher) publishUntil(deadline time.Time, subject string, data []byte, msgID string, lastSeq uint64) (PubAck, error) {
+	left := time.Until(deadline)
+	if left <= 0 {
 		return PubAck{}, fmt.Errorf("%w: %w", ErrNotSent, context.DeadlineExceeded)
 	}
-	deadline := time.Now().Add(timeout)
 	pm := pubMsgs.Get().(*pubMsg)
 	defer pm.put()
 	m := pm.fill(subject, data, msgID, lastSeq)
-	resp, err := p.nc.RequestMsg(m, timeout)
+	resp, err := p.nc.RequestMsg(m, left)
 	for r := 0; errors.Is(err, nats.ErrNoResponders) && r < publishRetryAttempts; r++ {
 		t := time.NewTimer(min(publishRetryWait, time.Until(deadline)))
 		<-t.C
-		left := time.Until(deadline)
-		if left <= 0 {
+		if left = time.Until(deadline); left <= 0 {
 			err = context.DeadlineExceeded
 			break
 		}

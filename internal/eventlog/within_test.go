@@ -117,3 +117,27 @@ func TestPublishWithinFailsAsPublish(t *testing.T) {
 		t.Fatalf("zero bound: err = %v, want ErrNotSent", err)
 	}
 }
+
+// TestAppendWithinNotSentWhenTimeIsUp: an append whose bound has passed
+// before its write goes out is not sent, as an append under an expired
+// context is not (ErrNotSent: the orchestrator then knows the event did
+// not land and releases a start's claim); nothing is stored and the writer
+// goes no further.
+func TestAppendWithinNotSentWhenTimeIsUp(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	l := openLog(t)
+	w, _ := l.NewChainWriter("late")
+	if _, err := w.AppendWithin(time.Nanosecond, "run_started", "o", nil); !errors.Is(err, eventlog.ErrNotSent) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err = %v, want ErrNotSent and context.DeadlineExceeded", err)
+	}
+	if events, err := l.ReadChain(ctx, "late"); !errors.Is(err, eventlog.ErrChainNotFound) {
+		t.Fatalf("chain after an append not sent: %d events, %v (want ErrChainNotFound)", len(events), err)
+	}
+	if w.Seq() != 0 {
+		t.Fatalf("seq advanced to %d", w.Seq())
+	}
+	if _, err := w.AppendWithin(5*time.Second, "run_started", "o", nil); err == nil {
+		t.Fatal("writer went on after a failed append")
+	}
+}
