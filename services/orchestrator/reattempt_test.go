@@ -139,6 +139,11 @@ func TestResumeAfterARefusedReattempt(t *testing.T) {
 	if got := stepRecord(&ended).GetState(); got != xctv1.StepState_STEP_STATE_FAILED {
 		t.Errorf("GetRun state: %s; want FAILED (its error is the executor's)", got)
 	}
+	approval := *start
+	approval.Verdicts = []xctevent.Verdict{allow, {Step: 1, StepID: "s1", Decision: xctevent.DecisionNeedsApproval}}
+	if st := openStepOf("run", &approval); st.verdict.GetDecision() != xctv1.VerdictDecision_VERDICT_DECISION_ALLOW {
+		t.Errorf("resumed step whose re-attempt's verdict asks for a human: %v; want the allow (no approval is waited for an attempt that may have acted)", st.verdict.GetDecision())
+	}
 	refused := *start
 	refused.Verdicts = []xctevent.Verdict{deny}
 	if st := openStepOf("run", &refused); st.verdict.GetDecision() != xctv1.VerdictDecision_VERDICT_DECISION_DENY {

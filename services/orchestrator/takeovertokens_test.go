@@ -95,3 +95,34 @@ func TestATakeoverAfterAFailedModelCallKeepsItsTokens(t *testing.T) {
 			rs.endMessage, rs.tokensIn, rs.tokensOut, describe(events))
 	}
 }
+
+const soloCrew = `crew: solo
+agents:
+  - name: counter
+    profile: {type: analyzer, capabilities: [pattern_detection], model: "func:tester", reliability_score: 0.9}
+    tools: [test.count]
+handoffs: {entry: counter, max_depth: 1, cycles: forbid}
+`
+
+// The same for a crew run whose model failed with no model to fall back
+// on: the error ending the run carries what the failed call used.
+func TestATakeoverAfterACrewsFailedModelCallKeepsItsTokens(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, newGatedModel())
+	a, _ := f.launch(Config{RunLease: time.Minute, DrainTimeout: 5 * time.Second, Instance: "orch-a", CallTimeout: time.Minute}, &failingModel{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := a.StartRun(as(ctx, "alice", auth.RoleSubmitter), &xctv1.StartRunRequest{Goal: "count", Crew: []byte(soloCrew), CrewFile: "solo.yaml"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := resp.GetRun().GetRunId()
+	events := f.waitEnd(id)
+	if end := events[len(events)-1]; num(end.Data["tokens"].(map[string]any), "input") != 12 {
+		t.Fatalf("the owner's run_finished counts %v; want 12 input tokens:\n%s", end.Data["tokens"], describe(events))
+	}
+	rs := foldResume(id, events[:len(events)-1])
+	if rs.endMessage == "" || rs.tokensIn != 12 {
+		t.Fatalf("resumed after the crew's last model failed: end %q, %d input tokens; want the run ended with 12:\n%s", rs.endMessage, rs.tokensIn, describe(events))
+	}
+}
