@@ -4,9 +4,12 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/xct-dev/xct/lctl"
+	"github.com/xct-dev/xct/lctl/text"
 )
 
 // DefaultDiffIgnore returns the data fields Diff ignores unless told
@@ -276,16 +279,60 @@ func subjectField(e *lctl.Event) string {
 
 // compareData returns the fields that differ, by path, in sorted order.
 func compareData(a, b map[string]any, skip map[string]bool) []FieldChange {
-	var out []FieldChange
-	compareValue("", a, b, skip, &out)
-	return out
+	c := fieldComparer{skip: skip}
+	c.value(a, b)
+	return c.out
 }
 
 // maxFieldChanges bounds the field changes reported for one event.
 const maxFieldChanges = 50
 
-func compareValue(path string, a, b any, skip map[string]bool, out *[]FieldChange) {
-	if len(*out) >= maxFieldChanges {
+// maxFieldPath bounds a reported change's path (cut in the middle).
+const maxFieldPath = 512
+
+// fieldComparer walks two events' data side by side. The path to where it
+// is, is the steps to it, made into a string only for a change reported:
+// made for every member walked, each level's kept while the levels below
+// were walked, it cost the data's depth times its keys' length for every
+// leaf (a model's 80 KiB of arguments nested under long keys made one
+// DiffChains allocate 150 MB, session 16).
+type fieldComparer struct {
+	skip  map[string]bool
+	steps []string // ".key" or "[i]", the first without its dot
+	out   []FieldChange
+}
+
+func (c *fieldComparer) full() bool { return len(c.out) >= maxFieldChanges }
+
+func (c *fieldComparer) path() string {
+	n := 0
+	for _, s := range c.steps {
+		n += len(s)
+	}
+	var b strings.Builder
+	b.Grow(min(n, maxFieldPath+8))
+	if n <= maxFieldPath {
+		for _, s := range c.steps {
+			b.WriteString(s)
+		}
+		return b.String()
+	}
+	// The start and the end, an ellipsis between.
+	var all strings.Builder
+	all.Grow(n)
+	for _, s := range c.steps {
+		all.WriteString(s)
+	}
+	p := all.String()
+	end := len(p) - maxFieldPath/2
+	for end < len(p) && !utf8.RuneStart(p[end]) {
+		end++
+	}
+	return text.Truncate(p, maxFieldPath/2) + p[end:]
+}
+
+func (c *fieldComparer) value(a, b any) {
+	if c.full() {
 		return
 	}
 	ma, aIsMap := asMap(a)
@@ -302,14 +349,19 @@ func compareValue(path string, a, b any, skip map[string]bool, out *[]FieldChang
 		}
 		slices.Sort(keys)
 		for _, k := range keys {
-			if skip[k] {
+			if c.full() {
+				return
+			}
+			if c.skip[k] {
 				continue
 			}
-			p := k
-			if path != "" {
-				p = path + "." + k
+			step := k
+			if len(c.steps) > 0 {
+				step = "." + k
 			}
-			compareValue(p, ma[k], mb[k], skip, out)
+			c.steps = append(c.steps, step)
+			c.value(ma[k], mb[k])
+			c.steps = c.steps[:len(c.steps)-1]
 		}
 		return
 	}
@@ -317,12 +369,17 @@ func compareValue(path string, a, b any, skip map[string]bool, out *[]FieldChang
 	lb, bIsList := b.([]any)
 	if aIsList && bIsList && len(la) == len(lb) {
 		for i := range la {
-			compareValue(fmt.Sprintf("%s[%d]", path, i), la[i], lb[i], skip, out)
+			if c.full() {
+				return
+			}
+			c.steps = append(c.steps, "["+strconv.Itoa(i)+"]")
+			c.value(la[i], lb[i])
+			c.steps = c.steps[:len(c.steps)-1]
 		}
 		return
 	}
 	if !sameValue(a, b) {
-		*out = append(*out, FieldChange{Path: path, V1: a, V2: b})
+		c.out = append(c.out, FieldChange{Path: c.path(), V1: a, V2: b})
 	}
 }
 

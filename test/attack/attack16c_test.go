@@ -16,6 +16,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	lctlv1 "github.com/xct-dev/xct/gen/lctl/v1"
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/app"
 	"github.com/xct-dev/xct/internal/testutil"
@@ -147,5 +148,81 @@ func TestAttackOTLPJSONPathsTakeTheTracersMemory(t *testing.T) {
 	code, out = post(`{"resourceSpans":[{"scopeSpans":[{"spans":[{"traceId":"zz"}]}]}]}`)
 	if code != http.StatusBadRequest || !strings.Contains(out, `$.resourceSpans[0].scopeSpans[0].spans[0].traceId: \"zz\" is not a hex id`) {
 		t.Fatalf("a bad id: %d %s", code, out)
+	}
+}
+
+// TestAttackDiffPathsTakeTheTracersMemory (session 16, attack16c): a
+// model proposes arguments whose one member nests 30 objects under
+// 1000-byte keys and ends in 5000 leaves (180 KiB, a valid decision; the
+// step is refused, its proposal recorded on step_start all the same); two
+// runs of it differ in the leaves. Any reader's DiffChains compared the
+// two step_starts and built, for every leaf it walked, the path to it
+// (30 KB), though it reports at most 50 changes an event: 161 MiB
+// allocated for two 6-event chains on main (a 256 KiB decision shaped so:
+// about 4 GB). Now the path is made only for a change reported, each cut
+// past 512 bytes, and the walk stops at the 50th.
+func TestAttackDiffPathsTakeTheTracersMemory(t *testing.T) {
+	c := startBindCluster(t)
+	const depth, keyLen, leaves = 30, 1000, 5000
+	args := func(leaf int) string {
+		var b strings.Builder
+		b.WriteString(`{"path": "x", "deep": `)
+		for i := range depth {
+			fmt.Fprintf(&b, `{"%s%d": `, strings.Repeat("k", keyLen), i)
+		}
+		b.WriteString("{")
+		for i := range leaves {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			fmt.Fprintf(&b, `"l%d": %d`, i, leaf)
+		}
+		b.WriteString(strings.Repeat("}", depth+2))
+		return b.String()
+	}
+	var ids []string
+	var lastSeq []uint64
+	for i, leaf := range []int{1, 2} {
+		name := fmt.Sprintf("deep%d.yaml", i)
+		c.writeScript(t, name, script(step("fs.list", args(leaf))))
+		r := c.runToEnd(t, "alice", &xctv1.StartRunRequest{Goal: "deep", Model: "scripted:" + name})
+		ids, lastSeq = append(ids, r.GetRunId()), append(lastSeq, r.GetLastSeq())
+	}
+	tracer := lctlv1.NewTracerServiceClient(c.creds.Dial(t, c.app.Addr(app.TargetTracer), "dave"))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for i, id := range ids {
+		testutil.Eventually(t, 30*time.Second, func() error {
+			s, err := tracer.ChainStats(ctx, &lctlv1.ChainStatsRequest{ChainId: id})
+			if err != nil {
+				return err
+			}
+			if s.GetEvents() < lastSeq[i] {
+				return fmt.Errorf("chain %s: %d of %d events at the tracer", id, s.GetEvents(), lastSeq[i])
+			}
+			return nil
+		})
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	resp, err := tracer.DiffChains(ctx, &lctlv1.DiffChainsRequest{ChainIdA: ids[0], ChainIdB: ids[1]})
+	runtime.ReadMemStats(&after)
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > 64<<20 {
+		t.Fatalf("DiffChains of two %d-event chains made the process allocate %d MiB (%v)", lastSeq[0], grew>>20, err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fields int
+	for _, d := range resp.GetDifferences() {
+		fields += len(d.GetFields())
+		for _, f := range d.GetFields() {
+			if len(f.GetPath()) > 600 {
+				t.Fatalf("a path of %d bytes", len(f.GetPath()))
+			}
+		}
+	}
+	if fields == 0 || fields > 200 {
+		t.Fatalf("%d field changes reported, want the leaves' first ones", fields)
 	}
 }
