@@ -114,3 +114,50 @@ func TestValidateArgumentNamedUnlikeItsSchema(t *testing.T) {
 		checkVerdict(t, validate(t, s, request(t, "db.query", a)), allow, "", "allow-read")
 	}
 }
+
+// TestValidateArgumentNamedUnlikeItsSchemaInAMap: a schema that names an
+// argument inside the entries of a map (additionalProperties or
+// patternProperties schemas: {"files": {"docs": {"path": …}}}) had the
+// walk stop at the map's undeclared keys, so {"files": {"a": {"PATH":
+// ".env"}}} was allowed on main past a rule reading each entry's path,
+// and a Go server decoding into map[string]struct{Path string} reads it as
+// path. Now the walk follows a member into the schemas that apply to it.
+func TestValidateArgumentNamedUnlikeItsSchemaInAMap(t *testing.T) {
+	t.Parallel()
+	tool := &xctv1.ToolDescriptor{
+		Name: "files.bundle", Effect: read,
+		InputSchema: `{"type":"object",
+  "properties": {
+    "files": {"type":"object","additionalProperties":{"type":"object","properties":{"path":{"type":"string"}}}},
+    "tagged": {"type":"object","patternProperties":{"^t-":{"type":"object","properties":{"path":{"type":"string"}}}}},
+    "rest": {"type":"object","unevaluatedProperties":{"type":"object","properties":{"path":{"type":"string"}}}}}}`,
+	}
+	s := newService(t, `rules:
+  - {id: allow-read, effect: allow, effects: [read]}
+  - id: no-env
+    effect: deny
+    tools: ["files.bundle"]
+    when: >-
+      [has(args.files) ? args.files : {}, has(args.tagged) ? args.tagged : {}, has(args.rest) ? args.rest : {}]
+      .exists(m, m.exists(k, has(m[k].path) && m[k].path.endsWith(".env")))
+`, tool)
+	for _, a := range []map[string]any{
+		{"files": map[string]any{"a": map[string]any{"PATH": ".env"}}},
+		{"tagged": map[string]any{"t-1": map[string]any{"Path": ".env"}}},
+		{"rest": map[string]any{"x": map[string]any{"PATH": ".env"}}},
+	} {
+		v := validate(t, s, request(t, "files.bundle", a))
+		if v.GetDecision() != deny || v.GetError().GetCode() != string(wire.CodeSchemaInvalid) {
+			t.Errorf("%q: %v %v, want a SCHEMA_INVALID deny", a, v.GetDecision(), v.GetError())
+		}
+	}
+	for _, a := range []map[string]any{
+		{"files": map[string]any{"a": map[string]any{"path": "README"}}},
+		{"tagged": map[string]any{"other": map[string]any{"PATH": "x"}}}, // no pattern matches: undeclared in any spelling
+	} {
+		checkVerdict(t, validate(t, s, request(t, "files.bundle", a)), allow, "", "allow-read")
+	}
+	if v := validate(t, s, request(t, "files.bundle", map[string]any{"files": map[string]any{"a": map[string]any{"path": ".env"}}})); v.GetDecision() != deny {
+		t.Errorf("the plain spelling: %v, want the rule's deny", v.GetDecision())
+	}
+}

@@ -156,9 +156,10 @@ func pointer(tokens []string) string {
 // documentation advises, and the schema lets an undeclared "PATH" through
 // (no additionalProperties: false, as many servers' schemas have it);
 // a Go server decoding into a struct reads it as path. The walk follows
-// the schema into nested objects and arrays through properties, items,
-// references and the combinators (allOf, anyOf, oneOf, if/then/else,
-// dependentSchemas). It returns the name given and the one the schema
+// the schema into nested objects and arrays through properties,
+// patternProperties, additionalProperties and unevaluatedProperties
+// schemas, items, references and the combinators (allOf, anyOf, oneOf,
+// if/then/else, dependentSchemas). It returns the name given and the one the schema
 // names.
 func schemaNameClash(s *jsonschema.Schema, v any) (given, named string, found bool) {
 	return nameClashIn([]*jsonschema.Schema{s}, v)
@@ -183,18 +184,11 @@ func nameClashIn(schemas []*jsonschema.Schema, v any) (given, named string, foun
 				if n, ok := namedAs(all, k); ok {
 					return k, n, true
 				}
-				continue
 			}
 			if !container(e) {
 				continue
 			}
-			var sub []*jsonschema.Schema
-			for _, s := range all {
-				if p, ok := s.Properties[k]; ok {
-					sub = append(sub, p)
-				}
-			}
-			if given, named, found = nameClashIn(sub, e); found {
+			if given, named, found = nameClashIn(memberSchemas(all, k), e); found {
 				return given, named, true
 			}
 		}
@@ -226,6 +220,38 @@ func nameClashIn(schemas []*jsonschema.Schema, v any) (given, named string, foun
 		}
 	}
 	return "", "", false
+}
+
+// memberSchemas are the schemas of all that apply to member k's value:
+// its properties, the patternProperties whose pattern matches k, and, for
+// a member neither names, additionalProperties and unevaluatedProperties
+// when they are schemas. (A map of named entries, {"additionalProperties":
+// {"properties": {"path": …}}}, names "path" in each entry: "PATH" there is
+// the same clash as at the top.)
+func memberSchemas(all []*jsonschema.Schema, k string) []*jsonschema.Schema {
+	var sub []*jsonschema.Schema
+	for _, s := range all {
+		matched := false
+		if p, ok := s.Properties[k]; ok {
+			sub = append(sub, p)
+			matched = true
+		}
+		for re, p := range s.PatternProperties {
+			if re.MatchString(k) {
+				sub = append(sub, p)
+				matched = true
+			}
+		}
+		if !matched {
+			if p, ok := s.AdditionalProperties.(*jsonschema.Schema); ok {
+				sub = append(sub, p)
+			}
+			if s.UnevaluatedProperties != nil {
+				sub = append(sub, s.UnevaluatedProperties)
+			}
+		}
+	}
+	return sub
 }
 
 // maxReachable bounds the schemas one value is compared against (a schema
