@@ -114,6 +114,35 @@ func (e Epoch) Replaces(keyID string, g *xctv1.VerdictGrant) bool {
 type Epochs struct {
 	mu     sync.Mutex
 	newest map[string]Epoch
+	// verified are records already verified, by their bytes (an executor
+	// reads the same record at every Execute; its signature is checked
+	// once). Few: cleared when it grows past maxVerified.
+	verified map[string]Epoch
+}
+
+// maxVerified bounds Epochs.verified.
+const maxVerified = 16
+
+// Verify is v.VerifyEpoch(raw), from the bytes already verified when raw
+// is one of them.
+func (t *Epochs) Verify(v *Verifier, raw []byte) (Epoch, error) {
+	t.mu.Lock()
+	e, ok := t.verified[string(raw)]
+	t.mu.Unlock()
+	if ok {
+		return e, nil
+	}
+	e, err := v.VerifyEpoch(raw)
+	if err != nil {
+		return Epoch{}, err
+	}
+	t.mu.Lock()
+	if t.verified == nil || len(t.verified) >= maxVerified {
+		t.verified = map[string]Epoch{}
+	}
+	t.verified[string(raw)] = e
+	t.mu.Unlock()
+	return e, nil
 }
 
 // Observe notes e and returns the newest epoch of its key.

@@ -73,6 +73,14 @@ func TestEpochReplaces(t *testing.T) {
 		}
 	}
 	var seen verdict.Epochs
+	for range 2 { // the second from the bytes verified
+		if got, err := seen.Verify(v, raw); err != nil || got != e {
+			t.Fatalf("Epochs.Verify: %+v %v, want %+v", got, err, e)
+		}
+	}
+	if _, err := seen.Verify(v, foreign); err == nil {
+		t.Errorf("Epochs.Verify took an untrusted key's epoch")
+	}
 	seen.Observe(e)
 	older := verdict.Epoch{KeyID: s.KeyID(), PolicyVersion: "sha256:old", InstalledAt: at.Add(-time.Minute)}
 	if got := seen.Observe(older); got.PolicyVersion != "sha256:new" {

@@ -77,7 +77,7 @@ func (s *Service) checkEpoch(ctx context.Context, keyID string, g *xctv1.Verdict
 	case err != nil:
 		return fmt.Errorf("%w: %w", errEpochUnread, err)
 	default:
-		e, err := s.verifier.VerifyEpoch(entry.Value())
+		e, err := s.epochs.Verify(s.verifier, entry.Value())
 		if err != nil {
 			return fmt.Errorf("%w: %w", errEpochUnread, err)
 		}
