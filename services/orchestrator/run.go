@@ -137,9 +137,9 @@ var errLogLost = errors.New("event log unavailable")
 func (r *run) record(agent string, ev xctevent.Event) error {
 	r.recording.Lock()
 	defer r.recording.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), r.svc.cfg.AppendTimeout)
-	defer cancel()
-	e, err := r.writer.Append(ctx, ev.Type(), agent, r.redactEvent(ev.Type(), ev.Data()))
+	// (bounded on the NATS client's pooled timer: no context per event;
+	// a write whose time is up before it is sent is not sent, ErrNotSent)
+	e, err := r.writer.AppendWithin(r.svc.cfg.AppendTimeout, ev.Type(), agent, r.redactEvent(ev.Type(), ev.Data()))
 	if err != nil {
 		return fmt.Errorf("%w: %w", errLogLost, err)
 	}
@@ -391,7 +391,9 @@ func (r *run) iterate(step int) (iterationOutcome, error) {
 	// from this map): the step id, the step_start and the tool_call are all
 	// made from it.
 	stepID := wire.StepIDOf(r.id, step, ns.GetTool(), args)
-	r.svc.log.Debug("step proposed", "run", r.id, "step", step, "tool", ns.GetTool())
+	if r.svc.log.Enabled(context.Background(), slog.LevelDebug) {
+		r.svc.log.Debug("step proposed", "run", r.id, "step", step, "tool", ns.GetTool())
+	}
 	proposed := xctevent.StepStart{
 		Step: step, StepID: stepID, Intent: ns.GetGoal(), InputSummary: summarizeProposal(ns.GetTool(), args),
 		Tool: ns.GetTool(), Arguments: args, Model: resp.GetModel(), Confidence: ns.Confidence,
