@@ -96,3 +96,20 @@ func TestChainDoubtFromTheNamedDoubtAgreesWithTheWholeChain(t *testing.T) {
 	appendAll(xctevent.StepEnd{Step: 7, StepID: step, Outcome: xctevent.OutcomeSuccess})
 	check(later, 0, "ended success")
 }
+
+// With NATS gone the chain cannot be read, and no decision is taken
+// (ErrChainUnreadable: UNAVAILABLE over gRPC), whichever event it names.
+func TestChainDoubtWithoutNATSIsUnreadable(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	nc := testutil.Connect(t, testutil.RunJetStream(t))
+	log, err := eventlog.Open(ctx, nc)
+	must(t, err)
+	nc.Close()
+	for _, named := range []uint64{0, 3} {
+		if _, err := chainDoubt(ctx, log, "run-1", "s-1", named); !errors.Is(err, ErrChainUnreadable) {
+			t.Errorf("named %d without NATS: %v, want ErrChainUnreadable", named, err)
+		}
+	}
+}

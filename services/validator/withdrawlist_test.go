@@ -183,3 +183,17 @@ func BenchmarkListPendingOnALongChain(b *testing.B) {
 		})
 	}
 }
+
+// With NATS gone, a decision and a list are refused UNAVAILABLE, saying
+// the approvals cannot be read: never taken, never listed from memory.
+func TestDecisionWithoutNATSIsUnavailable(t *testing.T) {
+	t.Parallel()
+	a := startApprovals(t)
+	c := a.chain(t, "run-1")
+	ap := a.waiting(t, c, configWrite(t, 1, "config/app.yaml"))
+	a.nc.Close()
+	_, err := a.decide("run-1", ap.GetStepId(), true, "bob", "fine")
+	wantCode(t, err, codes.Unavailable, "approvals are unavailable")
+	_, err = a.s.ListApprovals(context.Background(), &xctv1.ListApprovalsRequest{RunId: "run-1"})
+	wantCode(t, err, codes.Unavailable, "approvals are unavailable")
+}

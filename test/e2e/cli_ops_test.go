@@ -442,3 +442,53 @@ steps:
 	}
 	d.cli(t, "", env, "show", runID).want(t, "show", 0, "cancelled by carol: wrong ticket")
 }
+
+// Session 16 (ops16), issue 17: what an operator reads when an approval or
+// a resolution names something that is not there, or not in the state the
+// command needs: each refusal names the run, the step and why, with an
+// exit status of 1.
+func TestCLIApprovalAndResolveRefusals(t *testing.T) {
+	d := startDev(t, "--policy", "../../examples/policies/config-approval.yaml")
+	script := `name: needs-approval
+steps:
+  - next_step:
+      tool: fs.write
+      arguments: {path: config/app.yaml, content: "x: 1\n"}
+      goal: change the config
+    tokens: {input: 100, output: 10}
+  - done: true
+    message: changed
+    tokens: {input: 50, output: 5}
+`
+	env := []string{"XCT_DATA_DIR=" + d.dataDir}
+	runID := d.startScript(t, "approve.yaml", script)
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(d.cli(t, "", env, "approvals", "--run", runID).out, "state         pending") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no pending approval for %s", runID)
+		}
+	}
+	d.cli(t, "", env, "approve", runID, "7", "--as", "bob").want(t, "approve a step with no approval", 1,
+		"run "+runID+" has no approval for step 7")
+	d.cli(t, "", env, "approve", "run-nope", "1", "--as", "bob").want(t, "approve in a run that does not exist", 1,
+		"run run-nope has no approval for step 1")
+	d.cli(t, "", env, "approve", runID, "s-nope", "--as", "bob").want(t, "approve an unknown step id", 1, "NotFound", "no such approval")
+	d.cli(t, "", env, "approvals", "--run", "bad.id").want(t, "approvals of a malformed run id", 1, "InvalidArgument")
+	d.cli(t, "", env, "approve", runID, "1", "--as", "alice").want(t, "approve as a submitter", 1, "PermissionDenied", "alice may not call")
+	d.cli(t, "", env, "resolve", runID, "1", "--outcome", "failed", "--as", "carol").want(t, "resolve a step waiting for its approval", 1,
+		"not in doubt on its chain")
+	d.cli(t, "", env, "approve", runID, "1", "--as", "bob", "--reason", "ticket 7").want(t, "approve", 0, "approved by bob")
+	d.cli(t, "", env, "deny", runID, "1", "--as", "bob", "--reason", "no").want(t, "deny what was approved", 1,
+		"FailedPrecondition", "already decided", "approved by bob")
+	for !strings.Contains(d.cli(t, "", env, "show", runID).out, "status     done") {
+		if time.Now().After(deadline) {
+			t.Fatalf("run %s did not end", runID)
+		}
+	}
+	d.cli(t, "", env, "resolve", runID, "1", "--outcome", "failed", "--as", "carol").want(t, "resolve a settled step", 1,
+		"step 1", "of run "+runID+" is not in doubt on its chain")
+	d.cli(t, "", env, "resolve", runID, "9", "--outcome", "failed", "--as", "carol").want(t, "resolve a step that does not exist", 1,
+		"run "+runID+" has no executed step 9")
+	d.cli(t, "", env, "resolve", "run-nope", "1", "--outcome", "failed", "--as", "carol").want(t, "resolve in a run that does not exist", 1,
+		"get run", "NotFound")
+}
