@@ -71,6 +71,7 @@ type HTTPResult struct {
 type httpTool struct {
 	urls       urlGuard
 	folded     []hostRule // hosts whose paths are case-insensitive
+	underscore []string   // header names with "_" that may be sent
 	addrs      *addrGuard
 	resolver   Resolver
 	timeout    time.Duration
@@ -85,6 +86,7 @@ func newHTTPTool(cfg *HTTPConfig, defTimeout time.Duration, maxOutput int64) *ht
 	t := &httpTool{
 		urls:       urlGuard{hosts: cfg.hosts, httpsOnly: cfg.HTTPSOnly},
 		folded:     cfg.foldedHosts,
+		underscore: cfg.UnderscoreHeaders,
 		addrs:      newAddrGuard(cfg.addrs, cfg.hostAddrs...),
 		resolver:   cfg.Resolver,
 		timeout:    cfg.Timeout,
@@ -127,7 +129,7 @@ func (t *httpTool) Descriptor() *xctv1.ToolDescriptor {
   "properties": {
     "method": {"enum": [` + methods + `], "description": "HTTP method."},
     "url": {"type": "string", "minLength": 1, "maxLength": 8192, "description": "Absolute http or https URL of an allowed host."},
-    "headers": {"type": "object", "maxProperties": 64, "additionalProperties": {"type": "string"}, "description": "Request headers, each name written with its words capitalized (Content-Type, X-Api-Key) (Host, Connection, Content-Length, Transfer-Encoding, Proxy-*, X-Forwarded-*, Forwarded, method and URL overrides such as X-HTTP-Method-Override and X-Original-URL are refused)."},
+    "headers": {"type": "object", "maxProperties": 64, "additionalProperties": {"type": "string"}, "description": "Request headers, each name written with its words capitalized and separated by \"-\" (Content-Type, X-Api-Key) (Host, Connection, Content-Length, Transfer-Encoding, Proxy-*, X-Forwarded-*, Forwarded, method and URL overrides such as X-HTTP-Method-Override and X-Original-URL are refused)."},
     "body": {"type": "string", "description": "Request body, as text."}
   },
   "required": ["method", "url"],
@@ -555,6 +557,15 @@ func (t *httpTool) headers(req *http.Request, v any) *xctv1.Error {
 		if p := plainHeaderName(k); p != k {
 			return wire.WithDetails(wire.Errorf(wire.CodeInvalidArgument,
 				"header %q is not written plainly: write it as %q (a policy reads the name as written, a server in any case)", k, p),
+				map[string]any{"argument": "headers", "header": k, "plain": p})
+		}
+		if strings.Contains(k, "_") && !slices.Contains(t.underscore, k) {
+			// CGI, PHP and WSGI servers name X_Api_Key and X-Api-Key
+			// both HTTP_X_API_KEY: a rule on the one does not see the
+			// other. One spelling, unless the configuration lists it.
+			p := strings.ReplaceAll(k, "_", "-")
+			return wire.WithDetails(wire.Errorf(wire.CodeInvalidArgument,
+				"header %q has a \"_\", which many servers read as \"-\" (%q) while a policy reads the name as written: write it as %q (a name with \"_\" is sent only when the http tool's underscore_headers lists it)", k, p, p),
 				map[string]any{"argument": "headers", "header": k, "plain": p})
 		}
 		total += len(k) + len(s)

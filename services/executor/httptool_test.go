@@ -664,6 +664,20 @@ func TestHTTPMethodOverride(t *testing.T) {
 	}
 }
 
+// TestHTTPUnderscoreHeadersConfig (session 16): underscore_headers takes
+// only names with a "_", written plainly, that may be sent at all.
+func TestHTTPUnderscoreHeadersConfig(t *testing.T) {
+	t.Parallel()
+	if _, err := ParseToolsConfig("tools.yaml", []byte("http:\n  allow_hosts: [a.test]\n  underscore_headers: [Api_Key]\n")); err != nil {
+		t.Errorf("a plain name with \"_\": %v", err)
+	}
+	for _, bad := range []string{"api_key", "Api-Key", "X_Forwarded_For", "Api_Key:"} {
+		if _, err := ParseToolsConfig("tools.yaml", []byte(fmt.Sprintf("http:\n  allow_hosts: [a.test]\n  underscore_headers: [%q]\n", bad))); err == nil {
+			t.Errorf("underscore_headers entry %q was accepted", bad)
+		}
+	}
+}
+
 // TestHTTPHostAddresses (session 11, trust11a): allow_addresses lets
 // every allowed host reach the addresses it lists; a name under an
 // allowed wildcard whose DNS someone else controls (a dangling CNAME)

@@ -122,6 +122,11 @@ type HTTPConfig struct {
 	// letter in its path is refused, naming the path in lower case, so a
 	// rule on "/admin" also holds against "/ADMIN".
 	CaseInsensitivePaths []string `yaml:"case_insensitive_paths"`
+	// UnderscoreHeaders are the header names with a "_" the tool may send
+	// ("Api_Key"), written plainly. Any other name with one is refused:
+	// CGI, PHP and WSGI servers read "_" as "-", so X_Api_Key is their
+	// X-Api-Key, past a rule that reads args.headers["X-Api-Key"].
+	UnderscoreHeaders []string `yaml:"underscore_headers"`
 	// MaxRedirects caps the redirects followed (default 5; more is an
 	// error). -1 follows none: a 3xx response is the result.
 	MaxRedirects int `yaml:"max_redirects"`
@@ -608,6 +613,11 @@ func (v *configCheck) checkHTTP(h *HTTPConfig) {
 			continue
 		}
 		h.hosts = append(h.hosts, r)
+	}
+	for i, n := range h.UnderscoreHeaders {
+		if !strings.Contains(n, "_") || plainHeaderName(n) != n || forbiddenHeader(n) || strings.ContainsAny(n, " \t\r\n:\x00") {
+			v.fail(append(p, "underscore_headers", i), "%q is not a header name with a \"_\" written plainly (%q) that may be sent", n, plainHeaderName(n))
+		}
 	}
 	for i, s := range h.CaseInsensitivePaths {
 		r, err := parseHostRule(s)

@@ -184,10 +184,12 @@ func TestAttackHeaderNamedInAnotherCase(t *testing.T) {
 	mu.Lock()
 	sent := append([]string(nil), got...)
 	mu.Unlock()
-	if fmt.Sprint(sent) != "[ ]" {
-		t.Errorf("the server got %q, want two requests without credentials", sent)
+	// X_Custom_Header is refused too since session 16 (a "_" is sent
+	// only when the configuration lists the name).
+	if fmt.Sprint(sent) != "[]" {
+		t.Errorf("the server got %q, want one request without credentials", sent)
 	}
-	if errs := stepErrors(run); fmt.Sprint(errs) != "[POLICY_DENIED INVALID_ARGUMENT INVALID_ARGUMENT INVALID_ARGUMENT  ]" {
+	if errs := stepErrors(run); fmt.Sprint(errs) != "[POLICY_DENIED INVALID_ARGUMENT INVALID_ARGUMENT INVALID_ARGUMENT  INVALID_ARGUMENT]" {
 		t.Fatalf("steps: %v", errs)
 	}
 	if msg := run.GetSteps()[1].GetResponse().GetError().GetMessage(); !strings.Contains(msg, `"Authorization"`) {
