@@ -85,6 +85,31 @@ func (v *Verifier) VerifyEpoch(raw []byte) (Epoch, error) {
 	if len(raw) > maxEpochBytes {
 		return Epoch{}, fmt.Errorf("%w: policy epoch of %d bytes", ErrMalformed, len(raw))
 	}
+	v.epochMu.Lock()
+	e, ok := v.epochs[string(raw)]
+	v.epochMu.Unlock()
+	if ok {
+		return e, nil
+	}
+	e, err := v.verifyEpoch(raw)
+	if err != nil {
+		return Epoch{}, err
+	}
+	v.epochMu.Lock()
+	if v.epochs == nil || len(v.epochs) >= maxVerifiedEpochs {
+		v.epochs = map[string]Epoch{}
+	}
+	v.epochs[string(raw)] = e
+	v.epochMu.Unlock()
+	return e, nil
+}
+
+// maxVerifiedEpochs bounds the records a Verifier remembers (one per
+// trusted key is the usual count; past the bound it starts afresh).
+const maxVerifiedEpochs = 64
+
+// verifyEpoch is VerifyEpoch without the memory of records verified.
+func (v *Verifier) verifyEpoch(raw []byte) (Epoch, error) {
 	var r epochRecord
 	if err := json.Unmarshal(raw, &r); err != nil {
 		return Epoch{}, fmt.Errorf("%w: policy epoch: %w", ErrMalformed, err)

@@ -1,8 +1,10 @@
 package verdict_test
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -88,5 +90,72 @@ func TestEpochReplaces(t *testing.T) {
 	}
 	if got, ok := seen.Newest(s.KeyID()); !ok || got.PolicyVersion != "sha256:new" {
 		t.Errorf("newest %+v %v", got, ok)
+	}
+}
+
+// TestVerifyEpochRemembered: a record that verified is remembered by its
+// exact bytes (the executor reads its key's record at every Execute), so
+// reading it again decodes and verifies nothing; any other bytes are
+// checked in full (a forged signature after the genuine record is still
+// refused), each remembered record answers its own epoch past the
+// memory's bound, and what one verifier remembers does not make another,
+// which trusts other keys, accept the record.
+func TestVerifyEpochRemembered(t *testing.T) {
+	s, v, err := verdict.NewPair(time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Unix(1_800_000_000, 5)
+	raw, err := s.SignEpoch("sha256:v0", at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := v.VerifyEpoch(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if allocs := testing.AllocsPerRun(50, func() {
+		if e, err := v.VerifyEpoch(raw); err != nil || e != first {
+			t.Fatalf("again: %+v, %v", e, err)
+		}
+	}); allocs != 0 {
+		t.Errorf("a record verified before cost %v allocations: it was decoded again", allocs)
+	}
+	var rec map[string]any
+	if err := json.Unmarshal(raw, &rec); err != nil {
+		t.Fatal(err)
+	}
+	sig, err := base64.StdEncoding.DecodeString(rec["signature"].(string))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sig[len(sig)-1] ^= 1
+	rec["signature"] = sig
+	forged, _ := json.Marshal(rec)
+	if _, err := v.VerifyEpoch(forged); !errors.Is(err, verdict.ErrBadSignature) {
+		t.Fatalf("a forged signature after the genuine record: %v, want ErrBadSignature", err)
+	}
+	records := [][]byte{raw}
+	for i := 1; i < 150; i++ {
+		r, err := s.SignEpoch(fmt.Sprintf("sha256:v%d", i), at.Add(time.Duration(i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		records = append(records, r)
+	}
+	for round := range 2 {
+		for i, r := range records {
+			e, err := v.VerifyEpoch(r)
+			if err != nil || e.PolicyVersion != fmt.Sprintf("sha256:v%d", i) || !e.InstalledAt.Equal(at.Add(time.Duration(i))) {
+				t.Fatalf("round %d, record %d: %+v, %v", round, i, e, err)
+			}
+		}
+	}
+	_, stranger, err := verdict.NewPair(time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stranger.VerifyEpoch(raw); !errors.Is(err, verdict.ErrUnknownKey) {
+		t.Fatalf("a verifier that does not trust the key: %v, want ErrUnknownKey", err)
 	}
 }

@@ -232,6 +232,14 @@ func signed(raw []byte) []byte {
 // Verifier checks signed verdicts against a set of trusted public keys.
 type Verifier struct {
 	keys map[string]ed25519.PublicKey
+
+	// epochs remembers the policy epoch records that verified, by their
+	// exact bytes (VerifyEpoch): the executor reads its key's record at
+	// every Execute and it changes only when a validator reloads its
+	// policy, so the same bytes need not be decoded and their signature
+	// checked again. The keys never change, so neither does the answer.
+	epochMu sync.Mutex
+	epochs  map[string]Epoch
 }
 
 // NewVerifier trusts keys.
