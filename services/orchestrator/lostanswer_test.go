@@ -2,6 +2,7 @@ package orchestrator
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/grpcx"
+	"github.com/xct-dev/xct/internal/testutil"
 	"github.com/xct-dev/xct/internal/wire"
 	"github.com/xct-dev/xct/lctl"
 	"github.com/xct-dev/xct/services/executor"
@@ -104,5 +106,21 @@ func (f *fixture) serveExecutor(name string, tools ...executor.Tool) *executor.S
 	}
 	f.t.Cleanup(func() { _ = ex.Stop(context.Background()) })
 	f.execAddr = serveGRPC(f.t, f.creds, name, func(s *grpcx.Server) { ex.Register(s.GRPC) })
+	f.validatorKnows(tools...)
 	return ex
+}
+
+// validatorKnows waits until the fixture's validator has each tool in its
+// catalog (its watch may trail an executor that has just started: a
+// proposal in between is denied UNKNOWN_TOOL).
+func (f *fixture) validatorKnows(tools ...executor.Tool) {
+	f.t.Helper()
+	testutil.Eventually(f.t, time.Minute, func() error {
+		for _, tool := range tools {
+			if name := tool.Descriptor().GetName(); !f.val.KnowsTool(name) {
+				return fmt.Errorf("the validator's catalog does not have %s yet", name)
+			}
+		}
+		return nil
+	})
 }

@@ -239,6 +239,7 @@ func (f *outcomeFixture) executorOn(t *testing.T, url string, tool *countTool) *
 		defer cancel()
 		_ = ex.Stop(ctx)
 	})
+	f.validatorKnows(tool)
 	return ex
 }
 

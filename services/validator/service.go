@@ -321,6 +321,20 @@ func (s *Service) SetPolicy(p Policy) error {
 // PolicyVersion is the version of the policy in force.
 func (s *Service) PolicyVersion() string { return s.policy.Load().version }
 
+// KnowsTool says whether the validator's tool catalog holds name now. The
+// catalog follows executors' announcements through a KV watch, so a tool
+// an executor has just published may be unknown for a moment: a proposal
+// for it in that moment is denied UNKNOWN_TOOL (what a caller that must
+// not race, such as a test starting an executor, waits for).
+func (s *Service) KnowsTool(name string) bool {
+	cat := s.catalog.Load()
+	if cat == nil {
+		return false
+	}
+	_, ok := cat.Get(name)
+	return ok
+}
+
 // warnUnknownTools logs the rules and rate limits of a policy that name
 // tools the catalog does not have, when the catalog is known. The catalog
 // changes as executors come and go, so this is a warning, not a refusal;
