@@ -147,27 +147,7 @@ func TestCLITools(t *testing.T) {
 // approval withdrawn (approving it afterwards is refused, saying why), and
 // xct show says cancelled for the run and the step.
 func TestCLICancel(t *testing.T) {
-	d := startDev(t, "--policy", "../../examples/policies/config-approval.yaml")
-	script := `name: needs-approval
-steps:
-  - next_step:
-      tool: fs.write
-      arguments: {path: config/app.yaml, content: "x: 1\n"}
-      goal: change the config
-    tokens: {input: 100, output: 10}
-  - done: true
-    message: changed
-    tokens: {input: 50, output: 5}
-`
-	env := []string{"XCT_DATA_DIR=" + d.dataDir}
-	runID := d.startScript(t, "approve.yaml", script)
-	// Wait until the step waits for a human.
-	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(d.cli(t, "", env, "approvals", "--run", runID).out, "state         pending") {
-		if time.Now().After(deadline) {
-			t.Fatalf("no pending approval for %s", runID)
-		}
-	}
+	d, env, runID := startWaitingForApproval(t)
 	d.cli(t, "", env, "cancel", runID, "--reason", "wrong ticket", "--as", "carol").
 		want(t, "cancel", 0, "run "+runID+" cancelled: cancelled by carol: wrong ticket")
 	d.cli(t, "", env, "cancel", runID).want(t, "cancel again", 1, "FailedPrecondition")
@@ -391,24 +371,7 @@ steps:
 // (carol, an operator), not to an auditor (dave); cancelling there ends
 // the run as xct cancel does.
 func TestDebuggerCancelButton(t *testing.T) {
-	d := startDev(t, "--policy", "../../examples/policies/config-approval.yaml")
-	script := `name: needs-approval
-steps:
-  - next_step:
-      tool: fs.write
-      arguments: {path: config/app.yaml, content: "x: 1\n"}
-      goal: change the config
-  - done: true
-    message: changed
-`
-	env := []string{"XCT_DATA_DIR=" + d.dataDir}
-	runID := d.startScript(t, "approve.yaml", script)
-	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(d.cli(t, "", env, "approvals", "--run", runID).out, "state         pending") {
-		if time.Now().After(deadline) {
-			t.Fatalf("no pending approval for %s", runID)
-		}
-	}
+	d, env, runID := startWaitingForApproval(t)
 	link := func(who string) string {
 		r := d.cli(t, "", env, "debug", runID, "--as", who)
 		r.want(t, "debug as "+who, 0)
@@ -435,6 +398,7 @@ steps:
 	b.Until(t, "the cancelled step", `!!document.querySelector('g.node[data-status="cancelled"]')`)
 	b.Clean(t)
 
+	deadline := time.Now().Add(30 * time.Second)
 	for !strings.Contains(d.cli(t, "", env, "show", runID).out, "status     cancelled") {
 		if time.Now().After(deadline) {
 			t.Fatalf("run %s not cancelled:\n%s", runID, d.cli(t, "", env, "show", runID).out)
@@ -448,6 +412,39 @@ steps:
 // command needs: each refusal names the run, the step and why, with an
 // exit status of 1.
 func TestCLIApprovalAndResolveRefusals(t *testing.T) {
+	d, env, runID := startWaitingForApproval(t)
+	d.cli(t, "", env, "approve", runID, "7", "--as", "bob").want(t, "approve a step with no approval", 1,
+		"run "+runID+" has no approval for step 7")
+	d.cli(t, "", env, "approve", "run-nope", "1", "--as", "bob").want(t, "approve in a run that does not exist", 1,
+		"run run-nope has no approval for step 1")
+	d.cli(t, "", env, "approve", runID, "s-nope", "--as", "bob").want(t, "approve an unknown step id", 1, "NotFound", "no such approval")
+	d.cli(t, "", env, "approvals", "--run", "bad.id").want(t, "approvals of a malformed run id", 1, "InvalidArgument")
+	d.cli(t, "", env, "approve", runID, "1", "--as", "alice").want(t, "approve as a submitter", 1, "PermissionDenied", "alice may not call")
+	d.cli(t, "", env, "resolve", runID, "1", "--outcome", "failed", "--as", "carol").want(t, "resolve a step waiting for its approval", 1,
+		"not in doubt on its chain")
+	d.cli(t, "", env, "approve", runID, "1", "--as", "bob", "--reason", "ticket 7").want(t, "approve", 0, "approved by bob")
+	d.cli(t, "", env, "deny", runID, "1", "--as", "bob", "--reason", "no").want(t, "deny what was approved", 1,
+		"FailedPrecondition", "already decided", "approved by bob")
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(d.cli(t, "", env, "show", runID).out, "status     done") {
+		if time.Now().After(deadline) {
+			t.Fatalf("run %s did not end", runID)
+		}
+	}
+	d.cli(t, "", env, "resolve", runID, "1", "--outcome", "failed", "--as", "carol").want(t, "resolve a settled step", 1,
+		"step 1", "of run "+runID+" is not in doubt on its chain")
+	d.cli(t, "", env, "resolve", runID, "9", "--outcome", "failed", "--as", "carol").want(t, "resolve a step that does not exist", 1,
+		"run "+runID+" has no executed step 9")
+	d.cli(t, "", env, "resolve", "run-nope", "1", "--outcome", "failed", "--as", "carol").want(t, "resolve in a run that does not exist", 1,
+		"get run", "NotFound")
+}
+
+// startWaitingForApproval starts xct dev under the config-approval policy
+// and a scripted run whose first step (an fs.write to config/) waits for a
+// human; it returns the cluster, the CLI's environment and the run's id
+// once `xct approvals` lists the approval pending.
+func startWaitingForApproval(t *testing.T) (*devCluster, []string, string) {
+	t.Helper()
 	d := startDev(t, "--policy", "../../examples/policies/config-approval.yaml")
 	script := `name: needs-approval
 steps:
@@ -462,33 +459,12 @@ steps:
 `
 	env := []string{"XCT_DATA_DIR=" + d.dataDir}
 	runID := d.startScript(t, "approve.yaml", script)
+	// Wait until the step waits for a human.
 	deadline := time.Now().Add(30 * time.Second)
 	for !strings.Contains(d.cli(t, "", env, "approvals", "--run", runID).out, "state         pending") {
 		if time.Now().After(deadline) {
 			t.Fatalf("no pending approval for %s", runID)
 		}
 	}
-	d.cli(t, "", env, "approve", runID, "7", "--as", "bob").want(t, "approve a step with no approval", 1,
-		"run "+runID+" has no approval for step 7")
-	d.cli(t, "", env, "approve", "run-nope", "1", "--as", "bob").want(t, "approve in a run that does not exist", 1,
-		"run run-nope has no approval for step 1")
-	d.cli(t, "", env, "approve", runID, "s-nope", "--as", "bob").want(t, "approve an unknown step id", 1, "NotFound", "no such approval")
-	d.cli(t, "", env, "approvals", "--run", "bad.id").want(t, "approvals of a malformed run id", 1, "InvalidArgument")
-	d.cli(t, "", env, "approve", runID, "1", "--as", "alice").want(t, "approve as a submitter", 1, "PermissionDenied", "alice may not call")
-	d.cli(t, "", env, "resolve", runID, "1", "--outcome", "failed", "--as", "carol").want(t, "resolve a step waiting for its approval", 1,
-		"not in doubt on its chain")
-	d.cli(t, "", env, "approve", runID, "1", "--as", "bob", "--reason", "ticket 7").want(t, "approve", 0, "approved by bob")
-	d.cli(t, "", env, "deny", runID, "1", "--as", "bob", "--reason", "no").want(t, "deny what was approved", 1,
-		"FailedPrecondition", "already decided", "approved by bob")
-	for !strings.Contains(d.cli(t, "", env, "show", runID).out, "status     done") {
-		if time.Now().After(deadline) {
-			t.Fatalf("run %s did not end", runID)
-		}
-	}
-	d.cli(t, "", env, "resolve", runID, "1", "--outcome", "failed", "--as", "carol").want(t, "resolve a settled step", 1,
-		"step 1", "of run "+runID+" is not in doubt on its chain")
-	d.cli(t, "", env, "resolve", runID, "9", "--outcome", "failed", "--as", "carol").want(t, "resolve a step that does not exist", 1,
-		"run "+runID+" has no executed step 9")
-	d.cli(t, "", env, "resolve", "run-nope", "1", "--outcome", "failed", "--as", "carol").want(t, "resolve in a run that does not exist", 1,
-		"get run", "NotFound")
+	return d, env, runID
 }
