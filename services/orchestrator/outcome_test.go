@@ -46,6 +46,7 @@ type execServer struct {
 	ex   *executor.Service
 	srv  *grpcx.Server
 	cr   *grpcxtest.Creds
+	hold func() // frees the address a killed server keeps (testutil.HoldPort)
 }
 
 func (e *execServer) start() {
@@ -55,6 +56,7 @@ func (e *execServer) start() {
 	if addr == "" {
 		addr = "127.0.0.1:0"
 	}
+	e.release()
 	if err := srv.Listen(addr); err != nil {
 		e.t.Fatal(err)
 	}
@@ -67,6 +69,17 @@ func (e *execServer) start() {
 // dies (the orchestrator sees its stream break).
 func (e *execServer) kill() {
 	e.srv.GRPC.Stop()
+	e.release()
+	e.hold = testutil.HoldPort(e.t, e.addr) // until it serves there again
+}
+
+// release frees the address a killed server held, just before something
+// listens there again.
+func (e *execServer) release() {
+	if e.hold != nil {
+		e.hold()
+		e.hold = nil
+	}
 }
 
 // outcomeFixture extends the takeover fixture: the executor's NATS

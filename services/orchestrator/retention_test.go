@@ -92,6 +92,7 @@ func TestInDoubtRecordPastItsRetentionIsNotNotExecuted(t *testing.T) {
 	t.Cleanup(func() { _ = conn.Close() })
 	sr := &stepReads{to: xctv1.NewExecutorServiceClient(conn), n: map[string]int{}}
 	srv := grpcx.NewServer("executor", testLogger(), f.creds.ServerOptions()...)
+	f.es.release()
 	if err := srv.Listen(f.es.addr); err != nil {
 		t.Fatal(err)
 	}
@@ -227,6 +228,7 @@ func TestInDoubtRecordExpiredUnreadIsNotNotExecuted(t *testing.T) {
 	t.Cleanup(func() { _ = conn.Close() })
 	sr := &stepReads{to: xctv1.NewExecutorServiceClient(conn), n: map[string]int{}}
 	srv := grpcx.NewServer("executor", testLogger(), f.creds.ServerOptions()...)
+	f.es.release()
 	if err := srv.Listen(f.es.addr); err != nil {
 		t.Fatal(err)
 	}
