@@ -215,18 +215,7 @@ func TestSandboxNetworkCannotListenOnAPort(t *testing.T) {
 		})
 	}
 	t.Run("connections out still work", func(t *testing.T) {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		must(t, err)
-		defer func() { _ = ln.Close() }()
-		go func() {
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				_ = c.Close()
-			}
-		}()
+		ln := listenClosing(t)
 		sb := newSandbox(t)
 		s := permissiveShell(t, sb, 20*time.Second, `  sandbox: {network: true, max_memory_bytes: -1}`)
 		res := resultAs[ShellResult](t, shell(t, s, "probe", sandboxProbeArg, "dial", ln.Addr().String()))

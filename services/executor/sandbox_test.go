@@ -243,18 +243,7 @@ func TestSandboxConfinement(t *testing.T) {
 		}
 	})
 	t.Run("no network", func(t *testing.T) {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		must(t, err)
-		defer func() { _ = ln.Close() }()
-		go func() {
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				_ = c.Close()
-			}
-		}()
+		ln := listenClosing(t)
 		// The same probe connects from the host, not from the sandbox.
 		if sandboxProbe([]string{"dial", ln.Addr().String()}) != 0 {
 			t.Fatal("the probe cannot connect from the host")
@@ -806,4 +795,24 @@ func TestSandboxScriptStartedByItsPath(t *testing.T) {
 	if res := resultAs[ShellResult](t, shell(t, s, "tool")); res.Stdout != "beside\n" {
 		t.Fatalf("the script: %+v", res)
 	}
+}
+
+// listenClosing listens on a free loopback port and closes every
+// connection it accepts (a server a sandboxed program may or may not
+// reach) until the test ends.
+func listenClosing(t *testing.T) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.Close()
+		}
+	}()
+	return ln
 }
