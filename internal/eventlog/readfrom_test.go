@@ -15,6 +15,22 @@ import (
 	"github.com/xct-dev/xct/lctl"
 )
 
+// openLogJS is openLog with a JetStream client on the same connection
+// (to write what a ChainWriter would not).
+func openLogJS(t *testing.T) (*eventlog.Log, jetstream.JetStream) {
+	t.Helper()
+	nc := testutil.Connect(t, testutil.RunJetStream(t))
+	l, err := eventlog.Open(context.Background(), nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, js
+}
+
 // writeChains writes n events to each of chains on the stream, one chain's
 // event after another's (so each chain's events are spread over the
 // stream), sealed as a ChainWriter seals them, published without waiting
@@ -59,16 +75,7 @@ func TestReadChainFromFindsTheEventAmongOthers(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	s := testutil.RunJetStream(t)
-	nc := testutil.Connect(t, s)
-	l, err := eventlog.Open(ctx, nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, js := openLogJS(t)
 	writeChains(t, js, 300, "run-a", "run-b", "run-c")
 	// A stretch where only run-b is written: run-a's events are not
 	// evenly spread.
@@ -126,16 +133,7 @@ func TestReadChainFromWhileTheChainGrows(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	s := testutil.RunJetStream(t)
-	nc := testutil.Connect(t, s)
-	l, err := eventlog.Open(ctx, nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, js := openLogJS(t)
 	writeChains(t, js, 100, "run-a", "run-b")
 	w, err := l.ResumeChainWriter(ctx, "run-a")
 	if err != nil {
@@ -210,16 +208,7 @@ func TestReadChainFromChecksThePiece(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	s := testutil.RunJetStream(t)
-	nc := testutil.Connect(t, s)
-	l, err := eventlog.Open(ctx, nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, js := openLogJS(t)
 	writeChains(t, js, 20, "run-a")
 	forged := lctl.Event{ChainID: "run-a", Seq: 21, Type: "tool_call", Timestamp: lctl.FormatTime(time.Now()), Agent: "orchestrator",
 		Data: map[string]any{"step": 20.0, "forged": true}}
