@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -61,6 +62,10 @@ type mcpServer struct {
 	dir    string
 	ownDir bool
 	dirErr error
+	// cut is the bound an answer of this (HTTP) server went past last
+	// (errMCPResponseTooLarge, errMCPStreamTooLarge): the SDK reports
+	// such a read only as the request ending without an answer.
+	cut atomic.Pointer[error]
 
 	mu      sync.Mutex
 	session *mcp.ClientSession
@@ -155,7 +160,7 @@ func (m *mcpServer) transport(ctx context.Context, sbx *osSandbox) (mcp.Transpor
 			// The operator chose this URL: no proxy from the environment,
 			// no redirects elsewhere.
 			HTTPClient: &http.Client{
-				Transport: boundedBodies{&http.Transport{Proxy: nil, MaxResponseHeaderBytes: 64 << 10}},
+				Transport: boundedBodies{RoundTripper: &http.Transport{Proxy: nil, MaxResponseHeaderBytes: 64 << 10}, cut: &m.cut},
 				CheckRedirect: func(*http.Request, []*http.Request) error {
 					return http.ErrUseLastResponse
 				},
@@ -204,40 +209,62 @@ const mcpMaxResponseBytes = mcp.DefaultMaxEventSize
 // errMCPResponseTooLarge ends the read of an answer past mcpMaxResponseBytes.
 var errMCPResponseTooLarge = fmt.Errorf("the MCP server's answer is over %d bytes", mcpMaxResponseBytes)
 
-// boundedBodies gives every answer that is not an event stream a body
-// that fails past mcpMaxResponseBytes (the connection is then closed,
-// not read to its end).
-type boundedBodies struct{ http.RoundTripper }
+// mcpMaxStreamBytes bounds an HTTP MCP server's event stream, all its
+// events together: the SDK bounds each event (mcp.DefaultMaxEventSize)
+// and reads events until the answer comes, so a server sending
+// notifications without end was read (and decoded) until the call's
+// timeout. Room for the answer's largest event and as much again of
+// notifications before it.
+const mcpMaxStreamBytes = 4 * mcp.DefaultMaxEventSize
+
+// errMCPStreamTooLarge ends the read of an event stream past mcpMaxStreamBytes.
+var errMCPStreamTooLarge = fmt.Errorf("the MCP server's event stream is over %d bytes", mcpMaxStreamBytes)
+
+// boundedBodies gives every answer a body that fails past its bound (the
+// connection is then closed, not read to its end): mcpMaxResponseBytes
+// for an answer, mcpMaxStreamBytes for an event stream.
+type boundedBodies struct {
+	http.RoundTripper
+	cut *atomic.Pointer[error] // set to the bound a body went past
+}
 
 func (b boundedBodies) RoundTrip(r *http.Request) (*http.Response, error) {
 	resp, err := b.RoundTripper.RoundTrip(r)
 	if err != nil || resp.Body == nil {
 		return resp, err
 	}
+	body := &boundedBody{ReadCloser: resp.Body, max: mcpMaxResponseBytes, err: errMCPResponseTooLarge, cut: b.cut}
 	if ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); ct == "text/event-stream" {
-		return resp, nil
+		body.max, body.err = mcpMaxStreamBytes, errMCPStreamTooLarge
 	}
-	resp.Body = &boundedBody{ReadCloser: resp.Body}
+	resp.Body = body
 	return resp, nil
 }
 
-// boundedBody is a body read up to mcpMaxResponseBytes.
+// boundedBody is a body read up to max bytes; past them, reads fail
+// with err.
 type boundedBody struct {
 	io.ReadCloser
-	n int64 // bytes read so far
+	n   int64 // bytes read so far
+	max int64
+	err error
+	cut *atomic.Pointer[error] // told err once the bound is passed
 }
 
 func (b *boundedBody) Read(p []byte) (int, error) {
-	if b.n > mcpMaxResponseBytes {
-		return 0, errMCPResponseTooLarge
+	if b.n > b.max {
+		return 0, b.err
 	}
-	if room := mcpMaxResponseBytes + 1 - b.n; int64(len(p)) > room {
+	if room := b.max + 1 - b.n; int64(len(p)) > room {
 		p = p[:room]
 	}
 	n, err := b.ReadCloser.Read(p)
 	b.n += int64(n)
-	if b.n > mcpMaxResponseBytes {
-		return n - int(b.n-mcpMaxResponseBytes), errMCPResponseTooLarge
+	if b.n > b.max {
+		if b.cut != nil {
+			b.cut.Store(&b.err)
+		}
+		return n - int(b.n-b.max), b.err
 	}
 	return n, err
 }
@@ -779,6 +806,7 @@ func (t *mcpTool) invoke(ctx context.Context, args map[string]any) (any, *xctv1.
 // gone says that the session failed (the server went away).
 func (t *mcpTool) call(ctx context.Context, s *mcp.ClientSession, args map[string]any) (_ any, _ *xctv1.Error, gone bool) {
 	name := t.srv.cfg.Name
+	t.srv.cut.Store(nil)
 	res, err := s.CallTool(ctx, &mcp.CallToolParams{
 		Meta:      mcp.Meta{"io.xct/step_id": StepID(ctx)},
 		Name:      t.name,
@@ -793,6 +821,10 @@ func (t *mcpTool) call(ctx context.Context, s *mcp.ClientSession, args map[strin
 		case errors.As(err, &rpcErr) && rpcErr.Code != codeRejectedByTransport:
 			// The server answered with a JSON-RPC error: it is alive.
 			return nil, wire.WithDetails(wire.Errorf(wire.CodeToolFailure, "MCP server %s: %s", name, rpcErr.Message), details), false
+		}
+		if cut := t.srv.cut.Swap(nil); cut != nil {
+			// The read was ended here, past a bound: say so.
+			return nil, wire.WithDetails(wire.Errorf(wire.CodeToolFailure, "MCP server %s: %v; the read was stopped there and the connection closed", name, *cut), details), true
 		}
 		return nil, wire.WithDetails(wire.Errorf(wire.CodeToolFailure, "MCP server %s went away during the call: %v", name, err), details), true
 	}
