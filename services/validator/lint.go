@@ -2,6 +2,7 @@ package validator
 
 import (
 	"fmt"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -122,6 +123,14 @@ func lintRules(rules []rule) []Finding {
 						"use it to ask for more (require_approval, deny), never to allow", strings.Join(words, ", "))})
 			}
 		}
+		if r.action != actionAllow && r.when != nil {
+			for _, dir := range nestedPrefixDirs(r.when) {
+				out = append(out, Finding{File: r.file, Line: r.line, RuleID: r.id, Severity: SeverityWarning,
+					Msg: fmt.Sprintf("checks the nested directory %q by prefix: moving or deleting its parent %q acts on it without this rule matching "+
+						"(fs.move %s elsewhere, change it there, move it back); write p.touches(%q), which matches a parent too",
+						dir, path.Dir(dir), path.Dir(dir), dir)})
+			}
+		}
 		for i := range rules {
 			d := &rules[i]
 			if i == j || (d.when != nil && d.when.constant == -1) || !covers(d, r) {
@@ -141,6 +150,90 @@ func lintRules(rules []rule) []Finding {
 		}
 	}
 	return out
+}
+
+// nestedPrefixDirs lists the nested directories (a/b, not a) a condition
+// that never calls touches checks by prefix: p.startsWith("a/b/") or
+// p.matches("^a/b(/|$)") (either form of matches). Such a check misses a
+// move or delete of a parent: fs.move a → c, write c/b/x, move c back,
+// each step judged on paths that do not start with a/b (attack16b's
+// finding; CEL's p.touches(dir) matches a parent too). A top-level
+// directory's only parent is the workspace, which the fs tools refuse to
+// move or delete.
+func nestedPrefixDirs(c *condition) []string {
+	if c.ast == nil {
+		return nil
+	}
+	root := celast.NavigateAST(c.ast.NativeRep())
+	if len(celast.MatchDescendants(root, celast.FunctionMatcher("touches"))) > 0 {
+		return nil
+	}
+	literal := func(e celast.Expr) (string, bool) {
+		if e.Kind() != celast.LiteralKind {
+			return "", false
+		}
+		s, ok := e.AsLiteral().(types.String)
+		return string(s), ok
+	}
+	var out []string
+	add := func(dir string) {
+		dir = strings.TrimRight(strings.TrimPrefix(dir, "./"), "/")
+		if strings.Contains(dir, "/") && !slices.Contains(out, dir) {
+			out = append(out, dir)
+		}
+	}
+	for _, fn := range []string{"startsWith", "matches"} {
+		for _, call := range celast.MatchDescendants(root, celast.FunctionMatcher(fn)) {
+			args := call.AsCall().Args()
+			if len(args) == 0 {
+				continue
+			}
+			lit, ok := literal(args[len(args)-1])
+			if !ok {
+				continue
+			}
+			if fn == "startsWith" {
+				add(lit)
+			} else if dir, ok := regexpDirPrefix(lit); ok {
+				add(dir)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// regexpDirPrefix returns the directory an anchored regular expression
+// starts with ("^deploy/prod(/|$)", "^deploy/prod/.*": deploy/prod): the
+// literal text after ^ (a \. is a dot) up to the first other
+// metacharacter, cut back to its last / unless what stops it ends a name
+// (end, (, $, /).
+func regexpDirPrefix(re string) (string, bool) {
+	rest, ok := strings.CutPrefix(re, "^")
+	if !ok {
+		return "", false
+	}
+	var b strings.Builder
+	i := 0
+	for i < len(rest) {
+		ch := rest[i]
+		switch {
+		case ch == '\\' && i+1 < len(rest) && strings.IndexByte("./-_", rest[i+1]) >= 0:
+			b.WriteByte(rest[i+1])
+			i += 2
+			continue
+		case ch >= 'a' && ch <= 'z', ch >= 'A' && ch <= 'Z', ch >= '0' && ch <= '9', ch == '/', ch == '_', ch == '-':
+			b.WriteByte(ch)
+			i++
+			continue
+		}
+		break
+	}
+	dir := b.String()
+	if i < len(rest) && strings.IndexByte("($/", rest[i]) < 0 {
+		dir = dir[:strings.LastIndexByte(dir, '/')+1]
+	}
+	return dir, dir != ""
 }
 
 // submitterVars are the variables whose values the run's submitter writes

@@ -142,3 +142,70 @@ func TestLintQuiet(t *testing.T) {
 		t.Errorf("without a catalog: %v, %v", findings, err)
 	}
 }
+
+// TestLintNestedDirectoryByPrefix checks that lint warns about a deny or
+// require_approval rule keeping a nested directory by a prefix check
+// (startsWith, matches with ^), which a move or delete of its parent gets
+// past (attack16b's finding, TestTouchesCoversATreesParents), and names
+// touches; a rule using touches, a top-level directory, an allow rule and
+// an unanchored pattern are left alone.
+func TestLintNestedDirectoryByPrefix(t *testing.T) {
+	t.Parallel()
+	const policy = `rules:
+  - id: prod-by-regexp
+    effect: require_approval
+    tools: ["fs.*"]
+    when: >-
+      [has(args.path) ? args.path : "", has(args.from) ? args.from : "", has(args.to) ? args.to : ""]
+      .exists(p, p.matches("^deploy/prod(/|$)"))
+  - id: prod-by-prefix
+    effect: deny
+    tools: ["fs.write"]
+    when: 'args.path.startsWith("deploy/prod/") || args.path == "deploy/prod"'
+  - id: keys-by-global-matches
+    effect: deny
+    tools: ["fs.write"]
+    when: 'matches(args.path, "^secrets/keys\\.d/.*")'
+  - id: prod-by-touches
+    effect: require_approval
+    tools: ["fs.*"]
+    when: 'has(args.path) && args.path.touches("deploy/prod") || has(args.from) && args.from.matches("^deploy/prod(/|$)")'
+  - id: top-level
+    effect: require_approval
+    tools: ["fs.write"]
+    when: 'args.path.matches("^config(/|$)")'
+  - id: allow-nested
+    effect: allow
+    tools: ["fs.write"]
+    when: 'args.path.startsWith("sandbox/scratch/")'
+  - id: unanchored
+    effect: deny
+    tools: ["fs.write"]
+    when: 'args.path.matches("deploy/prod")'
+`
+	path := writeFile(t, "policy.yaml", policy)
+	findings, err := validator.LintFiles(nil, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		`:2: warning: rule "prod-by-regexp": checks the nested directory "deploy/prod" by prefix: moving or deleting its parent "deploy" acts on it`,
+		`:8: warning: rule "prod-by-prefix": checks the nested directory "deploy/prod" by prefix`,
+		`:12: warning: rule "keys-by-global-matches": checks the nested directory "secrets/keys.d" by prefix: moving or deleting its parent "secrets"`,
+	}
+	var got strings.Builder
+	for _, f := range findings {
+		got.WriteString(f.String() + "\n")
+	}
+	for _, w := range want {
+		if !strings.Contains(got.String(), path+w) {
+			t.Errorf("missing finding %s%s", path, w)
+		}
+	}
+	if !strings.Contains(got.String(), `p.touches("deploy/prod")`) {
+		t.Errorf("the findings do not name touches:\n%s", got.String())
+	}
+	if len(findings) != len(want) {
+		t.Errorf("%d findings, want %d:\n%s", len(findings), len(want), got.String())
+	}
+}
