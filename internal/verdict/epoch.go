@@ -35,6 +35,15 @@ const maxEpochBytes = 1024
 // replaced after signing it.
 var ErrReplaced = errors.New("the verdict was given under a policy that was replaced after it was signed")
 
+// ReplacedDetail is the member, true, of the details of the xctv1.Error
+// an executor attaches (as a gRPC status detail) to the
+// FAILED_PRECONDITION that refuses a grant ErrReplaced: the refusal came
+// before the call claimed its step (the call did not run the tool), so
+// the caller may ask the validator to judge the step again under the
+// policy in force and call again with that verdict (the orchestrator
+// does, once).
+const ReplacedDetail = "policy_replaced"
+
 // Epoch is a verified policy epoch: under key KeyID, the policy
 // PolicyVersion was installed at InstalledAt (the validator's clock).
 type Epoch struct {

@@ -13,6 +13,7 @@ import (
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/jsguard"
 	"github.com/xct-dev/xct/internal/verdict"
+	"github.com/xct-dev/xct/internal/wire"
 	"github.com/xct-dev/xct/lctl"
 )
 
@@ -59,7 +60,7 @@ func (s *Service) startRefusal(ctx context.Context, stepID string) error {
 		return nil
 	case errors.Is(err, verdict.ErrReplaced):
 		s.log.WarnContext(ctx, "execute refused: the verdict's policy was replaced", "step_id", stepID, "grant", g.id, "error", err)
-		return status.Errorf(codes.FailedPrecondition, "step %s: %v; this call did not run the tool", stepID, err)
+		return policyReplaced(stepID, err)
 	}
 	return status.Errorf(codes.Unavailable, "step %s: %v; this call did not run the tool", stepID, err)
 }
@@ -89,4 +90,16 @@ func (s *Service) checkEpoch(ctx context.Context, keyID string, g *xctv1.Verdict
 			g.GetPolicyVersion(), e.PolicyVersion, lctl.FormatTime(e.InstalledAt))
 	}
 	return nil
+}
+
+// policyReplaced is the refusal of a verdict whose policy was replaced
+// (err says which, since when), with its machine-readable detail: an
+// xctv1.Error whose details hold verdict.ReplacedDetail.
+func policyReplaced(stepID string, err error) error {
+	st := status.Newf(codes.FailedPrecondition, "step %s: %v; this call did not run the tool", stepID, err)
+	e := wire.WithDetails(wire.Errorf(wire.CodePolicyDenied, "%v", err), map[string]any{verdict.ReplacedDetail: true, "step_id": stepID})
+	if withDetail, derr := st.WithDetails(e); derr == nil {
+		st = withDetail
+	}
+	return st.Err()
 }

@@ -7,6 +7,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/verdict"
 	"github.com/xct-dev/xct/internal/wire"
 )
 
@@ -95,10 +96,66 @@ func (r *run) fenceRefused(st *openStep, e *xctv1.Error) (*xctv1.ExecuteResponse
 		return nil, e // proven: nothing acted, and nothing will
 	case state == outcomeFinal:
 		return replay(resp.GetStep()), nil
+	case state == outcomeRetry:
+		// A human released the step for another attempt meanwhile, and
+		// the attempt is refused: the refusal ends it (signedVerdict's
+		// rule for a step released for a retry).
+		return nil, e
 	case err != nil:
 		return nil, stillInDoubt(st.step, "unknown (not readable: "+status.Convert(err).Message()+")", e)
 	}
 	return nil, stillInDoubt(st.step, recordState(resp), e)
+}
+
+// rejudge asks the validator to judge a step again after the executor
+// refused its verdict because the verdict's policy was replaced after it
+// was signed (a reload while the step was on its way: policyReplaced).
+// That refusal comes before the call claims the step, so the call did not
+// act, and the policy in force decides whether an attempt starts. The new
+// verdict is recorded (the chain shows both). An allow returns its grant
+// for one more call, with the same step id (the executor's record keeps
+// it to one attempt). Anything else (a deny, a human wanted, the
+// validator down, the verdict not recorded) is the step's refusal, which
+// holds only once no other call can act: the step is fenced first
+// (fenceRefused), and a record found there decides instead.
+func (r *run) rejudge(st *openStep) (*xctv1.SignedVerdict, *xctv1.ExecuteResponse, *xctv1.Error) {
+	r.log.Warn("the executor refused the step's verdict: its policy was replaced since; asking the validator again", "run", r.id, "step", st.step, "step_id", st.stepID)
+	fresh, agent := r.validate(st.step, st.stepID, st.ns)
+	if err := r.record(agent, verdictEvent(st.step, st.stepID, st.ns.GetTool(), fresh)); err != nil {
+		r.log.Warn("new verdict not recorded; the step is not executed", "run", r.id, "step", st.step, "err", err)
+		res, e := r.fenceRefused(st, wire.Errorf(wire.CodeExecutorUnavailable,
+			"step %d was not executed: its verdict's policy was replaced, and its new verdict could not be recorded", st.step))
+		return nil, res, e
+	}
+	st.doubtRecorded = false // another attempt's verdict (signedVerdict says why)
+	if fresh.GetDecision() == xctv1.VerdictDecision_VERDICT_DECISION_ALLOW && fresh.GetSigned() != nil {
+		return fresh.GetSigned(), nil, nil
+	}
+	e := fresh.GetError()
+	if e == nil {
+		e = wire.Errorf(wire.CodePolicyDenied, "the validator gave no signed allow for step %d under the policy in force, so it was not executed", st.step)
+	}
+	res, e := r.fenceRefused(st, e)
+	return nil, res, e
+}
+
+// policyReplaced reports whether an Execute was refused because its
+// verdict's policy was replaced after it was signed: the executor's
+// FAILED_PRECONDITION with its detail (verdict.ReplacedDetail), read as
+// data, never from the message.
+func policyReplaced(err error) bool {
+	st := status.Convert(err)
+	if st.Code() != codes.FailedPrecondition {
+		return false
+	}
+	for _, d := range st.Details() {
+		if e, ok := d.(*xctv1.Error); ok {
+			if replaced, _ := e.GetDetails().AsMap()[verdict.ReplacedDetail].(bool); replaced {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // recordNotExecuted reports whether a record proves its step did not act:

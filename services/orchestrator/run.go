@@ -534,26 +534,41 @@ func (r *run) validate(step int, stepID string, ns *xctv1.NextStep) (*xctv1.Verd
 
 // execute asks the executor to run an allowed step, with the validator's
 // signed verdict for it (binding.go). Cancelling the run does not
-// interrupt it: a step that started is recorded as it ended.
+// interrupt it: a step that started is recorded as it ended. A verdict
+// the executor refuses because its policy was replaced after it was
+// signed (a reload while the step was on its way) is judged again, once,
+// under the policy in force (rejudge).
 func (r *run) execute(st *openStep, v *xctv1.Verdict) (*xctv1.ExecuteResponse, *xctv1.Error) {
-	stepID, ns := st.stepID, st.ns
 	signed, replay, refused := r.signedVerdict(st, v)
 	if replay != nil || refused != nil {
 		return replay, refused
 	}
-	ctx, cancel := context.WithTimeout(r.traceCtx(context.Background()), r.svc.cfg.CallTimeout)
-	defer cancel()
-	resp, notSent, err := r.callExecute(ctx, &xctv1.ExecuteRequest{
+	req := &xctv1.ExecuteRequest{
 		RunId:     r.id,
-		StepId:    stepID,
-		Tool:      ns.GetTool(),
-		Arguments: ns.GetArguments(),
+		StepId:    st.stepID,
+		Tool:      st.ns.GetTool(),
+		Arguments: st.ns.GetArguments(),
 		Verdict:   signed,
-	})
+	}
+	resp, notSent, err := r.callExecuteWithin(req)
+	if err != nil && policyReplaced(err) {
+		if signed, replay, refused = r.rejudge(st); replay != nil || refused != nil {
+			return replay, refused
+		}
+		req.Verdict = signed
+		resp, notSent, err = r.callExecuteWithin(req)
+	}
 	if err != nil {
 		return nil, failedCall(err, notSent) // outcome.go: in doubt unless proven not executed
 	}
 	return resp, nil
+}
+
+// callExecuteWithin is callExecute within the call timeout.
+func (r *run) callExecuteWithin(req *xctv1.ExecuteRequest) (*xctv1.ExecuteResponse, bool, error) {
+	ctx, cancel := context.WithTimeout(r.traceCtx(context.Background()), r.svc.cfg.CallTimeout)
+	defer cancel()
+	return r.callExecute(ctx, req)
 }
 
 // finishErr records the run's end.

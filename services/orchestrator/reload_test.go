@@ -1,0 +1,196 @@
+package orchestrator
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/structpb"
+
+	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/grpcx"
+	"github.com/xct-dev/xct/internal/grpcx/grpcxtest"
+	"github.com/xct-dev/xct/internal/wire"
+	"github.com/xct-dev/xct/lctl"
+	"github.com/xct-dev/xct/services/validator"
+)
+
+// Session 17 (faults17), issue 12, attack16b's leftover: a policy reload
+// makes the executor refuse every allow in flight that was signed under
+// the replaced policy (FAILED_PRECONDITION, "replaced", the tool not
+// run). Honest, but a needless failure when the new policy allows the
+// step too: on main the step ended "not executed" (in doubt, then
+// fenced) and the model was told so. Now the orchestrator asks the
+// validator once more when the executor says the verdict's policy was
+// replaced: the new policy decides, the chain shows both verdicts, and
+// the step acts at most once (a refusal is fenced first).
+func TestPolicyReloadMidStepIsJudgedAgain(t *testing.T) {
+	t.Parallel()
+	const first = "rules:\n  - {id: all, effect: allow, effects: [read, reversible, irreversible]}\n"
+	for _, tc := range []struct {
+		name, second string
+		acts         bool
+	}{
+		// The reload forbids counting (the probe sees it in force) and
+		// still allows the deploy: judged again, the deploy acts once.
+		{"still-allowed", "rules:\n  - {id: deploys, effect: allow, tools: [test.deploy]}\n  - {id: no-count, effect: deny, tools: [test.count]}\n", true},
+		// The reload forbids both: judged again, the deploy is denied and
+		// does not act; the step ends with the new policy's refusal.
+		{"now-denied", "rules:\n  - {id: none, effect: deny, tools: [test.deploy, test.count]}\n", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t, newGatedModel(step("test.deploy", 1)))
+			policy, valAddr := f.reloadingValidator(first)
+			relay := newAnswerHeldValidator(t, f, valAddr, 1) // the step's first verdict is held on its way back
+			f.valAddr = relay.addr
+			a, _ := f.orchestrator("orch-a", time.Minute)
+			id := f.start(a)
+
+			entered(t, relay.entered) // step 1's allow is signed under the first policy
+			if err := os.WriteFile(policy, []byte(tc.second), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			probeUntilDenied(t, f, valAddr) // the second policy is in force, its epoch written
+			relay.letGo()
+
+			events := f.waitEnd(id)
+			if err := lctl.Verify(events); err != nil {
+				t.Fatalf("chain: %v", err)
+			}
+			var verdicts []string
+			for _, v := range only(events, lctl.TypeVerdict) {
+				if num(v.Data, "step") == 1 {
+					verdicts = append(verdicts, str(v.Data, "decision"))
+				}
+			}
+			acted := f.deploy.count(1)
+			if tc.acts {
+				if acted != 1 || len(only(events, lctl.TypeToolCall)) != 1 || len(only(events, lctl.TypeError)) != 0 {
+					t.Fatalf("a step in flight through a reload that still allows it: acted %d time(s); want judged again and acted once:\n%s",
+						acted, describe(events))
+				}
+				if strings.Join(verdicts, ",") != "allow,allow" {
+					t.Fatalf("step 1's verdicts %v; want the first policy's allow and the second's:\n%s", verdicts, describe(events))
+				}
+			} else {
+				errs := only(events, lctl.TypeError)
+				if acted != 0 || len(errs) != 1 || str(errs[0].Data, "code") != string(wire.CodePolicyDenied) {
+					t.Fatalf("a step in flight through a reload that denies it: acted %d time(s); want not acted, its error the new policy's deny:\n%s",
+						acted, describe(events))
+				}
+				if strings.Join(verdicts, ",") != "allow,deny" {
+					t.Fatalf("step 1's verdicts %v; want the first policy's allow and the second's deny:\n%s", verdicts, describe(events))
+				}
+			}
+			if last := events[len(events)-1]; last.Data["status"] != "done" {
+				t.Fatalf("run ended %v:\n%s", last.Data, describe(events))
+			}
+			// The executor's record agrees: acted, or fenced as not executed.
+			rec, _, err := f.exec.Step(context.Background(), str(only(events, lctl.TypeStepStart)[0].Data, "step_id"))
+			switch {
+			case err != nil:
+				t.Fatal(err)
+			case tc.acts && rec.GetState() != xctv1.StepRecordState_STEP_RECORD_STATE_SUCCEEDED,
+				!tc.acts && !recordNotExecuted(rec):
+				t.Fatalf("record %v", rec)
+			}
+		})
+	}
+}
+
+// reloadingValidator serves a validator for the fixture (its key) whose
+// policy file (returned) is read again every 20 ms, with policy first;
+// the orchestrators launched after call it unless a test relays them.
+func (f *fixture) reloadingValidator(policy string) (file, addr string) {
+	f.t.Helper()
+	file = filepath.Join(f.t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(file, []byte(policy), 0o600); err != nil {
+		f.t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	va, err := validator.New(validator.Config{Signer: f.signer, PolicyFile: file, PolicyReload: 20 * time.Millisecond}, connect(f.t, f.ns), testLogger())
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if err := va.Start(ctx); err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(func() { _ = va.Stop(context.Background()) })
+	f.valAddr = serveGRPC(f.t, f.creds, "validator-reload", func(s *grpcx.Server) { va.Register(s.GRPC) })
+	return file, f.valAddr
+}
+
+// probeUntilDenied asks the validator at addr to judge a count step of
+// another run until it denies it: the reloaded policy is in force (and
+// its epoch written: a validator answers under a new policy only then).
+func probeUntilDenied(t *testing.T, f *fixture, addr string) {
+	t.Helper()
+	val := xctv1.NewValidatorServiceClient(f.creds.Dial(t, addr, grpcxtest.Service))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	args := map[string]any{"n": 1.0}
+	pargs, err := structpb.NewStruct(args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for n := 1; ; n++ {
+		runID := fmt.Sprintf("probe-%d", n)
+		resp, err := val.Validate(ctx, &xctv1.ValidateRequest{
+			Run:  &xctv1.RunContext{RunId: runID, Principal: "alice"},
+			Step: 1, StepId: wire.StepIDOf(runID, 1, "test.count", args),
+			Proposal: &xctv1.NextStep{Tool: "test.count", Arguments: pargs, Goal: "probe"},
+		})
+		if err == nil && resp.GetVerdict().GetDecision() == xctv1.VerdictDecision_VERDICT_DECISION_DENY {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the reloaded policy never came in force (last answer %v, %v)", resp.GetVerdict().GetDecision(), err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// answerHeldValidator relays Validate to a validator; the n-th call's
+// answer is held (the verdict already signed) until letGo.
+type answerHeldValidator struct {
+	xctv1.UnimplementedValidatorServiceServer
+	to      xctv1.ValidatorServiceClient
+	addr    string
+	n       int32
+	calls   atomic.Int32
+	entered chan struct{}
+	release chan struct{}
+	once    atomic.Bool
+}
+
+func newAnswerHeldValidator(t *testing.T, f *fixture, to string, n int32) *answerHeldValidator {
+	t.Helper()
+	h := &answerHeldValidator{to: xctv1.NewValidatorServiceClient(f.creds.Dial(t, to, grpcxtest.Service)), n: n,
+		entered: make(chan struct{}), release: make(chan struct{})}
+	t.Cleanup(h.letGo)
+	h.addr = serveGRPC(t, f.creds, "validator-relay", func(s *grpcx.Server) { xctv1.RegisterValidatorServiceServer(s.GRPC, h) })
+	return h
+}
+
+func (h *answerHeldValidator) letGo() {
+	if h.once.CompareAndSwap(false, true) {
+		close(h.release)
+	}
+}
+
+func (h *answerHeldValidator) Validate(ctx context.Context, req *xctv1.ValidateRequest) (*xctv1.ValidateResponse, error) {
+	resp, err := h.to.Validate(ctx, req)
+	if h.calls.Add(1) == h.n {
+		close(h.entered)
+		<-h.release
+	}
+	return resp, err
+}
