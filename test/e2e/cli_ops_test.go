@@ -161,12 +161,16 @@ func TestCLICancel(t *testing.T) {
 	d.cli(t, "", env, "approvals", "--run", runID, "--all").want(t, "approvals --all", 0, "withdrawn", "decided by    carol: wrong ticket")
 }
 
+// lctlDir holds the lctl lctlBin built; TestMain removes it.
+var lctlDir string
+
 // lctlBinary builds lctl once for the package.
 var lctlBin = sync.OnceValues(func() (string, error) {
 	dir, err := os.MkdirTemp("", "xct-e2e-lctl-")
 	if err != nil {
 		return "", err
 	}
+	lctlDir = dir
 	out, err := exec.Command("go", "build", "-o", dir+"/", "github.com/xct-dev/xct/cmd/lctl").CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("go build lctl: %w\n%s", err, out)

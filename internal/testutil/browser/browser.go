@@ -56,6 +56,26 @@ func executable() (string, error) {
 	return "", fmt.Errorf("no Chromium at %s or on the PATH (install the Debian package chromium, or run `make test-deps`)", DefaultPath)
 }
 
+// chromiumTmp is a TMPDIR for one Chromium, removed when the test ends,
+// after the browser is stopped. Chromium puts its profile's singleton socket
+// in a directory of its own under TMPDIR (org.chromium.Chromium.*) and
+// removes it only when it exits cleanly: a test kills it. The directory is
+// not t.TempDir, whose path holds the test's name: a Unix socket's path has
+// at most 107 bytes, and Chromium refuses to start with a longer one.
+func chromiumTmp(t testing.TB) string {
+	t.Helper()
+	d, err := os.MkdirTemp("", "xct-chromium-")
+	if err != nil {
+		t.Fatalf("chromium's TMPDIR: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := os.RemoveAll(d); err != nil {
+			t.Errorf("chromium's TMPDIR: %v", err)
+		}
+	})
+	return d
+}
+
 // New starts Chromium for the test and stops it when the test ends. The
 // tab's context ends after timeout.
 func New(t testing.TB, timeout time.Duration) *Browser {
@@ -86,6 +106,7 @@ func New(t testing.TB, timeout time.Duration) *Browser {
 		chromedp.Flag("metrics-recording-only", true),
 		chromedp.UserDataDir(t.TempDir()),
 		chromedp.WindowSize(1400, 1000),
+		chromedp.Env("TMPDIR=" + chromiumTmp(t)),
 	}
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	tctx, cancelTab := chromedp.NewContext(actx)
@@ -168,7 +189,8 @@ func (b *Browser) Console() []string {
 }
 
 // Artifacts is the directory screenshots go to: $XCT_ARTIFACTS, or a new
-// temporary directory that outlives the test (its path is logged).
+// temporary directory that outlives the test only when the test fails (its
+// path is logged then); a passing test's screenshots are removed with it.
 func Artifacts(t testing.TB) string {
 	t.Helper()
 	if d := os.Getenv("XCT_ARTIFACTS"); d != "" {
@@ -181,6 +203,15 @@ func Artifacts(t testing.TB) string {
 	if err != nil {
 		t.Fatalf("artifacts: %v", err)
 	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("artifacts kept: %s", d)
+			return
+		}
+		if err := os.RemoveAll(d); err != nil {
+			t.Errorf("artifacts: %v", err)
+		}
+	})
 	return d
 }
 

@@ -2,6 +2,7 @@ package browser_test
 
 import (
 	"net"
+	"os"
 	"net/http"
 	"testing"
 	"time"
@@ -37,5 +38,32 @@ if (n === 1) { setTimeout(() => location.reload(), 300); } else { document.body.
 	b.Until(t, "the second document", `document.body?.dataset.loads === "2"`)
 	if got := browser.Eval[string](t, b, `sessionStorage.getItem("loads")`); got != "2" {
 		t.Fatalf("loads: %q", got)
+	}
+}
+
+// A browser test leaves nothing in the temporary directory: not Chromium's
+// singleton-socket directory (org.chromium.Chromium.*, which Chromium
+// removes only on a clean exit, and the test kills it), not the profile,
+// not a passing test's screenshots.
+func TestBrowserLeavesNoTemporaryFiles(t *testing.T) {
+	// Not t.TempDir: its path holds the test's name, too long a prefix for
+	// Chromium's socket.
+	tmp, err := os.MkdirTemp("", "xct-tmp-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(tmp) })
+	t.Setenv("TMPDIR", tmp)
+	t.Run("browser", func(t *testing.T) {
+		b := browser.New(t, time.Minute)
+		b.Do(t, "open a page", chromedp.Navigate("about:blank"))
+		b.Screenshot(t, browser.Artifacts(t), "blank")
+	})
+	left, err := os.ReadDir(tmp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range left {
+		t.Errorf("left behind in TMPDIR: %s", e.Name())
 	}
 }
