@@ -2,8 +2,8 @@ package browser_test
 
 import (
 	"net"
-	"os"
 	"net/http"
+	"os"
 	"testing"
 	"time"
 
