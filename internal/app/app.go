@@ -96,6 +96,10 @@ type Config struct {
 	Redact redact.Config
 	// GCPercent is the collector's target for the process (TuneGC).
 	GCPercent int
+	// Start is how a process waits for NATS and starts its services
+	// (wait.go): one attempt's bound, the longest wait between
+	// attempts, and how long to try before the process gives up.
+	Start StartRetry
 }
 
 // RegisterFlags registers the flags of every service.
@@ -108,6 +112,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.ExecutorListen, "executor-listen", DefaultExecutorAddr, "executor gRPC listen address")
 	fs.StringVar(&c.TracerListen, "tracer-listen", DefaultTracerAddr, "tracer gRPC listen address")
 	fs.IntVar(&c.GCPercent, "gc-percent", DefaultGCPercent, "garbage collector target percent for this process (0: Go's default; GOGC in the environment wins)")
+	c.Start.RegisterFlags(fs)
 	fs.StringVar(&c.HealthListen, "health-listen", "", "plaintext gRPC listen address serving only the health service, for probes that cannot use mTLS (empty: none)")
 	c.Orchestrator.RegisterFlags(fs)
 	c.Validator.RegisterFlags(fs)
@@ -196,8 +201,9 @@ type App struct {
 	fatal    chan error
 	stopped  chan struct{}
 	starting sync.Mutex // held while startWhenReady starts services
-	// startLimit bounds one start after NATS came (0: startLimit).
-	startLimit time.Duration
+	// retry is how the services wait for NATS and are started again
+	// (Config.Start; zero fields: the defaults).
+	retry StartRetry
 	// byTarget is each target's NATS connection (for provisioned).
 	byTarget map[string]*nats.Conn
 	// store holds the streams that refused a write for want of room:
@@ -334,6 +340,9 @@ func (c *Config) Validate(targets []string) error {
 	if err := c.Redact.Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	if err := c.Start.Validate(); err != nil {
+		errs = append(errs, err)
+	}
 	if err := c.checkVerdictKeys(targets); err != nil {
 		errs = append(errs, err)
 	}
@@ -452,7 +461,7 @@ func Start(ctx context.Context, cfg Config, targets []string, log *slog.Logger, 
 	// able to read (executor.Config.SecretFiles).
 	cfg.Executor.SecretFiles = append(cfg.Executor.SecretFiles, cfg.secretFiles()...)
 	cfg.Executor.SecretsInEnv = cfg.Executor.SecretsInEnv || os.Getenv(EnvNATSPassword) != ""
-	a := &App{log: log, fatal: make(chan error, 1), stopped: make(chan struct{})}
+	a := &App{log: log, fatal: make(chan error, 1), stopped: make(chan struct{}), retry: cfg.Start}
 	// Each target connects as its own NATS user, with only its own
 	// rights (natsauth.Permissions); without credentials they share one
 	// anonymous connection.
@@ -592,9 +601,12 @@ func Start(ctx context.Context, cfg Config, targets []string, log *slog.Logger, 
 		}
 		m := &module{target: t, svc: svc, srv: servers[t], errc: make(chan error, 1)}
 		if waitErr == nil {
-			if err := svc.Start(ctx); err != nil {
+			sctx, cancel := context.WithTimeout(ctx, a.retry.timeout())
+			err := svc.Start(sctx)
+			cancel()
+			if err != nil {
 				err = fmt.Errorf("start %s: %w", t, dependencyErr(err, cfg.NATSURL))
-				if !restartable[t] || !dependencyFailure(err) {
+				if !dependencyFailure(err) {
 					return nil, err
 				}
 				// NATS answered the probe, then not this start (a leader

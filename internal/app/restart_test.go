@@ -56,7 +56,13 @@ func TestAStartThatFailedOnNATSIsTriedAgain(t *testing.T) {
 	}{
 		{"tracer, NATS unanswered", TargetTracer, unanswered, true},
 		{"tracer, its own files", TargetTracer, fmt.Errorf("tracer: load store: open chain file: permission denied"), false},
-		{"executor, NATS unanswered", TargetExecutor, unanswered, false},
+		// Session 17 (ops17): every target, not only the tracer (on
+		// main the executor's, the validator's and the orchestrator's
+		// process ended after such a start).
+		{"executor, NATS unanswered", TargetExecutor, unanswered, true},
+		{"validator, NATS unanswered", TargetValidator, unanswered, true},
+		{"orchestrator, NATS unanswered", TargetOrchestrator, unanswered, true},
+		{"executor, its workspace", TargetExecutor, fmt.Errorf("executor: workspace: bad file descriptor"), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			nc, err := nats.Connect(ns.ClientURL(), testutil.Admin())
@@ -69,7 +75,7 @@ func TestAStartThatFailedOnNATSIsTriedAgain(t *testing.T) {
 				t.Fatal(err)
 			}
 			log := slog.New(slog.NewTextHandler(io.Discard, nil))
-			a := &App{log: log, fatal: make(chan error, 1), stopped: make(chan struct{}), byTarget: map[string]*nats.Conn{}, startLimit: time.Second}
+			a := &App{log: log, fatal: make(chan error, 1), stopped: make(chan struct{}), byTarget: map[string]*nats.Conn{}, retry: StartRetry{Timeout: time.Second}}
 			a.store = storehealth.New(log, js, a.storeChanged)
 			svc := &flakyStart{fails: 2, err: tc.err}
 			a.modules = []*module{{target: tc.target, svc: svc, srv: grpcx.NewServer(tc.target, log), errc: make(chan error, 1)}}

@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"slices"
 	"time"
@@ -83,27 +84,96 @@ func (a *App) notReady() error {
 	return nil
 }
 
-// startLimit bounds one start of a service after NATS came.
-const startLimit = time.Minute
-
-// startTimeout is startLimit, or the App's own (tests).
-func (a *App) startTimeout() time.Duration {
-	if a.startLimit > 0 {
-		return a.startLimit
-	}
-	return startLimit
+// StartRetry is how a process waits for NATS and starts its services.
+// While it waits every service is served NOT_SERVING, refusing calls with
+// UNAVAILABLE and the reason (which dependency, at which address): NATS
+// not reachable, JetStream not answering, a stream not provisioned, or a
+// service's start that failed on one of them. Probes are made, and
+// starts tried again, after a wait that doubles from 250 ms up to
+// MaxWait.
+type StartRetry struct {
+	// Timeout bounds one start of a service (0: DefaultStartTimeout).
+	Timeout time.Duration
+	// MaxWait is the longest wait between two attempts (0:
+	// DefaultStartMaxWait).
+	MaxWait time.Duration
+	// GiveUp, when set, ends the process (exit 1, naming what it waited
+	// for) when its services have not all started that long after it
+	// began: for a supervisor that should see the failure. 0: wait for
+	// as long as it takes.
+	GiveUp time.Duration
 }
 
-// restartable are the targets whose Start may be called again after it
-// failed (a failed Start keeps nothing of its attempt, and sets started
-// only once it succeeded). The others' Start is one attempt: a failure
-// ends the process, and its supervisor starts it again.
-var restartable = map[string]bool{TargetTracer: true}
+// Defaults of StartRetry.
+const (
+	DefaultStartTimeout = time.Minute
+	DefaultStartMaxWait = 5 * time.Second
+	firstStartWait      = 250 * time.Millisecond
+)
+
+// RegisterFlags registers the start retry flags.
+func (r *StartRetry) RegisterFlags(fs *flag.FlagSet) {
+	fs.DurationVar(&r.Timeout, "start-timeout", DefaultStartTimeout, "bound of one start of a service once NATS answers; a start that fails on NATS is tried again")
+	fs.DurationVar(&r.MaxWait, "start-retry-max-wait", DefaultStartMaxWait, "longest wait between two probes of NATS, or two starts of a service that failed on NATS (the wait doubles from 250ms)")
+	fs.DurationVar(&r.GiveUp, "start-give-up", 0, "exit 1 when the services have not all started this long after the process began (NATS down, not provisioned, starts failing); 0: wait, NOT_SERVING, for as long as it takes")
+}
+
+// Validate refuses negative durations, and a give-up shorter than one
+// attempt.
+func (r StartRetry) Validate() error {
+	if r.Timeout < 0 || r.MaxWait < 0 || r.GiveUp < 0 {
+		return fmt.Errorf("--start-timeout, --start-retry-max-wait and --start-give-up may not be negative")
+	}
+	if r.GiveUp > 0 && r.GiveUp < r.timeout() {
+		return fmt.Errorf("--start-give-up %s is shorter than one start (--start-timeout %s)", r.GiveUp, r.timeout())
+	}
+	return nil
+}
+
+func (r StartRetry) timeout() time.Duration {
+	if r.Timeout > 0 {
+		return r.Timeout
+	}
+	return DefaultStartTimeout
+}
+
+func (r StartRetry) maxWait() time.Duration {
+	if r.MaxWait > 0 {
+		return r.MaxWait
+	}
+	return DefaultStartMaxWait
+}
+
+// pause waits d, or until Stop (false).
+func (a *App) pause(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-a.stopped:
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// gaveUp reports, once, that the process waited past --start-give-up
+// (since began) for reason: the process ends (Err).
+func (a *App) gaveUp(began time.Time, reason error) bool {
+	if a.retry.GiveUp <= 0 || time.Since(began) < a.retry.GiveUp {
+		return false
+	}
+	err := fmt.Errorf("gave up after %s (--start-give-up): %w", a.retry.GiveUp, reason)
+	a.log.Error("services not started: giving up", "err", err)
+	a.fatal <- err
+	return true
+}
 
 // dependencyFailure reports whether a start failed on NATS or JetStream
 // (no answer in time, no responders, the connection gone, a stream not
 // there yet), not on the service's own configuration or files: such a
-// start is worth trying again once NATS answers.
+// start is worth trying again once NATS answers. Every service's Start
+// may be called again after it failed: it keeps nothing of a failed
+// attempt that a new one does not replace.
 func dependencyFailure(err error) bool {
 	var apiErr *jetstream.APIError
 	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) ||
@@ -114,18 +184,19 @@ func dependencyFailure(err error) bool {
 
 // startWhenReady probes JetStream with backoff until it answers, then
 // starts every service not started yet in start order and reports
-// SERVING. A restartable service whose start failed on NATS (a leader
-// election that left a request unanswered, say) is started again, with
-// backoff, NOT_SERVING with the reason meanwhile: the process does not
-// exit after it said it listens. Any other failed start ends the process
-// (Err); so does nothing while Stop was called.
+// SERVING. A service whose start failed on NATS (a leader election that
+// left a request unanswered, NATS gone again between the probe and the
+// start) is started again, with backoff, NOT_SERVING with the reason
+// meanwhile: the process does not exit after it said it listens (which
+// a supervisor would restart in a loop). Any other failed start ends the
+// process (Err); so does waiting past --start-give-up; nothing does
+// once Stop was called.
 func (a *App) startWhenReady(url string, conns []*nats.Conn) {
-	wait := 250 * time.Millisecond
+	began := time.Now()
+	wait := firstStartWait
 	for {
-		select {
-		case <-a.stopped:
+		if !a.pause(wait) {
 			return
-		case <-time.After(wait):
 		}
 		err := a.ready(context.Background(), conns, url)
 		if err == nil {
@@ -138,7 +209,10 @@ func (a *App) startWhenReady(url string, conns []*nats.Conn) {
 			}
 		}
 		a.waitingFor(err)
-		wait = min(wait*2, 5*time.Second)
+		if a.gaveUp(began, err) {
+			return
+		}
+		wait = min(wait*2, a.retry.maxWait())
 	}
 	a.starting.Lock()
 	defer a.starting.Unlock()
@@ -150,7 +224,7 @@ func (a *App) startWhenReady(url string, conns []*nats.Conn) {
 	a.mu.Lock()
 	modules := a.modules
 	a.mu.Unlock()
-	wait = 250 * time.Millisecond
+	wait = firstStartWait
 	for i := 0; i < len(modules); {
 		m := modules[i]
 		a.mu.Lock()
@@ -160,24 +234,22 @@ func (a *App) startWhenReady(url string, conns []*nats.Conn) {
 			i++
 			continue
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), a.startTimeout())
+		ctx, cancel := context.WithTimeout(context.Background(), a.retry.timeout())
 		err := m.svc.Start(ctx)
 		cancel()
 		if err != nil {
 			err = fmt.Errorf("start %s: %w", m.target, dependencyErr(err, url))
 			a.waitingFor(err)
-			if !restartable[m.target] || !dependencyFailure(err) {
+			if !dependencyFailure(err) {
 				a.log.Error("could not start after NATS came", "service", m.target, "err", err)
 				a.fatal <- err
 				return
 			}
-			a.log.Warn("could not start after NATS came; starting it again", "service", m.target, "err", err, "delay", wait)
-			select {
-			case <-a.stopped:
+			a.log.Warn("could not start: NATS did not answer it; starting it again", "service", m.target, "err", err, "delay", wait)
+			if a.gaveUp(began, err) || !a.pause(wait) {
 				return
-			case <-time.After(wait):
 			}
-			wait = min(wait*2, 5*time.Second)
+			wait = min(wait*2, a.retry.maxWait())
 			continue
 		}
 		a.mu.Lock()

@@ -18,6 +18,7 @@ import (
 	"github.com/xct-dev/xct/internal/grpcx/grpcxtest"
 	"github.com/xct-dev/xct/internal/provision"
 	"github.com/xct-dev/xct/internal/testutil"
+	"github.com/xct-dev/xct/internal/verdict"
 )
 
 // Finding 6: services started while NATS is down used to exit 1
@@ -158,5 +159,50 @@ func TestServicesWaitForProvisioning(t *testing.T) {
 	case err := <-a.Err():
 		t.Fatalf("the app failed: %v", err)
 	default:
+	}
+}
+
+// Session 17 (ops17): --start-give-up ends a process that waited that
+// long for NATS, naming what it waited for (for a supervisor that should
+// see it); without it the process waits for as long as it takes.
+func TestStartGivesUpWhenTold(t *testing.T) {
+	t.Parallel()
+	js := testutil.RestartableJetStream(t)
+	url := js.URL()
+	js.Stop()
+	var cfg Config
+	cfg.NATSURL, cfg.NATSUsers, cfg.Replicas = url, testutil.NATSUsers(), 1
+	cfg.ExecutorListen = "127.0.0.1:0"
+	cfg.Executor.Workspace = t.TempDir()
+	cfg.Security = grpcx.Security{Plaintext: true}
+	cfg.Start = StartRetry{Timeout: time.Second, MaxWait: 100 * time.Millisecond, GiveUp: time.Second}
+	keys, err := verdict.WriteKeyPair(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Executor.VerdictTrust = keys.Public
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	a, err := Start(ctx, cfg, []string{TargetExecutor}, slog.New(slog.NewTextHandler(io.Discard, nil)), Options{})
+	if err != nil {
+		t.Fatalf("start while NATS is down: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		a.Stop(ctx)
+	})
+	select {
+	case err := <-a.Err():
+		if !strings.Contains(err.Error(), "gave up after 1s (--start-give-up)") || !strings.Contains(err.Error(), "waiting for NATS at "+url) {
+			t.Fatalf("the process ends with %v; want it to say it gave up waiting for NATS at %s", err, url)
+		}
+	case <-ctx.Done():
+		t.Fatal("the process never gave up")
+	}
+
+	cfg.Start.GiveUp = 500 * time.Millisecond
+	if err := cfg.Validate([]string{TargetExecutor}); err == nil || !strings.Contains(err.Error(), "--start-give-up 500ms is shorter than one start") {
+		t.Fatalf("a give-up shorter than one start: %v", err)
 	}
 }

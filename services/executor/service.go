@@ -47,7 +47,12 @@ type Service struct {
 	tools   map[string]*servedTool
 	catalog []*xctv1.ToolDescriptor // sorted by name
 	steps   StepStore
-	started bool
+	// opened: Start opened what it needs of NATS (redaction key, step
+	// store, epochs) and restored the workspace's protected entries;
+	// connected: it connected the tool and MCP servers. A Start that
+	// failed on NATS (app.startWhenReady calls it again) does again only
+	// what it did not finish.
+	opened, connected bool
 	// redactor replaces secrets in what step records keep; set by Start.
 	redactor *redact.Redactor
 	// verifier checks the signed verdict of every Execute (binding.go).
@@ -244,44 +249,22 @@ func (s *Service) Register(g *grpc.Server) {
 // served: the executor starts without them (a restart picks them up).
 // Without a NATS connection nothing is published.
 func (s *Service) Start(ctx context.Context) error {
-	s.state.Lock()
-	first := !s.started
-	s.started = true
-	s.state.Unlock()
-	if first {
-		var js jetstream.JetStream
-		if s.nc != nil {
-			var err error
-			if js, err = jetstream.New(s.nc); err != nil {
-				return fmt.Errorf("executor: jetstream: %w", err)
-			}
-		}
-		red, err := s.cfg.Redact.Build(ctx, js)
-		if err != nil {
-			return fmt.Errorf("executor: %w", err)
+	s.state.RLock()
+	opened := s.opened
+	s.state.RUnlock()
+	if !opened {
+		if err := s.open(ctx); err != nil {
+			return err
 		}
 		s.state.Lock()
-		s.redactor = red
+		s.opened = true
 		s.state.Unlock()
-		if s.nc != nil {
-			steps, err := OpenStepStore(ctx, s.nc, StepStoreConfig{Retention: s.cfg.StepRetention, JSONRecords: s.cfg.RecordFormat == FormatJSON, Health: s.cfg.StoreHealth})
-			if err != nil {
-				return fmt.Errorf("executor: %w", err)
-			}
-			s.state.Lock()
-			s.steps = steps
-			s.state.Unlock()
-			if err := s.bindEpochs(ctx, js); err != nil {
-				return fmt.Errorf("executor: %w", err)
-			}
-			var st unix.Stat_t
-			if err := unix.Fstat(s.ws.fd(), &st); err != nil {
-				return fmt.Errorf("executor: workspace: %w", err)
-			}
-			if err := s.ws.unmoved.restore(ctx, steps, uint64(st.Dev), st.Ino, s.log); err != nil { //nolint:unconvert // Dev is not uint64 everywhere
-				return fmt.Errorf("executor: %w", err)
-			}
-		}
+	}
+	s.state.Lock()
+	connect := !s.connected
+	s.connected = true
+	s.state.Unlock()
+	if connect {
 		s.connectServers(ctx)
 	}
 	if s.nc == nil {
@@ -297,6 +280,48 @@ func (s *Service) Start(ctx context.Context) error {
 		return fmt.Errorf("executor: %w", err)
 	}
 	s.log.InfoContext(ctx, "tool catalog published", "tools", len(tools), "workspace", s.cfg.Workspace)
+	return nil
+}
+
+// open builds the redactor and, with NATS, opens the step store, binds
+// the policy epochs and restores the protected entries a former executor
+// could not move aside. Each part replaces what an earlier, failed open
+// left, so open may be called again.
+func (s *Service) open(ctx context.Context) error {
+	var js jetstream.JetStream
+	if s.nc != nil {
+		var err error
+		if js, err = jetstream.New(s.nc); err != nil {
+			return fmt.Errorf("executor: jetstream: %w", err)
+		}
+	}
+	red, err := s.cfg.Redact.Build(ctx, js)
+	if err != nil {
+		return fmt.Errorf("executor: %w", err)
+	}
+	s.state.Lock()
+	s.redactor = red
+	s.state.Unlock()
+	if s.nc == nil {
+		return nil
+	}
+	steps, err := OpenStepStore(ctx, s.nc, StepStoreConfig{Retention: s.cfg.StepRetention, JSONRecords: s.cfg.RecordFormat == FormatJSON, Health: s.cfg.StoreHealth})
+	if err != nil {
+		return fmt.Errorf("executor: %w", err)
+	}
+	s.state.Lock()
+	s.steps = steps
+	s.state.Unlock()
+	if err := s.bindEpochs(ctx, js); err != nil {
+		return fmt.Errorf("executor: %w", err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(s.ws.fd(), &st); err != nil {
+		return fmt.Errorf("executor: workspace: %w", err)
+	}
+	if err := s.ws.unmoved.restore(ctx, steps, uint64(st.Dev), st.Ino, s.log); err != nil { //nolint:unconvert // Dev is not uint64 everywhere
+		return fmt.Errorf("executor: %w", err)
+	}
 	return nil
 }
 

@@ -246,6 +246,11 @@ func (s *Service) Start(ctx context.Context) error {
 		stopAfter()
 		if err != nil {
 			cancel()
+			if cerr := ctx.Err(); cerr != nil {
+				// The watch saw only its own context cancelled: say
+				// that the start's bound passed (app starts it again).
+				return fmt.Errorf("validator: load tool catalog: %w before the catalog was read (%w)", cerr, err)
+			}
 			return fmt.Errorf("validator: load tool catalog: %w", err)
 		}
 		s.rates.health = s.cfg.StoreHealth
