@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -321,15 +322,23 @@ func (s *Service) ListApprovals(ctx context.Context, req *xctv1.ListApprovalsReq
 	if err != nil {
 		return nil, approvalStatus(err)
 	}
-	now := s.now()
-	out := make([]*xctv1.Approval, 0, len(items))
-	for _, sa := range items {
-		if sa, err = store.expire(ctx, sa, now); err != nil {
-			return nil, approvalStatus(err)
+	listed, err := s.asListed(ctx, store, items, s.now())
+	if err != nil {
+		return nil, approvalStatus(err)
+	}
+	if req.GetRunId() == "" {
+		pending := make(map[string]bool, len(listed))
+		for _, a := range listed {
+			if a.GetState() == xctv1.ApprovalState_APPROVAL_STATE_PENDING {
+				pending[checkedKey(a)] = true
+			}
 		}
-		sa.a = s.asChained(ctx, store, sa)
-		if req.GetAll() || sa.a.GetState() == xctv1.ApprovalState_APPROVAL_STATE_PENDING {
-			out = append(out, sa.a)
+		s.keepChecked(pending)
+	}
+	out := make([]*xctv1.Approval, 0, len(listed))
+	for _, a := range listed {
+		if req.GetAll() || a.GetState() == xctv1.ApprovalState_APPROVAL_STATE_PENDING {
+			out = append(out, a)
 		}
 	}
 	slices.SortStableFunc(out, func(a, b *xctv1.Approval) int {
@@ -344,6 +353,48 @@ func (s *Service) ListApprovals(ctx context.Context, req *xctv1.ListApprovalsReq
 	return &xctv1.ListApprovalsResponse{Approvals: fitList(s.approvalsFor(ctx, out))}, nil
 }
 
+// listChainReads bounds the approvals a list checks at once (each a few
+// KV and stream gets: its expiry, its run's chain from where it was
+// opened). One after another, hundreds of pending approvals across runs
+// cost hundreds of round trips to NATS per list.
+const listChainReads = 16
+
+// asListed is each approval of items as a list shows it: expired when its
+// time has passed (stored so), withdrawn when its run's chain says so
+// (asChained), checked listChainReads at a time, in items' order. The
+// first failure to store an expiry fails the list; a caller gone stops it.
+func (s *Service) asListed(ctx context.Context, store *approvalStore, items []storedApproval, now time.Time) ([]*xctv1.Approval, error) {
+	out := make([]*xctv1.Approval, len(items))
+	errs := make([]error, len(items))
+	slots := make(chan struct{}, listChainReads)
+	var wg sync.WaitGroup
+	for i, sa := range items {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			wg.Wait()
+			return nil, ctx.Err()
+		}
+		wg.Add(1)
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			sa, err := store.expire(ctx, sa, now)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			out[i] = s.asChained(ctx, store, sa)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
 // asChained is a pending approval as the run's chain says it is: one the
 // chain shows withdrawn (the orchestrator's withdrawal did not reach the
 // validator, which was down) is withdrawn at the validator too, and listed
@@ -352,16 +403,23 @@ func (s *Service) ListApprovals(ctx context.Context, req *xctv1.ListApprovalsReq
 // is refused while it cannot).
 func (s *Service) asChained(ctx context.Context, store *approvalStore, sa storedApproval) *xctv1.Approval {
 	if sa.a.GetState() != xctv1.ApprovalState_APPROVAL_STATE_PENDING {
+		s.setChecked(sa.a, 0)
 		return sa.a
 	}
-	d, err := s.withdrawnOnChain(ctx, sa.a)
+	from := sa.a.GetOpenedAtSeq()
+	if c := s.checkedTo(sa.a); c >= from {
+		from = c + 1 // read up to c by an earlier list: no withdrawal there
+	}
+	d, last, err := s.withdrawnFrom(ctx, sa.a, from)
 	if err != nil {
 		s.log.Warn("the run's chain could not be read to list its approval; listed as stored", "run_id", sa.a.GetRunId(), "step_id", sa.a.GetStepId(), "err", err)
 		return sa.a
 	}
 	if d == nil {
+		s.setChecked(sa.a, last)
 		return sa.a
 	}
+	s.setChecked(sa.a, 0)
 	cur, err := s.withdrawChained(ctx, store, sa, d)
 	if err != nil {
 		s.log.Warn("an approval its run's chain shows withdrawn could not be withdrawn at the validator; listed as the chain says", "run_id", sa.a.GetRunId(),

@@ -82,6 +82,56 @@ var ErrChainUnreadable = errors.New("the run's chain cannot be read")
 type chainLog struct {
 	mu  sync.Mutex
 	log *eventlog.Log
+	// checked is, per pending approval a list read the chain of, the
+	// last event it read there (no withdrawal up to it): the next list
+	// reads the chain from the event after it. Chains only grow, and a
+	// withdrawal comes after every event read before it was recorded.
+	// Decisions do not use it: they read from where the approval was
+	// opened, each time.
+	checked map[string]uint64
+}
+
+// maxChecked bounds chainLog.checked: past it, no more places are kept
+// until a list of every run drops those of approvals no longer pending.
+const maxChecked = 1 << 16
+
+func checkedKey(a *xctv1.Approval) string { return a.GetRunId() + "\x00" + a.GetStepId() }
+
+// checkedTo returns the last event of a's chain a list read (0: none).
+func (s *Service) checkedTo(a *xctv1.Approval) uint64 {
+	s.chains.mu.Lock()
+	defer s.chains.mu.Unlock()
+	return s.chains.checked[checkedKey(a)]
+}
+
+// setChecked records seq as the last event of a's chain read without a
+// withdrawal of a; seq 0 forgets it.
+func (s *Service) setChecked(a *xctv1.Approval, seq uint64) {
+	s.chains.mu.Lock()
+	defer s.chains.mu.Unlock()
+	k := checkedKey(a)
+	if seq == 0 {
+		delete(s.chains.checked, k)
+		return
+	}
+	if s.chains.checked == nil {
+		s.chains.checked = map[string]uint64{}
+	}
+	if _, ok := s.chains.checked[k]; ok || len(s.chains.checked) < maxChecked {
+		s.chains.checked[k] = seq
+	}
+}
+
+// keepChecked drops the places of every approval not in pending (a list
+// of every run's approvals).
+func (s *Service) keepChecked(pending map[string]bool) {
+	s.chains.mu.Lock()
+	defer s.chains.mu.Unlock()
+	for k := range s.chains.checked {
+		if !pending[k] {
+			delete(s.chains.checked, k)
+		}
+	}
 }
 
 // chainLog returns the event log, nil for a validator without NATS.
@@ -132,16 +182,28 @@ func (s *Service) chainSeqNow(ctx context.Context, runID string) uint64 {
 // opened the approval and waited for it. The chain is read from JetStream
 // each time, never from a copy a reader of the chain could have fed.
 func (s *Service) withdrawnOnChain(ctx context.Context, a *xctv1.Approval) (*xctevent.ApprovalDecided, error) {
+	d, _, err := s.withdrawnFrom(ctx, a, a.GetOpenedAtSeq())
+	return d, err
+}
+
+// withdrawnFrom is withdrawnOnChain reading the chain from event from
+// (at or after where the approval was opened), and the last event read
+// (0: none). A chain that ends before from, when from is past where the
+// approval was opened, has nothing new: not withdrawn.
+func (s *Service) withdrawnFrom(ctx context.Context, a *xctv1.Approval, from uint64) (*xctevent.ApprovalDecided, uint64, error) {
 	log, err := s.chainLog(ctx)
 	if log == nil || err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	events, err := log.ReadChainFrom(ctx, a.GetRunId(), a.GetOpenedAtSeq())
-	if errors.Is(err, eventlog.ErrChainNotFound) && a.GetOpenedAtSeq() == 0 {
-		return nil, nil
+	events, err := log.ReadChainFrom(ctx, a.GetRunId(), from)
+	if errors.Is(err, eventlog.ErrChainNotFound) && from == 0 {
+		return nil, 0, nil
+	}
+	if errors.Is(err, eventlog.ErrEventNotFound) && from > a.GetOpenedAtSeq() && from > 1 {
+		return nil, from - 1, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrChainUnreadable, err)
+		return nil, 0, fmt.Errorf("%w: %w", ErrChainUnreadable, err)
 	}
 	var withdrawn *xctevent.ApprovalDecided
 	for i := range events {
@@ -152,7 +214,11 @@ func (s *Service) withdrawnOnChain(ctx context.Context, a *xctv1.Approval) (*xct
 			withdrawn = &d
 		}
 	}
-	return withdrawn, nil
+	var last uint64
+	if len(events) > 0 {
+		last = events[len(events)-1].Seq
+	}
+	return withdrawn, last, nil
 }
 
 // withdrawAsChained makes a pending approval that the run's chain shows

@@ -2,6 +2,7 @@ package validator_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -196,4 +197,71 @@ func TestDecisionWithoutNATSIsUnavailable(t *testing.T) {
 	wantCode(t, err, codes.Unavailable, "approvals are unavailable")
 	_, err = a.s.ListApprovals(context.Background(), &xctv1.ListApprovalsRequest{RunId: "run-1"})
 	wantCode(t, err, codes.Unavailable, "approvals are unavailable")
+}
+
+// BenchmarkListManyPendingApprovals lists the pending approvals of 300
+// runs, one each (issue 17, session 17): each is checked against its
+// run's chain (a piece from where it was opened), so the list's cost is
+// that of 300 chain reads, made 16 at a time since session 17.
+func BenchmarkListManyPendingApprovals(b *testing.B) {
+	a := startApprovals(b)
+	const runs = 300
+	for i := range runs {
+		id := fmt.Sprintf("run-%d", i)
+		c := a.chain(b, id)
+		a.waiting(b, c, stepRequest(b, id, 1, "fs.write", map[string]any{"path": "config/a.yaml", "content": "a\n"}))
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if got := a.list(b, "", false); len(got) != runs {
+			b.Fatalf("listed %d pending approvals, want %d", len(got), runs)
+		}
+	}
+}
+
+// Session 17 (ops17): a list remembers how far it read each pending
+// approval's chain and reads only what came after; a withdrawal recorded
+// after one list is still seen by the next, the other runs' approvals
+// still pending, also when the chains grew in between.
+func TestListAfterListSeesALaterWithdrawal(t *testing.T) {
+	t.Parallel()
+	a := startApprovals(t)
+	var chains []*runChain
+	var waiting []*xctv1.Approval
+	for i := range 40 {
+		id := fmt.Sprintf("run-%d", i)
+		c := a.chain(t, id)
+		chains = append(chains, c)
+		waiting = append(waiting, a.waiting(t, c, stepRequest(t, id, 1, "fs.write", map[string]any{"path": "config/a.yaml", "content": "a\n"})))
+	}
+	if got := a.list(t, "", false); len(got) != 40 {
+		t.Fatalf("first list: %d pending, want 40", len(got))
+	}
+	// The chains grow (a crew's other lane, say), then three runs are
+	// cancelled while the validator cannot be told.
+	for i, c := range chains {
+		c.add(xctevent.StepStart{Step: 2, StepID: fmt.Sprintf("other-%d", i), Tool: "fs.read", Arguments: map[string]any{}, Intent: "read"})
+	}
+	if got := a.list(t, "", false); len(got) != 40 {
+		t.Fatalf("second list: %d pending, want 40", len(got))
+	}
+	for _, i := range []int{3, 17, 39} {
+		chains[i].cancelled(waiting[i], "carol", fmt.Sprintf("stop %d", i))
+	}
+	got := a.list(t, "", false)
+	if len(got) != 37 {
+		t.Fatalf("after three cancels: %d pending, want 37", len(got))
+	}
+	for _, i := range []int{3, 17, 39} {
+		id := fmt.Sprintf("run-%d", i)
+		for _, ap := range got {
+			if ap.GetRunId() == id {
+				t.Fatalf("%s's approval listed pending after its run was cancelled", id)
+			}
+		}
+		all := a.list(t, id, true)
+		if len(all) != 1 || all[0].GetState() != xctv1.ApprovalState_APPROVAL_STATE_WITHDRAWN || all[0].GetReason() != fmt.Sprintf("stop %d", i) {
+			t.Fatalf("%s: %v; want withdrawn by carol", id, all)
+		}
+	}
 }
