@@ -253,7 +253,7 @@ func (p *protectedPaths) linkTargets(root *os.Root, abs string, set protectedSet
 		if target == "." || target == ".." || strings.HasPrefix(target, "../") {
 			return
 		}
-		real, ok := resolveIn(root, target)
+		real, ok := resolveWithin(root, abs, target)
 		if !ok || real == "." || p.match(real) != "" {
 			return
 		}
@@ -811,7 +811,14 @@ func protectedErr(p, hit string) *xctv1.Error {
 func (w *workspace) resolve(name string) (string, bool) { return resolveIn(w.root, name) }
 
 // resolveIn is resolve in the workspace whose top is root.
-func resolveIn(root *os.Root, name string) (string, bool) {
+func resolveIn(root *os.Root, name string) (string, bool) { return resolveWithin(root, "", name) }
+
+// resolveWithin is resolveIn that also follows a link written by an
+// absolute path inside the workspace, whose absolute path is abs ("":
+// an absolute link is not followed, ok false). The look for where
+// protected links lead takes it: a hook linked to scripts/pre-commit,
+// itself linked to "$PWD/scripts/check.sh", runs check.sh.
+func resolveWithin(root *os.Root, abs, name string) (string, bool) {
 	parts := strings.Split(filepath.ToSlash(filepath.Clean(name)), "/")
 	var done []string
 	for hops := 0; len(parts) > 0; {
@@ -845,8 +852,15 @@ func resolveIn(root *os.Root, name string) (string, bool) {
 			return "", false
 		}
 		target, err := root.Readlink(cur)
-		if err != nil || filepath.IsAbs(target) {
+		if err != nil {
 			return "", false
+		}
+		if filepath.IsAbs(target) {
+			r, err := filepath.Rel(abs, filepath.Clean(target))
+			if abs == "" || err != nil || r == ".." || strings.HasPrefix(r, ".."+string(filepath.Separator)) {
+				return "", false
+			}
+			target, done = r, nil // from the top
 		}
 		parts = append(strings.Split(filepath.ToSlash(target), "/"), parts...)
 	}
