@@ -8,6 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
@@ -187,9 +188,7 @@ func (w *workspace) protectedNames(budget int) (protectedSet, string) {
 	for target := range targets {
 		out.addPath(w.root, target)
 	}
-	if cut == "" {
-		w.targets.set(targets, "")
-	}
+	w.targets.record(targets, cut)
 	return out, cut
 }
 
@@ -242,25 +241,50 @@ func (p *protectedPaths) linkTargets(root *os.Root, abs string, set protectedSet
 		addRef(target, link)
 	}
 	addRef = func(target, link string) {
-		if path.IsAbs(target) {
-			r, err := filepath.Rel(abs, filepath.FromSlash(target))
-			if abs == "" || err != nil {
-				return
-			}
-			target = filepath.ToSlash(r)
-		}
-		target = path.Clean(target)
-		if target == "." || target == ".." || strings.HasPrefix(target, "../") {
-			return
-		}
-		real, ok := resolveWithin(root, abs, target)
+		real, ok := workspaceRel(root, abs, target)
 		if !ok || real == "." || p.match(real) != "" {
 			return
 		}
 		if out == nil {
 			out = map[string]string{}
 		}
-		out[filepath.ToSlash(real)] = link
+		out[real] = link
+	}
+	// repo adds what the repository gitDir (a .git directory, or the
+	// one a .git file's gitdir: names) of the working tree top has git
+	// run: what its configuration names, and what its hooks are or
+	// call (link: the entry that protects it, for the message).
+	repo := func(gitDir, top, link string) {
+		hookDirs := []string{path.Join(gitDir, "hooks")}
+		for _, ref := range gitConfigRefs(root, gitDir, top) {
+			addRef(ref.path, link+"/config")
+			if ref.hooks {
+				if real, ok := workspaceRel(root, abs, ref.path); ok {
+					hookDirs = append(hookDirs, real)
+				}
+			}
+		}
+		for _, hooks := range hookDirs {
+			des, err := fs.ReadDir(root.FS(), hooks)
+			if err != nil {
+				continue
+			}
+			for i, de := range des {
+				if i >= hookScanEntries {
+					break
+				}
+				local := path.Join(hooks, de.Name())
+				switch {
+				case de.Type()&fs.ModeSymlink != 0:
+					add(local)
+				case de.Type().IsRegular() && !strings.HasSuffix(de.Name(), ".sample"):
+					// git runs a hook from the top of its working tree.
+					for _, ref := range scriptRefs(root, local, top) {
+						addRef(ref, local)
+					}
+				}
+			}
+		}
 	}
 	for rel := range set {
 		fi, err := root.Lstat(rel)
@@ -275,22 +299,32 @@ func (p *protectedPaths) linkTargets(root *os.Root, abs string, set protectedSet
 				// hooks), wherever in the workspace it is.
 				if b := readSmallFile(root, rel, 4<<10); b != nil {
 					if dir, ok := strings.CutPrefix(strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0]), "gitdir:"); ok {
-						addRef(joinRef(path.Dir(rel), strings.TrimSpace(dir)), rel)
+						gitDir := joinRef(path.Dir(rel), strings.TrimSpace(dir))
+						addRef(gitDir, rel)
+						if real, ok := workspaceRel(root, abs, gitDir); ok {
+							repo(real, path.Dir(rel), rel)
+						}
 					}
 				}
 			case ".pre-commit-config.yaml":
 				for _, ref := range preCommitRefs(root, rel) {
 					addRef(ref, rel)
 				}
+			case ".envrc":
+				// direnv runs it where it is: source_env, dotenv,
+				// a script it sources.
+				for _, ref := range scriptRefs(root, rel, path.Dir(rel)) {
+					addRef(ref, rel)
+				}
 			}
 		case fi.IsDir():
+			husky := foldName(path.Base(rel)) == ".husky"
 			if foldName(path.Base(rel)) == ".git" {
 				// A repository's configuration names files of the
 				// workspace git runs or reads: core.hooksPath (often
-				// .githooks), include.path: protected as links are.
-				for _, ref := range gitConfigRefs(root, rel) {
-					addRef(ref, rel+"/config")
-				}
+				// .githooks), include.path, commands (core.fsmonitor,
+				// aliases, drivers); its hooks call scripts.
+				repo(rel, path.Dir(rel), rel)
 			}
 			n := 0
 			_ = fs.WalkDir(root.FS(), rel, func(local string, de fs.DirEntry, err error) error {
@@ -308,6 +342,12 @@ func (p *protectedPaths) linkTargets(root *os.Root, abs string, set protectedSet
 				}
 				if de.Type()&fs.ModeSymlink != 0 {
 					add(local)
+				} else if husky && de.Type().IsRegular() && n <= hookScanEntries {
+					// husky runs its hooks from the top of the
+					// repository that holds .husky.
+					for _, ref := range scriptRefs(root, local, path.Dir(rel)) {
+						addRef(ref, local)
+					}
 				}
 				return nil
 			})
@@ -316,17 +356,38 @@ func (p *protectedPaths) linkTargets(root *os.Root, abs string, set protectedSet
 	return out
 }
 
+// gitRef is a workspace path a repository's configuration names
+// (gitConfigRefs); hooks says it is its hooks directory.
+type gitRef struct {
+	path  string
+	hooks bool
+}
+
+// gitCommandKeys are the configuration keys (the last part of a name,
+// in any section) whose value is a command git runs: core.fsmonitor,
+// core.editor, core.sshCommand, diff.<driver>.textconv,
+// filter.<driver>.clean, credential.helper, gpg.program,
+// remote.<name>.uploadpack (a local remote), sendemail.smtpServer ...
+var gitCommandKeys = map[string]bool{
+	"fsmonitor": true, "editor": true, "pager": true, "sshcommand": true, "askpass": true, "gitproxy": true,
+	"external": true, "textconv": true, "command": true, "cmd": true, "driver": true, "clean": true,
+	"smudge": true, "process": true, "helper": true, "program": true, "uploadpack": true, "receivepack": true,
+	"packobjectshook": true, "smtpserver": true, "tocmd": true, "cccmd": true, "browser": true,
+}
+
 // gitConfigRefs returns the workspace paths the configuration of the
-// repository dir (a .git directory) names for git to run or read: its
-// core.hooksPath (relative to the working tree) and include and
-// includeIf paths (relative to the configuration's directory). Paths
-// under a home directory (~) are not the workspace's.
-func gitConfigRefs(root *os.Root, dir string) []string {
+// repository dir (its git directory) names for git to run or read: its
+// core.hooksPath (relative to the working tree's top, top), include and
+// includeIf paths (relative to the configuration's directory), and the
+// files the words of a command it runs name (core.fsmonitor, an alias
+// beginning with "!", a driver: scriptRefs, from top). Paths under a
+// home directory (~) are not the workspace's.
+func gitConfigRefs(root *os.Root, dir, top string) []gitRef {
 	b := readSmallFile(root, path.Join(dir, "config"), 1<<20)
 	if b == nil {
 		return nil
 	}
-	var out []string
+	var out []gitRef
 	section := ""
 	for _, rawLine := range strings.Split(string(b), "\n") {
 		rawLine = strings.TrimSpace(rawLine)
@@ -366,17 +427,90 @@ func gitConfigRefs(root *os.Root, dir string) []string {
 		switch {
 		case section == "core" && key == "hookspath":
 			if !path.IsAbs(value) {
-				value = path.Join(path.Dir(dir), value)
+				value = path.Join(top, value)
 			}
-			out = append(out, value)
+			out = append(out, gitRef{path: value, hooks: true})
 		case (section == "include" || section == "includeif") && key == "path":
 			if !path.IsAbs(value) {
 				value = path.Join(dir, value)
 			}
-			out = append(out, value)
+			out = append(out, gitRef{path: value})
+		case section == "alias" && strings.HasPrefix(value, "!"), section == "pager", gitCommandKeys[key]:
+			for _, ref := range commandRefs(root, strings.TrimPrefix(value, "!"), top) {
+				out = append(out, gitRef{path: ref})
+			}
 		}
 	}
 	return out
+}
+
+// hookScanEntries bounds the hooks read in one hooks directory.
+const hookScanEntries = 256
+
+// scriptRefs returns the workspace files the script rel (a hook, an
+// .envrc: read up to 64 KiB, regular files only) names in its commands,
+// from the directory base it runs in (commandRefs).
+func scriptRefs(root *os.Root, rel, base string) []string {
+	b := readSmallFile(root, rel, 64<<10)
+	if b == nil {
+		return nil
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if line = strings.TrimSpace(line); line == "" || line[0] == '#' {
+			continue
+		}
+		out = append(out, commandRefs(root, line, base)...)
+	}
+	return out
+}
+
+// commandRefs returns the words of the shell command line that name a
+// file of the workspace now (from the directory base; an absolute word
+// is kept for linkTargets to take from the workspace's path): a script it
+// runs ("./scripts/check.sh", "sh tools/lint.sh", "source_env
+// scripts/env.sh"). Words with expansions, globs, assignments and
+// options are left out, and a word that names a directory (cd src) or
+// nothing protects nothing: it is a heuristic, which what a named script
+// runs in turn escapes (docs/security.md).
+func commandRefs(root *os.Root, line, base string) []string {
+	var out []string
+	for _, w := range strings.FieldsFunc(line, func(r rune) bool {
+		return r == ' ' || r == '\t' || strings.ContainsRune(";|&()<>'\"`", r)
+	}) {
+		if w == "" || w[0] == '-' || w[0] == '~' || strings.ContainsAny(w, "$*?[=\\") {
+			continue
+		}
+		p := joinRef(base, w)
+		if path.IsAbs(p) {
+			out = append(out, p)
+			continue
+		}
+		if fi, err := root.Lstat(p); err == nil && (fi.Mode().IsRegular() || fi.Mode()&fs.ModeSymlink != 0) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// workspaceRel is the workspace path (clean, links inside the workspace
+// followed: resolveWithin) that target names, target being relative to
+// the top or absolute (abs: the workspace's absolute path); ok is false
+// when it leads out of the workspace.
+func workspaceRel(root *os.Root, abs, target string) (string, bool) {
+	if path.IsAbs(target) {
+		r, err := filepath.Rel(abs, filepath.FromSlash(target))
+		if abs == "" || err != nil {
+			return "", false
+		}
+		target = filepath.ToSlash(r)
+	}
+	target = path.Clean(target)
+	if target == ".." || strings.HasPrefix(target, "../") {
+		return "", false
+	}
+	real, ok := resolveWithin(root, abs, target)
+	return filepath.ToSlash(real), ok
 }
 
 // readSmallFile reads at most limit bytes of the workspace file rel:
@@ -479,11 +613,37 @@ type linkTargetCache struct {
 	at      time.Time
 	targets map[string]string
 	cut     string
+	// whole is the targets of the last scan that read the workspace
+	// whole (nil: none yet).
+	whole map[string]string
 }
 
-func (c *linkTargetCache) set(targets map[string]string, cut string) {
+// record keeps the targets a scan found, and why it could not read the
+// workspace whole (cut). A scan that met a change (another program
+// renaming directories while it ran: scanChanged) may have missed a
+// protected entry that moved: the targets of the last whole scan are
+// added to what it found (protected links are made by humans: a
+// program's own are moved aside after it). A scan cut short otherwise
+// (more names than the scan reads, directories nested deeper than it
+// goes, an unreadable top) leaves the targets unknown: the fs tools
+// refuse to change the workspace until it can be read whole, as a
+// program that may write is refused.
+func (c *linkTargetCache) record(targets map[string]string, cut string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	switch {
+	case cut == "":
+		c.whole = targets
+	case strings.HasPrefix(cut, scanChanged) && c.whole != nil:
+		merged := maps.Clone(c.whole)
+		if merged == nil {
+			merged = map[string]string{}
+		}
+		maps.Copy(merged, targets)
+		targets, cut = merged, ""
+	default:
+		targets = nil
+	}
 	c.at, c.targets, c.cut = time.Now(), targets, cut
 }
 
@@ -500,10 +660,8 @@ func (w *workspace) linkTargets() (map[string]string, string) {
 		return t, cut
 	}
 	w.targets.mu.Unlock()
-	// A whole scan records its targets (protectedNames); one cut short
-	// records why.
-	if _, cut := w.protectedNames(w.protected.scanBudget()); cut != "" {
-		w.targets.set(nil, cut)
+	if _, cut := w.protectedNames(w.protected.scanBudget()); strings.HasPrefix(cut, workspaceUnreadable) {
+		w.targets.record(nil, cut) // otherwise recorded by the scan
 	}
 	w.targets.mu.Lock()
 	defer w.targets.mu.Unlock()

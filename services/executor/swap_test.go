@@ -334,6 +334,11 @@ func TestSwapRace(t *testing.T) {
 			if c.prepare != nil {
 				c.prepare(t, s)
 			}
+			// The fs tools have read the workspace whole once before the
+			// renamer started (as after any step): a scan the renamer
+			// then cuts short adds the targets of that one, where none
+			// would leave them unknown and refuse the call.
+			s.ws.linkTargets()
 			stop := flipper(t, ws, c.target)
 			hits, ok, calls := 0, 0, 0
 			errs := map[string]int{}
