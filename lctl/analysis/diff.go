@@ -1,6 +1,7 @@
 package analysis
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"slices"
@@ -107,6 +108,19 @@ type FieldChange struct {
 // Adjacent removed and added events of the same agent and type are reported
 // as one changed event.
 func Diff(a, b Chain, opts DiffOptions) *DiffReport {
+	r, _ := DiffContext(context.Background(), a, b, opts) // never ends early
+	return r
+}
+
+// diffCheckEvery is how many aligned events a diff compares between two
+// looks at its context (the alignment looks at every edit distance).
+const diffCheckEvery = 256
+
+// DiffContext is Diff, stopped when ctx ends (a reader that went away):
+// it looks at ctx once per edit distance of the alignment (each a pass
+// over at most 2·MaxEdits diagonals) and every diffCheckEvery aligned
+// events compared, and returns ctx's error and no report.
+func DiffContext(ctx context.Context, a, b Chain, opts DiffOptions) (*DiffReport, error) {
 	ignore := opts.Ignore
 	if ignore == nil {
 		ignore = DefaultDiffIgnore()
@@ -126,11 +140,23 @@ func Diff(a, b Chain, opts DiffOptions) *DiffReport {
 	for _, f := range ignore {
 		skip[f] = true
 	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	ka, kb := keys(a.Events), keys(b.Events)
-	ops, aligned := align(ka, kb, maxEdits)
+	ops, aligned, err := align(ctx, ka, kb, maxEdits)
+	if err != nil {
+		return nil, err
+	}
 	r.Aligned = aligned
 
-	for i := 0; i < len(ops); {
+	for i, next := 0, diffCheckEvery; i < len(ops); {
+		if i >= next {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			next = i + diffCheckEvery
+		}
 		op := ops[i]
 		if op.kind == opMatch {
 			if fields := compareData(a.Events[op.i].Data, b.Events[op.j].Data, skip); len(fields) > 0 {
@@ -159,7 +185,7 @@ func Diff(a, b Chain, opts DiffOptions) *DiffReport {
 		first := r.Differences[0]
 		r.First = &first
 	}
-	return r
+	return r, nil
 }
 
 func (r *DiffReport) add(d Difference) {
@@ -450,7 +476,7 @@ type op struct {
 // and deletions (Myers, "An O(ND) Difference Algorithm"), after taking off
 // the common prefix and suffix. When more than maxEdits edits would be
 // needed, the middle is matched position by position and aligned is false.
-func align(a, b []key, maxEdits int) (ops []op, aligned bool) {
+func align(ctx context.Context, a, b []key, maxEdits int) (ops []op, aligned bool, err error) {
 	pre := 0
 	for pre < len(a) && pre < len(b) && a[pre] == b[pre] {
 		pre++
@@ -463,7 +489,10 @@ func align(a, b []key, maxEdits int) (ops []op, aligned bool) {
 	for i := 0; i < pre; i++ {
 		ops = append(ops, op{opMatch, i, i})
 	}
-	mid, aligned := myers(a[pre:len(a)-suf], b[pre:len(b)-suf], maxEdits)
+	mid, aligned, err := myers(ctx, a[pre:len(a)-suf], b[pre:len(b)-suf], maxEdits)
+	if err != nil {
+		return nil, false, err
+	}
 	for _, o := range mid {
 		o.i += pre
 		o.j += pre
@@ -472,10 +501,10 @@ func align(a, b []key, maxEdits int) (ops []op, aligned bool) {
 	for k := 0; k < suf; k++ {
 		ops = append(ops, op{opMatch, len(a) - suf + k, len(b) - suf + k})
 	}
-	return ops, aligned
+	return ops, aligned, nil
 }
 
-func myers(a, b []key, maxEdits int) ([]op, bool) {
+func myers(ctx context.Context, a, b []key, maxEdits int) ([]op, bool, error) {
 	n, m := len(a), len(b)
 	if n == 0 || m == 0 {
 		out := make([]op, 0, n+m)
@@ -485,7 +514,7 @@ func myers(a, b []key, maxEdits int) ([]op, bool) {
 		for j := range m {
 			out = append(out, op{opInsert, 0, j})
 		}
-		return out, true
+		return out, true, nil
 	}
 	limit := min(n+m, maxEdits)
 	offset := limit + 1
@@ -493,6 +522,9 @@ func myers(a, b []key, maxEdits int) ([]op, bool) {
 	// trace[d] holds v[-d..d] after step d.
 	var trace [][]int
 	for d := 0; d <= limit; d++ {
+		if err := ctx.Err(); err != nil {
+			return nil, false, err
+		}
 		for k := -d; k <= d; k += 2 {
 			var x int
 			if k == -d || (k != d && v[offset+k-1] < v[offset+k+1]) {
@@ -508,7 +540,7 @@ func myers(a, b []key, maxEdits int) ([]op, bool) {
 			v[offset+k] = x
 			if x >= n && y >= m {
 				trace = append(trace, slices.Clone(v[offset-d:offset+d+1]))
-				return backtrack(trace, n, m), true
+				return backtrack(trace, n, m), true, nil
 			}
 		}
 		trace = append(trace, slices.Clone(v[offset-d:offset+d+1]))
@@ -528,7 +560,7 @@ func myers(a, b []key, maxEdits int) ([]op, bool) {
 			}
 		}
 	}
-	return out, false
+	return out, false, nil
 }
 
 // backtrack walks the saved frontiers back from (n, m) to (0, 0).

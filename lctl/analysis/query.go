@@ -1,6 +1,7 @@
 package analysis
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"sort"
@@ -1025,6 +1026,21 @@ var builtinFields = []string{"id", "text", "confidence", "source", "tags", "tag"
 // fact has is an error naming the fields there are, since a misspelt field
 // would otherwise match nothing silently.
 func (q *Query) Run(facts []*FactRecord) ([]*FactRecord, error) {
+	return q.RunContext(context.Background(), facts)
+}
+
+// queryCheckEvery is how many facts a query evaluates (or computes the
+// sort keys of) between two looks at its context.
+const queryCheckEvery = 256
+
+// RunContext is Run, stopped when ctx ends (a reader that went away): it
+// looks at ctx every queryCheckEvery facts filtered and every
+// queryCheckEvery rows whose sort keys it computes (the costly parts: a
+// condition or key may walk a fact's text), and returns ctx's error.
+func (q *Query) RunContext(ctx context.Context, facts []*FactRecord) ([]*FactRecord, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	if len(facts) > 0 {
 		known := map[string]bool{}
 		for _, f := range builtinFields {
@@ -1053,7 +1069,12 @@ func (q *Query) Run(facts []*FactRecord) ([]*FactRecord, error) {
 		}
 	}
 	out := make([]*FactRecord, 0, len(facts))
-	for _, f := range facts {
+	for i, f := range facts {
+		if i%queryCheckEvery == queryCheckEvery-1 {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+		}
 		if q.where == nil || q.where.eval(f) == triTrue {
 			out = append(out, f)
 		}
@@ -1063,6 +1084,11 @@ func (q *Query) Run(facts []*FactRecord) ([]*FactRecord, error) {
 		// (relevance), and a sort compares a row about log n times.
 		rows := orderedRows{rows: out, keys: make([][]any, len(out)), order: q.order}
 		for i, f := range out {
+			if i%queryCheckEvery == queryCheckEvery-1 {
+				if err := ctx.Err(); err != nil {
+					return nil, err
+				}
+			}
 			rows.keys[i] = make([]any, len(q.order))
 			for k, o := range q.order {
 				rows.keys[i][k] = o.operand.value(f)

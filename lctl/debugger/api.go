@@ -428,11 +428,13 @@ func (h *Handler) diff(_ http.ResponseWriter, r *http.Request) (any, error) {
 		}
 		chains[i] = c
 	}
-	return analysis.Diff(
+	// A page that went away stops the alignment (seconds for two
+	// similar chains of a million events).
+	return analysis.DiffContext(r.Context(),
 		analysis.Chain{Label: "v1", ID: chains[0].ID, Events: chains[0].Events},
 		analysis.Chain{Label: "v2", ID: chains[1].ID, Events: chains[1].Events},
 		analysis.DiffOptions{},
-	), nil
+	)
 }
 
 func nonNil[T any](l []T) []T {

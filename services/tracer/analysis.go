@@ -46,8 +46,13 @@ func (h *handler) DiffChains(ctx context.Context, req *lctlv1.DiffChainsRequest)
 		ignore = []string{}
 	}
 	ignore = append(ignore, req.GetIgnoreFields()...)
-	r := analysis.Diff(analysis.Chain{Label: "v1", ID: req.GetChainIdA(), Events: a.events},
+	// Two similar chains of a million events take seconds to align: a
+	// caller gone (or past its deadline) stops the work.
+	r, err := analysis.DiffContext(ctx, analysis.Chain{Label: "v1", ID: req.GetChainIdA(), Events: a.events},
 		analysis.Chain{Label: "v2", ID: req.GetChainIdB(), Events: b.events}, analysis.DiffOptions{Ignore: ignore})
+	if err != nil {
+		return nil, h.status(ctx, err)
+	}
 	resp := &lctlv1.DiffChainsResponse{Identical: r.Identical, Changed: uint32(r.Changed), Added: uint32(r.Added),
 		Removed: uint32(r.Removed), Aligned: r.Aligned, IgnoredFields: r.Ignored}
 	for _, d := range r.Differences {
@@ -169,7 +174,7 @@ func (h *handler) QueryFacts(ctx context.Context, req *lctlv1.QueryFactsRequest)
 	if err != nil {
 		return nil, h.status(ctx, err)
 	}
-	rows, err := q.Run(view.facts.at(view.events, req.GetToSeq()))
+	rows, err := q.RunContext(ctx, view.facts.at(view.events, req.GetToSeq()))
 	if err != nil {
 		var qe *analysis.QueryError
 		if errors.As(err, &qe) {

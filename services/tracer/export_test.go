@@ -1,5 +1,7 @@
 package tracer
 
+import lctlv1 "github.com/xct-dev/xct/gen/lctl/v1"
+
 // DebuggerStreams is how many live streams the tracer's debugger has open.
 func DebuggerStreams(s *Service) int {
 	if s.ui == nil {
@@ -38,3 +40,7 @@ func EvictWrittenChains(s *Service) {
 	defer s.store.mu.Unlock()
 	s.store.hot = 0
 }
+
+// Handler is the tracer's gRPC handler, called without a server (a
+// context a client never could send: one already cancelled).
+func Handler(s *Service) lctlv1.TracerServiceServer { return &handler{svc: s} }

@@ -242,3 +242,42 @@ func TestAnalysisRPCs(t *testing.T) {
 		t.Errorf("bad view: %v", err)
 	}
 }
+
+// Session 17 (ops17), issue 15: a caller gone (its context cancelled)
+// stops DiffChains and QueryFacts: on main both computed their whole
+// answer for nobody (seconds for two similar chains of a million events).
+// Asked with a cancelled context, each answers CANCELED, and the same
+// requests answer in full with a live one.
+func TestAnalysisStopsForACallerGone(t *testing.T) {
+	e := newEnv(t)
+	writeRun(t, e.log, "run-a", 3)
+	writeRun(t, e.log, "run-b", 4)
+	factsW, err := e.log.NewChainWriter("facts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendEvents(t, factsW, []ev{
+		{"fact_added", "analyzer", map[string]any{"id": "F1", "text": "SQL built from input", "confidence": 0.85, "source": "static"}},
+	})
+	tr := e.startTracer(t)
+	tr.waitFor(t, "run-a", 14)
+	tr.waitFor(t, "run-b", 18)
+	tr.waitFor(t, "facts", 1)
+	h := tracer.Handler(tr.svc)
+	diff := &lctlv1.DiffChainsRequest{ChainIdA: "run-a", ChainIdB: "run-b"}
+	query := &lctlv1.QueryFactsRequest{ChainId: "facts", Query: "SELECT * ORDER BY confidence DESC"}
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	if d, err := h.DiffChains(gone, diff); status.Code(err) != codes.Canceled {
+		t.Fatalf("DiffChains for a caller gone: %v, %v; want CANCELED", d, err)
+	}
+	if q, err := h.QueryFacts(gone, query); status.Code(err) != codes.Canceled {
+		t.Fatalf("QueryFacts for a caller gone: %v, %v; want CANCELED", q, err)
+	}
+	if d, err := h.DiffChains(context.Background(), diff); err != nil || d.GetIdentical() {
+		t.Fatalf("DiffChains: %v, %v", d, err)
+	}
+	if q, err := h.QueryFacts(context.Background(), query); err != nil || len(q.GetFacts()) != 1 {
+		t.Fatalf("QueryFacts: %v, %v", q, err)
+	}
+}
