@@ -161,3 +161,69 @@ func TestValidateArgumentNamedUnlikeItsSchemaInAMap(t *testing.T) {
 		t.Errorf("the plain spelling: %v, want the rule's deny", v.GetDecision())
 	}
 }
+
+// TestValidateArgumentNamedUnlikeThePolicyReadsIt: a tool whose schema
+// declares nothing (an MCP or gRPC tool server's `{"type": "object"}`, or
+// properties that leave the argument out) gives schemaNameClash no name
+// to compare with, while the policy's rules name it: a deny rule reading
+// args.path (guarded by has(args.path)) did not see {"PATH": ".env"}
+// and the read was allowed on main; a Go server decoding into a struct
+// reads it as path (test/attack TestAttackArgumentNamedUnlikeThePolicyReadsIt).
+// Now a member named as a rule of the tool reads an argument, in another
+// spelling, is denied SCHEMA_INVALID naming both, at any depth the rule
+// reads (args.opts.mask, args["key"], "X-Key" in args.headers).
+func TestValidateArgumentNamedUnlikeThePolicyReadsIt(t *testing.T) {
+	t.Parallel()
+	open := &xctv1.ToolDescriptor{Name: "srv.read", Effect: read, InputSchema: `{"type":"object"}`}
+	partial := &xctv1.ToolDescriptor{Name: "srv.get", Effect: read,
+		InputSchema: `{"type":"object","properties":{"other":{"type":"string"}}}`}
+	s := newService(t, `rules:
+  - {id: allow-read, effect: allow, effects: [read]}
+  - id: no-secrets
+    effect: deny
+    tools: ["srv.*"]
+    when: 'has(args.path) && args.path.matches("(^|/)\\.env$")'
+  - id: masked
+    effect: deny
+    tools: ["srv.*"]
+    when: 'has(args.opts) && has(args.opts.mask) && args.opts.mask == "none"'
+  - id: no-admin-key
+    effect: deny
+    tools: ["srv.*"]
+    when: '("key" in args && args["key"] == "admin") || (has(args.headers) && "X-Key" in args.headers)'
+`, open, partial)
+	for _, tool := range []string{"srv.read", "srv.get"} {
+		for _, a := range []map[string]any{
+			{"PATH": ".env"},
+			{"Path": ".env"},
+			{"pa\u0422h": ".env"}, // a Cyrillic Te is another letter, not path: allowed below
+			{"opts": map[string]any{"MASK": "none"}},
+			{"OPTS": map[string]any{"mask": "none"}},
+			{"KEY": "admin"},
+			{"headers": map[string]any{"x-key": "stolen"}},
+		} {
+			v := validate(t, s, request(t, tool, a))
+			if _, ok := a["pa\u0422h"]; ok {
+				checkVerdict(t, v, allow, "", "allow-read")
+				continue
+			}
+			if v.GetDecision() != deny || v.GetError().GetCode() != string(wire.CodeSchemaInvalid) {
+				t.Errorf("%s %q: %v %v, want a SCHEMA_INVALID deny", tool, a, v.GetDecision(), v.GetError())
+				continue
+			}
+			if msg := v.GetError().GetMessage(); !strings.Contains(msg, "the policy reads") {
+				t.Errorf("%s %q: message %q, want it to name the policy's name", tool, a, msg)
+			}
+		}
+		// The names as the rules read them are judged by the rules; other
+		// names, and the rules' names where they read nothing, are fine.
+		for _, a := range []map[string]any{{"path": ".env"}, {"opts": map[string]any{"mask": "none"}}, {"key": "admin"}, {"headers": map[string]any{"X-Key": "k"}}} {
+			if v := validate(t, s, request(t, tool, a)); v.GetDecision() != deny || v.GetError().GetCode() != string(wire.CodePolicyDenied) {
+				t.Errorf("%s %q: %v %v, want the rules' deny", tool, a, v.GetDecision(), v.GetError())
+			}
+		}
+		for _, a := range []map[string]any{{"path": "README"}, {"list": []any{map[string]any{"PATH": ".env"}}}, {"env": map[string]any{"PATH": "/bin"}}, {"mask": "none"}} {
+			checkVerdict(t, validate(t, s, request(t, tool, a)), allow, "", "allow-read")
+		}
+	}
+}

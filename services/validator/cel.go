@@ -171,6 +171,8 @@ type condition struct {
 	constant int8
 	// ast is the checked expression (for lint).
 	ast *cel.Ast
+	// reads are the argument names it reads (argreads.go).
+	reads argReads
 }
 
 // celProblem is one compile problem of a condition, at a position inside
@@ -215,7 +217,7 @@ func compileCondition(lazy *celEnv, src string) (*condition, []celProblem) {
 	if err != nil {
 		return nil, []celProblem{{msg: err.Error()}}
 	}
-	c := &condition{src: src, prog: prog, ast: ast}
+	c := &condition{src: src, prog: prog, ast: ast, reads: readArgs(ast.NativeRep())}
 	if text, err := cel.AstToString(ast); err == nil {
 		c.canonical = text
 	} else {

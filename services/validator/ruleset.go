@@ -72,6 +72,9 @@ func (rs *ruleSet) evaluate(in *Input) (Outcome, error) {
 	if br := rs.settings.budgets.check(in.Run, rs.settings.prices); br != nil {
 		return br.outcome(), nil
 	}
+	if out, refused := rs.argSpelling(in, name, effect); refused {
+		return out, nil
+	}
 	now := in.Now
 	if now.IsZero() {
 		now = time.Now()
@@ -158,6 +161,33 @@ func (rs *ruleSet) evaluate(in *Input) (Outcome, error) {
 		out.Message = msg
 	}
 	return out, nil
+}
+
+// argSpelling refuses a proposal naming an argument that a rule of the
+// tool reads in another spelling than the rule's (argreads.go): the rule
+// would judge it absent, the tool's server may act on it.
+func (rs *ruleSet) argSpelling(in *Input, name string, effect xctv1.Effect) (Outcome, bool) {
+	for _, i := range rs.candidates(name, effect) {
+		r := &rs.rules[i]
+		if r.when == nil {
+			continue
+		}
+		given, read, found := r.when.reads.spelledOtherwise(in.Args)
+		if !found {
+			continue
+		}
+		msg := fmt.Sprintf("the arguments of tool %s name %q where the policy reads %q (rule %s): a tool may read it as that argument; name it as the policy does",
+			quoteName(name), truncate(given, maxToolNameInMsg), truncate(read, maxToolNameInMsg), r.id)
+		return Outcome{
+			Decision: xctv1.VerdictDecision_VERDICT_DECISION_DENY,
+			Reasons:  []*xctv1.Reason{{RuleId: reasonSchema, Message: msg}},
+			Message:  msg,
+			Code:     wire.CodeSchemaInvalid,
+			Details: map[string]any{"tool": truncate(name, maxToolNameInMsg), "argument": truncate(given, maxToolNameInMsg),
+				"policy_reads": truncate(read, maxToolNameInMsg), "rule": r.id},
+		}, true
+	}
+	return Outcome{}, false
 }
 
 // gate is what the confidence thresholds make of a proposal.

@@ -1,0 +1,150 @@
+package validator
+
+import (
+	"strings"
+
+	celast "cel.dev/cel-go/common/ast"
+	"cel.dev/cel-go/common/types"
+
+	"github.com/xct-dev/xct/internal/wire"
+)
+
+// A rule judges an argument by the name it reads (args.path, has(args.path),
+// args["path"], "path" in args, at any depth: args.opts.mask). A tool's
+// server may read another spelling as that name: Go's encoding/json
+// decoding into a struct takes "PATH", "Path" or "pat\u212Ah" for path. When
+// the tool's schema names the argument, schemaNameClash refuses such a
+// spelling; when it does not (an MCP or gRPC server's `{"type": "object"}`,
+// or properties that leave it out), only the policy says which name is
+// meant. So a member named as a rule of the tool reads an argument, but in
+// another spelling (wire.MemberKey), is refused SCHEMA_INVALID: the rule
+// would judge the proposal as if the argument were absent while the server
+// acts on it (attack17b: a deny rule on args.path let {"PATH": ".env"}
+// through).
+
+// argReads are the argument names a condition reads, as a tree: each
+// member read, with the members read inside it.
+type argReads map[string]argReads
+
+// add records the path of member names p (outermost first).
+func (r argReads) add(p []string) {
+	for _, name := range p {
+		next, ok := r[name]
+		if !ok {
+			next = argReads{}
+			r[name] = next
+		}
+		r = next
+	}
+}
+
+// readArgs finds the argument paths a checked condition reads.
+func readArgs(ast *celast.AST) argReads {
+	out := argReads{}
+	root := celast.NavigateAST(ast)
+	isReader := func(e celast.NavigableExpr) bool {
+		switch e.Kind() {
+		case celast.SelectKind:
+			return true
+		case celast.CallKind:
+			fn := e.AsCall().FunctionName()
+			return fn == "_[_]" || fn == "@in"
+		}
+		return false
+	}
+	for _, e := range celast.MatchDescendants(root, isReader) {
+		if e.Kind() == celast.CallKind && e.AsCall().FunctionName() == "@in" {
+			// "name" in args.x: a member of args.x named so.
+			args := e.AsCall().Args()
+			if len(args) != 2 {
+				continue
+			}
+			name, ok := stringLiteral(args[0])
+			if !ok {
+				continue
+			}
+			if p, ok := argPath(args[1]); ok {
+				out.add(append(p, name))
+			}
+			continue
+		}
+		if p, ok := argPath(e); ok && len(p) > 0 {
+			out.add(p)
+		}
+	}
+	return out
+}
+
+// argPath returns the member names e reads from args, outermost first
+// (args.opts.mask: opts, mask; args["key"]: key; args: none), and whether
+// e is such a read.
+func argPath(e celast.Expr) ([]string, bool) {
+	switch e.Kind() {
+	case celast.IdentKind:
+		return nil, e.AsIdent() == varArgs
+	case celast.SelectKind:
+		s := e.AsSelect()
+		p, ok := argPath(s.Operand())
+		if !ok {
+			return nil, false
+		}
+		return append(p, s.FieldName()), true
+	case celast.CallKind:
+		c := e.AsCall()
+		if c.FunctionName() != "_[_]" || len(c.Args()) != 2 {
+			return nil, false
+		}
+		name, ok := stringLiteral(c.Args()[1])
+		if !ok {
+			return nil, false
+		}
+		p, ok := argPath(c.Args()[0])
+		if !ok {
+			return nil, false
+		}
+		return append(p, name), true
+	}
+	return nil, false
+}
+
+func stringLiteral(e celast.Expr) (string, bool) {
+	if e.Kind() != celast.LiteralKind {
+		return "", false
+	}
+	s, ok := e.AsLiteral().(types.String)
+	return string(s), ok
+}
+
+// spelledOtherwise finds, in v, a member named as r reads an argument at
+// that place but in another spelling: it returns the name given and the
+// one read.
+func (r argReads) spelledOtherwise(v any) (given, read string, found bool) {
+	obj, ok := v.(map[string]any)
+	if !ok || len(r) == 0 {
+		return "", "", false
+	}
+	for k, e := range obj {
+		if sub, ok := r[k]; ok {
+			if given, read, found = sub.spelledOtherwise(e); found {
+				return given, read, true
+			}
+			continue
+		}
+		key := ""
+		for name := range r {
+			if isASCII(k) && isASCII(name) {
+				if strings.EqualFold(k, name) {
+					return k, name, true
+				}
+				continue
+			}
+			if key == "" {
+				key = wire.MemberKey(k)
+			}
+			if wire.MemberKey(name) == key {
+				return k, name, true
+			}
+		}
+	}
+	return "", "", false
+}
