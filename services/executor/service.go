@@ -58,9 +58,12 @@ type Service struct {
 	// verifier checks the signed verdict of every Execute (binding.go).
 	verifier *verdict.Verifier
 	// epochKV is the validators' policy epochs bucket (nil until Start
-	// with NATS), epochs the newest epoch seen per key (epoch.go).
-	epochKV atomic.Pointer[jetstream.KeyValue]
-	epochs  verdict.Epochs
+	// with NATS), epochs the newest epoch seen per key (epoch.go),
+	// epochDirect its reader for the step path (nil: the generic
+	// client reads; epochget.go).
+	epochKV     atomic.Pointer[jetstream.KeyValue]
+	epochDirect atomic.Pointer[epochGet]
+	epochs      verdict.Epochs
 	// chains reads runs' chains: a decision about a step needs its chain
 	// to show the step in doubt (doubt.go).
 	chains  chains
