@@ -47,6 +47,14 @@ type MoveResult struct {
 // step's compensation first (content, mode, link target), so the delete
 // can be undone; a delete that would need more than maxUndo bytes or
 // maxEntries entries is refused.
+// CompensatesFirst: fs.delete saves what it deletes and records it
+// (CommitCompensated) before it removes anything.
+func (*fsDelete) CompensatesFirst() {}
+
+// CompensatesFirst: fs.move records the rename back (CommitCompensated)
+// before it renames.
+func (*fsMove) CompensatesFirst() {}
+
 type fsDelete struct {
 	ws         *workspace
 	maxBytes   int64

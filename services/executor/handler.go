@@ -68,6 +68,11 @@ func (h *handler) Execute(ctx context.Context, req *xctv1.ExecuteRequest) (*xctv
 // be able to stop an allowed step.
 func (h *handler) GetStep(ctx context.Context, req *xctv1.GetStepRequest) (*xctv1.GetStepResponse, error) {
 	step := h.s.Step
+	if p, ok := auth.FromContext(ctx); ok && p.Has(auth.RoleService) && h.s.stepCaller(ctx) == nil {
+		// The orchestrator settling its step: a step that provably did
+		// not act is recorded so (SettledStep; a reader only reads).
+		step = h.s.SettledStep
+	}
 	if req.GetFence() {
 		if p, ok := auth.FromContext(ctx); !ok || !p.Has(auth.RoleService) {
 			return nil, status.Error(codes.PermissionDenied,

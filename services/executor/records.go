@@ -297,7 +297,15 @@ func (s *Service) claim(ctx context.Context, req *xctv1.ExecuteRequest, st *serv
 				}
 				continue
 			}
-			// Its executor stopped mid-step: the step is in doubt.
+			// Its executor stopped mid-step: the step is in doubt, unless
+			// its tool provably had not acted yet.
+			if s.unstarted(cur, time.Now()) {
+				if _, _, err := s.settleUnstarted(ctx, store, cur, rev); err == nil {
+					continue // its outcome now (or the record as it changed)
+				}
+				// The store failed: in doubt, as any step whose record
+				// cannot be settled.
+			}
 			if cur.GetIdempotent() {
 				if grantUsed(cur, grantOf(ctx)) {
 					return nil, nil, grantSpent(cur)
@@ -635,9 +643,41 @@ func (s *Service) Step(ctx context.Context, stepID string) (*xctv1.StepRecord, b
 	if err != nil {
 		return nil, false, err
 	}
-	rec, _, err := store.Get(ctx, stepID)
+	return s.step(ctx, store, stepID, false)
+}
+
+// SettledStep is Step for the caller settling the step (the orchestrator,
+// as for Fence): a step whose tool provably did not act although its
+// executor stopped mid-step (unstarted) is first recorded as not executed
+// (settleUnstarted), instead of being answered in doubt.
+func (s *Service) SettledStep(ctx context.Context, stepID string) (*xctv1.StepRecord, bool, error) {
+	if !validStepID(stepID) {
+		return nil, false, fmt.Errorf("%w: %q", ErrBadStepID, stepID)
+	}
+	store, err := s.store()
 	if err != nil {
 		return nil, false, err
+	}
+	return s.step(ctx, store, stepID, true)
+}
+
+// step is Step, settling an unstarted step when settle is set.
+func (s *Service) step(ctx context.Context, store StepStore, stepID string, settle bool) (*xctv1.StepRecord, bool, error) {
+	rec, rev, err := store.Get(ctx, stepID)
+	if err != nil {
+		return nil, false, err
+	}
+	if settle && s.unstarted(rec, time.Now()) {
+		// Its executor stopped before the tool could act: recorded so
+		// (or, when the record changed meanwhile, read again).
+		switch next, ok, serr := s.settleUnstarted(ctx, store, rec, rev); {
+		case ok:
+			rec = next
+		case serr == nil: // changed meanwhile
+			if rec, _, err = store.Get(ctx, stepID); err != nil {
+				return nil, false, err
+			}
+		}
 	}
 	if rec.GetResponseBlob() != "" {
 		resp, err := s.recordedResponse(ctx, store, rec)
@@ -677,7 +717,63 @@ func (s *Service) Fence(ctx context.Context, stepID string) (*xctv1.StepRecord, 
 	} else if !errors.Is(err, ErrStepExists) {
 		return nil, false, err
 	}
-	return s.Step(ctx, stepID)
+	return s.step(ctx, store, stepID, true)
+}
+
+// unstarted reports whether rec, at now, is a step whose tool provably
+// did not act although its executor stopped mid-step: pending past its
+// deadline, the first attempt, of a tool that records its compensation
+// before any effect (CompensatedFirst, as served here: tool names are
+// the cluster's, and fs.* are the built-ins'), and no compensation of
+// that attempt on the record. Such a record is settled as not executed
+// (settleUnstarted) instead of waiting in doubt for a human. Later
+// attempts are not (an earlier one may have acted), nor records with a
+// human's decision.
+func (s *Service) unstarted(rec *xctv1.StepRecord, now time.Time) bool {
+	if rec.GetState() != statePending || now.Before(rec.GetDeadline().AsTime()) || rec.GetAttempt() != 1 || rec.GetResolution() != nil {
+		return false
+	}
+	st, ok := s.tool(rec.GetTool())
+	if !ok {
+		return false
+	}
+	if _, first := st.tool.(CompensatedFirst); !first {
+		return false
+	}
+	for _, c := range rec.GetCompensations() {
+		if c.GetAttempt() == rec.GetAttempt() {
+			return false // it reached its commit point: it may have acted
+		}
+	}
+	return true
+}
+
+// settleUnstarted records an unstarted step (rec at revision rev) as not
+// executed: FAILED, EXECUTOR_UNAVAILABLE with details.not_executed, like
+// a fence. The update is conditional on rev, the revision the attempt's
+// compensation would have to replace: whichever lands first wins, so
+// either the tool recorded its compensation (and may act: the record is
+// then read again, in doubt) or it never can (CommitCompensated fails and
+// the tool stops without acting). It reports whether the record is now
+// the returned one; err is a failure of the store other than a conflict.
+func (s *Service) settleUnstarted(ctx context.Context, store StepStore, rec *xctv1.StepRecord, rev uint64) (*xctv1.StepRecord, bool, error) {
+	next := cloneRecord(rec)
+	next.State = stateFailed
+	next.FinishedAt = timestamppb.Now()
+	next.Response = wire.ErrorResponse(wire.WithDetails(wire.Errorf(wire.CodeExecutorUnavailable,
+		"step %s was not executed: its executor %s stopped before %s recorded how to undo its effect, which it does before it acts (attempt %d, pending past its deadline); nothing acted, propose it again if it is still needed",
+		rec.GetStepId(), rec.GetExecutor(), rec.GetTool(), rec.GetAttempt()),
+		map[string]any{"step_id": rec.GetStepId(), "not_executed": true, "outcome_unknown": false}))
+	if _, err := store.Update(context.WithoutCancel(ctx), next, rev); err != nil {
+		if errors.Is(err, ErrStepConflict) {
+			return nil, false, nil
+		}
+		s.log.WarnContext(ctx, "a step that provably did not act could not be recorded so", "step_id", rec.GetStepId(), "error", err)
+		return nil, false, err
+	}
+	s.log.WarnContext(ctx, "step recorded as not executed: its executor stopped before the tool recorded its compensation", "step_id", rec.GetStepId(),
+		"tool", rec.GetTool(), "executor", rec.GetExecutor())
+	return next, true, nil
 }
 
 // NotExecuted reports whether a record proves its step did not act: a

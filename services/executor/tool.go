@@ -25,6 +25,22 @@ type Tool interface {
 	Invoke(ctx context.Context, args map[string]any) (result any, err *xctv1.Error)
 }
 
+// CompensatedFirst is a Tool that records its compensation
+// (CommitCompensated) before every effect it makes, on every path, and
+// makes no effect when that record cannot be written. A step of such a
+// tool whose attempt never recorded a compensation has not acted: when
+// its executor stopped mid-step (its record pending past its deadline),
+// the step is recorded as not executed instead of in doubt, with a
+// conditional update of the very record revision the compensation would
+// have to replace (so a stalled executor that wakes cannot record its
+// compensation, and so cannot act, after that). The built-in fs.delete
+// and fs.move are.
+type CompensatedFirst interface {
+	Tool
+	// CompensatesFirst marks the promise; it is never called.
+	CompensatesFirst()
+}
+
 // Previewer is a Tool that can show what a call would do without doing it
 // (a dry run), for the human who approves the step.
 type Previewer interface {
