@@ -120,7 +120,11 @@ func (r *run) fenceRefused(st *openStep, e *xctv1.Error) (*xctv1.ExecuteResponse
 // (fenceRefused), and a record found there decides instead.
 func (r *run) rejudge(st *openStep) (*xctv1.SignedVerdict, *xctv1.ExecuteResponse, *xctv1.Error) {
 	r.log.Warn("the executor refused the step's verdict: its policy was replaced since; asking the validator again", "run", r.id, "step", st.step, "step_id", st.stepID)
-	fresh, agent := r.validate(st.step, st.stepID, st.ns)
+	judge := r.validate
+	if st.system {
+		judge = r.validateSystem // a rollback's undo is judged as such
+	}
+	fresh, agent := judge(st.step, st.stepID, st.ns)
 	if err := r.record(agent, verdictEvent(st.step, st.stepID, st.ns.GetTool(), fresh)); err != nil {
 		r.log.Warn("new verdict not recorded; the step is not executed", "run", r.id, "step", st.step, "err", err)
 		res, e := r.fenceRefused(st, wire.Errorf(wire.CodeExecutorUnavailable,

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/auth"
 	"github.com/xct-dev/xct/internal/grpcx"
 	"github.com/xct-dev/xct/internal/grpcx/grpcxtest"
 	"github.com/xct-dev/xct/internal/wire"
@@ -193,4 +194,55 @@ func (h *answerHeldValidator) Validate(ctx context.Context, req *xctv1.ValidateR
 		<-h.release
 	}
 	return resp, err
+}
+
+// A rollback's undo in flight through a reload is judged again as what
+// it is, a system step (validateSystem): the undo runs once under the
+// policy in force. (On main the executor's refusal left the undo not
+// done; judged again as a model's proposal it would be denied.)
+func TestPolicyReloadMidUndoIsJudgedAgainAsAnUndo(t *testing.T) {
+	t.Parallel()
+	const first = "rules:\n  - {id: all, effect: allow, effects: [read, reversible, irreversible]}\n"
+	f := newFixture(t, newGatedModel(writeFile("one\n")))
+	policy, valAddr := f.reloadingValidator(first)
+	b, _ := f.orchestrator("orch-b", time.Minute)
+	id := f.startDone(b)
+	relay := newAnswerHeldValidator(t, f, valAddr, 1) // the undo's verdict is held on its way back
+	f.valAddr = relay.addr
+	a, _ := f.orchestrator("orch-a", time.Minute)
+
+	ctx, cancel := context.WithTimeout(as(context.Background(), "oscar", auth.RoleOperator), time.Minute)
+	defer cancel()
+	type result struct {
+		resp *xctv1.RollbackRunResponse
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		resp, err := a.RollbackRun(ctx, &xctv1.RollbackRunRequest{RunId: id, ToStep: 0, Principal: "oscar"})
+		done <- result{resp, err}
+	}()
+	entered(t, relay.entered)
+	if err := os.WriteFile(policy, []byte(first+"  - {id: no-count, effect: deny, tools: [test.count]}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	probeUntilDenied(t, f, valAddr)
+	relay.letGo()
+	res := <-done
+	events := f.waitFor(id, "rollback_finished", func(e lctl.Event) bool { return e.Type == TypeRollbackFinished })
+	if res.err != nil || res.resp.GetStatus() != "done" || fmt.Sprint(res.resp.GetUndone()) != "[1]" {
+		t.Fatalf("rollback through a reload: %v %v; want step 1 undone:\n%s", res.resp, res.err, describe(events))
+	}
+	var undoVerdicts []string
+	for _, v := range only(events, lctl.TypeVerdict) {
+		if str(v.Data, "tool") == undoTool {
+			undoVerdicts = append(undoVerdicts, str(v.Data, "decision"))
+		}
+	}
+	if strings.Join(undoVerdicts, ",") != "allow,allow" {
+		t.Fatalf("the undo's verdicts %v; want the first policy's allow and the second's:\n%s", undoVerdicts, describe(events))
+	}
+	if _, err := os.Stat(filepath.Join(f.ws, "notes.txt")); !os.IsNotExist(err) {
+		t.Fatalf("notes.txt after the rollback: %v; want it gone (the write undone)", err)
+	}
 }

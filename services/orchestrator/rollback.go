@@ -285,7 +285,7 @@ func (r *run) undoStep(step int, target *xctv1.Step) (string, error) {
 		}
 		return msg, end(xctevent.OutcomeDenied, msg)
 	}
-	ost := &openStep{step: step, stepID: stepID, ns: ns, started: started}
+	ost := &openStep{step: step, stepID: stepID, ns: ns, started: started, system: true}
 	res, execErr := r.execute(ost, verdict)
 	if execErr == nil && res.GetResponse().GetError() != nil {
 		execErr = res.GetResponse().GetError()

@@ -455,6 +455,7 @@ type openStep struct {
 	inDoubt           *xctv1.Error
 	doubtRecorded     bool // step_in_doubt is on the chain: the run waits for the outcome
 	resumed           bool // read from the chain after a takeover: an earlier call may have acted
+	system            bool // a system step (a rollback's undo): judged with validateSystem
 }
 
 // inDoubtMessage is how a run stopped by a step in doubt ends.
