@@ -60,6 +60,18 @@ func SetChunks(n, slack int64, first, events int) func() {
 	return func() { chunkBytes, chunkSlack, firstBatch, chunkEvents = b, s, f, e }
 }
 
+// MappedChunks counts the chunks the stream has taken from a mapping of
+// the file (StreamOptions.Map).
+func MappedChunks() int64 { return mappedChunks.Load() }
+
+// SetGiveBack makes a mapped stream give its pages back every n bytes; it
+// returns what puts the size back.
+func SetGiveBack(n int64) func() {
+	b := giveBackBytes
+	giveBackBytes = n
+	return func() { giveBackBytes = b }
+}
+
 // ChunksRead counts the chunks the stream has read at offsets.
 func ChunksRead() int64 { return chunksRead.Load() }
 
@@ -113,3 +125,12 @@ func SpecEventDecides(raw []byte) bool {
 // RaceDetector: the test binary runs under the race detector (the
 // equivalence tests over long chains check fewer events there).
 const RaceDetector = raceDetector
+
+// DataKeys lists the keys of a streamed event's data fields, in order.
+func DataKeys(e *Event) []string {
+	var ks []string
+	for i := range e.fields {
+		ks = append(ks, e.fields[i].key)
+	}
+	return ks
+}

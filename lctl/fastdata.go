@@ -316,7 +316,7 @@ func (p *fastParser) canonData(e *Event, shape *dataShape) bool {
 	i := p.i + 1
 	member := 0 // the member's place, for shape
 	start := len(p.slab)
-	p.rawStart = len(p.arena)
+	p.rawBegin(p.i)
 	p.unreadMade = false
 	if p.slab == nil {
 		p.slab = make([]dataField, 0, 64)
@@ -412,7 +412,7 @@ func (p *fastParser) canonData(e *Event, shape *dataShape) bool {
 							i = p.i
 							break
 						}
-						v = string(raw)
+						v = string(raw) // a copy: the table keeps it
 					} else {
 						s, ok := p.strIntern(false)
 						if !ok {
@@ -474,9 +474,7 @@ func (p *fastParser) canonData(e *Event, shape *dataShape) bool {
 	}
 	p.i = i
 	e.fields = p.slab[start:len(p.slab):len(p.slab)]
-	if len(p.arena) > p.rawStart {
-		e.raw = p.arena[p.rawStart:len(p.arena):len(p.arena)]
-	}
+	p.rawEnd(e)
 	return true
 }
 

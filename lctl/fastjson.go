@@ -113,6 +113,12 @@ type fastParser struct {
 	// event being read starts in it.
 	arena    []byte
 	rawStart int
+	// alias says p.b lies in a mapping of the file that is never unmapped
+	// (StreamOptions.Map): the strings and composite values the arena
+	// would hold are taken over p.b's bytes instead, which are never
+	// written; rawStart is then where the event's data starts in p.b,
+	// and rawKept says a value of it was kept that way.
+	alias, rawKept bool
 	// stamp is where in the arena the last timestamp read by
 	// stampOfSecond lies, stampTime its time: the stream takes it for an
 	// event whose Timestamp is those bytes instead of parsing it again.
@@ -346,6 +352,14 @@ func (p *fastParser) arenaString() (string, bool) {
 	if p.i >= len(p.b) || p.b[p.i] != '"' {
 		return "", false
 	}
+	if p.alias {
+		// The same strings, over the mapping's bytes.
+		raw, ok := p.rawString()
+		if !ok {
+			return "", false
+		}
+		return aliasString(raw), true
+	}
 	start := p.i + 1
 	if start+32 <= len(p.b) && len(p.arena)+32 <= cap(p.arena) {
 		// A string of up to 31 bytes (a timestamp) with its quote in the
@@ -411,6 +425,15 @@ func (p *fastParser) arenaString() (string, bool) {
 		return unsafe.String(&p.arena[at], e-start), true //nolint:gosec // immutable bytes, see above
 	}
 	return "", false
+}
+
+// aliasString is the string over b's bytes, which are never written
+// (a mapping's, see fastParser.alias).
+func aliasString(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	return unsafe.String(&b[0], len(b)) //nolint:gosec // immutable bytes, see above
 }
 
 // skipHash moves past a string of 64 plain ASCII characters (a hash as
@@ -547,9 +570,9 @@ func topKeyIndex(b []byte) int {
 // dataFields reads the data object into p.slab as the event's fields:
 // the values value() would put in the map, without the map.
 func (p *fastParser) dataFields(e *Event) bool {
+	p.rawBegin(p.i)
 	p.i++ // {
 	start := len(p.slab)
-	p.rawStart = len(p.arena)
 	p.ws()
 	if p.i < len(p.b) && p.b[p.i] == '}' {
 		p.i++
@@ -594,9 +617,7 @@ func (p *fastParser) dataFields(e *Event) bool {
 		p.slab = make([]dataField, 0, 64)
 	}
 	e.fields = p.slab[start:len(p.slab):len(p.slab)]
-	if len(p.arena) > p.rawStart {
-		e.raw = p.arena[p.rawStart:len(p.arena):len(p.arena)]
-	}
+	p.rawEnd(e)
 	return true
 }
 
@@ -841,10 +862,8 @@ func (p *fastParser) member(k string) bool {
 		} else if !p.skipValue() {
 			return false
 		}
-		if n := p.i - start; n < maxRawSpan && len(p.arena)-p.rawStart < maxRawSpan {
-			p.keepRaw(p.b[start:p.i])
-			off := len(p.arena) - n - p.rawStart
-			p.slab = append(p.slab, dataField{key: k, v: compositeField, n: rawSpan(off, n)})
+		if off, ok := p.keepSpan(start, p.i); ok {
+			p.slab = append(p.slab, dataField{key: k, v: compositeField, n: rawSpan(off, p.i-start)})
 			return true
 		}
 		p.i = start
@@ -875,13 +894,60 @@ func (p *fastParser) member(k string) bool {
 // would be too many to say where it lies.
 func (p *fastParser) keepText(k string, raw []byte) bool {
 	n := len(raw)
-	if p.arena == nil || n >= maxRawSpan || len(p.arena)-p.rawStart >= maxRawSpan-n {
+	if p.arena == nil {
 		return false
 	}
-	p.keepRaw(raw)
-	off := len(p.arena) - n - p.rawStart
+	// Just read: p.i is past its closing quote.
+	off, ok := p.keepSpan(p.i-1-n, p.i-1)
+	if !ok {
+		return false
+	}
 	p.slab = append(p.slab, dataField{key: k, v: textField, n: rawSpan(off, n)})
 	return true
+}
+
+// rawBegin starts the raw bytes of the event's data, whose object starts
+// at p.b[i].
+func (p *fastParser) rawBegin(i int) {
+	if p.alias {
+		p.rawStart, p.rawKept = i, false
+		return
+	}
+	p.rawStart = len(p.arena)
+}
+
+// keepSpan keeps p.b[from:to], a value of the event's data, with its raw
+// bytes (in the arena; with alias, where it lies) and returns where it
+// lies in them; false when that is too far to say (rawSpan).
+func (p *fastParser) keepSpan(from, to int) (int, bool) {
+	n := to - from
+	if p.alias {
+		off := from - p.rawStart
+		if n >= maxRawSpan || off >= maxRawSpan {
+			return 0, false
+		}
+		p.rawKept = true
+		return off, true
+	}
+	if n >= maxRawSpan || len(p.arena)-p.rawStart >= maxRawSpan-n {
+		return 0, false
+	}
+	p.keepRaw(p.b[from:to])
+	return len(p.arena) - n - p.rawStart, true
+}
+
+// rawEnd gives e the raw bytes its data's values were kept in: the data
+// read up to p.i, with alias.
+func (p *fastParser) rawEnd(e *Event) {
+	if p.alias {
+		if p.rawKept {
+			e.raw = p.b[p.rawStart:p.i:p.i]
+		}
+		return
+	}
+	if len(p.arena) > p.rawStart {
+		e.raw = p.arena[p.rawStart:len(p.arena):len(p.arena)]
+	}
 }
 
 // keepRaw appends b to the arena, keeping the event's raw bytes (from
@@ -1765,6 +1831,11 @@ func (p *fastParser) canonHashValue(dst *string, prev bool) bool {
 		}
 	}
 	if !prev && p.arena != nil {
+		if hex && p.alias {
+			*dst = aliasString(b[i+1 : i+65])
+			p.i += 66
+			return true
+		}
 		if hex {
 			if len(p.arena)+64 > cap(p.arena) {
 				p.arenaFull += len(p.arena)

@@ -113,7 +113,11 @@ func streamChunked(r positionalReader, sc *scanner, opts StreamOptions, workers 
 	}
 	start := at - int64(len(sc.buf)) + int64(next)
 	sc.cur.release()
-	resume, done, err := readChunks(r, start, size, opts, workers, layout, fn)
+	var m []byte
+	if opts.Map && layout == nil {
+		m = mapFile(r, size)
+	}
+	resume, done, err := readChunks(r, m, start, size, opts, workers, layout, fn)
 	if done {
 		return nil, true, err
 	}
@@ -245,7 +249,9 @@ type fileChunk struct {
 // readChunks streams the events of the lines from start on, in chunks
 // read on every core. done says the stream has ended (err is its
 // result); otherwise the scanner goes on at resume.
-func readChunks(r io.ReaderAt, start, size int64, opts StreamOptions, workers int, layout *recordLayout, fn func(*StreamEvent) error) (resume int64, done bool, err error) {
+// m, when set, is the file mapped (StreamOptions.Map): the chunks are
+// its bytes, not read.
+func readChunks(r io.ReaderAt, m []byte, start, size int64, opts StreamOptions, workers int, layout *recordLayout, fn func(*StreamEvent) error) (resume int64, done bool, err error) {
 	work := make(chan *fileChunk, workers)
 	ordered := make(chan *fileChunk, workers*3)
 	quit := make(chan struct{})
@@ -257,7 +263,7 @@ func readChunks(r io.ReaderAt, start, size int64, opts StreamOptions, workers in
 				if layout != nil {
 					c.readRecords(r, p, opts, layout)
 				} else {
-					c.read(r, p, opts)
+					c.read(r, m, p, opts)
 				}
 				close(c.done)
 			}
@@ -289,6 +295,7 @@ func readChunks(r io.ReaderAt, start, size int64, opts StreamOptions, workers in
 		wg.Wait()
 	}
 	resume = start
+	given := int64(0) // the mapping's pages given back end here
 	for c := range ordered {
 		<-c.done
 		if layout != nil && c.begin >= 0 && c.begin != resume {
@@ -330,6 +337,10 @@ func readChunks(r io.ReaderAt, start, size int64, opts StreamOptions, workers in
 		if c.next >= 0 {
 			resume = c.next
 		}
+		if m != nil && c.end-1-given >= giveBackBytes {
+			// The chunks after this one read from its last byte on.
+			given = giveBackMapped(m, given, c.end-1)
+		}
 		if c.stopped {
 			stop()
 			return resume, false, nil
@@ -339,20 +350,39 @@ func readChunks(r io.ReaderAt, start, size int64, opts StreamOptions, workers in
 	return resume, false, nil
 }
 
-// read reads the chunk's lines and decodes their events.
-func (c *fileChunk) read(r io.ReaderAt, p *fastParser, opts StreamOptions) {
+// giveBackBytes is how many bytes of a mapped file the stream passes
+// before it gives their pages back (giveBackMapped); a variable for the
+// tests.
+var giveBackBytes int64 = 4 << 20
+
+// mappedChunks counts the chunks taken from a mapping (for the tests).
+var mappedChunks atomic.Int64
+
+// read reads the chunk's lines and decodes their events: from m, the
+// file mapped, when set, else read at their offset.
+func (c *fileChunk) read(r io.ReaderAt, m []byte, p *fastParser, opts StreamOptions) {
 	chunksRead.Add(1)
 	size := int(chunkBytes + chunkSlack + 1)
-	rb := getReadBuf(size)
+	var rb *readBuf
 	defer func() { rb.release() }()
 	off := c.start // the file's offset of buf[0]
 	if !c.first {
 		off-- // the byte before: is start a line's start?
 	}
-	buf, eof, err := readAt(r, rb.b[:size], off)
-	if err != nil {
-		c.err = err
-		return
+	var buf []byte
+	var eof bool
+	if m != nil {
+		// The rest of the mapping: a line that runs past the chunk's
+		// end is read on in place, the mapping's end is the file's.
+		buf, eof = m[min(off, int64(len(m))):], true
+		mappedChunks.Add(1)
+	} else {
+		rb = getReadBuf(size)
+		var err error
+		if buf, eof, err = readAt(r, rb.b[:size], off); err != nil {
+			c.err = err
+			return
+		}
 	}
 	i := 0
 	if !c.first {
@@ -403,7 +433,11 @@ func (c *fileChunk) read(r io.ReaderAt, p *fastParser, opts StreamOptions) {
 			if b == nil {
 				b = newStreamBatch(chunkEvents)
 				b.raw = buf
-				b.hold(rb)
+				if m != nil {
+					b.mapped = true
+				} else {
+					b.hold(rb)
+				}
 			}
 			b.starts = append(b.starts, int32(i+from))
 			b.ends = append(b.ends, int32(i+to))

@@ -133,7 +133,7 @@ func daysIn(m time.Month, year int) int {
 func (p *fastParser) stampOfSecond() (string, bool) {
 	c := &p.times
 	b, i := p.b, p.i
-	if c.prefix == "" || i+26 > len(b) || len(p.arena)+24 > cap(p.arena) || b[i] != '"' {
+	if c.prefix == "" || i+26 > len(b) || !p.alias && len(p.arena)+24 > cap(p.arena) || b[i] != '"' {
 		return "", false
 	}
 	w := b[i+1 : i+26] // the 24 bytes and the closing quote
@@ -147,15 +147,20 @@ func (p *fastParser) stampOfSecond() (string, bool) {
 	if d0 > 9 || d1 > 9 || d2 > 9 {
 		return "", false
 	}
+	p.i = i + 26
+	p.stampTime = time.Unix(c.unix, int64((int(d0)*100+int(d1)*10+int(d2))*1e6)).UTC()
+	if p.alias {
+		// The mapping's bytes (see fastParser.alias).
+		p.stamp = &w[0]
+		return unsafe.String(&w[0], 24), true //nolint:gosec // immutable bytes, see fastParser.alias
+	}
 	at := len(p.arena)
 	room := p.arena[at : at+24]
 	binary.LittleEndian.PutUint64(room, w0)
 	binary.LittleEndian.PutUint64(room[8:], w1)
 	binary.LittleEndian.PutUint64(room[16:], w2)
 	p.arena = p.arena[:at+24]
-	p.i = i + 26
 	p.stamp = &p.arena[at]
-	p.stampTime = time.Unix(c.unix, int64((int(d0)*100+int(d1)*10+int(d2))*1e6)).UTC()
 	// The arena's bytes are never written again (arenaString).
 	return unsafe.String(&p.arena[at], 24), true //nolint:gosec // immutable bytes, see arenaString
 }

@@ -56,6 +56,11 @@ type Env struct {
 	// garbage collector for it (fewer collections, a bound on memory
 	// instead; see streamChain). Only a process that is lctl sets it.
 	TuneGC bool
+	// MapFiles lets a command that streams a chain file map it
+	// (lctl.StreamOptions.Map: the events' strings point into the
+	// mapping, which stays until the process exits). Only a process that
+	// is lctl sets it.
+	MapFiles bool
 	// Live reaches the chains of a running system (the tracer, the event
 	// stream); nil leaves lctl to files. cmd/lctl sets XCT's.
 	Live Live

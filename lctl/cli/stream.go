@@ -72,7 +72,7 @@ func (c *cmdContext) streamChain(o operand, hash bool, line func([]byte, *lctl.E
 	if data != nil {
 		unread = c.unread // with Data only
 	}
-	err = lctl.Stream(f, lctl.StreamOptions{ChainID: id, Hash: hash, SkipHashes: !hash, Fields: true, Line: line, Data: data, Unread: unread}, func(h *lctl.StreamHeader) error {
+	err = lctl.Stream(f, lctl.StreamOptions{ChainID: id, Hash: hash, SkipHashes: !hash, Fields: true, Line: line, Data: data, Unread: unread, Map: c.env.MapFiles}, func(h *lctl.StreamHeader) error {
 		st.id, st.warnings = h.ChainID, h.Warnings
 		header(h.ChainID)
 		return nil

@@ -162,7 +162,8 @@ func TestStreamedCommandsMatchFullRead(t *testing.T) {
 				continue
 			}
 			args := append(append([]string{}, cmd...), f)
-			code, stdout, stderr := run(t, nil, args...)
+			// Every other run maps the file, as lctl does (Env.MapFiles).
+			code, stdout, stderr := runMapped(t, (i+j)%2 == 0, args...)
 			full := args
 			if clean, ok := cleanOf[f]; ok && (cmd[0] == "replay" || cmd[0] == "query") && slices.ContainsFunc(cmd, func(a string) bool { return a == "300" || a == "250" || a == "200" || a == "450" }) {
 				full = append(append([]string{}, cmd...), clean)
@@ -174,6 +175,14 @@ func TestStreamedCommandsMatchFullRead(t *testing.T) {
 			}
 		}
 	}
+}
+
+// runMapped is run with Env.MapFiles set as mapped says.
+func runMapped(t testing.TB, mapped bool, args ...string) (int, string, string) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	code := cli.Run(context.Background(), args, cli.Env{Stdout: &stdout, Stderr: &stderr, MapFiles: mapped})
+	return code, stdout.String(), stderr.String()
 }
 
 // writeShaped writes lctltest's chain in shape.
