@@ -64,6 +64,16 @@ var DefaultProtectedPaths = []string{
 	"bunfig.toml", ".bunfig.toml",
 	".exrc", ".vimrc", ".nvimrc", ".nvim.lua",
 	"lefthook.yml", ".lefthook.yml",
+	// Session 17 (attack17a): lefthook's other names, its -local
+	// configuration (merged; its lefthook: key is the command that runs
+	// lefthook), its scripts' directories, and prek's files.
+	"lefthook.yaml", ".lefthook.yaml", "lefthook.toml", ".lefthook.toml",
+	"lefthook.json", ".lefthook.json", "lefthook.jsonc", ".lefthook.jsonc",
+	"lefthook-local.yml", ".lefthook-local.yml", "lefthook-local.yaml", ".lefthook-local.yaml",
+	"lefthook-local.toml", ".lefthook-local.toml", "lefthook-local.json", ".lefthook-local.json",
+	"lefthook-local.jsonc", ".lefthook-local.jsonc",
+	".lefthook/", ".lefthook-local/",
+	".pre-commit-config.yml", "prek.toml",
 }
 
 // protectedPaths matches workspace paths against protected names.
@@ -306,7 +316,7 @@ func (p *protectedPaths) linkTargets(root *os.Root, abs string, set protectedSet
 						}
 					}
 				}
-			case ".pre-commit-config.yaml":
+			case ".pre-commit-config.yaml", ".pre-commit-config.yml":
 				for _, ref := range preCommitRefs(root, rel) {
 					addRef(ref, rel)
 				}
