@@ -179,7 +179,7 @@ func TestChaosLong(t *testing.T) {
 	if seed == 0 {
 		seed = time.Now().UnixNano() % 1_000_000
 	}
-	process := []faultKind{faultKill, faultKill, faultTerm, faultTerm, faultStop, faultStop}
+	process := []faultKind{faultKill, faultKill, faultTerm, faultTerm, faultStop, faultStop, faultReload}
 	network := []faultKind{faultPartition, faultPartition, faultSlow, faultDiskFull}
 	leader := []faultKind{faultLeaderKill, faultLeaderKill, faultLeaderStop, faultLeaderPartition, faultLeaderPartition}
 	r3traps := append(append([]faultKind(nil), trapKinds...), faultStepsStepdown)

@@ -120,9 +120,10 @@ type stepFacts struct {
 	step     int
 	op       string
 	tool     string
-	carried  int      // a crew tool's events on the chain (its effect: fact_added, handoff)
-	outcomes []string // success, replayed, failed:CODE, not_executed, in_doubt, repeatable:CODE, refused:CODE
-	ended    bool     // the run's chain ends with run_finished
+	carried  int             // a crew tool's events on the chain (its effect: fact_added, handoff)
+	outcomes []string        // success, replayed, failed:CODE, not_executed, in_doubt, repeatable:CODE, refused:CODE
+	ended    bool            // the run's chain ends with run_finished
+	policies map[string]bool // the policy versions its verdicts name (two: judged again after a reload)
 }
 
 func (s *stepFacts) outcome() string {
@@ -329,6 +330,13 @@ func (c *cluster) check(ctx context.Context, d *driver, in *injector, rep *repor
 				} else {
 					s.outcomes = append(s.outcomes, fmt.Sprintf("tool_call:%v", e.Data["status"]))
 				}
+			case lctl.TypeVerdict:
+				if v, _ := e.Data["policy_version"].(string); v != "" {
+					if s.policies == nil {
+						s.policies = map[string]bool{}
+					}
+					s.policies[v] = true
+				}
 			case lctl.TypeError:
 				s.outcomes = append(s.outcomes, classify(e))
 			case stepInDoubt:
@@ -379,6 +387,11 @@ func (c *cluster) check(ctx context.Context, d *driver, in *injector, rep *repor
 			rep.outcomes["crew:"+s.outcome()]++ // a crew tool's step
 		} else if s != nil {
 			rep.outcomes[s.outcome()]++
+		}
+		if s != nil && len(s.policies) > 1 {
+			// (counted again) judged under two policies: a reload
+			// while the step was in flight (faultReload)
+			rep.outcomes["reload-rejudged:"+s.outcome()]++
 		}
 		if s == nil {
 			rep.lost++

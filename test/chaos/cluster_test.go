@@ -190,6 +190,7 @@ type cluster struct {
 	tool    *member
 	ledger  string
 	trapDir string // the ledger tool's traps (traps_test.go)
+	policy  string // the validator's policy file (faultReload rewrites it)
 	natsURL string // the services' and the test's NATS URLs
 	orch    [2]string
 	exec    string
@@ -417,6 +418,7 @@ func startCluster(t *testing.T, cfg phaseConfig) *cluster {
 	if err := os.WriteFile(policyFile, []byte(policy), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	c.policy = policyFile
 	// The validator signs its allow verdicts; the executor acts only on
 	// verdicts signed by a key it trusts.
 	keys, err := verdict.WriteKeyPair(filepath.Join(c.base, "keys"))
@@ -589,4 +591,15 @@ func provisionAndOpen(ctx context.Context, nc *nats.Conn, replicas int) (*eventl
 		return nil, err
 	}
 	return eventlog.Open(ctx, nc)
+}
+
+// reloadPolicy rewrites the validator's policy file with the same rules
+// and a comment naming fault n: a new policy version, which the validator
+// installs at its next look (--policy-reload, 2 s), recording its epoch.
+func (c *cluster) reloadPolicy(n int) error {
+	tmp := c.policy + ".new"
+	if err := os.WriteFile(tmp, []byte(policy+fmt.Sprintf("# policy-reload fault #%d\n", n)), 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, c.policy)
 }

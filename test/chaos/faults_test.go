@@ -25,6 +25,11 @@ const (
 	faultPartition       faultKind = "partition"        // cut a service off NATS (netns)
 	faultSlow            faultKind = "latency"          // slow a service's link to NATS (netns)
 	faultDiskFull        faultKind = "disk-full"        // fill a NATS node's store or the tracer's files (disk_test.go)
+	// faultReload rewrites the validator's policy file (a comment: a new
+	// version, the same rules): allows in flight signed under the old
+	// version are refused by the executor as replaced, and the
+	// orchestrator judges them again (session 17).
+	faultReload faultKind = "policy-reload"
 )
 
 // processKinds need only processes; the others need R3 or namespaces.
@@ -150,6 +155,8 @@ func (in *injector) one(ctx context.Context, i int) error {
 		target = c.disks[in.rng.IntN(len(c.disks))].m
 	case faultExecKillBefore, faultExecKillAfter, faultOwnerStop, faultStepsLeaderKill, faultStepsStepdown:
 		target = &member{name: "trap:"} // the process is chosen when the trap fires
+	case faultReload:
+		target = &member{name: "validator-policy"}
 	}
 	ev.target, ev.from = target.name, time.Now()
 	var err error
@@ -182,6 +189,8 @@ func (in *injector) one(ctx context.Context, i int) error {
 		}
 	case faultExecKillBefore, faultExecKillAfter, faultOwnerStop, faultStepsLeaderKill, faultStepsStepdown:
 		err = in.trapFault(ctx, kind, hold, &ev)
+	case faultReload:
+		err = c.reloadPolicy(i)
 	case faultSlow:
 		ev.note = c.lab.slowKind()
 		hold = in.dur(2*time.Second, 4*time.Second)
