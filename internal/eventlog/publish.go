@@ -74,6 +74,14 @@ func (p *Publisher) Publish(ctx context.Context, subject string, data []byte, ms
 
 func (p *Publisher) publish(ctx context.Context, subject string, data []byte, msgID string, lastSeq uint64) (PubAck, error) {
 	if _, ok := ctx.Deadline(); !ok {
+		if ctx.Done() == nil {
+			// A context that never ends (context.Background, or
+			// context.WithoutCancel: the executor's step records):
+			// bounded by publishTimeout on the client's pooled timer,
+			// as PublishWithin, instead of a context, timer and
+			// callback made for this write alone.
+			return p.publishUntil(time.Now().Add(publishTimeout), subject, data, msgID, lastSeq)
+		}
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, publishTimeout)
 		defer cancel()
