@@ -54,7 +54,8 @@ type Env struct {
 	Getenv func(string) string
 	// TuneGC lets a command that streams a chain file set the process's
 	// garbage collector for it (fewer collections, a bound on memory
-	// instead; see streamChain). Only a process that is lctl sets it.
+	// instead; see streamChain), and keep it so once the stream has
+	// read the chain. Only a process that is lctl sets it.
 	TuneGC bool
 	// MapFiles lets a command that streams a chain file map it
 	// (lctl.StreamOptions.Map: the events' strings point into the

@@ -46,7 +46,7 @@ func (s *streamed) data() *chainData {
 // data, when set, names the types whose data fn reads
 // (lctl.StreamOptions.Data); fn must read no other event's data, nor the
 // members c.unread names (lctl.StreamOptions.Unread).
-func (c *cmdContext) streamChain(o operand, hash bool, line func([]byte, *lctl.Event) []byte, data func(typ string) bool, header func(id string), fn func(e *lctl.StreamEvent) error) (*streamed, error) {
+func (c *cmdContext) streamChain(o operand, hash bool, line func([]byte, *lctl.Event) []byte, data func(typ string) bool, header func(id string), fn func(e *lctl.StreamEvent) error) (_ *streamed, err error) {
 	path := o.file
 	if o.chain != "" || path == "" || path == "-" || c.env.getenv("LCTL_NO_STREAM") != "" {
 		return nil, errNoStream
@@ -62,7 +62,17 @@ func (c *cmdContext) streamChain(o operand, hash bool, line func([]byte, *lctl.E
 	defer func() { _ = f.Close() }()
 	streamReads.Add(1)
 	if c.env.TuneGC && os.Getenv("GOGC") == "" && os.Getenv("GOMEMLIMIT") == "" {
-		defer tuneGC()()
+		// Kept after a stream: what is left of the command (its
+		// report, confidence's timeline) and the process end soon, and
+		// the collector the restored settings started there marked what
+		// the command keeps for nothing (confidence three times, stats
+		// once). Put back for the full read, which needs the collector.
+		restore := tuneGC()
+		defer func() {
+			if err != nil {
+				restore()
+			}
+		}()
 	}
 	id := lctl.ChainIDForPath(path)
 	st := &streamed{label: path}
