@@ -207,7 +207,7 @@ func (h *Handler) decide(w http.ResponseWriter, r *http.Request) (any, error) {
 		RunID: req.RunID, Step: step, Approve: *req.Approve, Approver: req.Approver, Reason: req.Reason,
 	})
 	if err != nil {
-		return nil, grpcError(err)
+		return nil, decideError(err)
 	}
 	return map[string]any{"approval": approvalOne{a}}, nil
 }
@@ -226,6 +226,20 @@ func stepArg(raw json.RawMessage) (string, error) {
 		return s, nil
 	}
 	return "", badArg("step must be a positive step number or a step id")
+}
+
+// decideError is grpcError for a decision, saying what an approver does
+// when the validator cannot decide (it is unreachable, or cannot read its
+// approvals: NATS is down): try again. A decision the validator may have
+// recorded before the answer was lost is never taken twice (a second one
+// is refused as already decided), and the approvals list shows it.
+func decideError(err error) error {
+	e := grpcError(err)
+	var ae *apiError
+	if errors.As(e, &ae) && ae.code == codeUnavailable {
+		ae.message = "the validator cannot decide now (" + ae.message + "): try again once it is back; the pending approvals show whether this decision was recorded"
+	}
+	return e
 }
 
 // grpcError maps a validator error to the API's.
