@@ -266,7 +266,7 @@ func (p *protectedPaths) linkTargets(root *os.Root, abs string, set protectedSet
 	// call (link: the entry that protects it, for the message).
 	repo := func(gitDir, top, link string) {
 		hookDirs := []string{path.Join(gitDir, "hooks")}
-		for _, ref := range gitConfigRefs(root, gitDir, top) {
+		for _, ref := range gitConfigRefs(root, abs, gitDir, top) {
 			addRef(ref.path, link+"/config")
 			if ref.hooks {
 				if real, ok := workspaceRel(root, abs, ref.path); ok {
@@ -324,6 +324,9 @@ func (p *protectedPaths) linkTargets(root *os.Root, abs string, set protectedSet
 				// direnv runs it where it is: source_env, dotenv,
 				// a script it sources.
 				for _, ref := range scriptRefs(root, rel, path.Dir(rel)) {
+					addRef(ref, rel)
+				}
+				for _, ref := range direnvRefs(root, rel) {
 					addRef(ref, rel)
 				}
 			}
@@ -392,11 +395,23 @@ var gitCommandKeys = map[string]bool{
 // files the words of a command it runs name (core.fsmonitor, an alias
 // beginning with "!", a driver: scriptRefs, from top). Paths under a
 // home directory (~) are not the workspace's.
-func gitConfigRefs(root *os.Root, dir, top string) []gitRef {
-	b := readSmallFile(root, path.Join(dir, "config"), 1<<20)
+func gitConfigRefs(root *os.Root, abs, dir, top string) []gitRef {
+	return gitConfigFileRefs(root, abs, path.Join(dir, "config"), top, 0)
+}
+
+// gitIncludeDepth bounds how deep the configuration files a repository's
+// configuration includes are read (git's own bound is 10).
+const gitIncludeDepth = 4
+
+// gitConfigFileRefs is gitConfigRefs of the configuration file rel,
+// included depth levels down: the files it includes (inside the
+// workspace) are read too, for their commands and includes.
+func gitConfigFileRefs(root *os.Root, abs, rel, top string, depth int) []gitRef {
+	b := readSmallFile(root, rel, 1<<20)
 	if b == nil {
 		return nil
 	}
+	dir := path.Dir(rel)
 	var out []gitRef
 	section := ""
 	for _, rawLine := range strings.Split(string(b), "\n") {
@@ -445,6 +460,9 @@ func gitConfigRefs(root *os.Root, dir, top string) []gitRef {
 				value = path.Join(dir, value)
 			}
 			out = append(out, gitRef{path: value})
+			if real, ok := workspaceRel(root, abs, value); ok && depth < gitIncludeDepth {
+				out = append(out, gitConfigFileRefs(root, abs, real, top, depth+1)...)
+			}
 		case section == "alias" && strings.HasPrefix(value, "!"), section == "pager", gitCommandKeys[key]:
 			for _, ref := range commandRefs(root, strings.TrimPrefix(value, "!"), top) {
 				out = append(out, gitRef{path: ref})
@@ -471,6 +489,41 @@ func scriptRefs(root *os.Root, rel, base string) []string {
 			continue
 		}
 		out = append(out, commandRefs(root, line, base)...)
+	}
+	return out
+}
+
+// direnvRefs returns the files direnv's standard library reads for the
+// .envrc rel without naming them: `use flake` evaluates flake.nix (and
+// its lock) of the .envrc's directory or of a local flake it names, and
+// runs its shell's hook on every cd, evaluated again when the file
+// changes, with no new `direnv allow`; `use nix` evaluates shell.nix or
+// default.nix; `dotenv` with no file loads .env into the shell.
+func direnvRefs(root *os.Root, rel string) []string {
+	b := readSmallFile(root, rel, 64<<10)
+	if b == nil {
+		return nil
+	}
+	dir := path.Dir(rel)
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		switch {
+		case len(f) >= 2 && f[0] == "use" && f[1] == "flake":
+			flake := dir
+			if len(f) > 2 {
+				ref, _, _ := strings.Cut(strings.TrimPrefix(strings.Trim(f[2], "'\""), "path:"), "#")
+				if !strings.HasPrefix(ref, ".") && !path.IsAbs(ref) {
+					continue // a remote flake (github:...): not the workspace's
+				}
+				flake = joinRef(dir, ref)
+			}
+			out = append(out, path.Join(flake, "flake.nix"), path.Join(flake, "flake.lock"))
+		case len(f) >= 2 && f[0] == "use" && f[1] == "nix":
+			out = append(out, path.Join(dir, "shell.nix"), path.Join(dir, "default.nix"))
+		case len(f) == 1 && (f[0] == "dotenv" || f[0] == "dotenv_if_exists"):
+			out = append(out, path.Join(dir, ".env"))
+		}
 	}
 	return out
 }

