@@ -227,3 +227,55 @@ func TestValidateArgumentNamedUnlikeThePolicyReadsIt(t *testing.T) {
 		}
 	}
 }
+
+// TestValidateArgumentOfAnotherTypeThanThePolicyComparesItWith: CEL's ==
+// across types is false, not an error, so a deny rule
+// `has(args.recursive) && args.recursive == true` did not match
+// {"recursive": "true"} (nor "false", 1, {}) for a tool whose schema does
+// not type the argument, and the step was allowed on main; a server in
+// Python or JavaScript reads any of them as true. Now a value of another
+// JSON type than the constants a rule of the tool compares the argument
+// with is denied SCHEMA_INVALID; null, and the types compared, are judged
+// by the rules.
+func TestValidateArgumentOfAnotherTypeThanThePolicyComparesItWith(t *testing.T) {
+	t.Parallel()
+	open := &xctv1.ToolDescriptor{Name: "srv.delete", Effect: reversible, InputSchema: `{"type":"object"}`}
+	typed := &xctv1.ToolDescriptor{Name: "srv.typed", Effect: reversible,
+		InputSchema: `{"type":"object","properties":{"recursive":{"type":"boolean"}}}`}
+	s := newService(t, `rules:
+  - {id: allow-all, effect: allow, tools: ["srv.*"]}
+  - id: not-recursive
+    effect: deny
+    tools: ["srv.*"]
+    when: 'has(args.recursive) && args.recursive == true'
+  - id: only-safe-modes
+    effect: deny
+    tools: ["srv.*"]
+    when: 'has(args.opts) && has(args.opts.mode) && !(args.opts.mode in ["safe", 1])'
+`, open, typed)
+	for _, a := range []map[string]any{
+		{"recursive": "true"},
+		{"recursive": "false"},
+		{"recursive": 1.0},
+		{"recursive": map[string]any{}},
+		{"recursive": []any{true}},
+		{"opts": map[string]any{"mode": true}},
+		{"opts": map[string]any{"mode": []any{"safe"}}},
+	} {
+		v := validate(t, s, request(t, "srv.delete", a))
+		if v.GetDecision() != deny || v.GetError().GetCode() != string(wire.CodeSchemaInvalid) ||
+			!strings.Contains(v.GetError().GetMessage(), "which the policy compares it with") {
+			t.Errorf("%q: %v %v, want a SCHEMA_INVALID deny naming the compared type", a, v.GetDecision(), v.GetError())
+		}
+	}
+	if v := validate(t, s, request(t, "srv.delete", map[string]any{"recursive": true})); v.GetDecision() != deny || v.GetError().GetCode() != string(wire.CodePolicyDenied) {
+		t.Errorf("recursive true: %v %v, want the rule's deny", v.GetDecision(), v.GetError())
+	}
+	for _, a := range []map[string]any{{"recursive": false}, {"recursive": nil}, {"opts": map[string]any{"mode": "safe"}}, {"opts": map[string]any{"mode": 1.0}}, {"other": "true"}} {
+		checkVerdict(t, validate(t, s, request(t, "srv.delete", a)), allow, "", "allow-all")
+	}
+	// A schema typing the argument refuses the string first, as before.
+	if v := validate(t, s, request(t, "srv.typed", map[string]any{"recursive": "true"})); v.GetDecision() != deny || v.GetError().GetCode() != string(wire.CodeSchemaInvalid) {
+		t.Errorf("typed: %v %v", v.GetDecision(), v.GetError())
+	}
+}

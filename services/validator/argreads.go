@@ -1,6 +1,7 @@
 package validator
 
 import (
+	"slices"
 	"strings"
 
 	celast "cel.dev/cel-go/common/ast"
@@ -147,4 +148,153 @@ func (r argReads) spelledOtherwise(v any) (given, read string, found bool) {
 		}
 	}
 	return "", "", false
+}
+
+// A rule comparing an argument with a constant (args.recursive == true,
+// args.mode != "safe", args.level in [1, 2]) judges it only as a value of
+// the constant's type: CEL's == across types is false, not an error. A
+// deny rule `has(args.recursive) && args.recursive == true` let
+// {"recursive": "true"} through (and "false", 1, {}), which a server in
+// Python or JavaScript reads as true (`if args.get("recursive")`). Where the
+// tool's schema types the argument, the schema refuses such a value; where
+// it does not, the rules' comparisons say which type is meant: a value of
+// another JSON type at a compared argument is refused SCHEMA_INVALID.
+
+// jsonKind is a JSON value's type, as a rule's constant gives it.
+type jsonKind uint8
+
+const (
+	kindString jsonKind = 1 << iota
+	kindNumber
+	kindBool
+)
+
+func (k jsonKind) String() string {
+	var out []string
+	for _, c := range []struct {
+		k    jsonKind
+		name string
+	}{{kindString, "a string"}, {kindNumber, "a number"}, {kindBool, "a boolean"}} {
+		if k&c.k != 0 {
+			out = append(out, c.name)
+		}
+	}
+	return strings.Join(out, " or ")
+}
+
+// literalKind is the JSON type of a CEL constant (0: none, or null).
+func literalKind(e celast.Expr) jsonKind {
+	if e.Kind() != celast.LiteralKind {
+		return 0
+	}
+	switch e.AsLiteral().(type) {
+	case types.String:
+		return kindString
+	case types.Bool:
+		return kindBool
+	case types.Int, types.Uint, types.Double:
+		return kindNumber
+	}
+	return 0
+}
+
+// argCompare is an argument a condition compares with constants, and
+// their types.
+type argCompare struct {
+	path  []string
+	kinds jsonKind
+}
+
+// comparedArgs finds the arguments a checked condition compares with
+// constants: ==, != (either side) and in a list of constants.
+func comparedArgs(ast *celast.AST) []argCompare {
+	var out []argCompare
+	add := func(p []string, k jsonKind) {
+		if len(p) == 0 || k == 0 {
+			return
+		}
+		for i := range out {
+			if slices.Equal(out[i].path, p) {
+				out[i].kinds |= k
+				return
+			}
+		}
+		out = append(out, argCompare{path: slices.Clone(p), kinds: k})
+	}
+	root := celast.NavigateAST(ast)
+	for _, fn := range []string{"_==_", "_!=_", "@in"} {
+		for _, call := range celast.MatchDescendants(root, celast.FunctionMatcher(fn)) {
+			args := call.AsCall().Args()
+			if len(args) != 2 {
+				continue
+			}
+			if fn == "@in" {
+				if args[1].Kind() != celast.ListKind {
+					continue
+				}
+				p, ok := argPath(args[0])
+				if !ok {
+					continue
+				}
+				var k jsonKind
+				for _, el := range args[1].AsList().Elements() {
+					lk := literalKind(el)
+					if lk == 0 {
+						k = 0 // a list of other things: not a type to hold it to
+						break
+					}
+					k |= lk
+				}
+				add(p, k)
+				continue
+			}
+			if p, ok := argPath(args[0]); ok {
+				add(p, literalKind(args[1]))
+			} else if p, ok := argPath(args[1]); ok {
+				add(p, literalKind(args[0]))
+			}
+		}
+	}
+	return out
+}
+
+// valueKind is v's JSON type as jsonKind (0 for null, objects and arrays,
+// which no constant compares equal to).
+func valueKind(v any) jsonKind {
+	switch v.(type) {
+	case string:
+		return kindString
+	case float64, int, int64:
+		return kindNumber
+	case bool:
+		return kindBool
+	}
+	return 0
+}
+
+// otherType finds an argument of args compared by cs whose value is of
+// none of the compared types (null aside): its path and the types.
+func otherType(cs []argCompare, args map[string]any) (string, jsonKind, bool) {
+	for _, c := range cs {
+		var v any = args
+		found := true
+		for _, name := range c.path {
+			m, ok := v.(map[string]any)
+			if !ok {
+				found = false
+				break
+			}
+			if v, ok = m[name]; !ok {
+				found = false
+				break
+			}
+		}
+		if !found || v == nil {
+			continue
+		}
+		if valueKind(v)&c.kinds == 0 {
+			return strings.Join(c.path, "."), c.kinds, true
+		}
+	}
+	return "", 0, false
 }

@@ -171,8 +171,10 @@ type condition struct {
 	constant int8
 	// ast is the checked expression (for lint).
 	ast *cel.Ast
-	// reads are the argument names it reads (argreads.go).
-	reads argReads
+	// reads are the argument names it reads, compares the arguments it
+	// compares with constants, and their types (argreads.go).
+	reads    argReads
+	compares []argCompare
 }
 
 // celProblem is one compile problem of a condition, at a position inside
@@ -217,7 +219,7 @@ func compileCondition(lazy *celEnv, src string) (*condition, []celProblem) {
 	if err != nil {
 		return nil, []celProblem{{msg: err.Error()}}
 	}
-	c := &condition{src: src, prog: prog, ast: ast, reads: readArgs(ast.NativeRep())}
+	c := &condition{src: src, prog: prog, ast: ast, reads: readArgs(ast.NativeRep()), compares: comparedArgs(ast.NativeRep())}
 	if text, err := cel.AstToString(ast); err == nil {
 		c.canonical = text
 	} else {

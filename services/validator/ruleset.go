@@ -164,13 +164,26 @@ func (rs *ruleSet) evaluate(in *Input) (Outcome, error) {
 }
 
 // argSpelling refuses a proposal naming an argument that a rule of the
-// tool reads in another spelling than the rule's (argreads.go): the rule
-// would judge it absent, the tool's server may act on it.
+// tool reads in another spelling than the rule's, or giving an argument a
+// rule compares with constants a value of another type (argreads.go):
+// the rule would judge it absent or unequal, the tool's server may act
+// on it.
 func (rs *ruleSet) argSpelling(in *Input, name string, effect xctv1.Effect) (Outcome, bool) {
 	for _, i := range rs.candidates(name, effect) {
 		r := &rs.rules[i]
 		if r.when == nil {
 			continue
+		}
+		if at, kinds, found := otherType(r.when.compares, in.Args); found {
+			msg := fmt.Sprintf("argument %q of tool %s is not %s, which the policy compares it with (rule %s): a tool may read it otherwise than the policy does; give %s",
+				truncate(at, maxToolNameInMsg), quoteName(name), kinds, r.id, kinds)
+			return Outcome{
+				Decision: xctv1.VerdictDecision_VERDICT_DECISION_DENY,
+				Reasons:  []*xctv1.Reason{{RuleId: reasonSchema, Message: msg}},
+				Message:  msg,
+				Code:     wire.CodeSchemaInvalid,
+				Details:  map[string]any{"tool": truncate(name, maxToolNameInMsg), "argument": truncate(at, maxToolNameInMsg), "rule": r.id},
+			}, true
 		}
 		given, read, found := r.when.reads.spelledOtherwise(in.Args)
 		if !found {
