@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -10,7 +12,9 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
@@ -80,20 +84,88 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	defer closeConn()
-	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	resp, err := client.StartRun(sctx, &xctv1.StartRunRequest{
+	started, err := startRun(ctx, &id, client, addrs, &xctv1.StartRunRequest{
 		Goal: *goal, Model: *model, RunId: *runID, MaxSteps: int32(*maxSteps), Labels: labels,
 		Crew: crewSrc, CrewFile: filepath.Base(*crewFile),
 	})
-	cancel()
 	if err != nil {
-		return rpcError("start run", addrs[0], err)
+		return err
 	}
 	if *detach {
-		fmt.Fprintln(stdout, resp.GetRun().GetRunId())
+		fmt.Fprintln(stdout, started)
 		return nil
 	}
-	return watch(ctx, &id, client, addrs[0], resp.GetRun().GetRunId(), stdout, addrs[1:]...)
+	return watch(ctx, &id, client, addrs[0], started, stdout, addrs[1:]...)
+}
+
+// startRetry bounds how long startRun keeps asking orchestrators that
+// cannot answer.
+const startRetry = 60 * time.Second
+
+// startRun starts the run req asks for and returns its id. The id is the
+// caller's (--run-id), or made here, never by the orchestrator: a start
+// whose answer was lost (the orchestrator died after it recorded the run,
+// a connection cut) is retried with the same id, as UNAVAILABLE tells it
+// to, on the next of the addresses, and a retry told ALREADY_EXISTS is
+// the earlier attempt's run, which is followed. A retry that made its own
+// id would start the goal a second time, its steps acting again (session
+// 17). A first attempt never sent (no orchestrator there) fails at once:
+// nothing started. Given up after one that may have been sent, the error
+// names the id, which may have started.
+func startRun(ctx context.Context, id *identity, client xctv1.OrchestratorServiceClient, addrs []string, req *xctv1.StartRunRequest) (string, error) {
+	if req.GetRunId() == "" {
+		req.RunId = newRunID()
+	}
+	cur, closeCur := client, func() {}
+	defer func() { closeCur() }()
+	first := time.Now()
+	sent := false // an attempt may have reached an orchestrator: the run may have started
+	for i, attempt := 0, 1; ; attempt++ {
+		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		var p peer.Peer
+		resp, err := cur.StartRun(sctx, req, grpc.Peer(&p))
+		cancel()
+		// gRPC fills the peer only once a transport stream existed for
+		// the call: without one, not a byte of it was sent.
+		sent = sent || (err != nil && p.Addr != nil)
+		inDoubt := fmt.Sprintf("start run %s (it may have started: see xct show %s before starting it again)", req.GetRunId(), req.GetRunId())
+		switch code := status.Code(err); {
+		case err == nil:
+			return resp.GetRun().GetRunId(), nil
+		case code == codes.AlreadyExists && attempt > 1:
+			return req.GetRunId(), nil // started by an earlier attempt whose answer was lost
+		case !sent && attempt == 1:
+			return "", rpcError("start run", addrs[i], err) // never sent: nothing started
+		case code != codes.Unavailable && code != codes.DeadlineExceeded || ctx.Err() != nil:
+			if sent && attempt > 1 {
+				return "", rpcError(inDoubt, addrs[i], err)
+			}
+			return "", rpcError("start run", addrs[i], err)
+		case time.Since(first) > startRetry:
+			return "", rpcError(inDoubt, addrs[i], err)
+		}
+		if len(addrs) > 1 {
+			i = (i + 1) % len(addrs)
+			closeCur()
+			next, closeNext, derr := dialOrchestrator(id, addrs[i])
+			if derr != nil {
+				return "", derr
+			}
+			cur, closeCur = next, closeNext
+		}
+		select {
+		case <-ctx.Done():
+			return "", rpcError("start run "+req.GetRunId(), addrs[i], ctx.Err())
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// newRunID is a run id as the orchestrator makes them (run-UTC time-8 hex).
+func newRunID() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return "run-" + time.Now().UTC().Format("20060102-150405") + "-" + hex.EncodeToString(b[:])
 }
 
 // watchRetry bounds how long watch keeps trying to reach an orchestrator
