@@ -332,6 +332,7 @@ func (p *protectedPaths) linkTargets(root *os.Root, abs string, set protectedSet
 			}
 		case fi.IsDir():
 			husky := foldName(path.Base(rel)) == ".husky"
+			vscode := foldName(path.Base(rel)) == ".vscode"
 			if foldName(path.Base(rel)) == ".git" {
 				// A repository's configuration names files of the
 				// workspace git runs or reads: core.hooksPath (often
@@ -355,6 +356,11 @@ func (p *protectedPaths) linkTargets(root *os.Root, abs string, set protectedSet
 				}
 				if de.Type()&fs.ModeSymlink != 0 {
 					add(local)
+				} else if vscode && de.Type().IsRegular() && path.Dir(local) == rel && foldName(de.Name()) == "tasks.json" {
+					// Tasks the editor runs on opening the folder.
+					for _, ref := range folderOpenTaskRefs(root, local, path.Dir(rel)) {
+						addRef(ref, local)
+					}
 				} else if husky && de.Type().IsRegular() && n <= hookScanEntries {
 					// husky runs its hooks from the top of the
 					// repository that holds .husky.
@@ -523,6 +529,108 @@ func direnvRefs(root *os.Root, rel string) []string {
 			out = append(out, path.Join(dir, "shell.nix"), path.Join(dir, "default.nix"))
 		case len(f) == 1 && (f[0] == "dotenv" || f[0] == "dotenv_if_exists"):
 			out = append(out, path.Join(dir, ".env"))
+		}
+	}
+	return out
+}
+
+// folderOpenTaskRefs returns the workspace files the VS Code tasks of
+// rel (.vscode/tasks.json, JSONC, up to 256 KiB) that run when the
+// folder base is opened ("runOptions": {"runOn": "folderOpen"}) name in
+// their command and arguments (commandRefs, from base). A task run on
+// demand is the human's choice, as a Makefile's target is.
+func folderOpenTaskRefs(root *os.Root, rel, base string) []string {
+	b := readSmallFile(root, rel, 256<<10)
+	if b == nil {
+		return nil
+	}
+	type command struct {
+		Command any   `json:"command"`
+		Args    []any `json:"args"`
+	}
+	var cfg struct {
+		Tasks []struct {
+			command
+			Linux      *command `json:"linux"`
+			RunOptions struct {
+				RunOn string `json:"runOn"`
+			} `json:"runOptions"`
+		} `json:"tasks"`
+	}
+	if json.Unmarshal(stripJSONC(b), &cfg) != nil {
+		return nil
+	}
+	words := func(c *command) string {
+		var w []string
+		for _, v := range append([]any{c.Command}, c.Args...) {
+			switch v := v.(type) {
+			case string:
+				w = append(w, v)
+			case map[string]any: // {"value": "...", "quoting": ...}
+				if s, ok := v["value"].(string); ok {
+					w = append(w, s)
+				}
+			}
+		}
+		return strings.Join(w, " ")
+	}
+	var out []string
+	for _, t := range cfg.Tasks {
+		if t.RunOptions.RunOn != "folderOpen" {
+			continue
+		}
+		out = append(out, commandRefs(root, words(&t.command), base)...)
+		if t.Linux != nil {
+			out = append(out, commandRefs(root, words(t.Linux), base)...)
+		}
+	}
+	return out
+}
+
+// stripJSONC makes JSON of JSON with comments (// and /* */) and
+// trailing commas, as VS Code's files are.
+func stripJSONC(b []byte) []byte {
+	out := make([]byte, 0, len(b))
+	inString, escaped := false, false
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		switch {
+		case inString:
+			out = append(out, c)
+			if escaped {
+				escaped = false
+			} else if c == '\\' {
+				escaped = true
+			} else if c == '"' {
+				inString = false
+			}
+		case c == '"':
+			inString = true
+			out = append(out, c)
+		case c == '/' && i+1 < len(b) && b[i+1] == '/':
+			for i < len(b) && b[i] != '\n' {
+				i++
+			}
+			out = append(out, '\n')
+		case c == '/' && i+1 < len(b) && b[i+1] == '*':
+			i += 2
+			for i+1 < len(b) && (b[i] != '*' || b[i+1] != '/') {
+				i++
+			}
+			i++ // the '/'
+			out = append(out, ' ')
+		case c == ']' || c == '}':
+			// A comma before the closing bracket (spaces between) goes.
+			j := len(out) - 1
+			for j >= 0 && (out[j] == ' ' || out[j] == '\t' || out[j] == '\n' || out[j] == '\r') {
+				j--
+			}
+			if j >= 0 && out[j] == ',' {
+				out[j] = ' '
+			}
+			out = append(out, c)
+		default:
+			out = append(out, c)
 		}
 	}
 	return out
