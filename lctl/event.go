@@ -1179,8 +1179,15 @@ func (e *Event) ComputeHash() (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("hash event %d: %w", e.Seq, err)
 	}
-	sum := sha256.Sum256(c)
-	return hex.EncodeToString(sum[:]), nil
+	return hashHex(sha256.Sum256(c)), nil
+}
+
+// hashHex is sum in lowercase hex, as hex.EncodeToString(sum[:]) in one
+// allocation (the string) instead of two.
+func hashHex(sum [sha256.Size]byte) string {
+	var h [2 * sha256.Size]byte
+	hex.Encode(h[:], sum[:])
+	return string(h[:])
 }
 
 // canonical writes the event's canonical JSON, with or without its hash.
@@ -1273,8 +1280,7 @@ func (e *Event) SealEncoded(prevHash string) ([]byte, error) {
 		return nil, fmt.Errorf("hash event %d: %w", e.Seq, err)
 	}
 	c := buf.Bytes()
-	sum := sha256.Sum256(c)
-	e.Hash = hex.EncodeToString(sum[:])
+	e.Hash = hashHex(sha256.Sum256(c))
 	const field = `,"hash":"`
 	out := make([]byte, 0, len(c)+len(field)+len(e.Hash)+1)
 	out = append(out, c[:at]...)
