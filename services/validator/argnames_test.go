@@ -279,3 +279,39 @@ func TestValidateArgumentOfAnotherTypeThanThePolicyComparesItWith(t *testing.T) 
 		t.Errorf("typed: %v %v", v.GetDecision(), v.GetError())
 	}
 }
+
+// TestValidateArgumentInAListReadByAMacro: a rule reading the elements of
+// a list argument through a macro (args.files.exists(f, has(f.path) &&
+// ...)) reads files.*.path: {"files": [{"PATH": ".env"}]} is the same
+// other spelling, and {"files": [{"path": ".env", "secret": "true"}]}
+// the same other type, as at the top.
+func TestValidateArgumentInAListReadByAMacro(t *testing.T) {
+	t.Parallel()
+	open := &xctv1.ToolDescriptor{Name: "srv.bundle", Effect: read, InputSchema: `{"type":"object"}`}
+	s := newService(t, `rules:
+  - {id: allow-read, effect: allow, effects: [read]}
+  - id: no-secrets
+    effect: deny
+    tools: ["srv.*"]
+    when: 'has(args.files) && args.files.exists(f, has(f.path) && f.path.endsWith(".env") || has(f.secret) && f.secret == true)'
+`, open)
+	for _, a := range []map[string]any{
+		{"files": []any{map[string]any{"path": "a.txt"}, map[string]any{"PATH": ".env"}}},
+		{"files": []any{map[string]any{"path": "a.txt", "secret": "true"}}},
+	} {
+		v := validate(t, s, request(t, "srv.bundle", a))
+		if v.GetDecision() != deny || v.GetError().GetCode() != string(wire.CodeSchemaInvalid) {
+			t.Errorf("%q: %v %v, want a SCHEMA_INVALID deny", a, v.GetDecision(), v.GetError())
+		}
+	}
+	if v := validate(t, s, request(t, "srv.bundle", map[string]any{"files": []any{map[string]any{"path": ".env"}}})); v.GetDecision() != deny || v.GetError().GetCode() != string(wire.CodePolicyDenied) {
+		t.Errorf("the rule's spelling: %v %v", v.GetDecision(), v.GetError())
+	}
+	for _, a := range []map[string]any{
+		{"files": []any{map[string]any{"path": "a.txt", "secret": false}}},
+		{"files": map[string]any{"PATH": "x"}}, // not a list: the rule reads no member of it
+		{"other": []any{map[string]any{"PATH": ".env"}}},
+	} {
+		checkVerdict(t, validate(t, s, request(t, "srv.bundle", a)), allow, "", "allow-read")
+	}
+}

@@ -43,6 +43,7 @@ func (r argReads) add(p []string) {
 func readArgs(ast *celast.AST) argReads {
 	out := argReads{}
 	root := celast.NavigateAST(ast)
+	vars := iterVarsOf(root)
 	isReader := func(e celast.NavigableExpr) bool {
 		switch e.Kind() {
 		case celast.SelectKind:
@@ -64,28 +65,57 @@ func readArgs(ast *celast.AST) argReads {
 			if !ok {
 				continue
 			}
-			if p, ok := argPath(args[1]); ok {
+			if p, ok := argPath(args[1], vars); ok {
 				out.add(append(p, name))
 			}
 			continue
 		}
-		if p, ok := argPath(e); ok && len(p) > 0 {
+		if p, ok := argPath(e, vars); ok && len(p) > 0 {
 			out.add(p)
 		}
 	}
 	return out
 }
 
+// elements is the path step of a list's elements: args.files.exists(f,
+// has(f.path)) reads files.*.path.
+const elements = "*"
+
+// iterVars are the comprehension variables (all, exists, map, filter)
+// that range over a list an argument path names, each with that path and
+// elements. A name bound to two ranges, or to a range that is not an
+// argument, is nil: not followed (scopes are not told apart).
+type iterVars map[string][]string
+
+func iterVarsOf(root celast.NavigableExpr) iterVars {
+	vars := iterVars{}
+	for _, e := range celast.MatchDescendants(root, celast.KindMatcher(celast.ComprehensionKind)) {
+		c := e.AsComprehension()
+		name := c.IterVar()
+		p, ok := argPath(c.IterRange(), vars)
+		if old, seen := vars[name]; c.HasIterVar2() || !ok || (seen && !slices.Equal(old, append(p, elements))) {
+			vars[name] = nil
+			continue
+		}
+		vars[name] = append(p, elements)
+	}
+	return vars
+}
+
 // argPath returns the member names e reads from args, outermost first
 // (args.opts.mask: opts, mask; args["key"]: key; args: none), and whether
 // e is such a read.
-func argPath(e celast.Expr) ([]string, bool) {
+func argPath(e celast.Expr, vars iterVars) ([]string, bool) {
 	switch e.Kind() {
 	case celast.IdentKind:
-		return nil, e.AsIdent() == varArgs
+		if e.AsIdent() == varArgs {
+			return nil, true
+		}
+		p, ok := vars[e.AsIdent()]
+		return slices.Clone(p), ok && p != nil
 	case celast.SelectKind:
 		s := e.AsSelect()
-		p, ok := argPath(s.Operand())
+		p, ok := argPath(s.Operand(), vars)
 		if !ok {
 			return nil, false
 		}
@@ -99,7 +129,7 @@ func argPath(e celast.Expr) ([]string, bool) {
 		if !ok {
 			return nil, false
 		}
-		p, ok := argPath(c.Args()[0])
+		p, ok := argPath(c.Args()[0], vars)
 		if !ok {
 			return nil, false
 		}
@@ -120,6 +150,16 @@ func stringLiteral(e celast.Expr) (string, bool) {
 // that place but in another spelling: it returns the name given and the
 // one read.
 func (r argReads) spelledOtherwise(v any) (given, read string, found bool) {
+	if list, ok := v.([]any); ok {
+		if sub, ok := r[elements]; ok {
+			for _, e := range list {
+				if given, read, found = sub.spelledOtherwise(e); found {
+					return given, read, true
+				}
+			}
+		}
+		return "", "", false
+	}
 	obj, ok := v.(map[string]any)
 	if !ok || len(r) == 0 {
 		return "", "", false
@@ -222,6 +262,7 @@ func comparedArgs(ast *celast.AST) []argCompare {
 		out = append(out, argCompare{path: slices.Clone(p), kinds: k})
 	}
 	root := celast.NavigateAST(ast)
+	vars := iterVarsOf(root)
 	for _, fn := range []string{"_==_", "_!=_", "@in"} {
 		for _, call := range celast.MatchDescendants(root, celast.FunctionMatcher(fn)) {
 			args := call.AsCall().Args()
@@ -232,7 +273,7 @@ func comparedArgs(ast *celast.AST) []argCompare {
 				if args[1].Kind() != celast.ListKind {
 					continue
 				}
-				p, ok := argPath(args[0])
+				p, ok := argPath(args[0], vars)
 				if !ok {
 					continue
 				}
@@ -248,9 +289,9 @@ func comparedArgs(ast *celast.AST) []argCompare {
 				add(p, k)
 				continue
 			}
-			if p, ok := argPath(args[0]); ok {
+			if p, ok := argPath(args[0], vars); ok {
 				add(p, literalKind(args[1]))
-			} else if p, ok := argPath(args[1]); ok {
+			} else if p, ok := argPath(args[1], vars); ok {
 				add(p, literalKind(args[0]))
 			}
 		}
@@ -276,25 +317,33 @@ func valueKind(v any) jsonKind {
 // none of the compared types (null aside): its path and the types.
 func otherType(cs []argCompare, args map[string]any) (string, jsonKind, bool) {
 	for _, c := range cs {
-		var v any = args
-		found := true
-		for _, name := range c.path {
-			m, ok := v.(map[string]any)
-			if !ok {
-				found = false
-				break
-			}
-			if v, ok = m[name]; !ok {
-				found = false
-				break
-			}
-		}
-		if !found || v == nil {
-			continue
-		}
-		if valueKind(v)&c.kinds == 0 {
+		if otherTypeAt(c.path, c.kinds, args) {
 			return strings.Join(c.path, "."), c.kinds, true
 		}
 	}
 	return "", 0, false
+}
+
+// otherTypeAt reports whether the value at path in v (each element of a
+// list where the path says elements) is of none of kinds.
+func otherTypeAt(path []string, kinds jsonKind, v any) bool {
+	if len(path) == 0 {
+		return v != nil && valueKind(v)&kinds == 0
+	}
+	if path[0] == elements {
+		if list, ok := v.([]any); ok {
+			for _, e := range list {
+				if otherTypeAt(path[1:], kinds, e) {
+					return true
+				}
+			}
+			return false
+		}
+	}
+	m, ok := v.(map[string]any)
+	if !ok {
+		return false
+	}
+	e, ok := m[path[0]]
+	return ok && otherTypeAt(path[1:], kinds, e)
 }
