@@ -24,6 +24,7 @@ import (
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc/filters"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
@@ -99,6 +100,21 @@ const (
 	ServerMinPingInterval = 10 * time.Second
 	ClientPingInterval    = 30 * time.Second
 )
+
+// ReconnectMaxDelay bounds the wait between two attempts to reach a peer
+// that is down. gRPC's default grows to 120 s: after an outage of a few
+// minutes, steps and the debugger's decisions kept failing UNAVAILABLE for
+// up to two minutes after the validator or executor was back. The first
+// attempts keep gRPC's default pace (1 s, growing 1.6x with jitter).
+const ReconnectMaxDelay = 5 * time.Second
+
+// connectParams is how a client connection reaches a peer again
+// (ReconnectMaxDelay).
+func connectParams() grpc.ConnectParams {
+	b := backoff.DefaultConfig
+	b.MaxDelay = ReconnectMaxDelay
+	return grpc.ConnectParams{Backoff: b, MinConnectTimeout: 20 * time.Second}
+}
 
 // NewServer builds a server for the named service. Interceptors, outermost
 // first: logging (every call's code and duration, at the level its code
@@ -367,6 +383,7 @@ func Dial(addr string, options ...DialOption) (*grpc.ClientConn, error) {
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: ClientPingInterval, Timeout: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.WithChainUnaryInterceptor(defaultDeadlineUnary),
 		grpc.WithChainStreamInterceptor(defaultDeadlineStream),
+		grpc.WithConnectParams(connectParams()),
 	}
 	if cfg.token != "" {
 		if !cfg.tls.Enabled() && !cfg.plaintextAny && !isLoopback(targetHost(addr)) {

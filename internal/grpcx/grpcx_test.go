@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -587,5 +588,20 @@ func TestBearerMetadataKept(t *testing.T) {
 	md, err := b.GetRequestMetadata(context.Background())
 	if err != nil || len(md) != 1 || md["authorization"] != "Bearer "+tok {
 		t.Fatalf("the metadata changed: %v, %v", md, err)
+	}
+}
+
+// A peer that was down for minutes is tried again within ReconnectMaxDelay,
+// not gRPC's default of up to 120 s; the first attempts keep gRPC's pace.
+func TestReconnectBackoffIsBounded(t *testing.T) {
+	p := connectParams()
+	if p.Backoff.MaxDelay != ReconnectMaxDelay || ReconnectMaxDelay > 10*time.Second {
+		t.Fatalf("reconnect max delay %v (ReconnectMaxDelay %v): want at most 10s", p.Backoff.MaxDelay, ReconnectMaxDelay)
+	}
+	if p.Backoff.BaseDelay != backoff.DefaultConfig.BaseDelay || p.Backoff.Multiplier != backoff.DefaultConfig.Multiplier || p.Backoff.Jitter != backoff.DefaultConfig.Jitter {
+		t.Fatalf("reconnect backoff %+v: want gRPC's default base, multiplier and jitter", p.Backoff)
+	}
+	if p.MinConnectTimeout < 10*time.Second {
+		t.Fatalf("min connect timeout %v: a slow handshake must not be cut short", p.MinConnectTimeout)
 	}
 }
