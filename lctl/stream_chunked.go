@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"math"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 )
@@ -258,12 +259,20 @@ func readChunks(r io.ReaderAt, m []byte, start, size int64, opts StreamOptions, 
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() {
+			if m != nil {
+				// A file cut shorter while it is read faults here:
+				// an error, not the process's end (c.readMapped).
+				debug.SetPanicOnFault(true)
+			}
 			p := newStreamParser(opts)
 			for c := range work {
-				if layout != nil {
+				switch {
+				case layout != nil:
 					c.readRecords(r, p, opts, layout)
-				} else {
-					c.read(r, m, p, opts)
+				case m != nil:
+					c.readMapped(m, p, opts)
+				default:
+					c.read(r, nil, p, opts)
 				}
 				close(c.done)
 			}
@@ -358,6 +367,21 @@ var giveBackBytes int64 = 4 << 20
 // mappedChunks counts the chunks taken from a mapping (for the tests).
 var mappedChunks atomic.Int64
 
+// readMapped is read from m, the file mapped, in a goroutine that set
+// debug.SetPanicOnFault: a fault on m's pages (the file cut shorter
+// meanwhile) is the chunk's error ErrFileChanged.
+func (c *fileChunk) readMapped(m []byte, p *fastParser, opts StreamOptions) {
+	defer func() {
+		if r := recover(); r != nil {
+			if !MappedFault(r) {
+				panic(r)
+			}
+			c.batches, c.err = nil, ErrFileChanged
+		}
+	}()
+	c.read(nil, m, p, opts)
+}
+
 // read reads the chunk's lines and decodes their events: from m, the
 // file mapped, when set, else read at their offset.
 func (c *fileChunk) read(r io.ReaderAt, m []byte, p *fastParser, opts StreamOptions) {
@@ -403,7 +427,14 @@ func (c *fileChunk) read(r io.ReaderAt, m []byte, p *fastParser, opts StreamOpti
 		}
 		b = nil
 	}
-	defer flush()
+	defer func() {
+		if r := recover(); r != nil {
+			// A fault on a mapped file's page (readMapped) or a bug:
+			// nothing more is decoded, the panic goes on.
+			panic(r)
+		}
+		flush()
+	}()
 	for off+int64(i) < c.end {
 		nl := bytes.IndexByte(buf[i:], '\n')
 		if nl < 0 {

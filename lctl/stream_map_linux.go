@@ -5,7 +5,8 @@ import "syscall"
 // mapFile maps the file r reads, its first size bytes, read-only, for
 // StreamOptions.Map: nil when it cannot (not a file, empty, too large).
 // The mapping is never unmapped: the events' strings may point into it
-// for as long as the process runs.
+// for as long as the process runs. A file cut shorter meanwhile faults
+// the goroutine that reads past its new end (stream_fault.go).
 func mapFile(r positionalReader, size int64) []byte {
 	c, ok := r.(syscall.Conn)
 	if !ok || size <= 0 || int64(int(size)) != size {
@@ -22,6 +23,7 @@ func mapFile(r positionalReader, size int64) []byte {
 	if cerr != nil || err != nil {
 		return nil
 	}
+	addMapping(m)
 	return m
 }
 

@@ -17,11 +17,13 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 	"slices"
 	"sort"
 	"strings"
 	"time"
 
+	"github.com/xct-dev/xct/lctl"
 	"github.com/xct-dev/xct/lctl/text"
 )
 
@@ -146,7 +148,7 @@ func Run(ctx context.Context, args []string, env Env) int {
 		out := &outputWriter{w: env.Stdout}
 		env.Stdout = out
 		c := &cmdContext{env: env, name: name, cmd: cmd}
-		err := cmd.run(ctx, c.withArgs(args[1:]))
+		err := c.runGuarded(ctx, args[1:])
 		if err == nil && out.err != nil {
 			err = fmt.Errorf("write the output: %w", out.err)
 		}
@@ -155,6 +157,27 @@ func Run(ctx context.Context, args []string, env Env) int {
 	fmt.Fprintf(env.Stderr, "lctl: unknown command %q\n\n", name)
 	usage(env.Stderr)
 	return ExitUsage
+}
+
+// runGuarded runs the command with args. With Env.MapFiles the chain
+// files it streams are mapped (lctl.StreamOptions.Map) and the events'
+// strings point into them: a file cut shorter while the command reads
+// those strings faults this goroutine, which is then the command's error
+// lctl.ErrFileChanged rather than the process's end with a stack dump.
+func (c *cmdContext) runGuarded(ctx context.Context, args []string) (err error) {
+	if !c.env.MapFiles {
+		return c.cmd.run(ctx, c.withArgs(args))
+	}
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			if !lctl.MappedFault(r) {
+				panic(r)
+			}
+			err = lctl.ErrFileChanged
+		}
+	}()
+	return c.cmd.run(ctx, c.withArgs(args))
 }
 
 // outputWriter is a command's standard output: it keeps the first error a
