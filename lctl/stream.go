@@ -88,8 +88,11 @@ type StreamOptions struct {
 	// stream goes (a string kept past its callback reads its page again
 	// from the page cache). For a process that reads a file no one
 	// truncates or rewrites while it runs (lctl): reading a page of a
-	// file cut shorter kills the process (SIGBUS), and a string read
-	// after its bytes were rewritten shows the new bytes.
+	// file cut shorter faults (SIGBUS), which the stream's decoders
+	// return as ErrFileChanged and the caller's goroutine must recover
+	// itself (debug.SetPanicOnFault and MappedFault, as lctl's cli
+	// does), and a string read after its bytes were rewritten shows the
+	// new bytes.
 	Map bool
 }
 
