@@ -34,6 +34,7 @@ const (
 	CodeRateLimited          Code = "RATE_LIMITED"          // a tool's rate limit is reached: wait
 	CodeToolNotAllowed       Code = "TOOL_NOT_ALLOWED"      // a crew agent proposed a tool its crew file does not give it
 	CodeVerification         Code = "VERIFICATION_REQUIRED" // a crew step's confidence asks a reviewer agent to verify first
+	CodeChangedSincePreview  Code = "CHANGED_SINCE_PREVIEW" // the file changed after the preview a human approved: nothing was done
 )
 
 // taxonomy is the LCTL classification of a code (spec part 6).
@@ -63,6 +64,7 @@ var taxonomies = map[Code]taxonomy{
 	CodeRateLimited:          {"execution_error", "rate_limited", "wait_and_retry_later", true},
 	CodeToolNotAllowed:       {"output_error", "validation_failed", "choose_one_of_your_tools", true},
 	CodeVerification:         {"output_error", "validation_failed", "hand_off_to_the_verifier", true},
+	CodeChangedSincePreview:  {"execution_error", "tool_failure", "propose_again_for_a_new_approval", true},
 }
 
 // Errorf builds an error signal with the code's LCTL taxonomy.

@@ -285,6 +285,9 @@ func (t *fsWrite) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.
 	comp := &Compensation{Tool: "fs.write"}
 	switch fi, err := pd.lstat(base); {
 	case errors.Is(err, fs.ErrNotExist):
+		if e := checkPreviewBase(ctx, p, BaseAbsent); e != nil {
+			return nil, e
+		}
 		res.Created = true
 		comp.Undo = append(comp.Undo, UndoAction{Op: UndoRemove, Path: res.Path, Checksum: res.Checksum})
 	case err != nil:
@@ -322,6 +325,11 @@ func (t *fsWrite) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.
 		res.PreviousChecksum = prev
 		if prev == res.Checksum {
 			return res, nil // already holds the content: nothing to do
+		}
+		// An approved write replaces only the file the approver saw the
+		// diff against, read here under the same checks as the write.
+		if e := checkPreviewBase(ctx, p, prev); e != nil {
+			return nil, e
 		}
 		perm = fi.Mode().Perm()
 		comp.Undo = append(comp.Undo, UndoAction{Op: UndoRestore, Path: res.Path, Checksum: res.Checksum,

@@ -48,7 +48,7 @@ func (t *fsWrite) Preview(_ context.Context, args map[string]any) (*xctv1.Previe
 	// check above makes the preview fail, never show where it leads.
 	pd, base, err := t.ws.openParent(name)
 	if errors.Is(err, fs.ErrNotExist) {
-		return t.diff(name, "/dev/null", "", content), nil // a new file in a new directory
+		return based(t.diff(name, "/dev/null", "", content), BaseAbsent), nil // a new file in a new directory
 	}
 	if err != nil {
 		return nil, t.ws.refuse(p, name, false, err)
@@ -60,7 +60,7 @@ func (t *fsWrite) Preview(_ context.Context, args map[string]any) (*xctv1.Previe
 	// judges where it leads) and fs.write will not write through it.
 	fi, err := pd.lstat(base)
 	if errors.Is(err, fs.ErrNotExist) {
-		return t.diff(name, "/dev/null", "", content), nil // a new file
+		return based(t.diff(name, "/dev/null", "", content), BaseAbsent), nil // a new file
 	}
 	if err != nil {
 		return nil, t.ws.fail(p, err)
@@ -81,9 +81,42 @@ func (t *fsWrite) Preview(_ context.Context, args map[string]any) (*xctv1.Previe
 	case err != nil:
 		return nil, t.ws.fail(p, err)
 	case !utf8.Valid(cur):
-		return &xctv1.Preview{Kind: "text", Content: "the current file is binary: it would be replaced by " + p}, nil
+		return based(&xctv1.Preview{Kind: "text", Content: "the current file is binary: it would be replaced by " + p}, checksum(cur)), nil
 	}
-	return t.diff(name, "a/"+name, string(cur), content), nil
+	return based(t.diff(name, "a/"+name, string(cur), content), checksum(cur)), nil
+}
+
+// BaseAbsent is the base digest of a preview made where no file was.
+const BaseAbsent = "absent"
+
+// based names the file p was made against (its checksum, or BaseAbsent):
+// an approval by the preview binds it, and fs.write acts only on that
+// file (checkPreviewBase).
+func based(p *xctv1.Preview, base string) *xctv1.Preview {
+	p.BaseDigest = base
+	return p
+}
+
+// previewBase is the base digest of the preview a human approved this
+// call by ("" when none binds it: no approval, an old verdict, a call
+// made inside the executor).
+func previewBase(ctx context.Context) string {
+	g, _ := ctx.Value(grantKey{}).(grantSeen)
+	return g.grant.GetPreviewBase()
+}
+
+// checkPreviewBase refuses to act on a file other than the one the
+// approved preview was made against: found is the file's checksum now
+// (BaseAbsent: there is none). Nothing was written.
+func checkPreviewBase(ctx context.Context, p, found string) *xctv1.Error {
+	want := previewBase(ctx)
+	if want == "" || want == found {
+		return nil
+	}
+	return wire.WithDetails(wire.Errorf(wire.CodeChangedSincePreview,
+		"%q changed since the preview a human approved this step by (previewed %s, found %s): nothing was written; propose the step again to have the change approved against the file as it is now",
+		p, want, found),
+		map[string]any{"path": p, "previewed": want, "found": found, "changed_since_preview": true})
 }
 
 // diff is the preview of replacing old (named oldName in the diff) at

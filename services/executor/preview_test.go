@@ -6,6 +6,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/wire"
 )
 
 func TestFSWritePreview(t *testing.T) {
@@ -79,5 +82,80 @@ func TestFSWritePreview(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(filepath.Join(dir, "a.txt")); string(b) != "one\ntwo\n" {
 		t.Fatalf("a preview changed the file: %q", b)
+	}
+}
+
+// Session 17 (attack17c), issue 11: the preview names the file it was made
+// against (its checksum, or "absent"), and fs.write acts only on that file
+// when the grant that let it in binds one (an approval by the preview):
+// a file changed, created or deleted since is left as it is.
+func TestFSWriteActsOnlyOnTheFileThePreviewShowed(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ws, err := openWorkspace(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = ws.close() }()
+	w := &fsWrite{ws: ws, maxBytes: 1 << 20, maxUndo: 1 << 20}
+	put := func(name, content string) {
+		t.Helper()
+		if content == "-" {
+			if err := os.Remove(filepath.Join(dir, name)); err != nil && !os.IsNotExist(err) {
+				t.Fatal(err)
+			}
+			return
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name, before, meanwhile string // "-": no file
+		wantBase                string
+		refused                 bool
+	}{
+		{"unchanged", "one\n", "", checksum([]byte("one\n")), false},
+		{"changed", "one\n", "one\ntwo\n", checksum([]byte("one\n")), true},
+		{"deleted", "one\n", "-", checksum([]byte("one\n")), true},
+		{"still absent", "-", "", BaseAbsent, false},
+		{"created", "-", "two\n", BaseAbsent, true},
+		{"changed to the content written", "one\n", "new\n", checksum([]byte("one\n")), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			name := strings.ReplaceAll(tc.name, " ", "_") + ".txt"
+			put(name, tc.before)
+			args := map[string]any{"path": name, "content": "new\n"}
+			p, e := w.Preview(context.Background(), args)
+			if e != nil || p.GetBaseDigest() != tc.wantBase {
+				t.Fatalf("preview %v (%v), want base %q", p, e, tc.wantBase)
+			}
+			if tc.meanwhile != "" {
+				put(name, tc.meanwhile)
+			}
+			ctx := context.WithValue(context.Background(), grantKey{}, grantSeen{id: "g", grant: &xctv1.VerdictGrant{PreviewBase: p.GetBaseDigest()}})
+			_, e = w.Invoke(ctx, args)
+			got, err := os.ReadFile(filepath.Join(dir, name))
+			if os.IsNotExist(err) {
+				got, err = []byte("-"), nil
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tc.refused {
+				if e != nil || string(got) != "new\n" {
+					t.Fatalf("write of the previewed file: %v, file %q", e, got)
+				}
+				return
+			}
+			if e.GetCode() != string(wire.CodeChangedSincePreview) || e.GetDetails().AsMap()["previewed"] != tc.wantBase || string(got) != tc.meanwhile {
+				t.Errorf("write of a file changed since the preview: %v, file %q (want %q kept)", e, got, tc.meanwhile)
+			}
+		})
+	}
+	// No grant, or one binding no preview (no approval): as before.
+	put("plain.txt", "one\n")
+	if _, e := w.Invoke(context.Background(), map[string]any{"path": "plain.txt", "content": "x\n"}); e != nil {
+		t.Errorf("a write no preview binds: %v", e)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/grpcx"
 	"github.com/xct-dev/xct/internal/grpcx/grpcxtest"
+	"github.com/xct-dev/xct/internal/verdict"
 	"github.com/xct-dev/xct/internal/wire"
 )
 
@@ -199,5 +200,60 @@ func TestApprovalAcrossAPolicyReload(t *testing.T) {
 				t.Errorf("allowed without saying bob approved it: %v", v.GetReasons())
 			}
 		})
+	}
+}
+
+// Session 17 (attack17c), issue 11: an approval bound the step's
+// arguments, not the file the approver saw the diff against. The grant of
+// an approved step now binds the preview's base digest (signed: the
+// orchestrator cannot drop it on the way to the executor), and a diff of
+// fs.write that names no base (an old executor's, or one the base was
+// dropped from) is not shown, for no approval would bind what it shows.
+func TestApprovalBindsTheFileThePreviewWasMadeAgainst(t *testing.T) {
+	t.Parallel()
+	signer, verifier, err := verdict.NewPair(time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := startApprovals(t)
+	a.signer = signer
+	a.s = a.start(t)
+	const base = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	grantOf := func(req *xctv1.ValidateRequest) *xctv1.VerdictGrant {
+		t.Helper()
+		v := validate(t, a.s, req)
+		checkVerdict(t, v, allow, "", "allow-fs-write", "config-writes-need-approval", "approval")
+		g, err := verifier.Verify(v.GetSigned(), a.clock.Now())
+		if err != nil {
+			t.Fatalf("the approved step's verdict: %v", err)
+		}
+		return g
+	}
+	for _, tc := range []struct {
+		name     string
+		step     int
+		preview  *xctv1.Preview
+		shown    bool   // the diff is in the approval
+		wantBase string // the grant's preview_base
+	}{
+		{"a diff against a file", 1, &xctv1.Preview{Kind: "diff", Content: "+color: green\n", BaseDigest: base}, true, base},
+		{"a diff against no file", 2, &xctv1.Preview{Kind: "diff", Content: "+color: green\n", BaseDigest: "absent"}, true, "absent"},
+		{"a diff naming no file", 3, &xctv1.Preview{Kind: "diff", Content: "+color: green\n"}, false, ""},
+		{"no preview", 4, nil, false, ""},
+	} {
+		req := configWrite(t, tc.step, "config/app.yaml")
+		ap := a.request(t, req, tc.preview)
+		if shown := strings.Contains(ap.GetPreview().GetContent(), "+color: green"); shown != tc.shown || ap.GetPreview().GetBaseDigest() != tc.wantBase {
+			t.Errorf("%s: the approval's preview %v, want shown %v, base %q", tc.name, ap.GetPreview(), tc.shown, tc.wantBase)
+		}
+		if !tc.shown && tc.preview != nil && !strings.Contains(ap.GetPreview().GetContent(), "not shown") {
+			t.Errorf("%s: the approval's preview %q, want a note that it is not shown", tc.name, ap.GetPreview().GetContent())
+		}
+		if _, err := a.decide("run-1", fmt.Sprint(tc.step), true, "bob", "fine"); err != nil {
+			t.Fatal(err)
+		}
+		if g := grantOf(req); g.GetPreviewBase() != tc.wantBase {
+			t.Errorf("%s: the grant's preview_base %q, want %q", tc.name, g.GetPreviewBase(), tc.wantBase)
+		}
 	}
 }

@@ -34,6 +34,7 @@ const (
 	maxKeyTokenLen      = 128
 	maxPreviewKindBytes = 64
 	maxPreviewBytes     = 256 << 10
+	maxPreviewBaseBytes = 128 // "sha256:" and 64 hex digits, or "absent"
 	maxApproverBytes    = 256
 	maxDecisionReason   = 4096
 	previewCut          = "\n…(preview truncated)"
@@ -252,7 +253,10 @@ func (s *Service) RequestApproval(ctx context.Context, req *xctv1.RequestApprova
 	}
 	preview := req.GetPreview()
 	if why := s.unreadablePreview(ctx, req, installed, now); preview != nil && why != "" {
-		preview = &xctv1.Preview{Kind: "text", Content: why}
+		preview = &xctv1.Preview{Kind: "text", Content: why, BaseDigest: preview.GetBaseDigest()}
+	}
+	if unbound := unboundPreview(p, preview); unbound != "" {
+		preview = &xctv1.Preview{Kind: "text", Content: unbound}
 	}
 	a := &xctv1.Approval{
 		RunId:         run.GetRunId(),
@@ -719,6 +723,9 @@ func (s *Service) consultApproval(ctx context.Context, installed *installedPolic
 			wire.Errorf(wire.CodePolicyDenied, "this step's approval cannot be trusted (the approvals bucket is written by another stream too), so it is denied"))
 		v.ApprovalTtl = nil
 	case st == xctv1.ApprovalState_APPROVAL_STATE_APPROVED && !expired:
+		// What the human approved is the change shown, against the
+		// file it was shown against: the grant binds that file.
+		in.previewBase = a.GetPreview().GetBaseDigest()
 		v.Reasons = append(v.Reasons, &xctv1.Reason{RuleId: reasonApproval, Message: fmt.Sprintf("approved by %s: %s", a.GetDecidedBy(), a.GetReason())})
 		v.Decision, v.Error, v.ApprovalTtl = xctv1.VerdictDecision_VERDICT_DECISION_ALLOW, nil, nil
 		s.rateRefused(ctx, s.limits, "", installed.limits, in, j.count, v)
@@ -791,11 +798,24 @@ func clampPreview(p *xctv1.Preview) *xctv1.Preview {
 	if hidden > 0 {
 		content = fmt.Sprintf(previewHiddenNote, hidden) + content
 	}
-	out := &xctv1.Preview{Kind: truncate(kind, maxPreviewKindBytes), Content: content}
+	out := &xctv1.Preview{Kind: truncate(kind, maxPreviewKindBytes), Content: content, BaseDigest: truncate(p.GetBaseDigest(), maxPreviewBaseBytes)}
 	if len(out.Content) > maxPreviewBytes {
 		out.Content = strings.TrimSuffix(truncate(out.Content, maxPreviewBytes-len(previewCut)), "…") + previewCut
 	}
 	return out
+}
+
+// unboundPreview says why a preview of fs.write's diff is not shown, or
+// "" when it may be: a diff names no file it was made against (an
+// executor before base digests, or a base dropped on the way) would bind
+// no approval to the file the approver saw, and the write would replace
+// whatever is there when it runs. Without the diff the approver decides
+// from the proposal alone, as for a tool without a preview.
+func unboundPreview(p *xctv1.NextStep, preview *xctv1.Preview) string {
+	if p.GetTool() != "fs.write" || preview.GetKind() != "diff" || preview.GetBaseDigest() != "" {
+		return ""
+	}
+	return "the preview does not say which file it was made against, so it is not shown: the write replaces the file as it is when the step runs"
 }
 
 // previewHiddenNote heads a preview that had characters that do not show.

@@ -17,6 +17,7 @@ import (
 	"github.com/xct-dev/xct/internal/auth"
 	"github.com/xct-dev/xct/internal/catalog"
 	"github.com/xct-dev/xct/internal/testutil"
+	"github.com/xct-dev/xct/internal/verdict"
 	"github.com/xct-dev/xct/internal/wire"
 	"github.com/xct-dev/xct/services/validator"
 )
@@ -39,10 +40,11 @@ rules:
 // approvals is a validator on an embedded JetStream with the test tools
 // published, and a fake clock.
 type approvals struct {
-	s     *validator.Service
-	nc    *nats.Conn
-	clock *fakeClock
-	path  string
+	s      *validator.Service
+	nc     *nats.Conn
+	clock  *fakeClock
+	path   string
+	signer *verdict.Signer // nil: verdicts are not signed
 }
 
 func startApprovals(tb testing.TB) *approvals {
@@ -65,7 +67,7 @@ func startApprovals(tb testing.TB) *approvals {
 // start starts a validator on the same NATS (a restart, when called again).
 func (a *approvals) start(tb testing.TB) *validator.Service {
 	tb.Helper()
-	s, err := validator.New(validator.Config{PolicyFile: a.path, Replicas: 1}, a.nc, nil, validator.WithClock(a.clock.Now))
+	s, err := validator.New(validator.Config{PolicyFile: a.path, Replicas: 1, Signer: a.signer}, a.nc, nil, validator.WithClock(a.clock.Now))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -132,7 +134,7 @@ func TestApprovalFlow(t *testing.T) {
 		t.Errorf("approval_ttl = %v", v.GetApprovalTtl())
 	}
 
-	preview := &xctv1.Preview{Kind: "diff", Content: "--- a/config/app.yaml\n+++ b/config/app.yaml\n+color: green\n"}
+	preview := &xctv1.Preview{Kind: "diff", Content: "--- a/config/app.yaml\n+++ b/config/app.yaml\n+color: green\n", BaseDigest: "absent"}
 	ap := a.request(t, req, preview)
 	if ap.GetState() != xctv1.ApprovalState_APPROVAL_STATE_PENDING || ap.GetRequestedBy() != "alice" ||
 		ap.GetStepId() != req.GetStepId() || ap.GetStep() != 1 || ap.GetRunId() != "run-1" ||
@@ -324,7 +326,7 @@ func TestApprovalRequestChecks(t *testing.T) {
 	_, err := a.s.RequestApproval(ctx, &xctv1.RequestApprovalRequest{Run: plain.GetRun(), Step: 1, StepId: plain.GetStepId(), Proposal: plain.GetProposal()})
 	wantCode(t, err, codes.FailedPrecondition, "does not require an approval")
 	// A huge preview is cut to fit.
-	big := &xctv1.Preview{Kind: "diff", Content: strings.Repeat("+x\n", 200_000)}
+	big := &xctv1.Preview{Kind: "diff", Content: strings.Repeat("+x\n", 200_000), BaseDigest: "absent"}
 	ap := a.request(t, req, big)
 	if n := len(ap.GetPreview().GetContent()); n > 256<<10 || !strings.HasSuffix(ap.GetPreview().GetContent(), "(preview truncated)") {
 		t.Errorf("preview of %d bytes, suffix %q", n, ap.GetPreview().GetContent()[n-30:])

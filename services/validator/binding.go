@@ -77,7 +77,10 @@ func (s *Service) approvalCaller(ctx context.Context) error {
 // policy saw them (nil: read from the proposal); tool is the catalog's
 // descriptor the policy judged the step by, whose digest the grant binds
 // (nil: no verdict is signed, for the executor would act on none).
-func (s *Service) sign(req *xctv1.ValidateRequest, args map[string]any, tool *xctv1.ToolDescriptor, v *xctv1.Verdict, now time.Time) {
+// previewBase is the base digest of the preview a human approved the step
+// by ("" for none): the grant binds it, and the executor acts only on the
+// file the approver saw the diff against.
+func (s *Service) sign(req *xctv1.ValidateRequest, args map[string]any, tool *xctv1.ToolDescriptor, previewBase string, v *xctv1.Verdict, now time.Time) {
 	v.Signed = nil
 	if v.GetDecision() != xctv1.VerdictDecision_VERDICT_DECISION_ALLOW {
 		return
@@ -127,6 +130,7 @@ func (s *Service) sign(req *xctv1.ValidateRequest, args map[string]any, tool *xc
 		PolicyVersion:   v.GetPolicyVersion(),
 		SystemStep:      req.GetSystemStep() && wire.IsSystemTool(p.GetTool()),
 		ToolDigest:      s.toolDigests.Of(tool),
+		PreviewBase:     previewBase,
 	}, now)
 	if err != nil {
 		s.log.Error("allow verdict left unsigned", "run_id", runID, "err", err)

@@ -72,7 +72,7 @@ func TestApprovalCallers(t *testing.T) {
 	}
 	req := configWrite(t, 1, "config/app.yaml")
 	ask := &xctv1.RequestApprovalRequest{Run: req.GetRun(), Step: req.GetStep(), StepId: req.GetStepId(), Proposal: req.GetProposal(),
-		Preview: &xctv1.Preview{Kind: "diff", Content: "+harmless\n"}}
+		Preview: &xctv1.Preview{Kind: "diff", Content: "+harmless\n", BaseDigest: "absent"}}
 	_, err = s.RequestApproval(svc("service:tracer"), ask)
 	wantCode(t, err, codes.PermissionDenied, "service:tracer")
 	if list := a.list(t, "run-1", true); len(list) != 0 {

@@ -41,11 +41,13 @@ func (s *Service) Validate(ctx context.Context, req *xctv1.ValidateRequest) (*xc
 	if s.signable(ctx) {
 		var args map[string]any
 		var tool *xctv1.ToolDescriptor
+		var base string
 		if in != nil {
-			args = in.Args // the proposal's arguments, read once
-			tool = in.Tool // the descriptor the policy judged
+			args = in.Args        // the proposal's arguments, read once
+			tool = in.Tool        // the descriptor the policy judged
+			base = in.previewBase // the file an approver saw the preview against
 		}
-		s.sign(req, args, tool, v, v.GetEvaluatedAt().AsTime())
+		s.sign(req, args, tool, base, v, v.GetEvaluatedAt().AsTime())
 	} else {
 		v.Signed = nil
 	}

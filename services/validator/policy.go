@@ -35,6 +35,10 @@ type Input struct {
 	// proposal relies on); nil for a single-model run. With it, the crew's
 	// confidence gate replaces the policy's (crew.go).
 	Crew *xctv1.CrewContext
+
+	// previewBase is the base digest of the preview of the approval that
+	// allowed the step (consultApproval); sign binds it into the grant.
+	previewBase string
 }
 
 // Outcome is a policy's judgement of one proposal.

@@ -777,7 +777,12 @@ type VerdictGrant struct {
 	// changed since (an executor restarted with another configuration, a
 	// replica configured otherwise) does not act on a verdict judged on the
 	// old one.
-	ToolDigest    string `protobuf:"bytes,11,opt,name=tool_digest,json=toolDigest,proto3" json:"tool_digest,omitempty"`
+	ToolDigest string `protobuf:"bytes,11,opt,name=tool_digest,json=toolDigest,proto3" json:"tool_digest,omitempty"`
+	// preview_base is the base_digest of the preview a human approved the
+	// step by (empty: no approval, or a preview that binds no file): the
+	// executor acts only while the step's file is still the one the human
+	// saw the diff against, and refuses otherwise, writing nothing.
+	PreviewBase   string `protobuf:"bytes,12,opt,name=preview_base,json=previewBase,proto3" json:"preview_base,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -885,6 +890,13 @@ func (x *VerdictGrant) GetSystemStep() bool {
 func (x *VerdictGrant) GetToolDigest() string {
 	if x != nil {
 		return x.ToolDigest
+	}
+	return ""
+}
+
+func (x *VerdictGrant) GetPreviewBase() string {
+	if x != nil {
+		return x.PreviewBase
 	}
 	return ""
 }
@@ -1318,7 +1330,12 @@ type Preview struct {
 	// kind says how to read content, e.g. "diff" (a unified diff).
 	Kind string `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
 	// content is the preview itself.
-	Content       string `protobuf:"bytes,2,opt,name=content,proto3" json:"content,omitempty"`
+	Content string `protobuf:"bytes,2,opt,name=content,proto3" json:"content,omitempty"`
+	// base_digest names the file the preview was made against: "sha256:"
+	// and the hex SHA-256 of its bytes, or "absent" when there was no file.
+	// Empty: the preview binds no file. An approval of the step binds it
+	// (VerdictGrant.preview_base): the step acts only on that file.
+	BaseDigest    string `protobuf:"bytes,3,opt,name=base_digest,json=baseDigest,proto3" json:"base_digest,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1363,6 +1380,13 @@ func (x *Preview) GetKind() string {
 func (x *Preview) GetContent() string {
 	if x != nil {
 		return x.Content
+	}
+	return ""
+}
+
+func (x *Preview) GetBaseDigest() string {
+	if x != nil {
+		return x.BaseDigest
 	}
 	return ""
 }
@@ -1927,7 +1951,7 @@ const file_xct_v1_validator_proto_rawDesc = "" +
 	"\x06shadow\x18\x06 \x03(\v2\x15.xct.v1.ShadowVerdictR\x06shadow\x12\x19\n" +
 	"\bends_run\x18\a \x01(\bR\aendsRun\x12<\n" +
 	"\fapproval_ttl\x18\b \x01(\v2\x19.google.protobuf.DurationR\vapprovalTtl\x12-\n" +
-	"\x06signed\x18\t \x01(\v2\x15.xct.v1.SignedVerdictR\x06signed\"\x89\x03\n" +
+	"\x06signed\x18\t \x01(\v2\x15.xct.v1.SignedVerdictR\x06signed\"\xac\x03\n" +
 	"\fVerdictGrant\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\x05R\x04step\x12\x17\n" +
@@ -1943,7 +1967,8 @@ const file_xct_v1_validator_proto_rawDesc = "" +
 	" \x01(\bR\n" +
 	"systemStep\x12\x1f\n" +
 	"\vtool_digest\x18\v \x01(\tR\n" +
-	"toolDigest\"Z\n" +
+	"toolDigest\x12!\n" +
+	"\fpreview_base\x18\f \x01(\tR\vpreviewBase\"Z\n" +
 	"\rSignedVerdict\x12\x15\n" +
 	"\x06key_id\x18\x01 \x01(\tR\x05keyId\x12\x14\n" +
 	"\x05grant\x18\x02 \x01(\fR\x05grant\x12\x1c\n" +
@@ -1977,10 +2002,12 @@ const file_xct_v1_validator_proto_rawDesc = "" +
 	"decided_by\x18\r \x01(\tR\tdecidedBy\x12\x16\n" +
 	"\x06reason\x18\x0e \x01(\tR\x06reason\x124\n" +
 	"\x16decided_policy_version\x18\x0f \x01(\tR\x14decidedPolicyVersion\x12\"\n" +
-	"\ropened_at_seq\x18\x10 \x01(\x04R\vopenedAtSeq\"7\n" +
+	"\ropened_at_seq\x18\x10 \x01(\x04R\vopenedAtSeq\"X\n" +
 	"\aPreview\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x18\n" +
-	"\acontent\x18\x02 \x01(\tR\acontent\"\x98\x02\n" +
+	"\acontent\x18\x02 \x01(\tR\acontent\x12\x1f\n" +
+	"\vbase_digest\x18\x03 \x01(\tR\n" +
+	"baseDigest\"\x98\x02\n" +
 	"\x16RequestApprovalRequest\x12$\n" +
 	"\x03run\x18\x01 \x01(\v2\x12.xct.v1.RunContextR\x03run\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\x05R\x04step\x12\x17\n" +

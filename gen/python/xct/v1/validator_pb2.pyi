@@ -128,12 +128,14 @@ class ListApprovalsResponse(_message.Message):
     def __init__(self, approvals: _Optional[_Iterable[_Union[Approval, _Mapping]]] = ...) -> None: ...
 
 class Preview(_message.Message):
-    __slots__ = ["content", "kind"]
+    __slots__ = ["base_digest", "content", "kind"]
+    BASE_DIGEST_FIELD_NUMBER: _ClassVar[int]
     CONTENT_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
+    base_digest: str
     content: str
     kind: str
-    def __init__(self, kind: _Optional[str] = ..., content: _Optional[str] = ...) -> None: ...
+    def __init__(self, kind: _Optional[str] = ..., content: _Optional[str] = ..., base_digest: _Optional[str] = ...) -> None: ...
 
 class Reason(_message.Message):
     __slots__ = ["message", "rule_id"]
@@ -265,12 +267,13 @@ class Verdict(_message.Message):
     def __init__(self, decision: _Optional[_Union[VerdictDecision, str]] = ..., reasons: _Optional[_Iterable[_Union[Reason, _Mapping]]] = ..., policy_version: _Optional[str] = ..., evaluated_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., error: _Optional[_Union[_decision_pb2.Error, _Mapping]] = ..., shadow: _Optional[_Iterable[_Union[ShadowVerdict, _Mapping]]] = ..., ends_run: bool = ..., approval_ttl: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., signed: _Optional[_Union[SignedVerdict, _Mapping]] = ...) -> None: ...
 
 class VerdictGrant(_message.Message):
-    __slots__ = ["arguments_digest", "expires_at", "grant_id", "issued_at", "policy_version", "run_id", "step", "step_id", "system_step", "tool", "tool_digest"]
+    __slots__ = ["arguments_digest", "expires_at", "grant_id", "issued_at", "policy_version", "preview_base", "run_id", "step", "step_id", "system_step", "tool", "tool_digest"]
     ARGUMENTS_DIGEST_FIELD_NUMBER: _ClassVar[int]
     EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
     GRANT_ID_FIELD_NUMBER: _ClassVar[int]
     ISSUED_AT_FIELD_NUMBER: _ClassVar[int]
     POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
+    PREVIEW_BASE_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     STEP_ID_FIELD_NUMBER: _ClassVar[int]
@@ -282,13 +285,14 @@ class VerdictGrant(_message.Message):
     grant_id: str
     issued_at: _timestamp_pb2.Timestamp
     policy_version: str
+    preview_base: str
     run_id: str
     step: int
     step_id: str
     system_step: bool
     tool: str
     tool_digest: str
-    def __init__(self, run_id: _Optional[str] = ..., step: _Optional[int] = ..., step_id: _Optional[str] = ..., tool: _Optional[str] = ..., arguments_digest: _Optional[str] = ..., policy_version: _Optional[str] = ..., issued_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., grant_id: _Optional[str] = ..., system_step: bool = ..., tool_digest: _Optional[str] = ...) -> None: ...
+    def __init__(self, run_id: _Optional[str] = ..., step: _Optional[int] = ..., step_id: _Optional[str] = ..., tool: _Optional[str] = ..., arguments_digest: _Optional[str] = ..., policy_version: _Optional[str] = ..., issued_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., grant_id: _Optional[str] = ..., system_step: bool = ..., tool_digest: _Optional[str] = ..., preview_base: _Optional[str] = ...) -> None: ...
 
 class WithdrawApprovalRequest(_message.Message):
     __slots__ = ["by", "reason", "run_id", "step_id"]
