@@ -370,8 +370,14 @@ func (t *fsWrite) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.
 		return nil, e
 	}
 	// The rename replaces the entry at name itself: a link put there
-	// meanwhile is replaced, never written through.
-	if err := pd.rename(tmp, pd, base, false); err != nil {
+	// meanwhile is replaced, never written through. A write approved
+	// against no file replaces none: one created since the check above
+	// is left as it is.
+	noReplace := res.Created && previewBase(ctx) == BaseAbsent
+	if err := pd.rename(tmp, pd, base, noReplace); err != nil {
+		if noReplace && errors.Is(err, fs.ErrExist) {
+			return nil, checkPreviewBase(ctx, p, "a file created after the check")
+		}
 		return nil, t.ws.failIn(p, name, pd, err)
 	}
 	renamed = true

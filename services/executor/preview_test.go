@@ -159,3 +159,31 @@ func TestFSWriteActsOnlyOnTheFileThePreviewShowed(t *testing.T) {
 		t.Errorf("a write no preview binds: %v", e)
 	}
 }
+
+// A file created after fs.write's check that none is there, before its
+// rename (here: while the compensation is recorded, which happens in
+// between), is not replaced when the approved preview was of no file.
+func TestFSWriteApprovedAsNewDoesNotReplaceAFileCreatedInTheWindow(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ws, err := openWorkspace(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = ws.close() }()
+	w := &fsWrite{ws: ws, maxBytes: 1 << 20, maxUndo: 1 << 20}
+	args := map[string]any{"path": "new.txt", "content": "approved\n"}
+	g := &gate{compensate: func(*Compensation) error {
+		return os.WriteFile(filepath.Join(dir, "new.txt"), []byte("racer\n"), 0o600)
+	}}
+	ctx := context.WithValue(context.Background(), gateKey{}, g)
+	ctx = context.WithValue(ctx, grantKey{}, grantSeen{id: "g", grant: &xctv1.VerdictGrant{PreviewBase: BaseAbsent}})
+	_, e := w.Invoke(ctx, args)
+	got, err := os.ReadFile(filepath.Join(dir, "new.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.GetCode() != string(wire.CodeChangedSincePreview) || string(got) != "racer\n" {
+		t.Errorf("write approved against no file, one created meanwhile: %v, file %q (want the racer's kept)", e, got)
+	}
+}
