@@ -125,24 +125,10 @@ func TestEpochCheckSeesAReloadAtOnce(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	nc := testutil.Connect(t, testutil.RunJetStream(t))
-	key, err := verdict.GenerateKey()
-	must(t, err)
-	signer, err := verdict.NewSigner(key, 0)
-	must(t, err)
-	ver, err := verdict.NewVerifier(signer.Public())
-	must(t, err)
-	s, err := New(Config{Workspace: t.TempDir(), MaxOutputBytes: 1024, Verifier: ver}, nc, nil)
-	must(t, err)
-	t.Cleanup(func() { _ = s.Stop(context.Background()) })
-	must(t, s.Start(ctx))
+	s, signer, kv := epochExecutor(ctx, t)
 	if s.epochDirect.Load() == nil {
 		t.Fatal("the executor on NATS does not read epochs by the direct get")
 	}
-	js, err := jetstream.New(nc)
-	must(t, err)
-	kv, err := js.KeyValue(ctx, verdict.PolicyBucket)
-	must(t, err)
 	record := func(version string, at time.Time) {
 		t.Helper()
 		rec, err := signer.SignEpoch(version, at)
@@ -171,7 +157,7 @@ func TestEpochCheckSeesAReloadAtOnce(t *testing.T) {
 		t.Fatalf("a grant of the policy in force: %v", err)
 	}
 	// A record that is not the key's signed epoch is not taken as one.
-	_, err = kv.Put(ctx, verdict.EpochKey(signer.KeyID()), []byte(`{"key_id":"x"}`))
+	_, err := kv.Put(ctx, verdict.EpochKey(signer.KeyID()), []byte(`{"key_id":"x"}`))
 	must(t, err)
 	if err := s.checkEpoch(ctx, signer.KeyID(), fresh); !errors.Is(err, errEpochUnread) {
 		t.Fatalf("an unverifiable record: %v, want errEpochUnread", err)
@@ -183,21 +169,7 @@ func TestEpochCheckSeesAReloadAtOnce(t *testing.T) {
 // hand-built direct get and by the generic KV client.
 func BenchmarkEpochCheck(b *testing.B) {
 	ctx := context.Background()
-	nc := testutil.Connect(b, testutil.RunJetStream(b))
-	key, err := verdict.GenerateKey()
-	must(b, err)
-	signer, err := verdict.NewSigner(key, 0)
-	must(b, err)
-	ver, err := verdict.NewVerifier(signer.Public())
-	must(b, err)
-	s, err := New(Config{Workspace: b.TempDir(), MaxOutputBytes: 1024, Verifier: ver}, nc, nil)
-	must(b, err)
-	b.Cleanup(func() { _ = s.Stop(context.Background()) })
-	must(b, s.Start(ctx))
-	js, err := jetstream.New(nc)
-	must(b, err)
-	kv, err := js.KeyValue(ctx, verdict.PolicyBucket)
-	must(b, err)
+	s, signer, kv := epochExecutor(ctx, b)
 	issued := time.Now()
 	rec, err := signer.SignEpoch("v1", issued.Add(-time.Second))
 	must(b, err)
@@ -220,4 +192,26 @@ func BenchmarkEpochCheck(b *testing.B) {
 		})
 	}
 	s.epochDirect.Store(direct)
+}
+
+// epochExecutor is an executor started on a JetStream server of its own,
+// verifying the verdicts of signer, and the policy epochs bucket it reads.
+func epochExecutor(ctx context.Context, tb testing.TB) (*Service, *verdict.Signer, jetstream.KeyValue) {
+	tb.Helper()
+	nc := testutil.Connect(tb, testutil.RunJetStream(tb))
+	key, err := verdict.GenerateKey()
+	must(tb, err)
+	signer, err := verdict.NewSigner(key, 0)
+	must(tb, err)
+	ver, err := verdict.NewVerifier(signer.Public())
+	must(tb, err)
+	s, err := New(Config{Workspace: tb.TempDir(), MaxOutputBytes: 1024, Verifier: ver}, nc, nil)
+	must(tb, err)
+	tb.Cleanup(func() { _ = s.Stop(context.Background()) })
+	must(tb, s.Start(ctx))
+	js, err := jetstream.New(nc)
+	must(tb, err)
+	kv, err := js.KeyValue(ctx, verdict.PolicyBucket)
+	must(tb, err)
+	return s, signer, kv
 }
