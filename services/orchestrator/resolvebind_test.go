@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -220,27 +219,7 @@ func (f *fixture) inDoubtSeq(s *Service, id string, n int32) uint64 {
 // its records on the NATS server at url (a proxy the test may cut).
 func (f *outcomeFixture) executorOn(t *testing.T, url string, tool *countTool) *executor.Service {
 	t.Helper()
-	nc, err := nats.Connect(url, testutil.Admin(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond), nats.ReconnectBufSize(-1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	ex, err := executor.New(executor.Config{Workspace: t.TempDir(), StepGrace: 200 * time.Millisecond, RecordTimeout: time.Second, Verifier: f.verifier}, nc, testLogger(), tool)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := ex.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_ = ex.Stop(ctx)
-	})
-	f.validatorKnows(tool)
-	return ex
+	return f.executorWith(t, url, tool)
 }
 
 // waitRecord waits until ex reads the step's record in doubt at attempt.
