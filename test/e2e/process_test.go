@@ -116,24 +116,39 @@ func (p *proc) wait(t testing.TB, timeout time.Duration) (int, string) {
 	return code, out
 }
 
-var listening = regexp.MustCompile(`listening on (127\.0\.0\.1:\d+)$`)
-
-func TestClusterAsSeparateProcesses(t *testing.T) {
-	xct, natsBin := binaries(t)
-	base := t.TempDir()
-	workspace, scripts := filepath.Join(base, "ws"), filepath.Join(base, "scripts")
+// processDirs makes a workspace ("ws") and a scripts directory
+// ("scripts") under base for a cluster of processes, with one scripted
+// model's script in it, and returns both.
+func processDirs(t *testing.T, base, name string, script []byte) (workspace, scripts string) {
+	t.Helper()
+	workspace, scripts = filepath.Join(base, "ws"), filepath.Join(base, "scripts")
 	for _, d := range []string{workspace, scripts} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
+	if err := os.WriteFile(filepath.Join(scripts, name), script, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return workspace, scripts
+}
+
+// demoScript is the demo's scripted model (examples/demo/script.yaml).
+func demoScript(t *testing.T) []byte {
+	t.Helper()
 	demo, err := os.ReadFile("../../examples/demo/script.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(scripts, "demo.yaml"), demo, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	return demo
+}
+
+var listening = regexp.MustCompile(`listening on (127\.0\.0\.1:\d+)$`)
+
+func TestClusterAsSeparateProcesses(t *testing.T) {
+	xct, natsBin := binaries(t)
+	base := t.TempDir()
+	workspace, scripts := processDirs(t, base, "demo.yaml", demoScript(t))
 
 	ns := startProc(t, "nats-server", natsBin, "-c", testutil.NATSServerConfigFile(t), "-a", "127.0.0.1", "-p", "-1", "-js", "-sd", filepath.Join(base, "nats"))
 	natsURL := "nats://" + ns.waitFor(t, regexp.MustCompile(`Listening for client connections on (127\.0\.0\.1:\d+)`), 30*time.Second)

@@ -56,16 +56,8 @@ func (l *lostStartRelay) WatchRun(*xctv1.WatchRunRequest, xctv1.OrchestratorServ
 func TestRunStartWhoseAnswerWasLostIsRetriedAsTheSameRun(t *testing.T) {
 	xct, natsBin := binaries(t)
 	base := t.TempDir()
-	workspace, scripts := filepath.Join(base, "ws"), filepath.Join(base, "scripts")
-	for _, d := range []string{workspace, scripts} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
 	script := "steps:\n  - next_step: {tool: fs.write, arguments: {path: once.txt, content: \"x\"}, goal: write}\n  - done: true\n    message: appended\n"
-	if err := os.WriteFile(filepath.Join(scripts, "once.yaml"), []byte(script), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	workspace, scripts := processDirs(t, base, "once.yaml", []byte(script))
 	ns := startProc(t, "nats-server", natsBin, "-c", testutil.NATSServerConfigFile(t), "-a", "127.0.0.1", "-p", "-1", "-js", "-sd", filepath.Join(base, "nats"))
 	natsURL := "nats://" + ns.waitFor(t, regexp.MustCompile(`Listening for client connections on (127\.0\.0\.1:\d+)`), 30*time.Second)
 	provisionNATS(t, xct, natsURL)

@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -70,19 +69,7 @@ func waitStatus(t *testing.T, name string, health func() (healthpb.HealthCheckRe
 func TestServicesStartAgainAfterNATSFailedTheirStart(t *testing.T) {
 	xct, natsBin := binaries(t)
 	base := t.TempDir()
-	workspace, scripts := filepath.Join(base, "ws"), filepath.Join(base, "scripts")
-	for _, d := range []string{workspace, scripts} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	demo, err := os.ReadFile("../../examples/demo/script.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(scripts, "demo.yaml"), demo, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	workspace, scripts := processDirs(t, base, "demo.yaml", demoScript(t))
 	natsConf, store := testutil.NATSServerConfigFile(t), filepath.Join(base, "nats")
 	startNATS := func(port string) (*proc, string) {
 		ns := startProc(t, "nats-server", natsBin, "-c", natsConf, "-a", "127.0.0.1", "-p", port, "-js", "-sd", store)
