@@ -396,11 +396,20 @@ func TestAuthorize(t *testing.T) {
 		{who(RoleAdmin), "/xct.v1.ExecutorService/Execute", true},
 		{who(), "/xct.v1.OrchestratorService/GetRun", false},
 		{who(RoleAdmin), "/xct.v1.OrchestratorService/NoSuchMethod", false},
+		// External servers' methods name their one caller.
+		{Principal{Name: ExecutorPrincipal, Roles: []string{RoleService}, Service: true}, "/xct.v1.ToolService/Invoke", true},
+		{Principal{Name: ExecutorPrincipal, Roles: []string{RoleService}, Service: true}, "/xct.v1.ToolService/Describe", true},
+		{Principal{Name: "service:tracer", Roles: []string{RoleService}, Service: true}, "/xct.v1.ToolService/Invoke", false},
+		{Principal{Name: OrchestratorPrincipal, Roles: []string{RoleService}, Service: true}, "/xct.v1.ToolService/Invoke", false},
+		{Principal{Name: ExecutorPrincipal, Roles: []string{RoleAdmin}}, "/xct.v1.ToolService/Invoke", false},
+		{who(RoleAdmin), "/xct.v1.ToolService/Invoke", false},
+		{Principal{Name: OrchestratorPrincipal, Roles: []string{RoleService}, Service: true}, "/xct.v1.ProposerService/Propose", true},
+		{Principal{Name: ExecutorPrincipal, Roles: []string{RoleService}, Service: true}, "/xct.v1.ProposerService/Propose", false},
 	}
 	for _, tc := range tests {
 		err := tbl.Authorize(tc.p, tc.method)
 		if tc.ok != (err == nil) {
-			t.Errorf("%v calling %s: %v", tc.p.Roles, tc.method, err)
+			t.Errorf("%s %v calling %s: %v", tc.p.Name, tc.p.Roles, tc.method, err)
 		}
 	}
 	if !IsOpen("/grpc.health.v1.Health/Check") || IsOpen("/grpc.reflection.v1.ServerReflection/ServerReflectionInfo") {

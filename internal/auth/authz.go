@@ -3,6 +3,7 @@ package auth
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	lctlv1 "github.com/xct-dev/xct/gen/lctl/v1"
@@ -16,6 +17,12 @@ type Rule struct {
 	// AnyRole lets every authenticated principal with at least one role
 	// call it (reads).
 	AnyRole bool
+	// Callers, when set, are the only principals that may call it: each
+	// a service principal ("service:<name>") holding role service. Roles
+	// and admin then grant nothing. It keeps a server that acts on what
+	// it is asked, with no verdict to check (a tool server), to the one
+	// XCT service that calls it.
+	Callers []string
 }
 
 // Table maps full gRPC method names ("/pkg.Service/Method") to rules.
@@ -35,6 +42,19 @@ var (
 var reader = Rule{AnyRole: true}
 
 func roles(rs ...string) Rule { return Rule{Roles: rs} }
+
+// Service principals of a deployment's certificates (`xct dev certs`,
+// deploy/k8s) that the table names as a method's only callers.
+const (
+	// ExecutorPrincipal is the executor's identity, the one it presents
+	// to tool servers (a tools file's tls).
+	ExecutorPrincipal = ServicePrincipalPrefix + "executor"
+	// OrchestratorPrincipal is the orchestrator's identity, the one it
+	// presents to external models (ProposerService).
+	OrchestratorPrincipal = ServicePrincipalPrefix + "orchestrator"
+)
+
+func only(names ...string) Rule { return Rule{Callers: names} }
 
 // DefaultTable is XCT's authorization: every RPC of every service, with
 // the roles that may call it. Reads (runs, chains, approvals) are open to
@@ -82,10 +102,16 @@ func DefaultTable() Table {
 		lctlv1.TracerService_QueryFacts_FullMethodName:        reader,
 		lctlv1.TracerService_ValidateContracts_FullMethodName: reader,
 
-		// Models and tools served with grpcx are called by XCT's services.
-		xctv1.ProposerService_Propose_FullMethodName: roles(RoleService),
-		xctv1.ToolService_Describe_FullMethodName:    roles(RoleService),
-		xctv1.ToolService_Invoke_FullMethodName:      roles(RoleService),
+		// Models and tools served with grpcx are each called by one of
+		// XCT's services: a tool server acts on every Invoke it accepts
+		// and sees no verdict, so only the executor (which acts only on
+		// the validator's signed allow) may reach it; a model is asked by
+		// the orchestrator only. Another service, a person's token, admin
+		// included, is refused (a deployment naming its services
+		// otherwise replaces the rules: grpcx.WithTable).
+		xctv1.ProposerService_Propose_FullMethodName: only(OrchestratorPrincipal),
+		xctv1.ToolService_Describe_FullMethodName:    only(ExecutorPrincipal),
+		xctv1.ToolService_Invoke_FullMethodName:      only(ExecutorPrincipal),
 
 		// OTLP trace ingestion into the tracer: agents that submit runs,
 		// and services.
@@ -116,6 +142,12 @@ func (t Table) Authorize(p Principal, fullMethod string) error {
 	}
 	if len(p.Roles) == 0 {
 		return fmt.Errorf("%w: %s has no roles", ErrNoRole, p.Name)
+	}
+	if len(rule.Callers) > 0 {
+		if slices.Contains(p.Roles, RoleService) && slices.ContainsFunc(rule.Callers, p.Is) {
+			return nil
+		}
+		return fmt.Errorf("%w: %s may be called by %s only, not %s", ErrNoRole, fullMethod, strings.Join(rule.Callers, " or "), p.Name)
 	}
 	if rule.AnyRole || p.Has(RoleAdmin) {
 		return nil
