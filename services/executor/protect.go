@@ -39,7 +39,8 @@ import (
 // "runOn": "folderOpen"), a dev container's commands (.devcontainer/,
 // .devcontainer.json: postCreateCommand), mise's tasks, hooks and tool
 // versions (run on cd), bun's preload scripts (bunfig.toml), vim's and
-// neovim's local start-up files, lefthook's git hooks; and cargo's
+// neovim's local start-up files, lefthook's git hooks, a HEAD (which
+// would make its directory a repository for git); and cargo's
 // configuration (.cargo/config.toml: a rustc wrapper that cargo metadata,
 // cargo tree and cargo fetch run too, another registry, a proxy).
 //
@@ -74,6 +75,13 @@ var DefaultProtectedPaths = []string{
 	"lefthook-local.jsonc", ".lefthook-local.jsonc",
 	".lefthook/", ".lefthook-local/",
 	".pre-commit-config.yml", "prek.toml",
+	// Session 18 (attack18a): git takes any directory holding HEAD,
+	// objects/ and refs/ (or a commondir file naming them) for a bare
+	// repository, and runs what its config names (core.fsmonitor on git
+	// status, which shell prompts run on every cd); the host's git does
+	// so by default (safe.bareRepository=all). git needs HEAD to take a
+	// directory for one, so no repository is made without it.
+	"HEAD",
 }
 
 // protectedPaths matches workspace paths against protected names.

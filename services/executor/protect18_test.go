@@ -1,0 +1,104 @@
+package executor
+
+import (
+	"os"
+	osexec "os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/xct-dev/xct/internal/wire"
+)
+
+// humanGit runs git in dir as the next human would: the host's git, no
+// sandbox, no system or global configuration, and git's defaults
+// (safe.bareRepository=all: the executor's example sets explicit for
+// its own git only). It returns the combined output.
+func humanGit(tb testing.TB, dir string, args ...string) string {
+	tb.Helper()
+	cmd := osexec.Command("git", args...)
+	cmd.Dir = dir
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + tb.TempDir(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null"}
+	out, _ := cmd.CombinedOutput()
+	return string(out)
+}
+
+// TestProtectedModelMadeRepository: git takes any directory holding a
+// HEAD, objects/ and refs/ for a repository (a bare one, whose config
+// may name a work tree), and runs the commands its config names:
+// core.fsmonitor on every git status, which shell prompts run on every
+// cd. None of those names was protected: on main four fs.writes
+// (reversible, no human) made src/ such a repository, and the next
+// human's `git status` in src/ ran the model's command on the host, out
+// of any sandbox. Session 6 closed this for the executor's own git
+// (safe.bareRepository=explicit, a read-only workspace), not for the
+// human's, whose git takes it by default. Now HEAD, which git needs to
+// take a directory for a repository (also through a commondir file), is
+// a protected name: the fs tools never write it, and one a program makes
+// is moved aside after it.
+func TestProtectedModelMadeRepository(t *testing.T) {
+	if _, err := osexec.LookPath("git"); err != nil {
+		t.Skip("git is not installed")
+	}
+	sb := newSandbox(t)
+	writeFiles(t, sb.ws, 0o644, map[string]string{
+		".git/HEAD":      "ref: refs/heads/main\n",
+		".git/config":    "[core]\n\trepositoryformatversion = 0\n",
+		".git/objects/x": "",
+		".git/refs/x":    "",
+		"src/main.go":    "package main\n",
+	})
+	mark := filepath.Join(sb.dir, "ran")
+	config := "[core]\n\trepositoryformatversion = 0\n\tbare = false\n\tworktree = wt\n\tfsmonitor = \"echo ran > " + mark + "; false\"\n"
+	s := shellService(t, sb, 20*time.Second)
+	var refused []string
+	for _, f := range []struct{ path, content string }{
+		{"src/objects/info/.keep", ""},
+		{"src/refs/heads/.keep", ""},
+		{"src/wt/.keep", ""},
+		{"src/config", config},
+		{"src/HEAD", "ref: refs/heads/main\n"},
+	} {
+		r := exec(t, s, "fs.write", map[string]any{"path": f.path, "content": f.content})
+		if codeOf(r) != "" {
+			refused = append(refused, f.path)
+			if codeOf(r) != string(wire.CodePermissionDenied) || !strings.Contains(r.GetError().GetMessage(), "protected") {
+				t.Errorf("fs.write %s: %v, want PERMISSION_DENIED (protected) or success", f.path, r)
+			}
+		}
+	}
+	out := humanGit(t, filepath.Join(sb.ws, "src"), "status")
+	if _, err := os.Stat(mark); err == nil {
+		t.Fatalf("the next human's git status in src/ ran the model's command (fs.write refused %v): %s", refused, out)
+	}
+	if len(refused) != 1 || refused[0] != "src/HEAD" {
+		t.Errorf("fs.write refused %v, want [src/HEAD]", refused)
+	}
+	for _, p := range []string{"src/head", "src/x/HEAD", "HEAD"} {
+		if r := exec(t, s, "fs.write", map[string]any{"path": p, "content": "ref: refs/heads/main\n"}); codeOf(r) != string(wire.CodePermissionDenied) {
+			t.Errorf("fs.write %s: %v, want PERMISSION_DENIED", p, r)
+		}
+	}
+
+	// A write program's repository: its HEAD is moved aside after it.
+	res := resultAs[ShellResult](t, shell(t, s, "sh", "-c",
+		"mkdir -p lib/objects lib/refs lib/wt && cp src/config lib/config && echo 'ref: refs/heads/main' > lib/HEAD && echo made"))
+	if res.Stdout != "made\n" {
+		t.Fatalf("the program: %+v", res)
+	}
+	out = humanGit(t, filepath.Join(sb.ws, "lib"), "status")
+	if _, err := os.Stat(mark); err == nil {
+		t.Fatalf("the next human's git status in lib/ ran the program's command: %s", out)
+	}
+	if _, err := os.Lstat(filepath.Join(sb.ws, "lib/HEAD")); err == nil {
+		t.Error("lib/HEAD, made by a program, is still in place")
+	}
+
+	// Names like it stay writable.
+	for _, p := range []string{"src/HEAD.md", "docs/header.txt", "src/heads/main", "HEADER"} {
+		if r := exec(t, s, "fs.write", map[string]any{"path": p, "content": "x\n"}); codeOf(r) != "" {
+			t.Errorf("fs.write %s: %v", p, r)
+		}
+	}
+}
