@@ -255,6 +255,10 @@ func (r *Run) ApplyParsed(e *lctl.Event, x Event) {
 				r.Tokens.Input += x.Tokens.Input
 				r.Tokens.Output += x.Tokens.Output
 			}
+			if u := x.Unrecorded; u != nil {
+				r.Tokens.Input += u.Tokens.Input
+				r.Tokens.Output += u.Tokens.Output
+			}
 		} else {
 			st.Error, st.DoubtSeq = &x, 0
 		}

@@ -130,6 +130,39 @@ type StepStart struct {
 	// step_end still counts them; omitted when nil (a system step, and
 	// chains written before session 15: read as none).
 	Tokens *Tokens
+	// Unrecorded are model calls of earlier owners that no event holds,
+	// charged with this one (omitted when nil; see Unrecorded).
+	Unrecorded *Unrecorded
+}
+
+// Unrecorded is what model calls cost that the chain holds no proposal
+// of: an owner that lost the run while it waited for its model (killed,
+// paused past its lease, cut off from NATS, its append failed, its stop
+// cut the call short) may have been charged by the model's endpoint for
+// an answer no event records. The owner that took the run over counts
+// such calls (RunResumed.UnrecordedCalls) and charges them on the next
+// call it records, each at what that call used: the request was the
+// same, since the chain had not changed. The step's step_end tokens (and
+// so the run's totals and budgets) include them.
+type Unrecorded struct {
+	Calls  int
+	Tokens Tokens
+}
+
+func (u *Unrecorded) data() map[string]any {
+	return map[string]any{"calls": float64(u.Calls), "tokens": u.Tokens.data()}
+}
+
+func unrecordedOf(v any) *Unrecorded {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return nil
+	}
+	u := &Unrecorded{Calls: int(Int(m, "calls"))}
+	if t, ok := m["tokens"].(map[string]any); ok {
+		u.Tokens = Tokens{Input: Int(t, "input"), Output: Int(t, "output")}
+	}
+	return u
 }
 
 // Invalid reports whether the step records output that is not a decision.
@@ -206,6 +239,9 @@ type Error struct {
 	// the run outside a step (the model's endpoint failed): counted by a
 	// run resumed before its run_finished. Omitted when nil.
 	Tokens *Tokens
+	// Unrecorded are earlier owners' model calls the chain holds no
+	// proposal of, charged with the failed call (see Unrecorded).
+	Unrecorded *Unrecorded
 }
 
 // StepEnd closes a step.
@@ -229,12 +265,21 @@ type RunFinished struct {
 type RunReleased struct {
 	Instance, Reason string
 	Step             int
+	// CallCut: the stop cut a model call short (the drain's end); the
+	// endpoint may have charged for it, and no proposal of it is on the
+	// chain: the next owner counts it as unrecorded. Omitted when false.
+	CallCut bool
 }
 
 // RunResumed: another orchestrator took the run over.
 type RunResumed struct {
 	Instance, PreviousOwner, Reason string
 	Step                            int
+	// UnrecordedCalls counts the model calls earlier owners may have made
+	// and no event holds (the chain stopped where a call was next, and no
+	// call was recorded since): the next call recorded charges them
+	// (Unrecorded). Omitted when 0.
+	UnrecordedCalls int
 }
 
 // StepInDoubt: the step's outcome could not be learnt from the executor.
@@ -302,6 +347,9 @@ func (e StepStart) Data() map[string]any {
 		if e.Tokens != nil {
 			d["tokens"] = e.Tokens.data()
 		}
+		if e.Unrecorded != nil {
+			d["unrecorded"] = e.Unrecorded.data()
+		}
 		return d
 	}
 	d := map[string]any{
@@ -316,6 +364,9 @@ func (e StepStart) Data() map[string]any {
 	}
 	if e.Tokens != nil {
 		d["tokens"] = e.Tokens.data()
+	}
+	if e.Unrecorded != nil {
+		d["unrecorded"] = e.Unrecorded.data()
 	}
 	return d
 }
@@ -384,6 +435,9 @@ func (e Error) Data() map[string]any {
 	if e.Tokens != nil {
 		d["tokens"] = e.Tokens.data()
 	}
+	if e.Unrecorded != nil {
+		d["unrecorded"] = e.Unrecorded.data()
+	}
 	return d
 }
 
@@ -406,12 +460,20 @@ func (e RunFinished) Data() map[string]any {
 
 // Data implements Event.
 func (e RunReleased) Data() map[string]any {
-	return map[string]any{"instance": e.Instance, "reason": e.Reason, "step": e.Step}
+	d := map[string]any{"instance": e.Instance, "reason": e.Reason, "step": e.Step}
+	if e.CallCut {
+		d["call_cut"] = true
+	}
+	return d
 }
 
 // Data implements Event.
 func (e RunResumed) Data() map[string]any {
-	return map[string]any{"instance": e.Instance, "previous_owner": e.PreviousOwner, "reason": e.Reason, "step": e.Step}
+	d := map[string]any{"instance": e.Instance, "previous_owner": e.PreviousOwner, "reason": e.Reason, "step": e.Step}
+	if e.UnrecordedCalls > 0 {
+		d["unrecorded_calls"] = float64(e.UnrecordedCalls)
+	}
+	return d
 }
 
 // Data implements Event.
@@ -467,6 +529,7 @@ func Parse(e *lctl.Event) Event {
 		if t, ok := d["tokens"].(map[string]any); ok {
 			s.Tokens = &Tokens{Input: Int(t, "input"), Output: Int(t, "output")}
 		}
+		s.Unrecorded = unrecordedOf(d["unrecorded"])
 		if raw, ok := d["raw"]; ok {
 			r, _ := raw.(string)
 			s.Raw = &r
@@ -516,6 +579,7 @@ func Parse(e *lctl.Event) Event {
 		if t, ok := d["tokens"].(map[string]any); ok {
 			x.Tokens = &Tokens{Input: Int(t, "input"), Output: Int(t, "output")}
 		}
+		x.Unrecorded = unrecordedOf(d["unrecorded"])
 		return x
 	case TypeStepEnd:
 		s := StepEnd{Step: int(Int(d, "step")), StepID: Str(d, "step_id"), Outcome: Str(d, "outcome"), OutputSummary: Str(d, "output_summary"), DurationMS: Float(d, "duration_ms")}
@@ -530,9 +594,11 @@ func Parse(e *lctl.Event) Event {
 		}
 		return f
 	case TypeRunReleased:
-		return RunReleased{Instance: Str(d, "instance"), Reason: Str(d, "reason"), Step: int(Int(d, "step"))}
+		cut, _ := d["call_cut"].(bool)
+		return RunReleased{Instance: Str(d, "instance"), Reason: Str(d, "reason"), Step: int(Int(d, "step")), CallCut: cut}
 	case TypeRunResumed:
-		return RunResumed{Instance: Str(d, "instance"), PreviousOwner: Str(d, "previous_owner"), Reason: Str(d, "reason"), Step: int(Int(d, "step"))}
+		return RunResumed{Instance: Str(d, "instance"), PreviousOwner: Str(d, "previous_owner"), Reason: Str(d, "reason"), Step: int(Int(d, "step")),
+			UnrecordedCalls: int(Int(d, "unrecorded_calls"))}
 	case TypeStepInDoubt:
 		return StepInDoubt{
 			Step: int(Int(d, "step")), StepID: Str(d, "step_id"), Tool: Str(d, "tool"), Reason: Str(d, "reason"),

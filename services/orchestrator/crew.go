@@ -232,6 +232,7 @@ func (r *run) crewPropose(step int) (*xctv1.ProposeResponse, string, string, err
 			if spent.GetInputTokens() > 0 || spent.GetOutputTokens() > 0 {
 				ev.Tokens = &xctevent.Tokens{Input: spent.GetInputTokens(), Output: spent.GetOutputTokens()} // (a takeover before run_finished counts them)
 			}
+			ev.Unrecorded = r.chargeUnrecorded(spent.GetInputTokens(), spent.GetOutputTokens())
 			if err := r.record(agent, ev); err != nil {
 				return nil, agent, "", err
 			}

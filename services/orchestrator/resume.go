@@ -83,6 +83,10 @@ func openStepOf(runID string, s *xctevent.Step) *openStep {
 	if s.Start.Tokens != nil {
 		st.tokens = *s.Start.Tokens // its step_end records them, as the proposing orchestrator's would have
 	}
+	if u := s.Start.Unrecorded; u != nil {
+		st.tokens.Input += u.Tokens.Input // and the unrecorded calls the step charged
+		st.tokens.Output += u.Tokens.Output
+	}
 	if s.Start.Invalid() {
 		st.invalid = true
 		st.errorRecorded = s.Error != nil
@@ -242,6 +246,7 @@ func (s *Service) resume(parent context.Context, id string, rev uint64, reason, 
 	if rs.open != nil {
 		at = rs.open.step
 	}
+	r.unrecorded = unrecordedCalls(events, rs, maxSteps)
 
 	s.mu.Lock()
 	if s.stopping {
@@ -253,7 +258,7 @@ func (s *Service) resume(parent context.Context, id string, rev uint64, reason, 
 	s.active[id] = r
 	s.mu.Unlock()
 	s.runs.put(view)
-	err = r.record(agentOrchestrator, xctevent.RunResumed{Instance: s.instance, PreviousOwner: previous, Reason: reason, Step: at})
+	err = r.record(agentOrchestrator, xctevent.RunResumed{Instance: s.instance, PreviousOwner: previous, Reason: reason, Step: at, UnrecordedCalls: r.unrecorded})
 	if err != nil {
 		s.mu.Lock()
 		delete(s.active, id)
@@ -269,12 +274,54 @@ func (s *Service) resume(parent context.Context, id string, rev uint64, reason, 
 	return nil
 }
 
+// unrecordedCalls counts the model calls that the owners of a run before
+// this takeover may have made and that no event of its chain holds, to be
+// charged on the next call recorded (run.chargeUnrecorded): the chain's
+// token budgets would otherwise miss them, one call per lost owner. A
+// loop calls its model as soon as the chain stops at a step boundary, so
+// an owner that left the chain there without handing it over (killed,
+// paused past its lease, cut off from NATS, its append failed) may have
+// been waiting for an answer that the endpoint charged; one that handed
+// it over did not, unless its stop cut the call short (call_cut).
+// Earlier takeovers' counts carry over (run_resumed records them) until a
+// call is recorded. A chain that stops inside a step, or where the loop
+// would not call its model next (the run ended, or its step budget is
+// used up), owes nothing more.
+func unrecordedCalls(events []lctl.Event, rs *resumeState, maxSteps int) int {
+	if rs.open != nil || rs.endMessage != "" || rs.next > maxSteps || len(events) == 0 {
+		return 0
+	}
+	owed := 0
+	for i := range events {
+		switch e := &events[i]; e.Type {
+		case lctl.TypeStepStart:
+			owed = 0 // a call recorded: it charged what was owed before it
+		case TypeRunResumed:
+			if x, ok := xctevent.Parse(e).(xctevent.RunResumed); ok {
+				owed = x.UnrecordedCalls
+			}
+		case TypeRunReleased:
+			if x, ok := xctevent.Parse(e).(xctevent.RunReleased); ok && x.CallCut {
+				owed++
+			}
+		}
+	}
+	last := len(events) - 1
+	for last > 0 && events[last].Type == lctl.TypeSignedCheckpoint {
+		last-- // (a hand-over is checkpointed after its run_released)
+	}
+	if events[last].Type != TypeRunReleased {
+		owed++ // its owner left it without a hand-over: it may have been in a call
+	}
+	return owed
+}
+
 // handOver ends this process's part in a run it is stopping for: the
 // hand-over is recorded on the chain, then the owner key is released for
 // another replica. If the event cannot be recorded the key is left to
 // expire, which hands the run over too, later.
 func (r *run) handOver(why string) {
-	data := xctevent.RunReleased{Instance: r.svc.instance, Reason: "the orchestrator is stopping", Step: r.at}
+	data := xctevent.RunReleased{Instance: r.svc.instance, Reason: "the orchestrator is stopping", Step: r.at, CallCut: r.callCut}
 	if why != "" {
 		data.Reason = why
 	}

@@ -102,6 +102,30 @@ type usage struct {
 	tokensIn          int64
 	tokensOut         int64
 	consecutiveErrors int
+	// unrecorded counts model calls earlier owners may have made that no
+	// event holds (counted at the takeover: RunResumed.UnrecordedCalls);
+	// the next call recorded charges them (chargeUnrecorded). callCut
+	// says a stop cut this owner's model call short (run_released says
+	// so, for the next owner to count it).
+	unrecorded int
+	callCut    bool
+}
+
+// chargeUnrecorded charges the model calls earlier owners may have made
+// and no event holds (r.unrecorded) at what the call being recorded used,
+// in and out tokens: the request was the same, since the chain had not
+// changed. The charge is added to the run's tokens and returned for the
+// event that records the call (nil when nothing is owed).
+func (r *run) chargeUnrecorded(in, out int64) *xctevent.Unrecorded {
+	n := r.unrecorded
+	if n == 0 {
+		return nil
+	}
+	r.unrecorded = 0
+	u := &xctevent.Unrecorded{Calls: n, Tokens: xctevent.Tokens{Input: in * int64(n), Output: out * int64(n)}}
+	r.tokensIn += u.Tokens.Input
+	r.tokensOut += u.Tokens.Output
+	return u
 }
 
 // runContext is what the validator is told about the run at a step.
@@ -369,6 +393,11 @@ func (r *run) iterate(step int) (iterationOutcome, error) {
 			e := wire.Errorf(wire.CodeGenerationFailed, "model %s did not answer: %v", agent, err)
 			ev := errorEvent(step, "", e)
 			ev.Tokens = spent
+			if spent != nil {
+				ev.Unrecorded = r.chargeUnrecorded(spent.Input, spent.Output)
+			} else {
+				ev.Unrecorded = r.chargeUnrecorded(0, 0)
+			}
 			if rerr := r.record(agent, ev); rerr != nil {
 				return iterationOutcome{}, rerr
 			}
@@ -378,10 +407,18 @@ func (r *run) iterate(step int) (iterationOutcome, error) {
 	tokens := xctevent.Tokens{Input: resp.GetUsage().GetInputTokens(), Output: resp.GetUsage().GetOutputTokens()}
 	r.tokensIn += resp.GetUsage().GetInputTokens()
 	r.tokensOut += resp.GetUsage().GetOutputTokens()
+	// The step's tokens (its step_end's): its call's, and what it charges
+	// for calls of earlier owners that no event holds.
+	unrecorded := r.chargeUnrecorded(tokens.Input, tokens.Output)
+	charged := tokens
+	if unrecorded != nil {
+		charged.Input += unrecorded.Tokens.Input
+		charged.Output += unrecorded.Tokens.Output
+	}
 
 	decision, args, perr := wire.ParseDecisionArgs([]byte(resp.GetOutput()))
 	if perr != nil {
-		return iterationOutcome{kind: outcomeInvalid}, r.recordInvalid(step, agent, resp.GetOutput(), perr, tokens, started)
+		return iterationOutcome{kind: outcomeInvalid}, r.recordInvalid(step, agent, resp.GetOutput(), perr, tokens, unrecorded, charged, started)
 	}
 	if done := decision.GetDone(); done != nil {
 		return iterationOutcome{kind: outcomeDone, message: done.GetMessage()}, nil
@@ -397,7 +434,8 @@ func (r *run) iterate(step int) (iterationOutcome, error) {
 	proposed := xctevent.StepStart{
 		Step: step, StepID: stepID, Intent: ns.GetGoal(), InputSummary: summarizeProposal(ns.GetTool(), args),
 		Tool: ns.GetTool(), Arguments: args, Model: resp.GetModel(), Confidence: ns.Confidence,
-		Tokens: &tokens, // so a run taken over before the step_end counts them (resume.go)
+		Tokens:     &tokens, // so a run taken over before the step_end counts them (resume.go)
+		Unrecorded: unrecorded,
 	}
 	var ev xctevent.Event = proposed
 	if r.crew != nil {
@@ -407,7 +445,7 @@ func (r *run) iterate(step int) (iterationOutcome, error) {
 	if err := r.record(agent, ev); err != nil {
 		return iterationOutcome{}, err
 	}
-	return r.finishStep(&openStep{step: step, stepID: stepID, ns: ns, args: args, agent: agent, tokens: tokens, started: started})
+	return r.finishStep(&openStep{step: step, stepID: stepID, ns: ns, args: args, agent: agent, tokens: charged, started: started})
 }
 
 // callModel asks proposer p (model reference ref) for the next decision,
@@ -427,6 +465,9 @@ func (r *run) callModel(p Proposer, ref, agent string, req *xctv1.ProposeRequest
 		resp, err = p.Propose(pctx, req)
 	}
 	r.endChat(chat, resp, err)
+	if err != nil && errors.Is(context.Cause(r.ctx), errReleased) {
+		r.callCut = true // the endpoint may have charged for it: run_released says so
+	}
 	return resp, err
 }
 
@@ -439,7 +480,7 @@ type openStep struct {
 	ns      *xctv1.NextStep
 	args    map[string]any // ns's arguments as JSON values (shared, never modified)
 	agent   string
-	tokens  xctevent.Tokens
+	tokens  xctevent.Tokens // what the step's step_end records: its call's, and unrecorded calls it charges
 	started time.Time
 	at      time.Time // a resumed step's step_start time on the chain (started is the resume's)
 
@@ -491,21 +532,21 @@ func unknownOutcome(e *xctv1.Error) bool {
 
 // recordInvalid records model output that is not a decision: it goes back
 // to the model as an error signal.
-func (r *run) recordInvalid(step int, agent, raw string, perr error, tokens xctevent.Tokens, started time.Time) error {
+func (r *run) recordInvalid(step int, agent, raw string, perr error, tokens xctevent.Tokens, unrecorded *xctevent.Unrecorded, charged xctevent.Tokens, started time.Time) error {
 	const keep = 4096
 	shown := raw
 	if len(shown) > keep {
 		// Cut on a character boundary: the text goes on the chain.
 		shown = text.Truncate(shown, keep) + "(truncated)"
 	}
-	if err := r.record(agent, xctevent.StepStart{Step: step, InputSummary: "invalid model output", Raw: &shown, Tokens: &tokens}); err != nil {
+	if err := r.record(agent, xctevent.StepStart{Step: step, InputSummary: "invalid model output", Raw: &shown, Tokens: &tokens, Unrecorded: unrecorded}); err != nil {
 		return err
 	}
 	e := wire.Errorf(wire.CodeGenerationFailed, "%v", perr)
 	if err := r.record(agent, errorEvent(step, "", e)); err != nil {
 		return err
 	}
-	st := &openStep{step: step, tokens: tokens, started: started}
+	st := &openStep{step: step, tokens: charged, started: started}
 	return r.record(agent, st.end(xctevent.OutcomeInvalid, e.GetMessage()))
 }
 
