@@ -315,3 +315,81 @@ func TestValidateArgumentInAListReadByAMacro(t *testing.T) {
 		checkVerdict(t, validate(t, s, request(t, "srv.bundle", a)), allow, "", "allow-read")
 	}
 }
+
+// TestValidateArgumentComparedWithAVariableOrAnotherArgument (session 18):
+// the type a rule holds an argument to comes from what it is compared
+// with, also when that is not a constant. CEL's == across types is false,
+// so on main each of these was allowed past a deny rule meant to match
+// it, for a tool whose schema does not type the argument: an assignee
+// given as a list where the rule compares it with run.principal (the
+// run's own principal, a string), a target given as a list where the
+// rule compares it with the source (JavaScript's "a" == ["a"] is true),
+// and a map's value read through a macro (args.flags[k] == true, given
+// "true"). Each is now SCHEMA_INVALID.
+func TestValidateArgumentComparedWithAVariableOrAnotherArgument(t *testing.T) {
+	t.Parallel()
+	open := &xctv1.ToolDescriptor{Name: "srv.act", Effect: reversible, InputSchema: `{"type":"object"}`}
+	s := newService(t, `rules:
+  - {id: allow-all, effect: allow, tools: ["srv.*"]}
+  - id: not-ones-own
+    effect: deny
+    tools: ["srv.*"]
+    when: 'has(args.assignee) && args.assignee == run.principal'
+  - id: not-to-itself
+    effect: deny
+    tools: ["srv.*"]
+    when: 'has(args.source) && has(args.target) && args.source == args.target'
+  - id: no-flag-set
+    effect: deny
+    tools: ["srv.*"]
+    when: 'has(args.flags) && args.flags.exists(k, args.flags[k] == true)'
+  - id: no-role-name
+    effect: deny
+    tools: ["srv.*"]
+    when: 'has(args.group) && args.group in run.roles'
+  - id: big-writes-need-a-human
+    effect: require_approval
+    tools: ["srv.*"]
+    when: 'has(args.content) && size(string(args.content)) > 10'
+`, open)
+	for _, a := range []map[string]any{
+		{"assignee": []any{"alice"}},
+		{"assignee": map[string]any{"name": "alice"}},
+		{"source": "a", "target": []any{"a"}},
+		{"source": 1.0, "target": "1"},
+		{"flags": map[string]any{"force": "true"}},
+		{"flags": map[string]any{"a": false, "force": 1.0}},
+		{"group": []any{"submitter"}},
+	} {
+		v := validate(t, s, request(t, "srv.act", a))
+		if v.GetDecision() != deny || v.GetError().GetCode() != string(wire.CodeSchemaInvalid) {
+			t.Errorf("%v: %v %v, want a SCHEMA_INVALID deny", a, v.GetDecision(), v.GetError())
+		}
+	}
+	for _, a := range []map[string]any{
+		{"assignee": "alice"},
+		{"source": "a", "target": "a"},
+		{"flags": map[string]any{"force": true}},
+	} {
+		v := validate(t, s, request(t, "srv.act", a))
+		if v.GetDecision() != deny || v.GetError().GetCode() != string(wire.CodePolicyDenied) {
+			t.Errorf("%v: %v %v, want the rule's deny", a, v.GetDecision(), v.GetError())
+		}
+	}
+	for _, a := range []map[string]any{
+		{"assignee": "bob"},
+		{"assignee": nil},
+		{"source": "a", "target": "b"},
+		{"source": "a"},
+		{"source": []any{"a"}, "target": []any{"b"}},
+		{"flags": map[string]any{"force": false}},
+		{"group": "ops"},
+		{"content": "short"},
+	} {
+		checkVerdict(t, validate(t, s, request(t, "srv.act", a)), allow, "", "allow-all")
+	}
+	// What docs/policy.md advises for a size: a list fails the condition.
+	if v := validate(t, s, request(t, "srv.act", map[string]any{"content": []any{"a long text, counted as one element"}})); v.GetDecision() != deny {
+		t.Errorf("content as a list under size(string(...)): %v, want deny", v.GetDecision())
+	}
+}

@@ -78,8 +78,14 @@ func readArgs(ast *celast.AST) argReads {
 }
 
 // elements is the path step of a list's elements: args.files.exists(f,
-// has(f.path)) reads files.*.path.
+// has(f.path)) reads files.*.path. Over an object a macro ranges over its
+// member names, which are strings, so no value is read there.
 const elements = "*"
+
+// values is the path step of every value of an object, read through a
+// macro over its names: args.flags.exists(k, args.flags[k] == true) reads
+// flags.{}.
+const values = "{}"
 
 // iterVars are the comprehension variables (all, exists, map, filter)
 // that range over a list an argument path names, each with that path and
@@ -125,15 +131,20 @@ func argPath(e celast.Expr, vars iterVars) ([]string, bool) {
 		if c.FunctionName() != "_[_]" || len(c.Args()) != 2 {
 			return nil, false
 		}
-		name, ok := stringLiteral(c.Args()[1])
-		if !ok {
-			return nil, false
-		}
 		p, ok := argPath(c.Args()[0], vars)
 		if !ok {
 			return nil, false
 		}
-		return append(p, name), true
+		if name, ok := stringLiteral(c.Args()[1]); ok {
+			return append(p, name), true
+		}
+		// args.m[k], k ranging over args.m: a value of the object.
+		if ix := c.Args()[1]; ix.Kind() == celast.IdentKind {
+			if kp := vars[ix.AsIdent()]; kp != nil && slices.Equal(kp, append(slices.Clone(p), elements)) {
+				return append(p, values), true
+			}
+		}
+		return nil, false
 	}
 	return nil, false
 }
@@ -163,6 +174,13 @@ func (r argReads) spelledOtherwise(v any) (given, read string, found bool) {
 	obj, ok := v.(map[string]any)
 	if !ok || len(r) == 0 {
 		return "", "", false
+	}
+	if sub, ok := r[values]; ok {
+		for _, e := range obj {
+			if given, read, found = sub.spelledOtherwise(e); found {
+				return given, read, true
+			}
+		}
 	}
 	for k, e := range obj {
 		if sub, ok := r[k]; ok {
@@ -198,7 +216,12 @@ func (r argReads) spelledOtherwise(v any) (given, read string, found bool) {
 // Python or JavaScript reads as true (`if args.get("recursive")`). Where the
 // tool's schema types the argument, the schema refuses such a value; where
 // it does not, the rules' comparisons say which type is meant: a value of
-// another JSON type at a compared argument is refused SCHEMA_INVALID.
+// another JSON type at a compared argument is refused SCHEMA_INVALID. The
+// same holds for a comparison with a typed expression (args.assignee ==
+// run.principal, a string; args.group in run.roles) and, through a macro
+// over an object's names, for its values (args.flags[k] == true); two
+// arguments compared with each other (args.source == args.target) must
+// be of one type (session 18).
 
 // jsonKind is a JSON value's type, as a rule's constant gives it.
 type jsonKind uint8
@@ -238,17 +261,54 @@ func literalKind(e celast.Expr) jsonKind {
 	return 0
 }
 
-// argCompare is an argument a condition compares with constants, and
-// their types.
+// typeKind is the JSON type of a CEL type (0: none, or dyn).
+func typeKind(t *types.Type) jsonKind {
+	if t == nil {
+		return 0
+	}
+	switch t.Kind() {
+	case types.StringKind:
+		return kindString
+	case types.BoolKind:
+		return kindBool
+	case types.IntKind, types.UintKind, types.DoubleKind:
+		return kindNumber
+	}
+	return 0
+}
+
+// operandKind is the JSON type of what a rule compares an argument with:
+// a constant's, or the checked type of an expression (run.principal, a
+// string; run.step, an int; run.labels["env"], a string). An argument's
+// value is dyn: no type.
+func operandKind(ast *celast.AST, e celast.Expr) jsonKind {
+	if k := literalKind(e); k != 0 {
+		return k
+	}
+	return typeKind(ast.GetType(e.ID()))
+}
+
+// argCompare is an argument a condition compares with constants or typed
+// expressions, and their types.
 type argCompare struct {
 	path  []string
 	kinds jsonKind
 }
 
+// argPair is two arguments a condition compares with each other (==,
+// !=): a tool may take values of two types as equal (JavaScript's "a" ==
+// ["a"], a server converting both to strings) where CEL's == is false.
+type argPair struct {
+	a, b []string
+}
+
 // comparedArgs finds the arguments a checked condition compares with
-// constants: ==, != (either side) and in a list of constants.
-func comparedArgs(ast *celast.AST) []argCompare {
+// constants or typed expressions (==, != either side, in a list of
+// constants or a typed list or map: args.group in run.roles), and the
+// pairs of arguments it compares with each other.
+func comparedArgs(ast *celast.AST) ([]argCompare, []argPair) {
 	var out []argCompare
+	var pairs []argPair
 	add := func(p []string, k jsonKind) {
 		if len(p) == 0 || k == 0 {
 			return
@@ -270,16 +330,21 @@ func comparedArgs(ast *celast.AST) []argCompare {
 				continue
 			}
 			if fn == "@in" {
-				if args[1].Kind() != celast.ListKind {
-					continue
-				}
 				p, ok := argPath(args[0], vars)
 				if !ok {
 					continue
 				}
+				if args[1].Kind() != celast.ListKind {
+					// A typed collection: run.roles, run.labels.
+					if t := ast.GetType(args[1].ID()); t != nil && len(t.Parameters()) > 0 &&
+						(t.Kind() == types.ListKind || t.Kind() == types.MapKind) {
+						add(p, typeKind(t.Parameters()[0]))
+					}
+					continue
+				}
 				var k jsonKind
 				for _, el := range args[1].AsList().Elements() {
-					lk := literalKind(el)
+					lk := operandKind(ast, el)
 					if lk == 0 {
 						k = 0 // a list of other things: not a type to hold it to
 						break
@@ -289,14 +354,21 @@ func comparedArgs(ast *celast.AST) []argCompare {
 				add(p, k)
 				continue
 			}
-			if p, ok := argPath(args[0], vars); ok {
-				add(p, literalKind(args[1]))
-			} else if p, ok := argPath(args[1], vars); ok {
-				add(p, literalKind(args[0]))
+			pa, okA := argPath(args[0], vars)
+			pb, okB := argPath(args[1], vars)
+			switch {
+			case okA && okB:
+				if len(pa) > 0 && len(pb) > 0 && !slices.Equal(pa, pb) {
+					pairs = append(pairs, argPair{a: slices.Clone(pa), b: slices.Clone(pb)})
+				}
+			case okA:
+				add(pa, operandKind(ast, args[1]))
+			case okB:
+				add(pb, operandKind(ast, args[0]))
 			}
 		}
 	}
-	return out
+	return out, pairs
 }
 
 // valueKind is v's JSON type as jsonKind (0 for null, objects and arrays,
@@ -311,6 +383,59 @@ func valueKind(v any) jsonKind {
 		return kindBool
 	}
 	return 0
+}
+
+// fullKind is v's JSON type, objects and arrays included (0 for null).
+func fullKind(v any) string {
+	switch v.(type) {
+	case string:
+		return "a string"
+	case float64, int, int64:
+		return "a number"
+	case bool:
+		return "a boolean"
+	case []any:
+		return "a list"
+	case map[string]any:
+		return "an object"
+	}
+	return ""
+}
+
+// unlikePair finds a pair of arguments of args compared by ps whose values
+// are of two JSON types (null or absent aside): their paths and types.
+// Paths through a list's elements or an object's values are not paired
+// (which element goes with which is the macro's).
+func unlikePair(ps []argPair, args map[string]any) (a, b, ka, kb string, found bool) {
+	for _, p := range ps {
+		va, okA := valueAt(p.a, args)
+		vb, okB := valueAt(p.b, args)
+		if !okA || !okB {
+			continue
+		}
+		if ka, kb = fullKind(va), fullKind(vb); ka != "" && kb != "" && ka != kb {
+			return strings.Join(p.a, "."), strings.Join(p.b, "."), ka, kb, true
+		}
+	}
+	return "", "", "", "", false
+}
+
+// valueAt is the value at path in v, when the path names objects' members
+// only.
+func valueAt(path []string, v any) (any, bool) {
+	for _, name := range path {
+		if name == elements || name == values {
+			return nil, false
+		}
+		m, ok := v.(map[string]any)
+		if !ok {
+			return nil, false
+		}
+		if v, ok = m[name]; !ok {
+			return nil, false
+		}
+	}
+	return v, true
 }
 
 // otherType finds an argument of args compared by cs whose value is of
@@ -342,6 +467,14 @@ func otherTypeAt(path []string, kinds jsonKind, v any) bool {
 	}
 	m, ok := v.(map[string]any)
 	if !ok {
+		return false
+	}
+	if path[0] == values {
+		for _, e := range m {
+			if otherTypeAt(path[1:], kinds, e) {
+				return true
+			}
+		}
 		return false
 	}
 	e, ok := m[path[0]]

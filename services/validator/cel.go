@@ -172,9 +172,11 @@ type condition struct {
 	// ast is the checked expression (for lint).
 	ast *cel.Ast
 	// reads are the argument names it reads, compares the arguments it
-	// compares with constants, and their types (argreads.go).
+	// compares with constants or typed expressions, and their types, pairs
+	// the arguments it compares with each other (argreads.go).
 	reads    argReads
 	compares []argCompare
+	pairs    []argPair
 }
 
 // celProblem is one compile problem of a condition, at a position inside
@@ -219,7 +221,8 @@ func compileCondition(lazy *celEnv, src string) (*condition, []celProblem) {
 	if err != nil {
 		return nil, []celProblem{{msg: err.Error()}}
 	}
-	c := &condition{src: src, prog: prog, ast: ast, reads: readArgs(ast.NativeRep()), compares: comparedArgs(ast.NativeRep())}
+	c := &condition{src: src, prog: prog, ast: ast, reads: readArgs(ast.NativeRep())}
+	c.compares, c.pairs = comparedArgs(ast.NativeRep())
 	if text, err := cel.AstToString(ast); err == nil {
 		c.canonical = text
 	} else {

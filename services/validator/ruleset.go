@@ -185,6 +185,17 @@ func (rs *ruleSet) argSpelling(in *Input, name string, effect xctv1.Effect) (Out
 				Details:  map[string]any{"tool": truncate(name, maxToolNameInMsg), "argument": truncate(at, maxToolNameInMsg), "rule": r.id},
 			}, true
 		}
+		if a, b, ka, kb, found := unlikePair(r.when.pairs, in.Args); found {
+			msg := fmt.Sprintf("arguments %q and %q of tool %s are %s and %s, which the policy compares with each other (rule %s): a tool may take them as equal where the policy does not; give both one type",
+				truncate(a, maxToolNameInMsg), truncate(b, maxToolNameInMsg), quoteName(name), ka, kb, r.id)
+			return Outcome{
+				Decision: xctv1.VerdictDecision_VERDICT_DECISION_DENY,
+				Reasons:  []*xctv1.Reason{{RuleId: reasonSchema, Message: msg}},
+				Message:  msg,
+				Code:     wire.CodeSchemaInvalid,
+				Details:  map[string]any{"tool": truncate(name, maxToolNameInMsg), "argument": truncate(a, maxToolNameInMsg), "rule": r.id},
+			}, true
+		}
 		given, read, found := r.when.reads.spelledOtherwise(in.Args)
 		if !found {
 			continue
