@@ -299,6 +299,15 @@ func (d *wsDir) rename(from string, dst *wsDir, to string, noReplace bool) error
 	return nil
 }
 
+// exchange swaps the entries a and b of d in one step (renameat2
+// RENAME_EXCHANGE): both must exist; neither is ever absent.
+func (d *wsDir) exchange(a, b string) error {
+	if err := unix.Renameat2(d.fd, a, d.fd, b, unix.RENAME_EXCHANGE); err != nil {
+		return &os.LinkError{Op: "exchange", Old: a, New: b, Err: err}
+	}
+	return nil
+}
+
 // sync makes d's changes durable; failures do not undo them.
 func (d *wsDir) sync() { _ = unix.Fsync(d.fd) }
 

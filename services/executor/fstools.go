@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -188,6 +189,10 @@ type fsWrite struct {
 	ws       *workspace
 	maxBytes int64
 	maxUndo  int64
+	// swapped, when set (tests only), runs right after the new content
+	// is exchanged in for an existing file, before what was swapped out
+	// is checked.
+	swapped func()
 }
 
 const fsWriteSchema = `{
@@ -363,20 +368,29 @@ func (t *fsWrite) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.
 	if err := f.Sync(); err != nil {
 		return nil, t.ws.fail(p, err)
 	}
+	ours, err := f.Stat()
+	if err != nil {
+		return nil, t.ws.fail(p, err)
+	}
 	if err := f.Close(); err != nil {
 		return nil, t.ws.fail(p, err)
 	}
 	if e := CommitCompensated(ctx, comp); e != nil {
 		return nil, e
 	}
-	// The rename replaces the entry at name itself: a link put there
-	// meanwhile is replaced, never written through. A write approved
-	// against no file replaces none: one created since the check above
-	// is left as it is.
-	noReplace := res.Created && previewBase(ctx) == BaseAbsent
-	if err := pd.rename(tmp, pd, base, noReplace); err != nil {
-		if noReplace && errors.Is(err, fs.ErrExist) {
-			return nil, checkPreviewBase(ctx, p, "a file created after the check")
+	if !res.Created {
+		renamed = true // swapIn leaves nothing of its own at tmp
+		if e := t.swapIn(ctx, p, name, pd, tmp, base, res.PreviousChecksum, ours); e != nil {
+			return nil, e
+		}
+		return res, nil
+	}
+	// The new file replaces nothing: an entry created at name since the
+	// check above (a file of another writer, a link) is left as it is,
+	// and the undo, which would remove the file, removes only this one.
+	if err := pd.rename(tmp, pd, base, true); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return nil, t.changed(ctx, p, "a file created after the check", "")
 		}
 		return nil, t.ws.failIn(p, name, pd, err)
 	}
@@ -384,6 +398,127 @@ func (t *fsWrite) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.
 	// Make the rename durable; a failure here does not undo the write.
 	pd.sync()
 	return res, nil
+}
+
+// swapIn puts the new content, written at tmp in pd, in place of the
+// file base of pd, which held prev (the checksum of the content the step
+// read, checked against an approval's preview and saved for the undo),
+// and never replaces anything else. A check of the file followed by a
+// rename over it would replace a change made in between (another
+// writer's, in the microseconds between the two), and the undo would put
+// back content older than that change. So the two entries are exchanged
+// in one step (renameat2 RENAME_EXCHANGE: the name is never absent), and
+// what was swapped out is what is checked: when it is not prev (changed,
+// replaced, deleted or turned into a directory or a link since the read)
+// the exchange is undone, the other writer's entry is back at its name,
+// and nothing was written. In between, for as long as the check takes,
+// the name shows the new content. A writer that holds the old file open
+// and writes to it after the check writes to a file no longer named, as
+// with any replace by rename.
+func (t *fsWrite) swapIn(ctx context.Context, p, name string, pd *wsDir, tmp, base, prev string, ours fs.FileInfo) *xctv1.Error {
+	if err := pd.exchange(tmp, base); err != nil {
+		removeOurs(pd, tmp, ours)
+		if errors.Is(err, fs.ErrNotExist) && t.ws.stillAt(pd) {
+			if _, lerr := pd.lstat(base); errors.Is(lerr, fs.ErrNotExist) {
+				return t.changed(ctx, p, BaseAbsent, "") // deleted since the read
+			}
+		}
+		return t.ws.failIn(p, name, pd, err)
+	}
+	if t.swapped != nil {
+		t.swapped()
+	}
+	found := entrySum(pd, tmp, t.maxUndo)
+	if found == prev {
+		_ = pd.remove(tmp, false) // the replaced file: its content is in the undo
+		pd.sync()
+		return nil
+	}
+	// Put back what was there. If the name was taken again meanwhile (our
+	// file replaced or removed by yet another writer), what was swapped
+	// out is kept under the temporary name, and the error says where.
+	kept := ""
+	switch err := pd.exchange(tmp, base); {
+	case err == nil:
+		if !removeOurs(pd, tmp, ours) {
+			kept = filepath.ToSlash(filepath.Join(filepath.Dir(name), tmp))
+		}
+	case pd.rename(tmp, pd, base, true) != nil:
+		kept = filepath.ToSlash(filepath.Join(filepath.Dir(name), tmp))
+	}
+	pd.sync()
+	return t.changed(ctx, p, found, kept)
+}
+
+// changed is the refusal of a write whose file changed between the read
+// of its content and the write: found says what was there (a checksum,
+// BaseAbsent, or what else). A step approved by a preview fails
+// CHANGED_SINCE_PREVIEW; any other, TOOL_FAILURE (its undo would have
+// put back content older than the change). Nothing was written; kept,
+// when set, names where an entry that could not be put back at its name
+// was left.
+func (t *fsWrite) changed(ctx context.Context, p, found, kept string) *xctv1.Error {
+	e := checkPreviewBase(ctx, p, found)
+	if e == nil {
+		e = wire.WithDetails(wire.Errorf(wire.CodeToolFailure,
+			"%q changed while it was being written (found %s): nothing was written; propose the step again to write over the file as it is now", p, found),
+			map[string]any{"path": p, "found": found})
+	}
+	if kept != "" {
+		d := e.GetDetails().AsMap()
+		d["kept_at"] = kept
+		e = wire.WithDetails(e, d)
+		e.Message += fmt.Sprintf("; the entry found there was kept at %q, for its name was taken again meanwhile", kept)
+	}
+	return e
+}
+
+// entrySum is the checksum of the regular file base of d, read without
+// following a link, or what else is there ("absent", "a directory", "a
+// symbolic link", ...); a file over limit bytes is not read.
+func entrySum(d *wsDir, base string, limit int64) string {
+	fi, err := d.lstat(base)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return BaseAbsent
+	case err != nil:
+		return "unreadable"
+	case fi.IsDir():
+		return "a directory"
+	case fi.Mode()&fs.ModeSymlink != 0:
+		return "a symbolic link"
+	case !fi.Mode().IsRegular():
+		return "not a regular file"
+	case fi.Size() > limit:
+		return fmt.Sprintf("a file of %d bytes", fi.Size())
+	}
+	f, err := d.openFile(base, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return "unreadable"
+	}
+	defer func() { _ = f.Close() }()
+	h := sha256.New()
+	n, err := io.Copy(h, io.LimitReader(f, limit+1))
+	switch {
+	case err != nil:
+		return "unreadable"
+	case n > limit:
+		return fmt.Sprintf("a file of more than %d bytes", limit)
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil))
+}
+
+// removeOurs removes the entry base of d if it is the file ours, and
+// reports whether it did (or there was nothing there).
+func removeOurs(d *wsDir, base string, ours fs.FileInfo) bool {
+	fi, err := d.lstat(base)
+	if errors.Is(err, fs.ErrNotExist) {
+		return true
+	}
+	if err != nil || !sameEntry(fi, ours) {
+		return false
+	}
+	return d.remove(base, false) == nil
 }
 
 // mkdirAll opens the workspace directory dir, creating the missing
