@@ -470,9 +470,16 @@ func consensusOf(assessors map[string]*Assessment, order []string, agreement *fl
 // "0.85 → 0.81 → 0.95 (verified)". A point below the block threshold
 // shows as BLOCKED.
 func (fc FactConfidence) Render() string {
-	var b []byte
+	return string(fc.AppendRender(nil))
+}
+
+// AppendRender appends what Render returns to b: a long chain's
+// timeline (millions of points) written out without the copies a
+// string of it takes.
+func (fc FactConfidence) AppendRender(b []byte) []byte {
+	start := len(b)
 	if fc.Points == nil {
-		b = fc.rendered
+		b = append(b, fc.rendered...)
 	}
 	for i, p := range fc.Points {
 		if i > 0 {
@@ -480,14 +487,20 @@ func (fc FactConfidence) Render() string {
 		}
 		b = appendPoint(b, p.Blocked, p.Value)
 	}
-	s := string(b)
-	if s == "" {
-		s = "-"
+	if len(b) == start {
+		b = append(b, '-')
 	}
 	if len(fc.Labels) > 0 {
-		s += " (" + strings.Join(fc.Labels, ", ") + ")"
+		b = append(b, " ("...)
+		for i, l := range fc.Labels {
+			if i > 0 {
+				b = append(b, ", "...)
+			}
+			b = append(b, l...)
+		}
+		b = append(b, ')')
 	}
-	return s
+	return b
 }
 
 // arrow joins the points Render shows.
@@ -511,8 +524,9 @@ func (b *ConfidenceBuilder) renderPoints() [][]byte {
 				}
 				values := &b.order[k].values
 				var r []byte
-				if values.len() > 0 {
-					r = make([]byte, 0, 8*values.len())
+				if n := values.len(); n > 0 {
+					// "0.85" and the arrow after it: nine bytes a point.
+					r = make([]byte, 0, 9*n+8)
 				}
 				values.each(func(i int, v *float64) {
 					if i > 0 {

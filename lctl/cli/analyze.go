@@ -336,8 +336,15 @@ func runConfidence(ctx context.Context, c *cmdContext) error {
 		return nil
 	}
 	c.out("Fact confidence timeline:\n")
+	var line []byte
 	for _, f := range r.Facts {
-		c.out("%s: %s\n", f.ID, shown(f.Render()))
+		// The fact's id as c.out shows it, its timeline as lctl wrote it
+		// (its own numbers, words and arrows: not read for hidden
+		// characters), in one write; a long chain's timeline (millions of
+		// points) copied once, not as a string and through fmt.
+		line = append(append(line[:0], visible(f.ID)...), ": "...)
+		line = append(f.AppendRender(line), '\n')
+		_, _ = c.env.Stdout.Write(line)
 		if cs := f.Consensus; cs != nil {
 			var parts []string
 			for _, a := range cs.Assessments {

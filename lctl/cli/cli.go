@@ -441,11 +441,6 @@ func visibleArgs(args []any) []any {
 	return out
 }
 
-// shown is text lctl writes itself (numbers, its own words, arrows),
-// which out and warn print as it is: a long one (a fact's confidence
-// timeline, millions of points) is not read for hidden characters.
-type shown string
-
 // visible is s with its hidden characters escaped.
 func visible(s string) string {
 	b := text.EscapeHidden([]byte(s), 0)
