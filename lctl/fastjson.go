@@ -1692,6 +1692,9 @@ func (p *fastParser) canonicalEvent(e *Event) bool {
 			}
 			shape = ts.shape
 		}
+		if ts != nil && p.unreadFor != nil {
+			peeked = ts.s // for unreadOf, with Line too
+		}
 		if p.dataFor != nil {
 			if ts != nil {
 				t := ts.s

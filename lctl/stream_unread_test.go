@@ -34,93 +34,124 @@ func unreadText(typ string) string {
 // without it, and that one present but not kept: reading it panics (Str,
 // Get, Lookup, Float, Object, EachObject, RangeData, DataMap), so a
 // command wrong about what it reads fails in the tests that compare it
-// with the full read. With Hash or Line nothing is left unread.
+// with the full read. With Line too (which must not read it either), the
+// lines are those made without Unread; with Hash nothing is left unread.
 func TestStreamUnread(t *testing.T) {
 	t.Parallel()
+	// line reads every member but the one left unread.
+	line := func(dst []byte, e *lctl.Event) []byte {
+		dst = fmt.Appendf(dst, "%d %d", e.Seq, e.DataLen())
+		key := unreadText(e.Type)
+		for _, k := range []string{"intent", "text", "facts_snapshot", "tool", "step", "id", "confidence", "tokens"} {
+			if k != key {
+				if v, ok := e.Lookup(k); ok {
+					dst = fmt.Appendf(dst, " %s=%v", k, v)
+				}
+			}
+		}
+		return dst
+	}
 	for _, sh := range []lctltest.Shape{{Spec: true}, {Spec: true, Layout: lctltest.LayoutIndent}, {Spec: true, Layout: lctltest.LayoutOneLine}, {}} {
 		var b bytes.Buffer
 		if err := lctltest.WriteWorkflowShaped(&b, "wf", 3000, lctltest.WorkflowOptions{Seal: !sh.Spec, CheckpointEvery: 500, Detail: 12}, sh); err != nil {
 			t.Fatal(err)
 		}
-		name := fmt.Sprintf("spec=%v layout=%q", sh.Spec, sh.Layout)
 		raw := b.Bytes()
 		want := streamKeep(bytes.NewReader(raw), lctl.StreamOptions{Fields: true, Workers: 2}, 0)
-		got := streamKeep(bytes.NewReader(raw), lctl.StreamOptions{Fields: true, Workers: 2, Data: allData, Unread: unreadText}, 0)
-		if want.err != nil || got.err != nil || len(got.events) != len(want.events) || len(want.events) != 3000 {
-			t.Fatalf("%s: %d events (%v), without Unread %d (%v)", name, len(got.events), got.err, len(want.events), want.err)
+		if want.err != nil || len(want.events) != 3000 {
+			t.Fatalf("spec=%v layout=%q: %d events without Unread (%v)", sh.Spec, sh.Layout, len(want.events), want.err)
 		}
-		unread := map[string]int{}
-		for i := range got.events {
-			g, w := &got.events[i], &want.events[i]
-			if g.Seq != w.Seq || g.Type != w.Type || g.Timestamp != w.Timestamp || g.Agent != w.Agent || g.ChainID != w.ChainID || g.Hash != w.Hash {
-				t.Fatalf("%s: event %d differs:\n%+v\n%+v", name, i+1, g.Event, w.Event)
-			}
-			key := unreadText(g.Type)
-			wm := w.DataMap()
-			if _, has := wm[key]; key == "" || !has {
-				if !reflect.DeepEqual(g.DataMap(), wm) {
-					t.Fatalf("%s: event %d's data %v, without Unread %v", name, i+1, g.DataMap(), wm)
-				}
-				continue
-			}
-			e := &g.Event
-			if !panics(func() { e.Get(key) }) {
-				// Kept all the same (a canonical event's type is known
-				// before its data only once one of its type was read).
-				if !reflect.DeepEqual(g.DataMap(), wm) {
-					t.Fatalf("%s: event %d's data %v, without Unread %v", name, i+1, g.DataMap(), wm)
-				}
-				continue
-			}
-			unread[g.Type]++
-			for k, v := range wm {
-				if k == key {
-					continue
-				}
-				if got := e.Get(k); !reflect.DeepEqual(got, v) {
-					t.Fatalf("%s: event %d's %s %v, without Unread %v", name, i+1, k, got, v)
-				}
-			}
-			if e.DataLen() != len(wm) {
-				t.Fatalf("%s: event %d: %d members, without Unread %d", name, i+1, e.DataLen(), len(wm))
-			}
-			for what, read := range map[string]func(){
-				"Str":        func() { e.Str(key) },
-				"Get":        func() { e.Get(key) },
-				"Lookup":     func() { e.Lookup(key) },
-				"Float":      func() { e.Float(key) },
-				"Object":     func() { e.Object(key) },
-				"EachObject": func() { e.EachObject(key, func(lctl.Object) {}) },
-				"RangeData":  func() { e.RangeData(func(string, any) {}) },
-				"DataMap":    func() { e.DataMap() },
-			} {
-				if !panics(read) {
-					t.Fatalf("%s: event %d (%s): %s of its unread %s did not panic", name, i+1, g.Type, what, key)
-				}
-			}
-		}
-		// Five checkpoints: in canonical events the first each decoding
-		// core reads is not known for one before its data.
-		for typ, least := range map[string]int{lctl.TypeStepStart: 400, lctl.TypeFactAdded: 4, lctl.TypeCheckpoint: 1} {
-			if unread[typ] < least {
-				t.Errorf("%s: %d %s events with their member unread", name, unread[typ], typ)
-			}
-		}
-		for what, opts := range map[string]lctl.StreamOptions{
-			"Hash": {Fields: true, Workers: 2, Hash: true, Data: allData, Unread: unreadText},
-			"Line": {Fields: true, Workers: 2, Data: allData, Unread: unreadText, Line: func(dst []byte, e *lctl.Event) []byte {
-				return fmt.Appendf(dst, "%d %v", e.Seq, e.DataLen())
-			}},
+		wantLines := streamKeep(bytes.NewReader(raw), lctl.StreamOptions{Fields: true, Workers: 2, Line: line}, 0)
+		for with, opts := range map[string]lctl.StreamOptions{
+			"Data": {Fields: true, Workers: 2, Data: allData, Unread: unreadText},
+			"Line": {Fields: true, Workers: 2, Unread: unreadText, Line: line},
 		} {
-			all := streamKeep(bytes.NewReader(raw), opts, 0)
-			if all.err != nil || len(all.events) != len(want.events) {
-				t.Fatalf("%s, with %s: %d events, %v", name, what, len(all.events), all.err)
+			name := fmt.Sprintf("spec=%v layout=%q, with %s", sh.Spec, sh.Layout, with)
+			got := streamKeep(bytes.NewReader(raw), opts, 0)
+			if got.err != nil || len(got.events) != len(want.events) {
+				t.Fatalf("%s: %d events (%v), without Unread %d", name, len(got.events), got.err, len(want.events))
 			}
-			for i := range all.events {
-				if e := &all.events[i]; !reflect.DeepEqual(e.DataMap(), want.events[i].DataMap()) {
-					t.Fatalf("%s, with %s: event %d's data %v", name, what, i+1, e.DataMap())
+			if with == "Line" {
+				for i := range got.events {
+					if g, w := got.events[i].Line, wantLines.events[i].Line; !bytes.Equal(g, w) {
+						t.Fatalf("%s: event %d's line %q, without Unread %q", name, i+1, g, w)
+					}
 				}
 			}
+			checkUnread(t, name, got, want)
+		}
+		all := streamKeep(bytes.NewReader(raw), lctl.StreamOptions{Fields: true, Workers: 2, Hash: true, Data: allData, Unread: unreadText}, 0)
+		if all.err != nil || len(all.events) != len(want.events) {
+			t.Fatalf("with Hash: %d events, %v", len(all.events), all.err)
+		}
+		for i := range all.events {
+			if e := &all.events[i]; !reflect.DeepEqual(e.DataMap(), want.events[i].DataMap()) {
+				t.Fatalf("with Hash: event %d's data %v", i+1, e.DataMap())
+			}
+		}
+	}
+}
+
+// checkUnread fails unless got's events are want's, each member but the
+// one unreadText names for its type the same, and that one, where it
+// was left unread, panicking when read (on enough events of each type).
+func checkUnread(t *testing.T, name string, got, want streamResult) {
+	t.Helper()
+	unread := map[string]int{}
+	for i := range got.events {
+		g, w := &got.events[i], &want.events[i]
+		if g.Seq != w.Seq || g.Type != w.Type || g.Timestamp != w.Timestamp || g.Agent != w.Agent || g.ChainID != w.ChainID || g.Hash != w.Hash {
+			t.Fatalf("%s: event %d differs:\n%+v\n%+v", name, i+1, g.Event, w.Event)
+		}
+		key := unreadText(g.Type)
+		wm := w.DataMap()
+		if _, has := wm[key]; key == "" || !has {
+			if !reflect.DeepEqual(g.DataMap(), wm) {
+				t.Fatalf("%s: event %d's data %v, without Unread %v", name, i+1, g.DataMap(), wm)
+			}
+			continue
+		}
+		e := &g.Event
+		if !panics(func() { e.Get(key) }) {
+			// Kept all the same (a canonical event's type is known
+			// before its data only once one of its type was read).
+			if !reflect.DeepEqual(g.DataMap(), wm) {
+				t.Fatalf("%s: event %d's data %v, without Unread %v", name, i+1, g.DataMap(), wm)
+			}
+			continue
+		}
+		unread[g.Type]++
+		for k, v := range wm {
+			if k == key {
+				continue
+			}
+			if got := e.Get(k); !reflect.DeepEqual(got, v) {
+				t.Fatalf("%s: event %d's %s %v, without Unread %v", name, i+1, k, got, v)
+			}
+		}
+		if e.DataLen() != len(wm) {
+			t.Fatalf("%s: event %d: %d members, without Unread %d", name, i+1, e.DataLen(), len(wm))
+		}
+		for what, read := range map[string]func(){
+			"Str":        func() { e.Str(key) },
+			"Get":        func() { e.Get(key) },
+			"Lookup":     func() { e.Lookup(key) },
+			"Float":      func() { e.Float(key) },
+			"Object":     func() { e.Object(key) },
+			"EachObject": func() { e.EachObject(key, func(lctl.Object) {}) },
+			"RangeData":  func() { e.RangeData(func(string, any) {}) },
+			"DataMap":    func() { e.DataMap() },
+		} {
+			if !panics(read) {
+				t.Fatalf("%s: event %d (%s): %s of its unread %s did not panic", name, i+1, g.Type, what, key)
+			}
+		}
+	}
+	// Five checkpoints: in canonical events the first each decoding
+	// core reads is not known for one before its data.
+	for typ, least := range map[string]int{lctl.TypeStepStart: 400, lctl.TypeFactAdded: 4, lctl.TypeCheckpoint: 1} {
+		if unread[typ] < least {
+			t.Errorf("%s: %d %s events with their member unread", name, unread[typ], typ)
 		}
 	}
 }

@@ -45,6 +45,9 @@ func (c *cmdContext) replayStream(o operand, toSeq uint64, showEvents, withHash 
 			return typ == lctl.TypeStepStart || analysis.FactStoreData(typ) || stateReads(typ)
 		}
 	}
+	if !c.jsonOut && !withHash {
+		c.unread = summaryUnread
+	}
 	sd, err := c.streamChain(o, false, render, data, func(id string) {
 		// The text shows a summary of the state: without the steps, which
 		// are most of it on a long chain. --json and --hash need them.
@@ -168,4 +171,19 @@ func writeLines(w *bufio.Writer, out io.Writer, lines [][]byte) error {
 		}
 	}
 	return nil
+}
+
+// summaryUnread is the member of a type's data that neither replay's text
+// reads (its lines, the summary state, the facts, the step in progress)
+// nor a line (analysis.AppendLine): a step's id, a new string at every
+// step that the decoder copied and put in its tables, four events a step
+// (lctl.StreamOptions.Unread). The state's steps and tool calls keep it,
+// but the summary state keeps neither; --json and --hash read the full
+// state.
+func summaryUnread(typ string) string {
+	switch typ {
+	case lctl.TypeStepStart, lctl.TypeStepEnd, lctl.TypeToolCall, lctl.TypeVerdict:
+		return "step_id"
+	}
+	return ""
 }

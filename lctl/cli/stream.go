@@ -44,8 +44,9 @@ func (s *streamed) data() *chainData {
 // line, when set, renders each event there (StreamEvent.Line).
 //
 // data, when set, names the types whose data fn reads
-// (lctl.StreamOptions.Data); fn must read no other event's data, nor the
-// members c.unread names (lctl.StreamOptions.Unread).
+// (lctl.StreamOptions.Data); fn must read no other event's data. Neither
+// fn nor line may read the members c.unread names
+// (lctl.StreamOptions.Unread).
 func (c *cmdContext) streamChain(o operand, hash bool, line func([]byte, *lctl.Event) []byte, data func(typ string) bool, header func(id string), fn func(e *lctl.StreamEvent) error) (_ *streamed, err error) {
 	path := o.file
 	if o.chain != "" || path == "" || path == "-" || c.env.getenv("LCTL_NO_STREAM") != "" {
@@ -78,11 +79,7 @@ func (c *cmdContext) streamChain(o operand, hash bool, line func([]byte, *lctl.E
 	st := &streamed{label: path}
 	var prev time.Time
 	hasPrev := false
-	var unread func(string) string
-	if data != nil {
-		unread = c.unread // with Data only
-	}
-	err = lctl.Stream(f, lctl.StreamOptions{ChainID: id, Hash: hash, SkipHashes: !hash, Fields: true, Line: line, Data: data, Unread: unread, Map: c.env.MapFiles}, func(h *lctl.StreamHeader) error {
+	err = lctl.Stream(f, lctl.StreamOptions{ChainID: id, Hash: hash, SkipHashes: !hash, Fields: true, Line: line, Data: data, Unread: c.unread, Map: c.env.MapFiles}, func(h *lctl.StreamHeader) error {
 		st.id, st.warnings = h.ChainID, h.Warnings
 		header(h.ChainID)
 		return nil
