@@ -104,21 +104,24 @@ func (s *Step) Verdict() *Verdict {
 // Allowed reports whether the step's last verdict allows it.
 func (s *Step) Allowed() bool { v := s.Verdict(); return v != nil && v.Decision == DecisionAllow }
 
-// LastAllow is the step's last allow verdict, nil when none allowed it.
+// LastAllow is the step's last allow verdict that started an attempt, nil
+// when none did. An allow followed by a rejudged verdict started none:
+// the executor refused it before acting (its policy was replaced).
 func (s *Step) LastAllow() *Verdict {
 	for i := len(s.Verdicts) - 1; i >= 0; i-- {
-		if s.Verdicts[i].Decision == DecisionAllow {
+		if s.Verdicts[i].Decision == DecisionAllow && (i+1 == len(s.Verdicts) || !s.Verdicts[i+1].Rejudged) {
 			return &s.Verdicts[i]
 		}
 	}
 	return nil
 }
 
-// Attempted reports whether a verdict ever allowed the step: an attempt
-// may have reached the executor and acted, whatever a later verdict says.
-// A verdict after an allow is one asked for a new attempt (a takeover's
-// or a re-run's); its refusal means only that no new attempt started,
-// never that the step was not executed.
+// Attempted reports whether a verdict ever allowed the step and started
+// an attempt: it may have reached the executor and acted, whatever a
+// later verdict says. A verdict after an allow is one asked for a new
+// attempt (a takeover's or a re-run's); its refusal means only that no
+// new attempt started, never that the step was not executed. A rejudged
+// verdict is the exception: the allow before it did not act.
 func (s *Step) Attempted() bool { return s.LastAllow() != nil }
 
 // Ended reports whether the step has its step_end.

@@ -189,6 +189,11 @@ type Verdict struct {
 	Code          string // the refusal's code; omitted when empty
 	EndsRun       bool
 	Shadow        []ShadowVerdict
+	// Rejudged: the step judged again because the executor refused the
+	// allow before it (the verdict just before this one) without acting,
+	// its policy replaced since it was signed (a reload). That allow
+	// started no attempt. Omitted when false.
+	Rejudged bool
 }
 
 // Preview is what an approver is shown of a step (a dry run).
@@ -391,6 +396,9 @@ func (e Verdict) Data() map[string]any {
 	if e.EndsRun {
 		d["ends_run"] = true
 	}
+	if e.Rejudged {
+		d["rejudged"] = true
+	}
 	if len(e.Shadow) > 0 {
 		shadow := make([]any, 0, len(e.Shadow))
 		for _, s := range e.Shadow {
@@ -548,6 +556,7 @@ func Parse(e *lctl.Event) Event {
 			Code: Str(d, "code"),
 		}
 		v.EndsRun, _ = d["ends_run"].(bool)
+		v.Rejudged, _ = d["rejudged"].(bool)
 		if list, ok := d["shadow"].([]any); ok {
 			for _, x := range list {
 				if m, ok := x.(map[string]any); ok {

@@ -114,33 +114,49 @@ func (r *run) fenceRefused(st *openStep, e *xctv1.Error) (*xctv1.ExecuteResponse
 // act, and the policy in force decides whether an attempt starts. The new
 // verdict is recorded (the chain shows both). An allow returns its grant
 // for one more call, with the same step id (the executor's record keeps
-// it to one attempt). Anything else (a deny, a human wanted, the
-// validator down, the verdict not recorded) is the step's refusal, which
-// holds only once no other call can act: the step is fenced first
-// (fenceRefused), and a record found there decides instead.
-func (r *run) rejudge(st *openStep) (*xctv1.SignedVerdict, *xctv1.ExecuteResponse, *xctv1.Error) {
+// it to one attempt). A policy that wants a human for a step no attempt
+// of which can have acted (st.attempted: the call just refused was its
+// only one) is waited for like any step's first verdict: the verdict
+// after the approval decides. Anything else (a deny, a human wanted for
+// a step an earlier attempt of which may have acted, the validator down,
+// the verdict not recorded, the approval denied or expired) is the
+// step's refusal, which holds only once no other call can act: the step
+// is fenced first (fenceRefused), and a record found there decides
+// instead. The error is for a run that must stop while it waits
+// (cancelled, handed over, the log lost).
+func (r *run) rejudge(st *openStep) (*xctv1.SignedVerdict, *xctv1.ExecuteResponse, *xctv1.Error, error) {
 	r.log.Warn("the executor refused the step's verdict: its policy was replaced since; asking the validator again", "run", r.id, "step", st.step, "step_id", st.stepID)
 	judge := r.validate
 	if st.system {
 		judge = r.validateSystem // a rollback's undo is judged as such
 	}
 	fresh, agent := judge(st.step, st.stepID, st.ns)
-	if err := r.record(agent, verdictEvent(st.step, st.stepID, st.ns.GetTool(), fresh)); err != nil {
+	ev := verdictEvent(st.step, st.stepID, st.ns.GetTool(), fresh)
+	ev.Rejudged = true // the allow before it did not act (xctevent.Step.Attempted)
+	if err := r.record(agent, ev); err != nil {
 		r.log.Warn("new verdict not recorded; the step is not executed", "run", r.id, "step", st.step, "err", err)
 		res, e := r.fenceRefused(st, wire.Errorf(wire.CodeExecutorUnavailable,
 			"step %d was not executed: its verdict's policy was replaced, and its new verdict could not be recorded", st.step))
-		return nil, res, e
+		return nil, res, e, nil
 	}
 	st.doubtRecorded = false // another attempt's verdict (signedVerdict says why)
+	if fresh.GetDecision() == xctv1.VerdictDecision_VERDICT_DECISION_NEEDS_APPROVAL && !st.system && !st.attempted {
+		// (an undo's approval is the rollback's own: awaitUndoApproval)
+		final, _, err := r.awaitApproval(st, fresh)
+		if err != nil {
+			return nil, nil, nil, r.stopWaiting(st, err)
+		}
+		fresh = final
+	}
 	if fresh.GetDecision() == xctv1.VerdictDecision_VERDICT_DECISION_ALLOW && fresh.GetSigned() != nil {
-		return fresh.GetSigned(), nil, nil
+		return fresh.GetSigned(), nil, nil, nil
 	}
 	e := fresh.GetError()
 	if e == nil {
 		e = wire.Errorf(wire.CodePolicyDenied, "the validator gave no signed allow for step %d under the policy in force, so it was not executed", st.step)
 	}
 	res, e := r.fenceRefused(st, e)
-	return nil, res, e
+	return nil, res, e, nil
 }
 
 // policyReplaced reports whether an Execute was refused because its

@@ -145,7 +145,10 @@ func (r *run) settleStep(st *openStep, v *xctv1.Verdict, doubt *xctv1.Error) (*x
 			}
 			return replay(rec), nil, nil
 		case outcomeRetry:
-			res, execErr := r.call(st, v)
+			res, execErr, err := r.call(st, v)
+			if err != nil {
+				return nil, nil, err
+			}
 			if execErr == nil || !unknownOutcome(execErr) {
 				return res, execErr, nil
 			}
@@ -156,7 +159,10 @@ func (r *run) settleStep(st *openStep, v *xctv1.Verdict, doubt *xctv1.Error) (*x
 				// re-runs it (once per attempt it finds in doubt).
 				rerun = true
 				r.log.Warn("step in doubt re-run (idempotent tool)", "run", r.id, "step", st.step, "step_id", st.stepID)
-				res, execErr := r.call(st, v)
+				res, execErr, err := r.call(st, v)
+				if err != nil {
+					return nil, nil, err
+				}
 				execErr = notStartedAgain(st.step, recordState(resp), res, execErr)
 				if execErr == nil || !unknownOutcome(execErr) {
 					return res, execErr, nil
@@ -204,7 +210,7 @@ func (r *run) settleStep(st *openStep, v *xctv1.Verdict, doubt *xctv1.Error) (*x
 
 // call executes the open step again with its step id (the executor answers
 // from its record, or runs an attempt a human or its idempotence allows).
-func (r *run) call(st *openStep, v *xctv1.Verdict) (*xctv1.ExecuteResponse, *xctv1.Error) {
+func (r *run) call(st *openStep, v *xctv1.Verdict) (*xctv1.ExecuteResponse, *xctv1.Error, error) {
 	var res *xctv1.ExecuteResponse
 	var execErr *xctv1.Error
 	if st.argsRedacted {
@@ -212,15 +218,18 @@ func (r *run) call(st *openStep, v *xctv1.Verdict) (*xctv1.ExecuteResponse, *xct
 	} else {
 		// A verdict starts one attempt: another attempt needs a fresh one
 		// (binding.go asks the validator again and records it).
-		res, execErr = r.execute(st, unsigned(v))
+		var err error
+		if res, execErr, err = r.execute(st, unsigned(v)); err != nil {
+			return nil, nil, err
+		}
 	}
 	if execErr == nil {
 		execErr = res.GetResponse().GetError()
 	}
 	if execErr != nil && !unknownOutcome(execErr) {
-		return nil, execErr
+		return nil, execErr, nil
 	}
-	return res, execErr
+	return res, execErr, nil
 }
 
 // notStartedAgain is the answer to a re-run of a step an earlier attempt

@@ -16,6 +16,7 @@ import (
 	"github.com/xct-dev/xct/internal/auth"
 	"github.com/xct-dev/xct/internal/grpcx"
 	"github.com/xct-dev/xct/internal/grpcx/grpcxtest"
+	"github.com/xct-dev/xct/internal/testutil"
 	"github.com/xct-dev/xct/internal/wire"
 	"github.com/xct-dev/xct/lctl"
 	"github.com/xct-dev/xct/services/validator"
@@ -110,6 +111,14 @@ func TestPolicyReloadMidStepIsJudgedAgain(t *testing.T) {
 // the orchestrators launched after call it unless a test relays them.
 func (f *fixture) reloadingValidator(policy string) (file, addr string) {
 	f.t.Helper()
+	file, addr, _ = f.reloadingValidatorService(policy)
+	return file, addr
+}
+
+// reloadingValidatorService is reloadingValidator with the validator
+// itself (to decide approvals as a human would).
+func (f *fixture) reloadingValidatorService(policy string) (file, addr string, va *validator.Service) {
+	f.t.Helper()
 	file = filepath.Join(f.t.TempDir(), "policy.yaml")
 	if err := os.WriteFile(file, []byte(policy), 0o600); err != nil {
 		f.t.Fatal(err)
@@ -125,7 +134,7 @@ func (f *fixture) reloadingValidator(policy string) (file, addr string) {
 	}
 	f.t.Cleanup(func() { _ = va.Stop(context.Background()) })
 	f.valAddr = serveGRPC(f.t, f.creds, "validator-reload", func(s *grpcx.Server) { va.Register(s.GRPC) })
-	return file, f.valAddr
+	return file, f.valAddr, va
 }
 
 // probeUntilDenied asks the validator at addr to judge a count step of
@@ -196,6 +205,20 @@ func (h *answerHeldValidator) Validate(ctx context.Context, req *xctv1.ValidateR
 	return resp, err
 }
 
+// RequestApproval, ListApprovals and WithdrawApproval are relayed as
+// they are.
+func (h *answerHeldValidator) RequestApproval(ctx context.Context, req *xctv1.RequestApprovalRequest) (*xctv1.RequestApprovalResponse, error) {
+	return h.to.RequestApproval(ctx, req)
+}
+
+func (h *answerHeldValidator) ListApprovals(ctx context.Context, req *xctv1.ListApprovalsRequest) (*xctv1.ListApprovalsResponse, error) {
+	return h.to.ListApprovals(ctx, req)
+}
+
+func (h *answerHeldValidator) WithdrawApproval(ctx context.Context, req *xctv1.WithdrawApprovalRequest) (*xctv1.WithdrawApprovalResponse, error) {
+	return h.to.WithdrawApproval(ctx, req)
+}
+
 // A rollback's undo in flight through a reload is judged again as what
 // it is, a system step (validateSystem): the undo runs once under the
 // policy in force. (On main the executor's refusal left the undo not
@@ -244,5 +267,112 @@ func TestPolicyReloadMidUndoIsJudgedAgainAsAnUndo(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(f.ws, "notes.txt")); !os.IsNotExist(err) {
 		t.Fatalf("notes.txt after the rollback: %v; want it gone (the write undone)", err)
+	}
+}
+
+// Session 18 (faults18), issue 12, faults17's leftover: a step whose
+// verdict the executor refused because a reload replaced its policy is
+// judged again (rejudge); when the new policy wants a human, the step
+// ended APPROVAL_REQUIRED, not executed (fenced), and the model was told
+// to ask again, instead of waiting for the approval as any step the
+// policy sends to a human. Now it waits: approval_requested, the
+// approver decides, the verdict after the decision allows (the step acts
+// once, with the same step id) or refuses it (not acted, fenced). The
+// rejudged verdict is marked (rejudged: true): the allow before it did
+// not act, so a takeover during the wait waits for the same approval
+// (here: the owner stops while the step waits, another takes over).
+func TestPolicyReloadMidStepThatWantsAHumanWaitsForTheApproval(t *testing.T) {
+	t.Parallel()
+	const first = "rules:\n  - {id: all, effect: allow, effects: [read, reversible, irreversible]}\n"
+	const second = "rules:\n  - {id: deploys-human, effect: require_approval, tools: [test.deploy]}\n  - {id: no-count, effect: deny, tools: [test.count]}\n"
+	for _, tc := range []struct {
+		name     string
+		approve  bool
+		takeover bool
+	}{
+		{"approved after a takeover", true, true},
+		{"denied", false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t, newGatedModel(step("test.deploy", 1)))
+			policy, valAddr, va := f.reloadingValidatorService(first)
+			relay := newAnswerHeldValidator(t, f, valAddr, 1) // the step's first verdict is held on its way back
+			f.valAddr = relay.addr
+			a, _ := f.orchestrator("orch-a", time.Minute)
+			id := f.start(a)
+
+			entered(t, relay.entered) // step 1's allow is signed under the first policy
+			if err := os.WriteFile(policy, []byte(second), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			probeUntilDenied(t, f, valAddr) // the second policy is in force
+			relay.letGo()
+
+			events := f.waitFor(id, "approval_requested or run_finished", func(e lctl.Event) bool {
+				return e.Type == TypeApprovalRequested || e.Type == lctl.TypeRunFinished
+			})
+			if last := events[len(events)-1]; last.Type != TypeApprovalRequested {
+				t.Fatalf("a step the reloaded policy sends to a human did not wait for one:\n%s", describe(events))
+			}
+			if n := f.deploy.count(1); n != 0 {
+				t.Fatalf("the deploy acted %d time(s) before its approval", n)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if tc.takeover {
+				if err := a.Stop(ctx); err != nil {
+					t.Fatal(err)
+				}
+				f.waitFor(id, "run_released", func(e lctl.Event) bool { return e.Type == TypeRunReleased })
+				b, _ := f.orchestrator("orch-b", time.Minute)
+				f.waitFor(id, "run_resumed", func(e lctl.Event) bool { return e.Type == TypeRunResumed })
+				testutil.Eventually(t, 30*time.Second, func() error {
+					got, err := b.GetRun(ctx, &xctv1.GetRunRequest{RunId: id})
+					if err != nil {
+						return err
+					}
+					if st := got.GetRun().GetStatus(); st != xctv1.RunStatus_RUN_STATUS_WAITING_APPROVAL {
+						return fmt.Errorf("run %v after the takeover; want it waiting for the approval", st)
+					}
+					return nil
+				})
+			}
+			if _, err := va.DecideApproval(as(ctx, "bob", auth.RoleApprover), &xctv1.DecideApprovalRequest{
+				RunId: id, Step: "1", Approve: tc.approve, Approver: "bob", Reason: "decided"}); err != nil {
+				t.Fatal(err)
+			}
+			events = f.waitEnd(id)
+			if err := lctl.Verify(events); err != nil {
+				t.Fatalf("chain: %v", err)
+			}
+			var verdicts []string
+			for _, v := range only(events, lctl.TypeVerdict) {
+				d := str(v.Data, "decision")
+				if rejudged, _ := v.Data["rejudged"].(bool); rejudged {
+					d += "(rejudged)"
+				}
+				verdicts = append(verdicts, d)
+			}
+			rec, _, err := f.exec.Step(context.Background(), str(only(events, lctl.TypeStepStart)[0].Data, "step_id"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.approve {
+				const want = "allow,needs_approval(rejudged),allow"
+				if n := f.deploy.count(1); n != 1 || strings.Join(verdicts, ",") != want || len(only(events, lctl.TypeToolCall)) != 1 ||
+					rec.GetState() != xctv1.StepRecordState_STEP_RECORD_STATE_SUCCEEDED {
+					t.Fatalf("approved: acted %d time(s), verdicts %v (want %s), record %v:\n%s", n, verdicts, want, rec, describe(events))
+				}
+			} else {
+				errs := only(events, lctl.TypeError)
+				if n := f.deploy.count(1); n != 0 || strings.Join(verdicts, ",") != "allow,needs_approval(rejudged),deny" || len(errs) != 1 || !recordNotExecuted(rec) {
+					t.Fatalf("denied: acted %d time(s), verdicts %v, record %v; want not acted, fenced:\n%s", n, verdicts, rec, describe(events))
+				}
+			}
+			if last := events[len(events)-1]; last.Data["status"] != "done" {
+				t.Fatalf("run ended %v:\n%s", last.Data, describe(events))
+			}
+		})
 	}
 }

@@ -79,7 +79,7 @@ func resumeFrom(runID string, v *xctevent.Run) *resumeState {
 
 // openStepOf is a step the chain leaves open, as the loop continues it.
 func openStepOf(runID string, s *xctevent.Step) *openStep {
-	st := &openStep{step: s.Number(), stepID: s.Start.StepID, agent: s.Agent, started: time.Now(), at: s.At, resumed: true}
+	st := &openStep{step: s.Number(), stepID: s.Start.StepID, agent: s.Agent, started: time.Now(), at: s.At, resumed: true, attempted: s.Attempted()}
 	if s.Start.Tokens != nil {
 		st.tokens = *s.Start.Tokens // its step_end records them, as the proposing orchestrator's would have
 	}

@@ -286,7 +286,10 @@ func (r *run) undoStep(step int, target *xctv1.Step) (string, error) {
 		return msg, end(xctevent.OutcomeDenied, msg)
 	}
 	ost := &openStep{step: step, stepID: stepID, ns: ns, started: started, system: true}
-	res, execErr := r.execute(ost, verdict)
+	res, execErr, err := r.execute(ost, verdict) // (an undo's rejudge never waits: err is nil)
+	if err != nil {
+		return "", err
+	}
 	if execErr == nil && res.GetResponse().GetError() != nil {
 		execErr = res.GetResponse().GetError()
 	}

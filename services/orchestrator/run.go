@@ -497,6 +497,10 @@ type openStep struct {
 	doubtRecorded     bool // step_in_doubt is on the chain: the run waits for the outcome
 	resumed           bool // read from the chain after a takeover: an earlier call may have acted
 	system            bool // a system step (a rollback's undo): judged with validateSystem
+	// attempted: an attempt of the step may have acted (an Execute sent
+	// with an allow that the executor did not refuse before its claim;
+	// for a resumed step, the chain's xctevent.Step.Attempted).
+	attempted bool
 }
 
 // inDoubtMessage is how a run stopped by a step in doubt ends.
@@ -579,11 +583,13 @@ func (r *run) validate(step int, stepID string, ns *xctv1.NextStep) (*xctv1.Verd
 // interrupt it: a step that started is recorded as it ended. A verdict
 // the executor refuses because its policy was replaced after it was
 // signed (a reload while the step was on its way) is judged again, once,
-// under the policy in force (rejudge).
-func (r *run) execute(st *openStep, v *xctv1.Verdict) (*xctv1.ExecuteResponse, *xctv1.Error) {
+// under the policy in force (rejudge), which may wait for a human. The
+// error is for a run that must stop (cancelled or handed over while it
+// waits, the log lost).
+func (r *run) execute(st *openStep, v *xctv1.Verdict) (*xctv1.ExecuteResponse, *xctv1.Error, error) {
 	signed, replay, refused := r.signedVerdict(st, v)
 	if replay != nil || refused != nil {
-		return replay, refused
+		return replay, refused, nil
 	}
 	req := &xctv1.ExecuteRequest{
 		RunId:     r.id,
@@ -594,16 +600,18 @@ func (r *run) execute(st *openStep, v *xctv1.Verdict) (*xctv1.ExecuteResponse, *
 	}
 	resp, notSent, err := r.callExecuteWithin(req)
 	if err != nil && policyReplaced(err) {
-		if signed, replay, refused = r.rejudge(st); replay != nil || refused != nil {
-			return replay, refused
+		var stop error
+		if signed, replay, refused, stop = r.rejudge(st); stop != nil || replay != nil || refused != nil {
+			return replay, refused, stop
 		}
 		req.Verdict = signed
 		resp, notSent, err = r.callExecuteWithin(req)
 	}
+	st.attempted = true // (sent with an allow the executor did not refuse unread: it may have acted)
 	if err != nil {
-		return nil, failedCall(err, notSent) // outcome.go: in doubt unless proven not executed
+		return nil, failedCall(err, notSent), nil // outcome.go: in doubt unless proven not executed
 	}
-	return resp, nil
+	return resp, nil, nil
 }
 
 // callExecuteWithin is callExecute within the call timeout.

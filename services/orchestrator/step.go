@@ -84,7 +84,10 @@ func (r *run) actOnStep(st *openStep, verdict *xctv1.Verdict) (stepOutcome, erro
 	if st.argsRedacted {
 		res, execErr = r.recoverStep(st)
 	} else {
-		res, execErr = r.execute(st, verdict)
+		var err error
+		if res, execErr, err = r.execute(st, verdict); err != nil {
+			return stepOutcome{}, err
+		}
 	}
 	if execErr == nil {
 		execErr = res.GetResponse().GetError() // the tool's own error signal

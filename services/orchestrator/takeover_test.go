@@ -800,6 +800,9 @@ func TestFoldResume(t *testing.T) {
 		"reasons": []any{map[string]any{"rule_id": "budget", "message": "no more"}}})
 	redacted := ev(lctl.TypeStepStart, "tester", map[string]any{"step": float64(1), "step_id": id, "tool": "test.count", "arguments": map[string]any{"n": "[redacted]"}})
 	raw := ev(lctl.TypeStepStart, "tester", map[string]any{"step": float64(1), "raw": "nonsense"})
+	rejudged := func(decision string) lctl.Event {
+		return ev(lctl.TypeVerdict, "validator", map[string]any{"step": float64(1), "decision": decision, "rejudged": true, "code": "APPROVAL_REQUIRED"})
+	}
 	tests := []struct {
 		name   string
 		events []lctl.Event
@@ -837,6 +840,16 @@ func TestFoldResume(t *testing.T) {
 		}},
 		{"invalid output open", []lctl.Event{start, raw}, func(rs *resumeState) string {
 			return expect(rs.open != nil && rs.open.invalid && !rs.open.errorRecorded, "want an open invalid step")
+		}},
+		{"rejudged, waiting for approval", []lctl.Event{start, proposal, allow, rejudged("needs_approval"), ev(TypeApprovalRequested, "orchestrator", map[string]any{"step": float64(1), "expires_at": "2030-01-01T00:00:00Z"})}, func(rs *resumeState) string {
+			// the allow before a rejudged verdict did not act: the step waits as any step sent to a human
+			return expect(rs.open.verdict.GetDecision() == xctv1.VerdictDecision_VERDICT_DECISION_NEEDS_APPROVAL && !rs.open.attempted && rs.open.approvalRequested, "want the approval waited for")
+		}},
+		{"rejudged, denied", []lctl.Event{start, proposal, allow, rejudged("deny")}, func(rs *resumeState) string {
+			return expect(rs.open.verdict.GetDecision() == xctv1.VerdictDecision_VERDICT_DECISION_DENY && !rs.open.attempted, "want the new policy's refusal")
+		}},
+		{"rejudged after an earlier attempt", []lctl.Event{start, proposal, allow, allow, rejudged("deny")}, func(rs *resumeState) string {
+			return expect(rs.open.verdict.GetDecision() == xctv1.VerdictDecision_VERDICT_DECISION_ALLOW && rs.open.attempted, "want the earlier attempt's allow")
 		}},
 		{"redacted arguments", []lctl.Event{start, redacted, allow}, func(rs *resumeState) string {
 			return expect(rs.open.argsRedacted, "want the redaction noticed")
