@@ -215,6 +215,17 @@ type ModelRouting struct {
 	Rule                   string   `json:"rule,omitempty"`
 	FailedModel            string   `json:"failed_model,omitempty"`
 	FailureCode            string   `json:"failure_code,omitempty"`
+	// FailedTokens are what the failed call used (the model read its
+	// prompt before it failed), when it reported any: the run's tokens
+	// count them from here, so an owner lost before the step's
+	// step_start leaves them on the chain.
+	FailedTokens *RoutingTokens `json:"failed_tokens,omitempty"`
+}
+
+// RoutingTokens are a failed model call's token counts.
+type RoutingTokens struct {
+	Input  int64 `json:"input"`
+	Output int64 `json:"output"`
 }
 
 // EventType is model_routing.

@@ -199,6 +199,15 @@ func (r *Run) ApplyParsed(e *lctl.Event, x Event) {
 		r.LastSeq = e.Seq
 	}
 	r.UpdatedAt = e.Time()
+	if e.Type == lctl.TypeModelRouting {
+		// A crew's fallback after a failed model call: what that call
+		// used (run_finished's totals replace it).
+		if t, ok := e.Data["failed_tokens"].(map[string]any); ok {
+			r.Tokens.Input += Int(t, "input")
+			r.Tokens.Output += Int(t, "output")
+		}
+		return
+	}
 	if x == nil {
 		x = Parse(e)
 	}

@@ -213,35 +213,45 @@ func (r *run) crewPropose(step int) (*xctv1.ProposeResponse, string, string, err
 		History: r.transcript.history(), Instructions: instructions + "\n\n" + plan.Brief,
 	}
 	var lastErr error
-	// spent is what the step's failed calls used: the model read its
-	// prompt before it failed, and the fallback's call reads it again.
-	// It is counted with the call that answers (the step's tokens, so a
-	// run resumed from its chain counts it too), or with the run when
-	// none does.
-	spent := &xctv1.Usage{}
+	// failed is what the step's last failed call used: the model read its
+	// prompt before it failed. It goes on the model_routing that sends
+	// the step to the next model (the fold counts it from there, so a run
+	// resumed from its chain before the step's step_start counts it too),
+	// or on the error that ends the run when no model is left.
+	var failed *xctv1.Usage
 	for {
 		if plan.Signal != nil {
-			r.tokensIn += spent.GetInputTokens()
-			r.tokensOut += spent.GetOutputTokens()
+			in, out := failed.GetInputTokens(), failed.GetOutputTokens()
+			r.tokensIn += in
+			r.tokensOut += out
 			e := plan.Signal.Proto()
 			if lastErr != nil {
 				e = wire.Errorf(wire.Code(FailureCode(lastErr)), "%s did not answer (%v), and the crew has no model to fall back on: %s",
 					agent, lastErr, plan.Signal.Message)
 			}
 			ev := errorEvent(step, "", e)
-			if spent.GetInputTokens() > 0 || spent.GetOutputTokens() > 0 {
-				ev.Tokens = &xctevent.Tokens{Input: spent.GetInputTokens(), Output: spent.GetOutputTokens()} // (a takeover before run_finished counts them)
+			if in > 0 || out > 0 {
+				ev.Tokens = &xctevent.Tokens{Input: in, Output: out} // (a takeover before run_finished counts them)
 			}
-			ev.Unrecorded = r.chargeUnrecorded(spent.GetInputTokens(), spent.GetOutputTokens())
+			ev.Unrecorded = r.chargeUnrecorded(in, out)
 			if err := r.record(agent, ev); err != nil {
 				return nil, agent, "", err
 			}
 			return nil, agent, "", errors.New(e.GetMessage())
 		}
 		if plan.Routing != nil {
-			if err := r.record(plan.Routing.Agent, *plan.Routing); err != nil {
+			routing := *plan.Routing
+			in, out := failed.GetInputTokens(), failed.GetOutputTokens()
+			if mr, ok := routing.Payload.(crew.ModelRouting); ok && (in > 0 || out > 0) {
+				mr.FailedTokens = &crew.RoutingTokens{Input: in, Output: out}
+				routing.Payload = mr
+			}
+			if err := r.record(routing.Agent, routing); err != nil {
 				return nil, agent, "", err
 			}
+			r.tokensIn += in
+			r.tokensOut += out
+			failed = nil
 		}
 		proposer, err := r.crew.proposer(r.svc, plan.Model)
 		var resp *xctv1.ProposeResponse
@@ -251,20 +261,16 @@ func (r *run) crewPropose(step int) (*xctv1.ProposeResponse, string, string, err
 			err = &ModelError{Model: plan.Model, Code: wire.CodeGenerationFailed, Msg: err.Error(), Err: err}
 		}
 		if err == nil {
-			if spent.GetInputTokens() > 0 || spent.GetOutputTokens() > 0 {
-				u := resp.GetUsage()
-				resp.Usage = &xctv1.Usage{InputTokens: u.GetInputTokens() + spent.GetInputTokens(), OutputTokens: u.GetOutputTokens() + spent.GetOutputTokens()}
-			}
 			return resp, agent, plan.Model, nil
 		}
+		failed = nil
 		var me *ModelError
 		if errors.As(err, &me) && me.Usage != nil {
-			spent.InputTokens += me.Usage.GetInputTokens()
-			spent.OutputTokens += me.Usage.GetOutputTokens()
+			failed = me.Usage
 		}
 		if cause := context.Cause(r.ctx); cause != nil {
-			r.tokensIn += spent.GetInputTokens()
-			r.tokensOut += spent.GetOutputTokens()
+			r.tokensIn += failed.GetInputTokens()
+			r.tokensOut += failed.GetOutputTokens()
 			return nil, agent, "", cause
 		}
 		r.log.Info("crew model call failed", "run", r.id, "agent", agent, "model", plan.Model, "code", FailureCode(err))
