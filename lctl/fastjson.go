@@ -148,7 +148,7 @@ func newFastParser() *fastParser {
 }
 
 // fastParsers keeps parsers (and the names they interned) for DecodeEvent.
-var fastParsers = sync.Pool{New: func() any { return newFastParser() }}
+var fastParsers = keep{pool: sync.Pool{New: func() any { return newFastParser() }}, spare: spares(8)}
 
 func (p *fastParser) ws() {
 	// Canonical JSON has no white space: one look.

@@ -478,7 +478,7 @@ type readBuf struct {
 	refs atomic.Int32
 }
 
-var readBufs = sync.Pool{New: func() any { return &readBuf{b: make([]byte, 0, readSize)} }}
+var readBufs = keep{pool: sync.Pool{New: func() any { return &readBuf{b: make([]byte, 0, readSize)} }}, spare: spares(8)}
 
 // getReadBuf returns a buffer of at least n bytes' capacity with one
 // reference (the caller's).
