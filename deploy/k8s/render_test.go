@@ -25,7 +25,7 @@ import (
 // Overlays are the kustomizations an operator applies. Every test renders
 // and checks each of them; testdata/external-nats stands for an overlay
 // built on components/external-nats.
-var overlays = []string{"overlays/dev", "overlays/prod", "testdata/external-nats"}
+var overlays = []string{"overlays/dev", "overlays/prod", "testdata/external-nats", "testdata/deps-ready"}
 
 // namespace is where every overlay puts XCT.
 const namespace = "xct"

@@ -78,13 +78,18 @@ func workloadProblems(w workload) []string {
 			// Liveness asks whether the process is alive (grpcx's
 			// "liveness"), the others whether it can work (""): a
 			// full NATS store or a lost NATS must not restart it.
+			// The orchestrator's readiness may also follow its
+			// dependencies (components/orchestrator-deps-ready).
 			if p.GRPC != nil {
-				want := ""
-				if kind == "liveness" {
-					want = "liveness"
+				want := []string{""}
+				switch {
+				case kind == "liveness":
+					want = []string{"liveness"}
+				case kind == "readiness" && w.name == "orchestrator":
+					want = append(want, "xct.orchestrator.deps")
 				}
-				if got := ptrValue(p.GRPC.Service); got != want {
-					in("%s probe asks for health service %q, want %q", kind, got, want)
+				if got := ptrValue(p.GRPC.Service); !slices.Contains(want, got) {
+					in("%s probe asks for health service %q, want one of %q", kind, got, want)
 				}
 			}
 		}
@@ -569,4 +574,33 @@ func ptrValue(p *string) string {
 		return ""
 	}
 	return *p
+}
+
+// TestOrchestratorReadinessFollowsDependenciesOnlyWhenAsked: base keeps
+// the orchestrator ready while its validator is away (its steps fail
+// closed; runs stay readable and cancellable); with
+// components/orchestrator-deps-ready its readiness probe asks
+// xct.orchestrator.deps (services/orchestrator DepsHealthService), and its
+// startup and liveness probes are unchanged.
+func TestOrchestratorReadinessFollowsDependenciesOnlyWhenAsked(t *testing.T) {
+	forEachOverlay(t, func(t *testing.T, m *manifests) {
+		w, ok := m.workload("orchestrator")
+		if !ok {
+			t.Fatal("no orchestrator")
+		}
+		c := w.template.Spec.Containers[0]
+		want := ""
+		if m == mustRender(t, "testdata/deps-ready") {
+			want = "xct.orchestrator.deps"
+		}
+		if got := ptrValue(c.ReadinessProbe.GRPC.Service); got != want {
+			t.Errorf("readiness asks %q, want %q", got, want)
+		}
+		if got := ptrValue(c.StartupProbe.GRPC.Service); got != "" {
+			t.Errorf("startup asks %q, want \"\"", got)
+		}
+		if got := ptrValue(c.LivenessProbe.GRPC.Service); got != "liveness" {
+			t.Errorf("liveness asks %q, want liveness", got)
+		}
+	})
 }

@@ -212,6 +212,12 @@ type App struct {
 	// natsConns are the connections, for the health checks (conns is
 	// emptied by Stop).
 	natsConns []*nats.Conn
+	// serving is the status last reported on "" (guarded by mu); deps
+	// what the orchestrator's dependencies were found (deps.go), and
+	// depsDone is closed when their watch ends (nil: none runs).
+	serving  bool
+	deps     depsState
+	depsDone chan struct{}
 }
 
 // Options customize Start.
@@ -624,6 +630,14 @@ func Start(ctx context.Context, cfg Config, targets []string, log *slog.Logger, 
 		go func() { m.errc <- m.srv.Serve() }()
 		log.Info("serving", "service", t, "addr", m.srv.Addr())
 	}
+	a.mu.Lock()
+	a.serving = waitErr == nil
+	a.mu.Unlock()
+	if a.Orchestrator != nil {
+		a.depsNotServing()
+		a.depsDone = make(chan struct{})
+		go a.watchDeps(a.Orchestrator, a.depsDone) //nolint:gosec // G118: bounded by Stop, not by Start's ctx
+	}
 	if cfg.HealthListen != "" && len(a.modules) > 0 {
 		// Every module reports the same status; the probe port shows the
 		// first one's, NOT_SERVING included while it drains.
@@ -706,6 +720,8 @@ func (a *App) setServing(ok bool) {
 		}
 		m.srv.Health.SetServingStatus("", st)
 	}
+	a.serving = ok
+	a.setDepsAllLocked()
 }
 
 // HealthAddr is the address of the health-only listener ("" without
@@ -768,6 +784,9 @@ func (a *App) Stop(ctx context.Context) {
 		default:
 			close(a.stopped) // a start still waiting for NATS gives up
 		}
+	}
+	if a.depsDone != nil {
+		<-a.depsDone // the dependencies' watch ends before the orchestrator
 	}
 	a.starting.Lock() // a start in progress finishes first
 	defer a.starting.Unlock()

@@ -92,6 +92,12 @@ type Config struct {
 	// and not ended that have no owner key (orphans.go): 0 picks four
 	// run leases, a negative value turns the search off.
 	OrphanScan time.Duration
+	// DepsProbe is how often the validator's and the executor's gRPC
+	// health is asked, through the connections the steps use, for the
+	// health services DepsHealthService and its two parts (deps.go; the
+	// app serves them): 0 picks DefaultDepsProbe, a negative value turns
+	// the asking off (the services then stay NOT_SERVING).
+	DepsProbe time.Duration
 }
 
 // RegisterFlags registers the orchestrator's flags with their defaults.
@@ -113,6 +119,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.SettleTimeout, "settle-timeout", 30*time.Second, "how long a step whose outcome is unknown is settled from the executor's record before the run shows IN_DOUBT")
 	fs.DurationVar(&c.SettlePoll, "settle-poll", 5*time.Second, "longest wait between two reads of the record of a step in doubt")
 	fs.DurationVar(&c.OrphanScan, "orphan-scan", 0, "how often the event log is searched for runs started and not ended that no orchestrator owns (0: four run leases; negative: never)")
+	fs.DurationVar(&c.DepsProbe, "deps-probe", DefaultDepsProbe, "how often the validator's and executor's health is asked, for the health services "+DepsHealthService+" (and ."+DepValidator+", ."+DepExecutor+") a readiness probe may use (negative: never)")
 	fs.StringVar(&c.Instance, "instance", "", "name of this orchestrator in the run owners bucket (default: host name and a random suffix)")
 	fs.StringVar(&c.ScriptsDir, "scripts-dir", ".", "directory scripted:FILE models are read from")
 	fs.Func("allow-grpc-proposer", "address a grpc:ADDR model may use (repeatable, comma-separated; * for any)", func(v string) error {
@@ -196,6 +203,9 @@ func (c *Config) Validate() error {
 	}
 	if c.OrphanScan == 0 {
 		c.OrphanScan = 4 * c.RunLease
+	}
+	if c.DepsProbe == 0 {
+		c.DepsProbe = DefaultDepsProbe
 	}
 	if c.Instance != "" && !validInstance(c.Instance) {
 		errs = append(errs, fmt.Errorf("-instance %q: use 1-64 of A-Z a-z 0-9 . _ -", c.Instance))
