@@ -160,7 +160,8 @@ func (m *mcpServer) transport(ctx context.Context, sbx *osSandbox) (mcp.Transpor
 			// The operator chose this URL: no proxy from the environment,
 			// no redirects elsewhere.
 			HTTPClient: &http.Client{
-				Transport: boundedBodies{RoundTripper: &http.Transport{Proxy: nil, MaxResponseHeaderBytes: 64 << 10}, cut: &m.cut},
+				Transport: boundedBodies{RoundTripper: &http.Transport{Proxy: nil, MaxResponseHeaderBytes: 64 << 10}, cut: &m.cut,
+					maxStream: m.maxStream(), streamErr: errMCPStreamTooLarge(m.maxStream())},
 				CheckRedirect: func(*http.Request, []*http.Request) error {
 					return http.ErrUseLastResponse
 				},
@@ -209,23 +210,34 @@ const mcpMaxResponseBytes = mcp.DefaultMaxEventSize
 // errMCPResponseTooLarge ends the read of an answer past mcpMaxResponseBytes.
 var errMCPResponseTooLarge = fmt.Errorf("the MCP server's answer is over %d bytes", mcpMaxResponseBytes)
 
-// mcpMaxStreamBytes bounds an HTTP MCP server's event stream, all its
-// events together: the SDK bounds each event (mcp.DefaultMaxEventSize)
-// and reads events until the answer comes, so a server sending
-// notifications without end was read (and decoded) until the call's
-// timeout. Room for the answer's largest event and as much again of
-// notifications before it.
-const mcpMaxStreamBytes = 4 * mcp.DefaultMaxEventSize
+// DefaultMCPMaxStreamBytes bounds an HTTP MCP server's event stream, all
+// its events together, unless its configuration says otherwise
+// (MCPServerConfig.MaxStreamBytes, between MinMCPMaxStreamBytes and
+// MaxMCPMaxStreamBytes): the SDK bounds each event
+// (mcp.DefaultMaxEventSize) and reads events until the answer comes, so a
+// server sending notifications without end was read (and decoded) until
+// the call's timeout. Room for the answer's largest event and as much
+// again of notifications before it.
+const (
+	DefaultMCPMaxStreamBytes = 4 * mcp.DefaultMaxEventSize
+	MinMCPMaxStreamBytes     = 64 << 10
+	MaxMCPMaxStreamBytes     = 1 << 30
+)
 
-// errMCPStreamTooLarge ends the read of an event stream past mcpMaxStreamBytes.
-var errMCPStreamTooLarge = fmt.Errorf("the MCP server's event stream is over %d bytes", mcpMaxStreamBytes)
+// errMCPStreamTooLarge is the error that ends the read of an event stream
+// past limit bytes.
+func errMCPStreamTooLarge(limit int64) error {
+	return fmt.Errorf("the MCP server's event stream is over %d bytes (max_stream_bytes)", limit)
+}
 
 // boundedBodies gives every answer a body that fails past its bound (the
 // connection is then closed, not read to its end): mcpMaxResponseBytes
-// for an answer, mcpMaxStreamBytes for an event stream.
+// for an answer, maxStream for an event stream.
 type boundedBodies struct {
 	http.RoundTripper
-	cut *atomic.Pointer[error] // set to the bound a body went past
+	cut       *atomic.Pointer[error] // set to the bound a body went past
+	maxStream int64
+	streamErr error // errMCPStreamTooLarge(maxStream)
 }
 
 func (b boundedBodies) RoundTrip(r *http.Request) (*http.Response, error) {
@@ -235,7 +247,7 @@ func (b boundedBodies) RoundTrip(r *http.Request) (*http.Response, error) {
 	}
 	body := &boundedBody{ReadCloser: resp.Body, max: mcpMaxResponseBytes, err: errMCPResponseTooLarge, cut: b.cut}
 	if ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); ct == "text/event-stream" {
-		body.max, body.err = mcpMaxStreamBytes, errMCPStreamTooLarge
+		body.max, body.err = b.maxStream, b.streamErr
 	}
 	resp.Body = body
 	return resp, nil
@@ -267,6 +279,14 @@ func (b *boundedBody) Read(p []byte) (int, error) {
 		return n - int(b.n-b.max), b.err
 	}
 	return n, err
+}
+
+// maxStream is the bound of the server's event streams.
+func (m *mcpServer) maxStream() int64 {
+	if m.cfg.MaxStreamBytes > 0 {
+		return m.cfg.MaxStreamBytes
+	}
+	return DefaultMCPMaxStreamBytes
 }
 
 // readOnlySandbox is the sandbox of the instance that lives between

@@ -259,6 +259,11 @@ type MCPServerConfig struct {
 	Timeout time.Duration `yaml:"timeout"`
 	// MaxOutputBytes caps each result (default: the executor's).
 	MaxOutputBytes int64 `yaml:"max_output_bytes"`
+	// MaxStreamBytes bounds an HTTP server's event stream, all its events
+	// together (default DefaultMCPMaxStreamBytes, 64 MiB; between
+	// MinMCPMaxStreamBytes and MaxMCPMaxStreamBytes): past it the read
+	// stops, the connection is closed and the call fails. url only.
+	MaxStreamBytes int64 `yaml:"max_stream_bytes"`
 	// IgnoreAnnotations ignores the server's readOnlyHint and
 	// idempotentHint: its tools are irreversible and not idempotent unless
 	// Tools says otherwise.
@@ -550,6 +555,13 @@ func (v *configCheck) check(cfg *ToolsConfig) {
 			v.fail(append(p, "cwd"), "cwd applies to a command, not to a url")
 		}
 		v.checkLimits(p, m.Timeout, m.MaxOutputBytes)
+		switch {
+		case m.MaxStreamBytes != 0 && m.URL == "":
+			v.fail(append(p, "max_stream_bytes"), "max_stream_bytes bounds a url server's event stream; a command's output is bounded line by line")
+		case m.MaxStreamBytes != 0 && (m.MaxStreamBytes < MinMCPMaxStreamBytes || m.MaxStreamBytes > MaxMCPMaxStreamBytes):
+			v.fail(append(p, "max_stream_bytes"), "max_stream_bytes %d must be between %d (64 KiB) and %d (1 GiB); unset: %d (64 MiB)",
+				m.MaxStreamBytes, MinMCPMaxStreamBytes, MaxMCPMaxStreamBytes, DefaultMCPMaxStreamBytes)
+		}
 		v.checkOverrides(append(p, "tools"), m.Tools)
 		if m.Command != "" && m.Sandbox != nil && m.Sandbox.Network {
 			for name, o := range m.Tools {

@@ -166,6 +166,11 @@ func TestParseToolsConfigErrors(t *testing.T) {
 		{"mcp command missing", "mcp:\n  - name: m\n    command: no-such-program-xct\n", "not found in PATH"},
 		{"mcp bad cwd", "mcp:\n  - name: m\n    command: cat\n    cwd: /srv\n", `mcp[0].cwd: cwd "/srv" must be empty`},
 		{"mcp url with cwd", "mcp:\n  - name: m\n    url: http://h/mcp\n    cwd: workspace\n", "cwd applies to a command"},
+		{"mcp command with a stream bound", "mcp:\n  - name: m\n    command: cat\n    max_stream_bytes: 1048576\n", "mcp[0].max_stream_bytes: max_stream_bytes bounds a url server's event stream"},
+		{"mcp stream bound too small", "mcp:\n  - name: m\n    url: http://h/mcp\n    max_stream_bytes: 1024\n", "mcp[0].max_stream_bytes: max_stream_bytes 1024 must be between 65536 (64 KiB) and 1073741824 (1 GiB)"},
+		{"mcp stream bound negative", "mcp:\n  - name: m\n    url: http://h/mcp\n    max_stream_bytes: -1\n", "max_stream_bytes -1 must be between"},
+		{"mcp stream bound too large", "mcp:\n  - name: m\n    url: http://h/mcp\n    max_stream_bytes: 2147483648\n", "max_stream_bytes 2147483648 must be between"},
+		{"mcp stream bound with a unit", "mcp:\n  - name: m\n    url: http://h/mcp\n    max_stream_bytes: 64MiB\n", "tools.yaml:4: cannot unmarshal !!str `64MiB` into int64"},
 		{"mcp bad tool override", "mcp:\n  - name: m\n    command: cat\n    tools:\n      \"a b\": {effect: read}\n", `tool name "a b"`},
 	}
 	for _, tt := range tests {
