@@ -645,18 +645,26 @@ func stripJSONC(b []byte) []byte {
 }
 
 // commandRefs returns the words of the shell command line that name a
-// file of the workspace now (from the directory base; an absolute word
-// is kept for linkTargets to take from the workspace's path): a script it
+// file of the workspace (from the directory base; an absolute word is
+// kept for linkTargets to take from the workspace's path): a script it
 // runs ("./scripts/check.sh", "sh tools/lint.sh", "source_env
-// scripts/env.sh"). Words with expansions, globs, assignments and
-// options are left out, and a word that names a directory (cd src) or
-// nothing protects nothing: it is a heuristic, which what a named script
-// runs in turn escapes (docs/security.md).
+// scripts/env.sh"). A word names a file when one is there now, or,
+// whether or not it is, when it is the operand of a word that sources
+// or runs a file (sourceWords), or of a file test ("[ -f x ] && . x"),
+// or starts with "./" or "../": what a protected file runs only if it
+// exists (direnv's "source_env_if_exists .envrc.local") is protected
+// before it does. Words with expansions, globs, assignments and options
+// are left out, and a word that names a directory (cd src) or, outside
+// those places, nothing protects nothing: it is a heuristic, which what a
+// named script runs in turn escapes (docs/security.md).
 func commandRefs(root *os.Root, line, base string) []string {
 	var out []string
+	prev := ""
 	for _, w := range strings.FieldsFunc(line, func(r rune) bool {
 		return r == ' ' || r == '\t' || strings.ContainsRune(";|&()<>'\"`", r)
 	}) {
+		sure := sourceWords[path.Base(prev)] || fileTests[prev] || strings.HasPrefix(w, "./") || strings.HasPrefix(w, "../")
+		prev = w
 		if w == "" || w[0] == '-' || w[0] == '~' || strings.ContainsAny(w, "$*?[=\\") {
 			continue
 		}
@@ -665,12 +673,28 @@ func commandRefs(root *os.Root, line, base string) []string {
 			out = append(out, p)
 			continue
 		}
-		if fi, err := root.Lstat(p); err == nil && (fi.Mode().IsRegular() || fi.Mode()&fs.ModeSymlink != 0) {
+		fi, err := root.Lstat(p)
+		switch {
+		case err == nil && (fi.Mode().IsRegular() || fi.Mode()&fs.ModeSymlink != 0):
+			out = append(out, p)
+		case sure && errors.Is(err, fs.ErrNotExist) && w != "." && w != "..":
 			out = append(out, p)
 		}
 	}
 	return out
 }
+
+// sourceWords are the words (a command's base name) whose operand is a
+// file they run or read into the shell: the shell's own, direnv's
+// standard library, interpreters.
+var sourceWords = map[string]bool{
+	".": true, "source": true, "exec": true, "sh": true, "bash": true, "dash": true, "zsh": true, "ksh": true,
+	"source_env": true, "source_env_if_exists": true, "dotenv": true, "dotenv_if_exists": true,
+	"python": true, "python3": true, "node": true, "perl": true, "ruby": true, "bun": true, "deno": true,
+}
+
+// fileTests are the test operators whose operand is a file ("[ -f x ]").
+var fileTests = map[string]bool{"-f": true, "-e": true, "-x": true, "-r": true, "-s": true}
 
 // workspaceRel is the workspace path (clean, links inside the workspace
 // followed: resolveWithin) that target names, target being relative to
