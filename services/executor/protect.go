@@ -246,8 +246,14 @@ var linkScanSkip = map[string]bool{"objects": true, "refs": true, "logs": true, 
 // itself is left out.
 func (p *protectedPaths) linkTargets(root *os.Root, abs string, set protectedSet) map[string]string {
 	var out map[string]string
-	var addRef func(target, link string)
-	add := func(link string) {
+	// followed are the scripts whose own commands were read.
+	followed := map[string]bool{}
+	// runRef adds target, a file run (or read) from the directory base
+	// ("": not a script), depth scripts down from the protected entry
+	// link: a shell script's own commands are read in turn.
+	var runRef func(target, link, base string, depth int)
+	addRef := func(target, link string) { runRef(target, link, "", 0) }
+	add := func(link, base string) {
 		target, err := root.Readlink(link)
 		if err != nil {
 			return
@@ -256,9 +262,9 @@ func (p *protectedPaths) linkTargets(root *os.Root, abs string, set protectedSet
 		if !path.IsAbs(target) {
 			target = path.Join(path.Dir(link), target)
 		}
-		addRef(target, link)
+		runRef(target, link, base, 1)
 	}
-	addRef = func(target, link string) {
+	runRef = func(target, link, base string, depth int) {
 		real, ok := workspaceRel(root, abs, target)
 		if !ok || real == "." || p.match(real) != "" {
 			return
@@ -267,6 +273,20 @@ func (p *protectedPaths) linkTargets(root *os.Root, abs string, set protectedSet
 			out = map[string]string{}
 		}
 		out[real] = link
+		if base == "" || depth >= scriptFollowDepth || followed[real] || !isShellScript(root, real) {
+			return
+		}
+		followed[real] = true
+		// Its words name files from where it runs, or from its own
+		// directory (direnv's source_env runs a file there; scripts
+		// often cd "$(dirname "$0")").
+		refs := scriptRefs(root, real, base)
+		if dir := path.Dir(real); dir != base {
+			refs = append(refs, scriptRefs(root, real, dir)...)
+		}
+		for _, ref := range refs {
+			runRef(ref, link, base, depth+1)
+		}
 	}
 	// repo adds what the repository gitDir (a .git directory, or the
 	// one a .git file's gitdir: names) of the working tree top has git
@@ -275,7 +295,7 @@ func (p *protectedPaths) linkTargets(root *os.Root, abs string, set protectedSet
 	repo := func(gitDir, top, link string) {
 		hookDirs := []string{path.Join(gitDir, "hooks")}
 		for _, ref := range gitConfigRefs(root, abs, gitDir, top) {
-			addRef(ref.path, link+"/config")
+			runRef(ref.path, link+"/config", top, 1)
 			if ref.hooks {
 				if real, ok := workspaceRel(root, abs, ref.path); ok {
 					hookDirs = append(hookDirs, real)
@@ -294,11 +314,11 @@ func (p *protectedPaths) linkTargets(root *os.Root, abs string, set protectedSet
 				local := path.Join(hooks, de.Name())
 				switch {
 				case de.Type()&fs.ModeSymlink != 0:
-					add(local)
+					add(local, top)
 				case de.Type().IsRegular() && !strings.HasSuffix(de.Name(), ".sample"):
 					// git runs a hook from the top of its working tree.
 					for _, ref := range scriptRefs(root, local, top) {
-						addRef(ref, local)
+						runRef(ref, local, top, 1)
 					}
 				}
 			}
@@ -309,7 +329,7 @@ func (p *protectedPaths) linkTargets(root *os.Root, abs string, set protectedSet
 		switch {
 		case err != nil:
 		case fi.Mode()&fs.ModeSymlink != 0:
-			add(rel)
+			add(rel, path.Dir(rel))
 		case fi.Mode().IsRegular():
 			switch foldName(path.Base(rel)) {
 			case ".git":
@@ -332,7 +352,7 @@ func (p *protectedPaths) linkTargets(root *os.Root, abs string, set protectedSet
 				// direnv runs it where it is: source_env, dotenv,
 				// a script it sources.
 				for _, ref := range scriptRefs(root, rel, path.Dir(rel)) {
-					addRef(ref, rel)
+					runRef(ref, rel, path.Dir(rel), 1)
 				}
 				for _, ref := range direnvRefs(root, rel) {
 					addRef(ref, rel)
@@ -363,17 +383,17 @@ func (p *protectedPaths) linkTargets(root *os.Root, abs string, set protectedSet
 					return nil
 				}
 				if de.Type()&fs.ModeSymlink != 0 {
-					add(local)
+					add(local, path.Dir(rel))
 				} else if vscode && de.Type().IsRegular() && path.Dir(local) == rel && foldName(de.Name()) == "tasks.json" {
 					// Tasks the editor runs on opening the folder.
 					for _, ref := range folderOpenTaskRefs(root, local, path.Dir(rel)) {
-						addRef(ref, local)
+						runRef(ref, local, path.Dir(rel), 1)
 					}
 				} else if husky && de.Type().IsRegular() && n <= hookScanEntries {
 					// husky runs its hooks from the top of the
 					// repository that holds .husky.
 					for _, ref := range scriptRefs(root, local, path.Dir(rel)) {
-						addRef(ref, local)
+						runRef(ref, local, path.Dir(rel), 1)
 					}
 				}
 				return nil
@@ -505,6 +525,44 @@ func scriptRefs(root *os.Root, rel, base string) []string {
 		out = append(out, commandRefs(root, line, base)...)
 	}
 	return out
+}
+
+// scriptFollowDepth bounds how many scripts down the look for what a
+// protected entry runs reads: a hook (or a link's target) is 1, a shell
+// script it runs 2, one that script runs 3. Past it a script's commands
+// are not read (docs/security.md).
+const scriptFollowDepth = 4
+
+// isShellScript says whether the workspace file rel is a shell script:
+// its #! line names a shell (directly or through env), or, without one,
+// its name ends in .sh. Only a shell script's words are read as commands:
+// a Python or JavaScript file's name files they read more often than
+// programs they run.
+func isShellScript(root *os.Root, rel string) bool {
+	b := readSmallFile(root, rel, 256)
+	if b == nil {
+		return false
+	}
+	first, _, _ := strings.Cut(string(b), "\n")
+	interp, ok := strings.CutPrefix(first, "#!")
+	if !ok {
+		return strings.HasSuffix(rel, ".sh")
+	}
+	f := strings.Fields(interp)
+	if len(f) > 1 && path.Base(f[0]) == "env" {
+		f = f[1:]
+		if len(f) > 1 && f[0] == "-S" {
+			f = f[1:]
+		}
+	}
+	if len(f) == 0 {
+		return false
+	}
+	switch path.Base(f[0]) {
+	case "sh", "bash", "dash", "zsh", "ksh", "ash", "mksh", "busybox":
+		return true
+	}
+	return false
 }
 
 // direnvRefs returns the files direnv's standard library reads for the
