@@ -63,6 +63,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	maxSteps := fs.Int("max-steps", 0, "step budget (0: the orchestrator's default)")
 	id.register(fs, "as")
 	detach := fs.Bool("detach", false, "start the run and print its id without following it")
+	retry := fs.Duration("start-retry", time.Minute, "how long to retry, with the same run id, a start that may have reached an orchestrator and failed UNAVAILABLE or past its deadline (0: until an orchestrator answers, or the command is interrupted)")
 	labels := labelFlags{}
 	fs.Var(labels, "label", "key=value label (repeatable)")
 	if err := id.parse(fs, args); err != nil {
@@ -70,6 +71,9 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	if (*model == "") == (*crewFile == "") || *goal == "" {
 		return &exitError{code: 2, err: errors.New("-goal and one of -model or -crew are required")}
+	}
+	if *retry < 0 {
+		return &exitError{code: 2, err: errors.New("-start-retry must not be negative")}
 	}
 	var crewSrc []byte
 	if *crewFile != "" {
@@ -84,7 +88,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	defer closeConn()
-	started, err := startRun(ctx, &id, client, addrs, &xctv1.StartRunRequest{
+	started, err := startRun(ctx, &id, client, addrs, *retry, &xctv1.StartRunRequest{
 		Goal: *goal, Model: *model, RunId: *runID, MaxSteps: int32(*maxSteps), Labels: labels,
 		Crew: crewSrc, CrewFile: filepath.Base(*crewFile),
 	})
@@ -98,10 +102,6 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	return watch(ctx, &id, client, addrs[0], started, stdout, addrs[1:]...)
 }
 
-// startRetry bounds how long startRun keeps asking orchestrators that
-// cannot answer.
-const startRetry = 60 * time.Second
-
 // startRun starts the run req asks for and returns its id. The id is the
 // caller's (--run-id), or made here, never by the orchestrator: a start
 // whose answer was lost (the orchestrator died after it recorded the run,
@@ -110,9 +110,10 @@ const startRetry = 60 * time.Second
 // the earlier attempt's run, which is followed. A retry that made its own
 // id would start the goal a second time, its steps acting again (session
 // 17). A first attempt never sent (no orchestrator there) fails at once:
-// nothing started. Given up after one that may have been sent, the error
-// names the id, which may have started.
-func startRun(ctx context.Context, id *identity, client xctv1.OrchestratorServiceClient, addrs []string, req *xctv1.StartRunRequest) (string, error) {
+// nothing started. Retried for up to bound (0: until an answer, or ctx
+// ends); given up after one that may have been sent, the error names the
+// id, which may have started.
+func startRun(ctx context.Context, id *identity, client xctv1.OrchestratorServiceClient, addrs []string, bound time.Duration, req *xctv1.StartRunRequest) (string, error) {
 	if req.GetRunId() == "" {
 		req.RunId = newRunID()
 	}
@@ -128,7 +129,8 @@ func startRun(ctx context.Context, id *identity, client xctv1.OrchestratorServic
 		// gRPC fills the peer only once a transport stream existed for
 		// the call: without one, not a byte of it was sent.
 		sent = sent || (err != nil && p.Addr != nil)
-		inDoubt := fmt.Sprintf("start run %s (it may have started: see xct show %s before starting it again)", req.GetRunId(), req.GetRunId())
+		mayHave := fmt.Sprintf("it may have started: see xct show %s before starting it again", req.GetRunId())
+		inDoubt := fmt.Sprintf("start run %s (%s)", req.GetRunId(), mayHave)
 		switch code := status.Code(err); {
 		case err == nil:
 			return resp.GetRun().GetRunId(), nil
@@ -141,8 +143,8 @@ func startRun(ctx context.Context, id *identity, client xctv1.OrchestratorServic
 				return "", rpcError(inDoubt, addrs[i], err)
 			}
 			return "", rpcError("start run", addrs[i], err)
-		case time.Since(first) > startRetry:
-			return "", rpcError(inDoubt, addrs[i], err)
+		case bound > 0 && time.Since(first) > bound:
+			return "", rpcError(fmt.Sprintf("start run %s, retried for %v (--start-retry; %s)", req.GetRunId(), bound, mayHave), addrs[i], err)
 		}
 		if len(addrs) > 1 {
 			i = (i + 1) % len(addrs)

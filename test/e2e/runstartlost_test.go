@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"errors"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -30,18 +32,60 @@ type lostStartRelay struct {
 	xctv1.UnimplementedOrchestratorServiceServer
 	to     xctv1.OrchestratorServiceClient
 	starts atomic.Int32
+	// refused is how many StartRun calls after the first are answered
+	// UNAVAILABLE without being passed on (an orchestrator that keeps
+	// failing, say restarting).
+	refused int32
+	// follow relays WatchRun (else UNAVAILABLE: the client follows the
+	// run at its next address).
+	follow bool
 }
 
 func (l *lostStartRelay) StartRun(ctx context.Context, req *xctv1.StartRunRequest) (*xctv1.StartRunResponse, error) {
+	n := l.starts.Add(1)
+	if n > 1 && n <= 1+l.refused {
+		return nil, status.Error(codes.Unavailable, "connection refused")
+	}
 	resp, err := l.to.StartRun(ctx, req)
-	if l.starts.Add(1) == 1 && err == nil {
+	if n == 1 && err == nil {
 		return nil, status.Error(codes.Unavailable, "error reading from server: EOF")
 	}
 	return resp, err
 }
 
-func (l *lostStartRelay) WatchRun(*xctv1.WatchRunRequest, xctv1.OrchestratorService_WatchRunServer) error {
-	return status.Error(codes.Unavailable, "connection refused")
+// serveRelay serves l on loopback and returns its address.
+func serveRelay(t *testing.T, creds *grpcxtest.Creds, l *lostStartRelay) string {
+	t.Helper()
+	srv := grpcx.NewServer("orchestrator-relay", slog.New(slog.DiscardHandler), creds.ServerOptions()...)
+	if err := srv.Listen("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	xctv1.RegisterOrchestratorServiceServer(srv.GRPC, l)
+	go func() { _ = srv.Serve() }()
+	t.Cleanup(srv.GRPC.Stop)
+	return srv.Addr()
+}
+
+func (l *lostStartRelay) WatchRun(req *xctv1.WatchRunRequest, srv xctv1.OrchestratorService_WatchRunServer) error {
+	if !l.follow {
+		return status.Error(codes.Unavailable, "connection refused")
+	}
+	stream, err := l.to.WatchRun(srv.Context(), req)
+	if err != nil {
+		return err
+	}
+	for {
+		ev, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := srv.Send(ev); err != nil {
+			return err
+		}
+	}
 }
 
 // Session 17 (faults17), issue 12: a client retrying as it is told. The
@@ -54,6 +98,82 @@ func (l *lostStartRelay) WatchRun(*xctv1.WatchRunRequest, xctv1.OrchestratorServ
 // follows it: one run, its step acted once. Real processes (NATS, the
 // services, the CLI), gRPC on loopback.
 func TestRunStartWhoseAnswerWasLostIsRetriedAsTheSameRun(t *testing.T) {
+	xct, orchAddr, creds, workspace := startLostCluster(t)
+	relay := &lostStartRelay{to: xctv1.NewOrchestratorServiceClient(creds.Dial(t, orchAddr, "alice"))}
+	relayAddr := serveRelay(t, creds, relay)
+
+	runP := startProc(t, "xct run", xct, "run", "--addr", relayAddr+","+orchAddr, "--model", "scripted:once.yaml", "--goal", "append once",
+		"--credentials", creds.Path, "--as", "alice")
+	code, out := runP.wait(t, 90*time.Second)
+	if code != 0 || !strings.Contains(out, "done: appended") {
+		t.Fatalf("xct run, its start's answer lost, exited %d (a user retrying as told starts the goal again):\n%s", code, out)
+	}
+	if n := runsOf(t, creds, orchAddr, "append once"); n != 1 {
+		t.Fatalf("%d run(s) of the goal; want one (%d StartRun calls)", n, relay.starts.Load())
+	}
+	got, err := os.ReadFile(filepath.Join(workspace, "once.txt"))
+	if err != nil || string(got) != "x" {
+		t.Fatalf("once.txt %q (%v); want one append", got, err)
+	}
+}
+
+// Session 18 (faults18), faults17's leftover: `xct run` retried a start
+// whose answer was lost for a fixed minute. The bound is --start-retry:
+// given up, the error names the run id and says it may have started
+// (it did, here); 0 retries until an orchestrator answers. Real
+// processes, gRPC on loopback; the relay loses the first start's answer
+// and then refuses the retries for a while.
+func TestRunStartRetryIsBoundedByItsFlag(t *testing.T) {
+	xct, orchAddr, creds, _ := startLostCluster(t)
+	// Refused for longer than the bound (every retry refused): given up,
+	// naming the run, which did start.
+	relay := &lostStartRelay{to: xctv1.NewOrchestratorServiceClient(creds.Dial(t, orchAddr, "alice")), refused: 1 << 20}
+	runP := startProc(t, "xct run", xct, "run", "--addr", serveRelay(t, creds, relay), "--model", "scripted:once.yaml", "--goal", "bounded",
+		"--run-id", "run-bounded", "--start-retry", "1s", "--credentials", creds.Path, "--as", "alice")
+	code, out := runP.wait(t, 90*time.Second)
+	if code == 0 || !strings.Contains(out, "start run run-bounded, retried for 1s (--start-retry; it may have started: see xct show run-bounded") {
+		t.Fatalf("xct run --start-retry 1s against an orchestrator that stays unavailable exited %d; want a failure naming the run that may have started:\n%s", code, out)
+	}
+	if n := runsOf(t, creds, orchAddr, "bounded"); n != 1 {
+		t.Fatalf("%d run(s) of the goal; want the one the first start made", n)
+	}
+	// Refused for a few retries, --start-retry 0: retried until the
+	// orchestrator answers (ALREADY_EXISTS: its own run), then followed.
+	relay = &lostStartRelay{to: xctv1.NewOrchestratorServiceClient(creds.Dial(t, orchAddr, "alice")), refused: 4, follow: true}
+	runP = startProc(t, "xct run", xct, "run", "--addr", serveRelay(t, creds, relay), "--model", "scripted:once.yaml", "--goal", "unbounded",
+		"--start-retry", "0", "--credentials", creds.Path, "--as", "alice")
+	if code, out = runP.wait(t, 90*time.Second); code != 0 || !strings.Contains(out, "done: appended") {
+		t.Fatalf("xct run --start-retry 0 exited %d; want the run followed to its end:\n%s", code, out)
+	}
+	if n := runsOf(t, creds, orchAddr, "unbounded"); n != 1 || relay.starts.Load() != 6 {
+		t.Fatalf("%d run(s) of the goal after %d StartRun calls; want one", n, relay.starts.Load())
+	}
+}
+
+// runsOf counts the runs of goal at the orchestrator at addr.
+func runsOf(t *testing.T, creds *grpcxtest.Creds, addr, goal string) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	runs, err := xctv1.NewOrchestratorServiceClient(creds.Dial(t, addr, "alice")).ListRuns(ctx, &xctv1.ListRunsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, r := range runs.GetRuns() {
+		if r.GetGoal() == goal {
+			n++
+		}
+	}
+	return n
+}
+
+// startLostCluster starts NATS, an executor, a validator and an
+// orchestrator as processes, with the script once.yaml (one write, then
+// done): the xct binary, the orchestrator's address, the credentials and
+// the executor's workspace.
+func startLostCluster(t *testing.T) (xct, orchAddr string, creds *grpcxtest.Creds, workspace string) {
+	t.Helper()
 	xct, natsBin := binaries(t)
 	base := t.TempDir()
 	script := "steps:\n  - next_step: {tool: fs.write, arguments: {path: once.txt, content: \"x\"}, goal: write}\n  - done: true\n    message: appended\n"
@@ -61,7 +181,7 @@ func TestRunStartWhoseAnswerWasLostIsRetriedAsTheSameRun(t *testing.T) {
 	ns := startProc(t, "nats-server", natsBin, "-c", testutil.NATSServerConfigFile(t), "-a", "127.0.0.1", "-p", "-1", "-js", "-sd", filepath.Join(base, "nats"))
 	natsURL := "nats://" + ns.waitFor(t, regexp.MustCompile(`Listening for client connections on (127\.0\.0\.1:\d+)`), 30*time.Second)
 	provisionNATS(t, xct, natsURL)
-	creds := grpcxtest.New(t)
+	creds = grpcxtest.New(t)
 	natsCreds := testutil.NATSCredentialsFile(t)
 	serve := func(target string, extra ...string) string {
 		args := append([]string{"serve", "--target", target, "--nats", natsURL, "--" + target + "-listen", "127.0.0.1:0",
@@ -71,38 +191,6 @@ func TestRunStartWhoseAnswerWasLostIsRetriedAsTheSameRun(t *testing.T) {
 	_, valKey, execTrust := verdictKeys(t)
 	execAddr := serve("executor", append([]string{"--workspace", workspace}, execTrust...)...)
 	valAddr := serve("validator", valKey...)
-	orchAddr := serve("orchestrator", "--validator-addr", valAddr, "--executor-addr", execAddr, "--scripts-dir", scripts)
-
-	relay := &lostStartRelay{to: xctv1.NewOrchestratorServiceClient(creds.Dial(t, orchAddr, "alice"))}
-	srv := grpcx.NewServer("orchestrator-relay", slog.New(slog.DiscardHandler), creds.ServerOptions()...)
-	if err := srv.Listen("127.0.0.1:0"); err != nil {
-		t.Fatal(err)
-	}
-	xctv1.RegisterOrchestratorServiceServer(srv.GRPC, relay)
-	go func() { _ = srv.Serve() }()
-	t.Cleanup(srv.GRPC.Stop)
-
-	runP := startProc(t, "xct run", xct, "run", "--addr", srv.Addr()+","+orchAddr, "--model", "scripted:once.yaml", "--goal", "append once",
-		"--credentials", creds.Path, "--as", "alice")
-	code, out := runP.wait(t, 90*time.Second)
-	if code != 0 || !strings.Contains(out, "done: appended") {
-		t.Fatalf("xct run, its start's answer lost, exited %d (a user retrying as told starts the goal again):\n%s", code, out)
-	}
-
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	runs, err := xctv1.NewOrchestratorServiceClient(creds.Dial(t, orchAddr, "alice")).ListRuns(ctx, &xctv1.ListRunsRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for _, r := range runs.GetRuns() {
-		if r.GetGoal() == "append once" {
-			n++
-		}
-	}
-	got, err := os.ReadFile(filepath.Join(workspace, "once.txt"))
-	if n != 1 || err != nil || string(got) != "x" {
-		t.Fatalf("%d run(s) of the goal, once.txt %q (%v); want one run, one append (%d StartRun calls)", n, got, err, relay.starts.Load())
-	}
+	orchAddr = serve("orchestrator", "--validator-addr", valAddr, "--executor-addr", execAddr, "--scripts-dir", scripts)
+	return xct, orchAddr, creds, workspace
 }
