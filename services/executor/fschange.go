@@ -62,6 +62,9 @@ type fsDelete struct {
 	maxEntries int
 	// hook, when set (tests only), runs after commit and before the effect.
 	hook func()
+	// aside, when set (tests only), runs once the entry is renamed aside,
+	// before it is read again and removed.
+	aside func()
 }
 
 const fsDeleteSchema = `{
@@ -89,7 +92,54 @@ func (t *fsDelete) Descriptor() *xctv1.ToolDescriptor {
 	}
 }
 
+// deletion is what one fs.delete call would remove: read, and saved for
+// its undo, not yet removed. pd is open: the caller closes it.
+type deletion struct {
+	p, name   string
+	recursive bool
+	pd        *wsDir
+	base      string
+	fi        fs.FileInfo
+	res       DeleteResult
+	comp      *Compensation
+}
+
 func (t *fsDelete) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.Error) {
+	d, e := t.gather(ctx, args)
+	if e != nil {
+		return nil, e
+	}
+	defer d.pd.close()
+	p, name, pd, base, fi, res, comp := d.p, d.name, d.pd, d.base, d.fi, d.res, d.comp
+	// An approved delete removes only what the approver was shown.
+	sum := savedDigest(res.Path, comp.Undo)
+	if e := previewChanged(ctx, p, sum, "deleted"); e != nil {
+		return nil, e
+	}
+	if e := CommitCompensated(ctx, comp); e != nil {
+		return nil, e
+	}
+	if t.hook != nil {
+		t.hook()
+	}
+	// The entry must still be the one that was saved; a swap in between is
+	// refused rather than deleting something that was not saved.
+	now, err := pd.lstat(base)
+	if err != nil {
+		return nil, t.ws.failIn(p, name, pd, err)
+	}
+	if !sameEntry(fi, now) || now.Size() != fi.Size() || !now.ModTime().Equal(fi.ModTime()) {
+		return nil, pathErr(wire.CodeToolFailure, p, "%q changed while it was being deleted; nothing was deleted", p)
+	}
+	if e := t.removeSaved(ctx, d, sum); e != nil {
+		return nil, e
+	}
+	pd.sync()
+	return res, nil
+}
+
+// gather reads and saves what fs.delete of args would remove.
+func (t *fsDelete) gather(ctx context.Context, args map[string]any) (*deletion, *xctv1.Error) {
 	if e := onlyArgs(args, "path", "recursive"); e != nil {
 		return nil, e
 	}
@@ -124,11 +174,23 @@ func (t *fsDelete) Invoke(ctx context.Context, args map[string]any) (any, *xctv1
 	if err != nil {
 		return nil, t.ws.refuse(p, name, false, err)
 	}
-	defer pd.close()
 	fi, err := pd.lstat(base)
 	if err != nil {
+		defer pd.close()
 		return nil, t.ws.failIn(p, name, pd, err)
 	}
+	res, comp, e := t.save(ctx, p, name, pd, base, fi, recursive)
+	if e != nil {
+		pd.close()
+		return nil, e
+	}
+	return &deletion{p: p, name: name, recursive: recursive, pd: pd, base: base, fi: fi, res: res, comp: comp}, nil
+}
+
+// save reads the entry base of pd (the workspace path name, p as given,
+// fi its lstat) and, for a directory with recursive, everything in it,
+// into the compensation that restores them.
+func (t *fsDelete) save(ctx context.Context, p, name string, pd *wsDir, base string, fi fs.FileInfo, recursive bool) (DeleteResult, *Compensation, *xctv1.Error) {
 	res := DeleteResult{Path: filepath.ToSlash(name)}
 	comp := &Compensation{Tool: "fs.delete"}
 	save := func(rel string, e *SavedEntry) {
@@ -140,61 +202,36 @@ func (t *fsDelete) Invoke(ctx context.Context, args map[string]any) (any, *xctv1
 	case mode&fs.ModeSymlink != 0:
 		target, err := pd.readlink(base)
 		if err != nil {
-			return nil, t.ws.fail(p, err)
+			return res, nil, t.ws.fail(p, err)
 		}
 		res.Type = EntrySymlink
 		save(res.Path, &SavedEntry{Type: EntrySymlink, Mode: uint32(mode.Perm()), Target: target})
 	case mode.IsRegular():
 		if e := notHardLinked(p, fi); e != nil {
-			return nil, e
+			return res, nil, e
 		}
 		data, err := readEntry(pd, base, fi, t.maxUndo)
 		switch {
 		case errors.Is(err, errHardLinked):
-			return nil, hardLinkedErr(p, 2)
+			return res, nil, hardLinkedErr(p, 2)
 		case errors.Is(err, errUndoTooLarge):
-			return nil, t.tooLarge(p)
+			return res, nil, t.tooLarge(p)
 		case errors.Is(err, errChanged), errors.Is(err, errThroughLink):
-			return nil, pathErr(wire.CodeToolFailure, p, "%q changed while it was being deleted; nothing was deleted", p)
+			return res, nil, pathErr(wire.CodeToolFailure, p, "%q changed while it was being deleted; nothing was deleted", p)
 		case err != nil:
-			return nil, t.ws.fail(p, err)
+			return res, nil, t.ws.fail(p, err)
 		}
 		res.Type, res.Checksum = EntryFile, checksum(data)
 		save(res.Path, &SavedEntry{Type: EntryFile, Mode: uint32(mode.Perm()), Content: data})
 	case mode.IsDir():
 		res.Type = EntryDir
 		if e := t.saveTree(ctx, p, name, pd, base, fi, recursive, save); e != nil {
-			return nil, e
+			return res, nil, e
 		}
 	default:
-		return nil, pathErr(wire.CodeInvalidArgument, p, "%q is not a file, directory or symbolic link", p)
+		return res, nil, pathErr(wire.CodeInvalidArgument, p, "%q is not a file, directory or symbolic link", p)
 	}
-
-	if e := CommitCompensated(ctx, comp); e != nil {
-		return nil, e
-	}
-	if t.hook != nil {
-		t.hook()
-	}
-	// The entry must still be the one that was saved; a swap in between is
-	// refused rather than deleting something that was not saved.
-	now, err := pd.lstat(base)
-	if err != nil {
-		return nil, t.ws.failIn(p, name, pd, err)
-	}
-	if !sameEntry(fi, now) || now.Size() != fi.Size() || !now.ModTime().Equal(fi.ModTime()) {
-		return nil, pathErr(wire.CodeToolFailure, p, "%q changed while it was being deleted; nothing was deleted", p)
-	}
-	if res.Type == EntryDir && recursive {
-		err = pd.removeAll(base)
-	} else {
-		err = pd.remove(base, res.Type == EntryDir)
-	}
-	if err != nil {
-		return nil, t.ws.failIn(p, name, pd, err)
-	}
-	pd.sync()
-	return res, nil
+	return res, comp, nil
 }
 
 // saveTree saves the directory base of pd (the workspace path name, fi
@@ -364,46 +401,56 @@ func (t *fsMove) Descriptor() *xctv1.ToolDescriptor {
 	}
 }
 
-func (t *fsMove) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.Error) {
+// paths reads fs.move's arguments (as given, and clean) and refuses
+// those it never acts on.
+func (t *fsMove) paths(args map[string]any) (pf, pt, from, to string, e *xctv1.Error) {
 	if e := onlyArgs(args, "from", "to"); e != nil {
-		return nil, e
+		return "", "", "", "", e
 	}
-	pf, e := stringArg(args, "from", nil)
-	if e != nil {
-		return nil, e
+	if pf, e = stringArg(args, "from", nil); e != nil {
+		return "", "", "", "", e
 	}
-	pt, e := stringArg(args, "to", nil)
-	if e != nil {
-		return nil, e
+	if pt, e = stringArg(args, "to", nil); e != nil {
+		return "", "", "", "", e
 	}
-	from, e := t.ws.clean(pf)
-	if e != nil {
-		return nil, e
+	if from, e = t.ws.clean(pf); e != nil {
+		return "", "", "", "", e
 	}
-	to, e := t.ws.clean(pt)
-	if e != nil {
-		return nil, e
+	if to, e = t.ws.clean(pt); e != nil {
+		return "", "", "", "", e
 	}
 	switch {
 	case from == "." || to == ".":
-		return nil, wire.WithDetails(wire.Errorf(wire.CodeInvalidArgument, "the workspace itself cannot be moved or replaced"),
+		return "", "", "", "", wire.WithDetails(wire.Errorf(wire.CodeInvalidArgument, "the workspace itself cannot be moved or replaced"),
 			map[string]any{"from": pf, "to": pt})
 	case from == to:
-		return nil, wire.WithDetails(wire.Errorf(wire.CodeInvalidArgument, "from and to are the same path %q", pf),
+		return "", "", "", "", wire.WithDetails(wire.Errorf(wire.CodeInvalidArgument, "from and to are the same path %q", pf),
 			map[string]any{"from": pf, "to": pt})
 	case strings.HasPrefix(filepath.ToSlash(to)+"/", filepath.ToSlash(from)+"/"):
-		return nil, wire.WithDetails(wire.Errorf(wire.CodeInvalidArgument, "%q cannot be moved into itself", pf),
+		return "", "", "", "", wire.WithDetails(wire.Errorf(wire.CodeInvalidArgument, "%q cannot be moved into itself", pf),
 			map[string]any{"from": pf, "to": pt})
 	}
 	for _, c := range []struct{ p, name string }{{pf, from}, {pt, to}} {
 		if e := t.ws.checkProtected(c.p, c.name); e != nil {
-			return nil, e
+			return "", "", "", "", e
 		}
 	}
 	for _, c := range []struct{ p, name string }{{pf, from}, {pt, to}} {
 		if e := t.ws.direct(c.p, c.name, false); e != nil {
-			return nil, e
+			return "", "", "", "", e
 		}
+	}
+	return pf, pt, from, to, nil
+}
+
+func (t *fsMove) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.Error) {
+	pf, pt, from, to, e := t.paths(args)
+	if e != nil {
+		return nil, e
+	}
+	// A preview that found nothing to move binds nothing the step may move.
+	if previewBase(ctx) == BaseRefused {
+		return nil, previewChanged(ctx, pf, "an entry to move", "moved")
 	}
 	if ctx.Err() != nil {
 		return nil, errNotCommitted()
@@ -497,6 +544,17 @@ func (t *fsMove) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.E
 			return nil, pathErr(wire.CodeInvalidArgument, pf, "%q cannot be moved to %q", pf, pt)
 		}
 		return nil, t.ws.failIn(pt, to, tpd, err)
+	}
+	// An approved move moves only what the approver was shown: what was
+	// moved is checked where it now is, and moved back otherwise.
+	if want := previewBase(ctx); want != "" {
+		if found, _ := entryDigest(ctx, tpd, tbase, maxDeleteEntries); found != want {
+			kept := ""
+			if tpd.rename(tbase, fpd, fbase, true) != nil {
+				kept = res.To // from was taken meanwhile: it stays at to
+			}
+			return nil, changedErr(ctx, pf, found, kept, "moved")
+		}
 	}
 	tpd.sync()
 	if filepath.Dir(from) != filepath.Dir(to) {

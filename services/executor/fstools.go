@@ -390,7 +390,7 @@ func (t *fsWrite) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.
 	// and the undo, which would remove the file, removes only this one.
 	if err := pd.rename(tmp, pd, base, true); err != nil {
 		if errors.Is(err, fs.ErrExist) {
-			return nil, t.changed(ctx, p, "a file created after the check", "")
+			return nil, changedErr(ctx, p, "a file created after the check", "", "written")
 		}
 		return nil, t.ws.failIn(p, name, pd, err)
 	}
@@ -420,7 +420,7 @@ func (t *fsWrite) swapIn(ctx context.Context, p, name string, pd *wsDir, tmp, ba
 		removeOurs(pd, tmp, ours)
 		if errors.Is(err, fs.ErrNotExist) && t.ws.stillAt(pd) {
 			if _, lerr := pd.lstat(base); errors.Is(lerr, fs.ErrNotExist) {
-				return t.changed(ctx, p, BaseAbsent, "") // deleted since the read
+				return changedErr(ctx, p, BaseAbsent, "", "written") // deleted since the read
 			}
 		}
 		return t.ws.failIn(p, name, pd, err)
@@ -447,30 +447,7 @@ func (t *fsWrite) swapIn(ctx context.Context, p, name string, pd *wsDir, tmp, ba
 		kept = filepath.ToSlash(filepath.Join(filepath.Dir(name), tmp))
 	}
 	pd.sync()
-	return t.changed(ctx, p, found, kept)
-}
-
-// changed is the refusal of a write whose file changed between the read
-// of its content and the write: found says what was there (a checksum,
-// BaseAbsent, or what else). A step approved by a preview fails
-// CHANGED_SINCE_PREVIEW; any other, TOOL_FAILURE (its undo would have
-// put back content older than the change). Nothing was written; kept,
-// when set, names where an entry that could not be put back at its name
-// was left.
-func (t *fsWrite) changed(ctx context.Context, p, found, kept string) *xctv1.Error {
-	e := checkPreviewBase(ctx, p, found)
-	if e == nil {
-		e = wire.WithDetails(wire.Errorf(wire.CodeToolFailure,
-			"%q changed while it was being written (found %s): nothing was written; propose the step again to write over the file as it is now", p, found),
-			map[string]any{"path": p, "found": found})
-	}
-	if kept != "" {
-		d := e.GetDetails().AsMap()
-		d["kept_at"] = kept
-		e = wire.WithDetails(e, d)
-		e.Message += fmt.Sprintf("; the entry found there was kept at %q, for its name was taken again meanwhile", kept)
-	}
-	return e
+	return changedErr(ctx, p, found, kept, "written")
 }
 
 // entrySum is the checksum of the regular file base of d, read without

@@ -109,14 +109,42 @@ func previewBase(ctx context.Context) string {
 // approved preview was made against: found is the file's checksum now
 // (BaseAbsent: there is none). Nothing was written.
 func checkPreviewBase(ctx context.Context, p, found string) *xctv1.Error {
+	return previewChanged(ctx, p, found, "written")
+}
+
+// previewChanged is checkPreviewBase for a tool whose effect is done
+// ("written", "deleted", "moved").
+func previewChanged(ctx context.Context, p, found, done string) *xctv1.Error {
 	want := previewBase(ctx)
 	if want == "" || want == found {
 		return nil
 	}
 	return wire.WithDetails(wire.Errorf(wire.CodeChangedSincePreview,
-		"%q changed since the preview a human approved this step by (previewed %s, found %s): nothing was written; propose the step again to have the change approved against the file as it is now",
-		p, want, found),
+		"%q changed since the preview a human approved this step by (previewed %s, found %s): nothing was %s; propose the step again to have the change approved against the file as it is now",
+		p, want, found, done),
 		map[string]any{"path": p, "previewed": want, "found": found, "changed_since_preview": true})
+}
+
+// changedErr refuses a step whose entry changed between the read of it
+// and the effect: found says what was there (a digest, BaseAbsent, or
+// what else). A step approved by a preview fails CHANGED_SINCE_PREVIEW;
+// any other, TOOL_FAILURE (its undo would have put back something older
+// than the change). Nothing was done; kept, when set, names where an
+// entry that could not be put back at its name was left.
+func changedErr(ctx context.Context, p, found, kept, done string) *xctv1.Error {
+	e := previewChanged(ctx, p, found, done)
+	if e == nil {
+		e = wire.WithDetails(wire.Errorf(wire.CodeToolFailure,
+			"%q changed while it was being %s (found %s): nothing was %s; propose the step again to act on it as it is now", p, done, found, done),
+			map[string]any{"path": p, "found": found})
+	}
+	if kept != "" {
+		d := e.GetDetails().AsMap()
+		d["kept_at"] = kept
+		e = wire.WithDetails(e, d)
+		e.Message += fmt.Sprintf("; the entry found there was kept at %q, for its name was taken again meanwhile", kept)
+	}
+	return e
 }
 
 // diff is the preview of replacing old (named oldName in the diff) at

@@ -290,25 +290,42 @@ func (s *Service) RequestApproval(ctx context.Context, req *xctv1.RequestApprova
 // it itself, that is when the policy allows fs.read of the same path for
 // this run (and this agent, in a crew). A key the model was refused to
 // read is not shown because it proposed to overwrite it.
+//
+// fs.delete's preview shows the file it would remove (or the entries of
+// the directory), fs.move's the entry it would move (session 18): they
+// are shown only when the run may both read and list that path (fs.read
+// and fs.list of it allowed).
 func (s *Service) unreadablePreview(ctx context.Context, req *xctv1.RequestApprovalRequest, installed *installedPolicy, now time.Time) string {
 	p := req.GetProposal()
-	path, ok := p.GetArguments().AsMap()["path"].(string)
-	if p.GetTool() != "fs.write" || !ok {
+	arg, readers, what := "path", []string{"fs.read"}, "what the step would write is in its arguments"
+	switch p.GetTool() {
+	case "fs.write":
+	case "fs.delete":
+		readers, what = []string{"fs.read", "fs.list"}, "the step would delete it"
+	case "fs.move":
+		arg, readers, what = "from", []string{"fs.read", "fs.list"}, "the step would move it"
+	default:
+		return ""
+	}
+	path, ok := p.GetArguments().AsMap()[arg].(string)
+	if !ok {
 		return ""
 	}
 	args, err := structpb.NewStruct(map[string]any{"path": path})
 	if err != nil {
 		return "the current content is not shown: " + err.Error()
 	}
-	v := &xctv1.Verdict{PolicyVersion: installed.version}
-	read := &xctv1.ValidateRequest{Run: req.GetRun(), Step: req.GetStep(), StepId: req.GetStepId(),
-		Proposal: &xctv1.NextStep{Tool: "fs.read", Arguments: args}, Crew: req.GetCrew()}
-	s.judge(ctx, read, installed, now, judging{}, v)
-	if v.GetDecision() == xctv1.VerdictDecision_VERDICT_DECISION_ALLOW {
-		return ""
+	for _, tool := range readers {
+		v := &xctv1.Verdict{PolicyVersion: installed.version}
+		read := &xctv1.ValidateRequest{Run: req.GetRun(), Step: req.GetStep(), StepId: req.GetStepId(),
+			Proposal: &xctv1.NextStep{Tool: tool, Arguments: args}, Crew: req.GetCrew()}
+		s.judge(ctx, read, installed, now, judging{}, v)
+		if v.GetDecision() != xctv1.VerdictDecision_VERDICT_DECISION_ALLOW {
+			return fmt.Sprintf("the current content of %s is not shown: this run may not read it (the policy decides %s for %s of it: %s); %s",
+				path, decisionWord(v.GetDecision()), tool, strings.Join(reasonIDs(v.GetReasons()), ", "), what)
+		}
 	}
-	return fmt.Sprintf("the current content of %s is not shown: this run may not read it (the policy decides %s for fs.read of it: %s); "+
-		"what the step would write is in its arguments", path, decisionWord(v.GetDecision()), strings.Join(reasonIDs(v.GetReasons()), ", "))
+	return ""
 }
 
 // ListApprovals lists approvals, oldest first: pending ones, or all of
@@ -811,11 +828,22 @@ func clampPreview(p *xctv1.Preview) *xctv1.Preview {
 // no approval to the file the approver saw, and the write would replace
 // whatever is there when it runs. Without the diff the approver decides
 // from the proposal alone, as for a tool without a preview.
+//
+// fs.delete's and fs.move's previews (session 18) always name the entry
+// they were made from: one that names none is not shown.
 func unboundPreview(p *xctv1.NextStep, preview *xctv1.Preview) string {
-	if p.GetTool() != "fs.write" || preview.GetKind() != "diff" || preview.GetBaseDigest() != "" {
+	if preview == nil || preview.GetBaseDigest() != "" {
 		return ""
 	}
-	return "the preview does not say which file it was made against, so it is not shown: the write replaces the file as it is when the step runs"
+	switch p.GetTool() {
+	case "fs.write":
+		if preview.GetKind() == "diff" {
+			return "the preview does not say which file it was made against, so it is not shown: the write replaces the file as it is when the step runs"
+		}
+	case "fs.delete", "fs.move":
+		return "the preview does not say which entry it was made from, so it is not shown: the step acts on the entry as it is when it runs"
+	}
+	return ""
 }
 
 // previewHiddenNote heads a preview that had characters that do not show.
