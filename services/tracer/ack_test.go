@@ -89,6 +89,10 @@ func positionIn(t *testing.T, dataDir, file string) uint64 {
 // written and not synced; the tracer afterwards serves every chain as the
 // stream has it, each event once in its file.
 func TestEventNotStoredIsReadBack(t *testing.T) {
+	// The consumers let ackPending events wait for an ack (the default is
+	// 4,096): the bulk chain, after the blocked one, is more than that.
+	const ackPending, bulkEvents = 64, 300
+	cfg := tracer.Config{MaxAckPending: ackPending}
 	for _, how := range []string{"read back while running", "restarted", "killed"} {
 		t.Run(how, func(t *testing.T) {
 			ns := testutil.RunJetStream(t)
@@ -106,12 +110,12 @@ func TestEventNotStoredIsReadBack(t *testing.T) {
 				}
 			}
 			// LCTL: before at stream seqs 1-14, blocked 15-20, after
-			// 21-30, bulk-00 31-5030 (more than MaxAckPending).
+			// 21-30, bulk-00 31-330 (more than ackPending).
 			// LCTL_OTEL: otel-blocked 1-6, otel-after 7-16.
 			writeRun(t, l, "before", 3)
 			writeRun(t, l, "blocked", 1)
 			writeRun(t, l, "after", 2)
-			bulk := publishBacklog(t, e, "bulk", 1, 5000)
+			bulk := publishBacklog(t, e, "bulk", 1, bulkEvents)
 			writeRun(t, l, "otel-blocked", 1)
 			writeRun(t, l, "otel-after", 2)
 			ids := append([]string{"before", "blocked", "after", "otel-blocked", "otel-after"}, bulk...)
@@ -125,7 +129,16 @@ func TestEventNotStoredIsReadBack(t *testing.T) {
 					if err := ackedAll(e); err != nil {
 						return err
 					}
-					for id, n := range map[string]int{"after": 10, "otel-after": 10, bulk[0]: 5000} {
+					for _, stream := range []string{eventlog.StreamName, eventlog.OTelStreamName} {
+						ci, err := consumerState(e, stream)
+						if err != nil {
+							return err
+						}
+						if ci.Config.MaxAckPending != ackPending {
+							t.Fatalf("consumer of %s lets %d events wait for an ack, want %d", stream, ci.Config.MaxAckPending, ackPending)
+						}
+					}
+					for id, n := range map[string]int{"after": 10, "otel-after": 10, bulk[0]: bulkEvents} {
 						if got := linesIn(t, filepath.Join(chainsDir, id+".jsonl")); got != n {
 							return fmt.Errorf("chain file %s holds %d events, want %d", id, got, n)
 						}
@@ -154,7 +167,7 @@ func TestEventNotStoredIsReadBack(t *testing.T) {
 			}
 			switch how {
 			case "killed":
-				child := e.startChildTracer(t, ns.ClientURL())
+				child := e.startChildTracerWith(t, ns.ClientURL(), ackPending)
 				testutil.Eventually(t, waitTimeout, held(false))
 				if err := child.Process.Signal(syscall.SIGKILL); err != nil {
 					t.Fatal(err)
@@ -162,7 +175,7 @@ func TestEventNotStoredIsReadBack(t *testing.T) {
 				_ = child.Wait()
 				unblock()
 			case "restarted":
-				first := e.startTracer(t)
+				first := e.startTracerWith(t, cfg)
 				testutil.Eventually(t, waitTimeout, held(true))
 				first.stop()
 				if got := positionIn(t, e.dataDir, ".stream-position"); got != 14 {
@@ -170,20 +183,20 @@ func TestEventNotStoredIsReadBack(t *testing.T) {
 				}
 				unblock()
 			default:
-				tr := e.startTracer(t)
+				tr := e.startTracerWith(t, cfg)
 				testutil.Eventually(t, waitTimeout, held(true))
 				unblock()
 				sameAsStream(t, e, tr, ids)
 				tr.stop()
-				if got := positionIn(t, e.dataDir, ".stream-position"); got != 5030 {
-					t.Fatalf("recorded LCTL position %d after the chains were read back and a stop, want 5030", got)
+				if got := positionIn(t, e.dataDir, ".stream-position"); got != 30+bulkEvents {
+					t.Fatalf("recorded LCTL position %d after the chains were read back and a stop, want %d", got, 30+bulkEvents)
 				}
 				if got := positionIn(t, e.dataDir, ".stream-position.LCTL_OTEL"); got != 16 {
 					t.Fatalf("recorded LCTL_OTEL position %d after the chains were read back and a stop, want 16", got)
 				}
 				return
 			}
-			tr := e.startTracer(t)
+			tr := e.startTracerWith(t, cfg)
 			sameAsStream(t, e, tr, ids)
 			allAcked(t, e)
 		})

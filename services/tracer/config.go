@@ -38,6 +38,13 @@ type Config struct {
 	// dropped from memory (their summaries stay) and read back from their
 	// files when asked for; the chain in use stays whatever its size.
 	MaxResidentEvents int
+	// MaxAckPending is how many events the tracer's consumers deliver
+	// before the tracer acknowledges them (0 means DefaultMaxAckPending).
+	// Set by the application, not by a flag: the default suits any
+	// deployment (four batches in flight); the tests set a small one to
+	// show, with a small backlog, that the tracer acknowledges past
+	// events it could not store.
+	MaxAckPending int
 	// HTTPListen is where the tracer serves HTTP: the visual debugger and
 	// OTLP/HTTP ingestion ("host:port"; port 0 picks a free one; empty:
 	// no HTTP listener).
@@ -109,6 +116,19 @@ func (c *Config) maxResidentEvents() int {
 	return c.MaxResidentEvents
 }
 
+// DefaultMaxAckPending is the default of Config.MaxAckPending: four
+// batches delivered and not acknowledged yet.
+const DefaultMaxAckPending = 4 * batchSize
+
+// maxAckPending is the consumers' bound on the events delivered and not
+// acknowledged.
+func (c *Config) maxAckPending() int {
+	if c.MaxAckPending == 0 {
+		return DefaultMaxAckPending
+	}
+	return c.MaxAckPending
+}
+
 // RegisterFlags registers the tracer's flags on fs.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.DataDir, "tracer-data", "xct-data/tracer", "directory where the tracer stores materialized chains")
@@ -134,6 +154,10 @@ func (c *Config) Validate() error {
 	}
 	if c.SyncInterval < 0 {
 		return fmt.Errorf("tracer: -tracer-sync-interval must not be negative, got %v", c.SyncInterval)
+	}
+	if c.MaxAckPending < 0 {
+		// JetStream would take -1 as no bound.
+		return fmt.Errorf("tracer: MaxAckPending must not be negative, got %d", c.MaxAckPending)
 	}
 	if c.Replicas < 0 || c.Replicas > maxReplicas {
 		return fmt.Errorf("tracer: replicas must be between 0 and %d, got %d", maxReplicas, c.Replicas)

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -30,10 +31,12 @@ import (
 )
 
 // Environment of a tracer run as a child process of the test binary
-// (TestMain): the NATS server's URL and the data dir.
+// (TestMain): the NATS server's URL, the data dir, and its
+// Config.MaxAckPending (unset: the default).
 const (
-	childNATSEnv = "XCT_TRACER_TEST_CHILD_NATS"
-	childDataEnv = "XCT_TRACER_TEST_CHILD_DATA"
+	childNATSEnv       = "XCT_TRACER_TEST_CHILD_NATS"
+	childDataEnv       = "XCT_TRACER_TEST_CHILD_DATA"
+	childAckPendingEnv = "XCT_TRACER_TEST_CHILD_MAX_ACK_PENDING"
 )
 
 func TestMain(m *testing.M) {
@@ -54,7 +57,14 @@ func runChildTracer(url, dataDir string) int {
 		log.Error("connect", "err", err)
 		return 1
 	}
-	svc, err := tracer.New(tracer.Config{DataDir: dataDir, Replicas: 1, SyncInterval: time.Hour}, nc, log)
+	cfg := tracer.Config{DataDir: dataDir, Replicas: 1, SyncInterval: time.Hour}
+	if v := os.Getenv(childAckPendingEnv); v != "" {
+		if cfg.MaxAckPending, err = strconv.Atoi(v); err != nil {
+			log.Error("max ack pending", "err", err)
+			return 1
+		}
+	}
+	svc, err := tracer.New(cfg, nc, log)
 	if err != nil {
 		log.Error("new tracer", "err", err)
 		return 1
@@ -79,8 +89,16 @@ func runChildTracer(url, dataDir string) int {
 // the test's output.
 func (e *env) startChildTracer(t *testing.T, url string) *exec.Cmd {
 	t.Helper()
+	return e.startChildTracerWith(t, url, 0)
+}
+
+// startChildTracerWith is startChildTracer with the tracer's
+// Config.MaxAckPending (0: the default).
+func (e *env) startChildTracerWith(t *testing.T, url string, maxAckPending int) *exec.Cmd {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childNATSEnv+"="+url, childDataEnv+"="+e.dataDir)
+	cmd.Env = append(os.Environ(), childNATSEnv+"="+url, childDataEnv+"="+e.dataDir,
+		childAckPendingEnv+"="+strconv.Itoa(maxAckPending))
 	cmd.Stdout, cmd.Stderr = t.Output(), t.Output()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -67,8 +67,6 @@ const ConsumerName = "tracer"
 const (
 	// batchSize bounds how many events are written and acked together.
 	batchSize = 1024
-	// maxAckPending bounds events delivered but not acked yet.
-	maxAckPending = 4 * batchSize
 	// ackWait is how long JetStream waits for an ack before redelivering.
 	ackWait = 30 * time.Second
 	// retryDelay is how long a chain whose events could not be stored
@@ -184,7 +182,7 @@ func (s *Service) Start(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("tracer: %w", err)
 		}
-		if f.cons, err = positionConsumer(ctx, events.JetStream(), f, from+1); err != nil {
+		if f.cons, err = positionConsumer(ctx, events.JetStream(), f, from+1, s.cfg.maxAckPending()); err != nil {
 			return fmt.Errorf("tracer: %w", err)
 		}
 		f.progress = newProgress(from)
@@ -327,7 +325,7 @@ func (s *Service) startPosition(ctx context.Context, events *eventlog.Log, f *fe
 	return pos.Seq, nil
 }
 
-func consumerConfig(f *feed, start uint64) jetstream.ConsumerConfig {
+func consumerConfig(f *feed, start uint64, maxAckPending int) jetstream.ConsumerConfig {
 	cfg := jetstream.ConsumerConfig{
 		Durable:       ConsumerName,
 		Description:   "XCT tracer: materializes LCTL chains",
@@ -349,11 +347,11 @@ func consumerConfig(f *feed, start uint64) jetstream.ConsumerConfig {
 // also has the ack policy of consumerConfig whatever the one before had
 // (a consumer's ack policy cannot be changed; tracers before session 9
 // made theirs with explicit acks).
-func positionConsumer(ctx context.Context, js jetstream.JetStream, f *feed, start uint64) (jetstream.Consumer, error) {
+func positionConsumer(ctx context.Context, js jetstream.JetStream, f *feed, start uint64, maxAckPending int) (jetstream.Consumer, error) {
 	if err := js.DeleteConsumer(ctx, f.stream, ConsumerName); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return nil, fmt.Errorf("reset consumer %s of %s: %w", ConsumerName, f.stream, err)
 	}
-	cons, err := js.CreateConsumer(ctx, f.stream, consumerConfig(f, start))
+	cons, err := js.CreateConsumer(ctx, f.stream, consumerConfig(f, start, maxAckPending))
 	if err != nil {
 		return nil, fmt.Errorf("create consumer %s of %s: %w", ConsumerName, f.stream, err)
 	}
@@ -366,7 +364,7 @@ func positionConsumer(ctx context.Context, js jetstream.JetStream, f *feed, star
 // stopped iterator's buffer, or lost with a connection): acknowledgements
 // are cumulative, so the next ack on it would acknowledge them unread.
 func (s *Service) resumeConsumer(ctx context.Context, f *feed) (jetstream.Consumer, error) {
-	return positionConsumer(ctx, s.events.JetStream(), f, f.progress.floor()+1)
+	return positionConsumer(ctx, s.events.JetStream(), f, f.progress.floor()+1, s.cfg.maxAckPending())
 }
 
 // run consumes until ctx ends, setting the consumer up again (with a

@@ -641,7 +641,8 @@ func TestConsumerIsDurable(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := info.CachedInfo().Config
-	if cfg.Durable != "tracer" || cfg.AckPolicy != jetstream.AckAllPolicy || cfg.FilterSubject != "lctl.chain.*" {
+	if cfg.Durable != "tracer" || cfg.AckPolicy != jetstream.AckAllPolicy || cfg.FilterSubject != "lctl.chain.*" ||
+		cfg.MaxAckPending != tracer.DefaultMaxAckPending || tracer.DefaultMaxAckPending != 4096 {
 		t.Errorf("consumer config = %+v", cfg)
 	}
 }
@@ -657,6 +658,8 @@ func TestConfig(t *testing.T) {
 		{"no data dir", tracer.Config{}, false},
 		{"negative replicas", tracer.Config{DataDir: "d", Replicas: -1}, false},
 		{"too many replicas", tracer.Config{DataDir: "d", Replicas: 7}, false},
+		{"small ack pending", tracer.Config{DataDir: "d", MaxAckPending: 1}, true},
+		{"negative ack pending", tracer.Config{DataDir: "d", MaxAckPending: -1}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
