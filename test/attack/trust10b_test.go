@@ -662,16 +662,23 @@ func TestAttackBulkyApprovalsBreakEveryonesApprovalList(t *testing.T) {
 	c := startBindCluster(t, withProposer("bulky", bulkyModel{}), func(_ *app.Config, o *app.Options) {
 		o.ExtraTools = []executor.Tool{countingDeploy{n: &deployed}}
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
-	defer cancel()
+	// Each call has a minute of its own, each wait below its own bound.
+	// One 120 s context for the whole test ran out at load ~25 with every
+	// step within its bounds (the waits alone may take 120 s).
+	call := func() (context.Context, context.CancelFunc) { return context.WithTimeout(t.Context(), time.Minute) }
 	alice, bob := c.orchestratorAs(t, "alice"), c.validatorAs(t, "bob")
 	const runs = 70
 	for i := range runs {
-		if _, err := alice.StartRun(ctx, &xctv1.StartRunRequest{RunId: fmt.Sprintf("bulky-%02d", i), Goal: "deploy", Model: "func:bulky"}); err != nil {
+		ctx, cancel := call()
+		_, err := alice.StartRun(ctx, &xctv1.StartRunRequest{RunId: fmt.Sprintf("bulky-%02d", i), Goal: "deploy", Model: "func:bulky"})
+		cancel()
+		if err != nil {
 			t.Fatal(err)
 		}
 	}
 	testutil.Eventually(t, 60*time.Second, func() error {
+		ctx, cancel := call()
+		defer cancel()
 		l, err := bob.ListApprovals(ctx, &xctv1.ListApprovalsRequest{RunId: fmt.Sprintf("bulky-%02d", runs-1)})
 		if err != nil {
 			return err
@@ -683,6 +690,8 @@ func TestAttackBulkyApprovalsBreakEveryonesApprovalList(t *testing.T) {
 	})
 	var list []*xctv1.Approval
 	testutil.Eventually(t, 60*time.Second, func() error {
+		ctx, cancel := call()
+		defer cancel()
 		l, err := bob.ListApprovals(ctx, &xctv1.ListApprovalsRequest{})
 		if err != nil {
 			return fmt.Errorf("bob's list of every pending approval: %w", err)
@@ -706,10 +715,14 @@ func TestAttackBulkyApprovalsBreakEveryonesApprovalList(t *testing.T) {
 	if left == 0 || left == runs {
 		t.Fatalf("%d of %d approvals' arguments left out of the list", left, runs)
 	}
+	ctx, cancel := call()
+	defer cancel()
 	one, err := bob.ListApprovals(ctx, &xctv1.ListApprovalsRequest{RunId: "bulky-00"})
 	if err != nil || len(one.GetApprovals()) != 1 || len(one.GetApprovals()[0].GetProposal().GetArguments().GetFields()["target"].GetStringValue()) != 250<<10 {
 		t.Fatalf("bulky-00's own list: %v", err)
 	}
+	ctx, cancel = call()
+	defer cancel()
 	if _, err := bob.DecideApproval(ctx, &xctv1.DecideApprovalRequest{RunId: "bulky-00", Step: "1", Approve: true, Reason: "reviewed"}); err != nil {
 		t.Fatal(err)
 	}
