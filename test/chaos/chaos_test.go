@@ -62,7 +62,9 @@ const settleTimeout = 150 * time.Second
 func runPhase(t *testing.T, cfg phaseConfig) *report {
 	t.Helper()
 	c := startCluster(t, cfg)
-	stopModel := serveModel(c, &model{seed: cfg.seed, ops: cfg.ops})
+	m := newModel(cfg.seed, cfg.ops)
+	c.model = m
+	stopModel := serveModel(c, m)
 	defer stopModel()
 	d := &driver{
 		orch: [2]xctv1.OrchestratorServiceClient{
@@ -184,9 +186,9 @@ func TestChaosLong(t *testing.T) {
 	leader := []faultKind{faultLeaderKill, faultLeaderKill, faultLeaderStop, faultLeaderPartition, faultLeaderPartition}
 	r3traps := append(append([]faultKind(nil), trapKinds...), faultStepsStepdown)
 	all := []phaseConfig{
-		{name: "single", netns: true, kinds: slices.Concat(process, network, trapKinds)},
-		{name: "r3", netns: true, r3: true, kinds: slices.Concat(process, network, leader, r3traps)},
-		{name: "loopback", kinds: slices.Concat(process, trapKinds)},
+		{name: "single", netns: true, kinds: slices.Concat(process, network, trapKinds, proposeKinds)},
+		{name: "r3", netns: true, r3: true, kinds: slices.Concat(process, network, leader, r3traps, proposeKinds)},
+		{name: "loopback", kinds: slices.Concat(process, trapKinds, proposeKinds)},
 	}
 	var phases []phaseConfig
 	for _, p := range all {

@@ -39,6 +39,7 @@ type report struct {
 	disagree   int // chain and executor record (or ledger) disagree
 	unverified int // chains failing verification
 	stuck      int // runs neither ended nor visibly waiting in doubt
+	uncharged  int // model calls answered that no ended run's token totals charge
 	findings   []string
 	doubts     []string       // why runs ended or wait in doubt (not failures)
 	outcomes   map[string]int // steps by their last outcome on the chain
@@ -57,6 +58,7 @@ func (r *report) add(o *report) {
 	r.disagree += o.disagree
 	r.unverified += o.unverified
 	r.stuck += o.stuck
+	r.uncharged += o.uncharged
 	if r.faults == nil {
 		r.faults = map[faultKind]int{}
 	}
@@ -75,12 +77,12 @@ func (r *report) add(o *report) {
 
 // line is the one summary line.
 func (r *report) line() string {
-	return fmt.Sprintf("chaos %s: runs=%d (ended %d, in_doubt %d, not_started %d) faults=%s steps=%d effects=%d duplicates=%d lost=%d disagree=%d unverified=%d stuck=%d crashes=%d seed=%d",
-		r.phase, r.runs, r.ended, r.inDoubt, r.notStarted, formatCounts(r.faults), r.steps, r.effects, r.duplicates, r.lost, r.disagree, r.unverified, r.stuck, r.crashes, r.seed)
+	return fmt.Sprintf("chaos %s: runs=%d (ended %d, in_doubt %d, not_started %d) faults=%s steps=%d effects=%d duplicates=%d lost=%d disagree=%d unverified=%d stuck=%d crashes=%d uncharged=%d seed=%d",
+		r.phase, r.runs, r.ended, r.inDoubt, r.notStarted, formatCounts(r.faults), r.steps, r.effects, r.duplicates, r.lost, r.disagree, r.unverified, r.stuck, r.crashes, r.uncharged, r.seed)
 }
 
 func (r *report) failed() bool {
-	return r.duplicates+r.lost+r.disagree+r.unverified+r.stuck > 0
+	return r.duplicates+r.lost+r.disagree+r.unverified+r.stuck+r.uncharged > 0
 }
 
 func (r *report) findf(format string, args ...any) {
@@ -166,6 +168,26 @@ func classify(e lctl.Event) string {
 
 // check reads every chain, the executor's records and the ledger, and
 // checks every step.
+// checkCharged compares what an ended run's chain charges (run_finished's
+// tokens) with the model calls of the run the model answered: every call
+// answered is billed, whether or not its caller lived to read the answer
+// (an owner killed or paused past its lease while the call was out), and
+// the run's token budgets are judged on the chain. Charging more (an
+// owner lost before its call was sent) is the takeover's estimate erring
+// towards the budget, not a finding.
+func (c *cluster) checkCharged(run string, last lctl.Event, rep *report) {
+	if c.model == nil {
+		return
+	}
+	tokens, _ := last.Data["tokens"].(map[string]any)
+	in, _ := tokens["input"].(float64)
+	charged := int(in) / int(callUsage.GetInputTokens())
+	if billed := c.model.calls(run); charged < billed {
+		rep.uncharged += billed - charged
+		rep.findf("uncharged: run %s: the model answered %d calls, its chain charges %d (%v input tokens of %d a call)", run, billed, charged, in, callUsage.GetInputTokens())
+	}
+}
+
 func (c *cluster) check(ctx context.Context, d *driver, in *injector, rep *report) error {
 	exec := d.executor
 	ledger, err := readLedger(c.ledger)
@@ -267,6 +289,7 @@ func (c *cluster) check(ctx context.Context, d *driver, in *injector, rep *repor
 		switch {
 		case ended:
 			rep.ended++
+			c.checkCharged(r.id, last, rep)
 		case waiting:
 			doubt = "waits: " + run.GetStatus().String() + " " + run.GetMessage() + " " + doubt
 		default:

@@ -191,6 +191,7 @@ type cluster struct {
 	ledger  string
 	trapDir string // the ledger tool's traps (traps_test.go)
 	policy  string // the validator's policy file (faultReload rewrites it)
+	model   *model // the suite's model (its trap, what it billed)
 	natsURL string // the services' and the test's NATS URLs
 	orch    [2]string
 	exec    string

@@ -157,6 +157,8 @@ func (in *injector) one(ctx context.Context, i int) error {
 		target = &member{name: "trap:"} // the process is chosen when the trap fires
 	case faultReload:
 		target = &member{name: "validator-policy"}
+	case faultOwnerStopPropose, faultOwnerKillPropose:
+		target = &member{name: "trap:"} // the run's owner when the model's trap is taken
 	}
 	ev.target, ev.from = target.name, time.Now()
 	var err error
@@ -191,6 +193,8 @@ func (in *injector) one(ctx context.Context, i int) error {
 		err = in.trapFault(ctx, kind, hold, &ev)
 	case faultReload:
 		err = c.reloadPolicy(i)
+	case faultOwnerStopPropose, faultOwnerKillPropose:
+		err = in.proposeFault(ctx, kind, hold, &ev)
 	case faultSlow:
 		ev.note = c.lab.slowKind()
 		hold = in.dur(2*time.Second, 4*time.Second)

@@ -36,6 +36,37 @@ type model struct {
 	xctv1.UnimplementedProposerServiceServer
 	seed int64
 	ops  int
+
+	mu sync.Mutex
+	// answered counts the calls answered per run: each is billed
+	// callUsage, as an endpoint bills a call whether or not its caller
+	// lived to read the answer. The check compares it with what the
+	// run's chain charges (uncharged).
+	answered map[string]int
+	// trap, when armed, is taken by the next call: the call sends its run
+	// id on it and waits for the suite (proposeTrap).
+	trap chan proposeTrap
+}
+
+// proposeTrap is a call that took the model's trap: run is its run, and
+// the call answers once release is closed.
+type proposeTrap struct {
+	run     string
+	release chan struct{}
+}
+
+// callUsage is what every model call is billed.
+var callUsage = &xctv1.Usage{InputTokens: 10, OutputTokens: 1}
+
+func newModel(seed int64, ops int) *model {
+	return &model{seed: seed, ops: ops, answered: map[string]int{}, trap: make(chan proposeTrap)}
+}
+
+// calls is how many calls of run the model answered.
+func (m *model) calls(run string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.answered[run]
 }
 
 // maxAttempts bounds the retries of one operation.
@@ -75,6 +106,27 @@ handoffs: {entry: finder, max_depth: 2, cycles: forbid}
 func isCrewRun(seed int64, id string) bool { return hash(seed, id, "crew")%crewEvery == 0 }
 
 func (m *model) Propose(ctx context.Context, req *xctv1.ProposeRequest) (*xctv1.ProposeResponse, error) {
+	// A trap armed (the suite waiting on m.trap) is taken by this call:
+	// the suite harms the run's owner while the call is out, then lets
+	// it answer.
+	t := proposeTrap{run: req.GetRunId(), release: make(chan struct{})}
+	select {
+	case m.trap <- t:
+		select {
+		case <-t.release:
+		case <-ctx.Done():
+		}
+	default:
+	}
+	resp := m.propose(ctx, req)
+	resp.Usage = callUsage
+	m.mu.Lock()
+	m.answered[req.GetRunId()]++
+	m.mu.Unlock()
+	return resp, nil
+}
+
+func (m *model) propose(ctx context.Context, req *xctv1.ProposeRequest) *xctv1.ProposeResponse {
 	crew := isCrewRun(m.seed, req.GetRunId())
 	ops := m.ops
 	if crew {
@@ -111,7 +163,7 @@ func (m *model) Propose(ctx context.Context, req *xctv1.ProposeRequest) (*xctv1.
 		case r.Status == "success":
 			op, attempts = op+1, 0
 		case r.Details.SuggestedAction == "needs_human_decision" || r.Details.SuggestedAction == "finish_with_done":
-			return done("stopped: " + r.Details.SuggestedAction), nil
+			return done("stopped: " + r.Details.SuggestedAction)
 		case retryActions[r.Details.SuggestedAction]:
 			attempts++
 		default:
@@ -119,10 +171,10 @@ func (m *model) Propose(ctx context.Context, req *xctv1.ProposeRequest) (*xctv1.
 		}
 	}
 	if op > ops {
-		return done(fmt.Sprintf("%d operations done", ops)), nil
+		return done(fmt.Sprintf("%d operations done", ops))
 	}
 	if attempts >= maxAttempts {
-		return done(fmt.Sprintf("gave up on operation %d", op)), nil
+		return done(fmt.Sprintf("gave up on operation %d", op))
 	}
 	if attempts > 0 {
 		// "retry_later": the model waits before it proposes the operation
@@ -135,7 +187,7 @@ func (m *model) Propose(ctx context.Context, req *xctv1.ProposeRequest) (*xctv1.
 			args = map[string]any{"to": "checker", "summary": "check the charge"}
 		}
 		out, _ := json.Marshal(map[string]any{"next_step": map[string]any{"tool": tool, "arguments": args, "goal": fmt.Sprintf("operation %d", op)}})
-		return &xctv1.ProposeResponse{Output: string(out), Model: "chaos-model"}, nil
+		return &xctv1.ProposeResponse{Output: string(out), Model: "chaos-model"}
 	}
 	// The operation decides the tool (a retry is the same operation); the
 	// attempt only how long the tool takes.
@@ -149,7 +201,7 @@ func (m *model) Propose(ctx context.Context, req *xctv1.ProposeRequest) (*xctv1.
 		"arguments": map[string]any{"op": fmt.Sprintf("%s/%d", req.GetRunId(), op), "work_ms": (r >> 8) % 400},
 		"goal":      fmt.Sprintf("operation %d", op),
 	}})
-	return &xctv1.ProposeResponse{Output: string(out), Model: "chaos-model"}, nil
+	return &xctv1.ProposeResponse{Output: string(out), Model: "chaos-model"}
 }
 
 func hash(parts ...any) uint64 {

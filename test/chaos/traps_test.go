@@ -53,6 +53,80 @@ const (
 	faultStepsStepdown faultKind = "steps-stepdown-after-effect"
 )
 
+// Faults at the worst instant of a model call: the suite's model (the
+// test process) takes its trap on the next call, the run's owner is
+// harmed while the call is out, and then the model answers (billed, as
+// an endpoint bills it, model.answered). The next owner must charge the
+// call the chain holds no proposal of (docs/events.md, "Model calls the
+// chain does not hold"); the check's uncharged says whether it did.
+const (
+	// faultOwnerStopPropose SIGSTOPs the owner for longer than the run
+	// lease: the other orchestrator takes the run over, then the paused
+	// owner wakes holding an answer it cannot record.
+	faultOwnerStopPropose faultKind = "owner-stop-mid-propose"
+	// faultOwnerKillPropose SIGKILLs the owner (restarted after the hold).
+	faultOwnerKillPropose faultKind = "owner-kill-mid-propose"
+)
+
+// proposeKinds are the model call's trap faults (every phase).
+var proposeKinds = []faultKind{faultOwnerStopPropose, faultOwnerKillPropose}
+
+// proposeFault injects one of proposeKinds.
+func (in *injector) proposeFault(ctx context.Context, kind faultKind, hold time.Duration, ev *faultEvent) error {
+	c := in.c
+	var t proposeTrap
+	select {
+	case t = <-c.model.trap:
+	case <-time.After(trapSpring):
+		ev.note = "no model call came within " + trapSpring.String()
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			close(t.release)
+		}
+	}
+	defer release()
+	ev.note = "at " + t.run
+	owner, err := c.owner(ctx, t.run)
+	if err == nil && c.byName(owner) == nil {
+		err = fmt.Errorf("run %s is owned by %q, no process of ours", t.run, owner)
+	}
+	if err != nil {
+		ev.note += ", nothing done: " + err.Error() // between two owners (a takeover)
+		return nil
+	}
+	victim := c.byName(owner)
+	ev.target += " " + victim.name
+	if kind == faultOwnerStopPropose {
+		if err := victim.signal(syscall.SIGSTOP); err != nil {
+			return err
+		}
+		victim.mu.Lock()
+		victim.stopped = true
+		victim.mu.Unlock()
+		release() // the answer waits in the paused owner's socket
+		// Past the run lease (2 s) and the takeover's resume.
+		pause(ctx, in.dur(2500*time.Millisecond, 2500*time.Millisecond))
+		victim.mu.Lock()
+		victim.stopped = false
+		victim.mu.Unlock()
+		return victim.signal(syscall.SIGCONT)
+	}
+	p := victim.current()
+	if err := victim.signal(syscall.SIGKILL); err != nil {
+		return err
+	}
+	<-p.Done()
+	release()
+	pause(ctx, hold)
+	return victim.start(120 * time.Second)
+}
+
 // trapKinds are the trap faults; every phase can take the first four
 // (one node: the leader is the node), the stepdown needs R3.
 var trapKinds = []faultKind{faultExecKillBefore, faultExecKillAfter, faultOwnerStop, faultStepsLeaderKill}
