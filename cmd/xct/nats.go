@@ -43,6 +43,9 @@ func cmdNATSProvision(ctx context.Context, args []string, stdout, stderr io.Writ
 	if fs.NArg() != 0 {
 		return &exitError{code: 2, err: fmt.Errorf("xct nats provision takes no arguments, got %q", fs.Args())}
 	}
+	if err := app.CheckNATSURL("--nats", *url); err != nil {
+		return &exitError{code: 2, err: err}
+	}
 	cr, err := adminCredentials(*credsFile, os.Getenv)
 	if err != nil {
 		return err

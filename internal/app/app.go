@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"path/filepath"
 	"runtime/pprof"
@@ -288,6 +289,59 @@ func (c *Config) secretFiles() []string {
 	return out
 }
 
+// CheckNATSURL refuses a --nats value the NATS client cannot use, or that
+// carries credentials: the URL is logged and named in every NOT_SERVING
+// reason (which callers read), so a password in it would be shown to
+// them; credentials go in --nats-credentials or XCT_NATS_PASSWORD. It
+// takes what the client takes: URLs separated by commas, each
+// nats://, tls://, ws:// or wss:// (or HOST:PORT, which is nats://).
+func CheckNATSURL(flag, s string) error {
+	if strings.TrimSpace(s) == "" {
+		return fmt.Errorf("%s is empty: give the NATS server's URL (nats://HOST:4222)", flag)
+	}
+	for one := range strings.SplitSeq(s, ",") {
+		one = strings.TrimSpace(one)
+		if one == "" {
+			continue
+		}
+		parsed := one
+		if !strings.Contains(one, "://") {
+			parsed = "nats://" + one
+		}
+		u, err := url.Parse(parsed)
+		if err != nil {
+			// The error quotes the URL: say only that it is not one.
+			return fmt.Errorf("%s: %q is not a URL (want nats://HOST:PORT)", flag, redactURL(one))
+		}
+		switch {
+		case u.User != nil:
+			return fmt.Errorf("%s %s carries credentials: the URL is logged and shown in the NOT_SERVING reasons callers read; give the password with --nats-credentials or %s", flag, redactURL(one), EnvNATSPassword)
+		case u.Scheme != "nats" && u.Scheme != "tls" && u.Scheme != "ws" && u.Scheme != "wss":
+			return fmt.Errorf("%s %s: scheme %q is not NATS's (want nats://, tls://, ws:// or wss://, e.g. nats://HOST:4222)", flag, u.Redacted(), u.Scheme)
+		case u.Hostname() == "":
+			return fmt.Errorf("%s %s names no host (want nats://HOST:PORT)", flag, u.Redacted())
+		case (u.Path != "" && u.Path != "/") || u.RawQuery != "":
+			return fmt.Errorf("%s %s: a NATS URL has no path or query (want nats://HOST:PORT; several servers: separated by commas)", flag, u.Redacted())
+		}
+	}
+	return nil
+}
+
+// redactURL is s with anything between "://" and an "@" replaced.
+func redactURL(s string) string {
+	scheme, rest, ok := strings.Cut(s, "://")
+	if !ok {
+		scheme, rest = "", s
+	}
+	if i := strings.LastIndex(rest, "@"); i >= 0 {
+		rest = "xxxxx@" + rest[i+1:]
+	}
+	if ok {
+		return scheme + "://" + rest
+	}
+	return rest
+}
+
 // ConnectNATS connects to NATS. A server that cannot be reached yet is
 // retried in the background, as are later disconnects, forever; appends
 // fail while it is away. It fails only for a URL that cannot be used.
@@ -313,6 +367,9 @@ func ConnectNATS(url, name string, extra ...nats.Option) (*nats.Conn, error) {
 // connection is tried.
 func (c *Config) Validate(targets []string) error {
 	var errs []error
+	if err := CheckNATSURL("--nats", c.NATSURL); err != nil {
+		errs = append(errs, err)
+	}
 	for _, t := range targets {
 		var err error
 		switch t {

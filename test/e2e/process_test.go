@@ -256,6 +256,7 @@ func TestProcessErrors(t *testing.T) {
 		{"executor trusting no verdict key", []string{"serve", "--target", "executor", "--nats", "nats://127.0.0.1:1", "--executor-listen", "127.0.0.1:0", "--plaintext", "--workspace", t.TempDir()}, 1, "--verdict-trust is required"},
 		{"validator without a verdict key", []string{"serve", "--target", "validator", "--nats", "nats://127.0.0.1:1", "--validator-listen", "127.0.0.1:0", "--plaintext"}, 1, "--verdict-key is required"},
 		{"unknown target", []string{"serve", "--target", "planner"}, 2, `unknown target "planner"`},
+		{"NATS URL with a password", []string{"serve", "--target", "orchestrator", "--nats", "nats://orchestrator:pw-in-url@127.0.0.1:1", "--orchestrator-listen", "127.0.0.1:0", "--plaintext"}, 1, "--nats nats://xxxxx@127.0.0.1:1 carries credentials"},
 		{"no target", []string{"serve"}, 2, "-target is required"},
 		{"unknown flag", []string{"run", "--mdl", "x"}, 2, "flag provided but not defined: -mdl"},
 		{"run without goal", []string{"run", "--model", "scripted:x.yaml"}, 2, "-goal and one of -model or -crew are required"},
@@ -286,6 +287,9 @@ func TestProcessErrors(t *testing.T) {
 			code, out := p.wait(t, 30*time.Second)
 			if code != tc.wantCode || !strings.Contains(out, tc.want) {
 				t.Fatalf("exit %d, want %d with %q; output:\n%s", code, tc.wantCode, tc.want, out)
+			}
+			if strings.Contains(out, "pw-in-url") {
+				t.Fatalf("the output shows the password of the NATS URL:\n%s", out)
 			}
 		})
 	}
