@@ -12,8 +12,10 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"regexp"
 	"strings"
 	"syscall"
+	"time"
 )
 
 const usage = `xct: governed execution for LLM agents
@@ -153,7 +155,7 @@ func parseFlagsEnv(fs *flag.FlagSet, args []string, lookup func(string) (string,
 				fs.Usage()
 				return err
 			}
-			return &exitError{code: 2, err: fmt.Errorf("%w (%s -h for flags)", err, fs.Name())}
+			return &exitError{code: 2, err: fmt.Errorf("%w (%s -h for flags)", explainFlagError(fs, err), fs.Name())}
 		}
 		if fs.NArg() == 0 {
 			break
@@ -174,6 +176,9 @@ func parseFlagsEnv(fs *flag.FlagSet, args []string, lookup func(string) (string,
 		name := envName(f.Name)
 		if v, ok := lookup(name); ok {
 			if err := fs.Set(f.Name, v); err != nil {
+				if want := wantedValue(f); want != "" {
+					err = fmt.Errorf("%q (-%s) is not %s", v, f.Name, want)
+				}
 				errs = append(errs, fmt.Errorf("%s: %w", name, err))
 			}
 		}
@@ -182,6 +187,55 @@ func parseFlagsEnv(fs *flag.FlagSet, args []string, lookup func(string) (string,
 		return &exitError{code: 2, err: errors.Join(errs...)}
 	}
 	return nil
+}
+
+// badFlagValue is how the flag package reports a value its flag could not
+// take: "invalid value %q for flag -%s: %v", the last part only "parse
+// error" or "value out of range" for its own kinds ("invalid boolean
+// value %q for -%s: %v" for a bool).
+var badFlagValue = regexp.MustCompile(`^invalid (?:boolean )?value "(.*)" for (?:flag )?-([^:]+): (parse error|value out of range)$`)
+
+// explainFlagError says what a flag of the flag package's own kinds wants
+// when it could not take its value ("parse error" says nothing of it).
+func explainFlagError(fs *flag.FlagSet, err error) error {
+	m := badFlagValue.FindStringSubmatch(err.Error())
+	if m == nil {
+		return err
+	}
+	f := fs.Lookup(m[2])
+	want := wantedValue(f)
+	if want == "" {
+		return err
+	}
+	if m[3] == "value out of range" {
+		return fmt.Errorf("-%s %s: out of range (want %s)", m[2], m[1], want)
+	}
+	return fmt.Errorf("-%s %s is not %s", m[2], m[1], want)
+}
+
+// wantedValue says in words what values f takes, for the flag package's
+// own kinds ("" for any other).
+func wantedValue(f *flag.Flag) string {
+	if f == nil {
+		return ""
+	}
+	g, ok := f.Value.(flag.Getter)
+	if !ok {
+		return ""
+	}
+	switch g.Get().(type) {
+	case time.Duration:
+		return "a duration (a number with a unit: 300ms, 5s, 2m, 1h30m)"
+	case int, int64:
+		return "a whole number"
+	case uint, uint64:
+		return "a whole number, 0 or more"
+	case float64:
+		return "a number"
+	case bool:
+		return "true or false"
+	}
+	return ""
 }
 
 // envName is the environment variable that sets a flag.

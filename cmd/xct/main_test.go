@@ -87,3 +87,47 @@ func TestBadFlagIsOneLine(t *testing.T) {
 		t.Errorf("xct dev -h does not list the flags: %q", stderr.String())
 	}
 }
+
+// Session 18 (ops18), issue 17: a value a flag of the flag package's own
+// kinds could not take was reported as "invalid value "5" for flag
+// -deps-probe: parse error", and from the environment as only
+// "XCT_DEPS_PROBE: parse error": neither said what was wanted, the second
+// not even which value. Each now names the flag, the value and the kind.
+func TestBadFlagValuesSayWhatIsWanted(t *testing.T) {
+	t.Parallel()
+	newFS := func() *flag.FlagSet {
+		fs := flag.NewFlagSet("xct serve", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		fs.Duration("deps-probe", time.Second, "")
+		fs.Int("max-steps", 50, "")
+		fs.Bool("openai-stream", false, "")
+		fs.Float64("ratio", 1, "")
+		fs.String("nats", "", "")
+		return fs
+	}
+	none := func(string) (string, bool) { return "", false }
+	for _, tc := range []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{[]string{"--deps-probe", "5"}, nil, `-deps-probe 5 is not a duration (a number with a unit: 300ms, 5s, 2m, 1h30m) (xct serve -h for flags)`},
+		{[]string{"--max-steps=ten"}, nil, `-max-steps ten is not a whole number`},
+		{[]string{"--max-steps=99999999999999999999"}, nil, `-max-steps 99999999999999999999: out of range (want a whole number)`},
+		{[]string{"--openai-stream=yes"}, nil, `-openai-stream yes is not true or false`},
+		{[]string{"--ratio=half"}, nil, `-ratio half is not a number`},
+		{[]string{"--bogus"}, nil, `flag provided but not defined: -bogus (xct serve -h for flags)`},
+		{nil, map[string]string{"XCT_DEPS_PROBE": "abc"}, `XCT_DEPS_PROBE: "abc" (-deps-probe) is not a duration`},
+		{nil, map[string]string{"XCT_MAX_STEPS": "ten"}, `XCT_MAX_STEPS: "ten" (-max-steps) is not a whole number`},
+	} {
+		lookup := none
+		if tc.env != nil {
+			lookup = func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok }
+		}
+		err := parseFlagsEnv(newFS(), tc.args, lookup)
+		var ee *exitError
+		if !errors.As(err, &ee) || ee.code != 2 || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v %v: %v; want exit 2 saying %q", tc.args, tc.env, err, tc.want)
+		}
+	}
+}

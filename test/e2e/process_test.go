@@ -269,7 +269,7 @@ func TestProcessErrors(t *testing.T) {
 		{"crew file missing", []string{"run", "--goal", "g", "--crew", "no-such-crew.yaml"}, 2, "crew file: open no-such-crew.yaml"},
 		{"unknown command", []string{"deploy"}, 2, `unknown command "deploy"`},
 		{"broken policy file", []string{"serve", "--target", "validator", "--nats", "nats://127.0.0.1:1", "--policy", badPolicy}, 1, badPolicy + ":3"},
-		{"bad duration", []string{"serve", "--target", "orchestrator", "--call-timeout", "soon"}, 2, `invalid value "soon" for flag -call-timeout`},
+		{"bad duration", []string{"serve", "--target", "orchestrator", "--call-timeout", "soon"}, 2, `-call-timeout soon is not a duration (a number with a unit: 300ms, 5s, 2m, 1h30m)`},
 		{"policy lint ok", []string{"policy", "lint", "../../examples/policies/default.yaml"}, 0, "default.yaml: ok"},
 		{"policy lint broken", []string{"policy", "lint", badPolicy}, 1, badPolicy + ":3"},
 		{"policy check without chain", []string{"policy", "check", "../../examples/policies/default.yaml"}, 2, "--chain FILE|RUN_ID"},
