@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"runtime/pprof"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -69,14 +70,70 @@ func Start(cfg Config) (*server.Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("embedded nats: %w", err)
 	}
+	// The server logs nothing (NoLog), but why it cannot serve (its port
+	// taken by another xct dev, its store unusable) is kept for the error.
+	failed := &failureLog{}
+	s.SetLoggerV2(failed, false, false, false)
 	// Labelled for CPU profiles (app.ProfileLabel): the server's
 	// goroutines all descend from this one.
 	pprof.Do(context.Background(), pprof.Labels("xct.service", "nats-server"), func(context.Context) {
 		go s.Start()
 	})
-	if !s.ReadyForConnections(10 * time.Second) {
+	for deadline := time.Now().Add(readyWait); !s.ReadyForConnections(100 * time.Millisecond); {
+		why := failed.fatal()
+		if why == "" && time.Now().Before(deadline) {
+			continue
+		}
 		s.Shutdown()
-		return nil, fmt.Errorf("embedded nats: not ready after 10s on %s:%d", cfg.Host, cfg.Port)
+		if why == "" {
+			why = failed.last()
+		}
+		if why == "" {
+			return nil, fmt.Errorf("embedded nats: not ready after %s on %s:%d", readyWait, cfg.Host, cfg.Port)
+		}
+		return nil, fmt.Errorf("embedded nats on %s:%d (store %s) cannot serve: %s", cfg.Host, cfg.Port, cfg.StoreDir, why)
 	}
 	return s, nil
+}
+
+// readyWait bounds the embedded server's start.
+const readyWait = 10 * time.Second
+
+// failureLog is the embedded server's logger: it keeps the server's
+// errors, for Start to say why the server did not come up (a port in use:
+// "Error listening on port: 127.0.0.1:7422, "listen tcp …: bind: address
+// already in use""), and drops everything else, as NoLog did.
+type failureLog struct {
+	mu          sync.Mutex
+	fatalf, err string
+}
+
+func (l *failureLog) fatal() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.fatalf
+}
+
+func (l *failureLog) last() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+func (l *failureLog) Noticef(string, ...any) {}
+func (l *failureLog) Warnf(string, ...any)   {}
+func (l *failureLog) Debugf(string, ...any)  {}
+func (l *failureLog) Tracef(string, ...any)  {}
+func (l *failureLog) Errorf(format string, v ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.err = fmt.Sprintf(format, v...)
+}
+
+// Fatalf is what the server says when it cannot go on (its listener
+// could not be made); the server stops serving, the process goes on.
+func (l *failureLog) Fatalf(format string, v ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.fatalf = fmt.Sprintf(format, v...)
 }
