@@ -87,6 +87,11 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
+	unlock, err := lockDataDir(abs)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	setDefault(fs, "workspace", &cfg.Executor.Workspace, filepath.Join(abs, "workspace"))
 	setDefault(fs, "scripts-dir", &cfg.Orchestrator.ScriptsDir, filepath.Join(abs, "scripts"))
 	setDefault(fs, "tracer-data", &cfg.Tracer.DataDir, filepath.Join(abs, "tracer"))
