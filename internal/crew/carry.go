@@ -126,8 +126,9 @@ func (s *Session) CrewContext(tool string, args map[string]any, goal string) *xc
 	th := s.crew.Confidence.Thresholds
 	cc := &xctv1.CrewContext{
 		Crew: s.crew.Name, CrewSha256: s.crew.SHA256, Agent: a.Name, AgentType: a.Profile.Type, Tools: slices.Clone(a.Tools),
-		Thresholds: &xctv1.CrewThresholds{Proceed: th.Proceed, Warn: th.Warn, Verify: th.Verify},
-		Verifier:   s.crew.verifierFor(a.Name),
+		Thresholds:  &xctv1.CrewThresholds{Proceed: th.Proceed, Warn: th.Warn, Verify: th.Verify},
+		Verifier:    s.crew.verifierFor(a.Name),
+		HandoffPath: slices.Clone(s.hs.Path),
 	}
 	for _, f := range s.ReliesOn(tool, args, goal) {
 		c, _ := f.GateConfidence(a.Name)

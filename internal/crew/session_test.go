@@ -639,3 +639,21 @@ func TestGateReadsWhatTheOthersSay(t *testing.T) {
 		t.Fatalf("rebuilt session: %v, live: %v", got, want)
 	}
 }
+
+// TestCrewContextPath (session 18): the crew context names the agents
+// that held control, in the order of the handoffs, so the policy sees who
+// asked the agent in control (crew.handed_by, crew.handoff_path).
+func TestCrewContextPath(t *testing.T) {
+	l := newLoop(t, example(t), 0)
+	if got := l.sess.CrewContext("fs.read", nil, "").GetHandoffPath(); strings.Join(got, ",") != "code-analyzer" {
+		t.Fatalf("the entry agent's path: %v", got)
+	}
+	l.play(proposal{tool: ToolFactsAdd, args: map[string]any{"id": "F1", "text": "injection", "confidence": 0.85, "source": "static-analysis"}})
+	l.play(proposal{tool: ToolHandoff, args: map[string]any{"to": "security-reviewer", "summary": "Review F1"}})
+	l.play(proposal{tool: ToolFactsUpdate, args: map[string]any{"id": "F1", "confidence": 0.95, "reason": "confirmed", "fields": map[string]any{"severity": "high"}}})
+	l.play(proposal{tool: ToolHandoff, args: map[string]any{"to": "fix-implementer", "summary": "Fix F1"}})
+	cc := l.sess.CrewContext("fs.write", map[string]any{"path": "a.py"}, "fix")
+	if got := strings.Join(cc.GetHandoffPath(), ","); cc.GetAgent() != "fix-implementer" || got != "code-analyzer,security-reviewer,fix-implementer" {
+		t.Fatalf("after two handoffs: agent %s, path %s", cc.GetAgent(), got)
+	}
+}

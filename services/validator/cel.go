@@ -60,6 +60,8 @@ const (
 	varCrewName      = "crew.name"
 	varCrewAgent     = "crew.agent"
 	varCrewAgentType = "crew.agent_type"
+	varCrewHandedBy  = "crew.handed_by"
+	varCrewPath      = "crew.handoff_path"
 	effectNameRead   = "read"
 	effectNameRev    = "reversible"
 	effectNameIrrev  = "irreversible"
@@ -95,6 +97,8 @@ func newCELEnv() (*cel.Env, error) {
 		cel.Variable(varCrewName, cel.StringType),
 		cel.Variable(varCrewAgent, cel.StringType),
 		cel.Variable(varCrewAgentType, cel.StringType),
+		cel.Variable(varCrewHandedBy, cel.StringType),
+		cel.Variable(varCrewPath, cel.ListType(cel.StringType)),
 		cel.OptionalTypes(),
 		ext.Strings(),
 		cel.Function("touches",
@@ -371,6 +375,14 @@ func (a *activation) ResolveName(name string) (any, bool) {
 		return types.String(in.Crew.GetAgent()), true
 	case varCrewAgentType:
 		return types.String(in.Crew.GetAgentType()), true
+	case varCrewHandedBy:
+		// The agent whose handoff gave the proposing one control.
+		if p := in.Crew.GetHandoffPath(); len(p) > 1 {
+			return types.String(p[len(p)-2]), true
+		}
+		return types.String(""), true
+	case varCrewPath:
+		return types.NewStringList(types.DefaultTypeAdapter, in.Crew.GetHandoffPath()), true
 	}
 	return nil, false
 }

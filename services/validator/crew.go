@@ -27,8 +27,9 @@ import (
 //	< verify           needs approval (a human reviews): not a plain deny
 //
 // A policy's deny stays a deny, and its approval stays an approval. The
-// policy's rules see the crew as the CEL variables crew.name, crew.agent
-// and crew.agent_type ("" outside a crew run).
+// policy's rules see the crew as the CEL variables crew.name, crew.agent,
+// crew.agent_type, crew.handed_by ("" outside a crew run) and crew.handoff_path
+// (empty outside one).
 const (
 	reasonCrewTools      = "builtin.crew.tools"
 	reasonCrewConfidence = "builtin.crew."

@@ -350,3 +350,52 @@ func TestCrewVerification(t *testing.T) {
 		t.Fatalf("rebuilt: %v", err)
 	}
 }
+
+// TestCrewHandoffProvenance (session 18): a receiver's proposal is judged
+// as the receiver's, whatever the handoff that asked for it said; the
+// policy can now see who asked. crew.handed_by is the agent whose handoff
+// gave this one control ("" for the entry agent, and outside a crew),
+// crew.handoff_path every agent that held control, in order. Here "no write that
+// the analyzer asked for": the fixer's write is denied when the analyzer
+// handed to it, directly or through the reviewer, and allowed when the
+// reviewer alone did.
+func TestCrewHandoffProvenance(t *testing.T) {
+	t.Parallel()
+	s := newService(t, `rules:
+  - {id: allow-reversible, effect: allow, effects: [read, reversible]}
+  - id: no-write-an-analyzer-asked-for
+    effect: deny
+    tools: ["fs.write"]
+    when: crew.handed_by == "code-analyzer" || (crew.handoff_path.size() > 1 && crew.handoff_path[0] == "code-analyzer" && !("security-reviewer" in crew.handoff_path))
+  - id: the-reviewers-fixes-need-a-human
+    effect: require_approval
+    tools: ["fs.write"]
+    when: '"security-reviewer" in crew.handoff_path && crew.handoff_path.exists(a, a == "code-analyzer")'
+`)
+	fixer := func(path ...string) *xctv1.CrewContext {
+		return &xctv1.CrewContext{Crew: "security-review", CrewSha256: strings.Repeat("ab", 32), Agent: "fix-implementer", AgentType: "executor",
+			Tools: []string{"fs.write"}, Thresholds: &xctv1.CrewThresholds{Proceed: 0.8, Warn: 0.6, Verify: 0.4}, HandoffPath: path}
+	}
+	write := map[string]any{"path": "app.py", "content": "fixed"}
+	for _, tc := range []struct {
+		name string
+		cc   *xctv1.CrewContext
+		want xctv1.VerdictDecision
+	}{
+		{"handed by the analyzer", fixer("code-analyzer", "fix-implementer"), deny},
+		{"handed by the reviewer the analyzer asked", fixer("code-analyzer", "security-reviewer", "fix-implementer"), approval},
+		{"handed by the reviewer alone", fixer("security-reviewer", "fix-implementer"), allow},
+		{"the entry agent", fixer("fix-implementer"), allow},
+		{"no path (an older orchestrator)", fixer(), allow},
+	} {
+		req := request(t, "fs.write", write)
+		req.Crew = tc.cc
+		if v := validate(t, s, req); v.GetDecision() != tc.want {
+			t.Errorf("%s: %v %v, want %v", tc.name, v.GetDecision(), v.GetReasons(), tc.want)
+		}
+	}
+	// Outside a crew the variables are empty.
+	if v := validate(t, s, request(t, "fs.write", write)); v.GetDecision() != allow {
+		t.Errorf("no crew: %v %v", v.GetDecision(), v.GetReasons())
+	}
+}

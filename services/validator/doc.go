@@ -150,6 +150,8 @@
 //	crew.name              string              a crew run's crew ("" otherwise; docs/crews.md)
 //	crew.agent             string              the crew agent that proposes
 //	crew.agent_type        string              its profile type (executor, analyzer, reviewer, ...)
+//	crew.handed_by         string              the agent whose handoff gave it control ("" for the entry agent)
+//	crew.handoff_path      list(string)        the agents that held control, in order, the entry first, it last
 //
 // Numbers compare across int and double (args.size > 10 works). An
 // argument may be absent: guard it with has(args.x). Conditions that

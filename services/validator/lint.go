@@ -240,7 +240,7 @@ func regexpDirPrefix(re string) (string, bool) {
 // and nothing checks: its labels and run id (StartRun), its goal, and the
 // crew file's names (the crew is the submitter's file). Roles and the
 // principal are authenticated; the arguments are what the verdict binds.
-var submitterVars = []string{varRunLabels, varRunID, varGoal, varCrewName, varCrewAgent, varCrewAgentType}
+var submitterVars = []string{varRunLabels, varRunID, varGoal, varCrewName, varCrewAgent, varCrewAgentType, varCrewHandedBy, varCrewPath}
 
 // submitterWords lists the submitterVars a condition reads, sorted.
 func submitterWords(c *condition) []string {

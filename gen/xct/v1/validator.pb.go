@@ -269,7 +269,12 @@ type CrewContext struct {
 	// verifier is the reviewer agent this agent may hand to: a step in the
 	// verify band is denied with VERIFICATION_REQUIRED, asking for a handoff
 	// to it. Empty: a human verifies (an approval).
-	Verifier      string `protobuf:"bytes,8,opt,name=verifier,proto3" json:"verifier,omitempty"`
+	Verifier string `protobuf:"bytes,8,opt,name=verifier,proto3" json:"verifier,omitempty"`
+	// handoff_path is the agents that have held control in this run, in
+	// the order of the handoffs: the entry agent first, this one last. Its
+	// next to last is the agent whose handoff asked this one to act (the
+	// policy's crew.handed_by).
+	HandoffPath   []string `protobuf:"bytes,9,rep,name=handoff_path,json=handoffPath,proto3" json:"handoff_path,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -358,6 +363,13 @@ func (x *CrewContext) GetVerifier() string {
 		return x.Verifier
 	}
 	return ""
+}
+
+func (x *CrewContext) GetHandoffPath() []string {
+	if x != nil {
+		return x.HandoffPath
+	}
+	return nil
 }
 
 // CrewThresholds are the lower bounds of the confidence bands (spec part 3).
@@ -1901,7 +1913,7 @@ const file_xct_v1_validator_proto_rawDesc = "" +
 	"\bproposal\x18\x04 \x01(\v2\x10.xct.v1.NextStepR\bproposal\x12\x1f\n" +
 	"\vsystem_step\x18\x05 \x01(\bR\n" +
 	"systemStep\x12'\n" +
-	"\x04crew\x18\x06 \x01(\v2\x13.xct.v1.CrewContextR\x04crew\"\x96\x02\n" +
+	"\x04crew\x18\x06 \x01(\v2\x13.xct.v1.CrewContextR\x04crew\"\xb9\x02\n" +
 	"\vCrewContext\x12\x12\n" +
 	"\x04crew\x18\x01 \x01(\tR\x04crew\x12\x1f\n" +
 	"\vcrew_sha256\x18\x02 \x01(\tR\n" +
@@ -1914,7 +1926,8 @@ const file_xct_v1_validator_proto_rawDesc = "" +
 	"thresholds\x18\x06 \x01(\v2\x16.xct.v1.CrewThresholdsR\n" +
 	"thresholds\x123\n" +
 	"\trelies_on\x18\a \x03(\v2\x16.xct.v1.FactConfidenceR\breliesOn\x12\x1a\n" +
-	"\bverifier\x18\b \x01(\tR\bverifier\"V\n" +
+	"\bverifier\x18\b \x01(\tR\bverifier\x12!\n" +
+	"\fhandoff_path\x18\t \x03(\tR\vhandoffPath\"V\n" +
 	"\x0eCrewThresholds\x12\x18\n" +
 	"\aproceed\x18\x01 \x01(\x01R\aproceed\x12\x12\n" +
 	"\x04warn\x18\x02 \x01(\x01R\x04warn\x12\x16\n" +

@@ -16,7 +16,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from xct.v1 import decision_pb2 as xct_dot_v1_dot_decision__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16xct/v1/validator.proto\x12\x06xct.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15xct/v1/decision.proto\"\xdc\x01\n\x0fValidateRequest\x12$\n\x03run\x18\x01 \x01(\x0b\x32\x12.xct.v1.RunContextR\x03run\x12\x12\n\x04step\x18\x02 \x01(\x05R\x04step\x12\x17\n\x07step_id\x18\x03 \x01(\tR\x06stepId\x12,\n\x08proposal\x18\x04 \x01(\x0b\x32\x10.xct.v1.NextStepR\x08proposal\x12\x1f\n\x0bsystem_step\x18\x05 \x01(\x08R\nsystemStep\x12\'\n\x04\x63rew\x18\x06 \x01(\x0b\x32\x13.xct.v1.CrewContextR\x04\x63rew\"\x96\x02\n\x0b\x43rewContext\x12\x12\n\x04\x63rew\x18\x01 \x01(\tR\x04\x63rew\x12\x1f\n\x0b\x63rew_sha256\x18\x02 \x01(\tR\ncrewSha256\x12\x14\n\x05\x61gent\x18\x03 \x01(\tR\x05\x61gent\x12\x1d\n\nagent_type\x18\x04 \x01(\tR\tagentType\x12\x14\n\x05tools\x18\x05 \x03(\tR\x05tools\x12\x36\n\nthresholds\x18\x06 \x01(\x0b\x32\x16.xct.v1.CrewThresholdsR\nthresholds\x12\x33\n\trelies_on\x18\x07 \x03(\x0b\x32\x16.xct.v1.FactConfidenceR\x08reliesOn\x12\x1a\n\x08verifier\x18\x08 \x01(\tR\x08verifier\"V\n\x0e\x43rewThresholds\x12\x18\n\x07proceed\x18\x01 \x01(\x01R\x07proceed\x12\x12\n\x04warn\x18\x02 \x01(\x01R\x04warn\x12\x16\n\x06verify\x18\x03 \x01(\x01R\x06verify\"@\n\x0e\x46\x61\x63tConfidence\x12\x0e\n\x02id\x18\x01 \x01(\tR\x02id\x12\x1e\n\nconfidence\x18\x02 \x01(\x01R\nconfidence\"\xd6\x03\n\nRunContext\x12\x15\n\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1c\n\tprincipal\x18\x02 \x01(\tR\tprincipal\x12\x36\n\x06labels\x18\x03 \x03(\x0b\x32\x1e.xct.v1.RunContext.LabelsEntryR\x06labels\x12\x1d\n\nsteps_used\x18\x04 \x01(\x05R\tstepsUsed\x12-\n\x12\x63onsecutive_errors\x18\x05 \x01(\x05R\x11\x63onsecutiveErrors\x12!\n\x0cinput_tokens\x18\x06 \x01(\x03R\x0binputTokens\x12#\n\routput_tokens\x18\x07 \x01(\x03R\x0coutputTokens\x12\x14\n\x05model\x18\x08 \x01(\tR\x05model\x12\x33\n\x07\x65lapsed\x18\t \x01(\x0b\x32\x19.google.protobuf.DurationR\x07\x65lapsed\x12\'\n\x0fprincipal_roles\x18\n \x03(\tR\x0eprincipalRoles\x12\x16\n\x06models\x18\x0b \x03(\tR\x06models\x1a\x39\n\x0bLabelsEntry\x12\x10\n\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n\x05value\x18\x02 \x01(\tR\x05value:\x02\x38\x01\"\xaa\x03\n\x07Verdict\x12\x33\n\x08\x64\x65\x63ision\x18\x01 \x01(\x0e\x32\x17.xct.v1.VerdictDecisionR\x08\x64\x65\x63ision\x12(\n\x07reasons\x18\x02 \x03(\x0b\x32\x0e.xct.v1.ReasonR\x07reasons\x12%\n\x0epolicy_version\x18\x03 \x01(\tR\rpolicyVersion\x12=\n\x0c\x65valuated_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\x0b\x65valuatedAt\x12#\n\x05\x65rror\x18\x05 \x01(\x0b\x32\r.xct.v1.ErrorR\x05\x65rror\x12-\n\x06shadow\x18\x06 \x03(\x0b\x32\x15.xct.v1.ShadowVerdictR\x06shadow\x12\x19\n\x08\x65nds_run\x18\x07 \x01(\x08R\x07\x65ndsRun\x12<\n\x0c\x61pproval_ttl\x18\x08 \x01(\x0b\x32\x19.google.protobuf.DurationR\x0b\x61pprovalTtl\x12-\n\x06signed\x18\t \x01(\x0b\x32\x15.xct.v1.SignedVerdictR\x06signed\"\xac\x03\n\x0cVerdictGrant\x12\x15\n\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x12\n\x04step\x18\x02 \x01(\x05R\x04step\x12\x17\n\x07step_id\x18\x03 \x01(\tR\x06stepId\x12\x12\n\x04tool\x18\x04 \x01(\tR\x04tool\x12)\n\x10\x61rguments_digest\x18\x05 \x01(\tR\x0f\x61rgumentsDigest\x12%\n\x0epolicy_version\x18\x06 \x01(\tR\rpolicyVersion\x12\x37\n\tissued_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\x08issuedAt\x12\x39\n\nexpires_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\texpiresAt\x12\x19\n\x08grant_id\x18\t \x01(\tR\x07grantId\x12\x1f\n\x0bsystem_step\x18\n \x01(\x08R\nsystemStep\x12\x1f\n\x0btool_digest\x18\x0b \x01(\tR\ntoolDigest\x12!\n\x0cpreview_base\x18\x0c \x01(\tR\x0bpreviewBase\"Z\n\rSignedVerdict\x12\x15\n\x06key_id\x18\x01 \x01(\tR\x05keyId\x12\x14\n\x05grant\x18\x02 \x01(\x0cR\x05grant\x12\x1c\n\tsignature\x18\x03 \x01(\x0cR\tsignature\"\x95\x01\n\rShadowVerdict\x12%\n\x0epolicy_version\x18\x01 \x01(\tR\rpolicyVersion\x12\x33\n\x08\x64\x65\x63ision\x18\x02 \x01(\x0e\x32\x17.xct.v1.VerdictDecisionR\x08\x64\x65\x63ision\x12(\n\x07reasons\x18\x03 \x03(\x0b\x32\x0e.xct.v1.ReasonR\x07reasons\";\n\x06Reason\x12\x17\n\x07rule_id\x18\x01 \x01(\tR\x06ruleId\x12\x18\n\x07message\x18\x02 \x01(\tR\x07message\"=\n\x10ValidateResponse\x12)\n\x07verdict\x18\x01 \x01(\x0b\x32\x0f.xct.v1.VerdictR\x07verdict\"\x8e\x05\n\x08\x41pproval\x12\x15\n\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x12\n\x04step\x18\x02 \x01(\x05R\x04step\x12\x17\n\x07step_id\x18\x03 \x01(\tR\x06stepId\x12,\n\x08proposal\x18\x04 \x01(\x0b\x32\x10.xct.v1.NextStepR\x08proposal\x12!\n\x0crequested_by\x18\x05 \x01(\tR\x0brequestedBy\x12(\n\x07reasons\x18\x06 \x03(\x0b\x32\x0e.xct.v1.ReasonR\x07reasons\x12%\n\x0epolicy_version\x18\x07 \x01(\tR\rpolicyVersion\x12)\n\x07preview\x18\x08 \x01(\x0b\x32\x0f.xct.v1.PreviewR\x07preview\x12+\n\x05state\x18\t \x01(\x0e\x32\x15.xct.v1.ApprovalStateR\x05state\x12=\n\x0crequested_at\x18\n \x01(\x0b\x32\x1a.google.protobuf.TimestampR\x0brequestedAt\x12\x39\n\nexpires_at\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.TimestampR\texpiresAt\x12\x39\n\ndecided_at\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.TimestampR\tdecidedAt\x12\x1d\n\ndecided_by\x18\r \x01(\tR\tdecidedBy\x12\x16\n\x06reason\x18\x0e \x01(\tR\x06reason\x12\x34\n\x16\x64\x65\x63ided_policy_version\x18\x0f \x01(\tR\x14\x64\x65\x63idedPolicyVersion\x12\"\n\ropened_at_seq\x18\x10 \x01(\x04R\x0bopenedAtSeq\"X\n\x07Preview\x12\x12\n\x04kind\x18\x01 \x01(\tR\x04kind\x12\x18\n\x07\x63ontent\x18\x02 \x01(\tR\x07\x63ontent\x12\x1f\n\x0b\x62\x61se_digest\x18\x03 \x01(\tR\nbaseDigest\"\x98\x02\n\x16RequestApprovalRequest\x12$\n\x03run\x18\x01 \x01(\x0b\x32\x12.xct.v1.RunContextR\x03run\x12\x12\n\x04step\x18\x02 \x01(\x05R\x04step\x12\x17\n\x07step_id\x18\x03 \x01(\tR\x06stepId\x12,\n\x08proposal\x18\x04 \x01(\x0b\x32\x10.xct.v1.NextStepR\x08proposal\x12)\n\x07verdict\x18\x05 \x01(\x0b\x32\x0f.xct.v1.VerdictR\x07verdict\x12)\n\x07preview\x18\x06 \x01(\x0b\x32\x0f.xct.v1.PreviewR\x07preview\x12\'\n\x04\x63rew\x18\x07 \x01(\x0b\x32\x13.xct.v1.CrewContextR\x04\x63rew\"G\n\x17RequestApprovalResponse\x12,\n\x08\x61pproval\x18\x01 \x01(\x0b\x32\x10.xct.v1.ApprovalR\x08\x61pproval\"?\n\x14ListApprovalsRequest\x12\x15\n\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x10\n\x03\x61ll\x18\x02 \x01(\x08R\x03\x61ll\"G\n\x15ListApprovalsResponse\x12.\n\tapprovals\x18\x01 \x03(\x0b\x32\x10.xct.v1.ApprovalR\tapprovals\"\x90\x01\n\x15\x44\x65\x63ideApprovalRequest\x12\x15\n\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x12\n\x04step\x18\x02 \x01(\tR\x04step\x12\x18\n\x07\x61pprove\x18\x03 \x01(\x08R\x07\x61pprove\x12\x1a\n\x08\x61pprover\x18\x04 \x01(\tR\x08\x61pprover\x12\x16\n\x06reason\x18\x05 \x01(\tR\x06reason\"F\n\x16\x44\x65\x63ideApprovalResponse\x12,\n\x08\x61pproval\x18\x01 \x01(\x0b\x32\x10.xct.v1.ApprovalR\x08\x61pproval\"q\n\x17WithdrawApprovalRequest\x12\x15\n\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x17\n\x07step_id\x18\x02 \x01(\tR\x06stepId\x12\x0e\n\x02\x62y\x18\x03 \x01(\tR\x02\x62y\x12\x16\n\x06reason\x18\x04 \x01(\tR\x06reason\"H\n\x18WithdrawApprovalResponse\x12,\n\x08\x61pproval\x18\x01 \x01(\x0b\x32\x10.xct.v1.ApprovalR\x08\x61pproval*\x8f\x01\n\x0fVerdictDecision\x12 \n\x1cVERDICT_DECISION_UNSPECIFIED\x10\x00\x12\x1a\n\x16VERDICT_DECISION_ALLOW\x10\x01\x12\x19\n\x15VERDICT_DECISION_DENY\x10\x02\x12#\n\x1fVERDICT_DECISION_NEEDS_APPROVAL\x10\x03*\xbd\x01\n\rApprovalState\x12\x1e\n\x1a\x41PPROVAL_STATE_UNSPECIFIED\x10\x00\x12\x1a\n\x16\x41PPROVAL_STATE_PENDING\x10\x01\x12\x1b\n\x17\x41PPROVAL_STATE_APPROVED\x10\x02\x12\x19\n\x15\x41PPROVAL_STATE_DENIED\x10\x03\x12\x1a\n\x16\x41PPROVAL_STATE_EXPIRED\x10\x04\x12\x1c\n\x18\x41PPROVAL_STATE_WITHDRAWN\x10\x05\x32\x9b\x03\n\x10ValidatorService\x12=\n\x08Validate\x12\x17.xct.v1.ValidateRequest\x1a\x18.xct.v1.ValidateResponse\x12R\n\x0fRequestApproval\x12\x1e.xct.v1.RequestApprovalRequest\x1a\x1f.xct.v1.RequestApprovalResponse\x12L\n\rListApprovals\x12\x1c.xct.v1.ListApprovalsRequest\x1a\x1d.xct.v1.ListApprovalsResponse\x12O\n\x0e\x44\x65\x63ideApproval\x12\x1d.xct.v1.DecideApprovalRequest\x1a\x1e.xct.v1.DecideApprovalResponse\x12U\n\x10WithdrawApproval\x12\x1f.xct.v1.WithdrawApprovalRequest\x1a .xct.v1.WithdrawApprovalResponseB~\n\ncom.xct.v1B\x0eValidatorProtoP\x01Z\'github.com/xct-dev/xct/gen/xct/v1;xctv1\xa2\x02\x03XXX\xaa\x02\x06Xct.V1\xca\x02\x06Xct\\V1\xe2\x02\x12Xct\\V1\\GPBMetadata\xea\x02\x07Xct::V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16xct/v1/validator.proto\x12\x06xct.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15xct/v1/decision.proto\"\xdc\x01\n\x0fValidateRequest\x12$\n\x03run\x18\x01 \x01(\x0b\x32\x12.xct.v1.RunContextR\x03run\x12\x12\n\x04step\x18\x02 \x01(\x05R\x04step\x12\x17\n\x07step_id\x18\x03 \x01(\tR\x06stepId\x12,\n\x08proposal\x18\x04 \x01(\x0b\x32\x10.xct.v1.NextStepR\x08proposal\x12\x1f\n\x0bsystem_step\x18\x05 \x01(\x08R\nsystemStep\x12\'\n\x04\x63rew\x18\x06 \x01(\x0b\x32\x13.xct.v1.CrewContextR\x04\x63rew\"\xb9\x02\n\x0b\x43rewContext\x12\x12\n\x04\x63rew\x18\x01 \x01(\tR\x04\x63rew\x12\x1f\n\x0b\x63rew_sha256\x18\x02 \x01(\tR\ncrewSha256\x12\x14\n\x05\x61gent\x18\x03 \x01(\tR\x05\x61gent\x12\x1d\n\nagent_type\x18\x04 \x01(\tR\tagentType\x12\x14\n\x05tools\x18\x05 \x03(\tR\x05tools\x12\x36\n\nthresholds\x18\x06 \x01(\x0b\x32\x16.xct.v1.CrewThresholdsR\nthresholds\x12\x33\n\trelies_on\x18\x07 \x03(\x0b\x32\x16.xct.v1.FactConfidenceR\x08reliesOn\x12\x1a\n\x08verifier\x18\x08 \x01(\tR\x08verifier\x12!\n\x0chandoff_path\x18\t \x03(\tR\x0bhandoffPath\"V\n\x0e\x43rewThresholds\x12\x18\n\x07proceed\x18\x01 \x01(\x01R\x07proceed\x12\x12\n\x04warn\x18\x02 \x01(\x01R\x04warn\x12\x16\n\x06verify\x18\x03 \x01(\x01R\x06verify\"@\n\x0e\x46\x61\x63tConfidence\x12\x0e\n\x02id\x18\x01 \x01(\tR\x02id\x12\x1e\n\nconfidence\x18\x02 \x01(\x01R\nconfidence\"\xd6\x03\n\nRunContext\x12\x15\n\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1c\n\tprincipal\x18\x02 \x01(\tR\tprincipal\x12\x36\n\x06labels\x18\x03 \x03(\x0b\x32\x1e.xct.v1.RunContext.LabelsEntryR\x06labels\x12\x1d\n\nsteps_used\x18\x04 \x01(\x05R\tstepsUsed\x12-\n\x12\x63onsecutive_errors\x18\x05 \x01(\x05R\x11\x63onsecutiveErrors\x12!\n\x0cinput_tokens\x18\x06 \x01(\x03R\x0binputTokens\x12#\n\routput_tokens\x18\x07 \x01(\x03R\x0coutputTokens\x12\x14\n\x05model\x18\x08 \x01(\tR\x05model\x12\x33\n\x07\x65lapsed\x18\t \x01(\x0b\x32\x19.google.protobuf.DurationR\x07\x65lapsed\x12\'\n\x0fprincipal_roles\x18\n \x03(\tR\x0eprincipalRoles\x12\x16\n\x06models\x18\x0b \x03(\tR\x06models\x1a\x39\n\x0bLabelsEntry\x12\x10\n\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n\x05value\x18\x02 \x01(\tR\x05value:\x02\x38\x01\"\xaa\x03\n\x07Verdict\x12\x33\n\x08\x64\x65\x63ision\x18\x01 \x01(\x0e\x32\x17.xct.v1.VerdictDecisionR\x08\x64\x65\x63ision\x12(\n\x07reasons\x18\x02 \x03(\x0b\x32\x0e.xct.v1.ReasonR\x07reasons\x12%\n\x0epolicy_version\x18\x03 \x01(\tR\rpolicyVersion\x12=\n\x0c\x65valuated_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\x0b\x65valuatedAt\x12#\n\x05\x65rror\x18\x05 \x01(\x0b\x32\r.xct.v1.ErrorR\x05\x65rror\x12-\n\x06shadow\x18\x06 \x03(\x0b\x32\x15.xct.v1.ShadowVerdictR\x06shadow\x12\x19\n\x08\x65nds_run\x18\x07 \x01(\x08R\x07\x65ndsRun\x12<\n\x0c\x61pproval_ttl\x18\x08 \x01(\x0b\x32\x19.google.protobuf.DurationR\x0b\x61pprovalTtl\x12-\n\x06signed\x18\t \x01(\x0b\x32\x15.xct.v1.SignedVerdictR\x06signed\"\xac\x03\n\x0cVerdictGrant\x12\x15\n\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x12\n\x04step\x18\x02 \x01(\x05R\x04step\x12\x17\n\x07step_id\x18\x03 \x01(\tR\x06stepId\x12\x12\n\x04tool\x18\x04 \x01(\tR\x04tool\x12)\n\x10\x61rguments_digest\x18\x05 \x01(\tR\x0f\x61rgumentsDigest\x12%\n\x0epolicy_version\x18\x06 \x01(\tR\rpolicyVersion\x12\x37\n\tissued_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\x08issuedAt\x12\x39\n\nexpires_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\texpiresAt\x12\x19\n\x08grant_id\x18\t \x01(\tR\x07grantId\x12\x1f\n\x0bsystem_step\x18\n \x01(\x08R\nsystemStep\x12\x1f\n\x0btool_digest\x18\x0b \x01(\tR\ntoolDigest\x12!\n\x0cpreview_base\x18\x0c \x01(\tR\x0bpreviewBase\"Z\n\rSignedVerdict\x12\x15\n\x06key_id\x18\x01 \x01(\tR\x05keyId\x12\x14\n\x05grant\x18\x02 \x01(\x0cR\x05grant\x12\x1c\n\tsignature\x18\x03 \x01(\x0cR\tsignature\"\x95\x01\n\rShadowVerdict\x12%\n\x0epolicy_version\x18\x01 \x01(\tR\rpolicyVersion\x12\x33\n\x08\x64\x65\x63ision\x18\x02 \x01(\x0e\x32\x17.xct.v1.VerdictDecisionR\x08\x64\x65\x63ision\x12(\n\x07reasons\x18\x03 \x03(\x0b\x32\x0e.xct.v1.ReasonR\x07reasons\";\n\x06Reason\x12\x17\n\x07rule_id\x18\x01 \x01(\tR\x06ruleId\x12\x18\n\x07message\x18\x02 \x01(\tR\x07message\"=\n\x10ValidateResponse\x12)\n\x07verdict\x18\x01 \x01(\x0b\x32\x0f.xct.v1.VerdictR\x07verdict\"\x8e\x05\n\x08\x41pproval\x12\x15\n\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x12\n\x04step\x18\x02 \x01(\x05R\x04step\x12\x17\n\x07step_id\x18\x03 \x01(\tR\x06stepId\x12,\n\x08proposal\x18\x04 \x01(\x0b\x32\x10.xct.v1.NextStepR\x08proposal\x12!\n\x0crequested_by\x18\x05 \x01(\tR\x0brequestedBy\x12(\n\x07reasons\x18\x06 \x03(\x0b\x32\x0e.xct.v1.ReasonR\x07reasons\x12%\n\x0epolicy_version\x18\x07 \x01(\tR\rpolicyVersion\x12)\n\x07preview\x18\x08 \x01(\x0b\x32\x0f.xct.v1.PreviewR\x07preview\x12+\n\x05state\x18\t \x01(\x0e\x32\x15.xct.v1.ApprovalStateR\x05state\x12=\n\x0crequested_at\x18\n \x01(\x0b\x32\x1a.google.protobuf.TimestampR\x0brequestedAt\x12\x39\n\nexpires_at\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.TimestampR\texpiresAt\x12\x39\n\ndecided_at\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.TimestampR\tdecidedAt\x12\x1d\n\ndecided_by\x18\r \x01(\tR\tdecidedBy\x12\x16\n\x06reason\x18\x0e \x01(\tR\x06reason\x12\x34\n\x16\x64\x65\x63ided_policy_version\x18\x0f \x01(\tR\x14\x64\x65\x63idedPolicyVersion\x12\"\n\ropened_at_seq\x18\x10 \x01(\x04R\x0bopenedAtSeq\"X\n\x07Preview\x12\x12\n\x04kind\x18\x01 \x01(\tR\x04kind\x12\x18\n\x07\x63ontent\x18\x02 \x01(\tR\x07\x63ontent\x12\x1f\n\x0b\x62\x61se_digest\x18\x03 \x01(\tR\nbaseDigest\"\x98\x02\n\x16RequestApprovalRequest\x12$\n\x03run\x18\x01 \x01(\x0b\x32\x12.xct.v1.RunContextR\x03run\x12\x12\n\x04step\x18\x02 \x01(\x05R\x04step\x12\x17\n\x07step_id\x18\x03 \x01(\tR\x06stepId\x12,\n\x08proposal\x18\x04 \x01(\x0b\x32\x10.xct.v1.NextStepR\x08proposal\x12)\n\x07verdict\x18\x05 \x01(\x0b\x32\x0f.xct.v1.VerdictR\x07verdict\x12)\n\x07preview\x18\x06 \x01(\x0b\x32\x0f.xct.v1.PreviewR\x07preview\x12\'\n\x04\x63rew\x18\x07 \x01(\x0b\x32\x13.xct.v1.CrewContextR\x04\x63rew\"G\n\x17RequestApprovalResponse\x12,\n\x08\x61pproval\x18\x01 \x01(\x0b\x32\x10.xct.v1.ApprovalR\x08\x61pproval\"?\n\x14ListApprovalsRequest\x12\x15\n\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x10\n\x03\x61ll\x18\x02 \x01(\x08R\x03\x61ll\"G\n\x15ListApprovalsResponse\x12.\n\tapprovals\x18\x01 \x03(\x0b\x32\x10.xct.v1.ApprovalR\tapprovals\"\x90\x01\n\x15\x44\x65\x63ideApprovalRequest\x12\x15\n\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x12\n\x04step\x18\x02 \x01(\tR\x04step\x12\x18\n\x07\x61pprove\x18\x03 \x01(\x08R\x07\x61pprove\x12\x1a\n\x08\x61pprover\x18\x04 \x01(\tR\x08\x61pprover\x12\x16\n\x06reason\x18\x05 \x01(\tR\x06reason\"F\n\x16\x44\x65\x63ideApprovalResponse\x12,\n\x08\x61pproval\x18\x01 \x01(\x0b\x32\x10.xct.v1.ApprovalR\x08\x61pproval\"q\n\x17WithdrawApprovalRequest\x12\x15\n\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x17\n\x07step_id\x18\x02 \x01(\tR\x06stepId\x12\x0e\n\x02\x62y\x18\x03 \x01(\tR\x02\x62y\x12\x16\n\x06reason\x18\x04 \x01(\tR\x06reason\"H\n\x18WithdrawApprovalResponse\x12,\n\x08\x61pproval\x18\x01 \x01(\x0b\x32\x10.xct.v1.ApprovalR\x08\x61pproval*\x8f\x01\n\x0fVerdictDecision\x12 \n\x1cVERDICT_DECISION_UNSPECIFIED\x10\x00\x12\x1a\n\x16VERDICT_DECISION_ALLOW\x10\x01\x12\x19\n\x15VERDICT_DECISION_DENY\x10\x02\x12#\n\x1fVERDICT_DECISION_NEEDS_APPROVAL\x10\x03*\xbd\x01\n\rApprovalState\x12\x1e\n\x1a\x41PPROVAL_STATE_UNSPECIFIED\x10\x00\x12\x1a\n\x16\x41PPROVAL_STATE_PENDING\x10\x01\x12\x1b\n\x17\x41PPROVAL_STATE_APPROVED\x10\x02\x12\x19\n\x15\x41PPROVAL_STATE_DENIED\x10\x03\x12\x1a\n\x16\x41PPROVAL_STATE_EXPIRED\x10\x04\x12\x1c\n\x18\x41PPROVAL_STATE_WITHDRAWN\x10\x05\x32\x9b\x03\n\x10ValidatorService\x12=\n\x08Validate\x12\x17.xct.v1.ValidateRequest\x1a\x18.xct.v1.ValidateResponse\x12R\n\x0fRequestApproval\x12\x1e.xct.v1.RequestApprovalRequest\x1a\x1f.xct.v1.RequestApprovalResponse\x12L\n\rListApprovals\x12\x1c.xct.v1.ListApprovalsRequest\x1a\x1d.xct.v1.ListApprovalsResponse\x12O\n\x0e\x44\x65\x63ideApproval\x12\x1d.xct.v1.DecideApprovalRequest\x1a\x1e.xct.v1.DecideApprovalResponse\x12U\n\x10WithdrawApproval\x12\x1f.xct.v1.WithdrawApprovalRequest\x1a .xct.v1.WithdrawApprovalResponseB~\n\ncom.xct.v1B\x0eValidatorProtoP\x01Z\'github.com/xct-dev/xct/gen/xct/v1;xctv1\xa2\x02\x03XXX\xaa\x02\x06Xct.V1\xca\x02\x06Xct\\V1\xe2\x02\x12Xct\\V1\\GPBMetadata\xea\x02\x07Xct::V1b\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'xct.v1.validator_pb2', globals())
@@ -26,54 +26,54 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   DESCRIPTOR._serialized_options = b'\n\ncom.xct.v1B\016ValidatorProtoP\001Z\'github.com/xct-dev/xct/gen/xct/v1;xctv1\242\002\003XXX\252\002\006Xct.V1\312\002\006Xct\\V1\342\002\022Xct\\V1\\GPBMetadata\352\002\007Xct::V1'
   _RUNCONTEXT_LABELSENTRY._options = None
   _RUNCONTEXT_LABELSENTRY._serialized_options = b'8\001'
-  _VERDICTDECISION._serialized_start=4131
-  _VERDICTDECISION._serialized_end=4274
-  _APPROVALSTATE._serialized_start=4277
-  _APPROVALSTATE._serialized_end=4466
+  _VERDICTDECISION._serialized_start=4166
+  _VERDICTDECISION._serialized_end=4309
+  _APPROVALSTATE._serialized_start=4312
+  _APPROVALSTATE._serialized_end=4501
   _VALIDATEREQUEST._serialized_start=123
   _VALIDATEREQUEST._serialized_end=343
   _CREWCONTEXT._serialized_start=346
-  _CREWCONTEXT._serialized_end=624
-  _CREWTHRESHOLDS._serialized_start=626
-  _CREWTHRESHOLDS._serialized_end=712
-  _FACTCONFIDENCE._serialized_start=714
-  _FACTCONFIDENCE._serialized_end=778
-  _RUNCONTEXT._serialized_start=781
-  _RUNCONTEXT._serialized_end=1251
-  _RUNCONTEXT_LABELSENTRY._serialized_start=1194
-  _RUNCONTEXT_LABELSENTRY._serialized_end=1251
-  _VERDICT._serialized_start=1254
-  _VERDICT._serialized_end=1680
-  _VERDICTGRANT._serialized_start=1683
-  _VERDICTGRANT._serialized_end=2111
-  _SIGNEDVERDICT._serialized_start=2113
-  _SIGNEDVERDICT._serialized_end=2203
-  _SHADOWVERDICT._serialized_start=2206
-  _SHADOWVERDICT._serialized_end=2355
-  _REASON._serialized_start=2357
-  _REASON._serialized_end=2416
-  _VALIDATERESPONSE._serialized_start=2418
-  _VALIDATERESPONSE._serialized_end=2479
-  _APPROVAL._serialized_start=2482
-  _APPROVAL._serialized_end=3136
-  _PREVIEW._serialized_start=3138
-  _PREVIEW._serialized_end=3226
-  _REQUESTAPPROVALREQUEST._serialized_start=3229
-  _REQUESTAPPROVALREQUEST._serialized_end=3509
-  _REQUESTAPPROVALRESPONSE._serialized_start=3511
-  _REQUESTAPPROVALRESPONSE._serialized_end=3582
-  _LISTAPPROVALSREQUEST._serialized_start=3584
-  _LISTAPPROVALSREQUEST._serialized_end=3647
-  _LISTAPPROVALSRESPONSE._serialized_start=3649
-  _LISTAPPROVALSRESPONSE._serialized_end=3720
-  _DECIDEAPPROVALREQUEST._serialized_start=3723
-  _DECIDEAPPROVALREQUEST._serialized_end=3867
-  _DECIDEAPPROVALRESPONSE._serialized_start=3869
-  _DECIDEAPPROVALRESPONSE._serialized_end=3939
-  _WITHDRAWAPPROVALREQUEST._serialized_start=3941
-  _WITHDRAWAPPROVALREQUEST._serialized_end=4054
-  _WITHDRAWAPPROVALRESPONSE._serialized_start=4056
-  _WITHDRAWAPPROVALRESPONSE._serialized_end=4128
-  _VALIDATORSERVICE._serialized_start=4469
-  _VALIDATORSERVICE._serialized_end=4880
+  _CREWCONTEXT._serialized_end=659
+  _CREWTHRESHOLDS._serialized_start=661
+  _CREWTHRESHOLDS._serialized_end=747
+  _FACTCONFIDENCE._serialized_start=749
+  _FACTCONFIDENCE._serialized_end=813
+  _RUNCONTEXT._serialized_start=816
+  _RUNCONTEXT._serialized_end=1286
+  _RUNCONTEXT_LABELSENTRY._serialized_start=1229
+  _RUNCONTEXT_LABELSENTRY._serialized_end=1286
+  _VERDICT._serialized_start=1289
+  _VERDICT._serialized_end=1715
+  _VERDICTGRANT._serialized_start=1718
+  _VERDICTGRANT._serialized_end=2146
+  _SIGNEDVERDICT._serialized_start=2148
+  _SIGNEDVERDICT._serialized_end=2238
+  _SHADOWVERDICT._serialized_start=2241
+  _SHADOWVERDICT._serialized_end=2390
+  _REASON._serialized_start=2392
+  _REASON._serialized_end=2451
+  _VALIDATERESPONSE._serialized_start=2453
+  _VALIDATERESPONSE._serialized_end=2514
+  _APPROVAL._serialized_start=2517
+  _APPROVAL._serialized_end=3171
+  _PREVIEW._serialized_start=3173
+  _PREVIEW._serialized_end=3261
+  _REQUESTAPPROVALREQUEST._serialized_start=3264
+  _REQUESTAPPROVALREQUEST._serialized_end=3544
+  _REQUESTAPPROVALRESPONSE._serialized_start=3546
+  _REQUESTAPPROVALRESPONSE._serialized_end=3617
+  _LISTAPPROVALSREQUEST._serialized_start=3619
+  _LISTAPPROVALSREQUEST._serialized_end=3682
+  _LISTAPPROVALSRESPONSE._serialized_start=3684
+  _LISTAPPROVALSRESPONSE._serialized_end=3755
+  _DECIDEAPPROVALREQUEST._serialized_start=3758
+  _DECIDEAPPROVALREQUEST._serialized_end=3902
+  _DECIDEAPPROVALRESPONSE._serialized_start=3904
+  _DECIDEAPPROVALRESPONSE._serialized_end=3974
+  _WITHDRAWAPPROVALREQUEST._serialized_start=3976
+  _WITHDRAWAPPROVALREQUEST._serialized_end=4089
+  _WITHDRAWAPPROVALRESPONSE._serialized_start=4091
+  _WITHDRAWAPPROVALRESPONSE._serialized_end=4163
+  _VALIDATORSERVICE._serialized_start=4504
+  _VALIDATORSERVICE._serialized_end=4915
 # @@protoc_insertion_point(module_scope)

@@ -56,11 +56,12 @@ class Approval(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., step: _Optional[int] = ..., step_id: _Optional[str] = ..., proposal: _Optional[_Union[_decision_pb2.NextStep, _Mapping]] = ..., requested_by: _Optional[str] = ..., reasons: _Optional[_Iterable[_Union[Reason, _Mapping]]] = ..., policy_version: _Optional[str] = ..., preview: _Optional[_Union[Preview, _Mapping]] = ..., state: _Optional[_Union[ApprovalState, str]] = ..., requested_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., decided_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., decided_by: _Optional[str] = ..., reason: _Optional[str] = ..., decided_policy_version: _Optional[str] = ..., opened_at_seq: _Optional[int] = ...) -> None: ...
 
 class CrewContext(_message.Message):
-    __slots__ = ["agent", "agent_type", "crew", "crew_sha256", "relies_on", "thresholds", "tools", "verifier"]
+    __slots__ = ["agent", "agent_type", "crew", "crew_sha256", "handoff_path", "relies_on", "thresholds", "tools", "verifier"]
     AGENT_FIELD_NUMBER: _ClassVar[int]
     AGENT_TYPE_FIELD_NUMBER: _ClassVar[int]
     CREW_FIELD_NUMBER: _ClassVar[int]
     CREW_SHA256_FIELD_NUMBER: _ClassVar[int]
+    HANDOFF_PATH_FIELD_NUMBER: _ClassVar[int]
     RELIES_ON_FIELD_NUMBER: _ClassVar[int]
     THRESHOLDS_FIELD_NUMBER: _ClassVar[int]
     TOOLS_FIELD_NUMBER: _ClassVar[int]
@@ -69,11 +70,12 @@ class CrewContext(_message.Message):
     agent_type: str
     crew: str
     crew_sha256: str
+    handoff_path: _containers.RepeatedScalarFieldContainer[str]
     relies_on: _containers.RepeatedCompositeFieldContainer[FactConfidence]
     thresholds: CrewThresholds
     tools: _containers.RepeatedScalarFieldContainer[str]
     verifier: str
-    def __init__(self, crew: _Optional[str] = ..., crew_sha256: _Optional[str] = ..., agent: _Optional[str] = ..., agent_type: _Optional[str] = ..., tools: _Optional[_Iterable[str]] = ..., thresholds: _Optional[_Union[CrewThresholds, _Mapping]] = ..., relies_on: _Optional[_Iterable[_Union[FactConfidence, _Mapping]]] = ..., verifier: _Optional[str] = ...) -> None: ...
+    def __init__(self, crew: _Optional[str] = ..., crew_sha256: _Optional[str] = ..., agent: _Optional[str] = ..., agent_type: _Optional[str] = ..., tools: _Optional[_Iterable[str]] = ..., thresholds: _Optional[_Union[CrewThresholds, _Mapping]] = ..., relies_on: _Optional[_Iterable[_Union[FactConfidence, _Mapping]]] = ..., verifier: _Optional[str] = ..., handoff_path: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class CrewThresholds(_message.Message):
     __slots__ = ["proceed", "verify", "warn"]
