@@ -348,6 +348,16 @@ func (p *protectedPaths) linkTargets(root *os.Root, abs string, set protectedSet
 				for _, ref := range preCommitRefs(root, rel) {
 					addRef(ref, rel)
 				}
+			case "lefthook.yml", ".lefthook.yml", "lefthook.yaml", ".lefthook.yaml", "lefthook.json", ".lefthook.json",
+				"lefthook.jsonc", ".lefthook.jsonc", "lefthook-local.yml", ".lefthook-local.yml", "lefthook-local.yaml",
+				".lefthook-local.yaml", "lefthook-local.json", ".lefthook-local.json", "lefthook-local.jsonc", ".lefthook-local.jsonc":
+				top := path.Dir(rel)
+				if foldName(path.Base(top)) == ".config" {
+					top = path.Dir(top)
+				}
+				for _, ref := range lefthookRefs(root, abs, rel, top, 0) {
+					runRef(ref.path, rel, ref.base, 1)
+				}
 			case ".envrc":
 				// direnv runs it where it is: source_env, dotenv,
 				// a script it sources.
@@ -853,6 +863,89 @@ func preCommitRefs(root *os.Root, rel string) []string {
 			}
 		}
 	}
+	return out
+}
+
+// lefthookRef is a workspace path a lefthook configuration names: a file
+// run from base (base "": a file or directory it reads).
+type lefthookRef struct{ path, base string }
+
+// lefthookExtendsDepth bounds how deep the configurations a lefthook
+// configuration extends are read.
+const lefthookExtendsDepth = 2
+
+// lefthookRefs returns what the lefthook configuration rel (YAML or JSON
+// with comments, up to 256 KiB; the repository's top: top) runs or
+// reads: the files the words of its commands name (run:, a hook's or
+// command's files: command, a script's runner:, the lefthook: command;
+// from a command's root: when it has one), the rc file it sources before
+// each hook, its source_dir and source_dir_local (the directories of its
+// scripts: .lefthook/ by default, itself protected), and the
+// configurations it extends, read in turn (lefthookExtendsDepth).
+func lefthookRefs(root *os.Root, abs, rel, top string, depth int) []lefthookRef {
+	b := readSmallFile(root, rel, 256<<10)
+	if b == nil {
+		return nil
+	}
+	if strings.HasSuffix(strings.ToLower(rel), ".jsonc") || strings.HasSuffix(strings.ToLower(rel), ".json") {
+		b = stripJSONC(b)
+	}
+	var doc any
+	if yaml.Unmarshal(b, &doc) != nil {
+		return nil
+	}
+	var out []lefthookRef
+	file := func(v any) {
+		if s, ok := v.(string); ok && s != "" && !strings.HasPrefix(s, "~") {
+			out = append(out, lefthookRef{path: joinRef(top, s)})
+		}
+	}
+	var walk func(v any, base string, n int)
+	walk = func(v any, base string, n int) {
+		if n > 16 {
+			return
+		}
+		switch v := v.(type) {
+		case []any:
+			for _, e := range v {
+				walk(e, base, n+1)
+			}
+		case map[string]any:
+			if r, ok := v["root"].(string); ok && r != "" {
+				base = joinRef(top, r)
+			}
+			for k, e := range v {
+				switch k {
+				case "run", "files", "runner", "lefthook":
+					if s, ok := e.(string); ok {
+						for _, ref := range commandRefs(root, s, base) {
+							out = append(out, lefthookRef{path: ref, base: base})
+						}
+					}
+				case "rc", "source_dir", "source_dir_local":
+					file(e)
+				case "extends":
+					list, _ := e.([]any)
+					if s, ok := e.(string); ok {
+						list = []any{s}
+					}
+					for _, x := range list {
+						file(x)
+						s, ok := x.(string)
+						if !ok || depth >= lefthookExtendsDepth {
+							continue
+						}
+						if real, ok := workspaceRel(root, abs, joinRef(top, s)); ok {
+							out = append(out, lefthookRefs(root, abs, real, top, depth+1)...)
+						}
+					}
+				default:
+					walk(e, base, n+1)
+				}
+			}
+		}
+	}
+	walk(doc, top, 0)
 	return out
 }
 
