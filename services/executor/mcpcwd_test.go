@@ -52,9 +52,10 @@ func TestMCPServerRunsNoLauncherCodeFromTheWorkspace(t *testing.T) {
 			// The model's program: it leaves a mark in the cache, then
 			// runs the real server, so nothing in the answer tells.
 			hostile := "echo the model > " + cache + "/ran-$$\nexec \"$XCT_TEST_SELF\" '-test.run=^$'\n"
-			if r := exec(t, s, "fs.write", map[string]any{"path": "node_modules/.bin/xct-srv", "content": hostile}); r.GetError() != nil {
-				t.Fatalf("fs.write of the program: %v", r)
-			}
+			// Since session 18 the fs tools refuse to write installed
+			// packages; a write program may still (an install).
+			must(t, os.MkdirAll(filepath.Join(ws, "node_modules", ".bin"), 0o755))
+			must(t, os.WriteFile(filepath.Join(ws, "node_modules", ".bin", "xct-srv"), []byte(hostile), 0o644))
 			// A write call (sandboxed: its own instance of the server),
 			// which writes in the workspace by its path.
 			if r := exec(t, s, "mcp.js.mkfile", map[string]any{"text": "made.txt"}); r.GetError() != nil {

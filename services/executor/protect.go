@@ -1277,6 +1277,11 @@ func (w *workspace) checkProtectedAs(p, name string, targets bool) *xctv1.Error 
 		real = name
 	}
 	for _, n := range []string{name, real} {
+		if tree := w.installedPackages(n); tree != "" {
+			return wire.WithDetails(wire.Errorf(wire.CodePermissionDenied,
+				"%q is in installed packages (%s): hooks, editors and the next command run them, and no diff shows them; the fs tools do not change them (a program that installs packages may)", p, tree),
+				map[string]any{"path": p, "installed_packages": tree})
+		}
 		target, link, cut := w.linkTargetOf(n)
 		if cut != "" {
 			return w.targetsUnknown(p, cut)
@@ -1308,6 +1313,57 @@ func (w *workspace) targetsUnknown(p, cut string) *xctv1.Error {
 		"%q was not changed: the workspace cannot be scanned whole for protected entries (%s; the scan reads at most %d names, fs.protected_scan_entries), "+
 			"so where their links lead is not known, and would be writable", p, cut, budget),
 		map[string]any{"path": p, "reason": cut, "limit": budget, "outcome_unknown": false})
+}
+
+// Installed packages. The workspace's installed packages run for the
+// next human and no diff shows them (they are ignored by git): husky's
+// `npx lint-staged` runs node_modules/lint-staged; the hook `pre-commit
+// install` writes runs the pre_commit module of an in-project virtual
+// environment, whose every Python (an editor's on opening the folder)
+// runs its site-packages' .pth files, and whose bin/activate VS Code's
+// terminals source; Yarn runs the release in .yarn/releases (yarnPath)
+// and its Plug'n'Play loader. The fs tools do not change them (write,
+// delete, move either end); programs may (npm install, pip install: a
+// human approves a program that may write), so they are not protected
+// paths, which programs see read-only.
+var (
+	installedPackageDirs  = map[string]bool{"node_modules": true, "site-packages": true, "dist-packages": true, ".yarn": true}
+	installedPackageFiles = map[string]bool{".pnp.cjs": true, ".pnp.js": true, ".pnp.loader.mjs": true}
+	// venvDirs are what a virtual environment (a directory holding
+	// pyvenv.cfg) holds of programs and packages.
+	venvDirs = map[string]bool{"bin": true, "lib": true, "lib64": true, "include": true, "scripts": true}
+)
+
+// installedPackages returns the installed packages (a directory, or a
+// loader's file) the clean workspace path name is in, or "".
+func (w *workspace) installedPackages(name string) string {
+	parts := strings.Split(filepath.ToSlash(name), "/")
+	for i, part := range parts {
+		f := foldName(part)
+		if installedPackageDirs[f] || (i == len(parts)-1 && installedPackageFiles[f]) {
+			return strings.Join(parts[:i+1], "/")
+		}
+	}
+	// A virtual environment at any level (the workspace's top too):
+	// its pyvenv.cfg, and what is under its bin/, lib/ ...; a name that
+	// is the environment itself (moved or deleted whole) too.
+	for i := len(parts); i >= 0; i-- {
+		env := path.Join(parts[:i]...)
+		if env == "" {
+			env = "."
+		}
+		fi, err := w.root.Lstat(path.Join(env, "pyvenv.cfg"))
+		if err != nil || !fi.Mode().IsRegular() {
+			continue
+		}
+		switch {
+		case i == len(parts) && env != ".", // the environment itself
+			i == len(parts)-1 && foldName(parts[i]) == "pyvenv.cfg",
+			i < len(parts) && venvDirs[foldName(parts[i])]:
+			return env + " (a Python virtual environment)"
+		}
+	}
+	return ""
 }
 
 func protectedErr(p, hit string) *xctv1.Error {
