@@ -70,7 +70,10 @@ func TestAttackFenceByAReader(t *testing.T) {
 // deleted and wrote files no policy had judged, and nothing recorded how
 // to undo it. Now a program whose effect is read sees the workspace
 // read-only, and the example's git ignores repositories it was not
-// pointed at (safe.bareRepository=explicit).
+// pointed at (safe.bareRepository=explicit). Since session 18 HEAD is a
+// protected name (the next human's git has no such setting): the
+// model's write of it is denied, and the test starts from one already
+// there.
 func TestAttackReadProgramRunsModelWrittenGitConfig(t *testing.T) {
 	requireSandbox(t)
 	t.Run("the shipped example", func(t *testing.T) {
@@ -92,15 +95,24 @@ func attackBareRepo(t *testing.T, tools bindOption, runs bool) {
 	owned := filepath.Join(c.workspace, "owned.txt")
 	payload := fmt.Sprintf("echo pwned > %s; rm -f %s; echo RAN >&2; false", owned, victim)
 	cfg := "[core]\n\trepositoryformatversion = 0\n\tbare = false\n\tworktree = .\n\tfsmonitor = \"" + payload + "\"\n"
+	// Since session 18 HEAD is a protected name (the next human's git
+	// would take sub/ for a repository): the model's is denied, and the
+	// attack goes on with one already there, as a human's.
+	if err := os.MkdirAll(filepath.Join(c.workspace, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(c.workspace, "sub", "HEAD"), []byte("ref: refs/heads/main\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	c.writeScript(t, "a.yaml", script(
-		step("fs.write", `{path: sub/HEAD, content: "ref: refs/heads/main\n"}`),
+		step("fs.write", `{path: sub/HEAD, content: "ref: refs/heads/dev\n"}`),
 		step("fs.write", `{path: sub/objects/.keep, content: ""}`),
 		step("fs.write", `{path: sub/refs/heads/.keep, content: ""}`),
 		step("fs.write", fmt.Sprintf("{path: sub/config, content: %q}", cfg)),
 		step("shell.exec", "{argv: [git, status], cwd: sub}"),
 	))
 	run := c.runToEnd(t, "alice", &xctv1.StartRunRequest{Goal: "g", Model: "scripted:a.yaml"})
-	if got := stepErrors(run); len(got) != 5 || fmt.Sprint(got[:4]) != "[   ]" {
+	if got := stepErrors(run); len(got) != 5 || fmt.Sprint(got[:4]) != "[POLICY_DENIED   ]" {
 		t.Fatalf("steps %v", got)
 	}
 	if b, err := os.ReadFile(victim); err != nil || string(b) != "keep me\n" {

@@ -30,7 +30,8 @@ import (
 // (reversible) and makes d a link with a reversible program of the
 // operator's (ln). When an operator rolled run A back, xct.undo removed
 // "the file run A created" at d/FILE, which then was the target (its
-// checksum matched), and the link: .git/HEAD, which the fs tools never
+// checksum matched), and the link: .git/description (.git/HEAD when
+// this was written), which the fs tools never
 // change (a protected path), or config/app.yaml, which the shipped
 // config-approval.yaml lets change only with a human's approval, was
 // gone. The undo now checks its paths as the fs tools do.
@@ -39,7 +40,9 @@ func TestAttackRollbackThroughALinkMadeAfterTheStep(t *testing.T) {
 	for _, tc := range []struct {
 		name, policy, dir, file, content, refusal string
 	}{
-		{"into a protected path", "", ".git", "HEAD", "ref: refs/heads/main\n", "protected path"},
+		// .git/description: HEAD is a protected name itself since
+		// session 18 (the model's d/HEAD is denied before any link).
+		{"into a protected path", "", ".git", "description", "Unnamed repository\n", "protected path"},
 		{"past an approval", "config-approval.yaml", "config", "app.yaml", "mode: safe\n", "symbolic link"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
