@@ -193,8 +193,8 @@
 // # Rate limits
 //
 // A rate limit applies to the tools its glob matches: per_run "N/DURATION"
-// allows N allowed steps per sliding window in each run, global across all
-// runs. On NATS the calls are counted in the KV bucket XCT_RATE_LIMITS,
+// allows N allowed steps per sliding window in each run, per_principal
+// across the runs of one principal, global across all runs. On NATS the calls are counted in the KV bucket XCT_RATE_LIMITS,
 // shared by every replica, each count a compare-and-set (ratestore.go): a
 // limit is the cluster's and outlives restarts, and a call whose count
 // cannot be kept is denied (VALIDATOR_UNAVAILABLE). A step is counted

@@ -290,7 +290,7 @@ func (s *Service) rateRefused(ctx context.Context, l counter, prefix string, lim
 		return false
 	}
 	name := in.Tool.GetName()
-	checks := rateChecks(prefix, limits, name, in.Run.GetRunId())
+	checks := rateChecks(prefix, limits, name, in.Run.GetRunId(), in.Run.GetPrincipal())
 	if len(checks) == 0 {
 		return false
 	}

@@ -60,12 +60,12 @@ type rateCheck struct {
 	key   string
 	limit rate
 	rl    *rateLimit
-	scope string // "per_run" or "global"
+	scope string // "per_run", "per_principal" or "global"
 }
 
 // rateChecks lists the limits of limits that apply to the tool in a run.
 // prefix separates the limiter's users (the enforced policy, each shadow).
-func rateChecks(prefix string, limits []rateLimit, tool, runID string) []rateCheck {
+func rateChecks(prefix string, limits []rateLimit, tool, runID, principal string) []rateCheck {
 	var out []rateCheck
 	for i := range limits {
 		l := &limits[i]
@@ -74,6 +74,9 @@ func rateChecks(prefix string, limits []rateLimit, tool, runID string) []rateChe
 		}
 		if l.perRun.n > 0 {
 			out = append(out, rateCheck{key: prefix + "\x00r\x00" + l.pattern + "\x00" + l.perRun.String() + "\x00" + runID, limit: l.perRun, rl: l, scope: "per_run"})
+		}
+		if l.perPrincipal.n > 0 {
+			out = append(out, rateCheck{key: prefix + "\x00p\x00" + l.pattern + "\x00" + l.perPrincipal.String() + "\x00" + principal, limit: l.perPrincipal, rl: l, scope: "per_principal"})
 		}
 		if l.global.n > 0 {
 			out = append(out, rateCheck{key: prefix + "\x00g\x00" + l.pattern + "\x00" + l.global.String(), limit: l.global, rl: l, scope: "global"})

@@ -91,3 +91,34 @@ rules:
 		checkVerdict(t, v, approval, wire.CodeApprovalRequired, "approve-shell")
 	}
 }
+
+// TestRateLimitPerPrincipal (session 18): a per_run limit bounds one run,
+// so a principal's parallel runs multiply it (five runs at 2 deletes an
+// hour are 10), and a global one is shared by every principal, so one
+// principal's runs can use it up for all the others. per_principal counts
+// the calls of every run of one principal together: alice's third run
+// is refused her third write, bob still has his two.
+func TestRateLimitPerPrincipal(t *testing.T) {
+	t.Parallel()
+	s := newServiceWith(t, []string{`
+rate_limits:
+  - {tool: "fs.write", per_run: 2/1h, per_principal: 2/1h}
+rules:
+  - {id: allow-fs, effect: allow, tools: ["fs.*"]}
+`})
+	del := func(who, run string, n int) *xctv1.Verdict {
+		req := stepRequest(t, run, n, "fs.write", map[string]any{"path": run + "-" + string(rune('a'+n)), "content": "x"})
+		req.Run.Principal = who
+		return validate(t, s, req)
+	}
+	checkVerdict(t, del("alice", "run-a1", 1), allow, "", "allow-fs")
+	checkVerdict(t, del("alice", "run-a2", 1), allow, "", "allow-fs")
+	v := del("alice", "run-a3", 1)
+	checkVerdict(t, v, deny, wire.CodeRateLimited, "allow-fs", "builtin.rate_limit")
+	if d := v.GetError().GetDetails().AsMap(); d["scope"] != "per_principal" || d["limit"] != 2.0 {
+		t.Errorf("details = %v, want per_principal, limit 2", d)
+	}
+	checkVerdict(t, del("bob", "run-b1", 1), allow, "", "allow-fs")
+	checkVerdict(t, del("bob", "run-b1", 2), allow, "", "allow-fs")
+	checkVerdict(t, del("bob", "run-b1", 3), deny, wire.CodeRateLimited, "allow-fs", "builtin.rate_limit")
+}

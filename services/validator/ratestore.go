@@ -158,8 +158,11 @@ func (st *rateStore) lock(key string) func() {
 func rateKey(c *rateCheck) string {
 	sum := sha256.Sum256([]byte(c.key))
 	scope := "g."
-	if c.scope == "per_run" {
+	switch c.scope {
+	case "per_run":
 		scope = "r."
+	case "per_principal":
+		scope = "p."
 	}
 	return scope + hex.EncodeToString(sum[:20])
 }

@@ -33,7 +33,7 @@ func TestRateRecordFull(t *testing.T) {
 	limits := []rateLimit{{pattern: "fs.*", global: rate{n: 5, window: time.Hour}, file: "p.yaml", line: 3}}
 	now := time.Now()
 	for i, step := range []string{"s1", "s2", "s3"} {
-		refused, _, err := st.allow(ctx, now, step, rateChecks("", limits, "fs.write", "run-1"), true)
+		refused, _, err := st.allow(ctx, now, step, rateChecks("", limits, "fs.write", "run-1", "alice"), true)
 		switch {
 		case i < 2 && (err != nil || refused != nil):
 			t.Fatalf("call %d: refused %v, %v", i+1, refused, err)
@@ -41,7 +41,7 @@ func TestRateRecordFull(t *testing.T) {
 			t.Fatalf("call 3: refused %v, %v; want the count store's error", refused, err)
 		}
 	}
-	es, _, err := st.bucket.Load().read(ctx, rateKey(&rateChecks("", limits, "fs.write", "run-1")[0]))
+	es, _, err := st.bucket.Load().read(ctx, rateKey(&rateChecks("", limits, "fs.write", "run-1", "alice")[0]))
 	if err != nil || len(es) != 2 {
 		t.Fatalf("record: %d calls, %v; want 2", len(es), err)
 	}

@@ -572,7 +572,7 @@ func positioned(file, text string) *PolicyError {
 			case "priceSpec":
 				where = "in a price (allowed: input_per_1k, output_per_1k)"
 			case "rateLimitSpec":
-				where = "in a rate limit (allowed: tool, per_run, global)"
+				where = "in a rate limit (allowed: tool, per_run, per_principal, global)"
 			}
 			pe.Msg = fmt.Sprintf("unknown field %q %s", name, where)
 		}

@@ -371,7 +371,7 @@ func (s *Service) warnRateCapacity(inst *installedPolicy) {
 		limits = append(limits, sh.rs.settings.rateLimits...)
 	}
 	for _, l := range limits {
-		if n := max(l.perRun.n, l.global.n); n > b.maxCalls {
+		if n := max(l.perRun.n, l.perPrincipal.n, l.global.n); n > b.maxCalls {
 			s.log.Warn("a rate limit counts more calls than one record of its count store holds (the NATS server's max_payload); once its window holds that many, its calls are refused",
 				"file", l.file, "line", l.line, "tool", l.pattern, "limit", n, "record_holds", b.maxCalls)
 		}

@@ -144,9 +144,10 @@ type priceSpec struct {
 
 // rateLimitSpec is the YAML shape of one rate limit.
 type rateLimitSpec struct {
-	Tool   string `yaml:"tool"`
-	PerRun *rate  `yaml:"per_run"`
-	Global *rate  `yaml:"global"`
+	Tool         string `yaml:"tool"`
+	PerRun       *rate  `yaml:"per_run"`
+	PerPrincipal *rate  `yaml:"per_principal"`
+	Global       *rate  `yaml:"global"`
 }
 
 // thresholds are the confidence gate's bounds: at or above proceed a
@@ -178,9 +179,12 @@ type price struct {
 type rateLimit struct {
 	pattern string
 	perRun  rate // n == 0: none
-	global  rate // n == 0: none
-	file    string
-	line    int
+	// perPrincipal counts the calls of every run of one principal
+	// together: a principal's parallel runs share it.
+	perPrincipal rate // n == 0: none
+	global       rate // n == 0: none
+	file         string
+	line         int
 }
 
 // settings are everything a policy says besides its rules.
@@ -469,13 +473,16 @@ func checkSettings(spec *ruleFile, file string, lines *nodeIndex, add func(line 
 			add(line, "rate limit %d: tool pattern %q %s", i+1, truncate(rl.Tool, maxPatternLen), msg)
 			continue
 		}
-		if rl.PerRun == nil && rl.Global == nil {
-			add(line, "rate limit %d: give per_run, global or both", i+1)
+		if rl.PerRun == nil && rl.PerPrincipal == nil && rl.Global == nil {
+			add(line, "rate limit %d: give per_run, per_principal, global or more than one", i+1)
 			continue
 		}
 		l := rateLimit{pattern: rl.Tool, file: file, line: line}
 		if rl.PerRun != nil {
 			l.perRun = *rl.PerRun
+		}
+		if rl.PerPrincipal != nil {
+			l.perPrincipal = *rl.PerPrincipal
 		}
 		if rl.Global != nil {
 			l.global = *rl.Global

@@ -224,7 +224,7 @@ func TestSettingsErrors(t *testing.T) {
 		{"rate without slash", "rate_limits:\n  - {tool: x, per_run: 10}\nrules: []\n", 2, "has no '/'"},
 		{"rate count", "rate_limits:\n  - {tool: x, per_run: 0/1m}\nrules: []\n", 2, "count that is not between 1"},
 		{"rate window", "rate_limits:\n  - {tool: x, global: 5/1ms}\nrules: []\n", 2, "window that is not a duration between 1s and 24h"},
-		{"rate limit without a rate", "rate_limits:\n  - tool: x\nrules: []\n", 2, "give per_run, global or both"},
+		{"rate limit without a rate", "rate_limits:\n  - tool: x\nrules: []\n", 2, "give per_run, per_principal, global or more than one"},
 		{"rate limit without a tool", "rate_limits:\n  - per_run: 1/m\nrules: []\n", 2, "tool pattern \"\" is empty"},
 		{"unknown rate limit field", "rate_limits:\n  - {tool: x, per_step: 1/m}\nrules: []\n", 2, `unknown field "per_step" in a rate limit`},
 		{"reserved approval id", "rules:\n  - id: approval\n    effect: allow\n", 2, "reserved"},
