@@ -660,7 +660,10 @@ func Start(ctx context.Context, cfg Config, targets []string, log *slog.Logger, 
 			a.Orchestrator, svc = o, o
 		}
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", t, err)
+			if !strings.HasPrefix(err.Error(), t+":") { // named once: "tracer: create data directory …"
+				err = fmt.Errorf("%s: %w", t, err)
+			}
+			return nil, err
 		}
 		m := &module{target: t, svc: svc, srv: servers[t], errc: make(chan error, 1)}
 		if waitErr == nil {

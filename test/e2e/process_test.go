@@ -256,6 +256,7 @@ func TestProcessErrors(t *testing.T) {
 		{"executor trusting no verdict key", []string{"serve", "--target", "executor", "--nats", "nats://127.0.0.1:1", "--executor-listen", "127.0.0.1:0", "--plaintext", "--workspace", t.TempDir()}, 1, "--verdict-trust is required"},
 		{"validator without a verdict key", []string{"serve", "--target", "validator", "--nats", "nats://127.0.0.1:1", "--validator-listen", "127.0.0.1:0", "--plaintext"}, 1, "--verdict-key is required"},
 		{"unknown target", []string{"serve", "--target", "planner"}, 2, `unknown target "planner"`},
+		{"tracer data where no directory can be made", []string{"serve", "--target", "tracer", "--nats", "nats://127.0.0.1:1", "--tracer-listen", "127.0.0.1:0", "--tracer-http-listen", "", "--plaintext", "--tracer-data", "/proc/1/xct-tracer"}, 1, "xct: tracer: create data directory: mkdir /proc/1/xct-tracer"},
 		{"NATS URL with a password", []string{"serve", "--target", "orchestrator", "--nats", "nats://orchestrator:pw-in-url@127.0.0.1:1", "--orchestrator-listen", "127.0.0.1:0", "--plaintext"}, 1, "--nats nats://xxxxx@127.0.0.1:1 carries credentials"},
 		{"no target", []string{"serve"}, 2, "-target is required"},
 		{"unknown flag", []string{"run", "--mdl", "x"}, 2, "flag provided but not defined: -mdl"},
