@@ -845,6 +845,12 @@ func TestFoldResume(t *testing.T) {
 			// the allow before a rejudged verdict did not act: the step waits as any step sent to a human
 			return expect(rs.open.verdict.GetDecision() == xctv1.VerdictDecision_VERDICT_DECISION_NEEDS_APPROVAL && !rs.open.attempted && rs.open.approvalRequested, "want the approval waited for")
 		}},
+		{"rejudged, approved, no verdict after it yet", []lctl.Event{start, proposal, allow, rejudged("needs_approval"),
+			ev(TypeApprovalRequested, "orchestrator", map[string]any{"step": float64(1), "expires_at": "2030-01-01T00:00:00Z"}),
+			ev(TypeApprovalDecided, "bob", map[string]any{"step": float64(1), "decision": "approved"})}, func(rs *resumeState) string {
+			// the next owner asks for the verdict after the decision, as the one that waited would have
+			return expect(rs.open.verdict.GetDecision() == xctv1.VerdictDecision_VERDICT_DECISION_NEEDS_APPROVAL && rs.open.decided == "approved" && !rs.open.attempted, "want the decision acted on")
+		}},
 		{"rejudged, denied", []lctl.Event{start, proposal, allow, rejudged("deny")}, func(rs *resumeState) string {
 			return expect(rs.open.verdict.GetDecision() == xctv1.VerdictDecision_VERDICT_DECISION_DENY && !rs.open.attempted, "want the new policy's refusal")
 		}},
