@@ -209,6 +209,7 @@ func newStreamParser(opts StreamOptions) *fastParser {
 	p.skipHashes = opts.SkipHashes && !opts.Hash
 	p.fields = opts.Fields
 	if opts.Fields && opts.Line == nil {
+		p.copySmall = true
 		p.dataFor = opts.Data
 	}
 	if opts.Fields && !opts.Hash {
