@@ -47,11 +47,18 @@ func (st *stepTimer) end(o *openStep) {
 		delete(st.bySpan, o.spanID)
 	}
 	st.order[o.index] = nil
-	st.out.add(o.timing)
 	// Only a step inside another, or a stream, is looked at again at the
 	// end: the others (every XCT step) are not kept, so a long chain's
-	// steps are held once, as their timings.
-	if o.parent == nil && !o.timing.Stream {
+	// steps are held once, as their timings (with durations, as their
+	// durations).
+	top := o.parent == nil && !o.timing.Stream
+	if st.durations {
+		st.durs.add(o.timing.DurationMS)
+	}
+	if !top || !st.durations {
+		st.out.add(o.timing)
+	}
+	if top {
 		o = nil
 	}
 	st.outSteps.add(o)

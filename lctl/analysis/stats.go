@@ -189,7 +189,8 @@ func NewStatsBuilder(chainID string, prices *Prices) *StatsBuilder {
 	s.NoCurrentStep()   // never shown
 	s.NoFactText()      // nor the facts' texts
 	steps := newStepTimer()
-	steps.untitled = true // Stats reads the steps' times, not their names
+	steps.untitled = true  // Stats reads the steps' times, not their names
+	steps.durations = true // nor, of every XCT step, more than its duration
 	cost := newTokenPricer(prices)
 	s.KeepTokens()
 	cost.state = s
