@@ -136,10 +136,14 @@ func (t *CostTrack) CostAt(pos int, prices *Prices) (cost *float64, unpriced []s
 type modelResolver struct {
 	byStep  *stepModels       // XCT step number -> model
 	byAgent map[string]string // agent -> model of its latest step
+	// last is the agent and model byAgent was last set to: an agent's
+	// steps mostly come in a row with one model, and then byAgent holds
+	// them already (a map write, with its hash, per step_start).
+	last *[2]string
 }
 
 func newModelResolver() modelResolver {
-	return modelResolver{byStep: &stepModels{}, byAgent: map[string]string{}}
+	return modelResolver{byStep: &stepModels{}, byAgent: map[string]string{}, last: new([2]string)}
 }
 
 // add takes the next event; for a step_end it returns its model ("" when
@@ -151,10 +155,15 @@ func (r modelResolver) add(e *lctl.Event) (string, bool) {
 		if n, ok := intAt(e, "step"); ok {
 			r.byStep.set(n, m)
 		}
+		if m != "" && *r.last == [2]string{e.Agent, m} {
+			break // byAgent[e.Agent] is m: the last set
+		}
 		if m != "" {
 			r.byAgent[e.Agent] = m
+			*r.last = [2]string{e.Agent, m}
 		} else {
 			delete(r.byAgent, e.Agent)
+			*r.last = [2]string{}
 		}
 	case lctl.TypeStepEnd:
 		m := modelOf(e)

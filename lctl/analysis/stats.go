@@ -336,6 +336,11 @@ type tokenPricer struct {
 	// state, when set, is the state that has applied each event just
 	// before (lctl.State.TokenMembers).
 	state *lctl.State
+	// lastModel and lastAgent are the entries of byModel and byAgent the
+	// last tokens went to (the next step's mostly go there too): found
+	// without the maps' hashing.
+	lastModel *ModelCost
+	lastAgent *AgentCost
 }
 
 func newTokenPricer(prices *Prices) *tokenPricer {
@@ -367,19 +372,25 @@ func (p *tokenPricer) add(e *lctl.Event) {
 	if model == "" {
 		model = UnknownModel
 	}
-	mc := p.byModel[model]
-	if mc == nil {
-		mc = &ModelCost{Model: model}
-		p.byModel[model] = mc
-		p.order = append(p.order, model)
+	mc := p.lastModel
+	if mc == nil || mc.Model != model {
+		if mc = p.byModel[model]; mc == nil {
+			mc = &ModelCost{Model: model}
+			p.byModel[model] = mc
+			p.order = append(p.order, model)
+		}
+		p.lastModel = mc
 	}
 	mc.Input += in
 	mc.Output += out
-	ac := p.byAgent[e.Agent]
-	if ac == nil {
-		ac = &AgentCost{Agent: e.Agent}
-		p.byAgent[e.Agent] = ac
-		p.agents = append(p.agents, e.Agent)
+	ac := p.lastAgent
+	if ac == nil || ac.Agent != e.Agent {
+		if ac = p.byAgent[e.Agent]; ac == nil {
+			ac = &AgentCost{Agent: e.Agent}
+			p.byAgent[e.Agent] = ac
+			p.agents = append(p.agents, e.Agent)
+		}
+		p.lastAgent = ac
 	}
 	ac.Input += in
 	ac.Output += out
