@@ -593,7 +593,11 @@ func appendCents(b []byte, v float64) []byte {
 		// Below 2^-11 of a hundredth: x < 2^60 ≤ half.
 		q = 0
 	}
-	b = strconv.AppendUint(b, q/100, 10)
+	if q < 100 {
+		b = append(b, '0') // a confidence: below 1
+	} else {
+		b = strconv.AppendUint(b, q/100, 10)
+	}
 	c := q % 100
 	return append(b, '.', byte('0'+c/10), byte('0'+c%10))
 }
