@@ -556,7 +556,7 @@ func (st *stepTimer) reuse(o *openStep, agent string) {
 // their durations come in one StepTiming, reused: fn keeps no pointer.
 func (st *stepTimer) each(fn func(t *StepTiming)) {
 	if st.durations {
-		kept := 0 // the next of out's
+		kept := 0          // the next of out's
 		var top StepTiming // one for them all: fn may keep no pointer to it
 		st.durs.each(func(i int, ms *float64) {
 			o := *st.outSteps.at(i)
