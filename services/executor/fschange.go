@@ -430,6 +430,9 @@ func (t *fsMove) paths(args map[string]any) (pf, pt, from, to string, e *xctv1.E
 		return "", "", "", "", wire.WithDetails(wire.Errorf(wire.CodeInvalidArgument, "%q cannot be moved into itself", pf),
 			map[string]any{"from": pf, "to": pt})
 	}
+	if e := optionLikeName(pt, to); e != nil {
+		return "", "", "", "", e
+	}
 	for _, c := range []struct{ p, name string }{{pf, from}, {pt, to}} {
 		if e := t.ws.checkProtected(c.p, c.name); e != nil {
 			return "", "", "", "", e

@@ -244,6 +244,9 @@ func (t *fsWrite) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.
 	if e != nil {
 		return nil, e
 	}
+	if e := optionLikeName(p, name); e != nil {
+		return nil, e
+	}
 	if e := t.ws.checkProtected(p, name); e != nil {
 		return nil, e
 	}

@@ -349,3 +349,59 @@ func TestInstalledPackagesAreNotWrittenByTheFSTools(t *testing.T) {
 		}
 	}
 }
+
+// TestNamesThatReadAsOptions: a name beginning with "-" is an option to
+// the program a glob or an unquoted list of names hands it: a human's
+// `tar cf ../backup.tar *` in the workspace takes
+// `--checkpoint-action=exec=...` for an action, as a hook's `prettier
+// --write $(git diff --cached --name-only)` takes a name "x
+// --plugin=./p.mjs" split at its space for a plugin to load. On main
+// fs.write (reversible, no human) made such names, and the next human's
+// tar ran the model's command. Now fs.write and fs.move's destination
+// refuse a name with a component, or a word after whitespace in one,
+// that begins with "-" and a character (a file the model wants so named
+// is written as "./-x" by programs only: shell.exec's rule).
+func TestNamesThatReadAsOptions(t *testing.T) {
+	if _, err := osexec.LookPath("tar"); err != nil {
+		t.Skip("tar is not installed")
+	}
+	sb := newSandbox(t)
+	writeFiles(t, sb.ws, 0o644, map[string]string{"src/app.js": "x\n", "notes.txt": "x\n"})
+	mark := filepath.Join(sb.dir, "ran")
+	s := newService(t, sb.ws)
+	var made []string
+	for _, f := range []struct{ path, content string }{
+		{"evil.sh", "echo ran > " + mark + "\n"},
+		{"--checkpoint=1", ""},
+		{"--checkpoint-action=exec=sh evil.sh", ""},
+	} {
+		if r := exec(t, s, "fs.write", map[string]any{"path": f.path, "content": f.content}); codeOf(r) == "" {
+			made = append(made, f.path)
+		} else if codeOf(r) != string(wire.CodeInvalidArgument) || !strings.Contains(r.GetError().GetMessage(), "option") {
+			t.Errorf("fs.write %q: %v, want INVALID_ARGUMENT naming an option", f.path, r)
+		}
+	}
+	if r := exec(t, s, "fs.move", map[string]any{"from": "notes.txt", "to": "--checkpoint-action=exec=sh evil.sh"}); codeOf(r) != string(wire.CodeInvalidArgument) {
+		t.Errorf("fs.move to an option's name: %v, want INVALID_ARGUMENT", r)
+	}
+	// The next human backs the workspace up.
+	cmd := osexec.Command("sh", "-c", "tar cf ../backup.tar *")
+	cmd.Dir = sb.ws
+	out, _ := cmd.CombinedOutput()
+	if _, err := os.Stat(mark); err == nil {
+		t.Fatalf("the next human's tar ran the model's command (fs.write made %q): %s", made, out)
+	}
+	if len(made) != 1 || made[0] != "evil.sh" {
+		t.Errorf("fs.write made %q, want only evil.sh", made)
+	}
+	for _, p := range []string{"src/x --plugin=./p.mjs", "-rf", "a/-b/c.txt", "x\n-rf"} {
+		if r := exec(t, s, "fs.write", map[string]any{"path": p, "content": ""}); codeOf(r) != string(wire.CodeInvalidArgument) {
+			t.Errorf("fs.write %q: %v, want INVALID_ARGUMENT", p, r)
+		}
+	}
+	for _, p := range []string{"notes - draft.md", "a-b.txt", "src/x-y/z.txt", "-"} {
+		if r := exec(t, s, "fs.write", map[string]any{"path": p, "content": "x\n"}); codeOf(r) != "" {
+			t.Errorf("fs.write %q: %v", p, r)
+		}
+	}
+}

@@ -101,6 +101,28 @@ func (w *workspace) clean(p string) (string, *xctv1.Error) {
 	return p, nil
 }
 
+// optionLikeName refuses a name the fs tools would make (the clean
+// workspace path name; p as given) that a program handed it would take
+// for an option: a component beginning with "-" and another character,
+// or holding such a word after whitespace. A human's `tar cf x.tar *`
+// hands the names a glob finds, a hook's `prettier --write $(git diff
+// --name-only)` the words of each name: on main fs.write made
+// "--checkpoint-action=exec=sh evil.sh", and the next human's tar ran
+// evil.sh (TestNamesThatReadAsOptions). A lone "-" is left alone.
+func optionLikeName(p, name string) *xctv1.Error {
+	space := func(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f' }
+	for _, part := range strings.Split(filepath.ToSlash(name), "/") {
+		for i := 0; i+1 < len(part); i++ {
+			if part[i] == '-' && !space(part[i+1]) && (i == 0 || space(part[i-1])) {
+				return wire.WithDetails(wire.Errorf(wire.CodeInvalidArgument,
+					"%q has a name a program would read as an option (%q): a glob or a list of names hands it to programs as one; name it otherwise", p, part),
+					map[string]any{"path": p, "name": part})
+			}
+		}
+	}
+	return nil
+}
+
 // cleanFile is clean for a path that must name a file, not a directory.
 func (w *workspace) cleanFile(p string) (string, *xctv1.Error) {
 	c, e := w.clean(p)
