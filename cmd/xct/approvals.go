@@ -105,6 +105,11 @@ func printApproval(w io.Writer, a *xctv1.Approval) {
 		fmt.Fprintf(w, "  %s\n", line(l))
 	}
 	if p := a.GetPreview(); p != nil && p.GetContent() != "" {
+		// What the approval binds: the step acts only on the entry the
+		// preview was made from (a redacted preview's digest is keyed).
+		if b := p.GetBaseDigest(); b != "" {
+			fmt.Fprintf(w, "bound to: %s\n", line(baseWords(b)))
+		}
 		fmt.Fprintf(w, "preview (%s):\n", line(p.GetKind()))
 		for _, l := range strings.Split(strings.TrimRight(p.GetContent(), "\n"), "\n") {
 			v, _ := wire.Visible(l, "\t")
@@ -258,4 +263,17 @@ func ruleIDs(reasons []*xctv1.Reason) []string {
 		out = append(out, r.GetRuleId())
 	}
 	return out
+}
+
+// baseWords says what a preview's base digest binds the approval to.
+func baseWords(b string) string {
+	switch {
+	case b == "absent":
+		return "no entry at the path (absent): the step does nothing if one is there by then"
+	case b == "refused":
+		return "nothing the step could act on (refused): the step, approved, is refused"
+	case strings.HasPrefix(b, "[REDACTED"):
+		return b + " (the digest of a redacted preview's entry, keyed): the step acts only on that entry"
+	}
+	return b + ": the step acts only on the entry with this digest"
 }

@@ -296,6 +296,18 @@ func (s *Scope) entry(key string, v any) (any, bool) {
 	return s.r.Marker(string(raw)), true
 }
 
+// Keep makes value a secret of the scope: it is replaced by its marker
+// wherever it recurs in the scope's later values. It returns the marker
+// ("" for a nil scope, which redacts nothing).
+func (s *Scope) Keep(value string) string {
+	if s == nil {
+		return ""
+	}
+	m := s.r.Marker(value)
+	s.remember(value, m)
+	return m
+}
+
 func (s *Scope) remember(secret, marker string) {
 	if len(secret) < s.r.minKnown {
 		return

@@ -196,8 +196,12 @@ type Verdict struct {
 	Rejudged bool
 }
 
-// Preview is what an approver is shown of a step (a dry run).
-type Preview struct{ Kind, Content string }
+// Preview is what an approver is shown of a step (a dry run). Base names
+// the file (entry) the preview was made from, which the approval binds:
+// its digest ("sha256:<hex>", "tree-sha256:<hex>", "link-sha256:<hex>",
+// "absent", "refused"), or a redaction marker when the preview was
+// redacted; "" when it binds none.
+type Preview struct{ Kind, Content, Base string }
 
 // ApprovalRequested: the step waits for a human.
 type ApprovalRequested struct {
@@ -413,7 +417,11 @@ func (e Verdict) Data() map[string]any {
 func (e ApprovalRequested) Data() map[string]any {
 	d := map[string]any{"step": e.Step, "step_id": e.StepID, "tool": e.Tool, "requested_by": e.RequestedBy, "expires_at": e.ExpiresAt}
 	if e.Preview != nil {
-		d["preview"] = map[string]any{"kind": e.Preview.Kind, "content": e.Preview.Content}
+		pv := map[string]any{"kind": e.Preview.Kind, "content": e.Preview.Content}
+		if e.Preview.Base != "" {
+			pv["base_digest"] = e.Preview.Base
+		}
+		d["preview"] = pv
 	}
 	return d
 }
@@ -568,7 +576,7 @@ func Parse(e *lctl.Event) Event {
 	case TypeApprovalRequested:
 		a := ApprovalRequested{Step: int(Int(d, "step")), StepID: Str(d, "step_id"), Tool: Str(d, "tool"), RequestedBy: Str(d, "requested_by"), ExpiresAt: Str(d, "expires_at")}
 		if p, ok := d["preview"].(map[string]any); ok {
-			a.Preview = &Preview{Kind: Str(p, "kind"), Content: Str(p, "content")}
+			a.Preview = &Preview{Kind: Str(p, "kind"), Content: Str(p, "content"), Base: Str(p, "base_digest")}
 		}
 		return a
 	case TypeApprovalDecided:

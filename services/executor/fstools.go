@@ -478,7 +478,8 @@ func entrySum(d *wsDir, base string, limit int64) string {
 	}
 	defer func() { _ = f.Close() }()
 	h := sha256.New()
-	n, err := io.Copy(h, io.LimitReader(f, limit+1))
+	// A buffer the size of the file (io.Copy's own is 32 KiB).
+	n, err := io.CopyBuffer(h, io.LimitReader(f, limit+1), make([]byte, min(fi.Size()+1, 32<<10)))
 	switch {
 	case err != nil:
 		return "unreadable"

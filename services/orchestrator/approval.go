@@ -65,9 +65,10 @@ func (r *run) awaitApproval(st *openStep, v *xctv1.Verdict) (*xctv1.Verdict, str
 func (r *run) waitApproval(st *openStep, v *xctv1.Verdict) error {
 	step, stepID, ns := st.step, st.stepID, st.ns
 	ctx, cancel := context.WithTimeout(r.traceCtx(context.Background()), r.svc.cfg.CallTimeout)
+	sent := r.redactPreview(r.preview(ns))
 	resp, err := r.svc.validator.RequestApproval(ctx, &xctv1.RequestApprovalRequest{
 		Run: r.runContext(step), Step: int32(step), StepId: stepID, Proposal: ns, Verdict: v,
-		Preview: r.redactPreview(r.preview(ns)), Crew: r.crewContext(ns),
+		Preview: sent, Crew: r.crewContext(ns),
 	})
 	cancel()
 	if status.Code(err) == codes.FailedPrecondition {
@@ -81,6 +82,8 @@ func (r *run) waitApproval(st *openStep, v *xctv1.Verdict) error {
 	}
 	a := resp.GetApproval()
 	st.approvalExpires = a.GetExpiresAt().AsTime()
+	// Also on a resumed step: its digest is a secret of the step again.
+	base := r.chainBase(a.GetPreview(), sent)
 	if st.approvalRequested {
 		r.log.Info("step still waits for approval", "run", r.id, "step", step, "tool", ns.GetTool(), "expires_at", st.approvalExpires)
 		return r.decideApproval(st, a)
@@ -90,7 +93,7 @@ func (r *run) waitApproval(st *openStep, v *xctv1.Verdict) error {
 		ExpiresAt: lctl.FormatTime(a.GetExpiresAt().AsTime()),
 	}
 	if p := a.GetPreview(); p != nil {
-		requested.Preview = &xctevent.Preview{Kind: p.GetKind(), Content: p.GetContent()}
+		requested.Preview = &xctevent.Preview{Kind: p.GetKind(), Content: p.GetContent(), Base: base}
 	}
 	if err := r.record(agentOrchestrator, requested); err != nil {
 		return err

@@ -54,12 +54,39 @@ func (r *run) redactText(s string) string {
 }
 
 // redactPreview returns what an approver is shown, with the step's secrets
-// replaced (a diff of a file that holds a password, say).
+// replaced (a diff of a file that holds a password, say); a preview with
+// a secret replaced is marked redacted, so its file's digest stays off
+// the chain (chainBase).
 func (r *run) redactPreview(p *xctv1.Preview) *xctv1.Preview {
 	if p == nil || r.svc.redactor == nil {
 		return p
 	}
 	out := proto.CloneOf(p)
 	out.Content = r.redactText(p.GetContent())
+	if out.Content != p.GetContent() {
+		out.Redacted = true
+	}
 	return out
+}
+
+// chainBase is what the chain records of the base digest of the approved
+// preview p (the file the approval binds). A preview shown whole gives
+// its digest as it is, which a reader can compare with the checksums the
+// fs tools report. A redacted one (a secret replaced in it, or a file
+// the run may not read; sent is what this run sent the validator) gives
+// its marker instead: a plain SHA-256 of a file whose content is kept
+// from readers would let them confirm guesses of it (a short password in
+// an otherwise known file). The digest becomes a secret of the step, so
+// the step's result (fs.write's previous_checksum, fs.delete's checksum)
+// carries the same marker: a reader still sees that the approval bound
+// the file the step changed. Without a redactor it is not recorded.
+func (r *run) chainBase(p, sent *xctv1.Preview) string {
+	base := p.GetBaseDigest()
+	if base == "" || !p.GetRedacted() && !sent.GetRedacted() {
+		return base
+	}
+	if r.scope == nil && r.svc.redactor != nil {
+		r.scope = r.svc.redactor.Scope() // resumed: the step's scope starts here
+	}
+	return r.scope.Keep(base)
 }

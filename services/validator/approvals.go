@@ -253,7 +253,7 @@ func (s *Service) RequestApproval(ctx context.Context, req *xctv1.RequestApprova
 	}
 	preview := req.GetPreview()
 	if why := s.unreadablePreview(ctx, req, installed, now); preview != nil && why != "" {
-		preview = &xctv1.Preview{Kind: "text", Content: why, BaseDigest: preview.GetBaseDigest()}
+		preview = &xctv1.Preview{Kind: "text", Content: why, BaseDigest: preview.GetBaseDigest(), Redacted: true}
 	}
 	if unbound := unboundPreview(p, preview); unbound != "" {
 		preview = &xctv1.Preview{Kind: "text", Content: unbound}
@@ -815,7 +815,7 @@ func clampPreview(p *xctv1.Preview) *xctv1.Preview {
 	if hidden > 0 {
 		content = fmt.Sprintf(previewHiddenNote, hidden) + content
 	}
-	out := &xctv1.Preview{Kind: truncate(kind, maxPreviewKindBytes), Content: content, BaseDigest: truncate(p.GetBaseDigest(), maxPreviewBaseBytes)}
+	out := &xctv1.Preview{Kind: truncate(kind, maxPreviewKindBytes), Content: content, BaseDigest: truncate(p.GetBaseDigest(), maxPreviewBaseBytes), Redacted: p.GetRedacted()}
 	if len(out.Content) > maxPreviewBytes {
 		out.Content = strings.TrimSuffix(truncate(out.Content, maxPreviewBytes-len(previewCut)), "…") + previewCut
 	}

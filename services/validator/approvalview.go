@@ -28,10 +28,28 @@ func (s *Service) approvalsFor(ctx context.Context, list []*xctv1.Approval) []*x
 	out := make([]*xctv1.Approval, len(list))
 	for i, a := range list {
 		if mayDecide(caller, a) {
-			out[i] = a
+			out[i] = keyedBase(red, a)
 			continue
 		}
 		out[i] = redactApproval(red, a, s.log)
+	}
+	return out
+}
+
+// keyedBase is a with the base digest of a redacted preview (a secret
+// replaced in it, or a file the run may not read) replaced by its
+// redaction marker, the one the chain records: a plain digest of a file
+// kept from the reader would let them confirm guesses of its content.
+// Without a redactor it is left out.
+func keyedBase(red *redact.Redactor, a *xctv1.Approval) *xctv1.Approval {
+	pv := a.GetPreview()
+	if !pv.GetRedacted() || pv.GetBaseDigest() == "" || redact.IsMarker(pv.GetBaseDigest()) {
+		return a
+	}
+	out := proto.CloneOf(a)
+	out.Preview.BaseDigest = ""
+	if red != nil {
+		out.Preview.BaseDigest = red.Marker(pv.GetBaseDigest())
 	}
 	return out
 }
@@ -53,7 +71,7 @@ func redactApproval(red *redact.Redactor, a *xctv1.Approval, log *slog.Logger) *
 	}
 	if red == nil {
 		p.Arguments, p.Goal = &structpb.Struct{}, ""
-		return out
+		return keyedBase(nil, out)
 	}
 	scope := red.Scope()
 	if args := p.GetArguments(); args != nil {
@@ -69,7 +87,9 @@ func redactApproval(red *redact.Redactor, a *xctv1.Approval, log *slog.Logger) *
 		r.Message = scope.Text(r.GetMessage())
 	}
 	if pv := out.GetPreview(); pv != nil {
-		pv.Content = scope.Text(pv.GetContent())
+		if c := scope.Text(pv.GetContent()); c != pv.GetContent() {
+			pv.Content, pv.Redacted = c, true
+		}
 	}
-	return out
+	return keyedBase(red, out)
 }

@@ -2,6 +2,8 @@ package attack
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,7 +11,10 @@ import (
 	"testing"
 	"time"
 
+	lctlv1 "github.com/xct-dev/xct/gen/lctl/v1"
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/app"
+	"github.com/xct-dev/xct/internal/testutil"
 )
 
 // devsChangesNeedAHuman lets runs read and make reversible changes, and
@@ -85,6 +90,96 @@ func TestAttackApprovedDeleteOrMoveOfAFileChangedSinceThePreview(t *testing.T) {
 			}
 			if e.GetCode() != "CHANGED_SINCE_PREVIEW" || s.GetState() != xctv1.StepState_STEP_STATE_FAILED {
 				t.Errorf("the approved step: %v, %v, want a definite CHANGED_SINCE_PREVIEW", s.GetState(), e)
+			}
+		})
+	}
+}
+
+// Session 18 (attack18c): the chain's approval_requested recorded the
+// preview's kind and content, not the digest of the file the approval
+// bound, so a reader could not tell which file a human approved a change
+// of. It now records it, but only for a preview shown whole: the plain
+// SHA-256 of a file whose preview was redacted (a secret replaced in the
+// diff) or withheld (a file the run may not read) would let any reader of
+// the chain confirm guesses of its content. Those get the digest's
+// redaction marker, keyed, which the step's result (fs.write's
+// previous_checksum) carries too; the plain digest is nowhere on the
+// chain, nor in the approver's list.
+func TestAttackApprovalRecordsTheBoundFileOnlyWhereItsPreviewIsShown(t *testing.T) {
+	const policy = `rules:
+  - {id: allow-read, effect: allow, effects: [read]}
+  - id: keys-are-not-read
+    effect: deny
+    tools: ["fs.read"]
+    when: 'args.path.lowerAscii().endsWith(".key")'
+  - {id: writes-need-a-human, effect: require_approval, effects: [reversible, irreversible]}
+`
+	c := startBindCluster(t, withTools(t, "", policy))
+	tracer := lctlv1.NewTracerServiceClient(c.creds.Dial(t, c.app.Addr(app.TargetTracer), "dev"))
+	for _, tc := range []struct {
+		path, content string
+		keyed         bool // the digest reaches the chain only as a marker
+	}{
+		{"notes.txt", "old notes\n", false},
+		{"deploy.key", "KEY-MATERIAL-a4d9e2\n", true}, // the run may not read it
+		{"db.env", "db_password: hunter2-q7\n", true}, // the diff's secret is redacted
+	} {
+		t.Run(tc.path, func(t *testing.T) {
+			if err := os.WriteFile(filepath.Join(c.workspace, tc.path), []byte(tc.content), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			sum := sha256.Sum256([]byte(tc.content))
+			plain := hex.EncodeToString(sum[:])
+			c.writeScript(t, "a.yaml", script(step("fs.write", fmt.Sprintf(`{path: %s, content: "rotated\n"}`, tc.path))))
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			resp, err := c.orchestratorAs(t, "alice").StartRun(ctx, &xctv1.StartRunRequest{Goal: "g", Model: "scripted:a.yaml"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			id := resp.GetRun().GetRunId()
+			listed := waitApproval(t, c, "bob", id).GetPreview().GetBaseDigest()
+			if _, err := c.validatorAs(t, "bob").DecideApproval(ctx, &xctv1.DecideApprovalRequest{RunId: id, Step: "1", Approve: true, Reason: "ok"}); err != nil {
+				t.Fatal(err)
+			}
+			if run := c.waitRun(t, "alice", id); run.GetSteps()[0].GetResponse().GetError() != nil {
+				t.Fatalf("the approved write: %v", run.GetSteps()[0].GetResponse().GetError())
+			}
+			var bound, previous string
+			var chainText string
+			testutil.Eventually(t, 30*time.Second, func() error {
+				chain, err := tracer.GetChain(ctx, &lctlv1.GetChainRequest{ChainId: id})
+				if err != nil {
+					return err
+				}
+				chainText, bound, previous = chain.String(), "", ""
+				for _, ev := range chain.GetEvents() {
+					d := ev.GetData().AsMap()
+					switch ev.GetType() {
+					case "approval_requested":
+						pv, _ := d["preview"].(map[string]any)
+						bound, _ = pv["base_digest"].(string)
+					case "tool_call":
+						out, _ := d["output"].(map[string]any)
+						previous, _ = out["previous_checksum"].(string)
+					}
+				}
+				if previous == "" {
+					return fmt.Errorf("no tool_call on %s yet", id)
+				}
+				return nil
+			})
+			if !tc.keyed {
+				if bound != "sha256:"+plain || listed != bound || previous != bound {
+					t.Errorf("a preview shown whole: the chain's base %q, the approver's %q, the result's previous_checksum %q, want the file's digest sha256:%s", bound, listed, previous, plain)
+				}
+				return
+			}
+			if strings.Contains(chainText, plain) || strings.Contains(listed, plain) {
+				t.Errorf("the digest of %s, whose preview was redacted, reached the chain or the approver's list", tc.path)
+			}
+			if !strings.HasPrefix(bound, "[REDACTED ") || listed != bound || previous != bound {
+				t.Errorf("a redacted preview: the chain's base %q, the approver's %q, the result's previous_checksum %q, want one redaction marker", bound, listed, previous)
 			}
 		})
 	}

@@ -1347,7 +1347,15 @@ type Preview struct {
 	// and the hex SHA-256 of its bytes, or "absent" when there was no file.
 	// Empty: the preview binds no file. An approval of the step binds it
 	// (VerdictGrant.preview_base): the step acts only on that file.
-	BaseDigest    string `protobuf:"bytes,3,opt,name=base_digest,json=baseDigest,proto3" json:"base_digest,omitempty"`
+	BaseDigest string `protobuf:"bytes,3,opt,name=base_digest,json=baseDigest,proto3" json:"base_digest,omitempty"`
+	// redacted says that content is not all of what the preview was made
+	// from: secrets were replaced in it (the orchestrator's redaction), or
+	// it was replaced by a note (a file the run may not read). Its
+	// base_digest still binds the approval, but a digest of a file whose
+	// content is kept from readers would let them confirm guesses of it:
+	// it reaches the chain and approval lists only keyed (a redaction
+	// marker), never in the clear.
+	Redacted      bool `protobuf:"varint,4,opt,name=redacted,proto3" json:"redacted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1401,6 +1409,13 @@ func (x *Preview) GetBaseDigest() string {
 		return x.BaseDigest
 	}
 	return ""
+}
+
+func (x *Preview) GetRedacted() bool {
+	if x != nil {
+		return x.Redacted
+	}
+	return false
 }
 
 // RequestApprovalRequest opens an approval.
@@ -2015,12 +2030,13 @@ const file_xct_v1_validator_proto_rawDesc = "" +
 	"decided_by\x18\r \x01(\tR\tdecidedBy\x12\x16\n" +
 	"\x06reason\x18\x0e \x01(\tR\x06reason\x124\n" +
 	"\x16decided_policy_version\x18\x0f \x01(\tR\x14decidedPolicyVersion\x12\"\n" +
-	"\ropened_at_seq\x18\x10 \x01(\x04R\vopenedAtSeq\"X\n" +
+	"\ropened_at_seq\x18\x10 \x01(\x04R\vopenedAtSeq\"t\n" +
 	"\aPreview\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x18\n" +
 	"\acontent\x18\x02 \x01(\tR\acontent\x12\x1f\n" +
 	"\vbase_digest\x18\x03 \x01(\tR\n" +
-	"baseDigest\"\x98\x02\n" +
+	"baseDigest\x12\x1a\n" +
+	"\bredacted\x18\x04 \x01(\bR\bredacted\"\x98\x02\n" +
 	"\x16RequestApprovalRequest\x12$\n" +
 	"\x03run\x18\x01 \x01(\v2\x12.xct.v1.RunContextR\x03run\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\x05R\x04step\x12\x17\n" +

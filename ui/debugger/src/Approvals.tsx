@@ -140,6 +140,12 @@ function Card({ a, auth, onDecided }: { a: Approval; auth: boolean; onDecided: (
         <>
           <h3>Preview</h3>
           <Preview p={preview} />
+          {str(pick(preview, 'baseDigest', 'base_digest')) ? (
+            <p class="bound">
+              Bound to <code>{str(pick(preview, 'baseDigest', 'base_digest'))}</code>: the step acts only on the entry this preview was made from
+              {str(pick(preview, 'baseDigest', 'base_digest')).startsWith('[REDACTED') ? ' (its digest keyed: the preview was redacted)' : ''}.
+            </p>
+          ) : null}
         </>
       ) : null}
       {state === 'pending' ? (

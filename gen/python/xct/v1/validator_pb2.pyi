@@ -130,14 +130,16 @@ class ListApprovalsResponse(_message.Message):
     def __init__(self, approvals: _Optional[_Iterable[_Union[Approval, _Mapping]]] = ...) -> None: ...
 
 class Preview(_message.Message):
-    __slots__ = ["base_digest", "content", "kind"]
+    __slots__ = ["base_digest", "content", "kind", "redacted"]
     BASE_DIGEST_FIELD_NUMBER: _ClassVar[int]
     CONTENT_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
+    REDACTED_FIELD_NUMBER: _ClassVar[int]
     base_digest: str
     content: str
     kind: str
-    def __init__(self, kind: _Optional[str] = ..., content: _Optional[str] = ..., base_digest: _Optional[str] = ...) -> None: ...
+    redacted: bool
+    def __init__(self, kind: _Optional[str] = ..., content: _Optional[str] = ..., base_digest: _Optional[str] = ..., redacted: bool = ...) -> None: ...
 
 class Reason(_message.Message):
     __slots__ = ["message", "rule_id"]
