@@ -318,6 +318,7 @@ func (p *fastParser) canonData(e *Event, shape *dataShape) bool {
 	start := len(p.slab)
 	p.rawBegin(p.i)
 	p.unreadMade = false
+	p.pairAt = -1
 	if p.slab == nil {
 		p.slab = make([]dataField, 0, 64)
 	}
@@ -475,7 +476,17 @@ func (p *fastParser) canonData(e *Event, shape *dataShape) bool {
 	p.i = i
 	e.fields = p.slab[start:len(p.slab):len(p.slab)]
 	p.rawEnd(e)
+	p.keepPair(e, start)
 	return true
+}
+
+// keepPair gives e the token pair member read (Event.TokenPair), when it
+// is its data's tokens: the last member of that name. start is where the
+// event's members start in the slab.
+func (p *fastParser) keepPair(e *Event, start int) {
+	if p.pairAt >= start && p.pairAt < len(p.slab) && e.field("tokens") == &p.slab[p.pairAt] {
+		e.pairSet, e.pairIn, e.pairOut = true, p.pairIn, p.pairOut
+	}
 }
 
 // unreadValue checks the string, object or array at b[i] as decoding it

@@ -129,6 +129,11 @@ type fastParser struct {
 	// the line brought over). Not for a stream that renders its lines
 	// on the decoding cores (StreamOptions.Line), which read them there.
 	copySmall, rawCopy bool
+	// pairAt is where in the slab canonData's event's member tokens
+	// lies, when member read it as a token pair (pairIn, pairOut); -1
+	// none.
+	pairAt          int
+	pairIn, pairOut int64
 	// stamp is where in the arena the last timestamp read by
 	// stampOfSecond lies, stampTime its time: the stream takes it for an
 	// event whose Timestamp is those bytes instead of parsing it again.
@@ -583,6 +588,7 @@ func (p *fastParser) dataFields(e *Event) bool {
 	p.rawBegin(p.i)
 	p.i++ // {
 	start := len(p.slab)
+	p.pairAt = -1
 	p.ws()
 	if p.i < len(p.b) && p.b[p.i] == '}' {
 		p.i++
@@ -628,6 +634,7 @@ func (p *fastParser) dataFields(e *Event) bool {
 	}
 	e.fields = p.slab[start:len(p.slab):len(p.slab)]
 	p.rawEnd(e)
+	p.keepPair(e, start)
 	return true
 }
 
@@ -877,6 +884,12 @@ func (p *fastParser) member(k string) bool {
 		}
 		if off, ok := p.keepSpan(start, p.i); ok {
 			p.slab = append(p.slab, dataField{key: k, v: compositeField, n: rawSpan(off, p.i-start)})
+			if k == "tokens" {
+				// Read while its bytes are at hand (Event.TokenPair).
+				if in, out, ok := (Object{raw: p.b[start:p.i]}).TokenPair(); ok {
+					p.pairAt, p.pairIn, p.pairOut = len(p.slab)-1, in, out
+				}
+			}
 			return true
 		}
 		p.i = start

@@ -871,7 +871,14 @@ func (s *State) SetCurrentStep(e *Event) {
 
 func (s *State) applyStepEnd(e *Event) {
 	s.CurrentStep = nil
-	if t, ok := e.Object("tokens"); ok {
+	if in, out, ok := e.TokenPair(); ok {
+		// Object's TokenPair, read on a decoding core (as below).
+		if s.tokens != nil {
+			*s.tokens = Members{}
+		}
+		s.Tokens.Input += in
+		s.Tokens.Output += out
+	} else if t, ok := e.Object("tokens"); ok {
 		in, out, pair := t.TokenPair()
 		switch {
 		case pair:

@@ -173,12 +173,16 @@ func appendLineFast(dst []byte, e *lctl.Event) ([]byte, bool) {
 			w.next()
 			w.b = appendDuration(w.b, ms)
 		}
-		if t, ok := e.Object("tokens"); ok {
-			if in, out := tokensOf(t); in+out > 0 {
-				w.next()
-				w.b = appendCount(w.b, in+out)
-				w.b = append(w.b, " tokens"...)
+		in, out, ok := e.TokenPair() // tokensOf's pair, read already
+		if !ok {
+			if t, has := e.Object("tokens"); has {
+				in, out = tokensOf(t)
 			}
+		}
+		if in+out > 0 {
+			w.next()
+			w.b = appendCount(w.b, in+out)
+			w.b = append(w.b, " tokens"...)
 		}
 	case fact:
 		if c, ok := numberAt(e, "confidence"); ok {
