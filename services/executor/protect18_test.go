@@ -96,11 +96,7 @@ func TestProtectedModelMadeRepository(t *testing.T) {
 	}
 
 	// Names like it stay writable.
-	for _, p := range []string{"src/HEAD.md", "docs/header.txt", "src/heads/main", "HEADER"} {
-		if r := exec(t, s, "fs.write", map[string]any{"path": p, "content": "x\n"}); codeOf(r) != "" {
-			t.Errorf("fs.write %s: %v", p, r)
-		}
-	}
+	wantWritable(t, s, "src/HEAD.md", "docs/header.txt", "src/heads/main", "HEADER")
 }
 
 // TestProtectedOptionalScriptRefs: a protected file often runs a script
@@ -144,11 +140,7 @@ func TestProtectedOptionalScriptRefs(t *testing.T) {
 	}
 	// Words that only might be files protect nothing until they are.
 	expireLinkTargets(s)
-	for _, p := range []string{"done-push", "lint-staged", "docs/readme.md", "scripts/other.sh"} {
-		if r := exec(t, s, "fs.write", map[string]any{"path": p, "content": "x\n"}); codeOf(r) != "" {
-			t.Errorf("fs.write %s: %v", p, r)
-		}
-	}
+	wantWritable(t, s, "done-push", "lint-staged", "docs/readme.md", "scripts/other.sh")
 }
 
 // TestProtectedScriptsOfScripts: a protected entry's script was
@@ -201,11 +193,7 @@ func TestProtectedScriptsOfScripts(t *testing.T) {
 		}
 	}
 	expireLinkTargets(s)
-	for _, p := range []string{"data/schema.json", "scripts/helper.py", "docs/readme.md", "scripts/unrelated.sh", "scripts/env.d/README.md"} {
-		if r := exec(t, s, "fs.write", map[string]any{"path": p, "content": "x\n"}); codeOf(r) != "" {
-			t.Errorf("fs.write %s: %v", p, r)
-		}
-	}
+	wantWritable(t, s, "data/schema.json", "scripts/helper.py", "docs/readme.md", "scripts/unrelated.sh", "scripts/env.d/README.md")
 }
 
 // TestProtectedLefthookRefs: lefthook's configuration is protected
@@ -275,11 +263,7 @@ pre-push:
 		t.Errorf("scripts/lint.sh: %q %v", b, err)
 	}
 	expireLinkTargets(s)
-	for _, p := range []string{"scripts/unrelated.sh", "docs/readme.md"} {
-		if r := exec(t, s, "fs.write", map[string]any{"path": p, "content": "x\n"}); codeOf(r) != "" {
-			t.Errorf("fs.write %s: %v", p, r)
-		}
-	}
+	wantWritable(t, s, "scripts/unrelated.sh", "docs/readme.md")
 }
 
 // TestInstalledPackagesAreNotWrittenByTheFSTools: hooks and editors run
@@ -343,11 +327,7 @@ func TestInstalledPackagesAreNotWrittenByTheFSTools(t *testing.T) {
 		t.Fatalf("the program: %+v", res)
 	}
 	expireLinkTargets(s)
-	for _, p := range []string{"src/app.js", "docs/node_modules.md", ".venv-notes/readme.md", "src/yarn.cjs"} {
-		if r := exec(t, s, "fs.write", map[string]any{"path": p, "content": "x\n"}); codeOf(r) != "" {
-			t.Errorf("fs.write %s: %v", p, r)
-		}
-	}
+	wantWritable(t, s, "src/app.js", "docs/node_modules.md", ".venv-notes/readme.md", "src/yarn.cjs")
 }
 
 // TestNamesThatReadAsOptions: a name beginning with "-" is an option to
@@ -399,7 +379,14 @@ func TestNamesThatReadAsOptions(t *testing.T) {
 			t.Errorf("fs.write %q: %v, want INVALID_ARGUMENT", p, r)
 		}
 	}
-	for _, p := range []string{"notes - draft.md", "a-b.txt", "src/x-y/z.txt", "-"} {
+	wantWritable(t, s, "notes - draft.md", "a-b.txt", "src/x-y/z.txt", "-")
+}
+
+// wantWritable checks that fs.write of each path succeeds: a protection
+// must not reach names that only look like what it protects.
+func wantWritable(t *testing.T, s *Service, paths ...string) {
+	t.Helper()
+	for _, p := range paths {
 		if r := exec(t, s, "fs.write", map[string]any{"path": p, "content": "x\n"}); codeOf(r) != "" {
 			t.Errorf("fs.write %q: %v", p, r)
 		}
