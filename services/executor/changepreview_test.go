@@ -18,12 +18,7 @@ import (
 // and the approved step acts only on an entry with that digest.
 func TestFSDeleteAndMoveActOnlyOnWhatThePreviewShowed(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	ws, err := openWorkspace(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = ws.close() }()
+	ws, dir := scanWS(t, false)
 	del := &fsDelete{ws: ws, maxBytes: 1 << 20, maxUndo: 1 << 20, maxEntries: 100}
 	move := &fsMove{ws: ws, maxBytes: 1 << 20}
 	put := func(name, content string) {
@@ -120,12 +115,7 @@ func TestFSDeleteAndMoveActOnlyOnWhatThePreviewShowed(t *testing.T) {
 // change puts it back and nothing is deleted.
 func TestFSDeleteRemovesOnlyWhatItSaved(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	ws, err := openWorkspace(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = ws.close() }()
+	ws, dir := scanWS(t, false)
 	target := filepath.Join(dir, "f.txt")
 	if err := os.WriteFile(target, []byte("one\n"), 0o600); err != nil {
 		t.Fatal(err)

@@ -13,12 +13,7 @@ import (
 
 func TestFSWritePreview(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	ws, err := openWorkspace(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = ws.close() }()
+	ws, dir := scanWS(t, false)
 	if err := os.WriteFile(filepath.Join(dir, "a.txt"), []byte("one\ntwo\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -91,12 +86,7 @@ func TestFSWritePreview(t *testing.T) {
 // a file changed, created or deleted since is left as it is.
 func TestFSWriteActsOnlyOnTheFileThePreviewShowed(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	ws, err := openWorkspace(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = ws.close() }()
+	ws, dir := scanWS(t, false)
 	w := &fsWrite{ws: ws, maxBytes: 1 << 20, maxUndo: 1 << 20}
 	put := func(name, content string) {
 		t.Helper()
@@ -165,12 +155,7 @@ func TestFSWriteActsOnlyOnTheFileThePreviewShowed(t *testing.T) {
 // between), is not replaced when the approved preview was of no file.
 func TestFSWriteApprovedAsNewDoesNotReplaceAFileCreatedInTheWindow(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	ws, err := openWorkspace(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = ws.close() }()
+	ws, dir := scanWS(t, false)
 	w := &fsWrite{ws: ws, maxBytes: 1 << 20, maxUndo: 1 << 20}
 	args := map[string]any{"path": "new.txt", "content": "approved\n"}
 	g := &gate{compensate: func(*Compensation) error {

@@ -11,8 +11,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// scanWS is a workspace of the scan's own, its listings trusted however
-// recent (trustAll) or by the default margin.
+// scanWS is a test's own workspace and its directory, closed when the
+// test ends; its protected scan's listings are trusted however recent
+// (trustAll) or by the default margin.
 func scanWS(tb testing.TB, trustAll bool) (*workspace, string) {
 	tb.Helper()
 	dir := tb.TempDir()

@@ -22,12 +22,7 @@ import (
 // compensation), so they lose the race every time.
 func TestFSWriteDoesNotReplaceAChangeMadeBetweenItsCheckAndItsWrite(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	ws, err := openWorkspace(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = ws.close() }()
+	ws, dir := scanWS(t, false)
 	w := &fsWrite{ws: ws, maxBytes: 1 << 20, maxUndo: 1 << 20}
 	src := t.TempDir() // the other writer's files, outside the workspace
 	racerFile := func(content string) string {
@@ -114,12 +109,7 @@ func TestFSWriteDoesNotReplaceAChangeMadeBetweenItsCheckAndItsWrite(t *testing.T
 // and the error says where.
 func TestFSWriteSwappedOutEntryIsKeptWhenItsNameIsTakenAgain(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	ws, err := openWorkspace(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = ws.close() }()
+	ws, dir := scanWS(t, false)
 	target := filepath.Join(dir, "f.txt")
 	if err := os.WriteFile(target, []byte("one\n"), 0o600); err != nil {
 		t.Fatal(err)
