@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/binary"
 	"math/bits"
+	"strconv"
+	"strings"
 )
 
 // Strings seen before, found by their bytes. An event's keys and most of
@@ -191,9 +193,9 @@ type dataShape struct {
 	agent, next strGuess
 	// asked says wants and unread hold what the parser's dataFor and
 	// unreadFor say of the type (wantsData, unreadOf).
-	asked  bool
-	wants  bool
-	unread string
+	asked           bool
+	wants           bool
+	unread, unread2 string
 }
 
 // wantsData is p.dataFor(t) (set), asked once per type: t's shape, when
@@ -210,19 +212,34 @@ func (p *fastParser) wantsData(t string, shape *dataShape) bool {
 	return shape.wants
 }
 
-// unreadOf is p.unreadFor(t) ("" when not set), kept as wantsData keeps
-// its answer.
-func (p *fastParser) unreadOf(t string, shape *dataShape) string {
+// unreadOf is p.unreadFor(t) ("" when not set) split into its members
+// (unreadMembers), kept as wantsData keeps its answer.
+func (p *fastParser) unreadOf(t string, shape *dataShape) (string, string) {
 	if p.unreadFor == nil {
-		return ""
+		return "", ""
 	}
 	if shape == nil {
-		return p.unreadFor(t)
+		return unreadMembers(p.unreadFor(t))
 	}
 	if !shape.asked {
 		p.askShape(t, shape)
 	}
-	return shape.unread
+	return shape.unread, shape.unread2
+}
+
+// unreadMembers splits what StreamOptions.Unread says of a type: "" (none),
+// one member's name, or two separated by a comma. With one, the second is
+// that one again, so that canonData compares a key with both and never
+// takes an empty second name for the empty key.
+func unreadMembers(names string) (string, string) {
+	a, b, two := strings.Cut(names, ",")
+	if !two {
+		return names, names
+	}
+	if a == "" || b == "" || strings.Contains(b, ",") {
+		panic("lctl: StreamOptions.Unread names one member or two separated by a comma, not " + strconv.Quote(names))
+	}
+	return a, b
 }
 
 // askShape asks dataFor and unreadFor of t, shape's type. They are the
@@ -232,7 +249,7 @@ func (p *fastParser) askShape(t string, shape *dataShape) {
 	shape.asked = true
 	shape.wants = p.dataFor == nil || p.dataFor(t)
 	if p.unreadFor != nil {
-		shape.unread = p.unreadFor(t)
+		shape.unread, shape.unread2 = unreadMembers(p.unreadFor(t))
 	}
 }
 
@@ -379,7 +396,7 @@ func (p *fastParser) canonData(e *Event, shape *dataShape) bool {
 				return false
 			}
 			// The value.
-			if len(p.unreadKey) != 0 && k == p.unreadKey && (b[i] == '"' || b[i] == '{' || b[i] == '[') {
+			if len(p.unreadKey) != 0 && (k == p.unreadKey || k == p.unreadKey2) && (b[i] == '"' || b[i] == '{' || b[i] == '[') {
 				var ok bool
 				if i, ok = p.unreadValue(i); !ok {
 					return false
@@ -799,7 +816,7 @@ func (p *fastParser) specEvent(e *Event) bool {
 				return false
 			}
 		} else {
-			p.unreadKey = p.unreadOf(e.Type, shape)
+			p.unreadKey, p.unreadKey2 = p.unreadOf(e.Type, shape)
 			if !p.canonData(e, shape) {
 				return false
 			}

@@ -92,12 +92,13 @@ type fastParser struct {
 	// types' data to decode; any other event's data is only checked
 	// (skipData).
 	dataFor func(typ string) bool
-	// unreadFor (StreamOptions.Unread) names a type's member that is
-	// checked, not kept; unreadKey is the event's (set before canonData,
-	// "" for none), and unreadMade says canonData left one unread.
-	unreadFor  func(typ string) string
-	unreadKey  string
-	unreadMade bool
+	// unreadFor (StreamOptions.Unread) names a type's members that are
+	// checked, not kept; unreadKey and unreadKey2 are the event's (set
+	// before canonData: "" for none; unreadKey2 is unreadKey when one
+	// is named), and unreadMade says canonData left one unread.
+	unreadFor             func(typ string) string
+	unreadKey, unreadKey2 string
+	unreadMade            bool
 	// lastNum is the last integer past smallNumbers read, lastBox it in
 	// an any.
 	lastNum float64
@@ -284,7 +285,7 @@ func (p *fastParser) loopEvent(e *Event) error {
 				// Through the tables (canonData) whatever the layout: the
 				// spec's key order and Python's white space come here.
 				at, slab := p.i, len(p.slab)
-				p.unreadKey = ""
+				p.unreadKey, p.unreadKey2 = "", ""
 				if p.generalData || !p.canonData(e, nil) {
 					p.i, p.slab = at, p.slab[:slab]
 					if !p.dataFields(e) {
@@ -1739,9 +1740,9 @@ func (p *fastParser) canonicalEvent(e *Event) bool {
 			}
 		}
 		if skipped == "" {
-			p.unreadKey = ""
+			p.unreadKey, p.unreadKey2 = "", ""
 			if peeked != "" {
-				p.unreadKey = p.unreadOf(peeked, shape)
+				p.unreadKey, p.unreadKey2 = p.unreadOf(peeked, shape)
 			}
 			if !p.canonData(e, shape) {
 				return false

@@ -72,12 +72,13 @@ type StreamOptions struct {
 	// A command that reads a few types saves most of the decoding of the
 	// others.
 	Data func(typ string) bool
-	// Unread (with Fields; not with Hash) names per type the one member
-	// of the data the caller never reads ("" for none), nor Line when
-	// set: a string, object or array value of it is checked as it would
-	// be decoded but not kept (a step's intent is most of a step_start's
-	// bytes; a step's id, new at each step, was copied and put in the
-	// decoder's tables), and reading the member panics.
+	// Unread (with Fields; not with Hash) names per type the member of
+	// the data the caller never reads, or two separated by a comma ("intent,step_id";
+	// "" for none), nor Line when set: a string, object or array value
+	// of it is checked as it would be decoded but not kept (a step's
+	// intent is most of a step_start's bytes; a step's id, new at each
+	// step, was copied and put in the decoder's tables), and reading the
+	// member panics. Naming more than two panics.
 	Unread func(typ string) string
 	// Map reads a file of one event per line through a read-only mapping
 	// of it rather than into buffers, and the events' strings and data

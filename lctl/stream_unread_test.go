@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -15,18 +16,29 @@ import (
 // allData reads every type's data.
 func allData(string) bool { return true }
 
-// unreadText leaves a step's intent, a fact's text and a checkpoint's
-// snapshot unread.
+// unreadText leaves a step's intent and id (two members), a step_end's
+// and a tool call's step id, a fact's text and a checkpoint's snapshot
+// unread.
 func unreadText(typ string) string {
 	switch typ {
 	case lctl.TypeStepStart:
-		return "intent"
+		return "intent,step_id"
+	case lctl.TypeStepEnd, lctl.TypeToolCall:
+		return "step_id"
 	case lctl.TypeFactAdded, lctl.TypeFactModified:
 		return "text"
 	case lctl.TypeCheckpoint:
 		return "facts_snapshot"
 	}
 	return ""
+}
+
+// unreadKeys is what unreadText names for typ, one member a string.
+func unreadKeys(typ string) []string {
+	if k := unreadText(typ); k != "" {
+		return strings.Split(k, ",")
+	}
+	return nil
 }
 
 // With StreamOptions.Unread, the stream gives the same events in every
@@ -41,9 +53,9 @@ func TestStreamUnread(t *testing.T) {
 	// line reads every member but the one left unread.
 	line := func(dst []byte, e *lctl.Event) []byte {
 		dst = fmt.Appendf(dst, "%d %d", e.Seq, e.DataLen())
-		key := unreadText(e.Type)
-		for _, k := range []string{"intent", "text", "facts_snapshot", "tool", "step", "id", "confidence", "tokens"} {
-			if k != key {
+		keys := unreadKeys(e.Type)
+		for _, k := range []string{"intent", "text", "facts_snapshot", "tool", "step", "step_id", "id", "confidence", "tokens"} {
+			if !slices.Contains(keys, k) {
 				if v, ok := e.Lookup(k); ok {
 					dst = fmt.Appendf(dst, " %s=%v", k, v)
 				}
@@ -93,8 +105,8 @@ func TestStreamUnread(t *testing.T) {
 }
 
 // checkUnread fails unless got's events are want's, each member but the
-// one unreadText names for its type the same, and that one, where it
-// was left unread, panicking when read (on enough events of each type).
+// ones unreadText names for its type the same, and those, where they
+// were left unread, panicking when read (on enough events of each type).
 func checkUnread(t *testing.T, name string, got, want streamResult) {
 	t.Helper()
 	unread := map[string]int{}
@@ -103,16 +115,21 @@ func checkUnread(t *testing.T, name string, got, want streamResult) {
 		if g.Seq != w.Seq || g.Type != w.Type || g.Timestamp != w.Timestamp || g.Agent != w.Agent || g.ChainID != w.ChainID || g.Hash != w.Hash {
 			t.Fatalf("%s: event %d differs:\n%+v\n%+v", name, i+1, g.Event, w.Event)
 		}
-		key := unreadText(g.Type)
 		wm := w.DataMap()
-		if _, has := wm[key]; key == "" || !has {
+		var keys []string // the members named and present
+		for _, k := range unreadKeys(g.Type) {
+			if _, has := wm[k]; has {
+				keys = append(keys, k)
+			}
+		}
+		if len(keys) == 0 {
 			if !reflect.DeepEqual(g.DataMap(), wm) {
 				t.Fatalf("%s: event %d's data %v, without Unread %v", name, i+1, g.DataMap(), wm)
 			}
 			continue
 		}
 		e := &g.Event
-		if !panics(func() { e.Get(key) }) {
+		if !panics(func() { e.Get(keys[0]) }) {
 			// Kept all the same (a canonical event's type is known
 			// before its data only once one of its type was read).
 			if !reflect.DeepEqual(g.DataMap(), wm) {
@@ -122,7 +139,7 @@ func checkUnread(t *testing.T, name string, got, want streamResult) {
 		}
 		unread[g.Type]++
 		for k, v := range wm {
-			if k == key {
+			if slices.Contains(keys, k) {
 				continue
 			}
 			if got := e.Get(k); !reflect.DeepEqual(got, v) {
@@ -132,26 +149,34 @@ func checkUnread(t *testing.T, name string, got, want streamResult) {
 		if e.DataLen() != len(wm) {
 			t.Fatalf("%s: event %d: %d members, without Unread %d", name, i+1, e.DataLen(), len(wm))
 		}
-		for what, read := range map[string]func(){
-			"Str":        func() { e.Str(key) },
-			"Get":        func() { e.Get(key) },
-			"Lookup":     func() { e.Lookup(key) },
-			"Float":      func() { e.Float(key) },
-			"Object":     func() { e.Object(key) },
-			"EachObject": func() { e.EachObject(key, func(lctl.Object) {}) },
-			"RangeData":  func() { e.RangeData(func(string, any) {}) },
-			"DataMap":    func() { e.DataMap() },
-		} {
-			if !panics(read) {
-				t.Fatalf("%s: event %d (%s): %s of its unread %s did not panic", name, i+1, g.Type, what, key)
-			}
+		for _, key := range keys {
+			checkReadsPanic(t, name, i, g.Type, e, key)
 		}
 	}
 	// Five checkpoints: in canonical events the first each decoding
 	// core reads is not known for one before its data.
-	for typ, least := range map[string]int{lctl.TypeStepStart: 400, lctl.TypeFactAdded: 4, lctl.TypeCheckpoint: 1} {
+	for typ, least := range map[string]int{lctl.TypeStepStart: 400, lctl.TypeStepEnd: 400, lctl.TypeToolCall: 400, lctl.TypeFactAdded: 4, lctl.TypeCheckpoint: 1} {
 		if unread[typ] < least {
 			t.Errorf("%s: %d %s events with their member unread", name, unread[typ], typ)
+		}
+	}
+}
+
+// checkReadsPanic fails unless every read of e's member key panics.
+func checkReadsPanic(t *testing.T, name string, i int, typ string, e *lctl.Event, key string) {
+	t.Helper()
+	for what, read := range map[string]func(){
+		"Str":        func() { e.Str(key) },
+		"Get":        func() { e.Get(key) },
+		"Lookup":     func() { e.Lookup(key) },
+		"Float":      func() { e.Float(key) },
+		"Object":     func() { e.Object(key) },
+		"EachObject": func() { e.EachObject(key, func(lctl.Object) {}) },
+		"RangeData":  func() { e.RangeData(func(string, any) {}) },
+		"DataMap":    func() { e.DataMap() },
+	} {
+		if !panics(read) {
+			t.Fatalf("%s: event %d (%s): %s of its unread %s did not panic", name, i+1, typ, what, key)
 		}
 	}
 }

@@ -102,6 +102,32 @@ func NewBottleneckBuilder() *BottleneckBuilder {
 	return &BottleneckBuilder{steps: newStepTimer(), tools: newToolTimer()}
 }
 
+// Untitled makes the report's steps carry neither intent nor tool (a
+// step_start's intent and tool are not read): for a caller that shows
+// neither (lctl bottleneck's text). Before the first event.
+func (b *BottleneckBuilder) Untitled() { b.steps.untitled = true }
+
+// BottleneckUnread names, per type, the members of the data a
+// BottleneckBuilder never reads of those a stream would keep at length
+// or copy (lctl.StreamOptions.Unread): a step's id (a new string at each
+// step, copied and put in the decoder's tables on its first event: the
+// step timer goes by the step's number), and with untitled (Untitled) a
+// step's intent.
+func BottleneckUnread(untitled bool) func(typ string) string {
+	return func(typ string) string {
+		switch typ {
+		case lctl.TypeStepStart:
+			if untitled {
+				return "intent,step_id"
+			}
+			return "step_id"
+		case lctl.TypeStepEnd, lctl.TypeToolCall:
+			return "step_id"
+		}
+		return ""
+	}
+}
+
 // BottleneckData says whether Add reads the data of an event of type typ:
 // a stream need not decode any other's (lctl.StreamOptions.Data). Add
 // reads steps, tool calls and streams.

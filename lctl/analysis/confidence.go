@@ -263,6 +263,18 @@ func ConfidenceData(typ string) bool {
 	return typ == lctl.TypeStepStart || typ == lctl.TypeFactAdded || typ == lctl.TypeFactModified
 }
 
+// ConfidenceUnread names, per type, the members of the data a
+// ConfidenceBuilder never reads of those a stream would keep at length
+// or copy (lctl.StreamOptions.Unread): of a step_start it reads only the
+// agent's profile, not the step's intent nor its id (a new string at
+// each step, copied and put in the decoder's tables).
+func ConfidenceUnread(typ string) string {
+	if typ == lctl.TypeStepStart {
+		return "intent,step_id"
+	}
+	return ""
+}
+
 // Add takes the next event of the chain. It reads the data of the types
 // ConfidenceData names and of no other.
 func (b *ConfidenceBuilder) Add(e *lctl.Event) {

@@ -212,15 +212,20 @@ func (b *StatsBuilder) DataTypes() func(typ string) bool {
 	return func(typ string) bool { return BottleneckData(typ) || state(typ) }
 }
 
-// StatsUnread names, per type, the member of the data a StatsBuilder
-// never reads of those a stream would keep at length
-// (lctl.StreamOptions.Unread): a step's intent, a fact's text (its state
-// keeps none: NoFactText), a checkpoint's facts_snapshot (the state reads
-// its state_hash only).
+// StatsUnread names, per type, the members of the data a StatsBuilder
+// never reads of those a stream would keep at length or copy
+// (lctl.StreamOptions.Unread): a step's intent, a step's id (a new string
+// at each step, copied and put in the decoder's tables on its first
+// event: its summary state keeps no steps nor tool calls, its step timer
+// and pricer go by the step's number), a fact's text (its state keeps
+// none: NoFactText), a checkpoint's facts_snapshot (the state reads its
+// state_hash only).
 func StatsUnread(typ string) string {
 	switch typ {
 	case lctl.TypeStepStart:
-		return "intent"
+		return "intent,step_id"
+	case lctl.TypeStepEnd, lctl.TypeToolCall:
+		return "step_id"
 	case lctl.TypeFactAdded, lctl.TypeFactModified:
 		return "text"
 	case lctl.TypeCheckpoint:

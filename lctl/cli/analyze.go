@@ -253,6 +253,10 @@ func runBottleneck(ctx context.Context, c *cmdContext) error {
 	}
 	var r *analysis.BottleneckReport
 	b := analysis.NewBottleneckBuilder()
+	if !c.jsonOut {
+		b.Untitled() // the text shows no step's intent nor tool
+	}
+	c.unread = analysis.BottleneckUnread(!c.jsonOut)
 	if sd, err := c.streamChain(o, false, nil, analysis.BottleneckData, func(string) {}, func(e *lctl.StreamEvent) error { b.Add(&e.Event); return nil }); err == nil {
 		c.reportInput(sd.data())
 		r = b.Report(sd.id, *top)
@@ -316,6 +320,7 @@ func runConfidence(ctx context.Context, c *cmdContext) error {
 	// fact per hop) are not listed on the way there.
 	bopts := copts
 	bopts.Rendered = !c.jsonOut
+	c.unread = analysis.ConfidenceUnread
 	if sd, err := c.streamChain(o, false, nil, analysis.ConfidenceData, func(id string) { b = analysis.NewConfidenceBuilder(id, bopts) },
 		func(e *lctl.StreamEvent) error { b.Add(&e.Event); return nil }); err == nil {
 		c.reportInput(sd.data())
