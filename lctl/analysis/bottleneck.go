@@ -542,7 +542,11 @@ func (st *stepTimer) add(e *lctl.Event) {
 		} else if !t.IsZero() && !o.start.IsZero() {
 			o.timing.DurationMS = float64(t.Sub(o.start).Microseconds()) / 1000
 		}
-		_, o.reportsTokens = e.Object("tokens")
+		if _, _, pair := e.TokenPair(); pair {
+			o.reportsTokens = true // an object: its pair read by the stream
+		} else {
+			_, o.reportsTokens = e.Object("tokens")
+		}
 		st.end(o)
 		st.reuse(o, e.Agent)
 	case lctl.TypeStreamStart, lctl.TypeStreamChunk, lctl.TypeStreamEnd:

@@ -357,19 +357,23 @@ func (p *tokenPricer) add(e *lctl.Event) {
 	if !isEnd {
 		return
 	}
-	t, ok := e.Object("tokens")
-	if !ok {
-		return
-	}
-	// The object State.Apply has just read (stats): its members found.
-	in, out, pair := t.TokenPair()
-	switch {
-	case pair:
-	case p.state != nil:
-		m := p.state.TokenMembers(t, tokenNames[:])
-		in, out = memberTokens(&m)
-	default:
-		in, out = tokensOf(t)
+	// The pair the stream read on its decoding core, else the object
+	// State.Apply has just read (stats): its members found.
+	in, out, pair := e.TokenPair()
+	if !pair {
+		t, ok := e.Object("tokens")
+		if !ok {
+			return
+		}
+		in, out, pair = t.TokenPair()
+		switch {
+		case pair:
+		case p.state != nil:
+			m := p.state.TokenMembers(t, tokenNames[:])
+			in, out = memberTokens(&m)
+		default:
+			in, out = tokensOf(t)
+		}
 	}
 	if in+out == 0 {
 		return
