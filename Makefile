@@ -136,6 +136,13 @@ REPS  ?= 3
 bench-step: ## Governed step vs the bare gRPC + JetStream floor, interleaved, with ratios (SYNC=1 adds fsync always)
 	$(GO) run ./test/benchstep -floor $(FLOOR) -reps $(REPS) $(if $(SYNC),-sync)
 
+# bench-shapes measures shapes of a step's durable writes (today's, pipelined,
+# one message per decision point, group commit across runs) against each other
+# and the floor, interleaved (issue 14, session 19; docs/performance.md).
+.PHONY: bench-shapes
+bench-shapes: ## A step's write shapes vs the floor, interleaved, with ratios and CPU per step (SYNC=1 adds fsync always)
+	$(GO) run ./test/stepshapes -floor $(FLOOR) -reps $(REPS) $(if $(SYNC),-sync)
+
 .PHONY: fuzz
 fuzz: ## Fuzz the parsers and guards for 30s each
 	$(GO) test -run='^$$' -fuzz=FuzzParseDecision -fuzztime=30s ./internal/wire
