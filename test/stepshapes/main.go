@@ -91,8 +91,16 @@ func main() {
 	variantsFlag := flag.String("variants", "h0,a,b,c,d,cd,dA", "variants to run")
 	syncAlways := flag.Bool("sync", false, "also measure with an fsync per write (sync always; floor -syncalways)")
 	onlySync := flag.Bool("onlysync", false, "measure only with sync always")
+	replicas := flag.Int("replicas", 1, "stream replicas: 1 (one embedded server), or 3 (a cluster of three in this process; the floor, which makes its stream with one replica, is not run)")
 	flag.Parse()
-	if err := run(*floorDir, *reps, *d, *warm, *levelsFlag, *variantsFlag, *syncAlways, *onlySync); err != nil {
+	if *replicas != 1 && *replicas != 3 {
+		fmt.Fprintln(os.Stderr, "stepshapes: -replicas 1 or 3")
+		os.Exit(2)
+	}
+	if *replicas > 1 {
+		*floorDir = ""
+	}
+	if err := run(*floorDir, *reps, *d, *warm, *levelsFlag, *variantsFlag, *syncAlways, *onlySync, *replicas); err != nil {
 		fmt.Fprintln(os.Stderr, "stepshapes:", err)
 		os.Exit(1)
 	}
@@ -111,7 +119,7 @@ type result struct {
 	syscalls  float64 // read and write system calls per step (this process's; 0 for the floor)
 }
 
-func run(floorDir string, reps int, d, warm time.Duration, levelsFlag, variantsFlag string, syncAlways, onlySync bool) error {
+func run(floorDir string, reps int, d, warm time.Duration, levelsFlag, variantsFlag string, syncAlways, onlySync bool, replicas int) error {
 	var levels []int
 	for _, s := range strings.Split(levelsFlag, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
@@ -153,12 +161,13 @@ func run(floorDir string, reps int, d, warm time.Duration, levelsFlag, variantsF
 			return fmt.Errorf("build the floor in %s: %w", abs, err)
 		}
 	}
-	h, err := newHarness()
+	h, err := newHarness(modes, replicas)
 	if err != nil {
 		return err
 	}
 	defer h.close()
 	fmt.Println(machineLine())
+	fmt.Printf("streams of %d replica(s)\n", replicas)
 	// got[sync][level][variant] holds one result per repetition.
 	got := map[bool]map[int]map[string][]result{}
 	for _, sync := range modes {
@@ -300,25 +309,83 @@ type harness struct {
 	exe     *executor
 	val     *validator
 	priv    ed25519.PrivateKey
+	// replicas of the streams: 1, one server per sync setting; 3, a
+	// cluster of three in this process on loopback per sync setting
+	// (every client on its first node).
+	replicas int
+	others   []*server.Server // the clusters' other nodes
 }
 
-func newHarness() (*harness, error) {
-	h := &harness{servers: map[bool]*server.Server{}}
-	for _, sync := range []bool{false, true} {
+// start starts the server (replicas 1) or cluster (3) of one sync setting.
+func (h *harness) start(sync bool, replicas int) ([]*server.Server, error) {
+	n := 1
+	var routes []string
+	var ports []int
+	if replicas > 1 {
+		n = replicas
+		for range n {
+			var lc net.ListenConfig
+			l, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
+			if err != nil {
+				return nil, err
+			}
+			port := l.Addr().(*net.TCPAddr).Port
+			_ = l.Close()
+			ports = append(ports, port)
+			routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", port))
+		}
+	}
+	var nodes []*server.Server
+	for i := range n {
 		dir, err := os.MkdirTemp("", "stepshapes-store-")
 		if err != nil {
 			return nil, err
 		}
 		h.dirs = append(h.dirs, dir)
-		srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: dir, NoSigs: true, SyncAlways: sync})
+		opts := &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: dir, NoSigs: true, SyncAlways: sync}
+		if n > 1 {
+			opts.ServerName = fmt.Sprintf("n%d-%v", i, sync)
+			opts.Cluster = server.ClusterOpts{Name: fmt.Sprintf("c-%v", sync), Host: "127.0.0.1", Port: ports[i]}
+			opts.Routes = server.RoutesFromStr(strings.Join(routes, ","))
+		}
+		srv, err := server.NewServer(opts)
 		if err != nil {
 			return nil, err
 		}
 		srv.Start()
-		if !srv.ReadyForConnections(10 * time.Second) {
-			return nil, errors.New("the embedded server did not start")
+		if i == 0 {
+			h.servers[sync] = srv
+		} else {
+			h.others = append(h.others, srv)
 		}
-		h.servers[sync] = srv
+		nodes = append(nodes, srv)
+	}
+	for _, srv := range nodes {
+		if !srv.ReadyForConnections(10 * time.Second) {
+			return nil, errors.New("an embedded server did not start")
+		}
+	}
+	// A cluster serves JetStream once it elected a meta leader.
+	for until := time.Now().Add(time.Minute); n > 1; time.Sleep(100 * time.Millisecond) {
+		if slices.ContainsFunc(nodes, (*server.Server).JetStreamIsLeader) {
+			break
+		}
+		if time.Now().After(until) {
+			return nil, errors.New("the cluster elected no JetStream meta leader in a minute")
+		}
+	}
+	return nodes, nil
+}
+
+func newHarness(modes []bool, replicas int) (*harness, error) {
+	h := &harness{servers: map[bool]*server.Server{}, replicas: replicas}
+	for _, sync := range modes {
+		nodes, err := h.start(sync, replicas)
+		if err != nil {
+			h.close()
+			return nil, err
+		}
+		h.servers[sync] = nodes[0]
 	}
 	_, priv, err := ed25519.GenerateKey(nil)
 	if err != nil {
@@ -354,6 +421,9 @@ func (h *harness) close() {
 		s.Stop()
 	}
 	for _, s := range h.servers {
+		s.Shutdown()
+	}
+	for _, s := range h.others {
 		s.Shutdown()
 	}
 	for _, d := range h.dirs {
@@ -449,6 +519,38 @@ func (d direct) write(subject string, data []byte, msgID string, expect uint64) 
 	return ack.Seq, err
 }
 
+// refusedInProcess counts the writes a replicated stream refused with
+// "wrong last sequence" (10164) although the run's previous write was
+// acknowledged: nats-server (2.15.2, jetstream_cluster.go) sends a write's
+// ack from processJetStreamMsg before it clears the subject's
+// expected-sequence-in-process mark, so a next write that arrives in
+// between is refused as if another were in flight. It was not stored,
+// so it is sent again.
+var refusedInProcess atomic.Int64
+
+// retrying sends a write again while a replicated stream refuses it for
+// its subject's previous write still marked in process.
+type retrying struct{ w writer }
+
+func (r retrying) write(subject string, data []byte, msgID string, expect uint64) (uint64, error) {
+	for try := 0; ; try++ {
+		seq, err := r.w.write(subject, data, msgID, expect)
+		if err == nil || try == 1000 || !inProcess(err) {
+			return seq, err
+		}
+		refusedInProcess.Add(1)
+		time.Sleep(50 * time.Microsecond)
+	}
+}
+
+func inProcess(err error) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		return apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
+	}
+	return strings.Contains(err.Error(), "refused: 10164 ")
+}
+
 // measure runs v at runs concurrent runs for warm+d on a fresh stream and
 // bucket, and reports the window d.
 func (h *harness) measure(v variant, runs int, syncAlways bool, warm, d time.Duration) (result, error) {
@@ -474,12 +576,20 @@ func (h *harness) measure(v variant, runs int, syncAlways bool, warm, d time.Dur
 			return result{}, err
 		}
 	}
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: chainStream, Subjects: []string{chainPrefix + "*"},
-		Storage: jetstream.FileStorage, Duplicates: time.Hour, DenyDelete: true, DenyPurge: true,
-		AllowAtomicPublish: v.atomic}); err != nil {
+	// (a cluster just started has no meta leader yet: retried)
+	for try := 0; ; try++ {
+		_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: chainStream, Subjects: []string{chainPrefix + "*"},
+			Storage: jetstream.FileStorage, Duplicates: time.Hour, DenyDelete: true, DenyPurge: true,
+			AllowAtomicPublish: v.atomic, Replicas: h.replicas})
+		if err == nil || try == 60 {
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if err != nil {
 		return result{}, err
 	}
-	_, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: stepsBucket, History: 16, TTL: 24 * time.Hour, Storage: jetstream.FileStorage})
+	_, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: stepsBucket, History: 16, TTL: 24 * time.Hour, Storage: jetstream.FileStorage, Replicas: h.replicas})
 	if err != nil {
 		return result{}, err
 	}
@@ -549,6 +659,9 @@ func (h *harness) measure(v variant, runs int, syncAlways bool, warm, d time.Dur
 		chainW, recW = ob, eb
 	default:
 		chainW, recW = direct{eventlog.NewPublisher(oc, chainStream)}, direct{eventlog.NewPublisher(ec, stepsStream)}
+	}
+	if h.replicas > 1 {
+		chainW, recW = retrying{chainW}, retrying{recW}
 	}
 	var async *asyncPub
 	if v.name == "b" {
@@ -625,7 +738,7 @@ func (h *harness) measure(v variant, runs int, syncAlways bool, warm, d time.Dur
 	// window's start (it may lag: its backlog at the start is left as
 	// it found it), over every step made since the window's start.
 	time.Sleep(warm)
-	ru0, sc0, steps0, pub0, cons0 := cpuNow(), syscallsNow(), st.steps.Load(), published.Load(), consumed.Load()
+	ru0, sc0, steps0, pub0, cons0, ref0 := cpuNow(), syscallsNow(), st.steps.Load(), published.Load(), consumed.Load(), refusedInProcess.Load()
 	t0 := time.Now()
 	inWindow.Store(true)
 	time.Sleep(d)
@@ -645,7 +758,7 @@ func (h *harness) measure(v variant, runs int, syncAlways bool, warm, d time.Dur
 		}
 		time.Sleep(time.Millisecond)
 	}
-	ru1, sc1, steps1 := cpuNow(), syscallsNow(), st.steps.Load()
+	ru1, sc1, steps1, ref1 := cpuNow(), syscallsNow(), st.steps.Load(), refusedInProcess.Load()
 	cancel()
 	if err := <-tracerDone; err != nil {
 		return result{}, err
@@ -660,8 +773,8 @@ func (h *harness) measure(v variant, runs int, syncAlways bool, warm, d time.Dur
 	q := func(p float64) float64 { return float64(lats[int(p*float64(len(lats)-1))].Microseconds()) / 1e3 }
 	r := result{steps: float64(n) / elapsed.Seconds(), p50: q(0.5), p99: q(0.99), cpuPerOp: float64((ru1 - ru0).Microseconds()) / float64(steps1-steps0), completed: int(n), lagged: lagged,
 		syscalls: float64(sc1-sc0) / float64(steps1-steps0)}
-	fmt.Fprintf(os.Stderr, "  %-5s runs=%-4d steps/s=%-7.0f p50=%.3fms cpu=%.0fµs/step syscalls=%.1f/step tracer lag at start %d, caught up %v\n",
-		v.name, runs, r.steps, r.p50, r.cpuPerOp, r.syscalls, pub0-cons0, !lagged)
+	fmt.Fprintf(os.Stderr, "  %-5s runs=%-4d steps/s=%-7.0f p50=%.3fms cpu=%.0fµs/step syscalls=%.1f/step refused-in-process=%d tracer lag at start %d, caught up %v\n",
+		v.name, runs, r.steps, r.p50, r.cpuPerOp, r.syscalls, ref1-ref0, pub0-cons0, !lagged)
 	return r, nil
 }
 
