@@ -153,7 +153,7 @@ func run(floorDir string, reps int, d, warm time.Duration, levelsFlag, variantsF
 		if err != nil {
 			return err
 		}
-		defer os.RemoveAll(tmp)
+		defer func() { _ = os.RemoveAll(tmp) }()
 		floorBin = filepath.Join(tmp, "stepbench")
 		cmd := exec.CommandContext(context.Background(), "go", "build", "-o", floorBin, "./stepbench") //nolint:gosec // go with this program's own arguments
 		cmd.Dir, cmd.Stderr = abs, os.Stderr
