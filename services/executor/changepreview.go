@@ -157,10 +157,11 @@ func (t *fsDelete) Preview(ctx context.Context, args map[string]any) (*xctv1.Pre
 		case len(first.Content) == 0:
 			return based(&xctv1.Preview{Kind: "text", Content: fmt.Sprintf("the empty file %s would be deleted", name)}, sum), nil
 		case !utf8.Valid(first.Content):
-			return based(&xctv1.Preview{Kind: "text", Content: fmt.Sprintf("the file %s is binary (%d bytes, %s): it would be deleted", name, len(first.Content), sum)}, sum), nil
+			return t.ws.basedOn(&xctv1.Preview{Kind: "text", Content: fmt.Sprintf("the file %s is binary (%d bytes, %s): it would be deleted",
+				name, len(first.Content), t.ws.shownSum(first.Content, sum))}, first.Content), nil
 		}
 		diff := udiff.Unified("a/"+name, "/dev/null", string(first.Content), "")
-		return based(&xctv1.Preview{Kind: "diff", Content: boundPreview(diff)}, sum), nil
+		return t.ws.basedOn(&xctv1.Preview{Kind: "diff", Content: boundPreview(diff)}, first.Content), nil
 	case EntrySymlink:
 		return based(&xctv1.Preview{Kind: "text", Content: fmt.Sprintf("the symbolic link %s (leading to %s) would be deleted; what it leads to is kept", name, first.Target)}, sum), nil
 	}
@@ -338,7 +339,8 @@ func (t *fsMove) Preview(ctx context.Context, args map[string]any) (*xctv1.Previ
 		return failingPreview(t.ws.refuse(pf, from, false, err)), nil
 	}
 	defer fpd.close()
-	if _, err := fpd.lstat(fbase); err != nil {
+	fi, err := fpd.lstat(fbase)
+	if err != nil {
 		return failingPreview(t.ws.failIn(pf, from, fpd, err)), nil
 	}
 	if tpd, tbase, err := t.ws.openParent(to); err == nil {
@@ -354,14 +356,19 @@ func (t *fsMove) Preview(ctx context.Context, args map[string]any) (*xctv1.Previ
 	}
 	var b strings.Builder
 	f, tt := filepath.ToSlash(from), filepath.ToSlash(to)
+	redacted := false
 	switch e := entries[0]; e.typ {
 	case EntryFile:
-		fmt.Fprintf(&b, "the file %s (%d bytes, %s) would be moved to %s\n", f, e.size, sum, tt)
+		// A file that holds a secret is named by its digest's marker, and
+		// its bound digest recorded so (digest.go, chainBase).
+		shown := t.ws.shownFileSum(fpd, fbase, fi, sum, t.maxBytes)
+		redacted = shown != sum
+		fmt.Fprintf(&b, "the file %s (%d bytes, %s) would be moved to %s\n", f, e.size, shown, tt)
 	case EntrySymlink:
 		fmt.Fprintf(&b, "the symbolic link %s (leading to %s, kept as it is) would be moved to %s\n", f, e.target, tt)
 	default:
 		fmt.Fprintf(&b, "the directory %s would be moved to %s with everything in it (%d entries):\n", f, tt, len(entries))
 		listing(&b, f, entries[1:])
 	}
-	return based(&xctv1.Preview{Kind: "text", Content: boundPreview(b.String())}, sum), nil
+	return based(&xctv1.Preview{Kind: "text", Content: boundPreview(b.String()), Redacted: redacted}, sum), nil
 }

@@ -28,7 +28,8 @@ type DeleteResult struct {
 	Entries int `json:"entries"`
 	// Bytes counts the file bytes deleted.
 	Bytes int64 `json:"bytes"`
-	// Checksum is a deleted file's "sha256:<hex>".
+	// Checksum is a deleted file's "sha256:<hex>" (its redaction marker
+	// when the file held a secret: digest.go).
 	Checksum string `json:"checksum,omitempty"`
 }
 
@@ -39,7 +40,8 @@ type MoveResult struct {
 	To   string `json:"to"`
 	// Type is EntryFile, EntryDir or EntrySymlink.
 	Type string `json:"type"`
-	// Checksum is a moved file's "sha256:<hex>".
+	// Checksum is a moved file's "sha256:<hex>" (its redaction marker
+	// when the file holds a secret: digest.go).
 	Checksum string `json:"checksum,omitempty"`
 }
 
@@ -221,7 +223,7 @@ func (t *fsDelete) save(ctx context.Context, p, name string, pd *wsDir, base str
 		case err != nil:
 			return res, nil, t.ws.fail(p, err)
 		}
-		res.Type, res.Checksum = EntryFile, checksum(data)
+		res.Type, res.Checksum = EntryFile, t.ws.shownSum(data, checksum(data))
 		save(res.Path, &SavedEntry{Type: EntryFile, Mode: uint32(mode.Perm()), Content: data})
 	case mode.IsDir():
 		res.Type = EntryDir
@@ -497,6 +499,7 @@ func (t *fsMove) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.E
 		return nil, t.ws.fail(pt, err)
 	}
 	res := MoveResult{From: filepath.ToSlash(from), To: filepath.ToSlash(to)}
+	shown := "" // the checksum reported (digest.go); res's is the undo's
 	switch mode := fi.Mode(); {
 	case mode&fs.ModeSymlink != 0:
 		res.Type = EntrySymlink
@@ -518,6 +521,7 @@ func (t *fsMove) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.E
 			return nil, t.ws.fail(pf, err)
 		}
 		res.Checksum = sum
+		shown = t.ws.shownFileSum(fpd, fbase, fi, sum, t.maxBytes)
 	default:
 		return nil, pathErr(wire.CodeInvalidArgument, pf, "%q is not a file, directory or symbolic link", pf)
 	}
@@ -563,5 +567,6 @@ func (t *fsMove) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.E
 	if filepath.Dir(from) != filepath.Dir(to) {
 		fpd.sync()
 	}
+	res.Checksum = shown
 	return res, nil
 }

@@ -51,7 +51,8 @@ type ReadResult struct {
 	Encoding string `json:"encoding"`
 	// Size is the file's length in bytes.
 	Size int64 `json:"size"`
-	// Checksum is "sha256:" and the hex SHA-256 of the file's bytes.
+	// Checksum is "sha256:" and the hex SHA-256 of the file's bytes, or
+	// its redaction marker when they hold a secret (digest.go).
 	Checksum string `json:"checksum"`
 }
 
@@ -61,7 +62,9 @@ type WriteResult struct {
 	Path string `json:"path"`
 	// BytesWritten is the length of the content the file now holds.
 	BytesWritten int64 `json:"bytes_written"`
-	// Checksum is "sha256:" and the hex SHA-256 of the content.
+	// Checksum is "sha256:" and the hex SHA-256 of the content (its
+	// redaction marker when the content holds a secret, as for
+	// PreviousChecksum: digest.go).
 	Checksum string `json:"checksum"`
 	// Created says that the file did not exist before.
 	Created bool `json:"created"`
@@ -173,7 +176,7 @@ func (t *fsRead) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.E
 	if int64(len(data)) > t.maxBytes {
 		return nil, tooLarge(p, int64(len(data)), t.maxBytes)
 	}
-	res := ReadResult{Path: filepath.ToSlash(name), Size: int64(len(data)), Checksum: checksum(data)}
+	res := ReadResult{Path: filepath.ToSlash(name), Size: int64(len(data)), Checksum: t.ws.shownSum(data, checksum(data))}
 	if utf8.Valid(data) {
 		res.Content, res.Encoding = string(data), EncodingUTF8
 	} else {
@@ -291,6 +294,7 @@ func (t *fsWrite) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.
 	res := WriteResult{Path: filepath.ToSlash(name), BytesWritten: int64(len(content)), Checksum: checksum([]byte(content))}
 	perm := fs.FileMode(0o644)
 	comp := &Compensation{Tool: "fs.write"}
+	var prevContent []byte // the content replaced
 	switch fi, err := pd.lstat(base); {
 	case errors.Is(err, fs.ErrNotExist):
 		if e := checkPreviewBase(ctx, p, BaseAbsent); e != nil {
@@ -314,7 +318,7 @@ func (t *fsWrite) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.
 		if e := notHardLinked(p, fi); e != nil {
 			return nil, e
 		}
-		prevContent, err := readEntry(pd, base, fi, t.maxUndo)
+		prevContent, err = readEntry(pd, base, fi, t.maxUndo)
 		if errors.Is(err, errHardLinked) {
 			return nil, hardLinkedErr(p, 2)
 		}
@@ -332,7 +336,7 @@ func (t *fsWrite) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.
 		prev := checksum(prevContent)
 		res.PreviousChecksum = prev
 		if prev == res.Checksum {
-			return res, nil // already holds the content: nothing to do
+			return t.shown(res, content, prevContent), nil // already holds the content: nothing to do
 		}
 		// An approved write replaces only the file the approver saw the
 		// diff against, read here under the same checks as the write.
@@ -386,7 +390,7 @@ func (t *fsWrite) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.
 		if e := t.swapIn(ctx, p, name, pd, tmp, base, res.PreviousChecksum, ours); e != nil {
 			return nil, e
 		}
-		return res, nil
+		return t.shown(res, content, prevContent), nil
 	}
 	// The new file replaces nothing: an entry created at name since the
 	// check above (a file of another writer, a link) is left as it is,
@@ -400,7 +404,17 @@ func (t *fsWrite) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.
 	renamed = true
 	// Make the rename durable; a failure here does not undo the write.
 	pd.sync()
-	return res, nil
+	return t.shown(res, content, nil), nil
+}
+
+// shown is res as reported: its digests of content that holds a secret
+// (the content written, the content replaced) keyed (digest.go).
+func (t *fsWrite) shown(res WriteResult, content string, prev []byte) WriteResult {
+	res.Checksum = t.ws.shownSum([]byte(content), res.Checksum)
+	if res.PreviousChecksum != "" {
+		res.PreviousChecksum = t.ws.shownSum(prev, res.PreviousChecksum)
+	}
+	return res
 }
 
 // swapIn puts the new content, written at tmp in pd, in place of the

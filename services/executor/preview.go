@@ -81,9 +81,21 @@ func (t *fsWrite) Preview(_ context.Context, args map[string]any) (*xctv1.Previe
 	case err != nil:
 		return nil, t.ws.fail(p, err)
 	case !utf8.Valid(cur):
-		return based(&xctv1.Preview{Kind: "text", Content: "the current file is binary: it would be replaced by " + p}, checksum(cur)), nil
+		return t.ws.basedOn(&xctv1.Preview{Kind: "text", Content: "the current file is binary: it would be replaced by " + p}, cur), nil
 	}
-	return based(t.diff(name, "a/"+name, string(cur), content), checksum(cur)), nil
+	return t.ws.basedOn(t.diff(name, "a/"+name, string(cur), content), cur), nil
+}
+
+// basedOn is based for a preview made against the file content cur. A
+// file that holds a secret is flagged redacted even where the diff does
+// not show the secret's line: the orchestrator then records the bound
+// digest as its redaction marker (chainBase), the one the write's
+// previous_checksum reports (digest.go).
+func (w *workspace) basedOn(p *xctv1.Preview, cur []byte) *xctv1.Preview {
+	if w.holdsSecret(cur) {
+		p.Redacted = true
+	}
+	return based(p, checksum(cur))
 }
 
 // BaseAbsent is the base digest of a preview made where no file was.

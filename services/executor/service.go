@@ -305,6 +305,9 @@ func (s *Service) open(ctx context.Context) error {
 	s.state.Lock()
 	s.redactor = red
 	s.state.Unlock()
+	if s.ws != nil {
+		s.ws.setRedactor(red)
+	}
 	if s.nc == nil {
 		return nil
 	}

@@ -7,10 +7,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"unicode/utf8"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/redact"
 	"github.com/xct-dev/xct/internal/wire"
 )
 
@@ -39,6 +41,9 @@ type workspace struct {
 	abs string
 	// targets are where the protected links lead (protect.go).
 	targets linkTargetCache
+	// red keys the digests the fs tools report of content holding a
+	// secret (digest.go); set when the executor starts.
+	red atomic.Pointer[redact.Redactor]
 }
 
 // openWorkspace creates dir if needed and opens it as a root.
