@@ -393,3 +393,65 @@ func TestValidateArgumentComparedWithAVariableOrAnotherArgument(t *testing.T) {
 		t.Errorf("content as a list under size(string(...)): %v, want deny", v.GetDecision())
 	}
 }
+
+// TestValidateArgumentReadByIndexOrPairedInAMacro (session 19): two reads
+// the argument checks did not follow. An element of a list read by its
+// index (args.cmd[0] == "rm") was held to no type, so under a deny rule
+// meant to match it {"cmd": [["rm"], "-rf", "x"]} was allowed (CEL's ==
+// of a list and a string is false), and a server joining its arguments
+// in JavaScript (cmd.join(" ")) runs "rm -rf x"; nor was its name
+// (has(args.ops[0].path) judged {"ops": [{"PATH": ".env"}]} pathless).
+// And two arguments compared inside a macro over a list's elements
+// (args.files.exists(f, f.src == f.dst)) were not held to one type:
+// {"src": "a", "dst": ["a"]} was allowed past a rule denying a copy onto
+// itself. Each is now SCHEMA_INVALID.
+func TestValidateArgumentReadByIndexOrPairedInAMacro(t *testing.T) {
+	t.Parallel()
+	open := &xctv1.ToolDescriptor{Name: "srv.run", Effect: reversible, InputSchema: `{"type":"object"}`}
+	s := newService(t, `rules:
+  - {id: allow-all, effect: allow, tools: ["srv.*"]}
+  - id: no-rm
+    effect: deny
+    tools: ["srv.*"]
+    when: 'has(args.cmd) && size(args.cmd) > 0 && args.cmd[0] == "rm"'
+  - id: no-env-first
+    effect: deny
+    tools: ["srv.*"]
+    when: 'has(args.ops) && size(args.ops) > 0 && has(args.ops[0].path) && args.ops[0].path.endsWith(".env")'
+  - id: no-copy-onto-itself
+    effect: deny
+    tools: ["srv.*"]
+    when: 'has(args.files) && args.files.exists(f, f.src == f.dst)'
+`, open)
+	for _, a := range []map[string]any{
+		{"cmd": []any{[]any{"rm"}, "-rf", "x"}},
+		{"cmd": []any{map[string]any{"0": "rm"}}},
+		{"ops": []any{map[string]any{"PATH": ".env"}}},
+		{"files": []any{map[string]any{"src": "a", "dst": []any{"a"}}}},
+		{"files": []any{map[string]any{"src": "a", "dst": "b"}, map[string]any{"src": 1.0, "dst": "1"}}},
+	} {
+		v := validate(t, s, request(t, "srv.run", a))
+		if v.GetDecision() != deny || v.GetError().GetCode() != string(wire.CodeSchemaInvalid) {
+			t.Errorf("%v: %v %v, want a SCHEMA_INVALID deny", a, v.GetDecision(), v.GetError())
+		}
+	}
+	for _, a := range []map[string]any{
+		{"cmd": []any{"rm", "-rf", "x"}},
+		{"ops": []any{map[string]any{"path": "a/.env"}}},
+		{"files": []any{map[string]any{"src": "a", "dst": "b"}, map[string]any{"src": "c", "dst": "c"}}},
+	} {
+		v := validate(t, s, request(t, "srv.run", a))
+		if v.GetDecision() != deny || v.GetError().GetCode() != string(wire.CodePolicyDenied) {
+			t.Errorf("%v: %v %v, want the rule's deny", a, v.GetDecision(), v.GetError())
+		}
+	}
+	for _, a := range []map[string]any{
+		{"cmd": []any{"ls", 5.0, []any{"x"}}}, // only the element read is held to a type
+		{"cmd": []any{}},
+		{"ops": []any{map[string]any{"path": "a.txt"}, map[string]any{"PATH": "b"}}},
+		{"files": []any{map[string]any{"src": "a", "dst": "b"}, map[string]any{"src": "c", "dst": nil}}},
+		{"files": []any{map[string]any{"src": []any{"a"}, "dst": []any{"b"}}}},
+	} {
+		checkVerdict(t, validate(t, s, request(t, "srv.run", a)), allow, "", "allow-all")
+	}
+}

@@ -2,6 +2,7 @@ package validator
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 
 	celast "cel.dev/cel-go/common/ast"
@@ -138,6 +139,10 @@ func argPath(e celast.Expr, vars iterVars) ([]string, bool) {
 		if name, ok := stringLiteral(c.Args()[1]); ok {
 			return append(p, name), true
 		}
+		// args.cmd[0]: one element of a list (session 19).
+		if n, ok := indexLiteral(c.Args()[1]); ok {
+			return append(p, indexStep(n)), true
+		}
 		// args.m[k], k ranging over args.m: a value of the object.
 		if ix := c.Args()[1]; ix.Kind() == celast.IdentKind {
 			if kp := vars[ix.AsIdent()]; kp != nil && slices.Equal(kp, append(slices.Clone(p), elements)) {
@@ -147,6 +152,37 @@ func argPath(e celast.Expr, vars iterVars) ([]string, bool) {
 		return nil, false
 	}
 	return nil, false
+}
+
+// indexStep is the path step of a list's element n, read by its index:
+// args.cmd[0] == "rm" compares cmd.[0].
+func indexStep(n int) string { return "[" + strconv.Itoa(n) + "]" }
+
+// stepIndex is the element a path step reads by index, if it is one.
+func stepIndex(step string) (int, bool) {
+	if len(step) < 3 || step[0] != '[' || step[len(step)-1] != ']' {
+		return 0, false
+	}
+	n, err := strconv.Atoi(step[1 : len(step)-1])
+	return n, err == nil && n >= 0 && indexStep(n) == step
+}
+
+// indexLiteral is the element a constant index names (CEL takes an int,
+// a uint or a whole double): none for a negative one, which errs.
+func indexLiteral(e celast.Expr) (int, bool) {
+	if e.Kind() != celast.LiteralKind {
+		return 0, false
+	}
+	const most = 1 << 30
+	switch v := e.AsLiteral().(type) {
+	case types.Int:
+		return int(v), v >= 0 && v < most
+	case types.Uint:
+		return int(v), v < most
+	case types.Double:
+		return int(v), v >= 0 && v < most && float64(v) == float64(int(v))
+	}
+	return 0, false
 }
 
 func stringLiteral(e celast.Expr) (string, bool) {
@@ -165,6 +201,13 @@ func (r argReads) spelledOtherwise(v any) (given, read string, found bool) {
 		if sub, ok := r[elements]; ok {
 			for _, e := range list {
 				if given, read, found = sub.spelledOtherwise(e); found {
+					return given, read, true
+				}
+			}
+		}
+		for step, sub := range r {
+			if n, ok := stepIndex(step); ok && n < len(list) {
+				if given, read, found = sub.spelledOtherwise(list[n]); found {
 					return given, read, true
 				}
 			}
@@ -404,38 +447,58 @@ func fullKind(v any) string {
 
 // unlikePair finds a pair of arguments of args compared by ps whose values
 // are of two JSON types (null or absent aside): their paths and types.
-// Paths through a list's elements or an object's values are not paired
-// (which element goes with which is the macro's).
+// Paths through a list's elements or an object's values (a macro's
+// variable: args.files.exists(f, f.src == f.dst)) hold every value
+// reached on either side to one type: which element the macro pairs
+// with which is its own (a nested one pairs every element with every
+// other), so one of another type anywhere is refused (session 19).
 func unlikePair(ps []argPair, args map[string]any) (a, b, ka, kb string, found bool) {
 	for _, p := range ps {
-		va, okA := valueAt(p.a, args)
-		vb, okB := valueAt(p.b, args)
-		if !okA || !okB {
-			continue
+		var kinds []string
+		var paths []string
+		note := func(path []string) func(any) {
+			return func(v any) {
+				if k := fullKind(v); k != "" && !slices.Contains(kinds, k) {
+					kinds = append(kinds, k)
+					paths = append(paths, strings.Join(path, "."))
+				}
+			}
 		}
-		if ka, kb = fullKind(va), fullKind(vb); ka != "" && kb != "" && ka != kb {
-			return strings.Join(p.a, "."), strings.Join(p.b, "."), ka, kb, true
+		eachValueAt(p.a, args, note(p.a))
+		eachValueAt(p.b, args, note(p.b))
+		if len(kinds) > 1 {
+			return paths[0], paths[1], kinds[0], kinds[1], true
 		}
 	}
 	return "", "", "", "", false
 }
 
-// valueAt is the value at path in v, when the path names objects' members
-// only.
-func valueAt(path []string, v any) (any, bool) {
-	for _, name := range path {
-		if name == elements || name == values {
-			return nil, false
+// eachValueAt calls f with each value at path in v: every element of a
+// list where the path says elements, every value of an object where it
+// says values, one element where it gives an index.
+func eachValueAt(path []string, v any, f func(any)) {
+	if len(path) == 0 {
+		f(v)
+		return
+	}
+	switch x := v.(type) {
+	case []any:
+		if path[0] == elements {
+			for _, e := range x {
+				eachValueAt(path[1:], e, f)
+			}
+		} else if n, ok := stepIndex(path[0]); ok && n < len(x) {
+			eachValueAt(path[1:], x[n], f)
 		}
-		m, ok := v.(map[string]any)
-		if !ok {
-			return nil, false
-		}
-		if v, ok = m[name]; !ok {
-			return nil, false
+	case map[string]any:
+		if path[0] == values {
+			for _, e := range x {
+				eachValueAt(path[1:], e, f)
+			}
+		} else if e, ok := x[path[0]]; ok {
+			eachValueAt(path[1:], e, f)
 		}
 	}
-	return v, true
 }
 
 // otherType finds an argument of args compared by cs whose value is of
@@ -455,14 +518,17 @@ func otherTypeAt(path []string, kinds jsonKind, v any) bool {
 	if len(path) == 0 {
 		return v != nil && valueKind(v)&kinds == 0
 	}
-	if path[0] == elements {
-		if list, ok := v.([]any); ok {
+	if list, ok := v.([]any); ok {
+		if path[0] == elements {
 			for _, e := range list {
 				if otherTypeAt(path[1:], kinds, e) {
 					return true
 				}
 			}
 			return false
+		}
+		if n, ok := stepIndex(path[0]); ok {
+			return n < len(list) && otherTypeAt(path[1:], kinds, list[n])
 		}
 	}
 	m, ok := v.(map[string]any)
