@@ -1,6 +1,7 @@
 package validator
 
 import (
+	"encoding/json"
 	"fmt"
 	"path"
 	"slices"
@@ -76,7 +77,8 @@ func LintFiles(cat *catalog.Catalog, paths ...string) ([]Finding, error) {
 //   - a condition that is always false (the rule never matches) or always
 //     true (leave `when` out);
 //   - with a catalog: tool patterns, rate limits and `tool == "..."`
-//     comparisons that name no tool in it (errors).
+//     comparisons that name no tool in it (errors), and a size() of an
+//     argument that a tool the rule selects does not type (a warning).
 //
 // Enforced files are linted together, since their rules are evaluated
 // together; each shadow file on its own. Findings come in file order.
@@ -90,6 +92,7 @@ func Lint(set *PolicySet, cat *catalog.Catalog) []Finding {
 	}
 	if cat != nil {
 		out = append(out, unknownToolFindings(set, cat)...)
+		out = append(out, untypedSizeFindings(set, cat)...)
 	}
 	slices.SortStableFunc(out, func(a, b Finding) int {
 		if c := strings.Compare(a.File, b.File); c != 0 {
@@ -403,4 +406,97 @@ func comparedToolNames(c *condition) []string {
 		}
 	}
 	return out
+}
+
+// untypedSizeFindings warns on a rule that takes size() of an argument
+// (size(args.x), args.x.size()) which a tool it selects does not type in
+// its schema: size() counts a string's characters but a list's elements
+// or an object's members, so the proposal chooses what is counted (a
+// limit on a text's length passed by the text as a list of one string,
+// which a lenient server takes as the string). The argument checks
+// cannot tell which the author meant (session 19); size(string(args.x))
+// or a type in the schema says it.
+func untypedSizeFindings(set *PolicySet, cat *catalog.Catalog) []Finding {
+	var out []Finding
+	for _, f := range set.files {
+		for i := range f.rs.rules {
+			r := &f.rs.rules[i]
+			if r.when == nil || r.when.ast == nil {
+				continue
+			}
+			for _, p := range sizedArgs(r.when) {
+				for _, t := range cat.List() {
+					if !r.selects(t.GetName(), classOf(t.GetEffect())) || schemaTypes(t.GetInputSchema(), p) {
+						continue
+					}
+					arg := "args." + strings.Join(p, ".")
+					out = append(out, Finding{File: r.file, Line: r.line, RuleID: r.id, Severity: SeverityWarning,
+						Msg: fmt.Sprintf("takes size() of %s, which tool %q does not type in its schema: size() counts a string's characters "+
+							"but a list's elements, and the proposal chooses which it gives; write size(string(%s)) or type it in the schema",
+							arg, t.GetName(), arg)})
+					break
+				}
+			}
+		}
+	}
+	return out
+}
+
+// sizedArgs are the argument paths a condition takes size() of directly.
+func sizedArgs(c *condition) [][]string {
+	root := celast.NavigateAST(c.ast.NativeRep())
+	vars := iterVarsOf(root)
+	var out [][]string
+	for _, call := range celast.MatchDescendants(root, celast.FunctionMatcher("size")) {
+		ce := call.AsCall()
+		var arg celast.Expr
+		switch {
+		case ce.IsMemberFunction() && len(ce.Args()) == 0:
+			arg = ce.Target()
+		case !ce.IsMemberFunction() && len(ce.Args()) == 1:
+			arg = ce.Args()[0]
+		default:
+			continue
+		}
+		if p, ok := argPath(arg, vars); ok && len(p) > 0 && !slices.ContainsFunc(out, func(q []string) bool { return slices.Equal(p, q) }) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// schemaTypes reports whether the JSON schema text gives the value at
+// path a type (type, enum or const), following properties, items and
+// prefixItems, or refuses it (additionalProperties: false); an
+// unreadable schema is taken as typing it (the schema check refuses what
+// it can).
+func schemaTypes(text string, path []string) bool {
+	var s any
+	if err := json.Unmarshal([]byte(text), &s); err != nil {
+		return true
+	}
+	for _, step := range path {
+		m, _ := s.(map[string]any)
+		switch n, isIndex := stepIndex(step); {
+		case step == elements || isIndex:
+			if pi, ok := m["prefixItems"].([]any); ok && isIndex && n < len(pi) {
+				s = pi[n]
+				continue
+			}
+			s = m["items"]
+		case step == values:
+			s = m["additionalProperties"]
+		default:
+			props, _ := m["properties"].(map[string]any)
+			if _, named := props[step]; !named && m["additionalProperties"] == false {
+				return true // the schema refuses the argument
+			}
+			s = props[step]
+		}
+	}
+	m, _ := s.(map[string]any)
+	_, typed := m["type"]
+	_, enum := m["enum"]
+	_, constant := m["const"]
+	return typed || enum || constant
 }

@@ -209,3 +209,56 @@ func TestLintNestedDirectoryByPrefix(t *testing.T) {
 		t.Errorf("%d findings, want %d:\n%s", len(findings), len(want), got.String())
 	}
 }
+
+// TestLintSizeOfAnUntypedArgument (session 19): size() counts a string's
+// characters but a list's elements, so for an argument the tool's schema
+// does not type the proposal chooses what a rule's size() counts (a text
+// given as a list of one string has size 1). The argument checks cannot
+// tell which the author meant; lint, given the catalog, warns, naming
+// size(string(...)). An argument the schema types, and a size of a
+// string() of it, and one the schema refuses, are left alone.
+func TestLintSizeOfAnUntypedArgument(t *testing.T) {
+	t.Parallel()
+	policy := `rules:
+  - id: big-writes
+    effect: require_approval
+    tools: ["fs.write"]
+    when: 'size(args.content) > 100000'
+  - id: big-legacy
+    effect: require_approval
+    tools: ["legacy.*"]
+    when: 'has(args.content) && size(args.content) > 10'
+  - id: big-legacy-text
+    effect: require_approval
+    tools: ["legacy.*"]
+    when: 'has(args.content) && size(string(args.content)) > 10'
+  - id: many-items
+    effect: deny
+    effects: [irreversible]
+    when: 'has(args.items) && args.items.size() > 3'
+  - id: long-args
+    effect: deny
+    tools: ["shell.exec"]
+    when: 'size(args.args) > 20 || has(args.argv) && size(args.argv) > 20'
+`
+	findings, err := validator.LintFiles(catalog.Static(testTools()...), writeFile(t, "p.yaml", policy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, f := range findings {
+		got = append(got, f.String())
+	}
+	want := []string{
+		`:6: warning: rule "big-legacy": takes size() of args.content, which tool "legacy.tool" does not type in its schema`,
+		`:14: warning: rule "many-items": takes size() of args.items, which tool "`,
+	}
+	if len(got) != len(want) {
+		t.Fatalf("findings:\n%s\nwant %d", strings.Join(got, "\n"), len(want))
+	}
+	for i, w := range want {
+		if !strings.Contains(got[i], w) || !strings.Contains(got[i], "size(string(") {
+			t.Errorf("finding %d: %s\nwant %s", i, got[i], w)
+		}
+	}
+}
