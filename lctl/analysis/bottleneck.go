@@ -466,7 +466,29 @@ func (x *stepIndex) del(n int64) {
 	}
 }
 
-func (st *stepTimer) add(e *lctl.Event) {
+// stepNumber is a step_start's or step_end's step number (intAt of its
+// "step"), read once for the readers of an event that all want it (the
+// step timer, the model resolver): each read walks the data's members.
+// known false: not read yet.
+type stepNumber struct {
+	n         int64
+	ok, known bool
+}
+
+// of returns intAt(e, "step"), read now unless known.
+func (s *stepNumber) of(e *lctl.Event) (int64, bool) {
+	if !s.known {
+		s.n, s.ok = intAt(e, "step")
+		s.known = true
+	}
+	return s.n, s.ok
+}
+
+func (st *stepTimer) add(e *lctl.Event) { st.addStep(e, &stepNumber{}) }
+
+// addStep is add with the event's step number, when it is a step_start
+// or a step_end, read once by step (stepNumber).
+func (st *stepTimer) addStep(e *lctl.Event, step *stepNumber) {
 	t := e.Time()
 	if !t.IsZero() {
 		st.lastTime = t
@@ -480,7 +502,7 @@ func (st *stepTimer) add(e *lctl.Event) {
 			o.timing.Intent, _ = e.Str("intent")
 			o.timing.Tool, _ = e.Str("tool")
 		}
-		n, numbered := intAt(e, "step")
+		n, numbered := step.of(e)
 		if numbered {
 			o.timing.Step = n
 			o.numbered = true
@@ -513,7 +535,7 @@ func (st *stepTimer) add(e *lctl.Event) {
 		}
 	case lctl.TypeStepEnd:
 		var o *openStep
-		if n, ok := intAt(e, "step"); ok {
+		if n, ok := step.of(e); ok {
 			o = st.byNumber.get(n)
 			st.byNumber.del(n)
 		}

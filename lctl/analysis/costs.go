@@ -148,11 +148,15 @@ func newModelResolver() modelResolver {
 
 // add takes the next event; for a step_end it returns its model ("" when
 // none is known) and true.
-func (r modelResolver) add(e *lctl.Event) (string, bool) {
+func (r modelResolver) add(e *lctl.Event) (string, bool) { return r.addStep(e, &stepNumber{}) }
+
+// addStep is add with the event's step number read once by step
+// (stepNumber).
+func (r modelResolver) addStep(e *lctl.Event, step *stepNumber) (string, bool) {
 	switch e.Type {
 	case lctl.TypeStepStart:
 		m := modelOf(e)
-		if n, ok := intAt(e, "step"); ok {
+		if n, ok := step.of(e); ok {
 			r.byStep.set(n, m)
 		}
 		if m != "" && *r.last == [2]string{e.Agent, m} {
@@ -168,7 +172,7 @@ func (r modelResolver) add(e *lctl.Event) (string, bool) {
 	case lctl.TypeStepEnd:
 		m := modelOf(e)
 		if m == "" {
-			if n, ok := intAt(e, "step"); ok {
+			if n, ok := step.of(e); ok {
 				m = r.byStep.get(n)
 			}
 		}

@@ -245,8 +245,9 @@ func (b *StatsBuilder) Add(e *lctl.Event) {
 		}
 		b.lastStamp, b.lastTime = e.Timestamp, t
 	}
-	b.steps.add(e)
-	b.cost.add(e)
+	var step stepNumber // a step's number: the step timer's and the pricer's
+	b.steps.addStep(e, &step)
+	b.cost.addStep(e, &step)
 	b.profiles.add(e)
 }
 
@@ -352,8 +353,11 @@ func newTokenPricer(prices *Prices) *tokenPricer {
 	return &tokenPricer{prices: prices, byModel: map[string]*ModelCost{}, byAgent: map[string]*AgentCost{}, models: newModelResolver()}
 }
 
-func (p *tokenPricer) add(e *lctl.Event) {
-	model, isEnd := p.models.add(e)
+// addStep prices e's tokens when it is a step_end; step is its step
+// number, read once for the step timer and the model resolver
+// (stepNumber).
+func (p *tokenPricer) addStep(e *lctl.Event, step *stepNumber) {
+	model, isEnd := p.models.addStep(e, step)
 	if !isEnd {
 		return
 	}
