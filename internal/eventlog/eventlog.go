@@ -488,7 +488,8 @@ func (w *ChainWriter) msgID(seq uint64) string { return w.chainID + "/" + strcon
 
 // conflictOf marks err as ErrConflict when the stream refused a write
 // because the chain's last event was not the one expected (replicated
-// streams report it with the second code).
+// streams report a write of the chain still in process with the second
+// code, after the Publisher's resends: see inProcessWait).
 func conflictOf(err error) error {
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||

@@ -401,8 +401,9 @@ func wrongRevision(err error) bool {
 	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
 		return true
 	}
-	// Replicated streams answer a conditional write that lost with 10164
-	// instead of 10071.
+	// Replicated streams answer a conditional write whose subject has
+	// another write in process with 10164 (eventlog.Publisher sends such a
+	// write again a few times first; still refused, another was first).
 	var apiErr *jetstream.APIError
 	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
 		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
