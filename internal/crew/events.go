@@ -226,6 +226,9 @@ type ModelRouting struct {
 type RoutingTokens struct {
 	Input  int64 `json:"input"`
 	Output int64 `json:"output"`
+	// Estimated: the endpoint did not report the call's usage; these are
+	// the orchestrator's estimate (orchestrator's failedCallTokens).
+	Estimated bool `json:"estimated,omitempty"`
 }
 
 // EventType is model_routing.

@@ -99,10 +99,18 @@ type Event interface {
 // Tokens are a step's or a run's token counts.
 type Tokens struct {
 	Input, Output int64
+	// Estimated: the endpoint did not say what the call used (it failed
+	// after it may have read the request, e.g. past its deadline); the
+	// counts are the orchestrator's estimate. Written only when true.
+	Estimated bool
 }
 
 func (t Tokens) data() map[string]any {
-	return map[string]any{"input": float64(t.Input), "output": float64(t.Output)}
+	d := map[string]any{"input": float64(t.Input), "output": float64(t.Output)}
+	if t.Estimated {
+		d["estimated"] = true
+	}
+	return d
 }
 
 // RunStarted opens a run's chain.

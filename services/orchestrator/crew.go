@@ -218,10 +218,12 @@ func (r *run) crewPropose(step int) (*xctv1.ProposeResponse, string, string, err
 	// the step to the next model (the fold counts it from there, so a run
 	// resumed from its chain before the step's step_start counts it too),
 	// or on the error that ends the run when no model is left.
-	var failed *xctv1.Usage
+	// An endpoint that did not say what the call used is charged an
+	// estimate (failedCallTokens), marked so.
+	var failed *xctevent.Tokens
 	for {
 		if plan.Signal != nil {
-			in, out := failed.GetInputTokens(), failed.GetOutputTokens()
+			in, out := tokensOf(failed)
 			r.tokensIn += in
 			r.tokensOut += out
 			e := plan.Signal.Proto()
@@ -231,7 +233,7 @@ func (r *run) crewPropose(step int) (*xctv1.ProposeResponse, string, string, err
 			}
 			ev := errorEvent(step, "", e)
 			if in > 0 || out > 0 {
-				ev.Tokens = &xctevent.Tokens{Input: in, Output: out} // (a takeover before run_finished counts them)
+				ev.Tokens = failed // (a takeover before run_finished counts them)
 			}
 			ev.Unrecorded = r.chargeUnrecorded(in, out)
 			if err := r.record(agent, ev); err != nil {
@@ -241,9 +243,9 @@ func (r *run) crewPropose(step int) (*xctv1.ProposeResponse, string, string, err
 		}
 		if plan.Routing != nil {
 			routing := *plan.Routing
-			in, out := failed.GetInputTokens(), failed.GetOutputTokens()
+			in, out := tokensOf(failed)
 			if mr, ok := routing.Payload.(crew.ModelRouting); ok && (in > 0 || out > 0) {
-				mr.FailedTokens = &crew.RoutingTokens{Input: in, Output: out}
+				mr.FailedTokens = &crew.RoutingTokens{Input: in, Output: out, Estimated: failed.Estimated}
 				routing.Payload = mr
 			}
 			if err := r.record(routing.Agent, routing); err != nil {
@@ -258,19 +260,16 @@ func (r *run) crewPropose(step int) (*xctv1.ProposeResponse, string, string, err
 		if err == nil {
 			resp, err = r.callModel(proposer, plan.Model, agent, req)
 		} else {
-			err = &ModelError{Model: plan.Model, Code: wire.CodeGenerationFailed, Msg: err.Error(), Err: err}
+			err = &ModelError{Model: plan.Model, Code: wire.CodeGenerationFailed, Msg: err.Error(), Err: err, NotSent: true}
 		}
 		if err == nil {
 			return resp, agent, plan.Model, nil
 		}
-		failed = nil
-		var me *ModelError
-		if errors.As(err, &me) && me.Usage != nil {
-			failed = me.Usage
-		}
+		failed = r.failedCallTokens(err, req)
 		if cause := context.Cause(r.ctx); cause != nil {
-			r.tokensIn += failed.GetInputTokens()
-			r.tokensOut += failed.GetOutputTokens()
+			in, out := tokensOf(failed)
+			r.tokensIn += in
+			r.tokensOut += out
 			return nil, agent, "", cause
 		}
 		r.log.Info("crew model call failed", "run", r.id, "agent", agent, "model", plan.Model, "code", FailureCode(err))
@@ -426,4 +425,12 @@ func (r *run) crewCheckpoint() error {
 		return err
 	}
 	return r.record(cp.Agent, *cp)
+}
+
+// tokensOf is t's counts, 0 for nil.
+func tokensOf(t *xctevent.Tokens) (in, out int64) {
+	if t == nil {
+		return 0, 0
+	}
+	return t.Input, t.Output
 }

@@ -109,6 +109,10 @@ type usage struct {
 	// so, for the next owner to count it).
 	unrecorded int
 	callCut    bool
+	// lastCall is what the last call that answered reported using: a
+	// later call failing without a usage is estimated from it
+	// (failedCallTokens).
+	lastCall xctevent.Tokens
 }
 
 // chargeUnrecorded charges the model calls earlier owners may have made
@@ -367,22 +371,22 @@ func (r *run) iterate(step int) (iterationOutcome, error) {
 		}
 	} else {
 		agent, modelRef = r.proposer.Name(), r.model
-		resp, err = r.callModel(r.proposer, r.model, agent, &xctv1.ProposeRequest{
+		req := &xctv1.ProposeRequest{
 			RunId:        r.id,
 			Goal:         r.goal,
 			Tools:        r.tools,
 			History:      r.transcript.history(),
 			Instructions: instructions,
-		})
+		}
+		resp, err = r.callModel(r.proposer, r.model, agent, req)
 		if err != nil {
 			// What the failed call used counts against the run, as a crew's
-			// fallback does (crewPropose): run_finished says so.
-			var me *ModelError
-			var spent *xctevent.Tokens
-			if errors.As(err, &me) && me.Usage != nil {
-				r.tokensIn += me.Usage.GetInputTokens()
-				r.tokensOut += me.Usage.GetOutputTokens()
-				spent = &xctevent.Tokens{Input: me.Usage.GetInputTokens(), Output: me.Usage.GetOutputTokens()}
+			// fallback does (crewPropose): run_finished says so. An
+			// endpoint that did not say is charged an estimate.
+			spent := r.failedCallTokens(err, req)
+			if spent != nil {
+				r.tokensIn += spent.Input
+				r.tokensOut += spent.Output
 			}
 			if cause := context.Cause(r.ctx); cause != nil {
 				return iterationOutcome{}, cause
@@ -407,6 +411,7 @@ func (r *run) iterate(step int) (iterationOutcome, error) {
 	tokens := xctevent.Tokens{Input: resp.GetUsage().GetInputTokens(), Output: resp.GetUsage().GetOutputTokens()}
 	r.tokensIn += resp.GetUsage().GetInputTokens()
 	r.tokensOut += resp.GetUsage().GetOutputTokens()
+	r.noteCall(tokens)
 	// The step's tokens (its step_end's): its call's, and what it charges
 	// for calls of earlier owners that no event holds.
 	unrecorded := r.chargeUnrecorded(tokens.Input, tokens.Output)

@@ -205,7 +205,7 @@ func (s *Script) Propose(_ context.Context, req *xctv1.ProposeRequest) (*xctv1.P
 		name += "#" + s.label
 	}
 	if entry.Fail != "" && (entry.Model == "" || entry.Model == s.label) {
-		return nil, &ModelError{Model: name, Code: wire.Code(entry.Fail), Msg: fmt.Sprintf("scripted failure (%s) at turn %d", entry.Fail, turn+1)}
+		return nil, &ModelError{Model: name, Code: wire.Code(entry.Fail), Msg: fmt.Sprintf("scripted failure (%s) at turn %d", entry.Fail, turn+1), NotSent: true}
 	}
 	resp := &xctv1.ProposeResponse{Output: entry.output(), Model: name}
 	if entry.Tokens != nil {

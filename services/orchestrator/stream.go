@@ -82,6 +82,11 @@ type ModelError struct {
 	// streaming without a usage chunk, the deltas it sent): a crew's
 	// fallback counts it against the run's budgets.
 	Usage *xctv1.Usage
+	// NotSent: the call provably never reached a model (no transport
+	// carried it, no endpoint exists: a scripted failure, a proposer
+	// that could not be made). Such a call is charged nothing; another
+	// failure without a Usage is charged an estimate (failedCallTokens).
+	NotSent bool
 }
 
 func (e *ModelError) Error() string { return fmt.Sprintf("model %s: %s", e.Model, e.Msg) }
