@@ -111,8 +111,9 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 // id would start the goal a second time, its steps acting again (session
 // 17). A first attempt never sent (no orchestrator there) fails at once:
 // nothing started. Retried for up to bound (0: until an answer, or ctx
-// ends); given up after one that may have been sent, the error names the
-// id, which may have started.
+// ends); past it, after an attempt that may have been sent, the
+// orchestrators are asked for the run (GetRun): one that has it, it is
+// followed; else the error names the id, which may have started.
 func startRun(ctx context.Context, id *identity, client xctv1.OrchestratorServiceClient, addrs []string, bound time.Duration, req *xctv1.StartRunRequest) (string, error) {
 	if req.GetRunId() == "" {
 		req.RunId = newRunID()
@@ -144,6 +145,12 @@ func startRun(ctx context.Context, id *identity, client xctv1.OrchestratorServic
 			}
 			return "", rpcError("start run", addrs[i], err)
 		case bound > 0 && time.Since(first) > bound:
+			if sent && runExists(ctx, id, addrs, req.GetRunId()) {
+				// The start landed and its answer was lost; the
+				// orchestrators still refuse starts but can say the run
+				// is there: it is followed, as an ALREADY_EXISTS is.
+				return req.GetRunId(), nil
+			}
 			return "", rpcError(fmt.Sprintf("start run %s, retried for %v (--start-retry; %s)", req.GetRunId(), bound, mayHave), addrs[i], err)
 		}
 		if len(addrs) > 1 {
@@ -161,6 +168,27 @@ func startRun(ctx context.Context, id *identity, client xctv1.OrchestratorServic
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+}
+
+// runExists asks the orchestrators at addrs, one after another, for run
+// runID: true when one has it. An answer that does not find it (NotFound
+// from a run not yet visible there, an orchestrator down) proves nothing:
+// false, and the caller names the run that may have started.
+func runExists(ctx context.Context, id *identity, addrs []string, runID string) bool {
+	for _, addr := range addrs {
+		client, closeConn, err := dialOrchestrator(id, addr)
+		if err != nil {
+			continue
+		}
+		gctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err = client.GetRun(gctx, &xctv1.GetRunRequest{RunId: runID})
+		cancel()
+		closeConn()
+		if err == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // newRunID is a run id as the orchestrator makes them (run-UTC time-8 hex).

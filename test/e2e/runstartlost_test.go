@@ -39,6 +39,15 @@ type lostStartRelay struct {
 	// follow relays WatchRun (else UNAVAILABLE: the client follows the
 	// run at its next address).
 	follow bool
+	// lookup relays GetRun (else UNAVAILABLE).
+	lookup bool
+}
+
+func (l *lostStartRelay) GetRun(ctx context.Context, req *xctv1.GetRunRequest) (*xctv1.GetRunResponse, error) {
+	if !l.lookup {
+		return nil, status.Error(codes.Unavailable, "connection refused")
+	}
+	return l.to.GetRun(ctx, req)
 }
 
 func (l *lostStartRelay) StartRun(ctx context.Context, req *xctv1.StartRunRequest) (*xctv1.StartRunResponse, error) {
@@ -193,4 +202,44 @@ func startLostCluster(t *testing.T) (xct, orchAddr string, creds *grpcxtest.Cred
 	valAddr := serve("validator", valKey...)
 	orchAddr = serve("orchestrator", "--validator-addr", valAddr, "--executor-addr", execAddr, "--scripts-dir", scripts)
 	return xct, orchAddr, creds, workspace
+}
+
+// Session 19 (faults19), faults18's leftover: `xct run` that gave up its
+// start retries did not follow the run it started. The first start's
+// answer is lost and every retry refused (an orchestrator that keeps
+// refusing starts, draining or restarting, and still answers reads): on
+// main `xct run --start-retry 1s` exited "retried for 1s ... it may have
+// started" about a run that had started and that the orchestrator could
+// show; the user was left to find it. Now, past the bound, the CLI asks
+// the orchestrators for the run id and follows the run when one has it.
+// Real processes (NATS, the services, the CLI), gRPC on loopback.
+func TestRunStartGivenUpFollowsTheRunThatStarted(t *testing.T) {
+	xct, orchAddr, creds, workspace := startLostCluster(t)
+	relay := &lostStartRelay{to: xctv1.NewOrchestratorServiceClient(creds.Dial(t, orchAddr, "alice")), refused: 1 << 20, follow: true, lookup: true}
+	runP := startProc(t, "xct run", xct, "run", "--addr", serveRelay(t, creds, relay), "--model", "scripted:once.yaml", "--goal", "given up",
+		"--run-id", "run-given-up", "--start-retry", "1s", "--credentials", creds.Path, "--as", "alice")
+	code, out := runP.wait(t, 90*time.Second)
+	if code != 0 || !strings.Contains(out, "done: appended") {
+		t.Fatalf("xct run --start-retry 1s, its run started and its start refused since, exited %d; want the run followed to its end:\n%s", code, out)
+	}
+	if n := runsOf(t, creds, orchAddr, "given up"); n != 1 || relay.starts.Load() < 2 {
+		t.Fatalf("%d run(s) of the goal after %d StartRun calls; want one, retried", n, relay.starts.Load())
+	}
+	got, err := os.ReadFile(filepath.Join(workspace, "once.txt"))
+	if err != nil || string(got) != "x" {
+		t.Fatalf("once.txt %q (%v); want one append", got, err)
+	}
+	// A run that never started is not followed: the relay refuses every
+	// start, so none reaches the orchestrator; the first was sent (to
+	// the relay), so the error names the id as one that may have started.
+	relay = &lostStartRelay{to: xctv1.NewOrchestratorServiceClient(creds.Dial(t, orchAddr, "alice")), refused: 1 << 20, follow: true, lookup: true}
+	relay.starts.Store(1) // the first start is refused too
+	runP = startProc(t, "xct run", xct, "run", "--addr", serveRelay(t, creds, relay), "--model", "scripted:once.yaml", "--goal", "never started",
+		"--run-id", "run-never-started", "--start-retry", "1s", "--credentials", creds.Path, "--as", "alice")
+	if code, out = runP.wait(t, 90*time.Second); code == 0 || !strings.Contains(out, "it may have started: see xct show run-never-started") {
+		t.Fatalf("xct run whose every start was refused exited %d; want a failure naming the run:\n%s", code, out)
+	}
+	if n := runsOf(t, creds, orchAddr, "never started"); n != 0 {
+		t.Fatalf("%d run(s) of a goal never started", n)
+	}
 }
