@@ -71,10 +71,12 @@ func runPhase(t *testing.T, cfg phaseConfig) *report {
 			xctv1.NewOrchestratorServiceClient(c.dial(t, c.orch[0], "alice")),
 			xctv1.NewOrchestratorServiceClient(c.dial(t, c.orch[1], "alice")),
 		},
-		executor:  c.executor(t),
-		tracer:    lctlv1.NewTracerServiceClient(c.dial(t, c.tracer, "alice")),
-		modelAddr: c.modelAddr,
-		seed:      cfg.seed,
+		executor:   c.executor(t),
+		tracer:     lctlv1.NewTracerServiceClient(c.dial(t, c.tracer, "alice")),
+		modelAddr:  c.modelAddr,
+		seed:       cfg.seed,
+		approver:   xctv1.NewValidatorServiceClient(c.dial(t, c.val, "bob")),
+		decideTrap: m.decideTrap,
 	}
 	in := newInjector(c, cfg.seed)
 	runCtx, cancelRuns := context.WithCancel(context.Background())
@@ -186,9 +188,9 @@ func TestChaosLong(t *testing.T) {
 	leader := []faultKind{faultLeaderKill, faultLeaderKill, faultLeaderStop, faultLeaderPartition, faultLeaderPartition}
 	r3traps := append(append([]faultKind(nil), trapKinds...), faultStepsStepdown)
 	all := []phaseConfig{
-		{name: "single", netns: true, kinds: slices.Concat(process, network, trapKinds, proposeKinds)},
-		{name: "r3", netns: true, r3: true, kinds: slices.Concat(process, network, leader, r3traps, proposeKinds)},
-		{name: "loopback", kinds: slices.Concat(process, trapKinds, proposeKinds)},
+		{name: "single", netns: true, kinds: slices.Concat(process, network, trapKinds, proposeKinds, approvalKinds)},
+		{name: "r3", netns: true, r3: true, kinds: slices.Concat(process, network, leader, r3traps, proposeKinds, approvalKinds)},
+		{name: "loopback", kinds: slices.Concat(process, trapKinds, proposeKinds, approvalKinds)},
 	}
 	var phases []phaseConfig
 	for _, p := range all {

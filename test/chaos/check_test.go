@@ -126,6 +126,7 @@ type stepFacts struct {
 	outcomes []string        // success, replayed, failed:CODE, not_executed, in_doubt, repeatable:CODE, refused:CODE
 	ended    bool            // the run's chain ends with run_finished
 	policies map[string]bool // the policy versions its verdicts name (two: judged again after a reload)
+	approved bool            // an approval_decided of it is on the chain (the approver's)
 }
 
 func (s *stepFacts) outcome() string {
@@ -364,6 +365,8 @@ func (c *cluster) check(ctx context.Context, d *driver, in *injector, rep *repor
 				s.outcomes = append(s.outcomes, classify(e))
 			case stepInDoubt:
 				s.outcomes = append(s.outcomes, "in_doubt")
+			case "approval_decided":
+				s.approved = true
 			}
 		}
 	}
@@ -415,6 +418,10 @@ func (c *cluster) check(ctx context.Context, d *driver, in *injector, rep *repor
 			// (counted again) judged under two policies: a reload
 			// while the step was in flight (faultReload)
 			rep.outcomes["reload-rejudged:"+s.outcome()]++
+		}
+		if s != nil && s.approved {
+			// (counted again) sent to the approver, who decided it
+			rep.outcomes["approved:"+s.outcome()]++
 		}
 		if s == nil {
 			rep.lost++

@@ -195,6 +195,7 @@ type cluster struct {
 	natsURL string // the services' and the test's NATS URLs
 	orch    [2]string
 	exec    string
+	val     string
 	tracer  string
 	// modelAddr is where the test serves the model (ProposerService).
 	modelAddr string
@@ -254,6 +255,11 @@ const policy = `rules:
     effect: allow
     message: the crew runs' own tools may run
     tools: [facts.add, facts.update, xct.handoff]
+  - id: review-ledger
+    effect: require_approval
+    message: a reviewed ledger operation waits for the suite's approver
+    tools: [ledger.charge, ledger.put]
+    when: 'has(args.review) && args.review == true'
 `
 
 // startCluster starts NATS (one node or three), the ledger tool and the
@@ -443,7 +449,7 @@ func startCluster(t *testing.T, cfg phaseConfig) *cluster {
 			listen[name] = "127.0.0.1:" + freePort(t)
 		}
 	}
-	c.exec, c.tracer, c.orch = listen["executor"], listen["tracer"], [2]string{listen["orch-a"], listen["orch-b"]}
+	c.exec, c.val, c.tracer, c.orch = listen["executor"], listen["validator"], listen["tracer"], [2]string{listen["orch-a"], listen["orch-b"]}
 	for _, name := range []string{"executor", "validator", "tracer", "orch-a", "orch-b"} {
 		target := name
 		if strings.HasPrefix(name, "orch-") {

@@ -157,8 +157,8 @@ func (in *injector) one(ctx context.Context, i int) error {
 		target = &member{name: "trap:"} // the process is chosen when the trap fires
 	case faultReload:
 		target = &member{name: "validator-policy"}
-	case faultOwnerStopPropose, faultOwnerKillPropose:
-		target = &member{name: "trap:"} // the run's owner when the model's trap is taken
+	case faultOwnerStopPropose, faultOwnerKillPropose, faultOwnerStopDecide, faultOwnerKillDecide:
+		target = &member{name: "trap:"} // the run's owner when the model's (or the approver's) trap is taken
 	}
 	ev.target, ev.from = target.name, time.Now()
 	var err error
@@ -193,7 +193,7 @@ func (in *injector) one(ctx context.Context, i int) error {
 		err = in.trapFault(ctx, kind, hold, &ev)
 	case faultReload:
 		err = c.reloadPolicy(i)
-	case faultOwnerStopPropose, faultOwnerKillPropose:
+	case faultOwnerStopPropose, faultOwnerKillPropose, faultOwnerStopDecide, faultOwnerKillDecide:
 		err = in.proposeFault(ctx, kind, hold, &ev)
 	case faultSlow:
 		ev.note = c.lab.slowKind()

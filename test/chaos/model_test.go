@@ -46,6 +46,10 @@ type model struct {
 	// trap, when armed, is taken by the next call: the call sends its run
 	// id on it and waits for the suite (proposeTrap).
 	trap chan proposeTrap
+	// decideTrap, when armed, is taken by the approver's next decision:
+	// it sends the run id and decides once the suite has harmed the
+	// run's owner (approvalKinds).
+	decideTrap chan proposeTrap
 }
 
 // proposeTrap is a call that took the model's trap: run is its run, and
@@ -59,7 +63,7 @@ type proposeTrap struct {
 var callUsage = &xctv1.Usage{InputTokens: 10, OutputTokens: 1}
 
 func newModel(seed int64, ops int) *model {
-	return &model{seed: seed, ops: ops, answered: map[string]int{}, trap: make(chan proposeTrap)}
+	return &model{seed: seed, ops: ops, answered: map[string]int{}, trap: make(chan proposeTrap), decideTrap: make(chan proposeTrap)}
 }
 
 // calls is how many calls of run the model answered.
@@ -196,12 +200,25 @@ func (m *model) propose(ctx context.Context, req *xctv1.ProposeRequest) *xctv1.P
 		tool = "ledger.put"
 	}
 	r := hash(m.seed, req.GetRunId(), op, attempts)
+	args := map[string]any{"op": fmt.Sprintf("%s/%d", req.GetRunId(), op), "work_ms": (r >> 8) % 400}
+	if reviewed(m.seed, req.GetRunId(), op) {
+		args["review"] = true // the policy sends it to the approver (driver.decide)
+	}
 	out, _ := json.Marshal(map[string]any{"next_step": map[string]any{
 		"tool":      tool,
-		"arguments": map[string]any{"op": fmt.Sprintf("%s/%d", req.GetRunId(), op), "work_ms": (r >> 8) % 400},
+		"arguments": args,
 		"goal":      fmt.Sprintf("operation %d", op),
 	}})
 	return &xctv1.ProposeResponse{Output: string(out), Model: "chaos-model"}
+}
+
+// reviewEvery: one ledger operation in reviewEvery waits for a human's
+// approval (the policy's review-ledger rule), which the driver gives.
+const reviewEvery = 5
+
+// reviewed reports whether operation op of run id is one of them.
+func reviewed(seed int64, id string, op int) bool {
+	return hash(seed, id, op, "review")%reviewEvery == 0
 }
 
 func hash(parts ...any) uint64 {
@@ -247,6 +264,10 @@ type driver struct {
 	tracer    lctlv1.TracerServiceClient
 	modelAddr string
 	seed      int64 // which runs are crew runs (isCrewRun)
+	// approver decides the steps the policy sends to a human (as bob);
+	// decideTrap is the model's (approvalKinds).
+	approver   xctv1.ValidatorServiceClient
+	decideTrap chan proposeTrap
 
 	mu   sync.Mutex
 	runs []*runRecord
@@ -313,6 +334,9 @@ func (d *driver) run(ctx context.Context, id string) {
 				e := resp.GetEvent()
 				r.acked[e.GetSeq()] = e.GetHash()
 				from = e.GetSeq() + 1
+				if e.GetType() == "approval_requested" {
+					d.decide(ctx, id, e.GetData().GetFields()["step_id"].GetStringValue())
+				}
 				if e.GetType() == lctl.TypeRunFinished {
 					r.finished = true
 					break
@@ -325,9 +349,56 @@ func (d *driver) run(ctx context.Context, id string) {
 		gcancel()
 		if gerr == nil {
 			r.status, r.message = got.GetRun().GetStatus().String(), got.GetRun().GetMessage()
-			if r.finished || waitingInDoubt(got.GetRun()) {
+			// A run waiting for an approval waits for this driver's
+			// decision: it is followed on (an approval_requested not
+			// yet delivered comes with the next watch).
+			waitsForUs := got.GetRun().GetStatus() == xctv1.RunStatus_RUN_STATUS_WAITING_APPROVAL
+			if r.finished || waitingInDoubt(got.GetRun()) && !waitsForUs {
 				return
 			}
+		}
+		if !backoff(ctx, attempt) {
+			return
+		}
+	}
+}
+
+// decide approves step stepID of run id as bob, a client retrying as it
+// is told: UNAVAILABLE or a deadline is sent again (the same decision,
+// which the validator answers as the first when it was stored). When the
+// suite armed the decide trap, the run's owner is harmed first (killed,
+// or paused past its lease) and the decision lands while it is; it is
+// then sent once more, as a client whose answer was lost. An approval no
+// longer decidable (decided, withdrawn by a cancel, expired) is left.
+func (d *driver) decide(ctx context.Context, id, stepID string) {
+	if stepID == "" {
+		return
+	}
+	t := proposeTrap{run: id, release: make(chan struct{})}
+	trapped := false
+	select {
+	case d.decideTrap <- t:
+		trapped = true
+		select {
+		case <-t.release:
+		case <-ctx.Done():
+			return
+		}
+	default:
+	}
+	req := &xctv1.DecideApprovalRequest{RunId: id, Step: stepID, Approve: true, Reason: "chaos approver"}
+	for sends, attempt := 0, 0; ctx.Err() == nil; attempt++ {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err := d.approver.DecideApproval(cctx, req)
+		cancel()
+		switch code := status.Code(err); {
+		case err == nil:
+			if sends++; !trapped || sends > 1 {
+				return
+			}
+			continue // the resend: its answer must be the same decision
+		case code != codes.Unavailable && code != codes.DeadlineExceeded:
+			return
 		}
 		if !backoff(ctx, attempt) {
 			return

@@ -71,14 +71,40 @@ const (
 // proposeKinds are the model call's trap faults (every phase).
 var proposeKinds = []faultKind{faultOwnerStopPropose, faultOwnerKillPropose}
 
-// proposeFault injects one of proposeKinds.
+// The approver's traps (session 19): a human's decision of a step the
+// policy sent to one (review-ledger) lands while the run's owner is
+// harmed, and the approver, a client retrying as told, sends it again.
+// The owner waits on the approval's KV entry; the next owner (or the same
+// one woken up) must take the decision once, and the step act once.
+const (
+	// faultOwnerStopDecide SIGSTOPs the owner past the run lease, then
+	// the decision is sent: the other orchestrator takes the run over
+	// and finds it; the paused owner wakes after.
+	faultOwnerStopDecide faultKind = "owner-stop-at-decision"
+	// faultOwnerKillDecide SIGKILLs the owner, then the decision is sent
+	// while it is down (restarted after the hold).
+	faultOwnerKillDecide faultKind = "owner-kill-at-decision"
+)
+
+// approvalKinds are the approver's trap faults (every phase).
+var approvalKinds = []faultKind{faultOwnerStopDecide, faultOwnerKillDecide}
+
+// decideSpring is how long an approval trap waits for a decision (one
+// operation in reviewEvery asks for one: rarer than model calls).
+const decideSpring = 20 * time.Second
+
+// proposeFault injects one of proposeKinds or approvalKinds.
 func (in *injector) proposeFault(ctx context.Context, kind faultKind, hold time.Duration, ev *faultEvent) error {
 	c := in.c
 	var t proposeTrap
+	trapCh, spring, what := c.model.trap, trapSpring, "model call"
+	if kind == faultOwnerStopDecide || kind == faultOwnerKillDecide {
+		trapCh, spring, what = c.model.decideTrap, decideSpring, "decision"
+	}
 	select {
-	case t = <-c.model.trap:
-	case <-time.After(trapSpring):
-		ev.note = "no model call came within " + trapSpring.String()
+	case t = <-trapCh:
+	case <-time.After(spring):
+		ev.note = "no " + what + " came within " + spring.String()
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
@@ -102,7 +128,7 @@ func (in *injector) proposeFault(ctx context.Context, kind faultKind, hold time.
 	}
 	victim := c.byName(owner)
 	ev.target += " " + victim.name
-	if kind == faultOwnerStopPropose {
+	if kind == faultOwnerStopPropose || kind == faultOwnerStopDecide {
 		if err := victim.signal(syscall.SIGSTOP); err != nil {
 			return err
 		}

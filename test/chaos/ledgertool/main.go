@@ -113,7 +113,7 @@ func (s *server) spring(op string) {
 	}
 }
 
-const schema = `{"type":"object","properties":{"op":{"type":"string","minLength":1},"work_ms":{"type":"integer","minimum":0,"maximum":5000}},"required":["op"],"additionalProperties":false}`
+const schema = `{"type":"object","properties":{"op":{"type":"string","minLength":1},"work_ms":{"type":"integer","minimum":0,"maximum":5000},"review":{"type":"boolean"}},"required":["op"],"additionalProperties":false}`
 
 func (s *server) Describe(context.Context, *xctv1.DescribeRequest) (*xctv1.DescribeResponse, error) {
 	desc := func(name string, idem bool, what string) *xctv1.ToolDescriptor {
