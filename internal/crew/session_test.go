@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -467,6 +468,12 @@ func TestSessionCarryRefuses(t *testing.T) {
 		{"agent not in crew", l.sess, "ghost", ToolFactsAdd, map[string]any{"id": "F2", "text": "t", "confidence": 0.5}, CodeUnknownAgent, "not in crew"},
 		{"not a system tool", l.sess, "code-analyzer", "fs.read", map[string]any{"path": "x"}, "UNKNOWN_TOOL", "no system tool"},
 		{"depth", cl.sess, "reviewer", ToolHandoff, map[string]any{"to": "fixer", "summary": "again"}, CodeChainDepthExceeded, "max_depth 3"},
+		// A fact's fields are at the top level of its event's data: names
+		// the chain's readers take for the event's own are refused.
+		{"field step", l.sess, "code-analyzer", ToolFactsAdd, map[string]any{"id": "F2", "text": "t", "confidence": 0.5, "fields": map[string]any{"step": 1.0}}, CodeInvalidFact, `field "step"`},
+		{"field step_id", l.sess, "code-analyzer", ToolFactsUpdate, map[string]any{"id": "F1", "reason": "r", "fields": map[string]any{"step_id": "s1"}}, CodeInvalidFact, `field "step_id"`},
+		{"field tool", l.sess, "code-analyzer", ToolFactsUpdate, map[string]any{"id": "F1", "reason": "r", "fields": map[string]any{"tool": "fs.write"}}, CodeInvalidFact, `field "tool"`},
+		{"field otel", l.sess, "code-analyzer", ToolFactsAdd, map[string]any{"id": "F2", "text": "t", "confidence": 0.5, "fields": map[string]any{"otel": "x"}}, CodeInvalidFact, `field "otel"`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -482,6 +489,15 @@ func TestSessionCarryRefuses(t *testing.T) {
 	}
 	if len(l.events) != before || l.sess.Facts().Fact("F2") != nil || len(l.sess.Facts().Facts()) != 1 {
 		t.Fatal("a refused proposal changed the session")
+	}
+
+	// A chain written before those names were refused still resumes: the
+	// refusal is the proposal's, not the store's.
+	old := slices.Clone(l.events)
+	old = append(old, lctl.Event{ChainID: chainID, Seq: uint64(len(old) + 1), Type: lctl.TypeFactAdded, Agent: "code-analyzer",
+		Data: map[string]any{"id": "F3", "text": "t", "confidence": 0.5, "step": 1.0, "tool": "fs.write"}})
+	if s, err := NewSession(example(t), chainID, old, SessionOptions{}); err != nil || s.Facts().Fact("F3") == nil {
+		t.Fatalf("a chain with a fact field named step does not resume: %v", err)
 	}
 
 	// A cycle: with max_visits 2, fixer -> reviewer -> fixer -> reviewer

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 )
 
 // SystemToolSchemas are the JSON Schemas (draft 2020-12) of the system
@@ -119,8 +120,24 @@ func ParseFactArgs(tool string, args map[string]any) (FactInput, *Signal) {
 	if tool == ToolFactsAdd && a.Reason != "" {
 		return FactInput{}, argsError(tool, fmt.Errorf("reason belongs to %s", ToolFactsUpdate))
 	}
+	for k := range a.Fields {
+		if slices.Contains(eventFields, k) {
+			return FactInput{}, factError(CodeInvalidFact, "invalid_format",
+				"fact %s: field %q is a name the chain's readers take for the event's own (its step, its tool): name it otherwise", a.ID, k)
+		}
+	}
 	return FactInput(a), nil
 }
+
+// eventFields are names a proposal's fact fields may not use besides the
+// store's reserved ones: a fact's fields are at the top level of its
+// fact_added / fact_modified data, where the chain's readers take these
+// for the event's own (the debugger puts an event with data.step on that
+// step, with its agent and verdict, and shows its data.tool). A member
+// naming another's step number would have its fact drawn as that
+// member's doing. They are refused when proposed, not when a chain is
+// read back: a run whose chain holds one (written before) still resumes.
+var eventFields = []string{"step", "step_id", "tool", "otel"}
 
 // ParseQueryArgs reads facts.query's arguments.
 func ParseQueryArgs(args map[string]any) (QueryArgs, *Signal) {
