@@ -151,7 +151,7 @@ func (f *flow) update(events []lctl.Event) {
 }
 
 func (f *flow) add(e *lctl.Event) {
-	stepNo, hasStep := stepNumber(e.Data)
+	stepNo, hasStep := ownStepNumber(e)
 	if e.Type == lctl.TypeStepStart {
 		pre := f.mergePrelude(e.Agent)
 		n := f.newNode(e, kindStep)
@@ -262,7 +262,9 @@ func (f *flow) add(e *lctl.Event) {
 		s := stepNo
 		n.Step = &s
 	}
-	n.Tool = str(e.Data, "tool")
+	if !isFact(e.Type) {
+		n.Tool = str(e.Data, "tool")
+	}
 	if e.Type == lctl.TypeHandoff || e.Type == lctl.TypeContractValidation {
 		n.note(e)
 		if e.Type == lctl.TypeHandoff {
@@ -296,7 +298,7 @@ func (n *flowNode) attach(e *lctl.Event) {
 		n.LastSeq = e.Seq
 	}
 	n.Events++
-	if n.Tool == "" {
+	if n.Tool == "" && !isFact(e.Type) {
 		n.Tool = str(e.Data, "tool")
 	}
 	switch e.Type {
@@ -516,6 +518,22 @@ func describe(e *lctl.Event) (label, status string) {
 	}
 	return e.Type, statusOK
 }
+
+// ownStepNumber is e's data.step when that is the chain's word on the
+// step the event belongs to. A fact's data are its author's: a crew
+// member's fact fields are at the top level of fact_added and
+// fact_modified (step, tool, ... among them on chains written before
+// XCT refused those names), so a fact's step is the step it was recorded
+// in (its agent's open step), never a number in its data.
+func ownStepNumber(e *lctl.Event) (int64, bool) {
+	if isFact(e.Type) {
+		return 0, false
+	}
+	return stepNumber(e.Data)
+}
+
+// isFact reports whether typ is a fact's event.
+func isFact(typ string) bool { return typ == lctl.TypeFactAdded || typ == lctl.TypeFactModified }
 
 // stepNumber reads data.step as a whole number.
 func stepNumber(d map[string]any) (int64, bool) {

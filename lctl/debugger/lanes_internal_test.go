@@ -205,3 +205,52 @@ func BenchmarkFactTrack100k(b *testing.B) {
 		}
 	}
 }
+
+// A fact's data are its author's: a crew member's fact fields are at the
+// top level of fact_added / fact_modified. A fact with data.step 1 and
+// data.tool fs.write, recorded in agent b's step 2, was drawn as step 1
+// (agent a's) with tool fs.write, and the state panel showed a's step,
+// its proposal and verdict, for it. It is b's step 2's.
+func TestFactDataNamesNoStep(t *testing.T) {
+	ev := events(
+		"run_started", "orchestrator", nil,
+		"step_start", "a", map[string]any{"step": 1.0, "intent": "write", "tool": "fs.write"},
+		"verdict", "validator", map[string]any{"step": 1.0, "decision": "allow", "tool": "fs.write"},
+		"step_end", "a", map[string]any{"step": 1.0, "outcome": "success"},
+		"step_start", "b", map[string]any{"step": 2.0, "intent": "note", "tool": "facts.update"},
+		"verdict", "validator", map[string]any{"step": 2.0, "decision": "allow", "tool": "facts.update"},
+		"fact_modified", "b", map[string]any{"id": "F1", "text": "t", "reason": "r", "step": 1.0, "tool": "fs.write"},
+		"step_end", "b", map[string]any{"step": 2.0, "outcome": "success"},
+		"fact_added", "b", map[string]any{"id": "F2", "text": "t", "confidence": 0.5, "step": 1.0, "tool": "fs.write"},
+		"run_finished", "orchestrator", map[string]any{"status": "done"},
+	)
+	f := newFlow()
+	f.update(ev)
+	p := f.page(0, 100)
+	if got := nodeIDs(p); got != "n1:event:orchestrator n2:agent_step:a n5:agent_step:b n9:fact:b n10:event:orchestrator" {
+		t.Fatalf("nodes %s", got)
+	}
+	b := p.Nodes[2]
+	if b.Step == nil || *b.Step != 2 || b.Tool != "facts.update" || b.Events != 4 {
+		t.Fatalf("b's step %+v", b)
+	}
+	if a := p.Nodes[1]; a.Events != 3 {
+		t.Fatalf("a's step took another's event: %+v", a)
+	}
+	if n := p.Nodes[3]; n.Step != nil || n.Tool != "" {
+		t.Fatalf("the fact after the steps: step %v tool %q", n.Step, n.Tool)
+	}
+
+	c := &Chain{Events: ev}
+	st := lctl.NewState("c")
+	for i := range ev {
+		st.Apply(&ev[i])
+		if ev[i].Seq != 7 {
+			continue
+		}
+		d := stepAt(c, i, st)
+		if d == nil || d.Agent != "b" || d.Step == nil || *d.Step != 2 || d.Decision != "allow" || str(d.Verdict.Data, "tool") != "facts.update" {
+			t.Fatalf("the fact's step: %+v", d)
+		}
+	}
+}

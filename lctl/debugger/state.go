@@ -156,7 +156,7 @@ func lastN[T any](l []T, n int) []T {
 // event's agent. nil outside any step.
 func stepAt(c *Chain, pos int, st *lctl.State) *stepDetail {
 	e := &c.Events[pos]
-	n, numbered := stepNumber(e.Data)
+	n, numbered := ownStepNumber(e)
 	if _, parent := spanOf(e.Data); !numbered && parent == "" && e.Type != lctl.TypeStepEnd && e.Type != lctl.TypeStepStart && st.CurrentStep == nil {
 		return nil
 	}
