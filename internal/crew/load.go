@@ -737,6 +737,14 @@ func (v *validator) checkRuleType(agent, dir string, r analysis.ContractRule) {
 	if r.Type != "fact" && !lctl.IsKnownType(r.Type) && r.Type != lctl.TypeHandoff {
 		v.errorf(ruleLine(r), "contracts: %s.%s: rule type %q is neither fact nor an LCTL event type", agent, dir, r.Type)
 	}
+	if r.Type != "fact" {
+		return
+	}
+	for _, f := range r.RequiredFields {
+		if slices.Contains(eventFields, f) {
+			v.errorf(ruleLine(r), "contracts: %s.%s: a fact cannot have field %s (a name the chain's readers take for the event's own; facts.add refuses it)", agent, dir, f)
+		}
+	}
 }
 
 // coreFactFields are the fields every fact of facts.add carries.
