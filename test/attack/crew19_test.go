@@ -13,28 +13,37 @@ import (
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/app"
+	"github.com/xct-dev/xct/internal/testutil"
 )
 
 // getJSON reads one of the debugger's API answers as principal.
 func getJSON(t *testing.T, ctx context.Context, c *bindCluster, principal, path string, v any) {
 	t.Helper()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+c.app.Tracer.HTTPAddr()+path, nil)
-	if err != nil {
+	if err := fetchJSON(ctx, c, c.creds.Token(t, principal), path, v); err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set("Authorization", "Bearer "+c.creds.Token(t, principal))
+}
+
+// fetchJSON is getJSON's request, with a bearer token.
+func fetchJSON(ctx context.Context, c *bindCluster, token, path string, v any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+c.app.Tracer.HTTPAddr()+path, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	body, err := io.ReadAll(resp.Body)
 	_ = resp.Body.Close()
 	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s as %s: %d %s %v", path, principal, resp.StatusCode, body, err)
+		return fmt.Errorf("GET %s: %d %s %v", path, resp.StatusCode, body, err)
 	}
 	if err := json.Unmarshal(body, v); err != nil {
-		t.Fatalf("GET %s: %v: %s", path, err, body)
+		return fmt.Errorf("GET %s: %v: %s", path, err, body)
 	}
+	return nil
 }
 
 // chainEvent is an event as the debugger's API gives it.
@@ -70,12 +79,26 @@ func TestAttackCrewFactClaimsAnotherMembersStep(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
+	// The tracer follows the chain: wait until it has the run's last event.
+	token := c.creds.Token(t, "bob")
+	testutil.Eventually(t, 60*time.Second, func() error {
+		var info struct {
+			LastSeq uint64 `json:"last_seq"`
+		}
+		if err := fetchJSON(ctx, c, token, "/api/chains/"+id, &info); err != nil {
+			return err
+		}
+		if info.LastSeq < run.GetLastSeq() {
+			return fmt.Errorf("the tracer has the chain up to %d of %d", info.LastSeq, run.GetLastSeq())
+		}
+		return nil
+	})
 	var page struct {
 		Events []chainEvent `json:"events"`
 	}
 	getJSON(t, ctx, c, "bob", "/api/chains/"+id+"/events?from=1&limit=1000", &page)
 	stepAgent := map[int64]string{} // each numbered step's agent, by its step_start
-	var fixerUpdate int64            // the fixer's facts.update step
+	var fixerUpdate int64           // the fixer's facts.update step
 	for _, e := range page.Events {
 		if e.Type != "step_start" {
 			continue
