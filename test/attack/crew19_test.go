@@ -37,8 +37,11 @@ func fetchJSON(ctx context.Context, c *bindCluster, token, path string, v any) e
 	}
 	body, err := io.ReadAll(resp.Body)
 	_ = resp.Body.Close()
-	if err != nil || resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %d %s %w", path, resp.StatusCode, body, err)
+	if err != nil {
+		return fmt.Errorf("GET %s: %w", path, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %d %s", path, resp.StatusCode, body)
 	}
 	if err := json.Unmarshal(body, v); err != nil {
 		return fmt.Errorf("GET %s: %w: %s", path, err, body)
