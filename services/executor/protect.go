@@ -1282,6 +1282,11 @@ func (w *workspace) checkProtectedAs(p, name string, targets bool) *xctv1.Error 
 				"%q is in installed packages (%s): hooks, editors and the next command run them, and no diff shows them; the fs tools do not change them (a program that installs packages may)", p, tree),
 				map[string]any{"path": p, "installed_packages": tree})
 		}
+		if hit := compiledPython(n); hit != "" {
+			return wire.WithDetails(wire.Errorf(wire.CodePermissionDenied,
+				"%q is compiled Python (%s): Python runs it in place of its source, or of a module it shadows, and no diff shows it; the fs tools do not change it (Python makes it)", p, hit),
+				map[string]any{"path": p, "compiled_python": hit})
+		}
 		target, link, cut := w.linkTargetOf(n)
 		if cut != "" {
 			return w.targetsUnknown(p, cut)
@@ -1361,6 +1366,26 @@ func (w *workspace) installedPackages(name string) string {
 			i == len(parts)-1 && foldName(parts[i]) == "pyvenv.cfg",
 			i < len(parts) && venvDirs[foldName(parts[i])]:
 			return env + " (a Python virtual environment)"
+		}
+	}
+	return ""
+}
+
+// compiledPython returns the compiled Python the clean workspace path
+// name is or is in (a __pycache__ directory, a .pyc or .pyo file), or
+// "". Python runs __pycache__/util.cpython-310.pyc in place of util.py
+// (an unchecked hash-based one is never compared with its source), and a
+// json.pyc with no source next to a script in place of the standard
+// library's json (the script's directory comes first on sys.path); git
+// ignores both in every Python project, so no diff shows them. Python
+// 3.10's magic number is valid UTF-8, so fs.write's text can be such a
+// file (session 19, attack19a). Programs may write them (Python does).
+func compiledPython(name string) string {
+	parts := strings.Split(filepath.ToSlash(name), "/")
+	for i, part := range parts {
+		f := foldName(part)
+		if f == "__pycache__" || (i == len(parts)-1 && (strings.HasSuffix(f, ".pyc") || strings.HasSuffix(f, ".pyo"))) {
+			return strings.Join(parts[:i+1], "/")
 		}
 	}
 	return ""

@@ -1,0 +1,161 @@
+package executor
+
+import (
+	"encoding/binary"
+	"os"
+	osexec "os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/xct-dev/xct/internal/wire"
+)
+
+// python310 returns the host's Python 3.10 (the last whose bytecode's
+// magic number is valid UTF-8, so fs.write's text can hold a .pyc), or
+// "" when none is installed.
+func python310() string {
+	var candidates []string
+	if home, err := os.UserHomeDir(); err == nil {
+		candidates, _ = filepath.Glob(filepath.Join(home, ".pyenv/versions/3.10.*/bin/python3.10"))
+	}
+	if p, err := osexec.LookPath("python3.10"); err == nil {
+		candidates = append(candidates, p)
+	}
+	for _, p := range candidates {
+		// A pyenv shim is on PATH whether or not it has a 3.10.
+		if out, err := osexec.Command(p, "--version").Output(); err == nil && strings.HasPrefix(string(out), "Python 3.10.") {
+			return p
+		}
+	}
+	return ""
+}
+
+// pyc310 is a Python 3.10 bytecode file, valid UTF-8 text, whose module
+// code runs os.system(cmd): an unchecked hash-based .pyc (PEP 552, flags
+// 1), which Python loads without looking at the source. Its bytecode's
+// bytes at or above 0x80 (CALL_FUNCTION) each follow a LOAD_CONST whose
+// argument (0xC2, 0xC3) makes them a two-byte UTF-8 sequence, hence 256
+// constants.
+func pyc310(tb testing.TB, cmd string) string {
+	tb.Helper()
+	long := func(n uint32) []byte { return binary.LittleEndian.AppendUint32(nil, n) }
+	short := func(s string) []byte { return append([]byte{'z', byte(len(s))}, s...) }
+	tuple := func(items ...[]byte) []byte {
+		out := []byte{'('}
+		out = append(out, long(uint32(len(items)))...)
+		for _, it := range items {
+			out = append(out, it...)
+		}
+		return out
+	}
+	bytesObj := func(b []byte) []byte { return append(append([]byte{'s'}, long(uint32(len(b)))...), b...) }
+	consts := make([][]byte, 256)
+	for i := range consts {
+		consts[i] = []byte{'N'}
+	}
+	consts[0xC2], consts[0xC3] = short("os"), short(cmd)
+	code := []byte{
+		0x65, 0, // LOAD_NAME __import__
+		0x64, 0xC2, // LOAD_CONST "os"
+		0x83, 1, // CALL_FUNCTION 1
+		0x6a, 1, // LOAD_ATTR system
+		0x64, 0xC3, // LOAD_CONST cmd
+		0x83, 1, // CALL_FUNCTION 1
+		0x01, 0, // POP_TOP
+		0x64, 0, // LOAD_CONST None
+		0x53, 0, // RETURN_VALUE
+	}
+	co := []byte{'c'}
+	for _, n := range []uint32{0, 0, 0, 0, 4, 0x40} { // arguments, locals, stack size, flags
+		co = append(co, long(n)...)
+	}
+	co = append(co, bytesObj(code)...)
+	co = append(co, tuple(consts...)...)
+	co = append(co, tuple(short("__import__"), short("system"))...)
+	co = append(co, tuple()...)
+	co = append(co, tuple()...)
+	co = append(co, tuple()...)
+	co = append(co, short("m.py")...)
+	co = append(co, short("<module>")...)
+	co = append(co, long(1)...)
+	co = append(co, bytesObj(nil)...)
+	pyc := append([]byte{0x6f, 0x0d, 0x0d, 0x0a}, long(1)...) // 3.10's magic; unchecked hash-based
+	pyc = append(pyc, "xct-hash"...)
+	pyc = append(pyc, co...)
+	if !utf8.Valid(pyc) {
+		tb.Fatal("the .pyc is not valid UTF-8")
+	}
+	return string(pyc)
+}
+
+// TestCompiledPythonIsNotWrittenByTheFSTools: Python runs a module's
+// cached bytecode, __pycache__/util.cpython-310.pyc, in place of
+// util.py (an unchecked hash-based .pyc is never compared with its
+// source), and a json.pyc next to a script in place of the standard
+// library's json (the script's directory comes first on sys.path; a
+// .pyc without a source is loaded as is). Both are ignored by git (every
+// Python .gitignore lists __pycache__ and *.pyc): no diff shows them.
+// Python 3.10's magic number is valid UTF-8, and so can the rest be: on
+// main fs.write (reversible, no human) wrote both, and the next human's
+// `python3.10 main.py` ran the model's command on the host (util.py's
+// own code never ran). Now the fs tools do not write, move or delete
+// compiled Python (__pycache__, *.pyc, *.pyo); Python makes it.
+func TestCompiledPythonIsNotWrittenByTheFSTools(t *testing.T) {
+	sb := newSandbox(t)
+	writeFiles(t, sb.ws, 0o644, map[string]string{
+		"app/main.py":           "import util\nimport json\nprint('main ran')\n",
+		"app/util.py":           "print('util ran')\n",
+		"notes.txt":             "x\n",
+		"app/__pycache__/.keep": "",
+	})
+	mark := filepath.Join(sb.dir, "ran")
+	pyc := pyc310(t, "touch "+mark)
+	s := newService(t, sb.ws)
+	var written []string
+	for _, p := range []string{"app/__pycache__/util.cpython-310.pyc", "app/json.pyc"} {
+		r := exec(t, s, "fs.write", map[string]any{"path": p, "content": pyc})
+		if codeOf(r) == "" {
+			written = append(written, p)
+		} else if codeOf(r) != string(wire.CodePermissionDenied) || !strings.Contains(r.GetError().GetMessage(), "compiled Python") {
+			t.Errorf("fs.write %s: %v, want PERMISSION_DENIED (compiled Python)", p, r)
+		}
+	}
+	// The next human runs the script with the host's Python 3.10.
+	if py := python310(); py != "" {
+		cmd := osexec.Command(py, "main.py")
+		cmd.Dir = filepath.Join(sb.ws, "app")
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}
+		out, _ := cmd.CombinedOutput()
+		if _, err := os.Stat(mark); err == nil {
+			t.Fatalf("the next human's python3.10 main.py ran the model's bytecode (fs.write wrote %v): %s", written, out)
+		}
+		if !strings.Contains(string(out), "util ran") {
+			t.Errorf("python3.10 main.py: %s", out)
+		}
+	} else {
+		t.Log("no Python 3.10 on the host: the human's run is not tried")
+	}
+	if len(written) != 0 {
+		t.Errorf("fs.write wrote %v", written)
+	}
+	for _, c := range []struct {
+		tool string
+		args map[string]any
+	}{
+		{"fs.write", map[string]any{"path": "app/__pycache__/x.txt", "content": "x"}},
+		{"fs.write", map[string]any{"path": "app/types.cpython-310.opt-1.PYC", "content": "x"}},
+		{"fs.write", map[string]any{"path": "app/legacy.pyo", "content": "x"}},
+		{"fs.move", map[string]any{"from": "notes.txt", "to": "app/yaml.pyc"}},
+		{"fs.move", map[string]any{"from": "notes.txt", "to": "app/__pycache__/m.cpython-310.pyc"}},
+		{"fs.move", map[string]any{"from": "notes.txt", "to": "lib/__pycache__"}},
+		{"fs.delete", map[string]any{"path": "app/__pycache__/.keep"}},
+		{"fs.move", map[string]any{"from": "app/__pycache__", "to": "cache-old"}},
+	} {
+		if r := exec(t, s, c.tool, c.args); codeOf(r) != string(wire.CodePermissionDenied) {
+			t.Errorf("%s %v: %v, want PERMISSION_DENIED", c.tool, c.args, r)
+		}
+	}
+	wantWritable(t, s, "app/util.py", "app/pyc.md", "docs/__pycache__.md", "app/x.pyc.txt", "app/pycache/x.py")
+}
