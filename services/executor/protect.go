@@ -367,6 +367,9 @@ func (p *protectedPaths) linkTargets(root *os.Root, abs string, set protectedSet
 				for _, ref := range direnvRefs(root, rel) {
 					addRef(ref, rel)
 				}
+				for _, ref := range direnvPathRefs(root, rel) {
+					addRef(ref, rel)
+				}
 			}
 		case fi.IsDir():
 			husky := foldName(path.Base(rel)) == ".husky"
@@ -605,6 +608,90 @@ func direnvRefs(root *os.Root, rel string) []string {
 			out = append(out, path.Join(dir, "shell.nix"), path.Join(dir, "default.nix"))
 		case len(f) == 1 && (f[0] == "dotenv" || f[0] == "dotenv_if_exists"):
 			out = append(out, path.Join(dir, ".env"))
+		}
+	}
+	return out
+}
+
+// direnvPathRefs returns the workspace paths the .envrc rel puts on the
+// human's search paths, for every shell that cds into its directory: a
+// directory it puts on PATH (`PATH_add bin`, `path_add PATH dir`,
+// `export PATH="$PWD/tools:$PATH"`, `layout php`'s vendor/bin,
+// `load_prefix dir`'s bin), every file of which runs for a command of
+// its name (git, by every prompt that shows a branch), and the
+// sitecustomize.py and usercustomize.py of a directory it puts on
+// PYTHONPATH, which every Python imports at start. Relative to the
+// .envrc's directory, where direnv runs it ($PWD, ${PWD}, $(pwd) are
+// it); an entry with another expansion, and the directory itself, are
+// left out (session 19, attack19a).
+func direnvPathRefs(root *os.Root, rel string) []string {
+	b := readSmallFile(root, rel, 64<<10)
+	if b == nil {
+		return nil
+	}
+	dir := path.Dir(rel)
+	var out []string
+	add := func(variable, entry string) {
+		for _, pwd := range []string{"$PWD", "${PWD}", "$(pwd)"} {
+			if entry == pwd {
+				return
+			}
+			if rest, ok := strings.CutPrefix(entry, pwd+"/"); ok {
+				entry = rest
+				break
+			}
+		}
+		// "$PWD/src${PYTHONPATH:+:$PYTHONPATH}": the old value after it.
+		if i := strings.Index(entry, "${"+variable); i > 0 {
+			entry = entry[:i]
+		}
+		if entry == "" || strings.ContainsAny(entry, "$`*?[~") {
+			return
+		}
+		p := joinRef(dir, entry)
+		if path.Clean(p) == path.Clean(dir) {
+			return
+		}
+		switch variable {
+		case "PATH":
+			out = append(out, p)
+		case "PYTHONPATH":
+			out = append(out, path.Join(p, "sitecustomize.py"), path.Join(p, "usercustomize.py"))
+		}
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if i := strings.Index(line, " #"); i >= 0 {
+			line = line[:i]
+		}
+		f := strings.FieldsFunc(line, func(r rune) bool { return r == ' ' || r == '\t' || r == ';' || r == '&' || r == '|' })
+		for i := range f {
+			f[i] = strings.NewReplacer(`"`, "", "'", "").Replace(f[i])
+		}
+		for i := 0; i < len(f); i++ {
+			switch w := f[i]; {
+			case w == "PATH_add":
+				for _, e := range f[i+1:] {
+					add("PATH", e)
+				}
+				i = len(f)
+			case w == "path_add" && i+1 < len(f):
+				for _, e := range f[i+2:] {
+					add(f[i+1], e)
+				}
+				i = len(f)
+			case w == "layout" && i+1 < len(f) && f[i+1] == "php":
+				add("PATH", "vendor/bin")
+			case w == "load_prefix" && i+1 < len(f):
+				add("PATH", strings.TrimSuffix(f[i+1], "/")+"/bin")
+			default:
+				// export PATH=...:..., PYTHONPATH=... (export or not).
+				name, value, ok := strings.Cut(w, "=")
+				if ok && (name == "PATH" || name == "PYTHONPATH") {
+					for _, e := range strings.Split(value, ":") {
+						add(name, e)
+					}
+				}
+			}
 		}
 	}
 	return out

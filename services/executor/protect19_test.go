@@ -2,11 +2,14 @@ package executor
 
 import (
 	"encoding/binary"
+	"fmt"
 	"os"
 	osexec "os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/xct-dev/xct/internal/wire"
@@ -158,4 +161,97 @@ func TestCompiledPythonIsNotWrittenByTheFSTools(t *testing.T) {
 		}
 	}
 	wantWritable(t, s, "app/util.py", "app/pyc.md", "docs/__pycache__.md", "app/x.pyc.txt", "app/pycache/x.py")
+}
+
+// TestProtectedEnvrcPathDirs: direnv runs an .envrc on every cd into its
+// directory, and `PATH_add bin` (or `layout php`'s vendor/bin, `export
+// PATH="$PWD/tools:$PATH"`, `path_add PATH dir`, `load_prefix dir`'s
+// bin) puts a workspace directory first on the human's PATH: each file
+// there is run for a command of its name, `git` by every shell prompt
+// that shows a branch. On main fs.write (reversible, no human) replaced
+// the existing bin/deploy (fs.write keeps an executable's mode) and
+// fs.move renamed it bin/git, and the next human's `git status` there
+// ran the model's script on the host. `path_add PYTHONPATH src` is the
+// same for Python: a sitecustomize.py on PYTHONPATH runs in every Python
+// the human starts (on main the host's python3 ran the model's). Now a
+// directory an .envrc puts on PATH is protected as where a protected
+// link leads (every file in it; a program sees it read-only and one
+// that makes it has it moved aside), and sitecustomize.py and
+// usercustomize.py of a directory it puts on PYTHONPATH are.
+func TestProtectedEnvrcPathDirs(t *testing.T) {
+	sb := newSandbox(t)
+	writeFiles(t, sb.ws, 0o755, map[string]string{
+		".git/HEAD":   "ref: refs/heads/main\n",
+		".git/config": "[core]\n",
+		".envrc": "PATH_add bin\nPATH_add \"$PWD/tools/bin\"\nlayout php\nexport PATH=\"${PWD}/.local-bin:$PATH\"\n" +
+			"path_add PYTHONPATH src\nload_prefix opt/toolchain\nexport PYTHONPATH=\"$PWD/lib/py${PYTHONPATH:+:$PYTHONPATH}\"\n",
+		"bin/deploy":  "#!/bin/sh\necho deploying\n",
+		"src/app.py":  "print('app')\n",
+		"docs/usage":  "x\n",
+		"docs/readme": "x\n",
+	})
+	mark := filepath.Join(sb.dir, "ran")
+	s := shellService(t, sb, 20*time.Second)
+	payload := "#!/bin/sh\necho ran > " + mark + "\n"
+	var done []string
+	for _, c := range []struct {
+		tool string
+		args map[string]any
+	}{
+		{"fs.write", map[string]any{"path": "bin/deploy", "content": payload}},
+		{"fs.move", map[string]any{"from": "bin/deploy", "to": "bin/git"}},
+		{"fs.write", map[string]any{"path": "src/sitecustomize.py", "content": "open(" + strconv.Quote(mark) + ", 'w').write('ran')\n"}},
+	} {
+		r := exec(t, s, c.tool, c.args)
+		if codeOf(r) == "" {
+			done = append(done, fmt.Sprintf("%s %v", c.tool, c.args))
+		} else if codeOf(r) != string(wire.CodePermissionDenied) || !strings.Contains(r.GetError().GetMessage(), ".envrc") {
+			t.Errorf("%s %v: %v, want PERMISSION_DENIED naming .envrc", c.tool, c.args, r)
+		}
+	}
+	// The next human cds in (direnv puts bin/ first on PATH) and the
+	// prompt runs git status; then starts a Python (src/ on PYTHONPATH).
+	human := func(name string, env []string, args ...string) string {
+		cmd := osexec.Command(name, args...)
+		cmd.Dir = sb.ws
+		cmd.Env = append(env, "HOME="+t.TempDir(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null")
+		out, _ := cmd.CombinedOutput()
+		return string(out)
+	}
+	out := human("sh", []string{"PATH=" + filepath.Join(sb.ws, "bin") + ":" + os.Getenv("PATH")}, "-c", "git status --short")
+	if _, err := os.Stat(mark); err == nil {
+		t.Fatalf("the next human's git status ran the model's bin/git (%v): %s", done, out)
+	}
+	if py, err := osexec.LookPath("python3"); err == nil {
+		out = human(py, []string{"PATH=" + os.Getenv("PATH"), "PYTHONPATH=" + filepath.Join(sb.ws, "src")}, "-c", "pass")
+		if _, err := os.Stat(mark); err == nil {
+			t.Fatalf("the next human's python3 ran the model's src/sitecustomize.py (%v): %s", done, out)
+		}
+	}
+	if len(done) != 0 {
+		t.Errorf("done: %v", done)
+	}
+	for _, p := range []string{"tools/bin/ls", "vendor/bin/phpunit", ".local-bin/git", "opt/toolchain/bin/make", "src/usercustomize.py", "lib/py/sitecustomize.py", "bin/sub/x"} {
+		if r := exec(t, s, "fs.write", map[string]any{"path": p, "content": payload}); codeOf(r) != string(wire.CodePermissionDenied) {
+			t.Errorf("fs.write %s: %v, want PERMISSION_DENIED", p, r)
+		}
+	}
+	if r := exec(t, s, "fs.move", map[string]any{"from": "docs/usage", "to": "bin/usage"}); codeOf(r) != string(wire.CodePermissionDenied) {
+		t.Errorf("fs.move into bin/: %v, want PERMISSION_DENIED", r)
+	}
+	// A write program: bin/ is read-only to it, and a vendor/bin it
+	// makes is moved aside after it.
+	res := resultAs[ShellResult](t, shell(t, s, "sh", "-c",
+		"echo 'echo ran' >> bin/deploy; mkdir -p vendor/bin && echo 'echo ran' > vendor/bin/phpunit; echo done"))
+	if !strings.Contains(res.Stdout, "done") {
+		t.Fatalf("the program: %+v", res)
+	}
+	if b, err := os.ReadFile(filepath.Join(sb.ws, "bin/deploy")); err != nil || string(b) != "#!/bin/sh\necho deploying\n" {
+		t.Errorf("bin/deploy: %q %v", b, err)
+	}
+	if _, err := os.Lstat(filepath.Join(sb.ws, "vendor/bin/phpunit")); err == nil {
+		t.Error("vendor/bin/phpunit, made by a program, is in place")
+	}
+	expireLinkTargets(s)
+	wantWritable(t, s, "src/app.py", "src/json_util.py", "binaries/x", "docs/bin/x", "vendor/autoload.php", "opt/toolchain/README", "lib/py/util.py")
 }
