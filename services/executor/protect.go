@@ -1376,6 +1376,11 @@ func (w *workspace) checkProtectedAs(p, name string, targets bool) *xctv1.Error 
 				"%q is in installed packages (%s): hooks, editors and the next command run them, and no diff shows them; the fs tools do not change them (a program that installs packages may)", p, tree),
 				map[string]any{"path": p, "installed_packages": tree})
 		}
+		if dir := w.toolCache(n); dir != "" {
+			return wire.WithDetails(wire.Errorf(wire.CodePermissionDenied,
+				"%q is in %s, a directory a tool tagged as its cache (CACHEDIR.TAG): tools run what they keep there without rebuilding it (cargo test its test binaries), and no diff shows it; the fs tools do not change it (the tool may)", p, dir),
+				map[string]any{"path": p, "tool_cache": dir})
+		}
 		if hit := compiledPython(n); hit != "" {
 			return wire.WithDetails(wire.Errorf(wire.CodePermissionDenied,
 				"%q is compiled Python (%s): Python runs it in place of its source, or of a module it shadows, and no diff shows it; the fs tools do not change it (Python makes it)", p, hit),
@@ -1460,6 +1465,32 @@ func (w *workspace) installedPackages(name string) string {
 			i == len(parts)-1 && foldName(parts[i]) == "pyvenv.cfg",
 			i < len(parts) && venvDirs[foldName(parts[i])]:
 			return env + " (a Python virtual environment)"
+		}
+	}
+	return ""
+}
+
+// cacheDirTag is the file by which a tool tags a directory as its
+// cache or build output (the Cache Directory Tagging specification):
+// cargo's target/, pytest's .pytest_cache, ruff's, mypy's, direnv's.
+const cacheDirTag = "cachedir.tag"
+
+// toolCache returns the directory tagged as a tool's cache (one holding
+// a regular CACHEDIR.TAG, below the workspace's top) that the clean
+// workspace path name is in or is, or, for a name that is a
+// CACHEDIR.TAG, that name: a tag is a tool's to make. What a tool keeps
+// there it runs again without rebuilding it when its sources have not
+// changed: `cargo test` runs target/debug/deps/<crate>-<hash>, which
+// fs.write replaced keeping its mode (session 19, attack19a).
+func (w *workspace) toolCache(name string) string {
+	parts := strings.Split(filepath.ToSlash(name), "/")
+	if foldName(parts[len(parts)-1]) == cacheDirTag {
+		return name
+	}
+	for i := 1; i <= len(parts); i++ {
+		dir := path.Join(parts[:i]...)
+		if fi, err := w.root.Lstat(path.Join(dir, "CACHEDIR.TAG")); err == nil && fi.Mode().IsRegular() {
+			return dir
 		}
 	}
 	return ""

@@ -361,3 +361,90 @@ func FuzzParseTOML(f *testing.F) {
 		}
 	})
 }
+
+// TestToolCachesAreNotWrittenByTheFSTools: build tools keep what they
+// built in directories they tag with CACHEDIR.TAG (cargo's target/,
+// pytest's .pytest_cache, ruff's and mypy's caches), ignored by git, and
+// run it again without rebuilding when its sources have not changed:
+// `cargo test` runs the test binary target/debug/deps/<crate>-<hash>
+// (one name, mode 0755). On main fs.write (reversible, no human; it
+// keeps the replaced file's mode) replaced it with a script, and the
+// next human's `cargo test` ran the model's command on the host. Now
+// the fs tools do not write, move or delete anything in a directory
+// holding a CACHEDIR.TAG (the directory itself too), nor make a
+// CACHEDIR.TAG; the tools that tag them still write them.
+func TestToolCachesAreNotWrittenByTheFSTools(t *testing.T) {
+	sb := newSandbox(t)
+	writeFiles(t, sb.ws, 0o644, map[string]string{
+		"Cargo.toml":                       "[package]\nname = \"app\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[dependencies]\n",
+		"src/main.rs":                      "fn main() { println!(\"app\"); }\n\n#[test]\nfn it_works() { assert_eq!(1 + 1, 2); }\n",
+		".pytest_cache/CACHEDIR.TAG":       "Signature: 8a477f597d28d172789f06886806bc55\n",
+		".pytest_cache/v/cache/lastfailed": "{}\n",
+		"docs/target/readme.md":            "x\n",
+		"notes.txt":                        "x\n",
+	})
+	mark := filepath.Join(sb.dir, "ran")
+	cargo, _ := osexec.LookPath("cargo")
+	human := func(args ...string) string {
+		cmd := osexec.Command(cargo, args...)
+		cmd.Dir = sb.ws
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Logf("cargo %v: %v", args, err)
+		}
+		return string(out)
+	}
+	if cargo != "" {
+		// The human built and tested the project before the run.
+		if out := human("test", "--offline", "--no-run"); !strings.Contains(out, "target/debug/deps/app-") {
+			t.Fatalf("cargo test --no-run: %s", out)
+		}
+	} else {
+		t.Log("no cargo on the host: its target directory is made by hand, the human's cargo test is not tried")
+		writeFiles(t, sb.ws, 0o755, map[string]string{
+			"target/CACHEDIR.TAG":                    "Signature: 8a477f597d28d172789f06886806bc55\n",
+			"target/debug/deps/app-29897a1f9d59ade5": "\x7fELF",
+		})
+	}
+	// The model finds the test binary (fs.list) and replaces it.
+	var bin string
+	des, err := os.ReadDir(filepath.Join(sb.ws, "target/debug/deps"))
+	must(t, err)
+	for _, de := range des {
+		if fi, err := de.Info(); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o100 != 0 && hardLinks(fi) == 1 {
+			bin = "target/debug/deps/" + de.Name()
+		}
+	}
+	if bin == "" {
+		t.Fatal("no test binary in target/debug/deps")
+	}
+	s := newService(t, sb.ws)
+	r := exec(t, s, "fs.write", map[string]any{"path": bin, "content": "#!/bin/sh\necho ran > " + mark + "\n"})
+	if cargo != "" {
+		out := human("test", "--offline", "-q")
+		if _, err := os.Stat(mark); err == nil {
+			t.Fatalf("the next human's cargo test ran the model's %s (fs.write: %v): %s", bin, r, out)
+		}
+	}
+	if codeOf(r) != string(wire.CodePermissionDenied) || !strings.Contains(r.GetError().GetMessage(), "CACHEDIR.TAG") {
+		t.Errorf("fs.write %s: %v, want PERMISSION_DENIED naming CACHEDIR.TAG", bin, r)
+	}
+	for _, c := range []struct {
+		tool string
+		args map[string]any
+	}{
+		{"fs.write", map[string]any{"path": "target/debug/app2", "content": "x"}},
+		{"fs.write", map[string]any{"path": ".pytest_cache/v/cache/lastfailed", "content": "x"}},
+		{"fs.write", map[string]any{"path": "src/CACHEDIR.TAG", "content": "Signature: 8a477f597d28d172789f06886806bc55\n"}},
+		{"fs.delete", map[string]any{"path": "target/CACHEDIR.TAG"}},
+		{"fs.delete", map[string]any{"path": bin}},
+		{"fs.move", map[string]any{"from": "notes.txt", "to": "target/debug/app3"}},
+		{"fs.move", map[string]any{"from": "target", "to": "target-old"}},
+		{"fs.move", map[string]any{"from": "notes.txt", "to": "x/cachedir.tag"}},
+	} {
+		if r := exec(t, s, c.tool, c.args); codeOf(r) != string(wire.CodePermissionDenied) {
+			t.Errorf("%s %v: %v, want PERMISSION_DENIED", c.tool, c.args, r)
+		}
+	}
+	wantWritable(t, s, "src/main.rs", "Cargo.toml", "docs/target/readme.md", "src/cachedir.md")
+}
