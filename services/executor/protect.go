@@ -664,6 +664,9 @@ func direnvPathRefs(root *os.Root, rel string) []string {
 		if i := strings.Index(line, " #"); i >= 0 {
 			line = line[:i]
 		}
+		if strings.HasPrefix(strings.TrimSpace(line), "#") {
+			continue
+		}
 		f := strings.FieldsFunc(line, func(r rune) bool { return r == ' ' || r == '\t' || r == ';' || r == '&' || r == '|' })
 		for i := range f {
 			f[i] = strings.NewReplacer(`"`, "", "'", "").Replace(f[i])

@@ -184,7 +184,7 @@ func TestProtectedEnvrcPathDirs(t *testing.T) {
 		".git/HEAD":   "ref: refs/heads/main\n",
 		".git/config": "[core]\n",
 		".envrc": "PATH_add bin\nPATH_add \"$PWD/tools/bin\"\nlayout php\nexport PATH=\"${PWD}/.local-bin:$PATH\"\n" +
-			"path_add PYTHONPATH src\nload_prefix opt/toolchain\nexport PYTHONPATH=\"$PWD/lib/py${PYTHONPATH:+:$PYTHONPATH}\"\n",
+			"# PATH_add docs\npath_add PYTHONPATH src\nload_prefix opt/toolchain\nexport PYTHONPATH=\"$PWD/lib/py${PYTHONPATH:+:$PYTHONPATH}\"\n",
 		"bin/deploy":  "#!/bin/sh\necho deploying\n",
 		"src/app.py":  "print('app')\n",
 		"docs/usage":  "x\n",
@@ -253,7 +253,7 @@ func TestProtectedEnvrcPathDirs(t *testing.T) {
 		t.Error("vendor/bin/phpunit, made by a program, is in place")
 	}
 	expireLinkTargets(s)
-	wantWritable(t, s, "src/app.py", "src/json_util.py", "binaries/x", "docs/bin/x", "vendor/autoload.php", "opt/toolchain/README", "lib/py/util.py")
+	wantWritable(t, s, "src/app.py", "src/json_util.py", "binaries/x", "docs/bin/x", "vendor/autoload.php", "opt/toolchain/README", "lib/py/util.py", "docs/readme")
 }
 
 // TestProtectedLefthookTOMLRefs: lefthook reads its configuration in
