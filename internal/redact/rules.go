@@ -62,6 +62,9 @@ type matcher struct {
 	perLine bool
 	// accept, when set, must approve a secret before it is replaced.
 	accept func(string) bool
+	// need, when set (perLine only), is what a line with a hint must also
+	// have for the regexp to match it; a line without it is not searched.
+	need func(line string) bool
 }
 
 // apply replaces what m finds in s. The caller checked the hints.
@@ -79,7 +82,7 @@ func (m *matcher) apply(s string, r *Redactor) (string, bool) {
 			} else {
 				end += off
 			}
-			if line := s[off:end]; m.hinted(line) {
+			if line := s[off:end]; m.hinted(line) && (m.need == nil || m.need(line)) {
 				for _, loc := range m.re.FindAllStringSubmatchIndex(line, -1) {
 					for i := range loc {
 						if loc[i] >= 0 {
@@ -207,7 +210,44 @@ func keyValueMatcher(rules [][]string) matcher {
 	for h := range hints {
 		m.hints = append(m.hints, h)
 	}
+	m.need = func(line string) bool { return assignedHint(line, m.hints) }
 	return m
+}
+
+// assignedHint reports whether one of hints (a key rule's last word, lower
+// case) occurs in line, ASCII case-insensitively, followed by an optional
+// quote, spaces or tabs, and ':' or '=': what the key-value expression
+// needs right after a key. A line without it cannot match, and is not
+// searched: the expression's leading run of key characters and its
+// alternation of every rule cost ~1 µs a byte, so a file of lines such as
+// "max_tokens: 4096 # the token budget" (a hint, never assigned) took
+// seconds per MiB to scan (session 19's BenchmarkShownSum).
+func assignedHint(line string, hints []string) bool {
+	for _, h := range hints {
+		n := len(h)
+		for i := 0; i+n <= len(line); i++ {
+			if line[i]|0x20 != h[0] {
+				continue
+			}
+			j := 1
+			for ; j < n && line[i+j]|0x20 == h[j]; j++ {
+			}
+			if j < n {
+				continue
+			}
+			k := i + n
+			if k < len(line) && (line[k] == '"' || line[k] == '\'') {
+				k++
+			}
+			for k < len(line) && (line[k] == ' ' || line[k] == '\t') {
+				k++
+			}
+			if k < len(line) && (line[k] == ':' || line[k] == '=') {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // patternMatcher compiles a configured pattern.
