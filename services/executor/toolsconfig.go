@@ -357,7 +357,7 @@ func ParseToolsConfig(name string, data []byte) (*ToolsConfig, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(cfg); err != nil && !errors.Is(err, io.EOF) {
-		return nil, yamlErrors(name, err)
+		return nil, yamlErrors(name, data, err)
 	}
 	var extra any
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
@@ -374,12 +374,19 @@ func ParseToolsConfig(name string, data []byte) (*ToolsConfig, error) {
 	return cfg, nil
 }
 
-// yamlErrors turns a decoding error into "file:line: message" lines.
-func yamlErrors(file string, err error) error {
+// yamlErrors turns a decoding error into "file:line: message" lines; a
+// value of the wrong kind is said with its setting and what it wants
+// (typeErrorText).
+func yamlErrors(file string, data []byte, err error) error {
 	var msgs []string
 	var te *yaml.TypeError
 	if errors.As(err, &te) {
-		msgs = te.Errors
+		var doc yaml.Node
+		_ = yaml.Unmarshal(data, &doc)
+		msgs = make([]string, len(te.Errors))
+		for i, m := range te.Errors {
+			msgs[i] = describeTypeError(&doc, m)
+		}
 	} else {
 		msgs = []string{err.Error()}
 	}

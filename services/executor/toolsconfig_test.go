@@ -130,10 +130,15 @@ func TestParseToolsConfigErrors(t *testing.T) {
 	}{
 		{"unknown key", "http:\n  allow_hosts: [a.com]\n  allow_proxy: true\n", "tools.yaml:3: field allow_proxy not found"},
 		{"unknown section", "ssh: {}\n", "tools.yaml:1: field ssh not found"},
-		{"wrong type", "http:\n  allow_hosts: a.com\n", "tools.yaml:2: cannot unmarshal"},
+		{"wrong type", "http:\n  allow_hosts: a.com\n", "tools.yaml:2: http.allow_hosts: want a list of strings, not the string `a.com`"},
 		{"duplicate key", "http:\n  allow_hosts: [a.com]\n  allow_hosts: [b.com]\n", "tools.yaml:3: mapping key \"allow_hosts\" already defined at line 2"},
 		{"bad effect", "shell:\n  binaries:\n    - name: echo\n      effect: undoable\n", `tools.yaml:4: effect "undoable"`},
-		{"bad duration", "shell:\n  timeout: soon\n  binaries: [{name: echo}]\n", "tools.yaml:2: cannot unmarshal"},
+		{"bad duration", "shell:\n  timeout: soon\n  binaries: [{name: echo}]\n", "tools.yaml:2: shell.timeout: want a duration with a unit (300ms, 5s, 2m), not the string `soon`"},
+		{"duration without a unit", "servers:\n  - {name: a, address: \"h:1\", timeout: 30}\n", "tools.yaml:2: servers[0].timeout: want a duration with a unit (300ms, 5s, 2m), not the number `30`"},
+		{"flag not a boolean", "shell:\n  binaries:\n    - name: echo\n      any_flags: sometimes\n", "tools.yaml:4: shell.binaries[0].any_flags: want true or false, not the string `sometimes`"},
+		{"section not a mapping", "shell:\n  - echo\n", "tools.yaml:2: shell: want a mapping, not a list"},
+		{"override's idempotent", "mcp:\n  - name: m\n    url: http://h/mcp\n    tools:\n      search: {idempotent: maybe}\n", "tools.yaml:5: mcp[0].tools.search.idempotent: want true or false, not the string `maybe`"},
+		{"long value cut", "http:\n  allow_hosts: [a.com]\n  max_redirects: a-great-many\n", "tools.yaml:3: http.max_redirects: want a whole number, not the string `a-great-many`"},
 		{"syntax", "http: [\n", "tools.yaml:"},
 		{"two documents", "http:\n  allow_hosts: [a.com]\n---\nshell: {}\n", "more than one YAML document"},
 		{"no hosts", "http: {}\n", "tools.yaml:1: http.allow_hosts: allow_hosts is empty"},
@@ -170,7 +175,7 @@ func TestParseToolsConfigErrors(t *testing.T) {
 		{"mcp stream bound too small", "mcp:\n  - name: m\n    url: http://h/mcp\n    max_stream_bytes: 1024\n", "mcp[0].max_stream_bytes: max_stream_bytes 1024 must be between 65536 (64 KiB) and 1073741824 (1 GiB)"},
 		{"mcp stream bound negative", "mcp:\n  - name: m\n    url: http://h/mcp\n    max_stream_bytes: -1\n", "max_stream_bytes -1 must be between"},
 		{"mcp stream bound too large", "mcp:\n  - name: m\n    url: http://h/mcp\n    max_stream_bytes: 2147483648\n", "max_stream_bytes 2147483648 must be between"},
-		{"mcp stream bound with a unit", "mcp:\n  - name: m\n    url: http://h/mcp\n    max_stream_bytes: 64MiB\n", "tools.yaml:4: cannot unmarshal !!str `64MiB` into int64"},
+		{"mcp stream bound with a unit", "mcp:\n  - name: m\n    url: http://h/mcp\n    max_stream_bytes: 64MiB\n", "tools.yaml:4: mcp[0].max_stream_bytes: want a whole number, not the string `64MiB`"},
 		{"mcp bad tool override", "mcp:\n  - name: m\n    command: cat\n    tools:\n      \"a b\": {effect: read}\n", `tool name "a b"`},
 	}
 	for _, tt := range tests {
