@@ -110,7 +110,18 @@ type Spec struct {
 	stream *jetstream.StreamConfig
 	kv     *jetstream.KeyValueConfig
 	obj    *jetstream.ObjectStoreConfig
+	// msgTTL: the stream allows a message its own TTL (the approvals
+	// bucket: the validator removes a pending index key,
+	// pending.<run>.<step>, with a marker that expires, so the index
+	// holds the pending approvals only and a list of them does not read
+	// one marker per approval ever closed). No marker is placed when
+	// such a message expires (no SubjectDeleteMarkerTTL): the key is
+	// then gone. A bucket's config cannot say it (LimitMarkerTTL also
+	// places markers); it is turned on once the bucket is made.
+	msgTTL bool
 }
+
+func (sp Spec) withMsgTTL() Spec { sp.msgTTL = true; return sp }
 
 // Specs are every stream and bucket XCT needs, with s's settings: exactly
 // what the services created when they were missing before provisioning
@@ -175,7 +186,7 @@ func Specs(s Settings) []Spec {
 			History:     ApprovalHistory,
 			Storage:     jetstream.FileStorage,
 			Replicas:    s.Replicas,
-		}, "validator", "orchestrator"),
+		}, "validator", "orchestrator").withMsgTTL(),
 		kv(jetstream.KeyValueConfig{
 			Bucket:      OwnersBucket,
 			Description: "owner instance of every unfinished XCT run",
@@ -255,11 +266,14 @@ func Run(ctx context.Context, js jetstream.JetStream, s Settings) ([]Result, err
 		if err != nil {
 			return out, err
 		}
-		var updated []string
-		if !created {
-			if updated, err = turnOn(ctx, js, sp); err != nil {
-				return out, err
-			}
+		// What a bucket's config cannot say is turned on once it is made
+		// (said only of one an earlier XCT made).
+		updated, err := turnOn(ctx, js, sp)
+		if err != nil {
+			return out, err
+		}
+		if created {
+			updated = nil
 		}
 		if sp.Name == RedactionBucket {
 			made, err := redactionKey(ctx, js)
@@ -336,24 +350,36 @@ func make1(ctx context.Context, js jetstream.JetStream, sp Spec) (created bool, 
 
 // turnOn turns on in sp's existing stream what XCT makes it with and a
 // stream made by an earlier XCT lacks: atomic batch publish on a chain
-// stream that asks for it. Nothing else of the stream changes.
+// stream that asks for it, per-message TTLs on a bucket that asks for
+// them (the approvals'). Nothing else of the stream changes.
 func turnOn(ctx context.Context, js jetstream.JetStream, sp Spec) ([]string, error) {
-	if sp.stream == nil || !sp.stream.AllowAtomicPublish {
+	want := func(c jetstream.StreamConfig) (jetstream.StreamConfig, []string) {
+		var what []string
+		if sp.stream != nil && sp.stream.AllowAtomicPublish && !c.AllowAtomicPublish {
+			c.AllowAtomicPublish = true
+			what = append(what, "atomic batch publish turned on")
+		}
+		if sp.msgTTL && !c.AllowMsgTTL {
+			c.AllowMsgTTL = true
+			what = append(what, "per-message TTLs turned on (the pending index's markers expire)")
+		}
+		return c, what
+	}
+	if (sp.stream == nil || !sp.stream.AllowAtomicPublish) && !sp.msgTTL {
 		return nil, nil
 	}
 	st, err := js.Stream(ctx, sp.Stream)
 	if err != nil {
 		return nil, fmt.Errorf("provision %s %s: %w", sp.Kind, sp.Name, err)
 	}
-	c := st.CachedInfo().Config
-	if c.AllowAtomicPublish {
+	c, what := want(st.CachedInfo().Config)
+	if len(what) == 0 {
 		return nil, nil
 	}
-	c.AllowAtomicPublish = true
 	if _, err := js.UpdateStream(ctx, c); err != nil {
-		return nil, fmt.Errorf("provision %s %s: turn on atomic batch publish: %w", sp.Kind, sp.Name, err)
+		return nil, fmt.Errorf("provision %s %s: %s: %w", sp.Kind, sp.Name, strings.Join(what, ", "), err)
 	}
-	return []string{"atomic batch publish turned on"}, nil
+	return what, nil
 }
 
 // check refuses sp's stream when its settings are not XCT's kind, and

@@ -307,3 +307,75 @@ func TestProvisionMakesTheRedactionKeyOnce(t *testing.T) {
 		t.Fatal("the second run replaced the redaction key")
 	}
 }
+
+// Session 19 (ops19), issue 17: the approvals bucket allows a message
+// its own TTL, so the validator's pending index keys leave markers that
+// expire; no marker is placed when one does (SubjectDeleteMarkerTTL 0).
+// A bucket an earlier XCT made gets it turned on, said in the result;
+// a run after that changes nothing, and nothing else of it changes.
+func TestProvisionLetsTheApprovalsMarkersExpire(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	msgTTL := func(js jetstream.JetStream) jetstream.StreamConfig {
+		t.Helper()
+		st, err := js.Stream(ctx, "KV_"+provision.ApprovalsBucket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.CachedInfo().Config
+	}
+	fresh, err := jetstream.New(testutil.Connect(t, testutil.RunBareJetStream(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := provision.Run(ctx, fresh, provision.Defaults())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res {
+		if r.Spec.Name == provision.ApprovalsBucket && (!r.Created || len(r.Updated) != 0) {
+			t.Fatalf("a fresh approvals bucket: %+v", r)
+		}
+	}
+	if c := msgTTL(fresh); !c.AllowMsgTTL || c.SubjectDeleteMarkerTTL != 0 {
+		t.Fatalf("a fresh approvals bucket: per-message TTL %v, marker TTL %v; want true and 0", c.AllowMsgTTL, c.SubjectDeleteMarkerTTL)
+	}
+
+	js, err := jetstream.New(testutil.Connect(t, testutil.RunBareJetStream(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: provision.ApprovalsBucket, History: provision.ApprovalHistory,
+		Storage: jetstream.FileStorage, MaxBytes: 1 << 30}); err != nil {
+		t.Fatal(err)
+	}
+	if c := msgTTL(js); c.AllowMsgTTL {
+		t.Fatal("an earlier XCT's bucket allows per-message TTLs already")
+	}
+	first, err := provision.Run(ctx, js, provision.Defaults())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var said []string
+	for _, r := range first {
+		if r.Spec.Name == provision.ApprovalsBucket {
+			said = r.Updated
+		}
+	}
+	if len(said) != 1 || !strings.Contains(said[0], "per-message TTLs turned on") {
+		t.Fatalf("the earlier bucket's updates: %v", said)
+	}
+	c := msgTTL(js)
+	if !c.AllowMsgTTL || c.SubjectDeleteMarkerTTL != 0 || c.MaxBytes != 1<<30 || c.MaxMsgsPerSubject != provision.ApprovalHistory {
+		t.Fatalf("after provisioning: %+v", c)
+	}
+	second, err := provision.Run(ctx, js, provision.Defaults())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range second {
+		if len(r.Updated) != 0 {
+			t.Fatalf("second run updated %s: %v", r.Spec.Name, r.Updated)
+		}
+	}
+}

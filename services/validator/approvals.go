@@ -46,6 +46,52 @@ const (
 type approvalStore struct {
 	kv jetstream.KeyValue
 	js jetstream.JetStream
+	// markerTTL, when positive, is how long the marker an index key
+	// leaves when it is removed is kept: the bucket lets markers expire
+	// (provisioning's LimitMarkerTTL). Zero: a plain delete, whose marker
+	// stays until purged.
+	markerTTL time.Duration
+}
+
+// The pending index. An approval's key is "<run>.<step>" (two tokens:
+// neither may hold a dot, validKeyToken); the key "pending.<run>.<step>"
+// (three tokens, so it is never an approval's, even of a run named
+// "pending") says the approval may be pending. It is written before the
+// approval is opened and removed after the approval leaves pending, so
+// the index holds at least every pending approval, and a list of the
+// pending ones reads the index and the approvals it names, not every
+// approval ever opened. A start indexes the pending approvals an older
+// validator opened (indexPending).
+const (
+	pendingIndex = "pending"
+	// DefaultIndexMarkerTTL is how long a removed index key's marker is
+	// kept, where the bucket lets markers expire.
+	DefaultIndexMarkerTTL = time.Minute
+	// danglingIndexAge is how old an index key naming no approval must be
+	// before a list removes it: a request writes the key, then opens the
+	// approval, within its call's deadline.
+	danglingIndexAge = 10 * time.Minute
+)
+
+func indexKey(runID, stepID string) string { return pendingIndex + "." + runID + "." + stepID }
+
+// index writes the index key of an approval about to be opened.
+func (st *approvalStore) index(ctx context.Context, runID, stepID string) error {
+	if _, err := st.kv.Put(ctx, indexKey(runID, stepID), nil); err != nil {
+		return fmt.Errorf("%w: index the approval: %w", ErrApprovalsUnavailable, err)
+	}
+	return nil
+}
+
+// unindex removes the index key of an approval no longer pending. A
+// failure leaves a key naming a closed approval, which the next pending
+// list removes.
+func (st *approvalStore) unindex(ctx context.Context, runID, stepID string) {
+	if st.markerTTL > 0 {
+		_ = st.kv.Purge(ctx, indexKey(runID, stepID), jetstream.PurgeTTL(st.markerTTL))
+		return
+	}
+	_ = st.kv.Delete(ctx, indexKey(runID, stepID))
 }
 
 // approvalsSubjects are the subjects of the approvals bucket.
@@ -70,7 +116,37 @@ func openApprovals(ctx context.Context, js jetstream.JetStream) (*approvalStore,
 	if err != nil {
 		return nil, fmt.Errorf("approvals bucket: %w", err)
 	}
-	return &approvalStore{kv: kv, js: js}, nil
+	st := &approvalStore{kv: kv, js: js}
+	if status, err := kv.Status(ctx); err == nil {
+		if bs, ok := status.(*jetstream.KeyValueBucketStatus); ok && bs.StreamInfo().Config.AllowMsgTTL {
+			st.markerTTL = DefaultIndexMarkerTTL
+		}
+	}
+	return st, nil
+}
+
+// indexPending writes the index key of every pending approval that lacks
+// one (opened by a validator older than the index), once, at start.
+func (st *approvalStore) indexPending(ctx context.Context) (int, error) {
+	items, err := st.list(ctx, "")
+	if err != nil {
+		return 0, err
+	}
+	made := 0
+	for _, sa := range items {
+		if sa.a.GetState() != xctv1.ApprovalState_APPROVAL_STATE_PENDING {
+			continue
+		}
+		_, err := st.kv.Create(ctx, indexKey(sa.a.GetRunId(), sa.a.GetStepId()), nil)
+		switch {
+		case err == nil:
+			made++
+		case errors.Is(err, jetstream.ErrKeyExists):
+		default:
+			return made, fmt.Errorf("%w: index the pending approvals: %w", ErrApprovalsUnavailable, err)
+		}
+	}
+	return made, nil
 }
 
 func approvalKey(runID, stepID string) string { return runID + "." + stepID }
@@ -91,10 +167,13 @@ func (st *approvalStore) get(ctx context.Context, runID, stepID string) (*xctv1.
 	return a, entry.Revision(), nil
 }
 
+// errUndecodable is a stored approval that does not decode.
+var errUndecodable = errors.New("stored approval does not decode")
+
 func decodeApproval(raw []byte) (*xctv1.Approval, error) {
 	a := &xctv1.Approval{}
 	if err := protojson.Unmarshal(raw, a); err != nil {
-		return nil, fmt.Errorf("%w: stored approval does not decode: %w", ErrApprovalsUnavailable, err)
+		return nil, fmt.Errorf("%w: %w: %w", ErrApprovalsUnavailable, errUndecodable, err)
 	}
 	return a, nil
 }
@@ -105,6 +184,11 @@ func (st *approvalStore) create(ctx context.Context, a *xctv1.Approval) (stored 
 	raw, err := protojson.Marshal(a)
 	if err != nil {
 		return nil, false, fmt.Errorf("encode approval: %w", err)
+	}
+	if a.GetState() == xctv1.ApprovalState_APPROVAL_STATE_PENDING {
+		if err := st.index(ctx, a.GetRunId(), a.GetStepId()); err != nil {
+			return nil, false, err
+		}
 	}
 	_, err = st.kv.Create(ctx, approvalKey(a.GetRunId(), a.GetStepId()), raw)
 	if errors.Is(err, jetstream.ErrKeyExists) {
@@ -130,6 +214,9 @@ func (st *approvalStore) update(ctx context.Context, a *xctv1.Approval, rev uint
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrApprovalsUnavailable, err)
 	}
+	if a.GetState() != xctv1.ApprovalState_APPROVAL_STATE_PENDING {
+		st.unindex(ctx, a.GetRunId(), a.GetStepId())
+	}
 	return nil
 }
 
@@ -141,7 +228,7 @@ type storedApproval struct {
 
 // list reads every approval, or a run's.
 func (st *approvalStore) list(ctx context.Context, runID string) ([]storedApproval, error) {
-	filter := ">"
+	filter := "*.*" // approvals, not the index's keys
 	if runID != "" {
 		filter = runID + ".*"
 	}
@@ -169,6 +256,93 @@ func (st *approvalStore) list(ctx context.Context, runID string) ([]storedApprov
 			out = append(out, storedApproval{a: a, rev: entry.Revision()})
 		}
 	}
+}
+
+// indexEntry is a key of the pending index: the approval it names and
+// when (by the server's clock) it was written.
+type indexEntry struct {
+	runID, stepID string
+	written       time.Time
+}
+
+// listPending reads the approvals the pending index names, listChainReads
+// at a time: those still pending (expiry is the caller's, asListed). A key
+// naming an approval no longer pending is removed, as is one naming no
+// approval once it is older than danglingIndexAge by now.
+func (st *approvalStore) listPending(ctx context.Context, now time.Time) ([]storedApproval, error) {
+	w, err := st.kv.Watch(ctx, pendingIndex+".*.*", jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrApprovalsUnavailable, err)
+	}
+	var keys []indexEntry
+	func() {
+		defer func() { _ = w.Stop() }()
+		for {
+			select {
+			case <-ctx.Done():
+				err = fmt.Errorf("%w: %w", ErrApprovalsUnavailable, ctx.Err())
+				return
+			case entry, ok := <-w.Updates():
+				if !ok {
+					err = fmt.Errorf("%w: the approvals index watch ended", ErrApprovalsUnavailable)
+					return
+				}
+				if entry == nil {
+					return
+				}
+				parts := strings.Split(entry.Key(), ".")
+				if len(parts) != 3 || !validKeyToken(parts[1]) || !validKeyToken(parts[2]) {
+					continue
+				}
+				keys = append(keys, indexEntry{runID: parts[1], stepID: parts[2], written: entry.Created()})
+			}
+		}
+	}()
+	if err != nil {
+		return nil, err
+	}
+	found := make([]*storedApproval, len(keys))
+	errs := make([]error, len(keys))
+	slots := make(chan struct{}, listChainReads)
+	var wg sync.WaitGroup
+	for i, k := range keys {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			wg.Wait()
+			return nil, fmt.Errorf("%w: %w", ErrApprovalsUnavailable, ctx.Err())
+		}
+		wg.Add(1)
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			a, rev, err := st.get(ctx, k.runID, k.stepID)
+			switch {
+			case errors.Is(err, ErrApprovalNotFound):
+				if now.Sub(k.written) > danglingIndexAge {
+					st.unindex(ctx, k.runID, k.stepID)
+				}
+			case errors.Is(err, errUndecodable):
+				// an entry nobody can read approves nothing
+			case err != nil:
+				errs[i] = err
+			case a.GetState() != xctv1.ApprovalState_APPROVAL_STATE_PENDING:
+				st.unindex(ctx, k.runID, k.stepID)
+			default:
+				found[i] = &storedApproval{a: a, rev: rev}
+			}
+		}()
+	}
+	wg.Wait()
+	out := make([]storedApproval, 0, len(keys))
+	for i := range keys {
+		if errs[i] != nil {
+			return nil, errs[i]
+		}
+		if found[i] != nil {
+			out = append(out, *found[i])
+		}
+	}
+	return out, nil
 }
 
 // expire marks a pending approval whose time has passed EXPIRED. A
@@ -339,7 +513,13 @@ func (s *Service) ListApprovals(ctx context.Context, req *xctv1.ListApprovalsReq
 	if id := req.GetRunId(); id != "" && !validKeyToken(id) {
 		return nil, approvalStatus(ErrBadRunID)
 	}
-	items, err := store.list(ctx, req.GetRunId())
+	var items []storedApproval
+	var err error
+	if req.GetRunId() == "" && !req.GetAll() {
+		items, err = store.listPending(ctx, s.now())
+	} else {
+		items, err = store.list(ctx, req.GetRunId())
+	}
 	if err != nil {
 		return nil, approvalStatus(err)
 	}

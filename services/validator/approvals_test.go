@@ -45,9 +45,10 @@ type approvals struct {
 	clock  *fakeClock
 	path   string
 	signer *verdict.Signer // nil: verdicts are not signed
+	opts   []validator.Option
 }
 
-func startApprovals(tb testing.TB) *approvals {
+func startApprovals(tb testing.TB, opts ...validator.Option) *approvals {
 	tb.Helper()
 	ns := testutil.RunJetStream(tb)
 	nc := testutil.Connect(tb, ns)
@@ -59,7 +60,7 @@ func startApprovals(tb testing.TB) *approvals {
 	if err := catalog.Publish(ctx, js, testTools()); err != nil {
 		tb.Fatal(err)
 	}
-	a := &approvals{nc: nc, clock: newFakeClock(), path: writeFile(tb, "policy.yaml", approvalPolicy)}
+	a := &approvals{nc: nc, clock: newFakeClock(), path: writeFile(tb, "policy.yaml", approvalPolicy), opts: opts}
 	a.s = a.start(tb)
 	return a
 }
@@ -67,7 +68,7 @@ func startApprovals(tb testing.TB) *approvals {
 // start starts a validator on the same NATS (a restart, when called again).
 func (a *approvals) start(tb testing.TB) *validator.Service {
 	tb.Helper()
-	s, err := validator.New(validator.Config{PolicyFile: a.path, Replicas: 1, Signer: a.signer}, a.nc, nil, validator.WithClock(a.clock.Now))
+	s, err := validator.New(validator.Config{PolicyFile: a.path, Replicas: 1, Signer: a.signer}, a.nc, nil, append([]validator.Option{validator.WithClock(a.clock.Now)}, a.opts...)...)
 	if err != nil {
 		tb.Fatal(err)
 	}

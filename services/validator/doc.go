@@ -212,7 +212,10 @@
 // decide it. DecideApproval records who decided, when and why (a reason is
 // required to deny), with a compare-and-set on the entry's revision, so of
 // two concurrent decisions exactly one wins. ListApprovals lists pending
-// ones (all with all), marking those past their time EXPIRED. Validate,
+// ones (all with all), marking those past their time EXPIRED; the pending
+// ones are found by an index, "pending.<run_id>.<step_id>", written before
+// an approval is opened and removed once it leaves pending (approvals.go).
+// Validate,
 // for a step that needs approval, reads its entry: APPROVED and unexpired
 // allows it, adding reason {approval, "approved by X: why"}; DENIED denies
 // it with APPROVAL_DENIED and the approver's reason; EXPIRED, or past its

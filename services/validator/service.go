@@ -39,6 +39,9 @@ type Service struct {
 	catalog   atomic.Pointer[catalog.Catalog] // nil until Start with NATS
 	policy    atomic.Pointer[installedPolicy]
 	approvals atomic.Pointer[approvalStore] // nil until Start with NATS
+	// indexMarkerTTL is how long a removed pending index key's marker is
+	// kept where the bucket lets markers expire (DefaultIndexMarkerTTL).
+	indexMarkerTTL time.Duration
 
 	// limits counts calls for the enforced policy's rate limits, shadows
 	// for the shadow policies' (which must not use up enforced calls; their
@@ -238,6 +241,19 @@ func (s *Service) Start(ctx context.Context) error {
 			return fmt.Errorf("validator: %w", err)
 		}
 		store.kv = s.cfg.StoreHealth.KeyValue(store.kv)
+		if store.markerTTL > 0 && s.indexMarkerTTL > 0 {
+			store.markerTTL = s.indexMarkerTTL
+		}
+		if store.markerTTL == 0 {
+			s.log.Warn("the approvals bucket keeps the delete markers of the pending index (one per closed approval, read by every list of pending approvals): run `xct nats provision` to let them expire",
+				"bucket", ApprovalsBucket)
+		}
+		// Approvals an older validator opened are not in the index yet.
+		if made, err := store.indexPending(ctx); err != nil {
+			return fmt.Errorf("validator: %w", err)
+		} else if made > 0 {
+			s.log.Info("indexed pending approvals opened without an index entry", "approvals", made)
+		}
 		// The watch outlives ctx (a start-up deadline, typically) and ends at
 		// Stop; ctx only cancels the initial load.
 		watchCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
