@@ -157,7 +157,8 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	// Every user's password, the admin's included: out of reach of a
 	// program run without a sandbox (executor.Config.SecretFiles).
 	cfg.Executor.SecretFiles = append(cfg.Executor.SecretFiles, natsCredsPath)
-	ns, err := natsembed.Start(natsembed.Config{Port: *natsPort, StoreDir: filepath.Join(abs, "nats"), Users: serverUsers})
+	natsErrs := newDevNATSErrors(log, filepath.Join(abs, "nats"))
+	ns, err := natsembed.Start(natsembed.Config{Port: *natsPort, StoreDir: filepath.Join(abs, "nats"), Users: serverUsers, OnError: natsErrs.report})
 	if err != nil {
 		return err
 	}
@@ -177,6 +178,7 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
+	natsErrs.store.Store(a.StoreHealth())
 	addrsPath := filepath.Join(abs, "dev", "addresses.yaml")
 	addrs := clusterAddrs{
 		Orchestrator: a.Addr(app.TargetOrchestrator), Validator: a.Addr(app.TargetValidator),

@@ -784,6 +784,10 @@ func (a *App) setServing(ok bool) {
 	a.setDepsAllLocked()
 }
 
+// StoreHealth is the process's store health: what it knows of
+// JetStream's room (services report NOT_SERVING while a stream is full).
+func (a *App) StoreHealth() *storehealth.Monitor { return a.store }
+
 // HealthAddr is the address of the health-only listener ("" without
 // --health-listen).
 func (a *App) HealthAddr() string {

@@ -34,6 +34,12 @@ type Config struct {
 	// MaxConsumersPerStream bounds each stream's consumers (0:
 	// natsauth.MaxConsumersPerStream); tests lower it to reach the bound.
 	MaxConsumersPerStream int
+	// OnError, when set, is told each error the server logs once it
+	// serves, from the server's goroutines: a write its store could not
+	// make ("JetStream failed to store a msg on stream '$G > LCTL': write
+	// …: no space left on device") is said there and nowhere else (a
+	// client's publish gets no answer, only its own timeout).
+	OnError func(msg string)
 }
 
 // Start runs the server and waits until it accepts connections.
@@ -72,7 +78,7 @@ func Start(cfg Config) (*server.Server, error) {
 	}
 	// The server logs nothing (NoLog), but why it cannot serve (its port
 	// taken by another xct dev, its store unusable) is kept for the error.
-	failed := &failureLog{}
+	failed := &failureLog{onError: cfg.OnError}
 	s.SetLoggerV2(failed, false, false, false)
 	// Labelled for CPU profiles (app.ProfileLabel): the server's
 	// goroutines all descend from this one.
@@ -93,6 +99,7 @@ func Start(cfg Config) (*server.Server, error) {
 		}
 		return nil, fmt.Errorf("embedded nats on %s:%d (store %s) cannot serve: %s", cfg.Host, cfg.Port, cfg.StoreDir, why)
 	}
+	failed.serving()
 	return s, nil
 }
 
@@ -106,6 +113,16 @@ const readyWait = 10 * time.Second
 type failureLog struct {
 	mu          sync.Mutex
 	fatalf, err string
+	// onError is Config.OnError, told once the server serves (before,
+	// Start's error says why it does not).
+	onError func(string)
+	forward bool
+}
+
+func (l *failureLog) serving() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.forward = l.onError != nil
 }
 
 func (l *failureLog) fatal() string {
@@ -125,9 +142,14 @@ func (l *failureLog) Warnf(string, ...any)   {}
 func (l *failureLog) Debugf(string, ...any)  {}
 func (l *failureLog) Tracef(string, ...any)  {}
 func (l *failureLog) Errorf(format string, v ...any) {
+	msg := fmt.Sprintf(format, v...)
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.err = fmt.Sprintf(format, v...)
+	l.err = msg
+	forward := l.forward
+	l.mu.Unlock()
+	if forward {
+		l.onError(msg)
+	}
 }
 
 // Fatalf is what the server says when it cannot go on (its listener

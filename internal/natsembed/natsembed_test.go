@@ -1,8 +1,10 @@
 package natsembed_test
 
 import (
+	"errors"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -30,5 +32,40 @@ func TestEmbeddedServerSaysItsPortIsTaken(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "address already in use") || !strings.Contains(err.Error(), ln.Addr().String()) {
 		t.Fatalf("start on a port in use: %v; want the port and \"address already in use\"", err)
+	}
+}
+
+// Session 19 (ops19), issue 17: with the embedded server's store on a
+// full disk, xct dev said nothing of it: the server logs nothing (NoLog),
+// a write it could not store gets no answer, and the services saw only
+// their own timeouts ("claim run: context canceled" after 30 s; seen on
+// a 3 MiB tmpfs, where the server logged "JetStream failed to store a
+// msg on stream '$G > KV_XCT_RUN_QUOTA': write …: no space left on
+// device"). Each error the server logs once it serves now goes to
+// Config.OnError; here through the server's own logging call, with the
+// words it used then.
+func TestEmbeddedServerTellsItsErrors(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var told []string
+	s, err := natsembed.Start(natsembed.Config{Port: -1, StoreDir: t.TempDir(), Users: []*server.User{{Username: "u", Password: "p"}},
+		OnError: func(msg string) {
+			mu.Lock()
+			defer mu.Unlock()
+			told = append(told, msg)
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Shutdown)
+	s.Noticef("a notice")
+	s.Warnf("a warning")
+	s.Errorf("JetStream failed to store a msg on stream '%s > %s': %v", "$G", "KV_XCT_RUN_QUOTA",
+		errors.New("write /d/nats/jetstream/$G/streams/KV_XCT_RUN_QUOTA/msgs/1.blk: no space left on device"))
+	mu.Lock()
+	defer mu.Unlock()
+	want := "JetStream failed to store a msg on stream '$G > KV_XCT_RUN_QUOTA': write /d/nats/jetstream/$G/streams/KV_XCT_RUN_QUOTA/msgs/1.blk: no space left on device"
+	if len(told) != 1 || told[0] != want {
+		t.Fatalf("told %q; want the error alone", told)
 	}
 }
