@@ -268,7 +268,17 @@ func TestPendingIndexIsRepaired(t *testing.T) {
 // 4 KiB preview (session 19): before the pending index, every list read
 // and decoded all 1,003.
 func BenchmarkListPendingAmongClosed(b *testing.B) {
-	a := startApprovals(b)
+	benchListPendingAmongClosed(b, startApprovals(b), false)
+}
+
+// BenchmarkListPendingAmongClosedMarkersGone is the same once the index
+// keys' markers of the closed approvals expired (1 s here, a minute in a
+// cluster): the index then holds the 3 pending approvals only.
+func BenchmarkListPendingAmongClosedMarkersGone(b *testing.B) {
+	benchListPendingAmongClosed(b, startApprovals(b, validator.WithIndexMarkerTTL(time.Second)), true)
+}
+
+func benchListPendingAmongClosed(b *testing.B, a *approvals, markersGone bool) {
 	preview := &xctv1.Preview{Kind: "diff", Content: strings.Repeat("+a line of the file as it would be\n", 120)}
 	for i := range 1000 {
 		a.request(b, stepRequest(b, fmt.Sprintf("closed-%d", i), 1, "fs.write", map[string]any{"path": "config/a.yaml", "content": "a\n"}), preview)
@@ -279,6 +289,9 @@ func BenchmarkListPendingAmongClosed(b *testing.B) {
 	}
 	for i := range 3 {
 		a.request(b, stepRequest(b, fmt.Sprintf("open-%d", i), 1, "fs.write", map[string]any{"path": "config/b.yaml", "content": "b\n"}), preview)
+	}
+	for markersGone && indexSubjects(b, a) != 3 {
+		time.Sleep(100 * time.Millisecond) // waiting on the server's expiry
 	}
 	b.ReportAllocs()
 	for b.Loop() {
