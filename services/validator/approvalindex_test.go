@@ -15,6 +15,7 @@ import (
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/auth"
+	"github.com/xct-dev/xct/internal/testutil"
 	"github.com/xct-dev/xct/services/validator"
 )
 
@@ -187,12 +188,16 @@ func TestPendingListReadsOnlyThePending(t *testing.T) {
 	}
 	// The markers of the 1,000 closed approvals' index keys expire: the
 	// index then holds the 3 pending ones only.
-	for n := indexSubjects(t, a); n != 3; n = indexSubjects(t, a) {
+	testutil.Eventually(t, time.Minute, func() error {
+		n := indexSubjects(t, a)
 		if n < 3 {
 			t.Fatalf("the index holds %d keys, fewer than the 3 pending approvals", n)
 		}
-		time.Sleep(100 * time.Millisecond) // waiting on the server's expiry, not timing it
-	}
+		if n > 3 {
+			return fmt.Errorf("the index holds %d keys for 3 pending approvals", n)
+		}
+		return nil
+	})
 }
 
 // An approval an older validator opened (no index key) is listed pending
@@ -290,8 +295,13 @@ func benchListPendingAmongClosed(b *testing.B, a *approvals, markersGone bool) {
 	for i := range 3 {
 		a.request(b, stepRequest(b, fmt.Sprintf("open-%d", i), 1, "fs.write", map[string]any{"path": "config/b.yaml", "content": "b\n"}), preview)
 	}
-	for markersGone && indexSubjects(b, a) != 3 {
-		time.Sleep(100 * time.Millisecond) // waiting on the server's expiry
+	if markersGone {
+		testutil.Eventually(b, time.Minute, func() error {
+			if n := indexSubjects(b, a); n != 3 {
+				return fmt.Errorf("the index holds %d keys", n)
+			}
+			return nil
+		})
 	}
 	b.ReportAllocs()
 	for b.Loop() {
