@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"math"
+	"runtime"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -233,6 +234,7 @@ func startLine(l, indent []byte) bool {
 
 // fileChunk is a chunk of the file and, once read, its events.
 type fileChunk struct {
+	index      int64 // its place among the chunks, from 0
 	start, end int64 // the lines starting in [start, end) are its
 	first      bool  // start is a line's start (the first chunk)
 	// begin is where its first record starts (records; -1: none).
@@ -244,7 +246,12 @@ type fileChunk struct {
 	next    int64
 	stopped bool
 	err     error
-	done    chan struct{}
+	// decoded, when set, is called after each batch is decoded
+	// (chunkApplier.decoded); started and applied say how far the
+	// applying has gone: the chunk's start checked, its first batches.
+	decoded func(*fileChunk)
+	started bool
+	applied int
 }
 
 // readChunks streams the events of the lines from start on, in chunks
@@ -252,20 +259,45 @@ type fileChunk struct {
 // result); otherwise the scanner goes on at resume.
 // m, when set, is the file mapped (StreamOptions.Map): the chunks are
 // its bytes, not read.
+//
+// Each chunk's events are handed to fn by the goroutine that decoded
+// them, while they are in its core's cache: after each batch it decodes,
+// a decoding goroutine applies what it has decoded of the chunk next in
+// file order, when that chunk is its own, and then of its later chunks
+// as each becomes next. Until session 19 a goroutine of its own (the
+// caller's) applied every chunk: its reads of the events another core
+// had just written (a chunk's events, fields, lines and bytes are about
+// a megabyte, twice this machine's second-level cache) were most of its
+// cycles. fn is called one event at a time, in file order, each call
+// after the previous one has returned, but not on the caller's
+// goroutine: a panic in it (a mapped file's fault) or its
+// runtime.Goexit is recovered there and raised again on the caller's
+// goroutine once every decoder has stopped.
 func readChunks(r io.ReaderAt, m []byte, start, size int64, opts StreamOptions, workers int, layout *recordLayout, fn func(*StreamEvent) error) (resume int64, done bool, err error) {
-	work := make(chan *fileChunk, workers)
-	ordered := make(chan *fileChunk, workers*3)
-	quit := make(chan struct{})
+	n := int64(1) // the chunks: from start, chunkBytes each, at least one
+	if size > start {
+		n = (size - start + chunkBytes - 1) / chunkBytes
+	}
+	a := &chunkApplier{m: m, layout: layout, fn: fn, n: n, resume: start, window: chunkWindow(workers)}
+	a.wake = sync.NewCond(&a.mu)
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() {
 			if m != nil {
 				// A file cut shorter while it is read faults here:
-				// an error, not the process's end (c.readMapped).
+				// an error, not the process's end (c.readMapped,
+				// chunkApplier.guard).
 				debug.SetPanicOnFault(true)
 			}
 			p := newStreamParser(opts)
-			for c := range work {
+			w := &chunkWorker{a: a}
+			for {
+				k, ok := w.take()
+				if !ok {
+					return
+				}
+				at := start + k*chunkBytes
+				c := &fileChunk{index: k, start: at, end: at + chunkBytes, first: k == 0, decoded: w.decoded}
 				switch {
 				case layout != nil:
 					c.readRecords(r, p, opts, layout)
@@ -274,89 +306,222 @@ func readChunks(r io.ReaderAt, m []byte, start, size int64, opts StreamOptions, 
 				default:
 					c.read(r, nil, p, opts)
 				}
-				close(c.done)
+				w.own = append(w.own, c)
 			}
 		})
 	}
-	go func() {
-		defer close(ordered)
-		defer close(work)
-		for at := start; at == start || at < size; at += chunkBytes {
-			c := &fileChunk{start: at, end: at + chunkBytes, first: at == start, done: make(chan struct{})}
-			select {
-			case ordered <- c:
-			case <-quit:
-				return
-			}
-			select {
-			case work <- c:
-			case <-quit:
-				close(c.done)
-				return
-			}
-		}
-	}()
-	stop := func() {
-		close(quit)
-		for c := range ordered {
-			<-c.done
-		}
-		wg.Wait()
+	wg.Wait()
+	if a.exited {
+		runtime.Goexit()
 	}
-	resume = start
-	given := int64(0) // the mapping's pages given back end here
-	for c := range ordered {
-		<-c.done
-		if layout != nil && c.begin >= 0 && c.begin != resume {
+	if a.panicked != nil {
+		panic(a.panicked)
+	}
+	return a.resume, a.done, a.err
+}
+
+// chunkWindow is how many chunks may be taken and not yet applied: the
+// decoders wait for the chunk next in order rather than run further
+// ahead of it (memory), as the ordered queue of chunks bounded them
+// before.
+func chunkWindow(workers int) int64 { return 4 * int64(max(workers, 1)) }
+
+// chunkApplier hands the chunks' events to fn in file order, on the
+// decoding goroutines (readChunks).
+type chunkApplier struct {
+	m      []byte
+	layout *recordLayout
+	fn     func(*StreamEvent) error
+	n      int64 // the chunks
+	window int64
+
+	mu sync.Mutex
+	// wake is signalled when next moves or the stream ends.
+	wake *sync.Cond
+	// next is the chunk to apply next; taken the first not yet taken
+	// by a decoder.
+	next, taken int64
+	// ended says the stream's result is known (resume, done, err; or
+	// panicked, exited: fn's panic or runtime.Goexit, to raise on the
+	// caller's goroutine).
+	ended    bool
+	resume   int64
+	done     bool
+	err      error
+	panicked any
+	exited   bool
+	given    int64 // the mapping's pages given back end here
+}
+
+// chunkWorker is a decoding goroutine's part: the chunks it decoded
+// whose events are not all applied yet, in file order.
+type chunkWorker struct {
+	a   *chunkApplier
+	own []*fileChunk
+}
+
+// take applies the worker's decoded chunks as they become next, and
+// returns the next chunk for it to decode; false when the stream has
+// ended or no chunk is left and its own are applied.
+func (w *chunkWorker) take() (int64, bool) {
+	a := w.a
+	// No deferred unlock: fn's runtime.Goexit in applyOwn unwinds
+	// through here with a.mu not held.
+	a.mu.Lock()
+	for {
+		if a.ended {
+			a.mu.Unlock()
+			return 0, false
+		}
+		if len(w.own) > 0 && w.own[0].index == a.next {
+			w.applyOwn()
+			continue
+		}
+		if a.taken < a.n && a.taken-a.next < a.window {
+			k := a.taken
+			a.taken++
+			a.mu.Unlock()
+			return k, true
+		}
+		if a.taken >= a.n && len(w.own) == 0 {
+			a.mu.Unlock()
+			return 0, false
+		}
+		// Its chunks wait for another's, and it may not run further
+		// ahead.
+		a.wake.Wait()
+	}
+}
+
+// applyOwn applies w.own[0], the chunk next in order, decoded: the
+// batches not yet applied and its end. Under a.mu, which it lets go
+// while it calls fn.
+func (w *chunkWorker) applyOwn() {
+	a := w.a
+	c := w.own[0]
+	w.own[0] = nil
+	w.own = w.own[1:]
+	a.mu.Unlock()
+	end := a.guard(func() bool { return a.applyBatches(c) || a.applyEnd(c) })
+	a.mu.Lock()
+	a.next++
+	if end {
+		a.end()
+	}
+	a.wake.Broadcast()
+}
+
+// decoded takes a batch of c decoded, c being decoded still (its last
+// batch is c.batches'): once the worker's earlier chunks that are next
+// are applied, and if c is then next, it applies the batches of c
+// decoded so far. No other goroutine applies any of c.
+func (w *chunkWorker) decoded(c *fileChunk) {
+	a := w.a
+	a.mu.Lock()
+	for !a.ended && len(w.own) > 0 && w.own[0].index == a.next {
+		w.applyOwn()
+	}
+	ok := !a.ended && a.next == c.index
+	a.mu.Unlock()
+	if !ok {
+		return
+	}
+	if a.guard(func() bool { return a.applyBatches(c) }) {
+		a.mu.Lock()
+		a.end()
+		a.mu.Unlock()
+	}
+}
+
+// end says the stream's result is known: the decoders stop. Under a.mu.
+func (a *chunkApplier) end() {
+	if !a.ended {
+		a.ended = true
+		a.wake.Broadcast()
+	}
+}
+
+// guard runs apply, which calls fn and reports whether the stream ends
+// (a.resume, a.done, a.err say how). A panic of fn, or fn ending its
+// goroutine (runtime.Goexit: a test's t.FailNow), is raised again on the
+// caller's goroutine (readChunks).
+func (a *chunkApplier) guard(apply func() bool) (end bool) {
+	returned := false
+	defer func() {
+		if returned {
+			return
+		}
+		r := recover()
+		a.mu.Lock()
+		a.panicked, a.exited = r, r == nil
+		if r == nil {
+			a.end() // the goroutine goes on unwinding: no return to its caller
+		}
+		a.mu.Unlock()
+		end = true
+	}()
+	end = apply()
+	returned = true
+	return end
+}
+
+// applyBatches calls fn with the events of the batches of c not yet
+// applied, c being next in order, and reports whether the stream ends.
+func (a *chunkApplier) applyBatches(c *fileChunk) bool {
+	if !c.started {
+		c.started = true
+		if a.layout != nil && c.begin >= 0 && c.begin != a.resume {
 			// Its first record does not start where the chunk before's
 			// last ended (a line like a record's first inside an event
 			// indented unlike the others): the scanner goes on from
 			// there.
-			stop()
-			return resume, false, nil
-		}
-		for _, b := range c.batches {
-			if b.err != nil && b.records {
-				// A record the decoder does not take (an event cut
-				// wrongly, or one to read the careful way): the scanner
-				// reads on from the batch's first record, as it would
-				// have alone.
-				stop()
-				return b.recordAt, false, nil
-			}
-			if b.err != nil {
-				stop()
-				return 0, true, b.err
-			}
-			for i := range b.events {
-				if ferr := fn(&b.events[i]); ferr != nil {
-					stop()
-					if errors.Is(ferr, ErrStop) {
-						return 0, true, nil
-					}
-					return 0, true, ferr
-				}
-			}
-			b.recycle()
-		}
-		if c.err != nil {
-			stop()
-			return 0, true, c.err
-		}
-		if c.next >= 0 {
-			resume = c.next
-		}
-		if m != nil && c.end-1-given >= giveBackBytes {
-			// The chunks after this one read from its last byte on.
-			given = giveBackMapped(m, given, c.end-1)
-		}
-		if c.stopped {
-			stop()
-			return resume, false, nil
+			return true
 		}
 	}
-	wg.Wait()
-	return resume, false, nil
+	for ; c.applied < len(c.batches); c.applied++ {
+		b := c.batches[c.applied]
+		if b.err != nil && b.records {
+			// A record the decoder does not take (an event cut
+			// wrongly, or one to read the careful way): the scanner
+			// reads on from the batch's first record, as it would
+			// have alone.
+			a.resume = b.recordAt
+			return true
+		}
+		if b.err != nil {
+			a.done, a.err = true, b.err
+			return true
+		}
+		for i := range b.events {
+			if ferr := a.fn(&b.events[i]); ferr != nil {
+				a.done = true
+				if !errors.Is(ferr, ErrStop) {
+					a.err = ferr
+				}
+				return true
+			}
+		}
+		b.recycle()
+	}
+	return false
+}
+
+// applyEnd ends c, decoded and its batches applied: where the scanner
+// would go on, the mapping's pages passed; it reports whether the stream
+// ends.
+func (a *chunkApplier) applyEnd(c *fileChunk) bool {
+	if c.err != nil {
+		a.done, a.err = true, c.err
+		return true
+	}
+	if c.next >= 0 {
+		a.resume = c.next
+	}
+	if a.m != nil && c.end-1-a.given >= giveBackBytes {
+		// The chunks after this one read from its last byte on.
+		a.given = giveBackMapped(a.m, a.given, c.end-1)
+	}
+	return c.stopped
 }
 
 // giveBackBytes is how many bytes of a mapped file the stream passes
@@ -421,9 +586,15 @@ func (c *fileChunk) read(r io.ReaderAt, m []byte, p *fastParser, opts StreamOpti
 	}
 	var b *streamBatch
 	flush := func() {
-		if b != nil && len(b.ends) > 0 {
-			b.decode(p, opts.Hash, opts.Line)
-			c.batches = append(c.batches, b)
+		if d := b; d != nil && len(d.ends) > 0 {
+			// Taken first: the callback that c.decoded calls may end
+			// the goroutine (runtime.Goexit), which runs flush again.
+			b = nil
+			d.decode(p, opts.Hash, opts.Line)
+			c.batches = append(c.batches, d)
+			if c.decoded != nil {
+				c.decoded(c)
+			}
 		}
 		b = nil
 	}
@@ -627,9 +798,15 @@ func (c *fileChunk) readRecords(r io.ReaderAt, p *fastParser, opts StreamOptions
 	c.begin = off + int64(i)
 	var b *streamBatch
 	flush := func() {
-		if b != nil && len(b.ends) > 0 {
-			b.decode(p, opts.Hash, opts.Line)
-			c.batches = append(c.batches, b)
+		if d := b; d != nil && len(d.ends) > 0 {
+			// Taken first: the callback that c.decoded calls may end
+			// the goroutine (runtime.Goexit), which runs flush again.
+			b = nil
+			d.decode(p, opts.Hash, opts.Line)
+			c.batches = append(c.batches, d)
+			if c.decoded != nil {
+				c.decoded(c)
+			}
 		}
 		b = nil
 	}
