@@ -204,8 +204,8 @@ func TestProtectedScriptsOfScripts(t *testing.T) {
 // extends: merges (and their commands), its source_dir of scripts, a
 // -local configuration in JSON. On main fs.write (reversible, no human)
 // of each was the next human's commit. pre-commit's local hooks were
-// followed since session 16; now lefthook's YAML and JSON ones are (TOML
-// is not read: docs/security.md).
+// followed since session 16; now lefthook's YAML and JSON ones are (its
+// TOML ones since session 19: TestProtectedLefthookTOMLRefs).
 func TestProtectedLefthookRefs(t *testing.T) {
 	sb := newSandbox(t)
 	writeFiles(t, sb.ws, 0o755, map[string]string{
