@@ -85,6 +85,11 @@ func printCrew(w io.Writer, c *crew.Crew) {
 	th := cf.Thresholds
 	fmt.Fprintf(w, "\nconfidence: decay %.2f per hop; proceed at %.2f, warn at %.2f, verify at %.2f, block below; consensus from %d assessors\n",
 		cf.DecayRate, th.Proceed, th.Warn, th.Verify, cf.MinAssessors)
+	if c.History == crew.HistoryShared {
+		fmt.Fprintln(w, "history: shared (every agent is shown every agent's turns, the other agents' tool results included)")
+	} else {
+		fmt.Fprintln(w, "history: own (each agent is shown its own turns, and what is handed to it)")
+	}
 	fmt.Fprintf(w, "routing: fall back on %s (confidence %.2f)\n", strings.Join(c.Routing.FallbackOn, ", "), c.Routing.FallbackConfidence)
 	for _, r := range c.Routing.Rules {
 		var when []string

@@ -85,6 +85,20 @@ const (
 	DefaultRuleConfidence     = 1.0
 )
 
+// The values of a crew file's history: what an agent's model is shown of
+// the run's steps besides its brief (docs/crews.md, "What a member sees").
+const (
+	// HistoryOwn shows an agent its own turns only: its proposals and
+	// their results. What the others did reaches it as what the crew hands
+	// it explicitly: the hand-over summary and the facts in its brief. A
+	// file one member may read is not in another member's context.
+	HistoryOwn = "own"
+	// HistoryShared shows every agent the run's whole history: every
+	// member's proposals and results, those it could not have made itself
+	// included.
+	HistoryShared = "shared"
+)
+
 // Crew is a loaded, validated crew file. Load returns one only when every
 // rule holds; its fields are then safe to use without checks.
 type Crew struct {
@@ -103,6 +117,10 @@ type Crew struct {
 	Confidence ConfidenceSettings
 	Models     map[string]ModelInfo
 	Routing    Routing
+	// History is what each agent's model is shown of the run's steps
+	// (history:): HistoryOwn, its own turns only (the default), or
+	// HistoryShared, every agent's turns (before session 20, the only way).
+	History string
 	// Source is the file name Load was given.
 	Source string
 	// SHA256 is the hex SHA-256 of the file's bytes: what run_started and

@@ -44,6 +44,7 @@ type fileYAML struct {
 	Confidence  confidenceYAML       `yaml:"confidence"`
 	Models      map[string]modelYAML `yaml:"models"`
 	Routing     routingYAML          `yaml:"routing"`
+	History     string               `yaml:"history"`
 }
 
 type agentYAML struct {
@@ -310,6 +311,7 @@ func (v *validator) build(fy *fileYAML, raw []byte) *Crew {
 			return c
 		}
 	}
+	v.history(c, fy)
 	v.agents(c, fy)
 	v.handoffs(c, fy)
 	v.confidence(c, fy)
@@ -317,6 +319,19 @@ func (v *validator) build(fy *fileYAML, raw []byte) *Crew {
 	v.routing(c, fy)
 	v.contracts(c, raw, &fy.Contracts)
 	return c
+}
+
+// history reads history: own (the default) or shared.
+func (v *validator) history(c *Crew, fy *fileYAML) {
+	switch fy.History {
+	case "", HistoryOwn:
+		c.History = HistoryOwn
+	case HistoryShared:
+		c.History = HistoryShared
+	default:
+		v.errorf(v.line("history"), "history %q: %s (each agent is shown its own turns; the default) or %s (every agent is shown every agent's turns)",
+			fy.History, HistoryOwn, HistoryShared)
+	}
 }
 
 func (v *validator) agents(c *Crew, fy *fileYAML) {

@@ -48,6 +48,11 @@ type Session struct {
 
 	sinceCheckpoint        int
 	handoffSinceCheckpoint bool
+
+	// turnAgents is the agent of every step_start on the chain, in chain
+	// order (a system step's too): the run's turns, as the model's
+	// transcript has one per step_start (HistoryOf).
+	turnAgents []string
 }
 
 // SessionOptions tune a session.
@@ -134,6 +139,7 @@ func (s *Session) fold(e *lctl.Event) error {
 	d := e.DataMap()
 	switch e.Type {
 	case lctl.TypeStepStart:
+		s.turnAgents = append(s.turnAgents, e.Agent)
 		if s.crew.Agent(e.Agent) == nil {
 			return nil // a system step (a rollback's undo): not the crew's
 		}
@@ -208,6 +214,26 @@ func routingOf(d map[string]any) ModelRouting {
 		_ = json.Unmarshal(raw, &r) // lenient, as an LCTL reader is
 	}
 	return r
+}
+
+// Turns is how many turns (step_starts) the chain holds so far: the
+// length of the run's transcript, which HistoryOf indexes.
+func (s *Session) Turns() int { return len(s.turnAgents) }
+
+// HistoryOf is which of the run's turns (0-based, one per step_start in
+// chain order, as the run's transcript has them) agent's model is shown:
+// under HistoryOwn the turns of its own steps only; under HistoryShared
+// every turn. What another member read or was answered reaches the agent
+// only as the crew hands it on (the hand-over summary and the facts in its
+// brief). A function of the chain, so a resumed run shows the same.
+func (s *Session) HistoryOf(agent string) []int {
+	out := make([]int, 0, len(s.turnAgents))
+	for i, a := range s.turnAgents {
+		if s.crew.History == HistoryShared || a == agent {
+			out = append(out, i)
+		}
+	}
+	return out
 }
 
 // StepKind is the kind of the next step of the agent in control (the
@@ -369,6 +395,9 @@ func (s *Session) brief(a *Agent, ctx []*Fact) string {
 	}
 	if a.MayPropose(ToolFactsQuery) {
 		b.WriteString("\nAsk the fact store with facts.query {query} (SELECT * WHERE ... ORDER BY ... LIMIT n).")
+	}
+	if s.crew.History != HistoryShared {
+		b.WriteString("\nThe history you are shown holds your own steps only: what the other agents did reaches you as the hand-over above and the facts.")
 	}
 	b.WriteString("\nBefore each of your steps runs, the confidence of every fact another agent assessed, and of any fact its goal names, is checked" +
 		" (your own assessment can lower a fact for your steps, not raise it).")

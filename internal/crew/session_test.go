@@ -673,3 +673,60 @@ func TestCrewContextPath(t *testing.T) {
 		t.Fatalf("after two handoffs: agent %s, path %s", cc.GetAgent(), got)
 	}
 }
+
+// TestHistoryOf (session 20): what each agent's model is shown of the
+// run's turns. By default (history: own) an agent is shown the turns of
+// its own steps only, never another agent's (a system step's neither);
+// with history: shared every turn, as before. A session rebuilt from the
+// chain answers the same, and an unknown value is refused at load.
+func TestHistoryOf(t *testing.T) {
+	if c := example(t); c.History != HistoryOwn {
+		t.Fatalf("a crew file without history: %q, want %q", c.History, HistoryOwn)
+	}
+	play := func(c *Crew) *loop {
+		l := newLoop(t, c, 0)
+		l.play(proposal{tool: ToolFactsAdd, args: map[string]any{"id": "F1", "text": "injection", "confidence": 0.85, "source": "static-analysis"}})
+		l.play(proposal{tool: ToolHandoff, args: map[string]any{"to": "security-reviewer", "summary": "Review F1"}})
+		// A system step (a rollback's undo) between two of the reviewer's.
+		l.record(AgentOrchestrator, raw{lctl.TypeStepStart, map[string]any{"step": 0, "tool": "fs.write"}})
+		l.record(AgentOrchestrator, raw{lctl.TypeStepEnd, map[string]any{"outcome": "success"}})
+		l.play(proposal{tool: ToolFactsUpdate, args: map[string]any{"id": "F1", "confidence": 0.95, "reason": "confirmed", "fields": map[string]any{"severity": "high"}}})
+		return l
+	}
+	for _, tc := range []struct {
+		history string
+		want    map[string]string
+	}{
+		{HistoryOwn, map[string]string{"code-analyzer": "[0 1]", "security-reviewer": "[3]", "fix-implementer": "[]"}},
+		{HistoryShared, map[string]string{"code-analyzer": "[0 1 2 3]", "security-reviewer": "[0 1 2 3]", "fix-implementer": "[0 1 2 3]"}},
+	} {
+		src, err := os.ReadFile("../../examples/crews/security-review.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := Load("crew.yaml", append(src, []byte("\nhistory: "+tc.history+"\n")...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := play(c)
+		again, err := NewSession(c, chainID, l.events, SessionOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.sess.Turns() != 4 || again.Turns() != 4 {
+			t.Fatalf("%s: %d turns live, %d rebuilt; want 4", tc.history, l.sess.Turns(), again.Turns())
+		}
+		for agent, want := range tc.want {
+			if got := fmt.Sprint(l.sess.HistoryOf(agent)); got != want {
+				t.Errorf("%s: %s is shown turns %s, want %s", tc.history, agent, got, want)
+			}
+			if got := fmt.Sprint(again.HistoryOf(agent)); got != want {
+				t.Errorf("%s, rebuilt from the chain: %s is shown turns %s, want %s", tc.history, agent, got, want)
+			}
+		}
+		brief := l.sess.Plan().Brief
+		if own := strings.Contains(brief, "your own steps only"); own != (tc.history == HistoryOwn) {
+			t.Errorf("%s: the brief says it shows own steps only: %v\n%s", tc.history, own, brief)
+		}
+	}
+}

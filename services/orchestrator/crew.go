@@ -208,9 +208,13 @@ func (c *crewRun) close() {
 func (r *run) crewPropose(step int) (*xctv1.ProposeResponse, string, string, error) {
 	plan := r.crew.sess.Plan()
 	agent := plan.Agent.Name
+	history, err := r.crew.history(&r.transcript, agent)
+	if err != nil {
+		return nil, agent, "", err
+	}
 	req := &xctv1.ProposeRequest{
 		RunId: r.id, Goal: r.goal, Tools: r.crew.sess.Catalog(r.tools),
-		History: r.transcript.history(), Instructions: instructions + "\n\n" + plan.Brief,
+		History: history, Instructions: instructions + "\n\n" + plan.Brief,
 	}
 	var lastErr error
 	// failed is what the step's last failed call used: the model read its
@@ -276,6 +280,34 @@ func (r *run) crewPropose(step int) (*xctv1.ProposeResponse, string, string, err
 		lastErr = err
 		plan = r.crew.sess.Fallback(plan.Model, FailureCode(err))
 	}
+}
+
+// history is what agent's model is shown of the run's steps (the
+// crew file's history:): under crew.HistoryOwn, the default, the turns
+// of its own steps only, so another member's tool results (a file only
+// that member may read) never reach it; what the others did comes to it
+// as the crew hands it on (the hand-over summary and the facts in its
+// brief). Under crew.HistoryShared, the run's transcript. Both the
+// transcript and the session are folds of the same chain (every event the
+// run records or resumes from goes into both), so the turns line up, and a
+// resumed run shows each member what the live one did. Should they not
+// line up, nothing is shown rather than another member's turns: the run
+// fails, saying so.
+func (c *crewRun) history(t *transcript, agent string) ([]*xctv1.Turn, error) {
+	all := t.history()
+	if c.sess.Turns() != len(all) {
+		return nil, fmt.Errorf("the crew session holds %d turns and the transcript %d: %s is not shown a history that may hold another member's steps",
+			c.sess.Turns(), len(all), agent)
+	}
+	idx := c.sess.HistoryOf(agent)
+	if len(idx) == len(all) {
+		return all, nil
+	}
+	own := make([]*xctv1.Turn, len(idx))
+	for i, n := range idx {
+		own[i] = all[n]
+	}
+	return own, nil
 }
 
 // carry is the session's carry of a system tool for step stepID, and how

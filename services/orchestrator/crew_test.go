@@ -22,6 +22,9 @@ agents:
     profile: {type: reviewer, capabilities: [assessment], model: "func:tester", reliability_score: 0.9}
     tools: [test.count, facts.update]
 handoffs: {entry: finder, max_depth: 2, cycles: forbid}
+# The test's model answers by the run's turn (len(history)): it is shown
+# the run's history, every member's turns.
+history: shared
 `
 
 // A crew run handed over in the middle goes on at another orchestrator

@@ -33,6 +33,9 @@ agents:
     profile: {type: reviewer, capabilities: [assessment], model: "func:tester", reliability_score: 0.9}
     tools: [test.charge, facts.update]
 handoffs: {entry: finder, max_depth: 2, cycles: forbid}
+# The test's model answers by the run's turn (len(history)): it is shown
+# the run's history, every member's turns.
+history: shared
 `
 
 // The crew's turns after the step in doubt: the finder hands F1 to the

@@ -25,6 +25,7 @@ func TestCrewCheck(t *testing.T) {
 			"tools: fs.read, fs.write, facts.update, facts.query",
 			"  code-analyzer -> security-reviewer\n  security-reviewer -> fix-implementer\n",
 			"rule code-generation: agent_type=executor step_kind=handoff -> openai:fixer-large",
+			"history: own (each agent is shown its own turns, and what is handed to it)",
 			"security-review.yaml: ok"}},
 		{"no subcommand", []string{"crew"}, 2, []string{"usage: xct crew check FILE"}},
 		{"no file", []string{"crew", "check"}, 2, []string{"usage: xct crew check FILE"}},
