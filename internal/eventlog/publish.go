@@ -80,8 +80,13 @@ const (
 )
 
 // inProcess reports a write refused because another of its subject was
-// still in process (see inProcessWait).
+// still in process (see inProcessWait). Every write asks it, so a write
+// that succeeded (nil) is answered first: errors.As takes the target's
+// address, which puts it on the heap, one allocation per write otherwise.
 func inProcess(err error) bool {
+	if err == nil {
+		return false
+	}
 	var apiErr *jetstream.APIError
 	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
 }

@@ -2,6 +2,7 @@ package eventlog
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -49,6 +50,34 @@ func TestPublisherAck(t *testing.T) {
 			if err != nil || got != c.want {
 				t.Errorf("ack %s = %+v, %v; want %+v", c.ack, got, err, c.want)
 			}
+		}
+	}
+}
+
+// inProcess is asked after every write: a write that succeeded costs no
+// allocation, and the answer is still true only for a refusal as in
+// process (10164), wrapped or not.
+func TestInProcessOnlyForTheInProcessRefusal(t *testing.T) {
+	if n := testing.AllocsPerRun(100, func() {
+		if inProcess(nil) {
+			t.Fatal("a write that succeeded taken as refused")
+		}
+	}); n != 0 {
+		t.Fatalf("inProcess(nil) allocates %v times, want 0", n)
+	}
+	refused := &jetstream.APIError{Code: 400, ErrorCode: jetstream.JSErrCodeStreamWrongLastSequenceConstant, Description: "wrong last sequence"}
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{refused, true},
+		{fmt.Errorf("nats: %w", refused), true},
+		{&jetstream.APIError{Code: 400, ErrorCode: jetstream.JSErrCodeStreamWrongLastSequence, Description: "wrong last sequence: 3"}, false},
+		{jetstream.ErrNoStreamResponse, false},
+		{errors.New("wrong last sequence"), false},
+	} {
+		if got := inProcess(c.err); got != c.want {
+			t.Errorf("inProcess(%v) = %v, want %v", c.err, got, c.want)
 		}
 	}
 }
