@@ -330,7 +330,7 @@ func (l *Log) ResumeChainWriter(ctx context.Context, chainID string) (*ChainWrit
 	if msg == nil {
 		return w, nil
 	}
-	e, err := lctl.DecodeEvent(msg.Data)
+	e, err := msgLast(msg.Data)
 	if err != nil {
 		return nil, fmt.Errorf("resume chain %s: last event: %w", chainID, err)
 	}
@@ -675,6 +675,7 @@ func followStream(ctx context.Context, stream jetstream.Stream, subject string, 
 			iter.Stop()
 		}
 	}()
+	var events []lctl.Event // a message's: one, or a pack's
 	for {
 		msg, err := iter.Next()
 		if err != nil {
@@ -687,15 +688,17 @@ func followStream(ctx context.Context, stream jetstream.Stream, subject string, 
 		if err != nil {
 			return fmt.Errorf("follow %s: %w", subject, err)
 		}
-		e, err := lctl.DecodeEvent(msg.Data())
-		if err != nil {
+		clear(events)
+		if events, err = decodeMsg(events[:0], msg.Data()); err != nil {
 			return fmt.Errorf("follow %s: stream seq %d: %w", subject, meta.Sequence.Stream, err)
 		}
-		if err := fn(e); err != nil {
-			if errors.Is(err, ErrStop) {
-				return nil
+		for _, e := range events {
+			if err := fn(e); err != nil {
+				if errors.Is(err, ErrStop) {
+					return nil
+				}
+				return err
 			}
-			return err
 		}
 		if stopAtEnd && meta.Sequence.Stream >= lastStreamSeq {
 			return nil
@@ -748,10 +751,10 @@ func (l *Log) Ends(ctx context.Context, chainID string) (first, last lctl.Event,
 		return first, last, fmt.Errorf("read chain %s: %w", chainID, err)
 	}
 	lm := p.last
-	if first, err = lctl.DecodeEvent(fm.Data); err != nil {
+	if first, err = msgFirst(fm.Data); err != nil {
 		return first, last, fmt.Errorf("read chain %s: first event: %w", chainID, err)
 	}
-	if last, err = lctl.DecodeEvent(lm.Data); err != nil {
+	if last, err = msgLast(lm.Data); err != nil {
 		return first, last, fmt.Errorf("read chain %s: last event: %w", chainID, err)
 	}
 	return first, last, nil
@@ -770,7 +773,7 @@ func (l *Log) LastSeq(ctx context.Context, chainID string) (uint64, error) {
 	if p.last == nil {
 		return 0, fmt.Errorf("%w: %s", ErrChainNotFound, chainID)
 	}
-	e, err := lctl.DecodeEvent(p.last.Data)
+	e, err := msgLast(p.last.Data)
 	if err != nil {
 		return 0, fmt.Errorf("read chain %s: last event: %w", chainID, err)
 	}

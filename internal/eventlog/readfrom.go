@@ -51,29 +51,29 @@ func (l *Log) ReadChainFrom(ctx context.Context, chainID string, from uint64) ([
 	if p.last == nil {
 		return nil, fmt.Errorf("%w: %s", ErrChainNotFound, chainID)
 	}
-	last, err := lctl.DecodeEvent(p.last.Data)
+	lastEvents, err := decodeMsg(nil, p.last.Data)
 	if err != nil {
 		return nil, fmt.Errorf("read chain %s: stream seq %d: %w", chainID, p.last.Sequence, err)
 	}
+	last := lastEvents[len(lastEvents)-1]
 	if from > last.Seq {
 		return nil, fmt.Errorf("%w: chain %s ends at event %d, before event %d", ErrEventNotFound, chainID, last.Seq, from)
 	}
-	at, first, err := p.find(ctx, from, p.last.Sequence, last)
+	at, firsts, err := p.find(ctx, from, p.last.Sequence, lastEvents)
 	if err != nil {
 		return nil, fmt.Errorf("read chain %s: %w", chainID, err)
 	}
 	events := make([]lctl.Event, 0, last.Seq-from+1)
-	events = append(events, first)
+	// (a pack may hold events before from: they are not returned)
+	events = append(events, firsts[from-firsts[0].Seq:]...)
 	for next := at + 1; next <= p.last.Sequence; {
 		msg, err := p.stream.GetMsg(ctx, next, jetstream.WithGetMsgSubject(p.subject))
 		if err != nil {
 			return nil, fmt.Errorf("read chain %s: stream seq %d: %w", chainID, next, err)
 		}
-		e, err := lctl.DecodeEvent(msg.Data)
-		if err != nil {
+		if events, err = decodeMsg(events, msg.Data); err != nil {
 			return nil, fmt.Errorf("read chain %s: stream seq %d: %w", chainID, msg.Sequence, err)
 		}
-		events = append(events, e)
 		next = msg.Sequence + 1
 	}
 	if err := lctl.VerifyFrom(events, from); err != nil {
@@ -82,58 +82,97 @@ func (l *Log) ReadChainFrom(ctx context.Context, chainID string, from uint64) ([
 	return events, nil
 }
 
-// find returns the stream sequence of the chain's event seq want and the
-// event, given the chain's last event (at stream sequence lastAt). The
-// chain's events are on the stream in order, one message each, so event
-// want is at least (want - first) messages after the first event and at
-// least (last - want) before the last: a get at a stream sequence returns
-// the chain's first event at or after it, whose seq says which side of it
-// want is, and narrows the range by at least half.
-func (p place) find(ctx context.Context, want, lastAt uint64, last lctl.Event) (uint64, lctl.Event, error) {
-	if want == last.Seq {
-		return lastAt, last, nil
+// holds reports whether a message's events (in order, seqs by one) hold
+// event seq want.
+func holds(events []lctl.Event, want uint64) bool {
+	return events[0].Seq <= want && want <= events[len(events)-1].Seq
+}
+
+// find returns the stream sequence of the chain's message that holds event
+// seq want and that message's events, given the chain's last message's
+// events (at stream sequence lastAt). The chain's messages are on the
+// stream in order, so a get at a stream sequence returns the chain's first
+// message at or after it, whose events say which side of it want is.
+//
+// A chain written one event per message has event want at least (want -
+// first) stream messages after its first event and at least (last - want)
+// before its last: the first search narrows by those distances, at least
+// halving the range with each get (about log2 of the other chains'
+// messages written while the chain was written). A pack puts several
+// events in one message, so those distances overstate where want can be;
+// when that search does not find it, a second one narrows by the messages
+// alone (halving the stream sequences between the first and the last
+// message: log2 of them), which finds any event the chain holds in order.
+func (p place) find(ctx context.Context, want, lastAt uint64, lastEvents []lctl.Event) (uint64, []lctl.Event, error) {
+	if holds(lastEvents, want) {
+		return lastAt, lastEvents, nil
 	}
-	get := func(at uint64) (uint64, lctl.Event, error) {
+	get := func(at uint64) (uint64, []lctl.Event, error) {
 		msg, err := p.stream.GetMsg(ctx, at, jetstream.WithGetMsgSubject(p.subject))
 		if err != nil {
-			return 0, lctl.Event{}, fmt.Errorf("stream seq %d: %w", at, err)
+			return 0, nil, fmt.Errorf("stream seq %d: %w", at, err)
 		}
-		e, err := lctl.DecodeEvent(msg.Data)
+		events, err := decodeMsg(nil, msg.Data)
 		if err != nil {
-			return 0, lctl.Event{}, fmt.Errorf("stream seq %d: %w", msg.Sequence, err)
+			return 0, nil, fmt.Errorf("stream seq %d: %w", msg.Sequence, err)
 		}
-		return msg.Sequence, e, nil
+		return msg.Sequence, events, nil
 	}
-	at, e, err := get(1)
+	firstAt, firsts, err := get(1)
 	if err != nil {
-		return 0, lctl.Event{}, err
+		return 0, nil, err
 	}
-	if e.Seq == want {
-		return at, e, nil
+	if holds(firsts, want) {
+		return firstAt, firsts, nil
 	}
-	if e.Seq > want || last.Seq-want > lastAt {
-		return 0, lctl.Event{}, fmt.Errorf("%w: event %d (the stream's first is %d)", ErrEventNotFound, want, e.Seq)
+	if firsts[0].Seq > want || firstAt >= lastAt {
+		return 0, nil, fmt.Errorf("%w: event %d (the stream's first is %d)", ErrEventNotFound, want, firsts[0].Seq)
 	}
-	lo, hi := at+(want-e.Seq), lastAt-(last.Seq-want)
-	for range maxProbes {
-		if lo > hi {
-			break
+	// want is after the first message and before the last one.
+	search := func(byEvents bool) (uint64, []lctl.Event, bool, error) {
+		lo, hi := firstAt+1, lastAt-1
+		if byEvents {
+			lo = firstAt + (want - firsts[len(firsts)-1].Seq)
+			if d := lastEvents[0].Seq - want; d < lastAt {
+				hi = lastAt - d
+			} else {
+				return 0, nil, false, nil
+			}
 		}
-		mid := lo + (hi-lo)/2
-		at, e, err := get(mid)
-		if err != nil {
-			return 0, lctl.Event{}, err
+		for range maxProbes {
+			if lo > hi {
+				break
+			}
+			mid := lo + (hi-lo)/2
+			at, events, err := get(mid)
+			if err != nil {
+				return 0, nil, false, err
+			}
+			switch {
+			case holds(events, want):
+				return at, events, true, nil
+			case events[0].Seq > want:
+				// The chain's first message at or after mid is past
+				// want: want is before mid (and, one event a message,
+				// (first - want) messages before at).
+				hi = mid - 1
+				if d := events[0].Seq - want; byEvents && d <= at {
+					hi = min(hi, at-d)
+				}
+			default:
+				lo = max(lo, at+1)
+				if byEvents {
+					lo = max(lo, at+(want-events[len(events)-1].Seq))
+				}
+			}
 		}
-		switch {
-		case e.Seq == want:
-			return at, e, nil
-		case e.Seq > want:
-			// The first event at or after mid is past want: want is
-			// before mid, and (e.Seq - want) events before at.
-			hi = min(mid-1, at-(e.Seq-want))
-		default:
-			lo = max(lo, at+(want-e.Seq))
+		return 0, nil, false, nil
+	}
+	for _, byEvents := range []bool{true, false} {
+		at, events, found, err := search(byEvents)
+		if err != nil || found {
+			return at, events, err
 		}
 	}
-	return 0, lctl.Event{}, fmt.Errorf("%w: event %d is not where the chain's order puts it on the stream", ErrEventNotFound, want)
+	return 0, nil, fmt.Errorf("%w: event %d is not where the chain's order puts it on the stream", ErrEventNotFound, want)
 }
