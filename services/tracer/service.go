@@ -654,7 +654,9 @@ func (s *Service) handleBatch(ctx context.Context, batch []jetstream.Msg, pos []
 	for i, m := range batch {
 		verdicts[i], chains[i] = s.handle(ctx, files, m, blocked, &s.decoded[i])
 	}
-	clear(s.decoded) // drop the events' references until the next batch
+	for i := range s.decoded {
+		s.decoded[i].drop() // drop the events' references until the next batch
+	}
 	failed, err := files.write()
 	if err != nil {
 		// The events of the failed chains are not stored: the chains
@@ -884,9 +886,10 @@ func ackPosition(reply string) (stream string, seq, delivered uint64, ok bool) {
 	return stream, seq, delivered, true
 }
 
-// handle stores one message's event in the batch, reading back from the
-// stream any events of its chain that should have come before it. It
-// returns what to do with the message and the chain it belongs to.
+// handle stores one message's event (or a pack's events) in the batch,
+// reading back from the stream any events of its chain that should have
+// come before it. It returns what to do with the message and the chain it
+// belongs to.
 func (s *Service) handle(ctx context.Context, files *chainFiles, m jetstream.Msg, blocked map[string]bool, d *decodedMsg) (verdict, string) {
 	id, ok := eventlog.ChainOf(m.Subject())
 	if !ok {
@@ -906,8 +909,7 @@ func (s *Service) handle(ctx context.Context, files *chainFiles, m jetstream.Msg
 			s.log.Error("read a cold chain back from its file", "chain_id", id, "err", err)
 		}
 	}
-	e, err := &d.event, d.err
-	if err != nil {
+	if err := d.err; err != nil {
 		streamSeq := uint64(0)
 		if meta, merr := m.Metadata(); merr == nil {
 			streamSeq = meta.Sequence.Stream
@@ -915,6 +917,18 @@ func (s *Service) handle(ctx context.Context, files *chainFiles, m jetstream.Msg
 		s.store.fail(id, fmt.Sprintf("stream message %d does not decode as an event: %v", streamSeq, err))
 		return term, id
 	}
+	// One event, or each of a pack's in order: the message is stored
+	// when all of them are.
+	v := s.handleEvent(ctx, files, m, id, blocked, &d.decodedEvent)
+	for i := 0; v == ack && i < len(d.more); i++ {
+		v = s.handleEvent(ctx, files, m, id, blocked, &d.more[i])
+	}
+	return v, id
+}
+
+// handleEvent stores one event of message m of chain id.
+func (s *Service) handleEvent(ctx context.Context, files *chainFiles, m jetstream.Msg, id string, blocked map[string]bool, de *decodedEvent) verdict {
+	e := &de.event
 	last := s.lastSeq(files, id)
 	if e.Seq <= last {
 		if h, pending := files.hashes[pendingKey{id, e.Seq}]; pending {
@@ -924,21 +938,25 @@ func (s *Service) handle(ctx context.Context, files *chainFiles, m jetstream.Msg
 		} else {
 			s.store.duplicate(id, e)
 		}
-		return ack, id
+		return ack
 	}
 	if e.Seq > last+1 {
 		if err := s.repair(ctx, files, id, last, e.Seq); err != nil {
 			s.log.Warn("read missing events back from the stream", "chain_id", id, "err", err)
 			blocked[id] = true
-			return retry, id
+			return retry
 		}
 	}
-	if err := s.persist(files, id, e, m.Data(), d.computed); err != nil {
+	raw := de.line
+	if raw == nil {
+		raw = m.Data()
+	}
+	if err := s.persist(files, id, e, raw, de.computed); err != nil {
 		s.log.Error("store event", "chain_id", id, "seq", e.Seq, "err", err)
 		blocked[id] = true
-		return retry, id
+		return retry
 	}
-	return ack, id
+	return ack
 }
 
 // validChainID is lctl.ValidateChainID, remembering the ids that passed
