@@ -166,6 +166,11 @@ func (t *remoteTool) Invoke(ctx context.Context, args map[string]any) (any, *xct
 		map[string]any{"server": t.srv.cfg.Name, "outcome_unknown": true})
 }
 
+// notSentAction is what the model is told of a call to a tool server that
+// could not be reached: the step did not act, and the server may be back
+// soon (chaos runs saw every step of a 2 s restart given up otherwise).
+const notSentAction = "retry_later"
+
 // callError turns a failed Invoke into an error signal. The server may
 // have acted: outcome_unknown says so, unless the request was never sent
 // (no connection could be made), which is a definite failure.
@@ -175,7 +180,12 @@ func (t *remoteTool) callError(ctx context.Context, err error, notSent bool) *xc
 	switch {
 	case notSent && st.Code() == codes.Unavailable:
 		details["outcome_unknown"], details["not_sent"] = false, true
-		return wire.WithDetails(wire.Errorf(wire.CodeToolFailure, "tool server %s could not be reached, the call was not sent: %s", t.srv.cfg.Name, st.Message()), details)
+		// The tool did not fail: it was not reached (a server down or
+		// restarting). Nothing acted, so the model may propose the step
+		// again, later, rather than give the operation up.
+		e := wire.WithDetails(wire.Errorf(wire.CodeToolFailure, "tool server %s could not be reached, the call was not sent: %s", t.srv.cfg.Name, st.Message()), details)
+		e.SuggestedAction = notSentAction
+		return e
 	case st.Code() == codes.DeadlineExceeded || ctx.Err() != nil:
 		return wire.WithDetails(wire.Errorf(wire.CodeTimeout, "tool server %s did not answer within the step's deadline", t.srv.cfg.Name), details)
 	case st.Code() == codes.ResourceExhausted:

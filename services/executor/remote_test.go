@@ -247,6 +247,11 @@ func TestExternalTools(t *testing.T) {
 		if e.GetCode() != string(wire.CodeToolFailure) || e.GetDetails().AsMap()["outcome_unknown"] != false || !strings.Contains(e.GetMessage(), "not sent") {
 			return fmt.Errorf("server gone: %v", e)
 		}
+		// Nothing acted and the server may come back: the model is told
+		// to retry later, not to give the step up.
+		if e.GetSuggestedAction() != "retry_later" || !e.GetRecoverable() {
+			t.Fatalf("a call not sent to a tool server: suggested_action %q, recoverable %v; want retry_later", e.GetSuggestedAction(), e.GetRecoverable())
+		}
 		return nil
 	})
 	if r := exec(t, s, "fs.list", nil); codeOf(r) != "" {

@@ -154,6 +154,9 @@ func finish(t *testing.T, rep *report) {
 	}
 	fmt.Println(rep.line())
 	fmt.Printf("chaos %s: steps by outcome on the chain %v\n", rep.phase, rep.outcomes)
+	for why, n := range rep.failures {
+		fmt.Printf("chaos %s: failed %d: %s\n", rep.phase, n, why)
+	}
 	if rep.failed() {
 		t.Errorf("%s\nreproduce with the same seed: see docs/chaos.md", rep.line())
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"regexp"
 	"strings"
 	"time"
 
@@ -43,6 +44,7 @@ type report struct {
 	findings   []string
 	doubts     []string       // why runs ended or wait in doubt (not failures)
 	outcomes   map[string]int // steps by their last outcome on the chain
+	failures   map[string]int // failed steps by their error's message (digits dropped)
 }
 
 func (r *report) add(o *report) {
@@ -72,6 +74,12 @@ func (r *report) add(o *report) {
 	}
 	for k, v := range o.outcomes {
 		r.outcomes[k] += v
+	}
+	if r.failures == nil {
+		r.failures = map[string]int{}
+	}
+	for k, v := range o.failures {
+		r.failures[k] += v
 	}
 }
 
@@ -124,6 +132,7 @@ type stepFacts struct {
 	tool     string
 	carried  int             // a crew tool's events on the chain (its effect: fact_added, handoff)
 	outcomes []string        // success, replayed, failed:CODE, not_executed, in_doubt, repeatable:CODE, refused:CODE
+	why      string          // the message of its last error event
 	ended    bool            // the run's chain ends with run_finished
 	policies map[string]bool // the policy versions its verdicts name (two: judged again after a reload)
 	approved bool            // an approval_decided of it is on the chain (the approver's)
@@ -165,6 +174,16 @@ func classify(e lctl.Event) string {
 		return "not_executed"
 	}
 	return "failed:" + code
+}
+
+// failureKey names a failed step's reason without its ids and numbers,
+// so that steps failed for one reason count together.
+func failureKey(outcome, msg string) string {
+	msg = regexp.MustCompile(`[0-9a-f]{8,}|[0-9]+(\.[0-9]+)?`).ReplaceAllString(msg, "N")
+	if len(msg) > 120 {
+		msg = msg[:120]
+	}
+	return outcome + " " + msg
 }
 
 // check reads every chain, the executor's records and the ledger, and
@@ -363,6 +382,7 @@ func (c *cluster) check(ctx context.Context, d *driver, in *injector, rep *repor
 				}
 			case lctl.TypeError:
 				s.outcomes = append(s.outcomes, classify(e))
+				s.why, _ = e.Data["message"].(string)
 			case stepInDoubt:
 				s.outcomes = append(s.outcomes, "in_doubt")
 			case "approval_decided":
@@ -407,6 +427,7 @@ func (c *cluster) check(ctx context.Context, d *driver, in *injector, rep *repor
 
 	// Per step: agreement of the chain, the record and the ledger.
 	rep.outcomes = map[string]int{}
+	rep.failures = map[string]int{}
 	for id := range ids {
 		s, rec, n := steps[id], records[id], len(byKey[id])
 		if s != nil && (s.tool == crewOps[2] || s.tool == crewOps[3]) {
@@ -422,6 +443,11 @@ func (c *cluster) check(ctx context.Context, d *driver, in *injector, rep *repor
 		if s != nil && s.approved {
 			// (counted again) sent to the approver, who decided it
 			rep.outcomes["approved:"+s.outcome()]++
+		}
+		if s != nil && strings.HasPrefix(s.outcome(), "failed:") {
+			// why steps failed, for the summary (a tool down, a
+			// deadline, a store refusing): ids and numbers dropped
+			rep.failures[failureKey(s.outcome(), s.why)]++
 		}
 		if s == nil {
 			rep.lost++
@@ -464,6 +490,11 @@ func (c *cluster) check(ctx context.Context, d *driver, in *injector, rep *repor
 			bad = "the tool said it had written the op before, the ledger disagrees"
 		case strings.HasPrefix(o, "failed:") && rec != "FAILED":
 			bad = "the chain says failed, the record does not"
+		case strings.HasPrefix(o, "failed:") && n > 0:
+			// The ledger tool fails only before it acts (its refusals)
+			// or says the outcome is unknown (a write it could not
+			// finish): a definite failure after an effect is a lie.
+			bad = "the chain says failed, the tool acted"
 		case (o == "not_executed" || strings.HasPrefix(o, "refused:")) && (n > 0 || rec == "SUCCEEDED" || rec == "PENDING"):
 			bad = "the chain says the step was not executed, but it was (or may have been)"
 		case n > 0 && rec == "absent":
