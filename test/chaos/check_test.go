@@ -7,8 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"sort"
 	"regexp"
+	"sort"
 	"strings"
 	"time"
 
