@@ -20,6 +20,7 @@ import (
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/auth"
 	"github.com/xct-dev/xct/internal/jsguard"
+	"github.com/xct-dev/xct/internal/verdict"
 	"github.com/xct-dev/xct/internal/wire"
 )
 
@@ -884,7 +885,7 @@ func (s *Service) consultApproval(ctx context.Context, installed *installedPolic
 		v.ApprovalTtl = nil
 		return
 	}
-	expiresAt := a.GetExpiresAt().AsTime()
+	expiresAt := usableUntil(a)
 	expired := !in.Now.Before(expiresAt)
 	var forgeable error
 	if a.GetState() == xctv1.ApprovalState_APPROVAL_STATE_APPROVED && !expired {
@@ -932,6 +933,15 @@ func (s *Service) consultApproval(ctx context.Context, installed *installedPolic
 			wire.WithDetails(wire.Errorf(wire.CodeApprovalDenied, "%s", msg), map[string]any{
 				"tool": truncate(in.Tool.GetName(), maxToolNameInMsg), "decided_by": a.GetDecidedBy(), "reason": a.GetReason()}))
 		v.ApprovalTtl = nil
+	case st == xctv1.ApprovalState_APPROVAL_STATE_APPROVED && expired:
+		// Approved in time, and not asked about for a verdict TTL after:
+		// say so, not that no one decided.
+		at := expiresAt.UTC().Format(time.RFC3339)
+		denyBecause(v, reasonApproval, fmt.Sprintf("approved by %s, but not used before %s", a.GetDecidedBy(), at),
+			wire.WithDetails(wire.Errorf(wire.CodeApprovalExpired, "this step was approved by %s at %s, but not acted on before %s, when the approval stopped counting; propose it again to ask for a new one, or finish",
+				a.GetDecidedBy(), a.GetDecidedAt().AsTime().UTC().Format(time.RFC3339), at),
+				map[string]any{"tool": truncate(in.Tool.GetName(), maxToolNameInMsg), "expires_at": at, "decided_by": a.GetDecidedBy()}))
+		v.ApprovalTtl = nil
 	case st == xctv1.ApprovalState_APPROVAL_STATE_EXPIRED || expired:
 		at := expiresAt.UTC().Format(time.RFC3339)
 		denyBecause(v, reasonApproval, "the approval expired at "+at,
@@ -939,6 +949,32 @@ func (s *Service) consultApproval(ctx context.Context, installed *installedPolic
 				map[string]any{"tool": truncate(in.Tool.GetName(), maxToolNameInMsg), "expires_at": at}))
 		v.ApprovalTtl = nil
 	}
+}
+
+// approvedGrace is how long an approval approved before its expiry still
+// counts after its decision, when that is later than the expiry: the
+// verdict after a decision comes from the run's owner, or, when the owner
+// was lost right after the decision, from the next one after a lease and
+// a takeover. Counting it only until expires_at lost a human's yes given
+// in time to that delay (the chain said APPROVAL_EXPIRED under the
+// approval). It is a signed allow's lifetime (verdict.DefaultTTL): what
+// the decision amounts to.
+const approvedGrace = verdict.DefaultTTL
+
+// usableUntil is when an approval stops counting for a verdict: its
+// expires_at, or, for one approved in time (DecideApproval refuses a
+// decision at or after expires_at), approvedGrace after its decision if
+// that is later.
+func usableUntil(a *xctv1.Approval) time.Time {
+	until := a.GetExpiresAt().AsTime()
+	if a.GetState() != xctv1.ApprovalState_APPROVAL_STATE_APPROVED || a.GetDecidedAt() == nil {
+		return until
+	}
+	decided := a.GetDecidedAt().AsTime()
+	if grace := decided.Add(approvedGrace); decided.Before(until) && grace.After(until) {
+		return grace
+	}
+	return until
 }
 
 // sameReasons reports whether an approval's reasons (what asked for a

@@ -260,6 +260,36 @@ func TestApprovalExpiry(t *testing.T) {
 	checkVerdict(t, validate(t, a.s, second), deny, wire.CodeApprovalExpired, "allow-fs-write", "config-writes-need-approval", "approval")
 }
 
+// TestApprovalApprovedJustBeforeItsExpiry (issue 12, session 20): a
+// decision taken in time holds for the verdict after it for the verdict
+// TTL, past expires_at (the run's owner lost right after the decision
+// asks later), and no longer; an approval approved early still counts
+// only until its expiry.
+func TestApprovalApprovedJustBeforeItsExpiry(t *testing.T) {
+	t.Parallel()
+	a := startApprovals(t)
+	late, early := configWrite(t, 1, "config/a.yaml"), configWrite(t, 2, "config/b.yaml")
+	a.request(t, late, nil)
+	a.request(t, early, nil)
+	if _, err := a.decide("run-1", "2", true, "bob", "early"); err != nil {
+		t.Fatal(err)
+	}
+	a.clock.Advance(time.Hour - time.Second)
+	if _, err := a.decide("run-1", "1", true, "bob", "just in time"); err != nil {
+		t.Fatal(err)
+	}
+	a.clock.Advance(2 * time.Second) // past both expiries
+	checkVerdict(t, validate(t, a.s, late), allow, "", "allow-fs-write", "config-writes-need-approval", "approval")
+	checkVerdict(t, validate(t, a.s, early), deny, wire.CodeApprovalExpired, "allow-fs-write", "config-writes-need-approval", "approval")
+
+	a.clock.Advance(verdict.DefaultTTL) // past the decision's grace
+	v := validate(t, a.s, late)
+	checkVerdict(t, v, deny, wire.CodeApprovalExpired, "allow-fs-write", "config-writes-need-approval", "approval")
+	if msg := v.GetError().GetMessage(); !strings.Contains(msg, "approved by bob") || !strings.Contains(msg, "not acted on") {
+		t.Errorf("an approval approved in time and not used: %q", msg)
+	}
+}
+
 // TestApprovalConcurrentDecisions checks that of concurrent decisions
 // exactly one wins.
 func TestApprovalConcurrentDecisions(t *testing.T) {
