@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -12,8 +13,10 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/grpcx"
@@ -92,8 +95,28 @@ func TestHealthIsNotServingWhileAStreamCannotStore(t *testing.T) {
 	}
 	setLimit(64)
 	for i := range 3 {
-		if _, err := orch.StartRun(ctx, &xctv1.StartRunRequest{RunId: fmt.Sprintf("run-full-%d", i), Goal: "g", Model: "scripted:done.yaml"}); err == nil {
+		_, err := orch.StartRun(ctx, &xctv1.StartRunRequest{RunId: fmt.Sprintf("run-full-%d", i), Goal: "g", Model: "scripted:done.yaml"})
+		if err == nil {
 			t.Fatalf("run %d started on a full stream", i)
+		}
+		// Session 20 (faults20): refused as what it is, which a client
+		// does not retry (UNAVAILABLE had `xct run` retrying for its
+		// --start-retry), naming the stream and the cause; the first
+		// learns it from its append, the others before any write.
+		if st := status.Convert(err); st.Code() != codes.ResourceExhausted || !strings.Contains(st.Message(), "LCTL") ||
+			!strings.Contains(st.Message(), "maximum bytes exceeded") || !strings.Contains(st.Message(), "nothing recorded is lost") {
+			t.Fatalf("StartRun %d on a full stream: %v; want RESOURCE_EXHAUSTED naming LCTL and the cause", i, err)
+		}
+	}
+	// Nothing of a refused start is left: no owner key (a run no one
+	// runs), and the stream holds what it held.
+	owners, err := admin.KeyValue(ctx, "XCT_RUN_OWNERS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if _, err := owners.Get(ctx, fmt.Sprintf("run-full-%d", i)); !errors.Is(err, jetstream.ErrKeyNotFound) {
+			t.Errorf("owner key of the refused run-full-%d: %v", i, err)
 		}
 	}
 	waitHealth(healthpb.HealthCheckResponse_NOT_SERVING)

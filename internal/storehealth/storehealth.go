@@ -216,6 +216,24 @@ func (m *Monitor) Err() error {
 	return errors.Join(errs...)
 }
 
+// FullErr says which of streams cannot store and why (as Err does for
+// all of them); nil when each stores, or m is nil. One atomic load while
+// none is full.
+func (m *Monitor) FullErr(streams ...string) error {
+	if m == nil || m.nfull.Load() == 0 {
+		return nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var errs []error
+	for _, s := range streams {
+		if f, ok := m.full[s]; ok {
+			errs = append(errs, fmt.Errorf("NATS stream %s cannot store: %w", s, f.cause))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // Close ends the probes.
 func (m *Monitor) Close() {
 	if m == nil {

@@ -17,6 +17,7 @@ import (
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
 	"github.com/xct-dev/xct/internal/crew"
 	"github.com/xct-dev/xct/internal/eventlog"
+	"github.com/xct-dev/xct/internal/storehealth"
 	"github.com/xct-dev/xct/lctl"
 	"github.com/xct-dev/xct/lctl/otlp"
 	"github.com/xct-dev/xct/lctl/xctevent"
@@ -64,6 +65,12 @@ func (s *Service) startRun(ctx context.Context, req *xctv1.StartRunRequest) (*ru
 	maxSteps, err := s.stepBudget(req, roles)
 	if err != nil {
 		return nil, err
+	}
+	if err := s.cfg.StoreHealth.FullErr(startStreams...); err != nil {
+		// Known full: refused before anything is written (no owner key,
+		// no quota, no index entry), at once; a retry cannot help until
+		// an operator makes room.
+		return nil, storeFull(err)
 	}
 	// A crew run proposes through its agents' models (crew.go); any other
 	// run through its one model.
@@ -210,6 +217,9 @@ func (s *Service) startRun(ctx context.Context, req *xctv1.StartRunRequest) (*ru
 		}
 		s.abandonStart(r)
 		s.unlist(id) // its run_started was refused: it never started
+		if storehealth.IsFull(err) {
+			return nil, storeFull(fmt.Errorf("NATS stream %s cannot store: %w", eventlog.StreamName, err))
+		}
 		return nil, err
 	}
 	s.mu.Lock()
@@ -219,6 +229,20 @@ func (s *Service) startRun(ctx context.Context, req *xctv1.StartRunRequest) (*ru
 	r.startRunSpan(ctx)
 	s.launch(r)
 	return r, nil
+}
+
+// startStreams are the streams a run's start writes to: its chain, its
+// owner key and its principal's quota.
+var startStreams = []string{eventlog.StreamName, "KV_" + OwnersBucket, "KV_" + QuotaBucket}
+
+// storeFull is the refusal of a start while a stream it writes to cannot
+// store for want of room: RESOURCE_EXHAUSTED, which a client does not
+// retry (UNAVAILABLE told `xct run` to retry for its --start-retry),
+// naming the stream and the cause. Nothing recorded is lost: JetStream
+// refuses the new write (discard new), it drops no stored event.
+func storeFull(err error) error {
+	return status.Errorf(codes.ResourceExhausted,
+		"no run is started while the event log cannot store (%v): an operator must make room (free disk space, raise the stream's max_bytes or max_msgs, or the server's max_file_store); nothing recorded is lost", err)
 }
 
 // DefaultMaxRuns is how many runs one principal may have in progress at
