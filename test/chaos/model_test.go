@@ -91,9 +91,15 @@ const crewEvery = 4
 var crewOps = map[int]string{2: "facts.add", 3: "xct.handoff"}
 
 // crewFile is the crew of a crew run, its agents served by the model at
-// modelAddr.
+// modelAddr. The model decides from the history alone, so every agent is
+// shown the whole run's (history: shared): with a member's own turns only
+// (the default since session 20, ae59fee) the checker, shown none of
+// operations 1-3, charged operation 1 again, which the check counts as a
+// duplicate per operation (12 in one run) although XCT told the model
+// the truth.
 func crewFile(modelAddr string) []byte {
 	return []byte(fmt.Sprintf(`crew: chaos
+history: shared
 agents:
   - name: finder
     profile: {type: analyzer, capabilities: [charging], model: "grpc:%[1]s", reliability_score: 0.9}
