@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -126,4 +127,69 @@ func BenchmarkReadChainFrom(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkAppendPack writes a step's events in pairs from 64 chains at
+// once, on the embedded server: each pair as two acknowledged appends
+// (today's step), or as one pack (AppendPackWithin: one message, one
+// acknowledgement; session 19's shape c). An op is one pair; cpu-us/pair
+// is the process's CPU (client, server, store) per pair.
+func BenchmarkAppendPack(b *testing.B) {
+	for _, mode := range []string{"two-appends", "one-pack"} {
+		b.Run(mode, func(b *testing.B) {
+			const chains = 64
+			s := testutil.RunJetStream(b)
+			l, err := eventlog.Open(context.Background(), testutil.Connect(b, s))
+			if err != nil {
+				b.Fatal(err)
+			}
+			pair := func() []eventlog.Draft {
+				return []eventlog.Draft{
+					{Type: "step_start", Agent: "orchestrator", Data: map[string]any{"step": 3, "step_id": "s-0123456789abcdef", "tool": "bench.noop", "intent": "bench", "arguments": map[string]any{"i": 3}}},
+					{Type: "verdict", Agent: "validator", Data: map[string]any{"step": 3, "step_id": "s-0123456789abcdef", "tool": "bench.noop", "decision": "allow", "reasons": []any{}, "policy_version": "v1"}},
+				}
+			}
+			per := (b.N + chains - 1) / chains
+			b.ReportAllocs()
+			before := cpuTime(b)
+			b.ResetTimer()
+			var wg sync.WaitGroup
+			for c := range chains {
+				w, err := l.NewChainWriter(fmt.Sprintf("bench-%d", c))
+				if err != nil {
+					b.Fatal(err)
+				}
+				wg.Go(func() {
+					for range per {
+						d := pair()
+						if mode == "one-pack" {
+							if _, err := w.AppendPackWithin(5*time.Second, d); err != nil {
+								b.Error(err)
+								return
+							}
+							continue
+						}
+						for _, e := range d {
+							if _, err := w.AppendWithin(5*time.Second, e.Type, e.Agent, e.Data); err != nil {
+								b.Error(err)
+								return
+							}
+						}
+					}
+				})
+			}
+			wg.Wait()
+			b.StopTimer()
+			b.ReportMetric(float64((cpuTime(b)-before).Microseconds())/float64(per*chains), "cpu-us/pair")
+		})
+	}
+}
+
+// cpuTime is the process's user and system CPU time so far.
+func cpuTime(tb testing.TB) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		tb.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

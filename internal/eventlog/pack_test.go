@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/xct-dev/xct/internal/eventlog"
+	"github.com/xct-dev/xct/internal/testutil"
 	"github.com/xct-dev/xct/lctl"
 )
 
@@ -202,5 +204,112 @@ func TestBadPackRefused(t *testing.T) {
 				t.Errorf("ReadChainFrom: %v, want an error (%v)", err, c.is)
 			}
 		})
+	}
+}
+
+// packDrafts returns n drafts with fixed times, as a run's step events.
+func packDrafts(n int) []eventlog.Draft {
+	at := time.Date(2026, 11, 28, 1, 30, 0, 0, time.UTC)
+	out := make([]eventlog.Draft, n)
+	for i := range out {
+		out[i] = eventlog.Draft{Time: at.Add(time.Duration(i) * time.Millisecond), Type: "step_start", Agent: "orchestrator",
+			Data: map[string]any{"step": i + 1, "intent": "a\nb", "arguments": map[string]any{"i": i}}}
+	}
+	return out
+}
+
+// AppendPackWithin stores the events Append would have stored one after
+// the other, in fewer messages, and a writer goes on after a pack.
+func TestAppendPackStoresWhatAppendsWould(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	drafts := packDrafts(10)
+	single := openLog(t)
+	sw, _ := single.NewChainWriter("run-pack")
+	for _, d := range drafts {
+		if _, err := sw.AppendAt(ctx, d.Time, d.Type, d.Agent, d.Data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := single.ReadChain(ctx, "run-pack")
+	if err != nil {
+		t.Fatal(err)
+	}
+	packed := openLog(t)
+	pw, _ := packed.NewChainWriter("run-pack")
+	i := 0
+	for _, n := range []int{1, 3, 2, 4} {
+		got, err := pw.AppendPackWithin(5*time.Second, packDrafts(10)[i:i+n])
+		if err != nil {
+			t.Fatalf("pack of %d: %v", n, err)
+		}
+		if len(got) != n || !reflect.DeepEqual(got, want[i:i+n]) {
+			t.Fatalf("pack of %d returned %d events, differing from Append's", n, len(got))
+		}
+		i += n
+	}
+	if pw.Seq() != 10 || pw.Last().Hash != want[9].Hash {
+		t.Fatalf("writer at %d/%s, want 10/%s", pw.Seq(), pw.Last().Hash, want[9].Hash)
+	}
+	got, err := packed.ReadChain(ctx, "run-pack")
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("ReadChain: %d events (%v), differing from the chain appended one by one", len(got), err)
+	}
+	chains, err := packed.Chains(ctx)
+	if err != nil || chains["run-pack"] != 4 {
+		t.Fatalf("Chains: %v, %v; want 4 messages", chains, err)
+	}
+	if e, err := pw.Append(ctx, "step_end", "orchestrator", nil); err != nil || e.Seq != 11 || e.PrevHash != want[9].Hash {
+		t.Fatalf("append after the packs: %d after %s, %v", e.Seq, e.PrevHash, err)
+	}
+}
+
+// A pack refused because another writer appended first stores none of
+// its events, and its writer refuses to go on; a pack over the
+// connection's maximum payload goes as separate appends.
+func TestAppendPackConflictAndSize(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	nc := testutil.Connect(t, testutil.RunJetStream(t))
+	l, err := eventlog.Open(ctx, nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := l.NewChainWriter("run-race")
+	if _, err := a.AppendPackWithin(5*time.Second, packDrafts(2)); err != nil {
+		t.Fatal(err)
+	}
+	b, err := l.ResumeChainWriter(ctx, "run-race")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Append(ctx, "step_end", "other", nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.AppendPackWithin(5*time.Second, packDrafts(3)); !errors.Is(err, eventlog.ErrConflict) {
+		t.Fatalf("pack after another writer's event: %v, want ErrConflict", err)
+	}
+	if _, err := a.Append(ctx, "step_end", "a", nil); err == nil {
+		t.Fatal("a writer whose pack failed appended again")
+	}
+	if got, err := l.ReadChain(ctx, "run-race"); err != nil || len(got) != 3 || got[2].Agent != "other" {
+		t.Fatalf("after the refused pack: %d events, %v", len(got), err)
+	}
+
+	big, _ := l.NewChainWriter("run-big")
+	drafts := packDrafts(2)
+	pad := strings.Repeat("x", int(nc.MaxPayload())*6/10) // two are over it, one is not
+	for i := range drafts {
+		drafts[i].Data["pad"] = pad
+	}
+	if got, err := big.AppendPackWithin(5*time.Second, drafts); err != nil || len(got) != 2 {
+		t.Fatalf("a pack over the maximum payload: %d events, %v", len(got), err)
+	}
+	chains, err := l.Chains(ctx)
+	if err != nil || chains["run-big"] != 2 {
+		t.Fatalf("Chains: %v, %v; want 2 messages for the two large events", chains, err)
+	}
+	if got, err := l.ReadChain(ctx, "run-big"); err != nil || len(got) != 2 || lctl.Verify(got) != nil {
+		t.Fatalf("run-big: %d events, %v", len(got), err)
 	}
 }
