@@ -77,6 +77,16 @@ func printApproval(w io.Writer, a *xctv1.Approval) {
 	fmt.Fprintf(tw, "step\t%d (%s)\n", a.GetStep(), line(a.GetStepId()))
 	fmt.Fprintf(tw, "state\t%s\n", state)
 	fmt.Fprintf(tw, "requested by\t%s at %s\n", line(a.GetRequestedBy()), a.GetRequestedAt().AsTime().Local().Format(time.DateTime))
+	if a.GetAgent() != "" {
+		// A crew run's step: the member that proposed it, and the
+		// hand-overs that gave it control (the entry agent first).
+		fmt.Fprintf(tw, "crew member\t%s (crew %s)\n", line(a.GetAgent()), line(a.GetCrew()))
+		path := make([]string, len(a.GetHandoffPath()))
+		for i, p := range a.GetHandoffPath() {
+			path[i] = line(p)
+		}
+		fmt.Fprintf(tw, "handed over\t%s\n", strings.Join(path, " -> "))
+	}
 	fmt.Fprintf(tw, "expires\t%s\n", a.GetExpiresAt().AsTime().Local().Format(time.DateTime))
 	fmt.Fprintf(tw, "proposal\t%s\n", line(a.GetProposal().GetTool()))
 	if g := a.GetProposal().GetGoal(); g != "" {

@@ -447,6 +447,12 @@ func (s *Service) RequestApproval(ctx context.Context, req *xctv1.RequestApprova
 		ExpiresAt:     timestamppb.New(now.Add(ttl)),
 		OpenedAtSeq:   s.chainSeqNow(ctx, run.GetRunId()),
 	}
+	if cc := req.GetCrew(); cc != nil {
+		// Who asked, in a crew run: the member that proposed the step and
+		// the hand-overs that gave it control (the approver decides on
+		// them as well as on the run's principal).
+		a.Crew, a.Agent, a.HandoffPath = cc.GetCrew(), cc.GetAgent(), slices.Clone(cc.GetHandoffPath())
+	}
 	stored, created, err := store.create(ctx, a)
 	if err != nil {
 		return nil, approvalStatus(err)

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/app"
 	"github.com/xct-dev/xct/internal/testutil"
 	"github.com/xct-dev/xct/services/orchestrator"
 )
@@ -72,6 +73,15 @@ func requestText(req *xctv1.ProposeRequest) string {
 	return b.String()
 }
 
+// whoAsked checks an approval of the poster's step names the crew, the
+// member and the hand-overs.
+func whoAsked(t *testing.T, where, crewName, agent string, path []string) {
+	t.Helper()
+	if crewName != "audit-and-post" || agent != "poster" || strings.Join(path, " -> ") != "auditor -> poster" {
+		t.Fatalf("%s: crew %q, member %q, hand-overs %v; want audit-and-post, poster, auditor -> poster", where, crewName, agent, path)
+	}
+}
+
 // auditCrew: a read-only auditor, which may read files and hand over, and
 // a poster with an outward tool (http.request), which may not read files.
 const auditCrew = `crew: audit-and-post
@@ -97,6 +107,11 @@ handoffs: {entry: auditor, max_depth: 2, cycles: forbid}
 // or after the orchestrator running the crew stops and another takes the
 // run over from its chain, and the poster's history rebuilt from the
 // chain is the one it was shown live.
+//
+// And the human deciding the poster's http.request was shown the run's
+// principal only (alice), not which member asked nor who handed it
+// control: the approval names the crew, the member and the hand-overs
+// now, at either replica and in the debugger's API.
 func TestAttackCrewMemberReadsAnotherMembersFile(t *testing.T) {
 	const marker = "audit-only-7c41e9d2"
 	var posted atomic.Int64
@@ -121,7 +136,8 @@ func TestAttackCrewMemberReadsAnotherMembersFile(t *testing.T) {
 		return `{"done": true, "message": "posted"}`
 	}}
 	tools := fmt.Sprintf("http:\n  allow_hosts: [%q]\n  allow_addresses: [127.0.0.1/32]\n  timeout: 5s\n", strings.TrimPrefix(target.URL, "http://"))
-	opts := []bindOption{withTools(t, tools, ""), withProposer("auditor", auditor), withProposer("poster", poster)}
+	opts := []bindOption{withTools(t, tools, ""), withProposer("auditor", auditor), withProposer("poster", poster),
+		func(cfg *app.Config, _ *app.Options) { cfg.Tracer.HTTPListen = "127.0.0.1:0" }}
 	ns := testutil.RunJetStream(t)
 	a := startBindClusterOn(t, ns, opts...)
 	b := startReplicaOn(t, ns, opts...)
@@ -141,7 +157,31 @@ func TestAttackCrewMemberReadsAnotherMembersFile(t *testing.T) {
 
 	// The poster's http.request waits for a human (irreversible): the
 	// run is at A, the poster has proposed twice.
-	waitApproval(t, a, "bob", id)
+	approval := waitApproval(t, a, "bob", id)
+	// The human deciding is shown who asked: the member that proposed
+	// the step and the hand-overs that gave it control, not only the
+	// run's principal (over gRPC, and the debugger's API).
+	whoAsked(t, "ListApprovals at A", approval.GetCrew(), approval.GetAgent(), approval.GetHandoffPath())
+	var api struct {
+		Approvals []map[string]any `json:"approvals"`
+	}
+	getJSON(t, ctx, a, "bob", "/api/approvals?run="+id, &api)
+	if len(api.Approvals) != 1 {
+		t.Fatalf("GET /api/approvals: %d approvals", len(api.Approvals))
+	}
+	j := api.Approvals[0]
+	var path []string
+	p, _ := j["handoffPath"].([]any)
+	if p == nil {
+		p, _ = j["handoff_path"].([]any)
+	}
+	for _, x := range p {
+		s, _ := x.(string)
+		path = append(path, s)
+	}
+	crewName, _ := j["crew"].(string)
+	agent, _ := j["agent"].(string)
+	whoAsked(t, "GET /api/approvals", crewName, agent, path)
 	live := poster.requests()
 	if len(live) != 2 {
 		t.Fatalf("the poster's model was asked %d times before its approval, want 2", len(live))
@@ -157,6 +197,8 @@ func TestAttackCrewMemberReadsAnotherMembersFile(t *testing.T) {
 	sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)
 	a.app.Stop(sctx)
 	scancel()
+	again := waitApproval(t, b, "bob", id)
+	whoAsked(t, "ListApprovals at B", again.GetCrew(), again.GetAgent(), again.GetHandoffPath())
 	if _, err := b.validatorAs(t, "bob").DecideApproval(ctx, &xctv1.DecideApprovalRequest{RunId: id, Step: "4", Approve: false, Reason: "not now"}); err != nil {
 		t.Fatal(err)
 	}

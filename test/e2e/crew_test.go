@@ -39,6 +39,12 @@ func TestCrewRun(t *testing.T) {
 	if a.GetProposal().GetTool() != "fs.write" {
 		t.Fatalf("approval for %v", a.GetProposal())
 	}
+	// Who asked (session 20): the member and the hand-overs, for the
+	// human deciding.
+	if a.GetCrew() != "security-review-demo" || a.GetAgent() != "fix-implementer" ||
+		strings.Join(a.GetHandoffPath(), ",") != "code-analyzer,security-reviewer,fix-implementer" {
+		t.Fatalf("approval of crew %q, member %q, hand-overs %v", a.GetCrew(), a.GetAgent(), a.GetHandoffPath())
+	}
 	if _, err := v.DecideApproval(ctx, &xctv1.DecideApprovalRequest{RunId: id, Step: a.GetStepId(), Approve: true, Reason: "read the diff"}); err != nil {
 		t.Fatal(err)
 	}

@@ -1189,7 +1189,20 @@ type Approval struct {
 	// Whatever decides the approval comes after it on the chain, so the
 	// validator reads the chain from there (not whole) before a decision,
 	// and before listing the approval as pending.
-	OpenedAtSeq   uint64 `protobuf:"varint,16,opt,name=opened_at_seq,json=openedAtSeq,proto3" json:"opened_at_seq,omitempty"`
+	OpenedAtSeq uint64 `protobuf:"varint,16,opt,name=opened_at_seq,json=openedAtSeq,proto3" json:"opened_at_seq,omitempty"`
+	// crew is, for a step of a crew run, the crew's name (the crew file's
+	// crew:); empty outside a crew run. Like agent and handoff_path, it is
+	// the orchestrator's CrewContext of the step (the request's crew).
+	Crew string `protobuf:"bytes,17,opt,name=crew,proto3" json:"crew,omitempty"`
+	// agent is the crew member that proposed the step: the agent in
+	// control when it was proposed, as the run's chain says (not the
+	// model's word).
+	Agent string `protobuf:"bytes,18,opt,name=agent,proto3" json:"agent,omitempty"`
+	// handoff_path is every agent that held control up to the step, in
+	// the order of the handoffs: the crew's entry agent first, agent last
+	// (CrewContext.handoff_path). Who asked the member: the agent before
+	// it handed it control.
+	HandoffPath   []string `protobuf:"bytes,19,rep,name=handoff_path,json=handoffPath,proto3" json:"handoff_path,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1334,6 +1347,27 @@ func (x *Approval) GetOpenedAtSeq() uint64 {
 		return x.OpenedAtSeq
 	}
 	return 0
+}
+
+func (x *Approval) GetCrew() string {
+	if x != nil {
+		return x.Crew
+	}
+	return ""
+}
+
+func (x *Approval) GetAgent() string {
+	if x != nil {
+		return x.Agent
+	}
+	return ""
+}
+
+func (x *Approval) GetHandoffPath() []string {
+	if x != nil {
+		return x.HandoffPath
+	}
+	return nil
 }
 
 // Preview is a tool's dry run of a step.
@@ -2009,7 +2043,7 @@ const file_xct_v1_validator_proto_rawDesc = "" +
 	"\arule_id\x18\x01 \x01(\tR\x06ruleId\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\"=\n" +
 	"\x10ValidateResponse\x12)\n" +
-	"\averdict\x18\x01 \x01(\v2\x0f.xct.v1.VerdictR\averdict\"\x8e\x05\n" +
+	"\averdict\x18\x01 \x01(\v2\x0f.xct.v1.VerdictR\averdict\"\xdb\x05\n" +
 	"\bApproval\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\x05R\x04step\x12\x17\n" +
@@ -2030,7 +2064,10 @@ const file_xct_v1_validator_proto_rawDesc = "" +
 	"decided_by\x18\r \x01(\tR\tdecidedBy\x12\x16\n" +
 	"\x06reason\x18\x0e \x01(\tR\x06reason\x124\n" +
 	"\x16decided_policy_version\x18\x0f \x01(\tR\x14decidedPolicyVersion\x12\"\n" +
-	"\ropened_at_seq\x18\x10 \x01(\x04R\vopenedAtSeq\"t\n" +
+	"\ropened_at_seq\x18\x10 \x01(\x04R\vopenedAtSeq\x12\x12\n" +
+	"\x04crew\x18\x11 \x01(\tR\x04crew\x12\x14\n" +
+	"\x05agent\x18\x12 \x01(\tR\x05agent\x12!\n" +
+	"\fhandoff_path\x18\x13 \x03(\tR\vhandoffPath\"t\n" +
 	"\aPreview\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x18\n" +
 	"\acontent\x18\x02 \x01(\tR\acontent\x12\x1f\n" +

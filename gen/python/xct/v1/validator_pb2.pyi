@@ -20,11 +20,14 @@ VERDICT_DECISION_NEEDS_APPROVAL: VerdictDecision
 VERDICT_DECISION_UNSPECIFIED: VerdictDecision
 
 class Approval(_message.Message):
-    __slots__ = ["decided_at", "decided_by", "decided_policy_version", "expires_at", "opened_at_seq", "policy_version", "preview", "proposal", "reason", "reasons", "requested_at", "requested_by", "run_id", "state", "step", "step_id"]
+    __slots__ = ["agent", "crew", "decided_at", "decided_by", "decided_policy_version", "expires_at", "handoff_path", "opened_at_seq", "policy_version", "preview", "proposal", "reason", "reasons", "requested_at", "requested_by", "run_id", "state", "step", "step_id"]
+    AGENT_FIELD_NUMBER: _ClassVar[int]
+    CREW_FIELD_NUMBER: _ClassVar[int]
     DECIDED_AT_FIELD_NUMBER: _ClassVar[int]
     DECIDED_BY_FIELD_NUMBER: _ClassVar[int]
     DECIDED_POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
     EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    HANDOFF_PATH_FIELD_NUMBER: _ClassVar[int]
     OPENED_AT_SEQ_FIELD_NUMBER: _ClassVar[int]
     POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
     PREVIEW_FIELD_NUMBER: _ClassVar[int]
@@ -37,10 +40,13 @@ class Approval(_message.Message):
     STATE_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     STEP_ID_FIELD_NUMBER: _ClassVar[int]
+    agent: str
+    crew: str
     decided_at: _timestamp_pb2.Timestamp
     decided_by: str
     decided_policy_version: str
     expires_at: _timestamp_pb2.Timestamp
+    handoff_path: _containers.RepeatedScalarFieldContainer[str]
     opened_at_seq: int
     policy_version: str
     preview: Preview
@@ -53,7 +59,7 @@ class Approval(_message.Message):
     state: ApprovalState
     step: int
     step_id: str
-    def __init__(self, run_id: _Optional[str] = ..., step: _Optional[int] = ..., step_id: _Optional[str] = ..., proposal: _Optional[_Union[_decision_pb2.NextStep, _Mapping]] = ..., requested_by: _Optional[str] = ..., reasons: _Optional[_Iterable[_Union[Reason, _Mapping]]] = ..., policy_version: _Optional[str] = ..., preview: _Optional[_Union[Preview, _Mapping]] = ..., state: _Optional[_Union[ApprovalState, str]] = ..., requested_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., decided_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., decided_by: _Optional[str] = ..., reason: _Optional[str] = ..., decided_policy_version: _Optional[str] = ..., opened_at_seq: _Optional[int] = ...) -> None: ...
+    def __init__(self, run_id: _Optional[str] = ..., step: _Optional[int] = ..., step_id: _Optional[str] = ..., proposal: _Optional[_Union[_decision_pb2.NextStep, _Mapping]] = ..., requested_by: _Optional[str] = ..., reasons: _Optional[_Iterable[_Union[Reason, _Mapping]]] = ..., policy_version: _Optional[str] = ..., preview: _Optional[_Union[Preview, _Mapping]] = ..., state: _Optional[_Union[ApprovalState, str]] = ..., requested_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., decided_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., decided_by: _Optional[str] = ..., reason: _Optional[str] = ..., decided_policy_version: _Optional[str] = ..., opened_at_seq: _Optional[int] = ..., crew: _Optional[str] = ..., agent: _Optional[str] = ..., handoff_path: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class CrewContext(_message.Message):
     __slots__ = ["agent", "agent_type", "crew", "crew_sha256", "handoff_path", "relies_on", "thresholds", "tools", "verifier"]
