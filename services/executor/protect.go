@@ -265,7 +265,19 @@ func (p *protectedPaths) linkTargets(root *os.Root, abs string, set protectedSet
 		runRef(target, link, base, 1)
 	}
 	runRef = func(target, link, base string, depth int) {
-		real, ok := workspaceRel(root, abs, target)
+		// The links on the way are protected as the target is, also
+		// when they lead out of the workspace: moved or deleted, the
+		// name would lead to what the fs tools then put there (session
+		// 20: `sh shared/run.sh` with shared -> a checkout outside;
+		// fs.delete shared, fs.move the model's directory to shared).
+		real, ok := workspaceRelVia(root, abs, target, func(l string) {
+			if p.match(l) == "" {
+				if out == nil {
+					out = map[string]string{}
+				}
+				out[l] = link
+			}
+		})
 		if !ok || real == "." || p.match(real) != "" {
 			return
 		}
@@ -838,6 +850,11 @@ func commandRefs(root *os.Root, line, base string) []string {
 			out = append(out, p)
 		case sure && errors.Is(err, fs.ErrNotExist) && w != "." && w != "..":
 			out = append(out, p)
+		case err != nil && !errors.Is(err, fs.ErrNotExist):
+			// Through a link that leads out of the workspace (a
+			// checkout shared between projects): its links on the way
+			// are protected (linkTargets).
+			out = append(out, p)
 		}
 	}
 	return out
@@ -860,6 +877,12 @@ var fileTests = map[string]bool{"-f": true, "-e": true, "-x": true, "-r": true, 
 // the top or absolute (abs: the workspace's absolute path); ok is false
 // when it leads out of the workspace.
 func workspaceRel(root *os.Root, abs, target string) (string, bool) {
+	return workspaceRelVia(root, abs, target, nil)
+}
+
+// workspaceRelVia is workspaceRel that calls via with the workspace path
+// of each symbolic link it follows (resolveVia).
+func workspaceRelVia(root *os.Root, abs, target string, via func(link string)) (string, bool) {
 	if path.IsAbs(target) {
 		r, err := filepath.Rel(abs, filepath.FromSlash(target))
 		if abs == "" || err != nil {
@@ -871,7 +894,7 @@ func workspaceRel(root *os.Root, abs, target string) (string, bool) {
 	if target == ".." || strings.HasPrefix(target, "../") {
 		return "", false
 	}
-	real, ok := resolveWithin(root, abs, target)
+	real, ok := resolveVia(root, abs, target, via)
 	return filepath.ToSlash(real), ok
 }
 
@@ -1540,6 +1563,12 @@ func resolveIn(root *os.Root, name string) (string, bool) { return resolveWithin
 // protected links lead takes it: a hook linked to scripts/pre-commit,
 // itself linked to "$PWD/scripts/check.sh", runs check.sh.
 func resolveWithin(root *os.Root, abs, name string) (string, bool) {
+	return resolveVia(root, abs, name, nil)
+}
+
+// resolveVia is resolveWithin that calls via with the workspace path of
+// each symbolic link it meets on the way, also one that leads out.
+func resolveVia(root *os.Root, abs, name string, via func(link string)) (string, bool) {
 	parts := strings.Split(filepath.ToSlash(filepath.Clean(name)), "/")
 	var done []string
 	for hops := 0; len(parts) > 0; {
@@ -1571,6 +1600,9 @@ func resolveWithin(root *os.Root, abs, name string) (string, bool) {
 		}
 		if hops++; hops > 40 {
 			return "", false
+		}
+		if via != nil {
+			via(cur)
 		}
 		target, err := root.Readlink(cur)
 		if err != nil {
