@@ -1,11 +1,13 @@
 package executor
 
 import (
+	"encoding/binary"
 	"os"
 	osexec "os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/xct-dev/xct/internal/wire"
 )
@@ -101,4 +103,156 @@ func TestProtectedRefsThroughALinkedDirectory(t *testing.T) {
 func anyString(v any) string {
 	s, _ := v.(string)
 	return s
+}
+
+// elfInit is an x86-64 ELF shared object made only of valid UTF-8 (so
+// fs.write's text can be one) whose initialisation function, which the
+// dynamic loader runs when the object is loaded (before anything looks
+// for a symbol in it), creates the file mark (an ASCII path): the
+// model's code run by whatever loads it. Every header field is below
+// 0x80; the code builds the path on the stack two bytes at a time
+// (push imm16) and calls open(path, O_WRONLY|O_CREAT) with ASCII
+// instructions; its return (0xC3) is followed by a byte that makes
+// the pair a two-byte sequence.
+func elfInit(tb testing.TB, mark string) string {
+	tb.Helper()
+	b := make([]byte, 0x300)
+	le := binary.LittleEndian
+	copy(b, "\x7fELF")
+	b[4], b[5], b[6] = 2, 1, 1 // 64-bit, little-endian, version 1
+	le.PutUint16(b[16:], 3)    // ET_DYN
+	le.PutUint16(b[18:], 0x3e) // x86-64
+	le.PutUint32(b[20:], 1)
+	le.PutUint64(b[32:], 0x40) // program headers
+	le.PutUint16(b[52:], 64)
+	le.PutUint16(b[54:], 56)
+	le.PutUint16(b[56:], 2)
+	ph := func(at int, typ, flags uint32, off, size, align uint64) {
+		le.PutUint32(b[at:], typ)
+		le.PutUint32(b[at+4:], flags)
+		for i := 8; i < 32; i += 8 {
+			le.PutUint64(b[at+i:], off) // offset, address, physical address
+		}
+		le.PutUint64(b[at+32:], size)
+		le.PutUint64(b[at+40:], size)
+		le.PutUint64(b[at+48:], align)
+	}
+	ph(0x40, 1, 5, 0, 0x300, 0x1000) // PT_LOAD, read and execute
+	ph(0x78, 2, 4, 0x100, 0x60, 8)   // PT_DYNAMIC
+	// The dynamic section: INIT, STRTAB, SYMTAB, STRSZ, SYMENT.
+	for i, kv := range [][2]uint64{{12, 0x200}, {5, 0x170}, {6, 0x178}, {10, 1}, {11, 24}} {
+		le.PutUint64(b[0x100+16*i:], kv[0])
+		le.PutUint64(b[0x108+16*i:], kv[1])
+	}
+	s := mark + "\x00"
+	if len(s)%2 == 1 {
+		s += "\x00"
+	}
+	code := []byte{0x55, 0x54, 0x5d} // push rbp; push rsp; pop rbp
+	for i := len(s) - 2; i >= 0; i -= 2 {
+		code = append(code, 0x66, 0x68, s[i], s[i+1]) // push imm16
+	}
+	code = append(code,
+		0x54, 0x5f, // push rsp; pop rdi: the path
+		0x6a, 0x41, 0x5e, // push 0x41; pop rsi: O_WRONLY|O_CREAT
+		0x6a, 0x7f, 0x5a, // push 0x7f; pop rdx: a mode
+		0x6a, 0x02, 0x58, // push 2; pop rax: open
+		0x0f, 0x05, // syscall
+		0x55, 0x5c, 0x5d, // push rbp; pop rsp; pop rbp
+		0xc3, 0x90) // ret (and a byte after it)
+	if 0x200+len(code) > len(b) {
+		tb.Fatalf("the path %q is too long for the object", mark)
+	}
+	copy(b[0x200:], code)
+	if !utf8.Valid(b) {
+		tb.Fatal("the object is not valid UTF-8")
+	}
+	return string(b)
+}
+
+// TestNativeModulesAreNotWrittenByTheFSTools: a Python extension module
+// (util.so next to util.py: the importer tries extensions before
+// sources), a Node addon (build/Release/addon.node, node-gyp's output,
+// which index.js requires) and a build's program (build/app, which a
+// Makefile runs when it is newer than its sources) are ELF files, which
+// git ignores (*.so, build/) and no diff shows; the dynamic loader runs
+// an object's initialisation code as it loads it. An ELF object can be
+// valid UTF-8 (elfInit): on main fs.write (reversible, no human) wrote
+// util.so and addon.node, and replaced build/app keeping its mode, and
+// the next human's `python3 main.py` and `node index.js` ran the model's
+// code on the host. Now fs.write neither writes an ELF file nor replaces
+// one (the build makes it; a program, the compiler, may).
+func TestNativeModulesAreNotWrittenByTheFSTools(t *testing.T) {
+	sb := newSandbox(t)
+	writeFiles(t, sb.ws, 0o644, map[string]string{
+		"app/main.py":  "import util\nprint('main ran')\n",
+		"app/util.py":  "print('util ran')\n",
+		"web/index.js": "try { require('./build/Release/addon.node') } catch (e) { console.log('no addon: ' + e.message) }\nconsole.log('index ran')\n",
+	})
+	mark := filepath.Join(sb.dir, "ran")
+	obj := elfInit(t, mark)
+	// A program a build made (an ELF the test takes from the host: the
+	// shape matters, not the content).
+	real, err := os.ReadFile("/bin/true")
+	must(t, err)
+	writeFiles(t, sb.ws, 0o755, map[string]string{"build/app": string(real)})
+	s := newService(t, sb.ws)
+	var written []string
+	for _, c := range []struct{ path, content string }{
+		{"app/util.so", obj},
+		{"web/build/Release/addon.node", obj},
+		{"build/app", "#!/bin/sh\ntouch " + mark + "\n"},
+	} {
+		r := exec(t, s, "fs.write", map[string]any{"path": c.path, "content": c.content})
+		if codeOf(r) == "" {
+			written = append(written, c.path)
+		} else if codeOf(r) != string(wire.CodePermissionDenied) || !strings.Contains(r.GetError().GetMessage(), "ELF") {
+			t.Errorf("fs.write %s: %v, want PERMISSION_DENIED (an ELF file)", c.path, r)
+		}
+	}
+	// The next human runs the project's code on the host.
+	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}
+	var outs []string
+	for _, c := range []struct {
+		dir  string
+		argv []string
+	}{
+		{"app", []string{"python3", "main.py"}},
+		{"web", []string{"node", "index.js"}},
+		{".", []string{"./build/app"}},
+	} {
+		if _, err := osexec.LookPath(c.argv[0]); err != nil && !strings.HasPrefix(c.argv[0], "./") {
+			t.Logf("no %s on this host", c.argv[0])
+			continue
+		}
+		cmd := osexec.Command(c.argv[0], c.argv[1:]...)
+		cmd.Dir = filepath.Join(sb.ws, c.dir)
+		cmd.Env = env
+		out, _ := cmd.CombinedOutput()
+		outs = append(outs, string(out))
+		if _, err := os.Stat(mark); err == nil {
+			t.Fatalf("the next human's %v ran the model's code (fs.write wrote %v): %s", c.argv, written, out)
+		}
+	}
+	if len(written) > 0 {
+		t.Errorf("fs.write wrote %v", written)
+	}
+	if got := strings.Join(outs, ""); !strings.Contains(got, "util ran") {
+		t.Errorf("the project's own code did not run: %s", got)
+	}
+	// Text stays writable, a script replacing a script too (its mode
+	// kept), and an object is refused whatever its name.
+	writeFiles(t, sb.ws, 0o755, map[string]string{"scripts/run.sh": "#!/bin/sh\n"})
+	for _, c := range []struct{ path, content string }{
+		{"app/util.py", "print('util changed')\n"},
+		{"scripts/run.sh", "#!/bin/sh\necho run\n"},
+		{"notes/elf.md", "An ELF file begins with 0x7f, then E, L, F.\n"},
+	} {
+		if r := exec(t, s, "fs.write", map[string]any{"path": c.path, "content": c.content}); codeOf(r) != "" {
+			t.Errorf("fs.write %s: %v", c.path, r)
+		}
+	}
+	if r := exec(t, s, "fs.write", map[string]any{"path": "notes/data.txt", "content": obj}); codeOf(r) != string(wire.CodePermissionDenied) {
+		t.Errorf("fs.write of an ELF object named data.txt: %v", r)
+	}
 }
