@@ -380,7 +380,10 @@ func (p *protectedPaths) linkTargets(root *os.Root, abs string, set protectedSet
 				for _, ref := range direnvRefs(root, rel) {
 					addRef(ref, rel)
 				}
-				for _, ref := range direnvPathRefs(root, rel) {
+				for _, ref := range direnvPathRefs(root, rel, path.Dir(rel)) {
+					addRef(ref, rel)
+				}
+				for _, ref := range envrcSourcedPathRefs(root, abs, rel) {
 					addRef(ref, rel)
 				}
 			}
@@ -637,12 +640,11 @@ func direnvRefs(root *os.Root, rel string) []string {
 // .envrc's directory, where direnv runs it ($PWD, ${PWD}, $(pwd) are
 // it); an entry with another expansion, and the directory itself, are
 // left out (session 19, attack19a).
-func direnvPathRefs(root *os.Root, rel string) []string {
+func direnvPathRefs(root *os.Root, rel, dir string) []string {
 	b := readSmallFile(root, rel, 64<<10)
 	if b == nil {
 		return nil
 	}
-	dir := path.Dir(rel)
 	var out []string
 	add := func(variable, entry string) {
 		for _, pwd := range []string{"$PWD", "${PWD}", "$(pwd)"} {
@@ -710,6 +712,46 @@ func direnvPathRefs(root *os.Root, rel string) []string {
 			}
 		}
 	}
+	return out
+}
+
+// envrcSourcedPathRefs returns what the scripts the .envrc rel sources
+// (`source env/common.sh`, `. x`, direnv's `source_env tools/env`), and
+// the scripts those source in turn (scriptFollowDepth), put on the
+// human's search paths (direnvPathRefs): a PATH_add there is the
+// .envrc's own. A file sourced runs with the .envrc's directory as its
+// working directory, one source_env runs with its own: both are taken
+// (session 20).
+func envrcSourcedPathRefs(root *os.Root, abs, rel string) []string {
+	top := path.Dir(rel)
+	var out []string
+	seen := map[string]bool{rel: true}
+	var follow func(script string, depth int)
+	follow = func(script string, depth int) {
+		if depth > scriptFollowDepth {
+			return
+		}
+		refs := scriptRefs(root, script, top)
+		if dir := path.Dir(script); dir != top {
+			refs = append(refs, scriptRefs(root, script, dir)...)
+		}
+		for _, ref := range refs {
+			real, ok := workspaceRel(root, abs, ref)
+			if !ok || seen[real] {
+				continue
+			}
+			seen[real] = true
+			if fi, err := root.Lstat(real); err != nil || !fi.Mode().IsRegular() {
+				continue
+			}
+			out = append(out, direnvPathRefs(root, real, top)...)
+			if dir := path.Dir(real); dir != top {
+				out = append(out, direnvPathRefs(root, real, dir)...)
+			}
+			follow(real, depth+1)
+		}
+	}
+	follow(rel, 1)
 	return out
 }
 

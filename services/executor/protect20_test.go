@@ -256,3 +256,65 @@ func TestNativeModulesAreNotWrittenByTheFSTools(t *testing.T) {
 		t.Errorf("fs.write of an ELF object named data.txt: %v", r)
 	}
 }
+
+// TestProtectedEnvrcSourcedPathDirs: an .envrc often keeps its settings
+// in a script it sources (`source env/common.sh`, direnv's `source_env
+// tools/env`, which runs the file from its own directory), and a
+// PATH_add there puts a workspace directory first on the PATH of every
+// shell that cds in, as one in the .envrc does (session 19,
+// TestProtectedEnvrcPathDirs). On main the sourced script was protected
+// and the directory it put on PATH was not: fs.write replaced the
+// existing bin/deploy (keeping its mode), fs.move renamed it bin/git,
+// and the next human's `git status` (every prompt that shows a branch
+// runs one) ran the model's script. Now what a script an .envrc sources
+// puts on PATH or PYTHONPATH is protected as the .envrc's own is (from
+// the .envrc's directory and from the script's).
+func TestProtectedEnvrcSourcedPathDirs(t *testing.T) {
+	sb := newSandbox(t)
+	writeFiles(t, sb.ws, 0o755, map[string]string{
+		".envrc":         "source env/common.sh\nsource_env tools/env\n",
+		"env/common.sh":  "PATH_add bin\nexport PYTHONPATH=\"$PWD/src\"\n. env/more.sh\n",
+		"env/more.sh":    "PATH_add scripts\n",
+		"tools/env":      "PATH_add bin\n",
+		"bin/deploy":     "#!/bin/sh\necho deploying\n",
+		"src/app.py":     "print('app')\n",
+		"docs/readme.md": "x\n",
+	})
+	mark := filepath.Join(sb.dir, "ran")
+	s := newService(t, sb.ws)
+	payload := "#!/bin/sh\necho ran > " + mark + "\n"
+	var done []string
+	for _, c := range []struct {
+		tool string
+		args map[string]any
+	}{
+		{"fs.write", map[string]any{"path": "bin/deploy", "content": payload}},
+		{"fs.move", map[string]any{"from": "bin/deploy", "to": "bin/git"}},
+	} {
+		r := exec(t, s, c.tool, c.args)
+		if codeOf(r) == "" {
+			done = append(done, c.tool+" "+anyString(c.args["path"])+anyString(c.args["from"]))
+		} else if codeOf(r) != string(wire.CodePermissionDenied) || !strings.Contains(r.GetError().GetMessage(), ".envrc") {
+			t.Errorf("%s %v: %v, want PERMISSION_DENIED naming .envrc", c.tool, c.args, r)
+		}
+	}
+	// The next human cds in (direnv puts bin/ first on PATH) and the
+	// prompt runs git status.
+	cmd := osexec.Command("sh", "-c", "git status --short")
+	cmd.Dir = sb.ws
+	cmd.Env = []string{"PATH=" + filepath.Join(sb.ws, "bin") + ":" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null"}
+	out, _ := cmd.CombinedOutput()
+	if _, err := os.Stat(mark); err == nil {
+		t.Fatalf("the next human's git status ran the model's bin/git (%v): %s", done, out)
+	}
+	if len(done) != 0 {
+		t.Errorf("done: %v", done)
+	}
+	for _, p := range []string{"bin/x", "tools/bin/git", "scripts/git", "env/scripts/git", "src/sitecustomize.py"} {
+		if r := exec(t, s, "fs.write", map[string]any{"path": p, "content": payload}); codeOf(r) != string(wire.CodePermissionDenied) {
+			t.Errorf("fs.write %s: %v, want PERMISSION_DENIED", p, r)
+		}
+	}
+	expireLinkTargets(s)
+	wantWritable(t, s, "src/app.py", "docs/readme.md", "tools/README", "env/README")
+}
