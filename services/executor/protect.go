@@ -82,6 +82,18 @@ var DefaultProtectedPaths = []string{
 	// so by default (safe.bareRepository=all). git needs HEAD to take a
 	// directory for one, so no repository is made without it.
 	"HEAD",
+	// Session 20 (attack20): what a program reads from the directory
+	// the next human starts it in and runs commands from: debuggers'
+	// start-up files (Python's pdb reads ./.pdbrc on breakpoint(),
+	// python -m pdb and pytest --pdb; perl -d ./.perldb), interpreters'
+	// (R, GHCi, Pry, IRB, Octave), gdb's and lldb's (when the user's
+	// settings load a project's); coding agents' and editors' project
+	// settings (Claude Code's hooks and MCP servers, aider's lint and
+	// test commands run after every edit, Cursor's, Gemini CLI's and
+	// Codex's MCP servers and hooks, Zed's and Helix's language
+	// servers).
+	".pdbrc", ".perldb", ".Rprofile", ".ghci", ".pryrc", ".irbrc", ".octaverc", ".gdbinit", ".lldbinit",
+	".claude/", ".mcp.json", ".aider.conf.yml", ".cursor/", ".gemini/", ".codex/", ".zed/", ".helix/",
 }
 
 // protectedPaths matches workspace paths against protected names.

@@ -318,3 +318,87 @@ func TestProtectedEnvrcSourcedPathDirs(t *testing.T) {
 	expireLinkTargets(s)
 	wantWritable(t, s, "src/app.py", "docs/readme.md", "tools/README", "env/README")
 }
+
+// agentAndDebuggerConfigs are files and directories that a program
+// reads from the working directory (or the project's top) when the next
+// human starts it there, and that name commands it runs: Python's
+// debugger runs ./.pdbrc (breakpoint(), python -m pdb, pytest --pdb),
+// Perl's ./.perldb (perl -d), R ./.Rprofile, GHCi ./.ghci, Pry
+// ./.pryrc, IRB ./.irbrc, Octave ./.octaverc, gdb and lldb their
+// ./.gdbinit and ./.lldbinit (when the user's settings load them);
+// coding agents and editors their project settings: Claude Code's
+// .claude/settings.json hooks and .mcp.json servers, aider's
+// .aider.conf.yml (lint-cmd, test-cmd, run after every edit), Cursor's
+// .cursor/ (hooks, MCP servers), Gemini CLI's .gemini/settings.json
+// (MCP servers, a tool discovery command), Codex's .codex/config.toml
+// (MCP servers), Zed's .zed/settings.json (a language server's binary)
+// and Helix's .helix/languages.toml (a language server's command).
+var agentAndDebuggerConfigs = []string{
+	".pdbrc", ".perldb", ".Rprofile", ".ghci", ".pryrc", ".irbrc", ".octaverc", ".gdbinit", ".lldbinit",
+	".claude/settings.json", ".claude/settings.local.json", ".mcp.json", ".aider.conf.yml",
+	".cursor/mcp.json", ".cursor/hooks.json", ".gemini/settings.json", ".codex/config.toml",
+	".zed/settings.json", ".helix/languages.toml",
+}
+
+// TestProtectedAgentAndDebuggerConfigs: on main fs.write (reversible, no
+// human) made each of agentAndDebuggerConfigs, at the top and in a
+// subdirectory; the next human's `python3 -m pdb main.py` ran the
+// model's .pdbrc on the host, and `perl -d` its .perldb. Now they are
+// protected paths.
+func TestProtectedAgentAndDebuggerConfigs(t *testing.T) {
+	sb := newSandbox(t)
+	writeFiles(t, sb.ws, 0o644, map[string]string{
+		"main.py":    "print('main ran')\n",
+		"tool.pl":    "print \"tool ran\\n\";\n",
+		"docs/x.md":  "x\n",
+		"sub/app.py": "x\n",
+	})
+	mark := filepath.Join(sb.dir, "ran")
+	s := newService(t, sb.ws)
+	var written []string
+	for _, name := range agentAndDebuggerConfigs {
+		content := "x\n"
+		switch name {
+		case ".pdbrc":
+			content = "import os\nos.system(" + `"touch ` + mark + `"` + ")\n"
+		case ".perldb":
+			content = `system("touch ` + mark + `");` + "\n"
+		}
+		for _, p := range []string{name, "sub/" + name} {
+			r := exec(t, s, "fs.write", map[string]any{"path": p, "content": content})
+			if codeOf(r) == "" {
+				written = append(written, p)
+			} else if codeOf(r) != string(wire.CodePermissionDenied) || !strings.Contains(r.GetError().GetMessage(), "protected path") {
+				t.Errorf("fs.write %s: %v, want PERMISSION_DENIED (a protected path)", p, r)
+			}
+		}
+	}
+	// The next human debugs the project's code on the host.
+	for _, c := range []struct {
+		argv []string
+		env  string
+	}{
+		{[]string{"python3", "-m", "pdb", "main.py"}, ""},
+		{[]string{"perl", "-d", "tool.pl"}, "PERLDB_OPTS=NonStop=1"},
+	} {
+		if _, err := osexec.LookPath(c.argv[0]); err != nil {
+			t.Logf("no %s on this host", c.argv[0])
+			continue
+		}
+		cmd := osexec.Command(c.argv[0], c.argv[1:]...)
+		cmd.Dir = sb.ws
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), c.env}
+		cmd.Stdin = strings.NewReader("c\nq\n")
+		out, _ := cmd.CombinedOutput()
+		if _, err := os.Stat(mark); err == nil {
+			t.Fatalf("the next human's %v ran the model's file (fs.write wrote %v): %s", c.argv, written, out)
+		}
+		if !strings.Contains(string(out), "ran") {
+			t.Errorf("%v: %s", c.argv, out)
+		}
+	}
+	if len(written) > 0 {
+		t.Errorf("fs.write wrote %v", written)
+	}
+	wantWritable(t, s, "docs/pdbrc.md", "claude/notes.md", "sub/app.py", "docs/mcp.json", "aider.conf.yml.example")
+}

@@ -48,8 +48,8 @@ rules:
     effects: [reversible]
     when: >-
       [has(args.path) ? string(args.path) : "", has(args.from) ? string(args.from) : "", has(args.to) ? string(args.to) : ""].exists(p,
-      p.lowerAscii().matches(r'(^|[/\\])\.(git|xct|hg|svn|husky|ssh|gnupg|direnv|vscode|idea|devcontainer|mise|cargo|lefthook|lefthook-local)[. ]*([/\\]|$)') ||
-      p.lowerAscii().matches(r'(^|[/\\])(\.gitconfig|\.gitmodules|\.gitattributes|\.npmrc|\.yarnrc|\.yarnrc\.yml|\.pnpmfile\.cjs|\.envrc|\.bashrc|\.bash_profile|\.bash_login|\.profile|\.zshrc|\.zshenv|\.zprofile|\.inputrc|\.netrc|\.curlrc|\.wgetrc|pip\.conf|\.pypirc|\.pre-commit-config\.yaml|\.devcontainer\.json|mise\.toml|\.mise\.toml|mise\.local\.toml|\.mise\.local\.toml|\.tool-versions|bunfig\.toml|\.bunfig\.toml|\.exrc|\.vimrc|\.nvimrc|\.nvim\.lua|\.?lefthook(-local)?\.(yml|yaml|toml|json|jsonc)|\.pre-commit-config\.yml|prek\.toml|head)[. ]*$'))
+      p.lowerAscii().matches(r'(^|[/\\])\.(git|xct|hg|svn|husky|ssh|gnupg|direnv|vscode|idea|devcontainer|mise|cargo|lefthook|lefthook-local|claude|cursor|gemini|codex|zed|helix)[. ]*([/\\]|$)') ||
+      p.lowerAscii().matches(r'(^|[/\\])(\.gitconfig|\.gitmodules|\.gitattributes|\.npmrc|\.yarnrc|\.yarnrc\.yml|\.pnpmfile\.cjs|\.envrc|\.bashrc|\.bash_profile|\.bash_login|\.profile|\.zshrc|\.zshenv|\.zprofile|\.inputrc|\.netrc|\.curlrc|\.wgetrc|pip\.conf|\.pypirc|\.pre-commit-config\.yaml|\.devcontainer\.json|mise\.toml|\.mise\.toml|mise\.local\.toml|\.mise\.local\.toml|\.tool-versions|bunfig\.toml|\.bunfig\.toml|\.exrc|\.vimrc|\.nvimrc|\.nvim\.lua|\.?lefthook(-local)?\.(yml|yaml|toml|json|jsonc)|\.pre-commit-config\.yml|prek\.toml|head|\.pdbrc|\.perldb|\.rprofile|\.ghci|\.pryrc|\.irbrc|\.octaverc|\.gdbinit|\.lldbinit|\.mcp\.json|\.aider\.conf\.yml)[. ]*$'))
 `
 
 // DefaultPolicyFile is the name the built-in policy reports in errors and logs.
