@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -253,8 +254,8 @@ func (t *fsWrite) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.
 	if e := t.ws.checkProtected(p, name); e != nil {
 		return nil, e
 	}
-	if strings.HasPrefix(content, elfMagic) {
-		return nil, elfRefused(p, "its content is")
+	if strings.Contains(content, elfMagic) {
+		return nil, elfRefused(p, "its content")
 	}
 	if e := nestedTooDeep(p, pathDepth(filepath.Dir(name))); e != nil {
 		return nil, e
@@ -336,8 +337,8 @@ func (t *fsWrite) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.
 		if err != nil {
 			return nil, t.ws.refuse(p, name, false, err)
 		}
-		if strings.HasPrefix(string(prevContent[:min(len(prevContent), len(elfMagic))]), elfMagic) {
-			return nil, elfRefused(p, "it is")
+		if bytes.HasPrefix(prevContent, []byte(elfMagic)) {
+			return nil, elfRefused(p, "the file it replaces")
 		}
 		prev := checksum(prevContent)
 		res.PreviousChecksum = prev
@@ -414,22 +415,27 @@ func (t *fsWrite) Invoke(ctx context.Context, args map[string]any) (any, *xctv1.
 }
 
 // elfMagic begins an ELF file: a program, a shared library, a Python
-// extension module, a Node addon, a Go plugin.
+// extension module, a Node addon, a Go plugin; and each object file
+// inside a static library (an ar archive, "!<arch>\n" and its members),
+// which a build links into its program.
 const elfMagic = "\x7fELF"
 
-// elfRefused refuses fs.write of p: its content is an ELF file, or it
-// replaces one (what: "its content is", "it is"). The dynamic loader
-// runs an object's initialisation code as it loads it, and an ELF file
-// can be made of valid UTF-8: on main fs.write (reversible, no human)
-// wrote util.so next to util.py (Python's importer tries extension
-// modules first) and a Node addon, and replaced a build's program
-// (keeping its mode) with a script; git ignores them (*.so, build/), no
-// diff shows them, and the next human's `python3 main.py`, `node
-// index.js` or `./build/app` ran the model's code on the host (session
-// 20). A build makes them; a program (the compiler) may.
+// elfRefused refuses fs.write of p: its content is or holds an ELF
+// file, or the file it replaces is one (what: "its content", "the file
+// it replaces"). The dynamic loader runs an object's initialisation
+// code as it loads it, and an ELF file can be made of valid UTF-8: on
+// main fs.write (reversible, no human) wrote util.so next to util.py
+// (Python's importer tries extension modules first) and a Node addon,
+// and replaced a build's program (keeping its mode) with a script; git
+// ignores them (*.so, build/), no diff shows them, and the next human's
+// `python3 main.py`, `node index.js` or `./build/app` ran the model's
+// code on the host (session 20). A build makes them; a program (the
+// compiler) may. Content holding the magic anywhere is refused (an
+// object inside an archive): text never holds the byte 0x7f before
+// "ELF".
 func elfRefused(p, what string) *xctv1.Error {
 	return wire.WithDetails(wire.Errorf(wire.CodePermissionDenied,
-		"%q was not written: %s an ELF file (a program, a shared library, a Python extension or Node addon), which is loaded and run without a diff showing it; the fs tools write text only, and do not replace a build's output (the build may)", p, what),
+		"%q was not written: %s is an ELF file or holds one (a program, a shared library, a static library's object, a Python extension or Node addon), which is loaded and run without a diff showing it; the fs tools write text only, and do not replace a build's output (the build may)", p, what),
 		map[string]any{"path": p, "executable_format": "ELF"})
 }
 

@@ -2,6 +2,7 @@ package executor
 
 import (
 	"encoding/binary"
+	"fmt"
 	"os"
 	osexec "os/exec"
 	"path/filepath"
@@ -254,6 +255,13 @@ func TestNativeModulesAreNotWrittenByTheFSTools(t *testing.T) {
 	}
 	if r := exec(t, s, "fs.write", map[string]any{"path": "notes/data.txt", "content": obj}); codeOf(r) != string(wire.CodePermissionDenied) {
 		t.Errorf("fs.write of an ELF object named data.txt: %v", r)
+	}
+	// A static library (an ar archive) holds its objects after a
+	// header: a build links the one defining a symbol it needs, and
+	// its initialisation runs with the program (not linked here).
+	member := fmt.Sprintf("%-16s%-12s%-6s%-6s%-8s%-10d`\n", "util.o/", "0", "0", "0", "644", len(obj))
+	if r := exec(t, s, "fs.write", map[string]any{"path": "build/libutil.a", "content": "!<arch>\n" + member + obj}); codeOf(r) != string(wire.CodePermissionDenied) {
+		t.Errorf("fs.write of a static library holding an ELF object: %v", r)
 	}
 }
 
