@@ -11,19 +11,35 @@ import (
 // skipValue, the careful check, says it ends: on the data events carry,
 // every cut of it, shapes near them (escapes, bytes past ASCII, numbers of
 // every form, literals, nesting, white space) and random ones; and it
-// takes the data events carry, so that it is the way taken.
+// takes the data events carry, so that it is the way taken. With a type's
+// guesses of its keys and string values (dataShape.skipKeys, skipVals),
+// learned from every object checked before (strings of one byte more or
+// less, escaped, past ASCII, cut), it takes and ends exactly as without.
 func TestDataSkipMatchesSkipValue(t *testing.T) {
 	t.Parallel()
 	p := newFastParser()
+	shape := new(dataShape)
+	hits := 0
 	check := func(s string) (taken bool) {
 		t.Helper()
 		b := []byte(s)
 		p.b, p.i = b, 0
-		end, ok := p.dataSkip(0)
+		end, ok := p.dataSkip(0, nil)
+		p.b, p.i = b, 0
+		before := *shape
+		gEnd, gOK := p.dataSkip(0, shape)
+		for m := range shapeMembers {
+			if before.skipKeys[m].misses != 0 && shape.skipKeys[m].misses == 0 {
+				hits++
+			}
+		}
 		p.b, p.i = b, 0
 		valid := p.skipValue()
 		if ok && (!valid || p.i != end) {
 			t.Fatalf("%q: dataSkip ends at %d, skipValue: %v at %d", s, end, valid, p.i)
+		}
+		if gOK != ok || gEnd != end {
+			t.Fatalf("%q: dataSkip with guesses: %v at %d, without: %v at %d", s, gOK, gEnd, ok, end)
 		}
 		return ok
 	}
@@ -46,6 +62,19 @@ func TestDataSkipMatchesSkipValue(t *testing.T) {
 		if !check(s + `, "x": 1}`) {
 			t.Errorf("%q with more after it: not taken", s)
 		}
+	}
+	// A guess learned, then strings of one byte more or less, another
+	// last byte, escaped, past ASCII, cut before their quote.
+	for _, s := range []string{
+		`{"step": 1, "decision": "allow"}`, `{"steps": 1, "decision": "allowed"}`, `{"step": 1, "decision": "allow"}`,
+		`{"ste": 1, "decision": "allo"}`, `{"step": 1, "decision": "allow"}`, `{"stes": 1, "decision": "allox"}`,
+		`{"step": 1, "decision": "allow"}`, `{"st\"p": 1, "decision": "all\\ow"}`, `{"step": 1, "decision": "allow"}`,
+		`{"stép": 1, "decision": "allöw"}`, `{"step": 1, "decision": "allow"}`, `{"step": 1, "decision": "allow`,
+		`{"step": 1, "decision": "allow"}`, `{"step`, `{"step": 1, "decision": "allow"}`, "{\"step\x01\": 1}",
+		`{"duration_ms": 1, "status": "success"}`, `{"duration_ms": 1, "status": "success"}`,
+		`{"duration_ms"`, `{"duration_ms": 1, "status": "successful"}`, `{"duration_m": 1, "status": "succes"}`,
+	} {
+		check(s)
 	}
 	r := rand.New(rand.NewPCG(11, 15))
 	keys := []string{`"step"`, `"k"`, `""`, `"a b"`, `"é"`, `"a\"b"`, `"a\\n"`, "\"\x1f\"", `"0123456789abcdefghijklmnop"`}
@@ -79,5 +108,8 @@ func TestDataSkipMatchesSkipValue(t *testing.T) {
 	}
 	if taken < 5000 {
 		t.Errorf("dataSkip took %d of the random shapes", taken)
+	}
+	if hits < 1000 {
+		t.Errorf("the guesses of keys were taken %d times", hits)
 	}
 }

@@ -196,6 +196,10 @@ type dataShape struct {
 	asked           bool
 	wants           bool
 	unread, unread2 string
+	// skipKeys and skipVals guess the keys and string values of the
+	// type's data where dataSkip checks it without decoding it (their s
+	// and v are not set: only where a string ends is taken from them).
+	skipKeys, skipVals [shapeMembers]strGuess
 }
 
 // wantsData is p.dataFor(t) (set), asked once per type: t's shape, when
@@ -296,13 +300,38 @@ func (g *strGuess) set(sl *rawSlot) {
 	} else {
 		w1 |= '"' << (8 * (n - 8))
 	}
+	g.setWords(w0, w1, n)
+	g.s, g.v = sl.s, sl.v
+}
+
+// setWords makes g a guess of the n bytes (n <= shapeMax) in w0 and w1,
+// the quote after them included.
+func (g *strGuess) setWords(w0, w1 uint64, n int) {
 	m0, m1 := ^uint64(0), uint64(0)
 	if n < 7 {
 		m0 = 1<<(8*(n+1)) - 1
 	} else if n > 7 {
 		m1 = 1<<(8*(n-7)) - 1
 	}
-	g.w0, g.w1, g.m0, g.m1, g.n, g.s, g.v = w0, w1, m0, m1, n, sl.s, sl.v
+	g.w0, g.w1, g.m0, g.m1, g.n = w0, w1, m0, m1, n
+}
+
+// missPlain is miss for dataSkip's guesses (dataShape.skipKeys and
+// skipVals): the string at b[i] (its quote) is plain ASCII up to its
+// quote at b[end], which asciiEnd found.
+func (g *strGuess) missPlain(b []byte, i, end int) {
+	g.misses++
+	if g.misses > 2 && g.misses%16 != 0 {
+		return
+	}
+	n := end - i - 1
+	if n > shapeMax {
+		g.m0 = 0
+		return
+	}
+	var w [16]byte
+	copy(w[:], b[i+1:end+1]) // the bytes and the quote
+	g.setWords(binary.LittleEndian.Uint64(w[:]), binary.LittleEndian.Uint64(w[8:]), n)
 }
 
 // at says whether the string at b[i] (a quote) is g's: its bytes and a
@@ -812,7 +841,7 @@ func (p *fastParser) specEvent(e *Event) bool {
 	}
 	if p.fields {
 		if p.dataFor != nil && !p.wantsData(e.Type, shape) {
-			if !p.skipData(e) {
+			if !p.skipData(e, shape) {
 				return false
 			}
 		} else {
@@ -1023,9 +1052,10 @@ func asciiEnd(b []byte, i int) (int, bool) {
 // skipData moves past the data object at p.i, checked as member checks an
 // object it keeps as its JSON (canonSkip, else skipValue: what the
 // decoding of the data accepts, each value read by the same checks), and
-// marks the event's data as not decoded (StreamOptions.Data).
-func (p *fastParser) skipData(e *Event) bool {
-	if end, ok := p.dataSkip(p.i); ok {
+// marks the event's data as not decoded (StreamOptions.Data). shape,
+// when set, is the event's type's: its guesses of the strings.
+func (p *fastParser) skipData(e *Event, shape *dataShape) bool {
+	if end, ok := p.dataSkip(p.i, shape); ok {
 		p.i = end
 	} else if end, ok := p.canonSkip(p.i); ok {
 		p.i = end
@@ -1037,12 +1067,15 @@ func (p *fastParser) skipData(e *Event) bool {
 }
 
 // dataSkip returns where the data object at b[i] ends, checked member by
-// member with the cheapest check that decides each: a string of plain
-// ASCII (asciiEnd) or else skipString, a whole number of up to 15 digits
+// member with the cheapest check that decides each: a string that is the
+// guess of shape (its type's: the string at that place in the last event
+// whose data it checked, when plain ASCII of up to shapeMax bytes; nil
+// for none), a string of plain ASCII (asciiEnd) or else skipString, a
+// whole number of up to 15 digits
 // in place or else scanNumber, an object or array by canonSkip, a literal;
 // so it accepts exactly what skipValue accepts. False for anything it
 // does not decide, which canonSkip and skipValue decide.
-func (p *fastParser) dataSkip(i int) (int, bool) {
+func (p *fastParser) dataSkip(i int, shape *dataShape) (int, bool) {
 	b := p.b
 	if i >= len(b) || b[i] != '{' {
 		return 0, false
@@ -1050,12 +1083,26 @@ func (p *fastParser) dataSkip(i int) (int, bool) {
 	if i = skipAt(b, i+1); i < len(b) && b[i] == '}' {
 		return i + 1, true
 	}
+	member := 0 // the member's place, for shape's guesses
 	for {
-		// The key.
+		// The key: the guess of the type's last event's key at this
+		// place, when it is there (its bytes, plain ASCII, and a quote),
+		// else found.
 		if i >= len(b) || b[i] != '"' {
 			return 0, false
 		}
-		if j, ok := asciiEnd(b, i+1); ok {
+		var kg, vg *strGuess
+		if shape != nil && member < shapeMembers {
+			kg, vg = &shape.skipKeys[member], &shape.skipVals[member]
+		}
+		member++
+		if kg != nil && kg.at(b, i) {
+			i += kg.n + 2
+			kg.misses = 0
+		} else if j, ok := asciiEnd(b, i+1); ok {
+			if kg != nil {
+				kg.missPlain(b, i, j)
+			}
 			i = j + 1
 		} else if i, ok = p.skipString(i); !ok {
 			return 0, false
@@ -1069,7 +1116,13 @@ func (p *fastParser) dataSkip(i int) (int, bool) {
 		// The value.
 		switch c := b[i]; {
 		case c == '"':
-			if j, ok := asciiEnd(b, i+1); ok {
+			if vg != nil && vg.at(b, i) {
+				i += vg.n + 2
+				vg.misses = 0
+			} else if j, ok := asciiEnd(b, i+1); ok {
+				if vg != nil {
+					vg.missPlain(b, i, j)
+				}
 				i = j + 1
 			} else if i, ok = p.skipString(i); !ok {
 				return 0, false

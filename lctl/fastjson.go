@@ -1732,7 +1732,7 @@ func (p *fastParser) canonicalEvent(e *Event) bool {
 				t := ts.s
 				peeked = t
 				if !p.wantsData(t, shape) {
-					if !p.skipData(e) {
+					if !p.skipData(e, shape) {
 						return false
 					}
 					skipped = t
