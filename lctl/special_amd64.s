@@ -13,16 +13,70 @@ GLOBL spaces<>(SB), RODATA|NOPTR, $16
 
 // func specialIndex(b []byte) int
 //
-// Sixteen bytes at a time (SSE2, which every amd64 has): a byte is
+// Thirty-two bytes at a time with AVX2 (specialAVX2) in a slice of 32 or
+// more, else sixteen at a time (SSE2, which every amd64 has): a byte is
 // special when it equals '"' or '\\', or when it is below 0x20 as a signed
 // byte (a control character, or past ASCII: 0x80-0xff are negative).
-// The last bytes of a slice of sixteen or more are read as the sixteen
-// that end it (the bytes read twice were found plain); of a shorter one,
-// one at a time.
+// The last bytes of a slice of 32 (16) or more are read as the 32 (16)
+// that end it (the bytes read twice were found plain); of a shorter one
+// than 16, one at a time.
 TEXT ·specialIndex(SB), NOSPLIT, $0-32
 	MOVQ b_base+0(FP), SI
 	MOVQ b_len+8(FP), BX
 	MOVQ SI, DI
+	CMPQ BX, $32
+	JB   sse
+	CMPB ·specialAVX2(SB), $0
+	JEQ  sse
+	VPBROADCASTB quotes<>(SB), Y1
+	VPBROADCASTB backslashes<>(SB), Y2
+	VPBROADCASTB spaces<>(SB), Y3
+	LEAQ -32(SI)(BX*1), R8 // the last 32 bytes' start
+
+avxloop:
+	VMOVDQU (SI), Y0
+	VPCMPEQB Y1, Y0, Y4
+	VPCMPEQB Y2, Y0, Y5
+	VPOR     Y5, Y4, Y4
+	VPCMPGTB Y0, Y3, Y5 // spaces > byte, signed
+	VPOR     Y5, Y4, Y4
+	VPMOVMSKB Y4, AX
+	TESTL    AX, AX
+	JNZ      avxfound
+	ADDQ     $32, SI
+	CMPQ     SI, R8
+	JBE      avxloop
+	// Fewer than 32 left: the last 32, once.
+	LEAQ     32(R8), CX
+	CMPQ     SI, CX
+	JAE      avxnone // none left
+	MOVQ     R8, SI
+	VMOVDQU (SI), Y0
+	VPCMPEQB Y1, Y0, Y4
+	VPCMPEQB Y2, Y0, Y5
+	VPOR     Y5, Y4, Y4
+	VPCMPGTB Y0, Y3, Y5
+	VPOR     Y5, Y4, Y4
+	VPMOVMSKB Y4, AX
+	TESTL    AX, AX
+	JNZ      avxfound
+	MOVQ     CX, SI
+
+avxnone:
+	VZEROUPPER
+	SUBQ  DI, SI
+	MOVQ  SI, ret+24(FP)
+	RET
+
+avxfound:
+	VZEROUPPER
+	BSFL  AX, AX
+	ADDQ  AX, SI
+	SUBQ  DI, SI
+	MOVQ  SI, ret+24(FP)
+	RET
+
+sse:
 	CMPQ BX, $16
 	JB   short
 	MOVOU quotes<>(SB), X1

@@ -15,21 +15,37 @@ func specialIndexRef(b []byte) int {
 	return len(b)
 }
 
-// TestSpecialIndex: specialIndex (assembly on amd64) and
-// specialIndexWords (Go, elsewhere) find the first special byte of plain ASCII with each byte
-// value at each place, in slices of every length to 70 read from every
-// alignment, and with two special bytes (the first one found); random
-// slices; nothing special (the length).
+// TestSpecialIndex: specialIndex (assembly on amd64, with and without
+// AVX2) and specialIndexWords (Go, elsewhere) find the first special byte
+// of plain ASCII with each byte value at each place, in slices of every
+// length to 70 read from every alignment (to 104 with the values on
+// either side of each bound), and with two special bytes
+// (the first one found); random slices; nothing special (the length).
 func TestSpecialIndex(t *testing.T) {
 	for name, specialIndex := range map[string]func([]byte) int{"specialIndex": specialIndex, "specialIndexWords": specialIndexWords} {
 		t.Run(name, func(t *testing.T) { testSpecialIndex(t, specialIndex) })
+	}
+	if wide, ok := specialIndexWide(); ok {
+		t.Run("specialIndex/narrow", func(t *testing.T) {
+			defer wide(wide(false))
+			testSpecialIndex(t, specialIndex)
+		})
 	}
 }
 
 func testSpecialIndex(t *testing.T, specialIndex func([]byte) int) {
 	buf := make([]byte, 128)
+	all := make([]byte, 256)
+	for v := range all {
+		all[v] = byte(v)
+	}
+	bounds := []byte{0, 0x1f, 0x20, 0x21, '"', 0x23, 0x5b, '\\', 0x5d, 0x7e, 0x7f, 0x80, 0xff}
 	for off := range 16 {
-		for n := 0; n <= 70; n++ {
+		for n := 0; n <= 104; n++ {
+			values := all
+			if n > 70 {
+				values = bounds
+			}
 			b := buf[off : off+n]
 			for i := range b {
 				b[i] = 'a' + byte(i%26)
@@ -38,8 +54,8 @@ func testSpecialIndex(t *testing.T, specialIndex func([]byte) int) {
 				t.Fatalf("plain, %d bytes at %d: %d", n, off, got)
 			}
 			for at := range n {
-				for v := range 256 {
-					b[at] = byte(v)
+				for _, v := range values {
+					b[at] = v
 					if got, want := specialIndex(b), specialIndexRef(b); got != want {
 						t.Fatalf("%d bytes at %d, byte %#x at %d: %d, want %d", n, off, v, at, got, want)
 					}
@@ -58,7 +74,7 @@ func testSpecialIndex(t *testing.T, specialIndex func([]byte) int) {
 	}
 	r := rand.New(rand.NewPCG(3, 7))
 	for range 20000 {
-		n := r.IntN(100)
+		n := r.IntN(200)
 		b := make([]byte, n)
 		for i := range b {
 			b[i] = byte(0x20 + r.IntN(0x5f))
