@@ -1516,6 +1516,12 @@ var (
 	// venvDirs are what a virtual environment (a directory holding
 	// pyvenv.cfg) holds of programs and packages.
 	venvDirs = map[string]bool{"bin": true, "lib": true, "lib64": true, "include": true, "scripts": true}
+	// venvScriptDirs and venvActivate are where a virtual environment
+	// keeps its activation scripts, which a human (or an editor's
+	// terminal) sources, and their names (folded).
+	venvScriptDirs = map[string]bool{"bin": true, "scripts": true}
+	venvActivate   = map[string]bool{"activate": true, "activate.csh": true, "activate.fish": true, "activate.nu": true,
+		"activate.ps1": true, "activate.bat": true, "activate_this.py": true}
 )
 
 // installedPackages returns the installed packages (a directory, or a
@@ -1527,6 +1533,13 @@ func (w *workspace) installedPackages(name string) string {
 		if installedPackageDirs[f] || (i == len(parts)-1 && installedPackageFiles[f]) {
 			return strings.Join(parts[:i+1], "/")
 		}
+	}
+	// A virtual environment's own files, wherever they are: one that
+	// does not exist yet (a fresh clone) is not the fs tools' to make
+	// (session 20: .venv/bin/activate, which the next human sources).
+	if f := foldName(parts[len(parts)-1]); f == "pyvenv.cfg" ||
+		(len(parts) > 1 && venvScriptDirs[foldName(parts[len(parts)-2])] && venvActivate[f]) {
+		return name + " (a Python virtual environment's own file: python -m venv makes it)"
 	}
 	// A virtual environment at any level (the workspace's top too):
 	// its pyvenv.cfg, and what is under its bin/, lib/ ...; a name that

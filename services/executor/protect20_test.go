@@ -410,3 +410,50 @@ func TestProtectedAgentAndDebuggerConfigs(t *testing.T) {
 	}
 	wantWritable(t, s, "docs/pdbrc.md", "claude/notes.md", "sub/app.py", "docs/mcp.json", "aider.conf.yml.example")
 }
+
+// TestVirtualEnvironmentsAreNotMadeByTheFSTools: the fs tools refused to
+// change a virtual environment (session 18), one they recognised by its
+// pyvenv.cfg; one that did not exist yet (a fresh clone) was the
+// model's to make: on main fs.write made .venv/bin/activate (git ignores
+// .venv/: no diff shows it) and .venv/pyvenv.cfg, and the next human's
+// habitual `. .venv/bin/activate` (or an editor's terminal, which
+// sources the selected environment's activate) ran the model's command
+// on the host. Now the fs tools make no pyvenv.cfg and no activate
+// script (bin/ or Scripts/ activate, activate.csh, .fish, .nu, .ps1,
+// .bat, activate_this.py): `python -m venv` makes them.
+func TestVirtualEnvironmentsAreNotMadeByTheFSTools(t *testing.T) {
+	sb := newSandbox(t)
+	writeFiles(t, sb.ws, 0o644, map[string]string{"main.py": "print('main')\n", "docs/activate.md": "x\n"})
+	mark := filepath.Join(sb.dir, "ran")
+	s := newService(t, sb.ws)
+	var written []string
+	for _, c := range []struct{ path, content string }{
+		{".venv/bin/activate", "touch " + mark + "\n"},
+		{".venv/pyvenv.cfg", "home = /usr/bin\n"},
+		{"env/Scripts/Activate.ps1", "x\n"},
+		{"venv/bin/activate.fish", "x\n"},
+		{"venv/bin/activate_this.py", "x\n"},
+	} {
+		r := exec(t, s, "fs.write", map[string]any{"path": c.path, "content": c.content})
+		if codeOf(r) == "" {
+			written = append(written, c.path)
+		} else if codeOf(r) != string(wire.CodePermissionDenied) || !strings.Contains(r.GetError().GetMessage(), "virtual environment") {
+			t.Errorf("fs.write %s: %v, want PERMISSION_DENIED (a virtual environment's)", c.path, r)
+		}
+	}
+	if r := exec(t, s, "fs.move", map[string]any{"from": "docs/activate.md", "to": "tools/bin/activate"}); codeOf(r) == "" {
+		written = append(written, "tools/bin/activate (moved)")
+	}
+	// The next human activates the environment, as every tutorial says.
+	cmd := osexec.Command("sh", "-c", ". .venv/bin/activate 2>/dev/null; true")
+	cmd.Dir = sb.ws
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}
+	out, _ := cmd.CombinedOutput()
+	if _, err := os.Stat(mark); err == nil {
+		t.Fatalf("the next human's . .venv/bin/activate ran the model's script (the fs tools made %v): %s", written, out)
+	}
+	if len(written) > 0 {
+		t.Errorf("the fs tools made %v", written)
+	}
+	wantWritable(t, s, "docs/activate.md", "src/activate.py", "bin/run", "docs/pyvenv.md")
+}
