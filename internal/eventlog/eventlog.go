@@ -707,7 +707,9 @@ func followStream(ctx context.Context, stream jetstream.Stream, subject string, 
 }
 
 // Chains returns every chain id in both streams with its number of
-// events. It asks the server for its per-subject counts, without reading
+// stream messages: its events, when each message holds one (a pack holds
+// several: then the count says whether a chain changed, not where it
+// ends). It asks the server for its per-subject counts, without reading
 // events.
 func (l *Log) Chains(ctx context.Context) (map[string]uint64, error) {
 	info, err := l.stream.Info(ctx, jetstream.WithSubjectFilter(AllSubjects))

@@ -383,7 +383,7 @@ func (s *Service) ListRuns(ctx context.Context, req *xctv1.ListRunsRequest) (*xc
 	}
 	runs := make([]*xctv1.Run, 0, len(chains))
 	for id, count := range chains {
-		if r, ok := s.runs.summary(id); ok && (ended(r) || s.owns(id)) && r.GetLastSeq() >= count {
+		if r, ok := s.runs.currentSummary(id, count); ok && (ended(r) || s.owns(id)) {
 			runs = append(runs, r)
 			continue
 		}
@@ -395,7 +395,7 @@ func (s *Service) ListRuns(ctx context.Context, req *xctv1.ListRunsRequest) (*xc
 			continue // another LCTL writer's chain, not a run
 		}
 		if ended(r) {
-			s.runs.putSummary(r)
+			s.runs.putSummary(r, count)
 		}
 		runs = append(runs, r)
 	}

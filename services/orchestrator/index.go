@@ -17,8 +17,18 @@ import (
 // source of truth: dropping the cache only costs reads.
 type runIndex struct {
 	mu        sync.RWMutex
-	runs      map[string]*indexed   // full runs, with steps
-	summaries map[string]*xctv1.Run // ended runs without steps, for listings
+	runs      map[string]*indexed      // full runs, with steps
+	summaries map[string]listedSummary // ended runs without steps, for listings
+}
+
+// listedSummary is an ended run's summary and the number of its chain's
+// stream messages when it was made (0: not known). A chain's message
+// count is what a listing learns of every chain at once (eventlog's
+// Chains), and a message may hold several events (a pack): the count says
+// whether the chain changed since, not where it ends.
+type listedSummary struct {
+	run  *xctv1.Run
+	msgs uint64
 }
 
 // indexed is a cached run: its view, and the end this process knows of
@@ -39,7 +49,7 @@ func (c *indexed) record() *xctv1.Run {
 }
 
 func newRunIndex() *runIndex {
-	return &runIndex{runs: map[string]*indexed{}, summaries: map[string]*xctv1.Run{}}
+	return &runIndex{runs: map[string]*indexed{}, summaries: map[string]listedSummary{}}
 }
 
 // apply folds one event of a run into the cache (idempotent by seq).
@@ -106,16 +116,37 @@ func (x *runIndex) summary(id string) (*xctv1.Run, bool) {
 		r.Steps = nil
 		return r, true
 	}
-	if r, ok := x.summaries[id]; ok {
-		return proto.Clone(r).(*xctv1.Run), true
+	if l, ok := x.summaries[id]; ok {
+		return proto.Clone(l.run).(*xctv1.Run), true
 	}
 	return nil, false
 }
 
-func (x *runIndex) putSummary(r *xctv1.Run) {
+// currentSummary returns a run without its steps when what is cached is
+// current for a chain of msgs stream messages: a run this process folds
+// event by event that has read at least as many events (a message holds
+// one or more), or an ended run's summary made when the chain had
+// exactly msgs messages.
+func (x *runIndex) currentSummary(id string, msgs uint64) (*xctv1.Run, bool) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	if c, ok := x.runs[id]; ok {
+		r := c.record()
+		r.Steps = nil
+		return r, r.GetLastSeq() >= msgs
+	}
+	if l, ok := x.summaries[id]; ok && l.msgs == msgs && msgs > 0 {
+		return proto.Clone(l.run).(*xctv1.Run), true
+	}
+	return nil, false
+}
+
+// putSummary caches an ended run's summary, made when its chain had msgs
+// stream messages (0: not known; a listing makes it again).
+func (x *runIndex) putSummary(r *xctv1.Run, msgs uint64) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	x.summaries[r.GetRunId()] = withoutSteps(r)
+	x.summaries[r.GetRunId()] = listedSummary{run: withoutSteps(r), msgs: msgs}
 }
 
 func withoutSteps(r *xctv1.Run) *xctv1.Run {

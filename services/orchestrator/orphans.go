@@ -213,7 +213,7 @@ func (s *Service) maybeOrphan(ctx context.Context, id string, o *orphanSearch) b
 		return false
 	}
 	if ended(r) {
-		s.runs.putSummary(r)
+		s.runs.putSummary(r, 0)
 		s.unlist(id)
 		return false
 	}
@@ -232,7 +232,7 @@ func (s *Service) maybeOrphan(ctx context.Context, id string, o *orphanSearch) b
 		return true
 	}
 	if r := runRecord(xctevent.Fold(events)); ended(r) {
-		s.runs.putSummary(r)
+		s.runs.putSummary(r, 0)
 		s.unlist(id)
 		return false
 	}
