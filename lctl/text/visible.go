@@ -18,6 +18,10 @@ func Hidden(r rune) bool {
 		return true
 	case r < 0x80:
 		return false
+	case r >= 0x2010 && r < 0x2028:
+		// Dashes, quotation marks, bullets and the ellipsis that ends
+		// every clipped intent on replay's lines (a fifth of them).
+		return false
 	case r >= 0x2070 && r < 0xfeff:
 		// No control, format or separator character lies here (arrows,
 		// CJK, most symbols): TestHiddenRanges checks every rune.
