@@ -23,23 +23,28 @@ import (
 // consumer) reading all of them: decode, check the hash chain, append to the
 // chain file (synced every second, not per batch), ack, apply to the
 // chain's timeline.
-func BenchmarkIngest(b *testing.B) { benchIngest(b, tracer.Config{}) }
+func BenchmarkIngest(b *testing.B) { benchIngest(b, tracer.Config{}, 1) }
+
+// BenchmarkIngestPacked is BenchmarkIngest with the events two to a stream
+// message (eventlog's packs, as a step's [step_start, verdict] and
+// [tool_call, step_end] would be written): half the deliveries and acks.
+func BenchmarkIngestPacked(b *testing.B) { benchIngest(b, tracer.Config{}, 2) }
 
 // BenchmarkIngestBounded is BenchmarkIngest with at most 10,000 events in
 // memory (-tracer-max-resident-events), the chains evicted as soon as
 // they are not the one being written (as if written long ago): MB-heap
 // shows what the bound saves.
 func BenchmarkIngestBounded(b *testing.B) {
-	benchIngest(b, tracer.Config{MaxResidentEvents: 10_000})
+	benchIngest(b, tracer.Config{MaxResidentEvents: 10_000}, 1)
 }
 
-func benchIngest(b *testing.B, cfg tracer.Config) {
+func benchIngest(b *testing.B, cfg tracer.Config, pack int) {
 	const chains, perChain = 20, 5000
 	// The collector as `xct serve` sets it (GOGC in the environment wins).
 	b.Cleanup(app.TuneGC(app.DefaultGCPercent))
 	e := newEnv(b)
 	ctx := context.Background()
-	ids := publishBacklog(b, e, "bench", chains, perChain)
+	ids := publishBacklogPacked(b, e, "bench", chains, perChain, pack)
 	js := e.log.JetStream()
 	b.ResetTimer()
 	var cpu time.Duration // the process's CPU time while timed: tracer and NATS server

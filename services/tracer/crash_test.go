@@ -116,6 +116,13 @@ func (e *env) startChildTracerWith(t *testing.T, url string, maxAckPending int) 
 // writers would) and returns their ids ("prefix-00", "prefix-01", …).
 func publishBacklog(t testing.TB, e *env, prefix string, chains, perChain int) []string {
 	t.Helper()
+	return publishBacklogPacked(t, e, prefix, chains, perChain, 1)
+}
+
+// publishBacklogPacked is publishBacklog with pack events in a stream
+// message (eventlog's packs; 1: one event a message).
+func publishBacklogPacked(t testing.TB, e *env, prefix string, chains, perChain, pack int) []string {
+	t.Helper()
 	js := e.log.JetStream()
 	acked := func() {
 		t.Helper()
@@ -130,14 +137,23 @@ func publishBacklog(t testing.TB, e *env, prefix string, chains, perChain int) [
 	for c := range chains {
 		id := fmt.Sprintf("%s-%02d", prefix, c)
 		ids = append(ids, id)
-		for _, ev := range lctltest.Chain(id, perChain, lctltest.Options{Seal: true}) {
+		var msg []byte
+		for i, ev := range lctltest.Chain(id, perChain, lctltest.Options{Seal: true}) {
 			raw, err := ev.MarshalJSON()
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := js.PublishAsync(eventlog.Subject(id), raw); err != nil {
+			if len(msg) > 0 {
+				msg = append(msg, '\n')
+			}
+			msg = append(msg, raw...)
+			if (i+1)%pack != 0 && i+1 < perChain {
+				continue
+			}
+			if _, err := js.PublishAsync(eventlog.Subject(id), msg); err != nil {
 				t.Fatal(err)
 			}
+			msg = nil
 			// More publishes pending than the client allows stall, an
 			// error, when a loaded machine's server falls behind: wait
 			// for them now and then.
