@@ -648,7 +648,9 @@ func direnvRefs(root *os.Root, rel string) []string {
 // `load_prefix dir`'s bin), every file of which runs for a command of
 // its name (git, by every prompt that shows a branch), and the
 // sitecustomize.py and usercustomize.py of a directory it puts on
-// PYTHONPATH, which every Python imports at start. Relative to the
+// PYTHONPATH, which every Python imports at start; and the file or
+// directory a configuration variable names (envrcConfigVars:
+// KUBECONFIG, GIT_CONFIG_GLOBAL, DOCKER_CONFIG ...). Relative to the
 // .envrc's directory, where direnv runs it ($PWD, ${PWD}, $(pwd) are
 // it); an entry with another expansion, and the directory itself, are
 // left out (session 19, attack19a).
@@ -684,6 +686,8 @@ func direnvPathRefs(root *os.Root, rel, dir string) []string {
 			out = append(out, p)
 		case "PYTHONPATH":
 			out = append(out, path.Join(p, "sitecustomize.py"), path.Join(p, "usercustomize.py"))
+		default: // envrcConfigVars: the file or directory itself
+			out = append(out, p)
 		}
 	}
 	for _, line := range strings.Split(string(b), "\n") {
@@ -714,9 +718,10 @@ func direnvPathRefs(root *os.Root, rel, dir string) []string {
 			case w == "load_prefix" && i+1 < len(f):
 				add("PATH", strings.TrimSuffix(f[i+1], "/")+"/bin")
 			default:
-				// export PATH=...:..., PYTHONPATH=... (export or not).
+				// export PATH=...:..., PYTHONPATH=... (export or not),
+				// and the configuration variables.
 				name, value, ok := strings.Cut(w, "=")
-				if ok && (name == "PATH" || name == "PYTHONPATH") {
+				if ok && (name == "PATH" || name == "PYTHONPATH" || envrcConfigVars[name]) {
 					for _, e := range strings.Split(value, ":") {
 						add(name, e)
 					}
@@ -725,6 +730,23 @@ func direnvPathRefs(root *os.Root, rel, dir string) []string {
 		}
 	}
 	return out
+}
+
+// envrcConfigVars are the variables through which an .envrc points the
+// human's programs at configuration (a file, or a directory of it)
+// that names commands they run: a kubeconfig's exec credential plugin,
+// git's core.fsmonitor and aliases (GIT_CONFIG_GLOBAL, and hooks in
+// GIT_TEMPLATE_DIR, copied by git init and clone), docker's credential
+// helpers, cargo's rustc wrapper, AWS's credential_process, npm's and
+// pip's configuration, a shell's start-up file (BASH_ENV, ENV), an
+// interactive Python's PYTHONSTARTUP. A workspace path such a variable
+// names is protected as a link target is (session 20).
+var envrcConfigVars = map[string]bool{
+	"KUBECONFIG": true, "GIT_CONFIG_GLOBAL": true, "GIT_CONFIG_SYSTEM": true, "GIT_CONFIG": true, "GIT_TEMPLATE_DIR": true,
+	"DOCKER_CONFIG": true, "CARGO_HOME": true, "RUSTUP_HOME": true, "AWS_CONFIG_FILE": true, "AWS_SHARED_CREDENTIALS_FILE": true,
+	"NPM_CONFIG_USERCONFIG": true, "NPM_CONFIG_GLOBALCONFIG": true, "PIP_CONFIG_FILE": true, "GOENV": true,
+	"XDG_CONFIG_HOME": true, "GNUPGHOME": true, "CURL_HOME": true, "WGETRC": true, "INPUTRC": true,
+	"BASH_ENV": true, "ENV": true, "PYTHONSTARTUP": true,
 }
 
 // envrcSourcedPathRefs returns what the scripts the .envrc rel sources

@@ -457,3 +457,64 @@ func TestVirtualEnvironmentsAreNotMadeByTheFSTools(t *testing.T) {
 	}
 	wantWritable(t, s, "docs/activate.md", "src/activate.py", "bin/run", "docs/pyvenv.md")
 }
+
+// TestProtectedEnvrcConfigVars: an .envrc often points the human's
+// programs at configuration kept in the project (`export
+// KUBECONFIG="$PWD/.kube/config"`, `export
+// GIT_CONFIG_GLOBAL=$PWD/tools/gitconfig`, DOCKER_CONFIG, CARGO_HOME,
+// AWS_CONFIG_FILE ...), and such configuration names commands: a
+// kubeconfig's exec credential plugin, git's core.fsmonitor and
+// aliases, docker's credential helpers, cargo's rustc wrapper, AWS's
+// credential_process. On main fs.write of tools/gitconfig (reversible,
+// no human) was allowed, and the next human's `git status` after cd
+// (with the GIT_CONFIG_GLOBAL direnv sets) ran the model's fsmonitor on
+// the host. Now a file or directory an .envrc's variable of that kind
+// names (relative, or from $PWD) is protected as a link target is.
+func TestProtectedEnvrcConfigVars(t *testing.T) {
+	if _, err := osexec.LookPath("git"); err != nil {
+		t.Skip("no git on this host")
+	}
+	sb := newSandbox(t)
+	if out, err := hostGit(t, sb.ws, "init", "-q", "-b", "main"); err != nil {
+		t.Fatalf("git init: %v %s", err, out)
+	}
+	writeFiles(t, sb.ws, 0o644, map[string]string{
+		".envrc": "export GIT_CONFIG_GLOBAL=$PWD/tools/gitconfig\nexport KUBECONFIG=\"${PWD}/.kube/config:deploy/kubeconfig\"\n" +
+			"export DOCKER_CONFIG=$PWD/.docker\nexport DATA_DIR=$PWD/data\n",
+		"tools/gitconfig":  "[user]\n\tname = dev\n",
+		".kube/config":     "apiVersion: v1\n",
+		"data/sample.csv":  "a,b\n",
+		"docs/readme.md":   "x\n",
+		"tools/other.conf": "x\n",
+	})
+	mark := filepath.Join(sb.dir, "ran")
+	s := newService(t, sb.ws)
+	var done []string
+	for _, p := range []string{"tools/gitconfig", ".kube/config", "deploy/kubeconfig", ".docker/config.json"} {
+		content := "x\n"
+		if p == "tools/gitconfig" {
+			content = "[core]\n\tfsmonitor = touch " + mark + "\n"
+		}
+		r := exec(t, s, "fs.write", map[string]any{"path": p, "content": content})
+		if codeOf(r) == "" {
+			done = append(done, p)
+		} else if codeOf(r) != string(wire.CodePermissionDenied) || !strings.Contains(r.GetError().GetMessage(), ".envrc") {
+			t.Errorf("fs.write %s: %v, want PERMISSION_DENIED naming .envrc", p, r)
+		}
+	}
+	// The next human cds in: direnv exports GIT_CONFIG_GLOBAL, and the
+	// prompt runs git status.
+	cmd := osexec.Command("git", "status", "--short")
+	cmd.Dir = sb.ws
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "GIT_CONFIG_NOSYSTEM=1",
+		"GIT_CONFIG_GLOBAL=" + filepath.Join(sb.ws, "tools/gitconfig")}
+	out, _ := cmd.CombinedOutput()
+	if _, err := os.Stat(mark); err == nil {
+		t.Fatalf("the next human's git status ran the model's fsmonitor (fs.write wrote %v): %s", done, out)
+	}
+	if len(done) > 0 {
+		t.Errorf("fs.write wrote %v", done)
+	}
+	expireLinkTargets(s)
+	wantWritable(t, s, "data/sample.csv", "docs/readme.md", "tools/other.conf")
+}
