@@ -66,6 +66,7 @@ func (t structReadTool) Invoke(_ context.Context, args map[string]any) (any, *xc
 // server decoding into a struct reads "PATH" as path. Session 14's
 // KeyClash refuses two such names in one object, not one alone.
 func TestAttackArgumentNamedUnlikeItsSchema(t *testing.T) {
+	t.Parallel()
 	policy := filepath.Join(t.TempDir(), "policy.yaml")
 	if err := os.WriteFile(policy, []byte(`rules:
   - {id: allow-read, effect: allow, effects: [read]}
@@ -150,6 +151,7 @@ func TestAttackArgumentNamedUnlikeItsSchema(t *testing.T) {
 // does, which CGI servers read as one): "authorization" is refused,
 // naming "Authorization", before anything is sent.
 func TestAttackHeaderNamedInAnotherCase(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	var got []string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

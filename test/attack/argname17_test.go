@@ -33,6 +33,7 @@ func (t openReadTool) Descriptor() *xctv1.ToolDescriptor {
 // names the tool's rules read are the names compared: SCHEMA_INVALID
 // naming the policy's name, nothing executed.
 func TestAttackArgumentNamedUnlikeThePolicyReadsIt(t *testing.T) {
+	t.Parallel()
 	policy := filepath.Join(t.TempDir(), "policy.yaml")
 	if err := os.WriteFile(policy, []byte(`rules:
   - {id: allow-read, effect: allow, effects: [read]}
@@ -146,6 +147,7 @@ func (t truthyDeleteTool) Invoke(_ context.Context, args map[string]any) (any, *
 // type it, and a server reading it as Python does deleted the tree. Now
 // SCHEMA_INVALID, nothing executed; a boolean false deletes one file.
 func TestAttackArgumentOfAnotherTypeThanThePolicyComparesItWith(t *testing.T) {
+	t.Parallel()
 	policy := filepath.Join(t.TempDir(), "policy.yaml")
 	if err := os.WriteFile(policy, []byte(`rules:
   - {id: deletes, effect: allow, tools: ["test.delete"]}

@@ -25,6 +25,7 @@ import (
 // without the workspace (services/executor: withInterpreterDefaults,
 // searchLists).
 func TestAttackReadProgramLoadsTheModelsCode(t *testing.T) {
+	t.Parallel()
 	requireSandbox(t)
 	const python = "/usr/bin/python3"
 	if _, err := os.Stat(python); err != nil {

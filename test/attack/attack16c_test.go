@@ -34,6 +34,7 @@ import (
 // connection closed: the server could not write more than that and the
 // sockets' buffers, and the step fails.
 func TestAttackMCPAnswerTakesTheExecutorsMemory(t *testing.T) {
+	t.Parallel()
 	srv := mcp.NewServer(&mcp.Implementation{Name: "relay", Version: "v1"}, nil)
 	srv.AddTool(&mcp.Tool{Name: "fetch", Description: "Fetches a page.", InputSchema: map[string]any{"type": "object"}},
 		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
@@ -104,7 +105,8 @@ func TestAttackMCPAnswerTakesTheExecutorsMemory(t *testing.T) {
 // gigabyte for half a megabyte posted (the 16 MiB the endpoint takes, at
 // the 10,000 levels encoding/json allows, would be some 80 GB: the
 // tracer, and xct dev with it, gone). Now the path is made only for the
-// error that names it; the request costs about its size.
+// error that names it; the request costs about its size. Serial: the
+// allocations counted are the whole process's.
 func TestAttackOTLPJSONPathsTakeTheTracersMemory(t *testing.T) {
 	c := startBindCluster(t, func(cfg *app.Config, _ *app.Options) { cfg.Tracer.HTTPListen = "127.0.0.1:0" })
 	const depth, keyLen = 2000, 256
@@ -160,7 +162,8 @@ func TestAttackOTLPJSONPathsTakeTheTracersMemory(t *testing.T) {
 // (30 KB), though it reports at most 50 changes an event: 161 MiB
 // allocated for two 6-event chains on main (a 256 KiB decision shaped so:
 // about 4 GB). Now the path is made only for a change reported, each cut
-// past 512 bytes, and the walk stops at the 50th.
+// past 512 bytes, and the walk stops at the 50th. Serial: the
+// allocations counted are the whole process's.
 func TestAttackDiffPathsTakeTheTracersMemory(t *testing.T) {
 	c := startBindCluster(t)
 	const depth, keyLen, leaves = 30, 1000, 5000

@@ -36,6 +36,7 @@ const devsWritesNeedAHuman = `rules:
 // executor writes only while the file is still that one: otherwise the
 // step fails CHANGED_SINCE_PREVIEW, nothing written.
 func TestAttackApprovedWriteOverFileChangedSinceThePreview(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name, before, meanwhile string // before "": no file when the preview was made
 		refused                 bool

@@ -35,6 +35,7 @@ const devsChangesNeedAHuman = `rules:
 // remove or move and name its digest; the approval binds it, and the
 // step fails CHANGED_SINCE_PREVIEW, leaving alice's file where it is.
 func TestAttackApprovedDeleteOrMoveOfAFileChangedSinceThePreview(t *testing.T) {
+	t.Parallel()
 	const file, moved = "config/app.yaml", "config/old.yaml"
 	for _, tc := range []struct {
 		name, tool, args, shows string
@@ -106,6 +107,7 @@ func TestAttackApprovedDeleteOrMoveOfAFileChangedSinceThePreview(t *testing.T) {
 // previous_checksum) carries too; the plain digest is nowhere on the
 // chain, nor in the approver's list.
 func TestAttackApprovalRecordsTheBoundFileOnlyWhereItsPreviewIsShown(t *testing.T) {
+	t.Parallel()
 	const policy = `rules:
   - {id: allow-read, effect: allow, effects: [read]}
   - id: keys-are-not-read

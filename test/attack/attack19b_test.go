@@ -31,6 +31,7 @@ import (
 // move's preview names in its text. Each now reaches the chain only as
 // the digest's redaction marker.
 func TestAttackChainHoldsNoPlainDigestOfASecret(t *testing.T) {
+	t.Parallel()
 	const policy = `rules:
   - {id: allow-changes, effect: allow, effects: [read, reversible]}
   - id: held-needs-a-human

@@ -2,6 +2,14 @@
 // cannot act outside what the system allows: each test reproduces one
 // attack against a real cluster (gRPC over loopback, JetStream, files) and
 // asserts that it fails. A new attack joins them here.
+//
+// Every attack starts its own cluster (an embedded JetStream server on a
+// port of its own, the services on port 0, its own directories, keys and
+// tokens), so the attacks run in parallel (t.Parallel): they wait much of
+// their time (clusters starting, runs, child processes). An attack that
+// reads the process's own state (runtime.MemStats' allocations, the
+// environment through t.Setenv) stays serial; go test runs the serial
+// tests first, none of them beside a parallel one.
 package attack
 
 import (
@@ -238,8 +246,10 @@ func readWS(t *testing.T, ws, name string) (string, bool) {
 
 // eachPolicy runs an attack against the shipped default policy and against
 // a permissive one that allows every tool: the guard under test, not the
-// policy, must be what stops it.
+// policy, must be what stops it. The test runs in parallel with the others
+// (the two policies one after the other).
 func eachPolicy(t *testing.T, attack func(t *testing.T, policy bindOption)) {
+	t.Parallel()
 	t.Run("default policy", func(t *testing.T) {
 		attack(t, func(*app.Config, *app.Options) {})
 	})

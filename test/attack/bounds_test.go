@@ -105,6 +105,7 @@ func attackDeeplyNestedArguments(t *testing.T, policy bindOption) {
 // Attack 5 (issue #11): a caller could set any max_steps (1,000,000 was
 // accepted). The server's limit refuses it, saying the limit.
 func TestAttackUnboundedMaxSteps(t *testing.T) {
+	t.Parallel()
 	c := startBindCluster(t, func(cfg *app.Config, _ *app.Options) {
 		cfg.Orchestrator.MaxStepsLimit = 200
 		cfg.Orchestrator.MaxStepsLimitByRole = map[string]int{"admin": 500}

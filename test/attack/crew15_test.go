@@ -60,6 +60,7 @@ func (m *failingThenAnswering) ServeHTTP(w http.ResponseWriter, r *http.Request)
 // on main; it is refused for the budget now, and the run's tokens say
 // what was used.
 func TestAttackCrewFallbacksSpendOffTheBudget(t *testing.T) {
+	t.Parallel()
 	model := &failingThenAnswering{calls: map[string]int{}}
 	srv := httptest.NewServer(model)
 	t.Cleanup(srv.Close)
@@ -96,6 +97,7 @@ routing: {fallback_on: [GENERATION_FAILED]}
 // run_finished's tokens (0 counted for a call that read 5000). Session 15
 // (tokens15): the run's tokens count it, as a crew's fallback does.
 func TestAttackFailedModelCallOffTheRunsTokens(t *testing.T) {
+	t.Parallel()
 	model := &failingThenAnswering{calls: map[string]int{}}
 	srv := httptest.NewServer(model)
 	t.Cleanup(srv.Close)

@@ -69,6 +69,7 @@ type chainEvent struct {
 // names XCT's readers take for an event's own (step, step_id, tool, ...):
 // the update is refused to the member, as a reserved field is.
 func TestAttackCrewFactClaimsAnotherMembersStep(t *testing.T) {
+	t.Parallel()
 	crewFile, err := os.ReadFile(filepath.Join("..", "..", "examples", "crews", "demo", "crew.yaml"))
 	if err != nil {
 		t.Fatal(err)

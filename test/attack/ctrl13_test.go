@@ -83,6 +83,7 @@ type grpcxDial struct {
 // step id; bob approves, and the approved step never ran: "not executed"
 // (on main). The fence is now a step caller's only, as Execute is.
 func TestAttackOtherServiceFencesAnApprovedStep(t *testing.T) {
+	t.Parallel()
 	opt, dial := asOtherService(t, "service:tracer")
 	c := startBindCluster(t, withTools(t, "", shippedPolicy(t, "config-approval.yaml")), opt)
 	if err := os.MkdirAll(filepath.Join(c.workspace, "config"), 0o755); err != nil {
@@ -144,6 +145,7 @@ const rollbackWaitsPolicy = `rules:
 // cluster, until it returns: carol's fourth at once is refused
 // RESOURCE_EXHAUSTED, and a rollback that ends frees its place.
 func TestAttackRollbacksHoldEveryApprovalWait(t *testing.T) {
+	t.Parallel()
 	const bound = 3
 	ns := testutil.RunJetStreamWith(t, natsembed.Config{MaxConsumersPerStream: 12})
 	c := startBindClusterOn(t, ns, withTools(t, "", rollbackWaitsPolicy), func(cfg *app.Config, _ *app.Options) {

@@ -22,6 +22,7 @@ import (
 // later wins there). Now a name with "_" is refused, naming the "-" form,
 // unless the http tool's underscore_headers lists it.
 func TestAttackHeaderWithUnderscorePastAValueRule(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	var keys []string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -151,6 +151,7 @@ type matrixRow struct {
 // --verdict-callers; ListApprovals shows the arguments only to who may
 // decide.
 func TestAttackAuthorizationMatrix(t *testing.T) {
+	t.Parallel()
 	opt, extra := withExtraPrincipals(t)
 	c := startBindCluster(t, withTools(t, "", shippedPolicy(t, "config-approval.yaml")), opt)
 	m := &matrixConns{t: t, c: c, extra: extra, conns: map[string]*grpc.ClientConn{}}
@@ -424,6 +425,7 @@ func TestAttackAuthorizationMatrix(t *testing.T) {
 // doubt: the executor now runs the step under the verdict issued after
 // it, and the resolution is kept in the record's reruns.
 func TestAttackOperatorResolvesAStepBeforeItRuns(t *testing.T) {
+	t.Parallel()
 	c := startBindCluster(t, withTools(t, "", shippedPolicy(t, "config-approval.yaml")))
 	if err := os.MkdirAll(filepath.Join(c.workspace, "config"), 0o755); err != nil {
 		t.Fatal(err)

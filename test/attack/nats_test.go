@@ -42,6 +42,7 @@ func natsAttack(port string) string {
 // nobody in without: the catalog, the chains and the stream are as they
 // were.
 func TestAttackSandboxedProgramCannotWriteToNATS(t *testing.T) {
+	t.Parallel()
 	requireSandbox(t)
 	tools := `shell:
   timeout: 10s

@@ -83,6 +83,7 @@ func approveInPage(t *testing.T, b *browser.Browser, runID, reason string) {
 // nothing; no cookie of the debugger's goes to another port; and only a
 // page holding a session's key can end it.
 func TestAttackDebuggerSessionPlantedFromAnotherPort(t *testing.T) {
+	t.Parallel()
 	gate := make(chan struct{})
 	close(gate)
 	var deployed atomic.Int64

@@ -88,6 +88,7 @@ func (u *natsUser) createConsumer(stream, name, filter string) error {
 // request's subject, which a permission's * matches too: "one chain"
 // cannot be told from "every chain" by permissions.)
 func TestAttackAServiceFillsTheConsumersOthersNeed(t *testing.T) {
+	t.Parallel()
 	const bound = 8
 	ns := testutil.RunJetStreamWith(t, natsembed.Config{MaxConsumersPerStream: bound})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

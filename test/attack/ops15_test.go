@@ -26,6 +26,7 @@ import (
 // replica, bob is not counted with him, and a watch that ends gives its
 // place back to a watch on the other replica.
 func TestAttackWatchesPerReplica(t *testing.T) {
+	t.Parallel()
 	const limit = 3
 	ns := testutil.RunJetStream(t)
 	opts := func(cfg *app.Config, o *app.Options) {

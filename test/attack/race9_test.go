@@ -27,6 +27,7 @@ import (
 // tools now resolve what they act on without following any link; the
 // policy here allows everything, so the executor is what must stop it.
 func TestAttackLinkSwappedInByAnotherRun(t *testing.T) {
+	t.Parallel()
 	requireSandbox(t)
 	const writes = 900
 	policy := "budgets: {max_steps: 1000, max_consecutive_errors: 0}\nrules:\n  - {id: allow-all, effect: allow, tools: [\"*\"]}\n"

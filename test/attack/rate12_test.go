@@ -42,6 +42,7 @@ func (m deployNModel) Propose(_ context.Context, req *xctv1.ProposeRequest) (*xc
 // compare-and-set per call): 3 deploys in all, the other steps refused
 // RATE_LIMITED.
 func TestAttackRateLimitPerReplica(t *testing.T) {
+	t.Parallel()
 	ns := testutil.RunJetStream(t)
 	policy := filepath.Join(t.TempDir(), "policy.yaml")
 	if err := os.WriteFile(policy, []byte(`

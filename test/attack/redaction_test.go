@@ -24,6 +24,7 @@ const awsKey = "AKIAIOSFODNN7EXAMPLE"
 // secret intact, and a run's goal was stored as written. Neither the chain
 // (GetRun, WatchRun) nor the executor's step record keeps them now.
 func TestAttackSecretsInBinaryOutputAndGoal(t *testing.T) {
+	t.Parallel()
 	c := startBindCluster(t)
 	raw := append([]byte{0xff, 0xfe, 0x00, 0x01}, []byte("aws_access "+awsKey+"\x00\x9c")...)
 	if err := os.WriteFile(filepath.Join(c.workspace, "blob.bin"), raw, 0o600); err != nil {
@@ -87,6 +88,7 @@ func TestAttackSecretsInBinaryOutputAndGoal(t *testing.T) {
 // with the caller's identity) shows them raw only to a principal who may
 // decide the approval.
 func TestAttackApprovalArgumentsOnlyForDeciders(t *testing.T) {
+	t.Parallel()
 	c := startBindCluster(t, func(cfg *app.Config, o *app.Options) {
 		o.ExtraTools = []executor.Tool{deployTool{}}
 		cfg.Tracer.HTTPListen = "127.0.0.1:0" // the debugger's API

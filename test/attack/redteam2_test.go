@@ -46,6 +46,7 @@ func (p gateModel) Propose(ctx context.Context, req *xctv1.ProposeRequest) (*xct
 // Now the orchestrator's request is refused, nothing runs, and the run
 // ends without the deploy.
 func TestAttackApprovalOpenedForAnother(t *testing.T) {
+	t.Parallel()
 	gate := make(chan struct{})
 	c := startBindCluster(t, withProposer("gate", gateModel{gate: gate}), func(_ *app.Config, o *app.Options) {
 		o.ExtraTools = []executor.Tool{countingDeploy{n: &deploys}}

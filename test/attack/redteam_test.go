@@ -34,6 +34,7 @@ import (
 // replay "not executed": the run's allowed step never ran. The fence is
 // the orchestrator's (role service) only.
 func TestAttackFenceByAReader(t *testing.T) {
+	t.Parallel()
 	c := startBindCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -137,6 +138,7 @@ func attackBareRepo(t *testing.T, tools bindOption, runs bool) {
 // for a prefix or suffix match). Now the fs tools (and shell.exec's cwd)
 // take a path only in its clean form, the form the policy saw.
 func TestAttackPolicySeesAnotherPath(t *testing.T) {
+	t.Parallel()
 	policy, err := os.ReadFile(filepath.Join("..", "..", "examples", "policies", "read-only.yaml"))
 	if err != nil {
 		t.Fatal(err)
@@ -176,6 +178,7 @@ func TestAttackPolicySeesAnotherPath(t *testing.T) {
 // orchestrator a second writer of it. Now the otel- ids are the tracer's:
 // StartRun refuses them.
 func TestAttackOTLPWritesIntoARun(t *testing.T) {
+	t.Parallel()
 	c := startBindCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -230,6 +233,7 @@ func TestAttackOTLPWritesIntoARun(t *testing.T) {
 // Now the fs tools refuse a path that goes through a link, naming the
 // path it leads to, which the policy then judges.
 func TestAttackPolicySeesTheLinkNotItsTarget(t *testing.T) {
+	t.Parallel()
 	t.Run("config-approval", func(t *testing.T) {
 		c := startBindCluster(t, withTools(t, "", shippedPolicy(t, "config-approval.yaml")))
 		app := filepath.Join(c.workspace, "config", "app.yaml")
@@ -292,6 +296,7 @@ func shippedPolicy(t *testing.T, name string) string {
 // approve its own run's steps (DecideApproval refuses it): a label that
 // skips them is the same thing. Now a label may only ask for more.
 func TestAttackLabelSkipsApproval(t *testing.T) {
+	t.Parallel()
 	c := startBindCluster(t, withTools(t, "", shippedPolicy(t, "production.yaml")))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

@@ -27,6 +27,7 @@ import (
 // (FAILED_PRECONDITION, nothing written); a grant the new policy signs acts
 // as before, and a step that already acted replays its outcome.
 func TestAttackVerdictOutlivesPolicyReload(t *testing.T) {
+	t.Parallel()
 	policy := filepath.Join(t.TempDir(), "policy.yaml")
 	write := func(body string) {
 		t.Helper()

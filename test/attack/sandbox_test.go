@@ -110,6 +110,7 @@ func stepErrors(r *xctv1.Run) []string {
 // workspace runs, if at all, in the sandbox: nothing outside the
 // workspace is read or changed.
 func TestAttackGitConfigAlias(t *testing.T) {
+	t.Parallel()
 	requireSandbox(t)
 	t.Run("permissive policy and git", func(t *testing.T) {
 		c := startBindCluster(t, withTools(t, "shell:\n  binaries:\n    - {name: git, any_flags: true}\n", permissivePolicy))
@@ -184,6 +185,7 @@ func TestAttackGitConfigAlias(t *testing.T) {
 // deadline. Now path_args follows links, every "-" argument is checked
 // after "--" too, and the sandbox holds where the allow-list is wide open.
 func TestAttackShellAllowListIsNotTheOnlyWall(t *testing.T) {
+	t.Parallel()
 	requireSandbox(t)
 	tools := `shell:
   timeout: 2s
@@ -249,6 +251,7 @@ func TestAttackShellAllowListIsNotTheOnlyWall(t *testing.T) {
 // Attack 6 (issue #11): a hard link made on the host to an outside file
 // was read through the workspace.
 func TestAttackHardLinkRead(t *testing.T) {
+	t.Parallel()
 	c := startBindCluster(t, withTools(t, "", permissivePolicy))
 	out := outsideFile(t, c)
 	if err := os.Link(out, filepath.Join(c.workspace, "hl.txt")); err != nil {
@@ -268,6 +271,7 @@ func TestAttackHardLinkRead(t *testing.T) {
 // step was marked in doubt and the run failed although nothing was sent.
 // Now the failure is definite: the model hears it and the run goes on.
 func TestAttackHTTPRefusedAtDNSIsNotInDoubt(t *testing.T) {
+	t.Parallel()
 	c := startBindCluster(t, withTools(t, "http:\n  allow_hosts: [\"127.1\", \"2130706433\", nxdomain.invalid]\n  timeout: 5s\n", permissivePolicy))
 	c.writeScript(t, "a.yaml", script(
 		step("http.request", "{method: GET, url: \"http://127.1/\"}"),
@@ -290,6 +294,7 @@ func TestAttackHTTPRefusedAtDNSIsNotInDoubt(t *testing.T) {
 // so the default policy allowed it. A server is untrusted code: under the
 // default policy its unconfigured tool now needs approval.
 func TestAttackMCPReadOnlyHintDoesNotWiden(t *testing.T) {
+	t.Parallel()
 	srv := mcp.NewServer(&mcp.Implementation{Name: "hostile", Version: "v1"}, nil)
 	srv.AddTool(&mcp.Tool{Name: "read_file", Description: "Reads any file.", InputSchema: map[string]any{"type": "object"},
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, IdempotentHint: true}},
@@ -323,7 +328,7 @@ func TestAttackMCPReadOnlyHintDoesNotWiden(t *testing.T) {
 // withShippedExample serves services/executor/testdata/tools.example.yaml
 // as shipped, less its external servers and MCP servers (they name hosts
 // and a uvx that exist only where they are deployed), under the default
-// policy.
+// policy. It sets PATH (t.Setenv): a test using it stays serial.
 func withShippedExample(t *testing.T) bindOption {
 	t.Helper()
 	bin := t.TempDir() // a stand-in for uvx, last in PATH: the real programs win

@@ -88,6 +88,7 @@ func issueFiles(t *testing.T, ca *devcerts.CA, dir, name string, leaf devcerts.L
 // PERMISSION_DENIED; the executor's own calls, through the veto, still
 // reach the server.
 func TestAttackOtherServiceInvokesAToolServer(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ca, err := devcerts.NewCA("attack CA", time.Hour)
 	if err != nil {

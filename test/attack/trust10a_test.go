@@ -89,6 +89,7 @@ func (h *adminHost) reached() []string {
 // with a "/" added) is followed; any other is the step's result, naming
 // where it leads.
 func TestAttackGetRedirectedToAPathNoOneJudged(t *testing.T) {
+	t.Parallel()
 	h := newAdminHost(t)
 	policy := fmt.Sprintf(`rules:
   - id: public-reads
@@ -132,6 +133,7 @@ func TestAttackGetRedirectedToAPathNoOneJudged(t *testing.T) {
 // merged and connected them to /admin on the same host. Now each is
 // refused before anything is sent, naming the plain URL.
 func TestAttackURLSpelledPastADenyRule(t *testing.T) {
+	t.Parallel()
 	h := newAdminHost(t)
 	policy := fmt.Sprintf(`rules:
   - id: allow-http
@@ -193,6 +195,7 @@ func listenV6(port string) (net.Listener, error) {
 // as a read. Now the grant binds the digest of the descriptor judged, and
 // an executor whose tool differs refuses the verdict (nothing done).
 func TestAttackVerdictForAToolThatChanged(t *testing.T) {
+	t.Parallel()
 	requireSandbox(t)
 	policy := `rules:
   - id: reads-need-no-human
@@ -279,6 +282,7 @@ func TestAttackVerdictForAToolThatChanged(t *testing.T) {
 // propose and the policy to judge), and not a file with other hard links,
 // as fs.read refuses one.
 func TestAttackShellOperandSpelledPastAPathRule(t *testing.T) {
+	t.Parallel()
 	requireSandbox(t)
 	policy := `rules:
   - id: cat-public
@@ -333,6 +337,7 @@ func TestAttackShellOperandSpelledPastAPathRule(t *testing.T) {
 // /public/hello. Now those headers (method and URL overrides, a proxy's
 // forwarding headers) are refused, nothing sent.
 func TestAttackHeaderMovesTheRequest(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	var acted []string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -127,6 +127,7 @@ func (c *bindCluster) runStatusOf(t *testing.T, ctx context.Context, id string) 
 // grants only itself: both are refused and the run keeps running; sam
 // still cancels it.
 func TestAttackLookAlikeNameCancelsAnothersRun(t *testing.T) {
+	t.Parallel()
 	gate := make(chan struct{})
 	p := newIDP(t)
 	c := startBindCluster(t, p.option(), withProposer("gate", gateModel{gate: gate}))
@@ -177,6 +178,7 @@ func TestAttackLookAlikeNameCancelsAnothersRun(t *testing.T) {
 // each is refused as self-approval and nothing runs; bob's approval runs
 // it once.
 func TestAttackLookAlikeNameApprovesItsOwnRun(t *testing.T) {
+	t.Parallel()
 	gate := make(chan struct{})
 	close(gate)
 	var deployed atomic.Int64
@@ -264,6 +266,7 @@ func debuggerLink(t *testing.T, ctx context.Context, base, token, chain string) 
 // (fetch with and without the CSRF header, a text/plain form) change
 // nothing (held before too; tested now).
 func TestAttackDebuggerLinkSignsInTheOpener(t *testing.T) {
+	t.Parallel()
 	gate := make(chan struct{})
 	close(gate)
 	var deployed atomic.Int64
@@ -387,6 +390,7 @@ Promise.allSettled([
 // with RESOURCE_EXHAUSTED naming the limit, dev's run waits and deploys
 // on bob's approval, and alice may start again once one of hers ends.
 func TestAttackOnePrincipalsRunsHoldEveryApprovalWait(t *testing.T) {
+	t.Parallel()
 	const bound = 4
 	ns := testutil.RunJetStreamWith(t, natsembed.Config{MaxConsumersPerStream: 12})
 	gate := make(chan struct{})
@@ -454,6 +458,7 @@ func TestAttackOnePrincipalsRunsHoldEveryApprovalWait(t *testing.T) {
 // crew's write succeeded). Now run.model in a crew run is the model that
 // proposed the step, and the write is denied as in a plain run.
 func TestAttackCrewRunEscapesARuleOnItsModel(t *testing.T) {
+	t.Parallel()
 	policy := `rules:
   - {id: allow-all, effect: allow, tools: ["*"]}
   - id: no-writes-by-big
@@ -537,6 +542,7 @@ steps:
 // otherwise, nothing cancelled), as a decision's; the model a run names is
 // bounded too (and not echoed whole in the refusal).
 func TestAttackCancelReasonsBreakEveryonesListRuns(t *testing.T) {
+	t.Parallel()
 	gate := make(chan struct{})
 	c := startBindCluster(t, withProposer("gate", gateModel{gate: gate}))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -597,6 +603,7 @@ func (wordyModel) Propose(context.Context, *xctv1.ProposeRequest) (*xctv1.Propos
 // longer than 1 KiB in all are left out (GetRun has them whole), and a
 // limit above 1000 is 1000.
 func TestAttackLongRunsBreakEveryonesListRuns(t *testing.T) {
+	t.Parallel()
 	c := startBindCluster(t, withProposer("wordy", wordyModel{}))
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
@@ -658,6 +665,7 @@ func (bulkyModel) Propose(_ context.Context, req *xctv1.ProposeRequest) (*xctv1.
 // size and saying to list the run's approvals; a run's own list has its
 // pending approval whole, and bob decides it as before.
 func TestAttackBulkyApprovalsBreakEveryonesApprovalList(t *testing.T) {
+	t.Parallel()
 	var deployed atomic.Int64
 	c := startBindCluster(t, withProposer("bulky", bulkyModel{}), func(_ *app.Config, o *app.Options) {
 		o.ExtraTools = []executor.Tool{countingDeploy{n: &deployed}}
@@ -755,6 +763,7 @@ func strAttr(k, v string) *commonpb.KeyValue {
 // spans, 171 and 216 s under -race at load 16-24 against 219 s before at
 // load 11-18, the machine's CPU being the bound.
 func TestAttackOTLPAgentsBreakEveryonesChainList(t *testing.T) {
+	t.Parallel()
 	c := startBindCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()

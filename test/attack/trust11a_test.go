@@ -33,6 +33,7 @@ import (
 // mutating fs tools refuse such a file (PERMISSION_DENIED), so there is
 // nothing to restore; the run's plain write is still undone.
 func TestAttackRollbackRestoresAHardLinkedFile(t *testing.T) {
+	t.Parallel()
 	c := startBindCluster(t, withTools(t, "", permissivePolicy))
 	out := outsideFile(t, c)
 	for _, name := range []string{"hl.txt", "hl2.txt"} {
@@ -85,6 +86,7 @@ func TestAttackRollbackRestoresAHardLinkedFile(t *testing.T) {
 // is sent (INVALID_ARGUMENT naming what to propose); the plain spellings
 // meet the policy.
 func TestAttackRequestActsAsAnotherMethodOrPath(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	var acted []string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -179,6 +181,7 @@ func TestAttackRequestActsAsAnotherMethodOrPath(t *testing.T) {
 // program that may write is refused where it cannot), the config is
 // read-only to the program, and what it made is moved aside.
 func TestAttackProtectedPathBeyondTheScan(t *testing.T) {
+	t.Parallel()
 	requireSandbox(t)
 	c := startBindCluster(t, withTools(t, "shell:\n  binaries:\n    - {name: sh, effect: reversible, any_flags: true}\n", permissivePolicy))
 	if err := os.MkdirAll(filepath.Join(c.workspace, "aaa"), 0o755); err != nil {
@@ -225,6 +228,7 @@ func TestAttackProtectedPathBeyondTheScan(t *testing.T) {
 // the admin part, and a claim to be local. Now "_" is taken for "-" in
 // the names refused: nothing sent.
 func TestAttackHeaderSpelledWithUnderscores(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	var acted []string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -295,6 +299,7 @@ func TestAttackHeaderSpelledWithUnderscores(t *testing.T) {
 // there next. Now the entries are compared by identity too: it is moved
 // aside, and the real repository stays where the program moved it.
 func TestAttackProtectedReplacedUnderItsName(t *testing.T) {
+	t.Parallel()
 	requireSandbox(t)
 	c := startBindCluster(t, withTools(t, "shell:\n  binaries:\n    - {name: sh, effect: reversible, any_flags: true}\n", permissivePolicy))
 	conf := filepath.Join(c.workspace, "vendor", "lib", ".git", "config")

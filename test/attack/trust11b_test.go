@@ -83,6 +83,7 @@ func watchToEnd(ctx context.Context, t *testing.T, orch xctv1.OrchestratorServic
 // naming the step's size and where to read it whole (WatchRun, the
 // tracer's chain); small steps and the run's own fields stay whole.
 func TestAttackGetRunPastAMessage(t *testing.T) {
+	t.Parallel()
 	const steps = 72
 	var deployed atomic.Int64
 	c := startBindCluster(t, withProposer("reader", readerModel{steps: steps}), func(_ *app.Config, o *app.Options) {
@@ -236,6 +237,7 @@ func TestAttackGetRunPastAMessage(t *testing.T) {
 // replicas included; a run that ends (cancelled on one replica) frees its
 // place on the other; another principal is not counted with her.
 func TestAttackMaxRunsPerReplica(t *testing.T) {
+	t.Parallel()
 	const limit = 3
 	ns := testutil.RunJetStream(t)
 	gate := make(chan struct{})
@@ -343,6 +345,7 @@ func TestAttackMaxRunsPerReplica(t *testing.T) {
 // hint) authenticates nothing, and bob's own approval in the debugger
 // still works.
 func TestAttackDebuggerSessionGoesToAnotherPort(t *testing.T) {
+	t.Parallel()
 	gate := make(chan struct{})
 	close(gate)
 	var deployed atomic.Int64
@@ -459,6 +462,7 @@ func TestAttackDebuggerSessionGoesToAnotherPort(t *testing.T) {
 // and records nothing, and once the first is done a rollback on the other
 // replica is taken.
 func TestAttackConcurrentRollbacksOnTwoReplicas(t *testing.T) {
+	t.Parallel()
 	ns := testutil.RunJetStream(t)
 	policy := withTools(t, "", shippedPolicy(t, "config-approval.yaml"))
 	a := startBindClusterOn(t, ns, policy)

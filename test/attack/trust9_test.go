@@ -36,6 +36,7 @@ import (
 // config-approval.yaml lets change only with a human's approval, was
 // gone. The undo now checks its paths as the fs tools do.
 func TestAttackRollbackThroughALinkMadeAfterTheStep(t *testing.T) {
+	t.Parallel()
 	requireSandbox(t)
 	for _, tc := range []struct {
 		name, policy, dir, file, content, refusal string
@@ -112,6 +113,7 @@ func TestAttackRollbackThroughALinkMadeAfterTheStep(t *testing.T) {
 // put that outside file there. The preview now refuses a link as
 // fs.write does and shows no content through it.
 func TestAttackPreviewReadsThroughALink(t *testing.T) {
+	t.Parallel()
 	const secretPolicy = `rules:
   - {id: allow-read, effect: allow, effects: [read]}
   - id: no-secrets
@@ -228,6 +230,7 @@ func exportSpan(t *testing.T, c *bindCluster, principal string, trace, span, par
 // tracer appends only that principal's spans to it; another's are
 // refused (rejected in partial_success, not retried).
 func TestAttackOTLPSpanIntoAnotherSubmittersTrace(t *testing.T) {
+	t.Parallel()
 	c := startBindCluster(t, func(cfg *app.Config, _ *app.Options) { cfg.Tracer.OTLP.Hold = -1 })
 	trace := []byte{0x7a, 0x11, 0xce, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}
 	root := []byte{1, 1, 1, 1, 1, 1, 1, 1}
@@ -289,6 +292,7 @@ func TestAttackOTLPSpanIntoAnotherSubmittersTrace(t *testing.T) {
 // asks the policy about fs.read of the same path, and otherwise says why
 // the content is not shown.
 func TestAttackPreviewShowsAFileTheRunMayNotRead(t *testing.T) {
+	t.Parallel()
 	const policy = `rules:
   - {id: allow-read, effect: allow, effects: [read]}
   - id: keys-are-not-read

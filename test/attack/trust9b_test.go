@@ -24,6 +24,7 @@ import (
 // redirect that would send the method and body again is the result
 // (redirect_not_followed), for the model to propose as its own step.
 func TestAttackRedirectResendsAnAllowedPostElsewhere(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	var admin []string
 	mux := http.NewServeMux()

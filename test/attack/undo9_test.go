@@ -45,6 +45,7 @@ func rollbackAsync(t *testing.T, c *bindCluster, principal, id string) <-chan er
 // of the rollback (removing notes.txt, which the run created: fs.delete,
 // allowed) is done without one.
 func TestAttackRollbackRevertsAnApprovedChange(t *testing.T) {
+	t.Parallel()
 	for _, decision := range []string{"approve", "deny", "cancel"} {
 		t.Run(decision, func(t *testing.T) {
 			c := startBindCluster(t, withTools(t, "", shippedPolicy(t, "config-approval.yaml")))
@@ -150,6 +151,7 @@ func TestAttackRollbackRevertsAnApprovedChange(t *testing.T) {
 // removes the file, which is a delete, and fs.delete is denied. The undo
 // was allowed as "xct.undo" (reversible) and the file deleted.
 func TestAttackUndoIsADeniedDelete(t *testing.T) {
+	t.Parallel()
 	c := startBindCluster(t, withTools(t, "", shippedPolicy(t, "no-deletes.yaml")))
 	c.writeScript(t, "a.yaml", script(step("fs.write", `{path: notes.txt, content: "kept\n"}`)))
 	run := c.runToEnd(t, "dev", &xctv1.StartRunRequest{Goal: "g", Model: "scripted:a.yaml"})

@@ -23,6 +23,7 @@ import (
 // of one run now share one consumer, and a principal's open watches are
 // capped (RESOURCE_EXHAUSTED, saying so).
 func TestAttackManyWatches(t *testing.T) {
+	t.Parallel()
 	const watches, limit = 600, 650
 	c := startBindCluster(t, func(cfg *app.Config, o *app.Options) {
 		cfg.Orchestrator.MaxWatches = limit
