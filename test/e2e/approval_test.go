@@ -109,6 +109,7 @@ func pending(t *testing.T, v xctv1.ValidatorServiceClient, runID string, step in
 }
 
 func TestApprovalRoundTrip(t *testing.T) {
+	t.Parallel()
 	c, tool, v := approvalCluster(t, "1h", "blue", "green")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -205,6 +206,7 @@ func TestApprovalRoundTrip(t *testing.T) {
 }
 
 func TestApprovalExpires(t *testing.T) {
+	t.Parallel()
 	c, tool, v := approvalCluster(t, "1s", "blue")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -233,6 +235,7 @@ func TestApprovalExpires(t *testing.T) {
 }
 
 func TestCancelWhileWaitingForApproval(t *testing.T) {
+	t.Parallel()
 	c, tool, v := approvalCluster(t, "1h", "blue")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -292,6 +295,7 @@ rules:
 // The approver sees what the step would change: the unified diff of a
 // file write against the file as it is.
 func TestApprovalShowsTheDiff(t *testing.T) {
+	t.Parallel()
 	policy := filepath.Join(t.TempDir(), "policy.yaml")
 	if err := os.WriteFile(policy, []byte(writesNeedApproval), 0o600); err != nil {
 		t.Fatal(err)

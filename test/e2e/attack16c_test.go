@@ -28,6 +28,7 @@ import (
 // analysis.MaxQueryDepth is INVALID_ARGUMENT, and the cluster still
 // serves.
 func TestAttackDeepQueryKillsTheCluster(t *testing.T) {
+	t.Parallel()
 	d := startDev(t)
 	addrs := d.addrs(t)
 	conn, err := grpc.NewClient(addrs["tracer"], grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -82,6 +83,7 @@ func TestAttackDeepQueryKillsTheCluster(t *testing.T) {
 // the event: every command exits with "exceeded max depth" (and no
 // goroutine dump: a fatal error's exit code is 2 too).
 func TestAttackDeepChainFileKillsLctl(t *testing.T) {
+	t.Parallel()
 	lctl := lctlBinary(t)
 	dir := t.TempDir()
 	const n = 3 << 20

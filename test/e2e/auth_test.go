@@ -88,6 +88,7 @@ steps:
 // token is UNAUTHENTICATED, a caller without the role PERMISSION_DENIED,
 // and none of them starts a run; a valid JWT does, in its subject's name.
 func TestRefusedCallsDoNothing(t *testing.T) {
+	t.Parallel()
 	p := newIDP(t)
 	c := startCluster(t, func(cfg *app.Config, _ *app.Options) {
 		cfg.Auth.OIDCIssuer, cfg.Auth.OIDCAudience, cfg.Auth.OIDCJWKS = idpIssuer, idpAudience, p.jwks
@@ -175,6 +176,7 @@ func anyStrings(v any) []string {
 // every role) who started the run cannot decide its approval; another
 // approver can, and the chain says who.
 func TestApproverCannotApproveOwnRun(t *testing.T) {
+	t.Parallel()
 	c, tool, bob := approvalCluster(t, "1h", "blue")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -214,6 +216,7 @@ func TestApproverCannotApproveOwnRun(t *testing.T) {
 // OIDC provider) cannot cancel a run; an operator can (its own submitter
 // can too: TestCancelRun).
 func TestSubmitterCancelsOnlyOwnRuns(t *testing.T) {
+	t.Parallel()
 	p := &blockingProposer{entered: make(chan struct{}, 1)}
 	provider := newIDP(t)
 	c := startCluster(t, func(cfg *app.Config, o *app.Options) {
@@ -251,6 +254,7 @@ func TestSubmitterCancelsOnlyOwnRuns(t *testing.T) {
 // TestPoliciesSeeTheAuthenticatedPrincipal: run.principal and run.roles in
 // CEL are the identity that started the run, whatever a request says.
 func TestPoliciesSeeTheAuthenticatedPrincipal(t *testing.T) {
+	t.Parallel()
 	policy := filepath.Join(t.TempDir(), "policy.yaml")
 	body := `
 rules:
@@ -295,6 +299,7 @@ rules:
 // presents a certificate and a token, and a certificate from another CA
 // is refused at the handshake.
 func TestClusterOverMTLS(t *testing.T) {
+	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "certs")
 	if _, err := devcerts.Write(dir); err != nil {
 		t.Fatal(err)

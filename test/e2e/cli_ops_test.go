@@ -87,6 +87,7 @@ func (r cliResult) want(t *testing.T, what string, code int, subs ...string) {
 // XCT_DATA_DIR alone (credentials and addresses), says which file it
 // tried when it finds none, and resolve's help no longer panics.
 func TestCLIFindsTheDevClusterByDataDir(t *testing.T) {
+	t.Parallel()
 	d := startDev(t)
 	env := []string{"XCT_DATA_DIR=" + d.dataDir}
 
@@ -115,6 +116,7 @@ func TestCLIFindsTheDevClusterByDataDir(t *testing.T) {
 // xct tools prints the catalog the model sees, with each tool's source and
 // effect class and where it comes from.
 func TestCLITools(t *testing.T) {
+	t.Parallel()
 	d := startDev(t)
 	env := []string{"XCT_DATA_DIR=" + d.dataDir}
 	d.cli(t, "", env, "tools").want(t, "tools", 0, "TOOL", "SOURCE", "EFFECT FROM", "fs.read", "builtin")
@@ -147,6 +149,7 @@ func TestCLITools(t *testing.T) {
 // approval withdrawn (approving it afterwards is refused, saying why), and
 // xct show says cancelled for the run and the step.
 func TestCLICancel(t *testing.T) {
+	t.Parallel()
 	d, env, runID := startWaitingForApproval(t)
 	d.cli(t, "", env, "cancel", runID, "--reason", "wrong ticket", "--as", "carol").
 		want(t, "cancel", 0, "run "+runID+" cancelled: cancelled by carol: wrong ticket")
@@ -206,6 +209,7 @@ func (d *devCluster) addrs(t *testing.T) map[string]string {
 // debugger's chain list and its state at the chain's end all count the
 // final done turn (on run_finished only) too.
 func TestTokenTotalsAgree(t *testing.T) {
+	t.Parallel()
 	d := startDev(t)
 	script := `name: tokens
 steps:
@@ -339,6 +343,7 @@ func (d *devCluster) runScript(t *testing.T, name, script string) string {
 // the chain, signed in by a session cookie (no token in the URL or the
 // page's storage); the same link is refused the second time.
 func TestCLIDebugLinkOpensTheChain(t *testing.T) {
+	t.Parallel()
 	d := startDev(t)
 	runID := d.runScript(t, "look.yaml", `name: look
 steps:
@@ -375,6 +380,7 @@ steps:
 // (carol, an operator), not to an auditor (dave); cancelling there ends
 // the run as xct cancel does.
 func TestDebuggerCancelButton(t *testing.T) {
+	t.Parallel()
 	d, env, runID := startWaitingForApproval(t)
 	link := func(who string) string {
 		r := d.cli(t, "", env, "debug", runID, "--as", who)
@@ -416,6 +422,7 @@ func TestDebuggerCancelButton(t *testing.T) {
 // command needs: each refusal names the run, the step and why, with an
 // exit status of 1.
 func TestCLIApprovalAndResolveRefusals(t *testing.T) {
+	t.Parallel()
 	d, env, runID := startWaitingForApproval(t)
 	d.cli(t, "", env, "approve", runID, "7", "--as", "bob").want(t, "approve a step with no approval", 1,
 		"run "+runID+" has no approval for step 7")

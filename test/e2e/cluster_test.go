@@ -211,6 +211,7 @@ func step(e lctl.Event) string {
 }
 
 func TestDemoRunThroughTheCluster(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t)
 	demo, err := os.ReadFile("../../examples/demo/script.yaml")
 	if err != nil {
@@ -385,6 +386,7 @@ func TestDemoRunThroughTheCluster(t *testing.T) {
 }
 
 func TestRepairBudgetEndsTheRunCleanly(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t)
 	c.writeScript(t, "babble.yaml", `
 steps:
@@ -418,6 +420,7 @@ steps:
 }
 
 func TestRepairBudgetCountsOnlyInvalidOutputsInARow(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t)
 	c.writeScript(t, "mixed.yaml", `
 steps:
@@ -436,6 +439,7 @@ steps:
 }
 
 func TestStepBudget(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t)
 	c.writeScript(t, "loop.yaml", `
 steps:
@@ -454,6 +458,7 @@ steps:
 }
 
 func TestValidatorUnreachableIsADeny(t *testing.T) {
+	t.Parallel()
 	// No validator runs; the orchestrator points at a port nobody listens on.
 	c := startCluster(t, func(cfg *app.Config, _ *app.Options) {
 		cfg.ValidatorListen = ""
@@ -504,6 +509,7 @@ func (p *blockingProposer) Propose(ctx context.Context, _ *xctv1.ProposeRequest)
 }
 
 func TestCancelRun(t *testing.T) {
+	t.Parallel()
 	p := &blockingProposer{entered: make(chan struct{}, 1)}
 	c := startCluster(t, func(_ *app.Config, o *app.Options) {
 		o.Orchestrator = append(o.Orchestrator, orchestrator.WithProposer("block", p))
@@ -544,6 +550,7 @@ func (p *hookProposer) Propose(_ context.Context, req *xctv1.ProposeRequest) (*x
 }
 
 func TestNATSLostMidRunExecutesNothingUnrecorded(t *testing.T) {
+	t.Parallel()
 	var c *cluster
 	p := &hookProposer{
 		before: func(turn int) {
@@ -587,6 +594,7 @@ func TestNATSLostMidRunExecutesNothingUnrecorded(t *testing.T) {
 }
 
 func TestRPCErrors(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t)
 	c.writeScript(t, "ok.yaml", "steps:\n  - done: true\n")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -12,6 +12,7 @@ import (
 // its agents and handoff graph (exit 0); each invalid one exits 2 with the
 // problem at its file and line.
 func TestCrewCheck(t *testing.T) {
+	t.Parallel()
 	xct, _ := binaries(t)
 	tests := []struct {
 		name     string

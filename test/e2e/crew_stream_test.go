@@ -58,6 +58,7 @@ func (m *streamingModel) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // chain as stream_start, coalesced stream_chunks and stream_end, xct run
 // shows it as it comes, and lctl stats counts it.
 func TestCrewOnAStreamingModel(t *testing.T) {
+	t.Parallel()
 	model := &streamingModel{}
 	srv := httptest.NewServer(model)
 	t.Cleanup(srv.Close)

@@ -29,6 +29,7 @@ import (
 // writes the fix through the executor. The chain it leaves is what lctl's
 // tools read as the scenario.
 func TestCrewRun(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -213,6 +214,7 @@ func checkGolden(t *testing.T, name, got string) {
 // problem, and no run starts: a broken file, and a crew whose agents list
 // a tool the cluster does not have.
 func TestCrewRunRefused(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t)
 	ctx := context.Background()
 	bad, err := os.ReadFile("../../internal/crew/testdata/invalid/confidence-above-one.yaml")

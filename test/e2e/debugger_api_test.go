@@ -62,6 +62,7 @@ func debuggerCall(t *testing.T, method, url, body string, hdr map[string]string,
 // every event to the end, and the flowchart marks the gated and denied
 // steps.
 func TestDebuggerApprovalRoundTripOverHTTP(t *testing.T) {
+	t.Parallel()
 	policy := filepath.Join(t.TempDir(), "policy.yaml")
 	if err := os.WriteFile(policy, []byte(fmt.Sprintf(approvalPolicy, "1h")), 0o600); err != nil {
 		t.Fatal(err)

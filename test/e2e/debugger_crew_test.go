@@ -21,6 +21,7 @@ import (
 // run to its end, with F1's confidence at the fixer's step in the state
 // panel.
 func TestDebuggerDrawsALiveCrewRun(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, func(cfg *app.Config, _ *app.Options) {
 		cfg.Tracer.HTTPListen = "127.0.0.1:0"
 	})

@@ -29,6 +29,7 @@ import (
 // approval_decided on the chain, the step not run); and the same
 // decision goes through once the dependency is back.
 func TestDebuggerDecideWhileADependencyIsDown(t *testing.T) {
+	t.Parallel()
 	policy := filepath.Join(t.TempDir(), "policy.yaml")
 	if err := os.WriteFile(policy, []byte(fmt.Sprintf(approvalPolicy, "1h")), 0o600); err != nil {
 		t.Fatal(err)

@@ -43,6 +43,7 @@ func signedIn(token string) string {
 // page and the tool runs; the chain view follows the run live, without a
 // reload, to its end.
 func TestDebuggerApprovesAndFollowsLive(t *testing.T) {
+	t.Parallel()
 	policy := filepath.Join(t.TempDir(), "policy.yaml")
 	if err := os.WriteFile(policy, []byte(fmt.Sprintf(approvalPolicy, "1h")), 0o600); err != nil {
 		t.Fatal(err)
@@ -161,6 +162,7 @@ func TestDebuggerApprovesAndFollowsLive(t *testing.T) {
 // run); deny without a reason is refused on the page; with one, the
 // validator records the denial and the write never happens.
 func TestDebuggerDeniesAFileWriteShowingItsDiff(t *testing.T) {
+	t.Parallel()
 	policy := filepath.Join(t.TempDir(), "policy.yaml")
 	if err := os.WriteFile(policy, []byte(writesNeedApproval), 0o600); err != nil {
 		t.Fatal(err)

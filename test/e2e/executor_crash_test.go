@@ -96,6 +96,7 @@ func (l *ledgerServer) counts() (entries []string, invokes map[string]int) {
 // effect), the other is reported IN_DOUBT, and no side effect happens
 // twice.
 func TestExecutorCrash(t *testing.T) {
+	t.Parallel()
 	xct, _ := binaries(t)
 	ns := testutil.RunJetStream(t)
 	base := t.TempDir()

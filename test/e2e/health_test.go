@@ -15,6 +15,7 @@ import (
 // Every service reports SERVING, and NOT_SERVING once NATS is gone: a
 // service that cannot record anything must not receive work.
 func TestHealthFollowsNATS(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

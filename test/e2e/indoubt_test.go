@@ -64,6 +64,7 @@ func (p onceProposer) Propose(_ context.Context, req *xctv1.ProposeRequest) (*xc
 // did not act (a fence): the model is told "not executed". Each tool ran
 // once, and no step was proposed twice.
 func TestUnknownOutcomeWaitsForTheRecord(t *testing.T) {
+	t.Parallel()
 	var committed, uncommitted atomic.Int64
 	c := startCluster(t, func(cfg *app.Config, o *app.Options) {
 		cfg.Orchestrator.CallTimeout = 300 * time.Millisecond

@@ -146,6 +146,7 @@ func demoScript(t *testing.T) []byte {
 var listening = regexp.MustCompile(`listening on (127\.0\.0\.1:\d+)$`)
 
 func TestClusterAsSeparateProcesses(t *testing.T) {
+	t.Parallel()
 	xct, natsBin := binaries(t)
 	base := t.TempDir()
 	workspace, scripts := processDirs(t, base, "demo.yaml", demoScript(t))
@@ -239,6 +240,7 @@ func TestClusterAsSeparateProcesses(t *testing.T) {
 }
 
 func TestProcessErrors(t *testing.T) {
+	t.Parallel()
 	xct, _ := binaries(t)
 	creds := grpcxtest.New(t)
 	badPolicy := filepath.Join(t.TempDir(), "policy.yaml")

@@ -49,6 +49,7 @@ func (a *externalAgent) Propose(ctx context.Context, req *xctv1.ProposeRequest) 
 }
 
 func TestExternalGRPCProposer(t *testing.T) {
+	t.Parallel()
 	agent := &externalAgent{sawTools: make(chan []string, 1)}
 	// The agent is someone else's server, with its own (here: no) security.
 	lis, err := net.Listen("tcp", "127.0.0.1:0")

@@ -48,6 +48,7 @@ func listServices(ctx context.Context, conn *grpc.ClientConn, token string) ([]s
 // grpcurl"): health is open (probes), reflection needs a token like every
 // other method, and with one it describes the API.
 func TestReflectionNeedsATokenHealthDoesNot(t *testing.T) {
+	t.Parallel()
 	d := startDev(t)
 	addrs := d.addrs(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

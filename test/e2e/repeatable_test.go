@@ -30,6 +30,7 @@ func (hungLookup) Invoke(context.Context, map[string]any) (any, *xctv1.Error) {
 // reacts to, not the end of the run: the run, the chain and the
 // executor's record agree that the step failed, and nothing is in doubt.
 func TestTimeoutOfARepeatableToolIsAnError(t *testing.T) {
+	t.Parallel()
 	p := &hookProposer{before: func(int) {}, output: func(turn int) string {
 		if turn == 0 {
 			return `{"next_step":{"tool":"test.lookup","arguments":{},"goal":"look it up"}}`

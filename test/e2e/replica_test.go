@@ -18,6 +18,7 @@ import (
 // A second orchestrator on the same stream (another replica, or this one
 // after a restart) sees every run from the chains alone.
 func TestRunsVisibleToAnotherOrchestrator(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t)
 	c.writeScript(t, "two.yaml", `
 steps:

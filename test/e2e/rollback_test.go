@@ -76,6 +76,7 @@ func seedWorkspace(t *testing.T, ws string) {
 }
 
 func TestRollbackRestoresTheWorkspace(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t)
 	seedWorkspace(t, c.workspace)
 	before := snapshot(t, c.workspace)
@@ -161,6 +162,7 @@ func TestRollbackRestoresTheWorkspace(t *testing.T) {
 }
 
 func TestRollbackStopsAtIrreversibleAndConflicts(t *testing.T) {
+	t.Parallel()
 	c, _, v := approvalCluster(t, "1h", "blue")
 	_ = v
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

@@ -107,6 +107,7 @@ func (l *lostStartRelay) WatchRun(req *xctv1.WatchRunRequest, srv xctv1.Orchestr
 // follows it: one run, its step acted once. Real processes (NATS, the
 // services, the CLI), gRPC on loopback.
 func TestRunStartWhoseAnswerWasLostIsRetriedAsTheSameRun(t *testing.T) {
+	t.Parallel()
 	xct, orchAddr, creds, workspace := startLostCluster(t)
 	relay := &lostStartRelay{to: xctv1.NewOrchestratorServiceClient(creds.Dial(t, orchAddr, "alice"))}
 	relayAddr := serveRelay(t, creds, relay)
@@ -133,6 +134,7 @@ func TestRunStartWhoseAnswerWasLostIsRetriedAsTheSameRun(t *testing.T) {
 // processes, gRPC on loopback; the relay loses the first start's answer
 // and then refuses the retries for a while.
 func TestRunStartRetryIsBoundedByItsFlag(t *testing.T) {
+	t.Parallel()
 	xct, orchAddr, creds, _ := startLostCluster(t)
 	// Refused for longer than the bound (every retry refused): given up,
 	// naming the run, which did start.
@@ -214,6 +216,7 @@ func startLostCluster(t *testing.T) (xct, orchAddr string, creds *grpcxtest.Cred
 // the orchestrators for the run id and follows the run when one has it.
 // Real processes (NATS, the services, the CLI), gRPC on loopback.
 func TestRunStartGivenUpFollowsTheRunThatStarted(t *testing.T) {
+	t.Parallel()
 	xct, orchAddr, creds, workspace := startLostCluster(t)
 	relay := &lostStartRelay{to: xctv1.NewOrchestratorServiceClient(creds.Dial(t, orchAddr, "alice")), refused: 1 << 20, follow: true, lookup: true}
 	runP := startProc(t, "xct run", xct, "run", "--addr", serveRelay(t, creds, relay), "--model", "scripted:once.yaml", "--goal", "given up",

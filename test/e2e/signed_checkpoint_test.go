@@ -53,6 +53,7 @@ func writeKey(t *testing.T, dir, name string) (keyFile, pubFile string) {
 // file is replaced, the next run is signed with the new key, and a
 // trusted-keys file with both verifies both runs.
 func TestSignedCheckpoints(t *testing.T) {
+	t.Parallel()
 	keys := t.TempDir()
 	keyFile, pub := writeKey(t, keys, "xct-e2e-a")
 	c := startCluster(t, func(cfg *app.Config, _ *app.Options) {
@@ -362,6 +363,7 @@ func itoa(n uint64) string { return strconv.FormatUint(n, 10) }
 // data directory and signs its chains with it, so the demo's chain,
 // exported from the tracer, verifies with the .pub next to it.
 func TestDevClusterSignsCheckpoints(t *testing.T) {
+	t.Parallel()
 	d := startDev(t, "--demo")
 	id := d.proc.waitFor(t, regexp.MustCompile(`run (run-[0-9a-f-]+) started`), 10*time.Second)
 	tracer := d.proc.waitFor(t, regexp.MustCompile(`tracer +(127\.0\.0\.1:[0-9]+)`), 10*time.Second)
@@ -393,6 +395,7 @@ func TestDevClusterSignsCheckpoints(t *testing.T) {
 // the tracer and fails the cut copy, naming what it lacks; the whole
 // export passes with a note.
 func TestCutAfterTheEndHidesARollback(t *testing.T) {
+	t.Parallel()
 	keys := t.TempDir()
 	keyFile, pub := writeKey(t, keys, "xct-e2e-cut")
 	c := startCluster(t, func(cfg *app.Config, _ *app.Options) {

@@ -67,6 +67,7 @@ func waitStatus(t *testing.T, name string, health func() (healthpb.HealthCheckRe
 // SERVING: its reads, cancels and runs' ends still work); started again,
 // a run goes through.
 func TestServicesStartAgainAfterNATSFailedTheirStart(t *testing.T) {
+	t.Parallel()
 	xct, natsBin := binaries(t)
 	base := t.TempDir()
 	workspace, scripts := processDirs(t, base, "demo.yaml", demoScript(t))

@@ -309,6 +309,7 @@ var runStarted = regexp.MustCompile(`run (run-\S+) started by`)
 // finishes it; the client (xct run, given both addresses) follows the run
 // across the hand-over.
 func TestTakeoverOnSIGTERM(t *testing.T) {
+	t.Parallel()
 	c := startTakeoverCluster(t)
 	runP := startProc(t, "xct run", c.xct, "run", "--addr", c.addr[0]+","+c.addr[1], "--model", "scripted:takeover.yaml", "--goal", "count", "--credentials", c.creds, "--as", "alice")
 	id := runP.waitFor(t, runStarted, 30*time.Second)
@@ -379,6 +380,7 @@ func TestTakeoverOnSIGTERM(t *testing.T) {
 // caller vanished, records it, and answers the new owner with that record
 // instead of acting again. The run finishes; the tool acted once.
 func TestTakeoverOnSIGKILL(t *testing.T) {
+	t.Parallel()
 	c := startTakeoverCluster(t)
 	runP := startProc(t, "xct run", c.xct, "run", "--addr", c.addr[0]+","+c.addr[1], "--model", "scripted:takeover.yaml", "--goal", "count", "--credentials", c.creds, "--as", "alice")
 	id := runP.waitFor(t, runStarted, 30*time.Second)

@@ -25,6 +25,7 @@ import (
 // validator's preview already holds such characters as escapes, under a
 // note saying so; this keeps both true, end to end in the browser.
 func TestDebuggerDiffShowsHiddenCharacters(t *testing.T) {
+	t.Parallel()
 	policy := filepath.Join(t.TempDir(), "policy.yaml")
 	if err := os.WriteFile(policy, []byte(writesNeedApproval), 0o600); err != nil {
 		t.Fatal(err)
