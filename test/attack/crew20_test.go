@@ -113,6 +113,7 @@ handoffs: {entry: auditor, max_depth: 2, cycles: forbid}
 // control: the approval names the crew, the member and the hand-overs
 // now, at either replica and in the debugger's API.
 func TestAttackCrewMemberReadsAnotherMembersFile(t *testing.T) {
+	t.Parallel()
 	const marker = "audit-only-7c41e9d2"
 	var posted atomic.Int64
 	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
