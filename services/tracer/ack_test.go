@@ -89,6 +89,7 @@ func positionIn(t *testing.T, dataDir, file string) uint64 {
 // written and not synced; the tracer afterwards serves every chain as the
 // stream has it, each event once in its file.
 func TestEventNotStoredIsReadBack(t *testing.T) {
+	t.Parallel()
 	// The consumers let ackPending events wait for an ack (the default is
 	// 4,096): the bulk chain, after the blocked one, is more than that.
 	const ackPending, bulkEvents = 64, 300
@@ -224,6 +225,7 @@ func linesIn(t *testing.T, path string) int {
 // reads on from its recorded position; every event ends stored once and
 // acknowledged.
 func TestUpgradeFromExplicitAcks(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	writeRun(t, e.log, "old", 2) // 10 events
 	first := e.startTracer(t)
@@ -278,6 +280,7 @@ func TestUpgradeFromExplicitAcks(t *testing.T) {
 // consumer up again, from after the last message it had done: nothing is
 // lost or stored twice, and everything ends acknowledged.
 func TestConsumerReplacedWhileRunning(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	writeRun(t, e.log, "first", 2) // 10 events
 	tr := e.startTracer(t)
@@ -320,6 +323,7 @@ func TestConsumerReplacedWhileRunning(t *testing.T) {
 // message skipped would leave its chain missing (no later event of it to
 // read it back for).
 func TestLostDeliveryIsReadAgain(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	tr := e.startTracer(t)
 	ctx := context.Background()

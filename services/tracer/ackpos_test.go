@@ -14,6 +14,7 @@ import (
 // TestAckPosition reads the stream and stream seq from reply subjects of
 // both forms, and refuses what is not one.
 func TestAckPosition(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		reply          string
 		stream         string
@@ -49,6 +50,7 @@ func TestAckPosition(t *testing.T) {
 // TestPositionAgreesWithMetadata: on messages a real server delivers,
 // position reads what the client's Metadata does.
 func TestPositionAgreesWithMetadata(t *testing.T) {
+	t.Parallel()
 	ns := testutil.RunJetStream(t)
 	nc := testutil.Connect(t, ns)
 	ctx := context.Background()
@@ -96,6 +98,7 @@ func TestPositionAgreesWithMetadata(t *testing.T) {
 // message open per chain and stream however many fall behind; an earlier
 // message redelivered moves that one back.
 func TestFallBehindKeepsOneMessageOpen(t *testing.T) {
+	t.Parallel()
 	lctl, otel := &feed{progress: newProgress(10)}, &feed{progress: newProgress(0)}
 	s := &Service{behind: map[string]*behindChain{}}
 	lctl.progress.done(11)

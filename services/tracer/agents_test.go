@@ -10,6 +10,7 @@ import (
 // A chain names each agent once, in order of first appearance, below and
 // past the length at which a set takes over from the list.
 func TestChainAgentsOnceInOrder(t *testing.T) {
+	t.Parallel()
 	for _, n := range []int{0, 1, agentListMax, agentListMax + 1, 5 * agentListMax} {
 		rng := rand.New(rand.NewPCG(uint64(n), 7))
 		c := &chain{}

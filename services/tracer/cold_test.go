@@ -19,6 +19,7 @@ import (
 // memory; a cold chain that gets new events is read back and goes on; a
 // tracer starting on more events than its bound loads only part of them.
 func TestColdChainsReadBack(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	cfg := tracer.Config{MaxResidentEvents: 40, SnapshotEvery: 5, SyncInterval: 10 * time.Millisecond}
 	tr := e.startTracerWith(t, cfg)

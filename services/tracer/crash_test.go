@@ -360,6 +360,7 @@ func cutToLines(t *testing.T, path string, n int) {
 // the files also lose everything written after the last sync (and files
 // created since), the most a crash of the machine can take.
 func TestKilledMidIngest(t *testing.T) {
+	t.Parallel()
 	for _, powerLoss := range []bool{false, true} {
 		name := "process killed"
 		if powerLoss {
@@ -464,6 +465,7 @@ func TestKilledMidIngest(t *testing.T) {
 // tracer cuts the file there and reads the rest back from the stream,
 // though no new event of the chain arrives.
 func TestDamagedChainFileRepairedAtStart(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	writeRun(t, e.log, "run-d", 3) // 14 events
 	first := e.startTracer(t)
@@ -488,6 +490,7 @@ func TestDamagedChainFileRepairedAtStart(t *testing.T) {
 // TestSyncedAtStop shows a clean stop leaves nothing to read again: the
 // recorded position is the stream's last message.
 func TestSyncedAtStop(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	writeRun(t, e.log, "run-s", 2)
 	writeRun(t, e.log, "run-t", 1)
@@ -509,6 +512,7 @@ func TestSyncedAtStop(t *testing.T) {
 // the tracer reads the new one from its start instead of skipping its first
 // messages.
 func TestStreamMadeAnew(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	writeRun(t, e.log, "old-run", 3) // 14 events: the position is 14
 	first := e.startTracer(t)

@@ -13,6 +13,7 @@ import (
 // one FactStore builds from the chain's first event: at every kind of seq
 // (before any fact, on a copy's seq, between copies, past the end).
 func TestFactIndexMatchesFactStore(t *testing.T) {
+	t.Parallel()
 	events := lctltest.Workflow("facts", 6000, lctltest.WorkflowOptions{Seal: true, Facts: 7})
 	c := newStore(t.TempDir(), slog.New(slog.DiscardHandler), 100, 0).newChain("facts")
 	for _, e := range events {

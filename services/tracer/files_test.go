@@ -14,6 +14,7 @@ import (
 // least recently written is closed and opened again when written, every
 // line lands in its file in order, and a sync reaches the closed ones too.
 func TestChainFilesFewOpen(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	w := newChainFiles(dir)
 	w.maxOpen = 2
@@ -61,6 +62,7 @@ func TestChainFilesFewOpen(t *testing.T) {
 // TestChainFilesWriteFails: a chain whose file cannot be written is
 // reported failed, with an error naming it; the others are written.
 func TestChainFilesWriteFails(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	if err := os.Mkdir(filepath.Join(dir, "blocked"+chainFileExt), 0o750); err != nil {
 		t.Fatal(err)
@@ -86,6 +88,7 @@ func TestChainFilesWriteFails(t *testing.T) {
 
 // TestProgressFloor: the position held back by messages not done.
 func TestProgressFloor(t *testing.T) {
+	t.Parallel()
 	p := newProgress(10)
 	if f := p.floor(); f != 10 {
 		t.Fatalf("start: floor %d", f)
@@ -106,6 +109,7 @@ func TestProgressFloor(t *testing.T) {
 // TestStreamPositionFile round-trips the position and reports a missing or
 // unreadable one.
 func TestStreamPositionFile(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	if _, ok, err := readPosition(dir, positionFile); ok || err != nil {
 		t.Fatalf("no file: ok %v, err %v", ok, err)

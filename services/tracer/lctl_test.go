@@ -39,6 +39,7 @@ func appendGenerated(t *testing.T, e *env, id string, n int) []lctl.Event {
 // keep: for every seq, the state ReplayChain returns (rebuilt from the
 // nearest snapshot) is exactly what replaying the chain's prefix gives.
 func TestReplayEqualsMaterialized(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	stored := appendGenerated(t, e, "prop", 157)
 	tr := e.startTracerWith(t, tracer.Config{SnapshotEvery: 10})
@@ -74,6 +75,7 @@ func TestReplayEqualsMaterialized(t *testing.T) {
 // TestSnapshotsSurviveRestart loads chains from disk into timelines with
 // snapshots, and replays match after the restart.
 func TestSnapshotsSurviveRestart(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	stored := appendGenerated(t, e, "restart", 95)
 	first := e.startTracerWith(t, tracer.Config{SnapshotEvery: 8})
@@ -92,6 +94,7 @@ func TestSnapshotsSurviveRestart(t *testing.T) {
 }
 
 func TestGetChainPages(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	stored := appendGenerated(t, e, "paged", 23)
 	tr := e.startTracer(t)
@@ -125,6 +128,7 @@ func TestGetChainPages(t *testing.T) {
 }
 
 func TestAnalysisRPCs(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	writeRun(t, e.log, "run-a", 3)
 	w := writeRun(t, e.log, "run-b", 3)
@@ -249,6 +253,7 @@ func TestAnalysisRPCs(t *testing.T) {
 // Asked with a cancelled context, each answers CANCELED, and the same
 // requests answer in full with a live one.
 func TestAnalysisStopsForACallerGone(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	writeRun(t, e.log, "run-a", 3)
 	writeRun(t, e.log, "run-b", 4)

@@ -157,6 +157,7 @@ var wantRun = []string{
 }
 
 func TestOTLPExportersToChains(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	// Hold is long enough that the one-span-per-export exporter never
 	// leaves a gap that long before the root span, short enough for the
@@ -314,6 +315,7 @@ func gz(t *testing.T, b []byte) []byte {
 // payload missing attributes is still converted, with warnings naming the
 // spans.
 func TestOTLPBadInput(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	tt := startOTLPTracer(t, e, tracer.OTLPConfig{MaxBody: 64 << 10, Hold: -1})
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
@@ -414,6 +416,7 @@ func TestOTLPBadInput(t *testing.T) {
 // principal without the submitter role gets 403, and neither writes a
 // chain; a submitter's export is accepted.
 func TestOTLPHTTPNeedsAToken(t *testing.T) {
+	t.Parallel()
 	tokens := filepath.Join(t.TempDir(), "tokens.yaml")
 	if err := os.WriteFile(tokens, []byte(`
 - {principal: agent, roles: [submitter], token: agent-secret-token}
@@ -510,6 +513,7 @@ func TestOTLPHTTPNeedsAToken(t *testing.T) {
 // that trace. Spans are held per exporter, so the other's spans held for
 // the same trace neither mix into the first one's nor hold them back.
 func TestOTLPTraceIsItsExportersOwn(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	tt := startOTLPTracer(t, e, tracer.OTLPConfig{Hold: time.Hour})
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
@@ -575,6 +579,7 @@ func TestOTLPTraceIsItsExportersOwn(t *testing.T) {
 // StartRun refused it) is not its to extend. The spans are refused, the
 // exporter told so, and the chain stays as its writer left it.
 func TestOTLPNeverWritesAForeignChain(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	tt := startOTLPTracer(t, e, tracer.OTLPConfig{Hold: -1})
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
@@ -610,6 +615,7 @@ func TestOTLPNeverWritesAForeignChain(t *testing.T) {
 // second chain of the same id is not started), the exporter told why. A
 // new trace's chain is written on LCTL_OTEL and served.
 func TestOTLPChainsOldAndNew(t *testing.T) {
+	t.Parallel()
 	ns := testutil.RunJetStream(t)
 	admin := testutil.Connect(t, ns)
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
@@ -705,6 +711,7 @@ func TestOTLPChainsOldAndNew(t *testing.T) {
 // replaced by a marker before the span goes on its chain, which every
 // reader reads and nothing purges. Before, the chain held them as sent.
 func TestOTLPSpansRedacted(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	tt := startOTLPTracer(t, e, tracer.OTLPConfig{Hold: -1})
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
@@ -761,6 +768,7 @@ func TestOTLPSpansRedacted(t *testing.T) {
 // never finished it). The retry after the limit is lifted writes the
 // whole trace, its hashes intact.
 func TestOTLPTraceWrittenWholeOrNotAtAll(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	tt := startOTLPTracer(t, e, tracer.OTLPConfig{Hold: -1})
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)

@@ -70,6 +70,7 @@ func (c *chainLines) publishNext(t *testing.T, e *env) {
 // after a restart whose chain file lost its end inside a pack (read back
 // from the stream).
 func TestPackedChainStoredAsOneEventPerMessage(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	single := &chainLines{id: "run-single"}
 	lines, _ := sealedLines(t, "run-packed", 1, 60, "")
@@ -106,6 +107,7 @@ func TestPackedChainStoredAsOneEventPerMessage(t *testing.T) {
 // stores none of them: it is recorded on its chain as undecodable, and
 // the chain's other events are kept.
 func TestBadPackRecorded(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	tr := e.startTracer(t)
 	lines, _ := sealedLines(t, "run-badpack", 1, 4, "")

@@ -190,6 +190,7 @@ func fileLines(t *testing.T, path string) int {
 }
 
 func TestMaterializeAndQuery(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	writeRun(t, e.log, "run-a", 2) // 10 events
 	tr := e.startTracer(t)
@@ -276,6 +277,7 @@ func TestMaterializeAndQuery(t *testing.T) {
 }
 
 func TestUnknownAndBadChains(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	tr := e.startTracer(t)
 	ctx := context.Background()
@@ -315,6 +317,7 @@ func TestUnknownAndBadChains(t *testing.T) {
 }
 
 func TestExportChain(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	writeRun(t, e.log, "run-x", 3)
 	tr := e.startTracer(t)
@@ -363,6 +366,7 @@ func TestExportChain(t *testing.T) {
 // a new one on the same data dir: the durable consumer resumes, nothing is
 // lost and nothing is stored twice.
 func TestRestartResumes(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	w := writeRun(t, e.log, "run-r", 1) // 6 events
 	first := e.startTracer(t)
@@ -403,6 +407,7 @@ func TestRestartResumes(t *testing.T) {
 
 // TestBacklog writes a few thousand events before the tracer starts.
 func TestBacklog(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	const chains, steps = 8, 80 // 8 chains of 322 events: 2576 events
 	perChain := uint64(len(runEvents("x", steps)))
@@ -473,6 +478,7 @@ func sealed(t *testing.T, chainID string, seq uint64, prev string, data map[stri
 // writer can hold: a gap, an edited event, a redelivered duplicate, a fork
 // and a message that is not an event. None of them stops the tracer.
 func TestBrokenChainsRecorded(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	tr := e.startTracer(t)
 	ctx := context.Background()
@@ -562,6 +568,7 @@ func TestBrokenChainsRecorded(t *testing.T) {
 // write and sync could) and shows the next event of the chain brings the
 // missing ones back from the stream instead of recording a gap.
 func TestRepairsFromStream(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	w := writeRun(t, e.log, "run-cut", 1) // 6 events
 	first := e.startTracer(t)
@@ -604,6 +611,7 @@ func TestRepairsFromStream(t *testing.T) {
 }
 
 func TestWaitForSeq(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	tr := e.startTracer(t)
 
@@ -634,6 +642,7 @@ func TestWaitForSeq(t *testing.T) {
 }
 
 func TestConsumerIsDurable(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.startTracer(t)
 	info, err := e.log.JetStream().Consumer(context.Background(), eventlog.StreamName, tracer.ConsumerName)
@@ -648,6 +657,7 @@ func TestConsumerIsDurable(t *testing.T) {
 }
 
 func TestConfig(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		cfg  tracer.Config
@@ -671,6 +681,7 @@ func TestConfig(t *testing.T) {
 }
 
 func TestConfigFlags(t *testing.T) {
+	t.Parallel()
 	var cfg tracer.Config
 	fs := flag.NewFlagSet("xct", flag.ContinueOnError)
 	cfg.RegisterFlags(fs)

@@ -187,6 +187,7 @@ func makeLink(t *testing.T, srv *httptest.Server, token string) string {
 }
 
 func TestOneTimeLink(t *testing.T) {
+	t.Parallel()
 	srv, c := linkServer(t)
 
 	// Asking needs a valid bearer token and the CSRF header.
@@ -303,6 +304,7 @@ func TestOneTimeLink(t *testing.T) {
 // A handle with a wrong key ends nothing: no other origin can end a
 // session it does not hold the key of.
 func TestLinkSignsInOnlyFromItsPage(t *testing.T) {
+	t.Parallel()
 	srv, _ := linkServer(t)
 	resp, body := signIn(t, srv, makeLink(t, srv, "good"), nil, sameOrigin(srv)...)
 	alice := signedIn(resp, body, sessionCookie)
@@ -363,6 +365,7 @@ func TestLinkSignsInOnlyFromItsPage(t *testing.T) {
 // TestSessionMintsNoLink: a session cookie alone cannot ask for a link
 // (which would extend the session past its 30 minutes by script).
 func TestSessionMintsNoLink(t *testing.T) {
+	t.Parallel()
 	srv, _ := linkServer(t)
 	resp, body := signIn(t, srv, makeLink(t, srv, "good"), nil, sameOrigin(srv)...)
 	alice := signedIn(resp, body, sessionCookie)
@@ -379,6 +382,7 @@ func TestSessionMintsNoLink(t *testing.T) {
 // it needs its key as on plaintext, and a cookie of the plain name (one a
 // sibling domain could plant) is not read.
 func TestSessionCookieOverTLS(t *testing.T) {
+	t.Parallel()
 	srv, _ := linkServer(t, true)
 	resp, body := signIn(t, srv, makeLink(t, srv, "good"), nil, sameOrigin(srv)...)
 	alice := signedIn(resp, body, hostCookie)
@@ -403,6 +407,7 @@ func TestSessionCookieOverTLS(t *testing.T) {
 // 4096 sessions): alice's link made before still works, and her session
 // still authenticates; mallory keeps her own last ones only.
 func TestLinksOfOnePrincipalPushOutNoOther(t *testing.T) {
+	t.Parallel()
 	srv, c := linkServer(t)
 	alicesLink := makeLink(t, srv, "good")
 	resp, body := signIn(t, srv, makeLink(t, srv, "good"), nil, sameOrigin(srv)...)

@@ -141,6 +141,7 @@ func httpJSON(t *testing.T, url string, v any) int {
 }
 
 func TestDebuggerOverLiveChains(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	r := e.startTracerWith(t, tracer.Config{HTTPListen: "127.0.0.1:0"})
 	base := "http://" + r.svc.HTTPAddr()
@@ -303,6 +304,7 @@ func httpJSONHeader(t *testing.T, url, k, v string, out any) int {
 }
 
 func TestDebuggerApprovalsNeedAReachableValidator(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	r := e.startTracerWith(t, tracer.Config{HTTPListen: "127.0.0.1:0", ValidatorAddr: "127.0.0.1:1"})
 	base := "http://" + r.svc.HTTPAddr()
@@ -325,6 +327,7 @@ func TestDebuggerApprovalsNeedAReachableValidator(t *testing.T) {
 }
 
 func TestDebuggerWithAuthentication(t *testing.T) {
+	t.Parallel()
 	tokens := filepath.Join(t.TempDir(), "tokens.yaml")
 	if err := os.WriteFile(tokens, []byte(`
 - {principal: alice, roles: [auditor], token: alice-secret-token}
