@@ -68,6 +68,12 @@ function Card({ a, auth, onDecided }: { a: Approval; auth: boolean; onDecided: (
   const proposal = (pick(a, 'proposal') ?? {}) as Obj;
   const reasons = (pick(a, 'reasons') ?? []) as Obj[];
   const preview = pick(a, 'preview') as Obj | undefined;
+  // A crew run's step: the member that proposed it and the hand-overs that
+  // gave it control, the entry agent first (empty outside a crew run).
+  const member = str(pick(a, 'agent'));
+  const crew = str(pick(a, 'crew'));
+  const path = pick(a, 'handoffPath', 'handoff_path');
+  const handoffs = (Array.isArray(path) ? path : []).map((n) => visible(str(n)));
   const state = stateOf(a);
   const [reason, setReason] = useState('');
   const [approver, setApprover] = useState(approverName());
@@ -119,6 +125,16 @@ function Card({ a, auth, onDecided }: { a: Approval; auth: boolean; onDecided: (
         <dd>{visible(str(pick(proposal, 'goal'))) || '—'}</dd>
         <dt>Requested by</dt>
         <dd>{str(pick(a, 'requestedBy', 'requested_by')) || '—'}</dd>
+        {member ? (
+          <>
+            <dt>Crew member</dt>
+            <dd class="crew-member">
+              {visible(member)} (crew {visible(crew) || '—'})
+            </dd>
+            <dt>Handed over</dt>
+            <dd class="handoff-path">{handoffs.length > 1 ? handoffs.join(' → ') : `none (${handoffs[0] ?? visible(member)} holds control from the start)`}</dd>
+          </>
+        ) : null}
         <dt>Requested</dt>
         <dd>{fmtTime(str(pick(a, 'requestedAt', 'requested_at')))}</dd>
         <dt>Expires</dt>
