@@ -69,7 +69,10 @@ clients-deps: $(CLIENTS_TS)/node_modules/.package-lock.json ## Install what gene
 # The longest packages first (test/attack, lctl and services/tracer take
 # ~3 min each under -race, most others seconds): go test starts packages in
 # the order given, and a long one started last runs on alone while the
-# other core idles. ./... adds the rest, once.
+# other core idles. ./... adds the rest, once. Since session 20 the tests
+# of test/attack, test/e2e and services/tracer run in parallel within their
+# package (t.Parallel, -parallel = GOMAXPROCS); test/attack is still the
+# longest (~200 CPU-s under -race), so the order stays.
 TEST_FIRST := ./test/attack/ ./lctl/ ./services/tracer/ ./lctl/debugger/ ./test/e2e/ \
 	./services/executor/ ./services/orchestrator/ ./lctl/cli/
 # Packages run at once: one more than CI's two cores. The long packages
