@@ -119,16 +119,23 @@ var endsWriting = map[string]bool{
 	lctl.TypeRunFinished: true, TypeRollbackFinished: true, TypeRunReleased: true,
 }
 
+// checkpointDue says whether a signed checkpoint follows the event of
+// type typ at seq.
+func (r *run) checkpointDue(typ string, seq uint64) bool {
+	c := r.svc.checkpoints
+	return c != nil && typ != checkpoint.EventType && (endsWriting[typ] || seq%uint64(c.cfg.Every) == 0)
+}
+
 // checkpointAfter appends a signed checkpoint after e when one is due: e
 // ends what this process writes, or e.Seq is a multiple of Every. It runs
 // under r.recording, right after e was appended. A failure to sign or
 // append is logged: e is already durable, and a lost log stops the run at
 // its next append.
 func (r *run) checkpointAfter(e *lctl.Event) {
-	c := r.svc.checkpoints
-	if c == nil || e.Type == checkpoint.EventType || (!endsWriting[e.Type] && e.Seq%uint64(c.cfg.Every) != 0) {
+	if !r.checkpointDue(e.Type, e.Seq) {
 		return
 	}
+	c := r.svc.checkpoints
 	s, err := c.current()
 	if err == nil {
 		var data map[string]any

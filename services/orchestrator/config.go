@@ -45,6 +45,13 @@ type Config struct {
 	// AppendTimeout bounds one durable append to the event log; a run whose
 	// append fails stops.
 	AppendTimeout time.Duration
+	// EventPerMessage writes each event of a step as a stream message of
+	// its own, as every orchestrator before session 20 did. By default a
+	// step's step_start goes with its verdict and its outcome with its
+	// step_end, one message (a pack) each: the same events, hashes and
+	// order in fewer acknowledged writes. Set it while readers older than
+	// packs (eventlog, tracer and lctl before session 20) read the chains.
+	EventPerMessage bool
 	// ScriptsDir confines scripted:FILE models: scripts are read only from
 	// inside it.
 	ScriptsDir string
@@ -113,6 +120,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.ProposeTimeout, "propose-timeout", 2*time.Minute, "deadline of one model call")
 	fs.DurationVar(&c.CallTimeout, "call-timeout", 2*time.Minute, "deadline of one validator or executor call")
 	fs.DurationVar(&c.AppendTimeout, "append-timeout", 10*time.Second, "deadline of one event log append; a run stops when one fails")
+	fs.BoolVar(&c.EventPerMessage, "event-per-message", false, "write each event of a step as a stream message of its own (for readers older than packs) instead of a step's events in two messages")
 	fs.DurationVar(&c.RunLease, "run-lease", 15*time.Second, "how long a run's owner may go without renewing its claim before another orchestrator takes the run over")
 	fs.DurationVar(&c.DrainTimeout, "drain-timeout", 15*time.Second, "on a graceful stop, how long in-flight steps may take before their runs are handed over")
 	fs.DurationVar(&c.TakeoverTimeout, "takeover-timeout", 10*time.Second, "deadline of each call of a takeover and of each read of a step record (retried)")

@@ -171,13 +171,71 @@ func (r *run) record(agent string, ev xctevent.Event) error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", errLogLost, err)
 	}
-	parsed := xctevent.Parse(&e) // once, for both views
+	return r.fold(&e)
+}
+
+// fold folds an event just appended into the run's views (transcript, run
+// index, crew session) and appends a signed checkpoint after it when one
+// is due. It runs under r.recording.
+func (r *run) fold(e *lctl.Event) error {
+	parsed := xctevent.Parse(e) // once, for both views
 	r.transcript.applyParsed(parsed)
-	r.svc.runs.applyParsed(&e, parsed)
-	if err := r.observe(&e); err != nil {
+	r.svc.runs.applyParsed(e, parsed)
+	if err := r.observe(e); err != nil {
 		return err
 	}
-	r.checkpointAfter(&e) // checkpoint.go
+	r.checkpointAfter(e) // checkpoint.go
+	return nil
+}
+
+// pending is an event made and not yet appended, to go on the chain with
+// the next ones of its step in one message (recordPack).
+type pending struct {
+	agent string
+	ev    xctevent.Event
+	at    time.Time // when it happened, its timestamp (zero: when appended)
+}
+
+// recordPack appends events as record would, one after the other, but as
+// one stream message with one acknowledgement (eventlog's pack): the
+// chain holds the same events, in the same order, with the same hashes;
+// none of them is durable before all are. Each event is redacted in turn
+// (a step_start opens its step's scope before the verdict is redacted)
+// and folded into the views in order once the pack is acknowledged. A
+// checkpoint due after an event inside the pack (checkpointAfter) splits
+// the pack there, so it stays right after that event as with record.
+func (r *run) recordPack(events ...pending) error {
+	if r.svc.cfg.EventPerMessage {
+		for _, p := range events {
+			if err := r.record(p.agent, p.ev); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	r.recording.Lock()
+	defer r.recording.Unlock()
+	var buf [2]eventlog.Draft
+	drafts := buf[:0]
+	next := r.writer.Seq() + 1
+	for i, p := range events {
+		t := p.ev.Type()
+		drafts = append(drafts, eventlog.Draft{Time: p.at, Type: t, Agent: p.agent, Data: r.redactEvent(t, p.ev.Data())})
+		if i < len(events)-1 && !r.checkpointDue(t, next+uint64(i)) {
+			continue
+		}
+		appended, err := r.writer.AppendPackWithin(r.svc.cfg.AppendTimeout, drafts)
+		for j := range appended { // (a pack too large for one message may be stored in part)
+			if ferr := r.fold(&appended[j]); ferr != nil && err == nil {
+				return ferr
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("%w: %w", errLogLost, err)
+		}
+		next += uint64(len(drafts))
+		drafts = drafts[:0]
+	}
 	return nil
 }
 
@@ -447,10 +505,19 @@ func (r *run) iterate(step int) (iterationOutcome, error) {
 		// The agent's profile, with the model that served the step.
 		ev = crew.Merge(proposed, r.crew.sess.StepStartFields(modelRef))
 	}
-	if err := r.record(agent, ev); err != nil {
-		return iterationOutcome{}, err
+	st := &openStep{step: step, stepID: stepID, ns: ns, args: args, agent: agent, tokens: charged, started: started}
+	if r.crew != nil || r.svc.cfg.EventPerMessage {
+		// On the chain before the validator is asked: a crew's session
+		// folds it first (a step_start decays the facts the verdict weighs).
+		if err := r.record(agent, ev); err != nil {
+			return iterationOutcome{}, err
+		}
+	} else {
+		// Recorded with its verdict, in one message (decideStep): until
+		// then nothing of the step is on the chain, and nothing acts.
+		st.start = &pending{agent: agent, ev: ev, at: time.Now()}
 	}
-	return r.finishStep(&openStep{step: step, stepID: stepID, ns: ns, args: args, agent: agent, tokens: charged, started: started})
+	return r.finishStep(st)
 }
 
 // callModel asks proposer p (model reference ref) for the next decision,
@@ -476,10 +543,13 @@ func (r *run) callModel(p Proposer, ref, agent string, req *xctv1.ProposeRequest
 	return resp, err
 }
 
-// openStep is a step whose step_start is on the chain, and what else of
-// it is: nothing yet for a step just proposed; anything up to its outcome
+// openStep is a step whose step_start is on the chain (or held in start,
+// to go with its verdict), and what else of it is: nothing yet for a step just proposed; anything up to its outcome
 // for a step resumed from the chain of another orchestrator.
 type openStep struct {
+	// start is the step_start of a step just proposed, when it goes on the
+	// chain with the verdict (decideStep) rather than before it.
+	start   *pending
 	step    int
 	stepID  string
 	ns      *xctv1.NextStep

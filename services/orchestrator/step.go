@@ -11,7 +11,9 @@ import (
 )
 
 // One step, top to bottom: each stage appends its typed record (verdict,
-// approval, tool_call or error, step_end) before the next stage runs.
+// approval, tool_call or error, step_end) before the next stage runs. A
+// step just proposed writes its step_start with its verdict, and its
+// tool_call (or error) with its step_end, one message each (recordPack).
 // A step resumed from another orchestrator's chain skips the stages its
 // chain already holds.
 
@@ -19,6 +21,10 @@ import (
 type stepOutcome struct {
 	outcome, summary string
 	inDoubt          *xctv1.Error // the step may have acted and no one knows
+	// record is the outcome's event (tool_call or error) when it is not on
+	// the chain yet: endStepRecord appends it with the step_end, in one
+	// message, before the model is told anything.
+	record *pending
 }
 
 // finishStep carries a started step through whatever is not yet on its
@@ -62,7 +68,17 @@ func (r *run) decideStep(st *openStep) (*xctv1.Verdict, string, error) {
 	verdict, verdictAgent := st.verdict, st.verdictAgent
 	if verdict == nil {
 		verdict, verdictAgent = r.validate(st.step, st.stepID, st.ns)
-		if err := r.record(verdictAgent, verdictEvent(st.step, st.stepID, st.ns.GetTool(), verdict)); err != nil {
+		v := pending{agent: verdictAgent, ev: verdictEvent(st.step, st.stepID, st.ns.GetTool(), verdict)}
+		var err error
+		if st.start != nil {
+			// The step_start and its verdict, durable together before
+			// anything acts on the verdict.
+			err = r.recordPack(*st.start, v)
+			st.start = nil
+		} else {
+			err = r.record(v.agent, v.ev)
+		}
+		if err != nil {
 			return nil, "", err
 		}
 	}
@@ -77,7 +93,8 @@ func (r *run) decideStep(st *openStep) (*xctv1.Verdict, string, error) {
 
 // actOnStep runs an allowed step (its allow verdict is durable: only now
 // may it act), settles an outcome it could not learn from the executor's
-// record, and records the tool_call or the error.
+// record, and returns the tool_call or the error for endStepRecord to
+// record with the step_end.
 func (r *run) actOnStep(st *openStep, verdict *xctv1.Verdict) (stepOutcome, error) {
 	var res *xctv1.ExecuteResponse
 	var execErr *xctv1.Error
@@ -106,34 +123,46 @@ func (r *run) actOnStep(st *openStep, verdict *xctv1.Verdict) (stepOutcome, erro
 	}
 	if execErr == nil {
 		f := res.GetResponse().GetSuccess().GetResult().GetStructValue().GetFields()
-		return stepOutcome{outcome: xctevent.OutcomeSuccess, summary: successSummary(f["result_not_kept"].GetBoolValue(), f["reason"].GetStringValue())},
-			r.record(agentExecutor, toolCallEvent(st.step, st.stepID, st.ns.GetTool(), st.args, res))
+		return stepOutcome{outcome: xctevent.OutcomeSuccess, summary: successSummary(f["result_not_kept"].GetBoolValue(), f["reason"].GetStringValue()),
+			record: &pending{agent: agentExecutor, ev: toolCallEvent(st.step, st.stepID, st.ns.GetTool(), st.args, res)}}, nil
 	}
 	execErr = r.settleRepeatable(st.ns.GetTool(), execErr) // repeatable.go
-	out := stepOutcome{outcome: xctevent.OutcomeError, summary: execErr.GetCode() + ": " + execErr.GetMessage()}
+	out := stepOutcome{outcome: xctevent.OutcomeError, summary: execErr.GetCode() + ": " + execErr.GetMessage(),
+		record: &pending{agent: agentExecutor, ev: errorEvent(st.step, st.stepID, execErr)}}
 	if unknownOutcome(execErr) {
 		out.inDoubt = execErr
 	}
-	return out, r.record(agentExecutor, errorEvent(st.step, st.stepID, execErr))
+	return out, nil
 }
 
-// refuseStep records the error of a step the validator (or a human) did
-// not allow.
+// refuseStep makes the error of a step the validator (or a human) did not
+// allow, recorded with the step_end (endStepRecord).
 func (r *run) refuseStep(st *openStep, verdict *xctv1.Verdict, verdictAgent string) (stepOutcome, error) {
 	e := verdict.GetError()
 	if e == nil {
 		e = wire.Errorf(wire.CodePolicyDenied, "the validator did not allow this step")
 	}
-	return stepOutcome{outcome: xctevent.OutcomeDenied, summary: e.GetCode() + ": " + e.GetMessage()},
-		r.record(verdictAgent, errorEvent(st.step, st.stepID, e))
+	return stepOutcome{outcome: xctevent.OutcomeDenied, summary: e.GetCode() + ": " + e.GetMessage(),
+		record: &pending{agent: verdictAgent, ev: errorEvent(st.step, st.stepID, e)}}, nil
 }
 
 // endStepRecord records the step's end and says whether the run goes on:
 // not after a budget that cannot recover, nor after a step in doubt.
 func (r *run) endStepRecord(st *openStep, verdict *xctv1.Verdict, res stepOutcome) (iterationOutcome, error) {
-	r.stepResult(res.outcome, res.summary)
-	if err := r.record(st.agent, st.end(res.outcome, res.summary)); err != nil {
-		return iterationOutcome{}, err
+	end := pending{agent: st.agent, ev: st.end(res.outcome, res.summary)}
+	if res.record != nil {
+		// The outcome and the step_end in one message: the model learns
+		// the outcome only from the chain, after both are durable.
+		at := r.writer.Seq() + 1 // the outcome's seq
+		if err := r.recordPack(*res.record, end); err != nil {
+			return iterationOutcome{}, err
+		}
+		r.stepResultAt(res.outcome, res.summary, at)
+	} else {
+		r.stepResult(res.outcome, res.summary)
+		if err := r.record(end.agent, end.ev); err != nil {
+			return iterationOutcome{}, err
+		}
 	}
 	if err := r.crewCheckpoint(); err != nil { // crew.go
 		return iterationOutcome{}, err

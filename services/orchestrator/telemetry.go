@@ -146,10 +146,15 @@ func (r *run) startStep(stepID, tool string) {
 // stepResult notes a step's outcome on its span, right after its tool_call
 // or error event was recorded (that event's seq is the writer's last).
 func (r *run) stepResult(outcome, summary string) {
+	r.stepResultAt(outcome, summary, r.writer.Seq())
+}
+
+// stepResultAt is stepResult for the tool_call or error at seq.
+func (r *run) stepResultAt(outcome, summary string, seq uint64) {
 	if r.stepSpan == nil {
 		return
 	}
-	r.stepSpan.SetAttributes(attribute.Int64("lctl.seq", int64(r.writer.Seq())), attribute.String("xct.step.outcome", outcome))
+	r.stepSpan.SetAttributes(attribute.Int64("lctl.seq", int64(seq)), attribute.String("xct.step.outcome", outcome))
 	if outcome != xctevent.OutcomeSuccess {
 		r.stepSpan.SetStatus(otelcodes.Error, r.redactText(summary))
 	}
