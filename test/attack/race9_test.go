@@ -43,13 +43,17 @@ func TestAttackLinkSwappedInByAnotherRun(t *testing.T) {
 	}
 	// Run B: exchange d (the directory) and l (the link) atomically
 	// (renameat2 RENAME_EXCHANGE), holding the directory for a varying
-	// while and the link for a tenth of it, until told to stop.
+	// while and the link for a tenth of it, until told to stop. The holds
+	// go from nothing to a million turns of an empty loop (~60 ms here):
+	// on a quiet machine the short ones alone outran every write (a write
+	// under -race takes longer than 30,000 turns), so none succeeded and
+	// the test could not tell a raced swap from a refusal of every write.
 	sysRenameat2, ok := map[string]int{"amd64": 316, "arm64": 276}[runtime.GOARCH]
 	if !ok {
 		t.Fatalf("renameat2's number on %s is not known to this test", runtime.GOARCH)
 	}
-	flip := fmt.Sprintf(`open(my $f, ">", "flipping") or die; close $f; my $t = time; my @spin = (0, 50, 300, 1000, 3000, 10000, 30000); my $n = 0; my ($d, $l) = ("d", "l");
-until (-e "stop" || time - $t > 100) { syscall(%d, -100, $d, -100, $l, 2) == 0 or die "renameat2: $!"; $n++; my $k = $spin[int($n / 2) %% 7]; $k = int($k / 10) if $n %% 2; for (my $i = 0; $i < $k; $i++) {} }`, sysRenameat2)
+	flip := fmt.Sprintf(`open(my $f, ">", "flipping") or die; close $f; my $t = time; my @spin = (0, 50, 300, 1000, 3000, 10000, 30000, 100000, 300000, 1000000); my $n = 0; my ($d, $l) = ("d", "l");
+until (-e "stop" || time - $t > 100) { syscall(%d, -100, $d, -100, $l, 2) == 0 or die "renameat2: $!"; $n++; my $k = $spin[int($n / 2) %% 10]; $k = int($k / 10) if $n %% 2; for (my $i = 0; $i < $k; $i++) {} }`, sysRenameat2)
 	c.writeScript(t, "b.yaml", script(step("shell.exec", fmt.Sprintf(`{argv: [perl, -e, %q]}`, flip))))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
