@@ -133,16 +133,9 @@ func (w *ChainWriter) appendAtomic(ctx context.Context, drafts []Draft) ([]lctl.
 		}
 		return []lctl.Event{e}, nil
 	}
-	events := make([]lctl.Event, len(drafts))
-	raws := make([][]byte, len(drafts))
-	seq, prev := w.seq, w.prevHash
-	for i, d := range drafts {
-		e, raw, err := w.seal(d.Time, d.Type, d.Agent, d.Data, seq+1, prev)
-		if err != nil {
-			return nil, err
-		}
-		events[i], raws[i] = e, raw
-		seq, prev = e.Seq, e.Hash
+	events, raws, err := w.sealAll(drafts)
+	if err != nil {
+		return nil, err
 	}
 	first := events[0].Seq
 	last, err := w.pub.PublishBatch(ctx, w.subject, raws, func(i int) string { return w.msgID(first + uint64(i)) }, w.streamSeq)
@@ -156,7 +149,7 @@ func (w *ChainWriter) appendAtomic(ctx context.Context, drafts []Draft) ([]lctl.
 			err = fmt.Errorf("%w: %w", ErrConflict, err)
 		}
 		w.failed = err
-		return nil, fmt.Errorf("append events %d-%d to chain %s: %w", first, seq, w.chainID, err)
+		return nil, fmt.Errorf("append events %d-%d to chain %s: %w", first, events[len(events)-1].Seq, w.chainID, err)
 	}
 	e := events[len(events)-1]
 	w.seq, w.prevHash, w.streamSeq, w.lastAppend = e.Seq, e.Hash, last, e

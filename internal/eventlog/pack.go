@@ -103,8 +103,8 @@ func msgLast(data []byte) (lctl.Event, error) {
 // which the writer refuses further appends as after a failed Append. A
 // pack larger than the connection's maximum payload is appended as
 // separate waited appends instead. One draft is an ordinary append.
-// No caller yet: the orchestrator's step would pack [step_start, verdict]
-// and [tool_call, step_end] (issue 14, session 19's shape c).
+// The orchestrator's step writes [step_start, verdict] and [tool_call or
+// error, step_end] so (recordPack, issue 14).
 func (w *ChainWriter) AppendPackWithin(timeout time.Duration, drafts []Draft) ([]lctl.Event, error) {
 	deadline := time.Now().Add(timeout)
 	w.mu.Lock()
@@ -123,17 +123,12 @@ func (w *ChainWriter) AppendPackWithin(timeout time.Duration, drafts []Draft) ([
 	if w.failed != nil {
 		return nil, fmt.Errorf("append to chain %s: writer stopped after an earlier failure: %w", w.chainID, w.failed)
 	}
-	events := make([]lctl.Event, len(drafts))
-	size := len(drafts) - 1
-	raws := make([][]byte, len(drafts))
-	seq, prev := w.seq, w.prevHash
-	for i, d := range drafts {
-		e, raw, err := w.seal(d.Time, d.Type, d.Agent, d.Data, seq+1, prev)
-		if err != nil {
-			return nil, err
-		}
-		events[i], raws[i] = e, raw
-		seq, prev = e.Seq, e.Hash
+	events, raws, err := w.sealAll(drafts)
+	if err != nil {
+		return nil, err
+	}
+	size := len(drafts) - 1 // the newlines between the events
+	for _, raw := range raws {
 		size += len(raw)
 	}
 	if int64(size+packHeaderRoom) > w.pub.nc.MaxPayload() {
@@ -177,4 +172,21 @@ func (w *ChainWriter) AppendPackWithin(timeout time.Duration, drafts []Draft) ([
 	}
 	w.seq, w.prevHash, w.streamSeq, w.lastAppend = last.Seq, last.Hash, ack.Seq, last
 	return events, nil
+}
+
+// sealAll seals drafts in order as the chain's next events, each after
+// the one before, without appending them; w.mu is held.
+func (w *ChainWriter) sealAll(drafts []Draft) ([]lctl.Event, [][]byte, error) {
+	events := make([]lctl.Event, len(drafts))
+	raws := make([][]byte, len(drafts))
+	seq, prev := w.seq, w.prevHash
+	for i, d := range drafts {
+		e, raw, err := w.seal(d.Time, d.Type, d.Agent, d.Data, seq+1, prev)
+		if err != nil {
+			return nil, nil, err
+		}
+		events[i], raws[i] = e, raw
+		seq, prev = e.Seq, e.Hash
+	}
+	return events, raws, nil
 }
