@@ -458,31 +458,6 @@ func cutText(s string, n int) string {
 	return s[:i] + "…"
 }
 
-// CancelRun implements OrchestratorService.
-func (s *Service) CancelRun(ctx context.Context, req *xctv1.CancelRunRequest) (*xctv1.CancelRunResponse, error) {
-	if err := checkReason(req.GetReason()); err != nil {
-		return nil, err
-	}
-	cur, err := s.lookup(ctx, req.GetRunId())
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	if err := mayCancel(ctx, cur.GetPrincipal()); err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
-	r, ok := s.active[req.GetRunId()]
-	s.mu.Unlock()
-	if !ok {
-		if !live(cur.GetStatus()) {
-			return nil, toStatus(fmt.Errorf("%w: %s is %s", ErrRunFinished, cur.GetRunId(), cur.GetStatus()))
-		}
-		return nil, status.Errorf(codes.FailedPrecondition, "run %s is owned by another orchestrator", cur.GetRunId())
-	}
-	r.cancel(cancelCause(ctx, req.GetReason()))
-	return &xctv1.CancelRunResponse{Run: fitRun(cur)}, nil
-}
-
 // WatchRun implements OrchestratorService.
 func (s *Service) WatchRun(req *xctv1.WatchRunRequest, stream grpc.ServerStreamingServer[xctv1.WatchRunResponse]) error {
 	return s.watchRun(req, stream) // watch.go

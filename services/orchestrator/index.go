@@ -36,13 +36,13 @@ type listedSummary struct {
 type indexed struct {
 	view       *xctevent.Run
 	unrecorded string
-	failed     bool
+	status     xctv1.RunStatus // how it ended; UNSPECIFIED: as its chain says
 }
 
 func (c *indexed) record() *xctv1.Run {
 	r := runRecord(c.view)
-	if c.failed {
-		r.Status = xctv1.RunStatus_RUN_STATUS_FAILED
+	if c.status != xctv1.RunStatus_RUN_STATUS_UNSPECIFIED {
+		r.Status = c.status
 		r.Message = c.unrecorded
 	}
 	return r
@@ -87,12 +87,13 @@ func (x *runIndex) drop(id string) {
 }
 
 // markUnrecorded ends a run whose end could not be written to the log: the
-// process knows it failed even though the chain cannot say so.
-func (x *runIndex) markUnrecorded(id, message string) {
+// process knows it failed (or was cancelled) even though the chain cannot
+// say so.
+func (x *runIndex) markUnrecorded(id, message string, status xctv1.RunStatus) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if c, ok := x.runs[id]; ok && !c.view.Over() {
-		c.failed, c.unrecorded = true, message
+		c.status, c.unrecorded = status, message
 	}
 }
 

@@ -259,5 +259,5 @@ func (s *Service) adoptOrphan(ctx context.Context, id string) {
 		return // owned again meanwhile, or tried at the next search
 	}
 	s.log.Warn("found a run started and not ended that no orchestrator owned: taking it over", "run", id)
-	s.resumeClaimed(ctx, id, rev, "unowned", "")
+	s.resumeClaimed(ctx, id, rev, "unowned", "", nil)
 }

@@ -46,8 +46,33 @@ type ownerRecord struct {
 	Owner string `json:"owner"`
 	// ReleasedBy names the instance that released the run.
 	ReleasedBy string `json:"released_by,omitempty"`
+	// Cancel is a cancel asked for (CancelRun, cancel.go): every later
+	// writer of the key carries it on, and no owner takes another step
+	// of the run once it holds it; a takeover that finds it ends the run
+	// instead of resuming it.
+	Cancel *cancelRequest `json:"cancel,omitempty"`
+	// CancelSeen names the owner that saw Cancel and stopped the run's
+	// loop: from then on that owner starts no step (the CancelRun that
+	// wrote Cancel waits for it).
+	CancelSeen string `json:"cancel_seen,omitempty"`
 	// At is when the record was written (for people; never compared).
 	At time.Time `json:"at"`
+}
+
+// cancelRequest is a cancel recorded in a run's owner key: who asked and
+// why.
+type cancelRequest struct {
+	By     string    `json:"by,omitempty"`
+	Reason string    `json:"reason"`
+	At     time.Time `json:"at"`
+}
+
+// cause is the run's cancellation cause the request gives.
+func (c *cancelRequest) cause() errCancelled { return errCancelled{reason: c.Reason, by: c.By} }
+
+// acked reports whether the record's owner saw its cancel.
+func (rec ownerRecord) acked() bool {
+	return rec.Cancel != nil && rec.Owner != "" && rec.CancelSeen == rec.Owner
 }
 
 func encodeOwner(rec ownerRecord) []byte {
@@ -89,6 +114,19 @@ func newInstance() string {
 type lease struct {
 	mu  sync.Mutex
 	rev uint64 // revision of the key as last written by this owner; 0: not held
+	// cancel is the cancel the key holds, once this owner saw it (and
+	// stopped the loop): every write of the key by this owner carries it.
+	cancel *cancelRequest
+}
+
+// ownRecord is the key's value while this instance owns the run (under
+// l.mu): the cancel it saw carried on, and acknowledged.
+func (s *Service) ownRecord(l *lease) []byte {
+	rec := ownerRecord{Owner: s.instance, Cancel: l.cancel}
+	if l.cancel != nil {
+		rec.CancelSeen = s.instance
+	}
+	return encodeOwner(rec)
 }
 
 // set records the revision of a claim just made.
@@ -143,7 +181,14 @@ func (s *Service) renew(r *run) (ok bool, err error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), kvTimeout)
 	defer cancel()
-	rev, err := s.owners.Update(ctx, r.id, encodeOwner(ownerRecord{Owner: s.instance}), r.lease.rev)
+	rev, err := s.owners.Update(ctx, r.id, s.ownRecord(&r.lease), r.lease.rev)
+	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		// A CancelRun writes the key with its owner kept: the owner is
+		// still this instance, and the loop stops for the cancel.
+		if ok, aerr := s.adoptLocked(ctx, r); ok || aerr != nil {
+			return ok, aerr
+		}
+	}
 	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyNotFound) {
 		r.lease.rev = 0
 		// A key another replica holds is a takeover. A key that is gone
@@ -167,6 +212,71 @@ func (s *Service) renew(r *run) (ok bool, err error) {
 	return true, nil
 }
 
+// adoptLocked reads the run's key after a write of this owner's met
+// another revision (under r.lease.mu). A key still naming this instance
+// was written by a CancelRun, which keeps the owner: its revision is
+// adopted, its cancel seen (the loop stops: stopFor) and acknowledged in
+// the key. false (and no error) when another instance owns the key or it
+// is gone.
+func (s *Service) adoptLocked(ctx context.Context, r *run) (bool, error) {
+	for range 5 {
+		e, err := s.owners.Get(ctx, r.id)
+		if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+			return false, nil
+		}
+		if err != nil {
+			return true, err
+		}
+		rec, ok := decodeOwner(e.Value())
+		if !ok || rec.Owner != s.instance {
+			return false, nil
+		}
+		r.lease.rev = e.Revision()
+		if rec.Cancel != nil && r.lease.cancel == nil {
+			if r.stopFor(rec.Cancel.cause()) {
+				// The run's end was on its chain first: the cancel is not
+				// acknowledged, the key goes with the run (finishLease),
+				// and the CancelRun waiting says how the run ended.
+				return true, nil
+			}
+			r.lease.cancel = rec.Cancel
+		}
+		if rec.CancelSeen == s.instance || r.lease.cancel == nil {
+			return true, nil
+		}
+		rev, err := s.owners.Update(ctx, r.id, s.ownRecord(&r.lease), e.Revision())
+		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			continue
+		}
+		if err != nil {
+			return true, err
+		}
+		r.lease.rev = rev
+		return true, nil
+	}
+	return true, fmt.Errorf("the owner key of %s keeps changing", r.id)
+}
+
+// seeCancel acts on a cancel the watch saw written into the key of a run
+// this instance owns (a CancelRun on any replica): the loop stops and the
+// key says so (adoptLocked), which the CancelRun waits for.
+func (s *Service) seeCancel(ctx context.Context, id string) {
+	r := s.owner(id)
+	if r == nil || r.left == nil {
+		return // not a run's loop here (a rollback holds the key of an ended run)
+	}
+	r.lease.mu.Lock()
+	defer r.lease.mu.Unlock()
+	if r.lease.rev == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), kvTimeout)
+	defer cancel()
+	if _, err := s.adoptLocked(ctx, r); err != nil {
+		s.log.Warn("could not acknowledge the cancel of a run (its loop is stopped; the heartbeat tries again)", "run", id, "err", err)
+	}
+}
+
 // handOver releases the run's key for another replica (owner "").
 func (s *Service) handOver(r *run) error {
 	r.lease.mu.Lock()
@@ -176,7 +286,7 @@ func (s *Service) handOver(r *run) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), kvTimeout)
 	defer cancel()
-	_, err := s.owners.Update(ctx, r.id, encodeOwner(ownerRecord{ReleasedBy: s.instance}), r.lease.rev)
+	_, err := s.owners.Update(ctx, r.id, encodeOwner(ownerRecord{ReleasedBy: s.instance, Cancel: r.lease.cancel}), r.lease.rev)
 	r.lease.rev = 0
 	if err != nil {
 		return fmt.Errorf("release run %s: %w", r.id, err)
@@ -201,7 +311,19 @@ func (s *Service) finishLease(r *run) {
 	if r.lease.rev == 0 {
 		return
 	}
-	if err := s.disown(r.id, r.lease.rev); err != nil {
+	err := s.disown(r.id, r.lease.rev)
+	if err != nil {
+		// A CancelRun may have written the key (its owner kept) as the
+		// run ended: the key is still this instance's, at a later revision.
+		ctx, cancel := context.WithTimeout(context.Background(), kvTimeout)
+		if e, gerr := s.owners.Get(ctx, r.id); gerr == nil && e.Revision() != r.lease.rev {
+			if rec, ok := decodeOwner(e.Value()); ok && rec.Owner == s.instance {
+				err = s.disown(r.id, e.Revision())
+			}
+		}
+		cancel()
+	}
+	if err != nil {
 		// Harmless: whoever claims it next finds the run ended and deletes it.
 		s.log.Warn("run ended but its owner key stays", "run", r.id, "err", err)
 	}
@@ -246,7 +368,7 @@ func (s *Service) activeRuns() []*run {
 // observed is what this process last saw of another owner's key.
 type observed struct {
 	rev   uint64
-	owner string
+	rec   ownerRecord
 	since time.Time // local, monotonic: when the revision was first seen
 }
 
@@ -292,11 +414,14 @@ func (s *Service) watchOwners(ctx context.Context) {
 			}
 			if rec.Owner == "" {
 				delete(seen, e.Key())
-				go s.takeOver(ctx, e.Key(), e.Revision(), "released", rec.ReleasedBy)
+				go s.takeOver(ctx, e.Key(), e.Revision(), "released", rec)
 				continue
 			}
+			if rec.Owner == s.instance && rec.Cancel != nil && rec.CancelSeen != s.instance {
+				go s.seeCancel(ctx, e.Key()) // a CancelRun asks this owner to stop
+			}
 			if o := seen[e.Key()]; o == nil || o.rev != e.Revision() {
-				seen[e.Key()] = &observed{rev: e.Revision(), owner: rec.Owner, since: time.Now()}
+				seen[e.Key()] = &observed{rev: e.Revision(), rec: rec, since: time.Now()}
 			}
 		case <-t.C:
 			for id, o := range seen {
@@ -304,26 +429,36 @@ func (s *Service) watchOwners(ctx context.Context) {
 					continue
 				}
 				o.since = time.Now() // try again after another lease at most
-				go s.takeOver(ctx, id, o.rev, "lease_expired", o.owner)
+				go s.takeOver(ctx, id, o.rev, "lease_expired", o.rec)
 			}
 		}
 	}
 }
 
-// takeOver claims a run released by, or expired at, its previous owner and
-// continues it here. Losing the claim to another replica is normal and
-// silent. When the run cannot be resumed, the claim is left to expire, so
-// it is tried again later (here or elsewhere).
+// takeOver claims a run released by, or expired at, its previous owner
+// (its key at rev held prev) and continues it here. Losing the claim to
+// another replica is normal and silent. When the run cannot be resumed,
+// the claim is left to expire, so it is tried again later (here or
+// elsewhere). A key holding a cancel is claimed with it, acknowledged:
+// the run is ended, not resumed (resume).
 //
 // ctx bounds the claim (the watch's context: a stopping process claims
 // nothing more); the run, once claimed, lives on its own.
-func (s *Service) takeOver(ctx context.Context, id string, rev uint64, reason, previous string) {
+func (s *Service) takeOver(ctx context.Context, id string, rev uint64, reason string, prev ownerRecord) {
 	if !s.beginClaim(id) {
 		return
 	}
 	defer s.endClaim(id)
+	previous := prev.Owner
+	if previous == "" {
+		previous = prev.ReleasedBy
+	}
+	claim := ownerRecord{Owner: s.instance, Cancel: prev.Cancel}
+	if prev.Cancel != nil {
+		claim.CancelSeen = s.instance
+	}
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.TakeoverTimeout)
-	newRev, err := s.owners.Update(cctx, id, encodeOwner(ownerRecord{Owner: s.instance}), rev)
+	newRev, err := s.owners.Update(cctx, id, encodeOwner(claim), rev)
 	cancel()
 	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyNotFound) {
 		return // another replica was first, or the run ended meanwhile
@@ -332,7 +467,7 @@ func (s *Service) takeOver(ctx context.Context, id string, rev uint64, reason, p
 		s.log.Warn("could not claim a run", "run", id, "err", err)
 		return
 	}
-	s.resumeClaimed(ctx, id, newRev, reason, previous)
+	s.resumeClaimed(ctx, id, newRev, reason, previous, prev.Cancel)
 }
 
 // takeoverAttempts bounds the tries of one takeover; each is bounded by
@@ -344,11 +479,11 @@ const takeoverAttempts = 3
 // (a stream leader moving, an executor restarting) does not leave the run
 // to the claim's expiry. Then the claim expires and any replica, this one
 // included, claims the run again.
-func (s *Service) resumeRetried(ctx context.Context, id string, rev uint64, reason, previous string) error {
+func (s *Service) resumeRetried(ctx context.Context, id string, rev uint64, reason, previous string, cancelled *cancelRequest) error {
 	wait := 200 * time.Millisecond
 	var err error
 	for attempt := 1; attempt <= takeoverAttempts; attempt++ {
-		if err = s.resume(context.WithoutCancel(ctx), id, rev, reason, previous); err == nil || errIsStopping(err) {
+		if err = s.resume(context.WithoutCancel(ctx), id, rev, reason, previous, cancelled); err == nil || errIsStopping(err) {
 			return err
 		}
 		if attempt == takeoverAttempts || !s.stillClaimed(id, rev) {
@@ -397,11 +532,11 @@ func (s *Service) endClaim(id string) {
 // resumeClaimed resumes a run this process has just claimed (its owner key
 // at rev). Stopping meanwhile records nothing, so the claim is given
 // straight back; any other failure leaves the claim to expire.
-func (s *Service) resumeClaimed(ctx context.Context, id string, rev uint64, reason, previous string) {
-	err := s.resumeRetried(ctx, id, rev, reason, previous)
+func (s *Service) resumeClaimed(ctx context.Context, id string, rev uint64, reason, previous string, cancelled *cancelRequest) {
+	err := s.resumeRetried(ctx, id, rev, reason, previous, cancelled)
 	if errIsStopping(err) {
 		gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), kvTimeout)
-		_, err = s.owners.Update(gctx, id, encodeOwner(ownerRecord{ReleasedBy: s.instance}), rev)
+		_, err = s.owners.Update(gctx, id, encodeOwner(ownerRecord{ReleasedBy: s.instance, Cancel: cancelled}), rev)
 		cancel()
 		if err != nil {
 			s.log.Warn("could not give back a claim while stopping; it will expire", "run", id, "err", err)

@@ -166,8 +166,11 @@ func recordedVerdict(x xctevent.Verdict) *xctv1.Verdict {
 
 // resume continues a run this process has just claimed (at revision rev of
 // its owner key). A chain that does not exist, is not a run, or has ended
-// needs nothing more: the key is deleted.
-func (s *Service) resume(parent context.Context, id string, rev uint64, reason, previous string) error {
+// needs nothing more: the key is deleted. A run whose key holds a cancel
+// (cancelled) is not continued: its loop starts cancelled, closes the
+// step its chain leaves open without starting anything (closeOpen) and
+// records the end.
+func (s *Service) resume(parent context.Context, id string, rev uint64, reason, previous string, cancelled *cancelRequest) error {
 	// Bounded by the short takeover deadline, not a whole call timeout: a
 	// takeover that cannot proceed fails fast and is tried again.
 	ctx, cancel := context.WithTimeout(parent, s.cfg.TakeoverTimeout)
@@ -235,6 +238,10 @@ func (s *Service) resume(parent context.Context, id string, rev uint64, reason, 
 		ctx: rctx, cancel: rcancel, done: make(chan struct{}), left: make(chan struct{}), release: make(chan struct{}),
 	}
 	r.lease.set(rev)
+	if cancelled != nil {
+		r.lease.cancel = cancelled
+		rcancel(cancelled.cause()) // before the loop starts: it takes no step
+	}
 	view := xctevent.Fold(events)
 	for i := range events {
 		r.transcript.apply(&events[i])

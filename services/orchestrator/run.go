@@ -70,6 +70,9 @@ type run struct {
 
 	at    int  // the step the loop is at
 	ended bool // run_finished is on the chain
+	// endRecorded is set, under recording, once run_finished is on the
+	// chain (ended is set later, by the loop).
+	endRecorded bool
 	// starting is set (under svc.mu) while StartRun has not recorded the
 	// run's run_started yet.
 	starting bool
@@ -165,6 +168,11 @@ var errLogLost = errors.New("event log unavailable")
 func (r *run) record(agent string, ev xctevent.Event) error {
 	r.recording.Lock()
 	defer r.recording.Unlock()
+	return r.recordLocked(agent, ev)
+}
+
+// recordLocked is record under r.recording.
+func (r *run) recordLocked(agent string, ev xctevent.Event) error {
 	// (bounded on the NATS client's pooled timer: no context per event;
 	// a write whose time is up before it is sent is not sent, ErrNotSent)
 	e, err := r.writer.AppendWithin(r.svc.cfg.AppendTimeout, ev.Type(), agent, r.redactEvent(ev.Type(), ev.Data()))
@@ -285,7 +293,13 @@ func (r *run) loop() {
 	case errors.Is(err, eventlog.ErrConflict):
 		r.svc.runs.drop(r.id) // another orchestrator writes the chain now
 	case errors.Is(err, errLogLost):
-		r.svc.runs.markUnrecorded(r.id, message)
+		st := xctv1.RunStatus_RUN_STATUS_FAILED
+		if c, ok := r.cancelled(); ok {
+			// The cancel is in the owner key: the next owner records it.
+			st = xctv1.RunStatus_RUN_STATUS_CANCELLED
+			message = c.Error() + "; its end is not on the chain yet (" + err.Error() + "): the next owner records it, and the run takes no further step"
+		}
+		r.svc.runs.markUnrecorded(r.id, message, st)
 	case err == nil:
 		r.ended = true // the owner key goes once the run left the active set
 	}
@@ -356,6 +370,15 @@ func (r *run) steps() (status, message string) {
 			return statusReleased, ""
 		}
 		if status, message, ok := r.stopped(nil); ok {
+			if open != nil && status == xctevent.StatusCancelled {
+				// A run taken over with a cancel in its key: the step its
+				// chain leaves open is closed, nothing more is started.
+				if err := r.closeOpen(open); err != nil {
+					if status, message, ok := r.stopped(err); ok && status != xctevent.StatusCancelled {
+						return status, message
+					}
+				}
+			}
 			return status, message
 		}
 		var outcome iterationOutcome
@@ -696,12 +719,43 @@ func (r *run) callExecuteWithin(req *xctv1.ExecuteRequest) (*xctv1.ExecuteRespon
 	return r.callExecute(ctx, req)
 }
 
-// finishErr records the run's end.
+// stopFor cancels the run's loop with cause, under r.recording: an event
+// being appended is on the chain before the cause is set, and every event
+// appended after sees it (a cancel answered after stopFor is followed by
+// no step_start and no Execute: cancelledStep, steps).
+// It reports whether run_finished was on the chain already: the cause
+// came too late to change how the run ended.
+func (r *run) stopFor(cause error) (endRecorded bool) {
+	r.recording.Lock()
+	defer r.recording.Unlock()
+	r.cancel(cause)
+	return r.endRecorded
+}
+
+// cancelled is the cancel that stopped the run's loop, if one did.
+func (r *run) cancelled() (errCancelled, bool) {
+	var c errCancelled
+	ok := errors.As(context.Cause(r.ctx), &c)
+	return c, ok
+}
+
+// finishErr records the run's end. A run cancelled before its end is on
+// the chain ends cancelled, whatever else was ending it (said after the
+// cancel): the cancel was answered, and the chain says it was heard.
 func (r *run) finishErr(status, message string) error {
-	err := r.record(agentOrchestrator, xctevent.RunFinished{
+	r.recording.Lock()
+	defer r.recording.Unlock()
+	if c, ok := r.cancelled(); ok && status != xctevent.StatusCancelled {
+		message = fmt.Sprintf("%s (the run was ending %s: %s)", c.Error(), status, message)
+		status = xctevent.StatusCancelled
+	}
+	err := r.recordLocked(agentOrchestrator, xctevent.RunFinished{
 		Status: status, Message: message, Steps: len(r.transcript.turns),
 		Tokens: xctevent.Tokens{Input: r.tokensIn, Output: r.tokensOut},
 	})
+	if err == nil {
+		r.endRecorded = true
+	}
 	if err != nil {
 		r.log.Error("run ended but its end could not be recorded", "run", r.id, "status", status, "message", r.redactText(message), "err", err)
 	}

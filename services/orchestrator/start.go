@@ -118,7 +118,7 @@ func (s *Service) resumeUnowned(ctx context.Context, r *run) {
 		return // a takeover here is at it already
 	}
 	defer s.endClaim(r.id)
-	if err := s.resumeRetried(context.WithoutCancel(ctx), r.id, rev, "unowned", ""); err != nil {
+	if err := s.resumeRetried(context.WithoutCancel(ctx), r.id, rev, "unowned", "", nil); err != nil {
 		s.log.Warn("a run found on the chain without an owner could not be resumed now; its claim is left for a takeover", "run", r.id, "err", err)
 	}
 }

@@ -96,6 +96,11 @@ func (r *run) decideStep(st *openStep) (*xctv1.Verdict, string, error) {
 // record, and returns the tool_call or the error for endStepRecord to
 // record with the step_end.
 func (r *run) actOnStep(st *openStep, verdict *xctv1.Verdict) (stepOutcome, error) {
+	if _, ok := r.cancelled(); ok {
+		// Cancelled after the allow was recorded: no attempt starts now
+		// (cancel.go).
+		return r.cancelledStep(st)
+	}
 	var res *xctv1.ExecuteResponse
 	var execErr *xctv1.Error
 	if st.argsRedacted {
@@ -121,10 +126,19 @@ func (r *run) actOnStep(st *openStep, verdict *xctv1.Verdict) (stepOutcome, erro
 			execErr = res.GetResponse().GetError()
 		}
 	}
+	return r.outcomeOf(st, res, execErr), nil
+}
+
+// outcomeOf is the tool_call or error recording what a step's attempt
+// did (execErr, or the tool's own error in res).
+func (r *run) outcomeOf(st *openStep, res *xctv1.ExecuteResponse, execErr *xctv1.Error) stepOutcome {
+	if execErr == nil {
+		execErr = res.GetResponse().GetError()
+	}
 	if execErr == nil {
 		f := res.GetResponse().GetSuccess().GetResult().GetStructValue().GetFields()
 		return stepOutcome{outcome: xctevent.OutcomeSuccess, summary: successSummary(f["result_not_kept"].GetBoolValue(), f["reason"].GetStringValue()),
-			record: &pending{agent: agentExecutor, ev: toolCallEvent(st.step, st.stepID, st.ns.GetTool(), st.args, res)}}, nil
+			record: &pending{agent: agentExecutor, ev: toolCallEvent(st.step, st.stepID, st.ns.GetTool(), st.args, res)}}
 	}
 	execErr = r.settleRepeatable(st.ns.GetTool(), execErr) // repeatable.go
 	out := stepOutcome{outcome: xctevent.OutcomeError, summary: execErr.GetCode() + ": " + execErr.GetMessage(),
@@ -132,7 +146,7 @@ func (r *run) actOnStep(st *openStep, verdict *xctv1.Verdict) (stepOutcome, erro
 	if unknownOutcome(execErr) {
 		out.inDoubt = execErr
 	}
-	return out, nil
+	return out
 }
 
 // refuseStep makes the error of a step the validator (or a human) did not

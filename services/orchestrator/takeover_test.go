@@ -620,7 +620,7 @@ func TestClaimRaceAndStaleOwner(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			s.takeOver(ctx, id, entry.Revision(), "lease_expired", "orch-a")
+			s.takeOver(ctx, id, entry.Revision(), "lease_expired", ownerRecord{Owner: "orch-a"})
 		}()
 	}
 	wg.Wait()
