@@ -196,6 +196,18 @@ func TestCancelNotRecordableIsSaidSoAndItsRetryHolds(t *testing.T) {
 	if c := f.count.count(2); c != 0 {
 		t.Fatalf("step 2 ran %d times after the cancel was answered:\n%s", c, describe(events))
 	}
+	// A was in a model call when it was cut off: a call the endpoint may
+	// have billed, which no event holds. The takeover that ends the run
+	// charges it in run_finished's totals (step 1's call is 5 tokens in),
+	// as one that goes on charges it on its next call.
+	resumed := only(events, TypeRunResumed)
+	if len(resumed) != 1 || num(resumed[0].Data, "unrecorded_calls") != 1 {
+		t.Fatalf("run_resumed %v, want 1 unrecorded call", resumed)
+	}
+	fin := events[len(events)-1]
+	if tokens, _ := fin.Data["tokens"].(map[string]any); num(tokens, "input") < 10 || num(tokens, "output") < 2 {
+		t.Fatalf("run_finished charges %v: the call A was in is not charged", fin.Data["tokens"])
+	}
 	f.waitOwnerGone(id)
 }
 

@@ -71,3 +71,15 @@ func (r *run) noteCall(t xctevent.Tokens) {
 		r.lastCall = xctevent.Tokens{Input: t.Input, Output: t.Output}
 	}
 }
+
+// callEstimate is what a model call of the run now is taken to use when
+// no answer says: the last call's use, its input at least the size of the
+// request the run would send (a crew's: its history and goal alone).
+func (r *run) callEstimate() xctevent.Tokens {
+	est := xctevent.Tokens{Input: r.lastCall.Input, Output: r.lastCall.Output, Estimated: true}
+	req := &xctv1.ProposeRequest{RunId: r.id, Goal: r.goal, Tools: r.tools, History: r.transcript.history(), Instructions: instructions}
+	if size := int64((proto.Size(req) + bytesPerToken - 1) / bytesPerToken); size > est.Input {
+		est.Input = size
+	}
+	return est
+}

@@ -254,6 +254,14 @@ func (s *Service) resume(parent context.Context, id string, rev uint64, reason, 
 		at = rs.open.step
 	}
 	r.unrecorded = unrecordedCalls(events, rs, maxSteps)
+	for i := len(events) - 1; i >= 0 && r.unrecorded > 0; i-- {
+		// What the last call recorded used: what an unrecorded one is
+		// charged if the run ends without another (finishErr).
+		if x, ok := xctevent.Parse(&events[i]).(xctevent.StepStart); ok && x.Tokens != nil {
+			r.noteCall(*x.Tokens)
+			break
+		}
+	}
 
 	s.mu.Lock()
 	if s.stopping {

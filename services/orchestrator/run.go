@@ -749,6 +749,13 @@ func (r *run) finishErr(status, message string) error {
 		message = fmt.Sprintf("%s (the run was ending %s: %s)", c.Error(), status, message)
 		status = xctevent.StatusCancelled
 	}
+	// Model calls earlier owners may have made that no event holds, owed
+	// when the run ends without another call (a takeover that found a
+	// cancel): charged in the totals, estimated as a failed call is.
+	if r.unrecorded > 0 {
+		est := r.callEstimate()
+		r.chargeUnrecorded(est.Input, est.Output)
+	}
 	err := r.recordLocked(agentOrchestrator, xctevent.RunFinished{
 		Status: status, Message: message, Steps: len(r.transcript.turns),
 		Tokens: xctevent.Tokens{Input: r.tokensIn, Output: r.tokensOut},
