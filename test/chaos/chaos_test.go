@@ -78,6 +78,7 @@ func runPhase(t *testing.T, cfg phaseConfig) *report {
 		approver:   xctv1.NewValidatorServiceClient(c.dial(t, c.val, "bob")),
 		decideTrap: m.decideTrap,
 	}
+	c.canceller = newCanceller(d.orch)
 	in := newInjector(c, cfg.seed)
 	runCtx, cancelRuns := context.WithCancel(context.Background())
 	defer cancelRuns()
@@ -191,9 +192,9 @@ func TestChaosLong(t *testing.T) {
 	leader := []faultKind{faultLeaderKill, faultLeaderKill, faultLeaderStop, faultLeaderPartition, faultLeaderPartition}
 	r3traps := append(append([]faultKind(nil), trapKinds...), faultStepsStepdown)
 	all := []phaseConfig{
-		{name: "single", netns: true, kinds: slices.Concat(process, network, trapKinds, proposeKinds, approvalKinds)},
-		{name: "r3", netns: true, r3: true, kinds: slices.Concat(process, network, leader, r3traps, proposeKinds, approvalKinds)},
-		{name: "loopback", kinds: slices.Concat(process, trapKinds, proposeKinds, approvalKinds)},
+		{name: "single", netns: true, kinds: slices.Concat(process, network, trapKinds, proposeKinds, approvalKinds, cancelKinds)},
+		{name: "r3", netns: true, r3: true, kinds: slices.Concat(process, network, leader, r3traps, proposeKinds, approvalKinds, cancelKinds)},
+		{name: "loopback", kinds: slices.Concat(process, trapKinds, proposeKinds, approvalKinds, cancelKinds)},
 	}
 	var phases []phaseConfig
 	for _, p := range all {

@@ -41,10 +41,16 @@ type report struct {
 	unverified int // chains failing verification
 	stuck      int // runs neither ended nor visibly waiting in doubt
 	uncharged  int // model calls answered that no ended run's token totals charge
-	findings   []string
-	doubts     []string       // why runs ended or wait in doubt (not failures)
-	outcomes   map[string]int // steps by their last outcome on the chain
-	failures   map[string]int // failed steps by their error's message (digits dropped)
+	cancels    int // runs whose cancel was answered OK (cancel_test.go)
+	// afterCancel counts steps started after their run's cancel was
+	// answered OK, and such runs that ended other than cancelled.
+	afterCancel int
+	// cancelRefused counts cancels refused while their run was live.
+	cancelRefused int
+	findings      []string
+	doubts        []string       // why runs ended or wait in doubt (not failures)
+	outcomes      map[string]int // steps by their last outcome on the chain
+	failures      map[string]int // failed steps by their error's message (digits dropped)
 }
 
 func (r *report) add(o *report) {
@@ -61,6 +67,9 @@ func (r *report) add(o *report) {
 	r.unverified += o.unverified
 	r.stuck += o.stuck
 	r.uncharged += o.uncharged
+	r.cancels += o.cancels
+	r.afterCancel += o.afterCancel
+	r.cancelRefused += o.cancelRefused
 	if r.faults == nil {
 		r.faults = map[faultKind]int{}
 	}
@@ -85,12 +94,12 @@ func (r *report) add(o *report) {
 
 // line is the one summary line.
 func (r *report) line() string {
-	return fmt.Sprintf("chaos %s: runs=%d (ended %d, in_doubt %d, not_started %d) faults=%s steps=%d effects=%d duplicates=%d lost=%d disagree=%d unverified=%d stuck=%d crashes=%d uncharged=%d seed=%d",
-		r.phase, r.runs, r.ended, r.inDoubt, r.notStarted, formatCounts(r.faults), r.steps, r.effects, r.duplicates, r.lost, r.disagree, r.unverified, r.stuck, r.crashes, r.uncharged, r.seed)
+	return fmt.Sprintf("chaos %s: runs=%d (ended %d, in_doubt %d, not_started %d) faults=%s steps=%d effects=%d duplicates=%d lost=%d disagree=%d unverified=%d stuck=%d crashes=%d uncharged=%d cancels=%d after_cancel=%d cancel_refused=%d seed=%d",
+		r.phase, r.runs, r.ended, r.inDoubt, r.notStarted, formatCounts(r.faults), r.steps, r.effects, r.duplicates, r.lost, r.disagree, r.unverified, r.stuck, r.crashes, r.uncharged, r.cancels, r.afterCancel, r.cancelRefused, r.seed)
 }
 
 func (r *report) failed() bool {
-	return r.duplicates+r.lost+r.disagree+r.unverified+r.stuck+r.uncharged > 0
+	return r.duplicates+r.lost+r.disagree+r.unverified+r.stuck+r.uncharged+r.afterCancel+r.cancelRefused > 0
 }
 
 func (r *report) findf(format string, args ...any) {
@@ -305,6 +314,12 @@ func (c *cluster) check(ctx context.Context, d *driver, in *injector, rep *repor
 		}
 		if msg, _ := last.Data["message"].(string); ended && strings.Contains(msg, "in doubt") {
 			doubt = msg
+		}
+		if at, ok := c.canceller.cancelledAt(r.id); ok {
+			checkCancelled(r.id, chain, ended, last, at, rep)
+		}
+		if ref, ok := c.canceller.refusedAt(r.id); ok {
+			checkRefused(r.id, chain, ref, rep)
 		}
 		switch {
 		case ended:

@@ -192,11 +192,13 @@ type cluster struct {
 	trapDir string // the ledger tool's traps (traps_test.go)
 	policy  string // the validator's policy file (faultReload rewrites it)
 	model   *model // the suite's model (its trap, what it billed)
-	natsURL string // the services' and the test's NATS URLs
-	orch    [2]string
-	exec    string
-	val     string
-	tracer  string
+	// canceller cancels runs for the cancel faults (cancel_test.go).
+	canceller *canceller
+	natsURL   string // the services' and the test's NATS URLs
+	orch      [2]string
+	exec      string
+	val       string
+	tracer    string
 	// modelAddr is where the test serves the model (ProposerService).
 	modelAddr string
 	modelLis  net.Listener

@@ -159,6 +159,8 @@ func (in *injector) one(ctx context.Context, i int) error {
 		target = &member{name: "validator-policy"}
 	case faultOwnerStopPropose, faultOwnerKillPropose, faultOwnerStopDecide, faultOwnerKillDecide:
 		target = &member{name: "trap:"} // the run's owner when the model's (or the approver's) trap is taken
+	case faultCancelMidPropose, faultCancelKillOwner, faultCancelMidCall:
+		target = &member{name: "trap:"} // the run whose model call or tool call takes the trap
 	}
 	ev.target, ev.from = target.name, time.Now()
 	var err error
@@ -195,6 +197,8 @@ func (in *injector) one(ctx context.Context, i int) error {
 		err = c.reloadPolicy(i)
 	case faultOwnerStopPropose, faultOwnerKillPropose, faultOwnerStopDecide, faultOwnerKillDecide:
 		err = in.proposeFault(ctx, kind, hold, &ev)
+	case faultCancelMidPropose, faultCancelKillOwner, faultCancelMidCall:
+		err = in.cancelFault(ctx, kind, hold, &ev)
 	case faultSlow:
 		ev.note = c.lab.slowKind()
 		hold = in.dur(2*time.Second, 4*time.Second)
