@@ -262,8 +262,22 @@ func TestCancelWhileTheStreamIsFull(t *testing.T) {
 		!strings.Contains(r.GetMessage(), "not on the chain yet") {
 		t.Fatalf("GetRun while the end cannot be recorded: %v %q", r.GetStatus(), r.GetMessage())
 	}
+	// Another replica reads the chain (no end yet) and the owner key.
+	// (B's takeovers fail meanwhile: one in its instant between claiming
+	// the run and failing to append is served from B's cache.)
+	b, _ := f.orchestrator("orch-b", time.Second)
+	carolB := xctv1.NewOrchestratorServiceClient(f.creds.Dial(t, f.serveOrchestrator(b).Addr(), "carol"))
+	testutil.Eventually(t, 30*time.Second, func() error {
+		got, err := carolB.GetRun(ctx, &xctv1.GetRunRequest{RunId: id})
+		if err != nil {
+			return err
+		}
+		if r := got.GetRun(); !live(r.GetStatus()) || !strings.Contains(r.GetMessage(), "cancelled by carol: full: the cancel is recorded") {
+			return fmt.Errorf("GetRun at another replica while the end cannot be recorded: %v %q", r.GetStatus(), r.GetMessage())
+		}
+		return nil
+	})
 	// A takeover cannot record anything either; then there is room.
-	f.orchestrator("orch-b", time.Second)
 	setLimit(-1)
 	events := f.waitEnd(id)
 	checkCancelled(t, events, "carol", "full", 1)

@@ -323,7 +323,29 @@ func (s *Service) lookup(ctx context.Context, id string) (*xctv1.Run, error) {
 	}
 	view := xctevent.Fold(events)
 	s.runs.put(view)
-	return runRecord(view), nil
+	r := runRecord(view)
+	if live(r.GetStatus()) {
+		s.notePendingCancel(ctx, r)
+	}
+	return r, nil
+}
+
+// notePendingCancel says in r's message that a cancel is recorded in the
+// run's owner key while its end is not on its chain yet (its owner
+// stopping, or a takeover to come: the log full, the owner gone). One
+// read of the key; none if it cannot be read.
+func (s *Service) notePendingCancel(ctx context.Context, r *xctv1.Run) {
+	kctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	e, err := s.owners.Get(kctx, r.GetRunId())
+	if err != nil {
+		return
+	}
+	rec, ok := decodeOwner(e.Value())
+	if !ok || rec.Cancel == nil {
+		return
+	}
+	r.Message = rec.Cancel.cause().Error() + ": the cancel is recorded and the run takes no further step; its end is not on the chain yet"
 }
 
 // owner returns the run if this process runs its loop.
