@@ -94,6 +94,12 @@ var DefaultProtectedPaths = []string{
 	// servers).
 	".pdbrc", ".perldb", ".Rprofile", ".ghci", ".pryrc", ".irbrc", ".octaverc", ".gdbinit", ".lldbinit",
 	".claude/", ".mcp.json", ".aider.conf.yml", ".cursor/", ".gemini/", ".codex/", ".zed/", ".helix/",
+	// Session 21 (attack21): rustup's toolchain files, read from the
+	// working directory and every directory above by each proxy (cargo,
+	// rustc; rust-analyzer's cargo metadata when an editor opens the
+	// folder): a `path` key (a legacy file's line) names a directory
+	// whose bin/cargo the proxy runs, as .tool-versions names versions.
+	"rust-toolchain", "rust-toolchain.toml",
 }
 
 // protectedPaths matches workspace paths against protected names.
