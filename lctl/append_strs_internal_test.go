@@ -1,6 +1,7 @@
 package lctl
 
 import (
+	"encoding/json"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -107,5 +108,66 @@ func TestAppendStrsMatchesEachObject(t *testing.T) {
 	}
 	if fast < len(cases)/4 || fast == len(cases) {
 		t.Fatalf("the one-pass read took %d of %d arrays: the pieces do not test both ways", fast, len(cases))
+	}
+}
+
+// TestOnlyMember: the shape nearly every verdict's reasons have (one
+// object whose one member is the name, a plain string; json.dumps' or
+// canonical JSON's separators) is read at once, anything else is left to
+// appendFlatStrs' loop; either way appendFlatStrs appends the name's
+// strings as encoding/json reads the array.
+func TestOnlyMember(t *testing.T) {
+	tests := []struct {
+		raw, v string
+		ok     bool
+	}{
+		{`[{"rule_id": "allow-fs.read"}]`, "allow-fs.read", true},
+		{`[{"rule_id":"deny-net"}]`, "deny-net", true},
+		{`[{"rule_id": ""}]`, "", true},
+		{`[{"rule_id": "café"}]`, "café", true},
+		{`[{"rule_id": "r\"q"}]`, "", false},        // an escape
+		{`[{"rule_id": "a\\b"}]`, "", false},        // an escape
+		{`[{"rule_id":  "two spaces"}]`, "", false}, // other white space
+		{`[{"rule_id": "x"} ]`, "", false},          // white space before the bracket
+		{`[{"rule_id": "x"}, {"rule_id": "y"}]`, "", false},
+		{`[{"rule_id": "x", "why": "z"}]`, "", false},
+		{`[{"why": "z", "rule_id": "x"}]`, "", false},
+		{`[{"rule_idx": "x"}]`, "", false},
+		{`[{"rule": "x"}]`, "", false},
+		{`[{"rule_id": 7}]`, "", false},
+		{`[{"rule_id": null}]`, "", false},
+		{`[{"rule_id": "x"}]]`, "", false},
+		{`[{"rule_id": "x"`, "", false},
+		{`[]`, "", false},
+		{`[{}]`, "", false},
+	}
+	for _, tt := range tests {
+		v, ok := onlyMember([]byte(tt.raw), "rule_id")
+		if ok != tt.ok || string(v) != tt.v {
+			t.Errorf("onlyMember(%s) = %q, %v; want %q, %v", tt.raw, v, ok, tt.v, tt.ok)
+		}
+		var arr []any
+		if json.Unmarshal([]byte(tt.raw), &arr) != nil {
+			continue // not an array appendFlatStrs is given (checked JSON)
+		}
+		var want []string
+		for _, el := range arr {
+			if o, isObj := el.(map[string]any); isObj {
+				if s, isStr := o["rule_id"].(string); isStr && s != "" {
+					want = append(want, s)
+				}
+			}
+		}
+		got, n, flat := appendFlatStrs([]byte("x"), []byte(tt.raw), "rule_id", " by ", ", ")
+		if !flat {
+			continue // EachObject's (TestAppendStrsMatchesEachObject)
+		}
+		w := "x"
+		if len(want) > 0 {
+			w += " by " + strings.Join(want, ", ")
+		}
+		if string(got) != w || n != len(want) {
+			t.Errorf("appendFlatStrs(%s) = %q, %d; want %q, %d", tt.raw, got, n, w, len(want))
+		}
 	}
 }
