@@ -253,7 +253,9 @@ func (s *Service) CancelRun(ctx context.Context, req *xctv1.CancelRunRequest) (*
 		r.cancel(c)
 		return &xctv1.CancelRunResponse{Run: fitRun(cur)}, nil
 	}
-	if !live(cur.GetStatus()) {
+	if !live(cur.GetStatus()) && !s.runs.unrecordedEnd(id) {
+		// (a run whose end this process could not append is live on its
+		// chain: a takeover would continue it, so it is cancelled)
 		return nil, toStatus(fmt.Errorf("%w: %s is %s", ErrRunFinished, id, cur.GetStatus()))
 	}
 	cr := &cancelRequest{By: c.by, Reason: c.reason, At: time.Now().UTC()}
@@ -397,7 +399,7 @@ func (s *Service) cancelAnswer(ctx context.Context, id string, cur *xctv1.Run) (
 	if err != nil {
 		return &xctv1.CancelRunResponse{Run: fitRun(cur)}, nil //nolint:nilerr // the cancel is recorded; the run read before is the answer
 	}
-	if ended(now) && now.GetStatus() != xctv1.RunStatus_RUN_STATUS_CANCELLED {
+	if ended(now) && now.GetStatus() != xctv1.RunStatus_RUN_STATUS_CANCELLED && !s.runs.unrecordedEnd(id) {
 		return nil, toStatus(fmt.Errorf("%w: %s ended %s before the cancel took hold: %s", ErrRunFinished, id, now.GetStatus(), now.GetMessage()))
 	}
 	return &xctv1.CancelRunResponse{Run: fitRun(now)}, nil

@@ -353,3 +353,55 @@ func (f *fixture) waitOwnerGone(id string) {
 		return nil
 	})
 }
+
+// A run whose loop stopped because the event log was full (its step 2
+// could not be recorded) is live on its chain: a takeover continues it
+// once there is room. Its owner said "FAILED" and refused to cancel it
+// (main: FAILED_PRECONDITION "is RUN_STATUS_FAILED"); now the cancel is
+// recorded, answered once a takeover claimed the run with it, and the run
+// ends cancelled when there is room, step 2 never run.
+func TestCancelARunStoppedByAFullStream(t *testing.T) {
+	t.Parallel()
+	model := newGatedModel(step("test.count", 1), step("test.count", 2))
+	f := newFixture(t, model)
+	proposing2 := model.gate(1)
+	a, _ := f.orchestrator("orch-a", time.Second)
+	carol := xctv1.NewOrchestratorServiceClient(f.creds.Dial(t, f.serveOrchestrator(a).Addr(), "carol"))
+	id := f.start(a)
+	if turn := <-model.asked; turn != 1 {
+		t.Fatalf("asked for turn %d", turn)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	setLimit := func(maxBytes int64) {
+		t.Helper()
+		st, err := f.events.JetStream().Stream(ctx, "LCTL")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := st.CachedInfo().Config
+		c.MaxBytes, c.Discard = maxBytes, jetstream.DiscardNew
+		if _, err := f.events.JetStream().UpdateStream(ctx, c); err != nil {
+			t.Fatalf("update LCTL: %v", err)
+		}
+	}
+	setLimit(64)
+	close(proposing2) // step 2 cannot be recorded: A's loop stops
+	testutil.Eventually(t, 30*time.Second, func() error {
+		if a.owns(id) {
+			return errors.New("A still runs the loop")
+		}
+		return nil
+	})
+	f.orchestrator("orch-b", time.Second) // its takeovers fail while the log is full
+	if _, err := carol.CancelRun(ctx, &xctv1.CancelRunRequest{RunId: id, Reason: "no room"}); err != nil {
+		t.Fatalf("CancelRun of a run stopped by a full log: %v", err)
+	}
+	setLimit(-1)
+	events := f.waitEnd(id)
+	checkCancelled(t, events, "carol", "no room", 1)
+	if c := f.count.count(2); c != 0 {
+		t.Fatalf("step 2 ran %d times after the cancel was answered:\n%s", c, describe(events))
+	}
+	f.waitOwnerGone(id)
+}

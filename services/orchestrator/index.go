@@ -97,6 +97,16 @@ func (x *runIndex) markUnrecorded(id, message string, status xctv1.RunStatus) {
 	}
 }
 
+// unrecordedEnd reports whether the run's end is known here only: its
+// loop ended but its run_finished could not be appended (markUnrecorded),
+// so its chain is live and a takeover continues it.
+func (x *runIndex) unrecordedEnd(id string) bool {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	c, ok := x.runs[id]
+	return ok && c.status != xctv1.RunStatus_RUN_STATUS_UNSPECIFIED && !c.view.Over()
+}
+
 // get returns the record of a cached run (the caller's to keep).
 func (x *runIndex) get(id string) (*xctv1.Run, bool) {
 	x.mu.RLock()
