@@ -74,6 +74,7 @@ func serveOnce(tb testing.TB, h http.Handler, path string) *httptest.ResponseRec
 // a snapshot at most the snapshot interval back, and every answer is a
 // bounded piece of the chain.
 func TestBigChainAnswersInBoundedPieces(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds a 100,000-event chain")
 	}

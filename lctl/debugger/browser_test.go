@@ -80,6 +80,7 @@ func tabSlider(t *testing.T, b *browser.Browser, frac float64) {
 }
 
 func TestBrowserChainFlowStateAndScrubber(t *testing.T) {
+	t.Parallel()
 	// demo-agent's tokens at $1 in and $2 out per 1,000.
 	prices := &analysis.Prices{Models: map[string]analysis.ModelPrice{"demo-agent": {InputPer1K: 1, OutputPer1K: 2}}}
 	url := serveChainFilesWith(t, debugger.Options{Prices: prices}, testdataChain("xct-run.lctl.json"))
@@ -212,6 +213,7 @@ const holdHashchange = `(() => {
 // and the page selected the old seq (on main: seq 2 here, not 4). The
 // write now leaves a URL it did not expect alone.
 func TestBrowserLinkBeatsTheSeqWrite(t *testing.T) {
+	t.Parallel()
 	url := serveChainFiles(t, testdataChain("xct-run.lctl.json"))
 	b := browser.New(t, 3*time.Minute)
 	b.OpenWith(t, "open the chain", url+"#/chain/"+xctRun, holdHashchange)
@@ -235,6 +237,7 @@ func TestBrowserLinkBeatsTheSeqWrite(t *testing.T) {
 }
 
 func TestBrowserDiffView(t *testing.T) {
+	t.Parallel()
 	url := serveChainFiles(t, testdataChain("review-v1.lctl.json"), testdataChain("review-v2.lctl.json"))
 	var rep struct {
 		Changed, Added, Removed int
@@ -317,6 +320,7 @@ func sealChain(t *testing.T, path, id string, events []lctl.Event) {
 }
 
 func TestBrowserToolOutputIsTextNotHTML(t *testing.T) {
+	t.Parallel()
 	p := xssPayloads
 	path := filepath.Join(t.TempDir(), "xss.lctl.json")
 	sealChain(t, path, "xss-run", []lctl.Event{
@@ -377,6 +381,7 @@ func TestBrowserToolOutputIsTextNotHTML(t *testing.T) {
 }
 
 func TestBrowserLoadErrorPage(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "broken.lctl.json")
 	if err := os.WriteFile(path, []byte(`{"lctl": "4.0", "chain": {"id": "x"}, "events": [ {"seq": 1, `), 0o600); err != nil {
 		t.Fatal(err)
@@ -414,6 +419,7 @@ func TestBrowserLoadErrorPage(t *testing.T) {
 }
 
 func TestBrowserLargeChainScrubs(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("-short: the 100,000-event chain is skipped")
 	}
@@ -485,6 +491,7 @@ func TestBrowserLargeChainScrubs(t *testing.T) {
 // A chain with a gap in its seqs: the event list has one row per event,
 // and a selection scrolls to the row of its seq, not to seq - first seq.
 func TestBrowserEventListWithASeqGap(t *testing.T) {
+	t.Parallel()
 	all := lctltest.Chain("gap-run", 1500, lctltest.Options{})
 	events := append(all[:50:50], all[550:]...) // seqs 51..550 are missing
 	prev := ""
@@ -644,6 +651,7 @@ func stepEvents(step float64, tool string) []lctl.Event {
 // A live chain: new events appear without a reload; a lost connection
 // says so and resumes where it stopped; a chain that disappears says so.
 func TestBrowserLiveReconnects(t *testing.T) {
+	t.Parallel()
 	g := newGrowingChain("live-run", append([]lctl.Event{
 		{Type: "run_started", Agent: "orchestrator", Data: map[string]any{"run_id": "live-run", "goal": "watch", "principal": "alice", "model": "m"}},
 	}, stepEvents(1, "fs.read")...))
@@ -702,6 +710,7 @@ func TestBrowserLiveReconnects(t *testing.T) {
 // script or style, every script and stylesheet from the page's own assets.
 // (The browser tests catch a violation at run time; this names it at once.)
 func TestBuiltPageHasNothingInline(t *testing.T) {
+	t.Parallel()
 	raw, err := os.ReadFile(filepath.Join("dist", "index.html"))
 	if err != nil {
 		t.Fatal(err)
@@ -732,6 +741,7 @@ func TestBuiltPageHasNothingInline(t *testing.T) {
 // keeps it for the tab and sends it on every call; a wrong one is refused
 // and asked for again.
 func TestBrowserAsksForAToken(t *testing.T) {
+	t.Parallel()
 	const secret = "s3cret-token"
 	src := debugger.NewFileSource(testdataChain("xct-run.lctl.json"))
 	h, err := debugger.New(debugger.Options{Source: src, Title: "with auth", Authorize: func(r *http.Request, _ string) error {
@@ -770,6 +780,7 @@ func TestBrowserAsksForAToken(t *testing.T) {
 // local times; the instants are turned into local times in the page, so
 // the test does not depend on the machine's time zone.
 func TestBrowserChainListTimeFilters(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	starts := map[string]time.Time{
 		"early-run":  time.Date(2026, 1, 10, 10, 0, 0, 0, time.UTC),
@@ -855,6 +866,7 @@ func TestBrowserChainListTimeFilters(t *testing.T) {
 // Keyboard: Tab moves focus across the flowchart's nodes in the chain's
 // order, Enter or Space selects the focused node.
 func TestBrowserFlowchartKeyboard(t *testing.T) {
+	t.Parallel()
 	url := serveChainFiles(t, testdataChain("xct-run.lctl.json"))
 	b := browser.New(t, 2*time.Minute)
 	b.Do(t, "open the chain", chromedp.Navigate(url+"#/chain/"+xctRun+"?seq=22"))
@@ -907,6 +919,7 @@ func TestBrowserFlowchartKeyboard(t *testing.T) {
 // escape (as xct approvals and the validator's previews do), in the JSON
 // blocks (an approval's arguments are one) and in the text around them.
 func TestBrowserShowsHiddenCharacters(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "hidden.lctl.json")
 	sealChain(t, path, "hidden-run", []lctl.Event{
 		{Type: "run_started", Agent: "orchestrator", Data: map[string]any{"run_id": "hidden-run", "goal": "g", "principal": "alice", "model": "m"}},

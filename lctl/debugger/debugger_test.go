@@ -174,6 +174,7 @@ func wantError(t *testing.T, r resp, status int, code string) {
 }
 
 func TestSecurityHeadersOnEveryResponse(t *testing.T) {
+	t.Parallel()
 	srv, _ := twoRuns(t)
 	cases := []struct {
 		method, path string
@@ -224,6 +225,7 @@ func TestSecurityHeadersOnEveryResponse(t *testing.T) {
 }
 
 func TestInfoAndChainList(t *testing.T) {
+	t.Parallel()
 	srv, _ := twoRuns(t)
 	var info struct {
 		Mode      string
@@ -304,6 +306,7 @@ func TestInfoAndChainList(t *testing.T) {
 }
 
 func TestChainDetail(t *testing.T) {
+	t.Parallel()
 	srv, _ := twoRuns(t)
 	var d struct {
 		ID       string
@@ -357,6 +360,7 @@ func TestChainDetail(t *testing.T) {
 }
 
 func TestCostsWithAPriceTable(t *testing.T) {
+	t.Parallel()
 	prices, err := analysis.LoadPrices(strings.NewReader("models:\n  m: {input_per_1k: 1, output_per_1k: 2}\n"))
 	if err != nil {
 		t.Fatal(err)
@@ -392,6 +396,7 @@ func TestCostsWithAPriceTable(t *testing.T) {
 // stats price them: per model, a model without a price named, and the
 // cost at the last seq equal to the stats' cost.
 func TestCostSoFarAtSeq(t *testing.T) {
+	t.Parallel()
 	prices, err := analysis.LoadPrices(strings.NewReader("models:\n  m: {input_per_1k: 1, output_per_1k: 2}\n"))
 	if err != nil {
 		t.Fatal(err)
@@ -463,6 +468,7 @@ func TestCostSoFarAtSeq(t *testing.T) {
 }
 
 func TestChainVerifyNamesTheEditedEvent(t *testing.T) {
+	t.Parallel()
 	events := runChain("run-x")
 	events[6].Data["intent"] = "something else" // edited after sealing
 	srv, _ := serve(t, debugger.Options{}, writeChain(t, t.TempDir(), "x.lctl.json", "run-x", events))
@@ -486,6 +492,7 @@ type eventsResp struct {
 }
 
 func TestEventsPagingAndRawUnknownTypes(t *testing.T) {
+	t.Parallel()
 	srv, _ := twoRuns(t)
 	var r eventsResp
 	get(t, srv.URL+"/api/chains/run-a/events?from=5&limit=3").json(t, &r)
@@ -511,6 +518,7 @@ func TestEventsPagingAndRawUnknownTypes(t *testing.T) {
 }
 
 func TestToolOutputWithMarkupIsEscapedJSON(t *testing.T) {
+	t.Parallel()
 	srv, _ := twoRuns(t)
 	for _, path := range []string{"/api/chains/run-a/events", "/api/chains/run-a/state?seq=4", "/api/chains/run-a/state", "/api/chains/run-a/flow"} {
 		r := get(t, srv.URL+path)
@@ -537,6 +545,7 @@ func TestToolOutputWithMarkupIsEscapedJSON(t *testing.T) {
 }
 
 func TestFlowModel(t *testing.T) {
+	t.Parallel()
 	srv, _ := twoRuns(t)
 	var f debugger.FlowPage
 	raw := get(t, srv.URL+"/api/chains/run-a/flow")
@@ -643,6 +652,7 @@ type stateResp struct {
 }
 
 func TestStateAtSeq(t *testing.T) {
+	t.Parallel()
 	srv, _ := twoRuns(t)
 	var s stateResp
 	// At the approval decision of step 2: approved, not yet run.
@@ -686,6 +696,7 @@ func TestStateAtSeq(t *testing.T) {
 }
 
 func TestStateAtSeqOfAChainWithGaps(t *testing.T) {
+	t.Parallel()
 	events := runChain("gappy")
 	events = append(events[:3], events[4:]...) // seq 4 is missing
 	srv, _ := serve(t, debugger.Options{}, writeChain(t, t.TempDir(), "gappy.lctl.json", "gappy", events))
@@ -705,6 +716,7 @@ func TestStateAtSeqOfAChainWithGaps(t *testing.T) {
 // TestEventsByPosition pages a chain with gaps in its seqs by position,
 // and finds the position of a seq.
 func TestEventsByPosition(t *testing.T) {
+	t.Parallel()
 	events := runChain("gappy")
 	events = append(append(events[:3:3], events[4:9]...), events[12:]...) // seqs 4 and 10..12 are missing
 	srv, _ := serve(t, debugger.Options{}, writeChain(t, t.TempDir(), "gappy.lctl.json", "gappy", events))
@@ -749,6 +761,7 @@ func TestEventsByPosition(t *testing.T) {
 }
 
 func TestConfidenceAndDiff(t *testing.T) {
+	t.Parallel()
 	srv, _ := twoRuns(t)
 	var c struct {
 		ChainID string `json:"chain_id"`
@@ -779,6 +792,7 @@ func TestConfidenceAndDiff(t *testing.T) {
 }
 
 func TestFileThatDoesNotParse(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "bad.lctl.json")
 	if err := os.WriteFile(bad, []byte(`{"lctl": "4.0", "chain": {"id": "x"}, "events": [{"seq": 1, "type": "step_start", "data": 7}]}`), 0o600); err != nil {
@@ -804,6 +818,7 @@ func TestFileThatDoesNotParse(t *testing.T) {
 }
 
 func TestFileSourceHasNothingLive(t *testing.T) {
+	t.Parallel()
 	srv, _ := twoRuns(t)
 	r := get(t, srv.URL+"/api/chains/run-a/live")
 	if r.status != http.StatusNoContent || len(r.body) != 0 {
@@ -849,6 +864,7 @@ func (r *recordingApprovals) Decide(ctx context.Context, d debugger.Decision) (d
 }
 
 func TestApprovalsProxy(t *testing.T) {
+	t.Parallel()
 	rec := &recordingApprovals{}
 	dir := t.TempDir()
 	srv, _ := serve(t, debugger.Options{Approvals: rec}, writeChain(t, dir, "run-a.lctl.json", "run-a", runChain("run-a")))
@@ -922,6 +938,7 @@ func TestApprovalsProxy(t *testing.T) {
 }
 
 func TestNoApprovalsWithoutAValidator(t *testing.T) {
+	t.Parallel()
 	srv, _ := twoRuns(t)
 	wantError(t, get(t, srv.URL+"/api/approvals"), 404, "NOT_FOUND")
 	r := do(t, "POST", srv.URL+"/api/approvals/decide", strings.NewReader(`{}`), map[string]string{"X-XCT-CSRF": "1"})
@@ -929,6 +946,7 @@ func TestNoApprovalsWithoutAValidator(t *testing.T) {
 }
 
 func TestAuthorizeHook(t *testing.T) {
+	t.Parallel()
 	var actions []string
 	authz := func(r *http.Request, action string) error {
 		actions = append(actions, action)

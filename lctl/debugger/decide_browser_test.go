@@ -30,6 +30,7 @@ func (d *decisionsSeen) Decide(ctx context.Context, dec debugger.Decision) (debu
 // undo asked again after a withdrawal) could be the one decided. Now it
 // sends the step id of the card clicked (main: "2").
 func TestBrowserDecidesByStepID(t *testing.T) {
+	t.Parallel()
 	rec := &decisionsSeen{seen: make(chan debugger.Decision, 1)}
 	url := serveChainFilesWith(t, debugger.Options{Approvals: rec}, testdataChain("xct-run.lctl.json"))
 	b := browser.New(t, 2*time.Minute)
@@ -76,6 +77,7 @@ func (c *crewApprovals) List(ctx context.Context, runID string, all bool) ([]deb
 // (markup stays text, a hidden character shows as its escape); a run
 // without a crew shows neither (main: no such rows).
 func TestBrowserApprovalNamesTheCrewMember(t *testing.T) {
+	t.Parallel()
 	url := serveChainFilesWith(t, debugger.Options{Approvals: &crewApprovals{}}, testdataChain("xct-run.lctl.json"))
 	b := browser.New(t, 2*time.Minute)
 	crewCard, soloCard := `article.approval[data-run="run-a"][data-step="2"]`, `article.approval[data-run="run-b"][data-step="3"]`

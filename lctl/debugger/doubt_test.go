@@ -12,6 +12,7 @@ import (
 // A step_in_doubt shows its step as in doubt until the step's outcome
 // follows (after xct resolve).
 func TestFlowStepInDoubt(t *testing.T) {
+	t.Parallel()
 	t0 := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
 	chain := func(settled bool) []lctl.Event {
 		evs := []xctevent.Event{

@@ -18,6 +18,7 @@ import (
 // their contract results, the refused handoff and the routing fallback on
 // their steps, and the fact store at a chosen seq with F1's confidence.
 func TestBrowserCrewLanes(t *testing.T) {
+	t.Parallel()
 	url := serveChainFiles(t, filepath.Join("testdata", "crew-demo.lctl.json"))
 	b := browser.New(t, 3*time.Minute)
 	art := browser.Artifacts(t)

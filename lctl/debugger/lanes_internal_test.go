@@ -37,6 +37,7 @@ func nodeIDs(p FlowPage) string {
 // the model first): they go on the step, also when the flow is read
 // between them and the step (a live chain).
 func TestFlowStreamOnItsStep(t *testing.T) {
+	t.Parallel()
 	ev := events(
 		"run_started", "orchestrator", nil,
 		"model_routing", "orchestrator", map[string]any{"for": "a", "model": "m1", "decision": "route_to_m1", "reason": "cheapest"},
@@ -107,6 +108,7 @@ func TestFlowStreamOnItsStep(t *testing.T) {
 // between two agents' steps: the handoff is a node of its own and an edge
 // to the receiver's step.
 func TestFlowHandoffWithoutStepNumbers(t *testing.T) {
+	t.Parallel()
 	ev := events(
 		"step_start", "a", map[string]any{"intent": "plan"},
 		"step_end", "a", map[string]any{"outcome": "success"},
@@ -144,6 +146,7 @@ func TestFlowHandoffWithoutStepNumbers(t *testing.T) {
 // event: each fact's confidence (decay and blocking included), band and
 // assessments.
 func TestFactTrackAgreesWithLctl(t *testing.T) {
+	t.Parallel()
 	r, err := os.Open(filepath.Join("testdata", "crew-demo.lctl.json"))
 	if err != nil {
 		t.Fatal(err)
@@ -212,6 +215,7 @@ func BenchmarkFactTrack100k(b *testing.B) {
 // (agent a's) with tool fs.write, and the state panel showed a's step,
 // its proposal and verdict, for it. It is b's step 2's.
 func TestFactDataNamesNoStep(t *testing.T) {
+	t.Parallel()
 	ev := events(
 		"run_started", "orchestrator", nil,
 		"step_start", "a", map[string]any{"step": 1.0, "intent": "write", "tool": "fs.write"},

@@ -25,6 +25,7 @@ func crewServer(t *testing.T) string {
 }
 
 func TestFlowCrewLanes(t *testing.T) {
+	t.Parallel()
 	base := crewServer(t)
 	raw := get(t, base+"/flow")
 	// Only a refused handoff's depth may be null (it was never given one).
@@ -134,6 +135,7 @@ func TestFlowCrewLanes(t *testing.T) {
 }
 
 func TestStateFactStoreAtSeq(t *testing.T) {
+	t.Parallel()
 	base := crewServer(t)
 	type fact struct {
 		ID          string
@@ -201,6 +203,7 @@ func TestStateFactStoreAtSeq(t *testing.T) {
 
 // A chain without facts has an empty fact store, not null.
 func TestStateFactStoreEmpty(t *testing.T) {
+	t.Parallel()
 	srv, _ := twoRuns(t)
 	raw := get(t, srv.URL+"/api/chains/run-a/state?seq=3")
 	if !bytes.Contains(raw.body, []byte(`"fact_store":[]`)) {

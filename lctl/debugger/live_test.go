@@ -73,6 +73,7 @@ func (g *growingSource) change(f func()) {
 }
 
 func TestLiveHeartbeatGoneAndClose(t *testing.T) {
+	t.Parallel()
 	events := runChain("grow")
 	src := newGrowingSource(events[:2])
 	h, err := debugger.New(debugger.Options{Source: src, PingEvery: 20 * time.Millisecond})
@@ -188,6 +189,7 @@ func TestLiveHeartbeatGoneAndClose(t *testing.T) {
 // of the chain or one that applied events twice. The race detector
 // checks the cache's own fields.
 func TestFlowOfAChainThatChangesUnderConcurrentReads(t *testing.T) {
+	t.Parallel()
 	events := runChain("grow")
 	lengths := []int{len(events), 9, len(events) - 4, 3, len(events)}
 	want := map[int]string{}

@@ -58,6 +58,7 @@ func otlpChain(t *testing.T, name string) (string, string) {
 // dangling end node), model steps are titled with the model, and the
 // state panel shows no XCT placeholders (step numbers, verdicts).
 func TestBrowserOTLPChainShowsWhatItHas(t *testing.T) {
+	t.Parallel()
 	path, id := otlpChain(t, "openinference.json")
 	url := serveChainFiles(t, path)
 	b := browser.New(t, 3*time.Minute)

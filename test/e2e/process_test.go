@@ -18,6 +18,7 @@ import (
 	"github.com/xct-dev/xct/internal/grpcx/grpcxtest"
 	"github.com/xct-dev/xct/internal/natsauth"
 	"github.com/xct-dev/xct/internal/testutil"
+	"github.com/xct-dev/xct/internal/testutil/browser"
 	"github.com/xct-dev/xct/internal/testutil/proctest"
 	"github.com/xct-dev/xct/lctl"
 	"github.com/xct-dev/xct/lctl/lctlpb"
@@ -29,8 +30,10 @@ var (
 	buildErr  error
 )
 
+// The browser tests share one Chromium, a tab each in a browser context
+// of its own (browser.Main).
 func TestMain(m *testing.M) {
-	code := m.Run()
+	code := browser.Main(m)
 	for _, d := range []string{binDir, lctlDir} {
 		if d != "" {
 			_ = os.RemoveAll(d)

@@ -76,20 +76,10 @@ func chromiumTmp(t testing.TB) string {
 	return d
 }
 
-// New starts Chromium for the test and stops it when the test ends. The
-// tab's context ends after timeout.
-func New(t testing.TB, timeout time.Duration) *Browser {
-	t.Helper()
-	exe, err := executable()
-	if err != nil {
-		if os.Getenv("XCT_REQUIRE_BROWSER") == "1" {
-			t.Fatalf("%v; XCT_REQUIRE_BROWSER=1 requires it", err)
-		}
-		t.Skipf("browser test skipped: %v", err)
-	}
-	// The machine's network is closed: everything that would call out is
-	// off, and the profile is new for every test.
-	opts := []chromedp.ExecAllocatorOption{
+// flags are Chromium's options, a browser per test or shared alike. The
+// machine's network is closed: everything that would call out is off.
+func flags(exe, profile, tmp string) []chromedp.ExecAllocatorOption {
+	return []chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(exe),
 		chromedp.Headless,
 		chromedp.NoSandbox,
@@ -104,17 +94,123 @@ func New(t testing.TB, timeout time.Duration) *Browser {
 		chromedp.Flag("disable-default-apps", true),
 		chromedp.Flag("no-pings", true),
 		chromedp.Flag("metrics-recording-only", true),
-		chromedp.UserDataDir(t.TempDir()),
+		chromedp.UserDataDir(profile),
 		chromedp.WindowSize(1400, 1000),
-		chromedp.Env("TMPDIR=" + chromiumTmp(t)),
+		chromedp.Env("TMPDIR=" + tmp),
 	}
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	tctx, cancelTab := chromedp.NewContext(actx)
-	ctx, cancelTimeout := context.WithTimeout(tctx, timeout)
-	stop := func() {
-		cancelTimeout()
-		cancelTab()
+}
+
+// shared is the one Chromium of a package whose TestMain runs Main: its
+// browser tests each get a tab in a browser context of their own, not a
+// Chromium of their own (starting one costs ~2 CPU-seconds on CI's
+// machine, more than most of these tests' pages).
+var shared struct {
+	mu      sync.Mutex
+	on      bool            // Main runs the package's tests
+	ctx     context.Context // the browser's first tab; nil until a test needs it
+	err     error           // why it did not start
+	dirs    []string        // its profile and TMPDIR, removed by Main
+	stop    func()
+}
+
+// Main runs a package's tests (m.Run) with one Chromium shared by its
+// browser tests, started when the first of them calls New and stopped
+// when the tests are done, and returns m.Run's code. Each test's tab is in
+// a browser context of its own (Chromium's incognito profile: its own
+// cookies, storage and cache, disposed of when the test ends) and in a
+// window of its own, so tests may run in parallel and none sees another's
+// state; a test's dialogs and console are its tab's. Without Main every
+// test starts its own Chromium.
+func Main(m *testing.M) int {
+	shared.mu.Lock()
+	shared.on = true
+	shared.mu.Unlock()
+	code := m.Run()
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	if shared.stop != nil {
+		shared.stop()
+	}
+	for _, d := range shared.dirs {
+		if err := os.RemoveAll(d); err != nil && code == 0 {
+			fmt.Fprintf(os.Stderr, "browser: %v\n", err)
+			code = 1
+		}
+	}
+	shared.on, shared.ctx, shared.stop, shared.dirs = false, nil, nil, nil
+	return code
+}
+
+// sharedBrowser is the shared Chromium's first tab, started on first use;
+// ok is false when the package did not ask for one (no Main).
+func sharedBrowser(exe string) (ctx context.Context, ok bool, err error) {
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	if !shared.on {
+		return nil, false, nil
+	}
+	if shared.ctx != nil || shared.err != nil {
+		return shared.ctx, true, shared.err
+	}
+	// Not t.TempDir: the browser outlives the test that starts it. The
+	// TMPDIR's path is short for Chromium's socket (see chromiumTmp).
+	for range 2 {
+		d, err := os.MkdirTemp("", "xct-chromium-")
+		if err != nil {
+			shared.err = fmt.Errorf("chromium's directories: %w", err)
+			return nil, true, shared.err
+		}
+		shared.dirs = append(shared.dirs, d)
+	}
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), flags(exe, shared.dirs[0], shared.dirs[1])...)
+	bctx, cancelBrowser := chromedp.NewContext(actx)
+	shared.stop = func() {
+		cancelBrowser()
 		cancelAlloc()
+	}
+	if err := chromedp.Do(bctx); err != nil {
+		shared.err = fmt.Errorf("start %s: %w", exe, err)
+		return nil, true, shared.err
+	}
+	shared.ctx = bctx
+	return bctx, true, nil
+}
+
+// New starts Chromium for the test and stops it when the test ends (or,
+// in a package whose TestMain runs Main, opens a tab in the package's
+// Chromium, in a browser context of its own, and closes both when the
+// test ends). The tab's context ends after timeout.
+func New(t testing.TB, timeout time.Duration) *Browser {
+	t.Helper()
+	exe, err := executable()
+	if err != nil {
+		if os.Getenv("XCT_REQUIRE_BROWSER") == "1" {
+			t.Fatalf("%v; XCT_REQUIRE_BROWSER=1 requires it", err)
+		}
+		t.Skipf("browser test skipped: %v", err)
+	}
+	var tctx context.Context
+	var stop func()
+	if bctx, ok, err := sharedBrowser(exe); err != nil {
+		t.Fatal(err)
+	} else if ok {
+		// The profile is new for every test: an incognito browser context.
+		c, cancelTab := chromedp.NewContext(bctx, chromedp.WithNewBrowserContext())
+		tctx, stop = c, cancelTab
+	} else {
+		// The profile is new for every test.
+		actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), flags(exe, t.TempDir(), chromiumTmp(t))...)
+		c, cancelTab := chromedp.NewContext(actx)
+		tctx, stop = c, func() {
+			cancelTab()
+			cancelAlloc()
+		}
+	}
+	ctx, cancelTimeout := context.WithTimeout(tctx, timeout)
+	stopAll := stop
+	stop = func() {
+		cancelTimeout()
+		stopAll()
 	}
 	if err := chromedp.Do(ctx); err != nil {
 		stop()
