@@ -105,12 +105,12 @@ func flags(exe, profile, tmp string) []chromedp.ExecAllocatorOption {
 // Chromium of their own (starting one costs ~2 CPU-seconds on CI's
 // machine, more than most of these tests' pages).
 var shared struct {
-	mu      sync.Mutex
-	on      bool            // Main runs the package's tests
-	ctx     context.Context // the browser's first tab; nil until a test needs it
-	err     error           // why it did not start
-	dirs    []string        // its profile and TMPDIR, removed by Main
-	stop    func()
+	mu   sync.Mutex
+	on   bool            // Main runs the package's tests
+	ctx  context.Context // the browser's first tab; nil until a test needs it
+	err  error           // why it did not start
+	dirs []string        // its profile and TMPDIR, removed by Main
+	stop func()
 }
 
 // Main runs a package's tests (m.Run) with one Chromium shared by its
