@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/xct-dev/xct/internal/auth"
 	"github.com/xct-dev/xct/internal/eventlog"
 	"github.com/xct-dev/xct/lctl"
 	"github.com/xct-dev/xct/lctl/xctevent"
@@ -131,4 +132,41 @@ func chainState(st *xctevent.Step) string {
 		return "allowed, executing"
 	}
 	return "not yet allowed"
+}
+
+// mayRelease refuses (ErrSelfRelease) a retry of step stepID of run runID
+// by who, when a human approved the step and who is the principal the
+// approval was asked for (the run's, or the one rolling it back for an
+// undo) or a name that looks like it (auth.LookAlike). The validator
+// counts an approval for its step id again when the step is proposed
+// again, so a retry is another run of the step on the one approval: the
+// two-person rule that keeps that principal from approving keeps it from
+// releasing. Another operator decides. A step no human approved is as
+// the policy allows it, and its run's principal may release it. An
+// executor without chains (no NATS) checks nothing.
+func (s *Service) mayRelease(ctx context.Context, runID, stepID, who string) error {
+	chains, err := s.chainReader(ctx)
+	if err != nil || chains == nil {
+		return err
+	}
+	view, err := chainView(ctx, chains, runID, stepID, 0)
+	if err != nil {
+		return err
+	}
+	for _, st := range view.Steps {
+		if st.Start.StepID != stepID || st.Decided == nil || st.Decided.Decision != xctevent.ApprovalApproved {
+			continue
+		}
+		asked := []string{view.Started.Principal}
+		if st.Requested != nil {
+			asked = append(asked, st.Requested.RequestedBy)
+		}
+		for _, p := range asked {
+			if p != "" && auth.LookAlike(who, p) {
+				return fmt.Errorf("%w: step %d (%s) of run %s was approved by %s on a request for %s; another operator decides whether it runs again",
+					ErrSelfRelease, st.Number(), stepID, runID, st.Decided.By, p)
+			}
+		}
+	}
+	return nil
 }

@@ -50,6 +50,11 @@ var (
 	ErrChainUnreadable = errors.New("executor: the run's chain cannot be read")
 	// ErrBadResolution means a resolution lacks its decision or its author.
 	ErrBadResolution = errors.New("executor: invalid resolution")
+	// ErrSelfRelease means a step a human approved was to be released for
+	// another attempt by the principal the approval was asked for (the
+	// run's, or a name that looks like it): another attempt runs on the
+	// approval again, and that principal may not decide its approvals.
+	ErrSelfRelease = errors.New("executor: the principal a step's approval was asked for cannot release it for another attempt")
 	// ErrBadStepID means a step id is not 1-128 of A-Z a-z 0-9 _ -.
 	ErrBadStepID = errors.New("executor: invalid step id")
 	// ErrNoStepStore means the executor has a NATS connection but Start has
@@ -79,6 +84,7 @@ var stepCodes = grpcx.Codes{
 	{Err: ErrBadStepID, Code: codes.InvalidArgument},
 	{Err: ErrStepNotFound, Code: codes.NotFound},
 	{Err: ErrNotInDoubt, Code: codes.FailedPrecondition},
+	{Err: ErrSelfRelease, Code: codes.PermissionDenied},
 	{Err: ErrChainUnreadable, Code: codes.Unavailable},
 	{Err: ErrStepConflict, Code: codes.Aborted},
 	{Err: ErrStepCorrupt, Code: codes.DataLoss},

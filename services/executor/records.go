@@ -874,6 +874,11 @@ func (s *Service) ResolveStep(ctx context.Context, stepID string, r Resolution) 
 	if err != nil {
 		return nil, err
 	}
+	if r.Decision == xctv1.StepDecision_STEP_DECISION_RETRY {
+		if err := s.mayRelease(ctx, runID, stepID, r.ResolvedBy); err != nil {
+			return nil, err
+		}
+	}
 	now := timestamppb.Now()
 	rec := cloneRecord(cur)
 	rec.Resolution = &xctv1.StepResolution{Decision: r.Decision, ResolvedBy: r.ResolvedBy, Reason: r.Reason, ResolvedAt: now, PreviousState: cur.GetState(),
