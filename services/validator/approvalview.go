@@ -28,11 +28,28 @@ func (s *Service) approvalsFor(ctx context.Context, list []*xctv1.Approval) []*x
 	out := make([]*xctv1.Approval, len(list))
 	for i, a := range list {
 		if mayDecide(caller, a) {
-			out[i] = keyedBase(red, a)
+			out[i] = redactedReason(red, keyedBase(red, a))
 			continue
 		}
-		out[i] = redactApproval(red, a, s.log)
+		out[i] = redactedReason(red, redactApproval(red, a, s.log))
 	}
+	return out
+}
+
+// redactedReason is a with its decision's reason redacted, for every
+// caller: the words of whoever decided or withdrew it (a cancel's reason,
+// which a run's own agent writes), which the chain holds redacted too,
+// and which no decider needs raw. a itself is not changed.
+func redactedReason(red *redact.Redactor, a *xctv1.Approval) *xctv1.Approval {
+	if red == nil || a.GetReason() == "" {
+		return a
+	}
+	r := red.Text(a.GetReason())
+	if r == a.GetReason() {
+		return a
+	}
+	out := proto.CloneOf(a)
+	out.Reason = r
 	return out
 }
 
@@ -61,7 +78,8 @@ func mayDecide(caller auth.Principal, a *xctv1.Approval) bool {
 }
 
 // redactApproval is a with its proposal's arguments and goal, its
-// reasons and its preview redacted. Without a redactor (no NATS) the
+// reasons and its preview redacted (its decision's reason:
+// redactedReason). Without a redactor (no NATS) the
 // arguments are withheld entirely.
 func redactApproval(red *redact.Redactor, a *xctv1.Approval, log *slog.Logger) *xctv1.Approval {
 	out := proto.CloneOf(a)
