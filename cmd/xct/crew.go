@@ -39,6 +39,9 @@ func cmdCrew(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return &exitError{code: 2, err: err}
 	}
+	if dead := c.DeadEnds(); len(dead) > 0 {
+		return &exitError{code: 2, err: errors.New(strings.Join(dead, "\n"))}
+	}
 	printCrew(stdout, c)
 	return nil
 }
@@ -85,6 +88,12 @@ func printCrew(w io.Writer, c *crew.Crew) {
 	th := cf.Thresholds
 	fmt.Fprintf(w, "\nconfidence: decay %.2f per hop; proceed at %.2f, warn at %.2f, verify at %.2f, block below; consensus from %d assessors\n",
 		cf.DecayRate, th.Proceed, th.Warn, th.Verify, cf.MinAssessors)
+	lift := strings.Join(c.Authority.LiftDoubts, ", ")
+	if lift == "" {
+		lift = "nobody (a human, at the confidence gate)"
+	}
+	fmt.Fprintf(w, "authority: done ends the run from %s; a doubt another agent left on a fact is lifted by %s\n",
+		strings.Join(c.Authority.EndRun, ", "), lift)
 	if c.History == crew.HistoryShared {
 		fmt.Fprintln(w, "history: shared (every agent is shown every agent's turns, the other agents' tool results included)")
 	} else {
@@ -129,8 +138,12 @@ func readCrewFile(path string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("crew file %s: %w", path, err)
 	}
-	if _, err := crew.Load(path, raw); err != nil {
+	c, err := crew.Load(path, raw)
+	if err != nil {
 		return nil, err
+	}
+	if dead := c.DeadEnds(); len(dead) > 0 {
+		return nil, errors.New(strings.Join(dead, "\n"))
 	}
 	return raw, nil
 }

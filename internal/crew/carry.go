@@ -174,6 +174,11 @@ func (s *Session) Carry(agent, tool string, args map[string]any) Outcome {
 		if sig != nil {
 			return Outcome{Signal: sig}
 		}
+		if tool == ToolFactsUpdate {
+			if sig := s.checkLift(agent, in); sig != nil {
+				return Outcome{Signal: sig}
+			}
+		}
 		scratch := s.store.Clone()
 		var p Payload
 		if tool == ToolFactsAdd {
@@ -228,6 +233,42 @@ func (s *Session) Carry(agent, tool string, args map[string]any) Outcome {
 		out.Result = jsonValue(map[string]any{"handed_to": h.To, "depth": r.Handoff.Depth, "facts": s.views(r.Context)})
 		return out
 	}
+}
+
+// checkLift refuses an assessment by agent that lifts a doubt it may not
+// lift: another agent left the fact below proceed, the new confidence is
+// higher than that word, and agent is not in the crew's
+// authority.lift_doubts or is the fact's author (a member other than the
+// one assessed verifies). Lowering a fact, an update without a
+// confidence, or raising a fact no other agent doubts is anyone's. The
+// rule governs proposals only: a chain written before it was kept still
+// replays (FactStore.Update does not apply it).
+func (s *Session) checkLift(agent string, in FactInput) *Signal {
+	f := s.store.Fact(in.ID)
+	if f == nil || in.Confidence == nil {
+		return nil
+	}
+	word, ok := f.OthersWord(agent)
+	th := s.crew.Confidence.Thresholds
+	if !ok || word >= th.Proceed || *in.Confidence <= word {
+		return nil
+	}
+	why := "the crew's authority.lift_doubts does not name it (" + strings.Join(s.crew.Authority.LiftDoubts, ", ") + ")"
+	if len(s.crew.Authority.LiftDoubts) == 0 {
+		why = "the crew's authority.lift_doubts names nobody: a human decides at the confidence gate"
+	}
+	switch {
+	case f.AddedBy == agent:
+		why = "it added the fact: another member verifies it"
+	case s.crew.MayLiftDoubts(agent):
+		return nil
+	}
+	sig := signal("output_error", "validation_failed", CodeAssessmentNotAllowed, "keep_the_doubt_or_hand_to_a_reviewer", true,
+		"%s may not lift the doubt on fact %s: another agent left it at %.2f (below %.2f), and %s; give it at most %.2f, or leave it to a reviewer",
+		agent, f.ID, round(word), th.Proceed, why, round(word))
+	sig.Details = map[string]any{"fact": f.ID, "others_confidence": round(word), "proposed": *in.Confidence, "author": f.AddedBy,
+		"lift_doubts": slices.Clone(s.crew.Authority.LiftDoubts)}
+	return sig
 }
 
 // Proto is the signal as the error the model receives (the loop records

@@ -17,7 +17,9 @@
 package crew
 
 import (
+	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/xct-dev/xct/lctl/analysis"
 )
@@ -121,6 +123,9 @@ type Crew struct {
 	// (history:): HistoryOwn, its own turns only (the default), or
 	// HistoryShared, every agent's turns (before session 20, the only way).
 	History string
+	// Authority is who may end the run and whose assessments lift a
+	// doubt (authority:).
+	Authority Authority
 	// Source is the file name Load was given.
 	Source string
 	// SHA256 is the hex SHA-256 of the file's bytes: what run_started and
@@ -159,6 +164,54 @@ type Profile struct {
 	Model            string
 	Fallbacks        []string
 	ReliabilityScore float64
+}
+
+// CapabilityAssessment is the spec's reviewer capability (part 5):
+// by default, the agents that have it are the ones whose assessment may
+// lift a doubt another agent left on a fact.
+const CapabilityAssessment = "assessment"
+
+// Authority is who, in a crew, may do what ends or clears another
+// member's work. A crew governs its members: a subordinate (or one
+// steered by what it read) must not end the run before the lead's check,
+// nor clear the doubt a reviewer raised.
+type Authority struct {
+	// EndRun are the agents whose answer done ends the run (end_run;
+	// default the entry agent). Any other agent's done is refused with a
+	// DONE_NOT_ALLOWED signal, and it goes on or hands over.
+	EndRun []string
+	// LiftDoubts are the agents whose assessment (facts.update with a
+	// confidence) may raise a fact above the word another agent left it
+	// at, when that word is below proceed: a doubt (lift_doubts; default
+	// the agents with the assessment capability). Never the fact's own
+	// author. Any other such assessment is refused with an
+	// ASSESSMENT_NOT_ALLOWED signal; lowering a fact is anyone's.
+	LiftDoubts []string
+}
+
+// MayEndRun reports whether agent's done ends the run.
+func (c *Crew) MayEndRun(agent string) bool { return slices.Contains(c.Authority.EndRun, agent) }
+
+// MayLiftDoubts reports whether agent's assessment may lift a doubt
+// another agent left on a fact it did not add.
+func (c *Crew) MayLiftDoubts(agent string) bool {
+	return slices.Contains(c.Authority.LiftDoubts, agent)
+}
+
+// DeadEnds are the agents that can neither hand control on nor end the
+// run (one line each): in a run their done is refused and the run goes
+// on until its step budget. StartRun and xct crew check refuse such a
+// crew; a run already on a chain still resumes under it.
+func (c *Crew) DeadEnds() []string {
+	var out []string
+	for _, a := range c.Agents {
+		if c.MayEndRun(a.Name) || (len(a.HandsTo) > 0 && a.MayPropose(ToolHandoff)) {
+			continue
+		}
+		out = append(out, fmt.Sprintf("%s:%d: agent %s hands control to nobody and may not end the run (authority.end_run: %s): name it in end_run, or let it hand back",
+			c.Source, a.Line, a.Name, strings.Join(c.Authority.EndRun, ", ")))
+	}
+	return out
 }
 
 // HandoffLimits bound the handoffs of a run.

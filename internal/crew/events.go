@@ -263,6 +263,12 @@ const (
 	CodeInvalidQuery       = "INVALID_QUERY"        // input_error / invalid_format
 	CodeNoModel            = "NO_MODEL"             // orchestration_error / routing_failed
 	CodeToolNotAllowed     = "TOOL_NOT_ALLOWED"     // output_error / validation_failed
+	// CodeDoneNotAllowed refuses done from an agent the crew's
+	// authority.end_run does not name; CodeAssessmentNotAllowed an
+	// assessment that would lift another agent's doubt from an agent
+	// authority.lift_doubts does not name (or the fact's author).
+	CodeDoneNotAllowed       = "DONE_NOT_ALLOWED"       // orchestration_error / delegation_rejected
+	CodeAssessmentNotAllowed = "ASSESSMENT_NOT_ALLOWED" // output_error / validation_failed
 	// CodeVerificationRequired is the validator's: a step in the verify
 	// band, denied until the reviewer named in details.verifier verifies.
 	CodeVerificationRequired = "VERIFICATION_REQUIRED" // output_error / validation_failed

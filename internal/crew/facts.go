@@ -74,6 +74,14 @@ func (f *Fact) GateConfidence(agent string) (c float64, ok bool) {
 	return math.Min(f.Confidence, o), true
 }
 
+// OthersWord is the confidence the other agents left the fact at, for
+// agent: the last confidence another agent gave it, decayed since. ok is
+// false when no other agent has given it one.
+func (f *Fact) OthersWord(agent string) (c float64, ok bool) {
+	c, ok = f.byOthers[agent]
+	return c, ok
+}
+
 // setByOthers records c, given by agent, as the other agents' word on f.
 func (s *FactStore) setByOthers(f *Fact, agent string, c float64) {
 	if f.byOthers == nil {

@@ -45,6 +45,14 @@ type fileYAML struct {
 	Models      map[string]modelYAML `yaml:"models"`
 	Routing     routingYAML          `yaml:"routing"`
 	History     string               `yaml:"history"`
+	Authority   authorityYAML        `yaml:"authority"`
+}
+
+// authorityYAML is who may end the run and whose assessments lift a
+// doubt; a list left out takes its default, an empty one names nobody.
+type authorityYAML struct {
+	EndRun     *[]string `yaml:"end_run"`
+	LiftDoubts *[]string `yaml:"lift_doubts"`
 }
 
 type agentYAML struct {
@@ -318,7 +326,47 @@ func (v *validator) build(fy *fileYAML, raw []byte) *Crew {
 	v.models(c, fy)
 	v.routing(c, fy)
 	v.contracts(c, raw, &fy.Contracts)
+	v.authority(c, fy)
 	return c
+}
+
+// authority reads authority: who may end the run (end_run, default the
+// entry agent) and whose assessment may lift a doubt another agent left
+// on a fact (lift_doubts, default the agents whose capabilities name
+// assessment: the spec's reviewer capability, part 5).
+func (v *validator) authority(c *Crew, fy *fileYAML) {
+	names := func(key string, list []string) []string {
+		out := make([]string, 0, len(list))
+		for i, n := range list {
+			switch {
+			case c.byName[n] == nil:
+				v.errorf(v.line("authority", key, i), "authority.%s: %q is no agent of the crew", key, n)
+			case slices.Contains(out, n):
+				v.errorf(v.line("authority", key, i), "authority.%s names %s twice", key, n)
+			default:
+				out = append(out, n)
+			}
+		}
+		return out
+	}
+	if l := fy.Authority.EndRun; l != nil {
+		c.Authority.EndRun = names("end_run", *l)
+		if len(*l) == 0 {
+			v.errorf(v.line("authority", "end_run"), "authority.end_run is empty: no agent could end the run (leave it out for the entry agent)")
+		}
+	} else if c.Entry != "" {
+		c.Authority.EndRun = []string{c.Entry}
+	}
+	if l := fy.Authority.LiftDoubts; l != nil {
+		c.Authority.LiftDoubts = names("lift_doubts", *l)
+	} else {
+		c.Authority.LiftDoubts = []string{}
+		for _, a := range c.Agents {
+			if slices.Contains(a.Profile.Capabilities, CapabilityAssessment) {
+				c.Authority.LiftDoubts = append(c.Authority.LiftDoubts, a.Name)
+			}
+		}
+	}
 }
 
 // history reads history: own (the default) or shared.

@@ -53,6 +53,12 @@ type Session struct {
 	// order (a system step's too): the run's turns, as the model's
 	// transcript has one per step_start (HistoryOf).
 	turnAgents []string
+
+	// doneRefusals counts the DONE_NOT_ALLOWED signals to the agent in
+	// control since its last step_start (or since it received control),
+	// and refusedDone is the last one's message, for its brief.
+	doneRefusals int
+	refusedDone  string
 }
 
 // SessionOptions tune a session.
@@ -157,6 +163,7 @@ func (s *Session) fold(e *lctl.Event) error {
 		}
 		s.stepsInTurn++
 		s.failures, s.routing = nil, nil
+		s.doneRefusals, s.refusedDone = 0, ""
 	case lctl.TypeStepEnd:
 		s.lastOutcome, _ = d["outcome"].(string)
 	case lctl.TypeFactAdded, lctl.TypeFactModified:
@@ -184,6 +191,7 @@ func (s *Session) fold(e *lctl.Event) error {
 		s.lastHandoff = &Handoff{From: from, To: to, Summary: summary}
 		s.stepsInTurn = 0
 		s.failures, s.routing = nil, nil
+		s.doneRefusals, s.refusedDone = 0, ""
 		s.handoffSinceCheckpoint = true
 	case lctl.TypeModelRouting:
 		r := routingOf(d)
@@ -195,6 +203,10 @@ func (s *Session) fold(e *lctl.Event) error {
 		}
 		s.routing = &r
 	case lctl.TypeError:
+		if code, _ := d["code"].(string); code == CodeDoneNotAllowed && e.Agent == s.hs.Current {
+			s.doneRefusals++
+			s.refusedDone, _ = d["message"].(string)
+		}
 		if code, _ := d["code"].(string); code == CodeVerificationRequired {
 			if det, ok := d["details"].(map[string]any); ok {
 				if v, _ := det["verifier"].(string); s.crew.Agent(v) != nil {
@@ -235,6 +247,34 @@ func (s *Session) HistoryOf(agent string) []int {
 	}
 	return out
 }
+
+// CheckDone is the crew's answer to done from agent, the agent in
+// control: nil when its done ends the run (authority.end_run), else the
+// DONE_NOT_ALLOWED signal the loop records as the agent's error (outside
+// any step: a done proposes nothing to act) before it asks the agent's
+// model again. A member the crew does not let end the run (a subordinate,
+// or one steered by what it read) cannot skip the check of the agent that
+// may.
+func (s *Session) CheckDone(agent string) *Signal {
+	if s.crew.MayEndRun(agent) {
+		return nil
+	}
+	action := "continue_or_hand_over"
+	var next []string
+	if a := s.crew.Agent(agent); a != nil && a.MayPropose(ToolHandoff) {
+		next = a.HandsTo
+	}
+	sig := signal("orchestration_error", "delegation_rejected", CodeDoneNotAllowed, action, true,
+		"%s may not end the run: only %s may (the crew's authority.end_run); go on with your work, or hand it over", agent, strings.Join(s.crew.Authority.EndRun, ", "))
+	sig.Details = map[string]any{"agent": agent, "end_run": slices.Clone(s.crew.Authority.EndRun), "hands_to": slices.Clone(next)}
+	return sig
+}
+
+// DoneRefusals is how many times the agent in control answered done and
+// was refused (DONE_NOT_ALLOWED) since its last step began: the loop
+// ends the run when its model keeps answering done, as it does for a
+// model that keeps answering invalid output.
+func (s *Session) DoneRefusals() int { return s.doneRefusals }
 
 // StepKind is the kind of the next step of the agent in control (the
 // routing rules' step_kind): start, handoff, verify, retry or continue.
@@ -388,7 +428,15 @@ func (s *Session) brief(a *Agent, ctx []*Fact) string {
 	if a.MayPropose(ToolHandoff) && len(a.HandsTo) > 0 {
 		fmt.Fprintf(&b, "\nYou may hand control to: %s (xct.handoff {to, summary}); your contract is checked when you do.", strings.Join(a.HandsTo, ", "))
 	} else {
-		b.WriteString("\nYou hand control to nobody: when your work is done, answer done.")
+		b.WriteString("\nYou hand control to nobody.")
+	}
+	if s.crew.MayEndRun(a.Name) {
+		b.WriteString("\nWhen the crew's work is done, answer done: that ends the run.")
+	} else {
+		fmt.Fprintf(&b, "\nYou may not end the run (only %s may): answer done and it is refused.", strings.Join(s.crew.Authority.EndRun, ", "))
+	}
+	if s.refusedDone != "" {
+		fmt.Fprintf(&b, "\nYour answer done was refused: %q", s.refusedDone)
 	}
 	if a.MayPropose(ToolFactsAdd) || a.MayPropose(ToolFactsUpdate) {
 		b.WriteString("\nRecord findings with facts.add and change them with facts.update (give a reason; a confidence is your assessment).")
@@ -398,6 +446,11 @@ func (s *Session) brief(a *Agent, ctx []*Fact) string {
 	}
 	if s.crew.History != HistoryShared {
 		b.WriteString("\nThe history you are shown holds your own steps only: what the other agents did reaches you as the hand-over above and the facts.")
+	}
+	if s.crew.MayLiftDoubts(a.Name) {
+		b.WriteString("\nYou may lift a doubt another agent left on a fact you did not add (a higher confidence than its word, when that is below proceed).")
+	} else {
+		b.WriteString("\nYou may lower a fact's confidence, not raise it above a doubt another agent left on it.")
 	}
 	b.WriteString("\nBefore each of your steps runs, the confidence of every fact another agent assessed, and of any fact its goal names, is checked" +
 		" (your own assessment can lower a fact for your steps, not raise it).")

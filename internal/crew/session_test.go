@@ -628,10 +628,14 @@ func TestGateReadsWhatTheOthersSay(t *testing.T) {
 			t.Fatalf("%q relies on %v", goal, got)
 		}
 	}
-	// The fixer assesses F1 itself at 0.99: the fact shows its word, the
-	// gate of its own steps still reads the reviewer's.
-	l.play(proposal{tool: ToolFactsUpdate, args: map[string]any{"id": "F1", "confidence": 0.99, "reason": "I checked it myself"}})
-	if f := l.sess.Facts().Fact("F1"); f.Confidence != 0.99 || f.Blocked {
+	// The fixer assesses F1 itself at 0.99: refused since session 21 (it
+	// may not lift the reviewer's doubt: authority.lift_doubts), and the
+	// gate of its steps still reads the reviewer's word.
+	out := l.play(proposal{tool: ToolFactsUpdate, args: map[string]any{"id": "F1", "confidence": 0.99, "reason": "I checked it myself"}, want: CodeAssessmentNotAllowed})
+	if d := out.Signal.Details; d["fact"] != "F1" || d["others_confidence"] != 0.3 || d["author"] != "code-analyzer" {
+		t.Fatalf("signal details %v", d)
+	}
+	if f := l.sess.Facts().Fact("F1"); f.Confidence != 0.30 || !f.Blocked {
 		t.Fatalf("F1 %+v", f)
 	}
 	if got := relied("use the query builder"); got["F1"] != 0.30 {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -123,6 +124,11 @@ func loadCrew(name string, src []byte) (*crew.Crew, error) {
 	case err != nil:
 		return nil, status.Errorf(codes.InvalidArgument, "crew file %s: %v", name, err)
 	}
+	if dead := c.DeadEnds(); len(dead) > 0 {
+		// A new run only: a chain already written under such a file
+		// resumes (crewOfChain), its dead end's done refused.
+		return nil, status.Errorf(codes.InvalidArgument, "crew file %s:\n%s", name, strings.Join(dead, "\n"))
+	}
 	return c, nil
 }
 
@@ -208,6 +214,9 @@ func (c *crewRun) close() {
 func (r *run) crewPropose(step int) (*xctv1.ProposeResponse, string, string, error) {
 	plan := r.crew.sess.Plan()
 	agent := plan.Agent.Name
+	if err := r.doneRefusedTooOften(agent); err != nil {
+		return nil, agent, "", err
+	}
 	history, err := r.crew.history(&r.transcript, agent)
 	if err != nil {
 		return nil, agent, "", err
@@ -267,7 +276,17 @@ func (r *run) crewPropose(step int) (*xctv1.ProposeResponse, string, string, err
 			err = &ModelError{Model: plan.Model, Code: wire.CodeGenerationFailed, Msg: err.Error(), Err: err, NotSent: true}
 		}
 		if err == nil {
-			return resp, agent, plan.Model, nil
+			refused, rerr := r.refuseDone(step, agent, resp)
+			if rerr != nil {
+				return nil, agent, "", rerr
+			}
+			if !refused {
+				return resp, agent, plan.Model, nil
+			}
+			// Asked again, with the refusal in the agent's brief.
+			plan, lastErr = r.crew.sess.Plan(), nil
+			req.Instructions = instructions + "\n\n" + plan.Brief
+			continue
 		}
 		failed = r.failedCallTokens(err, req)
 		if cause := context.Cause(r.ctx); cause != nil {
@@ -280,6 +299,56 @@ func (r *run) crewPropose(step int) (*xctv1.ProposeResponse, string, string, err
 		lastErr = err
 		plan = r.crew.sess.Fallback(plan.Model, FailureCode(err))
 	}
+}
+
+// refuseDone refuses the answer done of agent when the crew does not let
+// it end the run (authority.end_run): a subordinate member, or one
+// steered by what it read, cannot end the run before the lead's check.
+// The refusal is the DONE_NOT_ALLOWED signal, recorded as the agent's
+// error outside any step (a done proposes nothing to act, so it is no
+// numbered step: the model is asked again for the same step, as after a
+// model call the crew routes around), with what the call used, which the
+// run is charged. The session folds it, and the agent's brief says it was
+// refused. It reports whether it refused; an error ends the run (the log
+// lost, or the model answering done past the repair budget).
+func (r *run) refuseDone(step int, agent string, resp *xctv1.ProposeResponse) (bool, error) {
+	decision, _, perr := wire.ParseDecisionArgs([]byte(resp.GetOutput()))
+	if perr != nil {
+		return false, nil //nolint:nilerr // invalid output is iterate's to record (recordInvalid), not a crew refusal
+	}
+	if decision.GetDone() == nil {
+		return false, nil
+	}
+	sig := r.crew.sess.CheckDone(agent)
+	if sig == nil {
+		return false, nil
+	}
+	tokens := xctevent.Tokens{Input: resp.GetUsage().GetInputTokens(), Output: resp.GetUsage().GetOutputTokens()}
+	r.tokensIn += tokens.Input
+	r.tokensOut += tokens.Output
+	r.noteCall(tokens)
+	ev := errorEvent(step, "", sig.Proto())
+	if tokens.Input > 0 || tokens.Output > 0 {
+		ev.Tokens = &tokens // counted by the fold, as a failed call's are
+	}
+	ev.Unrecorded = r.chargeUnrecorded(tokens.Input, tokens.Output)
+	if err := r.record(agent, ev); err != nil {
+		return false, err
+	}
+	r.log.Info("crew member's done refused", "run", r.id, "agent", agent, "step", step, "refusals", r.crew.sess.DoneRefusals())
+	return true, r.doneRefusedTooOften(agent)
+}
+
+// doneRefusedTooOften ends the run when the agent in control was refused
+// done the repair budget's times in a row (as the chain says, so a run
+// resumed after the last refusal ends too): its model does not do
+// anything else.
+func (r *run) doneRefusedTooOften(agent string) error {
+	if n := r.crew.sess.DoneRefusals(); n >= r.svc.cfg.RepairBudget {
+		return fmt.Errorf("%s answered done %d times in a row and may not end the run (%s; repair budget %d)",
+			agent, n, crew.CodeDoneNotAllowed, r.svc.cfg.RepairBudget)
+	}
+	return nil
 }
 
 // history is what agent's model is shown of the run's steps (the

@@ -22,6 +22,8 @@ agents:
     profile: {type: reviewer, capabilities: [assessment], model: "func:tester", reliability_score: 0.9}
     tools: [test.count, facts.update]
 handoffs: {entry: finder, max_depth: 2, cycles: forbid}
+# The checker ends the work (session 21: only the entry agent by default).
+authority: {end_run: [finder, checker]}
 # The test's model answers by the run's turn (len(history)): it is shown
 # the run's history, every member's turns.
 history: shared

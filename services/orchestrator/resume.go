@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	xctv1 "github.com/xct-dev/xct/gen/xct/v1"
+	"github.com/xct-dev/xct/internal/crew"
 	"github.com/xct-dev/xct/internal/wire"
 	"github.com/xct-dev/xct/lctl"
 	"github.com/xct-dev/xct/lctl/xctevent"
@@ -64,6 +65,9 @@ func resumeFrom(runID string, v *xctevent.Run) *resumeState {
 		return rs
 	}
 	switch last := v.Last(); {
+	case v.After != nil && v.After.Code == crew.CodeDoneNotAllowed:
+		// A crew member's done refused: the run goes on (crewPropose ends
+		// it when the refusals reach the repair budget).
 	case v.After != nil:
 		rs.endMessage = v.After.Message // a budget or the model's endpoint ended the run
 	case last == nil:

@@ -94,6 +94,7 @@ agents:
     profile: {type: executor, capabilities: [tool_use], model: "func:poster", reliability_score: 0.9}
     tools: [fs.list, http.request]
 handoffs: {entry: auditor, max_depth: 2, cycles: forbid}
+authority: {end_run: [auditor, poster]}
 `
 
 // What a member reads reached every member after it: the transcript a
