@@ -91,15 +91,13 @@ const crewEvery = 4
 var crewOps = map[int]string{2: "facts.add", 3: "xct.handoff"}
 
 // crewFile is the crew of a crew run, its agents served by the model at
-// modelAddr. The model decides from the history alone, so every agent is
-// shown the whole run's (history: shared): with a member's own turns only
-// (the default since session 20, ae59fee) the checker, shown none of
-// operations 1-3, charged operation 1 again, which the check counts as a
-// duplicate per operation (12 in one run) although XCT told the model
-// the truth.
+// modelAddr. Each member is shown its own turns only (history: own, the
+// default since session 20): the model plays the member its brief names
+// (crewAgent) from that member's turns, the finder operations 1-3, the
+// checker operation 4, as each member's own script. The checker ends the
+// work (authority.end_run; by default only the entry agent may).
 func crewFile(modelAddr string) []byte {
 	return []byte(fmt.Sprintf(`crew: chaos
-history: shared
 agents:
   - name: finder
     profile: {type: analyzer, capabilities: [charging], model: "grpc:%[1]s", reliability_score: 0.9}
@@ -109,8 +107,24 @@ agents:
     profile: {type: reviewer, capabilities: [charging], model: "grpc:%[1]s", reliability_score: 0.9}
     tools: [ledger.charge, ledger.put]
 handoffs: {entry: finder, max_depth: 2, cycles: forbid}
+authority: {end_run: [finder, checker]}
 `, modelAddr))
 }
+
+// crewAgent is the crew member a request's brief names ("" outside a
+// crew run): the orchestrator tells each member's model who it is.
+func crewAgent(instructions string) string {
+	_, rest, ok := strings.Cut(instructions, `You are agent "`)
+	if !ok {
+		return ""
+	}
+	name, _, _ := strings.Cut(rest, `"`)
+	return name
+}
+
+// checkerFirstOp is the first operation of the crew's checker: the
+// finder's are the ones before.
+const checkerFirstOp = 4
 
 // isCrewRun reports whether run id is one of the crew runs.
 func isCrewRun(seed int64, id string) bool { return hash(seed, id, "crew")%crewEvery == 0 }
@@ -138,11 +152,14 @@ func (m *model) Propose(ctx context.Context, req *xctv1.ProposeRequest) (*xctv1.
 
 func (m *model) propose(ctx context.Context, req *xctv1.ProposeRequest) *xctv1.ProposeResponse {
 	crew := isCrewRun(m.seed, req.GetRunId())
-	ops := m.ops
+	ops, first := m.ops, 1
 	if crew {
-		ops = 4
+		ops = checkerFirstOp
+		if crewAgent(req.GetInstructions()) == "checker" {
+			first = checkerFirstOp // its own turns are its operations only
+		}
 	}
-	op, attempts := 1, 0
+	op, attempts := first, 0
 	for _, turn := range req.GetHistory() {
 		var d struct {
 			NextStep *struct {
