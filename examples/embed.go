@@ -10,10 +10,25 @@ import _ "embed"
 var DemoScript []byte
 
 // CrewDemo is the crew the bundled demo plays after the single-model run
-// (docs/crews.md), and CrewDemoScript the scripted models its agents play.
+// (docs/crews.md), and CrewDemoScripts the scripted models its agents
+// play, one script per agent, by the name its model references give.
 //
 //go:embed crews/demo/crew.yaml
 var CrewDemo []byte
 
-//go:embed crews/demo/script.yaml
-var CrewDemoScript []byte
+var (
+	//go:embed crews/demo/analyzer.yaml
+	crewDemoAnalyzer []byte
+	//go:embed crews/demo/reviewer.yaml
+	crewDemoReviewer []byte
+	//go:embed crews/demo/fixer.yaml
+	crewDemoFixer []byte
+)
+
+// CrewDemoScripts are the crew demo's scripts by file name
+// (scripted:crew-demo-analyzer.yaml, ...): each agent's own.
+var CrewDemoScripts = map[string][]byte{
+	"crew-demo-analyzer.yaml": crewDemoAnalyzer,
+	"crew-demo-reviewer.yaml": crewDemoReviewer,
+	"crew-demo-fixer.yaml":    crewDemoFixer,
+}

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"time"
@@ -100,7 +101,9 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			return fmt.Errorf("data directory: %w", err)
 		}
 	}
-	for name, script := range map[string][]byte{"demo.yaml": examples.DemoScript, "crew-demo.yaml": examples.CrewDemoScript} {
+	scripts := map[string][]byte{"demo.yaml": examples.DemoScript}
+	maps.Copy(scripts, examples.CrewDemoScripts)
+	for name, script := range scripts {
 		if err := os.WriteFile(filepath.Join(cfg.Orchestrator.ScriptsDir, name), script, 0o600); err != nil {
 			return fmt.Errorf("write demo script: %w", err)
 		}

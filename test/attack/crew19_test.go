@@ -75,7 +75,7 @@ func TestAttackCrewFactClaimsAnotherMembersStep(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := startBindCluster(t, func(cfg *app.Config, _ *app.Options) { cfg.Tracer.HTTPListen = "127.0.0.1:0" })
-	c.writeScript(t, "crew-demo.yaml", crewScript(
+	c.writeScripts(t, crewScript(
 		`{tool: facts.update, arguments: {id: F1, reason: recheck, fields: {step: 1, tool: fs.write}}, goal: Note F1}`,
 	))
 	run := c.runToEnd(t, "alice", &xctv1.StartRunRequest{Goal: "find and fix", Crew: crewFile, CrewFile: "crew.yaml"})

@@ -108,23 +108,39 @@ func TestAttackApprovalPreviewHidesALine(t *testing.T) {
 	}
 }
 
-// crewScript is the shipped demo crew's models (scripted:crew-demo.yaml)
-// up to the reviewer's handoff: code-analyzer records F1 and hands it on,
-// security-reviewer doubts it (0.30, below the crew's verify threshold:
-// blocked) and hands it to fix-implementer anyway (the contracts hold),
-// whose steps follow.
-func crewScript(fixer ...string) string {
-	s := `name: crew-demo
+// crewScript is the shipped demo crew's models, a script per agent
+// (scripted:crew-demo-AGENT.yaml; history: own, each counts its own
+// agent's turns) up to the reviewer's handoff: code-analyzer records F1
+// and hands it on, security-reviewer doubts it (0.30, below the crew's
+// verify threshold: blocked) and hands it to fix-implementer anyway (the
+// contracts hold), whose steps follow.
+func crewScript(fixer ...string) map[string]string {
+	f := "name: crew-demo-fixer\nsteps:\n"
+	for _, s := range fixer {
+		f += "  - next_step: " + s + "\n"
+	}
+	return map[string]string{
+		"crew-demo-analyzer.yaml": `name: crew-demo-analyzer
 steps:
   - next_step: {tool: facts.add, arguments: {id: F1, text: SQL query built from user input in UserController.py, confidence: 0.85, source: static-analysis}, goal: Record the injection}
   - next_step: {tool: xct.handoff, arguments: {to: security-reviewer, summary: Review F1}, goal: Hand F1 on}
+`,
+		"crew-demo-reviewer.yaml": `name: crew-demo-reviewer
+steps:
   - next_step: {tool: facts.update, arguments: {id: F1, confidence: 0.30, reason: the input looks sanitized upstream, fields: {severity: high}}, goal: Assess F1}
   - next_step: {tool: xct.handoff, arguments: {to: fix-implementer, summary: F1 is doubtful; a human should look before any change}, goal: Hand F1 on}
-`
-	for _, f := range fixer {
-		s += "  - next_step: " + f + "\n"
+`,
+		"crew-demo-fixer.yaml": f + "  - done: true\n    message: fixed\n",
 	}
-	return s + "  - done: true\n    message: fixed\n"
+}
+
+// writeScripts writes each of scripts (file name: script) to c's
+// scripts directory.
+func (c *bindCluster) writeScripts(t *testing.T, scripts map[string]string) {
+	t.Helper()
+	for name, s := range scripts {
+		c.writeScript(t, name, s)
+	}
 }
 
 // The crew's confidence gate holds for a human any step that relies on a
@@ -156,7 +172,7 @@ func TestAttackCrewStepEscapesTheConfidenceGate(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			c := startBindCluster(t)
-			c.writeScript(t, "crew-demo.yaml", crewScript(fixer...))
+			c.writeScripts(t, crewScript(fixer...))
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
 			orch := c.orchestratorAs(t, "alice")
@@ -281,16 +297,16 @@ func TestAttackCrewRunIsFree(t *testing.T) {
 	}
 	policy := `budgets: {max_cost_usd: 0.05}
 prices:
-  "scripted:crew-demo.yaml#analyzer-large": {input_per_1k: 1, output_per_1k: 1}
-  "scripted:crew-demo.yaml#analyzer-small": {input_per_1k: 1, output_per_1k: 1}
-  "scripted:crew-demo.yaml#reviewer": {input_per_1k: 1, output_per_1k: 1}
-  "scripted:crew-demo.yaml#fixer": {input_per_1k: 1, output_per_1k: 1}
+  "scripted:crew-demo-analyzer.yaml#analyzer-large": {input_per_1k: 1, output_per_1k: 1}
+  "scripted:crew-demo-analyzer.yaml#analyzer-small": {input_per_1k: 1, output_per_1k: 1}
+  "scripted:crew-demo-reviewer.yaml": {input_per_1k: 1, output_per_1k: 1}
+  "scripted:crew-demo-fixer.yaml": {input_per_1k: 1, output_per_1k: 1}
   "*": {input_per_1k: 0, output_per_1k: 0}
 rules:
   - {id: allow-all, effect: allow, tools: ["*"]}
 `
 	c := startBindCluster(t, withTools(t, "", policy))
-	c.writeScript(t, "crew-demo.yaml", `name: crew-demo
+	c.writeScript(t, "crew-demo-analyzer.yaml", `name: crew-demo-analyzer
 steps:
   - next_step: {tool: facts.add, arguments: {id: F1, text: an injection, confidence: 0.85, source: static-analysis}, goal: Record it}
     tokens: {input: 20, output: 10}

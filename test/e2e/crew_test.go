@@ -248,7 +248,9 @@ func TestCrewRunRefused(t *testing.T) {
 // client as the approver bob, and the pending approval.
 func startCrewDemo(t *testing.T, ctx context.Context, c *cluster) (string, xctv1.ValidatorServiceClient, *xctv1.Approval) {
 	t.Helper()
-	c.writeScript(t, "crew-demo.yaml", string(examples.CrewDemoScript))
+	for name, script := range examples.CrewDemoScripts {
+		c.writeScript(t, name, string(script))
+	}
 	started, err := c.orch.StartRun(ctx, &xctv1.StartRunRequest{
 		Goal: "Find and fix the SQL injection in UserController.py", Crew: examples.CrewDemo, CrewFile: "crew.yaml",
 	})
