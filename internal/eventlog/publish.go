@@ -34,6 +34,8 @@ type Publisher struct {
 	health *storehealth.Monitor
 	// batches holds a place for each atomic batch open (PublishBatch).
 	batches chan struct{}
+	// group sends the writes in groups (group.go).
+	group *committer
 }
 
 // ReportTo tells m the outcome of every later write (a stream that cannot
@@ -42,7 +44,7 @@ func (p *Publisher) ReportTo(m *storehealth.Monitor) { p.health = m }
 
 // NewPublisher returns a Publisher for stream's subjects over nc.
 func NewPublisher(nc *nats.Conn, stream string) *Publisher {
-	return &Publisher{nc: nc, stream: stream, batches: make(chan struct{}, maxBatchesInFlight)}
+	return &Publisher{nc: nc, stream: stream, batches: make(chan struct{}, maxBatchesInFlight), group: &committer{nc: nc}}
 }
 
 // PubAck is what the stream acknowledged.
@@ -118,10 +120,8 @@ func (p *Publisher) publish(ctx context.Context, subject string, data []byte, ms
 	if err := ctx.Err(); err != nil {
 		return PubAck{}, fmt.Errorf("%w: %w", ErrNotSent, err)
 	}
-	pm := pubMsgs.Get().(*pubMsg)
-	defer pm.put()
-	m := pm.fill(subject, data, msgID, lastSeq)
-	ack, err := p.request(ctx, m)
+	w := write{subject: subject, data: data, msgID: msgID, lastSeq: lastSeq}
+	ack, err := p.request(ctx, w)
 	for r := 0; inProcess(err) && r < inProcessAttempts; r++ {
 		t := time.NewTimer(inProcessWait << r)
 		select {
@@ -130,15 +130,43 @@ func (p *Publisher) publish(ctx context.Context, subject string, data []byte, ms
 			return ack, err
 		case <-t.C:
 		}
-		ack, err = p.request(ctx, m)
+		ack, err = p.request(ctx, w)
 	}
 	return ack, err
 }
 
-// request sends m once under ctx (again, a little later, when nobody
+// write is one conditional write's fields.
+type write struct {
+	subject string
+	data    []byte
+	msgID   string
+	lastSeq uint64
+}
+
+// send sends w once, through the group committer (or, when its replies
+// cannot be subscribed to, as a request of its own), bounded by b, and
+// returns the reply.
+func (p *Publisher) send(b bound, w write) (*nats.Msg, error) {
+	if p.group.begin() == nil {
+		return p.group.request(b, w.subject, w.data, w.msgID, w.lastSeq)
+	}
+	pm := pubMsgs.Get().(*pubMsg)
+	defer pm.put()
+	m := pm.fill(w.subject, w.data, w.msgID, w.lastSeq)
+	if b.ctx != nil {
+		return p.nc.RequestMsgWithContext(b.ctx, m)
+	}
+	left := time.Until(b.deadline)
+	if left <= 0 {
+		return nil, nats.ErrTimeout
+	}
+	return p.nc.RequestMsg(m, left)
+}
+
+// request sends w once under ctx (again, a little later, when nobody
 // listens yet) and reads the stream's answer.
-func (p *Publisher) request(ctx context.Context, m *nats.Msg) (PubAck, error) {
-	resp, err := p.nc.RequestMsgWithContext(ctx, m)
+func (p *Publisher) request(ctx context.Context, w write) (PubAck, error) {
+	resp, err := p.send(bound{ctx: ctx}, w)
 	for r := 0; errors.Is(err, nats.ErrNoResponders) && r < publishRetryAttempts; r++ {
 		t := time.NewTimer(publishRetryWait)
 		select {
@@ -146,7 +174,7 @@ func (p *Publisher) request(ctx context.Context, m *nats.Msg) (PubAck, error) {
 		case <-t.C:
 		}
 		t.Stop()
-		resp, err = p.nc.RequestMsgWithContext(ctx, m)
+		resp, err = p.send(bound{ctx: ctx}, w)
 	}
 	if errors.Is(err, nats.ErrNoResponders) {
 		return PubAck{}, jetstream.ErrNoStreamResponse
@@ -181,37 +209,34 @@ func (p *Publisher) publishUntil(deadline time.Time, subject string, data []byte
 	if left <= 0 {
 		return PubAck{}, fmt.Errorf("%w: %w", ErrNotSent, context.DeadlineExceeded)
 	}
-	pm := pubMsgs.Get().(*pubMsg)
-	defer pm.put()
-	m := pm.fill(subject, data, msgID, lastSeq)
-	ack, err := p.requestUntil(deadline, m)
+	w := write{subject: subject, data: data, msgID: msgID, lastSeq: lastSeq}
+	ack, err := p.requestUntil(deadline, w)
 	for r := 0; inProcess(err) && r < inProcessAttempts; r++ {
 		wait := inProcessWait << r
 		if time.Until(deadline) <= wait {
 			return ack, err
 		}
 		time.Sleep(wait)
-		ack, err = p.requestUntil(deadline, m)
+		ack, err = p.requestUntil(deadline, w)
 	}
 	return ack, err
 }
 
-// requestUntil sends m once, bounded by deadline (again, a little later,
+// requestUntil sends w once, bounded by deadline (again, a little later,
 // when nobody listens yet), and reads the stream's answer.
-func (p *Publisher) requestUntil(deadline time.Time, m *nats.Msg) (PubAck, error) {
-	left := time.Until(deadline)
-	if left <= 0 {
+func (p *Publisher) requestUntil(deadline time.Time, w write) (PubAck, error) {
+	if time.Until(deadline) <= 0 {
 		return PubAck{}, context.DeadlineExceeded
 	}
-	resp, err := p.nc.RequestMsg(m, left)
+	resp, err := p.send(bound{deadline: deadline}, w)
 	for r := 0; errors.Is(err, nats.ErrNoResponders) && r < publishRetryAttempts; r++ {
 		t := time.NewTimer(min(publishRetryWait, time.Until(deadline)))
 		<-t.C
-		if left = time.Until(deadline); left <= 0 {
+		if time.Until(deadline) <= 0 {
 			err = context.DeadlineExceeded
 			break
 		}
-		resp, err = p.nc.RequestMsg(m, left)
+		resp, err = p.send(bound{deadline: deadline}, w)
 	}
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
