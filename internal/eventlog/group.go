@@ -43,13 +43,17 @@ type committer struct {
 	token    uint64           // the last token given
 	waiting  map[uint64]*call // sent or queued, not answered yet
 	queue    []*call          // waiting for the group in flight
-	gen      uint64           // the group in flight (its calls carry it)
-	left     int              // its calls not answered yet
-	sentAt   time.Time        // when it was sent
+	gen      uint64           // the last group sent (its calls carry it)
+	left     map[uint64]int   // groups in flight: their calls not answered yet
+	oldest   uint64           // the oldest group that may be in flight
 	stopped  error            // set when the replies' subscription closed
 	spare    []*call          // the queue's last backing array, reused
-	inFlight bool             // a group was sent and is not all answered
 }
+
+// maxGroupsInFlight is how many groups may be in flight at once: a
+// write finding fewer goes at once (so that writes wait only when
+// others are already waiting for the server), the rest queue.
+const maxGroupsInFlight = 2
 
 // groupStall is how long a queued write waits for the group in flight
 // before it sends the queue itself: far above a group's round trip on a
@@ -109,6 +113,7 @@ func (g *committer) begin() error {
 	g.start.Do(func() {
 		g.prefix = g.nc.NewInbox() + "."
 		g.waiting = map[uint64]*call{}
+		g.left = map[uint64]int{}
 		sub, err := g.nc.Subscribe(g.prefix+"*", g.onReply)
 		if err == nil {
 			// Acknowledgements are never dropped as a slow consumer's:
@@ -148,8 +153,8 @@ func (g *committer) request(b bound, subject string, data []byte, msgID string, 
 	c.token = g.token
 	g.waiting[c.token] = c
 	var group []*call
-	if !g.inFlight {
-		// Nothing in flight: this write is the group, sent by its caller.
+	if len(g.left) < maxGroupsInFlight {
+		// Room for a group: this write is one, sent by its caller.
 		group = g.takeLocked(c)
 	} else {
 		g.queue = append(g.queue, c)
@@ -163,7 +168,6 @@ func (g *committer) request(b bound, subject string, data []byte, msgID string, 
 	if b.ctx != nil {
 		ctxDone = b.ctx.Done()
 	}
-	stallCheck := group == nil
 	left := func() time.Duration {
 		if b.ctx != nil {
 			return time.Duration(1<<63 - 1)
@@ -171,7 +175,9 @@ func (g *committer) request(b bound, subject string, data []byte, msgID string, 
 		return time.Until(b.deadline)
 	}
 	wait := left()
-	if stallCheck && wait > groupStall {
+	// Queued, with time left past groupStall: wait that long first.
+	stallCheck := group == nil && wait > groupStall
+	if stallCheck {
 		wait = groupStall
 	}
 	for {
@@ -191,7 +197,14 @@ func (g *committer) request(b bound, subject string, data []byte, msgID string, 
 			stallCheck = false
 			g.mu.Lock()
 			var group []*call
-			if c.gen == 0 && g.waiting[c.token] == c && time.Since(g.sentAt) >= groupStall {
+			if c.gen == 0 && g.waiting[c.token] == c {
+				// The oldest group in flight is taken for lost.
+				for ; g.oldest <= g.gen; g.oldest++ {
+					if _, ok := g.left[g.oldest]; ok {
+						delete(g.left, g.oldest)
+						break
+					}
+				}
 				group = g.takeLocked(nil)
 			}
 			g.mu.Unlock()
@@ -217,7 +230,9 @@ func (g *committer) takeLocked(self *call) []*call {
 	g.queue = g.spare[:0]
 	g.spare = nil
 	g.gen++
-	g.left, g.sentAt, g.inFlight = len(group), time.Now(), len(group) > 0
+	if len(group) > 0 {
+		g.left[g.gen] = len(group)
+	}
 	for _, c := range group {
 		c.gen = g.gen
 		if c != self {
@@ -291,13 +306,15 @@ func (g *committer) answer(token uint64, resp *nats.Msg, err error) []*call {
 // It returns the next group to send when c was the last of the group in
 // flight and writes are queued.
 func (g *committer) doneLocked(c *call) []*call {
-	if c.gen == 0 || c.gen != g.gen {
+	left, ok := g.left[c.gen]
+	if !ok {
 		return nil
 	}
-	if g.left--; g.left > 0 {
+	if left--; left > 0 {
+		g.left[c.gen] = left
 		return nil
 	}
-	g.inFlight = false
+	delete(g.left, c.gen)
 	if len(g.queue) == 0 {
 		return nil
 	}
@@ -354,5 +371,6 @@ func (g *committer) stop(err error) {
 		c.resp, c.err = nil, err
 		c.done <- struct{}{}
 	}
-	g.queue, g.inFlight = nil, false
+	g.queue = nil
+	clear(g.left)
 }

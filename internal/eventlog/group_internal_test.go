@@ -83,6 +83,25 @@ func until(t *testing.T, p *Publisher, cond func(g *committer) bool) {
 	}
 }
 
+// fill starts maxGroupsInFlight writes, grp.a0, grp.a1, ..., each a group
+// of its own sent at once, and returns their results and messages as the
+// server delivered them.
+func fill(t *testing.T, p *Publisher, st *stand, timeout time.Duration) ([]chan result, []*nats.Msg) {
+	t.Helper()
+	var chs []chan result
+	var ms []*nats.Msg
+	for i := range maxGroupsInFlight {
+		subj := fmt.Sprintf("grp.a%d", i)
+		chs = append(chs, startWrite(p, subj, timeout))
+		m := st.next()
+		if m.Subject != subj || string(m.Data) != subj || m.Header.Get(jetstream.ExpectedLastSubjSeqHeader) != "7" || m.Header.Get(jetstream.MsgIDHeader) != "id-"+subj {
+			t.Fatalf("write %d = %s %q %v", i, m.Subject, m.Data, m.Header)
+		}
+		ms = append(ms, m)
+	}
+	return chs, ms
+}
+
 func pending(ch chan result) bool {
 	select {
 	case r := <-ch:
@@ -105,25 +124,25 @@ func TestGroupCommitHoldsWritesBehindTheGroupInFlight(t *testing.T) {
 	st := newStand(t, testutil.Connect(t, s))
 	p := NewPublisher(nc, "S")
 
-	a := startWrite(p, "grp.a", 10*time.Second)
-	ma := st.next()
-	if string(ma.Data) != "grp.a" || ma.Header.Get(jetstream.ExpectedLastSubjSeqHeader) != "7" || ma.Header.Get(jetstream.MsgIDHeader) != "id-grp.a" {
-		t.Fatalf("first write = %q %v", ma.Data, ma.Header)
-	}
+	a, ma := fill(t, p, st, 10*time.Second)
 	var rest []chan result
 	for i, subj := range []string{"grp.b", "grp.c", "grp.d"} {
 		rest = append(rest, startWrite(p, subj, 10*time.Second))
 		until(t, p, func(g *committer) bool { return len(g.queue) == i+1 })
 	}
-	if out := nc.Stats().OutMsgs; out != 1 {
-		t.Fatalf("%d messages sent while the first write was in flight; want it alone", out)
+	if out := nc.Stats().OutMsgs; out != maxGroupsInFlight {
+		t.Fatalf("%d messages sent while %d groups were in flight; want those alone", out, maxGroupsInFlight)
 	}
-	if !pending(a) {
-		t.Fatal("the first write's caller released before its acknowledgement")
+	for i := range a {
+		if !pending(a[i]) {
+			t.Fatal("a caller released before its acknowledgement")
+		}
 	}
-	st.ack(ma, 11)
-	if r := <-a; r.err != nil || r.ack.Seq != 11 {
-		t.Fatalf("first write = %+v, %v; want seq 11", r.ack, r.err)
+	// The last group answered: the queue goes.
+	last := len(a) - 1
+	st.ack(ma[last], 11)
+	if r := <-a[last]; r.err != nil || r.ack.Seq != 11 {
+		t.Fatalf("grp.a%d = %+v, %v; want seq 11", last, r.ack, r.err)
 	}
 	// The queue left as one group, in order.
 	var group []*nats.Msg
@@ -156,6 +175,12 @@ func TestGroupCommitHoldsWritesBehindTheGroupInFlight(t *testing.T) {
 	if r := <-rest[1]; r.err != nil || r.ack.Seq != 13 {
 		t.Fatalf("grp.c = %+v, %v; want seq 13", r.ack, r.err)
 	}
+	for i := range last {
+		st.ack(ma[i], uint64(20+i))
+		if r := <-a[i]; r.err != nil || r.ack.Seq != uint64(20+i) {
+			t.Fatalf("grp.a%d = %+v, %v", i, r.ack, r.err)
+		}
+	}
 	// Nothing in flight: the next write goes at once, by its caller.
 	e := startWrite(p, "grp.e", 10*time.Second)
 	me := st.next()
@@ -174,8 +199,7 @@ func TestGroupCommitQueuedWriteOutOfTimeIsNotSent(t *testing.T) {
 	st := newStand(t, testutil.Connect(t, s))
 	p := NewPublisher(nc, "S")
 
-	a := startWrite(p, "grp.a", 10*time.Second)
-	ma := st.next()
+	a, ma := fill(t, p, st, 10*time.Second)
 	// Shorter than groupStall: it is still queued when its time is up.
 	b := startWrite(p, "grp.b", groupStall/5)
 	until(t, p, func(g *committer) bool { return len(g.queue) == 1 })
@@ -184,9 +208,9 @@ func TestGroupCommitQueuedWriteOutOfTimeIsNotSent(t *testing.T) {
 	if !errors.Is(r.err, ErrNotSent) || !errors.Is(r.err, context.DeadlineExceeded) {
 		t.Fatalf("queued write out of time = %+v, %v; want not sent, deadline exceeded", r.ack, r.err)
 	}
-	st.ack(ma, 1)
-	if r := <-a; r.err != nil || r.ack.Seq != 1 {
-		t.Fatalf("grp.a = %+v, %v", r.ack, r.err)
+	st.ack(ma[0], 1)
+	if r := <-a[0]; r.err != nil || r.ack.Seq != 1 {
+		t.Fatalf("grp.a0 = %+v, %v", r.ack, r.err)
 	}
 	mc := st.next()
 	if mc.Subject != "grp.c" {
@@ -196,8 +220,8 @@ func TestGroupCommitQueuedWriteOutOfTimeIsNotSent(t *testing.T) {
 	if r := <-c; r.err != nil || r.ack.Seq != 2 {
 		t.Fatalf("grp.c = %+v, %v", r.ack, r.err)
 	}
-	if out := nc.Stats().OutMsgs; out != 2 {
-		t.Fatalf("%d messages sent; want grp.a and grp.c", out)
+	if out := nc.Stats().OutMsgs; out != maxGroupsInFlight+1 {
+		t.Fatalf("%d messages sent; want the groups in flight and grp.c", out)
 	}
 }
 
@@ -210,8 +234,7 @@ func TestGroupCommitStalledGroupDoesNotHoldTheQueue(t *testing.T) {
 	st := newStand(t, testutil.Connect(t, s))
 	p := NewPublisher(nc, "S")
 
-	a := startWrite(p, "grp.a", 10*time.Second)
-	st.next() // never answered
+	a, _ := fill(t, p, st, 10*time.Second) // never answered
 	b := startWrite(p, "grp.b", 10*time.Second)
 	mb := st.next()
 	if mb.Subject != "grp.b" {
@@ -221,15 +244,18 @@ func TestGroupCommitStalledGroupDoesNotHoldTheQueue(t *testing.T) {
 	if r := <-b; r.err != nil || r.ack.Seq != 2 {
 		t.Fatalf("grp.b = %+v, %v", r.ack, r.err)
 	}
-	// The next write, nothing of the current group in flight, goes at once.
+	// The oldest lost group was given up for b's: the next write finds
+	// room and goes at once.
 	c := startWrite(p, "grp.c", 10*time.Second)
 	mc := st.next()
 	st.ack(mc, 3)
 	if r := <-c; r.err != nil || r.ack.Seq != 3 {
 		t.Fatalf("grp.c = %+v, %v", r.ack, r.err)
 	}
-	if !pending(a) {
-		t.Fatal("the unanswered write's caller was released")
+	for i := range a {
+		if !pending(a[i]) {
+			t.Fatal("an unanswered write's caller was released")
+		}
 	}
 }
 
@@ -241,12 +267,11 @@ func TestGroupCommitClosedConnectionFailsTheWritesWaiting(t *testing.T) {
 	st := newStand(t, testutil.Connect(t, s))
 	p := NewPublisher(nc, "S")
 
-	a := startWrite(p, "grp.a", time.Minute)
-	st.next()
+	a, _ := fill(t, p, st, time.Minute)
 	b := startWrite(p, "grp.b", time.Minute)
 	until(t, p, func(g *committer) bool { return len(g.queue) == 1 })
 	nc.Close()
-	for _, ch := range []chan result{a, b} {
+	for _, ch := range append(a, b) {
 		if r := <-ch; !errors.Is(r.err, nats.ErrConnectionClosed) {
 			t.Fatalf("write on a closed connection = %+v, %v", r.ack, r.err)
 		}
