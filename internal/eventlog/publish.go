@@ -34,8 +34,8 @@ type Publisher struct {
 	health *storehealth.Monitor
 	// batches holds a place for each atomic batch open (PublishBatch).
 	batches chan struct{}
-	// group sends the writes in groups (group.go).
-	group *committer
+	// group matches the writes' replies (replies.go).
+	replies *replies
 }
 
 // ReportTo tells m the outcome of every later write (a stream that cannot
@@ -44,7 +44,7 @@ func (p *Publisher) ReportTo(m *storehealth.Monitor) { p.health = m }
 
 // NewPublisher returns a Publisher for stream's subjects over nc.
 func NewPublisher(nc *nats.Conn, stream string) *Publisher {
-	return &Publisher{nc: nc, stream: stream, batches: make(chan struct{}, maxBatchesInFlight), group: &committer{nc: nc}}
+	return &Publisher{nc: nc, stream: stream, batches: make(chan struct{}, maxBatchesInFlight), replies: &replies{nc: nc}}
 }
 
 // PubAck is what the stream acknowledged.
@@ -143,12 +143,12 @@ type write struct {
 	lastSeq uint64
 }
 
-// send sends w once, through the group committer (or, when its replies
+// send sends w once, with a reply of its own (replies.go; or, when its replies
 // cannot be subscribed to, as a request of its own), bounded by b, and
 // returns the reply.
 func (p *Publisher) send(b bound, w write) (*nats.Msg, error) {
-	if p.group.begin() == nil {
-		return p.group.request(b, w.subject, w.data, w.msgID, w.lastSeq)
+	if p.replies.begin() == nil {
+		return p.replies.request(b, w.subject, w.data, w.msgID, w.lastSeq)
 	}
 	pm := pubMsgs.Get().(*pubMsg)
 	defer pm.put()
