@@ -100,6 +100,13 @@ var DefaultProtectedPaths = []string{
 	// folder): a `path` key (a legacy file's line) names a directory
 	// whose bin/cargo the proxy runs, as .tool-versions names versions.
 	"rust-toolchain", "rust-toolchain.toml",
+	// And launchers' version files that may name a program by its
+	// path, which the launcher runs in place of the tool: bazelisk's
+	// .bazelversion and .bazeliskrc (USE_BAZEL_VERSION; its
+	// BAZELISK_BASE_URL a server to download bazel from), uv's
+	// .python-version and .python-versions (an interpreter's path or an
+	// installation's directory is a request uv runs).
+	".bazelversion", ".bazeliskrc", ".python-version", ".python-versions",
 }
 
 // protectedPaths matches workspace paths against protected names.

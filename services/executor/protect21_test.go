@@ -1,6 +1,9 @@
 package executor
 
 import (
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	osexec "os/exec"
 	"path/filepath"
@@ -109,4 +112,80 @@ func TestProtectedToolchainFiles(t *testing.T) {
 		t.Errorf("the fs tools wrote %v", written)
 	}
 	wantWritable(t, s, "docs/rust-toolchain.md", "rust-toolchain.toml.example", "toolchain.toml")
+}
+
+// TestProtectedVersionFilesNamingPrograms: version files that launchers
+// read from the working directory (and the directories above) and that
+// may name a program by its path, which the launcher then runs in
+// place of the tool: bazelisk's .bazelversion (a path is run as bazel)
+// and .bazeliskrc (USE_BAZEL_VERSION the same; BAZELISK_BASE_URL a
+// server to download bazel from), and uv's .python-version and
+// .python-versions (an interpreter's path or an installation's
+// directory is a Python request uv runs). On main fs.write (reversible,
+// no human) wrote each, at the top and below, and the next human's
+// `bazelisk version` ran the model's tc/bazel (bazelisk 1.28.1, the
+// binary of its npm package put on PATH for the run; by hand also for
+// .bazeliskrc alone, from a subdirectory); uv's is from its
+// documentation (no uv here). pyenv, which
+// reads .python-version too, refuses a path (session 19). The test runs
+// bazelisk where the host has it. Now they are protected paths.
+func TestProtectedVersionFilesNamingPrograms(t *testing.T) {
+	sb := newSandbox(t)
+	writeFiles(t, sb.ws, 0o755, map[string]string{"tc/bazel": "#!/bin/sh\necho bazel\n", "tc/bin/python3": "#!/bin/sh\necho python\n"})
+	// The human's project pins bazel 7.4.1.
+	writeFiles(t, sb.ws, 0o644, map[string]string{"MODULE.bazel": "module(name = \"app\")\n", ".bazelversion": "7.4.1\n", "sub/x.txt": "x\n"})
+	mark := filepath.Join(sb.dir, "ran")
+	s := newService(t, sb.ws)
+	if r := exec(t, s, "fs.write", map[string]any{"path": "tc/bazel", "content": "#!/bin/sh\ntouch " + mark + "\n"}); codeOf(r) != "" {
+		t.Fatalf("fs.write: %v", r)
+	}
+	bazel, python := filepath.Join(sb.ws, "tc/bazel"), filepath.Join(sb.ws, "tc/bin/python3")
+	var written []string
+	for _, c := range []struct{ path, content string }{
+		{".bazelversion", bazel + "\n"},
+		{"sub/.bazelversion", bazel + "\n"},
+		{".bazeliskrc", "USE_BAZEL_VERSION=" + bazel + "\n"},
+		{"sub/.bazeliskrc", "BAZELISK_BASE_URL=http://127.0.0.1:9/bazel\n"},
+		{".python-version", python + "\n"},
+		{"sub/.python-version", filepath.Join(sb.ws, "tc") + "\n"},
+		{".python-versions", python + "\n"},
+		{".Python-Version", python + "\n"},
+	} {
+		r := exec(t, s, "fs.write", map[string]any{"path": c.path, "content": c.content})
+		if codeOf(r) == "" {
+			written = append(written, c.path)
+		} else if codeOf(r) != string(wire.CodePermissionDenied) || !strings.Contains(r.GetError().GetMessage(), "protected path") {
+			t.Errorf("fs.write %s: %v, want PERMISSION_DENIED (a protected path)", c.path, r)
+		}
+	}
+	writeFiles(t, sb.ws, 0o644, map[string]string{"notes/v.txt": bazel + "\n"})
+	if r := exec(t, s, "fs.move", map[string]any{"from": "notes/v.txt", "to": "pkg/.bazelversion"}); codeOf(r) == "" {
+		written = append(written, "pkg/.bazelversion (moved)")
+	}
+	if bazelisk, err := osexec.LookPath("bazelisk"); err == nil {
+		// The human's mirror (a loopback server) serves the human's
+		// bazel, which bazelisk downloads for the pinned version.
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.WriteString(w, "#!/bin/sh\necho human bazel ran\n")
+		}))
+		defer srv.Close()
+		for _, dir := range []string{sb.ws, filepath.Join(sb.ws, "sub")} {
+			cmd := osexec.Command(bazelisk, "version")
+			cmd.Dir = dir
+			cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "BAZELISK_HOME=" + t.TempDir(), "BAZELISK_BASE_URL=" + srv.URL}
+			out, _ := cmd.CombinedOutput()
+			if _, err := os.Stat(mark); err == nil {
+				t.Fatalf("the next human's bazelisk version in %s ran the model's tc/bazel (fs.write wrote %v): %s", dir, written, out)
+			}
+			if !strings.Contains(string(out), "human bazel ran") {
+				t.Errorf("bazelisk version in %s did not run the human's bazel: %s", dir, out)
+			}
+		}
+	} else {
+		t.Log("no bazelisk on this host: only the fs tools' refusals were checked")
+	}
+	if len(written) > 0 {
+		t.Errorf("the fs tools wrote %v", written)
+	}
+	wantWritable(t, s, "docs/bazelversion.md", ".bazelversion.bak", "python-version.txt", ".bazelrc")
 }
